@@ -2,7 +2,7 @@
 
 The family h_{u,v}(x) = ((u x + v) mod q) mod b needs a prime q >= B.
 Primality is decided with Miller-Rabin over the first twelve prime bases,
-which is deterministic for every n < 3.3e24 (Sorenson and Webster 2015), so
+which is deterministic for every n < psi_12 = 3.2e23 (Sorenson and Webster 2015), so
 in particular for all 64-bit integers. Python's built-in three-argument
 ``pow`` does the modular exponentiation and the modular inverse.
 """
@@ -10,11 +10,11 @@ in particular for all 64-bit integers. Python's built-in three-argument
 from __future__ import annotations
 
 _BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
-DETERMINISTIC_LIMIT = 3_317_044_064_679_887_385_961_981
+DETERMINISTIC_LIMIT = 318_665_857_834_031_151_167_461  # psi_12: the least strong pseudoprime to all 12 bases
 
 
 def is_prime(n: int) -> bool:
-    """Deterministic primality for 0 <= n < 3.3e24 (covers all 64-bit integers)."""
+    """Deterministic primality for 0 <= n < 3.2e23 (covers all 64-bit integers)."""
     n = int(n)
     if n < 0 or n >= DETERMINISTIC_LIMIT:
         raise ValueError(f"n must be in [0, {DETERMINISTIC_LIMIT}), got {n}")

@@ -17,7 +17,8 @@ expected number of noisy balls in a set of s bins, two calibrations are offered:
     computed exactly from binomial pmfs and tails (reference §2.1, the
     authors' calibration). X1 and X2 are the noisy balls in the special sets
     of two neighbouring inputs; the privacy loss of an output is
-    ln((1 + X1) / X2) (docs/derivations.md, "Balls into bins").
+    ln((1 + X1) / X2) (docs/derivations.md, "Balls into bins"). The model is
+    used only while mu <= n / 100, where its modelling error is negligible.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from .guarantee import PrivacyGuarantee
 
 METHODS = ("numeric", "closed_form")
 _MU_TOLERANCE = 1e-3  # absolute tolerance of the bisection on mu
+# The iid-binomial model ignores that the two noise counts compete for the same
+# dummies (a relative effect of order mu/n); keep it where that is negligible.
+MAX_MU_FRACTION = 0.01
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,11 @@ def numeric_noise(epsilon: float, delta: float, n_users: int) -> float:
     """The smallest mu (to 1e-3) with privacy_loss_tail(mu, n, eps) <= delta."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
-    hi = min(float(n), closed_form_noise(epsilon, delta))
+    hi = min(MAX_MU_FRACTION * n, closed_form_noise(epsilon, delta))
     if privacy_loss_tail(hi, n, epsilon) > delta:
-        hi = float(n)
-        if privacy_loss_tail(hi, n, epsilon) > delta:
-            raise ParameterError(
-                "n_users", f"large enough that n noisy balls give ({epsilon}, {delta})-DP", n)
+        raise ParameterError(
+            "n_users", f"large enough that the numeric calibration's mu stays below n/{round(1 / MAX_MU_FRACTION)}"
+            " (otherwise use calibration=closed_form)", n)
     lo = 0.0
     while hi - lo > _MU_TOLERANCE:
         mid = 0.5 * (lo + hi)

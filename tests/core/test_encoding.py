@@ -1,0 +1,48 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from privagg.core.encoding import ItemEncoder
+from privagg.errors import ParameterError
+
+
+def test_integers_in_range_map_to_themselves():
+    enc = ItemEncoder(10)
+    assert enc.encode([0, 3, 9]).tolist() == [0, 3, 9]
+    assert enc.encode(pa.chunked_array([[1, 2]])).tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("bad", [[10], [-1], [0, 5, 12]])
+def test_out_of_domain_integers_are_errors(bad):
+    with pytest.raises(ParameterError, match=r"item must be integers in \[0, 10\)"):
+        ItemEncoder(10).encode(bad)
+
+
+def test_strings_hash_with_the_key_and_keep_labels():
+    enc = ItemEncoder(2**20, key=b"k1")
+    codes = enc.encode(["apple", "pear", "apple", "fig"])
+    assert codes[0] == codes[2] and len(set(codes.tolist())) == 3
+    assert [enc.label(c) for c in codes] == ["apple", "pear", "apple", "fig"]
+    assert np.array_equal(ItemEncoder(2**20, key=b"k1").encode(["apple", "pear"]), codes[:2])
+    assert not np.array_equal(ItemEncoder(2**20, key=b"k2").encode(["apple", "pear"]), codes[:2])
+    assert enc.label(12345678 % 2**20) in (12345678 % 2**20, "apple", "pear", "fig")
+
+
+def test_collisions_are_reported_together():
+    enc = ItemEncoder(2, key=b"k")
+    codes = enc.encode([f"w{i}" for i in range(20)])
+    code = int(codes[0])
+    assert enc.is_collision(code)
+    assert "w0" in enc.label(code).split("|")
+
+
+@pytest.mark.parametrize("bad,match", [([1.5, 2.0], "integers, strings or bytes"),
+                                       (["a", None], "no missing values")])
+def test_bad_items(bad, match):
+    with pytest.raises(ParameterError, match=match):
+        ItemEncoder(100).encode(bad)
+
+
+def test_bad_domain():
+    with pytest.raises(ParameterError, match="domain must be an integer >= 2"):
+        ItemEncoder(1)
