@@ -31,6 +31,8 @@ def read_items(path: str | Path, column: str | None = None, field: str = "input"
         elif suffix == ".csv":
             table = pacsv.read_csv(path)
         else:
+            if column is not None:
+                raise ParameterError("column", "left out for a plain-text file (one item per line)", column)
             return _read_lines(path)
     except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
         raise ParameterError(field, "a readable CSV, Parquet or text file", f"{path} ({err})") from None
