@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from privagg.core.hashing import UniversalHash
-from privagg.core.primes import next_prime
+from privagg.core.hashing import UniversalHash, _inverse
+from privagg.core.primes import mod_inverse, next_prime
 
 
 def brute_collision_probability(q, b):
@@ -81,3 +81,9 @@ def test_rejects_bad_family():
         UniversalHash(101, 1)
     with pytest.raises(ValueError, match="u must be integers in"):
         UniversalHash(101, 10).evaluate([0], [1], [1])
+
+
+@given(st.integers(min_value=1, max_value=2**49 - 1))
+def test_kernel_inverse_matches_mod_inverse(a):
+    q = 562949953421231  # a prime below 2^49
+    assert _inverse(a, q) == mod_inverse(a, q)

@@ -92,8 +92,3 @@ class ItemEncoder:
 
     def is_collision(self, code: int) -> bool:
         return len(self._items.get(int(code), ())) > 1
-
-    @property
-    def known_codes(self) -> np.ndarray:
-        """Codes of the non-integer items seen so far."""
-        return np.fromiter(self._items, dtype=np.int64, count=len(self._items))
