@@ -15,8 +15,9 @@ Besides evaluation this module gives the analyzer's two counting kernels:
   enumerating each message's preimages. The preimages of w are
   x_j = (w + j b - v) u^{-1} mod q for j = 0, 1, ... while w + j b < q, an
   arithmetic progression x_j = x_0 + j d (mod q) with d = b u^{-1}; the kernel
-  walks it with additions only and scatters the hits into L2-sized tiles
-  before counting them (see docs/derivations.md, "Full-domain counting").
+  walks it with additions only and appends each hit to the bucket of its
+  L2-sized tile of counters; a full bucket is counted while its tile sits in
+  cache (see docs/derivations.md, "Full-domain counting").
 
 Arithmetic is exact for q < 2^50: products are reduced with the
 floating-point-quotient method (an estimate of floor(a x / q) in double
@@ -59,23 +60,47 @@ def _inverse(a: int, q: int) -> int:
     return t % q
 
 
+@nb.njit(cache=True, inline="always")
+def _hash(u: int, v: int, x: int, q: int, b: int, qinv: float, binv: float) -> int:
+    """h_{u,v}(x) = ((u x + v) mod q) mod b, without a hardware division."""
+    y = _mulmod(u, x, q, qinv) + v
+    if y >= q:
+        y -= q
+    r = y - b * np.int64(float(y) * binv)
+    while r < 0:
+        r += b
+    while r >= b:
+        r -= b
+    return r
+
+
 @nb.njit(cache=True, parallel=True)
 def _evaluate(u, v, x, q, b, out):
-    qinv = 1.0 / q
+    qinv, binv = 1.0 / q, 1.0 / b
     for i in nb.prange(u.size):
-        out[i] = (_mulmod(u[i], x[i], q, qinv) + v[i]) % q % b
+        out[i] = _hash(u[i], v[i], x[i], q, b, qinv, binv)
+
+
+_MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
 
 
 @nb.njit(cache=True, parallel=True)
-def _count_matches(u, v, w, queries, q, b, out):
-    qinv = 1.0 / q
-    for k in nb.prange(queries.size):
-        x = queries[k]
-        c = 0
-        for i in range(u.size):
-            if (_mulmod(u[i], x, q, qinv) + v[i]) % q % b == w[i]:
-                c += 1
-        out[k] += c
+def _count_matches(u, v, w, queries, q, b, out_per_thread):
+    """out_per_thread[t, k] += messages of thread t's share matching query k."""
+    qinv, binv = 1.0 / q, 1.0 / b
+    n_threads = out_per_thread.shape[0]
+    share = (u.size + n_threads - 1) // n_threads
+    for t in nb.prange(n_threads):
+        end = min(u.size, (t + 1) * share)
+        for lo in range(t * share, end, _MATCH_BLOCK):
+            hi = min(end, lo + _MATCH_BLOCK)
+            for k in range(queries.size):
+                x = queries[k]
+                c = 0
+                for i in range(lo, hi):
+                    if _hash(u[i], v[i], x, q, b, qinv, binv) == w[i]:
+                        c += 1
+                out_per_thread[t, k] += c
 
 
 @nb.njit(cache=True)
@@ -104,63 +129,50 @@ def _preimages(u, v, w, q, b, domain_size):
 
 
 @nb.njit(cache=True)
-def _count_block(u, v, w, q, b, domain_size, counts, offsets, bucket_start, bucket_fill):
-    """Add the preimage counts of messages u, v, w into ``counts``.
-
-    Two passes over the progressions: the first sizes the tile buckets, the
-    second scatters each preimage's offset inside its tile; then each tile is
-    counted while it sits in cache.
-    """
-    qinv = 1.0 / q
-    n_tiles = bucket_fill.size
-    bucket_fill[:] = 0
-    for i in range(u.size):
-        x, d = _progression(u[i], v[i], w[i], q, b, qinv)
-        y = w[i]
-        while y < q:
-            if x < domain_size:
-                bucket_fill[x >> _TILE_BITS] += 1
-            x += d
-            if x >= q:
-                x -= q
-            y += b
-    bucket_start[0] = 0
-    for t in range(n_tiles):
-        bucket_start[t + 1] = bucket_start[t] + bucket_fill[t]
-        bucket_fill[t] = bucket_start[t]
-    for i in range(u.size):
-        x, d = _progression(u[i], v[i], w[i], q, b, qinv)
-        y = w[i]
-        while y < q:
-            if x < domain_size:
-                t = x >> _TILE_BITS
-                offsets[bucket_fill[t]] = x & ((1 << _TILE_BITS) - 1)
-                bucket_fill[t] += 1
-            x += d
-            if x >= q:
-                x -= q
-            y += b
-    for t in range(n_tiles):
-        base = t << _TILE_BITS
-        for p in range(bucket_start[t], bucket_start[t + 1]):
-            counts[base + offsets[p]] += 1
+def _flush(counts, buckets, start, filled, tile):
+    base = tile << _TILE_BITS
+    for p in range(start, start + filled):
+        counts[base + buckets[p]] += 1
 
 
 @nb.njit(cache=True, parallel=True)
-def _count_all(u, v, w, q, b, domain_size, counts_per_thread, messages_per_block):
+def _count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
+    """counts_per_thread[t, x] += preimage hits of x among thread t's share of messages.
+
+    Each preimage's offset inside its 2^16-counter tile is appended to that
+    tile's bucket; a full bucket is counted into its tile (which then sits in
+    L2) and emptied. Buckets are padded by one cache line so that the write
+    heads of the buckets do not all fall into one cache set.
+    """
     n_threads = counts_per_thread.shape[0]
     n_tiles = (domain_size + (1 << _TILE_BITS) - 1) >> _TILE_BITS
     share = (u.size + n_threads - 1) // n_threads
-    per_message = q // b + 1
+    mask = (1 << _TILE_BITS) - 1
+    stride = bucket_capacity + 32
     for t in nb.prange(n_threads):
-        offsets = np.empty(messages_per_block * per_message, np.uint16)
-        bucket_start = np.empty(n_tiles + 1, np.int64)
-        bucket_fill = np.empty(n_tiles, np.int64)
-        end = min(u.size, (t + 1) * share)
-        for lo in range(t * share, end, messages_per_block):
-            hi = min(end, lo + messages_per_block)
-            _count_block(u[lo:hi], v[lo:hi], w[lo:hi], q, b, domain_size,
-                         counts_per_thread[t], offsets, bucket_start, bucket_fill)
+        counts = counts_per_thread[t]
+        buckets = np.empty(n_tiles * stride, np.uint16)
+        fill = np.zeros(n_tiles, np.int64)
+        qinv = 1.0 / q
+        for i in range(t * share, min(u.size, (t + 1) * share)):
+            x, d = _progression(u[i], v[i], w[i], q, b, qinv)
+            y = w[i]
+            while y < q:
+                if x < domain_size:
+                    tile = x >> _TILE_BITS
+                    f = fill[tile]
+                    buckets[tile * stride + f] = x & mask
+                    f += 1
+                    if f == bucket_capacity:
+                        _flush(counts, buckets, tile * stride, f, tile)
+                        f = 0
+                    fill[tile] = f
+                x += d
+                if x >= q:
+                    x -= q
+                y += b
+        for tile in range(n_tiles):
+            _flush(counts, buckets, tile * stride, fill[tile], tile)
 
 
 def _as_int64(name: str, values, upper: int, lower: int = 0) -> np.ndarray:
@@ -219,9 +231,9 @@ class UniversalHash:
     def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries) -> np.ndarray:
         """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i."""
         queries = _as_int64("queries", queries, self.modulus)
-        out = np.zeros(queries.size, dtype=np.int64)
+        out = np.zeros((nb.get_num_threads(), queries.size), dtype=np.int64)
         _count_matches(u, v, w, queries, self.modulus, self.bins, out)
-        return out
+        return out.sum(axis=0)
 
     def count_all(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
                   progress: Callable[[int], None] | None = None) -> np.ndarray:
@@ -236,12 +248,12 @@ class UniversalHash:
             raise ValueError(f"at most 2^31 - 1 messages fit the int32 counters, got {u.size}")
         threads = nb.get_num_threads()
         counts = np.zeros((threads, domain_size), dtype=np.int32)
-        per_message = self.modulus // self.bins + 1
-        per_block = max(1, (1 << 25) // per_message)  # 64 MiB of tile offsets per thread
-        slice_size = max(per_block * threads, -(-u.size // 20))
+        n_tiles = (domain_size + (1 << _TILE_BITS) - 1) >> _TILE_BITS
+        capacity = max(4096, min(1 << 16, (1 << 24) // n_tiles))  # at most 32 MiB of offsets per thread
+        slice_size = max(1, -(-u.size // (1 if progress is None else 10)))  # each slice flushes all buckets
         for lo in range(0, u.size, slice_size):
             hi = min(u.size, lo + slice_size)
-            _count_all(u[lo:hi], v[lo:hi], w[lo:hi], self.modulus, self.bins, domain_size, counts, per_block)
+            _count_all(u[lo:hi], v[lo:hi], w[lo:hi], self.modulus, self.bins, domain_size, counts, capacity)
             if progress is not None:
                 progress(hi - lo)
         return counts.sum(axis=0, dtype=np.int64)
