@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,9 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
     top = check_integer("top", top, 1)
     key = None if seed is None else hashlib.blake2b(f"privagg-item-key-{seed}".encode(), digest_size=32).digest()
     encoder = ItemEncoder(domain_size, key)
+    start = time.perf_counter()
     codes = encoder.encode(items)
+    encode_seconds = time.perf_counter() - start
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
     if full_domain is None:
@@ -80,6 +83,8 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
     protocol = build_protocol(protocol_name, epsilon=epsilon, delta=delta, n_users=codes.size,
                               domain_size=domain_size, bins=bins, c=c, calibration=calibration)
     run = simulate(protocol, codes, mode=mode, rng=seed, progress=progress)
+    run.seconds["encode"] = encode_seconds
+    start = time.perf_counter()
 
     candidate_codes = None if candidates is None else np.unique(encoder.encode(candidates))
     true_codes, true_counts = np.unique(codes, return_counts=True)
@@ -101,6 +106,7 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
         hit = true_codes[found] == pool
         truth[hit] = true_counts[found[hit]]
         error = error_summary(pool_estimates - truth, over)
+    run.seconds["estimate"] = time.perf_counter() - start
     order = np.argsort(-pool_estimates, kind="stable")[:top]
     stderr = protocol.standard_error(pool_estimates[order])
     reported = [
