@@ -40,9 +40,14 @@ _TILE_BITS = 16  # tiles of 2^16 int32 counters = 256 KiB, inside a core's L2
 
 @nb.njit(cache=True, inline="always")
 def _mulmod(a: int, x: int, q: int, qinv: float) -> int:
-    """(a * x) mod q for 0 <= a, x < q < 2^50."""
-    quot = np.int64(float(a) * float(x) * qinv)
-    r = a * x - quot * q  # both products wrap mod 2^64; their difference is exact
+    """(a * x) mod q for 0 <= a, x < q < 2^50.
+
+    The products are taken in unsigned 64-bit arithmetic, which wraps mod
+    2^64 by definition; their difference, reinterpreted as signed, is the
+    exact remainder up to a few multiples of q.
+    """
+    quot = np.uint64(float(a) * float(x) * qinv)
+    r = np.int64(np.uint64(a) * np.uint64(x) - quot * np.uint64(q))
     while r < 0:
         r += q
     while r >= q:

@@ -1,24 +1,29 @@
 """Noise calibration for the balls-into-bins mechanism M^BIB (shuffle FE paper, §3.1).
 
-M^BIB throws one real ball into one of s special bins and (expected) k + n p
-noisy balls uniformly into all m bins. Writing mu = (k + n p) s / m for the
-expected number of noisy balls in a set of s bins, two calibrations are offered:
-
-``closed_form``
-    Theorem 3.1 as reconstructed in the reference (§2.1, marked RECON: the
-    exact statement was not retrieved): M^BIB is (eps, delta)-DP when
-    mu >= 32 ln(2/delta) / eps^2.
+M^BIB throws one real ball into one of s special bins and noisy balls
+uniformly into all m bins. In FE0/FE1 the noisy balls are the n users'
+dummies: n floor(rho) of them, plus one from each user with probability
+rho - floor(rho); each lands in a given special set with probability
+1/bins (bins = B for FE0 and M^BIB, b for FE1). mu = n rho / bins is the
+expected number of noisy balls per special set. Two calibrations:
 
 ``numeric`` (default)
-    The smallest mu for which the privacy-loss tail is at most delta,
+    The smallest mu (to 1e-3) with Pr[X1 + 1 >= e^eps X2] <= delta, where X1
+    and X2 are the noisy balls in the special sets of two neighbouring inputs
+    and ln((1 + X1) / X2) is the privacy loss (docs/derivations.md, "Balls
+    into bins"). The tail is computed under the protocol's own dummy law, not
+    the authors' iid Bin(n, mu/n) model, which understates it by about 16 mu/n
+    (docs/derivations.md, "Modelling caveats"): given X2, the conditional law
+    of X1 is dominated by X1' = Bin(n floor(rho), 1/(bins-1)) +
+    Bin(n, frac/(bins-frac)), independent of X2, so summing
+    Pr[X2 = x2] Pr[X1' >= e^eps x2 - 1] with exact binomial pmfs bounds the
+    tail from above.
 
-        Pr[X1 + 1 >= e^eps X2] <= delta,  X1, X2 iid Binomial(n, mu/n),
-
-    computed exactly from binomial pmfs and tails (reference §2.1, the
-    authors' calibration). X1 and X2 are the noisy balls in the special sets
-    of two neighbouring inputs; the privacy loss of an output is
-    ln((1 + X1) / X2) (docs/derivations.md, "Balls into bins"). The model is
-    used only while mu <= n / 100, where its modelling error is negligible.
+``closed_form``
+    Theorem 3.1 as reconstructed in the reference (§2.1, RECON: the exact
+    statement was not retrieved): mu >= 32 ln(2/delta) / eps^2. Proved here
+    for eps <= 1 only; for large eps it is not private (the chance that no
+    noise lands in S' exceeds delta), so eps > 1 is refused.
 """
 
 from __future__ import annotations
@@ -33,10 +38,9 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from .guarantee import PrivacyGuarantee
 
 METHODS = ("numeric", "closed_form")
+CLOSED_FORM_MAX_EPSILON = 1.0
 _MU_TOLERANCE = 1e-3  # absolute tolerance of the bisection on mu
-# The iid-binomial model ignores that the two noise counts compete for the same
-# dummies (a relative effect of order mu/n); keep it where that is negligible.
-MAX_MU_FRACTION = 0.01
+_MU_MAX = 1e9  # beyond this many noisy balls per special set the search gives up
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,12 @@ class NoiseCalibration:
 
 
 def closed_form_noise(epsilon: float, delta: float) -> float:
-    """mu = 32 ln(2/delta) / eps^2 (Theorem 3.1, RECON)."""
-    return 32.0 * math.log(2.0 / check_delta(delta)) / check_epsilon(epsilon) ** 2
+    """mu = 32 ln(2/delta) / eps^2 (Theorem 3.1, RECON), for 0 < eps <= 1."""
+    epsilon = check_epsilon(epsilon)
+    if epsilon > CLOSED_FORM_MAX_EPSILON:
+        raise ParameterError("epsilon", f"in (0, {CLOSED_FORM_MAX_EPSILON:g}] for the closed-form calibration "
+                             "(use calibration=numeric)", epsilon)
+    return 32.0 * math.log(2.0 / check_delta(delta)) / epsilon**2
 
 
 def satisfies_closed_form(noise_balls: float, special_bins: int, bins: int, epsilon: float, delta: float) -> bool:
@@ -57,54 +65,78 @@ def satisfies_closed_form(noise_balls: float, special_bins: int, bins: int, epsi
     return noise_balls * special_bins / bins >= closed_form_noise(epsilon, delta)
 
 
-def privacy_loss_tail(mu: float, n_users: int, epsilon: float) -> float:
-    """Pr[X1 + 1 >= e^eps X2] for X1, X2 iid Binomial(n_users, mu / n_users).
+_WINDOW_SD = 12  # pmfs are kept within mean +- (12 sd + 30); the mass outside is bounded and added whole
 
-    Summed exactly over X2 up to 40 standard deviations above its mean; the
-    probability mass beyond that is added whole, so the value is an upper
-    bound that is exact to double precision.
+
+def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[int, np.ndarray, float]:
+    """Bin(trials[0], probs[0]) + Bin(trials[1], probs[1]) on a window: (start, pmf, mass outside)."""
+    start, pmf, outside = 0, np.ones(1), 0.0
+    for t, p in zip(trials, probs):
+        mean, sd = t * p, math.sqrt(t * p * (1 - p))
+        lo = max(0, math.floor(mean - _WINDOW_SD * sd - 30))
+        hi = min(t, math.ceil(mean + _WINDOW_SD * sd + 30))
+        pmf = np.convolve(pmf, stats.binom.pmf(np.arange(lo, hi + 1), t, p))
+        start += lo
+        outside += float(stats.binom.cdf(lo - 1, t, p) + stats.binom.sf(hi, t, p))
+    return start, pmf, outside
+
+
+def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float) -> float:
+    """An upper bound on Pr[X1 + 1 >= e^eps X2] for M^BIB fed by n users' dummies.
+
+    X2 = Bin(n floor(rho), 1/bins) + Bin(n, frac/bins) with rho = mu bins / n;
+    X1 is replaced by the dominating X1' of the module docstring. Both are
+    computed exactly on a window of +-12 standard deviations; the mass outside
+    the windows is bounded by binomial tails and counted as failure, so the
+    result is an upper bound.
     """
-    n = n_users
-    p = mu / n
-    if not 0 <= p <= 1:
-        raise ParameterError("mu", f"in [0, n_users={n}]", mu)
-    top = int(min(n, math.ceil(mu + 40 * math.sqrt(mu) + 50)))
-    x2 = np.arange(top + 1)
-    threshold = np.ceil(math.exp(epsilon) * x2 - 1.0)  # X1 >= threshold
-    tail_x1 = np.where(threshold <= 0, 1.0, stats.binom.sf(threshold - 1, n, p))
-    total = float(np.sum(stats.binom.pmf(x2, n, p) * tail_x1))
-    return min(1.0, total + float(stats.binom.sf(top, n, p)))
+    if not mu >= 0:
+        raise ParameterError("mu", "a number >= 0", mu)
+    rho = mu * bins / n_users
+    whole, frac = math.floor(rho), rho - math.floor(rho)
+    trials = (n_users * whole, n_users)
+    start2, pmf2, outside2 = _binomial_sum(trials, (1 / bins, frac / bins))
+    start1, pmf1, outside1 = _binomial_sum(trials, (1 / (bins - 1), frac / (bins - frac)))
+    # sf1[i] bounds Pr[X1' >= start1 + i]; below the window the bound is 1, above it the outside mass.
+    sf1 = np.concatenate([np.cumsum(pmf1[::-1])[::-1], [0.0]]) + outside1
+    x2 = start2 + np.arange(pmf2.size)
+    index = np.ceil(math.exp(epsilon) * x2 - 1).astype(np.int64) - start1
+    tail_x1 = np.where(index <= 0, 1.0, sf1[np.clip(index, 0, pmf1.size)])
+    return min(1.0, float(pmf2 @ np.minimum(tail_x1, 1.0)) + outside2)
 
 
-def numeric_noise(epsilon: float, delta: float, n_users: int) -> float:
-    """The smallest mu (to 1e-3) with privacy_loss_tail(mu, n, eps) <= delta."""
+def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int) -> float:
+    """The smallest mu (to 1e-3) whose privacy_loss_tail is at most delta."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
-    hi = min(MAX_MU_FRACTION * n, closed_form_noise(epsilon, delta))
-    if privacy_loss_tail(hi, n, epsilon) > delta:
-        raise ParameterError(
-            "n_users", f"large enough that the numeric calibration's mu stays below n/{round(1 / MAX_MU_FRACTION)}"
-            " (otherwise use calibration=closed_form)", n)
+    bins = check_integer("bins", bins, 2)
+    hi = math.log(1 / delta)  # Pr[X2 = 0] <= delta needs about this much noise
+    while privacy_loss_tail(hi, n, bins, epsilon) > delta:
+        hi *= 2
+        if hi > _MU_MAX:
+            raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP",
+                                 epsilon)
     lo = 0.0
     while hi - lo > _MU_TOLERANCE:
         mid = 0.5 * (lo + hi)
-        if privacy_loss_tail(mid, n, epsilon) <= delta:
+        if privacy_loss_tail(mid, n, bins, epsilon) <= delta:
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def calibrate(epsilon: float, delta: float, n_users: int, method: str = "numeric",
+def calibrate(epsilon: float, delta: float, n_users: int, bins: int, method: str = "numeric",
               model: str = "shuffle") -> NoiseCalibration:
     """mu for (epsilon, delta)-DP of M^BIB by ``method`` ("numeric" or "closed_form")."""
     if method == "numeric":
-        mu = numeric_noise(epsilon, delta, n_users)
-        how = ("numeric: exact binomial privacy-loss tail Pr[X1+1 >= e^eps X2] <= delta, "
-               "X1, X2 ~ Bin(n, mu/n) (shuffle FE reference §2.1, authors' calibration)")
+        mu = numeric_noise(epsilon, delta, n_users, bins)
+        how = ("numeric: privacy-loss tail Pr[X1+1 >= e^eps X2] <= delta, bounded with exact binomial pmfs "
+               "under the protocol's dummy distribution (docs/derivations.md, 'Balls into bins')")
     elif method == "closed_form":
         mu = closed_form_noise(epsilon, delta)
-        how = "closed form: mu >= 32 ln(2/delta)/eps^2 (shuffle FE paper Thm 3.1, reconstructed)"
+        how = ("closed form: mu >= 32 ln(2/delta)/eps^2 (shuffle FE paper Thm 3.1 as reconstructed; "
+               "proof for eps <= 1 in docs/derivations.md)")
     else:
         raise ParameterError("calibration", f"one of {', '.join(METHODS)}", method)
     return NoiseCalibration(mu, PrivacyGuarantee(float(epsilon), float(delta), model, how))

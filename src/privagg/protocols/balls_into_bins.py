@@ -105,7 +105,7 @@ class BallsIntoBinsFrequency:
         self.n_users = check_integer("n_users", n_users, 2)
         self.domain_size = check_integer("domain", domain_size, 2, self.domain_max)
         self.calibration = calibration
-        noise = calibrate(self.epsilon, self.delta, self.n_users, calibration, self.model)
+        noise = calibrate(self.epsilon, self.delta, self.n_users, self.bins, calibration, self.model)
         self.mu = noise.mu
         self.guarantee = noise.guarantee
         self.rho = self.mu * self.bins / self.n_users
@@ -204,9 +204,12 @@ class FE0(BallsIntoBinsFrequency):
 
     def fast_oracle(self, codes: np.ndarray, rng: np.random.Generator) -> tuple[FrequencyOracle, int]:
         """Distributional shortcut: true histogram + total noise drawn in one step."""
-        noise = rng.integers(0, self.domain_size, size=total_dummies(codes.size, self.rho, rng))
+        return self._noisy_histogram(codes, total_dummies(codes.size, self.rho, rng), rng)
+
+    def _noisy_histogram(self, codes: np.ndarray, noise_balls: int, rng: np.random.Generator):
+        noise = rng.integers(0, self.domain_size, size=noise_balls)
         counts = np.bincount(codes, minlength=self.domain_size) + np.bincount(noise, minlength=self.domain_size)
-        return self._oracle(counts), codes.size + noise.size
+        return self._oracle(counts), codes.size + noise_balls
 
     def _oracle(self, histogram: np.ndarray) -> FrequencyOracle:
         return FrequencyOracle(self, lambda codes: histogram[codes], lambda progress: histogram)
@@ -229,8 +232,13 @@ class BallsIntoBinsCentral(FE0):
         return 1.0
 
     def release(self, codes, rng: RNGLike = None) -> FrequencyOracle:
-        """The curator: bin counts of the real balls plus Algorithm 1's noisy balls."""
-        oracle, _ = self.fast_oracle(self.check_codes(np.asarray(codes)), resolve(rng))
+        """The curator: bin counts of the real balls plus Algorithm 1's noisy balls.
+
+        The n coins are drawn one by one (:func:`dummy_counts`), not with a
+        floating-point binomial sampler, since privacy rests on their law.
+        """
+        codes, rng = self.check_codes(np.asarray(codes)), resolve(rng)
+        oracle, _ = self._noisy_histogram(codes, int(dummy_counts(codes.size, self.rho, rng).sum()), rng)
         return oracle
 
 
