@@ -233,11 +233,21 @@ class UniversalHash:
             raise ValueError(f"message (u={u}, v={v}, w={w}) is outside {{1..q-1}} x [q] x [b]")
         return _preimages(int(u), int(v), int(w), self.modulus, self.bins, int(domain_size))
 
-    def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries) -> np.ndarray:
-        """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i."""
+    def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries,
+                      progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i.
+
+        ``progress`` (optional) is called with the number of queries done
+        after each slice of them.
+        """
         queries = _as_int64("queries", queries, self.modulus)
         out = np.zeros((nb.get_num_threads(), queries.size), dtype=np.int64)
-        _count_matches(u, v, w, queries, self.modulus, self.bins, out)
+        step = max(1, -(-queries.size // (1 if progress is None else 20)))
+        for lo in range(0, queries.size, step):
+            hi = min(queries.size, lo + step)
+            _count_matches(u, v, w, queries[lo:hi], self.modulus, self.bins, out[:, lo:hi])
+            if progress is not None:
+                progress(hi - lo)
         return out.sum(axis=0)
 
     def count_all(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,

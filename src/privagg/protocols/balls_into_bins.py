@@ -60,19 +60,20 @@ def total_dummies(n_users: int, rho: float, rng: np.random.Generator) -> int:
 class FrequencyOracle:
     """The analyzer's answer: debiased frequency estimates on demand.
 
-    ``counts(codes)`` gives raw match counts for queried codes and
+    ``counts(codes, progress)`` gives raw match counts for queried codes and
     ``counts_all(progress)`` for the whole domain; the protocol turns them
-    into unbiased estimates.
+    into unbiased estimates. ``progress``, if given, is called with the
+    amount of work done after each slice of it.
     """
 
     protocol: "BallsIntoBinsFrequency"
-    counts: Callable[[np.ndarray], np.ndarray]
+    counts: Callable[[np.ndarray, Callable[[int], None] | None], np.ndarray]
     counts_all: Callable[[Callable[[int], None] | None], np.ndarray]
 
-    def estimate(self, codes) -> np.ndarray:
+    def estimate(self, codes, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Unbiased estimates of the frequencies of ``codes`` (single or batch query)."""
         codes = self.protocol.check_codes(np.atleast_1d(codes))
-        return self.protocol.debias(self.counts(codes))
+        return self.protocol.debias(self.counts(codes, progress))
 
     def estimate_all(self, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Estimates for every item of [B] (FE1: by preimage enumeration)."""
@@ -212,7 +213,7 @@ class FE0(BallsIntoBinsFrequency):
         return self._oracle(counts), codes.size + noise_balls
 
     def _oracle(self, histogram: np.ndarray) -> FrequencyOracle:
-        return FrequencyOracle(self, lambda codes: histogram[codes], lambda progress: histogram)
+        return FrequencyOracle(self, lambda codes, progress: histogram[codes], lambda progress: histogram)
 
 
 class BallsIntoBinsCentral(FE0):
@@ -306,7 +307,7 @@ class FE1(BallsIntoBinsFrequency):
         u, v, w = (np.ascontiguousarray(messages[k], dtype=np.int64) for k in "uvw")
         return FrequencyOracle(
             self,
-            lambda codes: self.hash.count_matches(u, v, w, codes),
+            lambda codes, progress: self.hash.count_matches(u, v, w, codes, progress),
             lambda progress: self.hash.count_all(u, v, w, self.domain_size, progress),
         )
 

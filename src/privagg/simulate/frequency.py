@@ -100,7 +100,8 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
             pool, over = true_codes, "input items"
         else:
             pool, over = candidate_codes, "candidates"
-        pool_estimates = run.oracle.estimate(pool)
+        advance = None if progress is None else (lambda k: progress("estimate", k, pool.size))
+        pool_estimates = run.oracle.estimate(pool, advance)
         truth = np.zeros(pool.size, dtype=np.int64)
         found = np.searchsorted(true_codes, pool).clip(max=true_codes.size - 1)
         hit = true_codes[found] == pool
