@@ -409,8 +409,8 @@ def large_cli(report: Report) -> None:
         "compiling privagg's kernels; the warm run reuses the cache the cold run wrote. Wall time is measured "
         "around the subprocess (interpreter start-up, reading the files, simulation, queries, JSON output); "
         "peak memory is the child's `ru_maxrss` from `os.wait4`. The stages are privagg's own timings in "
-        "the JSON (`simulation.seconds`); the rest of the wall time is start-up, reading and encoding the "
-        "items, the candidate queries and the report.",
+        "the JSON (`simulation.seconds`); the rest of the wall time is interpreter start-up, reading the "
+        "files and writing the report.",
         "",
     )
     rows = []
