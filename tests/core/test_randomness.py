@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from privagg.core.randomness import describe, is_secure, resolve, spawn

@@ -55,3 +55,13 @@ def test_bad_runs():
         simulate(proto, codes_for(40), "quick")
     with pytest.raises(ParameterError, match="codes must be one item per user"):
         simulate(proto, codes_for(40)[:10])
+
+
+@pytest.mark.parametrize("make,field", [(lambda: FE0(1.0, 1e-10, N, 2**24), "domain"),
+                                        (lambda: BallsIntoBinsCentral(1.0, 1e-10, N, 2**24), "domain"),
+                                        (lambda: FE1(1.0, 1e-10, N, 2**30, bins=2**26), "bins")])
+def test_runs_too_large_for_memory_are_refused(make, field):
+    proto = make()  # calibrating is fine: the cost is reported
+    assert proto.rho > 10_000
+    with pytest.raises(ParameterError, match=f"{field} must be small enough that a simulation"):
+        simulate(proto, np.zeros(N, dtype=int))

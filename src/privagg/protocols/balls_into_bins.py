@@ -98,6 +98,7 @@ class BallsIntoBinsFrequency:
     title: str
     model = "shuffle"
     domain_max: int
+    noise_parameter = "domain"  # what sets rho besides (epsilon, delta, n), for error messages
 
     def __init__(self, epsilon: float, delta: float, n_users: int, domain_size: int,
                  calibration: str = "numeric") -> None:
@@ -249,6 +250,7 @@ class FE1(BallsIntoBinsFrequency):
     name = "fe1"
     title = "FE1: universal hashing, 1 + o(1) messages (any domain)"
     domain_max = HASHED_DOMAIN_MAX
+    noise_parameter = "bins"
 
     def __init__(self, epsilon: float, delta: float, n_users: int, domain_size: int,
                  bins: int | None = None, c: float | None = None, calibration: str = "numeric") -> None:

@@ -30,6 +30,7 @@ from ..protocols.balls_into_bins import BallsIntoBinsFrequency, FrequencyOracle
 
 MODES = ("faithful", "fast")
 USERS_PER_BATCH = 1 << 20
+MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold in memory
 
 # progress(stage, advance, total): called as work on ``stage`` advances.
 Progress = Callable[[str, int, int], None]
@@ -63,6 +64,12 @@ def simulate(protocol: BallsIntoBinsFrequency, codes: np.ndarray, mode: str = "f
     codes = protocol.check_codes(np.asarray(codes))
     if codes.size != protocol.n_users:
         raise ParameterError("codes", f"one item per user ({protocol.n_users} users)", f"{codes.size} items")
+    expected = protocol.n_users * (1 + protocol.rho)
+    if expected > MESSAGES_MAX:
+        raise ParameterError(
+            protocol.noise_parameter, f"small enough that a simulation's n (1 + rho) messages stay below 2^27 "
+            f"(here {expected:.3g}, rho = {protocol.rho:.4g}; fe1 keeps rho small on large domains)",
+            protocol.bins)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     if protocol.model == "central":
