@@ -144,6 +144,13 @@ def test_unreadable_files(tmp_path):
         assert err.count("\n") == 1
 
 
+def test_out_of_domain_candidate(ints_file, tmp_path):
+    (tmp_path / "cands.txt").write_text("3\n5000\n")
+    code, _, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000,
+                       "--candidates", tmp_path / "cands.txt")
+    assert code == 2 and err.startswith(r"error: candidate must be integers in [0, 1000)"), err
+
+
 def test_calibrate_bad_users():
     code, _, err = run("calibrate", "fe1", *COMMON, "--users", 1, "--domain", 100)
     assert code == 2 and err.startswith("error: n_users must be an integer >= 2")

@@ -43,8 +43,11 @@ class ItemEncoder:
         digest = hashlib.blake2b(data, key=self.key, digest_size=16).digest()
         return int.from_bytes(digest, "big") % self.domain_size
 
-    def encode(self, items: Iterable[Any] | np.ndarray | pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """Codes in [0, domain_size) for ``items`` (a sequence, numpy or Arrow array), as int64."""
+    def encode(self, items: Iterable[Any] | np.ndarray | pa.Array | pa.ChunkedArray, field: str = "item") -> np.ndarray:
+        """Codes in [0, domain_size) for ``items`` (a sequence, numpy or Arrow array), as int64.
+
+        ``field`` names the items in error messages.
+        """
         if isinstance(items, (pa.Array, pa.ChunkedArray)):
             column = items
         else:
@@ -52,18 +55,18 @@ class ItemEncoder:
             if arr.size == 0:
                 return np.empty(0, dtype=np.int64)
             if np.issubdtype(arr.dtype, np.integer):
-                return self._encode_integers(arr.ravel())
+                return self._encode_integers(arr.ravel(), field)
             try:
                 column = pa.array(arr.ravel(), from_pandas=False)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-                raise ParameterError("item", "integers, strings or bytes (one type per input)", err) from None
+                raise ParameterError(field, "integers, strings or bytes (one type per input)", err) from None
         if column.null_count:
-            raise ParameterError("item", "a value for every user (no missing values)", f"{column.null_count} missing")
+            raise ParameterError(field, "a value for every user (no missing values)", f"{column.null_count} missing")
         if pa.types.is_integer(column.type):
-            return self._encode_integers(column.to_numpy())
+            return self._encode_integers(column.to_numpy(), field)
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
                 or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
-            raise ParameterError("item", "integers, strings or bytes", f"values of type {column.type}")
+            raise ParameterError(field, "integers, strings or bytes", f"values of type {column.type}")
         encoded = column.dictionary_encode()
         if isinstance(encoded, pa.ChunkedArray):
             encoded = encoded.unify_dictionaries().combine_chunks()
@@ -76,11 +79,11 @@ class ItemEncoder:
                 seen.append(item)
         return codes[encoded.indices.to_numpy(zero_copy_only=False)]
 
-    def _encode_integers(self, arr: np.ndarray) -> np.ndarray:
+    def _encode_integers(self, arr: np.ndarray, field: str) -> np.ndarray:
         if arr.size:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < 0 or hi >= self.domain_size:
-                raise ParameterError("item", f"integers in [0, {self.domain_size}) (the domain)", lo if lo < 0 else hi)
+                raise ParameterError(field, f"integers in [0, {self.domain_size}) (the domain)", lo if lo < 0 else hi)
         return arr.astype(np.int64, copy=False)
 
     def label(self, code: int) -> Any:

@@ -86,7 +86,7 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
     run.seconds["encode"] = encode_seconds
     start = time.perf_counter()
 
-    candidate_codes = None if candidates is None else np.unique(encoder.encode(candidates))
+    candidate_codes = None if candidates is None else np.unique(encoder.encode(candidates, field="candidate"))
     true_codes, true_counts = np.unique(codes, return_counts=True)
     if full_domain:
         advance = None if progress is None else (lambda k: progress("analyze", k, run.messages_total))
