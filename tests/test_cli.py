@@ -105,6 +105,9 @@ def test_calibrate_json_and_table():
     code, out, _ = run("calibrate", "fe0", "--epsilon", 1, "--delta", 1e-10, "--users", 100_000, "--domain", 100,
                        "--calibration", "closed_form")
     assert code == 0 and "closed form" in out
+    code, out, _ = run("calibrate", "fe1", "--epsilon", 1, "--delta", 1e-10, "--users", 100_000,
+                       "--domain", 2**24, "--calibration", "hockey_stick", "--json")
+    assert code == 0 and json.loads(out)["parameters"]["mu"] == pytest.approx(82.13, abs=0.1)
 
 
 def test_protocols_table():

@@ -38,6 +38,7 @@ class Protocol(str, Enum):
 
 class Calibration(str, Enum):
     numeric = "numeric"
+    hockey_stick = "hockey_stick"
     closed_form = "closed_form"
 
 
@@ -59,7 +60,9 @@ EPSILON = typer.Option(..., "--epsilon", help="Privacy parameter epsilon > 0.")
 DELTA = typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")
 C_OPTION = typer.Option(None, "--c", help="fe1: b = floor(n / ln^c n) (default c = 1).")
 BINS_OPTION = typer.Option(None, "--bins", help="fe1: hash range b, instead of --c.")
-CALIBRATION = typer.Option(Calibration.numeric, "--calibration", help="How mu is calibrated.")
+CALIBRATION = typer.Option(Calibration.numeric, "--calibration",
+                           help="How mu is calibrated: the paper's tail criterion computed numerically (default), "
+                                "the tighter exact privacy profile (hockey_stick), or the closed form (eps <= 1).")
 
 
 @app.command()

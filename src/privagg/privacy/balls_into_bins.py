@@ -5,7 +5,7 @@ uniformly into all m bins. In FE0/FE1 the noisy balls are the n users'
 dummies: n floor(rho) of them, plus one from each user with probability
 rho - floor(rho); each lands in a given special set with probability
 1/bins (bins = B for FE0 and M^BIB, b for FE1). mu = n rho / bins is the
-expected number of noisy balls per special set. Two calibrations:
+expected number of noisy balls per special set. Three calibrations:
 
 ``numeric`` (default)
     The smallest mu (to 1e-3) with Pr[X1 + 1 >= e^eps X2] <= delta, where X1
@@ -18,6 +18,12 @@ expected number of noisy balls per special set. Two calibrations:
     Bin(n, frac/(bins-frac)), independent of X2, so summing
     Pr[X2 = x2] Pr[X1' >= e^eps x2 - 1] with exact binomial pmfs bounds the
     tail from above.
+
+``hockey_stick``
+    The smallest mu whose hockey-stick divergence E[(1 - e^eps X2/(1+X1))_+]
+    -- the exact delta(eps) of M^BIB for disjoint special sets -- is at most
+    delta, bounded the same way. Tighter than the tail criterion (about 16%
+    less noise at eps = 1, delta = 1e-10); derived here, not the paper's.
 
 ``closed_form``
     Theorem 3.1 as reconstructed in the reference (§2.1, RECON: the exact
@@ -37,7 +43,7 @@ from scipy import stats
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from .guarantee import PrivacyGuarantee
 
-METHODS = ("numeric", "closed_form")
+METHODS = ("numeric", "hockey_stick", "closed_form")
 CLOSED_FORM_MAX_EPSILON = 1.0
 _MU_TOLERANCE = 1e-3  # absolute tolerance of the bisection on mu
 _MU_MAX = 1e9  # beyond this many noisy balls per special set the search gives up
@@ -81,6 +87,25 @@ def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[
     return start, pmf, outside
 
 
+def _noise_laws(mu: float, n_users: int, bins: int):
+    """Windowed laws of X2 and of the dominating X1' (module docstring) for noise level mu.
+
+    Each is (start, pmf on start.., mass outside the window).
+    """
+    if not mu >= 0:
+        raise ParameterError("mu", "a number >= 0", mu)
+    rho = mu * bins / n_users
+    whole, frac = math.floor(rho), rho - math.floor(rho)
+    trials = (n_users * whole, n_users)
+    return (_binomial_sum(trials, (1 / bins, frac / bins)),
+            _binomial_sum(trials, (1 / (bins - 1), frac / (bins - frac))))
+
+
+def _reverse_cumsum(values: np.ndarray) -> np.ndarray:
+    """out[i] = sum(values[i:]), with a trailing 0."""
+    return np.concatenate([np.cumsum(values[::-1])[::-1], [0.0]])
+
+
 def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float) -> float:
     """An upper bound on Pr[X1 + 1 >= e^eps X2] for M^BIB fed by n users' dummies.
 
@@ -90,28 +115,41 @@ def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float) -> flo
     the windows is bounded by binomial tails and counted as failure, so the
     result is an upper bound.
     """
-    if not mu >= 0:
-        raise ParameterError("mu", "a number >= 0", mu)
-    rho = mu * bins / n_users
-    whole, frac = math.floor(rho), rho - math.floor(rho)
-    trials = (n_users * whole, n_users)
-    start2, pmf2, outside2 = _binomial_sum(trials, (1 / bins, frac / bins))
-    start1, pmf1, outside1 = _binomial_sum(trials, (1 / (bins - 1), frac / (bins - frac)))
-    # sf1[i] bounds Pr[X1' >= start1 + i]; below the window the bound is 1, above it the outside mass.
-    sf1 = np.concatenate([np.cumsum(pmf1[::-1])[::-1], [0.0]]) + outside1
+    (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins)
+    sf1 = _reverse_cumsum(pmf1) + outside1  # sf1[i] bounds Pr[X1' >= start1 + i]
     x2 = start2 + np.arange(pmf2.size)
     index = np.ceil(math.exp(epsilon) * x2 - 1).astype(np.int64) - start1
     tail_x1 = np.where(index <= 0, 1.0, sf1[np.clip(index, 0, pmf1.size)])
     return min(1.0, float(pmf2 @ np.minimum(tail_x1, 1.0)) + outside2)
 
 
-def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int) -> float:
-    """The smallest mu (to 1e-3) whose privacy_loss_tail is at most delta."""
+def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float) -> float:
+    """An upper bound on delta(eps) = E[(1 - e^eps X2 / (1 + X1))_+], M^BIB's exact privacy profile.
+
+    The hockey-stick divergence between the outputs on neighbouring inputs
+    (docs/derivations.md, "Privacy loss of M^BIB"); the integrand grows with
+    X1, so the dominating X1' bounds it from above. It is never more than
+    :func:`privacy_loss_tail`, so it needs less noise.
+    """
+    (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins)
+    x1 = start1 + np.arange(pmf1.size)
+    mass = _reverse_cumsum(pmf1)  # Pr[X1' >= start1 + i]
+    weighted = _reverse_cumsum(pmf1 / (1.0 + x1))  # E[1/(1+X1'); X1' >= start1 + i]
+    x2 = start2 + np.arange(pmf2.size)
+    ratio = math.exp(epsilon) * x2
+    # the integrand is positive exactly for X1' >= floor(e^eps x2 - 1) + 1
+    index = np.clip(np.floor(ratio - 1).astype(np.int64) + 1 - start1, 0, pmf1.size)
+    inner = np.clip(mass[index] - ratio * weighted[index], 0.0, None) + outside1
+    return min(1.0, float(pmf2 @ np.minimum(inner, 1.0)) + outside2)
+
+
+def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int) -> float:
+    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps) <= delta."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
     bins = check_integer("bins", bins, 2)
     hi = math.log(1 / delta)  # Pr[X2 = 0] <= delta needs about this much noise
-    while privacy_loss_tail(hi, n, bins, epsilon) > delta:
+    while bound(hi, n, bins, epsilon) > delta:
         hi *= 2
         if hi > _MU_MAX:
             raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP",
@@ -119,11 +157,21 @@ def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int) -> floa
     lo = 0.0
     while hi - lo > _MU_TOLERANCE:
         mid = 0.5 * (lo + hi)
-        if privacy_loss_tail(mid, n, bins, epsilon) <= delta:
+        if bound(mid, n, bins, epsilon) <= delta:
             hi = mid
         else:
             lo = mid
     return hi
+
+
+def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int) -> float:
+    """The smallest mu (to 1e-3) whose privacy_loss_tail is at most delta."""
+    return _smallest_mu(privacy_loss_tail, epsilon, delta, n_users, bins)
+
+
+def hockey_stick_noise(epsilon: float, delta: float, n_users: int, bins: int) -> float:
+    """The smallest mu (to 1e-3) whose hockey_stick_divergence is at most delta."""
+    return _smallest_mu(hockey_stick_divergence, epsilon, delta, n_users, bins)
 
 
 def calibrate(epsilon: float, delta: float, n_users: int, bins: int, method: str = "numeric",
@@ -133,6 +181,11 @@ def calibrate(epsilon: float, delta: float, n_users: int, bins: int, method: str
         mu = numeric_noise(epsilon, delta, n_users, bins)
         how = ("numeric: privacy-loss tail Pr[X1+1 >= e^eps X2] <= delta, bounded with exact binomial pmfs "
                "under the protocol's dummy distribution (docs/derivations.md, 'Balls into bins')")
+    elif method == "hockey_stick":
+        mu = hockey_stick_noise(epsilon, delta, n_users, bins)
+        how = ("hockey stick: M^BIB's privacy profile E[(1 - e^eps X2/(1+X1))_+] <= delta, bounded with exact "
+               "binomial pmfs under the protocol's dummy distribution (derived here, not the paper's; "
+               "docs/derivations.md, 'Balls into bins')")
     elif method == "closed_form":
         mu = closed_form_noise(epsilon, delta)
         how = ("closed form: mu >= 32 ln(2/delta)/eps^2 (shuffle FE paper Thm 3.1 as reconstructed; "
