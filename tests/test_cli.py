@@ -82,6 +82,10 @@ def test_estimate_csv_parquet_candidates_and_output(tmp_path):
         assert json.loads((tmp_path / "report.json").read_text()) == report
         assert [e["item"] for e in report["estimates"]][:2] == ["apple", "pear"]
         assert report["error"]["over"] == "candidates" and report["error"]["items"] == 3
+        truth = {"apple": 3000, "pear": 1000, "kiwi": 0}
+        errors = [abs(e["estimate"] - truth[e["item"]]) for e in report["estimates"]]
+        assert report["error"]["max_abs"] == pytest.approx(max(errors))
+        assert report["error"]["mean_abs"] == pytest.approx(sum(errors) / 3)
         assert report["simulation"]["full_domain"] is False
 
 

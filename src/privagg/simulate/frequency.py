@@ -87,25 +87,21 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
     start = time.perf_counter()
 
     candidate_codes = None if candidates is None else np.unique(encoder.encode(candidates, field="candidate"))
-    true_codes, true_counts = np.unique(codes, return_counts=True)
     if full_domain:
         advance = None if progress is None else (lambda k: progress("analyze", k, run.messages_total))
         estimates_all = run.oracle.estimate_all(advance)
-        truth = np.bincount(codes, minlength=domain_size)
-        error = error_summary(estimates_all - truth, "domain")
+        error = error_summary(estimates_all - np.bincount(codes, minlength=domain_size), "domain")
         pool = np.arange(domain_size) if candidate_codes is None else candidate_codes
         pool_estimates = estimates_all[pool]
     else:
         if candidate_codes is None:
-            pool, over = true_codes, "input items"
+            (pool, truth), over = np.unique(codes, return_counts=True), "input items"
         else:
             pool, over = candidate_codes, "candidates"
+            slot = np.searchsorted(pool, codes).clip(max=pool.size - 1)  # pool is sorted
+            truth = np.bincount(slot[pool[slot] == codes], minlength=pool.size)
         advance = None if progress is None else (lambda k: progress("estimate", k, pool.size))
         pool_estimates = run.oracle.estimate(pool, advance)
-        truth = np.zeros(pool.size, dtype=np.int64)
-        found = np.searchsorted(true_codes, pool).clip(max=true_codes.size - 1)
-        hit = true_codes[found] == pool
-        truth[hit] = true_counts[found[hit]]
         error = error_summary(pool_estimates - truth, over)
     run.seconds["estimate"] = time.perf_counter() - start
     order = np.argsort(-pool_estimates, kind="stable")[:top]
