@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test bench clean
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,6 @@ demo: $(VENV)/installed
 
 test: $(VENV)/installed
 	$(PY) -m pytest
-
-test-fast: $(VENV)/installed
-	$(PY) -m pytest -m 'not slow'
 
 bench: $(VENV)/installed
 	$(PY) benchmarks/run.py --write docs/benchmarks.md

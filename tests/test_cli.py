@@ -1,6 +1,8 @@
 """The command line: JSON schema, human output, and one-line errors with exit status 2."""
 
 import json
+import subprocess
+import sys
 
 import jsonschema
 import numpy as np
@@ -93,7 +95,8 @@ def test_human_output_has_top_items_privacy_and_cost(ints_file):
     code, out, _ = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 1)
     assert code == 0
     for text in ("estimate ± stderr", "privacy: (1, 1e-06)-DP, shuffle model", "messages from 20000 users",
-                 "error over 1000 domain", "seeded simulation"):
+                 "error against the true counts (simulation only, not for release) over 1000 domain",
+                 "seeded simulation"):
         assert text in out
 
 
@@ -128,6 +131,11 @@ def test_protocols_table():
     (["--epsilon", 1, "--delta", 1e-6, "--domain", 10], "item"),  # out-of-domain ints
     (["--epsilon", 1, "--delta", 1e-6, "--domain", 1000, "--column", "x"], "column"),
     (["--epsilon", 1, "--delta", 1e-6, "--domain", 1000, "--top", 0], "top"),
+    (["--epsilon", 1, "--delta", 1e-6, "--domain", 1000, "--seed", -1], "seed"),
+    (["--epsilon", 1, "--delta", 1e-6, "--domain", 1000, "--c", -1], "c"),
+    (["--epsilon", 1, "--delta", 1e-6, "--domain", 1000, "--bins", 2**60], "bins"),
+    (["--epsilon", 1, "--delta", 1e-6, "--domain", 2**30], "candidates"),  # no full domain, no candidates
+    (["--epsilon", 1, "--delta", 1e-6, "--domain", 1000, "--output", "/nonexistent/r.json"], "output"),
 ])
 def test_bad_input_exits_2_with_one_line(args, field, ints_file):
     code, out, err = run("estimate", "fe1", "--input", ints_file, *args)
@@ -147,7 +155,7 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     for path in (tmp_path / "missing.csv", tmp_path / "bad.parquet", tmp_path):
         code, _, err = run("estimate", "fe1", "--input", path, *COMMON)
-        assert code == 2 and err.startswith("error: input must be a readable CSV, Parquet or text file"), err
+        assert code == 2 and err.startswith("error: input must be a readable CSV, Parquet or UTF-8 text file"), err
         assert err.count("\n") == 1
 
 
@@ -156,6 +164,61 @@ def test_out_of_domain_candidate(ints_file, tmp_path):
     code, _, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000,
                        "--candidates", tmp_path / "cands.txt")
     assert code == 2 and err.startswith(r"error: candidate must be integers in [0, 1000)"), err
+
+
+def csv_file(tmp_path, text):
+    path = tmp_path / "items.csv"
+    path.write_bytes(text)
+    return path
+
+
+@pytest.mark.parametrize("content,args,field", [
+    (b"app\na\nb\n", ["--column", "user"], "column"),  # missing column
+    (b"app,n\na,1\n,2\nb,3\n", ["--column", "app"], "item"),  # an empty cell is a missing value
+    (b"app\n\xff\xfe\nb\n", [], "input"),  # not UTF-8
+    (b"x\n1.5\n2.5\n", [], "item"),  # floats
+])
+def test_bad_csv_inputs(tmp_path, content, args, field):
+    code, _, err = run("estimate", "fe1", "--input", csv_file(tmp_path, content), *args, *COMMON)
+    assert code == 2 and err.startswith(f"error: {field} must be"), err
+    assert err.count("\n") == 1
+
+
+def test_stray_line_in_an_integer_file(tmp_path):
+    path = tmp_path / "ints.txt"
+    path.write_text("1\n2\n3\nnan\n4\n")
+    code, _, err = run("estimate", "fe1", "--input", path, *COMMON, "--domain", 100)
+    assert code == 2 and err.startswith("error: input must be"), err
+    assert "line 4" in err
+
+
+def test_candidates_must_match_the_input(ints_file, tmp_path):
+    (tmp_path / "c.txt").write_text("apple\n")
+    code, _, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000,
+                       "--candidates", tmp_path / "c.txt")
+    assert code == 2 and err.startswith("error: candidate must be integer items, like the input"), err
+    (tmp_path / "empty.txt").write_text("")
+    code, _, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000,
+                       "--candidates", tmp_path / "empty.txt")
+    assert code == 2 and err.startswith("error: candidates must be at least 1 item"), err
+
+
+def test_private_items_are_never_printed(tmp_path):
+    words = ["apple"] * 3000 + ["pear"] * 2000 + ["SECRET-alice"]
+    (tmp_path / "w.txt").write_text("\n".join(words) + "\n")
+    code, out, _ = run("estimate", "fe1", "--input", tmp_path / "w.txt", *COMMON, "--domain", 2**16,
+                       "--top", 2**16, "--seed", 1, "--json")
+    assert code == 0 and "SECRET" not in out
+    assert all(str(e["item"]).startswith("#") for e in json.loads(out)["estimates"])
+
+
+def test_usage_errors_are_one_line():
+    """Errors of the command-line parser itself (the installed entry point, as a user runs it)."""
+    for args in (["estimate", "fe1", "--epsilon", "abc", "--delta", "1e-6"], ["estimate", "fe9"],
+                 ["estimate", "fe1", "--delta", "1e-6"]):
+        result = subprocess.run([sys.executable, "-m", "privagg", *args], capture_output=True, text=True)
+        assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
+        assert result.stderr.count("\n") == 1 and not result.stdout
 
 
 def test_calibrate_bad_users():

@@ -1,5 +1,5 @@
 """``python -m privagg``: the command line."""
 
-from .cli import app
+from .cli import main
 
-app(prog_name="privagg")
+main()

@@ -26,7 +26,22 @@ from .simulate.frequency import build_protocol, estimate_frequencies, theory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Private aggregate statistics without a trusted collector.")
-out = Console()
+
+
+def main() -> None:
+    """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
+    try:
+        sys.exit(app(standalone_mode=False))
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as e:
+        # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
+        if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
+            raise
+        if e.format_message():  # empty after the help that no arguments bring up
+            err.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+out = Console(soft_wrap=True)  # long report lines stay whole for pipes and files
 err = Console(stderr=True)
 
 
@@ -152,7 +167,10 @@ def estimate(
     """Simulate private frequency estimation over a dataset and report the top items."""
     with _clean_errors():
         items = datasets.english_words() if input is None else read_items(input, column)
-        candidate_items = None if candidates is None else read_items(candidates, None, field="candidates")
+        if candidates is not None:
+            candidate_items = read_items(candidates, None, field="candidates")
+        else:  # the bundled dataset's public vocabulary names its words
+            candidate_items = datasets.english_vocabulary() if input is None else None
         with _progress_bars(sys.stderr.isatty() if progress is None else progress) as advance:
             report = estimate_frequencies(
                 protocol.value, items, epsilon=epsilon, delta=delta, domain_size=domain, bins=bins, c=c,
@@ -160,7 +178,11 @@ def estimate(
                 mode=mode.value, seed=seed, progress=advance)
     report["input"] = datasets.DESCRIPTION if input is None else str(input)
     if output is not None:
-        output.write_text(json.dumps(report, indent=2) + "\n")
+        with _clean_errors():
+            try:
+                output.write_text(json.dumps(report, indent=2) + "\n")
+            except OSError as e:
+                raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
     if as_json:
         out.print_json(data=report)
         return
@@ -181,7 +203,8 @@ def _print_report(report: dict) -> None:
     m, e = report["messages"], report["error"]
     out.print(f"cost: {m['total']} messages from {report['n_users']} users ({m['per_user']:.3f} per user), "
               f"{report['bits_per_message']} bits per message", highlight=False)
-    out.print(f"error over {e['items']} {e['over']}: max {e['max_abs']:.1f}, mean {e['mean_abs']:.2f}, "
+    out.print(f"error against the true counts (simulation only, not for release) over {e['items']} {e['over']}: "
+              f"max {e['max_abs']:.1f}, mean {e['mean_abs']:.2f}, "
               f"p50 {e['p50']:.1f}, p90 {e['p90']:.1f}, p99 {e['p99']:.1f} "
               f"(theory: stderr {report['expected_error']['standard_error']:.1f}, max-error bound "
               f"{report['expected_error']['max_error_bound']:.1f} w.p. 95%)", highlight=False)

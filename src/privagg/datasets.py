@@ -5,7 +5,8 @@ English list (its own bundled data, a blend of Wikipedia, subtitles, news,
 books, web text, Twitter and Reddit). Each simulated user holds one word,
 drawn independently with probability proportional to its frequency among the
 ``vocabulary`` most common words, so the counts have the heavy Zipf-like skew
-of real telemetry.
+of real telemetry. The vocabulary itself is public: it is the dataset's
+default candidate list, which lets reports name the words.
 """
 
 from __future__ import annotations
@@ -21,10 +22,15 @@ DESCRIPTION = (f"{DEFAULT_USERS} users, one English word each, drawn from wordfr
                f"{DEFAULT_VOCABULARY} most common words (seed {DEFAULT_SEED})")
 
 
+def english_vocabulary(vocabulary: int = DEFAULT_VOCABULARY) -> pa.ChunkedArray:
+    """The ``vocabulary`` most common English words: public, so they serve as candidates and labels."""
+    return pa.chunked_array([pa.array(wordfreq.top_n_list("en", vocabulary), type=pa.string())])
+
+
 def english_words(n_users: int = DEFAULT_USERS, vocabulary: int = DEFAULT_VOCABULARY,
                   seed: int = DEFAULT_SEED) -> pa.ChunkedArray:
     """``n_users`` words sampled from real English word frequencies (deterministic for a seed)."""
-    words = wordfreq.top_n_list("en", vocabulary)
-    weights = np.array([wordfreq.word_frequency(w, "en") for w in words])
+    words = english_vocabulary(vocabulary)
+    weights = np.array([wordfreq.word_frequency(w, "en") for w in words.to_pylist()])
     picks = np.random.default_rng(seed).choice(len(words), size=n_users, p=weights / weights.sum())
-    return pa.chunked_array([pa.array(words, type=pa.string()).take(pa.array(picks))])
+    return words.take(pa.array(picks))

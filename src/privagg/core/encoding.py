@@ -2,9 +2,14 @@
 
 Integers already in [0, B) map to themselves; an integer outside [0, B) is an
 error, never clipped. Strings and bytes map through a keyed BLAKE2b hash
-(:mod:`hashlib`) to [B]; the encoder remembers which original items it has
-seen for each code, so estimates can be reported per original item. Two items
-that hash to one code are reported together ("a|b") and flagged.
+(:mod:`hashlib`) to [B]. One encoder holds one kind of item: integers or text.
+
+Labels come only from *public* items: the encoder remembers the original item
+behind a code only when told the items are public (candidate lists, a public
+dictionary), never for the users' own items -- printing those would publish
+the private data next to a differential-privacy guarantee. Other text codes
+are labelled ``#code``. Two public items that hash to one code are reported
+together ("a|b") and flagged.
 
 All clients and the analyzer of one run must share the encoder's ``key``; it
 is no secret from the analyzer, it only keeps an adversary from choosing items
@@ -27,7 +32,7 @@ KEY_BYTES = 32
 
 
 class ItemEncoder:
-    """Maps items into [domain_size] and back to labels."""
+    """Maps items into [domain_size] and public items' codes back to labels."""
 
     def __init__(self, domain_size: int, key: bytes | None = None) -> None:
         if domain_size < 2:
@@ -36,30 +41,43 @@ class ItemEncoder:
         self.key = secrets.token_bytes(KEY_BYTES) if key is None else bytes(key)
         if not 1 <= len(self.key) <= 64:
             raise ParameterError("key", "1 to 64 bytes", f"{len(self.key)} bytes")
-        self._items: dict[int, list[Any]] = {}
+        self.kind: str | None = None  # "integer" or "text", fixed by the first encode
+        self._labels: dict[int, list[Any]] = {}
 
     def _hash(self, item: str | bytes) -> int:
         data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
         digest = hashlib.blake2b(data, key=self.key, digest_size=16).digest()
         return int.from_bytes(digest, "big") % self.domain_size
 
-    def encode(self, items: Iterable[Any] | np.ndarray | pa.Array | pa.ChunkedArray, field: str = "item") -> np.ndarray:
+    def _set_kind(self, kind: str, field: str) -> None:
+        if self.kind not in (None, kind):
+            raise ParameterError(field, f"{self.kind} items, like the input", f"{kind} items")
+        self.kind = kind
+
+    def encode(self, items: Iterable[Any] | np.ndarray | pa.Array | pa.ChunkedArray, field: str = "item",
+               public: bool = False) -> np.ndarray:
         """Codes in [0, domain_size) for ``items`` (a sequence, numpy or Arrow array), as int64.
 
-        ``field`` names the items in error messages.
+        ``field`` names the items in error messages; ``public=True`` (candidate
+        lists, dictionaries) lets the encoder label their codes.
         """
         if isinstance(items, (pa.Array, pa.ChunkedArray)):
             column = items
+        elif isinstance(items, np.ndarray) and np.issubdtype(items.dtype, np.integer):
+            return self._encode_integers(items.ravel(), field)
         else:
-            arr = np.asarray(items if isinstance(items, np.ndarray) else list(items))
-            if arr.size == 0:
+            # Arrow, not numpy, for everything else: numpy's bytes dtype drops trailing NUL bytes.
+            values = items.ravel().tolist() if isinstance(items, np.ndarray) else list(items)
+            if not values:
                 return np.empty(0, dtype=np.int64)
-            if np.issubdtype(arr.dtype, np.integer):
-                return self._encode_integers(arr.ravel(), field)
             try:
-                column = pa.array(arr.ravel(), from_pandas=False)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+                column = pa.array(values)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
                 raise ParameterError(field, "integers, strings or bytes (one type per input)", err) from None
+        if len(column) == 0:
+            return np.empty(0, dtype=np.int64)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
         if column.null_count:
             raise ParameterError(field, "a value for every user (no missing values)", f"{column.null_count} missing")
         if pa.types.is_integer(column.type):
@@ -67,31 +85,36 @@ class ItemEncoder:
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
                 or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
             raise ParameterError(field, "integers, strings or bytes", f"values of type {column.type}")
+        self._set_kind("text", field)
         encoded = column.dictionary_encode()
         if isinstance(encoded, pa.ChunkedArray):
             encoded = encoded.unify_dictionaries().combine_chunks()
-        codes = np.empty(len(encoded.dictionary), dtype=np.int64)
-        for i, item in enumerate(encoded.dictionary.to_pylist()):
-            code = self._hash(item)
-            codes[i] = code
-            seen = self._items.setdefault(code, [])
-            if item not in seen:
-                seen.append(item)
+        uniques = encoded.dictionary.to_pylist()
+        codes = np.fromiter((self._hash(item) for item in uniques), dtype=np.int64, count=len(uniques))
+        if public:
+            for code, item in zip(codes.tolist(), uniques):
+                seen = self._labels.setdefault(code, [])
+                if item not in seen:
+                    seen.append(item)
         return codes[encoded.indices.to_numpy(zero_copy_only=False)]
 
     def _encode_integers(self, arr: np.ndarray, field: str) -> np.ndarray:
+        self._set_kind("integer", field)
         if arr.size:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < 0 or hi >= self.domain_size:
                 raise ParameterError(field, f"integers in [0, {self.domain_size}) (the domain)", lo if lo < 0 else hi)
         return arr.astype(np.int64, copy=False)
 
-    def label(self, code: int) -> Any:
-        """The original item behind ``code`` (items joined by '|' on a collision)."""
-        items = self._items.get(int(code))
+    def label(self, code: int) -> int | str:
+        """The public item behind ``code`` (items joined by '|' on a collision); ``#code`` if unknown."""
+        code = int(code)
+        if self.kind != "text":
+            return code
+        items = self._labels.get(code)
         if items is None:
-            return int(code)
-        return items[0] if len(items) == 1 else "|".join(map(str, items))
+            return f"#{code}"
+        return "|".join(item if isinstance(item, str) else "0x" + item.hex() for item in items)
 
     def is_collision(self, code: int) -> bool:
-        return len(self._items.get(int(code), ())) > 1
+        return len(self._labels.get(int(code), ())) > 1

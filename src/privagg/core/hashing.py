@@ -36,6 +36,7 @@ from .primes import is_prime
 
 MAX_MODULUS_BITS = 50
 _TILE_BITS = 16  # tiles of 2^16 int32 counters = 256 KiB, inside a core's L2
+_COUNTER_BYTES_MAX = 2**32  # full-domain counting uses fewer threads than that would need more
 
 
 @nb.njit(cache=True, inline="always")
@@ -261,7 +262,7 @@ class UniversalHash:
             raise ValueError(f"domain_size must be in [1, modulus={self.modulus}], got {domain_size}")
         if u.size >= 2**31:
             raise ValueError(f"at most 2^31 - 1 messages fit the int32 counters, got {u.size}")
-        threads = nb.get_num_threads()
+        threads = max(1, min(nb.get_num_threads(), _COUNTER_BYTES_MAX // (4 * domain_size)))
         counts = np.zeros((threads, domain_size), dtype=np.int32)
         n_tiles = (domain_size + (1 << _TILE_BITS) - 1) >> _TILE_BITS
         capacity = max(4096, min(1 << 16, (1 << 24) // n_tiles))  # at most 32 MiB of offsets per thread

@@ -71,7 +71,10 @@ def satisfies_closed_form(noise_balls: float, special_bins: int, bins: int, epsi
     return noise_balls * special_bins / bins >= closed_form_noise(epsilon, delta)
 
 
-_WINDOW_SD = 12  # pmfs are kept within mean +- (12 sd + 30); the mass outside is bounded and added whole
+# pmfs are kept within mean +- (40 sd + 500): by Chernoff the mass outside is below 1e-300 for any mean,
+# so counting it as failure costs nothing down to delta ~ 1e-298.
+_WINDOW_SD, _WINDOW_PAD = 40, 500
+_EXP_CAP = 700.0  # e^eps is capped at e^700 (treating larger eps as 700 only overstates the loss)
 
 
 def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[int, np.ndarray, float]:
@@ -79,8 +82,8 @@ def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[
     start, pmf, outside = 0, np.ones(1), 0.0
     for t, p in zip(trials, probs):
         mean, sd = t * p, math.sqrt(t * p * (1 - p))
-        lo = max(0, math.floor(mean - _WINDOW_SD * sd - 30))
-        hi = min(t, math.ceil(mean + _WINDOW_SD * sd + 30))
+        lo = max(0, math.floor(mean - _WINDOW_SD * sd - _WINDOW_PAD))
+        hi = min(t, math.ceil(mean + _WINDOW_SD * sd + _WINDOW_PAD))
         pmf = np.convolve(pmf, stats.binom.pmf(np.arange(lo, hi + 1), t, p))
         start += lo
         outside += float(stats.binom.cdf(lo - 1, t, p) + stats.binom.sf(hi, t, p))
@@ -111,15 +114,16 @@ def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float) -> flo
 
     X2 = Bin(n floor(rho), 1/bins) + Bin(n, frac/bins) with rho = mu bins / n;
     X1 is replaced by the dominating X1' of the module docstring. Both are
-    computed exactly on a window of +-12 standard deviations; the mass outside
+    computed exactly on a window of +-40 standard deviations; the mass outside
     the windows is bounded by binomial tails and counted as failure, so the
     result is an upper bound.
     """
     (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins)
     sf1 = _reverse_cumsum(pmf1) + outside1  # sf1[i] bounds Pr[X1' >= start1 + i]
     x2 = start2 + np.arange(pmf2.size)
-    index = np.ceil(math.exp(epsilon) * x2 - 1).astype(np.int64) - start1
-    tail_x1 = np.where(index <= 0, 1.0, sf1[np.clip(index, 0, pmf1.size)])
+    threshold = np.ceil(math.exp(min(epsilon, _EXP_CAP)) * x2 - 1)  # X1' >= threshold fails
+    index = np.clip(threshold - start1, 0, pmf1.size).astype(np.int64)
+    tail_x1 = np.where(threshold <= 0, 1.0, sf1[index])
     return min(1.0, float(pmf2 @ np.minimum(tail_x1, 1.0)) + outside2)
 
 
@@ -136,9 +140,9 @@ def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float) 
     mass = _reverse_cumsum(pmf1)  # Pr[X1' >= start1 + i]
     weighted = _reverse_cumsum(pmf1 / (1.0 + x1))  # E[1/(1+X1'); X1' >= start1 + i]
     x2 = start2 + np.arange(pmf2.size)
-    ratio = math.exp(epsilon) * x2
+    ratio = math.exp(min(epsilon, _EXP_CAP)) * x2
     # the integrand is positive exactly for X1' >= floor(e^eps x2 - 1) + 1
-    index = np.clip(np.floor(ratio - 1).astype(np.int64) + 1 - start1, 0, pmf1.size)
+    index = np.clip(np.floor(ratio - 1) + 1 - start1, 0, pmf1.size).astype(np.int64)
     inner = np.clip(mass[index] - ratio * weighted[index], 0.0, None) + outside1
     return min(1.0, float(pmf2 @ np.minimum(inner, 1.0)) + outside2)
 
@@ -148,12 +152,12 @@ def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int) -
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
     bins = check_integer("bins", bins, 2)
-    hi = math.log(1 / delta)  # Pr[X2 = 0] <= delta needs about this much noise
+    hi = -math.log(delta)  # Pr[X2 = 0] <= delta needs about this much noise
     while bound(hi, n, bins, epsilon) > delta:
         hi *= 2
         if hi > _MU_MAX:
-            raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP",
-                                 epsilon)
+            raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP "
+                                 "(or raise delta)", epsilon)
     lo = 0.0
     while hi - lo > _MU_TOLERANCE:
         mid = 0.5 * (lo + hi)

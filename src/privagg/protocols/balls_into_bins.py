@@ -24,7 +24,7 @@ its variance and the max-error bound: docs/derivations.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -81,14 +81,17 @@ class FrequencyOracle:
 
     def top_k(self, k: int, candidates=None) -> tuple[np.ndarray, np.ndarray]:
         """The k codes with the largest estimates, among ``candidates`` or all of [B]."""
-        k = check_integer("top", k, 1)
         if candidates is None:
-            codes, est = None, self.estimate_all()
-        else:
-            codes = self.protocol.check_codes(np.asarray(candidates))
-            est = self.estimate(codes)
-        order = np.argsort(-est, kind="stable")[:k]
-        return (order if codes is None else codes[order]), est[order]
+            return top_k(np.arange(self.protocol.domain_size), self.estimate_all(), k)
+        codes = self.protocol.check_codes(np.asarray(candidates))
+        return top_k(codes, self.estimate(codes), k)
+
+
+def top_k(codes: np.ndarray, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k (code, estimate) pairs with the largest estimates, largest first (ties: first code first)."""
+    k = check_integer("top", k, 1)
+    order = np.argsort(-estimates, kind="stable")[:k]
+    return codes[order], estimates[order]
 
 
 class BallsIntoBinsFrequency:
@@ -262,13 +265,17 @@ class FE1(BallsIntoBinsFrequency):
             if not (c >= 0 and math.isfinite(c)):
                 raise ParameterError("c", "a finite number >= 0", c)
             bins = math.floor(n / math.log(n) ** c)
-            if bins < 2:
-                raise ParameterError("c", f"small enough that b = floor(n / ln^c n) >= 2 (n = {n})", c)
+            if not 2 <= bins <= HASHED_DOMAIN_MAX:
+                raise ParameterError("c", f"such that b = floor(n / ln^c n) is in [2, 2^{MAX_MODULUS_BITS - 1}] "
+                                     f"(n = {n})", c)
         self.c = c
-        self._bins = check_integer("bins", bins, 2)
+        self._bins = check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
         domain = check_integer("domain", domain_size, 2, self.domain_max)
         self.hash = UniversalHash(next_prime(max(domain, self._bins)), self._bins)
         super().__init__(epsilon, delta, n, domain, calibration)
+        self.guarantee = replace(self.guarantee, method=self.guarantee.method + (
+            "; the analysis takes disjoint special sets, FE1's overlap (p_col) was checked numerically, "
+            "not proven (docs/derivations.md)"))
 
     @property
     def bins(self) -> int:

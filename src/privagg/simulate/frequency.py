@@ -18,6 +18,7 @@ import numpy as np
 from ..core.encoding import ItemEncoder
 from ..errors import ParameterError, check_integer
 from ..protocols import PROTOCOLS
+from ..protocols.balls_into_bins import top_k
 from .runner import Progress, simulate
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
@@ -62,13 +63,17 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
     """Simulate ``protocol_name`` over ``items`` (one per user) and report (README, "JSON output").
 
     ``full_domain`` (default: B <= 2^24) estimates every item of [B] and
-    measures the error over the whole domain; otherwise the error covers the
-    candidates, or, without candidates, the distinct items of the input (a
-    simulation-only shortcut: a deployment needs candidates or heavy-hitter
-    detection). ``seed`` makes the simulation and the item-hash key
-    reproducible; without it both come from the secure generator.
+    measures the error over the whole domain; otherwise ``candidates`` are
+    required, and the estimates and the error cover them. ``candidates`` are
+    public: they are the only items reported by name (other text items are
+    reported as ``#code``, integers as themselves). ``seed`` makes the
+    simulation and the item-hash key reproducible; without it both come from
+    the secure generator. The ``error`` part uses the true counts: it is for
+    evaluating the protocol, not for release.
     """
     top = check_integer("top", top, 1)
+    if seed is not None:
+        seed = check_integer("seed", seed, 0)
     key = None if seed is None else hashlib.blake2b(f"privagg-item-key-{seed}".encode(), digest_size=32).digest()
     encoder = ItemEncoder(domain_size, key)
     start = time.perf_counter()
@@ -80,13 +85,20 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
         full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX
     if full_domain and domain_size > FULL_DOMAIN_MAX:
         raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} with --full-domain", domain_size)
+    if not full_domain and candidates is None:
+        raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
+                             "heavy-hitter detection comes in a later release)", None)
     protocol = build_protocol(protocol_name, epsilon=epsilon, delta=delta, n_users=codes.size,
                               domain_size=domain_size, bins=bins, c=c, calibration=calibration)
     run = simulate(protocol, codes, mode=mode, rng=seed, progress=progress)
     run.seconds["encode"] = encode_seconds
     start = time.perf_counter()
 
-    candidate_codes = None if candidates is None else np.unique(encoder.encode(candidates, field="candidate"))
+    candidate_codes = None
+    if candidates is not None:
+        candidate_codes = np.unique(encoder.encode(candidates, field="candidate", public=True))
+        if candidate_codes.size == 0:
+            raise ParameterError("candidates", "at least 1 item", "an empty list")
     if full_domain:
         advance = None if progress is None else (lambda k: progress("analyze", k, run.messages_total))
         estimates_all = run.oracle.estimate_all(advance)
@@ -94,22 +106,19 @@ def estimate_frequencies(protocol_name: str, items, *, epsilon: float, delta: fl
         pool = np.arange(domain_size) if candidate_codes is None else candidate_codes
         pool_estimates = estimates_all[pool]
     else:
-        if candidate_codes is None:
-            (pool, truth), over = np.unique(codes, return_counts=True), "input items"
-        else:
-            pool, over = candidate_codes, "candidates"
-            slot = np.searchsorted(pool, codes).clip(max=pool.size - 1)  # pool is sorted
-            truth = np.bincount(slot[pool[slot] == codes], minlength=pool.size)
+        pool, over = candidate_codes, "candidates"
+        slot = np.searchsorted(pool, codes).clip(max=pool.size - 1)  # pool is sorted
+        truth = np.bincount(slot[pool[slot] == codes], minlength=pool.size)
         advance = None if progress is None else (lambda k: progress("estimate", k, pool.size))
         pool_estimates = run.oracle.estimate(pool, advance)
         error = error_summary(pool_estimates - truth, over)
     run.seconds["estimate"] = time.perf_counter() - start
-    order = np.argsort(-pool_estimates, kind="stable")[:top]
-    stderr = protocol.standard_error(pool_estimates[order])
+    top_codes, top_estimates = top_k(pool, pool_estimates, top)
+    stderr = np.broadcast_to(protocol.standard_error(top_estimates), top_estimates.shape)
     reported = [
         {"item": encoder.label(code), "estimate": float(est), "stderr": float(se),
          **({"hash_collision": True} if encoder.is_collision(code) else {})}
-        for code, est, se in zip(pool[order].tolist(), pool_estimates[order], np.broadcast_to(stderr, order.shape))
+        for code, est, se in zip(top_codes.tolist(), top_estimates, stderr)
     ]
     return {
         "protocol": protocol.name,

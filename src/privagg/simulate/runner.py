@@ -96,4 +96,7 @@ def simulate(protocol: BallsIntoBinsFrequency, codes: np.ndarray, mode: str = "f
         start = time.perf_counter()
         oracle = protocol.analyze(messages)
         seconds["analyze_setup"] = time.perf_counter() - start
-    return SimulationRun(protocol, oracle, mode, total, describe(rng), seconds)
+    randomness = describe(rng)
+    if mode == "fast" and protocol.model != "central":
+        randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
+    return SimulationRun(protocol, oracle, mode, total, randomness, seconds)
