@@ -324,7 +324,7 @@ def small_fe1(report: Report) -> None:
         ["analyzer: naive baseline / privagg at 1 thread (algorithm alone)", ratio(t_naive / t_analyze_1), ""],
         [f"analyzer: authors' C++ ({QUOTED_ANALYZE_S} s, *quoted*) / privagg", ratio(speedup_cpp_analyze),
          f">= {TARGET_ANALYZE_SPEEDUP:g}x: {verdict(speedup_cpp_analyze >= TARGET_ANALYZE_SPEEDUP)}"],
-        [f"analyzer at 1 thread: authors' C++ (single-threaded, *quoted*) / privagg at 1 thread",
+        ["analyzer at 1 thread: authors' C++ (single-threaded, *quoted*) / privagg at 1 thread",
          ratio(QUOTED_ANALYZE_S / t_analyze_1), "the 3x target is met with both cores only"],
         ["randomizer per user: Python loop (measured) / privagg", ratio(per_user_python / per_user), ""],
         ["randomizer per user: Python loop / privagg with secure randomness",
