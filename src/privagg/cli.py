@@ -28,19 +28,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Private aggregate statistics without a trusted collector.")
 
 
-def main() -> None:
-    """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
-    try:
-        sys.exit(app(standalone_mode=False))
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as e:
-        # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
-        if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
-            raise
-        if e.format_message():  # empty after the help that no arguments bring up
-            err.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
 out = Console(soft_wrap=True)  # long report lines stay whole for pipes and files
 err = Console(stderr=True)
 
@@ -107,13 +94,14 @@ def calibrate(
     with _clean_errors():
         proto = build_protocol(protocol.value, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
                                bins=bins, c=c, calibration=calibration.value)
-        report = {"protocol": proto.name, "parameters": proto.parameters(),
-                  "privacy": proto.guarantee.to_dict(), **theory(proto)}
+        expected = theory(proto)
+    report = {"protocol": proto.name, "parameters": proto.parameters(), "privacy": proto.guarantee.to_dict(),
+              **expected}
     if as_json:
         out.print_json(data=report)
         return
-    table = Table(title=f"{proto.title}", show_header=False)
-    for key, value in {**report["parameters"], **theory(proto)}.items():
+    table = Table(title=proto.title, show_header=False)
+    for key, value in {**report["parameters"], **expected}.items():
         table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
     out.print(table)
     _print_privacy(report["privacy"])
@@ -200,13 +188,28 @@ def _print_report(report: dict) -> None:
         table.add_row(str(rank), f"{row['item']}{flag}", f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
     out.print(table)
     _print_privacy(report["privacy"])
-    m, e = report["messages"], report["error"]
+    m, e, expected = report["messages"], report["error"], report["expected_error"]
     out.print(f"cost: {m['total']} messages from {report['n_users']} users ({m['per_user']:.3f} per user), "
               f"{report['bits_per_message']} bits per message", highlight=False)
     out.print(f"error against the true counts (simulation only, not for release) over {e['items']} {e['over']}: "
               f"max {e['max_abs']:.1f}, mean {e['mean_abs']:.2f}, "
               f"p50 {e['p50']:.1f}, p90 {e['p90']:.1f}, p99 {e['p99']:.1f} "
-              f"(theory: stderr {report['expected_error']['standard_error']:.1f}, max-error bound "
-              f"{report['expected_error']['max_error_bound']:.1f} w.p. 95%)", highlight=False)
+              f"(theory: stderr {expected['standard_error']:.1f}, max-error bound {expected['max_error_bound']:.1f} "
+              f"w.p. {1 - expected['max_error_beta']:.0%})", highlight=False)
     out.print(f"simulation: {report['simulation']['mode']} path, {report['simulation']['randomness']}",
               highlight=False)
+
+
+def main() -> None:
+    """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
+    try:
+        sys.exit(app(standalone_mode=False))
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as e:
+        # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
+        if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
+            raise
+        if e.format_message():  # empty after the help that no arguments bring up
+            err.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
