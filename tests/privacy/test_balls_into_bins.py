@@ -46,6 +46,11 @@ def test_tail_bounds_the_exact_joint_tail(mu, n, bins, eps):
     assert privacy_loss_tail(mu, n, bins, eps) >= exact_tail(mu, n, bins, eps) - 1e-12
 
 
+def add_ball(counts, j):
+    """The bin counts ``counts`` with one more ball in bin j."""
+    return counts[:j] + (counts[j] + 1,) + counts[j + 1:]
+
+
 def noise_histograms(n, bins, rho):
     """Exact law of the dummies' bin counts: each of n users throws floor(rho) balls and one more
     with probability frac, each uniform over the bins. {counts tuple: probability}."""
@@ -56,7 +61,7 @@ def noise_histograms(n, bins, rho):
         for counts, p in law.items():
             new[counts] = new.get(counts, 0.0) + p * (1 - ball_prob)
             for j in range(bins):
-                c = counts[:j] + (counts[j] + 1,) + counts[j + 1:]
+                c = add_ball(counts, j)
                 new[c] = new.get(c, 0.0) + p * ball_prob / bins
         law = new
     return law
@@ -65,9 +70,8 @@ def noise_histograms(n, bins, rho):
 def exact_delta(n, bins, rho, eps):
     """sup over outputs: sum_c (P[c | real ball in bin 0] - e^eps P[c | real ball in bin 1])_+ for M^BIB, s = 1."""
     law = noise_histograms(n, bins, rho)
-    shift = lambda counts, j: counts[:j] + (counts[j] + 1,) + counts[j + 1:]
-    on_0 = {shift(c, 0): p for c, p in law.items()}
-    on_1 = {shift(c, 1): p for c, p in law.items()}
+    on_0 = {add_ball(c, 0): p for c, p in law.items()}
+    on_1 = {add_ball(c, 1): p for c, p in law.items()}
     return sum(max(0.0, p - math.exp(eps) * on_1.get(c, 0.0)) for c, p in on_0.items())
 
 

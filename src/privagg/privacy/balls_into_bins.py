@@ -180,7 +180,7 @@ def hockey_stick_noise(epsilon: float, delta: float, n_users: int, bins: int) ->
 
 def calibrate(epsilon: float, delta: float, n_users: int, bins: int, method: str = "numeric",
               model: str = "shuffle") -> NoiseCalibration:
-    """mu for (epsilon, delta)-DP of M^BIB by ``method`` ("numeric" or "closed_form")."""
+    """mu for (epsilon, delta)-DP of M^BIB by ``method``: one of METHODS (module docstring)."""
     if method == "numeric":
         mu = numeric_noise(epsilon, delta, n_users, bins)
         how = ("numeric: privacy-loss tail Pr[X1+1 >= e^eps X2] <= delta, bounded with exact binomial pmfs "
