@@ -1,52 +1,50 @@
-"""The ``privagg`` command line (typer + rich).
+"""The ``privagg`` command line (typer + rich), generated from the protocol registry.
 
-Every bad input ends with exit status 2 and one line on stderr naming the
-parameter and its accepted range (``error: epsilon must be ...``).
+``calibrate`` and ``estimate`` have one subcommand per implemented protocol,
+with the protocol's own options (:attr:`ProtocolEntry.options`) and
+calibrations; ``analyze`` runs any protocol's analyzer over written
+messages; ``protocols`` lists the registry; ``schema`` prints a report's
+JSON Schema. Every bad input ends with exit status 2 and one line on stderr
+naming the parameter and its accepted range (``error: epsilon must be ...``).
+
+Heavy modules (scipy, numba, pyarrow, dask, pydantic) load inside the
+commands that use them, so ``privagg --help`` starts fast.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 import sys
+import time
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from . import datasets
+from . import __version__
 from .errors import ParameterError
-from .io import read_items
-from .protocols import CATALOGUE
-from .simulate.frequency import build_protocol, estimate_frequencies, theory
+from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Private aggregate statistics without a trusted collector.")
+calibrate_app = typer.Typer(no_args_is_help=True, help="Frozen parameters, cost and expected error of a protocol.")
+estimate_app = typer.Typer(no_args_is_help=True, help="Simulate a protocol over a dataset and report the top items.")
+app.add_typer(calibrate_app, name="calibrate")
+app.add_typer(estimate_app, name="estimate")
 
 
-out = Console(soft_wrap=True)  # long report lines stay whole for pipes and files
-err = Console(stderr=True)
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True)  # long report lines stay whole for pipes and files
 
 
-class Protocol(str, Enum):
-    bib = "bib"
-    fe0 = "fe0"
-    fe1 = "fe1"
-
-
-class Calibration(str, Enum):
-    numeric = "numeric"
-    hockey_stick = "hockey_stick"
-    closed_form = "closed_form"
-
-
-class Mode(str, Enum):
-    faithful = "faithful"
-    fast = "fast"
+def _say(text: str) -> None:
+    _console().print(text, markup=False, highlight=False)
 
 
 @contextmanager
@@ -54,71 +52,165 @@ def _clean_errors() -> Iterator[None]:
     try:
         yield
     except ParameterError as e:
-        err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        _console(stderr=True).print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
-EPSILON = typer.Option(..., "--epsilon", help="Privacy parameter epsilon > 0.")
-DELTA = typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")
-C_OPTION = typer.Option(None, "--c", help="fe1: b = floor(n / ln^c n) (default c = 1).")
-BINS_OPTION = typer.Option(None, "--bins", help="fe1: hash range b, instead of --c.")
-CALIBRATION = typer.Option(Calibration.numeric, "--calibration",
-                           help="How mu is calibrated: the paper's tail criterion computed numerically (default), "
-                                "the tighter exact privacy profile (hockey_stick), or the closed form (eps <= 1).")
-
-
-@app.command()
-def protocols() -> None:
-    """List the protocols with trust model, messages per user and status."""
-    table = Table(title="privagg protocols")
-    for column in ("protocol", "family", "trust model", "messages / user", "status"):
-        table.add_column(column)
-    for row in CATALOGUE:
-        table.add_row(*row, style=None if row[-1] == "implemented" else "dim")
-    out.print(table)
-
-
-@app.command()
-def calibrate(
-    protocol: Protocol = typer.Argument(..., help="Protocol name."),
-    epsilon: float = EPSILON,
-    delta: float = DELTA,
-    users: int = typer.Option(..., "--users", help="Number of users n >= 2."),
-    domain: int = typer.Option(..., "--domain", help="Domain size B >= 2."),
-    c: Optional[float] = C_OPTION,
-    bins: Optional[int] = BINS_OPTION,
-    calibration: Calibration = CALIBRATION,
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
-) -> None:
-    """Derived parameters, messages per user, bits per message and expected error."""
-    with _clean_errors():
-        proto = build_protocol(protocol.value, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
-                               bins=bins, c=c, calibration=calibration.value)
-        expected = theory(proto)
-    report = {"protocol": proto.name, "parameters": proto.parameters(), "privacy": proto.guarantee.to_dict(),
-              **expected}
-    if as_json:
-        out.print_json(data=report)
+def _check_output(output: Path | None, *inputs: Path | None) -> None:
+    """Before any work: --output must be a writable file that is not one of the inputs."""
+    if output is None:
         return
-    table = Table(title=proto.title, show_header=False)
-    for key, value in {**report["parameters"], **expected}.items():
-        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    out.print(table)
-    _print_privacy(report["privacy"])
+    if any(i is not None and i.exists() and output.exists() and output.samefile(i) for i in inputs):
+        raise ParameterError("output", "a file other than the inputs", str(output))
+    parent = output.parent if str(output.parent) else Path(".")
+    if output.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
+            output.exists() and not os.access(output, os.W_OK)):
+        raise ParameterError("output", "a writable file path", str(output))
 
 
-def _print_privacy(privacy: dict) -> None:
-    out.print(f"privacy: ({privacy['epsilon']:g}, {privacy['delta']:g})-DP, {privacy['model']} model; "
-              f"{privacy['method']}", highlight=False)
+def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable[[], None]) -> None:
+    """The report: to --output as JSON, to stdout as JSON (--json) or as the human summary."""
+    if output is not None:
+        with _clean_errors():
+            try:
+                output.write_text(json.dumps(report_json, indent=2) + "\n")
+            except OSError as e:
+                raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
+    if as_json:
+        _console().print_json(data=report_json)
+    else:
+        human()
 
+
+# --- options shared by the generated commands -----------------------------------------------------------
+
+def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
+    return Enum(name, [(v, v) for v in values], type=str)
+
+
+def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
+    calibrations = _choice("Calibration", entry.calibrations)
+    params = [
+        _param("epsilon", float, typer.Option(..., "--epsilon", help="Privacy parameter epsilon > 0.")),
+        _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")),
+        _param("calibration", calibrations, typer.Option(
+            entry.calibrations[0], "--calibration",
+            help="How the noise is calibrated (docs/derivations.md): the authors' tail criterion computed "
+                 "numerically (default), the tighter exact privacy profile (hockey_stick), or the closed form "
+                 "(eps <= 1).")),
+    ]
+    for option in entry.options:
+        params.append(_param(option.name, Optional[option.type],
+                             typer.Option(None, f"--{option.name.replace('_', '-')}", help=option.help)))
+    return params
+
+
+def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc: str) -> Callable[..., None]:
+    """A function typer can read: ``body(**options)`` behind the generated signature."""
+    def command(**kwargs: Any) -> None:
+        body(**kwargs)
+
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    command.__doc__ = doc
+    return command
+
+
+def _options(entry: ProtocolEntry, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {o.name: kwargs.pop(o.name) for o in entry.options}
+
+
+# --- protocols and schema ---------------------------------------------------------------------------------
+
+@app.command()
+def protocols(as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON.")) -> None:
+    """List the protocols: family, trust model, topology, messages per user, status."""
+    rows = [{"protocol": e.name, "family": e.family, "trust": e.trust, "topology": e.topology,
+             "messages_per_user": e.messages_per_user, "result": e.result, "status": e.status,
+             "reference": e.reference, "options": [o.name for o in e.options]} for e in ENTRIES]
+    if as_json:
+        _console().print_json(data=rows)
+        return
+    from rich.table import Table
+
+    table = Table(title="privagg protocols")
+    for column in ("protocol", "family", "trust", "messages / user", "result", "status"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["protocol"], r["family"], r["trust"], r["messages_per_user"], r["result"], r["status"],
+                      style=None if r["status"] == "implemented" else "dim")
+    _console().print(table)
+
+
+@app.command()
+def schema(report: str = typer.Argument(..., help="calibrate, estimate or analyze.")) -> None:
+    """Print the JSON Schema of a command's report (generated from its types)."""
+    from .reports import REPORT_TYPES, json_schema
+
+    with _clean_errors():
+        if report not in REPORT_TYPES:
+            raise ParameterError("report", f"one of {', '.join(REPORT_TYPES)}", report)
+    _console().print_json(data=json_schema(REPORT_TYPES[report]))
+
+
+# --- calibrate ----------------------------------------------------------------------------------------
+
+def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
+               calibration: Enum, as_json: bool, output: Optional[Path], **options: Any) -> None:
+    from .protocols.registry import calibrate
+    from .reports import CalibrationReport, ProfilePoint, to_json_dict
+    from .simulate.frequency import report_parameters
+
+    with _clean_errors():
+        _check_output(output)
+        params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
+                           calibration=calibration.value, **options)
+        profile = [ProfilePoint(e, params.delta_at(e)) for e in (epsilon / 2, epsilon, 2 * epsilon)]
+    report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
+                               privacy_profile=profile, **params.expected_error())
+
+    def human() -> None:
+        from rich.table import Table
+
+        table = Table(title=entry.title, show_header=False)
+        for key, value in {**report.parameters, **params.expected_error()}.items():
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+        _console().print(table)
+        _say(params.privacy.render())
+        _say("delta at other epsilons, same noise (hockey-stick bound): " + ", ".join(
+            f"eps {p.epsilon:g}: {p.delta:.3g}" for p in profile))
+
+    _emit(to_json_dict(report), as_json, output, human)
+
+
+def _register_calibrate(entry: ProtocolEntry) -> None:
+    params = [
+        _param("users", int, typer.Option(..., "--users", help="Number of users n >= 2.")),
+        _param("domain", int, typer.Option(..., "--domain", help="Domain size B >= 2.")),
+        *_protocol_parameters(entry),
+        _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
+        _param("output", Optional[Path], typer.Option(
+            None, "--output", help="Write the JSON report (loadable as parameters: analyze --params) to FILE.")),
+    ]
+    calibrate_app.command(entry.name, help=f"{entry.title}: frozen parameters, cost, expected error.")(
+        _command(lambda **kw: _calibrate(entry, **kw), params, entry.title))
+
+
+# --- estimate -----------------------------------------------------------------------------------------
 
 @contextmanager
 def _progress_bars(enabled: bool) -> Iterator:
     if not enabled:
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bars:
+                  console=_console(stderr=True), transient=True) as bars:
         tasks: dict[str, int] = {}
 
         def advance(stage: str, done: int, total: int) -> None:
@@ -129,75 +221,233 @@ def _progress_bars(enabled: bool) -> Iterator:
         yield advance
 
 
-@app.command()
-def estimate(
-    protocol: Protocol = typer.Argument(..., help="Protocol name."),
-    input: Optional[Path] = typer.Option(None, "--input", help="CSV, Parquet or text file (one item per line). "
-                                         "Default: the bundled English-words dataset."),
-    column: Optional[str] = typer.Option(None, "--column", help="Column holding the items (CSV/Parquet)."),
-    epsilon: float = EPSILON,
-    delta: float = DELTA,
-    domain: int = typer.Option(2**24, "--domain", help="Domain size B: integer items must lie in [0, B)."),
-    c: Optional[float] = C_OPTION,
-    bins: Optional[int] = BINS_OPTION,
-    calibration: Calibration = CALIBRATION,
-    candidates: Optional[Path] = typer.Option(None, "--candidates", help="File of candidate items to estimate."),
-    top: int = typer.Option(10, "--top", help="How many top items to report."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed a reproducible simulation (not for real users)."),
-    full_domain: Optional[bool] = typer.Option(None, "--full-domain/--no-full-domain",
-                                               help="Estimate every item of [B] (default when B <= 2^24)."),
-    mode: Mode = typer.Option(Mode.faithful, "--mode", help="faithful: through every role; fast: shortcuts."),
-    as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Also write the JSON report to this file."),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
-                                            help="Progress bars (default: when stderr is a terminal)."),
-) -> None:
-    """Simulate private frequency estimation over a dataset and report the top items."""
+class Mode(str, Enum):
+    faithful = "faithful"
+    fast = "fast"
+
+
+def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], domain: int, epsilon: float,
+              delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
+              full_domain: Optional[bool], mode: Mode, as_json: bool, output: Optional[Path],
+              progress: Optional[bool], write_messages: Optional[Path], partitions: int, **options: Any) -> None:
+    from . import datasets
+    from .io import read_items
+    from .reports import to_json_dict
+    from .simulate.frequency import estimate_frequencies
+
     with _clean_errors():
+        _check_output(output, input, candidates)
+        if write_messages is not None and (mode is Mode.fast or entry.topology == "central"):
+            raise ParameterError("write-messages", "given for a faithful run of a shuffle protocol (the fast path "
+                                 "makes no messages; a central curator's input is the raw data)", str(write_messages))
         items = datasets.english_words() if input is None else read_items(input, column)
         if candidates is not None:
             candidate_items = read_items(candidates, None, field="candidates")
         else:  # the bundled dataset's public vocabulary names its words
             candidate_items = datasets.english_vocabulary() if input is None else None
         with _progress_bars(sys.stderr.isatty() if progress is None else progress) as advance:
-            report = estimate_frequencies(
-                protocol.value, items, epsilon=epsilon, delta=delta, domain_size=domain, bins=bins, c=c,
-                calibration=calibration.value, candidates=candidate_items, top=top, full_domain=full_domain,
-                mode=mode.value, seed=seed, progress=advance)
-    report["input"] = datasets.DESCRIPTION if input is None else str(input)
-    if output is not None:
-        with _clean_errors():
-            try:
-                output.write_text(json.dumps(report, indent=2) + "\n")
-            except OSError as e:
-                raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
-    if as_json:
-        out.print_json(data=report)
-        return
-    _print_report(report)
+            report, run, encoder = estimate_frequencies(
+                entry.name, items, epsilon=epsilon, delta=delta, domain_size=domain,
+                calibration=calibration.value, options=options, candidates=candidate_items, top=top,
+                full_domain=full_domain, mode=mode.value, seed=seed, keep_messages=write_messages is not None,
+                input_name=datasets.DESCRIPTION if input is None else str(input), progress=advance)
+        if write_messages is not None:
+            from .engine import write_messages as write
+
+            start = time.perf_counter()
+            write(write_messages, run.result.parameters, run.messages, partitions, {
+                "kind": encoder.kind, "key": encoder.key.hex(), "domain_size": domain,
+                "private": report.privacy.private, "randomness": run.randomness})
+            report.simulation.seconds["write_messages"] = time.perf_counter() - start
+            report.messages_written = str(write_messages)
+    _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report))
 
 
-def _print_report(report: dict) -> None:
-    out.print(f"input: {report['input']}", highlight=False)
-    table = Table(title=f"{report['protocol']}: top {len(report['estimates'])} items")
+def _estimate_table(title: str, estimates) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
     table.add_column("rank", justify="right")
     table.add_column("item")
     table.add_column("estimate ± stderr", justify="right")
-    for rank, row in enumerate(report["estimates"], 1):
-        flag = " (hash collision)" if row.get("hash_collision") else ""
-        table.add_row(str(rank), f"{row['item']}{flag}", f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
-    out.print(table)
-    _print_privacy(report["privacy"])
-    m, e, expected = report["messages"], report["error"], report["expected_error"]
-    out.print(f"cost: {m['total']} messages from {report['n_users']} users ({m['per_user']:.3f} per user), "
-              f"{report['bits_per_message']} bits per message", highlight=False)
-    out.print(f"error against the true counts (simulation only, not for release) over {e['items']} {e['over']}: "
-              f"max {e['max_abs']:.1f}, mean {e['mean_abs']:.2f}, "
-              f"p50 {e['p50']:.1f}, p90 {e['p90']:.1f}, p99 {e['p99']:.1f} "
-              f"(theory: stderr {expected['standard_error']:.1f}, max-error bound {expected['max_error_bound']:.1f} "
-              f"w.p. {1 - expected['max_error_beta']:.0%})", highlight=False)
-    out.print(f"simulation: {report['simulation']['mode']} path, {report['simulation']['randomness']}",
-              highlight=False)
+    for rank, row in enumerate(estimates, 1):
+        flag = " (hash collision)" if row.hash_collision else ""
+        table.add_row(str(rank), f"{row.item}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}")
+    _console().print(table)
+
+
+def _print_estimate(report) -> None:
+    _say(f"input: {report.input}")
+    _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
+    _say(report.privacy.render())
+    m, e, expected = report.messages, report.error, report.expected_error
+    _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
+         f"{report.bits_per_message} bits per message")
+    _say(f"error against the true counts (simulation only, not for release) over {e.items} {e.over}: "
+         f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
+    _say(f"  theory: stderr {expected.standard_error:.1f}, max-error bound {expected.max_error_bound:.1f} "
+         f"w.p. {1 - expected.max_error_beta:.0%}")
+    _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
+    if report.messages_written:
+        _say(f"messages written to {report.messages_written} (privagg analyze {report.protocol} --params "
+             f"{Path(report.messages_written) / 'params.json'} --messages {report.messages_written})")
+
+
+def _register_estimate(entry: ProtocolEntry) -> None:
+    params = [
+        _param("input", Optional[Path], typer.Option(
+            None, "--input", help="CSV, Parquet or text file (one item per line). "
+                                  "Default: the bundled English-words dataset.")),
+        _param("column", Optional[str], typer.Option(None, "--column", help="Column holding the items (CSV/Parquet).")),
+        _param("domain", int, typer.Option(2**24, "--domain", help="Domain size B: integer items must lie in [0, B).")),
+        *_protocol_parameters(entry),
+        _param("candidates", Optional[Path], typer.Option(None, "--candidates",
+                                                          help="File of public candidate items to estimate.")),
+        _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
+        _param("seed", Optional[int], typer.Option(
+            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        _param("full_domain", Optional[bool], typer.Option(
+            None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24).")),
+        _param("mode", Mode, typer.Option(Mode.faithful, "--mode",
+                                          help="faithful: through every role; fast: simulation shortcuts.")),
+        _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
+        _param("output", Optional[Path], typer.Option(
+            None, "--output", help="Write the JSON report to FILE (stdout gets the human summary).")),
+        _param("progress", Optional[bool], typer.Option(
+            None, "--progress/--no-progress", help="Progress bars (default: when stderr is a terminal).")),
+    ]
+    if entry.topology != "central":
+        params += [
+            _param("write_messages", Optional[Path], typer.Option(
+                None, "--write-messages", help="Also write the shuffled messages as Parquet partitions and "
+                                               "params.json into DIR (for privagg analyze).")),
+            _param("partitions", int, typer.Option(16, "--partitions", help="Partitions for --write-messages.")),
+        ]
+
+    def body(**kw: Any) -> None:
+        kw.setdefault("write_messages", None)
+        kw.setdefault("partitions", 1)
+        _estimate(entry, **kw)
+
+    estimate_app.command(entry.name, help=f"{entry.title}: simulate over a dataset, report the top items.")(
+        _command(body, params, entry.title))
+
+
+for _entry in ENTRIES:
+    if _entry.implemented:
+        _register_calibrate(_entry)
+        _register_estimate(_entry)
+
+
+# --- analyze ------------------------------------------------------------------------------------------
+
+Protocol = _choice("Protocol", tuple(n for n in IMPLEMENTED if REGISTRY[n].client is not None))
+EngineName = _choice("EngineName", ("local", "dask"))
+
+
+@app.command()
+def analyze(
+    protocol: Protocol = typer.Argument(..., help="Protocol name."),  # type: ignore[valid-type]
+    params_file: Path = typer.Option(..., "--params", help="The frozen parameters (params.json or a calibrate "
+                                                           "report)."),
+    messages: Path = typer.Option(..., "--messages", help="Folder of part-*.parquet message partitions."),
+    engine: EngineName = typer.Option("local", "--engine", help="local (in-process) or dask."),  # type: ignore
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler "
+                                                                      "(default: a local cluster)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Workers of the local Dask cluster (default 2)."),
+    candidates: Optional[Path] = typer.Option(None, "--candidates", help="File of public candidate items."),
+    top: int = typer.Option(10, "--top", help="How many top items to report."),
+    full_domain: Optional[bool] = typer.Option(None, "--full-domain/--no-full-domain",
+                                               help="Estimate every item of [B] (default without candidates)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
+) -> None:
+    """Run a protocol's analyzer over written messages, in-process or on Dask."""
+    import numpy as np
+
+    from . import engine as engines
+    from .core.encoding import ItemEncoder
+    from .io import read_items
+    from .protocols.registry import analyzer as make_analyzer, load_parameters
+    from .reports import AnalysisReport, Messages, to_json_dict
+    from .simulate.frequency import FULL_DOMAIN_MAX, expected_error, report_parameters, reported_estimates
+
+    with _clean_errors():
+        _check_output(output, params_file, candidates)
+        try:
+            params = load_parameters(params_file.read_text())
+        except OSError as e:
+            raise ParameterError("params", "a readable JSON file", f"{params_file} ({e.strerror})") from None
+        if params.protocol != protocol.value:
+            raise ParameterError("params", f"parameters of {protocol.value}", f"parameters of {params.protocol}")
+        partitions = engines.message_partitions(messages)
+        items = _read_items_info(messages, params.domain_size)
+        encoder = ItemEncoder(params.domain_size, bytes.fromhex(items["key"]) if items.get("key") else None)
+        encoder.kind = items.get("kind")
+        if full_domain is None:
+            full_domain = candidates is None
+        if full_domain and params.domain_size > FULL_DOMAIN_MAX:
+            raise ParameterError("domain", f"at most {FULL_DOMAIN_MAX} with --full-domain (give --candidates)",
+                                 params.domain_size)
+        if not full_domain and candidates is None:
+            raise ParameterError("candidates", "given without --full-domain", None)
+        queries = None
+        if candidates is not None:
+            queries = encoder.encode(read_items(candidates, None, field="candidates"), field="candidate", public=True)
+        analyzer = make_analyzer(params, None if full_domain else queries)
+        result, run = engines.analyze(analyzer, partitions, engine.value, scheduler, workers)
+        if full_domain and queries is not None:  # report the top among the public candidates
+            from .protocols.results import FrequencyTable
+
+            pool = np.unique(queries)
+            result = FrequencyTable(params, result.estimates[pool], pool, result.messages, result.malformed)
+        privacy = params.privacy
+        if not items.get("private", True):
+            privacy = privacy.as_simulation(items.get("randomness", "unknown"),
+                                            "the messages came from a simulation with reproducible randomness")
+        report = AnalysisReport(
+            protocol=params.protocol, parameters=report_parameters(params), privacy=privacy,
+            n_users=params.n_users, messages=Messages(result.messages, result.messages / params.n_users,
+                                                      result.malformed),
+            bits_per_message=params.bits_per_message, expected_error=expected_error(params),
+            estimates=reported_estimates(result, encoder, top), full_domain=full_domain, engine=run)
+
+    def human() -> None:
+        _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
+        _say(report.privacy.render())
+        m = report.messages
+        _say(f"messages: {m.total} analyzed from {len(partitions)} partitions ({m.malformed} malformed, dropped)")
+        _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in run.seconds.items()))
+
+    _emit(to_json_dict(report), as_json, output, human)
+
+
+def _read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
+    from .engine import ITEMS_FILE
+
+    path = directory / ITEMS_FILE
+    if not path.exists():
+        return {"kind": "integer"}  # messages of integer items need no key
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ParameterError("messages", f"a folder with a readable {ITEMS_FILE}", f"{path} ({e})") from None
+    if info.get("domain_size") != domain_size:
+        raise ParameterError(ITEMS_FILE, f"for the domain of the parameters ({domain_size})", info.get("domain_size"))
+    return info
+
+
+def _version(value: bool) -> None:
+    if value:
+        _say(f"privagg {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Private aggregate statistics without a trusted collector."""
 
 
 def main() -> None:
@@ -211,5 +461,6 @@ def main() -> None:
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             raise
         if e.format_message():  # empty after the help that no arguments bring up
-            err.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+            _console(stderr=True).print(f"error: {e.format_message()}", markup=False, highlight=False,
+                                        soft_wrap=True)
         sys.exit(2)

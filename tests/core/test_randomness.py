@@ -1,6 +1,7 @@
+import numpy as np
 import pytest
 
-from privagg.core.randomness import describe, is_secure, resolve, spawn
+from privagg.core.randomness import describe, is_secure, resolve, streams
 
 
 def test_none_is_secure_and_seed_is_reproducible():
@@ -14,14 +15,22 @@ def test_secure_generators_differ():
     assert resolve(None).integers(0, 2**62, 4).tolist() != resolve(None).integers(0, 2**62, 4).tolist()
 
 
-def test_spawn_gives_independent_reproducible_streams():
-    a, b = spawn(7, 2)
-    a2, b2 = spawn(7, 2)
-    assert a.integers(0, 2**62, 8).tolist() == a2.integers(0, 2**62, 8).tolist()
-    assert b.integers(0, 2**62, 8).tolist() == b2.integers(0, 2**62, 8).tolist()
-    x, y = spawn(7, 2)
-    assert x.integers(0, 2**62, 8).tolist() != y.integers(0, 2**62, 8).tolist()
-    assert all(is_secure(g) for g in spawn(None, 3))
+def draw(g):
+    return g.integers(0, 2**62, 8).tolist()
+
+
+def test_streams_are_keyed_by_role_name_and_reproducible():
+    a = streams(7, ["client", "shuffler"])
+    b = streams(7, ["shuffler", "client", "server"])  # order and other roles do not matter
+    assert draw(a["client"]) == draw(b["client"]) and draw(a["shuffler"]) == draw(b["shuffler"])
+    c = streams(7, ["client", "shuffler"])
+    assert draw(c["client"]) != draw(c["shuffler"])
+    assert draw(streams(8, ["client"])["client"]) != draw(streams(7, ["client"])["client"])
+    seq = streams(np.random.SeedSequence(7), ["client"])["client"]
+    assert draw(seq) == draw(streams(7, ["client"])["client"])
+    assert all(is_secure(g) for g in streams(None, ["a", "b", "c"]).values())
+    with pytest.raises(ValueError, match="roles must be distinct"):
+        streams(1, ["a", "a"])
 
 
 def test_rejects_non_rng():
@@ -29,3 +38,5 @@ def test_rejects_non_rng():
         resolve("seed")
     with pytest.raises(TypeError, match="rng must be"):
         resolve(True)
+    with pytest.raises(TypeError, match="rng must be"):
+        streams("seed", ["client"])

@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ..errors import ParameterError
 
@@ -54,17 +53,19 @@ class ItemEncoder:
             raise ParameterError(field, f"{self.kind} items, like the input", f"{kind} items")
         self.kind = kind
 
-    def encode(self, items: Iterable[Any] | np.ndarray | pa.Array | pa.ChunkedArray, field: str = "item",
-               public: bool = False) -> np.ndarray:
+    def encode(self, items: Iterable[Any] | np.ndarray, field: str = "item", public: bool = False) -> np.ndarray:
         """Codes in [0, domain_size) for ``items`` (a sequence, numpy or Arrow array), as int64.
 
         ``field`` names the items in error messages; ``public=True`` (candidate
-        lists, dictionaries) lets the encoder label their codes.
+        lists, dictionaries) lets the encoder label their codes. Integer numpy
+        arrays need numpy alone; anything else goes through Arrow.
         """
+        if isinstance(items, np.ndarray) and np.issubdtype(items.dtype, np.integer):
+            return self._encode_integers(items.ravel(), field)
+        import pyarrow as pa
+
         if isinstance(items, (pa.Array, pa.ChunkedArray)):
             column = items
-        elif isinstance(items, np.ndarray) and np.issubdtype(items.dtype, np.integer):
-            return self._encode_integers(items.ravel(), field)
         else:
             # Arrow, not numpy, for everything else: numpy's bytes dtype drops trailing NUL bytes.
             values = items.ravel().tolist() if isinstance(items, np.ndarray) else list(items)

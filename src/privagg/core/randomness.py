@@ -8,13 +8,15 @@
   bits from the operating system (:mod:`secrets`). Real deployments use this.
 * An int seed or a SeedSequence means a seeded *simulation* generator (PCG64);
   results made with one say so (see :func:`describe`).
-* Independent streams for the parties come from ``SeedSequence.spawn``
-  (:func:`spawn`), never from reusing a seed.
+* Independent streams for the parties come from child SeedSequences, one
+  per role name (:func:`streams`), never from reusing a seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+from collections.abc import Sequence
 from typing import Union
 
 import numpy as np
@@ -50,21 +52,32 @@ def resolve(rng: RNGLike) -> np.random.Generator:
     raise TypeError(f"rng must be a numpy Generator, an int seed, a SeedSequence or None, not {type(rng).__name__}")
 
 
-def spawn(rng: RNGLike, count: int) -> list[np.random.Generator]:
-    """``count`` independent generators for separate parties.
+def streams(rng: RNGLike, roles: Sequence[str]) -> dict[str, np.random.Generator]:
+    """One independent generator per party role, keyed by the role's name.
 
-    Secure input (``None`` or a ChaCha generator) gives fresh secure generators;
-    a seed gives children of ``SeedSequence(seed).spawn``.
+    Secure input (``None`` or a ChaCha generator) gives a fresh secure
+    generator per role. A seed (or SeedSequence) gives the child
+    ``SeedSequence(entropy, spawn_key + (H(role),))`` with H a 32-bit BLAKE2b
+    digest of the name, so a role's stream does not depend on which other
+    roles a topology has or in which order they are listed. A seeded
+    Generator first draws the entropy for such a SeedSequence.
     """
+    if len(set(roles)) != len(roles):
+        raise ValueError(f"roles must be distinct, got {list(roles)}")
     if rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng)):
-        return [secure_rng() for _ in range(count)]
+        return {role: secure_rng() for role in roles}
     if isinstance(rng, np.random.Generator):
-        return rng.spawn(count)
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
+        rng = np.random.SeedSequence(rng.integers(0, 2**63, size=4).tolist())
+    elif isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
         rng = np.random.SeedSequence(int(rng))
-    if isinstance(rng, np.random.SeedSequence):
-        return [np.random.default_rng(child) for child in rng.spawn(count)]
-    return resolve(rng).spawn(count)  # raises the TypeError for bad input
+    if not isinstance(rng, np.random.SeedSequence):
+        resolve(rng)  # raises the TypeError for bad input
+    return {role: np.random.default_rng(np.random.SeedSequence(rng.entropy, spawn_key=(*rng.spawn_key, _role_key(role))))
+            for role in roles}
+
+
+def _role_key(role: str) -> int:
+    return int.from_bytes(hashlib.blake2b(role.encode(), digest_size=4).digest(), "big")
 
 
 def describe(rng: RNGLike) -> str:

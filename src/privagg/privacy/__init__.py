@@ -1,5 +1,1 @@
-"""Privacy calibration and accounting: closed forms from the papers and exact numeric calibrators."""
-
-from .guarantee import PrivacyGuarantee
-
-__all__ = ["PrivacyGuarantee"]
+"""Privacy calibration and accounting: closed forms from the papers, exact numeric calibrators, descriptions."""

@@ -8,7 +8,8 @@ rho - floor(rho); each lands in a given special set with probability
 expected number of noisy balls per special set. Three calibrations:
 
 ``numeric`` (default)
-    The smallest mu (to 1e-3) with Pr[X1 + 1 >= e^eps X2] <= delta, where X1
+    The authors' code's criterion (SDPFE), not the paper's theorem: the
+    smallest mu (to 1e-3) with Pr[X1 + 1 >= e^eps X2] <= delta, where X1
     and X2 are the noisy balls in the special sets of two neighbouring inputs
     and ln((1 + X1) / X2) is the privacy loss (docs/derivations.md, "Balls
     into bins"). The tail is computed under the protocol's own dummy law, not
@@ -35,26 +36,15 @@ expected number of noisy balls per special set. Three calibrations:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
-from .guarantee import PrivacyGuarantee
 
 METHODS = ("numeric", "hockey_stick", "closed_form")
 CLOSED_FORM_MAX_EPSILON = 1.0
 _MU_TOLERANCE = 1e-3  # absolute tolerance of the bisection on mu
 _MU_MAX = 1e9  # beyond this many noisy balls per special set the search gives up
-
-
-@dataclass(frozen=True)
-class NoiseCalibration:
-    """Expected noisy balls per special set (``mu``) and the guarantee it buys."""
-
-    mu: float
-    guarantee: PrivacyGuarantee
 
 
 def closed_form_noise(epsilon: float, delta: float) -> float:
@@ -79,6 +69,8 @@ _EXP_CAP = 700.0  # e^eps is capped at e^700 (treating larger eps as 700 only ov
 
 def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[int, np.ndarray, float]:
     """Bin(trials[0], probs[0]) + Bin(trials[1], probs[1]) on a window: (start, pmf, mass outside)."""
+    from scipy import stats
+
     start, pmf, outside = 0, np.ones(1), 0.0
     for t, p in zip(trials, probs):
         mean, sd = t * p, math.sqrt(t * p * (1 - p))
@@ -90,18 +82,21 @@ def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[
     return start, pmf, outside
 
 
-def _noise_laws(mu: float, n_users: int, bins: int):
+def _noise_laws(mu: float, n_users: int, bins: int, overlap: float):
     """Windowed laws of X2 and of the dominating X1' (module docstring) for noise level mu.
 
-    Each is (start, pmf on start.., mass outside the window).
+    rho = mu bins / n dummies per user, each landing in one special set's
+    private part with probability hit = (1 - overlap) / bins. Each law is
+    (start, pmf on start.., mass outside the window).
     """
     if not mu >= 0:
         raise ParameterError("mu", "a number >= 0", mu)
     rho = mu * bins / n_users
     whole, frac = math.floor(rho), rho - math.floor(rho)
+    hit = (1.0 - overlap) / bins
     trials = (n_users * whole, n_users)
-    return (_binomial_sum(trials, (1 / bins, frac / bins)),
-            _binomial_sum(trials, (1 / (bins - 1), frac / (bins - frac))))
+    return (_binomial_sum(trials, (hit, frac * hit)),
+            _binomial_sum(trials, (hit / (1 - hit), frac * hit / (1 - frac * hit))))
 
 
 def _reverse_cumsum(values: np.ndarray) -> np.ndarray:
@@ -109,33 +104,35 @@ def _reverse_cumsum(values: np.ndarray) -> np.ndarray:
     return np.concatenate([np.cumsum(values[::-1])[::-1], [0.0]])
 
 
-def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float) -> float:
+def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float, overlap: float = 0.0) -> float:
     """An upper bound on Pr[X1 + 1 >= e^eps X2] for M^BIB fed by n users' dummies.
 
     X2 = Bin(n floor(rho), 1/bins) + Bin(n, frac/bins) with rho = mu bins / n;
     X1 is replaced by the dominating X1' of the module docstring. Both are
     computed exactly on a window of +-40 standard deviations; the mass outside
     the windows is bounded by binomial tails and counted as failure, so the
-    result is an upper bound.
+    result is an upper bound. ``overlap`` = theta > 0 (FE1): the bound
+    (1 - theta) tail(mu (1 - theta)) of the module docstring.
     """
-    (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins)
+    (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins, overlap)
     sf1 = _reverse_cumsum(pmf1) + outside1  # sf1[i] bounds Pr[X1' >= start1 + i]
     x2 = start2 + np.arange(pmf2.size)
     threshold = np.ceil(math.exp(min(epsilon, _EXP_CAP)) * x2 - 1)  # X1' >= threshold fails
     index = np.clip(threshold - start1, 0, pmf1.size).astype(np.int64)
     tail_x1 = np.where(threshold <= 0, 1.0, sf1[index])
-    return min(1.0, float(pmf2 @ np.minimum(tail_x1, 1.0)) + outside2)
+    return (1.0 - overlap) * min(1.0, float(pmf2 @ np.minimum(tail_x1, 1.0)) + outside2)
 
 
-def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float) -> float:
+def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float, overlap: float = 0.0) -> float:
     """An upper bound on delta(eps) = E[(1 - e^eps X2 / (1 + X1))_+], M^BIB's exact privacy profile.
 
     The hockey-stick divergence between the outputs on neighbouring inputs
     (docs/derivations.md, "Privacy loss of M^BIB"); the integrand grows with
     X1, so the dominating X1' bounds it from above. It is never more than
-    :func:`privacy_loss_tail`, so it needs less noise.
+    :func:`privacy_loss_tail`, so it needs less noise. ``overlap`` = theta
+    > 0 (FE1): (1 - theta) delta_disjoint(mu (1 - theta)), by joint convexity.
     """
-    (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins)
+    (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins, overlap)
     x1 = start1 + np.arange(pmf1.size)
     mass = _reverse_cumsum(pmf1)  # Pr[X1' >= start1 + i]
     weighted = _reverse_cumsum(pmf1 / (1.0 + x1))  # E[1/(1+X1'); X1' >= start1 + i]
@@ -144,16 +141,16 @@ def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float) 
     # the integrand is positive exactly for X1' >= floor(e^eps x2 - 1) + 1
     index = np.clip(np.floor(ratio - 1) + 1 - start1, 0, pmf1.size).astype(np.int64)
     inner = np.clip(mass[index] - ratio * weighted[index], 0.0, None) + outside1
-    return min(1.0, float(pmf2 @ np.minimum(inner, 1.0)) + outside2)
+    return (1.0 - overlap) * min(1.0, float(pmf2 @ np.minimum(inner, 1.0)) + outside2)
 
 
-def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int) -> float:
-    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps) <= delta."""
+def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int, overlap: float) -> float:
+    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps, overlap) <= delta."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
     bins = check_integer("bins", bins, 2)
     hi = -math.log(delta)  # Pr[X2 = 0] <= delta needs about this much noise
-    while bound(hi, n, bins, epsilon) > delta:
+    while bound(hi, n, bins, epsilon, overlap) > delta:
         hi *= 2
         if hi > _MU_MAX:
             raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP "
@@ -161,39 +158,54 @@ def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int) -
     lo = 0.0
     while hi - lo > _MU_TOLERANCE:
         mid = 0.5 * (lo + hi)
-        if bound(mid, n, bins, epsilon) <= delta:
+        if bound(mid, n, bins, epsilon, overlap) <= delta:
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int) -> float:
+def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int, overlap: float = 0.0) -> float:
     """The smallest mu (to 1e-3) whose privacy_loss_tail is at most delta."""
-    return _smallest_mu(privacy_loss_tail, epsilon, delta, n_users, bins)
+    return _smallest_mu(privacy_loss_tail, epsilon, delta, n_users, bins, overlap)
 
 
-def hockey_stick_noise(epsilon: float, delta: float, n_users: int, bins: int) -> float:
+def hockey_stick_noise(epsilon: float, delta: float, n_users: int, bins: int, overlap: float = 0.0) -> float:
     """The smallest mu (to 1e-3) whose hockey_stick_divergence is at most delta."""
-    return _smallest_mu(hockey_stick_divergence, epsilon, delta, n_users, bins)
+    return _smallest_mu(hockey_stick_divergence, epsilon, delta, n_users, bins, overlap)
+
+
+DERIVATIONS = "docs/derivations.md"
+METHOD_DETAIL = {
+    "numeric": ("the authors' code's criterion (SDPFE), not the paper's theorem: privacy-loss tail "
+                "Pr[X1+1 >= e^eps X2] <= delta, bounded with exact binomial pmfs under the protocol's dummy law"),
+    "hockey_stick": ("M^BIB's privacy profile E[(1 - e^eps X2/(1+X1))_+] <= delta, bounded with exact binomial "
+                     "pmfs under the protocol's dummy law (derived here, not the paper's)"),
+    "closed_form": "mu >= 32 ln(2/delta)/eps^2 (shuffle FE paper Thm 3.1 as reconstructed; proof for eps <= 1 here)",
+}
 
 
 def calibrate(epsilon: float, delta: float, n_users: int, bins: int, method: str = "numeric",
-              model: str = "shuffle") -> NoiseCalibration:
-    """mu for (epsilon, delta)-DP of M^BIB by ``method``: one of METHODS (module docstring)."""
+              overlap: float = 0.0) -> float:
+    """mu for (epsilon, delta)-DP of M^BIB by ``method``, one of METHODS (module docstring).
+
+    ``overlap`` is FE1's theta = p_col; the closed form ignores it (it is
+    not proven for overlapping sets, and :func:`delta_at` reports the
+    delta its mu actually buys).
+    """
+    if not 0 <= overlap < 1:
+        raise ParameterError("overlap", "in [0, 1)", overlap)
     if method == "numeric":
-        mu = numeric_noise(epsilon, delta, n_users, bins)
-        how = ("numeric: privacy-loss tail Pr[X1+1 >= e^eps X2] <= delta, bounded with exact binomial pmfs "
-               "under the protocol's dummy distribution (docs/derivations.md, 'Balls into bins')")
-    elif method == "hockey_stick":
-        mu = hockey_stick_noise(epsilon, delta, n_users, bins)
-        how = ("hockey stick: M^BIB's privacy profile E[(1 - e^eps X2/(1+X1))_+] <= delta, bounded with exact "
-               "binomial pmfs under the protocol's dummy distribution (derived here, not the paper's; "
-               "docs/derivations.md, 'Balls into bins')")
-    elif method == "closed_form":
-        mu = closed_form_noise(epsilon, delta)
-        how = ("closed form: mu >= 32 ln(2/delta)/eps^2 (shuffle FE paper Thm 3.1 as reconstructed; "
-               "proof for eps <= 1 in docs/derivations.md)")
-    else:
-        raise ParameterError("calibration", f"one of {', '.join(METHODS)}", method)
-    return NoiseCalibration(mu, PrivacyGuarantee(float(epsilon), float(delta), model, how))
+        return numeric_noise(epsilon, delta, n_users, bins, overlap)
+    if method == "hockey_stick":
+        return hockey_stick_noise(epsilon, delta, n_users, bins, overlap)
+    if method == "closed_form":
+        check_integer("n_users", n_users, 2)
+        check_integer("bins", bins, 2)
+        return closed_form_noise(epsilon, delta)
+    raise ParameterError("calibration", f"one of {', '.join(METHODS)}", method)
+
+
+def delta_at(epsilon: float, mu: float, n_users: int, bins: int, overlap: float = 0.0) -> float:
+    """The delta that noise level mu buys at ``epsilon``: the hockey-stick bound, whatever the calibration."""
+    return hockey_stick_divergence(mu, n_users, bins, check_epsilon(epsilon), overlap)

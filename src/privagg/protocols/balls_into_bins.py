@@ -1,43 +1,54 @@
 """Balls into bins: M^BIB, FE0 and FE1 (Luo, Wang, Yi, CCS 2022, §3).
 
-Reference: ``shared/papers/shuffle-frequency-estimation.md`` (§2.1-2.3).
+Each protocol is frozen parameters (with their theory), a calibration
+function returning them, and roles built from them:
 
-* :class:`BallsIntoBinsCentral` (``bib``) -- Algorithm 1, M^BIB, as a central
-  frequency mechanism: a trusted curator counts the users' values (one real
-  ball each, s = 1 special bin out of m = B) and throws k + Bin(n, p) noisy
-  balls uniformly into the B bins.
-* :class:`FE0` (``fe0``) -- Algorithms 2-3: each user sends its value and
-  floor(rho) + Ber(rho - floor(rho)) blanket noises uniform in [B]; the
-  analyzer counts and subtracts n rho / B. In the shuffle model its output is
+* ``bib`` -- Algorithm 1, M^BIB, as a central mechanism: users send their
+  value to a trusted :class:`BallsIntoBinsCurator`, which adds n floor(rho)
+  noisy balls uniform over [B] plus one more per user with probability
+  rho - floor(rho).
+* ``fe0`` -- Algorithms 2-3: each user sends x plus rho blanket noises
+  uniform in [B] (:class:`FE0Client`); the analyzer counts and debiases by
+  n rho / B (:class:`FE0Analyzer`). In the shuffle model its output is
   exactly M^BIB's.
-* :class:`FE1` (``fe1``) -- §3.2: each user sends (u, v, h_{u,v}(x)) for a
-  random hash of the universal family, plus dummies (u', v', w') uniform; the
-  analyzer counts the messages whose hash of x matches and debiases by
-  n p_col + n rho / b, then divides by 1 - p_col.
+* ``fe1`` -- §3.2: each user sends (u, v, h_{u,v}(x)) for a random hash of
+  the universal family, plus dummies (u', v', w') uniform
+  (:class:`FE1Client`); the analyzer counts the messages whose hash of x
+  matches and debiases by n p_col + n rho / b, then divides by 1 - p_col
+  (:class:`FE1Analyzer`).
 
 All three share the noise level mu (expected noisy balls per special set;
 :mod:`privagg.privacy.balls_into_bins`) and rho = mu * bins / n, where
 ``bins`` is B for FE0/M^BIB and b for FE1. Derivations of the estimator,
 its variance and the max-error bound: docs/derivations.md.
+
+This module needs numpy only: calibration loads scipy, and FE1's analyzer
+loads the numba kernels, when they are first used.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..core.hashing import MAX_MODULUS_BITS, UniversalHash
-from ..core.messages import MessageBatch
-from ..core.primes import next_prime
+from ..core.messages import Column, MessageBatch, MessageLayout
+from ..core.primes import is_prime, next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
-from ..privacy.balls_into_bins import calibrate
+from ..privacy import balls_into_bins as calibration_bib
+from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from .results import FrequencyTable, count_among
 
 HISTOGRAM_DOMAIN_MAX = 2**28  # FE0 and M^BIB keep a count per domain item
 HASHED_DOMAIN_MAX = 2 ** (MAX_MODULUS_BITS - 1)  # FE1: q < 2^50
+MAX_ERROR_BETA = 0.05  # failure probability of the reported max-error bound
 
 
 def dummy_counts(n_users: int, rho: float, rng: np.random.Generator) -> np.ndarray:
@@ -51,98 +62,91 @@ def dummy_counts(n_users: int, rho: float, rng: np.random.Generator) -> np.ndarr
 
 
 def total_dummies(n_users: int, rho: float, rng: np.random.Generator) -> int:
-    """The sum of :func:`dummy_counts` drawn in one step: n floor(rho) + Bin(n, frac)."""
+    """The sum of :func:`dummy_counts` drawn in one step: n floor(rho) + Bin(n, frac) (simulation only)."""
     whole = math.floor(rho)
     return n_users * whole + int(rng.binomial(n_users, rho - whole))
 
 
-@dataclass(frozen=True)
-class FrequencyOracle:
-    """The analyzer's answer: debiased frequency estimates on demand.
+# --- parameters ---------------------------------------------------------------------------------------
 
-    ``counts(codes, progress)`` gives raw match counts for queried codes and
-    ``counts_all(progress)`` for the whole domain; the protocol turns them
-    into unbiased estimates. ``progress``, if given, is called with the
-    amount of work done after each slice of it.
+
+@dataclass(frozen=True)
+class BallsIntoBinsParameters:
+    """Everything the roles of M^BIB / FE0 need, and the theory of their error.
+
+    Built by a calibration function (:func:`calibrate_fe0`, ...); round-trips
+    through :meth:`to_dict` / :func:`parameters_from_dict` exactly.
     """
 
-    protocol: "BallsIntoBinsFrequency"
-    counts: Callable[[np.ndarray, Callable[[int], None] | None], np.ndarray]
-    counts_all: Callable[[Callable[[int], None] | None], np.ndarray]
+    protocol: ClassVar[str]
+    mechanism: ClassVar[str]
+    model: ClassVar[str] = "shuffle"
+    trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
+    domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
 
-    def estimate(self, codes, progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Unbiased estimates of the frequencies of ``codes`` (single or batch query)."""
-        codes = self.protocol.check_codes(np.atleast_1d(codes))
-        return self.protocol.debias(self.counts(codes, progress))
+    epsilon: float
+    delta: float
+    n_users: int
+    domain_size: int
+    calibration: str
+    mu: float
+    rho: float
 
-    def estimate_all(self, progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Estimates for every item of [B] (FE1: by preimage enumeration)."""
-        return self.protocol.debias(self.counts_all(progress))
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        check_integer("n_users", self.n_users, 2)
+        check_integer("domain", self.domain_size, 2, self.domain_max)
+        if self.calibration not in calibration_bib.METHODS:
+            raise ParameterError("calibration", f"one of {', '.join(calibration_bib.METHODS)}", self.calibration)
+        if not (self.mu >= 0 and math.isfinite(self.mu)):
+            raise ParameterError("mu", "a finite number >= 0", self.mu)
+        if not math.isclose(self.rho, self.mu * self.noise_bins / self.n_users, rel_tol=1e-12, abs_tol=1e-300):
+            raise ParameterError("rho", f"mu * bins / n_users = {self.mu * self.noise_bins / self.n_users!r}", self.rho)
 
-    def top_k(self, k: int, candidates=None) -> tuple[np.ndarray, np.ndarray]:
-        """The k codes with the largest estimates, among ``candidates`` or all of [B]."""
-        if candidates is None:
-            return top_k(np.arange(self.protocol.domain_size), self.estimate_all(), k)
-        codes = self.protocol.check_codes(np.asarray(candidates))
-        return top_k(codes, self.estimate(codes), k)
-
-
-def top_k(codes: np.ndarray, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k (code, estimate) pairs with the largest estimates, largest first (ties: first code first)."""
-    k = check_integer("top", k, 1)
-    order = np.argsort(-estimates, kind="stable")[:k]
-    return codes[order], estimates[order]
-
-
-class BallsIntoBinsFrequency:
-    """What M^BIB, FE0 and FE1 share: parameters, debiasing and error theory."""
-
-    name: str
-    title: str
-    model = "shuffle"
-    domain_max: int
-    noise_parameter = "domain"  # what sets rho besides (epsilon, delta, n), for error messages
-
-    def __init__(self, epsilon: float, delta: float, n_users: int, domain_size: int,
-                 calibration: str = "numeric") -> None:
-        self.epsilon = check_epsilon(epsilon)
-        self.delta = check_delta(delta)
-        self.n_users = check_integer("n_users", n_users, 2)
-        self.domain_size = check_integer("domain", domain_size, 2, self.domain_max)
-        self.calibration = calibration
-        noise = calibrate(self.epsilon, self.delta, self.n_users, self.bins, calibration, self.model)
-        self.mu = noise.mu
-        self.guarantee = noise.guarantee
-        self.rho = self.mu * self.bins / self.n_users
-
-    # --- overridden per protocol -------------------------------------------------
+    # --- protocol-specific ---------------------------------------------------------------------------
     @property
-    def bins(self) -> int:
+    def noise_bins(self) -> int:
         """Where noisy balls land: B for FE0 and M^BIB, b for FE1."""
         return self.domain_size
 
-    collision_probability = 0.0
+    @property
+    def collision_probability(self) -> float:
+        return 0.0
 
     @property
-    def bits_per_message(self) -> int:
-        return math.ceil(math.log2(self.domain_size))
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("value", 0, self.domain_size),))
 
-    # --- shared theory -------------------------------------------------------------
+    # --- serialisation ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, tagged with the protocol name (JSON-ready; floats round-trip exactly)."""
+        return {"protocol": self.protocol, **dataclasses.asdict(self)}
+
+    def derived(self) -> dict[str, Any]:
+        """Quantities that follow from the fields, for reports (not part of :meth:`to_dict`)."""
+        return {}
+
+    # --- theory ----------------------------------------------------------------------------------------
     @property
     def messages_per_user(self) -> float:
         """Expected messages per user, 1 + rho."""
         return 1.0 + self.rho
 
     @property
+    def bits_per_message(self) -> int:
+        return self.layout.bits_per_message
+
+    @property
     def noise_mean(self) -> float:
         """Expected dummy messages matching one item, n rho / bins (= mu)."""
-        return self.n_users * self.rho / self.bins
+        return self.n_users * self.rho / self.noise_bins
 
     @property
     def noise_variance(self) -> float:
         """Variance of the dummies matching one item: Bin(n floor(rho), 1/bins) + Bin(n, frac/bins)."""
         whole = math.floor(self.rho)
-        hit, frac_hit = 1.0 / self.bins, (self.rho - whole) / self.bins
+        hit, frac_hit = 1.0 / self.noise_bins, (self.rho - whole) / self.noise_bins
         return self.n_users * (whole * hit * (1 - hit) + frac_hit * (1 - frac_hit))
 
     def debias(self, counts: np.ndarray) -> np.ndarray:
@@ -160,7 +164,7 @@ class BallsIntoBinsFrequency:
         g = np.clip(frequency, 0, self.n_users)
         return np.sqrt((self.n_users - g) * p * (1 - p) + self.noise_variance) / (1 - p)
 
-    def max_error_bound(self, beta: float = 0.05) -> float:
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
         """alpha with Pr[max_x |est_x - g_x| <= alpha] >= 1 - beta (Chernoff + union bound).
 
         max(sqrt(3 L log(2B/beta)), 3 log(2B/beta)) / (1 - p_col), with
@@ -173,10 +177,40 @@ class BallsIntoBinsFrequency:
         log_term = math.log(2 * self.domain_size / beta)
         return max(math.sqrt(3 * lam * log_term), 3 * log_term) / (1 - p)
 
-    def parameters(self) -> dict:
-        return {"epsilon": self.epsilon, "delta": self.delta, "n_users": self.n_users,
-                "domain_size": self.domain_size, "calibration": self.calibration,
-                "mu": self.mu, "rho": self.rho}
+    def expected_error(self) -> dict[str, float]:
+        return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
+                "standard_error": float(self.standard_error(0)),
+                "max_error_bound": self.max_error_bound(MAX_ERROR_BETA), "max_error_beta": MAX_ERROR_BETA}
+
+    # --- privacy ---------------------------------------------------------------------------------------
+    @property
+    def overlap(self) -> float:
+        """theta: the chance that one message lies in two items' special sets (FE1's p_col)."""
+        return self.collision_probability
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        caveats = []
+        if self.calibration == "closed_form":
+            caveats.append("the closed form is the paper's theorem as reconstructed, proved here for eps <= 1 only")
+            if self.overlap:
+                caveats.append("the closed form ignores FE1's overlapping special sets; delta_at(epsilon) gives "
+                               "the delta this mu actually buys")
+        return PrivacyDescription(
+            mechanism=self.mechanism,
+            parameters={"mu": self.mu, "n_users": self.n_users, "bins": self.noise_bins, "overlap": self.overlap},
+            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE,
+            trusted=self.trusted, honest_fraction=1.0,
+            assumptions=("all n users follow the protocol (none drops out or colludes)",
+                         "the item-hash key and the parameters are public"),
+            method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
+            + ("; FE1's overlapping special sets by joint convexity" if self.overlap and
+               self.calibration != "closed_form" else ""),
+            reference="docs/derivations.md, 'Balls into bins'", caveats=tuple(caveats))
+
+    def delta_at(self, epsilon: float) -> float:
+        """The delta this noise level buys at ``epsilon`` (hockey-stick bound; any calibration)."""
+        return calibration_bib.delta_at(epsilon, self.mu, self.n_users, self.noise_bins, self.overlap)
 
     def check_codes(self, codes: np.ndarray) -> np.ndarray:
         """Raise unless ``codes`` are integers in [0, B)."""
@@ -188,145 +222,283 @@ class BallsIntoBinsFrequency:
         return codes.astype(np.int64, copy=False)
 
 
-class FE0(BallsIntoBinsFrequency):
-    """P^FE0: always send x, plus rho blanket noises uniform in [B] (Algorithms 2-3)."""
+@dataclass(frozen=True)
+class FE0Parameters(BallsIntoBinsParameters):
+    """P^FE0: value + rho blanket noises uniform over [B]."""
 
-    name = "fe0"
-    title = "FE0: value + blanket noise (small domains)"
-    domain_max = HISTOGRAM_DOMAIN_MAX
-
-    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
-        """R^FE0 for a batch of users (``rng=None``: secure randomness)."""
-        rng = resolve(rng)
-        codes = self.check_codes(np.asarray(codes))
-        noise = rng.integers(0, self.domain_size, size=int(dummy_counts(codes.size, self.rho, rng).sum()))
-        return MessageBatch({"value": np.concatenate([codes, noise])})
-
-    def analyze(self, messages: MessageBatch) -> FrequencyOracle:
-        """A^FE0: count each value once; queries are then O(1)."""
-        messages.check({"value": (0, self.domain_size)})
-        return self._oracle(np.bincount(messages["value"], minlength=self.domain_size))
-
-    def fast_oracle(self, codes: np.ndarray, rng: np.random.Generator) -> tuple[FrequencyOracle, int]:
-        """Distributional shortcut: true histogram + total noise drawn in one step."""
-        return self._noisy_histogram(codes, total_dummies(codes.size, self.rho, rng), rng)
-
-    def _noisy_histogram(self, codes: np.ndarray, noise_balls: int, rng: np.random.Generator):
-        noise = rng.integers(0, self.domain_size, size=noise_balls)
-        counts = np.bincount(codes, minlength=self.domain_size) + np.bincount(noise, minlength=self.domain_size)
-        return self._oracle(counts), codes.size + noise_balls
-
-    def _oracle(self, histogram: np.ndarray) -> FrequencyOracle:
-        return FrequencyOracle(self, lambda codes, progress: histogram[codes], lambda progress: histogram)
+    protocol: ClassVar[str] = "fe0"
+    mechanism: ClassVar[str] = "FE0: M^BIB over [B] with the users' dummies as noisy balls"
 
 
-class BallsIntoBinsCentral(FE0):
-    """M^BIB (Algorithm 1) as a central mechanism: a trusted curator adds the noisy balls.
+@dataclass(frozen=True)
+class BIBParameters(BallsIntoBinsParameters):
+    """M^BIB with a trusted curator: same noise as FE0, one message per user."""
 
-    Same parameters and output distribution as FE0 (m = B bins, s = 1, k =
-    n floor(rho) noisy balls and n coins of probability rho - floor(rho)), but
-    users send their value in the clear to the curator.
-    """
-
-    name = "bib"
-    title = "M^BIB: balls into bins, trusted curator"
-    model = "central"
+    protocol: ClassVar[str] = "bib"
+    mechanism: ClassVar[str] = "M^BIB: balls into bins, noise added by a trusted curator"
+    model: ClassVar[str] = "central"
+    trusted: ClassVar[tuple[str, ...]] = ("curator",)
 
     @property
     def messages_per_user(self) -> float:
         return 1.0
 
-    def release(self, codes, rng: RNGLike = None) -> FrequencyOracle:
-        """The curator: bin counts of the real balls plus Algorithm 1's noisy balls.
 
-        The n coins are drawn one by one (:func:`dummy_counts`), not with a
-        floating-point binomial sampler, since privacy rests on their law.
-        """
-        codes, rng = self.check_codes(np.asarray(codes)), resolve(rng)
-        oracle, _ = self._noisy_histogram(codes, int(dummy_counts(codes.size, self.rho, rng).sum()), rng)
-        return oracle
+@dataclass(frozen=True)
+class FE1Parameters(BallsIntoBinsParameters):
+    """P^FE1: one hashed message (u, v, h_{u,v}(x)) plus rho uniform dummies; b bins, prime q."""
 
+    protocol: ClassVar[str] = "fe1"
+    mechanism: ClassVar[str] = "FE1: M^BIB over universal hashes (u, v, h_{u,v}(x)), b bins"
+    domain_max: ClassVar[int] = HASHED_DOMAIN_MAX
 
-class FE1(BallsIntoBinsFrequency):
-    """P^FE1: one hashed message (u, v, h_{u,v}(x)) plus rho uniform dummies (§3.2)."""
+    bins: int
+    modulus: int
+    c: float | None = None
 
-    name = "fe1"
-    title = "FE1: universal hashing, 1 + o(1) messages (any domain)"
-    domain_max = HASHED_DOMAIN_MAX
-    noise_parameter = "bins"
-
-    def __init__(self, epsilon: float, delta: float, n_users: int, domain_size: int,
-                 bins: int | None = None, c: float | None = None, calibration: str = "numeric") -> None:
-        n = check_integer("n_users", n_users, 2)
-        if bins is not None and c is not None:
-            raise ParameterError("bins", "given alone (not together with c)", bins)
-        if bins is None:
-            c = 1.0 if c is None else float(c)
-            if not (c >= 0 and math.isfinite(c)):
-                raise ParameterError("c", "a finite number >= 0", c)
-            bins = math.floor(n / math.log(n) ** c)
-            if not 2 <= bins <= HASHED_DOMAIN_MAX:
-                raise ParameterError("c", f"such that b = floor(n / ln^c n) is in [2, 2^{MAX_MODULUS_BITS - 1}] "
-                                     f"(n = {n})", c)
-        self.c = c
-        self._bins = check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
-        domain = check_integer("domain", domain_size, 2, self.domain_max)
-        self.hash = UniversalHash(next_prime(max(domain, self._bins)), self._bins)
-        super().__init__(epsilon, delta, n, domain, calibration)
-        self.guarantee = replace(self.guarantee, method=self.guarantee.method + (
-            "; the analysis takes disjoint special sets, FE1's overlap (p_col) was checked numerically, "
-            "not proven (docs/derivations.md)"))
+    def __post_init__(self) -> None:
+        check_integer("bins", self.bins, 2, HASHED_DOMAIN_MAX)
+        if not (self.modulus >= max(self.domain_size, self.bins) and self.modulus.bit_length()
+                <= MAX_MODULUS_BITS and is_prime(self.modulus)):
+            raise ParameterError("modulus", f"a prime >= max(domain, bins) below 2^{MAX_MODULUS_BITS}", self.modulus)
+        super().__post_init__()
 
     @property
-    def bins(self) -> int:
-        return self._bins
+    def noise_bins(self) -> int:
+        return self.bins
+
+    @functools.cached_property
+    def hash(self) -> UniversalHash:
+        return UniversalHash(self.modulus, self.bins)
 
     @property
-    def collision_probability(self) -> float:  # type: ignore[override]
+    def collision_probability(self) -> float:
         return self.hash.collision_probability
 
+    def derived(self) -> dict[str, Any]:
+        return {"collision_probability": self.collision_probability}
+
     @property
-    def bits_per_message(self) -> int:
-        """2 ceil(log2 q) + ceil(log2 b): the triple (u, v, w)."""
-        return 2 * math.ceil(math.log2(self.hash.modulus)) + math.ceil(math.log2(self.bins))
+    def layout(self) -> MessageLayout:
+        q = self.modulus
+        return MessageLayout((Column("u", 1, q), Column("v", 0, q), Column("w", 0, self.bins)))
 
-    def parameters(self) -> dict:
-        return {**super().parameters(), "bins": self.bins, "c": self.c, "modulus": self.hash.modulus,
-                "collision_probability": self.collision_probability}
 
-    def _uniform_messages(self, count: int, rng: np.random.Generator) -> MessageBatch:
-        u, v = self.hash.sample_keys(count, rng)
-        return MessageBatch({"u": u, "v": v, "w": rng.integers(0, self.bins, size=count, dtype=np.int64)})
+PARAMETER_TYPES: dict[str, type[BallsIntoBinsParameters]] = {
+    cls.protocol: cls for cls in (BIBParameters, FE0Parameters, FE1Parameters)}
 
-    def _real_messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
+
+_TYPE_CHECKS = {
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+}
+
+
+def parameters_from_dict(data: dict[str, Any]) -> BallsIntoBinsParameters:
+    """Parameters from :meth:`BallsIntoBinsParameters.to_dict` output, checked field by field.
+
+    Values are checked as a client would before using them (types, ranges,
+    rho = mu bins / n, a prime modulus); mu is taken as given, not recomputed.
+    """
+    cls = PARAMETER_TYPES[data["protocol"]]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    given = {k: v for k, v in data.items() if k != "protocol"}
+    required = {name for name, f in fields.items() if f.default is dataclasses.MISSING}
+    if not required <= set(given) <= set(fields):
+        raise ParameterError("parameters", f"the fields {sorted(fields)} of {cls.protocol}", sorted(given))
+    for name, value in given.items():
+        kind = fields[name].type.replace(" | None", "")
+        if not (_TYPE_CHECKS[kind](value) or (value is None and "None" in fields[name].type)):
+            raise ParameterError(f"parameters.{name}", f"of type {fields[name].type}", value)
+    return cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
+
+
+# --- calibration ------------------------------------------------------------------------------------
+
+
+def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, **extra):
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    n = check_integer("n_users", n_users, 2)
+    domain = check_integer("domain", domain_size, 2, cls.domain_max)
+    bins = extra.get("bins", domain)
+    overlap = UniversalHash(extra["modulus"], bins).collision_probability if "modulus" in extra else 0.0
+    mu = calibration_bib.calibrate(epsilon, delta, n, bins, calibration, overlap)
+    return cls(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
+               mu=mu, rho=mu * bins / n, **extra)
+
+
+def calibrate_fe0(epsilon: float, delta: float, n_users: int, domain_size: int,
+                  calibration: str = "numeric") -> FE0Parameters:
+    """FE0's parameters for (epsilon, delta)-DP in the shuffle model."""
+    return _calibrated(FE0Parameters, epsilon, delta, n_users, domain_size, calibration)
+
+
+def calibrate_bib(epsilon: float, delta: float, n_users: int, domain_size: int,
+                  calibration: str = "numeric") -> BIBParameters:
+    """M^BIB's parameters for (epsilon, delta)-DP with a trusted curator."""
+    return _calibrated(BIBParameters, epsilon, delta, n_users, domain_size, calibration)
+
+
+def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, bins: int | None = None,
+                  c: float | None = None, calibration: str = "numeric") -> FE1Parameters:
+    """FE1's parameters: b = ``bins``, or b = floor(n / ln^c n) (c = 1 by default, as the authors' code)."""
+    n = check_integer("n_users", n_users, 2)
+    if bins is not None and c is not None:
+        raise ParameterError("bins", "given alone (not together with c)", bins)
+    if bins is None:
+        c = 1.0 if c is None else float(c)
+        if not (c >= 0 and math.isfinite(c)):
+            raise ParameterError("c", "a finite number >= 0", c)
+        bins = math.floor(n / math.log(n) ** c)
+        if not 2 <= bins <= HASHED_DOMAIN_MAX:
+            raise ParameterError("c", f"such that b = floor(n / ln^c n) is in [2, 2^{MAX_MODULUS_BITS - 1}] "
+                                 f"(n = {n})", c)
+    bins = check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
+    domain = check_integer("domain", domain_size, 2, HASHED_DOMAIN_MAX)
+    return _calibrated(FE1Parameters, epsilon, delta, n, domain, calibration,
+                       bins=bins, modulus=next_prime(max(domain, bins)), c=c)
+
+
+# --- roles --------------------------------------------------------------------------------------------
+
+
+class FE0Client:
+    """R^FE0 (Algorithm 2): the value, plus floor(rho) or ceil(rho) values uniform in [B]."""
+
+    def __init__(self, parameters: FE0Parameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
+        """Messages of a batch of users (``rng=None``: secure randomness)."""
+        rng, p = resolve(rng), self.parameters
+        codes = p.check_codes(np.asarray(codes))
+        noise = rng.integers(0, p.domain_size, size=int(dummy_counts(codes.size, p.rho, rng).sum()))
+        return MessageBatch({"value": np.concatenate([codes, noise])})
+
+
+class FE1Client:
+    """R^FE1 (§3.2): (u, v, h_{u,v}(x)) for a random key, plus dummies (u', v', w') uniform."""
+
+    def __init__(self, parameters: FE1Parameters) -> None:
+        self.parameters, self.layout, self.hash = parameters, parameters.layout, parameters.hash
+
+    def real_messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
         u, v = self.hash.sample_keys(codes.size, rng)
         return MessageBatch({"u": u, "v": v, "w": self.hash.evaluate(u, v, codes)})
 
+    def dummies(self, count: int, rng: np.random.Generator) -> MessageBatch:
+        u, v = self.hash.sample_keys(count, rng)
+        return MessageBatch({"u": u, "v": v, "w": rng.integers(0, self.hash.bins, size=count, dtype=np.int64)})
+
     def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
-        """R^FE1 for a batch of users (``rng=None``: secure randomness)."""
-        rng = resolve(rng)
-        codes = self.check_codes(np.asarray(codes))
-        dummies = int(dummy_counts(codes.size, self.rho, rng).sum())
-        return MessageBatch.concatenate([self._real_messages(codes, rng), self._uniform_messages(dummies, rng)])
+        """Messages of a batch of users (``rng=None``: secure randomness)."""
+        rng, p = resolve(rng), self.parameters
+        codes = p.check_codes(np.asarray(codes))
+        extra = int(dummy_counts(codes.size, p.rho, rng).sum())
+        return MessageBatch.concatenate([self.real_messages(codes, rng), self.dummies(extra, rng)])
 
-    def analyze(self, messages: MessageBatch) -> FrequencyOracle:
-        """A^FE1 over the shuffled messages."""
-        q = self.hash.modulus
-        messages.check({"u": (1, q), "v": (0, q), "w": (0, self.bins)})
+
+@dataclass
+class CountAggregate:
+    """Raw match counts per queried item (or per domain item), messages seen and dropped: plain data."""
+
+    counts: np.ndarray
+    messages: int = 0
+    malformed: int = 0
+
+
+class _CountingAnalyzer:
+    """What the three analyzers share: count matches per item, add partial counts, debias."""
+
+    def __init__(self, parameters: BallsIntoBinsParameters, queries=None) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+        self.queries = None if queries is None else np.unique(parameters.check_codes(np.asarray(queries)))
+        if self.queries is not None and self.queries.size == 0:
+            raise ParameterError("candidates", "at least 1 item", "an empty list")
+
+    def _size(self) -> int:
+        return self.parameters.domain_size if self.queries is None else self.queries.size
+
+    def agg_init(self) -> CountAggregate:
+        return CountAggregate(np.zeros(self._size(), dtype=np.int64))
+
+    def agg_update(self, agg: CountAggregate, messages: MessageBatch) -> CountAggregate:
+        clean, dropped = self.layout.validate(messages)
+        agg.counts += self._count(clean)
+        agg.messages += len(clean)
+        agg.malformed += dropped
+        return agg
+
+    def merge(self, aggs: Sequence[CountAggregate]) -> CountAggregate:
+        total = self.agg_init()
+        for a in aggs:
+            total.counts += a.counts
+            total.messages += a.messages
+            total.malformed += a.malformed
+        return total
+
+    def finalize(self, agg: CountAggregate) -> FrequencyTable:
+        return FrequencyTable(self.parameters, self.parameters.debias(agg.counts), self.queries,
+                              agg.messages, agg.malformed)
+
+    def _count(self, messages: MessageBatch) -> np.ndarray:
+        raise NotImplementedError
+
+
+class FE0Analyzer(_CountingAnalyzer):
+    """A^FE0 (Algorithm 3): one histogram of the values (queried items picked out of it)."""
+
+    def _count(self, messages: MessageBatch) -> np.ndarray:
+        values = messages["value"]
+        if self.queries is None:
+            return np.bincount(values, minlength=self.parameters.domain_size)
+        return count_among(values, self.queries)
+
+
+class BallsIntoBinsCurator(FE0Analyzer):
+    """M^BIB's trusted curator (Algorithm 1): counts the users' values, adds the noisy balls when finalizing.
+
+    The n coins are drawn one by one (:func:`dummy_counts`), not with a
+    floating-point binomial sampler, since privacy rests on their law.
+    """
+
+    def __init__(self, parameters: BIBParameters, queries=None, rng: RNGLike = None) -> None:
+        super().__init__(parameters, queries)
+        self.rng = rng
+
+    def finalize(self, agg: CountAggregate) -> FrequencyTable:
+        rng, p = resolve(self.rng), self.parameters
+        noise = rng.integers(0, p.domain_size, size=int(dummy_counts(p.n_users, p.rho, rng).sum()))
+        noisy = CountAggregate(agg.counts + self._count(MessageBatch({"value": noise})), agg.messages, agg.malformed)
+        return super().finalize(noisy)
+
+
+class FE1Analyzer(_CountingAnalyzer):
+    """A^FE1: per queried x, the messages with h_{u,v}(x) = w; all of [B] by preimage enumeration."""
+
+    def _count(self, messages: MessageBatch) -> np.ndarray:
+        h = self.parameters.hash
         u, v, w = (np.ascontiguousarray(messages[k], dtype=np.int64) for k in "uvw")
-        return FrequencyOracle(
-            self,
-            lambda codes, progress: self.hash.count_matches(u, v, w, codes, progress),
-            lambda progress: self.hash.count_all(u, v, w, self.domain_size, progress),
-        )
-
-    def fast_oracle(self, codes: np.ndarray, rng: np.random.Generator) -> tuple[FrequencyOracle, int]:
-        """Shortcut: the dummy total drawn in one step, no shuffle (counts ignore order)."""
-        batch = MessageBatch.concatenate([
-            self._real_messages(codes, rng), self._uniform_messages(total_dummies(codes.size, self.rho, rng), rng)])
-        return self.analyze(batch), len(batch)
+        if self.queries is None:
+            return h.count_all(u, v, w, self.parameters.domain_size)
+        return h.count_matches(u, v, w, self.queries)
 
 
-PROTOCOLS: dict[str, type[BallsIntoBinsFrequency]] = {
-    cls.name: cls for cls in (BallsIntoBinsCentral, FE0, FE1)
-}
+# --- distributional shortcuts (simulation only) ------------------------------------------------------
+
+
+def fe0_fast_aggregate(parameters: FE0Parameters, codes: np.ndarray, rng: np.random.Generator,
+                       analyzer: FE0Analyzer) -> CountAggregate:
+    """The true values plus the total noise drawn in one step; no per-user coins, no shuffle."""
+    noise = rng.integers(0, parameters.domain_size, size=total_dummies(codes.size, parameters.rho, rng))
+    return analyzer.agg_update(analyzer.agg_init(), MessageBatch({"value": np.concatenate([codes, noise])}))
+
+
+def fe1_fast_aggregate(parameters: FE1Parameters, codes: np.ndarray, rng: np.random.Generator,
+                       analyzer: FE1Analyzer) -> CountAggregate:
+    """The dummy total drawn in one step, no shuffle (counts ignore message order)."""
+    client = FE1Client(parameters)
+    batch = MessageBatch.concatenate([client.real_messages(codes, rng),
+                                      client.dummies(total_dummies(codes.size, parameters.rho, rng), rng)])
+    return analyzer.agg_update(analyzer.agg_init(), batch)

@@ -1,36 +1,43 @@
-"""Run a population of users end to end through a protocol's roles.
+"""One simulator for every protocol: users' values through the parties of the protocol's topology.
 
-Two paths (DESIGN.md, "Roles are sans-I/O"):
+The runner knows topologies, not protocols: it reads the protocol's
+registry entry for its roles and plays every party in-process, as the VDAF
+reference's ``run_vdaf`` does. Each role draws from its own stream,
+spawned by role name (:func:`privagg.core.randomness.streams`).
 
 ``faithful``
-    The real role code: every user's client randomizer (in batches), the
-    shuffler's uniform permutation, then the analyzer over the shuffled
-    messages. For a central protocol the curator's mechanism runs instead.
+    The real role code: the clients' randomizers (in batches of users),
+    the shuffler's uniform permutation (shuffle topology), then the
+    analyzer's ``agg_update`` and ``finalize``; in the central topology the
+    users' values go to the curator, which adds the noise.
 ``fast``
-    The protocol's distributional shortcut (``fast_oracle``): the total
-    number of dummies is drawn in one step and the shuffle is skipped, since
-    the analyzer's counts do not depend on message order. Tests check that
-    both paths give the same distribution of estimates.
+    The entry's distributional shortcut (``fast``), e.g. the total dummy
+    count drawn in one step and no shuffle, since the analyzer's counts do
+    not depend on message order. Tests check that both paths give the same
+    distribution of estimates. Protocols without a shortcut run faithfully.
 
-Both record messages sent and the time each role took.
+Every run records a transcript -- what each kind of party sent and
+received -- and the seconds each role took.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
 from ..core.messages import MessageBatch, shuffle
-from ..core.randomness import RNGLike, describe, resolve, spawn
+from ..core.randomness import RNGLike, describe, streams
 from ..errors import ParameterError
-from ..protocols.balls_into_bins import BallsIntoBinsFrequency, FrequencyOracle
+from ..protocols.registry import get
 
 MODES = ("faithful", "fast")
 USERS_PER_BATCH = 1 << 20
 MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold in memory
+ROLES = {"shuffle": ("clients", "shuffler"), "local": ("clients",), "central": ("curator",)}
 
 # progress(stage, advance, total): called as work on ``stage`` advances.
 Progress = Callable[[str, int, int], None]
@@ -38,65 +45,98 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class SimulationRun:
-    """What one simulated run produced and what it cost."""
+    """What one simulated run produced, what each party sent and received, and what it cost."""
 
-    protocol: BallsIntoBinsFrequency
-    oracle: FrequencyOracle
+    result: Any
     mode: str
-    messages_total: int
     randomness: str
+    transcript: dict[str, dict[str, int]]
     seconds: dict[str, float] = field(default_factory=dict)
+    messages: MessageBatch | None = None  # what the analyzer received, when asked to keep it
+
+    @property
+    def messages_total(self) -> int:
+        return self.transcript["analyzer"]["received"]
 
     @property
     def messages_per_user(self) -> float:
-        return self.messages_total / self.protocol.n_users
+        return self.messages_total / self.result.parameters.n_users
 
 
-def simulate(protocol: BallsIntoBinsFrequency, codes: np.ndarray, mode: str = "faithful",
-             rng: RNGLike = None, progress: Progress | None = None) -> SimulationRun:
-    """Run ``codes`` (one item code per user) through ``protocol``.
+def _check_size(parameters) -> None:
+    expected = parameters.n_users * parameters.messages_per_user
+    if expected > MESSAGES_MAX:
+        name = "bins" if "bins" in parameters.to_dict() else "domain"
+        raise ParameterError(
+            name, f"small enough that a simulation's n (1 + rho) messages stay below 2^27 (here {expected:.3g}, "
+            f"rho = {parameters.rho:.4g}; raise --c or lower --bins to shrink rho on large domains)",
+            getattr(parameters, name, parameters.domain_size))
 
-    ``rng``: an int seed makes a reproducible simulation; ``None`` uses the
-    secure generator, as a deployment would.
+
+def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike = None, queries=None,
+             keep_messages: bool = False, progress: Progress | None = None) -> SimulationRun:
+    """Run ``codes`` (one item code per user) through the protocol of ``parameters``.
+
+    ``queries``: the items the analyzer estimates (default: the whole
+    domain). ``rng``: an int seed makes a reproducible simulation, which the
+    result's privacy description marks as not private; ``None`` uses the
+    secure generator for every party, as a deployment would.
+    ``keep_messages`` keeps what the analyzer received (for writing them).
     """
     if mode not in MODES:
         raise ParameterError("mode", f"one of {', '.join(MODES)}", mode)
-    codes = protocol.check_codes(np.asarray(codes))
-    if codes.size != protocol.n_users:
-        raise ParameterError("codes", f"one item per user ({protocol.n_users} users)", f"{codes.size} items")
-    expected = protocol.n_users * (1 + protocol.rho)
-    if expected > MESSAGES_MAX:
-        raise ParameterError(
-            protocol.noise_parameter, f"small enough that a simulation's n (1 + rho) messages stay below 2^27 "
-            f"(here {expected:.3g}, rho = {protocol.rho:.4g}; fe1 keeps rho small on large domains)",
-            protocol.bins)
+    entry = get(parameters.protocol)
+    codes = parameters.check_codes(np.asarray(codes))
+    if codes.size != parameters.n_users:
+        raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{codes.size} items")
+    _check_size(parameters)
+    rngs = streams(rng, ROLES[entry.topology])
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    if protocol.model == "central":
-        oracle = protocol.release(codes, rng)
-        total = codes.size
+    kept = None
+    if entry.topology == "central":
+        curator = entry.analyzer(parameters, queries, rng=rngs["curator"])
+        sent = MessageBatch({"value": codes})  # in the clear, to the trusted curator
+        result = curator.finalize(curator.agg_update(curator.agg_init(), sent))
+        transcript = {"clients": {"sent": codes.size}, "analyzer": {"received": codes.size, "malformed": 0}}
         seconds["curator"] = time.perf_counter() - start
-    elif mode == "fast":
-        oracle, total = protocol.fast_oracle(codes, resolve(rng))
-        seconds["randomize"] = time.perf_counter() - start
     else:
-        client_rng, shuffler_rng = spawn(rng, 2)
-        batches = []
-        for lo in range(0, codes.size, USERS_PER_BATCH):
-            chunk = codes[lo:lo + USERS_PER_BATCH]
-            batches.append(protocol.randomize(chunk, client_rng))
-            if progress:
-                progress("randomize", chunk.size, codes.size)
-        messages = MessageBatch.concatenate(batches)
-        seconds["randomize"] = time.perf_counter() - start
+        analyzer = entry.analyzer(parameters, queries)
+        if mode == "fast" and entry.fast is not None:
+            agg = entry.fast(parameters, codes, rngs["clients"], analyzer)
+            seconds["randomize"] = time.perf_counter() - start
+            sent = agg.messages + agg.malformed
+        else:
+            messages, sent = _run_clients(entry.client(parameters), codes, rngs["clients"], progress)
+            seconds["randomize"] = time.perf_counter() - start
+            if entry.topology == "shuffle":
+                start = time.perf_counter()
+                messages = shuffle(messages, rngs["shuffler"])
+                seconds["shuffle"] = time.perf_counter() - start
+            start = time.perf_counter()
+            agg = analyzer.agg_update(analyzer.agg_init(), messages)
+            seconds["analyze"] = time.perf_counter() - start
+            kept = messages if keep_messages else None
         start = time.perf_counter()
-        messages = shuffle(messages, shuffler_rng)
-        seconds["shuffle"] = time.perf_counter() - start
-        total = len(messages)
-        start = time.perf_counter()
-        oracle = protocol.analyze(messages)
-        seconds["analyze_setup"] = time.perf_counter() - start
+        result = analyzer.finalize(agg)
+        seconds["finalize"] = time.perf_counter() - start
+        transcript = {"clients": {"sent": sent},
+                      "analyzer": {"received": agg.messages + agg.malformed, "malformed": agg.malformed}}
+        if entry.topology == "shuffle" and not (mode == "fast" and entry.fast is not None):
+            transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
-    if mode == "fast" and protocol.model != "central":
+    if mode == "fast" and entry.fast is not None:
         randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
-    return SimulationRun(protocol, oracle, mode, total, randomness, seconds)
+    return SimulationRun(result, mode, randomness, transcript, seconds, kept)
+
+
+def _run_clients(client, codes: np.ndarray, rng: np.random.Generator,
+                 progress: Progress | None) -> tuple[MessageBatch, int]:
+    batches = []
+    for lo in range(0, codes.size, USERS_PER_BATCH):
+        chunk = codes[lo:lo + USERS_PER_BATCH]
+        batches.append(client.randomize(chunk, rng))
+        if progress:
+            progress("randomize", chunk.size, codes.size)
+    messages = MessageBatch.concatenate(batches)
+    return messages, len(messages)

@@ -1,0 +1,146 @@
+"""Where analyzers aggregate: in-process (default) or on a Dask cluster.
+
+Any protocol's analyzer (:class:`privagg.protocols.roles.Analyzer`) runs
+over partitioned messages the same way: each partition is read, validated
+against the protocol's message layout and folded into a fresh aggregate
+(``agg_update``); the partial aggregates are merged pairwise, as a tree
+(``merge``); ``finalize`` makes the result. Aggregates are plain data, so
+the Dask workers compute the partitions' aggregates and ship them back.
+
+A message folder, as ``privagg estimate --write-messages DIR`` writes it:
+
+* ``DIR/params.json``: the protocol's frozen parameters;
+* ``DIR/items.json``: how items were encoded (kind and the item-hash key,
+  which the analyzer needs to encode candidates and is no secret from it);
+* ``DIR/part-NNNNN.parquet``: the shuffled messages, one Parquet file a
+  partition, with the columns of the protocol's layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.messages import MessageBatch
+from ..errors import ParameterError, check_integer
+from ..reports import Engine
+
+PARAMS_FILE = "params.json"
+ITEMS_FILE = "items.json"
+PART_PATTERN = "part-*.parquet"
+ENGINES = ("local", "dask")
+
+
+def write_messages(directory: str | Path, parameters, messages: MessageBatch, partitions: int,
+                   items: dict[str, Any]) -> list[Path]:
+    """Write ``messages`` as ``partitions`` Parquet files plus params.json and items.json."""
+    partitions = check_integer("partitions", partitions, 1, 100_000)
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if any(directory.glob(PART_PATTERN)):
+            raise ParameterError("write-messages", "a folder without message partitions (it would mix two runs)",
+                                 str(directory))
+        layout = parameters.layout
+        paths = []
+        bounds = np.linspace(0, len(messages), partitions + 1).astype(np.int64)
+        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            path = directory / f"part-{i:05d}.parquet"
+            layout.write_parquet(messages.take(slice(lo, hi)), path)
+            paths.append(path)
+        (directory / PARAMS_FILE).write_text(json.dumps(parameters.to_dict(), indent=2) + "\n")
+        (directory / ITEMS_FILE).write_text(json.dumps(items, indent=2) + "\n")
+    except OSError as err:
+        raise ParameterError("write-messages", "a writable folder", f"{directory} ({err.strerror})") from None
+    return paths
+
+
+def message_partitions(directory: str | Path) -> list[Path]:
+    """The Parquet partitions of a message folder, in order."""
+    paths = sorted(Path(directory).glob(PART_PATTERN))
+    if not paths:
+        raise ParameterError("messages", f"a folder holding {PART_PATTERN} files", str(directory))
+    return paths
+
+
+def _load(partition, layout) -> MessageBatch:
+    if isinstance(partition, MessageBatch):
+        return partition
+    try:
+        return layout.read_parquet(partition)
+    except (OSError, ValueError) as err:  # pyarrow's errors derive from these
+        raise ParameterError("messages", "readable Parquet partitions", f"{partition} ({err})") from None
+
+
+def aggregate_partition(analyzer, partition):
+    """One partition's aggregate: read it, then ``agg_update`` a fresh aggregate (a Dask task)."""
+    return analyzer.agg_update(analyzer.agg_init(), _load(partition, analyzer.layout))
+
+
+def _merge_pair(analyzer, a, b):
+    return analyzer.merge([a, b])
+
+
+def analyze(analyzer, partitions: Sequence[Path | MessageBatch], engine: str = "local",
+            scheduler: str | None = None, workers: int | None = None) -> tuple[Any, Engine]:
+    """Run ``analyzer`` over ``partitions`` on ``engine``; returns (result, how it ran)."""
+    if engine not in ENGINES:
+        raise ParameterError("engine", f"one of {', '.join(ENGINES)}", engine)
+    if not partitions:
+        raise ParameterError("messages", "at least one partition", "none")
+    if engine == "local":
+        if scheduler is not None or workers is not None:
+            raise ParameterError("scheduler/workers", "given only with --engine dask", scheduler or workers)
+        run = Engine("local", len(partitions))
+        start = time.perf_counter()
+        agg = analyzer.agg_init()
+        for partition in partitions:
+            agg = analyzer.agg_update(agg, _load(partition, analyzer.layout))
+        run.seconds["aggregate"] = time.perf_counter() - start
+    else:
+        agg, run = _analyze_on_dask(analyzer, partitions, scheduler, workers)
+    start = time.perf_counter()
+    result = analyzer.finalize(agg)
+    run.seconds["finalize"] = time.perf_counter() - start
+    return result, run
+
+
+def _analyze_on_dask(analyzer, partitions, scheduler: str | None, workers: int | None):
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ParameterError("engine", "local, or dask with privagg[dask] installed", "dask") from None
+    start = time.perf_counter()
+    if scheduler is not None:
+        if workers is not None:
+            raise ParameterError("workers", "left out with --scheduler (the cluster has its own)", workers)
+        cluster, client = None, Client(scheduler)
+    else:
+        workers = check_integer("workers", 2 if workers is None else workers, 1, 1024)
+        threads = max(1, (os.cpu_count() or 1) // workers)  # numba threads per worker: no oversubscription
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                               env={"NUMBA_NUM_THREADS": str(threads)})
+        client = Client(cluster)
+    run = Engine("dask", len(partitions), workers, scheduler)
+    try:
+        run.workers = len(client.scheduler_info()["workers"])
+        run.seconds["startup"] = time.perf_counter() - start
+        start = time.perf_counter()
+        shared = client.scatter(analyzer, broadcast=True)
+        level = client.map(aggregate_partition, [shared] * len(partitions), list(partitions), pure=False)
+        while len(level) > 1:  # tree reduction: merge pairs until one aggregate is left
+            pairs = [client.submit(_merge_pair, shared, a, b, pure=False) for a, b in zip(level[::2], level[1::2])]
+            level = pairs + ([level[-1]] if len(level) % 2 else [])
+        agg = level[0].result()
+        run.seconds["aggregate"] = time.perf_counter() - start
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return agg, run

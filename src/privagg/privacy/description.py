@@ -1,0 +1,75 @@
+"""What a result promises, as data: one frozen description per mechanism.
+
+In the spirit of dp-accounting's ``DpEvent``: the mechanism and its
+parameters, the neighbouring relation, who is trusted, what is assumed of
+the users, (epsilon, delta), how they were established and where the proof
+or derivation lives. The sentence a user reads is rendered from it
+(:meth:`PrivacyDescription.render`), never stored beside it.
+
+A seeded simulation is not private: anyone holding the seed regenerates the
+noise and subtracts it. :meth:`PrivacyDescription.as_simulation` marks such
+a run in the description itself (``private: false`` and the reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+Model = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
+Method = Literal["numeric", "hockey_stick", "closed_form"]
+
+REPLACE_ONE = "replace-one: neighbouring datasets differ in one user's item; n is public"
+
+
+@dataclass(frozen=True)
+class PrivacyDescription:
+    """An (epsilon, delta)-DP guarantee and everything it rests on."""
+
+    mechanism: str
+    parameters: dict[str, float]
+    epsilon: float
+    delta: float
+    model: Model
+    neighbouring: str
+    trusted: tuple[str, ...]
+    honest_fraction: float
+    assumptions: tuple[str, ...]
+    method: Method
+    method_detail: str
+    reference: str
+    caveats: tuple[str, ...] = ()
+    private: bool = True
+    not_private_reason: str | None = None
+    randomness: str = field(default="secure (ChaCha20 keyed from OS entropy)")
+
+    def __post_init__(self) -> None:
+        if self.model not in Model.__args__:
+            raise ValueError(f"model must be one of {Model.__args__}, got {self.model!r}")
+        if self.method not in Method.__args__:
+            raise ValueError(f"method must be one of {Method.__args__}, got {self.method!r}")
+        if not 0 < self.honest_fraction <= 1:
+            raise ValueError(f"honest_fraction must be in (0, 1], got {self.honest_fraction}")
+
+    def as_simulation(self, randomness: str, reason: str) -> "PrivacyDescription":
+        """The same mechanism in a simulation whose randomness is not fit for privacy (``reason``)."""
+        return replace(self, private=False, randomness=randomness, not_private_reason=(
+            f"{reason}; the (epsilon, delta) hold only for a run with secure randomness"))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def render(self) -> str:
+        """Short human lines: the claim, its assumptions, how it was computed."""
+        trusted = ", ".join(self.trusted) if self.trusted else "no party"
+        lines = []
+        if not self.private:
+            lines.append(f"NOT PRIVATE: {self.not_private_reason}")
+        lines += [
+            f"privacy: ({self.epsilon:g}, {self.delta:g})-DP, {self.model} model ({self.mechanism})",
+            f"  neighbours: {self.neighbouring}",
+            f"  trusted: {trusted}; honest users: {self.honest_fraction:.0%}; {'; '.join(self.assumptions)}",
+            f"  method: {self.method} -- {self.method_detail} [{self.reference}]",
+        ]
+        lines += [f"  caveat: {c}" for c in self.caveats]
+        return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""One entry per protocol: the single list the CLI, the JSON Schema, ``privagg protocols`` and the
+contract tests are generated from.
+
+Adding a protocol means one module under ``protocols/`` (parameters,
+calibration function, roles) and one :class:`ProtocolEntry` in
+:data:`ENTRIES` (docs/architecture.md, "Adding a protocol"). Planned
+protocols are listed with ``status="planned"`` and no roles.
+
+Also the public entry points that work for every protocol:
+:func:`calibrate`, :func:`load_parameters`, :func:`client`,
+:func:`analyzer`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import ParameterError
+from . import balls_into_bins as bib
+from .roles import Topology
+
+
+@dataclass(frozen=True)
+class Option:
+    """A protocol-specific calibration option (``--name`` on the command line, ``name=`` in Python)."""
+
+    name: str
+    type: type
+    help: str
+
+
+@dataclass(frozen=True)
+class ProtocolEntry:
+    """What privagg knows of one protocol."""
+
+    name: str
+    title: str
+    family: str
+    topology: Topology
+    trust: str
+    messages_per_user: str
+    reference: str
+    status: Literal["implemented", "planned"] = "implemented"
+    result: str = "frequency table"
+    calibrate: Callable[..., Any] | None = None
+    parameters_from_dict: Callable[[dict], Any] | None = None
+    client: Callable[[Any], Any] | None = None
+    analyzer: Callable[..., Any] | None = None
+    fast: Callable[..., Any] | None = None
+    options: tuple[Option, ...] = ()
+    calibrations: tuple[str, ...] = ()
+    domain_max: int | None = None
+
+    @property
+    def implemented(self) -> bool:
+        return self.status == "implemented"
+
+
+_BIB_CALIBRATIONS = ("numeric", "hockey_stick", "closed_form")
+
+ENTRIES: tuple[ProtocolEntry, ...] = (
+    ProtocolEntry(
+        name="bib", title="M^BIB: balls into bins, trusted curator", family="balls into bins",
+        topology="central", trust="central (trusted curator)", messages_per_user="1",
+        reference="shuffle FE paper, Algorithm 1", calibrate=bib.calibrate_bib,
+        parameters_from_dict=bib.parameters_from_dict, analyzer=bib.BallsIntoBinsCurator,
+        calibrations=_BIB_CALIBRATIONS, domain_max=bib.HISTOGRAM_DOMAIN_MAX),
+    ProtocolEntry(
+        name="fe0", title="FE0: value + blanket noise (small domains)", family="balls into bins",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu B / n",
+        reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0,
+        parameters_from_dict=bib.parameters_from_dict, client=bib.FE0Client, analyzer=bib.FE0Analyzer,
+        fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS, domain_max=bib.HISTOGRAM_DOMAIN_MAX),
+    ProtocolEntry(
+        name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", family="balls into bins",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
+        reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1,
+        parameters_from_dict=bib.parameters_from_dict, client=bib.FE1Client, analyzer=bib.FE1Analyzer,
+        fast=bib.fe1_fast_aggregate, calibrations=_BIB_CALIBRATIONS, domain_max=bib.HASHED_DOMAIN_MAX,
+        options=(Option("c", float, "b = floor(n / ln^c n) hash bins (default c = 1)"),
+                 Option("bins", int, "hash range b, instead of --c"))),
+    ProtocolEntry(
+        name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels", family="balls into bins",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="p_f (1 + rho)",
+        reference="shuffle FE paper, §4", status="planned", result="heavy-hitter list"),
+    ProtocolEntry(
+        name="sparse-vector", title="1-sparse vector summation", family="balls into bins", topology="shuffle",
+        trust="shuffle (trusted shuffler)", messages_per_user="1 + o(1)", reference="shuffle FE paper, §5",
+        status="planned", result="vector sum"),
+    ProtocolEntry(
+        name="blanket-hist", title="Privacy-blanket histogram R^PH", family="privacy blanket", topology="shuffle",
+        trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper",
+        status="planned"),
+    ProtocolEntry(
+        name="blanket-vector", title="Privacy-blanket vector aggregation R_{d,k,n,t}", family="privacy blanket",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="k per user",
+        reference="shuffle vector paper", status="planned", result="vector sum"),
+    ProtocolEntry(
+        name="dpds", title="DPCS / DPCS* / DPDS / DPDG: sampling + secret sharing",
+        family="sampling + secret sharing", topology="secret_sharing", trust="no trusted server",
+        messages_per_user="shares of one-hot vectors", reference="fair DP paper", status="planned"),
+    ProtocolEntry(
+        name="tss", title="TSS / TSS': two servers with helper users", family="sampling + secret sharing",
+        topology="two_servers", trust="two non-colluding servers", messages_per_user="shares of one-hot vectors",
+        reference="fair DP paper", status="planned"),
+    ProtocolEntry(
+        name="grr", title="GRR / OUE / OLH / Hadamard response", family="baselines", topology="local",
+        trust="local (no trusted party)", messages_per_user="1", reference="standard literature",
+        status="planned"),
+)
+
+REGISTRY: dict[str, ProtocolEntry] = {entry.name: entry for entry in ENTRIES}
+IMPLEMENTED: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.implemented)
+
+
+def get(name: str) -> ProtocolEntry:
+    """The entry of an implemented protocol."""
+    if name not in IMPLEMENTED:
+        raise ParameterError("protocol", f"one of {', '.join(IMPLEMENTED)}", name)
+    return REGISTRY[name]
+
+
+def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, domain_size: int,
+              calibration: str = "numeric", **options: Any):
+    """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options."""
+    entry = get(protocol)
+    allowed = {o.name for o in entry.options}
+    for name, value in options.items():
+        if name not in allowed and value is not None:
+            raise ParameterError(name, f"left out for {protocol} (its options: {sorted(allowed) or 'none'})", value)
+    given = {k: v for k, v in options.items() if k in allowed}
+    return entry.calibrate(epsilon, delta, n_users, domain_size, calibration=calibration, **given)
+
+
+def load_parameters(data: str | bytes | dict):
+    """Parameters from their JSON text or dict (as ``params.to_dict()`` or ``privagg calibrate --json`` wrote)."""
+    if not isinstance(data, dict):
+        try:
+            data = json.loads(data)
+        except ValueError as err:
+            raise ParameterError("parameters", "a JSON object", f"unreadable JSON ({err})") from None
+    if isinstance(data, dict) and "parameters" in data and "protocol" in data and isinstance(data["parameters"], dict):
+        data = {**data["parameters"], "protocol": data["protocol"]}  # a whole calibrate report
+    if not isinstance(data, dict) or data.get("protocol") not in IMPLEMENTED:
+        raise ParameterError("parameters.protocol", f"one of {', '.join(IMPLEMENTED)}",
+                             data.get("protocol") if isinstance(data, dict) else type(data).__name__)
+    return get(data["protocol"]).parameters_from_dict(data)
+
+
+def client(parameters):
+    """The client randomizer of the parameters' protocol."""
+    entry = get(parameters.protocol)
+    if entry.client is None:
+        raise ParameterError("protocol", f"one with a client randomizer ({entry.name} is {entry.topology})",
+                             entry.name)
+    return entry.client(parameters)
+
+
+def analyzer(parameters, queries=None, **role_options):
+    """The analyzer (or curator) of the parameters' protocol, over ``queries`` or the whole domain."""
+    return get(parameters.protocol).analyzer(parameters, queries, **role_options)

@@ -1,0 +1,115 @@
+"""Typed results of the analyzers, with their queries.
+
+Each result carries the frozen parameters it was computed under (so it
+knows its privacy description and its error theory) and how many messages
+went into it and how many were dropped as malformed.
+
+* :class:`FrequencyTable` -- frequency estimates over the whole domain or
+  over a set of queried items (candidates): ``estimate(items)``,
+  ``estimate_all()``, ``standard_error(items)``, ``top_k(k)``.
+* :class:`HeavyHitterList` -- items reported as heavy with their estimates.
+* :class:`VectorSum` -- a sum of users' vectors with per-coordinate errors.
+
+``top_k`` uses partial selection (``numpy.argpartition``, O(B)), then sorts
+only the k selected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ParameterError, check_integer
+
+
+def top_k(codes: np.ndarray, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first."""
+    k = min(check_integer("top", k, 1), estimates.size)
+    chosen = np.argpartition(-estimates, k - 1)[:k] if k < estimates.size else np.arange(estimates.size)
+    # argpartition picks an arbitrary subset among ties at the k-th value: take every tie, then order
+    if k < estimates.size:
+        kth = estimates[chosen].min()
+        chosen = np.flatnonzero(estimates >= kth)
+    order = np.lexsort((codes[chosen], -estimates[chosen]))[:k]
+    return codes[chosen[order]], estimates[chosen[order]]
+
+
+def count_among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """How many of ``values`` equal each item of the sorted, distinct ``pool`` (no sort of ``values``)."""
+    slot = np.searchsorted(pool, values).clip(max=pool.size - 1)
+    return np.bincount(slot[pool[slot] == values], minlength=pool.size)
+
+
+@dataclass(frozen=True)
+class FrequencyTable:
+    """Unbiased frequency estimates, over all of [B] (``items=None``) or over sorted, distinct ``items``."""
+
+    parameters: Any
+    estimates: np.ndarray
+    items: np.ndarray | None = None
+    messages: int = 0
+    malformed: int = 0
+
+    @property
+    def full_domain(self) -> bool:
+        return self.items is None
+
+    @property
+    def codes(self) -> np.ndarray:
+        """The items the table covers."""
+        return np.arange(self.parameters.domain_size) if self.items is None else self.items
+
+    def estimate(self, items) -> np.ndarray:
+        """Estimates of ``items`` (codes in [B]); a table over candidates answers only for them."""
+        codes = self.parameters.check_codes(np.atleast_1d(items))
+        if self.items is None:
+            return self.estimates[codes]
+        slot = np.searchsorted(self.items, codes).clip(max=self.items.size - 1)
+        missing = self.items[slot] != codes
+        if missing.any():
+            raise ParameterError("item", "one of the analyzed candidates (or analyze the full domain)",
+                                 int(codes[missing][0]))
+        return self.estimates[slot]
+
+    def estimate_all(self) -> np.ndarray:
+        """Estimates for every item of [B]."""
+        if self.items is not None:
+            raise ParameterError("estimate_all", "asked of a full-domain table (this one covers candidates)",
+                                 f"{self.items.size} candidates")
+        return self.estimates
+
+    def standard_error(self, items=None) -> np.ndarray:
+        """Standard errors of the estimates of ``items`` (default: the whole table), the estimate plugged in."""
+        est = self.estimates if items is None else self.estimate(items)
+        return np.broadcast_to(self.parameters.standard_error(est), est.shape)
+
+    def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k items with the largest estimates (codes, estimates), largest first."""
+        return top_k(self.codes, self.estimates, k)
+
+
+@dataclass(frozen=True)
+class HeavyHitterList:
+    """Items reported as held by at least ``threshold`` users, with their estimates."""
+
+    parameters: Any
+    items: np.ndarray
+    estimates: np.ndarray
+    threshold: float
+
+    def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return top_k(self.items, self.estimates, k)
+
+
+@dataclass(frozen=True)
+class VectorSum:
+    """An estimate of the sum of the users' vectors, with each coordinate's standard error."""
+
+    parameters: Any
+    total: np.ndarray
+    standard_errors: np.ndarray
+
+    def mean(self) -> np.ndarray:
+        return self.total / self.parameters.n_users

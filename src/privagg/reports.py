@@ -1,0 +1,155 @@
+"""The typed reports of ``privagg calibrate``, ``estimate`` and ``analyze``, and their JSON Schema.
+
+Reports are dataclasses of plain values; :func:`to_json_dict` turns one into
+the JSON object the CLI writes (fields left ``None`` are omitted), and
+:func:`json_schema` generates the JSON Schema from the types with pydantic
+(docs/report.schema.json is written from it, and the tests validate every
+report against it). The fields of issue 2's estimate report are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .privacy.description import PrivacyDescription
+
+Scalar = int | float | str | None
+
+
+@dataclass
+class ExpectedError:
+    """The theory: costs and error before any data is seen."""
+
+    messages_per_user: float
+    bits_per_message: int
+    standard_error: float  # of an item with frequency 0 (the largest)
+    max_error_bound: float  # over all of [B], holds with probability 1 - max_error_beta
+    max_error_beta: float
+
+
+@dataclass
+class ProfilePoint:
+    epsilon: float
+    delta: float
+
+
+@dataclass
+class CalibrationReport:
+    """``privagg calibrate``: the frozen parameters, their guarantee and what they cost."""
+
+    protocol: str
+    parameters: dict[str, Scalar]
+    privacy: PrivacyDescription
+    privacy_profile: list[ProfilePoint]  # delta(eps) at other epsilons, for the same noise
+    messages_per_user: float
+    bits_per_message: int
+    standard_error: float
+    max_error_bound: float
+    max_error_beta: float
+
+
+@dataclass
+class Estimate:
+    item: int | str  # an integer item, a public candidate, or "#code"
+    estimate: float
+    stderr: float
+    hash_collision: bool | None = None  # true when several public candidates share the code
+
+
+@dataclass
+class Messages:
+    total: int
+    per_user: float
+    malformed: int = 0
+
+
+@dataclass
+class RealisedError:
+    """|estimate - true count| in a simulation (uses the true counts: not private, not for release)."""
+
+    over: Literal["domain", "candidates"]
+    items: int
+    max_abs: float
+    mean_abs: float
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass
+class Simulation:
+    mode: Literal["faithful", "fast"]
+    randomness: str
+    full_domain: bool
+    seconds: dict[str, float]
+    transcript: dict[str, dict[str, int]]
+
+
+@dataclass
+class EstimateReport:
+    """``privagg estimate``: a simulated run over a dataset."""
+
+    protocol: str
+    parameters: dict[str, Scalar]
+    privacy: PrivacyDescription
+    n_users: int
+    messages: Messages
+    bits_per_message: int
+    expected_error: ExpectedError
+    estimates: list[Estimate]
+    error: RealisedError
+    simulation: Simulation
+    input: str
+    messages_written: str | None = None  # the folder of --write-messages
+
+
+@dataclass
+class Engine:
+    name: Literal["local", "dask"]
+    partitions: int
+    workers: int | None = None
+    scheduler: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class AnalysisReport:
+    """``privagg analyze``: the analyzer over written messages."""
+
+    protocol: str
+    parameters: dict[str, Scalar]
+    privacy: PrivacyDescription
+    n_users: int
+    messages: Messages
+    bits_per_message: int
+    expected_error: ExpectedError
+    estimates: list[Estimate]
+    full_domain: bool
+    engine: Engine
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def to_json_dict(report: Any) -> dict[str, Any]:
+    """The report as the JSON object the CLI writes; ``None`` fields are left out."""
+    return _drop_none(dataclasses.asdict(report))
+
+
+def json_schema(report_type: type) -> dict[str, Any]:
+    """The JSON Schema of a report type (pydantic, loaded here only)."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(report_type).json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "analyze": AnalysisReport}
