@@ -3,7 +3,10 @@
     .venv/bin/python benchmarks/run.py [--write docs/benchmarks.md]
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
-saves it to the given file. Two parts:
+saves it to the given file. Four parts:
+
+0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
+   whole processes, as ratios against ``python -c "import numpy"``.
 
 1. FE1 at n = 10^5, B = 2^24, c = 1, called through the Python API: time of
    the client randomizers, of the full-domain analyzer and of a single
@@ -23,10 +26,16 @@ saves it to the given file. Two parts:
 2. FE1 at n = 10^7, B = 2^32, c = 3 end to end through ``privagg estimate``
    in a subprocess, as a user would run it: wall time and peak memory of a
    cold run (empty numba cache, so it pays the compilation) and of a warm
-   run (the cache the cold run wrote).
+   run (the cache the cold run wrote). Then the same run writes its messages
+   as 16 Parquet partitions, and ``privagg analyze`` runs over them
+   in-process and on a 2-worker Dask LocalCluster, alternately.
 
-Takes about two minutes on a 2-CPU machine; the naive baseline is the
-slowest step.
+3. With ``SDPFE_DIR`` set to a checkout of the authors' C++
+   (hkustDB/SDPFE): ``benchmarks/sdpfe.py`` builds ``FE/fe.cpp`` with
+   ``g++ -O2`` and times both whole processes on the same data
+   (n = 10^5, B = 2^24, c = 1, full domain).
+
+Takes about five minutes on a 2-CPU machine (eight with the peer).
 """
 
 from __future__ import annotations
@@ -50,9 +59,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy.stats import norm
 
-from privagg.core.hashing import _inverse
+from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
-from privagg.protocols import FE1
+from privagg.protocols.balls_into_bins import FE1Analyzer, FE1Client, calibrate_fe1
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,6 +99,15 @@ LARGE_USERS, LARGE_DOMAIN, LARGE_C = 10**7, 2**32, 3
 TOP_CANDIDATES, RANDOM_CANDIDATES = 50, 50
 TARGET_CLI_SECONDS = 30.0
 TARGET_CLI_BYTES = 4 * 2**30
+PARTITIONS = 16             # --write-messages partitions
+DASK_WORKERS = 2
+ANALYZE_REPEATS = 3         # analyze runs per engine, alternating
+
+# Part 0: start-up.
+STARTUP_REPEATS = 10
+CLIENT_SNIPPET = ("import privagg; p = privagg.load_parameters(dict(protocol='fe1', epsilon=1.0, delta=1e-10, "
+                  "n_users=100000, domain_size=16777216, calibration='numeric', mu=98.01797242329297, "
+                  "rho=8.512860904962995, bins=8685, modulus=16777259, c=1.0)); privagg.client(p).randomize([42])")
 
 
 # --- input data -----------------------------------------------------------------------
@@ -119,7 +137,7 @@ def naive_count_all(u, v, w, q, b, domain_size):
     counts = np.zeros(domain_size, np.uint32)
     q_, b_, size = np.uint64(q), np.uint64(b), np.uint64(domain_size)
     for i in range(u.size):
-        u_inv = np.uint64(_inverse(u[i], q))
+        u_inv = np.uint64(inverse(u[i], q))
         v_i = np.uint64(v[i])
         y = np.uint64(w[i])
         while y < q_:
@@ -145,6 +163,12 @@ def python_randomize(codes: list[int], q: int, b: int, rho: float) -> list[tuple
         for _ in range(whole + (secrets.randbelow(2**53) < coin)):
             messages.append((1 + secrets.randbelow(q - 1), secrets.randbelow(q), secrets.randbelow(b)))
     return messages
+
+
+def analyze_all(parameters, messages, queries=None) -> np.ndarray:
+    """FE1's analyzer over all ``messages`` in one aggregate; the estimates of ``queries`` or of all of [B]."""
+    analyzer = FE1Analyzer(parameters, queries)
+    return analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), messages)).estimates
 
 
 # --- formatting -------------------------------------------------------------------------
@@ -232,18 +256,19 @@ def machine(report: Report) -> None:
 
 def small_fe1(report: Report) -> None:
     """Part 1: FE1 at n = 10^5, B = 2^24, c = 1 through the Python API."""
-    protocol = FE1(EPSILON, DELTA, SMALL_USERS, SMALL_DOMAIN, c=SMALL_C)
-    q, b = protocol.hash.modulus, protocol.bins
+    protocol = calibrate_fe1(EPSILON, DELTA, SMALL_USERS, SMALL_DOMAIN, c=SMALL_C)
+    client = FE1Client(protocol)
+    q, b = protocol.modulus, protocol.bins
     codes = zipf_items(SMALL_USERS, SMALL_DOMAIN, np.random.default_rng(DATA_SEED))
 
     # Randomizers. The warm-up on a few users compiles privagg's numba kernels (or
     # loads them from the on-disk cache), so the timed runs exclude compilation.
     note("randomizers")
-    protocol.randomize(codes[:10], rng=np.random.default_rng(0))
+    client.randomize(codes[:10], rng=np.random.default_rng(0))
     # A fresh generator with the same seed per call: every call makes the same batch.
-    batch, t_randomize = median_timed(RANDOMIZE_REPEATS, lambda: protocol.randomize(
+    batch, t_randomize = median_timed(RANDOMIZE_REPEATS, lambda: client.randomize(
         codes, rng=np.random.default_rng(CLIENT_SEED)))
-    _, t_randomize_secure = median_timed(RANDOMIZE_REPEATS, protocol.randomize, codes, None)
+    _, t_randomize_secure = median_timed(RANDOMIZE_REPEATS, client.randomize, codes, None)
     messages_per_user = len(batch) / SMALL_USERS
     t_python = timed(python_randomize, codes[:PYTHON_USERS].tolist(), q, b, protocol.rho)[1]
     per_user, per_user_python = t_randomize / SMALL_USERS, t_python / PYTHON_USERS
@@ -251,19 +276,18 @@ def small_fe1(report: Report) -> None:
     # Full-domain analyzer, after a warm-up on a tiny batch (compilation excluded).
     note("full-domain analyzer")
     shuffled = shuffle(batch, np.random.default_rng(SHUFFLE_SEED))
-    protocol.analyze(shuffled.take(np.arange(100))).estimate_all()
-    estimates, t_analyze = timed(lambda: protocol.analyze(shuffled).estimate_all())
+    analyze_all(protocol, shuffled.take(np.arange(100)))
+    estimates, t_analyze = timed(analyze_all, protocol, shuffled)
     threads = nb.get_num_threads()
     nb.set_num_threads(1)
-    _, t_analyze_1 = timed(lambda: protocol.analyze(shuffled).estimate_all())
+    _, t_analyze_1 = timed(analyze_all, protocol, shuffled)
     nb.set_num_threads(threads)
 
-    # Single queries: the mean of QUERIES calls, each on one user's item.
-    oracle = protocol.analyze(shuffled)
+    # Single queries: the mean of QUERIES analyzer runs, each over all messages for one user's item.
     queried = codes[:QUERIES]
-    oracle.estimate(queried[:1])
+    analyze_all(protocol, shuffled, queried[:1])
     start = time.perf_counter()
-    single = [oracle.estimate([x])[0] for x in queried]
+    single = [analyze_all(protocol, shuffled, [x])[0] for x in queried]
     t_query = (time.perf_counter() - start) / QUERIES
     assert np.allclose(single, estimates[queried]), "single queries disagree with the full-domain estimates"
 
@@ -288,7 +312,7 @@ def small_fe1(report: Report) -> None:
     report.add(
         "## 1. FE1 at n = 10^5, B = 2^24, c = 1 (Python API)",
         "",
-        f"`FE1({EPSILON:g}, {DELTA:g}, {SMALL_USERS}, 2**24, c={SMALL_C})`: b = {b}, q = {q}, "
+        f"`calibrate_fe1({EPSILON:g}, {DELTA:g}, {SMALL_USERS}, 2**24, c={SMALL_C})`: b = {b}, q = {q}, "
         f"mu = {protocol.mu:.2f}, rho = {protocol.rho:.3f}. {SMALL_USERS} users; "
         f"randomizer seed {CLIENT_SEED} (PCG64), shuffler seed {SHUFFLE_SEED}. Times exclude numba "
         "compilation: each kernel is warmed up first (randomizer on 10 users, analyzer on 100 messages, "
@@ -299,13 +323,13 @@ def small_fe1(report: Report) -> None:
     )
     report.table(["what", "time", "how"], [
         ["randomizers, all users", seconds(t_randomize),
-         f"`protocol.randomize(codes, rng=PCG64 generator)`, median of {RANDOMIZE_REPEATS} runs"],
+         f"`FE1Client(params).randomize(codes, rng=PCG64 generator)`, median of {RANDOMIZE_REPEATS} runs"],
         ["randomizers, secure randomness", seconds(t_randomize_secure),
          f"`rng=None` (ChaCha20 keyed from the OS), median of {RANDOMIZE_REPEATS} runs"],
         ["full-domain analyzer", seconds(t_analyze),
-         f"`protocol.analyze(shuffled).estimate_all()`, {threads} numba threads, once"],
+         f"`FE1Analyzer(params)`: `agg_update` over all messages, then `finalize`; {threads} numba threads, once"],
         ["full-domain analyzer, 1 thread", seconds(t_analyze_1), "the same with `numba.set_num_threads(1)`"],
-        ["single query", seconds(t_query), f"`oracle.estimate([x])`, mean of {QUERIES} calls"],
+        ["single query", seconds(t_query), f"`FE1Analyzer(params, queries=[x])` over all messages, mean of {QUERIES}"],
         ["naive full-domain count (baseline)", seconds(t_naive),
          "`naive_count_all` in benchmarks/run.py, 1 thread, once"],
         ["Python randomizer (baseline), per user", seconds(per_user_python),
@@ -348,7 +372,7 @@ def small_fe1(report: Report) -> None:
          f"bound {protocol.max_error_bound(BETA):.1f} w.p. {1 - BETA:.0%}", f"about {QUOTED_MAX_ERROR}"],
     ])
     report.add(
-        f"sigma = `protocol.standard_error(0)` = {sigma:.3f}; the bound is `protocol.max_error_bound({BETA})`. "
+        f"sigma = `params.standard_error(0)` = {sigma:.3f}; the bound is `params.max_error_bound({BETA})`. "
         f"Errors are |estimate - true count| over all {SMALL_DOMAIN} items of the domain.",
         "",
     )
@@ -374,7 +398,7 @@ def run_cli(command: list[str], env: dict[str, str]) -> tuple[dict, float, int]:
 
 
 def large_cli(report: Report) -> None:
-    """Part 2: FE1 at n = 10^7, B = 2^32, c = 3 end to end through ``privagg estimate``."""
+    """Part 2: FE1 at n = 10^7, B = 2^32, c = 3 end to end; then analyze, in-process and on Dask."""
     note("writing the 10^7 items")
     items = zipf_items(LARGE_USERS, LARGE_DOMAIN, np.random.default_rng(DATA_SEED))
     values, counts = np.unique(items, return_counts=True)
@@ -382,13 +406,16 @@ def large_cli(report: Report) -> None:
     rng = np.random.default_rng(CANDIDATE_SEED)
     extra = np.setdiff1d(rng.integers(0, LARGE_DOMAIN, 2 * RANDOM_CANDIDATES), top)[:RANDOM_CANDIDATES]
     rng.shuffle(extra)  # setdiff1d sorts; keep the draw's randomness in the file's order
+    del items, values, counts
+    privagg = str(ROOT / ".venv/bin/privagg")
     with tempfile.TemporaryDirectory(prefix="privagg-bench-") as tmp:
-        data, cands = Path(tmp) / "items.parquet", Path(tmp) / "candidates.txt"
-        pq.write_table(pa.table({"item": items}), data)
+        data, cands, msgs = Path(tmp) / "items.parquet", Path(tmp) / "candidates.txt", Path(tmp) / "msgs"
+        pq.write_table(pa.table({"item": zipf_items(LARGE_USERS, LARGE_DOMAIN, np.random.default_rng(DATA_SEED))}),
+                       data)
         cands.write_text("".join(f"{x}\n" for x in np.concatenate([top, extra]).tolist()))
-        command = [str(ROOT / ".venv/bin/privagg"), "estimate", "fe1", "--input", str(data),
-                   "--epsilon", f"{EPSILON:g}", "--delta", f"{DELTA:g}", "--domain", str(LARGE_DOMAIN),
-                   "--c", str(LARGE_C), "--candidates", str(cands), "--top", "100", "--seed", "1", "--json"]
+        command = [privagg, "estimate", "fe1", "--input", str(data), "--epsilon", f"{EPSILON:g}",
+                   "--delta", f"{DELTA:g}", "--domain", str(LARGE_DOMAIN), "--c", str(LARGE_C),
+                   "--candidates", str(cands), "--top", "100", "--seed", "1", "--json"]
         # A fresh numba cache directory: the first run compiles privagg's kernels
         # and writes them there, the second loads them, as a user's second run would.
         env = {**os.environ, "NUMBA_CACHE_DIR": str(Path(tmp) / "numba-cache")}
@@ -396,8 +423,21 @@ def large_cli(report: Report) -> None:
         for label in ("cold (compiles)", "warm (cached)"):
             note(f"privagg estimate, {label}")
             runs.append((label, *run_cli(command, env)))
+        note("privagg estimate --write-messages (16 partitions)")
+        written = run_cli(command + ["--write-messages", str(msgs), "--partitions", str(PARTITIONS)], env)
 
-    shown = " ".join(command).replace(str(ROOT) + "/", "").replace(tmp, "$TMP")
+        analyze = [privagg, "analyze", "fe1", "--params", str(msgs / "params.json"), "--messages", str(msgs),
+                   "--candidates", str(cands), "--top", "100", "--json"]
+        dask = analyze + ["--engine", "dask", "--workers", str(DASK_WORKERS)]
+        engines: dict[str, list] = {"local": [], "dask": []}
+        for i in range(ANALYZE_REPEATS):  # alternate, so drifts of the machine hit both alike
+            for name, cmd in (("local", analyze), ("dask", dask)):
+                note(f"privagg analyze --engine {name} ({i + 1}/{ANALYZE_REPEATS})")
+                engines[name].append(run_cli(cmd, env))
+
+    def shown(cmd: list[str]) -> str:
+        return " ".join(cmd).replace(str(ROOT) + "/", "").replace(tmp, "$TMP")
+
     report.add(
         "## 2. FE1 at n = 10^7, B = 2^32, c = 3 (command line, end to end)",
         "",
@@ -405,13 +445,14 @@ def large_cli(report: Report) -> None:
         f"the {TOP_CANDIDATES} most frequent true items and {RANDOM_CANDIDATES} random items of the domain "
         f"(seed {CANDIDATE_SEED}) in a text file. Command, run twice as a subprocess:",
         "",
-        f"    {shown}",
+        f"    {shown(command)}",
         "",
         "The cold run has an empty numba cache (`NUMBA_CACHE_DIR` set to a new directory), so it includes "
         "compiling privagg's kernels; the warm run reuses the cache the cold run wrote. Wall time is measured "
         "around the subprocess (interpreter start-up, reading the files, simulation, queries, JSON output); "
-        "peak memory is the child's `ru_maxrss` from `os.wait4`. The stages are privagg's own timings in "
-        "the JSON (`simulation.seconds`); the rest of the wall time is interpreter start-up, reading the "
+        "peak memory is the child's peak resident set size (`ru_maxrss` from `os.wait4`, what "
+        "`/usr/bin/time -v` reports). The stages are privagg's own timings in the JSON "
+        "(`simulation.seconds`); the rest of the wall time is interpreter start-up, imports, reading the "
         "files and writing the report.",
         "",
     )
@@ -442,6 +483,93 @@ def large_cli(report: Report) -> None:
     report.add(f"sigma = {theory['standard_error']:.2f} (`standard_error(0)`); the error covers "
                f"{error['items']} {error['over']}.", "")
 
+    # Part 2b: the analyzer over the written messages, in-process and on Dask.
+    estimates = {name: [r[0]["estimates"] for r in rs] for name, rs in engines.items()}
+    same = all(e == estimates["local"][0] for rs in estimates.values() for e in rs)
+    from_estimate = sorted((e["item"], e["estimate"]) for e in written[0]["estimates"])
+    same_as_run = sorted((e["item"], e["estimate"]) for e in estimates["local"][0]) == from_estimate
+    walls = {name: statistics.median(r[1] for r in rs) for name, rs in engines.items()}
+    pair_ratios = [d[1] / l[1] for l, d in zip(engines["local"], engines["dask"])]
+    report.add(
+        "### The analyzer on Dask against in-process, same messages",
+        "",
+        f"`--write-messages` wrote the shuffled messages of a seeded run as {PARTITIONS} Parquet partitions "
+        f"({written[0]['messages']['total']} messages; the write took "
+        f"{seconds(written[0]['simulation']['seconds']['write_messages'])}). Then, alternately, "
+        f"{ANALYZE_REPEATS} times each:",
+        "",
+        f"    {shown(analyze)}",
+        f"    {shown(dask)}",
+        "",
+        f"Estimates: local and Dask {'**equal exactly**' if same else '**differ**'} in every run, and "
+        f"{'equal' if same_as_run else '**differ from**'} the estimates of the run that wrote the messages.",
+        "",
+    )
+    rows = []
+    for name, rs in engines.items():
+        med = sorted(rs, key=lambda r: r[1])[len(rs) // 2]
+        inner = med[0]["engine"]["seconds"]
+        rows.append([name, seconds(walls[name]), f"{min(r[1] for r in rs):.2f} - {max(r[1] for r in rs):.2f} s",
+                     f"{max(r[2] for r in rs) / 2**30:.2f} GiB", ", ".join(f"{k} {seconds(v)}" for k, v in inner.items()),
+                     seconds(med[1] - sum(inner.values()))])
+    report.table(["engine", "wall (median)", "range", "peak memory (client process)", "engine stages (median run)",
+                  "rest"], rows)
+    report.add(
+        f"Dask / in-process wall time, median of the per-pair ratios: {statistics.median(pair_ratios):.2f}x. "
+        f"Dask's peak memory is that of the client process only; its {DASK_WORKERS} worker processes each read "
+        f"and count their partitions. On 2 cores the in-process engine already uses both (numba threads), "
+        "so Dask cannot be faster here: it pays the cluster start-up and the Parquet reads in separate "
+        "processes. It is there for data that does not fit one machine.",
+        "",
+    )
+
+
+def startup(report: Report) -> None:
+    """Part 0: how fast the light import and the command line start, against numpy's import."""
+    python = str(ROOT / ".venv/bin/python")
+    commands = {
+        "python -c 'import numpy'": [python, "-c", "import numpy"],
+        "python -c 'import privagg'": [python, "-c", "import privagg"],
+        "privagg --help": [str(ROOT / ".venv/bin/privagg"), "--help"],
+        "client path (load parameters, randomize 1 user)": [python, "-c", CLIENT_SNIPPET],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(STARTUP_REPEATS):
+        for name, cmd in commands.items():
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+            times[name].append(time.perf_counter() - start)
+    base = statistics.median(times["python -c 'import numpy'"])
+    report.add("## 0. Start-up: the light import and the command line", "",
+               f"Whole processes, median of {STARTUP_REPEATS} runs each, interleaved.", "")
+    targets = {"python -c 'import privagg'": 2.0, "privagg --help": 3.0}
+    rows = []
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        target = targets.get(name)
+        rows.append([name, seconds(med), f"{med / base:.2f}x",
+                     f"<= {target:g}x: {verdict(med / base <= target)}" if target else ""])
+    report.table(["command", "wall (median)", "/ import numpy", "target"], rows)
+    heavy = subprocess.run([python, "-c", CLIENT_SNIPPET + "; import sys; print(sorted(m for m in "
+                            "('scipy', 'numba', 'pyarrow', 'rich', 'typer', 'dask', 'pydantic') if m in sys.modules))"],
+                           check=True, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    report.add(f"Heavy modules loaded by the client path: {heavy}.", "")
+
+
+def peer(report: Report) -> None:
+    """Part 3: the authors' C++ side by side, when SDPFE_DIR names its source."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sdpfe
+
+    source = os.environ.get("SDPFE_DIR")
+    report.add("## 3. FE1 against the authors' C++ (whole processes, same data, same run)", "")
+    if not source:
+        report.add("Not run: set `SDPFE_DIR` to a checkout of https://github.com/hkustDB/SDPFE "
+                   "(`git clone https://github.com/hkustDB/SDPFE`, then `SDPFE_DIR=$PWD/SDPFE make bench`).", "")
+        return
+    note("the authors' C++ against privagg (a few minutes)")
+    report.add(sdpfe.markdown(sdpfe.run(source)), "")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -449,8 +577,10 @@ def main() -> None:
     args = parser.parse_args()
     report = Report()
     machine(report)
+    startup(report)
     small_fe1(report)
     large_cli(report)
+    peer(report)
     report.add(f"Load average at the end (1/5/15 min): {load_average()}.")
     if args.write:
         args.write.write_text("\n".join(report.lines) + "\n")

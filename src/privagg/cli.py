@@ -23,7 +23,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-import typer
+try:
+    import typer
+except ImportError:  # the light install has no command line
+    raise SystemExit("privagg's command line needs the cli extra: pip install 'privagg[cli]'") from None
 
 from . import __version__
 from .errors import ParameterError

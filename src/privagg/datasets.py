@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import wordfreq
 
 DEFAULT_USERS = 100_000
 DEFAULT_VOCABULARY = 20_000
@@ -24,12 +23,16 @@ DESCRIPTION = (f"{DEFAULT_USERS} users, one English word each, drawn from wordfr
 
 def english_vocabulary(vocabulary: int = DEFAULT_VOCABULARY) -> pa.ChunkedArray:
     """The ``vocabulary`` most common English words: public, so they serve as candidates and labels."""
+    import wordfreq
+
     return pa.chunked_array([pa.array(wordfreq.top_n_list("en", vocabulary), type=pa.string())])
 
 
 def english_words(n_users: int = DEFAULT_USERS, vocabulary: int = DEFAULT_VOCABULARY,
                   seed: int = DEFAULT_SEED) -> pa.ChunkedArray:
     """``n_users`` words sampled from real English word frequencies (deterministic for a seed)."""
+    import wordfreq
+
     words = english_vocabulary(vocabulary)
     weights = np.array([wordfreq.word_frequency(w, "en") for w in words.to_pylist()])
     picks = np.random.default_rng(seed).choice(len(words), size=n_users, p=weights / weights.sum())

@@ -29,7 +29,6 @@ evaluate hashes with numpy alone; the counting kernels are numba code in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -104,33 +103,24 @@ class UniversalHash:
 
         return preimages(int(u), int(v), int(w), self.modulus, self.bins, int(domain_size))
 
-    def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries,
-                      progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i.
-
-        ``progress`` (optional) is called with the number of queries done
-        after each slice of them.
-        """
+    def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries) -> np.ndarray:
+        """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i."""
         import numba
 
         from .hash_kernels import count_matches
 
         queries = _as_int64("queries", queries, self.modulus)
         out = np.zeros((numba.get_num_threads(), queries.size), dtype=np.int64)
-        step = max(1, -(-queries.size // (1 if progress is None else 20)))
-        for lo in range(0, queries.size, step):
-            hi = min(queries.size, lo + step)
-            count_matches(u, v, w, queries[lo:hi], self.modulus, self.bins, out[:, lo:hi])
-            if progress is not None:
-                progress(hi - lo)
+        count_matches(u, v, w, queries, self.modulus, self.bins, out)
         return out.sum(axis=0)
 
     def count_all(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
-                  progress: Callable[[int], None] | None = None) -> np.ndarray:
+                  out: np.ndarray | None = None) -> np.ndarray:
         """For every x in [domain_size], the number of messages with h(x) = w.
 
-        ``progress`` (optional) is called with the number of messages done
-        after each slice of the work.
+        With ``out`` (int64, length domain_size) the counts are added to it
+        in place and it is returned: a full-domain aggregate grows without a
+        second domain-sized temporary.
         """
         import numba
 
@@ -144,10 +134,9 @@ class UniversalHash:
         counts = np.zeros((threads, domain_size), dtype=np.int32)
         n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
         capacity = max(4096, min(1 << 16, (1 << 24) // n_tiles))  # at most 32 MiB of offsets per thread
-        slice_size = max(1, -(-u.size // (1 if progress is None else 10)))  # each slice flushes all buckets
-        for lo in range(0, u.size, slice_size):
-            hi = min(u.size, lo + slice_size)
-            count_all(u[lo:hi], v[lo:hi], w[lo:hi], self.modulus, self.bins, domain_size, counts, capacity)
-            if progress is not None:
-                progress(hi - lo)
-        return counts.sum(axis=0, dtype=np.int64)
+        count_all(u, v, w, self.modulus, self.bins, domain_size, counts, capacity)
+        if out is None:
+            out = np.zeros(domain_size, dtype=np.int64)
+        for row in counts:
+            out += row
+        return out

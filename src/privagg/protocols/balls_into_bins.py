@@ -424,8 +424,9 @@ class _CountingAnalyzer:
         return CountAggregate(np.zeros(self._size(), dtype=np.int64))
 
     def agg_update(self, agg: CountAggregate, messages: MessageBatch) -> CountAggregate:
+        """Fold ``messages`` into ``agg`` (in place, and returned); malformed rows are counted in ``malformed``."""
         clean, dropped = self.layout.validate(messages)
-        agg.counts += self._count(clean)
+        self._count_into(agg.counts, clean)
         agg.messages += len(clean)
         agg.malformed += dropped
         return agg
@@ -442,18 +443,20 @@ class _CountingAnalyzer:
         return FrequencyTable(self.parameters, self.parameters.debias(agg.counts), self.queries,
                               agg.messages, agg.malformed)
 
-    def _count(self, messages: MessageBatch) -> np.ndarray:
+    def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
+        """Add each item's matching messages to ``counts`` (protocol-specific)."""
         raise NotImplementedError
 
 
 class FE0Analyzer(_CountingAnalyzer):
     """A^FE0 (Algorithm 3): one histogram of the values (queried items picked out of it)."""
 
-    def _count(self, messages: MessageBatch) -> np.ndarray:
+    def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
         values = messages["value"]
         if self.queries is None:
-            return np.bincount(values, minlength=self.parameters.domain_size)
-        return count_among(values, self.queries)
+            counts += np.bincount(values, minlength=self.parameters.domain_size)
+        else:
+            counts += count_among(values, self.queries)
 
 
 class BallsIntoBinsCurator(FE0Analyzer):
@@ -470,19 +473,21 @@ class BallsIntoBinsCurator(FE0Analyzer):
     def finalize(self, agg: CountAggregate) -> FrequencyTable:
         rng, p = resolve(self.rng), self.parameters
         noise = rng.integers(0, p.domain_size, size=int(dummy_counts(p.n_users, p.rho, rng).sum()))
-        noisy = CountAggregate(agg.counts + self._count(MessageBatch({"value": noise})), agg.messages, agg.malformed)
+        noisy = CountAggregate(agg.counts.copy(), agg.messages, agg.malformed)
+        self._count_into(noisy.counts, MessageBatch({"value": noise}))
         return super().finalize(noisy)
 
 
 class FE1Analyzer(_CountingAnalyzer):
     """A^FE1: per queried x, the messages with h_{u,v}(x) = w; all of [B] by preimage enumeration."""
 
-    def _count(self, messages: MessageBatch) -> np.ndarray:
+    def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
         h = self.parameters.hash
         u, v, w = (np.ascontiguousarray(messages[k], dtype=np.int64) for k in "uvw")
         if self.queries is None:
-            return h.count_all(u, v, w, self.parameters.domain_size)
-        return h.count_matches(u, v, w, self.queries)
+            h.count_all(u, v, w, self.parameters.domain_size, out=counts)
+        else:
+            counts += h.count_matches(u, v, w, self.queries)
 
 
 # --- distributional shortcuts (simulation only) ------------------------------------------------------

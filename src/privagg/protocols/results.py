@@ -25,13 +25,19 @@ from ..errors import ParameterError, check_integer
 
 
 def top_k(codes: np.ndarray, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first."""
+    """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first.
+
+    Partial selection (``argpartition``, O(len)) finds the k-th largest value;
+    every estimate at least as large is kept (so ties at the boundary are
+    settled by code, not by the selection's arbitrary order), then only
+    those are sorted.
+    """
     k = min(check_integer("top", k, 1), estimates.size)
-    chosen = np.argpartition(-estimates, k - 1)[:k] if k < estimates.size else np.arange(estimates.size)
-    # argpartition picks an arbitrary subset among ties at the k-th value: take every tie, then order
     if k < estimates.size:
-        kth = estimates[chosen].min()
+        kth = estimates[np.argpartition(estimates, estimates.size - k)[estimates.size - k]]
         chosen = np.flatnonzero(estimates >= kth)
+    else:
+        chosen = np.arange(estimates.size)
     order = np.lexsort((codes[chosen], -estimates[chosen]))[:k]
     return codes[chosen[order]], estimates[chosen[order]]
 

@@ -31,11 +31,13 @@ def item_key(seed: int | None) -> bytes | None:
     return None if seed is None else hashlib.blake2b(f"privagg-item-key-{seed}".encode(), digest_size=32).digest()
 
 
-def error_summary(errors: np.ndarray, over: str) -> RealisedError:
-    abs_err = np.abs(errors)
-    p50, p90, p99 = np.percentile(abs_err, [50, 90, 99])
-    return RealisedError(over, int(abs_err.size), float(abs_err.max()), float(abs_err.mean()),
-                         float(p50), float(p90), float(p99))
+def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> RealisedError:
+    """Statistics of |estimate - truth|, computed in one scratch array (full domains are large)."""
+    abs_err = np.subtract(estimates, truth, dtype=np.float64)
+    np.abs(abs_err, out=abs_err)
+    largest, mean = float(abs_err.max()), float(abs_err.mean())
+    p50, p90, p99 = np.percentile(abs_err, [50, 90, 99], overwrite_input=True)
+    return RealisedError(over, int(abs_err.size), largest, mean, float(p50), float(p90), float(p99))
 
 
 def reported_estimates(table: FrequencyTable, encoder: ItemEncoder, top: int) -> list[Estimate]:
@@ -102,7 +104,7 @@ def estimate_frequencies(protocol: str, items, *, epsilon: float, delta: float, 
     table: FrequencyTable = run.result
     start = time.perf_counter()
     truth = np.bincount(codes, minlength=domain_size) if full_domain else count_among(codes, candidate_codes)
-    error = error_summary(table.estimates - truth, "domain" if full_domain else "candidates")
+    error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
     if full_domain and candidate_codes is not None:  # report the top among the public candidates
         table = FrequencyTable(parameters, table.estimates[candidate_codes], candidate_codes,
                                table.messages, table.malformed)

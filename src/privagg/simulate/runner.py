@@ -114,7 +114,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
                 messages = shuffle(messages, rngs["shuffler"])
                 seconds["shuffle"] = time.perf_counter() - start
             start = time.perf_counter()
-            agg = analyzer.agg_update(analyzer.agg_init(), messages)
+            agg = _run_analyzer(analyzer, messages, progress)
             seconds["analyze"] = time.perf_counter() - start
             kept = messages if keep_messages else None
         start = time.perf_counter()
@@ -128,6 +128,18 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     if mode == "fast" and entry.fast is not None:
         randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
     return SimulationRun(result, mode, randomness, transcript, seconds, kept)
+
+
+def _run_analyzer(analyzer, messages: MessageBatch, progress: Progress | None):
+    """One aggregate over all messages; with ``progress``, folded in ten slices (the same result, by merging)."""
+    agg = analyzer.agg_init()
+    step = max(1, len(messages) if progress is None else -(-len(messages) // 10))
+    for lo in range(0, len(messages), step):
+        part = messages.take(slice(lo, lo + step))
+        agg = analyzer.agg_update(agg, part)
+        if progress:
+            progress("analyze", len(part), len(messages))
+    return agg
 
 
 def _run_clients(client, codes: np.ndarray, rng: np.random.Generator,
