@@ -88,8 +88,8 @@ class Simulation:
 
 
 @dataclass
-class EstimateReport:
-    """``privagg estimate``: a simulated run over a dataset."""
+class FrequencyReport:
+    """What every frequency report holds: parameters, guarantee, cost, theory and the top estimates."""
 
     protocol: str
     parameters: dict[str, Scalar]
@@ -99,6 +99,12 @@ class EstimateReport:
     bits_per_message: int
     expected_error: ExpectedError
     estimates: list[Estimate]
+
+
+@dataclass
+class EstimateReport(FrequencyReport):
+    """``privagg estimate``: a simulated run over a dataset."""
+
     error: RealisedError
     simulation: Simulation
     input: str
@@ -115,17 +121,9 @@ class Engine:
 
 
 @dataclass
-class AnalysisReport:
+class AnalysisReport(FrequencyReport):
     """``privagg analyze``: the analyzer over written messages."""
 
-    protocol: str
-    parameters: dict[str, Scalar]
-    privacy: PrivacyDescription
-    n_users: int
-    messages: Messages
-    bits_per_message: int
-    expected_error: ExpectedError
-    estimates: list[Estimate]
     full_domain: bool
     engine: Engine
 

@@ -303,15 +303,23 @@ def parameters_from_dict(data: dict[str, Any]) -> BallsIntoBinsParameters:
     """
     cls = PARAMETER_TYPES[data["protocol"]]
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    given = {k: v for k, v in data.items() if k != "protocol"}
+    given = {k: v for k, v in data.items() if k in fields}
+    extra = {k: v for k, v in data.items() if k not in fields and k != "protocol"}
     required = {name for name, f in fields.items() if f.default is dataclasses.MISSING}
-    if not required <= set(given) <= set(fields):
+    if not required <= set(given):
         raise ParameterError("parameters", f"the fields {sorted(fields)} of {cls.protocol}", sorted(given))
     for name, value in given.items():
         kind = fields[name].type.replace(" | None", "")
         if not (_TYPE_CHECKS[kind](value) or (value is None and "None" in fields[name].type)):
             raise ParameterError(f"parameters.{name}", f"of type {fields[name].type}", value)
-    return cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
+    parameters = cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
+    derived = parameters.derived()
+    for name, value in extra.items():  # derived quantities (reports carry them) must agree with the fields
+        if name not in derived:
+            raise ParameterError("parameters", f"only the fields {sorted(fields)} and {sorted(derived)}", name)
+        if value != derived[name]:
+            raise ParameterError(f"parameters.{name}", f"{derived[name]!r}, as the fields imply", value)
+    return parameters
 
 
 # --- calibration ------------------------------------------------------------------------------------

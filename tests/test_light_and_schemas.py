@@ -1,0 +1,36 @@
+"""The light client path and the published report schemas."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from privagg.reports import REPORT_TYPES, json_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("scipy", "numba", "pyarrow", "rich", "typer", "dask", "pydantic", "wordfreq")
+
+CLIENT_PATH = """
+import sys, privagg
+after_import = sorted(m for m in {heavy} if m in sys.modules)
+params = privagg.load_parameters(dict(protocol="fe1", epsilon=1.0, delta=1e-10, n_users=100000,
+    domain_size=16777216, calibration="numeric", mu=98.01797242329297, rho=8.512860904962995, bins=8685,
+    modulus=16777259, c=1.0))
+messages = privagg.client(params).randomize([42, 7])
+assert len(messages) >= 2
+print(after_import, sorted(m for m in {heavy} if m in sys.modules))
+"""
+
+
+def test_import_and_client_path_load_no_heavy_module():
+    out = subprocess.run([sys.executable, "-c", CLIENT_PATH.format(heavy=HEAVY)], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[] []"
+
+
+@pytest.mark.parametrize("command", sorted(REPORT_TYPES))
+def test_published_schemas_are_generated_from_the_types(command):
+    published = json.loads((ROOT / "docs" / "schemas" / f"{command}.json").read_text())
+    assert published == json_schema(REPORT_TYPES[command]), f"regenerate: privagg schema {command}"
