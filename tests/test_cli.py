@@ -1,8 +1,11 @@
-"""The command line: JSON schema, human output, and one-line errors with exit status 2."""
+"""The command line: JSON reports against their generated schemas, human output, message folders and
+one-line errors with exit status 2."""
 
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -11,34 +14,26 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+import privagg
 from privagg.cli import app
+from privagg.protocols import registry
+from privagg.protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, load_parameters
+from privagg.reports import REPORT_TYPES, AnalysisReport, CalibrationReport, EstimateReport, json_schema
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
-# The schema documented in README.md, "JSON output".
-REPORT_SCHEMA = {
-    "type": "object",
-    "required": ["protocol", "parameters", "privacy", "n_users", "messages", "bits_per_message",
-                 "expected_error", "estimates", "error", "simulation", "input"],
-    "properties": {
-        "protocol": {"enum": ["bib", "fe0", "fe1"]},
-        "parameters": {"type": "object", "required": ["epsilon", "delta", "n_users", "domain_size", "mu", "rho"]},
-        "privacy": {"type": "object", "required": ["epsilon", "delta", "model", "method"],
-                    "properties": {"model": {"enum": ["shuffle", "central"]}}},
-        "n_users": {"type": "integer", "minimum": 2},
-        "messages": {"type": "object", "required": ["total", "per_user"],
-                     "properties": {"total": {"type": "integer"}, "per_user": {"type": "number"}}},
-        "bits_per_message": {"type": "integer"},
-        "expected_error": {"type": "object",
-                           "required": ["standard_error", "max_error_bound", "max_error_beta"]},
-        "estimates": {"type": "array", "items": {
-            "type": "object", "required": ["item", "estimate", "stderr"],
-            "properties": {"item": {"type": ["integer", "string"]}, "estimate": {"type": "number"},
-                           "stderr": {"type": "number", "minimum": 0}}}},
-        "error": {"type": "object", "required": ["over", "items", "max_abs", "mean_abs", "p50", "p90", "p99"]},
-        "simulation": {"type": "object", "required": ["mode", "randomness", "full_domain"]},
-    },
-}
+
+def validate(report, report_type):
+    """``report`` against the JSON Schema generated from its type, plus what the types cannot say."""
+    schema = json_schema(report_type)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(report)
+    assert report["protocol"] in IMPLEMENTED
+    assert report["privacy"]["model"] == REGISTRY[report["protocol"]].topology
+    assert report["privacy"]["epsilon"] == report["parameters"]["epsilon"] > 0
+    for e in report.get("estimates", []):
+        assert e["stderr"] >= 0
 
 
 def run(*args):
@@ -63,7 +58,7 @@ def test_estimate_json_follows_the_schema(protocol, ints_file):
                        "--top", 5, "--json")
     assert code == 0
     report = json.loads(out)
-    jsonschema.validate(report, REPORT_SCHEMA)
+    validate(report, EstimateReport)
     assert report["n_users"] == 20_000 and len(report["estimates"]) == 5
     assert report["estimates"][0]["item"] == 0  # the most frequent Zipf item
     assert report["error"]["over"] == "domain" and report["error"]["items"] == 1000
@@ -105,6 +100,7 @@ def test_calibrate_json_and_table():
                        "--domain", 2**24, "--c", 1, "--json")
     assert code == 0
     report = json.loads(out)
+    validate(report, CalibrationReport)
     assert report["parameters"]["bins"] == 8685
     assert report["parameters"]["mu"] == pytest.approx(97.96, abs=0.1)
     assert report["messages_per_user"] == pytest.approx(9.508, abs=0.01)
@@ -120,6 +116,188 @@ def test_calibrate_json_and_table():
 def test_protocols_table():
     code, out, _ = run("protocols")
     assert code == 0 and "fe1" in out and "planned" in out
+    code, out, _ = run("protocols", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["protocol"] for r in rows] == [e.name for e in ENTRIES]
+    assert {r["protocol"] for r in rows if r["status"] == "implemented"} == set(IMPLEMENTED)
+    assert next(r for r in rows if r["protocol"] == "fe1")["options"] == ["c", "bins"]
+
+
+CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--domain", 5000, "--bins", 50]}
+@pytest.mark.parametrize("protocol", IMPLEMENTED)
+@pytest.mark.parametrize("calibration", ["numeric", "hockey_stick"])
+def test_calibrate_json_reloads_as_the_calibrated_parameters(protocol, calibration, tmp_path):
+    extra = CALIBRATE.get(protocol, ["--domain", 100])
+    code, out, err = run("calibrate", protocol, *COMMON, "--users", 10_000, *extra, "--calibration", calibration,
+                         "--json", "--output", tmp_path / "cal.json")
+    assert code == 0, err
+    report = json.loads(out)
+    validate(report, CalibrationReport)
+    assert json.loads((tmp_path / "cal.json").read_text()) == report
+    options = {"bins": 50} if protocol == "fe1" else {}
+    params = registry.calibrate(protocol, epsilon=1, delta=1e-6, n_users=10_000, domain_size=extra[1],
+                                calibration=calibration, **options)
+    assert [p["epsilon"] for p in report["privacy_profile"]] == [0.5, 1.0, 2.0]
+    assert report["privacy_profile"][1]["delta"] == params.delta_at(1.0) <= 1e-6
+    assert load_parameters(json.dumps(report)) == params  # the whole report
+    assert load_parameters((tmp_path / "cal.json").read_text()) == params
+
+
+def test_version():
+    code, out, _ = run("--version")
+    assert code == 0 and out.strip() == f"privagg {privagg.__version__}"
+
+
+def test_version_is_the_project_version():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        assert privagg.__version__ == tomllib.load(f)["project"]["version"]
+
+
+@pytest.mark.parametrize("name", sorted(REPORT_TYPES))
+def test_schema_prints_the_generated_json_schema(name):
+    code, out, _ = run("schema", name)
+    assert code == 0
+    schema = json.loads(out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema == json_schema(REPORT_TYPES[name])
+    code, _, err = run("schema", "nonsense")
+    assert code == 2 and err.startswith("error: report must be one of calibrate, estimate, analyze"), err
+
+
+def test_seeded_estimates_say_they_are_not_private(ints_file):
+    code, out, _ = run("estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 4, "--json")
+    privacy = json.loads(out)["privacy"]
+    assert code == 0 and privacy["private"] is False and "seed" in privacy["not_private_reason"]
+    assert "seeded" in privacy["randomness"]
+    code, out, _ = run("estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 4)
+    assert code == 0 and out.splitlines()[-1] != "" and "NOT PRIVATE: seeded simulation" in out
+
+
+@pytest.mark.parametrize("protocol", IMPLEMENTED)
+def test_unseeded_estimates_are_private(protocol, tmp_path):
+    path = tmp_path / "small.txt"
+    path.write_text("\n".join(str(i % 7) for i in range(500)) + "\n")
+    code, out, _ = run("estimate", protocol, "--input", path, *COMMON, "--domain", 50, "--top", 3, "--json")
+    assert code == 0
+    report = json.loads(out)
+    validate(report, EstimateReport)
+    assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
+    assert "secure" in report["privacy"]["randomness"] and report["n_users"] == 500
+    code, out, _ = run("estimate", protocol, "--input", path, *COMMON, "--domain", 50, "--top", 3)
+    assert code == 0 and "NOT PRIVATE" not in out
+
+
+def test_output_writes_json_and_prints_the_summary(ints_file, tmp_path):
+    code, out, _ = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 1,
+                       "--output", tmp_path / "r.json")
+    assert code == 0
+    assert "estimate ± stderr" in out and "NOT PRIVATE" in out and not out.lstrip().startswith("{")
+    report = json.loads((tmp_path / "r.json").read_text())
+    validate(report, EstimateReport)
+    assert report["n_users"] == 20_000 and str(report["estimates"][0]["item"]) in out
+
+
+def write_run(ints_file, tmp_path, *args):
+    folder = tmp_path / "messages"
+    (tmp_path / "cands.txt").write_text("0\n1\n2\n17\n999\n")
+    code, out, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000, "--bins", 300,
+                         "--seed", 5, "--candidates", tmp_path / "cands.txt", "--write-messages", folder,
+                         "--partitions", 3, "--json", *args)
+    assert code == 0, err
+    return json.loads(out), folder
+
+
+def test_written_messages_analyze_to_the_same_estimates(ints_file, tmp_path):
+    estimated, folder = write_run(ints_file, tmp_path)
+    assert estimated["messages_written"] == str(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["items.json", "params.json", "part-00000.parquet",
+                                                        "part-00001.parquet", "part-00002.parquet"]
+    params = load_parameters((folder / "params.json").read_text())
+    assert load_parameters(estimated["parameters"]) == params  # the report's parameters, derived ones included
+    code, out, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                         "--candidates", tmp_path / "cands.txt", "--engine", "local", "--json")
+    assert code == 0, err
+    analyzed = json.loads(out)
+    validate(analyzed, AnalysisReport)
+    assert {e["item"]: e["estimate"] for e in analyzed["estimates"]} == {
+        e["item"]: e["estimate"] for e in estimated["estimates"]}  # exactly: the same counts
+    assert [e["item"] for e in analyzed["estimates"]] == [e["item"] for e in estimated["estimates"]]
+    assert analyzed["messages"] == {**estimated["messages"], "per_user": analyzed["messages"]["per_user"]}
+    assert analyzed["messages"]["total"] == estimated["messages"]["total"] and analyzed["messages"]["malformed"] == 0
+    assert analyzed["engine"]["name"] == "local" and analyzed["engine"]["partitions"] == 3
+    assert analyzed["full_domain"] is False
+    # the messages came from a seeded run: the analysis says so too
+    assert analyzed["privacy"]["private"] is False and analyzed["privacy"]["not_private_reason"]
+    code, out, _ = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                       "--candidates", tmp_path / "cands.txt")
+    assert code == 0 and "NOT PRIVATE" in out and "3 partitions" in out
+
+
+def test_written_messages_analyze_to_the_same_full_domain(ints_file, tmp_path):
+    folder = tmp_path / "m"
+    code, out, _ = run("estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 2,
+                       "--top", 1000, "--write-messages", folder, "--partitions", 4, "--json")
+    assert code == 0
+    estimated = json.loads(out)
+    code, out, err = run("analyze", "fe0", "--params", folder / "params.json", "--messages", folder, "--top", 1000,
+                         "--json")
+    assert code == 0, err
+    analyzed = json.loads(out)
+    assert analyzed["full_domain"] is True and len(analyzed["estimates"]) == 1000
+    assert analyzed["estimates"] == estimated["estimates"]
+
+
+def test_analyze_refuses_parameters_of_another_protocol(ints_file, tmp_path):
+    _, folder = write_run(ints_file, tmp_path)
+    code, out, err = run("analyze", "fe0", "--params", folder / "params.json", "--messages", folder)
+    assert code == 2 and err.startswith("error: params must be parameters of fe0, got parameters of fe1"), err
+    assert err.count("\n") == 1 and not out
+    (tmp_path / "broken.json").write_text("{not json")
+    code, _, err = run("analyze", "fe1", "--params", tmp_path / "broken.json", "--messages", folder)
+    assert code == 2 and err.startswith("error: parameters must be a JSON object"), err
+    code, _, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", tmp_path)
+    assert code == 2 and err.startswith("error: messages must be a folder holding part-*.parquet files"), err
+    code, _, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                       "--engine", "local", "--workers", 2)
+    assert code == 2 and err.startswith("error: scheduler/workers must be given only with --engine dask"), err
+
+
+def test_written_text_items_analyze_to_the_same_labels_and_estimates(tmp_path):
+    words = ["apple"] * 3000 + ["pear"] * 1000 + ["SECRET-bob"] * 500 + [f"w{i}" for i in range(5500)]
+    (tmp_path / "f.csv").write_text("fruit\n" + "\n".join(words) + "\n")
+    (tmp_path / "c.txt").write_text("apple\npear\nkiwi\n")
+    code, out, err = run("estimate", "fe1", "--input", tmp_path / "f.csv", *COMMON, "--domain", 2**40, "--candidates",
+                         tmp_path / "c.txt", "--write-messages", tmp_path / "m", "--partitions", 2, "--json")
+    assert code == 0, err
+    estimated = json.loads(out)
+    assert estimated["privacy"]["private"] is True  # unseeded: secure randomness, a random item key
+    code, out, err = run("analyze", "fe1", "--params", tmp_path / "m" / "params.json", "--messages", tmp_path / "m",
+                         "--candidates", tmp_path / "c.txt", "--json")
+    assert code == 0, err
+    analyzed = json.loads(out)
+    assert analyzed["estimates"] == estimated["estimates"] and "SECRET" not in out
+    assert [e["item"] for e in analyzed["estimates"]][:2] == ["apple", "pear"]
+    assert analyzed["privacy"]["private"] is True
+
+
+def test_analyze_refuses_parameters_other_than_the_messages(ints_file, tmp_path):
+    estimated, folder = write_run(ints_file, tmp_path)
+    code, _, _ = run("calibrate", "fe1", "--epsilon", 2, "--delta", 1e-6, "--users", estimated["n_users"],
+                     "--domain", 1000, "--bins", 300, "--output", tmp_path / "other.json")
+    assert code == 0
+    code, _, err = run("analyze", "fe1", "--params", tmp_path / "other.json", "--messages", folder,
+                       "--candidates", tmp_path / "cands.txt")
+    assert code == 2 and err.startswith("error: params must be"), err
+
+
+def test_write_messages_needs_a_faithful_shuffle_run(ints_file, tmp_path):
+    code, _, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000, "--mode", "fast",
+                       "--write-messages", tmp_path / "m")
+    assert code == 2 and err.startswith("error: write-messages must be given for a faithful run"), err
+    write_run(ints_file, tmp_path)
+    code, _, err = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000,
+                       "--write-messages", tmp_path / "messages")
+    assert code == 2 and err.startswith("error: write-messages must be a folder without message partitions"), err
 
 
 @pytest.mark.parametrize("args,field", [
@@ -206,10 +384,12 @@ def test_candidates_must_match_the_input(ints_file, tmp_path):
 def test_private_items_are_never_printed(tmp_path):
     words = ["apple"] * 3000 + ["pear"] * 2000 + ["SECRET-alice"]
     (tmp_path / "w.txt").write_text("\n".join(words) + "\n")
-    code, out, _ = run("estimate", "fe1", "--input", tmp_path / "w.txt", *COMMON, "--domain", 2**16,
-                       "--top", 2**16, "--seed", 1, "--json")
+    # every item of the domain is reported (a small domain: rich prints 2^16 rows in ~15 s)
+    code, out, _ = run("estimate", "fe1", "--input", tmp_path / "w.txt", *COMMON, "--domain", 2**12,
+                       "--top", 2**12, "--seed", 1, "--json")
     assert code == 0 and "SECRET" not in out
-    assert all(str(e["item"]).startswith("#") for e in json.loads(out)["estimates"])
+    estimates = json.loads(out)["estimates"]
+    assert len(estimates) == 2**12 and all(str(e["item"]).startswith("#") for e in estimates)
 
 
 def test_usage_errors_are_one_line():

@@ -384,6 +384,9 @@ def analyze(
         if params.protocol != protocol.value:
             raise ParameterError("params", f"parameters of {protocol.value}", f"parameters of {params.protocol}")
         partitions = engines.message_partitions(messages)
+        own = messages / engines.PARAMS_FILE
+        if own.exists() and load_parameters(own.read_text()) != params:
+            raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = _read_items_info(messages, params.domain_size)
         encoder = ItemEncoder(params.domain_size, bytes.fromhex(items["key"]) if items.get("key") else None)
         encoder.kind = items.get("kind")

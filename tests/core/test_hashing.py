@@ -2,7 +2,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from privagg.core.hashing import UniversalHash, _inverse
+from privagg.core import hash_kernels
+from privagg.core.hash_kernels import inverse
+from privagg.core.hashing import MAX_MODULUS_BITS, UniversalHash, mulmod
 from privagg.core.primes import mod_inverse, next_prime
 
 
@@ -86,4 +88,38 @@ def test_rejects_bad_family():
 @given(st.integers(min_value=1, max_value=2**49 - 1))
 def test_kernel_inverse_matches_mod_inverse(a):
     q = 562949953421231  # a prime below 2^49
-    assert _inverse(a, q) == mod_inverse(a, q)
+    assert inverse(a, q) == mod_inverse(a, q)
+
+
+LARGEST_Q = 1125899906842597  # the largest prime below 2^50
+
+
+def test_largest_modulus_is_the_largest_prime_below_the_limit():
+    assert LARGEST_Q.bit_length() == MAX_MODULUS_BITS and next_prime(LARGEST_Q) == LARGEST_Q
+    assert next_prime(LARGEST_Q + 1).bit_length() > MAX_MODULUS_BITS
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_numpy_and_kernel_mulmod_match_python_integers(data):
+    # Clients evaluate with numpy's mulmod, the analyzer's kernels with their own: both exact for q < 2^50.
+    q = data.draw(st.sampled_from([3, 101, 562949953421231, LARGEST_Q]))
+    a = data.draw(st.lists(st.one_of(st.integers(0, q - 1), st.sampled_from([0, 1, q - 2, q - 1])),
+                           min_size=1, max_size=30))
+    x = data.draw(st.lists(st.one_of(st.integers(0, q - 1), st.sampled_from([0, 1, q - 2, q - 1])),
+                           min_size=len(a), max_size=len(a)))
+    expected = [ai * xi % q for ai, xi in zip(a, x)]
+    assert mulmod(np.array(a, dtype=np.int64), np.array(x, dtype=np.int64), q).tolist() == expected
+    assert [hash_kernels.mulmod(ai, xi, q, 1.0 / q) for ai, xi in zip(a, x)] == expected
+
+
+def test_numpy_evaluate_agrees_with_the_counting_kernels_at_the_largest_modulus():
+    rng = np.random.default_rng(8)
+    h = UniversalHash(LARGEST_Q, 2**20 + 7)
+    x = np.concatenate([rng.integers(0, LARGEST_Q, size=200), [0, 1, LARGEST_Q - 1]])
+    u, v = h.sample_keys(x.size, rng)
+    u[:3], v[:3] = LARGEST_Q - 1, LARGEST_Q - 1
+    w = h.evaluate(u, v, x)
+    assert w.tolist() == [((int(a) * int(b) + int(c)) % LARGEST_Q) % h.bins for a, b, c in zip(u, x, v)]
+    # each message matches its own item: the kernels see what the clients computed
+    assert all(h.count_matches(u[i:i + 1], v[i:i + 1], w[i:i + 1], x[i:i + 1])[0] == 1 for i in range(0, 203, 7))

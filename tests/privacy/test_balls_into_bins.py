@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import numpy as np
@@ -6,8 +7,9 @@ from scipy import signal, stats
 
 from privagg.errors import ParameterError
 from privagg.privacy.balls_into_bins import (
-    calibrate, closed_form_noise, hockey_stick_divergence, hockey_stick_noise, numeric_noise, privacy_loss_tail,
-    satisfies_closed_form)
+    METHOD_DETAIL, METHODS, calibrate, closed_form_noise, delta_at, hockey_stick_divergence, hockey_stick_noise,
+    numeric_noise, privacy_loss_tail, satisfies_closed_form)
+from privagg.privacy.description import REPLACE_ONE, PrivacyDescription
 
 
 def test_known_values():
@@ -110,12 +112,77 @@ def test_closed_form_condition():
     assert not satisfies_closed_form(bound * 10 * 0.99, 1, 10, 1.0, 1e-6)
 
 
-def test_guarantee_says_how():
-    cal = calibrate(1.0, 1e-10, 100_000, 8685, "closed_form")
-    assert cal.guarantee.epsilon == 1.0 and cal.guarantee.delta == 1e-10
-    assert cal.guarantee.model == "shuffle" and "closed form" in cal.guarantee.method
-    assert "numeric" in calibrate(1.0, 1e-10, 100_000, 8685).guarantee.method
-    assert "hockey stick" in calibrate(1.0, 1e-10, 100_000, 8685, "hockey_stick").guarantee.method
+def test_calibrate_returns_the_noise_level_of_its_method():
+    args = (1.0, 1e-10, 100_000, 8685)
+    assert calibrate(*args) == numeric_noise(*args)
+    assert calibrate(*args, "hockey_stick") == hockey_stick_noise(*args)
+    assert calibrate(*args, "closed_form") == closed_form_noise(1.0, 1e-10)
+    assert calibrate(*args, "numeric", overlap=0.01) == numeric_noise(*args, overlap=0.01)
+    assert calibrate(*args, "hockey_stick", overlap=0.01) == hockey_stick_noise(*args, overlap=0.01)
+    assert calibrate(*args, "closed_form", overlap=0.01) == closed_form_noise(1.0, 1e-10)  # ignores the overlap
+    assert set(METHOD_DETAIL) == set(METHODS)
+
+
+def test_delta_at_is_the_hockey_stick_bound_for_every_calibration():
+    for method in METHODS:
+        mu = calibrate(1.0, 1e-10, 100_000, 8685, method)
+        assert delta_at(1.0, mu, 100_000, 8685) == hockey_stick_divergence(mu, 100_000, 8685, 1.0)
+        assert delta_at(1.0, mu, 100_000, 8685) <= 1e-10
+        assert delta_at(0.5, mu, 100_000, 8685) >= delta_at(1.0, mu, 100_000, 8685) >= delta_at(2.0, mu, 100_000, 8685)
+    with pytest.raises(ParameterError, match="epsilon must be"):
+        delta_at(0, 50.0, 100, 10)
+
+
+@pytest.mark.parametrize("bound", [privacy_loss_tail, hockey_stick_divergence])
+@pytest.mark.parametrize("mu,n,bins,theta", [(30.0, 10_000, 587, 0.0015), (5.0, 60, 7, 1 / 3),
+                                             (80.0, 10**5, 65, 0.0154)])
+def test_overlap_bound_is_the_disjoint_bound_of_the_private_parts(bound, mu, n, bins, theta):
+    """With overlap theta the bound is (1 - theta) times the disjoint bound for special sets of mass
+    (1 - theta)/bins under the same dummies per user: bins' = bins/(1 - theta), mu' = mu (1 - theta)."""
+    eps = 1.0
+    got = bound(mu, n, bins, eps, theta)
+    assert got == pytest.approx((1 - theta) * bound(mu * (1 - theta), n, bins / (1 - theta), eps), rel=1e-9, abs=1e-300)
+    assert bound(mu, n, bins, eps, 0.0) == bound(mu, n, bins, eps)
+
+
+def test_overlap_calibration_meets_its_bound():
+    for method, bound in (("numeric", privacy_loss_tail), ("hockey_stick", hockey_stick_divergence)):
+        mu = calibrate(1.0, 1e-8, 10_000, 65, method, overlap=0.0154)
+        assert bound(mu, 10_000, 65, 1.0, 0.0154) <= 1e-8 < bound(mu - 0.01, 10_000, 65, 1.0, 0.0154)
+    with pytest.raises(ParameterError, match=r"overlap must be in \[0, 1\)"):
+        calibrate(1.0, 1e-8, 10_000, 65, overlap=1.0)
+    with pytest.raises(ParameterError, match="overlap must be"):
+        calibrate(1.0, 1e-8, 10_000, 65, overlap=-0.1)
+
+
+def description(**changes):
+    fields = dict(mechanism="M", parameters={"mu": 1.0}, epsilon=1.0, delta=1e-6, model="shuffle",
+                  neighbouring=REPLACE_ONE, trusted=("shuffler",), honest_fraction=1.0, assumptions=("a",),
+                  method="numeric", method_detail="d", reference="r")
+    return PrivacyDescription(**{**fields, **changes})
+
+
+def test_privacy_description_is_validated_frozen_data():
+    d = description()
+    assert d.private and d.not_private_reason is None and "secure" in d.randomness
+    assert d.to_dict()["model"] == "shuffle" and d.to_dict()["trusted"] == ("shuffler",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.private = False
+    for bad in (dict(model="trusted"), dict(method="magic"), dict(honest_fraction=0.0), dict(honest_fraction=1.5)):
+        with pytest.raises(ValueError):
+            description(**bad)
+
+
+def test_simulations_say_they_are_not_private():
+    d = description()
+    sim = d.as_simulation("seeded simulation (PCG64, seed 1)", "seeded simulation: the seed regenerates the noise")
+    assert not sim.private and sim.randomness.startswith("seeded") and "seed regenerates" in sim.not_private_reason
+    assert d.private  # the original is untouched
+    text = sim.render()
+    assert text.splitlines()[0].startswith("NOT PRIVATE: seeded simulation")
+    assert "(1, 1e-06)-DP, shuffle model" in text and "replace-one" in text
+    assert "NOT PRIVATE" not in d.render()
+    assert "caveat: c1" in description(caveats=("c1",)).render()
 
 
 @pytest.mark.parametrize("kwargs,match", [

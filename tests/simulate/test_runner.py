@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 
 from privagg.errors import ParameterError
-from privagg.protocols import FE0, FE1, BallsIntoBinsCentral
-from privagg.simulate import simulate
+from privagg.protocols.balls_into_bins import calibrate_bib, calibrate_fe0, calibrate_fe1
+from privagg.simulate import estimate_frequencies, runner, simulate
 
 N = 10_000
 RUNS = 200
@@ -17,16 +17,17 @@ def codes_for(domain):
     return np.minimum(rng.zipf(1.3, size=N) - 1, domain - 1)
 
 
-@pytest.mark.parametrize("make", [lambda: FE0(1.0, 1e-6, N, 40), lambda: FE1(1.0, 1e-6, N, 3000, bins=150)])
+@pytest.mark.parametrize("make", [lambda: calibrate_fe0(1.0, 1e-6, N, 40),
+                                  lambda: calibrate_fe1(1.0, 1e-6, N, 3000, bins=150)])
 def test_faithful_and_fast_agree_in_distribution(make):
-    proto = make()
-    codes = codes_for(proto.domain_size)
-    items = np.array([0, 1, 5, proto.domain_size - 1])
+    params = make()
+    codes = codes_for(params.domain_size)
+    items = np.array([0, 1, 5, params.domain_size - 1])
     draws = {}
     for mode, seed in (("faithful", 10), ("fast", 20)):
         seeds = np.random.SeedSequence(seed).spawn(RUNS)
-        runs = [simulate(proto, codes, mode, rng=s) for s in seeds]
-        draws[mode] = (np.array([r.oracle.estimate(items) for r in runs]),
+        runs = [simulate(params, codes, mode, rng=s, queries=items) for s in seeds]
+        draws[mode] = (np.array([r.result.estimate(items) for r in runs]),
                        np.array([r.messages_total for r in runs]))
     # Same distribution: two-sample KS per item and for the message totals, at level 1e-3.
     for j in range(items.size):
@@ -35,33 +36,85 @@ def test_faithful_and_fast_agree_in_distribution(make):
 
 
 def test_faithful_run_reports_roles_and_messages():
-    proto = FE1(1.0, 1e-6, N, 3000, bins=150)
-    run = simulate(proto, codes_for(3000), "faithful", rng=1)
-    assert set(run.seconds) == {"randomize", "shuffle", "analyze_setup"}
+    params = calibrate_fe1(1.0, 1e-6, N, 3000, bins=150)
+    run = simulate(params, codes_for(3000), "faithful", rng=1)
+    assert set(run.seconds) == {"randomize", "shuffle", "analyze", "finalize"}
     assert run.messages_total > N and run.messages_per_user == run.messages_total / N
-    assert "seed" in run.randomness
-    assert "secure" in simulate(proto, codes_for(3000), "fast").randomness
+    assert run.transcript["clients"]["sent"] == run.transcript["shuffler"]["received"] == run.messages_total
+    assert run.transcript["analyzer"]["malformed"] == 0 and run.result.messages == run.messages_total
+    assert "seed" in run.randomness and run.mode == "faithful" and run.messages is None
+    fast = simulate(params, codes_for(3000), "fast")
+    assert "secure" in fast.randomness and "fast path" in fast.randomness and "shuffler" not in fast.transcript
+    kept = simulate(params, codes_for(3000), rng=1, keep_messages=True)
+    assert len(kept.messages) == kept.messages_total == run.messages_total  # same seed, same run
+    assert np.array_equal(kept.result.estimates, run.result.estimates)
+
+
+def test_seeded_runs_are_reproducible_and_role_streams_independent():
+    params = calibrate_fe1(1.0, 1e-6, N, 3000, bins=150)
+    a = simulate(params, codes_for(3000), rng=7, keep_messages=True)
+    b = simulate(params, codes_for(3000), rng=7, keep_messages=True)
+    assert all(np.array_equal(a.messages[k], b.messages[k]) for k in "uvw")
+    c = simulate(params, codes_for(3000), rng=8, keep_messages=True)
+    assert not np.array_equal(a.messages["u"][:100], c.messages["u"][:100])
 
 
 def test_central_protocol_runs_the_curator():
-    proto = BallsIntoBinsCentral(1.0, 1e-6, N, 40)
-    run = simulate(proto, codes_for(40), rng=2)
+    params = calibrate_bib(1.0, 1e-6, N, 40)
+    run = simulate(params, codes_for(40), rng=2)
     assert run.messages_total == N and "curator" in run.seconds
+    assert run.result.full_domain and run.result.estimates.size == 40
+    # the curator's noise comes from its own stream: reproducible with the seed
+    assert np.array_equal(simulate(params, codes_for(40), rng=2).result.estimates, run.result.estimates)
 
 
 def test_bad_runs():
-    proto = FE0(1.0, 1e-6, N, 40)
+    params = calibrate_fe0(1.0, 1e-6, N, 40)
     with pytest.raises(ParameterError, match="mode must be one of"):
-        simulate(proto, codes_for(40), "quick")
+        simulate(params, codes_for(40), "quick")
     with pytest.raises(ParameterError, match="codes must be one item per user"):
-        simulate(proto, codes_for(40)[:10])
+        simulate(params, codes_for(40)[:10])
+    with pytest.raises(ParameterError, match=r"item must be integers in \[0, 40\)"):
+        simulate(params, np.full(N, 40))
 
 
-@pytest.mark.parametrize("make,field", [(lambda: FE0(1.0, 1e-10, N, 2**24), "domain"),
-                                        (lambda: BallsIntoBinsCentral(1.0, 1e-10, N, 2**24), "domain"),
-                                        (lambda: FE1(1.0, 1e-10, N, 2**30, bins=2**26), "bins")])
+@pytest.mark.parametrize("make,field", [(lambda: calibrate_fe0(1.0, 1e-10, N, 2**24), "domain"),
+                                        (lambda: calibrate_fe1(1.0, 1e-10, N, 2**30, bins=2**26), "bins")])
 def test_runs_too_large_for_memory_are_refused(make, field):
-    proto = make()  # calibrating is fine: the cost is reported
-    assert proto.rho > 10_000
+    params = make()  # calibrating is fine: the cost is reported
+    assert params.rho > 10_000
     with pytest.raises(ParameterError, match=f"{field} must be small enough that a simulation"):
-        simulate(proto, np.zeros(N, dtype=int))
+        simulate(params, np.zeros(N, dtype=int))
+
+
+def test_central_runs_too_large_for_memory_are_refused(monkeypatch):
+    # Like BallsIntoBinsCentral(1, 1e-10, N, 2**24) in issue 2; the limit is lowered here so that a broken check
+    # would not allocate 2^27+ noisy balls: n (1 + rho) = 13,137 values > 2^12.
+    monkeypatch.setattr(runner, "MESSAGES_MAX", 2**12)
+    params = calibrate_bib(1.0, 1e-6, 2000, 200)
+    assert params.n_users * (1 + params.rho) > 2**12
+    with pytest.raises(ParameterError, match="domain must be small enough that a simulation"):
+        simulate(params, np.zeros(2000, dtype=int), rng=1)
+
+
+def test_estimate_frequencies_reports_privacy_honestly():
+    items = codes_for(40)
+    report, run, encoder = estimate_frequencies("fe0", items, epsilon=1.0, delta=1e-6, domain_size=40, seed=3,
+                                                top=3)
+    assert not report.privacy.private and "seed" in report.privacy.not_private_reason
+    truth = np.bincount(items, minlength=40)
+    assert report.n_users == N and [e.item for e in report.estimates] == np.argsort(-truth)[:3].tolist()
+    assert all(abs(e.estimate - truth[e.item]) <= 4 * e.stderr for e in report.estimates)
+    assert report.error.over == "domain" and report.error.items == 40 and encoder.kind == "integer"
+    assert report.messages.total == run.messages_total
+    secure, _, _ = estimate_frequencies("fe0", items, epsilon=1.0, delta=1e-6, domain_size=40, top=3)
+    assert secure.privacy.private and secure.privacy.not_private_reason is None
+    fast, _, _ = estimate_frequencies("fe0", items, epsilon=1.0, delta=1e-6, domain_size=40, mode="fast", top=3)
+    assert not fast.privacy.private and "fast path" in fast.privacy.not_private_reason
+
+
+def test_a_fast_request_without_a_fast_path_stays_private():
+    report, run, _ = estimate_frequencies("bib", np.arange(2000) % 7, epsilon=1.0, delta=1e-6, domain_size=50,
+                                          mode="fast")
+    assert "fast path" not in run.randomness  # the curator ran as in a deployment
+    assert report.privacy.private, report.privacy.not_private_reason

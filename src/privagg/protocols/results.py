@@ -24,8 +24,11 @@ import numpy as np
 from ..errors import ParameterError, check_integer
 
 
-def top_k(codes: np.ndarray, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first.
+
+    ``codes=None`` means the codes are the positions 0, 1, ... (a full domain,
+    without materialising it).
 
     Partial selection (``argpartition``, O(len)) finds the k-th largest value;
     every estimate at least as large is kept (so ties at the boundary are
@@ -38,8 +41,9 @@ def top_k(codes: np.ndarray, estimates: np.ndarray, k: int) -> tuple[np.ndarray,
         chosen = np.flatnonzero(estimates >= kth)
     else:
         chosen = np.arange(estimates.size)
-    order = np.lexsort((codes[chosen], -estimates[chosen]))[:k]
-    return codes[chosen[order]], estimates[chosen[order]]
+    labels = chosen if codes is None else codes[chosen]
+    order = np.lexsort((labels, -estimates[chosen]))[:k]
+    return labels[order], estimates[chosen[order]]
 
 
 def count_among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -61,11 +65,6 @@ class FrequencyTable:
     @property
     def full_domain(self) -> bool:
         return self.items is None
-
-    @property
-    def codes(self) -> np.ndarray:
-        """The items the table covers."""
-        return np.arange(self.parameters.domain_size) if self.items is None else self.items
 
     def estimate(self, items) -> np.ndarray:
         """Estimates of ``items`` (codes in [B]); a table over candidates answers only for them."""
@@ -93,7 +92,7 @@ class FrequencyTable:
 
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k items with the largest estimates (codes, estimates), largest first."""
-        return top_k(self.codes, self.estimates, k)
+        return top_k(self.items, self.estimates, k)
 
 
 @dataclass(frozen=True)

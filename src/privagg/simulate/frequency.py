@@ -114,7 +114,7 @@ def estimate_frequencies(protocol: str, items, *, epsilon: float, delta: float, 
     if seed is not None:
         privacy = privacy.as_simulation(run.randomness, "seeded simulation: whoever knows the seed can regenerate "
                                         "the noise and recover the true counts")
-    elif mode == "fast":
+    elif run.mode == "fast":
         privacy = privacy.as_simulation(run.randomness, "fast path: the total noise is drawn with a floating-point "
                                         "binomial sampler, a simulation shortcut")
     report = EstimateReport(

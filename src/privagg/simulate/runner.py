@@ -14,7 +14,8 @@ spawned by role name (:func:`privagg.core.randomness.streams`).
     The entry's distributional shortcut (``fast``), e.g. the total dummy
     count drawn in one step and no shuffle, since the analyzer's counts do
     not depend on message order. Tests check that both paths give the same
-    distribution of estimates. Protocols without a shortcut run faithfully.
+    distribution of estimates. Protocols without a shortcut run faithfully
+    (and the run's ``mode`` says ``faithful``).
 
 Every run records a transcript -- what each kind of party sent and
 received -- and the seconds each role took.
@@ -64,11 +65,11 @@ class SimulationRun:
 
 
 def _check_size(parameters) -> None:
-    expected = parameters.n_users * parameters.messages_per_user
+    expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
     if expected > MESSAGES_MAX:
         name = "bins" if "bins" in parameters.to_dict() else "domain"
         raise ParameterError(
-            name, f"small enough that a simulation's n (1 + rho) messages stay below 2^27 (here {expected:.3g}, "
+            name, f"small enough that a simulation's n (1 + rho) values stay below 2^27 (here {expected:.3g}, "
             f"rho = {parameters.rho:.4g}; raise --c or lower --bins to shrink rho on large domains)",
             getattr(parameters, name, parameters.domain_size))
 
@@ -86,6 +87,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     if mode not in MODES:
         raise ParameterError("mode", f"one of {', '.join(MODES)}", mode)
     entry = get(parameters.protocol)
+    if entry.fast is None:
+        mode = "faithful"  # no shortcut: the run is the faithful one, and says so
     codes = parameters.check_codes(np.asarray(codes))
     if codes.size != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{codes.size} items")
@@ -102,7 +105,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         seconds["curator"] = time.perf_counter() - start
     else:
         analyzer = entry.analyzer(parameters, queries)
-        if mode == "fast" and entry.fast is not None:
+        if mode == "fast":
             agg = entry.fast(parameters, codes, rngs["clients"], analyzer)
             seconds["randomize"] = time.perf_counter() - start
             sent = agg.messages + agg.malformed
@@ -122,10 +125,10 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         seconds["finalize"] = time.perf_counter() - start
         transcript = {"clients": {"sent": sent},
                       "analyzer": {"received": agg.messages + agg.malformed, "malformed": agg.malformed}}
-        if entry.topology == "shuffle" and not (mode == "fast" and entry.fast is not None):
+        if entry.topology == "shuffle" and mode == "faithful":
             transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
-    if mode == "fast" and entry.fast is not None:
+    if mode == "fast":
         randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
     return SimulationRun(result, mode, randomness, transcript, seconds, kept)
 

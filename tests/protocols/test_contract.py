@@ -1,0 +1,379 @@
+"""The contract every implemented protocol keeps, generated from the registry.
+
+A protocol joins these tests by its :data:`privagg.protocols.registry.ENTRIES`
+entry alone: the entry's ``topology``, ``client``, ``analyzer``, ``fast``
+and ``calibrations`` decide which checks apply. Instances are small (n = 5000)
+and seeds are fixed; statistical checks use 4-sigma tolerances.
+"""
+
+import json
+import math
+import pickle
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from privagg.core.messages import MessageBatch, shuffle
+from privagg.errors import ParameterError
+from privagg.privacy.balls_into_bins import METHOD_DETAIL, METHODS
+from privagg.privacy.description import Model
+from privagg.protocols import registry, roles
+from privagg.protocols.results import FrequencyTable
+from privagg.simulate import simulate
+
+N, EPS, DELTA, DOMAIN = 5000, 1.0, 1e-6, 1000
+K = 4.0
+PROTOCOLS = registry.IMPLEMENTED
+SHUFFLED = [p for p in PROTOCOLS if registry.REGISTRY[p].topology == "shuffle"]
+WITH_FAST = [p for p in PROTOCOLS if registry.REGISTRY[p].fast is not None]
+
+
+def params_of(name, calibration="numeric", n_users=N):
+    return registry.calibrate(name, epsilon=EPS, delta=DELTA, n_users=n_users, domain_size=DOMAIN,
+                              calibration=calibration)
+
+
+def population(domain=DOMAIN, n_users=N, seed=0):
+    """Zipf-like: item 0 most frequent, the last item held by nobody."""
+    rng = np.random.default_rng(seed)
+    return np.minimum(rng.zipf(1.5, size=n_users) - 1, domain - 2)
+
+
+def analyzer_of(params, queries=None, seed=11):
+    """The protocol's analyzer; a central curator gets a fixed seed so that its noise is reproducible."""
+    entry = registry.get(params.protocol)
+    options = {"rng": seed} if entry.topology == "central" else {}
+    return registry.analyzer(params, queries, **options)
+
+
+def messages_of(params, codes, seed=1):
+    """What the analyzer receives: shuffled client messages, or (central) the values in the clear."""
+    entry = registry.get(params.protocol)
+    if entry.client is None:
+        return MessageBatch({"value": np.asarray(codes, dtype=np.int64)})
+    batch = registry.client(params).randomize(codes, rng=seed)
+    return shuffle(batch, rng=seed + 1) if entry.topology == "shuffle" else batch
+
+
+def same_aggregate(a, b):
+    return np.array_equal(a.counts, b.counts) and (a.messages, a.malformed) == (b.messages, b.malformed)
+
+
+def fold(analyzer, *batches):
+    agg = analyzer.agg_init()
+    for batch in batches:
+        agg = analyzer.agg_update(agg, batch)
+    return agg
+
+
+# --- the registry entry itself ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_entry_is_complete_and_consistent(name):
+    entry = registry.get(name)
+    params = params_of(name)
+    assert entry.implemented and entry.name == params.protocol == name
+    assert entry.analyzer is not None and entry.calibrate is not None and entry.parameters_from_dict is not None
+    assert set(entry.calibrations) <= set(METHODS) and entry.calibrations[0] == "numeric"
+    assert entry.domain_max == type(params).domain_max
+    assert (entry.client is None) == (entry.topology == "central")
+    assert params.model == entry.topology
+    analyzer = analyzer_of(params)
+    assert isinstance(analyzer, roles.Analyzer) and analyzer.layout == params.layout
+    if entry.topology == "central":
+        assert isinstance(analyzer, roles.Curator)
+        with pytest.raises(ParameterError) as err:
+            registry.client(params)
+        assert err.value.field == "protocol"
+    else:
+        client = registry.client(params)
+        assert isinstance(client, roles.Client) and client.layout == params.layout
+        assert not isinstance(analyzer, roles.Curator)  # no noise of its own: it has no rng
+
+
+def test_planned_protocols_are_not_served():
+    planned = [e.name for e in registry.ENTRIES if not e.implemented]
+    assert planned and not set(planned) & set(PROTOCOLS)
+    for name in planned + ["nonsense"]:
+        with pytest.raises(ParameterError) as err:
+            registry.get(name)
+        assert err.value.field == "protocol"
+
+
+# --- parameters ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_parameters_round_trip_through_json_exactly(name):
+    entry = registry.get(name)
+    for calibration in entry.calibrations:
+        params = params_of(name, calibration)
+        text = json.dumps(params.to_dict())
+        data = json.loads(text)
+        assert data == params.to_dict()
+        for source in (data, text, text.encode()):
+            back = registry.load_parameters(source)
+            assert back == params and type(back) is type(params) and back.to_dict() == params.to_dict()
+        assert entry.parameters_from_dict(data) == params
+        # with the derived quantities a report carries, as long as they agree with the fields
+        assert registry.load_parameters({**data, **params.derived()}) == params
+        assert registry.load_parameters({"protocol": name, "parameters": data}) == params
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_loading_refuses_bad_parameters(name):
+    data = params_of(name).to_dict()
+    for bad, field in (({**data, "protocol": "fe9"}, "parameters.protocol"), ([1, 2], "parameters.protocol"),
+                       ("{oops", "parameters"), ({**data, "rho": data["rho"] * 2}, "rho"),
+                       ({**data, "mu": "1"}, "parameters.mu"), ({**data, "surprise": 1}, "parameters")):
+        with pytest.raises(ParameterError) as err:
+            registry.load_parameters(bad if isinstance(bad, str) else json.dumps(bad))
+        assert err.value.field == field, (bad, err.value)
+    missing = {k: v for k, v in data.items() if k != "mu"}
+    with pytest.raises(ParameterError, match="parameters must be"):
+        registry.load_parameters(missing)
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_parameters_are_frozen_and_hashable(name):
+    params = params_of(name)
+    with pytest.raises(AttributeError):
+        params.mu = 0.0
+    assert hash(params) == hash(registry.load_parameters(params.to_dict()))
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_roles_and_aggregates_survive_pickling(name):
+    params = params_of(name)
+    assert pickle.loads(pickle.dumps(params)) == params
+    codes = population()
+    entry = registry.get(name)
+    if entry.client is not None:
+        client = pickle.loads(pickle.dumps(registry.client(params)))
+        a, b = client.randomize(codes, rng=3), registry.client(params).randomize(codes, rng=3)
+        assert a.columns.keys() == b.columns.keys() and all(np.array_equal(a[k], b[k]) for k in a.columns)
+    messages = messages_of(params, codes)
+    for queries in (None, [0, 1, 7, DOMAIN - 1]):
+        analyzer = analyzer_of(params, queries)
+        shipped = pickle.loads(pickle.dumps(analyzer))
+        agg = fold(analyzer, messages)
+        assert same_aggregate(fold(shipped, messages), agg)
+        back = pickle.loads(pickle.dumps(agg))
+        assert same_aggregate(back, agg)
+        table = analyzer.finalize(back)
+        assert np.array_equal(table.estimates, analyzer.finalize(agg).estimates)
+        assert np.array_equal(pickle.loads(pickle.dumps(table)).estimates, table.estimates)
+
+
+# --- aggregation --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("queries", [None, [0, 1, 2, 500, DOMAIN - 1]])
+def test_merge_of_shards_is_one_update_over_all_messages(name, queries):
+    params = params_of(name)
+    messages = messages_of(params, population())
+    analyzer = analyzer_of(params, queries)
+    bad = corrupt(params.layout, messages.take(slice(0, 50)))
+    cuts = [0, 1, 1, 997, len(messages) // 2, len(messages)]  # uneven, with an empty shard
+    shards = [messages.take(slice(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])] + [bad]
+    whole = fold(analyzer, MessageBatch.concatenate(shards))
+    parts = [fold(analyzer, shard) for shard in shards]
+    merged = analyzer.merge(parts)
+    assert same_aggregate(merged, whole)
+    assert merged.messages == len(messages) + 50 - merged.malformed and merged.malformed > 0
+    assert same_aggregate(analyzer.merge([analyzer.merge(parts[:3]), analyzer.merge(parts[3:])]), whole)
+    assert same_aggregate(fold(analyzer, *shards), whole)  # folding batch after batch, too
+    assert same_aggregate(analyzer.merge([]), analyzer.agg_init())
+    assert np.array_equal(analyzer.finalize(merged).estimates, analyzer.finalize(whole).estimates)
+    assert all(p.counts is not merged.counts for p in parts)
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_estimates_cover_the_queries(name):
+    params = params_of(name)
+    messages = messages_of(params, population())
+    full = analyzer_of(params)
+    table = full.finalize(fold(full, messages))
+    assert isinstance(table, FrequencyTable) and table.full_domain and table.estimates.shape == (DOMAIN,)
+    assert table.parameters == params and table.messages == len(messages) and table.malformed == 0
+    queries = [DOMAIN - 1, 3, 0, 3]
+    some = analyzer_of(params, queries)
+    some_table = some.finalize(fold(some, messages))
+    assert some_table.items.tolist() == [0, 3, DOMAIN - 1]
+    if registry.get(name).topology != "central":  # the curator's noise differs between the two tables
+        assert np.array_equal(some_table.estimate([0, DOMAIN - 1]), table.estimate([0, DOMAIN - 1]))
+    codes, estimates = table.top_k(3)
+    assert estimates.tolist() == sorted(table.estimates, reverse=True)[:3]
+
+
+# --- messages -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_messages_per_user_match_the_theory(name):
+    params = params_of(name)
+    run = simulate(params, population(), rng=4)
+    if registry.get(name).topology == "central":
+        assert params.messages_per_user == 1 and run.messages_total == N
+        return
+    frac = params.rho - math.floor(params.rho)
+    assert params.messages_per_user == 1 + params.rho
+    assert abs(run.messages_per_user - params.messages_per_user) <= K * math.sqrt(frac * (1 - frac) / N)
+    assert run.transcript["analyzer"]["received"] == run.transcript["clients"]["sent"]
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_bits_per_message_is_the_layout_sum(name):
+    params = params_of(name)
+    columns = params.layout.columns
+    assert params.bits_per_message == params.layout.bits_per_message == sum(
+        max(1, (c.high - c.low - 1).bit_length()) for c in columns)  # ceil(log2(number of values))
+    assert len({c.name for c in columns}) == len(columns) and all(c.low < c.high for c in columns)
+    # what the roles send fits the layout
+    clean, dropped = params.layout.validate(messages_of(params, population()))
+    assert dropped == 0 and set(clean.columns) == set(params.layout.names)
+
+
+def corrupt(layout, batch):
+    """``batch`` (>= 8 rows) with rows 0-5 malformed: above and below range, a fraction, NaN, infinities."""
+    columns = {name: np.asarray(col, dtype=np.float64).copy() for name, col in batch.columns.items()}
+    first = layout.columns[0]
+    last = layout.columns[-1]
+    columns[first.name][0] = first.high
+    columns[last.name][1] = last.low - 1
+    columns[first.name][2] = first.low + 0.5
+    columns[last.name][3] = np.nan
+    columns[first.name][4] = np.inf
+    columns[last.name][5] = -np.inf
+    return MessageBatch(columns)
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("queries", [None, [0, 1, 999]])
+def test_malformed_messages_are_dropped_and_counted(name, queries):
+    params = params_of(name)
+    layout = params.layout
+    messages = messages_of(params, population()).take(slice(0, 400))
+    analyzer = analyzer_of(params, queries)
+    good = messages.take(slice(6, None))
+    expected = fold(analyzer, good)
+    agg = fold(analyzer, corrupt(layout, messages))  # floats, six rows bad
+    assert agg.malformed == 6 and agg.messages == 394 and np.array_equal(agg.counts, expected.counts)
+    for columns in (
+        {n if n != layout.names[-1] else "renamed": c for n, c in messages.columns.items()},  # a column missing
+        {n: c.astype(str) for n, c in messages.columns.items()},  # not numbers
+        {n: c.astype(object) for n, c in messages.columns.items()},
+        {n: np.ones(len(messages), dtype=bool) for n in messages.columns},
+    ):
+        agg = fold(analyzer, MessageBatch(columns))
+        assert (agg.messages, agg.malformed) == (0, 400) and not agg.counts.any()
+    extra = fold(analyzer, MessageBatch({**messages.columns, "extra": np.zeros(400)}))
+    assert same_aggregate(extra, fold(analyzer, messages))  # unknown columns are ignored
+    assert same_aggregate(fold(analyzer, layout.empty(), MessageBatch({})), analyzer.agg_init())
+    table = analyzer.finalize(fold(analyzer, corrupt(layout, messages), good))
+    assert table.malformed == 6 and table.messages == 394 * 2
+
+
+# --- privacy ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_privacy_description(name):
+    entry = registry.get(name)
+    for calibration in entry.calibrations:
+        params = params_of(name, calibration)
+        privacy = params.privacy
+        assert privacy.model in Model.__args__ and privacy.model == entry.topology
+        assert "replace-one" in privacy.neighbouring
+        assert privacy.private is True and privacy.not_private_reason is None
+        assert (privacy.epsilon, privacy.delta) == (EPS, DELTA) and privacy.method == calibration
+        assert privacy.method_detail.startswith(METHOD_DETAIL[calibration])
+        assert privacy.parameters["mu"] == params.mu and privacy.parameters["n_users"] == N
+        assert privacy.trusted and 0 < privacy.honest_fraction <= 1
+        text = privacy.render()
+        assert "(1, 1e-06)-DP" in text and "NOT PRIVATE" not in text
+        assert json.loads(json.dumps(privacy.to_dict(), default=list))["model"] == entry.topology
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("calibration", ["numeric", "hockey_stick"])
+def test_noise_buys_the_promised_delta(name, calibration):
+    # delta_at is the hockey-stick bound, which the tail criterion (numeric) also bounds from above
+    if calibration not in registry.get(name).calibrations:
+        pytest.skip(f"{name} has no {calibration} calibration")
+    for n_users in (2000, 10_000):
+        params = params_of(name, calibration, n_users)
+        assert params.delta_at(params.epsilon) <= params.delta
+        assert params.delta_at(params.epsilon / 2) > params.delta_at(params.epsilon)
+
+
+BAD_CALIBRATIONS = [
+    (dict(epsilon=0), "epsilon"), (dict(epsilon=-1.0), "epsilon"), (dict(epsilon=float("nan")), "epsilon"),
+    (dict(epsilon=float("inf")), "epsilon"), (dict(delta=0.0), "delta"), (dict(delta=1.0), "delta"),
+    (dict(delta=1.5), "delta"), (dict(delta=float("nan")), "delta"), (dict(n_users=1), "n_users"),
+    (dict(n_users=0), "n_users"), (dict(n_users=2.5), "n_users"), (dict(n_users=True), "n_users"),
+    (dict(domain_size=1), "domain"), (dict(domain_size=0), "domain"), (dict(domain_size=10.5), "domain"),
+    (dict(calibration="magic"), "calibration"), (dict(unknown_option=1), "unknown_option"),
+]
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("change,field", BAD_CALIBRATIONS)
+def test_bad_calibration_input_names_the_field(name, change, field):
+    args = {**dict(epsilon=EPS, delta=DELTA, n_users=N, domain_size=DOMAIN), **change}
+    with pytest.raises(ParameterError) as err:
+        registry.calibrate(name, **args)
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field} must be ")
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_domain_above_the_entrys_maximum_is_refused(name):
+    entry = registry.get(name)
+    with pytest.raises(ParameterError) as err:
+        registry.calibrate(name, epsilon=EPS, delta=DELTA, n_users=N, domain_size=entry.domain_max + 1)
+    assert err.value.field == "domain"
+
+
+# --- statistics (slow) --------------------------------------------------------------------------------
+
+RUNS = 200
+
+
+def estimate_draws(params, codes, items, mode, seed, totals=False):
+    """RUNS x len(items) estimates (and the runs' message totals) of seeded simulations."""
+    runs = [simulate(params, codes, mode, rng=s, queries=items) for s in np.random.SeedSequence(seed).spawn(RUNS)]
+    draws = np.array([r.result.estimate(items) for r in runs])
+    return (draws, np.array([r.messages_total for r in runs])) if totals else draws
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_estimates_are_unbiased_with_the_theoretical_variance(name):
+    params = params_of(name)
+    codes = population()
+    items = np.array([0, 1, 9, DOMAIN - 1])
+    truth = np.bincount(codes, minlength=DOMAIN)[items]
+    assert truth[-1] == 0 and truth[0] > 1000
+    mode = "fast" if registry.get(name).fast is not None else "faithful"
+    draws = estimate_draws(params, codes, items, mode, seed=31)
+    sd = params.standard_error(truth)
+    mean, var = draws.mean(axis=0), draws.var(axis=0, ddof=1)
+    assert np.all(np.abs(mean - truth) <= K * sd / math.sqrt(RUNS)), (mean, truth, sd)
+    assert np.all(np.abs(var / sd**2 - 1) <= K * math.sqrt(2 / (RUNS - 1))), var / sd**2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", WITH_FAST)
+def test_faithful_and_fast_paths_agree_in_distribution(name):
+    params = params_of(name)
+    codes = population()
+    items = np.array([0, 2, DOMAIN - 1])
+    faithful, faithful_totals = estimate_draws(params, codes, items, "faithful", seed=41, totals=True)
+    fast, fast_totals = estimate_draws(params, codes, items, "fast", seed=42, totals=True)
+    for j in range(items.size):
+        assert stats.ks_2samp(faithful[:, j], fast[:, j]).pvalue > 1e-3
+    assert stats.ks_2samp(faithful_totals, fast_totals).pvalue > 1e-3
