@@ -59,6 +59,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy.stats import norm
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-process measurement)
+
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
 from privagg.protocols.balls_into_bins import FE1Analyzer, FE1Client, calibrate_fe1
@@ -238,8 +241,9 @@ def machine(report: Report) -> None:
         "# Benchmarks",
         "",
         "Written by `make bench` (`benchmarks/run.py`); every figure not marked *quoted* was measured in "
-        "that one run. Speeds are ratios against baselines timed in the same run; the authors' C++ figures "
-        "come from the issue and were **not** measured here.",
+        "that one run. Speeds are ratios against baselines timed in the same run. Part 3 runs the authors' "
+        "C++ side by side when `SDPFE_DIR` names its source; the figures marked *quoted* in part 1 come "
+        "from the issue and were not measured here.",
         "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
         f"- machine: {cpu}, {os.cpu_count()} logical CPUs; numba threads: {nb.get_num_threads()}",
@@ -378,23 +382,14 @@ def small_fe1(report: Report) -> None:
     )
 
 
-def run_cli(command: list[str], env: dict[str, str]) -> tuple[dict, float, int]:
-    """Run ``command``; return its parsed JSON stdout, wall seconds and peak RSS in bytes.
+def run_cli(command: list[str], env: dict[str, str], folder: Path) -> tuple[dict, float, int]:
+    """Run ``command`` with ``--output``; return its JSON report, wall seconds and peak RSS in bytes.
 
-    os.wait4 gives the resource usage of this one child (RUSAGE_CHILDREN would
-    mix in earlier children); ru_maxrss is in KiB on Linux.
+    Measured by GNU time (``sdpfe.measure``: what ``/usr/bin/time -v`` shows for the process).
     """
-    with tempfile.TemporaryFile() as stdout:
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT)
-        stderr = process.stderr.read()
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}): {stderr.decode()}")
-        stdout.seek(0)
-        return json.loads(stdout.read()), wall, usage.ru_maxrss * 1024
+    report = folder / "report.json"
+    figures = sdpfe.measure(command + ["--output", str(report)], ROOT, env, folder / "run.log")
+    return json.loads(report.read_text()), figures["wall_s"], figures["peak_rss_kib"] * 1024
 
 
 def large_cli(report: Report) -> None:
@@ -415,25 +410,25 @@ def large_cli(report: Report) -> None:
         cands.write_text("".join(f"{x}\n" for x in np.concatenate([top, extra]).tolist()))
         command = [privagg, "estimate", "fe1", "--input", str(data), "--epsilon", f"{EPSILON:g}",
                    "--delta", f"{DELTA:g}", "--domain", str(LARGE_DOMAIN), "--c", str(LARGE_C),
-                   "--candidates", str(cands), "--top", "100", "--seed", "1", "--json"]
+                   "--candidates", str(cands), "--top", "100", "--seed", "1"]
         # A fresh numba cache directory: the first run compiles privagg's kernels
         # and writes them there, the second loads them, as a user's second run would.
         env = {**os.environ, "NUMBA_CACHE_DIR": str(Path(tmp) / "numba-cache")}
         runs = []
         for label in ("cold (compiles)", "warm (cached)"):
             note(f"privagg estimate, {label}")
-            runs.append((label, *run_cli(command, env)))
+            runs.append((label, *run_cli(command, env, Path(tmp))))
         note("privagg estimate --write-messages (16 partitions)")
-        written = run_cli(command + ["--write-messages", str(msgs), "--partitions", str(PARTITIONS)], env)
+        written = run_cli(command + ["--write-messages", str(msgs), "--partitions", str(PARTITIONS)], env, Path(tmp))
 
         analyze = [privagg, "analyze", "fe1", "--params", str(msgs / "params.json"), "--messages", str(msgs),
-                   "--candidates", str(cands), "--top", "100", "--json"]
+                   "--candidates", str(cands), "--top", "100"]
         dask = analyze + ["--engine", "dask", "--workers", str(DASK_WORKERS)]
         engines: dict[str, list] = {"local": [], "dask": []}
         for i in range(ANALYZE_REPEATS):  # alternate, so drifts of the machine hit both alike
             for name, cmd in (("local", analyze), ("dask", dask)):
                 note(f"privagg analyze --engine {name} ({i + 1}/{ANALYZE_REPEATS})")
-                engines[name].append(run_cli(cmd, env))
+                engines[name].append(run_cli(cmd, env, Path(tmp)))
 
     def shown(cmd: list[str]) -> str:
         return " ".join(cmd).replace(str(ROOT) + "/", "").replace(tmp, "$TMP")
@@ -450,8 +445,9 @@ def large_cli(report: Report) -> None:
         "The cold run has an empty numba cache (`NUMBA_CACHE_DIR` set to a new directory), so it includes "
         "compiling privagg's kernels; the warm run reuses the cache the cold run wrote. Wall time is measured "
         "around the subprocess (interpreter start-up, reading the files, simulation, queries, JSON output); "
-        "peak memory is the child's peak resident set size (`ru_maxrss` from `os.wait4`, what "
-        "`/usr/bin/time -v` reports). The stages are privagg's own timings in the JSON "
+        "peak memory is the process's peak resident set size, measured with GNU time (`/usr/bin/time`, "
+        "the figure `/usr/bin/time -v` reports as maximum resident set size). The stages are privagg's own "
+        "timings in the JSON "
         "(`simulation.seconds`); the rest of the wall time is interpreter start-up, imports, reading the "
         "files and writing the report.",
         "",
@@ -510,16 +506,18 @@ def large_cli(report: Report) -> None:
         med = sorted(rs, key=lambda r: r[1])[len(rs) // 2]
         inner = med[0]["engine"]["seconds"]
         rows.append([name, seconds(walls[name]), f"{min(r[1] for r in rs):.2f} - {max(r[1] for r in rs):.2f} s",
-                     f"{max(r[2] for r in rs) / 2**30:.2f} GiB", ", ".join(f"{k} {seconds(v)}" for k, v in inner.items()),
+                     f"{max(r[2] for r in rs) / 2**30:.2f} GiB",
+                     ", ".join(f"{k} {seconds(v)}" for k, v in inner.items()),
                      seconds(med[1] - sum(inner.values()))])
-    report.table(["engine", "wall (median)", "range", "peak memory (client process)", "engine stages (median run)",
+    report.table(["engine", "wall (median)", "range", "peak memory (largest process)", "engine stages (median run)",
                   "rest"], rows)
     report.add(
         f"Dask / in-process wall time, median of the per-pair ratios: {statistics.median(pair_ratios):.2f}x. "
-        f"Dask's peak memory is that of the client process only; its {DASK_WORKERS} worker processes each read "
-        f"and count their partitions. On 2 cores the in-process engine already uses both (numba threads), "
-        "so Dask cannot be faster here: it pays the cluster start-up and the Parquet reads in separate "
-        "processes. It is there for data that does not fit one machine.",
+        f"Peak memory is GNU time's figure: the largest resident set of the process and the children it "
+        f"waited for (Dask's {DASK_WORKERS} worker processes each read and count their partitions; their "
+        f"memory adds up, the figure is the largest one). On 2 cores the in-process engine already uses "
+        "both (numba threads), so Dask cannot be faster here: it pays the cluster start-up and the Parquet "
+        "reads in separate processes. It is there for data that does not fit one machine.",
         "",
     )
 
@@ -558,9 +556,6 @@ def startup(report: Report) -> None:
 
 def peer(report: Report) -> None:
     """Part 3: the authors' C++ side by side, when SDPFE_DIR names its source."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sdpfe
-
     source = os.environ.get("SDPFE_DIR")
     report.add("## 3. FE1 against the authors' C++ (whole processes, same data, same run)", "")
     if not source:

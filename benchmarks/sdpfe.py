@@ -108,17 +108,25 @@ def write_data(folder: Path, items: np.ndarray) -> tuple[Path, Path]:
 
 
 def measure(cmd: list[str], cwd: Path, env: dict, log: Path) -> dict:
-    """Run ``cmd`` to completion: wall seconds, peak RSS (KiB) and CPU seconds of the child."""
+    """Run ``cmd`` to completion under GNU time: wall seconds, peak RSS (KiB) and CPU seconds of the child.
+
+    ``/usr/bin/time`` is what a user would run; measuring from this Python
+    process instead would be wrong: Linux keeps a process's peak RSS across
+    exec, so a child forked from a large benchmark process inherits the
+    parent's peak. GNU time is small, so its child starts clean.
+    """
+    timer = shutil.which("time", path="/usr/bin:/bin")
+    if timer is None:
+        raise RuntimeError("GNU time is needed for honest peak-memory figures: apt-get install time")
+    stats = log.with_suffix(".time")
     with open(log, "wb") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.run([timer, "-f", "%e %M %U %S", "-o", str(stats), *map(str, cmd)], cwd=cwd, env=env,
+                              stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited with {proc.returncode}:\n{tail}")
-    return {"wall_s": wall, "peak_rss_kib": usage.ru_maxrss, "cpu_s": usage.ru_utime + usage.ru_stime}
+    wall, rss, user, system = stats.read_text().split()[-4:]
+    return {"wall_s": float(wall), "peak_rss_kib": int(rss), "cpu_s": float(user) + float(system)}
 
 
 def parse_peer(work: Path, log: Path) -> dict:
@@ -137,6 +145,11 @@ def parse_peer(work: Path, log: Path) -> dict:
 
 PEER_STAGES = {"randomize": "local randomizer time cost", "analyze": "analyzer time cost",
                "single query": "single element query time cost"}
+
+
+def _shown(command: str, tmp: Path) -> str:
+    """A command as a reader can repeat it: $TMP for the temporary folder, paths relative to the repository."""
+    return command.replace(str(tmp), "$TMP").replace(str(ROOT) + "/", "")
 
 
 def summary(values: list[float]) -> dict:
@@ -194,7 +207,7 @@ def run(sdpfe_dir, repeats: int = REPEATS, privagg=None) -> dict:
             peer_runs.append(peer_once())
             _log(f"repeat {i + 1}/{repeats}: privagg")
             ours_runs.append(ours_once())
-        ours_stdout = ours_log.read_text(errors="replace")
+        ours_stdout = _shown(ours_log.read_text(errors="replace"), tmp)
 
     def figures(runs: list[tuple[dict, dict]]) -> dict:
         return {key: summary([m[key] for m, _ in runs]) for key in ("wall_s", "peak_rss_kib", "cpu_s")}
@@ -208,7 +221,8 @@ def run(sdpfe_dir, repeats: int = REPEATS, privagg=None) -> dict:
         "settings": {"n_users": N_USERS, "domain": DOMAIN, "epsilon": EPSILON, "delta": DELTA, "c": C,
                      "repeats": repeats, "zipf_exponent": ZIPF_EXPONENT, "data_seed": DATA_SEED,
                      "distinct_items": int(np.unique(items).size)},
-        "commands": {"peer": f"(cd {peer_cwd}) " + " ".join(peer_cmd), "privagg": " ".join(ours_cmd)},
+        "commands": {"peer": _shown(f"(cd {peer_cwd}) " + " ".join(peer_cmd), tmp),
+                     "privagg": _shown(" ".join(ours_cmd), tmp)},
         "peer": {**figures(peer_runs), "stages_s": peer_stages},
         "privagg": {**figures(ours_runs), "stages_s": ours_stages, "cold_wall_s": warm_ours["wall_s"]},
         "ratio_wall": summary([p["wall_s"] / o["wall_s"] for (p, _), (o, _) in zip(peer_runs, ours_runs)]),
@@ -227,7 +241,8 @@ def _log(text: str) -> None:
 def markdown(res: dict) -> str:
     s = res["settings"]
     lines = [
-        f"## privagg FE1 vs SDPFE FE/fe.cpp (g++ -O2), whole processes, same data",
+        "privagg FE1 against SDPFE's `FE/fe.cpp` (g++ -O2), whole processes, same data, measured with GNU time "
+        "(`/usr/bin/time`: wall clock, maximum resident set size, user + system CPU).",
         "",
         f"n = {s['n_users']}, B = 2^{DOMAIN.bit_length() - 1}, epsilon = {s['epsilon']:g}, delta = {s['delta']:g}, "
         f"c = {s['c']:g}, full domain; Zipf({s['zipf_exponent']}) items, seed {s['data_seed']}, "

@@ -2,7 +2,8 @@
 
 ``import privagg`` loads numpy only; the names below load their modules on
 first use (scipy when calibrating, numba when an FE1 analyzer counts,
-pyarrow for files).
+pyarrow for files). Simulations: :func:`privagg.simulate.simulate`; the
+analyzer over partitions, in-process or on Dask: :mod:`privagg.engine`.
 
     params = privagg.calibrate("fe1", epsilon=1, delta=1e-10, n_users=n, domain_size=2**24, c=1)
     messages = privagg.client(params).randomize(codes)        # on the devices
@@ -28,8 +29,6 @@ _LAZY = {
     "shuffle": "privagg.core.messages",
     "MessageBatch": "privagg.core.messages",
     "ItemEncoder": "privagg.core.encoding",
-    "simulate": "privagg.simulate.runner",
-    "estimate_frequencies": "privagg.simulate.frequency",
 }
 __all__ = ["ParameterError", "__version__", *_LAZY]
 

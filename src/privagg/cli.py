@@ -123,10 +123,6 @@ def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc
     return command
 
 
-def _options(entry: ProtocolEntry, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {o.name: kwargs.pop(o.name) for o in entry.options}
-
-
 # --- protocols and schema ---------------------------------------------------------------------------------
 
 @app.command()

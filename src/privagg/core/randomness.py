@@ -72,8 +72,8 @@ def streams(rng: RNGLike, roles: Sequence[str]) -> dict[str, np.random.Generator
         rng = np.random.SeedSequence(int(rng))
     if not isinstance(rng, np.random.SeedSequence):
         resolve(rng)  # raises the TypeError for bad input
-    return {role: np.random.default_rng(np.random.SeedSequence(rng.entropy, spawn_key=(*rng.spawn_key, _role_key(role))))
-            for role in roles}
+    return {role: np.random.default_rng(
+        np.random.SeedSequence(rng.entropy, spawn_key=(*rng.spawn_key, _role_key(role)))) for role in roles}
 
 
 def _role_key(role: str) -> int:
