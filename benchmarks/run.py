@@ -110,7 +110,8 @@ ANALYZE_REPEATS = 3         # analyze runs per engine, alternating
 STARTUP_REPEATS = 10
 CLIENT_SNIPPET = ("import privagg; p = privagg.load_parameters(dict(protocol='fe1', epsilon=1.0, delta=1e-10, "
                   "n_users=100000, domain_size=16777216, calibration='numeric', mu=98.01797242329297, "
-                  "rho=8.512860904962995, bins=8685, modulus=16777259, c=1.0)); privagg.client(p).randomize([42])")
+                  "rho=8.512860904962995, bins=8685, modulus=16777259, c=1.0), verify=False); "
+                  "privagg.client(p).randomize([42])")
 
 
 # --- input data -----------------------------------------------------------------------
@@ -529,7 +530,7 @@ def startup(report: Report) -> None:
         "python -c 'import numpy'": [python, "-c", "import numpy"],
         "python -c 'import privagg'": [python, "-c", "import privagg"],
         "privagg --help": [str(ROOT / ".venv/bin/privagg"), "--help"],
-        "client path (load parameters, randomize 1 user)": [python, "-c", CLIENT_SNIPPET],
+        "client path (load parameters without scipy, randomize 1 user)": [python, "-c", CLIENT_SNIPPET],
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(STARTUP_REPEATS):

@@ -404,3 +404,46 @@ def test_usage_errors_are_one_line():
 def test_calibrate_bad_users():
     code, _, err = run("calibrate", "fe1", *COMMON, "--users", 1, "--domain", 100)
     assert code == 2 and err.startswith("error: n_users must be an integer >= 2")
+
+
+def test_analyze_without_a_record_of_the_messages_origin_is_not_private(ints_file, tmp_path):
+    _, folder = write_run(ints_file, tmp_path)
+    (folder / "items.json").unlink()  # integer items need no key, but nothing says how the messages were made
+    code, out, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                         "--candidates", tmp_path / "cands.txt", "--json")
+    assert code == 0, err
+    privacy = json.loads(out)["privacy"]
+    assert privacy["private"] is False and "cannot tell whether the clients used secure randomness" in \
+        privacy["not_private_reason"]
+
+
+def test_missing_messages_add_a_caveat(ints_file, tmp_path):
+    _, folder = write_run(ints_file, tmp_path)
+    args = ("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+            "--candidates", tmp_path / "cands.txt")
+    code, out, err = run(*args)
+    assert code == 0 and "caveat: the analyzer received" not in out, err
+    (folder / "part-00002.parquet").unlink()  # a third of the messages: users dropped out, or they were lost
+    code, out, err = run(*args)
+    assert code == 0, err
+    assert "caveat: the analyzer received" in out and "guarantee does not hold as stated" in out
+
+
+def test_tampered_parameters_are_refused(ints_file, tmp_path):
+    _, folder = write_run(ints_file, tmp_path)
+    params = json.loads((folder / "params.json").read_text())
+    for change in ({"epsilon": 0.05}, {"mu": 0.0, "rho": 0.0}):  # claims more privacy than the noise buys
+        (tmp_path / "tampered.json").write_text(json.dumps({**params, **change}))
+        code, _, err = run("analyze", "fe1", "--params", tmp_path / "tampered.json", "--messages", folder,
+                           "--candidates", tmp_path / "cands.txt")
+        assert code == 2 and err.startswith("error: mu must be large enough"), err
+
+
+def test_unreachable_scheduler_is_one_line(ints_file, tmp_path, monkeypatch):
+    from privagg import engine
+
+    _, folder = write_run(ints_file, tmp_path)
+    monkeypatch.setattr(engine, "SCHEDULER_TIMEOUT", "1s")
+    code, _, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                       "--candidates", tmp_path / "cands.txt", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9")
+    assert code == 2 and err.startswith("error: scheduler must be the address of a reachable Dask scheduler"), err

@@ -161,14 +161,13 @@ def schema(report: str = typer.Argument(..., help="calibrate, estimate or analyz
 def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
                calibration: Enum, as_json: bool, output: Optional[Path], **options: Any) -> None:
     from .protocols.registry import calibrate
-    from .reports import CalibrationReport, ProfilePoint, to_json_dict
-    from .simulate.frequency import report_parameters
+    from .reports import CalibrationReport, privacy_profile, report_parameters, to_json_dict
 
     with _clean_errors():
         _check_output(output)
         params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
                            calibration=calibration.value, **options)
-        profile = [ProfilePoint(e, params.delta_at(e)) for e in (epsilon / 2, epsilon, 2 * epsilon)]
+        profile = privacy_profile(params)
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
                                privacy_profile=profile, **params.expected_error())
 
@@ -180,10 +179,14 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
         _console().print(table)
         _say(params.privacy.render())
-        _say("delta at other epsilons, same noise (hockey-stick bound): " + ", ".join(
-            f"eps {p.epsilon:g}: {p.delta:.3g}" for p in profile))
+        _say(_profile_line(profile))
 
     _emit(to_json_dict(report), as_json, output, human)
+
+
+def _profile_line(profile) -> str:
+    return "  delta at other epsilons, same noise (hockey-stick bound): " + ", ".join(
+        f"eps {p.epsilon:g}: {p.delta:.3g}" for p in profile)
 
 
 def _register_calibrate(entry: ProtocolEntry) -> None:
@@ -279,6 +282,7 @@ def _print_estimate(report) -> None:
     _say(f"input: {report.input}")
     _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
     _say(report.privacy.render())
+    _say(_profile_line(report.privacy_profile))
     m, e, expected = report.messages, report.error, report.expected_error
     _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
          f"{report.bits_per_message} bits per message")
@@ -362,14 +366,13 @@ def analyze(
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
 ) -> None:
     """Run a protocol's analyzer over written messages, in-process or on Dask."""
-    import numpy as np
-
     from . import engine as engines
     from .core.encoding import ItemEncoder
     from .io import read_items
     from .protocols.registry import analyzer as make_analyzer, load_parameters
-    from .reports import AnalysisReport, Messages, to_json_dict
-    from .simulate.frequency import FULL_DOMAIN_MAX, expected_error, report_parameters, reported_estimates
+    from .reports import (AnalysisReport, Messages, expected_error, privacy_profile, report_parameters,
+                          reported_estimates, to_json_dict)
+    from .simulate.frequency import choose_full_domain
 
     with _clean_errors():
         _check_output(output, params_file, candidates)
@@ -386,37 +389,28 @@ def analyze(
         items = _read_items_info(messages, params.domain_size)
         encoder = ItemEncoder(params.domain_size, bytes.fromhex(items["key"]) if items.get("key") else None)
         encoder.kind = items.get("kind")
-        if full_domain is None:
-            full_domain = candidates is None
-        if full_domain and params.domain_size > FULL_DOMAIN_MAX:
-            raise ParameterError("domain", f"at most {FULL_DOMAIN_MAX} with --full-domain (give --candidates)",
-                                 params.domain_size)
-        if not full_domain and candidates is None:
-            raise ParameterError("candidates", "given without --full-domain", None)
+        full_domain = choose_full_domain(params.domain_size, full_domain, candidates is not None,
+                                         default_max=0 if candidates is not None else engines.FULL_DOMAIN_DEFAULT)
         queries = None
         if candidates is not None:
             queries = encoder.encode(read_items(candidates, None, field="candidates"), field="candidate", public=True)
         analyzer = make_analyzer(params, None if full_domain else queries)
         result, run = engines.analyze(analyzer, partitions, engine.value, scheduler, workers)
         if full_domain and queries is not None:  # report the top among the public candidates
-            from .protocols.results import FrequencyTable
-
-            pool = np.unique(queries)
-            result = FrequencyTable(params, result.estimates[pool], pool, result.messages, result.malformed)
-        privacy = params.privacy
-        if not items.get("private", True):
-            privacy = privacy.as_simulation(items.get("randomness", "unknown"),
-                                            "the messages came from a simulation with reproducible randomness")
+            result = result.restricted_to(queries)
+        received = result.messages + result.malformed
         report = AnalysisReport(
-            protocol=params.protocol, parameters=report_parameters(params), privacy=privacy,
-            n_users=params.n_users, messages=Messages(result.messages, result.messages / params.n_users,
-                                                      result.malformed),
+            protocol=params.protocol, parameters=report_parameters(params),
+            privacy=_analysis_privacy(params, items, received), n_users=params.n_users,
+            messages=Messages(received, received / params.n_users, result.malformed),
             bits_per_message=params.bits_per_message, expected_error=expected_error(params),
-            estimates=reported_estimates(result, encoder, top), full_domain=full_domain, engine=run)
+            estimates=reported_estimates(result, encoder, top), privacy_profile=privacy_profile(params),
+            full_domain=full_domain, engine=run)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
         _say(report.privacy.render())
+        _say(_profile_line(report.privacy_profile))
         m = report.messages
         _say(f"messages: {m.total} analyzed from {len(partitions)} partitions ({m.malformed} malformed, dropped)")
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
@@ -425,12 +419,42 @@ def analyze(
     _emit(to_json_dict(report), as_json, output, human)
 
 
+def _analysis_privacy(params, items: dict[str, Any], received: int):
+    """The guarantee of an analysis, as far as the analyzer can know it.
+
+    The analyzer cannot see how the clients drew their randomness: it takes
+    items.json's record, and without a record says the run is not known to
+    be private. Far fewer or more messages than the n (1 + rho) the
+    guarantee counts on (more than 5 sd away) add a caveat: users may have
+    dropped out, and the noise is then smaller than calibrated.
+    """
+    from dataclasses import replace
+
+    from .engine import ITEMS_FILE
+
+    privacy = params.privacy
+    if items.get("private") is True:
+        privacy = replace(privacy, randomness=f"as recorded in {ITEMS_FILE}: {items.get('randomness')}")
+    else:
+        privacy = privacy.as_simulation(items.get("randomness", "unknown"), (
+            "the messages came from a simulation with reproducible randomness" if items.get("private") is False
+            else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
+                 "clients used secure randomness"))
+    expected = params.n_users * params.messages_per_user
+    if abs(received - expected) > 5 * params.messages_sd + 1:
+        privacy = replace(privacy, caveats=privacy.caveats + (
+            f"the analyzer received {received} messages where the guarantee counts on {expected:.0f} "
+            f"(sd {params.messages_sd:.1f}): users may have dropped out or sent extra messages, and the "
+            "guarantee does not hold as stated",))
+    return privacy
+
+
 def _read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
     from .engine import ITEMS_FILE
 
     path = directory / ITEMS_FILE
     if not path.exists():
-        return {"kind": "integer"}  # messages of integer items need no key
+        return {"kind": "integer"}  # messages of integer items need no key; their origin is unknown
     try:
         info = json.loads(path.read_text())
     except (OSError, ValueError) as e:

@@ -3,19 +3,27 @@
 Reports are dataclasses of plain values; :func:`to_json_dict` turns one into
 the JSON object the CLI writes (fields left ``None`` are omitted), and
 :func:`json_schema` generates the JSON Schema from the types with pydantic
-(docs/report.schema.json is written from it, and the tests validate every
-report against it). The fields of issue 2's estimate report are kept.
+(``privagg schema`` prints it, docs/schemas/ holds copies, and the tests
+validate every report against it). The protocol names and the parameter
+fields come from the registry. The fields of issue 2's estimate report are
+kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Union
+
+import numpy as np
 
 from .privacy.description import PrivacyDescription
+from .protocols.registry import ENTRIES, IMPLEMENTED
 
 Scalar = int | float | str | None
+# Generated from the registry: a new protocol's name and parameter fields enter the schemas with its entry.
+ProtocolName = Literal[IMPLEMENTED]  # type: ignore[valid-type]
+Parameters = Union[tuple(e.parameters for e in ENTRIES if e.implemented)]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -39,8 +47,8 @@ class ProfilePoint:
 class CalibrationReport:
     """``privagg calibrate``: the frozen parameters, their guarantee and what they cost."""
 
-    protocol: str
-    parameters: dict[str, Scalar]
+    protocol: ProtocolName
+    parameters: Parameters  # as a dict: the fields, "protocol" and the derived quantities
     privacy: PrivacyDescription
     privacy_profile: list[ProfilePoint]  # delta(eps) at other epsilons, for the same noise
     messages_per_user: float
@@ -91,14 +99,15 @@ class Simulation:
 class FrequencyReport:
     """What every frequency report holds: parameters, guarantee, cost, theory and the top estimates."""
 
-    protocol: str
-    parameters: dict[str, Scalar]
+    protocol: ProtocolName
+    parameters: Parameters  # as a dict: the fields, "protocol" and the derived quantities
     privacy: PrivacyDescription
     n_users: int
     messages: Messages
     bits_per_message: int
     expected_error: ExpectedError
     estimates: list[Estimate]
+    privacy_profile: list[ProfilePoint]  # delta(eps) at eps/2, eps, 2 eps for the same noise
 
 
 @dataclass
@@ -126,6 +135,29 @@ class AnalysisReport(FrequencyReport):
 
     full_domain: bool
     engine: Engine
+
+
+def reported_estimates(table, encoder, top: int) -> list[Estimate]:
+    """The top items of a frequency table, named only when public (``encoder.label``), with standard errors."""
+    codes, estimates = table.top_k(top)
+    stderr = table.parameters.standard_error(estimates)
+    return [Estimate(encoder.label(code), float(est), float(se), True if encoder.is_collision(code) else None)
+            for code, est, se in zip(codes.tolist(), estimates.tolist(), np.broadcast_to(stderr, estimates.shape))]
+
+
+def privacy_profile(parameters) -> list[ProfilePoint]:
+    """delta at eps/2, eps and 2 eps for the parameters' noise (``parameters.delta_at``, loads scipy)."""
+    return [ProfilePoint(e, parameters.delta_at(e)) for e in (parameters.epsilon / 2, parameters.epsilon,
+                                                              2 * parameters.epsilon)]
+
+
+def expected_error(parameters) -> ExpectedError:
+    return ExpectedError(**parameters.expected_error())
+
+
+def report_parameters(parameters) -> dict[str, Scalar]:
+    """The frozen parameters and what follows from them."""
+    return {**parameters.to_dict(), **parameters.derived()}
 
 
 def _drop_none(value: Any) -> Any:

@@ -12,7 +12,7 @@ from privagg.protocols import registry
 from privagg.protocols.balls_into_bins import (
     BallsIntoBinsCurator, BIBParameters, CountAggregate, FE0Analyzer, FE0Client, FE0Parameters, FE1Analyzer,
     FE1Client, FE1Parameters, calibrate_bib, calibrate_fe0, calibrate_fe1, dummy_counts, fe0_fast_aggregate,
-    fe1_fast_aggregate, parameters_from_dict, total_dummies)
+    fe1_fast_aggregate, total_dummies)
 from privagg.protocols.results import FrequencyTable, count_among, top_k
 
 N, EPS, DELTA = 10_000, 1.0, 1e-6
@@ -202,6 +202,8 @@ def test_bad_parameters(make, match):
     (dict(rho=1.0), "rho"), (dict(mu=-1.0), "mu"), (dict(mu=float("inf")), "mu"),
     (dict(calibration="x"), "calibration"),
     (dict(modulus=5001), "modulus"), (dict(modulus=4999), "modulus"), (dict(bins=1), "bins"),
+    (dict(modulus=5021), "modulus"),  # a prime >= max(B, b), but not the smallest: not what calibration picks
+    (dict(c=1.0), "bins"),  # b = 50 was given, but c = 1 would mean floor(n / ln n)
     (dict(epsilon=0.0), "epsilon"), (dict(n_users=1), "n_users"),
 ])
 def test_frozen_parameters_check_their_fields(change, field):
@@ -213,16 +215,16 @@ def test_frozen_parameters_check_their_fields(change, field):
 
 
 @pytest.mark.parametrize("change,field", [
-    (dict(protocol="fe1", bins=None), "parameters"),  # a required field of another protocol's type
+    (dict(protocol="fe1"), "parameters.protocol"),  # another protocol's parameters
     (dict(mu="55"), "parameters.mu"), (dict(n_users=10_000.0), "parameters.n_users"),
     (dict(n_users=True), "parameters.n_users"), (dict(calibration=1), "parameters.calibration"),
     (dict(extra=1), "parameters"),
 ])
-def test_parameters_from_dict_checks_types(change, field):
+def test_from_dict_checks_types(change, field):
     good = calibrate_fe0(EPS, DELTA, N, 100).to_dict()
     data = {k: v for k, v in {**good, **change}.items() if v is not None}
     with pytest.raises(ParameterError) as err:
-        parameters_from_dict(data)
+        FE0Parameters.from_dict(data)
     assert err.value.field == field
 
 
@@ -306,3 +308,30 @@ def test_count_among_and_table_standard_errors():
     table = FrequencyTable(params, np.array([-3.0, 10.0, 500.0]), np.array([1, 4, 7]))
     assert np.array_equal(table.standard_error(), params.standard_error(np.array([-3.0, 10.0, 500.0])))
     assert table.standard_error([7]).tolist() == [params.standard_error(500.0)]
+
+
+def test_the_curator_releases_once_per_aggregate():
+    """A second finalize repeats the release instead of drawing fresh noise (which would spend epsilon twice)."""
+    params = calibrate_bib(EPS, DELTA, N, 100)
+    curator = BallsIntoBinsCurator(params)  # secure randomness: every draw differs
+    agg = curator.agg_update(curator.agg_init(), MessageBatch({"value": population(100)}))
+    first, again = curator.finalize(agg), curator.finalize(agg)
+    assert np.array_equal(first.estimates, again.estimates)
+    other = curator.agg_update(curator.agg_init(), MessageBatch({"value": population(100)}))
+    assert not np.array_equal(curator.finalize(other).estimates, first.estimates)
+
+
+@pytest.mark.parametrize("calibrate,kwargs", [(calibrate_fe0, {}), (calibrate_bib, {}), (calibrate_fe1, {"c": 3})])
+def test_loading_checks_what_the_noise_buys(calibrate, kwargs):
+    params = calibrate(EPS, DELTA, N, 500, **kwargs)
+    data = params.to_dict()
+    assert registry.load_parameters(data) == params
+    # claiming a smaller epsilon than the noise buys: refused by verify, which loads scipy
+    with pytest.raises(ParameterError, match=r"mu must be large enough for \(0.05, 1e-06\)-DP"):
+        registry.load_parameters({**data, "epsilon": 0.05})
+    assert registry.load_parameters({**data, "epsilon": 0.05}, verify=False).epsilon == 0.05  # the device's choice
+    # (next to) no noise: refused even without verify, by the numpy-free floor
+    low = {**data, "mu": 1.0, "rho": 1.0 * params.noise_bins / N}
+    with pytest.raises(ParameterError, match="chance of no noise"):
+        registry.load_parameters(low, verify=False)
+    assert params.no_noise_probability() <= params.delta <= params.delta_at(params.epsilon / 2)

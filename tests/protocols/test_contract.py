@@ -75,9 +75,8 @@ def test_entry_is_complete_and_consistent(name):
     entry = registry.get(name)
     params = params_of(name)
     assert entry.implemented and entry.name == params.protocol == name
-    assert entry.analyzer is not None and entry.calibrate is not None and entry.parameters_from_dict is not None
+    assert entry.analyzer is not None and entry.calibrate is not None and entry.parameters is type(params)
     assert set(entry.calibrations) <= set(METHODS) and entry.calibrations[0] == "numeric"
-    assert entry.domain_max == type(params).domain_max
     assert (entry.client is None) == (entry.topology == "central")
     assert params.model == entry.topology
     analyzer = analyzer_of(params)
@@ -116,7 +115,7 @@ def test_parameters_round_trip_through_json_exactly(name):
         for source in (data, text, text.encode()):
             back = registry.load_parameters(source)
             assert back == params and type(back) is type(params) and back.to_dict() == params.to_dict()
-        assert entry.parameters_from_dict(data) == params
+        assert entry.parameters.from_dict(data) == params
         # with the derived quantities a report carries, as long as they agree with the fields
         assert registry.load_parameters({**data, **params.derived()}) == params
         assert registry.load_parameters({"protocol": name, "parameters": data}) == params
@@ -334,7 +333,7 @@ def test_bad_calibration_input_names_the_field(name, change, field):
 def test_domain_above_the_entrys_maximum_is_refused(name):
     entry = registry.get(name)
     with pytest.raises(ParameterError) as err:
-        registry.calibrate(name, epsilon=EPS, delta=DELTA, n_users=N, domain_size=entry.domain_max + 1)
+        registry.calibrate(name, epsilon=EPS, delta=DELTA, n_users=N, domain_size=entry.parameters.domain_max + 1)
     assert err.value.field == "domain"
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from privagg.core.randomness import secure_rng
 from privagg.errors import ParameterError
 from privagg.protocols.balls_into_bins import calibrate_bib, calibrate_fe0, calibrate_fe1
 from privagg.simulate import estimate_frequencies, runner, simulate
@@ -118,3 +119,15 @@ def test_a_fast_request_without_a_fast_path_stays_private():
                                           mode="fast")
     assert "fast path" not in run.randomness  # the curator ran as in a deployment
     assert report.privacy.private, report.privacy.not_private_reason
+
+
+def test_the_run_itself_says_whether_it_was_private():
+    params = calibrate_fe0(1.0, 1e-6, N, 40)
+    codes = codes_for(40)
+    assert simulate(params, codes).privacy.private
+    assert simulate(params, codes, rng=secure_rng()).privacy.private  # a secure generator passed in
+    seeded = simulate(params, codes, rng=3).privacy
+    assert not seeded.private and "seed" in seeded.not_private_reason
+    assert not simulate(params, codes, rng=np.random.default_rng(3)).privacy.private
+    fast = simulate(params, codes, mode="fast").privacy
+    assert not fast.private and "fast path" in fast.not_private_reason

@@ -14,6 +14,9 @@ A message folder, as ``privagg estimate --write-messages DIR`` writes it:
   which the analyzer needs to encode candidates and is no secret from it);
 * ``DIR/part-NNNNN.parquet``: the shuffled messages, one Parquet file a
   partition, with the columns of the protocol's layout.
+
+On an existing cluster (``scheduler``) the workers read the partitions by
+path, so the folder must be on storage every worker can read.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ PARAMS_FILE = "params.json"
 ITEMS_FILE = "items.json"
 PART_PATTERN = "part-*.parquet"
 ENGINES = ("local", "dask")
+SCHEDULER_TIMEOUT = "10s"
+FULL_DOMAIN_DEFAULT = 2**24  # analyze without candidates estimates all of [B] up to this domain size
 
 
 def write_messages(directory: str | Path, parameters, messages: MessageBatch, partitions: int,
@@ -120,7 +125,11 @@ def _analyze_on_dask(analyzer, partitions, scheduler: str | None, workers: int |
     if scheduler is not None:
         if workers is not None:
             raise ParameterError("workers", "left out with --scheduler (the cluster has its own)", workers)
-        cluster, client = None, Client(scheduler)
+        try:
+            cluster, client = None, Client(scheduler, timeout=SCHEDULER_TIMEOUT)
+        except (OSError, TimeoutError) as err:
+            raise ParameterError("scheduler", "the address of a reachable Dask scheduler", f"{scheduler} ({err})") \
+                from None
     else:
         workers = check_integer("workers", 2 if workers is None else workers, 1, 1024)
         threads = max(1, (os.cpu_count() or 1) // workers)  # numba threads per worker: no oversubscription

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..core.hashing import MAX_MODULUS_BITS, UniversalHash
 from ..core.messages import Column, MessageBatch, MessageLayout
-from ..core.primes import is_prime, next_prime
+from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
@@ -69,13 +69,19 @@ def total_dummies(n_users: int, rho: float, rng: np.random.Generator) -> int:
 
 # --- parameters ---------------------------------------------------------------------------------------
 
+_TYPE_CHECKS = {
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+}
+
 
 @dataclass(frozen=True)
 class BallsIntoBinsParameters:
     """Everything the roles of M^BIB / FE0 need, and the theory of their error.
 
     Built by a calibration function (:func:`calibrate_fe0`, ...); round-trips
-    through :meth:`to_dict` / :func:`parameters_from_dict` exactly.
+    through :meth:`to_dict` / :meth:`from_dict` exactly.
     """
 
     protocol: ClassVar[str]
@@ -103,6 +109,41 @@ class BallsIntoBinsParameters:
             raise ParameterError("mu", "a finite number >= 0", self.mu)
         if not math.isclose(self.rho, self.mu * self.noise_bins / self.n_users, rel_tol=1e-12, abs_tol=1e-300):
             raise ParameterError("rho", f"mu * bins / n_users = {self.mu * self.noise_bins / self.n_users!r}", self.rho)
+        if self.no_noise_probability() > self.delta:
+            raise ParameterError("mu", f"large enough that the chance of no noise where the neighbour's message "
+                                 f"would go ({self.no_noise_probability():.3g}) is at most delta", self.mu)
+
+    def no_noise_probability(self) -> float:
+        """(1 - theta) Pr[no dummy in S_y minus S_x]: a lower bound on delta at every epsilon (numpy-free).
+
+        When no dummy lands where the neighbour's real message would go, the
+        output is impossible under the neighbour, so delta can be no smaller
+        (docs/derivations.md, "Privacy loss of M^BIB"). Checked whenever
+        parameters are built, so that even a device without scipy refuses
+        parameters with (next to) no noise.
+        """
+        whole, frac = math.floor(self.rho), self.rho - math.floor(self.rho)
+        hit = (1.0 - self.overlap) / self.noise_bins
+        log_p = math.log1p(-self.overlap) + self.n_users * (whole * math.log1p(-hit) + math.log1p(-frac * hit))
+        return math.exp(log_p)
+
+    def verify(self) -> None:
+        """Check that mu buys the claimed (epsilon, delta) without recalibrating (loads scipy).
+
+        ``closed_form``: mu >= 32 ln(2/delta)/eps^2 with eps <= 1. Otherwise
+        the hockey-stick bound :meth:`delta_at` at epsilon must be at most
+        delta (it bounds both criteria from below, so a correctly calibrated
+        mu always passes; a relative 1e-9 absorbs rounding where the two meet).
+        """
+        if self.calibration == "closed_form":
+            if self.mu < calibration_bib.closed_form_noise(self.epsilon, self.delta):
+                raise ParameterError("mu", f">= 32 ln(2/delta)/eps^2 = "
+                                     f"{calibration_bib.closed_form_noise(self.epsilon, self.delta):.6g}", self.mu)
+            return
+        achieved = self.delta_at(self.epsilon)
+        if achieved > self.delta * (1 + 1e-9):
+            raise ParameterError("mu", f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
+                                 f"{achieved:.3g} at epsilon {self.epsilon:g})", self.mu)
 
     # --- protocol-specific ---------------------------------------------------------------------------
     @property
@@ -127,11 +168,47 @@ class BallsIntoBinsParameters:
         """Quantities that follow from the fields, for reports (not part of :meth:`to_dict`)."""
         return {}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BallsIntoBinsParameters":
+        """Parameters from :meth:`to_dict` output (``protocol`` must name this class), checked field by field.
+
+        Values are checked as a client would before using them (types, ranges,
+        rho = mu bins / n, a prime modulus, derived fields such as p_col when
+        present, the no-noise floor); mu is taken as given, not recomputed
+        (:meth:`verify` checks what it buys).
+        """
+        if data.get("protocol") != cls.protocol:
+            raise ParameterError("parameters.protocol", cls.protocol, data.get("protocol"))
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        given = {k: v for k, v in data.items() if k in fields}
+        extra = {k: v for k, v in data.items() if k not in fields and k != "protocol"}
+        required = {name for name, f in fields.items() if f.default is dataclasses.MISSING}
+        if not required <= set(given):
+            raise ParameterError("parameters", f"the fields {sorted(fields)} of {cls.protocol}", sorted(given))
+        for name, value in given.items():
+            kind = fields[name].type.replace(" | None", "")
+            if not (_TYPE_CHECKS[kind](value) or (value is None and "None" in fields[name].type)):
+                raise ParameterError(f"parameters.{name}", f"of type {fields[name].type}", value)
+        parameters = cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
+        derived = parameters.derived()
+        for name, value in extra.items():  # derived quantities (reports carry them) must agree with the fields
+            if name not in derived:
+                raise ParameterError("parameters", f"only the fields {sorted(fields)} and {sorted(derived)}", name)
+            if value != derived[name]:
+                raise ParameterError(f"parameters.{name}", f"{derived[name]!r}, as the fields imply", value)
+        return parameters
+
     # --- theory ----------------------------------------------------------------------------------------
     @property
     def messages_per_user(self) -> float:
         """Expected messages per user, 1 + rho."""
         return 1.0 + self.rho
+
+    @property
+    def messages_sd(self) -> float:
+        """Standard deviation of the total number of messages: sqrt(n f (1 - f)), f = rho - floor(rho)."""
+        frac = self.rho - math.floor(self.rho)
+        return math.sqrt(self.n_users * frac * (1 - frac))
 
     @property
     def bits_per_message(self) -> int:
@@ -206,7 +283,8 @@ class BallsIntoBinsParameters:
             method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
             + ("; FE1's overlapping special sets by joint convexity" if self.overlap and
                self.calibration != "closed_form" else ""),
-            reference="docs/derivations.md, 'Balls into bins'", caveats=tuple(caveats))
+            reference="docs/derivations.md, 'Balls into bins'" + (
+                " and 'FE1's overlapping special sets'" if self.overlap else ""), caveats=tuple(caveats))
 
     def delta_at(self, epsilon: float) -> float:
         """The delta this noise level buys at ``epsilon`` (hockey-stick bound; any calibration)."""
@@ -258,9 +336,13 @@ class FE1Parameters(BallsIntoBinsParameters):
 
     def __post_init__(self) -> None:
         check_integer("bins", self.bins, 2, HASHED_DOMAIN_MAX)
-        if not (self.modulus >= max(self.domain_size, self.bins) and self.modulus.bit_length()
-                <= MAX_MODULUS_BITS and is_prime(self.modulus)):
-            raise ParameterError("modulus", f"a prime >= max(domain, bins) below 2^{MAX_MODULUS_BITS}", self.modulus)
+        check_integer("domain", self.domain_size, 2, HASHED_DOMAIN_MAX)
+        if self.modulus != next_prime(max(self.domain_size, self.bins)):
+            raise ParameterError("modulus", f"the smallest prime >= max(domain, bins), "
+                                 f"{next_prime(max(self.domain_size, self.bins))}", self.modulus)
+        if self.c is not None and self.bins != bins_for(self.n_users, self.c):
+            raise ParameterError("bins", f"floor(n / ln^c n) = {bins_for(self.n_users, self.c)} for c = {self.c}",
+                                 self.bins)
         super().__post_init__()
 
     @property
@@ -282,44 +364,6 @@ class FE1Parameters(BallsIntoBinsParameters):
     def layout(self) -> MessageLayout:
         q = self.modulus
         return MessageLayout((Column("u", 1, q), Column("v", 0, q), Column("w", 0, self.bins)))
-
-
-PARAMETER_TYPES: dict[str, type[BallsIntoBinsParameters]] = {
-    cls.protocol: cls for cls in (BIBParameters, FE0Parameters, FE1Parameters)}
-
-
-_TYPE_CHECKS = {
-    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "str": lambda v: isinstance(v, str),
-}
-
-
-def parameters_from_dict(data: dict[str, Any]) -> BallsIntoBinsParameters:
-    """Parameters from :meth:`BallsIntoBinsParameters.to_dict` output, checked field by field.
-
-    Values are checked as a client would before using them (types, ranges,
-    rho = mu bins / n, a prime modulus); mu is taken as given, not recomputed.
-    """
-    cls = PARAMETER_TYPES[data["protocol"]]
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    given = {k: v for k, v in data.items() if k in fields}
-    extra = {k: v for k, v in data.items() if k not in fields and k != "protocol"}
-    required = {name for name, f in fields.items() if f.default is dataclasses.MISSING}
-    if not required <= set(given):
-        raise ParameterError("parameters", f"the fields {sorted(fields)} of {cls.protocol}", sorted(given))
-    for name, value in given.items():
-        kind = fields[name].type.replace(" | None", "")
-        if not (_TYPE_CHECKS[kind](value) or (value is None and "None" in fields[name].type)):
-            raise ParameterError(f"parameters.{name}", f"of type {fields[name].type}", value)
-    parameters = cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
-    derived = parameters.derived()
-    for name, value in extra.items():  # derived quantities (reports carry them) must agree with the fields
-        if name not in derived:
-            raise ParameterError("parameters", f"only the fields {sorted(fields)} and {sorted(derived)}", name)
-        if value != derived[name]:
-            raise ParameterError(f"parameters.{name}", f"{derived[name]!r}, as the fields imply", value)
-    return parameters
 
 
 # --- calibration ------------------------------------------------------------------------------------
@@ -348,6 +392,11 @@ def calibrate_bib(epsilon: float, delta: float, n_users: int, domain_size: int,
     return _calibrated(BIBParameters, epsilon, delta, n_users, domain_size, calibration)
 
 
+def bins_for(n_users: int, c: float) -> int:
+    """b = floor(n / ln^c n), the authors' choice of FE1's hash range."""
+    return math.floor(n_users / math.log(n_users) ** c)
+
+
 def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, bins: int | None = None,
                   c: float | None = None, calibration: str = "numeric") -> FE1Parameters:
     """FE1's parameters: b = ``bins``, or b = floor(n / ln^c n) (c = 1 by default, as the authors' code)."""
@@ -358,7 +407,7 @@ def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, 
         c = 1.0 if c is None else float(c)
         if not (c >= 0 and math.isfinite(c)):
             raise ParameterError("c", "a finite number >= 0", c)
-        bins = math.floor(n / math.log(n) ** c)
+        bins = bins_for(n, c)
         if not 2 <= bins <= HASHED_DOMAIN_MAX:
             raise ParameterError("c", f"such that b = floor(n / ln^c n) is in [2, 2^{MAX_MODULUS_BITS - 1}] "
                                  f"(n = {n})", c)
@@ -409,11 +458,17 @@ class FE1Client:
 
 @dataclass
 class CountAggregate:
-    """Raw match counts per queried item (or per domain item), messages seen and dropped: plain data."""
+    """Raw match counts per queried item (or per domain item), messages seen and dropped: plain data.
+
+    ``noise`` is the central curator's noisy-ball counts, drawn at its first
+    ``finalize`` and kept, so that finalizing again repeats the same release
+    instead of spending the privacy budget twice.
+    """
 
     counts: np.ndarray
     messages: int = 0
     malformed: int = 0
+    noise: np.ndarray | None = None
 
 
 class _CountingAnalyzer:
@@ -479,11 +534,13 @@ class BallsIntoBinsCurator(FE0Analyzer):
         self.rng = rng
 
     def finalize(self, agg: CountAggregate) -> FrequencyTable:
-        rng, p = resolve(self.rng), self.parameters
-        noise = rng.integers(0, p.domain_size, size=int(dummy_counts(p.n_users, p.rho, rng).sum()))
-        noisy = CountAggregate(agg.counts.copy(), agg.messages, agg.malformed)
-        self._count_into(noisy.counts, MessageBatch({"value": noise}))
-        return super().finalize(noisy)
+        """The noisy release; the noise is drawn once per aggregate (a second call repeats the release)."""
+        if agg.noise is None:
+            rng, p = resolve(self.rng), self.parameters
+            balls = rng.integers(0, p.domain_size, size=int(dummy_counts(p.n_users, p.rho, rng).sum()))
+            agg.noise = np.zeros_like(agg.counts)
+            self._count_into(agg.noise, MessageBatch({"value": balls}))
+        return super().finalize(CountAggregate(agg.counts + agg.noise, agg.messages, agg.malformed))
 
 
 class FE1Analyzer(_CountingAnalyzer):

@@ -46,13 +46,12 @@ class ProtocolEntry:
     status: Literal["implemented", "planned"] = "implemented"
     result: str = "frequency table"
     calibrate: Callable[..., Any] | None = None
-    parameters_from_dict: Callable[[dict], Any] | None = None
+    parameters: type | None = None  # the frozen parameters: from_dict, domain_max, theory, privacy
     client: Callable[[Any], Any] | None = None
     analyzer: Callable[..., Any] | None = None
     fast: Callable[..., Any] | None = None
     options: tuple[Option, ...] = ()
     calibrations: tuple[str, ...] = ()
-    domain_max: int | None = None
 
     @property
     def implemented(self) -> bool:
@@ -66,20 +65,20 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         name="bib", title="M^BIB: balls into bins, trusted curator", family="balls into bins",
         topology="central", trust="central (trusted curator)", messages_per_user="1",
         reference="shuffle FE paper, Algorithm 1", calibrate=bib.calibrate_bib,
-        parameters_from_dict=bib.parameters_from_dict, analyzer=bib.BallsIntoBinsCurator,
-        calibrations=_BIB_CALIBRATIONS, domain_max=bib.HISTOGRAM_DOMAIN_MAX),
+        parameters=bib.BIBParameters, analyzer=bib.BallsIntoBinsCurator,
+        calibrations=_BIB_CALIBRATIONS),
     ProtocolEntry(
         name="fe0", title="FE0: value + blanket noise (small domains)", family="balls into bins",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu B / n",
         reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0,
-        parameters_from_dict=bib.parameters_from_dict, client=bib.FE0Client, analyzer=bib.FE0Analyzer,
-        fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS, domain_max=bib.HISTOGRAM_DOMAIN_MAX),
+        parameters=bib.FE0Parameters, client=bib.FE0Client, analyzer=bib.FE0Analyzer,
+        fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS),
     ProtocolEntry(
         name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", family="balls into bins",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1,
-        parameters_from_dict=bib.parameters_from_dict, client=bib.FE1Client, analyzer=bib.FE1Analyzer,
-        fast=bib.fe1_fast_aggregate, calibrations=_BIB_CALIBRATIONS, domain_max=bib.HASHED_DOMAIN_MAX,
+        parameters=bib.FE1Parameters, client=bib.FE1Client, analyzer=bib.FE1Analyzer,
+        fast=bib.fe1_fast_aggregate, calibrations=_BIB_CALIBRATIONS,
         options=(Option("c", float, "b = floor(n / ln^c n) hash bins (default c = 1)"),
                  Option("bins", int, "hash range b, instead of --c"))),
     ProtocolEntry(
@@ -135,8 +134,15 @@ def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, doma
     return entry.calibrate(epsilon, delta, n_users, domain_size, calibration=calibration, **given)
 
 
-def load_parameters(data: str | bytes | dict):
-    """Parameters from their JSON text or dict (as ``params.to_dict()`` or ``privagg calibrate --json`` wrote)."""
+def load_parameters(data: str | bytes | dict, verify: bool = True):
+    """Parameters from their JSON text or dict (as ``params.to_dict()`` or ``privagg calibrate --json`` wrote).
+
+    Fields are checked on load, and so is a floor on the noise that needs no
+    scipy. ``verify=True`` (the default) also checks that the noise buys the
+    claimed (epsilon, delta) (``params.verify()``, which loads scipy); a
+    device without scipy passes ``verify=False`` and keeps the floor check.
+    Nothing is recalibrated either way.
+    """
     if not isinstance(data, dict):
         try:
             data = json.loads(data)
@@ -147,7 +153,10 @@ def load_parameters(data: str | bytes | dict):
     if not isinstance(data, dict) or data.get("protocol") not in IMPLEMENTED:
         raise ParameterError("parameters.protocol", f"one of {', '.join(IMPLEMENTED)}",
                              data.get("protocol") if isinstance(data, dict) else type(data).__name__)
-    return get(data["protocol"]).parameters_from_dict(data)
+    parameters = get(data["protocol"]).parameters.from_dict(data)
+    if verify:
+        parameters.verify()
+    return parameters
 
 
 def client(parameters):

@@ -28,21 +28,23 @@ def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.n
     """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first.
 
     ``codes=None`` means the codes are the positions 0, 1, ... (a full domain,
-    without materialising it).
-
-    Partial selection (``argpartition``, O(len)) finds the k-th largest value;
-    every estimate at least as large is kept (so ties at the boundary are
-    settled by code, not by the selection's arbitrary order), then only
-    those are sorted.
+    without materialising it). Partial selection (``argpartition``, O(len))
+    finds the k-th largest value; the estimates above it are kept, and the
+    places left are filled from the ties at it by smallest code (another
+    partial selection), so only k items are ever sorted.
     """
     k = min(check_integer("top", k, 1), estimates.size)
     if k < estimates.size:
         kth = estimates[np.argpartition(estimates, estimates.size - k)[estimates.size - k]]
-        chosen = np.flatnonzero(estimates >= kth)
+        above, tied = np.flatnonzero(estimates > kth), np.flatnonzero(estimates == kth)
+        room = k - above.size
+        if codes is not None and room < tied.size:
+            tied = tied[np.argpartition(codes[tied], room - 1)[:room]]
+        chosen = np.concatenate([above, tied[:room]])  # flatnonzero is ascending: positions are codes
     else:
         chosen = np.arange(estimates.size)
     labels = chosen if codes is None else codes[chosen]
-    order = np.lexsort((labels, -estimates[chosen]))[:k]
+    order = np.lexsort((labels, -estimates[chosen]))
     return labels[order], estimates[chosen[order]]
 
 
@@ -93,6 +95,11 @@ class FrequencyTable:
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k items with the largest estimates (codes, estimates), largest first."""
         return top_k(self.items, self.estimates, k)
+
+    def restricted_to(self, items) -> "FrequencyTable":
+        """The same estimates over the sorted, distinct ``items`` only (e.g. the public candidates)."""
+        codes = np.unique(self.parameters.check_codes(np.atleast_1d(items)))
+        return FrequencyTable(self.parameters, self.estimate(codes), codes, self.messages, self.malformed)
 
 
 @dataclass(frozen=True)

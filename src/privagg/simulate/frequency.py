@@ -19,7 +19,8 @@ from ..core.encoding import ItemEncoder
 from ..errors import ParameterError, check_integer
 from ..protocols.registry import calibrate
 from ..protocols.results import FrequencyTable, count_among
-from ..reports import Estimate, EstimateReport, ExpectedError, Messages, RealisedError, Simulation
+from ..reports import (EstimateReport, Messages, RealisedError, Simulation, expected_error, privacy_profile,
+                       report_parameters, reported_estimates)
 from .runner import Progress, simulate
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
@@ -40,20 +41,18 @@ def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> Realis
     return RealisedError(over, int(abs_err.size), largest, mean, float(p50), float(p90), float(p99))
 
 
-def reported_estimates(table: FrequencyTable, encoder: ItemEncoder, top: int) -> list[Estimate]:
-    """The top items of ``table``, named only when public (``encoder.label``)."""
-    codes, estimates = table.top_k(top)
-    stderr = np.broadcast_to(table.parameters.standard_error(estimates), estimates.shape)
-    return [Estimate(encoder.label(code), float(est), float(se), True if encoder.is_collision(code) else None)
-            for code, est, se in zip(codes.tolist(), estimates, stderr)]
-
-
-def expected_error(parameters) -> ExpectedError:
-    return ExpectedError(**parameters.expected_error())
-
-
-def report_parameters(parameters) -> dict[str, Any]:
-    return {**parameters.to_dict(), **parameters.derived()}
+def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool,
+                       default_max: int = FULL_DOMAIN_DEFAULT_MAX) -> bool:
+    """Whether to estimate all of [B]: the default up to ``default_max``; refused above 2^28; else candidates."""
+    if full_domain is None:
+        full_domain = domain_size <= default_max
+    if full_domain and domain_size > FULL_DOMAIN_MAX:
+        raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} with --full-domain "
+                             "(give --candidates)", domain_size)
+    if not full_domain and not candidates_given:
+        raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
+                             "heavy-hitter detection comes in a later release)", None)
+    return full_domain
 
 
 def estimate_frequencies(protocol: str, items, *, epsilon: float, delta: float, domain_size: int,
@@ -82,18 +81,12 @@ def estimate_frequencies(protocol: str, items, *, epsilon: float, delta: float, 
     encode_seconds = time.perf_counter() - start
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
-    if full_domain is None:
-        full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX
-    if full_domain and domain_size > FULL_DOMAIN_MAX:
-        raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} with --full-domain", domain_size)
+    full_domain = choose_full_domain(domain_size, full_domain, candidates is not None)
     candidate_codes = None
     if candidates is not None:
         candidate_codes = np.unique(encoder.encode(candidates, field="candidate", public=True))
         if candidate_codes.size == 0:
             raise ParameterError("candidates", "at least 1 item", "an empty list")
-    elif not full_domain:
-        raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
-                             "heavy-hitter detection comes in a later release)", None)
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
                            calibration=calibration, **(options or {}))
@@ -106,22 +99,14 @@ def estimate_frequencies(protocol: str, items, *, epsilon: float, delta: float, 
     truth = np.bincount(codes, minlength=domain_size) if full_domain else count_among(codes, candidate_codes)
     error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
     if full_domain and candidate_codes is not None:  # report the top among the public candidates
-        table = FrequencyTable(parameters, table.estimates[candidate_codes], candidate_codes,
-                               table.messages, table.malformed)
+        table = table.restricted_to(candidate_codes)
     estimates = reported_estimates(table, encoder, top)
     run.seconds["report"] = time.perf_counter() - start
-    privacy = parameters.privacy
-    if seed is not None:
-        privacy = privacy.as_simulation(run.randomness, "seeded simulation: whoever knows the seed can regenerate "
-                                        "the noise and recover the true counts")
-    elif run.mode == "fast":
-        privacy = privacy.as_simulation(run.randomness, "fast path: the total noise is drawn with a floating-point "
-                                        "binomial sampler, a simulation shortcut")
     report = EstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=parameters.n_users,
-        messages=Messages(run.messages_total, run.messages_per_user, run.transcript["analyzer"]["malformed"]),
+        protocol=protocol, parameters=report_parameters(parameters), privacy=run.privacy, n_users=parameters.n_users,
+        messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=estimates, error=error,
+        estimates=estimates, privacy_profile=privacy_profile(parameters), error=error,
         simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
         input=input_name)
     return report, run, encoder

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from ..core.messages import MessageBatch, shuffle
-from ..core.randomness import RNGLike, describe, streams
+from ..core.randomness import RNGLike, describe, is_secure, streams
 from ..errors import ParameterError
+from ..privacy.description import PrivacyDescription
 from ..protocols.registry import get
 
 MODES = ("faithful", "fast")
@@ -51,13 +52,23 @@ class SimulationRun:
     result: Any
     mode: str
     randomness: str
+    privacy: PrivacyDescription  # the parameters' guarantee, marked not private for seeded or fast runs
     transcript: dict[str, dict[str, int]]
     seconds: dict[str, float] = field(default_factory=dict)
     messages: MessageBatch | None = None  # what the analyzer received, when asked to keep it
 
     @property
+    def _aggregator(self) -> dict[str, int]:
+        return self.transcript.get("analyzer") or self.transcript["curator"]
+
+    @property
     def messages_total(self) -> int:
-        return self.transcript["analyzer"]["received"]
+        """What the party that aggregates (analyzer or curator) received."""
+        return self._aggregator["received"]
+
+    @property
+    def malformed(self) -> int:
+        return self._aggregator["malformed"]
 
     @property
     def messages_per_user(self) -> float:
@@ -80,8 +91,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
 
     ``queries``: the items the analyzer estimates (default: the whole
     domain). ``rng``: an int seed makes a reproducible simulation, which the
-    result's privacy description marks as not private; ``None`` uses the
-    secure generator for every party, as a deployment would.
+    run's ``privacy`` marks as not private (so does the fast path); ``None``
+    uses the secure generator for every party, as a deployment would.
     ``keep_messages`` keeps what the analyzer received (for writing them).
     """
     if mode not in MODES:
@@ -101,7 +112,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         curator = entry.analyzer(parameters, queries, rng=rngs["curator"])
         sent = MessageBatch({"value": codes})  # in the clear, to the trusted curator
         result = curator.finalize(curator.agg_update(curator.agg_init(), sent))
-        transcript = {"clients": {"sent": codes.size}, "analyzer": {"received": codes.size, "malformed": 0}}
+        transcript = {"clients": {"sent": codes.size}, "curator": {"received": codes.size, "malformed": 0}}
         seconds["curator"] = time.perf_counter() - start
     else:
         analyzer = entry.analyzer(parameters, queries)
@@ -128,9 +139,15 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         if entry.topology == "shuffle" and mode == "faithful":
             transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
+    privacy = parameters.privacy
     if mode == "fast":
         randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
-    return SimulationRun(result, mode, randomness, transcript, seconds, kept)
+        privacy = privacy.as_simulation(randomness, "fast path: the total noise is drawn with a floating-point "
+                                        "binomial sampler, a simulation shortcut")
+    elif not (rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng))):
+        privacy = privacy.as_simulation(randomness, "seeded simulation: whoever knows the seed can regenerate the "
+                                        "noise and recover the true counts")
+    return SimulationRun(result, mode, randomness, privacy, transcript, seconds, kept)
 
 
 def _run_analyzer(analyzer, messages: MessageBatch, progress: Progress | None):
