@@ -128,9 +128,14 @@ def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc
 @app.command()
 def protocols(as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON.")) -> None:
     """List the protocols: family, trust model, topology, messages per user, status."""
+    def name(obj: Any) -> str | None:
+        return None if obj is None else obj.__name__
+
     rows = [{"protocol": e.name, "family": e.family, "trust": e.trust, "topology": e.topology,
              "messages_per_user": e.messages_per_user, "result": e.result, "status": e.status,
-             "reference": e.reference, "options": [o.name for o in e.options]} for e in ENTRIES]
+             "reference": e.reference, "options": [o.name for o in e.options],
+             "calibrations": list(e.calibrations), "parameters": name(e.parameters),
+             "roles": {"client": name(e.client), "analyzer": name(e.analyzer)}} for e in ENTRIES]
     if as_json:
         _console().print_json(data=rows)
         return

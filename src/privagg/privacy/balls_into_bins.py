@@ -31,6 +31,15 @@ expected number of noisy balls per special set. Three calibrations:
     statement was not retrieved): mu >= 32 ln(2/delta) / eps^2. Proved here
     for eps <= 1 only; for large eps it is not private (the chance that no
     noise lands in S' exceeds delta), so eps > 1 is refused.
+
+FE1's special sets S_x = {(u, v, w): h_{u,v}(x) = w} overlap: the changed
+user's real message lies in both S_x and S_y with probability theta = p_col,
+and then the two outputs have the same law. By joint convexity of the
+hockey-stick divergence, delta_FE1(mu) <= (1 - theta) delta_disjoint(mu (1 -
+theta)), where delta_disjoint is the disjoint-sets bound with per-set hit
+probability (1 - theta) / bins (docs/derivations.md, "FE1's overlapping
+special sets"). ``overlap=theta`` below computes exactly that; since the
+tail bounds the divergence, the tail criterion gets the same treatment.
 """
 
 from __future__ import annotations
