@@ -13,7 +13,7 @@ from privagg.protocols.balls_into_bins import (
     BallsIntoBinsCurator, BIBParameters, CountAggregate, FE0Analyzer, FE0Client, FE0Parameters, FE1Analyzer,
     FE1Client, FE1Parameters, calibrate_bib, calibrate_fe0, calibrate_fe1, dummy_counts, fe0_fast_aggregate,
     fe1_fast_aggregate, total_dummies)
-from privagg.protocols.results import FrequencyTable, count_among, top_k
+from privagg.protocols.results import FrequencyTable, HeavyHitterList, VectorSum, count_among, top_k
 
 N, EPS, DELTA = 10_000, 1.0, 1e-6
 K = 4.0
@@ -335,3 +335,13 @@ def test_loading_checks_what_the_noise_buys(calibrate, kwargs):
     with pytest.raises(ParameterError, match="chance of no noise"):
         registry.load_parameters(low, verify=False)
     assert params.no_noise_probability() <= params.delta <= params.delta_at(params.epsilon / 2)
+
+
+def test_heavy_hitter_list_and_vector_sum_queries():
+    params = calibrate_fe0(EPS, DELTA, N, 100)
+    hh = HeavyHitterList(params, np.array([3, 7, 42]), np.array([500.0, 900.0, 500.0]), threshold=400)
+    assert 7 in hh and 8 not in hh and 100 not in hh
+    codes, estimates = hh.top_k(2)
+    assert codes.tolist() == [7, 3] and estimates.tolist() == [900.0, 500.0]  # ties: the smaller item first
+    total = VectorSum(params, np.array([2500.0, 5000.0]), np.array([10.0, 12.0]))
+    assert np.allclose(total.mean(), [0.25, 0.5])

@@ -104,12 +104,19 @@ class FrequencyTable:
 
 @dataclass(frozen=True)
 class HeavyHitterList:
-    """Items reported as held by at least ``threshold`` users, with their estimates."""
+    """Items reported as held by at least ``threshold`` users (sorted, distinct), with their estimates.
+
+    The result type of the heavy-hitter protocols (registry entry ``fe-hh``).
+    """
 
     parameters: Any
     items: np.ndarray
     estimates: np.ndarray
     threshold: float
+
+    def __contains__(self, item: int) -> bool:
+        slot = np.searchsorted(self.items, item)
+        return bool(slot < self.items.size and self.items[slot] == item)
 
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_k(self.items, self.estimates, k)
@@ -117,11 +124,15 @@ class HeavyHitterList:
 
 @dataclass(frozen=True)
 class VectorSum:
-    """An estimate of the sum of the users' vectors, with each coordinate's standard error."""
+    """An estimate of the sum of the users' vectors, with each coordinate's standard error.
+
+    The result type of the vector protocols (``blanket-vector``, ``sparse-vector``).
+    """
 
     parameters: Any
     total: np.ndarray
     standard_errors: np.ndarray
 
     def mean(self) -> np.ndarray:
+        """The average vector: total / n, whose standard errors are standard_errors / n."""
         return self.total / self.parameters.n_users
