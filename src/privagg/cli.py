@@ -32,10 +32,14 @@ from . import __version__
 from .errors import ParameterError
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
 
+# Plain (click) help rather than rich's panels: rendering them would load about 70 ms of rich modules,
+# a third of the time `privagg --help` takes.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Private aggregate statistics without a trusted collector.")
-calibrate_app = typer.Typer(no_args_is_help=True, help="Frozen parameters, cost and expected error of a protocol.")
-estimate_app = typer.Typer(no_args_is_help=True, help="Simulate a protocol over a dataset and report the top items.")
+                  rich_markup_mode=None, help="Private aggregate statistics without a trusted collector.")
+calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                            help="Frozen parameters, cost and expected error of a protocol.")
+estimate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                           help="Simulate a protocol over a dataset and report the top items.")
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(estimate_app, name="estimate")
 
@@ -491,7 +495,9 @@ def main() -> None:
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             raise
-        if e.format_message():  # empty after the help that no arguments bring up
+        if type(e).__name__ == "NoArgsIsHelpError":  # a command without its arguments: show its help
+            _console().print(e.format_message(), markup=False, highlight=False)
+        elif e.format_message():
             _console(stderr=True).print(f"error: {e.format_message()}", markup=False, highlight=False,
                                         soft_wrap=True)
         sys.exit(2)

@@ -20,18 +20,21 @@ from collections.abc import Sequence
 from typing import Union
 
 import numpy as np
-from randomgen import ChaCha
 
 RNGLike = Union[np.random.Generator, int, np.random.SeedSequence, None]
 
 
 def secure_rng() -> np.random.Generator:
-    """A numpy Generator over ChaCha20 keyed from the OS entropy source."""
+    """A numpy Generator over ChaCha20 keyed from the OS entropy source (randomgen loads on first use)."""
+    from randomgen import ChaCha
+
     return np.random.Generator(ChaCha(key=secrets.randbits(256), counter=0, rounds=20))
 
 
 def is_secure(rng: np.random.Generator) -> bool:
     """True if ``rng`` draws from the ChaCha20 bit generator of :func:`secure_rng`."""
+    from randomgen import ChaCha
+
     return isinstance(rng.bit_generator, ChaCha)
 
 
