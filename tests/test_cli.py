@@ -401,7 +401,7 @@ def test_usage_errors_are_one_line():
         assert result.stderr.count("\n") == 1 and not result.stdout
     for args in ([], ["estimate"]):  # a command without arguments shows its help, not an error
         result = subprocess.run([sys.executable, "-m", "privagg", *args], capture_output=True, text=True)
-        assert result.stdout.startswith("Usage: privagg") and not result.stderr, result.stderr
+        assert result.stdout.startswith("Usage: python -m privagg") and not result.stderr, result.stderr
 
 
 def test_calibrate_bad_users():
