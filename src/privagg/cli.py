@@ -176,15 +176,15 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
         _check_output(output)
         params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
                            calibration=calibration.value, **options)
-        profile = privacy_profile(params)
+        profile, expected = privacy_profile(params), params.expected_error()
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
-                               privacy_profile=profile, **params.expected_error())
+                               privacy_profile=profile, **expected)
 
     def human() -> None:
         from rich.table import Table
 
         table = Table(title=entry.title, show_header=False)
-        for key, value in {**report.parameters, **params.expected_error()}.items():
+        for key, value in {**report.parameters, **expected}.items():
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
         _console().print(table)
         _say(params.privacy.render())
@@ -248,9 +248,14 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
 
     with _clean_errors():
         _check_output(output, input, candidates)
-        if write_messages is not None and (mode is Mode.fast or entry.topology == "central"):
-            raise ParameterError("write-messages", "given for a faithful run of a shuffle protocol (the fast path "
-                                 "makes no messages; a central curator's input is the raw data)", str(write_messages))
+        if write_messages is not None:
+            if mode is Mode.fast or entry.topology == "central":
+                raise ParameterError("write-messages", "given for a faithful run of a shuffle protocol (the fast "
+                                     "path makes no messages; a central curator's input is the raw data)",
+                                     str(write_messages))
+            from .engine import prepare_message_folder
+
+            prepare_message_folder(write_messages, partitions)
         items = datasets.english_words() if input is None else read_items(input, column)
         if candidates is not None:
             candidate_items = read_items(candidates, None, field="candidates")
@@ -392,14 +397,15 @@ def analyze(
         if params.protocol != protocol.value:
             raise ParameterError("params", f"parameters of {protocol.value}", f"parameters of {params.protocol}")
         partitions = engines.message_partitions(messages)
-        own = messages / engines.PARAMS_FILE
-        if own.exists() and load_parameters(own.read_text()) != params:
+        own = messages / engines.PARAMS_FILE  # only compared: --params was verified above
+        if own.exists() and load_parameters(own.read_text(), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
-        items = _read_items_info(messages, params.domain_size)
-        encoder = ItemEncoder(params.domain_size, bytes.fromhex(items["key"]) if items.get("key") else None)
-        encoder.kind = items.get("kind")
-        full_domain = choose_full_domain(params.domain_size, full_domain, candidates is not None,
-                                         default_max=0 if candidates is not None else engines.FULL_DOMAIN_DEFAULT)
+        items = engines.read_items_info(messages, params.domain_size)
+        encoder = ItemEncoder(params.domain_size, bytes.fromhex(items["key"]) if items.get("key") else None,
+                              kind=items.get("kind"))
+        # with candidates, count only them (no error to measure here, unlike estimate)
+        full_domain = choose_full_domain(params.domain_size, candidates is None if full_domain is None else full_domain,
+                                         candidates is not None)
         queries = None
         if candidates is not None:
             queries = encoder.encode(read_items(candidates, None, field="candidates"), field="candidate", public=True)
@@ -456,21 +462,6 @@ def _analysis_privacy(params, items: dict[str, Any], received: int):
             f"(sd {params.messages_sd:.1f}): users may have dropped out or sent extra messages, and the "
             "guarantee does not hold as stated",))
     return privacy
-
-
-def _read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
-    from .engine import ITEMS_FILE
-
-    path = directory / ITEMS_FILE
-    if not path.exists():
-        return {"kind": "integer"}  # messages of integer items need no key; their origin is unknown
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ParameterError("messages", f"a folder with a readable {ITEMS_FILE}", f"{path} ({e})") from None
-    if info.get("domain_size") != domain_size:
-        raise ParameterError(ITEMS_FILE, f"for the domain of the parameters ({domain_size})", info.get("domain_size"))
-    return info
 
 
 def _version(value: bool) -> None:

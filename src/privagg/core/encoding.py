@@ -33,14 +33,16 @@ KEY_BYTES = 32
 class ItemEncoder:
     """Maps items into [domain_size] and public items' codes back to labels."""
 
-    def __init__(self, domain_size: int, key: bytes | None = None) -> None:
+    def __init__(self, domain_size: int, key: bytes | None = None, kind: str | None = None) -> None:
         if domain_size < 2:
             raise ParameterError("domain", "an integer >= 2", domain_size)
         self.domain_size = int(domain_size)
         self.key = secrets.token_bytes(KEY_BYTES) if key is None else bytes(key)
         if not 1 <= len(self.key) <= 64:
             raise ParameterError("key", "1 to 64 bytes", f"{len(self.key)} bytes")
-        self.kind: str | None = None  # "integer" or "text", fixed by the first encode
+        if kind not in (None, "integer", "text"):
+            raise ParameterError("kind", "integer or text", kind)
+        self.kind: str | None = kind  # "integer" or "text": given, or fixed by the first encode
         self._labels: dict[int, list[Any]] = {}
 
     def _hash(self, item: str | bytes) -> int:

@@ -87,9 +87,9 @@ class MessageLayout:
         if any(name not in batch.columns for name in self.names):
             return self.empty(), rows
         keep = np.ones(rows, dtype=bool)
-        cast = {}
+        columns = {c.name: np.asarray(batch[c.name]) for c in self.columns}
         for c in self.columns:
-            col = np.asarray(batch[c.name])
+            col = columns[c.name]
             if np.issubdtype(col.dtype, np.integer):
                 keep &= (col >= c.low) & (col < c.high)
             elif np.issubdtype(col.dtype, np.floating):
@@ -97,10 +97,9 @@ class MessageLayout:
                     keep &= np.isfinite(col) & (col == np.floor(col)) & (col >= c.low) & (col < c.high)
             else:
                 keep[:] = False
-            cast[c.name] = col
         if keep.all():
-            return MessageBatch({name: col.astype(np.int64, copy=False) for name, col in cast.items()}), 0
-        return MessageBatch({name: col[keep].astype(np.int64) for name, col in cast.items()}), int(rows - keep.sum())
+            return MessageBatch({name: col.astype(np.int64, copy=False) for name, col in columns.items()}), 0
+        return MessageBatch({name: col[keep].astype(np.int64) for name, col in columns.items()}), int(rows - keep.sum())
 
     def empty(self) -> MessageBatch:
         return MessageBatch({name: np.empty(0, dtype=np.int64) for name in self.names})

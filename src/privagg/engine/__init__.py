@@ -39,19 +39,29 @@ ITEMS_FILE = "items.json"
 PART_PATTERN = "part-*.parquet"
 ENGINES = ("local", "dask")
 SCHEDULER_TIMEOUT = "10s"
-FULL_DOMAIN_DEFAULT = 2**24  # analyze without candidates estimates all of [B] up to this domain size
+
+
+def prepare_message_folder(directory: str | Path, partitions: int) -> Path:
+    """Create ``directory`` for :func:`write_messages`, or refuse it, before any work is done."""
+    check_integer("partitions", partitions, 1, 100_000)
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ParameterError("write-messages", "a writable folder", f"{directory} ({err.strerror})") from None
+    if any(directory.glob(PART_PATTERN)):
+        raise ParameterError("write-messages", "a folder without message partitions (it would mix two runs)",
+                             str(directory))
+    if not os.access(directory, os.W_OK):
+        raise ParameterError("write-messages", "a writable folder", str(directory))
+    return directory
 
 
 def write_messages(directory: str | Path, parameters, messages: MessageBatch, partitions: int,
                    items: dict[str, Any]) -> list[Path]:
     """Write ``messages`` as ``partitions`` Parquet files plus params.json and items.json."""
-    partitions = check_integer("partitions", partitions, 1, 100_000)
-    directory = Path(directory)
+    directory = prepare_message_folder(directory, partitions)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if any(directory.glob(PART_PATTERN)):
-            raise ParameterError("write-messages", "a folder without message partitions (it would mix two runs)",
-                                 str(directory))
         layout = parameters.layout
         paths = []
         bounds = np.linspace(0, len(messages), partitions + 1).astype(np.int64)
@@ -64,6 +74,23 @@ def write_messages(directory: str | Path, parameters, messages: MessageBatch, pa
     except OSError as err:
         raise ParameterError("write-messages", "a writable folder", f"{directory} ({err.strerror})") from None
     return paths
+
+
+def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
+    """items.json of a message folder: the item kind and hash key, and how the messages were made.
+
+    Without the file (integer items need no key) the origin of the messages is unknown.
+    """
+    path = Path(directory) / ITEMS_FILE
+    if not path.exists():
+        return {"kind": "integer"}
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ParameterError("messages", f"a folder with a readable {ITEMS_FILE}", f"{path} ({err})") from None
+    if info.get("domain_size") != domain_size:
+        raise ParameterError(ITEMS_FILE, f"for the domain of the parameters ({domain_size})", info.get("domain_size"))
+    return info
 
 
 def message_partitions(directory: str | Path) -> list[Path]:

@@ -89,6 +89,7 @@ class BallsIntoBinsParameters:
     model: ClassVar[str] = "shuffle"
     trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
     domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
+    noise_parameter: ClassVar[str] = "domain"  # the option that sets noise_bins, for error messages
 
     epsilon: float
     delta: float
@@ -109,9 +110,10 @@ class BallsIntoBinsParameters:
             raise ParameterError("mu", "a finite number >= 0", self.mu)
         if not math.isclose(self.rho, self.mu * self.noise_bins / self.n_users, rel_tol=1e-12, abs_tol=1e-300):
             raise ParameterError("rho", f"mu * bins / n_users = {self.mu * self.noise_bins / self.n_users!r}", self.rho)
-        if self.no_noise_probability() > self.delta:
+        floor = self.no_noise_probability()
+        if floor > self.delta:
             raise ParameterError("mu", f"large enough that the chance of no noise where the neighbour's message "
-                                 f"would go ({self.no_noise_probability():.3g}) is at most delta", self.mu)
+                                 f"would go ({floor:.3g}) is at most delta", self.mu)
 
     def no_noise_probability(self) -> float:
         """(1 - theta) Pr[no dummy in S_y minus S_x]: a lower bound on delta at every epsilon (numpy-free).
@@ -136,9 +138,9 @@ class BallsIntoBinsParameters:
         mu always passes; a relative 1e-9 absorbs rounding where the two meet).
         """
         if self.calibration == "closed_form":
-            if self.mu < calibration_bib.closed_form_noise(self.epsilon, self.delta):
-                raise ParameterError("mu", f">= 32 ln(2/delta)/eps^2 = "
-                                     f"{calibration_bib.closed_form_noise(self.epsilon, self.delta):.6g}", self.mu)
+            needed = calibration_bib.closed_form_noise(self.epsilon, self.delta)
+            if self.mu < needed:
+                raise ParameterError("mu", f">= 32 ln(2/delta)/eps^2 = {needed:.6g}", self.mu)
             return
         achieved = self.delta_at(self.epsilon)
         if achieved > self.delta * (1 + 1e-9):
@@ -329,6 +331,7 @@ class FE1Parameters(BallsIntoBinsParameters):
     protocol: ClassVar[str] = "fe1"
     mechanism: ClassVar[str] = "FE1: M^BIB over universal hashes (u, v, h_{u,v}(x)), b bins"
     domain_max: ClassVar[int] = HASHED_DOMAIN_MAX
+    noise_parameter: ClassVar[str] = "bins"
 
     bins: int
     modulus: int
@@ -337,12 +340,12 @@ class FE1Parameters(BallsIntoBinsParameters):
     def __post_init__(self) -> None:
         check_integer("bins", self.bins, 2, HASHED_DOMAIN_MAX)
         check_integer("domain", self.domain_size, 2, HASHED_DOMAIN_MAX)
-        if self.modulus != next_prime(max(self.domain_size, self.bins)):
-            raise ParameterError("modulus", f"the smallest prime >= max(domain, bins), "
-                                 f"{next_prime(max(self.domain_size, self.bins))}", self.modulus)
-        if self.c is not None and self.bins != bins_for(self.n_users, self.c):
-            raise ParameterError("bins", f"floor(n / ln^c n) = {bins_for(self.n_users, self.c)} for c = {self.c}",
-                                 self.bins)
+        check_integer("n_users", self.n_users, 2)
+        modulus = next_prime(max(self.domain_size, self.bins))
+        if self.modulus != modulus:
+            raise ParameterError("modulus", f"the smallest prime >= max(domain, bins), {modulus}", self.modulus)
+        if self.c is not None and self.bins != (bins := bins_for(self.n_users, self.c)):
+            raise ParameterError("bins", f"floor(n / ln^c n) = {bins} for c = {self.c}", self.bins)
         super().__post_init__()
 
     @property
@@ -369,15 +372,15 @@ class FE1Parameters(BallsIntoBinsParameters):
 # --- calibration ------------------------------------------------------------------------------------
 
 
-def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, **extra):
+def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0, **fields):
+    """``cls`` with mu calibrated for noisy balls over ``noise_bins`` (default: the domain) and FE1's ``overlap``."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
     domain = check_integer("domain", domain_size, 2, cls.domain_max)
-    bins = extra.get("bins", domain)
-    overlap = UniversalHash(extra["modulus"], bins).collision_probability if "modulus" in extra else 0.0
+    bins = domain if noise_bins is None else noise_bins
     mu = calibration_bib.calibrate(epsilon, delta, n, bins, calibration, overlap)
     return cls(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
-               mu=mu, rho=mu * bins / n, **extra)
+               mu=mu, rho=mu * bins / n, **fields)
 
 
 def calibrate_fe0(epsilon: float, delta: float, n_users: int, domain_size: int,
@@ -413,8 +416,9 @@ def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, 
                                  f"(n = {n})", c)
     bins = check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
     domain = check_integer("domain", domain_size, 2, HASHED_DOMAIN_MAX)
-    return _calibrated(FE1Parameters, epsilon, delta, n, domain, calibration,
-                       bins=bins, modulus=next_prime(max(domain, bins)), c=c)
+    modulus = next_prime(max(domain, bins))
+    return _calibrated(FE1Parameters, epsilon, delta, n, domain, calibration, noise_bins=bins,
+                       overlap=UniversalHash(modulus, bins).collision_probability, bins=bins, modulus=modulus, c=c)
 
 
 # --- roles --------------------------------------------------------------------------------------------

@@ -41,11 +41,10 @@ def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> Realis
     return RealisedError(over, int(abs_err.size), largest, mean, float(p50), float(p90), float(p99))
 
 
-def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool,
-                       default_max: int = FULL_DOMAIN_DEFAULT_MAX) -> bool:
-    """Whether to estimate all of [B]: the default up to ``default_max``; refused above 2^28; else candidates."""
+def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool) -> bool:
+    """Whether to estimate all of [B]: the default up to 2^24; refused above 2^28; otherwise candidates."""
     if full_domain is None:
-        full_domain = domain_size <= default_max
+        full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX
     if full_domain and domain_size > FULL_DOMAIN_MAX:
         raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} with --full-domain "
                              "(give --candidates)", domain_size)

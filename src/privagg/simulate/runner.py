@@ -78,11 +78,10 @@ class SimulationRun:
 def _check_size(parameters) -> None:
     expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
     if expected > MESSAGES_MAX:
-        name = "bins" if "bins" in parameters.to_dict() else "domain"
         raise ParameterError(
-            name, f"small enough that a simulation's n (1 + rho) values stay below 2^27 (here {expected:.3g}, "
-            f"rho = {parameters.rho:.4g}; raise --c or lower --bins to shrink rho on large domains)",
-            getattr(parameters, name, parameters.domain_size))
+            parameters.noise_parameter, f"small enough that a simulation's n (1 + rho) values stay below 2^27 "
+            f"(here {expected:.3g}, rho = {parameters.rho:.4g}; raise --c or lower --bins to shrink rho on large "
+            "domains)", parameters.noise_bins)
 
 
 def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike = None, queries=None,
