@@ -427,7 +427,8 @@ def analyze(
         _say(report.privacy.render())
         _say(_profile_line(report.privacy_profile))
         m = report.messages
-        _say(f"messages: {m.total} analyzed from {len(partitions)} partitions ({m.malformed} malformed, dropped)")
+        _say(f"messages: {m.total} received from {len(partitions)} partitions, {m.malformed} of them malformed "
+             "and dropped")
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 
