@@ -66,6 +66,22 @@ def test_count_all_matches_count_matches_and_brute_force():
     assert every.sum() == sum(h.preimages(a, c, d, domain).size for a, c, d in zip(u, v, w))
 
 
+def test_counting_takes_compact_columns_as_int64():
+    # Messages are stored in the layout's compact dtypes; in uint32 arithmetic w - v would wrap.
+    rng = np.random.default_rng(7)
+    h = UniversalHash(next_prime(70_000), 97)
+    u, v = h.sample_keys(3000, rng)
+    w = rng.integers(0, h.bins, size=3000)
+    compact = (u.astype(np.uint32), v.astype(np.uint32), w.astype(np.uint8))
+    strided = np.empty(3000, dtype=[("u", "u4"), ("v", "u4"), ("w", "u1")])  # fields of row-major records
+    strided["u"], strided["v"], strided["w"] = compact
+    queries = rng.integers(0, 70_000, size=50)
+    for columns in (compact, (strided["u"], strided["v"], strided["w"])):
+        assert np.array_equal(h.count_all(*columns, 70_000), h.count_all(u, v, w, 70_000))
+        assert np.array_equal(h.count_matches(*columns, queries), h.count_matches(u, v, w, queries))
+    assert h.count_all_bytes(70_000) >= 4 * 70_000  # at least one thread's int32 counters
+
+
 def test_large_modulus_counts():
     rng = np.random.default_rng(6)
     q = next_prime(2**48)

@@ -40,7 +40,9 @@ def test_message_folder_layout(fe1_run, folder):
     assert [p.name for p in partitions] == [f"part-{i:05d}.parquet" for i in range(PARTITIONS)]
     sizes = [pq.read_metadata(p).num_rows for p in partitions]
     assert sum(sizes) == len(run.messages) and max(sizes) - min(sizes) <= 1
-    assert pq.read_schema(partitions[0]).names == list(params.layout.names)
+    schema = pq.read_schema(partitions[0])
+    assert schema.names == list(params.layout.names)
+    assert [str(t) for t in schema.types] == [str(c.dtype) for c in params.layout.columns] == ["uint16"] * 3
 
 
 @pytest.mark.parametrize("queries", [CANDIDATES, None])

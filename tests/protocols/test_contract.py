@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privagg.core.messages import MessageBatch, shuffle
+from privagg.core.messages import SLICE_ROWS, MessageBatch, shuffle
 from privagg.errors import ParameterError
 from privagg.privacy.balls_into_bins import METHOD_DETAIL, METHODS
 from privagg.privacy.description import Model
@@ -27,6 +27,7 @@ K = 4.0
 PROTOCOLS = registry.IMPLEMENTED
 SHUFFLED = [p for p in PROTOCOLS if registry.REGISTRY[p].topology == "shuffle"]
 WITH_FAST = [p for p in PROTOCOLS if registry.REGISTRY[p].fast is not None]
+WITH_CLIENT = [p for p in PROTOCOLS if registry.REGISTRY[p].client is not None]
 
 
 def params_of(name, calibration="numeric", n_users=N):
@@ -274,6 +275,40 @@ def test_malformed_messages_are_dropped_and_counted(name, queries):
     assert same_aggregate(fold(analyzer, layout.empty(), MessageBatch({})), analyzer.agg_init())
     table = analyzer.finalize(fold(analyzer, corrupt(layout, messages), good))
     assert table.malformed == 6 and table.messages == 394 * 2
+
+
+@pytest.mark.parametrize("name", WITH_CLIENT)
+def test_clients_send_the_layouts_compact_dtypes(name):
+    params = params_of(name)
+    batch = registry.client(params).randomize(population(), rng=2)
+    assert {k: batch[k].dtype for k in batch.columns} == {c.name: c.dtype for c in params.layout.columns}
+    assert all(c.dtype.itemsize < 8 for c in params.layout.columns)  # smaller than int64 at this size
+
+
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("queries", [None, [0, 1, 999]])
+def test_an_update_over_many_slices_is_one_pass_in_bounded_memory(name, queries):
+    """A batch of five analyzer slices (a simulated population is one batch) folds to the merge of its parts'
+    aggregates, and the update's scratch follows a slice: no int64 copy of a whole column, and no more than
+    the analyzer's own ``working_bytes`` (what a simulation budgets for it)."""
+    import tracemalloc
+
+    params = params_of(name, n_users=SLICE_ROWS)
+    compact = params.layout.batch(messages_of(params, population()).columns)
+    rows = 5 * SLICE_ROWS
+    big = MessageBatch({k: np.resize(col, rows) for k, col in compact.columns.items()})
+    analyzer = analyzer_of(params, queries)
+    fold(analyzer, big.take(slice(0, 100)))  # kernels loaded before measuring
+    tracemalloc.start()
+    try:
+        whole = fold(analyzer, big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * rows and peak <= 1.25 * type(analyzer).working_bytes(params, queries is None), peak
+    cuts = [0, 1000, SLICE_ROWS + 7, 3 * SLICE_ROWS, rows]
+    parts = [fold(analyzer, big.take(slice(lo, hi))) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    assert same_aggregate(analyzer.merge(parts), whole) and whole.messages == rows and whole.malformed == 0
 
 
 # --- privacy ------------------------------------------------------------------------------------------

@@ -131,3 +131,68 @@ def test_the_run_itself_says_whether_it_was_private():
     assert not simulate(params, codes, rng=np.random.default_rng(3)).privacy.private
     fast = simulate(params, codes, mode="fast").privacy
     assert not fast.private and "fast path" in fast.not_private_reason
+
+
+# --- memory: one compact buffer, shuffled in place, folded in slices ----------------------------------
+
+
+def test_faithful_population_is_one_buffer_of_compact_rows():
+    params = calibrate_fe1(1.0, 1e-6, N, 3000, bins=150)
+    run = simulate(params, codes_for(3000), rng=1, keep_messages=True)
+    records = run.messages.records
+    assert records is not None and records.dtype == params.layout.record_dtype
+    assert records.dtype.itemsize == 5  # u, v < q = 3001: uint16; w < 150: uint8
+    assert len(records) == run.messages_total and records.base.size >= len(records)  # a view of the buffer
+    assert np.array_equal(run.messages["u"], records["u"])
+
+
+def test_the_buffer_grows_past_its_margin_to_the_same_messages(monkeypatch):
+    params = calibrate_fe1(1.0, 1e-6, N, 3000, bins=150)
+    monkeypatch.setattr(runner, "MESSAGES_PER_BATCH", 2000)  # several batches
+    sized = simulate(params, codes_for(3000), rng=6, keep_messages=True)
+    monkeypatch.setattr(runner, "MARGIN_SD", -100.0)  # a buffer too small from the start
+    assert runner._capacity(params) < sized.messages_total
+    grown = simulate(params, codes_for(3000), rng=6, keep_messages=True)
+    assert all(np.array_equal(grown.messages[k], sized.messages[k]) for k in "uvw")
+    assert np.array_equal(grown.result.estimates, sized.result.estimates)
+
+
+MID = 2_500_000  # users: more messages than one analyzer slice, a second or less per run
+_MID_RUNS = {
+    "fe1 candidates": (lambda: calibrate_fe1(1.0, 1e-10, MID, 2**24, c=2), "faithful", [0, 1, 2, 3]),
+    "fe1 full domain": (lambda: calibrate_fe1(1.0, 1e-10, MID, 2**16, c=2), "faithful", None),
+    "fe1 fast": (lambda: calibrate_fe1(1.0, 1e-10, MID, 2**24, c=2), "fast", [0, 1, 2, 3]),
+    "fe0 candidates": (lambda: calibrate_fe0(1.0, 1e-10, MID, 2**12), "faithful", list(range(100))),
+    "fe0 full domain": (lambda: calibrate_fe0(1.0, 1e-10, MID, 2**12), "faithful", None),
+    "bib": (lambda: calibrate_bib(1.0, 1e-10, MID, 2**12), "faithful", None),
+}
+
+
+@pytest.mark.parametrize("case", list(_MID_RUNS))
+def test_simulation_bytes_is_within_a_quarter_of_the_measured_peak(case):
+    import tracemalloc
+
+    make, mode, queries = _MID_RUNS[case]
+    params = make()
+    codes = np.random.default_rng(0).integers(0, 4000, MID)
+    simulate(params, codes, mode, rng=1, queries=queries)  # once first: kernels and caches loaded, not counted
+    tracemalloc.start()
+    try:
+        simulate(params, codes, mode, rng=1, queries=queries)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = runner.simulation_bytes(params, mode, full_domain=queries is None)
+    assert abs(estimate / peak - 1) <= 0.25, (estimate, peak)
+
+
+def test_simulation_bytes_counts_the_population_once_in_compact_rows():
+    params = calibrate_fe1(1.0, 1e-10, 50_000_000, 2**24, c=2)  # the 5 x 10^7-user run; nothing is simulated
+    assert params.layout.record_dtype.itemsize == 12
+    faithful = runner.simulation_bytes(params, "faithful", full_domain=False)
+    population = 12 * params.n_users * params.messages_per_user
+    assert population < faithful < population + 100 * 2**20  # besides the messages: a batch's or a slice's scratch
+    assert runner.simulation_bytes(params, "fast", full_domain=False) < 100 * 2**20
+    assert runner.simulation_bytes(params, "faithful") > faithful + 8 * params.domain_size  # aggregate, counters
+    with pytest.raises(ParameterError, match="mode must be one of"):
+        runner.simulation_bytes(params, "quick")

@@ -16,6 +16,7 @@ import numpy as np
 
 TILE_BITS = 16  # tiles of 2^16 int32 counters = 256 KiB, inside a core's L2
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
+BUCKET_PAD = 32  # uint16 slots (a cache line) after each tile bucket: write heads spread over cache sets
 
 
 @nb.njit(cache=True, inline="always")
@@ -116,14 +117,14 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
 
     Each preimage's offset inside its 2^16-counter tile is appended to that
     tile's bucket; a full bucket is counted into its tile (which then sits in
-    L2) and emptied. Buckets are padded by one cache line so that the write
-    heads of the buckets do not all fall into one cache set.
+    L2) and emptied. Buckets are padded (BUCKET_PAD) so that the write heads
+    of the buckets do not all fall into one cache set.
     """
     n_threads = counts_per_thread.shape[0]
     n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
     share = (u.size + n_threads - 1) // n_threads
     mask = (1 << TILE_BITS) - 1
-    stride = bucket_capacity + 32
+    stride = bucket_capacity + BUCKET_PAD
     for t in nb.prange(n_threads):
         counts = counts_per_thread[t]
         buckets = np.empty(n_tiles * stride, np.uint16)

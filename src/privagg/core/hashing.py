@@ -60,6 +60,30 @@ def _as_int64(name: str, values, upper: int, lower: int = 0) -> np.ndarray:
     return arr
 
 
+def _kernel_columns(u, v, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """u, v, w as contiguous int64, the kernels' arithmetic (w - v must not wrap as it would in uint32).
+
+    Messages are stored in compact dtypes; the analyzer passes one slice at
+    a time, so this copy is bounded by the slice. int64 input is not copied.
+    """
+    return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (u, v, w))
+
+
+def _count_all_plan(domain_size: int) -> tuple[int, int, int]:
+    """(threads, tiles, bucket capacity) of :meth:`UniversalHash.count_all` over ``domain_size`` items.
+
+    Fewer threads than numba's when their int32 counters would pass
+    _COUNTER_BYTES_MAX; at most 32 MiB of tile buckets (uint16 offsets) per thread.
+    """
+    import numba
+
+    from .hash_kernels import TILE_BITS
+
+    threads = max(1, min(numba.get_num_threads(), _COUNTER_BYTES_MAX // (4 * domain_size)))
+    tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
+    return threads, tiles, max(4096, min(1 << 16, (1 << 24) // tiles))
+
+
 @dataclass(frozen=True)
 class UniversalHash:
     """The family H = {h_{u,v}} for a prime ``modulus`` q and ``bins`` b."""
@@ -104,39 +128,42 @@ class UniversalHash:
         return preimages(int(u), int(v), int(w), self.modulus, self.bins, int(domain_size))
 
     def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries) -> np.ndarray:
-        """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i."""
+        """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i (integer columns of any dtype)."""
         import numba
 
         from .hash_kernels import count_matches
 
         queries = _as_int64("queries", queries, self.modulus)
         out = np.zeros((numba.get_num_threads(), queries.size), dtype=np.int64)
-        count_matches(u, v, w, queries, self.modulus, self.bins, out)
+        count_matches(*_kernel_columns(u, v, w), queries, self.modulus, self.bins, out)
         return out.sum(axis=0)
 
     def count_all(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
                   out: np.ndarray | None = None) -> np.ndarray:
-        """For every x in [domain_size], the number of messages with h(x) = w.
+        """For every x in [domain_size], the number of messages with h(x) = w (integer columns of any dtype).
 
         With ``out`` (int64, length domain_size) the counts are added to it
         in place and it is returned: a full-domain aggregate grows without a
         second domain-sized temporary.
         """
-        import numba
-
-        from .hash_kernels import TILE_BITS, count_all
+        from .hash_kernels import count_all
 
         if not 1 <= domain_size <= self.modulus:
             raise ValueError(f"domain_size must be in [1, modulus={self.modulus}], got {domain_size}")
         if u.size >= 2**31:
             raise ValueError(f"at most 2^31 - 1 messages fit the int32 counters, got {u.size}")
-        threads = max(1, min(numba.get_num_threads(), _COUNTER_BYTES_MAX // (4 * domain_size)))
+        threads, _, capacity = _count_all_plan(domain_size)
         counts = np.zeros((threads, domain_size), dtype=np.int32)
-        n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
-        capacity = max(4096, min(1 << 16, (1 << 24) // n_tiles))  # at most 32 MiB of offsets per thread
-        count_all(u, v, w, self.modulus, self.bins, domain_size, counts, capacity)
+        count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity)
         if out is None:
             out = np.zeros(domain_size, dtype=np.int64)
         for row in counts:
             out += row
         return out
+
+    def count_all_bytes(self, domain_size: int) -> int:
+        """Scratch memory of one :meth:`count_all` call: every thread's int32 counters and tile buckets."""
+        from .hash_kernels import BUCKET_PAD
+
+        threads, tiles, capacity = _count_all_plan(domain_size)
+        return threads * (4 * domain_size + 2 * tiles * (capacity + BUCKET_PAD))

@@ -2,17 +2,23 @@
 
 A batch is a struct of aligned integer columns (one row a message), so one
 device's output and a simulated population's output have the same shape.
-Each protocol declares its :class:`MessageLayout` once (column names,
-dtypes, ranges); the layout validates batches at the analyzer boundary
-(malformed rows are dropped and counted), gives ``bits_per_message``, and
-converts batches to and from Arrow tables and Parquet files (pyarrow is
-loaded only there).
+Each protocol declares its :class:`MessageLayout` once (column names and
+ranges); each column's storage dtype is the smallest integer type holding
+its range, so FE1's messages at B = 2^24 take 12 bytes, not 24. The layout
+validates batches at the analyzer boundary (malformed rows are dropped and
+counted), gives ``bits_per_message``, and converts batches to and from Arrow
+tables and Parquet files (pyarrow is loaded only there).
+
+A simulated population is held row-major (:meth:`MessageBatch.from_records`:
+one structured array whose fields are the columns), so that the shuffler
+permutes it in place.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +26,36 @@ import numpy as np
 from ..errors import ParameterError
 from .randomness import RNGLike, resolve
 
+SLICE_ROWS = 1 << 21  # rows an analyzer validates and counts at a time: its scratch memory follows a slice
+
 
 @dataclass(frozen=True)
 class MessageBatch:
-    """Aligned int64 columns, one row a message."""
+    """Aligned integer columns, one row a message.
+
+    ``records``: the structured array whose fields the columns are, when the
+    batch is stored row-major (:meth:`from_records`); :func:`shuffle` then
+    moves whole rows in place instead of gathering each column.
+    """
 
     columns: dict[str, np.ndarray]
+    records: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lengths = {name: col.size for name, col in self.columns.items()}
         if len(set(lengths.values())) > 1:
             raise ParameterError("message columns", "arrays of one length", lengths)
+
+    @classmethod
+    def from_records(cls, records: np.ndarray) -> "MessageBatch":
+        """A batch whose columns are the fields of the structured array ``records`` (views, no copy)."""
+        return cls({name: records[name] for name in records.dtype.names}, records)
+
+    def __reduce__(self):
+        # Pickled (to a Dask worker) as its records, so that the columns stay views of them after loading.
+        if self.records is not None:
+            return MessageBatch.from_records, (self.records,)
+        return MessageBatch, (self.columns,)
 
     def __len__(self) -> int:
         return next(iter(self.columns.values())).size if self.columns else 0
@@ -39,7 +64,14 @@ class MessageBatch:
         return self.columns[name]
 
     def take(self, index: np.ndarray | slice) -> "MessageBatch":
+        if self.records is not None:
+            return MessageBatch.from_records(self.records[index])
         return MessageBatch({name: col[index] for name, col in self.columns.items()})
+
+    def slices(self, rows: int = SLICE_ROWS) -> Iterator["MessageBatch"]:
+        """Consecutive views of at most ``rows`` rows: what bounds an analyzer's scratch memory."""
+        for lo in range(0, len(self), rows):
+            yield self.take(slice(lo, lo + rows))
 
     @staticmethod
     def concatenate(batches: list["MessageBatch"]) -> "MessageBatch":
@@ -49,17 +81,35 @@ class MessageBatch:
 
 @dataclass(frozen=True)
 class Column:
-    """One message field: integers in [low, high), stored as ``dtype``."""
+    """One message field: integers in [low, high)."""
 
     name: str
     low: int
     high: int
-    dtype: str = "int64"
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high:
+            raise ValueError(f"column {self.name}: low must be below high, got [{self.low}, {self.high})")
 
     @property
     def bits(self) -> int:
         """Bits to send a value of this field: ceil(log2(high - low))."""
         return max(1, math.ceil(math.log2(self.high - self.low)))
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The smallest integer dtype holding [low, high): unsigned unless low < 0.
+
+        Derived from the range, so that storage follows the parameters: a
+        simulated population is held in these dtypes and written to Parquet
+        with them.
+        """
+        kind = "u" if self.low >= 0 else "i"
+        for size in (1, 2, 4, 8):
+            info = np.iinfo(f"{kind}{size}")
+            if info.min <= self.low and self.high - 1 <= info.max:
+                return np.dtype(f"{kind}{size}")
+        raise ValueError(f"column {self.name}: [{self.low}, {self.high}) does not fit a 64-bit integer")
 
 
 @dataclass(frozen=True)
@@ -76,11 +126,22 @@ class MessageLayout:
     def bits_per_message(self) -> int:
         return sum(c.bits for c in self.columns)
 
+    @property
+    def record_dtype(self) -> np.dtype:
+        """One message as a packed row of the columns' dtypes (row-major storage of a population)."""
+        return np.dtype([(c.name, c.dtype) for c in self.columns])
+
+    def batch(self, columns: dict[str, np.ndarray]) -> MessageBatch:
+        """``columns`` in the declared dtypes; their values must already lie in range (a client's own output)."""
+        return MessageBatch({c.name: np.asarray(columns[c.name]).astype(c.dtype, copy=False) for c in self.columns})
+
     def validate(self, batch: MessageBatch) -> tuple[MessageBatch, int]:
-        """(the well-formed rows as int64 columns, how many rows were dropped).
+        """(the well-formed rows in the declared dtypes, how many rows were dropped).
 
         A row is malformed when a field is missing, not an integer (a float
-        with a fraction, NaN), or outside its range. Never raises on bad
+        with a fraction, NaN), or outside its range. Integer columns of any
+        dtype are accepted; a batch already in the declared dtypes with no
+        malformed row comes back without a copy. Never raises on bad
         content: the analyzer counts what it dropped and goes on.
         """
         rows = len(batch)
@@ -98,17 +159,17 @@ class MessageLayout:
             else:
                 keep[:] = False
         if keep.all():
-            return MessageBatch({name: col.astype(np.int64, copy=False) for name, col in columns.items()}), 0
-        return MessageBatch({name: col[keep].astype(np.int64) for name, col in columns.items()}), int(rows - keep.sum())
+            return self.batch(columns), 0
+        return self.batch({name: col[keep] for name, col in columns.items()}), int(rows - keep.sum())
 
     def empty(self) -> MessageBatch:
-        return MessageBatch({name: np.empty(0, dtype=np.int64) for name in self.names})
+        return MessageBatch({c.name: np.empty(0, dtype=c.dtype) for c in self.columns})
 
     def to_arrow(self, batch: MessageBatch):
-        """The batch as a :class:`pyarrow.Table` with the declared dtypes."""
+        """The batch as a :class:`pyarrow.Table` with the declared dtypes (values must lie in range)."""
         import pyarrow as pa
 
-        return pa.table({c.name: pa.array(batch[c.name].astype(c.dtype, copy=False)) for c in self.columns})
+        return pa.table({name: pa.array(col) for name, col in self.batch(batch.columns).columns.items()})
 
     def from_arrow(self, table) -> MessageBatch:
         """A batch from an Arrow table; columns it lacks or has extra are left to :meth:`validate`."""
@@ -126,8 +187,23 @@ class MessageLayout:
 
 
 def shuffle(batch: MessageBatch, rng: RNGLike = None) -> MessageBatch:
-    """The shuffler: a uniformly random permutation of the batch.
+    """The shuffler: permutes the batch's messages uniformly at random, in place, and returns it.
 
-    ``rng=None`` (deployment) draws the permutation from the secure generator.
+    The permutation is Fisher-Yates with exact bounded integers
+    (:meth:`numpy.random.Generator.shuffle`) drawn from ``rng``; ``None``
+    (deployment) draws from the secure generator. A row-major batch (a
+    simulated population) has its rows swapped in its own buffer: no index
+    array and no second copy of the messages, which at 5 x 10^7 users is
+    what keeps a simulation within memory. Other batches get
+    ``rng.permutation(len(batch))`` applied to every column; it makes the
+    same draws, so one generator state gives one permutation either way.
+    The shuffler owns what it receives: the caller's batch is the shuffled one.
     """
-    return batch.take(resolve(rng).permutation(len(batch)))
+    rng = resolve(rng)
+    if batch.records is not None:
+        rng.shuffle(batch.records)
+    else:
+        order = rng.permutation(len(batch))
+        for column in batch.columns.values():
+            column[...] = column[order]
+    return batch

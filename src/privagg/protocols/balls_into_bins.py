@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core.hashing import MAX_MODULUS_BITS, UniversalHash
-from ..core.messages import Column, MessageBatch, MessageLayout
+from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
@@ -424,40 +424,61 @@ def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, 
 # --- roles --------------------------------------------------------------------------------------------
 
 
-class FE0Client:
-    """R^FE0 (Algorithm 2): the value, plus floor(rho) or ceil(rho) values uniform in [B]."""
+def _slice_sizes(total: int) -> list[int]:
+    """``total`` cut into slices of at most :data:`~privagg.core.messages.SLICE_ROWS`."""
+    return [min(SLICE_ROWS, total - lo) for lo in range(0, total, SLICE_ROWS)]
 
-    def __init__(self, parameters: FE0Parameters) -> None:
+
+class _BallsClient:
+    """What R^FE0 and R^FE1 share: each user's real message, plus floor(rho) or ceil(rho) dummies.
+
+    Messages come in the layout's compact dtypes (:meth:`MessageLayout.batch`),
+    as a device would send them and as the simulator stores a population.
+    """
+
+    def __init__(self, parameters: BallsIntoBinsParameters) -> None:
         self.parameters, self.layout = parameters, parameters.layout
 
     def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
         """Messages of a batch of users (``rng=None``: secure randomness)."""
         rng, p = resolve(rng), self.parameters
-        codes = p.check_codes(np.asarray(codes))
-        noise = rng.integers(0, p.domain_size, size=int(dummy_counts(codes.size, p.rho, rng).sum()))
-        return MessageBatch({"value": np.concatenate([codes, noise])})
+        codes = p.check_codes(codes)
+        extra = int(dummy_counts(codes.size, p.rho, rng).sum())
+        return MessageBatch.concatenate([self.real_messages(codes, rng), self.dummies(extra, rng)])
+
+    def real_messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
+        """One message per user for checked ``codes`` (protocol-specific)."""
+        raise NotImplementedError
+
+    def dummies(self, count: int, rng: np.random.Generator) -> MessageBatch:
+        """``count`` blanket-noise messages (protocol-specific)."""
+        raise NotImplementedError
 
 
-class FE1Client:
+class FE0Client(_BallsClient):
+    """R^FE0 (Algorithm 2): the value, plus floor(rho) or ceil(rho) values uniform in [B]."""
+
+    def real_messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
+        return self.layout.batch({"value": codes})
+
+    def dummies(self, count: int, rng: np.random.Generator) -> MessageBatch:
+        return self.layout.batch({"value": rng.integers(0, self.parameters.domain_size, size=count)})
+
+
+class FE1Client(_BallsClient):
     """R^FE1 (§3.2): (u, v, h_{u,v}(x)) for a random key, plus dummies (u', v', w') uniform."""
 
     def __init__(self, parameters: FE1Parameters) -> None:
-        self.parameters, self.layout, self.hash = parameters, parameters.layout, parameters.hash
+        super().__init__(parameters)
+        self.hash = parameters.hash
 
     def real_messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
         u, v = self.hash.sample_keys(codes.size, rng)
-        return MessageBatch({"u": u, "v": v, "w": self.hash.evaluate(u, v, codes)})
+        return self.layout.batch({"u": u, "v": v, "w": self.hash.evaluate(u, v, codes)})
 
     def dummies(self, count: int, rng: np.random.Generator) -> MessageBatch:
         u, v = self.hash.sample_keys(count, rng)
-        return MessageBatch({"u": u, "v": v, "w": rng.integers(0, self.hash.bins, size=count, dtype=np.int64)})
-
-    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
-        """Messages of a batch of users (``rng=None``: secure randomness)."""
-        rng, p = resolve(rng), self.parameters
-        codes = p.check_codes(np.asarray(codes))
-        extra = int(dummy_counts(codes.size, p.rho, rng).sum())
-        return MessageBatch.concatenate([self.real_messages(codes, rng), self.dummies(extra, rng)])
+        return self.layout.batch({"u": u, "v": v, "w": rng.integers(0, self.hash.bins, size=count, dtype=np.int64)})
 
 
 @dataclass
@@ -478,9 +499,12 @@ class CountAggregate:
 class _CountingAnalyzer:
     """What the three analyzers share: count matches per item, add partial counts, debias."""
 
+    # int64 temporaries per message that counting a slice makes: (over the full domain, over candidates)
+    count_words: ClassVar[tuple[int, int]] = (0, 0)
+
     def __init__(self, parameters: BallsIntoBinsParameters, queries=None) -> None:
         self.parameters, self.layout = parameters, parameters.layout
-        self.queries = None if queries is None else np.unique(parameters.check_codes(np.asarray(queries)))
+        self.queries = None if queries is None else np.unique(parameters.check_codes(queries))
         if self.queries is not None and self.queries.size == 0:
             raise ParameterError("candidates", "at least 1 item", "an empty list")
 
@@ -491,11 +515,18 @@ class _CountingAnalyzer:
         return CountAggregate(np.zeros(self._size(), dtype=np.int64))
 
     def agg_update(self, agg: CountAggregate, messages: MessageBatch) -> CountAggregate:
-        """Fold ``messages`` into ``agg`` (in place, and returned); malformed rows are counted in ``malformed``."""
-        clean, dropped = self.layout.validate(messages)
-        self._count_into(agg.counts, clean)
-        agg.messages += len(clean)
-        agg.malformed += dropped
+        """Fold ``messages`` into ``agg`` (in place, and returned); malformed rows are counted in ``malformed``.
+
+        The batch is folded ``SLICE_ROWS`` rows at a time, so that
+        validation masks and the kernels' int64 copies take memory in
+        proportion to a slice, not to the batch (a simulated population is
+        one batch). Counts add, so the aggregate is that of one pass.
+        """
+        for part in messages.slices():
+            clean, dropped = self.layout.validate(part)
+            self._count_into(agg.counts, clean)
+            agg.messages += len(clean)
+            agg.malformed += dropped
         return agg
 
     def merge(self, aggs: Sequence[CountAggregate]) -> CountAggregate:
@@ -514,14 +545,28 @@ class _CountingAnalyzer:
         """Add each item's matching messages to ``counts`` (protocol-specific)."""
         raise NotImplementedError
 
+    @classmethod
+    def working_bytes(cls, parameters: BallsIntoBinsParameters, full_domain: bool = True) -> int:
+        """About the memory aggregating takes besides the messages, for a simulation's budget.
+
+        The int64 aggregate over the domain (over candidates it is small and
+        left out) and one slice's scratch per message: 3 bytes of validation
+        masks and the counting's int64 temporaries (``count_words``).
+        """
+        aggregate = 8 * parameters.domain_size if full_domain else 0
+        rows = min(SLICE_ROWS, math.ceil(parameters.n_users * parameters.messages_per_user))
+        return aggregate + (3 + 8 * cls.count_words[0 if full_domain else 1]) * rows
+
 
 class FE0Analyzer(_CountingAnalyzer):
     """A^FE0 (Algorithm 3): one histogram of the values (queried items picked out of it)."""
 
+    count_words = (0, 2)  # np.add.at makes none; count_among makes positions and their clipped copy
+
     def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
         values = messages["value"]
         if self.queries is None:
-            counts += np.bincount(values, minlength=self.parameters.domain_size)
+            np.add.at(counts, values, 1)  # unlike bincount, no domain-sized temporary per slice
         else:
             counts += count_among(values, self.queries)
 
@@ -530,7 +575,8 @@ class BallsIntoBinsCurator(FE0Analyzer):
     """M^BIB's trusted curator (Algorithm 1): counts the users' values, adds the noisy balls when finalizing.
 
     The n coins are drawn one by one (:func:`dummy_counts`), not with a
-    floating-point binomial sampler, since privacy rests on their law.
+    floating-point binomial sampler, since privacy rests on their law; coins
+    and balls are drawn a slice at a time, which changes nothing in their law.
     """
 
     def __init__(self, parameters: BIBParameters, queries=None, rng: RNGLike = None) -> None:
@@ -541,38 +587,65 @@ class BallsIntoBinsCurator(FE0Analyzer):
         """The noisy release; the noise is drawn once per aggregate (a second call repeats the release)."""
         if agg.noise is None:
             rng, p = resolve(self.rng), self.parameters
-            balls = rng.integers(0, p.domain_size, size=int(dummy_counts(p.n_users, p.rho, rng).sum()))
+            balls = sum(int(dummy_counts(users, p.rho, rng).sum()) for users in _slice_sizes(p.n_users))
             agg.noise = np.zeros_like(agg.counts)
-            self._count_into(agg.noise, MessageBatch({"value": balls}))
+            for size in _slice_sizes(balls):
+                self._count_into(agg.noise, MessageBatch({"value": rng.integers(0, p.domain_size, size=size)}))
         return super().finalize(CountAggregate(agg.counts + agg.noise, agg.messages, agg.malformed))
+
+    @classmethod
+    def working_bytes(cls, parameters: BIBParameters, full_domain: bool = True) -> int:
+        """Aggregating, or drawing the noise if that takes more: a slice of users' coins (a double, then
+        the coin, 9 bytes a user), the noise counts and their sum with the counts."""
+        aggregate = 8 * parameters.domain_size if full_domain else 0
+        noise = 3 * aggregate + 9 * min(SLICE_ROWS, parameters.n_users)
+        return max(super().working_bytes(parameters, full_domain), noise)
 
 
 class FE1Analyzer(_CountingAnalyzer):
     """A^FE1: per queried x, the messages with h_{u,v}(x) = w; all of [B] by preimage enumeration."""
 
+    count_words = (3, 3)  # the kernels' int64 copies of u, v and w
+
     def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
-        h = self.parameters.hash
-        u, v, w = (np.ascontiguousarray(messages[k], dtype=np.int64) for k in "uvw")
+        h, u, v, w = self.parameters.hash, messages["u"], messages["v"], messages["w"]  # int64 copies: in h
         if self.queries is None:
             h.count_all(u, v, w, self.parameters.domain_size, out=counts)
         else:
             counts += h.count_matches(u, v, w, self.queries)
 
+    @classmethod
+    def working_bytes(cls, parameters: FE1Parameters, full_domain: bool = True) -> int:
+        """Aggregating, plus the full-domain kernel's per-thread counters and buckets."""
+        kernel = parameters.hash.count_all_bytes(parameters.domain_size) if full_domain else 0
+        return super().working_bytes(parameters, full_domain) + kernel
+
 
 # --- distributional shortcuts (simulation only) ------------------------------------------------------
 
 
+def _fast_aggregate(client: _BallsClient, codes: np.ndarray, rng: np.random.Generator,
+                    analyzer: _CountingAnalyzer) -> CountAggregate:
+    """The real messages, then the dummy total drawn in one step; no per-user coins, no shuffle.
+
+    Counts ignore message order, so messages are drawn and counted a slice
+    at a time: memory does not grow with n.
+    """
+    agg = analyzer.agg_init()
+    for lo in range(0, codes.size, SLICE_ROWS):
+        analyzer.agg_update(agg, client.real_messages(codes[lo:lo + SLICE_ROWS], rng))
+    for size in _slice_sizes(total_dummies(codes.size, client.parameters.rho, rng)):
+        analyzer.agg_update(agg, client.dummies(size, rng))
+    return agg
+
+
 def fe0_fast_aggregate(parameters: FE0Parameters, codes: np.ndarray, rng: np.random.Generator,
                        analyzer: FE0Analyzer) -> CountAggregate:
-    """The true values plus the total noise drawn in one step; no per-user coins, no shuffle."""
-    noise = rng.integers(0, parameters.domain_size, size=total_dummies(codes.size, parameters.rho, rng))
-    return analyzer.agg_update(analyzer.agg_init(), MessageBatch({"value": np.concatenate([codes, noise])}))
+    """FE0's shortcut: the true values plus the total noise drawn in one step."""
+    return _fast_aggregate(FE0Client(parameters), codes, rng, analyzer)
 
 
 def fe1_fast_aggregate(parameters: FE1Parameters, codes: np.ndarray, rng: np.random.Generator,
                        analyzer: FE1Analyzer) -> CountAggregate:
-    """The dummy total drawn in one step, no shuffle (counts ignore message order)."""
-    client = FE1Client(parameters)
-    batch = MessageBatch.concatenate([client.real_messages(codes, rng),
-                                      client.dummies(total_dummies(codes.size, parameters.rho, rng), rng)])
-    return analyzer.agg_update(analyzer.agg_init(), batch)
+    """FE1's shortcut: hashed real messages plus the total of dummies drawn in one step."""
+    return _fast_aggregate(FE1Client(parameters), codes, rng, analyzer)
