@@ -76,7 +76,12 @@ def _check_output(output: Path | None, *inputs: Path | None) -> None:
 
 
 def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable[[], None]) -> None:
-    """The report: to --output as JSON, to stdout as JSON (--json) or as the human summary."""
+    """The report: to --output as JSON, to stdout as JSON (--json) or as the human summary.
+
+    Its warnings also go to stderr, one line each, whatever the format.
+    """
+    for warning in report_json.get("warnings", ()):
+        _console(stderr=True).print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     if output is not None:
         with _clean_errors():
             try:
@@ -114,6 +119,14 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
         params.append(_param(option.name, Optional[option.type],
                              typer.Option(None, f"--{option.name.replace('_', '-')}", help=option.help)))
     return params
+
+
+def _hash_key_option(help: str) -> inspect.Parameter:
+    return _param("hash_key", Optional[str], typer.Option(None, "--hash-key", help=help))
+
+
+def _verbose_option() -> inspect.Parameter:
+    return _param("verbose", bool, typer.Option(False, "--verbose", help="The full privacy statement, not one line."))
 
 
 def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc: str) -> Callable[..., None]:
@@ -168,27 +181,33 @@ def schema(report: str = typer.Argument(..., help="calibrate, estimate or analyz
 # --- calibrate ----------------------------------------------------------------------------------------
 
 def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
-               calibration: Enum, as_json: bool, output: Optional[Path], **options: Any) -> None:
+               calibration: Enum, hash_key: Optional[str], verbose: bool, as_json: bool, output: Optional[Path],
+               **options: Any) -> None:
+    import secrets
+
+    from .core.encoding import KEY_BYTES, check_item_key
+    from .privacy.description import privacy_warnings
     from .protocols.registry import calibrate
     from .reports import CalibrationReport, privacy_profile, report_parameters, to_json_dict
 
     with _clean_errors():
         _check_output(output)
+        key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
         params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
-                           calibration=calibration.value, **options)
+                           calibration=calibration.value, item_key=key, **options)
         profile, expected = privacy_profile(params), params.expected_error()
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
-                               privacy_profile=profile, **expected)
+                               privacy_profile=profile, **expected,
+                               warnings=privacy_warnings(epsilon, delta, users))
 
     def human() -> None:
         from rich.table import Table
 
         table = Table(title=entry.title, show_header=False)
-        for key, value in {**report.parameters, **expected}.items():
-            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+        for name, value in {**report.parameters, **expected}.items():
+            table.add_row(name, f"{value:.6g}" if isinstance(value, float) else str(value))
         _console().print(table)
-        _say(params.privacy.render())
-        _say(_profile_line(profile))
+        _say_privacy(params.privacy, profile, verbose)
 
     _emit(to_json_dict(report), as_json, output, human)
 
@@ -198,11 +217,22 @@ def _profile_line(profile) -> str:
         f"eps {p.epsilon:g}: {p.delta:.3g}" for p in profile)
 
 
+def _say_privacy(privacy, profile, verbose: bool) -> None:
+    """One short line, or (--verbose) the full statement and the privacy profile."""
+    if verbose:
+        _say(privacy.render())
+        _say(_profile_line(profile))
+    else:
+        _say(privacy.summary() + " (--verbose: the full statement)")
+
+
 def _register_calibrate(entry: ProtocolEntry) -> None:
     params = [
         _param("users", int, typer.Option(..., "--users", help="Number of users n >= 2.")),
         _param("domain", int, typer.Option(..., "--domain", help="Domain size B >= 2.")),
         *_protocol_parameters(entry),
+        _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
+        _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
         _param("output", Optional[Path], typer.Option(
             None, "--output", help="Write the JSON report (loadable as parameters: analyze --params) to FILE.")),
@@ -214,10 +244,33 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
 # --- estimate -----------------------------------------------------------------------------------------
 
 @contextmanager
-def _progress_bars(enabled: bool) -> Iterator:
-    if not enabled:
+def _progress(enabled: bool | None) -> Iterator:
+    """Progress of the long stages: bars on a terminal; plain lines every 10% when stderr is a file or pipe.
+
+    Default (``enabled=None``): only on a terminal.
+    """
+    terminal = sys.stderr.isatty()
+    if not (terminal if enabled is None else enabled):
         yield None
-        return
+    elif terminal:
+        with _progress_bars() as advance:
+            yield advance
+    else:
+        start, done, shown = time.perf_counter(), {}, {}
+
+        def advance(stage: str, step: int, total: int) -> None:
+            done[stage] = done.get(stage, 0) + step
+            tenth = 10 * done[stage] // max(total, 1)
+            if tenth > shown.get(stage, 0):
+                shown[stage] = tenth
+                print(f"{stage}: {done[stage]}/{total} ({10 * tenth}%), {time.perf_counter() - start:.1f} s",
+                      file=sys.stderr, flush=True)
+
+        yield advance
+
+
+@contextmanager
+def _progress_bars() -> Iterator:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -237,17 +290,67 @@ class Mode(str, Enum):
     fast = "fast"
 
 
-def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], domain: int, epsilon: float,
-              delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
-              full_domain: Optional[bool], mode: Mode, as_json: bool, output: Optional[Path],
-              progress: Optional[bool], write_messages: Optional[Path], partitions: int, **options: Any) -> None:
+ItemTypeChoice = _choice("ItemTypeChoice", ("auto", "int", "str"))
+MissingChoice = _choice("MissingChoice", ("error", "drop"))
+KIND_TO_ITEM_TYPE = {"integer": "int", "text": "str"}  # an encoder's kind, as --item-type
+
+
+def _input_parameters() -> list[inspect.Parameter]:
+    """How to read the input file: --input, --column, --item-type, --delimiter, --no-header, --missing."""
+    return [
+        _param("input", Optional[Path], typer.Option(
+            None, "--input", help="Text (one item per line), CSV, TSV, Parquet or .npy file. "
+                                  "Default: the bundled English-words dataset.")),
+        _param("column", Optional[str], typer.Option(
+            None, "--column", help="The column holding the items (a table with several); with --no-header, "
+                                   "its 0-based index.")),
+        _param("item_type", ItemTypeChoice, typer.Option(
+            "auto", "--item-type", help="int, str, or auto: integers only when every value is a canonical "
+                                        "decimal integer; any mix is an error.")),
+        _param("delimiter", Optional[str], typer.Option(
+            None, "--delimiter", help="Read the input as a table with this delimiter (default: by extension, "
+                                      ".csv comma, .tsv tab).")),
+        _param("header", bool, typer.Option(True, "--header/--no-header",
+                                            help="Whether the table's first line names its columns.")),
+        _param("missing", MissingChoice, typer.Option(
+            "error", "--missing", help="An empty cell or line: error (default) or drop (leave the user out).")),
+    ]
+
+
+def _read_input(input: Path | None, fmt, encoder, candidates: Path | None):
+    """(codes, candidate codes or None, dropped users, input name): the users' items and the public candidates."""
     from . import datasets
-    from .io import read_items
+    from .io import InputFormat, read_codes
+
+    if input is None:
+        codes, dropped, name = encoder.encode(datasets.english_words()), 0, datasets.DESCRIPTION
+    else:
+        summary = read_codes(input, encoder, fmt)
+        codes, dropped, name = summary.codes, summary.dropped, str(input)
+    candidate_codes = None
+    if candidates is not None:
+        item_type = KIND_TO_ITEM_TYPE.get(encoder.kind, fmt.item_type)  # of the input's kind
+        candidate_codes = read_codes(candidates, encoder, InputFormat(item_type=item_type), field="candidates",
+                                     public=True).codes
+    elif input is None:  # the bundled dataset's public vocabulary names its words
+        candidate_codes = encoder.encode(datasets.english_vocabulary(), field="candidate", public=True)
+    return codes, candidate_codes, dropped, name
+
+
+def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
+              delimiter: Optional[str], header: bool, missing: Enum, domain: int, epsilon: float,
+              delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
+              hash_key: Optional[str], full_domain: Optional[bool], mode: Mode, verbose: bool, as_json: bool,
+              output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
+              **options: Any) -> None:
+    from .io import InputFormat
     from .reports import to_json_dict
-    from .simulate.frequency import estimate_frequencies
+    from .simulate.frequency import check_resources, estimate_frequencies, item_encoder
 
     with _clean_errors():
         _check_output(output, input, candidates)
+        fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
+        encoder = item_encoder(domain, hash_key, seed)
         if write_messages is not None:
             if mode is Mode.fast or entry.topology == "central":
                 raise ParameterError("write-messages", "given for a faithful run of a shuffle protocol (the fast "
@@ -256,47 +359,59 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
             from .engine import prepare_message_folder
 
             prepare_message_folder(write_messages, partitions)
-        items = datasets.english_words() if input is None else read_items(input, column)
-        if candidates is not None:
-            candidate_items = read_items(candidates, None, field="candidates")
-        else:  # the bundled dataset's public vocabulary names its words
-            candidate_items = datasets.english_vocabulary() if input is None else None
-        with _progress_bars(sys.stderr.isatty() if progress is None else progress) as advance:
-            report, run, encoder = estimate_frequencies(
-                entry.name, items, epsilon=epsilon, delta=delta, domain_size=domain,
-                calibration=calibration.value, options=options, candidates=candidate_items, top=top,
-                full_domain=full_domain, mode=mode.value, seed=seed, keep_messages=write_messages is not None,
-                input_name=datasets.DESCRIPTION if input is None else str(input), progress=advance)
+        if input is not None:  # refuse a run that cannot fit before reading a line
+            check_resources(entry.name, input, fmt, epsilon=epsilon, delta=delta, domain_size=domain,
+                            calibration=calibration.value, options=options, mode=mode.value,
+                            full_domain=full_domain, candidates=candidates is not None)
+        start = time.perf_counter()
+        codes, candidate_codes, dropped, input_name = _read_input(input, fmt, encoder, candidates)
+        read_seconds = time.perf_counter() - start
+        warnings = [f"{dropped} users with a missing value were left out (--missing drop)"] if dropped else []
+        with _progress(progress) as advance:
+            report, run = estimate_frequencies(
+                entry.name, codes, encoder, epsilon=epsilon, delta=delta, calibration=calibration.value,
+                options=options, candidate_codes=candidate_codes, top=top, full_domain=full_domain,
+                mode=mode.value, seed=seed, keep_messages=write_messages is not None, input_name=input_name,
+                progress=advance, warnings=warnings)
+        report.simulation.seconds["read"] = read_seconds
         if write_messages is not None:
             from .engine import write_messages as write
 
             start = time.perf_counter()
             write(write_messages, run.result.parameters, run.messages, partitions, {
-                "kind": encoder.kind, "key": encoder.key.hex(), "domain_size": domain,
-                "private": report.privacy.private, "randomness": run.randomness})
+                "kind": encoder.kind, "domain_size": domain, "private": report.privacy.private,
+                "randomness": run.randomness})
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
-    _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report))
+    _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
 
 
 def _estimate_table(title: str, estimates) -> None:
     from rich.table import Table
 
+    simulated = any(row.true_count is not None for row in estimates)
     table = Table(title=title)
     table.add_column("rank", justify="right")
     table.add_column("item")
     table.add_column("estimate ± stderr", justify="right")
+    if simulated:
+        table.add_column("true count (simulation)", justify="right")
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
-        table.add_row(str(rank), f"{row.item}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}")
+        cells = [str(rank), f"{row.item}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        table.add_row(*cells, *([str(row.true_count)] if simulated else []))
     _console().print(table)
+    hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
+    if hashed:
+        _say(f"{hashed} items are strings shown by their code (#code), since only public items are named: give "
+             "--candidates FILE to name them (heavy-hitter discovery comes in a later release); --hash-key with "
+             "parameters.item_key from the JSON keeps the codes of this run")
 
 
-def _print_estimate(report) -> None:
+def _print_estimate(report, verbose: bool) -> None:
     _say(f"input: {report.input}")
     _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
-    _say(report.privacy.render())
-    _say(_profile_line(report.privacy_profile))
+    _say_privacy(report.privacy, report.privacy_profile, verbose)
     m, e, expected = report.messages, report.error, report.expected_error
     _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
          f"{report.bits_per_message} bits per message")
@@ -312,10 +427,7 @@ def _print_estimate(report) -> None:
 
 def _register_estimate(entry: ProtocolEntry) -> None:
     params = [
-        _param("input", Optional[Path], typer.Option(
-            None, "--input", help="CSV, Parquet or text file (one item per line). "
-                                  "Default: the bundled English-words dataset.")),
-        _param("column", Optional[str], typer.Option(None, "--column", help="Column holding the items (CSV/Parquet).")),
+        *_input_parameters(),
         _param("domain", int, typer.Option(2**24, "--domain", help="Domain size B: integer items must lie in [0, B).")),
         *_protocol_parameters(entry),
         _param("candidates", Optional[Path], typer.Option(None, "--candidates",
@@ -323,15 +435,19 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         _param("seed", Optional[int], typer.Option(
             None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
+                         "strings get the same codes. Default: derived from --seed, else random."),
         _param("full_domain", Optional[bool], typer.Option(
             None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24).")),
         _param("mode", Mode, typer.Option(Mode.faithful, "--mode",
                                           help="faithful: through every role; fast: simulation shortcuts.")),
+        _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
         _param("output", Optional[Path], typer.Option(
             None, "--output", help="Write the JSON report to FILE (stdout gets the human summary).")),
         _param("progress", Optional[bool], typer.Option(
-            None, "--progress/--no-progress", help="Progress bars (default: when stderr is a terminal).")),
+            None, "--progress/--no-progress", help="Progress on stderr: bars on a terminal, else plain lines "
+                                                   "(default: on a terminal only).")),
     ]
     if entry.topology != "central":
         params += [
@@ -376,13 +492,15 @@ def analyze(
     top: int = typer.Option(10, "--top", help="How many top items to report."),
     full_domain: Optional[bool] = typer.Option(None, "--full-domain/--no-full-domain",
                                                help="Estimate every item of [B] (default without candidates)."),
+    verbose: bool = typer.Option(False, "--verbose", help="The full privacy statement, not one line."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
 ) -> None:
     """Run a protocol's analyzer over written messages, in-process or on Dask."""
     from . import engine as engines
     from .core.encoding import ItemEncoder
-    from .io import read_items
+    from .io import InputFormat, read_codes
+    from .privacy.description import privacy_warnings
     from .protocols.registry import analyzer as make_analyzer, load_parameters
     from .reports import (AnalysisReport, Messages, expected_error, privacy_profile, report_parameters,
                           reported_estimates, to_json_dict)
@@ -401,14 +519,15 @@ def analyze(
         if own.exists() and load_parameters(own.read_text(), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
-        encoder = ItemEncoder(params.domain_size, bytes.fromhex(items["key"]) if items.get("key") else None,
+        encoder = ItemEncoder(params.domain_size, bytes.fromhex(params.item_key) if params.item_key else None,
                               kind=items.get("kind"))
         # with candidates, count only them (no error to measure here, unlike estimate)
         full_domain = choose_full_domain(params.domain_size, candidates is None if full_domain is None else full_domain,
                                          candidates is not None)
         queries = None
         if candidates is not None:
-            queries = encoder.encode(read_items(candidates, None, field="candidates"), field="candidate", public=True)
+            fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
+            queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
         analyzer = make_analyzer(params, None if full_domain else queries)
         result, run = engines.analyze(analyzer, partitions, engine.value, scheduler, workers)
         if full_domain and queries is not None:  # report the top among the public candidates
@@ -420,12 +539,12 @@ def analyze(
             messages=Messages(received, received / params.n_users, result.malformed),
             bits_per_message=params.bits_per_message, expected_error=expected_error(params),
             estimates=reported_estimates(result, encoder, top), privacy_profile=privacy_profile(params),
-            full_domain=full_domain, engine=run)
+            warnings=privacy_warnings(params.epsilon, params.delta, params.n_users), full_domain=full_domain,
+            engine=run)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
-        _say(report.privacy.render())
-        _say(_profile_line(report.privacy_profile))
+        _say_privacy(report.privacy, report.privacy_profile, verbose)
         m = report.messages
         _say(f"messages: {m.total} received from {len(partitions)} partitions, {m.malformed} of them malformed "
              "and dropped")

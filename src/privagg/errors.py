@@ -16,7 +16,10 @@ class ParameterError(ValueError):
 
     def __init__(self, field: str, accepted: str, got: Any) -> None:
         self.field, self.accepted, self.got = field, accepted, got
-        super().__init__(f"{field} must be {accepted}, got {got}")
+        shown = str(got)
+        if not isinstance(got, str) and len(shown) > 200:  # a 400-digit number or a huge list: one readable line
+            shown = shown[:100] + f"... ({len(shown)} characters)"
+        super().__init__(f"{field} must be {accepted}, got {shown}")
 
 
 def check_epsilon(epsilon: float) -> float:
@@ -38,9 +41,18 @@ def check_delta(delta: float) -> float:
 def check_integer(field: str, value: Any, lowest: int, highest: int | None = None) -> int:
     """An integer in [lowest, highest] (no upper end when highest is None)."""
     accepted = f"an integer >= {lowest}" if highest is None else f"an integer in [{lowest}, {highest}]"
-    if isinstance(value, (bool, np.bool_)) or not float(value).is_integer():
+    if isinstance(value, (bool, np.bool_)):
         raise ParameterError(field, accepted, value)
-    v = int(value)
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ParameterError(field, accepted, value) from None
+        if not number.is_integer():
+            raise ParameterError(field, accepted, value)
+        v = int(number)
     if v < lowest or (highest is not None and v > highest):
         raise ParameterError(field, accepted, value)
     return v

@@ -1,69 +1,383 @@
-"""Reading users' items and candidate lists from CSV, Parquet or plain text.
+"""Reading users' items and candidate lists: typed, streamed, and never guessed line by line.
 
-* ``.parquet``: a column of a Parquet file (Arrow).
-* ``.csv``: a column of a UTF-8 CSV file with a header row (Arrow's CSV
-  reader); an empty cell is a missing value, which the encoder refuses.
-* anything else: UTF-8 plain text, one item per line; blank lines are
-  skipped. If the first item is an integer, every item must be one.
+Formats, by extension (``delimiter`` makes any file a delimited table):
 
-A file with a single column needs no ``column``. Items come back as an Arrow
-array, which :class:`privagg.core.encoding.ItemEncoder` encodes.
+* ``.parquet``: one column, read row group by row group.
+* ``.csv`` / ``.tsv``: a delimited UTF-8 table with a header row (``header=False``:
+  none, and ``column`` is a 0-based index), read block by block with Arrow's
+  streaming CSV reader. Quoting follows RFC 4180.
+* ``.npy``: a one-dimensional integer array (memory-mapped).
+* anything else: UTF-8 text, one item per line, taken verbatim (no quoting,
+  no trimming; a line ending in CR LF loses both).
+
+A UTF-8 byte-order mark is dropped. Only an empty cell or line is missing
+(``NA``, ``null`` or ``nan`` are values); ``missing="error"`` (default)
+stops at the first, naming its line, and ``missing="drop"`` leaves those
+users out and counts them.
+
+The item type is declared (``item_type="int"`` or ``"str"``) or unambiguous
+(``"auto"``): text values are integers only when every one is a canonical
+decimal integer (optional sign, ASCII digits, nothing else), and any mix of
+integers, other numbers (``3.0``, ``1_05``, Arabic-Indic digits) and text is
+an error naming the first line that breaks the rule. Integers outside the
+domain, or beyond 64 bits, are errors naming their line.
+
+Values are encoded block by block (:class:`privagg.core.encoding.ItemEncoder`)
+into one int64 array of codes, so memory stays near 8 bytes per user.
+Locations in errors are file lines for text, CSV and TSV (counting the
+header; a quoted value spanning lines makes later numbers run short) and
+rows (from 1) for Parquet and ``.npy``.
 """
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .core.encoding import ItemEncoder
 from .errors import ParameterError
 
-READABLE = "a readable CSV, Parquet or UTF-8 text file"
+ItemType = Literal["auto", "int", "str"]
+ITEM_TYPES: tuple[str, ...] = ("auto", "int", "str")
+MISSING: tuple[str, ...] = ("error", "drop")
+DELIMITERS = {".csv": ",", ".tsv": "\t"}
+BLOCK_BYTES = 1 << 20  # CSV and text blocks (Arrow holds several, each a few times its size, in flight)
+TEXT_SEPARATOR = "\x1f"  # a control character no text line holds: plain text is read as a one-column table
+CANONICAL_INTEGER = r"^[+-]?[0-9]+\z"
+NUMBER = r"^[+-]?([\p{Nd}_]*\p{Nd}[\p{Nd}_]*(\.[\p{Nd}_]*)?|\.[\p{Nd}_]*\p{Nd}[\p{Nd}_]*)([eE][+-]?\p{Nd}+)?\z"
 
 
-def read_items(path: str | Path, column: str | None = None, field: str = "input") -> pa.ChunkedArray:
-    """The items in ``path`` (one per user), from ``column`` if the file has several."""
-    path = Path(path)
+@dataclass(frozen=True)
+class InputFormat:
+    """How to read one input file (the command line's ``--item-type``, ``--column``, ... options)."""
+
+    item_type: ItemType = "auto"
+    column: str | None = None
+    delimiter: str | None = None
+    header: bool = True
+    missing: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.item_type not in ITEM_TYPES:
+            raise ParameterError("item-type", f"one of {', '.join(ITEM_TYPES)}", self.item_type)
+        if self.missing not in MISSING:
+            raise ParameterError("missing", f"one of {', '.join(MISSING)}", self.missing)
+        if self.delimiter is not None and (len(self.delimiter) != 1 or not self.delimiter.isascii()
+                                           or self.delimiter in '"\r\n'):
+            raise ParameterError("delimiter", "one ASCII character other than a quote or a line break",
+                                 repr(self.delimiter))
+
+
+@dataclass
+class ReadSummary:
+    """What reading a file gave: the codes, and the users left out for a missing value (``missing="drop"``)."""
+
+    codes: np.ndarray
+    dropped: int = 0
+
+
+def file_kind(path: Path, fmt: InputFormat) -> str:
+    """``parquet``, ``npy``, ``table`` (delimited) or ``text``."""
     suffix = path.suffix.lower()
-    if suffix not in (".parquet", ".csv") and column is not None:
-        raise ParameterError("column", "left out for a plain-text file (one item per line)", column)
+    if suffix in (".parquet", ".npy") and fmt.delimiter is None:
+        return suffix[1:]
+    return "table" if fmt.delimiter is not None or suffix in DELIMITERS else "text"
+
+
+def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputFormat(), field: str = "input",
+               public: bool = False) -> ReadSummary:
+    """The codes of the items in ``path`` (one per user), encoded block by block with ``encoder``.
+
+    ``public=True`` for candidate lists: the encoder may then label their
+    codes with the items. ``field`` names the file in error messages.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(field, "an existing file", path)
+    kind = file_kind(path, fmt)
+    if kind == "text" and (fmt.column is not None or not fmt.header):
+        raise ParameterError("column", "left out for a plain-text file (one item per line; give --delimiter for a "
+                             "table)", fmt.column if fmt.column is not None else "--no-header")
+    if kind == "npy":
+        return ReadSummary(_read_npy(path, encoder, fmt, field))
+    typer = _ItemTyper(fmt.item_type, field, path)
+    # Each stored value took at least 2 bytes of the file (a character and a line break or delimiter; an empty
+    # value is missing, so never stored): np.empty reserves that bound without touching it, and only the
+    # pages the codes fill become resident. Joining per-block arrays instead would hold every user twice.
+    codes, count, dropped = None, 0, 0
     try:
-        if suffix == ".parquet":
-            table = pq.read_table(path)
-        elif suffix == ".csv":
-            table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+        for block in _blocks(path, kind, fmt, field):
+            if codes is None:
+                codes = np.empty(block.capacity or path.stat().st_size // 2 + 1, dtype=np.int64)
+            block, lost = _without_missing(block, fmt, field, path)
+            dropped += lost
+            part = typer.encode(block, encoder, public)
+            codes[count:count + part.size] = part
+            count += part.size
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+    return ReadSummary(np.empty(0, dtype=np.int64) if codes is None else codes[:count], dropped)
+
+
+@dataclass
+class _Block:
+    """A block of values and where each came from: a file line, or a row counted from 1."""
+
+    values: pa.Array
+    first: int  # the line or row of the block's first value
+    unit: str  # "line" or "row"
+    capacity: int | None = None  # the file's row count, when its metadata gives it
+    kept: np.ndarray | None = None  # positions in the block of the values left after dropping missing ones
+
+    def where(self, index: int, path: Path) -> str:
+        position = index if self.kept is None else int(self.kept[index])
+        return f"{self.unit} {self.first + position} of {path}"
+
+
+def _blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> Iterator[_Block]:
+    if kind == "parquet":
+        yield from _parquet_blocks(path, fmt)
+    else:
+        yield from _delimited_blocks(path, kind, fmt, field)
+
+
+def _parquet_blocks(path: Path, fmt: InputFormat) -> Iterator[_Block]:
+    file = pq.ParquetFile(path)
+    names = file.schema_arrow.names
+    column = _pick_column(names, fmt.column, header=True)
+    row = 1
+    for batch in file.iter_batches(columns=[column]):
+        values = batch.column(0)
+        yield _Block(values, row, "row", file.metadata.num_rows)
+        row += len(values)
+
+
+def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> Iterator[_Block]:
+    """Text lines or one column of a delimited table, as strings, block by block."""
+    bad_rows: list[str] = []
+
+    def first_bad_row(row) -> str:
+        """Arrow's handler for a row with the wrong number of fields: remember the first for the error."""
+        if not bad_rows:
+            shown = row.text if len(row.text) <= 60 else row.text[:57] + "..."
+            bad_rows.append(f"line {row.number}: {row.expected_columns} field(s) expected, {row.actual_columns} "
+                            f"found in {shown!r}")
+        return "error"
+
+    if kind == "text":
+        if path.stat().st_size == 0:  # Arrow refuses an empty file; it holds no items
+            return
+        names, column, skip = ["item"], "item", 0
+        parse = pacsv.ParseOptions(delimiter=TEXT_SEPARATOR, quote_char=False, escape_char=False,
+                                   ignore_empty_lines=False, invalid_row_handler=first_bad_row)
+    else:
+        delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
+        first = _first_record(path, delimiter, field)
+        if fmt.header:
+            names, skip = first, 1
+            if any(_looks_like_number(name) for name in (names if fmt.column is None else [fmt.column])):
+                raise ParameterError("input", "a table with a header line (give --no-header if it has none)",
+                                     f"{path}, whose first line {first!r} looks like data")
+            column = _pick_column(names, fmt.column, header=True)
         else:
-            return _read_lines(path, field)
-    except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
-        raise ParameterError(field, READABLE, f"{path} ({err})") from None
-    if column is None:
-        if table.num_columns != 1:
-            raise ParameterError("column", f"one of {table.column_names} (the file has several columns)", None)
-        column = table.column_names[0]
-    if column not in table.column_names:
-        raise ParameterError("column", f"one of {table.column_names}", column)
-    items = table.column(column)
-    if suffix == ".csv" and pa.types.is_binary(items.type):  # Arrow's CSV reader falls back to bytes
-        raise ParameterError(field, READABLE, f"{path} (column {column!r} is not valid UTF-8)")
-    return items
-
-
-def _read_lines(path: Path, field: str) -> pa.ChunkedArray:
-    lines = [(number, line.strip()) for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)]
-    lines = [(number, line) for number, line in lines if line]
-    if lines and _is_integer(lines[0][1]):
-        for number, line in lines:
-            if not _is_integer(line):
-                raise ParameterError(field, f"{READABLE} with an integer on every line, like its first",
-                                     f"line {number} of {path}: {line!r}")
-        return pa.chunked_array([pa.array([int(line) for _, line in lines], type=pa.int64())])
-    return pa.chunked_array([pa.array([line for _, line in lines], type=pa.string())])
-
-
-def _is_integer(text: str) -> bool:
+            names, skip = [str(i) for i in range(len(first))], 0
+            column = _pick_column(names, fmt.column, header=False)
+        parse = pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False, invalid_row_handler=first_bad_row)
+    line = skip + 1
     try:
-        return -(2**63) <= int(text) < 2**63
-    except ValueError:
-        return False
+        reader = pacsv.open_csv(
+            path, read_options=pacsv.ReadOptions(column_names=names, skip_rows=skip, block_size=BLOCK_BYTES,
+                                                 use_threads=False),  # threads hide a bad row's line number
+            parse_options=parse,
+            convert_options=pacsv.ConvertOptions(include_columns=[column], column_types={column: pa.string()},
+                                                 null_values=[""], strings_can_be_null=True,
+                                                 quoted_strings_can_be_null=True))
+        for batch in reader:
+            values = batch.column(0)
+            yield _Block(values, line, "line")
+            line += len(values)
+    except pa.ArrowInvalid:
+        if not bad_rows:
+            raise
+        problem = bad_rows[0]
+        if kind == "text":  # the one way a text line splits
+            problem = problem.split(":")[0] + " holds the control character U+001F"
+        raise _unreadable(path, kind, field, problem) from None
+
+
+def _first_record(path: Path, delimiter: str, field: str) -> list[str]:
+    """The first record of a delimited file (its header, or its first row), with a byte-order mark dropped."""
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            record = next(csv.reader(f, delimiter=delimiter), None)
+    except (OSError, UnicodeDecodeError) as err:
+        raise _unreadable(path, "table", field, err) from None
+    if not record:
+        raise ParameterError(field, "a table with a first line", f"{path} (empty first line or empty file)")
+    return record
+
+
+def _pick_column(names: list[str], column: str | None, header: bool) -> str:
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if header and duplicated:
+        raise ParameterError("input", "a table whose column names are distinct", f"duplicated {duplicated}")
+    if column is None:
+        if len(names) != 1:
+            what = f"one of {names}" if header else f"a 0-based index below {len(names)}"
+            raise ParameterError("column", f"{what} (the file has {len(names)} columns)", None)
+        return names[0]
+    if column not in names:
+        what = f"one of {names}" if header else f"a 0-based index below {len(names)} (--no-header)"
+        raise ParameterError("column", what, column)
+    return column
+
+
+def _without_missing(block: _Block, fmt: InputFormat, field: str, path: Path) -> tuple[_Block, int]:
+    values = block.values
+    if values.null_count == 0:
+        return block, 0
+    present = values.is_valid()
+    if fmt.missing == "error":
+        first = int(np.flatnonzero(~present.to_numpy(zero_copy_only=False))[0])
+        raise ParameterError(field, "a value for every user (an empty cell or line is missing; --missing drop "
+                             "leaves those users out)", f"nothing on {block.where(first, path)}")
+    keep = present.to_numpy(zero_copy_only=False)
+    return _Block(values.filter(present), block.first, block.unit, kept=np.flatnonzero(keep)), int((~keep).sum())
+
+
+def _matches(values: pa.Array, pattern: str) -> np.ndarray:
+    return pc.match_substring_regex(values, pattern).to_numpy(zero_copy_only=False)
+
+
+def _looks_like_number(text: str) -> bool:
+    """Any number: a canonical integer, or ``3.0``, ``1_05``, ``1e5``, digits of any script."""
+    return bool(_matches(pa.array([text]), NUMBER)[0])
+
+
+class _ItemTyper:
+    """Decides the item type once for the whole file and holds every block to it."""
+
+    def __init__(self, item_type: str, field: str, path: Path) -> None:
+        self.item_type, self.field, self.path = item_type, field, path
+        self.decided: str | None = None if item_type == "auto" else item_type
+        self.first: str | None = None  # auto: the value that decided, and where
+
+    def encode(self, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
+        values = block.values
+        if len(values) == 0:
+            return np.empty(0, dtype=np.int64)
+        if pa.types.is_integer(values.type):
+            return self._integers(values.to_numpy(), block, encoder, public) if self.item_type != "str" else (
+                encoder.encode(pc.cast(values, pa.string()), field=self.field, public=public))
+        if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+            raise ParameterError(self.field, "integers or strings", f"values of type {values.type} in {self.path}")
+        if self.item_type == "str":
+            return encoder.encode(values, field=self.field, public=public)
+        if self.decided is None:
+            first = values.slice(0, 1)
+            self.decided = "int" if _matches(first, CANONICAL_INTEGER)[0] else "str"
+            self.first = f"{block.where(0, self.path)} ({values[0].as_py()!r})"
+            if self.decided == "str" and _matches(first, NUMBER)[0]:
+                self._refuse(values, block, 0, "is a number but not a canonical decimal integer")
+        if self.decided == "int":
+            bad = np.flatnonzero(~_matches(values, CANONICAL_INTEGER))
+            if bad.size:
+                self._refuse(values, block, int(bad[0]), "is not a canonical decimal integer (optional sign, "
+                             "ASCII digits only)" + (f" like {self.first}" if self.first else ""))
+            return self._integers(self._parse(values, block, encoder.domain_size), block, encoder, public)
+        bad = np.flatnonzero(_matches(values, NUMBER))
+        if bad.size:
+            self._refuse(values, block, int(bad[0]), f"is a number, where {self.first} is text")
+        return encoder.encode(values, field=self.field, public=public)
+
+    def _refuse(self, values: pa.Array, block: _Block, index: int, problem: str) -> None:
+        hint = "; give --item-type str to count every value as text" if self.item_type == "auto" else ""
+        raise ParameterError(self.field, f"{'integers' if self.decided == 'int' else 'one kind of item'} throughout",
+                             f"{values[index].as_py()!r} on {block.where(index, self.path)}, which {problem}{hint}")
+
+    def _parse(self, values: pa.Array, block: _Block, domain_size: int) -> np.ndarray:
+        """Canonical decimal strings to int64; a value beyond that names its line."""
+        if pc.any(pc.starts_with(values, "+")).as_py():  # Arrow's cast takes no plus sign
+            values = pc.utf8_ltrim(values, characters="+")
+        try:
+            return pc.cast(values, pa.int64()).to_numpy()
+        except pa.ArrowInvalid:
+            for index, text in enumerate(values.to_pylist()):
+                if not -(2**63) <= int(text) < 2**63:
+                    raise ParameterError(self.field, f"integers in [0, {domain_size}) (the domain, --domain)",
+                                         f"{text}, beyond 64 bits, on {block.where(index, self.path)}") from None
+            raise
+
+    def _integers(self, numbers: np.ndarray, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
+        outside = np.flatnonzero((numbers < 0) | (numbers >= encoder.domain_size))
+        if outside.size:
+            index = int(outside[0])
+            raise ParameterError(self.field, f"integers in [0, {encoder.domain_size}) (the domain, --domain)",
+                                 f"{numbers[index]} on {block.where(index, self.path)}")
+        return encoder.encode(numbers, field=self.field, public=public)
+
+
+def _read_npy(path: Path, encoder: ItemEncoder, fmt: InputFormat, field: str) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise _unreadable(path, "npy", field, err) from None
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
+        raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
+                             "for strings)", f"{path} (shape {array.shape}, dtype {array.dtype})")
+    block = _Block(array, 1, "row")  # type: ignore[arg-type]
+    return _ItemTyper("int", field, path)._integers(np.asarray(array), block, encoder, False)
+
+
+def _unreadable(path: Path, kind: str, field: str, err: Exception | str) -> ParameterError:
+    """One line saying why the file cannot be read (Arrow's messages can span several)."""
+    what = {"parquet": "a readable Parquet file", "npy": "a readable .npy file",
+            "table": "a readable UTF-8 delimited table", "text": "a readable UTF-8 text file"}[kind]
+    if isinstance(err, str):
+        detail = err
+    elif isinstance(err, UnicodeDecodeError) or "invalid UTF8" in str(err):
+        detail = _first_invalid_utf8(path)
+    else:
+        detail = str(getattr(err, "strerror", None) or err).strip().splitlines()[0]
+    return ParameterError(field, what, f"{path} ({detail})")
+
+
+def _first_invalid_utf8(path: Path) -> str:
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"line {number} is not valid UTF-8"
+    return "not valid UTF-8"
+
+
+def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
+    """About how many items ``path`` holds, without reading it: exact for Parquet and .npy; for text and
+    tables, the file size over the mean line length of its first mebibyte (checks before work use it)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError("input", "an existing file", path)
+    kind = file_kind(path, fmt)
+    try:
+        if kind == "parquet":
+            return pq.ParquetFile(path).metadata.num_rows
+        if kind == "npy":
+            return int(np.prod(np.load(path, mmap_mode="r", allow_pickle=False).shape))
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            sample = f.read(BLOCK_BYTES)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, "input", err) from None
+    lines = sample.count(b"\n") + (not sample.endswith(b"\n") and bool(sample))
+    header = 1 if kind == "table" and fmt.header else 0
+    return max(0, round(size * lines / max(len(sample), 1)) - header)

@@ -56,6 +56,7 @@ class CalibrationReport:
     standard_error: float
     max_error_bound: float
     max_error_beta: float
+    warnings: list[str] = field(default_factory=list)  # legal but weak choices (privacy_warnings)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Estimate:
     estimate: float
     stderr: float
     hash_collision: bool | None = None  # true when several public candidates share the code
+    true_count: int | None = None  # simulations only: the input's count of the item (not private)
 
 
 @dataclass
@@ -108,6 +110,7 @@ class FrequencyReport:
     expected_error: ExpectedError
     estimates: list[Estimate]
     privacy_profile: list[ProfilePoint]  # delta(eps) at eps/2, eps, 2 eps for the same noise
+    warnings: list[str]  # legal but weak choices, users left out for a missing value, ...
 
 
 @dataclass
@@ -137,12 +140,22 @@ class AnalysisReport(FrequencyReport):
     engine: Engine
 
 
-def reported_estimates(table, encoder, top: int) -> list[Estimate]:
-    """The top items of a frequency table, named only when public (``encoder.label``), with standard errors."""
+def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
+    """The top items of a frequency table, named only when public (``encoder.label``), with standard errors.
+
+    ``truth(sorted_codes)``, in a simulation, gives the true counts of sorted,
+    distinct codes, to show beside the estimates.
+    """
     codes, estimates = table.top_k(top)
-    stderr = table.parameters.standard_error(estimates)
-    return [Estimate(encoder.label(code), float(est), float(se), True if encoder.is_collision(code) else None)
-            for code, est, se in zip(codes.tolist(), estimates.tolist(), np.broadcast_to(stderr, estimates.shape))]
+    stderr = np.broadcast_to(table.parameters.standard_error(estimates), estimates.shape)
+    true = [None] * codes.size
+    if truth is not None:
+        order = np.argsort(codes)  # the top codes are distinct
+        counts = np.empty(codes.size, dtype=np.int64)
+        counts[order] = truth(codes[order])
+        true = counts.tolist()
+    return [Estimate(encoder.label(code), float(est), float(se), True if encoder.is_collision(code) else None, t)
+            for code, est, se, t in zip(codes.tolist(), estimates.tolist(), stderr.tolist(), true)]
 
 
 def privacy_profile(parameters) -> list[ProfilePoint]:

@@ -184,7 +184,9 @@ def test_max_error_bound_holds_in_practice():
     (lambda: calibrate_fe1(EPS, DELTA, N, 2**60), "domain must be an integer in"),
     (lambda: calibrate_fe0(EPS, DELTA, N, 1), "domain must be an integer in"),
     (lambda: calibrate_fe0(EPS, DELTA, N, 2**28 + 1), "domain must be an integer in"),
-    (lambda: calibrate_fe0(EPS, DELTA, 1, 100), "n_users must be an integer >= 2"),
+    (lambda: calibrate_fe0(EPS, DELTA, 1, 100), r"n_users must be an integer in \[2, 9007199254740992\]"),
+    (lambda: calibrate_fe0(EPS, DELTA, 2**63, 100), r"n_users must be an integer in \[2, 9007199254740992\]"),
+    (lambda: calibrate_fe1(EPS, DELTA, 10**400, 100), r"n_users must be .*got 1000000000.*\(401 characters\)"),
     (lambda: calibrate_fe0(0, DELTA, N, 100), "epsilon must be"),
     (lambda: calibrate_fe0(EPS, 1.5, N, 100), "delta must be"),
     (lambda: calibrate_fe0(EPS, DELTA, N, 100, calibration="magic"), "calibration must be one of"),
@@ -231,17 +233,19 @@ def test_from_dict_checks_types(change, field):
 def test_bad_items_and_messages():
     params = calibrate_fe1(EPS, DELTA, N, 5000, bins=50)
     client = FE1Client(params)
-    with pytest.raises(ParameterError, match=r"item must be integers in \[0, 5000\)"):
-        client.randomize([5000])
-    with pytest.raises(ParameterError, match=r"item must be integers in \[0, 5000\)"):
-        client.randomize([1.5])
+    for bad, shown in [([5000], "5000"), ([1.5], "1.5 (among floats)"), ([3.0], "3.0 (among floats)"),
+                       (["a"], "'a' (among strings)"), ([[1, 2], [3]], "a ragged sequence"),
+                       ([[1, 2], [3, 4]], "shape (2, 2)"), ([True], "True (among booleans)")]:
+        with pytest.raises(ParameterError, match=r"item must be integer codes in \[0, 5000\)") as err:
+            client.randomize(bad)
+        assert str(err.value).endswith(shown)
     analyzer = FE1Analyzer(params)
     # a message outside the layout is dropped and counted, not fatal
     agg = analyzer.agg_update(analyzer.agg_init(), MessageBatch({"u": np.array([1, 1]), "v": np.array([0, 0]),
                                                                  "w": np.array([50, 3])}))
     assert (agg.messages, agg.malformed, int(agg.counts.sum())) == (1, 1, 100)  # w = 3 has q/b preimages
     table = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), client.randomize([1, 2, 3], rng=0)))
-    with pytest.raises(ParameterError, match="item must be integers"):
+    with pytest.raises(ParameterError, match="item must be integer codes"):
         table.estimate([-1])
     cand = FE1Analyzer(params, queries=[1, 2])
     with pytest.raises(ParameterError, match="item must be one of the analyzed candidates"):

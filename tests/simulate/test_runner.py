@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from privagg.core.encoding import ItemEncoder
 from privagg.core.randomness import secure_rng
 from privagg.errors import ParameterError
 from privagg.protocols.balls_into_bins import calibrate_bib, calibrate_fe0, calibrate_fe1
@@ -75,7 +76,7 @@ def test_bad_runs():
         simulate(params, codes_for(40), "quick")
     with pytest.raises(ParameterError, match="codes must be one item per user"):
         simulate(params, codes_for(40)[:10])
-    with pytest.raises(ParameterError, match=r"item must be integers in \[0, 40\)"):
+    with pytest.raises(ParameterError, match=r"item must be integer codes in \[0, 40\)"):
         simulate(params, np.full(N, 40))
 
 
@@ -84,7 +85,7 @@ def test_bad_runs():
 def test_runs_too_large_for_memory_are_refused(make, field):
     params = make()  # calibrating is fine: the cost is reported
     assert params.rho > 10_000
-    with pytest.raises(ParameterError, match=f"{field} must be small enough that a simulation"):
+    with pytest.raises(ParameterError, match=f"{field} must be set so that a faithful simulation's n"):
         simulate(params, np.zeros(N, dtype=int))
 
 
@@ -94,29 +95,31 @@ def test_central_runs_too_large_for_memory_are_refused(monkeypatch):
     monkeypatch.setattr(runner, "MESSAGES_MAX", 2**12)
     params = calibrate_bib(1.0, 1e-6, 2000, 200)
     assert params.n_users * (1 + params.rho) > 2**12
-    with pytest.raises(ParameterError, match="domain must be small enough that a simulation"):
+    with pytest.raises(ParameterError, match="domain must be set so that a faithful simulation's n"):
         simulate(params, np.zeros(2000, dtype=int), rng=1)
 
 
 def test_estimate_frequencies_reports_privacy_honestly():
     items = codes_for(40)
-    report, run, encoder = estimate_frequencies("fe0", items, epsilon=1.0, delta=1e-6, domain_size=40, seed=3,
-                                                top=3)
+    encoder = ItemEncoder(40)
+    report, run = estimate_frequencies("fe0", encoder.encode(items), encoder, epsilon=1.0, delta=1e-6, seed=3, top=3)
     assert not report.privacy.private and "seed" in report.privacy.not_private_reason
     truth = np.bincount(items, minlength=40)
     assert report.n_users == N and [e.item for e in report.estimates] == np.argsort(-truth)[:3].tolist()
     assert all(abs(e.estimate - truth[e.item]) <= 4 * e.stderr for e in report.estimates)
+    assert [e.true_count for e in report.estimates] == [truth[e.item] for e in report.estimates]
+    assert report.parameters["item_key"] == encoder.key.hex()  # public: a later run can reuse it
     assert report.error.over == "domain" and report.error.items == 40 and encoder.kind == "integer"
     assert report.messages.total == run.messages_total
-    secure, _, _ = estimate_frequencies("fe0", items, epsilon=1.0, delta=1e-6, domain_size=40, top=3)
+    secure, _ = estimate_frequencies("fe0", items, encoder, epsilon=1.0, delta=1e-6, top=3)
     assert secure.privacy.private and secure.privacy.not_private_reason is None
-    fast, _, _ = estimate_frequencies("fe0", items, epsilon=1.0, delta=1e-6, domain_size=40, mode="fast", top=3)
+    fast, _ = estimate_frequencies("fe0", items, encoder, epsilon=1.0, delta=1e-6, mode="fast", top=3)
     assert not fast.privacy.private and "fast path" in fast.privacy.not_private_reason
 
 
 def test_a_fast_request_without_a_fast_path_stays_private():
-    report, run, _ = estimate_frequencies("bib", np.arange(2000) % 7, epsilon=1.0, delta=1e-6, domain_size=50,
-                                          mode="fast")
+    report, run = estimate_frequencies("bib", np.arange(2000) % 7, ItemEncoder(50), epsilon=1.0, delta=1e-6,
+                                       mode="fast")
     assert "fast path" not in run.randomness  # the curator ran as in a deployment
     assert report.privacy.private, report.privacy.not_private_reason
 

@@ -30,6 +30,17 @@ from ..errors import ParameterError
 KEY_BYTES = 32
 
 
+def check_item_key(key: str) -> str:
+    """A key given as hex (parameters' ``item_key``, ``--hash-key``): 1 to 64 bytes, BLAKE2b's range."""
+    try:
+        size = len(bytes.fromhex(key))
+    except (TypeError, ValueError):
+        size = 0
+    if not 1 <= size <= 64:
+        raise ParameterError("hash-key", "2 to 128 hex digits (a key of 1 to 64 bytes)", key)
+    return key
+
+
 class ItemEncoder:
     """Maps items into [domain_size] and public items' codes back to labels."""
 
@@ -44,6 +55,14 @@ class ItemEncoder:
             raise ParameterError("kind", "integer or text", kind)
         self.kind: str | None = kind  # "integer" or "text": given, or fixed by the first encode
         self._labels: dict[int, list[Any]] = {}
+
+    @classmethod
+    def for_parameters(cls, parameters) -> "ItemEncoder":
+        """The encoder of a deployment: its domain and its public ``item_key`` (which must be set)."""
+        if parameters.item_key is None:
+            raise ParameterError("item_key", "set in the parameters (calibrate with item_key=...) to encode items "
+                                 "that every party maps alike", None)
+        return cls(parameters.domain_size, bytes.fromhex(parameters.item_key))
 
     def _hash(self, item: str | bytes) -> int:
         data = item.encode("utf-8") if isinstance(item, str) else bytes(item)

@@ -13,6 +13,7 @@ a run in the description itself (``private: false`` and the reason).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
@@ -59,8 +60,18 @@ class PrivacyDescription:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def summary(self) -> str:
+        """One short line: the claim, the model and who is trusted (:meth:`render` gives everything)."""
+        trusted = ", ".join(self.trusted) if self.trusted else "no party"
+        claim = f"privacy: ({self.epsilon:g}, {self.delta:g})-DP, {self.model} model, trusting {trusted}"
+        if self.caveats:
+            claim += f", {len(self.caveats)} caveat{'s' if len(self.caveats) > 1 else ''}"
+        if not self.private:
+            return f"NOT PRIVATE ({(self.not_private_reason or '').split(':')[0]}); would be {claim[9:]}"
+        return claim + f"; {self.method} calibration"
+
     def render(self) -> str:
-        """Short human lines: the claim, its assumptions, how it was computed."""
+        """Human lines: the claim, its assumptions, how it was computed, the caveats."""
         trusted = ", ".join(self.trusted) if self.trusted else "no party"
         lines = []
         if not self.private:
@@ -73,3 +84,19 @@ class PrivacyDescription:
         ]
         lines += [f"  caveat: {c}" for c in self.caveats]
         return "\n".join(lines)
+
+
+WEAK_EPSILON = 10.0
+
+
+def privacy_warnings(epsilon: float, delta: float, n_users: int) -> list[str]:
+    """Legal but weak choices, one sentence each: delta >= 1/n, epsilon > 10."""
+    warnings = []
+    if delta >= 1 / n_users:
+        warnings.append(f"delta = {delta:g} is at least 1/n = {1 / n_users:.3g}: a mechanism that publishes one "
+                        "random user's item outright meets it; choose delta well below 1/n")
+    if epsilon > WEAK_EPSILON:
+        warnings.append(f"epsilon = {epsilon:g} exceeds {WEAK_EPSILON:g}: e^epsilon = "
+                        f"{math.exp(min(epsilon, 700)):.3g}, so the guarantee barely limits what the output reveals "
+                        "about a user")
+    return warnings

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core.encoding import check_item_key
 from ..core.hashing import MAX_MODULUS_BITS, UniversalHash
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.primes import next_prime
@@ -49,6 +50,7 @@ from .results import FrequencyTable, count_among
 HISTOGRAM_DOMAIN_MAX = 2**28  # FE0 and M^BIB keep a count per domain item
 HASHED_DOMAIN_MAX = 2 ** (MAX_MODULUS_BITS - 1)  # FE1: q < 2^50
 MAX_ERROR_BETA = 0.05  # failure probability of the reported max-error bound
+N_USERS_MAX = 2**53  # beyond it n is not exact in floating point, where the theory computes with it
 
 
 def dummy_counts(n_users: int, rho: float, rng: np.random.Generator) -> np.ndarray:
@@ -89,7 +91,9 @@ class BallsIntoBinsParameters:
     model: ClassVar[str] = "shuffle"
     trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
     domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
-    noise_parameter: ClassVar[str] = "domain"  # the option that sets noise_bins, for error messages
+    # The options that set noise_bins (where the rho dummies per user spread) and which way shrinks rho, for
+    # error messages: a run with too many messages names the one the user gave, else the first that is set.
+    noise_options: ClassVar[dict[str, str]] = {"domain": "lower"}
 
     epsilon: float
     delta: float
@@ -98,11 +102,16 @@ class BallsIntoBinsParameters:
     calibration: str
     mu: float
     rho: float
+    # The key that maps text items into [B] (hex; privagg.core.encoding). Public, like every field: fixing it
+    # in the parameters keeps one deployment's codes stable across runs. None: not chosen (integer items).
+    item_key: str | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta)
-        check_integer("n_users", self.n_users, 2)
+        check_integer("n_users", self.n_users, 2, N_USERS_MAX)
+        if self.item_key is not None:
+            check_item_key(self.item_key)
         check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.calibration not in calibration_bib.METHODS:
             raise ParameterError("calibration", f"one of {', '.join(calibration_bib.METHODS)}", self.calibration)
@@ -292,14 +301,27 @@ class BallsIntoBinsParameters:
         """The delta this noise level buys at ``epsilon`` (hockey-stick bound; any calibration)."""
         return calibration_bib.delta_at(epsilon, self.mu, self.n_users, self.noise_bins, self.overlap)
 
-    def check_codes(self, codes: np.ndarray) -> np.ndarray:
-        """Raise unless ``codes`` are integers in [0, B)."""
-        codes = np.asarray(codes)
-        if codes.size and (not np.issubdtype(codes.dtype, np.integer)
-                           or codes.min() < 0 or codes.max() >= self.domain_size):
-            bad = codes.min() if np.issubdtype(codes.dtype, np.integer) and codes.min() < 0 else codes.max()
-            raise ParameterError("item", f"integers in [0, {self.domain_size}) (the domain)", bad)
-        return codes.astype(np.int64, copy=False)
+    def check_codes(self, codes) -> np.ndarray:
+        """``codes`` as a flat int64 array; a clear error unless they are integers in [0, B).
+
+        Strings, floats (even ``3.0``), NaN and ragged lists are refused, not
+        coerced: items other than codes go through :class:`privagg.ItemEncoder`.
+        """
+        accepted = f"integer codes in [0, {self.domain_size}) (map other items with privagg.ItemEncoder)"
+        try:
+            array = np.asarray(codes)
+        except ValueError:
+            raise ParameterError("item", accepted, "a ragged sequence") from None
+        if array.size and not np.issubdtype(array.dtype, np.integer):
+            first = next((v for v in array.ravel().tolist() if not isinstance(v, int) or isinstance(v, bool)),
+                         array.ravel()[0])
+            kind = {"U": "strings", "S": "bytes", "f": "floats", "b": "booleans", "c": "complex numbers"}
+            raise ParameterError("item", accepted, f"{first!r} (among {kind.get(array.dtype.kind, 'objects')})")
+        if array.ndim != 1:
+            raise ParameterError("item", accepted + ", one per user in a flat sequence", f"shape {array.shape}")
+        if array.size and (array.min() < 0 or array.max() >= self.domain_size):
+            raise ParameterError("item", accepted, array.min() if array.min() < 0 else array.max())
+        return array.astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
@@ -331,7 +353,7 @@ class FE1Parameters(BallsIntoBinsParameters):
     protocol: ClassVar[str] = "fe1"
     mechanism: ClassVar[str] = "FE1: M^BIB over universal hashes (u, v, h_{u,v}(x)), b bins"
     domain_max: ClassVar[int] = HASHED_DOMAIN_MAX
-    noise_parameter: ClassVar[str] = "bins"
+    noise_options: ClassVar[dict[str, str]] = {"c": "raise", "bins": "lower"}
 
     bins: int
     modulus: int
@@ -340,7 +362,7 @@ class FE1Parameters(BallsIntoBinsParameters):
     def __post_init__(self) -> None:
         check_integer("bins", self.bins, 2, HASHED_DOMAIN_MAX)
         check_integer("domain", self.domain_size, 2, HASHED_DOMAIN_MAX)
-        check_integer("n_users", self.n_users, 2)
+        check_integer("n_users", self.n_users, 2, N_USERS_MAX)
         modulus = next_prime(max(self.domain_size, self.bins))
         if self.modulus != modulus:
             raise ParameterError("modulus", f"the smallest prime >= max(domain, bins), {modulus}", self.modulus)
@@ -375,7 +397,7 @@ class FE1Parameters(BallsIntoBinsParameters):
 def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0, **fields):
     """``cls`` with mu calibrated for noisy balls over ``noise_bins`` (default: the domain) and FE1's ``overlap``."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
-    n = check_integer("n_users", n_users, 2)
+    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
     domain = check_integer("domain", domain_size, 2, cls.domain_max)
     bins = domain if noise_bins is None else noise_bins
     mu = calibration_bib.calibrate(epsilon, delta, n, bins, calibration, overlap)
@@ -403,7 +425,7 @@ def bins_for(n_users: int, c: float) -> int:
 def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, bins: int | None = None,
                   c: float | None = None, calibration: str = "numeric") -> FE1Parameters:
     """FE1's parameters: b = ``bins``, or b = floor(n / ln^c n) (c = 1 by default, as the authors' code)."""
-    n = check_integer("n_users", n_users, 2)
+    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
     if bins is not None and c is not None:
         raise ParameterError("bins", "given alone (not together with c)", bins)
     if bins is None:

@@ -13,6 +13,7 @@ Also the public entry points that work for every protocol:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,15 +124,21 @@ def get(name: str) -> ProtocolEntry:
 
 
 def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, domain_size: int,
-              calibration: str = "numeric", **options: Any):
-    """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options."""
+              calibration: str = "numeric", item_key: str | None = None, **options: Any):
+    """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options.
+
+    ``item_key`` (hex) is the public key that maps text items into the
+    domain (:meth:`privagg.ItemEncoder.for_parameters`); it is recorded in
+    the parameters so that every client and the analyzer share it.
+    """
     entry = get(protocol)
     allowed = {o.name for o in entry.options}
     for name, value in options.items():
         if name not in allowed and value is not None:
             raise ParameterError(name, f"left out for {protocol} (its options: {sorted(allowed) or 'none'})", value)
     given = {k: v for k, v in options.items() if k in allowed}
-    return entry.calibrate(epsilon, delta, n_users, domain_size, calibration=calibration, **given)
+    parameters = entry.calibrate(epsilon, delta, n_users, domain_size, calibration=calibration, **given)
+    return parameters if item_key is None else dataclasses.replace(parameters, item_key=item_key)
 
 
 def load_parameters(data: str | bytes | dict, verify: bool = True):

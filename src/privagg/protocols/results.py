@@ -48,10 +48,21 @@ def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.n
     return labels[order], estimates[chosen[order]]
 
 
+COUNT_SLICE = 1 << 22  # values per step of count_among: its temporaries stay at a few tens of MB
+
+
 def count_among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """How many of ``values`` equal each item of the sorted, distinct ``pool`` (no sort of ``values``)."""
-    slot = np.searchsorted(pool, values).clip(max=pool.size - 1)
-    return np.bincount(slot[pool[slot] == values], minlength=pool.size)
+    """How many of ``values`` equal each item of the sorted, distinct ``pool`` (no sort of ``values``).
+
+    Slice by slice, so that counting a population needs no population-sized temporaries.
+    """
+    counts = np.zeros(pool.size, dtype=np.int64)
+    for lo in range(0, values.size, COUNT_SLICE):
+        part = values[lo:lo + COUNT_SLICE]
+        slot = np.searchsorted(pool, part)
+        np.minimum(slot, pool.size - 1, out=slot)
+        counts += np.bincount(slot[pool[slot] == part], minlength=pool.size)
+    return counts
 
 
 @dataclass(frozen=True)

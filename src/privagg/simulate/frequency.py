@@ -1,9 +1,10 @@
 """Private frequency estimation over a list of items, with its full report.
 
-:func:`estimate_frequencies` is what ``privagg estimate`` runs: encode the
-items into [B], calibrate the protocol, simulate it, and report the top
+:func:`estimate_frequencies` is what ``privagg estimate`` runs over the
+users' item codes: calibrate the protocol, simulate it, and report the top
 items with standard errors, the privacy description, the cost, and -- since
-the true counts are known in a simulation -- the realised error.
+the true counts are known in a simulation -- the true counts and the
+realised error.
 """
 
 from __future__ import annotations
@@ -11,25 +12,34 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..core.encoding import ItemEncoder
+from ..core.encoding import ItemEncoder, check_item_key
 from ..errors import ParameterError, check_integer
+from ..privacy.description import privacy_warnings
 from ..protocols.registry import calibrate
 from ..protocols.results import FrequencyTable, count_among
 from ..reports import (EstimateReport, Messages, RealisedError, Simulation, expected_error, privacy_profile,
                        report_parameters, reported_estimates)
-from .runner import Progress, simulate
+from .runner import Progress, _option_value, check_size, shrink_hint, simulate, simulation_bytes
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
 FULL_DOMAIN_MAX = 2**28
 
 
-def item_key(seed: int | None) -> bytes | None:
-    """The item-hash key: random without a seed; derived from the seed for a reproducible simulation."""
-    return None if seed is None else hashlib.blake2b(f"privagg-item-key-{seed}".encode(), digest_size=32).digest()
+def item_encoder(domain_size: int, hash_key: str | None = None, seed: int | None = None) -> ItemEncoder:
+    """The encoder of one run: the public ``hash_key`` (hex) when given, so codes match other runs with it;
+    else a key derived from ``seed`` (a reproducible simulation), else a random one."""
+    if hash_key is not None:
+        key = bytes.fromhex(check_item_key(hash_key))
+    elif seed is not None:
+        key = hashlib.blake2b(f"privagg-item-key-{seed}".encode(), digest_size=32).digest()
+    else:
+        key = None
+    return ItemEncoder(domain_size, key)
 
 
 def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> RealisedError:
@@ -54,58 +64,109 @@ def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_gi
     return full_domain
 
 
-def estimate_frequencies(protocol: str, items, *, epsilon: float, delta: float, domain_size: int,
+def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder, *, epsilon: float, delta: float,
                          calibration: str = "numeric", options: dict[str, Any] | None = None,
-                         candidates=None, top: int = 10, full_domain: bool | None = None,
+                         candidate_codes: np.ndarray | None = None, top: int = 10, full_domain: bool | None = None,
                          mode: str = "faithful", seed: int | None = None, input_name: str = "",
-                         keep_messages: bool = False, progress: Progress | None = None):
-    """Simulate ``protocol`` over ``items`` (one per user); returns (report, run, encoder).
+                         keep_messages: bool = False, progress: Progress | None = None,
+                         warnings: Sequence[str] = ()):
+    """Simulate ``protocol`` over ``codes`` (one per user, from ``encoder``); returns (report, run).
 
     ``full_domain`` (default: B <= 2^24) estimates every item of [B] and
-    measures the error over the whole domain; otherwise ``candidates`` are
-    required, and the estimates and the error cover them. ``candidates`` are
-    public: they are the only items reported by name (other text items are
-    reported as ``#code``, integers as themselves). ``seed`` makes the
-    simulation and the item-hash key reproducible, and the report's privacy
+    measures the error over the whole domain; otherwise ``candidate_codes``
+    are required, and the estimates and the error cover them. Only public
+    items are reported by name (``encoder.label``: candidates encoded with
+    ``public=True``; other text items appear as ``#code``, integers as
+    themselves); each estimate shows the true count beside it, since this
+    is a simulation. The parameters record the encoder's key (public), so a
+    later run given it (``--hash-key``) maps every string to the same code.
+    ``seed`` makes the simulation reproducible, and the report's privacy
     block says the run is not private; without it every party draws from
-    the secure generator. The ``error`` part uses the true counts: it is for
-    evaluating the protocol, not for release.
+    the secure generator. The ``error`` part and the true counts use the
+    input: they evaluate the protocol, and are not for release. ``warnings``
+    (from reading the input) join the report's own.
     """
     top = check_integer("top", top, 1)
     if seed is not None:
         seed = check_integer("seed", seed, 0)
-    encoder = ItemEncoder(domain_size, item_key(seed))
-    start = time.perf_counter()
-    codes = encoder.encode(items)
-    encode_seconds = time.perf_counter() - start
+    codes = np.asarray(codes)
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
-    full_domain = choose_full_domain(domain_size, full_domain, candidates is not None)
-    candidate_codes = None
-    if candidates is not None:
-        candidate_codes = np.unique(encoder.encode(candidates, field="candidate", public=True))
+    domain_size = encoder.domain_size
+    full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None)
+    if candidate_codes is not None:
+        candidate_codes = np.unique(candidate_codes)
         if candidate_codes.size == 0:
             raise ParameterError("candidates", "at least 1 item", "an empty list")
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
-                           calibration=calibration, **(options or {}))
+                           calibration=calibration, item_key=encoder.key.hex(), **(options or {}))
     calibrate_seconds = time.perf_counter() - start
     run = simulate(parameters, codes, mode=mode, rng=seed, queries=None if full_domain else candidate_codes,
                    keep_messages=keep_messages, progress=progress)
-    run.seconds.update(encode=encode_seconds, calibrate=calibrate_seconds)
+    run.seconds["calibrate"] = calibrate_seconds
     table: FrequencyTable = run.result
     start = time.perf_counter()
     truth = np.bincount(codes, minlength=domain_size) if full_domain else count_among(codes, candidate_codes)
     error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
     if full_domain and candidate_codes is not None:  # report the top among the public candidates
         table = table.restricted_to(candidate_codes)
-    estimates = reported_estimates(table, encoder, top)
+    estimates = reported_estimates(table, encoder, top, truth=lambda top_codes: count_among(codes, top_codes))
     run.seconds["report"] = time.perf_counter() - start
     report = EstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=run.privacy, n_users=parameters.n_users,
         messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=estimates, privacy_profile=privacy_profile(parameters), error=error,
+        estimates=estimates, privacy_profile=privacy_profile(parameters),
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size)], error=error,
         simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
         input=input_name)
-    return report, run, encoder
+    return report, run
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says a new process can use (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, domain_size: int,
+                    calibration: str, options: dict[str, Any], mode: str, full_domain: bool | None,
+                    candidates: bool) -> None:
+    """Refuse, before reading the input, a simulation that cannot run: too many messages or too little memory.
+
+    n is estimated from the file (:func:`privagg.io.estimated_rows`) and the
+    protocol calibrated for it, so parameter errors also surface at once.
+    The error names the option that shrinks the run.
+    """
+    from ..io import estimated_rows
+
+    n_users = max(2, estimated_rows(path, fmt))
+    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n_users, domain_size=domain_size,
+                           calibration=calibration, **options)
+    check_size(parameters, mode, options)
+    full_domain = choose_full_domain(domain_size, full_domain, candidates)
+    need = peak_bytes(parameters, mode, full_domain)
+    available = available_memory()
+    if available is not None and need > available:
+        field, remedy = shrink_hint(parameters, mode, options)
+        raise ParameterError(field, f"set so that the run fits in memory: about {n_users:.3g} users in {path} "
+                             f"need about {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB are available; "
+                             f"{remedy}", _option_value(parameters, field, options))
+
+
+READING_BYTES = 64 << 20  # the streaming reader's blocks in flight, and the interpreter's own modules
+
+
+def peak_bytes(parameters, mode: str, full_domain: bool) -> int:
+    """About the peak memory of ``privagg estimate`` for ``parameters``: the users' codes (8 bytes each), the
+    simulation (:func:`privagg.simulate.runner.simulation_bytes`) and, over the full domain, the true counts
+    and the error's scratch array (8 bytes per item each)."""
+    domain_arrays = 2 * 8 * parameters.domain_size if full_domain else 0
+    return READING_BYTES + 8 * parameters.n_users + simulation_bytes(parameters, mode, full_domain) + domain_arrays

@@ -85,13 +85,33 @@ class SimulationRun:
         return self.messages_total / self.result.parameters.n_users
 
 
-def _check_size(parameters) -> None:
+def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> None:
+    """Refuse a faithful run whose n (1 + rho) messages exceed MESSAGES_MAX, naming the option to change
+    (one the user gave, ``given``, where one sets the noise)."""
     expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
-    if expected > MESSAGES_MAX:
-        raise ParameterError(
-            parameters.noise_parameter, f"small enough that a simulation's n (1 + rho) values stay below 2^27 "
-            f"(here {expected:.3g}, rho = {parameters.rho:.4g}; raise --c or lower --bins to shrink rho on large "
-            "domains)", parameters.noise_bins)
+    if mode == "faithful" and expected > MESSAGES_MAX:
+        field, remedy = shrink_hint(parameters, mode, given or {})
+        raise ParameterError(field, f"set so that a faithful simulation's n (1 + rho) = {expected:.3g} messages "
+                             f"stay below 2^{MESSAGES_MAX.bit_length() - 1}: {remedy}",
+                             _option_value(parameters, field, given or {}))
+
+
+def _option_value(parameters, field: str, given: dict[str, Any]) -> Any:
+    """The value of option ``field``: as given, else as the parameters hold it (--domain: the noise bins)."""
+    value = given.get(field)
+    return getattr(parameters, field, parameters.noise_bins) if value is None else value
+
+
+def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]:
+    """(the option to change, what to do) to make a run of ``parameters`` smaller, naming an option the user
+    gave (``given``) where one sets the noise."""
+    field = next((o for o in parameters.noise_options if given.get(o) is not None),  # given on the command line
+                 next(o for o in parameters.noise_options if getattr(parameters, o, o) is not None))  # else set
+    remedy = (f"{parameters.noise_options[field]} --{field}, so that fewer dummies spread over fewer bins "
+              f"(rho = mu bins / n = {parameters.rho:.3g} now)")
+    if mode == "faithful" and get(parameters.protocol).fast is not None:
+        remedy += ", or use --mode fast (a simulation shortcut that keeps no messages)"
+    return field, remedy
 
 
 def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike = None, queries=None,
@@ -109,10 +129,10 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     entry = get(parameters.protocol)
     if entry.fast is None:
         mode = "faithful"  # no shortcut: the run is the faithful one, and says so
-    codes = parameters.check_codes(np.asarray(codes))
+    codes = parameters.check_codes(codes)
     if codes.size != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{codes.size} items")
-    _check_size(parameters)
+    check_size(parameters, mode)
     rngs = streams(rng, ROLES[entry.topology])
     seconds: dict[str, float] = {}
     start = time.perf_counter()

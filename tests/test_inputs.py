@@ -1,0 +1,232 @@
+"""Users' files read without surprises: a table of odd inputs, each giving the right counts or exit status 2
+with one line naming the problem, and a property test against a simple reference reader."""
+
+import collections
+import csv
+import io
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from privagg.cli import app
+from privagg.core.encoding import ItemEncoder
+from privagg.errors import ParameterError
+from privagg.io import InputFormat, read_codes
+from privagg.simulate import runner as runner_module
+
+KEY = b"test-key"
+DOMAIN = 1000
+runner = CliRunner()
+
+
+def text_codes(*items):
+    """The codes of text items under the test key, as a Counter."""
+    encoder = ItemEncoder(DOMAIN, KEY)
+    return collections.Counter(encoder.encode(list(items)).tolist())
+
+
+def write(tmp_path, name, content):
+    path = tmp_path / name
+    if isinstance(content, pa.Table):
+        pq.write_table(content, path)
+    elif isinstance(content, np.ndarray):
+        np.save(path, content)
+    else:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+# (file name, content, InputFormat options, expected counts and users left out)
+READS = [
+    ("bom.txt", b"\xef\xbb\xbf3\n3\n5\n", {}, {3: 2, 5: 1}, 0),
+    ("crlf.txt", b"1\r\n2\r\n2\r\n", {}, {1: 1, 2: 2}, 0),
+    ("no-final-newline.txt", b"4\n4", {}, {4: 2}, 0),
+    ("signs.txt", b"+5\n-0\n007\n", {}, {5: 1, 0: 1, 7: 1}, 0),
+    ("words.txt", "é\nNA\nnull\nnan\n", {}, text_codes("é", "NA", "null", "nan"), 0),
+    ("spaces.txt", " a\na \n", {}, text_codes(" a", "a "), 0),
+    ("quotes.txt", '"a"\n"a"\n', {}, text_codes('"a"', '"a"'), 0),  # text is verbatim: quotes are characters
+    ("ints-as-text.txt", b"1\n2\n2\n", {"item_type": "str"}, text_codes("1", "2", "2"), 0),
+    ("mixed-as-text.txt", b"1\nabc\n3.0\n", {"item_type": "str"}, text_codes("1", "abc", "3.0"), 0),
+    ("na.csv", "app\nNA\nnull\nnan\n", {}, text_codes("NA", "null", "nan"), 0),
+    ("two.csv", b"user,app\n1,7\n2,7\n3,9\n", {"column": "app"}, {7: 2, 9: 1}, 0),
+    ("quoted.csv", b'app\n"a,b"\n"a,b"\nc\n', {}, text_codes("a,b", "a,b", "c"), 0),
+    ("bom.csv", b"\xef\xbb\xbfapp\n12\n", {}, {12: 1}, 0),
+    ("t.tsv", b"user\tapp\nx\t4\ny\t4\n", {"column": "app"}, {4: 2}, 0),
+    ("semicolons.txt", b"a;b\n1;8\n2;8\n", {"delimiter": ";", "column": "b"}, {8: 2}, 0),
+    ("headless.csv", b"1,2\n3,2\n", {"header": False, "column": "1"}, {2: 2}, 0),
+    ("holes.csv", b"app,n\n5,1\n,2\n5,3\n", {"column": "app", "missing": "drop"}, {5: 2}, 1),
+    ("blank-lines.txt", b"5\n\n6\n", {"missing": "drop"}, {5: 1, 6: 1}, 1),
+    ("ints.parquet", pa.table({"x": pa.array([1, 1, 2], pa.int64())}), {}, {1: 2, 2: 1}, 0),
+    ("strings.parquet", pa.table({"x": ["4", "4"]}), {}, {4: 2}, 0),
+    ("words.parquet", pa.table({"x": ["a", "b"], "y": [1, 2]}), {"column": "x"}, text_codes("a", "b"), 0),
+    ("nulls.parquet", pa.table({"x": pa.array([3, None, 3])}), {"missing": "drop"}, {3: 2}, 1),
+    ("ints.npy", np.array([9, 9, 1]), {}, {9: 2, 1: 1}, 0),
+]
+
+
+@pytest.mark.parametrize("name,content,options,counts,dropped", READS, ids=[r[0] for r in READS])
+def test_files_read_to_the_right_counts(tmp_path, name, content, options, counts, dropped):
+    summary = read_codes(write(tmp_path, name, content), ItemEncoder(DOMAIN, KEY), InputFormat(**options))
+    assert collections.Counter(summary.codes.tolist()) == counts
+    assert summary.dropped == dropped
+
+
+# (file name, content, command-line options, fragments the one error line holds)
+REFUSALS = [
+    ("mixed.csv", b"app\n1\n2\nabc\n4\n", [], ["input must be integers throughout", "'abc' on line 4",
+                                               "--item-type str"]),
+    ("floats.txt", b"3.0\n4.0\n", [], ["'3.0' on line 1", "not a canonical decimal integer"]),
+    ("late-float.txt", b"3\n4\n5.0\n", [], ["'5.0' on line 3"]),
+    ("underscore.txt", b"1_05\n2\n", [], ["'1_05' on line 1"]),
+    ("arabic.txt", "\u0663\n\u0664\n".encode(), [], ["on line 1", "not a canonical decimal integer"]),
+    ("word-then-number.txt", b"apple\n42\n", [], ["'42' on line 2", "where line 1", "('apple') is text"]),
+    ("huge.txt", b"18446744073709551616\n1\n", [], ["beyond 64 bits, on line 1"]),
+    ("negative.txt", b"5\n-1\n", [], ["integers in [0, 1000)", "-1 on line 2"]),
+    ("outside.csv", b"x\n5\n7\n1000\n", [], ["integers in [0, 1000)", "1000 on line 4"]),
+    ("declared-int.txt", b"1\nx\n", ["--item-type", "int"], ["'x' on line 2"]),
+    ("headless.csv", b"1\n2\n3\n", [], ["header line", "--no-header"]),
+    ("two.tsv", b"a\tb\nx\t1\n", [], ["column must be one of ['a', 'b']"]),
+    ("two.csv", b"a,b\nx,1\n", ["--column", "c"], ["column must be one of ['a', 'b']"]),
+    ("index.csv", b"1,2\n3,4\n", ["--no-header", "--column", "b"], ["column must be a 0-based index below 2"]),
+    ("text-column.txt", b"1\n2\n", ["--column", "x"], ["column must be left out for a plain-text file"]),
+    ("duplicates.csv", b"a,a\n1,2\n", ["--column", "a"], ["column names are distinct", "['a']"]),
+    ("ragged.csv", b"a,b\n1,2\n3\n", ["--column", "a"], ["line 3: 2 field(s) expected, 1 found"]),
+    ("empty-cell.csv", b"a,b\n1,2\n,3\n", ["--column", "a"], ["nothing on line 3", "--missing drop"]),
+    ("blank-line.txt", b"1\n\n2\n", [], ["nothing on line 2", "--missing drop"]),
+    ("latin1.txt", b"caf\xe9\n", [], ["line 1 is not valid UTF-8"]),
+    ("control.txt", b"a\x1fb\nc\n", [], ["line 1 holds the control character U+001F"]),
+    ("broken.parquet", b"not parquet", [], ["input must be a readable Parquet file"]),
+    ("floats.parquet", pa.table({"x": [1.5, 2.5]}), [], ["integers or strings", "double"]),
+    ("matrix.npy", np.zeros((2, 2), dtype=np.int64), [], ["one-dimensional integer .npy array"]),
+    ("items.txt", b"1\n2\n", ["--delimiter", "ab"], ["delimiter must be one ASCII character"]),
+    ("items.txt", b"1\n2\n", ["--hash-key", "xyz"], ["hash-key must be 2 to 128 hex digits"]),
+    ("missing.txt", None, [], ["input must be an existing file"]),
+]
+
+
+@pytest.mark.parametrize("name,content,options,fragments", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_bad_files_exit_2_with_one_line(tmp_path, name, content, options, fragments):
+    path = tmp_path / name if content is None else write(tmp_path, name, content)
+    result = runner.invoke(app, ["estimate", "fe1", "--input", str(path), "--epsilon", "1", "--delta", "1e-6",
+                                 "--domain", str(DOMAIN), *options])
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_output_may_not_be_the_input(tmp_path):
+    path = write(tmp_path, "items.txt", b"1\n2\n")
+    result = runner.invoke(app, ["estimate", "fe1", "--input", str(path), "--epsilon", "1", "--delta", "1e-6",
+                                 "--domain", "10", "--output", str(path)])
+    assert result.exit_code == 2 and "output must be a file other than the inputs" in result.stderr
+    assert path.read_bytes() == b"1\n2\n"
+
+
+# --- the property: any file read successfully gives the counts of a simple reference reader ----------------
+
+CANONICAL = re.compile(r"[+-]?[0-9]+")
+NUMBER = re.compile(r"[+-]?([\d_]*\d[\d_]*(\.[\d_]*)?|\.[\d_]*\d[\d_]*)([eE][+-]?\d+)?")
+
+
+def reference_counts(values: list[str]) -> collections.Counter | None:
+    """The rule in plain Python: integers when every value is canonical, text when none looks like a number,
+    else refused (None)."""
+    if all(CANONICAL.fullmatch(v) for v in values):
+        numbers = [int(v) for v in values]
+        if any(not 0 <= x < DOMAIN for x in numbers):
+            return None
+        return collections.Counter(numbers)
+    if any(NUMBER.fullmatch(v) for v in values):
+        return None
+    return text_codes(*values)
+
+
+def lines_of(text: str) -> list[str]:
+    """One item per line: CR LF, CR or LF end a line; a final line break ends the last item."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+ITEM = st.one_of(
+    st.integers(-5, DOMAIN + 5).map(str),
+    st.sampled_from(["3.0", "1_05", "\u0663", "1e5", ".5", "+7", "007", "NA", "nan", "apple", " 4"]),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x1f"), min_size=1, max_size=6),
+)
+ENDINGS = st.sampled_from(["\n", "\r\n"])
+
+
+def outcome(path, fmt):
+    try:
+        return collections.Counter(read_codes(path, ItemEncoder(DOMAIN, KEY), fmt).codes.tolist())
+    except ParameterError:
+        return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(ITEM, min_size=1, max_size=30), ending=ENDINGS, bom=st.booleans())
+def test_text_files_count_like_the_reference_reader(tmp_path_factory, values, ending, bom):
+    text = ("\ufeff" if bom else "") + ending.join(values) + ending
+    path = tmp_path_factory.mktemp("prop") / "items.txt"
+    path.write_bytes(text.encode())
+    assert lines_of(text.removeprefix("\ufeff")) == values  # the file holds what was generated
+    assert outcome(path, InputFormat()) == reference_counts(values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(ITEM, min_size=1, max_size=30), delimiter=st.sampled_from([",", "\t", ";"]))
+def test_tables_count_like_the_reference_reader(tmp_path_factory, values, delimiter):
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\n")
+    writer.writerow(["item", "other"])
+    writer.writerows([[v, "x"] for v in values])
+    path = tmp_path_factory.mktemp("prop") / "items.csv"
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    rows = list(csv.reader(io.StringIO(buffer.getvalue()), delimiter=delimiter))[1:]
+    assert [r[0] for r in rows] == values
+    assert outcome(path, InputFormat(column="item", delimiter=delimiter)) == reference_counts(values)
+
+
+# --- checks before work -----------------------------------------------------------------------------------
+
+def estimate(*args):
+    result = runner.invoke(app, ["estimate", *map(str, args)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_runs_that_cannot_fit_are_refused_before_reading(tmp_path, monkeypatch):
+    # the last line is bad: a refusal naming it would mean the file was read first
+    path = write(tmp_path, "items.txt", "1\n" * 5000 + "oops\n")
+    code, _, err = estimate("fe0", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--domain", 2**28)
+    assert code == 2 and err.startswith("error: domain must be set so that a faithful simulation's n (1 + rho)")
+    assert "lower --domain" in err and "--mode fast" in err and "oops" not in err
+    code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--c", 0, "--bins", 2**27)
+    assert code == 2 and "bins must be" in err  # the option the user gave, not --c
+    monkeypatch.setattr(runner_module, "MESSAGES_MAX", 2**12)  # 5000 users, c = 0.5: about 300,000 messages
+    code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--c", 0.5)
+    assert code == 2 and err.startswith("error: c must be set") and "raise --c" in err
+
+
+def test_runs_beyond_the_memory_are_refused_before_reading(tmp_path, monkeypatch):
+    import privagg.simulate.frequency as frequency
+
+    monkeypatch.setattr(frequency, "available_memory", lambda: 2**20)
+    path = write(tmp_path, "items.txt", "1\n" * 5000 + "oops\n")
+    code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--domain", 100)
+    assert code == 2 and "GiB are available" in err and "about 5e+03 users" in err and "oops" not in err
+
+
+def test_progress_is_plain_lines_off_a_terminal(tmp_path):
+    path = write(tmp_path, "items.txt", "1\n2\n" * 3000)
+    code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-6, "--domain", 100, "--progress")
+    assert code == 0
+    lines = err.splitlines()
+    assert "randomize: 6000/6000 (100%)" in lines[-2] or any(line.startswith("randomize: 6000/6000") for line in lines)
+    assert all(re.match(r"(randomize|analyze): \d+/\d+ \(\d+%\), [\d.]+ s$", line) for line in lines), lines

@@ -1,0 +1,42 @@
+"""The README's Python example and command lines run as written."""
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def test_python_example_runs_and_names_the_top_items(capsys):
+    (example,) = blocks("python")
+    exec(compile(example, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("apple: ") and lines[1].startswith("pear: ")
+    apple = float(lines[0].split()[1])
+    assert abs(apple - 50_000) < 2_000  # 0.5 n, within a few hundred of the noise's and sampling's sd
+    assert lines[2].startswith("privacy: (1, 1e-10)-DP, shuffle model")
+
+
+@pytest.mark.slow  # starts a Dask cluster
+def test_command_lines_run_as_written(tmp_path):
+    (commands,) = [b for b in blocks("") if b.startswith("privagg protocols")]
+    rng = np.random.default_rng(0)
+    apps = rng.choice(["maps", "mail", "chat", "news"], size=20_000, p=[0.4, 0.3, 0.2, 0.1])
+    (tmp_path / "items.csv").write_text("user,app\n" + "".join(f"{i},{a}\n" for i, a in enumerate(apps)))
+    (tmp_path / "names.txt").write_text("maps\nmail\nchat\nnews\ngames\n")
+    for line in commands.replace("\\\n", " ").splitlines():
+        args = shlex.split(line.split("#")[0])
+        assert args[0] == "privagg"
+        result = subprocess.run([sys.executable, "-m", "privagg", *args[1:]], cwd=tmp_path, capture_output=True,
+                                text=True)
+        assert result.returncode == 0, (line, result.stderr)
+    assert (tmp_path / "report.json").exists() and (tmp_path / "msgs" / "params.json").exists()
