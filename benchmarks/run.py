@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run.py [--write docs/benchmarks.md]
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
-saves it to the given file. Four parts:
+saves it to the given file. Five parts:
 
 0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
    whole processes, as ratios against ``python -c "import numpy"``.
@@ -35,7 +35,10 @@ saves it to the given file. Four parts:
    ``g++ -O2`` and times both whole processes on the same data
    (n = 10^5, B = 2^24, c = 1, full domain).
 
-Takes about five minutes on a 2-CPU machine (eight with the peer).
+4. A text file of 5 x 10^7 integers through a faithful FE1 run (c = 2,
+   candidates): wall time and peak memory, against issue 6's 2 GiB target.
+
+Takes about six minutes on a 2-CPU machine (nine with the peer).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from pathlib import Path
 import numba as nb
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from scipy.stats import norm
 
@@ -100,11 +104,16 @@ TARGET_RANDOMIZE_SPEEDUP = 10.0  # randomizers at least 10x faster
 # Part 2 parameters and targets.
 LARGE_USERS, LARGE_DOMAIN, LARGE_C = 10**7, 2**32, 3
 TOP_CANDIDATES, RANDOM_CANDIDATES = 50, 50
-TARGET_CLI_SECONDS = 30.0
-TARGET_CLI_BYTES = 4 * 2**30
+TARGET_CLI_SECONDS = 10.0       # issue 6 (issue 2 asked for 30 s and 4 GiB)
+TARGET_CLI_BYTES = 1.5 * 2**30
 PARTITIONS = 16             # --write-messages partitions
 DASK_WORKERS = 2
 ANALYZE_REPEATS = 3         # analyze runs per engine, alternating
+
+# Part 4: a text file of 5 x 10^7 integers end to end (issue 6).
+HUGE_USERS, HUGE_DOMAIN, HUGE_C = 5 * 10**7, 2**24, 2
+TARGET_HUGE_BYTES = 2 * 2**30
+QUOTED_HUGE = "56 s and 10.7 GB, then refused for its message count"  # issue 6, before streaming reads
 
 # Part 0: start-up.
 STARTUP_REPEATS = 10
@@ -523,6 +532,50 @@ def large_cli(report: Report) -> None:
     )
 
 
+def huge_text(report: Report) -> None:
+    """Part 4: 5 x 10^7 integers in a text file through a faithful FE1 run, under 2 GiB."""
+    note("writing the 5 x 10^7-line text file")
+    items = zipf_items(HUGE_USERS, HUGE_DOMAIN, np.random.default_rng(DATA_SEED))
+    values, counts = np.unique(items, return_counts=True)
+    top = values[np.argsort(-counts, kind="stable")[:TOP_CANDIDATES]]
+    del values, counts
+    privagg = str(ROOT / ".venv/bin/privagg")
+    with tempfile.TemporaryDirectory(prefix="privagg-bench-") as tmp:
+        data, cands = Path(tmp) / "items.txt", Path(tmp) / "candidates.txt"
+        pacsv.write_csv(pa.table({"item": items}), data, pacsv.WriteOptions(include_header=False))
+        del items
+        cands.write_text("".join(f"{x}\n" for x in top.tolist()))
+        size = data.stat().st_size
+        command = [privagg, "estimate", "fe1", "--input", str(data), "--epsilon", f"{EPSILON:g}",
+                   "--delta", f"{DELTA:g}", "--domain", str(HUGE_DOMAIN), "--c", str(HUGE_C),
+                   "--no-full-domain", "--candidates", str(cands), "--top", "10", "--seed", "1"]
+        note("privagg estimate over 5 x 10^7 lines")
+        result, wall, rss = run_cli(command, dict(os.environ), Path(tmp))
+        shown = " ".join(command).replace(str(ROOT) + "/", "").replace(tmp, "$TMP")
+    stages = result["simulation"]["seconds"]
+    report.add(
+        "## 4. 5 x 10^7 integers from a text file (command line, end to end)",
+        "",
+        f"{HUGE_USERS} integer items (Zipf-like as above, seed {DATA_SEED}, domain 2^24), one per line: a "
+        f"{size / 2**20:.0f} MiB text file; candidates: the {TOP_CANDIDATES} most frequent true items. A "
+        "faithful run (every client, the shuffle, the analyzer), seeded; the numba cache is the one part 2 "
+        "left or the package's own. Measured as in part 2:",
+        "",
+        f"    {shown}",
+        "",
+    )
+    report.table(["wall time", "peak memory", f"< {TARGET_HUGE_BYTES / 2**30:g} GiB", "messages",
+                  "stages in privagg's JSON", "before issue 6 (*quoted*)"], [[
+        seconds(wall), f"{rss / 2**30:.2f} GiB", verdict(rss < TARGET_HUGE_BYTES), str(result["messages"]["total"]),
+        ", ".join(f"{k} {seconds(s)}" for k, s in stages.items()), QUOTED_HUGE]])
+    report.add(
+        "Reading streams the file in 1 MiB blocks into one int64 array (8 bytes per user); the clients write "
+        "into one buffer of compact message rows, which the shuffler permutes in place, and the analyzer "
+        "counts it in slices.",
+        "",
+    )
+
+
 def startup(report: Report) -> None:
     """Part 0: how fast the light import and the command line start, against numpy's import."""
     python = str(ROOT / ".venv/bin/python")
@@ -577,6 +630,7 @@ def main() -> None:
     small_fe1(report)
     large_cli(report)
     peer(report)
+    huge_text(report)
     report.add(f"Load average at the end (1/5/15 min): {load_average()}.")
     if args.write:
         args.write.write_text("\n".join(report.lines) + "\n")

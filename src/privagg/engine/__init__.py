@@ -9,9 +9,10 @@ the Dask workers compute the partitions' aggregates and ship them back.
 
 A message folder, as ``privagg estimate --write-messages DIR`` writes it:
 
-* ``DIR/params.json``: the protocol's frozen parameters;
-* ``DIR/items.json``: how items were encoded (kind and the item-hash key,
-  which the analyzer needs to encode candidates and is no secret from it);
+* ``DIR/params.json``: the protocol's frozen parameters, the public
+  item-hash key among them (the analyzer encodes candidates with it);
+* ``DIR/items.json``: the kind of the items (integer or text) and how the
+  messages were made (``private``, ``randomness``);
 * ``DIR/part-NNNNN.parquet``: the shuffled messages, one Parquet file a
   partition, with the columns of the protocol's layout.
 
@@ -77,9 +78,9 @@ def write_messages(directory: str | Path, parameters, messages: MessageBatch, pa
 
 
 def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
-    """items.json of a message folder: the item kind and hash key, and how the messages were made.
+    """items.json of a message folder: the item kind, and how the messages were made.
 
-    Without the file (integer items need no key) the origin of the messages is unknown.
+    Without the file the items are taken as integers and the origin of the messages is unknown.
     """
     path = Path(directory) / ITEMS_FILE
     if not path.exists():
