@@ -519,8 +519,9 @@ def analyze(
         if own.exists() and load_parameters(own.read_text(), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
-        encoder = ItemEncoder(params.domain_size, bytes.fromhex(params.item_key) if params.item_key else None,
-                              kind=items.get("kind"))
+        # text items were hashed with the parameters' public key; integers need none
+        encoder = ItemEncoder.for_parameters(params, "text") if items.get("kind") == "text" else ItemEncoder(
+            params.domain_size, kind=items.get("kind"))
         # with candidates, count only them (no error to measure here, unlike estimate)
         full_domain = choose_full_domain(params.domain_size, candidates is None if full_domain is None else full_domain,
                                          candidates is not None)

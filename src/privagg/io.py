@@ -105,7 +105,8 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
         raise ParameterError(field, "an existing file", path)
     kind = file_kind(path, fmt)
     if kind == "text" and (fmt.column is not None or not fmt.header):
-        raise ParameterError("column", "left out for a plain-text file (one item per line; give --delimiter for a "
+        option = "column" if fmt.column is not None else "header"
+        raise ParameterError(option, "left out for a plain-text file (one item per line; give --delimiter for a "
                              "table)", fmt.column if fmt.column is not None else "--no-header")
     if kind == "npy":
         return ReadSummary(_read_npy(path, encoder, fmt, field))

@@ -57,12 +57,12 @@ class ItemEncoder:
         self._labels: dict[int, list[Any]] = {}
 
     @classmethod
-    def for_parameters(cls, parameters) -> "ItemEncoder":
+    def for_parameters(cls, parameters, kind: str | None = None) -> "ItemEncoder":
         """The encoder of a deployment: its domain and its public ``item_key`` (which must be set)."""
         if parameters.item_key is None:
             raise ParameterError("item_key", "set in the parameters (calibrate with item_key=...) to encode items "
                                  "that every party maps alike", None)
-        return cls(parameters.domain_size, bytes.fromhex(parameters.item_key))
+        return cls(parameters.domain_size, bytes.fromhex(parameters.item_key), kind)
 
     def _hash(self, item: str | bytes) -> int:
         data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
