@@ -71,6 +71,11 @@ class Analyzer(Protocol[Agg]):
     def finalize(self, agg: Agg) -> Any:
         """The typed result (:mod:`privagg.protocols.results`)."""
 
+    @classmethod
+    def working_bytes(cls, parameters: Any, full_domain: bool = True) -> int:
+        """About the memory an analyzer of ``parameters`` works in (the aggregate, a slice's scratch): the
+        simulator's check before work (:func:`privagg.simulate.runner.simulation_bytes`) adds it up."""
+
 
 @runtime_checkable
 class Curator(Analyzer[Agg], Protocol):
