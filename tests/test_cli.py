@@ -174,8 +174,8 @@ def test_hash_key_keeps_string_codes_across_runs(tmp_path):
     assert code == 0 and all(str(i).startswith("#") for i in items)
     assert {e["item"] for e in json.loads(run(*args, "--hash-key", key)[1])["estimates"]} == items
     assert {e["item"] for e in json.loads(run(*args)[1])["estimates"]} != items  # a new random key
-    code, out, _ = run(*args[:-1])
-    assert "give --candidates FILE to name them" in out
+    code, out, _ = run(*args[:-1], "--hash-key", key)
+    assert "give --candidates FILE to name them" in out and f"--hash-key {key} keeps these codes" in out
 
 
 def test_weak_privacy_warns_and_goes_on(ints_file):

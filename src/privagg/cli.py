@@ -386,7 +386,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
     _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
 
 
-def _estimate_table(title: str, estimates) -> None:
+def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     from rich.table import Table
 
     simulated = any(row.true_count is not None for row in estimates)
@@ -404,13 +404,14 @@ def _estimate_table(title: str, estimates) -> None:
     hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
     if hashed:
         _say(f"{hashed} items are strings shown by their code (#code), since only public items are named: give "
-             "--candidates FILE to name them (heavy-hitter discovery comes in a later release); --hash-key with "
-             "parameters.item_key from the JSON keeps the codes of this run")
+             "--candidates FILE to name them (heavy-hitter discovery comes in a later release); "
+             f"--hash-key {item_key} keeps these codes in later runs")
 
 
 def _print_estimate(report, verbose: bool) -> None:
     _say(f"input: {report.input}")
-    _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
+    _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates,
+                    report.parameters.get("item_key"))
     _say_privacy(report.privacy, report.privacy_profile, verbose)
     m, e, expected = report.messages, report.error, report.expected_error
     _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
@@ -544,7 +545,7 @@ def analyze(
             engine=run)
 
     def human() -> None:
-        _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates)
+        _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates, params.item_key)
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m = report.messages
         _say(f"messages: {m.total} received from {len(partitions)} partitions, {m.malformed} of them malformed "
