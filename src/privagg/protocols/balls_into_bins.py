@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -671,3 +672,45 @@ def fe1_fast_aggregate(parameters: FE1Parameters, codes: np.ndarray, rng: np.ran
                        analyzer: FE1Analyzer) -> CountAggregate:
     """FE1's shortcut: hashed real messages plus the total of dummies drawn in one step."""
     return _fast_aggregate(FE1Client(parameters), codes, rng, analyzer)
+
+
+# --- exact laws (the exact auditor, tiny instances) ----------------------------------------------------
+
+
+def _uniform_multisets(types: int, count: int) -> dict[tuple[int, ...], float]:
+    """The histogram of ``count`` draws uniform over ``types`` message types, as an exact law (multinomial)."""
+    law: dict[tuple[int, ...], float] = {}
+    for draw in itertools.combinations_with_replacement(range(types), count):
+        histogram = np.bincount(np.asarray(draw, dtype=np.int64), minlength=types)
+        ways = math.factorial(count) / math.prod(math.factorial(int(h)) for h in histogram)
+        law[tuple(histogram.tolist())] = ways / types**count
+    return law
+
+
+def message_law(parameters: BallsIntoBinsParameters, item: int) -> dict[tuple[int, ...], float]:
+    """One user's messages (FE0, FE1) -- or one user's value and its share of the curator's noisy balls (M^BIB)
+    -- as an exact law over histograms of the message types: what the shuffler's output is the sum of.
+
+    Types are the rows of the layout in order (FE0: the value; FE1: ((u - 1) q + v) b + w). The real
+    message, then floor(rho) dummies and one more with probability rho - floor(rho), each uniform over every
+    type. Enumerated, so for tiny instances only (:mod:`privagg.audit`).
+    """
+    if isinstance(parameters, FE1Parameters):
+        q, b = parameters.modulus, parameters.bins
+        types = (q - 1) * q * b
+        u, v = np.divmod(np.arange((q - 1) * q), q)
+        w = parameters.hash.evaluate(u + 1, v, np.full(u.size, item))
+        real = {int(position): 1 / u.size for position in (u * q + v) * b + w}
+    else:
+        types, real = parameters.domain_size, {item: 1.0}
+    whole, frac = math.floor(parameters.rho), parameters.rho - math.floor(parameters.rho)
+    dummies = {h: p * (1 - frac) for h, p in _uniform_multisets(types, whole).items()}
+    if frac:
+        for h, p in _uniform_multisets(types, whole + 1).items():
+            dummies[h] = dummies.get(h, 0.0) + p * frac
+    law: dict[tuple[int, ...], float] = {}
+    for position, p_real in real.items():
+        for h, p in dummies.items():
+            key = h[:position] + (h[position] + 1,) + h[position + 1:]
+            law[key] = law.get(key, 0.0) + p_real * p
+    return law

@@ -53,6 +53,10 @@ class ProtocolEntry:
     fast: Callable[..., Any] | None = None
     options: tuple[Option, ...] = ()
     calibrations: tuple[str, ...] = ()
+    # The exact auditor (privagg.audit): one user's exact output law, and tiny instances it can enumerate
+    # (calibrate's keyword arguments); every entry with a law joins the audit grid of the tests.
+    message_law: Callable[[Any, int], dict] | None = None
+    audit_instances: tuple[dict[str, Any], ...] = ()
 
     @property
     def implemented(self) -> bool:
@@ -60,6 +64,11 @@ class ProtocolEntry:
 
 
 _BIB_CALIBRATIONS = ("numeric", "hockey_stick", "closed_form")
+# "calibrations" narrows an instance: the closed form's noise (mu >= 32 ln 2 at any delta) is too much to enumerate
+# but on the smallest domain. A calibration that refuses an instance (the closed form above eps = 1) claims nothing.
+_HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, calibrations=("numeric", "hockey_stick")),
+                     dict(n_users=4, domain_size=3, epsilon=2.0, delta=0.05),
+                     dict(n_users=3, domain_size=2, epsilon=1.0, delta=0.1))
 
 ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
@@ -67,19 +76,24 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology="central", trust="central (trusted curator)", messages_per_user="1",
         reference="shuffle FE paper, Algorithm 1", calibrate=bib.calibrate_bib,
         parameters=bib.BIBParameters, analyzer=bib.BallsIntoBinsCurator,
-        calibrations=_BIB_CALIBRATIONS),
+        calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law, audit_instances=_HISTOGRAM_AUDITS),
     ProtocolEntry(
         name="fe0", title="FE0: value + blanket noise (small domains)", family="balls into bins",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu B / n",
         reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0,
         parameters=bib.FE0Parameters, client=bib.FE0Client, analyzer=bib.FE0Analyzer,
-        fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS),
+        fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law,
+        audit_instances=_HISTOGRAM_AUDITS),
     ProtocolEntry(
         name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", family="balls into bins",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1,
         parameters=bib.FE1Parameters, client=bib.FE1Client, analyzer=bib.FE1Analyzer,
-        fast=bib.fe1_fast_aggregate, calibrations=_BIB_CALIBRATIONS,
+        fast=bib.fe1_fast_aggregate, calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law,
+        # the closed form (rho >= 22 here) is beyond enumeration over FE1's 12 message types
+        audit_instances=(dict(n_users=2, domain_size=3, bins=2, epsilon=1.0, delta=0.3,
+                              calibrations=("numeric", "hockey_stick")),
+                         dict(n_users=2, domain_size=3, bins=2, epsilon=2.0, delta=0.1)),
         options=(Option("c", float, "b = floor(n / ln^c n) hash bins (default c = 1)"),
                  Option("bins", int, "hash range b, instead of --c"))),
     ProtocolEntry(
