@@ -45,6 +45,9 @@ audit_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(estimate_app, name="estimate")
 app.add_typer(audit_app, name="audit")
+account_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="Privacy accountants: the guarantee a mechanism's parts add up to.")
+app.add_typer(account_app, name="account")
 
 
 def _console(stderr: bool = False):
@@ -538,6 +541,47 @@ for _entry in ENTRIES:
         _register_calibrate(_entry)
         _register_estimate(_entry)
         _register_audit(_entry)
+
+
+# --- account ------------------------------------------------------------------------------------------
+
+AccountMethod = _choice("AccountMethod", ("fmt", "closed-form"))
+
+
+@account_app.command("shuffle")
+def account_shuffle(
+    local_epsilon: float = typer.Option(..., "--local-epsilon", help="eps0 of each user's local randomizer."),
+    users: int = typer.Option(..., "--users", help="Number of users n (one report each)."),
+    delta: float = typer.Option(..., "--delta", help="delta in (0, 1)."),
+    method: AccountMethod = typer.Option("fmt", "--method", help="fmt (Feldman-McMillan-Talwar numerical bound) "  # type: ignore
+                                                                "or closed-form (theirs)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
+) -> None:
+    """(eps, delta) of n eps0-LDP reports after a uniform shuffle (amplification by shuffling)."""
+    from .privacy import shuffle
+    from .reports import AccountReport, to_json_dict
+
+    with _clean_errors():
+        _check_output(output)
+        start = time.perf_counter()
+        epsilon = shuffle.shuffle_epsilon(local_epsilon, users, delta, method.value)
+        seconds = time.perf_counter() - start
+        try:
+            closed = shuffle.shuffle_epsilon(local_epsilon, users, delta, "closed-form")
+        except ParameterError:  # outside the closed form's condition
+            closed = None
+    report = AccountReport("shuffle", local_epsilon, users, delta, method.value, epsilon, list(shuffle.ASSUMPTIONS),
+                           shuffle.REFERENCE, closed, seconds)
+
+    def human() -> None:
+        _say(f"{users} shuffled reports of an eps0 = {local_epsilon:g} local randomizer are "
+             f"({epsilon:.4g}, {delta:g})-DP ({method.value}, {seconds:.2f} s)")
+        if closed is not None and method.value != "closed-form":
+            _say(f"  the closed form gives eps = {closed:.4g}")
+        _say("  assumes: " + "; ".join(shuffle.ASSUMPTIONS))
+
+    _emit(to_json_dict(report), as_json, output, human)
 
 
 # --- analyze ------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
+from .audit import AuditReport
 from .privacy.description import PrivacyDescription
 from .protocols.registry import ENTRIES, IMPLEMENTED
 
@@ -140,6 +141,22 @@ class AnalysisReport(FrequencyReport):
     engine: Engine
 
 
+@dataclass
+class AccountReport:
+    """``privagg account shuffle``: (eps, delta) of n shuffled eps0-LDP reports."""
+
+    model: Literal["shuffle"]
+    local_epsilon: float
+    n_users: int
+    delta: float
+    method: Literal["fmt", "closed-form"]
+    epsilon: float
+    assumptions: list[str]
+    reference: str
+    closed_form_epsilon: float | None = None  # for comparison, where its condition holds
+    seconds: float = 0.0
+
+
 def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
     """The top items of a frequency table, named only when public (``encoder.label``), with standard errors.
 
@@ -195,4 +212,5 @@ def json_schema(report_type: type) -> dict[str, Any]:
     return schema
 
 
-REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "analyze": AnalysisReport}
+REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "analyze": AnalysisReport,
+                "audit": AuditReport, "account": AccountReport}
