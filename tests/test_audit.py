@@ -108,3 +108,56 @@ def test_audit_cli(tmp_path):
     assert result.exit_code == 2 and result.stderr.startswith("error: method must be statistical"), result.stderr
     result = runner.invoke(app, [*args, "--noise-scale", "0"])
     assert result.exit_code == 2 and result.stderr.startswith("error: noise-scale must be"), result.stderr
+
+
+@pytest.mark.parametrize("calibration", ["numeric", "hockey_stick"])
+def test_honest_fraction_survives_its_dropouts_and_no_more(calibration):
+    """Calibrated for G, the guarantee holds while ceil(G n) users send their dummies; one dropout more breaks
+    it on this instance, and G = 1 breaks at the first dropout."""
+    for fraction, allowed in [(1.0, 0), (0.75, 1), (0.5, 2)]:
+        params = calibrate("fe0", epsilon=2.0, delta=0.05, n_users=4, domain_size=3, calibration=calibration,
+                           honest_fraction=fraction)
+        assert params.honest_users == 4 - allowed and params.privacy.honest_fraction == fraction
+        assert params.rho == pytest.approx(params.mu * 3 / params.honest_users)
+        assert exact_audit(params, dropouts=allowed).holds
+        assert not exact_audit(params, dropouts=allowed + 1).holds
+
+
+def test_honest_fraction_costs_messages_not_accuracy_of_the_claim():
+    """rho grows as 1 / G, while mu (the noise per special set the guarantee needs) stays put."""
+    base = calibrate("fe1", epsilon=1.0, delta=1e-10, n_users=10**5, domain_size=2**24, c=1)
+    for fraction in (0.9, 0.5):
+        params = calibrate("fe1", epsilon=1.0, delta=1e-10, n_users=10**5, domain_size=2**24, c=1,
+                           honest_fraction=fraction)
+        assert params.mu == pytest.approx(base.mu, rel=1e-3)
+        assert params.rho == pytest.approx(base.rho / fraction, rel=1e-3)
+        assert params.delta_at(1.0) <= 1e-10
+        assert "at least" in params.privacy.assumptions[0]
+    with pytest.raises(Exception, match="honest-fraction must be 1 for M"):
+        from privagg.protocols.balls_into_bins import BIBParameters
+        BIBParameters.from_dict({**calibrate("bib", epsilon=1, delta=1e-6, n_users=100, domain_size=10).to_dict(),
+                                 "honest_fraction": 0.5})
+
+
+def test_malicious_messages_shift_estimates_by_at_most_their_count():
+    """m users send k well-formed FE1 triples each, all aimed at one target: its estimate moves by exactly
+    m k / (1 - p_col), and every other item's by at most that (a triple aimed at t matches x only on a hash
+    collision)."""
+    from privagg.core.messages import MessageBatch
+    from privagg.protocols.balls_into_bins import FE1Analyzer, FE1Client
+
+    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=2000, domain_size=64, bins=16)
+    rng = np.random.default_rng(5)
+    honest = FE1Client(params).randomize(rng.integers(0, 64, 2000), rng=rng)
+    malicious, per_user, target = 20, 5, 7
+    u, v = params.hash.sample_keys(malicious * per_user, rng)
+    aimed = MessageBatch({"u": u, "v": v, "w": params.hash.evaluate(u, v, np.full(u.size, target))})
+    analyzer = FE1Analyzer(params)
+    clean = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), honest))
+    attacked = analyzer.finalize(analyzer.merge([analyzer.agg_update(analyzer.agg_init(), honest),
+                                                 analyzer.agg_update(analyzer.agg_init(), aimed)]))
+    shift = attacked.estimates - clean.estimates
+    bound = malicious * per_user / (1 - params.collision_probability)
+    assert shift[target] == pytest.approx(bound)
+    assert np.all(shift >= 0) and np.all(shift <= bound + 1e-9)
+    assert attacked.messages == clean.messages + malicious * per_user and attacked.malformed == 0

@@ -133,7 +133,9 @@ def test_protocols_table():
     rows = json.loads(out)
     assert code == 0 and [r["protocol"] for r in rows] == [e.name for e in ENTRIES]
     assert {r["protocol"] for r in rows if r["status"] == "implemented"} == set(IMPLEMENTED)
-    assert next(r for r in rows if r["protocol"] == "fe1")["options"] == ["c", "bins"]
+    assert next(r for r in rows if r["protocol"] == "fe1")["options"] == ["c", "bins", "honest_fraction"]
+    assert next(r for r in rows if r["protocol"] == "fe1")["audit"].startswith("exact grid holds")
+    assert "audit" in run("protocols")[1]  # the column (rich wraps its cells to the terminal)
 
 
 CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--domain", 5000, "--bins", 50]}

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import ParameterError
+from .errors import ParameterError, check_integer
 from .protocols.registry import get
 
 EXACT_MAX_PAIRS = 5 * 10**7  # joint states one convolution step may form
@@ -65,6 +65,7 @@ class AuditReport:
     true_delta: float | None = None  # exact: delta at the claimed eps, worst pair
     slack: float | None = None  # exact: claimed eps - true eps (how much the calibration gives away)
     pairs: int | None = None  # exact: neighbouring pairs examined
+    dropouts: int | None = None  # exact: users who sent nothing (dropped out, or colluded and were subtracted)
     runs: int | None = None  # statistical: runs per dataset
     confidence: float | None = None  # statistical
     notes: list[str] = field(default_factory=list)
@@ -142,13 +143,18 @@ def _instance(parameters) -> dict[str, Any]:
     return {k: v for k, v in parameters.to_dict().items() if k not in ("item_key",)}
 
 
-def exact_audit(parameters, noise_scale: float = 1.0) -> AuditReport:
-    """The true delta at the claimed eps and the true eps at the claimed delta, worst neighbouring pair."""
+def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> AuditReport:
+    """The true delta at the claimed eps and the true eps at the claimed delta, worst neighbouring pair.
+
+    ``dropouts`` users (of those holding r) send nothing: what the adversary sees when they drop out, or
+    when they collude and their messages are subtracted.
+    """
     entry = get(parameters.protocol)
     if entry.message_law is None:
         raise ParameterError("method", f"statistical for {entry.name} (no exact message law)", "exact")
+    dropouts = check_integer("dropouts", dropouts, 0, parameters.n_users - 1)
     audited = with_noise_scale(parameters, noise_scale)
-    n, domain = audited.n_users, audited.domain_size
+    n, domain = audited.n_users - dropouts, audited.domain_size
     radix = n * (2 + math.floor(audited.rho)) + 1  # more than any count a histogram can hold
     eps, delta = parameters.epsilon, parameters.delta
     worst_delta, worst_eps, pairs = 0.0, 0.0, 0
@@ -166,9 +172,10 @@ def exact_audit(parameters, noise_scale: float = 1.0) -> AuditReport:
         protocol=parameters.protocol, calibration=parameters.calibration, method="exact",
         claimed=Claimed(eps, delta), true_epsilon=worst_eps if finite else None,
         holds=worst_delta <= delta * (1 + 1e-9), noise_scale=noise_scale, instance=_instance(audited),
-        true_delta=worst_delta, slack=eps - worst_eps if finite else None, pairs=pairs,
-        notes=[] if finite else ["no finite epsilon meets the claimed delta: some output is possible under one "
-                                 "dataset and impossible under its neighbour with probability above delta"])
+        true_delta=worst_delta, slack=eps - worst_eps if finite else None, pairs=pairs, dropouts=dropouts,
+        notes=([] if finite else ["no finite epsilon meets the claimed delta: some output is possible under one "
+                                  "dataset and impossible under its neighbour with probability above delta"])
+        + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else []))
 
 
 def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, noise_scale: float = 1.0,

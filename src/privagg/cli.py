@@ -481,8 +481,8 @@ AuditMethod = _choice("AuditMethod", ("exact", "statistical"))
 
 
 def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float, calibration: Enum,
-           noise_scale: float, method: Enum, runs: int, seed: int, as_json: bool, output: Optional[Path],
-           **options: Any) -> None:
+           noise_scale: float, dropouts: int, method: Enum, runs: int, seed: int, as_json: bool,
+           output: Optional[Path], **options: Any) -> None:
     from .audit import exact_audit, statistical_audit
     from .protocols.registry import calibrate
     from .reports import to_json_dict
@@ -492,7 +492,9 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
         params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
                            calibration=calibration.value, **options)
         if method.value == "exact":
-            report = exact_audit(params, noise_scale)
+            report = exact_audit(params, noise_scale, dropouts)
+        elif dropouts:
+            raise ParameterError("dropouts", "0 with --method statistical", dropouts)
         else:
             report = statistical_audit(params, runs=runs, noise_scale=noise_scale, seed=seed)
 
@@ -524,6 +526,8 @@ def _register_audit(entry: ProtocolEntry) -> None:
         *_protocol_parameters(entry),
         _param("noise_scale", float, typer.Option(1.0, "--noise-scale", help="Multiply the calibrated noise by F "
                                                                              "(below 1: watch the auditor catch it).")),
+        _param("dropouts", int, typer.Option(0, "--dropouts", help="Users who send nothing (drop out, or collude "
+                                                                    "and are subtracted); exact method.")),
         _param("method", AuditMethod, typer.Option("exact", "--method", help="exact (enumerates the output laws: "
                                                                             "tiny n and B) or statistical.")),
         _param("runs", int, typer.Option(4000, "--runs", help="Runs per dataset (statistical).")),

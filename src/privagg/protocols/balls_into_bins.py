@@ -106,6 +106,9 @@ class BallsIntoBinsParameters:
     # The key that maps text items into [B] (hex; privagg.core.encoding). Public, like every field: fixing it
     # in the parameters keeps one deployment's codes stable across runs. None: not chosen (integer items).
     item_key: str | None = dataclasses.field(default=None, kw_only=True)
+    # G: the guarantee holds while at least ceil(G n) users follow the protocol; the dummies the others would
+    # send are not counted on (calibrate_fe0 / calibrate_fe1). 1 for M^BIB, whose curator adds the noise.
+    honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
@@ -113,13 +116,15 @@ class BallsIntoBinsParameters:
         check_integer("n_users", self.n_users, 2, N_USERS_MAX)
         if self.item_key is not None:
             check_item_key(self.item_key)
+        check_honest_fraction(self.honest_fraction, self.n_users)
         check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.calibration not in calibration_bib.METHODS:
             raise ParameterError("calibration", f"one of {', '.join(calibration_bib.METHODS)}", self.calibration)
         if not (self.mu >= 0 and math.isfinite(self.mu)):
             raise ParameterError("mu", "a finite number >= 0", self.mu)
-        if not math.isclose(self.rho, self.mu * self.noise_bins / self.n_users, rel_tol=1e-12, abs_tol=1e-300):
-            raise ParameterError("rho", f"mu * bins / n_users = {self.mu * self.noise_bins / self.n_users!r}", self.rho)
+        rho = self.mu * self.noise_bins / self.honest_users
+        if not math.isclose(self.rho, rho, rel_tol=1e-12, abs_tol=1e-300):
+            raise ParameterError("rho", f"mu * bins / ceil(honest_fraction n_users) = {rho!r}", self.rho)
         floor = self.no_noise_probability()
         if floor > self.delta:
             raise ParameterError("mu", f"large enough that the chance of no noise where the neighbour's message "
@@ -136,7 +141,7 @@ class BallsIntoBinsParameters:
         """
         whole, frac = math.floor(self.rho), self.rho - math.floor(self.rho)
         hit = (1.0 - self.overlap) / self.noise_bins
-        log_p = math.log1p(-self.overlap) + self.n_users * (whole * math.log1p(-hit) + math.log1p(-frac * hit))
+        log_p = math.log1p(-self.overlap) + self.honest_users * (whole * math.log1p(-hit) + math.log1p(-frac * hit))
         return math.exp(log_p)
 
     def verify(self) -> None:
@@ -156,6 +161,11 @@ class BallsIntoBinsParameters:
         if achieved > self.delta * (1 + 1e-9):
             raise ParameterError("mu", f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
                                  f"{achieved:.3g} at epsilon {self.epsilon:g})", self.mu)
+
+    @property
+    def honest_users(self) -> int:
+        """ceil(G n): the users whose dummies the guarantee counts on."""
+        return honest_users(self.n_users, self.honest_fraction)
 
     # --- protocol-specific ---------------------------------------------------------------------------
     @property
@@ -287,10 +297,13 @@ class BallsIntoBinsParameters:
                                "the delta this mu actually buys")
         return PrivacyDescription(
             mechanism=self.mechanism,
-            parameters={"mu": self.mu, "n_users": self.n_users, "bins": self.noise_bins, "overlap": self.overlap},
+            parameters={"mu": self.mu, "n_users": self.n_users, "honest_users": self.honest_users,
+                        "bins": self.noise_bins, "overlap": self.overlap},
             epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE,
-            trusted=self.trusted, honest_fraction=1.0,
-            assumptions=("all n users follow the protocol (none drops out or colludes)",
+            trusted=self.trusted, honest_fraction=self.honest_fraction,
+            assumptions=("all n users follow the protocol (none drops out or colludes)" if self.honest_fraction == 1
+                         else f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the "
+                              "others may drop out or collude (their dummies are not counted on)",
                          "the item-hash key and the parameters are public"),
             method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
             + ("; FE1's overlapping special sets by joint convexity" if self.overlap and
@@ -300,7 +313,7 @@ class BallsIntoBinsParameters:
 
     def delta_at(self, epsilon: float) -> float:
         """The delta this noise level buys at ``epsilon`` (hockey-stick bound; any calibration)."""
-        return calibration_bib.delta_at(epsilon, self.mu, self.n_users, self.noise_bins, self.overlap)
+        return calibration_bib.delta_at(epsilon, self.mu, self.honest_users, self.noise_bins, self.overlap)
 
     def check_codes(self, codes) -> np.ndarray:
         """``codes`` as a flat int64 array; a clear error unless they are integers in [0, B).
@@ -341,6 +354,12 @@ class BIBParameters(BallsIntoBinsParameters):
     mechanism: ClassVar[str] = "M^BIB: balls into bins, noise added by a trusted curator"
     model: ClassVar[str] = "central"
     trusted: ClassVar[tuple[str, ...]] = ("curator",)
+
+    def __post_init__(self) -> None:
+        if self.honest_fraction != 1:
+            raise ParameterError("honest-fraction", "1 for M^BIB (the curator adds the noise, not the users)",
+                                 self.honest_fraction)
+        super().__post_init__()
 
     @property
     def messages_per_user(self) -> float:
@@ -395,21 +414,39 @@ class FE1Parameters(BallsIntoBinsParameters):
 # --- calibration ------------------------------------------------------------------------------------
 
 
-def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0, **fields):
-    """``cls`` with mu calibrated for noisy balls over ``noise_bins`` (default: the domain) and FE1's ``overlap``."""
+def check_honest_fraction(fraction: float, n_users: int) -> float:
+    """G in (0, 1], with at least 2 honest users."""
+    if isinstance(fraction, bool) or not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+        raise ParameterError("honest-fraction", "in (0, 1]", fraction)
+    if honest_users(n_users, fraction) < 2:
+        raise ParameterError("honest-fraction", f"at least 2 / n = {2 / n_users:.3g} (two honest users)", fraction)
+    return float(fraction)
+
+
+def honest_users(n_users: int, fraction: float) -> int:
+    """ceil(G n), with G n rounded to 9 decimals first so that 0.9 * 10 counts 9 users, not 10."""
+    return math.ceil(round(fraction * n_users, 9))
+
+
+def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0,
+                honest_fraction=1.0, **fields):
+    """``cls`` with mu calibrated for noisy balls over ``noise_bins`` (default: the domain) and FE1's ``overlap``,
+    counting only the dummies of ceil(honest_fraction n) users: rho = mu bins / ceil(G n)."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2, N_USERS_MAX)
     domain = check_integer("domain", domain_size, 2, cls.domain_max)
+    honest = honest_users(n, check_honest_fraction(honest_fraction, n))
     bins = domain if noise_bins is None else noise_bins
-    mu = calibration_bib.calibrate(epsilon, delta, n, bins, calibration, overlap)
+    mu = calibration_bib.calibrate(epsilon, delta, honest, bins, calibration, overlap)
     return cls(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
-               mu=mu, rho=mu * bins / n, **fields)
+               mu=mu, rho=mu * bins / honest, honest_fraction=float(honest_fraction), **fields)
 
 
-def calibrate_fe0(epsilon: float, delta: float, n_users: int, domain_size: int,
-                  calibration: str = "numeric") -> FE0Parameters:
-    """FE0's parameters for (epsilon, delta)-DP in the shuffle model."""
-    return _calibrated(FE0Parameters, epsilon, delta, n_users, domain_size, calibration)
+def calibrate_fe0(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "numeric",
+                  honest_fraction: float = 1.0) -> FE0Parameters:
+    """FE0's parameters for (epsilon, delta)-DP in the shuffle model while ceil(G n) users follow it."""
+    return _calibrated(FE0Parameters, epsilon, delta, n_users, domain_size, calibration,
+                       honest_fraction=honest_fraction)
 
 
 def calibrate_bib(epsilon: float, delta: float, n_users: int, domain_size: int,
@@ -424,7 +461,7 @@ def bins_for(n_users: int, c: float) -> int:
 
 
 def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, bins: int | None = None,
-                  c: float | None = None, calibration: str = "numeric") -> FE1Parameters:
+                  c: float | None = None, calibration: str = "numeric", honest_fraction: float = 1.0) -> FE1Parameters:
     """FE1's parameters: b = ``bins``, or b = floor(n / ln^c n) (c = 1 by default, as the authors' code)."""
     n = check_integer("n_users", n_users, 2, N_USERS_MAX)
     if bins is not None and c is not None:
@@ -441,7 +478,8 @@ def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, 
     domain = check_integer("domain", domain_size, 2, HASHED_DOMAIN_MAX)
     modulus = next_prime(max(domain, bins))
     return _calibrated(FE1Parameters, epsilon, delta, n, domain, calibration, noise_bins=bins,
-                       overlap=UniversalHash(modulus, bins).collision_probability, bins=bins, modulus=modulus, c=c)
+                       overlap=UniversalHash(modulus, bins).collision_probability, honest_fraction=honest_fraction,
+                       bins=bins, modulus=modulus, c=c)
 
 
 # --- roles --------------------------------------------------------------------------------------------

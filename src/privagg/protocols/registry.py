@@ -64,6 +64,8 @@ class ProtocolEntry:
 
 
 _BIB_CALIBRATIONS = ("numeric", "hockey_stick", "closed_form")
+_HONEST = Option("honest_fraction", float, "G in (0, 1]: the guarantee holds while at least G n users follow the "
+                 "protocol (the others' dummies are not counted on; default 1)")
 # "calibrations" narrows an instance: the closed form's noise (mu >= 32 ln 2 at any delta) is too much to enumerate
 # but on the smallest domain. A calibration that refuses an instance (the closed form above eps = 1) claims nothing.
 _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, calibrations=("numeric", "hockey_stick")),
@@ -83,7 +85,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0,
         parameters=bib.FE0Parameters, client=bib.FE0Client, analyzer=bib.FE0Analyzer,
         fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law,
-        audit_instances=_HISTOGRAM_AUDITS),
+        audit_instances=_HISTOGRAM_AUDITS, options=(_HONEST,)),
     ProtocolEntry(
         name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", family="balls into bins",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
@@ -95,7 +97,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                               calibrations=("numeric", "hockey_stick")),
                          dict(n_users=2, domain_size=3, bins=2, epsilon=2.0, delta=0.1)),
         options=(Option("c", float, "b = floor(n / ln^c n) hash bins (default c = 1)"),
-                 Option("bins", int, "hash range b, instead of --c"))),
+                 Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
         name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels", family="balls into bins",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="p_f (1 + rho)",
@@ -150,7 +152,7 @@ def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, doma
     for name, value in options.items():
         if name not in allowed and value is not None:
             raise ParameterError(name, f"left out for {protocol} (its options: {sorted(allowed) or 'none'})", value)
-    given = {k: v for k, v in options.items() if k in allowed}
+    given = {k: v for k, v in options.items() if k in allowed and v is not None}  # None: the option's default
     parameters = entry.calibrate(epsilon, delta, n_users, domain_size, calibration=calibration, **given)
     return parameters if item_key is None else dataclasses.replace(parameters, item_key=item_key)
 
