@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run.py [--write docs/benchmarks.md]
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
-saves it to the given file. Five parts:
+saves it to the given file. Six parts:
 
 0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
    whole processes, as ratios against ``python -c "import numpy"``.
@@ -37,6 +37,9 @@ saves it to the given file. Five parts:
 
 4. A text file of 5 x 10^7 integers through a faithful FE1 run (c = 2,
    candidates): wall time and peak memory, against issue 6's 2 GiB target.
+
+5. The shuffle accountant: eps of n shuffled eps0-LDP reports (FMT's
+   numerical bound) at n = 10^5 to 10^7, against the 5 s target at 10^6.
 
 Takes about six minutes on a 2-CPU machine (nine with the peer).
 """
@@ -114,6 +117,12 @@ ANALYZE_REPEATS = 3         # analyze runs per engine, alternating
 HUGE_USERS, HUGE_DOMAIN, HUGE_C = 5 * 10**7, 2**24, 2
 TARGET_HUGE_BYTES = 2 * 2**30
 QUOTED_HUGE = "56 s and 10.7 GB, then refused for its message count"  # issue 6, before streaming reads
+
+# Part 5: the shuffle accountant (issue 7).
+ACCOUNT_CASES = ((10**5, 4.0, 1e-6), (10**6, 4.0, 1e-6), (10**7, 4.0, 1e-6))
+ACCOUNT_REPEATS = 5
+TARGET_ACCOUNT_SECONDS = 5.0  # at n = 10^6
+QUOTED_ACCOUNT = {10**5: "about 0.170 (FMT numerical), about 0.538 (closed form)"}  # shared/papers, §5
 
 # Part 0: start-up.
 STARTUP_REPEATS = 10
@@ -576,6 +585,35 @@ def huge_text(report: Report) -> None:
     )
 
 
+def accountant(report: Report) -> None:
+    """Part 5: eps of n shuffled eps0-LDP reports by FMT's numerical bound, timed in-process and as a command."""
+    from privagg.privacy.shuffle import shuffle_epsilon
+
+    rows = []
+    for n, eps0, delta in ACCOUNT_CASES:
+        note(f"shuffle accountant at n = {n}")
+        eps, took = median_timed(ACCOUNT_REPEATS, shuffle_epsilon, eps0, n, delta)
+        closed = shuffle_epsilon(eps0, n, delta, "closed-form")
+        target = verdict(took < TARGET_ACCOUNT_SECONDS) if n == 10**6 else ""
+        rows.append([f"10^{round(math.log10(n))}", f"{eps0:g}", f"{delta:g}", f"{eps:.4f}", f"{closed:.4f}",
+                     f"{closed / eps:.1f}x", seconds(took), target, QUOTED_ACCOUNT.get(n, "")])
+    command = [str(ROOT / ".venv/bin/privagg"), "account", "shuffle", "--local-epsilon", "4", "--users", "1000000",
+               "--delta", "1e-6", "--json"]
+    with tempfile.TemporaryDirectory(prefix="privagg-bench-") as tmp:
+        figures = sdpfe.measure(command, ROOT, dict(os.environ), Path(tmp) / "run.log")
+    report.add(
+        "## 5. The shuffle accountant (FMT's numerical bound)",
+        "",
+        f"`shuffle_epsilon(eps0, n, delta)` in-process, median of {ACCOUNT_REPEATS} runs; the closed form beside "
+        "it. The same at n = 10^6 as a whole command, `privagg account shuffle --local-epsilon 4 --users 1000000 "
+        f"--delta 1e-6 --json`: {figures['wall_s']:.2f} s wall, {figures['peak_rss_kib'] / 1024:.0f} MiB peak "
+        "(GNU time).",
+        "",
+    )
+    report.table(["n", "eps0", "delta", "eps (fmt)", "eps (closed form)", "closed / fmt", "time",
+                  f"< {TARGET_ACCOUNT_SECONDS:g} s at 10^6", "reference (*quoted*)"], rows)
+
+
 def startup(report: Report) -> None:
     """Part 0: how fast the light import and the command line start, against numpy's import."""
     python = str(ROOT / ".venv/bin/python")
@@ -631,6 +669,7 @@ def main() -> None:
     large_cli(report)
     peer(report)
     huge_text(report)
+    accountant(report)
     report.add(f"Load average at the end (1/5/15 min): {load_average()}.")
     if args.write:
         args.write.write_text("\n".join(report.lines) + "\n")

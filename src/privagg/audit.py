@@ -90,9 +90,15 @@ def with_noise_scale(parameters, scale: float):
 
 
 def _encode(law: dict[tuple[int, ...], float], radix: int) -> tuple[np.ndarray, np.ndarray]:
-    weights = radix ** np.arange(len(next(iter(law))), dtype=np.int64)
+    """The law as sorted int64 keys sum_i h_i radix^i (``radix`` above any count) and their probabilities."""
+    types = len(next(iter(law)))
+    if radix**types >= 2**63:
+        raise ParameterError("method", f"statistical for an instance this large ({types} message types with counts "
+                             f"up to {radix - 1} overflow the exact auditor's 64-bit keys)", "exact")
+    weights = radix ** np.arange(types, dtype=np.int64)
     keys = np.array([int(np.dot(h, weights)) for h in law], dtype=np.int64)
-    return keys, np.fromiter(law.values(), dtype=np.float64, count=len(law))
+    order = np.argsort(keys)
+    return keys[order], np.fromiter(law.values(), dtype=np.float64, count=len(law))[order]
 
 
 def _convolve(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]):
