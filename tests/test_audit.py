@@ -161,3 +161,10 @@ def test_malicious_messages_shift_estimates_by_at_most_their_count():
     assert shift[target] == pytest.approx(bound)
     assert np.all(shift >= 0) and np.all(shift <= bound + 1e-9)
     assert attacked.messages == clean.messages + malicious * per_user and attacked.malformed == 0
+
+
+def test_a_lone_honest_user_is_audited_too():
+    """Every other user silent: the output is one user's messages (a single law, no convolution)."""
+    params = calibrate("fe0", epsilon=2.0, delta=0.05, n_users=4, domain_size=3)
+    alone = exact_audit(params, dropouts=3)
+    assert alone.pairs == 9 and not alone.holds and alone.true_delta > exact_audit(params, dropouts=2).true_delta
