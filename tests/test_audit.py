@@ -168,3 +168,10 @@ def test_a_lone_honest_user_is_audited_too():
     params = calibrate("fe0", epsilon=2.0, delta=0.05, n_users=4, domain_size=3)
     alone = exact_audit(params, dropouts=3)
     assert alone.pairs == 9 and not alone.holds and alone.true_delta > exact_audit(params, dropouts=2).true_delta
+
+
+def test_fe1_closed_form_is_not_flagged_statistically():
+    """Beyond the exact grid (rho >= 22 over 12 message types), FE1's closed form gets the statistical audit."""
+    params = calibrate("fe1", epsilon=1.0, delta=0.1, n_users=200, domain_size=5, bins=5, calibration="closed_form")
+    report = statistical_audit(params, runs=2000, seed=1)
+    assert report.holds and report.true_epsilon <= 1.0
