@@ -85,6 +85,7 @@ def test_estimate_csv_parquet_candidates_and_output(tmp_path):
         report = json.loads(out)
         assert json.loads((tmp_path / "report.json").read_text()) == report
         assert [e["item"] for e in report["estimates"]][:2] == ["apple", "pear"]
+        assert [e["true_count"] for e in report["estimates"]] == [3000, 1000, 0]  # kiwi: a candidate nobody holds
         assert report["error"]["over"] == "candidates" and report["error"]["items"] == 3
         truth = {"apple": 3000, "pear": 1000, "kiwi": 0}
         errors = [abs(e["estimate"] - truth[e["item"]]) for e in report["estimates"]]

@@ -24,7 +24,7 @@ from ..protocols.registry import calibrate
 from ..protocols.results import FrequencyTable, count_among
 from ..reports import (EstimateReport, Messages, RealisedError, Simulation, expected_error, privacy_profile,
                        report_parameters, reported_estimates)
-from .runner import Progress, _option_value, check_size, shrink_hint, simulate, simulation_bytes
+from .runner import Progress, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
 FULL_DOMAIN_MAX = 2**28
@@ -111,7 +111,9 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
     if full_domain and candidate_codes is not None:  # report the top among the public candidates
         table = table.restricted_to(candidate_codes)
-    estimates = reported_estimates(table, encoder, top, truth=lambda top_codes: count_among(codes, top_codes))
+    # the top items are items of the domain, or candidates: their true counts are already in ``truth``
+    position = (lambda c: c) if full_domain else (lambda c: np.searchsorted(candidate_codes, c))
+    estimates = reported_estimates(table, encoder, top, truth=lambda top_codes: truth[position(top_codes)])
     run.seconds["report"] = time.perf_counter() - start
     report = EstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=run.privacy, n_users=parameters.n_users,
@@ -158,7 +160,7 @@ def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, d
         field, remedy = shrink_hint(parameters, mode, options)
         raise ParameterError(field, f"set so that the run fits in memory: about {n_users:.3g} users in {path} "
                              f"need about {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB are available; "
-                             f"{remedy}", _option_value(parameters, field, options))
+                             f"{remedy}", option_value(parameters, field, options))
 
 
 # The interpreter with numpy, numba and pyarrow loaded (about 200 MB resident) and the reader's blocks in flight:

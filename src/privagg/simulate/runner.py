@@ -93,10 +93,10 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
         field, remedy = shrink_hint(parameters, mode, given or {})
         raise ParameterError(field, f"set so that a faithful simulation's n (1 + rho) = {expected:.3g} messages "
                              f"stay below 2^{MESSAGES_MAX.bit_length() - 1}: {remedy}",
-                             _option_value(parameters, field, given or {}))
+                             option_value(parameters, field, given or {}))
 
 
-def _option_value(parameters, field: str, given: dict[str, Any]) -> Any:
+def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
     """The value of option ``field``: as given, else as the parameters hold it (--domain: the noise bins)."""
     value = given.get(field)
     return getattr(parameters, field, parameters.noise_bins) if value is None else value
