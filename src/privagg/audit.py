@@ -32,43 +32,16 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from .errors import ParameterError, check_integer
 from .protocols.registry import get
+from .reports import AuditReport, Claimed
 
 EXACT_MAX_PAIRS = 5 * 10**7  # joint states one convolution step may form
 _EPS_MAX = 50.0
-
-
-@dataclass
-class Claimed:
-    epsilon: float
-    delta: float
-
-
-@dataclass
-class AuditReport:
-    """``privagg audit``: a claimed guarantee against what the mechanism does."""
-
-    protocol: str
-    calibration: str
-    method: Literal["exact", "statistical"]
-    claimed: Claimed
-    true_epsilon: float | None  # exact: eps at the claimed delta (None: no finite eps); statistical: a lower bound
-    holds: bool  # exact: true delta(claimed eps) <= claimed delta; statistical: the lower bound <= claimed eps
-    noise_scale: float
-    instance: dict[str, Any]  # the parameters audited (n, domain, mu, rho, ...)
-    true_delta: float | None = None  # exact: delta at the claimed eps, worst pair
-    slack: float | None = None  # exact: claimed eps - true eps (how much the calibration gives away)
-    pairs: int | None = None  # exact: neighbouring pairs examined
-    dropouts: int | None = None  # exact: users who sent nothing (dropped out, or colluded and were subtracted)
-    runs: int | None = None  # statistical: runs per dataset
-    confidence: float | None = None  # statistical
-    notes: list[str] = field(default_factory=list)
 
 
 def with_noise_scale(parameters, scale: float):

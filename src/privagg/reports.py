@@ -17,7 +17,6 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
-from .audit import AuditReport
 from .privacy.description import PrivacyDescription
 from .protocols.registry import ENTRIES, IMPLEMENTED
 
@@ -139,6 +138,33 @@ class AnalysisReport(FrequencyReport):
 
     full_domain: bool
     engine: Engine
+
+
+@dataclass
+class Claimed:
+    epsilon: float
+    delta: float
+
+
+@dataclass
+class AuditReport:
+    """``privagg audit``: a claimed guarantee against what the mechanism does."""
+
+    protocol: str
+    calibration: str
+    method: Literal["exact", "statistical"]
+    claimed: Claimed
+    true_epsilon: float | None  # exact: eps at the claimed delta (None: no finite eps); statistical: a lower bound
+    holds: bool  # exact: true delta(claimed eps) <= claimed delta; statistical: the lower bound <= claimed eps
+    noise_scale: float
+    instance: dict[str, Any]  # the parameters audited (n, domain, mu, rho, ...)
+    true_delta: float | None = None  # exact: delta at the claimed eps, worst pair
+    slack: float | None = None  # exact: claimed eps - true eps (how much the calibration gives away)
+    pairs: int | None = None  # exact: neighbouring pairs examined
+    dropouts: int | None = None  # exact: users who sent nothing (dropped out, or colluded and were subtracted)
+    runs: int | None = None  # statistical: runs per dataset
+    confidence: float | None = None  # statistical
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
