@@ -549,7 +549,7 @@ for _entry in ENTRIES:
 
 # --- account ------------------------------------------------------------------------------------------
 
-AccountMethod = _choice("AccountMethod", ("fmt", "closed-form"))
+AccountMethod = _choice("AccountMethod", ("fmt", "wang", "closed-form"))
 
 
 @account_app.command("shuffle")
@@ -557,8 +557,11 @@ def account_shuffle(
     local_epsilon: float = typer.Option(..., "--local-epsilon", help="eps0 of each user's local randomizer."),
     users: int = typer.Option(..., "--users", help="Number of users n (one report each)."),
     delta: float = typer.Option(..., "--delta", help="delta in (0, 1)."),
-    method: AccountMethod = typer.Option("fmt", "--method", help="fmt (Feldman-McMillan-Talwar numerical bound) "  # type: ignore
-                                                                "or closed-form (theirs)."),
+    method: AccountMethod = typer.Option("fmt", "--method", help="fmt (Feldman-McMillan-Talwar numerical bound), "  # type: ignore
+                                                                "wang (variation-ratio reduction) or closed-form "
+                                                                "(FMT's)."),
+    total_variation: Optional[float] = typer.Option(None, "--total-variation", help="beta of the randomizer, where "
+                                                    "known (wang; k-ary RR: (e^eps0 - 1)/(e^eps0 + k - 1))."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
 ) -> None:
@@ -569,14 +572,14 @@ def account_shuffle(
     with _clean_errors():
         _check_output(output)
         start = time.perf_counter()
-        epsilon = shuffle.shuffle_epsilon(local_epsilon, users, delta, method.value)
+        epsilon = shuffle.shuffle_epsilon(local_epsilon, users, delta, method.value, total_variation)
         seconds = time.perf_counter() - start
         try:
             closed = shuffle.shuffle_epsilon(local_epsilon, users, delta, "closed-form")
         except ParameterError:  # outside the closed form's condition
             closed = None
     report = AccountReport("shuffle", local_epsilon, users, delta, method.value, epsilon, list(shuffle.ASSUMPTIONS),
-                           shuffle.REFERENCE, closed, seconds)
+                           shuffle.REFERENCE, total_variation, closed, seconds)
 
     def human() -> None:
         _say(f"{users} shuffled reports of an eps0 = {local_epsilon:g} local randomizer are "

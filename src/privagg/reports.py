@@ -175,10 +175,11 @@ class AccountReport:
     local_epsilon: float
     n_users: int
     delta: float
-    method: Literal["fmt", "closed-form"]
+    method: Literal["fmt", "wang", "closed-form"]
     epsilon: float
     assumptions: list[str]
     reference: str
+    total_variation: float | None = None  # beta of the randomizer, when given (wang)
     closed_form_epsilon: float | None = None  # for comparison, where its condition holds
     seconds: float = 0.0
 

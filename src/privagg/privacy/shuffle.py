@@ -24,7 +24,23 @@ summarised in ../shared/papers/shuffle-vector-aggregation.md §5.2:
     eps <= ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^eps0 ln(4/delta) / n)
     + 8 e^eps0 / n)), valid when eps0 <= ln(n / (16 ln(2/delta))).
 
-Wang et al.'s tighter numerical bound (VLDB 2024) is not implemented yet.
+``wang``
+    Wang et al.'s variation-ratio reduction (VLDB 2024; shared/papers
+    shuffle-vector-aggregation.md §5.3), with a simpler last step derived
+    here. A randomizer with ratio bound p = e^eps0, total variation beta and
+    ratio bound q to any other input decomposes, for the two inputs x0, x1 of
+    the changed user, as R(x0) = p a P0 + a P1 + (1 - a - p a) M and R(x1) =
+    a P0 + p a P1 + (1 - a - p a) M with a = beta / (p - 1); every other user's
+    report is P0 with probability r = a p / q, P1 with probability r, and
+    something independent of x0, x1 otherwise. The common part M weighs the
+    same on both sides, so by joint convexity delta(eps) <= (1 + p) a times
+    the divergence of the rest, which is the FMT pair above with clone
+    probability 2 r instead of e^-eps0 (Wang et al. keep M in their final
+    step, which is tighter still; not done here). For k-ary randomized
+    response beta = (e^eps0 - 1)/(e^eps0 + k - 1); the default beta =
+    (e^eps0 - 1)/(e^eps0 + 1) holds for every eps0-LDP randomizer, and gives
+    clone probability 2 / (e^eps0 + 1) >= e^-eps0, so never a worse bound
+    than FMT's.
 """
 
 from __future__ import annotations
@@ -36,7 +52,7 @@ import numpy as np
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from .description import REPLACE_ONE
 
-METHODS = ("fmt", "closed-form")
+METHODS = ("fmt", "wang", "closed-form")
 _WINDOW_SD = 40  # Bin(n - 1, e^-eps0) is kept within its mean +- 40 sd (+ 50); the rest is counted as delta
 _BISECTION_STEPS = 50
 
@@ -51,16 +67,18 @@ def closed_form_epsilon(local_epsilon: float, n_users: int, delta: float) -> flo
     return math.log1p((e0 - 1) / (e0 + 1) * (8 * math.sqrt(e0 * math.log(4 / delta) / n_users) + 8 * e0 / n_users))
 
 
-def fmt_delta(epsilon: float, local_epsilon: float, n_users: int) -> float:
-    """An upper bound on delta(eps) of n shuffled eps0-LDP reports (FMT's numerical bound, module docstring)."""
+def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) -> float:
+    """E_C[sum_a max(0, P_C(a) - e^eps Q_C(a))]: the victim is of type 0 with probability ratio / (ratio + 1)
+    (type 1 otherwise) under P and the reverse under Q, and C ~ Bin(n - 1, clone) other users are clones,
+    each of type 0 or 1 with probability 1/2 (module docstring)."""
     from scipy.stats import binom
 
-    e0, e = math.exp(local_epsilon), math.exp(epsilon)
-    alpha = e0 / (e0 + 1)
+    e = math.exp(epsilon)
+    alpha = ratio / (ratio + 1)
     k1, k2 = alpha - e * (1 - alpha), (1 - alpha) - e * alpha
     if k1 <= 0:
         return 0.0
-    trials, p = n_users - 1, math.exp(-local_epsilon)
+    trials, p = n_users - 1, clone
     mean, sd = trials * p, math.sqrt(trials * p * (1 - p))
     lo, hi = max(0, math.floor(mean - _WINDOW_SD * sd - 50)), min(trials, math.ceil(mean + _WINDOW_SD * sd + 50))
     c = np.arange(lo, hi + 1)
@@ -72,30 +90,60 @@ def fmt_delta(epsilon: float, local_epsilon: float, n_users: int) -> float:
     return float(np.dot(weights, np.clip(divergence, 0.0, 1.0))) + outside
 
 
-def fmt_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:
-    """The least eps (to 1e-12 relative) whose FMT numerical bound on delta is at most ``delta``."""
-    if fmt_delta(0.0, local_epsilon, n_users) <= delta:
+def fmt_delta(epsilon: float, local_epsilon: float, n_users: int) -> float:
+    """An upper bound on delta(eps) of n shuffled eps0-LDP reports (FMT's numerical bound, module docstring)."""
+    return _clone_divergence(epsilon, math.exp(local_epsilon), math.exp(-local_epsilon), n_users)
+
+
+def variation_ratio_delta(epsilon: float, local_epsilon: float, n_users: int, total_variation: float | None = None,
+                          ratio_bound: float | None = None) -> float:
+    """An upper bound on delta(eps) by Wang et al.'s variation-ratio reduction (module docstring, ``wang``).
+
+    ``total_variation`` beta (default (e^eps0 - 1)/(e^eps0 + 1), the most any eps0-LDP randomizer has) and
+    ``ratio_bound`` q (default e^eps0) describe the randomizer beside p = e^eps0.
+    """
+    p = math.exp(local_epsilon)
+    beta = (p - 1) / (p + 1) if total_variation is None else total_variation
+    q = p if ratio_bound is None else ratio_bound
+    alpha = beta / (p - 1)
+    return min(1.0, (p + 1) * alpha) * _clone_divergence(epsilon, p, min(1.0, 2 * alpha * p / q), n_users)
+
+
+def _least_epsilon(bound, local_epsilon: float, delta: float) -> float:
+    """The least eps in [0, eps0] (bisection, to about 1e-15 eps0) with bound(eps) <= delta."""
+    if bound(0.0) <= delta:
         return 0.0
     lo, hi = 0.0, local_epsilon
     for _ in range(_BISECTION_STEPS):
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fmt_delta(mid, local_epsilon, n_users) <= delta else (mid, hi)
+        lo, hi = (lo, mid) if bound(mid) <= delta else (mid, hi)
     return hi
 
 
-def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: str = "fmt") -> float:
-    """eps such that shuffling n eps0-LDP reports is (eps, delta)-DP, by ``method`` (one of METHODS)."""
+def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: str = "fmt",
+                    total_variation: float | None = None) -> float:
+    """eps such that shuffling n eps0-LDP reports is (eps, delta)-DP, by ``method`` (one of METHODS);
+    ``total_variation`` (beta of the randomizer, where known) serves ``wang``."""
     local_epsilon = check_epsilon(local_epsilon)
     n_users = check_integer("users", n_users, 2, 2**53)
     delta = check_delta(delta)
     if method not in METHODS:
         raise ParameterError("method", f"one of {', '.join(METHODS)}", method)
+    most = math.tanh(local_epsilon / 2)  # (e^eps0 - 1)/(e^eps0 + 1): no eps0-LDP randomizer varies more
+    if total_variation is not None and not 0 < total_variation <= most:
+        raise ParameterError("total-variation", f"in (0, (e^eps0 - 1)/(e^eps0 + 1) = {most:.6g}]", total_variation)
+    if total_variation is not None and method != "wang":
+        raise ParameterError("total-variation", "given with --method wang only", total_variation)
     if method == "closed-form":
         return closed_form_epsilon(local_epsilon, n_users, delta)
-    return fmt_epsilon(local_epsilon, n_users, delta)
+    if method == "wang":
+        return _least_epsilon(lambda e: variation_ratio_delta(e, local_epsilon, n_users, total_variation),
+                              local_epsilon, delta)
+    return _least_epsilon(lambda e: fmt_delta(e, local_epsilon, n_users), local_epsilon, delta)
 
 
-REFERENCE = ("Feldman, McMillan, Talwar, Hiding among the clones (FOCS 2021), numerical analysis; "
-             "src/privagg/privacy/shuffle.py")
+REFERENCE = ("Feldman, McMillan, Talwar, Hiding among the clones (FOCS 2021); Wang et al., Privacy amplification "
+             "via shuffling: unified, simplified, and tightened (VLDB 2024); derivations in "
+             "src/privagg/privacy/shuffle.py and docs/privacy.md")
 ASSUMPTIONS = (REPLACE_ONE, "each user sends one report from an eps0-LDP randomizer, drawn independently",
                "a trusted shuffler permutes the n reports uniformly", "all n users take part")
