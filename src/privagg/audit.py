@@ -164,8 +164,7 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
 
     from .simulate.runner import simulate
 
-    if runs < 100:
-        raise ParameterError("runs", "an integer >= 100", runs)
+    runs = check_integer("runs", runs, 100)
     if not 0 < confidence < 1:
         raise ParameterError("confidence", "in (0, 1)", confidence)
     audited = with_noise_scale(parameters, noise_scale)
