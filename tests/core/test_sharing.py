@@ -1,0 +1,86 @@
+"""Prime-field vectors and additive secret sharing: exact reconstruction without overflow, shares that say
+nothing of the secret, seed-compressed shares, fixed-point encoding."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from privagg.core.primes import is_prime
+from privagg.core.sharing import (SEED_BYTES, PrimeField, decode_fixed, encode_fixed, expand, fixed_point_modulus,
+                                  reconstruct, seeded_shares, share)
+from privagg.errors import ParameterError
+
+LARGE = PrimeField(2**61 - 1)  # a Mersenne prime: sums of two elements near 2^62 stress the uint64 headroom
+
+
+@pytest.mark.parametrize("field", [PrimeField(7), PrimeField(1_000_003), LARGE])
+def test_shares_reconstruct_exactly(field):
+    rng = np.random.default_rng(1)
+    secret = rng.integers(0, field.modulus, size=(50, 8), dtype=np.uint64)
+    for count in (2, 3, 17):
+        shares = share(field, secret, count, rng=rng)
+        assert shares.shape == (count, 50, 8)
+        assert np.array_equal(reconstruct(field, shares), secret)
+
+
+def test_long_sums_never_wrap():
+    """10^4 elements all equal to p - 1 sum to 10^4 (p - 1) mod p = p - 10^4, computed in uint64 blocks."""
+    values = np.full((10_000, 3), LARGE.modulus - 1, dtype=np.uint64)
+    assert np.all(LARGE.sum(values) == LARGE.modulus - 10_000)
+    assert int(LARGE.sum(values, axis=1)[0]) == (3 * (LARGE.modulus - 1)) % LARGE.modulus
+
+
+def test_any_n_minus_1_shares_are_uniform_whatever_the_secret():
+    """p = 5, 3 shares: the last two shares are uniform over the 25 pairs for secret 0 and for secret 3
+    (chi-square at a fixed seed; p-value above 1e-4)."""
+    field, rng = PrimeField(5), np.random.default_rng(7)
+    for secret in (0, 3):
+        shares = share(field, np.full(20_000, secret), 3, rng=rng)
+        pairs = (shares[1] * 5 + shares[2]).astype(np.int64)
+        observed = np.bincount(pairs, minlength=25)
+        assert stats.chisquare(observed).pvalue > 1e-4
+        assert np.array_equal(reconstruct(field, shares), np.full(20_000, secret))
+
+
+def test_seeded_shares_reconstruct_and_expand_deterministically():
+    field = PrimeField.for_aggregate(10**6)
+    assert is_prime(field.modulus) and field.modulus > 10**6
+    secret = np.arange(100, dtype=np.uint64) * 7
+    seeds, correction = seeded_shares(field, secret, 5)
+    assert len(seeds) == 4 and all(len(s) == SEED_BYTES for s in seeds)
+    expanded = [expand(field, s, secret.shape) for s in seeds]
+    assert np.array_equal(field.sum(np.stack([*expanded, correction])), secret)
+    assert np.array_equal(expand(field, seeds[0], secret.shape), expanded[0])  # the same seed, the same share
+    assert not np.array_equal(expanded[0], expanded[1])
+    again, _ = seeded_shares(field, secret, 5, rng=3)
+    assert again == seeded_shares(field, secret, 5, rng=3)[0]  # a seeded simulation is reproducible
+
+
+def test_fixed_point_sums_decode_exactly():
+    rng = np.random.default_rng(2)
+    k, n = 16, 1000
+    values = rng.uniform(-1, 1, size=n)
+    field = fixed_point_modulus(n, 1.0, k)
+    encoded = encode_fixed(field, values, k)
+    assert np.all(np.abs(decode_fixed(field, encoded, k) - values) <= 2.0 ** -(k + 1))
+    total = decode_fixed(field, field.sum(encoded), k)
+    assert total == np.rint(values * 2**k).sum() / 2**k  # exact: the field is large enough
+    smaller = PrimeField(65_537)  # 2^16 + 1: too small for 2.0 at 16 fractional bits
+    with pytest.raises(ParameterError, match="value must be below"):
+        encode_fixed(smaller, [2.0], k)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: PrimeField(8), "modulus must be a prime in"),
+    (lambda: PrimeField(2**62 + 135), "modulus must be a prime in"),
+    (lambda: PrimeField(7).element([7]), r"field element must be integers in \[0, 7\)"),
+    (lambda: PrimeField(7).element([-1]), r"field element must be integers in \[0, 7\)"),
+    (lambda: PrimeField(7).element([1.5]), "field element must be integers"),
+    (lambda: share(PrimeField(7), [1, 2], 1), "shares must be an integer >= 2"),
+    (lambda: expand(PrimeField(7), b"short", (3,)), "seed must be 32 bytes"),
+    (lambda: encode_fixed(PrimeField(65_537), [np.nan], 4), "value must be finite reals"),
+    (lambda: fixed_point_modulus(10**6, 1e9, 40), "fractional bits must be few enough"),
+])
+def test_bad_input(make, match):
+    with pytest.raises(ParameterError, match=match):
+        make()
