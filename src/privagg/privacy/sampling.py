@@ -1,0 +1,84 @@
+"""Privacy of sampled counts (DPCS, DPCS*, DPDS; fair DP paper, Thm III.1 as reconstructed in
+../shared/papers/fair-dp-distributed-frequency.md §3.1), computed exactly.
+
+Each user takes part with probability p and the released counts are those
+of the participants. Neighbours replace one user's item a by b (n public).
+Only the counts of a and b differ in law; the other users holding them
+number at least m - 1 each when every count is at least m = ceil(beta n)
+(this covers every pair in which the dataset holding the changed item meets
+the condition, so a fortiori pairs where both do). Under D the released pair
+is (X + B, Y), under D' it is (X, Y + B), with X, Y ~ Bin(m - 1, p) the
+others and B ~ Bern(p) the changed user.
+
+Derived here: with f the Bin(m - 1, p) pmf and g(i) = p f(i - 1) + (1 - p)
+f(i) the law of X + B, the privacy loss is l(i) - l(j) with l = ln(g / f),
+which grows with i (f(i - 1) / f(i) = i (1 - p) / ((m - i) p)). So for each i
+the j with loss above eps form a prefix, and delta(eps) = sum_i [g(i)
+F(J_i) - e^eps f(i) G(J_i)] over the prefixes (F, G cumulative sums): one
+pass, no m x m table. By symmetry both directions are equal. Larger counts
+give smaller delta (checked numerically), so m = ceil(beta n) is the worst
+case, and delta grows with p, so the largest p meeting a target is found by
+bisection.
+
+The paper-consistent choice p = 1 - e^-eps and the loose Chernoff closed
+form delta = exp(-p (1 - p)^2 m / 3) (derived in the reference, §3.1) are
+given for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ParameterError, check_delta, check_epsilon, check_integer
+
+_BISECTION_STEPS = 60
+
+
+def _check_probability(p: float) -> float:
+    if not (0 < p <= 1):
+        raise ParameterError("sampling-probability", "in (0, 1]", p)
+    return float(p)
+
+
+def sampling_delta(epsilon: float, p: float, min_count: int) -> float:
+    """The exact delta(eps) of the sampled counts, every count at least ``min_count`` (module docstring)."""
+    from scipy.stats import binom
+
+    epsilon, p = check_epsilon(epsilon), _check_probability(p)
+    m = check_integer("min count", min_count, 1)
+    if p == 1:
+        return 1.0  # every user is counted: the changed user moves a count with certainty
+    i = np.arange(m + 1)  # X + B ranges over 0..m; X over 0..m-1
+    log_f = binom.logpmf(i, m - 1, p)  # logs: the tails of large counts underflow as probabilities
+    log_g = np.logaddexp(math.log(p) + np.concatenate([[-np.inf], log_f[:-1]]), math.log1p(-p) + log_f)
+    with np.errstate(invalid="ignore"):
+        loss = log_g - log_f  # +inf at i = m, where f is 0
+    f, g = np.exp(log_f), np.exp(log_g)
+    # for each i, the j with loss[j] < loss[i] - eps: a prefix of the increasing loss
+    prefix = np.searchsorted(loss, loss - epsilon, side="left")
+    cum_f, cum_g = np.concatenate([[0.0], np.cumsum(f)]), np.concatenate([[0.0], np.cumsum(g)])
+    terms = g * cum_f[prefix] - math.exp(epsilon) * f * cum_g[prefix]
+    return float(np.clip(terms, 0.0, None).sum())
+
+
+def largest_sampling_probability(epsilon: float, delta: float, min_count: int) -> float:
+    """The largest p (to about 1e-15) whose exact delta(eps) is at most ``delta``."""
+    delta = check_delta(delta)
+    lo, hi = 0.0, 1.0
+    for _ in range(_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sampling_delta(epsilon, mid, min_count) <= delta else (lo, mid)
+    return lo  # delta tends to 0 with p, so some p > 0 always qualifies
+
+
+def paper_sampling_probability(epsilon: float) -> float:
+    """p = 1 - e^-eps: the choice consistent with the paper's variance comparison (reference §3.1)."""
+    return -math.expm1(-check_epsilon(epsilon))
+
+
+def chernoff_delta(p: float, min_count: int) -> float:
+    """The loose closed form exp(-p (1 - p)^2 m / 3) (reference §3.1, derived there; eps = ln(1/(1 - p)))."""
+    p = _check_probability(p)
+    return math.exp(-p * (1 - p) ** 2 * check_integer("min count", min_count, 1) / 3)
