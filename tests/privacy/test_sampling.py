@@ -25,7 +25,9 @@ def table_delta(eps, p, m):
 def test_the_prefix_form_equals_the_table(m):
     for eps in (0.1, 0.5, 1.0, 3.0):
         for p in (0.05, 0.4, 0.9):
-            assert sampling_delta(eps, p, m) == pytest.approx(table_delta(eps, p, m), rel=1e-9, abs=1e-300)
+            exact, ours = table_delta(eps, p, m), sampling_delta(eps, p, m)
+            # the window's outside mass is added in full: never below the table, above it by at most 1e-200
+            assert exact * (1 - 1e-9) <= ours <= exact * (1 + 1e-9) + 1e-200
 
 
 def test_reference_values():
