@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .core.bisection import bisect
 from .errors import ParameterError, check_integer
 from .protocols.registry import get
 from .reports import AuditReport, Claimed
@@ -84,14 +85,12 @@ def _convolve(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
     return keys, np.bincount(inverse, weights=np.multiply.outer(a[1], b[1]).ravel(), minlength=keys.size)
 
 
-def output_law(parameters, dataset: list[int], radix: int):
-    """The exact law of everything released, for one item per user in ``dataset``."""
-    laws: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    total = None
-    for item in dataset:
-        if item not in laws:
-            laws[item] = _encode(get(parameters.protocol).message_law(parameters, item), radix)
-        total = laws[item] if total is None else _convolve(total, laws[item])
+def output_law(user_laws: dict[int, tuple[np.ndarray, np.ndarray]], dataset: list[int]):
+    """The exact law of everything released, for one item per user in ``dataset`` (``user_laws``: each item's
+    encoded message law)."""
+    total = user_laws[dataset[0]]
+    for item in dataset[1:]:
+        total = _convolve(total, user_laws[item])
     return total
 
 
@@ -109,13 +108,9 @@ def epsilon_at(p, q, delta: float) -> float:
 
     if worst(_EPS_MAX) > delta:
         return math.inf
-    lo, hi = 0.0, _EPS_MAX
-    if worst(lo) <= delta:
+    if worst(0.0) <= delta:
         return 0.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if worst(mid) <= delta else (mid, hi)
-    return hi
+    return bisect(lambda eps: worst(eps) <= delta, 0.0, _EPS_MAX, 60)[1]
 
 
 def _instance(parameters) -> dict[str, Any]:
@@ -137,7 +132,8 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     radix = n * (2 + math.floor(audited.rho)) + 1  # more than any count a histogram can hold
     eps, delta = parameters.epsilon, parameters.delta
     worst_delta, worst_eps, pairs = 0.0, 0.0, 0
-    laws = {(first, r): output_law(audited, [first] + [r] * (n - 1), radix)
+    user_laws = {item: _encode(entry.message_law(audited, item), radix) for item in range(domain)}
+    laws = {(first, r): output_law(user_laws, [first] + [r] * (n - 1))
             for first in range(domain) for r in range(domain)}
     for x in range(domain):
         for y in range(x + 1, domain):

@@ -48,6 +48,7 @@ import math
 
 import numpy as np
 
+from ..core.bisection import bisect
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 
 METHODS = ("numeric", "hockey_stick", "closed_form")
@@ -164,14 +165,8 @@ def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int, o
         if hi > _MU_MAX:
             raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP "
                                  "(or raise delta)", epsilon)
-    lo = 0.0
-    while hi - lo > _MU_TOLERANCE:
-        mid = 0.5 * (lo + hi)
-        if bound(mid, n, bins, epsilon, overlap) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    steps = max(0, math.ceil(math.log2(hi / _MU_TOLERANCE)))  # halvings until the bracket is within tolerance
+    return bisect(lambda mu: bound(mu, n, bins, epsilon, overlap) <= delta, 0.0, hi, steps)[1]
 
 
 def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int, overlap: float = 0.0) -> float:

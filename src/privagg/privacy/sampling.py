@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from ..core.bisection import bisect
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 
 _BISECTION_STEPS = 60
@@ -76,11 +77,8 @@ def sampling_delta(epsilon: float, p: float, min_count: int) -> float:
 def largest_sampling_probability(epsilon: float, delta: float, min_count: int) -> float:
     """The largest p (to about 1e-15) whose exact delta(eps) is at most ``delta``."""
     delta = check_delta(delta)
-    lo, hi = 0.0, 1.0
-    for _ in range(_BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if sampling_delta(epsilon, mid, min_count) <= delta else (lo, mid)
-    return lo  # delta tends to 0 with p, so some p > 0 always qualifies
+    # delta tends to 0 with p, so some p > 0 always qualifies: report the bracket's side that does
+    return bisect(lambda p: sampling_delta(epsilon, p, min_count) > delta, 0.0, 1.0, _BISECTION_STEPS)[0]
 
 
 def paper_sampling_probability(epsilon: float) -> float:

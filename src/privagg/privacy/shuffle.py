@@ -49,6 +49,7 @@ import math
 
 import numpy as np
 
+from ..core.bisection import bisect
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from .description import REPLACE_ONE
 
@@ -113,11 +114,7 @@ def _least_epsilon(bound, local_epsilon: float, delta: float) -> float:
     """The least eps in [0, eps0] (bisection, to about 1e-15 eps0) with bound(eps) <= delta."""
     if bound(0.0) <= delta:
         return 0.0
-    lo, hi = 0.0, local_epsilon
-    for _ in range(_BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if bound(mid) <= delta else (mid, hi)
-    return hi
+    return bisect(lambda eps: bound(eps) <= delta, 0.0, local_epsilon, _BISECTION_STEPS)[1]
 
 
 def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: str = "fmt",

@@ -63,7 +63,10 @@ class ProtocolEntry:
         return self.status == "implemented"
 
 
-_BIB_CALIBRATIONS = ("numeric", "hockey_stick", "closed_form")
+# what the three balls-into-bins entries share: the family, its calibrations, its exact message law
+_BALLS_INTO_BINS: dict[str, Any] = dict(family="balls into bins",
+                                        calibrations=("numeric", "hockey_stick", "closed_form"),
+                                        message_law=bib.message_law)
 _HONEST = Option("honest_fraction", float, "G in (0, 1]: the guarantee holds while at least G n users follow the "
                  "protocol (the others' dummies are not counted on; default 1)")
 # "calibrations" narrows an instance: the closed form's noise (mu >= 32 ln 2 at any delta) is too much to enumerate
@@ -74,24 +77,21 @@ _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, cali
 
 ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
-        name="bib", title="M^BIB: balls into bins, trusted curator", family="balls into bins",
-        topology="central", trust="central (trusted curator)", messages_per_user="1",
-        reference="shuffle FE paper, Algorithm 1", calibrate=bib.calibrate_bib,
-        parameters=bib.BIBParameters, analyzer=bib.BallsIntoBinsCurator,
-        calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law, audit_instances=_HISTOGRAM_AUDITS),
+        name="bib", title="M^BIB: balls into bins, trusted curator", topology="central",
+        trust="central (trusted curator)", messages_per_user="1", reference="shuffle FE paper, Algorithm 1",
+        calibrate=bib.calibrate_bib, parameters=bib.BIBParameters, analyzer=bib.BallsIntoBinsCurator,
+        audit_instances=_HISTOGRAM_AUDITS, **_BALLS_INTO_BINS),
     ProtocolEntry(
-        name="fe0", title="FE0: value + blanket noise (small domains)", family="balls into bins",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu B / n",
-        reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0,
-        parameters=bib.FE0Parameters, client=bib.FE0Client, analyzer=bib.FE0Analyzer,
-        fast=bib.fe0_fast_aggregate, calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law,
-        audit_instances=_HISTOGRAM_AUDITS, options=(_HONEST,)),
+        name="fe0", title="FE0: value + blanket noise (small domains)", topology="shuffle",
+        trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu B / n",
+        reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0, parameters=bib.FE0Parameters,
+        client=bib.FE0Client, analyzer=bib.FE0Analyzer, fast=bib.fe0_fast_aggregate,
+        audit_instances=_HISTOGRAM_AUDITS, options=(_HONEST,), **_BALLS_INTO_BINS),
     ProtocolEntry(
-        name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", family="balls into bins",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
-        reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1,
-        parameters=bib.FE1Parameters, client=bib.FE1Client, analyzer=bib.FE1Analyzer,
-        fast=bib.fe1_fast_aggregate, calibrations=_BIB_CALIBRATIONS, message_law=bib.message_law,
+        name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", topology="shuffle",
+        trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
+        reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1, parameters=bib.FE1Parameters,
+        client=bib.FE1Client, analyzer=bib.FE1Analyzer, fast=bib.fe1_fast_aggregate, **_BALLS_INTO_BINS,
         # the closed form (rho >= 22 here) is beyond enumeration over FE1's 12 message types
         audit_instances=(dict(n_users=2, domain_size=3, bins=2, epsilon=1.0, delta=0.3,
                               calibrations=("numeric", "hockey_stick")),
