@@ -106,6 +106,11 @@ def test_audit_cli(tmp_path):
     result = runner.invoke(app, ["audit", "fe0", "--users", "1000", "--domain", "50", "--epsilon", "1",
                                  "--delta", "1e-6"])
     assert result.exit_code == 2 and result.stderr.startswith("error: method must be statistical"), result.stderr
+    result = runner.invoke(app, ["audit", "fe1", "--users", "100", "--domain", "50", "--bins", "10", "--epsilon", "1",
+                                 "--delta", "1e-6"])  # refused before enumerating 6e23 states of one user's law
+    assert result.exit_code == 2 and "above 1e+06" in result.stderr, result.stderr
+    result = runner.invoke(app, [*args, "--dropouts", "2"])
+    assert result.exit_code == 2 and result.stderr.startswith("error: dropouts must be an integer in [0, 1]")
     result = runner.invoke(app, [*args, "--noise-scale", "0"])
     assert result.exit_code == 2 and result.stderr.startswith("error: noise-scale must be"), result.stderr
 

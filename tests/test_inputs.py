@@ -207,6 +207,10 @@ def test_runs_that_cannot_fit_are_refused_before_reading(tmp_path, monkeypatch):
     code, _, err = estimate("fe0", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--domain", 2**28)
     assert code == 2 and err.startswith("error: domain must be set so that a faithful simulation's n (1 + rho)")
     assert "lower --domain" in err and "--mode fast" in err and "oops" not in err
+    # the central curator has no fast path: --mode fast runs faithfully, so it is refused too, with no such hint
+    code, _, err = estimate("bib", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--domain", 2**28,
+                            "--mode", "fast")
+    assert code == 2 and "lower --domain" in err and "--mode fast" not in err and "oops" not in err
     code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--c", 0, "--bins", 2**27)
     assert code == 2 and "bins must be" in err  # the option the user gave, not --c
     monkeypatch.setattr(runner_module, "MESSAGES_MAX", 2**12)  # 5000 users, c = 0.5: about 300,000 messages

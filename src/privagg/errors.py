@@ -22,11 +22,11 @@ class ParameterError(ValueError):
         super().__init__(f"{field} must be {accepted}, got {shown}")
 
 
-def check_epsilon(epsilon: float) -> float:
+def check_epsilon(epsilon: float, field: str = "epsilon") -> float:
     """epsilon must be a finite number > 0."""
     e = float(epsilon)
     if not (e > 0 and np.isfinite(e)):
-        raise ParameterError("epsilon", "a finite number > 0", epsilon)
+        raise ParameterError(field, "a finite number > 0", epsilon)
     return e
 
 

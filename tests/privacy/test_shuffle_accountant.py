@@ -62,7 +62,7 @@ def test_shuffling_amplifies_and_more_users_amplify_more():
 def test_bad_input():
     with pytest.raises(ParameterError, match="local-epsilon must be at most"):
         shuffle_epsilon(8, 1000, 1e-6, "closed-form")
-    for args, field in [((0, 100, 1e-6), "epsilon"), ((1, 1, 1e-6), "users"), ((1, 100, 1.0), "delta")]:
+    for args, field in [((0, 100, 1e-6), "local-epsilon"), ((1, 1, 1e-6), "users"), ((1, 100, 1.0), "delta")]:
         with pytest.raises(ParameterError, match=f"{field} must be"):
             shuffle_epsilon(*args)
     with pytest.raises(ParameterError, match="method must be one of fmt, wang, closed-form"):

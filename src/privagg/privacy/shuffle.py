@@ -121,7 +121,7 @@ def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: st
                     total_variation: float | None = None) -> float:
     """eps such that shuffling n eps0-LDP reports is (eps, delta)-DP, by ``method`` (one of METHODS);
     ``total_variation`` (beta of the randomizer, where known) serves ``wang``."""
-    local_epsilon = check_epsilon(local_epsilon)
+    local_epsilon = check_epsilon(local_epsilon, "local-epsilon")
     n_users = check_integer("users", n_users, 2, 2**53)
     delta = check_delta(delta)
     if method not in METHODS:

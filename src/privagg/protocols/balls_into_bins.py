@@ -715,8 +715,15 @@ def fe1_fast_aggregate(parameters: FE1Parameters, codes: np.ndarray, rng: np.ran
 # --- exact laws (the exact auditor, tiny instances) ----------------------------------------------------
 
 
+EXACT_LAW_MAX = 10**6  # states one user's exact law may have: beyond, the auditor must sample instead
+
+
 def _uniform_multisets(types: int, count: int) -> dict[tuple[int, ...], float]:
     """The histogram of ``count`` draws uniform over ``types`` message types, as an exact law (multinomial)."""
+    states = math.comb(types + count - 1, count)
+    if states > EXACT_LAW_MAX:
+        raise ParameterError("method", f"statistical for an instance this large (one user's {count} dummies over "
+                             f"{types} message types take {states:.3g} states, above {EXACT_LAW_MAX:.0e})", "exact")
     law: dict[tuple[int, ...], float] = {}
     for draw in itertools.combinations_with_replacement(range(types), count):
         histogram = np.bincount(np.asarray(draw, dtype=np.int64), minlength=types)

@@ -85,9 +85,17 @@ class SimulationRun:
         return self.messages_total / self.result.parameters.n_users
 
 
+def run_mode(parameters, mode: str) -> str:
+    """The mode a run of ``parameters`` really takes: ``mode``, or faithful where the protocol has no shortcut."""
+    if mode not in MODES:
+        raise ParameterError("mode", f"one of {', '.join(MODES)}", mode)
+    return mode if get(parameters.protocol).fast is not None else "faithful"
+
+
 def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> None:
     """Refuse a faithful run whose n (1 + rho) messages exceed MESSAGES_MAX, naming the option to change
     (one the user gave, ``given``, where one sets the noise)."""
+    mode = run_mode(parameters, mode)
     expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
@@ -109,7 +117,7 @@ def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]
                  next(o for o in parameters.noise_options if getattr(parameters, o, o) is not None))  # else set
     remedy = (f"{parameters.noise_options[field]} --{field}, so that fewer dummies spread over fewer bins "
               f"(rho = mu bins / n = {parameters.rho:.3g} now)")
-    if mode == "faithful" and get(parameters.protocol).fast is not None:
+    if mode == "faithful" and run_mode(parameters, "fast") == "fast":
         remedy += ", or use --mode fast (a simulation shortcut that keeps no messages)"
     return field, remedy
 
@@ -124,11 +132,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     uses the secure generator for every party, as a deployment would.
     ``keep_messages`` keeps what the analyzer received (for writing them).
     """
-    if mode not in MODES:
-        raise ParameterError("mode", f"one of {', '.join(MODES)}", mode)
+    mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
-    if entry.fast is None:
-        mode = "faithful"  # no shortcut: the run is the faithful one, and says so
     codes = parameters.check_codes(codes)
     if codes.size != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{codes.size} items")
@@ -253,15 +258,14 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     int64 temporary, and the cast into the record dtype (44 bytes for FE1's
     messages, where 40 were measured; 20 for FE0's, measured 9 to 11).
     """
-    if mode not in MODES:
-        raise ParameterError("mode", f"one of {', '.join(MODES)}", mode)
+    mode = run_mode(parameters, mode)
     entry = get(parameters.protocol)
     working = entry.analyzer.working_bytes(parameters, full_domain)
     if entry.topology == "central":
         return working
     messages, row = _capacity(parameters), parameters.layout.record_dtype.itemsize
     drawn = 8 * (len(parameters.layout.columns) + 1) + row
-    if mode == "fast" and entry.fast is not None:
+    if mode == "fast":
         rows = min(SLICE_ROWS, messages)
         return max(drawn * rows, working + row * rows)
     return messages * row + max(drawn * min(MESSAGES_PER_BATCH, messages), working)
