@@ -4,7 +4,6 @@ with one line naming the problem, and a property test against a simple reference
 import collections
 import csv
 import io
-import json
 import re
 
 import numpy as np

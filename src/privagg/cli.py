@@ -117,9 +117,11 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
         _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")),
         _param("calibration", calibrations, typer.Option(
             entry.calibrations[0], "--calibration",
-            help="How the noise is calibrated (docs/derivations.md): the authors' tail criterion computed "
-                 "numerically (default), the tighter exact privacy profile (hockey_stick), or the closed form "
-                 "(eps <= 1).")),
+            help="How the noise is calibrated (docs/privacy.md): the authors' tail criterion computed numerically "
+                 "(default), the tighter exact privacy profile (hockey_stick), or the closed form (eps <= 1)."
+            if entry.family == "balls into bins" else
+            f"How p or the noise is set (docs/privacy.md): {', '.join(entry.calibrations)} (default "
+            f"{entry.calibrations[0]}).")),
     ]
     for option in entry.options:
         params.append(_param(option.name, Optional[option.type],
@@ -293,6 +295,9 @@ def _progress_bars() -> Iterator:
         yield advance
 
 
+CATEGORICAL = "sampling + secret sharing"  # the family whose users hold one of N public categories
+
+
 class Mode(str, Enum):
     faithful = "faithful"
     fast = "fast"
@@ -328,21 +333,49 @@ def _input_parameters() -> list[inspect.Parameter]:
 def _read_input(input: Path | None, fmt, encoder, candidates: Path | None):
     """(codes, candidate codes or None, dropped users, input name): the users' items and the public candidates."""
     from . import datasets
+    from .core.encoding import CategoryEncoder
     from .io import InputFormat, read_codes
 
     if input is None:
-        codes, dropped, name = encoder.encode(datasets.english_words()), 0, datasets.DESCRIPTION
+        bundled = datasets.english_categories()[0] if isinstance(encoder, CategoryEncoder) else \
+            datasets.english_words()
+        codes, dropped = encoder.encode(bundled), 0
+        name = datasets.CATEGORY_DESCRIPTION if isinstance(encoder, CategoryEncoder) else datasets.DESCRIPTION
     else:
         summary = read_codes(input, encoder, fmt)
         codes, dropped, name = summary.codes, summary.dropped, str(input)
     candidate_codes = None
-    if candidates is not None:
+    if isinstance(encoder, CategoryEncoder):
+        pass  # the categories are the domain, every one labelled
+    elif candidates is not None:
         item_type = KIND_TO_ITEM_TYPE.get(encoder.kind, fmt.item_type)  # of the input's kind
         candidate_codes = read_codes(candidates, encoder, InputFormat(item_type=item_type), field="candidates",
                                      public=True).codes
     elif input is None:  # the bundled dataset's public vocabulary names its words
         candidate_codes = encoder.encode(datasets.english_vocabulary(), field="candidate", public=True)
     return codes, candidate_codes, dropped, name
+
+
+def _category_encoder(input: Path | None, candidates: Path | None, domain: int | None, item_type: str):
+    """The encoder of a categorical protocol: the public list of categories (--candidates, or the bundled
+    data's), or integers in [0, N) with --domain N."""
+    from . import datasets
+    from .core.encoding import CategoryEncoder, ItemEncoder
+    from .io import read_list
+
+    if candidates is not None:
+        encoder = CategoryEncoder(read_list(candidates))
+    elif input is None:
+        encoder = CategoryEncoder(datasets.english_categories()[1])
+    elif domain is None or item_type == "str":
+        raise ParameterError("candidates", "given for text items (the public list of the N categories, one per line)"
+                             ", or --domain N for integer items in [0, N)", None)
+    else:
+        return ItemEncoder(domain, b"categories", kind="integer")
+    if domain is not None and domain != encoder.domain_size:
+        raise ParameterError("domain", f"left out, or the number of categories listed ({encoder.domain_size})",
+                             domain)
+    return encoder
 
 
 def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
@@ -358,7 +391,14 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
     with _clean_errors():
         _check_output(output, input, candidates)
         fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
-        encoder = item_encoder(domain, hash_key, seed)
+        if entry.family == CATEGORICAL:
+            if hash_key is not None:
+                raise ParameterError("hash-key", f"left out for {entry.name} (categories are codes by their place in "
+                                     "the public list, no key)", hash_key)
+            encoder = _category_encoder(input, candidates, domain, item_type.value)
+            domain = encoder.domain_size
+        else:
+            encoder = item_encoder(domain, hash_key, seed)
         if write_messages is not None:
             if mode is Mode.fast or entry.topology == "central":
                 raise ParameterError("write-messages", "given for a faithful run of a shuffle protocol (the fast "
@@ -435,12 +475,18 @@ def _print_estimate(report, verbose: bool) -> None:
 
 
 def _register_estimate(entry: ProtocolEntry) -> None:
+    categorical = entry.family == CATEGORICAL
     params = [
         *_input_parameters(),
-        _param("domain", int, typer.Option(2**24, "--domain", help="Domain size B: integer items must lie in [0, B).")),
+        _param("domain", Optional[int] if categorical else int, typer.Option(
+            None if categorical else 2**24, "--domain",
+            help="Number of categories N: integer items must lie in [0, N)." if categorical else
+                 "Domain size B: integer items must lie in [0, B).")),
         *_protocol_parameters(entry),
-        _param("candidates", Optional[Path], typer.Option(None, "--candidates",
-                                                          help="File of public candidate items to estimate.")),
+        _param("candidates", Optional[Path], typer.Option(
+            None, "--candidates", help="The public list of the N categories, one per line (an item outside it is "
+                                       "an error). Default: the bundled data's." if categorical else
+                                       "File of public candidate items to estimate.")),
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         _param("seed", Optional[int], typer.Option(
             None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),

@@ -28,6 +28,20 @@ def english_vocabulary(vocabulary: int = DEFAULT_VOCABULARY) -> pa.ChunkedArray:
     return pa.chunked_array([pa.array(wordfreq.top_n_list("en", vocabulary), type=pa.string())])
 
 
+CATEGORY_USERS = 2_000
+CATEGORIES = 10
+CATEGORY_DESCRIPTION = (f"{CATEGORY_USERS} users, each holding one of the {CATEGORIES} most common English words, "
+                        f"drawn from wordfreq's frequencies (seed {DEFAULT_SEED}); the smallest category holds about "
+                        "4.7% of the users")
+
+
+def english_categories(n_users: int = CATEGORY_USERS, categories: int = CATEGORIES,
+                       seed: int = DEFAULT_SEED) -> tuple[pa.ChunkedArray, list[str]]:
+    """(items, the public list of categories): the bundled categorical data of the sampling + secret-sharing
+    protocols, whose guarantee needs every category held by a share of the users."""
+    return english_words(n_users, categories, seed), english_vocabulary(categories).to_pylist()
+
+
 def english_words(n_users: int = DEFAULT_USERS, vocabulary: int = DEFAULT_VOCABULARY,
                   seed: int = DEFAULT_SEED) -> pa.ChunkedArray:
     """``n_users`` words sampled from real English word frequencies (deterministic for a seed)."""

@@ -129,6 +129,27 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
     return ReadSummary(np.empty(0, dtype=np.int64) if codes is None else codes[:count], dropped)
 
 
+def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"), field: str = "candidates",
+              largest: int = 2**20) -> list[str]:
+    """A small public list (a categorical protocol's categories), in file order, as text; at most ``largest``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(field, "an existing file", path)
+    kind = file_kind(path, fmt)
+    if kind == "npy":
+        return [str(v) for v in np.load(path, allow_pickle=False).ravel().tolist()]
+    values: list[str] = []
+    try:
+        for block in _blocks(path, kind, fmt, field):
+            block, _ = _without_missing(block, fmt, field, path)
+            values += pc.cast(block.values, pa.string()).to_pylist()
+            if len(values) > largest:
+                raise ParameterError(field, f"a list of at most {largest} items", f"more in {path}")
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+    return values
+
+
 @dataclass
 class _Block:
     """A block of values and where each came from: a file line, or a row counted from 1."""

@@ -140,3 +140,53 @@ class ItemEncoder:
 
     def is_collision(self, code: int) -> bool:
         return len(self._labels.get(int(code), ())) > 1
+
+    @property
+    def item_key(self) -> str:
+        """The key as parameters record it (hex)."""
+        return self.key.hex()
+
+
+class CategoryEncoder(ItemEncoder):
+    """Categorical items: the i-th of a public list of N categories is code i; any other item is an error.
+
+    For the protocols whose users hold one of N known categories (the
+    sampling + secret-sharing family). Every code is labelled with its
+    category, since the list is public; integers in the data are matched as
+    their decimal text.
+    """
+
+    def __init__(self, categories) -> None:
+        names = [str(c) for c in categories]
+        if len(names) < 2:
+            raise ParameterError("candidates", "a list of at least 2 categories", f"{len(names)} categories")
+        index = {name: code for code, name in enumerate(names)}
+        if len(index) < len(names):
+            twice = next(name for code, name in enumerate(names) if index[name] != code)
+            raise ParameterError("candidates", "distinct categories", f"{twice!r} listed twice")
+        super().__init__(len(names), key=b"categories", kind="text")
+        self.categories, self._index = names, index
+
+    def _hash(self, item: str | bytes) -> int:
+        name = item if isinstance(item, str) else bytes(item).decode("utf-8", "replace")
+        code = self._index.get(name)
+        if code is None:
+            raise ParameterError("item", f"one of the {len(self.categories)} categories of the list (--candidates)",
+                                 repr(name))
+        return code
+
+    def _encode_integers(self, arr: np.ndarray, field: str) -> np.ndarray:
+        import pyarrow as pa
+
+        return self.encode(pa.array([str(v) for v in arr.tolist()], type=pa.string()), field)
+
+    def label(self, code: int) -> str:
+        return self.categories[int(code)]
+
+    def is_collision(self, code: int) -> bool:
+        return False
+
+    @property
+    def item_key(self) -> None:
+        """None: categories are codes by their place in the public list, no key."""
+        return None

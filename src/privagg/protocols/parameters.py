@@ -1,0 +1,95 @@
+"""What every protocol's frozen parameters share: exact JSON round trips, checked field by field on load.
+
+Parameters are data (docs/architecture.md): a calibration function returns
+them, clients and servers are built from them and never recalibrate. Each
+protocol's parameters are a frozen dataclass deriving from
+:class:`FrozenParameters`, with a ``protocol`` class attribute naming it;
+:meth:`~FrozenParameters.from_dict` rebuilds one from :meth:`~FrozenParameters.to_dict`
+output as a client would accept it (types, then the class's own checks in
+``__post_init__``, then agreement of any derived quantity a report carried).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ParameterError
+
+_TYPE_CHECKS = {
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+}
+
+
+class FrozenParameters:
+    """Serialisation of a frozen parameters dataclass (fields typed float, int or str, optionally ``| None``)."""
+
+    protocol: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, tagged with the protocol name (JSON-ready; floats round-trip exactly)."""
+        return {"protocol": self.protocol, **dataclasses.asdict(self)}
+
+    def derived(self) -> dict[str, Any]:
+        """Quantities that follow from the fields, for reports (not part of :meth:`to_dict`)."""
+        return {}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        """Parameters from :meth:`to_dict` output (``protocol`` must name this class), checked field by field.
+
+        Values are checked as a client would before using them: types, then
+        the class's own checks (ranges, relations between fields, noise
+        floors), then derived quantities a report carries must agree with
+        the fields. Nothing is recalibrated (``verify`` checks what the
+        noise buys).
+        """
+        if data.get("protocol") != cls.protocol:
+            raise ParameterError("parameters.protocol", cls.protocol, data.get("protocol"))
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        given = {k: v for k, v in data.items() if k in fields}
+        extra = {k: v for k, v in data.items() if k not in fields and k != "protocol"}
+        required = {name for name, f in fields.items()
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        if not required <= set(given):
+            raise ParameterError("parameters", f"the fields {sorted(fields)} of {cls.protocol}", sorted(given))
+        for name, value in given.items():
+            kind = fields[name].type.replace(" | None", "")
+            if not (_TYPE_CHECKS[kind](value) or (value is None and "None" in fields[name].type)):
+                raise ParameterError(f"parameters.{name}", f"of type {fields[name].type}", value)
+        parameters = cls(**{k: float(v) if fields[k].type == "float" else v for k, v in given.items()})
+        derived = parameters.derived()
+        for name, value in extra.items():  # derived quantities (reports carry them) must agree with the fields
+            if name not in derived:
+                raise ParameterError("parameters", f"only the fields {sorted(fields)} and {sorted(derived)}", name)
+            if value != derived[name]:
+                raise ParameterError(f"parameters.{name}", f"{derived[name]!r}, as the fields imply", value)
+        return parameters
+
+
+def check_item_codes(codes, domain_size: int) -> np.ndarray:
+    """``codes`` as a flat int64 array; a clear error unless they are integers in [0, domain_size).
+
+    Strings, floats (even ``3.0``), NaN and ragged lists are refused, not
+    coerced: items other than codes go through :class:`privagg.ItemEncoder`.
+    """
+    accepted = f"integer codes in [0, {domain_size}) (map other items with privagg.ItemEncoder)"
+    try:
+        array = np.asarray(codes)
+    except ValueError:
+        raise ParameterError("item", accepted, "a ragged sequence") from None
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        first = next((v for v in array.ravel().tolist() if not isinstance(v, int) or isinstance(v, bool)),
+                     array.ravel()[0])
+        kind = {"U": "strings", "S": "bytes", "f": "floats", "b": "booleans", "c": "complex numbers"}
+        raise ParameterError("item", accepted, f"{first!r} (among {kind.get(array.dtype.kind, 'objects')})")
+    if array.ndim != 1:
+        raise ParameterError("item", accepted + ", one per user in a flat sequence", f"shape {array.shape}")
+    if array.size and (array.min() < 0 or array.max() >= domain_size):
+        raise ParameterError("item", accepted, array.min() if array.min() < 0 else array.max())
+    return array.astype(np.int64, copy=False)

@@ -1,0 +1,1013 @@
+"""Sampling + secret sharing (Yang, Tjuawinata, Lam, Zhu, Zhao, arXiv:2104.05974): DPCS, DPCS*, DPDS, DPDG, TSS, TSS'.
+
+Users hold one item of [N] each (categorical data, one-hot encoded). Privacy
+comes from sampling: each user's item is counted with probability p, and
+nobody but the user knows whether it was. The released counts are the
+sampled users' counts; estimates are counts ``tau_j / p`` (the paper's
+frequencies times n). Reference: ../shared/papers/fair-dp-distributed-frequency.md;
+what was derived here is in docs/derivations.md, "Sampling and secret sharing".
+
+* ``dpcs`` -- §2.1: a trusted server samples the records and counts them
+  (:class:`SamplingCurator`).
+* ``dpcs-star`` -- §2.2: the same, but the server releases the counts as n
+  additive shares over F_q; a receiver reconstructs them (same output).
+* ``dpds`` -- Algorithm 2: each user samples his own participation, shares his
+  one-hot (or zero) vector among all n users (:class:`SharingUsers`), each
+  user forwards the sum of the shares he received, the server reconstructs
+  (:class:`SumServer`). The server sees what it would see under DPCS*.
+* ``dpdg`` -- §2.4: no sampling; each user adds distributed discrete Gaussian
+  noise (integer, exact sampler) to his one-hot vector at the fixed-point
+  scale 2^k before the same sharing; privacy of the sum is computed exactly
+  (:mod:`privagg.privacy.discrete_gaussian`).
+* ``tss`` / ``tss-collusion`` -- Algorithm 3: users send a report set A_i of
+  alpha N items to S1 (:class:`ElectionServer`), which elects max(m_j, phi + 1)
+  helper users per item; reporters share their entry among item j's helpers,
+  helpers sum and forward to S2 (:class:`SumServer`), which estimates with the
+  effective rate p p_chi.
+
+The parties are batch-shaped and sans-I/O; :mod:`privagg.simulate.secret_sharing`
+plays them (one runner per topology). Privacy of the sampled counts is
+computed exactly (:mod:`privagg.privacy.sampling`), under the data condition
+the user states: every item held by at least beta n users
+(``min_count_fraction``), checked against the data before any run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..core.encoding import check_item_key
+from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
+from ..core.randomness import RNGLike, resolve
+from ..core.sharing import PrimeField, reconstruct, share
+from ..errors import ParameterError, check_delta, check_epsilon, check_integer
+from ..privacy import sampling as accountant
+from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from .balls_into_bins import check_honest_fraction, honest_users
+from .parameters import FrozenParameters, check_item_codes
+from .results import FrequencyTable
+
+CATEGORIES_MAX = 2**20  # N: every user's vector has N field elements
+N_USERS_MAX = 2**40
+MAX_ERROR_BETA = 0.05
+SAMPLING_CALIBRATIONS = ("exact", "paper", "closed_form")
+NOISE_CALIBRATIONS = ("tight", "classic")
+SECOND_STAGES = ("uniform", "adaptive")
+
+METHOD_DETAIL = {
+    "exact": "the largest p whose exact delta(eps) of the sampled counts meets the target (hockey-stick divergence "
+             "over the changed pair of items, every other count at its minimum)",
+    "paper": "p = 1 - e^-eps, the choice the paper's variance comparison implies; its delta computed exactly",
+    "closed_form": "p = 1 - e^-eps with the loose Chernoff closed form delta = exp(-p (1 - p)^2 m / 3)",
+    "tight": "the least per-user discrete Gaussian variance whose summed noise meets (eps, delta), computed "
+             "exactly from the law of the sum",
+    "classic": "the classic Gaussian mechanism's sigma = sqrt(2 ln(1.25/delta))/eps the paper uses, its delta "
+               "checked exactly for the discrete sum",
+}
+
+
+def bernoulli(probability: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Coins with Pr[1] = floor(p 2^53) / 2^53 <= p, from 53-bit uniform integers (never more than p)."""
+    return rng.integers(0, 2**53, size=size, dtype=np.int64) < math.floor(probability * 2**53)
+
+
+# --- parameters -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SharingParameters(FrozenParameters):
+    """What the family shares: n users, N categories, (eps, delta), the field the shares live in."""
+
+    protocol: ClassVar[str]
+    mechanism: ClassVar[str]
+    model: ClassVar[str] = "secret_sharing"
+    trusted: ClassVar[tuple[str, ...]] = ()
+    domain_max: ClassVar[int] = CATEGORIES_MAX
+    calibrations: ClassVar[tuple[str, ...]] = SAMPLING_CALIBRATIONS
+
+    epsilon: float
+    delta: float
+    n_users: int
+    domain_size: int
+    calibration: str
+    modulus: int
+    item_key: str | None = dataclasses.field(default=None, kw_only=True)
+    # G: the guarantee holds while ceil(G n) users follow the protocol (the others may drop out or collude)
+    honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        check_integer("n_users", self.n_users, 2, N_USERS_MAX)
+        check_integer("domain", self.domain_size, 2, self.domain_max)
+        if self.calibration not in self.calibrations:
+            raise ParameterError("calibration", f"one of {', '.join(self.calibrations)}", self.calibration)
+        if self.item_key is not None:
+            check_item_key(self.item_key)
+        check_honest_fraction(self.honest_fraction, self.n_users)
+        PrimeField(self.modulus)  # a prime below 2^62
+        if self.modulus <= self.largest_aggregate:
+            raise ParameterError("modulus", f"a prime above the largest aggregate {self.largest_aggregate} (a smaller "
+                                 "field wraps the sum around)", self.modulus)
+
+    @property
+    def field(self) -> PrimeField:
+        return PrimeField(self.modulus)
+
+    @property
+    def largest_aggregate(self) -> int:
+        """The largest value a released sum can take: n for counts."""
+        return self.n_users
+
+    @property
+    def honest_users(self) -> int:
+        return honest_users(self.n_users, self.honest_fraction)
+
+    @property
+    def bits_per_message(self) -> int:
+        """Bits of one row the aggregator receives: the category and one field element."""
+        return self.layout.bits_per_message
+
+    @property
+    def layout(self) -> MessageLayout:
+        """What the aggregating server receives: one field element per row, labelled with its item."""
+        return MessageLayout((Column("item", 0, self.domain_size), Column("share", 0, self.modulus)))
+
+    def check_codes(self, codes) -> np.ndarray:
+        return check_item_codes(codes, self.domain_size)
+
+    def check_population(self, codes: np.ndarray) -> None:
+        """The condition on the data the guarantee rests on (none by default)."""
+
+    def verify(self) -> None:
+        achieved = self.delta_at(self.epsilon)
+        if achieved > self.delta * (1 + 1e-9):
+            raise ParameterError("parameters", f"a setting that buys ({self.epsilon:g}, {self.delta:g})-DP (it buys "
+                                 f"delta = {achieved:.3g})", self.to_dict())
+
+    def standard_error(self, estimate=0.0):
+        raise NotImplementedError
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+        raise NotImplementedError
+
+    def expected_error(self) -> dict[str, float]:
+        return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
+                "standard_error": float(self.standard_error(self.largest_count)),
+                "max_error_bound": self.max_error_bound(MAX_ERROR_BETA), "max_error_beta": MAX_ERROR_BETA}
+
+    @property
+    def largest_count(self) -> int:
+        """The largest count one item can have (where sampled counts' errors are largest)."""
+        return self.n_users
+
+    def _description(self, parameters: dict[str, float], assumptions: tuple[str, ...], reference: str,
+                     caveats: tuple[str, ...] = ()) -> PrivacyDescription:
+        return PrivacyDescription(
+            mechanism=self.mechanism, parameters=parameters, epsilon=self.epsilon, delta=self.delta,
+            model=self.model, neighbouring=REPLACE_ONE, trusted=self.trusted, honest_fraction=self.honest_fraction,
+            assumptions=assumptions + ("the parameters and the list of categories are public",),
+            method=self.calibration, method_detail=METHOD_DETAIL[self.calibration], reference=reference,
+            caveats=caveats)
+
+
+def min_count(n_users: int, fraction: float) -> int:
+    """ceil(beta n), with beta n rounded to 9 decimals first (0.1 * 30 is 3 users, not 4)."""
+    return math.ceil(round(fraction * n_users, 9))
+
+
+@dataclass(frozen=True)
+class SamplingParameters(SharingParameters):
+    """DPCS, DPCS*, DPDS: sampling probability p under the data condition "every count >= beta n"."""
+
+    min_count_fraction: float
+    sampling_probability: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_min_count_fraction(self.min_count_fraction, self.domain_size)
+        if not 0 < self.sampling_probability <= 1:
+            raise ParameterError("sampling-probability", "in (0, 1]", self.sampling_probability)
+        if self.counted_holders < 1:
+            raise ParameterError("honest-fraction", f"above 1 - beta = {1 - self.min_count_fraction:.3g}: the "
+                                 f"{self.n_users - self.honest_users} users who may not follow the protocol could be "
+                                 f"all {self.min_count} holders of an item", self.honest_fraction)
+
+    @property
+    def min_count(self) -> int:
+        """m = ceil(beta n): the fewest users holding any item, as the user states it."""
+        return min_count(self.n_users, self.min_count_fraction)
+
+    @property
+    def counted_holders(self) -> int:
+        """The holders the guarantee counts on: m less the users who may not follow the protocol (a dishonest
+        user's participation coin is known to the adversary, so it is no noise)."""
+        return self.min_count - (self.n_users - self.honest_users)
+
+    @property
+    def effective_probability(self) -> float:
+        """The chance that one holder's item is counted: p (p p_chi for TSS)."""
+        return self.sampling_probability
+
+    def derived(self) -> dict[str, Any]:
+        return {"min_count": self.min_count, "effective_probability": self.effective_probability}
+
+    def delta_at(self, epsilon: float) -> float:
+        """delta(eps) of the released counts, exactly (privacy/sampling.py), at the counted holders."""
+        return accountant.sampling_delta(epsilon, self.effective_probability, self.counted_holders)
+
+    def verify(self) -> None:
+        if self.calibration == "closed_form":
+            p, eps = self.effective_probability, self.epsilon
+            if p >= 1 or math.log1p(-p) < -eps * (1 + 1e-12) or \
+                    accountant.chernoff_delta(p, self.counted_holders) > self.delta * (1 + 1e-9):
+                raise ParameterError("sampling-probability", f"at most 1 - e^-eps = {-math.expm1(-eps):.6g} with the "
+                                     f"Chernoff delta at most {self.delta:g}", p)
+            return
+        super().verify()
+
+    def check_population(self, codes: np.ndarray) -> None:
+        """Every one of the N categories must be held by at least beta n users: the guarantee needs it."""
+        counts = np.bincount(codes, minlength=self.domain_size)
+        item = int(np.argmin(counts))
+        if counts[item] < self.min_count:
+            raise ParameterError("min-count-fraction", f"at most the smallest category's share of the users, which "
+                                 f"the data breaks: category {item} is held by {counts[item]} of {self.n_users} users, "
+                                 f"fewer than beta n = {self.min_count}; the sampling guarantee needs every category "
+                                 f"held by beta n users (lower beta, merge rare categories, or use dpdg, which needs "
+                                 f"no data condition)", self.min_count_fraction)
+
+    # --- theory: counts tau_j ~ Bin(Pi_j, p'), estimate tau_j / p' (reference §3.3, Lemma III.1) ---------------
+    def estimate(self, sums: np.ndarray) -> np.ndarray:
+        return np.asarray(sums, dtype=np.float64) / self.effective_probability
+
+    def standard_error(self, estimate=0.0):
+        """sqrt(Pi (1 - p') / p') of an item held by Pi users (the estimate, clipped to [0, n], plugged in)."""
+        p = self.effective_probability
+        return np.sqrt(np.clip(estimate, 0, self.n_users) * (1 - p) / p)
+
+    @property
+    def largest_count(self) -> int:
+        """n - (N - 1) m: every other category holds at least m users."""
+        return self.n_users - (self.domain_size - 1) * self.min_count
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+        """Bernstein + union bound over the N categories: Pr[max_j |est_j - Pi_j| > bound] <= beta."""
+        if not 0 < beta < 1:
+            raise ParameterError("beta", "in (0, 1)", beta)
+        p, log_term = self.effective_probability, math.log(2 * self.domain_size / beta)
+        variance = self.largest_count * p * (1 - p)
+        return (log_term / 3 + math.sqrt((log_term / 3) ** 2 + 2 * variance * log_term)) / p
+
+    def _sampling_description(self, extra_assumptions: tuple[str, ...], rate: str) -> PrivacyDescription:
+        parameters = {"sampling_probability": self.sampling_probability, "effective_probability":
+                      self.effective_probability, "min_count": self.min_count,
+                      "counted_holders": self.counted_holders, "n_users": self.n_users}
+        condition = (f"every category is held by at least beta n = {self.min_count} users (beta = "
+                     f"{self.min_count_fraction:g}, stated by the user and checked on the data)")
+        honesty = ("all n users follow the protocol" if self.honest_fraction == 1 else
+                   f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the others' "
+                   f"participation is counted as known (the guarantee counts {self.counted_holders} holders)")
+        caveats = ("with probability p' a holder is counted, so a user's own item is released with probability "
+                   f"{rate}: the guarantee protects through the other holders' sampling, not through noise",)
+        return self._description(parameters, (condition, honesty, *extra_assumptions),
+                                 "docs/derivations.md, 'Sampling and secret sharing'", caveats)
+
+
+def check_min_count_fraction(beta, domain_size: int) -> float:
+    """beta in (0, 1/N]: every one of the N categories held by beta n users needs beta <= 1/N."""
+    accepted = (f"given, in (0, 1/N] = (0, {1 / domain_size:.6g}]: the sampling guarantee holds only when every "
+                "category is held by at least beta n users, so state the smallest category's share")
+    if beta is None or isinstance(beta, bool) or not isinstance(beta, (int, float)) or not \
+            (0 < beta <= 1 / domain_size * (1 + 1e-12)):
+        raise ParameterError("min-count-fraction", accepted, beta)
+    return float(beta)
+
+
+@dataclass(frozen=True)
+class DPCSParameters(SamplingParameters):
+    """DPCS (§2.1): a trusted server samples each record with probability p and counts the sample."""
+
+    protocol: ClassVar[str] = "dpcs"
+    mechanism: ClassVar[str] = "DPCS: centralized sampling of the records"
+    model: ClassVar[str] = "central"
+    trusted: ClassVar[tuple[str, ...]] = ("server",)
+
+    def __post_init__(self) -> None:
+        if self.honest_fraction != 1:
+            raise ParameterError("honest-fraction", f"1 for {self.protocol} (the trusted server samples)",
+                                 self.honest_fraction)
+        super().__post_init__()
+
+    @property
+    def messages_per_user(self) -> float:
+        return 1.0
+
+    @property
+    def layout(self) -> MessageLayout:
+        """What the trusted server receives: each user's category, in the clear."""
+        return MessageLayout((Column("value", 0, self.domain_size),))
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        return self._sampling_description(("the server is trusted with every record and its coins",), "p")
+
+
+@dataclass(frozen=True)
+class DPCSStarParameters(DPCSParameters):
+    """DPCS* (§2.2): DPCS whose server releases the counts as n additive shares over F_q."""
+
+    protocol: ClassVar[str] = "dpcs-star"
+    mechanism: ClassVar[str] = "DPCS*: centralized sampling, counts released as n additive shares"
+
+
+@dataclass(frozen=True)
+class DPDSParameters(SamplingParameters):
+    """DPDS (Algorithm 2): users sample themselves and share one-hot vectors among all n users."""
+
+    protocol: ClassVar[str] = "dpds"
+    mechanism: ClassVar[str] = "DPDS: decentralized sampling, one-hot vectors shared among all users"
+
+    @property
+    def messages_per_user(self) -> float:
+        """Field elements the server receives per user: one partial sum of N elements."""
+        return float(self.domain_size)
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        return self._sampling_description((
+            "honest-but-curious parties; the server does not collude with users; up to n - 1 colluding users "
+            "learn nothing of the last user's vector (n-out-of-n additive shares)",), "p")
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        return sharing_costs(self.n_users, self.domain_size, {"bernoulli_samples": 1})
+
+
+def sharing_costs(n: int, N: int, own: dict[str, float]) -> dict[str, dict[str, float]]:
+    """DPDS's and DPDG's costs per party, as the paper counts them (reference §2.3): a user sends n N elements
+    (his self-share included) and receives n N, plus N to the server (2 n N + N in all); ``own``: what makes a
+    user's vector (a coin, or N noise samples)."""
+    return {"user": {"sent": n * N, "received": n * N, "to_server": N, "uniform_samples": (n - 1) * N,
+                     "field_additions": 2 * (n - 1) * N, **own},
+            "server": {"received": n * N, "field_additions": (n - 1) * N, "real_multiplications": N}}
+
+
+# --- TSS --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TSSParameters(SamplingParameters):
+    """TSS (Algorithm 3) and TSS' (phi >= 1): two servers, report sets of alpha N items, elected helpers."""
+
+    protocol: ClassVar[str] = "tss"
+    mechanism: ClassVar[str] = "TSS: two-stage sampling, two servers and elected helper users"
+    model: ClassVar[str] = "two_servers"
+
+    report_fraction: float
+    second_stage: str
+    gamma: float
+    colluders: int
+
+    def __post_init__(self) -> None:
+        check_tss_options(self.report_fraction, self.second_stage, self.gamma, self.colluders, self.n_users,
+                          self.domain_size, self.epsilon, self.protocol)
+        super().__post_init__()
+
+    @property
+    def report_size(self) -> int:
+        """alpha N: items in each user's report set."""
+        return round(self.report_fraction * self.domain_size)
+
+    @property
+    def inclusion_probability(self) -> float:
+        return inclusion_probability(self.report_fraction, self.gamma)
+
+    @property
+    def effective_probability(self) -> float:
+        return self.sampling_probability * self.inclusion_probability
+
+    @property
+    def sampling_epsilon(self) -> float:
+        """The eps the sampled counts may spend against S2: eps, less ln(gamma) for the adaptive stage."""
+        return self.epsilon - (math.log(self.gamma) if self.second_stage == "adaptive" else 0.0)
+
+    def derived(self) -> dict[str, Any]:
+        return {**super().derived(), "inclusion_probability": self.inclusion_probability}
+
+    def delta_at(self, epsilon: float) -> float:
+        """delta(eps) against S2 (the aggregator).
+
+        Uniform stage: the report sets are independent of the data, so S2's
+        counts are DPCS's at the effective rate p' = p alpha. Adaptive stage
+        (derived, docs/derivations.md): even given every report set, the set
+        costs ln(gamma) and the counts are sampled at rate p among the
+        holders that put their item in their set, of whom at least k - 1 others
+        with probability >= 1 - F(k - 2; m - 1, p_chi); so delta <= min_k
+        2 F(k - 2; m - 1, p_chi) + delta_p,k(eps - ln gamma).
+        """
+        if self.second_stage == "uniform":
+            return super().delta_at(epsilon)
+        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, self.counted_holders,
+                              self.inclusion_probability)
+
+    @property
+    def messages_per_user(self) -> float:
+        """Field elements S2 receives per user: E[sum_j max(m_j, phi + 1)] / n."""
+        return self.expected_helpers / self.n_users
+
+    @property
+    def expected_helpers(self) -> float:
+        """E[sum_j max(m_j, phi + 1)]: sum_j m_j = n alpha N exactly, plus the top-ups of TSS' (m_j ~ Bin(n,
+        alpha) under the uniform stage; an upper bound's worth of approximation under the adaptive one)."""
+        n, N, a = self.n_users, self.domain_size, self.report_fraction
+        total = n * self.report_size
+        if self.colluders:
+            from scipy.stats import binom
+
+            k = np.arange(self.colluders + 1)
+            total += N * float(np.sum((self.colluders + 1 - k) * binom.pmf(k, n, a)))
+        return total
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        against_s1 = ("S1 sees each user's report set A_i, which is independent of the user's item (uniform stage)"
+                      if self.second_stage == "uniform" else
+                      f"S1 sees each user's report set A_i: ln(gamma) = {math.log(self.gamma):.4g}-LDP of the item "
+                      "(adaptive stage), a local guarantee, not the central one")
+        collusion = (f"no more than {self.colluders} users collude (each item has at least {self.colluders + 1} "
+                     "helpers)" if self.colluders else
+                     "no users collude: an item with m_j = 1 reporter has one helper, who sees that entry")
+        return self._sampling_description((
+            "the guarantee is against S2, the aggregator; S1 and S2 do not collude and neither colludes with users",
+            against_s1, collusion), "p p_chi")
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        """Expected per-party costs (reference §4, derived): uniform stage, m_j ~ alpha n."""
+        n, N, a = self.n_users, self.domain_size, self.report_fraction
+        helpers = self.expected_helpers  # sum_j m'_j
+        shares = N * (a * n) * (helpers / N)  # sum_j m_j m'_j, with m_j ~ alpha n
+        return {"user": {"indices_to_s1": self.report_size, "sent": shares / n, "received": shares / n,
+                         "to_s2": helpers / n, "uniform_samples": (shares - n * self.report_size) / n},
+                "s1": {"received": n * self.report_size, "published": helpers, "samples": helpers},
+                "s2": {"received": helpers, "field_additions": helpers - N, "real_multiplications": N}}
+
+
+@dataclass(frozen=True)
+class TSSCollusionParameters(TSSParameters):
+    """TSS' (§2.6): at least phi + 1 helpers per item, so that phi colluding users learn nothing."""
+
+    protocol: ClassVar[str] = "tss-collusion"
+    mechanism: ClassVar[str] = "TSS': two-stage sampling with phi + 1 helpers per item against phi colluders"
+
+
+def inclusion_probability(alpha: float, gamma: float) -> float:
+    """p_chi = Pr[v in A | v]: alpha (uniform, gamma = 1), gamma alpha / (gamma alpha + 1 - alpha) (adaptive; §3.5)."""
+    return gamma * alpha / (gamma * alpha + 1 - alpha)
+
+
+def check_tss_options(alpha, stage: str, gamma, colluders, n_users: int, domain_size: int, epsilon: float,
+                      protocol: str) -> None:
+    """alpha in (0, 1] with alpha N whole; the second stage; gamma >= 1 (1 when uniform, < e^eps when adaptive);
+    phi in [1, n - 1] for TSS' and 0 for TSS."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
+        raise ParameterError("report-fraction", "in (0, 1]", alpha)
+    if not math.isclose(round(alpha * domain_size), alpha * domain_size, rel_tol=1e-9) or round(alpha * domain_size) < 1:
+        nearest = max(1, round(alpha * domain_size)) / domain_size
+        raise ParameterError("report-fraction", f"a multiple of 1/N = {1 / domain_size:.6g} (users report alpha N "
+                             f"whole categories; nearest: {nearest:.6g})", alpha)
+    if stage not in SECOND_STAGES:
+        raise ParameterError("second-stage", f"one of {', '.join(SECOND_STAGES)}", stage)
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not (gamma >= 1 and math.isfinite(gamma)) \
+            or (stage == "uniform" and gamma != 1):
+        raise ParameterError("gamma", ">= 1 (and 1 with --second-stage uniform)", gamma)
+    if stage == "adaptive" and math.log(gamma) >= epsilon:
+        raise ParameterError("gamma", f"below e^eps = {math.exp(epsilon):.6g}: against S2 the adaptive stage spends "
+                             "ln(gamma) of eps", gamma)
+    if protocol == "tss-collusion":
+        check_integer("colluders", colluders, 1, n_users - 1)
+    elif colluders != 0:
+        raise ParameterError("colluders", "0 for tss (use tss-collusion)", colluders)
+
+
+def adaptive_delta(epsilon: float, p: float, holders: int, inclusion: float) -> float:
+    """delta(eps) of the counts given every report set, the holders who report their item Bin(holders - 1, p_chi)
+    besides the changed user (TSSParameters.delta_at): min over k of 2 F(k - 2) + delta_p(eps) at k holders."""
+    from scipy.stats import binom
+
+    if epsilon <= 0:
+        return 1.0
+    mean, sd = (holders - 1) * inclusion, math.sqrt(max((holders - 1) * inclusion * (1 - inclusion), 1e-12))
+    candidates = {max(1, math.floor(mean - z * sd)) for z in (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 13, 16, 20)}
+    return min(1.0, min(2 * float(binom.cdf(k - 2, holders - 1, inclusion)) +
+                        accountant.sampling_delta(epsilon, p, k) for k in candidates))
+
+
+# --- DPDG --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DPDGParameters(SharingParameters):
+    """DPDG (§2.4): each user adds discrete Gaussian noise N_Z(0, s2) at the fixed-point scale 2^k, then shares."""
+
+    protocol: ClassVar[str] = "dpdg"
+    mechanism: ClassVar[str] = "DPDG: distributed discrete Gaussian noise, one-hot vectors shared among all users"
+    calibrations: ClassVar[tuple[str, ...]] = NOISE_CALIBRATIONS
+
+    fractional_bits: int
+    noise_variance: int  # s2 per user, on the integer scale 2^k
+
+    def __post_init__(self) -> None:
+        from ..privacy.discrete_gaussian import SIGMA_SQUARED_MAX
+
+        check_integer("fractional-bits", self.fractional_bits, 0, 30)
+        check_integer("noise variance", self.noise_variance, 1, SIGMA_SQUARED_MAX)
+        super().__post_init__()
+
+    @property
+    def scale(self) -> int:
+        return 2**self.fractional_bits
+
+    @property
+    def noise_bound(self) -> int:
+        """|sum of the users' noise| stays below this (50 sd: a sub-Gaussian tail below 2 e^-1250)."""
+        return math.ceil(50 * math.sqrt(self.n_users * self.noise_variance)) + 1
+
+    @property
+    def largest_aggregate(self) -> int:
+        """Signed sums in [-B, B] with B = n 2^k + the noise bound: the field needs p > 2 B."""
+        return 2 * (self.n_users * self.scale + self.noise_bound)
+
+    def derived(self) -> dict[str, Any]:
+        return {"count_noise_sd": self.count_noise_sd}
+
+    @property
+    def count_noise_sd(self) -> float:
+        """The standard deviation of the honest users' summed noise on the count scale."""
+        return math.sqrt(self.honest_users * self.noise_variance) / self.scale
+
+    def delta_at(self, epsilon: float) -> float:
+        """delta(eps) of the sum of the honest users' noise, exactly (privacy/discrete_gaussian.py)."""
+        from ..privacy.discrete_gaussian import delta_at
+
+        return delta_at(epsilon, self.noise_variance, self.honest_users, self.scale)
+
+    @property
+    def messages_per_user(self) -> float:
+        return float(self.domain_size)
+
+    def estimate(self, sums: np.ndarray) -> np.ndarray:
+        return self.field.signed(sums) / self.scale
+
+    def standard_error(self, estimate=0.0):
+        """The noise's sd on the count scale, whatever the count (every user adds noise; n s2 bounds the sum's
+        variance, the discrete Gaussian's variance being at most s2)."""
+        return np.broadcast_to(math.sqrt(self.n_users * self.noise_variance) / self.scale, np.shape(estimate))
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+        """Sub-Gaussian tail + union bound: sd sqrt(2 ln(2N/beta))."""
+        if not 0 < beta < 1:
+            raise ParameterError("beta", "in (0, 1)", beta)
+        return float(self.standard_error()) * math.sqrt(2 * math.log(2 * self.domain_size / beta))
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        honesty = ("all n users add their noise" if self.honest_fraction == 1 else
+                   f"at least {self.honest_users} of the {self.n_users} users add their noise (the guarantee counts "
+                   "only theirs)")
+        caveats = () if self.calibration == "tight" else (
+            "classic sigma: the paper's calibration (its proof covers eps < 1); the delta above is checked exactly "
+            "for the discrete sum",)
+        return self._description(
+            {"noise_variance": self.noise_variance, "fractional_bits": self.fractional_bits,
+             "honest_users": self.honest_users, "count_noise_sd": self.count_noise_sd},
+            (honesty, "no condition on the data", "honest-but-curious parties; the server does not collude with "
+             "users; up to n - 1 colluding users learn nothing of the last user's vector"),
+            "docs/derivations.md, 'DPDG: distributed discrete Gaussian'", caveats)
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        return sharing_costs(self.n_users, self.domain_size, {"noise_samples": self.domain_size})
+
+
+# --- calibration ------------------------------------------------------------------------------------
+
+
+def _field_for(largest: int) -> int:
+    return PrimeField.for_aggregate(largest).modulus
+
+
+def _sampling_probability(epsilon: float, delta: float, holders: int, calibration: str, rate: float = 1.0,
+                          given: float | None = None, exact_delta=None) -> float:
+    """p for the target: ``given`` (its delta checked), or calibrated; p' = p ``rate`` (rate = p_chi for TSS).
+
+    ``exact_delta(p)``: the exact delta at eps (default: the sampled counts at rate p'); ``exact`` bisects it,
+    ``paper`` takes p' = 1 - e^-eps and checks it, ``closed_form`` checks the Chernoff form instead.
+    """
+    exact_delta = exact_delta or (lambda p: accountant.sampling_delta(epsilon, p * rate, holders))
+    if calibration == "exact" and given is None:
+        from ..core.bisection import bisect
+
+        if exact_delta(1.0) <= delta:
+            return 1.0
+        return bisect(lambda p: exact_delta(p) > delta, 0.0, 1.0, 60)[0]
+    # p' = 1 - e^-eps; above p_chi (TSS) no p reaches it, and p = 1 gives the smaller eps' = ln(1/(1 - p_chi))
+    p = min(1.0, accountant.paper_sampling_probability(epsilon) / rate) if given is None else given
+    if calibration == "closed_form":
+        if math.log1p(-min(p * rate, 1.0)) < -epsilon * (1 + 1e-12):
+            raise ParameterError("sampling-probability", f"at most (1 - e^-eps) / p_chi = "
+                                 f"{-math.expm1(-epsilon) / rate:.6g} for the closed form", p)
+        achieved = accountant.chernoff_delta(p * rate, holders)
+    else:
+        achieved = exact_delta(p)
+    if achieved > delta:
+        largest = _sampling_probability(epsilon, delta, holders, "exact", rate, exact_delta=exact_delta)
+        raise ParameterError("delta" if given is None else "sampling-probability",
+                             f"met by the sampling (p = {p:.6g} buys delta = {achieved:.3g} at eps = {epsilon:g} with "
+                             f"{holders} holders per category; the largest p meeting delta = {delta:g} by the exact "
+                             f"computation is {largest:.6g}: use --calibration exact, a larger --min-count-fraction "
+                             "if the data allows, or a larger delta)", p if given is not None else delta)
+    return p
+
+
+def _common(epsilon, delta, n_users, domain_size, cls) -> tuple[float, float, int, int]:
+    return (check_epsilon(epsilon), check_delta(delta), check_integer("n_users", n_users, 2, N_USERS_MAX),
+            check_integer("domain", domain_size, 2, cls.domain_max))
+
+
+def calibrate_sampling(cls, epsilon: float, delta: float, n_users: int, domain_size: int,
+                       calibration: str = "exact", min_count_fraction: float | None = None,
+                       sampling_probability: float | None = None, honest_fraction: float = 1.0, **fields):
+    """``cls`` (DPCS, DPCS*, DPDS, TSS) with p for (eps, delta)-DP of the released counts (module docstring)."""
+    epsilon, delta, n, domain = _common(epsilon, delta, n_users, domain_size, cls)
+    beta = check_min_count_fraction(min_count_fraction, domain)
+    if calibration not in SAMPLING_CALIBRATIONS:
+        raise ParameterError("calibration", f"one of {', '.join(SAMPLING_CALIBRATIONS)}", calibration)
+    if sampling_probability is not None and not 0 < sampling_probability <= 1:
+        raise ParameterError("sampling-probability", "in (0, 1]", sampling_probability)
+    honest = honest_users(n, check_honest_fraction(honest_fraction, n))
+    holders = min_count(n, beta) - (n - honest)
+    if holders < 1:
+        raise ParameterError("honest-fraction", f"above 1 - beta = {1 - beta:.3g}: the {n - honest} users who may "
+                             f"not follow the protocol could be all holders of a category", honest_fraction)
+    build = dict(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
+                 modulus=_field_for(n), min_count_fraction=beta, honest_fraction=float(honest_fraction), **fields)
+    if issubclass(cls, TSSParameters):
+        check_tss_options(fields["report_fraction"], fields["second_stage"], fields["gamma"], fields["colluders"], n,
+                          domain, epsilon, cls.protocol)
+        rate, gamma, exact = inclusion_probability(fields["report_fraction"], fields["gamma"]), fields["gamma"], None
+        if fields["second_stage"] == "adaptive":
+            if calibration == "closed_form":
+                raise ParameterError("calibration", "exact or paper with --second-stage adaptive (the closed form "
+                                     "covers the uniform stage)", calibration)
+            exact = lambda p: adaptive_delta(epsilon - math.log(gamma), p, holders, rate)  # noqa: E731
+        p = _sampling_probability(epsilon, delta, holders, calibration, rate, sampling_probability, exact)
+    else:
+        p = _sampling_probability(epsilon, delta, holders, calibration, given=sampling_probability)
+    return cls(sampling_probability=p, **build)
+
+
+def calibrate_dpcs(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
+                   sampling_probability=None) -> DPCSParameters:
+    """DPCS: p for (eps, delta)-DP of the trusted server's sampled counts."""
+    return calibrate_sampling(DPCSParameters, epsilon, delta, n_users, domain_size, calibration,
+                              min_count_fraction, sampling_probability)
+
+
+def calibrate_dpcs_star(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
+                        sampling_probability=None) -> DPCSStarParameters:
+    """DPCS*: as DPCS (the shares add nothing but n, which is public)."""
+    return calibrate_sampling(DPCSStarParameters, epsilon, delta, n_users, domain_size, calibration,
+                              min_count_fraction, sampling_probability)
+
+
+def calibrate_dpds(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
+                   sampling_probability=None, honest_fraction=1.0) -> DPDSParameters:
+    """DPDS: p for (eps, delta)-DP of the reconstructed counts; dishonest users' coins count as known."""
+    return calibrate_sampling(DPDSParameters, epsilon, delta, n_users, domain_size, calibration,
+                              min_count_fraction, sampling_probability, honest_fraction)
+
+
+def calibrate_tss(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
+                  sampling_probability=None, report_fraction=None, second_stage="uniform", gamma=None,
+                  honest_fraction=1.0, colluders=0, protocol=TSSParameters) -> TSSParameters:
+    """TSS: p so that S2's counts, sampled at p p_chi, are (eps, delta)-DP (the adaptive stage spends ln gamma)."""
+    if report_fraction is None:
+        raise ParameterError("report-fraction", "given: alpha in (0, 1], the fraction of the N categories each "
+                             "user reports", None)
+    gamma = (1.0 if second_stage == "uniform" else 2.0) if gamma is None else float(gamma)
+    return calibrate_sampling(protocol, epsilon, delta, n_users, domain_size, calibration, min_count_fraction,
+                              sampling_probability, honest_fraction, report_fraction=float(report_fraction),
+                              second_stage=second_stage, gamma=gamma, colluders=colluders)
+
+
+def calibrate_tss_collusion(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
+                            sampling_probability=None, report_fraction=None, second_stage="uniform", gamma=None,
+                            honest_fraction=1.0, colluders=None) -> TSSCollusionParameters:
+    """TSS': as TSS, with at least phi + 1 helpers per item."""
+    if colluders is None:
+        raise ParameterError("colluders", "given: phi >= 1, the largest group of colluding users", None)
+    return calibrate_tss(epsilon, delta, n_users, domain_size, calibration, min_count_fraction, sampling_probability,
+                         report_fraction, second_stage, gamma, honest_fraction, colluders, TSSCollusionParameters)
+
+
+def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fractional_bits=8,
+                   honest_fraction=1.0) -> DPDGParameters:
+    """DPDG: the per-user discrete Gaussian variance (integer, scale 2^k) for (eps, delta)-DP of the sum.
+
+    ``tight``: the least variance the exact accountant certifies for the
+    honest users' summed noise; ``classic``: the paper's sigma_G (checked
+    exactly, an error if the discrete sum does not meet the target).
+    """
+    from ..privacy import discrete_gaussian as dg
+
+    epsilon, delta, n, domain = _common(epsilon, delta, n_users, domain_size, DPDGParameters)
+    k = check_integer("fractional-bits", fractional_bits, 0, 30)
+    honest = honest_users(n, check_honest_fraction(honest_fraction, n))
+    if calibration == "tight":
+        variance = dg.calibrate(epsilon, delta, honest, 2**k)
+    elif calibration == "classic":
+        variance = dg.classic_variance(epsilon, delta, honest, 2**k)
+    else:
+        raise ParameterError("calibration", f"one of {', '.join(NOISE_CALIBRATIONS)}", calibration)
+    probe = DPDGParameters(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
+                           modulus=2**61 - 1, fractional_bits=k, noise_variance=variance,
+                           honest_fraction=float(honest_fraction))
+    parameters = dataclasses.replace(probe, modulus=_field_for(probe.largest_aggregate))
+    if calibration == "classic":
+        parameters.verify()
+    return parameters
+
+
+def crossover_users(epsilon: float, delta: float) -> float:
+    """The paper's n* = 4 (e^eps - 1) ln(1.25/delta) / eps^2: DPDG's per-item variance V_G beats DPDS's total V
+    = 1/(n (e^eps - 1)) above it (reference §3.3)."""
+    return 4 * math.expm1(check_epsilon(epsilon)) * math.log(1.25 / check_delta(delta)) / epsilon**2
+
+
+# --- roles ----------------------------------------------------------------------------------------------
+
+
+def one_hot_rows(codes: np.ndarray, weights: np.ndarray, domain_size: int, dtype) -> np.ndarray:
+    """Rows e_{code} * weight (users x N)."""
+    rows = np.zeros((codes.size, domain_size), dtype=dtype)
+    rows[np.arange(codes.size), codes] = weights
+    return rows
+
+
+class SharingUsers:
+    """The users of DPDS and DPDG (Algorithm 2, L1-10), a batch at a time.
+
+    ``contributions``: each user's vector tau_i -- his one-hot vector if his
+    coin says he participates, else zeros (DPDS); his one-hot vector at
+    scale 2^k plus discrete Gaussian noise (DPDG) -- as field elements.
+    ``share``: n additive shares of each (axis 0 the recipient; the last
+    recipient gets the correction share). A user forwards the field sum of
+    what he received (``forward``).
+    """
+
+    def __init__(self, parameters: SharingParameters) -> None:
+        self.parameters, self.field = parameters, parameters.field
+
+    def contributions(self, codes, rng: RNGLike = None) -> np.ndarray:
+        p, rng = self.parameters, resolve(rng)
+        codes = p.check_codes(codes)
+        if isinstance(p, DPDGParameters):
+            from ..privacy.discrete_gaussian import sample
+
+            values = sample(p.noise_variance, (codes.size, p.domain_size), rng)
+            values[np.arange(codes.size), codes] += p.scale
+            return (values % p.modulus).astype(self.field.dtype)  # Python-style mod: negatives as p - |v|
+        return one_hot_rows(codes, bernoulli(p.sampling_probability, codes.size, rng), p.domain_size,
+                            self.field.dtype)
+
+    def share(self, contributions: np.ndarray, rng: RNGLike = None) -> np.ndarray:
+        """(n, users, N): row k of each user's shares goes to user k."""
+        return share(self.field, contributions, self.parameters.n_users, rng)
+
+    def forward(self, received: np.ndarray) -> MessageBatch:
+        """Each user's partial sum (n x N, already summed over senders) as (item, share) rows for the server."""
+        n, N = received.shape
+        return self.parameters.layout.batch({"item": np.tile(np.arange(N), n), "share": received.ravel()})
+
+
+@dataclass
+class SumAggregate:
+    """Field sums per category and the rows seen and dropped: plain data."""
+
+    sums: np.ndarray
+    messages: int = 0
+    malformed: int = 0
+
+
+class SumServer:
+    """The aggregating server (DPDS, DPDG) or S2 (TSS): field-sums what it receives per category, then estimates.
+
+    Rows are (item, share); sums are reconstructed exactly (the field exceeds
+    the largest aggregate) and turned into counts: tau_j / p' for sampling,
+    the signed sum / 2^k for DPDG.
+    """
+
+    def __init__(self, parameters: SharingParameters, queries=None) -> None:
+        self.parameters, self.layout, self.field = parameters, parameters.layout, parameters.field
+        self.queries = None if queries is None else np.unique(parameters.check_codes(queries))
+        if self.queries is not None and self.queries.size == 0:
+            raise ParameterError("candidates", "at least 1 item", "an empty list")
+
+    def agg_init(self) -> SumAggregate:
+        return SumAggregate(np.zeros(self.parameters.domain_size, dtype=np.uint64))
+
+    def agg_update(self, agg: SumAggregate, messages: MessageBatch) -> SumAggregate:
+        """Fold rows into ``agg``: uint64 additions in blocks short enough never to wrap, reduced mod p."""
+        q = np.uint64(self.field.modulus)
+        block = max(1, (2**64 - 1) // (self.field.modulus - 1) - 1)
+        for part in messages.slices():
+            clean, dropped = self.layout.validate(part)
+            for lo in range(0, len(clean), block):
+                np.add.at(agg.sums, clean["item"][lo:lo + block], clean["share"][lo:lo + block].astype(np.uint64))
+                agg.sums %= q
+            agg.messages += len(clean)
+            agg.malformed += dropped
+        return agg
+
+    def merge(self, aggs: Sequence[SumAggregate]) -> SumAggregate:
+        total = self.agg_init()
+        for a in aggs:
+            total.sums = self.field.add(total.sums, a.sums)
+            total.messages += a.messages
+            total.malformed += a.malformed
+        return total
+
+    def finalize(self, agg: SumAggregate) -> FrequencyTable:
+        estimates = self.parameters.estimate(agg.sums)
+        if self.queries is not None:
+            estimates = estimates[self.queries]
+        return FrequencyTable(self.parameters, estimates, self.queries, agg.messages, agg.malformed)
+
+    @classmethod
+    def working_bytes(cls, parameters: SharingParameters, full_domain: bool = True) -> int:
+        """The sums, and one slice's scratch: validation masks (3 bytes a row), the shares as uint64 (8) and the
+        items as np.add.at's index array (8)."""
+        rows = min(SLICE_ROWS, math.ceil(parameters.n_users * parameters.messages_per_user))
+        return 16 * parameters.domain_size + 19 * rows
+
+
+@dataclass
+class SampleAggregate:
+    """The trusted server's exact counts, and its sampled counts once drawn (kept: one release per aggregate)."""
+
+    counts: np.ndarray
+    messages: int = 0
+    malformed: int = 0
+    sampled: np.ndarray | None = None
+
+
+class SamplingCurator(SumServer):
+    """DPCS's trusted server (§2.1): counts the records, then counts each one again with probability p.
+
+    A record's coin is :func:`bernoulli`; the coins are drawn once per
+    aggregate, when it is first finalized (a second call repeats the release).
+    """
+
+    def __init__(self, parameters: DPCSParameters, queries=None, rng: RNGLike = None) -> None:
+        super().__init__(parameters, queries)
+        self.rng = rng
+
+    def agg_init(self) -> SampleAggregate:
+        return SampleAggregate(np.zeros(self.parameters.domain_size, dtype=np.int64))
+
+    def agg_update(self, agg: SampleAggregate, messages: MessageBatch) -> SampleAggregate:
+        for part in messages.slices():
+            clean, dropped = self.layout.validate(part)
+            agg.counts += np.bincount(clean["value"], minlength=self.parameters.domain_size)
+            agg.messages += len(clean)
+            agg.malformed += dropped
+        return agg
+
+    def merge(self, aggs: Sequence[SampleAggregate]) -> SampleAggregate:
+        total = self.agg_init()
+        for a in aggs:
+            total.counts += a.counts
+            total.messages += a.messages
+            total.malformed += a.malformed
+        return total
+
+    def sample(self, agg: SampleAggregate) -> np.ndarray:
+        """The sampled counts: record by record, a coin each (records of one category are consecutive)."""
+        if agg.sampled is None:
+            coins = bernoulli(self.parameters.sampling_probability, int(agg.counts.sum()), resolve(self.rng))
+            ends = np.cumsum(agg.counts)
+            kept = np.concatenate([[0], np.cumsum(coins)])
+            agg.sampled = kept[ends] - kept[ends - agg.counts]
+        return agg.sampled
+
+    def release(self, agg: SampleAggregate) -> np.ndarray:
+        """What leaves the server: the sampled counts (DPCS)."""
+        return self.sample(agg).astype(np.uint64)
+
+    def finalize(self, agg: SampleAggregate) -> FrequencyTable:
+        return super().finalize(SumAggregate(self.release(agg), agg.messages, agg.malformed))
+
+    @classmethod
+    def working_bytes(cls, parameters: DPCSParameters, full_domain: bool = True) -> int:
+        """Counting a slice (as the server does), or drawing the coins: 8 bytes for each record's uniform
+        integer, 1 for its coin, 8 for their running sum."""
+        return max(super().working_bytes(parameters, full_domain), 16 * parameters.domain_size + 17 * parameters.n_users)
+
+
+class SharingCurator(SamplingCurator):
+    """DPCS*'s server (§2.2): releases the sampled counts as n additive shares; a receiver adds them up."""
+
+    def shares(self, agg: SampleAggregate) -> np.ndarray:
+        return share(self.field, self.sample(agg).astype(np.uint64), self.parameters.n_users, self.rng)
+
+    def release(self, agg: SampleAggregate) -> np.ndarray:
+        return reconstruct(self.field, self.shares(agg))
+
+
+class TSSUsers:
+    """TSS's users, first stage (Algorithm 3, L2-9): a participation coin and a report set A_i of alpha N items.
+
+    Uniform stage: A_i is a uniform alpha N-subset. Adaptive: the user's item
+    is in A_i with probability p_chi = gamma alpha / (gamma alpha + 1 - alpha)
+    and the rest is uniform, which is Pr[A | v] proportional to gamma^[v in A]
+    (reference §3.5). Users whose coin is 0 still report a set (their entries
+    are zeros), or S1 would learn the coin. Subsets come from integer random
+    keys (the alpha N smallest of N), no floating point.
+    """
+
+    def __init__(self, parameters: TSSParameters) -> None:
+        self.parameters = parameters
+
+    def first_stage(self, codes, rng: RNGLike = None) -> tuple[np.ndarray, np.ndarray]:
+        """(coins, report sets as users x alpha N item indices)."""
+        p, rng = self.parameters, resolve(rng)
+        codes = p.check_codes(codes)
+        coins = bernoulli(p.sampling_probability, codes.size, rng)
+        size = p.report_size
+        keys = rng.integers(0, 2**62, size=(codes.size, p.domain_size), dtype=np.int64)
+        if p.second_stage == "adaptive":
+            rows = np.arange(codes.size)
+            include = bernoulli(p.inclusion_probability, codes.size, rng)
+            # the own item first when included, last otherwise; the others in random order
+            keys[rows, codes] = np.where(include, -1, 2**62)
+        reports = np.argpartition(keys, size - 1, axis=1)[:, :size] if size < p.domain_size else \
+            np.tile(np.arange(p.domain_size), (codes.size, 1))
+        return coins, np.sort(reports, axis=1)
+
+
+class ElectionServer:
+    """S1 (Algorithm 3, L11-14): counts m_j, elects max(m_j, phi + 1) distinct helpers per item uniformly from all
+    n users (without replacement; a reporter may be elected), and publishes them."""
+
+    def __init__(self, parameters: TSSParameters) -> None:
+        self.parameters = parameters
+
+    def elect(self, reports: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, list[np.ndarray]]:
+        p, rng = self.parameters, resolve(rng)
+        counts = np.bincount(reports.ravel(), minlength=p.domain_size)
+        sizes = np.maximum(counts, p.colluders + 1) if p.colluders else counts
+        return counts, [rng.choice(p.n_users, size=int(s), replace=False) for s in sizes]
+
+
+# --- weighted aggregation (derived design; docs/derivations.md) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightedEstimate:
+    """Per-group DPDS counts combined: inverse-variance weighting and the unweighted baseline."""
+
+    estimates: np.ndarray  # weighted, as counts over all n users
+    unweighted: np.ndarray  # sum_g tau_g / p_g
+    variance: np.ndarray  # per category, of the weighted estimate (at the estimate)
+    unweighted_variance: np.ndarray
+    groups: list[DPDSParameters]
+
+
+def combine_groups(groups: Sequence[DPDSParameters], sums: Sequence[np.ndarray]) -> WeightedEstimate:
+    """Combine per-group sampled counts tau_g (group g: n_g users, rate p_g) into population counts.
+
+    Unweighted: sum_g tau_g / p_g (unbiased for the population). Weighted:
+    each group's frequency estimate tau_g / (p_g n_g) is weighted by its
+    inverse variance, w_g proportional to p_g n_g / (1 - p_g), then scaled to
+    n: unbiased when the groups share one distribution, and the least
+    variance of any fixed convex combination (reference §2.7, our design).
+    """
+    n = sum(g.n_users for g in groups)
+    p = np.array([g.sampling_probability for g in groups])
+    size = np.array([g.n_users for g in groups], dtype=np.float64)
+    taus = np.stack([np.asarray(s, dtype=np.float64) for s in sums])
+    unweighted = (taus / p[:, None]).sum(axis=0)
+    precision = np.where(p < 1, p * size / np.maximum(1 - p, 1e-300), np.inf)
+    weights = precision / precision.sum() if np.isfinite(precision).all() else np.isinf(precision) / np.isinf(
+        precision).sum()
+    frequencies = taus / (p * size)[:, None]
+    weighted = n * (weights[:, None] * frequencies).sum(axis=0)
+    psi = np.clip(weighted / n, 0, 1)
+    variance = n**2 * (weights**2 * (1 - p) / (p * size))[:, None].sum(axis=0) * psi
+    unweighted_variance = (size * (1 - p) / p)[:, None].sum(axis=0) * psi
+    return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, list(groups))

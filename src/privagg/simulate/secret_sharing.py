@@ -1,0 +1,166 @@
+"""The runners of the secret-sharing topologies: every party of DPDS / DPDG (``secret_sharing``) and of TSS / TSS'
+(``two_servers``) played in-process, with what each kind of party sent, received and computed.
+
+``secret_sharing`` (DPDS, DPDG; Algorithm 2)
+    Users make their vectors (:meth:`SharingUsers.contributions`) and share
+    them among all n users, a block of senders at a time: each block's
+    shares (n x block x N) are added into the n partial sums at once and
+    dropped, so memory is O(n N) (the partial sums plus one block), never
+    n x n x N. Blocks are shared out between two threads (numpy's bounded
+    integer sampler releases the GIL), each with its own generator spawned
+    from the users' stream. Each user forwards his partial sum to the
+    server, which reconstructs.
+``two_servers`` (TSS, TSS'; Algorithm 3)
+    Users draw their coin and report set; S1 counts m_j and elects helpers;
+    item by item, the reporters' entries are shared among the item's
+    helpers (m_j x m'_j shares), the helpers sum and forward to S2.
+
+Counts in the transcript are of the arrays the parties really made and
+exchanged (field elements, uniform samples, field additions), per kind of
+party, summed over the parties of that kind (``parties`` says how many).
+Faithful runs draw every share; ``fast`` skips the sharing, which
+reconstructs exactly, and draws what the server would reconstruct.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..core.messages import MessageBatch
+from ..core.randomness import streams
+from ..core.sharing import share
+from ..errors import ParameterError
+from ..protocols.sampling_sharing import (DPDGParameters, ElectionServer, SharingUsers, SumAggregate, SumServer,
+                                          TSSParameters, TSSUsers, bernoulli)
+from .runner import Progress
+
+SHARES_MAX = 2**33  # share elements one faithful run may draw (about a minute and a half at 10^8 per second)
+BLOCK_ELEMENTS = 1 << 22  # share elements per block of senders: bounds the sharing's scratch (32 MiB in uint64)
+THREADS = 2
+
+
+def share_elements(parameters) -> float:
+    """The uniform share elements a faithful run draws: n (n - 1) N (DPDS, DPDG); about sum_j m_j (m'_j - 1)
+    with m_j ~ alpha n (TSS)."""
+    n, N = parameters.n_users, parameters.domain_size
+    if isinstance(parameters, TSSParameters):
+        return parameters.report_fraction * n * max(parameters.expected_helpers - N, 0)
+    return float(n) * (n - 1) * N
+
+
+def check_faithful(parameters) -> None:
+    work = share_elements(parameters)
+    if work > SHARES_MAX:
+        raise ParameterError("mode", f"fast for this size: a faithful run draws about {work:.3g} share elements, "
+                             f"above 2^{SHARES_MAX.bit_length() - 1} (--mode fast skips the sharing, which "
+                             "reconstructs exactly)", "faithful")
+
+
+def sharing_bytes(parameters, mode: str) -> int:
+    """About the peak memory of a run besides the users' codes: the partial sums (n x N in uint64), the blocks
+    in flight, the server's rows (faithful DPDS, DPDG); the report sets and one item's shares (TSS)."""
+    n, N = parameters.n_users, parameters.domain_size
+    if mode == "fast":
+        return 16 * N + 9 * n
+    if isinstance(parameters, TSSParameters):
+        size = 8 * parameters.report_size
+        return n * (size + 8 * N) + 8 * int(parameters.report_fraction * n) * int(parameters.expected_helpers / N) \
+            + 24 * int(parameters.expected_helpers)
+    return 8 * n * N * 3 + THREADS * 2 * 8 * BLOCK_ELEMENTS
+
+
+def _senders_per_block(n_users: int, domain_size: int) -> int:
+    return max(1, BLOCK_ELEMENTS // (n_users * domain_size))
+
+
+def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
+                       progress: Progress | None = None) -> tuple[MessageBatch, dict[str, dict[str, int]]]:
+    """DPDS / DPDG through the users: (what the server receives, the users' transcript)."""
+    users, field = SharingUsers(parameters), parameters.field
+    n, N = parameters.n_users, parameters.domain_size
+    block = _senders_per_block(n, N)
+    starts = list(range(0, n, block))
+    generators = list(streams(rng, [f"sharing-{i}" for i in range(THREADS)]).values())
+
+    def work(part: int) -> np.ndarray:
+        received, gen = np.zeros((n, N), dtype=np.uint64), generators[part]
+        for lo in starts[part::THREADS]:
+            shares = users.share(users.contributions(codes[lo:lo + block], gen), gen)  # (n, senders, N)
+            received = field.add(received, field.sum(shares, axis=1))
+            if progress:
+                progress("share", min(block, n - lo), n)
+        return received
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        received = field.sum(np.stack(list(pool.map(work, range(THREADS)))), axis=0)
+    own = ({"noise_samples": n * N} if isinstance(parameters, DPDGParameters) else {"bernoulli_samples": n})
+    return users.forward(received), {"user": {
+        "parties": n, "sent": n * (n - 1) * N + n * N, "received": n * (n - 1) * N, "kept": n * N,
+        "uniform_samples": n * (n - 1) * N, "field_additions": 2 * n * (n - 1) * N, **own}}
+
+
+def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str, np.random.Generator],
+                    progress: Progress | None = None) -> tuple[MessageBatch, dict[str, dict[str, int]]]:
+    """TSS / TSS' through the users, S1 and the helpers: (what S2 receives, their transcript)."""
+    field, n, N = parameters.field, parameters.n_users, parameters.domain_size
+    coins, reports = TSSUsers(parameters).first_stage(codes, rngs["users"])
+    counts, helpers = ElectionServer(parameters).elect(reports, rngs["s1"])
+    # reporters of item j: users whose set holds j; their entry is the coin if they hold j
+    users_of = np.repeat(np.arange(n), reports.shape[1])
+    order = np.argsort(reports.ravel(), kind="stable")
+    reporters = np.split(users_of[order], np.cumsum(counts)[:-1])
+    items, sums, elements, helper_rows = [], [], 0, 0
+    for j in range(N):
+        holders = reporters[j]
+        entries = (coins[holders] & (codes[holders] == j)).astype(field.dtype)
+        if helpers[j].size == 0:
+            continue
+        if helpers[j].size == 1:  # one helper: each reporter's entry is his one share
+            partial = field.sum(entries[None, :], axis=1)
+        else:  # (helpers, reporters) shares; each helper sums his row
+            partial = field.sum(share(field, entries, helpers[j].size, rngs["users"]), axis=1)
+        items.append(np.full(helpers[j].size, j))
+        sums.append(partial)
+        elements += holders.size * helpers[j].size
+        helper_rows += helpers[j].size
+        if progress:
+            progress("share", 1, N)
+    rows = parameters.layout.batch({"item": np.concatenate(items) if items else np.empty(0, dtype=np.int64),
+                                    "share": np.concatenate(sums) if sums else np.empty(0, dtype=np.uint64)})
+    return rows, {
+        "user": {"parties": n, "indices_to_s1": int(reports.size), "sent": elements, "received": elements,
+                 "to_s2": helper_rows, "uniform_samples": elements - int(counts[[h.size > 0 for h in helpers]].sum()),
+                 "bernoulli_samples": n},
+        "s1": {"parties": 1, "received": int(reports.size), "published": helper_rows, "samples": helper_rows}}
+
+
+def fast_aggregate(parameters, codes: np.ndarray, rng: np.random.Generator, server: SumServer) -> SumAggregate:
+    """What the server reconstructs, without the sharing (exact, so skipping it changes nothing in law).
+
+    DPDS: the participants' counts. TSS: holders counted with probability p
+    p_chi (their coin, and their item in their set). DPDG: the counts at
+    scale 2^k plus the sum of the users' noise, drawn from its law (computed
+    exactly, sampled by inverse CDF in floating point: a simulation
+    shortcut). Rows received are counted as the faithful run would have them.
+    """
+    n, N, q = parameters.n_users, parameters.domain_size, parameters.modulus
+    if isinstance(parameters, DPDGParameters):
+        from ..privacy.discrete_gaussian import sum_law
+
+        offset, probabilities, _ = sum_law(parameters.noise_variance, n)
+        cdf = np.cumsum(probabilities)
+        noise = offset + np.searchsorted(cdf, rng.random(N) * cdf[-1])
+        totals = np.bincount(codes, minlength=N) * parameters.scale + noise
+        sums, rows = totals % q, n * N
+    else:
+        counted = bernoulli(parameters.sampling_probability, n, rng)
+        if isinstance(parameters, TSSParameters):
+            counted &= bernoulli(parameters.inclusion_probability, n, rng)
+            rows = math.ceil(parameters.expected_helpers)
+        else:
+            rows = n * N
+        sums = np.bincount(codes[counted], minlength=N)
+    return SumAggregate(np.asarray(sums, dtype=np.uint64), messages=rows)
