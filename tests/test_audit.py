@@ -44,7 +44,7 @@ def test_the_derived_bound_is_above_the_exact_delta(audits):
     for r in audits:
         params = calibrate(r.protocol, epsilon=r.claimed.epsilon, delta=r.claimed.delta,
                            n_users=r.instance["n_users"], domain_size=r.instance["domain_size"],
-                           calibration=r.calibration, bins=r.instance.get("bins"))
+                           calibration=r.calibration, **{o.name: r.instance.get(o.name) for o in get(r.protocol).options})
         assert r.true_delta <= params.delta_at(r.claimed.epsilon) * (1 + 1e-9), r
 
 

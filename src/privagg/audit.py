@@ -46,7 +46,7 @@ _EPS_MAX = 50.0
 
 
 def with_noise_scale(parameters, scale: float):
-    """The parameters with mu and rho multiplied by ``scale``, built without their checks.
+    """The parameters with their noise multiplied by ``scale`` (``noise_fields``), built without their checks.
 
     For the auditors only: scaled-down noise fails the parameters' own
     floor, which is the point -- the auditor must see the mechanism as it
@@ -55,8 +55,8 @@ def with_noise_scale(parameters, scale: float):
     if not (scale > 0 and math.isfinite(scale)):
         raise ParameterError("noise-scale", "a finite number > 0", scale)
     scaled = copy.copy(parameters)
-    object.__setattr__(scaled, "mu", parameters.mu * scale)
-    object.__setattr__(scaled, "rho", parameters.rho * scale)
+    for name, value in parameters.noise_fields(scale).items():
+        object.__setattr__(scaled, name, value)
     return scaled
 
 
@@ -117,9 +117,20 @@ def _instance(parameters) -> dict[str, Any]:
     return {k: v for k, v in parameters.to_dict().items() if k not in ("item_key",)}
 
 
+def one_changed_user(parameters, users: int):
+    """The default neighbouring pairs: user 0 holds x in D and y in D', every other user holds r (all x < y, r)."""
+    domain = parameters.domain_size
+    for x in range(domain):
+        for y in range(x + 1, domain):
+            for r in range(domain):
+                yield [x] + [r] * (users - 1), [y] + [r] * (users - 1)
+
+
 def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> AuditReport:
     """The true delta at the claimed eps and the true eps at the claimed delta, worst neighbouring pair.
 
+    Pairs come from the entry's ``audit_pairs`` (datasets meeting a
+    protocol's data condition), by default :func:`one_changed_user`.
     ``dropouts`` users (of those holding r) send nothing: what the adversary sees when they drop out, or
     when they collude and their messages are subtracted.
     """
@@ -127,21 +138,32 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     if entry.message_law is None:
         raise ParameterError("method", f"statistical for {entry.name} (no exact message law)", "exact")
     dropouts = check_integer("dropouts", dropouts, 0, parameters.n_users - 1)
+    if dropouts and entry.audit_pairs is not None:
+        raise ParameterError("dropouts", f"0 for {entry.name} (its guarantee counts dishonest users through "
+                             "--honest-fraction, in the calibration)", dropouts)
     audited = with_noise_scale(parameters, noise_scale)
-    n, domain = audited.n_users - dropouts, audited.domain_size
-    radix = n * (2 + math.floor(audited.rho)) + 1  # more than any count a histogram can hold
+    n = audited.n_users - dropouts
     eps, delta = parameters.epsilon, parameters.delta
+    raw = {item: entry.message_law(audited, item) for item in range(audited.domain_size)}
+    radix = n * max(max(h) for law in raw.values() for h in law) + 1  # more than any count a histogram can hold
+    user_laws = {item: _encode(law, radix) for item, law in raw.items()}
+    laws: dict[tuple[int, ...], Any] = {}
+
+    def law_of(dataset: list[int]):
+        key = tuple(sorted(dataset))  # users are exchangeable: the law depends on the counts only
+        if key not in laws:
+            laws[key] = output_law(user_laws, list(key))
+        return laws[key]
+
     worst_delta, worst_eps, pairs = 0.0, 0.0, 0
-    user_laws = {item: _encode(entry.message_law(audited, item), radix) for item in range(domain)}
-    laws = {(first, r): output_law(user_laws, [first] + [r] * (n - 1))
-            for first in range(domain) for r in range(domain)}
-    for x in range(domain):
-        for y in range(x + 1, domain):
-            for r in range(domain):
-                p, q = laws[x, r], laws[y, r]
-                worst_delta = max(worst_delta, hockey_stick(p, q, eps), hockey_stick(q, p, eps))
-                worst_eps = max(worst_eps, epsilon_at(p, q, delta))
-                pairs += 1
+    for first, second in (entry.audit_pairs or one_changed_user)(audited, n):
+        p, q = law_of(first), law_of(second)
+        worst_delta = max(worst_delta, hockey_stick(p, q, eps), hockey_stick(q, p, eps))
+        worst_eps = max(worst_eps, epsilon_at(p, q, delta))
+        pairs += 1
+    if not pairs:
+        raise ParameterError("users", f"enough for two neighbouring datasets that meet {entry.name}'s data "
+                             "condition", parameters.n_users)
     finite = math.isfinite(worst_eps)
     return AuditReport(
         protocol=parameters.protocol, calibration=parameters.calibration, method="exact",
@@ -239,12 +261,15 @@ def markdown_table(reports: list[AuditReport]) -> str:
     lines = ["| protocol | calibration | instance | claimed (eps, delta) | true delta at eps | true eps at delta | "
              "slack | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in reports:
-        options = "".join(f", {o.name} {r.instance[o.name]}" for o in get(r.protocol).options
-                          if r.instance.get(o.name) is not None)
+        noise_field = next(name for name in ("rho", "sampling_probability", "noise_variance") if name in r.instance)
+        options = "".join(f", {o.name} {r.instance[o.name]:.4g}" if isinstance(r.instance[o.name], float) else
+                          f", {o.name} {r.instance[o.name]}" for o in get(r.protocol).options
+                          if r.instance.get(o.name) is not None and o.name != noise_field)
         eps = "none finite" if r.true_epsilon is None else f"{r.true_epsilon:.3f}"
         slack = "" if r.slack is None else f"{r.slack:.3f}"
+        noise = f"{noise_field} {r.instance[noise_field]:.3f}"
         lines.append(f"| {r.protocol} | {r.calibration} | n {r.instance['n_users']}, B {r.instance['domain_size']}"
-                     f"{options}, rho {r.instance['rho']:.3f} | ({r.claimed.epsilon:g}, {r.claimed.delta:g}) | "
+                     f"{options}, {noise} | ({r.claimed.epsilon:g}, {r.claimed.delta:g}) | "
                      f"{r.true_delta:.3g} | {eps} | {slack} | {'holds' if r.holds else '**violated**'} |")
     return "\n".join(lines)
 

@@ -48,6 +48,9 @@ app.add_typer(audit_app, name="audit")
 account_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                           help="Privacy accountants: the guarantee a mechanism's parts add up to.")
 app.add_typer(account_app, name="account")
+reproduce_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                            help="Re-run a paper's evaluation: tables and PNG plots in a folder.")
+app.add_typer(reproduce_app, name="reproduce")
 
 
 def _console(stderr: bool = False):
@@ -207,15 +210,17 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
                            calibration=calibration.value, item_key=key, **options)
         profile, expected = privacy_profile(params), params.expected_error()
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
-                               privacy_profile=profile, **expected,
+                               privacy_profile=profile, **expected, costs=params.costs(), theory=params.theory(),
                                warnings=privacy_warnings(epsilon, delta, users))
 
     def human() -> None:
         from rich.table import Table
 
         table = Table(title=entry.title, show_header=False)
-        for name, value in {**report.parameters, **expected}.items():
+        for name, value in {**report.parameters, **expected, **report.theory}.items():
             table.add_row(name, f"{value:.6g}" if isinstance(value, float) else str(value))
+        for party, counts in report.costs.items():
+            table.add_row(f"cost per {party}", ", ".join(f"{k} {v:.6g}" for k, v in counts.items()))
         _console().print(table)
         _say_privacy(params.privacy, profile, verbose)
 
@@ -383,7 +388,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
               delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
               hash_key: Optional[str], full_domain: Optional[bool], mode: Mode, verbose: bool, as_json: bool,
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
-              **options: Any) -> None:
+              epsilon_column: Optional[str], **options: Any) -> None:
     from .io import InputFormat
     from .reports import to_json_dict
     from .simulate.frequency import check_resources, estimate_frequencies, item_encoder
@@ -415,6 +420,21 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
         codes, candidate_codes, dropped, input_name = _read_input(input, fmt, encoder, candidates)
         read_seconds = time.perf_counter() - start
         warnings = [f"{dropped} users with a missing value were left out (--missing drop)"] if dropped else []
+        if epsilon_column is not None:
+            from .io import read_epsilons
+            from .simulate.frequency import estimate_weighted
+
+            if input is None:
+                raise ParameterError("epsilon-column", "given with --input (a table with a column of epsilons)",
+                                     epsilon_column)
+            with _progress(progress) as advance:
+                report, _ = estimate_weighted(
+                    entry.name, codes, read_epsilons(input, fmt, epsilon_column), encoder, delta=delta,
+                    calibration=calibration.value, options=options, top=top, mode=mode.value, seed=seed,
+                    input_name=input_name, progress=advance, warnings=warnings)
+            report.simulation.seconds["read"] = read_seconds
+            _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
+            return
         with _progress(progress) as advance:
             report, run = estimate_frequencies(
                 entry.name, codes, encoder, epsilon=epsilon, delta=delta, calibration=calibration.value,
@@ -468,6 +488,13 @@ def _print_estimate(report, verbose: bool) -> None:
          f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
     _say(f"  theory: stderr {expected.standard_error:.1f}, max-error bound {expected.max_error_bound:.1f} "
          f"w.p. {1 - expected.max_error_beta:.0%}")
+    for g in report.groups or ():
+        _say(f"  group epsilon {g.epsilon:g}: {g.n_users} users, p = {g.sampling_probability:.4g}, weight "
+             f"{g.weight:.3f}")
+    if report.unweighted_error is not None:
+        u = report.unweighted_error
+        _say(f"  unweighted baseline (sum of tau_g / p_g): max {u.max_abs:.1f}, mean {u.mean_abs:.2f}, p90 "
+             f"{u.p90:.1f}")
     _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
     if report.messages_written:
         _say(f"messages written to {report.messages_written} (privagg analyze {report.protocol} --params "
@@ -512,9 +539,16 @@ def _register_estimate(entry: ProtocolEntry) -> None:
             _param("partitions", int, typer.Option(16, "--partitions", help="Partitions for --write-messages.")),
         ]
 
+    if entry.family == CATEGORICAL and "min_count_fraction" in {o.name for o in entry.options}:
+        params.append(_param("epsilon_column", Optional[str], typer.Option(
+            None, "--epsilon-column", help="Weighted aggregation: the table's column of each user's epsilon; users "
+                                           "are grouped by it, each group sampled at its own p, and the groups "
+                                           "combined by inverse-variance weights (--epsilon is then ignored).")))
+
     def body(**kw: Any) -> None:
         kw.setdefault("write_messages", None)
         kw.setdefault("partitions", 1)
+        kw.setdefault("epsilon_column", None)
         _estimate(entry, **kw)
 
     estimate_app.command(entry.name, help=f"{entry.title}: simulate over a dataset, report the top items.")(
@@ -591,6 +625,30 @@ for _entry in ENTRIES:
         _register_calibrate(_entry)
         _register_estimate(_entry)
         _register_audit(_entry)
+
+
+# --- reproduce ----------------------------------------------------------------------------------------
+
+@reproduce_app.command("sampling")
+def reproduce_sampling(
+    out: Path = typer.Option(..., "--out", help="Folder for the tables (CSV) and plots (PNG)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (seconds), for a first look."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulations (they are not private runs)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress on stderr."),
+) -> None:
+    """The sampling + secret-sharing family: variance against n and eps (DPDS, DPDG, TSS) with the crossover n*,
+    and costs per party against n and N (docs/results/sampling.md)."""
+    from .reproduce.sampling import run
+
+    with _clean_errors():
+        if out.exists() and not out.is_dir():
+            raise ParameterError("out", "a folder (it is created if missing)", str(out))
+        out.mkdir(parents=True, exist_ok=True)
+        with _progress(progress) as advance:
+            summary = run(out, quick=quick, seed=seed, progress=advance)
+    _say(f"wrote {len(list(out.iterdir()))} files to {out}")
+    for key, value in summary.items():
+        _say(f"  {key}: {value}")
 
 
 # --- account ------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ rows (from 1) for Parquet and ``.npy``.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,47 @@ def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"),
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(path, kind, field, err) from None
     return values
+
+
+def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray:
+    """Each user's privacy requirement: the numbers of ``column`` in the table ``path``, row by row (weighted
+    aggregation). Every value must be a finite number > 0; a missing one is an error (rows must stay aligned
+    with the items)."""
+    from dataclasses import replace
+
+    path = Path(path)
+    kind = file_kind(path, fmt)
+    if kind not in ("table", "parquet"):
+        raise ParameterError("epsilon-column", "given for a CSV, TSV or Parquet table (a column beside the items)",
+                             column)
+    if fmt.missing != "error":
+        raise ParameterError("missing", "error with --epsilon-column (users left out would misalign the rows)",
+                             fmt.missing)
+    fmt = replace(fmt, column=column)
+    parts = []
+    try:
+        for block in _blocks(path, kind, fmt, "epsilon-column"):
+            block, _ = _without_missing(block, fmt, "epsilon-column", path)
+            text = pc.cast(block.values, pa.string())
+            try:
+                values = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
+            except pa.ArrowInvalid:
+                values = np.array([_number(v) for v in text.to_pylist()])
+            bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+            if bad.size:
+                raise ParameterError("epsilon-column", "a finite number > 0 on every row",
+                                     f"{text[int(bad[0])].as_py()!r} on {block.where(int(bad[0]), path)}")
+            parts.append(values)
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, "epsilon-column", err) from None
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 @dataclass

@@ -57,6 +57,8 @@ class CalibrationReport:
     max_error_bound: float
     max_error_beta: float
     warnings: list[str] = field(default_factory=list)  # legal but weak choices (privacy_warnings)
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)  # expected, per kind of party
+    theory: dict[str, float | str] = field(default_factory=dict)  # the estimate's law and variance
 
 
 @dataclass
@@ -114,6 +116,17 @@ class FrequencyReport:
 
 
 @dataclass
+class Group:
+    """One privacy group of a weighted aggregation: its users, their epsilon, its p and its weight."""
+
+    epsilon: float
+    n_users: int
+    sampling_probability: float
+    weight: float  # in the inverse-variance combination
+    privacy: str  # the group's guarantee, in one line
+
+
+@dataclass
 class EstimateReport(FrequencyReport):
     """``privagg estimate``: a simulated run over a dataset."""
 
@@ -121,6 +134,8 @@ class EstimateReport(FrequencyReport):
     simulation: Simulation
     input: str
     messages_written: str | None = None  # the folder of --write-messages
+    groups: list[Group] | None = None  # weighted aggregation (--epsilon-column): one per distinct epsilon
+    unweighted_error: RealisedError | None = None  # the baseline sum_g tau_g / p_g, beside the weighted error
 
 
 @dataclass

@@ -3,12 +3,13 @@
 
 Each user takes part with probability p and the released counts are those
 of the participants. Neighbours replace one user's item a by b (n public).
-Only the counts of a and b differ in law; the other users holding them
-number at least m - 1 each when every count is at least m = ceil(beta n)
-(this covers every pair in which the dataset holding the changed item meets
-the condition, so a fortiori pairs where both do). Under D the released pair
+Only the counts of a and b differ in law. :func:`sampling_delta` takes m
+and puts m - 1 other users on each of a and b: under D the released pair
 is (X + B, Y), under D' it is (X, Y + B), with X, Y ~ Bin(m - 1, p) the
-others and B ~ Bern(p) the changed user.
+others and B ~ Bern(p) the changed user. When both neighbours hold every
+category at least c times, each of a and b has at least c other holders, so
+the protocols call it with m = c + 1 (less the users whose coins an
+adversary may know: protocols/sampling_sharing.py).
 
 Derived here: with f the Bin(m - 1, p) pmf and g(i) = p f(i - 1) + (1 - p)
 f(i) the law of X + B, the privacy loss is l(i) - l(j) with l = ln(g / f),

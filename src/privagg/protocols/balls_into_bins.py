@@ -231,6 +231,23 @@ class BallsIntoBinsParameters(FrozenParameters):
         log_term = math.log(2 * self.domain_size / beta)
         return max(math.sqrt(3 * lam * log_term), 3 * log_term) / (1 - p)
 
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        """The fields that set the noise, multiplied by ``scale`` (for the auditors)."""
+        return {"mu": self.mu * scale, "rho": self.rho * scale}
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        """Expected messages per party: each user sends 1 + rho, the analyzer (or curator) receives them all."""
+        return {"user": {"sent": self.messages_per_user}, self.aggregator: {"received": self.n_users *
+                                                                            self.messages_per_user}}
+
+    @property
+    def aggregator(self) -> str:
+        return "analyzer" if self.model == "shuffle" else "curator"
+
+    def theory(self) -> dict[str, float | str]:
+        return {"estimate": "(count - n p_col - mu) / (1 - p_col)", "standard_error_at_zero":
+                float(self.standard_error(0))}
+
     def expected_error(self) -> dict[str, float]:
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.standard_error(0)),

@@ -58,6 +58,8 @@ class ProtocolEntry:
     # (calibrate's keyword arguments); every entry with a law joins the audit grid of the tests.
     message_law: Callable[[Any, int], dict] | None = None
     audit_instances: tuple[dict[str, Any], ...] = ()
+    # neighbouring pairs of datasets (lists of items) to audit, when the guarantee needs a data condition
+    audit_pairs: Callable[[Any, int], Any] | None = None
 
     @property
     def implemented(self) -> bool:
@@ -77,7 +79,15 @@ _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, cali
                      dict(n_users=3, domain_size=2, epsilon=1.0, delta=0.1))
 
 # the sampling family (protocols/sampling_sharing.py)
-_SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS)
+_SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS,
+                                 message_law=ss.message_law, audit_pairs=ss.audit_pairs)
+# beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
+# (the closed form's delta needs hundreds of holders: its instance claims a large delta, to be audited at all)
+_SAMPLING_AUDITS = (dict(n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=1 / 3),
+                    dict(n_users=12, domain_size=3, epsilon=2.0, delta=0.1, min_count_fraction=0.25),
+                    dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.05, min_count_fraction=0.45),
+                    dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.7, min_count_fraction=0.45,
+                         calibrations=("closed_form",)))
 _BETA = Option("min_count_fraction", float, "beta in (0, 1/N]: every category is held by at least beta n users "
                "(required: the guarantee rests on it; checked on the data)")
 _P = Option("sampling_probability", float, "p in (0, 1]: fix p instead of calibrating it (its delta is computed, "
@@ -137,18 +147,18 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         name="dpcs", title="DPCS: a trusted server samples the records", topology="central",
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
         calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
-        options=(_BETA, _P), **_SAMPLING),
+        options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpcs-star", title="DPCS*: sampled counts released as n additive shares", topology="central",
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
         calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,
-        options=(_BETA, _P), **_SAMPLING),
+        options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology="secret_sharing",
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=fast_sharing,
-        options=(_BETA, _P, _HONEST), **_SAMPLING),
+        options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
         family="sampling + secret sharing", topology="secret_sharing",
@@ -161,14 +171,17 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         name="tss", title="TSS: two servers, report sets and elected helpers", topology="two_servers",
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
-        analyzer=ss.SumServer, fast=fast_sharing, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING),
+        analyzer=ss.SumServer, fast=fast_sharing, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
+        audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5), dict(_SAMPLING_AUDITS[1], report_fraction=2 / 3),
+                         dict(_SAMPLING_AUDITS[2], report_fraction=0.5), dict(_SAMPLING_AUDITS[3], report_fraction=0.5))),
     ProtocolEntry(
         name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
         topology="two_servers", trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
         fast=fast_sharing, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
-                                                              "colluding users"), _HONEST), **_SAMPLING),
+                                                              "colluding users"), _HONEST), **_SAMPLING,
+        audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5, colluders=1),)),
     ProtocolEntry(
         name="grr", title="GRR / OUE / OLH / Hadamard response", family="baselines", topology="local",
         trust="local (no trusted party)", messages_per_user="1", reference="standard literature",

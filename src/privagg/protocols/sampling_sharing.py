@@ -206,8 +206,9 @@ class SamplingParameters(SharingParameters):
 
     @property
     def counted_holders(self) -> int:
-        """The holders the guarantee counts on: m less the users who may not follow the protocol (a dishonest
-        user's participation coin is known to the adversary, so it is no noise)."""
+        """The other holders of each changed category the guarantee counts on: neighbours both meet the
+        condition, so besides the changed user each of the two categories has at least m holders; less the users
+        who may not follow the protocol (a dishonest user's coin is known to the adversary, so it is no noise)."""
         return self.min_count - (self.n_users - self.honest_users)
 
     @property
@@ -220,13 +221,13 @@ class SamplingParameters(SharingParameters):
 
     def delta_at(self, epsilon: float) -> float:
         """delta(eps) of the released counts, exactly (privacy/sampling.py), at the counted holders."""
-        return accountant.sampling_delta(epsilon, self.effective_probability, self.counted_holders)
+        return accountant.sampling_delta(epsilon, self.effective_probability, self.counted_holders + 1)
 
     def verify(self) -> None:
         if self.calibration == "closed_form":
             p, eps = self.effective_probability, self.epsilon
             if p >= 1 or math.log1p(-p) < -eps * (1 + 1e-12) or \
-                    accountant.chernoff_delta(p, self.counted_holders) > self.delta * (1 + 1e-9):
+                    accountant.chernoff_delta(p, self.counted_holders + 1) > self.delta * (1 + 1e-9):
                 raise ParameterError("sampling-probability", f"at most 1 - e^-eps = {-math.expm1(-eps):.6g} with the "
                                      f"Chernoff delta at most {self.delta:g}", p)
             return
@@ -264,6 +265,20 @@ class SamplingParameters(SharingParameters):
         p, log_term = self.effective_probability, math.log(2 * self.domain_size / beta)
         variance = self.largest_count * p * (1 - p)
         return (log_term / 3 + math.sqrt((log_term / 3) ** 2 + 2 * variance * log_term)) / p
+
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        """The chance of not being counted, 1 - p, multiplied by ``scale`` (for the auditors)."""
+        return {"sampling_probability": min(1.0, max(0.0, 1 - (1 - self.sampling_probability) * scale))}
+
+    def theory(self) -> dict[str, float | str]:
+        """The estimate's law (Lemma III.1 form; TSS: Lemma III.2 form), derived in docs/derivations.md."""
+        p = self.effective_probability
+        return {"estimate": "tau_j / p', tau_j the released count of category j",
+                "law": f"tau_j ~ Bin(Pi_j, p'), independent over categories, p' = {p:.6g}",
+                "per_item_variance": "Pi_j (1 - p') / p' on counts; (1 - p') psi_j / (p' n) on frequencies",
+                "variance_at_min_count": self.min_count * (1 - p) / p,
+                "total_frequency_variance": (1 - p) / (p * self.n_users),
+                "crossover_users_paper": crossover_users(self.epsilon, self.delta)}
 
     def _sampling_description(self, extra_assumptions: tuple[str, ...], rate: str) -> PrivacyDescription:
         parameters = {"sampling_probability": self.sampling_probability, "effective_probability":
@@ -308,6 +323,11 @@ class DPCSParameters(SamplingParameters):
     @property
     def messages_per_user(self) -> float:
         return 1.0
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        return {"user": {"sent": 1}, "server": {"received": self.n_users, "bernoulli_samples": self.n_users,
+                                                "sent": self.domain_size * (self.n_users if self.protocol ==
+                                                                            "dpcs-star" else 1)}}
 
     @property
     def layout(self) -> MessageLayout:
@@ -413,7 +433,7 @@ class TSSParameters(SamplingParameters):
         """
         if self.second_stage == "uniform":
             return super().delta_at(epsilon)
-        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, self.counted_holders,
+        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, self.counted_holders + 1,
                               self.inclusion_probability)
 
     @property
@@ -533,6 +553,10 @@ class DPDGParameters(SharingParameters):
     def scale(self) -> int:
         return 2**self.fractional_bits
 
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        """The per-user variance multiplied by ``scale``^2 (the noise's sd by ``scale``), for the auditors."""
+        return {"noise_variance": max(1, round(self.noise_variance * scale**2))}
+
     @property
     def noise_bound(self) -> int:
         """|sum of the users' noise| stays below this (50 sd: a sub-Gaussian tail below 2 e^-1250)."""
@@ -593,6 +617,14 @@ class DPDGParameters(SharingParameters):
     def costs(self) -> dict[str, dict[str, float]]:
         return sharing_costs(self.n_users, self.domain_size, {"noise_samples": self.domain_size})
 
+    def theory(self) -> dict[str, float | str]:
+        """Unbiased counts with the summed noise's variance; the classic Gaussian's V_G and the paper's n* beside."""
+        sd = float(self.standard_error())
+        return {"estimate": "the signed sum / 2^k", "law": "counts + the sum of n discrete Gaussians N_Z(0, s2) / 2^k",
+                "per_item_variance": sd**2,
+                "classic_gaussian_per_item_variance": 4 * math.log(1.25 / self.delta) / self.epsilon**2,
+                "crossover_users_paper": crossover_users(self.epsilon, self.delta)}
+
 
 # --- calibration ------------------------------------------------------------------------------------
 
@@ -650,12 +682,13 @@ def calibrate_sampling(cls, epsilon: float, delta: float, n_users: int, domain_s
     if sampling_probability is not None and not 0 < sampling_probability <= 1:
         raise ParameterError("sampling-probability", "in (0, 1]", sampling_probability)
     honest = honest_users(n, check_honest_fraction(honest_fraction, n))
-    holders = min_count(n, beta) - (n - honest)
-    if holders < 1:
+    others = min_count(n, beta) - (n - honest)  # SamplingParameters.counted_holders
+    if others < 1:
         raise ParameterError("honest-fraction", f"above 1 - beta = {1 - beta:.3g}: the {n - honest} users who may "
                              f"not follow the protocol could be all holders of a category", honest_fraction)
     build = dict(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                  modulus=_field_for(n), min_count_fraction=beta, honest_fraction=float(honest_fraction), **fields)
+    holders = others + 1  # the accountant's m: the changed user and the others
     if issubclass(cls, TSSParameters):
         check_tss_options(fields["report_fraction"], fields["second_stage"], fields["gamma"], fields["colluders"], n,
                           domain, epsilon, cls.protocol)
@@ -747,6 +780,61 @@ def crossover_users(epsilon: float, delta: float) -> float:
     """The paper's n* = 4 (e^eps - 1) ln(1.25/delta) / eps^2: DPDG's per-item variance V_G beats DPDS's total V
     = 1/(n (e^eps - 1)) above it (reference §3.3)."""
     return 4 * math.expm1(check_epsilon(epsilon)) * math.log(1.25 / check_delta(delta)) / epsilon**2
+
+
+# --- exact laws (the exact auditor, tiny instances) --------------------------------------------------------
+
+
+def message_law(parameters: SharingParameters, item: int) -> dict[tuple[int, ...], float]:
+    """One user's part of what the aggregator reconstructs, as an exact law over count vectors.
+
+    Sampling (DPCS, DPCS*, DPDS, TSS's uniform stage): e_item with probability p', else zeros -- the shares
+    reconstruct exactly, so the server's view is the sampled counts (reference §2.2). DPDG: e_item 2^k plus
+    N discrete Gaussians, each shifted by its truncation point T (the sum is shifted by n T alike in both
+    datasets); T = 12 sd + 2 leaves out less than e^-70 of each coordinate's mass.
+    """
+    N = parameters.domain_size
+    if isinstance(parameters, DPDGParameters):
+        from ..privacy.discrete_gaussian import pmf
+
+        cut = math.ceil(12 * math.sqrt(parameters.noise_variance)) + 2
+        support = np.arange(-cut, cut + 1)
+        one = pmf(parameters.noise_variance, support)
+        law: dict[tuple[int, ...], float] = {}
+        for values in np.ndindex(*(support.size,) * N):
+            shifted = [int(v) + (parameters.scale if j == item else 0) for j, v in enumerate(values)]
+            law[tuple(shifted)] = float(np.prod(one[list(values)]))
+        return law
+    if isinstance(parameters, TSSParameters) and parameters.second_stage != "uniform":
+        raise ParameterError("second-stage", "uniform for the exact audit (the adaptive stage's report sets are "
+                             "part of S2's view, beyond this law)", parameters.second_stage)
+    counted = tuple(int(j == item) for j in range(N))
+    return {counted: parameters.effective_probability, (0,) * N: 1 - parameters.effective_probability}
+
+
+def audit_pairs(parameters: SamplingParameters, users: int):
+    """Every neighbouring pair (one user moved from category a to b) in which both datasets hold every category
+    at least ceil(beta n) times: the datasets the guarantee speaks of (as lists of items)."""
+    m, N = parameters.min_count, parameters.domain_size
+    for counts in _compositions(users, N, m):
+        for a in range(N):
+            for b in range(N):
+                if a != b and counts[a] - 1 >= m:
+                    moved = list(counts)
+                    moved[a] -= 1
+                    moved[b] += 1
+                    yield (np.repeat(np.arange(N), counts).tolist(), np.repeat(np.arange(N), moved).tolist())
+
+
+def _compositions(total: int, parts: int, least: int):
+    """Count vectors of ``parts`` entries, each at least ``least``, summing to ``total``."""
+    if parts == 1:
+        if total >= least:
+            yield (total,)
+        return
+    for first in range(least, total - least * (parts - 1) + 1):
+        for rest in _compositions(total - first, parts - 1, least):
+            yield (first, *rest)
 
 
 # --- roles ----------------------------------------------------------------------------------------------
@@ -985,11 +1073,13 @@ class WeightedEstimate:
     unweighted: np.ndarray  # sum_g tau_g / p_g
     variance: np.ndarray  # per category, of the weighted estimate (at the estimate)
     unweighted_variance: np.ndarray
-    groups: list[DPDSParameters]
+    weights: np.ndarray  # w_g, summing to 1
+    groups: list[SamplingParameters]
 
 
-def combine_groups(groups: Sequence[DPDSParameters], sums: Sequence[np.ndarray]) -> WeightedEstimate:
-    """Combine per-group sampled counts tau_g (group g: n_g users, rate p_g) into population counts.
+def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarray]) -> WeightedEstimate:
+    """Combine per-group sampled counts tau_g (group g: n_g users, rate p_g = the effective rate) into population
+    counts.
 
     Unweighted: sum_g tau_g / p_g (unbiased for the population). Weighted:
     each group's frequency estimate tau_g / (p_g n_g) is weighted by its
@@ -998,7 +1088,7 @@ def combine_groups(groups: Sequence[DPDSParameters], sums: Sequence[np.ndarray])
     variance of any fixed convex combination (reference §2.7, our design).
     """
     n = sum(g.n_users for g in groups)
-    p = np.array([g.sampling_probability for g in groups])
+    p = np.array([g.effective_probability for g in groups])
     size = np.array([g.n_users for g in groups], dtype=np.float64)
     taus = np.stack([np.asarray(s, dtype=np.float64) for s in sums])
     unweighted = (taus / p[:, None]).sum(axis=0)
@@ -1010,4 +1100,4 @@ def combine_groups(groups: Sequence[DPDSParameters], sums: Sequence[np.ndarray])
     psi = np.clip(weighted / n, 0, 1)
     variance = n**2 * (weights**2 * (1 - p) / (p * size))[:, None].sum(axis=0) * psi
     unweighted_variance = (size * (1 - p) / p)[:, None].sum(axis=0) * psi
-    return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, list(groups))
+    return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, weights, list(groups))

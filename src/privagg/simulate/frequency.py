@@ -9,6 +9,7 @@ realised error.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import time
@@ -21,9 +22,9 @@ from ..core.encoding import ItemEncoder, check_item_key
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
 from ..protocols.registry import calibrate
-from ..protocols.results import FrequencyTable, count_among
-from ..reports import (EstimateReport, Messages, RealisedError, Simulation, expected_error, privacy_profile,
-                       report_parameters, reported_estimates)
+from ..protocols.results import FrequencyTable, count_among, top_k
+from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
+                       privacy_profile, report_parameters, reported_estimates)
 from .runner import Progress, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
@@ -124,6 +125,71 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
         simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
         input=input_name)
     return report, run
+
+
+GROUPS_MAX = 16
+
+
+def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, encoder: ItemEncoder, *,
+                      delta: float, calibration: str | None = None, options: dict[str, Any] | None = None,
+                      top: int = 10, mode: str = "faithful", seed: int | None = None, input_name: str = "",
+                      progress: Progress | None = None, warnings: Sequence[str] = ()):
+    """Weighted aggregation (docs/derivations.md, "Weighted aggregation"): users grouped by their epsilon, each
+    group run with its own p, the groups' counts combined by inverse-variance weights; returns (report, runs).
+
+    The report's estimates are the weighted ones; the unweighted baseline sum_g tau_g / p_g is measured beside
+    them (``unweighted_error``). Each user has the guarantee of his group; the report's ``privacy`` is the
+    weakest group's, with the others listed in ``groups``.
+    """
+    from ..protocols.sampling_sharing import SamplingParameters, combine_groups
+
+    top = check_integer("top", top, 1)
+    codes, epsilons = np.asarray(codes), np.asarray(epsilons, dtype=np.float64)
+    if epsilons.shape != codes.shape:
+        raise ParameterError("epsilon-column", f"one value per user ({codes.size})", f"{epsilons.size} values")
+    levels = np.unique(epsilons)
+    if levels.size > GROUPS_MAX:
+        raise ParameterError("epsilon-column", f"at most {GROUPS_MAX} distinct epsilons (privacy groups)",
+                             f"{levels.size} distinct values")
+    domain = encoder.domain_size
+    runs, groups = [], []
+    for g, eps in enumerate(levels):
+        members = codes[epsilons == eps]
+        params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
+                           calibration=calibration, item_key=encoder.item_key, **(options or {}))
+        if not isinstance(params, SamplingParameters):
+            raise ParameterError("epsilon-column", "given for a sampling protocol (dpcs, dpcs-star, dpds, tss)",
+                                 protocol)
+        runs.append(simulate(params, members, mode=mode, rng=None if seed is None else seed + g, progress=progress))
+        groups.append(params)
+    combined = combine_groups(groups, [r.result.estimates * p.effective_probability for r, p in zip(runs, groups)])
+    truth = np.bincount(codes, minlength=domain)
+    labels, values = top_k(None, combined.estimates, top)
+    stderr = np.sqrt(combined.variance[labels])
+    estimates = [Estimate(encoder.label(c), float(v), float(e), None, int(truth[c]))
+                 for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
+    weakest = int(np.argmax(levels))
+    privacy = runs[weakest].privacy
+    privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
+        f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
+        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest)",))
+    first = runs[weakest]
+    report = EstimateReport(
+        protocol=protocol, parameters=report_parameters(groups[weakest]), privacy=privacy, n_users=int(codes.size),
+        messages=Messages(sum(r.messages_total for r in runs), sum(r.messages_total for r in runs) / codes.size,
+                          sum(r.malformed for r in runs)),
+        bits_per_message=groups[weakest].bits_per_message, expected_error=expected_error(groups[weakest]),
+        estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
+        warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size))],
+        error=error_summary(combined.estimates, truth, "domain"),
+        simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
+                                                                     for k in first.seconds},
+                              {f"group {g}: {k}": v for g, r in enumerate(runs) for k, v in r.transcript.items()}),
+        input=input_name,
+        groups=[Group(float(e), p.n_users, p.sampling_probability, float(w), r.privacy.summary())
+                for e, p, w, r in zip(levels, groups, combined.weights, runs)],
+        unweighted_error=error_summary(combined.unweighted, truth, "domain"))
+    return report, runs
 
 
 def available_memory() -> int | None:

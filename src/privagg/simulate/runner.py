@@ -306,6 +306,10 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     working = entry.analyzer.working_bytes(parameters, full_domain)
     if entry.topology == "central":
         return working
+    if entry.topology in SHARING:
+        from .secret_sharing import sharing_bytes
+
+        return sharing_bytes(parameters, mode) + working
     messages, row = _capacity(parameters), parameters.layout.record_dtype.itemsize
     drawn = 8 * (len(parameters.layout.columns) + 1) + row
     if mode == "fast":

@@ -1,0 +1,315 @@
+"""The sampling + secret-sharing family beyond the registry contract: cost counts against the paper's, what
+coalitions of users see, the data condition, calibration choices and bad input.
+
+Views are tested on small instances by chi-square tests against the uniform law (fixed seeds, p-value
+thresholds fixed in advance); costs are the transcript's measured counts against the paper's formulas
+(reference §2.3, §2.6 and §4: ../shared/papers/fair-dp-distributed-frequency.md).
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from privagg.core.sharing import PrimeField
+from privagg.errors import ParameterError
+from privagg.privacy.sampling import chernoff_delta, paper_sampling_probability, sampling_delta
+from privagg.protocols import registry
+from privagg.protocols import sampling_sharing as ss
+from privagg.simulate import simulate
+from privagg.simulate.secret_sharing import run_two_servers
+
+EPS, DELTA = 1.0, 1e-6
+P_MIN = 1e-4  # chi-square p-value below which a view is declared non-uniform
+
+
+def balanced(n, domain, seed=0):
+    """Every category held by n / (2 N) users at least, the rest skewed."""
+    rng = np.random.default_rng(seed)
+    floor = n // (2 * domain)
+    rest = np.minimum(rng.zipf(1.6, size=n - floor * domain) - 1, domain - 1)
+    return rng.permutation(np.concatenate([np.repeat(np.arange(domain), floor), rest]))
+
+
+def dpds(n=60, domain=5, **options):
+    return registry.calibrate("dpds", epsilon=EPS, delta=0.01, n_users=n, domain_size=domain,
+                              min_count_fraction=1 / (2 * domain), **options)
+
+
+def tss(n=400, domain=8, protocol="tss", **options):
+    options = {"report_fraction": 0.5, **options}
+    return registry.calibrate(protocol, epsilon=EPS, delta=DELTA, n_users=n, domain_size=domain,
+                              min_count_fraction=1 / (2 * domain), **options)
+
+
+# --- costs -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,domain", [(40, 3), (101, 7)])
+def test_dpds_transcript_matches_the_papers_cost_counts(n, domain):
+    """Per user 2 n N + N field elements as the paper counts them: n N sent (the self-share included), n N
+    received (the self-share included), N to the server; (n - 1) N uniform samples, 2 (n - 1) N additions."""
+    params = dpds(n, domain)
+    run = simulate(params, balanced(n, domain), rng=3)
+    user, server, paper = run.transcript["user"], run.transcript["server"], params.costs()
+    assert user["parties"] == n and server["parties"] == 1
+    per_user = (user["sent"] + user["received"] + 2 * user["kept"]) / n
+    assert per_user == 2 * n * domain + domain == paper["user"]["sent"] + paper["user"]["received"] + \
+        paper["user"]["to_server"]
+    assert user["uniform_samples"] / n == (n - 1) * domain == paper["user"]["uniform_samples"]
+    assert user["field_additions"] / n == 2 * (n - 1) * domain == paper["user"]["field_additions"]
+    assert user["bernoulli_samples"] == n
+    assert server["received"] == n * domain == paper["server"]["received"]
+    assert server["field_additions"] == (n - 1) * domain == paper["server"]["field_additions"]
+    assert server["real_multiplications"] == domain
+
+
+def test_tss_transcript_matches_the_derived_cost_counts():
+    """S1 receives alpha N indices per user; S2 one element per helper, sum_j m_j = n alpha N of them (TSS);
+    users send sum_j m_j^2 elements, about alpha^2 n N per user, alpha^2 times DPDS's n N."""
+    params = tss(n=400, domain=8)
+    n, N, a = 400, 8, 0.5
+    run = simulate(params, balanced(n, N), rng=5)
+    user, s1, s2 = run.transcript["user"], run.transcript["s1"], run.transcript["s2"]
+    assert user["indices_to_s1"] == s1["received"] == n * a * N
+    assert s2["received"] == s1["published"] == n * a * N  # m'_j = m_j: one helper per reporter
+    # sum_j m_j^2 with m_j ~ Bin(n, a): mean N (n a (1 - a) + (n a)^2), sd about sqrt(N) 2 n a sqrt(n a (1 - a))
+    mean = N * (n * a * (1 - a) + (n * a) ** 2)
+    assert abs(user["sent"] - mean) <= 4 * math.sqrt(N) * 2 * n * a * math.sqrt(n * a * (1 - a))
+    assert user["sent"] / n == pytest.approx(a**2 * n * N, rel=0.05)  # the alpha^2 factor against DPDS
+    assert user["uniform_samples"] == user["sent"] - n * a * N  # m_j - 1 uniform shares per reporter and item
+
+
+def test_tss_collusion_tops_up_the_helpers():
+    """TSS': every item gets at least phi + 1 helpers, even with fewer reporters (reference §2.6)."""
+    params = tss(n=200, domain=10, protocol="tss-collusion", report_fraction=0.1, colluders=40)
+    reports = ss.TSSUsers(params).first_stage(balanced(200, 10), rng=1)[1]
+    counts, helpers = ss.ElectionServer(params).elect(reports, rng=2)
+    sizes = np.array([h.size for h in helpers])
+    assert np.array_equal(sizes, np.maximum(counts, 41)) and (counts < 41).any()
+    assert all(np.unique(h).size == h.size and h.min() >= 0 and h.max() < 200 for h in helpers)
+
+
+# --- views -------------------------------------------------------------------------------------------------
+
+
+def chi_square_uniform(rows: np.ndarray, q: int) -> float:
+    """p-value of rows (trials x k elements of Z_q) being uniform on Z_q^k."""
+    cells = np.ravel_multi_index(rows.T, (q,) * rows.shape[1])
+    observed = np.bincount(cells, minlength=q ** rows.shape[1])
+    return stats.chisquare(observed).pvalue
+
+
+@pytest.mark.parametrize("target", [0, 2])
+def test_any_n_minus_1_users_see_uniform_shares_whatever_the_last_users_item(target):
+    """n = 3, N = 1, q = 5: the two other users' shares of the target's vector are uniform on Z_5^2, and equal
+    in law whether the target participates with his item or not (the target keeps the correction share when he
+    is the last user; otherwise it goes to the last user, one of the coalition)."""
+    params = registry.calibrate("dpds", epsilon=EPS, delta=0.4, n_users=3, domain_size=2, min_count_fraction=0.5,
+                                sampling_probability=0.5)
+    users, q, trials = ss.SharingUsers(params), params.modulus, 20_000
+    others = [k for k in range(3) if k != target]
+    views = {}
+    for value in (0, 1):
+        vectors = np.full((trials, 1), value, dtype=np.uint64)  # one coordinate: the target's entry
+        shares = ss.share(users.field, vectors, 3, np.random.default_rng(value))  # (recipients, trials, 1)
+        views[value] = shares[others, :, 0].T.astype(np.int64)
+        assert chi_square_uniform(views[value], q) > P_MIN
+    table = np.stack([np.bincount(np.ravel_multi_index(v.T, (q, q)), minlength=q * q) for v in views.values()])
+    assert stats.chi2_contingency(table).pvalue > P_MIN
+    # and all three together give the value back
+    assert q == 5
+
+
+def test_s2_sees_helper_sums_that_do_not_reveal_who_reported():
+    """For one item with m = 3 reporters and 3 helpers, S2's three partial sums are uniform given their total
+    s_j: the same law whichever reporter's entry was 1."""
+    field, trials = PrimeField(7), 30_000
+    laws = []
+    for entries in ([1, 0, 0], [0, 0, 1]):
+        rng = np.random.default_rng(sum(entries[i] * i for i in range(3)))
+        shares = ss.share(field, np.tile(np.array(entries, dtype=np.uint64), (trials, 1)), 3, rng)  # (3, trials, 3)
+        sums = shares.sum(axis=2) % 7  # each helper sums what the three reporters sent him
+        assert np.all(sums.sum(axis=0) % 7 == 1)
+        view = sums[:2].T.astype(np.int64)  # the third is fixed by the total
+        assert chi_square_uniform(view, 7) > P_MIN
+        laws.append(np.bincount(np.ravel_multi_index(view.T, (7, 7)), minlength=49))
+    assert stats.chi2_contingency(np.stack(laws)).pvalue > P_MIN
+
+
+def test_tss_collusion_holds_against_phi_helpers_and_fails_beyond():
+    """phi = 2, one reporter and phi + 1 = 3 helpers: any 2 helpers' shares are uniform whatever the entry;
+    all 3 together (phi + 1 colluders, beyond the guarantee) reconstruct it exactly, as documented."""
+    field, trials = PrimeField(11), 20_000
+    views = []
+    for entry in (0, 1):
+        shares = ss.share(field, np.full(trials, entry, dtype=np.uint64), 3, np.random.default_rng(entry + 7))
+        view = shares[[0, 2]].T.astype(np.int64)
+        assert chi_square_uniform(view, 11) > P_MIN
+        views.append(np.bincount(np.ravel_multi_index(view.T, (11, 11)), minlength=121))
+        assert np.all(shares.sum(axis=0) % 11 == entry)  # three colluders learn the entry
+    assert stats.chi2_contingency(np.stack(views)).pvalue > P_MIN
+
+
+def test_tss_rows_to_s2_carry_no_user():
+    params = tss(n=200, domain=4)
+    rows, _ = run_two_servers(params, balanced(200, 4), {"users": np.random.default_rng(1),
+                                                         "s1": np.random.default_rng(2)})
+    assert set(rows.columns) == {"item", "share"}
+
+
+# --- the report sets of TSS ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage,gamma", [("uniform", 1.0), ("adaptive", 2.0), ("adaptive", 2.5)])
+def test_report_sets_hold_the_own_item_with_probability_p_chi(stage, gamma):
+    n, N = 20_000, 10
+    params = tss(n=n, domain=N, second_stage=stage, gamma=gamma, report_fraction=0.3)
+    codes = balanced(n, N)
+    coins, reports = ss.TSSUsers(params).first_stage(codes, rng=4)
+    assert reports.shape == (n, 3) and np.all(np.diff(reports, axis=1) > 0)  # distinct items
+    inside = (reports == codes[:, None]).any(axis=1)
+    p_chi = params.inclusion_probability
+    assert p_chi == pytest.approx(gamma * 0.3 / (gamma * 0.3 + 0.7))
+    assert abs(inside.mean() - p_chi) <= 4 * math.sqrt(p_chi * (1 - p_chi) / n)
+    assert abs(coins.mean() - params.sampling_probability) <= 4 * math.sqrt(0.25 / n) + 1e-12
+    # the other items are uniform: each non-own item equally likely
+    others = np.bincount((reports[~inside] - codes[~inside, None]).ravel() % N, minlength=N)[1:]
+    assert stats.chisquare(others).pvalue > P_MIN
+
+
+# --- calibration ---------------------------------------------------------------------------------------------
+
+
+def test_exact_calibration_is_the_largest_p_meeting_delta():
+    params = registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
+                                min_count_fraction=0.05)
+    p, m = params.sampling_probability, params.min_count
+    assert m == 100 and sampling_delta(EPS, p, m) <= DELTA < sampling_delta(EPS, p + 1e-9, m)
+    assert params.privacy.method == "exact" and params.delta_at(EPS) <= DELTA
+
+
+def test_paper_and_closed_form_calibrations():
+    paper = registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=20_000, domain_size=10,
+                               min_count_fraction=0.05, calibration="paper")
+    assert paper.sampling_probability == paper_sampling_probability(EPS)
+    closed = registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=20_000, domain_size=10,
+                                min_count_fraction=0.05, calibration="closed_form")
+    assert chernoff_delta(closed.sampling_probability, 1000) <= DELTA
+    with pytest.raises(ParameterError) as err:  # 50 holders are too few for p = 1 - e^-1 at delta = 1e-6
+        registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=1000, domain_size=10, min_count_fraction=0.05,
+                           calibration="paper")
+    assert err.value.field == "delta" and "largest p" in str(err.value)
+
+
+def test_a_given_sampling_probability_is_checked_not_trusted():
+    ok = registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
+                            min_count_fraction=0.05, sampling_probability=0.5)
+    assert ok.sampling_probability == 0.5 and ok.delta_at(EPS) <= DELTA
+    with pytest.raises(ParameterError) as err:
+        registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10, min_count_fraction=0.05,
+                           sampling_probability=0.9)
+    assert err.value.field == "sampling-probability" and "buys delta" in str(err.value)
+
+
+def test_dishonest_users_lower_p():
+    """Users who may not follow the protocol are counted as known holders: the guarantee rests on the others."""
+    full = dpds(2000, 10)
+    some = dpds(2000, 10, honest_fraction=0.98)
+    assert some.counted_holders == full.counted_holders - 40
+    assert some.sampling_probability < full.sampling_probability and some.delta_at(EPS) <= some.delta
+    with pytest.raises(ParameterError) as err:
+        dpds(2000, 10, honest_fraction=0.9)  # 200 dishonest users could be all 100 holders of a category
+    assert err.value.field == "honest-fraction"
+
+
+def test_tss_guarantee_uses_the_effective_rate():
+    params = tss(n=4000, domain=8, report_fraction=0.25)
+    rate = params.sampling_probability * 0.25
+    assert params.effective_probability == pytest.approx(rate)
+    assert params.delta_at(EPS) == sampling_delta(EPS, rate, params.min_count)
+    adaptive = tss(n=4000, domain=8, report_fraction=0.25, second_stage="adaptive", gamma=1.5)
+    assert adaptive.delta_at(EPS) <= DELTA and adaptive.sampling_epsilon == pytest.approx(EPS - math.log(1.5))
+
+
+# --- the data condition and bad input ---------------------------------------------------------------------
+
+
+def test_data_breaking_the_stated_condition_is_refused():
+    params = dpds(100, 5)  # beta = 0.1: every category held by at least 10 users
+    codes = np.concatenate([np.zeros(60, dtype=np.int64), np.repeat(np.arange(1, 5), 10)])
+    simulate(params, codes, rng=0)
+    codes[:-1][codes[:-1] == 4] = 0  # category 4 now held by 1 user only
+    with pytest.raises(ParameterError) as err:
+        simulate(params, codes, rng=0)
+    assert err.value.field == "min-count-fraction" and "category 4 is held by 1 of 100 users" in str(err.value)
+
+
+BAD = [
+    (dict(min_count_fraction=None), "min-count-fraction"), (dict(min_count_fraction=0.0), "min-count-fraction"),
+    (dict(min_count_fraction=0.2), "min-count-fraction"), (dict(min_count_fraction=-0.01), "min-count-fraction"),
+    (dict(sampling_probability=0.0), "sampling-probability"), (dict(sampling_probability=1.5), "sampling-probability"),
+    (dict(report_fraction=0.0), "report-fraction"), (dict(report_fraction=1.5), "report-fraction"),
+    (dict(report_fraction=0.15), "report-fraction"), (dict(gamma=0.5, second_stage="adaptive"), "gamma"),
+    (dict(gamma=2.0), "gamma"), (dict(gamma=3.0, second_stage="adaptive"), "gamma"),
+    (dict(second_stage="sometimes"), "second-stage"), (dict(colluders=0, protocol="tss-collusion"), "colluders"),
+    (dict(colluders=1000, protocol="tss-collusion"), "colluders"), (dict(colluders=2), "colluders"),
+]
+
+
+@pytest.mark.parametrize("change,field", BAD)
+def test_bad_options_name_the_field(change, field):
+    change = dict(change)
+    protocol = change.pop("protocol", "tss")
+    options = {"min_count_fraction": 0.05, "report_fraction": 0.5, **change}
+    with pytest.raises(ParameterError) as err:
+        registry.calibrate(protocol, epsilon=EPS, delta=DELTA, n_users=1000, domain_size=10, **options)
+    assert err.value.field == field, err.value
+
+
+def test_a_field_too_small_for_the_aggregate_is_refused():
+    data = dpds(60, 5).to_dict()
+    with pytest.raises(ParameterError) as err:
+        registry.load_parameters({**data, "modulus": 59})
+    assert err.value.field == "modulus" and "largest aggregate" in str(err.value)
+
+
+# --- DPCS* and weighted aggregation ---------------------------------------------------------------------------
+
+
+def test_dpcs_star_releases_shares_of_dpcs_counts():
+    params = registry.calibrate("dpcs-star", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
+                                min_count_fraction=0.05)
+    codes = balanced(2000, 10)
+    curator = registry.analyzer(params, rng=5)
+    agg = curator.agg_update(curator.agg_init(), ss.MessageBatch({"value": codes}))
+    shares = curator.shares(agg)
+    assert shares.shape == (2000, 10)
+    assert np.array_equal(ss.reconstruct(params.field, shares), curator.sample(agg).astype(np.uint64))
+    counts = np.bincount(codes, minlength=10)
+    assert np.all(curator.sample(agg) <= counts)
+
+
+def test_inverse_variance_weighting_beats_the_unweighted_baselines():
+    """Two groups (eps 0.5 and 3) with one distribution: both estimates are unbiased, and the weighted one's
+    variance is below the unweighted sum_g tau_g / p_g's, as the theory says; 400 seeded runs, 4-sigma bands."""
+    groups = [registry.calibrate("dpds", epsilon=e, delta=1e-5, n_users=n, domain_size=4,
+                                 min_count_fraction=0.125) for e, n in ((0.5, 4000), (3.0, 1000))]
+    codes = [np.tile(balanced(1000, 4), 4), balanced(1000, 4)]  # the same frequencies in both groups
+    truth = sum(np.bincount(c, minlength=4) for c in codes)
+    runs = 400
+    draws, plain = [], []
+    for seed in range(runs):
+        sums = [simulate(g, c, mode="fast", rng=seed * 2 + i).result.estimates * g.sampling_probability
+                for i, (g, c) in enumerate(zip(groups, codes))]
+        combined = ss.combine_groups(groups, sums)
+        draws.append(combined.estimates)
+        plain.append(combined.unweighted)
+    draws, plain = np.array(draws), np.array(plain)
+    theory = ss.combine_groups(groups, [np.bincount(c, minlength=4) * g.sampling_probability
+                                        for g, c in zip(groups, codes)])
+    assert np.all(theory.variance < theory.unweighted_variance)
+    for est, variance in ((plain, theory.unweighted_variance), (draws, theory.variance)):
+        assert np.all(np.abs(est.mean(axis=0) - truth) <= 4 * np.sqrt(variance / runs))
+        assert np.all(np.abs(est.var(axis=0, ddof=1) / variance - 1) <= 4 * math.sqrt(2 / (runs - 1)))
