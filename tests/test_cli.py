@@ -139,22 +139,31 @@ def test_protocols_table():
     assert "audit" in run("protocols")[1]  # the column (rich wraps its cells to the terminal)
 
 
-CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--domain", 5000, "--bins", 50]}
-@pytest.mark.parametrize("protocol", IMPLEMENTED)
-@pytest.mark.parametrize("calibration", ["numeric", "hockey_stick"])
+_BETA = ["--min-count-fraction", 0.05]
+# per protocol: the domain and the options its calibration needs (N = 10 categories for the sampling family)
+CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--domain", 5000, "--bins", 50],
+             "dpcs": ["--domain", 10, *_BETA], "dpcs-star": ["--domain", 10, *_BETA], "dpds": ["--domain", 10, *_BETA],
+             "dpdg": ["--domain", 10], "tss": ["--domain", 10, *_BETA, "--report-fraction", 0.5],
+             "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2]}
+OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
+
+
+@pytest.mark.parametrize("protocol,calibration", [(e.name, c) for e in ENTRIES if e.implemented
+                                                  for c in e.calibrations if c != "closed_form"])
 def test_calibrate_json_reloads_as_the_calibrated_parameters(protocol, calibration, tmp_path):
-    extra = CALIBRATE.get(protocol, ["--domain", 100])
+    extra = CALIBRATE[protocol]
     code, out, err = run("calibrate", protocol, *COMMON, "--users", 10_000, *extra, "--calibration", calibration,
                          "--json", "--output", tmp_path / "cal.json")
     assert code == 0, err
     report = json.loads(out)
     validate(report, CalibrationReport)
     assert json.loads((tmp_path / "cal.json").read_text()) == report
-    options = {"bins": 50} if protocol == "fe1" else {}
+    options = {o.name: OPTION_VALUES[o.name] for o in registry.get(protocol).options if o.name in OPTION_VALUES}
     params = registry.calibrate(protocol, epsilon=1, delta=1e-6, n_users=10_000, domain_size=extra[1],
-                                calibration=calibration, item_key=report["parameters"]["item_key"], **options)
+                                calibration=calibration, item_key=report["parameters"].get("item_key"), **options)
     assert [p["epsilon"] for p in report["privacy_profile"]] == [0.5, 1.0, 2.0]
     assert report["privacy_profile"][1]["delta"] == params.delta_at(1.0) <= 1e-6
+    assert report["costs"] and report["theory"]  # expected costs per party, the estimate's law
     assert load_parameters(json.dumps(report)) == params  # the whole report
     assert load_parameters((tmp_path / "cal.json").read_text()) == params
 
@@ -228,13 +237,18 @@ def test_seeded_estimates_say_they_are_not_private(ints_file):
 def test_unseeded_estimates_are_private(protocol, tmp_path):
     path = tmp_path / "small.txt"
     path.write_text("\n".join(str(i % 7) for i in range(500)) + "\n")
-    code, out, _ = run("estimate", protocol, "--input", path, *COMMON, "--domain", 50, "--top", 3, "--json")
-    assert code == 0
+    # 7 categories held by 71 or 72 users each: the sampling family's condition with beta = 0.1
+    extra = ["--domain", 7, "--min-count-fraction", 0.1] if "min_count_fraction" in {
+        o.name for o in registry.get(protocol).options} else ["--domain", 50]
+    extra += {"tss": ["--report-fraction", 3 / 7], "tss-collusion": ["--report-fraction", 3 / 7, "--colluders", 2]
+              }.get(protocol, [])
+    code, out, err = run("estimate", protocol, "--input", path, *COMMON, *extra, "--top", 3, "--json")
+    assert code == 0, err
     report = json.loads(out)
     validate(report, EstimateReport)
     assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
     assert "secure" in report["privacy"]["randomness"] and report["n_users"] == 500
-    code, out, _ = run("estimate", protocol, "--input", path, *COMMON, "--domain", 50, "--top", 3)
+    code, out, _ = run("estimate", protocol, "--input", path, *COMMON, *extra, "--top", 3)
     assert code == 0 and "NOT PRIVATE" not in out
 
 

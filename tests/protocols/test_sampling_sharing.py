@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privagg.core.sharing import PrimeField
+from privagg.core.messages import MessageBatch
+from privagg.core.sharing import PrimeField, reconstruct, share
 from privagg.errors import ParameterError
 from privagg.privacy.sampling import chernoff_delta, paper_sampling_probability, sampling_delta
 from privagg.protocols import registry
@@ -55,8 +56,9 @@ def test_dpds_transcript_matches_the_papers_cost_counts(n, domain):
     user, server, paper = run.transcript["user"], run.transcript["server"], params.costs()
     assert user["parties"] == n and server["parties"] == 1
     per_user = (user["sent"] + user["received"] + 2 * user["kept"]) / n
-    assert per_user == 2 * n * domain + domain == paper["user"]["sent"] + paper["user"]["received"] + \
-        paper["user"]["to_server"]
+    assert per_user == 2 * n * domain + domain == paper["user"]["paper_count"]
+    for key in ("sent", "received", "kept"):  # the transcript and the theory count alike
+        assert user[key] / n == paper["user"][key]
     assert user["uniform_samples"] / n == (n - 1) * domain == paper["user"]["uniform_samples"]
     assert user["field_additions"] / n == 2 * (n - 1) * domain == paper["user"]["field_additions"]
     assert user["bernoulli_samples"] == n
@@ -78,6 +80,8 @@ def test_tss_transcript_matches_the_derived_cost_counts():
     mean = N * (n * a * (1 - a) + (n * a) ** 2)
     assert abs(user["sent"] - mean) <= 4 * math.sqrt(N) * 2 * n * a * math.sqrt(n * a * (1 - a))
     assert user["sent"] / n == pytest.approx(a**2 * n * N, rel=0.05)  # the alpha^2 factor against DPDS
+    assert mean == params.expected_shares and abs(user["sent"] / n - params.costs()["user"]["sent"]) <= 4 * \
+        math.sqrt(N) * 2 * a * math.sqrt(n * a * (1 - a))
     assert user["uniform_samples"] == user["sent"] - n * a * N  # m_j - 1 uniform shares per reporter and item
 
 
@@ -113,7 +117,7 @@ def test_any_n_minus_1_users_see_uniform_shares_whatever_the_last_users_item(tar
     views = {}
     for value in (0, 1):
         vectors = np.full((trials, 1), value, dtype=np.uint64)  # one coordinate: the target's entry
-        shares = ss.share(users.field, vectors, 3, np.random.default_rng(value))  # (recipients, trials, 1)
+        shares = share(users.field, vectors, 3, np.random.default_rng(value))  # (recipients, trials, 1)
         views[value] = shares[others, :, 0].T.astype(np.int64)
         assert chi_square_uniform(views[value], q) > P_MIN
     table = np.stack([np.bincount(np.ravel_multi_index(v.T, (q, q)), minlength=q * q) for v in views.values()])
@@ -129,7 +133,7 @@ def test_s2_sees_helper_sums_that_do_not_reveal_who_reported():
     laws = []
     for entries in ([1, 0, 0], [0, 0, 1]):
         rng = np.random.default_rng(sum(entries[i] * i for i in range(3)))
-        shares = ss.share(field, np.tile(np.array(entries, dtype=np.uint64), (trials, 1)), 3, rng)  # (3, trials, 3)
+        shares = share(field, np.tile(np.array(entries, dtype=np.uint64), (trials, 1)), 3, rng)  # (3, trials, 3)
         sums = shares.sum(axis=2) % 7  # each helper sums what the three reporters sent him
         assert np.all(sums.sum(axis=0) % 7 == 1)
         view = sums[:2].T.astype(np.int64)  # the third is fixed by the total
@@ -144,7 +148,7 @@ def test_tss_collusion_holds_against_phi_helpers_and_fails_beyond():
     field, trials = PrimeField(11), 20_000
     views = []
     for entry in (0, 1):
-        shares = ss.share(field, np.full(trials, entry, dtype=np.uint64), 3, np.random.default_rng(entry + 7))
+        shares = share(field, np.full(trials, entry, dtype=np.uint64), 3, np.random.default_rng(entry + 7))
         view = shares[[0, 2]].T.astype(np.int64)
         assert chi_square_uniform(view, 11) > P_MIN
         views.append(np.bincount(np.ravel_multi_index(view.T, (11, 11)), minlength=121))
@@ -186,7 +190,8 @@ def test_exact_calibration_is_the_largest_p_meeting_delta():
     params = registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
                                 min_count_fraction=0.05)
     p, m = params.sampling_probability, params.min_count
-    assert m == 100 and sampling_delta(EPS, p, m) <= DELTA < sampling_delta(EPS, p + 1e-9, m)
+    # both neighbours hold every category m times: m other holders of each changed one (the accountant's m + 1)
+    assert m == 100 and sampling_delta(EPS, p, m + 1) <= DELTA < sampling_delta(EPS, p + 1e-9, m + 1)
     assert params.privacy.method == "exact" and params.delta_at(EPS) <= DELTA
 
 
@@ -217,7 +222,7 @@ def test_dishonest_users_lower_p():
     """Users who may not follow the protocol are counted as known holders: the guarantee rests on the others."""
     full = dpds(2000, 10)
     some = dpds(2000, 10, honest_fraction=0.98)
-    assert some.counted_holders == full.counted_holders - 40
+    assert full.counted_holders == full.min_count and some.counted_holders == full.counted_holders - 40
     assert some.sampling_probability < full.sampling_probability and some.delta_at(EPS) <= some.delta
     with pytest.raises(ParameterError) as err:
         dpds(2000, 10, honest_fraction=0.9)  # 200 dishonest users could be all 100 holders of a category
@@ -228,7 +233,7 @@ def test_tss_guarantee_uses_the_effective_rate():
     params = tss(n=4000, domain=8, report_fraction=0.25)
     rate = params.sampling_probability * 0.25
     assert params.effective_probability == pytest.approx(rate)
-    assert params.delta_at(EPS) == sampling_delta(EPS, rate, params.min_count)
+    assert params.delta_at(EPS) == sampling_delta(EPS, rate, params.min_count + 1)
     adaptive = tss(n=4000, domain=8, report_fraction=0.25, second_stage="adaptive", gamma=1.5)
     assert adaptive.delta_at(EPS) <= DELTA and adaptive.sampling_epsilon == pytest.approx(EPS - math.log(1.5))
 
@@ -283,10 +288,10 @@ def test_dpcs_star_releases_shares_of_dpcs_counts():
                                 min_count_fraction=0.05)
     codes = balanced(2000, 10)
     curator = registry.analyzer(params, rng=5)
-    agg = curator.agg_update(curator.agg_init(), ss.MessageBatch({"value": codes}))
+    agg = curator.agg_update(curator.agg_init(), MessageBatch({"value": codes}))
     shares = curator.shares(agg)
     assert shares.shape == (2000, 10)
-    assert np.array_equal(ss.reconstruct(params.field, shares), curator.sample(agg).astype(np.uint64))
+    assert np.array_equal(reconstruct(params.field, shares), curator.sample(agg).astype(np.uint64))
     counts = np.bincount(codes, minlength=10)
     assert np.all(curator.sample(agg) <= counts)
 

@@ -77,8 +77,11 @@ class PrimeField:
 
     def sum(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
         """The field sum along ``axis``: blocks of terms whose plain sum fits in uint64, reduced one by one."""
-        values = np.moveaxis(np.asarray(values), axis, 0)  # uint32 or uint64 elements, summed in uint64
+        values = np.asarray(values)  # uint32 or uint64 elements, summed in uint64
         block = (2**64 - 1) // (self.modulus - 1)
+        if values.shape[axis] <= block:  # one plain sum cannot wrap: no copy, no moved axis
+            return values.sum(axis=axis, dtype=np.uint64) % np.uint64(self.modulus)
+        values = np.moveaxis(values, axis, 0)
         total = np.zeros(values.shape[1:], dtype=np.uint64)
         for lo in range(0, values.shape[0], block):
             total = self.add(total, values[lo:lo + block].sum(axis=0, dtype=np.uint64) % np.uint64(self.modulus))

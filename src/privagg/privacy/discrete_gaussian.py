@@ -1,6 +1,6 @@
-"""DPDG's noise: the distributed discrete Gaussian (Kairouz, Liu & Steinke 2021), sampled exactly, with exact
-privacy of the released sum (fair DP paper's decentralized Gaussian baseline; reference
-../shared/papers/fair-dp-distributed-frequency.md §2.4).
+"""DPDG's noise: the distributed discrete Gaussian (Kairouz, Liu & Steinke 2021), sampled exactly, and the privacy
+of the released sum, computed numerically as an upper bound within about 1e-12 (fair DP paper's decentralized
+Gaussian baseline; reference ../shared/papers/fair-dp-distributed-frequency.md §2.4).
 
 Each of n users adds to every coordinate of its one-hot count vector, at the
 fixed-point scale ``shift`` = 2^k, an independent discrete Gaussian N_Z(0, s2):
@@ -20,38 +20,40 @@ Sampling (``sample``)
     floor(sqrt(s2)) + 1. The rejection step is exact for any scale (exp(-|y|/t)
     exp(-(|y| - s2/t)^2 / (2 s2)) is exp(-y^2 / (2 s2)) times a constant), and
     with this one s2/t = c is an integer, so gamma = (|Y| - c)^2 / (2 s2) has the
-    small denominator 2 s2 and nothing overflows int64 up to s2 <= 2^48
-    (``SIGMA_SQUARED_MAX``): Bernoulli(num / (den K)) is decided as A K + B <
-    num with A, B uniform on [0, den), [0, K), never forming den K; the Laplace
-    Y = floor((U + s2 V) / c) is computed without forming s2 V, and overflowing
-    it would take a geometric V above 2^38, i.e. that many rounds of its loop;
-    a numerator (|Y| - c)^2 beyond int64 (|Y| > 3e9, some 180 Laplace scales
-    out at the cap) goes to the same algorithm in Python integers. Everything
-    is vectorized over the samples: loops run over rounds of rejection.
+    small denominator 2 s2. Nothing overflows int64 up to s2 <= 2^48
+    (``SIGMA_SQUARED_MAX``): Bernoulli(num / (den K)) is a uniform integer on
+    [0, den K) below num, drawn as A K + B (A on [0, den), B on [0, K)) should
+    den K pass 2^62; the Laplace Y = floor((U + s2 V) / c) is computed without
+    forming s2 V, and overflowing it would take a geometric V above 2^38, i.e.
+    that many rounds of its loop; a numerator (|Y| - c)^2 beyond int64 (|Y| >
+    3e9, some 180 Laplace scales out at the cap) goes to the same algorithm in
+    Python integers. Everything is vectorized over the samples: the loops run
+    over rounds of rejection.
 
 Law of the sum (``sum_law``)
-    Numerically, on the window [-W, W], W = ceil(40 sd) + 50, sd^2 = n s2. The
+    On the window [-W, W], W = ceil(40 sd) + 50, sd^2 = n s2. The
     characteristic function of N_Z(0, s2) is, by Poisson summation (Jacobi's
     theta identity), phi(theta) = sum_k exp(-s2 (theta - 2 pi k)^2 / 2) / sum_k
     exp(-2 pi^2 s2 k^2), positive and decreasing on [0, pi]; ln phi is computed
     as -s2 theta^2 / 2 + log1p(...) - log1p(...) (|k| <= 3; the rest is below
     e^-230 relative), so phi^n = exp(n ln phi) keeps its relative accuracy
-    whatever n, and one inverse real FFT of length L (a power of two > 2W)
-    gives sum_m P(z + m L), the law and its aliases. Instead of estimates the
-    returned probabilities are rigorous lower bounds: the FFT output minus a
-    bound on its error, clipped at 0. The bound adds the spectrum's error
-    (round-off of n ln phi, bounded term by term), the inverse FFT's round-off
-    (componentwise, 10 u (log2 L + 4) times the spectrum's mean absolute value,
-    u = 2^-53; the standard forward error of Cooley-Tukey FFTs, each output a
-    sum over unique butterfly paths of unit-modulus factors, with a factor of
-    about two to spare) and the aliases, whose mass is below Pr[|S| > W] <= 2
-    exp(-(W + 1)^2 / (2 n s2)): the discrete Gaussian is sub-Gaussian, E[e^(tX)]
-    <= e^(t^2 s2 / 2) (Canonne, Kamath & Steinke 2020), so the sum S of n of
-    them is too, with s2 summed. ``outside`` = 1 - sum of the lower bounds
-    (plus its summation round-off) then bounds the mass outside the window
-    plus all the mass the bounds give up. Laws with n s2 above 10^11 (sd
-    316228, ``TOTAL_VARIANCE_MAX``) are refused: the window no longer fits a
-    fast FFT.
+    whatever n, and one inverse real FFT of length L, a power of two above 2 V
+    with V = ceil(12 sd) + 50, gives sum_m P(z + m L), the law and its aliases,
+    on [-V, V] (beyond, P is below e^-72 of its peak, far below the round-off
+    bound, and reported as 0). Instead of estimates the returned probabilities
+    are rigorous lower bounds: the FFT output minus a bound on its error,
+    clipped at 0. The bound adds the spectrum's error (round-off of n ln phi,
+    bounded term by term), the inverse FFT's round-off (componentwise, 10 u
+    (log2 L + 4) times the spectrum's mean absolute value, u = 2^-53: the
+    standard forward error of Cooley-Tukey FFTs, each output being a sum over
+    unique butterfly paths of unit-modulus factors, with a factor of about two
+    to spare) and the aliases, whose mass is below Pr[|S| > V] <= 2 exp(-(V +
+    1)^2 / (2 n s2)): the discrete Gaussian is sub-Gaussian, E[e^(tX)] <=
+    e^(t^2 s2 / 2) (Canonne, Kamath & Steinke 2020), so the sum S of n of them
+    is too, with s2 summed. ``outside`` = 1 - sum of the lower bounds (plus its
+    summation round-off) then bounds the mass outside the window plus all the
+    mass the bounds give up (about 2e-13). Laws with n s2 above 10^10 (sd 10^5,
+    ``TOTAL_VARIANCE_MAX``) are refused, to keep the FFT and the window fast.
 
 Privacy (``delta_at``)
     Under D the released pair of the changed coordinates is (S_a + shift, S_b),
@@ -61,15 +63,16 @@ Privacy (``delta_at``)
     P(x - shift), both coordinates' losses have the same law, and swapping the
     coordinates gives the other direction the same value. For each x the y
     with l(y) > eps - l(x) are, in the order of increasing l, a suffix: one
-    sort, suffix sums and one searchsorted, no window x window table (the
-    sort, rather than relying on l decreasing, keeps the computation exact for
-    the lower bounds, which need not be log-concave). With the lower bounds
-    p <= P, delta <= delta computed from p + (1 - (sum p)^2): the D' terms only
-    shrink with p, and the D terms lose at most the missing mass of the pair,
-    1 - (1 - outside)^2 = outside (2 - outside) (doubled for two coordinates;
-    no e^eps factor, thanks to the lower bounds). Round-off of the sums and of
-    the comparisons l(x) + l(y) > eps is bounded and added too, so the result
-    is an upper bound on the true delta, within about 1e-12 of it. Adding
+    sort, suffix sums and one searchsorted, no window x window table. (l
+    decreases in x, P being log-concave as a sum of log-concave laws, but the
+    lower bounds need not be, so they are sorted: timsort on the nearly
+    reversed array costs little.) With lower bounds p <= P, delta <= delta
+    computed from p + (1 - (sum p)^2): the D' terms only shrink with p, and the
+    D terms lose at most the missing mass of the pair, 1 - (1 - outside)^2 =
+    outside (2 - outside), doubled for two coordinates and with no e^eps
+    factor, thanks to the lower bounds. Round-off of the sums and of the
+    comparisons l(x) + l(y) > eps is bounded and added too, so the result is an
+    upper bound on the true delta, within about 1e-12 of it. Adding
     independent noise is post-processing, so when n s2 exceeds
     ``TOTAL_VARIANCE_MAX`` the delta of the largest group of users that fits
     is reported (an upper bound for n users).
@@ -90,11 +93,12 @@ from ..core.bisection import bisect
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 
 SIGMA_SQUARED_MAX = 2**48  # the sampler's cap on s2: int64 holds every step (module docstring)
-TOTAL_VARIANCE_MAX = 10**11  # the exact law of the sum is held for n s2 up to this (sd 316228)
+TOTAL_VARIANCE_MAX = 10**10  # the exact law of the sum is held for n s2 up to this (sd 10^5)
 _WINDOW_SD = 40  # the sum's law on +-(40 sd + 50): outside it at most 2 e^-800
 _FFT_SD = 12  # ... computed on +-(12 sd + 50): beyond, P < e^-72 of the peak, far below the round-off bound
 _U = 2.0**-53  # unit round-off of float64
 _SQUARE_FITS = 3_037_000_499  # the largest m with m^2 < 2^63
+_CHUNK = 2**20  # samples drawn at a time
 _NEGLIGIBLE_LOG = -800.0  # phi^n below e^-800 is left at 0 (and bounded as such)
 
 
@@ -108,7 +112,7 @@ def _bernoulli_exp_one(count: int, rng) -> np.ndarray:
     active = np.flatnonzero(rng.integers(0, 2, size=count, dtype=np.uint8) == 0)
     k = 3
     while active.size:
-        go_on = rng.integers(0, k, size=active.size, dtype=np.int64) == 0
+        go_on = rng.integers(0, k, size=active.size, dtype=np.uint8 if k < 256 else np.int64) == 0
         out[active[~go_on]] = k % 2 == 1
         active = active[go_on]
         k += 1
@@ -184,7 +188,7 @@ def _discrete_laplace(count: int, t: int, s: int, rng) -> np.ndarray:
         u = u[_bernoulli_exp_fraction(u, t, rng)]  # X = U + t V has Pr[X = x] proportional to exp(-x / t)
         v = _geometric(u.size, rng)
         y = v * steps + (u + v * extra) // s  # floor((U + t V) / s), t V never formed
-        negative = rng.integers(0, 2, size=u.size, dtype=np.int64) == 1
+        negative = rng.integers(0, 2, size=u.size, dtype=np.uint8) == 1
         keep = ~(negative & (y == 0))  # -0 would count 0 twice
         found.append(np.where(negative, -y, y)[keep])
         needed -= found[-1].size
@@ -207,7 +211,14 @@ def sample(sigma_squared: int, size, rng: np.random.Generator) -> np.ndarray:
     """
     s2 = check_integer("noise variance", sigma_squared, 1, SIGMA_SQUARED_MAX)
     shape = _shape(size)
-    count = math.prod(shape)
+    drawn = np.empty(math.prod(shape), dtype=np.int64)
+    for start in range(0, drawn.size, _CHUNK):  # chunks: the arrays stay small enough to be cheap to allocate
+        drawn[start:start + _CHUNK] = _gaussian(min(_CHUNK, drawn.size - start), s2, rng)
+    return drawn.reshape(shape)
+
+
+def _gaussian(count: int, s2: int, rng) -> np.ndarray:
+    """``count`` draws of N_Z(0, s2) by Algorithm 3, accepted draws kept in order."""
     c = math.isqrt(s2)
     found, needed = [], count
     while needed:
@@ -220,8 +231,7 @@ def sample(sigma_squared: int, size, rng: np.random.Generator) -> np.ndarray:
             keep[i] = _bernoulli_exp_exact(int(np.abs(np.abs(y[i]) - c)) ** 2, 2 * s2, rng)
         found.append(y[keep])
         needed -= found[-1].size
-    drawn = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-    return drawn.reshape(shape)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 # --- the law of one user's noise and of the sum ---------------------------------------------------------
@@ -285,7 +295,7 @@ def sum_law(sigma_squared: int, users: int) -> tuple[int, np.ndarray, float]:
     ceil(40 sd) + 50, sd^2 = users s2 (the FFT's value minus its error bound, clipped at 0: below about 1e-14 of
     the peak a probability is reported as 0). ``outside`` >= 1 - sum(probabilities) bounds the mass outside the
     window plus all the bounds give up; the part outside is at most 2 exp(-(W + 1)^2 / (2 users s2)) by the
-    sub-Gaussian tail. Needs users s2 <= 10^11 (``TOTAL_VARIANCE_MAX``).
+    sub-Gaussian tail. Needs users s2 <= 10^10 (``TOTAL_VARIANCE_MAX``).
     """
     s2 = check_integer("noise variance", sigma_squared, 1, SIGMA_SQUARED_MAX)
     n = check_integer("users", users, 1)
@@ -335,7 +345,7 @@ def delta_at(epsilon: float, sigma_squared: int, users: int, shift: int) -> floa
 
     One pass over the sorted one-dimensional losses (module docstring). When users s2 exceeds
     ``TOTAL_VARIANCE_MAX`` the noise of the largest group of users that fits is used (fewer users' noise is a
-    weaker guarantee: the rest is independent noise, a post-processing). s2 itself must be at most 10^11.
+    weaker guarantee: the rest is independent noise, a post-processing). s2 itself must be at most 10^10.
     """
     epsilon = check_epsilon(epsilon)
     s2 = check_integer("noise variance", sigma_squared, 1, SIGMA_SQUARED_MAX)
@@ -351,10 +361,12 @@ def delta_at(epsilon: float, sigma_squared: int, users: int, shift: int) -> floa
     eps = min(epsilon, 700.0)  # delta decreases in eps: a smaller eps bounds it from above; e^eps stays finite
     a = np.concatenate([low, np.zeros(s)])  # P(x) on x = offset', ..., offset' + N + s - 1
     b = np.concatenate([np.zeros(s), low])  # P(x - shift)
+    present = (a > 0) | (b > 0)  # points where both are 0 (round-off near the edges) weigh nothing either way
+    a, b = a[present], b[present]
     with np.errstate(divide="ignore"):
         log_a, log_b = np.log(a), np.log(b)
     loss = log_a - log_b  # +inf where only P(x) > 0, -inf where only P(x - shift) > 0
-    order = np.argsort(loss, kind="stable")
+    order = np.argsort(loss, kind="stable")  # nearly sorted (reversed) already: timsort's runs make it cheap
     sorted_loss = loss[order]
     tail_a = np.concatenate([np.cumsum(a[order][::-1])[::-1], [0.0]])  # suffix sums, small ones summed first
     tail_b = np.concatenate([np.cumsum(b[order][::-1])[::-1], [0.0]])
@@ -362,11 +374,16 @@ def delta_at(epsilon: float, sigma_squared: int, users: int, shift: int) -> floa
     gain = a * tail_a[first]
     cost = math.exp(eps) * (b * tail_b[first])
     found = float(np.clip(gain - cost, 0.0, None).sum())
-    # round-off: the sums (relative (N + 8) u on each part), and pairs put on the wrong side of eps by the error
-    # of l(x) + l(y), at most tol: each such pair's term is at most P(x) P(y) expm1(tol), their total mass <= 1
+    # round-off: the sums (relative (N + 8) u on each part, all terms positive), and the pairs that the error of
+    # l(x) + l(y), at most tol, may put on the wrong side of eps: each such term is at most P(x) P(y) expm1(tol),
+    # and they lie in the band |l(x) + l(y) - eps| <= 2 tol, whose mass is summed like the rest
     sums = 4 * (a.size + 8) * _U * float(gain.sum() + cost.sum())
     largest_log = max(float(np.abs(log_a[a > 0]).max()), float(np.abs(log_b[b > 0]).max()))
-    sides = math.expm1(16 * _U * (2 * largest_log + eps + 1))
+    tol = 16 * _U * (2 * largest_log + eps + 1)
+    near = np.searchsorted(sorted_loss, eps - loss - 2 * tol, side="right")
+    far = np.searchsorted(sorted_loss, eps - loss + 2 * tol, side="right")
+    band = float(a @ (tail_a[near] - tail_a[far]))
+    sides = math.expm1(tol) * band * (1 + 4 * (a.size + 8) * _U)
     return min(1.0, found + sums + sides + outside * (2 - outside))
 
 
@@ -386,33 +403,43 @@ def _continuous_variance(epsilon: float, delta: float, users: int, shift: int) -
     return 2 * shift**2 / mu**2 / users
 
 
-def _too_fine(shift: int, needed: float, largest: int, why: str) -> ParameterError:
-    """The error for a scale whose noise needs more variance than ``largest``: name the fractional bits to use."""
+def _too_fine(shift: int, excess: float, why: str) -> ParameterError:
+    """The error for a scale whose noise would need ``excess`` times more variance than allowed: noise scales with
+    shift^2, so name the fractional bits that would fit (about)."""
     k = math.log2(shift)
-    fits = math.floor(k + 0.5 * math.log2(largest / needed)) if needed > largest else math.floor(k) - 1
+    fits = max(0, min(math.ceil(k) - 1, math.floor(k - 0.5 * math.log2(excess))))
     got = int(k) if shift == 2 ** int(k) else f"a scale of {shift}"
-    return ParameterError("fractional-bits", f"at most about {max(fits, 0)} here (the per-user noise variance needed, "
-                          f"~{needed:.3g}, exceeds {largest:.3g}, {why}); or raise epsilon, delta or the number of "
-                          "users", got)
+    return ParameterError("fractional-bits", f"at most about {fits} here ({why}); or raise epsilon or delta", got)
 
 
 def calibrate(epsilon: float, delta: float, users: int, shift: int) -> int:
     """The least integer per-user s2 whose ``delta_at`` is at most ``delta``.
 
-    Bisection on integers (the bracket from the analytic Gaussian mechanism's variance, widened until it holds):
-    the result s satisfies delta_at(s) <= delta < delta_at(s - 1) (or s = 1). The search stops at s2 = 10^11 per
-    user (the accountant's limit) and 2^48 (the sampler's): if even that is not enough, a ParameterError says how
-    many fractional bits would do.
+    Bisection on integers, from a bracket around the analytic Gaussian mechanism's variance (widened until it
+    holds): the result s satisfies delta_at(s) <= delta < delta_at(s - 1), or s = 1. The sum's variance users s2
+    can be at most 10^10 (``TOTAL_VARIANCE_MAX``, the exact accountant's limit): a scale that needs more is
+    refused, naming the fractional bits that would do; so is a delta below the accountant's round-off allowance
+    (about 2e-13).
     """
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n, s = check_integer("users", users, 1), check_integer("shift", shift, 1)
-    largest = min(SIGMA_SQUARED_MAX, TOTAL_VARIANCE_MAX)
-    passes = lambda v: delta_at(epsilon, v, n, s) <= delta  # noqa: E731
+    floor = ParameterError("delta", "at least about 1e-12: the exact accountant adds its round-off allowance, some "
+                           "2e-13, to every delta", delta)
+    if delta < 1e-12:
+        raise floor
+    largest = max(1, min(SIGMA_SQUARED_MAX, TOTAL_VARIANCE_MAX // n))  # more users: delta_at bounds with fewer
     guess = _continuous_variance(epsilon, delta, n, s)
+    why = (f"the sum's noise variance needed, about {guess * n:.3g}, exceeds the exact accountant's limit "
+           f"{TOTAL_VARIANCE_MAX:.0e}")
+    if guess > 1.05 * largest:  # the discrete sum needs about what the continuous Gaussian needs
+        raise _too_fine(s, guess / largest, why)
+    passes = lambda v: delta_at(epsilon, v, n, s) <= delta  # noqa: E731
     lo, hi = 0, max(1, min(largest, math.ceil(guess * 1.05)))  # lo = 0: no noise, never private
     while not passes(hi):
         if hi == largest:
-            raise _too_fine(s, guess if guess > largest else 1.1 * largest, largest, "the exact accountant's limit")
+            if delta_at(epsilon, hi, n, s) < 1e-11:
+                raise floor
+            raise _too_fine(s, 1.0, why)
         lo, hi = hi, min(largest, 2 * hi)
     if lo == 0:
         candidate = min(hi - 1, math.floor(guess * 0.95))
@@ -438,5 +465,6 @@ def classic_variance(epsilon: float, delta: float, users: int, shift: int) -> in
     n, s = check_integer("users", users, 1), check_integer("shift", shift, 1)
     needed = 2 * s**2 * sigma**2 / n
     if needed > SIGMA_SQUARED_MAX:
-        raise _too_fine(s, needed, SIGMA_SQUARED_MAX, "the sampler's cap")
+        raise _too_fine(s, needed / SIGMA_SQUARED_MAX, f"the per-user noise variance needed, about {needed:.3g}, "
+                        "exceeds the sampler's cap 2^48")
     return max(1, math.ceil(needed))

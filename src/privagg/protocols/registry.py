@@ -165,7 +165,11 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=fast_sharing,
-        calibrations=ss.NOISE_CALIBRATIONS,
+        calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law,
+        # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
+        audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
+                         dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
+                              calibrations=("tight",))),
         options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology="two_servers",
@@ -181,7 +185,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
         fast=fast_sharing, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
                                                               "colluding users"), _HONEST), **_SAMPLING,
-        audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5, colluders=1),)),
+        audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5, colluders=1),
+                         dict(_SAMPLING_AUDITS[3], report_fraction=0.5, colluders=1))),
     ProtocolEntry(
         name="grr", title="GRR / OUE / OLH / Hadamard response", family="baselines", topology="local",
         trust="local (no trusted party)", messages_per_user="1", reference="standard literature",

@@ -18,9 +18,15 @@ Topologies and their roles:
     users send their values in the clear to a trusted :class:`Curator`,
     which aggregates them like an analyzer and adds the noise when it
     finalizes.
-``secret_sharing`` and ``two_servers``
-    :class:`Party` objects (users, servers, helpers) exchanging batches over
-    rounds: the sampling + secret-sharing family (DPDS, TSS, ...).
+``secret_sharing``
+    :class:`Sharers` (the users: each makes his vector, shares it among all
+    n users and forwards the sum of what he received) -> an :class:`Analyzer`
+    (the server, which reconstructs): DPDS, DPDG.
+``two_servers``
+    :class:`Reporters` (the users' coins and report sets) -> an
+    :class:`Elector` (S1: counts and elects helper users) -> the reporters
+    share each entry among the item's helpers, who sum and forward ->
+    an :class:`Analyzer` (S2): TSS, TSS'.
 
 An aggregate is plain picklable data (numpy arrays and integers):
 ``agg_update`` folds a batch of messages into it, ``merge`` adds partial
@@ -85,15 +91,30 @@ class Curator(Analyzer[Agg], Protocol):
 
 
 @runtime_checkable
-class Party(Protocol):
-    """One party of a multi-round protocol (a user, a server or a helper).
+class Sharers(Protocol):
+    """A batch of users of a secret-sharing protocol, one round after another (simulate/secret_sharing.py)."""
 
-    ``step`` takes what the party received in round ``round`` (by sender)
-    and returns what it sends (by recipient). Parties are numbered; the
-    topology's runner delivers the messages.
-    """
+    def contributions(self, values: np.ndarray, rng: RNGLike = None) -> np.ndarray:
+        """Each user's vector as field elements (users x N): what he shares."""
 
-    party: int
+    def share(self, contributions: np.ndarray, rng: RNGLike = None) -> np.ndarray:
+        """n additive shares of each vector (recipients x users x N)."""
 
-    def step(self, round: int, inbox: dict[int, MessageBatch], rng: RNGLike = None) -> dict[int, MessageBatch]:
-        """Process one round's inbox and return the outbox."""
+    def forward(self, received: np.ndarray) -> MessageBatch:
+        """Each user's sum of the shares he received (n x N), as the rows the server receives."""
+
+
+@runtime_checkable
+class Reporters(Protocol):
+    """A batch of users of a two-server protocol: first stage."""
+
+    def first_stage(self, values: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, np.ndarray]:
+        """(participation coins, report sets as users x set size)."""
+
+
+@runtime_checkable
+class Elector(Protocol):
+    """The first server: counts the report sets and elects each item's helpers."""
+
+    def elect(self, reports: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(reports per item m_j, the elected helpers of each item)."""

@@ -49,12 +49,12 @@ from ..core.sharing import PrimeField, reconstruct, share
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
-from .balls_into_bins import check_honest_fraction, honest_users
+from .balls_into_bins import N_USERS_MAX, check_honest_fraction, honest_users
 from .parameters import FrozenParameters, check_item_codes
 from .results import FrequencyTable
 
 CATEGORIES_MAX = 2**20  # N: every user's vector has N field elements
-N_USERS_MAX = 2**40
+REPORT_KEYS_ELEMENTS = 1 << 22  # TSS report sets are drawn from this many random keys at a time
 MAX_ERROR_BETA = 0.05
 SAMPLING_CALIBRATIONS = ("exact", "paper", "closed_form")
 NOISE_CALIBRATIONS = ("tight", "classic")
@@ -370,11 +370,12 @@ class DPDSParameters(SamplingParameters):
 
 
 def sharing_costs(n: int, N: int, own: dict[str, float]) -> dict[str, dict[str, float]]:
-    """DPDS's and DPDG's costs per party, as the paper counts them (reference §2.3): a user sends n N elements
-    (his self-share included) and receives n N, plus N to the server (2 n N + N in all); ``own``: what makes a
-    user's vector (a coin, or N noise samples)."""
-    return {"user": {"sent": n * N, "received": n * N, "to_server": N, "uniform_samples": (n - 1) * N,
-                     "field_additions": 2 * (n - 1) * N, **own},
+    """DPDS's and DPDG's costs per party, counted as the transcripts count them (reference §2.3): a user sends
+    (n - 1) N elements to the others and N to the server, receives (n - 1) N, keeps N (his self-share);
+    ``paper_count`` is the paper's 2 n N + N = sent + received + 2 kept (it counts the self-share both ways).
+    ``own``: what makes a user's vector (a coin, or N noise samples)."""
+    return {"user": {"sent": n * N, "received": (n - 1) * N, "kept": N, "paper_count": 2 * n * N + N,
+                     "uniform_samples": (n - 1) * N, "field_additions": 2 * (n - 1) * N, **own},
             "server": {"received": n * N, "field_additions": (n - 1) * N, "real_multiplications": N}}
 
 
@@ -443,16 +444,26 @@ class TSSParameters(SamplingParameters):
 
     @property
     def expected_helpers(self) -> float:
-        """E[sum_j max(m_j, phi + 1)]: sum_j m_j = n alpha N exactly, plus the top-ups of TSS' (m_j ~ Bin(n,
-        alpha) under the uniform stage; an upper bound's worth of approximation under the adaptive one)."""
-        n, N, a = self.n_users, self.domain_size, self.report_fraction
-        total = n * self.report_size
-        if self.colluders:
-            from scipy.stats import binom
+        """E[sum_j m'_j], m'_j = max(m_j, phi + 1) (TSS': phi >= 1) or m_j (TSS): sum_j m_j = n alpha N exactly,
+        plus TSS''s top-ups with m_j ~ Bin(n, alpha) (uniform stage; adaptive stages move the m_j with the data)."""
+        return self.report_size * self.n_users + self.domain_size * self._top_up(lambda k: self.colluders + 1 - k)
 
-            k = np.arange(self.colluders + 1)
-            total += N * float(np.sum((self.colluders + 1 - k) * binom.pmf(k, n, a)))
-        return total
+    @property
+    def expected_shares(self) -> float:
+        """E[sum_j m_j m'_j], the elements reporters send helpers: N (E m^2 + top-ups), E m^2 = n a (1 - a) + (n a)^2
+        (uniform stage)."""
+        n, a = self.n_users, self.report_fraction
+        return self.domain_size * (n * a * (1 - a) + (n * a) ** 2 + self._top_up(
+            lambda k: k * (self.colluders + 1 - k)))
+
+    def _top_up(self, extra) -> float:
+        """E[extra(m) ; m <= phi] for m ~ Bin(n, alpha); 0 for TSS."""
+        if not self.colluders:
+            return 0.0
+        from scipy.stats import binom
+
+        k = np.arange(self.colluders + 1)
+        return float(np.sum(extra(k) * binom.pmf(k, self.n_users, self.report_fraction)))
 
     @property
     def privacy(self) -> PrivacyDescription:
@@ -468,12 +479,12 @@ class TSSParameters(SamplingParameters):
             against_s1, collusion), "p p_chi")
 
     def costs(self) -> dict[str, dict[str, float]]:
-        """Expected per-party costs (reference §4, derived): uniform stage, m_j ~ alpha n."""
-        n, N, a = self.n_users, self.domain_size, self.report_fraction
-        helpers = self.expected_helpers  # sum_j m'_j
-        shares = N * (a * n) * (helpers / N)  # sum_j m_j m'_j, with m_j ~ alpha n
+        """Expected per-party costs (reference §4, derived exactly for the uniform stage, m_j ~ Bin(n, alpha))."""
+        n, N = self.n_users, self.domain_size
+        helpers, shares = self.expected_helpers, self.expected_shares
         return {"user": {"indices_to_s1": self.report_size, "sent": shares / n, "received": shares / n,
-                         "to_s2": helpers / n, "uniform_samples": (shares - n * self.report_size) / n},
+                         "to_s2": helpers / n, "uniform_samples": (shares - n * self.report_size) / n,
+                         "bernoulli_samples": 1},
                 "s1": {"received": n * self.report_size, "published": helpers, "samples": helpers},
                 "s2": {"received": helpers, "field_additions": helpers - N, "real_multiplications": N}}
 
@@ -729,6 +740,7 @@ def calibrate_tss(epsilon, delta, n_users, domain_size, calibration="exact", min
                   sampling_probability=None, report_fraction=None, second_stage="uniform", gamma=None,
                   honest_fraction=1.0, colluders=0, protocol=TSSParameters) -> TSSParameters:
     """TSS: p so that S2's counts, sampled at p p_chi, are (eps, delta)-DP (the adaptive stage spends ln gamma)."""
+    _common(epsilon, delta, n_users, domain_size, protocol)  # the common fields first, as for every protocol
     if report_fraction is None:
         raise ParameterError("report-fraction", "given: alpha in (0, 1], the fraction of the N categories each "
                              "user reports", None)
@@ -742,6 +754,7 @@ def calibrate_tss_collusion(epsilon, delta, n_users, domain_size, calibration="e
                             sampling_probability=None, report_fraction=None, second_stage="uniform", gamma=None,
                             honest_fraction=1.0, colluders=None) -> TSSCollusionParameters:
     """TSS': as TSS, with at least phi + 1 helpers per item."""
+    _common(epsilon, delta, n_users, domain_size, TSSCollusionParameters)
     if colluders is None:
         raise ParameterError("colluders", "given: phi >= 1, the largest group of colluding users", None)
     return calibrate_tss(epsilon, delta, n_users, domain_size, calibration, min_count_fraction, sampling_probability,
@@ -1032,20 +1045,23 @@ class TSSUsers:
         self.parameters = parameters
 
     def first_stage(self, codes, rng: RNGLike = None) -> tuple[np.ndarray, np.ndarray]:
-        """(coins, report sets as users x alpha N item indices)."""
+        """(coins, report sets as users x alpha N item indices, sorted), drawn for chunks of users so that the
+        random keys take about REPORT_KEYS_ELEMENTS at a time."""
         p, rng = self.parameters, resolve(rng)
         codes = p.check_codes(codes)
         coins = bernoulli(p.sampling_probability, codes.size, rng)
-        size = p.report_size
-        keys = rng.integers(0, 2**62, size=(codes.size, p.domain_size), dtype=np.int64)
-        if p.second_stage == "adaptive":
-            rows = np.arange(codes.size)
-            include = bernoulli(p.inclusion_probability, codes.size, rng)
-            # the own item first when included, last otherwise; the others in random order
-            keys[rows, codes] = np.where(include, -1, 2**62)
-        reports = np.argpartition(keys, size - 1, axis=1)[:, :size] if size < p.domain_size else \
-            np.tile(np.arange(p.domain_size), (codes.size, 1))
-        return coins, np.sort(reports, axis=1)
+        include = bernoulli(p.inclusion_probability, codes.size, rng) if p.second_stage == "adaptive" else None
+        size, N = p.report_size, p.domain_size
+        if size == N:
+            return coins, np.tile(np.arange(N), (codes.size, 1))
+        reports = np.empty((codes.size, size), dtype=np.int64)
+        chunk = max(1, REPORT_KEYS_ELEMENTS // N)
+        for lo in range(0, codes.size, chunk):
+            keys = rng.integers(0, 2**62, size=(min(chunk, codes.size - lo), N), dtype=np.int64)
+            if include is not None:  # the own item first when included, last otherwise; the others at random
+                keys[np.arange(keys.shape[0]), codes[lo:lo + chunk]] = np.where(include[lo:lo + chunk], -1, 2**62)
+            reports[lo:lo + chunk] = np.sort(np.argpartition(keys, size - 1, axis=1)[:, :size], axis=1)
+        return coins, reports
 
 
 class ElectionServer:

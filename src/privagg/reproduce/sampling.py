@@ -78,12 +78,15 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("tss-uniform", "tss", (("report_fraction", TSS_ALPHA), ("second_stage", "uniform")),
             f"TSS uniform, alpha = {TSS_ALPHA:g}"),
     Variant("tss-adaptive", "tss", (("report_fraction", TSS_ALPHA), ("second_stage", "adaptive"),
-                                    ("gamma", TSS_GAMMA)), f"TSS adaptive, alpha = {TSS_ALPHA:g}, gamma = {TSS_GAMMA:g}"),
+                                    ("gamma", TSS_GAMMA)),
+            f"TSS adaptive, alpha = {TSS_ALPHA:g}, gamma = {TSS_GAMMA:g}"),
 )
 
 
 @dataclass(frozen=True)
 class Grid:
+    """The sizes of one run of the three experiments (FULL, or QUICK for a first look and the tests)."""
+
     users: tuple[int, ...]
     epsilons: tuple[float, ...]
     runs: int
@@ -93,7 +96,7 @@ class Grid:
     cost_runs: int  # faithful TSS runs per point (its traffic depends on the random m_j)
 
 
-FULL = Grid(users=(100, 200, 500, 1000, 2000, 5000, 10000), epsilons=(0.25, 0.5, 1.0, 2.0, 4.0), runs=500,
+FULL = Grid(users=(100, 200, 500, 1000, 2000, 5000, 10000), epsilons=(0.25, 0.5, 1.0, 2.0, 4.0), runs=1000,
             cost_users=(50, 100, 200, 400), cost_domains=(5, 10, 20), cost_alphas=(0.2, 0.4, 0.6), cost_runs=3)
 QUICK = Grid(users=(200, 1000, 5000), epsilons=(0.5, 1.0, 2.0), runs=100, cost_users=(50, 100),
              cost_domains=(5, 10), cost_alphas=(0.4,), cost_runs=1)
@@ -103,6 +106,8 @@ VARIANCE_COLUMNS = ("experiment", "variant", "protocol", "calibration", "n_users
                     "runs", "mse", "mse_se", "theory_mse", "theory_se", "ratio", "z", "reliable", "note")
 CROSSOVER_COLUMNS = ("dpds_variant", "dpdg_variant", "measured_crossover_n", "dpdg_lower_at_every_n",
                      "theory_crossover_n", "paper_n_star", "derived_total_mse_threshold", "grid")
+FILES = ("variance_vs_n.csv", "variance_vs_n.png", "crossover.csv", "variance_vs_eps.csv", "variance_vs_eps.png",
+         "costs.csv", "costs.png")
 COST_COLUMNS = ("protocol", "n_users", "domain_size", "report_fraction", "field_bits", "runs", "user_sent",
                 "user_received", "user_to_server", "user_total", "user_indices_to_s1", "reference_user_total",
                 "expected_user_total", "reference", "ratio_to_dpds", "alpha_squared", "server_received",
@@ -184,10 +189,6 @@ def measure_mse(parameters, counts: np.ndarray, runs: int, seeds: Sequence[np.ra
     return errors
 
 
-def _fmt(value: Any) -> Any:
-    return "" if value is None else value
-
-
 def variance_point(experiment: str, variant: Variant, n_users: int, epsilon: float, runs: int,
                    seed: int, key: Sequence[int]) -> dict[str, Any]:
     """One row: the variant calibrated at (n, eps), measured over ``runs`` runs, and its theory."""
@@ -204,21 +205,22 @@ def variance_point(experiment: str, variant: Variant, n_users: int, epsilon: flo
     if variant.sampling:
         row.update(min_count=parameters.min_count, sampling_probability=parameters.sampling_probability,
                    effective_probability=parameters.effective_probability)
-        reliable = runs * n_users * parameters.effective_probability >= RELIABLE_COUNTED
+        counted = runs * n_users * parameters.effective_probability
+        reliable = counted >= RELIABLE_COUNTED
     else:
         row.update(count_noise_sd=parameters.count_noise_sd)
         reliable = True
     errors = measure_mse(parameters, counts, runs, _seeds(seed, key, runs))
     mse, mse_se = float(errors.mean()), float(errors.std(ddof=1) / math.sqrt(runs))
     theory, theory_se = theory_mse(parameters, counts), theory_mse_sd(parameters, counts) / math.sqrt(runs)
-    note = "" if reliable else (f"too few users counted to measure: runs n p' = {runs * n_users * parameters.effective_probability:.3g}"
-                                f" < {RELIABLE_COUNTED}")
+    note = "" if reliable else f"too few users counted to measure: runs n p' = {counted:.3g} < {RELIABLE_COUNTED}"
     return {**row, "runs": runs, "mse": mse, "mse_se": mse_se, "theory_mse": theory, "theory_se": theory_se,
             "ratio": mse / theory, "z": (mse - theory) / theory_se, "reliable": reliable, "note": note}
 
 
 def variance_rows(experiment: str, points: Sequence[tuple[int, float]], runs: int, seed: int,
                   progress: Progress | None, stage: str, experiment_key: int) -> list[dict[str, Any]]:
+    """Every variant at every (n, eps) of ``points``; each point's runs seeded by (experiment, point, variant)."""
     rows = []
     total = len(points) * len(VARIANTS) * runs
     for i, (n_users, epsilon) in enumerate(points):
@@ -229,8 +231,8 @@ def variance_rows(experiment: str, points: Sequence[tuple[int, float]], runs: in
     return rows
 
 
-def crossovers(rows: Sequence[dict[str, Any]], users: Sequence[int], epsilon: float, delta: float,
-               grid: str) -> list[dict[str, Any]]:
+def crossovers(rows: Sequence[dict[str, Any]], users: Sequence[int], epsilon: float,
+               delta: float) -> list[dict[str, Any]]:
     """For each (DPDS, DPDG) pair of variants: the smallest n of the grid where DPDG's measured (and theoretical)
     MSE is below DPDS's, among the n where both are feasible."""
     from ..protocols.sampling_sharing import crossover_users
@@ -281,7 +283,7 @@ def sharing_cost_row(protocol: str, n_users: int, domain_size: int, seed: int) -
     sent = (user["sent"] + user["kept"]) / n - to_server  # shares, the self-share included
     received = (user["received"] + user["kept"]) / n
     expected = parameters.costs()
-    reference = expected["user"]["sent"] + expected["user"]["received"] + expected["user"]["to_server"]
+    reference = expected["user"]["paper_count"]
     return {"protocol": protocol, "n_users": n, "domain_size": N, "field_bits": parameters.modulus.bit_length(),
             "runs": 1, "user_sent": sent, "user_received": received, "user_to_server": to_server,
             "user_total": sent + received + to_server, "reference_user_total": reference,
@@ -291,7 +293,7 @@ def sharing_cost_row(protocol: str, n_users: int, domain_size: int, seed: int) -
 
 def tss_cost_row(n_users: int, domain_size: int, alpha: float, runs: int, seed: int) -> dict[str, Any]:
     """Faithful TSS runs (uniform stage), their per-user traffic averaged; the reference's derived counts
-    (``costs()``: sum_j m_j^2 taken as N (alpha n)^2) and the exact expectation (E m_j^2 = (alpha n)^2 +
+    (sum_j m_j^2 taken as N (alpha n)^2) and the exact expectation (``costs()``: E m_j^2 = (alpha n)^2 +
     alpha (1 - alpha) n, m_j ~ Bin(n, alpha))."""
     from ..protocols import registry
     from ..simulate import simulate
@@ -311,14 +313,14 @@ def tss_cost_row(n_users: int, domain_size: int, alpha: float, runs: int, seed: 
                            ("s1_published", t["s1"]["published"])):
             totals[key] = totals.get(key, 0.0) + value / runs
     expected = parameters.costs()
-    reference = expected["user"]["sent"] + expected["user"]["received"] + expected["user"]["to_s2"]
-    exact = 2 * N * (alpha**2 * n + alpha * (1 - alpha)) + alpha * N
+    reference = 2 * alpha**2 * n * N + alpha * N
+    exact = expected["user"]["sent"] + expected["user"]["received"] + expected["user"]["to_s2"]
     return {"protocol": "tss", "n_users": n, "domain_size": N, "report_fraction": alpha,
             "field_bits": parameters.modulus.bit_length(), "runs": runs, "user_sent": totals["sent"] / n,
             "user_received": totals["received"] / n, "user_to_server": totals["to_s2"] / n,
             "user_total": (totals["sent"] + totals["received"] + totals["to_s2"]) / n,
             "user_indices_to_s1": totals["indices"] / n, "reference_user_total": reference,
-            "expected_user_total": exact, "reference": "reference §4 (derived): costs(), 2 alpha^2 n N + alpha N",
+            "expected_user_total": exact, "reference": "reference §4 (derived): 2 alpha^2 n N + alpha N",
             "alpha_squared": alpha**2, "server_received": totals["s2"],
             "reference_server_received": expected["s2"]["received"], "s1_received": totals["s1_received"],
             "s1_published": totals["s1_published"]}
@@ -391,41 +393,43 @@ def _variance_axes(ax, rows: Sequence[dict[str, Any]], x: str) -> None:
 
 def plot_variance_vs_n(path: Path, rows: Sequence[dict[str, Any]], crossover: dict[str, Any], epsilon: float,
                        runs: int) -> None:
-    fig, ax = _figure(8, 5.5)
+    fig, ax = _figure(11, 5.5)
     _variance_axes(ax, rows, "n_users")
     users = sorted({r["n_users"] for r in rows})
     n_star = crossover["paper_n_star"]
     grid = np.geomspace(min(0.8 * n_star, users[0]), users[-1], 200)
     p = -math.expm1(-epsilon)
     ax.plot(grid, (1 - p) / (p * grid), ":", color=COLORS["dpds-paper"], lw=1,
-            label="DPDS at p = 1 - e^-eps, theory at every n (private only where measured)")
-    ax.axvline(n_star, color="k", ls="--", lw=1)
-    ax.text(n_star, 0.98, f" paper's n* = {n_star:.1f}", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
-    ax.axvline(crossover["derived_total_mse_threshold"], color="0.5", ls="-.", lw=1)
-    ax.text(crossover["derived_total_mse_threshold"], 0.9, f" N n* = {crossover['derived_total_mse_threshold']:.0f}"
-            " (total MSE)", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="0.4")
+            label="DPDS at p = 1 - e^-eps, theory at every n\n(meets delta only where measured)")
+    ax.axvline(n_star, color="k", ls="--", lw=1, label=f"paper's n* = {n_star:.1f}")
+    ax.axvline(crossover["derived_total_mse_threshold"], color="0.5", ls="-.", lw=1,
+               label=f"N n* = {crossover['derived_total_mse_threshold']:.0f} (n* for the total MSE)")
     measured = crossover["measured_crossover_n"]
     if measured is not None:
-        ax.axvline(measured, color="C3", ls=":", lw=1.5)
         where = "at or below" if crossover["dpdg_lower_at_every_n"] else "at"
-        ax.text(measured, 0.05, f" measured DPDS/DPDG crossover: {where} n = {measured}",
-                transform=ax.get_xaxis_transform(), fontsize=8, color="C3")
+        ax.axvline(measured, color="C3", ls=":", lw=2,
+                   label=f"measured DPDS / DPDG crossover:\n{where} n = {measured}")
     ax.set_xlabel("users n")
     ax.set_ylabel("MSE of the frequency vector, sum over items")
-    ax.set_title(f"Variance against n: N = {DOMAIN}, eps = {epsilon:g}, delta = {DELTA:g}, beta = 1/(2N); "
-                 f"points: mean of {runs} runs (+-2 se), lines: theory", fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(f"Variance against n: N = {DOMAIN}, eps = {epsilon:g}, delta = {DELTA:g}, beta = 1/(2N)\n"
+                 f"points: mean of {runs} runs (error bars +-2 se), lines: theory", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.savefig(path, dpi=110)
 
 
 def plot_variance_vs_eps(path: Path, rows: Sequence[dict[str, Any]], runs: int) -> None:
-    fig, ax = _figure(7, 5)
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    fig, ax = _figure(9.5, 5)
     _variance_axes(ax, rows, "epsilon")
+    ax.set_xticks(sorted({r["epsilon"] for r in rows}))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("epsilon")
     ax.set_ylabel("MSE of the frequency vector, sum over items")
-    ax.set_title(f"Variance against eps: n = {EPS_USERS}, N = {DOMAIN}, delta = {DELTA:g}, beta = 1/(2N); "
-                 f"points: mean of {runs} runs (+-2 se), lines: theory", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title(f"Variance against eps: n = {EPS_USERS}, N = {DOMAIN}, delta = {DELTA:g}, beta = 1/(2N)\n"
+                 f"points: mean of {runs} runs (error bars +-2 se), lines: theory", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.savefig(path, dpi=110)
 
 
@@ -481,8 +485,8 @@ def plot_costs(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def run(out: Path, quick: bool = False, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
     """Run the three experiments (module docstring) and write their CSV tables and PNG plots into ``out``.
 
-    ``quick``: a small grid (seconds) instead of the full one (a few minutes on
-    two cores). ``seed``: every run's generator is spawned from it (seeded
+    ``quick``: a small grid (about 10 s) instead of the full one (about a
+    minute and a half on two cores). ``seed``: every run's generator is spawned from it (seeded
     simulations, not private runs). ``progress(stage, advance, total)``: as
     privagg.simulate's, called as each stage advances. Returns a summary.
     """
@@ -496,7 +500,7 @@ def run(out: Path, quick: bool = False, seed: int = 0, progress: Progress | None
                          "variance vs n", 1)
     by_eps = variance_rows("variance_vs_eps", [(EPS_USERS, e) for e in grid.epsilons], grid.runs, seed, progress,
                            "variance vs eps", 2)
-    cross = crossovers(by_n, grid.users, EPSILON, DELTA, name)
+    cross = crossovers(by_n, grid.users, EPSILON, DELTA)
     costs = cost_rows(grid, seed, progress)
 
     write_csv(out / "variance_vs_n.csv", by_n, VARIANCE_COLUMNS)
@@ -521,6 +525,6 @@ def run(out: Path, quick: bool = False, seed: int = 0, progress: Progress | None
         "largest_abs_z": round(max(abs(r["z"]) for r in measured), 2),
         "infeasible_points": sum(not r["feasible"] for r in by_n + by_eps),
         "dpds_traffic_matches_paper": all(r["user_total"] == r["expected_user_total"] for r in dpds_costs),
-        "files": sorted(p.name for p in out.iterdir() if p.suffix in (".csv", ".png")),
+        "files": sorted(FILES),
         "seconds": round(time.perf_counter() - start, 1),
     }

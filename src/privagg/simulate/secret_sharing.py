@@ -24,6 +24,7 @@ reconstructs exactly, and draws what the server would reconstruct.
 
 from __future__ import annotations
 
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,8 +34,8 @@ from ..core.messages import MessageBatch
 from ..core.randomness import streams
 from ..core.sharing import share
 from ..errors import ParameterError
-from ..protocols.sampling_sharing import (DPDGParameters, ElectionServer, SharingUsers, SumAggregate, SumServer,
-                                          TSSParameters, TSSUsers, bernoulli)
+from ..protocols.sampling_sharing import (REPORT_KEYS_ELEMENTS, DPDGParameters, ElectionServer, SharingUsers,
+                                          SumAggregate, SumServer, TSSParameters, TSSUsers, bernoulli)
 from .runner import Progress
 
 SHARES_MAX = 2**33  # share elements one faithful run may draw (about a minute and a half at 10^8 per second)
@@ -47,7 +48,7 @@ def share_elements(parameters) -> float:
     with m_j ~ alpha n (TSS)."""
     n, N = parameters.n_users, parameters.domain_size
     if isinstance(parameters, TSSParameters):
-        return parameters.report_fraction * n * max(parameters.expected_helpers - N, 0)
+        return parameters.expected_shares - n * parameters.report_size
     return float(n) * (n - 1) * N
 
 
@@ -65,10 +66,10 @@ def sharing_bytes(parameters, mode: str) -> int:
     n, N = parameters.n_users, parameters.domain_size
     if mode == "fast":
         return 16 * N + 9 * n
-    if isinstance(parameters, TSSParameters):
-        size = 8 * parameters.report_size
-        return n * (size + 8 * N) + 8 * int(parameters.report_fraction * n) * int(parameters.expected_helpers / N) \
-            + 24 * int(parameters.expected_helpers)
+    if isinstance(parameters, TSSParameters):  # report sets, their sort, one chunk of keys, one item's shares
+        size = parameters.report_size
+        shares = 8 * math.ceil(parameters.expected_shares / N)
+        return 24 * n * size + 16 * REPORT_KEYS_ELEMENTS + THREADS * 2 * shares + 24 * int(parameters.expected_helpers)
     return 8 * n * N * 3 + THREADS * 2 * 8 * BLOCK_ELEMENTS
 
 
@@ -78,21 +79,28 @@ def _senders_per_block(n_users: int, domain_size: int) -> int:
 
 def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
                        progress: Progress | None = None) -> tuple[MessageBatch, dict[str, dict[str, int]]]:
-    """DPDS / DPDG through the users: (what the server receives, the users' transcript)."""
+    """DPDS / DPDG through the users: (what the server receives, the users' transcript).
+
+    Each recipient's running sum is kept in uint64 without reduction for as many blocks as cannot wrap it
+    (each block adds less than senders x p), then reduced mod p: one addition per block, not a reduction.
+    """
     users, field = SharingUsers(parameters), parameters.field
-    n, N = parameters.n_users, parameters.domain_size
+    n, N, q = parameters.n_users, parameters.domain_size, np.uint64(parameters.modulus)
     block = _senders_per_block(n, N)
     starts = list(range(0, n, block))
+    unreduced = max(1, (2**64 - 1) // (block * parameters.modulus) - 1)  # blocks a running sum takes unreduced
     generators = list(streams(rng, [f"sharing-{i}" for i in range(THREADS)]).values())
 
     def work(part: int) -> np.ndarray:
         received, gen = np.zeros((n, N), dtype=np.uint64), generators[part]
-        for lo in starts[part::THREADS]:
+        for count, lo in enumerate(starts[part::THREADS], 1):
             shares = users.share(users.contributions(codes[lo:lo + block], gen), gen)  # (n, senders, N)
-            received = field.add(received, field.sum(shares, axis=1))
+            received += shares.sum(axis=1, dtype=np.uint64)
+            if count % unreduced == 0:
+                received %= q
             if progress:
                 progress("share", min(block, n - lo), n)
-        return received
+        return received % q
 
     with ThreadPoolExecutor(THREADS) as pool:
         received = field.sum(np.stack(list(pool.map(work, range(THREADS)))), axis=0)
@@ -104,35 +112,42 @@ def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
 
 def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str, np.random.Generator],
                     progress: Progress | None = None) -> tuple[MessageBatch, dict[str, dict[str, int]]]:
-    """TSS / TSS' through the users, S1 and the helpers: (what S2 receives, their transcript)."""
+    """TSS / TSS' through the users, S1 and the helpers: (what S2 receives, their transcript).
+
+    Items are shared out between two threads, each with its own generator from the users' stream.
+    """
     field, n, N = parameters.field, parameters.n_users, parameters.domain_size
     coins, reports = TSSUsers(parameters).first_stage(codes, rngs["users"])
     counts, helpers = ElectionServer(parameters).elect(reports, rngs["s1"])
     # reporters of item j: users whose set holds j; their entry is the coin if they hold j
-    users_of = np.repeat(np.arange(n), reports.shape[1])
     order = np.argsort(reports.ravel(), kind="stable")
-    reporters = np.split(users_of[order], np.cumsum(counts)[:-1])
-    items, sums, elements, helper_rows = [], [], 0, 0
-    for j in range(N):
-        holders = reporters[j]
-        entries = (coins[holders] & (codes[holders] == j)).astype(field.dtype)
-        if helpers[j].size == 0:
-            continue
-        if helpers[j].size == 1:  # one helper: each reporter's entry is his one share
-            partial = field.sum(entries[None, :], axis=1)
-        else:  # (helpers, reporters) shares; each helper sums his row
-            partial = field.sum(share(field, entries, helpers[j].size, rngs["users"]), axis=1)
-        items.append(np.full(helpers[j].size, j))
-        sums.append(partial)
-        elements += holders.size * helpers[j].size
-        helper_rows += helpers[j].size
-        if progress:
-            progress("share", 1, N)
-    rows = parameters.layout.batch({"item": np.concatenate(items) if items else np.empty(0, dtype=np.int64),
-                                    "share": np.concatenate(sums) if sums else np.empty(0, dtype=np.uint64)})
+    reporters = np.split(order // reports.shape[1], np.cumsum(counts)[:-1])
+    generators = list(streams(rngs["users"], [f"sharing-{i}" for i in range(THREADS)]).values())
+
+    def work(part: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        items, sums = [], []
+        for j in range(part, N, THREADS):
+            holders, size = reporters[j], helpers[j].size
+            entries = (coins[holders] & (codes[holders] == j)).astype(field.dtype)
+            if size == 1:  # one helper: each reporter's entry is his one share
+                sums.append(field.sum(entries[None, :], axis=1))
+            elif size > 1:  # (helpers, reporters) shares; each helper sums his row
+                sums.append(field.sum(share(field, entries, size, generators[part]), axis=1))
+            items.append(np.full(size, j))
+            if progress:
+                progress("share", 1, N)
+        return items, sums
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        done = list(pool.map(work, range(THREADS)))
+    rows = parameters.layout.batch({"item": np.concatenate([a for items, _ in done for a in items]),
+                                    "share": np.concatenate([a for _, sums in done for a in sums] or
+                                                            [np.empty(0, dtype=np.uint64)])})
+    sizes = np.array([h.size for h in helpers])
+    elements, helper_rows = int(counts @ sizes), int(sizes.sum())
     return rows, {
         "user": {"parties": n, "indices_to_s1": int(reports.size), "sent": elements, "received": elements,
-                 "to_s2": helper_rows, "uniform_samples": elements - int(counts[[h.size > 0 for h in helpers]].sum()),
+                 "to_s2": helper_rows, "uniform_samples": elements - int(counts[sizes > 0].sum()),
                  "bernoulli_samples": n},
         "s1": {"parties": 1, "received": int(reports.size), "published": helper_rows, "samples": helper_rows}}
 
@@ -148,10 +163,7 @@ def fast_aggregate(parameters, codes: np.ndarray, rng: np.random.Generator, serv
     """
     n, N, q = parameters.n_users, parameters.domain_size, parameters.modulus
     if isinstance(parameters, DPDGParameters):
-        from ..privacy.discrete_gaussian import sum_law
-
-        offset, probabilities, _ = sum_law(parameters.noise_variance, n)
-        cdf = np.cumsum(probabilities)
+        offset, cdf = _noise_cdf(parameters.noise_variance, n)
         noise = offset + np.searchsorted(cdf, rng.random(N) * cdf[-1])
         totals = np.bincount(codes, minlength=N) * parameters.scale + noise
         sums, rows = totals % q, n * N
@@ -164,3 +176,12 @@ def fast_aggregate(parameters, codes: np.ndarray, rng: np.random.Generator, serv
             rows = n * N
         sums = np.bincount(codes[counted], minlength=N)
     return SumAggregate(np.asarray(sums, dtype=np.uint64), messages=rows)
+
+
+@functools.lru_cache(maxsize=8)
+def _noise_cdf(sigma_squared: int, users: int) -> tuple[int, np.ndarray]:
+    """The law of the users' summed noise as (offset, cdf), computed once per (s2, n) for the fast path."""
+    from ..privacy.discrete_gaussian import sum_law
+
+    offset, probabilities, _ = sum_law(sigma_squared, users)
+    return offset, np.cumsum(probabilities)
