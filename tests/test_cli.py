@@ -461,7 +461,8 @@ def test_private_items_are_never_printed(tmp_path):
 def test_usage_errors_are_one_line():
     """Errors of the command-line parser itself (the installed entry point, as a user runs it)."""
     for args in (["estimate", "fe1", "--epsilon", "abc", "--delta", "1e-6"], ["estimate", "fe9"],
-                 ["estimate", "fe1", "--delta", "1e-6"]):
+                 ["estimate", "fe1", "--delta", "1e-6"],
+                 ["estimate", "dpdg", "--epsilon", "1", "--delta", "1e-6", "--calibration", "exact"]):
         result = subprocess.run([sys.executable, "-m", "privagg", *args], capture_output=True, text=True)
         assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
         assert result.stderr.count("\n") == 1 and not result.stdout
@@ -520,3 +521,39 @@ def test_unreachable_scheduler_is_one_line(ints_file, tmp_path, monkeypatch):
     code, _, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
                        "--candidates", tmp_path / "cands.txt", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9")
     assert code == 2 and err.startswith("error: scheduler must be the address of a reachable Dask scheduler"), err
+
+
+SAMPLING_BAD = [
+    (["dpds"], "min-count-fraction must be given"),
+    (["dpds", "--min-count-fraction", 0.2], "min-count-fraction must be given, in (0, 1/N]"),
+    (["dpds", "--min-count-fraction", 0.05], "category 9 is held by 94 of 2000 users"),  # the bundled data: 4.7%
+    (["dpds", "--min-count-fraction", 0.04, "--sampling-probability", 1.5], "sampling-probability must be in (0, 1]"),
+    (["dpds", "--min-count-fraction", 0.04, "--sampling-probability", 0.99], "sampling-probability must be met"),
+    (["tss", "--min-count-fraction", 0.04, "--report-fraction", 0], "report-fraction must be in (0, 1]"),
+    (["tss", "--min-count-fraction", 0.04, "--report-fraction", 0.25], "report-fraction must be a multiple of 1/N"),
+    (["tss", "--min-count-fraction", 0.04, "--report-fraction", 0.5, "--second-stage", "adaptive", "--gamma", 0.5],
+     "gamma must be >= 1"),
+    (["tss-collusion", "--min-count-fraction", 0.04, "--report-fraction", 0.5, "--colluders", 5000],
+     "colluders must be an integer in [1, 1999]"),
+    (["dpds", "--min-count-fraction", 0.04, "--hash-key", "00ff"], "hash-key must be left out"),
+]
+
+
+@pytest.mark.parametrize("args,message", SAMPLING_BAD)
+def test_sampling_family_bad_input_is_one_line(args, message):
+    code, out, err = run("estimate", *args, *COMMON, "--seed", 1)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err and message in err, err
+
+
+def test_categories_outside_the_list_and_integers_without_a_domain(tmp_path):
+    (tmp_path / "answers.txt").write_text("yes\nno\n")
+    (tmp_path / "data.txt").write_text("yes\nno\nyes\nperhaps\n")
+    code, _, err = run("estimate", "dpdg", "--input", tmp_path / "data.txt", "--candidates", tmp_path / "answers.txt",
+                       *COMMON)
+    assert code == 2 and "item must be one of the 2 categories" in err and "'perhaps'" in err
+    (tmp_path / "ints.txt").write_text("0\n1\n1\n0\n")
+    code, _, err = run("estimate", "dpdg", "--input", tmp_path / "ints.txt", *COMMON)
+    assert code == 2 and err.startswith("error: candidates must be given for text items"), err
+    code, out, err = run("estimate", "dpdg", "--input", tmp_path / "ints.txt", "--domain", 2, *COMMON, "--json")
+    assert code == 0, err
+    assert json.loads(out)["parameters"]["domain_size"] == 2 and "item_key" not in json.loads(out)["parameters"]

@@ -40,3 +40,21 @@ def test_command_lines_run_as_written(tmp_path):
                                 text=True)
         assert result.returncode == 0, (line, result.stderr)
     assert (tmp_path / "report.json").exists() and (tmp_path / "msgs" / "params.json").exists()
+
+
+@pytest.mark.slow  # faithful sharing among 2,000 users, and the quick reproduction
+def test_sampling_command_lines_run_as_written(tmp_path):
+    (commands,) = [b for b in blocks("") if b.startswith("privagg estimate dpds")]
+    rng = np.random.default_rng(0)
+    answers = ["yes", "no", "maybe", "later"]
+    rows = rng.choice(answers, size=1_000, p=[0.35, 0.3, 0.2, 0.15])
+    eps = rng.choice([0.5, 2.0], size=rows.size)
+    (tmp_path / "survey.csv").write_text("answer,eps\n" + "".join(f"{a},{e}\n" for a, e in zip(rows, eps)))
+    (tmp_path / "answers.txt").write_text("\n".join(answers) + "\n")
+    for line in commands.replace("\\\n", " ").splitlines():
+        args = shlex.split(line.split("#")[0])
+        assert args[0] == "privagg"
+        result = subprocess.run([sys.executable, "-m", "privagg", *args[1:]], cwd=tmp_path, capture_output=True,
+                                text=True)
+        assert result.returncode == 0, (line, result.stderr)
+    assert (tmp_path / "results" / "variance_vs_n.png").exists()

@@ -365,7 +365,7 @@ def _category_encoder(input: Path | None, candidates: Path | None, domain: int |
     """The encoder of a categorical protocol: the public list of categories (--candidates, or the bundled
     data's), or integers in [0, N) with --domain N."""
     from . import datasets
-    from .core.encoding import CategoryEncoder, ItemEncoder
+    from .core.encoding import CategoryEncoder
     from .io import read_list
 
     if candidates is not None:
@@ -376,7 +376,7 @@ def _category_encoder(input: Path | None, candidates: Path | None, domain: int |
         raise ParameterError("candidates", "given for text items (the public list of the N categories, one per line)"
                              ", or --domain N for integer items in [0, N)", None)
     else:
-        return ItemEncoder(domain, b"categories", kind="integer")
+        return CategoryEncoder(domain)
     if domain is not None and domain != encoder.domain_size:
         raise ParameterError("domain", f"left out, or the number of categories listed ({encoder.domain_size})",
                              domain)

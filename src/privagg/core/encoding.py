@@ -153,10 +153,15 @@ class CategoryEncoder(ItemEncoder):
     For the protocols whose users hold one of N known categories (the
     sampling + secret-sharing family). Every code is labelled with its
     category, since the list is public; integers in the data are matched as
-    their decimal text.
+    their decimal text. ``categories`` may also be a count N: the integers
+    0..N-1 are then the categories, and other integers are errors.
     """
 
     def __init__(self, categories) -> None:
+        if isinstance(categories, (int, np.integer)):
+            super().__init__(int(categories), key=b"categories", kind="integer")
+            self.categories = None
+            return
         names = [str(c) for c in categories]
         if len(names) < 2:
             raise ParameterError("candidates", "a list of at least 2 categories", f"{len(names)} categories")
@@ -176,12 +181,14 @@ class CategoryEncoder(ItemEncoder):
         return code
 
     def _encode_integers(self, arr: np.ndarray, field: str) -> np.ndarray:
+        if self.categories is None:
+            return super()._encode_integers(arr, field)
         import pyarrow as pa
 
         return self.encode(pa.array([str(v) for v in arr.tolist()], type=pa.string()), field)
 
-    def label(self, code: int) -> str:
-        return self.categories[int(code)]
+    def label(self, code: int) -> int | str:
+        return int(code) if self.categories is None else self.categories[int(code)]
 
     def is_collision(self, code: int) -> bool:
         return False
