@@ -76,6 +76,7 @@ from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-process measurement)
+from benchfmt import Report, load_average, note, ratio, seconds, verdict  # noqa: E402
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 
 from privagg.core.hash_kernels import inverse
@@ -202,45 +203,6 @@ def analyze_all(parameters, messages, queries=None) -> np.ndarray:
     return analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), messages)).estimates
 
 
-# --- formatting -------------------------------------------------------------------------
-
-def seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def ratio(r: float) -> str:
-    return f"{r:.1f}x" if r >= 1 else f"{r:.2f}x"
-
-
-def verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"
-
-
-class Report:
-    """Markdown lines, echoed to stdout as they are added."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def add(self, *lines: str) -> None:
-        for line in lines:
-            print(line, flush=True)
-            self.lines.append(line)
-
-    def table(self, header: list[str], rows: list[list[str]]) -> None:
-        self.add("| " + " | ".join(header) + " |", "|" + "---|" * len(header))
-        self.add(*("| " + " | ".join(row) + " |" for row in rows))
-        self.add("")
-
-
-def note(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
 def timed(fn, *args):
     """(fn(*args), wall seconds)."""
     start = time.perf_counter()
@@ -252,10 +214,6 @@ def median_timed(repeats: int, fn, *args):
     """(the last result of ``repeats`` calls fn(*args), median wall seconds)."""
     runs = [timed(fn, *args) for _ in range(repeats)]
     return runs[-1][0], statistics.median(t for _, t in runs)
-
-
-def load_average() -> str:
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 # --- the report -------------------------------------------------------------------------

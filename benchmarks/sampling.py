@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the whole-process measurement)
+from benchfmt import load_average, note, ratio, seconds, verdict  # noqa: E402
 
 from privagg.protocols import registry  # noqa: E402
 from privagg.protocols.sampling_sharing import SumServer  # noqa: E402
@@ -141,23 +142,7 @@ def numpy_sharing(codes: np.ndarray, coins: np.ndarray, domain: int, q: int, rng
     return received.sum(axis=0) % q
 
 
-# --- formatting (as in run.py) -------------------------------------------------------------
-
-def seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def ratio(r: float) -> str:
-    return f"{r:.1f}x" if r >= 1 else f"{r:.2f}x"
-
-
-def verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"
-
+# --- formatting (shared ones in benchfmt.py) -----------------------------------------------
 
 def mib(b: float) -> str:
     return f"{b / 2**20:,.1f} MiB" if b < 2**30 else f"{b / 2**30:.2f} GiB"
@@ -173,19 +158,11 @@ def count(x: int) -> str:
     return f"10^{k}" if 10**k == x and k > 3 else str(x)
 
 
-def note(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
 def clocked(fn, *args):
     """(fn(*args), wall seconds, CPU seconds of the whole process: every thread)."""
     wall, cpu = time.perf_counter(), time.process_time()
     result = fn(*args)
     return result, time.perf_counter() - wall, time.process_time() - cpu
-
-
-def load_average() -> str:
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def sampled_counts(run, codes: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -16,6 +16,16 @@ def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
 
 
+def run_commands(commands: str, folder: Path) -> None:
+    """Each README command line (continuations joined, comments dropped), run in ``folder``: all must succeed."""
+    for line in commands.replace("\\\n", " ").splitlines():
+        args = shlex.split(line.split("#")[0])
+        assert args[0] == "privagg"
+        result = subprocess.run([sys.executable, "-m", "privagg", *args[1:]], cwd=folder, capture_output=True,
+                                text=True)
+        assert result.returncode == 0, (line, result.stderr)
+
+
 def test_python_example_runs_and_names_the_top_items(capsys):
     (example,) = blocks("python")
     exec(compile(example, "README.md", "exec"), {})
@@ -33,12 +43,7 @@ def test_command_lines_run_as_written(tmp_path):
     apps = rng.choice(["maps", "mail", "chat", "news"], size=20_000, p=[0.4, 0.3, 0.2, 0.1])
     (tmp_path / "items.csv").write_text("user,app\n" + "".join(f"{i},{a}\n" for i, a in enumerate(apps)))
     (tmp_path / "names.txt").write_text("maps\nmail\nchat\nnews\ngames\n")
-    for line in commands.replace("\\\n", " ").splitlines():
-        args = shlex.split(line.split("#")[0])
-        assert args[0] == "privagg"
-        result = subprocess.run([sys.executable, "-m", "privagg", *args[1:]], cwd=tmp_path, capture_output=True,
-                                text=True)
-        assert result.returncode == 0, (line, result.stderr)
+    run_commands(commands, tmp_path)
     assert (tmp_path / "report.json").exists() and (tmp_path / "msgs" / "params.json").exists()
 
 
@@ -51,10 +56,5 @@ def test_sampling_command_lines_run_as_written(tmp_path):
     eps = rng.choice([0.5, 2.0], size=rows.size)
     (tmp_path / "survey.csv").write_text("answer,eps\n" + "".join(f"{a},{e}\n" for a, e in zip(rows, eps)))
     (tmp_path / "answers.txt").write_text("\n".join(answers) + "\n")
-    for line in commands.replace("\\\n", " ").splitlines():
-        args = shlex.split(line.split("#")[0])
-        assert args[0] == "privagg"
-        result = subprocess.run([sys.executable, "-m", "privagg", *args[1:]], cwd=tmp_path, capture_output=True,
-                                text=True)
-        assert result.returncode == 0, (line, result.stderr)
+    run_commands(commands, tmp_path)
     assert (tmp_path / "results" / "variance_vs_n.png").exists()

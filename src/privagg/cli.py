@@ -205,13 +205,19 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
 
     with _clean_errors():
         _check_output(output)
-        key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
+        if entry.family == CATEGORICAL:  # categories are codes by their place in the public list
+            if hash_key is not None:
+                raise ParameterError("hash-key", f"left out for {entry.name} (categories are codes by their place "
+                                     "in the public list, no key)", hash_key)
+            key = None
+        else:
+            key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
         params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
                            calibration=calibration.value, item_key=key, **options)
         profile, expected = privacy_profile(params), params.expected_error()
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
                                privacy_profile=profile, **expected, costs=params.costs(), theory=params.theory(),
-                               warnings=privacy_warnings(epsilon, delta, users))
+                               warnings=privacy_warnings(epsilon, delta, users) + params.warnings())
 
     def human() -> None:
         from rich.table import Table
@@ -763,7 +769,8 @@ def analyze(
             messages=Messages(received, received / params.n_users, result.malformed),
             bits_per_message=params.bits_per_message, expected_error=expected_error(params),
             estimates=reported_estimates(result, encoder, top), privacy_profile=privacy_profile(params),
-            warnings=privacy_warnings(params.epsilon, params.delta, params.n_users), full_domain=full_domain,
+            warnings=privacy_warnings(params.epsilon, params.delta, params.n_users) + params.warnings(),
+            full_domain=full_domain,
             engine=run)
 
     def human() -> None:

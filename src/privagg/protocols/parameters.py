@@ -39,6 +39,10 @@ class FrozenParameters:
         """Quantities that follow from the fields, for reports (not part of :meth:`to_dict`)."""
         return {}
 
+    def warnings(self) -> list[str]:
+        """Legal but poor settings of this protocol, one sentence each (reports carry them; the CLI prints them)."""
+        return []
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
         """Parameters from :meth:`to_dict` output (``protocol`` must name this class), checked field by field.

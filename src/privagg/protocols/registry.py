@@ -97,13 +97,6 @@ _TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alp
         Option("gamma", float, "G >= 1: the adaptive stage's bias (ln G-LDP against S1; default 2)"))
 
 
-def fast_sharing(parameters, codes, rng, analyzer):
-    """The sampling family's shortcut (simulate/secret_sharing.py): the server's sums without the sharing."""
-    from ..simulate.secret_sharing import fast_aggregate
-
-    return fast_aggregate(parameters, codes, rng, analyzer)
-
-
 ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
         name="bib", title="M^BIB: balls into bins, trusted curator", topology="central",
@@ -157,14 +150,14 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology="secret_sharing",
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
-        calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=fast_sharing,
+        calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
         options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
         family="sampling + secret sharing", topology="secret_sharing",
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
-        calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=fast_sharing,
+        calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
         calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
@@ -175,7 +168,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         name="tss", title="TSS: two servers, report sets and elected helpers", topology="two_servers",
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
-        analyzer=ss.SumServer, fast=fast_sharing, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
+        analyzer=ss.SumServer, fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
         audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5), dict(_SAMPLING_AUDITS[1], report_fraction=2 / 3),
                          dict(_SAMPLING_AUDITS[2], report_fraction=0.5), dict(_SAMPLING_AUDITS[3], report_fraction=0.5))),
     ProtocolEntry(
@@ -183,7 +176,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology="two_servers", trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
-        fast=fast_sharing, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
+        fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
                                                               "colluding users"), _HONEST), **_SAMPLING,
         audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5, colluders=1),
                          dict(_SAMPLING_AUDITS[3], report_fraction=0.5, colluders=1))),

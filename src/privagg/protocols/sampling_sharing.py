@@ -35,6 +35,7 @@ the user states: every item held by at least beta n users
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -265,6 +266,21 @@ class SamplingParameters(SharingParameters):
         p, log_term = self.effective_probability, math.log(2 * self.domain_size / beta)
         variance = self.largest_count * p * (1 - p)
         return (log_term / 3 + math.sqrt((log_term / 3) ** 2 + 2 * variance * log_term)) / p
+
+    def warnings(self) -> list[str]:
+        """A rate so low that the smallest category's count is mostly noise; p = 1 (a stronger guarantee than
+        asked for, capped by the report sets)."""
+        p, m = self.effective_probability, self.min_count
+        out = []
+        if p * m < 10:
+            out.append(f"p' = {p:.3g} counts {p * m:.3g} of the {m} holders of the smallest category in expectation: "
+                       "its estimate is mostly sampling noise; more users per category, a larger epsilon or delta, "
+                       "or dpdg would do better")
+        if self.sampling_probability == 1 and p < 1:
+            out.append(f"p = 1: the report sets cap the counted share at p' = {p:.3g}, so the release is more private "
+                       f"than asked (delta {self.delta_at(self.epsilon):.3g} at eps {self.epsilon:g}) and no more "
+                       "accurate; a larger --report-fraction trades traffic for accuracy")
+        return out
 
     def noise_fields(self, scale: float) -> dict[str, float]:
         """The chance of not being counted, 1 - p, multiplied by ``scale`` (for the auditors)."""
@@ -1076,6 +1092,44 @@ class ElectionServer:
         counts = np.bincount(reports.ravel(), minlength=p.domain_size)
         sizes = np.maximum(counts, p.colluders + 1) if p.colluders else counts
         return counts, [rng.choice(p.n_users, size=int(s), replace=False) for s in sizes]
+
+
+# --- the distributional shortcut (simulation only) -----------------------------------------------------
+
+
+def fast_aggregate(parameters, codes: np.ndarray, rng: np.random.Generator, server: SumServer) -> SumAggregate:
+    """What the server reconstructs, without the sharing (exact, so skipping it changes nothing in law).
+
+    DPDS: the participants' counts. TSS: holders counted with probability p
+    p_chi (their coin, and their item in their set). DPDG: the counts at
+    scale 2^k plus the sum of the users' noise, drawn from its law (computed
+    exactly, sampled by inverse CDF in floating point: a simulation
+    shortcut). Rows received are counted as the faithful run would have them.
+    """
+    n, N, q = parameters.n_users, parameters.domain_size, parameters.modulus
+    if isinstance(parameters, DPDGParameters):
+        offset, cdf = _noise_cdf(parameters.noise_variance, n)
+        noise = offset + np.searchsorted(cdf, rng.random(N) * cdf[-1])
+        totals = np.bincount(codes, minlength=N) * parameters.scale + noise
+        sums, rows = totals % q, n * N
+    else:
+        counted = bernoulli(parameters.sampling_probability, n, rng)
+        if isinstance(parameters, TSSParameters):
+            counted &= bernoulli(parameters.inclusion_probability, n, rng)
+            rows = math.ceil(parameters.expected_helpers)
+        else:
+            rows = n * N
+        sums = np.bincount(codes[counted], minlength=N)
+    return SumAggregate(np.asarray(sums, dtype=np.uint64), messages=rows)
+
+
+@functools.lru_cache(maxsize=8)
+def _noise_cdf(sigma_squared: int, users: int) -> tuple[int, np.ndarray]:
+    """The law of the users' summed noise as (offset, cdf), computed once per (s2, n) for the fast path."""
+    from ..privacy.discrete_gaussian import sum_law
+
+    offset, probabilities, _ = sum_law(sigma_squared, users)
+    return offset, np.cumsum(probabilities)
 
 
 # --- weighted aggregation (derived design; docs/derivations.md) --------------------------------------------

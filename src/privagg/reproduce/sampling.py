@@ -34,7 +34,7 @@ from __future__ import annotations
 import csv
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParameterError
+from ..simulate.progress import Progress
 
 EPSILON = 1.0
 DELTA = 1e-5
@@ -52,8 +53,6 @@ RELIABLE_COUNTED = 100  # a sampling point's MSE is measured reliably when runs 
 TSS_ALPHA = 0.5
 TSS_GAMMA = 2.0
 
-# progress(stage, advance, total): as privagg.simulate's Progress, ``advance`` is the work done since the last call.
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from ..protocols.registry import calibrate
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
                        privacy_profile, report_parameters, reported_estimates)
-from .runner import Progress, check_size, option_value, shrink_hint, simulate, simulation_bytes
+from .progress import Progress
+from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
 FULL_DOMAIN_MAX = 2**28
@@ -121,7 +122,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
         messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=estimates, privacy_profile=privacy_profile(parameters),
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size)], error=error,
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings()], error=error,
         simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
         input=input_name)
     return report, run
@@ -180,7 +181,8 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
                           sum(r.malformed for r in runs)),
         bits_per_message=groups[weakest].bits_per_message, expected_error=expected_error(groups[weakest]),
         estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
-        warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size))],
+        warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
+                  *(w for p in groups for w in p.warnings())],
         error=error_summary(combined.estimates, truth, "domain"),
         simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
                                                                      for k in first.seconds},

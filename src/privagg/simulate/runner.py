@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +43,9 @@ from ..core.randomness import RNGLike, describe, is_secure, streams
 from ..errors import ParameterError
 from ..privacy.description import PrivacyDescription
 from ..protocols.registry import get
-from ..protocols.sampling_sharing import SharingCurator, SharingParameters
+from ..protocols.sampling_sharing import SharingCurator, SharingParameters, fast_aggregate
+from .progress import Progress
+from .secret_sharing import check_faithful, run_secret_sharing, run_two_servers, sharing_bytes
 
 MODES = ("faithful", "fast")
 MESSAGES_PER_BATCH = 1 << 18  # about this many messages per batch of clients: bounds the clients' scratch
@@ -55,8 +56,6 @@ ROLES = {"shuffle": ("clients", "shuffler"), "local": ("clients",), "central": (
 SHARING = ("secret_sharing", "two_servers")
 AGGREGATOR = {"secret_sharing": "server", "two_servers": "s2"}  # the party that reconstructs, in transcripts
 
-# progress(stage, advance, total): called as work on ``stage`` advances.
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -103,8 +102,6 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     mode = run_mode(parameters, mode)
     if isinstance(parameters, SharingParameters):  # counted in share elements, not in messages
         if mode == "faithful" and get(parameters.protocol).topology in SHARING:
-            from .secret_sharing import check_faithful
-
             check_faithful(parameters)
         return
     expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
@@ -165,8 +162,6 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         if isinstance(curator, SharingCurator):  # DPCS*: the counts leave the server as n shares of N elements
             transcript["curator"]["sent"] = parameters.n_users * parameters.domain_size
     elif entry.topology in SHARING:
-        from .secret_sharing import fast_aggregate, run_secret_sharing, run_two_servers
-
         server, aggregator = entry.analyzer(parameters, queries), AGGREGATOR[entry.topology]
         if mode == "fast":
             agg, transcript = fast_aggregate(parameters, codes, rngs["users"], server), {aggregator: {}}
@@ -307,8 +302,6 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     if entry.topology == "central":
         return working
     if entry.topology in SHARING:
-        from .secret_sharing import sharing_bytes
-
         return sharing_bytes(parameters, mode) + working
     messages, row = _capacity(parameters), parameters.layout.record_dtype.itemsize
     drawn = 8 * (len(parameters.layout.columns) + 1) + row

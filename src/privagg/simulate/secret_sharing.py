@@ -18,13 +18,13 @@
 Counts in the transcript are of the arrays the parties really made and
 exchanged (field elements, uniform samples, field additions), per kind of
 party, summed over the parties of that kind (``parties`` says how many).
-Faithful runs draw every share; ``fast`` skips the sharing, which
-reconstructs exactly, and draws what the server would reconstruct.
+Faithful runs draw every share; the fast path
+(:func:`privagg.protocols.sampling_sharing.fast_aggregate`) skips the sharing, which reconstructs exactly, and
+draws what the server would reconstruct.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,8 +35,8 @@ from ..core.randomness import streams
 from ..core.sharing import share
 from ..errors import ParameterError
 from ..protocols.sampling_sharing import (REPORT_KEYS_ELEMENTS, DPDGParameters, ElectionServer, SharingUsers,
-                                          SumAggregate, SumServer, TSSParameters, TSSUsers, bernoulli)
-from .runner import Progress
+                                          TSSParameters, TSSUsers)
+from .progress import Progress
 
 SHARES_MAX = 2**33  # share elements one faithful run may draw (about a minute and a half at 10^8 per second)
 BLOCK_ELEMENTS = 1 << 22  # share elements per block of senders: bounds the sharing's scratch (32 MiB in uint64)
@@ -150,38 +150,3 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
                  "to_s2": helper_rows, "uniform_samples": elements - int(counts[sizes > 0].sum()),
                  "bernoulli_samples": n},
         "s1": {"parties": 1, "received": int(reports.size), "published": helper_rows, "samples": helper_rows}}
-
-
-def fast_aggregate(parameters, codes: np.ndarray, rng: np.random.Generator, server: SumServer) -> SumAggregate:
-    """What the server reconstructs, without the sharing (exact, so skipping it changes nothing in law).
-
-    DPDS: the participants' counts. TSS: holders counted with probability p
-    p_chi (their coin, and their item in their set). DPDG: the counts at
-    scale 2^k plus the sum of the users' noise, drawn from its law (computed
-    exactly, sampled by inverse CDF in floating point: a simulation
-    shortcut). Rows received are counted as the faithful run would have them.
-    """
-    n, N, q = parameters.n_users, parameters.domain_size, parameters.modulus
-    if isinstance(parameters, DPDGParameters):
-        offset, cdf = _noise_cdf(parameters.noise_variance, n)
-        noise = offset + np.searchsorted(cdf, rng.random(N) * cdf[-1])
-        totals = np.bincount(codes, minlength=N) * parameters.scale + noise
-        sums, rows = totals % q, n * N
-    else:
-        counted = bernoulli(parameters.sampling_probability, n, rng)
-        if isinstance(parameters, TSSParameters):
-            counted &= bernoulli(parameters.inclusion_probability, n, rng)
-            rows = math.ceil(parameters.expected_helpers)
-        else:
-            rows = n * N
-        sums = np.bincount(codes[counted], minlength=N)
-    return SumAggregate(np.asarray(sums, dtype=np.uint64), messages=rows)
-
-
-@functools.lru_cache(maxsize=8)
-def _noise_cdf(sigma_squared: int, users: int) -> tuple[int, np.ndarray]:
-    """The law of the users' summed noise as (offset, cdf), computed once per (s2, n) for the fast path."""
-    from ..privacy.discrete_gaussian import sum_law
-
-    offset, probabilities, _ = sum_law(sigma_squared, users)
-    return offset, np.cumsum(probabilities)
