@@ -54,6 +54,8 @@ def with_noise_scale(parameters, scale: float):
     """
     if not (scale > 0 and math.isfinite(scale)):
         raise ParameterError("noise-scale", "a finite number > 0", scale)
+    if scale == 1:  # as calibrated, to the last bit (1 - (1 - p) need not give p back)
+        return parameters
     scaled = copy.copy(parameters)
     for name, value in parameters.noise_fields(scale).items():
         object.__setattr__(scaled, name, value)

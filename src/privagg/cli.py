@@ -268,18 +268,29 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
 def _progress(enabled: bool | None) -> Iterator:
     """Progress of the long stages: bars on a terminal; plain lines every 10% when stderr is a file or pipe.
 
-    Default (``enabled=None``): only on a terminal.
+    Default (``enabled=None``): only on a terminal. Calls may come from several threads (the sharing runners):
+    a lock keeps the counts whole.
     """
-    terminal = sys.stderr.isatty()
+    import threading
+
+    terminal, lock = sys.stderr.isatty(), threading.Lock()
     if not (terminal if enabled is None else enabled):
         yield None
     elif terminal:
-        with _progress_bars() as advance:
+        with _progress_bars() as bars:
+            def advance(stage: str, step: int, total: int) -> None:
+                with lock:
+                    bars(stage, step, total)
+
             yield advance
     else:
         start, done, shown = time.perf_counter(), {}, {}
 
         def advance(stage: str, step: int, total: int) -> None:
+            with lock:
+                report(stage, step, total)
+
+        def report(stage: str, step: int, total: int) -> None:
             done[stage] = done.get(stage, 0) + step
             tenth = 10 * done[stage] // max(total, 1)
             if tenth > shown.get(stage, 0):
@@ -435,7 +446,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                                      epsilon_column)
             with _progress(progress) as advance:
                 report, _ = estimate_weighted(
-                    entry.name, codes, read_epsilons(input, fmt, epsilon_column), encoder, delta=delta,
+                    entry.name, codes, read_epsilons(input, fmt, epsilon_column), encoder, epsilon=epsilon, delta=delta,
                     calibration=calibration.value, options=options, top=top, mode=mode.value, seed=seed,
                     input_name=input_name, progress=advance, warnings=warnings)
             report.simulation.seconds["read"] = read_seconds
@@ -549,7 +560,8 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         params.append(_param("epsilon_column", Optional[str], typer.Option(
             None, "--epsilon-column", help="Weighted aggregation: the table's column of each user's epsilon; users "
                                            "are grouped by it, each group sampled at its own p, and the groups "
-                                           "combined by inverse-variance weights (--epsilon is then ignored).")))
+                                           "combined by inverse-variance weights (--epsilon is then the largest a "
+                                           "user may ask for).")))
 
     def body(**kw: Any) -> None:
         kw.setdefault("write_messages", None)

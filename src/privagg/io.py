@@ -137,17 +137,19 @@ def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"),
     if not path.is_file():
         raise ParameterError(field, "an existing file", path)
     kind = file_kind(path, fmt)
-    if kind == "npy":
-        return [str(v) for v in np.load(path, allow_pickle=False).ravel().tolist()]
     values: list[str] = []
     try:
-        for block in _blocks(path, kind, fmt, field):
+        if kind == "npy":
+            values = [str(v) for v in np.load(path, allow_pickle=False).ravel().tolist()]
+        for block in () if kind == "npy" else _blocks(path, kind, fmt, field):
             block, _ = _without_missing(block, fmt, field, path)
             values += pc.cast(block.values, pa.string()).to_pylist()
             if len(values) > largest:
-                raise ParameterError(field, f"a list of at most {largest} items", f"more in {path}")
-    except (OSError, pa.ArrowException) as err:
+                break
+    except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: an .npy of objects or a bad header
         raise _unreadable(path, kind, field, err) from None
+    if len(values) > largest:
+        raise ParameterError(field, f"a list of at most {largest} items", f"more in {path}")
     return values
 
 
@@ -168,7 +170,7 @@ def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray
     fmt = replace(fmt, column=column)
     parts = []
     try:
-        for block in _blocks(path, kind, fmt, "epsilon-column"):
+        for block in _column_blocks(path, kind, fmt):
             block, _ = _without_missing(block, fmt, "epsilon-column", path)
             text = pc.cast(block.values, pa.string())
             try:
@@ -183,6 +185,16 @@ def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(path, kind, "epsilon-column", err) from None
     return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _column_blocks(path: Path, kind: str, fmt: InputFormat) -> Iterator[_Block]:
+    """The blocks of --epsilon-column, a missing column named as that option."""
+    try:
+        yield from _blocks(path, kind, fmt, "epsilon-column")
+    except ParameterError as err:
+        if err.field != "column":
+            raise
+        raise ParameterError("epsilon-column", err.accepted, err.got) from None
 
 
 def _number(text: str) -> float:

@@ -105,25 +105,26 @@ def chi_square_uniform(rows: np.ndarray, q: int) -> float:
     return stats.chisquare(observed).pvalue
 
 
-@pytest.mark.parametrize("target", [0, 2])
+@pytest.mark.parametrize("target", [0, 3])
 def test_any_n_minus_1_users_see_uniform_shares_whatever_the_last_users_item(target):
-    """n = 3, N = 1, q = 5: the two other users' shares of the target's vector are uniform on Z_5^2, and equal
-    in law whether the target participates with his item or not (the target keeps the correction share when he
-    is the last user; otherwise it goes to the last user, one of the coalition)."""
-    params = registry.calibrate("dpds", epsilon=EPS, delta=0.4, n_users=3, domain_size=2, min_count_fraction=0.5,
-                                sampling_probability=0.5)
-    users, q, trials = ss.SharingUsers(params), params.modulus, 20_000
-    others = [k for k in range(3) if k != target]
+    """n = 4 users, N = 2 categories, q = 5, through the users' role (``SharingUsers``): the three other users'
+    shares of the target's entry are uniform on Z_5^3, and equal in law whether the target participates with his
+    item or not (the target keeps the correction share when he is the last user; otherwise it goes to the last
+    user, one of the coalition); all four shares give the vector back."""
+    params = registry.calibrate("dpds", epsilon=EPS, delta=0.4, n_users=4, domain_size=2, min_count_fraction=0.5,
+                                sampling_probability=0.3)
+    users, q, trials = ss.SharingUsers(params), params.modulus, 30_000
+    others = [k for k in range(4) if k != target]
     views = {}
     for value in (0, 1):
-        vectors = np.full((trials, 1), value, dtype=np.uint64)  # one coordinate: the target's entry
-        shares = share(users.field, vectors, 3, np.random.default_rng(value))  # (recipients, trials, 1)
-        views[value] = shares[others, :, 0].T.astype(np.int64)
+        vectors = np.zeros((trials, 2), dtype=np.uint64)
+        vectors[:, 0] = value  # the target holds category 0, counted or not
+        shares = users.share(vectors, rng=value + 10 * target)  # (recipients, trials, N)
+        assert np.array_equal(reconstruct(users.field, shares), vectors)
+        views[value] = shares[others, :, 0].T.astype(np.int64)  # what the coalition sees of coordinate 0
         assert chi_square_uniform(views[value], q) > P_MIN
-    table = np.stack([np.bincount(np.ravel_multi_index(v.T, (q, q)), minlength=q * q) for v in views.values()])
-    assert stats.chi2_contingency(table).pvalue > P_MIN
-    # and all three together give the value back
-    assert q == 5
+    table = np.stack([np.bincount(np.ravel_multi_index(v.T, (q,) * 3), minlength=q**3) for v in views.values()])
+    assert q == 5 and stats.chi2_contingency(table).pvalue > P_MIN
 
 
 def test_s2_sees_helper_sums_that_do_not_reveal_who_reported():
@@ -143,17 +144,23 @@ def test_s2_sees_helper_sums_that_do_not_reveal_who_reported():
 
 
 def test_tss_collusion_holds_against_phi_helpers_and_fails_beyond():
-    """phi = 2, one reporter and phi + 1 = 3 helpers: any 2 helpers' shares are uniform whatever the entry;
-    all 3 together (phi + 1 colluders, beyond the guarantee) reconstruct it exactly, as documented."""
-    field, trials = PrimeField(11), 20_000
+    """TSS' with phi = 2 through its roles: an item reported once gets phi + 1 = 3 helpers (``ElectionServer``),
+    the reporter's entry is split among them (``TSSUsers.share_entries``): any 2 helpers' shares are uniform
+    whatever the entry; all 3 together (phi + 1 colluders, beyond the guarantee) reconstruct it, as documented."""
+    params = tss(n=40, domain=4, protocol="tss-collusion", report_fraction=0.25, colluders=2)
+    users, q, trials = ss.TSSUsers(params), params.modulus, 20_000
+    _, helpers = ss.ElectionServer(params).elect(np.array([[0]] + [[1]] * 39), rng=1)
+    assert helpers[0].size == 3 and helpers[1].size == 39 and helpers[2].size == 3  # topped up to phi + 1
     views = []
     for entry in (0, 1):
-        shares = share(field, np.full(trials, entry, dtype=np.uint64), 3, np.random.default_rng(entry + 7))
+        shares = users.share_entries(np.full(trials, entry), helpers[0].size, rng=entry + 7)  # (3, trials)
         view = shares[[0, 2]].T.astype(np.int64)
-        assert chi_square_uniform(view, 11) > P_MIN
-        views.append(np.bincount(np.ravel_multi_index(view.T, (11, 11)), minlength=121))
-        assert np.all(shares.sum(axis=0) % 11 == entry)  # three colluders learn the entry
+        assert chi_square_uniform(view, q) > P_MIN
+        views.append(np.bincount(np.ravel_multi_index(view.T, (q, q)), minlength=q * q))
+        assert np.all(shares.astype(np.int64).sum(axis=0) % q == entry)  # three colluders learn the entry
     assert stats.chi2_contingency(np.stack(views)).pvalue > P_MIN
+    one = ss.TSSUsers(tss(n=40, domain=4, report_fraction=0.25))  # TSS: a lone reporter's helper sees his entry
+    assert np.array_equal(one.share_entries(np.array([1, 0, 1]), 1), [[1, 0, 1]])
 
 
 def test_tss_rows_to_s2_carry_no_user():
@@ -190,8 +197,8 @@ def test_exact_calibration_is_the_largest_p_meeting_delta():
     params = registry.calibrate("dpds", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
                                 min_count_fraction=0.05)
     p, m = params.sampling_probability, params.min_count
-    # both neighbours hold every category m times: m other holders of each changed one (the accountant's m + 1)
-    assert m == 100 and sampling_delta(EPS, p, m + 1) <= DELTA < sampling_delta(EPS, p + 1e-9, m + 1)
+    # the data hold every category m times: a replaced user's category keeps m - 1 others, the accountant's m
+    assert m == 100 and sampling_delta(EPS, p, m) <= DELTA < sampling_delta(EPS, p + 1e-9, m)
     assert params.privacy.method == "exact" and params.delta_at(EPS) <= DELTA
 
 
@@ -233,9 +240,10 @@ def test_tss_guarantee_uses_the_effective_rate():
     params = tss(n=4000, domain=8, report_fraction=0.25)
     rate = params.sampling_probability * 0.25
     assert params.effective_probability == pytest.approx(rate)
-    assert params.delta_at(EPS) == sampling_delta(EPS, rate, params.min_count + 1)
+    assert params.delta_at(EPS) == sampling_delta(EPS, rate, params.min_count)
     adaptive = tss(n=4000, domain=8, report_fraction=0.25, second_stage="adaptive", gamma=1.5)
-    assert adaptive.delta_at(EPS) <= DELTA and adaptive.sampling_epsilon == pytest.approx(EPS - math.log(1.5))
+    assert adaptive.delta_at(EPS) == ss.adaptive_delta(EPS - math.log(1.5), adaptive.sampling_probability,
+                                                       adaptive.min_count, adaptive.inclusion_probability) <= DELTA
 
 
 # --- the data condition and bad input ---------------------------------------------------------------------
@@ -283,6 +291,31 @@ def test_a_field_too_small_for_the_aggregate_is_refused():
 # --- DPCS* and weighted aggregation ---------------------------------------------------------------------------
 
 
+def test_the_trusted_server_releases_once_and_refuses_impossible_classes():
+    params = registry.calibrate("dpcs", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
+                                min_count_fraction=0.05)
+    curator = registry.analyzer(params, rng=5)
+    agg = curator.agg_update(curator.agg_init(), MessageBatch({"value": balanced(2000, 10)}))
+    first = curator.finalize(agg).estimates
+    assert np.array_equal(curator.finalize(agg).estimates, first)  # finalizing again repeats the release
+    for again in (lambda: curator.agg_update(agg, MessageBatch({"value": np.zeros(5, dtype=np.int64)})),
+                  lambda: curator.merge([agg, curator.agg_init()])):
+        with pytest.raises(ParameterError) as err:
+            again()
+        assert err.value.field == "aggregate"
+    with pytest.raises(ParameterError) as err:  # 10 categories of 3 holders need 30 users
+        registry.calibrate("dpds", epsilon=2.0, delta=0.1, n_users=25, domain_size=10, min_count_fraction=0.1)
+    assert err.value.field == "min-count-fraction" and "need 30 users" in str(err.value)
+
+
+def test_closed_form_also_meets_the_exact_replace_one_delta():
+    """The Chernoff form is derived for add/remove neighbours; at tiny eps and delta it falls below the exact
+    replace-one delta, and the calibration refuses rather than claim it."""
+    with pytest.raises(ParameterError):
+        registry.calibrate("dpds", epsilon=0.05, delta=1e-40, n_users=14_000, domain_size=2, min_count_fraction=0.45,
+                           calibration="closed_form")
+
+
 def test_dpcs_star_releases_shares_of_dpcs_counts():
     params = registry.calibrate("dpcs-star", epsilon=EPS, delta=DELTA, n_users=2000, domain_size=10,
                                 min_count_fraction=0.05)
@@ -292,6 +325,7 @@ def test_dpcs_star_releases_shares_of_dpcs_counts():
     shares = curator.shares(agg)
     assert shares.shape == (2000, 10)
     assert np.array_equal(reconstruct(params.field, shares), curator.sample(agg).astype(np.uint64))
+    assert np.array_equal(curator.release(agg), curator.sample(agg))  # block by block, the same counts
     counts = np.bincount(codes, minlength=10)
     assert np.all(curator.sample(agg) <= counts)
 
@@ -318,3 +352,31 @@ def test_inverse_variance_weighting_beats_the_unweighted_baselines():
     for est, variance in ((plain, theory.unweighted_variance), (draws, theory.variance)):
         assert np.all(np.abs(est.mean(axis=0) - truth) <= 4 * np.sqrt(variance / runs))
         assert np.all(np.abs(est.var(axis=0, ddof=1) / variance - 1) <= 4 * math.sqrt(2 / (runs - 1)))
+
+
+def test_seed_compressed_shares_reconstruct_and_send_fewer_bytes():
+    """--share-encoding seeds: the recipients' expanded shares still sum to each vector; a user sends n - 2 seeds
+    of 32 bytes and one correction share instead of n - 1 shares, fewer bytes once N elements exceed 32 bytes."""
+    n, N = 300, 200
+    seeded = registry.calibrate("dpds", epsilon=EPS, delta=0.5, n_users=n, domain_size=N, min_count_fraction=1 / n,
+                                share_encoding="seeds")
+    users = ss.SharingUsers(seeded)
+    vectors = users.contributions(np.arange(5) % N, rng=1)
+    shares = users.share(vectors, rng=2)
+    assert shares.shape == (n, 5, N) and np.array_equal(reconstruct(users.field, shares), vectors)
+    assert seeded.costs()["user"]["bytes_sent"] < registry.calibrate(
+        "dpds", epsilon=EPS, delta=0.5, n_users=n, domain_size=N, min_count_fraction=1 / n).costs()["user"]["bytes_sent"]
+    n = 30
+    params = {enc: registry.calibrate("dpds", epsilon=EPS, delta=0.01, n_users=n, domain_size=10,
+                                      min_count_fraction=0.1, share_encoding=enc) for enc in ("elements", "seeds")}
+    codes = np.arange(n) % 10
+    runs = {enc: simulate(p, codes, rng=4) for enc, p in params.items()}
+    element = 1  # q = 31: one byte an element
+    assert params["seeds"].modulus < 256
+    assert runs["elements"].transcript["user"]["bytes_sent"] == n * ((n - 1) * 10 + 10) * element
+    assert runs["seeds"].transcript["user"]["bytes_sent"] == (n - 1) * ((n - 2) * 32 + 10) + (n - 1) * 32 + n * 10
+    assert params["seeds"].costs()["user"]["bytes_sent"] == (n - 2) * 32 + 10 + 10
+    with pytest.raises(ParameterError) as err:
+        registry.calibrate("tss", epsilon=EPS, delta=DELTA, n_users=1000, domain_size=10, min_count_fraction=0.05,
+                           report_fraction=0.5, share_encoding="seeds")
+    assert err.value.field == "share_encoding"

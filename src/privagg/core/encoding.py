@@ -172,6 +172,12 @@ class CategoryEncoder(ItemEncoder):
         super().__init__(len(names), key=b"categories", kind="text")
         self.categories, self._index = names, index
 
+    def _set_kind(self, kind: str, field: str) -> None:
+        if self.categories is None and kind == "text":
+            raise ParameterError(field, f"integers in [0, {self.domain_size}) (--domain N), or text categories listed "
+                                 "with --candidates FILE", "text items")
+        super()._set_kind(kind, field)
+
     def _hash(self, item: str | bytes) -> int:
         name = item if isinstance(item, str) else bytes(item).decode("utf-8", "replace")
         code = self._index.get(name)

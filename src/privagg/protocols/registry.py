@@ -84,7 +84,7 @@ _SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibration
 # beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
 # (the closed form's delta needs hundreds of holders: its instance claims a large delta, to be audited at all)
 _SAMPLING_AUDITS = (dict(n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=1 / 3),
-                    dict(n_users=12, domain_size=3, epsilon=2.0, delta=0.1, min_count_fraction=0.25),
+                    dict(n_users=12, domain_size=3, epsilon=1.0, delta=0.1, min_count_fraction=0.25),
                     dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.05, min_count_fraction=0.45),
                     dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.7, min_count_fraction=0.45,
                          calibrations=("closed_form",)))
@@ -92,6 +92,8 @@ _BETA = Option("min_count_fraction", float, "beta in (0, 1/N]: every category is
                "(required: the guarantee rests on it; checked on the data)")
 _P = Option("sampling_probability", float, "p in (0, 1]: fix p instead of calibrating it (its delta is computed, "
             "and must meet --delta)")
+_SEEDS = Option("share_encoding", str, "elements (default) or seeds: send the n - 1 uniform shares as 32-byte "
+                "ChaCha20 seeds the recipients expand (one correction share of N elements)")
 _TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alpha N categories (required)"),
         Option("second_stage", str, "uniform (default) or adaptive report sets"),
         Option("gamma", float, "G >= 1: the adaptive stage's bias (ln G-LDP against S1; default 2)"))
@@ -151,7 +153,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
+        options=(_BETA, _P, _HONEST, _SEEDS), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
         family="sampling + secret sharing", topology="secret_sharing",
@@ -163,7 +165,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
                               calibrations=("tight",))),
-        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST)),
+        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST,
+                 _SEEDS)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology="two_servers",
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
@@ -178,8 +181,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
         fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
                                                               "colluding users"), _HONEST), **_SAMPLING,
-        audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5, colluders=1),
-                         dict(_SAMPLING_AUDITS[3], report_fraction=0.5, colluders=1))),
+        audit_instances=tuple(dict(_SAMPLING_AUDITS[i], report_fraction=0.5, colluders=1) for i in (0, 2, 3))),
     ProtocolEntry(
         name="grr", title="GRR / OUE / OLH / Hadamard response", family="baselines", topology="local",
         trust="local (no trusted party)", messages_per_user="1", reference="standard literature",

@@ -46,7 +46,7 @@ import numpy as np
 from ..core.encoding import check_item_key
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
-from ..core.sharing import PrimeField, reconstruct, share
+from ..core.sharing import SEED_BYTES, PrimeField, expand, reconstruct, seeded_shares, share
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
@@ -56,16 +56,19 @@ from .results import FrequencyTable
 
 CATEGORIES_MAX = 2**20  # N: every user's vector has N field elements
 REPORT_KEYS_ELEMENTS = 1 << 22  # TSS report sets are drawn from this many random keys at a time
+BLOCK_SHARES = 1 << 22  # DPCS*'s server shares this many elements (n x a block of categories) at a time
 MAX_ERROR_BETA = 0.05
 SAMPLING_CALIBRATIONS = ("exact", "paper", "closed_form")
 NOISE_CALIBRATIONS = ("tight", "classic")
 SECOND_STAGES = ("uniform", "adaptive")
+SHARE_ENCODINGS = ("elements", "seeds")
 
 METHOD_DETAIL = {
     "exact": "the largest p whose exact delta(eps) of the sampled counts meets the target (hockey-stick divergence "
              "over the changed pair of items, every other count at its minimum)",
     "paper": "p = 1 - e^-eps, the choice the paper's variance comparison implies; its delta computed exactly",
-    "closed_form": "p = 1 - e^-eps with the loose Chernoff closed form delta = exp(-p (1 - p)^2 m / 3)",
+    "closed_form": "p = 1 - e^-eps with the loose Chernoff closed form delta = exp(-p (1 - p)^2 m / 3) (derived for "
+                   "add/remove neighbours; the replace-one delta is checked exactly too)",
     "tight": "the least per-user discrete Gaussian variance whose summed noise meets (eps, delta), computed "
              "exactly from the law of the sum",
     "classic": "the classic Gaussian mechanism's sigma = sqrt(2 ln(1.25/delta))/eps the paper uses, its delta "
@@ -101,6 +104,9 @@ class SharingParameters(FrozenParameters):
     item_key: str | None = dataclasses.field(default=None, kw_only=True)
     # G: the guarantee holds while ceil(G n) users follow the protocol (the others may drop out or collude)
     honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+    # how a user sends his n - 1 uniform shares: as N field elements each, or as 32-byte seeds expanded by
+    # ChaCha20 (the correction share is always N elements); DPDS and DPDG only
+    share_encoding: str = dataclasses.field(default="elements", kw_only=True)
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
@@ -112,6 +118,10 @@ class SharingParameters(FrozenParameters):
         if self.item_key is not None:
             check_item_key(self.item_key)
         check_honest_fraction(self.honest_fraction, self.n_users)
+        if self.share_encoding not in SHARE_ENCODINGS or (self.share_encoding != "elements" and
+                                                          self.model != "secret_sharing"):
+            raise ParameterError("share-encoding", f"one of {', '.join(SHARE_ENCODINGS)} (seeds for dpds and dpdg)",
+                                 self.share_encoding)
         PrimeField(self.modulus)  # a prime below 2^62
         if self.modulus <= self.largest_aggregate:
             raise ParameterError("modulus", f"a prime above the largest aggregate {self.largest_aggregate} (a smaller "
@@ -193,6 +203,7 @@ class SamplingParameters(SharingParameters):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_min_count_fraction(self.min_count_fraction, self.domain_size)
+        check_class(self.n_users, self.domain_size, self.min_count)
         if not 0 < self.sampling_probability <= 1:
             raise ParameterError("sampling-probability", "in (0, 1]", self.sampling_probability)
         if self.counted_holders < 1:
@@ -207,9 +218,10 @@ class SamplingParameters(SharingParameters):
 
     @property
     def counted_holders(self) -> int:
-        """The other holders of each changed category the guarantee counts on: neighbours both meet the
-        condition, so besides the changed user each of the two categories has at least m holders; less the users
-        who may not follow the protocol (a dishonest user's coin is known to the adversary, so it is no noise)."""
+        """The accountant's m: the checked dataset holds every category at least m times, so when one user's
+        item is replaced, his category keeps at least m - 1 other holders and the new one has at least m; the
+        accountant puts m - 1 on both. Less the users who may not follow the protocol (a dishonest user's coin
+        is known to the adversary, so it is no noise)."""
         return self.min_count - (self.n_users - self.honest_users)
 
     @property
@@ -222,16 +234,17 @@ class SamplingParameters(SharingParameters):
 
     def delta_at(self, epsilon: float) -> float:
         """delta(eps) of the released counts, exactly (privacy/sampling.py), at the counted holders."""
-        return accountant.sampling_delta(epsilon, self.effective_probability, self.counted_holders + 1)
+        return accountant.sampling_delta(epsilon, self.effective_probability, self.counted_holders)
 
     def verify(self) -> None:
+        """The exact delta at eps, for every calibration; the closed form's own conditions besides (it is derived
+        for add/remove neighbours, so the replace-one claim also rests on the exact delta)."""
         if self.calibration == "closed_form":
             p, eps = self.effective_probability, self.epsilon
             if p >= 1 or math.log1p(-p) < -eps * (1 + 1e-12) or \
-                    accountant.chernoff_delta(p, self.counted_holders + 1) > self.delta * (1 + 1e-9):
+                    accountant.chernoff_delta(p, self.counted_holders) > self.delta * (1 + 1e-9):
                 raise ParameterError("sampling-probability", f"at most 1 - e^-eps = {-math.expm1(-eps):.6g} with the "
                                      f"Chernoff delta at most {self.delta:g}", p)
-            return
         super().verify()
 
     def check_population(self, codes: np.ndarray) -> None:
@@ -303,12 +316,20 @@ class SamplingParameters(SharingParameters):
         condition = (f"every category is held by at least beta n = {self.min_count} users (beta = "
                      f"{self.min_count_fraction:g}, stated by the user and checked on the data)")
         honesty = ("all n users follow the protocol" if self.honest_fraction == 1 else
-                   f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the others' "
-                   f"participation is counted as known (the guarantee counts {self.counted_holders} holders)")
+                   f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the others may drop "
+                   "out or reveal their own coins (counted as known: the guarantee counts "
+                   f"{self.counted_holders} holders), but do not pass other users' shares to a server")
         caveats = ("with probability p' a holder is counted, so a user's own item is released with probability "
                    f"{rate}: the guarantee protects through the other holders' sampling, not through noise",)
         return self._description(parameters, (condition, honesty, *extra_assumptions),
                                  "docs/derivations.md, 'Sampling and secret sharing'", caveats)
+
+
+def check_class(n_users: int, domain_size: int, least: int) -> None:
+    """N categories of at least m = ceil(beta n) holders need N m <= n users."""
+    if domain_size * least > n_users:
+        raise ParameterError("min-count-fraction", f"small enough that N ceil(beta n) <= n: {domain_size} categories "
+                             f"of {least} holders need {domain_size * least} users, there are {n_users}", least / n_users)
 
 
 def check_min_count_fraction(beta, domain_size: int) -> float:
@@ -342,8 +363,7 @@ class DPCSParameters(SamplingParameters):
 
     def costs(self) -> dict[str, dict[str, float]]:
         return {"user": {"sent": 1}, "server": {"received": self.n_users, "bernoulli_samples": self.n_users,
-                                                "sent": self.domain_size * (self.n_users if self.protocol ==
-                                                                            "dpcs-star" else 1)}}
+                                                "sent": self.domain_size}}
 
     @property
     def layout(self) -> MessageLayout:
@@ -361,6 +381,11 @@ class DPCSStarParameters(DPCSParameters):
 
     protocol: ClassVar[str] = "dpcs-star"
     mechanism: ClassVar[str] = "DPCS*: centralized sampling, counts released as n additive shares"
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        costs = super().costs()
+        costs["server"]["sent"] = self.n_users * self.domain_size  # n shares of the N counts
+        return costs
 
 
 @dataclass(frozen=True)
@@ -382,17 +407,33 @@ class DPDSParameters(SamplingParameters):
             "learn nothing of the last user's vector (n-out-of-n additive shares)",), "p")
 
     def costs(self) -> dict[str, dict[str, float]]:
-        return sharing_costs(self.n_users, self.domain_size, {"bernoulli_samples": 1})
+        return sharing_costs(self, {"bernoulli_samples": 1})
 
 
-def sharing_costs(n: int, N: int, own: dict[str, float]) -> dict[str, dict[str, float]]:
+def sharing_costs(parameters: SharingParameters, own: dict[str, float]) -> dict[str, dict[str, float]]:
     """DPDS's and DPDG's costs per party, counted as the transcripts count them (reference §2.3): a user sends
     (n - 1) N elements to the others and N to the server, receives (n - 1) N, keeps N (his self-share);
     ``paper_count`` is the paper's 2 n N + N = sent + received + 2 kept (it counts the self-share both ways).
-    ``own``: what makes a user's vector (a coin, or N noise samples)."""
+    ``bytes_sent``: what goes on the wire, at ceil(bits / 8) bytes an element, or with seeds (n - 2 seeds of
+    32 bytes and the correction share's N elements to the others). ``own``: what makes a user's vector."""
+    n, N = parameters.n_users, parameters.domain_size
     return {"user": {"sent": n * N, "received": (n - 1) * N, "kept": N, "paper_count": 2 * n * N + N,
-                     "uniform_samples": (n - 1) * N, "field_additions": 2 * (n - 1) * N, **own},
+                     "bytes_sent": sent_bytes(parameters), "uniform_samples": (n - 1) * N,
+                     "field_additions": 2 * (n - 1) * N, **own},
             "server": {"received": n * N, "field_additions": (n - 1) * N, "real_multiplications": N}}
+
+
+def sent_bytes(parameters: SharingParameters) -> int:
+    """Bytes one user sends in DPDS / DPDG: to the other n - 1 users and N elements to the server.
+
+    Elements: (n - 1) N shares. Seeds: user i's shares for recipients k < n - 1 are 32-byte seeds and the
+    correction share (to recipient n - 1) is N elements; as sender n - 1 he keeps the correction himself.
+    Counted for a user other than the last: n - 2 seeds and one correction share.
+    """
+    n, N = parameters.n_users, parameters.domain_size
+    element = -(-math.ceil(math.log2(parameters.modulus)) // 8)
+    to_users = (n - 1) * N * element if parameters.share_encoding == "elements" else (n - 2) * SEED_BYTES + N * element
+    return to_users + N * element
 
 
 # --- TSS --------------------------------------------------------------------------------------------
@@ -413,7 +454,7 @@ class TSSParameters(SamplingParameters):
 
     def __post_init__(self) -> None:
         check_tss_options(self.report_fraction, self.second_stage, self.gamma, self.colluders, self.n_users,
-                          self.domain_size, self.epsilon, self.protocol)
+                          self.domain_size, self.epsilon, self.protocol, self.calibration)
         super().__post_init__()
 
     @property
@@ -428,11 +469,6 @@ class TSSParameters(SamplingParameters):
     @property
     def effective_probability(self) -> float:
         return self.sampling_probability * self.inclusion_probability
-
-    @property
-    def sampling_epsilon(self) -> float:
-        """The eps the sampled counts may spend against S2: eps, less ln(gamma) for the adaptive stage."""
-        return self.epsilon - (math.log(self.gamma) if self.second_stage == "adaptive" else 0.0)
 
     def derived(self) -> dict[str, Any]:
         return {**super().derived(), "inclusion_probability": self.inclusion_probability}
@@ -450,7 +486,7 @@ class TSSParameters(SamplingParameters):
         """
         if self.second_stage == "uniform":
             return super().delta_at(epsilon)
-        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, self.counted_holders + 1,
+        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, self.counted_holders,
                               self.inclusion_probability)
 
     @property
@@ -497,12 +533,15 @@ class TSSParameters(SamplingParameters):
     def costs(self) -> dict[str, dict[str, float]]:
         """Expected per-party costs (reference §4, derived exactly for the uniform stage, m_j ~ Bin(n, alpha))."""
         n, N = self.n_users, self.domain_size
-        helpers, shares = self.expected_helpers, self.expected_shares
+        helpers, shares, reports = self.expected_helpers, self.expected_shares, n * self.report_size
+        # items with helpers: all of them for TSS', those someone reported for TSS
+        served = N if self.colluders else N * -math.expm1(n * math.log1p(-self.report_fraction))
+        # a reporter's correction share sums his m'_j - 1 uniform ones; a helper sums the m_j shares he got
         return {"user": {"indices_to_s1": self.report_size, "sent": shares / n, "received": shares / n,
-                         "to_s2": helpers / n, "uniform_samples": (shares - n * self.report_size) / n,
-                         "bernoulli_samples": 1},
-                "s1": {"received": n * self.report_size, "published": helpers, "samples": helpers},
-                "s2": {"received": helpers, "field_additions": helpers - N, "real_multiplications": N}}
+                         "to_s2": helpers / n, "uniform_samples": (shares - reports) / n,
+                         "field_additions": (2 * shares - reports - helpers) / n, "bernoulli_samples": 1},
+                "s1": {"received": reports, "published": helpers, "samples": helpers},
+                "s2": {"received": helpers, "field_additions": helpers - served, "real_multiplications": N}}
 
 
 @dataclass(frozen=True)
@@ -519,9 +558,9 @@ def inclusion_probability(alpha: float, gamma: float) -> float:
 
 
 def check_tss_options(alpha, stage: str, gamma, colluders, n_users: int, domain_size: int, epsilon: float,
-                      protocol: str) -> None:
+                      protocol: str, calibration: str) -> None:
     """alpha in (0, 1] with alpha N whole; the second stage; gamma >= 1 (1 when uniform, < e^eps when adaptive);
-    phi in [1, n - 1] for TSS' and 0 for TSS."""
+    phi in [1, n - 1] for TSS' and 0 for TSS; no closed form for the adaptive stage."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
         raise ParameterError("report-fraction", "in (0, 1]", alpha)
     if not math.isclose(round(alpha * domain_size), alpha * domain_size, rel_tol=1e-9) or round(alpha * domain_size) < 1:
@@ -536,6 +575,9 @@ def check_tss_options(alpha, stage: str, gamma, colluders, n_users: int, domain_
     if stage == "adaptive" and math.log(gamma) >= epsilon:
         raise ParameterError("gamma", f"below e^eps = {math.exp(epsilon):.6g}: against S2 the adaptive stage spends "
                              "ln(gamma) of eps", gamma)
+    if stage == "adaptive" and calibration == "closed_form":
+        raise ParameterError("calibration", "exact or paper with --second-stage adaptive (the closed form covers the "
+                             "uniform stage)", calibration)
     if protocol == "tss-collusion":
         check_integer("colluders", colluders, 1, n_users - 1)
     elif colluders != 0:
@@ -642,7 +684,7 @@ class DPDGParameters(SharingParameters):
             "docs/derivations.md, 'DPDG: distributed discrete Gaussian'", caveats)
 
     def costs(self) -> dict[str, dict[str, float]]:
-        return sharing_costs(self.n_users, self.domain_size, {"noise_samples": self.domain_size})
+        return sharing_costs(self, {"noise_samples": self.domain_size})
 
     def theory(self) -> dict[str, float | str]:
         """Unbiased counts with the summed noise's variance; the classic Gaussian's V_G and the paper's n* beside."""
@@ -665,7 +707,8 @@ def _sampling_probability(epsilon: float, delta: float, holders: int, calibratio
     """p for the target: ``given`` (its delta checked), or calibrated; p' = p ``rate`` (rate = p_chi for TSS).
 
     ``exact_delta(p)``: the exact delta at eps (default: the sampled counts at rate p'); ``exact`` bisects it,
-    ``paper`` takes p' = 1 - e^-eps and checks it, ``closed_form`` checks the Chernoff form instead.
+    ``paper`` takes p' = 1 - e^-eps and checks it, ``closed_form`` checks the Chernoff form and the exact delta
+    (the Chernoff form is derived for add/remove neighbours; the claim is for replace-one).
     """
     exact_delta = exact_delta or (lambda p: accountant.sampling_delta(epsilon, p * rate, holders))
     if calibration == "exact" and given is None:
@@ -680,7 +723,7 @@ def _sampling_probability(epsilon: float, delta: float, holders: int, calibratio
         if math.log1p(-min(p * rate, 1.0)) < -epsilon * (1 + 1e-12):
             raise ParameterError("sampling-probability", f"at most (1 - e^-eps) / p_chi = "
                                  f"{-math.expm1(-epsilon) / rate:.6g} for the closed form", p)
-        achieved = accountant.chernoff_delta(p * rate, holders)
+        achieved = max(accountant.chernoff_delta(p * rate, holders), exact_delta(p))
     else:
         achieved = exact_delta(p)
     if achieved > delta:
@@ -704,26 +747,23 @@ def calibrate_sampling(cls, epsilon: float, delta: float, n_users: int, domain_s
     """``cls`` (DPCS, DPCS*, DPDS, TSS) with p for (eps, delta)-DP of the released counts (module docstring)."""
     epsilon, delta, n, domain = _common(epsilon, delta, n_users, domain_size, cls)
     beta = check_min_count_fraction(min_count_fraction, domain)
+    check_class(n, domain, min_count(n, beta))
     if calibration not in SAMPLING_CALIBRATIONS:
         raise ParameterError("calibration", f"one of {', '.join(SAMPLING_CALIBRATIONS)}", calibration)
     if sampling_probability is not None and not 0 < sampling_probability <= 1:
         raise ParameterError("sampling-probability", "in (0, 1]", sampling_probability)
     honest = honest_users(n, check_honest_fraction(honest_fraction, n))
-    others = min_count(n, beta) - (n - honest)  # SamplingParameters.counted_holders
-    if others < 1:
+    holders = min_count(n, beta) - (n - honest)  # SamplingParameters.counted_holders
+    if holders < 1:
         raise ParameterError("honest-fraction", f"above 1 - beta = {1 - beta:.3g}: the {n - honest} users who may "
                              f"not follow the protocol could be all holders of a category", honest_fraction)
     build = dict(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                  modulus=_field_for(n), min_count_fraction=beta, honest_fraction=float(honest_fraction), **fields)
-    holders = others + 1  # the accountant's m: the changed user and the others
     if issubclass(cls, TSSParameters):
         check_tss_options(fields["report_fraction"], fields["second_stage"], fields["gamma"], fields["colluders"], n,
-                          domain, epsilon, cls.protocol)
+                          domain, epsilon, cls.protocol, calibration)
         rate, gamma, exact = inclusion_probability(fields["report_fraction"], fields["gamma"]), fields["gamma"], None
         if fields["second_stage"] == "adaptive":
-            if calibration == "closed_form":
-                raise ParameterError("calibration", "exact or paper with --second-stage adaptive (the closed form "
-                                     "covers the uniform stage)", calibration)
             exact = lambda p: adaptive_delta(epsilon - math.log(gamma), p, holders, rate)  # noqa: E731
         p = _sampling_probability(epsilon, delta, holders, calibration, rate, sampling_probability, exact)
     else:
@@ -746,10 +786,11 @@ def calibrate_dpcs_star(epsilon, delta, n_users, domain_size, calibration="exact
 
 
 def calibrate_dpds(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
-                   sampling_probability=None, honest_fraction=1.0) -> DPDSParameters:
+                   sampling_probability=None, honest_fraction=1.0, share_encoding="elements") -> DPDSParameters:
     """DPDS: p for (eps, delta)-DP of the reconstructed counts; dishonest users' coins count as known."""
     return calibrate_sampling(DPDSParameters, epsilon, delta, n_users, domain_size, calibration,
-                              min_count_fraction, sampling_probability, honest_fraction)
+                              min_count_fraction, sampling_probability, honest_fraction,
+                              share_encoding=share_encoding)
 
 
 def calibrate_tss(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
@@ -778,7 +819,7 @@ def calibrate_tss_collusion(epsilon, delta, n_users, domain_size, calibration="e
 
 
 def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fractional_bits=8,
-                   honest_fraction=1.0) -> DPDGParameters:
+                   honest_fraction=1.0, share_encoding="elements") -> DPDGParameters:
     """DPDG: the per-user discrete Gaussian variance (integer, scale 2^k) for (eps, delta)-DP of the sum.
 
     ``tight``: the least variance the exact accountant certifies for the
@@ -798,7 +839,7 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
         raise ParameterError("calibration", f"one of {', '.join(NOISE_CALIBRATIONS)}", calibration)
     probe = DPDGParameters(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                            modulus=2**61 - 1, fractional_bits=k, noise_variance=variance,
-                           honest_fraction=float(honest_fraction))
+                           honest_fraction=float(honest_fraction), share_encoding=share_encoding)
     parameters = dataclasses.replace(probe, modulus=_field_for(probe.largest_aggregate))
     if calibration == "classic":
         parameters.verify()
@@ -842,13 +883,13 @@ def message_law(parameters: SharingParameters, item: int) -> dict[tuple[int, ...
 
 
 def audit_pairs(parameters: SamplingParameters, users: int):
-    """Every neighbouring pair (one user moved from category a to b) in which both datasets hold every category
-    at least ceil(beta n) times: the datasets the guarantee speaks of (as lists of items)."""
+    """Every neighbouring pair (one user moved from category a to b) whose first dataset holds every category at
+    least ceil(beta n) times -- the datasets a run accepts -- as lists of items; the second may fall short."""
     m, N = parameters.min_count, parameters.domain_size
     for counts in _compositions(users, N, m):
         for a in range(N):
             for b in range(N):
-                if a != b and counts[a] - 1 >= m:
+                if a != b:
                     moved = list(counts)
                     moved[a] -= 1
                     moved[b] += 1
@@ -903,8 +944,23 @@ class SharingUsers:
                             self.field.dtype)
 
     def share(self, contributions: np.ndarray, rng: RNGLike = None) -> np.ndarray:
-        """(n, users, N): row k of each user's shares goes to user k."""
-        return share(self.field, contributions, self.parameters.n_users, rng)
+        """(n, users, N): row k of each user's shares goes to user k (the last gets the correction share).
+
+        With ``share_encoding="seeds"`` each user sends seeds instead of the n - 1 uniform shares
+        (:func:`~privagg.core.sharing.seeded_shares`) and the recipients expand them; the rows returned are
+        the expanded shares, as the recipients hold them.
+        """
+        n = self.parameters.n_users
+        if self.parameters.share_encoding == "elements":
+            return share(self.field, contributions, n, rng)
+        rng = None if rng is None else resolve(rng)
+        out = np.empty((n, *contributions.shape), dtype=self.field.dtype)
+        for i, vector in enumerate(contributions):
+            seeds, correction = seeded_shares(self.field, vector, n, rng)
+            for k, seed in enumerate(seeds):  # each recipient expands his seed
+                out[k, i] = expand(self.field, seed, vector.shape)
+            out[n - 1, i] = correction
+        return out
 
     def forward(self, received: np.ndarray) -> MessageBatch:
         """Each user's partial sum (n x N, already summed over senders) as (item, share) rows for the server."""
@@ -998,6 +1054,7 @@ class SamplingCurator(SumServer):
         return SampleAggregate(np.zeros(self.parameters.domain_size, dtype=np.int64))
 
     def agg_update(self, agg: SampleAggregate, messages: MessageBatch) -> SampleAggregate:
+        _unreleased(agg)
         for part in messages.slices():
             clean, dropped = self.layout.validate(part)
             agg.counts += np.bincount(clean["value"], minlength=self.parameters.domain_size)
@@ -1008,6 +1065,7 @@ class SamplingCurator(SumServer):
     def merge(self, aggs: Sequence[SampleAggregate]) -> SampleAggregate:
         total = self.agg_init()
         for a in aggs:
+            _unreleased(a)
             total.counts += a.counts
             total.messages += a.messages
             total.malformed += a.malformed
@@ -1036,14 +1094,31 @@ class SamplingCurator(SumServer):
         return max(super().working_bytes(parameters, full_domain), 16 * parameters.domain_size + 17 * parameters.n_users)
 
 
+def _unreleased(agg: SampleAggregate) -> None:
+    """Records join an aggregate only before its release: its coins are drawn once, so that adding records, or
+    merging it into another aggregate, would release (some of) the same records again under fresh coins."""
+    if agg.sampled is not None:
+        raise ParameterError("aggregate", "not yet released (the trusted server samples each record once; start a "
+                             "new aggregate for new records)", "an aggregate already finalized")
+
+
 class SharingCurator(SamplingCurator):
     """DPCS*'s server (§2.2): releases the sampled counts as n additive shares; a receiver adds them up."""
 
-    def shares(self, agg: SampleAggregate) -> np.ndarray:
-        return share(self.field, self.sample(agg).astype(np.uint64), self.parameters.n_users, self.rng)
+    def shares(self, agg: SampleAggregate, columns: slice = slice(None)) -> np.ndarray:
+        """The n shares (n x categories) of the sampled counts of ``columns``."""
+        return share(self.field, self.sample(agg)[columns].astype(np.uint64), self.parameters.n_users, self.rng)
 
     def release(self, agg: SampleAggregate) -> np.ndarray:
-        return reconstruct(self.field, self.shares(agg))
+        """The receiver's reconstruction, a block of categories at a time (n x block shares in memory)."""
+        sampled, width = self.sample(agg), max(1, BLOCK_SHARES // self.parameters.n_users)
+        return np.concatenate([reconstruct(self.field, self.shares(agg, slice(lo, lo + width)))
+                               for lo in range(0, sampled.size, width)])
+
+    @classmethod
+    def working_bytes(cls, parameters: DPCSParameters, full_domain: bool = True) -> int:
+        """Counting and the coins, or one block of shares and their uint64 sum."""
+        return max(super().working_bytes(parameters, full_domain), 16 * BLOCK_SHARES)
 
 
 class TSSUsers:
@@ -1078,6 +1153,13 @@ class TSSUsers:
                 keys[np.arange(keys.shape[0]), codes[lo:lo + chunk]] = np.where(include[lo:lo + chunk], -1, 2**62)
             reports[lo:lo + chunk] = np.sort(np.argpartition(keys, size - 1, axis=1)[:, :size], axis=1)
         return coins, reports
+
+    def share_entries(self, entries: np.ndarray, helpers: int, rng: RNGLike = None) -> np.ndarray:
+        """(helpers, reporters): each reporter's 0/1 entry for one item in ``helpers`` additive shares, row k to
+        the item's k-th helper (Algorithm 3, L15-18); with one helper, the entry itself."""
+        field, entries = self.parameters.field, np.asarray(entries)
+        entries = field.element(entries.astype(np.uint8) if entries.dtype == bool else entries).astype(field.dtype)
+        return entries[None, :] if helpers == 1 else share(field, entries, helpers, rng)
 
 
 class ElectionServer:
@@ -1116,7 +1198,10 @@ def fast_aggregate(parameters, codes: np.ndarray, rng: np.random.Generator, serv
         counted = bernoulli(parameters.sampling_probability, n, rng)
         if isinstance(parameters, TSSParameters):
             counted &= bernoulli(parameters.inclusion_probability, n, rng)
-            rows = math.ceil(parameters.expected_helpers)
+            # n alpha N reports; TSS' tops items up to phi + 1 helpers (m_j drawn Bin(n, alpha) one by one)
+            reports = rng.binomial(n, parameters.report_fraction, N)
+            rows = n * parameters.report_size + int(np.maximum(parameters.colluders + 1 - reports, 0).sum()) \
+                if parameters.colluders else n * parameters.report_size
         else:
             rows = n * N
         sums = np.bincount(codes[counted], minlength=N)

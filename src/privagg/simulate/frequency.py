@@ -132,7 +132,8 @@ GROUPS_MAX = 16
 
 
 def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, encoder: ItemEncoder, *,
-                      delta: float, calibration: str | None = None, options: dict[str, Any] | None = None,
+                      epsilon: float, delta: float, calibration: str | None = None,
+                      options: dict[str, Any] | None = None,
                       top: int = 10, mode: str = "faithful", seed: int | None = None, input_name: str = "",
                       progress: Progress | None = None, warnings: Sequence[str] = ()):
     """Weighted aggregation (docs/derivations.md, "Weighted aggregation"): users grouped by their epsilon, each
@@ -140,7 +141,9 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
 
     The report's estimates are the weighted ones; the unweighted baseline sum_g tau_g / p_g is measured beside
     them (``unweighted_error``). Each user has the guarantee of his group; the report's ``privacy`` is the
-    weakest group's, with the others listed in ``groups``.
+    weakest group's, with the others listed in ``groups``. ``epsilon`` is the largest a user may ask for: a
+    larger one in ``epsilons`` is an error. ``seed`` seeds the simulation (group g's runs from the seed's g-th
+    child).
     """
     from ..protocols.sampling_sharing import SamplingParameters, combine_groups
 
@@ -149,19 +152,27 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     if epsilons.shape != codes.shape:
         raise ParameterError("epsilon-column", f"one value per user ({codes.size})", f"{epsilons.size} values")
     levels = np.unique(epsilons)
+    if levels.size and levels[-1] > epsilon:
+        raise ParameterError("epsilon-column", f"at most --epsilon = {epsilon:g} (the largest epsilon a user may ask "
+                             "for)", float(levels[-1]))
     if levels.size > GROUPS_MAX:
         raise ParameterError("epsilon-column", f"at most {GROUPS_MAX} distinct epsilons (privacy groups)",
                              f"{levels.size} distinct values")
     domain = encoder.domain_size
     runs, groups = [], []
-    for g, eps in enumerate(levels):
+    seeds = [None] * levels.size if seed is None else np.random.SeedSequence(seed).spawn(levels.size)
+    for eps, group_seed in zip(levels, seeds):
         members = codes[epsilons == eps]
-        params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
-                           calibration=calibration, item_key=encoder.item_key, **(options or {}))
-        if not isinstance(params, SamplingParameters):
-            raise ParameterError("epsilon-column", "given for a sampling protocol (dpcs, dpcs-star, dpds, tss)",
-                                 protocol)
-        runs.append(simulate(params, members, mode=mode, rng=None if seed is None else seed + g, progress=progress))
+        try:
+            params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
+                               calibration=calibration, item_key=encoder.item_key, **(options or {}))
+            if not isinstance(params, SamplingParameters):
+                raise ParameterError("epsilon-column", "given for a sampling protocol (dpcs, dpcs-star, dpds, tss)",
+                                     protocol)
+            runs.append(simulate(params, members, mode=mode, rng=group_seed, progress=progress))
+        except ParameterError as err:  # say which group
+            raise ParameterError(err.field, f"{err.accepted} (in the group of the {members.size} users with "
+                                 f"epsilon {eps:g})", err.got) from None
         groups.append(params)
     combined = combine_groups(groups, [r.result.estimates * p.effective_probability for r, p in zip(runs, groups)])
     truth = np.bincount(codes, minlength=domain)

@@ -32,13 +32,14 @@ import numpy as np
 
 from ..core.messages import MessageBatch
 from ..core.randomness import streams
-from ..core.sharing import share
+from ..core.sharing import SEED_BYTES
 from ..errors import ParameterError
 from ..protocols.sampling_sharing import (REPORT_KEYS_ELEMENTS, DPDGParameters, ElectionServer, SharingUsers,
                                           TSSParameters, TSSUsers)
 from .progress import Progress
 
 SHARES_MAX = 2**33  # share elements one faithful run may draw (about a minute and a half at 10^8 per second)
+EXPANSIONS_MAX = 2**20  # seeds one faithful run may expand (about 2 minutes at ~100 us a ChaCha20 expansion)
 BLOCK_ELEMENTS = 1 << 22  # share elements per block of senders: bounds the sharing's scratch (32 MiB in uint64)
 THREADS = 2
 
@@ -53,6 +54,10 @@ def share_elements(parameters) -> float:
 
 
 def check_faithful(parameters) -> None:
+    if parameters.share_encoding == "seeds" and parameters.n_users * (parameters.n_users - 1) > EXPANSIONS_MAX:
+        raise ParameterError("mode", f"fast for this size with --share-encoding seeds: a faithful run expands "
+                             f"n (n - 1) = {parameters.n_users * (parameters.n_users - 1):.3g} seeds, above "
+                             f"2^{EXPANSIONS_MAX.bit_length() - 1} (or send elements)", "faithful")
     work = share_elements(parameters)
     if work > SHARES_MAX:
         raise ParameterError("mode", f"fast for this size: a faithful run draws about {work:.3g} share elements, "
@@ -91,23 +96,43 @@ def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
     unreduced = max(1, (2**64 - 1) // (block * parameters.modulus) - 1)  # blocks a running sum takes unreduced
     generators = list(streams(rng, [f"sharing-{i}" for i in range(THREADS)]).values())
 
-    def work(part: int) -> np.ndarray:
+    element = -(-math.ceil(math.log2(parameters.modulus)) // 8)  # bytes of one field element on the wire
+
+    def wire_bytes(sender: int) -> int:
+        """What ``sender`` sends the other users: n - 1 shares of N elements, or seeds and the correction
+        share (kept by the last user, who sends only seeds)."""
+        if parameters.share_encoding == "elements":
+            return (n - 1) * N * element
+        return (n - 1) * SEED_BYTES if sender == n - 1 else (n - 2) * SEED_BYTES + N * element
+
+    def work(part: int) -> tuple[np.ndarray, dict[str, int]]:
         received, gen = np.zeros((n, N), dtype=np.uint64), generators[part]
+        counts = dict.fromkeys(("sent", "kept", "uniform_samples", "bytes_sent"), 0)
         for count, lo in enumerate(starts[part::THREADS], 1):
             shares = users.share(users.contributions(codes[lo:lo + block], gen), gen)  # (n, senders, N)
             received += shares.sum(axis=1, dtype=np.uint64)
             if count % unreduced == 0:
                 received %= q
+            senders = shares.shape[1]
+            counts["kept"] += senders * N  # each sender's own row
+            counts["sent"] += shares.size - senders * N
+            counts["uniform_samples"] += shares[:-1].size  # the correction row is computed, not drawn
+            counts["bytes_sent"] += sum(wire_bytes(i) for i in range(lo, lo + senders))
             if progress:
-                progress("share", min(block, n - lo), n)
-        return received % q
+                progress("share", senders, n)
+        return received % q, counts
 
     with ThreadPoolExecutor(THREADS) as pool:
-        received = field.sum(np.stack(list(pool.map(work, range(THREADS)))), axis=0)
+        done = list(pool.map(work, range(THREADS)))
+    received = field.sum(np.stack([r for r, _ in done]), axis=0)
+    user = {key: sum(c[key] for _, c in done) for key in done[0][1]}
+    rows = users.forward(received)
+    user["sent"] += len(rows)  # each user's partial sum to the server
+    user["bytes_sent"] += len(rows) * element
     own = ({"noise_samples": n * N} if isinstance(parameters, DPDGParameters) else {"bernoulli_samples": n})
-    return users.forward(received), {"user": {
-        "parties": n, "sent": n * (n - 1) * N + n * N, "received": n * (n - 1) * N, "kept": n * N,
-        "uniform_samples": n * (n - 1) * N, "field_additions": 2 * n * (n - 1) * N, **own}}
+    # additions: each sender's correction share sums his n - 1 uniform shares; each recipient sums n shares
+    return rows, {"user": {"parties": n, "received": user["sent"] - len(rows), **user,
+                           "field_additions": user["uniform_samples"] + n * (n - 1) * N, **own}}
 
 
 def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str, np.random.Generator],
@@ -117,7 +142,8 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
     Items are shared out between two threads, each with its own generator from the users' stream.
     """
     field, n, N = parameters.field, parameters.n_users, parameters.domain_size
-    coins, reports = TSSUsers(parameters).first_stage(codes, rngs["users"])
+    users = TSSUsers(parameters)
+    coins, reports = users.first_stage(codes, rngs["users"])
     counts, helpers = ElectionServer(parameters).elect(reports, rngs["s1"])
     # reporters of item j: users whose set holds j; their entry is the coin if they hold j
     order = np.argsort(reports.ravel(), kind="stable")
@@ -128,11 +154,9 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
         items, sums = [], []
         for j in range(part, N, THREADS):
             holders, size = reporters[j], helpers[j].size
-            entries = (coins[holders] & (codes[holders] == j)).astype(field.dtype)
-            if size == 1:  # one helper: each reporter's entry is his one share
-                sums.append(field.sum(entries[None, :], axis=1))
-            elif size > 1:  # (helpers, reporters) shares; each helper sums his row
-                sums.append(field.sum(share(field, entries, size, generators[part]), axis=1))
+            if size:  # (helpers, reporters) shares; each helper sums his row and forwards it to S2
+                entries = coins[holders] & (codes[holders] == j)
+                sums.append(field.sum(users.share_entries(entries, size, generators[part]), axis=1))
             items.append(np.full(size, j))
             if progress:
                 progress("share", 1, N)
@@ -145,8 +169,10 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
                                                             [np.empty(0, dtype=np.uint64)])})
     sizes = np.array([h.size for h in helpers])
     elements, helper_rows = int(counts @ sizes), int(sizes.sum())
+    uniform = elements - int(counts[sizes > 0].sum())  # m_j (m'_j - 1): the correction share is computed
+    additions = uniform + elements - int(sizes[counts > 0].sum())  # corrections, and each helper's sum of m_j
     return rows, {
         "user": {"parties": n, "indices_to_s1": int(reports.size), "sent": elements, "received": elements,
-                 "to_s2": helper_rows, "uniform_samples": elements - int(counts[sizes > 0].sum()),
+                 "to_s2": helper_rows, "uniform_samples": uniform, "field_additions": additions,
                  "bernoulli_samples": n},
         "s1": {"parties": 1, "received": int(reports.size), "published": helper_rows, "samples": helper_rows}}
