@@ -10,7 +10,7 @@ import pytest
 from privagg.protocols import registry
 from privagg.reproduce import sampling
 
-pytestmark = pytest.mark.slow  # about 8 s: the quick grid's seeded runs and calibrations
+pytestmark = pytest.mark.slow  # about 5 s: the quick grid's seeded runs and calibrations
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 K_SIGMA = 4  # the MSE band: 4 standard errors of a mean of R runs (a false alarm about once in 16,000 seeds)

@@ -32,7 +32,7 @@ class ExpectedError:
 
     messages_per_user: float
     bits_per_message: int
-    standard_error: float  # of an item with frequency 0 (the largest)
+    standard_error: float  # the largest of one item: at frequency 0 (balls into bins), at the largest count (sampling)
     max_error_bound: float  # over all of [B], holds with probability 1 - max_error_beta
     max_error_beta: float
 

@@ -162,13 +162,8 @@ class SharingParameters(FrozenParameters):
             raise ParameterError("parameters", f"a setting that buys ({self.epsilon:g}, {self.delta:g})-DP (it buys "
                                  f"delta = {achieved:.3g})", self.to_dict())
 
-    def standard_error(self, estimate=0.0):
-        raise NotImplementedError
-
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        raise NotImplementedError
-
     def expected_error(self) -> dict[str, float]:
+        """Costs and errors before any data is seen (each protocol's ``standard_error`` and ``max_error_bound``)."""
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.standard_error(self.largest_count)),
                 "max_error_bound": self.max_error_bound(MAX_ERROR_BETA), "max_error_beta": MAX_ERROR_BETA}

@@ -484,8 +484,8 @@ def plot_costs(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def run(out: Path, quick: bool = False, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
     """Run the three experiments (module docstring) and write their CSV tables and PNG plots into ``out``.
 
-    ``quick``: a small grid (about 10 s) instead of the full one (about a
-    minute and a half on two cores). ``seed``: every run's generator is spawned from it (seeded
+    ``quick``: a small grid (about 5 s) instead of the full one (about 20 s
+    on two cores). ``seed``: every run's generator is spawned from it (seeded
     simulations, not private runs). ``progress(stage, advance, total)``: as
     privagg.simulate's, called as each stage advances. Returns a summary.
     """
