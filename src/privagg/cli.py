@@ -422,9 +422,8 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
         else:
             encoder = item_encoder(domain, hash_key, seed)
         if write_messages is not None:
-            if mode is Mode.fast or entry.topology == "central":
-                raise ParameterError("write-messages", "given for a faithful run of a shuffle protocol (the fast "
-                                     "path makes no messages; a central curator's input is the raw data)",
+            if mode is Mode.fast:
+                raise ParameterError("write-messages", "given for a faithful run (the fast path makes no messages)",
                                      str(write_messages))
             from .engine import prepare_message_folder
 
@@ -548,7 +547,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
             None, "--progress/--no-progress", help="Progress on stderr: bars on a terminal, else plain lines "
                                                    "(default: on a terminal only).")),
     ]
-    if entry.topology != "central":
+    if entry.client is not None:  # one-round protocols, whose messages privagg analyze reads
         params += [
             _param("write_messages", Optional[Path], typer.Option(
                 None, "--write-messages", help="Also write the shuffled messages as Parquet partitions and "
