@@ -188,13 +188,21 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
     if not 0 < confidence < 1:
         raise ParameterError("confidence", "in (0, 1)", confidence)
     audited = with_noise_scale(parameters, noise_scale)
-    n, domain = audited.n_users, audited.domain_size
-    x, y, r = 0, 1, 2 % domain
-    mode = "fast" if get(parameters.protocol).fast is not None else "faithful"
+    entry = get(parameters.protocol)
+    # a neighbouring pair the simulator accepts both sides of (the sampling family checks its data condition)
+    pair = next(((d, e) for d, e in (entry.audit_pairs or one_changed_user)(audited, audited.n_users)
+                 if _accepted(audited, d) and _accepted(audited, e)), None)
+    if pair is None:
+        raise ParameterError("users", f"enough for two neighbouring datasets that both meet {entry.name}'s data "
+                             "condition", parameters.n_users)
+    dataset, neighbour = pair
+    moved = np.bincount(neighbour, minlength=audited.domain_size) - np.bincount(dataset, minlength=audited.domain_size)
+    x, y = int(np.argmin(moved)), int(np.argmax(moved))  # one user's item moves from x to y
+    mode = "fast" if entry.fast is not None else "faithful"
     seeds = iter(np.random.SeedSequence(seed).spawn(2 * runs))
     estimates = {}
-    for side, first in (("D", x), ("D'", y)):
-        codes = np.array([first] + [r] * (n - 1))
+    for side, items in (("D", dataset), ("D'", neighbour)):
+        codes = np.array(items)
         estimates[side] = np.array([simulate(audited, codes, mode=mode, rng=np.random.default_rng(next(seeds)),
                                              queries=[x, y]).result.estimate([x, y]) for _ in range(runs)])
     half, delta = runs // 2, parameters.delta
@@ -230,9 +238,18 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
         claimed=Claimed(parameters.epsilon, parameters.delta), true_epsilon=bound,
         holds=bound <= parameters.epsilon, noise_scale=noise_scale, instance=_instance(audited), runs=runs,
         confidence=confidence, notes=[
-            f"user 0 holds {x} in D and {y} in D', the others {r}; {runs} {mode} runs each; the event "
+            f"one user holds {x} in D and {y} in D' (counts {np.bincount(dataset).tolist()} in D); {runs} {mode} runs "
+            f"each; the event "
             f"{event} (chosen on half the runs) has P_{first} >= {p_low:.4g} and P_{second} <= {q_high:.4g} on the "
             "other half; a lower bound only"])
+
+
+def _accepted(parameters, dataset: list[int]) -> bool:
+    try:
+        parameters.check_population(np.array(dataset))
+    except ParameterError:
+        return False
+    return True
 
 
 # --- the audit grid: every registered protocol's tiny instances --------------------------------------------
