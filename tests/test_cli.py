@@ -144,7 +144,8 @@ _BETA = ["--min-count-fraction", 0.05]
 CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--domain", 5000, "--bins", 50],
              "dpcs": ["--domain", 10, *_BETA], "dpcs-star": ["--domain", 10, *_BETA], "dpds": ["--domain", 10, *_BETA],
              "dpdg": ["--domain", 10], "tss": ["--domain", 10, *_BETA, "--report-fraction", 0.5],
-             "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2]}
+             "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2],
+             "blanket-hist": ["--domain", 2]}
 OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
 
 

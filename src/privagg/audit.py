@@ -280,7 +280,8 @@ def markdown_table(reports: list[AuditReport]) -> str:
     lines = ["| protocol | calibration | instance | claimed (eps, delta) | true delta at eps | true eps at delta | "
              "slack | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in reports:
-        noise_field = next(name for name in ("rho", "sampling_probability", "noise_variance") if name in r.instance)
+        noise_field = next(name for name in ("rho", "sampling_probability", "noise_variance", "gamma")
+                           if name in r.instance)
         options = "".join(f", {o.name} {r.instance[o.name]:.4g}" if isinstance(r.instance[o.name], float) else
                           f", {o.name} {r.instance[o.name]}" for o in get(r.protocol).options
                           if r.instance.get(o.name) is not None and o.name != noise_field)

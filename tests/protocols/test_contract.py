@@ -22,6 +22,7 @@ from privagg.core.messages import SLICE_ROWS, MessageBatch, shuffle
 from privagg.errors import ParameterError
 from privagg.privacy import balls_into_bins as bib_privacy
 from privagg.privacy.description import Model
+from privagg.protocols import privacy_blanket as pb
 from privagg.protocols import registry, roles
 from privagg.protocols import sampling_sharing as ss
 from privagg.protocols.results import FrequencyTable
@@ -55,12 +56,15 @@ def categorical_population(domain, n_users, seed=0):
 CASES = {
     "balls into bins": dict(n_users=5000, domain=1000, population=zipf_population, options={},
                             details=bib_privacy.METHOD_DETAIL),
+    # the paper's gamma needs about 80 B ln(2/delta) / eps^2 users
+    "privacy blanket": dict(n_users=50_000, domain=10, population=zipf_population, options={},
+                            details=pb.METHOD_DETAIL, sizes=(50_000, 200_000), inconsistent={"gamma": 1.5}),
     SAMPLING: dict(n_users=1000, domain=10, population=categorical_population,
                    options={"dpcs": dict(min_count_fraction=0.05), "dpcs-star": dict(min_count_fraction=0.05),
                             "dpds": dict(min_count_fraction=0.05), "dpdg": {},
                             "tss": dict(min_count_fraction=0.05, report_fraction=0.5),
                             "tss-collusion": dict(min_count_fraction=0.05, report_fraction=0.5, colluders=3)},
-                   details=ss.METHOD_DETAIL,
+                   details=ss.METHOD_DETAIL, sizes=(20_000, 50_000), inconsistent={"modulus": 4},
                    # p = 1 - e^-eps needs more holders per category to meet delta = 1e-6 (the closed form ~500)
                    calibration_users={"paper": 20_000, "closed_form": 20_000}),
 }
@@ -195,7 +199,7 @@ def test_parameters_round_trip_through_json_exactly(name):
 def test_loading_refuses_bad_parameters(name):
     data = params_of(name).to_dict()
     # a field inconsistent with the others, and one of the wrong type
-    inconsistent = {"rho": data.get("rho", 0) * 2} if "rho" in data else {"modulus": 4}
+    inconsistent = case(name).get("inconsistent", {"rho": data.get("rho", 0) * 2})
     key = "mu" if "mu" in data else "epsilon"
     for bad, field in (({**data, "protocol": "fe9"}, "parameters.protocol"), ([1, 2], "parameters.protocol"),
                        ("{oops", "parameters"), ({**data, **inconsistent}, next(iter(inconsistent))),
@@ -416,7 +420,7 @@ def test_privacy_description(name):
 def test_noise_buys_the_promised_delta(name):
     # delta_at is the hockey-stick bound (balls into bins), which the tail criterion (numeric) also bounds from above;
     # the closed forms are checked where their own conditions hold
-    sizes = (20_000, 50_000) if registry.get(name).family == SAMPLING else (2000, 10_000)
+    sizes = case(name).get("sizes", (2000, 10_000))
     for calibration, n_users in itertools.product(registry.get(name).calibrations, sizes):
         if calibration == "closed_form" and registry.get(name).family != SAMPLING:
             continue

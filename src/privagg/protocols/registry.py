@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..errors import ParameterError
 from . import balls_into_bins as bib
+from . import privacy_blanket as pb
 from . import sampling_sharing as ss
 from .roles import Topology
 
@@ -132,8 +133,14 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         status="planned", result="vector sum"),
     ProtocolEntry(
         name="blanket-hist", title="Privacy-blanket histogram R^PH", family="privacy blanket", topology="shuffle",
-        trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper",
-        status="planned"),
+        trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper, Algorithm 1",
+        calibrate=pb.calibrate_blanket_hist, parameters=pb.BlanketHistParameters, client=pb.BlanketClient,
+        analyzer=pb.BlanketAnalyzer, calibrations=("tight", "paper"), message_law=pb.message_law,
+        # the paper's closed form needs gamma <= 1: some hundreds of users even on two values
+        audit_instances=(dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.2, calibrations=("tight",)),
+                         dict(n_users=4, domain_size=3, epsilon=2.0, delta=0.1, calibrations=("tight",)),
+                         dict(n_users=200, domain_size=2, epsilon=0.9, delta=0.1)),
+        options=(_HONEST,)),
     ProtocolEntry(
         name="blanket-vector", title="Privacy-blanket vector aggregation R_{d,k,n,t}", family="privacy blanket",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="k per user",

@@ -1,0 +1,71 @@
+"""The blanket probability gamma of randomized response in the shuffle model (Balle, Bell, Gascon, Nissim 2019;
+Scott, Cormode, Maple 2021, as summarised in ../shared/papers/shuffle-vector-aggregation.md §2-3).
+
+Each user reports his value with probability 1 - gamma and a value uniform over the B values otherwise
+(R^PH). Two ways to set gamma for (eps, delta)-DP of the n shuffled reports:
+
+``paper``
+    The closed forms the authors' code evaluates (reference §3.1, t = 1, d = 1, k = B values):
+    gamma = max(14 B ln(2/delta) / ((n - 1) eps^2), 27 B / ((n - 1) eps)) for eps < 1 (Balle et al.'s
+    theorem), and max(80 B ln(2/delta) / ((n - 1) eps^2), 36 B / (11 (n - 1) eps)) for 1 <= eps < 6 (the
+    vector paper's extension; its proof was not retrieved). Refused where gamma would exceed 1 or eps >= 6.
+``tight``
+    The least gamma whose reports are certified by the shuffle accountant (:mod:`privagg.privacy.shuffle`):
+    R^PH is an eps0-LDP randomizer with e^eps0 = 1 + B (1 - gamma) / gamma and total variation 1 - gamma, so
+    delta(eps) is at most the smaller of FMT's numerical bound and Wang et al.'s variation-ratio bound for the
+    n (honest) reports; delta falls as gamma grows, so bisection finds the least gamma.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..core.bisection import bisect
+from ..errors import ParameterError, check_delta, check_epsilon
+from .shuffle import fmt_delta, variation_ratio_delta
+
+METHODS = ("tight", "paper")
+PAPER_EPSILON_MAX = 6.0
+_BISECTION_STEPS = 60
+_GAMMA_MAX = 1 - 1e-12  # gamma = 1 sends no information; just below it the local epsilon is still finite
+
+
+def local_epsilon(gamma: float, domain_size: int) -> float:
+    """eps0 of R^PH: ln(1 + B (1 - gamma) / gamma)."""
+    return math.log1p(domain_size * (1 - gamma) / gamma)
+
+
+def paper_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) -> float:
+    """The reference's closed form (module docstring); a ParameterError where it exceeds 1 or eps >= 6."""
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if epsilon >= PAPER_EPSILON_MAX:
+        raise ParameterError("epsilon", f"below {PAPER_EPSILON_MAX:g} for --calibration paper (its closed forms "
+                             "cover eps < 1 and 1 <= eps < 6; use --calibration tight)", epsilon)
+    log_term, users, B = math.log(2 / delta), n_users - 1, domain_size
+    if epsilon < 1:
+        gamma = max(14 * B * log_term / (users * epsilon**2), 27 * B / (users * epsilon))
+    else:
+        gamma = max(80 * B * log_term / (users * epsilon**2), 36 * B / (11 * users * epsilon))
+    if gamma > 1:
+        raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here: "
+                             f"about {math.ceil(gamma * users) + 1} users for B = {B}; or use --calibration tight)",
+                             n_users)
+    return gamma
+
+
+def delta_at(epsilon: float, gamma: float, n_users: int, domain_size: int) -> float:
+    """An upper bound on delta(eps) of n shuffled R^PH reports: the smaller of FMT's and Wang et al.'s bounds."""
+    if gamma >= 1:
+        return 0.0
+    eps0 = local_epsilon(gamma, domain_size)
+    return min(fmt_delta(epsilon, eps0, n_users), variation_ratio_delta(epsilon, eps0, n_users, 1 - gamma))
+
+
+def tight_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) -> float:
+    """The least gamma (to about 1e-15) whose reports the accountant certifies for (eps, delta)."""
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if delta_at(epsilon, _GAMMA_MAX, n_users, domain_size) > delta:
+        raise ParameterError("users", f"enough for a blanket to hide one report at ({epsilon:g}, {delta:g}) (not "
+                             "even gamma = 1 - 1e-12 does here)", n_users)
+    return bisect(lambda g: delta_at(epsilon, g, n_users, domain_size) <= delta, 0.0, _GAMMA_MAX,
+                  _BISECTION_STEPS)[1]
