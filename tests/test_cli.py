@@ -145,8 +145,9 @@ CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--doma
              "dpcs": ["--domain", 10, *_BETA], "dpcs-star": ["--domain", 10, *_BETA], "dpds": ["--domain", 10, *_BETA],
              "dpdg": ["--domain", 10], "tss": ["--domain", 10, *_BETA, "--report-fraction", 0.5],
              "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2],
-             "blanket-hist": ["--domain", 2]}
+             "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2]}
 OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
+FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency table"]
 
 
 @pytest.mark.parametrize("protocol,calibration", [(e.name, c) for e in ENTRIES if e.implemented
@@ -234,7 +235,7 @@ def test_seeded_estimates_say_they_are_not_private(ints_file):
     assert code == 0 and out.splitlines()[-1] != "" and "NOT PRIVATE (seeded simulation)" in out
 
 
-@pytest.mark.parametrize("protocol", IMPLEMENTED)
+@pytest.mark.parametrize("protocol", FREQUENCY)
 def test_unseeded_estimates_are_private(protocol, tmp_path):
     path = tmp_path / "small.txt"
     path.write_text("\n".join(str(i % 7) for i in range(500)) + "\n")
@@ -475,7 +476,8 @@ def test_usage_errors_are_one_line():
 @pytest.mark.parametrize("protocol", IMPLEMENTED)
 @pytest.mark.parametrize("users", [1, 2**53 + 1, 2**63, 2**64 + 5])
 def test_calibrate_bad_users(protocol, users):
-    code, _, err = run("calibrate", protocol, *COMMON, "--users", users, "--domain", 100)
+    code, _, err = run("calibrate", protocol, *COMMON, "--users", users, "--dimension" if REGISTRY[protocol].result ==
+                       "vector sum" else "--domain", 100)
     assert code == 2 and err.startswith("error: n_users must be an integer in [2, 9007199254740992]"), err
 
 

@@ -205,10 +205,10 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
 
     with _clean_errors():
         _check_output(output)
-        if entry.family == CATEGORICAL:  # categories are codes by their place in the public list
+        if entry.family == CATEGORICAL or entry.result == "vector sum":  # no items to hash
             if hash_key is not None:
-                raise ParameterError("hash-key", f"left out for {entry.name} (categories are codes by their place "
-                                     "in the public list, no key)", hash_key)
+                raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
+                                     "no items to hash)", hash_key)
             key = None
         else:
             key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
@@ -250,7 +250,8 @@ def _say_privacy(privacy, profile, verbose: bool) -> None:
 def _register_calibrate(entry: ProtocolEntry) -> None:
     params = [
         _param("users", int, typer.Option(..., "--users", help="Number of users n >= 2.")),
-        _param("domain", int, typer.Option(..., "--domain", help="Domain size B >= 2.")),
+        _param("domain", int, typer.Option(..., "--dimension", help="Dimension d of the users' vectors.")
+               if entry.result == "vector sum" else typer.Option(..., "--domain", help="Domain size B >= 2.")),
         *_protocol_parameters(entry),
         _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
         _verbose_option(),
@@ -640,8 +641,9 @@ def _register_audit(entry: ProtocolEntry) -> None:
 for _entry in ENTRIES:
     if _entry.implemented:
         _register_calibrate(_entry)
-        _register_estimate(_entry)
-        _register_audit(_entry)
+        if _entry.result == "frequency table":  # vector sums are calibrated here, estimated from Python for now
+            _register_estimate(_entry)
+            _register_audit(_entry)
 
 
 # --- reproduce ----------------------------------------------------------------------------------------

@@ -72,3 +72,89 @@ def test_bad_input_names_the_field(change, field):
         registry.load_parameters({**registry.calibrate("blanket-hist", epsilon=1.0, delta=1e-6, n_users=10_000,
                                                        domain_size=10).to_dict(), "gamma": 0.0})
     assert err.value.field == "gamma"
+
+
+# --- blanket-vector: R_{d,k,n,t} and A_{d,k,t} -------------------------------------------------------------
+
+from privagg.core.messages import MessageBatch  # noqa: E402
+from privagg.simulate import simulate  # noqa: E402
+
+VECTORS = np.random.default_rng(987654).random((20_000, 8)) ** 2  # skewed towards 0; its own seed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("calibration,t", [("tight", 1), ("tight", 3), ("paper", 1)])
+def test_vector_sums_are_unbiased_with_the_derived_variance(calibration, t):
+    """1000 seeded runs: each coordinate's estimate within 4 se of the true sum, its variance within 4 sd of the
+    exact variance (derived: S1, S2 and the rounding variances of the data), below the reported bound."""
+    n, d, k, runs = 20_000, 8, 3, 1000
+    params = registry.calibrate("blanket-vector", epsilon=0.95, delta=1e-6, n_users=n, domain_size=d,
+                                calibration=calibration, coordinates_per_user=t, levels=k)
+    S1, S2 = VECTORS.sum(0), (VECTORS**2).sum(0)
+    frac = VECTORS * k - np.floor(VECTORS * k)
+    variance = params.variance(S1, S2, (frac * (1 - frac)).sum(0) / k**2)
+    draws = np.array([simulate(params, VECTORS, rng=s).result.total for s in range(runs)])
+    assert np.all(np.abs(draws.mean(0) - S1) <= 4 * np.sqrt(variance / runs))
+    assert np.all(np.abs(draws.var(0, ddof=1) / variance - 1) <= 4 * math.sqrt(2 / (runs - 1)))
+    assert np.all(params.standard_error(S1) >= np.sqrt(variance))
+
+
+def test_randomized_rounding_is_unbiased():
+    x = np.array([0.0, 0.1, 0.5, 0.77, 1.0])
+    rounded = np.array([pb.randomized_rounding(x, 4, np.random.default_rng(s)) for s in range(20_000)])
+    assert set(np.unique(rounded)) <= set(range(5)) and np.all(rounded[:, [0, 4]] == [0, 4])
+    frac = x * 4 - np.floor(x * 4)
+    sd = np.sqrt(frac * (1 - frac) / 20_000) / 4
+    assert np.all(np.abs(rounded.mean(0) / 4 - x) <= 4 * sd + 1e-12)
+
+
+@pytest.mark.parametrize("eps,t", [(0.5, 1), (2.0, 1), (0.5, 2), (2.0, 3)])
+def test_paper_vector_gamma_is_the_reference_closed_form(eps, t):
+    n, d, k, delta = 10**7, 20, 3, 1e-6
+    if t == 1:
+        expected = blanket.paper_gamma(eps, delta, n, d * k)
+    else:
+        constant = 56 if eps < 1 else 2016
+        expected = constant * d * k * math.log(1 / delta) * math.log(2 * t / delta) / ((n - 1) * eps**2)
+    params = registry.calibrate("blanket-vector", epsilon=eps, delta=delta, n_users=n, domain_size=d,
+                                calibration="paper", coordinates_per_user=t, levels=k)
+    assert params.gamma == pytest.approx(expected, rel=1e-12)
+
+
+def test_tight_vector_gamma_does_not_grow_with_the_dimension():
+    """For t = 1 a report's coordinate is independent of the input, so gamma depends on k, not on d (the
+    reference's §5.4 observation); the paper's gamma grows as d."""
+    tight = [registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=10**6, domain_size=d).gamma
+             for d in (10, 100)]
+    paper = [registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=10**6, domain_size=d,
+                                calibration="paper").gamma for d in (10, 100)]
+    assert tight[0] == tight[1] and paper[1] == pytest.approx(10 * paper[0]) and paper[0] > 10 * tight[0]
+
+
+@pytest.mark.parametrize("values,got", [
+    (np.full((4, 3), 0.5), "shape (4, 3)"), ([[0.1, 0.2], [0.3]], "ragged"),
+    (np.array([[0.1, np.nan], [0.2, 0.3]]), "nan in row 0, column 1"),
+    (np.array([[0.1, 0.2], [0.3, 1.5]]), "1.5 in row 1, column 1"),
+    (np.array([[0.1, -0.2], [0.3, 0.4]]), "-0.2 in row 0, column 1"),
+])
+def test_bad_vectors_name_the_row_and_column(values, got):
+    with pytest.raises(ParameterError) as err:
+        pb.check_vectors(values, 2)
+    assert err.value.field == "vector" and got in str(err.value).lower()
+    clipped = pb.clip_vectors(np.array([[1.5, -0.2]]))
+    assert np.array_equal(clipped, [[1.0, 0.0]])
+
+
+def test_vector_aggregates_merge_and_drop_malformed_rows():
+    params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=20_000, domain_size=8)
+    messages = pb.VectorClient(params).randomize(VECTORS, rng=1)
+    analyzer = pb.VectorAnalyzer(params)
+    whole = analyzer.agg_update(analyzer.agg_init(), messages)
+    parts = [analyzer.agg_update(analyzer.agg_init(), messages.take(slice(lo, lo + 7000)))
+             for lo in range(0, len(messages), 7000)]
+    merged = analyzer.merge(parts)
+    assert np.array_equal(merged.sums, whole.sums) and np.array_equal(merged.counts, whole.counts)
+    bad = MessageBatch({"coordinate": np.array([8, 0]), "value": np.array([0, 9])})
+    agg = analyzer.agg_update(analyzer.agg_init(), bad)
+    assert (agg.messages, agg.malformed) == (0, 2)
+    assert params.mse_bound() == pytest.approx(8**2 * (1 / 36 + params.gamma / 2) / (20_000 * (1 - params.gamma) ** 2))

@@ -69,3 +69,52 @@ def tight_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
                              "even gamma = 1 - 1e-12 does here)", n_users)
     return bisect(lambda g: delta_at(epsilon, g, n_users, domain_size) <= delta, 0.0, _GAMMA_MAX,
                   _BISECTION_STEPS)[1]
+
+
+# --- vectors: R_{d,k,n,t} (reference Algorithm 2) ------------------------------------------------------------
+
+
+def paper_vector_gamma(epsilon: float, delta: float, n_users: int, dimension: int, levels: int,
+                       coordinates: int) -> float:
+    """The reference's §3.1 gamma for vectors in [0,1]^d rounded to {0..k}, t coordinates a user, as the
+    authors' code evaluates it (t = 1: the histogram's forms times d; t >= 2: advanced composition, 56 and
+    2016 d k ln(1/delta) ln(2t/delta) / ((n - 1) eps^2)); refused where it exceeds 1 or for eps >= 6."""
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if coordinates == 1:
+        return paper_gamma(epsilon, delta, n_users, dimension * levels)
+    if epsilon >= PAPER_EPSILON_MAX:
+        raise ParameterError("epsilon", f"below {PAPER_EPSILON_MAX:g} for --calibration paper", epsilon)
+    constant = 56 if epsilon < 1 else 2016
+    gamma = (constant * dimension * levels * math.log(1 / delta) * math.log(2 * coordinates / delta)
+             / ((n_users - 1) * epsilon**2))
+    if gamma > 1:
+        raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here; "
+                             "or use --calibration tight)", n_users)
+    return gamma
+
+
+def vector_local_epsilon(gamma: float, levels: int, coordinates: int) -> float:
+    """eps0 of one user's t reports (derived, docs/derivations.md "Privacy blanket"): each report (l, y) has
+    its coordinate uniform and independent of the input, and y randomized response over the k + 1 levels, so
+    its ratio bound is 1 + (k + 1) (1 - gamma) / gamma whatever d; t reports on distinct coordinates compose."""
+    return coordinates * local_epsilon(gamma, levels + 1)
+
+
+def vector_delta_at(epsilon: float, gamma: float, n_users: int, levels: int, coordinates: int) -> float:
+    """The accountant's delta(eps) for n users' reports: for t = 1 as the histogram over k + 1 values (total
+    variation at most 1 - gamma), for t > 1 by FMT's bound at the composed eps0."""
+    if gamma >= 1:
+        return 0.0
+    if coordinates == 1:
+        return delta_at(epsilon, gamma, n_users, levels + 1)
+    return fmt_delta(epsilon, vector_local_epsilon(gamma, levels, coordinates), n_users)
+
+
+def tight_vector_gamma(epsilon: float, delta: float, n_users: int, levels: int, coordinates: int) -> float:
+    """The least gamma (to about 1e-15) whose reports the accountant certifies for (eps, delta)."""
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if vector_delta_at(epsilon, _GAMMA_MAX, n_users, levels, coordinates) > delta:
+        raise ParameterError("users", f"enough for a blanket to hide one user's {coordinates} reports at "
+                             f"({epsilon:g}, {delta:g})", n_users)
+    return bisect(lambda g: vector_delta_at(epsilon, g, n_users, levels, coordinates) <= delta, 0.0, _GAMMA_MAX,
+                  _BISECTION_STEPS)[1]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core.encoding import check_item_key
-from ..core.messages import Column, MessageBatch, MessageLayout
+from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import blanket
@@ -27,6 +27,7 @@ from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer, check_honest_fraction,
                               honest_users)
 from .parameters import FrozenParameters, check_item_codes
+from .results import VectorSum
 
 METHOD_DETAIL = {
     "tight": "the least gamma the shuffle accountant certifies: R^PH is eps0-LDP with e^eps0 = 1 + B (1 - gamma) / "
@@ -221,3 +222,287 @@ def message_law(parameters: BlanketHistParameters, item: int) -> dict[tuple[int,
     B, gamma = parameters.domain_size, parameters.gamma
     return {tuple(int(j == value) for j in range(B)): (1 - gamma) * (value == item) + gamma / B
             for value in range(B)}
+
+
+# --- vectors: blanket-vector, R_{d,k,n,t} and A_{d,k,t} (reference Algorithms 2-3) ---------------------------
+
+
+def check_vectors(values, dimension: int) -> np.ndarray:
+    """Users' vectors as an (n, d) float array in [0, 1]; NaN, values outside [0, 1] and a wrong d are errors
+    naming the row and column (counted from 0), never clipped here (``clip_vectors`` is the explicit option)."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError("vector", f"rows of {dimension} numbers in [0, 1]", "a ragged or non-numeric array") \
+            from None
+    if array.ndim != 2 or array.shape[1] != dimension:
+        raise ParameterError("vector", f"an (n, {dimension}) array: one row of d = {dimension} values per user",
+                             f"shape {array.shape}")
+    bad = ~np.isfinite(array) | (array < 0) | (array > 1)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise ParameterError("vector", "values in [0, 1] (give --clip to clip them explicitly)",
+                             f"{float(array[row, column])!r} in row {row}, column {column}")
+    return array
+
+
+def clip_vectors(values) -> np.ndarray:
+    """The explicit clip to [0, 1] (``--clip``); NaN stays an error."""
+    array = np.asarray(values, dtype=np.float64)
+    if np.isnan(array).any():
+        row, column = (int(i) for i in np.argwhere(np.isnan(array))[0])
+        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in row {row}, column {column}")
+    return np.clip(array, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class BlanketVectorParameters(FrozenParameters):
+    """R_{d,k,n,t}: t coordinates a user, rounded to {0..k}, randomized response with blanket probability gamma."""
+
+    protocol: ClassVar[str] = "blanket-vector"
+    mechanism: ClassVar[str] = "R_{d,k,n,t}: coordinate sampling, randomized rounding, randomized response (gamma)"
+    model: ClassVar[str] = "shuffle"
+    trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
+    domain_max: ClassVar[int] = 2**20  # d
+    rho: ClassVar[float] = 0.0  # no dummies
+    messages_sd: ClassVar[float] = 0.0
+    noise_options: ClassVar[dict[str, str]] = {}
+
+    epsilon: float
+    delta: float
+    n_users: int
+    dimension: int
+    levels: int
+    coordinates: int
+    calibration: str
+    gamma: float
+    honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        check_integer("n_users", self.n_users, 2, N_USERS_MAX)
+        check_integer("dimension", self.dimension, 1, self.domain_max)
+        check_integer("levels", self.levels, 1, 2**16)
+        check_integer("coordinates-per-user", self.coordinates, 1, self.dimension)
+        if self.calibration not in blanket.METHODS:
+            raise ParameterError("calibration", f"one of {', '.join(blanket.METHODS)}", self.calibration)
+        check_honest_fraction(self.honest_fraction, self.n_users)
+        if not 0 < self.gamma < 1:
+            raise ParameterError("gamma", "in (0, 1)", self.gamma)
+
+    @property
+    def domain_size(self) -> int:
+        """d: the registry's domain is the dimension for vector protocols."""
+        return self.dimension
+
+    def check_codes(self, vectors) -> np.ndarray:
+        """The users' vectors (the simulator's input), checked: (n, d) in [0, 1]."""
+        return check_vectors(vectors, self.dimension)
+
+    def check_population(self, vectors: np.ndarray) -> None:
+        """No condition on the data."""
+
+    @property
+    def honest_users(self) -> int:
+        return honest_users(self.n_users, self.honest_fraction)
+
+    @property
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("coordinate", 0, self.dimension), Column("value", 0, self.levels + 1)))
+
+    @property
+    def bits_per_message(self) -> int:
+        return self.layout.bits_per_message
+
+    @property
+    def messages_per_user(self) -> float:
+        return float(self.coordinates)
+
+    def verify(self) -> None:
+        if self.calibration == "paper":
+            needed = blanket.paper_vector_gamma(self.epsilon, self.delta, self.honest_users, self.dimension,
+                                                self.levels, self.coordinates)
+            if self.gamma < needed:
+                raise ParameterError("gamma", f">= the paper's closed form {needed:.6g}", self.gamma)
+            return
+        achieved = self.delta_at(self.epsilon)
+        if achieved > self.delta * (1 + 1e-9):
+            raise ParameterError("gamma", f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
+                                 f"{achieved:.3g})", self.gamma)
+
+    def derived(self) -> dict[str, Any]:
+        return {"local_epsilon": blanket.vector_local_epsilon(self.gamma, self.levels, self.coordinates)}
+
+    def delta_at(self, epsilon: float) -> float:
+        return blanket.vector_delta_at(epsilon, self.gamma, self.honest_users, self.levels, self.coordinates)
+
+    # --- theory (docs/derivations.md, "Privacy blanket") ----------------------------------------------
+    def estimate(self, value_sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Per coordinate l, the sum of the users' x_l: (d / t) (sum y / k - gamma c_l / 2) / (1 - gamma)."""
+        scale = self.dimension / (self.coordinates * (1 - self.gamma))
+        return scale * (np.asarray(value_sums, dtype=np.float64) / self.levels - self.gamma * np.asarray(counts) / 2)
+
+    def variance(self, sum_x, sum_x2, rounding) -> np.ndarray:
+        """The exact variance of a coordinate's estimate given S1 = sum x, S2 = sum x^2 and R = sum of the
+        rounding variances f (1 - f) / k^2 over the users (derived in docs/derivations.md)."""
+        g, k, n = self.gamma, self.levels, self.n_users
+        q = self.coordinates / self.dimension
+        second = (1 - g) * (np.asarray(sum_x2) + rounding) + n * g * (2 * k + 1) / (6 * k) \
+            - g * (1 - g) * np.asarray(sum_x) - n * g**2 / 4
+        return (q * second - q**2 * (1 - g) ** 2 * np.asarray(sum_x2)) / (q * (1 - g)) ** 2
+
+    def standard_error(self, estimate=0.0) -> np.ndarray:
+        """An upper bound on the sd at a coordinate sum S1 (the estimate, clipped to [0, n]): S2 <= S1, R <= n/(4k^2)."""
+        s1 = np.clip(estimate, 0, self.n_users)
+        return np.sqrt(np.maximum(self.variance(s1, s1, self.n_users / (4 * self.levels**2)), 0.0))
+
+    def mse_bound(self) -> float:
+        """The reference's Theorem 4.6 form, normalised (MSE / (n/d)^2): t d^2 (1/(4k^2) + gamma/2) / (n (1 - gamma)^2)."""
+        return (self.coordinates * self.dimension**2 * (1 / (4 * self.levels**2) + self.gamma / 2)
+                / (self.n_users * (1 - self.gamma) ** 2))
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+        if not 0 < beta < 1:
+            raise ParameterError("beta", "in (0, 1)", beta)
+        return float(self.standard_error(self.n_users)) * math.sqrt(2 * math.log(2 * self.dimension / beta))
+
+    def expected_error(self) -> dict[str, float]:
+        return {"messages_per_user": float(self.coordinates), "bits_per_message": self.bits_per_message,
+                "standard_error": float(self.standard_error(self.n_users)), "max_error_bound": self.max_error_bound(),
+                "max_error_beta": MAX_ERROR_BETA}
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        return {"user": {"sent": float(self.coordinates)},
+                "analyzer": {"received": float(self.n_users * self.coordinates)}}
+
+    def theory(self) -> dict[str, float | str]:
+        return {"estimate": "(d / t) (sum y / k - gamma c_l / 2) / (1 - gamma) per coordinate",
+                "mse_bound_normalised": self.mse_bound()}
+
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        return {"gamma": min(self.gamma * scale, 1 - 1e-12)}
+
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        return PrivacyDescription(
+            mechanism=self.mechanism, parameters={"gamma": self.gamma, "n_users": self.n_users,
+                                                  "honest_users": self.honest_users, "levels": self.levels,
+                                                  "coordinates": self.coordinates},
+            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=(
+                "replace-one: neighbouring datasets differ in one user's whole vector; n is public"),
+            trusted=self.trusted, honest_fraction=self.honest_fraction,
+            assumptions=("all n users follow the protocol" if self.honest_fraction == 1 else
+                         f"at least {self.honest_users} of the {self.n_users} users follow the protocol",
+                         "the parameters are public"),
+            method=self.calibration, method_detail=METHOD_DETAIL[self.calibration],
+            reference="src/privagg/privacy/blanket.py; docs/derivations.md, 'Privacy blanket'",
+            caveats=("the paper's closed form for 1 <= eps < 6 is the vector paper's extension, whose proof was "
+                     "not retrieved",) if self.calibration == "paper" and self.epsilon >= 1 else ())
+
+
+def calibrate_blanket_vector(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "tight",
+                             levels: int = 3, coordinates_per_user: int = 1,
+                             honest_fraction: float = 1.0) -> BlanketVectorParameters:
+    """gamma for (eps, delta)-DP of n users' t reports each; ``domain_size`` is the dimension d; k = ``levels``
+    (default 3, the authors' default), t = ``coordinates_per_user`` (default 1, the paper's best)."""
+    coordinates = coordinates_per_user
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
+    d = check_integer("dimension", domain_size, 1, BlanketVectorParameters.domain_max)
+    k = check_integer("levels", levels, 1, 2**16)
+    t = check_integer("coordinates-per-user", coordinates, 1, d)
+    honest = honest_users(n, check_honest_fraction(honest_fraction, n))
+    if calibration == "tight":
+        gamma = blanket.tight_vector_gamma(epsilon, delta, honest, k, t)
+    elif calibration == "paper":
+        gamma = blanket.paper_vector_gamma(epsilon, delta, honest, d, k, t)
+    else:
+        raise ParameterError("calibration", f"one of {', '.join(blanket.METHODS)}", calibration)
+    return BlanketVectorParameters(epsilon=epsilon, delta=delta, n_users=n, dimension=d, levels=k, coordinates=t,
+                                   calibration=calibration, gamma=gamma, honest_fraction=float(honest_fraction))
+
+
+def randomized_rounding(values: np.ndarray, levels: int, rng: np.random.Generator) -> np.ndarray:
+    """floor(x k) + Bern(x k - floor(x k)) in {0..k}: unbiased for x k (reference Algorithm 2, step 2)."""
+    scaled = values * levels
+    low = np.floor(scaled)
+    return (low + (rng.random(values.shape) < scaled - low)).astype(np.int64)
+
+
+class VectorClient:
+    """R_{d,k,n,t} (reference Algorithm 2): t distinct coordinates (integer random keys), each randomly rounded to
+    {0..k} and sent as (coordinate, value), the value replaced by a uniform level with probability gamma."""
+
+    def __init__(self, parameters: BlanketVectorParameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, vectors, rng: RNGLike = None) -> MessageBatch:
+        p, rng = self.parameters, resolve(rng)
+        vectors = check_vectors(vectors, p.dimension)
+        users, t = vectors.shape[0], p.coordinates
+        if t == p.dimension:
+            chosen = np.tile(np.arange(t), (users, 1))
+        elif t == 1:
+            chosen = rng.integers(0, p.dimension, size=(users, 1))
+        else:
+            keys = rng.integers(0, 2**62, size=(users, p.dimension), dtype=np.int64)
+            chosen = np.argpartition(keys, t - 1, axis=1)[:, :t]
+        values = randomized_rounding(np.take_along_axis(vectors, chosen, axis=1), p.levels, rng).ravel()
+        replaced = bernoulli(p.gamma, values.size, rng)
+        values[replaced] = rng.integers(0, p.levels + 1, size=int(replaced.sum()))
+        return self.layout.batch({"coordinate": chosen.ravel(), "value": values})
+
+
+@dataclass
+class VectorAggregate:
+    """Per coordinate: the sum of the reported levels and the number of reports; messages seen and dropped."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    messages: int = 0
+    malformed: int = 0
+
+
+class VectorAnalyzer:
+    """A_{d,k,t} (reference Algorithm 3): relabel by coordinate, aggregate, debias (``estimate``)."""
+
+    def __init__(self, parameters: BlanketVectorParameters, queries=None) -> None:
+        if queries is not None:
+            raise ParameterError("candidates", "left out for vector sums (every coordinate is estimated)", queries)
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def agg_init(self) -> VectorAggregate:
+        d = self.parameters.dimension
+        return VectorAggregate(np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64))
+
+    def agg_update(self, agg: VectorAggregate, messages: MessageBatch) -> VectorAggregate:
+        d = self.parameters.dimension
+        for part in messages.slices():
+            clean, dropped = self.layout.validate(part)
+            coordinate = clean["coordinate"]
+            agg.sums += np.bincount(coordinate, weights=clean["value"], minlength=d).astype(np.int64)
+            agg.counts += np.bincount(coordinate, minlength=d)
+            agg.messages += len(clean)
+            agg.malformed += dropped
+        return agg
+
+    def merge(self, aggs) -> VectorAggregate:
+        total = self.agg_init()
+        for a in aggs:
+            total.sums += a.sums
+            total.counts += a.counts
+            total.messages += a.messages
+            total.malformed += a.malformed
+        return total
+
+    def finalize(self, agg: VectorAggregate) -> VectorSum:
+        total = self.parameters.estimate(agg.sums, agg.counts)
+        return VectorSum(self.parameters, total, self.parameters.standard_error(total))
+
+    @classmethod
+    def working_bytes(cls, parameters: BlanketVectorParameters, full_domain: bool = True) -> int:
+        return 32 * parameters.dimension + 24 * min(SLICE_ROWS, parameters.n_users * parameters.coordinates)

@@ -142,9 +142,13 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                          dict(n_users=200, domain_size=2, epsilon=0.9, delta=0.1)),
         options=(_HONEST,)),
     ProtocolEntry(
-        name="blanket-vector", title="Privacy-blanket vector aggregation R_{d,k,n,t}", family="privacy blanket",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="k per user",
-        reference="shuffle vector paper", status="planned", result="vector sum"),
+        name="blanket-vector", title="Privacy-blanket vector sums R_{d,k,n,t}", family="privacy blanket",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="t",
+        reference="shuffle vector paper, Algorithms 2-3", result="vector sum", calibrate=pb.calibrate_blanket_vector,
+        parameters=pb.BlanketVectorParameters, client=pb.VectorClient, analyzer=pb.VectorAnalyzer,
+        calibrations=("tight", "paper"),
+        options=(Option("levels", int, "k: coordinates are randomly rounded to {0..k} (default 3)"),
+                 Option("coordinates_per_user", int, "t: coordinates each user reports (default 1)"), _HONEST)),
     ProtocolEntry(
         name="dpcs", title="DPCS: a trusted server samples the records", topology="central",
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",

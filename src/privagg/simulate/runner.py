@@ -100,11 +100,14 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     """Refuse a faithful run whose n (1 + rho) messages exceed MESSAGES_MAX, naming the option to change
     (one the user gave, ``given``, where one sets the noise)."""
     mode = run_mode(parameters, mode)
+    entry = get(parameters.protocol)
     if isinstance(parameters, SharingParameters):  # counted in share elements, not in messages
-        if mode == "faithful" and get(parameters.protocol).topology in SHARING:
+        if mode == "faithful" and entry.topology in SHARING:
             check_faithful(parameters)
         return
-    expected = parameters.n_users * (1 + parameters.rho)  # real values and noise, whoever adds the noise
+    # real values and noise, whoever adds the noise
+    expected = parameters.n_users * (1 + parameters.rho if entry.topology == "central" else
+                                     parameters.messages_per_user)
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
         raise ParameterError(field, f"set so that a faithful simulation's n (1 + rho) = {expected:.3g} messages "
@@ -145,8 +148,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
     codes = parameters.check_codes(codes)
-    if codes.size != parameters.n_users:
-        raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{codes.size} items")
+    if len(codes) != parameters.n_users:
+        raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{len(codes)} items")
     parameters.check_population(codes)
     check_size(parameters, mode)
     rngs = streams(rng, ROLES[entry.topology])
