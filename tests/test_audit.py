@@ -96,10 +96,11 @@ def test_statistical_auditor_flags_only_the_scaled_down_noise(protocol, options)
 
 
 def test_statistical_auditor_on_the_sampling_family():
-    """DPDS at n = 200, N = 5, beta = 0.1, (1, 0.01), on a pair both of whose datasets meet the condition: the
-    calibrated p (0.69) gives a lower bound of 0 from 1000 runs per dataset; scaling the chance of not being
-    counted by 0.1 (p = 0.97) leaves the other holders' sampling too little room to hide the moved user, and the
-    bound (4.1 at seed 0) exceeds eps = 1."""
+    """DPDS at n = 200, N = 5, beta = 0.1, (1, 0.01), on the boundary pair: an accepted dataset with a category of
+    exactly m = 20 holders, and the neighbour that moves one of them away (outside the accepted class, which the
+    guarantee covers). The calibrated p (0.69) gives a lower bound of 0 from 1000 runs per dataset; scaling the
+    chance of not being counted by 0.1 (p = 0.97) leaves the other holders' sampling too little room to hide
+    the moved user, and the bound exceeds eps = 1."""
     params = calibrate("dpds", epsilon=1.0, delta=0.01, n_users=200, domain_size=5, min_count_fraction=0.1)
     assert statistical_audit(params, runs=1000, seed=0).holds
     scaled = statistical_audit(params, runs=1000, noise_scale=0.1, seed=0)

@@ -146,6 +146,8 @@ def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"),
             values += pc.cast(block.values, pa.string()).to_pylist()
             if len(values) > largest:
                 break
+    except ParameterError:
+        raise
     except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: an .npy of objects or a bad header
         raise _unreadable(path, kind, field, err) from None
     if len(values) > largest:

@@ -42,10 +42,10 @@ def paper_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
         raise ParameterError("epsilon", f"below {PAPER_EPSILON_MAX:g} for --calibration paper (its closed forms "
                              "cover eps < 1 and 1 <= eps < 6; use --calibration tight)", epsilon)
     log_term, users, B = math.log(2 / delta), n_users - 1, domain_size
-    if epsilon < 1:
-        gamma = max(14 * B * log_term / (users * epsilon**2), 27 * B / (users * epsilon))
+    if epsilon < 1:  # divided by eps twice, not by eps^2, which underflows to 0 below about 1e-162
+        gamma = max(14 * B * log_term / users / epsilon / epsilon, 27 * B / (users * epsilon))
     else:
-        gamma = max(80 * B * log_term / (users * epsilon**2), 36 * B / (11 * users * epsilon))
+        gamma = max(80 * B * log_term / users / epsilon / epsilon, 36 * B / (11 * users * epsilon))
     if gamma > 1:
         raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here: "
                              f"about {math.ceil(gamma * users) + 1} users for B = {B}; or use --calibration tight)",
@@ -86,7 +86,7 @@ def paper_vector_gamma(epsilon: float, delta: float, n_users: int, dimension: in
         raise ParameterError("epsilon", f"below {PAPER_EPSILON_MAX:g} for --calibration paper", epsilon)
     constant = 56 if epsilon < 1 else 2016
     gamma = (constant * dimension * levels * math.log(1 / delta) * math.log(2 * coordinates / delta)
-             / ((n_users - 1) * epsilon**2))
+             / (n_users - 1) / epsilon / epsilon)
     if gamma > 1:
         raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here; "
                              "or use --calibration tight)", n_users)

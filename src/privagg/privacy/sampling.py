@@ -6,10 +6,10 @@ of the participants. Neighbours replace one user's item a by b (n public).
 Only the counts of a and b differ in law. :func:`sampling_delta` takes m
 and puts m - 1 other users on each of a and b: under D the released pair
 is (X + B, Y), under D' it is (X, Y + B), with X, Y ~ Bin(m - 1, p) the
-others and B ~ Bern(p) the changed user. When both neighbours hold every
-category at least c times, each of a and b has at least c other holders, so
-the protocols call it with m = c + 1 (less the users whose coins an
-adversary may know: protocols/sampling_sharing.py).
+others and B ~ Bern(p) the changed user. When the dataset holds every
+category at least m times, a replaced user's category keeps m - 1 other
+holders and the new one has m, so the protocols call it with that m (less
+the users whose coins an adversary may know: protocols/sampling_sharing.py).
 
 Derived here: with f the Bin(m - 1, p) pmf and g(i) = p f(i - 1) + (1 - p)
 f(i) the law of X + B, the privacy loss is l(i) - l(j) with l = ln(g / f),

@@ -121,19 +121,20 @@ class BlanketHistParameters(FrozenParameters):
         """(count - gamma n / B) / (1 - gamma): unbiased for g_x."""
         return (np.asarray(counts, dtype=np.float64) - self.gamma * self.n_users / self.domain_size) / (1 - self.gamma)
 
-    def standard_error(self, frequency=0.0):
-        """sqrt(g a1 (1 - a1) + (n - g) a0 (1 - a0)) / (1 - gamma), a1 = 1 - gamma + gamma / B, a0 = gamma / B:
-        each user's message equals x with probability a1 if he holds x, a0 otherwise."""
-        g = np.clip(frequency, 0, self.n_users)
+    def standard_error(self, count=0.0):
+        """sqrt(g a1 (1 - a1) + (n - g) a0 (1 - a0)) / (1 - gamma) for an item held by g = ``count`` users,
+        a1 = 1 - gamma + gamma / B, a0 = gamma / B: each user's message equals x with probability a1 if he holds
+        x, a0 otherwise."""
+        g = np.clip(count, 0, self.n_users)
         a0 = self.gamma / self.domain_size
         a1 = 1 - self.gamma + a0
         return np.sqrt(g * a1 * (1 - a1) + (self.n_users - g) * a0 * (1 - a0)) / (1 - self.gamma)
 
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        """Bernstein + union bound over [B] at the largest per-item variance (g = n/2 or 0, whichever larger)."""
+        """Bernstein + union bound over [B] at the largest per-item variance (it is linear in g: at g = 0 or n)."""
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        sd = float(max(self.standard_error(self.n_users / 2), self.standard_error(0)))
+        sd = float(max(self.standard_error(self.n_users), self.standard_error(0)))
         log_term = math.log(2 * self.domain_size / beta)
         return log_term / (3 * (1 - self.gamma)) + math.sqrt((log_term / (3 * (1 - self.gamma))) ** 2 +
                                                               2 * sd**2 * log_term)

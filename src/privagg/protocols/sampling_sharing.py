@@ -179,13 +179,16 @@ class SharingParameters(FrozenParameters):
             mechanism=self.mechanism, parameters=parameters, epsilon=self.epsilon, delta=self.delta,
             model=self.model, neighbouring=REPLACE_ONE, trusted=self.trusted, honest_fraction=self.honest_fraction,
             assumptions=assumptions + ("the parameters and the list of categories are public",),
-            method=self.calibration, method_detail=METHOD_DETAIL[self.calibration], reference=reference,
-            caveats=caveats)
+            method=self.calibration, method_detail=self.method_detail, reference=reference, caveats=caveats)
+
+    @property
+    def method_detail(self) -> str:
+        return METHOD_DETAIL[self.calibration]
 
 
 def min_count(n_users: int, fraction: float) -> int:
-    """ceil(beta n), with beta n rounded to 9 decimals first (0.1 * 30 is 3 users, not 4)."""
-    return math.ceil(round(fraction * n_users, 9))
+    """ceil(beta n), with beta n rounded to 9 decimals first (0.1 * 30 is 3 users, not 4); at least 1."""
+    return max(1, math.ceil(round(fraction * n_users, 9)))
 
 
 @dataclass(frozen=True)
@@ -485,6 +488,19 @@ class TSSParameters(SamplingParameters):
                               self.inclusion_probability)
 
     @property
+    def method_detail(self) -> str:
+        """What the calibration computes for S2's view: at the effective rate p' = p p_chi (uniform stage), or by
+        the adaptive stage's derived bound."""
+        if self.second_stage == "adaptive":
+            return ("the largest p meeting the target by the derived bound 2 F(k - 2; m - 1, p_chi) + "
+                    "delta_p,k(eps - ln gamma), S2 given every report set (docs/derivations.md, \"TSS and TSS'\")"
+                    if self.calibration == "exact" else
+                    "p' = p p_chi = 1 - e^-eps (p at most 1), its delta by the adaptive stage's derived bound")
+        if self.calibration == "exact":
+            return METHOD_DETAIL["exact"] + ", at the effective rate p' = p p_chi"
+        return METHOD_DETAIL[self.calibration].replace("p = 1 - e^-eps", "p' = p p_chi = 1 - e^-eps (p at most 1)")
+
+    @property
     def messages_per_user(self) -> float:
         """Field elements S2 receives per user: E[sum_j max(m_j, phi + 1)] / n."""
         return self.expected_helpers / self.n_users
@@ -530,7 +546,7 @@ class TSSParameters(SamplingParameters):
         n, N = self.n_users, self.domain_size
         helpers, shares, reports = self.expected_helpers, self.expected_shares, n * self.report_size
         # items with helpers: all of them for TSS', those someone reported for TSS
-        served = N if self.colluders else N * -math.expm1(n * math.log1p(-self.report_fraction))
+        served = N if self.colluders else N * (1 - (1 - self.report_fraction) ** n)
         # a reporter's correction share sums his m'_j - 1 uniform ones; a helper sums the m_j shares he got
         return {"user": {"indices_to_s1": self.report_size, "sent": shares / n, "received": shares / n,
                          "to_s2": helpers / n, "uniform_samples": (shares - reports) / n,
@@ -844,7 +860,8 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
 def crossover_users(epsilon: float, delta: float) -> float:
     """The paper's n* = 4 (e^eps - 1) ln(1.25/delta) / eps^2: DPDG's per-item variance V_G beats DPDS's total V
     = 1/(n (e^eps - 1)) above it (reference §3.3)."""
-    return 4 * math.expm1(check_epsilon(epsilon)) * math.log(1.25 / check_delta(delta)) / epsilon**2
+    epsilon = check_epsilon(epsilon)  # divided twice, not by eps^2, which underflows to 0 below about 1e-162
+    return 4 * (math.expm1(epsilon) / epsilon) * math.log(1.25 / check_delta(delta)) / epsilon
 
 
 # --- exact laws (the exact auditor, tiny instances) --------------------------------------------------------
@@ -1100,14 +1117,16 @@ def _unreleased(agg: SampleAggregate) -> None:
 class SharingCurator(SamplingCurator):
     """DPCS*'s server (§2.2): releases the sampled counts as n additive shares; a receiver adds them up."""
 
-    def shares(self, agg: SampleAggregate, columns: slice = slice(None)) -> np.ndarray:
-        """The n shares (n x categories) of the sampled counts of ``columns``."""
-        return share(self.field, self.sample(agg)[columns].astype(np.uint64), self.parameters.n_users, self.rng)
+    def shares(self, agg: SampleAggregate, columns: slice = slice(None), rng: RNGLike = None) -> np.ndarray:
+        """The n shares (n x categories) of the sampled counts of ``columns`` (``rng``: default the curator's)."""
+        return share(self.field, self.sample(agg)[columns].astype(np.uint64), self.parameters.n_users,
+                     self.rng if rng is None else rng)
 
     def release(self, agg: SampleAggregate) -> np.ndarray:
-        """The receiver's reconstruction, a block of categories at a time (n x block shares in memory)."""
-        sampled, width = self.sample(agg), max(1, BLOCK_SHARES // self.parameters.n_users)
-        return np.concatenate([reconstruct(self.field, self.shares(agg, slice(lo, lo + width)))
+        """The receiver's reconstruction, a block of categories at a time (n x block shares in memory), every
+        block's shares from one generator."""
+        sampled, width, rng = self.sample(agg), max(1, BLOCK_SHARES // self.parameters.n_users), resolve(self.rng)
+        return np.concatenate([reconstruct(self.field, self.shares(agg, slice(lo, lo + width), rng))
                                for lo in range(0, sampled.size, width)])
 
     @classmethod

@@ -126,6 +126,8 @@ def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]
     gave (``given``) where one sets the noise."""
     if isinstance(parameters, SharingParameters):  # the sharing is what takes room
         return "mode", "use --mode fast (a simulation shortcut that skips the sharing, which reconstructs exactly)"
+    if not parameters.noise_options:  # one message per user: only fewer users make a smaller run
+        return "input", "fewer users per run (this protocol sends one message per user and has no shortcut)"
     field = next((o for o in parameters.noise_options if given.get(o) is not None),  # given on the command line
                  next(o for o in parameters.noise_options if getattr(parameters, o, o) is not None))  # else set
     remedy = (f"{parameters.noise_options[field]} --{field}, so that fewer dummies spread over fewer bins "
@@ -136,7 +138,8 @@ def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]
 
 
 def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike = None, queries=None,
-             keep_messages: bool = False, progress: Progress | None = None) -> SimulationRun:
+             keep_messages: bool = False, progress: Progress | None = None,
+             check_population: bool = True) -> SimulationRun:
     """Run ``codes`` (one item code per user) through the protocol of ``parameters``.
 
     ``queries``: the items the analyzer estimates (default: the whole
@@ -144,13 +147,16 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     run's ``privacy`` marks as not private (so does the fast path); ``None``
     uses the secure generator for every party, as a deployment would.
     ``keep_messages`` keeps what the analyzer received (for writing them).
+    ``check_population=False`` skips the protocol's data condition: for the
+    auditors only, which run the neighbours of accepted datasets.
     """
     mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
     codes = parameters.check_codes(codes)
     if len(codes) != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{len(codes)} items")
-    parameters.check_population(codes)
+    if check_population:
+        parameters.check_population(codes)
     check_size(parameters, mode)
     rngs = streams(rng, ROLES[entry.topology])
     seconds: dict[str, float] = {}

@@ -174,5 +174,6 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
     return rows, {
         "user": {"parties": n, "indices_to_s1": int(reports.size), "sent": elements, "received": elements,
                  "to_s2": helper_rows, "uniform_samples": uniform, "field_additions": additions,
-                 "bernoulli_samples": n},
+                 # the coin, and under the adaptive stage the coin for the own item's inclusion
+                 "bernoulli_samples": n * (2 if parameters.second_stage == "adaptive" else 1)},
         "s1": {"parties": 1, "received": int(reports.size), "published": helper_rows, "samples": helper_rows}}
