@@ -47,9 +47,9 @@ def paper_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
     else:
         gamma = max(80 * B * log_term / users / epsilon / epsilon, 36 * B / (11 * users * epsilon))
     if gamma > 1:
+        needed = f"about {math.ceil(gamma * users) + 1} users for B = {B}" if math.isfinite(gamma) else "no n will do"
         raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here: "
-                             f"about {math.ceil(gamma * users) + 1} users for B = {B}; or use --calibration tight)",
-                             n_users)
+                             f"{needed}; or use --calibration tight)", n_users)
     return gamma
 
 
