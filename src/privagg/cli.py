@@ -573,6 +573,73 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _command(body, params, entry.title))
 
 
+def _estimate_vector(entry: ProtocolEntry, *, input: Path, delimiter: Optional[str], header: bool, clip: bool,
+                     epsilon: float, delta: float, calibration: Enum, seed: Optional[int], show: int, verbose: bool,
+                     as_json: bool, output: Optional[Path], progress: Optional[bool], **options: Any) -> None:
+    from .io import InputFormat, read_vectors
+    from .protocols.privacy_blanket import clip_vectors
+    from .reports import to_json_dict
+    from .simulate.frequency import estimate_vector_sum
+
+    with _clean_errors():
+        _check_output(output, input)
+        vectors = read_vectors(input, InputFormat(delimiter=delimiter, header=header))
+        warnings = []
+        if clip:
+            outside = int(((vectors < 0) | (vectors > 1)).sum())
+            vectors = clip_vectors(vectors)
+            if outside:
+                warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
+        with _progress(progress) as advance:
+            report, _ = estimate_vector_sum(entry.name, vectors, epsilon=epsilon, delta=delta,
+                                            calibration=calibration.value, options=options, seed=seed,
+                                            input_name=str(input), progress=advance, warnings=warnings)
+
+    def human() -> None:
+        from rich.table import Table
+
+        _say(f"input: {report.input} ({report.n_users} users, d = {len(report.estimates)})")
+        table = Table(title=f"{report.protocol}: sums of the first {min(show, len(report.estimates))} coordinates")
+        for column in ("coordinate", "sum ± stderr", "mean", "true sum (simulation)"):
+            table.add_column(column, justify="right")
+        for e, mean in list(zip(report.estimates, report.mean))[:show]:
+            table.add_row(str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}", f"{mean:.4f}", f"{e.true_sum:.1f}")
+        _console().print(table)
+        _say_privacy(report.privacy, report.privacy_profile, verbose)
+        m, err = report.messages, report.error
+        _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
+             f"{report.bits_per_message} bits per message; gamma = {report.parameters['gamma']:.4g}")
+        _say(f"error against the true sums (simulation only, not for release): max {err.max_abs:.1f}, MSE of the "
+             f"mean {err.mse_of_mean:.3g}, normalised MSE {err.normalised_mse:.3g} (the paper's MSE-hat)")
+        _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
+
+    _emit(to_json_dict(report), as_json, output, human)
+
+
+def _register_vector_estimate(entry: ProtocolEntry) -> None:
+    params = [
+        _param("input", Path, typer.Option(..., "--input", help="The users' vectors in [0, 1]^d: an (n, d) .npy "
+                                                                 "array, or a CSV, TSV or Parquet table (one row a "
+                                                                 "user, every column a coordinate).")),
+        _param("delimiter", Optional[str], typer.Option(None, "--delimiter", help="Read the input as a table with "
+                                                                                  "this delimiter.")),
+        _param("header", bool, typer.Option(True, "--header/--no-header", help="Whether the table's first line "
+                                                                                "names its columns.")),
+        _param("clip", bool, typer.Option(False, "--clip", help="Clip values to [0, 1] (otherwise a value outside "
+                                                                "is an error naming its row and column).")),
+        *_protocol_parameters(entry),
+        _param("seed", Optional[int], typer.Option(
+            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        _param("show", int, typer.Option(20, "--show", help="How many coordinates to print (the JSON has all).")),
+        _verbose_option(),
+        _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
+        _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
+        _param("progress", Optional[bool], typer.Option(None, "--progress/--no-progress", help="Progress on stderr.")),
+    ]
+    estimate_app.command(entry.name, help=f"{entry.title}: simulate over users' vectors, report the sums.")(
+        _command(lambda **kw: _estimate_vector(entry, **kw), params, entry.title))
+
+
 # --- audit --------------------------------------------------------------------------------------------
 
 AuditMethod = _choice("AuditMethod", ("exact", "statistical"))
@@ -641,9 +708,11 @@ def _register_audit(entry: ProtocolEntry) -> None:
 for _entry in ENTRIES:
     if _entry.implemented:
         _register_calibrate(_entry)
-        if _entry.result == "frequency table":  # vector sums are calibrated here, estimated from Python for now
+        if _entry.result == "frequency table":
             _register_estimate(_entry)
             _register_audit(_entry)
+        else:  # vector sums: estimated over vectors; their audit is still to come
+            _register_vector_estimate(_entry)
 
 
 # --- reproduce ----------------------------------------------------------------------------------------

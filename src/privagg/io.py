@@ -459,3 +459,45 @@ def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
     lines = sample.count(b"\n") + (not sample.endswith(b"\n") and bool(sample))
     header = 1 if kind == "table" and fmt.header else 0
     return max(0, round(size * lines / max(len(sample), 1)) - header)
+
+
+def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str = "input") -> np.ndarray:
+    """Users' vectors, one row each: an (n, d) ``.npy`` array, or every column of a CSV, TSV or Parquet table
+    (a header line names the columns, as for items). Values must be numbers; the protocol checks their range."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(field, "an existing file", path)
+    kind = file_kind(path, fmt)
+    try:
+        if kind == "npy":
+            array = np.load(path, allow_pickle=False)
+        elif kind == "parquet":
+            array = _numeric_table(pq.read_table(path), path, field)
+        elif kind == "table":
+            delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
+            table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header),
+                                   parse_options=pacsv.ParseOptions(delimiter=delimiter))
+            array = _numeric_table(table, path, field)
+        else:
+            raise ParameterError(field, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a user)",
+                                 path)
+    except ParameterError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.number):
+        raise ParameterError(field, "an (n, d) array of numbers, one row a user", f"shape {array.shape} of "
+                             f"{array.dtype}")
+    return array.astype(np.float64, copy=False)
+
+
+def _numeric_table(table: pa.Table, path: Path, field: str) -> np.ndarray:
+    """The table's columns as an (n, d) float array; a column that is not numeric, or a missing cell, is named."""
+    for name, column in zip(table.column_names, table.columns):
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise ParameterError(field, f"numbers in every column of {path}", f"column {name!r} of type {column.type}")
+        if column.null_count:
+            row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ParameterError(field, "a value in every cell", f"nothing in row {row}, column {name!r} of {path}")
+    return np.column_stack([c.to_numpy(zero_copy_only=False).astype(np.float64) for c in table.columns]) \
+        if table.num_columns else np.empty((table.num_rows, 0))

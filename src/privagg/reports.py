@@ -139,6 +139,45 @@ class EstimateReport(FrequencyReport):
 
 
 @dataclass
+class CoordinateEstimate:
+    """One coordinate of a vector sum."""
+
+    item: int  # the coordinate
+    estimate: float  # of the sum over users
+    stderr: float  # an upper bound on the estimate's sd
+    true_sum: float | None = None  # simulations only (not private)
+
+
+@dataclass
+class VectorError:
+    """The estimates against the true sums (simulation only, not for release)."""
+
+    mse_of_mean: float  # mean over coordinates of (estimated mean - true mean)^2
+    normalised_mse: float  # sum over coordinates of squared error of the sums / (n/d)^2, the paper's MSE-hat
+    max_abs: float  # largest |estimate - true sum|
+
+
+@dataclass
+class VectorEstimateReport:
+    """``privagg estimate`` for vector sums: a simulated run over users' vectors in [0, 1]^d."""
+
+    protocol: ProtocolName
+    parameters: Parameters
+    privacy: PrivacyDescription
+    n_users: int
+    messages: Messages
+    bits_per_message: int
+    expected_error: ExpectedError
+    estimates: list[CoordinateEstimate]  # every coordinate
+    mean: list[float]  # the estimated mean vector (sums / n)
+    privacy_profile: list[ProfilePoint]
+    warnings: list[str]
+    error: VectorError
+    simulation: Simulation
+    input: str
+
+
+@dataclass
 class Engine:
     name: Literal["local", "dask"]
     partitions: int
@@ -254,5 +293,5 @@ def json_schema(report_type: type) -> dict[str, Any]:
     return schema
 
 
-REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "analyze": AnalysisReport,
-                "audit": AuditReport, "account": AccountReport}
+REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "estimate-vector": VectorEstimateReport,
+                "analyze": AnalysisReport, "audit": AuditReport, "account": AccountReport}
