@@ -44,45 +44,33 @@ def bernoulli(probability: float, size: int, rng: np.random.Generator) -> np.nda
     return rng.integers(0, 2**53, size=size, dtype=np.int64) < math.ceil(probability * 2**53)
 
 
-@dataclass(frozen=True)
-class BlanketHistParameters(FrozenParameters):
-    """R^PH over [B]: the blanket probability gamma for (eps, delta)-DP of n shuffled reports."""
+class _BlanketParameters(FrozenParameters):
+    """What R^PH and R_{d,k,n,t} share: one blanket probability gamma, its calibrations, honest users."""
 
-    protocol: ClassVar[str] = "blanket-hist"
-    mechanism: ClassVar[str] = "R^PH: randomized response with blanket probability gamma over [B]"
     model: ClassVar[str] = "shuffle"
     trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
-    domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
-    rho: ClassVar[float] = 0.0  # no dummy messages: one report per user
-    messages_sd: ClassVar[float] = 0.0
+    rho: ClassVar[float] = 0.0  # no dummy messages
+    messages_sd: ClassVar[float] = 0.0  # a fixed number of messages per user
     noise_options: ClassVar[dict[str, str]] = {}
 
-    epsilon: float
-    delta: float
-    n_users: int
-    domain_size: int
-    calibration: str
-    gamma: float
-    item_key: str | None = dataclasses.field(default=None, kw_only=True)
-    honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
-
-    def __post_init__(self) -> None:
+    def _check_common(self) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta)
         check_integer("n_users", self.n_users, 2, N_USERS_MAX)
-        check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.calibration not in blanket.METHODS:
             raise ParameterError("calibration", f"one of {', '.join(blanket.METHODS)}", self.calibration)
-        if self.item_key is not None:
-            check_item_key(self.item_key)
         check_honest_fraction(self.honest_fraction, self.n_users)
         if not 0 < self.gamma < 1:
             raise ParameterError("gamma", "in (0, 1)", self.gamma)
 
+    def paper_gamma(self) -> float:
+        """The paper's closed form for these parameters (protocol-specific)."""
+        raise NotImplementedError
+
     def verify(self) -> None:
         """The claim against the calibration it names: gamma at least the closed form, or the accountant's delta."""
         if self.calibration == "paper":
-            needed = blanket.paper_gamma(self.epsilon, self.delta, self.honest_users, self.domain_size)
+            needed = self.paper_gamma()
             if self.gamma < needed:
                 raise ParameterError("gamma", f">= the paper's closed form {needed:.6g}", self.gamma)
             return
@@ -96,12 +84,62 @@ class BlanketHistParameters(FrozenParameters):
         return honest_users(self.n_users, self.honest_fraction)
 
     @property
-    def layout(self) -> MessageLayout:
-        return MessageLayout((Column("value", 0, self.domain_size),))
-
-    @property
     def bits_per_message(self) -> int:
         return self.layout.bits_per_message
+
+    def check_population(self, values: np.ndarray) -> None:
+        """No condition on the data."""
+
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        """gamma multiplied by ``scale`` (for the auditors)."""
+        return {"gamma": min(self.gamma * scale, 1 - 1e-12)}
+
+    def _description(self, parameters: dict[str, float], neighbouring: str,
+                     assumptions: tuple[str, ...]) -> PrivacyDescription:
+        caveats = ("the paper's closed form for 1 <= eps < 6 is the vector paper's extension, whose proof was not "
+                   "retrieved; delta_at(eps) gives the accountant's bound for this gamma",) if (
+            self.calibration == "paper" and self.epsilon >= 1) else ()
+        return PrivacyDescription(
+            mechanism=self.mechanism, parameters={"gamma": self.gamma, "n_users": self.n_users,
+                                                  "honest_users": self.honest_users, **parameters},
+            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=neighbouring,
+            trusted=self.trusted, honest_fraction=self.honest_fraction,
+            assumptions=("all n users follow the protocol" if self.honest_fraction == 1 else
+                         f"at least {self.honest_users} of the {self.n_users} users follow the protocol (the others' "
+                         "reports are not counted as blanket)", *assumptions),
+            method=self.calibration, method_detail=METHOD_DETAIL[self.calibration],
+            reference="src/privagg/privacy/blanket.py; docs/derivations.md, 'Privacy blanket'", caveats=caveats)
+
+
+@dataclass(frozen=True)
+class BlanketHistParameters(_BlanketParameters):
+    """R^PH over [B]: the blanket probability gamma for (eps, delta)-DP of n shuffled reports."""
+
+    protocol: ClassVar[str] = "blanket-hist"
+    mechanism: ClassVar[str] = "R^PH: randomized response with blanket probability gamma over [B]"
+    domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
+
+    epsilon: float
+    delta: float
+    n_users: int
+    domain_size: int
+    calibration: str
+    gamma: float
+    item_key: str | None = dataclasses.field(default=None, kw_only=True)
+    honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        check_integer("domain", self.domain_size, 2, self.domain_max)
+        if self.item_key is not None:
+            check_item_key(self.item_key)
+
+    def paper_gamma(self) -> float:
+        return blanket.paper_gamma(self.epsilon, self.delta, self.honest_users, self.domain_size)
+
+    @property
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("value", 0, self.domain_size),))
 
     @property
     def messages_per_user(self) -> float:
@@ -109,9 +147,6 @@ class BlanketHistParameters(FrozenParameters):
 
     def check_codes(self, codes) -> np.ndarray:
         return check_item_codes(codes, self.domain_size)
-
-    def check_population(self, codes: np.ndarray) -> None:
-        """No condition on the data."""
 
     def derived(self) -> dict[str, Any]:
         return {"local_epsilon": blanket.local_epsilon(self.gamma, self.domain_size)}
@@ -151,10 +186,6 @@ class BlanketHistParameters(FrozenParameters):
         return {"estimate": "(count - gamma n / B) / (1 - gamma)", "blanket_messages": self.gamma * self.n_users,
                 "standard_error_at_zero": float(self.standard_error(0))}
 
-    def noise_fields(self, scale: float) -> dict[str, float]:
-        """gamma multiplied by ``scale`` (for the auditors)."""
-        return {"gamma": min(self.gamma * scale, 1 - 1e-12)}
-
     # --- privacy --------------------------------------------------------------------------------------
     def delta_at(self, epsilon: float) -> float:
         """The accountant's delta(eps) for the honest users' reports (any calibration)."""
@@ -162,19 +193,8 @@ class BlanketHistParameters(FrozenParameters):
 
     @property
     def privacy(self) -> PrivacyDescription:
-        caveats = ("the paper's closed form for 1 <= eps < 6 is the vector paper's extension, whose proof was not "
-                   "retrieved; delta_at(eps) gives the accountant's bound for this gamma",) if (
-            self.calibration == "paper" and self.epsilon >= 1) else ()
-        return PrivacyDescription(
-            mechanism=self.mechanism, parameters={"gamma": self.gamma, "n_users": self.n_users,
-                                                  "honest_users": self.honest_users, "domain_size": self.domain_size},
-            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE, trusted=self.trusted,
-            honest_fraction=self.honest_fraction,
-            assumptions=("all n users follow the protocol" if self.honest_fraction == 1 else
-                         f"at least {self.honest_users} of the {self.n_users} users follow the protocol (the others' "
-                         "reports are not counted as blanket)", "the item-hash key and the parameters are public"),
-            method=self.calibration, method_detail=METHOD_DETAIL[self.calibration],
-            reference="src/privagg/privacy/blanket.py; docs/derivations.md, 'Privacy blanket'", caveats=caveats)
+        return self._description({"domain_size": self.domain_size}, REPLACE_ONE,
+                                 ("the item-hash key and the parameters are public",))
 
     def warnings(self) -> list[str]:
         return [f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' error is large; more "
@@ -257,17 +277,12 @@ def clip_vectors(values) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class BlanketVectorParameters(FrozenParameters):
+class BlanketVectorParameters(_BlanketParameters):
     """R_{d,k,n,t}: t coordinates a user, rounded to {0..k}, randomized response with blanket probability gamma."""
 
     protocol: ClassVar[str] = "blanket-vector"
     mechanism: ClassVar[str] = "R_{d,k,n,t}: coordinate sampling, randomized rounding, randomized response (gamma)"
-    model: ClassVar[str] = "shuffle"
-    trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
     domain_max: ClassVar[int] = 2**20  # d
-    rho: ClassVar[float] = 0.0  # no dummies
-    messages_sd: ClassVar[float] = 0.0
-    noise_options: ClassVar[dict[str, str]] = {}
 
     epsilon: float
     delta: float
@@ -280,17 +295,14 @@ class BlanketVectorParameters(FrozenParameters):
     honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
-        check_delta(self.delta)
-        check_integer("n_users", self.n_users, 2, N_USERS_MAX)
+        self._check_common()
         check_integer("dimension", self.dimension, 1, self.domain_max)
         check_integer("levels", self.levels, 1, 2**16)
         check_integer("coordinates-per-user", self.coordinates, 1, self.dimension)
-        if self.calibration not in blanket.METHODS:
-            raise ParameterError("calibration", f"one of {', '.join(blanket.METHODS)}", self.calibration)
-        check_honest_fraction(self.honest_fraction, self.n_users)
-        if not 0 < self.gamma < 1:
-            raise ParameterError("gamma", "in (0, 1)", self.gamma)
+
+    def paper_gamma(self) -> float:
+        return blanket.paper_vector_gamma(self.epsilon, self.delta, self.honest_users, self.dimension, self.levels,
+                                          self.coordinates)
 
     @property
     def domain_size(self) -> int:
@@ -301,36 +313,13 @@ class BlanketVectorParameters(FrozenParameters):
         """The users' vectors (the simulator's input), checked: (n, d) in [0, 1]."""
         return check_vectors(vectors, self.dimension)
 
-    def check_population(self, vectors: np.ndarray) -> None:
-        """No condition on the data."""
-
-    @property
-    def honest_users(self) -> int:
-        return honest_users(self.n_users, self.honest_fraction)
-
     @property
     def layout(self) -> MessageLayout:
         return MessageLayout((Column("coordinate", 0, self.dimension), Column("value", 0, self.levels + 1)))
 
     @property
-    def bits_per_message(self) -> int:
-        return self.layout.bits_per_message
-
-    @property
     def messages_per_user(self) -> float:
         return float(self.coordinates)
-
-    def verify(self) -> None:
-        if self.calibration == "paper":
-            needed = blanket.paper_vector_gamma(self.epsilon, self.delta, self.honest_users, self.dimension,
-                                                self.levels, self.coordinates)
-            if self.gamma < needed:
-                raise ParameterError("gamma", f">= the paper's closed form {needed:.6g}", self.gamma)
-            return
-        achieved = self.delta_at(self.epsilon)
-        if achieved > self.delta * (1 + 1e-9):
-            raise ParameterError("gamma", f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
-                                 f"{achieved:.3g})", self.gamma)
 
     def derived(self) -> dict[str, Any]:
         return {"local_epsilon": blanket.vector_local_epsilon(self.gamma, self.levels, self.coordinates)}
@@ -381,28 +370,11 @@ class BlanketVectorParameters(FrozenParameters):
         return {"estimate": "(d / t) (sum y / k - gamma c_l / 2) / (1 - gamma) per coordinate",
                 "mse_bound_normalised": self.mse_bound()}
 
-    def noise_fields(self, scale: float) -> dict[str, float]:
-        return {"gamma": min(self.gamma * scale, 1 - 1e-12)}
-
-    def warnings(self) -> list[str]:
-        return []
-
     @property
     def privacy(self) -> PrivacyDescription:
-        return PrivacyDescription(
-            mechanism=self.mechanism, parameters={"gamma": self.gamma, "n_users": self.n_users,
-                                                  "honest_users": self.honest_users, "levels": self.levels,
-                                                  "coordinates": self.coordinates},
-            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=(
-                "replace-one: neighbouring datasets differ in one user's whole vector; n is public"),
-            trusted=self.trusted, honest_fraction=self.honest_fraction,
-            assumptions=("all n users follow the protocol" if self.honest_fraction == 1 else
-                         f"at least {self.honest_users} of the {self.n_users} users follow the protocol",
-                         "the parameters are public"),
-            method=self.calibration, method_detail=METHOD_DETAIL[self.calibration],
-            reference="src/privagg/privacy/blanket.py; docs/derivations.md, 'Privacy blanket'",
-            caveats=("the paper's closed form for 1 <= eps < 6 is the vector paper's extension, whose proof was "
-                     "not retrieved",) if self.calibration == "paper" and self.epsilon >= 1 else ())
+        return self._description({"levels": self.levels, "coordinates": self.coordinates},
+                                 "replace-one: neighbouring datasets differ in one user's whole vector; n is public",
+                                 ("the parameters are public",))
 
 
 def calibrate_blanket_vector(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "tight",
