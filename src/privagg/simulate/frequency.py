@@ -22,6 +22,7 @@ from ..core.encoding import ItemEncoder, check_item_key
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
 from ..protocols.registry import calibrate
+from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
                        privacy_profile, report_parameters, reported_estimates)
@@ -190,7 +191,8 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         protocol=protocol, parameters=report_parameters(groups[weakest]), privacy=privacy, n_users=int(codes.size),
         messages=Messages(sum(r.messages_total for r in runs), sum(r.messages_total for r in runs) / codes.size,
                           sum(r.malformed for r in runs)),
-        bits_per_message=groups[weakest].bits_per_message, expected_error=expected_error(groups[weakest]),
+        bits_per_message=groups[weakest].bits_per_message,
+        expected_error=_weighted_expected_error(groups, combined, truth, sum(r.messages_total for r in runs)),
         estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
         warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
                   *(w for p in groups for w in p.warnings())],
@@ -242,6 +244,22 @@ def estimate_vector_sum(protocol: str, vectors: np.ndarray, *, epsilon: float, d
                           float(np.abs(errors).max())),
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name)
     return report, run
+
+
+def _weighted_expected_error(groups, combined, truth: np.ndarray, messages: int):
+    """The weighted estimate's theory: its largest standard error over the categories, and a Bernstein bound
+    with the union over them (each holder in group g moves the estimate by c_g = n w_g / (p_g n_g) with
+    probability p_g), at the true counts -- a simulation knows them; a deployment would plug in estimates."""
+    from ..reports import ExpectedError
+
+    n = int(truth.sum())
+    worst = int(np.argmax(combined.variance))
+    p = np.array([g.effective_probability for g in groups])
+    step = float(np.max(n * combined.weights / (p * np.array([g.n_users for g in groups]))))
+    log_term = math.log(2 * truth.size / MAX_ERROR_BETA)
+    variance = float(combined.variance[worst])
+    bound = step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * variance * log_term)
+    return ExpectedError(messages / n, groups[0].bits_per_message, math.sqrt(variance), bound, MAX_ERROR_BETA)
 
 
 def available_memory() -> int | None:
