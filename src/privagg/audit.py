@@ -38,6 +38,7 @@ import numpy as np
 
 from .core.bisection import bisect
 from .errors import ParameterError, check_integer
+from .protocols.parameters import one_changed_user
 from .protocols.registry import get
 from .reports import AuditReport, Claimed
 
@@ -119,20 +120,12 @@ def _instance(parameters) -> dict[str, Any]:
     return {k: v for k, v in parameters.to_dict().items() if k not in ("item_key",)}
 
 
-def one_changed_user(parameters, users: int):
-    """The default neighbouring pairs: user 0 holds x in D and y in D', every other user holds r (all x < y, r)."""
-    domain = parameters.domain_size
-    for x in range(domain):
-        for y in range(x + 1, domain):
-            for r in range(domain):
-                yield [x] + [r] * (users - 1), [y] + [r] * (users - 1)
-
-
 def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> AuditReport:
     """The true delta at the claimed eps and the true eps at the claimed delta, worst neighbouring pair.
 
     Pairs come from the entry's ``audit_pairs`` (datasets meeting a
-    protocol's data condition), by default :func:`one_changed_user`.
+    protocol's data condition, or vectors' corners), by default
+    :func:`~privagg.protocols.parameters.one_changed_user` over the domain.
     ``dropouts`` users (of those holding r) send nothing: what the adversary sees when they drop out, or
     when they collude and their messages are subtracted.
     """
@@ -146,7 +139,10 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     audited = with_noise_scale(parameters, noise_scale)
     n = audited.n_users - dropouts
     eps, delta = parameters.epsilon, parameters.delta
-    raw = {item: entry.message_law(audited, item) for item in range(audited.domain_size)}
+    pairs_to_audit = list(entry.audit_pairs(audited, n) if entry.audit_pairs else
+                          one_changed_user(audited.domain_size, n))
+    items = sorted({item for pair in pairs_to_audit for dataset in pair for item in dataset})
+    raw = {item: entry.message_law(audited, item) for item in items}
     radix = n * max(max(h) for law in raw.values() for h in law) + 1  # more than any count a histogram can hold
     user_laws = {item: _encode(law, radix) for item, law in raw.items()}
     laws: dict[tuple[int, ...], Any] = {}
@@ -158,7 +154,7 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
         return laws[key]
 
     worst_delta, worst_eps, pairs = 0.0, 0.0, 0
-    for first, second in (entry.audit_pairs or one_changed_user)(audited, n):
+    for first, second in pairs_to_audit:
         p, q = law_of(first), law_of(second)
         worst_delta = max(worst_delta, hockey_stick(p, q, eps), hockey_stick(q, p, eps))
         worst_eps = max(worst_eps, epsilon_at(p, q, delta))
@@ -191,7 +187,8 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
     entry = get(parameters.protocol)
     # the first neighbouring pair: an accepted dataset (the sampling family's first puts a category at exactly
     # m holders) and the neighbour that moves one of them away, the boundary the guarantee covers
-    dataset, neighbour = next(iter((entry.audit_pairs or one_changed_user)(audited, audited.n_users)))
+    dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs else
+                                   one_changed_user(audited.domain_size, audited.n_users)))
     moved = np.bincount(neighbour, minlength=audited.domain_size) - np.bincount(dataset, minlength=audited.domain_size)
     x, y = int(np.argmin(moved)), int(np.argmax(moved))  # one user's item moves from x to y
     mode = "fast" if entry.fast is not None else "faithful"
@@ -277,7 +274,8 @@ def markdown_table(reports: list[AuditReport]) -> str:
         eps = "none finite" if r.true_epsilon is None else f"{r.true_epsilon:.3f}"
         slack = "" if r.slack is None else f"{r.slack:.3f}"
         noise = f"{noise_field} {r.instance[noise_field]:.3f}"
-        lines.append(f"| {r.protocol} | {r.calibration} | n {r.instance['n_users']}, B {r.instance['domain_size']}"
+        size = f"d {r.instance['dimension']}" if "dimension" in r.instance else f"B {r.instance['domain_size']}"
+        lines.append(f"| {r.protocol} | {r.calibration} | n {r.instance['n_users']}, {size}"
                      f"{options}, {noise} | ({r.claimed.epsilon:g}, {r.claimed.delta:g}) | "
                      f"{r.true_delta:.3g} | {eps} | {slack} | {'holds' if r.holds else '**violated**'} |")
     return "\n".join(lines)

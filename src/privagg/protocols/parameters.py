@@ -97,3 +97,12 @@ def check_item_codes(codes, domain_size: int) -> np.ndarray:
     if array.size and (array.min() < 0 or array.max() >= domain_size):
         raise ParameterError("item", accepted, array.min() if array.min() < 0 else array.max())
     return array.astype(np.int64, copy=False)
+
+
+def one_changed_user(items: int, users: int):
+    """Neighbouring pairs for the exact auditor: user 0 holds x in D and y in D', every other user holds r (all
+    x < y and r of [0, ``items``)), as lists of items."""
+    for x in range(items):
+        for y in range(x + 1, items):
+            for r in range(items):
+                yield [x] + [r] * (users - 1), [y] + [r] * (users - 1)

@@ -26,7 +26,7 @@ from ..privacy import blanket
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer, check_honest_fraction,
                               honest_users)
-from .parameters import FrozenParameters, check_item_codes
+from .parameters import FrozenParameters, check_item_codes, one_changed_user
 from .results import VectorSum
 
 METHOD_DETAIL = {
@@ -479,3 +479,32 @@ class VectorAnalyzer:
     @classmethod
     def working_bytes(cls, parameters: BlanketVectorParameters, full_domain: bool = True) -> int:
         return 32 * parameters.dimension + 24 * min(SLICE_ROWS, parameters.n_users * parameters.coordinates)
+
+
+def corner(parameters: BlanketVectorParameters, item: int) -> np.ndarray:
+    """The corner vector of [0, 1]^d whose coordinates are the bits of ``item`` (the exact auditor's inputs: their
+    rounding is deterministic, so they are the vectors whose reports differ most)."""
+    return (item >> np.arange(parameters.dimension)) & 1
+
+
+def vector_message_law(parameters: BlanketVectorParameters, item: int) -> dict[tuple[int, ...], float]:
+    """One user's report (t = 1) for the corner vector ``item``, as an exact law over one-message histograms of
+    the d (k + 1) (coordinate, level) types: coordinate l with probability 1/d, level k x_l kept with probability
+    1 - gamma, else uniform."""
+    if parameters.coordinates != 1:
+        raise ParameterError("method", "statistical for t > 1 (the exact law covers one report per user)", "exact")
+    d, k, g = parameters.dimension, parameters.levels, parameters.gamma
+    x = corner(parameters, item)
+    law = {}
+    for l in range(d):
+        for y in range(k + 1):
+            key = [0] * (d * (k + 1))
+            key[l * (k + 1) + y] = 1
+            law[tuple(key)] = ((1 - g) * (y == k * x[l]) + g / (k + 1)) / d
+    return law
+
+
+def corner_pairs(parameters: BlanketVectorParameters, users: int):
+    """The auditor's neighbouring pairs for vectors: one user's corner vector changes, the others share one
+    (every pair of the 2^d corners)."""
+    return one_changed_user(2**parameters.dimension, users)
