@@ -1,10 +1,10 @@
-"""Benchmarks of FE1, the universal-hashing shuffle protocol of privagg.
+"""The benchmarks of privagg (FE1, the shuffle accountant, the sampling family, vector sums): make bench.
 
     .venv/bin/python benchmarks/run.py [--write docs/benchmarks.md] [--only PART ...]
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
 saves it to the given file; ``--only`` runs the named parts alone (startup,
-fe1, cli, peer, text, accountant, sampling; repeatable). Seven parts:
+fe1, cli, peer, text, accountant, sampling, vectors; repeatable). Eight parts:
 
 0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
    whole processes, as ratios against ``python -c "import numpy"``.
@@ -49,7 +49,11 @@ fe1, cli, peer, text, accountant, sampling; repeatable). Seven parts:
    at n = 10^4, N = 1,000, alpha = 0.1; share elements per second against the
    10^8 target and each run's peak memory as a whole process.
 
-Takes about seven minutes on a 2-CPU machine (nine with the peer).
+7. Privacy-blanket vector sums (``benchmarks/vectors.py``): blanket-vector at
+   n = 5 x 10^6, d = 20 as a whole process against a plain numpy script, and
+   its randomizer alone.
+
+Takes about eight minutes on a 2-CPU machine (ten with the peer).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-process measurement)
 from benchfmt import Report, load_average, note, ratio, seconds, verdict  # noqa: E402
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
+from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -632,7 +637,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
-             "accountant": accountant, "sampling": sampling}
+             "accountant": accountant, "sampling": sampling, "vectors": vectors}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

@@ -26,7 +26,7 @@ from .shuffle import fmt_delta, variation_ratio_delta
 
 METHODS = ("tight", "paper")
 PAPER_EPSILON_MAX = 6.0
-_BISECTION_STEPS = 60
+_GAMMA_STEPS = 40  # gamma to 1e-12 absolute, from the side that meets the target: plenty, and a third faster
 _GAMMA_MAX = 1 - 1e-12  # gamma = 1 sends no information; just below it the local epsilon is still finite
 
 
@@ -67,8 +67,7 @@ def tight_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
     if delta_at(epsilon, _GAMMA_MAX, n_users, domain_size) > delta:
         raise ParameterError("users", f"enough for a blanket to hide one report at ({epsilon:g}, {delta:g}) (not "
                              "even gamma = 1 - 1e-12 does here)", n_users)
-    return bisect(lambda g: delta_at(epsilon, g, n_users, domain_size) <= delta, 0.0, _GAMMA_MAX,
-                  _BISECTION_STEPS)[1]
+    return bisect(lambda g: delta_at(epsilon, g, n_users, domain_size) <= delta, 0.0, _GAMMA_MAX, _GAMMA_STEPS)[1]
 
 
 # --- vectors: R_{d,k,n,t} (reference Algorithm 2) ------------------------------------------------------------
@@ -117,4 +116,4 @@ def tight_vector_gamma(epsilon: float, delta: float, n_users: int, levels: int, 
         raise ParameterError("users", f"enough for a blanket to hide one user's {coordinates} reports at "
                              f"({epsilon:g}, {delta:g})", n_users)
     return bisect(lambda g: vector_delta_at(epsilon, g, n_users, levels, coordinates) <= delta, 0.0, _GAMMA_MAX,
-                  _BISECTION_STEPS)[1]
+                  _GAMMA_STEPS)[1]
