@@ -46,7 +46,7 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
-from .parameters import FrozenParameters, check_item_codes
+from .parameters import FrozenParameters, check_item_codes, honest_users
 from .results import FrequencyTable, count_among
 
 HISTOGRAM_DOMAIN_MAX = 2**28  # FE0 and M^BIB keep a count per domain item
@@ -151,15 +151,7 @@ class BallsIntoBinsParameters(FrozenParameters):
             if self.mu < needed:
                 raise ParameterError("mu", f">= 32 ln(2/delta)/eps^2 = {needed:.6g}", self.mu)
             return
-        achieved = self.delta_at(self.epsilon)
-        if achieved > self.delta * (1 + 1e-9):
-            raise ParameterError("mu", f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
-                                 f"{achieved:.3g} at epsilon {self.epsilon:g})", self.mu)
-
-    @property
-    def honest_users(self) -> int:
-        """ceil(G n): the users whose dummies the guarantee counts on."""
-        return honest_users(self.n_users, self.honest_fraction)
+        self.check_delta_at("mu", self.mu)
 
     # --- protocol-specific ---------------------------------------------------------------------------
     @property
@@ -186,10 +178,6 @@ class BallsIntoBinsParameters(FrozenParameters):
         """Standard deviation of the total number of messages: sqrt(n f (1 - f)), f = rho - floor(rho)."""
         frac = self.rho - math.floor(self.rho)
         return math.sqrt(self.n_users * frac * (1 - frac))
-
-    @property
-    def bits_per_message(self) -> int:
-        return self.layout.bits_per_message
 
     @property
     def noise_mean(self) -> float:
@@ -377,11 +365,6 @@ def check_honest_fraction(fraction: float, n_users: int) -> float:
     if honest_users(n_users, fraction) < 2:
         raise ParameterError("honest-fraction", f"at least 2 / n = {2 / n_users:.3g} (two honest users)", fraction)
     return float(fraction)
-
-
-def honest_users(n_users: int, fraction: float) -> int:
-    """ceil(G n), with G n rounded to 9 decimals first so that 0.9 * 10 counts 9 users, not 10."""
-    return math.ceil(round(fraction * n_users, 9))
 
 
 def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0,

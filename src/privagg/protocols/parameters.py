@@ -43,6 +43,24 @@ class FrozenParameters:
         """Legal but poor settings of this protocol, one sentence each (reports carry them; the CLI prints them)."""
         return []
 
+    @property
+    def honest_users(self) -> int:
+        """ceil(G n): the users whose noise the guarantee counts on (fields ``n_users``, ``honest_fraction``)."""
+        return honest_users(self.n_users, self.honest_fraction)
+
+    @property
+    def bits_per_message(self) -> int:
+        """Bits of one message (the sum of the layout's columns)."""
+        return self.layout.bits_per_message
+
+    def check_delta_at(self, field: str, value) -> None:
+        """Refuse, naming ``field``, a noise setting whose ``delta_at(epsilon)`` exceeds the claimed delta (a
+        relative 1e-9 absorbs rounding where the calibration meets the target)."""
+        achieved = self.delta_at(self.epsilon)
+        if achieved > self.delta * (1 + 1e-9):
+            raise ParameterError(field, f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
+                                 f"{achieved:.3g} at epsilon {self.epsilon:g})", value)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
         """Parameters from :meth:`to_dict` output (``protocol`` must name this class), checked field by field.
@@ -106,3 +124,8 @@ def one_changed_user(items: int, users: int):
         for y in range(x + 1, items):
             for r in range(items):
                 yield [x] + [r] * (users - 1), [y] + [r] * (users - 1)
+
+
+def honest_users(n_users: int, fraction: float) -> int:
+    """ceil(G n), with G n rounded to 9 decimals first so that 0.9 * 10 counts 9 users, not 10."""
+    return math.ceil(round(fraction * n_users, 9))

@@ -24,9 +24,8 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import blanket
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
-from .balls_into_bins import (HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer, check_honest_fraction,
-                              honest_users)
-from .parameters import FrozenParameters, check_item_codes, one_changed_user
+from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer, check_honest_fraction
+from .parameters import FrozenParameters, check_item_codes, honest_users, one_changed_user
 from .results import VectorSum
 
 METHOD_DETAIL = {
@@ -74,18 +73,7 @@ class _BlanketParameters(FrozenParameters):
             if self.gamma < needed:
                 raise ParameterError("gamma", f">= the paper's closed form {needed:.6g}", self.gamma)
             return
-        achieved = self.delta_at(self.epsilon)
-        if achieved > self.delta * (1 + 1e-9):
-            raise ParameterError("gamma", f"large enough for ({self.epsilon:g}, {self.delta:g})-DP (it buys delta = "
-                                 f"{achieved:.3g})", self.gamma)
-
-    @property
-    def honest_users(self) -> int:
-        return honest_users(self.n_users, self.honest_fraction)
-
-    @property
-    def bits_per_message(self) -> int:
-        return self.layout.bits_per_message
+        self.check_delta_at("gamma", self.gamma)
 
     def check_population(self, values: np.ndarray) -> None:
         """No condition on the data."""

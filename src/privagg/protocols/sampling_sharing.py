@@ -50,8 +50,8 @@ from ..core.sharing import SEED_BYTES, PrimeField, expand, reconstruct, seeded_s
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
-from .balls_into_bins import N_USERS_MAX, check_honest_fraction, honest_users
-from .parameters import FrozenParameters, check_item_codes
+from .balls_into_bins import N_USERS_MAX, check_honest_fraction
+from .parameters import FrozenParameters, check_item_codes, honest_users
 from .results import FrequencyTable
 
 CATEGORIES_MAX = 2**20  # N: every user's vector has N field elements
@@ -137,15 +137,6 @@ class SharingParameters(FrozenParameters):
         return self.n_users
 
     @property
-    def honest_users(self) -> int:
-        return honest_users(self.n_users, self.honest_fraction)
-
-    @property
-    def bits_per_message(self) -> int:
-        """Bits of one row the aggregator receives: the category and one field element."""
-        return self.layout.bits_per_message
-
-    @property
     def layout(self) -> MessageLayout:
         """What the aggregating server receives: one field element per row, labelled with its item."""
         return MessageLayout((Column("item", 0, self.domain_size), Column("share", 0, self.modulus)))
@@ -157,10 +148,7 @@ class SharingParameters(FrozenParameters):
         """The condition on the data the guarantee rests on (none by default)."""
 
     def verify(self) -> None:
-        achieved = self.delta_at(self.epsilon)
-        if achieved > self.delta * (1 + 1e-9):
-            raise ParameterError("parameters", f"a setting that buys ({self.epsilon:g}, {self.delta:g})-DP (it buys "
-                                 f"delta = {achieved:.3g})", self.to_dict())
+        self.check_delta_at("parameters", self.to_dict())
 
     def expected_error(self) -> dict[str, float]:
         """Costs and errors before any data is seen (each protocol's ``standard_error`` and ``max_error_bound``)."""
