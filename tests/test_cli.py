@@ -145,7 +145,8 @@ CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--doma
              "dpcs": ["--domain", 10, *_BETA], "dpcs-star": ["--domain", 10, *_BETA], "dpds": ["--domain", 10, *_BETA],
              "dpdg": ["--domain", 10], "tss": ["--domain", 10, *_BETA, "--report-fraction", 0.5],
              "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2],
-             "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2]}
+             "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2], "sparse-vector": ["--dimension", 100],
+             "sparse-vector-hashed": ["--dimension", 2**30, "--bins", 50]}
 OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
 FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency table"]
 
@@ -582,3 +583,65 @@ def test_vector_sums_from_npy_and_csv(tmp_path):
     assert code == 2 and "1.5 in row 7, column 2" in err and err.count("\n") == 1
     code, _, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json")
     assert code == 0 and "1 values outside [0, 1] were clipped" in err
+
+
+def test_vector_sums_on_the_bundled_digits():
+    code, out, err = run("estimate", "blanket-vector", *COMMON, "--seed", 1, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["n_users"] == 1797 and len(report["estimates"]) == 64 and "digits" in report["input"]
+    assert report["estimates"][0]["true_sum"] == 0.0  # a border pixel: never inked
+
+
+def test_sparse_vector_sums_bundled_and_from_a_table(tmp_path):
+    from privagg.reports import VectorEstimateReport
+
+    code, out, err = run("estimate", "sparse-vector", *COMMON, "--seed", 1, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert len(report["estimates"]) == 1000 and report["estimates"][0]["name"] == "the"
+    squared = sum((e["estimate"] - e["true_sum"]) ** 2 for e in report["estimates"])
+    assert report["error"]["squared_error"] == pytest.approx(squared)
+    rng = np.random.default_rng(4)
+    pairs = np.column_stack([rng.integers(0, 50, 4000), rng.random(4000)])
+    (tmp_path / "p.csv").write_text("coordinate,weight\n" + "".join(f"{int(i)},{w:.6f}\n" for i, w in pairs))
+    code, _, err = run("estimate", "sparse-vector", "--input", tmp_path / "p.csv", *COMMON)
+    assert code == 2 and err.startswith("error: dimension must be given with --input"), err
+    code, out, err = run("estimate", "sparse-vector", "--input", tmp_path / "p.csv", "--dimension", 50, "--levels", 2,
+                         *COMMON, "--seed", 3, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    jsonschema.Draft202012Validator(json_schema(VectorEstimateReport)).validate(report)
+    assert report["parameters"]["domain_size"] == 101 and len(report["estimates"]) == 50
+    assert sum(abs(e["estimate"] - e["true_sum"]) > 4.5 * e["stderr"] for e in report["estimates"]) == 0
+    (tmp_path / "bad.csv").write_text("coordinate,weight\n1,0.5\n60,0.5\n")
+    code, _, err = run("estimate", "sparse-vector", "--input", tmp_path / "bad.csv", "--dimension", 50, *COMMON)
+    assert code == 2 and "coordinate must be an integer in [0, 50)" in err and "60.0 in row 1" in err
+
+
+def test_hashed_sparse_vector_sums_on_candidates(tmp_path):
+    rng = np.random.default_rng(6)
+    heavy = np.array([3, 2**35 + 1, 2**39 - 5])
+    index = np.where(rng.random(20_000) < 0.6, heavy[rng.integers(0, 3, 20_000)], rng.integers(0, 2**40, 20_000))
+    np.save(tmp_path / "p.npy", np.column_stack([index, rng.random(20_000)]))
+    (tmp_path / "c.txt").write_text("".join(f"{c}\n" for c in [*heavy, 12345]))
+    code, out, err = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "p.npy", "--dimension", 2**40,
+                         "--candidates", tmp_path / "c.txt", *COMMON, "--seed", 2, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert [e["item"] for e in report["estimates"]] == sorted([*heavy.tolist(), 12345])
+    assert all(abs(e["estimate"] - e["true_sum"]) <= 4.5 * e["stderr"] for e in report["estimates"])
+    # every coordinate left out is estimated as 0: the squared error counts their true sums
+    assert report["error"]["squared_error"] > sum((e["estimate"] - e["true_sum"]) ** 2 for e in report["estimates"])
+
+
+def test_vector_sums_audit_exactly_and_refuse_the_statistical_auditor():
+    code, out, err = run("audit", "sparse-vector", "--users", 3, "--dimension", 1, "--levels", 2, "--epsilon", 1,
+                         "--delta", 0.1)
+    assert code == 0 and "verdict: holds" in out, err
+    code, out, err = run("audit", "sparse-vector", "--users", 3, "--dimension", 1, "--levels", 2, "--epsilon", 1,
+                         "--delta", 0.1, "--noise-scale", 0.3)
+    assert code == 1 and "VIOLATED" in out
+    code, _, err = run("audit", "blanket-vector", "--users", 3, "--dimension", 1, "--epsilon", 1, "--delta", 0.1,
+                       "--method", "statistical")
+    assert code == 2 and "method must be exact for blanket-vector" in err

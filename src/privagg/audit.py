@@ -185,6 +185,9 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
         raise ParameterError("confidence", "in (0, 1)", confidence)
     audited = with_noise_scale(parameters, noise_scale)
     entry = get(parameters.protocol)
+    if entry.result != "frequency table":
+        raise ParameterError("method", f"exact for {entry.name} (the statistical auditor compares two items' "
+                             "frequency estimates; a vector sum's exact audit covers its extreme inputs)", "statistical")
     # the first neighbouring pair: an accepted dataset (the sampling family's first puts a category at exactly
     # m holders) and the neighbour that moves one of them away, the boundary the guarantee covers
     dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs else

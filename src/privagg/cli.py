@@ -573,54 +573,106 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _command(body, params, entry.title))
 
 
-def _estimate_vector(entry: ProtocolEntry, *, input: Path, delimiter: Optional[str], header: bool, clip: bool,
-                     epsilon: float, delta: float, calibration: Enum, seed: Optional[int], show: int, verbose: bool,
-                     as_json: bool, output: Optional[Path], progress: Optional[bool], **options: Any) -> None:
-    from .io import InputFormat, read_vectors
+def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Optional[str], header: bool,
+                       clip: bool, dimension: Optional[int], candidates: Optional[Path]):
+    """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings) of a vector protocol:
+    the file's vectors or (coordinate, weight) rows, or the bundled data's."""
+    import numpy as np
+
+    from . import datasets
+    from .io import InputFormat, read_list, read_vectors
     from .protocols.privacy_blanket import clip_vectors
+
+    sparse = getattr(entry.parameters, "one_sparse", False)
+    names = None
+    if input is None:
+        if sparse:
+            inputs, names = datasets.sparse_vectors()
+            if dimension not in (None, len(names)):
+                raise ParameterError("dimension", f"left out, or {len(names)} (the bundled data's words)", dimension)
+            dimension, name = len(names), datasets.SPARSE_DESCRIPTION
+        else:
+            inputs, name = datasets.digits_vectors(), datasets.DIGITS_DESCRIPTION
+    else:
+        inputs, name = read_vectors(input, InputFormat(delimiter=delimiter, header=header)), str(input)
+        if sparse and dimension is None:
+            raise ParameterError("dimension", "given with --input: B, the public number of coordinates (the data's "
+                                 "(coordinate, weight) rows must lie in [0, B))", None)
+    warnings = []
+    if clip:
+        values = inputs[:, 1:] if sparse else inputs  # sparse: the weights only; a bad coordinate stays an error
+        outside = int(((values < 0) | (values > 1)).sum())
+        values[...] = clip_vectors(values)
+        if outside:
+            warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
+    coordinates = None
+    if candidates is not None:
+        listed = read_list(candidates, InputFormat(item_type="int"), field="candidates")
+        try:
+            coordinates = np.array([int(v) for v in listed], dtype=np.int64)
+        except ValueError:
+            raise ParameterError("candidates", "integer coordinates, one per line", next(
+                v for v in listed if not v.lstrip("-").isdigit())) from None
+    return inputs, dimension, coordinates, names, name, warnings
+
+
+def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: Optional[str], header: bool,
+                     clip: bool, epsilon: float, delta: float, calibration: Enum, seed: Optional[int], show: int,
+                     verbose: bool, as_json: bool, output: Optional[Path], progress: Optional[bool],
+                     dimension: Optional[int] = None, candidates: Optional[Path] = None, mode: Mode = Mode.faithful,
+                     **options: Any) -> None:
     from .reports import to_json_dict
     from .simulate.frequency import estimate_vector_sum
 
     with _clean_errors():
-        _check_output(output, input)
-        vectors = read_vectors(input, InputFormat(delimiter=delimiter, header=header))
-        warnings = []
-        if clip:
-            outside = int(((vectors < 0) | (vectors > 1)).sum())
-            vectors = clip_vectors(vectors)
-            if outside:
-                warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
+        _check_output(output, input, candidates)
+        inputs, dimension, coordinates, names, name, warnings = _read_vector_input(
+            entry, input, delimiter, header, clip, dimension, candidates)
         with _progress(progress) as advance:
-            report, _ = estimate_vector_sum(entry.name, vectors, epsilon=epsilon, delta=delta,
-                                            calibration=calibration.value, options=options, seed=seed,
-                                            input_name=str(input), progress=advance, warnings=warnings)
+            report, _ = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
+                                            calibration=calibration.value, options=options, dimension=dimension,
+                                            candidates=coordinates, names=names, mode=mode.value, seed=seed,
+                                            input_name=name, progress=advance, warnings=warnings)
 
     def human() -> None:
         from rich.table import Table
 
-        _say(f"input: {report.input} ({report.n_users} users, d = {len(report.estimates)})")
-        table = Table(title=f"{report.protocol}: sums of the first {min(show, len(report.estimates))} coordinates")
+        shown = sorted(report.estimates, key=lambda e: -e.estimate)[:show] if names else report.estimates[:show]
+        _say(f"input: {report.input} ({report.n_users} users, d = {report.parameters.get('dimension', len(shown))}, "
+             f"{len(report.estimates)} coordinates estimated)")
+        table = Table(title=f"{report.protocol}: " + (f"the {len(shown)} largest sums" if names else
+                                                      f"sums of the first {len(shown)} coordinates"))
         for column in ("coordinate", "sum ± stderr", "mean", "true sum (simulation)"):
             table.add_column(column, justify="right")
-        for e, mean in list(zip(report.estimates, report.mean))[:show]:
-            table.add_row(str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}", f"{mean:.4f}", f"{e.true_sum:.1f}")
+        for e in shown:
+            table.add_row(e.name or str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}",
+                          f"{e.estimate / report.n_users:.4f}", f"{e.true_sum:.1f}")
         _console().print(table)
+        for warning in report.warnings:
+            _say(f"warning: {warning}")
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, err = report.messages, report.error
+        noise = (f"gamma = {report.parameters['gamma']:.4g}" if "gamma" in report.parameters else
+                 f"mu = {report.parameters['mu']:.4g} dummies a cell")
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
-             f"{report.bits_per_message} bits per message; gamma = {report.parameters['gamma']:.4g}")
-        _say(f"error against the true sums (simulation only, not for release): max {err.max_abs:.1f}, MSE of the "
-             f"mean {err.mse_of_mean:.3g}, normalised MSE {err.normalised_mse:.3g} (the paper's MSE-hat)")
+             f"{report.bits_per_message} bits per message; {noise}")
+        _say(f"error against the true sums (simulation only, not for release): max {err.max_abs:.1f}, squared "
+             f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}, normalised MSE "
+             f"{err.normalised_mse:.3g}; expected sd {report.expected_error.standard_error:.3g} a coordinate")
         _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
 
     _emit(to_json_dict(report), as_json, output, human)
 
 
 def _register_vector_estimate(entry: ProtocolEntry) -> None:
+    sparse = getattr(entry.parameters, "one_sparse", False)
     params = [
-        _param("input", Path, typer.Option(..., "--input", help="The users' vectors in [0, 1]^d: an (n, d) .npy "
-                                                                 "array, or a CSV, TSV or Parquet table (one row a "
-                                                                 "user, every column a coordinate).")),
+        _param("input", Optional[Path], typer.Option(
+            None, "--input", help=("The users' (coordinate, weight) rows, weights in [0, 1]: an (n, 2) .npy array or "
+                                   "a two-column CSV, TSV or Parquet table. Default: the bundled words with weights."
+                                   if sparse else "The users' vectors in [0, 1]^d: an (n, d) .npy array, or a CSV, "
+                                   "TSV or Parquet table (one row a user, every column a coordinate). Default: the "
+                                   "bundled digits."))),
         _param("delimiter", Optional[str], typer.Option(None, "--delimiter", help="Read the input as a table with "
                                                                                   "this delimiter.")),
         _param("header", bool, typer.Option(True, "--header/--no-header", help="Whether the table's first line "
@@ -636,6 +688,16 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
         _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
         _param("progress", Optional[bool], typer.Option(None, "--progress/--no-progress", help="Progress on stderr.")),
     ]
+    if sparse:
+        params += [
+            _param("dimension", Optional[int], typer.Option(
+                None, "--dimension", help="B: the public number of coordinates (required with --input).")),
+            _param("candidates", Optional[Path], typer.Option(
+                None, "--candidates", help="File of public candidate coordinates (integers, one per line) to "
+                                           "estimate; the others are estimated as 0. Default: every coordinate.")),
+            _param("mode", Mode, typer.Option(Mode.faithful, "--mode", help="faithful: through every role; fast: "
+                                                                             "simulation shortcuts.")),
+        ]
     estimate_app.command(entry.name, help=f"{entry.title}: simulate over users' vectors, report the sums.")(
         _command(lambda **kw: _estimate_vector(entry, **kw), params, entry.title))
 
@@ -687,7 +749,9 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
 def _register_audit(entry: ProtocolEntry) -> None:
     params = [
         _param("users", int, typer.Option(..., "--users", help="Number of users n (tiny for --method exact).")),
-        _param("domain", int, typer.Option(..., "--domain", help="Domain size B (tiny for --method exact).")),
+        _param("domain", int, typer.Option(..., "--dimension", help="Dimension d (tiny for --method exact).")
+               if entry.result == "vector sum" else
+               typer.Option(..., "--domain", help="Domain size B (tiny for --method exact).")),
         *_protocol_parameters(entry),
         _param("noise_scale", float, typer.Option(1.0, "--noise-scale", help="Multiply the calibrated noise by F "
                                                                              "(below 1: watch the auditor catch it).")),
@@ -708,10 +772,10 @@ def _register_audit(entry: ProtocolEntry) -> None:
 for _entry in ENTRIES:
     if _entry.implemented:
         _register_calibrate(_entry)
+        _register_audit(_entry)
         if _entry.result == "frequency table":
             _register_estimate(_entry)
-            _register_audit(_entry)
-        else:  # vector sums: estimated over vectors; their audit is still to come
+        else:  # vector sums: estimated over vectors or (coordinate, weight) rows
             _register_vector_estimate(_entry)
 
 

@@ -1,4 +1,4 @@
-"""The bundled default dataset: English words drawn from real word frequencies.
+"""The bundled datasets: English words drawn from real word frequencies, and handwritten digits as vectors.
 
 No download at run time: the frequencies are the ``wordfreq`` package's
 English list (its own bundled data, a blend of Wikipedia, subtitles, news,
@@ -51,3 +51,41 @@ def english_words(n_users: int = DEFAULT_USERS, vocabulary: int = DEFAULT_VOCABU
     weights = np.array([wordfreq.word_frequency(w, "en") for w in words.to_pylist()])
     picks = np.random.default_rng(seed).choice(len(words), size=n_users, p=weights / weights.sum())
     return words.take(pa.array(picks))
+
+
+DIGITS_DESCRIPTION = ("the 1,797 handwritten digits of UCI's optical recognition set as shipped by scikit-learn "
+                      "(load_digits): 8 x 8 images, 64 pixel intensities 0..16 scaled to [0, 1], one image a user")
+
+
+def digits_vectors() -> np.ndarray:
+    """The bundled vector dataset: one user an image, d = 64 coordinates in [0, 1] (``DIGITS_DESCRIPTION``).
+
+    Read from scikit-learn's own copy (no download). Real data with the skew of real telemetry: border pixels
+    are almost always 0, the centre ones spread over [0, 1].
+    """
+    from sklearn.datasets import load_digits
+
+    return load_digits().data / 16.0
+
+
+SPARSE_USERS = 100_000
+SPARSE_VOCABULARY = 1_000
+SPARSE_DESCRIPTION = (f"{SPARSE_USERS} users, each holding one of the {SPARSE_VOCABULARY} most common English "
+                      f"words (wordfreq's frequencies) as its coordinate and a weight drawn from Beta(2, 5) "
+                      f"(synthetic; seed {DEFAULT_SEED})")
+
+
+def sparse_vectors(n_users: int = SPARSE_USERS, vocabulary: int = SPARSE_VOCABULARY,
+                   seed: int = DEFAULT_SEED) -> tuple[np.ndarray, list[str]]:
+    """(pairs, coordinate names): the bundled 1-sparse data, one (word rank, weight) row a user.
+
+    The coordinates are real (words drawn from real frequencies, as :func:`english_words`); the weights are
+    synthetic, Beta(2, 5) (a skewed "time spent" share), since no package ships real per-user weights.
+    """
+    import wordfreq
+
+    words = wordfreq.top_n_list("en", vocabulary)
+    frequencies = np.array([wordfreq.word_frequency(w, "en") for w in words])
+    rng = np.random.default_rng(seed)
+    index = rng.choice(vocabulary, size=n_users, p=frequencies / frequencies.sum())
+    return np.column_stack([index, rng.beta(2.0, 5.0, size=n_users)]), words

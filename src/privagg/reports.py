@@ -146,6 +146,7 @@ class CoordinateEstimate:
     estimate: float  # of the sum over users
     stderr: float  # an upper bound on the estimate's sd
     true_sum: float | None = None  # simulations only (not private)
+    name: str | None = None  # the coordinate's public name, where the input has names (the bundled data)
 
 
 @dataclass
@@ -153,8 +154,9 @@ class VectorError:
     """The estimates against the true sums (simulation only, not for release)."""
 
     mse_of_mean: float  # mean over coordinates of (estimated mean - true mean)^2
-    normalised_mse: float  # sum over coordinates of squared error of the sums / (n/d)^2, the paper's MSE-hat
+    normalised_mse: float  # sum over coordinates of squared error of the sums / (n/d)^2, the vector paper's MSE-hat
     max_abs: float  # largest |estimate - true sum|
+    squared_error: float  # sum over every coordinate of (estimate - true sum)^2, the FE paper's ||v - v_hat||^2
 
 
 @dataclass
@@ -168,8 +170,8 @@ class VectorEstimateReport:
     messages: Messages
     bits_per_message: int
     expected_error: ExpectedError
-    estimates: list[CoordinateEstimate]  # every coordinate
-    mean: list[float]  # the estimated mean vector (sums / n)
+    estimates: list[CoordinateEstimate]  # every coordinate, or the candidates (the others are estimated as 0)
+    mean: list[float]  # the estimated mean of each listed coordinate (sums / n)
     privacy_profile: list[ProfilePoint]
     warnings: list[str]
     error: VectorError

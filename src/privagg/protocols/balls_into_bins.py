@@ -400,8 +400,11 @@ def bins_for(n_users: int, c: float) -> int:
 
 
 def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, bins: int | None = None,
-                  c: float | None = None, calibration: str = "numeric", honest_fraction: float = 1.0) -> FE1Parameters:
-    """FE1's parameters: b = ``bins``, or b = floor(n / ln^c n) (c = 1 by default, as the authors' code)."""
+                  c: float | None = None, calibration: str = "numeric", honest_fraction: float = 1.0,
+                  parameters: type[FE1Parameters] | None = None, **fields: Any) -> FE1Parameters:
+    """FE1's parameters: b = ``bins``, or b = floor(n / ln^c n) (c = 1 by default, as the authors' code).
+
+    ``parameters``: a subclass of FE1Parameters to build, with its own ``fields`` (sparse vectors)."""
     n = check_integer("n_users", n_users, 2, N_USERS_MAX)
     if bins is not None and c is not None:
         raise ParameterError("bins", "given alone (not together with c)", bins)
@@ -416,9 +419,9 @@ def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, 
     bins = check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
     domain = check_integer("domain", domain_size, 2, HASHED_DOMAIN_MAX)
     modulus = next_prime(max(domain, bins))
-    return _calibrated(FE1Parameters, epsilon, delta, n, domain, calibration, noise_bins=bins,
+    return _calibrated(parameters or FE1Parameters, epsilon, delta, n, domain, calibration, noise_bins=bins,
                        overlap=UniversalHash(modulus, bins).collision_probability, honest_fraction=honest_fraction,
-                       bins=bins, modulus=modulus, c=c)
+                       bins=bins, modulus=modulus, c=c, **fields)
 
 
 # --- roles --------------------------------------------------------------------------------------------
@@ -441,9 +444,12 @@ class _BallsClient:
 
     def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
         """Messages of a batch of users (``rng=None``: secure randomness)."""
-        rng, p = resolve(rng), self.parameters
-        codes = p.check_codes(codes)
-        extra = int(dummy_counts(codes.size, p.rho, rng).sum())
+        rng = resolve(rng)
+        return self.messages(self.parameters.check_codes(codes), rng)
+
+    def messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
+        """The messages of users holding checked ``codes``: each one's real message, then every dummy."""
+        extra = int(dummy_counts(codes.size, self.parameters.rho, rng).sum())
         return MessageBatch.concatenate([self.real_messages(codes, rng), self.dummies(extra, rng)])
 
     def real_messages(self, codes: np.ndarray, rng: np.random.Generator) -> MessageBatch:
@@ -504,7 +510,7 @@ class _CountingAnalyzer:
 
     def __init__(self, parameters: BallsIntoBinsParameters, queries=None) -> None:
         self.parameters, self.layout = parameters, parameters.layout
-        self.queries = None if queries is None else np.unique(parameters.check_codes(queries))
+        self.queries = None if queries is None else np.unique(check_item_codes(queries, parameters.domain_size))
         if self.queries is not None and self.queries.size == 0:
             raise ParameterError("candidates", "at least 1 item", "an empty list")
 

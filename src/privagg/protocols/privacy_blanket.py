@@ -290,6 +290,10 @@ class BlanketVectorParameters(_BlanketParameters):
         check_integer("levels", self.levels, 1, 2**16)
         check_integer("coordinates-per-user", self.coordinates, 1, self.dimension)
 
+    def true_total(self, vectors: np.ndarray, coordinates=None) -> np.ndarray:
+        """The exact sum of the vectors, computed in the clear (simulations only)."""
+        return vectors.sum(axis=0)
+
     def paper_gamma(self) -> float:
         return blanket.paper_vector_gamma(self.epsilon, self.delta, self.honest_users, self.dimension, self.levels,
                                           self.coordinates)

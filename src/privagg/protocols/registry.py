@@ -23,6 +23,7 @@ from ..errors import ParameterError
 from . import balls_into_bins as bib
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
+from . import sparse_vector as sv
 from .roles import Topology
 
 
@@ -128,9 +129,29 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="p_f (1 + rho)",
         reference="shuffle FE paper, §4", status="planned", result="heavy-hitter list"),
     ProtocolEntry(
-        name="sparse-vector", title="1-sparse vector summation", family="balls into bins", topology="shuffle",
-        trust="shuffle (trusted shuffler)", messages_per_user="1 + o(1)", reference="shuffle FE paper, §5",
-        status="planned", result="vector sum"),
+        name="sparse-vector", title="1-sparse vector sums: rounded weights, FE0 over (coordinate, level) cells",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu (B k + 1) / n",
+        reference="shuffle FE paper, §5 (low dimension; our construction)", result="vector sum",
+        calibrate=sv.calibrate_sparse_vector, parameters=sv.SparseVectorParameters, client=sv.SparseVectorClient,
+        analyzer=sv.SparseVectorAnalyzer, fast=sv.sparse_fast_aggregate, **_BALLS_INTO_BINS,
+        # cells are the audited items: (coordinate, level) with a deterministic rounding, and the level-0 cell
+        audit_instances=(dict(n_users=3, domain_size=1, levels=2, epsilon=1.0, delta=0.1,
+                              calibrations=("numeric", "hockey_stick")),
+                         dict(n_users=4, domain_size=2, levels=1, epsilon=2.0, delta=0.05),
+                         dict(n_users=3, domain_size=1, levels=1, epsilon=1.0, delta=0.1)),
+        options=(Option("levels", int, "k: weights are randomly rounded to {0..k} (default: the k that minimises "
+                        "the error bound, about (3 n / (2 B mu))^(1/3))"), _HONEST)),
+    ProtocolEntry(
+        name="sparse-vector-hashed", title="1-sparse vector sums over huge dimensions: FE1 on candidates",
+        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
+        reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result="vector sum",
+        calibrate=sv.calibrate_hashed_sparse_vector, parameters=sv.HashedSparseVectorParameters,
+        client=sv.SparseVectorClient, analyzer=sv.HashedSparseVectorAnalyzer, fast=sv.sparse_fast_aggregate,
+        **_BALLS_INTO_BINS,  # as FE1's: the closed form is beyond enumeration
+        audit_instances=(dict(n_users=2, domain_size=2, bins=2, epsilon=1.0, delta=0.3,
+                              calibrations=("numeric", "hockey_stick")),),
+        options=(Option("c", float, "b = floor(n / ln^c n) hash bins (default c = 1)"),
+                 Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
         name="blanket-hist", title="Privacy-blanket histogram R^PH", family="privacy blanket", topology="shuffle",
         trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper, Algorithm 1",

@@ -143,6 +143,8 @@ class VectorSum:
     parameters: Any
     total: np.ndarray
     standard_errors: np.ndarray
+    # the coordinates estimated (sorted; ``total`` follows them), the others estimated as 0; None: every one
+    coordinates: np.ndarray | None = None
 
     def mean(self) -> np.ndarray:
         """The average vector: total / n, whose standard errors are standard_errors / n."""

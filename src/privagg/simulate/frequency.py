@@ -207,41 +207,51 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     return report, runs
 
 
-def estimate_vector_sum(protocol: str, vectors: np.ndarray, *, epsilon: float, delta: float,
+def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, delta: float,
                         calibration: str | None = None, options: dict[str, Any] | None = None,
-                        seed: int | None = None, input_name: str = "", progress: Progress | None = None,
-                        warnings: Sequence[str] = ()):
-    """Simulate a vector-sum protocol over ``vectors`` (one row a user, in [0, 1]^d); returns (report, run).
+                        dimension: int | None = None, candidates: np.ndarray | None = None,
+                        names: Sequence[str] | None = None, mode: str = "faithful", seed: int | None = None,
+                        input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = ()):
+    """Simulate a vector-sum protocol; returns (report, run).
 
-    As :func:`estimate_frequencies`: calibrated for the data's n and d, seeded runs marked not private, the
-    error against the true sums beside the estimates (evaluation only, not for release).
+    ``inputs``: one row a user, a vector in [0, 1]^d (blanket-vector: d is the row length), or a
+    (coordinate, weight) pair (the sparse protocols: ``dimension`` B is public and given). ``candidates``:
+    the coordinates to estimate (the others are estimated as 0); ``names``: the coordinates' public names.
+    As :func:`estimate_frequencies`: calibrated for the data's n, seeded runs marked not private, the error
+    against the true sums beside the estimates (evaluation only, not for release).
     """
     from ..reports import CoordinateEstimate, VectorError, VectorEstimateReport
 
-    vectors = np.asarray(vectors, dtype=np.float64)
-    if vectors.ndim != 2 or len(vectors) < 2:
-        raise ParameterError("input", "at least 2 vectors, one row a user", f"shape {vectors.shape}")
+    inputs = np.asarray(inputs, dtype=np.float64)
+    if inputs.ndim != 2 or len(inputs) < 2:
+        raise ParameterError("input", "at least 2 users, one row a user", f"shape {inputs.shape}")
     if seed is not None:
         seed = check_integer("seed", seed, 0)
-    n, d = vectors.shape
+    n, d = len(inputs), inputs.shape[1] if dimension is None else dimension
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n, domain_size=d, calibration=calibration,
                            **(options or {}))
     calibrate_seconds = time.perf_counter() - start
-    run = simulate(parameters, vectors, rng=seed, progress=progress)
+    run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress)
     run.seconds["calibrate"] = calibrate_seconds
-    result, truth = run.result, vectors.sum(axis=0)
+    result = run.result
+    coordinates = np.arange(d) if result.coordinates is None else result.coordinates
+    truth = parameters.true_total(inputs, result.coordinates)
     errors = result.total - truth
+    squared, largest = float(np.sum(errors**2)), float(np.abs(errors).max())
+    if result.coordinates is not None:  # the others are estimated as 0: their error is their true sum
+        missed = parameters.true_total_outside(inputs, result.coordinates)
+        squared += float(np.sum(missed**2))
+        largest = max(largest, float(missed.max(initial=0.0)))
     report = VectorEstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=run.privacy, n_users=n,
         messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=[CoordinateEstimate(i, float(e), float(s), float(t)) for i, (e, s, t) in
-                   enumerate(zip(result.total, result.standard_errors, truth))],
+        estimates=[CoordinateEstimate(int(i), float(e), float(s), float(t), None if names is None else names[i])
+                   for i, e, s, t in zip(coordinates, result.total, result.standard_errors, truth)],
         mean=result.mean().tolist(), privacy_profile=privacy_profile(parameters),
         warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings()],
-        error=VectorError(float(np.mean((errors / n) ** 2)), float(np.sum(errors**2) / (n / d) ** 2),
-                          float(np.abs(errors).max())),
+        error=VectorError(squared / d / n**2, squared / (n / d) ** 2, largest, squared),
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name)
     return report, run
 

@@ -272,7 +272,7 @@ def _run_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator
     records = np.empty(_capacity(parameters), dtype=layout.record_dtype)
     users = max(1, int(MESSAGES_PER_BATCH // parameters.messages_per_user))
     filled = 0
-    for lo in range(0, codes.size, users):
+    for lo in range(0, len(codes), users):  # one row a user (an item code, a vector, an (index, weight) pair)
         chunk = codes[lo:lo + users]
         batch = client.randomize(chunk, rng)
         end = filled + len(batch)
@@ -282,7 +282,7 @@ def _run_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator
             records[name][filled:end] = batch[name]
         filled = end
         if progress:
-            progress("randomize", chunk.size, codes.size)
+            progress("randomize", len(chunk), len(codes))
     return MessageBatch.from_records(records[:filled])
 
 
