@@ -513,6 +513,10 @@ def _print_estimate(report, verbose: bool) -> None:
         _say(f"  unweighted baseline (sum of tau_g / p_g): max {u.max_abs:.1f}, mean {u.mean_abs:.2f}, p90 "
              f"{u.p90:.1f}")
     _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
+    _say_written(report)
+
+
+def _say_written(report) -> None:
     if report.messages_written:
         _say(f"messages written to {report.messages_written} (privagg analyze {report.protocol} --params "
              f"{Path(report.messages_written) / 'params.json'} --messages {report.messages_written})")
@@ -619,20 +623,34 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
 def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: Optional[str], header: bool,
                      clip: bool, epsilon: float, delta: float, calibration: Enum, seed: Optional[int], show: int,
                      verbose: bool, as_json: bool, output: Optional[Path], progress: Optional[bool],
-                     dimension: Optional[int] = None, candidates: Optional[Path] = None, mode: Mode = Mode.faithful,
-                     **options: Any) -> None:
+                     write_messages: Optional[Path], partitions: int, dimension: Optional[int] = None,
+                     candidates: Optional[Path] = None, mode: Mode = Mode.faithful, **options: Any) -> None:
+    from . import engine
     from .reports import to_json_dict
     from .simulate.frequency import estimate_vector_sum
 
     with _clean_errors():
         _check_output(output, input, candidates)
+        if write_messages is not None:
+            if mode is Mode.fast:
+                raise ParameterError("write-messages", "given for a faithful run (the fast path makes no messages)",
+                                     str(write_messages))
+            engine.prepare_message_folder(write_messages, partitions)
         inputs, dimension, coordinates, names, name, warnings = _read_vector_input(
             entry, input, delimiter, header, clip, dimension, candidates)
         with _progress(progress) as advance:
-            report, _ = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
-                                            calibration=calibration.value, options=options, dimension=dimension,
-                                            candidates=coordinates, names=names, mode=mode.value, seed=seed,
-                                            input_name=name, progress=advance, warnings=warnings)
+            report, run = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
+                                              calibration=calibration.value, options=options, dimension=dimension,
+                                              candidates=coordinates, names=names, mode=mode.value, seed=seed,
+                                              input_name=name, progress=advance, warnings=warnings,
+                                              keep_messages=write_messages is not None)
+        if write_messages is not None:
+            start = time.perf_counter()
+            engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, {
+                "kind": "vector", "domain_size": run.result.parameters.domain_size,
+                "private": report.privacy.private, "randomness": run.randomness})
+            report.simulation.seconds["write_messages"] = time.perf_counter() - start
+            report.messages_written = str(write_messages)
 
     def human() -> None:
         from rich.table import Table
@@ -660,6 +678,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
              f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}, normalised MSE "
              f"{err.normalised_mse:.3g}; expected sd {report.expected_error.standard_error:.3g} a coordinate")
         _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
+        _say_written(report)
 
     _emit(to_json_dict(report), as_json, output, human)
 
@@ -687,6 +706,10 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
         _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
         _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
         _param("progress", Optional[bool], typer.Option(None, "--progress/--no-progress", help="Progress on stderr.")),
+        _param("write_messages", Optional[Path], typer.Option(
+            None, "--write-messages", help="Also write the shuffled messages as Parquet partitions and params.json "
+                                           "into DIR (for privagg analyze).")),
+        _param("partitions", int, typer.Option(16, "--partitions", help="Partitions for --write-messages.")),
     ]
     if sparse:
         params += [
@@ -792,6 +815,10 @@ def reproduce_sampling(
     and costs per party against n and N (docs/results/sampling.md)."""
     from .reproduce.sampling import run
 
+    _reproduce(run, out, quick, seed, progress)
+
+
+def _reproduce(run: Callable[..., dict], out: Path, quick: bool, seed: int, progress: Optional[bool]) -> None:
     with _clean_errors():
         if out.exists() and not out.is_dir():
             raise ParameterError("out", "a folder (it is created if missing)", str(out))
@@ -801,6 +828,20 @@ def reproduce_sampling(
     _say(f"wrote {len(list(out.iterdir()))} files to {out}")
     for key, value in summary.items():
         _say(f"  {key}: {value}")
+
+
+@reproduce_app.command("vector-shuffle")
+def reproduce_vector_shuffle(
+    out: Path = typer.Option(..., "--out", help="Folder for the tables (CSV) and plots (PNG)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (seconds), for a first look."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulations (they are not private runs)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress on stderr."),
+) -> None:
+    """The privacy-blanket vector sums (blanket-vector) on the bundled digits: MSE against t, k, d, eps and n under
+    the paper's and the tight gamma, beside the theory and the paper's bound (docs/results/vector-shuffle.md)."""
+    from .reproduce.vector_shuffle import run
+
+    _reproduce(run, out, quick, seed, progress)
 
 
 # --- account ------------------------------------------------------------------------------------------
@@ -876,6 +917,7 @@ def analyze(
     from .core.encoding import ItemEncoder
     from .io import InputFormat, read_codes
     from .privacy.description import privacy_warnings
+    from .protocols import registry
     from .protocols.registry import analyzer as make_analyzer, load_parameters
     from .reports import (AnalysisReport, Messages, expected_error, privacy_profile, report_parameters,
                           reported_estimates, to_json_dict)
@@ -894,6 +936,10 @@ def analyze(
         if own.exists() and load_parameters(own.read_text(), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
+        if registry.get(params.protocol).result == "vector sum":
+            _analyze_vector(params, partitions, items, engine.value, scheduler, workers, candidates, top, verbose,
+                            as_json, output)
+            return
         # text items were hashed with the parameters' public key; integers need none
         encoder = ItemEncoder.for_parameters(params, "text") if items.get("kind") == "text" else ItemEncoder(
             params.domain_size, kind=items.get("kind"))
@@ -925,6 +971,53 @@ def analyze(
         m = report.messages
         _say(f"messages: {m.total} received from {len(partitions)} partitions, {m.malformed} of them malformed "
              "and dropped")
+        _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in run.seconds.items()))
+
+    _emit(to_json_dict(report), as_json, output, human)
+
+
+def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, scheduler: Optional[str],
+                    workers: Optional[int], candidates: Optional[Path], top: int, verbose: bool, as_json: bool,
+                    output: Optional[Path]) -> None:
+    """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
+    from . import engine as engines
+    from .privacy.description import privacy_warnings
+    from .protocols.registry import analyzer as make_analyzer
+    from .reports import (CoordinateEstimate, Messages, VectorAnalysisReport, expected_error, privacy_profile,
+                          report_parameters, to_json_dict)
+
+    queries = None
+    if candidates is not None:
+        from .io import InputFormat, read_list
+
+        queries = [int(v) if v.lstrip("-").isdigit() else v
+                   for v in read_list(candidates, InputFormat(item_type="int"), field="candidates")]
+    result, run = engines.analyze(make_analyzer(params, queries), partitions, engine, scheduler, workers)
+    received = result.messages + result.malformed
+    coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
+    report = VectorAnalysisReport(
+        protocol=params.protocol, parameters=report_parameters(params),
+        privacy=_analysis_privacy(params, items, received), n_users=params.n_users,
+        messages=Messages(received, received / params.n_users, result.malformed),
+        bits_per_message=params.bits_per_message, expected_error=expected_error(params),
+        estimates=[CoordinateEstimate(int(i), float(e), float(se)) for i, e, se in
+                   zip(coordinates, result.total, result.standard_errors)],
+        mean=result.mean().tolist(), privacy_profile=privacy_profile(params),
+        warnings=privacy_warnings(params.epsilon, params.delta, params.n_users) + params.warnings(), engine=run)
+
+    def human() -> None:
+        from rich.table import Table
+
+        table = Table(title=f"{report.protocol}: sums of the first {min(top, len(report.estimates))} coordinates")
+        for column in ("coordinate", "sum ± stderr", "mean"):
+            table.add_column(column, justify="right")
+        for e, mean in list(zip(report.estimates, report.mean))[:top]:
+            table.add_row(str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}", f"{mean:.4f}")
+        _console().print(table)
+        _say_privacy(report.privacy, report.privacy_profile, verbose)
+        _say(f"messages: {received} received from {len(partitions)} partitions, {result.malformed} of them "
+             "malformed and dropped")
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 

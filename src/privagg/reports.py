@@ -160,8 +160,8 @@ class VectorError:
 
 
 @dataclass
-class VectorEstimateReport:
-    """``privagg estimate`` for vector sums: a simulated run over users' vectors in [0, 1]^d."""
+class VectorReport:
+    """What every vector-sum report holds: parameters, guarantee, cost, theory and the coordinates' sums."""
 
     protocol: ProtocolName
     parameters: Parameters
@@ -174,9 +174,16 @@ class VectorEstimateReport:
     mean: list[float]  # the estimated mean of each listed coordinate (sums / n)
     privacy_profile: list[ProfilePoint]
     warnings: list[str]
+
+
+@dataclass
+class VectorEstimateReport(VectorReport):
+    """``privagg estimate`` for vector sums: a simulated run over users' vectors or (coordinate, weight) rows."""
+
     error: VectorError
     simulation: Simulation
     input: str
+    messages_written: str | None = None  # the folder of --write-messages
 
 
 @dataclass
@@ -193,6 +200,13 @@ class AnalysisReport(FrequencyReport):
     """``privagg analyze``: the analyzer over written messages."""
 
     full_domain: bool
+    engine: Engine
+
+
+@dataclass
+class VectorAnalysisReport(VectorReport):
+    """``privagg analyze`` for vector sums: the analyzer over written messages."""
+
     engine: Engine
 
 
@@ -296,4 +310,4 @@ def json_schema(report_type: type) -> dict[str, Any]:
 
 
 REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "estimate-vector": VectorEstimateReport,
-                "analyze": AnalysisReport, "audit": AuditReport, "account": AccountReport}
+                "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "audit": AuditReport, "account": AccountReport}

@@ -157,4 +157,5 @@ def test_vector_aggregates_merge_and_drop_malformed_rows():
     bad = MessageBatch({"coordinate": np.array([8, 0]), "value": np.array([0, 9])})
     agg = analyzer.agg_update(analyzer.agg_init(), bad)
     assert (agg.messages, agg.malformed) == (0, 2)
-    assert params.mse_bound() == pytest.approx(8**2 * (1 / 36 + params.gamma / 2) / (20_000 * (1 - params.gamma) ** 2))
+    paper = 8**2 * (1 / 36 + params.gamma / 2) / (20_000 * (1 - params.gamma) ** 2)
+    assert params.paper_mse_bound() == pytest.approx(paper)

@@ -12,6 +12,7 @@ the paper's closed form or from the shuffle accountant (:mod:`privagg.privacy.bl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -24,6 +25,7 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import blanket
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.shuffle import binomial_pmf
 from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer, check_honest_fraction
 from .parameters import FrozenParameters, check_item_codes, honest_users, one_changed_user
 from .results import VectorSum
@@ -321,48 +323,98 @@ class BlanketVectorParameters(_BlanketParameters):
     def delta_at(self, epsilon: float) -> float:
         return blanket.vector_delta_at(epsilon, self.gamma, self.honest_users, self.levels, self.coordinates)
 
-    # --- theory (docs/derivations.md, "Privacy blanket") ----------------------------------------------
+    # --- theory (docs/derivations.md, "Vector sums") -------------------------------------------------
     def estimate(self, value_sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Per coordinate l, the sum of the users' x_l: (d / t) (sum y / k - gamma c_l / 2) / (1 - gamma)."""
-        scale = self.dimension / (self.coordinates * (1 - self.gamma))
-        return scale * (np.asarray(value_sums, dtype=np.float64) / self.levels - self.gamma * np.asarray(counts) / 2)
+        """Per coordinate l, the sum of the users' x_l: n times the debiased mean of the c_l reports at l,
+        n (sum y / k - gamma c_l / 2) / ((1 - gamma) c_l), the authors' code's normalisation by the realised
+        count. Unbiased given c_l >= 1 (the reporters are a uniform subset of the users); n / 2 where no user
+        reported l (probability (1 - t/d)^n)."""
+        c = np.asarray(counts, dtype=np.float64)
+        debiased = np.asarray(value_sums, dtype=np.float64) / self.levels - self.gamma * c / 2
+        mean = debiased / ((1 - self.gamma) * np.maximum(c, 1))
+        return np.where(c > 0, self.n_users * mean, self.n_users / 2)
+
+    @functools.cached_property
+    def inverse_count_mean(self) -> float:
+        """E[1 / c | c >= 1] for a coordinate's report count c ~ Bin(n, t / d), from the exact binomial law."""
+        n, q = self.n_users, self.coordinates / self.dimension
+        if q == 1:
+            return 1 / n
+        sd = math.sqrt(n * q * (1 - q))
+        c = np.arange(max(1, math.floor(n * q - 14 * sd - 30)), min(n, math.ceil(n * q + 14 * sd + 30)) + 1)
+        weights = binomial_pmf(c, n, q)
+        return float(np.dot(weights, 1 / c) / weights.sum())
+
+    def _spread(self, sum_x, sum_x2, rounding) -> tuple[np.ndarray, np.ndarray]:
+        """(S^2, V): the users' variance of x_l (denominator n - 1) and their mean variance of a debiased report
+        z = (y / k - gamma / 2) / (1 - gamma) given x, from S1 = sum x, S2 = sum x^2 and R = sum f (1 - f) / k^2."""
+        g, k, n = self.gamma, self.levels, self.n_users
+        s1, s2 = np.asarray(sum_x, dtype=np.float64), np.asarray(sum_x2, dtype=np.float64)
+        spread = (s2 - s1 * s1 / n) / (n - 1)
+        second = (1 - g) * (s2 + rounding) + n * g * (2 * k + 1) / (6 * k)  # sum E[(y/k)^2]
+        first2 = (1 - g) ** 2 * s2 + g * (1 - g) * s1 + n * g * g / 4  # sum E[y/k]^2
+        return spread, (second - first2) / (n * (1 - g) ** 2)
 
     def variance(self, sum_x, sum_x2, rounding) -> np.ndarray:
-        """The exact variance of a coordinate's estimate given S1 = sum x, S2 = sum x^2 and R = sum of the
-        rounding variances f (1 - f) / k^2 over the users (derived in docs/derivations.md)."""
-        g, k, n = self.gamma, self.levels, self.n_users
-        q = self.coordinates / self.dimension
-        second = (1 - g) * (np.asarray(sum_x2) + rounding) + n * g * (2 * k + 1) / (6 * k) \
-            - g * (1 - g) * np.asarray(sum_x) - n * g**2 / 4
-        return (q * second - q**2 * (1 - g) ** 2 * np.asarray(sum_x2)) / (q * (1 - g)) ** 2
+        """The exact variance of a coordinate's estimate (c >= 1), given S1, S2 and R (``_spread``): given c
+        it is n^2 ((1 - c/n) S^2 + V) / c, whose mean over c is n^2 (S^2 + V) E[1/c] - n S^2."""
+        spread, noise = self._spread(sum_x, sum_x2, rounding)
+        n = self.n_users
+        return n * n * (spread + noise) * self.inverse_count_mean - n * spread
 
-    def standard_error(self, estimate=0.0) -> np.ndarray:
-        """An upper bound on the sd at a coordinate sum S1 (the estimate, clipped to [0, n]): S2 <= S1, R <= n/(4k^2)."""
-        s1 = np.clip(estimate, 0, self.n_users)
-        return np.sqrt(np.maximum(self.variance(s1, s1, self.n_users / (4 * self.levels**2)), 0.0))
+    def standard_error(self, estimate=0.0, counts=None) -> np.ndarray:
+        """An upper bound on the sd given the realised counts c (default: over c), at a mean m = estimate / n
+        clipped to [0, 1]: S^2 <= n m (1 - m) / (n - 1), and V <= ((1 - gamma) / (4 k^2) + gamma ((2k + 1) / (6k)
+        - gamma / 4)) / (1 - gamma)^2 (from S2 <= S1 and f (1 - f) <= 1/4; derived in docs/derivations.md)."""
+        g, k, n = self.gamma, self.levels, self.n_users
+        m = np.clip(np.asarray(estimate, dtype=np.float64) / n, 0.0, 1.0)
+        spread = n * m * (1 - m) / (n - 1)
+        noise = ((1 - g) / (4 * k * k) + g * ((2 * k + 1) / (6 * k) - g / 4)) / (1 - g) ** 2
+        inverse = self.inverse_count_mean if counts is None else 1 / np.maximum(np.asarray(counts, float), 1)
+        return n * np.sqrt(np.maximum((spread + noise) * inverse - spread / n, 0.0))
 
     def mse_bound(self) -> float:
-        """The reference's Theorem 4.6 form, normalised (MSE / (n/d)^2): t d^2 (1/(4k^2) + gamma/2) / (n (1 - gamma)^2)."""
+        """An upper bound on E ||mean_hat - mean||^2 = sum_l Var_l / n^2 over every vector in [0, 1]^d: d times
+        the largest variance bound (at m = 1/2), over n^2."""
+        return self.dimension * float(self.standard_error(self.n_users / 2)) ** 2 / self.n_users**2
+
+    def paper_mse_bound(self) -> float:
+        """The reference's Theorem 4.6 form, t d^2 (1/(4k^2) + gamma/2) / (n (1 - gamma)^2): for comparison with
+        the paper only; it leaves out which users report a coordinate and measured errors exceed it
+        (docs/results/vector-shuffle.md)."""
         return (self.coordinates * self.dimension**2 * (1 / (4 * self.levels**2) + self.gamma / 2)
                 / (self.n_users * (1 - self.gamma) ** 2))
 
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        return float(self.standard_error(self.n_users)) * math.sqrt(2 * math.log(2 * self.dimension / beta))
+        return float(self.standard_error(self.n_users / 2)) * math.sqrt(2 * math.log(2 * self.dimension / beta))
 
     def expected_error(self) -> dict[str, float]:
         return {"messages_per_user": float(self.coordinates), "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(self.n_users)), "max_error_bound": self.max_error_bound(),
-                "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.standard_error(self.n_users / 2)),
+                "max_error_bound": self.max_error_bound(), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:
         return {"user": {"sent": float(self.coordinates)},
                 "analyzer": {"received": float(self.n_users * self.coordinates)}}
 
     def theory(self) -> dict[str, float | str]:
-        return {"estimate": "(d / t) (sum y / k - gamma c_l / 2) / (1 - gamma) per coordinate",
-                "mse_bound_normalised": self.mse_bound()}
+        t, k, gamma, bound = suggested_design(self)
+        return {"estimate": "n (sum y / k - gamma c_l / 2) / ((1 - gamma) c_l) per coordinate",
+                "mse_bound": self.mse_bound(), "paper_mse_bound": self.paper_mse_bound(),
+                "suggested_coordinates_per_user": t, "suggested_levels": k, "suggested_gamma": gamma,
+                "suggested_mse_bound": bound}
+
+    def warnings(self) -> list[str]:
+        warnings = []
+        if self.coordinates > 1 and self.calibration == "tight":
+            warnings.append(f"t = {self.coordinates}: the tight calibration composes a user's t reports before the "
+                            "shuffle (t eps0), which is sound but loose; t = 1 needs far less blanket")
+        if self.gamma > 0.9:
+            warnings.append(f"gamma = {self.gamma:.3g}: most reports are blanket noise; more users, a larger epsilon "
+                            "or t = 1 help")
+        return warnings
 
     @property
     def privacy(self) -> PrivacyDescription:
@@ -391,6 +443,26 @@ def calibrate_blanket_vector(epsilon: float, delta: float, n_users: int, domain_
         raise ParameterError("calibration", f"one of {', '.join(blanket.METHODS)}", calibration)
     return BlanketVectorParameters(epsilon=epsilon, delta=delta, n_users=n, dimension=d, levels=k, coordinates=t,
                                    calibration=calibration, gamma=gamma, honest_fraction=float(honest_fraction))
+
+
+SUGGESTED_T, SUGGESTED_K = 4, 10  # the designs calibrate compares: t in 1..4, k in 1..10
+
+
+def suggested_design(parameters: BlanketVectorParameters) -> tuple[int, int, float, float]:
+    """(t, k, gamma, mse_bound) of the design with the least mean square error bound among t <= min(d, 4),
+    k <= 10, each calibrated like ``parameters`` (a calibration that cannot meet the target is skipped)."""
+    best = (parameters.coordinates, parameters.levels, parameters.gamma, parameters.mse_bound())
+    for t in range(1, min(parameters.dimension, SUGGESTED_T) + 1):
+        for k in range(1, SUGGESTED_K + 1):
+            try:
+                other = calibrate_blanket_vector(parameters.epsilon, parameters.delta, parameters.n_users,
+                                                 parameters.dimension, parameters.calibration, k, t,
+                                                 parameters.honest_fraction)
+            except ParameterError:
+                continue
+            if other.mse_bound() < best[3]:
+                best = (t, k, other.gamma, other.mse_bound())
+    return best
 
 
 def randomized_rounding(values: np.ndarray, levels: int, rng: np.random.Generator) -> np.ndarray:
@@ -447,12 +519,13 @@ class VectorAnalyzer:
         return VectorAggregate(np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64))
 
     def agg_update(self, agg: VectorAggregate, messages: MessageBatch) -> VectorAggregate:
-        d = self.parameters.dimension
+        d, types = self.parameters.dimension, self.parameters.levels + 1
         for part in messages.slices():
             clean, dropped = self.layout.validate(part)
-            coordinate = clean["coordinate"]
-            agg.sums += np.bincount(coordinate, weights=clean["value"], minlength=d).astype(np.int64)
-            agg.counts += np.bincount(coordinate, minlength=d)
+            cells = clean["coordinate"].astype(np.int64) * types + clean["value"]  # (coordinate, level) counts
+            table = np.bincount(cells, minlength=d * types).reshape(d, types)
+            agg.sums += table @ np.arange(types)
+            agg.counts += table.sum(axis=1)
             agg.messages += len(clean)
             agg.malformed += dropped
         return agg
@@ -468,7 +541,8 @@ class VectorAnalyzer:
 
     def finalize(self, agg: VectorAggregate) -> VectorSum:
         total = self.parameters.estimate(agg.sums, agg.counts)
-        return VectorSum(self.parameters, total, self.parameters.standard_error(total))
+        return VectorSum(self.parameters, total, self.parameters.standard_error(total, agg.counts), None,
+                         agg.messages, agg.malformed)
 
     @classmethod
     def working_bytes(cls, parameters: BlanketVectorParameters, full_domain: bool = True) -> int:

@@ -145,6 +145,8 @@ class VectorSum:
     standard_errors: np.ndarray
     # the coordinates estimated (sorted; ``total`` follows them), the others estimated as 0; None: every one
     coordinates: np.ndarray | None = None
+    messages: int = 0
+    malformed: int = 0
 
     def mean(self) -> np.ndarray:
         """The average vector: total / n, whose standard errors are standard_errors / n."""

@@ -33,6 +33,7 @@ import numpy as np
 from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_integer
+from ..privacy.description import PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, FE0Analyzer, FE0Client,
                               FE0Parameters, FE1Analyzer, FE1Client, FE1Parameters, _calibrated, _fast_aggregate,
                               calibrate_fe1)
@@ -138,6 +139,11 @@ class _OneSparse:
         return {"estimate": "v_x = sum_j (j / k) f_(x, j) over the debiased cells (x, j)", "cells": self.domain_size,
                 "standard_error_at_average": float(self.coordinate_standard_error(self.n_users / self.dimension)),
                 "mse_bound": self.mse_bound()}
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        return dataclasses.replace(super().privacy, neighbouring="replace-one: neighbouring datasets differ in one "
+                                   "user's (coordinate, weight); n and B are public")
 
     def true_total(self, pairs: np.ndarray, coordinates: np.ndarray | None = None) -> np.ndarray:
         """The exact v over ``coordinates`` (default: all B), computed in the clear (simulations only)."""
@@ -265,7 +271,8 @@ class _VectorFromCells:
         table = super().finalize(agg)
         estimates = table.estimates if self.coordinates is not None else table.estimates[:-1]  # the dummy cell
         total = p.weighted(estimates)
-        return VectorSum(p, total, p.coordinate_standard_error(total), self.coordinates)
+        return VectorSum(p, total, p.coordinate_standard_error(total), self.coordinates, table.messages,
+                         table.malformed)
 
 
 class SparseVectorAnalyzer(_VectorFromCells, FE0Analyzer):

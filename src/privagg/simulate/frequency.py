@@ -211,7 +211,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
                         calibration: str | None = None, options: dict[str, Any] | None = None,
                         dimension: int | None = None, candidates: np.ndarray | None = None,
                         names: Sequence[str] | None = None, mode: str = "faithful", seed: int | None = None,
-                        input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = ()):
+                        input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
+                        keep_messages: bool = False):
     """Simulate a vector-sum protocol; returns (report, run).
 
     ``inputs``: one row a user, a vector in [0, 1]^d (blanket-vector: d is the row length), or a
@@ -232,7 +233,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n, domain_size=d, calibration=calibration,
                            **(options or {}))
     calibrate_seconds = time.perf_counter() - start
-    run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress)
+    run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress,
+                   keep_messages=keep_messages)
     run.seconds["calibrate"] = calibrate_seconds
     result = run.result
     coordinates = np.arange(d) if result.coordinates is None else result.coordinates
