@@ -58,3 +58,20 @@ def test_sampling_command_lines_run_as_written(tmp_path):
     (tmp_path / "answers.txt").write_text("\n".join(answers) + "\n")
     run_commands(commands, tmp_path)
     assert (tmp_path / "results" / "variance_vs_n.png").exists()
+
+
+@pytest.mark.slow  # the quick reproduction, a dozen simulations
+def test_vector_command_lines_run_as_written(tmp_path):
+    (commands,) = [b for b in blocks("") if b.startswith("privagg estimate blanket-vector")]
+    rng = np.random.default_rng(0)
+    vectors = rng.random((5_000, 6)) * 1.02  # a few values above 1: --clip clips them
+    (tmp_path / "vectors.csv").write_text("a,b,c,d,e,f\n" + "".join(",".join(f"{v:.4f}" for v in row) + "\n"
+                                                                  for row in vectors))
+    heavy = [7, 2**33 + 5, 2**40 - 1]
+    index = np.where(rng.random(20_000) < 0.5, rng.choice(heavy, 20_000), rng.integers(0, 2**40, 20_000))
+    (tmp_path / "pairs.csv").write_text("coordinate,weight\n" + "".join(f"{i},{w:.4f}\n" for i, w in
+                                                                          zip(index, rng.random(20_000))))
+    (tmp_path / "coordinates.txt").write_text("".join(f"{c}\n" for c in heavy))
+    run_commands(commands, tmp_path)
+    assert (tmp_path / "vmsgs" / "params.json").exists()
+    assert (tmp_path / "vector-results" / "mse_vs_t.png").exists()
