@@ -278,6 +278,7 @@ def markdown_table(reports: list[AuditReport]) -> str:
         slack = "" if r.slack is None else f"{r.slack:.3f}"
         noise = f"{noise_field} {r.instance[noise_field]:.3f}"
         size = f"d {r.instance['dimension']}" if "dimension" in r.instance else f"B {r.instance['domain_size']}"
+        size += f", t {r.instance['coordinates']}" if "coordinates" in r.instance else ""
         lines.append(f"| {r.protocol} | {r.calibration} | n {r.instance['n_users']}, {size}"
                      f"{options}, {noise} | ({r.claimed.epsilon:g}, {r.claimed.delta:g}) | "
                      f"{r.true_delta:.3g} | {eps} | {slack} | {'holds' if r.holds else '**violated**'} |")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -26,7 +27,8 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import blanket
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from ..privacy.shuffle import binomial_pmf
-from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer, check_honest_fraction
+from .balls_into_bins import (EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
+                              check_honest_fraction)
 from .parameters import FrozenParameters, check_item_codes, honest_users, one_changed_user
 from .results import VectorSum
 
@@ -556,19 +558,24 @@ def corner(parameters: BlanketVectorParameters, item: int) -> np.ndarray:
 
 
 def vector_message_law(parameters: BlanketVectorParameters, item: int) -> dict[tuple[int, ...], float]:
-    """One user's report (t = 1) for the corner vector ``item``, as an exact law over one-message histograms of
-    the d (k + 1) (coordinate, level) types: coordinate l with probability 1/d, level k x_l kept with probability
-    1 - gamma, else uniform."""
-    if parameters.coordinates != 1:
-        raise ParameterError("method", "statistical for t > 1 (the exact law covers one report per user)", "exact")
-    d, k, g = parameters.dimension, parameters.levels, parameters.gamma
+    """One user's t reports for the corner vector ``item``, as an exact law over histograms of the d (k + 1)
+    (coordinate, level) types: each t-subset of coordinates with probability 1 / C(d, t), each of its levels
+    k x_l kept with probability 1 - gamma, else uniform over the k + 1."""
+    d, k, g, t = parameters.dimension, parameters.levels, parameters.gamma, parameters.coordinates
     x = corner(parameters, item)
-    law = {}
-    for l in range(d):
-        for y in range(k + 1):
+    subsets = math.comb(d, t)
+    if subsets * (k + 1) ** t > EXACT_LAW_MAX:
+        raise ParameterError("method", f"statistical for an instance this large (one user's reports take "
+                             f"{subsets * (k + 1) ** t:.3g} states, above {EXACT_LAW_MAX:.0e})", "exact")
+    law: dict[tuple[int, ...], float] = {}
+    for chosen in itertools.combinations(range(d), t):
+        for levels in itertools.product(range(k + 1), repeat=t):
             key = [0] * (d * (k + 1))
-            key[l * (k + 1) + y] = 1
-            law[tuple(key)] = ((1 - g) * (y == k * x[l]) + g / (k + 1)) / d
+            p = 1 / subsets
+            for coordinate, level in zip(chosen, levels):
+                key[coordinate * (k + 1) + level] += 1
+                p *= (1 - g) * (level == k * x[coordinate]) + g / (k + 1)
+            law[tuple(key)] = law.get(tuple(key), 0.0) + p
     return law
 
 

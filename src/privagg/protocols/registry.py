@@ -168,10 +168,12 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         reference="shuffle vector paper, Algorithms 2-3", result="vector sum", calibrate=pb.calibrate_blanket_vector,
         parameters=pb.BlanketVectorParameters, client=pb.VectorClient, analyzer=pb.VectorAnalyzer,
         calibrations=("tight", "paper"), message_law=pb.vector_message_law, audit_pairs=pb.corner_pairs,
-        # corners of [0, 1]^d, one report a user (t = 1); the paper's gamma needs hundreds of users on d = k = 1
+        # corners of [0, 1]^d, one or two reports a user; the paper's gamma needs hundreds of users on d = k = 1
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.2, levels=2, calibrations=("tight",)),
                          dict(n_users=3, domain_size=2, epsilon=2.0, delta=0.1, levels=2, calibrations=("tight",)),
-                         dict(n_users=200, domain_size=1, epsilon=0.9, delta=0.1, levels=1)),
+                         dict(n_users=200, domain_size=1, epsilon=0.9, delta=0.1, levels=1),
+                         dict(n_users=3, domain_size=3, epsilon=2.0, delta=0.2, levels=1, coordinates_per_user=2,
+                              calibrations=("tight",))),
         options=(Option("levels", int, "k: coordinates are randomly rounded to {0..k} (default 3)"),
                  Option("coordinates_per_user", int, "t: coordinates each user reports (default 1)"), _HONEST)),
     ProtocolEntry(
