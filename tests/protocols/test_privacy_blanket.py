@@ -159,3 +159,15 @@ def test_vector_aggregates_merge_and_drop_malformed_rows():
     assert (agg.messages, agg.malformed) == (0, 2)
     paper = 8**2 * (1 / 36 + params.gamma / 2) / (20_000 * (1 - params.gamma) ** 2)
     assert params.paper_mse_bound() == pytest.approx(paper)
+
+
+def test_distinct_coordinates_are_a_uniform_ordered_subset():
+    """Chi-square over the 20 ordered pairs of 5 coordinates (19 degrees of freedom: the 0.999 quantile is 43.8)."""
+    from scipy.stats import chi2
+
+    chosen = pb.distinct_coordinates(200_000, 5, 2, np.random.default_rng(3))
+    assert np.all(chosen[:, 0] != chosen[:, 1]) and chosen.min() == 0 and chosen.max() == 4
+    counts = np.bincount(chosen[:, 0] * 5 + chosen[:, 1], minlength=25)[[i * 5 + j for i in range(5)
+                                                                         for j in range(5) if i != j]]
+    expected = 200_000 / 20
+    assert np.sum((counts - expected) ** 2 / expected) < chi2.ppf(0.999, 19)

@@ -474,6 +474,18 @@ def randomized_rounding(values: np.ndarray, levels: int, rng: np.random.Generato
     return (low + (rng.random(values.shape) < scaled - low)).astype(np.int64)
 
 
+def distinct_coordinates(users: int, dimension: int, t: int, rng: np.random.Generator) -> np.ndarray:
+    """Each user's t distinct coordinates, uniform: the j-th is uniform over the d - j not yet taken, drawn as a
+    rank and moved past the taken ones in increasing order. O(n t^2) work, against O(n d) for random keys."""
+    chosen = np.empty((users, t), dtype=np.int64)
+    for j in range(t):
+        rank = rng.integers(0, dimension - j, size=users)
+        for taken in np.sort(chosen[:, :j], axis=1).T:  # ascending: each one at or below the rank moves it up
+            rank += rank >= taken
+        chosen[:, j] = rank
+    return chosen
+
+
 class VectorClient:
     """R_{d,k,n,t} (reference Algorithm 2): t distinct coordinates (integer random keys), each randomly rounded to
     {0..k} and sent as (coordinate, value), the value replaced by a uniform level with probability gamma."""
@@ -487,8 +499,8 @@ class VectorClient:
         users, t = vectors.shape[0], p.coordinates
         if t == p.dimension:
             chosen = np.tile(np.arange(t), (users, 1))
-        elif t == 1:
-            chosen = rng.integers(0, p.dimension, size=(users, 1))
+        elif t * t <= p.dimension:
+            chosen = distinct_coordinates(users, p.dimension, t, rng)
         else:
             keys = rng.integers(0, 2**62, size=(users, p.dimension), dtype=np.int64)
             chosen = np.argpartition(keys, t - 1, axis=1)[:, :t]
