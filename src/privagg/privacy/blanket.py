@@ -104,8 +104,9 @@ def paper_vector_gamma(epsilon: float, delta: float, n_users: int, dimension: in
     gamma = (constant * dimension * levels * math.log(1 / delta) * math.log(2 * coordinates / delta)
              / (n_users - 1) / epsilon / epsilon)
     if gamma > 1:
-        raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here; "
-                             "or use --calibration tight)", n_users)
+        needed = f"about {math.ceil(gamma * (n_users - 1)) + 1} users" if math.isfinite(gamma) else "no n will do"
+        raise ParameterError("users", f"enough for the paper's gamma to be a probability (it is {gamma:.3g} here: "
+                             f"{needed}; or use --calibration tight)", n_users)
     return gamma
 
 

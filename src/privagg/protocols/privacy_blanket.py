@@ -412,7 +412,8 @@ class BlanketVectorParameters(_BlanketParameters):
         warnings = []
         if self.coordinates > 1 and self.calibration == "tight":
             warnings.append(f"t = {self.coordinates}: the tight calibration composes a user's t reports before the "
-                            "shuffle (t eps0), which is sound but loose; t = 1 needs far less blanket")
+                            "shuffle (t eps0), which is sound but loose: gamma is larger than a per-report analysis "
+                            "would need (the error bound already counts it)")
         if self.gamma > 0.9:
             warnings.append(f"gamma = {self.gamma:.3g}: most reports are blanket noise; more users, a larger epsilon "
                             "or t = 1 help")
@@ -447,11 +448,11 @@ def calibrate_blanket_vector(epsilon: float, delta: float, n_users: int, domain_
                                    calibration=calibration, gamma=gamma, honest_fraction=float(honest_fraction))
 
 
-SUGGESTED_T, SUGGESTED_K = 4, 10  # the designs calibrate compares: t in 1..4, k in 1..10
+SUGGESTED_T, SUGGESTED_K = 10, 10  # the designs calibrate compares: t and k in 1..10, the paper's grids
 
 
 def suggested_design(parameters: BlanketVectorParameters) -> tuple[int, int, float, float]:
-    """(t, k, gamma, mse_bound) of the design with the least mean square error bound among t <= min(d, 4),
+    """(t, k, gamma, mse_bound) of the design with the least mean square error bound among t <= min(d, 10),
     k <= 10, each calibrated like ``parameters`` (a calibration that cannot meet the target is skipped)."""
     best = (parameters.coordinates, parameters.levels, parameters.gamma, parameters.mse_bound())
     for t in range(1, min(parameters.dimension, SUGGESTED_T) + 1):

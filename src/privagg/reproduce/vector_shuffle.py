@@ -406,7 +406,7 @@ def plot_parameter(path: Path, rows: Sequence[dict[str, Any]], varied: str, runs
         for h, lab in zip(*ax.get_legend_handles_labels()):
             found.setdefault(lab, h)
     order = sorted(found, key=lambda lab: (not lab.startswith("paper"), lab.split(": ")[1].startswith("infeasible"),
-                                           "gamma" in lab, "bound" in lab, "estimator" in lab, "theory" in lab))
+                                           "gamma" in lab, "bound" in lab, "theory" in lab))
     fig.legend([found[lab] for lab in order], order, loc="upper center", bbox_to_anchor=(0.5, 0.96), ncol=2,
                fontsize=8, frameon=False)
     others = ", ".join(f"{key} = {value:g}" for key, value in DEFAULTS.items() if key != varied)
