@@ -139,7 +139,7 @@ def test_bad_parameters_and_candidates():
     with pytest.raises(ParameterError, match="dimension"):
         registry.calibrate("sparse-vector", epsilon=1.0, delta=1e-6, n_users=100, domain_size=2**27, levels=4)
     params = registry.calibrate("sparse-vector-hashed", epsilon=1.0, delta=1e-6, n_users=100, domain_size=2**30)
-    for bad in ([], [2**30], [1.5]):
+    for bad in ([], [2**30], [1.5], None):  # None: no candidates, and 2^30 coordinates are too many to count
         with pytest.raises(ParameterError, match="candidates"):
             registry.analyzer(params, bad)
     fields = params.to_dict()

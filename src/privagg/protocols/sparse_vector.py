@@ -34,9 +34,9 @@ from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_integer
 from ..privacy.description import PrivacyDescription
-from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, FE0Analyzer, FE0Client,
-                              FE0Parameters, FE1Analyzer, FE1Client, FE1Parameters, _calibrated, _fast_aggregate,
-                              calibrate_fe1)
+from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
+                              FE0Client, FE0Parameters, FE1Analyzer, FE1Client, FE1Parameters, _calibrated,
+                              _fast_aggregate, bins_for, calibrate_fe1)
 from .privacy_blanket import randomized_rounding
 from .results import VectorSum
 
@@ -57,7 +57,8 @@ def check_pairs(pairs, dimension: int) -> np.ndarray:
     bad = ~((index >= 0) & (index < dimension) & (index == np.floor(index)))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ParameterError("coordinate", f"an integer in [0, {dimension}) (column 0)", f"{float(index[row])!r} in row {row}")
+        raise ParameterError("coordinate", f"an integer in [0, {dimension}) (column 0)",
+                             f"{float(index[row])!r} in row {row}")
     bad = ~((weight >= 0) & (weight <= 1))  # NaN fails both
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -118,9 +119,8 @@ class _OneSparse:
         return np.sqrt(self.coordinate_variance(weight_sum))
 
     def mse_bound(self) -> float:
-        """A bound on E ||v - v_hat||^2 over every coordinate: n / (4 k^2) for the rounding plus the noise of
-        every estimated coordinate (all B here; the hashed variant's are its candidates, plus sum v_x^2 over
-        the others)."""
+        """A bound on E ||v - v_hat||^2 when every coordinate is estimated: n / (4 k^2) for the rounding plus
+        the noise of all B coordinates."""
         return self.n_users / (4 * self.levels**2) + self.dimension * float(self.coordinate_variance(0.0))
 
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
@@ -216,6 +216,13 @@ class HashedSparseVectorParameters(_OneSparse, FE1Parameters):
         self._check_cells()
         super().__post_init__()
 
+    def theory(self) -> dict[str, float | str]:
+        """Per candidate: its estimate's variance is at most S + se(S)^2 at its weight sum S; a coordinate left
+        out is estimated as 0, so its error is its whole v_x (no bound over B coordinates is useful here)."""
+        return {"estimate": "v_x = FE1's debiased count of cell x, for each candidate x; 0 elsewhere",
+                "cells": self.domain_size, "candidate_variance_at_zero": float(self.coordinate_variance(0.0)),
+                "error_outside_candidates": "v_x^2 for every coordinate left out"}
+
 
 def calibrate_sparse_vector(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "numeric",
                             levels: int | None = None, honest_fraction: float = 1.0) -> SparseVectorParameters:
@@ -235,8 +242,12 @@ def calibrate_sparse_vector(epsilon: float, delta: float, n_users: int, domain_s
 def calibrate_hashed_sparse_vector(epsilon: float, delta: float, n_users: int, domain_size: int,
                                    calibration: str = "numeric", bins: int | None = None, c: float | None = None,
                                    honest_fraction: float = 1.0) -> HashedSparseVectorParameters:
-    """FE1 over the B + 1 cells for (eps, delta)-DP; b as FE1's (``bins``, or floor(n / ln^c n), c = 1)."""
+    """FE1 over the B + 1 cells for (eps, delta)-DP; b = ``bins``, or floor(n / ln^c n) with c = 3 by default, as
+    the authors' VS code (fewer dummies: 1 + o(1) messages, more collisions), or c = 1 where c = 3 leaves fewer
+    than 2 bins (n below about 1,000)."""
     dimension = check_integer("dimension", domain_size, 1, HASHED_DOMAIN_MAX - 1)
+    if bins is None and c is None:
+        c = 3.0 if bins_for(check_integer("n_users", n_users, 2, N_USERS_MAX), 3.0) >= 2 else 1.0
     return calibrate_fe1(epsilon, delta, n_users, dimension + 1, bins, c, calibration, honest_fraction,
                          parameters=HashedSparseVectorParameters, dimension=dimension)
 
@@ -261,6 +272,9 @@ class _VectorFromCells:
     def __init__(self, parameters, queries=None) -> None:
         """``queries``: candidate coordinates (their cells are counted); None: every coordinate."""
         self.coordinates = None
+        if queries is None and parameters.domain_size > HISTOGRAM_DOMAIN_MAX:
+            raise ParameterError("candidates", f"given when B k + 1 exceeds 2^{HISTOGRAM_DOMAIN_MAX.bit_length() - 1} "
+                                 "(every coordinate cannot be counted)", None)
         if queries is not None:
             self.coordinates = np.unique(check_coordinates(queries, parameters.dimension))
             queries = (self.coordinates[:, None] * parameters.levels + np.arange(parameters.levels)).ravel()
