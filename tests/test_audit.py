@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from privagg.audit import epsilon_at, exact_audit, grid, hockey_stick, markdown_table, statistical_audit
+from privagg.audit import ROUND_OFF, epsilon_at, exact_audit, grid, hockey_stick, markdown_table, statistical_audit
 from privagg.cli import app
 from privagg.protocols.registry import IMPLEMENTED, calibrate, get
 
@@ -37,7 +37,7 @@ def test_every_implemented_protocol_joins_the_grid(audits):
 def test_claimed_guarantees_hold_exactly(audits):
     for r in audits:
         assert r.holds, r
-        assert r.true_delta <= r.claimed.delta * (1 + 1e-9)
+        assert r.true_delta <= r.claimed.delta * (1 + 1e-9) + ROUND_OFF  # pure eps-DP: 0, up to round-off
         assert r.true_epsilon is not None and 0 <= r.true_epsilon <= r.claimed.epsilon + 1e-9
         assert r.slack == pytest.approx(r.claimed.epsilon - r.true_epsilon)
 
@@ -50,7 +50,7 @@ def test_the_derived_bound_is_above_the_exact_delta(audits):
                            n_users=r.instance["n_users"],
                            domain_size=r.instance.get("dimension", r.instance.get("domain_size")),
                            calibration=r.calibration, **{o.name: r.instance.get(o.name) for o in get(r.protocol).options})
-        assert r.true_delta <= params.delta_at(r.claimed.epsilon) * (1 + 1e-9), r
+        assert r.true_delta <= params.delta_at(r.claimed.epsilon) * (1 + 1e-9) + ROUND_OFF, r
 
 
 def test_the_published_table_is_the_grid(audits):

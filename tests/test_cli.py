@@ -57,6 +57,11 @@ def ints_file(tmp_path):
 COMMON = ["--epsilon", 1, "--delta", 1e-6]
 
 
+def privacy_args(protocol):
+    """--epsilon and --delta, or --epsilon alone for a pure eps-DP protocol (which takes no delta)."""
+    return COMMON[:2] if REGISTRY[protocol].pure else COMMON
+
+
 @pytest.mark.parametrize("protocol", ["fe1", "fe0", "bib"])
 def test_estimate_json_follows_the_schema(protocol, ints_file):
     code, out, _ = run("estimate", protocol, "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 1,
@@ -146,7 +151,8 @@ CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--doma
              "dpdg": ["--domain", 10], "tss": ["--domain", 10, *_BETA, "--report-fraction", 0.5],
              "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2],
              "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2], "sparse-vector": ["--dimension", 100],
-             "sparse-vector-hashed": ["--dimension", 2**30, "--bins", 50]}
+             "sparse-vector-hashed": ["--dimension", 2**30, "--bins", 50], "grr": ["--domain", 100],
+             "oue": ["--domain", 100], "olh": ["--domain", 5000, "--bins", 50], "hadamard": ["--domain", 100]}
 OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
 FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency table"]
 
@@ -155,14 +161,15 @@ FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency
                                                   for c in e.calibrations if c != "closed_form"])
 def test_calibrate_json_reloads_as_the_calibrated_parameters(protocol, calibration, tmp_path):
     extra = CALIBRATE[protocol]
-    code, out, err = run("calibrate", protocol, *COMMON, "--users", 10_000, *extra, "--calibration", calibration,
-                         "--json", "--output", tmp_path / "cal.json")
+    pure = registry.get(protocol).pure  # pure eps-DP: no --delta, delta 0
+    code, out, err = run("calibrate", protocol, *privacy_args(protocol), "--users", 10_000, *extra,
+                         "--calibration", calibration, "--json", "--output", tmp_path / "cal.json")
     assert code == 0, err
     report = json.loads(out)
     validate(report, CalibrationReport)
     assert json.loads((tmp_path / "cal.json").read_text()) == report
     options = {o.name: OPTION_VALUES[o.name] for o in registry.get(protocol).options if o.name in OPTION_VALUES}
-    params = registry.calibrate(protocol, epsilon=1, delta=1e-6, n_users=10_000, domain_size=extra[1],
+    params = registry.calibrate(protocol, epsilon=1, delta=0.0 if pure else 1e-6, n_users=10_000, domain_size=extra[1],
                                 calibration=calibration, item_key=report["parameters"].get("item_key"), **options)
     assert [p["epsilon"] for p in report["privacy_profile"]] == [0.5, 1.0, 2.0]
     assert report["privacy_profile"][1]["delta"] == params.delta_at(1.0) <= 1e-6
@@ -245,13 +252,13 @@ def test_unseeded_estimates_are_private(protocol, tmp_path):
         o.name for o in registry.get(protocol).options} else ["--domain", 50]
     extra += {"tss": ["--report-fraction", 3 / 7], "tss-collusion": ["--report-fraction", 3 / 7, "--colluders", 2]
               }.get(protocol, [])
-    code, out, err = run("estimate", protocol, "--input", path, *COMMON, *extra, "--top", 3, "--json")
+    code, out, err = run("estimate", protocol, "--input", path, *privacy_args(protocol), *extra, "--top", 3, "--json")
     assert code == 0, err
     report = json.loads(out)
     validate(report, EstimateReport)
     assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
     assert "secure" in report["privacy"]["randomness"] and report["n_users"] == 500
-    code, out, _ = run("estimate", protocol, "--input", path, *COMMON, *extra, "--top", 3)
+    code, out, _ = run("estimate", protocol, "--input", path, *privacy_args(protocol), *extra, "--top", 3)
     assert code == 0 and "NOT PRIVATE" not in out
 
 
@@ -477,7 +484,7 @@ def test_usage_errors_are_one_line():
 @pytest.mark.parametrize("protocol", IMPLEMENTED)
 @pytest.mark.parametrize("users", [1, 2**53 + 1, 2**63, 2**64 + 5])
 def test_calibrate_bad_users(protocol, users):
-    code, _, err = run("calibrate", protocol, *COMMON, "--users", users, "--dimension" if REGISTRY[protocol].result ==
+    code, _, err = run("calibrate", protocol, *privacy_args(protocol), "--users", users, "--dimension" if REGISTRY[protocol].result ==
                        "vector sum" else "--domain", 100)
     assert code == 2 and err.startswith("error: n_users must be an integer in [2, 9007199254740992]"), err
 

@@ -117,7 +117,8 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
     calibrations = _choice("Calibration", entry.calibrations)
     params = [
         _param("epsilon", float, typer.Option(..., "--epsilon", help="Privacy parameter epsilon > 0.")),
-        _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")),
+        *([] if entry.pure else [  # pure eps-DP: no delta to give
+            _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1)."))]),
         _param("calibration", calibrations, typer.Option(
             entry.calibrations[0], "--calibration",
             help="How the noise is calibrated (docs/privacy.md): the authors' tail criterion computed numerically "
@@ -143,7 +144,7 @@ def _verbose_option() -> inspect.Parameter:
 def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc: str) -> Callable[..., None]:
     """A function typer can read: ``body(**options)`` behind the generated signature."""
     def command(**kwargs: Any) -> None:
-        body(**kwargs)
+        body(**{"delta": 0.0, **kwargs})  # pure eps-DP protocols take no --delta
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in parameters}

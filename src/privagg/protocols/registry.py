@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..errors import ParameterError
 from . import balls_into_bins as bib
+from . import local_baselines as lb
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
 from . import sparse_vector as sv
@@ -62,6 +63,7 @@ class ProtocolEntry:
     audit_instances: tuple[dict[str, Any], ...] = ()
     # neighbouring pairs of datasets (lists of items) to audit, when the guarantee needs a data condition
     audit_pairs: Callable[[Any, int], Any] | None = None
+    pure: bool = False  # pure eps-DP: no delta anywhere (calibrate takes delta = 0)
 
     @property
     def implemented(self) -> bool:
@@ -79,6 +81,12 @@ _HONEST = Option("honest_fraction", float, "G in (0, 1]: the guarantee holds whi
 _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, calibrations=("numeric", "hockey_stick")),
                      dict(n_users=4, domain_size=3, epsilon=2.0, delta=0.05),
                      dict(n_users=3, domain_size=2, epsilon=1.0, delta=0.1))
+
+# the local baselines (protocols/local_baselines.py): pure eps-LDP, no delta; one user's report is audited
+_LOCAL: dict[str, Any] = dict(family="local baselines", calibrations=lb.CALIBRATIONS, pure=True,
+                              message_law=lb.message_law, audit_pairs=lb.audit_pairs,
+                              audit_instances=(dict(n_users=2, domain_size=3, epsilon=1.0),
+                                               dict(n_users=2, domain_size=4, epsilon=0.5)))
 
 # the sampling family (protocols/sampling_sharing.py)
 _SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS,
@@ -222,9 +230,27 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                                                               "colluding users"), _HONEST), **_SAMPLING,
         audit_instances=tuple(dict(_SAMPLING_AUDITS[i], report_fraction=0.5, colluders=1) for i in (0, 2, 3))),
     ProtocolEntry(
-        name="grr", title="GRR / OUE / OLH / Hadamard response", family="baselines", topology="local",
-        trust="local (no trusted party)", messages_per_user="1", reference="standard literature",
-        status="planned"),
+        name="grr", title="GRR: k-ary randomized response", topology="local", trust="local (no trusted party)",
+        messages_per_user="1", reference="Kairouz, Oh, Viswanath 2014", calibrate=lb.calibrate_grr,
+        parameters=lb.GRRParameters, client=lb.GRRClient, analyzer=lb.GRRAnalyzer, **_LOCAL),
+    ProtocolEntry(
+        name="oue", title="OUE: optimized unary encoding", topology="local", trust="local (no trusted party)",
+        messages_per_user="1/2 + (B - 1) / (e^eps + 1) set bits", reference="Wang, Blocki, Li, Jha 2017",
+        calibrate=lb.calibrate_oue, parameters=lb.OUEParameters, client=lb.OUEClient, analyzer=lb.OUEAnalyzer,
+        **_LOCAL),
+    ProtocolEntry(
+        name="olh", title="OLH: optimized local hashing (universal hashes into g = e^eps + 1 values)",
+        topology="local", trust="local (no trusted party)", messages_per_user="1",
+        reference="Wang, Blocki, Li, Jha 2017", calibrate=lb.calibrate_olh, parameters=lb.OLHParameters,
+        client=lb.OLHClient, analyzer=lb.OLHAnalyzer,
+        options=(Option("bins", int, "g: the hash range (default round(e^eps) + 1)"),),
+        **{**_LOCAL, "audit_instances": (dict(n_users=2, domain_size=3, epsilon=1.0, bins=2),
+                                         dict(n_users=2, domain_size=3, epsilon=2.0, bins=3))}),
+    ProtocolEntry(
+        name="hadamard", title="Hadamard randomized response", topology="local", trust="local (no trusted party)",
+        messages_per_user="1", reference="Acharya, Sun, Zhang 2019 (Hadamard response family)",
+        calibrate=lb.calibrate_hadamard, parameters=lb.HadamardParameters, client=lb.HadamardClient,
+        analyzer=lb.HadamardAnalyzer, **_LOCAL),
 )
 
 REGISTRY: dict[str, ProtocolEntry] = {entry.name: entry for entry in ENTRIES}
@@ -238,7 +264,7 @@ def get(name: str) -> ProtocolEntry:
     return REGISTRY[name]
 
 
-def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, domain_size: int,
+def calibrate(protocol: str, *, epsilon: float, delta: float = 0.0, n_users: int, domain_size: int,
               calibration: str | None = None, item_key: str | None = None, **options: Any):
     """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options.
 
@@ -249,6 +275,8 @@ def calibrate(protocol: str, *, epsilon: float, delta: float, n_users: int, doma
     the parameters so that every client and the analyzer share it.
     """
     entry = get(protocol)
+    if entry.pure and delta:
+        raise ParameterError("delta", f"left out for {protocol} (pure eps-DP: delta is 0)", delta)
     allowed = {o.name for o in entry.options}
     for name, value in options.items():
         if name not in allowed and value is not None:

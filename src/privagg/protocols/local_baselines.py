@@ -1,0 +1,562 @@
+"""The local-model baselines of frequency estimation: each user randomizes his own item and the analyzer sees
+every report, so no party is trusted and the guarantee is pure eps-LDP (delta = 0) whatever n.
+
+* ``grr``: k-ary randomized response (Warner; Kairouz, Oh, Viswanath 2014): the item with probability
+  p = e^eps / (e^eps + B - 1), else one of the B - 1 others uniformly.
+* ``oue``: optimized unary encoding (Wang, Blocki, Li, Jha 2017): the one-hot vector of the item, each bit
+  sent as 1 with probability 1/2 where it is 1 and q = 1 / (e^eps + 1) where it is 0; the reports travel as
+  their set bits, one message each.
+* ``olh``: optimized local hashing (same paper): a fresh hash h from FE1's universal family into
+  g = round(e^eps) + 1 values, then randomized response over [g] on h(x); the user sends (h, y). The
+  analyzer counts, for each item, the reports with h(x) = y by FE1's kernels (preimage enumeration for the
+  whole domain), and debiases with the family's exact collision probability.
+* ``hadamard``: Hadamard randomized response: a uniform column j of the K x K Hadamard matrix (K the least
+  power of 2 >= B) and the sign H[x, j] kept with probability e^eps / (e^eps + 1); the analyzer sums the
+  signs per column and decodes every item at once with a fast Walsh-Hadamard transform, O(n + K log K).
+
+Each estimate is unbiased; its variance is exact (``standard_error``, derived in docs/derivations.md,
+"Local baselines"). Every randomizer's output law is enumerated for the exact auditor (``message_law``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..core.encoding import check_item_key
+from ..core.hashing import UniversalHash
+from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
+from ..core.primes import next_prime
+from ..core.randomness import RNGLike, resolve
+from ..errors import ParameterError, check_epsilon, check_integer
+from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
+                              FE0Analyzer, FE1Analyzer)
+from .parameters import FrozenParameters, check_item_codes, one_changed_user
+from .privacy_blanket import bernoulli
+from .results import FrequencyTable
+
+CALIBRATIONS = ("exact",)
+OUE_COINS = 2**24  # OUE's coins drawn at once (8 bytes each)
+PURE_DELTA = 0.0
+
+
+def _check_pure(epsilon: float, delta: float, local_epsilon: float) -> None:
+    check_epsilon(epsilon)
+    if delta != PURE_DELTA:
+        raise ParameterError("delta", "0 (left out): the local baselines are pure eps-DP", delta)
+    check_epsilon(local_epsilon, "local_epsilon")
+    if local_epsilon > epsilon * (1 + 1e-12):
+        raise ParameterError("local_epsilon", f"at most epsilon = {epsilon:g} (the randomizer's own epsilon)",
+                             local_epsilon)
+
+
+@dataclass(frozen=True)
+class _LocalParameters(FrozenParameters):
+    """What the four randomizers share: pure eps-LDP, one report a user, an unbiased debiased count."""
+
+    model: ClassVar[str] = "local"
+    trusted: ClassVar[tuple[str, ...]] = ()
+    rho: ClassVar[float] = 0.0
+    messages_sd: ClassVar[float] = 0.0
+    noise_options: ClassVar[dict[str, str]] = {}
+    honest_fraction: ClassVar[float] = 1.0
+    mechanism: ClassVar[str]
+
+    epsilon: float
+    delta: float
+    n_users: int
+    domain_size: int
+    calibration: str
+    local_epsilon: float
+    item_key: str | None = dataclasses.field(default=None, kw_only=True)  # maps text items into [B] (public)
+
+    def __post_init__(self) -> None:
+        _check_pure(self.epsilon, self.delta, self.local_epsilon)
+        if self.item_key is not None:
+            check_item_key(self.item_key)
+        check_integer("n_users", self.n_users, 2, N_USERS_MAX)
+        check_integer("domain", self.domain_size, 2, self.domain_max)
+        if self.calibration not in CALIBRATIONS:
+            raise ParameterError("calibration", f"one of {', '.join(CALIBRATIONS)}", self.calibration)
+
+    @property
+    def keep(self) -> float:
+        """p: the chance a holder of x makes a report that counts for x."""
+        raise NotImplementedError
+
+    @property
+    def other(self) -> float:
+        """q: the chance any other user makes a report that counts for x."""
+        raise NotImplementedError
+
+    def check_codes(self, codes) -> np.ndarray:
+        return check_item_codes(codes, self.domain_size)
+
+    def check_population(self, codes: np.ndarray) -> None:
+        """No condition on the data."""
+
+    def verify(self) -> None:
+        """The randomizer's epsilon is at most the claim (``_check``); nothing else to verify."""
+
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        """Less noise is a larger local epsilon: eps / ``scale`` (for the auditors)."""
+        return {"local_epsilon": self.local_epsilon / scale}
+
+    def debias(self, counts: np.ndarray) -> np.ndarray:
+        """(count - n q) / (p - q): unbiased for g_x."""
+        return (np.asarray(counts, dtype=np.float64) - self.n_users * self.other) / (self.keep - self.other)
+
+    def standard_error(self, frequency=0.0):
+        """sqrt((n - g) q (1 - q) + g p (1 - p)) / (p - q) for an item held by g users: each holder's report
+        counts with probability p, each other user's with q, independently."""
+        g = np.clip(frequency, 0, self.n_users)
+        p, q = self.keep, self.other
+        return np.sqrt((self.n_users - g) * q * (1 - q) + g * p * (1 - p)) / (p - q)
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+        """Bernstein + union bound over [B] at the larger per-item variance (g = 0 or n): each report moves a
+        count by at most 1 / (p - q)."""
+        if not 0 < beta < 1:
+            raise ParameterError("beta", "in (0, 1)", beta)
+        sd = float(max(self.standard_error(0), self.standard_error(self.n_users)))
+        step, log_term = 1 / (self.keep - self.other), math.log(2 * self.domain_size / beta)
+        return step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * sd**2 * log_term)
+
+    def expected_error(self) -> dict[str, float]:
+        return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
+                "standard_error": float(self.standard_error(0)), "max_error_bound": self.max_error_bound(),
+                "max_error_beta": MAX_ERROR_BETA}
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        return {"user": {"sent": self.messages_per_user},
+                "analyzer": {"received": self.n_users * self.messages_per_user}}
+
+    def theory(self) -> dict[str, float | str]:
+        return {"estimate": "(count - n q) / (p - q)", "p": self.keep, "q": self.other,
+                "standard_error_at_zero": float(self.standard_error(0))}
+
+    def delta_at(self, epsilon: float) -> float:
+        """The exact delta(eps) of one report (the local model shows each): the largest hockey-stick divergence
+        between the report's laws for two items (0 for eps >= local_epsilon)."""
+        if check_epsilon(epsilon) >= self.local_epsilon * (1 - 1e-12):
+            return 0.0  # every ratio is at most e^local_epsilon: exactly 0, whatever the round-off below says
+        return max(0.0, self._report_divergence(math.exp(epsilon)))
+
+    def _report_divergence(self, e: float) -> float:
+        """sum_y max(0, P_x(y) - e Q_x'(y)) for the worst pair (protocol-specific)."""
+        raise NotImplementedError
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        return PrivacyDescription(
+            mechanism=self.mechanism, parameters={"local_epsilon": self.local_epsilon, "n_users": self.n_users},
+            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE, trusted=(),
+            honest_fraction=1.0,
+            assumptions=("each user's report is drawn independently from his own item; the analyzer sees every "
+                         "report and who sent it", "the parameters (and OLH's hash family) are public"),
+            method=self.calibration, method_detail="pure eps-LDP of each report: the largest ratio of the "
+            "report's probabilities under two items is e^eps",
+            reference="src/privagg/protocols/local_baselines.py; docs/derivations.md, 'Local baselines'")
+
+
+@dataclass(frozen=True)
+class GRRParameters(_LocalParameters):
+    """k-ary randomized response over [B]."""
+
+    protocol: ClassVar[str] = "grr"
+    mechanism: ClassVar[str] = "GRR: the item with probability e^eps / (e^eps + B - 1), else another uniformly"
+    domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
+
+    @property
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("value", 0, self.domain_size),))
+
+    @property
+    def messages_per_user(self) -> float:
+        return 1.0
+
+    @property
+    def keep(self) -> float:
+        e = math.exp(self.local_epsilon)
+        return e / (e + self.domain_size - 1)
+
+    @property
+    def other(self) -> float:
+        return 1 / (math.exp(self.local_epsilon) + self.domain_size - 1)
+
+    def _report_divergence(self, e: float) -> float:
+        return max(0.0, self.keep - e * self.other)  # y = x: p against q; y = x': q against p; others equal
+
+
+@dataclass(frozen=True)
+class OUEParameters(_LocalParameters):
+    """Optimized unary encoding: 1/2 on the item's bit, q = 1 / (e^eps + 1) on every other."""
+
+    protocol: ClassVar[str] = "oue"
+    mechanism: ClassVar[str] = "OUE: the one-hot vector, its 1 kept with probability 1/2, each 0 flipped with q"
+    domain_max: ClassVar[int] = 2**20  # n (1/2 + (B - 1) q) messages
+
+    @property
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("value", 0, self.domain_size),))
+
+    @property
+    def messages_per_user(self) -> float:
+        return 0.5 + (self.domain_size - 1) * self.other
+
+    @property
+    def messages_sd(self) -> float:  # type: ignore[override]
+        q = self.other
+        return math.sqrt(self.n_users * (0.25 + (self.domain_size - 1) * q * (1 - q)))
+
+    @property
+    def keep(self) -> float:
+        return 0.5
+
+    @property
+    def other(self) -> float:
+        return 1 / (math.exp(self.local_epsilon) + 1)
+
+    def _report_divergence(self, e: float) -> float:
+        """Two items differ in two bits (x: 1/2 against q; x': q against 1/2); the others cancel. The
+        divergence of the product of the two differing bits, over their four values."""
+        p, q = 0.5, self.other
+        first, second = np.array([p, 1 - p]), np.array([q, 1 - q])
+        joint_a = np.outer(first, second).ravel()  # bit x from the holder of x, bit x' from him
+        joint_b = np.outer(second, first).ravel()  # the same bits from the holder of x'
+        return float(np.maximum(joint_a - e * joint_b, 0).sum())
+
+
+@dataclass(frozen=True)
+class OLHParameters(_LocalParameters):
+    """Optimized local hashing: FE1's universal hash into g = round(e^eps) + 1 values, then GRR over [g]."""
+
+    protocol: ClassVar[str] = "olh"
+    mechanism: ClassVar[str] = "OLH: a random universal hash into g values, then randomized response over [g]"
+    domain_max: ClassVar[int] = HASHED_DOMAIN_MAX
+
+    bins: int
+    modulus: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_integer("bins", self.bins, 2, HASHED_DOMAIN_MAX)
+        if self.modulus != (modulus := next_prime(max(self.domain_size, self.bins))):
+            raise ParameterError("modulus", f"the smallest prime >= max(domain, bins), {modulus}", self.modulus)
+
+    @functools.cached_property
+    def hash(self) -> UniversalHash:
+        return UniversalHash(self.modulus, self.bins)
+
+    @property
+    def layout(self) -> MessageLayout:
+        q = self.modulus
+        return MessageLayout((Column("u", 1, q), Column("v", 0, q), Column("w", 0, self.bins)))
+
+    @property
+    def messages_per_user(self) -> float:
+        return 1.0
+
+    @property
+    def keep(self) -> float:
+        e = math.exp(self.local_epsilon)
+        return e / (e + self.bins - 1)
+
+    @property
+    def other(self) -> float:
+        """p p_col + (1 - p)(1 - p_col) / (g - 1): another item's hash equals the report."""
+        p, col = self.keep, self.hash.collision_probability
+        return p * col + (1 - p) * (1 - col) / (self.bins - 1)
+
+    def derived(self) -> dict[str, Any]:
+        return {"collision_probability": self.hash.collision_probability}
+
+    def _report_divergence(self, e: float) -> float:
+        """Given the hash, the report is GRR over [g] on h(x) against h(x'): divergence max(0, p - e q_g) when the
+        two collide-free, 0 when they collide; averaged over the family."""
+        p, q_g = self.keep, (1 - self.keep) / (self.bins - 1)
+        return (1 - self.hash.collision_probability) * max(0.0, p - e * q_g)
+
+
+@dataclass(frozen=True)
+class HadamardParameters(_LocalParameters):
+    """Hadamard randomized response: a uniform column j of the K x K Sylvester-Hadamard matrix and the sign
+    H[x, j] kept with probability e^eps / (e^eps + 1)."""
+
+    protocol: ClassVar[str] = "hadamard"
+    mechanism: ClassVar[str] = "Hadamard RR: a random Hadamard column and the item's sign there, randomized"
+    domain_max: ClassVar[int] = 2**26  # the analyzer's transform holds K >= B sums
+
+    @property
+    def columns(self) -> int:
+        """K: the least power of 2 >= B."""
+        return 1 << (self.domain_size - 1).bit_length()
+
+    @property
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("j", 0, self.columns), Column("sign", 0, 2)))
+
+    @property
+    def messages_per_user(self) -> float:
+        return 1.0
+
+    @property
+    def keep(self) -> float:
+        e = math.exp(self.local_epsilon)
+        return e / (e + 1)
+
+    @property
+    def other(self) -> float:
+        return 1 - self.keep  # not used by the estimate: the transform debiases (``standard_error``)
+
+    def debias(self, signed_sums: np.ndarray) -> np.ndarray:
+        """sum_i H[x, j_i] b_i / (2p - 1), b_i = +-1: unbiased for g_x (E[H[x, j] H[x_i, j]] = [x = x_i])."""
+        return np.asarray(signed_sums, dtype=np.float64) / (2 * self.keep - 1)
+
+    def standard_error(self, frequency=0.0):
+        """sqrt(n / (2p - 1)^2 - g): each report adds H b / (2p - 1), of second moment 1 / (2p - 1)^2 and mean
+        [x_i = x]."""
+        g = np.clip(frequency, 0, self.n_users)
+        return np.sqrt(np.maximum(self.n_users / (2 * self.keep - 1) ** 2 - g, 0.0))
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+        if not 0 < beta < 1:
+            raise ParameterError("beta", "in (0, 1)", beta)
+        sd, step = float(self.standard_error(0)), 1 / (2 * self.keep - 1)
+        log_term = math.log(2 * self.domain_size / beta)
+        return step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * sd**2 * log_term)
+
+    def theory(self) -> dict[str, float | str]:
+        return {"estimate": "sum_i H[x, j_i] b_i / (2p - 1), by a fast Walsh-Hadamard transform", "p": self.keep,
+                "columns": self.columns, "standard_error_at_zero": float(self.standard_error(0))}
+
+    def _report_divergence(self, e: float) -> float:
+        """Per column, the signs of x and x' agree on half the columns (no divergence) and differ on the other
+        half (binary RR: max(0, p - e (1 - p)))."""
+        return 0.5 * max(0.0, self.keep - e * (1 - self.keep))
+
+
+def _calibrated(cls, epsilon: float, delta: float | None, n_users: int, domain_size: int, calibration: str,
+                **fields):
+    epsilon = check_epsilon(epsilon)
+    if delta not in (None, PURE_DELTA):
+        raise ParameterError("delta", f"left out for {cls.protocol} (pure eps-DP: delta is 0)", delta)
+    if calibration not in CALIBRATIONS:
+        raise ParameterError("calibration", f"one of {', '.join(CALIBRATIONS)}", calibration)
+    return cls(epsilon=epsilon, delta=PURE_DELTA, n_users=check_integer("n_users", n_users, 2, N_USERS_MAX),
+               domain_size=check_integer("domain", domain_size, 2, cls.domain_max), calibration=calibration,
+               local_epsilon=epsilon, **fields)
+
+
+def calibrate_grr(epsilon: float, delta: float | None, n_users: int, domain_size: int,
+                  calibration: str = "exact") -> GRRParameters:
+    return _calibrated(GRRParameters, epsilon, delta, n_users, domain_size, calibration)
+
+
+def calibrate_oue(epsilon: float, delta: float | None, n_users: int, domain_size: int,
+                  calibration: str = "exact") -> OUEParameters:
+    return _calibrated(OUEParameters, epsilon, delta, n_users, domain_size, calibration)
+
+
+def calibrate_olh(epsilon: float, delta: float | None, n_users: int, domain_size: int, calibration: str = "exact",
+                  bins: int | None = None) -> OLHParameters:
+    """g = ``bins``, default round(e^eps) + 1 (the variance-optimal g of Wang et al. 2017)."""
+    epsilon = check_epsilon(epsilon)
+    g = round(math.exp(epsilon)) + 1 if bins is None else check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
+    domain = check_integer("domain", domain_size, 2, HASHED_DOMAIN_MAX)
+    return _calibrated(OLHParameters, epsilon, delta, n_users, domain, calibration, bins=g,
+                       modulus=next_prime(max(domain, g)))
+
+
+def calibrate_hadamard(epsilon: float, delta: float | None, n_users: int, domain_size: int,
+                       calibration: str = "exact") -> HadamardParameters:
+    return _calibrated(HadamardParameters, epsilon, delta, n_users, domain_size, calibration)
+
+
+# --- roles ---------------------------------------------------------------------------------------------------
+
+
+def _randomized_response(codes: np.ndarray, values: int, keep: float, rng: np.random.Generator) -> np.ndarray:
+    """Each code kept with probability ``keep``, else one of the other ``values - 1`` uniformly. The replacement
+    coin rounds up (:func:`bernoulli`), so a code is kept with at most ``keep``: never more than e^eps times
+    likelier than another value."""
+    replaced = bernoulli(1 - keep, codes.size, rng)
+    other = rng.integers(0, values - 1, size=int(replaced.sum()))
+    out = codes.copy()
+    out[replaced] = other + (other >= codes[replaced])  # skip the true value
+    return out
+
+
+class GRRClient:
+    def __init__(self, parameters: GRRParameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
+        p, rng = self.parameters, resolve(rng)
+        return self.layout.batch({"value": _randomized_response(p.check_codes(codes), p.domain_size, p.keep, rng)})
+
+
+class OUEClient:
+    """The set bits of each user's perturbed one-hot vector, one message each."""
+
+    def __init__(self, parameters: OUEParameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
+        p, rng = self.parameters, resolve(rng)
+        codes = p.check_codes(codes)
+        others = p.domain_size - 1
+        parts = [codes[bernoulli(0.5, codes.size, rng)]]  # each user's own bit
+        block = max(1, OUE_COINS // others)  # users whose B - 1 other coins are drawn at once
+        for lo in range(0, codes.size, block):
+            users = codes[lo:lo + block]
+            user, slot = np.divmod(np.flatnonzero(bernoulli(p.other, users.size * others, rng)), others)
+            parts.append(slot + (slot >= users[user]))  # the other items' bits, the user's own skipped
+        return self.layout.batch({"value": np.concatenate(parts)})
+
+
+class OLHClient:
+    def __init__(self, parameters: OLHParameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
+        p, rng = self.parameters, resolve(rng)
+        codes = p.check_codes(codes)
+        u, v = p.hash.sample_keys(codes.size, rng)
+        w = _randomized_response(p.hash.evaluate(u, v, codes), p.bins, p.keep, rng)
+        return self.layout.batch({"u": u, "v": v, "w": w})
+
+
+class HadamardClient:
+    def __init__(self, parameters: HadamardParameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
+        p, rng = self.parameters, resolve(rng)
+        codes = p.check_codes(codes)
+        j = rng.integers(0, p.columns, size=codes.size)
+        sign = hadamard_sign(codes, j)  # 0 for +1, 1 for -1
+        flip = bernoulli(1 - p.keep, codes.size, rng)  # rounded up: the sign is kept with at most p
+        return self.layout.batch({"j": j, "sign": sign ^ flip})
+
+
+def hadamard_sign(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """H[x, j] of the Sylvester matrix as a bit, 1 for -1: the parity of popcount(x & j), folded by shifts."""
+    bits = np.asarray(rows, dtype=np.uint64) & np.asarray(columns, dtype=np.uint64)
+    for shift in (32, 16, 8, 4, 2, 1):
+        bits ^= bits >> np.uint64(shift)
+    return (bits & np.uint64(1)).astype(np.uint8)
+
+
+def walsh_hadamard(values: np.ndarray) -> np.ndarray:
+    """H v for the Sylvester-Hadamard matrix (len(v) a power of 2), in log2(K) butterfly passes."""
+    out = np.array(values, dtype=np.float64)
+    half = 1
+    while half < out.size:
+        pairs = out.reshape(-1, 2, half)
+        a, b = pairs[:, 0, :].copy(), pairs[:, 1, :]
+        pairs[:, 0, :] += b
+        pairs[:, 1, :] = a - b
+        half *= 2
+    return out
+
+
+class GRRAnalyzer(FE0Analyzer):
+    """The histogram of the reports, debiased (FE0's counting)."""
+
+
+class OUEAnalyzer(FE0Analyzer):
+    """The count of each item's set bits, debiased (FE0's counting of one message per set bit)."""
+
+
+class OLHAnalyzer(FE1Analyzer):
+    """For each item, the reports (u, v, w) with h_{u,v}(x) = w (FE1's kernels), debiased."""
+
+
+class HadamardAnalyzer:
+    """Signed sums per column; ``finalize`` transforms them into every item's estimate."""
+
+    def __init__(self, parameters: HadamardParameters, queries=None) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+        self.queries = None if queries is None else np.unique(check_item_codes(queries, parameters.domain_size))
+
+    def agg_init(self) -> CountAggregate:
+        return CountAggregate(np.zeros(self.parameters.columns, dtype=np.int64))
+
+    def agg_update(self, agg: CountAggregate, messages: MessageBatch) -> CountAggregate:
+        for part in messages.slices():
+            clean, dropped = self.layout.validate(part)
+            cells = np.bincount(2 * clean["j"].astype(np.int64) + clean["sign"], minlength=2 * self.parameters.columns)
+            agg.counts += cells[0::2] - cells[1::2]  # +1 signs minus -1 signs, per column
+            agg.messages += len(clean)
+            agg.malformed += dropped
+        return agg
+
+    def merge(self, aggs) -> CountAggregate:
+        total = self.agg_init()
+        for a in aggs:
+            total.counts += a.counts
+            total.messages += a.messages
+            total.malformed += a.malformed
+        return total
+
+    def finalize(self, agg: CountAggregate) -> FrequencyTable:
+        p = self.parameters
+        estimates = p.debias(walsh_hadamard(agg.counts)[:p.domain_size])
+        if self.queries is not None:
+            estimates = estimates[self.queries]
+        return FrequencyTable(p, estimates, self.queries, agg.messages, agg.malformed)
+
+    @classmethod
+    def working_bytes(cls, parameters: HadamardParameters, full_domain: bool = True) -> int:
+        """The sums and one slice's cell codes and validation masks."""
+        return 48 * parameters.columns + 16 * min(SLICE_ROWS, parameters.n_users)
+
+
+# --- exact laws (the exact auditor: one user's report, since the local model shows each) ----------------------
+
+
+def message_law(parameters: _LocalParameters, item: int) -> dict[tuple[int, ...], float]:
+    """One user's report as an exact law over histograms of the layout's message types (tiny instances)."""
+    p = parameters
+    law: dict[tuple[int, ...], float] = {}
+    if isinstance(p, GRRParameters):
+        for y in range(p.domain_size):
+            law[tuple(int(y == z) for z in range(p.domain_size))] = p.keep if y == item else p.other
+    elif isinstance(p, OUEParameters):
+        for bits in range(2**p.domain_size):
+            vector = tuple((bits >> z) & 1 for z in range(p.domain_size))
+            law[vector] = math.prod((p.keep if z == item else p.other) if b else
+                                    (1 - p.keep if z == item else 1 - p.other) for z, b in enumerate(vector))
+    elif isinstance(p, OLHParameters):
+        q, g = p.modulus, p.bins
+        keys = (q - 1) * q
+        u, v = np.divmod(np.arange(keys), q)
+        hashed = p.hash.evaluate(u + 1, v, np.full(keys, item))
+        for key, h in enumerate(hashed.tolist()):
+            for w in range(g):
+                position = key * g + w
+                histogram = [0] * (keys * g)
+                histogram[position] = 1
+                law[tuple(histogram)] = (p.keep if w == h else (1 - p.keep) / (g - 1)) / keys
+    else:
+        K = p.columns
+        signs = hadamard_sign(np.full(K, item), np.arange(K))
+        for j in range(K):
+            for b in (0, 1):
+                histogram = [0] * (2 * K)
+                histogram[2 * j + b] = 1
+                law[tuple(histogram)] = (p.keep if b == signs[j] else 1 - p.keep) / K
+    return law
+
+
+def audit_pairs(parameters: _LocalParameters, users: int):
+    """Neighbouring datasets of one user: the others' reports are independent of his and the same on both
+    sides, so the local model's guarantee is his report's (the pairs of every two items)."""
+    return one_changed_user(parameters.domain_size, 1)
