@@ -152,7 +152,8 @@ CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--doma
              "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2],
              "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2], "sparse-vector": ["--dimension", 100],
              "sparse-vector-hashed": ["--dimension", 2**30, "--bins", 50], "grr": ["--domain", 100],
-             "oue": ["--domain", 100], "olh": ["--domain", 5000, "--bins", 50], "hadamard": ["--domain", 100]}
+             "oue": ["--domain", 100], "olh": ["--domain", 5000, "--bins", 50], "hadamard": ["--domain", 100],
+             "laplace": ["--domain", 100], "gaussian": ["--domain", 100]}
 OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
 FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency table"]
 

@@ -47,7 +47,8 @@ _EPS_MAX = 50.0
 
 
 # Summing an exact law's probabilities in floating point leaves about 1e-16 where the true divergence is 0 (a
-# pure eps-DP randomizer at its own eps): a verdict allows this much absolute round-off.
+# pure eps-DP randomizer at its own eps), and a truncated noise law leaves out less than 1e-13: a verdict, and
+# the true eps at the claimed delta, allow this much absolute round-off.
 ROUND_OFF = 1e-12
 
 
@@ -162,7 +163,7 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     for first, second in pairs_to_audit:
         p, q = law_of(first), law_of(second)
         worst_delta = max(worst_delta, hockey_stick(p, q, eps), hockey_stick(q, p, eps))
-        worst_eps = max(worst_eps, epsilon_at(p, q, delta))
+        worst_eps = max(worst_eps, epsilon_at(p, q, delta + ROUND_OFF))
         pairs += 1
     if not pairs:
         raise ParameterError("users", f"enough for two neighbouring datasets that meet {entry.name}'s data "
@@ -197,6 +198,8 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
     # m holders) and the neighbour that moves one of them away, the boundary the guarantee covers
     dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs else
                                    one_changed_user(audited.domain_size, audited.n_users)))
+    # items >= B stand for a central curator's noise in the exact auditor's pairs: the simulation adds its own
+    dataset, neighbour = ([i for i in d if i < audited.domain_size] for d in (dataset, neighbour))
     moved = np.bincount(neighbour, minlength=audited.domain_size) - np.bincount(dataset, minlength=audited.domain_size)
     x, y = int(np.argmin(moved)), int(np.argmax(moved))  # one user's item moves from x to y
     mode = "fast" if entry.fast is not None else "faithful"
@@ -267,7 +270,7 @@ def grid() -> list[AuditReport]:
     return reports
 
 
-NOISE_FIELDS = ("rho", "sampling_probability", "noise_variance", "gamma", "local_epsilon")  # what sets the noise
+NOISE_FIELDS = ("rho", "sampling_probability", "noise_variance", "gamma", "local_epsilon", "scale_numerator")
 
 
 def markdown_table(reports: list[AuditReport]) -> str:
@@ -283,7 +286,8 @@ def markdown_table(reports: list[AuditReport]) -> str:
                           if r.instance.get(o.name) is not None and o.name != noise_field)
         eps = "none finite" if r.true_epsilon is None else f"{r.true_epsilon:.3f}"
         slack = "" if r.slack is None else f"{r.slack:.3f}"
-        noise = f"{noise_field} {r.instance[noise_field]:.3f}"
+        value = r.instance[noise_field]
+        noise = f"{noise_field} {value}" if isinstance(value, int) else f"{noise_field} {value:.3f}"
         size = f"d {r.instance['dimension']}" if "dimension" in r.instance else f"B {r.instance['domain_size']}"
         size += f", t {r.instance['coordinates']}" if "coordinates" in r.instance else ""
         lines.append(f"| {r.protocol} | {r.calibration} | n {r.instance['n_users']}, {size}"

@@ -63,6 +63,9 @@ CASES = {
     # pure eps-LDP: the item's count moves by (p - q) per holder, so a small domain keeps the error readable
     "local baselines": dict(n_users=20_000, domain=16, population=zipf_population, options={},
                             details={"exact": "pure eps-LDP of each report"}, inconsistent={"local_epsilon": 5.0}),
+    "central baselines": dict(n_users=5000, domain=100, population=zipf_population, options={},
+                              details={"exact": ""}, inconsistent={"laplace": {"scale_numerator": 2**24},
+                                                                   "gaussian": {"noise_variance": 1}}),
     SAMPLING: dict(n_users=1000, domain=10, population=categorical_population,
                    options={"dpcs": dict(min_count_fraction=0.05), "dpcs-star": dict(min_count_fraction=0.05),
                             "dpds": dict(min_count_fraction=0.05), "dpdg": {},
@@ -209,6 +212,7 @@ def test_loading_refuses_bad_parameters(name):
     data = params_of(name).to_dict()
     # a field inconsistent with the others, and one of the wrong type
     inconsistent = case(name).get("inconsistent", {"rho": data.get("rho", 0) * 2})
+    inconsistent = inconsistent.get(name, inconsistent)  # per protocol, where a family's fields differ
     key = "mu" if "mu" in data else "epsilon"
     for bad, field in (({**data, "protocol": "fe9"}, "parameters.protocol"), ([1, 2], "parameters.protocol"),
                        ("{oops", "parameters"), ({**data, **inconsistent}, next(iter(inconsistent))),

@@ -217,6 +217,16 @@ def sample(sigma_squared: int, size, rng: np.random.Generator) -> np.ndarray:
     return drawn.reshape(shape)
 
 
+def discrete_laplace(size: int, t: int, s: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` exact draws of Lap_Z(t / s), Pr[Y = y] proportional to exp(-|y| s / t) (integers t, s >= 1; Canonne,
+    Kamath & Steinke 2020, Algorithm 2), drawn a chunk at a time."""
+    size, t, s = check_integer("size", size, 0), check_integer("t", t, 1, 2**40), check_integer("s", s, 1, 2**46)
+    drawn = np.empty(size, dtype=np.int64)
+    for start in range(0, size, _CHUNK):
+        drawn[start:start + _CHUNK] = _discrete_laplace(min(_CHUNK, size - start), t, s, rng)
+    return drawn
+
+
 def _gaussian(count: int, s2: int, rng) -> np.ndarray:
     """``count`` draws of N_Z(0, s2) by Algorithm 3, accepted draws kept in order."""
     c = math.isqrt(s2)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..errors import ParameterError
 from . import balls_into_bins as bib
+from . import central_baselines as cb
 from . import local_baselines as lb
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
@@ -87,6 +88,10 @@ _LOCAL: dict[str, Any] = dict(family="local baselines", calibrations=lb.CALIBRAT
                               message_law=lb.message_law, audit_pairs=lb.audit_pairs,
                               audit_instances=(dict(n_users=2, domain_size=3, epsilon=1.0),
                                                dict(n_users=2, domain_size=4, epsilon=0.5)))
+
+# the central baselines (protocols/central_baselines.py): the curator's noise audited as one more "user"
+_CENTRAL: dict[str, Any] = dict(family="central baselines", calibrations=("exact",), message_law=cb.message_law,
+                                audit_pairs=cb.audit_pairs)
 
 # the sampling family (protocols/sampling_sharing.py)
 _SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS,
@@ -229,6 +234,20 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
                                                               "colluding users"), _HONEST), **_SAMPLING,
         audit_instances=tuple(dict(_SAMPLING_AUDITS[i], report_fraction=0.5, colluders=1) for i in (0, 2, 3))),
+    ProtocolEntry(
+        name="laplace", title="Laplace: counts plus exact discrete Laplace noise (trusted curator)",
+        topology="central", trust="central (trusted curator)", messages_per_user="1",
+        reference="Dwork, McSherry, Nissim, Smith 2006; the discrete sampler of Canonne, Kamath, Steinke 2020",
+        calibrate=cb.calibrate_laplace, parameters=cb.LaplaceParameters, analyzer=cb.CentralCurator, pure=True,
+        audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0), dict(n_users=3, domain_size=2, epsilon=2.0)),
+        **_CENTRAL),
+    ProtocolEntry(
+        name="gaussian", title="Gaussian: counts plus exact discrete Gaussian noise (trusted curator)",
+        topology="central", trust="central (trusted curator)", messages_per_user="1",
+        reference="Canonne, Kamath, Steinke 2020 (the discrete Gaussian)", calibrate=cb.calibrate_gaussian,
+        parameters=cb.GaussianParameters, analyzer=cb.CentralCurator,
+        audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.1),
+                         dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.01)), **_CENTRAL),
     ProtocolEntry(
         name="grr", title="GRR: k-ary randomized response", topology="local", trust="local (no trusted party)",
         messages_per_user="1", reference="Kairouz, Oh, Viswanath 2014", calibrate=lb.calibrate_grr,
