@@ -676,3 +676,38 @@ def test_vector_messages_written_then_analyzed(protocol, extra, tmp_path):
 def test_the_fast_path_writes_no_vector_messages(tmp_path):
     code, _, err = run("estimate", "sparse-vector", *COMMON, "--mode", "fast", "--write-messages", tmp_path / "x")
     assert code == 2 and "write-messages must be given for a faithful run" in err
+
+
+def test_compare_prints_the_table_writes_the_plots_and_follows_its_schema(tmp_path):
+    from privagg.reports import CompareReport
+
+    out = tmp_path / "cmp"
+    code, stdout, err = run("compare", "--protocols", "fe1,olh,laplace,gaussian", "--epsilon", "1,4", "--delta",
+                            1e-8, "--trials", 2, "--out", out, "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    jsonschema.Draft202012Validator(json_schema(CompareReport)).validate(report)
+    assert report["private"] is False and report["n_users"] == 100_000 and report["domain_size"] == 1024
+    rows = {(r["protocol"], r["epsilon"]): r for r in report["rows"]}
+    assert set(rows) == {(p, e) for p in ("fe1", "olh", "laplace", "gaussian") for e in (1.0, 4.0)}
+    for (protocol, _), r in rows.items():
+        assert r["delta"] == (0.0 if protocol in ("olh", "laplace") else 1e-8)  # pure protocols run at 0
+        assert r["error_p50"] <= r["error_p90"] <= r["error_p99"] <= r["error_max"]
+    # more epsilon, less error; the central baseline beats the local one at every epsilon
+    for protocol in ("fe1", "olh", "laplace", "gaussian"):
+        assert rows[(protocol, 4.0)]["error_p90"] < rows[(protocol, 1.0)]["error_p90"]
+    assert rows[("laplace", 1.0)]["error_p90"] < rows[("fe1", 1.0)]["error_p90"] < rows[("olh", 1.0)]["error_p90"]
+    assert {p.name for p in out.iterdir()} == {"compare.csv", "error_vs_epsilon.png", "error_vs_messages.png"}
+    assert (out / "compare.csv").read_text().count("\n") == 9
+
+
+def test_compare_needs_delta_for_approximate_protocols_and_records_refusals(tmp_path):
+    code, _, err = run("compare", "--protocols", "grr,fe1", "--epsilon", "1")
+    assert code == 2 and err.startswith("error: delta must be given for fe1"), err
+    code, stdout, err = run("compare", "--protocols", "grr,oue", "--epsilon", "1", "--domain", 2**20, "--trials", 1,
+                            "--json")
+    assert code == 0, err
+    refused = [r for r in json.loads(stdout)["rows"] if r.get("refused")]
+    assert [r["protocol"] for r in refused] == ["oue"]  # n (B - 1) q messages: too many to simulate
+    code, _, err = run("compare", "--protocols", "blanket-vector", "--epsilon", "1", "--delta", 1e-6)
+    assert code == 2 and "frequency protocols" in err

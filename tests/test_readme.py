@@ -75,3 +75,10 @@ def test_vector_command_lines_run_as_written(tmp_path):
     run_commands(commands, tmp_path)
     assert (tmp_path / "vmsgs" / "params.json").exists()
     assert (tmp_path / "vector-results" / "mse_vs_t.png").exists()
+
+
+@pytest.mark.slow  # 5 protocols x 4 epsilons x 3 trials over 100,000 users
+def test_compare_command_line_runs_as_written(tmp_path):
+    (commands,) = [b for b in blocks("") if b.startswith("privagg compare")]
+    run_commands(commands, tmp_path)
+    assert (tmp_path / "compare" / "error_vs_epsilon.png").exists()

@@ -845,6 +845,72 @@ def reproduce_vector_shuffle(
     _reproduce(run, out, quick, seed, progress)
 
 
+# --- compare ------------------------------------------------------------------------------------------
+
+@app.command("compare")
+def compare_command(
+    protocols: str = typer.Option(..., "--protocols", help="Comma-separated protocols, e.g. fe1,olh,hadamard,laplace."),
+    epsilon: str = typer.Option(..., "--epsilon", help="Comma-separated epsilons, e.g. 0.5,1,2,4."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="delta for the protocols that are not pure eps-DP "
+                                                                 "(the pure ones run at 0)."),
+    input: Optional[Path] = typer.Option(None, "--input", help="Items, one per user (as privagg estimate reads "
+                                                               "them). Default: the bundled English words."),
+    column: Optional[str] = typer.Option(None, "--column", help="The column holding the items (a table)."),
+    domain: int = typer.Option(1024, "--domain", help="Domain size B: integer items in [0, B); text is hashed into "
+                                                     "it (default 1,024: every baseline can run)."),
+    trials: int = typer.Option(3, "--trials", help="Seeded runs per protocol and epsilon."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first trial (the runs are simulations, not private)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for compare.csv and the PNG plots."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress on stderr."),
+) -> None:
+    """Protocols side by side on one dataset: error percentiles, messages and bits per user, time, trust model."""
+    from . import datasets
+    from .compare import compare, parse_list, plot, write_csv
+    from .io import InputFormat, read_codes
+    from .reports import to_json_dict
+    from .simulate.frequency import item_encoder
+
+    with _clean_errors():
+        if out is not None and out.exists() and not out.is_dir():
+            raise ParameterError("out", "a folder (it is created if missing)", str(out))
+        names, epsilons = parse_list(protocols, "protocols", str), parse_list(epsilon, "epsilon")
+        encoder = item_encoder(domain, None, seed)
+        if input is None:
+            codes, name = encoder.encode(datasets.english_words()), f"{datasets.DESCRIPTION}, hashed into {domain} codes"
+        else:
+            codes, name = read_codes(input, encoder, InputFormat(column=column)).codes, str(input)
+        with _progress(progress) as advance:
+            report = compare(codes, encoder, names, epsilons, delta, trials, seed, name, advance)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            write_csv(report, out / "compare.csv")
+            plot(report, out)
+
+    def human() -> None:
+        from rich.table import Table
+
+        _say(f"input: {report.input} ({report.n_users} users, {report.domain_size} codes); {report.trials} seeded "
+             "trials a row: simulations, not private runs")
+        table = Table(title="|estimate - true count| over the domain (mean over the trials)")
+        for heading in ("protocol", "eps", "delta", "p50", "p90", "p99", "max", "msgs/user", "bits/user", "s",
+                        "trust"):
+            table.add_column(heading, justify="left" if heading in ("protocol", "trust") else "right")
+        for r in report.rows:
+            if r.refused is not None:
+                table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", "refused", "", "", "", "", "", "",
+                              r.refused[:40])
+                continue
+            table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", f"{r.error_p50:.4g}", f"{r.error_p90:.4g}",
+                          f"{r.error_p99:.4g}", f"{r.error_max:.4g}", f"{r.messages_per_user:.3g}",
+                          f"{r.bits_per_user:.3g}", f"{r.seconds:.2f}", r.trust.split(" (")[0])
+        _console().print(table)
+        if out is not None:
+            _say(f"wrote compare.csv, error_vs_epsilon.png and error_vs_messages.png to {out}")
+
+    _emit(to_json_dict(report), as_json, None, human)
+
+
 # --- account ------------------------------------------------------------------------------------------
 
 AccountMethod = _choice("AccountMethod", ("fmt", "wang", "closed-form"))

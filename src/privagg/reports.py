@@ -254,6 +254,38 @@ class AccountReport:
     seconds: float = 0.0
 
 
+@dataclass
+class CompareRow:
+    """One (protocol, epsilon) of ``privagg compare``: its errors averaged over the trials, or why it was refused."""
+
+    protocol: ProtocolName
+    epsilon: float
+    delta: float  # 0 for a pure eps-DP protocol
+    error_p50: float | None = None  # of |estimate - true count| over the domain, mean over the trials
+    error_p90: float | None = None
+    error_p99: float | None = None
+    error_max: float | None = None
+    messages_per_user: float | None = None
+    bits_per_user: float | None = None
+    seconds: float | None = None  # one run's simulation, median over the trials
+    trust: str = ""
+    refused: str | None = None  # the protocol's error message, when it cannot run this setting
+
+
+@dataclass
+class CompareReport:
+    """``privagg compare``: every protocol at every epsilon over the same data (seeded simulations)."""
+
+    input: str
+    n_users: int
+    domain_size: int
+    trials: int
+    seed: int
+    rows: list[CompareRow]
+    private: Literal[False]
+    note: str
+
+
 def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
     """The top items of a frequency table, named only when public (``encoder.label``), with standard errors.
 
@@ -310,4 +342,5 @@ def json_schema(report_type: type) -> dict[str, Any]:
 
 
 REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "estimate-vector": VectorEstimateReport,
-                "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "audit": AuditReport, "account": AccountReport}
+                "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "compare": CompareReport,
+                "audit": AuditReport, "account": AccountReport}

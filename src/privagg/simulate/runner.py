@@ -110,15 +110,17 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
                                      parameters.messages_per_user)
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
-        raise ParameterError(field, f"set so that a faithful simulation's n (1 + rho) = {expected:.3g} messages "
-                             f"stay below 2^{MESSAGES_MAX.bit_length() - 1}: {remedy}",
+        raise ParameterError(field, f"set so that a faithful simulation's n x messages per user = {expected:.3g} "
+                             f"messages stay below 2^{MESSAGES_MAX.bit_length() - 1}: {remedy}",
                              option_value(parameters, field, given or {}))
 
 
 def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
     """The value of option ``field``: as given, else as the parameters hold it (--domain: the noise bins)."""
     value = given.get(field)
-    return getattr(parameters, field, parameters.noise_bins) if value is None else value
+    if value is not None:
+        return value
+    return getattr(parameters, field) if hasattr(parameters, field) else getattr(parameters, "noise_bins", None)
 
 
 def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]:
@@ -126,8 +128,9 @@ def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]
     gave (``given``) where one sets the noise."""
     if isinstance(parameters, SharingParameters):  # the sharing is what takes room
         return "mode", "use --mode fast (a simulation shortcut that skips the sharing, which reconstructs exactly)"
-    if not parameters.noise_options:  # one message per user: only fewer users make a smaller run
-        return "input", "fewer users per run (this protocol sends one message per user and has no shortcut)"
+    if not parameters.noise_options:  # no noise option to change: fewer users (or a smaller domain) make it smaller
+        return "input", (f"fewer users per run (this protocol sends {parameters.messages_per_user:.3g} messages a "
+                         "user, and has no shortcut)")
     field = next((o for o in parameters.noise_options if given.get(o) is not None),  # given on the command line
                  next(o for o in parameters.noise_options if getattr(parameters, o, o) is not None))  # else set
     remedy = (f"{parameters.noise_options[field]} --{field}, so that fewer dummies spread over fewer bins "
