@@ -13,7 +13,8 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    """The README's fenced blocks of ``language`` ("" for plain ones), each fence paired with its own closing."""
+    return [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```$", README, flags=re.S | re.M) if lang == language]
 
 
 def run_commands(commands: str, folder: Path) -> None:
