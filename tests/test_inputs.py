@@ -204,7 +204,7 @@ def test_runs_that_cannot_fit_are_refused_before_reading(tmp_path, monkeypatch):
     # the last line is bad: a refusal naming it would mean the file was read first
     path = write(tmp_path, "items.txt", "1\n" * 5000 + "oops\n")
     code, _, err = estimate("fe0", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--domain", 2**28)
-    assert code == 2 and err.startswith("error: domain must be set so that a faithful simulation's n (1 + rho)")
+    assert code == 2 and err.startswith("error: domain must be set so that a faithful simulation's n x messages per user")
     assert "lower --domain" in err and "--mode fast" in err and "oops" not in err
     # the central curator has no fast path: --mode fast runs faithfully, so it is refused too, with no such hint
     code, _, err = estimate("bib", "--input", path, "--epsilon", 1, "--delta", 1e-10, "--domain", 2**28,
