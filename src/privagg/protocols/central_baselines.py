@@ -33,6 +33,7 @@ LAPLACE_DENOMINATOR = 2**24  # t: the Laplace parameter a = s / t is eps / 2 rou
 AUDIT_TAIL = 1e-13  # the exact auditor truncates the noise where less than this is left beyond (audit.ROUND_OFF)
 
 
+@dataclass(frozen=True)
 class _CentralParameters(FrozenParameters):
     """What the two curators share: a count per item, one noise draw per released count."""
 
@@ -44,6 +45,13 @@ class _CentralParameters(FrozenParameters):
     honest_fraction: ClassVar[float] = 1.0
     domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
     mechanism: ClassVar[str]
+
+    epsilon: float
+    delta: float
+    n_users: int
+    domain_size: int
+    calibration: str
+    item_key: str | None = dataclasses.field(default=None, kw_only=True)  # maps text items into [B] (public)
 
     def _check_common(self) -> None:
         check_epsilon(self.epsilon)
@@ -140,14 +148,8 @@ class LaplaceParameters(_CentralParameters):
     noise_field: ClassVar[str] = "scale_numerator"
     mechanism: ClassVar[str] = "Laplace: each count plus discrete Laplace noise Pr[y] ~ exp(-a |y|), a <= eps / 2"
 
-    epsilon: float
-    delta: float
-    n_users: int
-    domain_size: int
-    calibration: str
     scale_numerator: int  # s
     scale_denominator: int  # t
-    item_key: str | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -209,13 +211,7 @@ class GaussianParameters(_CentralParameters):
     noise_field: ClassVar[str] = "noise_variance"
     mechanism: ClassVar[str] = "Gaussian: each count plus discrete Gaussian noise N_Z(0, s2)"
 
-    epsilon: float
-    delta: float
-    n_users: int
-    domain_size: int
-    calibration: str
     noise_variance: int  # s2
-    item_key: str | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         self._check_common()

@@ -36,7 +36,7 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_epsilon, check_integer
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
-                              FE0Analyzer, FE1Analyzer)
+                              FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
 from .parameters import FrozenParameters, check_item_codes, one_changed_user
 from .privacy_blanket import bernoulli
 from .results import FrequencyTable
@@ -44,6 +44,12 @@ from .results import FrequencyTable
 CALIBRATIONS = ("exact",)
 OUE_COINS = 2**24  # OUE's coins drawn at once (8 bytes each)
 PURE_DELTA = 0.0
+
+
+def rr_keep(epsilon: float, values: int) -> float:
+    """Randomized response over ``values`` values keeps the true one with e^eps / (e^eps + values - 1)."""
+    e = math.exp(epsilon)
+    return e / (e + values - 1)
 
 
 def _check_pure(epsilon: float, delta: float, local_epsilon: float) -> None:
@@ -94,6 +100,15 @@ class _LocalParameters(FrozenParameters):
     def other(self) -> float:
         """q: the chance any other user makes a report that counts for x."""
         raise NotImplementedError
+
+    @property
+    def layout(self) -> MessageLayout:
+        """One item a message (GRR's report, one of OUE's set bits)."""
+        return MessageLayout((Column("value", 0, self.domain_size),))
+
+    @property
+    def messages_per_user(self) -> float:
+        return 1.0
 
     def check_codes(self, codes) -> np.ndarray:
         return check_item_codes(codes, self.domain_size)
@@ -174,21 +189,12 @@ class GRRParameters(_LocalParameters):
     domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
 
     @property
-    def layout(self) -> MessageLayout:
-        return MessageLayout((Column("value", 0, self.domain_size),))
-
-    @property
-    def messages_per_user(self) -> float:
-        return 1.0
-
-    @property
     def keep(self) -> float:
-        e = math.exp(self.local_epsilon)
-        return e / (e + self.domain_size - 1)
+        return rr_keep(self.local_epsilon, self.domain_size)
 
     @property
     def other(self) -> float:
-        return 1 / (math.exp(self.local_epsilon) + self.domain_size - 1)
+        return (1 - self.keep) / (self.domain_size - 1)
 
     def _report_divergence(self, e: float) -> float:
         return max(0.0, self.keep - e * self.other)  # y = x: p against q; y = x': q against p; others equal
@@ -201,10 +207,6 @@ class OUEParameters(_LocalParameters):
     protocol: ClassVar[str] = "oue"
     mechanism: ClassVar[str] = "OUE: the one-hot vector, its 1 kept with probability 1/2, each 0 flipped with q"
     domain_max: ClassVar[int] = 2**20  # n (1/2 + (B - 1) q) messages
-
-    @property
-    def layout(self) -> MessageLayout:
-        return MessageLayout((Column("value", 0, self.domain_size),))
 
     @property
     def messages_per_user(self) -> float:
@@ -260,13 +262,8 @@ class OLHParameters(_LocalParameters):
         return MessageLayout((Column("u", 1, q), Column("v", 0, q), Column("w", 0, self.bins)))
 
     @property
-    def messages_per_user(self) -> float:
-        return 1.0
-
-    @property
     def keep(self) -> float:
-        e = math.exp(self.local_epsilon)
-        return e / (e + self.bins - 1)
+        return rr_keep(self.local_epsilon, self.bins)
 
     @property
     def other(self) -> float:
@@ -303,13 +300,8 @@ class HadamardParameters(_LocalParameters):
         return MessageLayout((Column("j", 0, self.columns), Column("sign", 0, 2)))
 
     @property
-    def messages_per_user(self) -> float:
-        return 1.0
-
-    @property
     def keep(self) -> float:
-        e = math.exp(self.local_epsilon)
-        return e / (e + 1)
+        return rr_keep(self.local_epsilon, 2)
 
     @property
     def other(self) -> float:
@@ -479,32 +471,16 @@ class OLHAnalyzer(FE1Analyzer):
     """For each item, the reports (u, v, w) with h_{u,v}(x) = w (FE1's kernels), debiased."""
 
 
-class HadamardAnalyzer:
-    """Signed sums per column; ``finalize`` transforms them into every item's estimate."""
+class HadamardAnalyzer(_CountingAnalyzer):
+    """Signed sums per Hadamard column (+1 signs minus -1 signs); ``finalize`` transforms them into every item's
+    estimate."""
 
-    def __init__(self, parameters: HadamardParameters, queries=None) -> None:
-        self.parameters, self.layout = parameters, parameters.layout
-        self.queries = None if queries is None else np.unique(check_item_codes(queries, parameters.domain_size))
+    def _size(self) -> int:
+        return self.parameters.columns
 
-    def agg_init(self) -> CountAggregate:
-        return CountAggregate(np.zeros(self.parameters.columns, dtype=np.int64))
-
-    def agg_update(self, agg: CountAggregate, messages: MessageBatch) -> CountAggregate:
-        for part in messages.slices():
-            clean, dropped = self.layout.validate(part)
-            cells = np.bincount(2 * clean["j"].astype(np.int64) + clean["sign"], minlength=2 * self.parameters.columns)
-            agg.counts += cells[0::2] - cells[1::2]  # +1 signs minus -1 signs, per column
-            agg.messages += len(clean)
-            agg.malformed += dropped
-        return agg
-
-    def merge(self, aggs) -> CountAggregate:
-        total = self.agg_init()
-        for a in aggs:
-            total.counts += a.counts
-            total.messages += a.messages
-            total.malformed += a.malformed
-        return total
+    def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
+        cells = np.bincount(2 * messages["j"].astype(np.int64) + messages["sign"], minlength=2 * counts.size)
+        counts += cells[0::2] - cells[1::2]
 
     def finalize(self, agg: CountAggregate) -> FrequencyTable:
         p = self.parameters
@@ -515,7 +491,7 @@ class HadamardAnalyzer:
 
     @classmethod
     def working_bytes(cls, parameters: HadamardParameters, full_domain: bool = True) -> int:
-        """The sums and one slice's cell codes and validation masks."""
+        """The sums and their transform, and one slice's cell codes and validation masks."""
         return 48 * parameters.columns + 16 * min(SLICE_ROWS, parameters.n_users)
 
 
