@@ -117,7 +117,7 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
 
     Each preimage's offset inside its 2^16-counter tile is appended to that
     tile's bucket; a full bucket is counted into its tile (which then sits in
-    L2) and emptied. Buckets are padded (BUCKET_PAD) so that the write heads
+    L2) and emptied. A domain of one tile is counted directly. Buckets are padded (BUCKET_PAD) so that the write heads
     of the buckets do not all fall into one cache set.
     """
     n_threads = counts_per_thread.shape[0]
@@ -134,7 +134,9 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
             x, d = progression(u[i], v[i], w[i], q, b, qinv)
             y = w[i]
             while y < q:
-                if x < domain_size:
+                if x < domain_size and n_tiles == 1:  # the counters fit one tile (in L2): no buckets needed
+                    counts[x] += 1
+                elif x < domain_size:
                     tile = x >> TILE_BITS
                     f = fill[tile]
                     buckets[tile * stride + f] = x & mask
