@@ -4,7 +4,7 @@
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
 saves it to the given file; ``--only`` runs the named parts alone (startup,
-fe1, cli, peer, text, accountant, sampling, vectors; repeatable). Eight parts:
+fe1, cli, peer, text, accountant, sampling, vectors, baselines; repeatable). Nine parts:
 
 0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
    whole processes, as ratios against ``python -c "import numpy"``.
@@ -53,7 +53,12 @@ fe1, cli, peer, text, accountant, sampling, vectors; repeatable). Eight parts:
    n = 5 x 10^6, d = 20 as a whole process against a plain numpy script, and
    its randomizer alone.
 
-Takes about eight minutes on a 2-CPU machine (ten with the peer).
+8. Local baselines (``benchmarks/baselines.py``): OLH's full-domain decoding at
+   d = 1,024 against pure-LDP (``PURE_LDP_PYTHON`` names a python with it installed;
+   without it the peer is skipped) on the same data, and every local baseline's
+   randomizer and decoder at n = 10^6, against the 1 M users/s target.
+
+Takes about eight minutes on a 2-CPU machine (ten with the peer), plus about 40 s for part 8.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-proces
 from benchfmt import Report, load_average, note, ratio, seconds, verdict  # noqa: E402
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
+from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -637,7 +643,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
-             "accountant": accountant, "sampling": sampling, "vectors": vectors}
+             "accountant": accountant, "sampling": sampling, "vectors": vectors,
+             "baselines": baselines}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()
