@@ -196,8 +196,10 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
                              "frequency estimates; a vector sum's exact audit covers its extreme inputs)", "statistical")
     # the first neighbouring pair: an accepted dataset (the sampling family's first puts a category at exactly
     # m holders) and the neighbour that moves one of them away, the boundary the guarantee covers
-    dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs else
-                                   one_changed_user(audited.domain_size, audited.n_users)))
+    # (the local model's exact pairs hold its one audited user; the estimates here need all n)
+    local = entry.topology == "local"
+    dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs and not local
+                                   else one_changed_user(audited.domain_size, audited.n_users)))
     # items >= B stand for a central curator's noise in the exact auditor's pairs: the simulation adds its own
     dataset, neighbour = ([i for i in d if i < audited.domain_size] for d in (dataset, neighbour))
     moved = np.bincount(neighbour, minlength=audited.domain_size) - np.bincount(dataset, minlength=audited.domain_size)

@@ -95,6 +95,9 @@ def test_pure_protocols_take_no_delta():
     result = runner.invoke(app, ["audit", "grr", "--users", "2", "--domain", "3", "--epsilon", "1",
                                  "--noise-scale", "0.5"])
     assert result.exit_code == 1 and "VIOLATED" in result.stdout
+    result = runner.invoke(app, ["audit", "grr", "--users", "200", "--domain", "3", "--epsilon", "1", "--method",
+                                 "statistical", "--runs", "200"])  # all n users, not the exact audit's one
+    assert result.exit_code == 0 and "lower bound on the true epsilon" in result.stdout, result.stdout
 
 
 def test_estimates_on_the_bundled_words():
