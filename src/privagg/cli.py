@@ -845,6 +845,20 @@ def reproduce_vector_shuffle(
     _reproduce(run, out, quick, seed, progress)
 
 
+@reproduce_app.command("fe-shuffle")
+def reproduce_fe_shuffle(
+    out: Path = typer.Option(..., "--out", help="Folder for the tables (CSV) and plots (PNG)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (seconds), for a first look."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulations (they are not private runs)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress on stderr."),
+) -> None:
+    """Frequency estimation in the shuffle model on the bundled words: FE1's error and messages as c, n and B vary,
+    against the single-message blanket histogram and the local and central baselines (docs/results/fe-shuffle.md)."""
+    from .reproduce.fe_shuffle import run
+
+    _reproduce(run, out, quick, seed, progress)
+
+
 # --- compare ------------------------------------------------------------------------------------------
 
 @app.command("compare")

@@ -68,7 +68,7 @@ def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_gi
 
 
 def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder, *, epsilon: float, delta: float,
-                         calibration: str = "numeric", options: dict[str, Any] | None = None,
+                         calibration: str | None = None, options: dict[str, Any] | None = None,
                          candidate_codes: np.ndarray | None = None, top: int = 10, full_domain: bool | None = None,
                          mode: str = "faithful", seed: int | None = None, input_name: str = "",
                          keep_messages: bool = False, progress: Progress | None = None,

@@ -120,6 +120,8 @@ def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
     value = given.get(field)
     if value is not None:
         return value
+    if field == "input":
+        return f"{parameters.n_users} users"
     return getattr(parameters, field) if hasattr(parameters, field) else getattr(parameters, "noise_bins", None)
 
 
