@@ -26,7 +26,7 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import discrete_gaussian
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate, FE0Analyzer
-from .parameters import FrozenParameters, check_item_codes, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, one_changed_user
 from .results import FrequencyTable
 
 LAPLACE_DENOMINATOR = 2**24  # t: the Laplace parameter a = s / t is eps / 2 rounded down to a multiple of 2^-24
@@ -34,7 +34,7 @@ AUDIT_TAIL = 1e-13  # the exact auditor truncates the noise where less than this
 
 
 @dataclass(frozen=True)
-class _CentralParameters(FrozenParameters):
+class _CentralParameters(OneItemReports, FrozenParameters):
     """What the two curators share: a count per item, one noise draw per released count."""
 
     model: ClassVar[str] = "central"
@@ -59,19 +59,6 @@ class _CentralParameters(FrozenParameters):
         check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.item_key is not None:
             check_item_key(self.item_key)
-
-    @property
-    def layout(self):
-        from ..core.messages import Column, MessageLayout
-
-        return MessageLayout((Column("value", 0, self.domain_size),))
-
-    @property
-    def messages_per_user(self) -> float:
-        return 1.0
-
-    def check_codes(self, codes) -> np.ndarray:
-        return check_item_codes(codes, self.domain_size)
 
     def check_population(self, codes: np.ndarray) -> None:
         """No condition on the data."""

@@ -37,7 +37,7 @@ from ..errors import ParameterError, check_epsilon, check_integer
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
                               FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
-from .parameters import FrozenParameters, check_item_codes, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, one_changed_user
 from .privacy_blanket import bernoulli
 from .results import FrequencyTable
 
@@ -63,7 +63,7 @@ def _check_pure(epsilon: float, delta: float, local_epsilon: float) -> None:
 
 
 @dataclass(frozen=True)
-class _LocalParameters(FrozenParameters):
+class _LocalParameters(OneItemReports, FrozenParameters):
     """What the four randomizers share: pure eps-LDP, one report a user, an unbiased debiased count."""
 
     model: ClassVar[str] = "local"
@@ -100,18 +100,6 @@ class _LocalParameters(FrozenParameters):
     def other(self) -> float:
         """q: the chance any other user makes a report that counts for x."""
         raise NotImplementedError
-
-    @property
-    def layout(self) -> MessageLayout:
-        """One item a message (GRR's report, one of OUE's set bits)."""
-        return MessageLayout((Column("value", 0, self.domain_size),))
-
-    @property
-    def messages_per_user(self) -> float:
-        return 1.0
-
-    def check_codes(self, codes) -> np.ndarray:
-        return check_item_codes(codes, self.domain_size)
 
     def check_population(self, codes: np.ndarray) -> None:
         """No condition on the data."""

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core.messages import Column, MessageLayout
 from ..errors import ParameterError
 
 _TYPE_CHECKS = {
@@ -92,6 +93,24 @@ class FrozenParameters:
             if value != derived[name]:
                 raise ParameterError(f"parameters.{name}", f"{derived[name]!r}, as the fields imply", value)
         return parameters
+
+
+class OneItemReports:
+    """For parameters whose every message is one item code of [B] (blanket-hist, the local and central
+    baselines): the layout, one message a user, codes checked against [B]."""
+
+    domain_size: int
+
+    @property
+    def layout(self) -> MessageLayout:
+        return MessageLayout((Column("value", 0, self.domain_size),))
+
+    @property
+    def messages_per_user(self) -> float:
+        return 1.0
+
+    def check_codes(self, codes) -> np.ndarray:
+        return check_item_codes(codes, self.domain_size)
 
 
 def check_item_codes(codes, domain_size: int) -> np.ndarray:

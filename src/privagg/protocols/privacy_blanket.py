@@ -29,7 +29,7 @@ from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from ..privacy.shuffle import binomial_pmf
 from .balls_into_bins import (EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
                               check_honest_fraction)
-from .parameters import FrozenParameters, check_item_codes, honest_users, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, honest_users, one_changed_user
 from .results import VectorSum
 
 METHOD_DETAIL = {
@@ -104,7 +104,7 @@ class _BlanketParameters(FrozenParameters):
 
 
 @dataclass(frozen=True)
-class BlanketHistParameters(_BlanketParameters):
+class BlanketHistParameters(OneItemReports, _BlanketParameters):
     """R^PH over [B]: the blanket probability gamma for (eps, delta)-DP of n shuffled reports."""
 
     protocol: ClassVar[str] = "blanket-hist"
@@ -128,17 +128,6 @@ class BlanketHistParameters(_BlanketParameters):
 
     def paper_gamma(self) -> float:
         return blanket.paper_gamma(self.epsilon, self.delta, self.honest_users, self.domain_size)
-
-    @property
-    def layout(self) -> MessageLayout:
-        return MessageLayout((Column("value", 0, self.domain_size),))
-
-    @property
-    def messages_per_user(self) -> float:
-        return 1.0
-
-    def check_codes(self, codes) -> np.ndarray:
-        return check_item_codes(codes, self.domain_size)
 
     def derived(self) -> dict[str, Any]:
         return {"local_epsilon": blanket.local_epsilon(self.gamma, self.domain_size)}
