@@ -26,7 +26,7 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import discrete_gaussian
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate, FE0Analyzer
-from .parameters import FrozenParameters, OneItemReports, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, check_pure_delta, one_changed_user
 from .results import FrequencyTable
 
 LAPLACE_DENOMINATOR = 2**24  # t: the Laplace parameter a = s / t is eps / 2 rounded down to a multiple of 2^-24
@@ -240,30 +240,35 @@ class GaussianParameters(_CentralParameters):
                                  "delta(eps), computed from the discrete Gaussian's law, meets delta")
 
 
-def calibrate_laplace(epsilon: float, delta: float | None, n_users: int, domain_size: int,
-                      calibration: str = "exact") -> LaplaceParameters:
-    """a = s / t: eps / 2 rounded down to a multiple of 1 / t (t = 2^24), so the noise buys at most eps."""
-    epsilon = check_epsilon(epsilon)
-    if delta not in (None, 0.0):
-        raise ParameterError("delta", "left out for laplace (pure eps-DP: delta is 0)", delta)
+def _calibrated(cls, epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str, noise):
+    """``cls`` with the checked common fields and the noise field(s) ``noise(epsilon, delta)`` returns."""
     if calibration != "exact":
         raise ParameterError("calibration", "exact", calibration)
+    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
+    domain = check_integer("domain", domain_size, 2, HISTOGRAM_DOMAIN_MAX)
+    return cls(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
+               **noise(epsilon, delta))
+
+
+def _laplace_scale(epsilon: float, delta: float) -> dict[str, int]:
     s = math.floor(epsilon / 2 * LAPLACE_DENOMINATOR)
     if s < 1:
         raise ParameterError("epsilon", f"at least 2 / {LAPLACE_DENOMINATOR} for the discrete Laplace's grid", epsilon)
-    return LaplaceParameters(epsilon=epsilon, delta=0.0, n_users=check_integer("n_users", n_users, 2, N_USERS_MAX),
-                             domain_size=check_integer("domain", domain_size, 2, HISTOGRAM_DOMAIN_MAX),
-                             calibration=calibration, scale_numerator=s, scale_denominator=LAPLACE_DENOMINATOR)
+    return {"scale_numerator": s, "scale_denominator": LAPLACE_DENOMINATOR}
+
+
+def calibrate_laplace(epsilon: float, delta: float | None, n_users: int, domain_size: int,
+                      calibration: str = "exact") -> LaplaceParameters:
+    """a = s / t: eps / 2 rounded down to a multiple of 1 / t (t = 2^24), so the noise buys at most eps."""
+    return _calibrated(LaplaceParameters, check_epsilon(epsilon), check_pure_delta("laplace", delta), n_users,
+                       domain_size, calibration, _laplace_scale)
 
 
 def calibrate_gaussian(epsilon: float, delta: float, n_users: int, domain_size: int,
                        calibration: str = "exact") -> GaussianParameters:
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
-    if calibration != "exact":
-        raise ParameterError("calibration", "exact", calibration)
-    return GaussianParameters(epsilon=epsilon, delta=delta, n_users=check_integer("n_users", n_users, 2, N_USERS_MAX),
-                              domain_size=check_integer("domain", domain_size, 2, HISTOGRAM_DOMAIN_MAX),
-                              calibration=calibration, noise_variance=discrete_gaussian.calibrate(epsilon, delta, 1, 1))
+    """s2: the least integer whose exact delta(eps) meets delta (``discrete_gaussian.calibrate``, one draw a count)."""
+    return _calibrated(GaussianParameters, check_epsilon(epsilon), check_delta(delta), n_users, domain_size,
+                       calibration, lambda e, d: {"noise_variance": discrete_gaussian.calibrate(e, d, 1, 1)})
 
 
 class CentralCurator(FE0Analyzer):

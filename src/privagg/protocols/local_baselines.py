@@ -37,13 +37,12 @@ from ..errors import ParameterError, check_epsilon, check_integer
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
                               FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
-from .parameters import FrozenParameters, OneItemReports, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, check_pure_delta, one_changed_user
 from .privacy_blanket import bernoulli
 from .results import FrequencyTable
 
 CALIBRATIONS = ("exact",)
 OUE_COINS = 2**24  # OUE's coins drawn at once (8 bytes each)
-PURE_DELTA = 0.0
 
 
 def rr_keep(epsilon: float, values: int) -> float:
@@ -54,7 +53,7 @@ def rr_keep(epsilon: float, values: int) -> float:
 
 def _check_pure(epsilon: float, delta: float, local_epsilon: float) -> None:
     check_epsilon(epsilon)
-    if delta != PURE_DELTA:
+    if delta != 0.0:
         raise ParameterError("delta", "0 (left out): the local baselines are pure eps-DP", delta)
     check_epsilon(local_epsilon, "local_epsilon")
     if local_epsilon > epsilon * (1 + 1e-12):
@@ -325,11 +324,10 @@ class HadamardParameters(_LocalParameters):
 def _calibrated(cls, epsilon: float, delta: float | None, n_users: int, domain_size: int, calibration: str,
                 **fields):
     epsilon = check_epsilon(epsilon)
-    if delta not in (None, PURE_DELTA):
-        raise ParameterError("delta", f"left out for {cls.protocol} (pure eps-DP: delta is 0)", delta)
+    delta = check_pure_delta(cls.protocol, delta)
     if calibration not in CALIBRATIONS:
         raise ParameterError("calibration", f"one of {', '.join(CALIBRATIONS)}", calibration)
-    return cls(epsilon=epsilon, delta=PURE_DELTA, n_users=check_integer("n_users", n_users, 2, N_USERS_MAX),
+    return cls(epsilon=epsilon, delta=delta, n_users=check_integer("n_users", n_users, 2, N_USERS_MAX),
                domain_size=check_integer("domain", domain_size, 2, cls.domain_max), calibration=calibration,
                local_epsilon=epsilon, **fields)
 

@@ -113,6 +113,13 @@ class OneItemReports:
         return check_item_codes(codes, self.domain_size)
 
 
+def check_pure_delta(protocol: str, delta) -> float:
+    """0, the delta of a pure eps-DP protocol, which takes none: None and 0 are accepted, anything else refused."""
+    if delta not in (None, 0.0):
+        raise ParameterError("delta", f"left out for {protocol} (pure eps-DP: delta is 0)", delta)
+    return 0.0
+
+
 def check_item_codes(codes, domain_size: int) -> np.ndarray:
     """``codes`` as a flat int64 array; a clear error unless they are integers in [0, domain_size).
 

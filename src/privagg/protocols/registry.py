@@ -26,6 +26,7 @@ from . import local_baselines as lb
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
 from . import sparse_vector as sv
+from .parameters import check_pure_delta
 from .roles import Topology
 
 
@@ -294,8 +295,8 @@ def calibrate(protocol: str, *, epsilon: float, delta: float = 0.0, n_users: int
     the parameters so that every client and the analyzer share it.
     """
     entry = get(protocol)
-    if entry.pure and delta:
-        raise ParameterError("delta", f"left out for {protocol} (pure eps-DP: delta is 0)", delta)
+    if entry.pure:
+        check_pure_delta(protocol, delta)
     allowed = {o.name for o in entry.options}
     for name, value in options.items():
         if name not in allowed and value is not None:
