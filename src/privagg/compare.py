@@ -25,7 +25,6 @@ from .protocols import registry
 from .reports import CompareReport, CompareRow
 from .simulate.progress import Progress
 
-DEFAULT_DOMAIN = 1024  # the bundled words are hashed into this many codes unless --domain says otherwise
 COLUMNS = ("protocol", "epsilon", "delta", "error_p50", "error_p90", "error_p99", "error_max", "messages_per_user",
            "bits_per_user", "seconds", "trust", "refused")
 
@@ -37,9 +36,10 @@ def parse_list(text: str, field: str, kind=float) -> list:
         raise ParameterError(field, "a comma-separated list", text)
     if kind is float:
         try:
-            return [check_epsilon(float(item), field) for item in items]
+            numbers = [float(item) for item in items]
         except ValueError:
             raise ParameterError(field, "numbers separated by commas", text) from None
+        return [check_epsilon(number, field) for number in numbers]
     return items
 
 
@@ -63,7 +63,7 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
     for entry in entries:
         for epsilon in epsilons:
             row_delta = 0.0 if entry.pure else float(delta)
-            errors, per_user, bits, seconds, refused = [], 0.0, 0.0, [], None
+            errors, per_user, seconds, refused = [], [], [], None
             for trial in range(trials):
                 try:
                     report, _ = estimate_frequencies(entry.name, codes, encoder, epsilon=epsilon, delta=row_delta,
@@ -76,8 +76,8 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
                     break
                 e = report.error
                 errors.append((e.p50, e.p90, e.p99, e.max_abs))
-                per_user = report.messages.per_user
-                bits = per_user * report.bits_per_message
+                per_user.append(report.messages.per_user)
+                bits_per_message = report.bits_per_message
                 seconds.append(sum(v for k, v in report.simulation.seconds.items() if k != "report"))
                 if progress:
                     progress("compare", 1, total)
@@ -85,8 +85,9 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
                 rows.append(CompareRow(entry.name, epsilon, row_delta, trust=entry.trust, refused=refused))
                 continue
             p50, p90, p99, largest = (float(v) for v in np.mean(errors, axis=0))
-            rows.append(CompareRow(entry.name, epsilon, row_delta, p50, p90, p99, largest, per_user, bits,
-                                   float(np.median(seconds)), entry.trust))
+            messages = float(np.mean(per_user))  # the realised messages per user, mean over the trials
+            rows.append(CompareRow(entry.name, epsilon, row_delta, p50, p90, p99, largest, messages,
+                                   messages * bits_per_message, float(np.median(seconds)), entry.trust))
     return CompareReport(input=input_name, n_users=int(codes.size), domain_size=encoder.domain_size, trials=trials,
                          seed=seed, rows=rows, private=False,
                          note="seeded simulations, not private runs; errors use the true counts (not for release)")

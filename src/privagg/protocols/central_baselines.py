@@ -14,6 +14,7 @@ law. Derivations: docs/derivations.md, "Central baselines".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -55,6 +56,8 @@ class _CentralParameters(OneItemReports, FrozenParameters):
 
     def _check_common(self) -> None:
         check_epsilon(self.epsilon)
+        if self.calibration != "exact":
+            raise ParameterError("calibration", "exact", self.calibration)
         check_integer("n_users", self.n_users, 2, N_USERS_MAX)
         check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.item_key is not None:
@@ -76,7 +79,8 @@ class _CentralParameters(OneItemReports, FrozenParameters):
         return np.broadcast_to(self.noise_sd, np.shape(frequency)).astype(np.float64)
 
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        """The least m with Pr[some |noise| > m] <= beta over [B] (union bound on the exact tail)."""
+        """The least m with Pr[some |noise| > m] <= beta over [B] (union bound on ``tail_above``: the exact tail
+        for Laplace, a sub-Gaussian upper bound for Gaussian)."""
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
         tail = beta / self.domain_size / 2  # one side of one count
@@ -211,11 +215,9 @@ class GaussianParameters(_CentralParameters):
 
     @property
     def noise_sd(self) -> float:
-        """The exact sd of N_Z(0, s2), from its law over +-40 sd: at most sqrt(s2), below it by a relative
-        e^(-2 pi^2 s2) or so (Canonne, Kamath, Steinke), so sqrt(s2) for any s2 >= 2."""
-        width = math.ceil(40 * math.sqrt(self.noise_variance)) + 50
-        y = np.arange(-width, width + 1)
-        return math.sqrt(float(np.sum(y * y * self.pmf(y))))
+        """The exact sd of N_Z(0, s2) (at most sqrt(s2), below it by a relative e^(-2 pi^2 s2) or so; Canonne,
+        Kamath, Steinke), from its law over +-40 sd, computed once per s2."""
+        return _discrete_gaussian_sd(self.noise_variance)
 
     def pmf(self, y: np.ndarray) -> np.ndarray:
         return discrete_gaussian.pmf(self.noise_variance, y)
@@ -238,6 +240,13 @@ class GaussianParameters(_CentralParameters):
     def privacy(self) -> PrivacyDescription:
         return self._description({"noise_variance": self.noise_variance}, "the least integer s2 whose exact "
                                  "delta(eps), computed from the discrete Gaussian's law, meets delta")
+
+
+@functools.lru_cache(maxsize=64)
+def _discrete_gaussian_sd(s2: int) -> float:
+    width = math.ceil(40 * math.sqrt(s2)) + 50
+    y = np.arange(-width, width + 1)
+    return math.sqrt(float(np.sum(y * y * discrete_gaussian.pmf(s2, y))))
 
 
 def _calibrated(cls, epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str, noise):
@@ -299,7 +308,7 @@ def message_law(parameters: _CentralParameters, item: int) -> dict[tuple[int, ..
     B = parameters.domain_size
     if item < B:
         return {tuple(int(z == item) for z in range(B)): 1.0}
-    width, law = parameters.noise_law()
+    _, law = parameters.noise_law()
     out: dict[tuple[int, ...], float] = {}
     for offsets in np.ndindex(*(law.size,) * B):
         out[offsets] = float(np.prod(law[list(offsets)]))

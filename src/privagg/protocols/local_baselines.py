@@ -104,7 +104,7 @@ class _LocalParameters(OneItemReports, FrozenParameters):
         """No condition on the data."""
 
     def verify(self) -> None:
-        """The randomizer's epsilon is at most the claim (``_check``); nothing else to verify."""
+        """The randomizer's epsilon is at most the claim (``_check_pure``, on load); nothing else to verify."""
 
     def noise_fields(self, scale: float) -> dict[str, float]:
         """Less noise is a larger local epsilon: eps / ``scale`` (for the auditors)."""
@@ -292,7 +292,7 @@ class HadamardParameters(_LocalParameters):
 
     @property
     def other(self) -> float:
-        return 1 - self.keep  # not used by the estimate: the transform debiases (``standard_error``)
+        return 1 - self.keep  # the estimate is the transform's (``debias``); the error bound uses p - q = 2p - 1
 
     def debias(self, signed_sums: np.ndarray) -> np.ndarray:
         """sum_i H[x, j_i] b_i / (2p - 1), b_i = +-1: unbiased for g_x (E[H[x, j] H[x_i, j]] = [x = x_i])."""
@@ -303,13 +303,6 @@ class HadamardParameters(_LocalParameters):
         [x_i = x]."""
         g = np.clip(frequency, 0, self.n_users)
         return np.sqrt(np.maximum(self.n_users / (2 * self.keep - 1) ** 2 - g, 0.0))
-
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        if not 0 < beta < 1:
-            raise ParameterError("beta", "in (0, 1)", beta)
-        sd, step = float(self.standard_error(0)), 1 / (2 * self.keep - 1)
-        log_term = math.log(2 * self.domain_size / beta)
-        return step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * sd**2 * log_term)
 
     def theory(self) -> dict[str, float | str]:
         return {"estimate": "sum_i H[x, j_i] b_i / (2p - 1), by a fast Walsh-Hadamard transform", "p": self.keep,

@@ -73,8 +73,8 @@ def check_coordinates(values, dimension: int) -> np.ndarray:
     if array.size == 0:
         raise ParameterError("candidates", "at least 1 coordinate", "an empty list")
     if not np.issubdtype(array.dtype, np.integer) or array.min() < 0 or array.max() >= dimension:
-        raise ParameterError("candidates", f"integer coordinates in [0, {dimension})",
-                             next(v for v in array.tolist() if not (isinstance(v, int) and 0 <= v < dimension)))
+        bad = (v for v in array.tolist() if isinstance(v, bool) or not (isinstance(v, int) and 0 <= v < dimension))
+        raise ParameterError("candidates", f"integer coordinates in [0, {dimension})", next(bad, array.tolist()[0]))
     return array.astype(np.int64)
 
 
