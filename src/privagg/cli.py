@@ -582,10 +582,8 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
                        clip: bool, dimension: Optional[int], candidates: Optional[Path]):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings) of a vector protocol:
     the file's vectors or (coordinate, weight) rows, or the bundled data's."""
-    import numpy as np
-
     from . import datasets
-    from .io import InputFormat, read_list, read_vectors
+    from .io import InputFormat, read_vectors
     from .protocols.privacy_blanket import clip_vectors
 
     sparse = getattr(entry.parameters, "one_sparse", False)
@@ -610,15 +608,22 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
         values[...] = clip_vectors(values)
         if outside:
             warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
-    coordinates = None
-    if candidates is not None:
-        listed = read_list(candidates, InputFormat(item_type="int"), field="candidates")
-        try:
-            coordinates = np.array([int(v) for v in listed], dtype=np.int64)
-        except ValueError:
-            raise ParameterError("candidates", "integer coordinates, one per line", next(
-                v for v in listed if not v.lstrip("-").isdigit())) from None
+    coordinates = None if candidates is None else _read_coordinates(candidates)
     return inputs, dimension, coordinates, names, name, warnings
+
+
+def _read_coordinates(path: Path):
+    """A file of public candidate coordinates, integers one per line (estimate and analyze of vector sums)."""
+    import numpy as np
+
+    from .io import InputFormat, read_list
+
+    listed = read_list(path, InputFormat(item_type="int"), field="candidates")
+    try:
+        return np.array([int(v) for v in listed], dtype=np.int64)
+    except ValueError:
+        raise ParameterError("candidates", "integer coordinates, one per line", next(
+            v for v in listed if not v.lstrip("-").isdigit())) from None
 
 
 def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: Optional[str], header: bool,
@@ -1068,12 +1073,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     from .reports import (CoordinateEstimate, Messages, VectorAnalysisReport, expected_error, privacy_profile,
                           report_parameters, to_json_dict)
 
-    queries = None
-    if candidates is not None:
-        from .io import InputFormat, read_list
-
-        queries = [int(v) if v.lstrip("-").isdigit() else v
-                   for v in read_list(candidates, InputFormat(item_type="int"), field="candidates")]
+    queries = None if candidates is None else _read_coordinates(candidates)
     result, run = engines.analyze(make_analyzer(params, queries), partitions, engine, scheduler, workers)
     received = result.messages + result.malformed
     coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()

@@ -240,7 +240,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     coordinates = np.arange(d) if result.coordinates is None else result.coordinates
     truth = parameters.true_total(inputs, result.coordinates)
     errors = result.total - truth
-    squared, largest = float(np.sum(errors**2)), float(np.abs(errors).max())
+    squared, largest = float(np.sum(errors**2)), float(np.abs(errors).max(initial=0.0))
     if result.coordinates is not None:  # the others are estimated as 0: their error is their true sum
         missed = parameters.true_total_outside(inputs, result.coordinates)
         squared += float(np.sum(missed**2))
