@@ -206,7 +206,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
 
     with _clean_errors():
         _check_output(output)
-        if entry.family == CATEGORICAL or entry.result == "vector sum":  # no items to hash
+        if entry.family == CATEGORICAL or entry.result != "frequency table":  # no items to hash
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
                                      "no items to hash)", hash_key)
@@ -252,7 +252,10 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
     params = [
         _param("users", int, typer.Option(..., "--users", help="Number of users n >= 2.")),
         _param("domain", int, typer.Option(..., "--dimension", help="Dimension d of the users' vectors.")
-               if entry.result == "vector sum" else typer.Option(..., "--domain", help="Domain size B >= 2.")),
+               if entry.result == "vector sum" else typer.Option(..., "--domain", help="Domain size B >= 2."))
+        if entry.result != "heavy-hitter list" else
+        _param("domain", Optional[int], typer.Option(None, "--domain", help="Integer items in [0, B), B up to 2^64 "
+                                                                            "(strings: --max-length instead).")),
         *_protocol_parameters(entry),
         _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
         _verbose_option(),
@@ -731,6 +734,85 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
         _command(lambda **kw: _estimate_vector(entry, **kw), params, entry.title))
 
 
+def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
+                 delimiter: Optional[str], header: bool, missing: Enum, domain: Optional[int], epsilon: float,
+                 delta: float, calibration: Enum, phi: Optional[float], max_length: Optional[int],
+                 seed: Optional[int], verbose: bool, as_json: bool, output: Optional[Path],
+                 progress: Optional[bool]) -> None:
+    from . import datasets
+    from .io import InputFormat, read_items
+    from .reports import to_json_dict
+    from .simulate.heavy_hitters import estimate_heavy_hitters
+
+    with _clean_errors():
+        _check_output(output, input)
+        warnings = []
+        if input is None:
+            values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
+            if domain is not None:
+                raise ParameterError("domain", "left out for the bundled words (strings: --max-length)", domain)
+            max_length = datasets.HH_MAX_LENGTH if max_length is None else max_length
+        else:
+            values, dropped = read_items(input, InputFormat(item_type.value, column, delimiter, header, missing.value))
+            name = str(input)
+            if dropped:
+                warnings.append(f"{dropped} users with a missing value were left out (--missing drop)")
+            strings = isinstance(values, list) and values and isinstance(values[0], str)
+            if strings and max_length is None:
+                max_length = 32
+            if not strings and max_length is not None:
+                raise ParameterError("max-length", "left out for integer items (--domain B sets their range)",
+                                     max_length)
+        with _progress(progress) as advance:
+            report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
+                                               max_length=max_length, calibration=calibration.value, seed=seed,
+                                               input_name=name, progress=advance, warnings=warnings)
+
+    def human() -> None:
+        from rich.table import Table
+
+        _say(f"input: {report.input} ({report.n_users} users); heavy: held by at least phi n = "
+             f"{report.threshold:.0f} users")
+        table = Table(title=f"{report.protocol}: {len(report.heavy_hitters)} heavy hitters discovered")
+        for column_name in ("rank", "item", "estimate ± stderr", "true count (simulation)"):
+            table.add_column(column_name, justify="left" if column_name == "item" else "right")
+        for rank, h in enumerate(report.heavy_hitters, 1):
+            table.add_row(str(rank), str(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}", str(h.true_count))
+        _console().print(table)
+        for warning in report.warnings:
+            _say(f"warning: {warning}")
+        _say_privacy(report.privacy, report.privacy_profile, verbose)
+        m, e, p = report.messages, report.evaluation, report.parameters
+        _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
+             f"{report.bits_per_message} bits per message; {p['levels']} levels, p_f = "
+             f"{p['filter_probability']:.4g}, prefixes followed {report.survivors}")
+        _say(f"against the true counts (simulation only, not for release): {e.heavy_items} items held by >= phi n, "
+             f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%}), precision {e.precision:.0%} "
+             f"(held by >= phi n / 2: {e.precision_loose:.0%})")
+        _say(f"simulation: {report.simulation.randomness}; seconds "
+             + ", ".join(f"{k} {v:.2f}" for k, v in report.simulation.seconds.items()))
+
+    _emit(to_json_dict(report), as_json, output, human)
+
+
+def _register_hh_estimate(entry: ProtocolEntry) -> None:
+    params = [
+        *_input_parameters(),
+        _param("domain", Optional[int], typer.Option(None, "--domain", help="Integer items: B, items in [0, B), "
+                                                                            "up to 2^64.")),
+        *_protocol_parameters(entry),
+        _param("seed", Optional[int], typer.Option(
+            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        _verbose_option(),
+        _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
+        _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
+        _param("progress", Optional[bool], typer.Option(None, "--progress/--no-progress", help="Progress on stderr.")),
+    ]
+    estimate_app.command(entry.name, help=f"{entry.title}: simulate over users' items, report the heavy hitters "
+                                          "(discovered, no candidate list).")(
+        _command(lambda **kw: _estimate_hh(entry, **kw), params, entry.title))
+
+
 # --- audit --------------------------------------------------------------------------------------------
 
 AuditMethod = _choice("AuditMethod", ("exact", "statistical"))
@@ -801,6 +883,9 @@ def _register_audit(entry: ProtocolEntry) -> None:
 for _entry in ENTRIES:
     if _entry.implemented:
         _register_calibrate(_entry)
+        if _entry.result == "heavy-hitter list":  # no audit: see docs/privacy.md, "Heavy hitters"
+            _register_hh_estimate(_entry)
+            continue
         _register_audit(_entry)
         if _entry.result == "frequency table":
             _register_estimate(_entry)

@@ -28,6 +28,11 @@ def english_vocabulary(vocabulary: int = DEFAULT_VOCABULARY) -> pa.ChunkedArray:
     return pa.chunked_array([pa.array(wordfreq.top_n_list("en", vocabulary), type=pa.string())])
 
 
+HEAVY_HITTER_USERS = 1_000_000  # heavy-hitter discovery needs phi n well above the noise of its levels
+HH_MAX_LENGTH = 24  # bytes: the bundled words' longest is 18
+HH_DESCRIPTION = (f"{HEAVY_HITTER_USERS} users, one English word each, drawn from wordfreq's frequencies of the "
+                  f"{DEFAULT_VOCABULARY} most common words (seed {DEFAULT_SEED}); no candidate list is used")
+
 CATEGORY_USERS = 2_000
 CATEGORIES = 10
 CATEGORY_DESCRIPTION = (f"{CATEGORY_USERS} users, each holding one of the {CATEGORIES} most common English words, "

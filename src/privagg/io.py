@@ -155,6 +155,46 @@ def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"),
     return values
 
 
+def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = "input") -> tuple[list | np.ndarray, int]:
+    """(the users' raw items, users left out for a missing value): what heavy-hitter discovery reads.
+
+    A 1-D integer .npy array comes back as it is; other files as a list of strings, or of Python ints when
+    ``--item-type int`` (or ``auto`` and every value is a canonical decimal integer). The protocol checks the
+    items' range and length, naming the row.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(field, "an existing file", path)
+    kind = file_kind(path, fmt)
+    if kind == "npy":
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise _unreadable(path, "npy", field, err) from None
+        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
+            raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
+                                 "for strings)", f"{path} (shape {array.shape}, dtype {array.dtype})")
+        return array, 0
+    values: list = []
+    dropped = 0
+    try:
+        for block in _blocks(path, kind, fmt, field):
+            block, lost = _without_missing(block, fmt, field, path)
+            dropped += lost
+            values += pc.cast(block.values, pa.string()).to_pylist()
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+    if fmt.item_type == "str" or not values:
+        return values, dropped
+    bad = np.flatnonzero(~_matches(pa.array(values, pa.string()), CANONICAL_INTEGER))
+    if bad.size and fmt.item_type == "int":
+        raise ParameterError(field, "canonical decimal integers (--item-type int)",
+                             f"{values[bad[0]]!r} on item {int(bad[0])} (counted from 0)")
+    if not bad.size:
+        values = [int(text) for text in values]
+    return values, dropped
+
+
 def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray:
     """Each user's privacy requirement: the numbers of ``column`` in the table ``path``, row by row (weighted
     aggregation). Every value must be a finite number > 0; a missing one is an error (rows must stay aligned

@@ -187,6 +187,50 @@ class VectorEstimateReport(VectorReport):
 
 
 @dataclass
+class HeavyHitter:
+    """A discovered item: an output of the private protocol, so strings are reported by name."""
+
+    item: int | str
+    estimate: float  # of the number of users holding it
+    stderr: float
+    true_count: int | None = None  # simulations only (not private)
+
+
+@dataclass
+class HeavyHitterEvaluation:
+    """The reported items against the true counts (simulation only, not for release)."""
+
+    heavy_items: int  # items held by at least phi n users
+    reported: int
+    recall: float  # share of the items held by >= phi n users that are reported
+    recall_strong: float  # share of the items held by >= 1.5 phi n users that are reported
+    precision: float  # share of the reported items held by >= phi n users
+    precision_loose: float  # share of the reported items held by >= phi n / 2 users
+
+
+@dataclass
+class HeavyHitterReport:
+    """``privagg estimate fe-hh``: the heavy hitters discovered in a simulated run."""
+
+    protocol: ProtocolName
+    parameters: Parameters
+    privacy: PrivacyDescription
+    n_users: int
+    messages: Messages
+    bits_per_message: int
+    expected_error: ExpectedError
+    threshold: float  # phi n: reported items are estimated to be held by at least this many users
+    heavy_hitters: list[HeavyHitter]  # largest estimate first
+    survivors: list[int]  # prefixes followed at each level of the tree
+    theory: dict[str, float | str]  # the estimator and the detection probabilities
+    privacy_profile: list[ProfilePoint]
+    warnings: list[str]
+    evaluation: HeavyHitterEvaluation
+    simulation: Simulation
+    input: str
+
+
+@dataclass
 class Engine:
     name: Literal["local", "dask"]
     partitions: int
@@ -342,5 +386,6 @@ def json_schema(report_type: type) -> dict[str, Any]:
 
 
 REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "estimate-vector": VectorEstimateReport,
+                "estimate-hh": HeavyHitterReport,
                 "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "compare": CompareReport,
                 "audit": AuditReport, "account": AccountReport}

@@ -343,7 +343,8 @@ def test_loading_checks_what_the_noise_buys(calibrate, kwargs):
 
 def test_heavy_hitter_list_and_vector_sum_queries():
     params = calibrate_fe0(EPS, DELTA, N, 100)
-    hh = HeavyHitterList(params, np.array([3, 7, 42]), np.array([500.0, 900.0, 500.0]), threshold=400)
+    hh = HeavyHitterList(params, np.array([3, 7, 42]), np.array([500.0, 900.0, 500.0]), threshold=400,
+                         standard_errors=np.array([20.0, 25.0, 20.0]))
     assert 7 in hh and 8 not in hh and 100 not in hh
     codes, estimates = hh.top_k(2)
     assert codes.tolist() == [7, 3] and estimates.tolist() == [900.0, 500.0]  # ties: the smaller item first

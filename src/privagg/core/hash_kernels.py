@@ -151,3 +151,39 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
                 y += b
         for tile in range(n_tiles):
             flush(counts, buckets, tile * stride, fill[tile], tile)
+
+
+@nb.njit(cache=True, parallel=True)
+def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
+    """out_per_thread[t, k, j] += messages of thread t's share matching x = bases[k] + j, j < fanouts[k].
+
+    The children of one prefix in the heavy-hitter tree are consecutive
+    codes (protocols/heavy_hitters.py), so u x + v mod q runs along a
+    progression of step u: one product per (message, prefix), then an
+    addition per child.
+    """
+    qinv, binv = 1.0 / q, 1.0 / b
+    n_threads = out_per_thread.shape[0]
+    share = (u.size + n_threads - 1) // n_threads
+    for t in nb.prange(n_threads):
+        end = min(u.size, (t + 1) * share)
+        for lo in range(t * share, end, MATCH_BLOCK):
+            hi = min(end, lo + MATCH_BLOCK)
+            for k in range(bases.size):
+                base = bases[k]
+                for i in range(lo, hi):
+                    ui = u[i]
+                    y = mulmod(ui, base, q, qinv) + v[i]
+                    if y >= q:
+                        y -= q
+                    for j in range(fanouts[k]):
+                        r = y - b * np.int64(float(y) * binv)
+                        while r < 0:
+                            r += b
+                        while r >= b:
+                            r -= b
+                        if r == w[i]:
+                            out_per_thread[t, k, j] += 1
+                        y += ui
+                        if y >= q:
+                            y -= q

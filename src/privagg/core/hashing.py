@@ -138,6 +138,25 @@ class UniversalHash:
         count_matches(*_kernel_columns(u, v, w), queries, self.modulus, self.bins, out)
         return out.sum(axis=0)
 
+    def count_progressions(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, bases, fanouts) -> np.ndarray:
+        """counts[k, j]: the messages with h((bases[k] + j) mod q) = w, for j < fanouts[k].
+
+        The heavy-hitter tree's children of a prefix are such a run of
+        codes; the kernel walks u x + v along it with additions only.
+        """
+        import numba
+
+        from .hash_kernels import count_progressions
+
+        bases = _as_int64("bases", bases, self.modulus)
+        fanouts = np.ascontiguousarray(fanouts, dtype=np.int64)
+        if fanouts.size != bases.size or (bases.size and (fanouts.min() < 1 or fanouts.max() > self.modulus)):
+            raise ValueError(f"fanouts must be in [1, modulus={self.modulus}], one per base")
+        width = int(fanouts.max(initial=1))
+        out = np.zeros((numba.get_num_threads(), bases.size, width), dtype=np.int64)
+        count_progressions(*_kernel_columns(u, v, w), bases, fanouts, self.modulus, self.bins, out)
+        return out.sum(axis=0)
+
     def count_all(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
                   out: np.ndarray | None = None) -> np.ndarray:
         """For every x in [domain_size], the number of messages with h(x) = w (integer columns of any dtype).

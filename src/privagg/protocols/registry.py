@@ -22,6 +22,7 @@ from typing import Any, Literal
 from ..errors import ParameterError
 from . import balls_into_bins as bib
 from . import central_baselines as cb
+from . import heavy_hitters as hh
 from . import local_baselines as lb
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
@@ -139,9 +140,15 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         options=(Option("c", float, "b = floor(n / ln^c n) hash bins (default c = 1)"),
                  Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
-        name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels", family="balls into bins",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="p_f (1 + rho)",
-        reference="shuffle FE paper, §4", status="planned", result="heavy-hitter list"),
+        name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels (integers up to 2^64, strings)",
+        family="balls into bins", topology="shuffle", trust="shuffle (trusted shuffler)",
+        messages_per_user="p_f (1 + rho), rho = mu b / m", reference="shuffle FE paper, §4 (the authors' HHD code)",
+        result="heavy-hitter list", calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
+        client=hh.HeavyHitterClient, analyzer=hh.HeavyHitterAnalyzer,
+        calibrations=("numeric", "hockey_stick", "closed_form"),
+        options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
+                 Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
+                        f"(1..{hh.MAX_LENGTH_MAX}; --domain is then left out)"))),
     ProtocolEntry(
         name="sparse-vector", title="1-sparse vector sums: rounded weights, FE0 over (coordinate, level) cells",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu (B k + 1) / n",

@@ -117,20 +117,28 @@ class FrequencyTable:
 class HeavyHitterList:
     """Items reported as held by at least ``threshold`` users (sorted, distinct), with their estimates.
 
-    The result type of the heavy-hitter protocols (registry entry ``fe-hh``).
+    The result type of the heavy-hitter protocols (registry entry ``fe-hh``): ``items`` are integers or
+    strings, ``standard_errors`` the estimates' (the estimate plugged in), ``survivors`` how many prefixes
+    passed each level of the tree, ``capped_levels`` the levels where more passed than were followed.
     """
 
     parameters: Any
     items: np.ndarray
     estimates: np.ndarray
     threshold: float
+    standard_errors: np.ndarray
+    survivors: tuple[int, ...] = ()
+    capped_levels: tuple[int, ...] = ()
+    messages: int = 0
+    malformed: int = 0
 
-    def __contains__(self, item: int) -> bool:
-        slot = np.searchsorted(self.items, item)
-        return bool(slot < self.items.size and self.items[slot] == item)
+    def __contains__(self, item) -> bool:
+        return item in set(self.items.tolist())
 
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return top_k(self.items, self.estimates, k)
+        k = min(check_integer("top", k, 1), self.items.size)
+        order = np.argsort(-self.estimates, kind="stable")[:k]
+        return self.items[order], self.estimates[order]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,619 @@
+"""Heavy hitters in the shuffle model: a prefix tree of FE1 levels (``fe-hh``; shuffle FE paper, §4, as the
+authors' HHD code; reference ../shared/papers/shuffle-frequency-estimation.md, §2.4).
+
+A value is a string of W bits: an integer of [B] (W = bit length of B - 1, up to 64), or a byte string of at
+most L bytes padded with zero bytes (W = 8 L). The tree's levels are prefix lengths
+s, s + step, ..., W (step 1 bit for integers, one byte for strings); the last level is the whole value.
+
+* Each user picks one level uniformly, and sends FE1's messages for the prefix of his value at that level:
+  one hashed real message and floor(rho) or ceil(rho) uniform dummies, each tagged with the level
+  (:class:`HeavyHitterClient`). Each message is then sent only with probability p_f (thinning).
+* The analyzer (:class:`HeavyHitterAnalyzer`) counts every prefix of the first level (FE1's preimage
+  enumeration), keeps the prefixes whose estimated number of holders is at least phi n / 2, and goes down
+  level by level querying the children of the survivors. At the last level an item is reported when its
+  estimate is at least phi n: the last level is the frequency check that drops false positives.
+
+Prefix codes: the FE1 domain of the first level is its 2^s prefixes. Deeper prefixes are coded
+code(p b) = (code(p) K + b) mod P, with P the largest prime below 2^49 and K the public ``code_key``: the
+children of a prefix are consecutive codes, which the counting kernel walks by additions. When every value
+fits (2^W <= P), K = 2^step and the code is the prefix itself (exact, as the authors' code); otherwise K is
+random and two distinct prefixes of one level share a code with probability at most (levels) / P (a
+polynomial of that degree in K), which costs accuracy only, never privacy.
+
+Privacy (docs/derivations.md, "Heavy hitters"): given the users' levels (independent of the data), the
+levels are separate FE1 instances and only the changed user's level sees the change; thinning is applied
+message by message independently of the content, so it is post-processing of the shuffled multiset.
+Calibrating every level's noise for m users, delta = delta_FE1(m) + Pr[the changed user's level has fewer
+than m users], computed exactly (binomial tail).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..core.hashing import UniversalHash, mulmod
+from ..core.messages import Column, MessageBatch, MessageLayout
+from ..core.primes import next_prime
+from ..core.randomness import RNGLike, resolve
+from ..errors import ParameterError, check_delta, check_epsilon, check_integer
+from ..privacy import balls_into_bins as calibration_bib
+from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from .balls_into_bins import MAX_ERROR_BETA, N_USERS_MAX, dummy_counts
+from .parameters import FrozenParameters
+from .results import HeavyHitterList
+
+CODE_PRIME = 562_949_953_421_231  # the largest prime below 2^49: the code space of prefixes deeper than s
+INTEGER_DOMAIN_MAX = 2**64
+MAX_LENGTH_MAX = 64  # bytes of a string value
+FIRST_LEVEL_BITS_MAX = 24  # 2^24 prefixes counted at the first level: 64 MiB of int32 counters per thread
+STRING_STEP = 8
+SURVIVORS_PER_PHI = 4  # at most 4 / phi prefixes survive a level (at most 2 / phi hold phi n / 2 users each)
+
+
+def _check_phi(phi) -> float:
+    if isinstance(phi, bool) or not isinstance(phi, (int, float)) or not 0 < phi < 1:
+        raise ParameterError("phi", "in (0, 1): heavy items are held by at least phi n users", phi)
+    return float(phi)
+
+
+def _first_level(n_users: int, phi: float, width: int, step: int) -> int:
+    """s: the authors' ceil(log2(n / (phi log2 n))), capped at 2^24 prefixes, a multiple of ``step``, and below
+    the last level when there is room for two levels."""
+    if width == step:
+        return width
+    s = math.ceil(math.log2(n_users / (phi * math.log2(n_users))))
+    s = step * max(1, min(s, FIRST_LEVEL_BITS_MAX) // step)
+    return min(s, width - step)
+
+
+def _level_users(n_users: int, levels: int, delta: float) -> tuple[int, float]:
+    """(m, tail): the most users m a level's noise may be calibrated for with Pr[the changed user's level holds
+    fewer than m users] = tail <= delta / 2; the others of n - 1 users join it with probability 1 / levels."""
+    if levels == 1:
+        return n_users, 0.0
+    from scipy.special import bdtr
+
+    def tail(m: int) -> float:  # Pr[1 + Bin(n - 1, 1/levels) < m]
+        return float(bdtr(m - 2, n_users - 1, 1.0 / levels)) if m >= 2 else 0.0
+
+    low, high = 1, n_users  # tail(1) = 0 <= delta / 2; find the largest m with tail(m) <= delta / 2
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if tail(mid) <= delta / 2 else (low, mid - 1)
+    return low, tail(low)
+
+
+def filter_probability(n_users: int, phi: float, levels: int, domain_size: int) -> float:
+    """p_f: the authors' min(8 K/(phi n) ln(K/(0.1 phi)), 30 K/(phi n) ln(phi B)) with K levels, at most 1.
+
+    A phi n heavy item then puts 8 ln(K / (0.1 phi)) messages in expectation at each level (reference §2.4);
+    the second term counts only when phi B > 1.
+    """
+    terms = [1.0, 8 * levels / (phi * n_users) * math.log(levels / (0.1 * phi))]
+    if phi * domain_size > 1:
+        terms.append(30 * levels / (phi * n_users) * math.log(phi * domain_size))
+    return min(terms)
+
+
+def _normal_tail(z: float) -> float:
+    """Pr[N(0, 1) > z]."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _normal_quantile(tail: float) -> float:
+    """z with Pr[N(0, 1) > z] = ``tail``."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - tail)
+
+
+@dataclass(frozen=True)
+class HeavyHitterParameters(FrozenParameters):
+    """fe-hh: the prefix tree's levels, FE1's bins and noise per level, thinning, and the thresholds."""
+
+    protocol: ClassVar[str] = "fe-hh"
+    mechanism: ClassVar[str] = ("fe-hh: one uniformly chosen prefix level per user, FE1 over that level's prefix "
+                                "codes, each message kept with probability p_f")
+    model: ClassVar[str] = "shuffle"
+    trusted: ClassVar[tuple[str, ...]] = ("shuffler",)
+    honest_fraction: ClassVar[float] = 1.0
+
+    epsilon: float
+    delta: float
+    n_users: int
+    domain_size: int  # integers: B; strings: 256^L (every byte string of L bytes)
+    phi: float
+    calibration: str
+    bins: int  # b = max(2, ceil(n / log2^2 n)), the authors' hash range at every level
+    first_level: int  # s, in bits
+    level_users: int  # m: the users every level's noise is calibrated for
+    mu: float
+    rho: float  # mu b / m dummies per user, before thinning
+    filter_probability: float
+    code_key: int
+    max_length: int | None = None  # strings: L bytes; None: integers
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        n = check_integer("n_users", self.n_users, 2, N_USERS_MAX)
+        _check_phi(self.phi)
+        if self.max_length is None:
+            check_integer("domain", self.domain_size, 2, INTEGER_DOMAIN_MAX)
+        else:
+            check_integer("max-length", self.max_length, 1, MAX_LENGTH_MAX)
+            if self.domain_size != 256**self.max_length:
+                raise ParameterError("domain", f"256^max_length = {256**self.max_length} for strings",
+                                     self.domain_size)
+        if self.calibration not in calibration_bib.METHODS:
+            raise ParameterError("calibration", f"one of {', '.join(calibration_bib.METHODS)}", self.calibration)
+        derived = (("bins", lambda: max(2, math.ceil(n / math.log2(n) ** 2))),
+                   ("first_level", lambda: _first_level(n, self.phi, self.width, self.step)),
+                   ("level_users", lambda: _level_users(n, self.levels, self.delta)[0]),
+                   ("filter_probability", lambda: filter_probability(n, self.phi, self.levels, self.domain_size)))
+        for name, value in derived:  # in order: each check may rest on the fields checked before it
+            if getattr(self, name) != (expected := value()):
+                raise ParameterError(name, f"{expected!r}, as n, phi, the domain and delta imply", getattr(self, name))
+        if self.level_users < 2:
+            raise ParameterError("users", f"enough that every one of the {self.levels} levels has at least 2 users "
+                                 f"except with probability delta / 2", n)
+        if self.exact_codes and self.code_key != 1 << self.step:
+            raise ParameterError("code_key", f"2^step = {1 << self.step} (every prefix fits the code space)",
+                                 self.code_key)
+        check_integer("code_key", self.code_key, 2, CODE_PRIME - 1)
+        if not (self.mu > 0 and math.isfinite(self.mu)):
+            raise ParameterError("mu", "a finite number > 0", self.mu)
+        if not math.isclose(self.rho, self.mu * self.bins / self.level_users, rel_tol=1e-12):
+            raise ParameterError("rho", f"mu * bins / level_users = {self.mu * self.bins / self.level_users!r}",
+                                 self.rho)
+
+    def verify(self) -> None:
+        """Check that mu buys the claimed (epsilon, delta) at every level's overlap, without recalibrating."""
+        if self.calibration == "closed_form":
+            needed = calibration_bib.closed_form_noise(self.epsilon, self.delta - self.level_tail)
+            if self.mu < needed:
+                raise ParameterError("mu", f">= 32 ln(2/delta)/eps^2 = {needed:.6g}", self.mu)
+            return
+        self.check_delta_at("mu", self.mu)
+
+    # --- the tree -----------------------------------------------------------------------------------------
+    @property
+    def width(self) -> int:
+        """W: bits of a value."""
+        return 8 * self.max_length if self.max_length is not None else max(1, (self.domain_size - 1).bit_length())
+
+    @property
+    def step(self) -> int:
+        return 1 if self.max_length is None else STRING_STEP
+
+    @property
+    def levels(self) -> int:
+        """K: the number of levels s, s + step, ..., W."""
+        return (self.width - self.first_level) // self.step + 1
+
+    def level_bits(self, level: int) -> int:
+        return self.first_level + level * self.step
+
+    @property
+    def exact_codes(self) -> bool:
+        """Whether every prefix is its own code (2^W <= P)."""
+        return self.width <= 48
+
+    @functools.cached_property
+    def hashes(self) -> tuple[UniversalHash, ...]:
+        """FE1's family at each level: prime q >= the level's code space (2^bits, or P past the first level)."""
+        def modulus(level: int) -> int:
+            space = 1 << self.level_bits(level) if level == 0 or self.exact_codes else CODE_PRIME
+            return next_prime(max(space, self.bins))
+        return tuple(UniversalHash(modulus(k), self.bins) for k in range(self.levels))
+
+    @property
+    def layout(self) -> MessageLayout:
+        top = max(h.modulus for h in self.hashes)
+        return MessageLayout((Column("level", 0, self.levels), Column("u", 1, top), Column("v", 0, top),
+                              Column("w", 0, self.bins)))
+
+    @property
+    def survivor_cap(self) -> int:
+        return math.ceil(SURVIVORS_PER_PHI / self.phi)
+
+    @property
+    def threshold(self) -> float:
+        """phi n: an item is reported when its estimate reaches it; a prefix survives at half of it."""
+        return self.phi * self.n_users
+
+    # --- theory --------------------------------------------------------------------------------------------
+    @property
+    def messages_per_user(self) -> float:
+        """p_f (1 + rho) expected messages per user."""
+        return self.filter_probability * (1 + self.rho)
+
+    @property
+    def messages_sd(self) -> float:
+        """Standard deviation of the total number of messages (the thinned real and dummy messages)."""
+        frac, pf = self.rho - math.floor(self.rho), self.filter_probability
+        mean_d = self.rho
+        var_d = frac * (1 - frac)
+        per_user = pf * (1 - pf) * (1 + mean_d) + pf**2 * var_d  # Var of Bin(1 + D, p_f)
+        return math.sqrt(self.n_users * per_user)
+
+    def _moments(self, match: float) -> tuple[float, float]:
+        """(mean, variance) of one user's contribution to a code's count at one level, when his real message
+        matches with probability ``match`` if he is at that level (1 for a holder, p_col for the others)."""
+        a, pf = 1.0 / self.levels, self.filter_probability
+        r = pf / self.bins  # a dummy is kept and matches
+        frac = self.rho - math.floor(self.rho)
+        real, dummy = pf * match, self.rho * r
+        dummy_sq = self.rho * r * (1 - r) + r * r * frac * (1 - frac) + dummy * dummy
+        inner_sq = real + 2 * real * dummy + dummy_sq  # E[(R + S)^2], R a 0/1 coin independent of S
+        mean = a * (real + dummy)
+        return mean, a * inner_sq - mean * mean
+
+    def estimate(self, counts, level: int) -> np.ndarray:
+        """Unbiased estimates of the number of holders of codes from their counts at ``level``:
+        (K c / p_f - n p_col - n rho / b) / (1 - p_col)."""
+        p = self.hashes[level].collision_probability
+        scale = self.levels / self.filter_probability
+        noise = self.n_users * (p + self.rho / self.bins)
+        return (np.asarray(counts, dtype=np.float64) * scale - noise) / (1 - p)
+
+    def standard_error(self, holders, level: int | None = None) -> np.ndarray:
+        """Standard deviation of the estimate of an item held by ``holders`` users (clipped to [0, n])."""
+        p = self.hashes[-1 if level is None else level].collision_probability
+        g = np.clip(np.asarray(holders, dtype=np.float64), 0, self.n_users)
+        var_holder, var_other = self._moments(1.0)[1], self._moments(p)[1]
+        scale = self.levels / self.filter_probability / (1 - p)
+        return scale * np.sqrt(g * var_holder + (self.n_users - g) * var_other)
+
+    def detection(self) -> dict[str, float]:
+        """Normal approximations of the tree's errors (the counts are sums of many independent small terms).
+
+        ``miss_probability``: an item held by 1.5 phi n users falls below a threshold at some level (union
+        over the levels); ``false_report_probability``: an item held by phi n / 2 users reaches phi n at the
+        last level; ``false_first_level``: expected prefixes held by no one that pass phi n / 2 at the first
+        level (of its 2^s).
+        """
+        t = self.threshold
+        sd_strong, sd_half, sd_zero = (float(self.standard_error(g, 0)) for g in (1.5 * t, t / 2, 0.0))
+        miss = (self.levels - 1) * _normal_tail((1.5 * t - t / 2) / sd_strong) + _normal_tail(0.5 * t / sd_strong)
+        return {"miss_probability": min(1.0, miss), "false_report_probability": _normal_tail(0.5 * t / sd_half),
+                "false_first_level": 2.0 ** self.first_level * _normal_tail(0.5 * t / sd_zero),
+                "standard_error_at_phi_n": float(self.standard_error(t))}
+
+    def theory(self) -> dict[str, float | str]:
+        return {"estimate": "(K count / p_f - n p_col - n rho / b) / (1 - p_col) at the item's last level",
+                "prefix_threshold": self.threshold / 2, "report_threshold": self.threshold, **self.detection()}
+
+    def expected_error(self) -> dict[str, float]:
+        """Costs, the standard error at phi n, and alpha: every estimate at the last level (at most
+        survivor_cap 2^step children) is within alpha of its truth with probability 1 - beta (normal
+        approximation, union bound, the largest standard error, at n holders)."""
+        queries = self.survivor_cap << self.step
+        alpha = float(self.standard_error(self.n_users)) * _normal_quantile(MAX_ERROR_BETA / (2 * queries))
+        return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
+                "standard_error": float(self.standard_error(self.threshold)), "max_error_bound": alpha,
+                "max_error_beta": MAX_ERROR_BETA}
+
+    def derived(self) -> dict[str, Any]:
+        return {"levels": self.levels, "width": self.width}
+
+    def warnings(self) -> list[str]:
+        d, out = self.detection(), []
+        if d["miss_probability"] > 0.05:
+            out.append(f"an item held by 1.5 phi n = {1.5 * self.threshold:.0f} users is missed with probability "
+                       f"about {d['miss_probability']:.2g}: phi n is small for {self.levels} levels at this epsilon "
+                       "(raise phi, or give more users)")
+        if d["false_first_level"] > self.survivor_cap / 4:
+            out.append(f"about {d['false_first_level']:.0f} noise prefixes pass the first level (at most "
+                       f"{self.survivor_cap} are followed): the noise is large against phi n / 2")
+        return out
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        return {"user": {"sent": self.messages_per_user},
+                "analyzer": {"received": self.n_users * self.messages_per_user}}
+
+    def noise_fields(self, scale: float) -> dict[str, float]:
+        return {"mu": self.mu * scale, "rho": self.rho * scale}
+
+    # --- privacy -------------------------------------------------------------------------------------------
+    @property
+    def level_tail(self) -> float:
+        """Pr[the changed user's level holds fewer than level_users users]: the delta the levels cannot cover."""
+        return _level_users(self.n_users, self.levels, self.delta)[1]
+
+    @property
+    def overlap(self) -> float:
+        """The smallest p_col over the levels: the least private level (delta falls as the overlap grows)."""
+        return min(h.collision_probability for h in self.hashes)
+
+    def delta_at(self, epsilon: float) -> float:
+        """delta at ``epsilon``: FE1's hockey-stick bound for level_users users at the least private level, plus
+        the chance that the changed user's level has fewer users."""
+        return self.level_tail + calibration_bib.delta_at(epsilon, self.mu, self.level_users, self.bins, self.overlap)
+
+    @property
+    def privacy(self) -> PrivacyDescription:
+        return PrivacyDescription(
+            mechanism=self.mechanism,
+            parameters={"mu": self.mu, "n_users": self.n_users, "levels": self.levels, "level_users":
+                        self.level_users, "bins": self.bins, "overlap": self.overlap,
+                        "level_tail": self.level_tail, "filter_probability": self.filter_probability},
+            epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE,
+            trusted=self.trusted, honest_fraction=1.0,
+            assumptions=("all n users follow the protocol (none drops out or colludes)",
+                         "each user draws his level and his thinning coins with secure randomness",
+                         "the parameters, including the prefix code key, are public"),
+            method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
+            + f", for {self.level_users} users at every level; plus Pr[the changed user's level has fewer] = "
+              f"{self.level_tail:.3g} (exact binomial tail); thinning is post-processing",
+            reference="docs/derivations.md, 'Heavy hitters'",
+            caveats=("discovered items are outputs of the private protocol and are reported by name",))
+
+    # --- values --------------------------------------------------------------------------------------------
+    def check_values(self, values) -> np.ndarray:
+        """Integers in [0, B) as uint64, or strings (str as UTF-8, or bytes) of at most L bytes and no zero
+        byte as an (n, L) uint8 matrix padded with zeros; anything else is an error naming the row."""
+        if self.max_length is None:
+            return _check_integers(values, self.domain_size)
+        return _check_strings(values, self.max_length)
+
+    def codes(self, values: np.ndarray, level: np.ndarray) -> np.ndarray:
+        """The code of each checked value's prefix at its ``level`` (Horner's rule on the step-bit chunks)."""
+        first, chunk = self._chunks(values)
+        code = first.astype(np.int64)
+        key = np.int64(self.code_key)
+        for j in range(1, int(level.max(initial=0)) + 1):
+            deeper = np.flatnonzero(level >= j)
+            code[deeper] = (mulmod(code[deeper], key, CODE_PRIME) + chunk(j, deeper)) % CODE_PRIME
+        return code
+
+    def _chunks(self, values: np.ndarray):
+        """(the first s bits of every value, chunk(j, rows): the j-th step-bit chunk after them)."""
+        if self.max_length is None:
+            shift = self.width - self.first_level
+            return values >> np.uint64(shift), lambda j, rows: (
+                (values[rows] >> np.uint64(shift - j)) & np.uint64(1)).astype(np.int64)
+        head = self.first_level // 8
+        first = np.zeros(len(values), dtype=np.int64)
+        for column in range(head):
+            first = (first << 8) | values[:, column]
+        return first, lambda j, rows: values[rows, head + j - 1].astype(np.int64)
+
+    def item_value(self, value: int) -> int | str:
+        """A discovered value as reported: the integer, or the string (UTF-8, undecodable bytes escaped)."""
+        if self.max_length is None:
+            return int(value)
+        return value.to_bytes(self.max_length, "big").rstrip(b"\0").decode("utf-8", errors="backslashreplace")
+
+
+def _check_integers(values, domain_size: int) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except (ValueError, OverflowError):
+        raise ParameterError("item", f"integers in [0, {domain_size})", "a ragged or oversized sequence") from None
+    if array.dtype == object:  # Python ints beyond int64
+        try:
+            array = np.asarray(values, dtype=np.uint64)
+        except (OverflowError, TypeError, ValueError):
+            raise ParameterError("item", f"integers in [0, {domain_size})", "a value outside 64 bits") from None
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise ParameterError("item", f"integers in [0, {domain_size}), one per user", f"dtype {array.dtype}, shape "
+                             f"{array.shape}")
+    bad = (array < 0) if np.issubdtype(array.dtype, np.signedinteger) else np.zeros(array.shape, dtype=bool)
+    bad |= array.astype(np.uint64) > np.uint64(domain_size - 1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ParameterError("item", f"an integer in [0, {domain_size}) (row {row}, counted from 0)",
+                             int(array[row]))
+    return array.astype(np.uint64)
+
+
+def _check_strings(values, max_length: int) -> np.ndarray:
+    items = list(values)
+    encoded = []
+    for row, item in enumerate(items):
+        data = item.encode("utf-8") if isinstance(item, str) else item
+        if not isinstance(data, (bytes, bytearray)):
+            raise ParameterError("item", f"a string (row {row}, counted from 0)", type(item).__name__)
+        if len(data) > max_length:
+            raise ParameterError("item", f"at most --max-length {max_length} bytes (row {row}, counted from 0, has "
+                                 f"{len(data)})", item)
+        if 0 in data:
+            raise ParameterError("item", f"a string without a zero byte (row {row}, counted from 0; values are "
+                                 "padded with zero bytes)", item)
+        encoded.append(bytes(data))
+    matrix = np.zeros((len(encoded), max_length), dtype=np.uint8)
+    if encoded:
+        packed = np.array(encoded, dtype=f"S{max_length}")
+        matrix[:] = packed.view(np.uint8).reshape(len(encoded), max_length)
+    return matrix
+
+
+# --- calibration -------------------------------------------------------------------------------------------
+
+
+def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int | None, phi: float | None = None,
+                    max_length: int | None = None, calibration: str = "numeric",
+                    code_key: int | None = None) -> HeavyHitterParameters:
+    """fe-hh's parameters for (epsilon, delta)-DP in the shuffle model.
+
+    Integers: ``domain_size`` B up to 2^64. Strings: ``max_length`` L bytes (``domain_size`` left out, or
+    256^L). ``code_key``: the public key of the prefix codes when 2^W > P (default: drawn from the OS).
+    """
+    if phi is None:
+        raise ParameterError("phi", "given: heavy items are those held by at least phi n users, phi in (0, 1)", None)
+    epsilon, delta, phi = check_epsilon(epsilon), check_delta(delta), _check_phi(phi)
+    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
+    if max_length is None:
+        if domain_size is None:
+            raise ParameterError("domain", "given for integer items (B: items in [0, B)), or --max-length L for "
+                                 "strings", None)
+        domain = check_integer("domain", domain_size, 2, INTEGER_DOMAIN_MAX)
+        width, step = max(1, (domain - 1).bit_length()), 1
+    else:
+        max_length = check_integer("max-length", max_length, 1, MAX_LENGTH_MAX)
+        if domain_size not in (None, 256**max_length):
+            raise ParameterError("domain", "left out for strings (--max-length sets it)", domain_size)
+        domain, width, step = 256**max_length, 8 * max_length, STRING_STEP
+    s = _first_level(n, phi, width, step)
+    levels = (width - s) // step + 1
+    users, tail = _level_users(n, levels, delta)
+    if users < 2:
+        raise ParameterError("users", f"enough for {levels} levels of at least 2 users each (delta / 2 = "
+                             f"{delta / 2:.3g} bounds the chance of fewer)", n)
+    bins = max(2, math.ceil(n / math.log2(n) ** 2))
+    if width <= 48:
+        key = 1 << step
+    else:
+        key = check_integer("code_key", code_key, 2, CODE_PRIME - 1) if code_key is not None else \
+            2 + secrets.randbelow(CODE_PRIME - 2)
+    draft = HeavyHitterParameters(
+        epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, phi=phi, calibration=calibration, bins=bins,
+        first_level=s, level_users=users, mu=1.0, rho=bins / users, code_key=key, max_length=max_length,
+        filter_probability=filter_probability(n, phi, levels, domain))
+    mu = calibration_bib.calibrate(epsilon, delta - tail, users, bins, calibration, draft.overlap)
+    return dataclasses.replace(draft, mu=mu, rho=mu * bins / users)
+
+
+# --- roles -------------------------------------------------------------------------------------------------
+
+
+class HeavyHitterClient:
+    """A user's randomizer: one level, FE1's messages for his prefix there, each kept with probability p_f."""
+
+    def __init__(self, parameters: HeavyHitterParameters) -> None:
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def randomize(self, values, rng: RNGLike = None) -> MessageBatch:
+        """The messages of a batch of users (``rng=None``: secure randomness).
+
+        Thinning is drawn per user as Bin(messages, p_f), the same law as a coin per message; it does not
+        touch privacy (post-processing), so its floating-point binomial sampler is harmless. The dummy count
+        floor(rho) + [uniform < rho - floor(rho)] is exact, as FE1's.
+        """
+        p, rng = self.parameters, resolve(rng)
+        values = p.check_values(values)
+        n = len(values)
+        level = rng.integers(0, p.levels, size=n)
+        real = np.flatnonzero(rng.random(n) < p.filter_probability)
+        dummies = np.bincount(level, weights=rng.binomial(dummy_counts(n, p.rho, rng), p.filter_probability),
+                              minlength=p.levels).astype(np.int64)
+        codes, real_level = p.codes(values[real], level[real]), level[real]
+        parts = []
+        for k, h in enumerate(p.hashes):
+            mine = real_level == k
+            u, v = h.sample_keys(int(mine.sum()), rng)
+            du, dv = h.sample_keys(int(dummies[k]), rng)
+            parts.append({"level": np.full(u.size + du.size, k), "u": np.concatenate([u, du]),
+                          "v": np.concatenate([v, dv]), "w": np.concatenate(
+                              [h.evaluate(u, v, codes[mine]), rng.integers(0, p.bins, size=du.size)])})
+        return self.layout.batch({name: np.concatenate([part[name] for part in parts]) for name in self.layout.names})
+
+
+@dataclass
+class HeavyHitterAggregate:
+    """The well-formed messages received, per level (u, v, w columns), and the counts seen and dropped."""
+
+    levels: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    messages: int = 0
+    malformed: int = 0
+
+
+class HeavyHitterAnalyzer:
+    """The tree walk: count the first level's prefixes, then the children of the survivors level by level."""
+
+    def __init__(self, parameters: HeavyHitterParameters, queries=None) -> None:
+        if queries is not None:
+            raise ParameterError("candidates", "left out for fe-hh (it discovers its items)", "a list")
+        self.parameters, self.layout = parameters, parameters.layout
+
+    def agg_init(self) -> HeavyHitterAggregate:
+        return HeavyHitterAggregate([[] for _ in range(self.parameters.levels)])
+
+    def agg_update(self, agg: HeavyHitterAggregate, messages: MessageBatch) -> HeavyHitterAggregate:
+        """Keep ``messages`` by level; rows outside the layout or outside their level's field are malformed."""
+        for part in messages.slices():
+            clean, dropped = self.layout.validate(part)
+            level = clean["level"].astype(np.int64)
+            for k, h in enumerate(self.parameters.hashes):
+                rows = np.flatnonzero(level == k)
+                u, v, w = clean["u"][rows], clean["v"][rows], clean["w"][rows]
+                ok = (u < h.modulus) & (v < h.modulus)
+                dropped += int(rows.size - ok.sum())
+                if ok.any():
+                    agg.levels[k].append((u[ok], v[ok], w[ok]))
+                agg.messages += int(ok.sum())
+            agg.malformed += dropped
+        return agg
+
+    def merge(self, aggs: Sequence[HeavyHitterAggregate]) -> HeavyHitterAggregate:
+        total = self.agg_init()
+        for a in aggs:
+            for k, parts in enumerate(a.levels):
+                total.levels[k].extend(parts)
+            total.messages += a.messages
+            total.malformed += a.malformed
+        return total
+
+    def finalize(self, agg: HeavyHitterAggregate) -> HeavyHitterList:
+        p = self.parameters
+        columns = [tuple(np.concatenate([part[i] for part in parts]) if parts else np.zeros(0, np.int64)
+                         for i in range(3)) for parts in agg.levels]
+        counts = p.hashes[0].count_all(*columns[0], 1 << p.first_level)
+        estimates = p.estimate(counts, 0)
+        values = np.arange(counts.size, dtype=np.int64)
+        threshold = p.threshold if p.levels == 1 else p.threshold / 2
+        values, codes, estimates, capped = _survivors(values, values, estimates, threshold, p.survivor_cap)
+        values = [int(x) for x in values]
+        survivors, capped_levels = [len(values)], [capped] if capped else []
+        for k in range(1, p.levels):
+            if not values:
+                break
+            bases = mulmod(codes, np.int64(p.code_key), CODE_PRIME)
+            fanouts = np.full(len(values), 1 << p.step, dtype=np.int64)
+            if p.max_length is not None:  # a string has ended once a zero byte is read: only zero bytes follow
+                fanouts[np.array([x & 0xFF == 0 for x in values], dtype=bool)] = 1
+            counts = p.hashes[k].count_progressions(*columns[k], bases, fanouts)
+            parent, child = np.nonzero(np.arange(counts.shape[1]) < fanouts[:, None])
+            child_codes = (bases[parent] + child) % CODE_PRIME
+            child_values = [(values[i] << p.step) | int(j) for i, j in zip(parent.tolist(), child.tolist())]
+            estimates = p.estimate(counts[parent, child], k)
+            if k == p.levels - 1 and p.max_length is None:  # the last level's values must lie in [0, B)
+                inside = np.array([x < p.domain_size for x in child_values], dtype=bool)
+                child_values = [x for x, keep in zip(child_values, inside) if keep]
+                child_codes, estimates = child_codes[inside], estimates[inside]
+            threshold = p.threshold if k == p.levels - 1 else p.threshold / 2
+            kept, codes, estimates, capped = _survivors(np.arange(len(child_values)), child_codes, estimates,
+                                                        threshold, p.survivor_cap)
+            values = [child_values[i] for i in kept.tolist()]
+            survivors.append(len(values))
+            if capped:
+                capped_levels.append(k)
+        if len(survivors) < p.levels:
+            values, estimates = [], np.zeros(0)
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        items = [p.item_value(values[i]) for i in order]
+        estimates = np.asarray(estimates, dtype=np.float64)[order]
+        return HeavyHitterList(p, np.array(items, dtype=object), estimates, p.threshold,
+                               standard_errors=np.asarray(p.standard_error(estimates), dtype=np.float64),
+                               survivors=tuple(survivors), capped_levels=tuple(capped_levels),
+                               messages=agg.messages, malformed=agg.malformed)
+
+
+def _survivors(values: np.ndarray, codes: np.ndarray, estimates: np.ndarray, threshold: float, cap: int):
+    """(values, codes, estimates, capped) of the entries whose estimate reaches ``threshold``, at most ``cap`` of
+    them (the largest estimates) -- capped tells whether the cap dropped any."""
+    keep = np.flatnonzero(estimates >= threshold)
+    capped = keep.size > cap
+    if capped:
+        keep = keep[np.argsort(-estimates[keep], kind="stable")[:cap]]
+    return values[keep], np.asarray(codes)[keep], estimates[keep], capped
+

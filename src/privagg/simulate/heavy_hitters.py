@@ -1,0 +1,120 @@
+"""Heavy-hitter discovery over users' items, with its full report (what ``privagg estimate fe-hh`` runs).
+
+Calibrate fe-hh for the data's n, play the clients (in batches of users), the shuffler and the analyzer,
+and report the discovered items with their estimates and standard errors, the privacy description, the
+cost, and -- since the data is known in a simulation -- each item's true count and the recall and
+precision of the reported set (evaluation only, not for release).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..core.messages import MessageBatch, shuffle
+from ..core.randomness import describe, streams
+from ..errors import ParameterError, check_integer
+from ..privacy.description import privacy_warnings
+from ..protocols.heavy_hitters import CODE_PRIME, HeavyHitterAnalyzer, HeavyHitterClient, calibrate_fe_hh
+from ..reports import (HeavyHitter, HeavyHitterEvaluation, HeavyHitterReport, Messages, Simulation, expected_error,
+                       privacy_profile, report_parameters)
+from .progress import Progress
+
+USERS_PER_BATCH = 1 << 20  # users one client call randomizes: bounds the clients' scratch
+
+
+def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
+                           max_length: int | None = None, calibration: str = "numeric", seed: int | None = None,
+                           input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = ()):
+    """Simulate fe-hh over ``values`` (integers of [0, B), or strings with ``max_length``); returns (report, result).
+
+    ``seed``: a reproducible simulation (the report's privacy block says it is not private), which also fixes
+    the public prefix-code key; None draws every party's randomness, and the key, securely.
+    """
+    if seed is not None:
+        seed = check_integer("seed", seed, 0)
+    n = len(values)
+    if n < 2:
+        raise ParameterError("input", "at least 2 users", f"{n} items")
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    key = None if seed is None else int(np.random.default_rng([seed, 0x6B6579]).integers(2, CODE_PRIME))
+    parameters = calibrate_fe_hh(epsilon, delta, n, domain_size, phi, max_length, calibration, code_key=key)
+    checked = parameters.check_values(values)  # every row checked before any message is made
+    seconds["calibrate"] = time.perf_counter() - start
+    rngs = streams(seed, ("clients", "shuffler"))
+    client, analyzer = HeavyHitterClient(parameters), HeavyHitterAnalyzer(parameters)
+    start = time.perf_counter()
+    batches = []
+    for lo in range(0, n, USERS_PER_BATCH):
+        batches.append(client.randomize(values[lo:lo + USERS_PER_BATCH], rngs["clients"]))
+        if progress:
+            progress("randomize", min(USERS_PER_BATCH, n - lo), n)
+    messages = MessageBatch.concatenate(batches)
+    del batches
+    seconds["clients"] = time.perf_counter() - start
+    start = time.perf_counter()
+    shuffle(messages, rngs["shuffler"])
+    seconds["shuffler"] = time.perf_counter() - start
+    start = time.perf_counter()
+    result = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), messages))
+    seconds["analyzer"] = time.perf_counter() - start
+    sent = len(messages)
+    del messages
+
+    truth = _true_counts(values if max_length is not None else checked, parameters)
+    order = np.argsort(-result.estimates, kind="stable")
+    found = [HeavyHitter(result.items[i], float(result.estimates[i]), float(result.standard_errors[i]),
+                         truth.get(result.items[i], 0)) for i in order]
+    privacy = parameters.privacy
+    randomness = describe(seed)
+    if seed is not None:
+        privacy = privacy.as_simulation(randomness, "seeded simulation: whoever knows the seed can regenerate the "
+                                        "levels, coins and dummies, and recover the users' prefixes")
+    report = HeavyHitterReport(
+        protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
+        messages=Messages(result.messages + result.malformed, (result.messages + result.malformed) / n,
+                          result.malformed),
+        bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
+        threshold=parameters.threshold, heavy_hitters=found, survivors=list(result.survivors),
+        theory=parameters.theory(), privacy_profile=privacy_profile(parameters),
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
+                  *([f"more prefixes than the {parameters.survivor_cap} followed passed levels "
+                     f"{list(result.capped_levels)}: the largest estimates were kept"] if result.capped_levels
+                    else [])],
+        evaluation=evaluate(result.items.tolist(), truth, parameters.threshold),
+        simulation=Simulation("faithful", randomness, False, seconds,
+                              {"clients": {"sent": sent}, "shuffler": {"received": sent, "sent": sent},
+                               "analyzer": {"received": sent, "malformed": result.malformed}}),
+        input=input_name)
+    return report, result
+
+
+def _true_counts(values, parameters) -> dict:
+    """Each item's number of holders, keyed as the protocol reports items (strings decoded as UTF-8)."""
+    if parameters.max_length is None:
+        items, counts = np.unique(values, return_counts=True)
+        return dict(zip(items.tolist(), counts.tolist()))
+    truth: Counter = Counter()
+    for item, count in Counter(values).items():
+        truth[item if isinstance(item, str) else bytes(item).decode("utf-8", errors="backslashreplace")] += count
+    return dict(truth)
+
+
+def evaluate(reported: list, truth: dict, threshold: float) -> HeavyHitterEvaluation:
+    """Recall and precision of ``reported`` against the true counts, at phi n (``threshold``), 1.5 phi n and
+    phi n / 2; a share over an empty set is 1."""
+    def share(part: int, whole: int) -> float:
+        return part / whole if whole else 1.0
+
+    heavy = {item for item, c in truth.items() if c >= threshold}
+    strong = {item for item, c in truth.items() if c >= 1.5 * threshold}
+    held = [truth.get(item, 0) for item in reported]
+    return HeavyHitterEvaluation(
+        heavy_items=len(heavy), reported=len(reported), recall=share(len(heavy & set(reported)), len(heavy)),
+        recall_strong=share(len(strong & set(reported)), len(strong)),
+        precision=share(sum(c >= threshold for c in held), len(held)),
+        precision_loose=share(sum(c >= threshold / 2 for c in held), len(held)))
