@@ -22,7 +22,10 @@ def audits():
     return grid()
 
 
-AUDITED = IMPLEMENTED  # vector sums too: their users hold corners of [0, 1]^d
+# vector sums too: their users hold corners of [0, 1]^d. Not fe-hh: its smallest instance with two levels
+# already has 44 tagged message types, beyond enumeration; its guarantee is FE1's at every level (audited
+# here) plus an exact binomial tail (tests/protocols/test_heavy_hitters.py; docs/privacy.md, "Heavy hitters").
+AUDITED = tuple(name for name in IMPLEMENTED if name != "fe-hh")
 
 
 def test_every_implemented_protocol_joins_the_grid(audits):

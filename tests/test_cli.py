@@ -134,7 +134,7 @@ def test_calibrate_json_and_table():
 
 def test_protocols_table():
     code, out, _ = run("protocols")
-    assert code == 0 and "fe1" in out and "planned" in out
+    assert code == 0 and "fe1" in out and "fe-hh" in out
     code, out, _ = run("protocols", "--json")
     rows = json.loads(out)
     assert code == 0 and [r["protocol"] for r in rows] == [e.name for e in ENTRIES]
@@ -153,8 +153,8 @@ CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--doma
              "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2], "sparse-vector": ["--dimension", 100],
              "sparse-vector-hashed": ["--dimension", 2**30, "--bins", 50], "grr": ["--domain", 100],
              "oue": ["--domain", 100], "olh": ["--domain", 5000, "--bins", 50], "hadamard": ["--domain", 100],
-             "laplace": ["--domain", 100], "gaussian": ["--domain", 100]}
-OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2}
+             "laplace": ["--domain", 100], "gaussian": ["--domain", 100], "fe-hh": ["--domain", 2**20, "--phi", 0.1]}
+OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2, "phi": 0.1}
 FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency table"]
 
 
@@ -711,3 +711,32 @@ def test_compare_needs_delta_for_approximate_protocols_and_records_refusals(tmp_
     assert [r["protocol"] for r in refused] == ["oue"]  # n (B - 1) q messages: too many to simulate
     code, _, err = run("compare", "--protocols", "blanket-vector", "--epsilon", "1", "--delta", 1e-6)
     assert code == 2 and "frequency protocols" in err
+
+
+def test_estimate_fe_hh_discovers_heavy_integers_and_strings(tmp_path):
+    rng = np.random.default_rng(4)
+    values = rng.integers(0, 2**48, size=300_000, dtype=np.uint64)
+    values[:30_000] = 2**48 - 2
+    np.save(tmp_path / "ids.npy", values)
+    code, out, err = run("estimate", "fe-hh", "--input", tmp_path / "ids.npy", "--domain", 2**48, "--phi", 0.05,
+                         *COMMON, "--seed", 1, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    validate(report, REPORT_TYPES["estimate-hh"])
+    assert [h["item"] for h in report["heavy_hitters"]] == [2**48 - 2]
+    assert report["evaluation"]["recall"] == 1.0 and report["privacy"]["private"] is False
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(["hello"] * 30_000 + [f"w{i}" for i in range(270_000)]) + "\n")
+    code, out, err = run("estimate", "fe-hh", "--input", words, "--phi", 0.05, "--max-length", 8, *COMMON, "--seed", 1)
+    assert code == 0, err
+    assert "hello" in out and "recall 100%" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--domain", 2**48], "error: phi must be given"),
+    (["--domain", 2**48, "--phi", 1.5], "error: phi must be in (0, 1)"),
+    (["--phi", 0.1, "--max-length", 3], "error: max-length must be left out for integer items"),
+    (["--phi", 0.1, "--domain", 2**64 + 1], "error: domain must be an integer in [2, 18446744073709551616]")])
+def test_estimate_fe_hh_bad_input_is_one_line(args, message, ints_file):
+    code, _, err = run("estimate", "fe-hh", "--input", ints_file, *COMMON, *args)
+    assert code == 2 and err.startswith(message), err

@@ -331,8 +331,9 @@ class HeavyHitterParameters(FrozenParameters):
 
     @property
     def overlap(self) -> float:
-        """The smallest p_col over the levels: the least private level (delta falls as the overlap grows)."""
-        return min(h.collision_probability for h in self.hashes)
+        """The largest p_col over the levels: the least private level (delta grows with the overlap, since the
+        noise that hides the changed message lands in S_y minus S_x, a 1 - p_col share of a special set)."""
+        return max(h.collision_probability for h in self.hashes)
 
     def delta_at(self, epsilon: float) -> float:
         """delta at ``epsilon``: FE1's hockey-stick bound for level_users users at the least private level, plus
@@ -448,10 +449,11 @@ def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int
     Integers: ``domain_size`` B up to 2^64. Strings: ``max_length`` L bytes (``domain_size`` left out, or
     256^L). ``code_key``: the public key of the prefix codes when 2^W > P (default: drawn from the OS).
     """
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
     if phi is None:
         raise ParameterError("phi", "given: heavy items are those held by at least phi n users, phi in (0, 1)", None)
-    epsilon, delta, phi = check_epsilon(epsilon), check_delta(delta), _check_phi(phi)
-    n = check_integer("n_users", n_users, 2, N_USERS_MAX)
+    phi = _check_phi(phi)
     if max_length is None:
         if domain_size is None:
             raise ParameterError("domain", "given for integer items (B: items in [0, B)), or --max-length L for "

@@ -1,0 +1,229 @@
+"""fe-hh: the prefix tree of FE1 levels -- planted heavy hitters found (integers up to 2^64, strings without
+candidates), the estimator's mean and variance against the theory, the exact level accounting, the
+counting kernel, and clear errors on bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from privagg.core.hashing import UniversalHash
+from privagg.core.messages import MessageBatch, shuffle
+from privagg.core.primes import is_prime
+from privagg.errors import ParameterError
+from privagg.privacy import balls_into_bins as calibration_bib
+from privagg.protocols import registry
+from privagg.protocols.heavy_hitters import (CODE_PRIME, HeavyHitterAnalyzer, HeavyHitterClient,
+                                             HeavyHitterParameters, calibrate_fe_hh)
+from privagg.simulate.heavy_hitters import estimate_heavy_hitters
+
+N = 400_000
+
+
+def planted_integers(rng, n, domain, shares):
+    """n users: len(shares) distinct random heavy items holding those shares, the rest uniform over [0, domain)."""
+    heavy = rng.choice(domain, size=len(shares), replace=False) if domain <= 2**62 else \
+        np.unique(rng.integers(0, 2**64, size=len(shares), dtype=np.uint64, endpoint=False))
+    counts = (np.asarray(shares) * n).astype(np.int64)
+    tail = rng.integers(0, domain, size=n - counts.sum(), dtype=np.uint64) if domain <= 2**63 else \
+        rng.integers(0, 2**64, size=n - counts.sum(), dtype=np.uint64)
+    values = np.concatenate([np.repeat(np.asarray(heavy, dtype=np.uint64), counts), tail])
+    rng.shuffle(values)
+    return values
+
+
+def test_code_prime_is_the_largest_prime_below_2_49():
+    assert is_prime(CODE_PRIME) and not any(is_prime(x) for x in range(CODE_PRIME + 1, 2**49))
+
+
+@pytest.mark.parametrize("modulus,bins", [(1_000_003, 97), (CODE_PRIME, 2518)])
+def test_progression_counts_match_one_query_at_a_time(modulus, bins):
+    rng = np.random.default_rng(0)
+    h = UniversalHash(modulus, bins)
+    u, v = h.sample_keys(5000, rng)
+    w = rng.integers(0, bins, size=5000)
+    bases = np.array([0, 17, modulus - 3, modulus // 2])  # the third wraps around q
+    fanouts = np.array([256, 2, 5, 1])
+    counts = h.count_progressions(u, v, w, bases, fanouts)
+    for k, (base, fan) in enumerate(zip(bases, fanouts)):
+        expected = h.count_matches(u, v, w, (base + np.arange(fan)) % modulus)
+        assert counts[k, :fan].tolist() == expected.tolist() and not counts[k, fan:].any()
+
+
+def test_parameters_round_trip_and_refuse_tampering():
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**48, 0.02)
+    data = json.loads(json.dumps(params.to_dict()))
+    assert registry.load_parameters(data) == params
+    for field, value in (("bins", params.bins + 1), ("level_users", params.level_users + 1),
+                         ("first_level", params.first_level - 1), ("code_key", 3), ("filter_probability", 0.5),
+                         ("rho", params.rho * 2)):
+        with pytest.raises(ParameterError) as err:
+            registry.load_parameters({**data, field: value})
+        assert err.value.field == field
+    with pytest.raises(ParameterError, match="mu"):  # too little noise for the claim
+        registry.load_parameters({**data, "mu": params.mu / 2, "rho": params.rho / 2})
+
+
+def test_levels_and_the_authors_choices():
+    params = calibrate_fe_hh(1.0, 1e-14, 10**7, 2**48, 0.005)
+    # the authors' HHD run (reference §4): b = 18494, p_f from 21 levels s = 27..47; ours caps s at 24 and adds
+    # the last level (the frequency check): 25 levels
+    assert params.bins == 18494 and params.first_level == 24 and params.levels == 25 and params.width == 48
+    assert params.exact_codes and params.code_key == 2
+    assert params.filter_probability == pytest.approx(8 * 25 / (0.005 * 1e7) * math.log(25 / 0.0005))
+    strings = calibrate_fe_hh(1.0, 1e-12, 10**6, None, 0.01, max_length=32)
+    assert strings.width == 256 and strings.first_level == 16 and strings.levels == 31 and not strings.exact_codes
+
+
+def test_level_accounting_is_the_exact_binomial_tail():
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**32, 0.02)
+    m, k = params.level_users, params.levels
+    tail = binom.cdf(m - 2, N - 1, 1 / k)  # 1 + Bin(n - 1, 1/K) < m
+    assert params.level_tail == pytest.approx(tail, rel=1e-9) and tail <= params.delta / 2
+    assert binom.cdf(m - 1, N - 1, 1 / k) > params.delta / 2  # m is the largest such
+    assert params.delta_at(1.0) <= params.delta * (1 + 1e-9)
+    # what the accounting rests on: FE1's delta falls with more users, and grows with the overlap (so the level
+    # with the largest p_col is the least private)
+    d = [calibration_bib.delta_at(1.0, params.mu, users, params.bins, params.overlap) for users in (m, 2 * m)]
+    assert d[1] <= d[0]
+    o = [calibration_bib.delta_at(1.0, params.mu, m, params.bins, theta) for theta in (0.0, params.overlap, 0.01)]
+    assert o[0] <= o[1] <= o[2] and params.overlap == max(h.collision_probability for h in params.hashes)
+
+
+def test_estimates_are_unbiased_with_the_theoretical_variance():
+    """The last level's estimate of a planted item over 300 runs: mean within 4 sd / sqrt(runs) of its count,
+    variance within the chi-square 99.9% band of the exact variance."""
+    n, runs, held = 50_000, 300, 5_000
+    params = calibrate_fe_hh(1.0, 1e-8, n, 2**12, 0.1)
+    values = np.concatenate([np.full(held, 7, dtype=np.uint64), np.arange(n - held, dtype=np.uint64) % 2000 + 8])
+    client, last = HeavyHitterClient(params), params.levels - 1
+    code = params.codes(np.array([7], dtype=np.uint64), np.array([last]))
+    h = params.hashes[last]
+    estimates = []
+    for seed in range(runs):
+        m = client.randomize(values, seed)
+        rows = m["level"] == last
+        count = h.count_matches(m["u"][rows], m["v"][rows], m["w"][rows], code)
+        estimates.append(params.estimate(count, last)[0])
+    sd = float(params.standard_error(held, last))
+    assert abs(np.mean(estimates) - held) < 4 * sd / math.sqrt(runs)
+    ratio = np.var(estimates, ddof=1) / sd**2
+    from scipy.stats import chi2
+    assert chi2.ppf(0.0005, runs - 1) / (runs - 1) < ratio < chi2.ppf(0.9995, runs - 1) / (runs - 1)
+
+
+def test_messages_per_user_match_the_theory():
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**48, 0.02)
+    values = np.arange(N, dtype=np.uint64)
+    sent = len(HeavyHitterClient(params).randomize(values, 1))
+    assert abs(sent - N * params.messages_per_user) < 5 * params.messages_sd
+    assert params.bits_per_message == sum(c.bits for c in params.layout.columns)
+
+
+def _found(report):
+    return {h.item for h in report.heavy_hitters}
+
+
+def test_planted_heavy_integers_in_a_2_48_domain():
+    rng = np.random.default_rng(5)
+    shares = [0.10, 0.06, 0.045, 0.03, 0.03, 0.012, 0.008, 0.004]  # phi = 0.02: 5 at >= 1.5 phi n
+    values = planted_integers(rng, N, 2**48, shares)
+    report, _ = estimate_heavy_hitters(values, epsilon=1.0, delta=1e-10, phi=0.02, domain_size=2**48, seed=1)
+    theory = report.theory
+    assert theory["miss_probability"] < 1e-3 and theory["false_report_probability"] < 1e-4  # so these must hold:
+    e = report.evaluation
+    assert e.recall_strong == 1.0 and e.precision_loose == 1.0 and e.reported >= 5
+    for h in report.heavy_hitters:  # each estimate within 4 of its standard errors
+        assert abs(h.estimate - h.true_count) < 4 * h.stderr
+    assert not report.privacy.private and "seeded" in report.privacy.not_private_reason
+
+
+def test_planted_heavy_integers_near_2_64():
+    rng = np.random.default_rng(6)
+    values = rng.integers(0, 2**64, size=N, dtype=np.uint64)
+    top, other = np.uint64(2**64 - 1), np.uint64(2**63 + 5)
+    values[:40_000], values[40_000:70_000] = top, other
+    report, result = estimate_heavy_hitters(values, epsilon=1.0, delta=1e-10, phi=0.02, domain_size=2**64, seed=2)
+    assert not result.parameters.exact_codes and result.parameters.levels > 1
+    assert _found(report) == {2**64 - 1, 2**63 + 5}
+
+
+def test_heavy_strings_are_discovered_without_candidates():
+    rng = np.random.default_rng(7)
+    words = ["the", "privacy", "shuffle", "naïve", "x" * 12, "heavy hitter"]
+    shares = [0.12, 0.07, 0.05, 0.04, 0.035, 0.008]
+    counts = (np.array(shares) * N).astype(int)
+    tail = [f"w{i}" for i in rng.integers(0, 10**6, size=N - counts.sum())]
+    values = [w for w, c in zip(words, counts) for _ in range(c)] + tail
+    report, _ = estimate_heavy_hitters(values, epsilon=1.0, delta=1e-10, phi=0.02, max_length=12, seed=3)
+    assert _found(report) == set(words[:5])  # the last holds 0.4 phi n: never reported
+    assert report.evaluation.recall == 1.0 and report.evaluation.precision == 1.0
+
+
+def test_merged_shards_give_the_one_pass_result():
+    rng = np.random.default_rng(8)
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**40, 0.02)
+    values = planted_integers(rng, N, 2**40, [0.1, 0.05])
+    messages = shuffle(HeavyHitterClient(params).randomize(values, 9), 10)
+    analyzer = HeavyHitterAnalyzer(params)
+    whole = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), messages))
+    half = len(messages) // 2
+    shards = [analyzer.agg_update(analyzer.agg_init(), messages.take(part)) for part in (slice(0, half),
+                                                                                           slice(half, None))]
+    merged = analyzer.finalize(analyzer.merge(shards))
+    assert merged.items.tolist() == whole.items.tolist() and np.array_equal(merged.estimates, whole.estimates)
+    assert len(whole.items) == 2
+
+
+def test_malformed_messages_are_dropped_and_counted():
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**40, 0.02)
+    q0 = params.hashes[0].modulus
+    bad = MessageBatch({"level": np.array([params.levels, 0, 0, 1]), "u": np.array([1, q0, 1, 1]),
+                        "v": np.array([0, 0, q0, 0]), "w": np.array([0, 0, 0, params.bins])})
+    analyzer = HeavyHitterAnalyzer(params)
+    agg = analyzer.agg_update(analyzer.agg_init(), bad)
+    assert agg.malformed == 4 and agg.messages == 0
+
+
+@pytest.mark.parametrize("change,field", [
+    (dict(phi=0.0), "phi"), (dict(phi=1.0), "phi"), (dict(phi=-0.1), "phi"), (dict(phi=float("nan")), "phi"),
+    (dict(phi=True), "phi"), (dict(phi=None), "phi"), (dict(domain_size=1), "domain"), (dict(domain_size=0), "domain"),
+    (dict(domain_size=2**64 + 1), "domain"), (dict(domain_size=None), "domain"),
+    (dict(domain_size=None, max_length=65), "max-length"), (dict(domain_size=None, max_length=0), "max-length"),
+    (dict(max_length=4), "domain"), (dict(epsilon=0.0), "epsilon"), (dict(delta=1.0), "delta"),
+    (dict(n_users=1), "n_users"), (dict(n_users=50), "users")])
+def test_bad_calibration_input_names_the_field(change, field):
+    arguments = dict(epsilon=1.0, delta=1e-10, n_users=N, domain_size=2**20, phi=0.02)
+    with pytest.raises(ParameterError) as err:
+        calibrate_fe_hh(**{**arguments, **change})
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("values,message", [
+    ([3, 2**20], r"\[0, 1048576\) \(row 1"), ([-1, 3], "row 0"), ([1.5, 2.0], "dtype float"),
+    (np.array([[1, 2]]), "shape")])
+def test_bad_integer_items_name_the_row(values, message):
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**20, 0.02)
+    with pytest.raises(ParameterError, match=message):
+        HeavyHitterClient(params).randomize(values, 0)
+
+
+@pytest.mark.parametrize("values,message", [
+    (["ok", "x" * 13], "at most --max-length 12 bytes .row 1"), (["a\0b"], "zero byte .row 0"),
+    (["ok", 5], "a string .row 1")])
+def test_bad_string_items_name_the_row(values, message):
+    params = calibrate_fe_hh(1.0, 1e-10, N, None, 0.02, max_length=12)
+    with pytest.raises(ParameterError, match=message):
+        HeavyHitterClient(params).randomize(values, 0)
+
+
+def test_codes_are_the_prefixes_when_every_value_fits():
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**40, 0.02)
+    values = np.array([2**40 - 1, 12345, 0], dtype=np.uint64)
+    for level in range(params.levels):
+        bits = params.level_bits(level)
+        codes = params.codes(values, np.full(3, level))
+        assert codes.tolist() == (values >> np.uint64(40 - bits)).astype(np.int64).tolist()
+    assert isinstance(params, HeavyHitterParameters)
