@@ -265,6 +265,11 @@ class HeavyHitterParameters(FrozenParameters):
         noise = self.n_users * (p + self.rho / self.bins)
         return (np.asarray(counts, dtype=np.float64) * scale - noise) / (1 - p)
 
+    def count_at(self, estimate: float, level: int) -> float:
+        """The count whose estimate at ``level`` is ``estimate`` (the inverse of :meth:`estimate`)."""
+        p = self.hashes[level].collision_probability
+        return (estimate * (1 - p) + self.n_users * (p + self.rho / self.bins)) * self.filter_probability / self.levels
+
     def standard_error(self, holders, level: int | None = None) -> np.ndarray:
         """Standard deviation of the estimate of an item held by ``holders`` users (clipped to [0, n])."""
         p = self.hashes[-1 if level is None else level].collision_probability
@@ -570,10 +575,12 @@ class HeavyHitterAnalyzer:
         columns = [tuple(np.concatenate([part[i] for part in parts]) if parts else np.zeros(0, np.int64)
                          for i in range(3)) for parts in agg.levels]
         counts = p.hashes[0].count_all(*columns[0], 1 << p.first_level)
-        estimates = p.estimate(counts, 0)
-        values = np.arange(counts.size, dtype=np.int64)
         threshold = p.threshold if p.levels == 1 else p.threshold / 2
-        values, codes, estimates, capped = _survivors(values, values, estimates, threshold, p.survivor_cap)
+        # estimates grow with counts: only the prefixes whose count can reach the threshold get one
+        passing = np.flatnonzero(counts >= np.floor(p.count_at(threshold, 0)))
+        values, codes, estimates, capped = _survivors(passing, passing, p.estimate(counts[passing], 0), threshold,
+                                                      p.survivor_cap)
+        del counts, passing
         values = [int(x) for x in values]
         survivors, capped_levels = [len(values)], [capped] if capped else []
         for k in range(1, p.levels):
