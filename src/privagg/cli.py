@@ -883,11 +883,10 @@ def _register_audit(entry: ProtocolEntry) -> None:
 for _entry in ENTRIES:
     if _entry.implemented:
         _register_calibrate(_entry)
-        if _entry.result == "heavy-hitter list":  # no audit: see docs/privacy.md, "Heavy hitters"
-            _register_hh_estimate(_entry)
-            continue
         _register_audit(_entry)
-        if _entry.result == "frequency table":
+        if _entry.result == "heavy-hitter list":
+            _register_hh_estimate(_entry)
+        elif _entry.result == "frequency table":
             _register_estimate(_entry)
         else:  # vector sums: estimated over vectors or (coordinate, weight) rows
             _register_vector_estimate(_entry)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import secrets
 from collections.abc import Sequence
@@ -626,3 +627,51 @@ def _survivors(values: np.ndarray, codes: np.ndarray, estimates: np.ndarray, thr
         keep = keep[np.argsort(-estimates[keep], kind="stable")[:cap]]
     return values[keep], np.asarray(codes)[keep], estimates[keep], capped
 
+
+
+# --- exact law (the exact auditor, tiny instances) ------------------------------------------------------------
+
+
+def _thinned(law: dict[tuple[int, ...], float], keep: float) -> dict[tuple[int, ...], float]:
+    """The law of a histogram after each of its messages is kept independently with probability ``keep``."""
+    out: dict[tuple[int, ...], float] = {}
+    for histogram, probability in law.items():
+        for kept in itertools.product(*(range(h + 1) for h in histogram)):
+            weight = math.prod(math.comb(h, k) * keep**k * (1 - keep) ** (h - k) for h, k in zip(histogram, kept))
+            out[kept] = out.get(kept, 0.0) + probability * weight
+    return out
+
+
+def message_law(parameters: HeavyHitterParameters, item) -> dict[tuple[int, ...], float]:
+    """One user's messages as an exact law over histograms of the tagged message types.
+
+    Types are the levels' FE1 types one after the other (level k's ((u - 1) q_k + v) b + w). A uniform
+    level; FE1's real message for the item's prefix code there and floor(rho) or ceil(rho) dummies uniform
+    over that level's types; then every message kept with probability p_f. Enumerated, so for tiny
+    instances only (:mod:`privagg.audit`).
+    """
+    from .balls_into_bins import _uniform_multisets
+
+    p = parameters
+    sizes = [(h.modulus - 1) * h.modulus * p.bins for h in p.hashes]
+    whole, frac = math.floor(p.rho), p.rho - math.floor(p.rho)
+    law: dict[tuple[int, ...], float] = {}
+    for k, h in enumerate(p.hashes):
+        code = int(p.codes(p.check_values([item]), np.array([k]))[0])
+        q = h.modulus
+        u, v = np.divmod(np.arange((q - 1) * q), q)
+        real = (u * q + v) * p.bins + h.evaluate(u + 1, v, np.full(u.size, code))
+        dummies = {hist: prob * (1 - frac) for hist, prob in _uniform_multisets(sizes[k], whole).items()}
+        if frac:
+            for hist, prob in _uniform_multisets(sizes[k], whole + 1).items():
+                dummies[hist] = dummies.get(hist, 0.0) + prob * frac
+        level: dict[tuple[int, ...], float] = {}
+        for position in real.tolist():
+            for hist, prob in dummies.items():
+                key = hist[:position] + (hist[position] + 1,) + hist[position + 1:]
+                level[key] = level.get(key, 0.0) + prob / u.size
+        before, after = (0,) * sum(sizes[:k]), (0,) * sum(sizes[k + 1:])
+        for hist, prob in _thinned(level, p.filter_probability).items():
+            key = before + hist + after
+            law[key] = law.get(key, 0.0) + prob / p.levels
+    return law

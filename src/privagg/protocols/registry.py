@@ -145,7 +145,12 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         messages_per_user="p_f (1 + rho), rho = mu b / m", reference="shuffle FE paper, §4 (the authors' HHD code)",
         result="heavy-hitter list", calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
         client=hh.HeavyHitterClient, analyzer=hh.HeavyHitterAnalyzer,
-        calibrations=("numeric", "hockey_stick", "closed_form"),
+        calibrations=("numeric", "hockey_stick", "closed_form"), message_law=hh.message_law,
+        # one level (B = 2) is the largest enumerable instance (two levels already take 44 message types); phi
+        # 0.9 of 20 users makes p_f < 1, so the thinning is audited too; the closed form's rho is beyond it
+        audit_instances=(dict(n_users=20, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",)),
+                         dict(n_users=20, domain_size=2, phi=0.9, epsilon=1.0, delta=0.1,
+                              calibrations=("hockey_stick",))),
         options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
                  Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
                         f"(1..{hh.MAX_LENGTH_MAX}; --domain is then left out)"))),
