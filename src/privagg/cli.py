@@ -117,8 +117,9 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
     calibrations = _choice("Calibration", entry.calibrations)
     params = [
         _param("epsilon", float, typer.Option(..., "--epsilon", help="Privacy parameter epsilon > 0.")),
-        *([] if entry.pure else [  # pure eps-DP: no delta to give
-            _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1)."))]),
+        # pure eps-DP: no delta to give (a hidden --delta is accepted only to say so, or as 0)
+        _param("delta", Optional[float], typer.Option(None, "--delta", hidden=True)) if entry.pure else
+        _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")),
         _param("calibration", calibrations, typer.Option(
             entry.calibrations[0], "--calibration",
             help="How the noise is calibrated (docs/privacy.md): the authors' tail criterion computed numerically "
@@ -144,7 +145,8 @@ def _verbose_option() -> inspect.Parameter:
 def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc: str) -> Callable[..., None]:
     """A function typer can read: ``body(**options)`` behind the generated signature."""
     def command(**kwargs: Any) -> None:
-        body(**{"delta": 0.0, **kwargs})  # pure eps-DP protocols take no --delta
+        # a pure eps-DP protocol's hidden --delta defaults to 0; any other value is refused by its calibration
+        body(**{**kwargs, "delta": kwargs.get("delta") or 0.0})
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in parameters}

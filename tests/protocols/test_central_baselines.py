@@ -61,7 +61,7 @@ def test_the_curator_releases_each_count_once():
 def test_laplace_takes_no_delta_and_estimates_the_bundled_words():
     runner = CliRunner()
     result = runner.invoke(app, ["estimate", "laplace", "--epsilon", "1", "--delta", "1e-6"])
-    assert result.exit_code == 2 and "--delta" in result.stderr
+    assert result.exit_code == 2 and "delta must be left out for laplace (pure eps-DP" in result.stderr, result.stderr
     result = runner.invoke(app, ["estimate", "laplace", "--epsilon", "1", "--seed", "1", "--top", "3", "--json"])
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)

@@ -83,7 +83,7 @@ def test_pure_protocols_take_no_delta():
     runner = CliRunner()
     result = runner.invoke(app, ["calibrate", "oue", "--users", "1000", "--domain", "8", "--epsilon", "1",
                                  "--delta", "1e-6"])
-    assert result.exit_code == 2 and "--delta" in result.stderr
+    assert result.exit_code == 2 and "delta must be left out for oue (pure eps-DP" in result.stderr, result.stderr
     result = runner.invoke(app, ["calibrate", "hadamard", "--users", "1000", "--domain", "8", "--epsilon", "1",
                                  "--json"])
     assert result.exit_code == 0, result.stderr
