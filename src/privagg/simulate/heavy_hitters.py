@@ -8,6 +8,7 @@ precision of the reported set (evaluation only, not for release).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -65,7 +66,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     sent = len(messages)
     del messages
 
-    truth = _true_counts(values if max_length is not None else checked, parameters)
+    truth = _true_counts(values if max_length is not None else checked, parameters, result.items)
     order = np.argsort(-result.estimates, kind="stable")
     found = [HeavyHitter(result.items[i], float(result.estimates[i]), float(result.standard_errors[i]),
                          truth.get(result.items[i], 0)) for i in order]
@@ -93,10 +94,19 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     return report, result
 
 
-def _true_counts(values, parameters) -> dict:
-    """Each item's number of holders, keyed as the protocol reports items (strings decoded as UTF-8)."""
+def _true_counts(values, parameters, reported) -> dict:
+    """The true number of holders of every item held by at least phi n / 2 users and of every ``reported`` item,
+    keyed as the protocol reports items (strings decoded as UTF-8).
+
+    Integers: ``values`` (the checked copy) is sorted in place; an item held by h or more users is one whose
+    copies span h places of the sorted array, so no table of every distinct item is built.
+    """
     if parameters.max_length is None:
-        items, counts = np.unique(values, return_counts=True)
+        values.sort()
+        h = max(1, math.ceil(parameters.threshold / 2))
+        held = np.unique(values[:values.size - h + 1][values[:values.size - h + 1] == values[h - 1:]])
+        items = np.union1d(held, np.asarray(reported.tolist(), dtype=np.uint64))
+        counts = np.searchsorted(values, items, side="right") - np.searchsorted(values, items, side="left")
         return dict(zip(items.tolist(), counts.tolist()))
     truth: Counter = Counter()
     for item, count in Counter(values).items():
