@@ -495,7 +495,7 @@ def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
     if hashed:
         _say(f"{hashed} items are strings shown by their code (#code), since only public items are named: give "
-             "--candidates FILE to name them (heavy-hitter discovery comes in a later release); "
+             "--candidates FILE to name them (privagg estimate fe-hh discovers heavy strings without one); "
              f"--hash-key {item_key} keeps these codes in later runs")
 
 

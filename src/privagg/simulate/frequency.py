@@ -63,7 +63,7 @@ def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_gi
                              "(give --candidates)", domain_size)
     if not full_domain and not candidates_given:
         raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
-                             "heavy-hitter detection comes in a later release)", None)
+                             "privagg estimate fe-hh discovers heavy items without candidates)", None)
     return full_domain
 
 
