@@ -31,7 +31,8 @@ def validate(report, report_type):
     jsonschema.Draft202012Validator(schema).validate(report)
     assert report["protocol"] in IMPLEMENTED
     assert report["privacy"]["model"] == REGISTRY[report["protocol"]].topology
-    assert report["privacy"]["epsilon"] == report["parameters"]["epsilon"] > 0
+    stages = [report["parameters"], *([report["discovery"]["parameters"]] if "discovery" in report else [])]
+    assert report["privacy"]["epsilon"] == sum(p["epsilon"] for p in stages) > 0  # two stages: composed
     for e in report.get("estimates", []):
         assert e["stderr"] >= 0
 
@@ -740,3 +741,28 @@ def test_estimate_fe_hh_discovers_heavy_integers_and_strings(tmp_path):
 def test_estimate_fe_hh_bad_input_is_one_line(args, message, ints_file):
     code, _, err = run("estimate", "fe-hh", "--input", ints_file, *COMMON, *args)
     assert code == 2 and err.startswith(message), err
+
+
+def test_sparse_vector_hashed_discovers_its_candidates(tmp_path):
+    rng = np.random.default_rng(0)
+    n, dimension = 300_000, 2**30
+    coordinates = rng.integers(0, dimension, size=n)
+    coordinates[:50_000], coordinates[50_000:80_000] = 12_345, 999_999_999
+    np.save(tmp_path / "pairs.npy", np.column_stack([coordinates, rng.random(n)]).astype(np.float64))
+    code, out, err = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "pairs.npy", "--dimension",
+                         dimension, "--epsilon", 1, "--delta", 1e-10, "--discover-phi", 0.02, "--seed", 1, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    validate(report, REPORT_TYPES["estimate-vector"])
+    assert [e["item"] for e in report["estimates"]] == [12_345, 999_999_999]
+    for e in report["estimates"]:
+        assert abs(e["estimate"] - e["true_sum"]) < 4 * e["stderr"]
+    # two stages at (eps/2, delta/2) each: the FE1 stage's parameters, the composed guarantee
+    assert report["parameters"]["epsilon"] == 0.5 and report["discovery"]["parameters"]["epsilon"] == 0.5
+    assert (report["privacy"]["epsilon"], report["privacy"]["delta"]) == (1.0, 1e-10)
+    assert report["privacy_profile"][1]["delta"] <= 1e-10
+    assert report["messages"]["total"] > report["discovery"]["messages"]["total"] > 0
+    (tmp_path / "candidates.txt").write_text("12345\n")
+    code, _, err = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "pairs.npy", "--dimension",
+                       dimension, *COMMON, "--discover-phi", 0.02, "--candidates", tmp_path / "candidates.txt")
+    assert code == 2 and err.startswith("error: discover-phi must be given for sparse-vector-hashed without"), err

@@ -635,7 +635,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      clip: bool, epsilon: float, delta: float, calibration: Enum, seed: Optional[int], show: int,
                      verbose: bool, as_json: bool, output: Optional[Path], progress: Optional[bool],
                      write_messages: Optional[Path], partitions: int, dimension: Optional[int] = None,
-                     candidates: Optional[Path] = None, mode: Mode = Mode.faithful, **options: Any) -> None:
+                     candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
+                     **options: Any) -> None:
     from . import engine
     from .reports import to_json_dict
     from .simulate.frequency import estimate_vector_sum
@@ -649,12 +650,15 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             engine.prepare_message_folder(write_messages, partitions)
         inputs, dimension, coordinates, names, name, warnings = _read_vector_input(
             entry, input, delimiter, header, clip, dimension, candidates)
+        if discover_phi is not None and write_messages is not None:
+            raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
+                                 "written)", str(write_messages))
         with _progress(progress) as advance:
             report, run = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
                                               calibration=calibration.value, options=options, dimension=dimension,
                                               candidates=coordinates, names=names, mode=mode.value, seed=seed,
                                               input_name=name, progress=advance, warnings=warnings,
-                                              keep_messages=write_messages is not None)
+                                              keep_messages=write_messages is not None, discover_phi=discover_phi)
         if write_messages is not None:
             start = time.perf_counter()
             engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, {
@@ -685,6 +689,10 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                  f"mu = {report.parameters['mu']:.4g} dummies a cell")
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
              f"{report.bits_per_message} bits per message; {noise}")
+        if report.discovery is not None:
+            found = report.discovery
+            _say(f"discovery (fe-hh, phi {found.phi:g}): {found.coordinates} coordinates found with "
+                 f"{found.messages.total} of the messages; {found.privacy}")
         _say(f"error against the true sums (simulation only, not for release): max {err.max_abs:.1f}, squared "
              f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}, normalised MSE "
              f"{err.normalised_mse:.3g}; expected sd {report.expected_error.standard_error:.3g} a coordinate")
@@ -732,6 +740,10 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
             _param("mode", Mode, typer.Option(Mode.faithful, "--mode", help="faithful: through every role; fast: "
                                                                              "simulation shortcuts.")),
         ]
+    if entry.name == "sparse-vector-hashed":
+        params.append(_param("discover_phi", Optional[float], typer.Option(
+            None, "--discover-phi", help="No candidate list: find the coordinates whose sums reach PHI n with fe-hh "
+                                         "first; each stage gets half of epsilon and delta (the paper's two stages).")))
     estimate_app.command(entry.name, help=f"{entry.title}: simulate over users' vectors, report the sums.")(
         _command(lambda **kw: _estimate_vector(entry, **kw), params, entry.title))
 

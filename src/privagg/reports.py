@@ -177,6 +177,18 @@ class VectorReport:
 
 
 @dataclass
+class Discovery:
+    """sparse-vector-hashed's first stage (``--discover-phi``): fe-hh over the rounded cells finds the candidates."""
+
+    phi: float
+    coordinates: int  # how many were found: the coordinates the second stage estimates
+    messages: Messages  # the first stage's share of the report's messages
+    parameters: dict[str, Any]  # fe-hh's, at (eps/2, delta/2)
+    privacy: str  # the stage's guarantee, in one line
+    survivors: list[int]  # prefixes followed at each level
+
+
+@dataclass
 class VectorEstimateReport(VectorReport):
     """``privagg estimate`` for vector sums: a simulated run over users' vectors or (coordinate, weight) rows."""
 
@@ -184,6 +196,7 @@ class VectorEstimateReport(VectorReport):
     simulation: Simulation
     input: str
     messages_written: str | None = None  # the folder of --write-messages
+    discovery: Discovery | None = None  # sparse-vector-hashed --discover-phi: the heavy-hitter stage
 
 
 @dataclass

@@ -12,9 +12,9 @@ coordinate). The analyzer debiases the cells' counts and returns v_x = sum_j (j 
   construction, its error and its choice of k are derived in docs/derivations.md, "1-sparse vector sums".
 * ``sparse-vector-hashed`` (high dimension, B = Omega(n)): FE1 over the cells with k = 1 (report x with
   probability w, else the dummy cell; the authors' VS code), estimated on candidate coordinates only; the
-  others are estimated as 0. The paper finds the candidates with its heavy-hitter protocol at (eps/2,
-  delta/2); until privagg has it, the candidates are a public list (``--candidates``) and FE1 takes the
-  whole budget.
+  others are estimated as 0. The candidates are a public list (``--candidates``, FE1 takes the whole
+  budget), or, as in the paper, found first by fe-hh over the rounded cells at (eps/2, delta/2)
+  (``--discover-phi``; privagg.simulate.frequency.estimate_vector_sum).
 
 Privacy is that of FE0 / FE1 over the cells: a user's messages are a mixture, over his rounding, of the
 messages of one cell, and the hockey-stick divergence is jointly convex, so a guarantee for every pair of

@@ -212,12 +212,15 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
                         dimension: int | None = None, candidates: np.ndarray | None = None,
                         names: Sequence[str] | None = None, mode: str = "faithful", seed: int | None = None,
                         input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
-                        keep_messages: bool = False):
+                        keep_messages: bool = False, discover_phi: float | None = None):
     """Simulate a vector-sum protocol; returns (report, run).
 
     ``inputs``: one row a user, a vector in [0, 1]^d (blanket-vector: d is the row length), or a
     (coordinate, weight) pair (the sparse protocols: ``dimension`` B is public and given). ``candidates``:
     the coordinates to estimate (the others are estimated as 0); ``names``: the coordinates' public names.
+    ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages, fe-hh over the users'
+    rounded cells finds the coordinates whose sums reach phi n, then FE1 estimates them, each stage at
+    (eps/2, delta/2) (basic composition; :func:`_discover`).
     As :func:`estimate_frequencies`: calibrated for the data's n, seeded runs marked not private, the error
     against the true sums beside the estimates (evaluation only, not for release).
     """
@@ -229,14 +232,25 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     if seed is not None:
         seed = check_integer("seed", seed, 0)
     n, d = len(inputs), inputs.shape[1] if dimension is None else dimension
+    if discover_phi is not None and (protocol != "sparse-vector-hashed" or candidates is not None):
+        raise ParameterError("discover-phi", "given for sparse-vector-hashed without --candidates", discover_phi)
+    stage = 2 if discover_phi is not None else 1  # the budget each stage gets: (eps/2, delta/2) when two
     start = time.perf_counter()
-    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n, domain_size=d, calibration=calibration,
-                           **(options or {}))
+    parameters = calibrate(protocol, epsilon=epsilon / stage, delta=delta / stage, n_users=n, domain_size=d,
+                           calibration=calibration, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    discovery = None
+    if discover_phi is not None:
+        candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
     run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress,
                    keep_messages=keep_messages)
     run.seconds["calibrate"] = calibrate_seconds
     result = run.result
+    privacy, profile, total = run.privacy, privacy_profile(parameters), run.messages_total
+    if discovery is not None:
+        privacy, profile = _composed(run.privacy, parameters, discovered)
+        total += discovery.messages.total
+        run.seconds["discover"] = discovered.seconds
     coordinates = np.arange(d) if result.coordinates is None else result.coordinates
     truth = parameters.true_total(inputs, result.coordinates)
     errors = result.total - truth
@@ -246,16 +260,69 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         squared += float(np.sum(missed**2))
         largest = max(largest, float(missed.max(initial=0.0)))
     report = VectorEstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=run.privacy, n_users=n,
-        messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
+        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
+        messages=Messages(total, total / n, run.malformed + (discovery.messages.malformed if discovery else 0)),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=[CoordinateEstimate(int(i), float(e), float(s), float(t), None if names is None else names[i])
                    for i, e, s, t in zip(coordinates, result.total, result.standard_errors, truth)],
-        mean=result.mean().tolist(), privacy_profile=privacy_profile(parameters),
+        mean=result.mean().tolist(), privacy_profile=profile,
         warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings()],
         error=VectorError(squared / d / n**2, squared / (n / d) ** 2, largest, squared),
-        simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name)
+        simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
+        discovery=discovery)
     return report, run
+
+
+@dataclasses.dataclass
+class _Discovered:
+    """What the discovery stage leaves for the report beyond :class:`Discovery`."""
+
+    parameters: Any  # fe-hh's
+    seconds: float
+
+
+def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progress: Progress | None):
+    """(candidates, Discovery, _Discovered): sparse-vector-hashed's first stage.
+
+    Each user rounds his weight with his own coins (cell x with probability w, else the dummy cell B, as the
+    second stage does with fresh coins) and runs fe-hh over the B + 1 cells at the second stage's (eps, delta);
+    the coordinates it reports, the dummy cell left out, are the candidates.
+    """
+    from ..core.randomness import resolve
+    from ..reports import Discovery
+    from .heavy_hitters import estimate_heavy_hitters
+
+    start = time.perf_counter()
+    rng = resolve(None if seed is None else np.random.SeedSequence([seed, 1]))
+    cells = parameters.cells(parameters.check_codes(pairs), rng).astype(np.uint64)
+    report, result = estimate_heavy_hitters(cells, epsilon=parameters.epsilon, delta=parameters.delta, phi=phi,
+                                            domain_size=parameters.dimension + 1,
+                                            seed=None if seed is None else seed + 1, progress=progress)
+    found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
+    if not found.size:
+        raise ParameterError("discover-phi", f"small enough that some coordinate's sum of weights reaches phi n "
+                             f"(none did at phi = {phi}); lower it, or give --candidates", phi)
+    discovery = Discovery(phi=result.parameters.phi, coordinates=int(found.size), messages=report.messages,
+                          parameters=report.parameters, privacy=report.privacy.summary(),
+                          survivors=list(result.survivors))
+    return found, discovery, _Discovered(result.parameters, time.perf_counter() - start)
+
+
+def _composed(privacy, parameters, discovered: _Discovered):
+    """The guarantee of the two stages together, each at (eps/2, delta/2): basic composition, and its profile
+    delta(eps') <= delta_FE1(eps'/2) + delta_fe-hh(eps'/2)."""
+    from ..reports import ProfilePoint
+
+    hh = discovered.parameters
+    composed = dataclasses.replace(
+        privacy, mechanism=f"{privacy.mechanism}, on coordinates discovered by fe-hh over the rounded cells",
+        epsilon=parameters.epsilon + hh.epsilon, delta=parameters.delta + hh.delta,
+        method_detail=f"{privacy.method_detail}; the discovery stage: {hh.privacy.method_detail}; the two stages at "
+                      f"({parameters.epsilon:g}, {parameters.delta:g}) each, basic composition",
+        reference=f"{privacy.reference} and 'Heavy hitters'")
+    total = composed.epsilon
+    profile = [ProfilePoint(e, parameters.delta_at(e / 2) + hh.delta_at(e / 2)) for e in (total / 2, total, 2 * total)]
+    return composed, profile
 
 
 def _weighted_expected_error(groups, combined, truth: np.ndarray, messages: int):
