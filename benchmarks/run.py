@@ -58,7 +58,13 @@ fe1, cli, peer, text, accountant, sampling, vectors, baselines; repeatable). Nin
    without it the peer is skipped) on the same data, and every local baseline's
    randomizer and decoder at n = 10^6, against the 1 M users/s target.
 
-Takes about eight minutes on a 2-CPU machine (ten with the peer), plus about 40 s for part 8.
+9. Heavy hitters (``benchmarks/sdpfe_hhd.py``), with ``SDPFE_DIR`` set: privagg's fe-hh against the
+   authors' ``HHD/hhd.cpp`` (g++ -O2, its main() patched to take the data path, phi and epsilon) at their
+   setting, n = 10^7, B = 2^48, eps = 1, delta = n^-2, phi = 0.005, on the same generated data, whole
+   processes under GNU time; recall and precision scored against the exact counts.
+
+Takes about eight minutes on a 2-CPU machine (ten with the peer, plus about six for part 9), plus about
+40 s for part 8.
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ from benchfmt import Report, load_average, note, ratio, seconds, verdict  # noqa
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
+import sdpfe_hhd  # noqa: E402  (benchmarks/sdpfe_hhd.py: part 9)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -639,12 +646,23 @@ def peer(report: Report) -> None:
     report.add(sdpfe.markdown(sdpfe.run(source)), "")
 
 
+def heavy_hitters(report: Report) -> None:
+    """Part 9: fe-hh against the authors' HHD at their setting, when SDPFE_DIR names its source."""
+    source = os.environ.get("SDPFE_DIR")
+    report.add("## 9. Heavy hitters: fe-hh against the authors' HHD (whole processes, same data, same run)", "")
+    if not source:
+        report.add("Not run: set `SDPFE_DIR` to a checkout of https://github.com/hkustDB/SDPFE.", "")
+        return
+    note("fe-hh against the authors' HHD at n = 10^7 (about six minutes)")
+    report.add(sdpfe_hhd.markdown(sdpfe_hhd.run(source, users=10**7)), "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
              "accountant": accountant, "sampling": sampling, "vectors": vectors,
-             "baselines": baselines}
+             "baselines": baselines, "heavy": heavy_hitters}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

@@ -100,8 +100,9 @@ class Simulation:
 
 
 @dataclass
-class FrequencyReport:
-    """What every frequency report holds: parameters, guarantee, cost, theory and the top estimates."""
+class RunReport:
+    """What every report of a run holds first: the protocol, its parameters and guarantee, what it cost and the
+    theory of its error."""
 
     protocol: ProtocolName
     parameters: Parameters  # as a dict: the fields, "protocol" and the derived quantities
@@ -110,6 +111,12 @@ class FrequencyReport:
     messages: Messages
     bits_per_message: int
     expected_error: ExpectedError
+
+
+@dataclass
+class FrequencyReport(RunReport):
+    """What every frequency report holds: parameters, guarantee, cost, theory and the top estimates."""
+
     estimates: list[Estimate]
     privacy_profile: list[ProfilePoint]  # delta(eps) at eps/2, eps, 2 eps for the same noise
     warnings: list[str]  # legal but weak choices, users left out for a missing value, ...
@@ -160,16 +167,9 @@ class VectorError:
 
 
 @dataclass
-class VectorReport:
+class VectorReport(RunReport):
     """What every vector-sum report holds: parameters, guarantee, cost, theory and the coordinates' sums."""
 
-    protocol: ProtocolName
-    parameters: Parameters
-    privacy: PrivacyDescription
-    n_users: int
-    messages: Messages
-    bits_per_message: int
-    expected_error: ExpectedError
     estimates: list[CoordinateEstimate]  # every coordinate, or the candidates (the others are estimated as 0)
     mean: list[float]  # the estimated mean of each listed coordinate (sums / n)
     privacy_profile: list[ProfilePoint]
@@ -222,16 +222,9 @@ class HeavyHitterEvaluation:
 
 
 @dataclass
-class HeavyHitterReport:
+class HeavyHitterReport(RunReport):
     """``privagg estimate fe-hh``: the heavy hitters discovered in a simulated run."""
 
-    protocol: ProtocolName
-    parameters: Parameters
-    privacy: PrivacyDescription
-    n_users: int
-    messages: Messages
-    bits_per_message: int
-    expected_error: ExpectedError
     threshold: float  # phi n: reported items are estimated to be held by at least this many users
     heavy_hitters: list[HeavyHitter]  # largest estimate first
     survivors: list[int]  # prefixes followed at each level of the tree

@@ -60,25 +60,6 @@ def hash_value(u: int, v: int, x: int, q: int, b: int, qinv: float, binv: float)
     return r
 
 
-@nb.njit(cache=True, parallel=True)
-def count_matches(u, v, w, queries, q, b, out_per_thread):
-    """out_per_thread[t, k] += messages of thread t's share matching query k."""
-    qinv, binv = 1.0 / q, 1.0 / b
-    n_threads = out_per_thread.shape[0]
-    share = (u.size + n_threads - 1) // n_threads
-    for t in nb.prange(n_threads):
-        end = min(u.size, (t + 1) * share)
-        for lo in range(t * share, end, MATCH_BLOCK):
-            hi = min(end, lo + MATCH_BLOCK)
-            for k in range(queries.size):
-                x = queries[k]
-                c = 0
-                for i in range(lo, hi):
-                    if hash_value(u[i], v[i], x, q, b, qinv, binv) == w[i]:
-                        c += 1
-                out_per_thread[t, k] += c
-
-
 @nb.njit(cache=True)
 def progression(u, v, w, q, b, qinv):
     """First preimage x_0 and step d of message (u, v, w)."""
@@ -157,10 +138,10 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
 def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
     """out_per_thread[t, k, j] += messages of thread t's share matching x = bases[k] + j, j < fanouts[k].
 
-    The children of one prefix in the heavy-hitter tree are consecutive
-    codes (protocols/heavy_hitters.py), so u x + v mod q runs along a
-    progression of step u: one product per (message, prefix), then an
-    addition per child.
+    FE1's queries are runs of one (fanout 1). The children of one prefix in
+    the heavy-hitter tree are consecutive codes (protocols/heavy_hitters.py),
+    so u x + v mod q runs along a progression of step u: one product per
+    (message, prefix), then an addition per child.
     """
     qinv, binv = 1.0 / q, 1.0 / b
     n_threads = out_per_thread.shape[0]
@@ -171,6 +152,13 @@ def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
             hi = min(end, lo + MATCH_BLOCK)
             for k in range(bases.size):
                 base = bases[k]
+                if fanouts[k] == 1:  # one query: no progression to walk
+                    c = 0
+                    for i in range(lo, hi):
+                        if hash_value(u[i], v[i], base, q, b, qinv, binv) == w[i]:
+                            c += 1
+                    out_per_thread[t, k, 0] += c
+                    continue
                 for i in range(lo, hi):
                     ui = u[i]
                     y = mulmod(ui, base, q, qinv) + v[i]

@@ -129,14 +129,8 @@ class UniversalHash:
 
     def count_matches(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, queries) -> np.ndarray:
         """For each query x, the number of messages i with h_{u_i,v_i}(x) = w_i (integer columns of any dtype)."""
-        import numba
-
-        from .hash_kernels import count_matches
-
         queries = _as_int64("queries", queries, self.modulus)
-        out = np.zeros((numba.get_num_threads(), queries.size), dtype=np.int64)
-        count_matches(*_kernel_columns(u, v, w), queries, self.modulus, self.bins, out)
-        return out.sum(axis=0)
+        return self.count_progressions(u, v, w, queries, np.ones(queries.size, dtype=np.int64))[:, 0]
 
     def count_progressions(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, bases, fanouts) -> np.ndarray:
         """counts[k, j]: the messages with h((bases[k] + j) mod q) = w, for j < fanouts[k].
