@@ -773,7 +773,9 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                 warnings.append(f"{dropped} users with a missing value were left out (--missing drop)")
             strings = isinstance(values, list) and values and isinstance(values[0], str)
             if strings and max_length is None:
-                max_length = 32
+                from .protocols.heavy_hitters import DEFAULT_MAX_LENGTH
+
+                max_length = DEFAULT_MAX_LENGTH
             if not strings and max_length is not None:
                 raise ParameterError("max-length", "left out for integer items (--domain B sets their range)",
                                      max_length)

@@ -56,7 +56,11 @@ def test_parameters_round_trip_and_refuse_tampering():
     params = calibrate_fe_hh(1.0, 1e-10, N, 2**48, 0.02)
     data = json.loads(json.dumps(params.to_dict()))
     assert registry.load_parameters(data) == params
-    for field, value in (("bins", params.bins + 1), ("level_users", params.level_users + 1),
+    fewer = params.level_users - 1  # consistent rho, so that verify's exact tail is what refuses it
+    with pytest.raises(ParameterError) as err:
+        registry.load_parameters({**data, "level_users": fewer, "rho": params.mu * params.bins / fewer})
+    assert err.value.field == "level_users"
+    for field, value in (("bins", params.bins + 1), ("level_users", 10**9),
                          ("first_level", params.first_level - 1), ("code_key", 3), ("filter_probability", 0.5),
                          ("rho", params.rho * 2)):
         with pytest.raises(ParameterError) as err:
@@ -64,6 +68,10 @@ def test_parameters_round_trip_and_refuse_tampering():
         assert err.value.field == field
     with pytest.raises(ParameterError, match="mu"):  # too little noise for the claim
         registry.load_parameters({**data, "mu": params.mu / 2, "rho": params.rho / 2})
+    # without scipy (a device: verify=False) the noise floor still refuses next to no noise
+    with pytest.raises(ParameterError, match="chance of no noise"):
+        registry.load_parameters({**data, "mu": 1.0, "rho": params.bins / params.level_users}, verify=False)
+    assert params.no_noise_probability() <= params.delta
 
 
 def test_levels_and_the_authors_choices():

@@ -29,7 +29,6 @@ than m users], computed exactly (binomial tail).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import math
@@ -52,8 +51,10 @@ from .parameters import FrozenParameters
 from .results import HeavyHitterList
 
 CODE_PRIME = 562_949_953_421_231  # the largest prime below 2^49: the code space of prefixes deeper than s
+EXACT_WIDTH_MAX = 48  # values of at most 48 bits are their own codes (2^48 <= P)
 INTEGER_DOMAIN_MAX = 2**64
 MAX_LENGTH_MAX = 64  # bytes of a string value
+DEFAULT_MAX_LENGTH = 32  # the command line's --max-length for strings
 FIRST_LEVEL_BITS_MAX = 24  # 2^24 prefixes counted at the first level: 64 MiB of int32 counters per thread
 STRING_STEP = 8
 SURVIVORS_PER_PHI = 4  # at most 4 / phi prefixes survive a level (at most 2 / phi hold phi n / 2 users each)
@@ -102,6 +103,15 @@ def filter_probability(n_users: int, phi: float, levels: int, domain_size: int) 
     if phi * domain_size > 1:
         terms.append(30 * levels / (phi * n_users) * math.log(phi * domain_size))
     return min(terms)
+
+
+def level_hashes(first_level: int, step: int, levels: int, bins: int, exact_codes: bool) -> tuple[UniversalHash, ...]:
+    """FE1's family at each level: a prime q >= the level's code space (2^bits, or P past the first level
+    when the codes are hashed) and b bins."""
+    def modulus(level: int) -> int:
+        space = 1 << (first_level + level * step) if level == 0 or exact_codes else CODE_PRIME
+        return next_prime(max(space, bins))
+    return tuple(UniversalHash(modulus(k), bins) for k in range(levels))
 
 
 def _normal_tail(z: float) -> float:
@@ -158,14 +168,13 @@ class HeavyHitterParameters(FrozenParameters):
             raise ParameterError("calibration", f"one of {', '.join(calibration_bib.METHODS)}", self.calibration)
         derived = (("bins", lambda: max(2, math.ceil(n / math.log2(n) ** 2))),
                    ("first_level", lambda: _first_level(n, self.phi, self.width, self.step)),
-                   ("level_users", lambda: _level_users(n, self.levels, self.delta)[0]),
                    ("filter_probability", lambda: filter_probability(n, self.phi, self.levels, self.domain_size)))
         for name, value in derived:  # in order: each check may rest on the fields checked before it
             if getattr(self, name) != (expected := value()):
                 raise ParameterError(name, f"{expected!r}, as n, phi, the domain and delta imply", getattr(self, name))
-        if self.level_users < 2:
-            raise ParameterError("users", f"enough that every one of the {self.levels} levels has at least 2 users "
-                                 f"except with probability delta / 2", n)
+        # the exact binomial tail that fixes level_users needs scipy: verify() checks it; here, numpy-free, m
+        # cannot pass a level's mean number of users (1 + (n - 1) / K)
+        check_integer("level_users", self.level_users, 2, 1 + (n - 1) // self.levels)
         if self.exact_codes and self.code_key != 1 << self.step:
             raise ParameterError("code_key", f"2^step = {1 << self.step} (every prefix fits the code space)",
                                  self.code_key)
@@ -175,9 +184,25 @@ class HeavyHitterParameters(FrozenParameters):
         if not math.isclose(self.rho, self.mu * self.bins / self.level_users, rel_tol=1e-12):
             raise ParameterError("rho", f"mu * bins / level_users = {self.mu * self.bins / self.level_users!r}",
                                  self.rho)
+        floor = self.no_noise_probability()
+        if floor > self.delta:
+            raise ParameterError("mu", f"large enough that the chance of no noise where the neighbour's message "
+                                 f"would go ({floor:.3g}) is at most delta", self.mu)
+
+    def no_noise_probability(self) -> float:
+        """(1 - p_col) Pr[no dummy of the level's m users lands in S_y minus S_x]: a lower bound on delta at
+        every epsilon, numpy-free, so that a device without scipy still refuses (next to) no noise (the
+        thinning happens after the shuffle's view in the analysis; docs/derivations.md)."""
+        whole, frac = math.floor(self.rho), self.rho - math.floor(self.rho)
+        hit = (1.0 - self.overlap) / self.bins
+        users = self.level_users
+        return math.exp(math.log1p(-self.overlap) + users * (whole * math.log1p(-hit) + math.log1p(-frac * hit)))
 
     def verify(self) -> None:
-        """Check that mu buys the claimed (epsilon, delta) at every level's overlap, without recalibrating."""
+        """Check what scipy is needed for: level_users is the largest m whose binomial tail is at most delta / 2,
+        and mu buys the claimed (epsilon, delta) at the levels' largest overlap (nothing recalibrated)."""
+        if self.level_users != (expected := _level_users(self.n_users, self.levels, self.delta)[0]):
+            raise ParameterError("level_users", f"{expected!r}, as n, the levels and delta imply", self.level_users)
         if self.calibration == "closed_form":
             needed = calibration_bib.closed_form_noise(self.epsilon, self.delta - self.level_tail)
             if self.mu < needed:
@@ -206,15 +231,11 @@ class HeavyHitterParameters(FrozenParameters):
     @property
     def exact_codes(self) -> bool:
         """Whether every prefix is its own code (2^W <= P)."""
-        return self.width <= 48
+        return self.width <= EXACT_WIDTH_MAX
 
     @functools.cached_property
     def hashes(self) -> tuple[UniversalHash, ...]:
-        """FE1's family at each level: prime q >= the level's code space (2^bits, or P past the first level)."""
-        def modulus(level: int) -> int:
-            space = 1 << self.level_bits(level) if level == 0 or self.exact_codes else CODE_PRIME
-            return next_prime(max(space, self.bins))
-        return tuple(UniversalHash(modulus(k), self.bins) for k in range(self.levels))
+        return level_hashes(self.first_level, self.step, self.levels, self.bins, self.exact_codes)
 
     @property
     def layout(self) -> MessageLayout:
@@ -478,17 +499,17 @@ def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int
         raise ParameterError("users", f"enough for {levels} levels of at least 2 users each (delta / 2 = "
                              f"{delta / 2:.3g} bounds the chance of fewer)", n)
     bins = max(2, math.ceil(n / math.log2(n) ** 2))
-    if width <= 48:
+    if width <= EXACT_WIDTH_MAX:
         key = 1 << step
     else:
         key = check_integer("code_key", code_key, 2, CODE_PRIME - 1) if code_key is not None else \
             2 + secrets.randbelow(CODE_PRIME - 2)
-    draft = HeavyHitterParameters(
+    overlap = max(h.collision_probability for h in level_hashes(s, step, levels, bins, width <= EXACT_WIDTH_MAX))
+    mu = calibration_bib.calibrate(epsilon, delta - tail, users, bins, calibration, overlap)
+    return HeavyHitterParameters(
         epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, phi=phi, calibration=calibration, bins=bins,
-        first_level=s, level_users=users, mu=1.0, rho=bins / users, code_key=key, max_length=max_length,
+        first_level=s, level_users=users, mu=mu, rho=mu * bins / users, code_key=key, max_length=max_length,
         filter_probability=filter_probability(n, phi, levels, domain))
-    mu = calibration_bib.calibrate(epsilon, delta - tail, users, bins, calibration, draft.overlap)
-    return dataclasses.replace(draft, mu=mu, rho=mu * bins / users)
 
 
 # --- roles -------------------------------------------------------------------------------------------------

@@ -153,7 +153,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                               calibrations=("hockey_stick",))),
         options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
                  Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
-                        f"(1..{hh.MAX_LENGTH_MAX}; --domain is then left out)"))),
+                        f"(1..{hh.MAX_LENGTH_MAX}, default {hh.DEFAULT_MAX_LENGTH} for text input; --domain is then "
+                        "left out)"))),
     ProtocolEntry(
         name="sparse-vector", title="1-sparse vector sums: rounded weights, FE0 over (coordinate, level) cells",
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu (B k + 1) / n",
