@@ -210,8 +210,8 @@ def test_bad_calibration_input_names_the_field(change, field):
 
 
 @pytest.mark.parametrize("values,message", [
-    ([3, 2**20], r"\[0, 1048576\) \(row 1"), ([-1, 3], "row 0"), ([1.5, 2.0], "dtype float"),
-    (np.array([[1, 2]]), "shape")])
+    ([3, 2**20], r"\[0, 1048576\) \(row 1"), ([-1, 3], "row 0"), ([1.5, 2.0], "row 0"), ([2, True], "row 1"),
+    (np.array([1.5, 2.0]), "dtype float"), (np.array([[1, 2]]), "shape")])
 def test_bad_integer_items_name_the_row(values, message):
     params = calibrate_fe_hh(1.0, 1e-10, N, 2**20, 0.02)
     with pytest.raises(ParameterError, match=message):
@@ -220,7 +220,7 @@ def test_bad_integer_items_name_the_row(values, message):
 
 @pytest.mark.parametrize("values,message", [
     (["ok", "x" * 13], "at most --max-length 12 bytes .row 1"), (["a\0b"], "zero byte .row 0"),
-    (["ok", 5], "a string .row 1")])
+    (["ok", 5], "a string .row 1"), (["ok", "\udcff"], "UTF-8 encodes .row 1"), ("abc", "a single string")])
 def test_bad_string_items_name_the_row(values, message):
     params = calibrate_fe_hh(1.0, 1e-10, N, None, 0.02, max_length=12)
     with pytest.raises(ParameterError, match=message):
@@ -235,3 +235,12 @@ def test_codes_are_the_prefixes_when_every_value_fits():
         codes = params.codes(values, np.full(3, level))
         assert codes.tolist() == (values >> np.uint64(40 - bits)).astype(np.int64).tolist()
     assert isinstance(params, HeavyHitterParameters)
+
+
+def test_python_ints_across_2_63_and_the_thinning_near_phi_b_1():
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**64, 0.02)
+    assert HeavyHitterClient(params).randomize([1, 2**63, 2**64 - 1], 0)["level"].size >= 0
+    assert params.check_values([1, 2**63, 2**64 - 1]).tolist() == [1, 2**63, 2**64 - 1]
+    # ln(phi B) is floored at 1: B = 11 at phi 0.1 thins no harder than B = 10 (the authors' term would be 0.09)
+    small = [calibrate_fe_hh(1.0, 1e-6, 50_000, domain, 0.1).filter_probability for domain in (10, 11)]
+    assert small[1] >= small[0] * 0.9

@@ -136,7 +136,7 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
 
 @nb.njit(cache=True, parallel=True)
 def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
-    """out_per_thread[t, k, j] += messages of thread t's share matching x = bases[k] + j, j < fanouts[k].
+    """out_per_thread[t, k, j] += messages of thread t's share matching x = (bases[k] + j) mod q, j < fanouts[k].
 
     FE1's queries are runs of one (fanout 1). The children of one prefix in
     the heavy-hitter tree are consecutive codes (protocols/heavy_hitters.py),

@@ -7,10 +7,12 @@ probability is the same (reference §2.3):
 
     p_col = floor(q/b) ((q mod b) + q - b) / (q (q - 1)) < 1/b.
 
-Besides evaluation this module gives the analyzer's two counting kernels:
+Besides evaluation this module gives the analyzer's counting kernels:
 
 * :meth:`UniversalHash.count_matches` -- for each queried x, how many
   messages (u, v, w) have h_{u,v}(x) = w (the FE1 single/batch query).
+* :meth:`UniversalHash.count_progressions` -- the same for runs of consecutive x (the heavy-hitter
+  tree's children of a prefix); count_matches is its runs of one.
 * :meth:`UniversalHash.count_all` -- the same count for every x in [B], by
   enumerating each message's preimages. The preimages of w are
   x_j = (w + j b - v) u^{-1} mod q for j = 0, 1, ... while w + j b < q, an

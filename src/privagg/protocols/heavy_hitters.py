@@ -97,11 +97,11 @@ def filter_probability(n_users: int, phi: float, levels: int, domain_size: int) 
     """p_f: the authors' min(8 K/(phi n) ln(K/(0.1 phi)), 30 K/(phi n) ln(phi B)) with K levels, at most 1.
 
     A phi n heavy item then puts 8 ln(K / (0.1 phi)) messages in expectation at each level (reference §2.4);
-    the second term counts only when phi B > 1.
+    ln(phi B) is floored at 1 (our change: the authors' term goes to 0 as phi B nears 1).
     """
     terms = [1.0, 8 * levels / (phi * n_users) * math.log(levels / (0.1 * phi))]
-    if phi * domain_size > 1:
-        terms.append(30 * levels / (phi * n_users) * math.log(phi * domain_size))
+    # ln(phi B) floored at 1: near phi B = 1 the authors' second term would thin every message away
+    terms.append(30 * levels / (phi * n_users) * max(1.0, math.log(phi * domain_size)))
     return min(terms)
 
 
@@ -172,9 +172,8 @@ class HeavyHitterParameters(FrozenParameters):
         for name, value in derived:  # in order: each check may rest on the fields checked before it
             if getattr(self, name) != (expected := value()):
                 raise ParameterError(name, f"{expected!r}, as n, phi, the domain and delta imply", getattr(self, name))
-        # the exact binomial tail that fixes level_users needs scipy: verify() checks it; here, numpy-free, m
-        # cannot pass a level's mean number of users (1 + (n - 1) / K)
-        check_integer("level_users", self.level_users, 2, 1 + (n - 1) // self.levels)
+        # the exact binomial tail that fixes level_users needs scipy: verify() checks it
+        check_integer("level_users", self.level_users, 2, n)
         if self.exact_codes and self.code_key != 1 << self.step:
             raise ParameterError("code_key", f"2^step = {1 << self.step} (every prefix fits the code space)",
                                  self.code_key)
@@ -190,9 +189,9 @@ class HeavyHitterParameters(FrozenParameters):
                                  f"would go ({floor:.3g}) is at most delta", self.mu)
 
     def no_noise_probability(self) -> float:
-        """(1 - p_col) Pr[no dummy of the level's m users lands in S_y minus S_x]: a lower bound on delta at
-        every epsilon, numpy-free, so that a device without scipy still refuses (next to) no noise (the
-        thinning happens after the shuffle's view in the analysis; docs/derivations.md)."""
+        """(1 - p_col) Pr[no dummy of the level's m users lands in S_y minus S_x]: the limit, as epsilon grows,
+        of the bound the calibration uses; numpy-free, so that a device without scipy still refuses (next to)
+        no noise. A floor on what the claim needs, not a proof of it (verify() checks the claim)."""
         whole, frac = math.floor(self.rho), self.rho - math.floor(self.rho)
         hit = (1.0 - self.overlap) / self.bins
         users = self.level_users
@@ -423,15 +422,13 @@ class HeavyHitterParameters(FrozenParameters):
 
 
 def _check_integers(values, domain_size: int) -> np.ndarray:
-    try:
-        array = np.asarray(values)
-    except (ValueError, OverflowError):
-        raise ParameterError("item", f"integers in [0, {domain_size})", "a ragged or oversized sequence") from None
-    if array.dtype == object:  # Python ints beyond int64
-        try:
-            array = np.asarray(values, dtype=np.uint64)
-        except (OverflowError, TypeError, ValueError):
-            raise ParameterError("item", f"integers in [0, {domain_size})", "a value outside 64 bits") from None
+    if not isinstance(values, np.ndarray):  # Python ints: numpy would make floats of a list spanning 2^63
+        values = list(values)
+        for row, value in enumerate(values):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < domain_size:
+                raise ParameterError("item", f"an integer in [0, {domain_size}) (row {row}, counted from 0)", value)
+        return np.array(values, dtype=np.uint64)
+    array = values
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
         raise ParameterError("item", f"integers in [0, {domain_size}), one per user", f"dtype {array.dtype}, shape "
                              f"{array.shape}")
@@ -445,10 +442,14 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
 
 
 def _check_strings(values, max_length: int) -> np.ndarray:
-    items = list(values)
+    if isinstance(values, (str, bytes)):
+        raise ParameterError("items", "a sequence of strings, one per user", "a single string")
     encoded = []
-    for row, item in enumerate(items):
-        data = item.encode("utf-8") if isinstance(item, str) else item
+    for row, item in enumerate(values):
+        try:
+            data = item.encode("utf-8") if isinstance(item, str) else item
+        except UnicodeEncodeError:
+            raise ParameterError("item", f"text that UTF-8 encodes (row {row}, counted from 0)", repr(item)) from None
         if not isinstance(data, (bytes, bytearray)):
             raise ParameterError("item", f"a string (row {row}, counted from 0)", type(item).__name__)
         if len(data) > max_length:

@@ -234,6 +234,9 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     n, d = len(inputs), inputs.shape[1] if dimension is None else dimension
     if discover_phi is not None and (protocol != "sparse-vector-hashed" or candidates is not None):
         raise ParameterError("discover-phi", "given for sparse-vector-hashed without --candidates", discover_phi)
+    if discover_phi is not None and (options or {}).get("honest_fraction") not in (None, 1, 1.0):
+        raise ParameterError("honest-fraction", "left out with --discover-phi (fe-hh counts on every user's "
+                             "dummies)", options["honest_fraction"])
     stage = 2 if discover_phi is not None else 1  # the budget each stage gets: (eps/2, delta/2) when two
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon / stage, delta=delta / stage, n_users=n, domain_size=d,
@@ -296,7 +299,7 @@ def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progr
     rng = resolve(None if seed is None else np.random.SeedSequence([seed, 1]))
     cells = parameters.cells(parameters.check_codes(pairs), rng).astype(np.uint64)
     report, result = estimate_heavy_hitters(cells, epsilon=parameters.epsilon, delta=parameters.delta, phi=phi,
-                                            domain_size=parameters.dimension + 1,
+                                            domain_size=parameters.dimension + 1, calibration=parameters.calibration,
                                             seed=None if seed is None else seed + 1, progress=progress)
     found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
     if not found.size:
