@@ -1,6 +1,8 @@
 """The client SDK: what runs on a user's device (numpy, randomgen and ``cryptography`` only).
 
-    from privagg.client import Client
+Here rather than at ``privagg.client``, which is the registry's ``client(parameters)`` function.
+
+    from privagg.service.client import Client
     client = Client.from_json(task_json)          # the task the analyzer serves; parameters checked
     report = client.report(value, token)          # randomized with secure randomness, sealed per message
 
@@ -17,8 +19,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from .core.randomness import secure_rng
-from .service.tasks import REPORT_ID_BYTES, Task, seal_messages
+from ..core.randomness import secure_rng
+from .tasks import REPORT_ID_BYTES, Task, seal_messages
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Client:
     """A device's side of one task."""
 
     def __init__(self, task: Task) -> None:
-        from .protocols.registry import client as make_client
+        from ..protocols.registry import client as make_client
 
         self.task = task
         self.randomizer = make_client(task.parameters)
