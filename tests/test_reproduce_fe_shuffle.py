@@ -1,32 +1,22 @@
 """privagg reproduce fe-shuffle on its quick grid: the files it writes, and properties of what they hold."""
 
-import csv
 import math
-import struct
 
 import pytest
+from reproduction import png_size, quick_run, read
 
 from privagg.reproduce import fe_shuffle as fe
 
 pytestmark = pytest.mark.slow  # about 5-6 s: the quick grid's runs and three figures
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 K_SIGMA = 4  # standard errors of an empirical quantile allowed (chosen before the first run, never widened)
 SEED = 0
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fe_shuffle")
-    calls = []
-    summary = fe.run(out, quick=True, seed=SEED, progress=lambda *a: calls.append(a))
-    return out, summary, calls
+    return quick_run(fe, tmp_path_factory.mktemp("fe_shuffle"), seed=SEED)
 
-
-def read(path):
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
 
 
 def ran(out):
@@ -48,10 +38,7 @@ def test_files_summary_and_progress(written):
 def test_pngs_are_images(written):
     out = written[0]
     for name in fe.PLOTS:
-        data = (out / name).read_bytes()
-        assert len(data) > 10_000 and data[:8] == PNG_SIGNATURE
-        assert data[12:16] == b"IHDR"
-        width, height = struct.unpack(">II", data[16:24])
+        width, height = png_size(out / name)
         assert width > 600 and height > 400
 
 

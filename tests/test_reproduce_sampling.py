@@ -1,33 +1,23 @@
 """privagg reproduce sampling on its quick grid: the files it writes, and two properties of what they hold."""
 
-import csv
 import math
-import struct
 
 import numpy as np
 import pytest
+from reproduction import png_size, quick_run, read
 
 from privagg.protocols import registry
 from privagg.reproduce import sampling
 
 pytestmark = pytest.mark.slow  # about 5 s: the quick grid's seeded runs and calibrations
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 K_SIGMA = 4  # the MSE band: 4 standard errors of a mean of R runs (a false alarm about once in 16,000 seeds)
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sampling")
-    calls = []
-    summary = sampling.run(out, quick=True, seed=0, progress=lambda *a: calls.append(a))
-    return out, summary, calls
+    return quick_run(sampling, tmp_path_factory.mktemp("sampling"))
 
-
-def read(path):
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
 
 
 def test_files_and_summary(written):
@@ -47,10 +37,7 @@ def test_files_and_summary(written):
 def test_pngs_are_images(written):
     out = written[0]
     for name in ("variance_vs_n.png", "variance_vs_eps.png", "costs.png"):
-        data = (out / name).read_bytes()
-        assert len(data) > 10_000 and data[:8] == PNG_SIGNATURE
-        assert data[12:16] == b"IHDR"
-        width, height = struct.unpack(">II", data[16:24])
+        width, height = png_size(out / name)
         assert width > 300 and height > 300
 
 

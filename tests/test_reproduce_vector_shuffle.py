@@ -1,11 +1,10 @@
 """privagg reproduce vector-shuffle on its quick grid: the files it writes, and properties of what they hold."""
 
-import csv
 import math
-import struct
 
 import numpy as np
 import pytest
+from reproduction import png_size, quick_run, read
 
 from privagg.datasets import digits_vectors
 from privagg.protocols.privacy_blanket import calibrate_blanket_vector
@@ -13,23 +12,14 @@ from privagg.reproduce import vector_shuffle as vs
 
 pytestmark = pytest.mark.slow  # about 6 s: the quick grid's seeded runs, calibrations and five figures
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 K_SIGMA = 4  # the MSE band: 4 standard errors of a mean of R runs (chosen before the first run, never widened)
 SEED = 0
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    out = tmp_path_factory.mktemp("vector_shuffle")
-    calls = []
-    summary = vs.run(out, quick=True, seed=SEED, progress=lambda *a: calls.append(a))
-    return out, summary, calls
+    return quick_run(vs, tmp_path_factory.mktemp("vector_shuffle"), seed=SEED)
 
-
-def read(path):
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
 
 
 def test_files_summary_and_progress(written):
@@ -55,10 +45,7 @@ def test_files_summary_and_progress(written):
 def test_pngs_are_images(written):
     out = written[0]
     for name in vs.PLOTS.values():
-        data = (out / name).read_bytes()
-        assert len(data) > 10_000 and data[:8] == PNG_SIGNATURE
-        assert data[12:16] == b"IHDR"
-        width, height = struct.unpack(">II", data[16:24])
+        width, height = png_size(out / name)
         assert width > 600 and height > 400
 
 
