@@ -231,7 +231,7 @@ def test_codes_are_the_prefixes_when_every_value_fits():
     params = calibrate_fe_hh(1.0, 1e-10, N, 2**40, 0.02)
     values = np.array([2**40 - 1, 12345, 0], dtype=np.uint64)
     for level in range(params.levels):
-        bits = params.level_bits(level)
+        bits = params.first_level + level * params.step
         codes = params.codes(values, np.full(3, level))
         assert codes.tolist() == (values >> np.uint64(40 - bits)).astype(np.int64).tolist()
     assert isinstance(params, HeavyHitterParameters)

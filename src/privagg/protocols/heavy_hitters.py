@@ -224,9 +224,6 @@ class HeavyHitterParameters(FrozenParameters):
         """K: the number of levels s, s + step, ..., W."""
         return (self.width - self.first_level) // self.step + 1
 
-    def level_bits(self, level: int) -> int:
-        return self.first_level + level * self.step
-
     @property
     def exact_codes(self) -> bool:
         """Whether every prefix is its own code (2^W <= P)."""
@@ -261,9 +258,7 @@ class HeavyHitterParameters(FrozenParameters):
     def messages_sd(self) -> float:
         """Standard deviation of the total number of messages (the thinned real and dummy messages)."""
         frac, pf = self.rho - math.floor(self.rho), self.filter_probability
-        mean_d = self.rho
-        var_d = frac * (1 - frac)
-        per_user = pf * (1 - pf) * (1 + mean_d) + pf**2 * var_d  # Var of Bin(1 + D, p_f)
+        per_user = pf * (1 - pf) * (1 + self.rho) + pf**2 * frac * (1 - frac)  # Var Bin(1 + D, p_f), E D = rho
         return math.sqrt(self.n_users * per_user)
 
     def _moments(self, match: float) -> tuple[float, float]:

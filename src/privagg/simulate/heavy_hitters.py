@@ -49,9 +49,11 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     rngs = streams(seed, ("clients", "shuffler"))
     client, analyzer = HeavyHitterClient(parameters), HeavyHitterAnalyzer(parameters)
     start = time.perf_counter()
+    # integers go to the clients checked (a uint64 array, re-checked in one vectorized pass, not row by row)
+    users = values if max_length is not None else checked
     batches = []
     for lo in range(0, n, USERS_PER_BATCH):
-        batches.append(client.randomize(values[lo:lo + USERS_PER_BATCH], rngs["clients"]))
+        batches.append(client.randomize(users[lo:lo + USERS_PER_BATCH], rngs["clients"]))
         if progress:
             progress("randomize", min(USERS_PER_BATCH, n - lo), n)
     messages = MessageBatch.concatenate(batches)
