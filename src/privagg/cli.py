@@ -1102,11 +1102,9 @@ def analyze(
     from . import engine as engines
     from .core.encoding import ItemEncoder
     from .io import InputFormat, read_codes
-    from .privacy.description import privacy_warnings
     from .protocols import registry
     from .protocols.registry import analyzer as make_analyzer, load_parameters
-    from .reports import (AnalysisReport, Messages, expected_error, privacy_profile, report_parameters,
-                          reported_estimates, to_json_dict)
+    from .reports import analysis_report, to_json_dict
     from .simulate.frequency import choose_full_domain
 
     with _clean_errors():
@@ -1140,16 +1138,8 @@ def analyze(
         result, run = engines.analyze(analyzer, partitions, engine.value, scheduler, workers)
         if full_domain and queries is not None:  # report the top among the public candidates
             result = result.restricted_to(queries)
-        received = result.messages + result.malformed
-        report = AnalysisReport(
-            protocol=params.protocol, parameters=report_parameters(params),
-            privacy=_analysis_privacy(params, items, received), n_users=params.n_users,
-            messages=Messages(received, received / params.n_users, result.malformed),
-            bits_per_message=params.bits_per_message, expected_error=expected_error(params),
-            estimates=reported_estimates(result, encoder, top), privacy_profile=privacy_profile(params),
-            warnings=privacy_warnings(params.epsilon, params.delta, params.n_users) + params.warnings(),
-            full_domain=full_domain,
-            engine=run)
+        report = analysis_report(params, result, _analysis_privacy(params, items, result.messages + result.malformed),
+                                 run, encoder=encoder, top=top, full_domain=full_domain)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates, params.item_key)
@@ -1168,24 +1158,13 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
                     output: Optional[Path]) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
-    from .privacy.description import privacy_warnings
     from .protocols.registry import analyzer as make_analyzer
-    from .reports import (CoordinateEstimate, Messages, VectorAnalysisReport, expected_error, privacy_profile,
-                          report_parameters, to_json_dict)
+    from .reports import analysis_report, to_json_dict
 
     queries = None if candidates is None else _read_coordinates(candidates)
     result, run = engines.analyze(make_analyzer(params, queries), partitions, engine, scheduler, workers)
     received = result.messages + result.malformed
-    coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
-    report = VectorAnalysisReport(
-        protocol=params.protocol, parameters=report_parameters(params),
-        privacy=_analysis_privacy(params, items, received), n_users=params.n_users,
-        messages=Messages(received, received / params.n_users, result.malformed),
-        bits_per_message=params.bits_per_message, expected_error=expected_error(params),
-        estimates=[CoordinateEstimate(int(i), float(e), float(se)) for i, e, se in
-                   zip(coordinates, result.total, result.standard_errors)],
-        mean=result.mean().tolist(), privacy_profile=privacy_profile(params),
-        warnings=privacy_warnings(params.epsilon, params.delta, params.n_users) + params.warnings(), engine=run)
+    report = analysis_report(params, result, _analysis_privacy(params, items, received), run)
 
     def human() -> None:
         from rich.table import Table

@@ -246,18 +246,30 @@ class Engine:
 
 
 @dataclass
+class Collection:
+    """What the analyzer service received for a task: counts only, no identities."""
+
+    reports: int  # reports in the applied batches (as the collector counted them)
+    batches: int  # batches applied, each once
+    unopened: int  # messages that would not open (another key or task, truncated, tampered): dropped
+    malformed: int  # messages that opened but broke the protocol's layout: dropped
+
+
+@dataclass
 class AnalysisReport(FrequencyReport):
-    """``privagg analyze``: the analyzer over written messages."""
+    """``privagg analyze``: the analyzer over written messages (or the analyzer service's result)."""
 
     full_domain: bool
     engine: Engine
+    collection: Collection | None = None  # the analyzer service: what its batches held
 
 
 @dataclass
 class VectorAnalysisReport(VectorReport):
-    """``privagg analyze`` for vector sums: the analyzer over written messages."""
+    """``privagg analyze`` for vector sums: the analyzer over written messages (or the service's result)."""
 
     engine: Engine
+    collection: Collection | None = None
 
 
 @dataclass
@@ -352,6 +364,32 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
         true = counts.tolist()
     return [Estimate(encoder.label(code), float(est), float(se), True if encoder.is_collision(code) else None, t)
             for code, est, se, t in zip(codes.tolist(), estimates.tolist(), stderr.tolist(), true)]
+
+
+def analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *, encoder=None, top: int = 10,
+                    full_domain: bool = True, collection: Collection | None = None):
+    """The report of an analysis of received messages: ``privagg analyze`` and the analyzer service's result.
+
+    ``result`` is the analyzer's finalized result: a frequency table (its ``top`` items, named by
+    ``encoder``) or a vector sum (every listed coordinate).
+    """
+    from .privacy.description import privacy_warnings
+    from .protocols.registry import get
+
+    received = result.messages + result.malformed
+    common = dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
+                  n_users=parameters.n_users, messages=Messages(received, received / parameters.n_users,
+                                                                result.malformed),
+                  bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
+                  privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
+                  warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
+                  + parameters.warnings())
+    if get(parameters.protocol).result == "vector sum":
+        coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
+        return VectorAnalysisReport(
+            estimates=[CoordinateEstimate(int(i), float(e), float(se)) for i, e, se in
+                       zip(coordinates, result.total, result.standard_errors)], mean=result.mean().tolist(), **common)
+    return AnalysisReport(estimates=reported_estimates(result, encoder, top), full_domain=full_domain, **common)
 
 
 def privacy_profile(parameters) -> list[ProfilePoint]:
