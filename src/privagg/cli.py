@@ -1214,6 +1214,11 @@ def _analysis_privacy(params, items: dict[str, Any], received: int):
     return privacy
 
 
+from .service_cli import add_service_commands  # noqa: E402 (it uses the helpers above)
+
+add_service_commands(app)
+
+
 def _version(value: bool) -> None:
     if value:
         _say(f"privagg {__version__}")

@@ -2,25 +2,33 @@
 
 Here rather than at ``privagg.client``, which is the registry's ``client(parameters)`` function.
 
-    from privagg.service.client import Client
-    client = Client.from_json(task_json)          # the task the analyzer serves; parameters checked
-    report = client.report(value, token)          # randomized with secure randomness, sealed per message
+    from privagg.service.client import Client, submit
+    client = Client.fetch(collector_url, task_id)  # the task as served; parameters checked, never recalibrated
+    report = client.report(value, token)           # randomized with secure randomness, sealed per message
+    submit(collector_url, report)                   # retried safely until the collector acknowledges
 
 The device never recalibrates: it loads the task's frozen parameters (their fields and noise floor
 checked; ``verify=True`` also checks what the noise buys, which loads scipy). Its value is randomized
 locally by the protocol's client randomizer with the ChaCha20 generator keyed from the OS, every message
 is sealed separately to the analyzer (:mod:`privagg.service.tasks`), and the report carries a random
 report id (the collector's de-duplication key, so a retried submission is counted once) and the
-client's one-use token.
+client's one-use token. Submission uses only the standard library's HTTP client.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 
 from ..core.randomness import secure_rng
 from .tasks import REPORT_ID_BYTES, Task, seal_messages
+
+RETRY_STATUSES = (429, 500, 502, 503, 504)  # the collector is busy or restarting: the same report is sent again
 
 
 @dataclass(frozen=True)
@@ -30,11 +38,21 @@ class Report:
     task_id: str
     report_id: str  # 32 hex characters, random
     token: str  # the one-use token the collector issued for this task
+    key_id: int  # the analyzer key the messages are sealed to
     ciphertexts: tuple[bytes, ...]  # one sealed message each
 
     def to_dict(self) -> dict:
-        return {"task_id": self.task_id, "report_id": self.report_id, "token": self.token,
-                "ciphertexts": [c.hex() for c in self.ciphertexts]}
+        """The JSON body the collector takes."""
+        return {"report_id": self.report_id, "token": self.token, "key_id": self.key_id,
+                "ciphertexts": [base64.b64encode(c).decode() for c in self.ciphertexts]}
+
+
+class SubmitError(Exception):
+    """The collector refused the report (status 4xx), or could not be reached in the attempts allowed."""
+
+    def __init__(self, status: int | None, detail: str) -> None:
+        super().__init__(f"{status or 'no answer'}: {detail}")
+        self.status, self.detail = status, detail
 
 
 class Client:
@@ -50,9 +68,43 @@ class Client:
     def from_json(cls, text: str | bytes, verify: bool = False) -> "Client":
         return cls(Task.from_json(text, verify))
 
+    @classmethod
+    def fetch(cls, url: str, task_id: str, timeout: float = 30.0) -> "Client":
+        """The client of the task that the collector (or the analyzer) at ``url`` serves."""
+        with urllib.request.urlopen(f"{url.rstrip('/')}/tasks/{task_id}", timeout=timeout) as answer:
+            return cls.from_json(answer.read())
+
     def report(self, value, token: str) -> Report:
         """The sealed messages of one user holding ``value`` (an item code, a vector, a (coordinate, weight)
         pair: what the protocol's randomizer takes for one user), with a fresh report id."""
         messages = self.randomizer.randomize([value], secure_rng())
-        return Report(self.task.task_id, secrets.token_hex(REPORT_ID_BYTES), token,
+        return Report(self.task.task_id, secrets.token_hex(REPORT_ID_BYTES), token, self.task.key_id,
                       tuple(seal_messages(self.task, messages)))
+
+
+def submit(collector_url: str, report: Report, attempts: int = 8, backoff: float = 0.25,
+           timeout: float = 30.0) -> str:
+    """Send ``report`` to the collector until it is acknowledged; returns its status ("stored", or "already
+    stored" when an earlier attempt had landed).
+
+    Safe to retry: every attempt carries the same report id and token, and the collector stores a report
+    once. Connection failures and busy answers are retried with exponential backoff; a refusal (4xx)
+    raises :class:`SubmitError` at once.
+    """
+    body = json.dumps(report.to_dict()).encode()
+    url = f"{collector_url.rstrip('/')}/tasks/{report.task_id}/reports"
+    detail = "not attempted"
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        request = urllib.request.Request(url, body, {"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return json.loads(answer.read())["status"]
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")
+            if err.code not in RETRY_STATUSES:
+                raise SubmitError(err.code, detail) from None
+        except (urllib.error.URLError, OSError) as err:
+            detail = str(err)
+    raise SubmitError(None, f"no acknowledgement after {attempts} attempts ({detail})")

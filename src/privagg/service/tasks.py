@@ -35,6 +35,11 @@ PUBLIC_KEY_BYTES = 32
 SEAL_OVERHEAD = 32 + 16  # HPKE's encapsulated key and the AEAD tag, per message
 
 
+def is_hex_id(text) -> bool:
+    """A task, report or batch id: 32 lowercase hexadecimal characters."""
+    return isinstance(text, str) and len(text) == 2 * TASK_ID_BYTES and all(c in "0123456789abcdef" for c in text)
+
+
 def _suite():
     from cryptography.hazmat.primitives import hpke
 
@@ -128,6 +133,11 @@ def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0) 
     return task, private.private_bytes_raw()
 
 
+def sealed_size(task: Task) -> int:
+    """Bytes of one sealed message of ``task``: its packed layout row plus HPKE's overhead."""
+    return task.parameters.layout.record_dtype.itemsize + SEAL_OVERHEAD
+
+
 def seal_messages(task: Task, messages: MessageBatch) -> list[bytes]:
     """Each message (a layout row, packed) sealed separately to the task's analyzer key."""
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
@@ -148,8 +158,8 @@ class OpenedBatch:
     unopened: int
 
 
-def open_messages(task: Task, private_key: bytes, ciphertexts: list[bytes]) -> OpenedBatch:
-    """Open every sealed message of a batch; one that fails (another key or task, truncated, tampered, the
+def open_messages(task: Task, private_key: bytes, ciphertexts) -> OpenedBatch:
+    """Open every sealed message of a batch (bytes, or rows of a uint8 array); one that fails (another key or task, truncated, tampered, the
     wrong size) is counted in ``unopened`` and left out. Layout validation is the analyzer's next step."""
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 

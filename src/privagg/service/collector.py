@@ -1,0 +1,409 @@
+"""The collector: the shuffle model's shuffler as a service (FastAPI).
+
+It authenticates each client by a one-use token of the task, stores the client's sealed messages durably
+(committed before it answers 2xx), refuses a second report on a token and a report id already used, and
+never holds a key that opens a message. When at least the task's ``min_batch_size`` reports wait, it
+takes them all as one batch, puts their messages in a uniformly random order drawn from the secure
+generator (Fisher-Yates, :meth:`numpy.random.Generator.permutation`), and forwards them to the analyzer
+as one Arrow IPC stream holding a single column of ciphertexts: no report boundaries, token, report id,
+arrival order or time. The batch's reports are deleted only once the analyzer acknowledges it; a batch
+whose acknowledgement was lost is sent again under the same batch id, which the analyzer applies once.
+No batch smaller than the minimum is ever released: the calibration counts on that many users' noise.
+
+Routes: ``POST /tasks/{task_id}/reports`` (a client's report, JSON), ``GET /tasks/{task_id}`` (the
+task, as the analyzer serves it), ``/healthz``, ``/readyz``, ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import logging
+import math
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from ..core.randomness import secure_rng
+from ..errors import ParameterError
+from . import storage
+from .storage import batches, collector_tasks, reports, tokens
+from .tasks import Task, is_hex_id, sealed_size
+from .web import Refused, add_operations, json_object, log_event, read_body
+
+log = logging.getLogger("privagg.collector")
+
+TOKEN_BYTES = 24
+BATCH_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+EXTRA_MESSAGES = 16  # beyond 12 sd of a user's message count: the cap on one report (see message_cap)
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def message_cap(task: Task) -> int:
+    """The most messages one report may carry: a user's mean plus 12 of his standard deviations, plus 16.
+
+    An honest user exceeds it with probability far below 10^-20; a client sending more is refused,
+    so no one inflates a batch with messages of his own."""
+    p = task.parameters
+    per_user_sd = p.messages_sd / math.sqrt(p.n_users)
+    return math.ceil(p.messages_per_user + 12 * per_user_sd) + EXTRA_MESSAGES
+
+
+class Collector:
+    """The collector's logic over its database; the HTTP routes (:func:`create_app`) only call it.
+
+    ``fetch_task(task_id)`` returns the task's JSON from the analyzer (None: no such task);
+    ``forward(task_id, batch_id, blob)`` delivers a batch and returns once the analyzer acknowledged it
+    (it raises otherwise, and the batch is sent again later).
+    """
+
+    def __init__(self, engine: sa.Engine, fetch_task: Callable[[str], str | None],
+                 forward: Callable[[str, str, bytes], None], registry: CollectorRegistry | None = None,
+                 quiet: float = 2.0, max_batch_reports: int = 100_000) -> None:
+        self.engine, self.fetch_task, self.forward = engine, fetch_task, forward
+        self.quiet, self.max_batch_reports = quiet, max_batch_reports
+        self._last_arrival: dict[str, float] = {}  # in memory only: no time is stored with a report
+        self._tasks: dict[str, Task] = {}
+        self._writer = GroupCommit(engine, self._store)
+        self.registry = registry or CollectorRegistry()
+        self.accepted = Counter("privagg_reports_accepted", "Reports stored", ["task"], registry=self.registry)
+        self.refused = Counter("privagg_reports_refused", "Requests refused, nothing stored", ["reason"],
+                               registry=self.registry)
+        self.released = Counter("privagg_batches_released", "Batches acknowledged by the analyzer", ["task"],
+                                registry=self.registry)
+        self.batch_reports = Histogram("privagg_batch_reports", "Reports per released batch",
+                                       buckets=(100, 1_000, 5_000, 10_000, 50_000, 100_000, 1_000_000),
+                                       registry=self.registry)
+
+    # ---- tasks and tokens ----------------------------------------------------------------------------------
+    def task(self, task_id: str) -> Task:
+        """The task (cached, then from the database, then fetched from the analyzer once and kept)."""
+        if task_id in self._tasks:
+            return self._tasks[task_id]
+        if not is_hex_id(task_id):
+            raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got {task_id}")
+        with self.engine.connect() as c:
+            text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)).scalar()
+        if text is None:
+            text = self.fetch_task(task_id)
+            if text is None:
+                raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
+            Task.from_json(text)  # checked, parameters verified, before anything is stored for it
+            with self.engine.begin() as c:
+                if c.execute(sa.select(collector_tasks.c.task_id).where(
+                        collector_tasks.c.task_id == task_id)).first() is None:
+                    c.execute(sa.insert(collector_tasks).values(task_id=task_id, task=text))
+        self._tasks[task_id] = Task.from_json(text, verify=False)
+        return self._tasks[task_id]
+
+    def issue_tokens(self, task_id: str, count: int) -> list[str]:
+        """``count`` new one-use tokens for ``task_id``; only their hashes are stored."""
+        issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(count)]
+        with self.engine.begin() as c:
+            c.execute(sa.insert(tokens), [{"token_hash": token_hash(t), "task_id": task_id} for t in issued])
+        return issued
+
+    # ---- reports -------------------------------------------------------------------------------------------
+    def accept(self, task_id: str, body: bytes) -> str:
+        """Store one report, durably; "stored", or "already stored" for a retry of a stored report.
+
+        Raises :class:`Refused` (nothing stored) for an unknown task, a malformed report, a token that is
+        not this task's or was spent on another report, or a report id already used."""
+        task = self.task(task_id)
+        data = json_object(body, "the report")
+        report_id, token, key_id, sealed = (data.get(k) for k in ("report_id", "token", "key_id", "ciphertexts"))
+        if not is_hex_id(report_id):
+            raise Refused(400, "malformed", "report_id must be 32 lowercase hexadecimal characters")
+        if not isinstance(token, str) or not 0 < len(token) <= 256:
+            raise Refused(400, "malformed", "token must be the string the collector issued")
+        if key_id != task.key_id:
+            raise Refused(400, "unknown_key", f"key_id must be the task's key id {task.key_id}, got {key_id}")
+        cap = message_cap(task)
+        if not isinstance(sealed, list) or not 1 <= len(sealed) <= cap:
+            raise Refused(400, "malformed", f"ciphertexts must be a list of 1 to {cap} base64 strings")
+        size, blob = sealed_size(task), bytearray()
+        for i, text in enumerate(sealed):
+            try:
+                raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+            except binascii.Error:
+                raw = b""
+            if len(raw) != size:
+                raise Refused(400, "bad_ciphertext", f"ciphertexts[{i}] must be base64 of {size} bytes (an HPKE "
+                              f"seal of one message), got {len(raw)} bytes")
+            blob += raw
+        status = self._writer.submit(_Pending(task_id, report_id, token_hash(token), bytes(blob)))
+        if status == "stored":
+            self.accepted.labels(task_id).inc()
+            self._last_arrival[task_id] = time.monotonic()
+        return status
+
+    def _store(self, c: sa.Connection, report: "_Pending") -> str:
+        """One report inside the writer's transaction (its own savepoint): checks, then stores."""
+        row = c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
+            tokens.c.token_hash == report.token_hash)).first()
+        if row is None or row.task_id != report.task_id:
+            raise Refused(403, "bad_token", "token must be one the collector issued for this task")
+        if row.report_id == report.report_id:
+            return "already stored"  # a retry of a report this token already delivered
+        if row.report_id is not None:
+            raise Refused(409, "token_used", "token must be unused: it already delivered a report")
+        try:
+            c.execute(sa.update(tokens).where(tokens.c.token_hash == report.token_hash).values(
+                report_id=report.report_id))
+        except sa.exc.IntegrityError:
+            raise Refused(409, "duplicate_report_id", "report_id must be new: another report used it") from None
+        c.execute(sa.insert(reports).values(task_id=report.task_id, report_id=report.report_id,
+                                            ciphertexts=report.ciphertexts))
+        return "stored"
+
+    # ---- batches -------------------------------------------------------------------------------------------
+    def form_batches(self) -> int:
+        """Take every waiting report of a task into one batch, where at least the task's minimum wait and
+        either ``max_batch_reports`` wait or no report arrived for ``quiet`` seconds (so that a steady
+        stream makes few large batches, and the last reports do not wait for a minimum they cannot reach
+        alone)."""
+        formed = 0
+        with self.engine.connect() as c:
+            waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
+                                .group_by(reports.c.task_id)).all()
+        for task_id, count in waiting:
+            task = self.task(task_id)
+            quiet = time.monotonic() - self._last_arrival.get(task_id, -math.inf) >= self.quiet
+            if count < task.min_batch_size or not (quiet or count >= self.max_batch_reports):
+                continue
+            batch_id = secrets.token_hex(16)
+            with self.engine.begin() as c:
+                taken = c.execute(sa.update(reports).where(reports.c.task_id == task_id, reports.c.batch_id.is_(None))
+                                  .values(batch_id=batch_id)).rowcount
+                size = c.execute(sa.select(sa.func.sum(sa.func.length(reports.c.ciphertexts))).where(
+                    reports.c.batch_id == batch_id)).scalar()
+                c.execute(sa.insert(batches).values(batch_id=batch_id, task_id=task_id, reports=taken,
+                                                    messages=size // sealed_size(task), acknowledged=False))
+            log_event(log, "batch formed", task=task_id, batch=batch_id, reports=taken)
+            formed += 1
+        return formed
+
+    def batch_blob(self, task_id: str, batch_id: str) -> bytes:
+        """The batch as the analyzer receives it: its messages in a fresh secure random order, one column."""
+        import pyarrow as pa
+
+        size = sealed_size(self.task(task_id))
+        with self.engine.connect() as c:
+            blobs = c.execute(sa.select(reports.c.ciphertexts).where(reports.c.batch_id == batch_id)).scalars().all()
+            count = c.execute(sa.select(batches.c.reports).where(batches.c.batch_id == batch_id)).scalar_one()
+        messages = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(-1, size)
+        messages = messages[secure_rng().permutation(len(messages))]
+        column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(size), len(messages),
+                                                      [None, pa.py_buffer(messages.tobytes())])
+        table = pa.table({"ciphertext": column}).replace_schema_metadata(
+            {"task_id": task_id, "batch_id": batch_id, "reports": str(count)})
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue()
+
+    def release_batches(self) -> int:
+        """Form batches, then deliver every unacknowledged one; a delivered batch's reports are deleted.
+        Returns how many were delivered."""
+        self.form_batches()
+        with self.engine.connect() as c:
+            pending = c.execute(sa.select(batches.c.task_id, batches.c.batch_id, batches.c.reports).where(
+                batches.c.acknowledged.is_(False))).all()
+        released = 0
+        for task_id, batch_id, count in pending:
+            try:
+                self.forward(task_id, batch_id, self.batch_blob(task_id, batch_id))
+            except Exception as err:  # the analyzer is down or refused: the batch stays and is sent again
+                log.warning("batch not delivered", extra={"fields": {"task": task_id, "batch": batch_id,
+                                                                      "error": type(err).__name__}})
+                continue
+            with self.engine.begin() as c:
+                c.execute(sa.delete(reports).where(reports.c.batch_id == batch_id))
+                c.execute(sa.update(batches).where(batches.c.batch_id == batch_id).values(acknowledged=True))
+            self.released.labels(task_id).inc()
+            self.batch_reports.observe(count)
+            log_event(log, "batch released", task=task_id, batch=batch_id, reports=count)
+            released += 1
+        return released
+
+    def counts(self, task_id: str) -> dict[str, int]:
+        """Reports stored and waiting, and batches released, for ``task_id`` (no identities)."""
+        with self.engine.connect() as c:
+            waiting = c.execute(sa.select(sa.func.count()).select_from(reports).where(
+                reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
+            done = c.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(batches.c.reports), 0)).where(
+                batches.c.task_id == task_id, batches.c.acknowledged.is_(True))).one()
+        return {"reports_waiting": waiting, "batches_released": done[0], "reports_released": int(done[1])}
+
+
+@dataclass
+class _Pending:
+    """A checked report waiting for the writer."""
+
+    task_id: str
+    report_id: str
+    token_hash: bytes
+    ciphertexts: bytes
+    outcome: Future = field(default_factory=Future)
+
+
+class GroupCommit:
+    """One writer thread that stores waiting reports many to a transaction, each in its own savepoint.
+
+    A report's caller is answered only after the transaction holding it committed, so 2xx still means
+    durable; one fsync then covers many reports, and writers never queue on the database's lock.
+    """
+
+    MAX_GROUP = 512
+
+    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, _Pending], str]) -> None:
+        self.engine, self.store = engine, store
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+
+    def submit(self, report: _Pending) -> str:
+        with self._start:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="privagg-writer", daemon=True)
+                self._thread.start()
+        self._queue.put(report)
+        return report.outcome.result()
+
+    def _run(self) -> None:
+        while True:
+            group = [self._queue.get()]
+            while len(group) < self.MAX_GROUP and not self._queue.empty():
+                group.append(self._queue.get_nowait())
+            results: list[tuple[str | None, Exception | None]] = []
+            try:
+                with self.engine.begin() as c:
+                    for report in group:
+                        try:
+                            with c.begin_nested():
+                                results.append((self.store(c, report), None))
+                        except Refused as err:
+                            results.append((None, err))
+            except Exception as err:  # the commit failed: nothing of the group is stored
+                log.exception("group commit failed")
+                results = [(None, Refused(503, "unavailable", f"the report was not stored ({type(err).__name__}); "
+                                          "send it again"))] * len(group)
+            for report, (status, error) in zip(group, results):
+                if error is None:
+                    report.outcome.set_result(status)
+                else:
+                    report.outcome.set_exception(error)
+
+
+class BatchLoop:
+    """Calls ``release_batches`` every ``interval`` seconds on a thread, until stopped."""
+
+    def __init__(self, collector: Collector, interval: float) -> None:
+        self.collector, self.interval = collector, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="privagg-batches", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.collector.release_batches()
+            except Exception:  # the database blinked: log, and try again next time
+                log.exception("batch loop error")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def http_peer(analyzer_url: str, timeout: float = 60.0, verify: bool | str = True):
+    """(fetch_task, forward) over HTTP to the analyzer at ``analyzer_url``."""
+    import httpx
+
+    client = httpx.Client(base_url=analyzer_url, timeout=timeout, verify=verify)
+
+    def fetch_task(task_id: str) -> str | None:
+        answer = client.get(f"/tasks/{task_id}")
+        if answer.status_code == 404:
+            return None
+        answer.raise_for_status()
+        return answer.text
+
+    def forward(task_id: str, batch_id: str, blob: bytes) -> None:
+        client.post(f"/tasks/{task_id}/batches/{batch_id}", content=blob,
+                    headers={"content-type": BATCH_MEDIA_TYPE}).raise_for_status()
+
+    return fetch_task, forward
+
+
+def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interval: float | None = 1.0) -> FastAPI:
+    """The collector's HTTP service; ``batch_interval=None`` leaves batches to explicit ``release_batches``."""
+    loop = None if batch_interval is None else BatchLoop(collector, batch_interval)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if loop is not None:
+            loop.start()
+        log_event(log, "collector started")
+        yield
+        if loop is not None:  # graceful shutdown: finish the batch in hand, then stop
+            loop.stop()
+        collector.engine.dispose()
+        log_event(log, "collector stopped")
+
+    app = FastAPI(title="privagg collector", lifespan=lifespan)
+
+    def ready() -> None:
+        with collector.engine.connect() as c:
+            c.execute(sa.select(1))
+
+    add_operations(app, collector.registry, ready, lambda err: collector.refused.labels(err.reason).inc())
+
+    @app.post("/tasks/{task_id}/reports")
+    async def submit(task_id: str, request: Request) -> JSONResponse:
+        body = await read_body(request, max_body_bytes)
+        status = await run_in_threadpool(collector.accept, task_id, body)
+        return JSONResponse({"status": status}, status_code=201 if status == "stored" else 200)
+
+    @app.get("/tasks/{task_id}")
+    async def task(task_id: str) -> Response:
+        found = await run_in_threadpool(collector.task, task_id)
+        return Response(found.to_json(), media_type="application/json")
+
+    @app.get("/tasks/{task_id}/status")
+    async def status(task_id: str) -> dict:
+        await run_in_threadpool(collector.task, task_id)
+        return await run_in_threadpool(collector.counts, task_id)
+
+    return app
+
+
+def open_collector(db_url: str, analyzer_url: str | None, verify: bool | str = True,
+                   registry: CollectorRegistry | None = None, **batching) -> Collector:
+    """A collector over the database at ``db_url`` (migrated to the latest schema) and the analyzer at
+    ``analyzer_url`` (its TLS certificate checked against the system's CAs, or the CA file ``verify``)."""
+    if not analyzer_url:
+        raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
+                             "analyzer_url in the config file)", analyzer_url)
+    engine = storage.connect(db_url)
+    storage.migrate(engine, "collector")
+    return Collector(engine, *http_peer(analyzer_url, verify=verify), registry=registry, **batching)

@@ -1,0 +1,93 @@
+"""The services' configuration: a TOML file, then the environment, then the command line, each overriding
+the one before.
+
+    # privagg.toml
+    [collector]
+    db = "postgresql+psycopg://privagg@db.internal/collector"
+    analyzer_url = "https://analyzer.internal:8443"
+    port = 8080
+
+    [analyzer]
+    db = "sqlite:///analyzer.db"
+    workers = 2
+
+Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import ParameterError
+from .storage import ROLES, default_url
+
+DEFAULT_PORTS = {"collector": 8080, "analyzer": 8081}
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    role: str
+    db: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    analyzer_url: str | None = None  # the collector's analyzer
+    analyzer_ca: str | None = None  # the CA file the collector checks the analyzer's TLS certificate with
+    workers: int | None = None  # the analyzer's decryption processes (default: one per core)
+    dask_scheduler: str | None = None  # the analyzer opens messages on this Dask cluster instead
+    batch_interval: float = 1.0  # seconds between the collector's batch checks
+    batch_quiet: float = 2.0  # the collector releases a batch once no report arrived for this long...
+    max_batch_reports: int = 100_000  # ... or this many wait (and never fewer than the task's minimum)
+    max_body_bytes: int = 1 << 20  # the largest request body (a report at the collector, 1 GiB batches otherwise)
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ParameterError("role", f"one of {', '.join(ROLES)}", self.role)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ParameterError("tls_cert/tls_key", "given together", f"{self.tls_cert}, {self.tls_key}")
+        if not 0 <= self.port < 65536:
+            raise ParameterError("port", "0..65535", self.port)
+        if not self.batch_interval > 0:
+            raise ParameterError("batch_interval", "> 0 seconds", self.batch_interval)
+
+
+def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceConfig:
+    """The configuration of ``role``: defaults < ``file``'s ``[role]`` table < environment < ``given``
+    (command-line values; None means not given)."""
+    types = {f.name: f.type for f in fields(ServiceConfig)}
+    values: dict[str, Any] = {"db": default_url(role), "port": DEFAULT_PORTS.get(role, 0),
+                              "max_body_bytes": (1 << 20) if role == "collector" else (1 << 30)}
+    if file is not None:
+        try:
+            table = tomllib.loads(Path(file).read_text()).get(role, {})
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ParameterError("config", "a readable TOML file", f"{file} ({err})") from None
+        unknown = set(table) - set(types) - {"role"}
+        if unknown:
+            raise ParameterError("config", f"fields among {sorted(set(types) - {'role'})}", sorted(unknown))
+        values.update(table)
+    for name, kind in types.items():
+        text = os.environ.get(f"PRIVAGG_{role.upper()}_{name.upper()}")
+        if text is not None and name != "role":
+            try:
+                values[name] = int(text) if "int" in str(kind) else float(text) if "float" in str(kind) else text
+            except ValueError:
+                raise ParameterError(f"PRIVAGG_{role.upper()}_{name.upper()}", str(kind), text) from None
+    values.update({k: v for k, v in given.items() if v is not None})
+    return ServiceConfig(role=role, **values)
+
+
+def describe(config: ServiceConfig) -> dict[str, Any]:
+    """The configuration as logged at start-up: a database URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    shown = dataclasses.asdict(config)
+    shown["db"] = make_url(config.db).render_as_string(hide_password=True)
+    return shown

@@ -1,0 +1,112 @@
+"""Simulated clients against a collector: ``privagg loadgen`` and the service tests under faults and load.
+
+Each simulated user is a real SDK client (:class:`privagg.service.client.Client`: secure randomness, one
+HPKE seal per message, a fresh report id) holding one value of the input and one token. The reports are
+made first, then sent over HTTP with at most ``concurrency`` in flight; a client whose attempt fails to
+connect, or gets a busy or 5xx answer, sends the same report again (safe: the collector stores a report
+once) until ``retry_for`` seconds have passed. A refusal (4xx) is final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .client import RETRY_STATUSES, Client, Report
+
+
+@dataclass
+class LoadResult:
+    """What a load run saw: no values, no tokens."""
+
+    clients: int
+    acknowledged: int  # answered 2xx: stored, or found already stored on a retry
+    refused: int  # answered 4xx
+    failed: int  # never answered 2xx or 4xx within retry_for
+    messages_acknowledged: int  # the sealed messages of the acknowledged reports
+    concurrency: int
+    prepare_seconds: float  # randomizing and sealing every report (the SDK's work)
+    send_seconds: float
+    reports_per_second: float  # acknowledged / send_seconds
+    latency_ms: dict[str, float]  # of acknowledged reports, first attempt to acknowledgement: p50, p90, p99, max
+    retries: int
+    refusals: dict[str, int] = field(default_factory=dict)  # by the collector's reason
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def prepare_reports(client: Client, values, tokens: list[str]) -> list[Report]:
+    """One report per value, each with its own token, made as each device would make it."""
+    return [client.report(value, token) for value, token in zip(values, tokens)]
+
+
+async def send_reports(collector_url: str, reports: list[Report], concurrency: int = 100,
+                       retry_for: float = 120.0, timeout: float = 60.0) -> tuple[list[str | None], dict]:
+    """Send every report; returns each one's outcome ("acknowledged", a refusal reason, or None: failed)
+    and {"latencies": [...], "retries": n, "seconds": s}."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    gate = asyncio.Semaphore(concurrency)
+    outcomes: list[str | None] = [None] * len(reports)
+    latencies: list[float] = []
+    retries = 0
+
+    async def one(i: int, report: Report, http) -> None:
+        nonlocal retries
+        body = json.dumps(report.to_dict()).encode()
+        url = f"/tasks/{report.task_id}/reports"
+        async with gate:
+            start = time.perf_counter()
+            pause = 0.05
+            while True:
+                try:
+                    answer = await http.post(url, content=body, headers={"content-type": "application/json"})
+                    if answer.status_code < 300:
+                        outcomes[i] = "acknowledged"
+                        latencies.append(time.perf_counter() - start)
+                        return
+                    if answer.status_code not in RETRY_STATUSES:
+                        outcomes[i] = answer.json().get("error", str(answer.status_code))
+                        return
+                except httpx.TransportError:
+                    pass
+                if time.perf_counter() - start > retry_for:
+                    return
+                retries += 1
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 1.0)
+
+    start = time.perf_counter()
+    async with httpx.AsyncClient(base_url=collector_url, limits=limits, timeout=timeout) as http:
+        await asyncio.gather(*(one(i, r, http) for i, r in enumerate(reports)))
+    return outcomes, {"latencies": latencies, "retries": retries, "seconds": time.perf_counter() - start}
+
+
+def run_load(collector_url: str, task_id: str, values, tokens: list[str], concurrency: int = 100,
+             retry_for: float = 120.0) -> LoadResult:
+    """Fetch the task from the collector, make one report per value and send them all."""
+    if len(tokens) < len(values):
+        from ..errors import ParameterError
+
+        raise ParameterError("tokens", f"at least one per value ({len(values)})", len(tokens))
+    client = Client.fetch(collector_url, task_id)
+    start = time.perf_counter()
+    reports = prepare_reports(client, values, tokens)
+    prepared = time.perf_counter() - start
+    outcomes, sent = asyncio.run(send_reports(collector_url, reports, concurrency, retry_for))
+    acknowledged = [r for r, o in zip(reports, outcomes) if o == "acknowledged"]
+    refusals = Counter(o for o in outcomes if o not in (None, "acknowledged"))
+    ms = np.asarray(sent["latencies"]) * 1000
+    latency = {q: round(float(np.percentile(ms, p)), 2) if ms.size else float("nan")
+               for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
+    return LoadResult(len(reports), len(acknowledged), sum(refusals.values()), outcomes.count(None),
+                      sum(len(r.ciphertexts) for r in acknowledged), concurrency, round(prepared, 3),
+                      round(sent["seconds"], 3), round(len(acknowledged) / sent["seconds"], 1), latency,
+                      sent["retries"], dict(refusals))

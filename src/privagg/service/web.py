@@ -1,0 +1,101 @@
+"""What the collector and the analyzer share as HTTP services: refusals, bounded bodies, health, metrics, logs.
+
+A refusal is a :class:`Refused` with its status, a short machine-readable reason (the label of the
+refusals metric) and a one-line detail naming the field and what is accepted. Logs are JSON lines of
+events and counts: never a token, a ciphertext, a user's value or a plaintext.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class Refused(Exception):
+    """A request the service refuses: nothing of it is stored."""
+
+    def __init__(self, status: int, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.reason, self.detail = status, reason, detail
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) beyond ``limit`` bytes whether or not it declares its length."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise Refused(413, "oversized", f"the body must be at most {limit} bytes, got {declared}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise Refused(413, "oversized", f"the body must be at most {limit} bytes")
+    return bytes(body)
+
+
+def json_object(body: bytes, what: str) -> dict:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise Refused(400, "malformed", f"{what} must be a JSON object, got unreadable JSON") from None
+    if not isinstance(data, dict):
+        raise Refused(400, "malformed", f"{what} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: time, level, logger, event and the event's counts (``extra={"fields": ...}``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"time": round(record.created, 3), "level": record.levelname, "logger": record.name,
+                "event": record.getMessage(), **getattr(record, "fields", {})}
+        if record.exc_info:
+            line["error"] = repr(record.exc_info[1])
+        return json.dumps(line)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    root = logging.getLogger("privagg")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def log_event(logger: logging.Logger, event: str, **fields) -> None:
+    logger.info(event, extra={"fields": fields})
+
+
+def add_operations(app: FastAPI, registry: CollectorRegistry, ready: Callable[[], None],
+                   on_refusal: Callable[[Refused], None]) -> None:
+    """``/healthz`` (the process answers), ``/readyz`` (its database answers: ``ready`` raises otherwise),
+    ``/metrics`` (Prometheus text), and the JSON answer of every refusal."""
+    started = time.time()
+
+    @app.exception_handler(Refused)
+    async def _refused(_request: Request, err: Refused) -> JSONResponse:
+        on_refusal(err)
+        return JSONResponse({"error": err.reason, "detail": err.detail}, status_code=err.status)
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok", "uptime_seconds": round(time.time() - started, 1)}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        try:
+            ready()
+        except Exception as err:  # the database is unreachable: not ready, and say why (no data in it)
+            return JSONResponse({"status": "not ready", "detail": type(err).__name__}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics")
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

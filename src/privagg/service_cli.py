@@ -1,0 +1,250 @@
+"""The service commands of ``privagg``: serve, task, tokens, submit, loadgen, result, demo-service.
+
+Added to the command line by :func:`add_service_commands` (cli.py). Each command's heavy imports (FastAPI,
+SQLAlchemy, uvicorn, httpx) load inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli import _clean_errors, _console, _emit, _say
+from .errors import ParameterError, check_integer
+
+Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector"}, type=str)
+
+task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
+tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
+
+_DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-ROLE.db in the working folder; "
+                                      "postgresql+psycopg://USER@HOST/DB for PostgreSQL).")
+
+
+def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # type: ignore[valid-type]
+          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [collector] or "
+                                                                       "[analyzer] table."),
+          db: Optional[str] = _DB,
+          host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default 127.0.0.1)."),
+          port: Optional[int] = typer.Option(None, "--port", help="Port (default 8080 collector, 8081 analyzer)."),
+          tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS certificate chain (PEM)."),
+          tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS private key (PEM)."),
+          analyzer: Optional[str] = typer.Option(None, "--analyzer", help="Collector: the analyzer's URL."),
+          analyzer_ca: Optional[Path] = typer.Option(None, "--analyzer-ca", help="Collector: CA file for the "
+                                                                                 "analyzer's certificate."),
+          workers: Optional[int] = typer.Option(None, "--workers", help="Analyzer: processes that open messages "
+                                                                        "(default one per core)."),
+          dask_scheduler: Optional[str] = typer.Option(None, "--dask-scheduler", help="Analyzer: open messages on "
+                                                       "this Dask cluster (its workers see the key)."),
+          batch_interval: Optional[float] = typer.Option(None, "--batch-interval", help="Collector: seconds "
+                                                         "between batch checks (default 1).")) -> None:
+    """Run the collector (the shuffler) or the analyzer as an HTTP service."""
+    import uvicorn
+
+    from .service.config import describe, load_config
+    from .service.web import configure_logging, log_event
+
+    with _clean_errors():
+        cfg = load_config(role.value, config, db=db, host=host, port=port,
+                          tls_cert=None if tls_cert is None else str(tls_cert),
+                          tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
+                          analyzer_ca=None if analyzer_ca is None else str(analyzer_ca), workers=workers,
+                          dask_scheduler=dask_scheduler, batch_interval=batch_interval)
+        configure_logging(cfg.log_level)
+        import logging
+
+        log_event(logging.getLogger(f"privagg.{cfg.role}"), "configuration", **describe(cfg))
+        if cfg.role == "collector":
+            from .service.collector import create_app, open_collector
+
+            collector = open_collector(cfg.db, cfg.analyzer_url, verify=cfg.analyzer_ca or True,
+                                       quiet=cfg.batch_quiet, max_batch_reports=cfg.max_batch_reports)
+            app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval)
+        else:
+            from .service.analyzer import create_app, open_analyzer
+
+            app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
+                backlog=16384, access_log=False, log_level="warning", timeout_graceful_shutdown=30)
+
+
+@task_app.command("create")
+def task_create(params: Path = typer.Option(..., "--params", help="Frozen parameters (privagg calibrate PROTOCOL "
+                                                                  "--json > params.json)."),
+                db: Optional[str] = _DB,
+                min_batch_size: Optional[int] = typer.Option(None, "--min-batch-size", help="Fewest reports in a "
+                                                             "released batch (default n; at least G n in the "
+                                                             "shuffle model)."),
+                key_id: int = typer.Option(0, "--key-id", help="The key's id, 0..255."),
+                as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
+    """Create a task in the analyzer's database: a new HPKE key pair and the frozen parameters."""
+    from .protocols.registry import load_parameters
+    from .service.analyzer import AnalyzerService
+    from .service.config import load_config
+    from .service.storage import connect, migrate
+
+    with _clean_errors():
+        try:
+            parameters = load_parameters(params.read_text())
+        except OSError as e:
+            raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
+        engine = connect(load_config("analyzer", db=db).db)
+        migrate(engine, "analyzer")
+        task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id)
+    if as_json:
+        print(task.to_json())
+    else:
+        _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users}, "
+             f"min batch {task.min_batch_size} reports, key id {task.key_id}")
+        print(task.task_id)
+
+
+@tokens_app.command("issue")
+def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
+                 count: int = typer.Option(..., "--count", help="How many tokens."),
+                 db: Optional[str] = _DB,
+                 output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE (one a "
+                                                                              "line) instead of stdout.")) -> None:
+    """Issue one-use client tokens for a task (the collector keeps only their hashes)."""
+    from .service.collector import Collector
+    from .service.config import load_config
+    from .service.storage import connect, migrate
+    from .service.tasks import is_hex_id
+
+    with _clean_errors():
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
+        count = check_integer("count", count, 1, 10_000_000)
+        engine = connect(load_config("collector", db=db).db)
+        migrate(engine, "collector")
+        issued = Collector(engine, None, None).issue_tokens(task, count)
+    text = "\n".join(issued) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        output.chmod(0o600)
+
+
+def _value(text: str):
+    """An item code (an integer) or a vector / (coordinate, weight) pair as a JSON list."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ParameterError("value", "an integer item or a JSON list (a vector)", text) from None
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        raise ParameterError("value", "an integer item or a JSON list (a vector)", text)
+    return value
+
+
+def submit(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
+           task: str = typer.Option(..., "--task", help="The task id."),
+           token: str = typer.Option(..., "--token", help="A one-use token of the task."),
+           value: str = typer.Option(..., "--value", help="Your value: an item (integer) or a JSON list.")) -> None:
+    """Send one report: randomize the value with secure randomness, seal each message, submit."""
+    from .service.client import Client, SubmitError, submit as send
+
+    with _clean_errors():
+        client = Client.fetch(collector, task)
+        try:
+            status = send(collector, client.report(_value(value), token))
+        except SubmitError as err:
+            raise ParameterError("report", "accepted by the collector", str(err)) from None
+    _say(f"report {status}")
+
+
+def _load_values(task_json: str, path: Path):
+    """The values of a load run: integer items (CSV/TSV/Parquet/text, one per row) or vectors (.npy/CSV rows)."""
+    from .core.encoding import ItemEncoder
+    from .io import InputFormat, read_codes, read_vectors
+    from .protocols.registry import get
+    from .service.tasks import Task
+
+    parameters = Task.from_json(task_json, verify=False).parameters
+    if get(parameters.protocol).result == "vector sum":
+        return [row for row in read_vectors(path, InputFormat())]
+    encoder = ItemEncoder(parameters.domain_size, kind="integer")
+    return read_codes(path, encoder, InputFormat(item_type="int")).codes.tolist()
+
+
+def loadgen(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
+            task: str = typer.Option(..., "--task", help="The task id."),
+            input: Path = typer.Option(..., "--input", help="One value per simulated client."),
+            tokens: Path = typer.Option(..., "--tokens", help="Tokens of the task, one a line (privagg tokens "
+                                                              "issue)."),
+            concurrency: int = typer.Option(100, "--concurrency", help="Reports in flight at once."),
+            retry_for: float = typer.Option(120.0, "--retry-for", help="Seconds a client keeps retrying."),
+            as_json: bool = typer.Option(False, "--json", help="Print the JSON summary.")) -> None:
+    """Simulated clients, each a real SDK client over HTTP: acknowledged, refused, throughput, latency."""
+    import urllib.request
+
+    from .service.loadgen import run_load
+
+    with _clean_errors():
+        concurrency = check_integer("concurrency", concurrency, 1, 100_000)
+        try:
+            with urllib.request.urlopen(f"{collector.rstrip('/')}/tasks/{task}", timeout=30) as answer:
+                values = _load_values(answer.read(), input)
+            issued = tokens.read_text().split()
+        except OSError as e:
+            raise ParameterError("collector/tokens", "a reachable collector and a readable token file", str(e)) \
+                from None
+        result = run_load(collector, task, values, issued, concurrency, retry_for)
+    if as_json:
+        print(result.to_json())
+        return
+    lat = result.latency_ms
+    _say(f"{result.clients} clients: {result.acknowledged} acknowledged, {result.refused} refused "
+         f"{result.refusals or ''}, {result.failed} failed; {result.messages_acknowledged} messages")
+    _say(f"sent in {result.send_seconds:.1f} s at concurrency {result.concurrency}: {result.reports_per_second:.0f} "
+         f"reports/s; latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, p99 {lat['p99']:.0f} ms; "
+         f"{result.retries} retries; reports made in {result.prepare_seconds:.1f} s")
+
+
+def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's URL."),
+           task: str = typer.Option(..., "--task", help="The task id."),
+           top: int = typer.Option(10, "--top", help="How many top items (or coordinates) to list."),
+           as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
+           output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE.")) -> None:
+    """The task's private result, as the analyzer serves it (the report privagg analyze prints)."""
+    import httpx
+
+    with _clean_errors():
+        try:
+            answer = httpx.get(f"{analyzer.rstrip('/')}/tasks/{task}/result", params={"top": top}, timeout=120)
+        except httpx.TransportError as err:
+            raise ParameterError("analyzer", "a reachable analyzer URL", f"{analyzer} ({err})") from None
+        if answer.status_code != 200:
+            raise ParameterError("task", "a task of the analyzer", answer.text)
+    report = answer.json()
+    _emit(report, as_json, output, lambda: print_result(report, top))
+
+
+def print_result(report: dict, top: int) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{report['protocol']}: the analyzer's result (private)")
+    for column in ("item", "estimate ± stderr"):
+        table.add_column(column, justify="right")
+    for row in report["estimates"][:top]:
+        table.add_row(str(row["item"]), f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
+    _console().print(table)
+    p, c = report["privacy"], report["collection"]
+    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}, "
+         f"honest fraction {p['honest_fraction']:g}")
+    _say(f"collection: {c['reports']} reports in {c['batches']} batches; {report['messages']['total']} messages, "
+         f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
+
+
+def add_service_commands(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.add_typer(task_app, name="task")
+    app.add_typer(tokens_app, name="tokens")
+    app.command()(submit)
+    app.command()(loadgen)
+    app.command()(result)
