@@ -1,4 +1,4 @@
-"""Databases for the service tests: each test that takes `db_url` runs once on SQLite and once on PostgreSQL.
+"""Databases for the service tests: each test that takes `databases` runs once on SQLite and once on PostgreSQL.
 
 The service must work on both, so its suite runs on both. PostgreSQL is a throwaway server that the tests
 start themselves (once per session, on a free port of 127.0.0.1, in a temporary folder removed afterwards),
@@ -12,7 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -73,12 +73,18 @@ def postgres_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def postgres_url(postgres_server: str) -> Iterator[str]:
-    """A fresh, empty database on the session's server; yields its URL. Dropped afterwards, closing what is open."""
-    name = f"t_{secrets.token_hex(8)}"
-    _admin(postgres_server, f"CREATE DATABASE {name}")
-    yield f"{postgres_server}/{name}"
-    _admin(postgres_server, f"DROP DATABASE {name} WITH (FORCE)")
+def postgres_databases(postgres_server: str) -> Iterator[Callable[[], str]]:
+    """Makes fresh, empty databases on the session's server (their URLs); dropped afterwards, closing what is open."""
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(f"t_{secrets.token_hex(8)}")
+        _admin(postgres_server, f"CREATE DATABASE {made[-1]}")
+        return f"{postgres_server}/{made[-1]}"
+
+    yield make
+    for name in made:
+        _admin(postgres_server, f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def _admin(server: str, statement: str) -> None:
@@ -89,8 +95,10 @@ def _admin(server: str, statement: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database URL, once per backend. PostgreSQL is requested lazily, so SQLite runs never start it."""
+def databases(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A fresh database for each party ({"collector": URL, "analyzer": URL}), once per backend. PostgreSQL is
+    requested lazily, so SQLite runs never start it."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/service.db"
-    return request.getfixturevalue("postgres_url")
+        return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}
+    make = request.getfixturevalue("postgres_databases")
+    return {role: make() for role in ("collector", "analyzer")}

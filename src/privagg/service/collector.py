@@ -81,7 +81,7 @@ class Collector:
         self.quiet, self.max_batch_reports = quiet, max_batch_reports
         self._last_arrival: dict[str, float] = {}  # in memory only: no time is stored with a report
         self._tasks: dict[str, Task] = {}
-        self._writer = GroupCommit(engine, self._store)
+        self._writer = GroupCommit(engine, self._store_group)
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter("privagg_reports_accepted", "Reports stored", ["task"], registry=self.registry)
         self.refused = Counter("privagg_reports_refused", "Requests refused, nothing stored", ["reason"],
@@ -154,24 +154,42 @@ class Collector:
             self._last_arrival[task_id] = time.monotonic()
         return status
 
-    def _store(self, c: sa.Connection, report: "_Pending") -> str:
-        """One report inside the writer's transaction (its own savepoint): checks, then stores."""
-        row = c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
-            tokens.c.token_hash == report.token_hash)).first()
-        if row is None or row.task_id != report.task_id:
-            raise Refused(403, "bad_token", "token must be one the collector issued for this task")
-        if row.report_id == report.report_id:
-            return "already stored"  # a retry of a report this token already delivered
-        if row.report_id is not None:
-            raise Refused(409, "token_used", "token must be unused: it already delivered a report")
-        try:
-            c.execute(sa.update(tokens).where(tokens.c.token_hash == report.token_hash).values(
-                report_id=report.report_id))
-        except sa.exc.IntegrityError:
-            raise Refused(409, "duplicate_report_id", "report_id must be new: another report used it") from None
-        c.execute(sa.insert(reports).values(task_id=report.task_id, report_id=report.report_id,
-                                            ciphertexts=report.ciphertexts))
-        return "stored"
+    def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
+        """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: two
+        lookups, one update and one insert for the whole group)."""
+        rows = {row.token_hash: row for row in c.execute(sa.select(tokens.c.token_hash, tokens.c.task_id,
+                                                                   tokens.c.report_id).where(
+            tokens.c.token_hash.in_([r.token_hash for r in group])))}
+        used = {tuple(row) for row in c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
+            tokens.c.report_id.in_([r.report_id for r in group])))}
+        outcomes: list[str | Refused] = []
+        spent: dict[bytes, str] = {}  # tokens spent earlier in this group
+        new = []
+        for r in group:
+            row = rows.get(r.token_hash)
+            earlier = row.report_id if row is not None and row.report_id is not None else spent.get(r.token_hash)
+            if row is None or row.task_id != r.task_id:
+                outcomes.append(Refused(403, "bad_token", "token must be one the collector issued for this task"))
+            elif earlier == r.report_id:
+                outcomes.append("already stored")  # a retry of a report this token already delivered
+            elif earlier is not None:
+                outcomes.append(Refused(409, "token_used", "token must be unused: it already delivered a report"))
+            elif (r.task_id, r.report_id) in used:
+                outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
+            else:
+                spent[r.token_hash] = r.report_id
+                used.add((r.task_id, r.report_id))
+                new.append(r)
+                outcomes.append("stored")
+        if new:
+            updated = c.execute(sa.update(tokens).where(tokens.c.token_hash == sa.bindparam("h"),
+                                                        tokens.c.report_id.is_(None)).values(
+                report_id=sa.bindparam("r")), [{"h": r.token_hash, "r": r.report_id} for r in new]).rowcount
+            if c.dialect.supports_sane_multi_rowcount and updated != len(new):  # another collector was faster
+                raise RuntimeError("a token was spent concurrently")
+            c.execute(sa.insert(reports), [{"task_id": r.task_id, "report_id": r.report_id,
+                                            "ciphertexts": r.ciphertexts} for r in new])
+        return outcomes
 
     # ---- batches -------------------------------------------------------------------------------------------
     def form_batches(self) -> int:
@@ -265,15 +283,18 @@ class _Pending:
 
 
 class GroupCommit:
-    """One writer thread that stores waiting reports many to a transaction, each in its own savepoint.
+    """One writer thread that stores waiting reports many to a transaction.
 
     A report's caller is answered only after the transaction holding it committed, so 2xx still means
-    durable; one fsync then covers many reports, and writers never queue on the database's lock.
+    durable; one commit (one fsync) then covers many reports, and writers never queue on the database's
+    lock. If the transaction fails (the database is down, or another collector spent a token of the group
+    at the same moment), nothing of the group is stored and every caller gets a 503 to send again.
     """
 
     MAX_GROUP = 512
 
-    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, _Pending], str]) -> None:
+    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[_Pending]], list[str | Refused]]) \
+            -> None:
         self.engine, self.store = engine, store
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -292,24 +313,18 @@ class GroupCommit:
             group = [self._queue.get()]
             while len(group) < self.MAX_GROUP and not self._queue.empty():
                 group.append(self._queue.get_nowait())
-            results: list[tuple[str | None, Exception | None]] = []
             try:
                 with self.engine.begin() as c:
-                    for report in group:
-                        try:
-                            with c.begin_nested():
-                                results.append((self.store(c, report), None))
-                        except Refused as err:
-                            results.append((None, err))
-            except Exception as err:  # the commit failed: nothing of the group is stored
-                log.exception("group commit failed")
-                results = [(None, Refused(503, "unavailable", f"the report was not stored ({type(err).__name__}); "
-                                          "send it again"))] * len(group)
-            for report, (status, error) in zip(group, results):
-                if error is None:
-                    report.outcome.set_result(status)
+                    outcomes = self.store(c, group)
+            except Exception as err:
+                log.warning("group not stored", extra={"fields": {"reports": len(group), "error": type(err).__name__}})
+                outcomes = [Refused(503, "unavailable", f"the report was not stored ({type(err).__name__}); send it "
+                                    "again") for _ in group]
+            for report, outcome in zip(group, outcomes):
+                if isinstance(outcome, Refused):
+                    report.outcome.set_exception(outcome)
                 else:
-                    report.outcome.set_exception(error)
+                    report.outcome.set_result(outcome)
 
 
 class BatchLoop:

@@ -49,33 +49,34 @@ def prepare_reports(client: Client, values, tokens: list[str]) -> list[Report]:
 async def send_reports(collector_url: str, reports: list[Report], concurrency: int = 100,
                        retry_for: float = 120.0, timeout: float = 60.0) -> tuple[list[str | None], dict]:
     """Send every report; returns each one's outcome ("acknowledged", a refusal reason, or None: failed)
-    and {"latencies": [...], "retries": n, "seconds": s}."""
-    import httpx
+    and {"latencies": [...], "retries": n, "seconds": s}. (aiohttp: its C parser keeps one process able to
+    drive thousands of connections.)"""
+    import aiohttp
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     gate = asyncio.Semaphore(concurrency)
     outcomes: list[str | None] = [None] * len(reports)
     latencies: list[float] = []
     retries = 0
+    base = collector_url.rstrip("/")
 
-    async def one(i: int, report: Report, http) -> None:
+    async def one(i: int, report: Report, http: aiohttp.ClientSession) -> None:
         nonlocal retries
         body = json.dumps(report.to_dict()).encode()
-        url = f"/tasks/{report.task_id}/reports"
+        url = f"{base}/tasks/{report.task_id}/reports"
         async with gate:
             start = time.perf_counter()
             pause = 0.05
             while True:
                 try:
-                    answer = await http.post(url, content=body, headers={"content-type": "application/json"})
-                    if answer.status_code < 300:
-                        outcomes[i] = "acknowledged"
-                        latencies.append(time.perf_counter() - start)
-                        return
-                    if answer.status_code not in RETRY_STATUSES:
-                        outcomes[i] = answer.json().get("error", str(answer.status_code))
-                        return
-                except httpx.TransportError:
+                    async with http.post(url, data=body, headers={"content-type": "application/json"}) as answer:
+                        if answer.status < 300:
+                            outcomes[i] = "acknowledged"
+                            latencies.append(time.perf_counter() - start)
+                            return
+                        if answer.status not in RETRY_STATUSES:
+                            outcomes[i] = (await answer.json()).get("error", str(answer.status))
+                            return
+                except (aiohttp.ClientError, asyncio.TimeoutError):
                     pass
                 if time.perf_counter() - start > retry_for:
                     return
@@ -84,7 +85,8 @@ async def send_reports(collector_url: str, reports: list[Report], concurrency: i
                 pause = min(2 * pause, 1.0)
 
     start = time.perf_counter()
-    async with httpx.AsyncClient(base_url=collector_url, limits=limits, timeout=timeout) as http:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
         await asyncio.gather(*(one(i, r, http) for i, r in enumerate(reports)))
     return outcomes, {"latencies": latencies, "retries": retries, "seconds": time.perf_counter() - start}
 

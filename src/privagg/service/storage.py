@@ -123,6 +123,7 @@ def migrate(engine: sa.Engine, role: str) -> None:
         raise ParameterError("role", f"one of {', '.join(ROLES)}", role)
     folder = Path(__file__).parent / "migrations"
     config = Config()
+    config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(folder))
     config.set_main_option("version_locations", str(folder / "versions" / role))
     config.attributes["role"] = role

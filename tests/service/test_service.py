@@ -1,0 +1,395 @@
+"""The collector and the analyzer in one process (FastAPI's TestClient), on SQLite and on PostgreSQL.
+
+The collector's batches go to the analyzer through its HTTP routes, as in deployment, but the tests decide
+when batches are released. Checked: the pipeline (seal, store, shuffle, open, aggregate) leaves the
+aggregate exactly as the analyzer would have it from the plaintext messages; every abuse gets its 4xx with
+nothing stored and a metric counted; a batch is never released below the minimum and is applied once
+however often it is sent; the collector stores no plaintext and no token; the analyzer's batches carry no
+report boundaries, identities or arrival order.
+"""
+
+import base64
+import json
+import logging
+import pickle
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from fastapi.testclient import TestClient
+
+from privagg.protocols.registry import analyzer as make_analyzer, calibrate
+from privagg.service import storage
+from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
+from privagg.service.client import Client, Report
+from privagg.service.collector import Collector, create_app as collector_app, message_cap
+from privagg.service.config import load_config
+from privagg.service.tasks import Task, seal_messages
+
+N = 300  # users of the task; each test's batches hold this many reports unless it says otherwise
+
+
+@dataclass
+class Deployment:
+    analyzer: AnalyzerService
+    collector: Collector
+    A: TestClient
+    C: TestClient
+    task: Task
+    delivered: list = field(default_factory=list)  # the blobs the collector sent
+    lose_acks: int = 0  # deliver the next ones, then fail as if the acknowledgement was lost
+
+    def post(self, report: Report, body: dict | None = None):
+        return self.C.post(f"/tasks/{report.task_id}/reports", json=report.to_dict() if body is None else body)
+
+    def stored(self) -> int:
+        with self.collector.engine.connect() as c:
+            return c.execute(sa.select(sa.func.count()).select_from(storage.reports)).scalar_one()
+
+    def refused(self, reason: str) -> float:
+        return self.collector.registry.get_sample_value("privagg_reports_refused_total", {"reason": reason}) or 0.0
+
+    def result(self) -> dict:
+        answer = self.A.get(f"/tasks/{self.task.task_id}/result", params={"top": 100})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+
+def deploy(databases, parameters, min_batch_size=None) -> Deployment:
+    engines = {}
+    for role, url in databases.items():
+        engines[role] = storage.connect(url)
+        storage.migrate(engines[role], role)
+    analyzer = AnalyzerService(engines["analyzer"])
+    task = analyzer.create_task(parameters, min_batch_size)
+    A = TestClient(analyzer_app(analyzer))
+    holder: dict = {}
+
+    def fetch(task_id):
+        answer = A.get(f"/tasks/{task_id}")
+        return None if answer.status_code == 404 else answer.text
+
+    def forward(task_id, batch_id, blob):
+        holder["d"].delivered.append(blob)
+        A.post(f"/tasks/{task_id}/batches/{batch_id}", content=blob).raise_for_status()
+        if holder["d"].lose_acks:
+            holder["d"].lose_acks -= 1
+            raise ConnectionError("the acknowledgement was lost")
+
+    collector = Collector(engines["collector"], fetch, forward, quiet=0.0)
+    d = Deployment(analyzer, collector, A, TestClient(collector_app(collector, batch_interval=None)), task)
+    holder["d"] = d
+    return d
+
+
+@pytest.fixture
+def fe1(databases):
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=N, domain_size=20))
+    yield d
+    for e in (d.analyzer.engine, d.collector.engine):
+        e.dispose()
+
+
+def users(d: Deployment, values, rng) -> tuple[list[Report], list]:
+    """Reports of users holding ``values`` with seeded randomness (so the test knows their messages)."""
+    client = Client(d.task)
+    tokens = d.collector.issue_tokens(d.task.task_id, len(values))
+    reports, batches = [], []
+    for value, token in zip(values, tokens):
+        messages = client.randomizer.randomize([value], rng)
+        batches.append(messages)
+        reports.append(Report(d.task.task_id, f"{rng.integers(2**63):016x}{rng.integers(2**63):016x}", token,
+                              d.task.key_id, tuple(seal_messages(d.task, messages))))
+    return reports, batches
+
+
+def test_the_service_aggregates_exactly_what_the_clients_sent(fe1):
+    d, rng = fe1, np.random.default_rng(1)
+    values = rng.integers(0, 20, N)
+    reports, sent = users(d, values, rng)
+    for r in reports:
+        assert d.post(r).status_code == 201
+    assert d.collector.release_batches() == 1 and d.stored() == 0  # released, acknowledged, deleted
+    result = d.result()
+    analyzer = make_analyzer(d.task.parameters)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), type(sent[0]).concatenate(sent)))
+    top = {e["item"]: e["estimate"] for e in result["estimates"]}
+    assert top == {i: float(direct.estimates[i]) for i in top} and len(top) == 20
+    total = sum(len(m) for m in sent)
+    assert result["messages"] == {"total": total, "per_user": total / N, "malformed": 0}
+    assert result["collection"] == {"reports": N, "batches": 1, "unopened": 0, "malformed": 0}
+    privacy = result["privacy"]
+    assert privacy["private"] is True and "secure" in privacy["randomness"] and privacy["honest_fraction"] == 1.0
+
+
+def test_no_batch_below_the_minimum(databases):
+    d = deploy(databases, calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5,
+                                    honest_fraction=0.5), min_batch_size=200)
+    reports, _ = users(d, np.zeros(400, dtype=int), np.random.default_rng(2))
+    for r in reports[:199]:
+        d.post(r)
+    assert d.collector.release_batches() == 0 and not d.delivered and d.stored() == 199
+    d.post(reports[199])
+    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == 200
+    for r in reports[200:399]:  # the rest wait: 199 can never make a batch of their own
+        d.post(r)
+    assert d.collector.release_batches() == 0 and d.stored() == 199
+
+
+def test_a_minimum_below_what_the_privacy_needs_is_refused(databases):
+    from privagg.errors import ParameterError
+
+    engine = storage.connect(databases["analyzer"])
+    storage.migrate(engine, "analyzer")
+    params = calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5, honest_fraction=0.5)
+    with pytest.raises(ParameterError, match="min_batch_size must be"):
+        AnalyzerService(engine).create_task(params, min_batch_size=199)
+    engine.dispose()
+
+
+def test_a_batch_is_applied_once_however_often_it_is_sent(fe1):
+    d = fe1
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(3))
+    for r in reports:
+        d.post(r)
+    d.lose_acks = 2  # delivered twice without the collector hearing back
+    assert d.collector.release_batches() == 0 and d.stored() == N
+    assert d.collector.release_batches() == 0
+    assert d.collector.release_batches() == 1 and d.stored() == 0
+    assert len(d.delivered) == 3 and d.result()["collection"]["batches"] == 1
+    assert d.analyzer.registry.get_sample_value("privagg_batches_total", {"outcome": "replayed"}) == 2
+    assert d.result()["collection"]["reports"] == N
+    # and a replay after the reports were deleted is still a no-op
+    batch_id = pa.ipc.open_stream(d.delivered[0]).read_all().schema.metadata[b"batch_id"].decode()
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch_id}", content=d.delivered[0])
+    assert answer.json() == {"status": "already applied"} and d.result()["collection"]["reports"] == N
+
+
+def test_batches_carry_no_identity_and_no_arrival_order(fe1):
+    d = fe1
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(4))
+    for r in reports:
+        d.post(r)
+    d.collector.release_batches()
+    table = pa.ipc.open_stream(d.delivered[0]).read_all()
+    assert table.column_names == ["ciphertext"]
+    assert set(table.schema.metadata) == {b"task_id", b"batch_id", b"reports"}
+    arrived = [c for r in reports for c in r.ciphertexts]
+    forwarded = table.column("ciphertext").to_pylist()
+    assert sorted(forwarded) == sorted(arrived)  # every message once, nothing else
+    # a uniform permutation of ~1,100 messages: the chance that one in 20 keeps its place by luck is nil
+    assert sum(a == f for a, f in zip(arrived, forwarded)) < len(arrived) / 20
+    # the order is not the reports' either: messages of one report are not kept together
+    position = {c: i for i, c in enumerate(forwarded)}
+    gaps = [abs(position[r.ciphertexts[0]] - position[r.ciphertexts[1]]) for r in reports if len(r.ciphertexts) > 1]
+    assert np.median(gaps) > 50
+
+
+def test_the_collector_stores_no_plaintext_and_no_token(databases):
+    """FE1 over a 2^40 domain: each plaintext is a 17-byte record (two 64-bit hash values and a bit), long
+    enough that finding one in the database by chance is out of the question; none is found, in the rows or
+    in the raw SQLite files, and neither is any token."""
+    from privagg.service.tasks import create_task
+
+    task, _key = create_task(calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=N, domain_size=2**40))
+    engine = storage.connect(databases["collector"])
+    storage.migrate(engine, "collector")
+    collector = Collector(engine, lambda _task_id: task.to_json(), None)
+    C = TestClient(collector_app(collector, batch_interval=None))
+    d = Deployment(None, collector, None, C, task)
+    rng = np.random.default_rng(5)
+    reports, sent = users(d, rng.integers(0, 2**40, N // 3), rng)
+    for r in reports:
+        assert d.post(r).status_code == 201
+    layout = task.parameters.layout
+    records = np.empty(sum(len(m) for m in sent), dtype=layout.record_dtype.newbyteorder("<"))
+    for name in layout.names:
+        records[name] = np.concatenate([m[name] for m in sent])
+    plaintexts = {row.tobytes() for row in records}
+    assert len(next(iter(plaintexts))) == 17 and len(plaintexts) > 1_000
+    with engine.connect() as c:
+        dump = b"\x00".join(value if isinstance(value, bytes) else str(value).encode()
+                            for table in storage.metadata["collector"].sorted_tables
+                            for row in c.execute(sa.select(table)) for value in row)
+    places = [dump]
+    if databases["collector"].startswith("sqlite"):
+        path = databases["collector"].removeprefix("sqlite:///")
+        places.append(open(path, "rb").read() + open(path + "-wal", "rb").read())
+    for place in places:
+        assert not any(p in place for p in plaintexts)
+        assert not any(r.token.encode() in place for r in reports)  # only the tokens' hashes are kept
+        assert all(c in place for c in reports[0].ciphertexts)  # what is there: the sealed messages
+    engine.dispose()
+
+
+def _body(d: Deployment, report: Report, **change) -> dict:
+    return {**report.to_dict(), **change}
+
+
+@pytest.mark.parametrize("case", ["duplicate_report_id", "token_used", "wrong_task", "foreign_token", "garbage",
+                                  "truncated", "oversized", "too_many", "wrong_key_id", "not_json", "missing_field"])
+def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
+    d = fe1
+    reports, _ = users(d, [1, 2, 3], np.random.default_rng(6))
+    first, second, third = reports
+    assert d.post(first).status_code == 201
+    size = len(first.ciphertexts[0])
+    other = deploy_other_task_token(d)
+    body, path = None, f"/tasks/{d.task.task_id}/reports"
+    expected = {"duplicate_report_id": (409, "duplicate_report_id"), "token_used": (409, "token_used"),
+                "wrong_task": (404, "unknown_task"), "foreign_token": (403, "bad_token"),
+                "garbage": (400, "bad_ciphertext"), "truncated": (400, "bad_ciphertext"),
+                "oversized": (413, "oversized"), "too_many": (400, "malformed"), "wrong_key_id": (400, "unknown_key"),
+                "not_json": (400, "malformed"), "missing_field": (400, "malformed")}[case]
+    if case == "duplicate_report_id":
+        body = _body(d, second, report_id=first.report_id)
+    elif case == "token_used":
+        body = _body(d, second, token=first.token)
+    elif case == "wrong_task":
+        path = f"/tasks/{'ab' * 16}/reports"
+        body = _body(d, second)
+    elif case == "foreign_token":
+        body = _body(d, second, token=other)
+    elif case == "garbage":
+        body = _body(d, second, ciphertexts=["not base64 at all!"])
+    elif case == "truncated":
+        body = _body(d, second, ciphertexts=[base64.b64encode(second.ciphertexts[0][: size - 1]).decode()])
+    elif case == "oversized":
+        body = _body(d, second, ciphertexts=["A" * (1 << 20)])
+    elif case == "too_many":
+        body = _body(d, second, ciphertexts=[base64.b64encode(second.ciphertexts[0]).decode()] *
+                     (message_cap(d.task) + 1))
+    elif case == "wrong_key_id":
+        body = _body(d, second, key_id=d.task.key_id + 1)
+    elif case == "missing_field":
+        body = {k: v for k, v in second.to_dict().items() if k != "token"}
+    if case == "not_json":
+        answer = d.C.post(path, content=b"{not json", headers={"content-type": "application/json"})
+    else:
+        answer = d.C.post(path, json=body)
+    assert (answer.status_code, answer.json()["error"]) == expected, answer.text
+    assert answer.json()["detail"]  # a sentence saying what is accepted
+    assert d.stored() == 1 and d.refused(expected[1]) == 1
+    assert d.post(third).status_code == 201  # the service goes on
+
+
+def deploy_other_task_token(d: Deployment) -> str:
+    """A token the collector issued for another task."""
+    return d.collector.issue_tokens("cd" * 16, 1)[0]
+
+
+def test_a_retry_is_acknowledged_and_stored_once(fe1):
+    d = fe1
+    (report,), _ = users(d, [4], np.random.default_rng(7))
+    assert d.post(report).status_code == 201
+    again = d.post(report)
+    assert again.status_code == 200 and again.json() == {"status": "already stored"} and d.stored() == 1
+
+
+def test_messages_that_do_not_open_or_break_the_layout_are_dropped_and_counted(fe1):
+    d = fe1
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(8))
+    stranger = Task(d.task.task_id, d.task.parameters, X25519PrivateKey.generate().public_key().public_bytes_raw(),
+                    d.task.key_id, d.task.min_batch_size)
+    layout = d.task.parameters.layout
+    bad = layout.batch({"u": [0], "v": [0], "w": [0]})  # u = 0 is outside [1, 83): sealed well, but malformed
+    reports[0] = Report(d.task.task_id, reports[0].report_id, reports[0].token, d.task.key_id,
+                        tuple(seal_messages(stranger, layout.batch({"u": [1], "v": [0], "w": [0]}))))
+    reports[1] = Report(d.task.task_id, reports[1].report_id, reports[1].token, d.task.key_id,
+                        tuple(seal_messages(d.task, bad)))
+    for r in reports:  # the collector cannot tell: it holds no key
+        assert d.post(r).status_code == 201
+    d.collector.release_batches()
+    result = d.result()
+    assert result["collection"] == {"reports": N, "batches": 1, "unopened": 1, "malformed": 1}
+    assert result["messages"]["malformed"] == 1
+    assert d.analyzer.registry.get_sample_value("privagg_messages_dropped_total", {"reason": "unopened"}) == 1
+    assert d.analyzer.registry.get_sample_value("privagg_messages_dropped_total", {"reason": "malformed"}) == 1
+
+
+def test_a_malformed_batch_is_refused(fe1):
+    d = fe1
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'00' * 16}", content=b"not arrow")
+    assert answer.status_code == 400 and answer.json()["error"] == "malformed_batch"
+    table = pa.table({"ciphertext": pa.array([b"x" * 10], pa.binary(10))}).replace_schema_metadata(
+        {"task_id": d.task.task_id, "batch_id": "00" * 16, "reports": "1"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'00' * 16}", content=sink.getvalue().to_pybytes())
+    assert answer.status_code == 400 and "one column 'ciphertext'" in answer.json()["detail"]
+    assert d.result()["collection"]["batches"] == 0
+
+
+def test_operations_endpoints(fe1):
+    d = fe1
+    for client in (d.A, d.C):
+        assert client.get("/healthz").json()["status"] == "ok"
+        assert client.get("/readyz").json() == {"status": "ready"}
+        assert client.get("/metrics").status_code == 200
+    assert d.C.post(f"/tasks/{d.task.task_id}/reports", json={}).status_code == 400
+    assert 'privagg_reports_refused_total{reason="malformed"} 1.0' in d.C.get("/metrics").text
+    assert json.loads(d.C.get(f"/tasks/{d.task.task_id}").text)["task_id"] == d.task.task_id
+
+
+def test_logs_hold_no_token_value_or_ciphertext(fe1, caplog):
+    d = fe1
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(9))
+    with caplog.at_level(logging.INFO, logger="privagg"):
+        for r in reports:
+            d.post(r)
+        d.collector.release_batches()
+        d.result()
+    text = caplog.text + "".join(str(getattr(rec, "fields", "")) for rec in caplog.records)
+    assert "batch applied" in text and "batch released" in text
+    for r in reports[:20]:
+        assert r.token not in text and base64.b64encode(r.ciphertexts[0]).decode()[:24] not in text
+
+
+def test_the_migrations_build_the_declared_schema(databases):
+    for role, url in databases.items():
+        engine = storage.connect(url)
+        storage.migrate(engine, role)
+        with engine.connect() as c:
+            context = MigrationContext.configure(c, opts={"include_name": lambda name, kind, _parent: not (
+                kind == "table" and name.startswith("alembic_version"))})
+            diff = compare_metadata(context, storage.metadata[role])
+        assert diff == [], diff
+        engine.dispose()
+
+
+def test_the_aggregate_persists_across_restarts(databases):
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=N, domain_size=20))
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(10))
+    for r in reports:
+        d.post(r)
+    d.collector.release_batches()
+    before = d.result()
+    engine = storage.connect(databases["analyzer"])
+    again = AnalyzerService(engine).result(d.task.task_id, top=100)  # a new process's view of the same database
+    assert again["estimates"] == before["estimates"] and again["collection"] == before["collection"]
+    with engine.connect() as c:
+        agg = pickle.loads(c.execute(sa.select(storage.aggregates.c.aggregate)).scalar_one())
+    assert agg.messages == before["messages"]["total"]
+
+
+def test_configuration_file_then_environment_then_flags(tmp_path, monkeypatch):
+    from privagg.errors import ParameterError
+
+    path = tmp_path / "privagg.toml"
+    path.write_text('[collector]\ndb = "sqlite:///file.db"\nport = 9000\nbatch_interval = 5.0\n'
+                    'analyzer_url = "http://a:1"\n')
+    monkeypatch.setenv("PRIVAGG_COLLECTOR_PORT", "9001")
+    cfg = load_config("collector", path, batch_interval=0.5)
+    assert (cfg.db, cfg.port, cfg.batch_interval, cfg.analyzer_url) == ("sqlite:///file.db", 9001, 0.5, "http://a:1")
+    path.write_text('[collector]\nbogus = 1\n')
+    with pytest.raises(ParameterError, match="config must be fields among"):
+        load_config("collector", path)
+    monkeypatch.setenv("PRIVAGG_COLLECTOR_PORT", "many")
+    with pytest.raises(ParameterError, match="PRIVAGG_COLLECTOR_PORT"):
+        load_config("collector")
