@@ -193,10 +193,11 @@ class Collector:
 
     # ---- batches -------------------------------------------------------------------------------------------
     def form_batches(self) -> int:
-        """Take every waiting report of a task into one batch, where at least the task's minimum wait and
-        either ``max_batch_reports`` wait or no report arrived for ``quiet`` seconds (so that a steady
-        stream makes few large batches, and the last reports do not wait for a minimum they cannot reach
-        alone)."""
+        """Take the waiting reports of a task into one batch (at most ``max_batch_reports`` of them, chosen by
+        their random report ids, not by arrival), where at least the task's minimum wait and either
+        ``max_batch_reports`` wait or no report arrived for ``quiet`` seconds: a steady stream makes few
+        large batches, and the last reports are not left short of the minimum by a batch formed just before
+        them. Reports that can never reach the minimum wait for more."""
         formed = 0
         with self.engine.connect() as c:
             waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
@@ -208,8 +209,11 @@ class Collector:
                 continue
             batch_id = secrets.token_hex(16)
             with self.engine.begin() as c:
-                taken = c.execute(sa.update(reports).where(reports.c.task_id == task_id, reports.c.batch_id.is_(None))
-                                  .values(batch_id=batch_id)).rowcount
+                chosen = [reports.c.task_id == task_id, reports.c.batch_id.is_(None)]
+                if count > self.max_batch_reports:  # the max_batch_reports smallest report ids: a random subset
+                    chosen.append(reports.c.report_id <= sa.select(reports.c.report_id).where(*chosen).order_by(
+                        reports.c.report_id).offset(self.max_batch_reports - 1).limit(1).scalar_subquery())
+                taken = c.execute(sa.update(reports).where(*chosen).values(batch_id=batch_id)).rowcount
                 size = c.execute(sa.select(sa.func.sum(sa.func.length(reports.c.ciphertexts))).where(
                     reports.c.batch_id == batch_id)).scalar()
                 c.execute(sa.insert(batches).values(batch_id=batch_id, task_id=task_id, reports=taken,
@@ -262,13 +266,16 @@ class Collector:
         return released
 
     def counts(self, task_id: str) -> dict[str, int]:
-        """Reports stored and waiting, and batches released, for ``task_id`` (no identities)."""
+        """Reports waiting for a batch, batches awaiting the analyzer's acknowledgement, and what was released,
+        for ``task_id`` (counts only)."""
         with self.engine.connect() as c:
             waiting = c.execute(sa.select(sa.func.count()).select_from(reports).where(
                 reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
-            done = c.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(batches.c.reports), 0)).where(
-                batches.c.task_id == task_id, batches.c.acknowledged.is_(True))).one()
-        return {"reports_waiting": waiting, "batches_released": done[0], "reports_released": int(done[1])}
+            rows = c.execute(sa.select(batches.c.acknowledged, sa.func.count(), sa.func.sum(batches.c.reports)).where(
+                batches.c.task_id == task_id).group_by(batches.c.acknowledged)).all()
+        by_state = {bool(done): (count, int(total)) for done, count, total in rows}
+        return {"reports_waiting": waiting, "batches_pending": by_state.get(False, (0, 0))[0],
+                "batches_released": by_state.get(True, (0, 0))[0], "reports_released": by_state.get(True, (0, 0))[1]}
 
 
 @dataclass

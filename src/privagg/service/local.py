@@ -1,0 +1,139 @@
+"""Both services as processes on this machine: ``privagg demo-service``, the fault tests and the benchmarks.
+
+:class:`LocalDeployment` creates a task in the analyzer's database, issues its tokens, and starts
+``privagg serve analyzer`` and ``privagg serve collector`` as child processes on free loopback ports; it
+can kill either with SIGKILL and start it again on the same port and database, and stops both gracefully
+(SIGTERM) on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .. import errors
+from .storage import connect, migrate
+from .tasks import Task
+
+READY_SECONDS = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, seconds: float = READY_SECONDS) -> None:
+    """Wait until ``url``/readyz answers 200."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not become ready in {seconds:.0f} s")
+        time.sleep(0.05)
+
+
+class LocalDeployment:
+    """An analyzer and a collector on loopback, over the databases ``dbs`` ({"analyzer": URL, "collector": URL}).
+
+    ``env`` adds to the services' environment (``PRIVAGG_COLLECTOR_BATCH_QUIET``, ...); their logs go to
+    ``log_dir`` (one file per role, appended across restarts).
+    """
+
+    def __init__(self, dbs: dict[str, str], log_dir: Path, env: dict[str, str] | None = None) -> None:
+        self.dbs, self.log_dir = dbs, Path(log_dir)
+        self.ports = {"analyzer": free_port(), "collector": free_port()}
+        self.env = {**os.environ, **(env or {})}
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def url(self, role: str) -> str:
+        return f"http://127.0.0.1:{self.ports[role]}"
+
+    def create_task(self, parameters, min_batch_size: int | None = None) -> Task:
+        from .analyzer import AnalyzerService
+
+        engine = connect(self.dbs["analyzer"])
+        migrate(engine, "analyzer")
+        try:
+            return AnalyzerService(engine).create_task(parameters, min_batch_size)
+        finally:
+            engine.dispose()
+
+    def issue_tokens(self, task_id: str, count: int) -> list[str]:
+        from .collector import Collector
+
+        engine = connect(self.dbs["collector"])
+        migrate(engine, "collector")
+        try:
+            return Collector(engine, None, None).issue_tokens(task_id, count)
+        finally:
+            engine.dispose()
+
+    def start(self, role: str) -> None:
+        args = [sys.executable, "-m", "privagg", "serve", role, "--db", self.dbs[role], "--port", str(self.ports[role])]
+        if role == "collector":
+            args += ["--analyzer", self.url("analyzer"), "--batch-interval", "0.2"]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_dir / f"{role}.log", "ab") as log:
+            self.processes[role] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        wait_ready(self.url(role))
+
+    def kill(self, role: str) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        process = self.processes.pop(role)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def stop(self, role: str) -> None:
+        process = self.processes.pop(role)
+        process.send_signal(signal.SIGTERM)  # graceful: uvicorn finishes its requests, the batch loop stops
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def status(self, task_id: str) -> dict:
+        import json
+
+        with urllib.request.urlopen(f"{self.url('collector')}/tasks/{task_id}/status", timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def result(self, task_id: str, top: int = 10) -> dict:
+        import json
+
+        with urllib.request.urlopen(f"{self.url('analyzer')}/tasks/{task_id}/result?top={top}", timeout=120) as a:
+            return json.loads(a.read())
+
+    def wait_released(self, task_id: str, seconds: float = 180.0) -> dict:
+        """Wait until no report waits at the collector and no batch awaits acknowledgement."""
+        deadline = time.monotonic() + seconds
+        while True:
+            status = self.status(task_id)
+            if status["reports_waiting"] == 0 and status["batches_pending"] == 0:
+                return status
+            if time.monotonic() > deadline:
+                raise errors.ParameterError("collection", f"released within {seconds:.0f} s", status)
+            time.sleep(0.1)
+
+    def __enter__(self) -> "LocalDeployment":
+        for role in ("analyzer", "collector"):
+            self.start(role)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for role in list(self.processes):
+            self.stop(role)

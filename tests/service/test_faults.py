@@ -1,0 +1,36 @@
+"""Both services as real processes under kill -9 and under load, on SQLite and on PostgreSQL (slow).
+
+Exactly-once: every report the collector acknowledged (2xx) is counted once in the analyzer's result, and
+no refused one is, whatever was killed when (tests/service_runs.py runs the scenarios).
+"""
+
+import resource
+
+import pytest
+
+from service_runs import kill_run, load_run
+
+pytestmark = pytest.mark.slow
+
+
+def test_kill_9_of_either_party_loses_and_repeats_no_report(databases, tmp_path):
+    run = kill_run(databases, tmp_path / "logs", clients=20_000, seed=11)
+    assert [k["killed"] for k in run["kills"]] == ["collector", "analyzer", "collector"]
+    assert run["failed"] == 0 and run["acknowledged"] == 20_000  # every client got through, retrying
+    assert run["refused"] == 100  # 50 forged tokens, 50 reused report ids
+    assert run["counted_reports"] == run["acknowledged"]
+    assert run["counted_messages"] == run["acknowledged_messages"] and run["dropped"] == 0
+    assert run["final"]["reports_waiting"] == 0 and run["final"]["reports_released"] == 20_000
+
+
+def test_ten_thousand_concurrent_clients(databases, tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 12_000:
+        pytest.skip(f"10,000 connections need more open files than this machine allows (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the services started below inherit it
+    try:
+        run = load_run(databases, tmp_path / "logs", clients=10_000, concurrency=10_000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert run["failed"] == 0 and run["refused"] == 0 and run["acknowledged"] == 10_000
+    assert run["counted_reports"] == 10_000 and run["counted_messages"] == run["acknowledged_messages"]

@@ -1,0 +1,98 @@
+"""Runs of both services as real processes: under kill -9, and under load. Shared by the slow service tests
+(tests/service/test_faults.py) and ``make bench`` (benchmarks/service.py), which quotes their figures.
+
+Both runs use the privacy-blanket histogram (one message per user, shuffle model) with an honest fraction
+of 1/2, so a batch needs half the users' reports and a run makes two batches; every value comes from a
+seeded generator, every client's randomness from the SDK's secure generator.
+"""
+
+import asyncio
+import secrets
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from privagg.protocols.registry import calibrate
+from privagg.service.client import Client, Report
+from privagg.service.loadgen import prepare_reports, send_reports
+from privagg.service.local import LocalDeployment
+
+DOMAIN = 100
+
+
+def _task(dep: LocalDeployment, clients: int):
+    params = calibrate("blanket-hist", epsilon=1.0, delta=1e-6, n_users=clients, domain_size=DOMAIN,
+                       honest_fraction=0.5)
+    return dep.create_task(params, min_batch_size=clients // 2)
+
+
+def _exactly_once(result: dict, reports: list[Report], outcomes: list) -> dict:
+    acknowledged = [r for r, o in zip(reports, outcomes) if o == "acknowledged"]
+    return {"acknowledged": len(acknowledged), "acknowledged_messages": sum(len(r.ciphertexts) for r in acknowledged),
+            "refused": sum(o not in (None, "acknowledged") for o in outcomes), "failed": outcomes.count(None),
+            "counted_reports": result["collection"]["reports"], "counted_messages": result["messages"]["total"],
+            "dropped": result["collection"]["unopened"] + result["collection"]["malformed"]}
+
+
+def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: int = 0, concurrency: int = 500) -> dict:
+    """Clients send while the collector, then the analyzer (as a batch waits for it), then the collector again
+    (as batches are released) are killed with SIGKILL at random moments and restarted. 100 abusive
+    submissions (forged tokens, reused report ids) go in among them.
+
+    Returns the exactly-once figures and the collector's counts seen just before each kill."""
+    rng = np.random.default_rng(seed)
+    env = {"PRIVAGG_COLLECTOR_MAX_BATCH_REPORTS": str(clients // 2), "PRIVAGG_ANALYZER_WORKERS": "2"}
+    with LocalDeployment(dbs, log_dir, env) as dep:
+        task = _task(dep, clients)
+        tokens = dep.issue_tokens(task.task_id, clients + 50)
+        client = Client(task)
+        honest = prepare_reports(client, rng.integers(0, DOMAIN, clients), tokens[:clients])
+        forged = [Report(task.task_id, secrets.token_hex(16), secrets.token_urlsafe(24), task.key_id, r.ciphertexts)
+                  for r in honest[:50]]
+        reused = [Report(task.task_id, honest[i].report_id, t, task.key_id, r.ciphertexts) for i, (t, r) in
+                  enumerate(zip(tokens[clients:], prepare_reports(client, np.zeros(50, int), tokens[clients:])))]
+        reports = honest + forged + reused
+        order = rng.permutation(len(reports))
+        reports = [reports[i] for i in order]
+        sent: dict = {}
+        sender = threading.Thread(target=lambda: sent.update(zip(("outcomes", "stats"), asyncio.run(
+            send_reports(dep.url("collector"), reports, concurrency, retry_for=300.0)))))
+        kills = []
+        sender.start()
+        time.sleep(rng.uniform(1.0, 4.0))
+        kills.append({"killed": "collector", **dep.status(task.task_id)})
+        dep.kill("collector")
+        dep.start("collector")
+        while dep.status(task.task_id)["batches_pending"] == 0:  # a batch formed, on its way to the analyzer
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.05))
+        kills.append({"killed": "analyzer", **dep.status(task.task_id)})
+        dep.kill("analyzer")
+        dep.start("analyzer")
+        sender.join()
+        time.sleep(rng.uniform(2.0, 3.5))  # about when the last batch goes (2 s without arrivals)
+        kills.append({"killed": "collector", **dep.status(task.task_id)})
+        dep.kill("collector")
+        dep.start("collector")
+        final = dep.wait_released(task.task_id)
+        result = dep.result(task.task_id, top=DOMAIN)
+    return {"kills": kills, "final": final, "retries": sent["stats"]["retries"],
+            **_exactly_once(result, reports, sent["outcomes"])}
+
+
+def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurrency: int = 10_000) -> dict:
+    """``clients`` SDK clients, ``concurrency`` of them connected at once; reports/s and latency percentiles."""
+    with LocalDeployment(dbs, log_dir, {"PRIVAGG_ANALYZER_WORKERS": "2"}) as dep:
+        task = _task(dep, clients)
+        tokens = dep.issue_tokens(task.task_id, clients)
+        reports = prepare_reports(Client(task), np.random.default_rng(1).integers(0, DOMAIN, clients), tokens)
+        outcomes, stats = asyncio.run(send_reports(dep.url("collector"), reports, concurrency, retry_for=300.0))
+        dep.wait_released(task.task_id)
+        result = dep.result(task.task_id, top=DOMAIN)
+    ms = np.asarray(stats["latencies"]) * 1000
+    return {"clients": clients, "concurrency": concurrency, "seconds": stats["seconds"],
+            "reports_per_second": len(ms) / stats["seconds"], "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99)), "retries": stats["retries"],
+            **_exactly_once(result, reports, outcomes)}
