@@ -4,7 +4,7 @@
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
 saves it to the given file; ``--only`` runs the named parts alone (startup,
-fe1, cli, peer, text, accountant, sampling, vectors, baselines; repeatable). Nine parts:
+fe1, cli, peer, text, accountant, sampling, vectors, baselines, heavy, service; repeatable). Ten parts:
 
 0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
    whole processes, as ratios against ``python -c "import numpy"``.
@@ -63,6 +63,10 @@ fe1, cli, peer, text, accountant, sampling, vectors, baselines; repeatable). Nin
    setting, n = 10^7, B = 2^48, eps = 1, delta = n^-2, phi = 0.005, on the same generated data, whole
    processes under GNU time; recall and precision scored against the exact counts.
 
+10. The services (``benchmarks/service.py``): the analyzer's decrypt-and-aggregate throughput against one
+    process opening the same batch, 10,000 concurrent SDK clients and a kill -9 run, on SQLite and on a
+    throwaway PostgreSQL server (about four minutes).
+
 Takes about eight minutes on a 2-CPU machine (ten with the peer, plus about six for part 9), plus about
 40 s for part 8.
 """
@@ -96,6 +100,7 @@ from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
 import sdpfe_hhd  # noqa: E402  (benchmarks/sdpfe_hhd.py: part 9)
+from service import service  # noqa: E402  (benchmarks/service.py: part 10)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -662,7 +667,7 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
              "accountant": accountant, "sampling": sampling, "vectors": vectors,
-             "baselines": baselines, "heavy": heavy_hitters}
+             "baselines": baselines, "heavy": heavy_hitters, "service": service}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

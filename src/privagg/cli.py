@@ -14,8 +14,6 @@ commands that use them, so ``privagg --help`` starts fast.
 from __future__ import annotations
 
 import inspect
-import json
-import os
 import sys
 import time
 from contextlib import contextmanager
@@ -29,6 +27,7 @@ except ImportError:  # the light install has no command line
     raise SystemExit("privagg's command line needs the cli extra: pip install 'privagg[cli]'") from None
 
 from . import __version__
+from .cli_output import _check_output, _clean_errors, _console, _emit, _say
 from .errors import ParameterError
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
 
@@ -51,56 +50,6 @@ app.add_typer(account_app, name="account")
 reproduce_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                             help="Re-run a paper's evaluation: tables and PNG plots in a folder.")
 app.add_typer(reproduce_app, name="reproduce")
-
-
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, soft_wrap=True)  # long report lines stay whole for pipes and files
-
-
-def _say(text: str) -> None:
-    _console().print(text, markup=False, highlight=False)
-
-
-@contextmanager
-def _clean_errors() -> Iterator[None]:
-    try:
-        yield
-    except ParameterError as e:
-        _console(stderr=True).print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
-def _check_output(output: Path | None, *inputs: Path | None) -> None:
-    """Before any work: --output must be a writable file that is not one of the inputs."""
-    if output is None:
-        return
-    if any(i is not None and i.exists() and output.exists() and output.samefile(i) for i in inputs):
-        raise ParameterError("output", "a file other than the inputs", str(output))
-    parent = output.parent if str(output.parent) else Path(".")
-    if output.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
-            output.exists() and not os.access(output, os.W_OK)):
-        raise ParameterError("output", "a writable file path", str(output))
-
-
-def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable[[], None]) -> None:
-    """The report: to --output as JSON, to stdout as JSON (--json) or as the human summary.
-
-    Its warnings also go to stderr, one line each, whatever the format.
-    """
-    for warning in report_json.get("warnings", ()):
-        _console(stderr=True).print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-    if output is not None:
-        with _clean_errors():
-            try:
-                output.write_text(json.dumps(report_json, indent=2) + "\n")
-            except OSError as e:
-                raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
-    if as_json:
-        _console().print_json(data=report_json)
-    else:
-        human()
 
 
 # --- options shared by the generated commands -----------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from .cli import _clean_errors, _console, _emit, _say
+from .cli_output import _clean_errors, _console, _emit, _say
 from .errors import ParameterError, check_integer
 
 Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector"}, type=str)
@@ -241,6 +241,53 @@ def print_result(report: dict, top: int) -> None:
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
 
+def demo_service(users: int = typer.Option(20_000, "--users", help="Users drawn from the bundled English words."),
+                 vocabulary: int = typer.Option(1_000, "--vocabulary", help="The most common words: the domain."),
+                 epsilon: float = typer.Option(1.0, "--epsilon", help="Privacy parameter epsilon."),
+                 delta: float = typer.Option(1e-6, "--delta", help="Privacy parameter delta."),
+                 concurrency: int = typer.Option(500, "--concurrency", help="Reports in flight at once."),
+                 workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
+                                              help="Folder for the services' databases and logs."),
+                 top: int = typer.Option(10, "--top", help="How many top words to show."),
+                 as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
+                                                                    "comparison.")) -> None:
+    """Start both services on localhost, send the bundled words through them, show the result beside the
+    simulation's."""
+    from .service.demo import run_demo
+
+    with _clean_errors():
+        users = check_integer("users", users, 1_000, 1_000_000)
+        vocabulary = check_integer("vocabulary", vocabulary, 2, 20_000)
+        out = run_demo(workdir, users, vocabulary, epsilon, delta, concurrency,
+                       progress=(lambda _text: None) if as_json else _say)
+    if as_json:
+        print(json.dumps({k: out[k] for k in ("service", "simulation", "load", "comparison")}))
+        return
+    from rich.table import Table
+
+    sim = {e["item"]: e for e in out["simulation"]["estimates"]}
+    table = Table(title=f"fe1 over {users} users: the services' private result beside the simulation")
+    for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
+        table.add_column(column, justify="right")
+    for e in out["service"]["estimates"][:top]:
+        s = sim[e["item"]]
+        table.add_row(out["words"][e["item"]], str(out["truth"][e["item"]]), f"{e['estimate']:.1f} ± {e['stderr']:.1f}",
+                      f"{s['estimate']:.1f} ± {s['stderr']:.1f}")
+    _console().print(table)
+    p, c, load, cmp = out["service"]["privacy"], out["service"]["collection"], out["load"], out["comparison"]
+    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: "
+         f"{str(p['private']).lower()} ({p['randomness']}); honest fraction {p['honest_fraction']:g}")
+    _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
+    _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
+         f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
+         f"{load['reports_per_second']:.0f} reports/s, latency p50 {load['p50_ms']:.0f} ms, p99 {load['p99_ms']:.0f} ms")
+    verdict = "matches" if cmp["matches"] else "DOES NOT match"
+    _say(f"service vs simulation over all {cmp['items']} words: RMS of the standardized differences "
+         f"{cmp['rms_standardized_difference']:.2f} (1 expected), largest {cmp['max_standardized_difference']:.2f} "
+         f"(about {cmp['expected_max']:.1f} expected): the service {verdict} the simulation within its standard "
+         "errors")
+
+
 def add_service_commands(app: typer.Typer) -> None:
     app.command()(serve)
     app.add_typer(task_app, name="task")
@@ -248,3 +295,4 @@ def add_service_commands(app: typer.Typer) -> None:
     app.command()(submit)
     app.command()(loadgen)
     app.command()(result)
+    app.command("demo-service")(demo_service)

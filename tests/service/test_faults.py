@@ -34,3 +34,22 @@ def test_ten_thousand_concurrent_clients(databases, tmp_path):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert run["failed"] == 0 and run["refused"] == 0 and run["acknowledged"] == 10_000
     assert run["counted_reports"] == 10_000 and run["counted_messages"] == run["acknowledged_messages"]
+
+
+def test_demo_service_runs_the_bundled_words_through_both_services(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "--users", "3000", "--vocabulary", "50",
+                          "--workdir", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    service, simulation = run["service"], run["simulation"]
+    assert service["privacy"]["private"] is True and simulation["privacy"]["private"] is False
+    assert service["collection"] == {"reports": 3000, "batches": 1, "unopened": 0, "malformed": 0}
+    assert run["load"]["acknowledged"] == 3000 and run["load"]["failed"] == 0
+    assert len(service["estimates"]) == len(simulation["estimates"]) == 50
+    # (whether they agree is statistical and the service's randomness is not seeded: the deterministic check
+    # is test_service.py's, which finds the service's aggregate equal to the plaintext messages' exactly)
+    assert run["comparison"]["items"] == 50

@@ -1,5 +1,7 @@
-"""The parties as network services (issue 11, under way): tasks and HPKE-sealed reports so far.
+"""The parties as network services (docs/deployment.md): the client SDK, the collector (the shuffler) and the
+analyzer, with HPKE-sealed messages, durable storage and exactly-once reports.
 
-``tasks`` is shared by the client SDK (:mod:`privagg.service.client`), the collector and the analyzer: what a
-task is, how a message is sealed to the analyzer, and how a batch of sealed messages is opened.
+``tasks`` is what all three share (a task, sealing and opening messages); ``client`` is the SDK a device runs;
+``collector`` and ``analyzer`` are the two HTTP services over ``storage``; ``loadgen``, ``local`` and ``demo``
+drive them from this machine.
 """

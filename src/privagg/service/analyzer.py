@@ -222,11 +222,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30) -> Fast
 
     app = FastAPI(title="privagg analyzer", lifespan=lifespan)
 
-    def ready() -> None:
-        with service.engine.connect() as c:
-            c.execute(sa.select(1))
-
-    add_operations(app, service.registry, ready, lambda err: service.refused.labels(err.reason).inc())
+    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc())
 
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> Response:

@@ -224,22 +224,12 @@ class Collector:
 
     def batch_blob(self, task_id: str, batch_id: str) -> bytes:
         """The batch as the analyzer receives it: its messages in a fresh secure random order, one column."""
-        import pyarrow as pa
-
         size = sealed_size(self.task(task_id))
         with self.engine.connect() as c:
             blobs = c.execute(sa.select(reports.c.ciphertexts).where(reports.c.batch_id == batch_id)).scalars().all()
             count = c.execute(sa.select(batches.c.reports).where(batches.c.batch_id == batch_id)).scalar_one()
         messages = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(-1, size)
-        messages = messages[secure_rng().permutation(len(messages))]
-        column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(size), len(messages),
-                                                      [None, pa.py_buffer(messages.tobytes())])
-        table = pa.table({"ciphertext": column}).replace_schema_metadata(
-            {"task_id": task_id, "batch_id": batch_id, "reports": str(count)})
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return sink.getvalue()
+        return batch_stream(task_id, batch_id, count, messages[secure_rng().permutation(len(messages))])
 
     def release_batches(self) -> int:
         """Form batches, then deliver every unacknowledged one; a delivered batch's reports are deleted.
@@ -276,6 +266,21 @@ class Collector:
         by_state = {bool(done): (count, int(total)) for done, count, total in rows}
         return {"reports_waiting": waiting, "batches_pending": by_state.get(False, (0, 0))[0],
                 "batches_released": by_state.get(True, (0, 0))[0], "reports_released": by_state.get(True, (0, 0))[1]}
+
+
+def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) -> bytes:
+    """A batch on the wire: an Arrow IPC stream of one column of fixed-size ciphertexts (the rows of
+    ``sealed``, in the order given), with the task id, the batch id and its number of reports as metadata."""
+    import pyarrow as pa
+
+    column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(sealed.shape[1]), len(sealed),
+                                                  [None, pa.py_buffer(np.ascontiguousarray(sealed).tobytes())])
+    table = pa.table({"ciphertext": column}).replace_schema_metadata(
+        {"task_id": task_id, "batch_id": batch_id, "reports": str(reports)})
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
 
 
 @dataclass
@@ -394,11 +399,7 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
 
     app = FastAPI(title="privagg collector", lifespan=lifespan)
 
-    def ready() -> None:
-        with collector.engine.connect() as c:
-            c.execute(sa.select(1))
-
-    add_operations(app, collector.registry, ready, lambda err: collector.refused.labels(err.reason).inc())
+    add_operations(app, collector.registry, collector.engine, lambda err: collector.refused.labels(err.reason).inc())
 
     @app.post("/tasks/{task_id}/reports")
     async def submit(task_id: str, request: Request) -> JSONResponse:

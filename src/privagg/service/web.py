@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -73,10 +74,10 @@ def log_event(logger: logging.Logger, event: str, **fields) -> None:
     logger.info(event, extra={"fields": fields})
 
 
-def add_operations(app: FastAPI, registry: CollectorRegistry, ready: Callable[[], None],
+def add_operations(app: FastAPI, registry: CollectorRegistry, engine: sa.Engine,
                    on_refusal: Callable[[Refused], None]) -> None:
-    """``/healthz`` (the process answers), ``/readyz`` (its database answers: ``ready`` raises otherwise),
-    ``/metrics`` (Prometheus text), and the JSON answer of every refusal."""
+    """``/healthz`` (the process answers), ``/readyz`` (its database answers), ``/metrics`` (Prometheus text),
+    and the JSON answer of every refusal."""
     started = time.time()
 
     @app.exception_handler(Refused)
@@ -91,7 +92,8 @@ def add_operations(app: FastAPI, registry: CollectorRegistry, ready: Callable[[]
     @app.get("/readyz")
     def readyz() -> JSONResponse:
         try:
-            ready()
+            with engine.connect() as c:
+                c.execute(sa.select(1))
         except Exception as err:  # the database is unreachable: not ready, and say why (no data in it)
             return JSONResponse({"status": "not ready", "detail": type(err).__name__}, status_code=503)
         return JSONResponse({"status": "ready"})

@@ -1,0 +1,127 @@
+"""Part 10 of ``make bench``: the collector and the analyzer as services, on loopback.
+
+* The analyzer's decrypt-and-aggregate throughput: one batch of FE1 messages (20,000 users of the bundled
+  demo's setting, n = 20,000, B = 1,000, eps = 1, delta = 10^-6) through ``AnalyzerService.apply_batch``
+  with two worker processes opening the HPKE seals, against the same batch opened in the calling process
+  alone (the baseline, same run). The issue's target: at least 20,000 messages/s on 2 cores.
+* Load: 10,000 SDK clients, all 10,000 connected at once, against both services as processes, on SQLite
+  and on a throwaway PostgreSQL server (skipped where PostgreSQL is not installed): reports/s and latency
+  percentiles, and the exactly-once counts.
+* kill -9: a 20,000-client run during which the collector, then the analyzer (as a batch waits for it),
+  then the collector again are killed with SIGKILL and restarted, on both databases: reports acknowledged,
+  refused and counted.
+
+Loopback only: client, collector and analyzer share the machine's two cores.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from contextlib import nullcontext
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from benchfmt import Report, note, ratio, verdict  # noqa: E402
+from pg_server import admin, create_database, postgres_bin_dir, throwaway_postgres  # noqa: E402  (tests/)
+from service_runs import kill_run, load_run  # noqa: E402  (tests/: the slow service tests' runs)
+
+TARGET_MESSAGES_PER_S = 20_000
+USERS, DOMAIN, EPSILON, DELTA = 20_000, 1_000, 1.0, 1e-6
+DATA_SEED, CLIENT_SEED = 2022, 1
+
+
+def decrypt_throughput(folder: Path) -> dict:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from privagg.protocols.registry import calibrate, client as make_client
+    from privagg.service import storage
+    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.collector import batch_stream
+    from privagg.service.tasks import seal_messages
+
+    engine = storage.connect(f"sqlite:///{folder / 'analyzer.db'}")
+    storage.migrate(engine, "analyzer")
+    service = AnalyzerService(engine)
+    task = service.create_task(calibrate("fe1", epsilon=EPSILON, delta=DELTA, n_users=USERS, domain_size=DOMAIN))
+    items = np.random.default_rng(DATA_SEED).zipf(1.3, USERS) % DOMAIN
+    messages = make_client(task.parameters).randomize(items, np.random.default_rng(CLIENT_SEED))
+    note(f"sealing {len(messages)} messages")
+    sealed = np.frombuffer(b"".join(seal_messages(task, messages)), dtype=np.uint8).reshape(len(messages), -1)
+
+    def apply() -> float:
+        start = time.perf_counter()
+        service.apply_batch(task.task_id, batch := secrets.token_hex(16), batch_stream(task.task_id, batch, USERS,
+                                                                                            sealed))
+        return time.perf_counter() - start
+
+    serial = apply()
+    service.executor = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    service.workers = 2
+    service.apply_batch(task.task_id, b := secrets.token_hex(16), batch_stream(task.task_id, b, 1, sealed[:5_000]))
+    parallel = apply()  # workers started by the warm-up batch above
+    service.executor.shutdown()
+    engine.dispose()
+    return {"messages": len(sealed), "serial": serial, "parallel": parallel}
+
+
+def _databases(server: str | None, folder: Path, name: str) -> dict[str, str]:
+    if server is None:
+        return {role: f"sqlite:///{folder / f'{name}-{role}.db'}" for role in ("collector", "analyzer")}
+    return {role: create_database(server, f"{name}_{role}") for role in ("collector", "analyzer")}
+
+
+def service(report: Report) -> None:
+    report.add("## 10. The services: decrypt throughput, 10,000 concurrent clients, kill -9 (loopback)", "")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        note("analyzer decrypt-and-aggregate throughput")
+        d = decrypt_throughput(folder)
+        rate = d["messages"] / d["parallel"]
+        report.add(f"The analyzer's decrypt-and-aggregate of one batch of {d['messages']:,} FE1 messages ({USERS:,} "
+                   f"users, B = {DOMAIN:,}; HPKE X25519 + HKDF-SHA256 + AES-128-GCM, one seal per message):", "")
+        report.table(["opened by", "seconds", "messages/s", "vs one process"],
+                     [["2 worker processes", f"{d['parallel']:.2f}", f"{rate:,.0f}",
+                       ratio(d["serial"] / d["parallel"])],
+                      ["the calling process (baseline)", f"{d['serial']:.2f}", f"{d['messages'] / d['serial']:,.0f}",
+                       "1.0x"]])
+        report.add(f"Target: at least {TARGET_MESSAGES_PER_S:,} messages/s on 2 cores: "
+                   f"{verdict(rate >= TARGET_MESSAGES_PER_S)}.", "")
+        bin_dir = postgres_bin_dir()
+        backends = ["sqlite"] + (["postgresql"] if bin_dir else [])
+        load_rows, kill_rows = [], []
+        with throwaway_postgres(bin_dir) if bin_dir else nullcontext() as server:
+            for backend in backends:
+                pg = server if backend == "postgresql" else None
+                note(f"10,000 concurrent clients on {backend}")
+                run = load_run(_databases(pg, folder, "load"), folder / "logs", clients=10_000, concurrency=10_000)
+                load_rows.append([backend, f"{run['acknowledged']:,}", str(run["failed"]),
+                                  f"{run['reports_per_second']:,.0f}", f"{run['p50_ms']:,.0f}",
+                                  f"{run['p99_ms']:,.0f}", f"{run['counted_reports']:,}"])
+                note(f"kill -9 run on {backend}")
+                run = kill_run(_databases(pg, folder, "kill"), folder / "logs", clients=20_000, seed=11)
+                at = "; ".join(f"{k['killed']} killed with {k['reports_waiting']:,} reports waiting, "
+                               f"{k['batches_pending']} batch pending, {k['reports_released']:,} released"
+                               for k in run["kills"])
+                kill_rows.append([backend, f"{run['acknowledged']:,}", str(run["refused"]), str(run["failed"]),
+                                  f"{run['counted_reports']:,}", f"{run['counted_messages']:,}", at])
+                if pg is not None:
+                    for name in ("load", "kill"):
+                        for role in ("collector", "analyzer"):
+                            admin(pg, f"DROP DATABASE {name}_{role} WITH (FORCE)")
+        if not bin_dir:
+            report.add("PostgreSQL is not installed here: its rows are skipped.", "")
+        report.add("10,000 SDK clients (privacy-blanket histogram, one message each), all connected at once "
+                   "(`loadgen --concurrency 10000`):", "")
+        report.table(["database", "acknowledged", "failed", "reports/s", "p50 ms", "p99 ms", "counted"], load_rows)
+        report.add("kill -9 during a 20,000-client run (plus 100 abusive submissions), each party restarted at once "
+                   "and the clients retrying:", "")
+        report.table(["database", "acknowledged", "refused", "failed", "counted reports", "counted messages",
+                      "when killed"], kill_rows)
+

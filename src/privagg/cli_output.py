@@ -1,0 +1,64 @@
+"""What every ``privagg`` command shares for its output: the console, one-line errors, the report's JSON or
+human form. (Its own module so that the service commands, service_cli.py, use it without importing cli.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+import typer
+
+from .errors import ParameterError
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True)  # long report lines stay whole for pipes and files
+
+
+def _say(text: str) -> None:
+    _console().print(text, markup=False, highlight=False)
+
+
+@contextmanager
+def _clean_errors() -> Iterator[None]:
+    try:
+        yield
+    except ParameterError as e:
+        _console(stderr=True).print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _check_output(output: Path | None, *inputs: Path | None) -> None:
+    """Before any work: --output must be a writable file that is not one of the inputs."""
+    if output is None:
+        return
+    if any(i is not None and i.exists() and output.exists() and output.samefile(i) for i in inputs):
+        raise ParameterError("output", "a file other than the inputs", str(output))
+    parent = output.parent if str(output.parent) else Path(".")
+    if output.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
+            output.exists() and not os.access(output, os.W_OK)):
+        raise ParameterError("output", "a writable file path", str(output))
+
+
+def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable[[], None]) -> None:
+    """The report: to --output as JSON, to stdout as JSON (--json) or as the human summary.
+
+    Its warnings also go to stderr, one line each, whatever the format.
+    """
+    for warning in report_json.get("warnings", ()):
+        _console(stderr=True).print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+    if output is not None:
+        with _clean_errors():
+            try:
+                output.write_text(json.dumps(report_json, indent=2) + "\n")
+            except OSError as e:
+                raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
+    if as_json:
+        _console().print_json(data=report_json)
+    else:
+        human()

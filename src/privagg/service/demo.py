@@ -1,0 +1,75 @@
+"""``privagg demo-service``: the bundled words through both services, beside the simulation of the same run.
+
+Starts an analyzer and a collector on loopback ports (SQLite files in a work folder), creates an FE1 task,
+issues one token per user, and sends every user's report as a real SDK client over HTTP. The private
+result is then compared item by item with ``privagg estimate fe1`` on the same data: both estimate the
+same true counts without bias, so their difference over an item has standard deviation
+sqrt(se_service^2 + se_simulation^2), and over the whole domain these standardized differences should
+have a root mean square near 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..datasets import english_vocabulary, english_words
+
+
+def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilon: float = 1.0,
+             delta: float = 1e-6, concurrency: int = 500, progress=print) -> dict:
+    """Run the demo; returns the service's report, the simulation's, the load figures and the comparison."""
+    from ..core.encoding import ItemEncoder
+    from ..protocols.registry import calibrate
+    from ..reports import to_json_dict
+    from ..simulate.frequency import estimate_frequencies
+    from .client import Client
+    from .loadgen import prepare_reports, send_reports
+    from .local import LocalDeployment
+
+    words = english_vocabulary(vocabulary).to_pylist()
+    rank = {w: i for i, w in enumerate(words)}
+    codes = np.array([rank[w] for w in english_words(users, vocabulary).to_pylist()], dtype=np.int64)
+    parameters = calibrate("fe1", epsilon=epsilon, delta=delta, n_users=users, domain_size=vocabulary)
+    workdir.mkdir(parents=True, exist_ok=True)
+    dbs = {role: f"sqlite:///{workdir / f'{role}.db'}" for role in ("analyzer", "collector")}
+    for role in dbs:
+        for suffix in ("", "-wal", "-shm"):
+            (workdir / f"{role}.db{suffix}").unlink(missing_ok=True)
+    with LocalDeployment(dbs, workdir / "logs") as dep:
+        progress(f"analyzer at {dep.url('analyzer')}, collector at {dep.url('collector')} (logs in {workdir / 'logs'})")
+        task = dep.create_task(parameters)
+        tokens = dep.issue_tokens(task.task_id, users)
+        client = Client.fetch(dep.url("collector"), task.task_id)
+        start = time.perf_counter()
+        reports = prepare_reports(client, codes.tolist(), tokens)
+        prepared = time.perf_counter() - start
+        progress(f"{users} clients randomized and sealed {sum(len(r.ciphertexts) for r in reports)} messages in "
+                 f"{prepared:.1f} s; sending...")
+        outcomes, sent = asyncio.run(send_reports(dep.url("collector"), reports, concurrency))
+        dep.wait_released(task.task_id)
+        service = dep.result(task.task_id, top=vocabulary)
+    simulation, _run = estimate_frequencies("fe1", codes, ItemEncoder(vocabulary, kind="integer"), epsilon=epsilon,
+                                            delta=delta, top=vocabulary, full_domain=True, seed=0)
+    simulation = to_json_dict(simulation)
+    truth = np.bincount(codes, minlength=vocabulary)
+    by_item = {e["item"]: e for e in simulation["estimates"]}
+    z = np.array([(e["estimate"] - by_item[e["item"]]["estimate"]) / math.hypot(e["stderr"],
+                                                                                by_item[e["item"]]["stderr"])
+                  for e in service["estimates"]])
+    rms, worst = float(np.sqrt(np.mean(z ** 2))), float(np.abs(z).max())
+    expected_worst = math.sqrt(2 * math.log(vocabulary))  # about the largest of B standard normal draws
+    ms = np.asarray(sent["latencies"]) * 1000
+    return {
+        "words": words, "truth": truth.tolist(), "service": service, "simulation": simulation,
+        "load": {"acknowledged": outcomes.count("acknowledged"), "failed": outcomes.count(None),
+                 "seconds": sent["seconds"], "reports_per_second": outcomes.count("acknowledged") / sent["seconds"],
+                 "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))},
+        "comparison": {"items": vocabulary, "rms_standardized_difference": rms, "max_standardized_difference": worst,
+                       "expected_max": expected_worst,
+                       "matches": bool(0.8 <= rms <= 1.2 and worst <= expected_worst + 2)},
+    }
