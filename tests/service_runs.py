@@ -37,9 +37,10 @@ def _exactly_once(result: dict, reports: list[Report], outcomes: list) -> dict:
 
 
 def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: int = 0, concurrency: int = 500) -> dict:
-    """Clients send while the collector, then the analyzer (as a batch waits for it), then the collector again
-    (as batches are released) are killed with SIGKILL at random moments and restarted. 100 abusive
-    submissions (forged tokens, reused report ids) go in among them.
+    """Clients send while the collector (at a random moment), then the analyzer (as soon as a batch is on its
+    way to it), then the collector again (as soon as the last batch is released, before its acknowledgement)
+    are killed with SIGKILL and restarted. 100 abusive submissions (forged tokens, reused report ids) go in
+    among the clients.
 
     Returns the exactly-once figures and the collector's counts seen just before each kill."""
     rng = np.random.default_rng(seed)
@@ -60,22 +61,23 @@ def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: in
         sender = threading.Thread(target=lambda: sent.update(zip(("outcomes", "stats"), asyncio.run(
             send_reports(dep.url("collector"), reports, concurrency, retry_for=300.0)))))
         kills = []
+
+        def kill(role: str, when) -> None:
+            """Kill ``role`` once the collector's status satisfies ``when`` (or 60 s passed); record that status;
+            restart it."""
+            deadline = time.monotonic() + 60
+            while not when(status := dep.status(task.task_id)) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            dep.kill(role)
+            kills.append({"killed": role, **status})
+            dep.start(role)
+
         sender.start()
         time.sleep(rng.uniform(1.0, 4.0))
-        kills.append({"killed": "collector", **dep.status(task.task_id)})
-        dep.kill("collector")
-        dep.start("collector")
-        while dep.status(task.task_id)["batches_pending"] == 0:  # a batch formed, on its way to the analyzer
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.05))
-        kills.append({"killed": "analyzer", **dep.status(task.task_id)})
-        dep.kill("analyzer")
-        dep.start("analyzer")
+        kill("collector", lambda status: True)  # while clients are sending
+        kill("analyzer", lambda status: status["batches_pending"] > 0)  # as a batch is on its way or being applied
         sender.join()
-        time.sleep(rng.uniform(2.0, 3.5))  # about when the last batch goes (2 s without arrivals)
-        kills.append({"killed": "collector", **dep.status(task.task_id)})
-        dep.kill("collector")
-        dep.start("collector")
+        kill("collector", lambda status: status["batches_pending"] > 0)  # between a batch's release and its ack
         final = dep.wait_released(task.task_id)
         result = dep.result(task.task_id, top=DOMAIN)
     return {"kills": kills, "final": final, "retries": sent["stats"]["retries"],

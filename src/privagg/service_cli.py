@@ -22,6 +22,11 @@ Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector"}, type=str
 task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
 
+# Seconds a stopping service gives the requests in flight (uvicorn then closes idle keep-alive connections too, which
+# TLS ones would otherwise hold open). Cutting a request short loses nothing: a report not yet acknowledged is sent
+# again by its client, a batch not yet acknowledged again by the collector.
+SHUTDOWN_GRACE = 5
+
 _DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-ROLE.db in the working folder; "
                                       "postgresql+psycopg://USER@HOST/DB for PostgreSQL).")
 
@@ -70,7 +75,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
 
             app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes)
     uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
-                backlog=16384, access_log=False, log_level="warning", timeout_graceful_shutdown=30)
+                backlog=16384, access_log=False, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE)
 
 
 @task_app.command("create")

@@ -53,3 +53,98 @@ def test_demo_service_runs_the_bundled_words_through_both_services(tmp_path):
     # (whether they agree is statistical and the service's randomness is not seeded: the deterministic check
     # is test_service.py's, which finds the service's aggregate equal to the plaintext messages' exactly)
     assert run["comparison"]["items"] == 50
+
+
+def _self_signed(folder):
+    """A certificate for 127.0.0.1 and its key (PEM files): the test's own CA."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_both_services_over_tls(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from privagg.protocols.registry import calibrate
+    from privagg.service.client import Client, submit
+    from privagg.service.local import LocalDeployment, free_port, wait_ready
+
+    cert, key = _self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the SDK checks the services' certificate against it
+    dep = LocalDeployment({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("analyzer", "collector")}, tmp_path)
+    task = dep.create_task(calibrate("grr", epsilon=1.0, n_users=10, domain_size=4), min_batch_size=1)
+    (token,) = dep.issue_tokens(task.task_id, 1)
+    ports = {"analyzer": free_port(), "collector": free_port()}
+    tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    processes = []
+    try:
+        for role, extra in (("analyzer", []), ("collector", ["--analyzer", f"https://127.0.0.1:{ports['analyzer']}",
+                                                             "--analyzer-ca", str(cert), "--batch-interval", "0.2"])):
+            processes.append(subprocess.Popen([sys.executable, "-m", "privagg", "serve", role, "--db", dep.dbs[role],
+                                               "--port", str(ports[role]), *tls, *extra],
+                                              stderr=open(tmp_path / f"{role}.log", "wb")))
+            wait_ready(f"https://127.0.0.1:{ports[role]}")
+        collector = f"https://127.0.0.1:{ports['collector']}"
+        assert submit(collector, Client.fetch(collector, task.task_id).report(2, token)) == "stored"
+        dep.ports = ports
+        dep.url = lambda role: f"https://127.0.0.1:{ports[role]}"
+        dep.wait_released(task.task_id, seconds=30)
+        assert dep.result(task.task_id)["collection"]["reports"] == 1
+    finally:
+        for process in reversed(processes):  # SIGTERM: a graceful shutdown (uvicorn then re-raises the signal)
+            process.terminate()
+            assert process.wait(timeout=30) == -15
+    for role in ("collector", "analyzer"):
+        assert f'"event": "{role} stopped"' in (tmp_path / f"{role}.log").read_text()
+
+
+def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
+    """open_analyzer(dask_scheduler=...) opens a batch on the cluster's workers: the same aggregate as one process."""
+    import numpy as np
+    import sqlalchemy as sa
+    from dask.distributed import LocalCluster
+
+    from privagg.protocols.registry import calibrate, client as make_client
+    from privagg.service.analyzer import SERIAL_BELOW, AnalyzerService, open_analyzer
+    from privagg.service.collector import batch_stream
+    from privagg.service.storage import aggregates, analyzer_tasks, connect, migrate
+    from privagg.service.tasks import seal_messages
+
+    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=2_000, domain_size=100)
+    local = AnalyzerService(connect(f"sqlite:///{tmp_path}/local.db"))
+    migrate(local.engine, "analyzer")
+    task = local.create_task(params)
+    batch = make_client(params).randomize(np.arange(2_000) % 100, np.random.default_rng(3))
+    assert len(batch) > SERIAL_BELOW  # so the cluster does open it
+    sealed = np.frombuffer(b"".join(seal_messages(task, batch)), dtype=np.uint8).reshape(len(batch), -1)
+    blob = batch_stream(task.task_id, "ab" * 16, 2_000, sealed)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        remote = open_analyzer(f"sqlite:///{tmp_path}/dask.db", dask_scheduler=cluster.scheduler_address)
+        with local.engine.connect() as source, remote.engine.begin() as c:  # the same task and key
+            for table in (analyzer_tasks, aggregates):
+                c.execute(table.insert(), [dict(r._mapping) for r in source.execute(sa.select(table))])
+        assert remote.apply_batch(task.task_id, "ab" * 16, blob) == "applied"
+        remote.executor.close()
+    local.apply_batch(task.task_id, "ab" * 16, blob)
+    assert remote.result(task.task_id)["estimates"] == local.result(task.task_id)["estimates"]
+    assert remote.result(task.task_id)["collection"]["reports"] == 2_000

@@ -393,3 +393,51 @@ def test_configuration_file_then_environment_then_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVAGG_COLLECTOR_PORT", "many")
     with pytest.raises(ParameterError, match="PRIVAGG_COLLECTOR_PORT"):
         load_config("collector")
+
+
+SERVED = {  # protocol -> (calibration keywords, one user's value)
+    "fe0": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+    "fe1": (dict(domain_size=50), lambda rng: int(rng.integers(50))),
+    "blanket-hist": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+    "blanket-vector": (dict(domain_size=4), lambda rng: rng.random(4)),
+    "sparse-vector": (dict(domain_size=6), lambda rng: np.array([rng.integers(6), rng.random()])),
+    "sparse-vector-hashed": (dict(domain_size=64), lambda rng: np.array([rng.integers(64), rng.random()])),
+    "grr": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+    "oue": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+    "olh": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+    "hadamard": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+}
+
+
+def test_the_served_protocols_are_every_one_round_protocol_but_fe_hh():
+    from privagg.protocols.registry import ENTRIES
+
+    assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.client is not None} - {"fe-hh"}
+
+
+@pytest.mark.parametrize("protocol", sorted(SERVED))
+def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
+    """Each protocol's result through the services equals its analyzer's report over the plaintext messages."""
+    from privagg.core.encoding import ItemEncoder
+    from privagg.core.messages import MessageBatch
+    from privagg.protocols.registry import get
+    from privagg.reports import Engine, analysis_report, to_json_dict
+
+    keywords, draw = SERVED[protocol]
+    params = calibrate(protocol, epsilon=2.0, n_users=500, **keywords, **({} if get(protocol).pure else
+                                                                            {"delta": 1e-5}))
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    rng = np.random.default_rng(12)
+    reports, sent = users(d, [draw(rng) for _ in range(500)], rng)
+    for r in reports:
+        assert d.post(r).status_code == 201
+    assert d.collector.release_batches() == 1
+    analyzer = make_analyzer(params)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
+    expected = to_json_dict(analysis_report(params, direct, params.privacy, Engine("local", 1), top=100,
+                                            encoder=ItemEncoder(params.domain_size, kind="integer")))
+    result = d.result()
+    assert result["estimates"] == expected["estimates"] and result["messages"] == expected["messages"]
+    assert result["collection"] == {"reports": 500, "batches": 1, "unopened": 0, "malformed": 0}
+    for e in (d.analyzer.engine, d.collector.engine):
+        e.dispose()

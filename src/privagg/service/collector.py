@@ -2,8 +2,9 @@
 
 It authenticates each client by a one-use token of the task, stores the client's sealed messages durably
 (committed before it answers 2xx), refuses a second report on a token and a report id already used, and
-never holds a key that opens a message. When at least the task's ``min_batch_size`` reports wait, it
-takes them all as one batch, puts their messages in a uniformly random order drawn from the secure
+never holds a key that opens a message. When at least the task's ``min_batch_size`` reports wait (and
+arrivals paused, or ``max_batch_reports`` wait: :meth:`Collector.form_batches`), it takes them as one
+batch, puts their messages in a uniformly random order drawn from the secure
 generator (Fisher-Yates, :meth:`numpy.random.Generator.permutation`), and forwards them to the analyzer
 as one Arrow IPC stream holding a single column of ciphertexts: no report boundaries, token, report id,
 arrival order or time. The batch's reports are deleted only once the analyzer acknowledges it; a batch
@@ -11,7 +12,8 @@ whose acknowledgement was lost is sent again under the same batch id, which the 
 No batch smaller than the minimum is ever released: the calibration counts on that many users' noise.
 
 Routes: ``POST /tasks/{task_id}/reports`` (a client's report, JSON), ``GET /tasks/{task_id}`` (the
-task, as the analyzer serves it), ``/healthz``, ``/readyz``, ``/metrics``.
+task, as the analyzer serves it), ``GET /tasks/{task_id}/status`` (counts), ``/healthz``, ``/readyz``,
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -136,8 +138,8 @@ class Collector:
         if key_id != task.key_id:
             raise Refused(400, "unknown_key", f"key_id must be the task's key id {task.key_id}, got {key_id}")
         cap = message_cap(task)
-        if not isinstance(sealed, list) or not 1 <= len(sealed) <= cap:
-            raise Refused(400, "malformed", f"ciphertexts must be a list of 1 to {cap} base64 strings")
+        if not isinstance(sealed, list) or len(sealed) > cap:  # none is a user's output too (OUE with no bit set)
+            raise Refused(400, "malformed", f"ciphertexts must be a list of at most {cap} base64 strings")
         size, blob = sealed_size(task), bytearray()
         for i, text in enumerate(sealed):
             try:
