@@ -68,12 +68,14 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
             from .service.collector import create_app, open_collector
 
             collector = open_collector(cfg.db, cfg.analyzer_url, verify=cfg.analyzer_ca or True,
-                                       quiet=cfg.batch_quiet, max_batch_reports=cfg.max_batch_reports)
+                                       token=cfg.collector_token, quiet=cfg.batch_quiet,
+                                       max_batch_reports=cfg.max_batch_reports)
             app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval)
         else:
             from .service.analyzer import create_app, open_analyzer
 
-            app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes)
+            app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes,
+                             cfg.collector_token)
     uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
                 backlog=16384, access_log=False, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE)
 

@@ -101,7 +101,7 @@ def test_both_services_over_tls(tmp_path, monkeypatch):
         for role, extra in (("analyzer", []), ("collector", ["--analyzer", f"https://127.0.0.1:{ports['analyzer']}",
                                                              "--analyzer-ca", str(cert), "--batch-interval", "0.2"])):
             processes.append(subprocess.Popen([sys.executable, "-m", "privagg", "serve", role, "--db", dep.dbs[role],
-                                               "--port", str(ports[role]), *tls, *extra],
+                                               "--port", str(ports[role]), *tls, *extra], env=dep.env,
                                               stderr=open(tmp_path / f"{role}.log", "wb")))
             wait_ready(f"https://127.0.0.1:{ports[role]}")
         collector = f"https://127.0.0.1:{ports['collector']}"

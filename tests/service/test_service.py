@@ -32,6 +32,8 @@ from privagg.service.config import load_config
 from privagg.service.tasks import Task, seal_messages
 
 N = 300  # users of the task; each test's batches hold this many reports unless it says otherwise
+COLLECTOR_TOKEN = "the collector's secret"
+AUTH = {"authorization": f"Bearer {COLLECTOR_TOKEN}"}
 
 
 @dataclass
@@ -67,7 +69,7 @@ def deploy(databases, parameters, min_batch_size=None) -> Deployment:
         storage.migrate(engines[role], role)
     analyzer = AnalyzerService(engines["analyzer"])
     task = analyzer.create_task(parameters, min_batch_size)
-    A = TestClient(analyzer_app(analyzer))
+    A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
     holder: dict = {}
 
     def fetch(task_id):
@@ -76,7 +78,7 @@ def deploy(databases, parameters, min_batch_size=None) -> Deployment:
 
     def forward(task_id, batch_id, blob):
         holder["d"].delivered.append(blob)
-        A.post(f"/tasks/{task_id}/batches/{batch_id}", content=blob).raise_for_status()
+        A.post(f"/tasks/{task_id}/batches/{batch_id}", content=blob, headers=AUTH).raise_for_status()
         if holder["d"].lose_acks:
             holder["d"].lose_acks -= 1
             raise ConnectionError("the acknowledgement was lost")
@@ -166,7 +168,7 @@ def test_a_batch_is_applied_once_however_often_it_is_sent(fe1):
     assert d.result()["collection"]["reports"] == N
     # and a replay after the reports were deleted is still a no-op
     batch_id = pa.ipc.open_stream(d.delivered[0]).read_all().schema.metadata[b"batch_id"].decode()
-    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch_id}", content=d.delivered[0])
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch_id}", content=d.delivered[0], headers=AUTH)
     assert answer.json() == {"status": "already applied"} and d.result()["collection"]["reports"] == N
 
 
@@ -312,16 +314,30 @@ def test_messages_that_do_not_open_or_break_the_layout_are_dropped_and_counted(f
     assert d.analyzer.registry.get_sample_value("privagg_messages_dropped_total", {"reason": "malformed"}) == 1
 
 
+def test_a_batch_is_taken_only_from_the_collector(fe1):
+    d = fe1
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(13))
+    for r in reports:
+        d.post(r)
+    d.collector.release_batches()
+    for headers in ({}, {"authorization": "Bearer a guess"}):
+        answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'ef' * 16}", content=d.delivered[0], headers=headers)
+        assert answer.status_code == 401 and answer.json()["error"] == "unauthenticated"
+    assert d.result()["collection"]["batches"] == 1
+    assert d.analyzer.registry.get_sample_value("privagg_requests_refused_total", {"reason": "unauthenticated"}) == 2
+
+
 def test_a_malformed_batch_is_refused(fe1):
     d = fe1
-    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'00' * 16}", content=b"not arrow")
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'00' * 16}", content=b"not arrow", headers=AUTH)
     assert answer.status_code == 400 and answer.json()["error"] == "malformed_batch"
     table = pa.table({"ciphertext": pa.array([b"x" * 10], pa.binary(10))}).replace_schema_metadata(
         {"task_id": d.task.task_id, "batch_id": "00" * 16, "reports": "1"})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
-    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'00' * 16}", content=sink.getvalue().to_pybytes())
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{'00' * 16}", content=sink.getvalue().to_pybytes(),
+                      headers=AUTH)
     assert answer.status_code == 400 and "one column 'ciphertext'" in answer.json()["detail"]
     assert d.result()["collection"]["batches"] == 0
 

@@ -19,6 +19,7 @@ Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batc
 
 from __future__ import annotations
 
+import hmac
 import logging
 import multiprocessing
 import pickle
@@ -205,8 +206,12 @@ class AnalyzerService:
         return to_json_dict(report)
 
 
-def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30) -> FastAPI:
-    """The analyzer's HTTP service."""
+def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None) -> FastAPI:
+    """The analyzer's HTTP service; with ``collector_token``, a batch is taken only from whoever shows it
+    (``Authorization: Bearer TOKEN``): the collector. Without it, anyone who reaches the port can add
+    messages, so it is for loopback and tests."""
+    if collector_token is None:
+        log.warning("no collector token: batches are taken from anyone who reaches this port")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -230,6 +235,10 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30) -> Fast
 
     @app.post("/tasks/{task_id}/batches/{batch_id}")
     async def batch(task_id: str, batch_id: str, request: Request) -> dict:
+        if collector_token is not None and not hmac.compare_digest(
+                request.headers.get("authorization", "").encode(), f"Bearer {collector_token}".encode()):
+            raise Refused(401, "unauthenticated", "a batch must come from the collector: Authorization must be "
+                          "Bearer followed by the collector token")
         body = await read_body(request, max_batch_bytes)
         return {"status": await run_in_threadpool(service.apply_batch, task_id, batch_id, body)}
 

@@ -364,11 +364,12 @@ class BatchLoop:
         self._thread.join()
 
 
-def http_peer(analyzer_url: str, timeout: float = 60.0, verify: bool | str = True):
-    """(fetch_task, forward) over HTTP to the analyzer at ``analyzer_url``."""
+def http_peer(analyzer_url: str, timeout: float = 60.0, verify: bool | str = True, token: str | None = None):
+    """(fetch_task, forward) over HTTP to the analyzer at ``analyzer_url``, showing it ``token``."""
     import httpx
 
-    client = httpx.Client(base_url=analyzer_url, timeout=timeout, verify=verify)
+    client = httpx.Client(base_url=analyzer_url, timeout=timeout, verify=verify,
+                          headers={} if token is None else {"authorization": f"Bearer {token}"})
 
     def fetch_task(task_id: str) -> str | None:
         answer = client.get(f"/tasks/{task_id}")
@@ -422,13 +423,14 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
     return app
 
 
-def open_collector(db_url: str, analyzer_url: str | None, verify: bool | str = True,
+def open_collector(db_url: str, analyzer_url: str | None, verify: bool | str = True, token: str | None = None,
                    registry: CollectorRegistry | None = None, **batching) -> Collector:
     """A collector over the database at ``db_url`` (migrated to the latest schema) and the analyzer at
-    ``analyzer_url`` (its TLS certificate checked against the system's CAs, or the CA file ``verify``)."""
+    ``analyzer_url`` (its TLS certificate checked against the system's CAs, or the CA file ``verify``; the
+    collector token ``token`` shown with each batch)."""
     if not analyzer_url:
         raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
                              "analyzer_url in the config file)", analyzer_url)
     engine = storage.connect(db_url)
     storage.migrate(engine, "collector")
-    return Collector(engine, *http_peer(analyzer_url, verify=verify), registry=registry, **batching)
+    return Collector(engine, *http_peer(analyzer_url, verify=verify, token=token), registry=registry, **batching)

@@ -11,7 +11,9 @@ the one before.
     db = "sqlite:///analyzer.db"
     workers = 2
 
-Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``).
+Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``). The collector
+token, a secret both services share, is best given by the environment (``PRIVAGG_COLLECTOR_COLLECTOR_TOKEN``
+and ``PRIVAGG_ANALYZER_COLLECTOR_TOKEN``) or the file, not on a command line other users can list.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ServiceConfig:
     tls_key: str | None = None
     analyzer_url: str | None = None  # the collector's analyzer
     analyzer_ca: str | None = None  # the CA file the collector checks the analyzer's TLS certificate with
+    collector_token: str | None = None  # the secret the collector shows the analyzer with each batch (both roles)
     workers: int | None = None  # the analyzer's decryption processes (default: one per core)
     dask_scheduler: str | None = None  # the analyzer opens messages on this Dask cluster instead
     batch_interval: float = 1.0  # seconds between the collector's batch checks
@@ -90,4 +93,5 @@ def describe(config: ServiceConfig) -> dict[str, Any]:
 
     shown = dataclasses.asdict(config)
     shown["db"] = make_url(config.db).render_as_string(hide_password=True)
+    shown["collector_token"] = None if config.collector_token is None else "(set)"
     return shown

@@ -9,6 +9,7 @@ can kill either with SIGKILL and start it again on the same port and database, a
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -56,7 +57,9 @@ class LocalDeployment:
     def __init__(self, dbs: dict[str, str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.dbs, self.log_dir = dbs, Path(log_dir)
         self.ports = {"analyzer": free_port(), "collector": free_port()}
-        self.env = {**os.environ, **(env or {})}
+        token = secrets.token_urlsafe(32)  # the collector shows it to the analyzer with each batch
+        self.env = {**os.environ, "PRIVAGG_COLLECTOR_COLLECTOR_TOKEN": token, "PRIVAGG_ANALYZER_COLLECTOR_TOKEN": token,
+                    **(env or {})}
         self.processes: dict[str, subprocess.Popen] = {}
 
     def url(self, role: str) -> str:
