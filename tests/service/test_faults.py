@@ -148,3 +148,44 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
     local.apply_batch(task.task_id, "ab" * 16, blob)
     assert remote.result(task.task_id)["estimates"] == local.result(task.task_id)["estimates"]
     assert remote.result(task.task_id)["collection"]["reports"] == 2_000
+
+
+def test_the_service_commands_end_to_end(tmp_path):
+    """calibrate -> task create -> tokens issue -> serve (both) -> submit -> loadgen -> result, as a user types them."""
+    import json
+    import subprocess
+    import sys
+
+    from privagg.service.local import LocalDeployment
+
+    def privagg(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "privagg", *args], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+
+    dbs = {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("analyzer", "collector")}
+    (tmp_path / "params.json").write_text(privagg("calibrate", "grr", "--epsilon", "1", "--users", "40",
+                                                  "--domain", "4", "--json").stdout)
+    made = privagg("task", "create", "--params", "params.json", "--db", dbs["analyzer"], "--min-batch-size", "10")
+    assert made.returncode == 0, made.stderr
+    task = made.stdout.split()[-1]
+    assert privagg("tokens", "issue", "--task", task, "--count", "40", "--db", dbs["collector"], "--output",
+                   "tokens.txt").returncode == 0
+    tokens = (tmp_path / "tokens.txt").read_text().split()
+    assert len(set(tokens)) == 40 and (tmp_path / "tokens.txt").stat().st_mode & 0o077 == 0
+    (tmp_path / "rest.txt").write_text("\n".join(tokens[1:]) + "\n")
+    (tmp_path / "values.csv").write_text("value\n" + "".join(f"{i % 4}\n" for i in range(39)))
+    with LocalDeployment(dbs, tmp_path / "logs") as dep:
+        collector = dep.url("collector")
+        sent = privagg("submit", "--collector", collector, "--task", task, "--token", tokens[0], "--value", "2")
+        assert sent.returncode == 0 and "report stored" in sent.stdout
+        again = privagg("submit", "--collector", collector, "--task", task, "--token", tokens[0], "--value", "3")
+        assert again.returncode == 2 and "token_used" in again.stderr
+        load = privagg("loadgen", "--collector", collector, "--task", task, "--input", "values.csv", "--tokens",
+                       "rest.txt", "--concurrency", "8", "--json")
+        assert load.returncode == 0, load.stderr
+        assert json.loads(load.stdout)["acknowledged"] == 39
+        dep.wait_released(task, seconds=60)
+        result = privagg("result", "--analyzer", dep.url("analyzer"), "--task", task, "--json")
+    report = json.loads(result.stdout)
+    assert report["collection"]["reports"] == 40 and report["messages"]["total"] == 40
+    assert report["privacy"]["private"] is True and report["protocol"] == "grr"
