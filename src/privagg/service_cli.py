@@ -88,6 +88,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                              "released batch (default n; at least G n in the "
                                                              "shuffle model)."),
                 key_id: int = typer.Option(0, "--key-id", help="The key's id, 0..255."),
+                kem: str = typer.Option("x25519", "--kem", help="x25519 (default) or mlkem768-x25519: the hybrid "
+                                        "post-quantum KEM (X-Wing), 1,136 bytes per message instead of 48."),
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
     """Create a task in the analyzer's database: a new HPKE key pair and the frozen parameters."""
     from .protocols.registry import load_parameters
@@ -102,12 +104,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
         engine = connect(load_config("analyzer", db=db).db)
         migrate(engine, "analyzer")
-        task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id)
+        task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id, kem)
     if as_json:
         print(task.to_json())
     else:
         _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users}, "
-             f"min batch {task.min_batch_size} reports, key id {task.key_id}")
+             f"min batch {task.min_batch_size} reports, {task.kem} key id {task.key_id}")
         print(task.task_id)
 
 

@@ -62,13 +62,13 @@ class Deployment:
         return answer.json()
 
 
-def deploy(databases, parameters, min_batch_size=None) -> Deployment:
+def deploy(databases, parameters, min_batch_size=None, kem="x25519") -> Deployment:
     engines = {}
     for role, url in databases.items():
         engines[role] = storage.connect(url)
         storage.migrate(engines[role], role)
     analyzer = AnalyzerService(engines["analyzer"])
-    task = analyzer.create_task(parameters, min_batch_size)
+    task = analyzer.create_task(parameters, min_batch_size, kem=kem)
     A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
     holder: dict = {}
 
@@ -455,5 +455,26 @@ def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
     result = d.result()
     assert result["estimates"] == expected["estimates"] and result["messages"] == expected["messages"]
     assert result["collection"] == {"reports": 500, "batches": 1, "unopened": 0, "malformed": 0}
+    for e in (d.analyzer.engine, d.collector.engine):
+        e.dispose()
+
+
+def test_the_hybrid_post_quantum_kem_end_to_end(databases):
+    """A task on ML-KEM-768 + X25519: clients seal to the hybrid key, the analyzer opens, the result is exact."""
+    from privagg.core.messages import MessageBatch
+
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=N, domain_size=20), kem="mlkem768-x25519")
+    assert d.task.kem == "mlkem768-x25519" and len(d.task.public_key) == 1184 + 32
+    assert json.loads(d.C.get(f"/tasks/{d.task.task_id}").text)["suite"].startswith("MLKEM768-X25519")
+    reports, sent = users(d, np.arange(N) % 20, np.random.default_rng(14))
+    assert len(reports[0].ciphertexts[0]) == d.task.parameters.layout.record_dtype.itemsize + 1120 + 16
+    for r in reports:
+        assert d.post(r).status_code == 201
+    d.collector.release_batches()
+    analyzer = make_analyzer(d.task.parameters)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
+    result = d.result()
+    assert {e["item"]: e["estimate"] for e in result["estimates"]} == {i: float(direct.estimates[i]) for i in range(20)}
+    assert result["collection"] == {"reports": N, "batches": 1, "unopened": 0, "malformed": 0}
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()

@@ -63,12 +63,26 @@ def test_what_does_not_open_is_counted(fe1_task):
 
 @pytest.mark.parametrize("change,field", [
     (dict(task_id="xyz"), "task_id"), (dict(public_key="00" * 31), "public_key"), (dict(key_id=256), "key_id"),
-    (dict(min_batch_size=N - 1), "min_batch_size"), (dict(suite="RSA"), "task.suite")])
+    (dict(min_batch_size=N - 1), "min_batch_size"), (dict(suite="RSA"), "task.suite"), (dict(kem="rsa"), "task.kem"),
+    (dict(kem="mlkem768-x25519", suite="MLKEM768-X25519, HKDF-SHA256, AES-128-GCM"), "public_key")])  # too short
 def test_a_task_refuses_bad_fields(fe1_task, change, field):
     data = {**fe1_task[0].to_dict(), **change}
     with pytest.raises(ParameterError) as err:
         Task.from_dict(data)
     assert err.value.field == field
+
+
+def test_the_hybrid_kem_seals_and_opens(fe1_task):
+    classic, _ = fe1_task
+    task, private = create_task(classic.parameters, kem="mlkem768-x25519")
+    assert Task.from_json(task.to_json()) == task and len(private) == 64 + 32
+    messages = registry.client(task.parameters).randomize([1, 2, 3], 0)
+    sealed = seal_messages(task, messages)
+    assert {len(c) for c in sealed} == {task.parameters.layout.record_dtype.itemsize + 1120 + 16}
+    opened = open_messages(task, private, sealed)
+    assert opened.unopened == 0 and len(opened.messages) == len(messages)
+    # the hybrid key's X25519 half alone does not open it
+    assert open_messages(task, private[:64] + create_task(task.parameters)[1], sealed).unopened == len(sealed)
 
 
 def test_only_one_round_protocols_make_tasks():

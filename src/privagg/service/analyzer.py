@@ -78,8 +78,10 @@ class AnalyzerService:
                                         registry=self.registry)
 
     # ---- tasks ---------------------------------------------------------------------------------------------
-    def create_task(self, parameters, min_batch_size: int | None = None, key_id: int = 0) -> Task:
-        """A new task for ``parameters``, its private key and an empty aggregate stored; returns the task."""
+    def create_task(self, parameters, min_batch_size: int | None = None, key_id: int = 0,
+                    kem: str = "x25519") -> Task:
+        """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key and an empty
+        aggregate stored; returns the task."""
         from ..protocols.registry import analyzer as make_analyzer, get
 
         if get(parameters.protocol).result not in ("frequency table", "vector sum"):
@@ -88,7 +90,7 @@ class AnalyzerService:
         if get(parameters.protocol).result == "frequency table" and parameters.domain_size > 1 << 24:
             raise ParameterError("domain_size", "at most 2^24 for a service task (its aggregate counts every item)",
                                  parameters.domain_size)
-        task, private_key = create_task(parameters, min_batch_size, key_id)
+        task, private_key = create_task(parameters, min_batch_size, key_id, kem)
         analyzer = make_analyzer(parameters)
         with self.engine.begin() as c:
             c.execute(sa.insert(analyzer_tasks).values(task_id=task.task_id, task=task.to_json(),

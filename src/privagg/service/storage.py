@@ -62,7 +62,7 @@ analyzer_tasks = sa.Table(
     "analyzer_tasks", metadata["analyzer"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),
-    sa.Column("private_key", sa.LargeBinary(32), nullable=False),  # raw X25519: protect this database as the key
+    sa.Column("private_key", sa.LargeBinary, nullable=False),  # raw (tasks.py): protect this database as the key
 )
 aggregates = sa.Table(
     "aggregates", metadata["analyzer"],

@@ -16,7 +16,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table("analyzer_tasks", sa.Column("task_id", sa.String(32), primary_key=True),
                     sa.Column("task", sa.Text, nullable=False),
-                    sa.Column("private_key", sa.LargeBinary(32), nullable=False))
+                    sa.Column("private_key", sa.LargeBinary, nullable=False))
     op.create_table("aggregates", sa.Column("task_id", sa.String(32), primary_key=True),
                     sa.Column("aggregate", sa.LargeBinary, nullable=False),
                     sa.Column("batches", sa.Integer, nullable=False), sa.Column("reports", sa.Integer, nullable=False),
