@@ -1,9 +1,9 @@
 """Runs of both services as real processes: under kill -9, and under load. Shared by the slow service tests
 (tests/service/test_faults.py) and ``make bench`` (benchmarks/service.py), which quotes their figures.
 
-Both runs use the privacy-blanket histogram (one message per user, shuffle model) with an honest fraction
-of 1/2, so a batch needs half the users' reports and a run makes two batches; every value comes from a
-seeded generator, every client's randomness from the SDK's secure generator.
+Both runs use the privacy-blanket histogram (one message per user, shuffle model; a batch holds all n
+reports); every value comes from a seeded generator, every client's randomness from the SDK's secure
+generator.
 """
 
 import asyncio
@@ -23,9 +23,7 @@ DOMAIN = 100
 
 
 def _task(dep: LocalDeployment, clients: int):
-    params = calibrate("blanket-hist", epsilon=1.0, delta=1e-6, n_users=clients, domain_size=DOMAIN,
-                       honest_fraction=0.5)
-    return dep.create_task(params, min_batch_size=clients // 2)
+    return dep.create_task(calibrate("blanket-hist", epsilon=1.0, delta=1e-6, n_users=clients, domain_size=DOMAIN))
 
 
 def _exactly_once(result: dict, reports: list[Report], outcomes: list) -> dict:
@@ -37,15 +35,14 @@ def _exactly_once(result: dict, reports: list[Report], outcomes: list) -> dict:
 
 
 def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: int = 0, concurrency: int = 500) -> dict:
-    """Clients send while the collector (at a random moment), then the analyzer (as soon as a batch is on its
-    way to it), then the collector again (as soon as the last batch is released, before its acknowledgement)
-    are killed with SIGKILL and restarted. 100 abusive submissions (forged tokens, reused report ids) go in
+    """The collector is killed with SIGKILL at a random moment while clients send; once they are done and the
+    batch is on its way, the analyzer, then the collector again (the batch released, not yet acknowledged);
+    each is restarted at once. 100 abusive submissions (forged tokens, reused report ids) go in
     among the clients.
 
     Returns the exactly-once figures and the collector's counts seen just before each kill."""
     rng = np.random.default_rng(seed)
-    env = {"PRIVAGG_COLLECTOR_MAX_BATCH_REPORTS": str(clients // 2), "PRIVAGG_ANALYZER_WORKERS": "2"}
-    with LocalDeployment(dbs, log_dir, env) as dep:
+    with LocalDeployment(dbs, log_dir, {"PRIVAGG_ANALYZER_WORKERS": "2"}) as dep:
         task = _task(dep, clients)
         tokens = dep.issue_tokens(task.task_id, clients + 50)
         client = Client(task)
@@ -75,9 +72,9 @@ def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: in
         sender.start()
         time.sleep(rng.uniform(1.0, 4.0))
         kill("collector", lambda status: True)  # while clients are sending
-        kill("analyzer", lambda status: status["batches_pending"] > 0)  # as a batch is on its way or being applied
         sender.join()
-        kill("collector", lambda status: status["batches_pending"] > 0)  # between a batch's release and its ack
+        kill("analyzer", lambda status: status["batches_pending"] > 0)  # as the batch is on its way or being applied
+        kill("collector", lambda status: status["batches_pending"] > 0)  # between its release and its ack
         final = dep.wait_released(task.task_id)
         result = dep.result(task.task_id, top=DOMAIN)
     return {"kills": kills, "final": final, "retries": sent["stats"]["retries"],

@@ -1145,6 +1145,7 @@ def _analysis_privacy(params, items: dict[str, Any], received: int):
     from dataclasses import replace
 
     from .engine import ITEMS_FILE
+    from .reports import with_received_caveat
 
     privacy = params.privacy
     if items.get("private") is True:
@@ -1154,13 +1155,7 @@ def _analysis_privacy(params, items: dict[str, Any], received: int):
             "the messages came from a simulation with reproducible randomness" if items.get("private") is False
             else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
                  "clients used secure randomness"))
-    expected = params.n_users * params.messages_per_user
-    if abs(received - expected) > 5 * params.messages_sd + 1:
-        privacy = replace(privacy, caveats=privacy.caveats + (
-            f"the analyzer received {received} messages where the guarantee counts on {expected:.0f} "
-            f"(sd {params.messages_sd:.1f}): users may have dropped out or sent extra messages, and the "
-            "guarantee does not hold as stated",))
-    return privacy
+    return with_received_caveat(privacy, params, received)
 
 
 from .service_cli import add_service_commands  # noqa: E402 (it uses the helpers above)

@@ -392,6 +392,19 @@ def analysis_report(parameters, result, privacy: PrivacyDescription, engine: Eng
     return AnalysisReport(estimates=reported_estimates(result, encoder, top), full_domain=full_domain, **common)
 
 
+def with_received_caveat(privacy: PrivacyDescription, parameters, received: int) -> PrivacyDescription:
+    """``privacy`` with a caveat when the analyzer received far fewer or more messages than the n (1 + rho)
+    the guarantee counts on (more than 5 sd away): users may have dropped out, and the noise is then smaller
+    than calibrated."""
+    expected = parameters.n_users * parameters.messages_per_user
+    if abs(received - expected) <= 5 * parameters.messages_sd + 1:
+        return privacy
+    return dataclasses.replace(privacy, caveats=privacy.caveats + (
+        f"the analyzer received {received} messages where the guarantee counts on {expected:.0f} "
+        f"(sd {parameters.messages_sd:.1f}): users may have dropped out or sent extra messages, and the "
+        "guarantee does not hold as stated",))
+
+
 def privacy_profile(parameters) -> list[ProfilePoint]:
     """delta at eps/2, eps and 2 eps for the parameters' noise (``parameters.delta_at``, loads scipy)."""
     return [ProfilePoint(e, parameters.delta_at(e)) for e in (parameters.epsilon / 2, parameters.epsilon,

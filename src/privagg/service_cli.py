@@ -7,6 +7,7 @@ SQLAlchemy, uvicorn, httpx) load inside it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -67,7 +68,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
         if cfg.role == "collector":
             from .service.collector import create_app, open_collector
 
-            collector = open_collector(cfg.db, cfg.analyzer_url, verify=cfg.analyzer_ca or True,
+            collector = open_collector(cfg.db, cfg.analyzer_url, ca_file=cfg.analyzer_ca,
                                        token=cfg.collector_token, quiet=cfg.batch_quiet,
                                        max_batch_reports=cfg.max_batch_reports)
             app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval)
@@ -135,9 +136,9 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
     text = "\n".join(issued) + "\n"
     if output is None:
         sys.stdout.write(text)
-    else:
-        output.write_text(text)
-        output.chmod(0o600)
+    else:  # readable by its owner only, from its creation on
+        with open(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(text)
 
 
 def _value(text: str):
@@ -151,15 +152,25 @@ def _value(text: str):
     return value
 
 
+_TASK_FROM = typer.Option(None, "--analyzer", help="Fetch the task (and the key messages are sealed to) from the "
+                                                   "analyzer at this URL (default: through the collector, which is "
+                                                   "then trusted with the key).")
+_TASK_VIA_COLLECTOR = ("warning: the task and its key came through the collector: a collector that lied about the "
+                       "key could read the messages; give --analyzer to fetch them from the analyzer")
+
+
 def submit(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
            task: str = typer.Option(..., "--task", help="The task id."),
+           analyzer: Optional[str] = _TASK_FROM,
            token: str = typer.Option(..., "--token", help="A one-use token of the task."),
            value: str = typer.Option(..., "--value", help="Your value: an item (integer) or a JSON list.")) -> None:
     """Send one report: randomize the value with secure randomness, seal each message, submit."""
     from .service.client import Client, SubmitError, submit as send
 
     with _clean_errors():
-        client = Client.fetch(collector, task)
+        if analyzer is None:
+            _console(stderr=True).print(_TASK_VIA_COLLECTOR, markup=False, highlight=False)
+        client = Client.fetch(analyzer or collector, task)
         try:
             status = send(collector, client.report(_value(value), token))
         except SubmitError as err:
@@ -188,6 +199,7 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
                                                               "issue)."),
             concurrency: int = typer.Option(100, "--concurrency", help="Reports in flight at once."),
             retry_for: float = typer.Option(120.0, "--retry-for", help="Seconds a client keeps retrying."),
+            analyzer: Optional[str] = _TASK_FROM,
             as_json: bool = typer.Option(False, "--json", help="Print the JSON summary.")) -> None:
     """Simulated clients, each a real SDK client over HTTP: acknowledged, refused, throughput, latency."""
     import urllib.request
@@ -196,14 +208,16 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
 
     with _clean_errors():
         concurrency = check_integer("concurrency", concurrency, 1, 100_000)
+        if analyzer is None:
+            _console(stderr=True).print(_TASK_VIA_COLLECTOR, markup=False, highlight=False)
         try:
-            with urllib.request.urlopen(f"{collector.rstrip('/')}/tasks/{task}", timeout=30) as answer:
+            with urllib.request.urlopen(f"{(analyzer or collector).rstrip('/')}/tasks/{task}", timeout=30) as answer:
                 values = _load_values(answer.read(), input)
             issued = tokens.read_text().split()
         except OSError as e:
             raise ParameterError("collector/tokens", "a reachable collector and a readable token file", str(e)) \
                 from None
-        result = run_load(collector, task, values, issued, concurrency, retry_for)
+        result = run_load(collector, task, values, issued, concurrency, retry_for, analyzer)
     if as_json:
         print(result.to_json())
         return

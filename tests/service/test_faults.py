@@ -105,7 +105,8 @@ def test_both_services_over_tls(tmp_path, monkeypatch):
                                               stderr=open(tmp_path / f"{role}.log", "wb")))
             wait_ready(f"https://127.0.0.1:{ports[role]}")
         collector = f"https://127.0.0.1:{ports['collector']}"
-        assert submit(collector, Client.fetch(collector, task.task_id).report(2, token)) == "stored"
+        analyzer = f"https://127.0.0.1:{ports['analyzer']}"
+        assert submit(collector, Client.fetch(analyzer, task.task_id).report(2, token)) == "stored"
         dep.ports = ports
         dep.url = lambda role: f"https://127.0.0.1:{ports[role]}"
         dep.wait_released(task.task_id, seconds=30)
@@ -176,10 +177,11 @@ def test_the_service_commands_end_to_end(tmp_path):
     (tmp_path / "values.csv").write_text("value\n" + "".join(f"{i % 4}\n" for i in range(39)))
     with LocalDeployment(dbs, tmp_path / "logs") as dep:
         collector = dep.url("collector")
-        sent = privagg("submit", "--collector", collector, "--task", task, "--token", tokens[0], "--value", "2")
-        assert sent.returncode == 0 and "report stored" in sent.stdout
+        sent = privagg("submit", "--collector", collector, "--task", task, "--token", tokens[0], "--value", "2",
+                       "--analyzer", dep.url("analyzer"))
+        assert sent.returncode == 0 and "report stored" in sent.stdout and "warning" not in sent.stderr
         again = privagg("submit", "--collector", collector, "--task", task, "--token", tokens[0], "--value", "3")
-        assert again.returncode == 2 and "token_used" in again.stderr
+        assert again.returncode == 2 and "token_used" in again.stderr and "came through the collector" in again.stderr
         load = privagg("loadgen", "--collector", collector, "--task", task, "--input", "values.csv", "--tokens",
                        "rest.txt", "--concurrency", "8", "--json")
         assert load.returncode == 0, load.stderr

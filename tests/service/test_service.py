@@ -135,25 +135,35 @@ def test_the_service_aggregates_exactly_what_the_clients_sent(fe1):
 
 
 def test_no_batch_below_the_minimum(databases):
-    d = deploy(databases, calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5,
-                                    honest_fraction=0.5), min_batch_size=200)
+    d = deploy(databases, calibrate("grr", epsilon=1.0, n_users=400, domain_size=5), min_batch_size=200)
     reports, _ = users(d, np.zeros(400, dtype=int), np.random.default_rng(2))
     d.store(reports[:199])
     assert d.collector.release_batches() == 0 and not d.delivered and d.stored() == 199
-    d.post(reports[199])
+    d.store(reports[199:200])
     assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == 200
+    assert "200 messages where the guarantee counts on 400" in " ".join(d.result()["privacy"]["caveats"])
     d.store(reports[200:399])  # the rest wait: 199 can never make a batch of their own
     assert d.collector.release_batches() == 0 and d.stored() == 199
 
 
+def test_a_cap_never_cuts_a_batch_below_the_minimum(fe1):
+    d = fe1
+    d.collector.max_batch_reports = N // 3
+    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(15))
+    d.store(reports)
+    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == N
+
+
 def test_a_minimum_below_what_the_privacy_needs_is_refused(databases):
+    """In the shuffle model a batch needs all n reports: with up to (1 - G) n users off the protocol anywhere,
+    only m >= n reports are sure to hold the G n honest ones the calibration counts on."""
     from privagg.errors import ParameterError
 
     engine = storage.connect(databases["analyzer"])
     storage.migrate(engine, "analyzer")
     params = calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5, honest_fraction=0.5)
-    with pytest.raises(ParameterError, match="min_batch_size must be"):
-        AnalyzerService(engine).create_task(params, min_batch_size=199)
+    with pytest.raises(ParameterError, match="min_batch_size must be an integer >= 400"):
+        AnalyzerService(engine).create_task(params, min_batch_size=399)
     engine.dispose()
 
 
@@ -234,7 +244,8 @@ def _body(d: Deployment, report: Report, **change) -> dict:
 
 
 @pytest.mark.parametrize("case", ["duplicate_report_id", "token_used", "wrong_task", "foreign_token", "garbage",
-                                  "truncated", "oversized", "too_many", "wrong_key_id", "not_json", "missing_field"])
+                                  "truncated", "oversized", "too_many", "wrong_key_id", "not_json", "missing_field",
+                                  "non_ascii_ciphertext", "float_key_id", "surrogate_token", "deep_json"])
 def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
     d = fe1
     reports, _ = users(d, [1, 2, 3], np.random.default_rng(6))
@@ -247,7 +258,9 @@ def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
                 "wrong_task": (404, "unknown_task"), "foreign_token": (403, "bad_token"),
                 "garbage": (400, "bad_ciphertext"), "truncated": (400, "bad_ciphertext"),
                 "oversized": (413, "oversized"), "too_many": (400, "malformed"), "wrong_key_id": (400, "unknown_key"),
-                "not_json": (400, "malformed"), "missing_field": (400, "malformed")}[case]
+                "not_json": (400, "malformed"), "missing_field": (400, "malformed"),
+                "non_ascii_ciphertext": (400, "bad_ciphertext"), "float_key_id": (400, "unknown_key"),
+                "surrogate_token": (400, "malformed"), "deep_json": (400, "malformed")}[case]
     if case == "duplicate_report_id":
         body = _body(d, second, report_id=first.report_id)
     elif case == "token_used":
@@ -270,8 +283,14 @@ def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
         body = _body(d, second, key_id=d.task.key_id + 1)
     elif case == "missing_field":
         body = {k: v for k, v in second.to_dict().items() if k != "token"}
-    if case == "not_json":
-        answer = d.C.post(path, content=b"{not json", headers={"content-type": "application/json"})
+    elif case == "non_ascii_ciphertext":
+        body = _body(d, second, ciphertexts=["ü" * 60])
+    elif case == "float_key_id":
+        body = _body(d, second, key_id=float(d.task.key_id))
+    raw = {"not_json": b"{not json", "deep_json": b"[" * 200_000,
+           "surrogate_token": json.dumps(_body(d, second, token="\ud800abc")).encode()}.get(case)
+    if raw is not None:
+        answer = d.C.post(path, content=raw, headers={"content-type": "application/json"})
     else:
         answer = d.C.post(path, json=body)
     assert (answer.status_code, answer.json()["error"]) == expected, answer.text
@@ -405,6 +424,14 @@ def test_configuration_file_then_environment_then_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVAGG_COLLECTOR_PORT", "many")
     with pytest.raises(ParameterError, match="PRIVAGG_COLLECTOR_PORT"):
         load_config("collector")
+    monkeypatch.delenv("PRIVAGG_COLLECTOR_PORT")
+    for table, name in (('port = "8080"', "port"), ("max_batch_reports = 0", "max_batch_reports"),
+                         ('log_level = "LOUD"', "log_level"), ('collector_token = ""', "collector_token"),
+                         ("max_body_bytes = -1", "max_body_bytes"), ("batch_quiet = 0", "batch_quiet")):
+        path.write_text(f"[collector]\n{table}\n")
+        with pytest.raises(ParameterError) as err:
+            load_config("collector", path)
+        assert err.value.field == name
 
 
 SERVED = {  # protocol -> (calibration keywords, one user's value)

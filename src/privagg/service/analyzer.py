@@ -23,6 +23,7 @@ import hmac
 import logging
 import multiprocessing
 import pickle
+import re
 import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -129,14 +130,18 @@ class AnalyzerService:
             table = pa.ipc.open_stream(blob).read_all()
         except (pa.ArrowInvalid, OSError):
             raise Refused(400, "malformed_batch", "the batch must be an Arrow IPC stream") from None
-        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        try:
+            meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        except UnicodeDecodeError:
+            raise Refused(400, "malformed_batch", "the batch's metadata must be UTF-8") from None
         if table.column_names != ["ciphertext"] or table.schema.field("ciphertext").type != pa.binary(size):
             raise Refused(400, "malformed_batch", f"the batch must hold one column 'ciphertext' of {size}-byte "
                           f"values, got {table.schema}")
         if meta.get("task_id") != loaded.task.task_id or meta.get("batch_id") != batch_id:
             raise Refused(400, "malformed_batch", "the batch's task_id and batch_id must match its address")
-        if not meta.get("reports", "").isdigit() or int(meta["reports"]) < 1:
-            raise Refused(400, "malformed_batch", f"the batch's reports must be a count >= 1, got {meta.get('reports')}")
+        if not re.fullmatch(r"[1-9][0-9]{0,11}", meta.get("reports", "")):
+            raise Refused(400, "malformed_batch", f"the batch's reports must be a count >= 1, got "
+                          f"{meta.get('reports', '')[:40]}")
         column = table.column("ciphertext").combine_chunks()
         sealed = np.frombuffer(column.buffers()[1], dtype=np.uint8, count=len(column) * size,
                                offset=column.offset * size).reshape(-1, size)
@@ -193,7 +198,7 @@ class AnalyzerService:
     def result(self, task_id: str, top: int = 10) -> dict:
         """The task's result as ``privagg analyze --json`` prints it, private, with the collection counts."""
         from ..core.encoding import ItemEncoder
-        from ..reports import Collection, Engine, analysis_report, to_json_dict
+        from ..reports import Collection, Engine, analysis_report, to_json_dict, with_received_caveat
 
         loaded = self.load(task_id)
         with self.engine.connect() as c:
@@ -202,7 +207,8 @@ class AnalyzerService:
         start = time.perf_counter()
         result = loaded.analyzer.finalize(agg)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
-        privacy = replace(p.privacy, randomness=SERVICE_RANDOMNESS)
+        privacy = with_received_caveat(replace(p.privacy, randomness=SERVICE_RANDOMNESS), p,
+                                       int(agg.messages + agg.malformed))
         report = analysis_report(p, result, privacy, engine, encoder=ItemEncoder(p.domain_size, kind="integer"), top=top,
                                  collection=Collection(row.reports, row.batches, row.unopened, int(agg.malformed)))
         return to_json_dict(report)

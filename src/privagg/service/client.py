@@ -3,7 +3,7 @@
 Here rather than at ``privagg.client``, which is the registry's ``client(parameters)`` function.
 
     from privagg.service.client import Client, submit
-    client = Client.fetch(collector_url, task_id)  # the task as served; parameters checked, never recalibrated
+    client = Client.fetch(analyzer_url, task_id)   # the analyzer's task; parameters checked, never recalibrated
     report = client.report(value, token)           # randomized with secure randomness, sealed per message
     submit(collector_url, report)                   # retried safely until the collector acknowledges
 
@@ -70,7 +70,10 @@ class Client:
 
     @classmethod
     def fetch(cls, url: str, task_id: str, timeout: float = 30.0) -> "Client":
-        """The client of the task that the collector (or the analyzer) at ``url`` serves."""
+        """The client of the task served at ``url``: the analyzer's, over TLS, so that the key the messages
+        are sealed to is the analyzer's. (The collector serves the task too, but a collector that lied about
+        the key could open what it shuffles: take it from the collector only where the collector is trusted
+        with the plaintexts, as in a test, or check it against a copy shipped with the app.)"""
         with urllib.request.urlopen(f"{url.rstrip('/')}/tasks/{task_id}", timeout=timeout) as answer:
             return cls.from_json(answer.read())
 

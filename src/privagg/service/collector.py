@@ -104,10 +104,16 @@ class Collector:
         with self.engine.connect() as c:
             text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)).scalar()
         if text is None:
-            text = self.fetch_task(task_id)
+            try:
+                text = self.fetch_task(task_id)
+                if text is not None:
+                    Task.from_json(text)  # checked, parameters verified, before anything is stored for it
+            except Exception as err:  # the analyzer is unreachable or served something unusable: try later
+                log.warning("task not fetched", extra={"fields": {"task": task_id, "error": type(err).__name__}})
+                raise Refused(503, "unavailable", "the task could not be fetched from the analyzer; try again") \
+                    from None
             if text is None:
                 raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
-            Task.from_json(text)  # checked, parameters verified, before anything is stored for it
             with self.engine.begin() as c:
                 if c.execute(sa.select(collector_tasks.c.task_id).where(
                         collector_tasks.c.task_id == task_id)).first() is None:
@@ -133,10 +139,11 @@ class Collector:
         report_id, token, key_id, sealed = (data.get(k) for k in ("report_id", "token", "key_id", "ciphertexts"))
         if not is_hex_id(report_id):
             raise Refused(400, "malformed", "report_id must be 32 lowercase hexadecimal characters")
-        if not isinstance(token, str) or not 0 < len(token) <= 256:
+        if not isinstance(token, str) or not 0 < len(token) <= 256 or not token.isascii():
             raise Refused(400, "malformed", "token must be the string the collector issued")
-        if key_id != task.key_id:
-            raise Refused(400, "unknown_key", f"key_id must be the task's key id {task.key_id}, got {key_id}")
+        if type(key_id) is not int or key_id != task.key_id:
+            raise Refused(400, "unknown_key", f"key_id must be the task's key id {task.key_id}, got "
+                          f"{str(key_id)[:40]}")
         cap = message_cap(task)
         if not isinstance(sealed, list) or len(sealed) > cap:  # none is a user's output too (OUE with no bit set)
             raise Refused(400, "malformed", f"ciphertexts must be a list of at most {cap} base64 strings")
@@ -144,7 +151,7 @@ class Collector:
         for i, text in enumerate(sealed):
             try:
                 raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
-            except binascii.Error:
+            except (binascii.Error, ValueError):  # not base64, or not even ASCII
                 raw = b""
             if len(raw) != size:
                 raise Refused(400, "bad_ciphertext", f"ciphertexts[{i}] must be base64 of {size} bytes (an HPKE "
@@ -199,27 +206,34 @@ class Collector:
         their random report ids, not by arrival), where at least the task's minimum wait and either
         ``max_batch_reports`` wait or no report arrived for ``quiet`` seconds: a steady stream makes few
         large batches, and the last reports are not left short of the minimum by a batch formed just before
-        them. Reports that can never reach the minimum wait for more."""
+        them. The cap is never below the task's minimum, and the batch is checked to hold the minimum inside
+        its own transaction. Reports that can never reach the minimum wait for more."""
         formed = 0
         with self.engine.connect() as c:
             waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
                                 .group_by(reports.c.task_id)).all()
         for task_id, count in waiting:
             task = self.task(task_id)
+            cap = max(self.max_batch_reports, task.min_batch_size)  # a cap never cuts a batch below the minimum
             quiet = time.monotonic() - self._last_arrival.get(task_id, -math.inf) >= self.quiet
-            if count < task.min_batch_size or not (quiet or count >= self.max_batch_reports):
+            if count < task.min_batch_size or not (quiet or count >= cap):
                 continue
             batch_id = secrets.token_hex(16)
-            with self.engine.begin() as c:
-                chosen = [reports.c.task_id == task_id, reports.c.batch_id.is_(None)]
-                if count > self.max_batch_reports:  # the max_batch_reports smallest report ids: a random subset
-                    chosen.append(reports.c.report_id <= sa.select(reports.c.report_id).where(*chosen).order_by(
-                        reports.c.report_id).offset(self.max_batch_reports - 1).limit(1).scalar_subquery())
-                taken = c.execute(sa.update(reports).where(*chosen).values(batch_id=batch_id)).rowcount
-                size = c.execute(sa.select(sa.func.sum(sa.func.length(reports.c.ciphertexts))).where(
-                    reports.c.batch_id == batch_id)).scalar()
-                c.execute(sa.insert(batches).values(batch_id=batch_id, task_id=task_id, reports=taken,
-                                                    messages=size // sealed_size(task), acknowledged=False))
+            try:
+                with self.engine.begin() as c:
+                    chosen = [reports.c.task_id == task_id, reports.c.batch_id.is_(None)]
+                    if count > cap:  # the cap smallest report ids (random for honest clients), not the first arrived
+                        chosen.append(reports.c.report_id <= sa.select(reports.c.report_id).where(*chosen).order_by(
+                            reports.c.report_id).offset(cap - 1).limit(1).scalar_subquery())
+                    taken = c.execute(sa.update(reports).where(*chosen).values(batch_id=batch_id)).rowcount
+                    if taken < task.min_batch_size:  # another process took some meanwhile: release nothing
+                        raise _TooSmall()
+                    size = c.execute(sa.select(sa.func.sum(sa.func.length(reports.c.ciphertexts))).where(
+                        reports.c.batch_id == batch_id)).scalar()
+                    c.execute(sa.insert(batches).values(batch_id=batch_id, task_id=task_id, reports=taken,
+                                                        messages=size // sealed_size(task), acknowledged=False))
+            except _TooSmall:
+                continue
             log_event(log, "batch formed", task=task_id, batch=batch_id, reports=taken)
             formed += 1
         return formed
@@ -268,6 +282,10 @@ class Collector:
         by_state = {bool(done): (count, int(total)) for done, count, total in rows}
         return {"reports_waiting": waiting, "batches_pending": by_state.get(False, (0, 0))[0],
                 "batches_released": by_state.get(True, (0, 0))[0], "reports_released": by_state.get(True, (0, 0))[1]}
+
+
+class _TooSmall(Exception):
+    """A batch found smaller than its minimum inside its transaction (rolled back)."""
 
 
 def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) -> bytes:
@@ -364,10 +382,14 @@ class BatchLoop:
         self._thread.join()
 
 
-def http_peer(analyzer_url: str, timeout: float = 60.0, verify: bool | str = True, token: str | None = None):
-    """(fetch_task, forward) over HTTP to the analyzer at ``analyzer_url``, showing it ``token``."""
+def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = None, token: str | None = None):
+    """(fetch_task, forward) over HTTP to the analyzer at ``analyzer_url``, showing it ``token``; its TLS
+    certificate is checked against ``ca_file``, or httpx's default bundle (certifi)."""
+    import ssl
+
     import httpx
 
+    verify = True if ca_file is None else ssl.create_default_context(cafile=ca_file)
     client = httpx.Client(base_url=analyzer_url, timeout=timeout, verify=verify,
                           headers={} if token is None else {"authorization": f"Bearer {token}"})
 
@@ -423,14 +445,14 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
     return app
 
 
-def open_collector(db_url: str, analyzer_url: str | None, verify: bool | str = True, token: str | None = None,
+def open_collector(db_url: str, analyzer_url: str | None, ca_file: str | None = None, token: str | None = None,
                    registry: CollectorRegistry | None = None, **batching) -> Collector:
     """A collector over the database at ``db_url`` (migrated to the latest schema) and the analyzer at
-    ``analyzer_url`` (its TLS certificate checked against the system's CAs, or the CA file ``verify``; the
-    collector token ``token`` shown with each batch)."""
+    ``analyzer_url`` (its TLS certificate checked against httpx's default bundle or ``ca_file``; the collector
+    token ``token`` shown with each batch)."""
     if not analyzer_url:
         raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
                              "analyzer_url in the config file)", analyzer_url)
     engine = storage.connect(db_url)
     storage.migrate(engine, "collector")
-    return Collector(engine, *http_peer(analyzer_url, verify=verify, token=token), registry=registry, **batching)
+    return Collector(engine, *http_peer(analyzer_url, ca_file=ca_file, token=token), registry=registry, **batching)

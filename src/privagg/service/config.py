@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import ParameterError
+from ..errors import ParameterError, check_integer
 from .storage import ROLES, default_url
 
 DEFAULT_PORTS = {"collector": 8080, "analyzer": 8081}
@@ -55,10 +55,27 @@ class ServiceConfig:
             raise ParameterError("role", f"one of {', '.join(ROLES)}", self.role)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ParameterError("tls_cert/tls_key", "given together", f"{self.tls_cert}, {self.tls_key}")
-        if not 0 <= self.port < 65536:
-            raise ParameterError("port", "0..65535", self.port)
-        if not self.batch_interval > 0:
-            raise ParameterError("batch_interval", "> 0 seconds", self.batch_interval)
+        for name in ("db", "host") + tuple(n for n in ("tls_cert", "tls_key", "analyzer_url", "analyzer_ca",
+                                                      "dask_scheduler") if getattr(self, n) is not None):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ParameterError(name, "a non-empty string", getattr(self, name))
+        for name in ("port", "max_body_bytes", "max_batch_reports", "workers"):
+            if getattr(self, name) is not None and type(getattr(self, name)) is not int:
+                raise ParameterError(name, "an integer", repr(getattr(self, name)))
+        check_integer("port", self.port, 0, 65535)
+        check_integer("max_body_bytes", self.max_body_bytes, 1)
+        check_integer("max_batch_reports", self.max_batch_reports, 1)
+        if self.workers is not None:
+            check_integer("workers", self.workers, 0, 1024)
+        for name in ("batch_interval", "batch_quiet"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86_400:
+                raise ParameterError(name, "a number of seconds in (0, 86400)", value)
+        if self.collector_token is not None and (not isinstance(self.collector_token, str) or
+                                                 len(self.collector_token) < 16):
+            raise ParameterError("collector_token", "a secret of at least 16 characters", "(too short)")
+        if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ParameterError("log_level", "DEBUG, INFO, WARNING or ERROR", self.log_level)
 
 
 def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceConfig:

@@ -44,7 +44,7 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
         progress(f"analyzer at {dep.url('analyzer')}, collector at {dep.url('collector')} (logs in {workdir / 'logs'})")
         task = dep.create_task(parameters)
         tokens = dep.issue_tokens(task.task_id, users)
-        client = Client.fetch(dep.url("collector"), task.task_id)
+        client = Client.fetch(dep.url("analyzer"), task.task_id)
         start = time.perf_counter()
         reports = prepare_reports(client, codes.tolist(), tokens)
         prepared = time.perf_counter() - start

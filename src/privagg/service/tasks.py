@@ -2,7 +2,7 @@
 
 A **task** is a task id, the frozen parameters of one protocol (never recalibrated by anyone who loads
 them), the analyzer's HPKE public key with its key id, and the least number of reports a batch may hold
-before the collector releases it (the privacy calibration counts on the dummies of that many users).
+before the collector releases it: at least n in the shuffle model (see ``Task.__post_init__``).
 
 A client's **report** is every message of one user, each sealed separately to the analyzer with HPKE
 (RFC 9180; ``cryptography``'s implementation: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM by
@@ -35,10 +35,9 @@ TASK_ID_BYTES = 16
 REPORT_ID_BYTES = 16
 TAG_BYTES = 16  # AES-128-GCM's tag
 # the KEMs a task may use: the suite's name, and the sizes of a raw public key and of an encapsulation
+MLKEM_PUBLIC, MLKEM_SEED = 1184, 64  # ML-KEM-768's raw public key and private seed
 KEMS = {"x25519": ("DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM", 32, 32),
-        "mlkem768-x25519": ("MLKEM768-X25519, HKDF-SHA256, AES-128-GCM", 1184 + 32, 1088 + 32)}
-SEAL_OVERHEAD = KEMS["x25519"][2] + TAG_BYTES  # the default KEM's bytes per sealed message beyond the plaintext
-MLKEM_PUBLIC, MLKEM_SEED = 1184, 64
+        "mlkem768-x25519": ("MLKEM768-X25519, HKDF-SHA256, AES-128-GCM", MLKEM_PUBLIC + 32, 1088 + 32)}
 
 
 def is_hex_id(text) -> bool:
@@ -109,8 +108,11 @@ class Task:
         check_integer("key_id", self.key_id, 0, 255)
         from ..protocols.registry import get
 
-        # the shuffle model's guarantee counts on the dummies of ceil(G n) users; a local report stands alone
-        least = self.parameters.honest_users if get(self.parameters.protocol).topology == "shuffle" else 1
+        # The shuffle model's guarantee counts on the noise of G n honest users in the analyzer's view, with up
+        # to (1 - G) n users not following the protocol anywhere: a batch of m reports holds at least
+        # m - (1 - G) n honest ones, which reaches G n for every placement of the others only when m >= n.
+        # A local report stands alone.
+        least = self.parameters.n_users if get(self.parameters.protocol).topology == "shuffle" else 1
         check_integer("min_batch_size", self.min_batch_size, least)
 
     @property
@@ -162,8 +164,9 @@ def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0,
                 kem: str = "x25519") -> tuple[Task, bytes]:
     """A new task and the analyzer's private key (raw; it never leaves the analyzer).
 
-    ``min_batch_size`` defaults to the users the parameters were calibrated for (n): the collector
-    releases no batch of fewer reports. ``kem``: "x25519" or the hybrid "mlkem768-x25519".
+    ``min_batch_size`` defaults to the users the parameters were calibrated for (n), the least the shuffle
+    model allows: the collector releases no batch of fewer reports. ``kem``: "x25519" or the hybrid
+    "mlkem768-x25519".
     """
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -43,7 +44,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 def json_object(body: bytes, what: str) -> dict:
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise Refused(400, "malformed", f"{what} must be a JSON object, got unreadable JSON") from None
     if not isinstance(data, dict):
         raise Refused(400, "malformed", f"{what} must be a JSON object, got {type(data).__name__}")
@@ -84,6 +85,12 @@ def add_operations(app: FastAPI, registry: CollectorRegistry, engine: sa.Engine,
     async def _refused(_request: Request, err: Refused) -> JSONResponse:
         on_refusal(err)
         return JSONResponse({"error": err.reason, "detail": err.detail}, status_code=err.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "request"
+        return await _refused(request, Refused(400, "malformed", f"{where} must be valid: {first.get('msg', '')}"))
 
     @app.get("/healthz")
     def healthz() -> dict:
