@@ -114,6 +114,21 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         print(task.task_id)
 
 
+@task_app.command("close")
+def task_close(task: str = typer.Option(..., "--task", help="The task id."), db: Optional[str] = _DB) -> None:
+    """Close a task at the collector: no report is taken after, and a shuffle task's reports form its one batch
+    if at least its minimum (ceil(G n) or more) came."""
+    from .service.collector import Collector
+    from .service.config import load_config
+    from .service.storage import connect, migrate
+
+    with _clean_errors():
+        engine = connect(load_config("collector", db=db).db)
+        migrate(engine, "collector")
+        Collector(engine, None, None).close(task)
+    _say(f"task {task} closed")
+
+
 @tokens_app.command("issue")
 def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
                  count: int = typer.Option(..., "--count", help="How many tokens."),

@@ -188,6 +188,8 @@ def test_the_service_commands_end_to_end(tmp_path):
         assert json.loads(load.stdout)["acknowledged"] == 39
         dep.wait_released(task, seconds=60)
         result = privagg("result", "--analyzer", dep.url("analyzer"), "--task", task, "--json")
+        assert privagg("task", "close", "--task", task, "--db", dbs["collector"]).returncode == 0
+        assert dep.status(task)["closed"] is True
     report = json.loads(result.stdout)
     assert report["collection"]["reports"] == 40 and report["messages"]["total"] == 40
     assert report["privacy"]["private"] is True and report["protocol"] == "grr"

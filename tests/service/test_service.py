@@ -146,24 +146,48 @@ def test_no_batch_below_the_minimum(databases):
     assert d.collector.release_batches() == 0 and d.stored() == 199
 
 
-def test_a_cap_never_cuts_a_batch_below_the_minimum(fe1):
-    d = fe1
-    d.collector.max_batch_reports = N // 3
-    reports, _ = users(d, np.arange(N) % 20, np.random.default_rng(15))
+def test_a_cap_never_cuts_a_batch_below_the_minimum(databases):
+    d = deploy(databases, calibrate("grr", epsilon=1.0, n_users=400, domain_size=5), min_batch_size=200)
+    d.collector.max_batch_reports = 50
+    reports, _ = users(d, np.zeros(300, dtype=int), np.random.default_rng(15))
     d.store(reports)
-    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == N
+    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == 200 and d.stored() == 100
+
+
+def test_a_shuffle_task_has_one_batch_of_all_n_or_of_a_closed_task(databases):
+    d = deploy(databases, calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5,
+                                    honest_fraction=0.5), min_batch_size=200)
+    reports, _ = users(d, np.zeros(400, dtype=int), np.random.default_rng(16))
+    d.store(reports[:300])
+    assert d.collector.release_batches() == 0  # 300 of 400: the task is open, more may come
+    d.collector.close(d.task.task_id)
+    assert d.collector.counts(d.task.task_id)["closed"] is True
+    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == 300
+    late = d.post(reports[300])
+    assert late.status_code == 409 and late.json()["error"] == "task_closed" and d.stored() == 0
+    assert d.post(reports[0]).json() == {"status": "already stored"}  # a retry of a counted report
+
+
+def test_no_report_is_taken_after_a_shuffle_task_released_its_batch(fe1):
+    d = fe1
+    reports, _ = users(d, np.arange(N + 1) % 20, np.random.default_rng(17))
+    d.store(reports[:N])
+    assert d.collector.release_batches() == 1
+    late = d.post(reports[N])
+    assert late.status_code == 409 and late.json()["error"] == "task_closed"
+    assert d.result()["collection"]["reports"] == N
 
 
 def test_a_minimum_below_what_the_privacy_needs_is_refused(databases):
-    """In the shuffle model a batch needs all n reports: with up to (1 - G) n users off the protocol anywhere,
-    only m >= n reports are sure to hold the G n honest ones the calibration counts on."""
+    """A shuffle task's one batch needs at least ceil(G n) reports (n - m absent users count against the honest
+    fraction)."""
     from privagg.errors import ParameterError
 
     engine = storage.connect(databases["analyzer"])
     storage.migrate(engine, "analyzer")
     params = calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5, honest_fraction=0.5)
-    with pytest.raises(ParameterError, match="min_batch_size must be an integer >= 400"):
-        AnalyzerService(engine).create_task(params, min_batch_size=399)
+    with pytest.raises(ParameterError, match=r"min_batch_size must be an integer in \[200, 400\]"):
+        AnalyzerService(engine).create_task(params, min_batch_size=199)
     engine.dispose()
 
 

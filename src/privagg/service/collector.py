@@ -2,14 +2,15 @@
 
 It authenticates each client by a one-use token of the task, stores the client's sealed messages durably
 (committed before it answers 2xx), refuses a second report on a token and a report id already used, and
-never holds a key that opens a message. When at least the task's ``min_batch_size`` reports wait (and
-arrivals paused, or ``max_batch_reports`` wait: :meth:`Collector.form_batches`), it takes them as one
-batch, puts their messages in a uniformly random order drawn from the secure
+never holds a key that opens a message. When a batch may be released (:meth:`Collector.form_batches`: a
+shuffle task has one, of all n reports or of all that came to it once closed, if at least its minimum),
+it puts the batch's messages in a uniformly random order drawn from the secure
 generator (Fisher-Yates, :meth:`numpy.random.Generator.permutation`), and forwards them to the analyzer
 as one Arrow IPC stream holding a single column of ciphertexts: no report boundaries, token, report id,
 arrival order or time. The batch's reports are deleted only once the analyzer acknowledges it; a batch
 whose acknowledgement was lost is sent again under the same batch id, which the analyzer applies once.
 No batch smaller than the minimum is ever released: the calibration counts on that many users' noise.
+A closed task, or a shuffle task whose batch is out, takes no more reports.
 
 Routes: ``POST /tasks/{task_id}/reports`` (a client's report, JSON), ``GET /tasks/{task_id}`` (the
 task, as the analyzer serves it), ``GET /tasks/{task_id}/status`` (counts), ``/healthz``, ``/readyz``,
@@ -166,6 +167,12 @@ class Collector:
     def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
         """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: two
         lookups, one update and one insert for the whole group)."""
+        task_ids = sorted({r.task_id for r in group})
+        # the tasks' rows locked: a batch being formed, a close and these reports do not interleave (PostgreSQL)
+        closed = {row.task_id for row in c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.closed).where(
+            collector_tasks.c.task_id.in_(task_ids)).with_for_update()) if row.closed}
+        released = set(c.execute(sa.select(batches.c.task_id).where(batches.c.task_id.in_(task_ids))).scalars())
+        finished = closed | {t for t in released if self.task(t).single_batch}
         rows = {row.token_hash: row for row in c.execute(sa.select(tokens.c.token_hash, tokens.c.task_id,
                                                                    tokens.c.report_id).where(
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
@@ -183,6 +190,9 @@ class Collector:
                 outcomes.append("already stored")  # a retry of a report this token already delivered
             elif earlier is not None:
                 outcomes.append(Refused(409, "token_used", "token must be unused: it already delivered a report"))
+            elif r.task_id in finished:
+                outcomes.append(Refused(409, "task_closed", "the task must be open: it was closed, or its one batch "
+                                        "was released"))
             elif (r.task_id, r.report_id) in used:
                 outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
             else:
@@ -202,12 +212,13 @@ class Collector:
 
     # ---- batches -------------------------------------------------------------------------------------------
     def form_batches(self) -> int:
-        """Take the waiting reports of a task into one batch (at most ``max_batch_reports`` of them, chosen by
-        their random report ids, not by arrival), where at least the task's minimum wait and either
-        ``max_batch_reports`` wait or no report arrived for ``quiet`` seconds: a steady stream makes few
-        large batches, and the last reports are not left short of the minimum by a batch formed just before
-        them. The cap is never below the task's minimum, and the batch is checked to hold the minimum inside
-        its own transaction. Reports that can never reach the minimum wait for more."""
+        """Form the batches that may be released.
+
+        A shuffle-model task has one batch (:class:`Task`): all its reports once n wait, or once it is
+        closed (:meth:`close`) with at least its minimum. A local task's batches take the waiting reports
+        (at most ``max_batch_reports``, never fewer than the minimum, chosen by their random report ids, not
+        by arrival) once at least the minimum wait and either ``max_batch_reports`` wait or no report came
+        for ``quiet`` seconds. Every condition is checked again inside the batch's transaction."""
         formed = 0
         with self.engine.connect() as c:
             waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
@@ -216,13 +227,20 @@ class Collector:
             task = self.task(task_id)
             cap = max(self.max_batch_reports, task.min_batch_size)  # a cap never cuts a batch below the minimum
             quiet = time.monotonic() - self._last_arrival.get(task_id, -math.inf) >= self.quiet
-            if count < task.min_batch_size or not (quiet or count >= cap):
+            if count < task.min_batch_size or not (task.single_batch or quiet or count >= cap):
                 continue
             batch_id = secrets.token_hex(16)
             try:
                 with self.engine.begin() as c:
+                    closed = c.execute(sa.select(collector_tasks.c.closed).where(
+                        collector_tasks.c.task_id == task_id).with_for_update()).scalar()
                     chosen = [reports.c.task_id == task_id, reports.c.batch_id.is_(None)]
-                    if count > cap:  # the cap smallest report ids (random for honest clients), not the first arrived
+                    if task.single_batch:  # all n reports, or all that came to a closed task; and only once
+                        now = c.execute(sa.select(sa.func.count()).select_from(reports).where(*chosen)).scalar_one()
+                        if not (now >= task.parameters.n_users or closed) or c.execute(sa.select(
+                                batches.c.batch_id).where(batches.c.task_id == task_id)).first() is not None:
+                            raise _TooSmall()
+                    elif count > cap:  # the cap smallest report ids (random for honest clients), not the first arrived
                         chosen.append(reports.c.report_id <= sa.select(reports.c.report_id).where(*chosen).order_by(
                             reports.c.report_id).offset(cap - 1).limit(1).scalar_subquery())
                     taken = c.execute(sa.update(reports).where(*chosen).values(batch_id=batch_id)).rowcount
@@ -271,6 +289,15 @@ class Collector:
             released += 1
         return released
 
+    def close(self, task_id: str) -> None:
+        """Take no more reports for ``task_id``; a shuffle task's waiting reports then form its batch, if at
+        least its minimum."""
+        with self.engine.begin() as c:
+            if not c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id == task_id).values(
+                    closed=True)).rowcount:
+                raise ParameterError("task", "a task this collector has received reports for", task_id)
+        log_event(log, "task closed", task=task_id)
+
     def counts(self, task_id: str) -> dict[str, int]:
         """Reports waiting for a batch, batches awaiting the analyzer's acknowledgement, and what was released,
         for ``task_id`` (counts only)."""
@@ -279,13 +306,15 @@ class Collector:
                 reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
             rows = c.execute(sa.select(batches.c.acknowledged, sa.func.count(), sa.func.sum(batches.c.reports)).where(
                 batches.c.task_id == task_id).group_by(batches.c.acknowledged)).all()
+            closed = bool(c.execute(sa.select(collector_tasks.c.closed).where(
+                collector_tasks.c.task_id == task_id)).scalar())
         by_state = {bool(done): (count, int(total)) for done, count, total in rows}
-        return {"reports_waiting": waiting, "batches_pending": by_state.get(False, (0, 0))[0],
+        return {"closed": closed, "reports_waiting": waiting, "batches_pending": by_state.get(False, (0, 0))[0],
                 "batches_released": by_state.get(True, (0, 0))[0], "reports_released": by_state.get(True, (0, 0))[1]}
 
 
 class _TooSmall(Exception):
-    """A batch found smaller than its minimum inside its transaction (rolled back)."""
+    """A batch not to be formed after all, found inside its transaction (rolled back)."""
 
 
 def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) -> bytes:

@@ -45,8 +45,8 @@ class ServiceConfig:
     workers: int | None = None  # the analyzer's decryption processes (default: one per core)
     dask_scheduler: str | None = None  # the analyzer opens messages on this Dask cluster instead
     batch_interval: float = 1.0  # seconds between the collector's batch checks
-    batch_quiet: float = 2.0  # the collector releases a batch once no report arrived for this long...
-    max_batch_reports: int = 100_000  # ... or this many wait (and never fewer than the task's minimum)
+    batch_quiet: float = 2.0  # a local task's batch is released once no report arrived for this long...
+    max_batch_reports: int = 100_000  # ... or this many wait (never fewer than the minimum; shuffle tasks: one batch)
     max_body_bytes: int = 1 << 20  # the largest request body (a report at the collector, 1 GiB batches otherwise)
     log_level: str = "INFO"
 

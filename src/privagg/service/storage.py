@@ -2,7 +2,7 @@
 
 Each party has its own database and its own tables; neither reads the other's.
 
-Collector (the shuffler): the tasks it serves (public), the one-use tokens it issued (only their SHA-256,
+Collector (the shuffler): the tasks it serves (public, and whether closed), the one-use tokens it issued (only their SHA-256,
 and the report id a token was spent on, which doubles as the report-id de-duplication record), the
 reports it holds (the sealed messages of each, as one blob of fixed-size ciphertexts) until the analyzer
 acknowledges their batch, and the batches it formed. Nothing here can open a message.
@@ -33,6 +33,7 @@ collector_tasks = sa.Table(
     "collector_tasks", metadata["collector"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),  # the task's public JSON, as the analyzer serves it
+    sa.Column("closed", sa.Boolean, nullable=False, server_default=sa.false()),  # no report is taken after
 )
 tokens = sa.Table(
     "tokens", metadata["collector"],

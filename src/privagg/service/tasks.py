@@ -2,7 +2,9 @@
 
 A **task** is a task id, the frozen parameters of one protocol (never recalibrated by anyone who loads
 them), the analyzer's HPKE public key with its key id, and the least number of reports a batch may hold
-before the collector releases it: at least n in the shuffle model (see ``Task.__post_init__``).
+before the collector releases it. In the shuffle model a task has one batch, of all n reports or, once the
+task is closed, of the reports that came if at least ``min_batch_size`` (at least ceil(G n); see
+``Task.__post_init__``).
 
 A client's **report** is every message of one user, each sealed separately to the analyzer with HPKE
 (RFC 9180; ``cryptography``'s implementation: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM by
@@ -106,14 +108,25 @@ class Task:
             raise ParameterError("public_key", f"{size} bytes (a raw {self.kem} public key)",
                                  len(self.public_key) if isinstance(self.public_key, bytes) else self.public_key)
         check_integer("key_id", self.key_id, 0, 255)
-        from ..protocols.registry import get
 
         # The shuffle model's guarantee counts on the noise of G n honest users in the analyzer's view, with up
-        # to (1 - G) n users not following the protocol anywhere: a batch of m reports holds at least
-        # m - (1 - G) n honest ones, which reaches G n for every placement of the others only when m >= n.
-        # A local report stands alone.
-        least = self.parameters.n_users if get(self.parameters.protocol).topology == "shuffle" else 1
-        check_integer("min_batch_size", self.min_batch_size, least)
+        # to (1 - G) n of the n users not following the protocol (absent, or sending what they like). A task
+        # has one batch: all n reports, or, once the task is closed, all that came, if at least
+        # min_batch_size. Then the n - m absent users are among the (1 - G) n, so at most m - G n of the m
+        # present are not honest, and m >= ceil(G n) reports hold G n honest ones. (Several smaller batches
+        # would not do: the dishonest could all sit in one.) A local report stands alone.
+        if self.single_batch:
+            check_integer("min_batch_size", self.min_batch_size, self.parameters.honest_users,
+                          self.parameters.n_users)
+        else:
+            check_integer("min_batch_size", self.min_batch_size, 1)
+
+    @property
+    def single_batch(self) -> bool:
+        """Shuffle-model tasks release one batch (see ``__post_init__``); local ones any number."""
+        from ..protocols.registry import get
+
+        return get(self.parameters.protocol).topology == "shuffle"
 
     @property
     def info(self) -> bytes:
@@ -164,9 +177,9 @@ def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0,
                 kem: str = "x25519") -> tuple[Task, bytes]:
     """A new task and the analyzer's private key (raw; it never leaves the analyzer).
 
-    ``min_batch_size`` defaults to the users the parameters were calibrated for (n), the least the shuffle
-    model allows: the collector releases no batch of fewer reports. ``kem``: "x25519" or the hybrid
-    "mlkem768-x25519".
+    ``min_batch_size`` defaults to the users the parameters were calibrated for (n): the collector releases
+    no batch of fewer reports (a shuffle task may set it down to ceil(G n), for a closed task whose absent
+    users count against the honest fraction). ``kem``: "x25519" or the hybrid "mlkem768-x25519".
     """
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
