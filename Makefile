@@ -15,8 +15,9 @@ $(VENV)/installed: pyproject.toml
 demo: $(VENV)/installed
 	$(VENV)/bin/privagg estimate fe1 --epsilon 1 --delta 1e-10 --top 15 --seed 0
 
+# one test process per core (pytest-xdist): the service tests spend much of their time waiting on their servers
 test: $(VENV)/installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 bench: $(VENV)/installed
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
