@@ -46,8 +46,7 @@ def decrypt_throughput(folder: Path) -> dict:
     from privagg.service.collector import batch_stream
     from privagg.service.tasks import seal_messages
 
-    engine = storage.connect(f"sqlite:///{folder / 'analyzer.db'}")
-    storage.migrate(engine, "analyzer")
+    engine = storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer")
     service = AnalyzerService(engine)
     task = service.create_task(calibrate("fe1", epsilon=EPSILON, delta=DELTA, n_users=USERS, domain_size=DOMAIN))
     items = np.random.default_rng(DATA_SEED).zipf(1.3, USERS) % DOMAIN

@@ -6,12 +6,13 @@ root the server runs as the `postgres` user, in a folder it owns.
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from privagg.service.local import free_port
 
 NOT_INSTALLED = ("PostgreSQL is not installed (no initdb/pg_ctl on PATH or in /usr/lib/postgresql/*/bin): "
                  "the PostgreSQL half of the service tests is skipped")
@@ -27,12 +28,6 @@ def postgres_bin_dir() -> Path | None:
     return next((d for d in candidates if (d / "initdb").is_file() and (d / "pg_ctl").is_file()), None)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def throwaway_postgres(bin_dir: Path) -> Iterator[str]:
     """A PostgreSQL server for as long as the block runs; yields `postgresql+psycopg://postgres@127.0.0.1:PORT`."""
@@ -41,7 +36,7 @@ def throwaway_postgres(bin_dir: Path) -> Iterator[str]:
     if os.geteuid() == 0:
         shutil.chown(root, user="postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    data, log, port = root / "data", root / "server.log", _free_port()
+    data, log, port = root / "data", root / "server.log", free_port()
 
     def run(*args: str) -> None:
         subprocess.run([*as_user, *args], cwd=root, check=True, stdout=subprocess.DEVNULL)

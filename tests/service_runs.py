@@ -16,7 +16,7 @@ import numpy as np
 
 from privagg.protocols.registry import calibrate
 from privagg.service.client import Client, Report
-from privagg.service.loadgen import prepare_reports, send_reports
+from privagg.service.loadgen import prepare_reports, run_load, send_reports
 from privagg.service.local import LocalDeployment
 
 DOMAIN = 100
@@ -86,12 +86,12 @@ def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurre
     with LocalDeployment(dbs, log_dir, {"PRIVAGG_ANALYZER_WORKERS": "2"}) as dep:
         task = _task(dep, clients)
         tokens = dep.issue_tokens(task.task_id, clients)
-        reports = prepare_reports(Client(task), np.random.default_rng(1).integers(0, DOMAIN, clients), tokens)
-        outcomes, stats = asyncio.run(send_reports(dep.url("collector"), reports, concurrency, retry_for=300.0))
+        run = run_load(dep.url("collector"), Client(task), np.random.default_rng(1).integers(0, DOMAIN, clients),
+                       tokens, concurrency, retry_for=300.0)
         dep.wait_released(task.task_id)
         result = dep.result(task.task_id, top=DOMAIN)
-    ms = np.asarray(stats["latencies"]) * 1000
-    return {"clients": clients, "concurrency": concurrency, "seconds": stats["seconds"],
-            "reports_per_second": len(ms) / stats["seconds"], "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "retries": stats["retries"],
-            **_exactly_once(result, reports, outcomes)}
+    return {"clients": clients, "concurrency": concurrency, "seconds": run.send_seconds,
+            "reports_per_second": run.reports_per_second, "p50_ms": run.latency_ms["p50"],
+            "p99_ms": run.latency_ms["p99"], "retries": run.retries, "acknowledged": run.acknowledged,
+            "acknowledged_messages": run.messages_acknowledged, "refused": run.refused, "failed": run.failed,
+            "counted_reports": result["collection"]["reports"], "counted_messages": result["messages"]["total"]}

@@ -96,15 +96,14 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     from .protocols.registry import load_parameters
     from .service.analyzer import AnalyzerService
     from .service.config import load_config
-    from .service.storage import connect, migrate
+    from .service.storage import connect
 
     with _clean_errors():
         try:
             parameters = load_parameters(params.read_text())
         except OSError as e:
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
-        engine = connect(load_config("analyzer", db=db).db)
-        migrate(engine, "analyzer")
+        engine = connect(load_config("analyzer", db=db).db, "analyzer")
         task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id, kem)
     if as_json:
         print(task.to_json())
@@ -120,11 +119,10 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
     if at least its minimum (ceil(G n) or more) came."""
     from .service.collector import Collector
     from .service.config import load_config
-    from .service.storage import connect, migrate
+    from .service.storage import connect
 
     with _clean_errors():
-        engine = connect(load_config("collector", db=db).db)
-        migrate(engine, "collector")
+        engine = connect(load_config("collector", db=db).db, "collector")
         Collector(engine, None, None).close(task)
     _say(f"task {task} closed")
 
@@ -138,15 +136,14 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
     """Issue one-use client tokens for a task (the collector keeps only their hashes)."""
     from .service.collector import Collector
     from .service.config import load_config
-    from .service.storage import connect, migrate
+    from .service.storage import connect
     from .service.tasks import is_hex_id
 
     with _clean_errors():
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
         count = check_integer("count", count, 1, 10_000_000)
-        engine = connect(load_config("collector", db=db).db)
-        migrate(engine, "collector")
+        engine = connect(load_config("collector", db=db).db, "collector")
         issued = Collector(engine, None, None).issue_tokens(task, count)
     text = "\n".join(issued) + "\n"
     if output is None:
@@ -185,22 +182,20 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
     with _clean_errors():
         if analyzer is None:
             _console(stderr=True).print(_TASK_VIA_COLLECTOR, markup=False, highlight=False)
-        client = Client.fetch(analyzer or collector, task)
         try:
+            client = Client.fetch(analyzer or collector, task)
             status = send(collector, client.report(_value(value), token))
         except SubmitError as err:
             raise ParameterError("report", "accepted by the collector", str(err)) from None
     _say(f"report {status}")
 
 
-def _load_values(task_json: str, path: Path):
+def _load_values(parameters, path: Path):
     """The values of a load run: integer items (CSV/TSV/Parquet/text, one per row) or vectors (.npy/CSV rows)."""
     from .core.encoding import ItemEncoder
     from .io import InputFormat, read_codes, read_vectors
     from .protocols.registry import get
-    from .service.tasks import Task
 
-    parameters = Task.from_json(task_json, verify=False).parameters
     if get(parameters.protocol).result == "vector sum":
         return [row for row in read_vectors(path, InputFormat())]
     encoder = ItemEncoder(parameters.domain_size, kind="integer")
@@ -217,8 +212,7 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
             analyzer: Optional[str] = _TASK_FROM,
             as_json: bool = typer.Option(False, "--json", help="Print the JSON summary.")) -> None:
     """Simulated clients, each a real SDK client over HTTP: acknowledged, refused, throughput, latency."""
-    import urllib.request
-
+    from .service.client import Client, SubmitError
     from .service.loadgen import run_load
 
     with _clean_errors():
@@ -226,13 +220,15 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
         if analyzer is None:
             _console(stderr=True).print(_TASK_VIA_COLLECTOR, markup=False, highlight=False)
         try:
-            with urllib.request.urlopen(f"{(analyzer or collector).rstrip('/')}/tasks/{task}", timeout=30) as answer:
-                values = _load_values(answer.read(), input)
+            client = Client.fetch(analyzer or collector, task)
+        except SubmitError as err:
+            raise ParameterError("task", "a task the service serves", str(err)) from None
+        try:
             issued = tokens.read_text().split()
         except OSError as e:
-            raise ParameterError("collector/tokens", "a reachable collector and a readable token file", str(e)) \
-                from None
-        result = run_load(collector, task, values, issued, concurrency, retry_for, analyzer)
+            raise ParameterError("tokens", "a readable file of tokens", f"{tokens} ({e.strerror})") from None
+        result = run_load(collector, client, _load_values(client.task.parameters, input), issued, concurrency,
+                          retry_for)
     if as_json:
         print(result.to_json())
         return
@@ -318,7 +314,8 @@ def demo_service(users: int = typer.Option(20_000, "--users", help="Users drawn 
     _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
     _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
          f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
-         f"{load['reports_per_second']:.0f} reports/s, latency p50 {load['p50_ms']:.0f} ms, p99 {load['p99_ms']:.0f} ms")
+         f"{load['reports_per_second']:.0f} reports/s, latency p50 {load['latency_ms']['p50']:.0f} ms, p99 "
+         f"{load['latency_ms']['p99']:.0f} ms")
     verdict = "matches" if cmp["matches"] else "DOES NOT match"
     _say(f"service vs simulation over all {cmp['items']} words: RMS of the standardized differences "
          f"{cmp['rms_standardized_difference']:.2f} (1 expected), largest {cmp['max_standardized_difference']:.2f} "

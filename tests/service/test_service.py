@@ -70,8 +70,7 @@ class Deployment:
 def deploy(databases, parameters, min_batch_size=None, kem="x25519") -> Deployment:
     engines = {}
     for role, url in databases.items():
-        engines[role] = storage.connect(url)
-        storage.migrate(engines[role], role)
+        engines[role] = storage.connect(url, role)
     analyzer = AnalyzerService(engines["analyzer"])
     task = analyzer.create_task(parameters, min_batch_size, kem=kem)
     A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
@@ -183,8 +182,7 @@ def test_a_minimum_below_what_the_privacy_needs_is_refused(databases):
     fraction)."""
     from privagg.errors import ParameterError
 
-    engine = storage.connect(databases["analyzer"])
-    storage.migrate(engine, "analyzer")
+    engine = storage.connect(databases["analyzer"], "analyzer")
     params = calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5, honest_fraction=0.5)
     with pytest.raises(ParameterError, match=r"min_batch_size must be an integer in \[200, 400\]"):
         AnalyzerService(engine).create_task(params, min_batch_size=199)
@@ -234,8 +232,7 @@ def test_the_collector_stores_no_plaintext_and_no_token(databases):
     from privagg.service.tasks import create_task
 
     task, _key = create_task(calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=N, domain_size=2**40))
-    engine = storage.connect(databases["collector"])
-    storage.migrate(engine, "collector")
+    engine = storage.connect(databases["collector"], "collector")
     collector = Collector(engine, lambda _task_id: task.to_json(), None)
     C = TestClient(collector_app(collector, batch_interval=None))
     d = Deployment(None, collector, None, C, task)
@@ -409,8 +406,7 @@ def test_logs_hold_no_token_value_or_ciphertext(fe1, caplog):
 
 def test_the_migrations_build_the_declared_schema(databases):
     for role, url in databases.items():
-        engine = storage.connect(url)
-        storage.migrate(engine, role)
+        engine = storage.connect(url, role)
         with engine.connect() as c:
             context = MigrationContext.configure(c, opts={"include_name": lambda name, kind, _parent: not (
                 kind == "table" and name.startswith("alembic_version"))})
@@ -425,7 +421,7 @@ def test_the_aggregate_persists_across_restarts(databases):
     d.store(reports)
     d.collector.release_batches()
     before = d.result()
-    engine = storage.connect(databases["analyzer"])
+    engine = storage.connect(databases["analyzer"], "analyzer")
     again = AnalyzerService(engine).result(d.task.task_id, top=100)  # a new process's view of the same database
     assert again["estimates"] == before["estimates"] and again["collection"] == before["collection"]
     with engine.connect() as c:

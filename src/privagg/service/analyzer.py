@@ -266,8 +266,7 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
     Dask workers see the private key: they are inside the analyzer's trust boundary."""
     import os
 
-    engine = storage.connect(db_url)
-    storage.migrate(engine, "analyzer")
+    engine = storage.connect(db_url, "analyzer")
     if dask_scheduler is not None:
         from dask.distributed import Client
 

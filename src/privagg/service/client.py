@@ -48,7 +48,8 @@ class Report:
 
 
 class SubmitError(Exception):
-    """The collector refused the report (status 4xx), or could not be reached in the attempts allowed."""
+    """The collector refused the report (status 4xx), or could not be reached in the attempts allowed; or the
+    task could not be fetched."""
 
     def __init__(self, status: int | None, detail: str) -> None:
         super().__init__(f"{status or 'no answer'}: {detail}")
@@ -74,8 +75,14 @@ class Client:
         are sealed to is the analyzer's. (The collector serves the task too, but a collector that lied about
         the key could open what it shuffles: take it from the collector only where the collector is trusted
         with the plaintexts, as in a test, or check it against a copy shipped with the app.)"""
-        with urllib.request.urlopen(f"{url.rstrip('/')}/tasks/{task_id}", timeout=timeout) as answer:
-            return cls.from_json(answer.read())
+        try:
+            with urllib.request.urlopen(f"{url.rstrip('/')}/tasks/{task_id}", timeout=timeout) as answer:
+                return cls.from_json(answer.read())
+        except urllib.error.HTTPError as err:  # an unknown task (404), or a service in trouble
+            raise SubmitError(err.code, f"the task could not be fetched: {err.read().decode(errors='replace')}") \
+                from None
+        except (urllib.error.URLError, OSError) as err:
+            raise SubmitError(None, f"the task could not be fetched from {url} ({err})") from None
 
     def report(self, value, token: str) -> Report:
         """The sealed messages of one user holding ``value`` (an item code, a vector, a (coordinate, weight)

@@ -60,10 +60,13 @@ def token_hash(token: str) -> bytes:
 
 
 def message_cap(task: Task) -> int:
-    """The most messages one report may carry: a user's mean plus 12 of his standard deviations, plus 16.
+    """The most messages one report may carry: a user's mean plus t = 12 of his standard deviations sigma,
+    plus 16.
 
-    An honest user exceeds it with probability far below 10^-20; a client sending more is refused,
-    so no one inflates a batch with messages of his own."""
+    An honest user's count is the protocol's fixed messages plus a sum of independent 0/1 draws, so
+    Bernstein's bound puts his chance of exceeding it at exp(-t^2 / (2 (sigma^2 + t / 3))) <= e^-24, about
+    4 10^-11, for t = 12 sigma + 16. A client sending more is refused, so no one inflates a batch with
+    messages of his own."""
     p = task.parameters
     per_user_sd = p.messages_sd / math.sqrt(p.n_users)
     return math.ceil(p.messages_per_user + 12 * per_user_sd) + EXTRA_MESSAGES
@@ -104,23 +107,23 @@ class Collector:
             raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got {task_id}")
         with self.engine.connect() as c:
             text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)).scalar()
-        if text is None:
-            try:
-                text = self.fetch_task(task_id)
-                if text is not None:
-                    Task.from_json(text)  # checked, parameters verified, before anything is stored for it
-            except Exception as err:  # the analyzer is unreachable or served something unusable: try later
-                log.warning("task not fetched", extra={"fields": {"task": task_id, "error": type(err).__name__}})
-                raise Refused(503, "unavailable", "the task could not be fetched from the analyzer; try again") \
-                    from None
-            if text is None:
-                raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
-            with self.engine.begin() as c:
-                if c.execute(sa.select(collector_tasks.c.task_id).where(
-                        collector_tasks.c.task_id == task_id)).first() is None:
-                    c.execute(sa.insert(collector_tasks).values(task_id=task_id, task=text))
-        self._tasks[task_id] = Task.from_json(text, verify=False)
-        return self._tasks[task_id]
+        if text is not None:
+            self._tasks[task_id] = Task.from_json(text, verify=False)  # verified when it was fetched
+            return self._tasks[task_id]
+        try:
+            text = self.fetch_task(task_id)
+            task = None if text is None else Task.from_json(text)  # parameters verified before anything is stored
+        except Exception as err:  # the analyzer is unreachable or served something unusable: try later
+            log.warning("task not fetched", extra={"fields": {"task": task_id, "error": type(err).__name__}})
+            raise Refused(503, "unavailable", "the task could not be fetched from the analyzer; try again") from None
+        if task is None:
+            raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
+        with self.engine.begin() as c:
+            if c.execute(sa.select(collector_tasks.c.task_id).where(
+                    collector_tasks.c.task_id == task_id)).first() is None:
+                c.execute(sa.insert(collector_tasks).values(task_id=task_id, task=text))
+        self._tasks[task_id] = task
+        return task
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
         """``count`` new one-use tokens for ``task_id``; only their hashes are stored."""
@@ -482,6 +485,5 @@ def open_collector(db_url: str, analyzer_url: str | None, ca_file: str | None = 
     if not analyzer_url:
         raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
                              "analyzer_url in the config file)", analyzer_url)
-    engine = storage.connect(db_url)
-    storage.migrate(engine, "collector")
+    engine = storage.connect(db_url, "collector")
     return Collector(engine, *http_peer(analyzer_url, ca_file=ca_file, token=token), registry=registry, **batching)

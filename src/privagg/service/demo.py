@@ -10,9 +10,8 @@ have a root mean square near 1.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
     from ..reports import to_json_dict
     from ..simulate.frequency import estimate_frequencies
     from .client import Client
-    from .loadgen import prepare_reports, send_reports
+    from .loadgen import run_load
     from .local import LocalDeployment
 
     words = english_vocabulary(vocabulary).to_pylist()
@@ -44,13 +43,9 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
         progress(f"analyzer at {dep.url('analyzer')}, collector at {dep.url('collector')} (logs in {workdir / 'logs'})")
         task = dep.create_task(parameters)
         tokens = dep.issue_tokens(task.task_id, users)
-        client = Client.fetch(dep.url("analyzer"), task.task_id)
-        start = time.perf_counter()
-        reports = prepare_reports(client, codes.tolist(), tokens)
-        prepared = time.perf_counter() - start
-        progress(f"{users} clients randomized and sealed {sum(len(r.ciphertexts) for r in reports)} messages in "
-                 f"{prepared:.1f} s; sending...")
-        outcomes, sent = asyncio.run(send_reports(dep.url("collector"), reports, concurrency))
+        progress(f"{users} clients randomizing, sealing and sending...")
+        load = run_load(dep.url("collector"), Client.fetch(dep.url("analyzer"), task.task_id), codes.tolist(), tokens,
+                        concurrency)
         dep.wait_released(task.task_id)
         service = dep.result(task.task_id, top=vocabulary)
     simulation, _run = estimate_frequencies("fe1", codes, ItemEncoder(vocabulary, kind="integer"), epsilon=epsilon,
@@ -63,12 +58,8 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
                   for e in service["estimates"]])
     rms, worst = float(np.sqrt(np.mean(z ** 2))), float(np.abs(z).max())
     expected_worst = math.sqrt(2 * math.log(vocabulary))  # about the largest of B standard normal draws
-    ms = np.asarray(sent["latencies"]) * 1000
     return {
-        "words": words, "truth": truth.tolist(), "service": service, "simulation": simulation,
-        "load": {"acknowledged": outcomes.count("acknowledged"), "failed": outcomes.count(None),
-                 "seconds": sent["seconds"], "reports_per_second": outcomes.count("acknowledged") / sent["seconds"],
-                 "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))},
+        "words": words, "truth": truth.tolist(), "service": service, "simulation": simulation, "load": asdict(load),
         "comparison": {"items": vocabulary, "rms_standardized_difference": rms, "max_standardized_difference": worst,
                        "expected_max": expected_worst,
                        "matches": bool(0.8 <= rms <= 1.2 and worst <= expected_worst + 2)},

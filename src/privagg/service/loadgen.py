@@ -91,15 +91,13 @@ async def send_reports(collector_url: str, reports: list[Report], concurrency: i
     return outcomes, {"latencies": latencies, "retries": retries, "seconds": time.perf_counter() - start}
 
 
-def run_load(collector_url: str, task_id: str, values, tokens: list[str], concurrency: int = 100,
-             retry_for: float = 120.0, task_url: str | None = None) -> LoadResult:
-    """Fetch the task (from ``task_url``, the analyzer, or else the collector), make one report per value and
-    send them all to the collector."""
+def run_load(collector_url: str, client: Client, values, tokens: list[str], concurrency: int = 100,
+             retry_for: float = 120.0) -> LoadResult:
+    """Make one report per value with ``client`` (the task's SDK client) and send them all to the collector."""
     if len(tokens) < len(values):
         from ..errors import ParameterError
 
         raise ParameterError("tokens", f"at least one per value ({len(values)})", len(tokens))
-    client = Client.fetch(task_url or collector_url, task_id)
     start = time.perf_counter()
     reports = prepare_reports(client, values, tokens)
     prepared = time.perf_counter() - start

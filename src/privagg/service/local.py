@@ -8,6 +8,7 @@ can kill either with SIGKILL and start it again on the same port and database, a
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -20,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from .. import errors
-from .storage import connect, migrate
+from .storage import connect
 from .tasks import Task
 
 READY_SECONDS = 60.0
@@ -68,8 +69,7 @@ class LocalDeployment:
     def create_task(self, parameters, min_batch_size: int | None = None) -> Task:
         from .analyzer import AnalyzerService
 
-        engine = connect(self.dbs["analyzer"])
-        migrate(engine, "analyzer")
+        engine = connect(self.dbs["analyzer"], "analyzer")
         try:
             return AnalyzerService(engine).create_task(parameters, min_batch_size)
         finally:
@@ -78,8 +78,7 @@ class LocalDeployment:
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
         from .collector import Collector
 
-        engine = connect(self.dbs["collector"])
-        migrate(engine, "collector")
+        engine = connect(self.dbs["collector"], "collector")
         try:
             return Collector(engine, None, None).issue_tokens(task_id, count)
         finally:
@@ -110,14 +109,10 @@ class LocalDeployment:
             process.wait()
 
     def status(self, task_id: str) -> dict:
-        import json
-
         with urllib.request.urlopen(f"{self.url('collector')}/tasks/{task_id}/status", timeout=10) as answer:
             return json.loads(answer.read())
 
     def result(self, task_id: str, top: int = 10) -> dict:
-        import json
-
         with urllib.request.urlopen(f"{self.url('analyzer')}/tasks/{task_id}/result?top={top}", timeout=120) as a:
             return json.loads(a.read())
 

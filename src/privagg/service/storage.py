@@ -85,8 +85,15 @@ def default_url(role: str) -> str:
     return f"sqlite:///privagg-{role}.db"
 
 
-def connect(url: str) -> sa.Engine:
-    """An engine for ``url`` (SQLite or PostgreSQL), with SQLite in WAL mode and fully synchronous commits."""
+def connect(url: str, role: str) -> sa.Engine:
+    """An engine for ``role``'s database at ``url`` (SQLite or PostgreSQL), its schema brought to the latest
+    version (:func:`migrate`); SQLite in WAL mode with fully synchronous commits."""
+    engine = _engine(url)
+    migrate(engine, role)
+    return engine
+
+
+def _engine(url: str) -> sa.Engine:
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
