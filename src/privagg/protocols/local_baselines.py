@@ -14,7 +14,9 @@ every report, so no party is trusted and the guarantee is pure eps-LDP (delta = 
   power of 2 >= B) and the sign H[x, j] kept with probability e^eps / (e^eps + 1); the analyzer sums the
   signs per column and decodes every item at once with a fast Walsh-Hadamard transform, O(n + K log K).
 
-Each estimate is unbiased; its variance is exact (``standard_error``, derived in docs/derivations.md,
+Every coin has an exact dyadic probability K / 2^53, derived in rational arithmetic against a lower bound of
+e^eps so that no ratio of a report's probabilities exceeds e^eps (:mod:`privagg.core.coins`). Each estimate
+is unbiased for those probabilities; its variance is exact (``standard_error``, derived in docs/derivations.md,
 "Local baselines"). Every randomizer's output law is enumerated for the exact auditor (``message_law``).
 """
 
@@ -24,10 +26,12 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core.coins import ONE, coins, exp_lower_bound, randomized_response_keep, unary_flip
 from ..core.encoding import check_item_key
 from ..core.hashing import UniversalHash
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
@@ -38,17 +42,10 @@ from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
                               FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
 from .parameters import FrozenParameters, OneItemReports, check_pure_delta, one_changed_user
-from .privacy_blanket import bernoulli
 from .results import FrequencyTable
 
 CALIBRATIONS = ("exact",)
 OUE_COINS = 2**24  # OUE's coins drawn at once (8 bytes each)
-
-
-def rr_keep(epsilon: float, values: int) -> float:
-    """Randomized response over ``values`` values keeps the true one with e^eps / (e^eps + values - 1)."""
-    e = math.exp(epsilon)
-    return e / (e + values - 1)
 
 
 def _check_pure(epsilon: float, delta: float, local_epsilon: float) -> None:
@@ -56,7 +53,7 @@ def _check_pure(epsilon: float, delta: float, local_epsilon: float) -> None:
     if delta != 0.0:
         raise ParameterError("delta", "0 (left out): the local baselines are pure eps-DP", delta)
     check_epsilon(local_epsilon, "local_epsilon")
-    if local_epsilon > epsilon * (1 + 1e-12):
+    if local_epsilon > epsilon:
         raise ParameterError("local_epsilon", f"at most epsilon = {epsilon:g} (the randomizer's own epsilon)",
                              local_epsilon)
 
@@ -89,11 +86,20 @@ class _LocalParameters(OneItemReports, FrozenParameters):
         check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.calibration not in CALIBRATIONS:
             raise ParameterError("calibration", f"one of {', '.join(CALIBRATIONS)}", self.calibration)
+        if self.keep <= self.other:
+            raise ParameterError("local_epsilon", "large enough that a report carries signal once its coins are "
+                                 "rounded to 53 bits (about 1e-14 or more)", self.local_epsilon)
+
+    @property
+    def keep_numerator(self) -> int:
+        """K: a holder of x makes a report that counts for x with probability exactly K / 2^53
+        (:mod:`privagg.core.coins`: the coins are derived so that the ratio never exceeds e^eps)."""
+        raise NotImplementedError
 
     @property
     def keep(self) -> float:
-        """p: the chance a holder of x makes a report that counts for x."""
-        raise NotImplementedError
+        """p = K / 2^53: the chance a holder of x makes a report that counts for x."""
+        return self.keep_numerator / ONE
 
     @property
     def other(self) -> float:
@@ -145,13 +151,17 @@ class _LocalParameters(OneItemReports, FrozenParameters):
 
     def delta_at(self, epsilon: float) -> float:
         """The exact delta(eps) of one report (the local model shows each): the largest hockey-stick divergence
-        between the report's laws for two items (0 for eps >= local_epsilon)."""
-        if check_epsilon(epsilon) >= self.local_epsilon * (1 - 1e-12):
-            return 0.0  # every ratio is at most e^local_epsilon: exactly 0, whatever the round-off below says
-        return max(0.0, self._report_divergence(math.exp(epsilon)))
+        between the report's laws for two items, computed in rational arithmetic over the coins' exact
+        probabilities against a lower bound of e^eps, so never below the truth (0 for eps >= local_epsilon: the
+        coins make every ratio at most e^local_epsilon)."""
+        if check_epsilon(epsilon) >= self.local_epsilon:
+            return 0.0
+        divergence = self._report_divergence(exp_lower_bound(epsilon))
+        value = float(divergence)
+        return value if value >= divergence else math.nextafter(value, math.inf)
 
-    def _report_divergence(self, e: float) -> float:
-        """sum_y max(0, P_x(y) - e Q_x'(y)) for the worst pair (protocol-specific)."""
+    def _report_divergence(self, e: Fraction) -> Fraction:
+        """sum_y max(0, P_x(y) - e Q_x'(y)) for the worst pair, exactly (protocol-specific)."""
         raise NotImplementedError
 
     @property
@@ -176,15 +186,15 @@ class GRRParameters(_LocalParameters):
     domain_max: ClassVar[int] = HISTOGRAM_DOMAIN_MAX
 
     @property
-    def keep(self) -> float:
-        return rr_keep(self.local_epsilon, self.domain_size)
+    def keep_numerator(self) -> int:
+        return randomized_response_keep(self.local_epsilon, self.domain_size)
 
     @property
     def other(self) -> float:
-        return (1 - self.keep) / (self.domain_size - 1)
+        return (ONE - self.keep_numerator) / ONE / (self.domain_size - 1)
 
-    def _report_divergence(self, e: float) -> float:
-        return max(0.0, self.keep - e * self.other)  # y = x: p against q; y = x': q against p; others equal
+    def _report_divergence(self, e: Fraction) -> Fraction:
+        return _rr_divergence(self.keep_numerator, self.domain_size, e)  # y = x: p against q; the rest cancel
 
 
 @dataclass(frozen=True)
@@ -205,21 +215,25 @@ class OUEParameters(_LocalParameters):
         return math.sqrt(self.n_users * (0.25 + (self.domain_size - 1) * q * (1 - q)))
 
     @property
-    def keep(self) -> float:
-        return 0.5
+    def keep_numerator(self) -> int:
+        return ONE // 2
+
+    @property
+    def flip_numerator(self) -> int:
+        """Q: each 0 bit is sent as 1 with probability exactly Q / 2^53 (1 / (e^eps + 1) rounded up)."""
+        return unary_flip(self.local_epsilon)
 
     @property
     def other(self) -> float:
-        return 1 / (math.exp(self.local_epsilon) + 1)
+        return self.flip_numerator / ONE
 
-    def _report_divergence(self, e: float) -> float:
+    def _report_divergence(self, e: Fraction) -> Fraction:
         """Two items differ in two bits (x: 1/2 against q; x': q against 1/2); the others cancel. The
         divergence of the product of the two differing bits, over their four values."""
-        p, q = 0.5, self.other
-        first, second = np.array([p, 1 - p]), np.array([q, 1 - q])
-        joint_a = np.outer(first, second).ravel()  # bit x from the holder of x, bit x' from him
-        joint_b = np.outer(second, first).ravel()  # the same bits from the holder of x'
-        return float(np.maximum(joint_a - e * joint_b, 0).sum())
+        p, q = Fraction(1, 2), Fraction(self.flip_numerator, ONE)
+        first, second = (p, 1 - p), (q, 1 - q)
+        return sum(max(Fraction(0), a1 * b1 - e * a2 * b2)  # bit x from the holder of x, bit x' from him
+                   for a1, a2 in zip(first, second) for b1, b2 in zip(second, first))
 
 
 @dataclass(frozen=True)
@@ -234,10 +248,11 @@ class OLHParameters(_LocalParameters):
     modulus: int
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         check_integer("bins", self.bins, 2, HASHED_DOMAIN_MAX)
+        check_integer("domain", self.domain_size, 2, self.domain_max)
         if self.modulus != (modulus := next_prime(max(self.domain_size, self.bins))):
             raise ParameterError("modulus", f"the smallest prime >= max(domain, bins), {modulus}", self.modulus)
+        super().__post_init__()
 
     @functools.cached_property
     def hash(self) -> UniversalHash:
@@ -249,8 +264,8 @@ class OLHParameters(_LocalParameters):
         return MessageLayout((Column("u", 1, q), Column("v", 0, q), Column("w", 0, self.bins)))
 
     @property
-    def keep(self) -> float:
-        return rr_keep(self.local_epsilon, self.bins)
+    def keep_numerator(self) -> int:
+        return randomized_response_keep(self.local_epsilon, self.bins)
 
     @property
     def other(self) -> float:
@@ -261,11 +276,12 @@ class OLHParameters(_LocalParameters):
     def derived(self) -> dict[str, Any]:
         return {"collision_probability": self.hash.collision_probability}
 
-    def _report_divergence(self, e: float) -> float:
+    def _report_divergence(self, e: Fraction) -> Fraction:
         """Given the hash, the report is GRR over [g] on h(x) against h(x'): divergence max(0, p - e q_g) when the
-        two collide-free, 0 when they collide; averaged over the family."""
-        p, q_g = self.keep, (1 - self.keep) / (self.bins - 1)
-        return (1 - self.hash.collision_probability) * max(0.0, p - e * q_g)
+        two do not collide, 0 when they do; averaged over the family (p_col exactly, as a fraction)."""
+        q, b = self.modulus, self.bins
+        collision = Fraction((q // b) * ((q % b) + q - b), q * (q - 1))
+        return (1 - collision) * _rr_divergence(self.keep_numerator, self.bins, e)
 
 
 @dataclass(frozen=True)
@@ -287,8 +303,8 @@ class HadamardParameters(_LocalParameters):
         return MessageLayout((Column("j", 0, self.columns), Column("sign", 0, 2)))
 
     @property
-    def keep(self) -> float:
-        return rr_keep(self.local_epsilon, 2)
+    def keep_numerator(self) -> int:
+        return randomized_response_keep(self.local_epsilon, 2)
 
     @property
     def other(self) -> float:
@@ -308,10 +324,16 @@ class HadamardParameters(_LocalParameters):
         return {"estimate": "sum_i H[x, j_i] b_i / (2p - 1), by a fast Walsh-Hadamard transform", "p": self.keep,
                 "columns": self.columns, "standard_error_at_zero": float(self.standard_error(0))}
 
-    def _report_divergence(self, e: float) -> float:
+    def _report_divergence(self, e: Fraction) -> Fraction:
         """Per column, the signs of x and x' agree on half the columns (no divergence) and differ on the other
         half (binary RR: max(0, p - e (1 - p)))."""
-        return 0.5 * max(0.0, self.keep - e * (1 - self.keep))
+        return _rr_divergence(self.keep_numerator, 2, e) / 2
+
+
+def _rr_divergence(keep: int, values: int, e: Fraction) -> Fraction:
+    """max(0, p - e q) for randomized response over ``values`` values keeping with p = K / 2^53, q = (1 - p) /
+    (values - 1): its one positive term, at the holder's own value."""
+    return max(Fraction(0), Fraction(keep, ONE) - e * Fraction(ONE - keep, ONE * (values - 1)))
 
 
 def _calibrated(cls, epsilon: float, delta: float | None, n_users: int, domain_size: int, calibration: str,
@@ -353,11 +375,10 @@ def calibrate_hadamard(epsilon: float, delta: float | None, n_users: int, domain
 # --- roles ---------------------------------------------------------------------------------------------------
 
 
-def _randomized_response(codes: np.ndarray, values: int, keep: float, rng: np.random.Generator) -> np.ndarray:
-    """Each code kept with probability ``keep``, else one of the other ``values - 1`` uniformly. The replacement
-    coin rounds up (:func:`bernoulli`), so a code is kept with at most ``keep``: never more than e^eps times
-    likelier than another value."""
-    replaced = bernoulli(1 - keep, codes.size, rng)
+def _randomized_response(codes: np.ndarray, values: int, keep: int, rng: np.random.Generator) -> np.ndarray:
+    """Each code kept with probability exactly ``keep`` / 2^53 (:func:`~privagg.core.coins.coins`), else one of
+    the other ``values - 1`` uniformly (numpy's bounded integers are exactly uniform)."""
+    replaced = ~coins(keep, codes.size, rng)
     other = rng.integers(0, values - 1, size=int(replaced.sum()))
     out = codes.copy()
     out[replaced] = other + (other >= codes[replaced])  # skip the true value
@@ -370,7 +391,7 @@ class GRRClient:
 
     def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
         p, rng = self.parameters, resolve(rng)
-        return self.layout.batch({"value": _randomized_response(p.check_codes(codes), p.domain_size, p.keep, rng)})
+        return self.layout.batch({"value": _randomized_response(p.check_codes(codes), p.domain_size, p.keep_numerator, rng)})
 
 
 class OUEClient:
@@ -383,11 +404,11 @@ class OUEClient:
         p, rng = self.parameters, resolve(rng)
         codes = p.check_codes(codes)
         others = p.domain_size - 1
-        parts = [codes[bernoulli(0.5, codes.size, rng)]]  # each user's own bit
+        parts = [codes[coins(p.keep_numerator, codes.size, rng)]]  # each user's own bit
         block = max(1, OUE_COINS // others)  # users whose B - 1 other coins are drawn at once
         for lo in range(0, codes.size, block):
             users = codes[lo:lo + block]
-            user, slot = np.divmod(np.flatnonzero(bernoulli(p.other, users.size * others, rng)), others)
+            user, slot = np.divmod(np.flatnonzero(coins(p.flip_numerator, users.size * others, rng)), others)
             parts.append(slot + (slot >= users[user]))  # the other items' bits, the user's own skipped
         return self.layout.batch({"value": np.concatenate(parts)})
 
@@ -400,7 +421,7 @@ class OLHClient:
         p, rng = self.parameters, resolve(rng)
         codes = p.check_codes(codes)
         u, v = p.hash.sample_keys(codes.size, rng)
-        w = _randomized_response(p.hash.evaluate(u, v, codes), p.bins, p.keep, rng)
+        w = _randomized_response(p.hash.evaluate(u, v, codes), p.bins, p.keep_numerator, rng)
         return self.layout.batch({"u": u, "v": v, "w": w})
 
 
@@ -413,7 +434,7 @@ class HadamardClient:
         codes = p.check_codes(codes)
         j = rng.integers(0, p.columns, size=codes.size)
         sign = hadamard_sign(codes, j)  # 0 for +1, 1 for -1
-        flip = bernoulli(1 - p.keep, codes.size, rng)  # rounded up: the sign is kept with at most p
+        flip = ~coins(p.keep_numerator, codes.size, rng)  # the sign kept with probability exactly K / 2^53
         return self.layout.batch({"j": j, "sign": sign ^ flip})
 
 

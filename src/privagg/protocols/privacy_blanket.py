@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core.coins import at_least, coins
 from ..core.encoding import check_item_key
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
@@ -39,12 +40,6 @@ METHOD_DETAIL = {
     "paper": "the closed form of Balle et al. (eps < 1) and of the vector paper's extension (1 <= eps < 6) the "
              "authors' code evaluates",
 }
-
-
-def bernoulli(probability: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Coins with Pr[1] = ceil(p 2^53) / 2^53 >= p, from 53-bit uniform integers: never less blanket than
-    calibrated."""
-    return rng.integers(0, 2**53, size=size, dtype=np.int64) < math.ceil(probability * 2**53)
 
 
 class _BlanketParameters(FrozenParameters):
@@ -208,7 +203,7 @@ class BlanketClient:
     def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
         p, rng = self.parameters, resolve(rng)
         codes = p.check_codes(codes)
-        replaced = bernoulli(p.gamma, codes.size, rng)
+        replaced = coins(at_least(p.gamma), codes.size, rng)  # never less blanket than calibrated
         values = codes.copy()
         values[replaced] = rng.integers(0, p.domain_size, size=int(replaced.sum()))
         return self.layout.batch({"value": values})
@@ -495,7 +490,7 @@ class VectorClient:
             keys = rng.integers(0, 2**62, size=(users, p.dimension), dtype=np.int64)
             chosen = np.argpartition(keys, t - 1, axis=1)[:, :t]
         values = randomized_rounding(np.take_along_axis(vectors, chosen, axis=1), p.levels, rng).ravel()
-        replaced = bernoulli(p.gamma, values.size, rng)
+        replaced = coins(at_least(p.gamma), values.size, rng)
         values[replaced] = rng.integers(0, p.levels + 1, size=int(replaced.sum()))
         return self.layout.batch({"coordinate": chosen.ravel(), "value": values})
 

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core.coins import at_most, coins
 from ..core.encoding import check_item_key
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
@@ -77,8 +78,8 @@ METHOD_DETAIL = {
 
 
 def bernoulli(probability: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Coins with Pr[1] = floor(p 2^53) / 2^53 <= p, from 53-bit uniform integers (never more than p)."""
-    return rng.integers(0, 2**53, size=size, dtype=np.int64) < math.floor(probability * 2**53)
+    """Coins with Pr[1] = floor(p 2^53) / 2^53 <= p exactly (never more than p)."""
+    return coins(at_most(probability), size, rng)
 
 
 # --- parameters -----------------------------------------------------------------------------------------
