@@ -8,9 +8,11 @@ Exact (:func:`exact_audit`)
     For a tiny instance, the law of the whole output -- the histogram of
     every message the shuffler (or the curator) releases -- is computed by
     convolving the users' exact message laws (the registry entry's
-    ``message_law``), on each neighbouring pair of datasets: user 0 holds x
-    in D and y in D', every other user holds r, over all x != y and r of the
-    domain. The hockey-stick divergence sum_o max(0, P(o) - e^eps Q(o)),
+    ``message_law``), on every neighbouring pair of datasets: user 0 holds x
+    in D and y in D', over all x != y, and the other users every multiset
+    of the domain's items (or the pairs a protocol's entry gives: those
+    meeting its data condition, or a reduction proved in docs/privacy.md).
+    The hockey-stick divergence sum_o max(0, P(o) - e^eps Q(o)),
     both directions, is the true delta(eps); the true eps at the claimed
     delta is found by bisection. Nothing is bounded or approximated beyond
     floating-point sums.
@@ -31,18 +33,21 @@ under-noised mechanism.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from .core.bisection import bisect
 from .errors import ParameterError, check_integer
-from .protocols.parameters import one_changed_user
+from .protocols.parameters import neighbouring_pair_count, neighbouring_pairs
 from .protocols.registry import get
 from .reports import AuditReport, Claimed
 
 EXACT_MAX_PAIRS = 5 * 10**7  # joint states one convolution step may form
+EXACT_MAX_DATASET_PAIRS = 10**5  # neighbouring pairs of datasets one exact audit may examine
 _EPS_MAX = 50.0
 
 
@@ -85,22 +90,51 @@ def _encode(law: dict[tuple[int, ...], float], radix: int) -> tuple[np.ndarray, 
 
 
 def _convolve(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]):
-    """The law of the sum of two independent histograms (keys add digit by digit: no digit overflows)."""
+    """The law of the sum of two independent histograms (keys add digit by digit: no digit overflows). Each row
+    of the outer sum, one per key of the smaller law, is the larger law's sorted keys shifted, so a stable sort
+    (timsort, which merges runs) orders them in O(N log rows)."""
     if a[0].size * b[0].size > EXACT_MAX_PAIRS:
         raise ParameterError("method", f"statistical for an instance this large (the exact output law needs "
                              f"{a[0].size * b[0].size:.3g} joint states in one step, above {EXACT_MAX_PAIRS:.0e})",
                              "exact")
-    keys, inverse = np.unique(np.add.outer(a[0], b[0]).ravel(), return_inverse=True)
-    return keys, np.bincount(inverse, weights=np.multiply.outer(a[1], b[1]).ravel(), minlength=keys.size)
+    small, large = (a, b) if a[0].size <= b[0].size else (b, a)
+    keys = np.add.outer(small[0], large[0]).ravel()
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return keys[starts], np.add.reduceat(np.multiply.outer(small[1], large[1]).ravel()[order], starts)
 
 
-def output_law(user_laws: dict[int, tuple[np.ndarray, np.ndarray]], dataset: list[int]):
-    """The exact law of everything released, for one item per user in ``dataset`` (``user_laws``: each item's
-    encoded message law)."""
-    total = user_laws[dataset[0]]
-    for item in dataset[1:]:
-        total = _convolve(total, user_laws[item])
-    return total
+class OutputLaws:
+    """The exact law of everything released for any dataset (a list of items, one per user), from each item's
+    encoded message law (``user_laws``). Users are exchangeable, so the law depends on the counts only: a
+    multiset's law is its largest sorted prefix's convolved with one user's law at a time (each step has one
+    small factor), every prefix cached, so the others' law is computed once for all the changed user's items."""
+
+    def __init__(self, user_laws: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.user_laws = user_laws
+        self._multisets: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._datasets: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def multiset(self, items: tuple[int, ...]):
+        """The law of users holding the sorted ``items``."""
+        known = len(items)
+        while known and items[:known] not in self._multisets:
+            known -= 1
+        law = self._multisets[items[:known]] if known else None
+        for end in range(known + 1, len(items) + 1):
+            one = self.user_laws[items[end - 1]]
+            law = one if law is None else _convolve(law, one)
+            self._multisets[items[:end]] = law
+        return law
+
+    def __call__(self, dataset) -> tuple[np.ndarray, np.ndarray]:
+        """The law of ``dataset``: its first user's law convolved with the (sorted) others'."""
+        key = tuple(sorted(dataset))
+        if key not in self._datasets:
+            self._datasets[key] = self.user_laws[dataset[0]] if len(dataset) == 1 else \
+                _convolve(self.multiset(tuple(sorted(dataset[1:]))), self.user_laws[dataset[0]])
+        return self._datasets[key]
 
 
 def hockey_stick(p, q, epsilon: float) -> float:
@@ -130,9 +164,11 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     """The true delta at the claimed eps and the true eps at the claimed delta, worst neighbouring pair.
 
     Pairs come from the entry's ``audit_pairs`` (datasets meeting a
-    protocol's data condition, or vectors' corners), by default
-    :func:`~privagg.protocols.parameters.one_changed_user` over the domain.
-    ``dropouts`` users (of those holding r) send nothing: what the adversary sees when they drop out, or
+    protocol's data condition, vectors on the rounding grid, one user of
+    the local model), by default every neighbouring pair of datasets over
+    the domain (:func:`~privagg.protocols.parameters.neighbouring_pairs`:
+    the changed user's two items and every multiset of the others').
+    ``dropouts`` users (of the others) send nothing: what the adversary sees when they drop out, or
     when they collude and their messages are subtracted.
     """
     entry = get(parameters.protocol)
@@ -145,38 +181,52 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     audited = with_noise_scale(parameters, noise_scale)
     n = audited.n_users - dropouts
     eps, delta = parameters.epsilon, parameters.delta
-    pairs_to_audit = list(entry.audit_pairs(audited, n) if entry.audit_pairs else
-                          one_changed_user(audited.domain_size, n))
+    if entry.audit_pairs is None and (count := neighbouring_pair_count(audited.domain_size, n)) > \
+            EXACT_MAX_DATASET_PAIRS:
+        raise ParameterError("method", f"statistical for an instance this large ({count:.3g} neighbouring pairs "
+                             f"of datasets, above {EXACT_MAX_DATASET_PAIRS:.0e})", "exact")
+    pairs_to_audit = list(itertools.islice(entry.audit_pairs(audited, n) if entry.audit_pairs else
+                                           neighbouring_pairs(audited.domain_size, n), EXACT_MAX_DATASET_PAIRS + 1))
+    if len(pairs_to_audit) > EXACT_MAX_DATASET_PAIRS:
+        raise ParameterError("method", f"statistical for an instance this large (more than "
+                             f"{EXACT_MAX_DATASET_PAIRS:.0e} neighbouring pairs of datasets)", "exact")
     items = sorted({item for pair in pairs_to_audit for dataset in pair for item in dataset})
     raw = {item: entry.message_law(audited, item) for item in items}
     radix = n * max(max(h) for law in raw.values() for h in law) + 1  # more than any count a histogram can hold
-    user_laws = {item: _encode(law, radix) for item, law in raw.items()}
-    laws: dict[tuple[int, ...], Any] = {}
+    law_of = OutputLaws({item: _encode(law, radix) for item, law in raw.items()})
 
-    def law_of(dataset: list[int]):
-        key = tuple(sorted(dataset))  # users are exchangeable: the law depends on the counts only
-        if key not in laws:
-            laws[key] = output_law(user_laws, list(key))
-        return laws[key]
+    def worst(p, q, at: float) -> float:
+        return max(hockey_stick(p, q, at), hockey_stick(q, p, at))
 
-    worst_delta, worst_eps, pairs = 0.0, 0.0, 0
+    worst_delta, worst_eps, worst_pair = 0.0, 0.0, None
     for first, second in pairs_to_audit:
         p, q = law_of(first), law_of(second)
-        worst_delta = max(worst_delta, hockey_stick(p, q, eps), hockey_stick(q, p, eps))
-        worst_eps = max(worst_eps, epsilon_at(p, q, delta + ROUND_OFF))
-        pairs += 1
-    if not pairs:
+        if (pair_delta := worst(p, q, eps)) > worst_delta:
+            worst_delta, worst_pair = pair_delta, (first, second)
+        # the true eps is the largest over the pairs: a pair that meets delta at the largest so far cannot raise it
+        if math.isfinite(worst_eps) and worst(p, q, worst_eps) > delta + ROUND_OFF:
+            worst_eps = epsilon_at(p, q, delta + ROUND_OFF)
+    if not pairs_to_audit:
         raise ParameterError("users", f"enough for two neighbouring datasets that meet {entry.name}'s data "
                              "condition", parameters.n_users)
     finite = math.isfinite(worst_eps)
+    notes = [] if worst_pair is None else [f"worst pair: {_dataset_text(worst_pair[0])} against "
+                                           f"{_dataset_text(worst_pair[1])}"]
     return AuditReport(
         protocol=parameters.protocol, calibration=parameters.calibration, method="exact",
         claimed=Claimed(eps, delta), true_epsilon=worst_eps if finite else None,
         holds=worst_delta <= delta * (1 + 1e-9) + ROUND_OFF, noise_scale=noise_scale, instance=_instance(audited),
-        true_delta=worst_delta, slack=eps - worst_eps if finite else None, pairs=pairs, dropouts=dropouts,
-        notes=([] if finite else ["no finite epsilon meets the claimed delta: some output is possible under one "
-                                  "dataset and impossible under its neighbour with probability above delta"])
+        true_delta=worst_delta, slack=eps - worst_eps if finite else None, pairs=len(pairs_to_audit),
+        dropouts=dropouts,
+        notes=notes + ([] if finite else ["no finite epsilon meets the claimed delta: some output is possible under "
+                                          "one dataset and impossible under its neighbour with probability above "
+                                          "delta"])
         + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else []))
+
+
+def _dataset_text(dataset) -> str:
+    """A dataset as the changed user's item and the others' counts, e.g. "user 0: 1, others {0: 2, 2: 1}"."""
+    return f"user 0: {dataset[0]}, others {dict(sorted(Counter(dataset[1:]).items()))}"
 
 
 def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, noise_scale: float = 1.0,
@@ -199,7 +249,7 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
     # (the local model's exact pairs hold its one audited user; the estimates here need all n)
     local = entry.topology == "local"
     dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs and not local
-                                   else one_changed_user(audited.domain_size, audited.n_users)))
+                                   else neighbouring_pairs(audited.domain_size, audited.n_users)))
     # items >= B stand for a central curator's noise in the exact auditor's pairs: the simulation adds its own
     dataset, neighbour = ([i for i in d if i < audited.domain_size] for d in (dataset, neighbour))
     moved = np.bincount(neighbour, minlength=audited.domain_size) - np.bincount(dataset, minlength=audited.domain_size)

@@ -27,7 +27,7 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import discrete_gaussian
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate, FE0Analyzer
-from .parameters import FrozenParameters, OneItemReports, check_pure_delta, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
 from .results import FrequencyTable
 
 LAPLACE_DENOMINATOR = 2**24  # t: the Laplace parameter a = s / t is eps / 2 rounded down to a multiple of 2^-24
@@ -316,6 +316,6 @@ def message_law(parameters: _CentralParameters, item: int) -> dict[tuple[int, ..
 
 
 def audit_pairs(parameters: _CentralParameters, users: int):
-    """One user's item changes, the others share one, and the curator's noise rides along as the item B."""
-    for first, second in one_changed_user(parameters.domain_size, users):
+    """Every neighbouring pair (:func:`neighbouring_pairs`), the curator's noise riding along as the item B."""
+    for first, second in neighbouring_pairs(parameters.domain_size, users):
         yield first + [parameters.domain_size], second + [parameters.domain_size]

@@ -41,7 +41,7 @@ from ..errors import ParameterError, check_epsilon, check_integer
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
                               FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
-from .parameters import FrozenParameters, OneItemReports, check_pure_delta, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
 from .results import FrequencyTable
 
 CALIBRATIONS = ("exact",)
@@ -533,6 +533,7 @@ def message_law(parameters: _LocalParameters, item: int) -> dict[tuple[int, ...]
 
 
 def audit_pairs(parameters: _LocalParameters, users: int):
-    """Neighbouring datasets of one user: the others' reports are independent of his and the same on both
-    sides, so the local model's guarantee is his report's (the pairs of every two items)."""
-    return one_changed_user(parameters.domain_size, 1)
+    """Neighbouring datasets of one user: the analyzer sees each report and who sent it, and the others' reports
+    are independent of his and alike on both sides, so the divergence of the whole view is exactly that of his
+    report (the pairs of every two items; docs/privacy.md, "The exact audit")."""
+    return neighbouring_pairs(parameters.domain_size, 1)

@@ -12,6 +12,7 @@ output as a client would accept it (types, then the class's own checks in
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, ClassVar
 
@@ -143,13 +144,20 @@ def check_item_codes(codes, domain_size: int) -> np.ndarray:
     return array.astype(np.int64, copy=False)
 
 
-def one_changed_user(items: int, users: int):
-    """Neighbouring pairs for the exact auditor: user 0 holds x in D and y in D', every other user holds r (all
-    x < y and r of [0, ``items``)), as lists of items."""
-    for x in range(items):
-        for y in range(x + 1, items):
-            for r in range(items):
-                yield [x] + [r] * (users - 1), [y] + [r] * (users - 1)
+def neighbouring_pairs(items: int, users: int):
+    """Every neighbouring pair of datasets for the exact auditor, as lists of items: user 0 holds x in D and y in
+    D' (all x < y of [0, ``items``); the hockey-stick divergence is taken both ways), and the other ``users`` - 1
+    users hold any multiset of items, the same in both (users are exchangeable: the output law depends on the
+    counts only). Complete: nothing is assumed of which datasets are the worst."""
+    for others in itertools.combinations_with_replacement(range(items), users - 1):
+        for x in range(items):
+            for y in range(x + 1, items):
+                yield [x, *others], [y, *others]
+
+
+def neighbouring_pair_count(items: int, users: int) -> int:
+    """How many pairs :func:`neighbouring_pairs` yields: C(items + users - 2, users - 1) C(items, 2)."""
+    return math.comb(items + users - 2, users - 1) * math.comb(items, 2)
 
 
 def honest_users(n_users: int, fraction: float) -> int:

@@ -30,7 +30,7 @@ from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from ..privacy.shuffle import binomial_pmf
 from .balls_into_bins import (EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
                               check_honest_fraction)
-from .parameters import FrozenParameters, OneItemReports, honest_users, one_changed_user
+from .parameters import FrozenParameters, OneItemReports, honest_users, neighbouring_pairs
 from .results import VectorSum
 
 METHOD_DETAIL = {
@@ -548,18 +548,19 @@ class VectorAnalyzer:
         return 32 * parameters.dimension + 24 * min(SLICE_ROWS, parameters.n_users * parameters.coordinates)
 
 
-def corner(parameters: BlanketVectorParameters, item: int) -> np.ndarray:
-    """The corner vector of [0, 1]^d whose coordinates are the bits of ``item`` (the exact auditor's inputs: their
-    rounding is deterministic, so they are the vectors whose reports differ most)."""
-    return (item >> np.arange(parameters.dimension)) & 1
+def grid_vector(parameters: BlanketVectorParameters, item: int) -> np.ndarray:
+    """The levels (in {0..k}) of the grid vector of [0, 1]^d numbered ``item``, its d digits in base k + 1: the
+    exact auditor's inputs. A vector off the grid rounds to a mixture of grid vectors, and the hockey-stick
+    divergence is jointly convex, so the worst pair of inputs is a pair of grid vectors (docs/privacy.md)."""
+    return (item // (parameters.levels + 1) ** np.arange(parameters.dimension)) % (parameters.levels + 1)
 
 
 def vector_message_law(parameters: BlanketVectorParameters, item: int) -> dict[tuple[int, ...], float]:
-    """One user's t reports for the corner vector ``item``, as an exact law over histograms of the d (k + 1)
+    """One user's t reports for the grid vector ``item``, as an exact law over histograms of the d (k + 1)
     (coordinate, level) types: each t-subset of coordinates with probability 1 / C(d, t), each of its levels
-    k x_l kept with probability 1 - gamma, else uniform over the k + 1."""
+    kept with probability 1 - gamma, else uniform over the k + 1."""
     d, k, g, t = parameters.dimension, parameters.levels, parameters.gamma, parameters.coordinates
-    x = corner(parameters, item)
+    x = grid_vector(parameters, item)
     subsets = math.comb(d, t)
     if subsets * (k + 1) ** t > EXACT_LAW_MAX:
         raise ParameterError("method", f"statistical for an instance this large (one user's reports take "
@@ -571,12 +572,12 @@ def vector_message_law(parameters: BlanketVectorParameters, item: int) -> dict[t
             p = 1 / subsets
             for coordinate, level in zip(chosen, levels):
                 key[coordinate * (k + 1) + level] += 1
-                p *= (1 - g) * (level == k * x[coordinate]) + g / (k + 1)
+                p *= (1 - g) * (level == x[coordinate]) + g / (k + 1)
             law[tuple(key)] = law.get(tuple(key), 0.0) + p
     return law
 
 
-def corner_pairs(parameters: BlanketVectorParameters, users: int):
-    """The auditor's neighbouring pairs for vectors: one user's corner vector changes, the others share one
-    (every pair of the 2^d corners)."""
-    return one_changed_user(2**parameters.dimension, users)
+def grid_pairs(parameters: BlanketVectorParameters, users: int):
+    """The auditor's neighbouring pairs for vectors: every pair of the (k + 1)^d grid vectors for the changed user,
+    every multiset of them for the others (:func:`~privagg.protocols.parameters.neighbouring_pairs`)."""
+    return neighbouring_pairs((parameters.levels + 1) ** parameters.dimension, users)

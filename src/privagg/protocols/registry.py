@@ -195,8 +195,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="t",
         reference="shuffle vector paper, Algorithms 2-3", result="vector sum", calibrate=pb.calibrate_blanket_vector,
         parameters=pb.BlanketVectorParameters, client=pb.VectorClient, analyzer=pb.VectorAnalyzer,
-        calibrations=("tight", "paper"), message_law=pb.vector_message_law, audit_pairs=pb.corner_pairs,
-        # corners of [0, 1]^d, one or two reports a user; the paper's gamma needs hundreds of users on d = k = 1
+        calibrations=("tight", "paper"), message_law=pb.vector_message_law, audit_pairs=pb.grid_pairs,
+        # grid vectors of [0, 1]^d, one or two reports a user; the paper's gamma needs hundreds of users on d = k = 1
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.2, levels=2, calibrations=("tight",)),
                          dict(n_users=3, domain_size=2, epsilon=2.0, delta=0.1, levels=2, calibrations=("tight",)),
                          dict(n_users=200, domain_size=1, epsilon=0.9, delta=0.1, levels=1),
@@ -239,7 +239,10 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
         analyzer=ss.SumServer, fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
         audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5), dict(_SAMPLING_AUDITS[1], report_fraction=2 / 3),
-                         dict(_SAMPLING_AUDITS[2], report_fraction=0.5), dict(_SAMPLING_AUDITS[3], report_fraction=0.5))),
+                         dict(_SAMPLING_AUDITS[2], report_fraction=0.5), dict(_SAMPLING_AUDITS[3], report_fraction=0.5),
+                         # the adaptive stage, its report sets in S2's view (sampling_sharing._adaptive_law)
+                         *(dict(_SAMPLING_AUDITS[i], report_fraction=fraction, second_stage="adaptive", gamma=2.0,
+                                calibrations=("exact",)) for i, fraction in ((1, 2 / 3), (2, 0.5))))),
     ProtocolEntry(
         name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
         topology="two_servers", trust="two non-colluding servers; at most phi colluding users",

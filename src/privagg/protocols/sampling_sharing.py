@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -876,17 +877,50 @@ def message_law(parameters: SharingParameters, item: int) -> dict[tuple[int, ...
             shifted = [int(v) + (parameters.scale if j == item else 0) for j, v in enumerate(values)]
             law[tuple(shifted)] = float(np.prod(one[list(values)]))
         return law
-    if isinstance(parameters, TSSParameters) and parameters.second_stage != "uniform":
-        raise ParameterError("second-stage", "uniform for the exact audit (the adaptive stage's report sets are "
-                             "part of S2's view, beyond this law)", parameters.second_stage)
+    if isinstance(parameters, TSSParameters) and parameters.second_stage == "adaptive":
+        return _adaptive_law(parameters, item)
     counted = tuple(int(j == item) for j in range(N))
     return {counted: parameters.effective_probability, (0,) * N: 1 - parameters.effective_probability}
 
 
+def _adaptive_law(parameters: TSSParameters, item: int) -> dict[tuple[int, ...], float]:
+    """S2's view of one user in TSS's adaptive stage, given every report set (as the derivation gives it): types
+    0..N-1 count the other users of each category whose set holds their item, N..2N-1 are the released counts,
+    and 2N.. the changed user's own set, whole (item N + a: the changed user, holding a). An other user's set
+    tells nothing beyond whether it holds his item (the rest is uniform); the changed user's does."""
+    N, p, include = parameters.domain_size, parameters.sampling_probability, parameters.inclusion_probability
+    subsets = list(itertools.combinations(range(N), parameters.report_size))
+    size = 2 * N + len(subsets)
+    law: dict[tuple[int, ...], float] = {}
+
+    def add(ones: tuple[int, ...], probability: float) -> None:
+        key = tuple(int(t in ones) for t in range(size))
+        law[key] = law.get(key, 0.0) + probability
+
+    if item < N:  # another user, holding item
+        add((item, N + item), include * p)
+        add((item,), include * (1 - p))
+        add((), 1 - include)
+        return law
+    held = item - N
+    with_item = math.comb(N - 1, parameters.report_size - 1)
+    without = math.comb(N - 1, parameters.report_size)
+    for s, subset in enumerate(subsets):
+        if held in subset:
+            add((2 * N + s, N + held), include / with_item * p)
+            add((2 * N + s,), include / with_item * (1 - p))
+        else:
+            add((2 * N + s,), (1 - include) / without)
+    return law
+
+
 def audit_pairs(parameters: SamplingParameters, users: int):
     """Every neighbouring pair (one user moved from category a to b) whose first dataset holds every category at
-    least ceil(beta n) times -- the datasets a run accepts -- as lists of items; the second may fall short."""
+    least ceil(beta n) times -- the datasets a run accepts -- as lists of items; the second may fall short. In
+    TSS's adaptive stage the moved user is the item N + a (his report set is part of S2's view:
+    :func:`_adaptive_law`)."""
     m, N = parameters.min_count, parameters.domain_size
+    adaptive = isinstance(parameters, TSSParameters) and parameters.second_stage == "adaptive"
     for counts in _compositions(users, N, m):
         for a in range(N):
             for b in range(N):
@@ -894,7 +928,12 @@ def audit_pairs(parameters: SamplingParameters, users: int):
                     moved = list(counts)
                     moved[a] -= 1
                     moved[b] += 1
-                    yield (np.repeat(np.arange(N), counts).tolist(), np.repeat(np.arange(N), moved).tolist())
+                    if adaptive:
+                        others = np.repeat(np.arange(N), moved)
+                        others = np.delete(others, np.flatnonzero(others == b)[0]).tolist()
+                        yield [N + a, *others], [N + b, *others]
+                    else:
+                        yield (np.repeat(np.arange(N), counts).tolist(), np.repeat(np.arange(N), moved).tolist())
 
 
 def _compositions(total: int, parts: int, least: int):
