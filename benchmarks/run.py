@@ -4,7 +4,8 @@
 
 Prints a Markdown report (progress notes go to stderr) and, with ``--write``,
 saves it to the given file; ``--only`` runs the named parts alone (startup,
-fe1, cli, peer, text, accountant, sampling, vectors, baselines, heavy, service; repeatable). Ten parts:
+fe1, cli, peer, text, accountant, sampling, vectors, baselines, heavy, service, calibration; repeatable). Twelve
+parts:
 
 0. Start-up: ``import privagg``, ``privagg --help`` and the client path as
    whole processes, as ratios against ``python -c "import numpy"``.
@@ -67,6 +68,10 @@ fe1, cli, peer, text, accountant, sampling, vectors, baselines, heavy, service; 
     process opening the same batch, 10,000 concurrent SDK clients and a kill -9 run, on SQLite and on a
     throwaway PostgreSQL server (about four minutes).
 
+11. The least noise that is proven (``benchmarks/calibration.py``): the blanket's tight gamma over the grid of
+    issue 21 against the previous release's and an independent computation of the accountant's delta; fe-hh's
+    calibrations; ``account shuffle``'s methods and the exact eps of binary randomized response.
+
 Takes about eight minutes on a 2-CPU machine (ten with the peer, plus about six for part 9), plus about
 40 s for part 8.
 """
@@ -101,6 +106,7 @@ from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
 import sdpfe_hhd  # noqa: E402  (benchmarks/sdpfe_hhd.py: part 9)
 from service import service  # noqa: E402  (benchmarks/service.py: part 10)
+from calibration import calibration  # noqa: E402  (benchmarks/calibration.py: part 11)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -582,7 +588,7 @@ def accountant(report: Report) -> None:
     rows = []
     for n, eps0, delta in ACCOUNT_CASES:
         note(f"shuffle accountant at n = {n}")
-        eps, took = median_timed(ACCOUNT_REPEATS, shuffle_epsilon, eps0, n, delta)
+        eps, took = median_timed(ACCOUNT_REPEATS, shuffle_epsilon, eps0, n, delta, "fmt")
         wang, took_wang = median_timed(ACCOUNT_REPEATS, shuffle_epsilon, eps0, n, delta, "wang")
         closed = shuffle_epsilon(eps0, n, delta, "closed-form")
         target = verdict(max(took, took_wang) < TARGET_ACCOUNT_SECONDS) if n == 10**6 else ""
@@ -667,7 +673,7 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
              "accountant": accountant, "sampling": sampling, "vectors": vectors,
-             "baselines": baselines, "heavy": heavy_hitters, "service": service}
+             "baselines": baselines, "heavy": heavy_hitters, "service": service, "calibration": calibration}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

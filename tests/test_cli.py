@@ -103,9 +103,10 @@ def test_estimate_csv_parquet_candidates_and_output(tmp_path):
 def test_human_output_has_top_items_privacy_and_cost(ints_file):
     code, out, _ = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 1)
     assert code == 0
-    for text in ("estimate ± stderr", "true count (simulation)", "messages from 20000 users",
-                 "NOT PRIVATE (seeded simulation); would be (1, 1e-06)-DP, shuffle model, trusting shuffler",
-                 "error against the true counts (simulation only, not for release) over 1000 domain"):
+    for text in ("estimate ± stderr", "true count (--evaluate)", "messages from 20000 users",
+                 "NOT PRIVATE (seeded simulation, evaluated); would be (1, 1e-06)-DP, "
+                 "shuffle model, trusting shuffler",
+                 "error against the true counts (--evaluate: not for release) over 1000 domain"):
         assert text in out
     privacy_lines = [line for line in out.splitlines() if "DP" in line]
     assert len(privacy_lines) == 1 and len(privacy_lines[0]) < 150 and "neighbours" not in out
@@ -242,7 +243,8 @@ def test_seeded_estimates_say_they_are_not_private(ints_file):
     assert code == 0 and privacy["private"] is False and "seed" in privacy["not_private_reason"]
     assert "seeded" in privacy["randomness"]
     code, out, _ = run("estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 4)
-    assert code == 0 and out.splitlines()[-1] != "" and "NOT PRIVATE (seeded simulation)" in out
+    assert code == 0 and out.splitlines()[-1] != "" and \
+        "NOT PRIVATE (seeded simulation, evaluated)" in out
 
 
 @pytest.mark.parametrize("protocol", FREQUENCY)
@@ -260,8 +262,10 @@ def test_unseeded_estimates_are_private(protocol, tmp_path):
     validate(report, EstimateReport)
     assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
     assert "secure" in report["privacy"]["randomness"] and report["n_users"] == 500
+    # a private report holds the release only: no true count, no error against the data
+    assert "error" not in report and all("true_count" not in e for e in report["estimates"])
     code, out, _ = run("estimate", protocol, "--input", path, *privacy_args(protocol), *extra, "--top", 3)
-    assert code == 0 and "NOT PRIVATE" not in out
+    assert code == 0 and "NOT PRIVATE" not in out and "true count" not in out and "error against" not in out
 
 
 def test_output_writes_json_and_prints_the_summary(ints_file, tmp_path):
@@ -539,7 +543,8 @@ def test_unreachable_scheduler_is_one_line(ints_file, tmp_path, monkeypatch):
 SAMPLING_BAD = [
     (["dpds"], "min-count-fraction must be given"),
     (["dpds", "--min-count-fraction", 0.2], "min-count-fraction must be given, in (0, 1/N]"),
-    (["dpds", "--min-count-fraction", 0.05], "category 9 is held by 94 of 2000 users"),  # the bundled data: 4.7%
+    # the bundled data's smallest category holds 4.7%: the error says the condition fails, not which or how many
+    (["dpds", "--min-count-fraction", 0.05], "some category is held by fewer than beta n = 100 of the 2000 users"),
     (["dpds", "--min-count-fraction", 0.04, "--sampling-probability", 1.5], "sampling-probability must be in (0, 1]"),
     (["dpds", "--min-count-fraction", 0.04, "--sampling-probability", 0.99], "sampling-probability must be met"),
     (["tss", "--min-count-fraction", 0.04, "--report-fraction", 0], "report-fraction must be in (0, 1]"),
@@ -766,3 +771,49 @@ def test_sparse_vector_hashed_discovers_its_candidates(tmp_path):
     code, _, err = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "pairs.npy", "--dimension",
                        dimension, *COMMON, "--discover-phi", 0.02, "--candidates", tmp_path / "candidates.txt")
     assert code == 2 and err.startswith("error: discover-phi must be given for sparse-vector-hashed without"), err
+
+
+def test_evaluation_is_explicit_and_marks_the_report_not_private(ints_file, tmp_path):
+    """--evaluate puts the truth beside the release and says the report is not private; without it (an input file,
+    secure randomness) nothing data-derived outside the release appears, for frequencies, vectors and heavy
+    hitters; the bundled data is evaluated by default."""
+    code, out, _ = run("estimate", "fe1", "--input", ints_file, *COMMON, "--domain", 1000, "--evaluate", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["privacy"]["private"] is False and "error" in report
+    assert report["privacy"]["not_private_reason"].startswith("evaluated: the report holds the true counts")
+    assert "seed" not in report["privacy"]["not_private_reason"] and "secure" in report["privacy"]["randomness"]
+    assert all(isinstance(e["true_count"], int) for e in report["estimates"])
+    code, out, _ = run("estimate", "fe1", "--epsilon", 1, "--delta", 1e-8, "--top", 3, "--json")  # bundled words
+    assert code == 0 and json.loads(out)["privacy"]["private"] is False and "error" in json.loads(out)
+    code, out, _ = run("estimate", "fe1", "--epsilon", 1, "--delta", 1e-8, "--top", 3, "--no-evaluate", "--json")
+    assert code == 0 and json.loads(out)["privacy"]["private"] is True and "error" not in json.loads(out)
+
+    vectors = tmp_path / "v.npy"
+    np.save(vectors, np.random.default_rng(1).random((3000, 4)))
+    base = ["estimate", "blanket-vector", "--input", vectors, "--epsilon", 1, "--delta", 1e-6, "--json"]
+    report = json.loads(run(*base)[1])
+    assert report["privacy"]["private"] is True and "error" not in report
+    assert all("true_sum" not in e and e["stderr_bound"] >= e["stderr"] for e in report["estimates"])
+    report = json.loads(run(*base, "--evaluate")[1])
+    assert report["privacy"]["private"] is False and "error" in report and "true_sum" in report["estimates"][0]
+
+    items = tmp_path / "hh.txt"
+    items.write_text("\n".join(str(i % 3 if i % 2 else i) for i in range(20000)) + "\n")
+    base = ["estimate", "fe-hh", "--input", items, "--domain", 2**20, "--epsilon", 1, "--delta", 1e-8, "--phi",
+            0.1, "--json"]
+    report = json.loads(run(*base)[1])
+    assert report["privacy"]["private"] is True and "evaluation" not in report
+    assert report["heavy_hitters"] and all("true_count" not in h for h in report["heavy_hitters"])
+    report = json.loads(run(*base, "--evaluate")[1])
+    assert report["privacy"]["private"] is False and report["evaluation"]["recall"] == 1.0
+
+
+def test_missing_values_are_counted_only_in_an_evaluation(tmp_path):
+    path = tmp_path / "gaps.txt"
+    path.write_text("\n".join("" if i % 10 == 0 else str(i % 7) for i in range(2000)) + "\n")
+    base = ["estimate", "fe0", "--input", path, "--domain", 7, "--epsilon", 1, "--delta", 1e-6, "--missing", "drop",
+            "--json"]
+    assert json.loads(run(*base)[1])["warnings"][0] == ("users with a missing value were left out (--missing drop; "
+                                                        "--evaluate shows how many)")
+    assert json.loads(run(*base, "--evaluate")[1])["warnings"][0] == ("200 users with a missing value were left out "
+                                                                      "(--missing drop)")

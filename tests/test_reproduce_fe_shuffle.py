@@ -138,16 +138,22 @@ def test_balls_into_bins_error_matches_gaussian_prediction(written, quantile, z,
 
 
 def test_central_laplace_below_every_shuffle_protocol(written):
-    """At every (n, B), the trusted curator's Laplace error is below FE0's, FE1's and the blanket histogram's,
-    at each reported percentile."""
+    """At every (n, B), the trusted curator's Laplace error is below FE0's and FE1's at each reported percentile,
+    and below the blanket histogram's at p99 and at the max. Below p99 the blanket can dip under it where it
+    degenerates: at B = 2^18, n = 20,000, most ids get no message and are all estimated at the one constant
+    -gamma n / (B (1 - gamma)) (2.98 here, so p50 = p90 = 2.98 against Laplace's 5)."""
     rows = ran(written[0])
     laplace = {(r["n_users"], r["domain_size"]): r for r in rows if r["protocol"] == "laplace"}
     shuffle = [r for r in rows if r["protocol"] in fe.SHUFFLE]
     assert shuffle
     for r in shuffle:
         floor = laplace[r["n_users"], r["domain_size"]]
-        for q in ("p50", "p90", "p99"):
-            assert float(floor[f"error_{q}"]) < float(r[f"error_{q}"]), (r["label"], q)
+        for q in ("p50", "p90", "p99", "max"):
+            below = float(floor[f"error_{q}"]) < float(r[f"error_{q}"])
+            if r["protocol"] == "blanket-hist" and q in ("p50", "p90") and not below:
+                assert r["error_p50"] == r["error_p90"], (r["label"], q)  # the empty ids' constant
+            else:
+                assert below, (r["label"], q)
 
 
 def test_sdpfe_table_beside_ours(written):

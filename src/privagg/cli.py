@@ -286,6 +286,34 @@ MissingChoice = _choice("MissingChoice", ("error", "drop"))
 KIND_TO_ITEM_TYPE = {"integer": "int", "text": "str"}  # an encoder's kind, as --item-type
 
 
+def _seed_and_evaluate_options() -> list[inspect.Parameter]:
+    """--seed and --evaluate, which every estimate command shares."""
+    return [
+        _param("seed", Optional[int], typer.Option(
+            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        _param("evaluate", Optional[bool], typer.Option(
+            None, "--evaluate/--no-evaluate", help="Put the true counts (or sums) and the realised error, computed "
+                                                   "from the raw data, beside the estimates: the report is then an "
+                                                   "evaluation, marked not private. Default: on for the bundled "
+                                                   "datasets and seeded runs, off for a --input file run with "
+                                                   "secure randomness (a report to publish).")),
+    ]
+
+
+def _evaluating(evaluate: bool | None, input: Path | None, seed: int | None) -> bool:
+    """--evaluate as given, else on for the bundled data (``input`` None) and seeded runs."""
+    return (input is None or seed is not None) if evaluate is None else evaluate
+
+
+def _left_out(dropped: int, evaluate: bool) -> list[str]:
+    """The warning for users left out with --missing drop; their count only in an evaluation (it is the
+    data's, not the protocol's)."""
+    if not dropped:
+        return []
+    return [f"{dropped} users with a missing value were left out (--missing drop)" if evaluate else
+            "users with a missing value were left out (--missing drop; --evaluate shows how many)"]
+
+
 def _input_parameters() -> list[inspect.Parameter]:
     """How to read the input file: --input, --column, --item-type, --delimiter, --no-header, --missing."""
     return [
@@ -359,6 +387,7 @@ def _category_encoder(input: Path | None, candidates: Path | None, domain: int |
 def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
               delimiter: Optional[str], header: bool, missing: Enum, domain: int, epsilon: float,
               delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
+              evaluate: Optional[bool],
               hash_key: Optional[str], full_domain: Optional[bool], mode: Mode, verbose: bool, as_json: bool,
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
               epsilon_column: Optional[str], **options: Any) -> None:
@@ -391,7 +420,8 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
         start = time.perf_counter()
         codes, candidate_codes, dropped, input_name = _read_input(input, fmt, encoder, candidates)
         read_seconds = time.perf_counter() - start
-        warnings = [f"{dropped} users with a missing value were left out (--missing drop)"] if dropped else []
+        evaluate = _evaluating(evaluate, input, seed)
+        warnings = _left_out(dropped, evaluate)
         if epsilon_column is not None:
             from .io import read_epsilons
             from .simulate.frequency import estimate_weighted
@@ -403,7 +433,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 report, _ = estimate_weighted(
                     entry.name, codes, read_epsilons(input, fmt, epsilon_column), encoder, epsilon=epsilon, delta=delta,
                     calibration=calibration.value, options=options, top=top, mode=mode.value, seed=seed,
-                    input_name=input_name, progress=advance, warnings=warnings)
+                    input_name=input_name, progress=advance, warnings=warnings, evaluate=evaluate)
             report.simulation.seconds["read"] = read_seconds
             _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
             return
@@ -412,14 +442,14 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 entry.name, codes, encoder, epsilon=epsilon, delta=delta, calibration=calibration.value,
                 options=options, candidate_codes=candidate_codes, top=top, full_domain=full_domain,
                 mode=mode.value, seed=seed, keep_messages=write_messages is not None, input_name=input_name,
-                progress=advance, warnings=warnings)
+                progress=advance, warnings=warnings, evaluate=evaluate)
         report.simulation.seconds["read"] = read_seconds
         if write_messages is not None:
             from .engine import write_messages as write
 
             start = time.perf_counter()
             write(write_messages, run.result.parameters, run.messages, partitions, {
-                "kind": encoder.kind, "domain_size": domain, "private": report.privacy.private,
+                "kind": encoder.kind, "domain_size": domain, "private": run.privacy.private,
                 "randomness": run.randomness})
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
@@ -435,7 +465,7 @@ def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     table.add_column("item")
     table.add_column("estimate ± stderr", justify="right")
     if simulated:
-        table.add_column("true count (simulation)", justify="right")
+        table.add_column("true count (--evaluate)", justify="right")
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
         cells = [str(rank), f"{row.item}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
@@ -456,10 +486,11 @@ def _print_estimate(report, verbose: bool) -> None:
     m, e, expected = report.messages, report.error, report.expected_error
     _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
          f"{report.bits_per_message} bits per message")
-    _say(f"error against the true counts (simulation only, not for release) over {e.items} {e.over}: "
-         f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
-    _say(f"  theory: stderr {expected.standard_error:.1f}, max-error bound {expected.max_error_bound:.1f} "
-         f"w.p. {1 - expected.max_error_beta:.0%}")
+    if e is not None:
+        _say(f"error against the true counts (--evaluate: not for release) over {e.items} {e.over}: "
+             f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
+    _say(f"{'  ' if e is not None else ''}theory: stderr {expected.standard_error:.1f}, max-error bound "
+         f"{expected.max_error_bound:.1f} w.p. {1 - expected.max_error_beta:.0%}")
     for g in report.groups or ():
         _say(f"  group epsilon {g.epsilon:g}: {g.n_users} users, p = {g.sampling_probability:.4g}, weight "
              f"{g.weight:.3f}")
@@ -491,8 +522,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
                                        "an error). Default: the bundled data's." if categorical else
                                        "File of public candidate items to estimate.")),
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
-        _param("seed", Optional[int], typer.Option(
-            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        *_seed_and_evaluate_options(),
         _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
                          "strings get the same codes. Default: derived from --seed, else random."),
         _param("full_domain", Optional[bool], typer.Option(
@@ -581,7 +611,8 @@ def _read_coordinates(path: Path):
 
 
 def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: Optional[str], header: bool,
-                     clip: bool, epsilon: float, delta: float, calibration: Enum, seed: Optional[int], show: int,
+                     clip: bool, epsilon: float, delta: float, calibration: Enum, seed: Optional[int],
+                     evaluate: Optional[bool], show: int,
                      verbose: bool, as_json: bool, output: Optional[Path], progress: Optional[bool],
                      write_messages: Optional[Path], partitions: int, dimension: Optional[int] = None,
                      candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
@@ -607,12 +638,13 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                               calibration=calibration.value, options=options, dimension=dimension,
                                               candidates=coordinates, names=names, mode=mode.value, seed=seed,
                                               input_name=name, progress=advance, warnings=warnings,
-                                              keep_messages=write_messages is not None, discover_phi=discover_phi)
+                                              keep_messages=write_messages is not None, discover_phi=discover_phi,
+                                              evaluate=_evaluating(evaluate, input, seed))
         if write_messages is not None:
             start = time.perf_counter()
             engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, {
                 "kind": "vector", "domain_size": run.result.parameters.domain_size,
-                "private": report.privacy.private, "randomness": run.randomness})
+                "private": run.privacy.private, "randomness": run.randomness})
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
 
@@ -624,11 +656,12 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
              f"{len(report.estimates)} coordinates estimated)")
         table = Table(title=f"{report.protocol}: " + (f"the {len(shown)} largest sums" if names else
                                                       f"sums of the first {len(shown)} coordinates"))
-        for column in ("coordinate", "sum ± stderr", "mean", "true sum (simulation)"):
+        evaluated = report.error is not None
+        for column in ("coordinate", "sum ± stderr", "mean", *(("true sum (--evaluate)",) if evaluated else ())):
             table.add_column(column, justify="right")
         for e in shown:
             table.add_row(e.name or str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}",
-                          f"{e.estimate / report.n_users:.4f}", f"{e.true_sum:.1f}")
+                          f"{e.estimate / report.n_users:.4f}", *((f"{e.true_sum:.1f}",) if evaluated else ()))
         _console().print(table)
         for warning in report.warnings:
             _say(f"warning: {warning}")
@@ -642,9 +675,11 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             found = report.discovery
             _say(f"discovery (fe-hh, phi {found.phi:g}): {found.coordinates} coordinates found with "
                  f"{found.messages.total} of the messages; {found.privacy}")
-        _say(f"error against the true sums (simulation only, not for release): max {err.max_abs:.1f}, squared "
-             f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}, normalised MSE "
-             f"{err.normalised_mse:.3g}; expected sd {report.expected_error.standard_error:.3g} a coordinate")
+        if err is not None:
+            _say(f"error against the true sums (--evaluate: not for release): max {err.max_abs:.1f}, squared "
+                 f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}, normalised MSE "
+                 f"{err.normalised_mse:.3g}")
+        _say(f"theory: expected sd {report.expected_error.standard_error:.3g} a coordinate")
         _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
         _say_written(report)
 
@@ -667,8 +702,7 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
         _param("clip", bool, typer.Option(False, "--clip", help="Clip values to [0, 1] (otherwise a value outside "
                                                                 "is an error naming its row and column).")),
         *_protocol_parameters(entry),
-        _param("seed", Optional[int], typer.Option(
-            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        *_seed_and_evaluate_options(),
         _param("show", int, typer.Option(20, "--show", help="How many coordinates to print (the JSON has all).")),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
@@ -700,7 +734,7 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
 def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
                  delimiter: Optional[str], header: bool, missing: Enum, domain: Optional[int], epsilon: float,
                  delta: float, calibration: Enum, phi: Optional[float], max_length: Optional[int],
-                 seed: Optional[int], verbose: bool, as_json: bool, output: Optional[Path],
+                 seed: Optional[int], evaluate: Optional[bool], verbose: bool, as_json: bool, output: Optional[Path],
                  progress: Optional[bool]) -> None:
     from . import datasets
     from .io import InputFormat, read_items
@@ -709,7 +743,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
 
     with _clean_errors():
         _check_output(output, input)
-        warnings = []
+        warnings, evaluate = [], _evaluating(evaluate, input, seed)
         if input is None:
             values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
             if domain is not None:
@@ -718,8 +752,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         else:
             values, dropped = read_items(input, InputFormat(item_type.value, column, delimiter, header, missing.value))
             name = str(input)
-            if dropped:
-                warnings.append(f"{dropped} users with a missing value were left out (--missing drop)")
+            warnings += _left_out(dropped, evaluate)
             strings = isinstance(values, list) and values and isinstance(values[0], str)
             if strings and max_length is None:
                 from .protocols.heavy_hitters import DEFAULT_MAX_LENGTH
@@ -731,7 +764,8 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         with _progress(progress) as advance:
             report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
                                                max_length=max_length, calibration=calibration.value, seed=seed,
-                                               input_name=name, progress=advance, warnings=warnings)
+                                               input_name=name, progress=advance, warnings=warnings,
+                                               evaluate=evaluate)
 
     def human() -> None:
         from rich.table import Table
@@ -739,21 +773,24 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _say(f"input: {report.input} ({report.n_users} users); heavy: held by at least phi n = "
              f"{report.threshold:.0f} users")
         table = Table(title=f"{report.protocol}: {len(report.heavy_hitters)} heavy hitters discovered")
-        for column_name in ("rank", "item", "estimate ± stderr", "true count (simulation)"):
+        e = report.evaluation
+        for column_name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ())):
             table.add_column(column_name, justify="left" if column_name == "item" else "right")
         for rank, h in enumerate(report.heavy_hitters, 1):
-            table.add_row(str(rank), str(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}", str(h.true_count))
+            table.add_row(str(rank), str(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}",
+                          *((str(h.true_count),) if e else ()))
         _console().print(table)
         for warning in report.warnings:
             _say(f"warning: {warning}")
         _say_privacy(report.privacy, report.privacy_profile, verbose)
-        m, e, p = report.messages, report.evaluation, report.parameters
+        m, p = report.messages, report.parameters
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
              f"{report.bits_per_message} bits per message; {p['levels']} levels, p_f = "
              f"{p['filter_probability']:.4g}, prefixes followed {report.survivors}")
-        _say(f"against the true counts (simulation only, not for release): {e.heavy_items} items held by >= phi n, "
-             f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%}), precision {e.precision:.0%} "
-             f"(held by >= phi n / 2: {e.precision_loose:.0%})")
+        if e is not None:
+            _say(f"against the true counts (--evaluate: not for release): {e.heavy_items} items held by >= phi n, "
+                 f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%}), precision {e.precision:.0%} "
+                 f"(held by >= phi n / 2: {e.precision_loose:.0%})")
         _say(f"simulation: {report.simulation.randomness}; seconds "
              + ", ".join(f"{k} {v:.2f}" for k, v in report.simulation.seconds.items()))
 
@@ -766,8 +803,7 @@ def _register_hh_estimate(entry: ProtocolEntry) -> None:
         _param("domain", Optional[int], typer.Option(None, "--domain", help="Integer items: B, items in [0, B), "
                                                                             "up to 2^64.")),
         *_protocol_parameters(entry),
-        _param("seed", Optional[int], typer.Option(
-            None, "--seed", help="Seed a reproducible simulation (not private: the report says so).")),
+        *_seed_and_evaluate_options(),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
         _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
@@ -981,7 +1017,7 @@ def compare_command(
 
 # --- account ------------------------------------------------------------------------------------------
 
-AccountMethod = _choice("AccountMethod", ("fmt", "wang", "closed-form"))
+AccountMethod = _choice("AccountMethod", ("best", "fmt", "wang", "blanket", "closed-form"))
 
 
 @account_app.command("shuffle")
@@ -989,11 +1025,15 @@ def account_shuffle(
     local_epsilon: float = typer.Option(..., "--local-epsilon", help="eps0 of each user's local randomizer."),
     users: int = typer.Option(..., "--users", help="Number of users n (one report each)."),
     delta: float = typer.Option(..., "--delta", help="delta in (0, 1)."),
-    method: AccountMethod = typer.Option("fmt", "--method", help="fmt (Feldman-McMillan-Talwar numerical bound), "  # type: ignore
-                                                                "wang (variation-ratio reduction) or closed-form "
-                                                                "(FMT's)."),
+    method: AccountMethod = typer.Option("best", "--method", help="best (default: the least of every proven "  # type: ignore
+                                         "numerical bound that applies), fmt (Feldman-McMillan-Talwar), wang "
+                                         "(variation-ratio reduction), blanket (k-ary randomized response, "
+                                         "--values: the blanket accountant) or closed-form (FMT's)."),
+    values: Optional[int] = typer.Option(None, "--values", help="k: the randomizer is k-ary randomized response "
+                                         "(sets --total-variation, allows the blanket accountant; k = 2 also "
+                                         "reports the exact eps of shuffled binary randomized response)."),
     total_variation: Optional[float] = typer.Option(None, "--total-variation", help="beta of the randomizer, where "
-                                                    "known (wang; k-ary RR: (e^eps0 - 1)/(e^eps0 + k - 1))."),
+                                                    "known (wang; k-ary RR: give --values instead)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
 ) -> None:
@@ -1004,20 +1044,35 @@ def account_shuffle(
     with _clean_errors():
         _check_output(output)
         start = time.perf_counter()
-        epsilon = shuffle.shuffle_epsilon(local_epsilon, users, delta, method.value, total_variation)
+        epsilons = shuffle.shuffle_epsilons(local_epsilon, users, delta, method.value, total_variation, values)
+        by = min(epsilons, key=epsilons.get)
         seconds = time.perf_counter() - start
         try:
             closed = shuffle.shuffle_epsilon(local_epsilon, users, delta, "closed-form")
         except ParameterError:  # outside the closed form's condition
             closed = None
-    report = AccountReport("shuffle", local_epsilon, users, delta, method.value, epsilon, list(shuffle.ASSUMPTIONS),
-                           shuffle.REFERENCE, total_variation, closed, seconds)
+        exact, exact_note = None, None
+        if values == 2:
+            exact = shuffle.binary_randomized_response_epsilon(local_epsilon, users, delta)
+            exact_note = ("every dataset" if users - 1 < 400 else "the 400 datasets whose other users hold the "
+                          "fewest or the most ones, where the worst lies on every instance searched in full")
+        if values is not None:
+            total_variation = shuffle.randomized_response_total_variation(local_epsilon, values)
+    report = AccountReport("shuffle", local_epsilon, users, delta, method.value, epsilons[by], by, epsilons,
+                           list(shuffle.ASSUMPTIONS), shuffle.REFERENCE, total_variation, values, closed, exact,
+                           exact_note, seconds)
 
     def human() -> None:
-        _say(f"{users} shuffled reports of an eps0 = {local_epsilon:g} local randomizer are "
-             f"({epsilon:.4g}, {delta:g})-DP ({method.value}, {seconds:.2f} s)")
+        randomizer = f"{values}-ary randomized response" if values else "local randomizer"
+        _say(f"{users} shuffled reports of an eps0 = {local_epsilon:g} {randomizer} are ({epsilons[by]:.4g}, "
+             f"{delta:g})-DP ({by}, {seconds:.2f} s)")
+        if len(epsilons) > 1:
+            _say("  by method: " + ", ".join(f"{name} {value:.4g}" for name, value in epsilons.items()))
         if closed is not None and method.value != "closed-form":
             _say(f"  the closed form gives eps = {closed:.4g}")
+        if exact is not None:
+            _say(f"  exact eps of shuffled binary randomized response: {exact:.4g} (over {exact_note}); the bound is "
+                 f"{epsilons[by] / exact - 1:.1%} above it")
         _say("  assumes: " + "; ".join(shuffle.ASSUMPTIONS))
 
     _emit(to_json_dict(report), as_json, output, human)

@@ -67,7 +67,7 @@ class Estimate:
     estimate: float
     stderr: float
     hash_collision: bool | None = None  # true when several public candidates share the code
-    true_count: int | None = None  # simulations only: the input's count of the item (not private)
+    true_count: int | None = None  # --evaluate only: the input's count of the item (not private)
 
 
 @dataclass
@@ -135,11 +135,11 @@ class Group:
 
 @dataclass
 class EstimateReport(FrequencyReport):
-    """``privagg estimate``: a simulated run over a dataset."""
+    """``privagg estimate``: a simulated run over a dataset (with ``error`` and true counts when evaluated)."""
 
-    error: RealisedError
     simulation: Simulation
     input: str
+    error: RealisedError | None = None  # --evaluate only: against the raw data (the report is then not private)
     messages_written: str | None = None  # the folder of --write-messages
     groups: list[Group] | None = None  # weighted aggregation (--epsilon-column): one per distinct epsilon
     unweighted_error: RealisedError | None = None  # the baseline sum_g tau_g / p_g, beside the weighted error
@@ -151,9 +151,10 @@ class CoordinateEstimate:
 
     item: int  # the coordinate
     estimate: float  # of the sum over users
-    stderr: float  # an upper bound on the estimate's sd
-    true_sum: float | None = None  # simulations only (not private)
+    stderr: float  # the estimate's sd, estimated from the release (blanket-vector) or its formula at the estimate
+    true_sum: float | None = None  # --evaluate only (not private)
     name: str | None = None  # the coordinate's public name, where the input has names (the bundled data)
+    stderr_bound: float | None = None  # blanket-vector: an upper bound on the sd, beside the estimate
 
 
 @dataclass
@@ -192,9 +193,9 @@ class Discovery:
 class VectorEstimateReport(VectorReport):
     """``privagg estimate`` for vector sums: a simulated run over users' vectors or (coordinate, weight) rows."""
 
-    error: VectorError
     simulation: Simulation
     input: str
+    error: VectorError | None = None  # --evaluate only (the report is then not private)
     messages_written: str | None = None  # the folder of --write-messages
     discovery: Discovery | None = None  # sparse-vector-hashed --discover-phi: the heavy-hitter stage
 
@@ -206,7 +207,7 @@ class HeavyHitter:
     item: int | str
     estimate: float  # of the number of users holding it
     stderr: float
-    true_count: int | None = None  # simulations only (not private)
+    true_count: int | None = None  # --evaluate only (not private)
 
 
 @dataclass
@@ -231,9 +232,9 @@ class HeavyHitterReport(RunReport):
     theory: dict[str, float | str]  # the estimator and the detection probabilities
     privacy_profile: list[ProfilePoint]
     warnings: list[str]
-    evaluation: HeavyHitterEvaluation
     simulation: Simulation
     input: str
+    evaluation: HeavyHitterEvaluation | None = None  # --evaluate only (the report is then not private)
 
 
 @dataclass
@@ -307,12 +308,17 @@ class AccountReport:
     local_epsilon: float
     n_users: int
     delta: float
-    method: Literal["fmt", "wang", "closed-form"]
-    epsilon: float
+    method: Literal["best", "fmt", "wang", "blanket", "closed-form"]  # as asked
+    epsilon: float  # the least the methods asked for certify
+    by: str  # the method that certified it
+    epsilons: dict[str, float]  # what each method asked for certifies
     assumptions: list[str]
     reference: str
-    total_variation: float | None = None  # beta of the randomizer, when given (wang)
+    total_variation: float | None = None  # beta of the randomizer, when given (wang) or implied by --values
+    values: int | None = None  # k: the randomizer is k-ary randomized response
     closed_form_epsilon: float | None = None  # for comparison, where its condition holds
+    exact_epsilon: float | None = None  # binary randomized response (--values 2): its exact eps, for the gap
+    exact_note: str | None = None  # what the exact eps was computed over
     seconds: float = 0.0
 
 
@@ -386,10 +392,18 @@ def analysis_report(parameters, result, privacy: PrivacyDescription, engine: Eng
                   + parameters.warnings())
     if get(parameters.protocol).result == "vector sum":
         coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
-        return VectorAnalysisReport(
-            estimates=[CoordinateEstimate(int(i), float(e), float(se)) for i, e, se in
-                       zip(coordinates, result.total, result.standard_errors)], mean=result.mean().tolist(), **common)
+        return VectorAnalysisReport(estimates=coordinate_estimates(result, coordinates), mean=result.mean().tolist(),
+                                    **common)
     return AnalysisReport(estimates=reported_estimates(result, encoder, top), full_domain=full_domain, **common)
+
+
+def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[CoordinateEstimate]:
+    """A vector sum's coordinates with their standard errors (and bounds, where the protocol gives them); ``truth``
+    and ``names`` where known."""
+    bounds = result.standard_error_bounds
+    return [CoordinateEstimate(int(i), float(e), float(se), None if truth is None else float(truth[j]),
+                               None if names is None else names[i], None if bounds is None else float(bounds[j]))
+            for j, (i, e, se) in enumerate(zip(coordinates, result.total, result.standard_errors))]
 
 
 def with_received_caveat(privacy: PrivacyDescription, parameters, received: int) -> PrivacyDescription:

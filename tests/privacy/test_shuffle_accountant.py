@@ -11,13 +11,15 @@ from typer.testing import CliRunner
 
 from privagg.cli import app
 from privagg.errors import ParameterError
-from privagg.privacy.shuffle import fmt_delta, shuffle_epsilon
+from privagg.privacy.blanket import blanket_delta
+from privagg.privacy.shuffle import (binary_randomized_response_epsilon, fmt_delta, randomized_response_blanket,
+                                     shuffle_epsilon, shuffle_epsilons)
 
 
 def test_reference_values():
     """../shared/papers/shuffle-vector-aggregation.md §5: n = 10^5, eps0 = 4, delta = 1e-6 gives about 0.170
     numerically (FMT) and about 0.538 from the closed form."""
-    assert shuffle_epsilon(4, 10**5, 1e-6) == pytest.approx(0.170, rel=0.02)
+    assert shuffle_epsilon(4, 10**5, 1e-6, "fmt") == pytest.approx(0.170, rel=0.02)
     assert shuffle_epsilon(4, 10**5, 1e-6, "closed-form") == pytest.approx(0.538, rel=0.02)
 
 
@@ -65,12 +67,18 @@ def test_bad_input():
     for args, field in [((0, 100, 1e-6), "local-epsilon"), ((1, 1, 1e-6), "users"), ((1, 100, 1.0), "delta")]:
         with pytest.raises(ParameterError, match=f"{field} must be"):
             shuffle_epsilon(*args)
-    with pytest.raises(ParameterError, match="method must be one of fmt, wang, closed-form"):
+    with pytest.raises(ParameterError, match="method must be one of best, fmt, wang, blanket, closed-form"):
         shuffle_epsilon(1, 100, 1e-6, "pld")
     with pytest.raises(ParameterError, match="total-variation must be in"):
         shuffle_epsilon(1, 100, 1e-6, "wang", total_variation=0.9)
-    with pytest.raises(ParameterError, match="total-variation must be given with --method wang only"):
+    with pytest.raises(ParameterError, match="total-variation must be given with --method wang or best only"):
         shuffle_epsilon(1, 100, 1e-6, "fmt", total_variation=0.1)
+    with pytest.raises(ParameterError, match="values must be given with --method blanket"):
+        shuffle_epsilon(1, 100, 1e-6, "blanket")
+    with pytest.raises(ParameterError, match="total-variation must be left out with --values"):
+        shuffle_epsilon(1, 100, 1e-6, total_variation=0.1, values=3)
+    with pytest.raises(ParameterError, match="values must be an integer"):
+        shuffle_epsilon(1, 100, 1e-6, values=1)
 
 
 def test_account_cli():
@@ -78,12 +86,22 @@ def test_account_cli():
     result = runner.invoke(app, ["account", "shuffle", "--local-epsilon", "4", "--users", "100000", "--delta", "1e-6",
                                  "--json"])
     assert result.exit_code == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["epsilon"] == pytest.approx(0.170, rel=0.02)
-    assert report["closed_form_epsilon"] == pytest.approx(0.538, rel=0.02) and report["method"] == "fmt"
+    report = json.loads(result.stdout)  # the default: the least proven bound, here Wang et al.'s
+    assert report["method"] == "best" and report["by"] == "wang" and report["epsilon"] == pytest.approx(0.1182, abs=5e-4)
+    assert report["epsilons"]["fmt"] == pytest.approx(0.170, rel=0.02)
+    assert report["closed_form_epsilon"] == pytest.approx(0.538, rel=0.02)
     result = runner.invoke(app, ["account", "shuffle", "--local-epsilon", "4", "--users", "100000", "--delta", "1e-6",
                                  "--method", "wang", "--total-variation", "0.9", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["epsilon"] < report["epsilon"]
+    result = runner.invoke(app, ["account", "shuffle", "--local-epsilon", "4", "--users", "100000", "--delta", "1e-6",
+                                 "--values", "100", "--json"])  # 100-ary randomized response: the blanket accountant
+    report = json.loads(result.stdout)
+    assert report["by"] == "blanket" and report["epsilon"] == pytest.approx(0.0684, abs=5e-4)
+    assert report["epsilons"]["wang"] == pytest.approx(0.1182, abs=5e-4)
+    result = runner.invoke(app, ["account", "shuffle", "--local-epsilon", "4", "--users", "100000", "--delta", "1e-6",
+                                 "--values", "2"])  # binary randomized response: the gap to its exact eps
+    assert result.exit_code == 0 and "exact eps of shuffled binary randomized response: 0.08472" in result.stdout
+    assert "the bound is 39.5% above it" in result.stdout
     result = runner.invoke(app, ["account", "shuffle", "--local-epsilon", "8", "--users", "1000", "--delta", "1e-6",
                                  "--method", "closed-form"])
     assert result.exit_code == 2 and result.stderr.startswith("error: local-epsilon must be at most")
@@ -120,6 +138,8 @@ def test_variation_ratio_bounds_shuffled_randomized_response_exactly(eps0, n, k)
         exact = max(np.maximum(p - math.exp(eps) * q, 0).sum(), np.maximum(q - math.exp(eps) * p, 0).sum())
         assert exact <= variation_ratio_delta(eps, eps0, n, beta) + 1e-12
         assert exact <= variation_ratio_delta(eps, eps0, n) + 1e-12  # the default beta holds for any randomizer
+        gamma = randomized_response_blanket(eps0, k)  # the blanket accountant, k-RR as R^PH
+        assert exact <= blanket_delta(eps, gamma, n, k) + 1e-12
 
 
 def test_variation_ratio_is_never_worse_than_fmt_at_the_largest_beta():
@@ -142,3 +162,41 @@ def test_binomial_pmf_matches_scipy_stats(n, p):
     assert np.max(np.abs(ours - theirs)) < 1e-14
     meaningful = theirs > 1e-290
     assert np.max(np.abs(ours[meaningful] / theirs[meaningful] - 1)) < 1e-10
+
+
+@pytest.mark.parametrize("eps0,n,k", [(1.0, 10**4, 2), (4.0, 10**5, 3), (4.0, 10**5, 100), (2.0, 10**3, 10)])
+def test_the_default_is_the_least_proven_bound(eps0, n, k):
+    """account shuffle's default takes every numerical bound that applies and reports the least: for k-ary RR
+    the blanket accountant joins FMT and Wang et al., and at k = 100 it needs 60% less eps."""
+    every = shuffle_epsilons(eps0, n, 1e-6, values=k)
+    assert set(every) == {"fmt", "wang", "blanket"}
+    assert shuffle_epsilon(eps0, n, 1e-6, values=k) == min(every.values()) <= every["fmt"]
+    assert shuffle_epsilon(eps0, n, 1e-6) == min(shuffle_epsilons(eps0, n, 1e-6).values())
+
+
+def brute_binary_rr_epsilon(eps0, n, delta):
+    """Shuffled binary RR over every dataset: the other users hold j ones, j = 0..n-1 (written here)."""
+    p = math.exp(eps0) / (1 + math.exp(eps0))
+    laws = []
+    for j in range(n):
+        others = np.convolve(binom.pmf(np.arange(j + 1), j, p), binom.pmf(np.arange(n - j), n - 1 - j, 1 - p))
+        laws.append((np.convolve(others, [1 - p, p]), np.convolve(others, [p, 1 - p])))
+
+    def worst(eps):
+        e = math.exp(eps)
+        return max(max(np.maximum(a - e * b, 0).sum(), np.maximum(b - e * a, 0).sum()) for a, b in laws)
+
+    lo, hi = 0.0, eps0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if worst(mid) <= delta else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("eps0,n", [(1.0, 60), (3.0, 300), (2.0, 500)])
+def test_binary_randomized_response_exact_epsilon(eps0, n):
+    """The exact eps of shuffled binary RR: over every dataset (n - 1 < 400), as the brute force here; at
+    n = 500 over the 400 most extreme splits, which on these instances hold the worst; and below every bound."""
+    exact = binary_randomized_response_epsilon(eps0, n, 1e-3)
+    assert exact == pytest.approx(brute_binary_rr_epsilon(eps0, n, 1e-3), abs=1e-9)
+    assert exact <= min(shuffle_epsilons(eps0, n, 1e-3, values=2).values())

@@ -15,8 +15,8 @@ from privagg.core.primes import is_prime
 from privagg.errors import ParameterError
 from privagg.privacy import balls_into_bins as calibration_bib
 from privagg.protocols import registry
-from privagg.protocols.heavy_hitters import (CODE_PRIME, HeavyHitterAnalyzer, HeavyHitterClient,
-                                             HeavyHitterParameters, calibrate_fe_hh)
+from privagg.protocols.heavy_hitters import (CODE_PRIME, TAIL_SHARES, HeavyHitterAnalyzer, HeavyHitterClient,
+                                             HeavyHitterParameters, _level_users, calibrate_fe_hh, level_tail)
 from privagg.simulate.heavy_hitters import estimate_heavy_hitters
 
 N = 400_000
@@ -56,10 +56,10 @@ def test_parameters_round_trip_and_refuse_tampering():
     params = calibrate_fe_hh(1.0, 1e-10, N, 2**48, 0.02)
     data = json.loads(json.dumps(params.to_dict()))
     assert registry.load_parameters(data) == params
-    fewer = params.level_users - 1  # consistent rho, so that verify's exact tail is what refuses it
-    with pytest.raises(ParameterError) as err:
-        registry.load_parameters({**data, "level_users": fewer, "rho": params.mu * params.bins / fewer})
-    assert err.value.field == "level_users"
+    more = round(params.level_users * 1.02)  # consistent rho: the exact tail, past delta, is what refuses it
+    with pytest.raises(ParameterError, match="buys delta") as err:
+        registry.load_parameters({**data, "level_users": more, "rho": params.mu * params.bins / more})
+    assert err.value.field == "mu"
     for field, value in (("bins", params.bins + 1), ("level_users", 10**9),
                          ("first_level", params.first_level - 1), ("code_key", 3), ("filter_probability", 0.5),
                          ("rho", params.rho * 2)):
@@ -90,7 +90,13 @@ def test_level_accounting_is_the_exact_binomial_tail():
     m, k = params.level_users, params.levels
     tail = binom.cdf(m - 2, N - 1, 1 / k)  # 1 + Bin(n - 1, 1/K) < m
     assert params.level_tail == pytest.approx(tail, rel=1e-9) and tail <= params.delta / 2
-    assert binom.cdf(m - 1, N - 1, 1 / k) > params.delta / 2  # m is the largest such
+    # m is the largest whose tail is within one of the shares of delta tried, the one with the least rho: at
+    # delta / 2 for the tail (the rule before), the noise needs more messages
+    assert any(tail <= share * params.delta < binom.cdf(m - 1, N - 1, 1 / k) for share in TAIL_SHARES)
+    users = _level_users(N, k, params.delta / 2)
+    mu = calibration_bib.calibrate(1.0, params.delta - level_tail(N, k, users), users, params.bins, "hockey_stick",
+                                   params.overlap)
+    assert params.rho < mu * params.bins / users
     assert params.delta_at(1.0) <= params.delta * (1 + 1e-9)
     # what the accounting rests on: FE1's delta falls with more users, and grows with the overlap (so the level
     # with the largest p_col is the least private)

@@ -10,12 +10,14 @@ Each user reports his value with probability 1 - gamma and a value uniform over 
     theorem), and max(80 B ln(2/delta) / ((n - 1) eps^2), 36 B / (11 (n - 1) eps)) for 1 <= eps < 6 (the
     vector paper's extension; its proof was not retrieved). Refused where gamma would exceed 1 or eps >= 6.
 ``tight``
-    The least gamma whose reports are certified by the shuffle accountant (:mod:`privagg.privacy.shuffle`):
-    R^PH is an eps0-LDP randomizer with e^eps0 = 1 + B (1 - gamma) / gamma and total variation 1 - gamma, so
-    delta(eps) is at most the smaller of FMT's numerical bound and Wang et al.'s variation-ratio bound for the
-    n (honest) reports; delta falls as gamma grows, so a root finder gives the least gamma (Brent's method on
-    ln delta over ln gamma, about 12 evaluations, then nudged up until the bound holds: the gamma returned is
-    always one the accountant certifies).
+    The least gamma whose reports the blanket accountant certifies (:func:`blanket_delta`, docs/privacy.md,
+    "The blanket accountant"): given which other users sent noise (m ~ Bin(n - 1, gamma) of them), every other
+    report is known, and the changed user's report hides among m uniform ones; the divergence D_m of that is
+    computed exactly, and mixed over m with monotone buckets (D_m falls as m grows). Valid for every dataset
+    and every B, and never looser than FMT's or Wang et al.'s bounds for R^PH (an eps0-LDP randomizer with
+    e^eps0 = 1 + B (1 - gamma) / gamma and total variation 1 - gamma), of which it takes the least anyway.
+    delta falls as gamma grows, so a root finder gives the least gamma (Brent's method on ln delta over ln
+    gamma, then nudged up until the bound holds: the gamma returned is always one the accountant certifies).
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
+from ..core.bisection import least_meeting
 from ..errors import ParameterError, check_delta, check_epsilon
-from .shuffle import fmt_delta, variation_ratio_delta
+from .shuffle import binomial_pmf, fmt_delta, variation_ratio_delta
 
 METHODS = ("tight", "paper")
 PAPER_EPSILON_MAX = 6.0
@@ -55,27 +60,127 @@ def paper_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
     return gamma
 
 
-def delta_at(epsilon: float, gamma: float, n_users: int, domain_size: int) -> float:
-    """An upper bound on delta(eps) of n shuffled R^PH reports: the smaller of FMT's and Wang et al.'s bounds."""
+_BUCKET_GAP = 0.002  # split the blanket-size buckets until their upper and lower sums differ by at most this share
+
+
+_OUTSIDE = 1e-30  # the binomial windows leave out at most this mass, counted in full
+
+
+def _window(mean: float, sd: float) -> float:
+    """Half-width of a binomial window whose outside mass is below 1e-30 (Bernstein's tail, 2 e^(-t^2 / (2 (sd^2 +
+    t/3))), at t = (2 L / 3 + sqrt(4 L^2 / 9 + 8 L sd^2)) / 2 with L = ln(2 / 1e-30)): what lies outside is
+    counted in full, so the window only decides how tight the bound is, never whether it holds."""
+    log_term = math.log(2 / _OUTSIDE)
+    return (2 * log_term / 3 + math.sqrt(4 * log_term**2 / 9 + 8 * log_term * sd * sd)) / 2 + 1
+
+
+def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_size: int) -> np.ndarray:
+    """D_m for each m in ``blanket``: the exact divergence of the changed user's report hidden among m uniform
+    reports.
+
+    Given which other users sent blanket noise (m of them), the rest is known and subtracted; the changed user
+    sends x with probability 1 - gamma and a uniform value otherwise, so P_m(h) = Mult_{m+1}(h) [(1 - gamma) B
+    h_x / (m + 1) + gamma] over histograms h of the m + 1 messages (Mult_{m+1}: m + 1 uniform messages), and Q_m
+    the same with h_x'. Under Mult_{m+1}, T = h_x + h_x' ~ Bin(m + 1, 2/B) and h_x ~ Bin(T, 1/2) given T; the
+    integrand c (a - e^eps (T - a)) + gamma (1 - e^eps), c = (1 - gamma) B / (m + 1), is linear in a = h_x, so
+    each T costs two binomial tails (docs/privacy.md, "The blanket accountant"). T outside its window counts
+    with its whole P-mass (:func:`_outside_mass`)."""
+    from scipy.special import bdtrc
+
+    e, B = math.exp(epsilon), domain_size
+    size = (np.asarray(blanket, dtype=np.int64) + 1)[:, None]  # one row per m
+    if B == 2:
+        t = size
+    else:
+        p = 2 / B
+        half = _window(float(size.max()) * p, math.sqrt(float(size.max()) * p * (1 - p)))
+        low = np.maximum(0, np.floor(size * p - half)).astype(np.int64)
+        t = np.minimum(low + np.arange(2 * math.ceil(half) + 1), size)  # rows padded with repeats of m + 1
+        t = np.where(np.diff(t, axis=1, prepend=-1) > 0, t, -1)  # ... which are marked -1 and weigh nothing
+    c = (1 - gamma) * B / size
+    slope, offset = c * (1 + e), c * e * t + gamma * (e - 1)  # the integrand is slope a - offset
+    first = np.floor(offset / slope).astype(np.int64) + 1  # the least a where it is positive
+    valid = t >= 0
+    tt = np.where(valid, t, 0)
+    above = bdtrc(np.minimum(first - 1, tt), tt, 0.5)  # Pr[Bin(T, 1/2) >= first]
+    above_less_one = np.where(tt >= 1, bdtrc(np.minimum(first - 2, tt - 1), np.maximum(tt - 1, 0), 0.5), 0.0)
+    inside = np.maximum(slope * tt / 2 * above_less_one - offset * above, 0.0)  # E[(slope a - offset)_+ | T]
+    weights = np.where(valid, 1.0 if B == 2 else binomial_pmf(tt, size, 2 / B), 0.0)
+    outside = 0.0 if B == 2 else _outside_mass(np.where(valid, t, size).min(axis=1), t.max(axis=1), size[:, 0],
+                                                gamma, B)
+    return np.minimum(1.0, (weights * inside).sum(axis=1) + outside)
+
+
+def _outside_mass(low: np.ndarray, high: np.ndarray, size: np.ndarray, gamma: float, domain_size: int) -> np.ndarray:
+    """The P-mass of T outside its window [low, high], from binomial tails (accurate where 1 - sum is not):
+    P(T) = Bin(m + 1, p)(T) (c T / 2 + gamma), and Bin(m + 1, p)(T) c T / 2 = (1 - gamma) Bin(m, p)(T - 1), so
+    the mass is gamma Pr[Bin(m + 1, p) outside] + (1 - gamma) Pr[1 + Bin(m, p) outside], p = 2 / B."""
+    from scipy.special import bdtr, bdtrc
+
+    p = 2 / domain_size
+
+    def tails(trials: np.ndarray, shift: int) -> np.ndarray:  # Pr[shift + Bin(trials, p) < low or > high]
+        below = np.where(low - shift >= 1, bdtr(np.maximum(low - shift - 1, 0), trials, p), 0.0)
+        above = np.where(high - shift < trials, bdtrc(np.minimum(high - shift, trials), trials, p), 0.0)
+        return below + above
+
+    return gamma * tails(size, 0) + (1 - gamma) * tails(size - 1, 1)
+
+
+def blanket_delta(epsilon: float, gamma: float, n_users: int, domain_size: int, resolution: float = 1e-20) -> float:
+    """An upper bound on delta(eps) of n shuffled R^PH reports that conditions on the blanket exactly: the
+    mixture over m ~ Bin(n - 1, gamma), the number of other users who sent noise, of the within-blanket
+    divergence D_m (:func:`_within_blanket`). Valid for every dataset and every B: the view is a
+    post-processing of (who sent noise, the m + 1 blanket and changed messages). D_m falls as m grows (one more
+    uniform message is post-processing), so buckets of m, each at its least m, bound the mixture from above;
+    the buckets whose upper and lower sums (each at its largest m) differ most are split until the two sums
+    are within 0.2%, or ``resolution`` (the upper sum is a bound at every step; splitting only tightens it, and
+    a finer ``resolution`` only splits further: the calibration's coarser one is checked by the default's).
+    The binomial mass below the window counts as D = 1, above it as its top's D."""
+    from scipy.special import bdtr, bdtrc
+
+    if gamma >= 1:
+        return 0.0
+    trials = n_users - 1
+    mean, sd = trials * gamma, math.sqrt(trials * gamma * (1 - gamma))
+    half = _window(mean, sd)
+    lo, hi = max(0, math.floor(mean - half)), min(trials, math.ceil(mean + half))
+    cumulative = np.concatenate([[0.0], np.cumsum(binomial_pmf(np.arange(lo, hi + 1), trials, gamma))])
+    edges = np.unique(np.linspace(lo, hi + 1, 65).round().astype(np.int64))  # buckets [edge_i, edge_i+1)
+    at = dict(zip(edges.tolist(), _within_blanket(epsilon, gamma, np.minimum(edges, hi), domain_size).tolist()))
+    while True:
+        mass = cumulative[edges[1:] - lo] - cumulative[edges[:-1] - lo]
+        value = np.array([at[e] for e in edges.tolist()])
+        wide = np.diff(edges) > 1  # a bucket of one m is exact
+        upper, gaps = float(np.dot(mass, value[:-1])), np.where(wide, mass * (value[:-1] - value[1:]), 0.0)
+        if gaps.sum() <= max(_BUCKET_GAP * upper, resolution) or gaps.max() <= 0:
+            break
+        # the buckets above half their share of the 0.2% (or half the largest, if none is): a rule that does not
+        # depend on ``resolution``, so a finer resolution only goes on splitting, to a bound at most as large
+        share = _BUCKET_GAP * upper / gaps.size
+        split = wide & (gaps >= min(share, gaps.max()) / 2)
+        middles = (edges[:-1][split] + edges[1:][split]) // 2
+        at.update(zip(middles.tolist(), _within_blanket(epsilon, gamma, middles, domain_size).tolist()))
+        edges = np.union1d(edges, middles)
+    below = float(bdtr(lo - 1, trials, gamma)) if lo >= 1 else 0.0  # fewer blanket users than the window: D <= 1
+    above = float(bdtrc(hi, trials, gamma)) if hi < trials else 0.0  # more: D <= its value at hi
+    return min(1.0, upper + below + above * at[int(edges[-1])])
+
+
+def delta_at(epsilon: float, gamma: float, n_users: int, domain_size: int, resolution: float = 1e-20) -> float:
+    """An upper bound on delta(eps) of n shuffled R^PH reports: the least of the blanket accountant's
+    (:func:`blanket_delta`, to ``resolution``), FMT's and Wang et al.'s bounds, each valid on its own."""
     if gamma >= 1:
         return 0.0
     eps0 = local_epsilon(gamma, domain_size)
-    return min(fmt_delta(epsilon, eps0, n_users), variation_ratio_delta(epsilon, eps0, n_users, 1 - gamma))
+    return min(blanket_delta(epsilon, gamma, n_users, domain_size, resolution), fmt_delta(epsilon, eps0, n_users),
+               variation_ratio_delta(epsilon, eps0, n_users, 1 - gamma))
 
 
 def _least_gamma(delta_of: Callable[[float], float], delta: float) -> float:
     """The least gamma in [_GAMMA_MIN, _GAMMA_MAX] with delta_of(gamma) <= delta, to a relative 1e-12, for a
     delta_of that falls as gamma grows and meets delta at _GAMMA_MAX (checked by the callers)."""
-    from scipy.optimize import brentq
-
-    if delta_of(_GAMMA_MIN) <= delta:
-        return _GAMMA_MIN
-    gap = lambda x: math.log(max(delta_of(math.exp(x)), 1e-300)) - math.log(delta)  # noqa: E731
-    gamma = math.exp(brentq(gap, math.log(_GAMMA_MIN), math.log(_GAMMA_MAX), xtol=1e-13))
-    step = 1e-13
-    while delta_of(gamma) > delta:  # Brent may stop on either side of the root: take the side that holds
-        gamma, step = min(gamma * (1 + step), _GAMMA_MAX), 2 * step
-    return gamma
+    return least_meeting(delta_of, delta, _GAMMA_MIN, _GAMMA_MAX, log_scale=True)
 
 
 def tight_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) -> float:
@@ -84,7 +189,7 @@ def tight_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
     if delta_at(epsilon, _GAMMA_MAX, n_users, domain_size) > delta:
         raise ParameterError("users", f"enough for a blanket to hide one report at ({epsilon:g}, {delta:g}) (not "
                              "even gamma = 1 - 1e-12 does here)", n_users)
-    return _least_gamma(lambda g: delta_at(epsilon, g, n_users, domain_size), delta)
+    return _least_gamma(lambda g: delta_at(epsilon, g, n_users, domain_size, delta * 1e-4), delta)
 
 
 # --- vectors: R_{d,k,n,t} (reference Algorithm 2) ------------------------------------------------------------
@@ -117,13 +222,15 @@ def vector_local_epsilon(gamma: float, levels: int, coordinates: int) -> float:
     return coordinates * local_epsilon(gamma, levels + 1)
 
 
-def vector_delta_at(epsilon: float, gamma: float, n_users: int, levels: int, coordinates: int) -> float:
-    """The accountant's delta(eps) for n users' reports: for t = 1 as the histogram over k + 1 values (total
-    variation at most 1 - gamma), for t > 1 by FMT's bound at the composed eps0."""
+def vector_delta_at(epsilon: float, gamma: float, n_users: int, levels: int, coordinates: int,
+                    resolution: float = 1e-20) -> float:
+    """The accountant's delta(eps) for n users' reports: for t = 1 as the histogram over k + 1 values (the
+    coordinate is uniform and independent of the vector; docs/derivations.md, "Vector sums"), for t > 1 by FMT's
+    bound at the composed eps0."""
     if gamma >= 1:
         return 0.0
     if coordinates == 1:
-        return delta_at(epsilon, gamma, n_users, levels + 1)
+        return delta_at(epsilon, gamma, n_users, levels + 1, resolution)
     return fmt_delta(epsilon, vector_local_epsilon(gamma, levels, coordinates), n_users)
 
 
@@ -133,4 +240,4 @@ def tight_vector_gamma(epsilon: float, delta: float, n_users: int, levels: int, 
     if vector_delta_at(epsilon, _GAMMA_MAX, n_users, levels, coordinates) > delta:
         raise ParameterError("users", f"enough for a blanket to hide one user's {coordinates} reports at "
                              f"({epsilon:g}, {delta:g})", n_users)
-    return _least_gamma(lambda g: vector_delta_at(epsilon, g, n_users, levels, coordinates), delta)
+    return _least_gamma(lambda g: vector_delta_at(epsilon, g, n_users, levels, coordinates, delta * 1e-4), delta)

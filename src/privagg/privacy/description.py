@@ -54,8 +54,19 @@ class PrivacyDescription:
 
     def as_simulation(self, randomness: str, reason: str) -> "PrivacyDescription":
         """The same mechanism in a simulation whose randomness is not fit for privacy (``reason``)."""
-        return replace(self, private=False, randomness=randomness, not_private_reason=(
+        return replace(self, private=False, randomness=randomness, not_private_reason=self._with_reason(
             f"{reason}; the (epsilon, delta) hold only for a run with secure randomness"))
+
+    def as_evaluation(self, what: str) -> "PrivacyDescription":
+        """The same release beside what the report adds from the raw data (``what``): an evaluation of the
+        protocol, not a private report, whatever its randomness."""
+        return replace(self, private=False, not_private_reason=self._with_reason(
+            f"evaluated: the report holds {what}, computed from the raw data, which are not part of the "
+            "protocol's release and carry no privacy guarantee (leave out --evaluate for a report to publish)"))
+
+    def _with_reason(self, reason: str) -> str:
+        """``reason`` after any reason already given (a seeded run that is also evaluated has both)."""
+        return reason if self.not_private_reason is None else f"{self.not_private_reason}; and {reason}"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,7 +78,8 @@ class PrivacyDescription:
         if self.caveats:
             claim += f", {len(self.caveats)} caveat{'s' if len(self.caveats) > 1 else ''}"
         if not self.private:
-            return f"NOT PRIVATE ({(self.not_private_reason or '').split(':')[0]}); would be {claim[9:]}"
+            heads = ", ".join(part.split(":")[0] for part in (self.not_private_reason or "").split("; and "))
+            return f"NOT PRIVATE ({heads}); would be {claim[9:]}"
         return claim + f"; {self.method} calibration"
 
     def render(self) -> str:

@@ -49,13 +49,12 @@ import math
 
 import numpy as np
 
-from ..core.bisection import bisect
+from ..core.bisection import least_meeting
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from .description import REPLACE_ONE
 
-METHODS = ("fmt", "wang", "closed-form")
+METHODS = ("best", "fmt", "wang", "blanket", "closed-form")
 _WINDOW_SD = 40  # Bin(n - 1, e^-eps0) is kept within its mean +- 40 sd (+ 50); the rest is counted as delta
-_BISECTION_STEPS = 50
 
 
 def closed_form_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:
@@ -98,17 +97,18 @@ def _deviance(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return np.where(near, total, direct)
 
 
-def binomial_pmf(c: np.ndarray, trials: int, p: float) -> np.ndarray:
-    """Pr[Bin(trials, p) = c], 0 < p < 1, by Loader's saddle-point form (as R's dbinom and boost's are accurate
-    to about 1e-15 relative): exp(-stirling errors - deviances) sqrt(n / (2 pi c (n - c))). Written out
-    because scipy.stats, which has it, takes most of a second to import, and every blanket command calibrates
-    with this (tests/privacy compare it with scipy.stats.binom.pmf)."""
+def binomial_pmf(c: np.ndarray, trials, p: float) -> np.ndarray:
+    """Pr[Bin(trials, p) = c], 0 < p < 1 (``trials`` a number or an array broadcast against ``c``), by Loader's
+    saddle-point form (as R's dbinom and boost's are accurate to about 1e-15 relative): exp(-stirling errors -
+    deviances) sqrt(n / (2 pi c (n - c))). Written out because scipy.stats, which has it, takes most of a
+    second to import, and every blanket command calibrates with this (tests/privacy compare it with
+    scipy.stats.binom.pmf)."""
     c = np.asarray(c, dtype=np.float64)
-    n, q = float(trials), 1.0 - p
+    n, q = np.asarray(trials, dtype=np.float64), 1.0 - p
     inner = (c > 0) & (c < n)
     ci = np.where(inner, c, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):  # at c = 0 or n (n = 1): replaced below
-        log_pmf = (_stirling_error(np.array(n)) - _stirling_error(ci) - _stirling_error(n - ci)
+        log_pmf = (_stirling_error(n) - _stirling_error(ci) - _stirling_error(n - ci)
                    - _deviance(ci, n * p) - _deviance(n - ci, n * q)
                    + 0.5 * np.log(n / (2 * math.pi * ci * (n - ci))))
     ends = np.where(c == 0, n * math.log1p(-p), n * math.log(p))
@@ -134,7 +134,8 @@ def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) 
     outside = max(0.0, 1.0 - float(weights.sum()))
     ratio = k1 / -k2
     m = np.floor((c + 1) / (1 + ratio)) + 1  # the least a with a > (C + 1) / (1 + r)
-    divergence = k1 * bdtrc(m - 2, c, 0.5) + k2 * bdtrc(m - 1, c, 0.5)  # Pr[Bin(c, 1/2) > j]
+    # Pr[Bin(c, 1/2) > j], j clipped to c (where m - 1 > c the tail is 0, and scipy's bdtrc would give NaN)
+    divergence = k1 * bdtrc(np.minimum(m - 2, c), c, 0.5) + k2 * bdtrc(np.minimum(m - 1, c), c, 0.5)
     return float(np.dot(weights, np.clip(divergence, 0.0, 1.0))) + outside
 
 
@@ -158,32 +159,109 @@ def variation_ratio_delta(epsilon: float, local_epsilon: float, n_users: int, to
 
 
 def _least_epsilon(bound, local_epsilon: float, delta: float) -> float:
-    """The least eps in [0, eps0] (bisection, to about 1e-15 eps0) with bound(eps) <= delta."""
-    if bound(0.0) <= delta:
-        return 0.0
-    return bisect(lambda eps: bound(eps) <= delta, 0.0, local_epsilon, _BISECTION_STEPS)[1]
+    """The least eps in [0, eps0] (to a relative 1e-12) with bound(eps) <= delta (shuffling never hurts: every
+    bound meets any delta at eps0)."""
+    return least_meeting(bound, delta, 0.0, local_epsilon)
 
 
-def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: str = "fmt",
-                    total_variation: float | None = None) -> float:
-    """eps such that shuffling n eps0-LDP reports is (eps, delta)-DP, by ``method`` (one of METHODS);
-    ``total_variation`` (beta of the randomizer, where known) serves ``wang``."""
+def randomized_response_total_variation(local_epsilon: float, values: int) -> float:
+    """beta of k-ary randomized response: (e^eps0 - 1) / (e^eps0 + k - 1)."""
+    return math.expm1(local_epsilon) / (math.exp(local_epsilon) + values - 1)
+
+
+def randomized_response_blanket(local_epsilon: float, values: int) -> float:
+    """gamma of k-ary randomized response as a blanket: keeping the value with e^eps0 / (e^eps0 + k - 1) is
+    sending it with 1 - gamma and a uniform value with gamma = k / (e^eps0 + k - 1)."""
+    return values / (math.exp(local_epsilon) + values - 1)
+
+
+def shuffle_epsilons(local_epsilon: float, n_users: int, delta: float, method: str = "best",
+                     total_variation: float | None = None, values: int | None = None) -> dict[str, float]:
+    """eps such that shuffling n eps0-LDP reports is (eps, delta)-DP, by each method asked for: ``method`` one
+    of METHODS, ``best`` every proven numerical one that applies (fmt, wang, and blanket for k-ary randomized
+    response), of which the least is the answer (each certifies its own eps).
+
+    ``total_variation``: beta of the randomizer, where known (wang). ``values`` k: the randomizer is k-ary
+    randomized response, which sets beta = (e^eps0 - 1)/(e^eps0 + k - 1) and allows the blanket accountant
+    (:func:`privagg.privacy.blanket.blanket_delta`, gamma = k / (e^eps0 + k - 1))."""
     local_epsilon = check_epsilon(local_epsilon, "local-epsilon")
     n_users = check_integer("users", n_users, 2, 2**53)
     delta = check_delta(delta)
     if method not in METHODS:
         raise ParameterError("method", f"one of {', '.join(METHODS)}", method)
     most = math.tanh(local_epsilon / 2)  # (e^eps0 - 1)/(e^eps0 + 1): no eps0-LDP randomizer varies more
+    if total_variation is not None and values is not None:
+        raise ParameterError("total-variation", "left out with --values (k-ary randomized response sets it)",
+                             total_variation)
     if total_variation is not None and not 0 < total_variation <= most:
         raise ParameterError("total-variation", f"in (0, (e^eps0 - 1)/(e^eps0 + 1) = {most:.6g}]", total_variation)
-    if total_variation is not None and method != "wang":
-        raise ParameterError("total-variation", "given with --method wang only", total_variation)
+    if total_variation is not None and method not in ("wang", "best"):
+        raise ParameterError("total-variation", "given with --method wang or best only", total_variation)
+    if values is not None:
+        values = check_integer("values", values, 2, 2**53)
+        total_variation = randomized_response_total_variation(local_epsilon, values)
+    if method == "blanket" and values is None:
+        raise ParameterError("values", "given with --method blanket (k: the randomizer is k-ary randomized "
+                             "response)", None)
     if method == "closed-form":
-        return closed_form_epsilon(local_epsilon, n_users, delta)
-    if method == "wang":
-        return _least_epsilon(lambda e: variation_ratio_delta(e, local_epsilon, n_users, total_variation),
-                              local_epsilon, delta)
-    return _least_epsilon(lambda e: fmt_delta(e, local_epsilon, n_users), local_epsilon, delta)
+        return {method: closed_form_epsilon(local_epsilon, n_users, delta)}
+    # Wang et al.'s bound holds at the randomizer's own beta and at the default (any eps0-LDP randomizer), and is
+    # not monotone in beta (for k-ary RR the default can be the smaller): the least of the two
+    bounds = {"fmt": lambda e: fmt_delta(e, local_epsilon, n_users),
+              "wang": lambda e: min(variation_ratio_delta(e, local_epsilon, n_users),
+                                    variation_ratio_delta(e, local_epsilon, n_users, total_variation))}
+    if values is not None:
+        from .blanket import blanket_delta
+
+        gamma = randomized_response_blanket(local_epsilon, values)
+        bounds["blanket"] = lambda e: blanket_delta(e, gamma, n_users, values, delta * 1e-4)
+    chosen = bounds if method == "best" else {method: bounds[method]}
+    return {name: _least_epsilon(bound, local_epsilon, delta) for name, bound in chosen.items()}
+
+
+def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: str = "best",
+                    total_variation: float | None = None, values: int | None = None) -> float:
+    """The least eps of :func:`shuffle_epsilons`: shuffling n eps0-LDP reports is (eps, delta)-DP."""
+    return min(shuffle_epsilons(local_epsilon, n_users, delta, method, total_variation, values).values())
+
+
+def binary_randomized_response_epsilon(local_epsilon: float, n_users: int, delta: float, splits: int = 200) -> float:
+    """The exact eps at ``delta`` of n shuffled binary randomized response reports (the released count of ones):
+    the largest over the datasets where the other n - 1 users hold j ones, j within ``splits`` of either end
+    (every dataset when n - 1 < 2 ``splits``, so exact over all of them; on every instance searched in full the
+    worst lay near an end: docs/privacy.md). The count is Bern(p or 1 - p) + Bin(j, p) + Bin(n - 1 - j, 1 - p),
+    each binomial kept within 20 sd + 30 of its mean (the mass left out is below 1e-80)."""
+    p = math.exp(local_epsilon) / (1 + math.exp(local_epsilon))
+    others = n_users - 1
+    ends = range(min(splits, others + 1))
+    laws = [_windowed_sum(j, p, others - j, 1 - p) for j in sorted({*ends, *(others - j for j in ends)})]
+    width = max(law.size for law in laws) + 1
+    first, second = np.zeros((len(laws), width)), np.zeros((len(laws), width))
+    for row, law in enumerate(laws):  # the changed user holds 1 (first) or 0 (second); others are aligned alike
+        first[row, :law.size] += (1 - p) * law
+        first[row, 1:law.size + 1] += p * law
+        second[row, :law.size] += p * law
+        second[row, 1:law.size + 1] += (1 - p) * law
+
+    def exact(epsilon: float) -> float:
+        e = math.exp(epsilon)
+        return float(max(np.maximum(first - e * second, 0).sum(axis=1).max(),
+                         np.maximum(second - e * first, 0).sum(axis=1).max()))
+
+    return _least_epsilon(exact, local_epsilon, delta)
+
+
+def _windowed_sum(n1: int, p1: float, n2: int, p2: float) -> np.ndarray:
+    """The law of Bin(n1, p1) + Bin(n2, p2), each kept within 20 sd + 30 of its mean, from the window's start
+    (the start is the same for both of the changed user's values, so the laws stay aligned)."""
+    def window(trials: int, p: float) -> np.ndarray:
+        if trials == 0:
+            return np.ones(1)
+        sd = math.sqrt(trials * p * (1 - p))
+        lo = max(0, math.floor(trials * p - 20 * sd - 30))
+        return binomial_pmf(np.arange(lo, min(trials, math.ceil(trials * p + 20 * sd + 30)) + 1), trials, p)
+
+    return np.convolve(window(n1, p1), window(n2, p2))
 
 
 REFERENCE = ("Feldman, McMillan, Talwar, Hiding among the clones (FOCS 2021); Wang et al., Privacy amplification "

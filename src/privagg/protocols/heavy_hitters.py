@@ -76,21 +76,28 @@ def _first_level(n_users: int, phi: float, width: int, step: int) -> int:
     return min(s, width - step)
 
 
-def _level_users(n_users: int, levels: int, delta: float) -> tuple[int, float]:
-    """(m, tail): the most users m a level's noise may be calibrated for with Pr[the changed user's level holds
-    fewer than m users] = tail <= delta / 2; the others of n - 1 users join it with probability 1 / levels."""
-    if levels == 1:
-        return n_users, 0.0
+def level_tail(n_users: int, levels: int, users: int) -> float:
+    """Pr[the changed user's level holds fewer than ``users`` users]: 1 + Bin(n - 1, 1 / levels) < m."""
+    if levels == 1 or users < 2:
+        return 0.0
     from scipy.special import bdtr
 
-    def tail(m: int) -> float:  # Pr[1 + Bin(n - 1, 1/levels) < m]
-        return float(bdtr(m - 2, n_users - 1, 1.0 / levels)) if m >= 2 else 0.0
+    return float(bdtr(users - 2, n_users - 1, 1.0 / levels))
 
-    low, high = 1, n_users  # tail(1) = 0 <= delta / 2; find the largest m with tail(m) <= delta / 2
+
+def _level_users(n_users: int, levels: int, budget: float) -> int:
+    """The most users m a level's noise may be calibrated for with the tail (:func:`level_tail`) at most
+    ``budget``."""
+    if levels == 1:
+        return n_users
+    low, high = 1, n_users  # tail(1) = 0; find the largest m with tail(m) <= budget
     while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if tail(mid) <= delta / 2 else (low, mid - 1)
-    return low, tail(low)
+        low, high = (mid, high) if level_tail(n_users, levels, mid) <= budget else (low, mid - 1)
+    return low
+
+
+TAIL_SHARES = (1 / 2, 1 / 8, 1 / 32, 1 / 128, 1 / 1024)  # of delta, tried for the level tail: the least rho wins
 
 
 def filter_probability(n_users: int, phi: float, levels: int, domain_size: int) -> float:
@@ -198,10 +205,9 @@ class HeavyHitterParameters(FrozenParameters):
         return math.exp(math.log1p(-self.overlap) + users * (whole * math.log1p(-hit) + math.log1p(-frac * hit)))
 
     def verify(self) -> None:
-        """Check what scipy is needed for: level_users is the largest m whose binomial tail is at most delta / 2,
-        and mu buys the claimed (epsilon, delta) at the levels' largest overlap (nothing recalibrated)."""
-        if self.level_users != (expected := _level_users(self.n_users, self.levels, self.delta)[0]):
-            raise ParameterError("level_users", f"{expected!r}, as n, the levels and delta imply", self.level_users)
+        """Check what scipy is needed for: mu, for level_users users at every level, and the chance that the
+        changed user's level holds fewer (the binomial tail) buy the claimed (epsilon, delta) at the levels'
+        largest overlap (nothing recalibrated)."""
         if self.calibration == "closed_form":
             needed = calibration_bib.closed_form_noise(self.epsilon, self.delta - self.level_tail)
             if self.mu < needed:
@@ -348,7 +354,7 @@ class HeavyHitterParameters(FrozenParameters):
     @property
     def level_tail(self) -> float:
         """Pr[the changed user's level holds fewer than level_users users]: the delta the levels cannot cover."""
-        return _level_users(self.n_users, self.levels, self.delta)[1]
+        return level_tail(self.n_users, self.levels, self.level_users)
 
     @property
     def overlap(self) -> float:
@@ -465,7 +471,7 @@ def _check_strings(values, max_length: int) -> np.ndarray:
 
 
 def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int | None, phi: float | None = None,
-                    max_length: int | None = None, calibration: str = "numeric",
+                    max_length: int | None = None, calibration: str = "hockey_stick",
                     code_key: int | None = None) -> HeavyHitterParameters:
     """fe-hh's parameters for (epsilon, delta)-DP in the shuffle model.
 
@@ -490,8 +496,7 @@ def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int
         domain, width, step = 256**max_length, 8 * max_length, STRING_STEP
     s = _first_level(n, phi, width, step)
     levels = (width - s) // step + 1
-    users, tail = _level_users(n, levels, delta)
-    if users < 2:
+    if _level_users(n, levels, delta / 2) < 2:
         raise ParameterError("users", f"enough for {levels} levels of at least 2 users each (delta / 2 = "
                              f"{delta / 2:.3g} bounds the chance of fewer)", n)
     bins = max(2, math.ceil(n / math.log2(n) ** 2))
@@ -501,7 +506,15 @@ def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int
         key = check_integer("code_key", code_key, 2, CODE_PRIME - 1) if code_key is not None else \
             2 + secrets.randbelow(CODE_PRIME - 2)
     overlap = max(h.collision_probability for h in level_hashes(s, step, levels, bins, width <= EXACT_WIDTH_MAX))
-    mu = calibration_bib.calibrate(epsilon, delta - tail, users, bins, calibration, overlap)
+    # delta splits between the level tail and FE1's noise: a larger m needs less noise per message but leaves
+    # FE1 less delta; the share of the tail with the least rho = mu b / m wins
+    choices = []
+    for users in sorted({_level_users(n, levels, share * delta) for share in TAIL_SHARES}):
+        if users >= 2:
+            mu = calibration_bib.calibrate(epsilon, delta - level_tail(n, levels, users), users, bins, calibration,
+                                           overlap)
+            choices.append((mu * bins / users, users, mu))
+    _, users, mu = min(choices)
     return HeavyHitterParameters(
         epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, phi=phi, calibration=calibration, bins=bins,
         first_level=s, level_users=users, mu=mu, rho=mu * bins / users, code_key=key, max_length=max_length,

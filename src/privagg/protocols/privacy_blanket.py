@@ -34,9 +34,10 @@ from .parameters import FrozenParameters, OneItemReports, honest_users, neighbou
 from .results import VectorSum
 
 METHOD_DETAIL = {
-    "tight": "the least gamma the shuffle accountant certifies: R^PH is eps0-LDP with e^eps0 = 1 + B (1 - gamma) / "
-             "gamma and total variation 1 - gamma; the smaller of FMT's numerical and Wang et al.'s "
-             "variation-ratio bounds",
+    "tight": "the least gamma the blanket accountant certifies: the mixture over how many other users sent noise "
+             "(Bin(n - 1, gamma)) of the exact divergence of the changed user's report among them, bounded by "
+             "monotone buckets; or FMT's or Wang et al.'s bound where smaller (R^PH is eps0-LDP with e^eps0 = 1 + "
+             "B (1 - gamma) / gamma)",
     "paper": "the closed form of Balle et al. (eps < 1) and of the vector paper's extension (1 <= eps < 6) the "
              "authors' code evaluates",
 }
@@ -348,6 +349,33 @@ class BlanketVectorParameters(_BlanketParameters):
         n = self.n_users
         return n * n * (spread + noise) * self.inverse_count_mean - n * spread
 
+    def estimated_standard_error(self, value_sums, value_squares, counts) -> np.ndarray:
+        """A consistent estimate of each coordinate's sd given its c reports (docs/derivations.md, "Vector sums",
+        the reported standard error): Var = n^2 ((1 - c/n) S^2 + V) / c, where the sample variance s^2 of the c
+        debiased reports z = (y / k - gamma / 2) / (1 - gamma) is unbiased for S^2 + V (the reporters are a
+        uniform c-subset of the users, their noise independent), and S^2 >= n / (n - 1) (B - A^2 - 1 / (4 k^2)),
+        with A the mean of z and B = (mean of (y/k)^2 - gamma (2k + 1) / (6k)) / (1 - gamma) estimating the mean
+        of x^2 plus the rounding variance (at most 1 / (4 k^2)): the finite-population term taken at S^2's lower
+        end, so the estimate errs up by at most n / (4 k^2) (the rounding variance is not identifiable from the
+        release; it matters only as t / d nears 1). Never below the blanket's own share, n^2 V_min / c with
+        V_min = gamma (k + 2) / (12 k (1 - gamma)^2), the least Var(z | x) over x (at x = 1/2): a sample of few
+        reports may hold no blanket ones. Coordinates with fewer than 2 reports get the bound
+        (:meth:`standard_error`)."""
+        g, k, n = self.gamma, self.levels, self.n_users
+        s, q = np.asarray(value_sums, dtype=np.float64), np.asarray(value_squares, dtype=np.float64)
+        c = np.asarray(counts, dtype=np.float64)
+        several = c >= 2
+        cc = np.where(several, c, 2.0)
+        mean_z = (s / k / cc - g / 2) / (1 - g)
+        sum_z2 = (q / (k * k) - g * s / k + cc * g * g / 4) / (1 - g) ** 2
+        sample = np.maximum(sum_z2 - cc * mean_z**2, 0.0) / (cc - 1)
+        second = (q / (k * k) / cc - g * (2 * k + 1) / (6 * k)) / (1 - g)
+        spread = np.maximum(second - mean_z**2 - 1 / (4 * k * k), 0.0) * n / (n - 1)
+        least = g * (k + 2) / (12 * k * (1 - g) ** 2)
+        estimate = n * np.sqrt(np.maximum(sample - cc / n * spread, least) / cc)
+        bound = self.standard_error(n * np.clip(mean_z, 0, 1), counts)
+        return np.where(several, estimate, bound)
+
     def standard_error(self, estimate=0.0, counts=None) -> np.ndarray:
         """An upper bound on the sd given the realised counts c (default: over c), at a mean m = estimate / n
         clipped to [0, 1]: S^2 <= n m (1 - m) / (n - 1), and V <= ((1 - gamma) / (4 k^2) + gamma ((2k + 1) / (6k)
@@ -497,9 +525,11 @@ class VectorClient:
 
 @dataclass
 class VectorAggregate:
-    """Per coordinate: the sum of the reported levels and the number of reports; messages seen and dropped."""
+    """Per coordinate: the sum of the reported levels, of their squares (for the standard errors), and the number
+    of reports; messages seen and dropped."""
 
     sums: np.ndarray
+    squares: np.ndarray
     counts: np.ndarray
     messages: int = 0
     malformed: int = 0
@@ -515,7 +545,7 @@ class VectorAnalyzer:
 
     def agg_init(self) -> VectorAggregate:
         d = self.parameters.dimension
-        return VectorAggregate(np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64))
+        return VectorAggregate(np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64))
 
     def agg_update(self, agg: VectorAggregate, messages: MessageBatch) -> VectorAggregate:
         d, types = self.parameters.dimension, self.parameters.levels + 1
@@ -524,6 +554,7 @@ class VectorAnalyzer:
             cells = clean["coordinate"].astype(np.int64) * types + clean["value"]  # (coordinate, level) counts
             table = np.bincount(cells, minlength=d * types).reshape(d, types)
             agg.sums += table @ np.arange(types)
+            agg.squares += table @ np.arange(types) ** 2
             agg.counts += table.sum(axis=1)
             agg.messages += len(clean)
             agg.malformed += dropped
@@ -533,19 +564,22 @@ class VectorAnalyzer:
         total = self.agg_init()
         for a in aggs:
             total.sums += a.sums
+            total.squares += a.squares
             total.counts += a.counts
             total.messages += a.messages
             total.malformed += a.malformed
         return total
 
     def finalize(self, agg: VectorAggregate) -> VectorSum:
-        total = self.parameters.estimate(agg.sums, agg.counts)
-        return VectorSum(self.parameters, total, self.parameters.standard_error(total, agg.counts), None,
-                         agg.messages, agg.malformed)
+        """The sums, each with its estimated standard error and, beside it, the upper bound (at the estimate)."""
+        p = self.parameters
+        total = p.estimate(agg.sums, agg.counts)
+        return VectorSum(p, total, p.estimated_standard_error(agg.sums, agg.squares, agg.counts), None,
+                         agg.messages, agg.malformed, standard_error_bounds=p.standard_error(total, agg.counts))
 
     @classmethod
     def working_bytes(cls, parameters: BlanketVectorParameters, full_domain: bool = True) -> int:
-        return 32 * parameters.dimension + 24 * min(SLICE_ROWS, parameters.n_users * parameters.coordinates)
+        return 40 * parameters.dimension + 24 * min(SLICE_ROWS, parameters.n_users * parameters.coordinates)
 
 
 def grid_vector(parameters: BlanketVectorParameters, item: int) -> np.ndarray:

@@ -155,6 +155,7 @@ class VectorSum:
     coordinates: np.ndarray | None = None
     messages: int = 0
     malformed: int = 0
+    standard_error_bounds: np.ndarray | None = None  # where a protocol reports an upper bound beside its estimate
 
     def mean(self) -> np.ndarray:
         """The average vector: total / n, whose standard errors are standard_errors / n."""

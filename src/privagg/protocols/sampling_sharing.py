@@ -236,15 +236,15 @@ class SamplingParameters(SharingParameters):
         super().verify()
 
     def check_population(self, codes: np.ndarray) -> None:
-        """Every one of the N categories must be held by at least beta n users: the guarantee needs it."""
-        counts = np.bincount(codes, minlength=self.domain_size)
-        item = int(np.argmin(counts))
-        if counts[item] < self.min_count:
+        """Every one of the N categories must be held by at least beta n users: the guarantee needs it. The error
+        says only that the condition fails, never which category or how many hold it (the data's, not the
+        protocol's)."""
+        if np.bincount(codes, minlength=self.domain_size).min() < self.min_count:
             raise ParameterError("min-count-fraction", f"at most the smallest category's share of the users, which "
-                                 f"the data breaks: category {item} is held by {counts[item]} of {self.n_users} users, "
-                                 f"fewer than beta n = {self.min_count}; the sampling guarantee needs every category "
-                                 f"held by beta n users (lower beta, merge rare categories, or use dpdg, which needs "
-                                 f"no data condition)", self.min_count_fraction)
+                                 f"the data breaks: some category is held by fewer than beta n = {self.min_count} of "
+                                 f"the {self.n_users} users, and the sampling guarantee needs every category held by "
+                                 "beta n users (lower beta, merge rare categories, or use dpdg, which needs no data "
+                                 "condition)", self.min_count_fraction)
 
     # --- theory: counts tau_j ~ Bin(Pi_j, p'), estimate tau_j / p' (reference §3.3, Lemma III.1) ---------------
     def estimate(self, sums: np.ndarray) -> np.ndarray:
@@ -301,8 +301,12 @@ class SamplingParameters(SharingParameters):
         parameters = {"sampling_probability": self.sampling_probability, "effective_probability":
                       self.effective_probability, "min_count": self.min_count,
                       "counted_holders": self.counted_holders, "n_users": self.n_users}
-        condition = (f"every category is held by at least beta n = {self.min_count} users (beta = "
-                     f"{self.min_count_fraction:g}, stated by the user and checked on the data)")
+        condition = (f"ASSUMED of the data, and the release depends on it: every category is held by at least beta n = "
+                     f"{self.min_count} users (beta = {self.min_count_fraction:g}, stated by the user). No party can "
+                     "check it in a deployment (the server sees only the sampled counts; a simulation checks it on "
+                     "the data); where it fails, a user whose category has fewer holders is protected less, and a "
+                     "user alone in his category is released with probability p' (docs/privacy.md, \"The data "
+                     "condition\")")
         honesty = ("all n users follow the protocol" if self.honest_fraction == 1 else
                    f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the others may drop "
                    "out or reveal their own coins (counted as known: the guarantee counts "

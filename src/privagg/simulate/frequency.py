@@ -2,9 +2,10 @@
 
 :func:`estimate_frequencies` is what ``privagg estimate`` runs over the
 users' item codes: calibrate the protocol, simulate it, and report the top
-items with standard errors, the privacy description, the cost, and -- since
-the true counts are known in a simulation -- the true counts and the
-realised error.
+items with standard errors, the privacy description and the cost; and,
+when asked to evaluate (``evaluate``), the true counts and the realised
+error beside them, which makes the report an evaluation, not a private
+release (its privacy block says so).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
                          candidate_codes: np.ndarray | None = None, top: int = 10, full_domain: bool | None = None,
                          mode: str = "faithful", seed: int | None = None, input_name: str = "",
                          keep_messages: bool = False, progress: Progress | None = None,
-                         warnings: Sequence[str] = ()):
+                         warnings: Sequence[str] = (), evaluate: bool | None = None):
     """Simulate ``protocol`` over ``codes`` (one per user, from ``encoder``); returns (report, run).
 
     ``full_domain`` (default: B <= 2^24) estimates every item of [B] and
@@ -85,13 +86,17 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     later run given it (``--hash-key``) maps every string to the same code.
     ``seed`` makes the simulation reproducible, and the report's privacy
     block says the run is not private; without it every party draws from
-    the secure generator. The ``error`` part and the true counts use the
-    input: they evaluate the protocol, and are not for release. ``warnings``
-    (from reading the input) join the report's own.
+    the secure generator. ``evaluate`` (default: when seeded) adds the
+    ``error`` part and each estimate's true count, computed from the input:
+    they evaluate the protocol, are not for release, and the privacy block
+    says the report is not private; without it nothing data-derived outside
+    the protocol's release appears. ``warnings`` (from reading the input)
+    join the report's own.
     """
     top = check_integer("top", top, 1)
     if seed is not None:
         seed = check_integer("seed", seed, 0)
+    evaluate = seed is not None if evaluate is None else evaluate
     codes = np.asarray(codes)
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
@@ -110,16 +115,20 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     run.seconds["calibrate"] = calibrate_seconds
     table: FrequencyTable = run.result
     start = time.perf_counter()
-    truth = np.bincount(codes, minlength=domain_size) if full_domain else count_among(codes, candidate_codes)
-    error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
+    privacy, error, true_counts = run.privacy, None, None
+    if evaluate:
+        truth = np.bincount(codes, minlength=domain_size) if full_domain else count_among(codes, candidate_codes)
+        error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
+        # the top items are items of the domain, or candidates: their true counts are already in ``truth``
+        position = (lambda c: c) if full_domain else (lambda c: np.searchsorted(candidate_codes, c))
+        true_counts = lambda top_codes: truth[position(top_codes)]  # noqa: E731
+        privacy = privacy.as_evaluation("the true counts of the reported items and the realised error")
     if full_domain and candidate_codes is not None:  # report the top among the public candidates
         table = table.restricted_to(candidate_codes)
-    # the top items are items of the domain, or candidates: their true counts are already in ``truth``
-    position = (lambda c: c) if full_domain else (lambda c: np.searchsorted(candidate_codes, c))
-    estimates = reported_estimates(table, encoder, top, truth=lambda top_codes: truth[position(top_codes)])
+    estimates = reported_estimates(table, encoder, top, truth=true_counts)
     run.seconds["report"] = time.perf_counter() - start
     report = EstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=run.privacy, n_users=parameters.n_users,
+        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=parameters.n_users,
         messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=estimates, privacy_profile=privacy_profile(parameters),
@@ -136,7 +145,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
                       epsilon: float, delta: float, calibration: str | None = None,
                       options: dict[str, Any] | None = None,
                       top: int = 10, mode: str = "faithful", seed: int | None = None, input_name: str = "",
-                      progress: Progress | None = None, warnings: Sequence[str] = ()):
+                      progress: Progress | None = None, warnings: Sequence[str] = (), evaluate: bool | None = None):
     """Weighted aggregation (docs/derivations.md, "Weighted aggregation"): users grouped by their epsilon, each
     group run with its own p, the groups' counts combined by inverse-variance weights; returns (report, runs).
 
@@ -144,11 +153,13 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     them (``unweighted_error``). Each user has the guarantee of his group; the report's ``privacy`` is the
     weakest group's, with the others listed in ``groups``. ``epsilon`` is the largest a user may ask for: a
     larger one in ``epsilons`` is an error. ``seed`` seeds the simulation (group g's runs from the seed's g-th
-    child).
+    child). ``evaluate`` (default: when seeded), as :func:`estimate_frequencies`: the true counts and the errors
+    (weighted and unweighted) beside the estimates, and the report marked not private.
     """
     from ..protocols.sampling_sharing import SamplingParameters, combine_groups
 
     top = check_integer("top", top, 1)
+    evaluate = seed is not None if evaluate is None else evaluate
     codes, epsilons = np.asarray(codes), np.asarray(epsilons, dtype=np.float64)
     if epsilons.shape != codes.shape:
         raise ParameterError("epsilon-column", f"one value per user ({codes.size})", f"{epsilons.size} values")
@@ -176,34 +187,36 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
                                  f"epsilon {eps:g})", err.got) from None
         groups.append(params)
     combined = combine_groups(groups, [r.result.estimates * p.effective_probability for r, p in zip(runs, groups)])
-    truth = np.bincount(codes, minlength=domain)
+    truth = np.bincount(codes, minlength=domain) if evaluate else None
     labels, values = top_k(None, combined.estimates, top)
     stderr = np.sqrt(combined.variance[labels])
-    estimates = [Estimate(encoder.label(c), float(v), float(e), None, int(truth[c]))
+    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]))
                  for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
     weakest = int(np.argmax(levels))
     privacy = runs[weakest].privacy
     privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
         f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
         f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest)",))
+    if evaluate:
+        privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
     first = runs[weakest]
     report = EstimateReport(
         protocol=protocol, parameters=report_parameters(groups[weakest]), privacy=privacy, n_users=int(codes.size),
         messages=Messages(sum(r.messages_total for r in runs), sum(r.messages_total for r in runs) / codes.size,
                           sum(r.malformed for r in runs)),
         bits_per_message=groups[weakest].bits_per_message,
-        expected_error=_weighted_expected_error(groups, combined, truth, sum(r.messages_total for r in runs)),
+        expected_error=_weighted_expected_error(groups, combined, domain, sum(r.messages_total for r in runs)),
         estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
         warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
                   *(w for p in groups for w in p.warnings())],
-        error=error_summary(combined.estimates, truth, "domain"),
+        error=None if truth is None else error_summary(combined.estimates, truth, "domain"),
         simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
                                                                      for k in first.seconds},
                               {f"group {g}: {k}": v for g, r in enumerate(runs) for k, v in r.transcript.items()}),
         input=input_name,
         groups=[Group(float(e), p.n_users, p.sampling_probability, float(w), r.privacy.summary())
                 for e, p, w, r in zip(levels, groups, combined.weights, runs)],
-        unweighted_error=error_summary(combined.unweighted, truth, "domain"))
+        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"))
     return report, runs
 
 
@@ -212,7 +225,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
                         dimension: int | None = None, candidates: np.ndarray | None = None,
                         names: Sequence[str] | None = None, mode: str = "faithful", seed: int | None = None,
                         input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
-                        keep_messages: bool = False, discover_phi: float | None = None):
+                        keep_messages: bool = False, discover_phi: float | None = None,
+                        evaluate: bool | None = None):
     """Simulate a vector-sum protocol; returns (report, run).
 
     ``inputs``: one row a user, a vector in [0, 1]^d (blanket-vector: d is the row length), or a
@@ -221,16 +235,18 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages, fe-hh over the users'
     rounded cells finds the coordinates whose sums reach phi n, then FE1 estimates them, each stage at
     (eps/2, delta/2) (basic composition; :func:`_discover`).
-    As :func:`estimate_frequencies`: calibrated for the data's n, seeded runs marked not private, the error
-    against the true sums beside the estimates (evaluation only, not for release).
+    As :func:`estimate_frequencies`: calibrated for the data's n, seeded runs marked not private, and with
+    ``evaluate`` (default: when seeded) the error against the true sums beside the estimates, the report then
+    an evaluation, not a release.
     """
-    from ..reports import CoordinateEstimate, VectorError, VectorEstimateReport
+    from ..reports import VectorError, VectorEstimateReport, coordinate_estimates
 
     inputs = np.asarray(inputs, dtype=np.float64)
     if inputs.ndim != 2 or len(inputs) < 2:
         raise ParameterError("input", "at least 2 users, one row a user", f"shape {inputs.shape}")
     if seed is not None:
         seed = check_integer("seed", seed, 0)
+    evaluate = seed is not None if evaluate is None else evaluate
     n, d = len(inputs), inputs.shape[1] if dimension is None else dimension
     if discover_phi is not None and (protocol != "sparse-vector-hashed" or candidates is not None):
         raise ParameterError("discover-phi", "given for sparse-vector-hashed without --candidates", discover_phi)
@@ -255,22 +271,25 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         total += discovery.messages.total
         run.seconds["discover"] = discovered.seconds
     coordinates = np.arange(d) if result.coordinates is None else result.coordinates
-    truth = parameters.true_total(inputs, result.coordinates)
-    errors = result.total - truth
-    squared, largest = float(np.sum(errors**2)), float(np.abs(errors).max(initial=0.0))
-    if result.coordinates is not None:  # the others are estimated as 0: their error is their true sum
-        missed = parameters.true_total_outside(inputs, result.coordinates)
-        squared += float(np.sum(missed**2))
-        largest = max(largest, float(missed.max(initial=0.0)))
+    truth, error = None, None
+    if evaluate:
+        truth = parameters.true_total(inputs, result.coordinates)
+        errors = result.total - truth
+        squared, largest = float(np.sum(errors**2)), float(np.abs(errors).max(initial=0.0))
+        if result.coordinates is not None:  # the others are estimated as 0: their error is their true sum
+            missed = parameters.true_total_outside(inputs, result.coordinates)
+            squared += float(np.sum(missed**2))
+            largest = max(largest, float(missed.max(initial=0.0)))
+        error = VectorError(squared / d / n**2, squared / (n / d) ** 2, largest, squared)
+        privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
     report = VectorEstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
         messages=Messages(total, total / n, run.malformed + (discovery.messages.malformed if discovery else 0)),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=[CoordinateEstimate(int(i), float(e), float(s), float(t), None if names is None else names[i])
-                   for i, e, s, t in zip(coordinates, result.total, result.standard_errors, truth)],
+        estimates=coordinate_estimates(result, coordinates, truth, names),
         mean=result.mean().tolist(), privacy_profile=profile,
         warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings()],
-        error=VectorError(squared / d / n**2, squared / (n / d) ** 2, largest, squared),
+        error=error,
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
         discovery=discovery)
     return report, run
@@ -328,17 +347,17 @@ def _composed(privacy, parameters, discovered: _Discovered):
     return composed, profile
 
 
-def _weighted_expected_error(groups, combined, truth: np.ndarray, messages: int):
+def _weighted_expected_error(groups, combined, domain_size: int, messages: int):
     """The weighted estimate's theory: its largest standard error over the categories, and a Bernstein bound
     with the union over them (each holder in group g moves the estimate by c_g = n w_g / (p_g n_g) with
-    probability p_g), at the true counts -- a simulation knows them; a deployment would plug in estimates."""
+    probability p_g), at the estimated counts (the release's, as a deployment has them)."""
     from ..reports import ExpectedError
 
-    n = int(truth.sum())
+    n = sum(g.n_users for g in groups)
     worst = int(np.argmax(combined.variance))
     p = np.array([g.effective_probability for g in groups])
     step = float(np.max(n * combined.weights / (p * np.array([g.n_users for g in groups]))))
-    log_term = math.log(2 * truth.size / MAX_ERROR_BETA)
+    log_term = math.log(2 * domain_size / MAX_ERROR_BETA)
     variance = float(combined.variance[worst])
     bound = step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * variance * log_term)
     return ExpectedError(messages / n, groups[0].bits_per_message, math.sqrt(variance), bound, MAX_ERROR_BETA)

@@ -3,7 +3,7 @@
 Calibrate fe-hh for the data's n, play the clients (in batches of users), the shuffler and the analyzer,
 and report the discovered items with their estimates and standard errors, the privacy description, the
 cost, and -- since the data is known in a simulation -- each item's true count and the recall and
-precision of the reported set (evaluation only, not for release).
+precision of the reported set when asked to evaluate (``evaluate``: then the report is not private).
 """
 
 from __future__ import annotations
@@ -28,13 +28,17 @@ USERS_PER_BATCH = 1 << 20  # users one client call randomizes: bounds the client
 
 
 def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
-                           max_length: int | None = None, calibration: str = "numeric", seed: int | None = None,
-                           input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = ()):
+                           max_length: int | None = None, calibration: str = "hockey_stick", seed: int | None = None,
+                           input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
+                           evaluate: bool | None = None):
     """Simulate fe-hh over ``values`` (integers of [0, B), or strings with ``max_length``); returns (report, result).
 
     ``seed``: a reproducible simulation (the report's privacy block says it is not private), which also fixes
-    the public prefix-code key; None draws every party's randomness, and the key, securely.
+    the public prefix-code key; None draws every party's randomness, and the key, securely. ``evaluate``
+    (default: when seeded) adds each item's true count and the recall and precision against the raw data,
+    and marks the report not private; without it the report holds the protocol's release only.
     """
+    evaluate = seed is not None if evaluate is None else evaluate
     if seed is not None:
         seed = check_integer("seed", seed, 0)
     n = len(values)
@@ -68,15 +72,18 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     sent = len(messages)
     del messages
 
-    truth = _true_counts(values if max_length is not None else checked, parameters, result.items)
+    truth = _true_counts(values if max_length is not None else checked, parameters, result.items) if evaluate \
+        else {}
     order = np.argsort(-result.estimates, kind="stable")
     found = [HeavyHitter(result.items[i], float(result.estimates[i]), float(result.standard_errors[i]),
-                         truth.get(result.items[i], 0)) for i in order]
+                         truth.get(result.items[i], 0) if evaluate else None) for i in order]
     privacy = parameters.privacy
     randomness = describe(seed)
     if seed is not None:
         privacy = privacy.as_simulation(randomness, "seeded simulation: whoever knows the seed can regenerate the "
                                         "levels, coins and dummies, and recover the users' prefixes")
+    if evaluate:
+        privacy = privacy.as_evaluation("each reported item's true count and the recall and precision of the list")
     report = HeavyHitterReport(
         protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
         messages=Messages(result.messages + result.malformed, (result.messages + result.malformed) / n,
@@ -88,7 +95,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
                   *([f"more prefixes than the {parameters.survivor_cap} followed passed levels "
                      f"{list(result.capped_levels)}: the largest estimates were kept"] if result.capped_levels
                     else [])],
-        evaluation=evaluate(result.items.tolist(), truth, parameters.threshold),
+        evaluation=score(result.items.tolist(), truth, parameters.threshold) if evaluate else None,
         simulation=Simulation("faithful", randomness, False, seconds,
                               {"clients": {"sent": sent}, "shuffler": {"received": sent, "sent": sent},
                                "analyzer": {"received": sent, "malformed": result.malformed}}),
@@ -116,7 +123,7 @@ def _true_counts(values, parameters, reported) -> dict:
     return dict(truth)
 
 
-def evaluate(reported: list, truth: dict, threshold: float) -> HeavyHitterEvaluation:
+def score(reported: list, truth: dict, threshold: float) -> HeavyHitterEvaluation:
     """Recall and precision of ``reported`` against the true counts, at phi n (``threshold``), 1.5 phi n and
     phi n / 2; a share over an empty set is 1."""
     def share(part: int, whole: int) -> float:
