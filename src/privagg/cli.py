@@ -1070,6 +1070,9 @@ def account_shuffle(
             _say("  by method: " + ", ".join(f"{name} {value:.4g}" for name, value in epsilons.items()))
         if closed is not None and method.value != "closed-form":
             _say(f"  the closed form gives eps = {closed:.4g}")
+        if values and values > 2 and "blanket" not in epsilons:
+            _say("  the blanket accountant is not run at this size (each blanket size would cost more binomial tails "
+                 "than its budget); FMT's and Wang et al.'s bounds stand")
         if exact is not None:
             _say(f"  exact eps of shuffled binary randomized response: {exact:.4g} (over {exact_note}); the bound is "
                  f"{epsilons[by] / exact - 1:.1%} above it")

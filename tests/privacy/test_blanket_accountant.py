@@ -72,7 +72,9 @@ def test_the_accountant_is_never_looser_than_fmt_or_wang(B, eps, n, gamma):
     ours = blanket.blanket_delta(eps, gamma, n, B)
     if wang > 1e-15:
         assert ours <= wang * 1.002
-    assert blanket.delta_at(eps, gamma, n, B) == min(ours, wang, fmt_delta(eps, eps0, n))
+    others = min(wang, fmt_delta(eps, eps0, n))
+    affordable = blanket.window_width(gamma, n, B) <= blanket.WINDOW_MAX  # else the accountant is not run
+    assert blanket.delta_at(eps, gamma, n, B) == (min(ours, others) if affordable else others)
 
 
 @pytest.mark.parametrize("B,eps,gamma", [(3, 1.0, 0.1), (100, 2.0, 0.5), (2, 0.5, 0.05)])

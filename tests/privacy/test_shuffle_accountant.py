@@ -200,3 +200,15 @@ def test_binary_randomized_response_exact_epsilon(eps0, n):
     exact = binary_randomized_response_epsilon(eps0, n, 1e-3)
     assert exact == pytest.approx(brute_binary_rr_epsilon(eps0, n, 1e-3), abs=1e-9)
     assert exact <= min(shuffle_epsilons(eps0, n, 1e-3, values=2).values())
+
+
+def test_the_blanket_accountant_is_left_out_where_it_would_take_seconds():
+    """Its cost grows as sqrt(gamma n / k) binomial tails per blanket size: at n = 10^6, k = 3, eps0 = 4 the
+    default leaves it out (FMT and Wang et al. stand), and --method blanket is refused at once, naming the size."""
+    from privagg.privacy.blanket import WINDOW_MAX, window_width
+
+    gamma = randomized_response_blanket(4.0, 3)
+    assert window_width(gamma, 10**6, 3) > WINDOW_MAX >= window_width(gamma, 10**5, 3)
+    assert set(shuffle_epsilons(4.0, 10**6, 1e-6, values=3)) == {"fmt", "wang"}
+    with pytest.raises(ParameterError, match="users must be fewer for --method blanket"):
+        shuffle_epsilons(4.0, 10**8, 1e-6, "blanket", values=3)

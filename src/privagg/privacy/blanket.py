@@ -74,6 +74,19 @@ def _window(mean: float, sd: float) -> float:
     return (2 * log_term / 3 + math.sqrt(4 * log_term**2 / 9 + 8 * log_term * sd * sd)) / 2 + 1
 
 
+WINDOW_MAX = 2001  # binomial tails a blanket size may cost (its T window): above it the accountant is not run
+
+
+def window_width(gamma: float, n_users: int, domain_size: int) -> int:
+    """The T window of the typical blanket size m = (n - 1) gamma: the binomial tails one D_m costs (two each).
+    It grows as sqrt(gamma n / B); past WINDOW_MAX an evaluation takes seconds, and FMT's and Wang et al.'s
+    bounds, which cost no such window, are used alone (they differ little there: B is small for its n)."""
+    if domain_size == 2:
+        return 1
+    size, p = (n_users - 1) * gamma + 1, 2 / domain_size
+    return 2 * math.ceil(_window(size * p, math.sqrt(size * p * (1 - p)))) + 1
+
+
 def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_size: int) -> np.ndarray:
     """D_m for each m in ``blanket``: the exact divergence of the changed user's report hidden among m uniform
     reports.
@@ -169,12 +182,15 @@ def blanket_delta(epsilon: float, gamma: float, n_users: int, domain_size: int, 
 
 def delta_at(epsilon: float, gamma: float, n_users: int, domain_size: int, resolution: float = 1e-20) -> float:
     """An upper bound on delta(eps) of n shuffled R^PH reports: the least of the blanket accountant's
-    (:func:`blanket_delta`, to ``resolution``), FMT's and Wang et al.'s bounds, each valid on its own."""
+    (:func:`blanket_delta`, to ``resolution``; where its window is affordable, :func:`window_width`), FMT's and
+    Wang et al.'s bounds, each valid on its own."""
     if gamma >= 1:
         return 0.0
     eps0 = local_epsilon(gamma, domain_size)
-    return min(blanket_delta(epsilon, gamma, n_users, domain_size, resolution), fmt_delta(epsilon, eps0, n_users),
-               variation_ratio_delta(epsilon, eps0, n_users, 1 - gamma))
+    bounds = [fmt_delta(epsilon, eps0, n_users), variation_ratio_delta(epsilon, eps0, n_users, 1 - gamma)]
+    if window_width(gamma, n_users, domain_size) <= WINDOW_MAX:
+        bounds.append(blanket_delta(epsilon, gamma, n_users, domain_size, resolution))
+    return min(bounds)
 
 
 def _least_gamma(delta_of: Callable[[float], float], delta: float) -> float:

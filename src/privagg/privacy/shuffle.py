@@ -183,7 +183,9 @@ def shuffle_epsilons(local_epsilon: float, n_users: int, delta: float, method: s
 
     ``total_variation``: beta of the randomizer, where known (wang). ``values`` k: the randomizer is k-ary
     randomized response, which sets beta = (e^eps0 - 1)/(e^eps0 + k - 1) and allows the blanket accountant
-    (:func:`privagg.privacy.blanket.blanket_delta`, gamma = k / (e^eps0 + k - 1))."""
+    (:func:`privagg.privacy.blanket.blanket_delta`, gamma = k / (e^eps0 + k - 1)) where its window is
+    affordable (:func:`privagg.privacy.blanket.window_width`; past it ``best`` leaves it out, ``blanket`` is
+    refused at once)."""
     local_epsilon = check_epsilon(local_epsilon, "local-epsilon")
     n_users = check_integer("users", n_users, 2, 2**53)
     delta = check_delta(delta)
@@ -211,10 +213,16 @@ def shuffle_epsilons(local_epsilon: float, n_users: int, delta: float, method: s
               "wang": lambda e: min(variation_ratio_delta(e, local_epsilon, n_users),
                                     variation_ratio_delta(e, local_epsilon, n_users, total_variation))}
     if values is not None:
-        from .blanket import blanket_delta
+        from .blanket import WINDOW_MAX, blanket_delta, window_width
 
         gamma = randomized_response_blanket(local_epsilon, values)
-        bounds["blanket"] = lambda e: blanket_delta(e, gamma, n_users, values, delta * 1e-4)
+        if (width := window_width(gamma, n_users, values)) <= WINDOW_MAX:
+            bounds["blanket"] = lambda e: blanket_delta(e, gamma, n_users, values, delta * 1e-4)
+        elif method == "blanket":
+            raise ParameterError("users", f"fewer for --method blanket at k = {values} and eps0 = {local_epsilon:g} "
+                                 f"(each blanket size would cost {width} binomial tails, above {WINDOW_MAX}: seconds "
+                                 "per evaluation; the default, best, uses FMT's and Wang et al.'s bounds here)",
+                                 n_users)
     chosen = bounds if method == "best" else {method: bounds[method]}
     return {name: _least_epsilon(bound, local_epsilon, delta) for name, bound in chosen.items()}
 
