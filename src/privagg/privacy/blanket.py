@@ -61,8 +61,6 @@ def paper_gamma(epsilon: float, delta: float, n_users: int, domain_size: int) ->
 
 
 _BUCKET_GAP = 0.002  # split the blanket-size buckets until their upper and lower sums differ by at most this share
-
-
 _OUTSIDE = 1e-30  # the binomial windows leave out at most this mass, counted in full
 
 
