@@ -1053,9 +1053,14 @@ def account_shuffle(
             closed = None
         exact, exact_note = None, None
         if values == 2:
-            exact = shuffle.binary_randomized_response_epsilon(local_epsilon, users, delta)
-            exact_note = ("every dataset" if users - 1 < 400 else "the 400 datasets whose other users hold the "
-                          "fewest or the most ones, where the worst lies on every instance searched in full")
+            searched = 2 * shuffle.BINARY_SPLITS
+            try:
+                exact = shuffle.binary_randomized_response_epsilon(local_epsilon, users, delta)
+                exact_note = ("every dataset" if users - 1 < searched else f"the {searched} datasets whose other "
+                              "users hold the fewest or the most ones, where the worst lies on every instance "
+                              "searched in full")
+            except ParameterError as err:  # too large to compute: the bounds stand, and the report says why
+                exact_note = f"not computed: {err}"
         if values is not None:
             total_variation = shuffle.randomized_response_total_variation(local_epsilon, values)
     report = AccountReport("shuffle", local_epsilon, users, delta, method.value, epsilons[by], by, epsilons,
@@ -1070,12 +1075,14 @@ def account_shuffle(
             _say("  by method: " + ", ".join(f"{name} {value:.4g}" for name, value in epsilons.items()))
         if closed is not None and method.value != "closed-form":
             _say(f"  the closed form gives eps = {closed:.4g}")
-        if values and values > 2 and "blanket" not in epsilons:
+        if method.value == "best" and values and values > 2 and "blanket" not in epsilons:
             _say("  the blanket accountant is not run at this size (each blanket size would cost more binomial tails "
                  "than its budget); FMT's and Wang et al.'s bounds stand")
         if exact is not None:
-            _say(f"  exact eps of shuffled binary randomized response: {exact:.4g} (over {exact_note}); the bound is "
-                 f"{epsilons[by] / exact - 1:.1%} above it")
+            gap = f"the bound is {epsilons[by] / exact - 1:.1%} above it" if exact > 0 else "the bound is above 0"
+            _say(f"  exact eps of shuffled binary randomized response: {exact:.4g} (over {exact_note}); {gap}")
+        elif exact_note is not None:
+            _say(f"  exact eps of shuffled binary randomized response {exact_note}")
         _say("  assumes: " + "; ".join(shuffle.ASSUMPTIONS))
 
     _emit(to_json_dict(report), as_json, output, human)

@@ -212,3 +212,14 @@ def test_the_blanket_accountant_is_left_out_where_it_would_take_seconds():
     assert set(shuffle_epsilons(4.0, 10**6, 1e-6, values=3)) == {"fmt", "wang"}
     with pytest.raises(ParameterError, match="users must be fewer for --method blanket"):
         shuffle_epsilons(4.0, 10**8, 1e-6, "blanket", values=3)
+
+
+def test_the_exact_binary_epsilon_refuses_sizes_it_cannot_hold():
+    """Its laws grow as sqrt(n): at n = 10^12 it is refused before any work, and account shuffle says it was not
+    computed instead of failing (the bounds stand)."""
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(ParameterError, match="users must be fewer for the exact binary randomized response eps"):
+        binary_randomized_response_epsilon(4.0, 10**12, 1e-6)
+    assert time.perf_counter() - start < 1.0

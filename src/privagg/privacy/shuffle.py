@@ -209,9 +209,10 @@ def shuffle_epsilons(local_epsilon: float, n_users: int, delta: float, method: s
         return {method: closed_form_epsilon(local_epsilon, n_users, delta)}
     # Wang et al.'s bound holds at the randomizer's own beta and at the default (any eps0-LDP randomizer), and is
     # not monotone in beta (for k-ary RR the default can be the smaller): the least of the two
-    bounds = {"fmt": lambda e: fmt_delta(e, local_epsilon, n_users),
-              "wang": lambda e: min(variation_ratio_delta(e, local_epsilon, n_users),
-                                    variation_ratio_delta(e, local_epsilon, n_users, total_variation))}
+    wang = (lambda e: variation_ratio_delta(e, local_epsilon, n_users)) if total_variation is None else \
+        (lambda e: min(variation_ratio_delta(e, local_epsilon, n_users),
+                       variation_ratio_delta(e, local_epsilon, n_users, total_variation)))
+    bounds = {"fmt": lambda e: fmt_delta(e, local_epsilon, n_users), "wang": wang}
     if values is not None:
         from .blanket import WINDOW_MAX, blanket_delta, window_width
 
@@ -233,15 +234,24 @@ def shuffle_epsilon(local_epsilon: float, n_users: int, delta: float, method: st
     return min(shuffle_epsilons(local_epsilon, n_users, delta, method, total_variation, values).values())
 
 
-def binary_randomized_response_epsilon(local_epsilon: float, n_users: int, delta: float, splits: int = 200) -> float:
+BINARY_SPLITS = 200  # the exact binary RR eps searches the splits within this many of either end
+BINARY_STATES_MAX = 2 * 10**7  # values of the splits' two laws it may hold (8 bytes each: 160 MB)
+
+
+def binary_randomized_response_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:
     """The exact eps at ``delta`` of n shuffled binary randomized response reports (the released count of ones):
-    the largest over the datasets where the other n - 1 users hold j ones, j within ``splits`` of either end
-    (every dataset when n - 1 < 2 ``splits``, so exact over all of them; on every instance searched in full the
-    worst lay near an end: docs/privacy.md). The count is Bern(p or 1 - p) + Bin(j, p) + Bin(n - 1 - j, 1 - p),
-    each binomial kept within 20 sd + 30 of its mean (the mass left out is below 1e-80)."""
+    the largest over the datasets where the other n - 1 users hold j ones, j within BINARY_SPLITS of either end
+    (every dataset when n - 1 < 2 BINARY_SPLITS, so exact over all of them; on every instance searched in full
+    the worst lay near an end: docs/privacy.md). The count is Bern(p or 1 - p) + Bin(j, p) + Bin(n - 1 - j,
+    1 - p), each binomial kept within 20 sd + 30 of its mean (the mass left out is below 1e-80). Refused, before
+    any work, where the laws would pass BINARY_STATES_MAX values (they grow as sqrt(n))."""
     p = math.exp(local_epsilon) / (1 + math.exp(local_epsilon))
     others = n_users - 1
-    ends = range(min(splits, others + 1))
+    ends = range(min(BINARY_SPLITS, others + 1))
+    states = 2 * len(ends) * 2 * (20 * math.sqrt(others * p * (1 - p)) + 31)
+    if states > BINARY_STATES_MAX:
+        raise ParameterError("users", f"fewer for the exact binary randomized response eps (its laws would hold "
+                             f"{states:.3g} values, above {BINARY_STATES_MAX:.0e})", n_users)
     laws = [_windowed_sum(j, p, others - j, 1 - p) for j in sorted({*ends, *(others - j for j in ends)})]
     width = max(law.size for law in laws) + 1
     first, second = np.zeros((len(laws), width)), np.zeros((len(laws), width))

@@ -349,7 +349,7 @@ class BlanketVectorParameters(_BlanketParameters):
         n = self.n_users
         return n * n * (spread + noise) * self.inverse_count_mean - n * spread
 
-    def estimated_standard_error(self, value_sums, value_squares, counts) -> np.ndarray:
+    def estimated_standard_error(self, value_sums, value_squares, counts, bound) -> np.ndarray:
         """A consistent estimate of each coordinate's sd given its c reports (docs/derivations.md, "Vector sums",
         the reported standard error): Var = n^2 ((1 - c/n) S^2 + V) / c, where the sample variance s^2 of the c
         debiased reports z = (y / k - gamma / 2) / (1 - gamma) is unbiased for S^2 + V (the reporters are a
@@ -359,8 +359,8 @@ class BlanketVectorParameters(_BlanketParameters):
         end, so the estimate errs up by at most n / (4 k^2) (the rounding variance is not identifiable from the
         release; it matters only as t / d nears 1). Never below the blanket's own share, n^2 V_min / c with
         V_min = gamma (k + 2) / (12 k (1 - gamma)^2), the least Var(z | x) over x (at x = 1/2): a sample of few
-        reports may hold no blanket ones. Coordinates with fewer than 2 reports get the bound
-        (:meth:`standard_error`)."""
+        reports may hold no blanket ones. Coordinates with fewer than 2 reports get ``bound`` (:meth:`standard_error`
+        at the estimate)."""
         g, k, n = self.gamma, self.levels, self.n_users
         s, q = np.asarray(value_sums, dtype=np.float64), np.asarray(value_squares, dtype=np.float64)
         c = np.asarray(counts, dtype=np.float64)
@@ -373,7 +373,6 @@ class BlanketVectorParameters(_BlanketParameters):
         spread = np.maximum(second - mean_z**2 - 1 / (4 * k * k), 0.0) * n / (n - 1)
         least = g * (k + 2) / (12 * k * (1 - g) ** 2)
         estimate = n * np.sqrt(np.maximum(sample - cc / n * spread, least) / cc)
-        bound = self.standard_error(n * np.clip(mean_z, 0, 1), counts)
         return np.where(several, estimate, bound)
 
     def standard_error(self, estimate=0.0, counts=None) -> np.ndarray:
@@ -574,8 +573,9 @@ class VectorAnalyzer:
         """The sums, each with its estimated standard error and, beside it, the upper bound (at the estimate)."""
         p = self.parameters
         total = p.estimate(agg.sums, agg.counts)
-        return VectorSum(p, total, p.estimated_standard_error(agg.sums, agg.squares, agg.counts), None,
-                         agg.messages, agg.malformed, standard_error_bounds=p.standard_error(total, agg.counts))
+        bound = p.standard_error(total, agg.counts)
+        return VectorSum(p, total, p.estimated_standard_error(agg.sums, agg.squares, agg.counts, bound), None,
+                         agg.messages, agg.malformed, standard_error_bounds=bound)
 
     @classmethod
     def working_bytes(cls, parameters: BlanketVectorParameters, full_domain: bool = True) -> int:
