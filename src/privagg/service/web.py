@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
@@ -26,6 +28,50 @@ class Refused(Exception):
     def __init__(self, status: int, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.status, self.reason, self.detail = status, reason, detail
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``value`` as a refusal or a log line may show it: its ``repr`` (quotes, newlines and control characters
+    escaped, so it cannot forge a line or a field), cut to ``limit`` characters with an ellipsis and the original
+    length. Attacker-chosen values (ids, headers, keys) are shown through it, never echoed whole."""
+    if isinstance(value, (str, bytes)):
+        if len(value) <= limit:
+            return repr(value)
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit]!r}... ({len(value)} {unit})"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+class Health:
+    """What the service's own writes say about its database, for ``/readyz``: not ready while the last write
+    failed (its reason shown), ready again once a write succeeds.
+
+    Thread-safe: the collector's writer thread and the analyzer's request threads report here, the event
+    loop reads. A failure stops counting after ``hold`` seconds without another write: a service out of its
+    load balancer's rotation receives no writes to prove itself healthy again, so it is let back in to try
+    (and taken out again at once if the next write fails too).
+    """
+
+    def __init__(self, hold: float = 30.0) -> None:
+        self.hold = hold
+        self._lock = threading.Lock()
+        self._failure: tuple[float, str] | None = None  # (when, why) of the last write, if it failed
+
+    def write_failed(self, reason: str) -> None:
+        with self._lock:
+            self._failure = (time.monotonic(), reason)
+
+    def write_succeeded(self) -> None:
+        with self._lock:
+            self._failure = None
+
+    def failure(self) -> str | None:
+        """Why the last write failed, if it did less than ``hold`` seconds ago; None otherwise."""
+        with self._lock:
+            if self._failure is None or time.monotonic() - self._failure[0] > self.hold:
+                return None
+            return self._failure[1]
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -76,7 +122,7 @@ def log_event(logger: logging.Logger, event: str, **fields) -> None:
 
 
 def add_operations(app: FastAPI, registry: CollectorRegistry, engine: sa.Engine,
-                   on_refusal: Callable[[Refused], None]) -> None:
+                   on_refusal: Callable[[Refused], None], health: Health | None = None) -> None:
     """``/healthz`` (the process answers), ``/readyz`` (its database answers), ``/metrics`` (Prometheus text),
     and the JSON answer of every refusal."""
     started = time.time()
