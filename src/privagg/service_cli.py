@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -49,36 +51,80 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
                                                        "this Dask cluster (its workers see the key)."),
           batch_interval: Optional[float] = typer.Option(None, "--batch-interval", help="Collector: seconds "
                                                          "between batch checks (default 1).")) -> None:
-    """Run the collector (the shuffler) or the analyzer as an HTTP service."""
+    """Run the collector (the shuffler) or the analyzer as an HTTP service.
+
+    Start-up failures are one line on stderr: a setting or a database the service cannot use (exit 2, the
+    setting named), anything else (exit 1)."""
+    import logging
+
     import uvicorn
 
     from .service.config import describe, load_config
-    from .service.web import configure_logging, log_event
+    from .service.web import configure_logging, http_protocol, log_event, raise_open_files_limit
 
-    with _clean_errors():
+    with _clean_errors(), _one_line_start_failure(role.value):
         cfg = load_config(role.value, config, db=db, host=host, port=port,
                           tls_cert=None if tls_cert is None else str(tls_cert),
                           tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
                           analyzer_ca=None if analyzer_ca is None else str(analyzer_ca), workers=workers,
                           dask_scheduler=dask_scheduler, batch_interval=batch_interval)
         configure_logging(cfg.log_level)
-        import logging
+        log = logging.getLogger(f"privagg.{cfg.role}")
+        log_event(log, "configuration", **describe(cfg))
+        before, after = raise_open_files_limit()
+        log_event(log, "open files", limit=after, raised_from=before)
+        options = dict(operator_token=cfg.operator_token, api_docs=cfg.api_docs, limits=cfg.limits())
+        with _database_at_start(cfg.db):
+            if cfg.role == "collector":
+                from .service.collector import create_app, open_collector
 
-        log_event(logging.getLogger(f"privagg.{cfg.role}"), "configuration", **describe(cfg))
-        if cfg.role == "collector":
-            from .service.collector import create_app, open_collector
+                collector = open_collector(cfg.db, cfg.analyzer_url, ca_file=cfg.analyzer_ca,
+                                           token=cfg.collector_token, quiet=cfg.batch_quiet,
+                                           max_batch_reports=cfg.max_batch_reports)
+                app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval, **options)
+            else:
+                from .service.analyzer import create_app, open_analyzer
 
-            collector = open_collector(cfg.db, cfg.analyzer_url, ca_file=cfg.analyzer_ca,
-                                       token=cfg.collector_token, quiet=cfg.batch_quiet,
-                                       max_batch_reports=cfg.max_batch_reports)
-            app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval)
-        else:
-            from .service.analyzer import create_app, open_analyzer
+                app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes,
+                                 cfg.collector_token, **options)
+        protocol = http_protocol(app)
+        log_event(log, "connections", max_connections=protocol.guard.capacity, max_requests=cfg.max_requests,
+                  header_timeout=cfg.header_timeout, body_timeout=cfg.body_timeout, idle_timeout=cfg.idle_timeout)
+    # ws="none": no WebSocket route, so no upgrade is served; the idle timeout is the protocol's (idle_timeout)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key, http=protocol,
+                ws="none", backlog=16384, access_log=False, log_level="warning",
+                timeout_graceful_shutdown=SHUTDOWN_GRACE)
 
-            app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes,
-                             cfg.collector_token)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
-                backlog=16384, access_log=False, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE)
+
+@contextmanager
+def _database_at_start(url: str) -> Iterator[None]:
+    """A database the service cannot open, migrate or write at start (a missing folder, a read-only file, a
+    server that refuses) is a ParameterError naming ``db``; its password is not shown."""
+    import sqlalchemy as sa
+
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as err:
+        cause = getattr(err, "orig", None) or err
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise ParameterError("db", "a database this service can open and write",
+                             f"{sa.engine.make_url(url).render_as_string(hide_password=True)} "
+                             f"({type(cause).__name__}: {first})") from None
+
+
+@contextmanager
+def _one_line_start_failure(role: str) -> Iterator[None]:
+    """Any other failure while the service starts: one line on stderr and exit 1, not a traceback (a
+    ParameterError passes through, for _clean_errors)."""
+    try:
+        yield
+    except (ParameterError, typer.Exit):
+        raise
+    except Exception as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        _console(stderr=True).print(f"error: the {role} did not start: {type(err).__name__}: {text}", markup=False,
+                                    highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 @task_app.command("create")

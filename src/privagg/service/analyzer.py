@@ -214,10 +214,18 @@ class AnalyzerService:
         return to_json_dict(report)
 
 
-def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None) -> FastAPI:
+def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None, *,
+               operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None) -> FastAPI:
     """The analyzer's HTTP service; with ``collector_token``, a batch is taken only from whoever shows it
     (``Authorization: Bearer TOKEN``): the collector. Without it, anyone who reaches the port can add
-    messages, so it is for loopback and tests."""
+    messages, so it is for loopback and tests.
+
+    ``operator_token``: the secret ``/metrics`` asks for (open without it); ``api_docs``: serve /docs, /redoc
+    and /openapi.json; ``limits``: the connection and request limits of a served app
+    (:func:`privagg.service.web.add_operations`)."""
+    from .collector import BATCH_MEDIA_TYPE
+    from .web import make_app
+
     if collector_token is None:
         log.warning("no collector token: batches are taken from anyone who reaches this port")
 
@@ -232,9 +240,10 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
         service.engine.dispose()
         log_event(log, "analyzer stopped")
 
-    app = FastAPI(title="privagg analyzer", lifespan=lifespan)
+    app = make_app("privagg analyzer", lifespan, api_docs)
 
-    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc())
+    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
+                   health=getattr(service, "health", None), operator_token=operator_token, limits=limits)
 
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> Response:
@@ -247,7 +256,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
                 request.headers.get("authorization", "").encode(), f"Bearer {collector_token}".encode()):
             raise Refused(401, "unauthenticated", "a batch must come from the collector: Authorization must be "
                           "Bearer followed by the collector token")
-        body = await read_body(request, max_batch_bytes)
+        body = await read_body(request, max_batch_bytes, BATCH_MEDIA_TYPE)
         return {"status": await run_in_threadpool(service.apply_batch, task_id, batch_id, body)}
 
     @app.get("/tasks/{task_id}/result")

@@ -439,8 +439,15 @@ def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = No
     return fetch_task, forward
 
 
-def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interval: float | None = 1.0) -> FastAPI:
-    """The collector's HTTP service; ``batch_interval=None`` leaves batches to explicit ``release_batches``."""
+def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interval: float | None = 1.0, *,
+               operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None) -> FastAPI:
+    """The collector's HTTP service; ``batch_interval=None`` leaves batches to explicit ``release_batches``.
+
+    ``operator_token``: the secret ``/tasks/{id}/status`` and ``/metrics`` ask for (open without it);
+    ``api_docs``: serve /docs, /redoc and /openapi.json; ``limits``: the connection and request limits of a
+    served app (:func:`privagg.service.web.add_operations`)."""
+    from .web import make_app, require_operator
+
     loop = None if batch_interval is None else BatchLoop(collector, batch_interval)
 
     @asynccontextmanager
@@ -454,13 +461,14 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
         collector.engine.dispose()
         log_event(log, "collector stopped")
 
-    app = FastAPI(title="privagg collector", lifespan=lifespan)
+    app = make_app("privagg collector", lifespan, api_docs)
 
-    add_operations(app, collector.registry, collector.engine, lambda err: collector.refused.labels(err.reason).inc())
+    add_operations(app, collector.registry, collector.engine, lambda err: collector.refused.labels(err.reason).inc(),
+                   health=getattr(collector, "health", None), operator_token=operator_token, limits=limits)
 
     @app.post("/tasks/{task_id}/reports")
     async def submit(task_id: str, request: Request) -> JSONResponse:
-        body = await read_body(request, max_body_bytes)
+        body = await read_body(request, max_body_bytes, "application/json")
         status = await run_in_threadpool(collector.accept, task_id, body)
         return JSONResponse({"status": status}, status_code=201 if status == "stored" else 200)
 
@@ -470,7 +478,8 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
         return Response(found.to_json(), media_type="application/json")
 
     @app.get("/tasks/{task_id}/status")
-    async def status(task_id: str) -> dict:
+    async def status(task_id: str, request: Request) -> dict:
+        require_operator(request, operator_token)
         await run_in_threadpool(collector.task, task_id)
         return await run_in_threadpool(collector.counts, task_id)
 

@@ -11,9 +11,14 @@ the one before.
     db = "sqlite:///analyzer.db"
     workers = 2
 
-Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``). The collector
-token, a secret both services share, is best given by the environment (``PRIVAGG_COLLECTOR_COLLECTOR_TOKEN``
-and ``PRIVAGG_ANALYZER_COLLECTOR_TOKEN``) or the file, not on a command line other users can list.
+Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``; a yes/no field
+takes true/false, 1/0 or yes/no). The collector token, a secret both services share, and the operator token
+are best given by the environment (``PRIVAGG_COLLECTOR_COLLECTOR_TOKEN``, ``PRIVAGG_ANALYZER_COLLECTOR_TOKEN``,
+``PRIVAGG_<ROLE>_OPERATOR_TOKEN``) or the file, not on a command line other users can list.
+
+Connections (:class:`privagg.service.web.Limits`): ``header_timeout`` (10 s), ``body_timeout`` (30 s at the
+collector, 300 s at the analyzer, whose batches reach 1 GiB), ``idle_timeout`` (5 s), ``max_connections``
+(10,000, lowered to fit the open-file limit) and ``max_requests`` (1,000 in flight).
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ParameterError, check_integer
 from .storage import ROLES, default_url
+
+if TYPE_CHECKING:
+    from .web import Limits
 
 DEFAULT_PORTS = {"collector": 8080, "analyzer": 8081}
 
@@ -48,6 +56,13 @@ class ServiceConfig:
     batch_quiet: float = 2.0  # a local task's batch is released once no report arrived for this long...
     max_batch_reports: int = 100_000  # ... or this many wait (never fewer than the minimum; shuffle tasks: one batch)
     max_body_bytes: int = 1 << 20  # the largest request body (a report at the collector, 1 GiB batches otherwise)
+    header_timeout: float = 10.0  # seconds until a request's headers are complete (from its connection or first byte)
+    body_timeout: float = 30.0  # seconds from then until its body is complete (the analyzer's default: 300)
+    idle_timeout: float = 5.0  # seconds a kept-alive connection may wait for its next request
+    max_connections: int = 10_000  # connections held at once (the oldest idle one closed for a new one)
+    max_requests: int = 1_000  # requests in flight at once; one more is refused as busy (503)
+    operator_token: str | None = None  # the secret /metrics and the collector's status route ask for, if set
+    api_docs: bool = False  # serve /docs, /redoc and /openapi.json
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -59,23 +74,44 @@ class ServiceConfig:
                                                       "dask_scheduler") if getattr(self, n) is not None):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ParameterError(name, "a non-empty string", getattr(self, name))
-        for name in ("port", "max_body_bytes", "max_batch_reports", "workers"):
+        for name in ("port", "max_body_bytes", "max_batch_reports", "workers", "max_connections", "max_requests"):
             if getattr(self, name) is not None and type(getattr(self, name)) is not int:
                 raise ParameterError(name, "an integer", repr(getattr(self, name)))
         check_integer("port", self.port, 0, 65535)
         check_integer("max_body_bytes", self.max_body_bytes, 1)
         check_integer("max_batch_reports", self.max_batch_reports, 1)
+        check_integer("max_connections", self.max_connections, 1, 1_000_000)
+        check_integer("max_requests", self.max_requests, 1, 1_000_000)
         if self.workers is not None:
             check_integer("workers", self.workers, 0, 1024)
         for name in ("batch_interval", "batch_quiet"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86_400:
                 raise ParameterError(name, "a number of seconds in (0, 86400)", value)
+        for name in ("header_timeout", "body_timeout", "idle_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3_600:
+                raise ParameterError(name, "a number of seconds in (0, 3600]", value)
         if self.collector_token is not None and (not isinstance(self.collector_token, str) or
                                                  len(self.collector_token) < 16):
             raise ParameterError("collector_token", "a secret of at least 16 characters", "(too short)")
+        if self.operator_token is not None and (not isinstance(self.operator_token, str) or
+                                                len(self.operator_token) < 16):
+            raise ParameterError("operator_token", "a secret of at least 16 characters", "(too short)")
+        if not isinstance(self.api_docs, bool):
+            raise ParameterError("api_docs", "true or false", repr(self.api_docs))
         if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ParameterError("log_level", "DEBUG, INFO, WARNING or ERROR", self.log_level)
+
+    def limits(self) -> Limits:
+        """The connection limits and timeouts, as :func:`privagg.service.web.add_operations` takes them."""
+        from .web import Limits
+
+        return Limits(self.header_timeout, self.body_timeout, self.idle_timeout, self.max_connections,
+                      self.max_requests)
+
+
+YES_NO = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceConfig:
@@ -83,7 +119,8 @@ def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceCon
     (command-line values; None means not given)."""
     types = {f.name: f.type for f in fields(ServiceConfig)}
     values: dict[str, Any] = {"db": default_url(role), "port": DEFAULT_PORTS.get(role, 0),
-                              "max_body_bytes": (1 << 20) if role == "collector" else (1 << 30)}
+                              "max_body_bytes": (1 << 20) if role == "collector" else (1 << 30),
+                              "body_timeout": 30.0 if role == "collector" else 300.0}
     if file is not None:
         try:
             table = tomllib.loads(Path(file).read_text()).get(role, {})
@@ -96,6 +133,11 @@ def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceCon
     for name, kind in types.items():
         text = os.environ.get(f"PRIVAGG_{role.upper()}_{name.upper()}")
         if text is not None and name != "role":
+            if str(kind) == "bool":
+                if text.lower() not in YES_NO:
+                    raise ParameterError(f"PRIVAGG_{role.upper()}_{name.upper()}", "true or false", text)
+                values[name] = YES_NO[text.lower()]
+                continue
             try:
                 values[name] = int(text) if "int" in str(kind) else float(text) if "float" in str(kind) else text
             except ValueError:
@@ -105,10 +147,11 @@ def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceCon
 
 
 def describe(config: ServiceConfig) -> dict[str, Any]:
-    """The configuration as logged at start-up: a database URL without its password."""
+    """The configuration as logged at start-up: a database URL without its password, no token."""
     from sqlalchemy.engine import make_url
 
     shown = dataclasses.asdict(config)
     shown["db"] = make_url(config.db).render_as_string(hide_password=True)
-    shown["collector_token"] = None if config.collector_token is None else "(set)"
+    for secret in ("collector_token", "operator_token"):
+        shown[secret] = None if getattr(config, secret) is None else "(set)"
     return shown
