@@ -71,6 +71,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
         configure_logging(cfg.log_level)
         log = logging.getLogger(f"privagg.{cfg.role}")
         log_event(log, "configuration", **describe(cfg))
+        _check_tls(cfg.tls_cert, cfg.tls_key)
         before, after = raise_open_files_limit()
         log_event(log, "open files", limit=after, raised_from=before)
         options = dict(operator_token=cfg.operator_token, api_docs=cfg.api_docs, limits=cfg.limits())
@@ -94,6 +95,20 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
     uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key, http=protocol,
                 ws="none", backlog=16384, access_log=False, log_level="warning",
                 timeout_graceful_shutdown=SHUTDOWN_GRACE)
+
+
+def _check_tls(cert: str | None, key: str | None) -> None:
+    """The TLS certificate chain and its key load (checked before uvicorn, which would fail with a traceback,
+    or prompt on the terminal for an encrypted key's password)."""
+    if cert is None:
+        return
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key, password=lambda: b"")
+    except (OSError, ssl.SSLError) as err:
+        raise ParameterError("tls_cert/tls_key", "a readable PEM certificate chain and its unencrypted private key",
+                             f"{cert}, {key} ({getattr(err, 'strerror', None) or err})") from None
 
 
 @contextmanager
@@ -127,6 +142,11 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
+_ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
+                  "can be closed only with all n); calibrate with a lower honest fraction (--honest-fraction G) to be "
+                  "able to close it at ceil(G n) reports")
+
+
 @task_app.command("create")
 def task_create(params: Path = typer.Option(..., "--params", help="Frozen parameters (privagg calibrate PROTOCOL "
                                                                   "--json > params.json)."),
@@ -151,6 +171,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
         engine = connect(load_config("analyzer", db=db).db, "analyzer")
         task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id, kem)
+    if task.single_batch and parameters.honest_fraction == 1:
+        _console(stderr=True).print(_ALL_N_WARNING, markup=False, highlight=False, soft_wrap=True)
     if as_json:
         print(task.to_json())
     else:

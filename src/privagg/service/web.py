@@ -218,7 +218,8 @@ async def read_body(request: Request, limit: int, media_type: str) -> bytes:
         raise Refused(415, "unsupported_media_type", f"the body must be {media_type}, got "
                       f"{shown(given) if given else 'no content-type'}")
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+    if declared is not None and not (declared.isascii() and declared.isdigit() and len(declared) <= len(str(limit))
+                                     and int(declared) <= limit):
         raise Refused(413, "oversized", f"the body must be at most {limit} bytes, got {shown(declared)}")
     body = bytearray()
     try:
