@@ -486,6 +486,18 @@ def test_a_full_database_is_a_clean_503(databases, caplog):
     engine.dispose()
 
 
+def test_other_errors_stay_errors():
+    app = make_app("test", None)
+    add_operations(app, CollectorRegistry(), None, lambda err: None)
+
+    @app.get("/denied")
+    async def denied():
+        raise PermissionError(13, "Permission denied")  # an OSError, but not the database's trouble: a bug
+
+    answer = TestClient(app, raise_server_exceptions=False).get("/denied")
+    assert answer.status_code == 500
+
+
 def _start_failure(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "privagg", "serve", *args], capture_output=True, text=True, timeout=120)
 

@@ -43,7 +43,7 @@ log = logging.getLogger("privagg.http")
 
 OPERATIONS = ("/healthz", "/readyz", "/metrics")  # answered whatever the load: never refused as busy
 RESERVED_DESCRIPTORS = 128  # open files kept for the database, its pool, worker pipes and logs, not for clients
-MAX_HEADER_BYTES = 64 * 1024  # a request line and headers beyond this are refused (431) before they are parsed on
+MAX_HEADER_BYTES = 64 * 1024  # a request line and headers longer than this are refused (431)
 CLOSED_BY_TIMEOUT = "privagg.closed_by_timeout"  # scope key: the body timeout closed this request's connection
 
 
