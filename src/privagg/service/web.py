@@ -110,7 +110,9 @@ class Refusals:
     @staticmethod
     def _write(err: Refused, count: int) -> None:
         ours = err.status >= 500 or err.status in (408, 431)
-        fields = {"reason": err.reason, "status": err.status, "count": count, **({"detail": err.detail} if ours else {})}
+        fields = {"reason": err.reason, "status": err.status, "count": count}
+        if ours:
+            fields["detail"] = err.detail
         log.log(logging.WARNING if ours else logging.INFO, "refused", extra={"fields": fields})
 
 
