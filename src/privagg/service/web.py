@@ -158,6 +158,8 @@ class ReadinessProbe:
     (the SQLite engine's BEGIN IMMEDIATE would make it queue behind every writer).
     """
 
+    IDLE_EXIT = 60.0  # seconds without a /readyz after which the thread ends (an app that is gone leaves none)
+
     def __init__(self, engine: sa.Engine, fresh: float = 1.0, timeout: float = 1.0) -> None:
         self.engine, self.fresh, self.timeout = engine, fresh, timeout
         self._lock = threading.Lock()
@@ -168,7 +170,11 @@ class ReadinessProbe:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            if not self._wake.wait(self.IDLE_EXIT):
+                with self._lock:
+                    if not self._wake.is_set():  # no /readyz for a while: end (the next one starts a thread again)
+                        self._thread = None
+                        return
             self._wake.clear()
             try:
                 connection = self.engine.raw_connection()
