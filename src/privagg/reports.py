@@ -254,6 +254,7 @@ class Collection:
     batches: int  # batches applied, each once
     unopened: int  # messages that would not open (another key or task, truncated, tampered): dropped
     malformed: int  # messages that opened but broke the protocol's layout: dropped
+    duplicates: int = 0  # messages repeating another's HPKE encapsulated key (a replay): dropped
 
 
 @dataclass
@@ -406,16 +407,20 @@ def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[Co
             for j, (i, e, se) in enumerate(zip(coordinates, result.total, result.standard_errors))]
 
 
-def with_received_caveat(privacy: PrivacyDescription, parameters, received: int) -> PrivacyDescription:
-    """``privacy`` with a caveat when the analyzer received far fewer or more messages than the n (1 + rho)
-    the guarantee counts on (more than 5 sd away): users may have dropped out, and the noise is then smaller
-    than calibrated."""
-    expected = parameters.n_users * parameters.messages_per_user
-    if abs(received - expected) <= 5 * parameters.messages_sd + 1:
+def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
+                         reporters: int | None = None) -> PrivacyDescription:
+    """``privacy`` with a caveat when the analyzer received far fewer or more messages than the ``reporters``
+    users who reported would send (more than 5 sd from their mean; ``reporters`` defaults to the n the
+    parameters were calibrated for): users may have dropped out or sent extra messages, and the noise is
+    then not what was calibrated. A shuffle task closed early at m >= ceil(G n) reports passes m."""
+    users = parameters.n_users if reporters is None else reporters
+    expected = users * parameters.messages_per_user
+    sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
+    if abs(received - expected) <= 5 * sd + 1:
         return privacy
     return dataclasses.replace(privacy, caveats=privacy.caveats + (
-        f"the analyzer received {received} messages where the guarantee counts on {expected:.0f} "
-        f"(sd {parameters.messages_sd:.1f}): users may have dropped out or sent extra messages, and the "
+        f"the analyzer received {received} messages where the guarantee counts on {expected:.0f} from "
+        f"{users} users (sd {sd:.1f}): users may have dropped out or sent extra messages, and the "
         "guarantee does not hold as stated",))
 
 

@@ -23,6 +23,7 @@ import base64
 import binascii
 import hashlib
 import io
+import json
 import logging
 import math
 import queue
@@ -44,32 +45,20 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ..core.randomness import secure_rng
 from ..errors import ParameterError
 from . import storage
-from .storage import batches, collector_tasks, reports, tokens
-from .tasks import Task, is_hex_id, sealed_size
-from .web import Refused, add_operations, json_object, log_event, read_body
+from .storage import batches, collector_tasks, encapsulations, reports, tokens
+from .tasks import Task, encapsulation_digests, is_hex_id, message_cap, sealed_size
+from .web import Health, Refused, add_operations, json_object, log_event, read_body, shown
 
 log = logging.getLogger("privagg.collector")
 
 TOKEN_BYTES = 24
+REPORT_FIELDS = {"report_id", "token", "key_id", "ciphertexts"}
+PADDING_BYTES = 64  # white space a report's JSON may carry beyond its compact encoding
 BATCH_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-EXTRA_MESSAGES = 16  # beyond 12 sd of a user's message count: the cap on one report (see message_cap)
 
 
 def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
-
-
-def message_cap(task: Task) -> int:
-    """The most messages one report may carry: a user's mean plus t = 12 of his standard deviations sigma,
-    plus 16.
-
-    An honest user's count is the protocol's fixed messages plus a sum of independent 0/1 draws, so
-    Bernstein's bound puts his chance of exceeding it at exp(-t^2 / (2 (sigma^2 + t / 3))) <= e^-24, about
-    4 10^-11, for t = 12 sigma + 16. A client sending more is refused, so no one inflates a batch with
-    messages of his own."""
-    p = task.parameters
-    per_user_sd = p.messages_sd / math.sqrt(p.n_users)
-    return math.ceil(p.messages_per_user + 12 * per_user_sd) + EXTRA_MESSAGES
 
 
 class Collector:
@@ -87,7 +76,10 @@ class Collector:
         self.quiet, self.max_batch_reports = quiet, max_batch_reports
         self._last_arrival: dict[str, float] = {}  # in memory only: no time is stored with a report
         self._tasks: dict[str, Task] = {}
-        self._writer = GroupCommit(engine, self._store_group)
+        self._fetching = threading.Lock()  # a task unknown here is fetched from the analyzer once, not per request
+        self.health = Health()
+        self._writer = GroupCommit(engine, self._store_group, self.health)
+        self._undelivered: dict[str, str] = {}  # batch id -> the last error logged for it (logged once per error)
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter("privagg_reports_accepted", "Reports stored", ["task"], registry=self.registry)
         self.refused = Counter("privagg_reports_refused", "Requests refused, nothing stored", ["reason"],
@@ -100,16 +92,25 @@ class Collector:
 
     # ---- tasks and tokens ----------------------------------------------------------------------------------
     def task(self, task_id: str) -> Task:
-        """The task (cached, then from the database, then fetched from the analyzer once and kept)."""
+        """The task (cached, then from the database, then fetched from the analyzer once and kept).
+
+        Concurrent first requests for a task wait for one fetch (a lock), and the row is inserted only if
+        absent, so several collector processes meeting a new task at once store it once."""
         if task_id in self._tasks:
             return self._tasks[task_id]
         if not is_hex_id(task_id):
-            raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got {task_id}")
-        with self.engine.connect() as c:
+            raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
+                          f"{shown(task_id)}")
+        with self._fetching:
+            if task_id not in self._tasks:
+                self._tasks[task_id] = self._load_task(task_id)
+        return self._tasks[task_id]
+
+    def _load_task(self, task_id: str) -> Task:
+        with storage.reading(self.engine) as c:
             text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)).scalar()
         if text is not None:
-            self._tasks[task_id] = Task.from_json(text, verify=False)  # verified when it was fetched
-            return self._tasks[task_id]
+            return Task.from_json(text, verify=False)  # verified when it was fetched
         try:
             text = self.fetch_task(task_id)
             task = None if text is None else Task.from_json(text)  # parameters verified before anything is stored
@@ -119,10 +120,7 @@ class Collector:
         if task is None:
             raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
         with self.engine.begin() as c:
-            if c.execute(sa.select(collector_tasks.c.task_id).where(
-                    collector_tasks.c.task_id == task_id)).first() is None:
-                c.execute(sa.insert(collector_tasks).values(task_id=task_id, task=text))
-        self._tasks[task_id] = task
+            c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task_id, task=text))
         return task
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
@@ -137,9 +135,18 @@ class Collector:
         """Store one report, durably; "stored", or "already stored" for a retry of a stored report.
 
         Raises :class:`Refused` (nothing stored) for an unknown task, a malformed report, a token that is
-        not this task's or was spent on another report, or a report id already used."""
+        not this task's or was spent on another report, a report id already used, or a message whose HPKE
+        encapsulated key an accepted message of the task already carried (a replay: 409 ``replayed_message``).
+        """
         task = self.task(task_id)
         data = json_object(body, "the report")
+        unknown = set(data) - REPORT_FIELDS
+        if unknown:
+            raise Refused(400, "malformed", f"a report's fields must be {', '.join(sorted(REPORT_FIELDS))}; got "
+                          f"{shown(sorted(unknown))} besides")
+        if len(body) > len(json.dumps(data)) + PADDING_BYTES:  # the SDK's own encoding, give or take spaces
+            raise Refused(400, "malformed", f"the report must be its JSON with at most {PADDING_BYTES} bytes of "
+                          f"white space, got {len(body) - len(json.dumps(data))} more")
         report_id, token, key_id, sealed = (data.get(k) for k in ("report_id", "token", "key_id", "ciphertexts"))
         if not is_hex_id(report_id):
             raise Refused(400, "malformed", "report_id must be 32 lowercase hexadecimal characters")
@@ -161,7 +168,11 @@ class Collector:
                 raise Refused(400, "bad_ciphertext", f"ciphertexts[{i}] must be base64 of {size} bytes (an HPKE "
                               f"seal of one message), got {len(raw)} bytes")
             blob += raw
-        status = self._writer.submit(_Pending(task_id, report_id, token_hash(token), bytes(blob)))
+        digests = encapsulation_digests(task, np.frombuffer(bytes(blob), dtype=np.uint8).reshape(-1, size))
+        if len(set(digests)) < len(digests):
+            raise Refused(409, "replayed_message", "each message must be sealed afresh: two ciphertexts of the "
+                          "report share an HPKE encapsulated key")
+        status = self._writer.submit(_Pending(task_id, report_id, token_hash(token), bytes(blob), digests))
         if status == "stored":
             self.accepted.labels(task_id).inc()
             self._last_arrival[task_id] = time.monotonic()
@@ -181,6 +192,7 @@ class Collector:
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
         used = {tuple(row) for row in c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
             tokens.c.report_id.in_([r.report_id for r in group])))}
+        seen = storage.existing_digests(c, encapsulations, {(r.task_id, d) for r in group for d in r.digests})
         outcomes: list[str | Refused] = []
         spent: dict[bytes, str] = {}  # tokens spent earlier in this group
         new = []
@@ -198,9 +210,13 @@ class Collector:
                                         "was released"))
             elif (r.task_id, r.report_id) in used:
                 outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
+            elif any((r.task_id, d) in seen for d in r.digests):
+                outcomes.append(Refused(409, "replayed_message", "each message must be new: an accepted message "
+                                        "of this task carried the same HPKE encapsulated key"))
             else:
                 spent[r.token_hash] = r.report_id
                 used.add((r.task_id, r.report_id))
+                seen.update((r.task_id, d) for d in r.digests)
                 new.append(r)
                 outcomes.append("stored")
         if new:
@@ -211,6 +227,11 @@ class Collector:
                 raise RuntimeError("a token was spent concurrently")
             c.execute(sa.insert(reports), [{"task_id": r.task_id, "report_id": r.report_id,
                                             "ciphertexts": r.ciphertexts} for r in new])
+            # the primary key makes this atomic across collector processes: a digest another one stored since
+            # fails the whole group, whose clients send again and are then refused as replays
+            rows = [{"task_id": r.task_id, "digest": d} for r in new for d in r.digests]
+            if rows:
+                c.execute(sa.insert(encapsulations), rows)
         return outcomes
 
     # ---- batches -------------------------------------------------------------------------------------------
@@ -223,7 +244,7 @@ class Collector:
         by arrival) once at least the minimum wait and either ``max_batch_reports`` wait or no report came
         for ``quiet`` seconds. Every condition is checked again inside the batch's transaction."""
         formed = 0
-        with self.engine.connect() as c:
+        with storage.reading(self.engine) as c:
             waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
                                 .group_by(reports.c.task_id)).all()
         for task_id, count in waiting:
@@ -262,7 +283,7 @@ class Collector:
     def batch_blob(self, task_id: str, batch_id: str) -> bytes:
         """The batch as the analyzer receives it: its messages in a fresh secure random order, one column."""
         size = sealed_size(self.task(task_id))
-        with self.engine.connect() as c:
+        with storage.reading(self.engine) as c:
             blobs = c.execute(sa.select(reports.c.ciphertexts).where(reports.c.batch_id == batch_id)).scalars().all()
             count = c.execute(sa.select(batches.c.reports).where(batches.c.batch_id == batch_id)).scalar_one()
         messages = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(-1, size)
@@ -272,7 +293,7 @@ class Collector:
         """Form batches, then deliver every unacknowledged one; a delivered batch's reports are deleted.
         Returns how many were delivered."""
         self.form_batches()
-        with self.engine.connect() as c:
+        with storage.reading(self.engine) as c:
             pending = c.execute(sa.select(batches.c.task_id, batches.c.batch_id, batches.c.reports).where(
                 batches.c.acknowledged.is_(False))).all()
         released = 0
@@ -280,31 +301,60 @@ class Collector:
             try:
                 self.forward(task_id, batch_id, self.batch_blob(task_id, batch_id))
             except Exception as err:  # the analyzer is down or refused: the batch stays and is sent again
-                log.warning("batch not delivered", extra={"fields": {"task": task_id, "batch": batch_id,
-                                                                      "error": type(err).__name__}})
+                error = type(err).__name__ if not hasattr(err, "response") else f"HTTP {err.response.status_code}"
+                if self._undelivered.get(batch_id) != error:  # once per batch and error, not once a second
+                    log.warning("batch not delivered; retrying", extra={"fields": {"task": task_id, "batch": batch_id,
+                                                                                  "error": error}})
+                    self._undelivered[batch_id] = error
                 continue
+            self._undelivered.pop(batch_id, None)
             with self.engine.begin() as c:
                 c.execute(sa.delete(reports).where(reports.c.batch_id == batch_id))
                 c.execute(sa.update(batches).where(batches.c.batch_id == batch_id).values(acknowledged=True))
+                if self.task(task_id).single_batch:  # it takes no more reports: replays need no record now
+                    c.execute(sa.delete(encapsulations).where(encapsulations.c.task_id == task_id))
             self.released.labels(task_id).inc()
             self.batch_reports.observe(count)
             log_event(log, "batch released", task=task_id, batch=batch_id, reports=count)
             released += 1
+        if released:  # the released ciphertexts' bytes leave the database's files too (secure delete, WAL)
+            storage.scrub(self.engine)
         return released
 
     def close(self, task_id: str) -> None:
-        """Take no more reports for ``task_id``; a shuffle task's waiting reports then form its batch, if at
-        least its minimum."""
-        with self.engine.begin() as c:
-            if not c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id == task_id).values(
-                    closed=True)).rowcount:
-                raise ParameterError("task", "a task this collector has received reports for", task_id)
-        log_event(log, "task closed", task=task_id)
+        """Take no more reports for ``task_id``; a shuffle task's waiting reports then form its batch.
 
-    def counts(self, task_id: str) -> dict[str, int]:
-        """Reports waiting for a batch, batches awaiting the analyzer's acknowledgement, and what was released,
-        for ``task_id`` (counts only)."""
-        with self.engine.connect() as c:
+        Refused (:class:`ParameterError`, nothing changed) when the reports waiting are fewer than the task's
+        minimum batch: closed, the task would never release them. The message names the shortfall and the
+        remedies (wait for more reports; for a shuffle task, a task calibrated with a lower honest fraction,
+        whose batch may be closed at ceil(G n) reports)."""
+        with self.engine.begin() as c:
+            text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)
+                             .with_for_update()).scalar()
+            if text is None:
+                raise ParameterError("task", "a task this collector has received reports for", shown(task_id))
+            task = Task.from_json(text, verify=False)
+            waiting = c.execute(sa.select(sa.func.count()).select_from(reports).where(
+                reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
+            released = c.execute(sa.select(batches.c.batch_id).where(batches.c.task_id == task_id)).first()
+            if waiting < task.min_batch_size and (waiting or (task.single_batch and released is None)):
+                short = task.min_batch_size - waiting
+                remedy = f"wait for {short} more reports"
+                if task.single_batch:
+                    remedy += (", or collect under a task whose one batch may be smaller: created with a lower "
+                               "--min-batch-size (down to ceil(G n)), calibrated with a lower honest fraction G "
+                               "(privagg calibrate --honest-fraction)")
+                raise ParameterError("task", f"closed only once its waiting reports reach its minimum batch: "
+                                     f"{waiting} came, {task.min_batch_size} needed ({short} short); closed now, it "
+                                     f"would never release them. Instead, {remedy}", task_id)
+            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id == task_id).values(closed=True))
+        log_event(log, "task closed", task=task_id, reports_waiting=waiting)
+
+    def counts(self, task_id: str) -> dict[str, int | bool]:
+        """For ``task_id`` (counts only): reports waiting for a batch, the fewest a batch may hold, how many more
+        a first batch still needs, batches awaiting the analyzer's acknowledgement, and what was released."""
+        task = self.task(task_id)
+        with storage.reading(self.engine) as c:
             waiting = c.execute(sa.select(sa.func.count()).select_from(reports).where(
                 reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
             rows = c.execute(sa.select(batches.c.acknowledged, sa.func.count(), sa.func.sum(batches.c.reports)).where(
@@ -312,8 +362,11 @@ class Collector:
             closed = bool(c.execute(sa.select(collector_tasks.c.closed).where(
                 collector_tasks.c.task_id == task_id)).scalar())
         by_state = {bool(done): (count, int(total)) for done, count, total in rows}
-        return {"closed": closed, "reports_waiting": waiting, "batches_pending": by_state.get(False, (0, 0))[0],
-                "batches_released": by_state.get(True, (0, 0))[0], "reports_released": by_state.get(True, (0, 0))[1]}
+        formed = sum(count for count, _ in by_state.values())
+        return {"closed": closed, "reports_waiting": waiting, "min_batch_size": task.min_batch_size,
+                "reports_needed": max(0, task.min_batch_size - waiting) if not formed or not task.single_batch else 0,
+                "batches_pending": by_state.get(False, (0, 0))[0], "batches_released": by_state.get(True, (0, 0))[0],
+                "reports_released": by_state.get(True, (0, 0))[1]}
 
 
 class _TooSmall(Exception):
@@ -343,6 +396,7 @@ class _Pending:
     report_id: str
     token_hash: bytes
     ciphertexts: bytes
+    digests: list[bytes]  # of the messages' encapsulated keys
     outcome: Future = field(default_factory=Future)
 
 
@@ -357,9 +411,10 @@ class GroupCommit:
 
     MAX_GROUP = 512
 
-    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[_Pending]], list[str | Refused]]) \
-            -> None:
-        self.engine, self.store = engine, store
+    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[_Pending]], list[str | Refused]],
+                 health: Health) -> None:
+        self.engine, self.store, self.health = engine, store, health
+        self._failed = 0  # groups failed in a row: logged when writes start and stop failing, not per group
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
@@ -381,9 +436,18 @@ class GroupCommit:
                 with self.engine.begin() as c:
                     outcomes = self.store(c, group)
             except Exception as err:
-                log.warning("group not stored", extra={"fields": {"reports": len(group), "error": type(err).__name__}})
+                if not self._failed:  # a full disk fails every group: one line when it starts, one when it ends
+                    log.warning("reports not stored: writes are failing", extra={"fields": {
+                        "reports": len(group), "error": type(err).__name__}})
+                self._failed += 1
+                self.health.write_failed(f"reports cannot be stored ({type(err).__name__})")
                 outcomes = [Refused(503, "unavailable", f"the report was not stored ({type(err).__name__}); send it "
                                     "again") for _ in group]
+            else:
+                if self._failed:
+                    log_event(log, "reports stored again", failed_groups=self._failed)
+                    self._failed = 0
+                self.health.write_succeeded()
             for report, outcome in zip(group, outcomes):
                 if isinstance(outcome, Refused):
                     report.outcome.set_exception(outcome)

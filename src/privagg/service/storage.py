@@ -5,19 +5,36 @@ Each party has its own database and its own tables; neither reads the other's.
 Collector (the shuffler): the tasks it serves (public, and whether closed), the one-use tokens it issued (only their SHA-256,
 and the report id a token was spent on, which doubles as the report-id de-duplication record), the
 reports it holds (the sealed messages of each, as one blob of fixed-size ciphertexts) until the analyzer
-acknowledges their batch, and the batches it formed. Nothing here can open a message.
+acknowledges their batch, the batches it formed, and the SHA-256 of every accepted message's HPKE
+encapsulated key (so a replayed message is refused; no report id, token or arrival order beside it).
+Nothing here can open a message.
 
-Analyzer: its tasks with their HPKE private keys, the running aggregate of each task with its counters, and
-the ids of the batches it has applied (a replayed batch is applied once).
+Analyzer: its tasks with their HPKE private keys, the running aggregate of each task with its counters, the
+ids of the batches it has applied (a replayed batch is applied once), and for a local task (several
+batches) the encapsulation digests of the messages applied (a message repeated in a later batch is dropped).
 
 SQLite (the default, a file beside the service) runs in WAL mode with ``synchronous=FULL``: a committed
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
 for scale. The schema is versioned with Alembic (``migrations/``, one version table per party), and each
 service upgrades its database to the latest version when it starts.
+
+At rest (:func:`connect`, :func:`scrub`): a SQLite database is created mode 0600 (its -wal and -shm files
+take the same), an analyzer's database open to group or others is refused, and so is a collector's that
+they may write. Deleted rows are overwritten (``secure_delete``), and after a released batch's reports are
+deleted the WAL is checkpointed and truncated, so no released ciphertext stays in the database's files. On
+PostgreSQL the reports table is vacuumed instead, which only marks the space reusable: encrypted storage and
+a retention for WAL archives and backups are the operator's part.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -57,6 +74,12 @@ batches = sa.Table(
     sa.Column("messages", sa.Integer, nullable=False),
     sa.Column("acknowledged", sa.Boolean, nullable=False),
 )
+encapsulations = sa.Table(  # replays: no two accepted messages of a task share an HPKE encapsulated key
+    "encapsulations", metadata["collector"],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("digest", sa.LargeBinary(32), primary_key=True),  # SHA-256 of the encapsulated key (tasks.py)
+    sqlite_with_rowid=False,  # kept in digest order, not arrival order; no link to a report or a token
+)
 
 # ---- the analyzer -----------------------------------------------------------------------------------------
 analyzer_tasks = sa.Table(
@@ -72,11 +95,18 @@ aggregates = sa.Table(
     sa.Column("batches", sa.Integer, nullable=False),
     sa.Column("reports", sa.Integer, nullable=False),
     sa.Column("unopened", sa.Integer, nullable=False),  # messages that would not open (wrong key, tampered)
+    sa.Column("duplicates", sa.Integer, nullable=False, server_default="0"),  # repeated encapsulations dropped
 )
 applied_batches = sa.Table(
     "applied_batches", metadata["analyzer"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("batch_id", sa.String(32), primary_key=True),
+)
+applied_encapsulations = sa.Table(  # a local task's applied messages, so no later batch repeats one
+    "applied_encapsulations", metadata["analyzer"],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("digest", sa.LargeBinary(32), primary_key=True),  # SHA-256 of the encapsulated key (tasks.py)
+    sqlite_with_rowid=False,
 )
 
 
@@ -85,41 +115,266 @@ def default_url(role: str) -> str:
     return f"sqlite:///privagg-{role}.db"
 
 
-def connect(url: str, role: str) -> sa.Engine:
+log = logging.getLogger("privagg.storage")
+
+# Waiting for a lock (PostgreSQL's lock_timeout, SQLite's busy_timeout). Above the longest a writer holds one
+# in normal work: forming a batch of 10^6 reports of 300 bytes (one UPDATE) took 15 s on PostgreSQL on 2
+# shared cores, and a report's group commit waits behind it (on PostgreSQL when the batch is its task's, on
+# SQLite always: one writer at a time). Below the SDK's 30 s request timeout: a report that cannot be stored
+# is answered 503 (the SDK sends it again) while its client still listens, instead of a writer waiting
+# forever behind a table someone locked.
+LOCK_TIMEOUT = 20.0
+# One statement's longest run (PostgreSQL's statement_timeout). The batch of 10^6 reports above took 15 s to
+# form, 5 s to read for delivery, 2 s to delete and 6 s to vacuum: 300 s is 20 times the longest, for larger
+# reports and slower disks, and still stops a runaway statement (and the locks it holds) within minutes.
+STATEMENT_TIMEOUT = 300.0
+CONNECT_TIMEOUT = 10  # seconds for a PostgreSQL server to answer a new connection (libpq waits forever by default)
+WAL_SIZE_LIMIT = 4 << 20  # bytes SQLite cuts its WAL back to after a checkpoint: about wal_autocheckpoint's 1,000 pages
+SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside the database, created with its mode
+READ = "privagg_read"  # the execution option of :func:`reading`'s connections, read by the ``begin`` listener
+
+
+def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
+            statement_timeout: float | None = STATEMENT_TIMEOUT) -> sa.Engine:
     """An engine for ``role``'s database at ``url`` (SQLite or PostgreSQL), its schema brought to the latest
-    version (:func:`migrate`); SQLite in WAL mode with fully synchronous commits."""
-    engine = _engine(url)
-    migrate(engine, role)
+    version (:func:`migrate`); a collector's database is scrubbed once (:func:`scrub`: a release that a crash
+    cut short before its scrub).
+
+    SQLite: WAL mode with fully synchronous commits, ``secure_delete`` on (deleted rows are overwritten with
+    zeros), the WAL cut back to :data:`WAL_SIZE_LIMIT` after checkpoints, ``busy_timeout`` = ``lock_timeout``.
+    A new database file is created mode 0600 before SQLite opens it (SQLite gives its -wal and -shm files the
+    database's mode). An existing analyzer database, or one of its -wal, -shm or -journal files, that group
+    or others may read or write is refused (it holds the private keys); a collector's that they may write is
+    refused (they could add reports or spend tokens), one they may only read is logged as a warning (its
+    reports are sealed to the analyzer's key: reading them needs the analyzer's database too, which is
+    refused when open; and collectors created before this check, 0644 under umask 022, keep running).
+    PostgreSQL: every session with ``lock_timeout`` and ``statement_timeout`` (seconds; None: no statement
+    timeout) and a :data:`CONNECT_TIMEOUT`. Defaults and their reasons: :data:`LOCK_TIMEOUT`,
+    :data:`STATEMENT_TIMEOUT`.
+
+    Raises :class:`ParameterError` (field ``db``) naming what is wrong instead of a driver's traceback: a
+    folder that does not exist, a file or folder the service cannot write, a file mode as above, a database
+    SQLite cannot open, a PostgreSQL server that does not accept the connection (its host and the reason).
+    """
+    if role not in ROLES:
+        raise ParameterError("role", f"one of {', '.join(ROLES)}", role)
+    lock_timeout = _seconds("lock_timeout", lock_timeout)
+    statement_timeout = None if statement_timeout is None else _seconds("statement_timeout", statement_timeout)
+    engine = _engine(url, role, lock_timeout, statement_timeout)
+    try:
+        _probe(engine)
+        migrate(engine, role)
+        if role == "collector":
+            scrub(engine)
+    except BaseException:
+        engine.dispose()
+        raise
     return engine
 
 
-def _engine(url: str) -> sa.Engine:
+def _seconds(field: str, value: float) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(field, "a number of seconds > 0", value) from None
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ParameterError(field, "a number of seconds > 0", value)
+    return seconds
+
+
+def _ms(seconds: float | None) -> int:
+    return 0 if seconds is None else max(1, round(seconds * 1000))
+
+
+def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float | None) -> sa.Engine:
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
         raise ParameterError("db", "a database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)", url) from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ParameterError("db", "a SQLite or PostgreSQL URL", url)
+        raise ParameterError("db", "a SQLite or PostgreSQL URL", parsed.render_as_string(hide_password=True))
     if parsed.get_backend_name() == "postgresql":
-        return sa.create_engine(parsed, pool_size=10, max_overflow=20, pool_pre_ping=True)
-    engine = sa.create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False})
+        options = f"-c lock_timeout={_ms(lock_timeout)} -c statement_timeout={_ms(statement_timeout)}"
+        if isinstance(parsed.query.get("options"), str):
+            options += " " + parsed.query["options"]  # the URL's own settings come after ours, so they win
+        args: dict = {"options": options}
+        if "connect_timeout" not in parsed.query:
+            args["connect_timeout"] = CONNECT_TIMEOUT
+        engine = sa.create_engine(parsed, pool_size=10, max_overflow=20, pool_pre_ping=True, connect_args=args)
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin_postgresql(connection) -> None:
+            if connection.get_execution_options().get(READ):
+                connection.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+        return engine
+    path = _sqlite_path(parsed)
+    if path is not None:
+        _prepare_file(path, role, parsed.render_as_string())
+    engine = sa.create_engine(parsed, connect_args={"timeout": lock_timeout, "check_same_thread": False})
 
     @sa.event.listens_for(engine, "connect")
     def _pragmas(connection, _record) -> None:
         connection.isolation_level = None  # the transactions below are ours, not the driver's
         cursor = connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={_ms(lock_timeout)}")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA secure_delete=ON")  # a deleted row's bytes are overwritten, not left in free space
+        cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")
     def _begin(connection) -> None:
-        # take the write lock up front: a read that later writes would otherwise fail at once, not wait, when
-        # another writer committed in between (SQLITE_BUSY_SNAPSHOT)
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        if connection.get_execution_options().get(READ):
+            # a deferred transaction: a snapshot read that never takes the write lock (WAL readers do not wait)
+            connection.exec_driver_sql("BEGIN")
+        else:
+            # take the write lock up front: a read that later writes would otherwise fail at once, not wait,
+            # when another writer committed in between (SQLITE_BUSY_SNAPSHOT)
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _sqlite_path(parsed: sa.engine.URL) -> Path | None:
+    """The database file of a SQLite URL; None for an in-memory database or a ``file:`` URI (left to SQLite)."""
+    database = parsed.database
+    if not database or database == ":memory:" or database.startswith("file:") or "uri" in parsed.query:
+        return None
+    return Path(os.path.abspath(database))
+
+
+def _prepare_file(path: Path, role: str, url: str) -> None:
+    """Check the folder and an existing database file, or create the file mode 0600 (so no moment passes with
+    the file open to others: SQLite would create it with the umask's mode, 0644 under umask 022)."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise ParameterError("db", f"a SQLite file in an existing folder: {folder} "
+                             f"{'is not a folder' if folder.exists() else 'does not exist'}", url)
+    if not _writable(folder, folder=True):
+        raise ParameterError("db", f"a SQLite file in a folder the service can write (SQLite keeps its -wal and "
+                             f"-shm files beside the database): {folder} is not writable ({_owner(folder)})", url)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the umask can only narrow 0600
+    except FileExistsError:
+        pass
+    else:
+        try:
+            os.fchmod(fd, 0o600)  # exactly 0600 whatever the umask (a narrower one would keep the owner out)
+        finally:
+            os.close(fd)
+    if not path.is_file():
+        raise ParameterError("db", f"a SQLite file: {path} is not a regular file", url)
+    files = [path, *(p for p in (Path(f"{path}{s}") for s in SIDE_FILES) if p.exists())]
+    for file in files:
+        if not _writable(file):
+            raise ParameterError("db", f"a SQLite file the service can write: {file} is not writable "
+                                 f"({_owner(file)})", url)
+    modes = {file: stat.S_IMODE(file.stat().st_mode) for file in files}
+    fix = "chmod 600 " + " ".join(str(f) for f, m in modes.items() if m & 0o066)
+    shown = "; ".join(f"{f} is mode {m:04o}" for f, m in modes.items() if m & 0o066)
+    if role == "analyzer" and shown:
+        raise ParameterError("db", f"a key store only its owner can read and write (it holds the tasks' private "
+                             f"keys; group or others may read or write it: {shown}; fix with {fix})", url)
+    if role == "collector" and any(m & 0o022 for m in modes.values()):
+        raise ParameterError("db", f"a database that only its owner can write (others could add reports or spend "
+                             f"tokens: {shown}; fix with {fix})", url)
+    if shown:
+        log.warning("database readable by group or others", extra={"fields": {"files": shown, "fix": fix}})
+
+
+def _writable(path: Path, folder: bool = False) -> bool:
+    """Whether this process may write ``path`` (and enter it, a folder), and its owner has not taken away its
+    own write permission (root could write it anyway: refused alike, whoever runs the service)."""
+    need = os.W_OK | (os.X_OK if folder else 0)
+    if not os.access(path, need, effective_ids=os.access in os.supports_effective_ids):
+        return False
+    info = path.stat()
+    bits = stat.S_IWUSR | (stat.S_IXUSR if folder else 0)
+    return not (info.st_uid == os.geteuid() and info.st_mode & bits != bits)
+
+
+def _owner(path: Path) -> str:
+    info = path.stat()
+    return f"mode {stat.S_IMODE(info.st_mode):04o}, owner uid {info.st_uid}, this process uid {os.geteuid()}"
+
+
+def _probe(engine: sa.Engine) -> None:
+    """Open one connection (the pragmas run): a database that cannot be opened is one ParameterError."""
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.DBAPIError as err:
+        url = engine.url
+        first = (str(err.orig) if err.orig is not None else str(err)).strip().splitlines()
+        reason = first[0] if first else type(err.orig).__name__
+        if engine.dialect.name == "postgresql":
+            found = re.search(r"port \d+ failed: (.*)", reason)
+            where = f"{url.host or 'the local socket'}:{url.port or 5432}"
+            raise ParameterError("db", f"a PostgreSQL server that accepts the connection ({where}: "
+                                 f"{found.group(1) if found else reason})",
+                                 url.render_as_string(hide_password=True)) from None
+        raise ParameterError("db", f"a SQLite database the service can open and write ({url.database}: {reason})",
+                             url.render_as_string()) from None
+
+
+@contextmanager
+def reading(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection in a read-only transaction, for queries that write nothing.
+
+    On SQLite a deferred ``BEGIN``: a snapshot that never takes the write lock, so a read neither waits for
+    a writer nor holds one up (every other transaction begins ``BEGIN IMMEDIATE``). On PostgreSQL a ``READ
+    ONLY`` transaction (a write in it fails). The connection carries the :data:`READ` execution option, which
+    the engine's ``begin`` listener reads."""
+    with engine.connect().execution_options(**{READ: True}) as connection, connection.begin():
+        yield connection
+
+
+def scrub(engine: sa.Engine) -> None:
+    """Erase what the database keeps of deleted rows, as far as the database can; the collector calls it right
+    after a released batch's reports are deleted, and :func:`connect` once at its start.
+
+    SQLite: ``PRAGMA wal_checkpoint(TRUNCATE)``. The WAL's frames (every version of every page written since
+    the last truncation, released ciphertexts among them) are copied into the database file and the WAL is cut
+    to zero bytes; with ``secure_delete`` on, the pages copied hold zeros where deleted rows were, and freed
+    pages are zeroed. Afterwards neither the database file, nor the -wal, nor the -shm holds a deleted
+    report's bytes. If a reader keeps an older snapshot past ``busy_timeout``, the checkpoint is left
+    incomplete: a warning is logged, and the next scrub does it. What the file system or the disk keeps of
+    overwritten or truncated blocks (copy-on-write file systems, SSD wear levelling, snapshots) is beyond
+    SQLite: put the database on encrypted storage.
+
+    PostgreSQL: a plain ``VACUUM`` of the reports table (and its TOAST table), on an autocommit connection
+    (VACUUM cannot run in a transaction block). It marks the space of dead rows (deleted reports) reusable;
+    their bytes stay in the table's files until new rows overwrite them, and a dead row that a still-running
+    transaction may see is kept until a later vacuum. ``VACUUM FULL`` would rewrite the table without them,
+    but it takes an ACCESS EXCLUSIVE lock (no report stored meanwhile) and the old files' blocks remain on
+    the disk; it is not run here. The WAL segments (until recycled), archived WAL, replicas and base backups
+    keep copies of every report that was ever stored. So for PostgreSQL the operator's part is encrypted
+    storage (disk or tablespace encryption) and a documented retention for WAL archives and backups, after
+    which released ciphertexts are gone; run this database's VACUUM FULL in a maintenance window if the
+    table's files must be rewritten. A lock or statement timeout, or an unreachable server, is logged as a
+    warning (the release itself is done; the next scrub, or autovacuum, vacuums again).
+    """
+    if engine.dialect.name == "sqlite":
+        raw = engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            busy, _frames, _copied = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            cursor.close()
+            error = "busy" if busy else None  # a reader or writer held the WAL past busy_timeout
+        except engine.dialect.dbapi.OperationalError as err:
+            error = type(err).__name__
+        finally:
+            raw.close()
+        if error:
+            log.warning("scrub incomplete", extra={"fields": {"error": error}})
+        return
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.exec_driver_sql(f"VACUUM {connection.dialect.identifier_preparer.format_table(reports)}")
+    except sa.exc.OperationalError as err:
+        log.warning("scrub incomplete", extra={"fields": {"error": type(err.orig).__name__}})
 
 
 def migrate(engine: sa.Engine, role: str) -> None:
@@ -138,3 +393,30 @@ def migrate(engine: sa.Engine, role: str) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+def insert_if_absent(connection: sa.Connection, table: sa.Table):
+    """An INSERT that does nothing where a row with the same primary key exists (both dialects)."""
+    if connection.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table).on_conflict_do_nothing()
+
+
+DIGESTS_PER_QUERY = 500  # bound parameters per lookup (SQLite allows 32,766; fewer keeps statements short)
+
+
+def existing_digests(connection: sa.Connection, table: sa.Table, pairs: set[tuple[str, bytes]]) \
+        -> set[tuple[str, bytes]]:
+    """Which (task id, digest) pairs ``table`` (``encapsulations`` or ``applied_encapsulations``) holds."""
+    found: set[tuple[str, bytes]] = set()
+    by_task: dict[str, list[bytes]] = {}
+    for task_id, digest in pairs:
+        by_task.setdefault(task_id, []).append(digest)
+    for task_id, digests in by_task.items():
+        for start in range(0, len(digests), DIGESTS_PER_QUERY):
+            chunk = digests[start:start + DIGESTS_PER_QUERY]
+            found.update((task_id, bytes(d)) for d in connection.execute(sa.select(table.c.digest).where(
+                table.c.task_id == task_id, table.c.digest.in_(chunk))).scalars())
+    return found

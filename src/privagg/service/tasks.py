@@ -23,7 +23,9 @@ X25519's, and the private key as ML-KEM-768's 64-byte seed then X25519's 32 byte
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -200,6 +202,33 @@ def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0,
 def sealed_size(task: Task) -> int:
     """Bytes of one sealed message of ``task``: its packed layout row, the KEM's encapsulation, the AEAD's tag."""
     return task.parameters.layout.record_dtype.itemsize + KEMS[task.kem][2] + TAG_BYTES
+
+
+EXTRA_MESSAGES = 16  # beyond 12 sd of a user's message count: the cap on one report (see message_cap)
+
+
+def message_cap(task: Task) -> int:
+    """The most messages one report may carry: a user's mean plus t = 12 of his standard deviations sigma,
+    plus 16.
+
+    An honest user's count is the protocol's fixed messages plus a sum of independent 0/1 draws, so
+    Bernstein's bound puts his chance of exceeding it at exp(-t^2 / (2 (sigma^2 + t / 3))) <= e^-24, about
+    4 10^-11, for t = 12 sigma + 16. The collector refuses a report carrying more, so no one inflates a batch
+    with messages of his own, and the analyzer refuses a batch holding more than its reports times this."""
+    p = task.parameters
+    per_user_sd = p.messages_sd / math.sqrt(p.n_users)
+    return math.ceil(p.messages_per_user + 12 * per_user_sd) + EXTRA_MESSAGES
+
+
+def encapsulation_digests(task: Task, sealed) -> list[bytes]:
+    """The SHA-256 of each sealed message's HPKE encapsulated key (its first ``enc`` bytes, RFC 9180's
+    single-shot ``enc || ct``), for rows of bytes or of a uint8 array.
+
+    Every honest seal draws a fresh ephemeral key, so two messages with one encapsulation are a replay: the
+    same message sent again, or a variant of it (which would not open: the key schedule binds ``enc``).
+    The digest keeps the record 32 bytes for either KEM; a collision would need a SHA-256 collision."""
+    size = KEMS[task.kem][2]
+    return [hashlib.sha256(bytes(row[:size])).digest() for row in sealed]
 
 
 def seal_messages(task: Task, messages: MessageBatch) -> list[bytes]:

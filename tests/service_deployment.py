@@ -1,0 +1,91 @@
+"""The collector and the analyzer in one process (FastAPI's TestClient), for the service tests.
+
+The collector's batches go to the analyzer through its HTTP routes, as in deployment, but the tests decide when
+batches are released (``collector.release_batches()``); reports are built with seeded randomness so a test
+knows every message its users sent.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from privagg.service import storage
+from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
+from privagg.service.client import Client, Report
+from privagg.service.collector import Collector, create_app as collector_app
+from privagg.service.tasks import Task, seal_messages
+
+COLLECTOR_TOKEN = "the collector's secret"
+AUTH = {"authorization": f"Bearer {COLLECTOR_TOKEN}", "content-type": "application/vnd.apache.arrow.stream"}
+
+
+@dataclass
+class Deployment:
+    analyzer: AnalyzerService
+    collector: Collector
+    A: TestClient
+    C: TestClient
+    task: Task
+    delivered: list = field(default_factory=list)  # the blobs the collector sent
+    lose_acks: int = 0  # deliver the next ones, then fail as if the acknowledgement was lost
+
+    def post(self, report: Report, body: dict | None = None):
+        return self.C.post(f"/tasks/{report.task_id}/reports", json=report.to_dict() if body is None else body)
+
+    def store(self, reports: list[Report]) -> None:
+        """Hand reports to the collector as its route does, without the HTTP round trip (tests of what follows)."""
+        for r in reports:
+            assert self.collector.accept(r.task_id, json.dumps(r.to_dict()).encode()) == "stored"
+
+    def stored(self) -> int:
+        with self.collector.engine.connect() as c:
+            return c.execute(sa.select(sa.func.count()).select_from(storage.reports)).scalar_one()
+
+    def refused(self, reason: str) -> float:
+        return self.collector.registry.get_sample_value("privagg_reports_refused_total", {"reason": reason}) or 0.0
+
+    def result(self) -> dict:
+        answer = self.A.get(f"/tasks/{self.task.task_id}/result", params={"top": 100})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+
+def deploy(databases, parameters, min_batch_size=None, kem="x25519") -> Deployment:
+    engines = {}
+    for role, url in databases.items():
+        engines[role] = storage.connect(url, role)
+    analyzer = AnalyzerService(engines["analyzer"])
+    task = analyzer.create_task(parameters, min_batch_size, kem=kem)
+    A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
+    holder: dict = {}
+
+    def fetch(task_id):
+        answer = A.get(f"/tasks/{task_id}")
+        return None if answer.status_code == 404 else answer.text
+
+    def forward(task_id, batch_id, blob):
+        holder["d"].delivered.append(blob)
+        A.post(f"/tasks/{task_id}/batches/{batch_id}", content=blob, headers=AUTH).raise_for_status()
+        if holder["d"].lose_acks:
+            holder["d"].lose_acks -= 1
+            raise ConnectionError("the acknowledgement was lost")
+
+    collector = Collector(engines["collector"], fetch, forward, quiet=0.0)
+    d = Deployment(analyzer, collector, A, TestClient(collector_app(collector, batch_interval=None)), task)
+    holder["d"] = d
+    return d
+
+
+def users(d: Deployment, values, rng) -> tuple[list[Report], list]:
+    """Reports of users holding ``values`` with seeded randomness (so the test knows their messages)."""
+    client = Client(d.task)
+    tokens = d.collector.issue_tokens(d.task.task_id, len(values))
+    reports, batches = [], []
+    for value, token in zip(values, tokens):
+        messages = client.randomizer.randomize([value], rng)
+        batches.append(messages)
+        reports.append(Report(d.task.task_id, f"{rng.integers(2**63):016x}{rng.integers(2**63):016x}", token,
+                              d.task.key_id, tuple(seal_messages(d.task, messages))))
+    return reports, batches
