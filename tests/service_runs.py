@@ -10,13 +10,15 @@ import asyncio
 import secrets
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 from privagg.protocols.registry import calibrate
 from privagg.service.client import Client, Report
-from privagg.service.loadgen import prepare_reports, run_load, send_reports
+from privagg.service.loadgen import prepare_reports, send_reports
 from privagg.service.local import LocalDeployment
 
 DOMAIN = 100
@@ -82,16 +84,45 @@ def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: in
 
 
 def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurrency: int = 10_000) -> dict:
-    """``clients`` SDK clients, ``concurrency`` of them connected at once; reports/s and latency percentiles."""
+    """``clients`` SDK clients, ``concurrency`` of them connected at once; reports/s and latency percentiles,
+    and the latency of the collector's /healthz and /readyz, asked every 50 ms while the clients send."""
     with LocalDeployment(dbs, log_dir, {"PRIVAGG_ANALYZER_WORKERS": "2"}) as dep:
         task = _task(dep, clients)
         tokens = dep.issue_tokens(task.task_id, clients)
-        run = run_load(dep.url("collector"), Client(task), np.random.default_rng(1).integers(0, DOMAIN, clients),
-                       tokens, concurrency, retry_for=300.0)
+        probes: dict[str, list[float]] = {"healthz": [], "readyz": []}
+        sending = threading.Event()
+
+        def probe() -> None:
+            while not sending.is_set():
+                time.sleep(0.01)
+            while sending.is_set():
+                for route, seen in probes.items():
+                    start = time.perf_counter()
+                    try:
+                        with urllib.request.urlopen(f"{dep.url('collector')}/{route}", timeout=30) as answer:
+                            answer.read()
+                    except (urllib.error.URLError, OSError):  # a 503 or a refused connection: still an answer
+                        pass
+                    seen.append(time.perf_counter() - start)
+                time.sleep(0.05)
+
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        client = Client(task)
+        values = np.random.default_rng(1).integers(0, DOMAIN, clients)
+        reports = prepare_reports(client, values, tokens)
+        sending.set()
+        outcomes, sent = asyncio.run(send_reports(dep.url("collector"), reports, concurrency, retry_for=300.0))
+        sending.clear()
+        prober.join()
         dep.wait_released(task.task_id)
         result = dep.result(task.task_id, top=DOMAIN)
-    return {"clients": clients, "concurrency": concurrency, "seconds": run.send_seconds,
-            "reports_per_second": run.reports_per_second, "p50_ms": run.latency_ms["p50"],
-            "p99_ms": run.latency_ms["p99"], "retries": run.retries, "acknowledged": run.acknowledged,
-            "acknowledged_messages": run.messages_acknowledged, "refused": run.refused, "failed": run.failed,
-            "counted_reports": result["collection"]["reports"], "counted_messages": result["messages"]["total"]}
+    ms = np.asarray(sent["latencies"]) * 1000
+    health = {route: np.asarray(seen) * 1000 for route, seen in probes.items()}
+    acknowledged = outcomes.count("acknowledged")
+    return {"clients": clients, "concurrency": concurrency, "seconds": sent["seconds"],
+            "reports_per_second": acknowledged / sent["seconds"], "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99)), "retries": sent["retries"],
+            **{f"{route}_{q}_ms": float(np.percentile(v, p)) if v.size else float("nan")
+               for route, v in health.items() for q, p in (("p50", 50), ("p99", 99), ("max", 100))},
+            **_exactly_once(result, reports, outcomes)}

@@ -47,7 +47,8 @@ from ..errors import ParameterError
 from . import storage
 from .storage import batches, collector_tasks, encapsulations, reports, tokens
 from .tasks import Task, encapsulation_digests, is_hex_id, message_cap, sealed_size
-from .web import Health, Refused, add_operations, json_object, log_event, read_body, shown
+from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
+                  require_operator, shown)
 
 log = logging.getLogger("privagg.collector")
 
@@ -76,7 +77,8 @@ class Collector:
         self.quiet, self.max_batch_reports = quiet, max_batch_reports
         self._last_arrival: dict[str, float] = {}  # in memory only: no time is stored with a report
         self._tasks: dict[str, Task] = {}
-        self._fetching = threading.Lock()  # a task unknown here is fetched from the analyzer once, not per request
+        self._fetching: dict[str, threading.Lock] = {}  # per task id being fetched: one fetch, the others wait
+        self._fetching_lock = threading.Lock()
         self.health = Health()
         self._writer = GroupCommit(engine, self._store_group, self.health)
         self._undelivered: dict[str, str] = {}  # batch id -> the last error logged for it (logged once per error)
@@ -94,16 +96,23 @@ class Collector:
     def task(self, task_id: str) -> Task:
         """The task (cached, then from the database, then fetched from the analyzer once and kept).
 
-        Concurrent first requests for a task wait for one fetch (a lock), and the row is inserted only if
-        absent, so several collector processes meeting a new task at once store it once."""
+        Concurrent first requests for a task wait for one fetch (a lock per task id, so a flood of made-up
+        ids does not hold up a real one), and the row is inserted only if absent, so several collector
+        processes meeting a new task at once store it once."""
         if task_id in self._tasks:
             return self._tasks[task_id]
         if not is_hex_id(task_id):
             raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
                           f"{shown(task_id)}")
-        with self._fetching:
-            if task_id not in self._tasks:
-                self._tasks[task_id] = self._load_task(task_id)
+        with self._fetching_lock:
+            lock = self._fetching.setdefault(task_id, threading.Lock())
+        try:
+            with lock:
+                if task_id not in self._tasks:
+                    self._tasks[task_id] = self._load_task(task_id)
+        finally:
+            with self._fetching_lock:
+                self._fetching.pop(task_id, None)  # kept only while fetching: unknown ids leave nothing behind
         return self._tasks[task_id]
 
     def _load_task(self, task_id: str) -> Task:
@@ -510,8 +519,6 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
     ``operator_token``: the secret ``/tasks/{id}/status`` and ``/metrics`` ask for (open without it);
     ``api_docs``: serve /docs, /redoc and /openapi.json; ``limits``: the connection and request limits of a
     served app (:func:`privagg.service.web.add_operations`)."""
-    from .web import make_app, require_operator
-
     loop = None if batch_interval is None else BatchLoop(collector, batch_interval)
 
     @asynccontextmanager
@@ -528,7 +535,7 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
     app = make_app("privagg collector", lifespan, api_docs)
 
     add_operations(app, collector.registry, collector.engine, lambda err: collector.refused.labels(err.reason).inc(),
-                   health=getattr(collector, "health", None), operator_token=operator_token, limits=limits)
+                   health=collector.health, operator_token=operator_token, limits=limits)
 
     @app.post("/tasks/{task_id}/reports")
     async def submit(task_id: str, request: Request) -> JSONResponse:
