@@ -322,7 +322,14 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
         except httpx.TransportError as err:
             raise ParameterError("analyzer", "a reachable analyzer URL", f"{analyzer} ({err})") from None
         if answer.status_code != 200:
-            raise ParameterError("task", "a task of the analyzer", answer.text)
+            try:
+                refusal = answer.json()
+                reason, detail = refusal["error"], refusal["detail"]
+            except (ValueError, KeyError, TypeError):
+                reason, detail = "", answer.text[:200]
+            if reason == "not_released":  # no batch applied yet: not an error in the task id
+                raise ParameterError("task", "a task whose result was released", detail)
+            raise ParameterError("task", "a task of the analyzer", detail)
     report = answer.json()
     _emit(report, as_json, output, lambda: print_result(report, top))
 

@@ -282,3 +282,17 @@ def test_closing_a_task_short_of_its_minimum_names_the_shortfall(shuffle):
         d.collector.close(d.task.task_id)
     status = d.collector.counts(d.task.task_id)
     assert status["closed"] is False and status["reports_needed"] == 10 and status["min_batch_size"] == 100
+
+
+def test_privagg_result_says_the_result_is_not_released_yet(shuffle, monkeypatch):
+    import httpx
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    d = shuffle
+    monkeypatch.setattr(httpx, "get", lambda url, params, timeout: d.A.get(url.removeprefix("http://analyzer"),
+                                                                          params=params))
+    out = CliRunner().invoke(app, ["result", "--analyzer", "http://analyzer", "--task", d.task.task_id])
+    assert out.exit_code == 2 and "a task whose result was released" in out.output
+    assert "no batch was applied" in out.output and "Traceback" not in out.output
