@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hmac
 import logging
-import multiprocessing
 import pickle
 import re
 import threading
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
@@ -40,14 +39,49 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ..core.messages import MessageBatch
 from ..errors import ParameterError
 from . import storage
-from .storage import aggregates, analyzer_tasks, applied_batches
-from .tasks import Task, create_task, is_hex_id, open_messages, sealed_size
-from .web import Refused, add_operations, log_event, read_body
+from .collector import BATCH_MEDIA_TYPE
+from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations
+from .tasks import Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages, sealed_size
+from .web import Health, Limits, Refused, add_operations, log_event, make_app, read_body, shown
+from .workers import BatchWorkers
 
 log = logging.getLogger("privagg.analyzer")
 
 SERIAL_BELOW = 4_096  # messages: a smaller batch is opened in this process (workers cost more than they save)
 SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from its OS entropy (privagg.service.client)"
+
+
+MAX_REPORTS = 2**31 - 1  # reports one task may count (its stored counter)
+
+
+def check_batch_rules(task: Task, batches: int, counted: int, reports: int, messages: int) -> None:
+    """Refuse (409) a batch the task's rules forbid, whoever sent it: fewer reports than the task's minimum, a
+    second batch of a shuffle task, more reports than a shuffle task's n users or than the counter holds, or
+    more messages than its reports may carry (each at most :func:`~privagg.service.tasks.message_cap`).
+    ``batches`` and ``counted``: the task's batches and reports applied so far."""
+    if reports < task.min_batch_size:
+        raise Refused(409, "batch_too_small", f"a batch must hold at least the task's min_batch_size "
+                      f"{task.min_batch_size} reports, got {reports}")
+    if task.single_batch and batches:
+        raise Refused(409, "second_batch", "a shuffle task has one batch, and this task's was applied")
+    most = task.parameters.n_users if task.single_batch else MAX_REPORTS - counted
+    if reports > most:
+        raise Refused(409, "report_count", f"a batch of this task may hold at most {most} reports (its users"
+                      f"{'' if task.single_batch else ' still to count'}), got {reports}")
+    if messages > reports * message_cap(task):
+        raise Refused(409, "report_count", f"a batch of {reports} reports may hold at most "
+                      f"{reports * message_cap(task)} messages ({message_cap(task)} a report), got {messages}")
+
+
+def first_encapsulations(task: Task, sealed: np.ndarray) -> tuple[list[int], list[bytes]]:
+    """The rows of ``sealed`` whose encapsulated key no earlier row carried, and those keys' digests."""
+    keep, digests, seen = [], [], set()
+    for i, digest in enumerate(encapsulation_digests(task, sealed)):
+        if digest not in seen:
+            seen.add(digest)
+            keep.append(i)
+            digests.append(digest)
+    return keep, digests
 
 
 @dataclass
@@ -61,15 +95,19 @@ class AnalyzerService:
     """The analyzer's logic over its database; the HTTP routes (:func:`create_app`) only call it.
 
     ``executor``: where sealed messages are opened (``None``: in this process); a
-    :class:`concurrent.futures.Executor` or a ``dask.distributed.Client`` (both have ``map``/``submit``).
+    :class:`~privagg.service.workers.BatchWorkers` (processes started for each batch and gone once it is
+    opened, so that no process holds the private key between batches; :func:`open_analyzer`'s choice), or a
+    :class:`concurrent.futures.Executor` or a ``dask.distributed.Client`` (both have ``map``/``submit``), whose
+    workers the caller owns: they receive the key with each batch. ``workers``: how many processes.
     """
 
-    def __init__(self, engine: sa.Engine, executor: Executor | None = None, workers: int = 1,
+    def __init__(self, engine: sa.Engine, executor: Executor | BatchWorkers | None = None, workers: int = 1,
                  registry: CollectorRegistry | None = None) -> None:
         self.engine, self.executor, self.workers = engine, executor, workers
         self._tasks: dict[str, _Loaded] = {}
         self._lock = threading.Lock()  # one batch folds into an aggregate at a time (the database locks too)
         self.registry = registry or CollectorRegistry()
+        self.health = Health()
         self.batches = Counter("privagg_batches", "Batches received", ["outcome"], registry=self.registry)
         self.refused = Counter("privagg_requests_refused", "Requests refused", ["reason"], registry=self.registry)
         self.dropped = Counter("privagg_messages_dropped", "Messages dropped", ["reason"], registry=self.registry)
@@ -107,7 +145,7 @@ class AnalyzerService:
         if task_id not in self._tasks:
             if not is_hex_id(task_id):
                 raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got {task_id}")
-            with self.engine.connect() as c:
+            with storage.reading(self.engine) as c:
                 row = c.execute(sa.select(analyzer_tasks.c.task, analyzer_tasks.c.private_key).where(
                     analyzer_tasks.c.task_id == task_id)).first()
             if row is None:
@@ -148,8 +186,12 @@ class AnalyzerService:
         return sealed, int(meta["reports"])
 
     def open_batch(self, loaded: _Loaded, sealed: np.ndarray) -> tuple[MessageBatch, int]:
-        """(the messages that opened, how many did not), opened on the executor in chunks."""
-        if self.executor is None or len(sealed) < SERIAL_BELOW:
+        """(the messages that opened, how many did not): on worker processes that exist for this batch alone
+        (:class:`~privagg.service.workers.BatchWorkers`, which opens a small batch in this process), or on the
+        executor in chunks."""
+        if isinstance(self.executor, BatchWorkers):
+            opened = self.executor.open(loaded.task, loaded.private_key, sealed)
+        elif self.executor is None or len(sealed) < SERIAL_BELOW:
             opened = [open_messages(loaded.task, loaded.private_key, sealed)]
         else:
             chunks = np.array_split(sealed, 4 * self.workers)
@@ -159,58 +201,101 @@ class AnalyzerService:
         return MessageBatch.concatenate([o.messages for o in opened]), sum(o.unopened for o in opened)
 
     def apply_batch(self, task_id: str, batch_id: str, blob: bytes) -> str:
-        """Fold one batch into the task's aggregate, once: "applied", or "already applied"."""
+        """Fold one batch into the task's aggregate, once: "applied", or "already applied".
+
+        The analyzer trusts no batch, not even the collector's: it enforces the task's batch rules itself
+        (:func:`check_batch_rules`), and it drops and counts every message whose HPKE encapsulated key another
+        message of the batch, or of a batch applied before (a local task's), already carried: an honest
+        collector forwards none, and counting a user's message twice multiplies his privacy loss."""
         loaded = self.load(task_id)
+        task = loaded.task
         if not is_hex_id(batch_id):
             raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
-                          f"{batch_id}")
-        with self.engine.connect() as c:
+                          f"{shown(batch_id)}")
+        with storage.reading(self.engine) as c:
             if self._applied(c, task_id, batch_id):
                 self.batches.labels("replayed").inc()
                 return "already applied"
+            before = c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
+                aggregates.c.task_id == task_id)).one()
         sealed, reports = self.read_batch(loaded, batch_id, blob)
+        check_batch_rules(task, before.batches, before.reports, reports, len(sealed))
         start = time.perf_counter()
-        messages, unopened = self.open_batch(loaded, sealed)
+        keep, digests = first_encapsulations(task, sealed)
+        if not task.single_batch:  # a shuffle task has one batch: nothing applied before can repeat
+            with storage.reading(self.engine) as c:
+                known = storage.existing_digests(c, applied_encapsulations, {(task_id, d) for d in digests})
+            fresh = [j for j, d in enumerate(digests) if (task_id, d) not in known]
+            keep, digests = [keep[j] for j in fresh], [digests[j] for j in fresh]
+        duplicates = len(sealed) - len(keep)
+        counted = 0 if duplicates == len(sealed) else reports  # all applied before: the batch adds no report
+        messages, unopened = self.open_batch(loaded, sealed[list(keep)])
         analyzer = loaded.analyzer
         part = analyzer.agg_update(analyzer.agg_init(), messages)
-        with self._lock, self.engine.begin() as c:
-            if self._applied(c, task_id, batch_id):  # a copy of this batch was applied meanwhile
-                self.batches.labels("replayed").inc()
-                return "already applied"
-            row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
-            total = analyzer.merge([pickle.loads(row.aggregate), part])
-            c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
-                aggregate=pickle.dumps(total), batches=row.batches + 1, reports=row.reports + reports,
-                unopened=row.unopened + unopened))
-            c.execute(sa.insert(applied_batches).values(task_id=task_id, batch_id=batch_id))
+        try:
+            with self._lock, self.engine.begin() as c:
+                if self._applied(c, task_id, batch_id):  # a copy of this batch was applied meanwhile
+                    self.batches.labels("replayed").inc()
+                    return "already applied"
+                row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
+                check_batch_rules(task, row.batches, row.reports, reports, len(sealed))  # another batch came meanwhile
+                total = analyzer.merge([pickle.loads(row.aggregate), part])
+                c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
+                    aggregate=pickle.dumps(total), batches=row.batches + 1, reports=row.reports + counted,
+                    unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates))
+                c.execute(sa.insert(applied_batches).values(task_id=task_id, batch_id=batch_id))
+                if not task.single_batch and digests:  # a digest applied meanwhile fails the primary key
+                    c.execute(sa.insert(applied_encapsulations), [{"task_id": task_id, "digest": d} for d in digests])
+        except sa.exc.IntegrityError:
+            raise Refused(503, "unavailable", "a batch sharing messages with this one was applied meanwhile; send "
+                          "it again") from None
+        except sa.exc.DBAPIError as err:  # the disk is full, the database gone: not ready until a write succeeds
+            self.health.write_failed(f"a batch could not be stored ({type(err.orig).__name__})")
+            raise
+        self.health.write_succeeded()
         seconds = time.perf_counter() - start
         self.batches.labels("applied").inc()
         self.opened.inc(len(messages))
         self.dropped.labels("unopened").inc(unopened)
         self.dropped.labels("malformed").inc(part.malformed)
+        self.dropped.labels("duplicate").inc(duplicates)
         self.batch_messages.observe(len(sealed))
-        log_event(log, "batch applied", task=task_id, batch=batch_id, reports=reports, messages=len(sealed),
-                  unopened=unopened, malformed=int(part.malformed), seconds=round(seconds, 3),
-                  messages_per_second=round(len(sealed) / max(seconds, 1e-9)))
+        log_event(log, "batch applied", task=task_id, batch=batch_id, reports=counted, messages=len(sealed),
+                  unopened=unopened, malformed=int(part.malformed), duplicates=duplicates,
+                  seconds=round(seconds, 3), messages_per_second=round(len(sealed) / max(seconds, 1e-9)))
         return "applied"
 
     # ---- results -------------------------------------------------------------------------------------------
     def result(self, task_id: str, top: int = 10) -> dict:
-        """The task's result as ``privagg analyze --json`` prints it, private, with the collection counts."""
+        """The task's result as ``privagg analyze --json`` prints it, private, with the collection counts;
+        409 ``not_released`` until a batch was applied (before, the estimates would be the debiased noise
+        floor of no users at all, not a result).
+
+        The privacy caveat compares the messages received with what the users who reported would send (an
+        early-closed shuffle task's m >= ceil(G n) reports, not n), and the warnings name repeated
+        encapsulations dropped."""
         from ..core.encoding import ItemEncoder
         from ..reports import Collection, Engine, analysis_report, to_json_dict, with_received_caveat
 
         loaded = self.load(task_id)
-        with self.engine.connect() as c:
+        with storage.reading(self.engine) as c:
             row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id)).one()
+        if not row.batches:
+            raise Refused(409, "not_released", f"task {task_id} has no result yet: no batch was applied (the "
+                          f"collector releases one once at least {loaded.task.min_batch_size} reports came)")
         agg, p = pickle.loads(row.aggregate), loaded.task.parameters
         start = time.perf_counter()
         result = loaded.analyzer.finalize(agg)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
         privacy = with_received_caveat(replace(p.privacy, randomness=SERVICE_RANDOMNESS), p,
-                                       int(agg.messages + agg.malformed))
+                                       int(agg.messages + agg.malformed), reporters=row.reports)
         report = analysis_report(p, result, privacy, engine, encoder=ItemEncoder(p.domain_size, kind="integer"), top=top,
-                                 collection=Collection(row.reports, row.batches, row.unopened, int(agg.malformed)))
+                                 collection=Collection(row.reports, row.batches, row.unopened, int(agg.malformed),
+                                                       row.duplicates))
+        if row.duplicates:
+            report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
+                                   "were dropped: whoever delivered the batches replayed messages; each was "
+                                   "counted once")
         return to_json_dict(report)
 
 
@@ -223,8 +308,6 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     ``operator_token``: the secret ``/metrics`` asks for (open without it); ``api_docs``: serve /docs, /redoc
     and /openapi.json; ``limits``: the connection and request limits of a served app
     (:func:`privagg.service.web.add_operations`)."""
-    from .collector import BATCH_MEDIA_TYPE
-    from .web import make_app
 
     if collector_token is None:
         log.warning("no collector token: batches are taken from anyone who reaches this port")
@@ -233,7 +316,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     async def lifespan(_app: FastAPI):
         log_event(log, "analyzer started")
         yield
-        if isinstance(service.executor, Executor):
+        if isinstance(service.executor, (Executor, BatchWorkers)):  # BatchWorkers: no batch after this
             service.executor.shutdown()
         elif service.executor is not None:  # a Dask client
             service.executor.close()
@@ -243,7 +326,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     app = make_app("privagg analyzer", lifespan, api_docs)
 
     add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
-                   health=getattr(service, "health", None), operator_token=operator_token, limits=limits)
+                   health=service.health, operator_token=operator_token, limits=limits)
 
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> Response:
@@ -272,7 +355,11 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
                   registry: CollectorRegistry | None = None) -> AnalyzerService:
     """An analyzer over the database at ``db_url`` (migrated), opening messages on ``workers`` processes
     (default: one per core; 0 or 1: in this process) or on the Dask scheduler at ``dask_scheduler``.
-    Dask workers see the private key: they are inside the analyzer's trust boundary."""
+
+    The worker processes are started for each batch and exit once it is opened, and die with the analyzer
+    even under SIGKILL (:mod:`privagg.service.workers`): the private key is in a worker only while a batch
+    is opened. Dask workers are long-lived and hold the private key (it comes with every batch): they are
+    inside the analyzer's trust boundary."""
     import os
 
     engine = storage.connect(db_url, "analyzer")
@@ -282,5 +369,5 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
         client = Client(dask_scheduler)
         return AnalyzerService(engine, client, len(client.scheduler_info()["workers"]) or 1, registry)
     workers = os.cpu_count() or 1 if workers is None else workers
-    executor = None if workers <= 1 else ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    executor = None if workers <= 1 else BatchWorkers(workers)
     return AnalyzerService(engine, executor, workers, registry)
