@@ -144,7 +144,8 @@ class AnalyzerService:
 
         if task_id not in self._tasks:
             if not is_hex_id(task_id):
-                raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got {task_id}")
+                raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
+                              f"{shown(task_id)}")
             with storage.reading(self.engine) as c:
                 row = c.execute(sa.select(analyzer_tasks.c.task, analyzer_tasks.c.private_key).where(
                     analyzer_tasks.c.task_id == task_id)).first()
@@ -174,7 +175,7 @@ class AnalyzerService:
             raise Refused(400, "malformed_batch", "the batch's metadata must be UTF-8") from None
         if table.column_names != ["ciphertext"] or table.schema.field("ciphertext").type != pa.binary(size):
             raise Refused(400, "malformed_batch", f"the batch must hold one column 'ciphertext' of {size}-byte "
-                          f"values, got {table.schema}")
+                          f"values, got {shown(str(table.schema), 120)}")
         if meta.get("task_id") != loaded.task.task_id or meta.get("batch_id") != batch_id:
             raise Refused(400, "malformed_batch", "the batch's task_id and batch_id must match its address")
         if not re.fullmatch(r"[1-9][0-9]{0,11}", meta.get("reports", "")):
