@@ -66,8 +66,9 @@ def check_batch_rules(task: Task, batches: int, counted: int, reports: int, mess
         raise Refused(409, "second_batch", "a shuffle task has one batch, and this task's was applied")
     most = task.parameters.n_users if task.single_batch else MAX_REPORTS - counted
     if reports > most:
-        raise Refused(409, "report_count", f"a batch of this task may hold at most {most} reports (its users"
-                      f"{'' if task.single_batch else ' still to count'}), got {reports}")
+        bound = "the task's n users" if task.single_batch else "what the task's report counter can still hold"
+        raise Refused(409, "report_count", f"a batch of this task may hold at most {most} reports ({bound}), got "
+                      f"{reports}")
     if messages > reports * message_cap(task):
         raise Refused(409, "report_count", f"a batch of {reports} reports may hold at most "
                       f"{reports * message_cap(task)} messages ({message_cap(task)} a report), got {messages}")

@@ -310,7 +310,8 @@ class Collector:
             try:
                 self.forward(task_id, batch_id, self.batch_blob(task_id, batch_id))
             except Exception as err:  # the analyzer is down or refused: the batch stays and is sent again
-                error = type(err).__name__ if not hasattr(err, "response") else f"HTTP {err.response.status_code}"
+                status = getattr(getattr(err, "response", None), "status_code", None)  # an HTTP refusal's
+                error = type(err).__name__ if status is None else f"HTTP {status}"
                 if self._undelivered.get(batch_id) != error:  # once per batch and error, not once a second
                     log.warning("batch not delivered; retrying", extra={"fields": {"task": task_id, "batch": batch_id,
                                                                                   "error": error}})
