@@ -474,11 +474,20 @@ class BatchLoop:
         self._thread = threading.Thread(target=self._run, name="privagg-batches", daemon=True)
 
     def _run(self) -> None:
+        failing = None  # the error of the rounds failing in a row: logged when it starts and when it ends
         while not self._stop.wait(self.interval):
             try:
                 self.collector.release_batches()
-            except Exception:  # the database blinked: log, and try again next time
-                log.exception("batch loop error")
+            except Exception as err:  # the database blinked, or is full: try again next time
+                if failing != type(err).__name__:
+                    log.warning("batches not formed or released; retrying", extra={"fields": {
+                        "error": type(err).__name__}}, exc_info=not isinstance(err, sa.exc.DBAPIError))
+                    failing = type(err).__name__
+                self.collector.health.write_failed(f"batches cannot be formed ({type(err).__name__})")
+            else:
+                if failing is not None:
+                    log_event(log, "batches formed and released again")
+                    failing = None
 
     def start(self) -> None:
         self._thread.start()
