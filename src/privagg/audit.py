@@ -48,6 +48,15 @@ from .reports import AuditReport, Claimed
 
 EXACT_MAX_PAIRS = 5 * 10**7  # joint states one convolution step may form
 EXACT_MAX_DATASET_PAIRS = 10**5  # neighbouring pairs of datasets one exact audit may examine
+# Joint states all of one exact audit's convolutions may form: measured at about 100 ns a joint state (the outer
+# sum, its stable sort and the merge), so about a minute on a 2-core machine; memory is bounded per step by
+# EXACT_MAX_PAIRS. Past it the audit stops, naming --users (the others' multisets grow with n and B).
+EXACT_MAX_WORK = 6 * 10**8
+# The statistical auditor's runs: each costs at least about 1 ms (measured: grr 1.0 ms, gaussian 2.0 ms, fe1 54 ms
+# a run at n = 1000) plus about 0.2 us a user (fe1: 73 ms at n = 10^5); 2 x runs of them are refused, before any
+# run, when even that floor passes this budget (ten minutes on a 2-core machine); below it the CLI shows progress.
+STATISTICAL_RUN_SECONDS, STATISTICAL_USER_SECONDS = 1e-3, 2e-7
+STATISTICAL_MAX_SECONDS = 600.0
 _EPS_MAX = 50.0
 
 
@@ -111,8 +120,9 @@ class OutputLaws:
     multiset's law is its largest sorted prefix's convolved with one user's law at a time (each step has one
     small factor), every prefix cached, so the others' law is computed once for all the changed user's items."""
 
-    def __init__(self, user_laws: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+    def __init__(self, user_laws: dict[int, tuple[np.ndarray, np.ndarray]], budget: int = EXACT_MAX_WORK) -> None:
         self.user_laws = user_laws
+        self.budget, self.work = budget, 0
         self._multisets: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._datasets: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -124,7 +134,7 @@ class OutputLaws:
         law = self._multisets[items[:known]] if known else None
         for end in range(known + 1, len(items) + 1):
             one = self.user_laws[items[end - 1]]
-            law = one if law is None else _convolve(law, one)
+            law = one if law is None else self._convolve(law, one)
             self._multisets[items[:end]] = law
         return law
 
@@ -133,8 +143,17 @@ class OutputLaws:
         key = tuple(sorted(dataset))
         if key not in self._datasets:
             self._datasets[key] = self.user_laws[dataset[0]] if len(dataset) == 1 else \
-                _convolve(self.multiset(tuple(sorted(dataset[1:]))), self.user_laws[dataset[0]])
+                self._convolve(self.multiset(tuple(sorted(dataset[1:]))), self.user_laws[dataset[0]])
         return self._datasets[key]
+
+    def _convolve(self, a, b):
+        """:func:`_convolve`, counted against the audit's work budget (refused before the step that would pass it)."""
+        self.work += a[0].size * b[0].size
+        if self.work > self.budget:
+            raise ParameterError("users", f"fewer, or a smaller --domain, for the exact auditor (its convolutions "
+                                 f"passed {self.budget:.0e} joint states, about a minute; or --method statistical)",
+                                 None)
+        return _convolve(a, b)
 
 
 def hockey_stick(p, q, epsilon: float) -> float:
@@ -160,7 +179,17 @@ def _instance(parameters) -> dict[str, Any]:
     return {k: v for k, v in parameters.to_dict().items() if k not in ("item_key",)}
 
 
-def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> AuditReport:
+def _pair_count(items: int, users: int) -> float:
+    """:func:`neighbouring_pair_count`, from its logarithm first where it is huge (the exact binomials of n = 10^9
+    and B = 10^6 would take minutes to write out)."""
+    if items < 2:
+        return 0
+    log_count = (math.lgamma(items + users - 1) - math.lgamma(users) - math.lgamma(items) + math.log(items)
+                 + math.log(items - 1) - math.log(2))
+    return math.exp(min(log_count, 700.0)) if log_count > 50 else neighbouring_pair_count(items, users)
+
+
+def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progress=None) -> AuditReport:
     """The true delta at the claimed eps and the true eps at the claimed delta, worst neighbouring pair.
 
     Pairs come from the entry's ``audit_pairs`` (datasets meeting a
@@ -169,7 +198,7 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     the domain (:func:`~privagg.protocols.parameters.neighbouring_pairs`:
     the changed user's two items and every multiset of the others').
     ``dropouts`` users (of the others) send nothing: what the adversary sees when they drop out, or
-    when they collude and their messages are subtracted.
+    when they collude and their messages are subtracted. ``progress(stage, done, total)`` hears of each pair.
     """
     entry = get(parameters.protocol)
     if entry.message_law is None:
@@ -181,8 +210,7 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     audited = with_noise_scale(parameters, noise_scale)
     n = audited.n_users - dropouts
     eps, delta = parameters.epsilon, parameters.delta
-    if entry.audit_pairs is None and (count := neighbouring_pair_count(audited.domain_size, n)) > \
-            EXACT_MAX_DATASET_PAIRS:
+    if entry.audit_pairs is None and (count := _pair_count(audited.domain_size, n)) > EXACT_MAX_DATASET_PAIRS:
         raise ParameterError("method", f"statistical for an instance this large ({count:.3g} neighbouring pairs "
                              f"of datasets, above {EXACT_MAX_DATASET_PAIRS:.0e})", "exact")
     pairs_to_audit = list(itertools.islice(entry.audit_pairs(audited, n) if entry.audit_pairs else
@@ -201,6 +229,8 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0) -> Audi
     worst_delta, worst_eps, worst_pair = 0.0, 0.0, None
     for first, second in pairs_to_audit:
         p, q = law_of(first), law_of(second)
+        if progress is not None:
+            progress("pairs", 1, len(pairs_to_audit))
         if (pair_delta := worst(p, q, eps)) > worst_delta:
             worst_delta, worst_pair = pair_delta, (first, second)
         # the true eps is the largest over the pairs: a pair that meets delta at the largest so far cannot raise it
@@ -229,14 +259,33 @@ def _dataset_text(dataset) -> str:
     return f"user 0: {dataset[0]}, others {dict(sorted(Counter(dataset[1:]).items()))}"
 
 
+def check_statistical_cost(runs: int, n_users: int) -> None:
+    """Refuse, before any run, 2 x ``runs`` runs of n users whose least cost passes STATISTICAL_MAX_SECONDS,
+    naming --runs (and its largest that fits) where at least 100 runs fit, else --users."""
+    per_run = STATISTICAL_RUN_SECONDS + STATISTICAL_USER_SECONDS * n_users
+    if 2 * runs * per_run <= STATISTICAL_MAX_SECONDS:
+        return
+    most_runs = int(STATISTICAL_MAX_SECONDS / (2 * per_run))
+    if most_runs >= 100:
+        raise ParameterError("runs", f"at most {most_runs} at n = {n_users} (each run takes at least "
+                             f"{per_run * 1e3:.3g} ms: {2 * runs * per_run:.3g} s in all, above "
+                             f"{STATISTICAL_MAX_SECONDS:g} s)", runs)
+    most_users = int((STATISTICAL_MAX_SECONDS / (2 * 100) - STATISTICAL_RUN_SECONDS) / STATISTICAL_USER_SECONDS)
+    raise ParameterError("users", f"at most {most_users} for the statistical auditor (at the least 100 runs each "
+                         f"run takes at least {per_run:.3g} s: {2 * 100 * per_run:.3g} s in all, above "
+                         f"{STATISTICAL_MAX_SECONDS:g} s)", n_users)
+
+
 def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, noise_scale: float = 1.0,
-                      seed: int = 0) -> AuditReport:
-    """A lower bound on eps, holding with probability ``confidence``, from ``runs`` runs per dataset."""
+                      seed: int = 0, progress=None) -> AuditReport:
+    """A lower bound on eps, holding with probability ``confidence``, from ``runs`` runs per dataset
+    (``progress(stage, done, total)`` hears of each run)."""
     from scipy.stats import beta as beta_law
 
     from .simulate.runner import simulate
 
     runs = check_integer("runs", runs, 100)
+    check_statistical_cost(runs, parameters.n_users)
     if not 0 < confidence < 1:
         raise ParameterError("confidence", "in (0, 1)", confidence)
     audited = with_noise_scale(parameters, noise_scale)
@@ -257,11 +306,17 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
     mode = "fast" if entry.fast is not None else "faithful"
     seeds = iter(np.random.SeedSequence(seed).spawn(2 * runs))
     estimates = {}
+
+    def one_run(codes: np.ndarray):
+        estimate = simulate(audited, codes, mode=mode, rng=np.random.default_rng(next(seeds)), queries=[x, y],
+                            check_population=False).result.estimate([x, y])
+        if progress is not None:
+            progress("runs", 1, 2 * runs)
+        return estimate
+
     for side, items in (("D", dataset), ("D'", neighbour)):
         codes = np.array(items)
-        estimates[side] = np.array([simulate(audited, codes, mode=mode, rng=np.random.default_rng(next(seeds)),
-                                             queries=[x, y], check_population=False).result.estimate([x, y])
-                                    for _ in range(runs)])
+        estimates[side] = np.array([one_run(codes) for _ in range(runs)])
     half, delta = runs // 2, parameters.delta
     # Candidate events {s <= t}, where s is likelier small under the first dataset than under the second:
     # est(y) (y is held in D' only), est(y) - est(x), and -est(x) (x is held in D only), in both directions.

@@ -821,7 +821,7 @@ AuditMethod = _choice("AuditMethod", ("exact", "statistical"))
 
 def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float, calibration: Enum,
            noise_scale: float, dropouts: int, method: Enum, runs: int, seed: int, as_json: bool,
-           output: Optional[Path], **options: Any) -> None:
+           output: Optional[Path], progress: Optional[bool] = None, **options: Any) -> None:
     from .audit import exact_audit, statistical_audit
     from .protocols.registry import calibrate
     from .reports import to_json_dict
@@ -831,11 +831,13 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
         params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
                            calibration=calibration.value, **options)
         if method.value == "exact":
-            report = exact_audit(params, noise_scale, dropouts)
+            with _progress(progress) as advance:
+                report = exact_audit(params, noise_scale, dropouts, progress=advance)
         elif dropouts:
             raise ParameterError("dropouts", "0 with --method statistical", dropouts)
         else:
-            report = statistical_audit(params, runs=runs, noise_scale=noise_scale, seed=seed)
+            with _progress(progress) as advance:
+                report = statistical_audit(params, runs=runs, noise_scale=noise_scale, seed=seed, progress=advance)
 
     def human() -> None:
         r = report
@@ -875,6 +877,9 @@ def _register_audit(entry: ProtocolEntry) -> None:
         _param("seed", int, typer.Option(0, "--seed", help="Seed of the statistical auditor's runs.")),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
         _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
+        _param("progress", Optional[bool], typer.Option(
+            None, "--progress/--no-progress", help="Progress on stderr: bars on a terminal, else plain lines "
+                                                   "(default: on a terminal only).")),
     ]
     audit_app.command(entry.name, help=f"{entry.title}: audit the claimed (epsilon, delta); exit status 1 when "
                                        "it does not hold.")(

@@ -55,6 +55,11 @@ from .description import REPLACE_ONE
 
 METHODS = ("best", "fmt", "wang", "blanket", "closed-form")
 _WINDOW_SD = 40  # Bin(n - 1, e^-eps0) is kept within its mean +- 40 sd (+ 50); the rest is counted as delta
+# Binomial terms one evaluation of FMT's or Wang et al.'s bound may sum (its window over C). Measured: about 17 us
+# a term (a binomial tail of C, C up to n), and an accountant takes about 27 evaluations (Brent's method for each
+# of fmt and wang), so this budget keeps account shuffle, and any calibration that calls the bounds, to about a
+# minute on a 2-core machine (n = 10^7 at eps0 = 1 is 122,095 terms, 52 s); memory is a few arrays of the window.
+CLONE_WINDOW_MAX = 125_000
 
 
 def closed_form_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:
@@ -115,6 +120,27 @@ def binomial_pmf(c: np.ndarray, trials, p: float) -> np.ndarray:
     return np.where(inner, np.exp(log_pmf), np.where((c == 0) | (c == n), np.exp(ends), 0.0))
 
 
+def _clone_window(n_users: int, clone: float) -> int:
+    """Terms of the window over C ~ Bin(n - 1, clone) that one evaluation of the clone bound sums."""
+    trials = n_users - 1
+    sd = math.sqrt(trials * clone * (1 - clone))
+    return min(trials + 1, 2 * math.ceil(_WINDOW_SD * sd + 50) + 1)
+
+
+def check_clone_window(n_users: int, clone: float) -> None:
+    """Refuse, before any work, a clone bound whose window would pass CLONE_WINDOW_MAX terms, naming the most
+    users that would run (the window grows as sqrt(n))."""
+    if (width := _clone_window(n_users, clone)) <= CLONE_WINDOW_MAX:
+        return
+    sd_max = ((CLONE_WINDOW_MAX - 1) / 2 - 51) / _WINDOW_SD
+    most = int(sd_max * sd_max / (clone * (1 - clone))) + 1
+    while most > 2 and _clone_window(most, clone) > CLONE_WINDOW_MAX:
+        most -= max(1, most // 10**6)
+    raise ParameterError("users", f"at most about {most:.4g} for the numerical shuffle bounds here (each evaluation "
+                         f"would sum {width:.3g} binomial terms, above {CLONE_WINDOW_MAX:,}: about a minute in "
+                         "all; --method closed-form has no such limit)", n_users)
+
+
 def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) -> float:
     """E_C[sum_a max(0, P_C(a) - e^eps Q_C(a))]: the victim is of type 0 with probability ratio / (ratio + 1)
     (type 1 otherwise) under P and the reverse under Q, and C ~ Bin(n - 1, clone) other users are clones,
@@ -127,6 +153,7 @@ def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) 
     if k1 <= 0:
         return 0.0
     trials, p = n_users - 1, clone
+    check_clone_window(n_users, clone)
     mean, sd = trials * p, math.sqrt(trials * p * (1 - p))
     lo, hi = max(0, math.floor(mean - _WINDOW_SD * sd - 50)), min(trials, math.ceil(mean + _WINDOW_SD * sd + 50))
     c = np.arange(lo, hi + 1)
