@@ -13,8 +13,10 @@ analyzer over partitions, in-process or on Dask: :mod:`privagg.engine`.
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 from .errors import ParameterError
 
@@ -35,5 +37,65 @@ __all__ = ["ParameterError", "__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        if name in _CHECKS:  # the top-level function checks its arguments' types, naming the one that is wrong
+            value = _checked(value, _CHECKS[name])
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'privagg' has no attribute {name!r}")
+
+
+def _kind(value: Any) -> str:
+    name = f"{type(value).__module__}.{type(value).__qualname__}".replace("builtins.", "")
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _check_batch(batch: Any, rng: Any = None, /, *_: Any, **__: Any) -> None:
+    from .core.messages import MessageBatch
+
+    if not isinstance(batch, MessageBatch):
+        raise ParameterError("batch", "a privagg.MessageBatch (the clients' messages: privagg.client(params)"
+                             ".randomize(codes))", _kind(batch))
+
+
+def _check_parameters(parameters: Any = None, /, *_: Any, **__: Any) -> None:
+    from .protocols.parameters import FrozenParameters
+
+    if not isinstance(parameters, FrozenParameters):
+        raise ParameterError("parameters", "a protocol's frozen parameters (privagg.calibrate(...) or "
+                             "privagg.load_parameters(json_text))", _kind(parameters))
+
+
+def _check_calibrate(protocol: Any = None, /, *_: Any, **named: Any) -> None:
+    from numbers import Real
+
+    if not isinstance(protocol, str):
+        raise ParameterError("protocol", "a protocol's name, a string such as 'fe1' (privagg.REGISTRY lists them)",
+                             _kind(protocol))
+    for field in ("epsilon", "delta"):
+        value = named.get(field, 0.0)
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise ParameterError(field, "a number", f"{value!r} ({_kind(value)})")
+
+
+def _check_json(data: Any = None, /, *_: Any, **__: Any) -> None:
+    if not isinstance(data, (str, bytes, bytearray, dict)):
+        hint = " (read the file first: load_parameters(path.read_text()))" if hasattr(data, "__fspath__") else ""
+        raise ParameterError("data", f"the parameters' JSON text, bytes or dict{hint}", _kind(data))
+
+
+_CHECKS = {"shuffle": _check_batch, "client": _check_parameters, "analyzer": _check_parameters,
+           "calibrate": _check_calibrate, "load_parameters": _check_json}
+
+
+def _checked(function: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        positional = list(args)
+        first = next(iter(inspect.signature(function).parameters))
+        if not positional and first in kwargs:  # the first argument given by name
+            positional = [kwargs[first]]
+        check(*positional[:1] or [None], **{k: v for k, v in kwargs.items() if k != first})
+        return function(*args, **kwargs)
+
+    return checked

@@ -445,8 +445,9 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 progress=advance, warnings=warnings, evaluate=evaluate)
         report.simulation.seconds["read"] = read_seconds
         if write_messages is not None:
-            from .engine import write_messages as write
+            from .engine import capped_partitions_warning, write_messages as write
 
+            report.warnings += filter(None, [capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
             write(write_messages, run.result.parameters, run.messages, partitions, {
                 "kind": encoder.kind, "domain_size": domain, "private": run.privacy.private,
@@ -605,9 +606,10 @@ def _read_coordinates(path: Path):
     listed = read_list(path, InputFormat(item_type="int"), field="candidates")
     try:
         return np.array([int(v) for v in listed], dtype=np.int64)
-    except ValueError:
-        raise ParameterError("candidates", "integer coordinates, one per line", next(
-            v for v in listed if not v.lstrip("-").isdigit())) from None
+    except (ValueError, OverflowError):
+        bad = next((v for v in listed if not v.lstrip("-").isdigit() or len(v) > 20), "")
+        raise ParameterError("candidates", "integer coordinates of at most 19 digits, one per line",
+                             bad if len(bad) <= 60 else f"{bad[:50]}... ({len(bad)} characters)") from None
 
 
 def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: Optional[str], header: bool,
@@ -641,6 +643,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                               keep_messages=write_messages is not None, discover_phi=discover_phi,
                                               evaluate=_evaluating(evaluate, input, seed))
         if write_messages is not None:
+            report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
             engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, {
                 "kind": "vector", "domain_size": run.result.parameters.domain_size,
@@ -1128,15 +1131,14 @@ def analyze(
 
     with _clean_errors():
         _check_output(output, params_file, candidates)
-        try:
-            params = load_parameters(params_file.read_text())
-        except OSError as e:
-            raise ParameterError("params", "a readable JSON file", f"{params_file} ({e.strerror})") from None
+        from .io import read_json_text
+
+        params = load_parameters(read_json_text(params_file, "params"))
         if params.protocol != protocol.value:
             raise ParameterError("params", f"parameters of {protocol.value}", f"parameters of {params.protocol}")
         partitions = engines.message_partitions(messages)
         own = messages / engines.PARAMS_FILE  # only compared: --params was verified above
-        if own.exists() and load_parameters(own.read_text(), verify=False) != params:
+        if own.exists() and load_parameters(read_json_text(own, "messages"), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
         if registry.get(params.protocol).result == "vector sum":

@@ -32,8 +32,11 @@ rows (from 1) for Parquet and ``.npy``.
 from __future__ import annotations
 
 import csv
+import io
 import math
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -52,6 +55,9 @@ ITEM_TYPES: tuple[str, ...] = ("auto", "int", "str")
 MISSING: tuple[str, ...] = ("error", "drop")
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 BLOCK_BYTES = 1 << 20  # CSV and text blocks (Arrow holds several, each a few times its size, in flight)
+LONGEST_LINE = BLOCK_BYTES  # Arrow's reader refuses a line (a record) longer than its block
+SNIFF_BYTES = 1 << 16  # how much of a file is looked at before reading it: binary data, another format
+MAGIC = {b"PAR1": "parquet", b"\x93NUMPY": "npy"}
 TEXT_SEPARATOR = "\x1f"  # a control character no text line holds: plain text is read as a one-column table
 CANONICAL_INTEGER = r"^[+-]?[0-9]+\z"
 NUMBER = r"^[+-]?([\p{Nd}_]*\p{Nd}[\p{Nd}_]*(\.[\p{Nd}_]*)?|\.[\p{Nd}_]*\p{Nd}[\p{Nd}_]*)([eE][+-]?\p{Nd}+)?\z"
@@ -94,6 +100,105 @@ def file_kind(path: Path, fmt: InputFormat) -> str:
     return "table" if fmt.delimiter is not None or suffix in DELIMITERS else "text"
 
 
+KIND_NAMES = {"parquet": "a Parquet file", "npy": "a NumPy .npy file", "table": "a UTF-8 delimited table (CSV, TSV)",
+              "text": "a UTF-8 text file (one item per line)"}
+ACCEPTED = {"parquet": "a readable Parquet file", "npy": "a readable .npy file",
+            "table": f"a readable UTF-8 delimited table (lines of at most {LONGEST_LINE // 2**20} MiB)",
+            "text": f"a readable UTF-8 text file (lines of at most {LONGEST_LINE // 2**20} MiB)"}
+
+
+def checked_file(path: str | Path, field: str, kind: str | None = None) -> Path:
+    """``path`` as an existing, readable regular file, or one line saying what it is instead.
+
+    With ``kind`` (as :func:`file_kind` names it) the file's first bytes are also looked at, so that binary
+    data, another format under a misleading extension, or a NUL-filled (sparse) file is refused before any
+    reading; a file of any size is looked at in milliseconds.
+    """
+    path = Path(path)
+    accepted = ACCEPTED.get(kind or "", "a readable file")
+    if path.is_dir():
+        raise ParameterError(field, f"{accepted}, not a folder", path)
+    if not path.exists():
+        raise ParameterError(field, "an existing file", path)
+    if not path.is_file():
+        raise ParameterError(field, f"{accepted} (a regular file, not a device, socket or pipe)", path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as err:
+        raise ParameterError(field, accepted, f"{path} ({err.strerror or err})") from None
+    if kind is not None:
+        problem = _sniff(head, kind)
+        if problem:
+            raise ParameterError(field, accepted, f"{path} ({problem})")
+    return path
+
+
+JSON_BYTES = 64 << 20  # a parameters file or report: a few kilobytes
+
+
+def read_json_text(path: str | Path, field: str, largest: int = JSON_BYTES) -> str:
+    """The text of a small UTF-8 JSON file (parameters, a report): refused, in one line, when it is a folder,
+    unreadable, binary, not UTF-8 or larger than ``largest`` bytes, before it is read."""
+    accepted = f"a readable UTF-8 JSON file of at most {largest // 2**20} MiB"
+    path = Path(path)
+    if path.is_dir():
+        raise ParameterError(field, f"{accepted}, not a folder", path)
+    if not path.is_file():
+        raise ParameterError(field, "an existing file" if not path.exists() else accepted, path)
+    try:
+        size = path.stat().st_size
+        if size > largest:
+            raise ParameterError(field, accepted, f"{path} ({size} bytes)")
+        data = path.read_bytes()
+    except OSError as err:
+        raise ParameterError(field, accepted, f"{path} ({err.strerror or err})") from None
+    found = next((name for magic, name in MAGIC.items() if data.startswith(magic)), None)
+    if found or b"\0" in data[:SNIFF_BYTES]:
+        raise ParameterError(field, accepted, f"{path} ({KIND_NAMES[found] if found else 'binary data'})")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise ParameterError(field, accepted, f"{path} (line {line} is not valid UTF-8)") from None
+
+
+def _sniff(head: bytes, kind: str) -> str | None:
+    """What is wrong with a file whose first bytes are ``head``, to be read as ``kind``; None: nothing seen."""
+    found = next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
+    if kind in ("parquet", "npy"):
+        if not head:
+            return "an empty file"
+        if found == kind:
+            return None
+        what = f"{KIND_NAMES[found]} under a .{kind} name" if found else \
+            "binary data" if b"\0" in head or not _utf8_prefix(head) else "text"
+        return f"{what}, not {KIND_NAMES[kind]}"
+    if found:
+        return f"{KIND_NAMES[found]}: name it .{found} (or leave out --delimiter)"
+    if head.count(0) * 8 > len(head):  # a NUL is valid UTF-8 text, but a file of mostly NULs is not text
+        return f"binary data ({head.count(0)} NUL bytes in the first {len(head)}), not {KIND_NAMES[kind]}"
+    if not _utf8_prefix(head):
+        line = head[:_utf8_error_at(head)].count(b"\n") + 1
+        return f"line {line} is not valid UTF-8"
+    return None
+
+
+def _utf8_prefix(head: bytes) -> bool:
+    """Whether ``head`` is valid UTF-8, but for a character cut at its end."""
+    return _utf8_error_at(head) is None
+
+
+def _utf8_error_at(head: bytes) -> int | None:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.reason == "unexpected end of data" and err.start >= len(head) - 3:
+            return None
+        return err.start
+    return None
+
+
 def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputFormat(), field: str = "input",
                public: bool = False) -> ReadSummary:
     """The codes of the items in ``path`` (one per user), encoded block by block with ``encoder``.
@@ -102,9 +207,8 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
     codes with the items. ``field`` names the file in error messages.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ParameterError(field, "an existing file", path)
     kind = file_kind(path, fmt)
+    checked_file(path, field, kind)
     if kind == "text" and (fmt.column is not None or not fmt.header):
         option = "column" if fmt.column is not None else "header"
         raise ParameterError(option, "left out for a plain-text file (one item per line; give --delimiter for a "
@@ -125,7 +229,7 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
             part = typer.encode(block, encoder, public)
             codes[count:count + part.size] = part
             count += part.size
-    except (OSError, pa.ArrowException) as err:
+    except (OSError, EOFError, pa.ArrowException) as err:
         raise _unreadable(path, kind, field, err) from None
     return ReadSummary(np.empty(0, dtype=np.int64) if codes is None else codes[:count], dropped)
 
@@ -134,9 +238,8 @@ def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"),
               largest: int = 2**20) -> list[str]:
     """A small public list (a categorical protocol's categories), in file order, as text; at most ``largest``."""
     path = Path(path)
-    if not path.is_file():
-        raise ParameterError(field, "an existing file", path)
     kind = file_kind(path, fmt)
+    checked_file(path, field, kind)
     values: list[str] = []
     try:
         if kind == "npy":
@@ -148,7 +251,7 @@ def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"),
                 break
     except ParameterError:
         raise
-    except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: an .npy of objects or a bad header
+    except (OSError, EOFError, ValueError, pa.ArrowException) as err:  # ValueError: an .npy of objects, a bad header
         raise _unreadable(path, kind, field, err) from None
     if len(values) > largest:
         raise ParameterError(field, f"a list of at most {largest} items", f"more in {path}")
@@ -163,13 +266,12 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
     items' range and length, naming the row.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ParameterError(field, "an existing file", path)
     kind = file_kind(path, fmt)
+    checked_file(path, field, kind)
     if kind == "npy":
         try:
             array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except (OSError, EOFError, ValueError) as err:
             raise _unreadable(path, "npy", field, err) from None
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
             raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
@@ -189,8 +291,12 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
     bad = np.flatnonzero(~_matches(pa.array(values, pa.string()), CANONICAL_INTEGER))
     if bad.size and fmt.item_type == "int":
         raise ParameterError(field, "canonical decimal integers (--item-type int)",
-                             f"{values[bad[0]]!r} on item {int(bad[0])} (counted from 0)")
+                             f"{_cut(values[bad[0]])} on item {int(bad[0])} (counted from 0)")
     if not bad.size:
+        huge = next((i for i, text in enumerate(values) if len(text) > 40), None)
+        if huge is not None:  # beyond any domain (and past what int() converts at 4,300 digits)
+            raise ParameterError(field, "integers of at most 40 digits", f"{_cut(values[huge])} on item {huge} "
+                                 "(counted from 0)")
         values = [int(text) for text in values]
     return values, dropped
 
@@ -203,6 +309,7 @@ def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray
 
     path = Path(path)
     kind = file_kind(path, fmt)
+    checked_file(path, "epsilon-column", kind)
     if kind not in ("table", "parquet"):
         raise ParameterError("epsilon-column", "given for a CSV, TSV or Parquet table (a column beside the items)",
                              column)
@@ -311,19 +418,23 @@ def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> It
             column = _pick_column(names, fmt.column, header=False)
         parse = pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False, invalid_row_handler=first_bad_row)
     line = skip + 1
+    undecodable: list[BaseException] = []
     try:
-        reader = pacsv.open_csv(
-            path, read_options=pacsv.ReadOptions(column_names=names, skip_rows=skip, block_size=BLOCK_BYTES,
-                                                 use_threads=False),  # threads hide a bad row's line number
-            parse_options=parse,
-            convert_options=pacsv.ConvertOptions(include_columns=[column], column_types={column: pa.string()},
-                                                 null_values=[""], strings_can_be_null=True,
-                                                 quoted_strings_can_be_null=True))
-        for batch in reader:
-            values = batch.column(0)
-            yield _Block(values, line, "line")
-            line += len(values)
+        with _undecodable_rows(first_bad_row, undecodable):
+            reader = pacsv.open_csv(
+                path, read_options=pacsv.ReadOptions(column_names=names, skip_rows=skip, block_size=BLOCK_BYTES,
+                                                     use_threads=False),  # threads hide a bad row's line number
+                parse_options=parse,
+                convert_options=pacsv.ConvertOptions(include_columns=[column], column_types={column: pa.string()},
+                                                     null_values=[""], strings_can_be_null=True,
+                                                     quoted_strings_can_be_null=True))
+            for batch in reader:
+                values = batch.column(0)
+                yield _Block(values, line, "line")
+                line += len(values)
     except pa.ArrowInvalid:
+        if undecodable and not bad_rows:  # Arrow could not hand the handler a row that is not UTF-8
+            raise _unreadable(path, kind, field, _first_invalid_utf8(path)) from None
         if not bad_rows:
             raise
         problem = bad_rows[0]
@@ -332,29 +443,72 @@ def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> It
         raise _unreadable(path, kind, field, problem) from None
 
 
+@contextmanager
+def _undecodable_rows(handler, caught: list[BaseException]) -> Iterator[None]:
+    """Arrow decodes a bad row for its handler; a row that is not UTF-8 fails there, and the error (which
+    Arrow can only print, as a traceback) is kept in ``caught`` instead: the reading then fails, and says so."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if unraisable.object is handler and isinstance(unraisable.exc_value, UnicodeDecodeError):
+            caught.append(unraisable.exc_value)
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        if sys.unraisablehook is hook:
+            sys.unraisablehook = previous
+
+
 def _first_record(path: Path, delimiter: str, field: str) -> list[str]:
     """The first record of a delimited file (its header, or its first row), with a byte-order mark dropped."""
     try:
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            record = next(csv.reader(f, delimiter=delimiter), None)
+        with path.open("rb") as f:
+            head = f.read(LONGEST_LINE + 1)
+        cut = len(head) > LONGEST_LINE
+        text = head[:LONGEST_LINE].decode("utf-8-sig", errors="ignore" if cut else "strict")
+        if csv.field_size_limit() < LONGEST_LINE:  # a field may be as long as a line Arrow reads
+            csv.field_size_limit(LONGEST_LINE)
+        buffer = io.StringIO(text, newline="")
+        record = next(csv.reader(buffer, delimiter=delimiter), None)
     except (OSError, UnicodeDecodeError) as err:
         raise _unreadable(path, "table", field, err) from None
+    except csv.Error as err:
+        raise _unreadable(path, "table", field, err if "field limit" in str(err) else str(err)) from None
+    if cut and buffer.tell() >= len(text) and not text.endswith(("\n", "\r")):
+        raise _unreadable(path, "table", field, f"a first line longer than {LONGEST_LINE // 2**20} MiB "
+                          f"({LONGEST_LINE} bytes), the longest read")
     if not record:
         raise ParameterError(field, "a table with a first line", f"{path} (empty first line or empty file)")
     return record
 
 
+def _cut(value, longest: int = 60) -> str:
+    """A value for an error line: its repr, a long one cut short with its length."""
+    shown = repr(value)
+    return shown if len(shown) <= longest else shown[:longest - 3] + f"... ({len(str(value))} characters)"
+
+
+def _shown(names: list[str], most: int = 20, longest: int = 40) -> str:
+    """A list of column names for one line: long names and long lists cut short."""
+    cut = [n if len(n) <= longest else n[:longest - 3] + f"... ({len(n)} characters)" for n in names[:most]]
+    return str(cut)[:-1] + (f", ... ({len(names)} names)]" if len(names) > most else "]")
+
+
 def _pick_column(names: list[str], column: str | None, header: bool) -> str:
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if header and duplicated:
-        raise ParameterError("input", "a table whose column names are distinct", f"duplicated {duplicated}")
+        raise ParameterError("input", "a table whose column names are distinct", f"duplicated {_shown(duplicated)}")
     if column is None:
         if len(names) != 1:
-            what = f"one of {names}" if header else f"a 0-based index below {len(names)}"
+            what = f"one of {_shown(names)}" if header else f"a 0-based index below {len(names)}"
             raise ParameterError("column", f"{what} (the file has {len(names)} columns)", None)
         return names[0]
     if column not in names:
-        what = f"one of {names}" if header else f"a 0-based index below {len(names)} (--no-header)"
+        what = f"one of {_shown(names)}" if header else f"a 0-based index below {len(names)} (--no-header)"
         raise ParameterError("column", what, column)
     return column
 
@@ -403,7 +557,7 @@ class _ItemTyper:
         if self.decided is None:
             first = values.slice(0, 1)
             self.decided = "int" if _matches(first, CANONICAL_INTEGER)[0] else "str"
-            self.first = f"{block.where(0, self.path)} ({values[0].as_py()!r})"
+            self.first = f"{block.where(0, self.path)} ({_cut(values[0].as_py())})"
             if self.decided == "str" and _matches(first, NUMBER)[0]:
                 self._refuse(values, block, 0, "is a number but not a canonical decimal integer")
         if self.decided == "int":
@@ -420,7 +574,7 @@ class _ItemTyper:
     def _refuse(self, values: pa.Array, block: _Block, index: int, problem: str) -> None:
         hint = "; give --item-type str to count every value as text" if self.item_type == "auto" else ""
         raise ParameterError(self.field, f"{'integers' if self.decided == 'int' else 'one kind of item'} throughout",
-                             f"{values[index].as_py()!r} on {block.where(index, self.path)}, which {problem}{hint}")
+                             f"{_cut(values[index].as_py())} on {block.where(index, self.path)}, which {problem}{hint}")
 
     def _parse(self, values: pa.Array, block: _Block, domain_size: int) -> np.ndarray:
         """Canonical decimal strings to int64; a value beyond that names its line."""
@@ -429,10 +583,11 @@ class _ItemTyper:
         try:
             return pc.cast(values, pa.int64()).to_numpy()
         except pa.ArrowInvalid:
-            for index, text in enumerate(values.to_pylist()):
-                if not -(2**63) <= int(text) < 2**63:
+            for index, text in enumerate(values.to_pylist()):  # a 20-digit bound first: int() refuses 4,300 digits
+                if len(text.lstrip("+-")) > 20 or not -(2**63) <= int(text) < 2**63:
                     raise ParameterError(self.field, f"integers in [0, {domain_size}) (the domain, --domain)",
-                                         f"{text}, beyond 64 bits, on {block.where(index, self.path)}") from None
+                                         f"{text if len(text) <= 60 else _cut(text)}, beyond 64 bits, on "
+                                         f"{block.where(index, self.path)}") from None
             raise
 
     def _integers(self, numbers: np.ndarray, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
@@ -447,7 +602,7 @@ class _ItemTyper:
 def _read_npy(path: Path, encoder: ItemEncoder, fmt: InputFormat, field: str) -> np.ndarray:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as err:
+    except (OSError, EOFError, ValueError) as err:
         raise _unreadable(path, "npy", field, err) from None
     if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
         raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
@@ -458,20 +613,24 @@ def _read_npy(path: Path, encoder: ItemEncoder, fmt: InputFormat, field: str) ->
 
 def _unreadable(path: Path, kind: str, field: str, err: Exception | str) -> ParameterError:
     """One line saying why the file cannot be read (Arrow's messages can span several)."""
-    what = {"parquet": "a readable Parquet file", "npy": "a readable .npy file",
-            "table": "a readable UTF-8 delimited table", "text": "a readable UTF-8 text file"}[kind]
     if isinstance(err, str):
         detail = err
     elif isinstance(err, UnicodeDecodeError) or "invalid UTF8" in str(err):
         detail = _first_invalid_utf8(path)
+    elif "straddling" in str(err) or isinstance(err, csv.Error) and "field limit" in str(err):
+        detail = f"a line longer than {LONGEST_LINE // 2**20} MiB ({LONGEST_LINE} bytes), the longest read"
     else:
-        detail = str(getattr(err, "strerror", None) or err).strip().splitlines()[0]
-    return ParameterError(field, what, f"{path} ({detail})")
+        detail = (str(getattr(err, "strerror", None) or err).strip() or type(err).__name__).splitlines()[0]
+        if len(detail) > 200:  # Arrow quotes a whole bad row
+            detail = detail[:160] + f"... ({len(detail)} characters)"
+    return ParameterError(field, ACCEPTED[kind], f"{path} ({detail})")
 
 
 def _first_invalid_utf8(path: Path) -> str:
     with path.open("rb") as f:
-        for number, raw in enumerate(f, 1):
+        for number, raw in enumerate(iter(lambda: f.readline(LONGEST_LINE + 1), b""), 1):
+            if len(raw) > LONGEST_LINE:
+                return f"line {number} is longer than {LONGEST_LINE // 2**20} MiB"
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -483,9 +642,8 @@ def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
     """About how many items ``path`` holds, without reading it: exact for Parquet and .npy; for text and
     tables, the file size over the mean line length of its first mebibyte (checks before work use it)."""
     path = Path(path)
-    if not path.is_file():
-        raise ParameterError("input", "an existing file", path)
     kind = file_kind(path, fmt)
+    checked_file(path, "input", kind)
     try:
         if kind == "parquet":
             return pq.ParquetFile(path).metadata.num_rows
@@ -494,7 +652,7 @@ def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
         size = path.stat().st_size
         with path.open("rb") as f:
             sample = f.read(BLOCK_BYTES)
-    except (OSError, ValueError, pa.ArrowException) as err:
+    except (OSError, EOFError, ValueError, pa.ArrowException) as err:
         raise _unreadable(path, kind, "input", err) from None
     lines = sample.count(b"\n") + (not sample.endswith(b"\n") and bool(sample))
     header = 1 if kind == "table" and fmt.header else 0
@@ -505,9 +663,10 @@ def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str 
     """Users' vectors, one row each: an (n, d) ``.npy`` array, or every column of a CSV, TSV or Parquet table
     (a header line names the columns, as for items). Values must be numbers; the protocol checks their range."""
     path = Path(path)
-    if not path.is_file():
-        raise ParameterError(field, "an existing file", path)
     kind = file_kind(path, fmt)
+    if kind == "text":
+        raise ParameterError(field, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a user)", path)
+    checked_file(path, field, kind)
     try:
         if kind == "npy":
             array = np.load(path, allow_pickle=False)
@@ -515,7 +674,8 @@ def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str 
             array = _numeric_table(pq.read_table(path), path, field)
         elif kind == "table":
             delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
-            table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header),
+            table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
+                                                                        block_size=BLOCK_BYTES),
                                    parse_options=pacsv.ParseOptions(delimiter=delimiter))
             array = _numeric_table(table, path, field)
         else:
@@ -523,7 +683,7 @@ def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str 
                                  path)
     except ParameterError:
         raise
-    except (OSError, ValueError, pa.ArrowException) as err:
+    except (OSError, EOFError, ValueError, pa.ArrowException) as err:
         raise _unreadable(path, kind, field, err) from None
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.number):
         raise ParameterError(field, "an (n, d) array of numbers, one row a user", f"shape {array.shape} of "

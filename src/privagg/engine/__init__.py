@@ -58,10 +58,30 @@ def prepare_message_folder(directory: str | Path, partitions: int) -> Path:
     return directory
 
 
+def partition_count(partitions: int, messages: int) -> int:
+    """The partitions ``messages`` are written in: ``partitions``, but no more than the messages (an empty
+    partition would be a file to write and read for nothing), and at least one."""
+    return max(1, min(int(partitions), int(messages)))
+
+
+def capped_partitions_warning(partitions: int, messages: int) -> str | None:
+    """The line saying that --partitions was capped at the message count, or None when it was not."""
+    written = partition_count(partitions, messages)
+    if written >= partitions:
+        return None
+    return (f"--partitions {partitions} capped at {written}, the number of messages (a partition holds at "
+            "least one)")
+
+
 def write_messages(directory: str | Path, parameters, messages: MessageBatch, partitions: int,
                    items: dict[str, Any]) -> list[Path]:
-    """Write ``messages`` as ``partitions`` Parquet files plus params.json and items.json."""
+    """Write ``messages`` as ``partitions`` Parquet files plus params.json and items.json.
+
+    No more partitions are written than there are messages (:func:`partition_count`); the paths returned say
+    how many were.
+    """
     directory = prepare_message_folder(directory, partitions)
+    partitions = partition_count(partitions, len(messages))
     try:
         layout = parameters.layout
         paths = []
@@ -82,13 +102,20 @@ def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
 
     Without the file the items are taken as integers and the origin of the messages is unknown.
     """
+    from ..io import read_json_text
+
     path = Path(directory) / ITEMS_FILE
     if not path.exists():
         return {"kind": "integer"}
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+        info = json.loads(read_json_text(path, "messages"))
+    except ValueError as err:
+        if isinstance(err, ParameterError):
+            raise
         raise ParameterError("messages", f"a folder with a readable {ITEMS_FILE}", f"{path} ({err})") from None
+    if not isinstance(info, dict):
+        raise ParameterError("messages", f"a folder whose {ITEMS_FILE} is a JSON object", f"{path} "
+                             f"(a JSON {type(info).__name__})")
     if info.get("domain_size") != domain_size:
         raise ParameterError(ITEMS_FILE, f"for the domain of the parameters ({domain_size})", info.get("domain_size"))
     return info
@@ -96,9 +123,20 @@ def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
 
 def message_partitions(directory: str | Path) -> list[Path]:
     """The Parquet partitions of a message folder, in order."""
-    paths = sorted(Path(directory).glob(PART_PATTERN))
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ParameterError("messages", f"a folder holding {PART_PATTERN} files (as --write-messages writes it)",
+                             f"{directory} ({'a file' if directory.exists() else 'no such folder'})")
+    try:
+        paths = sorted(directory.glob(PART_PATTERN))
+    except OSError as err:
+        raise ParameterError("messages", "a readable folder", f"{directory} ({err.strerror or err})") from None
     if not paths:
         raise ParameterError("messages", f"a folder holding {PART_PATTERN} files", str(directory))
+    odd = next((p for p in paths if not p.is_file()), None)
+    if odd is not None:
+        raise ParameterError("messages", f"a folder whose {PART_PATTERN} are Parquet files",
+                             f"{odd} ({'a folder' if odd.is_dir() else 'not a regular file'})")
     return paths
 
 
@@ -107,8 +145,9 @@ def _load(partition, layout) -> MessageBatch:
         return partition
     try:
         return layout.read_parquet(partition)
-    except (OSError, ValueError) as err:  # pyarrow's errors derive from these
-        raise ParameterError("messages", "readable Parquet partitions", f"{partition} ({err})") from None
+    except (OSError, EOFError, ValueError) as err:  # pyarrow's errors derive from these
+        detail = (str(getattr(err, "strerror", None) or err).strip() or type(err).__name__).splitlines()[0]
+        raise ParameterError("messages", "readable Parquet partitions", f"{partition} ({detail[:200]})") from None
 
 
 def aggregate_partition(analyzer, partition):
