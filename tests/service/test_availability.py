@@ -286,40 +286,40 @@ def test_serve_raises_the_open_file_limit_and_logs_it(analyzer):
     assert connections_line["header_timeout"] == TIMEOUT and connections_line["idle_timeout"] == IDLE
 
 
-def test_requests_beyond_the_limit_in_flight_are_refused_as_busy():
-    gate, refused = asyncio.Event(), []
+def test_requests_beyond_the_limit_in_flight_wait_for_a_place_then_are_refused_as_busy():
+    async def scenario(wait: float, opened_after: float):
+        gate, refused = asyncio.Event(), []
 
-    async def slow(scope, receive, send) -> None:
-        await gate.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
+        async def slow(scope, receive, send) -> None:
+            await gate.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
 
-    limited = RequestLimit(slow, 2, Refusals(refused.append))
+        limited = RequestLimit(slow, 2, Refusals(refused.append), wait=wait)
 
-    async def call(path: str) -> int:
-        sent = []
+        async def call(path: str) -> int:
+            sent = []
 
-        async def send(message):
-            sent.append(message)
+            async def send(message):
+                sent.append(message)
 
-        async def receive():
-            return {"type": "http.request", "body": b"", "more_body": False}
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
 
-        await limited({"type": "http", "path": path, "method": "GET", "headers": []}, receive, send)
-        return sent[0]["status"]
+            await limited({"type": "http", "path": path, "method": "GET", "headers": []}, receive, send)
+            return sent[0]["status"]
 
-    async def scenario():
         first = [asyncio.create_task(call("/tasks/x")) for _ in range(2)]
         await asyncio.sleep(0.05)
-        third = await call("/tasks/x")  # two in flight: the third is refused at once
-        health = asyncio.create_task(call("/healthz"))  # never refused (it waits at the gate like the rest)
-        await asyncio.sleep(0.05)
+        third = asyncio.create_task(call("/tasks/x"))  # two in flight: the third waits for a place
+        health = asyncio.create_task(call("/healthz"))  # never waits for a place (it waits at the gate like the rest)
+        await asyncio.sleep(opened_after)
         gate.set()
-        return third, [await t for t in first], await health
+        return await third, [await t for t in first], await health, [r.reason for r in refused]
 
-    third, first, health = asyncio.run(scenario())
-    assert third == 503 and first == [200, 200] and health == 200
-    assert [r.reason for r in refused] == ["busy"]
+    # a place frees within the wait: the third is served; it does not: refused as busy
+    assert asyncio.run(scenario(wait=5.0, opened_after=0.2)) == (200, [200, 200], 200, [])
+    assert asyncio.run(scenario(wait=0.1, opened_after=0.3)) == (503, [200, 200], 200, ["busy"])
 
 
 # ---- 2. health that answers ----------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ class ServiceConfig:
     body_timeout: float = 30.0  # seconds from then until its body is complete (the analyzer's default: 300)
     idle_timeout: float = 5.0  # seconds a kept-alive connection may wait for its next request
     max_connections: int = 10_000  # connections held at once (the oldest idle one closed for a new one)
-    max_requests: int = 1_000  # requests in flight at once; one more is refused as busy (503)
+    max_requests: int = 1_000  # requests in flight at once; one more waits up to 10 s, then is refused as busy
     operator_token: str | None = None  # the secret /metrics and the collector's status route ask for, if set
     api_docs: bool = False  # serve /docs, /redoc and /openapi.json
     log_level: str = "INFO"

@@ -328,27 +328,31 @@ class Limits:
 
 class RequestLimit:
     """ASGI middleware: at most ``limit`` requests in flight (their bodies being read, or waiting for a worker
-    thread, or running); one more is refused as ``busy`` (503, Retry-After 1 s), which clients send again.
-    This bounds the memory held by bodies (``limit`` times the largest body). ``/healthz``, ``/readyz`` and
-    ``/metrics`` are never refused."""
+    thread, or running). One more waits, before its body is read, for up to ``wait`` seconds for a place (in
+    arrival order); only then is it refused as ``busy`` (503, Retry-After 1 s), which clients send again. A burst
+    of clients thus queues instead of turning into a storm of retries, and the memory held is bounded: bodies by
+    ``limit`` times the largest body, waiting requests by the connection limit times the server's read buffer.
+    ``/healthz``, ``/readyz`` and ``/metrics`` never wait and are never refused."""
 
-    def __init__(self, app, limit: int, refusals: Refusals) -> None:
-        self.app, self.limit, self.refusals = app, limit, refusals
-        self.active = 0
+    def __init__(self, app, limit: int, refusals: Refusals, wait: float = 10.0) -> None:
+        self.app, self.limit, self.refusals, self.wait = app, limit, refusals, wait
+        self.places = asyncio.Semaphore(limit)  # (made on the event loop's first use: Python >= 3.10)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] in OPERATIONS:
             return await self.app(scope, receive, send)
-        if self.active >= self.limit:
-            err = Refused(503, "busy", f"the service is at its limit of {self.limit} requests in flight; send again")
+        try:
+            await asyncio.wait_for(self.places.acquire(), self.wait)
+        except asyncio.TimeoutError:
+            err = Refused(503, "busy", f"the service has had {self.limit} requests in flight for {self.wait:g} s; "
+                          "send again")
             self.refusals(err)
             answer = JSONResponse({"error": err.reason, "detail": err.detail}, 503, headers={"retry-after": "1"})
             return await answer(scope, receive, send)
-        self.active += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            self.active -= 1
+            self.places.release()
 
 
 class ConnectionGuard:
