@@ -54,3 +54,21 @@ def test_statistical_audit_refuses_a_trillion_users():
     message = refused("audit", "grr", "--users", str(10**12), "--domain", "3", "--epsilon", "2", "--method",
                       "statistical")
     assert message.startswith("error: users must be at most")
+
+
+def test_an_olh_estimate_over_a_huge_full_domain_is_refused_at_once():
+    """OLH's analyzer checks each user's own hash at each item: the bundled 100,000 users over the default
+    domain 2^24 would be 1.7 10^12 checks (minutes); asked for the full domain, the estimate refuses at once."""
+    message = refused("estimate", "olh", "--epsilon", "1", "--seed", "1", "--full-domain")
+    assert message.startswith("error: domain must be small enough for the analyzer to check") and "--candidates" in message
+
+
+def test_the_full_domain_is_the_default_only_where_its_checks_fit():
+    from privagg.errors import ParameterError
+    from privagg.simulate.frequency import ANALYZER_CHECKS_MAX, analyzer_checks, choose_full_domain
+
+    assert analyzer_checks("olh", 10**5, 2**24) == 10**5 * 2**24 and analyzer_checks("fe1", 10**5, 2**24) == 0
+    assert choose_full_domain(2**24, None, candidates_given=True, checks=ANALYZER_CHECKS_MAX + 1) is False
+    assert choose_full_domain(2**24, None, candidates_given=True, checks=ANALYZER_CHECKS_MAX) is True
+    with pytest.raises(ParameterError, match="give --candidates"):
+        choose_full_domain(2**24, None, candidates_given=False, checks=ANALYZER_CHECKS_MAX + 1)

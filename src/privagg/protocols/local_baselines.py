@@ -470,6 +470,11 @@ class OUEAnalyzer(FE0Analyzer):
 class OLHAnalyzer(FE1Analyzer):
     """For each item, the reports (u, v, w) with h_{u,v}(x) = w (FE1's kernels), debiased."""
 
+    @staticmethod
+    def checks(n_users: int, items: int) -> int:
+        """Hash checks to estimate ``items`` items: each user's report has its own hash, evaluated at each item."""
+        return n_users * items
+
 
 class HadamardAnalyzer(_CountingAnalyzer):
     """Signed sums per Hadamard column (+1 signs minus -1 signs); ``finalize`` transforms them into every item's
