@@ -9,6 +9,22 @@ analyzer over partitions, in-process or on Dask: :mod:`privagg.engine`.
     messages = privagg.client(params).randomize(codes)        # on the devices
     analyzer = privagg.analyzer(params, queries=candidates)   # after the shuffler
     table = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), privagg.shuffle(messages)))
+    table.to_dict()                                           # {item: {"estimate": ..., "stderr": ...}}
+
+The API (``dir(privagg)`` lists it):
+
+* ``calibrate(protocol, epsilon=..., delta=..., n_users=..., domain_size=..., ...)``:
+  a protocol's frozen parameters; ``REGISTRY`` names the protocols.
+* ``load_parameters(json_text)``: parameters saved as JSON (``json.dumps(parameters.to_dict())``).
+* ``client(parameters)``: the users' side, ``.randomize(codes)`` -> ``MessageBatch``.
+* ``shuffle(batch)``: the shuffler; ``analyzer(parameters, queries=None)``: the
+  collector's side (``agg_init``, ``agg_update``, ``merge``, ``finalize``).
+* ``ItemEncoder(domain_size)``: items (integers, text) to codes, and back to labels.
+* Results: ``FrequencyTable``, ``HeavyHitterList``, ``VectorSum`` (``to_dict()``,
+  ``to_pandas()``).
+* ``ParameterError``: every refused argument, naming it and its accepted range.
+* ``simulate``: whole populations through the protocols (``simulate.simulate``);
+  ``engine``: the analyzer over partitions.
 """
 
 from __future__ import annotations
@@ -31,11 +47,22 @@ _LAZY = {
     "shuffle": "privagg.core.messages",
     "MessageBatch": "privagg.core.messages",
     "ItemEncoder": "privagg.core.encoding",
+    "FrequencyTable": "privagg.protocols.results",
+    "HeavyHitterList": "privagg.protocols.results",
+    "VectorSum": "privagg.protocols.results",
 }
-__all__ = ["ParameterError", "__version__", *_LAZY]
+_SUBMODULES = ("simulate", "engine")  # imported on first use, like the names above
+__all__ = ["ParameterError", "__version__", *_LAZY, *_SUBMODULES]
+
+
+def __dir__() -> list[str]:
+    """The public API and the module's own dunders, not its helpers (no import is made to list it)."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         if name in _CHECKS:  # the top-level function checks its arguments' types, naming the one that is wrong

@@ -65,6 +65,46 @@ def count_among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return counts
 
 
+def _label_of(labels: Any) -> Any:
+    """code -> label: an ItemEncoder (``label(code)``), a mapping code -> label, a sequence indexed by code, or None."""
+    if labels is None:
+        return int
+    if hasattr(labels, "label"):
+        return lambda code: labels.label(int(code))
+    if isinstance(labels, dict):
+        return lambda code: labels.get(int(code), int(code))
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__getitem__"):
+        raise ParameterError("labels", "an ItemEncoder, a dict code -> label or a list of labels indexed by code",
+                             type(labels).__name__)
+    names = list(labels)
+    return lambda code: names[int(code)] if 0 <= int(code) < len(names) else int(code)
+
+
+def _rows(codes: np.ndarray, labels: Any, columns: dict[str, np.ndarray]) -> dict[Any, dict[str, float]]:
+    """{label: {column: value}} over ``codes``; two codes under one label are refused (the dict would drop one)."""
+    label = _label_of(labels)
+    out: dict[Any, dict[str, float]] = {}
+    values = {name: np.asarray(column, dtype=float).tolist() for name, column in columns.items()}
+    for i, code in enumerate(codes.tolist()):
+        key = label(code)
+        if key in out:
+            raise ParameterError("labels", "one label per item (distinct labels)", f"{key!r} given to two items")
+        out[key] = {name: column[i] for name, column in values.items()}
+    return out
+
+
+def _data_frame(rows: dict[Any, dict[str, float]], index: str):
+    """``rows`` as a pandas DataFrame indexed by ``index``; pandas is optional."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("to_pandas() needs pandas, which privagg does not install: pip install pandas "
+                          "(or pip install 'privagg[pandas]'); to_dict() gives the same table without it") from None
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index.name = index
+    return frame
+
+
 @dataclass(frozen=True)
 class FrequencyTable:
     """Unbiased frequency estimates, over all of [B] (``items=None``) or over sorted, distinct ``items``."""
@@ -112,6 +152,23 @@ class FrequencyTable:
         codes = np.unique(self.parameters.check_codes(np.atleast_1d(items)))
         return FrequencyTable(self.parameters, self.estimate(codes), codes, self.messages, self.malformed)
 
+    def to_dict(self, labels=None) -> dict[Any, dict[str, float]]:
+        """``{item: {"estimate": ..., "stderr": ...}}`` for every item of the table, in code order.
+
+        ``labels`` names the items: the :class:`privagg.ItemEncoder` that encoded them (text items by
+        their text), a dict code -> label, or a list of labels indexed by code (e.g. the categories);
+        without it, items are their integer codes. A full-domain table has one entry per code of [B].
+        """
+        codes = np.arange(self.estimates.size) if self.items is None else self.items
+        return _rows(codes, labels, {"estimate": self.estimates, "stderr": self.standard_error()})
+
+    def to_pandas(self, labels=None):
+        """The table of :meth:`to_dict` as a pandas DataFrame (index ``item``; columns ``estimate``, ``stderr``).
+
+        pandas is optional: ``pip install pandas``.
+        """
+        return _data_frame(self.to_dict(labels), "item")
+
 
 @dataclass(frozen=True)
 class HeavyHitterList:
@@ -140,6 +197,16 @@ class HeavyHitterList:
         order = np.argsort(-self.estimates, kind="stable")[:k]
         return self.items[order], self.estimates[order]
 
+    def to_dict(self) -> dict[Any, dict[str, float]]:
+        """``{item: {"estimate": ..., "stderr": ...}}`` for the reported items (integers or text, as found)."""
+        items = self.items.tolist()
+        est, err = (np.asarray(a, dtype=float).tolist() for a in (self.estimates, self.standard_errors))
+        return {item: {"estimate": e, "stderr": s} for item, e, s in zip(items, est, err)}
+
+    def to_pandas(self):
+        """The items of :meth:`to_dict` as a pandas DataFrame (index ``item``). pandas is optional."""
+        return _data_frame(self.to_dict(), "item")
+
 
 @dataclass(frozen=True)
 class VectorSum:
@@ -160,3 +227,20 @@ class VectorSum:
     def mean(self) -> np.ndarray:
         """The average vector: total / n, whose standard errors are standard_errors / n."""
         return self.total / self.parameters.n_users
+
+    def to_dict(self, labels=None) -> dict[Any, dict[str, float]]:
+        """``{coordinate: {"estimate": ..., "stderr": ...}}`` for the coordinates estimated, in order.
+
+        ``labels`` names the coordinates (a list indexed by coordinate, or a dict coordinate -> name, e.g.
+        feature names); without it, coordinates are their integer indices. Where the protocol reports an
+        upper bound on the standard error beside it, each entry also has ``stderr_bound``.
+        """
+        codes = np.arange(self.total.size) if self.coordinates is None else np.asarray(self.coordinates)
+        columns = {"estimate": self.total, "stderr": np.broadcast_to(self.standard_errors, self.total.shape)}
+        if self.standard_error_bounds is not None:
+            columns["stderr_bound"] = np.broadcast_to(self.standard_error_bounds, self.total.shape)
+        return _rows(codes, labels, columns)
+
+    def to_pandas(self, labels=None):
+        """The sum of :meth:`to_dict` as a pandas DataFrame (index ``coordinate``). pandas is optional."""
+        return _data_frame(self.to_dict(labels), "coordinate")

@@ -1,0 +1,104 @@
+"""The Python API as a newcomer meets it: dir/help, the results' plain forms, the sampling family's errors."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import privagg
+from privagg import ParameterError
+
+PUBLIC = {"calibrate", "load_parameters", "client", "analyzer", "shuffle", "MessageBatch", "ItemEncoder",
+          "FrequencyTable", "HeavyHitterList", "VectorSum", "ParameterError", "REGISTRY", "__version__", "simulate",
+          "engine"}
+HEAVY = ("scipy", "numba", "pyarrow", "rich", "typer", "dask", "pydantic", "wordfreq")
+
+
+def test_dir_lists_the_public_api_and_not_the_helpers():
+    names = set(dir(privagg))
+    assert PUBLIC <= names
+    assert not {"Any", "annotations", "importlib", "functools", "inspect", "Callable", "errors"} & names
+    assert all(name in PUBLIC or (name.startswith("__") and name.endswith("__")) for name in names), names
+    for name in PUBLIC - {"__version__"}:
+        assert getattr(privagg, name) is not None
+
+
+def test_dir_and_the_results_import_no_heavy_module():
+    code = ("import sys, privagg; dir(privagg); privagg.FrequencyTable; privagg.VectorSum; "
+            f"print(sorted(m for m in {HEAVY} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_help_shows_the_api():
+    doc = privagg.__doc__
+    for name in ("calibrate", "load_parameters", "client(", "analyzer(", "shuffle(", "ItemEncoder", "FrequencyTable",
+                 "VectorSum", "to_dict", "to_pandas", "ParameterError", "simulate"):
+        assert name in doc, name
+    assert privagg.simulate.simulate is not None  # the entry point the docstring names
+
+
+@pytest.fixture(scope="module")
+def table():
+    params = privagg.calibrate("grr", epsilon=2, n_users=1000, domain_size=4)
+    rng = np.random.default_rng(1)
+    messages = privagg.client(params).randomize(rng.integers(0, 4, 1000), rng)
+    analyzer = privagg.analyzer(params)
+    return analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), privagg.shuffle(messages, rng)))
+
+
+def test_frequency_table_to_dict(table):
+    assert isinstance(table, privagg.FrequencyTable)
+    plain = table.to_dict()
+    assert list(plain) == [0, 1, 2, 3]
+    assert [row["estimate"] for row in plain.values()] == pytest.approx(table.estimates.tolist())
+    assert [row["stderr"] for row in plain.values()] == pytest.approx(table.standard_error().tolist())
+    assert all(type(v) is float for row in plain.values() for v in row.values())
+    assert list(table.to_dict(labels=["w", "x", "y", "z"])) == ["w", "x", "y", "z"]
+    assert list(table.to_dict(labels={1: "one"})) == [0, "one", 2, 3]
+    candidates = table.restricted_to([1, 3]).to_dict()
+    assert list(candidates) == [1, 3] and candidates[3]["estimate"] == pytest.approx(table.estimates[3])
+    with pytest.raises(ParameterError, match="labels must be one label per item"):
+        table.to_dict(labels=["a", "a", "b", "c"])
+    with pytest.raises(ParameterError, match="labels must be an ItemEncoder"):
+        table.to_dict(labels="abcd")
+
+
+def test_frequency_table_labels_text_items_by_the_encoder(table):
+    pytest.importorskip("pyarrow")
+    encoder = privagg.ItemEncoder(4, key=b"k")
+    codes = encoder.encode(["apple", "banana"], public=True)
+    plain = table.to_dict(labels=encoder)
+    assert "apple" in " ".join(map(str, plain)) and "banana" in " ".join(map(str, plain))
+    for code in range(4):
+        assert plain[encoder.label(code)]["estimate"] == pytest.approx(table.estimates[code])
+    assert len(plain) == 4 and {encoder.label(c) for c in codes} <= set(plain)
+
+
+def test_vector_sum_to_dict_by_coordinate():
+    params = privagg.calibrate("blanket-vector", epsilon=1, delta=1e-6, n_users=1000, domain_size=3)
+    total = privagg.VectorSum(params, np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.3]))
+    assert total.to_dict() == {0: {"estimate": 1.0, "stderr": 0.1}, 1: {"estimate": 2.0, "stderr": 0.2},
+                               2: {"estimate": 3.0, "stderr": 0.3}}
+    assert list(total.to_dict(labels=["age", "height", "weight"])) == ["age", "height", "weight"]
+    sparse = privagg.VectorSum(params, np.array([5.0]), np.array([0.5]), coordinates=np.array([2]),
+                               standard_error_bounds=np.array([0.7]))
+    assert sparse.to_dict() == {2: {"estimate": 5.0, "stderr": 0.5, "stderr_bound": 0.7}}
+
+
+def test_to_pandas_names_the_install_when_pandas_is_missing(table, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas then raises ImportError
+    with pytest.raises(ImportError, match=r"pip install pandas"):
+        table.to_pandas()
+    params = privagg.calibrate("blanket-vector", epsilon=1, delta=1e-6, n_users=1000, domain_size=3)
+    with pytest.raises(ImportError, match=r"pip install pandas"):
+        privagg.VectorSum(params, np.zeros(3), np.ones(3)).to_pandas()
+
+
+def test_to_pandas_when_pandas_is_installed(table):
+    pytest.importorskip("pandas")
+    frame = table.to_pandas(labels=["w", "x", "y", "z"])
+    assert list(frame.index) == ["w", "x", "y", "z"] and frame.index.name == "item"
+    assert list(frame.columns) == ["estimate", "stderr"]
+    assert frame["estimate"].tolist() == pytest.approx(table.estimates.tolist())
