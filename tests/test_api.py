@@ -102,3 +102,39 @@ def test_to_pandas_when_pandas_is_installed(table):
     assert list(frame.index) == ["w", "x", "y", "z"] and frame.index.name == "item"
     assert list(frame.columns) == ["estimate", "stderr"]
     assert frame["estimate"].tolist() == pytest.approx(table.estimates.tolist())
+
+
+def test_the_beta_and_n_given_are_the_ones_reported():
+    with pytest.raises(ParameterError) as err:  # ceil(0.24 x 10) = 3 holders x 4 categories = 12 > 10 users
+        privagg.calibrate("dpcs", epsilon=1, delta=1e-6, n_users=10, domain_size=4, min_count_fraction=0.24)
+    message = str(err.value)
+    assert err.value.got == 0.24 and message.endswith("got 0.24"), message
+    assert "n = 10 users" in message and "N = 4 categories" in message and "need 12 users" in message
+    assert "largest min-count-fraction that fits is 2/10 = 0.2" in message
+    with pytest.raises(ParameterError, match="fewer users than categories"):
+        privagg.calibrate("dpds", epsilon=1, delta=1e-6, n_users=3, domain_size=4, min_count_fraction=0.25)
+
+
+@pytest.mark.parametrize("protocol,options,expected", [
+    ("dpcs", dict(min_count_fraction=0.5), ["min-count-fraction", "(0, 0.25] with N = 4 categories",
+                                            "smallest category's share", "got 0.5"]),
+    ("dpcs", dict(min_count_fraction=0.2, sampling_probability=2), ["sampling-probability must be in (0, 1]",
+                                                                    "record is counted", "got 2"]),
+    ("dpds", dict(min_count_fraction=0.2, honest_fraction=0.5), ["honest-fraction", "beta = 0.2",
+                                                                 "n = 1000 users", "all 200 holders", "got 0.5"]),
+    ("tss", dict(min_count_fraction=0.2, report_fraction=1.5), ["report-fraction must be in (0, 1]",
+                                                                "N = 4 categories", "got 1.5"]),
+    ("tss", dict(min_count_fraction=0.2, report_fraction=0.3), ["a multiple of 1/N = 0.25 with N = 4 categories",
+                                                                "nearest is 0.25", "got 0.3"]),
+])
+def test_sampling_errors_name_the_parameter_its_range_and_the_value(protocol, options, expected):
+    with pytest.raises(ParameterError) as err:
+        privagg.calibrate(protocol, epsilon=1, delta=1e-6, n_users=1000, domain_size=4, **options)
+    for part in expected:
+        assert part in str(err.value), (part, str(err.value))
+
+
+def test_the_error_bound_beta_is_not_the_min_count_fraction():
+    params = privagg.calibrate("dpds", epsilon=1, delta=1e-6, n_users=1000, domain_size=4, min_count_fraction=0.2)
+    with pytest.raises(ParameterError, match=r"beta must be in \(0, 1\): the probability .* \(not the min-count"):
+        params.max_error_bound(2)

@@ -191,13 +191,16 @@ class SamplingParameters(SharingParameters):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_min_count_fraction(self.min_count_fraction, self.domain_size)
-        check_class(self.n_users, self.domain_size, self.min_count)
+        check_class(self.n_users, self.domain_size, self.min_count, self.min_count_fraction)
         if not 0 < self.sampling_probability <= 1:
-            raise ParameterError("sampling-probability", "in (0, 1]", self.sampling_probability)
+            raise ParameterError("sampling-probability", "in (0, 1] (the probability that a user's record is "
+                                 "counted)", self.sampling_probability)
         if self.counted_holders < 1:
-            raise ParameterError("honest-fraction", f"above 1 - beta = {1 - self.min_count_fraction:.3g}: the "
-                                 f"{self.n_users - self.honest_users} users who may not follow the protocol could be "
-                                 f"all {self.min_count} holders of an item", self.honest_fraction)
+            raise ParameterError("honest-fraction", f"above 1 - beta = {1 - self.min_count_fraction:.3g} (beta = "
+                                 f"{self.min_count_fraction:g}, the min-count-fraction): of the n = {self.n_users} "
+                                 f"users, the {self.n_users - self.honest_users} who may not follow the protocol could "
+                                 f"be all {self.min_count} holders of a category (at most {self.min_count - 1} may not "
+                                 "follow it)", self.honest_fraction)
 
     @property
     def min_count(self) -> int:
@@ -263,7 +266,8 @@ class SamplingParameters(SharingParameters):
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
         """Bernstein + union bound over the N categories: Pr[max_j |est_j - Pi_j| > bound] <= beta."""
         if not 0 < beta < 1:
-            raise ParameterError("beta", "in (0, 1)", beta)
+            raise ParameterError("beta", "in (0, 1): the probability that some category's error exceeds the "
+                                 "bound (not the min-count-fraction)", beta)
         p, log_term = self.effective_probability, math.log(2 * self.domain_size / beta)
         variance = self.largest_count * p * (1 - p)
         return (log_term / 3 + math.sqrt((log_term / 3) ** 2 + 2 * variance * log_term)) / p
@@ -317,17 +321,27 @@ class SamplingParameters(SharingParameters):
                                  "docs/derivations.md, 'Sampling and secret sharing'", caveats)
 
 
-def check_class(n_users: int, domain_size: int, least: int) -> None:
-    """N categories of at least m = ceil(beta n) holders need N m <= n users."""
+def check_class(n_users: int, domain_size: int, least: int, beta: float | None = None) -> None:
+    """N categories of at least m = ceil(beta n) holders need N m <= n users (``beta``: as the user gave it)."""
     if domain_size * least > n_users:
-        raise ParameterError("min-count-fraction", f"small enough that N ceil(beta n) <= n: {domain_size} categories "
-                             f"of {least} holders need {domain_size * least} users, there are {n_users}", least / n_users)
+        most = n_users // domain_size  # the most holders every one of the N categories can have
+        fits = (f"the largest min-count-fraction that fits is {most}/{n_users} = {most / n_users:.6g} ({most} "
+                "holders a category)" if most >= 1 else
+                f"there are fewer users than categories, so some category has no holder: use at least {domain_size} "
+                "users or fewer categories")
+        raise ParameterError("min-count-fraction", f"small enough that N ceil(beta n) <= n: with n = {n_users} users "
+                             f"and N = {domain_size} categories, every category held by at least ceil(beta n) = {least} "
+                             f"users means {domain_size} categories of {least} holders, which need "
+                             f"{domain_size * least} users, and there are {n_users}; {fits}",
+                             least / n_users if beta is None else beta)
 
 
 def check_min_count_fraction(beta, domain_size: int) -> float:
     """beta in (0, 1/N]: every one of the N categories held by beta n users needs beta <= 1/N."""
-    accepted = (f"given, in (0, 1/N] = (0, {1 / domain_size:.6g}]: the sampling guarantee holds only when every "
-                "category is held by at least beta n users, so state the smallest category's share")
+    accepted = (f"given, in (0, 1/N] = (0, {1 / domain_size:.6g}] with N = {domain_size} categories: the smallest "
+                "category's share of the users (--min-count-fraction BETA, or min_count_fraction=BETA in Python); the "
+                "sampling guarantee holds only when every category is held by at least beta n users, and N categories "
+                "cannot each hold more than 1/N of them")
     if beta is None or isinstance(beta, bool) or not isinstance(beta, (int, float)) or not \
             (0 < beta <= 1 / domain_size * (1 + 1e-12)):
         raise ParameterError("min-count-fraction", accepted, beta)
@@ -567,11 +581,13 @@ def check_tss_options(alpha, stage: str, gamma, colluders, n_users: int, domain_
     """alpha in (0, 1] with alpha N whole; the second stage; gamma >= 1 (1 when uniform, < e^eps when adaptive);
     phi in [1, n - 1] for TSS' and 0 for TSS; no closed form for the adaptive stage."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
-        raise ParameterError("report-fraction", "in (0, 1]", alpha)
+        raise ParameterError("report-fraction", f"in (0, 1]: alpha, the fraction of the N = {domain_size} "
+                             f"categories each user reports, a multiple of 1/N = {1 / domain_size:.6g}", alpha)
     if not math.isclose(round(alpha * domain_size), alpha * domain_size, rel_tol=1e-9) or round(alpha * domain_size) < 1:
         nearest = max(1, round(alpha * domain_size)) / domain_size
-        raise ParameterError("report-fraction", f"a multiple of 1/N = {1 / domain_size:.6g} (users report alpha N "
-                             f"whole categories; nearest: {nearest:.6g})", alpha)
+        raise ParameterError("report-fraction", f"a multiple of 1/N = {1 / domain_size:.6g} with N = {domain_size} "
+                             f"categories (each user reports alpha N whole categories; the nearest is {nearest:.6g}: "
+                             f"{round(nearest * domain_size)} of the {domain_size})", alpha)
     if stage not in SECOND_STAGES:
         raise ParameterError("second-stage", f"one of {', '.join(SECOND_STAGES)}", stage)
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not (gamma >= 1 and math.isfinite(gamma)) \
@@ -670,7 +686,8 @@ class DPDGParameters(SharingParameters):
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
         """Sub-Gaussian tail + union bound: sd sqrt(2 ln(2N/beta))."""
         if not 0 < beta < 1:
-            raise ParameterError("beta", "in (0, 1)", beta)
+            raise ParameterError("beta", "in (0, 1): the probability that some category's error exceeds the "
+                                 "bound (not the min-count-fraction)", beta)
         return float(self.standard_error()) * math.sqrt(2 * math.log(2 * self.domain_size / beta))
 
     @property
@@ -752,16 +769,19 @@ def calibrate_sampling(cls, epsilon: float, delta: float, n_users: int, domain_s
     """``cls`` (DPCS, DPCS*, DPDS, TSS) with p for (eps, delta)-DP of the released counts (module docstring)."""
     epsilon, delta, n, domain = _common(epsilon, delta, n_users, domain_size, cls)
     beta = check_min_count_fraction(min_count_fraction, domain)
-    check_class(n, domain, min_count(n, beta))
+    check_class(n, domain, min_count(n, beta), beta)
     if calibration not in SAMPLING_CALIBRATIONS:
         raise ParameterError("calibration", f"one of {', '.join(SAMPLING_CALIBRATIONS)}", calibration)
     if sampling_probability is not None and not 0 < sampling_probability <= 1:
-        raise ParameterError("sampling-probability", "in (0, 1]", sampling_probability)
+        raise ParameterError("sampling-probability", "in (0, 1] (the probability that a user's record is "
+                             "counted; leave it out to have it calibrated)", sampling_probability)
     honest = honest_users(n, check_honest_fraction(honest_fraction, n))
     holders = min_count(n, beta) - (n - honest)  # SamplingParameters.counted_holders
     if holders < 1:
-        raise ParameterError("honest-fraction", f"above 1 - beta = {1 - beta:.3g}: the {n - honest} users who may "
-                             f"not follow the protocol could be all holders of a category", honest_fraction)
+        raise ParameterError("honest-fraction", f"above 1 - beta = {1 - beta:.3g} (beta = {beta:g}, the "
+                             f"min-count-fraction): of the n = {n} users, the {n - honest} who may not follow the "
+                             f"protocol could be all {min_count(n, beta)} holders of a category (at most "
+                             f"{min_count(n, beta) - 1} may not follow it)", honest_fraction)
     build = dict(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                  modulus=_field_for(n), min_count_fraction=beta, honest_fraction=float(honest_fraction), **fields)
     if issubclass(cls, TSSParameters):
