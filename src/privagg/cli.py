@@ -68,7 +68,8 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
         _param("epsilon", float, typer.Option(..., "--epsilon", help="Privacy parameter epsilon > 0.")),
         # pure eps-DP: no delta to give (a hidden --delta is accepted only to say so, or as 0)
         _param("delta", Optional[float], typer.Option(None, "--delta", hidden=True)) if entry.pure else
-        _param("delta", float, typer.Option(..., "--delta", help="Privacy parameter delta in (0, 1).")),
+        _param("delta", Optional[float], typer.Option(None, "--delta", callback=_delta_required(entry.name),
+                                                      help="Privacy parameter delta in (0, 1) (required).")),
         _param("calibration", calibrations, typer.Option(
             entry.calibrations[0], "--calibration",
             help="How the noise is calibrated (docs/privacy.md): the authors' tail criterion computed numerically "
@@ -81,6 +82,70 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
         params.append(_param(option.name, Optional[option.type],
                              typer.Option(None, f"--{option.name.replace('_', '-')}", help=option.help)))
     return params
+
+
+class _NumberError(typer.BadParameter):
+    """A number option typed wrong: printed as its one line (``error: epsilon must be ...``), like every other
+    bad input, not as click's "Invalid value for ..."."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def _number_parser(field: str, integer: bool) -> Callable[[Any], Any]:
+    """The strict rule of :func:`privagg.errors.parse_number` for one option (no underscores, NaN, infinities
+    or booleans; a huge value is too large, with what was typed)."""
+    from .errors import parse_number
+
+    def parse(value: Any) -> Any:
+        try:
+            return parse_number(field, value, integer=integer)
+        except ParameterError as err:
+            raise _NumberError(str(err)) from None
+
+    return parse
+
+
+def _strict_numbers(typer_app: typer.Typer) -> None:
+    """Give every int and float option of every command (sub-apps included) the strict number parser: once,
+    here, rather than option by option."""
+    import typing
+
+    from typer.models import ParameterInfo
+
+    for info in typer_app.registered_commands:
+        callback = info.callback
+        if callback is None:
+            continue
+        try:
+            hints = typing.get_type_hints(callback)
+        except Exception:  # an annotation that does not resolve: typer reports it itself
+            continue
+        for name, parameter in inspect.signature(callback).parameters.items():
+            option = parameter.default
+            kind = hints.get(name)
+            if typing.get_origin(kind) is typing.Union:
+                kinds = [k for k in typing.get_args(kind) if k is not type(None)]
+                kind = kinds[0] if len(kinds) == 1 else None
+            if not isinstance(option, ParameterInfo) or option.parser is not None or kind not in (int, float):
+                continue
+            flags = [d for d in (option.param_decls or ()) if d.startswith("--")]
+            field = flags[0][2:].split("/")[0] if flags else name.replace("_", "-")
+            option.parser = _number_parser(field, kind is int)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _strict_numbers(group.typer_instance)
+
+
+def _delta_required(protocol: str) -> Callable[[Any], Any]:
+    """--delta of an (epsilon, delta)-DP protocol: left out, it says so in one line."""
+    def check(value: Any) -> Any:
+        if value is None:
+            raise _NumberError(str(ParameterError.required(
+                "delta", f"for {protocol}, an (epsilon, delta)-DP protocol: give --delta, a number in (0, 1)")))
+        return value
+
+    return check
 
 
 def _hash_key_option(help: str) -> inspect.Parameter:
@@ -1233,6 +1298,7 @@ def _analysis_privacy(params, items: dict[str, Any], received: int):
 from .service_cli import add_service_commands  # noqa: E402 (it uses the helpers above)
 
 add_service_commands(app)
+_strict_numbers(app)  # after every command is registered
 
 
 def _version(value: bool) -> None:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
+
+# The one rule for a number a user types (an option, a keyword given as text, a value in a data file):
+# ASCII digits with an optional sign, point and exponent. Python's float() and int() would also take
+# "1_0" (as 10), " 1 ", "nan", "inf" and digits of other scripts; none of those is a number here.
+DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+INTEGER = r"[+-]?[0-9]+"
+LARGEST = 1e300  # beyond it, doubling or squaring a value overflows to inf
+_DECIMAL, _INTEGER = re.compile(DECIMAL), re.compile(INTEGER)
+_MOST_DIGITS = 100  # an integer option longer than this is too large for any count, size or seed
 
 
 class ParameterError(ValueError):
@@ -21,18 +31,76 @@ class ParameterError(ValueError):
             shown = shown[:100] + f"... ({len(shown)} characters)"
         super().__init__(f"{field} must be {accepted}, got {shown}")
 
+    @classmethod
+    def required(cls, field: str, why: str) -> "ParameterError":
+        """A value that was not given: ``FIELD is required WHY`` (``got`` is None)."""
+        err = cls(field, f"given ({why})", None)
+        err.args = (f"{field} is required {why}",)
+        return err
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
+def _too_large(field: str, shown: str) -> ParameterError:
+    return ParameterError(field, f"a number of magnitude at most {LARGEST:g}", f"{shown}, which is too large")
+
+
+def parse_number(field: str, value: Any, integer: bool = False) -> float | int:
+    """A number given by a user, strictly: text must match :data:`DECIMAL` (:data:`INTEGER` with
+    ``integer``); booleans are refused; NaN, infinities and magnitudes past :data:`LARGEST` are refused,
+    a huge value as too large with what was typed. Numbers (int, float, numpy) are checked the same way."""
+    kind = "an integer (ASCII digits, optional sign)" if integer else (
+        "a decimal number (ASCII digits, optional sign, point and exponent)")
+    if isinstance(value, (bool, np.bool_)) or value is None:
+        raise ParameterError(field, kind, f"{value} (a {type(value).__name__})")
+    if isinstance(value, str):
+        shown = value if len(value) <= 60 else value[:40] + f"... ({len(value)} characters)"
+        if not (_INTEGER if integer else _DECIMAL).fullmatch(value):
+            raise ParameterError(field, kind, repr(shown) if value.strip() != value or not value else shown)
+        if integer:
+            if len(value.lstrip("+-")) > _MOST_DIGITS:
+                raise ParameterError(field, f"an integer of at most {_MOST_DIGITS} digits",
+                                     f"{shown}, which is too large")
+            return int(value)
+        number = float(value)
+        if not np.isfinite(number) or abs(number) > LARGEST:
+            raise _too_large(field, shown)
+        return number
+    if isinstance(value, (int, np.integer)):
+        return int(value) if integer else _finite(field, value, str(value))
+    if isinstance(value, (float, np.floating)) and not integer:
+        return _finite(field, value, str(value))
+    raise ParameterError(field, kind, f"{value!r} (a {type(value).__name__})")
+
+
+def _finite(field: str, value: Any, shown: str) -> float:
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range
+        raise _too_large(field, shown if len(shown) <= 60 else shown[:40] + f"... ({len(shown)} digits)") from None
+    if np.isnan(number):
+        raise ParameterError(field, "a number", "nan")
+    if np.isinf(number) or abs(number) > LARGEST:
+        raise _too_large(field, shown)
+    return number
+
 
 def check_epsilon(epsilon: float, field: str = "epsilon") -> float:
-    """epsilon must be a finite number > 0."""
-    e = float(epsilon)
-    if not (e > 0 and np.isfinite(e)):
+    """epsilon must be a finite number > 0 (given as a number, or as text by the strict rule)."""
+    if isinstance(epsilon, (float, np.floating)) and np.isnan(epsilon):
         raise ParameterError(field, "a finite number > 0", epsilon)
-    return e
+    e = parse_number(field, epsilon)
+    if not e > 0:
+        raise ParameterError(field, "a finite number > 0", epsilon)
+    return float(e)
 
 
 def check_delta(delta: float) -> float:
     """delta must be in the open interval (0, 1)."""
-    d = float(delta)
+    if delta is None:
+        raise ParameterError.required("delta", "for an (epsilon, delta)-DP protocol: a number in (0, 1)")
+    d = delta if isinstance(delta, float) else parse_number("delta", delta)
     if not 0 < d < 1:
         raise ParameterError("delta", "in (0, 1)", delta)
     return d

@@ -48,7 +48,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .core.encoding import ItemEncoder
-from .errors import ParameterError
+from .errors import ParameterError, parse_number
 
 ItemType = Literal["auto", "int", "str"]
 ITEM_TYPES: tuple[str, ...] = ("auto", "int", "str")
@@ -347,9 +347,10 @@ def _column_blocks(path: Path, kind: str, fmt: InputFormat) -> Iterator[_Block]:
 
 
 def _number(text: str) -> float:
+    """A value of --epsilon-column by the one rule for typed numbers (``1_05`` is not 105): NaN if it breaks it."""
     try:
-        return float(text)
-    except ValueError:
+        return float(parse_number("epsilon-column", text))
+    except ParameterError:
         return math.nan
 
 

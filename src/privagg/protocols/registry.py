@@ -301,7 +301,7 @@ def get(name: str) -> ProtocolEntry:
     return REGISTRY[name]
 
 
-def calibrate(protocol: str, *, epsilon: float, delta: float = 0.0, n_users: int, domain_size: int,
+def calibrate(protocol: str, *, epsilon: float, delta: float | None = None, n_users: int, domain_size: int,
               calibration: str | None = None, item_key: str | None = None, **options: Any):
     """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options.
 
@@ -313,7 +313,9 @@ def calibrate(protocol: str, *, epsilon: float, delta: float = 0.0, n_users: int
     """
     entry = get(protocol)
     if entry.pure:
-        check_pure_delta(protocol, delta)
+        delta = check_pure_delta(protocol, delta)
+    elif delta is None:
+        raise ParameterError.required("delta", f"for {protocol}, an (epsilon, delta)-DP protocol: a number in (0, 1)")
     allowed = {o.name for o in entry.options}
     for name, value in options.items():
         if name not in allowed and value is not None:

@@ -1,0 +1,103 @@
+"""Nothing is silently wrong: numbers are parsed strictly, a message count far from the parameters' is a
+warning (an error with --strict), and mismatched parameters are refused rather than mixed."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from privagg.cli import app
+from privagg.compare import parse_list
+from privagg.errors import ParameterError, check_delta, check_epsilon, parse_number
+from privagg.protocols import registry
+
+runner = CliRunner()
+
+
+def run(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+# --- 1. numbers ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, field, shown", [
+    (["--users", "2_000", "--domain", "64", "--epsilon", "0.5", "--delta", "1e-7"], "users", "2_000"),
+    (["--users", "2000", "--domain", "6_4", "--epsilon", "0.5", "--delta", "1e-7"], "domain", "6_4"),
+    (["--users", "2000", "--domain", "64", "--epsilon", "0.5", "--delta", "5_0e-8"], "delta", "5_0e-8"),
+    (["--users", "2000", "--domain", "64", "--epsilon", "2_5", "--delta", "1e-7"], "epsilon", "2_5"),
+    (["--users", "2000", "--domain", "64", "--epsilon", "NaN", "--delta", "1e-7"], "epsilon", "NaN"),
+    (["--users", "2000", "--domain", "64", "--epsilon", "-inf", "--delta", "1e-7"], "epsilon", "-inf"),
+    (["--users", "2000", "--domain", "64", "--epsilon", "0.5", "--delta", "nan"], "delta", "nan"),
+    (["--users", "True", "--domain", "64", "--epsilon", "0.5", "--delta", "1e-7"], "users", "True"),
+    (["--users", "2e3", "--domain", "64", "--epsilon", "0.5", "--delta", "1e-7"], "users", "2e3"),
+    (["--users", "2000", "--domain", "64", "--epsilon", "\u0663", "--delta", "1e-7"], "epsilon", "\u0663"),
+])
+def test_number_options_are_strict(args, field, shown):
+    code, _, err = run("calibrate", "fe0", *args)
+    assert code == 2
+    assert f"{field} must be" in err and f"got {shown}" in err
+
+
+@pytest.mark.parametrize("typed", ["3e400", "-2e305", "7e301"])
+def test_huge_numbers_are_too_large_as_typed(typed):
+    code, _, err = run("calibrate", "fe1", "--users", 5000, "--domain", 32, "--epsilon", typed, "--delta", 1e-8)
+    assert code == 2 and f"got {typed}, which is too large" in err and "inf" not in err
+
+
+def test_other_number_options_are_strict_too():
+    code, _, err = run("audit", "fe0", "--users", 3, "--domain", 2, "--epsilon", 1, "--delta", 0.1,
+                       "--noise-scale", "1_5")
+    assert code == 2 and "noise-scale must be" in err and "got 1_5" in err
+    code, _, err = run("account", "shuffle", "--local-epsilon", "0x2", "--users", 100, "--delta", 1e-6)
+    assert code == 2 and "local-epsilon must be" in err
+    code, _, err = run("compare", "--protocols", "grr", "--epsilon", "0.5,1_5", "--domain", 8)
+    assert code == 2 and "got 1_5" in err
+
+
+def test_a_missing_delta_is_required():
+    code, _, err = run("calibrate", "fe0", "--users", 300, "--domain", 4, "--epsilon", 3)
+    assert code == 2 and "delta is required for fe0" in err
+    with pytest.raises(ParameterError, match="delta is required for blanket-hist"):
+        registry.calibrate("blanket-hist", epsilon=2.0, n_users=800, domain_size=6)
+    with pytest.raises(ParameterError, match="delta is required"):
+        check_delta(None)
+    # a pure protocol still needs none
+    assert registry.calibrate("oue", epsilon=0.7, n_users=800, domain_size=6).epsilon == 0.7
+
+
+def test_the_command_line_says_it_in_one_line():
+    out = subprocess.run([sys.executable, "-c", "from privagg.cli import main; main()", "calibrate", "fe1",
+                          "--users", "9_000", "--domain", "40", "--epsilon", "1", "--delta", "1e-9"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["error: users must be an integer (ASCII digits, optional sign), "
+                                               "got 9_000"]
+
+
+@pytest.mark.parametrize("value", [False, np.True_, "4_0", "inf", 2e307, 10**400, None, [1.0]])
+def test_python_api_numbers_are_strict(value):
+    with pytest.raises(ParameterError, match="epsilon"):
+        registry.calibrate("fe1", epsilon=value, delta=1e-7, n_users=900, domain_size=30)
+
+
+def test_python_api_huge_epsilon_is_too_large_not_inf():
+    with pytest.raises(ParameterError, match=r"got 5e\+305, which is too large"):
+        check_epsilon(5e305)
+    with pytest.raises(ParameterError, match="too large"):
+        parse_number("phi", "8e9999")
+    assert parse_number("phi", "2.5e-3") == 0.0025 and parse_number("top", "+17", integer=True) == 17
+    assert parse_list("0.25, 3", "epsilon") == [0.25, 3.0]
+
+
+def test_an_epsilon_column_refuses_underscores(tmp_path):
+    from privagg.io import InputFormat, read_epsilons
+
+    table = tmp_path / "weights.csv"
+    table.write_text("item,eps\n3,0.5\n4,2_0\n")
+    with pytest.raises(ParameterError, match="2_0"):
+        read_epsilons(table, InputFormat(), "eps")
+    table.write_text("item,eps\n3,0.5\n4,2.0\n")
+    assert list(read_epsilons(table, InputFormat(), "eps")) == [0.5, 2.0]
