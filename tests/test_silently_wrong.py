@@ -1,8 +1,10 @@
 """Nothing is silently wrong: numbers are parsed strictly, a message count far from the parameters' is a
 warning (an error with --strict), and mismatched parameters are refused rather than mixed."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,3 +103,89 @@ def test_an_epsilon_column_refuses_underscores(tmp_path):
         read_epsilons(table, InputFormat(), "eps")
     table.write_text("item,eps\n3,0.5\n4,2.0\n")
     assert list(read_epsilons(table, InputFormat(), "eps")) == [0.5, 2.0]
+
+
+# --- 2. analyze: a message count far from the parameters' ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """fe1 messages of 1,500 users over 32 items (eps 3), in 3 partitions."""
+    folder = tmp_path_factory.mktemp("written")
+    items = folder / "items.txt"
+    items.write_text("\n".join(str(i % 7 * 3) for i in range(1500)) + "\n")
+    code, _, err = run("estimate", "fe1", "--input", items, "--domain", 32, "--epsilon", 3, "--delta", 1e-7,
+                       "--seed", 11, "--write-messages", folder / "m", "--partitions", 3)
+    assert code == 0, err
+    return folder
+
+
+def _copy_folder(written, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(written / "m", tmp_path / "m"))
+
+
+def analyze_json(folder, *extra, params=None):
+    result = runner.invoke(app, ["analyze", "fe1", "--params", str(params or folder / "params.json"),
+                                 "--messages", str(folder), "--json", *map(str, extra)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_an_honest_folder_has_no_count_warning(written):
+    code, out, err = analyze_json(written / "m")
+    assert code == 0 and "the analyzer received" not in err
+    assert not any("received" in w for w in json.loads(out)["warnings"])
+
+
+def test_a_missing_partition_is_a_warning_and_strict_an_error(written, tmp_path):
+    folder = _copy_folder(written, tmp_path)
+    (folder / "part-00002.parquet").unlink()
+    code, out, err = analyze_json(folder)
+    assert code == 0
+    warnings = json.loads(out)["warnings"]
+    assert any("the analyzer received" in w and "--strict" in w for w in warnings)
+    assert "warning: the analyzer received" in err
+    code, _, err = analyze_json(folder, "--strict")
+    assert code == 2 and "messages must be about as many as the parameters count on" in err
+
+
+def test_copies_of_one_message_are_flagged(written, tmp_path):
+    import pyarrow.parquet as pq
+
+    folder = _copy_folder(written, tmp_path)
+    one = pq.read_table(folder / "part-00000.parquet").slice(0, 1)
+    for path in folder.glob("part-*.parquet"):
+        path.unlink()
+    pq.write_table(pa_concat([one] * 2000), folder / "part-00000.parquet")
+    code, out, _ = analyze_json(folder)
+    assert code == 0 and any("2000 messages" in w for w in json.loads(out)["warnings"])
+    assert analyze_json(folder, "--strict")[0] == 2
+
+
+def pa_concat(tables):
+    import pyarrow as pa
+
+    return pa.concat_tables(tables)
+
+
+def test_another_runs_parameters_are_flagged(written, tmp_path):
+    folder = _copy_folder(written, tmp_path)
+    (folder / "params.json").unlink()
+    other = tmp_path / "other.json"
+    code, _, err = run("calibrate", "fe1", "--users", 1500, "--domain", 32, "--epsilon", 0.5, "--delta", 1e-7,
+                       "--output", other)
+    assert code == 0, err
+    code, _, err = analyze_json(folder, "--strict", params=other)
+    assert code == 2 and "messages must be" in err
+
+
+def test_a_partition_of_another_layout_is_an_error_naming_it(written, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = _copy_folder(written, tmp_path)
+    pq.write_table(pa.table({"coordinate": pa.array([0, 1], pa.uint16()), "share": pa.array([5, 6], pa.uint32())}),
+                   folder / "part-00003.parquet")
+    code, _, err = analyze_json(folder)
+    assert code == 2
+    assert "part-00003.parquet with the columns coordinate, share" in err and "malformed" not in err

@@ -1184,6 +1184,8 @@ def analyze(
     verbose: bool = typer.Option(False, "--verbose", help="The full privacy statement, not one line."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a message count far from the n (1 + rho) "
+                                                        "the parameters count on, rather than warn."),
 ) -> None:
     """Run a protocol's analyzer over written messages, in-process or on Dask."""
     from . import engine as engines
@@ -1202,13 +1204,14 @@ def analyze(
         if params.protocol != protocol.value:
             raise ParameterError("params", f"parameters of {protocol.value}", f"parameters of {params.protocol}")
         partitions = engines.message_partitions(messages)
+        _check_partition_columns(partitions, params.layout)
         own = messages / engines.PARAMS_FILE  # only compared: --params was verified above
         if own.exists() and load_parameters(read_json_text(own, "messages"), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
         if registry.get(params.protocol).result == "vector sum":
             _analyze_vector(params, partitions, items, engine.value, scheduler, workers, candidates, top, verbose,
-                            as_json, output)
+                            as_json, output, strict)
             return
         # text items were hashed with the parameters' public key; integers need none
         encoder = ItemEncoder.for_parameters(params, "text") if items.get("kind") == "text" else ItemEncoder(
@@ -1226,6 +1229,7 @@ def analyze(
             result = result.restricted_to(queries)
         report = analysis_report(params, result, _analysis_privacy(params, items, result.messages + result.malformed),
                                  run, encoder=encoder, top=top, full_domain=full_domain)
+        report = _with_count_warning(report, params, result.messages + result.malformed, messages, strict)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates, params.item_key)
@@ -1241,7 +1245,7 @@ def analyze(
 
 def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, scheduler: Optional[str],
                     workers: Optional[int], candidates: Optional[Path], top: int, verbose: bool, as_json: bool,
-                    output: Optional[Path]) -> None:
+                    output: Optional[Path], strict: bool = False) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
     from .protocols.registry import analyzer as make_analyzer
@@ -1251,6 +1255,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     result, run = engines.analyze(make_analyzer(params, queries), partitions, engine, scheduler, workers)
     received = result.messages + result.malformed
     report = analysis_report(params, result, _analysis_privacy(params, items, received), run)
+    report = _with_count_warning(report, params, received, partitions[0].parent, strict)
 
     def human() -> None:
         from rich.table import Table
@@ -1268,6 +1273,39 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 
     _emit(to_json_dict(report), as_json, output, human)
+
+
+def _check_partition_columns(partitions: list[Path], layout) -> None:
+    """Every partition's Parquet schema against the parameters' message layout, before any work: a partition of
+    another protocol or layout is an error naming the file (unreadable files are left to the analysis)."""
+    import pyarrow.parquet as pq
+
+    for path in partitions:
+        try:
+            names = pq.read_schema(path).names
+        except (OSError, ValueError):
+            continue
+        layout.check_columns(names, str(path))
+
+
+def _with_count_warning(report, params, received: int, messages: Path, strict: bool):
+    """A message count far from the n (1 + rho) the parameters count on (the 5 sd rule of the privacy caveat)
+    is also a warning of the report, or with --strict an error: a duplicated or missing partition, copies of
+    messages, or another run's parameters would otherwise give inflated or empty estimates with exit 0."""
+    from dataclasses import replace
+
+    from .reports import received_mismatch
+
+    mismatch = received_mismatch(params, received)
+    if mismatch is None:
+        return report
+    if strict:
+        raise ParameterError("messages", "about as many as the parameters count on (within 5 sd; --strict)",
+                             f"{mismatch} in {messages}")
+    return replace(report, warnings=[*report.warnings, f"the analyzer received {mismatch} in {messages}: a "
+                                     "duplicated or missing partition, copied messages or another run's parameters? "
+                                     "The estimates are off and the guarantee does not hold as stated (--strict "
+                                     "makes this an error)"])
 
 
 def _analysis_privacy(params, items: dict[str, Any], received: int):

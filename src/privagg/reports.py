@@ -413,15 +413,25 @@ def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
     users who reported would send (more than 5 sd from their mean; ``reporters`` defaults to the n the
     parameters were calibrated for): users may have dropped out or sent extra messages, and the noise is
     then not what was calibrated. A shuffle task closed early at m >= ceil(G n) reports passes m."""
+    mismatch = received_mismatch(parameters, received, reporters)
+    if mismatch is None:
+        return privacy
+    return dataclasses.replace(privacy, caveats=privacy.caveats + (
+        f"the analyzer received {mismatch}: users may have dropped out or sent extra messages, and the "
+        "guarantee does not hold as stated",))
+
+
+def received_mismatch(parameters, received: int, reporters: int | None = None) -> str | None:
+    """None when ``received`` messages lie within 5 sd (+ 1) of the n (1 + rho) the parameters count on from
+    ``reporters`` users (default: the calibrated n); otherwise the mismatch, e.g. ``"29758 messages where the
+    guarantee counts on 23800 from 3000 users (sd 13.7)"`` (the caveat above, and ``privagg analyze``'s warning
+    or, with --strict, error)."""
     users = parameters.n_users if reporters is None else reporters
     expected = users * parameters.messages_per_user
     sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
     if abs(received - expected) <= 5 * sd + 1:
-        return privacy
-    return dataclasses.replace(privacy, caveats=privacy.caveats + (
-        f"the analyzer received {received} messages where the guarantee counts on {expected:.0f} from "
-        f"{users} users (sd {sd:.1f}): users may have dropped out or sent extra messages, and the "
-        "guarantee does not hold as stated",))
+        return None
+    return f"{received} messages where the guarantee counts on {expected:.0f} from {users} users (sd {sd:.1f})"
 
 
 def privacy_profile(parameters) -> list[ProfilePoint]:

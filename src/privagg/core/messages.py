@@ -185,6 +185,15 @@ class MessageLayout:
 
         return self.from_arrow(pq.read_table(path))
 
+    def check_columns(self, names, where: str) -> None:
+        """A stored partition (``where``) must hold exactly this layout's columns: ``privagg analyze`` checks every
+        partition's schema first, so that another layout's file is an error naming it rather than a partition of
+        'malformed' messages dropped (:meth:`validate`, the library's path, still counts them)."""
+        names = list(names)
+        if sorted(names) != sorted(self.names):
+            raise ParameterError("messages", f"partitions with the columns {', '.join(self.names)} (the parameters' "
+                                 "message layout)", f"{where} with the columns {', '.join(names) or 'none'}")
+
 
 def shuffle(batch: MessageBatch, rng: RNGLike = None) -> MessageBatch:
     """The shuffler: permutes the batch's messages uniformly at random, in place, and returns it.
