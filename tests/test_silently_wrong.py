@@ -189,3 +189,63 @@ def test_a_partition_of_another_layout_is_an_error_naming_it(written, tmp_path):
     code, _, err = analyze_json(folder)
     assert code == 2
     assert "part-00003.parquet with the columns coordinate, share" in err and "malformed" not in err
+
+
+# --- 3. aggregates and message batches carry their parameters' fingerprint ----------------------------------
+
+def _roles(protocol, **kw):
+    params = registry.calibrate(protocol, n_users=kw.pop("n_users", 600), domain_size=kw.pop("domain_size", 12),
+                                **kw)
+    return params, registry.analyzer(params), registry.client(params) if registry.get(protocol).client else None
+
+
+def test_merging_aggregates_of_other_parameters_is_refused():
+    _, low, _ = _roles("oue", epsilon=0.5)
+    _, high, _ = _roles("oue", epsilon=1.5)
+    with pytest.raises(ParameterError) as err:
+        low.merge([low.agg_init(), high.agg_init()])
+    assert "aggregates to merge must be made with the analyzer's parameters (oue:" in str(err.value)
+    assert str(err.value).count("oue:") == 2  # names both
+    _, other_n, _ = _roles("olh", epsilon=1.0, n_users=900)
+    _, olh, _ = _roles("olh", epsilon=1.0)
+    with pytest.raises(ParameterError, match="other parameters"):
+        olh.agg_update(other_n.agg_init(), olh.layout.empty())
+
+
+def test_messages_of_another_protocol_are_refused():
+    _, _, grr_client = _roles("grr", epsilon=2.0)
+    _, hadamard, _ = _roles("hadamard", epsilon=2.0)
+    batch = grr_client.randomize(np.arange(40) % 12, rng=5)
+    assert batch.fingerprint.startswith("grr:")
+    with pytest.raises(ParameterError, match=r"messages must be made with .*\(hadamard:.*\(grr:"):
+        hadamard.agg_update(hadamard.agg_init(), batch)
+
+
+def test_same_parameters_fold_and_round_trip(tmp_path):
+    import pickle
+
+    params, analyzer, client = _roles("blanket-hist", epsilon=1.2, delta=1e-5)
+    batch = client.randomize(np.arange(600) % 12, rng=9)
+    parts = [analyzer.agg_update(analyzer.agg_init(), batch.take(slice(lo, lo + 200))) for lo in (0, 200, 400)]
+    stored = [pickle.loads(pickle.dumps(p)) for p in parts]  # as the analyzer service keeps them
+    merged = analyzer.merge(stored)
+    whole = analyzer.agg_update(analyzer.agg_init(), pickle.loads(pickle.dumps(batch)))
+    assert np.array_equal(merged.counts, whole.counts) and merged.messages == whole.messages == len(batch)
+    # a batch written to Parquet and read back has no fingerprint: the message folder's params.json is checked
+    path = tmp_path / "part-00000.parquet"
+    params.layout.write_parquet(batch, path)
+    assert params.layout.read_parquet(path).fingerprint is None
+    # an aggregate made before fingerprints (none stored) still merges
+    old = analyzer.agg_init()
+    del old.parameters_fingerprint
+    assert analyzer.merge([old, whole]).messages == len(batch)
+
+
+def test_seeded_runs_are_unchanged_by_fingerprints():
+    params, analyzer, client = _roles("fe1", epsilon=1.0, delta=1e-6, n_users=800, domain_size=30)
+    first = client.randomize(np.arange(800) % 30, rng=21)
+    second = client.randomize(np.arange(800) % 30, rng=21)
+    assert all(np.array_equal(first[c], second[c]) for c in first.columns)
+    a = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), first))
+    b = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), first.with_fingerprint(None)))
+    assert np.array_equal(a.estimates, b.estimates)

@@ -36,10 +36,15 @@ class MessageBatch:
     ``records``: the structured array whose fields the columns are, when the
     batch is stored row-major (:meth:`from_records`); :func:`shuffle` then
     moves whole rows in place instead of gathering each column.
+
+    ``fingerprint``: the parameters' fingerprint a client stamped on the batch
+    (:func:`privagg.protocols.roles.parameters_fingerprint`); an analyzer of
+    other parameters refuses it. None (read from a file): not checked.
     """
 
     columns: dict[str, np.ndarray]
     records: np.ndarray | None = field(default=None, repr=False, compare=False)
+    fingerprint: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         lengths = {name: col.size for name, col in self.columns.items()}
@@ -47,15 +52,19 @@ class MessageBatch:
             raise ParameterError("message columns", "arrays of one length", lengths)
 
     @classmethod
-    def from_records(cls, records: np.ndarray) -> "MessageBatch":
+    def from_records(cls, records: np.ndarray, fingerprint: str | None = None) -> "MessageBatch":
         """A batch whose columns are the fields of the structured array ``records`` (views, no copy)."""
-        return cls({name: records[name] for name in records.dtype.names}, records)
+        return cls({name: records[name] for name in records.dtype.names}, records, fingerprint)
 
     def __reduce__(self):
         # Pickled (to a Dask worker) as its records, so that the columns stay views of them after loading.
         if self.records is not None:
-            return MessageBatch.from_records, (self.records,)
-        return MessageBatch, (self.columns,)
+            return MessageBatch.from_records, (self.records, self.fingerprint)
+        return MessageBatch, (self.columns, None, self.fingerprint)
+
+    def with_fingerprint(self, fingerprint: str | None) -> "MessageBatch":
+        """The same columns (no copy), stamped with ``fingerprint``."""
+        return MessageBatch(self.columns, self.records, fingerprint)
 
     def __len__(self) -> int:
         return next(iter(self.columns.values())).size if self.columns else 0
@@ -65,8 +74,8 @@ class MessageBatch:
 
     def take(self, index: np.ndarray | slice) -> "MessageBatch":
         if self.records is not None:
-            return MessageBatch.from_records(self.records[index])
-        return MessageBatch({name: col[index] for name, col in self.columns.items()})
+            return MessageBatch.from_records(self.records[index], self.fingerprint)
+        return MessageBatch({name: col[index] for name, col in self.columns.items()}, None, self.fingerprint)
 
     def slices(self, rows: int = SLICE_ROWS) -> Iterator["MessageBatch"]:
         """Consecutive views of at most ``rows`` rows: what bounds an analyzer's scratch memory."""
@@ -76,7 +85,12 @@ class MessageBatch:
     @staticmethod
     def concatenate(batches: list["MessageBatch"]) -> "MessageBatch":
         names = batches[0].columns
-        return MessageBatch({name: np.concatenate([b[name] for b in batches]) for name in names})
+        stamps = {b.fingerprint for b in batches} - {None}
+        if len(stamps) > 1:
+            raise ParameterError("messages", "batches made with one set of parameters to concatenate",
+                                 f"batches of {', '.join(sorted(stamps))}")
+        return MessageBatch({name: np.concatenate([b[name] for b in batches]) for name in names}, None,
+                            stamps.pop() if stamps else None)
 
 
 @dataclass(frozen=True)

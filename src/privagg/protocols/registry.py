@@ -294,6 +294,19 @@ REGISTRY: dict[str, ProtocolEntry] = {entry.name: entry for entry in ENTRIES}
 IMPLEMENTED: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.implemented)
 
 
+def _fingerprint_roles() -> None:
+    """Every protocol's client and analyzer stamp and check their parameters' fingerprint (roles.py, one place)."""
+    from .roles import with_fingerprints
+
+    for entry in ENTRIES:
+        for role in (entry.client, entry.analyzer):
+            if isinstance(role, type):
+                with_fingerprints(role)
+
+
+_fingerprint_roles()
+
+
 def get(name: str) -> ProtocolEntry:
     """The entry of an implemented protocol."""
     if name not in IMPLEMENTED:

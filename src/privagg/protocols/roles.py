@@ -37,11 +37,12 @@ aggregates equals one ``agg_update`` over all their messages.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from ..core.messages import MessageBatch, MessageLayout
+from ..errors import ParameterError
 from ..core.randomness import RNGLike
 
 Topology = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
@@ -118,3 +119,94 @@ class Elector(Protocol):
 
     def elect(self, reports: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, list[np.ndarray]]:
         """(reports per item m_j, the elected helpers of each item)."""
+
+
+# --- parameters' fingerprints: aggregates and message batches of other parameters are refused, not mixed ---
+
+FINGERPRINT = "parameters_fingerprint"  # the attribute an aggregate carries (None or absent: not checked)
+
+
+def parameters_fingerprint(parameters: Any) -> str | None:
+    """A short hash of the parameters' canonical JSON (``parameters.to_dict()``), or None without one."""
+    import hashlib
+    import json
+
+    to_dict = getattr(parameters, "to_dict", None)
+    if to_dict is None:
+        return None
+    text = json.dumps(to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+    return f"{getattr(parameters, 'protocol', '?')}:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def _own_fingerprint(role: Any) -> str | None:
+    cached = role.__dict__.get("_parameters_fingerprint", False)
+    if cached is False:
+        cached = parameters_fingerprint(getattr(role, "parameters", None))
+        role.__dict__["_parameters_fingerprint"] = cached
+    return cached
+
+
+def _stamp(agg: Any, fingerprint: str | None) -> Any:
+    if fingerprint is not None and getattr(agg, FINGERPRINT, None) is None:
+        try:
+            setattr(agg, FINGERPRINT, fingerprint)
+        except (AttributeError, TypeError):  # an aggregate that holds no attributes: left unchecked
+            pass
+    return agg
+
+
+def check_fingerprint(expected: str | None, found: str | None, what: str) -> None:
+    """ParameterError naming both when ``found`` (of an aggregate or a message batch) is not ``expected``."""
+    if expected is not None and found is not None and found != expected:
+        raise ParameterError(what, f"made with the analyzer's parameters ({expected})",
+                             f"{what} made with other parameters ({found})")
+
+
+def with_fingerprints(cls: type) -> type:
+    """Stamp and check the parameters' fingerprint on what ``cls``'s roles make and take, in one place for every
+    protocol: ``randomize`` stamps its message batch; ``agg_init`` stamps its aggregate; ``agg_update`` refuses
+    an aggregate or a batch of other parameters; ``merge`` refuses aggregates of other parameters. Batches and
+    aggregates without a fingerprint (read from files, made before fingerprints) are not checked."""
+    import functools
+
+    def wrap(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        method = getattr(cls, name, None)
+        if method is None or getattr(method, "_fingerprinted", False):
+            return
+        wrapped = functools.wraps(method)(make(method))
+        wrapped._fingerprinted = True  # type: ignore[attr-defined]
+        setattr(cls, name, wrapped)
+
+    def randomize(method):
+        def inner(self, *args, **kwargs):
+            batch = method(self, *args, **kwargs)
+            mine = _own_fingerprint(self)
+            return batch.with_fingerprint(mine) if isinstance(batch, MessageBatch) and mine is not None else batch
+        return inner
+
+    def agg_init(method):
+        def inner(self, *args, **kwargs):
+            return _stamp(method(self, *args, **kwargs), _own_fingerprint(self))
+        return inner
+
+    def agg_update(method):
+        def inner(self, agg, messages, *args, **kwargs):
+            mine = _own_fingerprint(self)
+            check_fingerprint(mine, getattr(agg, FINGERPRINT, None), "aggregate")
+            check_fingerprint(mine, getattr(messages, "fingerprint", None), "messages")
+            return _stamp(method(self, agg, messages, *args, **kwargs), mine)
+        return inner
+
+    def merge(method):
+        def inner(self, aggs, *args, **kwargs):
+            mine = _own_fingerprint(self)
+            aggs = list(aggs)
+            for agg in aggs:
+                check_fingerprint(mine, getattr(agg, FINGERPRINT, None), "aggregates to merge")
+            return _stamp(method(self, aggs, *args, **kwargs), mine)
+        return inner
+
+    for name, make in (("randomize", randomize), ("agg_init", agg_init), ("agg_update", agg_update),
+                       ("merge", merge)):
+        wrap(name, make)
+    return cls
