@@ -249,3 +249,40 @@ def test_seeded_runs_are_unchanged_by_fingerprints():
     a = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), first))
     b = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), first.with_fingerprint(None)))
     assert np.array_equal(a.estimates, b.estimates)
+
+
+# --- 4. one missing-value policy for vectors and items ---------------------------------------------------
+
+def test_a_blank_vector_row_is_an_error_naming_its_line(tmp_path):
+    from privagg.io import InputFormat, read_vectors, read_vectors_counted
+
+    table = tmp_path / "v.csv"
+    table.write_text("x,y,z\n0.2,0.4,0.6\n0.1,0.1,0.1\n0.9,0.8,0.7\n\n0.5,0.5,0.5\n")
+    with pytest.raises(ParameterError, match="a blank line on line 5"):
+        read_vectors(table)
+    array, dropped = read_vectors_counted(table, InputFormat(missing="drop"))
+    assert array.shape == (4, 3) and dropped == 1
+    table.write_text("0.2;0.4\n;0.3\n")
+    with pytest.raises(ParameterError, match="an empty cell on line 2"):
+        read_vectors(table, InputFormat(delimiter=";", header=False))
+
+
+def test_nan_in_a_vector_is_a_value_not_nothing(tmp_path):
+    from privagg.io import InputFormat, read_vectors_counted
+
+    table = tmp_path / "v.tsv"
+    table.write_text("a\tb\n0.3\tNaN\n0.6\t0.2\n")
+    array, dropped = read_vectors_counted(table, InputFormat(missing="drop"))
+    assert dropped == 0 and np.isnan(array[0, 1])
+    code, _, err = run("estimate", "blanket-vector", "--input", table, "--epsilon", 1, "--delta", 1e-6)
+    assert code == 2 and "nan" in err
+
+
+def test_vector_estimate_missing_option(tmp_path):
+    table = tmp_path / "v.csv"
+    table.write_text("p,q\n0.25,0.75\n\n0.5,0.5\n,0.1\n")
+    code, _, err = run("estimate", "blanket-vector", "--input", table, "--epsilon", 2, "--delta", 1e-6)
+    assert code == 2 and "line 3" in err
+    code, _, err = run("estimate", "blanket-vector", "--input", table, "--epsilon", 2, "--delta", 1e-6,
+                       "--missing", "drop", "--seed", 2, "--json")
+    assert code == 0 and "2 users with a missing value were left out" in err

@@ -629,15 +629,16 @@ def _register_estimate(entry: ProtocolEntry) -> None:
 
 
 def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Optional[str], header: bool,
-                       clip: bool, dimension: Optional[int], candidates: Optional[Path]):
+                       clip: bool, dimension: Optional[int], candidates: Optional[Path], missing: str = "error",
+                       evaluate: bool = False):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings) of a vector protocol:
     the file's vectors or (coordinate, weight) rows, or the bundled data's."""
     from . import datasets
-    from .io import InputFormat, read_vectors
+    from .io import InputFormat, read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
     sparse = getattr(entry.parameters, "one_sparse", False)
-    names = None
+    names, dropped = None, 0
     if input is None:
         if sparse:
             inputs, names = datasets.sparse_vectors()
@@ -647,11 +648,12 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
         else:
             inputs, name = datasets.digits_vectors(), datasets.DIGITS_DESCRIPTION
     else:
-        inputs, name = read_vectors(input, InputFormat(delimiter=delimiter, header=header)), str(input)
+        inputs, dropped = read_vectors_counted(input, InputFormat(delimiter=delimiter, header=header, missing=missing))
+        name = str(input)
         if sparse and dimension is None:
             raise ParameterError("dimension", "given with --input: B, the public number of coordinates (the data's "
                                  "(coordinate, weight) rows must lie in [0, B))", None)
-    warnings = []
+    warnings = _left_out(dropped, evaluate)
     if clip:
         values = inputs[:, 1:] if sparse else inputs  # sparse: the weights only; a bad coordinate stays an error
         outside = int(((values < 0) | (values > 1)).sum())
@@ -683,7 +685,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      verbose: bool, as_json: bool, output: Optional[Path], progress: Optional[bool],
                      write_messages: Optional[Path], partitions: int, dimension: Optional[int] = None,
                      candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
-                     **options: Any) -> None:
+                     missing: Optional[Enum] = None, **options: Any) -> None:
     from . import engine
     from .reports import to_json_dict
     from .simulate.frequency import estimate_vector_sum
@@ -696,7 +698,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                      str(write_messages))
             engine.prepare_message_folder(write_messages, partitions)
         inputs, dimension, coordinates, names, name, warnings = _read_vector_input(
-            entry, input, delimiter, header, clip, dimension, candidates)
+            entry, input, delimiter, header, clip, dimension, candidates, "error" if missing is None else missing.value,
+            _evaluating(evaluate, input, seed))
         if discover_phi is not None and write_messages is not None:
             raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
                                  "written)", str(write_messages))
@@ -767,6 +770,9 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
                                                                                   "this delimiter.")),
         _param("header", bool, typer.Option(True, "--header/--no-header", help="Whether the table's first line "
                                                                                 "names its columns.")),
+        _param("missing", MissingChoice, typer.Option(
+            "error", "--missing", help="A blank line or an empty cell: error (default, naming the line) or drop "
+                                       "(leave the user out); NaN is a value, not a missing one.")),
         _param("clip", bool, typer.Option(False, "--clip", help="Clip values to [0, 1] (otherwise a value outside "
                                                                 "is an error naming its row and column).")),
         *_protocol_parameters(entry),

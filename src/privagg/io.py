@@ -662,23 +662,36 @@ def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
 
 def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str = "input") -> np.ndarray:
     """Users' vectors, one row each: an (n, d) ``.npy`` array, or every column of a CSV, TSV or Parquet table
-    (a header line names the columns, as for items). Values must be numbers; the protocol checks their range."""
+    (a header line names the columns, as for items). Values must be numbers; the protocol checks their range.
+
+    A row with an empty cell, or a blank line, is missing, as for items: ``fmt.missing="error"`` (default)
+    stops at the first, naming its line; ``"drop"`` leaves it out (:func:`read_vectors_counted` says how many).
+    NaN is a value, not a missing one."""
+    return read_vectors_counted(path, fmt, field)[0]
+
+
+def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
+                         field: str = "input") -> tuple[np.ndarray, int]:
+    """(:func:`read_vectors`, how many rows with a missing value ``fmt.missing="drop"`` left out)."""
     path = Path(path)
     kind = file_kind(path, fmt)
     if kind == "text":
         raise ParameterError(field, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a user)", path)
     checked_file(path, field, kind)
     try:
+        dropped = 0
         if kind == "npy":
             array = np.load(path, allow_pickle=False)
         elif kind == "parquet":
-            array = _numeric_table(pq.read_table(path), path, field)
+            array, dropped = _numeric_table(pq.read_table(path), path, field, fmt.missing, None)
         elif kind == "table":
             delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
+            # a blank line is a user with nothing, not a line to skip silently (Arrow's default)
             table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
                                                                         block_size=BLOCK_BYTES),
-                                   parse_options=pacsv.ParseOptions(delimiter=delimiter))
-            array = _numeric_table(table, path, field)
+                                   parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
+                                   convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
+            array, dropped = _numeric_table(table, path, field, fmt.missing, 2 if fmt.header else 1)
         else:
             raise ParameterError(field, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a user)",
                                  path)
@@ -689,16 +702,30 @@ def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str 
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.number):
         raise ParameterError(field, "an (n, d) array of numbers, one row a user", f"shape {array.shape} of "
                              f"{array.dtype}")
-    return array.astype(np.float64, copy=False)
+    return array.astype(np.float64, copy=False), dropped
 
 
-def _numeric_table(table: pa.Table, path: Path, field: str) -> np.ndarray:
-    """The table's columns as an (n, d) float array; a column that is not numeric, or a missing cell, is named."""
+def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "error",
+                   first_line: int | None = None) -> tuple[np.ndarray, int]:
+    """(the table's columns as an (n, d) float array, rows left out): a column that is not numeric is named;
+    a row with a missing cell (a blank line: all of them) is an error naming its line (``first_line``: the
+    file line of row 0; None: rows counted from 1), or with ``missing="drop"`` left out and counted."""
+    empty = np.zeros(table.num_rows, dtype=bool)
     for name, column in zip(table.column_names, table.columns):
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        if column.null_count == column.length() and column.length() and pa.types.is_null(column.type):
+            pass  # every cell of the column missing: reported below, row by row
+        elif not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
             raise ParameterError(field, f"numbers in every column of {path}", f"column {name!r} of type {column.type}")
         if column.null_count:
-            row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-            raise ParameterError(field, "a value in every cell", f"nothing in row {row}, column {name!r} of {path}")
-    return np.column_stack([c.to_numpy(zero_copy_only=False).astype(np.float64) for c in table.columns]) \
+            empty |= column.is_null().to_numpy(zero_copy_only=False)
+    if empty.any():
+        if missing != "drop":
+            row = int(np.flatnonzero(empty)[0])
+            where = f"row {row + 1}" if first_line is None else f"line {row + first_line}"
+            blank = all(c.is_null().to_numpy(zero_copy_only=False)[row] for c in table.columns)
+            raise ParameterError(field, "a value in every cell (--missing drop leaves such rows out)",
+                                 f"{'a blank line' if blank else 'an empty cell'} on {where} of {path}")
+        table = table.filter(pa.array(~empty))
+    array = np.column_stack([c.to_numpy(zero_copy_only=False).astype(np.float64) for c in table.columns]) \
         if table.num_columns else np.empty((table.num_rows, 0))
+    return array, int(empty.sum())
