@@ -2,6 +2,7 @@
 warning (an error with --strict), and mismatched parameters are refused rather than mixed."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,28 @@ def test_vector_estimate_missing_option(tmp_path):
     code, _, err = run("estimate", "blanket-vector", "--input", table, "--epsilon", 2, "--delta", 1e-6,
                        "--missing", "drop", "--seed", 2, "--json")
     assert code == 0 and "2 users with a missing value were left out" in err
+
+
+# --- 5. a table of another delimiter read as one column -------------------------------------------------
+
+@pytest.mark.parametrize("header, other", [("city;visits", ";"), ("city\tvisits", "\t"), ("city|visits", "|")])
+def test_an_item_table_of_another_delimiter_says_so(tmp_path, header, other):
+    from privagg.core.encoding import ItemEncoder
+    from privagg.io import InputFormat, read_codes
+
+    table = tmp_path / "visits.csv"
+    table.write_text(f"{header}\n" + "\n".join(f"town{i}{other}{i}" for i in range(5)) + "\n")
+    with pytest.raises(ParameterError, match=re.escape(f"holds {other!r}: give --delimiter {other!r}")):
+        read_codes(table, ItemEncoder(1 << 10, kind="text"), InputFormat())
+    # told how to read it: no complaint
+    named = read_codes(table, ItemEncoder(1 << 10, kind="text"), InputFormat(delimiter=other, column="city"))
+    assert len(named.codes) == 5
+
+
+def test_a_vector_table_of_another_delimiter_says_so(tmp_path):
+    from privagg.io import read_vectors
+
+    table = tmp_path / "v.csv"
+    table.write_text("u;v\n0.5;0.25\n0.75;0.5\n")
+    with pytest.raises(ParameterError, match="give --delimiter ';'"):
+        read_vectors(table)

@@ -413,6 +413,8 @@ def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> It
             if any(_looks_like_number(name) for name in (names if fmt.column is None else [fmt.column])):
                 raise ParameterError("input", "a table with a header line (give --no-header if it has none)",
                                      f"{path}, whose first line {first!r} looks like data")
+            if fmt.delimiter is None and fmt.column is None:
+                _refuse_other_delimiter(path, delimiter, names, field)
             column = _pick_column(names, fmt.column, header=True)
         else:
             names, skip = [str(i) for i in range(len(first))], 0
@@ -497,6 +499,25 @@ def _shown(names: list[str], most: int = 20, longest: int = 40) -> str:
     """A list of column names for one line: long names and long lists cut short."""
     cut = [n if len(n) <= longest else n[:longest - 3] + f"... ({len(n)} characters)" for n in names[:most]]
     return str(cut)[:-1] + (f", ... ({len(names)} names)]" if len(names) > most else "]")
+
+
+LIKELY_DELIMITERS = (";", "\t", "|")
+
+
+def _other_delimiter(delimiter: str, names: list[str]) -> str | None:
+    """The likely delimiter of a table read as one column whose header holds one (; tab |), else None."""
+    if len(names) != 1:
+        return None
+    return next((d for d in LIKELY_DELIMITERS if d != delimiter and d in names[0]), None)
+
+
+def _refuse_other_delimiter(path: Path, delimiter: str, names: list[str], field: str) -> None:
+    """A ``;``-separated file named ``.csv`` would be one text column: say so instead."""
+    other = _other_delimiter(delimiter, names)
+    if other is not None:
+        raise ParameterError(field, f"a table separated by {delimiter!r} (its extension's), or --delimiter for "
+                             f"another", f"{path}, read as one column whose header {_cut(names[0])} holds "
+                             f"{other!r}: give --delimiter {other!r} (or --column to read it as one column)")
 
 
 def _pick_column(names: list[str], column: str | None, header: bool) -> str:
@@ -715,7 +736,10 @@ def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "erro
         if column.null_count == column.length() and column.length() and pa.types.is_null(column.type):
             pass  # every cell of the column missing: reported below, row by row
         elif not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-            raise ParameterError(field, f"numbers in every column of {path}", f"column {name!r} of type {column.type}")
+            other = _other_delimiter("", table.column_names) if first_line is not None else None
+            hint = f" (read as one column whose header holds {other!r}: give --delimiter {other!r})" if other else ""
+            raise ParameterError(field, f"numbers in every column of {path}",
+                                 f"column {_cut(name)} of type {column.type}{hint}")
         if column.null_count:
             empty |= column.is_null().to_numpy(zero_copy_only=False)
     if empty.any():
