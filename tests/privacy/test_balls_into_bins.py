@@ -189,7 +189,7 @@ def test_simulations_say_they_are_not_private():
     (dict(epsilon=0, delta=1e-6, n_users=100, bins=10), "epsilon must be a finite number > 0"),
     (dict(epsilon=-1, delta=1e-6, n_users=100, bins=10), "epsilon must be a finite number > 0"),
     (dict(epsilon=float("nan"), delta=1e-6, n_users=100, bins=10), "epsilon must be a finite number > 0"),
-    (dict(epsilon=float("inf"), delta=1e-6, n_users=100, bins=10), "epsilon must be a finite number > 0"),
+    (dict(epsilon=float("inf"), delta=1e-6, n_users=100, bins=10), "epsilon must be a number of magnitude at most"),
     (dict(epsilon=1, delta=0, n_users=100, bins=10), r"delta must be in \(0, 1\)"),
     (dict(epsilon=1, delta=1, n_users=100, bins=10), r"delta must be in \(0, 1\)"),
     (dict(epsilon=1, delta=1e-6, n_users=1, bins=10), "n_users must be an integer >= 2"),

@@ -496,10 +496,12 @@ class GuardedHttp(HttpToolsProtocol):
         if self._active is None and self._timer is None:  # the first bytes of the next request on this connection
             self._arm("header_timeout")
         seen = self._headers_seen
+        # decided before parsing: a chunk that ends a body is body bytes, though the body is done once parsed
+        towards_headers = self._active is None or self._active.privagg_body_done
         super().data_received(data)
         if self.transport.is_closing() or self._headers_seen != seen:
             return
-        if self._active is None or self._active.privagg_body_done:  # these bytes are towards a request's headers
+        if towards_headers:  # these bytes are towards a request's headers
             self._header_bytes += len(data)
             if self._header_bytes > MAX_HEADER_BYTES:
                 self.guard.refusals(Refused(431, "header_too_large", f"a request's line and headers must be at "
