@@ -92,6 +92,9 @@ class ReadSummary:
     dropped: int = 0
 
 
+BINARY_SAMPLE = 4096  # bytes: a shorter head (a few short items) is not judged binary by its NULs
+
+
 def file_kind(path: Path, fmt: InputFormat) -> str:
     """``parquet``, ``npy``, ``table`` (delimited) or ``text``."""
     suffix = path.suffix.lower()
@@ -176,7 +179,7 @@ def _sniff(head: bytes, kind: str) -> str | None:
         return f"{what}, not {KIND_NAMES[kind]}"
     if found:
         return f"{KIND_NAMES[found]}: name it .{found} (or leave out --delimiter)"
-    if head.count(0) * 8 > len(head):  # a NUL is valid UTF-8 text, but a file of mostly NULs is not text
+    if len(head) >= BINARY_SAMPLE and head.count(0) * 8 > len(head):  # a NUL is valid text; mostly NULs are not
         return f"binary data ({head.count(0)} NUL bytes in the first {len(head)}), not {KIND_NAMES[kind]}"
     if not _utf8_prefix(head):
         line = head[:_utf8_error_at(head)].count(b"\n") + 1

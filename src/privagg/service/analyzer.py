@@ -69,9 +69,10 @@ def check_batch_rules(task: Task, batches: int, counted: int, reports: int, mess
         bound = "the task's n users" if task.single_batch else "what the task's report counter can still hold"
         raise Refused(409, "report_count", f"a batch of this task may hold at most {most} reports ({bound}), got "
                       f"{reports}")
-    if messages > reports * message_cap(task):
-        raise Refused(409, "report_count", f"a batch of {reports} reports may hold at most "
-                      f"{reports * message_cap(task)} messages ({message_cap(task)} a report), got {messages}")
+    cap = message_cap(task)
+    if messages > reports * cap:
+        raise Refused(409, "report_count", f"a batch of {reports} reports may hold at most {reports * cap} messages "
+                      f"({cap} a report), got {messages}")
 
 
 def first_encapsulations(task: Task, sealed: np.ndarray) -> tuple[list[int], list[bytes]]:

@@ -561,8 +561,7 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
     @app.get("/tasks/{task_id}/status")
     async def status(task_id: str, request: Request) -> dict:
         require_operator(request, operator_token)
-        await run_in_threadpool(collector.task, task_id)
-        return await run_in_threadpool(collector.counts, task_id)
+        return await run_in_threadpool(collector.counts, task_id)  # (counts loads the task: 404 if unknown)
 
     return app
 
