@@ -734,8 +734,6 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             table.add_row(e.name or str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}",
                           f"{e.estimate / report.n_users:.4f}", *((f"{e.true_sum:.1f}",) if evaluated else ()))
         _console().print(table)
-        for warning in report.warnings:
-            _say(f"warning: {warning}")
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, err = report.messages, report.error
         noise = (f"gamma = {report.parameters['gamma']:.4g}" if "gamma" in report.parameters else
@@ -747,9 +745,9 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             _say(f"discovery (fe-hh, phi {found.phi:g}): {found.coordinates} coordinates found with "
                  f"{found.messages.total} of the messages; {found.privacy}")
         if err is not None:
+            normalised = "" if err.normalised_mse is None else f", normalised MSE {err.normalised_mse:.3g}"
             _say(f"error against the true sums (--evaluate: not for release): max {err.max_abs:.1f}, squared "
-                 f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}, normalised MSE "
-                 f"{err.normalised_mse:.3g}")
+                 f"error {err.squared_error:.4g}, MSE of the mean {err.mse_of_mean:.3g}{normalised}")
         _say(f"theory: expected sd {report.expected_error.standard_error:.3g} a coordinate")
         _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
         _say_written(report)
@@ -854,17 +852,18 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             table.add_row(str(rank), str(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}",
                           *((str(h.true_count),) if e else ()))
         _console().print(table)
-        for warning in report.warnings:
-            _say(f"warning: {warning}")
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, p = report.messages, report.parameters
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
              f"{report.bits_per_message} bits per message; {p['levels']} levels, p_f = "
              f"{p['filter_probability']:.4g}, prefixes followed {report.survivors}")
         if e is not None:
+            recall = (f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%})" if e.heavy_items else
+                      "none to find")
+            precision = (f"of the {e.reported} reported, precision {e.precision:.0%} (held by >= phi n / 2: "
+                         f"{e.precision_loose:.0%})" if e.reported else "nothing reported")
             _say(f"against the true counts (--evaluate: not for release): {e.heavy_items} items held by >= phi n, "
-                 f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%}), precision {e.precision:.0%} "
-                 f"(held by >= phi n / 2: {e.precision_loose:.0%})")
+                 f"{recall}; {precision}")
         _say(f"simulation: {report.simulation.randomness}; seconds "
              + ", ".join(f"{k} {v:.2f}" for k, v in report.simulation.seconds.items()))
 

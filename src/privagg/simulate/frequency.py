@@ -301,7 +301,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             missed = parameters.true_total_outside(inputs, result.coordinates)
             squared += float(np.sum(missed**2))
             largest = max(largest, float(missed.max(initial=0.0)))
-        error = VectorError(squared / d / n**2, squared / (n / d) ** 2, largest, squared)
+        dense = protocol == "blanket-vector"
+        error = VectorError(squared / d / n**2, squared / (n / d) ** 2 if dense else None, largest, squared)
         privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
     report = VectorEstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
