@@ -106,7 +106,7 @@ def test_human_output_has_top_items_privacy_and_cost(ints_file):
     for text in ("estimate ± stderr", "true count (--evaluate)", "messages from 20000 users",
                  "NOT PRIVATE (seeded simulation, evaluated); would be (1, 1e-06)-DP, "
                  "shuffle model, trusting shuffler",
-                 "error against the true counts (--evaluate: not for release) over 1000 domain"):
+                 "error against the true counts (--evaluate: not for release) over the 1000 items of the domain"):
         assert text in out
     privacy_lines = [line for line in out.splitlines() if "DP" in line]
     assert len(privacy_lines) == 1 and len(privacy_lines[0]) < 150 and "neighbours" not in out

@@ -553,7 +553,8 @@ def _print_estimate(report, verbose: bool) -> None:
     _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
          f"{report.bits_per_message} bits per message")
     if e is not None:
-        _say(f"error against the true counts (--evaluate: not for release) over {e.items} {e.over}: "
+        over = f"the {e.items} items of the domain" if e.over == "domain" else f"the {e.items} {e.over}"
+        _say(f"error against the true counts (--evaluate: not for release) over {over}: "
              f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
     _say(f"{'  ' if e is not None else ''}theory: stderr {expected.standard_error:.1f}, max-error bound "
          f"{expected.max_error_bound:.1f} w.p. {1 - expected.max_error_beta:.0%}")

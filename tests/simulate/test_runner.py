@@ -46,7 +46,7 @@ def test_faithful_run_reports_roles_and_messages():
     assert run.transcript["analyzer"]["malformed"] == 0 and run.result.messages == run.messages_total
     assert "seed" in run.randomness and run.mode == "faithful" and run.messages is None
     fast = simulate(params, codes_for(3000), "fast")
-    assert "secure" in fast.randomness and "fast path" in fast.randomness and "shuffler" not in fast.transcript
+    assert "secure" in fast.randomness and "simulation shortcuts" in fast.randomness and "shuffler" not in fast.transcript
     kept = simulate(params, codes_for(3000), rng=1, keep_messages=True)
     assert len(kept.messages) == kept.messages_total == run.messages_total  # same seed, same run
     assert np.array_equal(kept.result.estimates, run.result.estimates)
@@ -120,7 +120,7 @@ def test_estimate_frequencies_reports_privacy_honestly():
 def test_a_fast_request_without_a_fast_path_stays_private():
     report, run = estimate_frequencies("bib", np.arange(2000) % 7, ItemEncoder(50), epsilon=1.0, delta=1e-6,
                                        mode="fast")
-    assert "fast path" not in run.randomness  # the curator ran as in a deployment
+    assert "simulation shortcuts" not in run.randomness  # the curator ran as in a deployment
     assert report.privacy.private, report.privacy.not_private_reason
 
 

@@ -18,6 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 Model = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
+# the model as a sentence says it (the JSON keeps the short name)
+MODEL_PHRASES = {"central": "central model", "shuffle": "shuffle model", "local": "local model",
+                 "secret_sharing": "secret-sharing model (users share among themselves, one server)",
+                 "two_servers": "two-server model"}
 Method = Literal["numeric", "hockey_stick", "closed_form", "exact", "paper", "tight", "classic"]
 
 REPLACE_ONE = "replace-one: neighbouring datasets differ in one user's item; n is public"
@@ -74,7 +78,7 @@ class PrivacyDescription:
     def summary(self) -> str:
         """One short line: the claim, the model and who is trusted (:meth:`render` gives everything)."""
         trusted = ", ".join(self.trusted) if self.trusted else "no party"
-        claim = f"privacy: ({self.epsilon:g}, {self.delta:g})-DP, {self.model} model, trusting {trusted}"
+        claim = f"privacy: ({self.epsilon:g}, {self.delta:g})-DP, {MODEL_PHRASES[self.model]}, trusting {trusted}"
         if self.caveats:
             claim += f", {len(self.caveats)} caveat{'s' if len(self.caveats) > 1 else ''}"
         if not self.private:
@@ -89,7 +93,7 @@ class PrivacyDescription:
         if not self.private:
             lines.append(f"NOT PRIVATE: {self.not_private_reason}")
         lines += [
-            f"privacy: ({self.epsilon:g}, {self.delta:g})-DP, {self.model} model ({self.mechanism})",
+            f"privacy: ({self.epsilon:g}, {self.delta:g})-DP, {MODEL_PHRASES[self.model]} ({self.mechanism})",
             f"  neighbours: {self.neighbouring}",
             f"  trusted: {trusted}; honest users: {self.honest_fraction:.0%}; {'; '.join(self.assumptions)}",
             f"  method: {self.method} -- {self.method_detail} [{self.reference}]",

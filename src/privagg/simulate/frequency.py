@@ -302,7 +302,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             squared += float(np.sum(missed**2))
             largest = max(largest, float(missed.max(initial=0.0)))
         dense = protocol == "blanket-vector"
-        error = VectorError(squared / d / n**2, squared / (n / d) ** 2 if dense else None, largest, squared)
+        error = VectorError(squared / d / n**2, largest, squared, squared / (n / d) ** 2 if dense else None)
         privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
     report = VectorEstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,

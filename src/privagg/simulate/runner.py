@@ -227,7 +227,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     randomness = describe(rng)
     privacy = parameters.privacy
     if mode == "fast":
-        randomness = f"fast path (simulation shortcuts, not for real users); {randomness}"
+        randomness = f"simulation shortcuts, not for real users; {randomness}"
         privacy = privacy.as_simulation(randomness, "fast path: the sharing is skipped and the server's sums drawn "
                                         "directly, a simulation shortcut" if entry.topology in SHARING else
                                         "fast path: the total noise is drawn with a floating-point binomial "
