@@ -13,9 +13,13 @@ commands that use them, so ``privagg --help`` starts fast.
 
 from __future__ import annotations
 
+import atexit
 import inspect
+import shutil
 import sys
+import tempfile
 import time
+import traceback
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -27,14 +31,16 @@ except ImportError:  # the light install has no command line
     raise SystemExit("privagg's command line needs the cli extra: pip install 'privagg[cli]'") from None
 
 from . import __version__
-from .cli_output import _check_output, _clean_errors, _console, _emit, _say
+from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output, _clean_errors,
+                         _console, _emit, _say)
 from .errors import ParameterError
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
 
 # Plain (click) help rather than rich's panels: rendering them would load about 70 ms of rich modules,
 # a third of the time `privagg --help` takes.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None, help="Private aggregate statistics without a trusted collector.")
+                  rich_markup_mode=None, help="Private aggregate statistics without a trusted collector.",
+                  epilog=EXIT_STATUS)
 calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                             help="Frozen parameters, cost and expected error of a protocol.")
 estimate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -379,12 +385,45 @@ def _left_out(dropped: int, evaluate: bool) -> list[str]:
             "users with a missing value were left out (--missing drop; --evaluate shows how many)"]
 
 
+STDIN_NAME = "standard input"
+_stdin_copies: dict[Path, str] = {}
+
+
+def _input_file(value: Path | None) -> Path | None:
+    """``--input -``: standard input, copied first to a private temporary file (the readers take two passes,
+    the size estimate then the items, and a pipe has one). Parquet and .npy are known by their first bytes;
+    anything else is text, one item per line, or a table with --delimiter."""
+    if value is None or str(value) != "-":
+        return value
+    if _stdin_copies:  # one standard input per run
+        return next(iter(_stdin_copies))
+    if sys.stdin is None or sys.stdin.isatty():
+        raise typer.BadParameter("'-' reads standard input: pipe or redirect the data into the command")
+    folder = Path(tempfile.mkdtemp(prefix="privagg-stdin-"))  # mode 0700: the users' raw data
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / "stdin"
+    with copy.open("wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    with copy.open("rb") as f:
+        head = f.read(6)
+    suffix = ".parquet" if head.startswith(b"PAR1") else ".npy" if head.startswith(b"\x93NUMPY") else ""
+    copy = copy.rename(copy.with_suffix(suffix)) if suffix else copy
+    _stdin_copies[copy] = STDIN_NAME
+    return copy
+
+
+def _input_name(input: Path) -> str:
+    """How a report names its input: the file, or standard input."""
+    return _stdin_copies.get(input, str(input))
+
+
 def _input_parameters() -> list[inspect.Parameter]:
     """How to read the input file: --input, --column, --item-type, --delimiter, --no-header, --missing."""
     return [
         _param("input", Optional[Path], typer.Option(
-            None, "--input", help="Text (one item per line), CSV, TSV, Parquet or .npy file. "
-                                  "Default: the bundled English-words dataset.")),
+            None, "--input", callback=_input_file,
+            help="Text (one item per line), CSV, TSV, Parquet or .npy file; - reads standard input (text, or a table "
+                 "with --delimiter). Default: the bundled English-words dataset.")),
         _param("column", Optional[str], typer.Option(
             None, "--column", help="The column holding the items (a table with several); with --no-header, "
                                    "its 0-based index.")),
@@ -401,20 +440,23 @@ def _input_parameters() -> list[inspect.Parameter]:
     ]
 
 
-def _read_input(input: Path | None, fmt, encoder, candidates: Path | None):
+def _read_input(entry: ProtocolEntry, input: Path | None, fmt, encoder, candidates: Path | None):
     """(codes, candidate codes or None, dropped users, input name): the users' items and the public candidates."""
     from . import datasets
     from .core.encoding import CategoryEncoder
     from .io import InputFormat, read_codes
 
     if input is None:
-        bundled = datasets.english_categories()[0] if isinstance(encoder, CategoryEncoder) else \
-            datasets.english_words()
+        if entry.family == CATEGORICAL:
+            bundled, name = datasets.english_categories()[0], datasets.CATEGORY_DESCRIPTION
+        elif isinstance(encoder, CategoryEncoder):  # a small-domain protocol: the most common words
+            bundled, name = datasets.english_words(vocabulary=datasets.SMALL_VOCABULARY), datasets.SMALL_DESCRIPTION
+        else:
+            bundled, name = datasets.english_words(), datasets.DESCRIPTION
         codes, dropped = encoder.encode(bundled), 0
-        name = datasets.CATEGORY_DESCRIPTION if isinstance(encoder, CategoryEncoder) else datasets.DESCRIPTION
     else:
         summary = read_codes(input, encoder, fmt)
-        codes, dropped, name = summary.codes, summary.dropped, str(input)
+        codes, dropped, name = summary.codes, summary.dropped, _input_name(input)
     candidate_codes = None
     if isinstance(encoder, CategoryEncoder):
         pass  # the categories are the domain, every one labelled
@@ -449,6 +491,24 @@ def _category_encoder(input: Path | None, candidates: Path | None, domain: int |
     return encoder
 
 
+DEFAULT_DOMAIN = 2**24
+
+
+def _small_domain_encoder(entry: ProtocolEntry, input: Path | None, hash_key: str | None):
+    """A small-domain protocol (grr, oue, fe0, bib, blanket-hist) run without --domain: on the bundled data, its
+    most common words as the domain's categories; on a file, --domain is required."""
+    from . import datasets
+    from .core.encoding import CategoryEncoder
+
+    if input is not None:
+        raise ParameterError.required("domain", f"for {entry.name} with --input: B, the number of possible items "
+                                      "(its messages or its error grow with B; text is hashed into [B])")
+    if hash_key is not None:
+        raise ParameterError("hash-key", f"left out for {entry.name} on the bundled words without --domain (they are "
+                             "categories, no key)", hash_key)
+    return CategoryEncoder(datasets.english_vocabulary(datasets.SMALL_VOCABULARY).to_pylist())
+
+
 def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
               delimiter: Optional[str], header: bool, missing: Enum, domain: int, epsilon: float,
               delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
@@ -469,7 +529,11 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                                      "the public list, no key)", hash_key)
             encoder = _category_encoder(input, candidates, domain, item_type.value)
             domain = encoder.domain_size
+        elif domain is None and entry.small_domain:
+            encoder = _small_domain_encoder(entry, input, hash_key)
+            domain = encoder.domain_size
         else:
+            domain = DEFAULT_DOMAIN if domain is None else domain
             encoder = item_encoder(domain, hash_key, seed)
         if write_messages is not None:
             if mode is Mode.fast:
@@ -483,7 +547,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                             calibration=calibration.value, options=options, mode=mode.value,
                             full_domain=full_domain, candidates=candidates is not None)
         start = time.perf_counter()
-        codes, candidate_codes, dropped, input_name = _read_input(input, fmt, encoder, candidates)
+        codes, candidate_codes, dropped, input_name = _read_input(entry, input, fmt, encoder, candidates)
         read_seconds = time.perf_counter() - start
         evaluate = _evaluating(evaluate, input, seed)
         warnings = _left_out(dropped, evaluate)
@@ -514,9 +578,10 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
 
             report.warnings += filter(None, [capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
+            categories = getattr(encoder, "categories", None)  # a public list: analyze names the codes by it
             write(write_messages, run.result.parameters, run.messages, partitions, {
                 "kind": encoder.kind, "domain_size": domain, "private": run.privacy.private,
-                "randomness": run.randomness})
+                "randomness": run.randomness, **({"categories": categories} if categories else {})})
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
     _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
@@ -579,10 +644,12 @@ def _register_estimate(entry: ProtocolEntry) -> None:
     categorical = entry.family == CATEGORICAL
     params = [
         *_input_parameters(),
-        _param("domain", Optional[int] if categorical else int, typer.Option(
-            None if categorical else 2**24, "--domain",
+        _param("domain", Optional[int], typer.Option(
+            None, "--domain",
             help="Number of categories N: integer items must lie in [0, N)." if categorical else
-                 "Domain size B: integer items must lie in [0, B).")),
+                 f"Domain size B: integer items must lie in [0, B), text is hashed into [B]. "
+                 + ("Required with --input; default for the bundled words: their 100 most common, B = 100."
+                    if entry.small_domain else "Default: 2^24."))),
         *_protocol_parameters(entry),
         _param("candidates", Optional[Path], typer.Option(
             None, "--candidates", help="The public list of the N categories, one per line (an item outside it is "
@@ -650,7 +717,7 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
             inputs, name = datasets.digits_vectors(), datasets.DIGITS_DESCRIPTION
     else:
         inputs, dropped = read_vectors_counted(input, InputFormat(delimiter=delimiter, header=header, missing=missing))
-        name = str(input)
+        name = _input_name(input)
         if sparse and dimension is None:
             raise ParameterError("dimension", "given with --input: B, the public number of coordinates (the data's "
                                  "(coordinate, weight) rows must lie in [0, B))", None)
@@ -760,11 +827,12 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
     sparse = getattr(entry.parameters, "one_sparse", False)
     params = [
         _param("input", Optional[Path], typer.Option(
-            None, "--input", help=("The users' (coordinate, weight) rows, weights in [0, 1]: an (n, 2) .npy array or "
+            None, "--input", callback=_input_file, help=(
+                                   "The users' (coordinate, weight) rows, weights in [0, 1]: an (n, 2) .npy array or "
                                    "a two-column CSV, TSV or Parquet table. Default: the bundled words with weights."
                                    if sparse else "The users' vectors in [0, 1]^d: an (n, d) .npy array, or a CSV, "
                                    "TSV or Parquet table (one row a user, every column a coordinate). Default: the "
-                                   "bundled digits."))),
+                                   "bundled digits.") + " - reads standard input.")),
         _param("delimiter", Optional[str], typer.Option(None, "--delimiter", help="Read the input as a table with "
                                                                                   "this delimiter.")),
         _param("header", bool, typer.Option(True, "--header/--no-header", help="Whether the table's first line "
@@ -824,7 +892,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             max_length = datasets.HH_MAX_LENGTH if max_length is None else max_length
         else:
             values, dropped = read_items(input, InputFormat(item_type.value, column, delimiter, header, missing.value))
-            name = str(input)
+            name = _input_name(input)
             warnings += _left_out(dropped, evaluate)
             strings = isinstance(values, list) and values and isinstance(values[0], str)
             if strings and max_length is None:
@@ -931,7 +999,7 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
 
     _emit(to_json_dict(report), as_json, output, human)
     if not report.holds:
-        raise typer.Exit(1)  # a violated guarantee fails a script, as a failed test would
+        raise typer.Exit(EXIT_VIOLATION)  # a violated guarantee fails a script, as a failed test would
 
 
 def _register_audit(entry: ProtocolEntry) -> None:
@@ -1036,8 +1104,9 @@ def compare_command(
     epsilon: str = typer.Option(..., "--epsilon", help="Comma-separated epsilons, e.g. 0.5,1,2,4."),
     delta: Optional[float] = typer.Option(None, "--delta", help="delta for the protocols that are not pure eps-DP "
                                                                  "(the pure ones run at 0)."),
-    input: Optional[Path] = typer.Option(None, "--input", help="Items, one per user (as privagg estimate reads "
-                                                               "them). Default: the bundled English words."),
+    input: Optional[Path] = typer.Option(None, "--input", callback=_input_file,
+                                         help="Items, one per user (as privagg estimate reads them; - reads standard "
+                                              "input). Default: the bundled English words."),
     column: Optional[str] = typer.Option(None, "--column", help="The column holding the items (a table)."),
     domain: int = typer.Option(1024, "--domain", help="Domain size B: integer items in [0, B); text is hashed into "
                                                      "it (default 1,024: every baseline can run)."),
@@ -1062,7 +1131,7 @@ def compare_command(
         if input is None:
             codes, name = encoder.encode(datasets.english_words()), f"{datasets.DESCRIPTION}, hashed into {domain} codes"
         else:
-            codes, name = read_codes(input, encoder, InputFormat(column=column)).codes, str(input)
+            codes, name = read_codes(input, encoder, InputFormat(column=column)).codes, _input_name(input)
         with _progress(progress) as advance:
             report = compare(codes, encoder, names, epsilons, delta, trials, seed, name, advance)
         if out is not None:
@@ -1195,7 +1264,7 @@ def analyze(
 ) -> None:
     """Run a protocol's analyzer over written messages, in-process or on Dask."""
     from . import engine as engines
-    from .core.encoding import ItemEncoder
+    from .core.encoding import CategoryEncoder, ItemEncoder
     from .io import InputFormat, read_codes
     from .protocols import registry
     from .protocols.registry import analyzer as make_analyzer, load_parameters
@@ -1219,9 +1288,20 @@ def analyze(
             _analyze_vector(params, partitions, items, engine.value, scheduler, workers, candidates, top, verbose,
                             as_json, output, strict)
             return
-        # text items were hashed with the parameters' public key; integers need none
-        encoder = ItemEncoder.for_parameters(params, "text") if items.get("kind") == "text" else ItemEncoder(
-            params.domain_size, kind=items.get("kind"))
+        # categories are codes by their place in the public list; other text items were hashed with the
+        # parameters' public key; integers need none
+        if items.get("categories"):
+            if not isinstance(items["categories"], list):
+                raise ParameterError(engines.ITEMS_FILE, "categories as a JSON list of names",
+                                     type(items["categories"]).__name__)
+            encoder = CategoryEncoder(items["categories"])
+            if encoder.domain_size != params.domain_size:
+                raise ParameterError(engines.ITEMS_FILE, f"a list of {params.domain_size} categories (the domain)",
+                                     f"{encoder.domain_size} categories")
+        elif items.get("kind") == "text":
+            encoder = ItemEncoder.for_parameters(params, "text")
+        else:
+            encoder = ItemEncoder(params.domain_size, kind=items.get("kind"))
         # with candidates, count only them (no error to measure here, unlike estimate)
         full_domain = choose_full_domain(params.domain_size, candidates is None if full_domain is None else full_domain,
                                          candidates is not None)
@@ -1361,15 +1441,19 @@ def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
     try:
         sys.exit(app(standalone_mode=False))
-    except typer.Abort:
-        sys.exit(1)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as e:
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
-            raise
+            traceback.print_exc()
+            _console(stderr=True).print(f"internal error: {type(e).__name__} (a bug in privagg: please report it "
+                                        "with the command line and the traceback above)", markup=False,
+                                        highlight=False, soft_wrap=True)
+            sys.exit(EXIT_INTERNAL)
         if type(e).__name__ == "NoArgsIsHelpError":  # a command without its arguments: show its help
             _console().print(e.format_message(), markup=False, highlight=False)
         elif e.format_message():
             _console(stderr=True).print(f"error: {e.format_message()}", markup=False, highlight=False,
                                         soft_wrap=True)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)

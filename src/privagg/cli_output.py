@@ -14,10 +14,23 @@ import typer
 from .errors import ParameterError
 
 
+# every privagg command's exit status; a crash is never 1, so a script can tell "violated" from "broken"
+EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_START_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+EXIT_STATUS = ("Exit status: 0 done; 1 an audit found a violation; 2 bad input or usage (one line: error: ...); "
+               "3 a service could not start (one line says why); 4 an internal error, a bug (a traceback follows: "
+               "please report it with the command line); 130 interrupted.")
+PIPE_WIDTH = 1_000  # a table's width when the output is a pipe or a file: its content's, not cut at 80 columns
+
+
 def _console(stderr: bool = False):
+    """Rich's console: long lines stay whole; piped (and without COLUMNS), tables take their content's width."""
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=stderr, soft_wrap=True)  # long report lines stay whole for pipes and files
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, soft_wrap=True, width=PIPE_WIDTH if piped else None)
 
 
 def _say(text: str) -> None:
@@ -30,7 +43,7 @@ def _clean_errors() -> Iterator[None]:
         yield
     except ParameterError as e:
         _console(stderr=True).print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 def _check_output(output: Path | None, *inputs: Path | None) -> None:

@@ -33,6 +33,11 @@ HH_MAX_LENGTH = 24  # bytes: the bundled words' longest is 18
 HH_DESCRIPTION = (f"{HEAVY_HITTER_USERS} users, one English word each, drawn from wordfreq's frequencies of the "
                   f"{DEFAULT_VOCABULARY} most common words (seed {DEFAULT_SEED}); no candidate list is used")
 
+SMALL_VOCABULARY = 100  # the bundled data of the protocols whose cost or error grows with the domain
+SMALL_DESCRIPTION = (f"{DEFAULT_USERS} users, one of the {SMALL_VOCABULARY} most common English words each (the "
+                     f"domain: B = {SMALL_VOCABULARY} categories), drawn from wordfreq's frequencies (seed "
+                     f"{DEFAULT_SEED})")
+
 CATEGORY_USERS = 2_000
 CATEGORIES = 10
 CATEGORY_DESCRIPTION = (f"{CATEGORY_USERS} users, each holding one of the {CATEGORIES} most common English words, "

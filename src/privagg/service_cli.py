@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from .cli_output import _clean_errors, _console, _emit, _say
+from .cli_output import EXIT_START_FAILED, _clean_errors, _console, _emit, _say
 from .errors import ParameterError, check_integer
 
 Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector"}, type=str)
@@ -129,7 +129,7 @@ def _database_at_start(url: str) -> Iterator[None]:
 
 @contextmanager
 def _one_line_start_failure(role: str) -> Iterator[None]:
-    """Any other failure while the service starts: one line on stderr and exit 1, not a traceback (a
+    """Any other failure while the service starts: one line on stderr and exit 3, not a traceback (a
     ParameterError passes through, for _clean_errors)."""
     try:
         yield
@@ -139,7 +139,7 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
         _console(stderr=True).print(f"error: the {role} did not start: {type(err).__name__}: {text}", markup=False,
                                     highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_START_FAILED) from None
 
 
 _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "

@@ -545,7 +545,7 @@ def test_any_other_start_failure_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(analyzer, "open_analyzer", fails)
     result = _serve_here("analyzer", "--db", f"sqlite:///{tmp_path}/a.db")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output
     assert result.stderr.strip().splitlines()[-1] == \
         "error: the analyzer did not start: RuntimeError: the workers did not start"
     assert "Traceback" not in result.output
