@@ -37,49 +37,20 @@ def test_python_example_runs_and_names_the_top_items(capsys):
     assert lines[2].startswith("privacy: (1, 1e-10)-DP, shuffle model")
 
 
-@pytest.mark.slow  # starts a Dask cluster
-def test_command_lines_run_as_written(tmp_path):
-    (commands,) = [b for b in blocks("") if b.startswith("privagg protocols")]
-    rng = np.random.default_rng(0)
-    apps = rng.choice(["maps", "mail", "chat", "news"], size=20_000, p=[0.4, 0.3, 0.2, 0.1])
-    (tmp_path / "items.csv").write_text("user,app\n" + "".join(f"{i},{a}\n" for i, a in enumerate(apps)))
-    (tmp_path / "names.txt").write_text("maps\nmail\nchat\nnews\ngames\n")
-    run_commands(commands, tmp_path)
-    assert (tmp_path / "report.json").exists() and (tmp_path / "msgs" / "params.json").exists()
+def command_blocks() -> list[str]:
+    """Every plain README block made of privagg command lines (the set-up and shell blocks are not)."""
+    return [b for b in blocks("") if all(line.startswith(("privagg", " ")) or not line.strip()
+                                         for line in b.splitlines())]
 
 
-@pytest.mark.slow  # faithful sharing among 2,000 users, and the quick reproduction
-def test_sampling_command_lines_run_as_written(tmp_path):
-    (commands,) = [b for b in blocks("") if b.startswith("privagg estimate dpds")]
-    rng = np.random.default_rng(0)
-    answers = ["yes", "no", "maybe", "later"]
-    rows = rng.choice(answers, size=1_000, p=[0.35, 0.3, 0.2, 0.15])
-    eps = rng.choice([0.5, 2.0], size=rows.size)
-    (tmp_path / "survey.csv").write_text("answer,eps\n" + "".join(f"{a},{e}\n" for a, e in zip(rows, eps)))
-    (tmp_path / "answers.txt").write_text("\n".join(answers) + "\n")
-    run_commands(commands, tmp_path)
-    assert (tmp_path / "results" / "variance_vs_n.png").exists()
+def test_every_command_block_is_run_here():
+    firsts = [b.split()[1] + " " + b.split()[2] for b in command_blocks()]
+    assert firsts == ["protocols #", "estimate dpds", "estimate blanket-vector", "estimate grr", "compare --protocols",
+                      "demo-service #"], firsts  # a new block needs its row in the test below
 
 
-@pytest.mark.slow  # the quick reproduction, a dozen simulations
-def test_vector_command_lines_run_as_written(tmp_path):
-    (commands,) = [b for b in blocks("") if b.startswith("privagg estimate blanket-vector")]
-    rng = np.random.default_rng(0)
-    vectors = rng.random((5_000, 6)) * 1.02  # a few values above 1: --clip clips them
-    (tmp_path / "vectors.csv").write_text("a,b,c,d,e,f\n" + "".join(",".join(f"{v:.4f}" for v in row) + "\n"
-                                                                  for row in vectors))
-    heavy = [7, 2**33 + 5, 2**40 - 1]
-    index = np.where(rng.random(20_000) < 0.5, rng.choice(heavy, 20_000), rng.integers(0, 2**40, 20_000))
-    (tmp_path / "pairs.csv").write_text("coordinate,weight\n" + "".join(f"{i},{w:.4f}\n" for i, w in
-                                                                          zip(index, rng.random(20_000))))
-    (tmp_path / "coordinates.txt").write_text("".join(f"{c}\n" for c in heavy))
-    run_commands(commands, tmp_path)
-    assert (tmp_path / "vmsgs" / "params.json").exists()
-    assert (tmp_path / "vector-results" / "mse_vs_t.png").exists()
-
-
-@pytest.mark.slow  # 5 protocols x 4 epsilons x 3 trials over 100,000 users
-def test_compare_command_line_runs_as_written(tmp_path):
-    (commands,) = [b for b in blocks("") if b.startswith("privagg compare")]
-    run_commands(commands, tmp_path)
-    assert (tmp_path / "compare" / "error_vs_epsilon.png").exists()
+@pytest.mark.slow  # Dask clusters, the quick reproductions, faithful sharing among 2,000 users
+@pytest.mark.parametrize("index", range(5))  # demo-service: tests/service/test_faults.py runs it
+def test_command_blocks_run_as_written_after_example_data(index, tmp_path):
+    run_commands("privagg example-data .", tmp_path)
+    run_commands(command_blocks()[index], tmp_path)

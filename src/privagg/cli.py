@@ -203,6 +203,22 @@ def protocols(as_json: bool = typer.Option(False, "--json", help="Print the regi
     _console().print(table)
 
 
+@app.command("example-data")
+def example_data(folder: Path = typer.Argument(..., help="Folder to write into (created if missing).")) -> None:
+    """Write the small synthetic files the README's commands read: items.csv, names.txt, survey.csv, answers.txt,
+    vectors.csv, pairs.csv, coordinates.txt."""
+    from .datasets import write_examples
+
+    with _clean_errors():
+        if folder.exists() and not folder.is_dir():
+            raise ParameterError("folder", "a folder (created if missing)", str(folder))
+        try:
+            written = write_examples(folder)
+        except OSError as err:
+            raise ParameterError("folder", "a writable folder", f"{folder} ({err.strerror or err})") from None
+    _say(f"wrote {', '.join(path.name for path in written)} to {folder}")
+
+
 @app.command()
 def schema(report: str = typer.Argument(..., help="calibrate, estimate or analyze.")) -> None:
     """Print the JSON Schema of a command's report (generated from its types)."""

@@ -11,6 +11,8 @@ default candidate list, which lets reports name the words.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 
@@ -99,3 +101,45 @@ def sparse_vectors(n_users: int = SPARSE_USERS, vocabulary: int = SPARSE_VOCABUL
     rng = np.random.default_rng(seed)
     index = rng.choice(vocabulary, size=n_users, p=frequencies / frequencies.sum())
     return np.column_stack([index, rng.beta(2.0, 5.0, size=n_users)]), words
+
+
+EXAMPLE_FILES = ("items.csv", "names.txt", "survey.csv", "answers.txt", "vectors.csv", "pairs.csv",
+                 "coordinates.txt")
+
+
+def write_examples(folder: Path, seed: int = DEFAULT_SEED) -> list[Path]:
+    """The small synthetic files the README's commands read (``privagg example-data DIR``), deterministic:
+
+    * ``items.csv``: 20,000 users (columns ``user``, ``app``), each using one of 4 apps; ``names.txt``: the
+      public app names, one a line, with one nobody uses;
+    * ``survey.csv``: 1,000 answers (``answer``, one of 4 in ``answers.txt``) with each user's own
+      epsilon (``eps``, 0.5 or 2) for weighted aggregation;
+    * ``vectors.csv``: 5,000 users' vectors in [0, 1]^6, a few values up to 1.02 (for ``--clip``);
+    * ``pairs.csv``: 20,000 users' (coordinate in [0, 2^40), weight in [0, 1]), half on 3 heavy coordinates,
+      listed in ``coordinates.txt``.
+
+    Returns the paths written; an existing file of these names is replaced.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    apps = rng.choice(["maps", "mail", "chat", "news"], size=20_000, p=[0.4, 0.3, 0.2, 0.1])
+    answers = ["yes", "no", "maybe", "later"]
+    survey = rng.choice(answers, size=1_000, p=[0.35, 0.3, 0.2, 0.15])
+    epsilons = rng.choice([0.5, 2.0], size=survey.size)
+    vectors = rng.random((5_000, 6)) * 1.02
+    heavy = [7, 2**33 + 5, 2**40 - 1]
+    coordinates = np.where(rng.random(20_000) < 0.5, rng.choice(heavy, 20_000), rng.integers(0, 2**40, 20_000))
+    texts = {
+        "items.csv": "user,app\n" + "".join(f"{i},{a}\n" for i, a in enumerate(apps)),
+        "names.txt": "maps\nmail\nchat\nnews\ngames\n",
+        "survey.csv": "answer,eps\n" + "".join(f"{a},{e}\n" for a, e in zip(survey, epsilons)),
+        "answers.txt": "".join(f"{a}\n" for a in answers),
+        "vectors.csv": "a,b,c,d,e,f\n" + "".join(",".join(f"{v:.4f}" for v in row) + "\n" for row in vectors),
+        "pairs.csv": "coordinate,weight\n" + "".join(f"{c},{w:.4f}\n" for c, w in zip(coordinates,
+                                                                                      rng.random(20_000))),
+        "coordinates.txt": "".join(f"{c}\n" for c in heavy),
+    }
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    return [folder / name for name in EXAMPLE_FILES]
