@@ -23,6 +23,7 @@ path, so the folder must be on storage every worker can read.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -200,8 +201,10 @@ def _analyze_on_dask(analyzer, partitions, scheduler: str | None, workers: int |
     else:
         workers = check_integer("workers", 2 if workers is None else workers, 1, 1024)
         threads = max(1, (os.cpu_count() or 1) // workers)  # numba threads per worker: no oversubscription
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               env={"NUMBA_NUM_THREADS": str(threads)})
+        # a free port for the scheduler's HTTP server (8787 taken is a warning), and only errors logged: a
+        # worker slow to stop ("Worker process still alive") is Dask's business, not the user's
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR, env={"NUMBA_NUM_THREADS": str(threads)})
         client = Client(cluster)
     run = Engine("dask", len(partitions), workers, scheduler)
     try:
