@@ -1079,9 +1079,43 @@ def _reproduce(run: Callable[..., dict], out: Path, quick: bool, seed: int, prog
         out.mkdir(parents=True, exist_ok=True)
         with _progress(progress) as advance:
             summary = run(out, quick=quick, seed=seed, progress=advance)
-    _say(f"wrote {len(list(out.iterdir()))} files to {out}")
+    _print_summary(summary, out)
+
+
+def _summary_value(value: Any) -> str:
+    """One value of a reproduction's summary as a person reads it: 4 significant digits, yes/no, '-' for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return " / ".join(_summary_value(v) for v in value)
+    return str(value)
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> None:
+    """A reproduction's summary: the files in one line, its scalars as lines, and its mappings as tables, one
+    column each, those over the same keys side by side."""
+    from rich.table import Table
+
+    files = summary.get("files", [])
+    _say(f"wrote {len(files)} files to {out}: {', '.join(files)}")
+    tables: dict[tuple, list[str]] = {}  # the mappings' names, by their keys
     for key, value in summary.items():
-        _say(f"  {key}: {value}")
+        if isinstance(value, dict):
+            tables.setdefault(tuple(value), []).append(key)
+        elif key != "files":
+            _say(f"{key.replace('_', ' ')}: {_summary_value(value) if value != [] else 'none'}")
+    for rows, names in tables.items():
+        table = Table()
+        table.add_column("")
+        for name in names:
+            table.add_column(name.replace("_", " "), justify="right")
+        for row in rows:
+            table.add_row(str(row), *(_summary_value(summary[name][row]) for name in names))
+        _console().print(table)
 
 
 @reproduce_app.command("vector-shuffle")
