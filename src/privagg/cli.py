@@ -942,6 +942,10 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
              f"{report.bits_per_message} bits per message; {p['levels']} levels, p_f = "
              f"{p['filter_probability']:.4g}, prefixes followed {report.survivors}")
+        t = report.theory
+        _say(f"guarantee (normal approximation): an item held by >= 1.5 phi n users is missed w.p. <= "
+             f"{t['miss_probability']:.2g}, one held by <= phi n / 2 reported w.p. <= "
+             f"{t['false_report_probability']:.2g}; items in between may go either way")
         if e is not None:
             recall = (f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%})" if e.heavy_items else
                       "none to find")
