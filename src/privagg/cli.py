@@ -411,8 +411,6 @@ def _input_file(value: Path | None) -> Path | None:
     anything else is text, one item per line, or a table with --delimiter."""
     if value is None or str(value) != "-":
         return value
-    if _stdin_copies:  # one standard input per run
-        return next(iter(_stdin_copies))
     if sys.stdin is None or sys.stdin.isatty():
         raise typer.BadParameter("'-' reads standard input: pipe or redirect the data into the command")
     folder = Path(tempfile.mkdtemp(prefix="privagg-stdin-"))  # mode 0700: the users' raw data

@@ -23,14 +23,14 @@ PIPE_WIDTH = 1_000  # a table's width when the output is a pipe or a file: its c
 
 
 def _console(stderr: bool = False):
-    """Rich's console: long lines stay whole; piped (and without COLUMNS), tables take their content's width."""
+    """Rich's console: long lines stay whole; piped or written to a file, tables take their content's width
+    (whatever COLUMNS says: a pipe has no width to fit)."""
     import sys
 
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    piped = not stream.isatty() and "COLUMNS" not in os.environ
-    return Console(stderr=stderr, soft_wrap=True, width=PIPE_WIDTH if piped else None)
+    return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else PIPE_WIDTH)
 
 
 def _say(text: str) -> None:

@@ -46,6 +46,8 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from . import exact_laws
+from .exact_laws import LawSize
 from .parameters import FrozenParameters, check_item_codes, honest_users
 from .results import FrequencyTable, count_among
 
@@ -665,10 +667,11 @@ EXACT_LAW_MAX = 10**6  # states one user's exact law may have: beyond, the audit
 
 def _uniform_multisets(types: int, count: int) -> dict[tuple[int, ...], float]:
     """The histogram of ``count`` draws uniform over ``types`` message types, as an exact law (multinomial)."""
-    states = math.comb(types + count - 1, count)
+    states = exact_laws.comb(types + count - 1, count)  # a float: no huge integer, no overflow formatting it
     if states > EXACT_LAW_MAX:
         raise ParameterError("method", f"statistical for an instance this large (one user's {count} dummies over "
-                             f"{types} message types take {states:.3g} states, above {EXACT_LAW_MAX:.0e})", "exact")
+                             f"{types} message types take {exact_laws.big(states)} states, above "
+                             f"{EXACT_LAW_MAX:.0e})", "exact")
     law: dict[tuple[int, ...], float] = {}
     for draw in itertools.combinations_with_replacement(range(types), count):
         histogram = np.bincount(np.asarray(draw, dtype=np.int64), minlength=types)
@@ -677,14 +680,46 @@ def _uniform_multisets(types: int, count: int) -> dict[tuple[int, ...], float]:
     return law
 
 
+def law_size(parameters: BallsIntoBinsParameters, item: int = 0) -> LawSize:
+    """:func:`message_law`'s size before it is built: the dummies' multisets (C(T + r - 1, r) for r = floor(rho),
+    and C(T + r, r + 1) when rho is fractional) once, then once more for each position of the real message
+    (FE1: (q - 1) q of them), each a histogram of T types; a type receives at most 1 + ceil(rho) messages."""
+    p = parameters
+    if isinstance(p, FE1Parameters):
+        q, b = p.modulus, p.bins
+        types, positions = (q - 1) * q * b, (q - 1) * q
+    else:
+        types, positions = p.domain_size, 1
+    whole = math.floor(p.rho)
+    dummies = exact_laws.comb(types + whole - 1, whole) + (exact_laws.comb(types + whole, whole + 1)
+                                                           if p.rho > whole else 0.0)
+    for count in (whole, whole + 1) if p.rho > whole else (whole,):  # _uniform_multisets' own limit, a priori
+        if (multisets := exact_laws.comb(types + count - 1, count)) > EXACT_LAW_MAX:
+            raise ParameterError("method", f"statistical for an instance this large (one user's {count} dummies "
+                                 f"over {types} message types take {exact_laws.big(multisets)} states, above "
+                                 f"{EXACT_LAW_MAX:.0e})", "exact")
+    largest = 1 + math.ceil(p.rho)
+    less_noise = "a larger --epsilon or --delta"
+    if p.protocol in ("sparse-vector", "sparse-vector-hashed"):
+        field, got, others = "dimension", getattr(p, "dimension", p.domain_size), f"fewer --levels or --bins, or {less_noise}"
+    elif isinstance(p, FE1Parameters):
+        field, got, others = "bins", p.bins, f"a smaller --domain, or {less_noise}"
+    else:
+        field, got, others = "domain", p.domain_size, less_noise
+    return exact_laws.LawSize(p.protocol, (positions + 1) * dummies, types, largest, field, got, others=others,
+                              detail=f"rho = {p.rho:.3g} dummies a user over {types} message types")
+
+
 def message_law(parameters: BallsIntoBinsParameters, item: int) -> dict[tuple[int, ...], float]:
     """One user's messages (FE0, FE1) -- or one user's value and its share of the curator's noisy balls (M^BIB)
     -- as an exact law over histograms of the message types: what the shuffler's output is the sum of.
 
     Types are the rows of the layout in order (FE0: the value; FE1: ((u - 1) q + v) b + w). The real
     message, then floor(rho) dummies and one more with probability rho - floor(rho), each uniform over every
-    type. Enumerated, so for tiny instances only (:mod:`privagg.audit`).
+    type. Enumerated, so for tiny instances only (:mod:`privagg.audit`), its size checked first
+    (:func:`law_size`).
     """
+    exact_laws.check_law(law_size(parameters, item))
     if isinstance(parameters, FE1Parameters):
         q, b = parameters.modulus, parameters.bins
         types = (q - 1) * q * b

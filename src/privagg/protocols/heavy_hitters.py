@@ -47,6 +47,7 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import MAX_ERROR_BETA, N_USERS_MAX, dummy_counts
+from . import exact_laws
 from .parameters import FrozenParameters
 from .results import HeavyHitterList
 
@@ -672,17 +673,36 @@ def _thinned(law: dict[tuple[int, ...], float], keep: float) -> dict[tuple[int, 
     return out
 
 
+def law_size(parameters: HeavyHitterParameters, item=0) -> exact_laws.LawSize:
+    """:func:`message_law`'s size before it is built: per level k, its T_k = (q_k - 1) q_k b types, the dummies'
+    multisets (C(T_k + r - 1, r), and C(T_k + r, r + 1) when rho is fractional, r = floor(rho)) for each of
+    the (q_k - 1) q_k positions of the real message, each histogram then thinned into at most 2^(r + 2) kept
+    subsets; every outcome a histogram over all levels' types together."""
+    p = parameters
+    whole = math.floor(p.rho)
+    sizes = [(h.modulus - 1) * h.modulus * p.bins for h in p.hashes]
+    states = 0.0
+    for h, types in zip(p.hashes, sizes):
+        dummies = exact_laws.comb(types + whole - 1, whole) + (exact_laws.comb(types + whole, whole + 1)
+                                                               if p.rho > whole else 0.0)
+        states += ((h.modulus - 1) * h.modulus + 1) * dummies * 2.0 ** min(whole + 2, 1000)
+    return exact_laws.LawSize(p.protocol, states, sum(sizes), 1 + math.ceil(p.rho), "domain", p.domain_size,
+                              others="a larger --epsilon, --delta or --phi",
+                              detail=f"{p.levels} levels; rho = {p.rho:.3g} dummies a user")
+
+
 def message_law(parameters: HeavyHitterParameters, item) -> dict[tuple[int, ...], float]:
     """One user's messages as an exact law over histograms of the tagged message types.
 
     Types are the levels' FE1 types one after the other (level k's ((u - 1) q_k + v) b + w). A uniform
     level; FE1's real message for the item's prefix code there and floor(rho) or ceil(rho) dummies uniform
     over that level's types; then every message kept with probability p_f. Enumerated, so for tiny
-    instances only (:mod:`privagg.audit`).
+    instances only (:mod:`privagg.audit`), its size checked first (:func:`law_size`).
     """
     from .balls_into_bins import _uniform_multisets
 
     p = parameters
+    exact_laws.check_law(law_size(p, item))
     sizes = [(h.modulus - 1) * h.modulus * p.bins for h in p.hashes]
     whole, frac = math.floor(p.rho), p.rho - math.floor(p.rho)
     law: dict[tuple[int, ...], float] = {}

@@ -148,11 +148,32 @@ def neighbouring_pairs(items: int, users: int):
     """Every neighbouring pair of datasets for the exact auditor, as lists of items: user 0 holds x in D and y in
     D' (all x < y of [0, ``items``); the hockey-stick divergence is taken both ways), and the other ``users`` - 1
     users hold any multiset of items, the same in both (users are exchangeable: the output law depends on the
-    counts only). Complete: nothing is assumed of which datasets are the worst."""
-    for others in itertools.combinations_with_replacement(range(items), users - 1):
+    counts only). Complete: nothing is assumed of which datasets are the worst. Lazy, even over a huge domain
+    (the auditor takes the first pairs, and refuses past its limit)."""
+    for others in _multisets(items, users - 1):
         for x in range(items):
             for y in range(x + 1, items):
                 yield [x, *others], [y, *others]
+
+
+def _multisets(items: int, size: int):
+    """itertools.combinations_with_replacement(range(items), size), in its order, without building the pool
+    (which holds all of range(items): gigabytes at B = 2^28)."""
+    if size == 0:
+        yield ()
+        return
+    if items <= 0:
+        return
+    indices = [0] * size
+    yield tuple(indices)
+    while True:
+        for i in reversed(range(size)):
+            if indices[i] != items - 1:
+                break
+        else:
+            return
+        indices[i:] = [indices[i] + 1] * (size - i)
+        yield tuple(indices)
 
 
 def neighbouring_pair_count(items: int, users: int) -> int:
