@@ -33,6 +33,7 @@ under-noised mechanism.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -42,6 +43,7 @@ import numpy as np
 
 from .core.bisection import bisect
 from .errors import ParameterError, check_integer
+from .protocols.exact_laws import EXACT_LAW_MAX_WORK, big, check_keys
 from .protocols.parameters import neighbouring_pair_count, neighbouring_pairs
 from .protocols.registry import get
 from .reports import AuditReport, Claimed
@@ -219,6 +221,7 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progres
         raise ParameterError("method", f"statistical for an instance this large (more than "
                              f"{EXACT_MAX_DATASET_PAIRS:.0e} neighbouring pairs of datasets)", "exact")
     items = sorted({item for pair in pairs_to_audit for dataset in pair for item in dataset})
+    check_law_sizes(entry, audited, items, n)
     raw = {item: entry.message_law(audited, item) for item in items}
     radix = n * max(max(h) for law in raw.values() for h in law) + 1  # more than any count a histogram can hold
     law_of = OutputLaws({item: _encode(law, radix) for item, law in raw.items()})
@@ -252,6 +255,35 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progres
                                           "one dataset and impossible under its neighbour with probability above "
                                           "delta"])
         + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else []))
+
+
+def law_size_function(entry):
+    """The ``law_size`` beside the entry's ``message_law`` in its module (``vector_message_law``:
+    ``vector_law_size``), or None: every registered law has one (protocols/exact_laws.py)."""
+    import importlib
+
+    law = entry.message_law
+    module = importlib.import_module(law.__module__)
+    return getattr(module, law.__name__.replace("message_law", "law_size"), None)
+
+
+def check_law_sizes(entry, parameters, items, users: int) -> None:
+    """Refuse, before building any, the single-user laws of ``items`` whose histograms overflow the 64-bit keys
+    (``users`` users' counts in one key) or whose building passes EXACT_LAW_MAX_WORK in all, naming the option
+    of the largest law (protocols/exact_laws.py: the sizes and their measured cost)."""
+    size_of = law_size_function(entry)
+    if size_of is None or not items:
+        return
+    sizes = [size_of(parameters, item) for item in items]
+    largest = max(sizes, key=lambda s: s.work)
+    check_keys(dataclasses.replace(largest, types=max(s.types for s in sizes),
+                                   largest_count=max(s.largest_count for s in sizes)), users)
+    total = sum(s.work for s in sizes)
+    if total > EXACT_LAW_MAX_WORK:
+        laws = f"{len(items)} single-user laws, the largest with " if len(items) > 1 else "one user's law has "
+        raise largest.refuse(f"{laws}up to {big(largest.states)} outcomes over {largest.types} message types: "
+                             f"{big(total)} units of work, above {EXACT_LAW_MAX_WORK:.0e}, about a minute",
+                             EXACT_LAW_MAX_WORK)
 
 
 def _dataset_text(dataset) -> str:

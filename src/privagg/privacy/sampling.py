@@ -41,6 +41,36 @@ _BISECTION_STEPS = 60
 _WINDOW_SD = 40  # counts beyond mean +- 40 sd (+ 50): at most 1e-200 of mass in the tests' cases, added to delta
 
 
+# One evaluation of sampling_delta sums the binomial terms of its window, 80 sd + 102 of them (sd = sqrt(m p (1 - p)),
+# largest at p = 1/2: 40 sqrt(m) + 102): measured at 0.65 to 0.8 us a term on 2 AMD EPYC cores (4e6 terms at
+# m = 10^10: 2.6 s; 4e7 at m = 10^12: 33 s and 0.7 GB; at n = 10^15 users the window alone took 2.1 GiB and
+# failed). An evaluation is refused past SAMPLING_WINDOW_MAX terms (about 3 s), and a calibration before its first
+# evaluation when the largest window (p = 1/2) passes it: beta n up to about 10^10 holders. A calibration's
+# bisection moves p away from 1/2 and its windows shrink (measured: beta n = 5 10^9, 3.7 s in all; TSS's adaptive
+# stage, 12 candidate counts an evaluation, 8.8 s at 5 10^8).
+SAMPLING_WINDOW_MAX = 4 * 10**6
+
+
+def window_terms(min_count: int, p: float = 0.5) -> float:
+    """The binomial terms one :func:`sampling_delta` sums at ``min_count`` holders and probability ``p``."""
+    m = max(int(min_count), 1)
+    return min(m + 1.0, 2 * _WINDOW_SD * math.sqrt((m - 1) * p * (1 - p)) + 102)
+
+
+def check_sampling_cost(min_count: int, p: float = 0.5, field: str = "users", got=None) -> None:
+    """Refuse an evaluation of the exact accountant at ``min_count`` holders and probability ``p`` (p = 1/2: the
+    largest, before a calibration) whose window passes SAMPLING_WINDOW_MAX terms, naming ``field`` (its value
+    ``got``) and the largest least count that fits."""
+    terms = window_terms(min_count, p)
+    if terms <= SAMPLING_WINDOW_MAX:
+        return
+    most = ((SAMPLING_WINDOW_MAX - 102) / (2 * _WINDOW_SD * math.sqrt(p * (1 - p)))) ** 2 + 1
+    raise ParameterError(field, f"fewer, or a smaller --min-count-fraction (the exact sampling accountant takes a "
+                         f"least count beta n of at most about {most:.3g} holders; here {min_count}: "
+                         f"{terms:.3g} binomial terms an evaluation, above {SAMPLING_WINDOW_MAX:.0e})",
+                         min_count if got is None else got)
+
+
 def _check_probability(p: float) -> float:
     if not (0 < p <= 1):
         raise ParameterError("sampling-probability", "in (0, 1]", p)
@@ -55,6 +85,7 @@ def sampling_delta(epsilon: float, p: float, min_count: int) -> float:
     m = check_integer("min count", min_count, 1)
     if p == 1:
         return 1.0  # every user is counted: the changed user moves a count with certainty
+    check_sampling_cost(m, p, "min count")
     # counts 0..m of X + B, kept to a window around the mean; the mass of X + B outside it is added in full
     mean, sd = (m - 1) * p, math.sqrt((m - 1) * p * (1 - p))
     lo, hi = max(0, math.floor(mean - _WINDOW_SD * sd) - 50), min(m, math.ceil(mean + _WINDOW_SD * sd) + 51)
@@ -78,6 +109,7 @@ def sampling_delta(epsilon: float, p: float, min_count: int) -> float:
 def largest_sampling_probability(epsilon: float, delta: float, min_count: int) -> float:
     """The largest p (to about 1e-15) whose exact delta(eps) is at most ``delta``."""
     delta = check_delta(delta)
+    check_sampling_cost(min_count, field="min count")  # the first step's window, the largest
     # delta tends to 0 with p, so some p > 0 always qualifies: report the bracket's side that does
     return bisect(lambda p: sampling_delta(epsilon, p, min_count) > delta, 0.0, 1.0, _BISECTION_STEPS)[0]
 

@@ -27,6 +27,7 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import discrete_gaussian
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate, FE0Analyzer
+from . import exact_laws
 from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
 from .results import FrequencyTable
 
@@ -116,10 +117,15 @@ class _CentralParameters(OneItemReports, FrozenParameters):
     def noise_law(self) -> tuple[int, np.ndarray]:
         """(W, Pr[noise = -W..W]): the law the exact auditor convolves, truncated where both tails together hold
         less than AUDIT_TAIL (the audit cannot see that mass; a divergence hidden there is below it)."""
+        width = self.noise_width()
+        return width, self.pmf(np.arange(-width, width + 1))
+
+    def noise_width(self) -> int:
+        """W of :meth:`noise_law`, without its law: the least power of 2 whose two tails hold at most AUDIT_TAIL."""
         width = 1
         while 2 * self.tail_above(width) > AUDIT_TAIL:
             width *= 2
-        return width, self.pmf(np.arange(-width, width + 1))
+        return width
 
     def _description(self, parameters: dict, method_detail: str) -> PrivacyDescription:
         return PrivacyDescription(
@@ -302,10 +308,36 @@ class CentralCurator(FE0Analyzer):
 # --- the exact auditor: users' one-hot values and the curator's noise, as one more "user" -----------------------
 
 
+def law_size(parameters: _CentralParameters, item: int) -> exact_laws.LawSize:
+    """:func:`message_law`'s size before it is built: a user's one-hot value is one outcome; the curator's noise
+    (the item B) is (2W + 1)^B outcomes, W the truncation of one count's noise (``noise_width``: about
+    ln(1 / AUDIT_TAIL) / a for Laplace, 7.6 sd for the Gaussian), so it grows as eps shrinks (and delta, for the
+    Gaussian) and exponentially with B."""
+    p, B = parameters, parameters.domain_size
+    raise_noise = "a larger --epsilon" + (" or --delta" if isinstance(p, GaussianParameters) else "")
+    if item < B:
+        return exact_laws.LawSize(p.protocol, 1.0, B, 1, "domain", B, others=raise_noise)
+    width = p.noise_width()
+    support = 2 * width + 1
+
+    def fits(budget: float) -> int | None:
+        return exact_laws.largest_fitting(lambda b: exact_laws.power(support, b) * (b + exact_laws.UNITS_PER_STATE),
+                                          budget, 2, B)
+
+    states, detail = exact_laws.power(support, B), f"each count's noise is truncated to {support} values"
+    if fits(exact_laws.EXACT_LAW_MAX_WORK) is None:  # not even 2 counts: only less noise helps
+        return exact_laws.LawSize(p.protocol, states, B, 2 * width, "epsilon", p.epsilon, "larger",
+                                  "a larger --delta" if isinstance(p, GaussianParameters) else "", detail)
+    return exact_laws.LawSize(p.protocol, states, B, 2 * width, "domain", B, others=raise_noise, detail=detail,
+                              limit=fits)
+
+
 def message_law(parameters: _CentralParameters, item: int) -> dict[tuple[int, ...], float]:
     """A user's value as a one-hot histogram; the pseudo-item B stands for the curator's noise: W + noise per
-    count, truncated at W (``noise_law``; the same shift in both datasets, so it changes no divergence)."""
+    count, truncated at W (``noise_law``; the same shift in both datasets, so it changes no divergence). Its
+    size is checked first (:func:`law_size`)."""
     B = parameters.domain_size
+    exact_laws.check_law(law_size(parameters, item))
     if item < B:
         return {tuple(int(z == item) for z in range(B)): 1.0}
     _, law = parameters.noise_law()

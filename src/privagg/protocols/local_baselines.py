@@ -41,6 +41,7 @@ from ..errors import ParameterError, check_epsilon, check_integer
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
                               FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
+from . import exact_laws
 from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
 from .results import FrequencyTable
 
@@ -503,9 +504,41 @@ class HadamardAnalyzer(_CountingAnalyzer):
 # --- exact laws (the exact auditor: one user's report, since the local model shows each) ----------------------
 
 
-def message_law(parameters: _LocalParameters, item: int) -> dict[tuple[int, ...], float]:
-    """One user's report as an exact law over histograms of the layout's message types (tiny instances)."""
+def _local_size(parameters: _LocalParameters, domain_size: int) -> tuple[float, int]:
+    """(states, types) of one report's law at B = ``domain_size`` (the other fields as in ``parameters``)."""
+    p, B = parameters, domain_size
+    if isinstance(p, GRRParameters):
+        return float(B), B
+    if isinstance(p, OUEParameters):
+        return exact_laws.power(2.0, B), B
+    if isinstance(p, OLHParameters):
+        q = p.modulus if B == p.domain_size else max(B, 2)  # q >= B: a lower bound away from the instance
+        return float((q - 1) * q * p.bins), (q - 1) * q * p.bins
+    columns = 1 << (B - 1).bit_length()  # K: the least power of 2 >= B
+    return 2.0 * columns, 2 * columns
+
+
+def law_size(parameters: _LocalParameters, item: int = 0) -> exact_laws.LawSize:
+    """:func:`message_law`'s size before it is built: GRR B outcomes, OUE 2^B (every bit vector), OLH
+    (q - 1) q g (hash and value), Hadamard 2K (column and sign), each a histogram over as many types. The
+    auditor builds one law per item of [B] (the local model's pairs are one user's)."""
     p = parameters
+    states, types = _local_size(p, p.domain_size)
+
+    def limit(budget: float):  # the largest B whose B laws fit, at these other parameters
+        return exact_laws.largest_fitting(
+            lambda b: b * _local_size(p, b)[0] * (_local_size(p, b)[1] + exact_laws.UNITS_PER_STATE), budget, 2,
+            p.domain_size)
+
+    return exact_laws.LawSize(p.protocol, states, types, 1, "domain", p.domain_size,
+                              others="fewer --bins" if isinstance(p, OLHParameters) else "", limit=limit)
+
+
+def message_law(parameters: _LocalParameters, item: int) -> dict[tuple[int, ...], float]:
+    """One user's report as an exact law over histograms of the layout's message types (tiny instances; its
+    size checked first, :func:`law_size`)."""
+    p = parameters
+    exact_laws.check_law(law_size(p, item))
     law: dict[tuple[int, ...], float] = {}
     if isinstance(p, GRRParameters):
         for y in range(p.domain_size):

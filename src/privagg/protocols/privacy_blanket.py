@@ -30,6 +30,7 @@ from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from ..privacy.shuffle import binomial_pmf
 from .balls_into_bins import (EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
                               check_honest_fraction)
+from . import exact_laws
 from .parameters import FrozenParameters, OneItemReports, honest_users, neighbouring_pairs
 from .results import VectorSum
 
@@ -215,9 +216,20 @@ class BlanketAnalyzer(FE0Analyzer):
     (count - gamma n / B) / (1 - gamma)."""
 
 
+def law_size(parameters: BlanketHistParameters, item: int = 0) -> exact_laws.LawSize:
+    """:func:`message_law`'s size before it is built: B outcomes (the value sent), each a histogram over B types;
+    an audit builds one per item of [B]."""
+    B = parameters.domain_size
+    return exact_laws.LawSize(parameters.protocol, float(B), B, 1, "domain", B, limit=lambda budget:
+                              exact_laws.largest_fitting(lambda b: b * b * (b + exact_laws.UNITS_PER_STATE),
+                                                         budget, 2, B))
+
+
 def message_law(parameters: BlanketHistParameters, item: int) -> dict[tuple[int, ...], float]:
-    """One user's message as an exact law over one-message histograms (the exact auditor)."""
+    """One user's message as an exact law over one-message histograms (the exact auditor; its size checked first,
+    :func:`law_size`)."""
     B, gamma = parameters.domain_size, parameters.gamma
+    exact_laws.check_law(law_size(parameters, item))
     return {tuple(int(j == value) for j in range(B)): (1 - gamma) * (value == item) + gamma / B
             for value in range(B)}
 
@@ -589,11 +601,22 @@ def grid_vector(parameters: BlanketVectorParameters, item: int) -> np.ndarray:
     return (item // (parameters.levels + 1) ** np.arange(parameters.dimension)) % (parameters.levels + 1)
 
 
+def vector_law_size(parameters: BlanketVectorParameters, item: int = 0) -> exact_laws.LawSize:
+    """:func:`vector_message_law`'s size before it is built: C(d, t) (k + 1)^t outcomes (the coordinates and
+    their reported levels), each a histogram over d (k + 1) types, a type receiving at most t reports; an
+    audit builds one per grid vector, (k + 1)^d of them."""
+    d, k, t = parameters.dimension, parameters.levels, parameters.coordinates
+    states = exact_laws.comb(d, t) * exact_laws.power(k + 1, t)
+    return exact_laws.LawSize(parameters.protocol, states, d * (k + 1), 1, "dimension", d,
+                              others="fewer --levels or --coordinates-per-user")
+
+
 def vector_message_law(parameters: BlanketVectorParameters, item: int) -> dict[tuple[int, ...], float]:
     """One user's t reports for the grid vector ``item``, as an exact law over histograms of the d (k + 1)
     (coordinate, level) types: each t-subset of coordinates with probability 1 / C(d, t), each of its levels
     kept with probability 1 - gamma, else uniform over the k + 1."""
     d, k, g, t = parameters.dimension, parameters.levels, parameters.gamma, parameters.coordinates
+    exact_laws.check_law(vector_law_size(parameters, item))
     x = grid_vector(parameters, item)
     subsets = math.comb(d, t)
     if subsets * (k + 1) ** t > EXACT_LAW_MAX:

@@ -53,6 +53,7 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import N_USERS_MAX, check_honest_fraction
+from . import exact_laws
 from .parameters import FrozenParameters, check_item_codes, honest_users
 from .results import FrequencyTable
 
@@ -782,6 +783,8 @@ def calibrate_sampling(cls, epsilon: float, delta: float, n_users: int, domain_s
                              f"min-count-fraction): of the n = {n} users, the {n - honest} who may not follow the "
                              f"protocol could be all {min_count(n, beta)} holders of a category (at most "
                              f"{min_count(n, beta) - 1} may not follow it)", honest_fraction)
+    # every calibration ends in the exact accountant (a bisection when p misses): its largest window, before any
+    accountant.check_sampling_cost(holders, got=n)
     build = dict(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                  modulus=_field_for(n), min_count_fraction=beta, honest_fraction=float(honest_fraction), **fields)
     if issubclass(cls, TSSParameters):
@@ -881,6 +884,36 @@ def crossover_users(epsilon: float, delta: float) -> float:
 # --- exact laws (the exact auditor, tiny instances) --------------------------------------------------------
 
 
+def law_size(parameters: SharingParameters, item: int) -> exact_laws.LawSize:
+    """:func:`message_law`'s size before it is built. DPDG: (2T + 1)^N outcomes (T = 12 sd + 2 per coordinate;
+    the sd grows with 2^k and as eps and delta shrink), each N counts up to 2T + 2^k. TSS's adaptive stage: the
+    changed user's 2 C(N, s) outcomes (his report set of s = alpha N categories, sampled or not) over
+    2N + C(N, s) types. The sampling protocols: 2 outcomes over N types."""
+    p, N = parameters, parameters.domain_size
+    if isinstance(p, DPDGParameters):
+        cut = math.ceil(12 * math.sqrt(p.noise_variance)) + 2
+        support = 2 * cut + 1
+
+        def fits(budget: float) -> int | None:
+            return exact_laws.largest_fitting(
+                lambda b: exact_laws.power(support, b) * (b + exact_laws.UNITS_PER_STATE), budget, 2, N)
+
+        states, detail = exact_laws.power(support, N), f"each coordinate's noise is truncated to {support} values"
+        if fits(exact_laws.EXACT_LAW_MAX_WORK) is None:
+            return exact_laws.LawSize(p.protocol, states, N, 2 * cut + p.scale, "fractional-bits", p.fractional_bits,
+                                      others="a larger --epsilon or --delta", detail=detail)
+        return exact_laws.LawSize(p.protocol, states, N, 2 * cut + p.scale, "domain", N,
+                                  others="fewer --fractional-bits, or a larger --epsilon or --delta", detail=detail,
+                                  limit=fits)
+    if isinstance(p, TSSParameters) and p.second_stage == "adaptive":
+        subsets = exact_laws.comb(N, p.report_size)
+        types = 2 * N + subsets
+        return exact_laws.LawSize(p.protocol, 2 * subsets if item >= N else 3.0,
+                                  int(types) if math.isfinite(types) else 2**62, 1, "domain", N,
+                                  others="a --report-fraction further from 1/2")
+    return exact_laws.LawSize(p.protocol, 2.0, N, 1, "domain", N)
+
+
 def message_law(parameters: SharingParameters, item: int) -> dict[tuple[int, ...], float]:
     """One user's part of what the aggregator reconstructs, as an exact law over count vectors.
 
@@ -890,6 +923,7 @@ def message_law(parameters: SharingParameters, item: int) -> dict[tuple[int, ...
     datasets); T = 12 sd + 2 leaves out less than e^-70 of each coordinate's mass.
     """
     N = parameters.domain_size
+    exact_laws.check_law(law_size(parameters, item))
     if isinstance(parameters, DPDGParameters):
         from ..privacy.discrete_gaussian import pmf
 
