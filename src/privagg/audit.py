@@ -257,21 +257,11 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progres
         + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else []))
 
 
-def law_size_function(entry):
-    """The ``law_size`` beside the entry's ``message_law`` in its module (``vector_message_law``:
-    ``vector_law_size``), or None: every registered law has one (protocols/exact_laws.py)."""
-    import importlib
-
-    law = entry.message_law
-    module = importlib.import_module(law.__module__)
-    return getattr(module, law.__name__.replace("message_law", "law_size"), None)
-
-
 def check_law_sizes(entry, parameters, items, users: int) -> None:
     """Refuse, before building any, the single-user laws of ``items`` whose histograms overflow the 64-bit keys
     (``users`` users' counts in one key) or whose building passes EXACT_LAW_MAX_WORK in all, naming the option
     of the largest law (protocols/exact_laws.py: the sizes and their measured cost)."""
-    size_of = law_size_function(entry)
+    size_of = entry.law_size
     if size_of is None or not items:
         return
     sizes = [size_of(parameters, item) for item in items]

@@ -63,6 +63,7 @@ class ProtocolEntry:
     # The exact auditor (privagg.audit): one user's exact output law, and tiny instances it can enumerate
     # (calibrate's keyword arguments); every entry with a law joins the audit grid of the tests.
     message_law: Callable[[Any, int], dict] | None = None
+    law_size: Callable[[Any, int], Any] | None = None  # the law's size before it is built (exact_laws.LawSize)
     audit_instances: tuple[dict[str, Any], ...] = ()
     # neighbouring pairs of datasets (lists of items) to audit, when the guarantee needs a data condition
     audit_pairs: Callable[[Any, int], Any] | None = None
@@ -79,7 +80,7 @@ class ProtocolEntry:
 # what the three balls-into-bins entries share: the family, its calibrations, its exact message law
 _BALLS_INTO_BINS: dict[str, Any] = dict(family="balls into bins",
                                         calibrations=("numeric", "hockey_stick", "closed_form"),
-                                        message_law=bib.message_law)
+                                        message_law=bib.message_law, law_size=bib.law_size)
 _HONEST = Option("honest_fraction", float, "G in (0, 1]: the guarantee holds while at least G n users follow the "
                  "protocol (the others' dummies are not counted on; default 1)")
 # "calibrations" narrows an instance: the closed form's noise (mu >= 32 ln 2 at any delta) is too much to enumerate
@@ -90,17 +91,17 @@ _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, cali
 
 # the local baselines (protocols/local_baselines.py): pure eps-LDP, no delta; one user's report is audited
 _LOCAL: dict[str, Any] = dict(family="local baselines", calibrations=lb.CALIBRATIONS, pure=True,
-                              message_law=lb.message_law, audit_pairs=lb.audit_pairs,
+                              message_law=lb.message_law, law_size=lb.law_size, audit_pairs=lb.audit_pairs,
                               audit_instances=(dict(n_users=2, domain_size=3, epsilon=1.0),
                                                dict(n_users=2, domain_size=4, epsilon=0.5)))
 
 # the central baselines (protocols/central_baselines.py): the curator's noise audited as one more "user"
 _CENTRAL: dict[str, Any] = dict(family="central baselines", calibrations=("exact",), message_law=cb.message_law,
-                                audit_pairs=cb.audit_pairs)
+                                law_size=cb.law_size, audit_pairs=cb.audit_pairs)
 
 # the sampling family (protocols/sampling_sharing.py)
 _SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS,
-                                 message_law=ss.message_law, audit_pairs=ss.audit_pairs)
+                                 message_law=ss.message_law, law_size=ss.law_size, audit_pairs=ss.audit_pairs)
 # beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
 # (the closed form's delta needs hundreds of holders: its instance claims a large delta, to be audited at all)
 _SAMPLING_AUDITS = (dict(n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=1 / 3),
@@ -150,6 +151,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         client=hh.HeavyHitterClient, analyzer=hh.HeavyHitterAnalyzer,
         # the hockey-stick bound first: every calibration is verified with it, and it needs 14% less mu
         calibrations=("hockey_stick", "numeric", "closed_form"), message_law=hh.message_law,
+        law_size=hh.law_size,
         # one level (B = 2) is the largest enumerable instance (two levels already take 44 message types); phi
         # 0.9 of 24 users makes p_f = 0.89, so the thinning is audited too; the closed form's rho is beyond it
         audit_instances=(dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",)),
@@ -189,6 +191,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper, Algorithm 1",
         calibrate=pb.calibrate_blanket_hist, parameters=pb.BlanketHistParameters, client=pb.BlanketClient,
         analyzer=pb.BlanketAnalyzer, calibrations=("tight", "paper"), message_law=pb.message_law,
+        law_size=pb.law_size,
         # the paper's closed form needs gamma <= 1: some hundreds of users even on two values
         audit_instances=(dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.2, calibrations=("tight",)),
                          dict(n_users=4, domain_size=3, epsilon=2.0, delta=0.1, calibrations=("tight",)),
@@ -199,7 +202,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="t",
         reference="shuffle vector paper, Algorithms 2-3", result="vector sum", calibrate=pb.calibrate_blanket_vector,
         parameters=pb.BlanketVectorParameters, client=pb.VectorClient, analyzer=pb.VectorAnalyzer,
-        calibrations=("tight", "paper"), message_law=pb.vector_message_law, audit_pairs=pb.grid_pairs,
+        calibrations=("tight", "paper"), message_law=pb.vector_message_law, law_size=pb.vector_law_size,
+        audit_pairs=pb.grid_pairs,
         # grid vectors of [0, 1]^d, one or two reports a user; the paper's gamma needs hundreds of users on d = k = 1
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.2, levels=2, calibrations=("tight",)),
                          dict(n_users=3, domain_size=2, epsilon=2.0, delta=0.1, levels=2, calibrations=("tight",)),
@@ -230,7 +234,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law,
+        calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
