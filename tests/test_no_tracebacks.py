@@ -80,7 +80,8 @@ CASES = [
     (FE1 + ["--input", "{d}/good.txt", "--candidates", "{d}/zipped.csv"], "candidates"),
     (FE1 + ["--input", "{d}/good.txt", "--candidates", "{d}/long.txt"], "candidates"),
     (["estimate", "olh", "--epsilon", "1", "--input", "{d}/good.txt", "--candidates", "{d}/folder.txt"], "candidates"),
-    (["estimate", "grr", "--epsilon", "1", "--input", "{d}/good.txt", "--candidates", "{d}/array.txt"], "candidates"),
+    (["estimate", "grr", "--epsilon", "1", "--domain", "64", "--input", "{d}/good.txt", "--candidates",
+      "{d}/array.txt"], "candidates"),
     (["estimate", "fe-hh", *EPS, "--input", "{d}/latin1.txt"], "input"),
     (["estimate", "fe-hh", *EPS, "--input", "{d}/empty.npy"], "input"),
     (["estimate", "blanket-vector", *EPS, "--input", "{d}/text.npy"], "input"),
@@ -160,3 +161,132 @@ def test_api_wrong_types_name_the_argument(call, argument):
     with pytest.raises(ParameterError) as err:
         call()
     assert err.value.field == argument and str(err.value).startswith(f"{argument} must be ")
+
+
+# --- the Python API's classes and methods: bad arguments are a ParameterError naming the field --------------
+
+@pytest.fixture(scope="module")
+def fe1():
+    """FE1 at a tiny size: parameters, a client's messages, an analyzer and its full-domain table."""
+    params = privagg.calibrate("fe1", epsilon=1, delta=1e-6, n_users=1000, domain_size=16)
+    analyzer = privagg.analyzer(params)
+    messages = privagg.client(params).randomize(np.arange(10) % 16, rng=1)
+    return params, messages, analyzer, analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), messages))
+
+
+def _other_parameters():
+    return privagg.calibrate("fe1", epsilon=1, delta=1e-6, n_users=2000, domain_size=16)
+
+
+class _Opaque:
+    pass
+
+
+API_CASES = [
+    # (name, call(fe1 fixture), the field the error names)
+    ("ItemEncoder-str", lambda f: privagg.ItemEncoder("x"), "domain"),
+    ("ItemEncoder-None", lambda f: privagg.ItemEncoder(None), "domain"),
+    ("ItemEncoder-inf", lambda f: privagg.ItemEncoder(float("inf")), "domain"),
+    ("ItemEncoder-bool", lambda f: privagg.ItemEncoder(True), "domain"),
+    ("ItemEncoder-key-str", lambda f: privagg.ItemEncoder(16, key="abc"), "key"),
+    ("ItemEncoder-key-float", lambda f: privagg.ItemEncoder(16, key=2.5), "key"),
+    ("ItemEncoder-kind-array", lambda f: privagg.ItemEncoder(16, kind=np.zeros(2)), "kind"),
+    ("for_parameters-None", lambda f: privagg.ItemEncoder.for_parameters(None), "parameters"),
+    ("for_parameters-dict", lambda f: privagg.ItemEncoder.for_parameters({"item_key": "00"}), "parameters"),
+    ("encode-int", lambda f: privagg.ItemEncoder(16).encode(3), "item"),
+    ("encode-None", lambda f: privagg.ItemEncoder(16).encode(None), "item"),
+    ("encode-one-string", lambda f: privagg.ItemEncoder(16).encode("abc"), "item"),  # not three items 'a', 'b', 'c'
+    ("encode-bytes", lambda f: privagg.ItemEncoder(16).encode(b"\x01\x02"), "item"),  # not the integers 1 and 2
+    ("encode-dict", lambda f: privagg.ItemEncoder(16).encode({"a": 1}), "item"),
+    ("label-outside-domain", lambda f: privagg.ItemEncoder(16).label(99), "code"),
+    ("label-negative", lambda f: privagg.ItemEncoder(16).label(-1), "code"),
+    ("label-None", lambda f: privagg.ItemEncoder(16).label(None), "code"),
+    ("label-text", lambda f: privagg.ItemEncoder(16).label("3"), "code"),
+    ("is_collision-inf", lambda f: privagg.ItemEncoder(16).is_collision(float("inf")), "code"),
+    ("MessageBatch-list", lambda f: privagg.MessageBatch([1, 2]), "columns"),
+    ("MessageBatch-None", lambda f: privagg.MessageBatch(None), "columns"),
+    ("MessageBatch-list-column", lambda f: privagg.MessageBatch({"value": [1, 2]}), "columns"),
+    ("MessageBatch-2d-column", lambda f: privagg.MessageBatch({"value": np.zeros((2, 2), dtype=int)}), "columns"),
+    ("MessageBatch-ragged", lambda f: privagg.MessageBatch({"a": np.arange(2), "b": np.arange(3)}), "message columns"),
+    ("from_records-list", lambda f: privagg.MessageBatch.from_records([1, 2]), "records"),
+    ("from_records-plain-array", lambda f: privagg.MessageBatch.from_records(np.arange(3)), "records"),
+    ("concatenate-empty", lambda f: privagg.MessageBatch.concatenate([]), "batches"),
+    ("concatenate-ints", lambda f: privagg.MessageBatch.concatenate([1]), "batches"),
+    ("concatenate-other-columns", lambda f: privagg.MessageBatch.concatenate(
+        [f[1], privagg.MessageBatch({"value": np.arange(2)})]), "batches"),
+    ("slices-0", lambda f: list(f[1].slices(0)), "rows"),
+    ("calibrate-pure-delta-None-ok-then-str-n", lambda f: privagg.calibrate(
+        "grr", epsilon=1, delta=None, n_users="1000", domain_size=4), "n_users"),
+    ("calibrate-array-domain", lambda f: privagg.calibrate(
+        "fe1", epsilon=1, delta=1e-6, n_users=1000, domain_size=np.array([16, 16])), "domain_size"),
+    ("calibrate-str-c", lambda f: privagg.calibrate("fe1", epsilon=1, delta=1e-6, n_users=1000, domain_size=16,
+                                                    c="x"), "c"),
+    ("calibrate-array-calibration", lambda f: privagg.calibrate(
+        "fe1", epsilon=1, delta=1e-6, n_users=1000, domain_size=16, calibration=np.zeros(2)), "calibration"),
+    ("calibrate-list-gamma", lambda f: privagg.calibrate(
+        "tss", epsilon=1, delta=1e-3, n_users=2000, domain_size=16, min_count_fraction=0.01, report_fraction=0.5,
+        gamma=[2]), "gamma"),
+    ("load_parameters-huge-c", lambda f: privagg.load_parameters({**f[0].to_dict(), "c": 1e30}), "c"),
+    ("load_parameters-array-protocol", lambda f: privagg.load_parameters({"protocol": np.zeros(2)}),
+     "parameters.protocol"),
+    ("randomize-negative-seed", lambda f: privagg.client(f[0]).randomize([1], rng=-1), "rng"),
+    ("shuffle-negative-seed", lambda f: privagg.shuffle(f[1], -1), "rng"),
+    ("agg_update-list", lambda f: f[2].agg_update(f[2].agg_init(), [1, 2]), "messages"),
+    ("agg_update-None-batch", lambda f: f[2].agg_update(f[2].agg_init(), None), "messages"),
+    ("agg_update-None-aggregate", lambda f: f[2].agg_update(None, f[1]), "aggregate"),
+    ("agg_update-batch-as-aggregate", lambda f: f[2].agg_update(f[1], f[1]), "aggregate"),
+    ("agg_update-other-protocol-aggregate", lambda f: f[2].agg_update(
+        privagg.analyzer(privagg.calibrate("blanket-vector", epsilon=1, delta=1e-3, n_users=2000,
+                                           domain_size=4)).agg_init(), f[1]), "aggregate"),
+    ("merge-one-aggregate", lambda f: f[2].merge(f[2].agg_init()), "aggregates to merge"),
+    ("merge-ints", lambda f: f[2].merge([1, 2]), "aggregates to merge"),
+    ("merge-str", lambda f: f[2].merge("ab"), "aggregates to merge"),
+    ("finalize-None", lambda f: f[2].finalize(None), "aggregate"),
+    ("finalize-dict", lambda f: f[2].finalize({"counts": np.zeros(16)}), "aggregate"),
+    ("finalize-other-parameters", lambda f: f[2].finalize(privagg.analyzer(_other_parameters()).agg_init()),
+     "aggregate"),
+    ("top_k-negative", lambda f: f[3].top_k(-1), "top"),
+    ("top_k-text", lambda f: f[3].top_k("3"), "top"),
+    ("top_k-None", lambda f: f[3].top_k(None), "top"),
+    ("estimate-outside-domain", lambda f: f[3].estimate([99]), "item"),
+    ("standard_error-outside-domain", lambda f: f[3].standard_error([16]), "item"),
+    ("standard_error-text", lambda f: f[3].standard_error(["a"]), "item"),
+    ("to_dict-unhashable-labels", lambda f: f[3].to_dict(labels=[[i] for i in range(16)]), "labels"),
+    ("to_dict-2d-labels", lambda f: f[3].to_dict(labels=np.zeros((4, 4))), "labels"),
+    ("to_dict-numpy-bool-labels", lambda f: f[3].to_dict(labels=np.bool_(True)), "labels"),
+    ("FrequencyTable-list", lambda f: privagg.FrequencyTable(f[0], [1.0, 2.0]), "estimates"),
+    ("FrequencyTable-2d", lambda f: privagg.FrequencyTable(f[0], np.zeros((2, 2))), "estimates"),
+    ("FrequencyTable-items-mismatch", lambda f: privagg.FrequencyTable(f[0], np.zeros(3), np.arange(2)), "items"),
+    ("VectorSum-None", lambda f: privagg.VectorSum(f[0], None, 1.0), "total"),
+    ("HeavyHitterList-list", lambda f: privagg.HeavyHitterList(f[0], [1], np.zeros(1), 1.0, np.zeros(1)), "items"),
+    ("sparse-vector-ragged-candidates", lambda f: privagg.analyzer(
+        privagg.calibrate("sparse-vector-hashed", epsilon=1, delta=1e-6, n_users=2000, domain_size=16),
+        queries=[[1], [1, 2]]), "candidates"),
+    ("fe-hh-randomize-int", lambda f: privagg.client(
+        privagg.calibrate("fe-hh", epsilon=1, delta=1e-3, n_users=2000, domain_size=16, phi=0.1)).randomize(0),
+     "items"),
+    ("fe-hh-randomize-dict", lambda f: privagg.client(
+        privagg.calibrate("fe-hh", epsilon=1, delta=1e-3, n_users=2000, domain_size=16, phi=0.1)).randomize(
+        {1: 2}), "items"),
+]
+
+
+@pytest.mark.parametrize("call, field", [(c, f) for _, c, f in API_CASES], ids=[n for n, _, _ in API_CASES])
+def test_api_bad_arguments_name_the_field(fe1, call, field):
+    with pytest.raises(ParameterError) as err:
+        call(fe1)
+    assert err.value.field == field and str(err.value).startswith(f"{field} must be "), str(err.value)
+
+
+def test_api_accepts_what_it_documents(fe1):
+    """The checks refuse only what is wrong: a pure protocol's delta=None, merge([]), numpy integers, a sequence
+    of items, a heavy-hitter list asked for an unhashable item (simply not in it)."""
+    params, messages, analyzer, table = fe1
+    assert privagg.calibrate("grr", epsilon=1, delta=None, n_users=1000, domain_size=4).delta == 0
+    assert analyzer.finalize(analyzer.merge([])).estimates.shape == (16,)
+    assert analyzer.finalize(analyzer.merge(iter([analyzer.agg_init()]))).messages == 0
+    assert table.top_k(np.int64(2))[0].size == 2 and privagg.ItemEncoder(np.int64(16)).label(np.int64(3)) == 3
+    assert privagg.ItemEncoder(16, key=bytearray(b"k")).encode(("a", "b")).size == 2
+    hh = privagg.HeavyHitterList(params, np.array([1], dtype=object), np.array([2.0]), 1.0, np.array([0.5]))
+    assert 1 in hh and [1] not in hh and {} not in hh
+    assert privagg.shuffle(messages, np.random.default_rng(0)) is messages

@@ -34,7 +34,10 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+import numpy as _np
+
 from .errors import ParameterError
+from .errors import kind_of as _kind_of
 
 __version__ = "0.2.0"
 
@@ -72,43 +75,48 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'privagg' has no attribute {name!r}")
 
 
-def _kind(value: Any) -> str:
-    name = f"{type(value).__module__}.{type(value).__qualname__}".replace("builtins.", "")
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
-
 def _check_batch(batch: Any, rng: Any = None, /, *_: Any, **__: Any) -> None:
-    from .core.messages import MessageBatch
+    from .core.messages import check_batch
 
-    if not isinstance(batch, MessageBatch):
-        raise ParameterError("batch", "a privagg.MessageBatch (the clients' messages: privagg.client(params)"
-                             ".randomize(codes))", _kind(batch))
+    check_batch(batch, "batch")
 
 
 def _check_parameters(parameters: Any = None, /, *_: Any, **__: Any) -> None:
-    from .protocols.parameters import FrozenParameters
+    from .protocols.parameters import check_parameters
 
-    if not isinstance(parameters, FrozenParameters):
-        raise ParameterError("parameters", "a protocol's frozen parameters (privagg.calibrate(...) or "
-                             "privagg.load_parameters(json_text))", _kind(parameters))
+    check_parameters(parameters)
 
 
 def _check_calibrate(protocol: Any = None, /, *_: Any, **named: Any) -> None:
+    """The keywords' types: numbers where the protocol takes numbers, text where it takes text (None: the
+    default); their ranges are the protocol's own checks."""
     from numbers import Real
+
+    from .protocols.registry import REGISTRY
 
     if not isinstance(protocol, str):
         raise ParameterError("protocol", "a protocol's name, a string such as 'fe1' (privagg.REGISTRY lists them)",
-                             _kind(protocol))
-    for field in ("epsilon", "delta"):
-        value = named.get(field, 0.0)
-        if isinstance(value, bool) or not isinstance(value, Real):
-            raise ParameterError(field, "a number", f"{value!r} ({_kind(value)})")
+                             _kind_of(protocol))
+    entry = REGISTRY.get(protocol)
+    kinds = {"epsilon": float, "delta": float, "n_users": int, "domain_size": int, "calibration": str,
+             **({o.name: o.type for o in entry.options} if entry is not None else {})}
+    for field, kind in kinds.items():
+        value = named.get(field)
+        if value is None:
+            continue
+        if kind is str and not isinstance(value, str):
+            raise ParameterError(field, "a string", f"{value!r} ({_kind_of(value)})")
+        if kind is not str and (isinstance(value, (bool, _np.bool_)) or not isinstance(value, Real)):
+            raise ParameterError(field, "an integer" if kind is int else "a number",
+                                 f"{value!r} ({_kind_of(value)})" if len(repr(value)) <= 60 else _kind_of(value))
 
 
 def _check_json(data: Any = None, /, *_: Any, **__: Any) -> None:
     if not isinstance(data, (str, bytes, bytearray, dict)):
         hint = " (read the file first: load_parameters(path.read_text()))" if hasattr(data, "__fspath__") else ""
-        raise ParameterError("data", f"the parameters' JSON text, bytes or dict{hint}", _kind(data))
+        raise ParameterError("data", f"the parameters' JSON text, bytes or dict{hint}", _kind_of(data))
+    if isinstance(data, dict) and not isinstance(data.get("protocol", ""), str):
+        raise ParameterError("parameters.protocol", "a protocol's name (a string)", _kind_of(data["protocol"]))
 
 
 _CHECKS = {"shuffle": _check_batch, "client": _check_parameters, "analyzer": _check_parameters,

@@ -107,10 +107,11 @@ def check_delta(delta: float) -> float:
 
 
 def check_integer(field: str, value: Any, lowest: int, highest: int | None = None) -> int:
-    """An integer in [lowest, highest] (no upper end when highest is None)."""
+    """An integer in [lowest, highest] (no upper end when highest is None). Text is refused: a number typed
+    by a user goes through :func:`parse_number` first."""
     accepted = f"an integer >= {lowest}" if highest is None else f"an integer in [{lowest}, {highest}]"
-    if isinstance(value, (bool, np.bool_)):
-        raise ParameterError(field, accepted, value)
+    if isinstance(value, (bool, np.bool_, str, bytes, bytearray)):
+        raise ParameterError(field, accepted, f"{value!r} ({kind_of(value)})")
     if isinstance(value, (int, np.integer)):
         v = int(value)
     else:
@@ -124,3 +125,30 @@ def check_integer(field: str, value: Any, lowest: int, highest: int | None = Non
     if v < lowest or (highest is not None and v > highest):
         raise ParameterError(field, accepted, value)
     return v
+
+
+def kind_of(value: Any) -> str:
+    """'a str', 'an int', 'a numpy.ndarray': the type of a refused argument, for the ``got`` of an error."""
+    name = f"{type(value).__module__}.{type(value).__qualname__}".replace("builtins.", "")
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def check_instance(field: str, value: Any, types: type | tuple[type, ...], accepted: str) -> Any:
+    """``value`` if it is an instance of ``types``; else a ParameterError naming ``field``, ``accepted`` and the
+    type that was given (the API's arguments that must be one of privagg's objects, or a container)."""
+    if not isinstance(value, types):
+        raise ParameterError(field, accepted, kind_of(value))
+    return value
+
+
+def check_sequence(field: str, value: Any, accepted: str) -> Any:
+    """``value`` if it is a collection of values (a list, tuple, array, generator...); a single string, bytes, a
+    mapping or a scalar is refused, naming ``field`` (iterating it would make one item per character, byte or
+    key, silently)."""
+    from collections.abc import Iterable, Mapping
+
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable) or (
+            isinstance(value, np.ndarray) and value.ndim == 0):
+        raise ParameterError(field, accepted, f"{value!r} ({kind_of(value)})" if isinstance(value, (str, bytes))
+                             and len(value) <= 40 else kind_of(value))
+    return value

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ParameterError, check_instance, check_integer, check_sequence
 
 KEY_BYTES = 32
 
@@ -45,13 +45,14 @@ class ItemEncoder:
     """Maps items into [domain_size] and public items' codes back to labels."""
 
     def __init__(self, domain_size: int, key: bytes | None = None, kind: str | None = None) -> None:
-        if domain_size < 2:
-            raise ParameterError("domain", "an integer >= 2", domain_size)
-        self.domain_size = int(domain_size)
+        self.domain_size = check_integer("domain", domain_size, 2)
+        if key is not None:
+            check_instance("key", key, (bytes, bytearray, memoryview), "1 to 64 bytes (a bytes object; a hex key: "
+                           "bytes.fromhex(text))")
         self.key = secrets.token_bytes(KEY_BYTES) if key is None else bytes(key)
         if not 1 <= len(self.key) <= 64:
             raise ParameterError("key", "1 to 64 bytes", f"{len(self.key)} bytes")
-        if kind not in (None, "integer", "text"):
+        if not (kind is None or (isinstance(kind, str) and kind in ("integer", "text"))):
             raise ParameterError("kind", "integer or text", kind)
         self.kind: str | None = kind  # "integer" or "text": given, or fixed by the first encode
         self._labels: dict[int, list[Any]] = {}
@@ -59,7 +60,9 @@ class ItemEncoder:
     @classmethod
     def for_parameters(cls, parameters, kind: str | None = None) -> "ItemEncoder":
         """The encoder of a deployment: its domain and its public ``item_key`` (which must be set)."""
-        if parameters.item_key is None:
+        from ..protocols.parameters import check_parameters
+
+        if check_parameters(parameters).item_key is None:
             raise ParameterError("item_key", "set in the parameters (calibrate with item_key=...) to encode items "
                                  "that every party maps alike", None)
         return cls(parameters.domain_size, bytes.fromhex(parameters.item_key), kind)
@@ -89,6 +92,7 @@ class ItemEncoder:
             column = items
         else:
             # Arrow, not numpy, for everything else: numpy's bytes dtype drops trailing NUL bytes.
+            check_sequence(field, items, "a sequence of items (integers, strings or bytes), one per user")
             values = items.ravel().tolist() if isinstance(items, np.ndarray) else list(items)
             if not values:
                 return np.empty(0, dtype=np.int64)
@@ -128,9 +132,13 @@ class ItemEncoder:
                 raise ParameterError(field, f"integers in [0, {self.domain_size}) (the domain)", lo if lo < 0 else hi)
         return arr.astype(np.int64, copy=False)
 
+    def check_code(self, code: Any) -> int:
+        """``code`` as an int: a code of the domain [0, domain_size)."""
+        return check_integer("code", code, 0, self.domain_size - 1)
+
     def label(self, code: int) -> int | str:
         """The public item behind ``code`` (items joined by '|' on a collision); ``#code`` if unknown."""
-        code = int(code)
+        code = self.check_code(code)
         if self.kind != "text":
             return code
         items = self._labels.get(code)
@@ -139,7 +147,7 @@ class ItemEncoder:
         return "|".join(item if isinstance(item, str) else "0x" + item.hex() for item in items)
 
     def is_collision(self, code: int) -> bool:
-        return len(self._labels.get(int(code), ())) > 1
+        return len(self._labels.get(self.check_code(code), ())) > 1
 
     @property
     def item_key(self) -> str:
@@ -194,9 +202,11 @@ class CategoryEncoder(ItemEncoder):
         return self.encode(pa.array([str(v) for v in arr.tolist()], type=pa.string()), field)
 
     def label(self, code: int) -> int | str:
-        return int(code) if self.categories is None else self.categories[int(code)]
+        code = self.check_code(code)
+        return code if self.categories is None else self.categories[code]
 
     def is_collision(self, code: int) -> bool:
+        self.check_code(code)
         return False
 
     @property

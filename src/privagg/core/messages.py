@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ParameterError, check_instance, check_integer, check_sequence, kind_of
 from .randomness import RNGLike, resolve
 
 SLICE_ROWS = 1 << 21  # rows an analyzer validates and counts at a time: its scratch memory follows a slice
@@ -47,6 +47,16 @@ class MessageBatch:
     fingerprint: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        check_instance("columns", self.columns, dict, "a dict of column name -> 1-D numpy array (one row a message)")
+        odd = next((name for name, col in self.columns.items()
+                    if not isinstance(name, str) or not isinstance(col, np.ndarray) or col.ndim != 1), None)
+        if odd is not None:
+            col = self.columns[odd]
+            shown = f"shape {col.shape}" if isinstance(col, np.ndarray) else kind_of(col)
+            raise ParameterError("columns", "a dict of column name (a string) -> 1-D numpy array",
+                                 f"{odd!r}: {shown}")
+        if self.fingerprint is not None:
+            check_instance("fingerprint", self.fingerprint, str, "the parameters' fingerprint (a string) or None")
         lengths = {name: col.size for name, col in self.columns.items()}
         if len(set(lengths.values())) > 1:
             raise ParameterError("message columns", "arrays of one length", lengths)
@@ -54,6 +64,9 @@ class MessageBatch:
     @classmethod
     def from_records(cls, records: np.ndarray, fingerprint: str | None = None) -> "MessageBatch":
         """A batch whose columns are the fields of the structured array ``records`` (views, no copy)."""
+        if not isinstance(records, np.ndarray) or records.dtype.names is None:
+            raise ParameterError("records", "a structured numpy array (one field a column)",
+                                 f"dtype {records.dtype}" if isinstance(records, np.ndarray) else kind_of(records))
         return cls({name: records[name] for name in records.dtype.names}, records, fingerprint)
 
     def __reduce__(self):
@@ -79,18 +92,34 @@ class MessageBatch:
 
     def slices(self, rows: int = SLICE_ROWS) -> Iterator["MessageBatch"]:
         """Consecutive views of at most ``rows`` rows: what bounds an analyzer's scratch memory."""
+        rows = check_integer("rows", rows, 1)
         for lo in range(0, len(self), rows):
             yield self.take(slice(lo, lo + rows))
 
     @staticmethod
     def concatenate(batches: list["MessageBatch"]) -> "MessageBatch":
+        batches = list(check_sequence("batches", batches, "a list of MessageBatch"))
+        if not batches:
+            raise ParameterError("batches", "at least one MessageBatch to concatenate", "an empty list")
+        for batch in batches:
+            check_batch(batch, "batches")
         names = batches[0].columns
+        other = next((b for b in batches if sorted(b.columns) != sorted(names)), None)
+        if other is not None:
+            raise ParameterError("batches", f"batches with one set of columns ({', '.join(names) or 'none'})",
+                                 f"a batch with the columns {', '.join(other.columns) or 'none'}")
         stamps = {b.fingerprint for b in batches} - {None}
         if len(stamps) > 1:
             raise ParameterError("messages", "batches made with one set of parameters to concatenate",
                                  f"batches of {', '.join(sorted(stamps))}")
         return MessageBatch({name: np.concatenate([b[name] for b in batches]) for name in names}, None,
                             stamps.pop() if stamps else None)
+
+
+def check_batch(batch, field: str = "messages") -> MessageBatch:
+    """``batch`` if it is a MessageBatch; else a ParameterError naming ``field``."""
+    return check_instance(field, batch, MessageBatch, "a privagg.MessageBatch (the clients' messages: "
+                          "privagg.client(params).randomize(codes))")
 
 
 @dataclass(frozen=True)

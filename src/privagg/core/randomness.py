@@ -21,6 +21,8 @@ from typing import Union
 
 import numpy as np
 
+from ..errors import ParameterError
+
 RNGLike = Union[np.random.Generator, int, np.random.SeedSequence, None]
 
 
@@ -51,8 +53,15 @@ def resolve(rng: RNGLike) -> np.random.Generator:
     if isinstance(rng, (bool, np.bool_)):
         raise TypeError("rng must be a numpy Generator, an int seed, a SeedSequence or None, not a bool")
     if isinstance(rng, (int, np.integer, np.random.SeedSequence)):
-        return np.random.default_rng(rng)
+        return np.random.default_rng(_seed(rng))
     raise TypeError(f"rng must be a numpy Generator, an int seed, a SeedSequence or None, not {type(rng).__name__}")
+
+
+def _seed(seed):
+    """An int seed must be >= 0 (numpy's own error would not name the argument)."""
+    if isinstance(seed, (int, np.integer)) and seed < 0:
+        raise ParameterError("rng", "a numpy Generator, an int seed >= 0, a SeedSequence or None", seed)
+    return seed
 
 
 def streams(rng: RNGLike, roles: Sequence[str]) -> dict[str, np.random.Generator]:
@@ -72,7 +81,7 @@ def streams(rng: RNGLike, roles: Sequence[str]) -> dict[str, np.random.Generator
     if isinstance(rng, np.random.Generator):
         rng = np.random.SeedSequence(rng.integers(0, 2**63, size=4).tolist())
     elif isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
-        rng = np.random.SeedSequence(int(rng))
+        rng = np.random.SeedSequence(_seed(int(rng)))
     if not isinstance(rng, np.random.SeedSequence):
         resolve(rng)  # raises the TypeError for bad input
     return {role: np.random.default_rng(

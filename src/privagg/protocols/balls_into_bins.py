@@ -398,7 +398,10 @@ def calibrate_bib(epsilon: float, delta: float, n_users: int, domain_size: int,
 
 def bins_for(n_users: int, c: float) -> int:
     """b = floor(n / ln^c n), the authors' choice of FE1's hash range."""
-    return math.floor(n_users / math.log(n_users) ** c)
+    try:
+        return math.floor(n_users / math.log(n_users) ** c)
+    except (OverflowError, ZeroDivisionError):  # ln^c n past a float's range, either way
+        raise ParameterError("c", f"such that ln^c n is a float (n = {n_users})", c) from None
 
 
 def calibrate_fe1(epsilon: float, delta: float, n_users: int, domain_size: int, bins: int | None = None,

@@ -43,7 +43,7 @@ from ..core.hashing import UniversalHash, mulmod
 from ..core.messages import Column, MessageBatch, MessageLayout
 from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
-from ..errors import ParameterError, check_delta, check_epsilon, check_integer
+from ..errors import ParameterError, check_delta, check_epsilon, check_integer, check_sequence
 from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from .balls_into_bins import MAX_ERROR_BETA, N_USERS_MAX, dummy_counts
@@ -425,7 +425,7 @@ class HeavyHitterParameters(FrozenParameters):
 
 def _check_integers(values, domain_size: int) -> np.ndarray:
     if not isinstance(values, np.ndarray):  # Python ints: numpy would make floats of a list spanning 2^63
-        values = list(values)
+        values = list(check_sequence("items", values, f"a sequence of integers in [0, {domain_size}), one per user"))
         for row, value in enumerate(values):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < domain_size:
                 raise ParameterError("item", f"an integer in [0, {domain_size}) (row {row}, counted from 0)", value)
@@ -446,6 +446,7 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
 def _check_strings(values, max_length: int) -> np.ndarray:
     if isinstance(values, (str, bytes)):
         raise ParameterError("items", "a sequence of strings, one per user", "a single string")
+    check_sequence("items", values, "a sequence of strings, one per user")
     encoded = []
     for row, item in enumerate(values):
         try:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core.messages import Column, MessageLayout
-from ..errors import ParameterError
+from ..errors import ParameterError, check_instance
 
 _TYPE_CHECKS = {
     "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
@@ -112,6 +112,12 @@ class OneItemReports:
 
     def check_codes(self, codes) -> np.ndarray:
         return check_item_codes(codes, self.domain_size)
+
+
+def check_parameters(parameters: Any, field: str = "parameters") -> "FrozenParameters":
+    """``parameters`` if they are a protocol's frozen parameters; else a ParameterError naming ``field``."""
+    return check_instance(field, parameters, FrozenParameters, "a protocol's frozen parameters (privagg.calibrate(...) "
+                          "or privagg.load_parameters(json_text))")
 
 
 def check_pure_delta(protocol: str, delta) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError, check_integer
+from ..errors import ParameterError, check_integer, kind_of
 
 
 def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,6 +65,16 @@ def count_among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return counts
 
 
+def _check_values(field: str, values: Any, size: int | None = None, numbers: bool = True) -> None:
+    """A result's column: a 1-D numpy array (of real numbers with ``numbers``), of ``size`` values if given."""
+    accepted = f"a 1-D numpy array{' of numbers' if numbers else ''}{'' if size is None else f' of {size} values'}"
+    if not isinstance(values, np.ndarray):
+        raise ParameterError(field, accepted, kind_of(values))
+    if values.ndim != 1 or (size is not None and values.size != size) or (
+            numbers and values.dtype.kind not in "iuf"):
+        raise ParameterError(field, accepted, f"dtype {values.dtype}, shape {values.shape}")
+
+
 def _label_of(labels: Any) -> Any:
     """code -> label: an ItemEncoder (``label(code)``), a mapping code -> label, a sequence indexed by code, or None."""
     if labels is None:
@@ -73,9 +83,10 @@ def _label_of(labels: Any) -> Any:
         return lambda code: labels.label(int(code))
     if isinstance(labels, dict):
         return lambda code: labels.get(int(code), int(code))
-    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__getitem__"):
+    if isinstance(labels, (str, bytes)) or not (hasattr(labels, "__getitem__") and hasattr(labels, "__len__")) or (
+            isinstance(labels, np.ndarray) and labels.ndim != 1):
         raise ParameterError("labels", "an ItemEncoder, a dict code -> label or a list of labels indexed by code",
-                             type(labels).__name__)
+                             type(labels).__name__ if not isinstance(labels, np.ndarray) else f"shape {labels.shape}")
     names = list(labels)
     return lambda code: names[int(code)] if 0 <= int(code) < len(names) else int(code)
 
@@ -87,6 +98,11 @@ def _rows(codes: np.ndarray, labels: Any, columns: dict[str, np.ndarray]) -> dic
     values = {name: np.asarray(column, dtype=float).tolist() for name, column in columns.items()}
     for i, code in enumerate(codes.tolist()):
         key = label(code)
+        try:
+            hash(key)
+        except TypeError:
+            raise ParameterError("labels", "hashable labels (strings or numbers), one per item",
+                                 f"{key!r} ({type(key).__name__}) for item {code}") from None
         if key in out:
             raise ParameterError("labels", "one label per item (distinct labels)", f"{key!r} given to two items")
         out[key] = {name: column[i] for name, column in values.items()}
@@ -115,13 +131,18 @@ class FrequencyTable:
     messages: int = 0
     malformed: int = 0
 
+    def __post_init__(self) -> None:
+        _check_values("estimates", self.estimates)
+        if self.items is not None:
+            _check_values("items", self.items, self.estimates.size)
+
     @property
     def full_domain(self) -> bool:
         return self.items is None
 
     def estimate(self, items) -> np.ndarray:
         """Estimates of ``items`` (codes in [B]); a table over candidates answers only for them."""
-        codes = self.parameters.check_codes(np.atleast_1d(items))
+        codes = self._codes(items)
         if self.items is None:
             return self.estimates[codes]
         slot = np.searchsorted(self.items, codes).clip(max=self.items.size - 1)
@@ -130,6 +151,11 @@ class FrequencyTable:
             raise ParameterError("item", "one of the analyzed candidates (or analyze the full domain)",
                                  int(codes[missing][0]))
         return self.estimates[slot]
+
+    def _codes(self, items) -> np.ndarray:
+        """``items`` (one code, or a sequence of them) checked as codes of [B] by the parameters."""
+        one = np.isscalar(items) or (isinstance(items, np.ndarray) and items.ndim == 0)
+        return self.parameters.check_codes([items] if one else items)
 
     def estimate_all(self) -> np.ndarray:
         """Estimates for every item of [B]."""
@@ -149,7 +175,7 @@ class FrequencyTable:
 
     def restricted_to(self, items) -> "FrequencyTable":
         """The same estimates over the sorted, distinct ``items`` only (e.g. the public candidates)."""
-        codes = np.unique(self.parameters.check_codes(np.atleast_1d(items)))
+        codes = np.unique(self._codes(items))
         return FrequencyTable(self.parameters, self.estimate(codes), codes, self.messages, self.malformed)
 
     def to_dict(self, labels=None) -> dict[Any, dict[str, float]]:
@@ -189,8 +215,12 @@ class HeavyHitterList:
     messages: int = 0
     malformed: int = 0
 
+    def __post_init__(self) -> None:
+        _check_values("items", self.items, numbers=False)
+        _check_values("estimates", self.estimates, self.items.size)
+
     def __contains__(self, item) -> bool:
-        return item in set(self.items.tolist())
+        return item in self.items.tolist()  # a list: an unhashable item is not in it, not a TypeError
 
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         k = min(check_integer("top", k, 1), self.items.size)
@@ -223,6 +253,11 @@ class VectorSum:
     messages: int = 0
     malformed: int = 0
     standard_error_bounds: np.ndarray | None = None  # where a protocol reports an upper bound beside its estimate
+
+    def __post_init__(self) -> None:
+        _check_values("total", self.total)
+        if self.coordinates is not None:
+            _check_values("coordinates", self.coordinates, self.total.size)
 
     def mean(self) -> np.ndarray:
         """The average vector: total / n, whose standard errors are standard_errors / n."""

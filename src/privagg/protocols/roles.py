@@ -41,8 +41,8 @@ from typing import Any, Callable, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from ..core.messages import MessageBatch, MessageLayout
-from ..errors import ParameterError
+from ..core.messages import MessageBatch, MessageLayout, check_batch
+from ..errors import ParameterError, check_sequence, kind_of
 from ..core.randomness import RNGLike
 
 Topology = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
@@ -162,11 +162,39 @@ def check_fingerprint(expected: str | None, found: str | None, what: str) -> Non
                              f"{what} made with other parameters ({found})")
 
 
+_AGGREGATE_TYPES: dict[type, type | None] = {}
+
+
+def _aggregate_type(role: type) -> type | None:
+    """The class of ``role``'s aggregates, from its ``agg_init``'s return annotation (None: not declared)."""
+    if role not in _AGGREGATE_TYPES:
+        import typing
+
+        try:
+            found = typing.get_type_hints(role.agg_init).get("return")
+        except Exception:  # an annotation that does not resolve: aggregates are not type-checked
+            found = None
+        _AGGREGATE_TYPES[role] = found if isinstance(found, type) else None
+    return _AGGREGATE_TYPES[role]
+
+
+def check_aggregate(role: Any, agg: Any, field: str = "aggregate", owner: type | None = None) -> None:
+    """A ParameterError naming ``field`` unless ``agg`` is an aggregate of ``role``'s class (``agg_init``'s), or of
+    ``owner``'s (the class whose method is running: a subclass's method may hand its base one of the base's)."""
+    kinds = {_aggregate_type(type(role)), None if owner is None else _aggregate_type(owner)} - {None}
+    if kinds and not isinstance(agg, tuple(kinds)):
+        names = " or ".join(sorted(kind.__name__ for kind in kinds))
+        raise ParameterError(field, f"an aggregate of this analyzer (a {names}: analyzer.agg_init(), or what "
+                             "agg_update or merge returned)", kind_of(agg))
+
+
 def with_fingerprints(cls: type) -> type:
     """Stamp and check the parameters' fingerprint on what ``cls``'s roles make and take, in one place for every
     protocol: ``randomize`` stamps its message batch; ``agg_init`` stamps its aggregate; ``agg_update`` refuses
-    an aggregate or a batch of other parameters; ``merge`` refuses aggregates of other parameters. Batches and
-    aggregates without a fingerprint (read from files, made before fingerprints) are not checked."""
+    an aggregate or a batch of other parameters; ``merge`` and ``finalize`` refuse aggregates of other
+    parameters. Batches and aggregates without a fingerprint (read from files, made before fingerprints) are not
+    checked. The same wrappers refuse what is no batch or no aggregate of the role's class at all (a
+    ParameterError naming the argument, not an AttributeError from inside the protocol)."""
     import functools
 
     def wrap(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -191,6 +219,8 @@ def with_fingerprints(cls: type) -> type:
 
     def agg_update(method):
         def inner(self, agg, messages, *args, **kwargs):
+            check_aggregate(self, agg, owner=cls)
+            check_batch(messages)
             mine = _own_fingerprint(self)
             check_fingerprint(mine, getattr(agg, FINGERPRINT, None), "aggregate")
             check_fingerprint(mine, getattr(messages, "fingerprint", None), "messages")
@@ -200,13 +230,21 @@ def with_fingerprints(cls: type) -> type:
     def merge(method):
         def inner(self, aggs, *args, **kwargs):
             mine = _own_fingerprint(self)
-            aggs = list(aggs)
+            aggs = list(check_sequence("aggregates to merge", aggs, "a list of aggregates of this analyzer"))
             for agg in aggs:
+                check_aggregate(self, agg, "aggregates to merge", cls)
                 check_fingerprint(mine, getattr(agg, FINGERPRINT, None), "aggregates to merge")
             return _stamp(method(self, aggs, *args, **kwargs), mine)
         return inner
 
+    def finalize(method):
+        def inner(self, agg, *args, **kwargs):
+            check_aggregate(self, agg, owner=cls)
+            check_fingerprint(_own_fingerprint(self), getattr(agg, FINGERPRINT, None), "aggregate")
+            return method(self, agg, *args, **kwargs)
+        return inner
+
     for name, make in (("randomize", randomize), ("agg_init", agg_init), ("agg_update", agg_update),
-                       ("merge", merge)):
+                       ("merge", merge), ("finalize", finalize)):
         wrap(name, make)
     return cls

@@ -69,7 +69,10 @@ def check_pairs(pairs, dimension: int) -> np.ndarray:
 
 def check_coordinates(values, dimension: int) -> np.ndarray:
     """Candidate coordinates: integers in [0, B), at least one."""
-    array = np.atleast_1d(np.asarray(values))
+    try:
+        array = np.atleast_1d(np.asarray(values))
+    except ValueError:
+        raise ParameterError("candidates", f"integer coordinates in [0, {dimension})", "a ragged sequence") from None
     if array.size == 0:
         raise ParameterError("candidates", "at least 1 coordinate", "an empty list")
     if not np.issubdtype(array.dtype, np.integer) or array.min() < 0 or array.max() >= dimension:
