@@ -263,7 +263,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
 
         table = Table(title=entry.title, show_header=False)
         for name, value in {**report.parameters, **expected, **report.theory}.items():
-            table.add_row(name, f"{value:.6g}" if isinstance(value, float) else str(value))
+            table.add_row(name, _summary_value(value, digits=6))
         for party, counts in report.costs.items():
             table.add_row(f"cost per {party}", ", ".join(f"{k} {v:.6g}" for k, v in counts.items()))
         _console().print(table)
@@ -1084,16 +1084,16 @@ def _reproduce(run: Callable[..., dict], out: Path, quick: bool, seed: int, prog
     _print_summary(summary, out)
 
 
-def _summary_value(value: Any) -> str:
-    """One value of a reproduction's summary as a person reads it: 4 significant digits, yes/no, '-' for none."""
+def _summary_value(value: Any, digits: int = 4) -> str:
+    """One value of a summary as a person reads it: ``digits`` significant digits, yes/no, '-' for none."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.{digits}g}"
     if isinstance(value, (list, tuple)):
-        return " / ".join(_summary_value(v) for v in value)
+        return " / ".join(_summary_value(v, digits) for v in value)
     return str(value)
 
 
