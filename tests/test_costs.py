@@ -140,3 +140,129 @@ def test_sampling_calibration_refuses_a_quadrillion_users(protocol, extra):
     assert message.startswith("error: users must be fewer, or a smaller --min-count-fraction"), message
     works("calibrate", protocol, "--users", str(10**5), "--domain", "10", "--epsilon", "1", "--delta", "1e-9",
           "--min-count-fraction", "0.05", *extra)
+
+
+@pytest.mark.parametrize("protocol, args", [("fe1", ("--delta", "1e-9")), ("grr", ()), ("laplace", ()),
+                                            ("blanket-hist", ("--delta", "1e-9")), ("olh", ())])
+def test_a_full_domain_of_2_to_the_28_is_refused_before_any_work(protocol, args):
+    """fe1 failed allocating 2 GiB (2 threads' int32 counters); grr, laplace, blanket-hist worked 4-44 s first."""
+    message = refused("estimate", protocol, "--full-domain", "--domain", str(2**28), "--epsilon", "1", "--seed", "1",
+                      *args)
+    assert message.startswith("error: domain must be") and "--candidates" in message, message
+
+
+def test_the_full_domain_budget_names_the_largest_domain_and_passes_the_defaults():
+    from privagg.errors import ParameterError
+    from privagg.protocols.registry import calibrate
+    from privagg.simulate.frequency import FULL_DOMAIN_BYTES_MAX, check_full_domain, full_domain_bytes
+
+    for name, extra in [("fe1", {"delta": 1e-9}), ("laplace", {}), ("grr", {}), ("fe0", {"delta": 1e-9})]:
+        small = calibrate(name, epsilon=1, n_users=10**5, domain_size=2**24, **extra)
+        assert full_domain_bytes(small, "fast") <= FULL_DOMAIN_BYTES_MAX  # the default full domain fits
+        check_full_domain(small, "fast")
+        huge = calibrate(name, epsilon=1, n_users=10**5, domain_size=2**28, **extra)
+        with pytest.raises(ParameterError, match="at most about .* with --full-domain"):
+            check_full_domain(huge, "fast")
+
+
+def test_fe0s_fast_path_refuses_billions_of_dummies():
+    """fe0 --mode fast at B = 2^28 draws 2.3 10^10 dummies: it ran past a minute (51 s, silent, at 2^24)."""
+    message = refused("estimate", "fe0", "--mode", "fast", "--full-domain", "--domain", str(2**28), "--epsilon", "1",
+                      "--delta", "1e-9", "--seed", "1")
+    assert message.startswith("error: domain must be set so that the fast path's"), message
+
+
+def test_top_is_capped_at_the_items_estimated():
+    import numpy as np
+
+    from privagg.simulate.frequency import estimate_frequencies, item_encoder
+
+    codes = np.random.default_rng(1).integers(0, 50, 1000)
+    report, _ = estimate_frequencies("grr", codes, item_encoder(64, seed=1), epsilon=1, delta=0, seed=1,
+                                     top=10**9, full_domain=True)
+    assert len(report.estimates) == 64
+    report, _ = estimate_frequencies("grr", codes, item_encoder(64, seed=1), epsilon=1, delta=0, seed=1,
+                                     top=10**9, full_domain=False, candidate_codes=np.array([1, 2, 3]))
+    assert len(report.estimates) == 3
+
+
+def test_write_messages_caps_the_partitions_it_writes(tmp_path):
+    """100,000 Parquet files took about 90 s, silent: a run writes at most PARTITIONS_MAX, with a warning."""
+    from privagg.engine import PARTITIONS_MAX, capped_partitions_warning, partition_count
+
+    assert partition_count(100_000, 10**6) == PARTITIONS_MAX and partition_count(100_000, 50) == 50
+    assert "the most one run writes" in capped_partitions_warning(100_000, 10**6)
+    assert "the number of messages" in capped_partitions_warning(100_000, 50)
+    items = tmp_path / "items.txt"
+    items.write_text("".join(f"{i % 100}\n" for i in range(3000)))
+    done = works("estimate", "grr", "--input", str(items), "--domain", "128", "--epsilon", "1", "--seed", "1",
+                 "--write-messages", str(tmp_path / "m"), "--partitions", "100000")
+    assert len(list((tmp_path / "m").glob("part-*.parquet"))) == 3000
+
+
+@pytest.mark.parametrize("phi", ["1e-6", "0.001"])
+def test_fe_hh_refuses_a_phi_whose_walk_cannot_finish(phi):
+    """phi = 1e-6 asked 15.3 GiB after 46 s; 0.001 ran past 150 s. The message names a phi that fits."""
+    message = refused("estimate", "fe-hh", "--epsilon", "1", "--delta", "1e-9", "--seed", "1", "--phi", phi)
+    assert message.startswith("error: phi must be larger (--phi ") and "--max-length" in message, message
+
+
+def test_fe_hh_walk_bound_passes_the_phis_that_run():
+    from privagg.protocols.heavy_hitters import calibrate_fe_hh
+    from privagg.simulate.heavy_hitters import check_walk
+
+    check_walk(calibrate_fe_hh(1, 1e-9, 10**6, None, 0.01, 24, "hockey_stick"))  # 16 s on the bundled words
+    check_walk(calibrate_fe_hh(1, 1e-9, 10**6, None, 0.01, 64, "hockey_stick"))  # 35 s
+
+
+def test_sparse_vector_discovery_names_its_own_option():
+    message = refused("estimate", "sparse-vector-hashed", "--discover-phi", "1e-7", "--epsilon", "1", "--delta",
+                      "1e-8")
+    assert message.startswith("error: discover-phi must be larger (--discover-phi "), message
+
+
+def test_blanket_vector_with_a_huge_composed_local_epsilon_runs():
+    """64 coordinates of 65,536 levels: eps0 past 709 overflowed e^eps0 (an OverflowError); FMT's bound is then
+    the trivial 1, and the calibration goes on."""
+    from privagg.privacy.shuffle import fmt_delta, variation_ratio_delta
+
+    assert fmt_delta(1.0, 2400.0, 1000) == 1.0 and variation_ratio_delta(1.0, 2400.0, 1000) == 1.0
+    assert fmt_delta(3.0, 2.0, 1000) == 0.0
+    works("calibrate", "blanket-vector", "--levels", "65536", "--coordinates-per-user", "64", "--epsilon", "1",
+          "--delta", "1e-8", "--users", "1797", "--dimension", "64")
+
+
+def test_blanket_hist_refusal_names_the_user_count():
+    message = refused("calibrate", "blanket-hist", "--users", str(10**15), "--epsilon", "0.01", "--delta", "1e-8",
+                      "--domain", "10")
+    assert message.startswith("error: users must be") and message.endswith(f"got {10**15}"), message
+
+
+@pytest.mark.parametrize("args", [("--local-epsilon", "1000"), ("--local-epsilon", "1e-300", "--delta", "1e-300"),
+                                  ("--local-epsilon", "1000", "--values", "2"),
+                                  ("--local-epsilon", "25", "--values", "2"),
+                                  ("--local-epsilon", "1000", "--values", "3")])
+def test_account_shuffle_at_extreme_local_epsilons_answers(args):
+    """Each crashed: e^eps0 overflowed, e^eps0 - 1 was 0, a bisection's ends had one sign."""
+    given = dict(zip(args[::2], args[1::2]))
+    works("account", "shuffle", "--users", "100000", *args, *(() if "--delta" in given else ("--delta", "1e-6")))
+
+
+def test_account_shuffle_blanket_refuses_an_underflowing_blanket():
+    message = refused("account", "shuffle", "--users", "100000", "--local-epsilon", "1000", "--values", "2",
+                      "--delta", "1e-6", "--method", "blanket")
+    assert message.startswith("error: local-epsilon must be at most 700 for --method blanket"), message
+
+
+def test_analyze_refuses_olh_over_a_full_domain_it_cannot_check(tmp_path):
+    """OLH's analyzer checks every report at every item: 20,000 reports over 2^24 items are 3.4 10^11 checks."""
+    items = tmp_path / "items.txt"
+    items.write_text("".join(f"{i % 1000}\n" for i in range(20000)))
+    folder = tmp_path / "m"
+    works("estimate", "olh", "--input", str(items), "--domain", str(2**24), "--epsilon", "1", "--seed", "1",
+          "--candidates", str(items), "--no-full-domain", "--write-messages", str(folder))
+    message = refused("analyze", "olh", "--params", str(folder / "params.json"), "--messages", str(folder),
+                      "--full-domain")
+    assert message.startswith("error: full-domain must be left out for olh") and "--candidates" in message, message
+    works("analyze", "olh", "--params", str(folder / "params.json"), "--messages", str(folder), "--candidates",
+          str(items))

@@ -41,6 +41,10 @@ ITEMS_FILE = "items.json"
 PART_PATTERN = "part-*.parquet"
 ENGINES = ("local", "dask")
 SCHEDULER_TIMEOUT = "10s"
+# Partitions one run writes, at most (more asked are capped, with a warning, as past the message count): each
+# is a Parquet file written (and later read) on its own, about 0.9 ms apiece measured (100,000 took about 90 s,
+# silent, past the simulation); 10,000 stay near 10 s and are more than any cluster here needs.
+PARTITIONS_MAX = 10_000
 
 
 def prepare_message_folder(directory: str | Path, partitions: int) -> Path:
@@ -61,8 +65,8 @@ def prepare_message_folder(directory: str | Path, partitions: int) -> Path:
 
 def partition_count(partitions: int, messages: int) -> int:
     """The partitions ``messages`` are written in: ``partitions``, but no more than the messages (an empty
-    partition would be a file to write and read for nothing), and at least one."""
-    return max(1, min(int(partitions), int(messages)))
+    partition would be a file to write and read for nothing) nor PARTITIONS_MAX, and at least one."""
+    return max(1, min(int(partitions), int(messages), PARTITIONS_MAX))
 
 
 def capped_partitions_warning(partitions: int, messages: int) -> str | None:
@@ -70,8 +74,11 @@ def capped_partitions_warning(partitions: int, messages: int) -> str | None:
     written = partition_count(partitions, messages)
     if written >= partitions:
         return None
-    return (f"--partitions {partitions} capped at {written}, the number of messages (a partition holds at "
-            "least one)")
+    if written == messages:
+        return (f"--partitions {partitions} capped at {written}, the number of messages (a partition holds at "
+                "least one)")
+    return (f"--partitions {partitions} capped at {written}, the most one run writes (each is a file: about 1 ms "
+            "apiece to write and to read)")
 
 
 def write_messages(directory: str | Path, parameters, messages: MessageBatch, partitions: int,
@@ -160,13 +167,66 @@ def _merge_pair(analyzer, a, b):
     return analyzer.merge([a, b])
 
 
+def _rows(partition) -> int | None:
+    """The messages of a partition, from its Parquet footer (no data read); None where it cannot be read
+    (reading it will say why)."""
+    if isinstance(partition, MessageBatch):
+        return len(partition)
+    try:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(partition).metadata.num_rows
+    except Exception:  # noqa: BLE001 - a broken file is reported by _load, with its name
+        return None
+
+
+def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
+    """Refuse at once a full-domain analysis (``analyzer.queries`` None) that cannot finish: the same limits as
+    ``privagg estimate`` (:mod:`privagg.simulate.frequency`): OLH's n x B hash checks past ANALYZER_CHECKS_MAX,
+    FE1's preimage walk past PREIMAGES_MAX, the domain-sized arrays past FULL_DOMAIN_BYTES_MAX."""
+    from ..simulate.frequency import ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX
+
+    parameters = getattr(analyzer, "parameters", None)
+    if parameters is None or not hasattr(analyzer, "queries") or analyzer.queries is not None:
+        return  # candidates only: small
+    domain = getattr(parameters, "domain_size", None)
+    if not domain:
+        return
+    remedy = "give --candidates without --full-domain"
+    working = getattr(type(analyzer), "working_bytes", None)
+    working = working(parameters, True) if working is not None else None
+    memory = None if working is None else working + 8 * domain  # and finalize's float64 estimates
+    if memory is not None and memory > FULL_DOMAIN_BYTES_MAX:
+        raise ParameterError("full-domain", f"left out for {parameters.protocol} at B = {domain:,}: the analyzer's "
+                             f"arrays over [B] would take {memory / 2**30:.1f} GiB, above "
+                             f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB; {remedy}", True)
+    rows = [_rows(p) for p in partitions]
+    if None in rows:
+        return
+    messages = sum(rows)
+    checks = getattr(type(analyzer), "checks", None)
+    if checks is not None and checks(messages, domain) > ANALYZER_CHECKS_MAX:
+        raise ParameterError("full-domain", f"left out for {parameters.protocol} at B = {domain:,}: its analyzer "
+                             f"would check each of the {messages:,} reports at every item ({checks(messages, domain):.3g}"
+                             f" checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); {remedy}", True)
+    hashing = getattr(parameters, "hash", None)
+    if checks is None and parameters.protocol == "fe1" and hashing is not None:
+        walked = messages * -(-hashing.modulus // hashing.bins)
+        if walked > PREIMAGES_MAX:
+            raise ParameterError("full-domain", f"left out for fe1 at B = {domain:,} and {messages:,} messages: its "
+                                 f"analyzer would walk {walked:.3g} hash preimages, above {PREIMAGES_MAX:.0e} (more "
+                                 f"than a minute); {remedy}", True)
+
+
 def analyze(analyzer, partitions: Sequence[Path | MessageBatch], engine: str = "local",
             scheduler: str | None = None, workers: int | None = None) -> tuple[Any, Engine]:
-    """Run ``analyzer`` over ``partitions`` on ``engine``; returns (result, how it ran)."""
+    """Run ``analyzer`` over ``partitions`` on ``engine``; returns (result, how it ran). A full-domain analysis
+    that cannot finish is refused first (:func:`check_analysis`)."""
     if engine not in ENGINES:
         raise ParameterError("engine", f"one of {', '.join(ENGINES)}", engine)
     if not partitions:
         raise ParameterError("messages", "at least one partition", "none")
+    check_analysis(analyzer, partitions)
     if engine == "local":
         if scheduler is not None or workers is not None:
             raise ParameterError("scheduler/workers", "given only with --engine dask", scheduler or workers)

@@ -166,8 +166,18 @@ def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) 
     return float(np.dot(weights, np.clip(divergence, 0.0, 1.0))) + outside
 
 
+LOCAL_EPSILON_VACUOUS = 700.0  # below ln(max float) = 709.78
+
+
 def fmt_delta(epsilon: float, local_epsilon: float, n_users: int) -> float:
-    """An upper bound on delta(eps) of n shuffled eps0-LDP reports (FMT's numerical bound, module docstring)."""
+    """An upper bound on delta(eps) of n shuffled eps0-LDP reports (FMT's numerical bound, module docstring).
+
+    Past eps0 = LOCAL_EPSILON_VACUOUS no user is a clone (probability e^-eps0 < 1e-304) and the bound is the
+    trivial 1 (e^eps0 overflowed a float: blanket-vector's composed eps0 at 64 coordinates of 65,536 levels)."""
+    if epsilon >= local_epsilon:  # the reports are eps0-DP on their own
+        return 0.0
+    if local_epsilon > LOCAL_EPSILON_VACUOUS:
+        return 1.0
     return _clone_divergence(epsilon, math.exp(local_epsilon), math.exp(-local_epsilon), n_users)
 
 
@@ -178,28 +188,35 @@ def variation_ratio_delta(epsilon: float, local_epsilon: float, n_users: int, to
     ``total_variation`` beta (default (e^eps0 - 1)/(e^eps0 + 1), the most any eps0-LDP randomizer has) and
     ``ratio_bound`` q (default e^eps0) describe the randomizer beside p = e^eps0.
     """
+    if epsilon >= local_epsilon:  # the reports are eps0-DP on their own
+        return 0.0
+    if local_epsilon > LOCAL_EPSILON_VACUOUS:  # e^eps0 would overflow; no clone: the trivial bound
+        return 1.0
     p = math.exp(local_epsilon)
-    beta = (p - 1) / (p + 1) if total_variation is None else total_variation
+    beta = math.tanh(local_epsilon / 2) if total_variation is None else total_variation
     q = p if ratio_bound is None else ratio_bound
-    alpha = beta / (p - 1)
+    alpha = beta / math.expm1(local_epsilon)  # not p - 1: 0 at eps0 = 1e-300
     return min(1.0, (p + 1) * alpha) * _clone_divergence(epsilon, p, min(1.0, 2 * alpha * p / q), n_users)
 
 
 def _least_epsilon(bound, local_epsilon: float, delta: float) -> float:
     """The least eps in [0, eps0] (to a relative 1e-12) with bound(eps) <= delta (shuffling never hurts: every
     bound meets any delta at eps0)."""
-    return least_meeting(bound, delta, 0.0, local_epsilon)
+    # at eps0 every bound is 0 (the reports are eps0-DP on their own), though rounding may leave it a hair above
+    return least_meeting(lambda e: 0.0 if e >= local_epsilon else bound(e), delta, 0.0, local_epsilon)
 
 
 def randomized_response_total_variation(local_epsilon: float, values: int) -> float:
     """beta of k-ary randomized response: (e^eps0 - 1) / (e^eps0 + k - 1)."""
-    return math.expm1(local_epsilon) / (math.exp(local_epsilon) + values - 1)
+    shrink = math.exp(-local_epsilon)  # divided through by e^eps0, which overflows past eps0 = 709
+    return -math.expm1(-local_epsilon) / (1 + (values - 1) * shrink)
 
 
 def randomized_response_blanket(local_epsilon: float, values: int) -> float:
     """gamma of k-ary randomized response as a blanket: keeping the value with e^eps0 / (e^eps0 + k - 1) is
     sending it with 1 - gamma and a uniform value with gamma = k / (e^eps0 + k - 1)."""
-    return values / (math.exp(local_epsilon) + values - 1)
+    shrink = math.exp(-local_epsilon)  # divided through by e^eps0, which overflows past eps0 = 709
+    return values * shrink / (1 + (values - 1) * shrink)
 
 
 def shuffle_epsilons(local_epsilon: float, n_users: int, delta: float, method: str = "best",
@@ -244,7 +261,12 @@ def shuffle_epsilons(local_epsilon: float, n_users: int, delta: float, method: s
         from .blanket import WINDOW_MAX, blanket_delta, window_width
 
         gamma = randomized_response_blanket(local_epsilon, values)
-        if (width := window_width(gamma, n_users, values)) <= WINDOW_MAX:
+        if gamma <= 0:  # e^-eps0 underflowed: no blanket at all, only the trivial eps = eps0
+            if method == "blanket":
+                raise ParameterError("local-epsilon", f"at most {LOCAL_EPSILON_VACUOUS:g} for --method blanket (the "
+                                     "blanket probability k / (e^eps0 + k - 1) is below the smallest float)",
+                                     local_epsilon)
+        elif (width := window_width(gamma, n_users, values)) <= WINDOW_MAX:
             bounds["blanket"] = lambda e: blanket_delta(e, gamma, n_users, values, delta * 1e-4)
         elif method == "blanket":
             raise ParameterError("users", f"fewer for --method blanket at k = {values} and eps0 = {local_epsilon:g} "
@@ -265,6 +287,9 @@ BINARY_SPLITS = 200  # the exact binary RR eps searches the splits within this m
 BINARY_STATES_MAX = 2 * 10**7  # values of the splits' two laws it may hold (8 bytes each: 160 MB)
 
 
+BINARY_EPSILON_MAX = 36.0  # 1 / (1 + e^36) = 2.3e-16: p = 1 - that still differs from 1 in a float
+
+
 def binary_randomized_response_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:
     """The exact eps at ``delta`` of n shuffled binary randomized response reports (the released count of ones):
     the largest over the datasets where the other n - 1 users hold j ones, j within BINARY_SPLITS of either end
@@ -272,6 +297,10 @@ def binary_randomized_response_epsilon(local_epsilon: float, n_users: int, delta
     the worst lay near an end: docs/privacy.md). The count is Bern(p or 1 - p) + Bin(j, p) + Bin(n - 1 - j,
     1 - p), each binomial kept within 20 sd + 30 of its mean (the mass left out is below 1e-80). Refused, before
     any work, where the laws would pass BINARY_STATES_MAX values (they grow as sqrt(n))."""
+    if local_epsilon > BINARY_EPSILON_MAX:
+        raise ParameterError("local-epsilon", f"at most {BINARY_EPSILON_MAX:g} for the exact binary randomized "
+                             "response eps (past it the flip probability 1 / (1 + e^eps0) is lost beside 1 in a "
+                             "float)", local_epsilon)
     p = math.exp(local_epsilon) / (1 + math.exp(local_epsilon))
     others = n_users - 1
     ends = range(min(BINARY_SPLITS, others + 1))

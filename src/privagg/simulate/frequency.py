@@ -35,6 +35,16 @@ FULL_DOMAIN_MAX = 2**28
 # (message, item) checks an analyzer may make to estimate a list of items: about a minute on 2 cores at the 1.5 to
 # 2.3 10^9 checks a second measured for OLH's kernel (n = 10^5 users, B = 2^16 and 2^18)
 ANALYZER_CHECKS_MAX = 10**11
+# Memory the full domain adds to a run (peak_bytes over [B] less over candidates: the aggregate, FE1's per-thread
+# int32 counters, the float64 estimates, true counts and error scratch), at most: B = 2^26 at n = 10^5 took 10 s
+# and 1.74 GB peak RSS for grr (1.5 GiB estimated here), 21 s and 2.27 GB for hadamard (1.0), 26 s and 2.28 GB for
+# laplace (3.5: an overestimate); B = 2^28 failed allocating 2 GiB (under a 4 GB address-space limit) after up to
+# 44 s of work, or ran past a minute. 2 GiB keeps every full-domain run of the bundled users near half a minute.
+FULL_DOMAIN_BYTES_MAX = 2 << 30
+# Preimages FE1's full-domain analyzer enumerates (each message's u x + v = w mod q walks q / b of them): about a
+# minute at the 1.2 10^8 (2 busy cores) to 3.5 10^8 (docs/benchmarks.md) a second measured at n = 10^5, B = 2^24
+# (1.66 10^9 preimages in 14 s and 4.7 s); B = 2^26 (6.6 10^9) ran past a minute on the busy cores.
+PREIMAGES_MAX = 10**10
 
 
 def analyzer_checks(protocol: str, n_users: int, items: int) -> int:
@@ -88,6 +98,41 @@ def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_gi
     return full_domain
 
 
+def full_domain_bytes(parameters, mode: str) -> int:
+    """The memory estimating all of [B] adds to a run of ``parameters`` (:func:`peak_bytes` over the full domain
+    less over candidates)."""
+    return peak_bytes(parameters, mode, True) - peak_bytes(parameters, mode, False)
+
+
+def full_domain_preimages(parameters) -> int:
+    """The preimages an analyzer that enumerates them over [B] walks (FE1: every message's q / b), else 0."""
+    hashing = getattr(parameters, "hash", None)
+    if parameters.protocol != "fe1" or hashing is None:
+        return 0
+    return math.ceil(parameters.n_users * parameters.messages_per_user) * -(-hashing.modulus // hashing.bins)
+
+
+def check_full_domain(parameters, mode: str) -> None:
+    """Refuse, before any message is made, a full-domain estimate whose domain-sized arrays pass
+    :data:`FULL_DOMAIN_BYTES_MAX` or whose preimage walk passes :data:`PREIMAGES_MAX`, naming the largest
+    --domain that fits and the other ways out (--candidates with --no-full-domain)."""
+    domain = parameters.domain_size
+    need = full_domain_bytes(parameters, mode)
+    if need > FULL_DOMAIN_BYTES_MAX:
+        largest = max(2, int(FULL_DOMAIN_BYTES_MAX / (need / domain)))
+        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) with --full-domain "
+                             f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
+                             f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
+                             "--candidates with --no-full-domain", domain)
+    walked = full_domain_preimages(parameters)
+    if walked > PREIMAGES_MAX:
+        largest = max(2, int(domain * PREIMAGES_MAX / walked))
+        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) with --full-domain "
+                             f"for fe1 at {parameters.n_users:,} users: its analyzer would walk {walked:.3g} hash "
+                             f"preimages, above {PREIMAGES_MAX:.0e} (more than a minute); or give --candidates "
+                             "with --no-full-domain, or fewer users", domain)
+
+
 def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder, *, epsilon: float, delta: float,
                          calibration: str | None = None, options: dict[str, Any] | None = None,
                          candidate_codes: np.ndarray | None = None, top: int = 10, full_domain: bool | None = None,
@@ -131,6 +176,10 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
                            calibration=calibration, item_key=encoder.item_key, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    check_size(parameters, mode, options)
+    if full_domain:
+        check_full_domain(parameters, mode)
+    top = min(top, domain_size if candidate_codes is None else candidate_codes.size)  # no more than are estimated
     run = simulate(parameters, codes, mode=mode, rng=seed, queries=None if full_domain else candidate_codes,
                    keep_messages=keep_messages, progress=progress)
     run.seconds["calibrate"] = calibrate_seconds
@@ -339,9 +388,16 @@ def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progr
     start = time.perf_counter()
     rng = resolve(None if seed is None else np.random.SeedSequence([seed, 1]))
     cells = parameters.cells(parameters.check_codes(pairs), rng).astype(np.uint64)
-    report, result = estimate_heavy_hitters(cells, epsilon=parameters.epsilon, delta=parameters.delta, phi=phi,
-                                            domain_size=parameters.dimension + 1, calibration=parameters.calibration,
-                                            seed=None if seed is None else seed + 1, progress=progress)
+    try:
+        report, result = estimate_heavy_hitters(cells, epsilon=parameters.epsilon, delta=parameters.delta, phi=phi,
+                                                domain_size=parameters.dimension + 1,
+                                                calibration=parameters.calibration,
+                                                seed=None if seed is None else seed + 1, progress=progress)
+    except ParameterError as err:  # fe-hh's phi is this command's --discover-phi
+        if err.field != "phi":
+            raise
+        raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
+            "a smaller --domain", "a smaller --dimension"), err.got) from None
     found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
     if not found.size:
         raise ParameterError("discover-phi", f"small enough that some coordinate's sum of weights reaches phi n "
@@ -413,6 +469,8 @@ def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, d
                            calibration=calibration, **options)
     check_size(parameters, mode, options)
     full_domain = choose_full_domain(domain_size, full_domain, candidates, analyzer_checks(protocol, n_users, domain_size))
+    if full_domain:
+        check_full_domain(parameters, mode)
     need = peak_bytes(parameters, mode, full_domain)
     available = available_memory()
     if available is not None and need > available:

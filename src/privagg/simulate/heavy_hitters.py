@@ -25,6 +25,51 @@ from ..reports import (HeavyHitter, HeavyHitterEvaluation, HeavyHitterReport, Me
 from .progress import Progress
 
 USERS_PER_BATCH = 1 << 20  # users one client call randomizes: bounds the clients' scratch
+# Bytes a level's walk takes per child it may count (the analyzer's count_progressions keeps an int64 counter per
+# thread and child, then each child's parent and place (int64), code and estimate (float64) and value (a Python
+# int and its list slot, about 40 bytes)): at most survivor_cap = 4 / phi parents of 2^step children each. Held
+# to 2 GiB, as a full-domain estimate (FULL_DOMAIN_BYTES_MAX); phi = 1e-6 over strings asked 15.3 GiB at once.
+CHILD_BYTES = 72
+# The walk's (message, followed prefix, child) steps: messages of levels past the first times the prefixes one
+# follows, bounded by min(4 / phi, 2 / phi + the first level's expected false prefixes) (at most 2 / phi prefixes
+# hold phi n / 2 users), times 2^step children. On the bundled words phi = 0.003 bounds 5.5e11 and took 25 s (its
+# levels followed about 60 prefixes, not 667), 2 cores; phi = 0.001 (bound 2.6e12) ran past 150 s.
+WALK_STEPS_MAX = 10**12
+
+
+def walk_bytes(parameters) -> int:
+    """The most memory one level of the analyzer's tree walk may take (:data:`CHILD_BYTES`)."""
+    return parameters.survivor_cap * (1 << parameters.step) * CHILD_BYTES
+
+
+def walk_steps(parameters) -> float:
+    """About the most (message, prefix, child) steps the analyzer's walk takes past the first level
+    (:data:`WALK_STEPS_MAX`)."""
+    p = parameters
+    if p.levels < 2:
+        return 0.0
+    followed = min(p.survivor_cap, 2 / p.phi + p.detection()["false_first_level"])
+    return p.n_users * p.messages_per_user * (p.levels - 1) / p.levels * followed * (1 << p.step)
+
+
+def check_walk(parameters) -> None:
+    """Refuse, before any message is made, a tree walk whose memory or steps cannot fit, naming a --phi that
+    fits and the other way out (a shorter --max-length, or a smaller --domain: fewer levels)."""
+    from .frequency import FULL_DOMAIN_BYTES_MAX
+
+    p = parameters
+    need, steps = walk_bytes(p), walk_steps(p)
+    if need <= FULL_DOMAIN_BYTES_MAX and steps <= WALK_STEPS_MAX:
+        return
+    # memory falls as 1 / phi, steps at least as fast (messages fall too): these phi fit
+    fits = max(p.phi * need / FULL_DOMAIN_BYTES_MAX, p.phi * steps / WALK_STEPS_MAX)
+    shorter = "a shorter --max-length" if p.max_length is not None else "a smaller --domain"
+    why = (f"a level follows up to 4 / phi prefixes of {1 << p.step} children: {need / 2**30:.1f} GiB, above "
+           f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB" if need > FULL_DOMAIN_BYTES_MAX else
+           f"the analyzer's walk over {p.n_users:,} users' messages would take about {steps:.2g} steps, above "
+           f"{WALK_STEPS_MAX:.0e} (minutes)")
+    raise ParameterError("phi", f"larger (--phi {fits:.2g} fits), or {shorter} ({p.levels} levels now): {why}",
+                         p.phi)
 
 
 def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
@@ -48,6 +93,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     start = time.perf_counter()
     key = None if seed is None else int(np.random.default_rng([seed, 0x6B6579]).integers(2, CODE_PRIME))
     parameters = calibrate_fe_hh(epsilon, delta, n, domain_size, phi, max_length, calibration, code_key=key)
+    check_walk(parameters)
     checked = parameters.check_values(values)  # every row checked before any message is made
     seconds["calibrate"] = time.perf_counter() - start
     rngs = streams(seed, ("clients", "shuffler"))

@@ -51,6 +51,10 @@ MODES = ("faithful", "fast")
 MESSAGES_PER_BATCH = 1 << 18  # about this many messages per batch of clients: bounds the clients' scratch
 MARGIN_SD = 8  # the clients' message buffer holds the expected total plus this many standard deviations
 MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold in memory
+# expected messages the fast path may draw and count (a slice at a time, so memory is not the limit, time is):
+# about 35 s at the 3 10^7 a second measured for fe0's (1.46 10^9 messages at n = 10^5, B = 2^24: 51 s, silent;
+# at B = 2^28 it ran past a minute)
+FAST_MESSAGES_MAX = 2**30
 ROLES = {"shuffle": ("clients", "shuffler"), "local": ("clients",), "central": ("curator",),
          "secret_sharing": ("users",), "two_servers": ("users", "s1")}
 SHARING = ("secret_sharing", "two_servers")
@@ -112,6 +116,11 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
         field, remedy = shrink_hint(parameters, mode, given or {})
         raise ParameterError(field, f"set so that a faithful simulation's n x messages per user = {expected:.3g} "
                              f"messages stay below 2^{MESSAGES_MAX.bit_length() - 1}: {remedy}",
+                             option_value(parameters, field, given or {}))
+    if mode == "fast" and expected > FAST_MESSAGES_MAX:
+        field, remedy = shrink_hint(parameters, mode, given or {})
+        raise ParameterError(field, f"set so that the fast path's n x messages per user = {expected:.3g} messages "
+                             f"stay below 2^{FAST_MESSAGES_MAX.bit_length() - 1} (more than half a minute): {remedy}",
                              option_value(parameters, field, given or {}))
 
 
