@@ -266,3 +266,13 @@ def test_analyze_refuses_olh_over_a_full_domain_it_cannot_check(tmp_path):
     assert message.startswith("error: full-domain must be left out for olh") and "--candidates" in message, message
     works("analyze", "olh", "--params", str(folder / "params.json"), "--messages", str(folder), "--candidates",
           str(items))
+
+
+def test_compare_refuses_hours_of_full_domain_runs():
+    """fe1 and olh over 2^24 items, 1,000 trials each: 2,000 runs of seconds each (hours)."""
+    message = refused("compare", "--protocols", "fe1,olh", "--epsilon", "1", "--delta", "1e-8", "--domain",
+                      str(2**24), "--trials", "1000")
+    assert message.startswith("error: trials must be at most 64 here"), message
+    refused("compare", "--protocols", "fe1,olh", "--epsilon", "1", "--delta", "1e-8", "--trials", str(10**6))
+    works("compare", "--protocols", "fe1,olh", "--epsilon", "1", "--delta", "1e-8", "--domain", str(2**40),
+          "--trials", "1000")  # every run refused at once (no candidates past 2^24): rows saying so

@@ -25,6 +25,11 @@ from .protocols import registry
 from .reports import CompareReport, CompareRow
 from .simulate.progress import Progress
 
+# Items estimated over all runs (runs x B: every run estimates the whole domain), at most: about 1 us an item
+# measured for FE1's full-domain run at B = 2^24 (15 s, 2 busy cores), 0.15 us for grr's at 2^26 (10 s); 2^31
+# keeps the worst comparison near half an hour, with --progress lines (fe1 at B = 2^24 and 1,000 trials would
+# take hours).
+COMPARE_ITEMS_MAX = 2**31
 COLUMNS = ("protocol", "epsilon", "delta", "error_p50", "error_p90", "error_p99", "error_max", "messages_per_user",
            "bits_per_user", "seconds", "trust", "refused")
 
@@ -56,6 +61,17 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
         raise ParameterError("delta", f"given for {', '.join(impure)} (pure eps-DP protocols take none)", None)
     rows = []
     total = len(entries) * len(epsilons) * trials
+    from .simulate.frequency import FULL_DOMAIN_DEFAULT_MAX
+
+    # past 2^24 every run is refused at once (a full domain must be asked for): a row saying so, no work
+    if encoder.domain_size <= FULL_DOMAIN_DEFAULT_MAX and total * encoder.domain_size > COMPARE_ITEMS_MAX:
+        most = COMPARE_ITEMS_MAX // (len(entries) * len(epsilons) * encoder.domain_size)
+        field, accepted = (("trials", f"at most {most} here, or a smaller --domain, fewer --protocols or --epsilon "
+                            "values") if most >= 1 else
+                           ("domain", "smaller, or fewer --protocols or --epsilon values"))
+        raise ParameterError(field, f"{accepted}: {total:,} runs each estimating all {encoder.domain_size:,} items "
+                             f"would make {total * encoder.domain_size:.3g} estimates, above 2^31 (hours)",
+                             trials if field == "trials" else encoder.domain_size)
     for entry in entries:
         for epsilon in epsilons:
             row_delta = 0.0 if entry.pure else float(delta)
