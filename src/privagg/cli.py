@@ -1079,6 +1079,9 @@ def _reproduce(run: Callable[..., dict], out: Path, quick: bool, seed: int, prog
         if out.exists() and not out.is_dir():
             raise ParameterError("out", "a folder (it is created if missing)", str(out))
         out.mkdir(parents=True, exist_ok=True)
+        if not quick and not progress:
+            _console(stderr=True).print("the full grid takes minutes (--quick: seconds, for a first look; "
+                                        "--progress: follow it)", markup=False, highlight=False, soft_wrap=True)
         with _progress(progress) as advance:
             summary = run(out, quick=quick, seed=seed, progress=advance)
     _print_summary(summary, out)

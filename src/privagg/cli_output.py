@@ -72,6 +72,11 @@ def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable
             except OSError as e:
                 raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
     if as_json:
-        _console().print_json(data=report_json)
+        import sys
+
+        if sys.stdout.isatty():
+            _console().print_json(data=report_json)  # coloured for a person
+        else:  # for a program: plain, and fast (rich takes seconds over thousands of estimates)
+            sys.stdout.write(json.dumps(report_json, indent=2) + "\n")
     else:
         human()

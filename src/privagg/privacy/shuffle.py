@@ -138,7 +138,8 @@ def check_clone_window(n_users: int, clone: float) -> None:
         most -= max(1, most // 10**6)
     raise ParameterError("users", f"at most about {most:.4g} for the numerical shuffle bounds here (each evaluation "
                          f"would sum {width:.3g} binomial terms, above {CLONE_WINDOW_MAX:,}: about a minute in "
-                         "all; --method closed-form has no such limit)", n_users)
+                         "all; the closed forms have no such limit: account shuffle --method closed-form, or "
+                         "--calibration paper for the blanket protocols)", n_users)
 
 
 def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) -> float:
