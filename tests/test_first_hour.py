@@ -230,3 +230,32 @@ def test_dask_says_nothing_when_its_usual_port_is_taken(tmp_path):
         result = privagg("analyze", "fe1", "--params", str(folder / "params.json"), "--messages", str(folder),
                          "--engine", "dask", "--workers", "2")
     assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+
+
+def test_a_users_control_characters_never_reach_the_terminal(tmp_path):
+    red = "\x1b[31mRED\x1b[0m"
+    (tmp_path / "items.txt").write_text(f"{red}\nplain\n{red}\n\x07bell\n")
+    (tmp_path / "names.txt").write_text(f"{red}\nplain\n\x07bell\n")
+    result = privagg("estimate", "fe1", "--input", str(tmp_path / "items.txt"), "--candidates",
+                     str(tmp_path / "names.txt"), "--domain", "1024", "--epsilon", "1", "--delta", "0.1", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.decode()
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b[31mRED\\x1b[0m" in out and "\\x07bell" in out
+
+
+def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):
+    (tmp_path / "few.txt").write_text("common\n" * 3_000 + "".join(f"w{i}\n" for i in range(300)))
+    result = runner.invoke(app, ["estimate", "fe-hh", "--input", str(tmp_path / "few.txt"), "--phi", "0.01",
+                                 "--epsilon", "1", "--delta", "1e-6", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    assert "NOT A RELIABLE LIST at this n and phi" in result.stdout
+
+
+def test_compare_prints_every_refusal_whole(tmp_path):
+    (tmp_path / "items.txt").write_text("".join(f"{i % 50}\n" for i in range(2_000)))
+    result = runner.invoke(app, ["compare", "--protocols", "fe1,grr", "--epsilon", "0.000001,1", "--delta", "1e-8",
+                                 "--input", str(tmp_path / "items.txt"), "--domain", "64", "--trials", "1"])
+    assert result.exit_code == 0, result.output
+    (refusal,) = [line for line in result.stdout.splitlines() if line.startswith("refused [1] fe1 at eps 1e-06: ")]
+    assert refusal.endswith("got 1e-06") and "1 seeded trial a row" in result.stdout

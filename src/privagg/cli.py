@@ -551,7 +551,8 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
             encoder = item_encoder(domain, hash_key, seed)
         if write_messages is not None:
             if mode is Mode.fast:
-                raise ParameterError("write-messages", "given for a faithful run (the fast path makes no messages)",
+                raise ParameterError("write-messages", "left out with --mode fast (the fast path makes no messages; "
+                                     "--mode faithful writes them)",
                                      str(write_messages))
             from .engine import prepare_message_folder
 
@@ -601,6 +602,21 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
     _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
 
 
+UNRELIABLE = 0.05  # fe-hh: a miss or false-report bound above this makes the list not one to act on
+
+
+def _printable(item: Any) -> str:
+    """An item as the terminal shows it: control characters (a user's string may hold escape sequences that
+    recolour or rewrite the analyst's terminal) as \\x.. escapes."""
+    text = str(item)
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     from rich.table import Table
 
@@ -613,7 +629,7 @@ def _estimate_table(title: str, estimates, item_key: str | None) -> None:
         table.add_column("true count (--evaluate)", justify="right")
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
-        cells = [str(rank), f"{row.item}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        cells = [str(rank), f"{_printable(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
         table.add_row(*cells, *([str(row.true_count)] if simulated else []))
     _console().print(table)
     hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
@@ -625,7 +641,7 @@ def _estimate_table(title: str, estimates, item_key: str | None) -> None:
 
 def _print_estimate(report, verbose: bool) -> None:
     _say(f"input: {report.input}")
-    _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates,
+    _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates,
                     report.parameters.get("item_key"))
     _say_privacy(report.privacy, report.privacy_profile, verbose)
     m, e, expected = report.messages, report.error, report.expected_error
@@ -776,7 +792,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         _check_output(output, input, candidates)
         if write_messages is not None:
             if mode is Mode.fast:
-                raise ParameterError("write-messages", "given for a faithful run (the fast path makes no messages)",
+                raise ParameterError("write-messages", "left out with --mode fast (the fast path makes no messages; "
+                                     "--mode faithful writes them)",
                                      str(write_messages))
             engine.prepare_message_folder(write_messages, partitions)
         inputs, dimension, coordinates, names, name, warnings = _read_vector_input(
@@ -813,7 +830,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         for column in ("coordinate", "sum ± stderr", "mean", *(("true sum (--evaluate)",) if evaluated else ())):
             table.add_column(column, justify="right")
         for e in shown:
-            table.add_row(e.name or str(e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}",
+            table.add_row(_printable(e.name or e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}",
                           f"{e.estimate / report.n_users:.4f}", *((f"{e.true_sum:.1f}",) if evaluated else ()))
         _console().print(table)
         _say_privacy(report.privacy, report.privacy_profile, verbose)
@@ -927,20 +944,24 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
 
         _say(f"input: {report.input} ({report.n_users} users); heavy: held by at least phi n = "
              f"{report.threshold:.0f} users")
-        table = Table(title=f"{report.protocol}: {len(report.heavy_hitters)} heavy hitters discovered")
+        t, found = report.theory, len(report.heavy_hitters)
+        unreliable = t["miss_probability"] > UNRELIABLE or t["false_report_probability"] > UNRELIABLE
+        table = Table(title=f"{report.protocol}: {found} heavy hitter{'' if found == 1 else 's'} discovered" + (
+            " -- NOT A RELIABLE LIST at this n and phi (see the guarantee below: more users or a larger phi)"
+            if unreliable else ""))
         e = report.evaluation
         for column_name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ())):
             table.add_column(column_name, justify="left" if column_name == "item" else "right")
         for rank, h in enumerate(report.heavy_hitters, 1):
-            table.add_row(str(rank), str(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}",
+            table.add_row(str(rank), _printable(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}",
                           *((str(h.true_count),) if e else ()))
         _console().print(table)
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, p = report.messages, report.parameters
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
              f"{report.bits_per_message} bits per message; {p['levels']} levels, p_f = "
-             f"{p['filter_probability']:.4g}, prefixes followed {report.survivors}")
-        t = report.theory
+             f"{p['filter_probability']:.4g}, prefixes followed per level: "
+             f"{' '.join(map(str, report.survivors))}")
         _say(f"guarantee (normal approximation): an item held by >= 1.5 phi n users is missed w.p. <= "
              f"{t['miss_probability']:.2g}, one held by <= phi n / 2 reported w.p. <= "
              f"{t['false_report_probability']:.2g}; items in between may go either way")
@@ -1100,6 +1121,11 @@ def _summary_value(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def _plain_number(value: float) -> str:
+    """A table's number: 4 significant digits, whole with thousands separators from 1,000 on (not 1.523e+04)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def _print_summary(summary: dict[str, Any], out: Path) -> None:
     """A reproduction's summary: the files in one line, its scalars as lines, and its mappings as tables, one
     column each, those over the same keys side by side."""
@@ -1197,21 +1223,25 @@ def compare_command(
     def human() -> None:
         from rich.table import Table
 
-        _say(f"input: {report.input} ({report.n_users} users, {report.domain_size} codes); {report.trials} seeded "
-             "trials a row: simulations, not private runs")
+        _say(f"input: {report.input} ({report.n_users} users, {report.domain_size} codes); {_count(report.trials, 'seeded trial')} "
+             "a row: simulations, not private runs")
         table = Table(title="|estimate - true count| over the domain (mean over the trials)")
         for heading in ("protocol", "eps", "delta", "p50", "p90", "p99", "max", "msgs/user", "bits/user", "s",
                         "trust"):
             table.add_column(heading, justify="left" if heading in ("protocol", "trust") else "right")
+        refusals = []
         for r in report.rows:
             if r.refused is not None:
-                table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", "refused", "", "", "", "", "", "",
-                              r.refused[:40])
+                refusals.append(f"refused [{len(refusals) + 1}] {r.protocol} at eps {r.epsilon:g}: {r.refused}")
+                table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", f"refused [{len(refusals)}]", "", "", "",
+                              "", "", "", "")
                 continue
-            table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", f"{r.error_p50:.4g}", f"{r.error_p90:.4g}",
-                          f"{r.error_p99:.4g}", f"{r.error_max:.4g}", f"{r.messages_per_user:.3g}",
-                          f"{r.bits_per_user:.3g}", f"{r.seconds:.2f}", r.trust.split(" (")[0])
+            table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", *map(_plain_number, (
+                r.error_p50, r.error_p90, r.error_p99, r.error_max, r.messages_per_user, r.bits_per_user)),
+                f"{r.seconds:.2f}", r.trust.split(" (")[0])
         _console().print(table)
+        for refusal in refusals:
+            _say(refusal)
         if out is not None:
             _say(f"wrote compare.csv, error_vs_epsilon.png and error_vs_messages.png to {out}")
 
@@ -1373,7 +1403,7 @@ def analyze(
         report = _with_count_warning(report, params, result.messages + result.malformed, messages, strict)
 
     def human() -> None:
-        _estimate_table(f"{report.protocol}: top {len(report.estimates)} items", report.estimates, params.item_key)
+        _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates, params.item_key)
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m = report.messages
         _say(f"messages: {m.total} received from {len(partitions)} partitions, {m.malformed} of them malformed "

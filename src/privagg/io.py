@@ -501,7 +501,7 @@ def _cut(value, longest: int = 60) -> str:
 def _shown(names: list[str], most: int = 20, longest: int = 40) -> str:
     """A list of column names for one line: long names and long lists cut short."""
     cut = [n if len(n) <= longest else n[:longest - 3] + f"... ({len(n)} characters)" for n in names[:most]]
-    return str(cut)[:-1] + (f", ... ({len(names)} names)]" if len(names) > most else "]")
+    return ", ".join(repr(n) for n in cut) + (f", ... ({len(names)} names)" if len(names) > most else "")
 
 
 LIKELY_DELIMITERS = (";", "\t", "|")
@@ -530,7 +530,7 @@ def _pick_column(names: list[str], column: str | None, header: bool) -> str:
     if column is None:
         if len(names) != 1:
             what = f"one of {_shown(names)}" if header else f"a 0-based index below {len(names)}"
-            raise ParameterError("column", f"{what} (the file has {len(names)} columns)", None)
+            raise ParameterError.required("column", f"for a table of {len(names)} columns: --column, {what}")
         return names[0]
     if column not in names:
         what = f"one of {_shown(names)}" if header else f"a 0-based index below {len(names)} (--no-header)"

@@ -54,7 +54,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
     """Run the collector (the shuffler) or the analyzer as an HTTP service.
 
     Start-up failures are one line on stderr: a setting or a database the service cannot use (exit 2, the
-    setting named), anything else (exit 1)."""
+    setting named), anything else, such as a port in use (exit 3)."""
     import logging
 
     import uvicorn
