@@ -205,14 +205,14 @@ def test_heavy_hitters_with_nothing_to_find_say_so(tmp_path):
 def test_a_reproduction_summary_prints_tables_not_dicts(tmp_path, capsys):
     cli._print_summary({"files": ["a.csv", "b.png"], "grid": "quick", "ok": True, "none_left": [],
                         "gamma": {"paper": 0.123456, "tight": None}, "mse": {"paper": 1e-7, "tight": [1.0, 2.5]},
-                        "slopes": {"n": -0.5}}, tmp_path)
+                        "slopes": {"n": -0.5}, "fits": {"d": None, "n": None}}, tmp_path)
     out = capsys.readouterr().out
     assert "{" not in out and "[" not in out and "None" not in out
     assert out.startswith(f"wrote 2 files to {tmp_path}: a.csv, b.png")
     assert "ok: yes" in out and "none left: none" in out
     paper = next(line for line in out.splitlines() if "paper" in line)
     assert "0.1235" in paper and "1e-07" in paper  # the two mappings over the same keys side by side
-    assert "1 / 2.5" in out and "-0.5" in out
+    assert "1 / 2.5" in out and "-0.5" in out and "fits: none on this grid" in out
 
 
 @pytest.mark.slow  # starts a Dask cluster

@@ -1135,7 +1135,9 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
     _say(f"wrote {len(files)} files to {out}: {', '.join(files)}")
     tables: dict[tuple, list[str]] = {}  # the mappings' names, by their keys
     for key, value in summary.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and all(v is None for v in value.values()):
+            _say(f"{key.replace('_', ' ')}: none on this grid")
+        elif isinstance(value, dict):
             tables.setdefault(tuple(value), []).append(key)
         elif key != "files":
             _say(f"{key.replace('_', ' ')}: {_summary_value(value) if value != [] else 'none'}")
