@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from privagg.audit import (ROUND_OFF, OutputLaws, _encode, epsilon_at, exact_audit, grid, hockey_stick, markdown_table,
                            statistical_audit, with_noise_scale)
 from privagg.cli import app
+from privagg.errors import ParameterError
 from privagg.protocols.registry import IMPLEMENTED, calibrate, get
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -342,3 +343,87 @@ def test_tss_adaptive_audit_is_the_brute_force_of_s2s_view():
             for i in range(6):
                 worst = max(worst, divergence(view(data), view(data[:i] + (1 - data[i],) + data[i + 1:]), 1.0))
     assert exact_audit(params).true_delta == pytest.approx(worst, abs=1e-12)
+
+
+# --- the sampling family's exact audit is sized before its pairs and laws are built ----------------------
+
+
+@pytest.mark.parametrize("name, kw, largest", [
+    ("dpds", dict(n_users=3000, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=0.3333), 218),
+    ("dpds", dict(n_users=300, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=0.3333), 218),
+    ("dpds", dict(n_users=10**5, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=0.3333), 218),
+    ("dpds", dict(n_users=10**6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=0.3333), 218),
+    ("dpcs", dict(n_users=5000, domain_size=3, epsilon=1.0, delta=0.2, min_count_fraction=0.2), None),
+    ("tss", dict(n_users=1000, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=0.3333,
+                 report_fraction=0.5), 218),
+    ("dpdg", dict(n_users=10**5, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0), 7),
+])
+def test_sampling_family_exact_audit_refuses_at_once_naming_users(name, kw, largest):
+    """dpds at n = 3000 ran 53 s into a MemoryError, at 300 took 22 s and 2.9 GB; dpdg at 10^5 and dpds at 10^6
+    ran out of memory listing the pairs: now refused within seconds, naming --users and the most that fit."""
+    import time
+
+    params = calibrate(name, **kw)
+    start = time.perf_counter()
+    with pytest.raises(ParameterError) as caught:
+        exact_audit(params)
+    assert time.perf_counter() - start < 10
+    assert caught.value.field == "users" and "--method statistical" in str(caught.value)
+    assert caught.value.got == kw["n_users"]
+    if largest is not None:
+        assert f"at most {largest} " in str(caught.value)
+
+
+def test_sampling_family_exact_audit_at_the_largest_users_it_names():
+    """The value named is accepted (and one more is not), at N = 3 where the search differs from N = 2."""
+    kw = dict(domain_size=3, epsilon=1.0, delta=0.2, min_count_fraction=0.2)
+    with pytest.raises(ParameterError) as caught:
+        exact_audit(calibrate("dpds", n_users=2000, **kw))
+    largest = int(str(caught.value).split("at most ")[1].split()[0])
+    assert 10 < largest < 2000
+    assert exact_audit(calibrate("dpds", n_users=largest, **kw)).holds
+    with pytest.raises(ParameterError, match=f"at most {largest} "):
+        exact_audit(calibrate("dpds", n_users=largest + 1, **kw))
+
+
+def test_dpdg_exact_audit_too_much_even_at_two_users_names_method():
+    with pytest.raises(ParameterError) as caught:
+        exact_audit(calibrate("dpdg", n_users=10**5, domain_size=2, epsilon=1.0, delta=0.2))
+    assert caught.value.field == "method" and "--epsilon or --delta" in str(caught.value)
+
+
+def test_generic_pairs_are_sized_before_they_are_listed():
+    """fe0 over 2 items at 10^5 users: 10^5 pairs of 10^5-item lists (minutes and gigabytes) refused at once."""
+    with pytest.raises(ParameterError, match="users must be at most"):
+        exact_audit(calibrate("fe0", n_users=10**5, domain_size=2, epsilon=1.0, delta=0.1))
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("dpds", dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.05, min_count_fraction=0.45)),
+    ("dpds", dict(n_users=12, domain_size=3, epsilon=1.0, delta=0.1, min_count_fraction=0.25)),
+    ("dpds", dict(n_users=100, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=0.3333)),
+    ("dpdg", dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0)),
+    ("tss", dict(n_users=12, domain_size=3, epsilon=1.0, delta=0.1, min_count_fraction=0.25, report_fraction=2 / 3,
+                 second_stage="adaptive", gamma=2.0, calibration="exact")),
+    ("tss", dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.05, min_count_fraction=0.45, report_fraction=0.5)),
+])
+def test_sampling_audit_cost_bounds_the_real_work(name, kw, monkeypatch):
+    """audit_cost's joint states and cached outcomes are upper bounds on what OutputLaws does, and close."""
+    import privagg.audit as audit_module
+    from privagg.protocols.sampling_sharing import audit_cost
+
+    made = []
+    init = audit_module.OutputLaws.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(audit_module.OutputLaws, "__init__", spy)
+    params = calibrate(name, **kw)
+    exact_audit(params)
+    laws = made[0]
+    held = sum(v[0].size for v in laws._multisets.values()) + sum(v[0].size for v in laws._datasets.values())
+    _, work, cached = audit_cost(params, params.n_users)
+    assert laws.work <= work <= 1.5 * laws.work
+    assert held <= cached

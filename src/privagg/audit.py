@@ -45,7 +45,7 @@ from .core.bisection import bisect
 from .errors import ParameterError, check_integer
 from .protocols.exact_laws import EXACT_LAW_MAX_WORK, big, check_keys
 from .protocols.parameters import neighbouring_pair_count, neighbouring_pairs
-from .protocols.registry import get
+from .protocols.registry import calibrate, get
 from .reports import AuditReport, Claimed
 
 EXACT_MAX_PAIRS = 5 * 10**7  # joint states one convolution step may form
@@ -54,6 +54,13 @@ EXACT_MAX_DATASET_PAIRS = 10**5  # neighbouring pairs of datasets one exact audi
 # sum, its stable sort and the merge), so about a minute on a 2-core machine; memory is bounded per step by
 # EXACT_MAX_PAIRS. Past it the audit stops, naming --users (the others' multisets grow with n and B).
 EXACT_MAX_WORK = 6 * 10**8
+# Laws all of one exact audit's caches may hold (every prefix of the others' multisets, every dataset's law), at 16
+# bytes an outcome (its key and probability): 0.8 GB. The sampling family's users have 2-outcome laws, so its
+# caches hold half its joint states: dpds at n = 300, N = 2 passed 2.9 GB within the work budget above.
+EXACT_MAX_CACHED = 5 * 10**7
+# Items of the neighbouring datasets listed before any law is built (two lists of n items a pair, 8 bytes an item):
+# 160 MB. At n = 10^5 over N = 2 the pairs alone asked for gigabytes.
+EXACT_MAX_PAIR_ITEMS = 10**7
 # The statistical auditor's runs: each costs at least about 1 ms (measured: grr 1.0 ms, gaussian 2.0 ms, fe1 54 ms
 # a run at n = 1000) plus about 0.2 us a user (fe1: 73 ms at n = 10^5); 2 x runs of them are refused, before any
 # run, when even that floor passes this budget (ten minutes on a 2-core machine); below it the CLI shows progress.
@@ -212,6 +219,7 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progres
     audited = with_noise_scale(parameters, noise_scale)
     n = audited.n_users - dropouts
     eps, delta = parameters.epsilon, parameters.delta
+    check_audit_cost(entry, audited, n, dropouts)
     if entry.audit_pairs is None and (count := _pair_count(audited.domain_size, n)) > EXACT_MAX_DATASET_PAIRS:
         raise ParameterError("method", f"statistical for an instance this large ({count:.3g} neighbouring pairs "
                              f"of datasets, above {EXACT_MAX_DATASET_PAIRS:.0e})", "exact")
@@ -255,6 +263,70 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progres
                                           "one dataset and impossible under its neighbour with probability above "
                                           "delta"])
         + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else []))
+
+
+def _audit_cost_over(entry, parameters, users: int) -> str | None:
+    """Why the exact audit of ``parameters`` over ``users`` users passes a budget, before any of it is built
+    (None when it fits): the items of its neighbouring datasets, and, where the entry estimates them
+    (``audit_cost``), the joint states its convolutions form and the states its caches hold."""
+    if entry.audit_cost is not None:
+        pairs, work, cached = entry.audit_cost(parameters, users, EXACT_MAX_WORK)
+    elif entry.audit_pairs is None:
+        pairs, work, cached = _pair_count(parameters.domain_size, users), 0.0, 0.0
+    else:
+        return None
+    if entry.audit_cost is not None and pairs > EXACT_MAX_DATASET_PAIRS:
+        return f"{big(pairs)} neighbouring pairs of datasets, above {EXACT_MAX_DATASET_PAIRS:.0e}"
+    if pairs <= EXACT_MAX_DATASET_PAIRS and pairs * users > EXACT_MAX_PAIR_ITEMS:
+        return (f"its {big(pairs)} neighbouring pairs of datasets of {users} users list {big(2 * pairs * users)} "
+                f"items, above {2 * EXACT_MAX_PAIR_ITEMS:.0e}")
+    if pairs <= EXACT_MAX_DATASET_PAIRS and work > EXACT_MAX_WORK:
+        return (f"its convolutions would form more than {big(work) if math.isfinite(work) else 'ever so many'} "
+                f"joint states, above {EXACT_MAX_WORK:.0e}, about a minute")
+    if pairs <= EXACT_MAX_DATASET_PAIRS and cached > EXACT_MAX_CACHED:
+        return (f"its laws would hold {big(cached)} outcomes, above {EXACT_MAX_CACHED:.0e}, "
+                f"{EXACT_MAX_CACHED * 16 / 1e9:.1f} GB")
+    return None  # past EXACT_MAX_DATASET_PAIRS: refused by the pairs' own check, which names --method
+
+
+def check_audit_cost(entry, parameters, users: int, dropouts: int = 0) -> None:
+    """Refuse, within a second, an exact audit whose pairs or laws pass their budgets, naming --users and the
+    largest number of users (each recalibrated as the command would) that fits, or --method statistical."""
+    reason = _audit_cost_over(entry, parameters, users)
+    if reason is None:
+        return
+    # the options as given; p is calibrated again (a fixed p may not buy the claim at fewer users; the sizes
+    # do not depend on it)
+    options = {o.name: getattr(parameters, o.name) for o in entry.options
+               if hasattr(parameters, o.name) and o.name != "sampling_probability"}
+
+    def over(n_users: int) -> str | None:
+        try:
+            at = calibrate(parameters.protocol, epsilon=parameters.epsilon, delta=parameters.delta,
+                           n_users=n_users, domain_size=parameters.domain_size,
+                           calibration=parameters.calibration, **options)
+        except ParameterError:  # too few users for the protocol: no audit to refuse there
+            return None
+        return _audit_cost_over(entry, at, n_users - dropouts)
+
+    def fits(n_users: int) -> bool:
+        return over(n_users) is None
+
+    lo, hi = 2 + dropouts, parameters.n_users - 1  # the largest n in [lo, hi] that fits (fitting falls with n)
+    if hi < lo or (smallest := over(lo)) is not None:
+        largest = None
+        reason = reason if hi < lo else f"{smallest}, even at {lo} users"
+    else:
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        largest = lo
+    if largest is None:  # not the users: the laws themselves are too large
+        less_noise = ", or a larger --epsilon or --delta" if entry.name == "dpdg" else ""
+        raise ParameterError("method", f"statistical for {entry.name} here{less_noise} (the exact audit: {reason})",
+                             "exact")
+    raise ParameterError("users", f"at most {largest} for {entry.name}'s exact audit ({reason}; or --method "
+                         "statistical)", parameters.n_users)
 
 
 def check_law_sizes(entry, parameters, items, users: int) -> None:

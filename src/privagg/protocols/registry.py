@@ -67,6 +67,8 @@ class ProtocolEntry:
     audit_instances: tuple[dict[str, Any], ...] = ()
     # neighbouring pairs of datasets (lists of items) to audit, when the guarantee needs a data condition
     audit_pairs: Callable[[Any, int], Any] | None = None
+    # (pairs, joint states, cached states) the exact audit of (parameters, users) would take, before it is built
+    audit_cost: Callable[..., tuple[float, float, float]] | None = None
     pure: bool = False  # pure eps-DP: no delta anywhere (calibrate takes delta = 0)
     # messages or error grow with B: no default domain for --input, and the bundled data is the
     # datasets.SMALL_VOCABULARY most common words as categories (the 20,000 hashed into 2^24 would not run)
@@ -101,7 +103,8 @@ _CENTRAL: dict[str, Any] = dict(family="central baselines", calibrations=("exact
 
 # the sampling family (protocols/sampling_sharing.py)
 _SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS,
-                                 message_law=ss.message_law, law_size=ss.law_size, audit_pairs=ss.audit_pairs)
+                                 message_law=ss.message_law, law_size=ss.law_size, audit_pairs=ss.audit_pairs,
+                                 audit_cost=ss.audit_cost)
 # beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
 # (the closed form's delta needs hundreds of holders: its instance claims a large delta, to be audited at all)
 _SAMPLING_AUDITS = (dict(n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=1 / 3),
@@ -234,7 +237,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size,
+        calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size, audit_cost=ss.audit_cost,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,

@@ -994,6 +994,98 @@ def audit_pairs(parameters: SamplingParameters, users: int):
                         yield (np.repeat(np.arange(N), counts).tolist(), np.repeat(np.arange(N), moved).tolist())
 
 
+def _composition_count(total: int, parts: int, least: int) -> float:
+    """How many count vectors :func:`_compositions` yields: C(total - least parts + parts - 1, parts - 1)."""
+    free = total - least * parts
+    return exact_laws.comb(free + parts - 1, parts - 1) if free >= 0 else 0.0
+
+
+def audit_cost(parameters: SharingParameters, users: int, budget: float = math.inf) -> tuple[float, float, float]:
+    """What the exact auditor (privagg.audit) would do for these parameters and ``users`` users, before it does any
+    of it: (neighbouring pairs of datasets, joint states its convolutions form, states its caches hold).
+
+    It mirrors audit.OutputLaws on count vectors: each dataset is its first user's law convolved with the law of
+    the others' sorted items, built one user at a time with every prefix cached. A prefix holding q_j users of
+    category j has at most prod_j (q_j + 1) outcomes for the sampling protocols (each user counted or not), its
+    pairs (q_j + 1)(q_j + 2) / 2 in TSS's adaptive stage, and prod_t (2 T |q| + 2^k q_t + 1) for DPDG (capped by
+    the product of the users' law sizes). The pairs are :func:`audit_pairs`' (DPDG: every neighbouring pair,
+    parameters.neighbouring_pairs). Counting stops once the work passes ``budget``."""
+    from .parameters import neighbouring_pair_count
+
+    p, N = parameters, parameters.domain_size
+    dpdg = isinstance(p, DPDGParameters)
+    adaptive = isinstance(p, TSSParameters) and p.second_stage == "adaptive"
+    if dpdg:
+        cut = math.ceil(12 * math.sqrt(p.noise_variance)) + 2
+        user_states = exact_laws.power(2 * cut + 1, N)
+        pairs = float(neighbouring_pair_count(N, users)) if N <= 64 and users <= 10**6 else \
+            exact_laws.comb(N + users - 2, users - 1) * N * (N - 1) / 2
+        least = 0
+    else:
+        least = p.min_count
+        pairs = _composition_count(users, N, least) * N * (N - 1)
+        user_states = 3.0 if adaptive else 2.0
+    if pairs > 10**6:  # the auditor refuses past its pairs anyway: the work is at least one user's law a pair
+        return pairs, math.inf, math.inf
+
+    def sizes(leading: tuple[int, ...], j: int, ks: np.ndarray) -> np.ndarray:
+        """The outcomes of the prefix holding ``leading`` (categories before j) and ks users of category j."""
+        counts = np.array(leading + (0,) * (N - len(leading)), dtype=np.float64)
+        if dpdg:
+            total = sum(leading) + ks
+            grid = np.prod([2 * cut * total + p.scale * (counts[t] + (ks if t == j else 0)) + 1 for t in range(N)],
+                           axis=0)
+            return np.minimum(grid, np.exp(np.minimum(total * math.log(user_states), 709.0)))
+        if adaptive:
+            return np.prod((counts + 1) * (counts + 2) / 2) * (ks + 1) * (ks + 2) / 2
+        return np.prod(counts + 1) * (ks + 1)
+
+    work = cached = 0.0
+    built: dict[tuple[tuple[int, ...], int], int] = {}
+    datasets: set[tuple[int, tuple[int, ...]]] = set()
+
+    def add(first_states: float, others: tuple[int, ...], key) -> None:
+        nonlocal work, cached
+        if key in datasets:
+            return
+        datasets.add(key)
+        for j in range(N):
+            if others[j]:
+                leading = others[:j]
+                while leading and not leading[-1]:
+                    leading = leading[:-1]
+                done = built.get((leading, j), 0)
+                if others[j] > done:
+                    ks = np.arange(done, others[j], dtype=np.float64)
+                    step = sizes(leading, j, ks)
+                    work += float(step.sum()) * user_states
+                    cached += float(sizes(leading, j, ks + 1).sum())
+                    built[(leading, j)] = others[j]
+        whole = float(sizes(others[:N - 1], N - 1, np.array([float(others[N - 1])]))[0])
+        work += whole * first_states
+        cached += float(sizes(others[:N - 1], N - 1, np.array([others[N - 1] + 1.0]))[0]) if dpdg else \
+            whole * first_states
+
+    first_states = 2 * exact_laws.comb(N, p.report_size) if adaptive else user_states
+    for counts in _compositions(users - 1 if dpdg else users, N, least):
+        if work > budget:
+            break
+        if dpdg:  # user 0 holds any x, the others ``counts``
+            for x in range(N):
+                add(user_states, counts, (x, counts))
+        elif adaptive:  # the moved user (his law is his report set's) held a or holds b; the others: counts - e_a
+            for a in range(N):
+                others = counts[:a] + (counts[a] - 1,) + counts[a + 1:]
+                for first in range(N):
+                    add(first_states, others, (first, others))
+        else:
+            for dataset in [counts] + [tuple(c - (j == a) + (j == b) for j, c in enumerate(counts))
+                                       for a in range(N) for b in range(N) if a != b]:
+                first = next(j for j, c in enumerate(dataset) if c)
+                add(user_states, dataset[:first] + (dataset[first] - 1,) + dataset[first + 1:], dataset)
+    return pairs, work, cached
+
+
 def _compositions(total: int, parts: int, least: int):
     """Count vectors of ``parts`` entries, each at least ``least``, summing to ``total``."""
     if parts == 1:
