@@ -252,6 +252,43 @@ def test_seeded_runs_are_unchanged_by_fingerprints():
     assert np.array_equal(a.estimates, b.estimates)
 
 
+@pytest.mark.parametrize("protocol, kw", [("fe1", dict(epsilon=1.0, delta=1e-6)), ("fe0", dict(epsilon=1.0, delta=1e-6)),
+                                          ("grr", dict(epsilon=2.0)), ("olh", dict(epsilon=2.0)),
+                                          ("laplace", dict(epsilon=1.0)),
+                                          ("dpds", dict(epsilon=1.0, delta=0.01, min_count_fraction=0.05))])
+def test_aggregates_over_other_candidates_are_refused(protocol, kw):
+    """Two analyzers of the same parameters over other candidates: their aggregates hold other counts in the same
+    places (merged, a wrong count silently) or other lengths (a numpy broadcast error): refused by merge,
+    agg_update and finalize, naming both lists; the same list in another order is the same analyzer."""
+    params = registry.calibrate(protocol, n_users=600, domain_size=12, **kw)
+    first, second = registry.analyzer(params, queries=[1, 2, 3]), registry.analyzer(params, queries=[4, 5, 6])
+    a, b = first.agg_init(), second.agg_init()
+    for call in (lambda: first.merge([a, b]), lambda: first.finalize(b), lambda: first.agg_update(b, first.layout.empty())):
+        with pytest.raises(ParameterError) as err:
+            call()
+        assert "candidates 1, 2, 3" in str(err.value) and "candidates 4, 5, 6" in str(err.value)
+    shorter = registry.analyzer(params, queries=[1, 2])
+    with pytest.raises(ParameterError, match="over the same candidates"):
+        shorter.merge([shorter.agg_init(), a])
+    whole = registry.analyzer(params)
+    with pytest.raises(ParameterError, match=r"every item.*candidates 1, 2, 3"):
+        whole.merge([whole.agg_init(), a])
+    reordered = registry.analyzer(params, queries=[3, 2, 1, 1])
+    assert reordered.finalize(reordered.merge([a, reordered.agg_init()])).estimates.size == 3
+
+
+def test_long_candidate_lists_are_told_apart_by_a_digest():
+    params = registry.calibrate("fe1", n_users=600, domain_size=1000, epsilon=1.0, delta=1e-6)
+    first = registry.analyzer(params, queries=list(range(100)))
+    second = registry.analyzer(params, queries=list(range(99)) + [500])
+    other = registry.analyzer(params, queries=[0, 1, 2, 50, 99])
+    with pytest.raises(ParameterError, match=r"100 candidates 0, 1, 2, \.\.\., 99 \(digest"):
+        first.merge([first.agg_init(), second.agg_init()])
+    with pytest.raises(ParameterError, match="over the same candidates"):
+        first.finalize(other.agg_init())
+    assert first.merge([first.agg_init(), registry.analyzer(params, queries=list(range(100))).agg_init()]).messages == 0
+
+
 # --- 4. one missing-value policy for vectors and items ---------------------------------------------------
 
 def test_a_blank_vector_row_is_an_error_naming_its_line(tmp_path):

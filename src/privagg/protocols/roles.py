@@ -146,6 +146,32 @@ def _own_fingerprint(role: Any) -> str | None:
     return cached
 
 
+def _queries_text(queries: np.ndarray) -> str:
+    """The candidates as a person reads them: all of a few, else the first and last with a digest of them all."""
+    import hashlib
+
+    values = np.asarray(queries).ravel().tolist()
+    if len(values) <= 8:
+        return "candidates " + ", ".join(str(v) for v in values)
+    digest = hashlib.sha256(np.asarray(queries, dtype=np.int64).tobytes()).hexdigest()[:8]
+    return (f"{len(values)} candidates {', '.join(str(v) for v in values[:3])}, ..., {values[-1]} "
+            f"(digest {digest})")
+
+
+def _own_aggregate_fingerprint(role: Any) -> str | None:
+    """What an aggregate of ``role`` carries: its parameters' fingerprint and, for an analyzer built over a list
+    of candidates (``queries``), that list -- an aggregate over other candidates holds other counts, in other
+    places, and must not be merged or finalized here. An analyzer of the whole domain adds "every item"."""
+    cached = role.__dict__.get("_aggregate_fingerprint", False)
+    if cached is False:
+        cached = _own_fingerprint(role)
+        if cached is not None:
+            queries = getattr(role, "queries", None)
+            cached += f", {'every item' if queries is None else _queries_text(queries)}"
+        role.__dict__["_aggregate_fingerprint"] = cached
+    return cached
+
+
 def _stamp(agg: Any, fingerprint: str | None) -> Any:
     if fingerprint is not None and getattr(agg, FINGERPRINT, None) is None:
         try:
@@ -158,6 +184,10 @@ def _stamp(agg: Any, fingerprint: str | None) -> Any:
 def check_fingerprint(expected: str | None, found: str | None, what: str) -> None:
     """ParameterError naming both when ``found`` (of an aggregate or a message batch) is not ``expected``."""
     if expected is not None and found is not None and found != expected:
+        same_parameters = expected.split(",")[0] == found.split(",")[0]
+        if same_parameters:  # an aggregate of an analyzer over other candidates
+            raise ParameterError(what, f"made by an analyzer over the same candidates ({expected})",
+                                 f"{what} made over others ({found})")
         raise ParameterError(what, f"made with the analyzer's parameters ({expected})",
                              f"{what} made with other parameters ({found})")
 
@@ -190,9 +220,10 @@ def check_aggregate(role: Any, agg: Any, field: str = "aggregate", owner: type |
 
 def with_fingerprints(cls: type) -> type:
     """Stamp and check the parameters' fingerprint on what ``cls``'s roles make and take, in one place for every
-    protocol: ``randomize`` stamps its message batch; ``agg_init`` stamps its aggregate; ``agg_update`` refuses
-    an aggregate or a batch of other parameters; ``merge`` and ``finalize`` refuse aggregates of other
-    parameters. Batches and aggregates without a fingerprint (read from files, made before fingerprints) are not
+    protocol: ``randomize`` stamps its message batch; ``agg_init`` stamps its aggregate (with the analyzer's
+    candidates, ``queries``, too); ``agg_update`` refuses an aggregate or a batch of other parameters, or an
+    aggregate over other candidates; ``merge`` and ``finalize`` refuse aggregates of other parameters or over
+    other candidates. Batches and aggregates without a fingerprint (read from files, made before fingerprints) are not
     checked. The same wrappers refuse what is no batch or no aggregate of the role's class at all (a
     ParameterError naming the argument, not an AttributeError from inside the protocol)."""
     import functools
@@ -214,22 +245,22 @@ def with_fingerprints(cls: type) -> type:
 
     def agg_init(method):
         def inner(self, *args, **kwargs):
-            return _stamp(method(self, *args, **kwargs), _own_fingerprint(self))
+            return _stamp(method(self, *args, **kwargs), _own_aggregate_fingerprint(self))
         return inner
 
     def agg_update(method):
         def inner(self, agg, messages, *args, **kwargs):
             check_aggregate(self, agg, owner=cls)
             check_batch(messages)
-            mine = _own_fingerprint(self)
+            mine = _own_aggregate_fingerprint(self)
             check_fingerprint(mine, getattr(agg, FINGERPRINT, None), "aggregate")
-            check_fingerprint(mine, getattr(messages, "fingerprint", None), "messages")
+            check_fingerprint(_own_fingerprint(self), getattr(messages, "fingerprint", None), "messages")
             return _stamp(method(self, agg, messages, *args, **kwargs), mine)
         return inner
 
     def merge(method):
         def inner(self, aggs, *args, **kwargs):
-            mine = _own_fingerprint(self)
+            mine = _own_aggregate_fingerprint(self)
             aggs = list(check_sequence("aggregates to merge", aggs, "a list of aggregates of this analyzer"))
             for agg in aggs:
                 check_aggregate(self, agg, "aggregates to merge", cls)
@@ -240,7 +271,7 @@ def with_fingerprints(cls: type) -> type:
     def finalize(method):
         def inner(self, agg, *args, **kwargs):
             check_aggregate(self, agg, owner=cls)
-            check_fingerprint(_own_fingerprint(self), getattr(agg, FINGERPRINT, None), "aggregate")
+            check_fingerprint(_own_aggregate_fingerprint(self), getattr(agg, FINGERPRINT, None), "aggregate")
             return method(self, agg, *args, **kwargs)
         return inner
 
