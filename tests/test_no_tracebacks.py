@@ -290,3 +290,37 @@ def test_api_accepts_what_it_documents(fe1):
     hh = privagg.HeavyHitterList(params, np.array([1], dtype=object), np.array([2.0]), 1.0, np.array([0.5]))
     assert 1 in hh and [1] not in hh and {} not in hh
     assert privagg.shuffle(messages, np.random.default_rng(0)) is messages
+
+
+@pytest.mark.parametrize("protocol", ["olh", "grr", "oue", "hadamard", "laplace", "gaussian"])
+@pytest.mark.parametrize("epsilon", ["33.97", "40", "100", "1000", "1e-9", "1e-300"])
+def test_extreme_epsilon_of_the_baselines_is_a_result_or_one_line(files, protocol, epsilon):
+    """olh at eps 100 was a ValueError, at 1000 an OverflowError (exit 4), and at 40 named --bins, never given:
+    every baseline answers, or refuses in one line naming what the user typed."""
+    delta = ["--delta", "1e-9"] if protocol == "gaussian" else []
+    result = runner.invoke(app, ["estimate", protocol, "--epsilon", epsilon, *delta, "--domain", "100", "--input",
+                                 str(files / "good.txt"), "--seed", "1"])
+    assert result.exit_code in (0, 2), result.output
+    if result.exit_code == 2:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].split()[1] in ("epsilon", "delta"), result.stderr
+        assert "local_epsilon" not in lines[0] and "fractional-bits" not in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("epsilon", ["33.97", "40", "100", "1000"])
+def test_olh_past_its_default_bins_names_epsilon_and_bins(files, epsilon):
+    result = runner.invoke(app, ["estimate", "olh", "--epsilon", epsilon, "--domain", "100", "--input",
+                                 str(files / "good.txt")])
+    assert result.exit_code == 2 and result.stderr.startswith("error: epsilon must be at most about 33.9 for olh")
+    assert "--bins" in result.stderr
+    given = runner.invoke(app, ["estimate", "olh", "--epsilon", epsilon, "--bins", "64", "--domain", "100", "--input",
+                                str(files / "good.txt"), "--seed", "1"])
+    assert given.exit_code == 0, given.output
+
+
+def test_olh_just_below_its_largest_default_epsilon_calibrates():
+    from privagg.protocols.local_baselines import OLH_DEFAULT_BINS_EPSILON_MAX, calibrate_olh
+
+    assert calibrate_olh(33.96, None, 1000, 100).bins <= 2**49
+    with pytest.raises(ParameterError, match="epsilon must be at most about 33.9"):
+        calibrate_olh(OLH_DEFAULT_BINS_EPSILON_MAX, None, 1000, 100)

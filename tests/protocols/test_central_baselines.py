@@ -68,3 +68,14 @@ def test_laplace_takes_no_delta_and_estimates_the_bundled_words():
     assert report["privacy"]["model"] == "central" and report["parameters"]["delta"] == 0
     top = report["estimates"][0]
     assert top["item"] == "the" and abs(top["estimate"] - top["true_count"]) <= 5 * top["stderr"]
+
+
+@pytest.mark.parametrize("epsilon", [100.0, 128.0, 129.0, 1000.0, 1e200])
+def test_laplace_at_a_huge_epsilon_caps_its_scale_and_answers(epsilon):
+    """eps = 1000 failed scale_numerator's range (a field no one typed), then delta_at overflowed expm1: the scale
+    is capped at a = 64 (noise that buys eps = 128, at most the claim), and delta(eps) is 0 past 2a."""
+    params = registry.calibrate("laplace", epsilon=epsilon, n_users=100, domain_size=10)
+    assert params.a == min(epsilon / 2, 64.0)
+    assert params.delta_at(epsilon) == 0.0 and params.delta_at(2 * params.a) == 0.0
+    assert params.delta_at(params.a) > 0.0
+    params.verify()

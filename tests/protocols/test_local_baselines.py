@@ -166,3 +166,21 @@ def test_estimates_on_the_bundled_words():
     report = json.loads(result.stdout)
     top = report["estimates"][0]
     assert "the" in top["item"].split("|") and abs(top["estimate"] - top["true_count"]) <= 4.5 * top["stderr"]
+
+
+@pytest.mark.parametrize("epsilon", [33.97, 40.0, 100.0, 1000.0, 1e300])
+def test_olh_default_bins_past_the_field_names_epsilon(epsilon):
+    """g = round(e^eps) + 1 passed 2^49 (a --bins error the user never gave), a ValueError at 100 and an
+    OverflowError at 1000: now the largest epsilon, and --bins, are named."""
+    with pytest.raises(ParameterError) as err:
+        lb.calibrate_olh(epsilon, None, 1000, 100)
+    assert err.value.field == "epsilon" and "at most about 33.9 for olh" in str(err.value) and "--bins" in str(err.value)
+    assert lb.calibrate_olh(epsilon, None, 1000, 100, bins=64).bins == 64
+
+
+@pytest.mark.parametrize("protocol, domain, epsilon", [("grr", 2**24, 1e-9), ("grr", 100, 1e-300), ("oue", 100, 1e-300),
+                                                       ("hadamard", 100, 1e-300), ("olh", 100, 1e-300)])
+def test_too_small_epsilon_names_epsilon_not_local_epsilon(protocol, domain, epsilon):
+    with pytest.raises(ParameterError) as err:
+        registry.calibrate(protocol, epsilon=epsilon, n_users=1000, domain_size=domain)
+    assert err.value.field == "epsilon" and "local_epsilon" not in str(err.value)

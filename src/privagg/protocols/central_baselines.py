@@ -186,7 +186,9 @@ class LaplaceParameters(_CentralParameters):
         """Exact: each of the two moved counts adds a loss of +a or -a (+a when its noise is on the far side of
         the shift, with probability 1 / (1 + e^-a)), so delta(eps) = (1 / (1 + e^-a))^2 max(0, 1 - e^(eps - 2a))
         (docs/derivations.md)."""
-        return (1 / (1 + math.exp(-self.a))) ** 2 * max(0.0, -math.expm1(check_epsilon(epsilon) - 2 * self.a))
+        if check_epsilon(epsilon) >= 2 * self.a:  # pure eps-DP at 2a: nothing above it (and no expm1 overflow)
+            return 0.0
+        return (1 / (1 + math.exp(-self.a))) ** 2 * -math.expm1(epsilon - 2 * self.a)
 
     def derived(self) -> dict:
         return {"noise_epsilon": 2 * self.a}
@@ -266,7 +268,9 @@ def _calibrated(cls, epsilon: float, delta: float, n_users: int, domain_size: in
 
 
 def _laplace_scale(epsilon: float, delta: float) -> dict[str, int]:
-    s = math.floor(epsilon / 2 * LAPLACE_DENOMINATOR)
+    """s = floor(eps t / 2), at most 64 t (a = 64, the sampler's largest: the noise is then nonzero with
+    probability about 3e-28; a larger eps gets that noise, which buys eps = 128, less than it claims)."""
+    s = min(math.floor(epsilon / 2 * LAPLACE_DENOMINATOR), 64 * LAPLACE_DENOMINATOR)
     if s < 1:
         raise ParameterError("epsilon", f"at least 2 / {LAPLACE_DENOMINATOR} for the discrete Laplace's grid", epsilon)
     return {"scale_numerator": s, "scale_denominator": LAPLACE_DENOMINATOR}

@@ -46,6 +46,8 @@ from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neig
 from .results import FrequencyTable
 
 CALIBRATIONS = ("exact",)
+# OLH's default g = round(e^eps) + 1 stays within HASHED_DOMAIN_MAX below this epsilon (ln(2^49 - 1/2), 33.96)
+OLH_DEFAULT_BINS_EPSILON_MAX = math.log(HASHED_DOMAIN_MAX - 0.5)
 OUE_COINS = 2**24  # OUE's coins drawn at once (8 bytes each)
 
 
@@ -88,8 +90,11 @@ class _LocalParameters(OneItemReports, FrozenParameters):
         if self.calibration not in CALIBRATIONS:
             raise ParameterError("calibration", f"one of {', '.join(CALIBRATIONS)}", self.calibration)
         if self.keep <= self.other:
-            raise ParameterError("local_epsilon", "large enough that a report carries signal once its coins are "
-                                 "rounded to 53 bits (about 1e-14 or more)", self.local_epsilon)
+            # p - q is about eps / B for GRR, eps / 2 for the binary randomizers, against the coins' 2^-53
+            smallest = (self.domain_size if self.protocol == "grr" else 2) * 2.0**-52
+            field = "epsilon" if self.local_epsilon == self.epsilon else "local_epsilon"  # --epsilon, as calibrated
+            raise ParameterError(field, f"large enough that a report carries signal once its coins are rounded to "
+                                 f"53 bits (at least about {smallest:.1g} here)", self.local_epsilon)
 
     @property
     def keep_numerator(self) -> int:
@@ -362,6 +367,10 @@ def calibrate_olh(epsilon: float, delta: float | None, n_users: int, domain_size
                   bins: int | None = None) -> OLHParameters:
     """g = ``bins``, default round(e^eps) + 1 (the variance-optimal g of Wang et al. 2017)."""
     epsilon = check_epsilon(epsilon)
+    if bins is None and epsilon >= OLH_DEFAULT_BINS_EPSILON_MAX:  # e^eps + 1 bins would pass the hash's field
+        raise ParameterError("epsilon", f"at most about {math.floor(OLH_DEFAULT_BINS_EPSILON_MAX * 10) / 10:g} for olh "
+                             f"(its bins g = round(e^eps) + 1 must be at most {HASHED_DOMAIN_MAX}; or give --bins)",
+                             epsilon)
     g = round(math.exp(epsilon)) + 1 if bins is None else check_integer("bins", bins, 2, HASHED_DOMAIN_MAX)
     domain = check_integer("domain", domain_size, 2, HASHED_DOMAIN_MAX)
     return _calibrated(OLHParameters, epsilon, delta, n_users, domain, calibration, bins=g,
