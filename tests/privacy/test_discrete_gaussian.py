@@ -253,3 +253,27 @@ def test_classic_sigma_and_variance():
 def test_bad_input(call, match):
     with pytest.raises(ParameterError, match=match):
         call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: dg.calibrate(1e-9, 1e-9, 1, 1),  # the central gaussian: no --fractional-bits at all
+    lambda: dg.calibrate(1e-9, 1e-9, 1000, 2**8),  # dpdg's default 8 bits: even 0 would need too much
+    lambda: dg.calibrate(1e-5, 1e-6, 1, 1),
+    lambda: dg.classic_variance(1e-9, 1e-9, 1000, 2**8),
+    lambda: dg.classic_variance(1e-9, 1e-9, 1, 1),
+])
+def test_noise_too_large_at_any_scale_names_epsilon_and_delta_first(call):
+    """'fractional-bits must be at most about 0 here ..., got 0' named an option gaussian has not and contradicted
+    itself; when no number of bits helps, only a larger epsilon or delta does, and the error says so."""
+    with pytest.raises(ParameterError) as err:
+        call()
+    assert err.value.field == "epsilon" and str(err.value).startswith("epsilon must be larger here, or --delta larger")
+    assert "fractional-bits" not in str(err.value)
+
+
+def test_fewer_fractional_bits_named_only_where_some_would_do():
+    with pytest.raises(ParameterError) as err:
+        dg.calibrate(0.01, 1e-9, 100, 2**20)
+    accepted = int(str(err.value).split("at most about ")[1].split()[0])
+    assert err.value.field == "fractional-bits" and 0 <= accepted < 20 and "--epsilon or --delta" in str(err.value)
+    dg.calibrate(0.01, 1e-9, 100, 2 ** max(accepted - 1, 0))  # a little fewer than named fits

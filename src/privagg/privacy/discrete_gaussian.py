@@ -413,13 +413,19 @@ def _continuous_variance(epsilon: float, delta: float, users: int, shift: int) -
     return 2 * shift**2 / mu**2 / users
 
 
-def _too_fine(shift: int, excess: float, why: str) -> ParameterError:
+def _too_fine(shift: int, excess: float, why: str, epsilon: float) -> ParameterError:
     """The error for a scale whose noise would need ``excess`` times more variance than allowed: noise scales with
-    shift^2, so name the fractional bits that would fit (about)."""
+    shift^2, so name the fractional bits that would fit (about) -- where some would: at scale 1 (the central
+    gaussian has no --fractional-bits, DPDG at 0 bits) or when even 0 bits need too much, only a larger --epsilon
+    or --delta helps, and the error names them."""
     k = math.log2(shift)
-    fits = max(0, min(math.ceil(k) - 1, math.floor(k - 0.5 * math.log2(excess))))
+    fits = min(math.ceil(k) - 1, math.floor(k - 0.5 * math.log2(excess)))
+    if fits < 0:
+        return ParameterError("epsilon", f"larger here, or --delta larger ({why}; the noise shrinks as either "
+                              "grows)", epsilon)
     got = int(k) if shift == 2 ** int(k) else f"a scale of {shift}"
-    return ParameterError("fractional-bits", f"at most about {fits} here ({why}); or raise epsilon or delta", got)
+    return ParameterError("fractional-bits", f"at most about {fits} here ({why}); or a larger --epsilon or --delta",
+                          got)
 
 
 def calibrate(epsilon: float, delta: float, users: int, shift: int) -> int:
@@ -442,14 +448,14 @@ def calibrate(epsilon: float, delta: float, users: int, shift: int) -> int:
     why = (f"the sum's noise variance needed, about {guess * n:.3g}, exceeds the exact accountant's limit "
            f"{TOTAL_VARIANCE_MAX:.0e}")
     if guess > 1.05 * largest:  # the discrete sum needs about what the continuous Gaussian needs
-        raise _too_fine(s, guess / largest, why)
+        raise _too_fine(s, guess / largest, why, epsilon)
     passes = lambda v: delta_at(epsilon, v, n, s) <= delta  # noqa: E731
     lo, hi = 0, max(1, min(largest, math.ceil(guess * 1.05)))  # lo = 0: no noise, never private
     while not passes(hi):
         if hi == largest:
             if delta_at(epsilon, hi, n, s) < 1e-11:
                 raise floor
-            raise _too_fine(s, 1.0, why)
+            raise _too_fine(s, 1.0, why, epsilon)
         lo, hi = hi, min(largest, 2 * hi)
     if lo == 0:
         candidate = min(hi - 1, math.floor(guess * 0.95))
@@ -476,5 +482,5 @@ def classic_variance(epsilon: float, delta: float, users: int, shift: int) -> in
     needed = 2 * s**2 * sigma**2 / n
     if needed > SIGMA_SQUARED_MAX:
         raise _too_fine(s, needed / SIGMA_SQUARED_MAX, f"the per-user noise variance needed, about {needed:.3g}, "
-                        "exceeds the sampler's cap 2^48")
+                        "exceeds the sampler's cap 2^48", epsilon)
     return max(1, math.ceil(needed))
