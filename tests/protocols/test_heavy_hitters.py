@@ -250,3 +250,34 @@ def test_python_ints_across_2_63_and_the_thinning_near_phi_b_1():
     # ln(phi B) is floored at 1: B = 11 at phi 0.1 thins no harder than B = 10 (the authors' term would be 0.09)
     small = [calibrate_fe_hh(1.0, 1e-6, 50_000, domain, 0.1).filter_probability for domain in (10, 11)]
     assert small[1] >= small[0] * 0.9
+
+
+@pytest.mark.parametrize("followed", [1, 2])
+def test_a_capped_first_level_is_level_0_in_prose(monkeypatch, followed):
+    """capped_levels held the bool True for level 0 ('passed levels [True, 1, 2]'): it holds 0, and the
+    warning reads as prose."""
+    import privagg.protocols.heavy_hitters as hh
+
+    rng = np.random.default_rng(3)
+    values = planted_integers(rng, N, 2**40, [0.1, 0.08, 0.06, 0.05])
+    monkeypatch.setattr(hh, "SURVIVORS_PER_PHI", 0.02 * followed)  # follow ``followed`` prefixes a level
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**40, 0.02)
+    assert params.survivor_cap == followed
+    messages = shuffle(HeavyHitterClient(params).randomize(values, 4), 5)
+    analyzer = HeavyHitterAnalyzer(params)
+    result = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), messages))
+    assert result.capped_levels and result.capped_levels[0] == 0
+    assert all(type(k) is int for k in result.capped_levels) and list(result.capped_levels) == sorted(
+        set(result.capped_levels))
+    report, _ = estimate_heavy_hitters(values, epsilon=1.0, delta=1e-10, phi=0.02, domain_size=2**40, seed=1)
+    warning = next(w for w in report.warnings if "followed passed" in w)
+    assert "level 0" in warning or "levels 0" in warning
+    assert "True" not in warning and "[" not in warning
+
+
+def test_levels_text_reads_as_prose():
+    from privagg.simulate.heavy_hitters import levels_text
+
+    assert levels_text((0,)) == "level 0"
+    assert levels_text((0, 1)) == "levels 0 and 1"
+    assert levels_text([0, 1, 2, 5]) == "levels 0, 1, 2 and 5"

@@ -615,7 +615,7 @@ class HeavyHitterAnalyzer:
                                                       p.survivor_cap)
         del counts, passing
         values = [int(x) for x in values]
-        survivors, capped_levels = [len(values)], [capped] if capped else []
+        survivors, capped_levels = [len(values)], [0] if capped else []  # level 0, when its cap dropped any
         for k in range(1, p.levels):
             if not values:
                 break

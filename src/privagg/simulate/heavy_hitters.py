@@ -37,6 +37,14 @@ CHILD_BYTES = 72
 WALK_STEPS_MAX = 10**12
 
 
+
+def levels_text(levels) -> str:
+    """Tree levels as prose: "level 2", "levels 0 and 1", "levels 0, 1 and 2"."""
+    names = [str(int(k)) for k in levels]
+    if len(names) == 1:
+        return f"level {names[0]}"
+    return f"levels {', '.join(names[:-1])} and {names[-1]}"
+
 def walk_bytes(parameters) -> int:
     """The most memory one level of the analyzer's tree walk may take (:data:`CHILD_BYTES`)."""
     return parameters.survivor_cap * (1 << parameters.step) * CHILD_BYTES
@@ -138,8 +146,8 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
         threshold=parameters.threshold, heavy_hitters=found, survivors=list(result.survivors),
         theory=parameters.theory(), privacy_profile=privacy_profile(parameters),
         warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
-                  *([f"more prefixes than the {parameters.survivor_cap} followed passed levels "
-                     f"{list(result.capped_levels)}: the largest estimates were kept"] if result.capped_levels
+                  *([f"more prefixes than the {parameters.survivor_cap} followed passed "
+                     f"{levels_text(result.capped_levels)}: the largest estimates were kept"] if result.capped_levels
                     else [])],
         evaluation=score(result.items.tolist(), truth, parameters.threshold) if evaluate else None,
         simulation=Simulation("faithful", randomness, False, seconds,
