@@ -72,3 +72,28 @@ def test_bad_items(bad, match):
 def test_bad_domain():
     with pytest.raises(ParameterError, match="domain must be an integer >= 2"):
         ItemEncoder(1)
+
+
+@pytest.mark.parametrize("domain", [2**63 + 1, 2**64 - 1, 2**64, 10**30])
+def test_a_domain_past_int64_codes_is_refused_naming_domain(domain):
+    """compare --domain 18446744073709551615 hashed the bundled words into it: an OverflowError (int64 codes)."""
+    with pytest.raises(ParameterError) as err:
+        ItemEncoder(domain)
+    assert err.value.field == "domain" and "at most 2^63" in str(err.value)
+
+
+def test_the_largest_int64_domain_still_encodes():
+    encoder = ItemEncoder(2**63, key=b"k")
+    codes = encoder.encode(["a", "b", "a"])
+    assert codes.dtype == np.int64 and codes[0] == codes[2] and 0 <= codes.min() and codes.max() < 2**63
+    assert ItemEncoder(2**63, kind="integer").encode(np.array([0, 2**63 - 1], dtype=np.int64)).tolist() == [0, 2**63 - 1]
+
+
+def test_compare_at_a_domain_past_int64_is_one_line():
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    result = CliRunner().invoke(app, ["compare", "--protocols", "fe1,grr,oue", "--epsilon", "1", "--delta", "1e-8",
+                                      "--domain", str(2**64 - 1)])
+    assert result.exit_code == 2 and result.stderr.startswith("error: domain must be at most 2^63"), result.output

@@ -41,11 +41,17 @@ def check_item_key(key: str) -> str:
     return key
 
 
+CODES_MAX = 2**63  # the largest domain whose codes [0, B) fit int64
+
 class ItemEncoder:
     """Maps items into [domain_size] and public items' codes back to labels."""
 
     def __init__(self, domain_size: int, key: bytes | None = None, kind: str | None = None) -> None:
         self.domain_size = check_integer("domain", domain_size, 2)
+        if self.domain_size > CODES_MAX:  # codes are int64 (2^64 - 1 was an OverflowError hashing text into it)
+            raise ParameterError("domain", f"at most 2^63 = {CODES_MAX} for items encoded into codes (64-bit "
+                                 "integers; the frequency protocols take at most 2^49, fe-hh's own values up to "
+                                 "2^64)", self.domain_size)
         if key is not None:
             check_instance("key", key, (bytes, bytearray, memoryview), "1 to 64 bytes (a bytes object; a hex key: "
                            "bytes.fromhex(text))")
