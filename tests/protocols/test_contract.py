@@ -514,3 +514,28 @@ def test_faithful_and_fast_paths_agree_in_distribution(name):
     for j in range(items.size):
         assert stats.ks_2samp(faithful[:, j], fast[:, j]).pvalue > 1e-3
     assert stats.ks_2samp(faithful_totals, fast_totals).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("protocol, kw", [("fe1", dict(delta=1e-9)), ("olh", dict(delta=None))])
+@pytest.mark.parametrize("domain", [2**28 + 1, 2**40, 2**49])
+def test_a_whole_domain_analyzer_past_the_cli_limit_is_refused_at_construction(protocol, kw, domain):
+    """privagg.analyzer(fe1 at B = 2^49) without queries was accepted, and agg_init asked for 4 PiB: refused at
+    construction past the CLI's --full-domain limit (simulate.frequency.FULL_DOMAIN_MAX), naming queries."""
+    import privagg
+    from privagg.simulate.frequency import FULL_DOMAIN_MAX
+
+    params = privagg.calibrate(protocol, epsilon=1.0, n_users=1000, domain_size=domain, **kw)
+    with pytest.raises(ParameterError) as err:
+        privagg.analyzer(params)
+    assert err.value.field == "queries" and f"2^{FULL_DOMAIN_MAX.bit_length() - 1}" in str(err.value)
+    assert privagg.analyzer(params, queries=[1, 5]).finalize(privagg.analyzer(params, queries=[1, 5]).agg_init()
+                                                             ).estimates.size == 2
+
+
+def test_a_whole_domain_analyzer_at_the_limit_is_built():
+    import privagg
+    from privagg.simulate.frequency import FULL_DOMAIN_MAX
+
+    privagg.analyzer(privagg.calibrate("fe0", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=2**20))
+    params = privagg.calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=FULL_DOMAIN_MAX)
+    assert type(privagg.analyzer(params)).__name__ == "FE1Analyzer"
