@@ -350,3 +350,28 @@ def test_heavy_hitter_list_and_vector_sum_queries():
     assert codes.tolist() == [7, 3] and estimates.tolist() == [900.0, 500.0]  # ties: the smaller item first
     total = VectorSum(params, np.array([2500.0, 5000.0]), np.array([10.0, 12.0]))
     assert np.allclose(total.mean(), [0.25, 0.5])
+
+
+@pytest.mark.parametrize("n, B", [(10**12, 2**24), (10**6, 2**10), (10**5, 100), (10**9, 2**20)])
+def test_fe1_with_more_bins_than_items_warns_that_fe0_is_cheaper(n, B):
+    """n = 10^12, B = 2^24: b = 3.6e10 bins (rho 3.55) where FE0 needs rho 0.0016. A warning, not a cap: the
+    calibrated numbers are unchanged."""
+    params = calibrate_fe1(1.0, 1e-10, n, B)
+    assert params.bins >= B
+    fe0 = calibrate_fe0(1.0, 1e-10, n, B)
+    warning = next(w for w in params.warnings() if "fe0" in w)
+    assert f"b = {params.bins:,} bins" in warning and f"B = {B:,} items" in warning
+    assert f"rho = {fe0.rho:.3g}" in warning and f"against {params.rho:.3g}" in warning
+    assert fe0.rho < params.rho
+    assert calibrate_fe1(1.0, 1e-10, n, B).bins == params.bins  # the calibration itself is untouched
+
+
+@pytest.mark.parametrize("n, B", [(10**5, 2**24), (10**6, 2**30), (1000, 2**40)])
+def test_fe1_with_fewer_bins_than_items_does_not_warn(n, B):
+    params = calibrate_fe1(1.0, 1e-10, n, B)
+    assert params.bins < B and not any("fe0" in w for w in params.warnings())
+
+
+def test_fe1_bins_given_past_the_domain_warns_too():
+    params = calibrate_fe1(1.0, 1e-8, 10**5, 64, bins=1000)
+    assert any("fe0 (no hashing, B bins) is cheaper" in w for w in params.warnings())

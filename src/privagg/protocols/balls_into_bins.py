@@ -340,6 +340,25 @@ class FE1Parameters(BallsIntoBinsParameters):
     def noise_bins(self) -> int:
         return self.bins
 
+    def warnings(self) -> list[str]:
+        """b >= B: FE1 hashes into at least as many bins as there are items, and its dummies (rho = mu b / n)
+        grow with b, while FE0 spreads the same mu over B bins without hashing: it is cheaper. A warning, not a
+        cap: b = floor(n / ln^c n) is the authors' choice (docs/derivations.md), and --bins sets any b."""
+        found = super().warnings()
+        if self.protocol != "fe1" or self.bins < self.domain_size:
+            return found
+        try:
+            fe0 = calibrate_fe0(self.epsilon, self.delta, self.n_users, self.domain_size, self.calibration,
+                                self.honest_fraction)
+            compared = f" (rho = {fe0.rho:.3g} dummies a user there, against {self.rho:.3g} here)"
+        except ParameterError:  # FE0 refuses this domain or calibration: no number to compare
+            fe0, compared = None, ""
+        if fe0 is not None and fe0.rho >= self.rho:
+            return found
+        return found + [f"b = {self.bins:,} bins is at least the domain's B = {self.domain_size:,} items: FE1 hashes "
+                        f"into more bins than there are items, and its noise grows with b; fe0 (no hashing, B bins) "
+                        f"is cheaper here{compared}, or give FE1 fewer --bins (or a larger --c)"]
+
     @functools.cached_property
     def hash(self) -> UniversalHash:
         return UniversalHash(self.modulus, self.bins)
