@@ -218,7 +218,7 @@ def test_a_reproduction_summary_prints_tables_not_dicts(tmp_path, capsys):
 @pytest.mark.slow  # starts a Dask cluster
 def test_dask_says_nothing_when_its_usual_port_is_taken(tmp_path):
     folder = tmp_path / "msgs"
-    made = runner.invoke(app, ["estimate", "fe1", "--epsilon", "1", "--delta", "1e-9", "--domain", "1024", "--seed",
+    made = runner.invoke(app, ["estimate", "fe1", "--epsilon", "1", "--delta", "1e-9", "--domain", "65536", "--seed",
                                "1", "--write-messages", str(folder), "--partitions", "3"])
     assert made.exit_code == 0, made.output
     with socket.socket() as busy:
