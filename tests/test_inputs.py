@@ -228,7 +228,7 @@ def test_runs_beyond_the_memory_are_refused_before_reading(tmp_path, monkeypatch
 
 def test_progress_is_plain_lines_off_a_terminal(tmp_path):
     path = write(tmp_path, "items.txt", "1\n2\n" * 3000)
-    code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-6, "--domain", 100, "--progress")
+    code, _, err = estimate("fe1", "--input", path, "--epsilon", 1, "--delta", 1e-6, "--domain", 4096, "--progress")
     assert code == 0
     lines = err.splitlines()
     assert any(line.startswith("randomize: 6000/6000 (100%)") for line in lines), lines

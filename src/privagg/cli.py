@@ -31,8 +31,8 @@ except ImportError:  # the light install has no command line
     raise SystemExit("privagg's command line needs the cli extra: pip install 'privagg[cli]'") from None
 
 from . import __version__
-from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output, _clean_errors,
-                         _console, _emit, _say)
+from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output,
+                         _clean_errors, _console, _emit, _say)
 from .errors import ParameterError
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
 
@@ -946,7 +946,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
              f"{report.threshold:.0f} users")
         t, found = report.theory, len(report.heavy_hitters)
         unreliable = t["miss_probability"] > UNRELIABLE or t["false_report_probability"] > UNRELIABLE
-        table = Table(title=f"{report.protocol}: {found} heavy hitter{'' if found == 1 else 's'} discovered" + (
+        table = Table(title=f"{report.protocol}: {_count(found, 'heavy hitter')} discovered" + (
             " -- NOT A RELIABLE LIST at this n and phi (see the guarantee below: more users or a larger phi)"
             if unreliable else ""))
         e = report.evaluation
