@@ -281,3 +281,12 @@ def test_levels_text_reads_as_prose():
     assert levels_text((0,)) == "level 0"
     assert levels_text((0, 1)) == "levels 0 and 1"
     assert levels_text([0, 1, 2, 5]) == "levels 0, 1, 2 and 5"
+
+
+def test_the_level_tail_is_right_past_a_billion_users():
+    # Bin(10^9, 0.1) <= 10^8 is 1/2 plus half the pmf at the mean (about 2e-5); scipy's bdtr gave 0.699 here,
+    # and NaN past 2^31 trials, which refused calibrate fe-hh at 3 x 10^10 users as "too few"
+    assert level_tail(10**9 + 1, 10, 10**8 + 2) == pytest.approx(0.5, abs=1e-4)
+    assert level_tail(3 * 10**10, 2, 2) < 1e-300
+    users = [_level_users(n, 2, 5e-13) for n in (10**9, 3 * 10**10, 10**11)]
+    assert users == sorted(users) and users[1] > 10**10
