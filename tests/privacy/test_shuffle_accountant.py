@@ -223,3 +223,18 @@ def test_the_exact_binary_epsilon_refuses_sizes_it_cannot_hold():
     with pytest.raises(ParameterError, match="users must be fewer for the exact binary randomized response eps"):
         binary_randomized_response_epsilon(4.0, 10**12, 1e-6)
     assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("trials", [1, 7, 10**3, 10**6, 10**8, 10**9, 3 * 10**10])
+@pytest.mark.parametrize("p", [1e-9, 0.1, 0.5, 0.97])
+def test_binomial_tails_agree_with_scipy_stats_at_every_size(trials, p):
+    from scipy.stats import binom
+
+    from privagg.privacy.shuffle import binomial_cdf, binomial_sf
+
+    mean, sd = trials * p, (trials * p * (1 - p)) ** 0.5
+    k = np.unique(np.clip(np.round(mean + sd * np.array([-8, -3, -1, 0, 0.5, 2, 6])), 0, trials)).astype(np.int64)
+    np.testing.assert_allclose(binomial_cdf(k, trials, p), binom.cdf(k, trials, p), rtol=1e-9, atol=1e-300)
+    np.testing.assert_allclose(binomial_sf(k, trials, p), binom.sf(k, trials, p), rtol=1e-9, atol=1e-300)
+    assert binomial_cdf(-1, trials, p) == 0 and binomial_cdf(trials, trials, p) == 1
+    assert binomial_sf(-1, trials, p) == 1 and binomial_sf(trials, trials, p) == 0

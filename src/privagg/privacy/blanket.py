@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core.bisection import least_meeting
 from ..errors import ParameterError, check_delta, check_epsilon
-from .shuffle import binomial_pmf, fmt_delta, variation_ratio_delta
+from .shuffle import binomial_cdf, binomial_pmf, binomial_sf, fmt_delta, variation_ratio_delta
 
 METHODS = ("tight", "paper")
 PAPER_EPSILON_MAX = 6.0
@@ -96,8 +96,6 @@ def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_si
     integrand c (a - e^eps (T - a)) + gamma (1 - e^eps), c = (1 - gamma) B / (m + 1), is linear in a = h_x, so
     each T costs two binomial tails (docs/privacy.md, "The blanket accountant"). T outside its window counts
     with its whole P-mass (:func:`_outside_mass`)."""
-    from scipy.special import bdtrc
-
     e, B = math.exp(epsilon), domain_size
     size = (np.asarray(blanket, dtype=np.int64) + 1)[:, None]  # one row per m
     if B == 2:
@@ -113,8 +111,8 @@ def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_si
     first = np.floor(offset / slope).astype(np.int64) + 1  # the least a where it is positive
     valid = t >= 0
     tt = np.where(valid, t, 0)
-    above = bdtrc(np.minimum(first - 1, tt), tt, 0.5)  # Pr[Bin(T, 1/2) >= first]
-    above_less_one = np.where(tt >= 1, bdtrc(np.minimum(first - 2, tt - 1), np.maximum(tt - 1, 0), 0.5), 0.0)
+    above = binomial_sf(first - 1, tt, 0.5)  # Pr[Bin(T, 1/2) >= first]
+    above_less_one = np.where(tt >= 1, binomial_sf(first - 2, np.maximum(tt - 1, 0), 0.5), 0.0)
     inside = np.maximum(slope * tt / 2 * above_less_one - offset * above, 0.0)  # E[(slope a - offset)_+ | T]
     weights = np.where(valid, 1.0 if B == 2 else binomial_pmf(tt, size, 2 / B), 0.0)
     outside = 0.0 if B == 2 else _outside_mass(np.where(valid, t, size).min(axis=1), t.max(axis=1), size[:, 0],
@@ -126,13 +124,11 @@ def _outside_mass(low: np.ndarray, high: np.ndarray, size: np.ndarray, gamma: fl
     """The P-mass of T outside its window [low, high], from binomial tails (accurate where 1 - sum is not):
     P(T) = Bin(m + 1, p)(T) (c T / 2 + gamma), and Bin(m + 1, p)(T) c T / 2 = (1 - gamma) Bin(m, p)(T - 1), so
     the mass is gamma Pr[Bin(m + 1, p) outside] + (1 - gamma) Pr[1 + Bin(m, p) outside], p = 2 / B."""
-    from scipy.special import bdtr, bdtrc
-
     p = 2 / domain_size
 
     def tails(trials: np.ndarray, shift: int) -> np.ndarray:  # Pr[shift + Bin(trials, p) < low or > high]
-        below = np.where(low - shift >= 1, bdtr(np.maximum(low - shift - 1, 0), trials, p), 0.0)
-        above = np.where(high - shift < trials, bdtrc(np.minimum(high - shift, trials), trials, p), 0.0)
+        below = binomial_cdf(low - shift - 1, trials, p)
+        above = binomial_sf(high - shift, trials, p)
         return below + above
 
     return gamma * tails(size, 0) + (1 - gamma) * tails(size - 1, 1)
@@ -148,8 +144,6 @@ def blanket_delta(epsilon: float, gamma: float, n_users: int, domain_size: int, 
     are within 0.2%, or ``resolution`` (the upper sum is a bound at every step; splitting only tightens it, and
     a finer ``resolution`` only splits further: the calibration's coarser one is checked by the default's).
     The binomial mass below the window counts as D = 1, above it as its top's D."""
-    from scipy.special import bdtr, bdtrc
-
     if gamma >= 1:
         return 0.0
     trials = n_users - 1
@@ -173,8 +167,8 @@ def blanket_delta(epsilon: float, gamma: float, n_users: int, domain_size: int, 
         middles = (edges[:-1][split] + edges[1:][split]) // 2
         at.update(zip(middles.tolist(), _within_blanket(epsilon, gamma, middles, domain_size).tolist()))
         edges = np.union1d(edges, middles)
-    below = float(bdtr(lo - 1, trials, gamma)) if lo >= 1 else 0.0  # fewer blanket users than the window: D <= 1
-    above = float(bdtrc(hi, trials, gamma)) if hi < trials else 0.0  # more: D <= its value at hi
+    below = float(binomial_cdf(lo - 1, trials, gamma))  # fewer blanket users than the window: D <= 1
+    above = float(binomial_sf(hi, trials, gamma))  # more: D <= its value at hi
     return min(1.0, upper + below + above * at[int(edges[-1])])
 
 

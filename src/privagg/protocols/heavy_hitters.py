@@ -81,12 +81,9 @@ def level_tail(n_users: int, levels: int, users: int) -> float:
     """Pr[the changed user's level holds fewer than ``users`` users]: 1 + Bin(n - 1, 1 / levels) < m."""
     if levels == 1 or users < 2:
         return 0.0
-    from scipy.special import betainc
+    from ..privacy.shuffle import binomial_cdf
 
-    # Pr[Bin(N, p) <= k] = I_{1-p}(N - k, k + 1), N = n - 1, k = m - 2: scipy's bdtr itself is wrong past about
-    # 10^9 trials (0.699 for Bin(10^9, 0.1) <= 10^8, whose value is 0.50003) and NaN past 2^31
-    trials, k = n_users - 1, users - 2
-    return float(betainc(trials - k, k + 1, 1.0 - 1.0 / levels)) if k < trials else 1.0
+    return float(binomial_cdf(users - 2, n_users - 1, 1.0 / levels))
 
 
 def _level_users(n_users: int, levels: int, budget: float) -> int:
