@@ -349,8 +349,11 @@ def check_law_sizes(entry, parameters, items, users: int) -> None:
 
 
 def _dataset_text(dataset) -> str:
-    """A dataset as the changed user's item and the others' counts, e.g. "user 0: 1, others {0: 2, 2: 1}"."""
-    return f"user 0: {dataset[0]}, others {dict(sorted(Counter(dataset[1:]).items()))}"
+    """A dataset as how many users hold each item, e.g. "2 users hold 0, 1 holds 2" (the pair differs in one
+    user's item, so the two texts show which)."""
+    held = sorted(Counter(dataset).items())
+    return ", ".join(f"{count} {'user holds' if count == 1 else 'users hold'} {item}" if i == 0 else
+                     f"{count} {'holds' if count == 1 else 'hold'} {item}" for i, (item, count) in enumerate(held))
 
 
 def check_statistical_cost(runs: int, n_users: int) -> None:
