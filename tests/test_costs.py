@@ -161,7 +161,7 @@ def test_the_full_domain_budget_names_the_largest_domain_and_passes_the_defaults
         assert full_domain_bytes(small, "fast") <= FULL_DOMAIN_BYTES_MAX  # the default full domain fits
         check_full_domain(small, "fast")
         huge = calibrate(name, epsilon=1, n_users=10**5, domain_size=2**28, **extra)
-        with pytest.raises(ParameterError, match="at most about .* with --full-domain"):
+        with pytest.raises(ParameterError, match="at most about .* to estimate the whole domain"):
             check_full_domain(huge, "fast")
 
 

@@ -90,8 +90,8 @@ def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_gi
                              f"(here {checks:.3g} checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); "
                              "or give --candidates without --full-domain", domain_size)
     if full_domain and domain_size > FULL_DOMAIN_MAX:
-        raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} with --full-domain "
-                             "(give --candidates)", domain_size)
+        raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} to estimate the whole domain "
+                             "(--full-domain, the default without --candidates): give --candidates", domain_size)
     if not full_domain and not candidates_given:
         raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
                              "privagg estimate fe-hh discovers heavy items without candidates)", None)
@@ -120,14 +120,16 @@ def check_full_domain(parameters, mode: str) -> None:
     need = full_domain_bytes(parameters, mode)
     if need > FULL_DOMAIN_BYTES_MAX:
         largest = max(2, int(FULL_DOMAIN_BYTES_MAX / (need / domain)))
-        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) with --full-domain "
+        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
+                             "domain (--full-domain, the default without --candidates) "
                              f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
                              "--candidates with --no-full-domain", domain)
     walked = full_domain_preimages(parameters)
     if walked > PREIMAGES_MAX:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
-        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) with --full-domain "
+        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
+                             "domain (--full-domain, the default without --candidates) "
                              f"for fe1 at {parameters.n_users:,} users: its analyzer would walk {walked:.3g} hash "
                              f"preimages, above {PREIMAGES_MAX:.0e} (more than a minute); or give --candidates "
                              "with --no-full-domain, or fewer users", domain)
