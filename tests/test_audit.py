@@ -266,7 +266,8 @@ def test_an_under_noised_blanket_that_common_others_would_pass_is_caught():
     assert common == pytest.approx(0.13810, abs=1e-5) and common <= 0.14
     report = exact_audit(params)
     assert not report.holds and report.true_delta == pytest.approx(0.14254, abs=1e-5)
-    assert "others {0: 1, 1: 1}" in report.notes[0]
+    # the others on 0 and 1, the changed user on 0 against 2
+    assert report.notes[0] == "worst pair: 2 users hold 0, 1 holds 1 against 1 user holds 0, 1 holds 1, 1 holds 2"
 
 
 def vector_law(params, vector):
