@@ -520,9 +520,9 @@ def test_faithful_and_fast_paths_agree_in_distribution(name):
 @pytest.mark.parametrize("domain", [2**28 + 1, 2**40, 2**49])
 def test_a_whole_domain_analyzer_past_the_cli_limit_is_refused_at_construction(protocol, kw, domain):
     """privagg.analyzer(fe1 at B = 2^49) without queries was accepted, and agg_init asked for 4 PiB: refused at
-    construction past the CLI's --full-domain limit (simulate.frequency.FULL_DOMAIN_MAX), naming queries."""
+    construction past the CLI's --full-domain limit (protocols.registry.FULL_DOMAIN_MAX), naming queries."""
     import privagg
-    from privagg.simulate.frequency import FULL_DOMAIN_MAX
+    from privagg.protocols.registry import FULL_DOMAIN_MAX
 
     params = privagg.calibrate(protocol, epsilon=1.0, n_users=1000, domain_size=domain, **kw)
     with pytest.raises(ParameterError) as err:
@@ -534,7 +534,7 @@ def test_a_whole_domain_analyzer_past_the_cli_limit_is_refused_at_construction(p
 
 def test_a_whole_domain_analyzer_at_the_limit_is_built():
     import privagg
-    from privagg.simulate.frequency import FULL_DOMAIN_MAX
+    from privagg.protocols.registry import FULL_DOMAIN_MAX
 
     privagg.analyzer(privagg.calibrate("fe0", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=2**20))
     params = privagg.calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=FULL_DOMAIN_MAX)

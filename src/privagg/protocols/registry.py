@@ -383,15 +383,16 @@ def client(parameters):
     return entry.client(parameters)
 
 
+FULL_DOMAIN_MAX = 2**28  # the largest domain an analyzer estimates whole (2 GiB of 8-byte counts)
+
+
 def analyzer(parameters, queries=None, **role_options):
     """The analyzer (or curator) of the parameters' protocol, over ``queries`` or the whole domain.
 
-    The whole domain is refused past the CLI's --full-domain limit (simulate.frequency.FULL_DOMAIN_MAX, 2^28):
-    its aggregate holds a count for every item (fe1 at B = 2^49 asked agg_init for 4 PiB)."""
+    The whole domain is refused past FULL_DOMAIN_MAX (2^28, also the CLI's --full-domain limit): its aggregate
+    holds a count for every item (fe1 at B = 2^49 asked agg_init for 4 PiB)."""
     entry = get(parameters.protocol)
     if queries is None and entry.result == "frequency table":
-        from ..simulate.frequency import FULL_DOMAIN_MAX
-
         if parameters.domain_size > FULL_DOMAIN_MAX:
             raise ParameterError("queries", f"given when the domain has more than 2^{FULL_DOMAIN_MAX.bit_length() - 1}"
                                  f" items (an analyzer of the whole domain counts each of its "

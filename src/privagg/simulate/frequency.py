@@ -22,7 +22,7 @@ import numpy as np
 from ..core.encoding import ItemEncoder, check_item_key
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
-from ..protocols.registry import calibrate
+from ..protocols.registry import FULL_DOMAIN_MAX, calibrate
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
@@ -31,7 +31,6 @@ from .progress import Progress
 from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
-FULL_DOMAIN_MAX = 2**28
 # (message, item) checks an analyzer may make to estimate a list of items: about a minute on 2 cores at the 1.5 to
 # 2.3 10^9 checks a second measured for OLH's kernel (n = 10^5 users, B = 2^16 and 2^18)
 ANALYZER_CHECKS_MAX = 10**11
