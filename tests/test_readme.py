@@ -49,8 +49,14 @@ def test_every_command_block_is_run_here():
                       "demo-service #"], firsts  # a new block needs its row in the test below
 
 
+# what each block writes, beyond its exit statuses
+WRITTEN = {0: ("report.json", "msgs/params.json"), 1: ("results/variance_vs_n.png",),
+           2: ("vmsgs/params.json", "vector-results/mse_vs_t.png"), 3: (), 4: ("compare/error_vs_epsilon.png",)}
+
+
 @pytest.mark.slow  # Dask clusters, the quick reproductions, faithful sharing among 2,000 users
 @pytest.mark.parametrize("index", range(5))  # demo-service: tests/service/test_faults.py runs it
 def test_command_blocks_run_as_written_after_example_data(index, tmp_path):
     run_commands("privagg example-data .", tmp_path)
     run_commands(command_blocks()[index], tmp_path)
+    assert all((tmp_path / name).exists() for name in WRITTEN[index]), WRITTEN[index]

@@ -402,7 +402,7 @@ def _left_out(dropped: int, evaluate: bool) -> list[str]:
 
 
 STDIN_NAME = "standard input"
-_stdin_copies: dict[Path, str] = {}
+_stdin_copies: set[Path] = set()  # the temporary copies of standard input, named so in reports
 
 
 def _input_file(value: Path | None) -> Path | None:
@@ -422,13 +422,13 @@ def _input_file(value: Path | None) -> Path | None:
         head = f.read(6)
     suffix = ".parquet" if head.startswith(b"PAR1") else ".npy" if head.startswith(b"\x93NUMPY") else ""
     copy = copy.rename(copy.with_suffix(suffix)) if suffix else copy
-    _stdin_copies[copy] = STDIN_NAME
+    _stdin_copies.add(copy)
     return copy
 
 
 def _input_name(input: Path) -> str:
     """How a report names its input: the file, or standard input."""
-    return _stdin_copies.get(input, str(input))
+    return STDIN_NAME if input in _stdin_copies else str(input)
 
 
 def _input_parameters() -> list[inspect.Parameter]:
@@ -1101,8 +1101,8 @@ def _reproduce(run: Callable[..., dict], out: Path, quick: bool, seed: int, prog
             raise ParameterError("out", "a folder (it is created if missing)", str(out))
         out.mkdir(parents=True, exist_ok=True)
         if not quick and not progress:
-            _console(stderr=True).print("the full grid takes minutes (--quick: seconds, for a first look; "
-                                        "--progress: follow it)", markup=False, highlight=False, soft_wrap=True)
+            _say("the full grid takes minutes (--quick: seconds, for a first look; --progress: follow it)",
+                 stderr=True)
         with _progress(progress) as advance:
             summary = run(out, quick=quick, seed=seed, progress=advance)
     _print_summary(summary, out)
@@ -1534,13 +1534,11 @@ def main() -> None:
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             traceback.print_exc()
-            _console(stderr=True).print(f"internal error: {type(e).__name__} (a bug in privagg: please report it "
-                                        "with the command line and the traceback above)", markup=False,
-                                        highlight=False, soft_wrap=True)
+            _say(f"internal error: {type(e).__name__} (a bug in privagg: please report it with the command line "
+                 "and the traceback above)", stderr=True)
             sys.exit(EXIT_INTERNAL)
         if type(e).__name__ == "NoArgsIsHelpError":  # a command without its arguments: show its help
-            _console().print(e.format_message(), markup=False, highlight=False)
+            _say(e.format_message())
         elif e.format_message():
-            _console(stderr=True).print(f"error: {e.format_message()}", markup=False, highlight=False,
-                                        soft_wrap=True)
+            _say(f"error: {e.format_message()}", stderr=True)
         sys.exit(EXIT_BAD_INPUT)

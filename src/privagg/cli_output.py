@@ -33,8 +33,9 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else PIPE_WIDTH)
 
 
-def _say(text: str) -> None:
-    _console().print(text, markup=False, highlight=False)
+def _say(text: str, stderr: bool = False) -> None:
+    """One line (or several) as written: no rich markup, no highlighting; on stderr for errors and warnings."""
+    _console(stderr).print(text, markup=False, highlight=False)
 
 
 @contextmanager
@@ -42,7 +43,7 @@ def _clean_errors() -> Iterator[None]:
     try:
         yield
     except ParameterError as e:
-        _console(stderr=True).print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        _say(f"error: {e}", stderr=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -64,11 +65,12 @@ def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable
     Its warnings also go to stderr, one line each, whatever the format.
     """
     for warning in report_json.get("warnings", ()):
-        _console(stderr=True).print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+        _say(f"warning: {warning}", stderr=True)
+    text = json.dumps(report_json, indent=2) + "\n"
     if output is not None:
         with _clean_errors():
             try:
-                output.write_text(json.dumps(report_json, indent=2) + "\n")
+                output.write_text(text)
             except OSError as e:
                 raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
     if as_json:
@@ -77,6 +79,6 @@ def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable
         if sys.stdout.isatty():
             _console().print_json(data=report_json)  # coloured for a person
         else:  # for a program: plain, and fast (rich takes seconds over thousands of estimates)
-            sys.stdout.write(json.dumps(report_json, indent=2) + "\n")
+            sys.stdout.write(text)
     else:
         human()

@@ -708,7 +708,7 @@ def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
             array = np.load(path, allow_pickle=False)
         elif kind == "parquet":
             array, dropped = _numeric_table(pq.read_table(path), path, field, fmt.missing, None)
-        elif kind == "table":
+        else:  # a table (text was refused above)
             delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
             # a blank line is a user with nothing, not a line to skip silently (Arrow's default)
             table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
@@ -716,9 +716,6 @@ def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
                                    parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
                                    convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
             array, dropped = _numeric_table(table, path, field, fmt.missing, 2 if fmt.header else 1)
-        else:
-            raise ParameterError(field, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a user)",
-                                 path)
     except ParameterError:
         raise
     except (OSError, EOFError, ValueError, pa.ArrowException) as err:

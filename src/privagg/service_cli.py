@@ -137,8 +137,7 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         raise
     except Exception as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        _console(stderr=True).print(f"error: the {role} did not start: {type(err).__name__}: {text}", markup=False,
-                                    highlight=False, soft_wrap=True)
+        _say(f"error: the {role} did not start: {type(err).__name__}: {text}", stderr=True)
         raise typer.Exit(EXIT_START_FAILED) from None
 
 
@@ -172,7 +171,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         engine = connect(load_config("analyzer", db=db).db, "analyzer")
         task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id, kem)
     if task.single_batch and parameters.honest_fraction == 1:
-        _console(stderr=True).print(_ALL_N_WARNING, markup=False, highlight=False, soft_wrap=True)
+        _say(_ALL_N_WARNING, stderr=True)
     if as_json:
         print(task.to_json())
     else:
@@ -249,7 +248,7 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
 
     with _clean_errors():
         if analyzer is None:
-            _console(stderr=True).print(_TASK_VIA_COLLECTOR, markup=False, highlight=False)
+            _say(_TASK_VIA_COLLECTOR, stderr=True)
         try:
             client = Client.fetch(analyzer or collector, task)
             status = send(collector, client.report(_value(value), token))
@@ -286,7 +285,7 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
     with _clean_errors():
         concurrency = check_integer("concurrency", concurrency, 1, 100_000)
         if analyzer is None:
-            _console(stderr=True).print(_TASK_VIA_COLLECTOR, markup=False, highlight=False)
+            _say(_TASK_VIA_COLLECTOR, stderr=True)
         try:
             client = Client.fetch(analyzer or collector, task)
         except SubmitError as err:

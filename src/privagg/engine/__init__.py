@@ -182,9 +182,9 @@ def _rows(partition) -> int | None:
 
 def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
     """Refuse at once a full-domain analysis (``analyzer.queries`` None) that cannot finish: the same limits as
-    ``privagg estimate`` (:mod:`privagg.simulate.frequency`): OLH's n x B hash checks past ANALYZER_CHECKS_MAX,
+    ``privagg estimate`` (:mod:`privagg.protocols.registry`): OLH's n x B hash checks past ANALYZER_CHECKS_MAX,
     FE1's preimage walk past PREIMAGES_MAX, the domain-sized arrays past FULL_DOMAIN_BYTES_MAX."""
-    from ..simulate.frequency import ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX
+    from ..protocols.registry import ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX
 
     parameters = getattr(analyzer, "parameters", None)
     if parameters is None or not hasattr(analyzer, "queries") or analyzer.queries is not None:
@@ -200,17 +200,19 @@ def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
         raise ParameterError("full-domain", f"left out for {parameters.protocol} at B = {domain:,}: the analyzer's "
                              f"arrays over [B] would take {memory / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB; {remedy}", True)
+    checks, hashing = getattr(type(analyzer), "checks", None), getattr(parameters, "hash", None)
+    walks = checks is None and parameters.protocol == "fe1" and hashing is not None
+    if checks is None and not walks:
+        return  # nothing else grows with the messages: no footer to open
     rows = [_rows(p) for p in partitions]
     if None in rows:
         return
     messages = sum(rows)
-    checks = getattr(type(analyzer), "checks", None)
     if checks is not None and checks(messages, domain) > ANALYZER_CHECKS_MAX:
         raise ParameterError("full-domain", f"left out for {parameters.protocol} at B = {domain:,}: its analyzer "
                              f"would check each of the {messages:,} reports at every item ({checks(messages, domain):.3g}"
                              f" checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); {remedy}", True)
-    hashing = getattr(parameters, "hash", None)
-    if checks is None and parameters.protocol == "fe1" and hashing is not None:
+    if walks:
         walked = messages * -(-hashing.modulus // hashing.bins)
         if walked > PREIMAGES_MAX:
             raise ParameterError("full-domain", f"left out for fe1 at B = {domain:,} and {messages:,} messages: its "

@@ -384,6 +384,20 @@ def client(parameters):
 
 
 FULL_DOMAIN_MAX = 2**28  # the largest domain an analyzer estimates whole (2 GiB of 8-byte counts)
+# The limits of an analysis, shared by estimate (simulate/frequency.py) and analyze (engine.check_analysis):
+# (message, item) checks an analyzer may make to estimate a list of items: about a minute on 2 cores at the 1.5 to
+# 2.3 10^9 checks a second measured for OLH's kernel (n = 10^5 users, B = 2^16 and 2^18)
+ANALYZER_CHECKS_MAX = 10**11
+# Memory the full domain adds to a run (peak_bytes over [B] less over candidates: the aggregate, FE1's per-thread
+# int32 counters, the float64 estimates, true counts and error scratch), at most: B = 2^26 at n = 10^5 took 10 s
+# and 1.74 GB peak RSS for grr (1.5 GiB estimated here), 21 s and 2.27 GB for hadamard (1.0), 26 s and 2.28 GB for
+# laplace (3.5: an overestimate); B = 2^28 failed allocating 2 GiB (under a 4 GB address-space limit) after up to
+# 44 s of work, or ran past a minute. 2 GiB keeps every full-domain run of the bundled users near half a minute.
+FULL_DOMAIN_BYTES_MAX = 2 << 30
+# Preimages FE1's full-domain analyzer enumerates (each message's u x + v = w mod q walks q / b of them): about a
+# minute at the 1.2 10^8 (2 busy cores) to 3.5 10^8 (docs/benchmarks.md) a second measured at n = 10^5, B = 2^24
+# (1.66 10^9 preimages in 14 s and 4.7 s); B = 2^26 (6.6 10^9) ran past a minute on the busy cores.
+PREIMAGES_MAX = 10**10
 
 
 def analyzer(parameters, queries=None, **role_options):

@@ -22,7 +22,8 @@ import numpy as np
 from ..core.encoding import ItemEncoder, check_item_key
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
-from ..protocols.registry import FULL_DOMAIN_MAX, calibrate
+from ..protocols.registry import (ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, FULL_DOMAIN_MAX, PREIMAGES_MAX,
+                                 calibrate)
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
@@ -31,19 +32,6 @@ from .progress import Progress
 from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
-# (message, item) checks an analyzer may make to estimate a list of items: about a minute on 2 cores at the 1.5 to
-# 2.3 10^9 checks a second measured for OLH's kernel (n = 10^5 users, B = 2^16 and 2^18)
-ANALYZER_CHECKS_MAX = 10**11
-# Memory the full domain adds to a run (peak_bytes over [B] less over candidates: the aggregate, FE1's per-thread
-# int32 counters, the float64 estimates, true counts and error scratch), at most: B = 2^26 at n = 10^5 took 10 s
-# and 1.74 GB peak RSS for grr (1.5 GiB estimated here), 21 s and 2.27 GB for hadamard (1.0), 26 s and 2.28 GB for
-# laplace (3.5: an overestimate); B = 2^28 failed allocating 2 GiB (under a 4 GB address-space limit) after up to
-# 44 s of work, or ran past a minute. 2 GiB keeps every full-domain run of the bundled users near half a minute.
-FULL_DOMAIN_BYTES_MAX = 2 << 30
-# Preimages FE1's full-domain analyzer enumerates (each message's u x + v = w mod q walks q / b of them): about a
-# minute at the 1.2 10^8 (2 busy cores) to 3.5 10^8 (docs/benchmarks.md) a second measured at n = 10^5, B = 2^24
-# (1.66 10^9 preimages in 14 s and 4.7 s); B = 2^26 (6.6 10^9) ran past a minute on the busy cores.
-PREIMAGES_MAX = 10**10
 
 
 def analyzer_checks(protocol: str, n_users: int, items: int) -> int:

@@ -9,6 +9,7 @@ precision of the reported set when asked to evaluate (``evaluate``: then the rep
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -25,10 +26,11 @@ from ..reports import (HeavyHitter, HeavyHitterEvaluation, HeavyHitterReport, Me
 from .progress import Progress
 
 USERS_PER_BATCH = 1 << 20  # users one client call randomizes: bounds the clients' scratch
-# Bytes a level's walk takes per child it may count (the analyzer's count_progressions keeps an int64 counter per
-# thread and child, then each child's parent and place (int64), code and estimate (float64) and value (a Python
-# int and its list slot, about 40 bytes)): at most survivor_cap = 4 / phi parents of 2^step children each. Held
-# to 2 GiB, as a full-domain estimate (FULL_DOMAIN_BYTES_MAX); phi = 1e-6 over strings asked 15.3 GiB at once.
+# Bytes a level's walk takes per child it may count, besides the int64 counter per thread and child that the
+# analyzer's count_progressions keeps (walk_bytes adds those): each child's parent and place (int64), code and
+# estimate (float64) and value (a Python int and its list slot, about 40 bytes); at most survivor_cap = 4 / phi
+# parents of 2^step children each. Held to 2 GiB, as a full-domain estimate (FULL_DOMAIN_BYTES_MAX); phi = 1e-6
+# over strings asked 15.3 GiB at once.
 CHILD_BYTES = 72
 # The walk's (message, followed prefix, child) steps: messages of levels past the first times the prefixes one
 # follows, bounded by min(4 / phi, 2 / phi + the first level's expected false prefixes) (at most 2 / phi prefixes
@@ -46,8 +48,9 @@ def levels_text(levels) -> str:
     return f"levels {', '.join(names[:-1])} and {names[-1]}"
 
 def walk_bytes(parameters) -> int:
-    """The most memory one level of the analyzer's tree walk may take (:data:`CHILD_BYTES`)."""
-    return parameters.survivor_cap * (1 << parameters.step) * CHILD_BYTES
+    """The most memory one level of the analyzer's tree walk may take (:data:`CHILD_BYTES`, and a counter per
+    thread: numba's threads are one per core)."""
+    return parameters.survivor_cap * (1 << parameters.step) * (CHILD_BYTES + 8 * (os.cpu_count() or 1))
 
 
 def walk_steps(parameters) -> float:
@@ -63,7 +66,7 @@ def walk_steps(parameters) -> float:
 def check_walk(parameters) -> None:
     """Refuse, before any message is made, a tree walk whose memory or steps cannot fit, naming a --phi that
     fits and the other way out (a shorter --max-length, or a smaller --domain: fewer levels)."""
-    from .frequency import FULL_DOMAIN_BYTES_MAX
+    from ..protocols.registry import FULL_DOMAIN_BYTES_MAX
 
     p = parameters
     need, steps = walk_bytes(p), walk_steps(p)
