@@ -20,7 +20,7 @@ import typer
 from .cli_output import EXIT_START_FAILED, _clean_errors, _console, _emit, _say
 from .errors import ParameterError, check_integer
 
-Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector"}, type=str)
+Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector", "sharing": "sharing"}, type=str)
 
 task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
@@ -34,7 +34,8 @@ _DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-R
                                       "postgresql+psycopg://USER@HOST/DB for PostgreSQL).")
 
 
-def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # type: ignore[valid-type]
+def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties) or sharing (DPDS and "  # type: ignore[valid-type]
+                                                "DPDG's server)."),
           config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [collector] or "
                                                                        "[analyzer] table."),
           db: Optional[str] = _DB,
@@ -51,7 +52,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
                                                        "this Dask cluster (its workers see the key)."),
           batch_interval: Optional[float] = typer.Option(None, "--batch-interval", help="Collector: seconds "
                                                          "between batch checks (default 1).")) -> None:
-    """Run the collector (the shuffler) or the analyzer as an HTTP service.
+    """Run the collector (the shuffler), the analyzer, or the sharing server (DPDS, DPDG) as an HTTP service.
 
     Start-up failures are one line on stderr: a setting or a database the service cannot use (exit 2, the
     setting named), anything else, such as a port in use (exit 3)."""
@@ -83,6 +84,10 @@ def serve(role: Role = typer.Argument(..., help="analyzer or collector."),  # ty
                                            token=cfg.collector_token, quiet=cfg.batch_quiet,
                                            max_batch_reports=cfg.max_batch_reports)
                 app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval, **options)
+            elif cfg.role == "sharing":
+                from .service.sharing import create_app, open_sharing
+
+                app = create_app(open_sharing(cfg.db), cfg.max_body_bytes, **options)
             else:
                 from .service.analyzer import create_app, open_analyzer
 

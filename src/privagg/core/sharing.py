@@ -14,6 +14,9 @@
   generator, 20 rounds; numpy's unbiased bounded-integer sampler), plus one
   explicit correction share: d field elements cost 32 bytes instead of
   8 d per share.
+* :func:`derive_seed` / :func:`element_bytes` / :func:`pack_elements` / :func:`unpack_elements`: a party's
+  per-recipient seeds from one secret (keyed BLAKE2b as a PRF), and field elements on the wire at
+  ceil(log2(p) / 8) bytes each, little-endian, checked below p when read back.
 * :func:`encode_fixed` / :func:`decode_fixed` / :func:`fixed_point_modulus`:
   reals as integers with k fractional bits (negatives as p - |v|), and the
   field a sum of n of them needs.
@@ -139,6 +142,43 @@ def seeded_shares(field: PrimeField, secret: np.ndarray, shares: int,
              for _ in range(shares - 1)]
     expanded = np.stack([expand(field, seed, values.shape) for seed in seeds])
     return seeds, field.sub(values, field.sum(expanded, axis=0))
+
+
+def derive_seed(master: bytes, label: str) -> bytes:
+    """A 32-byte seed for ``label`` from a party's 32-byte secret ``master``: BLAKE2b keyed with ``master`` (a PRF,
+    RFC 7693), so that one secret stands for all the seeds a party needs and they are independent of each other."""
+    import hashlib
+
+    if not isinstance(master, bytes) or len(master) != SEED_BYTES:
+        raise ParameterError("master seed", f"{SEED_BYTES} bytes", len(master) if isinstance(master, bytes) else master)
+    return hashlib.blake2b(label.encode(), key=master, digest_size=SEED_BYTES).digest()
+
+
+def element_bytes(field: PrimeField) -> int:
+    """Bytes of one field element on the wire: ceil(log2(p) / 8)."""
+    return -(-(field.modulus - 1).bit_length() // 8)
+
+
+def pack_elements(field: PrimeField, values: np.ndarray) -> bytes:
+    """Field elements as :func:`element_bytes` little-endian bytes each."""
+    width = element_bytes(field)
+    raw = np.ascontiguousarray(field.element(values), dtype="<u8").view(np.uint8).reshape(-1, 8)
+    return raw[:, :width].tobytes()
+
+
+def unpack_elements(field: PrimeField, raw: bytes, count: int, what: str) -> np.ndarray:
+    """``count`` field elements from ``raw`` (exactly their bytes), each checked below p: a ParameterError naming
+    ``what`` for a wrong length or a value outside the field."""
+    width = element_bytes(field)
+    if len(raw) != count * width:
+        raise ParameterError(what, f"{count} field elements of {width} bytes ({count * width} bytes)",
+                             f"{len(raw)} bytes")
+    wide = np.zeros((count, 8), dtype=np.uint8)
+    wide[:, :width] = np.frombuffer(raw, dtype=np.uint8).reshape(count, width)
+    values = wide.view("<u8").ravel().astype(np.uint64)
+    if count and values.max() >= field.modulus:
+        raise ParameterError(what, f"field elements below p = {field.modulus}", int(values.max()))
+    return values
 
 
 def encode_fixed(field: PrimeField, values, fractional_bits: int) -> np.ndarray:

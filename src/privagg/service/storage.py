@@ -9,6 +9,12 @@ acknowledges their batch, the batches it formed, and the SHA-256 of every accept
 encapsulated key (so a replayed message is refused; no report id, token or arrival order beside it).
 Nothing here can open a message.
 
+Sharing server (DPDS and DPDG, :mod:`privagg.service.sharing`): its tasks with their round, deadline and the
+published lists, the one-use enrollment tokens (hashed), the roster (each user's public key and the hash of
+the secret he authenticates with), the sealed shares it relays (one row per sender and recipient, which it
+cannot open), and each user's round-2 and round-3 message; the release once computed. The primary keys make
+every share and message stored once.
+
 Analyzer: its tasks with their HPKE private keys, the running aggregate of each task with its counters, the
 ids of the batches it has applied (a replayed batch is applied once), and for a local task (several
 batches) the encapsulation digests of the messages applied (a message repeated in a later batch is dropped).
@@ -41,7 +47,7 @@ import sqlalchemy as sa
 
 from ..errors import ParameterError
 
-ROLES = ("collector", "analyzer")
+ROLES = ("collector", "analyzer", "sharing")
 
 metadata = {role: sa.MetaData() for role in ROLES}
 
@@ -107,6 +113,46 @@ applied_encapsulations = sa.Table(  # a local task's applied messages, so no lat
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("digest", sa.LargeBinary(32), primary_key=True),  # SHA-256 of the encapsulated key (tasks.py)
     sqlite_with_rowid=False,
+)
+
+# ---- the sharing server -------------------------------------------------------------------------------------
+sharing_tasks = sa.Table(
+    "sharing_tasks", metadata["sharing"],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("task", sa.Text, nullable=False),  # the task's public JSON
+    sa.Column("state", sa.String(16), nullable=False),  # enrolling, round1, round2, round3, released, failed
+    sa.Column("deadline", sa.Float),  # the open round's end (seconds since the epoch); NULL while enrolling
+    sa.Column("senders", sa.Text),  # U1 (JSON list) once round 1 closed
+    sa.Column("survivors", sa.Text),  # U2 (JSON list) once round 2 closed
+    sa.Column("outcome", sa.Text),  # the release's JSON, or why nothing was released
+)
+sharing_tokens = sa.Table(
+    "sharing_tokens", metadata["sharing"],
+    sa.Column("token_hash", sa.LargeBinary(32), primary_key=True),
+    sa.Column("task_id", sa.String(32), nullable=False),
+    sa.Column("user", sa.Integer),  # the roster index the token enrolled; NULL while unused
+)
+roster = sa.Table(
+    "roster", metadata["sharing"],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("user", sa.Integer, primary_key=True),
+    sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
+    sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
+)
+relayed_shares = sa.Table(
+    "relayed_shares", metadata["sharing"],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("sender", sa.Integer, primary_key=True),
+    sa.Column("recipient", sa.Integer, primary_key=True),
+    sa.Column("sealed", sa.LargeBinary, nullable=False),  # sealed to the recipient: the server cannot open it
+    sqlite_with_rowid=False,
+)
+round_messages = sa.Table(
+    "round_messages", metadata["sharing"],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("round", sa.Integer, primary_key=True),  # 2: masked sums, 3: unmasks
+    sa.Column("user", sa.Integer, primary_key=True),
+    sa.Column("message", sa.LargeBinary, nullable=False),
 )
 
 
@@ -274,7 +320,7 @@ def _prepare_file(path: Path, role: str, url: str) -> None:
     modes = {file: stat.S_IMODE(file.stat().st_mode) for file in files}
     fix = "chmod 600 " + " ".join(str(f) for f, m in modes.items() if m & 0o066)
     shown = "; ".join(f"{f} is mode {m:04o}" for f, m in modes.items() if m & 0o066)
-    if role == "analyzer" and shown:
+    if role in ("analyzer", "sharing") and shown:
         raise ParameterError("db", f"a key store only its owner can read and write (it holds the tasks' private "
                              f"keys; group or others may read or write it: {shown}; fix with {fix})", url)
     if role == "collector" and any(m & 0o022 for m in modes.values()):

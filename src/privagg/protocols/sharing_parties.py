@@ -1,0 +1,342 @@
+"""DPDS and DPDG as separate parties: each user's rounds and the server's release, sans I/O, every message bytes.
+
+Algorithm 2 (reference §2.3) has each user share his vector among all n users and send the sum of what he
+received to the server. Real users drop out, so the parties here run the recovery derived in docs/privacy.md
+("Dropouts in DPDS and DPDG"), in three rounds; the server (:mod:`privagg.service.sharing`) relays, sets the
+deadlines and publishes who took part:
+
+round 1, share
+    User i makes his vector x_i (:meth:`SharingUsers.contributions`: his coin's one-hot vector, DPDS; the
+    one-hot vector at scale 2^k plus his discrete Gaussian noise, DPDG) and sends each other user k his share
+    s_ik, sealed to k. The uniform shares are drawn from seeds derived from i's secret (:func:`derive_seed`):
+    the seed itself travels with ``share_encoding="seeds"``, its expansion otherwise. The correction share
+    x_i - sum of the others goes to user n - 1 (user n - 1 keeps his own). U1: the users whose shares all
+    reached the server by the round's deadline; only theirs are delivered.
+round 2, masked sum
+    The server publishes U1. User k in U1 sends y_k = s_kk + sum_{i in U1, i != k} s_ik + sum_{j not in U1}
+    s_kj + b_k: what he received, what he sent to users who never took part, and a mask b_k from his secret.
+    U2: the users whose y_k reached the server by the deadline.
+round 3, unmask
+    The server publishes E = U1 \\ U2 (round 2's dropouts) and redelivers their shares. User k in U2 sends
+    v_k = sum_{d in E} (s_kd - s_dk) - b_k. The server releases sum_{k in U2} (y_k + v_k) = sum_{k in U2} x_k:
+    the survivors' vectors, exactly.
+
+A user named in E refuses round 3 (he sent y_k, and his y_k with everyone's v would be his vector), as does a
+user asked twice, or asked to leave fewer survivors than the guarantee counts on. A survivor who drops out in
+round 3 leaves the server without his mask: nothing is released (docs/privacy.md says why n-out-of-n shares
+cannot recover him). The guarantee is recomputed for the survivors (:meth:`SharingServer.release`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.randomness import RNGLike, resolve
+from ..core.sharing import SEED_BYTES, derive_seed, element_bytes, expand, pack_elements, unpack_elements
+from ..errors import ParameterError, check_integer
+from .results import FrequencyTable
+from .sampling_sharing import SharingParameters, SharingUsers
+
+# --- messages ----------------------------------------------------------------------------------------------
+MAGIC, VERSION = b"PVS", 1
+SHARE, SEED, MASKED_SUM, UNMASK = 1, 2, 3, 4  # message kinds
+KIND_NAMES = {SHARE: "share", SEED: "share seed", MASKED_SUM: "masked sum", UNMASK: "unmask"}
+SERVER = 0xFFFFFFFF  # the recipient field of a message to the server
+HEADER = struct.Struct("<3sBBIII")  # magic, version, kind, sender, recipient, payload count
+
+
+@dataclass(frozen=True)
+class Message:
+    """One decoded message: its kind, sender, recipient (:data:`SERVER` for the server) and payload (field
+    elements, or a seed's bytes)."""
+
+    kind: int
+    sender: int
+    recipient: int
+    payload: np.ndarray | bytes
+
+
+def encode(parameters: SharingParameters, kind: int, sender: int, recipient: int, payload) -> bytes:
+    """A message's bytes: :data:`HEADER`, then N field elements (:func:`pack_elements`) or a 32-byte seed."""
+    body = payload if kind == SEED else pack_elements(parameters.field, payload)
+    count = SEED_BYTES if kind == SEED else parameters.domain_size
+    return HEADER.pack(MAGIC, VERSION, kind, sender, recipient, count) + body
+
+
+def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], sender: int | None = None,
+           recipient: int | None = None) -> Message:
+    """The message in ``raw``, every field checked: the magic and version, a kind among ``kinds``, the sender and
+    recipient among the n users (and equal to ``sender`` / ``recipient`` when given), no one sending to himself,
+    exactly the payload's length, every element below p. A ParameterError (field ``message``) names what is
+    wrong."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) < HEADER.size:
+        raise ParameterError("message", f"a privagg sharing message of at least {HEADER.size} bytes",
+                             f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__)
+    magic, version, kind, source, target, count = HEADER.unpack_from(raw)
+    n, expected = parameters.n_users, [KIND_NAMES.get(k, str(k)) for k in kinds]
+    if magic != MAGIC or version != VERSION:
+        raise ParameterError("message", f"version {VERSION} of privagg's sharing messages", f"{magic!r} {version}")
+    if kind not in kinds:
+        raise ParameterError("message", f"a {' or '.join(expected)} message", KIND_NAMES.get(kind, f"kind {kind}"))
+    if not source < n or (sender is not None and source != sender):
+        raise ParameterError("message.sender", f"user {sender}" if sender is not None else f"a user in [0, {n})",
+                             source)
+    if (target != SERVER and not target < n) or (recipient is not None and target != recipient):
+        raise ParameterError("message.recipient", "the server" if recipient == SERVER else
+                             f"user {recipient}" if recipient is not None else f"a user in [0, {n})", target)
+    if target == source:
+        raise ParameterError("message.recipient", "another user than the sender", target)
+    body = bytes(raw[HEADER.size:])
+    if kind == SEED:
+        if count != SEED_BYTES or len(body) != SEED_BYTES:
+            raise ParameterError("message", f"a seed of {SEED_BYTES} bytes", f"{len(body)} bytes")
+        return Message(kind, source, target, body)
+    if count != parameters.domain_size:
+        raise ParameterError("message", f"{parameters.domain_size} field elements (N)", count)
+    return Message(kind, source, target, unpack_elements(parameters.field, body, count, "message"))
+
+
+def message_bytes(parameters: SharingParameters, kind: int) -> int:
+    """The length of one message of ``kind``."""
+    return HEADER.size + (SEED_BYTES if kind == SEED else parameters.domain_size * element_bytes(parameters.field))
+
+
+# --- a user ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UserState:
+    """What a user keeps between rounds: his index, his secret (every uniform share and his mask derive from
+    it), his correction share once he has shared, and the last round he answered. Plain data with an encoding
+    (:meth:`to_bytes`), so that a device or a test harness can store it."""
+
+    index: int
+    secret: bytes
+    correction: np.ndarray | None = None
+    answered: int = 0
+
+    def to_bytes(self) -> bytes:
+        head = json.dumps({"version": VERSION, "index": self.index, "answered": self.answered,
+                           "elements": 0 if self.correction is None else int(self.correction.size)}).encode()
+        body = b"" if self.correction is None else np.asarray(self.correction, dtype="<u8").tobytes()
+        return struct.pack("<I", len(head)) + head + self.secret + body
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "UserState":
+        try:
+            (size,) = struct.unpack_from("<I", raw)
+            head = json.loads(raw[4:4 + size])
+            secret, body = raw[4 + size:4 + size + SEED_BYTES], raw[4 + size + SEED_BYTES:]
+            assert head["version"] == VERSION and len(secret) == SEED_BYTES and len(body) == 8 * head["elements"]
+        except Exception:
+            raise ParameterError("user state", f"a state written by UserState.to_bytes (version {VERSION})",
+                                 f"{len(raw)} unreadable bytes") from None
+        correction = np.frombuffer(body, dtype="<u8").astype(np.uint64) if head["elements"] else None
+        return cls(head["index"], secret, correction, head["answered"])
+
+
+class SharingUser:
+    """User ``index`` of a DPDS or DPDG task, one round at a time (module docstring).
+
+    ``rng=None`` (a real user) draws his secret from the OS and his coin or noise from the secure generator;
+    a seeded simulation passes a generator. ``state`` resumes a user saved with ``state.to_bytes()``.
+    """
+
+    def __init__(self, parameters: SharingParameters, index: int, rng: RNGLike = None,
+                 state: UserState | None = None) -> None:
+        if parameters.model != "secret_sharing":
+            raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
+        self.parameters, self.field, self.rng = parameters, parameters.field, rng
+        n = parameters.n_users
+        index = check_integer("user index", index, 0, n - 1)
+        if state is None:
+            secret = secrets.token_bytes(SEED_BYTES) if rng is None else resolve(rng).bytes(SEED_BYTES)
+            state = UserState(index, secret)
+        elif state.index != index:
+            raise ParameterError("user state", f"the state of user {index}", f"user {state.index}'s")
+        self.state, self.index = state, index
+        self.correction_to = n - 1  # who receives every user's correction share
+
+    # what this user sent each recipient, from his secret and his correction share
+    def _seed(self, recipient: int) -> bytes:
+        return derive_seed(self.state.secret, f"share {recipient}")
+
+    def sent_share(self, recipient: int) -> np.ndarray:
+        """s_ik: his share for ``recipient`` (his own for himself), as field elements."""
+        if recipient == self.correction_to:
+            return self.state.correction
+        return expand(self.field, self._seed(recipient), self.parameters.domain_size)
+
+    def _mask(self) -> np.ndarray:
+        return expand(self.field, derive_seed(self.state.secret, "mask"), self.parameters.domain_size)
+
+    def _sent_sum(self, recipients) -> np.ndarray:
+        total = np.zeros(self.parameters.domain_size, dtype=np.uint64)
+        for k in recipients:
+            total = self.field.add(total, self.sent_share(k))
+        return total
+
+    def _expect(self, round_: int) -> None:
+        if self.state.answered != round_ - 1:
+            raise ParameterError("round", f"round {self.state.answered + 1} next (each round is answered once, "
+                                 "in order)", f"round {round_}")
+
+    def share(self, code: int) -> dict[int, bytes]:
+        """Round 1: his vector's share for every other user, each as a message (seal it to its recipient)."""
+        p, n = self.parameters, self.parameters.n_users
+        self._expect(1)
+        vector = SharingUsers(p).contributions(np.array([code]), self.rng)[0].astype(np.uint64)
+        self.state.answered = 1
+        others = [k for k in range(n) if k != self.correction_to]
+        self.state.correction = self.field.sub(vector, self._sent_sum(others))
+        kind = SEED if p.share_encoding == "seeds" else SHARE
+        return {k: encode(p, SEED if kind == SEED and k != self.correction_to else SHARE, self.index, k,
+                          self._seed(k) if kind == SEED and k != self.correction_to else self.sent_share(k))
+                for k in range(n) if k != self.index}
+
+    def _received(self, senders: Sequence[int], shares: Mapping[int, bytes], what: str) -> np.ndarray:
+        """The sum of the shares ``senders`` sent him, each message checked (sender, recipient, kind)."""
+        missing = sorted(set(senders) - set(shares) - {self.index})
+        extra = sorted(set(shares) - set(senders))
+        if missing or extra:
+            raise ParameterError(what, "one share from each listed sender", f"missing {missing[:5]}, unlisted "
+                                 f"{extra[:5]}")
+        total = np.zeros(self.parameters.domain_size, dtype=np.uint64)
+        for sender in senders:
+            if sender == self.index:
+                continue
+            message = decode(self.parameters, shares[sender], (SHARE, SEED), sender, self.index)
+            value = (expand(self.field, message.payload, self.parameters.domain_size) if message.kind == SEED
+                     else message.payload)
+            total = self.field.add(total, value)
+        return total
+
+    def _check_list(self, users: Sequence[int], what: str) -> list[int]:
+        listed = sorted({check_integer(what, u, 0, self.parameters.n_users - 1) for u in users})
+        if len(listed) != len(users):
+            raise ParameterError(what, "distinct users", "a user listed twice")
+        return listed
+
+    def masked_sum(self, senders: Sequence[int], shares: Mapping[int, bytes]) -> bytes:
+        """Round 2: y_k, given U1 (``senders``, himself among them) and the shares they sent him."""
+        self._expect(2)
+        senders = self._check_list(senders, "round-1 senders")
+        if self.index not in senders:
+            raise ParameterError("round-1 senders", f"a list naming user {self.index}, who shared", "a list without him")
+        received = self._received(senders, shares, "round-1 shares")
+        absent = [j for j in range(self.parameters.n_users) if j not in set(senders)]
+        total = self.field.add(self.field.add(received, self.sent_share(self.index)), self._sent_sum(absent))
+        self.state.answered = 2
+        return encode(self.parameters, MASKED_SUM, self.index, SERVER, self.field.add(total, self._mask()))
+
+    def unmask(self, senders: Sequence[int], dropped: Sequence[int], shares: Mapping[int, bytes]) -> bytes:
+        """Round 3: v_k, given U1 (``senders``), E (``dropped``: round 2's dropouts) and the shares E sent him.
+
+        Refused (a ParameterError, and nothing to send) if he is named in E, if E is not within U1, or if U1
+        less E leaves fewer survivors than the guarantee counts on."""
+        self._expect(3)
+        senders, dropped = self._check_list(senders, "round-1 senders"), self._check_list(dropped, "dropouts")
+        if self.index in dropped:
+            raise ParameterError("dropouts", f"a list without user {self.index}, who sent his masked sum (revealing "
+                                 "his mask now would reveal his vector)", "a list naming him")
+        if not set(dropped) <= set(senders):
+            raise ParameterError("dropouts", "round-1 senders only", sorted(set(dropped) - set(senders))[:5])
+        least = self.parameters.honest_users
+        if len(senders) - len(dropped) < least:
+            raise ParameterError("dropouts", f"leaving at least {least} survivors, the users the guarantee counts on",
+                                 f"{len(senders) - len(dropped)} survivors")
+        received = self._received(dropped, shares, "dropouts' shares")
+        value = self.field.sub(self.field.sub(self._sent_sum(dropped), received), self._mask())
+        self.state.answered = 3
+        return encode(self.parameters, UNMASK, self.index, SERVER, value)
+
+
+# --- the server --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SharingRelease:
+    """What the server releases: the estimates over the survivors, who they were, and the parameters with the
+    guarantee recomputed for them (``honest_fraction`` = survivors / n)."""
+
+    table: FrequencyTable
+    senders: int  # |U1|
+    survivors: int  # |U2|
+    parameters: SharingParameters
+
+    @property
+    def privacy(self):
+        """The guarantee of this release: the recomputed parameters' (its delta at the calibrated epsilon, no more
+        than the target's when at least ceil(G n) survived), with who took part."""
+        p = self.parameters
+        base = p.privacy
+        return dataclasses.replace(base, delta=min(p.delta, p.delta_at(p.epsilon)), caveats=base.caveats + (
+            f"recomputed for the {self.survivors} users who took part to the end (of n = {p.n_users} enrolled, "
+            f"{self.senders} shared in round 1): the {p.n_users - self.survivors} others count as users who may "
+            "not follow the protocol",))
+
+
+class SharingServer:
+    """The aggregating server of a DPDS or DPDG task: checks what users send it and releases the survivors' sum.
+
+    It never opens a share (they are sealed to their recipients); it relays them, and between rounds keeps
+    only the lists and the messages (the service's database)."""
+
+    def __init__(self, parameters: SharingParameters) -> None:
+        self.parameters, self.field = parameters, parameters.field
+
+    def check(self, raw: bytes, kind: int, user: int) -> np.ndarray:
+        """A user's round-2 or round-3 message, checked (``kind``, sender ``user``, to the server)."""
+        return decode(self.parameters, raw, (kind,), user, SERVER).payload
+
+    def release(self, senders: Sequence[int], masked: Mapping[int, bytes], unmasks: Mapping[int, bytes],
+                queries=None) -> SharingRelease:
+        """sum_{k in U2} (y_k + v_k), U2 = the users in ``masked``; refused unless every one of U2 unmasked and
+        U2 holds the users the guarantee counts on (``parameters.honest_users``)."""
+        p, survivors = self.parameters, sorted(masked)
+        if not set(survivors) <= set(senders):
+            raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
+        if sorted(unmasks) != survivors:
+            missing = sorted(set(survivors) - set(unmasks))
+            raise ParameterError("unmasks", "one from every survivor of round 2 (a survivor's mask is his alone)",
+                                 f"none from {len(missing)} of them, e.g. user {missing[0]}" if missing else
+                                 f"unmasks from users who sent no masked sum: {sorted(set(unmasks) - set(survivors))[:5]}")
+        if len(survivors) < p.honest_users:
+            raise ParameterError("survivors", f"at least {p.honest_users} (the users the guarantee counts on: "
+                                 f"honest fraction {p.honest_fraction:g} of n = {p.n_users})", len(survivors))
+        total = np.zeros(p.domain_size, dtype=np.uint64)
+        for user in survivors:
+            total = self.field.add(total, self.field.add(self.check(masked[user], MASKED_SUM, user),
+                                                         self.check(unmasks[user], UNMASK, user)))
+        recomputed = survivors_parameters(p, len(survivors))
+        estimates = recomputed.estimate(total)
+        chosen = None if queries is None else np.unique(p.check_codes(queries))
+        table = FrequencyTable(recomputed, estimates if chosen is None else estimates[chosen], chosen,
+                               messages=2 * len(survivors), malformed=0)
+        return SharingRelease(table, len(senders), len(survivors), recomputed)
+
+
+def survivors_parameters(parameters: SharingParameters, survivors: int) -> SharingParameters:
+    """The parameters with the guarantee recomputed for ``survivors`` of the n users: the survivors are the
+    honest users (``honest_fraction`` = survivors / n), so the dropouts count as users who may hold the rarest
+    category (DPDS) or add no noise (DPDG)."""
+    return dataclasses.replace(parameters, honest_fraction=survivors / parameters.n_users)
+
+
+def expected_bytes(parameters: SharingParameters, senders: int, survivors: int) -> dict[str, float]:
+    """The bytes each kind of party sends, by round, when ``senders`` of the n users share and ``survivors``
+    of them send their masked sums (the wire's plaintexts, before HPKE's 48 bytes a sealed share)."""
+    n, share_size = parameters.n_users, message_bytes(parameters, SHARE)
+    seeds = parameters.share_encoding == "seeds"
+    per_user = (n - 1) * share_size if not seeds else (n - 2) * message_bytes(parameters, SEED) + share_size
+    vector = message_bytes(parameters, MASKED_SUM)
+    return {"round 1 (shares, per user)": per_user, "round 2 (masked sum, per user)": vector,
+            "round 3 (unmask, per user)": vector, "users, in all": senders * per_user + 2 * survivors * vector}
+

@@ -1,0 +1,498 @@
+"""The sharing server: DPDS's and DPDG's server as a service (FastAPI): roster, relay, rounds with deadlines, release.
+
+The users are SDK clients (:mod:`privagg.service.sharing_client`) with their own HPKE key pairs. Each enrolls
+with a one-use token and his public key and is given his index in the roster and a secret he authenticates
+his later requests with. Once all n enrolled, the rounds of :mod:`privagg.protocols.sharing_parties` run, each
+until every user it expects has answered or its deadline passes:
+
+round 1   a user posts his n - 1 shares, each sealed to its recipient (HPKE, the task id bound as info); the
+          server stores them, whole or not at all, and can open none. U1: who posted by the deadline.
+round 2   a user of U1 fetches his inbox (the sealed shares U1 sent him) and posts his masked sum. U2.
+round 3   the server publishes E = U1 \\ U2; a user of U2 fetches the shares E sent him and posts his unmask.
+release   once every user of U2 unmasked: the survivors' sum, estimates, and the guarantee recomputed for
+          them (``SharingServer.release``). Fewer than ceil(G n) senders or survivors, or a survivor who does
+          not unmask by the deadline: the task fails, and nothing is released.
+
+Every share and message is stored once (primary keys; a second post is refused 409 and stores nothing), in
+committed transactions (SQLite WAL with synchronous FULL, or PostgreSQL), so a kill -9 loses nothing: the
+rounds resume from the database with their absolute deadlines.
+
+Routes: ``POST /tasks/{id}/enroll``, ``GET /tasks/{id}`` (the task and its state), ``GET /tasks/{id}/roster``
+(the public keys, once full), ``POST /tasks/{id}/round1``, ``POST /tasks/{id}/inbox``, ``POST
+/tasks/{id}/round2``, ``POST /tasks/{id}/round3``, ``GET /tasks/{id}/result``; ``/healthz``, ``/readyz``,
+``/metrics``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter
+
+from ..errors import ParameterError, check_integer
+from ..protocols.sharing_parties import MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, message_bytes
+from . import storage
+from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
+from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
+from .web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
+
+log = logging.getLogger("privagg.sharing")
+
+TOKEN_BYTES, SECRET_BYTES = 24, 24
+KEM = "x25519"
+STATES = ("enrolling", "round1", "round2", "round3", "released", "failed")
+SERVICE_RANDOMNESS = ("secure: each user's SDK draws his secret from the OS and his coin or noise from ChaCha20 "
+                      "keyed from OS entropy (privagg.service.sharing_client)")
+
+
+@dataclass(frozen=True)
+class SharingTask:
+    """A DPDS or DPDG task as every party knows it: public."""
+
+    task_id: str
+    parameters: object
+    round_seconds: float  # each round's deadline, from its start
+
+    def __post_init__(self) -> None:
+        if not is_hex_id(self.task_id):
+            raise ParameterError("task_id", f"{2 * TASK_ID_BYTES} hexadecimal characters", self.task_id)
+        if getattr(self.parameters, "model", None) != "secret_sharing":
+            raise ParameterError("parameters.protocol", "dpds or dpdg", getattr(self.parameters, "protocol", None))
+        if isinstance(self.round_seconds, bool) or not isinstance(self.round_seconds, (int, float)) or \
+                not 0 < self.round_seconds <= 7 * 86_400:
+            raise ParameterError("round_seconds", "a number of seconds in (0, 604800]", self.round_seconds)
+
+    def info(self, sender: int, recipient: int) -> bytes:
+        """HPKE's info for a share: binds it to this task, its sender and its recipient."""
+        return b"privagg share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
+
+    def sealed_size(self, sender: int, recipient: int) -> int:
+        """Bytes of the sealed share ``sender`` sends ``recipient``: a seed with ``share_encoding="seeds"`` (but to
+        the correction's recipient, n - 1), N elements otherwise; HPKE adds its encapsulation and tag."""
+        p = self.parameters
+        kind = SEED if p.share_encoding == "seeds" and recipient != p.n_users - 1 else SHARE
+        return message_bytes(p, kind) + KEMS[KEM][2] + TAG_BYTES
+
+    def to_dict(self) -> dict:
+        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
+                "kem": KEM, "suite": KEMS[KEM][0]}
+
+    @classmethod
+    def from_dict(cls, data: dict, verify: bool = True) -> "SharingTask":
+        from ..protocols.registry import load_parameters
+
+        if not isinstance(data, dict) or not {"task_id", "parameters", "round_seconds"} <= set(data):
+            raise ParameterError("task", "a JSON object with task_id, parameters and round_seconds", type(data).__name__)
+        if data.get("suite", KEMS[KEM][0]) != KEMS[KEM][0]:
+            raise ParameterError("task.suite", KEMS[KEM][0], data.get("suite"))
+        return cls(data["task_id"], load_parameters(data["parameters"], verify=verify), data["round_seconds"])
+
+
+def _hash(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def _b64(text, field: str, size: int | None = None) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else None
+    except (binascii.Error, ValueError):
+        raw = None
+    if raw is None or (size is not None and len(raw) != size):
+        raise Refused(400, "malformed", f"{field} must be base64" + (f" of {size} bytes" if size else "") +
+                      (f", got {len(raw)} bytes" if raw is not None else ""))
+    return raw
+
+
+class SharingService:
+    """The sharing server's logic over its database; the HTTP routes (:func:`create_app`) only call it.
+
+    ``clock``: seconds since the epoch (deadlines are stored as such, so a restarted server keeps them)."""
+
+    def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time) -> None:
+        self.engine, self.clock = engine, clock
+        self.health = Health()
+        self._tasks: dict[str, SharingTask] = {}
+        self._lock = threading.Lock()
+        self.registry = registry or CollectorRegistry()
+        self.accepted = Counter("privagg_sharing_messages_accepted", "Round messages stored", ["round"],
+                                registry=self.registry)
+        self.refused = Counter("privagg_sharing_refused", "Requests refused, nothing stored", ["reason"],
+                               registry=self.registry)
+        self.relayed = Counter("privagg_sharing_relayed_bytes", "Sealed share bytes stored for relay",
+                               registry=self.registry)
+
+    # ---- tasks, tokens, the roster -------------------------------------------------------------------------
+    def create_task(self, parameters, round_seconds: float = 60.0) -> SharingTask:
+        task = SharingTask(secrets.token_hex(TASK_ID_BYTES), parameters, round_seconds)
+        with self.engine.begin() as c:
+            c.execute(sa.insert(sharing_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
+                                                      state="enrolling"))
+        log_event(log, "task created", task=task.task_id, protocol=parameters.protocol, users=parameters.n_users)
+        return task
+
+    def task(self, task_id: str) -> SharingTask:
+        if task_id not in self._tasks:
+            if not is_hex_id(task_id):
+                raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
+                              f"{shown(task_id)}")
+            with storage.reading(self.engine) as c:
+                text = c.execute(sa.select(sharing_tasks.c.task).where(sharing_tasks.c.task_id == task_id)).scalar()
+            if text is None:
+                raise Refused(404, "unknown_task", f"task_id must name a task of this server, got {task_id}")
+            self._tasks[task_id] = SharingTask.from_dict(json.loads(text), verify=False)
+        return self._tasks[task_id]
+
+    def issue_tokens(self, task_id: str, count: int) -> list[str]:
+        self.task(task_id)
+        issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(check_integer("count", count, 1, 10**7))]
+        with self.engine.begin() as c:
+            c.execute(sa.insert(sharing_tokens), [{"token_hash": _hash(t), "task_id": task_id} for t in issued])
+        return issued
+
+    def enroll(self, task_id: str, body: bytes) -> dict:
+        """A user joins the roster: his token spent, his public key kept, his index and secret returned. The same
+        token and key again (a retry) get the same index and a fresh secret."""
+        task = self.task(task_id)
+        data = json_object(body, "the enrollment")
+        token, key = data.get("token"), data.get("public_key")
+        if set(data) != {"token", "public_key"} or not isinstance(token, str) or not 0 < len(token) <= 256:
+            raise Refused(400, "malformed", "an enrollment must be {\"token\": the issued token, \"public_key\": "
+                          "base64 of the user's X25519 public key}")
+        public = _b64(key, "public_key", KEMS[KEM][1])
+        secret = secrets.token_urlsafe(SECRET_BYTES)
+        with self._lock, self.engine.begin() as c:
+            row = c.execute(sa.select(sharing_tokens).where(sharing_tokens.c.token_hash == _hash(token))).first()
+            if row is None or row.task_id != task_id:
+                raise Refused(403, "bad_token", "token must be one the server issued for this task")
+            if row.user is not None:
+                known = c.execute(sa.select(roster.c.public_key).where(roster.c.task_id == task_id,
+                                                                       roster.c.user == row.user)).scalar()
+                if known != public:
+                    raise Refused(409, "token_spent", "token was spent on another enrollment")
+                user = row.user
+                c.execute(sa.update(roster).where(roster.c.task_id == task_id, roster.c.user == user).values(
+                    secret_hash=_hash(secret)))
+            else:
+                user = c.execute(sa.select(sa.func.count()).select_from(roster).where(
+                    roster.c.task_id == task_id)).scalar()
+                if user >= task.parameters.n_users:
+                    raise Refused(409, "roster_full", f"the roster holds its n = {task.parameters.n_users} users")
+                c.execute(sa.insert(roster).values(task_id=task_id, user=user, public_key=public,
+                                                   secret_hash=_hash(secret)))
+                c.execute(sa.update(sharing_tokens).where(sharing_tokens.c.token_hash == _hash(token)).values(user=user))
+        self.advance(task_id)
+        return {"user": user, "secret": secret}
+
+    def roster(self, task_id: str) -> list[str]:
+        task = self.task(task_id)
+        with storage.reading(self.engine) as c:
+            keys = c.execute(sa.select(roster.c.public_key).where(roster.c.task_id == task_id).order_by(
+                roster.c.user)).scalars().all()
+        if len(keys) < task.parameters.n_users:
+            raise Refused(409, "roster_open", f"{len(keys)} of the n = {task.parameters.n_users} users enrolled so far")
+        return [base64.b64encode(k).decode() for k in keys]
+
+    # ---- rounds --------------------------------------------------------------------------------------------
+    def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
+        query = sa.select(sharing_tasks).where(sharing_tasks.c.task_id == task_id)
+        return c.execute(query.with_for_update() if lock else query).one()
+
+    def _authenticated(self, task_id: str, data: dict) -> int:
+        task, user, secret = self.task(task_id), data.get("user"), data.get("secret")
+        if type(user) is not int or not 0 <= user < task.parameters.n_users or not isinstance(secret, str):
+            raise Refused(400, "malformed", f"user must be a roster index in [0, {task.parameters.n_users}) and "
+                          "secret the string enrollment returned")
+        with storage.reading(self.engine) as c:
+            known = c.execute(sa.select(roster.c.secret_hash).where(roster.c.task_id == task_id,
+                                                                    roster.c.user == user)).scalar()
+        if known is None or not hmac.compare_digest(known, _hash(secret)):
+            raise Refused(403, "bad_secret", "secret must be the one enrollment returned to this user")
+        return user
+
+    def _open_round(self, task_id: str, round_: int) -> object:
+        """The task's row, refusing (409) unless round ``round_`` is open."""
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        if row.state != f"round{round_}":
+            raise Refused(409, "round_closed", f"round {round_} must be open; the task is {row.state}")
+        return row
+
+    def round1(self, task_id: str, body: bytes) -> str:
+        """A user's sealed shares, one for each other user, stored whole or not at all."""
+        task, data = self.task(task_id), json_object(body, "round 1")
+        user = self._authenticated(task_id, data)
+        self._open_round(task_id, 1)
+        n, shares = task.parameters.n_users, data.get("shares")
+        if set(data) != {"user", "secret", "shares"} or not isinstance(shares, list) or len(shares) != n - 1:
+            raise Refused(400, "malformed", f"round 1 must be user, secret and shares: a list of the n - 1 = {n - 1} "
+                          "{\"recipient\", \"sealed\"}")
+        rows = {}
+        for i, entry in enumerate(shares):
+            recipient = entry.get("recipient") if isinstance(entry, dict) else None
+            if type(recipient) is not int or not 0 <= recipient < n or recipient == user or recipient in rows:
+                raise Refused(400, "bad_recipient", f"shares[{i}].recipient must be another user of the roster, "
+                              f"each once (not the sender {user}), got {shown(recipient)}")
+            rows[recipient] = _b64(entry.get("sealed"), f"shares[{i}].sealed", task.sealed_size(user, recipient))
+        return self._store(task_id, 1, user, lambda c: c.execute(sa.insert(relayed_shares), [
+            {"task_id": task_id, "sender": user, "recipient": k, "sealed": v} for k, v in rows.items()]),
+            sum(len(v) for v in rows.values()))
+
+    def _store(self, task_id: str, round_: int, user: int, insert, size: int) -> str:
+        try:
+            with self._lock, self.engine.begin() as c:
+                if self._row(c, task_id, lock=True).state != f"round{round_}":  # closed meanwhile
+                    raise Refused(409, "round_closed", f"round {round_} closed before this message was stored")
+                insert(c)
+        except sa.exc.IntegrityError:
+            raise Refused(409, "already_sent", f"user {user} already sent his round-{round_} message") from None
+        except sa.exc.DBAPIError as err:
+            self.health.write_failed(f"a round message could not be stored ({type(err.orig).__name__})")
+            raise
+        self.health.write_succeeded()
+        self.accepted.labels(str(round_)).inc()
+        if round_ == 1:
+            self.relayed.inc(size)
+        self.advance(task_id)
+        return "stored"
+
+    def inbox(self, task_id: str, body: bytes) -> dict:
+        """What a user needs for the open round: U1 and the shares U1 sent him (round 2), or E and the shares E
+        sent him (round 3)."""
+        data = json_object(body, "the inbox request")
+        user = self._authenticated(task_id, data)
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+            if row.state not in ("round2", "round3"):
+                raise Refused(409, "round_closed", f"round 2 or 3 must be open; the task is {row.state}")
+            senders = json.loads(row.senders)
+            dropped = [] if row.state == "round2" else sorted(set(senders) - set(json.loads(row.survivors)))
+            froms = senders if row.state == "round2" else dropped
+            if user not in senders or (row.state == "round3" and user in dropped):
+                raise Refused(409, "not_expected", f"user {user} takes no part in {row.state} (he is not among "
+                              f"{'the senders of round 1' if user not in senders else 'the survivors of round 2'})")
+            found = c.execute(sa.select(relayed_shares.c.sender, relayed_shares.c.sealed).where(
+                relayed_shares.c.task_id == task_id, relayed_shares.c.recipient == user,
+                relayed_shares.c.sender.in_(froms or [-1]))).all()
+        return {"round": int(row.state[-1]), "senders": senders, "dropped": dropped,
+                "shares": [{"sender": s, "sealed": base64.b64encode(v).decode()} for s, v in found]}
+
+    def round_message(self, task_id: str, round_: int, body: bytes) -> str:
+        """A user's masked sum (round 2) or unmask (round 3), checked by the server role before it is stored."""
+        task, data = self.task(task_id), json_object(body, f"round {round_}")
+        user = self._authenticated(task_id, data)
+        row = self._open_round(task_id, round_)
+        if set(data) != {"user", "secret", "message"}:
+            raise Refused(400, "malformed", f"round {round_} must be user, secret and message (base64)")
+        expected = json.loads(row.senders) if round_ == 2 else json.loads(row.survivors)
+        if user not in expected:
+            raise Refused(409, "not_expected", f"user {user} takes no part in round {round_}")
+        raw = _b64(data.get("message"), "message")
+        try:
+            SharingServer(task.parameters).check(raw, MASKED_SUM if round_ == 2 else UNMASK, user)
+        except ParameterError as err:
+            raise Refused(400, "bad_message", str(err)) from None
+        return self._store(task_id, round_, user, lambda c: c.execute(sa.insert(round_messages).values(
+            task_id=task_id, round=round_, user=user, message=raw)), len(raw))
+
+    # ---- the rounds' progress ------------------------------------------------------------------------------
+    def advance(self, task_id: str) -> str:
+        """Close the open round if everyone it expects answered or its deadline passed, and open the next (or
+        release, or fail); the task's state after."""
+        task = self.task(task_id)
+        n, least = task.parameters.n_users, task.parameters.honest_users
+        with self._lock, self.engine.begin() as c:
+            row = self._row(c, task_id, lock=True)
+            state, now = row.state, self.clock()
+            late = row.deadline is not None and now >= row.deadline
+            update: dict = {}
+            if state == "enrolling":
+                enrolled = c.execute(sa.select(sa.func.count()).select_from(roster).where(
+                    roster.c.task_id == task_id)).scalar()
+                if enrolled == n:
+                    update = {"state": "round1", "deadline": now + task.round_seconds}
+            elif state == "round1":
+                senders = c.execute(sa.select(relayed_shares.c.sender).where(
+                    relayed_shares.c.task_id == task_id).distinct()).scalars().all()
+                if len(senders) == n or late:
+                    update = self._next(sorted(senders), least, "round 1", now + task.round_seconds, "round2",
+                                        senders=json.dumps(sorted(senders)))
+            elif state in ("round2", "round3"):
+                round_ = int(state[-1])
+                users = c.execute(sa.select(round_messages.c.user).where(
+                    round_messages.c.task_id == task_id, round_messages.c.round == round_)).scalars().all()
+                expected = json.loads(row.senders if round_ == 2 else row.survivors)
+                if round_ == 2 and (len(users) == len(expected) or late):
+                    update = self._next(sorted(users), least, "round 2", now + task.round_seconds, "round3",
+                                        survivors=json.dumps(sorted(users)))
+                elif round_ == 3 and len(users) == len(expected):
+                    update = {"state": "released", "deadline": None, "outcome": json.dumps(self._release(c, task, row))}
+                elif round_ == 3 and late:
+                    missing = len(expected) - len(users)
+                    update = {"state": "failed", "deadline": None, "outcome": json.dumps({"failed": (
+                        f"{missing} of the {len(expected)} survivors of round 2 did not unmask by the deadline: "
+                        "their masks are theirs alone, so the sum cannot be recovered (docs/privacy.md, 'Dropouts "
+                        "in DPDS and DPDG'); nothing was released")})}
+            if update:
+                c.execute(sa.update(sharing_tasks).where(sharing_tasks.c.task_id == task_id).values(**update))
+                log_event(log, "round", task=task_id, state=update["state"])
+        return update.get("state", state)
+
+    @staticmethod
+    def _next(users: list[int], least: int, what: str, deadline: float, state: str, **lists) -> dict:
+        if len(users) < least:
+            return {"state": "failed", "deadline": None, "outcome": json.dumps({"failed": (
+                f"{len(users)} users answered {what}, fewer than the {least} the guarantee counts on; nothing was "
+                "released")}), **lists}
+        return {"state": state, "deadline": deadline, **lists}
+
+    def _release(self, c: sa.Connection, task: SharingTask, row) -> dict:
+        from ..core.encoding import ItemEncoder
+        from ..reports import Collection, Engine, analysis_report, to_json_dict
+
+        messages = {(r, u): m for r, u, m in c.execute(sa.select(round_messages.c.round, round_messages.c.user,
+                                                                 round_messages.c.message).where(
+            round_messages.c.task_id == task.task_id))}
+        start = time.perf_counter()
+        released = SharingServer(task.parameters).release(
+            json.loads(row.senders), {u: m for (r, u), m in messages.items() if r == 2},
+            {u: m for (r, u), m in messages.items() if r == 3})
+        p = released.parameters
+        privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)
+        report = to_json_dict(analysis_report(
+            p, released.table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
+            encoder=ItemEncoder(p.domain_size, kind="integer"), top=p.domain_size,
+            collection=Collection(released.survivors, 1, 0, 0)))
+        report["dropouts"] = {"enrolled": task.parameters.n_users, "round1_senders": released.senders,
+                              "survivors": released.survivors, "least_survivors": task.parameters.honest_users}
+        return report
+
+    def state(self, task_id: str) -> dict:
+        task = self.task(task_id)
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        return {"task": task.to_dict(), "state": row.state,
+                "seconds_left": None if row.deadline is None else max(0.0, row.deadline - self.clock()),
+                "senders": None if row.senders is None else len(json.loads(row.senders)),
+                "survivors": None if row.survivors is None else len(json.loads(row.survivors))}
+
+    def result(self, task_id: str) -> dict:
+        self.task(task_id)
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        if row.state == "failed":
+            raise Refused(409, "failed", json.loads(row.outcome)["failed"])
+        if row.state != "released":
+            raise Refused(409, "not_released", f"task {task_id} is in {row.state}: nothing is released yet")
+        return json.loads(row.outcome)
+
+    def active(self) -> list[str]:
+        with storage.reading(self.engine) as c:
+            return c.execute(sa.select(sharing_tasks.c.task_id).where(
+                sharing_tasks.c.state.in_(("round1", "round2", "round3")))).scalars().all()
+
+
+class Ticker:
+    """Closes rounds whose deadline passed, every ``interval`` seconds, in a thread."""
+
+    def __init__(self, service: SharingService, interval: float = 0.5) -> None:
+        self.service, self.interval = service, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="privagg-rounds", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                for task_id in self.service.active():
+                    self.service.advance(task_id)
+            except Exception as err:  # the database is away: the next tick tries again
+                log.warning("rounds not advanced", extra={"fields": {"error": type(err).__name__}})
+
+
+def create_app(service: SharingService, max_body_bytes: int = 1 << 30, tick: float | None = 0.5, *,
+               operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None) -> FastAPI:
+    """The sharing server's HTTP service (``tick=None``: rounds advance only on requests)."""
+    ticker = None if tick is None else Ticker(service, tick)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if ticker is not None:
+            ticker.start()
+        log_event(log, "sharing server started")
+        yield
+        if ticker is not None:
+            ticker.stop()
+        service.engine.dispose()
+        log_event(log, "sharing server stopped")
+
+    app = make_app("privagg sharing server", lifespan, api_docs)
+    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
+                   health=service.health, operator_token=operator_token, limits=limits)
+
+    async def body(request: Request) -> bytes:
+        return await read_body(request, max_body_bytes, "application/json")
+
+    @app.get("/tasks/{task_id}")
+    async def task(task_id: str) -> dict:
+        return await run_in_threadpool(service.state, task_id)
+
+    @app.post("/tasks/{task_id}/enroll")
+    async def enroll(task_id: str, request: Request) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(service.enroll, task_id, await body(request)), status_code=201)
+
+    @app.get("/tasks/{task_id}/roster")
+    async def keys(task_id: str) -> dict:
+        return {"public_keys": await run_in_threadpool(service.roster, task_id)}
+
+    @app.post("/tasks/{task_id}/round1")
+    async def round1(task_id: str, request: Request) -> JSONResponse:
+        return JSONResponse({"status": await run_in_threadpool(service.round1, task_id, await body(request))},
+                            status_code=201)
+
+    @app.post("/tasks/{task_id}/inbox")
+    async def inbox(task_id: str, request: Request) -> dict:
+        return await run_in_threadpool(service.inbox, task_id, await body(request))
+
+    def round_route(round_: int) -> None:
+        @app.post(f"/tasks/{{task_id}}/round{round_}")
+        async def message(task_id: str, request: Request) -> JSONResponse:
+            status = await run_in_threadpool(service.round_message, task_id, round_, await body(request))
+            return JSONResponse({"status": status}, status_code=201)
+
+    round_route(2)
+    round_route(3)
+
+    @app.get("/tasks/{task_id}/result")
+    async def result(task_id: str) -> dict:
+        return await run_in_threadpool(service.result, task_id)
+
+    return app
+
+
+def open_sharing(db_url: str, registry: CollectorRegistry | None = None) -> SharingService:
+    return SharingService(storage.connect(db_url, "sharing"), registry)

@@ -1,0 +1,126 @@
+"""The SDK of a DPDS or DPDG user: his rounds against the sharing server (numpy, randomgen, ``cryptography``;
+stdlib HTTP).
+
+    from privagg.service.sharing_client import SharingClient
+    user = SharingClient.fetch(server_url, task_id)   # the task's frozen parameters, never recalibrated
+    user.enroll(token)                                 # his own X25519 key pair; his index in the roster
+    user.share(value)                                  # round 1, once the roster is full
+    user.masked_sum()                                  # round 2, once round 1 closed
+    user.unmask()                                      # round 3, once round 2 closed
+
+The protocol is :class:`privagg.protocols.sharing_parties.SharingUser`'s, with secure randomness; this module
+only seals, opens and sends. Each share is sealed with HPKE to its recipient's public key from the roster,
+with the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request
+the server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+
+from ..protocols.sharing_parties import SharingUser
+from .client import RETRY_STATUSES, SubmitError
+from .sharing import KEM, SharingTask
+from .tasks import _private_key, _public_key, _suite
+
+class SharingClient:
+    """One user's device in one task; ``sent`` and ``received`` count the bytes of his request and answer bodies."""
+
+    def __init__(self, url: str, task: SharingTask, timeout: float = 60.0, attempts: int = 5) -> None:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+        self.url, self.task, self.timeout, self.attempts = url.rstrip("/"), task, timeout, attempts
+        key = X25519PrivateKey.generate()
+        self.private_key, self.public_key = key.private_bytes_raw(), key.public_key().public_bytes_raw()
+        self.user: int | None = None
+        self.secret: str | None = None
+        self.role: SharingUser | None = None
+        self.sent = self.received = 0
+
+    @classmethod
+    def fetch(cls, url: str, task_id: str, **options) -> "SharingClient":
+        """The client of the task served at ``url`` (its parameters checked, never recalibrated)."""
+        data = _request(f"{url.rstrip('/')}/tasks/{task_id}", None, options.get("timeout", 60.0), 5)
+        return cls(url, SharingTask.from_dict(json.loads(data)["task"]), **options)
+
+    def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = ()) -> dict:
+        raw = None if body is None else json.dumps(body).encode()
+        self.sent += len(raw or b"")
+        answer = _request(f"{self.url}/tasks/{self.task.task_id}/{route}", raw, self.timeout, self.attempts,
+                          ok_conflicts)
+        self.received += len(answer)
+        return json.loads(answer)
+
+    def state(self) -> str:
+        """The task's state at the server: enrolling, round1, round2, round3, released or failed."""
+        return json.loads(_request(f"{self.url}/tasks/{self.task.task_id}", None, self.timeout, self.attempts))["state"]
+
+    def enroll(self, token: str) -> int:
+        answer = self._call("enroll", {"token": token, "public_key": base64.b64encode(self.public_key).decode()})
+        self.user, self.secret = answer["user"], answer["secret"]
+        self.role = SharingUser(self.task.parameters, self.user)
+        return self.user
+
+    def _auth(self) -> dict:
+        if self.role is None:
+            raise RuntimeError("enroll first")
+        return {"user": self.user, "secret": self.secret}
+
+    def share(self, value: int) -> None:
+        """Round 1: his value's shares, each sealed to its recipient."""
+        keys = [base64.b64decode(k) for k in self._call("roster")["public_keys"]]
+        plain = self.role.share(value)
+        suite = _suite(KEM)
+        shares = [{"recipient": k, "sealed": base64.b64encode(suite.encrypt(
+            message, _public_key(KEM, keys[k]), info=self.task.info(self.user, k))).decode()}
+            for k, message in plain.items()]
+        self._call("round1", {**self._auth(), "shares": shares}, ("already_sent",))
+
+    def _inbox(self) -> tuple[dict, dict[int, bytes]]:
+        answer = self._call("inbox", self._auth())
+        suite, key = _suite(KEM), _private_key(KEM, self.private_key)
+        opened = {s["sender"]: suite.decrypt(base64.b64decode(s["sealed"]), key,
+                                             info=self.task.info(s["sender"], self.user)) for s in answer["shares"]}
+        return answer, opened
+
+    def masked_sum(self) -> None:
+        """Round 2: the sum of what U1 sent him, masked."""
+        answer, opened = self._inbox()
+        message = self.role.masked_sum(answer["senders"], opened)
+        self._call("round2", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
+
+    def unmask(self) -> None:
+        """Round 3: his unmask, given round 2's dropouts (refused by the role if he is named among them)."""
+        answer, opened = self._inbox()
+        message = self.role.unmask(answer["senders"], answer["dropped"], opened)
+        self._call("round3", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
+
+
+def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:
+    """The answer's body; retried on no answer or a busy server, SubmitError on a refusal (a 409 whose reason is in
+    ``ok_conflicts`` is an answer: a retry of a request that arrived)."""
+    headers = {} if body is None else {"content-type": "application/json"}
+    for attempt in range(attempts):
+        request = urllib.request.Request(url, data=body, headers=headers, method="GET" if body is None else "POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return answer.read()
+        except urllib.error.HTTPError as err:
+            detail = err.read()
+            try:
+                reason = json.loads(detail).get("error")
+            except ValueError:
+                reason = None
+            if err.code == 409 and reason in ok_conflicts:
+                return b"{}"
+            if err.code not in RETRY_STATUSES or attempt == attempts - 1:
+                raise SubmitError(err.code, detail.decode(errors="replace")[:300]) from None
+        except (urllib.error.URLError, OSError) as err:
+            if attempt == attempts - 1:
+                raise SubmitError(None, str(err)) from None
+        time.sleep(min(2.0, 0.1 * 2**attempt))
+    raise AssertionError("unreachable")
