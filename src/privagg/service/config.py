@@ -36,7 +36,7 @@ from .storage import ROLES, default_url
 if TYPE_CHECKING:
     from .web import Limits
 
-DEFAULT_PORTS = {"collector": 8080, "analyzer": 8081, "sharing": 8082}
+DEFAULT_PORTS = {"collector": 8080, "analyzer": 8081, "sharing": 8082, "s1": 8083, "s2": 8084}
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ import sqlalchemy as sa
 
 from ..errors import ParameterError
 
-ROLES = ("collector", "analyzer", "sharing")
+ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers.py)
 
 metadata = {role: sa.MetaData() for role in ROLES}
 
@@ -320,7 +320,7 @@ def _prepare_file(path: Path, role: str, url: str) -> None:
     modes = {file: stat.S_IMODE(file.stat().st_mode) for file in files}
     fix = "chmod 600 " + " ".join(str(f) for f, m in modes.items() if m & 0o066)
     shown = "; ".join(f"{f} is mode {m:04o}" for f, m in modes.items() if m & 0o066)
-    if role in ("analyzer", "sharing") and shown:
+    if role in ("analyzer", "sharing", "s1", "s2") and shown:
         raise ParameterError("db", f"a key store only its owner can read and write (it holds the tasks' private "
                              f"keys; group or others may read or write it: {shown}; fix with {fix})", url)
     if role == "collector" and any(m & 0o022 for m in modes.values()):
