@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import privagg
 from privagg.cli import app
 from privagg.protocols import registry
+from privagg.protocols.kinds import ResultKind
 from privagg.protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, load_parameters
 from privagg.reports import REPORT_TYPES, AnalysisReport, CalibrationReport, EstimateReport, json_schema
 
@@ -146,34 +147,29 @@ def test_protocols_table():
     assert "audit" in run("protocols")[1]  # the column (rich wraps its cells to the terminal)
 
 
-_BETA = ["--min-count-fraction", 0.05]
-# per protocol: the domain and the options its calibration needs (N = 10 categories for the sampling family)
-CALIBRATE = {"bib": ["--domain", 100], "fe0": ["--domain", 100], "fe1": ["--domain", 5000, "--bins", 50],
-             "dpcs": ["--domain", 10, *_BETA], "dpcs-star": ["--domain", 10, *_BETA], "dpds": ["--domain", 10, *_BETA],
-             "dpdg": ["--domain", 10], "tss": ["--domain", 10, *_BETA, "--report-fraction", 0.5],
-             "tss-collusion": ["--domain", 10, *_BETA, "--report-fraction", 0.5, "--colluders", 2],
-             "blanket-hist": ["--domain", 2], "blanket-vector": ["--dimension", 2], "sparse-vector": ["--dimension", 100],
-             "sparse-vector-hashed": ["--dimension", 2**30, "--bins", 50], "grr": ["--domain", 100],
-             "oue": ["--domain", 100], "olh": ["--domain", 5000, "--bins", 50], "hadamard": ["--domain", 100],
-             "laplace": ["--domain", 100], "gaussian": ["--domain", 100], "fe-hh": ["--domain", 2**20, "--phi", 0.1]}
-OPTION_VALUES = {"bins": 50, "min_count_fraction": 0.05, "report_fraction": 0.5, "colluders": 2, "phi": 0.1}
-FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result == "frequency table"]
+FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result is ResultKind.FREQUENCY_TABLE]
+
+
+def example_args(protocol):
+    """The command line of the entry's example instance: its privacy, users, domain (or dimension) and options."""
+    example, entry = dict(REGISTRY[protocol].example), REGISTRY[protocol]
+    args = ["--epsilon", example.pop("epsilon"), *(["--delta", example.pop("delta")] if "delta" in example else []),
+            "--users", example.pop("n_users"),
+            "--dimension" if entry.result is ResultKind.VECTOR_SUM else "--domain", example.pop("domain_size")]
+    return args + [a for name, value in example.items() for a in (f"--{name.replace('_', '-')}", value)]
 
 
 @pytest.mark.parametrize("protocol,calibration", [(e.name, c) for e in ENTRIES if e.implemented
                                                   for c in e.calibrations if c != "closed_form"])
 def test_calibrate_json_reloads_as_the_calibrated_parameters(protocol, calibration, tmp_path):
-    extra = CALIBRATE[protocol]
-    pure = registry.get(protocol).pure  # pure eps-DP: no --delta, delta 0
-    code, out, err = run("calibrate", protocol, *privacy_args(protocol), "--users", 10_000, *extra,
-                         "--calibration", calibration, "--json", "--output", tmp_path / "cal.json")
+    code, out, err = run("calibrate", protocol, *example_args(protocol), "--calibration", calibration, "--json",
+                         "--output", tmp_path / "cal.json")
     assert code == 0, err
     report = json.loads(out)
     validate(report, CalibrationReport)
     assert json.loads((tmp_path / "cal.json").read_text()) == report
-    options = {o.name: OPTION_VALUES[o.name] for o in registry.get(protocol).options if o.name in OPTION_VALUES}
-    params = registry.calibrate(protocol, epsilon=1, delta=0.0 if pure else 1e-6, n_users=10_000, domain_size=extra[1],
-                                calibration=calibration, item_key=report["parameters"].get("item_key"), **options)
+    params = registry.calibrate(protocol, calibration=calibration, item_key=report["parameters"].get("item_key"),
+                                **REGISTRY[protocol].example)
     assert [p["epsilon"] for p in report["privacy_profile"]] == [0.5, 1.0, 2.0]
     assert report["privacy_profile"][1]["delta"] == params.delta_at(1.0) <= 1e-6
     assert report["costs"] and report["theory"]  # expected costs per party, the estimate's law
@@ -490,8 +486,8 @@ def test_usage_errors_are_one_line():
 @pytest.mark.parametrize("protocol", IMPLEMENTED)
 @pytest.mark.parametrize("users", [1, 2**53 + 1, 2**63, 2**64 + 5])
 def test_calibrate_bad_users(protocol, users):
-    code, _, err = run("calibrate", protocol, *privacy_args(protocol), "--users", users, "--dimension" if REGISTRY[protocol].result ==
-                       "vector sum" else "--domain", 100)
+    code, _, err = run("calibrate", protocol, *privacy_args(protocol), "--users", users,
+                       "--dimension" if REGISTRY[protocol].result is ResultKind.VECTOR_SUM else "--domain", 100)
     assert code == 2 and err.startswith("error: n_users must be an integer in [2, 9007199254740992]"), err
 
 

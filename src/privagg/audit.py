@@ -44,6 +44,7 @@ import numpy as np
 from .core.bisection import bisect
 from .errors import ParameterError, check_integer
 from .protocols.exact_laws import EXACT_LAW_MAX_WORK, big, check_keys
+from .protocols.kinds import ResultKind, Topology
 from .protocols.parameters import neighbouring_pair_count, neighbouring_pairs
 from .protocols.registry import calibrate, get
 from .reports import AuditReport, Claimed
@@ -387,13 +388,13 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
         raise ParameterError("confidence", "in (0, 1)", confidence)
     audited = with_noise_scale(parameters, noise_scale)
     entry = get(parameters.protocol)
-    if entry.result != "frequency table":
+    if entry.result is not ResultKind.FREQUENCY_TABLE:
         raise ParameterError("method", f"exact for {entry.name} (the statistical auditor compares two items' "
                              "frequency estimates; a vector sum's exact audit covers its extreme inputs)", "statistical")
     # the first neighbouring pair: an accepted dataset (the sampling family's first puts a category at exactly
     # m holders) and the neighbour that moves one of them away, the boundary the guarantee covers
     # (the local model's exact pairs hold its one audited user; the estimates here need all n)
-    local = entry.topology == "local"
+    local = entry.topology is Topology.LOCAL
     dataset, neighbour = next(iter(entry.audit_pairs(audited, audited.n_users) if entry.audit_pairs and not local
                                    else neighbouring_pairs(audited.domain_size, audited.n_users)))
     # items >= B stand for a central curator's noise in the exact auditor's pairs: the simulation adds its own

@@ -34,6 +34,7 @@ from . import __version__
 from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output,
                          _clean_errors, _console, _emit, _say)
 from .errors import ParameterError
+from .protocols.kinds import Family, ResultKind
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
 
 # Plain (click) help rather than rich's panels: rendering them would load about 70 ms of rich modules,
@@ -80,7 +81,7 @@ def _protocol_parameters(entry: ProtocolEntry) -> list[inspect.Parameter]:
             entry.calibrations[0], "--calibration",
             help="How the noise is calibrated (docs/privacy.md): the authors' tail criterion computed numerically "
                  "(default), the tighter exact privacy profile (hockey_stick), or the closed form (eps <= 1)."
-            if entry.family == "balls into bins" else
+            if entry.family is Family.BALLS_INTO_BINS else
             f"How p or the noise is set (docs/privacy.md): {', '.join(entry.calibrations)} (default "
             f"{entry.calibrations[0]}).")),
     ]
@@ -244,7 +245,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
 
     with _clean_errors():
         _check_output(output)
-        if entry.family == CATEGORICAL or entry.result != "frequency table":  # no items to hash
+        if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
                                      "no items to hash)", hash_key)
@@ -290,8 +291,8 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
     params = [
         _param("users", int, typer.Option(..., "--users", help="Number of users n >= 2.")),
         _param("domain", int, typer.Option(..., "--dimension", help="Dimension d of the users' vectors.")
-               if entry.result == "vector sum" else typer.Option(..., "--domain", help="Domain size B >= 2."))
-        if entry.result != "heavy-hitter list" else
+               if entry.result is ResultKind.VECTOR_SUM else typer.Option(..., "--domain", help="Domain size B >= 2."))
+        if entry.result is not ResultKind.HEAVY_HITTER_LIST else
         _param("domain", Optional[int], typer.Option(None, "--domain", help="Integer items in [0, B), B up to 2^64 "
                                                                             "(strings: --max-length instead).")),
         *_protocol_parameters(entry),
@@ -358,9 +359,6 @@ def _progress_bars() -> Iterator:
             bars.advance(tasks[stage], done)
 
         yield advance
-
-
-CATEGORICAL = "sampling + secret sharing"  # the family whose users hold one of N public categories
 
 
 class Mode(str, Enum):
@@ -461,7 +459,7 @@ def _read_input(entry: ProtocolEntry, input: Path | None, fmt, encoder, candidat
     from .io import InputFormat, read_codes
 
     if input is None:
-        if entry.family == CATEGORICAL:
+        if entry.categorical:
             bundled, name = datasets.english_categories()[0], datasets.CATEGORY_DESCRIPTION
         elif isinstance(encoder, CategoryEncoder):  # a small-domain protocol: the most common words
             bundled, name = datasets.english_words(vocabulary=datasets.SMALL_VOCABULARY), datasets.SMALL_DESCRIPTION
@@ -537,7 +535,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
     with _clean_errors():
         _check_output(output, input, candidates)
         fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
-        if entry.family == CATEGORICAL:
+        if entry.categorical:
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (categories are codes by their place in "
                                      "the public list, no key)", hash_key)
@@ -671,7 +669,7 @@ def _say_written(report) -> None:
 
 
 def _register_estimate(entry: ProtocolEntry) -> None:
-    categorical = entry.family == CATEGORICAL
+    categorical = entry.categorical
     params = [
         *_input_parameters(),
         _param("domain", Optional[int], typer.Option(
@@ -709,7 +707,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
             _param("partitions", int, typer.Option(16, "--partitions", help="Partitions for --write-messages.")),
         ]
 
-    if entry.family == CATEGORICAL and "min_count_fraction" in {o.name for o in entry.options}:
+    if entry.categorical and "min_count_fraction" in {o.name for o in entry.options}:
         params.append(_param("epsilon_column", Optional[str], typer.Option(
             None, "--epsilon-column", help="Weighted aggregation: the table's column of each user's epsilon; users "
                                            "are grouped by it, each group sampled at its own p, and the groups "
@@ -1045,7 +1043,7 @@ def _register_audit(entry: ProtocolEntry) -> None:
     params = [
         _param("users", int, typer.Option(..., "--users", help="Number of users n (tiny for --method exact).")),
         _param("domain", int, typer.Option(..., "--dimension", help="Dimension d (tiny for --method exact).")
-               if entry.result == "vector sum" else
+               if entry.result is ResultKind.VECTOR_SUM else
                typer.Option(..., "--domain", help="Domain size B (tiny for --method exact).")),
         *_protocol_parameters(entry),
         _param("noise_scale", float, typer.Option(1.0, "--noise-scale", help="Multiply the calibrated noise by F "
@@ -1071,9 +1069,9 @@ for _entry in ENTRIES:
     if _entry.implemented:
         _register_calibrate(_entry)
         _register_audit(_entry)
-        if _entry.result == "heavy-hitter list":
+        if _entry.result is ResultKind.HEAVY_HITTER_LIST:
             _register_hh_estimate(_entry)
-        elif _entry.result == "frequency table":
+        elif _entry.result is ResultKind.FREQUENCY_TABLE:
             _register_estimate(_entry)
         else:  # vector sums: estimated over vectors or (coordinate, weight) rows
             _register_vector_estimate(_entry)
@@ -1371,7 +1369,7 @@ def analyze(
         if own.exists() and load_parameters(read_json_text(own, "messages"), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
-        if registry.get(params.protocol).result == "vector sum":
+        if registry.get(params.protocol).result is ResultKind.VECTOR_SUM:
             _analyze_vector(params, partitions, items, engine.value, scheduler, workers, candidates, top, verbose,
                             as_json, output, strict)
             return

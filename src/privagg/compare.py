@@ -22,6 +22,7 @@ import numpy as np
 
 from .errors import ParameterError, check_epsilon, check_integer
 from .protocols import registry
+from .protocols.kinds import ResultKind
 from .reports import CompareReport, CompareRow
 from .simulate.progress import Progress
 
@@ -53,7 +54,7 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
     entries = []
     for name in protocols:
         entry = registry.get(name)
-        if entry.result != "frequency table":
+        if entry.result is not ResultKind.FREQUENCY_TABLE:
             raise ParameterError("protocols", "frequency protocols (vector sums are compared elsewhere)", name)
         entries.append(entry)
     impure = [e.name for e in entries if not e.pure]

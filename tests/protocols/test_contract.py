@@ -2,11 +2,13 @@
 
 A protocol joins these tests by its :data:`privagg.protocols.registry.ENTRIES`
 entry alone: the entry's ``topology``, ``client``, ``analyzer``, ``fast``
-and ``calibrations`` decide which checks apply, and its family the instance
+and ``calibrations`` decide which checks apply, its family the instance
 (:data:`CASES`: balls into bins over B = 1000 items and n = 5000 users; the
 sampling family over N = 10 categories, each held by at least beta n of
-n = 1000 users, since its guarantee needs it). Seeds are fixed; statistical
-checks use 4-sigma tolerances.
+n = 1000 users, since its guarantee needs it) and its ``example`` the
+options. Every entry's example instance keeps the parameters contract
+(:class:`privagg.protocols.parameters.Parameters`). Seeds are fixed;
+statistical checks use 4-sigma tolerances.
 """
 
 import itertools
@@ -25,18 +27,18 @@ from privagg.privacy.description import Model
 from privagg.protocols import privacy_blanket as pb
 from privagg.protocols import registry, roles
 from privagg.protocols import sampling_sharing as ss
+from privagg.protocols.kinds import Family, ResultKind, Topology
+from privagg.protocols.parameters import Parameters
 from privagg.protocols.results import FrequencyTable
 from privagg.simulate import simulate
-from privagg.simulate.runner import SHARING
 from privagg.simulate.secret_sharing import run_secret_sharing, run_two_servers
 
 EPS, DELTA = 1.0, 1e-6
 K = 4.0
 # frequency protocols; vector sums have their own tests (tests/protocols/test_privacy_blanket.py)
-PROTOCOLS = tuple(p for p in registry.IMPLEMENTED if registry.REGISTRY[p].result == "frequency table")
+PROTOCOLS = tuple(p for p in registry.IMPLEMENTED if registry.REGISTRY[p].result is ResultKind.FREQUENCY_TABLE)
 WITH_FAST = [p for p in PROTOCOLS if registry.REGISTRY[p].fast is not None]
 WITH_CLIENT = [p for p in PROTOCOLS if registry.REGISTRY[p].client is not None]
-SAMPLING = "sampling + secret sharing"
 
 
 def zipf_population(domain, n_users, seed=0):
@@ -53,27 +55,24 @@ def categorical_population(domain, n_users, seed=0):
     return rng.permutation(np.concatenate([np.repeat(np.arange(domain), floor), rest]))
 
 
-# per family: users, domain, the population, the options every calibration needs (per protocol), the methods
+# per family: users, domain, the population, the methods
 CASES = {
-    "balls into bins": dict(n_users=5000, domain=1000, population=zipf_population, options={},
-                            details=bib_privacy.METHOD_DETAIL),
+    Family.BALLS_INTO_BINS: dict(n_users=5000, domain=1000, population=zipf_population,
+                                 details=bib_privacy.METHOD_DETAIL),
     # the paper's gamma needs about 80 B ln(2/delta) / eps^2 users
-    "privacy blanket": dict(n_users=50_000, domain=10, population=zipf_population, options={},
-                            details=pb.METHOD_DETAIL, sizes=(50_000, 200_000), inconsistent={"gamma": 1.5}),
+    Family.PRIVACY_BLANKET: dict(n_users=50_000, domain=10, population=zipf_population, details=pb.METHOD_DETAIL,
+                                 sizes=(50_000, 200_000), inconsistent={"gamma": 1.5}),
     # pure eps-LDP: the item's count moves by (p - q) per holder, so a small domain keeps the error readable
-    "local baselines": dict(n_users=20_000, domain=16, population=zipf_population, options={},
-                            details={"exact": "pure eps-LDP of each report"}, inconsistent={"local_epsilon": 5.0}),
-    "central baselines": dict(n_users=5000, domain=100, population=zipf_population, options={},
-                              details={"exact": ""}, inconsistent={"laplace": {"scale_numerator": 2**24},
-                                                                   "gaussian": {"noise_variance": 1}}),
-    SAMPLING: dict(n_users=1000, domain=10, population=categorical_population,
-                   options={"dpcs": dict(min_count_fraction=0.05), "dpcs-star": dict(min_count_fraction=0.05),
-                            "dpds": dict(min_count_fraction=0.05), "dpdg": {},
-                            "tss": dict(min_count_fraction=0.05, report_fraction=0.5),
-                            "tss-collusion": dict(min_count_fraction=0.05, report_fraction=0.5, colluders=3)},
-                   details=ss.METHOD_DETAIL, sizes=(20_000, 50_000), inconsistent={"modulus": 4},
-                   # p = 1 - e^-eps needs more holders per category to meet delta = 1e-6 (the closed form ~500)
-                   calibration_users={"paper": 20_000, "closed_form": 20_000}),
+    Family.LOCAL_BASELINES: dict(n_users=20_000, domain=16, population=zipf_population,
+                                 details={"exact": "pure eps-LDP of each report"}, inconsistent={"local_epsilon": 5.0}),
+    Family.CENTRAL_BASELINES: dict(n_users=5000, domain=100, population=zipf_population, details={"exact": ""},
+                                   inconsistent={"laplace": {"scale_numerator": 2**24},
+                                                 "gaussian": {"noise_variance": 1}}),
+    Family.SAMPLING_SHARING: dict(n_users=1000, domain=10, population=categorical_population,
+                                  details=ss.METHOD_DETAIL, sizes=(20_000, 50_000), inconsistent={"modulus": 4},
+                                  # p = 1 - e^-eps needs more holders per category to meet delta = 1e-6 (the closed
+                                  # form ~500)
+                                  calibration_users={"paper": 20_000, "closed_form": 20_000}),
 }
 
 
@@ -90,7 +89,9 @@ def domain_of(name):
 
 
 def options_of(name):
-    return case(name)["options"].get(name, {})
+    """The options of the entry's example (those its calibration needs, as the sampling family's beta)."""
+    entry = registry.get(name)
+    return {k: v for k, v in entry.example.items() if k in {o.name for o in entry.options}}
 
 
 def queries_of(name):
@@ -118,7 +119,7 @@ def population(name, seed=0):
 def analyzer_of(params, queries=None, seed=11):
     """The protocol's analyzer; a central curator gets a fixed seed so that its noise is reproducible."""
     entry = registry.get(params.protocol)
-    options = {"rng": seed} if entry.topology == "central" else {}
+    options = {"rng": seed} if entry.trusted_curator else {}
     return registry.analyzer(params, queries, **options)
 
 
@@ -126,15 +127,15 @@ def messages_of(params, codes, seed=1):
     """What the analyzer receives: shuffled client messages, the users' or helpers' partial sums (secret
     sharing), or (central) the values in the clear."""
     entry = registry.get(params.protocol)
-    if entry.topology == "secret_sharing":
+    if entry.topology is Topology.SECRET_SHARING:
         return run_secret_sharing(params, codes, np.random.default_rng(seed))[0]
-    if entry.topology == "two_servers":
+    if entry.topology is Topology.TWO_SERVERS:
         return run_two_servers(params, codes, {"users": np.random.default_rng(seed),
                                                "s1": np.random.default_rng(seed + 1)})[0]
     if entry.client is None:
         return MessageBatch({"value": np.asarray(codes, dtype=np.int64)})
     batch = registry.client(params).randomize(codes, rng=seed)
-    return shuffle(batch, rng=seed + 1) if entry.topology == "shuffle" else batch
+    return shuffle(batch, rng=seed + 1) if entry.topology is Topology.SHUFFLE else batch
 
 
 def totals(agg):
@@ -163,11 +164,12 @@ def test_entry_is_complete_and_consistent(name):
     assert entry.implemented and entry.name == params.protocol == name
     assert entry.analyzer is not None and entry.calibrate is not None and entry.parameters is type(params)
     assert set(entry.calibrations) <= set(case(name)["details"]) and params.calibration == entry.calibrations[0]
-    assert (entry.client is None) == (entry.topology not in ("shuffle", "local"))
+    assert (entry.client is None) == (entry.topology not in (Topology.SHUFFLE, Topology.LOCAL))
+    assert (entry.client is None) == (entry.trusted_curator or entry.multi_round)
     assert params.model == entry.topology
     analyzer = analyzer_of(params)
     assert isinstance(analyzer, roles.Analyzer) and analyzer.layout == params.layout
-    if entry.topology == "central":
+    if entry.trusted_curator:
         assert isinstance(analyzer, roles.Curator)
         with pytest.raises(ParameterError) as err:
             registry.client(params)
@@ -176,6 +178,24 @@ def test_entry_is_complete_and_consistent(name):
         client = registry.client(params)
         assert isinstance(client, roles.Client) and client.layout == params.layout
         assert not isinstance(analyzer, roles.Curator)  # no noise of its own: it has no rng
+
+
+@pytest.mark.parametrize("name", registry.IMPLEMENTED)
+def test_the_example_keeps_the_parameters_contract(name):
+    """Every entry (vector sums and heavy hitters too) has an example instance, calibrated under each of its
+    calibrations but the closed form, whose parameters are what the outer layers count on (Parameters)."""
+    entry = registry.get(name)
+    assert {"epsilon", "n_users", "domain_size"} <= set(entry.example) and ("delta" in entry.example) != entry.pure
+    for calibration in (c for c in entry.calibrations if c != "closed_form"):
+        params = registry.calibrate(name, calibration=calibration, **entry.example)
+        assert isinstance(params, Parameters) and type(params) is entry.parameters
+        assert (params.protocol, params.model, params.calibration) == (name, entry.topology, calibration)
+        assert (params.epsilon, params.n_users) == (entry.example["epsilon"], entry.example["n_users"])
+        assert params.delta == entry.example.get("delta", 0.0) and params.delta_at(params.epsilon) <= params.delta
+        assert registry.load_parameters(json.dumps(params.to_dict())) == params
+        assert params.privacy.model == entry.topology and params.bits_per_message == params.layout.bits_per_message
+        assert params.messages_per_user > 0 and set(params.expected_error()) >= {"standard_error", "max_error_bound"}
+    assert not isinstance(entry.example, Parameters) and not isinstance(None, Parameters)
 
 
 def test_planned_protocols_are_not_served():
@@ -292,7 +312,7 @@ def test_estimates_cover_the_queries(name):
     some = analyzer_of(params, queries)
     some_table = some.finalize(fold(some, messages))
     assert some_table.items.tolist() == [0, 3, domain - 1]
-    if registry.get(name).topology != "central":  # the curator's noise differs between the two tables
+    if not registry.get(name).trusted_curator:  # the curator's noise differs between the two tables
         assert np.array_equal(some_table.estimate([0, domain - 1]), table.estimate([0, domain - 1]))
     codes, estimates = table.top_k(3)
     assert estimates.tolist() == sorted(table.estimates, reverse=True)[:3]
@@ -305,14 +325,14 @@ def test_estimates_cover_the_queries(name):
 def test_messages_per_user_match_the_theory(name):
     params, n = params_of(name), n_of(name)
     run = simulate(params, population(name), rng=4)
-    if registry.get(name).topology == "central":
+    if registry.get(name).trusted_curator:
         assert params.messages_per_user == 1 and run.messages_total == n
         return
-    if registry.get(name).topology in SHARING:  # one row per category and helper: n alpha N in all, plus TSS' top-ups
+    if registry.get(name).multi_round:  # one row per category and helper: n alpha N in all, plus TSS' top-ups
         assert abs(run.messages_per_user - params.messages_per_user) <= 0.02 * params.messages_per_user
         assert run.messages_per_user == params.messages_per_user or params.protocol == "tss-collusion"
         return
-    if registry.get(name).family != "local baselines":  # OUE: 1/2 + (B - 1) q set bits, not 1 + rho
+    if registry.get(name).family is not Family.LOCAL_BASELINES:  # OUE: 1/2 + (B - 1) q set bits, not 1 + rho
         assert params.messages_per_user == 1 + params.rho
     assert abs(run.messages_per_user - params.messages_per_user) <= K * params.messages_sd / n
     assert run.transcript["analyzer"]["received"] == run.transcript["clients"]["sent"]
@@ -424,7 +444,8 @@ def test_privacy_description(name):
         assert privacy.parameters.get("mu") == getattr(params, "mu", None)
         assert params.n_users in (privacy.parameters.get("n_users"), privacy.parameters.get("honest_users"))
         # a trusted party, or none: the users and servers only follow the protocol
-        assert bool(privacy.trusted) == (entry.topology in ("central", "shuffle")) and privacy.honest_fraction == 1
+        assert bool(privacy.trusted) == (entry.topology in (Topology.CENTRAL, Topology.SHUFFLE))
+        assert privacy.honest_fraction == 1
         text = privacy.render()
         assert f"(1, {delta_of(name):g})-DP" in text and "NOT PRIVATE" not in text
         assert json.loads(json.dumps(privacy.to_dict(), default=list))["model"] == entry.topology
@@ -436,7 +457,7 @@ def test_noise_buys_the_promised_delta(name):
     # the closed forms are checked where their own conditions hold
     sizes = case(name).get("sizes", (2000, 10_000))
     for calibration, n_users in itertools.product(registry.get(name).calibrations, sizes):
-        if calibration == "closed_form" and registry.get(name).family != SAMPLING:
+        if calibration == "closed_form" and registry.get(name).family is not Family.SAMPLING_SHARING:
             continue
         params = params_of(name, calibration, n_users)
         assert params.delta_at(params.epsilon) <= params.delta

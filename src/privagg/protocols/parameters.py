@@ -14,18 +14,69 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..core.messages import Column, MessageLayout
 from ..errors import ParameterError, check_instance
+from ..privacy.description import PrivacyDescription
 
 _TYPE_CHECKS = {
     "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "str": lambda v: isinstance(v, str),
 }
+
+
+@runtime_checkable
+class Parameters(Protocol):
+    """The parameters contract: what the layers above the protocols (simulate, engine, service, pipelines, the CLI)
+    use of any protocol's frozen parameters. Every registry entry's parameters keep it (its example instance is
+    checked in tests/protocols/test_contract.py); members beyond it belong to a family (``rho`` and
+    ``messages_sd`` of the message-sending protocols, ``check_codes`` of what ``simulate`` runs)."""
+
+    protocol: ClassVar[str]  # the registry entry's name
+    model: ClassVar[str]  # the entry's topology
+    epsilon: float
+    delta: float  # 0 for a pure eps-DP protocol
+    n_users: int
+    domain_size: int  # B items (categories, coordinates)
+    calibration: str
+    honest_fraction: float
+
+    @property
+    def privacy(self) -> PrivacyDescription: ...
+
+    @property
+    def layout(self) -> MessageLayout: ...
+
+    @property
+    def messages_per_user(self) -> float: ...
+
+    @property
+    def bits_per_message(self) -> int: ...
+
+    @property
+    def honest_users(self) -> int: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def derived(self) -> dict[str, Any]: ...
+
+    def warnings(self) -> list[str]: ...
+
+    def delta_at(self, epsilon: float) -> float: ...
+
+    def verify(self) -> None: ...
+
+    def expected_error(self) -> dict[str, float]: ...
+
+    def standard_error(self, estimates: Any) -> Any: ...
+
+    def costs(self) -> dict[str, dict[str, float]]: ...
+
+    def theory(self) -> dict[str, float | str]: ...
 
 
 class FrozenParameters:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ParameterError
@@ -27,8 +27,8 @@ from . import local_baselines as lb
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
 from . import sparse_vector as sv
+from .kinds import Family, ResultKind, Topology
 from .parameters import check_pure_delta
-from .roles import Topology
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,16 @@ class ProtocolEntry:
 
     name: str
     title: str
-    family: str
+    family: Family
     topology: Topology
     trust: str
     messages_per_user: str
     reference: str
     status: Literal["implemented", "planned"] = "implemented"
-    result: str = "frequency table"
+    result: ResultKind = ResultKind.FREQUENCY_TABLE
+    # a small instance, calibrate's keyword arguments, that every calibration but the closed form accepts: the
+    # contract tests check its parameters, and the tests that need some instance of each protocol take it
+    example: dict[str, Any] = field(default_factory=dict)
     calibrate: Callable[..., Any] | None = None
     parameters: type | None = None  # the frozen parameters: from_dict, domain_max, theory, privacy
     client: Callable[[Any], Any] | None = None
@@ -78,9 +81,40 @@ class ProtocolEntry:
     def implemented(self) -> bool:
         return self.status == "implemented"
 
+    @property
+    def trusted_curator(self) -> bool:
+        """Users send their values in the clear to a curator, which adds the noise (no client randomizer)."""
+        return self.topology is Topology.CENTRAL
+
+    @property
+    def multi_round(self) -> bool:
+        """Users exchange shares before a server reconstructs: the simulator plays the rounds (no client)."""
+        return self.topology in (Topology.SECRET_SHARING, Topology.TWO_SERVERS)
+
+    @property
+    def single_batch(self) -> bool:
+        """The guarantee counts on the analyzer taking all users' messages in one batch (the shuffle's)."""
+        return self.topology is Topology.SHUFFLE
+
+    @property
+    def served(self) -> bool:
+        """One round, a client randomizer and an analyzer: the services (collector, analyzer) run it. fe-hh's
+        tree walk is not served yet."""
+        return self.client is not None and self.result is not ResultKind.HEAVY_HITTER_LIST
+
+    @property
+    def categorical(self) -> bool:
+        """Users hold one of N public categories (codes by their place in the list: no items to hash)."""
+        return self.family is Family.SAMPLING_SHARING
+
+
+def _example(domain_size: int, pure: bool = False, **options: Any) -> dict[str, Any]:
+    """An entry's example: 10,000 users at epsilon 1 (and delta 1e-6, unless pure eps-DP) over ``domain_size``."""
+    return dict(epsilon=1.0, **({} if pure else {"delta": 1e-6}), n_users=10_000, domain_size=domain_size, **options)
+
 
 # what the three balls-into-bins entries share: the family, its calibrations, its exact message law
-_BALLS_INTO_BINS: dict[str, Any] = dict(family="balls into bins",
+_BALLS_INTO_BINS: dict[str, Any] = dict(family=Family.BALLS_INTO_BINS,
                                         calibrations=("numeric", "hockey_stick", "closed_form"),
                                         message_law=bib.message_law, law_size=bib.law_size)
 _HONEST = Option("honest_fraction", float, "G in (0, 1]: the guarantee holds while at least G n users follow the "
@@ -92,17 +126,17 @@ _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, cali
                      dict(n_users=3, domain_size=2, epsilon=1.0, delta=0.1))
 
 # the local baselines (protocols/local_baselines.py): pure eps-LDP, no delta; one user's report is audited
-_LOCAL: dict[str, Any] = dict(family="local baselines", calibrations=lb.CALIBRATIONS, pure=True,
+_LOCAL: dict[str, Any] = dict(family=Family.LOCAL_BASELINES, calibrations=lb.CALIBRATIONS, pure=True,
                               message_law=lb.message_law, law_size=lb.law_size, audit_pairs=lb.audit_pairs,
                               audit_instances=(dict(n_users=2, domain_size=3, epsilon=1.0),
                                                dict(n_users=2, domain_size=4, epsilon=0.5)))
 
 # the central baselines (protocols/central_baselines.py): the curator's noise audited as one more "user"
-_CENTRAL: dict[str, Any] = dict(family="central baselines", calibrations=("exact",), message_law=cb.message_law,
+_CENTRAL: dict[str, Any] = dict(family=Family.CENTRAL_BASELINES, calibrations=("exact",), message_law=cb.message_law,
                                 law_size=cb.law_size, audit_pairs=cb.audit_pairs)
 
 # the sampling family (protocols/sampling_sharing.py)
-_SAMPLING: dict[str, Any] = dict(family="sampling + secret sharing", calibrations=ss.SAMPLING_CALIBRATIONS,
+_SAMPLING: dict[str, Any] = dict(family=Family.SAMPLING_SHARING, calibrations=ss.SAMPLING_CALIBRATIONS,
                                  message_law=ss.message_law, law_size=ss.law_size, audit_pairs=ss.audit_pairs,
                                  audit_cost=ss.audit_cost)
 # beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
@@ -125,18 +159,21 @@ _TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alp
 
 ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
-        name="bib", small_domain=True, title="M^BIB: balls into bins, trusted curator", topology="central",
+        name="bib", small_domain=True, title="M^BIB: balls into bins, trusted curator", topology=Topology.CENTRAL,
+        example=_example(100),
         trust="central (trusted curator)", messages_per_user="1", reference="shuffle FE paper, Algorithm 1",
         calibrate=bib.calibrate_bib, parameters=bib.BIBParameters, analyzer=bib.BallsIntoBinsCurator,
         audit_instances=_HISTOGRAM_AUDITS, **_BALLS_INTO_BINS),
     ProtocolEntry(
-        name="fe0", small_domain=True, title="FE0: value + blanket noise (small domains)", topology="shuffle",
+        name="fe0", small_domain=True, title="FE0: value + blanket noise (small domains)", topology=Topology.SHUFFLE,
+        example=_example(100),
         trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu B / n",
         reference="shuffle FE paper, Algorithms 2-3", calibrate=bib.calibrate_fe0, parameters=bib.FE0Parameters,
         client=bib.FE0Client, analyzer=bib.FE0Analyzer, fast=bib.fe0_fast_aggregate,
         audit_instances=_HISTOGRAM_AUDITS, options=(_HONEST,), **_BALLS_INTO_BINS),
     ProtocolEntry(
-        name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", topology="shuffle",
+        name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", topology=Topology.SHUFFLE,
+        example=_example(5000, bins=50),
         trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1, parameters=bib.FE1Parameters,
         client=bib.FE1Client, analyzer=bib.FE1Analyzer, fast=bib.fe1_fast_aggregate, **_BALLS_INTO_BINS,
@@ -148,9 +185,10 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                  Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
         name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels (integers up to 2^64, strings)",
-        family="balls into bins", topology="shuffle", trust="shuffle (trusted shuffler)",
+        example=_example(2**20, phi=0.1),
+        family=Family.BALLS_INTO_BINS, topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)",
         messages_per_user="p_f (1 + rho), rho = mu b / m", reference="shuffle FE paper, §4 (the authors' HHD code)",
-        result="heavy-hitter list", calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
+        result=ResultKind.HEAVY_HITTER_LIST, calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
         client=hh.HeavyHitterClient, analyzer=hh.HeavyHitterAnalyzer,
         # the hockey-stick bound first: every calibration is verified with it, and it needs 14% less mu
         calibrations=("hockey_stick", "numeric", "closed_form"), message_law=hh.message_law,
@@ -166,8 +204,10 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                         "left out)"))),
     ProtocolEntry(
         name="sparse-vector", title="1-sparse vector sums: rounded weights, FE0 over (coordinate, level) cells",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu (B k + 1) / n",
-        reference="shuffle FE paper, §5 (low dimension; our construction)", result="vector sum",
+        example=_example(100),
+        topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)",
+        messages_per_user="1 + rho, rho = mu (B k + 1) / n",
+        reference="shuffle FE paper, §5 (low dimension; our construction)", result=ResultKind.VECTOR_SUM,
         calibrate=sv.calibrate_sparse_vector, parameters=sv.SparseVectorParameters, client=sv.SparseVectorClient,
         analyzer=sv.SparseVectorAnalyzer, fast=sv.sparse_fast_aggregate, **_BALLS_INTO_BINS,
         # cells are the audited items: (coordinate, level) with a deterministic rounding, and the level-0 cell
@@ -179,8 +219,9 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                         "the error bound, about (3 n / (2 B mu))^(1/3))"), _HONEST)),
     ProtocolEntry(
         name="sparse-vector-hashed", title="1-sparse vector sums over huge dimensions: FE1 on candidates",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
-        reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result="vector sum",
+        example=_example(2**30, bins=50),
+        topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
+        reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result=ResultKind.VECTOR_SUM,
         calibrate=sv.calibrate_hashed_sparse_vector, parameters=sv.HashedSparseVectorParameters,
         client=sv.SparseVectorClient, analyzer=sv.HashedSparseVectorAnalyzer, fast=sv.sparse_fast_aggregate,
         **_BALLS_INTO_BINS,  # as FE1's: the closed form is beyond enumeration
@@ -190,7 +231,9 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                         "c = 1 below about 1,000 users)"),
                  Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
-        name="blanket-hist", small_domain=True, title="Privacy-blanket histogram R^PH", family="privacy blanket", topology="shuffle",
+        name="blanket-hist", small_domain=True, title="Privacy-blanket histogram R^PH", family=Family.PRIVACY_BLANKET,
+        topology=Topology.SHUFFLE,
+        example=_example(2),
         trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper, Algorithm 1",
         calibrate=pb.calibrate_blanket_hist, parameters=pb.BlanketHistParameters, client=pb.BlanketClient,
         analyzer=pb.BlanketAnalyzer, calibrations=("tight", "paper"), message_law=pb.message_law,
@@ -201,9 +244,11 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                          dict(n_users=200, domain_size=2, epsilon=0.9, delta=0.1)),
         options=(_HONEST,)),
     ProtocolEntry(
-        name="blanket-vector", title="Privacy-blanket vector sums R_{d,k,n,t}", family="privacy blanket",
-        topology="shuffle", trust="shuffle (trusted shuffler)", messages_per_user="t",
-        reference="shuffle vector paper, Algorithms 2-3", result="vector sum", calibrate=pb.calibrate_blanket_vector,
+        name="blanket-vector", title="Privacy-blanket vector sums R_{d,k,n,t}", family=Family.PRIVACY_BLANKET,
+        example=_example(2),
+        topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)", messages_per_user="t",
+        reference="shuffle vector paper, Algorithms 2-3", result=ResultKind.VECTOR_SUM,
+        calibrate=pb.calibrate_blanket_vector,
         parameters=pb.BlanketVectorParameters, client=pb.VectorClient, analyzer=pb.VectorAnalyzer,
         calibrations=("tight", "paper"), message_law=pb.vector_message_law, law_size=pb.vector_law_size,
         audit_pairs=pb.grid_pairs,
@@ -216,24 +261,28 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         options=(Option("levels", int, "k: coordinates are randomly rounded to {0..k} (default 3)"),
                  Option("coordinates_per_user", int, "t: coordinates each user reports (default 1)"), _HONEST)),
     ProtocolEntry(
-        name="dpcs", title="DPCS: a trusted server samples the records", topology="central",
+        name="dpcs", title="DPCS: a trusted server samples the records", topology=Topology.CENTRAL,
+        example=_example(10, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
         calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
-        name="dpcs-star", title="DPCS*: sampled counts released as n additive shares", topology="central",
+        name="dpcs-star", title="DPCS*: sampled counts released as n additive shares", topology=Topology.CENTRAL,
+        example=_example(10, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
         calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
-        name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology="secret_sharing",
+        name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology=Topology.SECRET_SHARING,
+        example=_example(10, min_count_fraction=0.05),
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
         options=(_BETA, _P, _HONEST, _SEEDS), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
-        family="sampling + secret sharing", topology="secret_sharing",
+        example=_example(10),
+        family=Family.SAMPLING_SHARING, topology=Topology.SECRET_SHARING,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
@@ -245,7 +294,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST,
                  _SEEDS)),
     ProtocolEntry(
-        name="tss", title="TSS: two servers, report sets and elected helpers", topology="two_servers",
+        name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
+        example=_example(10, min_count_fraction=0.05, report_fraction=0.5),
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
         analyzer=ss.SumServer, fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
@@ -256,7 +306,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                                 calibrations=("exact",)) for i, fraction in ((1, 2 / 3), (2, 0.5))))),
     ProtocolEntry(
         name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
-        topology="two_servers", trust="two non-colluding servers; at most phi colluding users",
+        example=_example(10, min_count_fraction=0.05, report_fraction=0.5, colluders=2),
+        topology=Topology.TWO_SERVERS, trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
         fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
@@ -264,37 +315,46 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         audit_instances=tuple(dict(_SAMPLING_AUDITS[i], report_fraction=0.5, colluders=1) for i in (0, 2, 3))),
     ProtocolEntry(
         name="laplace", title="Laplace: counts plus exact discrete Laplace noise (trusted curator)",
-        topology="central", trust="central (trusted curator)", messages_per_user="1",
+        example=_example(100, pure=True),
+        topology=Topology.CENTRAL, trust="central (trusted curator)", messages_per_user="1",
         reference="Dwork, McSherry, Nissim, Smith 2006; the discrete sampler of Canonne, Kamath, Steinke 2020",
         calibrate=cb.calibrate_laplace, parameters=cb.LaplaceParameters, analyzer=cb.CentralCurator, pure=True,
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0), dict(n_users=3, domain_size=2, epsilon=2.0)),
         **_CENTRAL),
     ProtocolEntry(
         name="gaussian", title="Gaussian: counts plus exact discrete Gaussian noise (trusted curator)",
-        topology="central", trust="central (trusted curator)", messages_per_user="1",
+        example=_example(100),
+        topology=Topology.CENTRAL, trust="central (trusted curator)", messages_per_user="1",
         reference="Canonne, Kamath, Steinke 2020 (the discrete Gaussian)", calibrate=cb.calibrate_gaussian,
         parameters=cb.GaussianParameters, analyzer=cb.CentralCurator,
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.1),
                          dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.01)), **_CENTRAL),
     ProtocolEntry(
-        name="grr", small_domain=True, title="GRR: k-ary randomized response", topology="local", trust="local (no trusted party)",
+        name="grr", small_domain=True, title="GRR: k-ary randomized response", topology=Topology.LOCAL,
+        trust="local (no trusted party)",
+        example=_example(100, pure=True),
         messages_per_user="1", reference="Kairouz, Oh, Viswanath 2014", calibrate=lb.calibrate_grr,
         parameters=lb.GRRParameters, client=lb.GRRClient, analyzer=lb.GRRAnalyzer, **_LOCAL),
     ProtocolEntry(
-        name="oue", small_domain=True, title="OUE: optimized unary encoding", topology="local", trust="local (no trusted party)",
+        name="oue", small_domain=True, title="OUE: optimized unary encoding", topology=Topology.LOCAL,
+        trust="local (no trusted party)",
+        example=_example(100, pure=True),
         messages_per_user="1/2 + (B - 1) / (e^eps + 1) set bits", reference="Wang, Blocki, Li, Jha 2017",
         calibrate=lb.calibrate_oue, parameters=lb.OUEParameters, client=lb.OUEClient, analyzer=lb.OUEAnalyzer,
         **_LOCAL),
     ProtocolEntry(
         name="olh", title="OLH: optimized local hashing (universal hashes into g = e^eps + 1 values)",
-        topology="local", trust="local (no trusted party)", messages_per_user="1",
+        example=_example(5000, pure=True, bins=50),
+        topology=Topology.LOCAL, trust="local (no trusted party)", messages_per_user="1",
         reference="Wang, Blocki, Li, Jha 2017", calibrate=lb.calibrate_olh, parameters=lb.OLHParameters,
         client=lb.OLHClient, analyzer=lb.OLHAnalyzer,
         options=(Option("bins", int, "g: the hash range (default round(e^eps) + 1)"),),
         **{**_LOCAL, "audit_instances": (dict(n_users=2, domain_size=3, epsilon=1.0, bins=2),
                                          dict(n_users=2, domain_size=3, epsilon=2.0, bins=3))}),
     ProtocolEntry(
-        name="hadamard", title="Hadamard randomized response", topology="local", trust="local (no trusted party)",
+        name="hadamard", title="Hadamard randomized response", topology=Topology.LOCAL,
+        trust="local (no trusted party)",
+        example=_example(100, pure=True),
         messages_per_user="1", reference="Acharya, Sun, Zhang 2019 (Hadamard response family)",
         calibrate=lb.calibrate_hadamard, parameters=lb.HadamardParameters, client=lb.HadamardClient,
         analyzer=lb.HadamardAnalyzer, **_LOCAL),
@@ -406,7 +466,7 @@ def analyzer(parameters, queries=None, **role_options):
     The whole domain is refused past FULL_DOMAIN_MAX (2^28, also the CLI's --full-domain limit): its aggregate
     holds a count for every item (fe1 at B = 2^49 asked agg_init for 4 PiB)."""
     entry = get(parameters.protocol)
-    if queries is None and entry.result == "frequency table":
+    if queries is None and entry.result is ResultKind.FREQUENCY_TABLE:
         if parameters.domain_size > FULL_DOMAIN_MAX:
             raise ParameterError("queries", f"given when the domain has more than 2^{FULL_DOMAIN_MAX.bit_length() - 1}"
                                  f" items (an analyzer of the whole domain counts each of its "

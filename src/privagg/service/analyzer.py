@@ -41,7 +41,7 @@ from ..errors import ParameterError
 from . import storage
 from .collector import BATCH_MEDIA_TYPE
 from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations
-from .tasks import Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages, sealed_size
+from .tasks import SERVED, Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages, sealed_size
 from .web import Health, Limits, Refused, add_operations, log_event, make_app, read_body, shown
 from .workers import BatchWorkers
 
@@ -123,12 +123,13 @@ class AnalyzerService:
                     kem: str = "x25519") -> Task:
         """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key and an empty
         aggregate stored; returns the task."""
+        from ..protocols.kinds import ResultKind
         from ..protocols.registry import analyzer as make_analyzer, get
 
-        if get(parameters.protocol).result not in ("frequency table", "vector sum"):
-            raise ParameterError("protocol", "one whose result is a frequency table or a vector sum (the service "
-                                 "does not run fe-hh yet)", parameters.protocol)
-        if get(parameters.protocol).result == "frequency table" and parameters.domain_size > 1 << 24:
+        entry = get(parameters.protocol)
+        if not entry.served:
+            raise ParameterError("protocol", SERVED, parameters.protocol)
+        if entry.result is ResultKind.FREQUENCY_TABLE and parameters.domain_size > 1 << 24:
             raise ParameterError("domain_size", "at most 2^24 for a service task (its aggregate counts every item)",
                                  parameters.domain_size)
         task, private_key = create_task(parameters, min_batch_size, key_id, kem)

@@ -36,6 +36,8 @@ from ..core.messages import MessageBatch
 from ..errors import ParameterError, check_integer
 
 TASK_ID_BYTES = 16
+# what a task's protocol must be (registry.ProtocolEntry.served)
+SERVED = "one the services run: one round, a client randomizer and an analyzer (not fe-hh yet)"
 REPORT_ID_BYTES = 16
 TAG_BYTES = 16  # AES-128-GCM's tag
 # the KEMs a task may use: the suite's name, and the sizes of a raw public key and of an encapsulation
@@ -128,7 +130,7 @@ class Task:
         """Shuffle-model tasks release one batch (see ``__post_init__``); local ones any number."""
         from ..protocols.registry import get
 
-        return get(self.parameters.protocol).topology == "shuffle"
+        return get(self.parameters.protocol).single_batch
 
     @property
     def info(self) -> bytes:
@@ -160,9 +162,8 @@ class Task:
         if data.get("suite", KEMS[kem][0]) != KEMS[kem][0]:
             raise ParameterError("task.suite", KEMS[kem][0], data.get("suite"))
         parameters = load_parameters(data["parameters"], verify=verify)
-        if get(parameters.protocol).client is None:
-            raise ParameterError("parameters.protocol", "a one-round protocol with a client randomizer",
-                                 parameters.protocol)
+        if not get(parameters.protocol).served:
+            raise ParameterError("parameters.protocol", SERVED, parameters.protocol)
         return cls(data["task_id"], parameters, _hex("public_key", data["public_key"], KEMS[kem][1]),
                    data["key_id"], data["min_batch_size"], kem)
 

@@ -42,6 +42,7 @@ from ..core.messages import SLICE_ROWS, MessageBatch, shuffle
 from ..core.randomness import RNGLike, describe, is_secure, streams
 from ..errors import ParameterError
 from ..privacy.description import PrivacyDescription
+from ..protocols.kinds import Topology
 from ..protocols.registry import get
 from ..protocols.sampling_sharing import SharingCurator, SharingParameters, fast_aggregate
 from .progress import Progress
@@ -55,10 +56,10 @@ MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold
 # about 35 s at the 3 10^7 a second measured for fe0's (1.46 10^9 messages at n = 10^5, B = 2^24: 51 s, silent;
 # at B = 2^28 it ran past a minute)
 FAST_MESSAGES_MAX = 2**30
-ROLES = {"shuffle": ("clients", "shuffler"), "local": ("clients",), "central": ("curator",),
-         "secret_sharing": ("users",), "two_servers": ("users", "s1")}
-SHARING = ("secret_sharing", "two_servers")
-AGGREGATOR = {"secret_sharing": "server", "two_servers": "s2"}  # the party that reconstructs, in transcripts
+ROLES = {Topology.SHUFFLE: ("clients", "shuffler"), Topology.LOCAL: ("clients",), Topology.CENTRAL: ("curator",),
+         Topology.SECRET_SHARING: ("users",), Topology.TWO_SERVERS: ("users", "s1")}
+# the party that reconstructs, in transcripts
+AGGREGATOR = {Topology.SECRET_SHARING: "server", Topology.TWO_SERVERS: "s2"}
 
 
 
@@ -106,11 +107,11 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     mode = run_mode(parameters, mode)
     entry = get(parameters.protocol)
     if isinstance(parameters, SharingParameters):  # counted in share elements, not in messages
-        if mode == "faithful" and entry.topology in SHARING:
+        if mode == "faithful" and entry.multi_round:
             check_faithful(parameters)
         return
     # real values and noise, whoever adds the noise
-    expected = parameters.n_users * (1 + parameters.rho if entry.topology == "central" else
+    expected = parameters.n_users * (1 + parameters.rho if entry.trusted_curator else
                                      parameters.messages_per_user)
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
@@ -176,7 +177,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     kept = None
-    if entry.topology == "central":
+    if entry.trusted_curator:
         curator = entry.analyzer(parameters, queries, rng=rngs["curator"])
         sent = MessageBatch({"value": codes})  # in the clear, to the trusted curator
         result = curator.finalize(curator.agg_update(curator.agg_init(), sent))
@@ -184,13 +185,13 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         seconds["curator"] = time.perf_counter() - start
         if isinstance(curator, SharingCurator):  # DPCS*: the counts leave the server as n shares of N elements
             transcript["curator"]["sent"] = parameters.n_users * parameters.domain_size
-    elif entry.topology in SHARING:
+    elif entry.multi_round:
         server, aggregator = entry.analyzer(parameters, queries), AGGREGATOR[entry.topology]
         if mode == "fast":
             agg, transcript = fast_aggregate(parameters, codes, rngs["users"], server), {aggregator: {}}
             seconds["share"] = time.perf_counter() - start
         else:
-            run = run_secret_sharing if entry.topology == "secret_sharing" else run_two_servers
+            run = run_secret_sharing if entry.topology is Topology.SECRET_SHARING else run_two_servers
             messages, transcript = run(parameters, codes, rngs["users"] if run is run_secret_sharing else rngs,
                                        progress)
             seconds["share"] = time.perf_counter() - start
@@ -217,7 +218,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
             messages = _run_clients(entry.client(parameters), parameters, codes, rngs["clients"], progress)
             sent = len(messages)
             seconds["randomize"] = time.perf_counter() - start
-            if entry.topology == "shuffle":
+            if entry.topology is Topology.SHUFFLE:
                 start = time.perf_counter()
                 shuffle(messages, rngs["shuffler"])  # in place: the population is held once
                 seconds["shuffle"] = time.perf_counter() - start
@@ -231,14 +232,14 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         seconds["finalize"] = time.perf_counter() - start
         transcript = {"clients": {"sent": sent},
                       "analyzer": {"received": agg.messages + agg.malformed, "malformed": agg.malformed}}
-        if entry.topology == "shuffle" and mode == "faithful":
+        if entry.topology is Topology.SHUFFLE and mode == "faithful":
             transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
     privacy = parameters.privacy
     if mode == "fast":
         randomness = f"simulation shortcuts, not for real users; {randomness}"
         privacy = privacy.as_simulation(randomness, "fast path: the sharing is skipped and the server's sums drawn "
-                                        "directly, a simulation shortcut" if entry.topology in SHARING else
+                                        "directly, a simulation shortcut" if entry.multi_round else
                                         "fast path: the total noise is drawn with a floating-point binomial "
                                         "sampler, a simulation shortcut")
     elif not (rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng))):
@@ -322,9 +323,9 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     mode = run_mode(parameters, mode)
     entry = get(parameters.protocol)
     working = entry.analyzer.working_bytes(parameters, full_domain)
-    if entry.topology == "central":
+    if entry.trusted_curator:
         return working
-    if entry.topology in SHARING:
+    if entry.multi_round:
         return sharing_bytes(parameters, mode) + working
     messages, row = _capacity(parameters), parameters.layout.record_dtype.itemsize
     drawn = 8 * (len(parameters.layout.columns) + 1) + row
