@@ -354,18 +354,33 @@ def print_result(report: dict, top: int) -> None:
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
 
-def demo_service(users: int = typer.Option(20_000, "--users", help="Users drawn from the bundled English words."),
-                 vocabulary: int = typer.Option(1_000, "--vocabulary", help="The most common words: the domain."),
+DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "dpds", "dpdg")}, type=str)
+
+
+def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the shuffle model's collector and "  # type: ignore[valid-type]
+                                                         "analyzer; dpds or dpdg: the sharing server and its users."),
+                 users: Optional[int] = typer.Option(None, "--users", help="Users drawn from the bundled English "
+                                                     "words (default 20,000 for fe1, 300 for dpds and dpdg)."),
+                 vocabulary: int = typer.Option(1_000, "--vocabulary", help="fe1: the most common words, the domain "
+                                                "(dpds and dpdg: the 10 most common)."),
                  epsilon: float = typer.Option(1.0, "--epsilon", help="Privacy parameter epsilon."),
                  delta: float = typer.Option(1e-6, "--delta", help="Privacy parameter delta."),
-                 concurrency: int = typer.Option(500, "--concurrency", help="Reports in flight at once."),
+                 concurrency: int = typer.Option(500, "--concurrency", help="fe1: reports in flight at once."),
+                 drop_fraction: float = typer.Option(0.0, "--drop-fraction", help="dpds, dpdg: the share of users "
+                                                     "who vanish, each at round 1 or 2 (at random)."),
+                 round_seconds: float = typer.Option(300.0, "--round-seconds", help="dpds, dpdg: each round's "
+                                                     "deadline from its start."),
                  workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
                                               help="Folder for the services' databases and logs."),
                  top: int = typer.Option(10, "--top", help="How many top words to show."),
                  as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
                                                                     "comparison.")) -> None:
-    """Start both services on localhost, send the bundled words through them, show the result beside the
-    simulation's."""
+    """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
+    result beside the simulation's."""
+    if protocol.value != "fe1":
+        _demo_sharing(protocol.value, users or 300, drop_fraction, epsilon, delta, round_seconds, workdir, as_json)
+        return
+    users = 20_000 if users is None else users
     from .service.demo import run_demo
 
     with _clean_errors():
@@ -400,6 +415,81 @@ def demo_service(users: int = typer.Option(20_000, "--users", help="Users drawn 
          f"{cmp['rms_standardized_difference']:.2f} (1 expected), largest {cmp['max_standardized_difference']:.2f} "
          f"(about {cmp['expected_max']:.1f} expected): the service {verdict} the simulation within its standard "
          "errors")
+
+
+def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
+                  round_seconds: float, workdir: Path, as_json: bool) -> None:
+    """demo-service dpds|dpdg: the release beside the simulation over the same survivors, their z-scores against
+    the truth, the recomputed guarantee, the rounds' times and the bytes against the formula."""
+    import numpy as np
+
+    from .protocols.sharing_parties import survivors_parameters
+    from .reports import to_json_dict
+    from .service.sharing_demo import run_sharing_demo
+    from .simulate.runner import simulate
+
+    with _clean_errors():
+        out = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
+                               progress=(lambda _text: None) if as_json else _say)
+    report, truth, n_survivors = out["report"], np.array(out["truth"]), len(out["survivor_codes"])
+    service = {e["item"]: e for e in report["estimates"]}
+    parameters = survivors_parameters(out["task"].parameters, n_survivors)
+    sim = simulate(parameters, out["survivor_codes"], "faithful", rng=0).result
+    sim_se = parameters.standard_error(np.clip(sim.estimates, 0, None))
+    true_se = parameters.standard_error(truth)  # the z-scores against the truth divide by its own sd
+    rows = []
+    for j, word in enumerate(out["categories"]):
+        e = service[j]
+        rows.append({"item": j, "word": word, "truth": int(truth[j]), "service": e["estimate"],
+                     "service_stderr": e["stderr"], "service_z": _z(e["estimate"], truth[j], true_se[j]),
+                     "simulation": float(sim.estimates[j]), "simulation_stderr": float(sim_se[j]),
+                     "simulation_z": _z(sim.estimates[j], truth[j], true_se[j])})
+    z = np.array([r["service_z"] for r in rows if r["service_z"] is not None])
+    summary = {"protocol": protocol, "users": users, "drop_fraction": drop_fraction, "estimates": rows,
+               "service": report, "simulation": {"private": False, "seed": 0, "parameters": parameters.to_dict()},
+               "z_rms": float(np.sqrt(np.mean(z**2))) if z.size else None, "round_seconds": out["seconds"],
+               "bytes": {**out["bytes"], "sealed_shares_expected": out["expected_bytes"]}}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    from rich.table import Table
+
+    d = report["dropouts"]
+    table = Table(title=f"{protocol} over {d['survivors']} of {users} users: the sharing server's private release "
+                        "beside the simulation")
+    for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(r["word"], str(r["truth"]), f"{r['service']:.1f} ± {r['service_stderr']:.1f}",
+                      _shown_z(r["service_z"]), f"{r['simulation']:.1f} ± {r['simulation_stderr']:.1f}",
+                      _shown_z(r["simulation_z"]))
+    _console().print(table)
+    p = report["privacy"]
+    _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} shared in round 1, {d['survivors']} survived to the "
+         f"release (the task's minimum {d['min_survivors']})")
+    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP, {p['model']} model, private: "
+         f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
+         "(seeded)")
+    for caveat in p["caveats"]:
+        if "weakened" in caveat:
+            _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
+    if summary["z_rms"] is not None:
+        _say(f"z-scores against the truth (each over its standard deviation at the true count): RMS "
+             f"{summary['z_rms']:.2f} over {z.size} categories (1 expected)")
+    _say("rounds: " + ", ".join(f"{k} {v:.1f} s" for k, v in out["seconds"].items()))
+    b = summary["bytes"]
+    verdict = "equal" if b["sealed_shares_sent"] == b["sealed_shares_expected"] else "DIFFERENT"
+    _say(f"bytes: the users sealed {b['sealed_shares_sent']:,} bytes of shares for the relay, the formula "
+         f"{b['sealed_shares_expected']:,} ({verdict}); HTTP bodies (base64 and JSON) {b['http_sent']:,} sent, "
+         f"{b['http_received']:,} received")
+
+
+def _z(estimate: float, truth: float, stderr: float) -> float | None:
+    return None if stderr <= 0 else float((estimate - truth) / stderr)
+
+
+def _shown_z(z: float | None) -> str:
+    return "-" if z is None else f"{z:+.2f}"
 
 
 def add_service_commands(app: typer.Typer) -> None:

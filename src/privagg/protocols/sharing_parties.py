@@ -22,9 +22,9 @@ round 3, unmask
     the survivors' vectors, exactly.
 
 A user named in E refuses round 3 (he sent y_k, and his y_k with everyone's v would be his vector), as does a
-user asked twice, or asked to leave fewer survivors than the guarantee counts on. A survivor who drops out in
-round 3 leaves the server without his mask: nothing is released (docs/privacy.md says why n-out-of-n shares
-cannot recover him). The guarantee is recomputed for the survivors (:meth:`SharingServer.release`).
+user asked twice, or asked to leave fewer survivors than the task's minimum. A survivor who drops out in round
+3 leaves the server without his mask: nothing is released (docs/privacy.md says why n-out-of-n shares cannot
+recover him). The guarantee is recomputed for the survivors (:func:`survivors_parameters`).
 """
 
 from __future__ import annotations
@@ -145,15 +145,15 @@ class UserState:
 class SharingUser:
     """User ``index`` of a DPDS or DPDG task, one round at a time (module docstring).
 
-    ``rng=None`` (a real user) draws his secret from the OS and his coin or noise from the secure generator;
+    ``min_survivors``: the task's; he unmasks only for a release over at least as many users. ``rng=None`` (a
+    real user) draws his secret from the OS and his coin or noise from the secure generator;
     a seeded simulation passes a generator. ``state`` resumes a user saved with ``state.to_bytes()``.
     """
 
-    def __init__(self, parameters: SharingParameters, index: int, rng: RNGLike = None,
+    def __init__(self, parameters: SharingParameters, index: int, min_survivors: int, rng: RNGLike = None,
                  state: UserState | None = None) -> None:
-        if parameters.model != "secret_sharing":
-            raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
         self.parameters, self.field, self.rng = parameters, parameters.field, rng
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
         n = parameters.n_users
         index = check_integer("user index", index, 0, n - 1)
         if state is None:
@@ -240,7 +240,7 @@ class SharingUser:
         """Round 3: v_k, given U1 (``senders``), E (``dropped``: round 2's dropouts) and the shares E sent him.
 
         Refused (a ParameterError, and nothing to send) if he is named in E, if E is not within U1, or if U1
-        less E leaves fewer survivors than the guarantee counts on."""
+        less E leaves fewer survivors than the task's minimum."""
         self._expect(3)
         senders, dropped = self._check_list(senders, "round-1 senders"), self._check_list(dropped, "dropouts")
         if self.index in dropped:
@@ -248,9 +248,8 @@ class SharingUser:
                                  "his mask now would reveal his vector)", "a list naming him")
         if not set(dropped) <= set(senders):
             raise ParameterError("dropouts", "round-1 senders only", sorted(set(dropped) - set(senders))[:5])
-        least = self.parameters.honest_users
-        if len(senders) - len(dropped) < least:
-            raise ParameterError("dropouts", f"leaving at least {least} survivors, the users the guarantee counts on",
+        if len(senders) - len(dropped) < self.min_survivors:
+            raise ParameterError("dropouts", f"leaving at least {self.min_survivors} survivors (the task's minimum)",
                                  f"{len(senders) - len(dropped)} survivors")
         received = self._received(dropped, shares, "dropouts' shares")
         value = self.field.sub(self.field.sub(self._sent_sum(dropped), received), self._mask())
@@ -267,20 +266,23 @@ class SharingRelease:
     guarantee recomputed for them (``honest_fraction`` = survivors / n)."""
 
     table: FrequencyTable
+    enrolled: int  # n
     senders: int  # |U1|
     survivors: int  # |U2|
     parameters: SharingParameters
 
     @property
     def privacy(self):
-        """The guarantee of this release: the recomputed parameters' (its delta at the calibrated epsilon, no more
-        than the target's when at least ceil(G n) survived), with who took part."""
-        p = self.parameters
-        base = p.privacy
-        return dataclasses.replace(base, delta=min(p.delta, p.delta_at(p.epsilon)), caveats=base.caveats + (
-            f"recomputed for the {self.survivors} users who took part to the end (of n = {p.n_users} enrolled, "
-            f"{self.senders} shared in round 1): the {p.n_users - self.survivors} others count as users who may "
-            "not follow the protocol",))
+        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
+        part."""
+        p, base = self.parameters, self.parameters.privacy
+        delta = p.delta_at(p.epsilon)
+        weakened = (f"; the dropouts weakened it from the task's target delta {p.delta:.3g} to {delta:.3g} (fewer "
+                    "users to hide among)" if delta > p.delta * (1 + 1e-9) else "")
+        return dataclasses.replace(base, delta=delta, caveats=base.caveats + (
+            f"recomputed for the {self.survivors} users who took part to the end, of the {self.enrolled} enrolled "
+            f"({self.senders} shared in round 1): the release is theirs, and its conditions (the users who may not "
+            f"follow the protocol, the data condition) are stated of them{weakened}",))
 
 
 class SharingServer:
@@ -289,8 +291,9 @@ class SharingServer:
     It never opens a share (they are sealed to their recipients); it relays them, and between rounds keeps
     only the lists and the messages (the service's database)."""
 
-    def __init__(self, parameters: SharingParameters) -> None:
+    def __init__(self, parameters: SharingParameters, min_survivors: int) -> None:
         self.parameters, self.field = parameters, parameters.field
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
 
     def check(self, raw: bytes, kind: int, user: int) -> np.ndarray:
         """A user's round-2 or round-3 message, checked (``kind``, sender ``user``, to the server)."""
@@ -299,7 +302,7 @@ class SharingServer:
     def release(self, senders: Sequence[int], masked: Mapping[int, bytes], unmasks: Mapping[int, bytes],
                 queries=None) -> SharingRelease:
         """sum_{k in U2} (y_k + v_k), U2 = the users in ``masked``; refused unless every one of U2 unmasked and
-        U2 holds the users the guarantee counts on (``parameters.honest_users``)."""
+        U2 holds at least the task's minimum of survivors."""
         p, survivors = self.parameters, sorted(masked)
         if not set(survivors) <= set(senders):
             raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
@@ -308,9 +311,8 @@ class SharingServer:
             raise ParameterError("unmasks", "one from every survivor of round 2 (a survivor's mask is his alone)",
                                  f"none from {len(missing)} of them, e.g. user {missing[0]}" if missing else
                                  f"unmasks from users who sent no masked sum: {sorted(set(unmasks) - set(survivors))[:5]}")
-        if len(survivors) < p.honest_users:
-            raise ParameterError("survivors", f"at least {p.honest_users} (the users the guarantee counts on: "
-                                 f"honest fraction {p.honest_fraction:g} of n = {p.n_users})", len(survivors))
+        if len(survivors) < self.min_survivors:
+            raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
         total = np.zeros(p.domain_size, dtype=np.uint64)
         for user in survivors:
             total = self.field.add(total, self.field.add(self.check(masked[user], MASKED_SUM, user),
@@ -320,14 +322,35 @@ class SharingServer:
         chosen = None if queries is None else np.unique(p.check_codes(queries))
         table = FrequencyTable(recomputed, estimates if chosen is None else estimates[chosen], chosen,
                                messages=2 * len(survivors), malformed=0)
-        return SharingRelease(table, len(senders), len(survivors), recomputed)
+        return SharingRelease(table, p.n_users, len(senders), len(survivors), recomputed)
 
 
 def survivors_parameters(parameters: SharingParameters, survivors: int) -> SharingParameters:
-    """The parameters with the guarantee recomputed for ``survivors`` of the n users: the survivors are the
-    honest users (``honest_fraction`` = survivors / n), so the dropouts count as users who may hold the rarest
-    category (DPDS) or add no noise (DPDG)."""
-    return dataclasses.replace(parameters, honest_fraction=survivors / parameters.n_users)
+    """The parameters of the release over ``survivors`` of the n users (docs/privacy.md, "Dropouts in DPDS and
+    DPDG"): n' = survivors users; the (1 - G) n users who may not follow the protocol all counted among them
+    (honest fraction (n' - (n - ceil(G n))) / n'); DPDS's data condition, every category held by beta n'
+    users, stated of the survivors; DPDG's noise that of the honest survivors. The sampling probability or the
+    noise variance is the task's: only the users change."""
+    n = parameters.n_users
+    honest = survivors - (n - parameters.honest_users)
+    if not 2 <= survivors <= n or honest < 1:
+        raise ParameterError("survivors", f"in [2, {n}] and more than the {n - parameters.honest_users} users who "
+                             "may not follow the protocol", survivors)
+    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors)
+
+
+def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
+    """``min_survivors`` if a release over that many users is valid (:func:`survivors_parameters`: for DPDS, its
+    N categories of beta n' holders fit), else a ParameterError naming it."""
+    if parameters.model != "secret_sharing":
+        raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
+    least = check_integer("min_survivors", min_survivors, 2, parameters.n_users)
+    try:
+        survivors_parameters(parameters, least)
+    except ParameterError as err:
+        raise ParameterError("min_survivors", f"a number of survivors the release can be computed for ({err})",
+                             least) from None
+    return least
 
 
 def expected_bytes(parameters: SharingParameters, senders: int, survivors: int) -> dict[str, float]:

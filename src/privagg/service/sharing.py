@@ -19,8 +19,9 @@ rounds resume from the database with their absolute deadlines.
 
 Routes: ``POST /tasks/{id}/enroll``, ``GET /tasks/{id}`` (the task and its state), ``GET /tasks/{id}/roster``
 (the public keys, once full), ``POST /tasks/{id}/round1``, ``POST /tasks/{id}/inbox``, ``POST
-/tasks/{id}/round2``, ``POST /tasks/{id}/round3``, ``GET /tasks/{id}/result``; ``/healthz``, ``/readyz``,
-``/metrics``.
+/tasks/{id}/round2``, ``POST /tasks/{id}/round3``, ``GET /tasks/{id}/result``, ``POST
+/tasks/{id}/close-round/{round}`` (the operator's: closes the open round now, as its deadline would);
+``/healthz``, ``/readyz``, ``/metrics``.
 """
 
 from __future__ import annotations
@@ -45,11 +46,13 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import ParameterError, check_integer
-from ..protocols.sharing_parties import MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, message_bytes
+from ..protocols.sharing_parties import (MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, check_min_survivors,
+                                         message_bytes)
 from . import storage
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
-from .web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
+from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
+                  require_operator, shown)
 
 log = logging.getLogger("privagg.sharing")
 
@@ -67,12 +70,12 @@ class SharingTask:
     task_id: str
     parameters: object
     round_seconds: float  # each round's deadline, from its start
+    min_survivors: int  # the fewest users a release may be over (check_min_survivors)
 
     def __post_init__(self) -> None:
         if not is_hex_id(self.task_id):
             raise ParameterError("task_id", f"{2 * TASK_ID_BYTES} hexadecimal characters", self.task_id)
-        if getattr(self.parameters, "model", None) != "secret_sharing":
-            raise ParameterError("parameters.protocol", "dpds or dpdg", getattr(self.parameters, "protocol", None))
+        check_min_survivors(self.parameters, self.min_survivors)
         if isinstance(self.round_seconds, bool) or not isinstance(self.round_seconds, (int, float)) or \
                 not 0 < self.round_seconds <= 7 * 86_400:
             raise ParameterError("round_seconds", "a number of seconds in (0, 604800]", self.round_seconds)
@@ -90,17 +93,19 @@ class SharingTask:
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
-                "kem": KEM, "suite": KEMS[KEM][0]}
+                "min_survivors": self.min_survivors, "kem": KEM, "suite": KEMS[KEM][0]}
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "SharingTask":
         from ..protocols.registry import load_parameters
 
-        if not isinstance(data, dict) or not {"task_id", "parameters", "round_seconds"} <= set(data):
-            raise ParameterError("task", "a JSON object with task_id, parameters and round_seconds", type(data).__name__)
+        fields = {"task_id", "parameters", "round_seconds", "min_survivors"}
+        if not isinstance(data, dict) or not fields <= set(data):
+            raise ParameterError("task", f"a JSON object with {', '.join(sorted(fields))}", type(data).__name__)
         if data.get("suite", KEMS[KEM][0]) != KEMS[KEM][0]:
             raise ParameterError("task.suite", KEMS[KEM][0], data.get("suite"))
-        return cls(data["task_id"], load_parameters(data["parameters"], verify=verify), data["round_seconds"])
+        return cls(data["task_id"], load_parameters(data["parameters"], verify=verify), data["round_seconds"],
+                   data["min_survivors"])
 
 
 def _hash(secret: str) -> bytes:
@@ -137,8 +142,11 @@ class SharingService:
                                registry=self.registry)
 
     # ---- tasks, tokens, the roster -------------------------------------------------------------------------
-    def create_task(self, parameters, round_seconds: float = 60.0) -> SharingTask:
-        task = SharingTask(secrets.token_hex(TASK_ID_BYTES), parameters, round_seconds)
+    def create_task(self, parameters, round_seconds: float = 60.0, min_survivors: int | None = None) -> SharingTask:
+        """A new task; ``min_survivors`` defaults to n (every user must take part to the end): set it lower to
+        release despite dropouts."""
+        task = SharingTask(secrets.token_hex(TASK_ID_BYTES), parameters, round_seconds,
+                           parameters.n_users if min_survivors is None else min_survivors)
         with self.engine.begin() as c:
             c.execute(sa.insert(sharing_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
                                                       state="enrolling"))
@@ -305,7 +313,7 @@ class SharingService:
             raise Refused(409, "not_expected", f"user {user} takes no part in round {round_}")
         raw = _b64(data.get("message"), "message")
         try:
-            SharingServer(task.parameters).check(raw, MASKED_SUM if round_ == 2 else UNMASK, user)
+            SharingServer(task.parameters, task.min_survivors).check(raw, MASKED_SUM if round_ == 2 else UNMASK, user)
         except ParameterError as err:
             raise Refused(400, "bad_message", str(err)) from None
         return self._store(task_id, round_, user, lambda c: c.execute(sa.insert(round_messages).values(
@@ -316,7 +324,7 @@ class SharingService:
         """Close the open round if everyone it expects answered or its deadline passed, and open the next (or
         release, or fail); the task's state after."""
         task = self.task(task_id)
-        n, least = task.parameters.n_users, task.parameters.honest_users
+        n, least = task.parameters.n_users, task.min_survivors
         with self._lock, self.engine.begin() as c:
             row = self._row(c, task_id, lock=True)
             state, now = row.state, self.clock()
@@ -358,8 +366,8 @@ class SharingService:
     def _next(users: list[int], least: int, what: str, deadline: float, state: str, **lists) -> dict:
         if len(users) < least:
             return {"state": "failed", "deadline": None, "outcome": json.dumps({"failed": (
-                f"{len(users)} users answered {what}, fewer than the {least} the guarantee counts on; nothing was "
-                "released")}), **lists}
+                f"{len(users)} users answered {what}, fewer than the task's minimum of {least} survivors; nothing "
+                "was released")}), **lists}
         return {"state": state, "deadline": deadline, **lists}
 
     def _release(self, c: sa.Connection, task: SharingTask, row) -> dict:
@@ -370,7 +378,7 @@ class SharingService:
                                                                  round_messages.c.message).where(
             round_messages.c.task_id == task.task_id))}
         start = time.perf_counter()
-        released = SharingServer(task.parameters).release(
+        released = SharingServer(task.parameters, task.min_survivors).release(
             json.loads(row.senders), {u: m for (r, u), m in messages.items() if r == 2},
             {u: m for (r, u), m in messages.items() if r == 3})
         p = released.parameters
@@ -380,8 +388,18 @@ class SharingService:
             encoder=ItemEncoder(p.domain_size, kind="integer"), top=p.domain_size,
             collection=Collection(released.survivors, 1, 0, 0)))
         report["dropouts"] = {"enrolled": task.parameters.n_users, "round1_senders": released.senders,
-                              "survivors": released.survivors, "least_survivors": task.parameters.honest_users}
+                              "survivors": released.survivors, "min_survivors": task.min_survivors}
         return report
+
+    def close_round(self, task_id: str, round_: int) -> str:
+        """The operator's early close of round ``round_`` (if it is the open one): as if its deadline passed now
+        (a demo or a test whose users have all answered that will answer). The state after."""
+        self.task(task_id)
+        with self._lock, self.engine.begin() as c:
+            if self._row(c, task_id, lock=True).state == f"round{round_}":
+                c.execute(sa.update(sharing_tasks).where(sharing_tasks.c.task_id == task_id).values(
+                    deadline=self.clock()))
+        return self.advance(task_id)
 
     def state(self, task_id: str) -> dict:
         task = self.task(task_id)
@@ -486,6 +504,13 @@ def create_app(service: SharingService, max_body_bytes: int = 1 << 30, tick: flo
 
     round_route(2)
     round_route(3)
+
+    @app.post("/tasks/{task_id}/close-round/{round_}")
+    async def close_round(task_id: str, round_: int, request: Request) -> dict:
+        require_operator(request, operator_token)
+        if round_ not in (1, 2, 3):
+            raise Refused(400, "malformed", f"the round must be 1, 2 or 3, got {round_}")
+        return {"state": await run_in_threadpool(service.close_round, task_id, round_)}
 
     @app.get("/tasks/{task_id}/result")
     async def result(task_id: str) -> dict:

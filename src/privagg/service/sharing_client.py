@@ -28,7 +28,8 @@ from .sharing import KEM, SharingTask
 from .tasks import _private_key, _public_key, _suite
 
 class SharingClient:
-    """One user's device in one task; ``sent`` and ``received`` count the bytes of his request and answer bodies."""
+    """One user's device in one task; ``sent`` and ``received`` count the bytes of his request and answer bodies,
+    ``sealed_sent`` those of the sealed shares among them (before base64)."""
 
     def __init__(self, url: str, task: SharingTask, timeout: float = 60.0, attempts: int = 5) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -39,7 +40,7 @@ class SharingClient:
         self.user: int | None = None
         self.secret: str | None = None
         self.role: SharingUser | None = None
-        self.sent = self.received = 0
+        self.sent = self.received = self.sealed_sent = 0
 
     @classmethod
     def fetch(cls, url: str, task_id: str, **options) -> "SharingClient":
@@ -62,7 +63,7 @@ class SharingClient:
     def enroll(self, token: str) -> int:
         answer = self._call("enroll", {"token": token, "public_key": base64.b64encode(self.public_key).decode()})
         self.user, self.secret = answer["user"], answer["secret"]
-        self.role = SharingUser(self.task.parameters, self.user)
+        self.role = SharingUser(self.task.parameters, self.user, self.task.min_survivors)
         return self.user
 
     def _auth(self) -> dict:
@@ -75,9 +76,10 @@ class SharingClient:
         keys = [base64.b64decode(k) for k in self._call("roster")["public_keys"]]
         plain = self.role.share(value)
         suite = _suite(KEM)
-        shares = [{"recipient": k, "sealed": base64.b64encode(suite.encrypt(
-            message, _public_key(KEM, keys[k]), info=self.task.info(self.user, k))).decode()}
-            for k, message in plain.items()]
+        sealed = {k: suite.encrypt(message, _public_key(KEM, keys[k]), info=self.task.info(self.user, k))
+                  for k, message in plain.items()}
+        self.sealed_sent += sum(len(v) for v in sealed.values())
+        shares = [{"recipient": k, "sealed": base64.b64encode(v).decode()} for k, v in sealed.items()]
         self._call("round1", {**self._auth(), "shares": shares}, ("already_sent",))
 
     def _inbox(self) -> tuple[dict, dict[int, bytes]]:

@@ -1,0 +1,193 @@
+"""``privagg demo-service dpds|dpdg``: the bundled categories through the sharing server and real SDK users.
+
+:class:`SharingDeployment` starts ``privagg serve sharing`` as a child process on a free loopback port over a
+SQLite file (or the database URL given), creates tasks and tokens in its database, and can kill the server
+with SIGKILL and start it again on the same port and database. :func:`run_sharing_demo` enrolls one
+:class:`~privagg.service.sharing_client.SharingClient` per user, drops a fraction of them out at round 1 or 2
+(the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
+round's wall time and the bytes every kind of party sent and received. The caller adds the simulation of the
+same data (the service layer runs no simulation).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ParameterError, check_integer
+from .local import free_port, wait_ready
+from .sharing import SharingService, SharingTask
+from .sharing_client import SharingClient
+from .storage import connect
+
+THREADS = 16  # users' requests in flight at once
+
+
+class SharingDeployment:
+    """The sharing server as a child process on loopback, over the database ``db``; logs appended to ``log``."""
+
+    def __init__(self, db: str, log: Path, env: dict[str, str] | None = None) -> None:
+        self.db, self.log, self.port = db, Path(log), free_port()
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", "sharing", "--db", self.db,
+                                             "--port", str(self.port)], stdout=log, stderr=log, env=self.env)
+        wait_ready(self.url)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush beyond what was committed."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+    def __enter__(self) -> "SharingDeployment":
+        self.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stop()
+
+    def service(self) -> SharingService:
+        """The server's logic over its database, in this process (task creation, tokens)."""
+        return SharingService(connect(self.db, "sharing"))
+
+
+def demo_data(users: int):
+    """(item codes, the categories, the min-count fraction): the bundled categorical words for ``users`` users,
+    with beta set below the smallest category's share (from the data: a demo; a deployment states beta)."""
+    from ..datasets import english_categories
+
+    items, categories = english_categories(users)
+    rank = {w: i for i, w in enumerate(categories)}
+    codes = np.array([rank[w] for w in items.to_pylist()], dtype=np.int64)
+    beta = math.floor(0.6 * np.bincount(codes, minlength=len(categories)).min() / users * 1000) / 1000
+    if beta <= 0:
+        raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held by "
+                             "some of them", users)
+    return codes, categories, beta
+
+
+def dropout_plan(users: int, drop_fraction: float, rounds: tuple[int, ...], seed: int) -> np.ndarray:
+    """Each user's round of dropping out (0: none): a ``drop_fraction`` share of users, each at one of ``rounds``."""
+    rng = np.random.default_rng(seed)
+    plan = np.zeros(users, dtype=np.int64)
+    out = rng.random(users) < drop_fraction
+    plan[out] = rng.choice(rounds, size=int(out.sum()))
+    return plan
+
+
+def min_survivors_for(users: int, drop_fraction: float) -> int:
+    """The task's minimum: the survivors expected, less 4 standard deviations of the dropouts (at least 2)."""
+    sd = math.sqrt(users * drop_fraction * (1 - drop_fraction))
+    return max(2, math.floor(users * (1 - drop_fraction) - 4 * sd))
+
+
+def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
+               progress=print, between=None) -> dict:
+    """Every user through the task at ``url``: enroll, share, masked sum, unmask, skipping each at his planned
+    round of dropping out; ``between(round)`` runs after each round's messages are sent (the fault tests kill
+    the server there). Once the users who will answer a round have, the round is closed early (the operator's
+    route), not at its deadline. The rounds' wall times, the users' bytes, and who survived."""
+    users = [SharingClient.fetch(url, task_id) for _ in codes]
+    seconds: dict[str, float] = {}
+
+    def wait_past(state: str) -> None:
+        while users[0].state() == state:
+            time.sleep(0.05)
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        start = time.perf_counter()
+        index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(users, tokens)))
+        seconds["enroll"] = time.perf_counter() - start
+        steps = ((1, "round1", lambda u, i: u.share(int(codes[i]))), (2, "round2", lambda u, i: u.masked_sum()),
+                 (3, "round3", lambda u, i: u.unmask()))
+        for number, state, step in steps:
+            start = time.perf_counter()
+            active = [i for i in range(len(users)) if plan[i] == 0 or plan[i] > number]
+            progress(f"round {number}: {len(active)} users")
+            list(pool.map(lambda i: step(users[i], i), active))
+            if between is not None:
+                between(number)
+            _post(f"{url}/tasks/{task_id}/close-round/{number}")
+            wait_past(state)
+            seconds[state] = time.perf_counter() - start
+    survivors = sorted(u.user for u, p in zip(users, plan) if p == 0)
+    return {"seconds": seconds, "survivors": survivors, "index": index,
+            "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
+                           "sealed_shares_sent": sum(u.sealed_sent for u in users)},
+            "state": users[0].state()}
+
+
+def _post(url: str) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=60):
+        pass
+
+
+def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
+                     epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0, seed: int = 0,
+                     rounds: tuple[int, ...] = (1, 2), db: str | None = None, progress=print) -> dict:
+    """The demo: returns the service's report, the task, the survivors' codes, the measured figures and the
+    expected ones."""
+    from ..protocols.registry import calibrate
+
+    users = check_integer("users", users, 20, 5_000)
+    if not 0 <= drop_fraction < 0.5:
+        raise ParameterError("drop-fraction", "in [0, 0.5)", drop_fraction)
+    codes, categories, beta = demo_data(users)
+    options = {"min_count_fraction": beta} if protocol == "dpds" else {}
+    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
+                           **options)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if db is None:
+        for suffix in ("", "-wal", "-shm"):
+            (workdir / f"sharing.db{suffix}").unlink(missing_ok=True)
+        db = f"sqlite:///{workdir / 'sharing.db'}"
+    plan = dropout_plan(users, drop_fraction, rounds, seed)
+    with SharingDeployment(db, workdir / "logs" / "sharing.log") as dep:
+        progress(f"sharing server at {dep.url} (log in {dep.log})")
+        service = dep.service()
+        try:
+            task = service.create_task(parameters, round_seconds, min_survivors_for(users, drop_fraction))
+            tokens = service.issue_tokens(task.task_id, users)
+        finally:
+            service.engine.dispose()
+        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, progress)
+        report = SharingClient.fetch(dep.url, task.task_id)._call("result")
+    by_index = np.empty(users, dtype=np.int64)
+    by_index[run["index"]] = codes  # the roster index each user was given, and his code
+    survivors = by_index[run["survivors"]]
+    return {"task": task, "categories": categories, "report": report, "survivor_codes": survivors,
+            "truth": np.bincount(survivors, minlength=len(categories)).tolist(), "seconds": run["seconds"],
+            "bytes": run["user_bytes"], "expected_bytes": expected_sealed_bytes(task, run["index"], plan),
+            "plan": plan}
+
+
+def expected_sealed_bytes(task: SharingTask, index: list[int], plan: np.ndarray) -> int:
+    """What the users who shared send in sealed shares, by the formula: each share's message plus HPKE's
+    encapsulation and tag (:meth:`SharingTask.sealed_size`), over every recipient but the sender."""
+    n = task.parameters.n_users
+    senders = [index[i] for i in range(len(index)) if plan[i] != 1]
+    return sum(task.sealed_size(s, k) for s in senders for k in range(n) if k != s)
+
