@@ -26,7 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "audit": {"protocols", "core", "privacy", "reports", "simulate", "errors"},
     "compare": {"protocols", "core", "privacy", "reports", "simulate", "errors"},
     "reproduce": {"protocols", "core", "privacy", "reports", "simulate", "datasets", "errors"},
-    "service": {"protocols", "core", "privacy", "reports", "engine", "errors", "io"},
+    "pipelines": {"protocols", "core", "privacy", "reports", "engine", "io", "errors"},
+    "service": {"protocols", "core", "privacy", "reports", "engine", "pipelines", "errors", "io"},
     "__init__": {"core", "protocols", "errors"},
 }
 TOP = {"cli", "cli_output", "service_cli", "__main__"}

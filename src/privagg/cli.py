@@ -1351,10 +1351,10 @@ def analyze(
     from . import engine as engines
     from .core.encoding import CategoryEncoder, ItemEncoder
     from .io import InputFormat, read_codes
+    from .pipelines import Analysis, folder_privacy
     from .protocols import registry
-    from .protocols.registry import analyzer as make_analyzer, load_parameters
-    from .reports import analysis_report, to_json_dict
-    from .simulate.frequency import choose_full_domain
+    from .protocols.registry import load_parameters
+    from .reports import to_json_dict
 
     with _clean_errors():
         _check_output(output, params_file, candidates)
@@ -1387,20 +1387,15 @@ def analyze(
             encoder = ItemEncoder.for_parameters(params, "text")
         else:
             encoder = ItemEncoder(params.domain_size, kind=items.get("kind"))
-        # with candidates, count only them (no error to measure here, unlike estimate)
-        full_domain = choose_full_domain(params.domain_size, candidates is None if full_domain is None else full_domain,
-                                         candidates is not None)
         queries = None
         if candidates is not None:
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
             queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
-        analyzer = make_analyzer(params, None if full_domain else queries)
-        result, run = engines.analyze(analyzer, partitions, engine.value, scheduler, workers)
-        if full_domain and queries is not None:  # report the top among the public candidates
-            result = result.restricted_to(queries)
-        report = analysis_report(params, result, _analysis_privacy(params, items, result.messages + result.malformed),
-                                 run, encoder=encoder, top=top, full_domain=full_domain)
-        report = _with_count_warning(report, params, result.messages + result.malformed, messages, strict)
+        analysis = Analysis.of(params, queries, full_domain)
+        result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers)
+        received = result.messages + result.malformed
+        report = analysis.report(result, folder_privacy(params, items, received), run, encoder=encoder, top=top)
+        report = _with_count_warning(report, params, received, messages, strict)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates, params.item_key)
@@ -1419,13 +1414,13 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
                     output: Optional[Path], strict: bool = False) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
-    from .protocols.registry import analyzer as make_analyzer
-    from .reports import analysis_report, to_json_dict
+    from .pipelines import Analysis, folder_privacy
+    from .reports import to_json_dict
 
-    queries = None if candidates is None else _read_coordinates(candidates)
-    result, run = engines.analyze(make_analyzer(params, queries), partitions, engine, scheduler, workers)
+    analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
+    result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers)
     received = result.messages + result.malformed
-    report = analysis_report(params, result, _analysis_privacy(params, items, received), run)
+    report = analysis.report(result, folder_privacy(params, items, received), run)
     report = _with_count_warning(report, params, received, partitions[0].parent, strict)
 
     def human() -> None:
@@ -1477,31 +1472,6 @@ def _with_count_warning(report, params, received: int, messages: Path, strict: b
                                      "duplicated or missing partition, copied messages or another run's parameters? "
                                      "The estimates are off and the guarantee does not hold as stated (--strict "
                                      "makes this an error)"])
-
-
-def _analysis_privacy(params, items: dict[str, Any], received: int):
-    """The guarantee of an analysis, as far as the analyzer can know it.
-
-    The analyzer cannot see how the clients drew their randomness: it takes
-    items.json's record, and without a record says the run is not known to
-    be private. Far fewer or more messages than the n (1 + rho) the
-    guarantee counts on (more than 5 sd away) add a caveat: users may have
-    dropped out, and the noise is then smaller than calibrated.
-    """
-    from dataclasses import replace
-
-    from .engine import ITEMS_FILE
-    from .reports import with_received_caveat
-
-    privacy = params.privacy
-    if items.get("private") is True:
-        privacy = replace(privacy, randomness=f"as recorded in {ITEMS_FILE}: {items.get('randomness')}")
-    else:
-        privacy = privacy.as_simulation(items.get("randomness", "unknown"), (
-            "the messages came from a simulation with reproducible randomness" if items.get("private") is False
-            else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
-                 "clients used secure randomness"))
-    return with_received_caveat(privacy, params, received)
 
 
 from .service_cli import add_service_commands  # noqa: E402 (it uses the helpers above)

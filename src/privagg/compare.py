@@ -62,7 +62,7 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
         raise ParameterError("delta", f"given for {', '.join(impure)} (pure eps-DP protocols take none)", None)
     rows = []
     total = len(entries) * len(epsilons) * trials
-    from .simulate.frequency import FULL_DOMAIN_DEFAULT_MAX
+    from .protocols.registry import FULL_DOMAIN_DEFAULT_MAX
 
     # past 2^24 every run is refused at once (a full domain must be asked for): a row saying so, no work
     if encoder.domain_size <= FULL_DOMAIN_DEFAULT_MAX and total * encoder.domain_size > COMPARE_ITEMS_MAX:

@@ -375,29 +375,36 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
             for code, est, se, t in zip(codes.tolist(), estimates.tolist(), stderr.tolist(), true)]
 
 
-def analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *, encoder=None, top: int = 10,
-                    full_domain: bool = True, collection: Collection | None = None):
-    """The report of an analysis of received messages: ``privagg analyze`` and the analyzer service's result.
+def analysis_report(parameters, table, privacy: PrivacyDescription, engine: Engine, *, encoder, top: int = 10,
+                    full_domain: bool = True, collection: Collection | None = None) -> AnalysisReport:
+    """The report of an analysis whose result is a frequency table: its ``top`` items, named by ``encoder``.
+    What an analysis releases is decided in :mod:`privagg.pipelines` (``Analysis.report``), which calls this
+    or :func:`vector_analysis_report`."""
+    return AnalysisReport(estimates=reported_estimates(table, encoder, top), full_domain=full_domain,
+                          **_analysis_common(parameters, table, privacy, engine, collection))
 
-    ``result`` is the analyzer's finalized result: a frequency table (its ``top`` items, named by
-    ``encoder``) or a vector sum (every listed coordinate).
-    """
+
+def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
+                           collection: Collection | None = None) -> VectorAnalysisReport:
+    """The report of an analysis whose result is a vector sum: every coordinate it estimated."""
+    coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
+    return VectorAnalysisReport(estimates=coordinate_estimates(result, coordinates), mean=result.mean().tolist(),
+                                **_analysis_common(parameters, result, privacy, engine, collection))
+
+
+def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: Engine,
+                     collection: Collection | None) -> dict[str, Any]:
+    """What every analysis report holds besides its estimates."""
     from .privacy.description import privacy_warnings
-    from .protocols.registry import get
 
     received = result.messages + result.malformed
-    common = dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
-                  n_users=parameters.n_users, messages=Messages(received, received / parameters.n_users,
-                                                                result.malformed),
-                  bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-                  privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
-                  warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
-                  + parameters.warnings())
-    if get(parameters.protocol).result == "vector sum":
-        coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
-        return VectorAnalysisReport(estimates=coordinate_estimates(result, coordinates), mean=result.mean().tolist(),
-                                    **common)
-    return AnalysisReport(estimates=reported_estimates(result, encoder, top), full_domain=full_domain, **common)
+    return dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
+                n_users=parameters.n_users, messages=Messages(received, received / parameters.n_users,
+                                                              result.malformed),
+                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
+                privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
+                warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
+                + parameters.warnings())
 
 
 def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[CoordinateEstimate]:

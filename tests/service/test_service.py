@@ -405,10 +405,10 @@ def test_the_served_protocols_are_every_one_round_protocol_but_fe_hh():
 @pytest.mark.parametrize("protocol", sorted(SERVED))
 def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
     """Each protocol's result through the services equals its analyzer's report over the plaintext messages."""
-    from privagg.core.encoding import ItemEncoder
     from privagg.core.messages import MessageBatch
+    from privagg.pipelines import Analysis
     from privagg.protocols.registry import get
-    from privagg.reports import Engine, analysis_report, to_json_dict
+    from privagg.reports import Engine, to_json_dict
 
     keywords, draw = SERVED[protocol]
     params = calibrate(protocol, epsilon=2.0, n_users=500, **keywords, **({} if get(protocol).pure else
@@ -420,8 +420,7 @@ def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
     assert d.collector.release_batches() == 1
     analyzer = make_analyzer(params)
     direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
-    expected = to_json_dict(analysis_report(params, direct, params.privacy, Engine("local", 1), top=100,
-                                            encoder=ItemEncoder(params.domain_size, kind="integer")))
+    expected = to_json_dict(Analysis.of(params).report(direct, params.privacy, Engine("local", 1), top=100))
     result = d.result()
     assert result["estimates"] == expected["estimates"] and result["messages"] == expected["messages"]
     assert result["collection"] == {"reports": 500, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}

@@ -444,6 +444,7 @@ def client(parameters):
 
 
 FULL_DOMAIN_MAX = 2**28  # the largest domain an analyzer estimates whole (2 GiB of 8-byte counts)
+FULL_DOMAIN_DEFAULT_MAX = 2**24  # estimate's --full-domain is the default up to this domain size
 # The limits of an analysis, shared by estimate (simulate/frequency.py) and analyze (engine.check_analysis):
 # (message, item) checks an analyzer may make to estimate a list of items: about a minute on 2 cores at the 1.5 to
 # 2.3 10^9 checks a second measured for OLH's kernel (n = 10^5 users, B = 2^16 and 2^18)
@@ -458,6 +459,26 @@ FULL_DOMAIN_BYTES_MAX = 2 << 30
 # minute at the 1.2 10^8 (2 busy cores) to 3.5 10^8 (docs/benchmarks.md) a second measured at n = 10^5, B = 2^24
 # (1.66 10^9 preimages in 14 s and 4.7 s); B = 2^26 (6.6 10^9) ran past a minute on the busy cores.
 PREIMAGES_MAX = 10**10
+
+
+def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool, checks: int = 0) -> bool:
+    """Whether to estimate all of [B]: the default up to 2^24, unless candidates are given and the analyzer's
+    ``checks`` over the full domain (:func:`privagg.simulate.frequency.analyzer_checks`) pass
+    :data:`ANALYZER_CHECKS_MAX`; refused above 2^28, or past that many checks; otherwise candidates."""
+    if full_domain is None:
+        full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX and not (candidates_given and
+                                                                       checks > ANALYZER_CHECKS_MAX)
+    if full_domain and checks > ANALYZER_CHECKS_MAX:
+        raise ParameterError("domain", f"small enough for the analyzer to check every user's report at every item "
+                             f"(here {checks:.3g} checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); "
+                             "or give --candidates without --full-domain", domain_size)
+    if full_domain and domain_size > FULL_DOMAIN_MAX:
+        raise ParameterError("domain", f"at most 2^{FULL_DOMAIN_MAX.bit_length() - 1} to estimate the whole domain "
+                             "(--full-domain, the default without --candidates): give --candidates", domain_size)
+    if not full_domain and not candidates_given:
+        raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
+                             "privagg estimate fe-hh discovers heavy items without candidates)", None)
+    return full_domain
 
 
 def analyzer(parameters, queries=None, **role_options):

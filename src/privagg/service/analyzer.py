@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import sqlalchemy as sa
@@ -123,8 +123,9 @@ class AnalyzerService:
                     kem: str = "x25519") -> Task:
         """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key and an empty
         aggregate stored; returns the task."""
+        from ..pipelines import Analysis
         from ..protocols.kinds import ResultKind
-        from ..protocols.registry import analyzer as make_analyzer, get
+        from ..protocols.registry import get
 
         entry = get(parameters.protocol)
         if not entry.served:
@@ -133,7 +134,7 @@ class AnalyzerService:
             raise ParameterError("domain_size", "at most 2^24 for a service task (its aggregate counts every item)",
                                  parameters.domain_size)
         task, private_key = create_task(parameters, min_batch_size, key_id, kem)
-        analyzer = make_analyzer(parameters)
+        analyzer = Analysis.of(parameters).analyzer()
         with self.engine.begin() as c:
             c.execute(sa.insert(analyzer_tasks).values(task_id=task.task_id, task=task.to_json(),
                                                        private_key=private_key))
@@ -143,7 +144,7 @@ class AnalyzerService:
         return task
 
     def load(self, task_id: str) -> _Loaded:
-        from ..protocols.registry import analyzer as make_analyzer
+        from ..pipelines import Analysis
 
         if task_id not in self._tasks:
             if not is_hex_id(task_id):
@@ -155,7 +156,7 @@ class AnalyzerService:
             if row is None:
                 raise Refused(404, "unknown_task", f"task_id must name a task of this analyzer, got {task_id}")
             task = Task.from_json(row.task, verify=False)  # verified when it was created
-            self._tasks[task_id] = _Loaded(task, row.private_key, make_analyzer(task.parameters))
+            self._tasks[task_id] = _Loaded(task, row.private_key, Analysis.of(task.parameters).analyzer())
         return self._tasks[task_id]
 
     # ---- batches -------------------------------------------------------------------------------------------
@@ -278,8 +279,8 @@ class AnalyzerService:
         The privacy caveat compares the messages received with what the users who reported would send (an
         early-closed shuffle task's m >= ceil(G n) reports, not n), and the warnings name repeated
         encapsulations dropped."""
-        from ..core.encoding import ItemEncoder
-        from ..reports import Collection, Engine, analysis_report, to_json_dict, with_received_caveat
+        from ..pipelines import Analysis, analysis_privacy
+        from ..reports import Collection, Engine, to_json_dict
 
         loaded = self.load(task_id)
         with storage.reading(self.engine) as c:
@@ -291,11 +292,9 @@ class AnalyzerService:
         start = time.perf_counter()
         result = loaded.analyzer.finalize(agg)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
-        privacy = with_received_caveat(replace(p.privacy, randomness=SERVICE_RANDOMNESS), p,
-                                       int(agg.messages + agg.malformed), reporters=row.reports)
-        report = analysis_report(p, result, privacy, engine, encoder=ItemEncoder(p.domain_size, kind="integer"), top=top,
-                                 collection=Collection(row.reports, row.batches, row.unopened, int(agg.malformed),
-                                                       row.duplicates))
+        privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
+        report = Analysis.of(p).report(result, privacy, engine, top=top, collection=Collection(
+            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates))
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "

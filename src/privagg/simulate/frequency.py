@@ -22,17 +22,13 @@ import numpy as np
 from ..core.encoding import ItemEncoder, check_item_key
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
-from ..protocols.registry import (ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, FULL_DOMAIN_MAX, PREIMAGES_MAX,
-                                 calibrate)
+from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
                        privacy_profile, report_parameters, reported_estimates)
 from .progress import Progress
 from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
-
-FULL_DOMAIN_DEFAULT_MAX = 2**24  # --full-domain is the default up to this domain size
-
 
 def analyzer_checks(protocol: str, n_users: int, items: int) -> int:
     """The (message, item) checks ``protocol``'s analyzer makes to estimate ``items`` items from ``n_users``
@@ -63,26 +59,6 @@ def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> Realis
     largest, mean = float(abs_err.max()), float(abs_err.mean())
     p50, p90, p99 = np.percentile(abs_err, [50, 90, 99], overwrite_input=True)
     return RealisedError(over, int(abs_err.size), largest, mean, float(p50), float(p90), float(p99))
-
-
-def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool, checks: int = 0) -> bool:
-    """Whether to estimate all of [B]: the default up to 2^24, unless candidates are given and the analyzer's
-    ``checks`` over the full domain (:func:`analyzer_checks`) pass :data:`ANALYZER_CHECKS_MAX`; refused above
-    2^28, or past that many checks; otherwise candidates."""
-    if full_domain is None:
-        full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX and not (candidates_given and
-                                                                       checks > ANALYZER_CHECKS_MAX)
-    if full_domain and checks > ANALYZER_CHECKS_MAX:
-        raise ParameterError("domain", f"small enough for the analyzer to check every user's report at every item "
-                             f"(here {checks:.3g} checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); "
-                             "or give --candidates without --full-domain", domain_size)
-    if full_domain and domain_size > FULL_DOMAIN_MAX:
-        raise ParameterError("domain", f"at most 2^{int(math.log2(FULL_DOMAIN_MAX))} to estimate the whole domain "
-                             "(--full-domain, the default without --candidates): give --candidates", domain_size)
-    if not full_domain and not candidates_given:
-        raise ParameterError("candidates", "given without --full-domain (the analyzer cannot list all of [B]; "
-                             "privagg estimate fe-hh discovers heavy items without candidates)", None)
-    return full_domain
 
 
 def full_domain_bytes(parameters, mode: str) -> int:

@@ -1,0 +1,95 @@
+"""What an analysis releases, and with what guarantee: the one pipeline of ``privagg analyze`` and the analyzer
+service.
+
+An analysis runs a protocol's analyzer over the messages it received. What it releases is decided here, for
+every caller:
+
+* :class:`Analysis`: what the analyzer estimates (a frequency protocol's whole domain, or the public candidates:
+  the whole domain unless candidates are given, and with both the top among the candidates; a vector sum's
+  every coordinate, or the candidate coordinates), and the report of its result (a frequency table's top items,
+  named where public; every coordinate a vector sum estimated).
+* :func:`analysis_privacy`: the guarantee the release states: the parameters', how the clients drew their
+  randomness (or why the release is not private), and a caveat when the messages received lie far from what
+  the guarantee counts on; :func:`folder_privacy` takes both from a message folder's items.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .core.encoding import ItemEncoder
+from .engine import ITEMS_FILE
+from .privacy.description import PrivacyDescription
+from .protocols.kinds import ResultKind
+from .protocols.parameters import Parameters
+from .protocols.registry import analyzer, choose_full_domain, get
+from .reports import (AnalysisReport, Collection, Engine, VectorAnalysisReport, analysis_report,
+                      vector_analysis_report, with_received_caveat)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What an analysis of ``parameters`` estimates: the whole domain (``full_domain``), or the public
+    ``candidates`` only; a whole-domain frequency analysis with candidates releases the top among them."""
+
+    parameters: Parameters
+    full_domain: bool = True
+    candidates: np.ndarray | None = None  # public items (coordinates of a vector sum), sorted codes
+
+    @classmethod
+    def of(cls, parameters: Parameters, candidates: np.ndarray | None = None,
+           full_domain: bool | None = None) -> "Analysis":
+        """The analysis of ``candidates`` (default: none, the whole domain); ``full_domain`` (frequency
+        protocols): estimate every item of [B] anyway, up to :data:`~privagg.protocols.registry.FULL_DOMAIN_MAX`."""
+        if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
+            return cls(parameters, candidates is None, candidates)
+        full_domain = choose_full_domain(parameters.domain_size, candidates is None if full_domain is None
+                                         else full_domain, candidates is not None)
+        return cls(parameters, full_domain, candidates)
+
+    def analyzer(self):
+        """The protocol's analyzer (or curator), over the candidates or the whole domain."""
+        return analyzer(self.parameters, None if self.full_domain else self.candidates)
+
+    def report(self, result, privacy: PrivacyDescription, engine: Engine, *, encoder: ItemEncoder | None = None,
+               top: int = 10, collection: Collection | None = None) -> AnalysisReport | VectorAnalysisReport:
+        """The report of the analyzer's finalized ``result``, stating ``privacy`` (:func:`analysis_privacy`): a
+        frequency table's ``top`` items, named by ``encoder`` (default: items are their integer codes), or every
+        coordinate of a vector sum. ``collection``: what a service received."""
+        p = self.parameters
+        if get(p.protocol).result is ResultKind.VECTOR_SUM:
+            return vector_analysis_report(p, result, privacy, engine, collection=collection)
+        if self.full_domain and self.candidates is not None:  # the top among the public candidates
+            result = result.restricted_to(self.candidates)
+        encoder = ItemEncoder(p.domain_size, kind="integer") if encoder is None else encoder
+        return analysis_report(p, result, privacy, engine, encoder=encoder, top=top, full_domain=self.full_domain,
+                               collection=collection)
+
+
+def analysis_privacy(parameters: Parameters, received: int, randomness: str, *, not_private: str | None = None,
+                     reporters: int | None = None) -> PrivacyDescription:
+    """The guarantee an analysis of ``received`` messages states: the parameters', the clients' ``randomness``
+    (``not_private``: why the messages are not a private run's, e.g. a seeded simulation's), and a caveat when
+    ``received`` lies far from what the ``reporters`` users (default: the calibrated n) would send
+    (:func:`privagg.reports.with_received_caveat`)."""
+    privacy = parameters.privacy
+    privacy = (replace(privacy, randomness=randomness) if not_private is None else
+               privacy.as_simulation(randomness, not_private))
+    return with_received_caveat(privacy, parameters, received, reporters)
+
+
+def folder_privacy(parameters: Parameters, items: dict[str, Any], received: int) -> PrivacyDescription:
+    """The guarantee of an analysis of a message folder, as far as the analyzer can know it.
+
+    The analyzer cannot see how the clients drew their randomness: it takes items.json's record
+    (:func:`privagg.engine.read_items_info`), and without a record says the run is not known to be private.
+    """
+    if items.get("private") is True:
+        return analysis_privacy(parameters, received, f"as recorded in {ITEMS_FILE}: {items.get('randomness')}")
+    return analysis_privacy(parameters, received, items.get("randomness", "unknown"), not_private=(
+        "the messages came from a simulation with reproducible randomness" if items.get("private") is False
+        else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
+             "clients used secure randomness"))
