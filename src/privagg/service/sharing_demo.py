@@ -107,7 +107,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
     """Every user through the task at ``url``: enroll, share, masked sum, unmask, skipping each at his planned
     round of dropping out; ``between(round)`` runs after each round's messages are sent (the fault tests kill
     the server there). Once the users who will answer a round have, the round is closed early (the operator's
-    route), not at its deadline. The rounds' wall times, the users' bytes, and who survived."""
+    route), not at its deadline. The rounds' wall times, the users' bytes, who survived, and the users' clients."""
     users = [SharingClient.fetch(url, task_id) for _ in codes]
     seconds: dict[str, float] = {}
 
@@ -135,7 +135,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
     return {"seconds": seconds, "survivors": survivors, "index": index,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
                            "sealed_shares_sent": sum(u.sealed_sent for u in users)},
-            "state": users[0].state()}
+            "state": users[0].state(), "clients": users}
 
 
 def _post(url: str) -> None:

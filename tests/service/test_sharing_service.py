@@ -1,0 +1,255 @@
+"""The sharing server (service/sharing.py) and its users' SDK: the rounds end to end with dropouts, exact on SQLite
+and PostgreSQL; bad input refused 4xx with nothing stored and counted; deadlines; a survivor who never unmasks;
+kill -9 of the server in rounds 1 and 2 with nothing lost."""
+
+import json
+import secrets
+from base64 import b64decode, b64encode
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from privagg.protocols import sampling_sharing as ss
+from privagg.protocols.sharing_parties import (HEADER, MAGIC, MASKED_SUM, SERVER, VERSION, encode,
+                                               survivors_parameters)
+from privagg.service import sharing_client
+from privagg.service.client import SubmitError
+from privagg.service.sharing import KEM, SharingService, create_app
+from privagg.service.sharing_client import SharingClient
+from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds
+from privagg.service.storage import connect, relayed_shares, round_messages
+from privagg.service.tasks import _public_key, _suite
+
+N, DOMAIN = 12, 3
+CODES = np.arange(N) % DOMAIN
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/sharing.db"
+    return request.getfixturevalue("postgres_databases")()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def server(db, monkeypatch):
+    """The service in process (a settable clock, no ticker) behind a TestClient that the SDK's requests go to."""
+    clock = Clock()
+    service = SharingService(connect(db, "sharing"), clock=clock)
+    http = TestClient(create_app(service, tick=None))
+
+    def request(url, body, _timeout, _attempts, ok_conflicts=()):
+        path = url.split("://", 1)[1].split("/", 1)[1]
+        answer = http.get(f"/{path}") if body is None else http.post(
+            f"/{path}", content=body, headers={"content-type": "application/json"})
+        if answer.status_code >= 400:
+            if answer.status_code == 409 and answer.json().get("error") in ok_conflicts:
+                return b"{}"
+            raise SubmitError(answer.status_code, answer.text)
+        return answer.content
+
+    monkeypatch.setattr(sharing_client, "_request", request)
+    yield service, http, clock
+    http.close()
+    service.engine.dispose()
+
+
+def dpdg(n=N):
+    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
+
+
+def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
+    task = service.create_task(parameters, round_seconds, min_survivors)
+    users = [SharingClient("http://sharing", task) for _ in range(parameters.n_users)]
+    for user, token in zip(users, service.issue_tokens(task.task_id, parameters.n_users)):
+        user.enroll(token)
+    return task, users
+
+
+def field_sum(p, clients) -> np.ndarray:
+    """The field sum of the clients' vectors: every share each of them made."""
+    total = np.zeros(p.domain_size, dtype=np.uint64)
+    for client in clients:
+        for k in range(p.n_users):
+            total = p.field.add(total, client.role.sent_share(k))
+    return total
+
+
+def refused(http, path, body, status, reason):
+    answer = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert (answer.status_code, answer.json()["error"]) == (status, reason), answer.text
+    return answer.json()["detail"]
+
+
+def count(service, table, task_id) -> int:
+    with service.engine.connect() as c:
+        return c.execute(sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)).scalar()
+
+
+@pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
+def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
+    service, _, clock = server
+    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
+    task, users = enrolled(service, p)
+    for i, user in enumerate(users):
+        if i != 2:  # user 2 vanishes before round 1
+            user.share(int(CODES[user.user]))
+    clock.now += 61  # round 1's deadline
+    assert service.advance(task.task_id) == "round2"
+    for i, user in enumerate(users):
+        if i not in (2, 5, 7):  # users 5 and 7 vanish after sharing
+            user.masked_sum()
+    service.close_round(task.task_id, 2)
+    for i, user in enumerate(users):
+        if i not in (2, 5, 7):
+            user.unmask()
+    report = service.result(task.task_id)
+    survivors = [u for i, u in enumerate(users) if i not in (2, 5, 7)]
+    total = field_sum(p, survivors)
+    estimates = {e["item"]: e["estimate"] for e in report["estimates"]}
+    expected = survivors_parameters(p, 9).estimate(total)
+    assert [estimates[j] for j in range(DOMAIN)] == pytest.approx(expected.tolist(), abs=1e-9)
+    assert report["dropouts"] == {"enrolled": N, "round1_senders": 11, "survivors": 9, "min_survivors": 8}
+    assert report["privacy"]["private"] and "9 users who took part" in " ".join(report["privacy"]["caveats"])
+
+
+def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
+    service, http, clock = server
+    p = dpdg()
+    task, users = enrolled(service, p)
+    tid, me = task.task_id, users[0]
+    auth = {"user": me.user, "secret": me.secret}
+    plain = me.role.share(1)
+    keys = [b64decode(k) for k in json.loads(http.get(f"/tasks/{tid}/roster").content)["public_keys"]]
+    sealed = {k: b64encode(_suite(KEM).encrypt(m, _public_key(KEM, keys[k]), info=task.info(me.user, k))).decode()
+              for k, m in plain.items()}
+    shares = [{"recipient": k, "sealed": v} for k, v in sealed.items()]
+    path = f"/tasks/{tid}/round1"
+    refused(http, path, {**auth, "shares": shares[:-1]}, 400, "malformed")
+    refused(http, path, {**auth, "shares": shares[:-1] + [{"recipient": me.user, "sealed": shares[0]["sealed"]}]},
+            400, "bad_recipient")
+    refused(http, path, {**auth, "shares": shares[:-1] + [{"recipient": N, "sealed": shares[0]["sealed"]}]}, 400,
+            "bad_recipient")
+    refused(http, path, {**auth, "shares": shares[:-1] + [dict(shares[0])]}, 400, "bad_recipient")
+    short = [dict(s) for s in shares]
+    short[3]["sealed"] = b64encode(b"x" * 40).decode()
+    size = task.sealed_size(me.user, short[3]["recipient"])
+    assert f"of {size} bytes, got 40 bytes" in refused(http, path, {**auth, "shares": short}, 400, "malformed")
+    refused(http, path, {"user": me.user, "secret": "guess", "shares": shares}, 403, "bad_secret")
+    refused(http, path, {"user": N, "secret": me.secret, "shares": shares}, 400, "malformed")
+    refused(http, f"/tasks/{tid}/round2", {**auth, "message": "AAAA"}, 409, "round_closed")
+    assert count(service, relayed_shares, tid) == 0
+    assert http.post(path, content=json.dumps({**auth, "shares": shares}),
+                     headers={"content-type": "application/json"}).status_code == 201
+    refused(http, path, {**auth, "shares": shares}, 409, "already_sent")
+    assert count(service, relayed_shares, tid) == N - 1
+    refused(http, "/tasks/" + "ab" * 16 + "/round1", {**auth, "shares": shares}, 404, "unknown_task")
+    clock.now += 61
+    refused(http, path, {"user": 1, "secret": users[1].secret, "shares": shares}, 409, "round_closed")  # late
+    # round 1 closed at its deadline with one sender: below the minimum, the task failed and releases nothing
+    answer = http.get(f"/tasks/{tid}/result")
+    assert answer.status_code == 409 and "fewer than the task's minimum of 8" in answer.json()["detail"]
+    metrics = http.get("/metrics").text
+    for reason in ("malformed", "bad_recipient", "bad_secret", "round_closed", "already_sent", "unknown_task"):
+        assert f'privagg_sharing_refused_total{{reason="{reason}"}}' in metrics
+
+
+def test_round_messages_are_checked_and_stored_once(server):
+    service, http, clock = server
+    p = dpdg()
+    task, users = enrolled(service, p)
+    for user in users[:-1]:
+        user.share(0)
+    clock.now += 61
+    service.advance(task.task_id)
+    tid, path = task.task_id, f"/tasks/{task.task_id}/round2"
+    last = users[-1]
+    refused(http, path, {"user": last.user, "secret": last.secret, "message": "AAAA"}, 409, "not_expected")
+    me = users[0]
+    auth = {"user": me.user, "secret": me.secret}
+    truncated = HEADER.pack(MAGIC, VERSION, MASKED_SUM, me.user, SERVER, DOMAIN) + b"\0"
+    detail = refused(http, path, {**auth, "message": b64encode(truncated).decode()}, 400, "bad_message")
+    assert "field elements" in detail
+    me.masked_sum()
+    another = encode(p, MASKED_SUM, me.user, SERVER, np.zeros(DOMAIN, dtype=np.uint64))
+    refused(http, path, {**auth, "message": b64encode(another).decode()}, 409, "already_sent")
+    refused(http, f"/tasks/{tid}/inbox", {"user": last.user, "secret": last.secret}, 409, "not_expected")
+    assert count(service, round_messages, tid) == 1
+
+
+def test_a_survivor_who_never_unmasks_fails_the_task_and_nothing_is_released(server):
+    service, http, clock = server
+    p = dpdg()
+    task, users = enrolled(service, p)
+    for user in users:
+        user.share(2)
+    for user in users:
+        user.masked_sum()
+    for user in users[:-1]:
+        user.unmask()
+    assert service.advance(task.task_id) == "round3"
+    clock.now += 61
+    assert service.advance(task.task_id) == "failed"
+    answer = http.get(f"/tasks/{task.task_id}/result")
+    assert answer.status_code == 409 and answer.json()["error"] == "failed"
+    assert "1 of the 12 survivors of round 2 did not unmask" in answer.json()["detail"]
+
+
+def test_enrollment_checks_tokens_and_keys(server):
+    service, http, _ = server
+    task = service.create_task(dpdg(3), 60.0, 2)
+    tokens = service.issue_tokens(task.task_id, 4)
+
+    def b64(raw: bytes) -> str:
+        return b64encode(raw).decode()
+
+    path = f"/tasks/{task.task_id}/enroll"
+    refused(http, path, {"token": "nope", "public_key": b64(b"k" * 32)}, 403, "bad_token")
+    refused(http, path, {"token": tokens[0], "public_key": b64(b"k" * 31)}, 400, "malformed")
+    refused(http, path, {"token": tokens[0]}, 400, "malformed")
+    assert http.get(f"/tasks/{task.task_id}/roster").status_code == 409  # not full yet
+    first = http.post(path, content=json.dumps({"token": tokens[0], "public_key": b64(b"k" * 32)}),
+                      headers={"content-type": "application/json"}).json()
+    again = http.post(path, content=json.dumps({"token": tokens[0], "public_key": b64(b"k" * 32)}),
+                      headers={"content-type": "application/json"}).json()
+    assert first["user"] == again["user"] == 0 and first["secret"] != again["secret"]  # a retry: same index
+    refused(http, path, {"token": tokens[0], "public_key": b64(b"j" * 32)}, 409, "token_spent")
+    for token in tokens[1:3]:
+        http.post(path, content=json.dumps({"token": token, "public_key": b64(secrets.token_bytes(32))}),
+                  headers={"content-type": "application/json"})
+    refused(http, path, {"token": tokens[3], "public_key": b64(b"m" * 32)}, 409, "roster_full")
+    assert service.state(task.task_id)["state"] == "round1"
+
+
+def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
+    p = ss.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
+    codes = np.arange(16) % 2
+    db = f"sqlite:///{tmp_path}/sharing.db"
+    with SharingDeployment(db, tmp_path / "log") as dep:
+        service = dep.service()
+        task = service.create_task(p, 300.0, 12)
+        tokens = service.issue_tokens(task.task_id, 16)
+        service.engine.dispose()
+
+        def restart(_round: int) -> None:
+            dep.kill()
+            dep.start()
+
+        run = run_rounds(dep.url, task.task_id, codes, tokens, dropout_plan(16, 0.15, (1, 2), seed=3),
+                         progress=lambda _text: None, between=restart)
+        report = run["clients"][0]._call("result")
+    survivors = [c for c in run["clients"] if c.user in run["survivors"]]
+    total = field_sum(p, survivors)
+    estimates = [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])]
+    assert estimates == pytest.approx(survivors_parameters(p, len(survivors)).estimate(total).tolist())
+    assert report["dropouts"]["survivors"] == len(survivors) < 16
