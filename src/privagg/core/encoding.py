@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError, check_instance, check_integer, check_sequence
+from ..errors import ParameterError, check_instance, check_integer, check_sequence, kind_of
 
 KEY_BYTES = 32
 
@@ -65,10 +65,12 @@ class ItemEncoder:
 
     @classmethod
     def for_parameters(cls, parameters, kind: str | None = None) -> "ItemEncoder":
-        """The encoder of a deployment: its domain and its public ``item_key`` (which must be set)."""
-        from ..protocols.parameters import check_parameters
-
-        if check_parameters(parameters).item_key is None:
+        """The encoder of a deployment: the domain and the public ``item_key`` (which must be set) of a protocol's
+        parameters (``domain_size`` and ``item_key`` are all it reads of them)."""
+        if not (hasattr(parameters, "domain_size") and hasattr(parameters, "item_key")):
+            raise ParameterError("parameters", "a protocol's frozen parameters with an item key "
+                                 "(privagg.calibrate(...) or privagg.load_parameters(json_text))", kind_of(parameters))
+        if parameters.item_key is None:
             raise ParameterError("item_key", "set in the parameters (calibrate with item_key=...) to encode items "
                                  "that every party maps alike", None)
         return cls(parameters.domain_size, bytes.fromhex(parameters.item_key), kind)
