@@ -1,0 +1,719 @@
+"""TSS and TSS' as separate parties: the users' rounds (reporter, and helper when elected), S1's election and
+S2's release, sans I/O, every message bytes.
+
+Algorithm 3 (reference §2.5) over a network where users drop out, in four rounds; S1
+(:mod:`privagg.service.two_servers`) relays, sets the deadlines, and hands S2 what S2 needs. What follows is
+derived in docs/privacy.md, "Dropouts in TSS":
+
+round 1, report set
+    User i draws his coin and his report set A_i of alpha N items (:meth:`TSSUsers.first_stage`) and sends
+    A_i to S1. R1: the users whose set reached S1 by the deadline. S1 counts m_j over R1 and elects
+    max(m_j, phi + 1) helpers H_j per item among R1 (:class:`ElectionServer`'s rule, its pool R1:
+    :meth:`FirstServer.elect`), and tells each reporter the helpers of his items.
+round 2, shares
+    Reporter i shares his entry e_ij = coin_i [v_i = j] of each j in A_i among H_j
+    (:meth:`TSSUsers.share_entries`): one message per helper, holding his shares of the items that helper
+    serves, each sealed to its helper; a share for himself (a reporter may be elected) he keeps. R2: the
+    reporters whose shares all reached S1 by the deadline; only theirs are delivered.
+round 3, helper sums
+    Helper h sums, per item he serves, the shares R2's reporters sent him (his own too, if he is one of
+    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read).
+round 4, recovery (only when helpers missed round 3)
+    For an item j with R2 reporters whose helpers D_j sent no sum, D_j not all of H_j: each of item j's R2
+    reporters reveals to S2 the shares he sent D_j. Every reporter's shares to the other helpers stay hidden
+    in their sums, so S2 learns the item's count and uniform values besides. A reporter refuses a request
+    naming every helper of an item (those shares add up to his entry), or naming himself for an item he
+    sent a sum for; S2 refuses a hand-over naming a helper whose sum it holds.
+release (S2)
+    Per item, the helpers' sums plus the recovered shares: the count of item j over R2 exactly; estimates
+    tau_j / p' with the guarantee recomputed for the |R2| users who took part
+    (:func:`~privagg.protocols.sharing_parties.survivors_parameters`). An item whose helpers all missed
+    round 3, or whose reporter missed round 4, cannot be completed and is not released (its entries are in
+    the other helpers' sums, and removing a reporter needs him); the others are.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import functools
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core.randomness import RNGLike
+from ..core.sharing import element_bytes, pack_elements, unpack_elements
+from ..errors import ParameterError, check_integer
+from .results import FrequencyTable
+from .sampling_sharing import ElectionServer, TSSParameters, TSSUsers
+from .sharing_parties import survivors_parameters
+
+# --- messages ----------------------------------------------------------------------------------------------
+MAGIC, VERSION = b"PVT", 1
+REPORT_SET, SHARES, SUMS, RECOVERY = 1, 2, 3, 4  # message kinds
+KIND_NAMES = {REPORT_SET: "report set", SHARES: "shares", SUMS: "helper sums", RECOVERY: "recovery"}
+FIRST, SECOND = 0xFFFFFFFE, 0xFFFFFFFF  # the recipient field of a message to S1, to S2
+SERVERS = {FIRST: "S1", SECOND: "S2"}
+TO_SERVER = {REPORT_SET: FIRST, SUMS: SECOND, RECOVERY: SECOND}  # shares go to a user
+HEADER = struct.Struct("<3sBBIII")  # magic, version, kind, sender, recipient, entries
+INDEX = np.dtype("<u4")  # an item or a user on the wire
+
+
+@dataclass(frozen=True)
+class Message:
+    """One decoded message: its kind, sender, recipient (a user, or :data:`FIRST` / :data:`SECOND`), its items
+    (ascending), the helpers of a recovery's entries, and its field elements (none in a report set)."""
+
+    kind: int
+    sender: int
+    recipient: int
+    items: np.ndarray
+    helpers: np.ndarray | None
+    values: np.ndarray | None
+
+
+def message_bytes(parameters: TSSParameters, kind: int, entries: int) -> int:
+    """The length of a message of ``kind`` with ``entries`` entries: each an item (4 bytes), a recovery's also a
+    helper (4), and but in a report set a field element."""
+    per = INDEX.itemsize * (2 if kind == RECOVERY else 1) + (0 if kind == REPORT_SET else element_bytes(
+        parameters.field))
+    return HEADER.size + entries * per
+
+
+def encode(parameters: TSSParameters, kind: int, sender: int, recipient: int, items, values=None,
+           helpers=None) -> bytes:
+    """A message's bytes: :data:`HEADER`, the items, a recovery's helpers, the field elements
+    (:func:`pack_elements`)."""
+    items = np.asarray(items, dtype=np.int64)
+    body = items.astype(INDEX).tobytes()
+    if kind == RECOVERY:
+        body += np.asarray(helpers, dtype=np.int64).astype(INDEX).tobytes()
+    if kind != REPORT_SET:
+        body += pack_elements(parameters.field, values)
+    return HEADER.pack(MAGIC, VERSION, kind, sender, recipient, items.size) + body
+
+
+def decode(parameters: TSSParameters, raw: bytes, kind: int, sender: int | None = None,
+           recipient: int | None = None, items: Sequence[int] | None = None,
+           helpers: Sequence[int] | None = None) -> Message:
+    """The message in ``raw``, every field checked: magic and version; the kind; the sender a user (``sender``
+    when given); the recipient S1 (a report set), S2 (sums, recovery) or another user (shares; ``recipient``
+    when given); exactly the entries' length; items below N, strictly ascending (a recovery's (item, helper)
+    pairs), a report set of alpha N; helpers users; elements below p; ``items`` (and ``helpers``) exactly, when
+    given. A ParameterError names the field that is wrong (``message``, ``message.sender``,
+    ``message.recipient``, ``message.items``, ``message.helpers``, ``message.values``)."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) < HEADER.size:
+        raise ParameterError("message", f"a privagg TSS message of at least {HEADER.size} bytes",
+                             f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__)
+    magic, version, got, source, target, count = HEADER.unpack_from(raw)
+    n, N = parameters.n_users, parameters.domain_size
+    if magic != MAGIC or version != VERSION:
+        raise ParameterError("message", f"version {VERSION} of privagg's TSS messages", f"{magic!r} {version}")
+    if got != kind:
+        raise ParameterError("message", f"a {KIND_NAMES[kind]} message", KIND_NAMES.get(got, f"kind {got}"))
+    if not source < n or (sender is not None and source != sender):
+        raise ParameterError("message.sender", f"user {sender}" if sender is not None else f"a user in [0, {n})",
+                             source)
+    server = TO_SERVER.get(kind)
+    if server is not None and target != server:
+        raise ParameterError("message.recipient", SERVERS[server], SERVERS.get(target, f"user {target}"))
+    if server is None and (not target < n or (recipient is not None and target != recipient)):
+        raise ParameterError("message.recipient", f"user {recipient}" if recipient is not None else
+                             f"a user in [0, {n})", SERVERS.get(target, target))
+    if target == source:
+        raise ParameterError("message.recipient", "another user than the sender", target)
+    most = n * N if kind == RECOVERY else N
+    if not 1 <= count <= most or len(raw) != message_bytes(parameters, kind, count):
+        size = (f"{message_bytes(parameters, kind, count)} bytes for its {count} entries" if 1 <= count <= most
+                else f"1 to {most} entries")
+        raise ParameterError("message", f"a {KIND_NAMES[kind]} message of {size}", f"{len(raw)} bytes, "
+                             f"{count} entries")
+    offset = HEADER.size
+    got_items = np.frombuffer(raw, INDEX, count, offset).astype(np.int64)
+    offset += count * INDEX.itemsize
+    if got_items.max() >= N:
+        raise ParameterError("message.items", f"items in [0, {N})", int(got_items.max()))
+    if kind == REPORT_SET and count != parameters.report_size:
+        raise ParameterError("message.items", f"alpha N = {parameters.report_size} items", count)
+    got_helpers = None
+    if kind == RECOVERY:
+        got_helpers = np.frombuffer(raw, INDEX, count, offset).astype(np.int64)
+        offset += count * INDEX.itemsize
+        if got_helpers.max() >= n:
+            raise ParameterError("message.helpers", f"users in [0, {n})", int(got_helpers.max()))
+    keys = got_items * n + (0 if got_helpers is None else got_helpers)
+    if np.any(np.diff(keys) <= 0):
+        raise ParameterError("message.items", "strictly ascending (each entry once)" if got_helpers is None else
+                             "(item, helper) pairs strictly ascending (each once)", got_items[:8].tolist())
+    if items is not None and not np.array_equal(got_items, np.asarray(items, dtype=np.int64)):
+        raise ParameterError("message.items", f"the items {list(items)[:8]}", got_items[:8].tolist())
+    if helpers is not None and not np.array_equal(got_helpers, np.asarray(helpers, dtype=np.int64)):
+        raise ParameterError("message.helpers", f"the helpers {list(helpers)[:8]}", got_helpers[:8].tolist())
+    values = None if kind == REPORT_SET else unpack_elements(parameters.field, bytes(raw[offset:]), count,
+                                                             "message.values")
+    return Message(kind, source, target, got_items, got_helpers, values)
+
+
+def check_min_survivors(parameters: TSSParameters, min_survivors: int) -> int:
+    """``min_survivors`` if S1 can elect among that many users (phi + 1 of them at least) and a release over
+    that many is valid (:func:`survivors_parameters`), else a ParameterError naming it."""
+    if getattr(parameters, "model", None) != "two_servers":
+        raise ParameterError("protocol", "tss or tss-collusion (two servers and elected helpers)",
+                             getattr(parameters, "protocol", type(parameters).__name__))
+    least = check_integer("min_survivors", min_survivors, max(2, parameters.colluders + 1), parameters.n_users)
+    try:
+        survivors_parameters(parameters, least)
+    except ParameterError as err:
+        raise ParameterError("min_survivors", f"a number of users the release can be computed for ({err})",
+                             least) from None
+    return least
+
+
+def _users(parameters: TSSParameters, users: Sequence[int], what: str) -> list[int]:
+    """``users`` as a sorted list of distinct roster indices, else a ParameterError naming ``what``."""
+    if isinstance(users, (str, bytes)) or not isinstance(users, Sequence):
+        raise ParameterError(what, "a list of users", type(users).__name__)
+    listed = sorted({check_integer(what, u, 0, parameters.n_users - 1) for u in users})
+    if len(listed) != len(users):
+        raise ParameterError(what, "distinct users", "a user listed twice")
+    return listed
+
+
+def _items(parameters: TSSParameters, mapping: Mapping, what: str) -> list[int]:
+    if not isinstance(mapping, Mapping):
+        raise ParameterError(what, "a mapping item -> users", type(mapping).__name__)
+    return sorted(check_integer(what, j, 0, parameters.domain_size - 1) for j in mapping)
+
+
+# --- a user ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UserState:
+    """What a user keeps between rounds: his index, the rounds he answered, his report set and entries (round
+    1), each item's helpers and his shares to them in their order (round 2), the items he sent sums for
+    (round 3). Plain data with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it.
+    """
+
+    index: int
+    answered: list[int] = dataclasses.field(default_factory=list)
+    items: list[int] = dataclasses.field(default_factory=list)
+    entries: list[int] = dataclasses.field(default_factory=list)
+    helpers: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    shares: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    summed: list[int] = dataclasses.field(default_factory=list)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"version": VERSION, **dataclasses.asdict(self)}).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "UserState":
+        try:
+            data = json.loads(raw)
+            assert data.pop("version") == VERSION and set(data) == {f.name for f in dataclasses.fields(cls)}
+            state = cls(data["index"], data["answered"], data["items"], data["entries"],
+                        {int(j): h for j, h in data["helpers"].items()}, {int(j): s for j, s in data["shares"].items()},
+                        data["summed"])
+            assert len(state.entries) == len(state.items) and state.helpers.keys() == state.shares.keys()
+            assert all(len(state.helpers[j]) == len(state.shares[j]) for j in state.helpers)
+        except Exception:
+            raise ParameterError("user state", f"a state written by UserState.to_bytes (version {VERSION})",
+                                 f"{len(raw)} unreadable bytes") from None
+        return state
+
+
+class TSSUser:
+    """User ``index`` of a TSS or TSS' task, one round at a time (module docstring): a reporter, and a helper
+    when S1 elects him.
+
+    ``min_survivors``: the task's. ``rng=None`` (a real user) draws his coin, his report set and his shares
+    from the secure generator; a seeded simulation passes a generator. ``state`` resumes a user saved with
+    ``state.to_bytes()``.
+    """
+
+    def __init__(self, parameters: TSSParameters, index: int, min_survivors: int, rng: RNGLike = None,
+                 state: UserState | None = None) -> None:
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
+        self.parameters, self.field, self.rng = parameters, parameters.field, rng
+        index = check_integer("user index", index, 0, parameters.n_users - 1)
+        if state is None:
+            state = UserState(index)
+        elif state.index != index:
+            raise ParameterError("user state", f"the state of user {index}", f"user {state.index}'s")
+        self.state, self.index = state, index
+
+    def _expect(self, round_: int, needs: int | None) -> None:
+        done = self.state.answered
+        if round_ in done or (done and round_ < max(done)):
+            raise ParameterError("round", f"a round after round {max(done)} (each round is answered once, in order)",
+                                 f"round {round_}")
+        if needs is not None and needs not in done:
+            raise ParameterError("round", f"round {needs} answered before round {round_}", f"round {round_}")
+
+    def report(self, code: int) -> bytes:
+        """Round 1: his coin and report set drawn, the set as a message to S1."""
+        self._expect(1, None)
+        coins, sets = TSSUsers(self.parameters).first_stage(np.array([code]), self.rng)
+        self.state.items = [int(j) for j in sets[0]]
+        self.state.entries = [int(coins[0]) * int(j == code) for j in sets[0]]
+        self.state.answered.append(1)
+        return encode(self.parameters, REPORT_SET, self.index, FIRST, sets[0])
+
+    def share(self, helpers: Mapping[int, Sequence[int]]) -> dict[int, bytes]:
+        """Round 2: given each item of his set's helpers (S1's election), his shares as one message per helper
+        (seal each to it); his own share, where he is a helper, he keeps."""
+        p, least = self.parameters, max(1, self.parameters.colluders + 1)
+        self._expect(2, 1)
+        if _items(p, helpers, "helpers") != self.state.items:
+            raise ParameterError("helpers", f"the helpers of each item of his report set {self.state.items[:8]}",
+                                 sorted(helpers)[:8])
+        users, sent = TSSUsers(p), {}
+        for j, entry in zip(self.state.items, self.state.entries):
+            listed = _users(p, helpers[j], f"helpers of item {j}")
+            if len(listed) < least:
+                raise ParameterError(f"helpers of item {j}", f"at least {least} users (max(m_j, phi + 1) with phi = "
+                                     f"{p.colluders})", len(listed))
+            shares = users.share_entries(np.array([entry]), len(listed), self.rng)[:, 0]
+            self.state.helpers[j], self.state.shares[j] = listed, [int(s) for s in shares]
+            for helper, value in zip(listed, shares):
+                if helper != self.index:
+                    sent.setdefault(helper, []).append((j, value))
+        self.state.answered.append(2)
+        return {h: encode(p, SHARES, self.index, h, [j for j, _ in pairs], [v for _, v in pairs])
+                for h, pairs in sorted(sent.items())}
+
+    def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes]) -> bytes:
+        """Round 3, as a helper: given each item he serves with its R2 reporters, and the messages those
+        reporters sent him, the field sum of the shares per item (his own share too where he is a reporter), as
+        a message to S2."""
+        p = self.parameters
+        self._expect(3, 1)
+        items = _items(p, reporters, "items helped")
+        if not items:
+            raise ParameterError("items helped", "at least one item (he takes part in round 3 as a helper)", "none")
+        lists = {j: _users(p, reporters[j], f"reporters of item {j}") for j in items}
+        expected = {}
+        for j in items:
+            for sender in lists[j]:
+                if sender != self.index:
+                    expected.setdefault(sender, []).append(j)
+        if set(shares) != set(expected):
+            raise ParameterError("round-2 shares", "one message from each listed reporter", f"missing "
+                                 f"{sorted(set(expected) - set(shares))[:5]}, unlisted {sorted(set(shares) - set(expected))[:5]}")
+        totals = dict.fromkeys(items, np.uint64(0))
+        for sender, raw in shares.items():
+            message = decode(p, raw, SHARES, sender, self.index, expected[sender])
+            for j, value in zip(expected[sender], message.values):
+                totals[j] = self.field.add(totals[j], value)
+        for j in items:
+            if self.index in lists[j]:
+                if self.index not in self.state.helpers.get(j, ()):
+                    raise ParameterError(f"reporters of item {j}", f"a list without user {self.index} (he holds no "
+                                         f"share of his own for item {j})", "a list naming him")
+                own = self.state.shares[j][self.state.helpers[j].index(self.index)]
+                totals[j] = self.field.add(totals[j], np.uint64(own))
+        self.state.summed = items
+        self.state.answered.append(3)
+        return encode(p, SUMS, self.index, SECOND, items, [totals[j] for j in items])
+
+    def recover(self, dropped: Mapping[int, Sequence[int]]) -> bytes:
+        """Round 4, as a reporter: given, for items of his set, the helpers that sent S2 no sum, his shares to
+        them as a message to S2. Refused (a ParameterError, and nothing to send) for an item he did not share,
+        helpers not of the item, every helper of the item (his shares to all of them add up to his entry), or
+        himself for an item he sent a sum for."""
+        p = self.parameters
+        self._expect(4, 2)
+        items = _items(p, dropped, "dropped helpers")
+        if not items:
+            raise ParameterError("dropped helpers", "at least one item (he takes part in round 4 when asked)", "none")
+        pairs = []
+        for j in items:
+            if j not in self.state.helpers:
+                raise ParameterError("dropped helpers", f"items he shared, of {self.state.items[:8]}", j)
+            helpers, named = self.state.helpers[j], _users(p, dropped[j], f"dropped helpers of item {j}")
+            if not named or not set(named) < set(helpers):
+                raise ParameterError(f"dropped helpers of item {j}", f"some but not all of the item's helpers "
+                                     f"{helpers[:8]} (his shares to all of them would be his entry)", named[:8])
+            if self.index in named and j in self.state.summed:
+                raise ParameterError(f"dropped helpers of item {j}", f"a list without user {self.index}, who sent "
+                                     "his sum for the item", "a list naming him")
+            pairs += [(j, d, self.state.shares[j][helpers.index(d)]) for d in named]
+        self.state.answered.append(4)
+        return encode(p, RECOVERY, self.index, SECOND, [j for j, _, _ in pairs], [v for _, _, v in pairs],
+                      [d for _, d, _ in pairs])
+
+
+# --- S1 ----------------------------------------------------------------------------------------------------
+
+
+class ElectionPool(NamedTuple):
+    """What :class:`ElectionServer` reads of the parameters, for an election among R1's users: their number, N and
+    phi. Its draws are positions in R1."""
+
+    n_users: int
+    domain_size: int
+    colluders: int
+
+
+@dataclass(frozen=True)
+class Election:
+    """S1's election: R1 (ascending), m_j over R1, and H_j (ascending roster indices) for every item."""
+
+    senders: tuple[int, ...]
+    counts: tuple[int, ...]
+    helpers: tuple[tuple[int, ...], ...]
+
+    @functools.cached_property
+    def by_helper(self) -> dict[int, list[int]]:
+        """helper -> the items he serves, ascending."""
+        out: dict[int, list[int]] = {}
+        for j, helpers in enumerate(self.helpers):
+            for h in helpers:
+                out.setdefault(h, []).append(j)
+        return out
+
+    def helpers_of(self, items: Sequence[int]) -> dict[int, list[int]]:
+        return {int(j): list(self.helpers[j]) for j in items}
+
+
+    def to_dict(self) -> dict:
+        return {"senders": list(self.senders), "counts": list(self.counts), "helpers": [list(h) for h in self.helpers]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Election":
+        return cls(tuple(data["senders"]), tuple(data["counts"]), tuple(tuple(h) for h in data["helpers"]))
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """S1's plan when round 3 closes: for each item with R2 reporters whose helpers ``dropped`` sent no sum,
+    some but not all of them, the recovery asked of all its R2 reporters; ``lost``: the items with R2 reporters
+    whose every helper missed round 3 (recovering them would reveal each reporter's entry)."""
+
+    dropped: dict[int, tuple[int, ...]]
+    lost: tuple[int, ...]
+
+    def asked(self, reporters: Sequence[Sequence[int]]) -> dict[int, dict[int, list[int]]]:
+        """reporter -> {item: the dropped helpers he is asked about}, given each item's R2 reporters."""
+        out: dict[int, dict[int, list[int]]] = {}
+        for j, helpers in sorted(self.dropped.items()):
+            for reporter in reporters[j]:
+                out.setdefault(reporter, {})[j] = list(helpers)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"dropped": [{"item": j, "helpers": list(d)} for j, d in sorted(self.dropped.items())],
+                "lost": list(self.lost)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recovery":
+        return cls({e["item"]: tuple(e["helpers"]) for e in data["dropped"]}, tuple(data["lost"]))
+
+
+class FirstServer:
+    """S1 of a TSS task: checks the report sets, elects the helpers, says what each party must send, and plans
+    the recovery. It never opens a share or a sum (sealed to their recipients); it relays them."""
+
+    def __init__(self, parameters: TSSParameters, min_survivors: int) -> None:
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
+        self.parameters = parameters
+
+    def check_report_set(self, raw: bytes, user: int) -> np.ndarray:
+        """A user's round-1 message, checked: his alpha N distinct items, to S1."""
+        return decode(self.parameters, raw, REPORT_SET, user).items
+
+    def elect(self, sets: Mapping[int, np.ndarray], rng: RNGLike = None) -> Election:
+        """m_j over R1 (the users in ``sets``) and max(m_j, phi + 1) distinct helpers per item, uniformly among R1
+        (:class:`ElectionServer` with R1 as its pool); refused below the task's minimum of users."""
+        p, senders = self.parameters, sorted(sets)
+        if len(senders) < self.min_survivors:
+            raise ParameterError("round-1 senders", f"at least {self.min_survivors} (the task's minimum)", len(senders))
+        reports = np.stack([np.asarray(sets[u], dtype=np.int64) for u in senders])
+        counts, drawn = ElectionServer(ElectionPool(len(senders), p.domain_size, p.colluders)).elect(reports, rng)
+        pool = np.array(senders, dtype=np.int64)
+        return Election(tuple(senders), tuple(int(c) for c in counts),
+                        tuple(tuple(sorted(int(u) for u in pool[d])) for d in drawn))
+
+    @staticmethod
+    def expected_shares(election: Election, user: int, items: Sequence[int]) -> dict[int, int]:
+        """recipient -> the number of shares reporter ``user`` with report set ``items`` sends him in round 2."""
+        counts: dict[int, int] = {}
+        for j in items:
+            for h in election.helpers[j]:
+                if h != user:
+                    counts[h] = counts.get(h, 0) + 1
+        return counts
+
+    @staticmethod
+    def reporters(sets: Mapping[int, Sequence[int]], domain_size: int) -> tuple[tuple[int, ...], ...]:
+        """Each item's reporters among the users of ``sets`` (R2), ascending."""
+        out: list[list[int]] = [[] for _ in range(domain_size)]
+        for user in sorted(sets):
+            for j in sets[user]:
+                out[j].append(user)
+        return tuple(tuple(r) for r in out)
+
+    @staticmethod
+    def plan(election: Election, reporters: Sequence[Sequence[int]], summed: Sequence[int]) -> Recovery:
+        """When round 3 closes: given each item's R2 reporters (:meth:`reporters`) and the helpers who sent sums
+        (``summed``), the recovery each item with R2 reporters and a missing helper needs."""
+        done, dropped, lost = set(summed), {}, []
+        for j, helpers in enumerate(election.helpers):
+            missing = tuple(h for h in helpers if h not in done)
+            if reporters[j] and missing:
+                if len(missing) == len(helpers):
+                    lost.append(j)
+                else:
+                    dropped[j] = missing
+        return Recovery(dropped, tuple(lost))
+
+
+# --- S1 to S2 ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What S1 hands S2 once its rounds are done: the users (n enrolled, R1, R2), each item's helpers and its
+    number of R2 reporters, the recovery of items with dropped helpers (item -> (the dropped helpers, the R2
+    reporters asked)), and the messages sealed to S2: each helper's sums, each asked reporter's recovery."""
+
+    enrolled: int
+    senders: tuple[int, ...]
+    survivors: tuple[int, ...]
+    helpers: tuple[tuple[int, ...], ...]
+    reporters: tuple[int, ...]
+    recovery: dict[int, tuple[tuple[int, ...], tuple[int, ...]]]
+    sums: dict[int, bytes]
+    recoveries: dict[int, bytes]
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "enrolled": self.enrolled, "senders": list(self.senders),
+                "survivors": list(self.survivors), "helpers": [list(h) for h in self.helpers],
+                "reporters": list(self.reporters),
+                "recovery": [{"item": j, "dropped": list(d), "reporters": list(r)}
+                             for j, (d, r) in sorted(self.recovery.items())],
+                "sums": [{"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(self.sums.items())],
+                "recoveries": [{"reporter": i, "sealed": base64.b64encode(v).decode()}
+                               for i, v in sorted(self.recoveries.items())]}
+
+    @classmethod
+    def from_dict(cls, data) -> "Handover":
+        """A hand-over as S2 reads it: every field's type checked (a ParameterError names it); what the fields
+        must say of each other is :meth:`SecondServer.check`'s."""
+
+        def ints(value, field: str) -> tuple[int, ...]:
+            if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
+                raise ParameterError(f"handover.{field}", "a list of integers >= 0", type(value).__name__)
+            return tuple(value)
+
+        def entries(value, field: str, keys: tuple[str, ...]) -> list[dict]:
+            if not isinstance(value, list) or not all(isinstance(e, dict) and set(e) == set(keys) for e in value):
+                raise ParameterError(f"handover.{field}", f"a list of {{{', '.join(keys)}}}", type(value).__name__)
+            return value
+
+        def sealed(value, field: str) -> bytes:
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError, TypeError):
+                raise ParameterError(f"handover.{field}", "base64", type(value).__name__) from None
+
+        fields = {"version", "enrolled", "senders", "survivors", "helpers", "reporters", "recovery", "sums",
+                  "recoveries"}
+        if not isinstance(data, dict) or set(data) != fields or data["version"] != VERSION:
+            raise ParameterError("handover", f"a JSON object of the fields {sorted(fields)} (version {VERSION})",
+                                 sorted(data) if isinstance(data, dict) else type(data).__name__)
+        if type(data["enrolled"]) is not int:
+            raise ParameterError("handover.enrolled", "an integer", data["enrolled"])
+        if not isinstance(data["helpers"], list):
+            raise ParameterError("handover.helpers", "a list of lists of users", type(data["helpers"]).__name__)
+        recovery, sums, recoveries = {}, {}, {}
+        for e in entries(data["recovery"], "recovery", ("item", "dropped", "reporters")):
+            (item,) = ints([e["item"]], "recovery.item")
+            if item in recovery:
+                raise ParameterError("handover.recovery.item", "each item once", item)
+            recovery[item] = (ints(e["dropped"], "recovery.dropped"), ints(e["reporters"], "recovery.reporters"))
+        for field, key, out in (("sums", "helper", sums), ("recoveries", "reporter", recoveries)):
+            for e in entries(data[field], field, (key, "sealed")):
+                (user,) = ints([e[key]], f"{field}.{key}")
+                if user in out:
+                    raise ParameterError(f"handover.{field}.{key}", "each user once", user)
+                out[user] = sealed(e["sealed"], f"{field}.sealed")
+        return cls(data["enrolled"], ints(data["senders"], "senders"), ints(data["survivors"], "survivors"),
+                   tuple(ints(h, "helpers") for h in data["helpers"]), ints(data["reporters"], "reporters"),
+                   recovery, sums, recoveries)
+
+
+# --- S2 ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TSSRelease:
+    """What S2 releases: the estimates of the items it could complete (and their counts), over the |R2| users who
+    took part; who
+    took part; the items completed by recovery; the items lost, with why; the parameters with the guarantee
+    recomputed for the participants."""
+
+    table: FrequencyTable
+    counts: np.ndarray  # tau_j, the field sums reconstructed, of the table's items
+    enrolled: int  # n
+    senders: int  # |R1|
+    survivors: int  # |R2|
+    recovered: tuple[int, ...]
+    lost: dict[int, str]
+    parameters: TSSParameters
+
+    @property
+    def privacy(self):
+        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
+        part and what the two servers must not do."""
+        p, base = self.parameters, self.parameters.privacy
+        caveats = [f"recomputed for the {self.survivors} users whose shares reached S1 (R2), of the {self.enrolled} "
+                   f"enrolled ({self.senders} sent report sets): the release is theirs, and its conditions (the users "
+                   "who may not follow the protocol, the data condition) are stated of them",
+                   "S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
+                   "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
+                   "together they could open what they relay"]
+        if self.recovered:
+            caveats.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
+                           "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
+                           "rest (docs/privacy.md, 'Dropouts in TSS')")
+        if self.lost:
+            caveats.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
+        return dataclasses.replace(base, delta=p.delta_at(p.epsilon), caveats=base.caveats + tuple(caveats))
+
+
+class SecondServer:
+    """S2 of a TSS task: checks what S1 hands over and releases the items' counts. It opens only what is sealed
+    to it: helper sums and recovered shares."""
+
+    def __init__(self, parameters: TSSParameters, min_survivors: int) -> None:
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
+        self.parameters, self.field = parameters, parameters.field
+
+    def check(self, handover: Handover) -> None:
+        """The hand-over's fields said of each other: n enrolled; R2 within R1 within the roster, at least the
+        task's minimum; N items, each with helpers from R1 (at least phi + 1 for TSS'); R2 reporters per item
+        adding up to |R2| alpha N; recovery only of items with R2 reporters, of some but not all of their helpers,
+        none of whom sent a sum, asked of exactly that many R2 reporters; sums only from helpers, recoveries
+        only from asked reporters. A ParameterError names the field."""
+        p, h = self.parameters, handover
+        n, N = p.n_users, p.domain_size
+        if h.enrolled != n:
+            raise ParameterError("handover.enrolled", f"n = {n}", h.enrolled)
+        senders, survivors = set(h.senders), set(h.survivors)
+        if len(senders) != len(h.senders) or max(h.senders, default=0) >= n:
+            raise ParameterError("handover.senders", f"distinct users in [0, {n})", list(h.senders)[:8])
+        if len(survivors) != len(h.survivors) or not survivors <= senders:
+            raise ParameterError("handover.survivors", "distinct round-1 senders", list(h.survivors)[:8])
+        if len(survivors) < self.min_survivors:
+            raise ParameterError("handover.survivors", f"at least {self.min_survivors} (the task's minimum)",
+                                 len(survivors))
+        least = p.colluders + 1 if p.colluders else 0
+        if len(h.helpers) != N or len(h.reporters) != N:
+            raise ParameterError("handover.helpers", f"one list of helpers and one number of reporters for each of the "
+                                 f"N = {N} items", f"{len(h.helpers)} and {len(h.reporters)}")
+        for j, helpers in enumerate(h.helpers):
+            if len(set(helpers)) != len(helpers) or not set(helpers) <= senders or len(helpers) < least:
+                raise ParameterError(f"handover.helpers[{j}]", f"distinct round-1 senders, at least {least}",
+                                     list(helpers)[:8])
+            if h.reporters[j] > len(survivors) or (h.reporters[j] and not helpers):
+                raise ParameterError(f"handover.reporters[{j}]", f"at most |R2| = {len(survivors)}, and 0 for an item "
+                                     "without helpers", h.reporters[j])
+        if sum(h.reporters) != len(survivors) * p.report_size:
+            raise ParameterError("handover.reporters", f"|R2| alpha N = {len(survivors) * p.report_size} in all "
+                                 "(each reporter reports alpha N items)", sum(h.reporters))
+        helping = {u for helpers in h.helpers for u in helpers}
+        if not set(h.sums) <= helping:
+            raise ParameterError("handover.sums", "sums from elected helpers only", sorted(set(h.sums) - helping)[:8])
+        asked = set()
+        for j, (dropped, reporters) in h.recovery.items():
+            if not j < N or not h.reporters[j]:
+                raise ParameterError("handover.recovery.item", "an item with R2 reporters", j)
+            helpers = set(h.helpers[j])
+            if not dropped or not set(dropped) < helpers or len(set(dropped)) != len(dropped):
+                raise ParameterError(f"handover.recovery[{j}].dropped", "some but not all of the item's helpers "
+                                     "(shares to all of them would be a reporter's entry)", list(dropped)[:8])
+            if set(dropped) & set(h.sums):
+                raise ParameterError(f"handover.recovery[{j}].dropped", "helpers that sent no sum (S2 refuses to "
+                                     "learn shares to a helper whose sum it holds)", sorted(set(dropped) & set(h.sums)))
+            if len(set(reporters)) != h.reporters[j] or len(reporters) != h.reporters[j] or \
+                    not set(reporters) <= survivors:
+                raise ParameterError(f"handover.recovery[{j}].reporters", f"the item's {h.reporters[j]} R2 reporters",
+                                     list(reporters)[:8])
+            asked |= set(reporters)
+        if not set(h.recoveries) <= asked:
+            raise ParameterError("handover.recoveries", "recoveries from asked reporters only",
+                                 sorted(set(h.recoveries) - asked)[:8])
+
+    def release(self, handover: Handover, sums: Mapping[int, bytes], recoveries: Mapping[int, bytes],
+                unopened: int = 0, queries=None) -> TSSRelease:
+        """Each item's count over R2: its helpers' sums, plus its R2 reporters' shares to the helpers that sent
+        none (``sums`` and ``recoveries``: the plaintexts of the hand-over's sealed messages that opened;
+        ``unopened`` counts those that did not). An item with R2 reporters that misses a helper's sum not
+        recovered, or an asked reporter's recovery, is lost; the others are released. Refused when every item
+        is lost. ``queries``: release only these items."""
+        p, h, field = self.parameters, handover, self.field
+        self.check(h)
+        served = Election(h.senders, (), h.helpers).by_helper
+        good_sums, malformed = {}, unopened
+        for helper, raw in sums.items():
+            try:
+                good_sums[helper] = dict(zip(served[helper], decode(p, raw, SUMS, helper, items=served[helper]).values))
+            except ParameterError:
+                malformed += 1
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        for j, (dropped, reporters) in sorted(h.recovery.items()):
+            for i in reporters:
+                wanted.setdefault(i, []).extend((j, d) for d in dropped)
+        good_recoveries: dict[int, dict[tuple[int, int], np.uint64]] = {}
+        for reporter, raw in recoveries.items():
+            pairs = sorted(wanted[reporter])
+            try:
+                message = decode(p, raw, RECOVERY, reporter, items=[j for j, _ in pairs], helpers=[d for _, d in pairs])
+            except ParameterError:
+                malformed += 1
+                continue
+            good_recoveries[reporter] = dict(zip(pairs, message.values))
+        counts, released, recovered, lost = np.zeros(p.domain_size, dtype=np.uint64), [], [], {}
+        for j, helpers in enumerate(h.helpers):
+            total, missing = np.uint64(0), [d for d in helpers if d not in good_sums]
+            for helper in helpers:
+                if helper in good_sums:
+                    total = field.add(total, good_sums[helper][j])
+            if missing and h.reporters[j]:
+                dropped, reporters = h.recovery.get(j, ((), ()))
+                if len(missing) == len(helpers):
+                    lost[j] = "every helper of the item sent no sum (recovering them would reveal each reporter's entry)"
+                    continue
+                if set(missing) != set(dropped):
+                    lost[j] = f"helpers {sorted(set(missing) - set(dropped))[:5]} sent no usable sum and were not recovered"
+                    continue
+                absent = [i for i in reporters if i not in good_recoveries]
+                if absent:
+                    lost[j] = (f"{len(absent)} of its {len(reporters)} reporters sent no usable recovery (e.g. user "
+                               f"{absent[0]}): a reporter's entry cannot be taken out of the other helpers' sums")
+                    continue
+                for i in reporters:
+                    for d in dropped:
+                        total = field.add(total, good_recoveries[i][(j, d)])
+                recovered.append(j)
+            counts[j] = total
+            released.append(j)
+        chosen = np.array(released, dtype=np.int64)
+        if queries is not None:
+            chosen = np.intersect1d(chosen, np.unique(p.check_codes(queries)))
+        if not chosen.size:
+            raise ParameterError("items", "at least one item whose count could be completed", f"all {len(lost)} "
+                                 f"lost, e.g. item {min(lost)}: {lost[min(lost)]}" if lost else "none asked")
+        recomputed = survivors_parameters(p, len(h.survivors))
+        whole = chosen.size == p.domain_size
+        table = FrequencyTable(recomputed, recomputed.estimate(counts[chosen]), None if whole else chosen,
+                               messages=sum(len(s) for s in good_sums.values()) +
+                               sum(len(r) for r in good_recoveries.values()), malformed=malformed)
+        return TSSRelease(table, counts[chosen], h.enrolled, len(h.senders), len(h.survivors), tuple(recovered),
+                          lost, recomputed)
