@@ -399,7 +399,28 @@ SERVED = {  # protocol -> (calibration keywords, one user's value)
 def test_the_served_protocols_are_every_one_round_protocol_but_fe_hh():
     from privagg.protocols.registry import ENTRIES
 
+    assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.served}
     assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.client is not None} - {"fe-hh"}
+
+
+@pytest.mark.parametrize("protocol, keywords", [("bib", dict(domain_size=8, delta=1e-5)),
+                                                ("dpds", dict(domain_size=4, delta=1e-5, min_count_fraction=0.1)),
+                                                ("fe-hh", dict(domain_size=2**10, delta=1e-5, phi=0.1))])
+def test_a_task_is_refused_unless_the_services_run_its_protocol(protocol, keywords, tmp_path):
+    """A central curator, the users' sharing rounds and fe-hh's tree walk are not served: the analyzer refuses
+    the task (bib's was created, and could never be loaded), and a client refuses a task naming them."""
+    from privagg.errors import ParameterError
+
+    params = calibrate(protocol, epsilon=2.0, n_users=500, **keywords)
+    service = AnalyzerService(storage.connect(f"sqlite:///{tmp_path}/analyzer.db", "analyzer"))
+    with pytest.raises(ParameterError, match="one the services run") as err:
+        service.create_task(params)
+    assert err.value.field == "protocol"
+    served = service.create_task(calibrate("grr", epsilon=2.0, n_users=500, domain_size=8)).to_dict()
+    with pytest.raises(ParameterError) as err:
+        Task.from_dict({**served, "parameters": params.to_dict()})
+    assert err.value.field == "parameters.protocol"
+    service.engine.dispose()
 
 
 @pytest.mark.parametrize("protocol", sorted(SERVED))
