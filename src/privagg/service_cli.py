@@ -22,6 +22,8 @@ from .errors import ParameterError, check_integer
 
 Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector", "sharing": "sharing"}, type=str)
 
+TokenServer = Enum("TokenServer", {"collector": "collector", "sharing": "sharing"}, type=str)
+
 task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
 
@@ -161,10 +163,14 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 key_id: int = typer.Option(0, "--key-id", help="The key's id, 0..255."),
                 kem: str = typer.Option("x25519", "--kem", help="x25519 (default) or mlkem768-x25519: the hybrid "
                                         "post-quantum KEM (X-Wing), 1,136 bytes per message instead of 48."),
+                round_seconds: float = typer.Option(3600.0, "--round-seconds", help="dpds, dpdg: each round's "
+                                                    "deadline from its start."),
+                min_survivors: Optional[int] = typer.Option(None, "--min-survivors", help="dpds, dpdg: the fewest "
+                                                            "users a release may be over (default n: no dropout)."),
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
-    """Create a task in the analyzer's database: a new HPKE key pair and the frozen parameters."""
+    """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
+    parameters), in the sharing server's for dpds and dpdg (their users bring their own keys)."""
     from .protocols.registry import load_parameters
-    from .service.analyzer import AnalyzerService
     from .service.config import load_config
     from .service.storage import connect
 
@@ -173,6 +179,20 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             parameters = load_parameters(params.read_text())
         except OSError as e:
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
+        if parameters.model == "secret_sharing":
+            from .service.sharing import SharingService
+
+            engine = connect(load_config("sharing", db=db).db, "sharing")
+            task = SharingService(engine).create_task(parameters, round_seconds, min_survivors)
+            if as_json:
+                print(json.dumps(task.to_dict()))
+            else:
+                _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
+                     f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
+                print(task.task_id)
+            return
+        from .service.analyzer import AnalyzerService
+
         engine = connect(load_config("analyzer", db=db).db, "analyzer")
         task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id, kem)
     if task.single_batch and parameters.honest_fraction == 1:
@@ -203,10 +223,11 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
 def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
                  count: int = typer.Option(..., "--count", help="How many tokens."),
                  db: Optional[str] = _DB,
+                 server: TokenServer = typer.Option("collector", "--server", help="collector (a one-round task's "  # type: ignore[valid-type]
+                                                    "reports) or sharing (a dpds or dpdg task's enrollments)."),
                  output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE (one a "
                                                                               "line) instead of stdout.")) -> None:
-    """Issue one-use client tokens for a task (the collector keeps only their hashes)."""
-    from .service.collector import Collector
+    """Issue one-use client tokens for a task (the server keeps only their hashes)."""
     from .service.config import load_config
     from .service.storage import connect
     from .service.tasks import is_hex_id
@@ -215,8 +236,15 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
         count = check_integer("count", count, 1, 10_000_000)
-        engine = connect(load_config("collector", db=db).db, "collector")
-        issued = Collector(engine, None, None).issue_tokens(task, count)
+        engine = connect(load_config(server.value, db=db).db, server.value)
+        if server.value == "sharing":
+            from .service.sharing import SharingService
+
+            issued = SharingService(engine).issue_tokens(task, count)
+        else:
+            from .service.collector import Collector
+
+            issued = Collector(engine, None, None).issue_tokens(task, count)
     text = "\n".join(issued) + "\n"
     if output is None:
         sys.stdout.write(text)

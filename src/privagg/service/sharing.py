@@ -166,7 +166,11 @@ class SharingService:
         return self._tasks[task_id]
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        self.task(task_id)
+        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
+        try:
+            self.task(task_id)
+        except Refused as err:
+            raise ParameterError("task", "a task of this sharing server", f"{task_id} ({err.detail})") from None
         issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(check_integer("count", count, 1, 10**7))]
         with self.engine.begin() as c:
             c.execute(sa.insert(sharing_tokens), [{"token_hash": _hash(t), "task_id": task_id} for t in issued])

@@ -1,0 +1,34 @@
+"""privagg demo-service dpds|dpdg: real SDK users through the sharing server on loopback, as a newcomer runs it."""
+
+import json
+import subprocess
+import sys
+
+
+def demo(tmp_path, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", *args, "--workdir", str(tmp_path), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
+    """(dpdg without dropouts: tests/service/test_sharing_service.py)"""
+    report = demo(tmp_path, "dpds", "--users", "150", "--drop-fraction", "0.1")
+    dropouts = report["service"]["dropouts"]
+    assert dropouts["enrolled"] == 150 and dropouts["min_survivors"] <= dropouts["survivors"] < 150
+    assert len(report["estimates"]) == 10
+    assert sum(row["truth"] for row in report["estimates"]) == dropouts["survivors"]
+    assert report["service"]["privacy"]["private"] and not report["simulation"]["private"]
+    assert report["service"]["privacy"]["randomness"].startswith("secure")
+    assert report["simulation"]["parameters"]["n_users"] == dropouts["survivors"]
+    b = report["bytes"]
+    assert b["sealed_shares_sent"] == b["sealed_shares_expected"] > 0
+    assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3"}
+    assert report["z_rms"] is not None and report["z_rms"] < 5
+
+
+def test_the_demo_refuses_impossible_settings(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "60", "--drop-fraction",
+                          "0.7", "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "drop-fraction must be in [0, 0.5)" in out.stderr
