@@ -8,8 +8,8 @@ deadlines and publishes who took part:
 round 1, share
     User i makes his vector x_i (:meth:`SharingUsers.contributions`: his coin's one-hot vector, DPDS; the
     one-hot vector at scale 2^k plus his discrete Gaussian noise, DPDG) and sends each other user k his share
-    s_ik, sealed to k. The uniform shares are drawn from seeds derived from i's secret (:func:`derive_seed`):
-    the seed itself travels with ``share_encoding="seeds"``, its expansion otherwise. The correction share
+    s_ik, sealed to k. The uniform shares derive from i's secret (:func:`derive_seed`): one seed per recipient,
+    sent as such, with ``share_encoding="seeds"``; rows of one ChaCha20 block otherwise. The correction share
     x_i - sum of the others goes to user n - 1 (user n - 1 keeps his own). U1: the users whose shares all
     reached the server by the round's deadline; only theirs are delivered.
 round 2, masked sum
@@ -168,20 +168,32 @@ class SharingUser:
     def _seed(self, recipient: int) -> bytes:
         return derive_seed(self.state.secret, f"share {recipient}")
 
+    def sent_shares(self, recipients: Sequence[int]) -> np.ndarray:
+        """s_ik for each of ``recipients`` (his own for himself), as rows of field elements: with elements, rows of
+        one ChaCha20 block (n x N) keyed from his secret, drawn again each time (no n x N state is kept); with
+        seeds, each recipient's seed expanded. The correction share's row is the one he stored."""
+        p, recipients = self.parameters, list(recipients)
+        if p.share_encoding == "seeds":
+            rows = np.zeros((len(recipients), p.domain_size), dtype=np.uint64)
+            for row, k in enumerate(recipients):
+                if k != self.correction_to:
+                    rows[row] = expand(self.field, self._seed(k), p.domain_size)
+        else:
+            block = expand(self.field, derive_seed(self.state.secret, "shares"), (p.n_users, p.domain_size))
+            rows = block[recipients].astype(np.uint64)
+        if self.correction_to in recipients and self.state.correction is not None:
+            rows[recipients.index(self.correction_to)] = self.state.correction
+        return rows
+
     def sent_share(self, recipient: int) -> np.ndarray:
-        """s_ik: his share for ``recipient`` (his own for himself), as field elements."""
-        if recipient == self.correction_to:
-            return self.state.correction
-        return expand(self.field, self._seed(recipient), self.parameters.domain_size)
+        """s_ik: his share for ``recipient``."""
+        return self.sent_shares([recipient])[0]
 
     def _mask(self) -> np.ndarray:
         return expand(self.field, derive_seed(self.state.secret, "mask"), self.parameters.domain_size)
 
     def _sent_sum(self, recipients) -> np.ndarray:
-        total = np.zeros(self.parameters.domain_size, dtype=np.uint64)
-        for k in recipients:
-            total = self.field.add(total, self.sent_share(k))
-        return total
+        return self.field.sum(self.sent_shares(recipients).reshape(-1, self.parameters.domain_size), axis=0)
 
     def _expect(self, round_: int) -> None:
         if self.state.answered != round_ - 1:
@@ -196,10 +208,11 @@ class SharingUser:
         self.state.answered = 1
         others = [k for k in range(n) if k != self.correction_to]
         self.state.correction = self.field.sub(vector, self._sent_sum(others))
-        kind = SEED if p.share_encoding == "seeds" else SHARE
-        return {k: encode(p, SEED if kind == SEED and k != self.correction_to else SHARE, self.index, k,
-                          self._seed(k) if kind == SEED and k != self.correction_to else self.sent_share(k))
-                for k in range(n) if k != self.index}
+        recipients = [k for k in range(n) if k != self.index]
+        if p.share_encoding == "seeds":
+            return {k: encode(p, SHARE, self.index, k, self.state.correction) if k == self.correction_to else
+                    encode(p, SEED, self.index, k, self._seed(k)) for k in recipients}
+        return {k: encode(p, SHARE, self.index, k, row) for k, row in zip(recipients, self.sent_shares(recipients))}
 
     def _received(self, senders: Sequence[int], shares: Mapping[int, bytes], what: str) -> np.ndarray:
         """The sum of the shares ``senders`` sent him, each message checked (sender, recipient, kind)."""
