@@ -107,6 +107,7 @@ from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
 import sdpfe_hhd  # noqa: E402  (benchmarks/sdpfe_hhd.py: part 9)
 from service import service  # noqa: E402  (benchmarks/service.py: part 10)
 from calibration import calibration  # noqa: E402  (benchmarks/calibration.py: part 11)
+from sharing_service import sharing_service  # noqa: E402  (benchmarks/sharing_service.py: part 12)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -673,7 +674,8 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
              "accountant": accountant, "sampling": sampling, "vectors": vectors,
-             "baselines": baselines, "heavy": heavy_hitters, "service": service, "calibration": calibration}
+             "baselines": baselines, "heavy": heavy_hitters, "service": service, "calibration": calibration,
+             "sharing": sharing_service}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

@@ -72,12 +72,13 @@ class SharingDeployment:
         return SharingService(connect(self.db, "sharing"))
 
 
-def demo_data(users: int):
-    """(item codes, the categories, the min-count fraction): the bundled categorical words for ``users`` users,
-    with beta set below the smallest category's share (from the data: a demo; a deployment states beta)."""
+def demo_data(users: int, categories: int = 10):
+    """(item codes, the categories, the min-count fraction): the bundled categorical words (the ``categories``
+    most common) for ``users`` users, with beta set below the smallest category's share (from the data: a demo;
+    a deployment states beta)."""
     from ..datasets import english_categories
 
-    items, categories = english_categories(users)
+    items, categories = english_categories(users, categories)
     rank = {w: i for i, w in enumerate(categories)}
     codes = np.array([rank[w] for w in items.to_pylist()], dtype=np.int64)
     beta = math.floor(0.6 * np.bincount(codes, minlength=len(categories)).min() / users * 1000) / 1000

@@ -145,6 +145,7 @@ relayed_shares = sa.Table(
     sa.Column("sender", sa.Integer, primary_key=True),
     sa.Column("recipient", sa.Integer, primary_key=True),
     sa.Column("sealed", sa.LargeBinary, nullable=False),  # sealed to the recipient: the server cannot open it
+    sa.Index("relayed_to", "task_id", "recipient", "sender"),  # a user's inbox
     sqlite_with_rowid=False,
 )
 round_messages = sa.Table(

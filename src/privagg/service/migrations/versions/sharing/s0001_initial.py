@@ -28,6 +28,7 @@ def upgrade() -> None:
                     sa.Column("sender", sa.Integer, primary_key=True),
                     sa.Column("recipient", sa.Integer, primary_key=True),
                     sa.Column("sealed", sa.LargeBinary, nullable=False), sqlite_with_rowid=False)
+    op.create_index("relayed_to", "relayed_shares", ["task_id", "recipient", "sender"])
     op.create_table("round_messages", sa.Column("task_id", sa.String(32), primary_key=True),
                     sa.Column("round", sa.Integer, primary_key=True), sa.Column("user", sa.Integer, primary_key=True),
                     sa.Column("message", sa.LargeBinary, nullable=False))
