@@ -1,0 +1,371 @@
+"""TSS and TSS' as separate parties (protocols/two_server_parties.py), played in-process with seeded users.
+
+Checked: S2's field sums are exactly the sampled counts of the users who took part (their coins and sets),
+with reporters dropping out at rounds 1 and 2 and helpers at round 3 (recovered, or the item lost, and only
+it); the reporters' refusals in round 4 and S2's of a hand-over naming a helper whose sum it holds; every
+decode check naming its field; the user's state between rounds; the election among R1 (sizes, pool, and
+each member equally likely).
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from privagg.errors import ParameterError
+from privagg.protocols.sampling_sharing import calibrate_dpds, calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sharing_parties import survivors_parameters
+from privagg.protocols.two_server_parties import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, Election,
+                                                  FirstServer, Handover, SecondServer, TSSUser, UserState,
+                                                  check_min_survivors, decode, encode, message_bytes)
+
+N_USERS, DOMAIN, MIN = 32, 4, 26
+
+
+def tss_prime(**options):
+    return calibrate_tss_collusion(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2, report_fraction=0.5,
+                                   colluders=2, honest_fraction=0.9, sampling_probability=0.6, **options)
+
+
+def tss():
+    return calibrate_tss(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
+                         sampling_probability=0.6)
+
+
+@dataclasses.dataclass
+class Run:
+    """One task played round by round: the users, S1's election and plan, what S2 was handed."""
+
+    parameters: object
+    users: list
+    sets: dict
+    election: Election
+    survivors: dict
+    reporters: tuple
+    sums: dict
+    recoveries: dict
+    handover: Handover
+
+    def truth(self) -> np.ndarray:
+        """The sampled counts of R2: sum of e_ij over the survivors, from their own coins and sets."""
+        counts = np.zeros(self.parameters.domain_size, dtype=np.int64)
+        for i in self.survivors:
+            for j, e in zip(self.users[i].state.items, self.users[i].state.entries):
+                counts[j] += e
+        return counts
+
+
+def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silent4=(), min_survivors=MIN) -> Run:
+    """Every round, the users in ``silent1`` sending no report set, ``silent2`` no shares, ``silent_helpers`` no
+    sums, ``silent4`` no recovery."""
+    rng = np.random.default_rng(seed)
+    n, N = parameters.n_users, parameters.domain_size
+    codes = np.arange(n) % N
+    users = [TSSUser(parameters, i, min_survivors, rng=rng) for i in range(n)]
+    s1 = FirstServer(parameters, min_survivors)
+    sets = {i: s1.check_report_set(users[i].report(int(codes[i])), i) for i in range(n) if i not in silent1}
+    election = s1.elect(sets, rng)
+    inbox, survivors = {}, {}
+    for i in sets:
+        if i in silent2:
+            continue
+        messages = users[i].share(election.helpers_of(sets[i]))
+        expected = s1.expected_shares(election, i, sets[i])
+        assert {h: len(m) for h, m in messages.items()} == {h: message_bytes(parameters, SHARES, k)
+                                                            for h, k in expected.items()}
+        survivors[i] = sets[i].tolist()
+        for h, m in messages.items():
+            inbox.setdefault(h, {})[i] = m
+    reporters = s1.reporters(survivors, N)
+    sums = {h: users[h].sums({j: reporters[j] for j in items}, inbox.get(h, {}))
+            for h, items in election.by_helper.items() if h not in silent_helpers}
+    plan = s1.plan(election, reporters, list(sums))
+    recoveries = {i: users[i].recover(asked) for i, asked in plan.asked(reporters).items() if i not in silent4}
+    handover = Handover(n, election.senders, tuple(sorted(survivors)), election.helpers,
+                        tuple(len(r) for r in reporters), {j: (d, reporters[j]) for j, d in plan.dropped.items()},
+                        {h: b"sealed" for h in sums}, {i: b"sealed" for i in recoveries})
+    return Run(parameters, users, sets, election, survivors, reporters, sums, recoveries, handover)
+
+
+def release(run: Run, **options):
+    return SecondServer(run.parameters, MIN).release(run.handover, run.sums, run.recoveries, **options)
+
+
+@pytest.mark.parametrize("make", [tss, tss_prime], ids=["tss", "tss-collusion"])
+def test_s2_reconstructs_the_sampled_counts_exactly(make):
+    p = make()
+    for seed in range(3):
+        run = play(p, seed)
+        released = release(run)
+        truth = run.truth()
+        assert released.counts.tolist() == truth.tolist() and truth.sum() > 0
+        assert np.allclose(released.table.estimates, truth / p.effective_probability)
+        assert released.table.full_domain and not released.recovered and not released.lost
+        assert released.survivors == released.senders == N_USERS
+        # the counts are the coins: every entry is the user's coin on his own item, and some coins are 0
+        entries = [e for u in run.users for e in u.state.entries]
+        assert set(entries) == {0, 1}
+        privacy = released.privacy
+        assert privacy.delta == pytest.approx(survivors_parameters(p, N_USERS).delta_at(p.epsilon))
+        assert any("must not collude" in c for c in privacy.caveats)
+        assert any("S1 and S2 do not collude" in a for a in privacy.assumptions)
+
+
+def test_reporters_dropping_out_at_rounds_1_and_2_leave_the_counts_of_r2():
+    p = tss_prime()
+    run = play(p, 4, silent1=(0, 5), silent2=(7, 11, 12))
+    released = release(run)
+    assert released.senders == N_USERS - 2 and released.survivors == N_USERS - 5
+    assert sorted(run.survivors) == [i for i in range(N_USERS) if i not in (0, 5, 7, 11, 12)]
+    assert released.counts.tolist() == run.truth().tolist()
+    assert set(run.election.senders) == set(range(N_USERS)) - {0, 5}  # helpers come from R1 only
+    assert set(run.election.by_helper) <= set(run.election.senders)
+    recomputed = survivors_parameters(p, N_USERS - 5)
+    assert released.parameters == recomputed
+    assert np.allclose(released.table.estimates, released.counts / recomputed.effective_probability)
+    assert released.privacy.delta == pytest.approx(recomputed.delta_at(p.epsilon))
+    assert any(f"{N_USERS - 5} users" in c for c in released.privacy.caveats)
+
+
+def test_a_helper_who_misses_round_3_is_recovered_exactly():
+    p = tss_prime()
+    probe = play(p, 5)
+    dropped = sorted(probe.election.by_helper)[:2]  # two helpers, each serving some items
+    run = play(p, 5, silent_helpers=dropped)
+    served = sorted({j for h in dropped for j in run.election.by_helper[h]})
+    assert sorted(run.handover.recovery) == served  # every item of theirs has reporters (m_j >= 1 of 32)
+    released = release(run)
+    assert released.counts.tolist() == run.truth().tolist()
+    assert list(released.recovered) == served and not released.lost
+    assert any("completed by recovery" in c for c in released.privacy.caveats)
+    # each asked reporter revealed exactly his shares to the dropped helpers of his items
+    for i, raw in run.recoveries.items():
+        message = decode(p, raw, RECOVERY, i)
+        for j, d, value in zip(message.items, message.helpers, message.values):
+            state = run.users[i].state
+            assert d in dropped and value == state.shares[j][state.helpers[j].index(d)]
+
+
+def test_an_item_whose_helpers_all_drop_is_lost_and_only_it():
+    p = tss()  # phi = 0: an item's helpers are its m_j reporters' number
+    probe = play(p, 6)
+    item = int(np.argmin([len(h) for h in probe.election.helpers]))
+    gone = probe.election.helpers[item]
+    run = play(p, 6, silent_helpers=gone)
+    released = release(run)
+    assert item in released.lost and "every helper" in released.lost[item]
+    assert item not in released.table.items and not released.table.full_domain
+    kept = released.table.items
+    assert released.counts.tolist() == run.truth()[kept].tolist()
+    assert any("not released" in c for c in released.privacy.caveats)
+
+
+def test_a_reporter_who_misses_recovery_loses_the_items_he_was_asked_about():
+    p = tss_prime()
+    probe = play(p, 7)
+    helper = sorted(probe.election.by_helper)[0]
+    run = play(p, 7, silent_helpers=(helper,))
+    asked = run.handover.recovery
+    reporter = next(iter(asked.values()))[1][0]
+    run = play(p, 7, silent_helpers=(helper,), silent4=(reporter,))
+    released = release(run)
+    his = sorted(j for j, (_, r) in run.handover.recovery.items() if reporter in r)
+    assert sorted(released.lost) == his and all("recovery" in released.lost[j] for j in his)
+    kept = released.table.items
+    assert released.counts.tolist() == run.truth()[kept].tolist()
+
+
+def test_every_item_lost_releases_nothing():
+    p = tss()
+    probe = play(p, 8)
+    run = play(p, 8, silent_helpers=tuple(probe.election.by_helper))
+    with pytest.raises(ParameterError, match="items must be at least one item"):
+        release(run)
+
+
+def test_a_reporter_refuses_recoveries_that_would_reveal_his_entry():
+    p = tss_prime()
+    run = play(p, 9, silent2=(3,))
+    user = run.users[0]
+    j = user.state.items[0]
+    helpers = user.state.helpers[j]
+    other = next(k for k in range(DOMAIN) if k not in user.state.items)
+    for asked, why in (({j: helpers}, "not all of the item's helpers"), ({j: []}, "some but not all"),
+                       ({j: [h for h in range(N_USERS) if h not in helpers][:1]}, "some but not all"),
+                       ({other: helpers[:1]}, "dropped helpers must be items he shared")):
+        with pytest.raises(ParameterError, match=why):
+            TSSUser(p, 0, MIN, state=UserState.from_bytes(user.state.to_bytes())).recover(asked)
+    with pytest.raises(ParameterError, match="round 2 answered before round 4"):  # he never shared
+        run.users[3].recover({run.users[3].state.items[0]: [0]})
+    helper = next(h for h, items in run.election.by_helper.items() if h in run.survivors and
+                  set(items) & set(run.users[h].state.items))
+    item = sorted(set(run.election.by_helper[helper]) & set(run.users[helper].state.items))[0]
+    with pytest.raises(ParameterError, match="who sent his sum for the item"):
+        run.users[helper].recover({item: [helper]})
+    fine = run.users[1]
+    first = fine.state.items[0]
+    fine.recover({first: fine.state.helpers[first][:1]})
+    with pytest.raises(ParameterError, match="each round is answered once"):
+        fine.recover({first: fine.state.helpers[first][:1]})
+
+
+def test_s2_refuses_a_handover_naming_a_helper_whose_sum_it_holds():
+    p = tss_prime()
+    run = play(p, 10)
+    j = 0
+    helper, reporters = run.election.helpers[j][0], run.reporters[j]
+    forged = dataclasses.replace(run.handover, recovery={j: ((helper,), reporters)})
+    with pytest.raises(ParameterError, match=r"handover.recovery\[0\].dropped must be helpers that sent no sum"):
+        SecondServer(p, MIN).check(forged)
+    every = dataclasses.replace(run.handover, sums={}, recovery={j: (run.election.helpers[j], reporters)})
+    with pytest.raises(ParameterError, match="some but not all"):
+        SecondServer(p, MIN).check(every)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda h: dict(h, survivors=h["survivors"] + [N_USERS + 3]), "handover.survivors"),
+    (lambda h: dict(h, enrolled=N_USERS + 1), "handover.enrolled"),
+    (lambda h: dict(h, reporters=[r + 1 for r in h["reporters"]]), "handover.reporters"),
+    (lambda h: dict(h, helpers=h["helpers"][:-1]), "handover.helpers"),
+    (lambda h: dict(h, helpers=[[0, 1]] + h["helpers"][1:]), r"handover.helpers\[0\]"),
+    (lambda h: dict(h, sums=[{"helper": 0, "sealed": "not base64!"}]), "handover.sums.sealed"),
+    (lambda h: dict(h, sums=h["sums"] + h["sums"][:1]), "handover.sums.helper"),
+    (lambda h: dict(h, senders="all"), "handover.senders"),
+    (lambda h: {k: v for k, v in h.items() if k != "recovery"}, "handover must be"),
+])
+def test_s2_checks_every_field_of_a_handover(change, field):
+    p = tss_prime()
+    run = play(p, 11, silent1=(0,))
+    data = change(run.handover.to_dict())
+    with pytest.raises(ParameterError, match=field):
+        SecondServer(p, MIN).check(Handover.from_dict(data))
+
+
+def test_a_sum_that_does_not_decode_leaves_its_items_lost_not_wrong():
+    p = tss_prime()
+    run = play(p, 12)
+    helper = sorted(run.sums)[0]
+    raw = bytearray(run.sums[helper])
+    raw[-1] = 0xFF  # the last element beyond the field
+    released = SecondServer(p, MIN).release(run.handover, {**run.sums, helper: bytes(raw)}, run.recoveries)
+    assert sorted(released.lost) == run.election.by_helper[helper] and released.table.malformed == 1
+    assert released.counts.tolist() == run.truth()[released.table.items].tolist()
+
+
+def message_cases(p):
+    n, N = p.n_users, p.domain_size
+    good = {REPORT_SET: encode(p, REPORT_SET, 3, FIRST, [0, 2]),
+            SHARES: encode(p, SHARES, 3, 5, [1, 2], [4, 36]),
+            SUMS: encode(p, SUMS, 3, SECOND, [0, 3], [1, 2]),
+            RECOVERY: encode(p, RECOVERY, 3, SECOND, [0, 0, 2], values=[5, 6, 7], helpers=[4, 6, 1])}
+    return good, [
+        (REPORT_SET, good[REPORT_SET][:-1], "message must be a report set message of"),
+        (REPORT_SET, good[SHARES], "message must be a report set message, got shares"),
+        (REPORT_SET, encode(p, REPORT_SET, 3, FIRST, [0, N]), "message.items must be items in"),
+        (REPORT_SET, encode(p, REPORT_SET, 3, FIRST, [2, 0]), "message.items must be strictly ascending"),
+        (REPORT_SET, encode(p, REPORT_SET, 3, FIRST, [1, 1]), "message.items must be strictly ascending"),
+        (REPORT_SET, encode(p, REPORT_SET, 3, FIRST, [0]), "message.items must be alpha N = 2 items"),
+        (REPORT_SET, encode(p, REPORT_SET, 3, SECOND, [0, 2]), "message.recipient must be S1, got S2"),
+        (REPORT_SET, encode(p, REPORT_SET, n, FIRST, [0, 2]), "message.sender must be"),
+        (SHARES, encode(p, SHARES, 3, 3, [1, 2], [4, 36]), "message.recipient must be another user than the sender"),
+        (SHARES, encode(p, SHARES, 3, n, [1, 2], [4, 36]), "message.recipient must be"),
+        (SHARES, encode(p, SHARES, 3, SECOND, [1, 2], [4, 36]), "message.recipient must be"),
+        (SHARES, good[SHARES][:-1], "message must be a shares message of"),
+        (SHARES, good[SHARES] + b"\0", "message must be a shares message of"),
+        (SHARES, good[SHARES][:-1] + bytes([p.modulus]), f"message.values must be field elements below p = {p.modulus}"),
+        (SUMS, good[SUMS].replace(b"PVT", b"PVS", 1), "message must be version 1"),
+        (SUMS, encode(p, SUMS, 3, FIRST, [0, 3], [1, 2]), "message.recipient must be S2, got S1"),
+        (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[6, 4]), "pairs strictly ascending"),
+        (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[4, n]), "message.helpers must be users"),
+    ]
+
+
+def test_every_decode_check_names_its_field():
+    p = tss_prime()
+    good, bad = message_cases(p)
+    for kind, raw in good.items():
+        assert decode(p, raw, kind).kind == kind
+    for kind, raw, error in bad:
+        with pytest.raises(ParameterError, match=error):
+            decode(p, raw, kind)
+    with pytest.raises(ParameterError, match="message.sender must be user 4, got 3"):
+        decode(p, good[SHARES], SHARES, sender=4)
+    with pytest.raises(ParameterError, match="message.recipient must be user 6, got 5"):
+        decode(p, good[SHARES], SHARES, recipient=6)
+    with pytest.raises(ParameterError, match=r"message.items must be the items \[1, 3\]"):
+        decode(p, good[SHARES], SHARES, items=[1, 3])
+    with pytest.raises(ParameterError, match="message must be a privagg TSS message of at least"):
+        decode(p, b"PVT", SUMS)
+
+
+def test_a_helper_checks_what_he_is_sent():
+    p = tss_prime()
+    run = play(p, 13)
+    helper, items = sorted(run.election.by_helper.items())[0]
+    reporters = {j: run.reporters[j] for j in items}
+    senders = sorted({i for j in items for i in reporters[j]} - {helper})
+    fresh = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(run.users[helper].state.to_bytes()))  # noqa: E731
+    resumed = UserState.from_bytes(run.users[helper].state.to_bytes())
+    resumed.answered.remove(3)  # before his round 3
+    again = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(resumed.to_bytes()))  # noqa: E731
+    inbox = {i: encode(p, SHARES, i, helper, [j for j in items if i in reporters[j]],
+                       [1] * len([j for j in items if i in reporters[j]])) for i in senders}
+    assert decode(p, again().sums(reporters, inbox), SUMS, helper).items.tolist() == items
+    with pytest.raises(ParameterError, match="round-2 shares must be one message from each listed reporter"):
+        again().sums(reporters, {i: m for i, m in inbox.items() if i != senders[0]})
+    with pytest.raises(ParameterError, match="message.sender"):
+        again().sums(reporters, {**inbox, senders[0]: inbox[senders[1]]})
+    with pytest.raises(ParameterError, match="each round is answered once"):
+        fresh().sums(reporters, inbox)
+
+
+def test_the_state_resumes_a_user_between_rounds():
+    p = tss_prime()
+    a = TSSUser(p, 2, MIN, rng=np.random.default_rng(14))
+    report = a.report(1)
+    b = TSSUser(p, 2, MIN, rng=np.random.default_rng(15), state=UserState.from_bytes(a.state.to_bytes()))
+    assert b.state == a.state and decode(p, report, REPORT_SET, 2).items.tolist() == a.state.items
+    helpers = {j: [0, 2, 5] for j in a.state.items}
+    shares = b.share(helpers)
+    assert sorted(shares) == [0, 5] and all(sum(s) % p.modulus == e for s, e in
+                                            zip(b.state.shares.values(), b.state.entries))
+    with pytest.raises(ParameterError, match="user state must be a state written by UserState.to_bytes"):
+        UserState.from_bytes(b"{}")
+    with pytest.raises(ParameterError, match="user state must be the state of user 3"):
+        TSSUser(p, 3, MIN, state=b.state)
+    with pytest.raises(ParameterError, match="helpers of item .* must be at least 3 users"):
+        TSSUser(p, 2, MIN, state=UserState.from_bytes(a.state.to_bytes())).share(
+            {j: [0, 2] for j in a.state.items})
+    with pytest.raises(ParameterError, match="helpers must be the helpers of each item of his report set"):
+        TSSUser(p, 2, MIN, state=UserState.from_bytes(a.state.to_bytes())).share({0: [0, 1, 2]})
+
+
+def test_min_survivors_is_checked():
+    p = tss_prime()
+    assert check_min_survivors(p, MIN) == MIN
+    for bad in (2, N_USERS + 1, 1.5):
+        with pytest.raises(ParameterError, match="min_survivors"):
+            check_min_survivors(p, bad)
+    dpds = calibrate_dpds(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2)
+    with pytest.raises(ParameterError, match="protocol must be tss or tss-collusion"):
+        check_min_survivors(dpds, MIN)
+
+
+def test_s1_elects_uniformly_among_r1_without_replacement():
+    p = tss_prime()
+    s1, rng = FirstServer(p, MIN), np.random.default_rng(16)
+    senders = [i for i in range(N_USERS) if i not in (1, 4, 9)]
+    sets = {i: np.array([0, 1]) if i % 2 else np.array([2, 3]) for i in senders}  # m = 14 or 15; phi + 1 = 3
+    runs, chosen = 2000, np.zeros(N_USERS, dtype=np.int64)
+    for _ in range(runs):
+        election = s1.elect(sets, rng)
+        assert election.counts == (14, 14, 15, 15) and [len(h) for h in election.helpers] == [14, 14, 15, 15]
+        assert all(len(set(h)) == len(h) and set(h) <= set(senders) for h in election.helpers)
+        chosen[list(election.helpers[0])] += 1
+    assert chosen[[1, 4, 9]].sum() == 0
+    rate = 14 / len(senders)  # each of R1 elected for item 0 with probability m_0 / |R1|
+    low, high = binom.ppf(1e-6, runs, rate), binom.isf(1e-6, runs, rate)
+    assert all(low <= c <= high for c in chosen[senders])
+    with pytest.raises(ParameterError, match="round-1 senders must be at least 26"):
+        s1.elect({i: sets[i] for i in senders[:20]}, rng)
