@@ -244,3 +244,11 @@ def test_the_release_states_who_took_part_and_a_weakened_delta():
     text = " ".join(privacy.caveats)
     assert "21 users who took part to the end, of the 24 enrolled (23 shared in round 1)" in text
     assert privacy.delta > p.delta and "weakened it from the task's target delta" in text
+
+
+def test_the_parties_are_the_roles_declared_for_the_topology():
+    from privagg.protocols.roles import Sharers, SharingRelease, SharingRounds
+
+    p = parameters("dpds")
+    assert isinstance(SharingUser(p, 0, 12), SharingRounds) and isinstance(SharingServer(p, 12), SharingRelease)
+    assert isinstance(ss.SharingUsers(p), Sharers)

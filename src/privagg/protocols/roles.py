@@ -21,7 +21,9 @@ Topologies and their roles:
 ``secret_sharing``
     :class:`Sharers` (the users: each makes his vector, shares it among all
     n users and forwards the sum of what he received) -> an :class:`Analyzer`
-    (the server, which reconstructs): DPDS, DPDG.
+    (the server, which reconstructs): DPDS, DPDG. Over a network, one
+    :class:`SharingRounds` per user and a :class:`SharingRelease` server
+    (:mod:`privagg.protocols.sharing_parties`), every message bytes.
 ``two_servers``
     :class:`Reporters` (the users' coins and report sets) -> an
     :class:`Elector` (S1: counts and elects helper users) -> the reporters
@@ -101,8 +103,38 @@ class Sharers(Protocol):
     def share(self, contributions: np.ndarray, rng: RNGLike = None) -> np.ndarray:
         """n additive shares of each vector (recipients x users x N)."""
 
+    def receive(self, received: np.ndarray, shares: np.ndarray) -> np.ndarray:
+        """The recipients' running sums (n x N) with a block of shares (n x senders x N) added."""
+
     def forward(self, received: np.ndarray) -> MessageBatch:
         """Each user's sum of the shares he received (n x N), as the rows the server receives."""
+
+
+@runtime_checkable
+class SharingRounds(Protocol):
+    """One DPDS or DPDG user over a network, a round at a time; what he sends is bytes (one message a recipient)
+    and what he keeps between rounds is ``state`` (plain data with ``to_bytes``)."""
+
+    def share(self, code: int) -> dict[int, bytes]:
+        """Round 1: a share message for every other user (to be sealed to its recipient)."""
+
+    def masked_sum(self, senders: Sequence[int], shares: dict[int, bytes]) -> bytes:
+        """Round 2: the sum of what the round-1 ``senders`` sent him, masked."""
+
+    def unmask(self, senders: Sequence[int], dropped: Sequence[int], shares: dict[int, bytes]) -> bytes:
+        """Round 3: his unmask and the recovery terms of round 2's ``dropped``."""
+
+
+@runtime_checkable
+class SharingRelease(Protocol):
+    """The server of DPDS or DPDG over a network: checks the users' round messages, releases the survivors' sum."""
+
+    def check(self, raw: bytes, kind: int, user: int) -> np.ndarray:
+        """A user's round-2 or round-3 message decoded and checked."""
+
+    def release(self, senders: Sequence[int], masked: dict[int, bytes], unmasks: dict[int, bytes],
+                queries=None) -> Any:
+        """The release over the survivors, with its guarantee recomputed for them."""
 
 
 @runtime_checkable

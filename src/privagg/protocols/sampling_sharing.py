@@ -1152,6 +1152,11 @@ class SharingUsers:
             out[n - 1, i] = correction
         return out
 
+    def receive(self, received: np.ndarray, shares: np.ndarray) -> np.ndarray:
+        """The recipients' running sums (n x N, field elements) with a block of shares added (n x senders x N, as
+        :meth:`share` makes them): each recipient adds what each sender sent him."""
+        return self.field.add(received, self.field.sum(shares, axis=1))
+
     def forward(self, received: np.ndarray) -> MessageBatch:
         """Each user's partial sum (n x N, already summed over senders) as (item, share) rows for the server."""
         n, N = received.shape
@@ -1345,6 +1350,16 @@ class TSSUsers:
                 keys[np.arange(keys.shape[0]), codes[lo:lo + chunk]] = np.where(include[lo:lo + chunk], -1, 2**62)
             reports[lo:lo + chunk] = np.sort(np.argpartition(keys, size - 1, axis=1)[:, :size], axis=1)
         return coins, reports
+
+    @staticmethod
+    def entries(coins: np.ndarray, codes: np.ndarray, reporters: np.ndarray, item: int) -> np.ndarray:
+        """The 0/1 entries of ``item``'s reporters: 1 where the reporter's coin is 1 and he holds the item
+        (Algorithm 3, L15)."""
+        return coins[reporters] & (codes[reporters] == item)
+
+    def helper_sums(self, shares: np.ndarray) -> np.ndarray:
+        """Each of an item's helpers sums the shares he received (a row of (helpers, reporters)) for S2."""
+        return self.parameters.field.sum(shares, axis=1)
 
     def share_entries(self, entries: np.ndarray, helpers: int, rng: RNGLike = None) -> np.ndarray:
         """(helpers, reporters): each reporter's 0/1 entry for one item in ``helpers`` additive shares, row k to

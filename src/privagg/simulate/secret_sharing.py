@@ -84,16 +84,12 @@ def _senders_per_block(n_users: int, domain_size: int) -> int:
 
 def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
                        progress: Progress | None = None) -> tuple[MessageBatch, dict[str, dict[str, int]]]:
-    """DPDS / DPDG through the users: (what the server receives, the users' transcript).
-
-    Each recipient's running sum is kept in uint64 without reduction for as many blocks as cannot wrap it
-    (each block adds less than senders x p), then reduced mod p: one addition per block, not a reduction.
-    """
+    """DPDS / DPDG through the users: (what the server receives, the users' transcript). The harness moves each
+    block of senders' shares to their recipients (:meth:`SharingUsers.receive`) and their sums to the server."""
     users, field = SharingUsers(parameters), parameters.field
-    n, N, q = parameters.n_users, parameters.domain_size, np.uint64(parameters.modulus)
+    n, N = parameters.n_users, parameters.domain_size
     block = _senders_per_block(n, N)
     starts = list(range(0, n, block))
-    unreduced = max(1, (2**64 - 1) // (block * parameters.modulus) - 1)  # blocks a running sum takes unreduced
     generators = list(streams(rng, [f"sharing-{i}" for i in range(THREADS)]).values())
 
     element = -(-math.ceil(math.log2(parameters.modulus)) // 8)  # bytes of one field element on the wire
@@ -108,11 +104,9 @@ def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
     def work(part: int) -> tuple[np.ndarray, dict[str, int]]:
         received, gen = np.zeros((n, N), dtype=np.uint64), generators[part]
         counts = dict.fromkeys(("sent", "kept", "uniform_samples", "bytes_sent"), 0)
-        for count, lo in enumerate(starts[part::THREADS], 1):
+        for lo in starts[part::THREADS]:
             shares = users.share(users.contributions(codes[lo:lo + block], gen), gen)  # (n, senders, N)
-            received += shares.sum(axis=1, dtype=np.uint64)
-            if count % unreduced == 0:
-                received %= q
+            received = users.receive(received, shares)
             senders = shares.shape[1]
             counts["kept"] += senders * N  # each sender's own row
             counts["sent"] += shares.size - senders * N
@@ -120,7 +114,7 @@ def run_secret_sharing(parameters, codes: np.ndarray, rng: np.random.Generator,
             counts["bytes_sent"] += sum(wire_bytes(i) for i in range(lo, lo + senders))
             if progress:
                 progress("share", senders, n)
-        return received % q, counts
+        return received, counts
 
     with ThreadPoolExecutor(THREADS) as pool:
         done = list(pool.map(work, range(THREADS)))
@@ -141,7 +135,7 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
 
     Items are shared out between two threads, each with its own generator from the users' stream.
     """
-    field, n, N = parameters.field, parameters.n_users, parameters.domain_size
+    n, N = parameters.n_users, parameters.domain_size
     users = TSSUsers(parameters)
     coins, reports = users.first_stage(codes, rngs["users"])
     counts, helpers = ElectionServer(parameters).elect(reports, rngs["s1"])
@@ -155,8 +149,8 @@ def run_two_servers(parameters: TSSParameters, codes: np.ndarray, rngs: dict[str
         for j in range(part, N, THREADS):
             holders, size = reporters[j], helpers[j].size
             if size:  # (helpers, reporters) shares; each helper sums his row and forwards it to S2
-                entries = coins[holders] & (codes[holders] == j)
-                sums.append(field.sum(users.share_entries(entries, size, generators[part]), axis=1))
+                entries = users.entries(coins, codes, holders, j)
+                sums.append(users.helper_sums(users.share_entries(entries, size, generators[part])))
             items.append(np.full(size, j))
             if progress:
                 progress("share", 1, N)
