@@ -1,0 +1,526 @@
+"""TSS's S1 and S2 as services (service/two_servers.py) with SDK users (service/two_servers_client.py).
+
+S1 is served by uvicorn on loopback in a thread (the users' SDK speaks HTTP to it), with a clock the tests move
+and rounds closed as their deadline would; S1 hands over to S2's service in-process, except in the last test,
+where both run as separate processes and S1 is killed and restarted mid-task. Checked: S2's release holds
+exactly the sampled counts of the users who took part (their own coins and sets), with reporters dropping out
+at rounds 1 and 2 and helpers at round 3 (recovered, or the item lost); too few users fail the task with
+nothing handed over; every bad request is refused with its reason counted and nothing stored (wrong length,
+outside the field, addressed to oneself or a non-member, sent twice, after the deadline); S2 takes one
+hand-over, once, from S1 only, and a sealed sum replayed under another helper's name opens to nothing.
+"""
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+import uvicorn
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from privagg.protocols.sampling_sharing import calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sharing_parties import survivors_parameters
+from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, Election, encode
+from privagg.service import storage
+from privagg.service.local import free_port, wait_ready
+from privagg.service.two_servers import (FirstService, SecondService, SecondTask, TSSTask, create_first_app,
+                                         create_tasks, s1_messages, s1_shares, s1_tasks, s2_tasks, sealed_size)
+from privagg.service.two_servers_client import TSSClient
+from privagg.service.web import Refused
+
+N_USERS, DOMAIN, MIN = 32, 4, 26
+
+
+def tss_prime():
+    return calibrate_tss_collusion(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2, report_fraction=0.5,
+                                   colluders=2, honest_fraction=0.9, sampling_probability=0.6)
+
+
+def tss():
+    return calibrate_tss(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
+                         sampling_probability=0.6)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def dbs(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A fresh database for S1 and one for S2, once per backend."""
+    if request.param == "sqlite":
+        return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("s1", "s2")}
+    make = request.getfixturevalue("postgres_databases")
+    return {role: make() for role in ("s1", "s2")}
+
+
+@pytest.fixture
+def sqlite_dbs(tmp_path: Path) -> dict[str, str]:
+    return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("s1", "s2")}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1.8e9
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextmanager
+def served(app) -> Iterator[str]:
+    """``app`` on a free loopback port, in a thread; its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_ready(f"http://127.0.0.1:{port}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@dataclass
+class Deployment:
+    first: FirstService
+    second: SecondService
+    clock: Clock
+    url: str
+    task: TSSTask
+    clients: list[TSSClient]
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    def state(self) -> str:
+        return self.first.state(self.task_id)["state"]
+
+    def close(self, round_: int) -> str:
+        return self.first.close_round(self.task_id, round_)
+
+    def row(self):
+        with self.first.engine.connect() as c:
+            return c.execute(sa.select(s1_tasks).where(s1_tasks.c.task_id == self.task_id)).one()
+
+    def election(self) -> Election:
+        return Election.from_dict(json.loads(self.row().election))
+
+    def client(self, user: int) -> TSSClient:
+        return next(c for c in self.clients if c.user == user)
+
+    def result(self) -> dict:
+        assert self.first.deliver(self.task_id) == "delivered"
+        return self.second.result(self.task.second_task_id)
+
+    def truth(self, survivors) -> list[int]:
+        counts = np.zeros(DOMAIN, dtype=np.int64)
+        for user in survivors:
+            state = self.client(user).role.state
+            for j, e in zip(state.items, state.entries):
+                counts[j] += e
+        return counts.tolist()
+
+    def refused(self, reason: str) -> float:
+        return self.first.registry.get_sample_value("privagg_s1_refused_total", {"reason": reason}) or 0.0
+
+
+@contextmanager
+def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True) -> Iterator[Deployment]:
+    parameters = parameters or tss_prime()
+    clock = Clock()
+    second = SecondService(storage.connect(dbs["s2"], "s2"))
+    first = FirstService(storage.connect(dbs["s1"], "s1"), clock=clock,
+                         send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
+    try:
+        with served(create_first_app(first, tick=None)) as url:
+            clients = [TSSClient.fetch(url, task.task_id, attempts=1) for _ in range(N_USERS)]
+            if enroll:
+                for client, token in zip(clients, first.issue_tokens(task.task_id, N_USERS)):
+                    client.enroll(token)
+            yield Deployment(first, second, clock, url, task, clients)
+    finally:
+        first.engine.dispose()
+        second.engine.dispose()
+
+
+def step(d: Deployment, round_: int, skip=(), values=None) -> str:
+    """Round ``round_`` (if open): every user answers it but those in ``skip``; its deadline closes it if some
+    did not. The state after."""
+    if d.state() != f"round{round_}":
+        return d.state()
+    action = {1: lambda c: c.report((values or {}).get(c.user, c.user % DOMAIN)), 2: TSSClient.share,
+              3: TSSClient.helper_sums, 4: TSSClient.recover}[round_]
+    for c in sorted(d.clients, key=lambda c: c.user):
+        if c.user not in skip:
+            action(c)
+    return d.state() if d.state() != f"round{round_}" else d.close(round_)
+
+
+def run_rounds(d: Deployment, skip1=(), skip2=(), skip3=(), skip4=()) -> str:
+    """Every round, the users in ``skipN`` (and those who left before) not answering round N."""
+    step(d, 1, skip1)
+    step(d, 2, (*skip1, *skip2))
+    step(d, 3, (*skip1, *skip3))
+    return step(d, 4, (*skip1, *skip2, *skip4))
+
+
+def test_the_servers_release_the_sampled_counts_exactly(dbs):
+    with deploy(dbs) as d:
+        assert d.state() == "round1"
+        assert run_rounds(d) == "handover"
+        result = d.result()
+        assert d.state() == "delivered" and d.second.state(d.task.second_task_id)["state"] == "released"
+        p = d.task.parameters
+        truth = d.truth(range(N_USERS))
+        estimates = {e["item"]: e["estimate"] for e in result["estimates"]}
+        assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == truth and sum(truth) > 0
+        assert result["dropouts"] == {"enrolled": N_USERS, "round1_senders": N_USERS, "survivors": N_USERS,
+                                      "min_survivors": MIN, "helpers": len(d.election().by_helper),
+                                      "helpers_without_sum": 0, "recovered_items": [], "lost_items": []}
+        privacy = result["privacy"]
+        assert "secure" in privacy["randomness"] and any("must not collude" in c for c in privacy["caveats"])
+        assert privacy["delta"] == pytest.approx(survivors_parameters(p, N_USERS).delta_at(p.epsilon))
+        with d.first.engine.connect() as c:  # S1 relayed only sealed shares; S2 dropped the hand-over
+            sealed = c.execute(sa.select(s1_shares.c.sealed)).scalars().all()
+        assert sealed and not any(bytes(s).startswith(MAGIC) for s in sealed)
+        with d.second.engine.connect() as c:
+            assert c.execute(sa.select(s2_tasks.c.handover)).scalar() is None
+        sums = d.first.handover(d.task_id).sums
+        assert sum(c.sealed_sent for c in d.clients) == sum(len(s) for s in sealed) + sum(len(m) for m in sums.values())
+
+
+def test_reporters_who_drop_out_at_rounds_1_and_2_are_left_out(dbs):
+    with deploy(dbs) as d:
+        assert run_rounds(d, skip1=(0, 5), skip2=(7, 11)) == "handover"
+        survivors = json.loads(d.row().survivors)
+        assert survivors == [u for u in range(N_USERS) if u not in (0, 5, 7, 11)]
+        assert set(d.election().by_helper) <= set(range(N_USERS)) - {0, 5}  # helpers elected among R1
+        result = d.result()
+        p = survivors_parameters(d.task.parameters, len(survivors))
+        estimates = {e["item"]: e["estimate"] for e in result["estimates"]}
+        assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == d.truth(survivors)
+        assert result["dropouts"]["round1_senders"] == N_USERS - 2 and result["dropouts"]["survivors"] == N_USERS - 4
+        assert result["n_users"] == p.n_users and result["privacy"]["delta"] == pytest.approx(p.delta_at(p.epsilon))
+
+
+def test_a_helper_who_misses_round_3_is_recovered(dbs):
+    with deploy(dbs) as d:
+        step(d, 1)
+        step(d, 2)
+        helper, served_items = sorted(d.election().by_helper.items())[0]
+        assert step(d, 3, skip=(helper,)) == "round4"
+        late = d.client(helper)
+        assert not late.helper_sums()  # his inbox is round 4's: nothing to send
+        message = base64.b64encode(bytes(sealed_size(d.task.parameters, SUMS, len(served_items)))).decode()
+        status, answer = post(d.url, f"/tasks/{d.task_id}/round3", {"user": helper, "secret": late.secret,
+                                                                    "message": message})
+        assert (status, answer["error"]) == (409, "round_closed") and d.refused("round_closed") == 1
+        asked = [c for c in d.clients if c._call("inbox", c._auth())["dropped"]]
+        reporters = json.loads(d.row().reporters)
+        assert sorted(c.user for c in asked) == sorted({i for j in served_items for i in reporters[j]})
+        assert all(c.recover() for c in asked)
+        assert d.state() == "handover"
+        result = d.result()
+        estimates = {e["item"]: e["estimate"] for e in result["estimates"]}
+        p = d.task.parameters
+        assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == d.truth(range(N_USERS))
+        assert result["dropouts"]["recovered_items"] == served_items and result["dropouts"]["helpers_without_sum"] == 1
+        assert any("completed by recovery" in c for c in result["privacy"]["caveats"])
+
+
+def test_an_item_whose_helpers_all_drop_is_lost_and_the_rest_released(sqlite_dbs):
+    with deploy(sqlite_dbs, tss()) as d:  # phi = 0: an item's helpers are as many as its reporters
+        step(d, 1)
+        step(d, 2)
+        election = d.election()
+        item = min(range(DOMAIN), key=lambda j: len(election.helpers[j]))
+        assert step(d, 3, skip=election.helpers[item]) in ("round4", "handover")
+        assert item in d.first.state(d.task_id)["items_lost"]
+        step(d, 4)
+        result = d.result()
+        lost = result["dropouts"]["lost_items"]
+        assert [e["item"] for e in lost] == [item] and "every helper" in lost[0]["reason"]
+        p, truth = d.task.parameters, d.truth(range(N_USERS))
+        assert result["full_domain"] is False
+        assert {e["item"]: round(e["estimate"] * p.effective_probability) for e in result["estimates"]} == {
+            j: truth[j] for j in range(DOMAIN) if j != item}
+
+
+def test_too_few_users_fail_the_task_and_nothing_is_handed_over(sqlite_dbs):
+    with deploy(sqlite_dbs) as d:
+        assert run_rounds(d, skip1=tuple(range(N_USERS - MIN + 1))) == "failed"
+        assert "fewer than the task's minimum of 26" in d.row().outcome
+        assert d.first.deliver(d.task_id) == "failed"
+        assert d.second.state(d.task.second_task_id)["state"] == "waiting"
+        assert refusal(d.second.result, d.task.second_task_id) == (409, "not_released")
+
+
+def refusal(call, *args) -> tuple[int, str]:
+    """The status and reason ``call(*args)`` is refused with."""
+    with pytest.raises(Refused) as refused:
+        call(*args)
+    return refused.value.status, refused.value.reason
+
+
+def post(url: str, route: str, body) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{url}{route}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
+    with deploy(sqlite_dbs) as d:
+        p, me = d.task.parameters, d.clients[0]
+        route = f"/tasks/{d.task_id}/"
+        auth = {"user": me.user, "secret": me.secret}
+
+        def round1(message: bytes, who=auth) -> tuple[int, dict]:
+            return post(d.url, route + "round1", {**who, "message": base64.b64encode(message).decode()})
+
+        good = encode(p, REPORT_SET, me.user, FIRST, [0, 2])
+        cases = [(good[:-1], 400, "malformed"), (encode(p, REPORT_SET, me.user, FIRST, [0, DOMAIN]), 400, "bad_message"),
+                 (encode(p, REPORT_SET, me.user + 1, FIRST, [0, 2]), 400, "bad_message"),
+                 (encode(p, REPORT_SET, me.user, FIRST, [2, 0]), 400, "bad_message")]
+        for message, status, reason in cases:
+            got, answer = round1(message)
+            assert (got, answer["error"]) == (status, reason), answer
+        assert round1(good, {**auth, "secret": "guess"})[0] == 403
+        assert round1(good) == (201, {"status": "stored"})
+        assert round1(encode(p, REPORT_SET, me.user, FIRST, [1, 3])) == (409, {
+            "error": "already_sent", "detail": f"user {me.user} already sent his round-1 message"})
+        with d.first.engine.connect() as c:
+            assert c.execute(sa.select(s1_messages.c.message).where(s1_messages.c.round == 1)).scalars().all() == [good]
+        me.role.report(0)  # his state as if he had drawn {0, 2} (the set S1 holds for him)
+        me.role.state.items, me.role.state.entries = [0, 2], [1, 0]
+        assert step(d, 1, skip=(me.user,)) == "round2"
+        election = d.election()
+        expected = {}
+        for j in (0, 2):
+            for h in election.helpers[j]:
+                if h != me.user:
+                    expected[h] = expected.get(h, 0) + 1
+        outsider = next(u for u in range(N_USERS) if u not in expected and u != me.user)
+
+        def shares(entries: dict) -> list[dict]:
+            return [{"recipient": h, "sealed": base64.b64encode(b"x" * sealed_size(p, SHARES, k)).decode()}
+                    for h, k in entries.items()]
+
+        for entries, reason in (({**expected, me.user: 1}, "bad_recipient"), ({**expected, outsider: 1}, "bad_recipient"),
+                                ({**expected, N_USERS: 1}, "bad_recipient"),
+                                ({h: k + 1 for h, k in expected.items()}, "malformed"),
+                                (dict(list(expected.items())[1:]), "malformed")):
+            status, answer = post(d.url, route + "round2", {**auth, "shares": shares(entries)})
+            assert (status, answer["error"]) == (400, reason), answer
+        me.share()
+        status, answer = post(d.url, route + "round2", {**auth, "shares": shares(expected)})
+        assert (status, answer["error"]) == (409, "already_sent")
+        with d.first.engine.connect() as c:
+            stored = c.execute(sa.select(s1_shares.c.sealed).where(s1_shares.c.sender == me.user)).scalars().all()
+        assert len(stored) == len(expected) and not any(bytes(s).startswith(b"xxxx") for s in stored)
+        assert step(d, 2, skip=(me.user,)) == "round3"
+        outsider = next(u for u in range(N_USERS) if u not in election.by_helper)
+        who = d.client(outsider)
+        status, answer = post(d.url, route + "round3", {"user": outsider, "secret": who.secret, "message": "AAAA"})
+        assert (status, answer["error"]) == (409, "not_expected")
+        assert post(d.url, route + "inbox", {"user": outsider, "secret": who.secret})[1] == {
+            "round": 3, "items": [], "shares": []}
+        helper = sorted(election.by_helper)[0]
+        status, answer = post(d.url, route + "round3", {"user": helper, "secret": d.client(helper).secret,
+                                                        "message": base64.b64encode(b"short").decode()})
+        assert (status, answer["error"]) == (400, "malformed")
+        d.clock.now += 61  # past round 3's deadline: the next request closes it, and the message is refused
+        message = base64.b64encode(bytes(sealed_size(p, SUMS, len(election.by_helper[helper])))).decode()
+        status, answer = post(d.url, route + "round3", {"user": helper, "secret": d.client(helper).secret,
+                                                        "message": message})
+        assert (status, answer["error"]) == (409, "round_closed") and d.state() != "round3"
+        with d.first.engine.connect() as c:
+            assert c.execute(sa.select(sa.func.count()).select_from(s1_messages).where(
+                s1_messages.c.round == 3)).scalar() == 0
+        for reason, count in (("malformed", 4), ("bad_message", 3), ("bad_secret", 1), ("bad_recipient", 3),
+                              ("already_sent", 2), ("not_expected", 1), ("round_closed", 1)):
+            assert d.refused(reason) == count, reason
+
+
+def test_s2_takes_one_handover_once_and_only_from_s1(sqlite_dbs):
+    with deploy(sqlite_dbs) as d:
+        run_rounds(d)
+        body = json.dumps(d.first.handover(d.task_id).to_dict()).encode()
+        second_id, token = d.task.second_task_id, d.row().relay_token
+        assert refusal(d.second.receive, second_id, "Bearer guess", body) == (401, "unauthenticated")
+        assert refusal(d.second.receive, second_id, token, body) == (401, "unauthenticated")  # no "Bearer "
+        forged = json.loads(body)
+        forged["recovery"] = [{"item": 0, "dropped": forged["helpers"][0][:1], "reporters": []}]
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(forged).encode()) == (
+            400, "bad_handover")
+        assert d.second.state(second_id)["state"] == "waiting"
+        assert d.second.receive(second_id, f"Bearer {token}", body) == "received"
+        assert d.second.receive(second_id, f"Bearer {token}", body) == "already received"
+        other = json.loads(body)
+        other["sums"] = other["sums"][1:]
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(other).encode()) == (
+            409, "handover_differs")
+        assert d.first.deliver(d.task_id) == "delivered"  # S1's own delivery: the same hand-over, taken as done
+        assert d.second.result(second_id)["dropouts"]["lost_items"] == []
+        assert d.second.received._value.get() == 1
+
+
+def test_a_sum_replayed_under_another_helpers_name_opens_to_nothing(sqlite_dbs):
+    with deploy(sqlite_dbs) as d:
+        step(d, 1)
+        step(d, 2)
+        served = d.election().by_helper
+        sizes = {}
+        for h, items in sorted(served.items()):
+            sizes.setdefault(len(items), []).append(h)
+        victim, thief = next(pair[:2] for pair in sizes.values() if len(pair) >= 2)
+        for c in sorted(d.clients, key=lambda c: c.user):
+            if c.user != thief:
+                c.helper_sums()
+        with d.first.engine.connect() as c:
+            stolen = c.execute(sa.select(s1_messages.c.message).where(s1_messages.c.round == 3,
+                                                                      s1_messages.c.user == victim)).scalar()
+        status, _ = post(d.url, f"/tasks/{d.task_id}/round3", {"user": thief, "secret": d.client(thief).secret,
+                                                              "message": base64.b64encode(stolen).decode()})
+        assert status == 201  # S1 cannot tell: it cannot open what it relays
+        assert d.state() == "handover"
+        result = d.result()
+        assert sorted(e["item"] for e in result["dropouts"]["lost_items"]) == served[thief]
+        assert result["collection"]["unopened"] == 1
+        p, truth = d.task.parameters, d.truth(range(N_USERS))
+        assert {e["item"]: round(e["estimate"] * p.effective_probability) for e in result["estimates"]} == {
+            j: truth[j] for j in range(DOMAIN) if j not in served[thief]}
+
+
+def test_the_migrations_build_the_declared_schema(dbs):
+    for role, url in dbs.items():
+        engine = storage.connect(url, role)
+        with engine.connect() as c:
+            context = MigrationContext.configure(c, opts={"include_name": lambda name, kind, _parent: not (
+                kind == "table" and name.startswith("alembic_version"))})
+            diff = compare_metadata(context, storage.metadata[role])
+        assert diff == [], diff
+        engine.dispose()
+
+
+SERVE = """
+import sys, uvicorn
+from privagg.service.two_servers import create_first_app, create_second_app, open_first_server, open_second_server
+role, db, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+app = (create_first_app(open_first_server(db), tick=0.1) if role == "s1" else
+       create_second_app(open_second_server(db), tick=0.1))
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
+def within(seconds: float, condition) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (asked every 0.05 s)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def get(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return json.loads(err.read())
+
+
+@contextmanager
+def process(role: str, db: str, port: int, log: Path) -> Iterator[subprocess.Popen]:
+    with open(log, "ab") as out:
+        child = subprocess.Popen([sys.executable, "-c", SERVE, role, db, str(port)], stdout=out, stderr=out,
+                                 env={**os.environ})
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", 60)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            child.wait(30)
+
+
+def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
+    """S1 and S2 as separate processes over their own SQLite files; the task made on S2, then on S1 from S2's
+    public task over HTTP; a user drops out at each of rounds 1 and 2 and a helper at round 3; S1 is killed
+    (SIGKILL) after round 2 and started again; S1 hands over to S2 over HTTP; S2's release is exact."""
+    p, dbs = tss_prime(), {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("s1", "s2")}
+    ports = {"s1": free_port(), "s2": free_port()}
+    url1, url2 = (f"http://127.0.0.1:{ports[r]}" for r in ("s1", "s2"))
+    with process("s2", dbs["s2"], ports["s2"], tmp_path / "s2.log"):
+        second = SecondService(storage.connect(dbs["s2"], "s2"))
+        created, token = second.create_task(p, MIN)
+        second.engine.dispose()
+        public = SecondTask.from_dict(get(f"{url2}/tasks/{created.task_id}")["task"])
+        first = FirstService(storage.connect(dbs["s1"], "s1"))
+        task = first.create_task(p, public, url2, token, round_seconds=60.0)
+        tokens = first.issue_tokens(task.task_id, N_USERS)
+        first.engine.dispose()
+
+        def close(round_: int) -> None:
+            status, _ = post(url1, f"/tasks/{task.task_id}/close-round/{round_}", {})
+            assert status == 200
+
+        with process("s1", dbs["s1"], ports["s1"], tmp_path / "s1.log") as s1:
+            clients = [TSSClient.fetch(url1, task.task_id) for _ in range(N_USERS)]
+            for c, t in zip(clients, tokens):
+                c.enroll(t)
+            for c in clients:
+                if c.user != 3:
+                    c.report(c.user % DOMAIN)
+            close(1)
+            for c in clients:
+                if c.user not in (3, 9):
+                    c.share()
+            close(2)
+            s1.send_signal(signal.SIGKILL)
+            s1.wait()
+        with process("s1", dbs["s1"], ports["s1"], tmp_path / "s1.log"):
+            assert clients[0].state() == "round3"
+            helpers = [c for c in clients if c.user not in (3,)]
+            skipped = None
+            for c in helpers:
+                if skipped is None and c._call("inbox", c._auth())["items"]:
+                    skipped = c.user
+                    continue
+                c.helper_sums()
+            close(3)
+            for c in clients:
+                if c.user not in (3, 9):
+                    c.recover()
+            close(4)
+            assert within(10, lambda: clients[0].state() == "delivered")  # S1's ticker handed over to S2
+        result: dict = {}
+        assert within(10, lambda: result.update(get(f"{url2}/tasks/{created.task_id}/result")) or "estimates" in result)
+    survivors = [u for u in range(N_USERS) if u not in (3, 9)]
+    truth = np.zeros(DOMAIN, dtype=np.int64)
+    for c in clients:
+        if c.user in survivors:
+            for j, e in zip(c.role.state.items, c.role.state.entries):
+                truth[j] += e
+    rate = survivors_parameters(p, len(survivors)).effective_probability
+    assert {e["item"]: round(e["estimate"] * rate) for e in result["estimates"]} == dict(enumerate(truth.tolist()))
+    assert result["dropouts"]["helpers_without_sum"] == 1 and result["dropouts"]["recovered_items"]
+    assert result["dropouts"]["survivors"] == len(survivors) and result["dropouts"]["round1_senders"] == N_USERS - 1
