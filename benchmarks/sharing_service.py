@@ -29,12 +29,13 @@ CATEGORIES, EPSILON, DELTA = 20, 1.0, 1e-6
 
 
 def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
+    from privagg.demos import sharing_demo_data
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters
-    from privagg.service.sharing_demo import (SharingDeployment, demo_data, dropout_plan, expected_sealed_bytes,
+    from privagg.service.sharing_demo import (SharingDeployment, dropout_plan, expected_sealed_bytes,
                                               min_survivors_for, run_rounds)
 
-    codes, _, beta = demo_data(users, CATEGORIES)
+    codes, _, beta = sharing_demo_data(users, CATEGORIES)
     parameters = calibrate("dpds", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,
                            min_count_fraction=beta)
     plan = dropout_plan(users, drop_fraction, (2,), seed=7)

@@ -34,13 +34,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 TOP = {"cli", "cli_output", "service_cli", "__main__"}
 
-KNOWN_BREAKS = {
-    # demo-service moved above the services (demos.run_demo): the old name passes the call on until service_cli
-    # imports it from privagg.demos
-    ("service/demo.py", "demos"),
-    # demo-service dpds|dpdg takes the bundled categories itself: its orchestration is to move to privagg/demos.py too
-    ("service/sharing_demo.py", "datasets"),
-}
+KNOWN_BREAKS: set[tuple[str, str]] = set()
 
 
 def room(path: Path) -> str:

@@ -46,3 +46,58 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
                        "expected_max": expected_worst,
                        "matches": bool(0.8 <= rms <= 1.2 and worst <= expected_worst + 2)},
     }
+
+
+def sharing_demo_data(users: int, categories: int = 10) -> tuple[np.ndarray, list[str], float]:
+    """(item codes, the categories, the min-count fraction): the bundled categorical words (the ``categories``
+    most common) for ``users`` users, with beta set below the smallest category's share (from the data: a demo;
+    a deployment states beta)."""
+    from .datasets import english_categories
+    from .errors import ParameterError
+
+    items, names = english_categories(users, categories)
+    rank = {w: i for i, w in enumerate(names)}
+    codes = np.array([rank[w] for w in items.to_pylist()], dtype=np.int64)
+    beta = math.floor(0.6 * np.bincount(codes, minlength=len(names)).min() / users * 1000) / 1000
+    if beta <= 0:
+        raise ParameterError("users", f"enough users that every one of the {len(names)} categories is held by a "
+                             "few of them", users)
+    return codes, names, beta
+
+
+def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
+                     epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0,
+                     progress=print) -> dict:
+    """demo-service dpds|dpdg: the sharing server's release beside the simulation over the same survivors (same
+    parameters, recomputed for them), each estimate's z-score against the truth (over its standard deviation at
+    the true count), the rounds' times and the sealed bytes against the formula."""
+    from .errors import check_integer
+    from .protocols.sharing_parties import survivors_parameters
+    from .service.sharing_demo import check_drop_fraction, run_sharing_services
+    from .simulate.runner import simulate
+
+    users, drop_fraction = check_integer("users", users, 20, 5_000), check_drop_fraction(drop_fraction)
+    codes, categories, beta = sharing_demo_data(users)
+    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
+                           **({"min_count_fraction": beta} if protocol == "dpds" else {}))
+    out = run_sharing_services(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)
+    report, survivors = out["report"], out["survivor_codes"]
+    truth = np.bincount(survivors, minlength=len(categories))
+    recomputed = survivors_parameters(parameters, len(survivors))
+    sim = simulate(recomputed, survivors, "faithful", rng=0).result
+    sim_se = recomputed.standard_error(np.clip(sim.estimates, 0, None))
+    true_se = recomputed.standard_error(truth)
+    service = {e["item"]: e for e in report["estimates"]}
+
+    def z(estimate: float, j: int) -> float | None:
+        return None if true_se[j] <= 0 else float((estimate - truth[j]) / true_se[j])
+
+    rows = [{"item": j, "word": word, "truth": int(truth[j]), "service": service[j]["estimate"],
+             "service_stderr": service[j]["stderr"], "service_z": z(service[j]["estimate"], j),
+             "simulation": float(sim.estimates[j]), "simulation_stderr": float(sim_se[j]),
+             "simulation_z": z(float(sim.estimates[j]), j)} for j, word in enumerate(categories)]
+    zs = np.array([r["service_z"] for r in rows if r["service_z"] is not None])
+    return {"protocol": protocol, "users": users, "drop_fraction": drop_fraction, "estimates": rows,
+            "service": report, "simulation": {"private": False, "seed": 0, "parameters": recomputed.to_dict()},
+            "z_rms": float(np.sqrt(np.mean(zs**2))) if zs.size else None, "round_seconds": out["seconds"],
+            "bytes": {**out["bytes"], "sealed_shares_expected": out["expected_bytes"]}}

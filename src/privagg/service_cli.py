@@ -294,9 +294,10 @@ def _load_values(parameters, path: Path):
     """The values of a load run: integer items (CSV/TSV/Parquet/text, one per row) or vectors (.npy/CSV rows)."""
     from .core.encoding import ItemEncoder
     from .io import InputFormat, read_codes, read_vectors
+    from .protocols.kinds import ResultKind
     from .protocols.registry import get
 
-    if get(parameters.protocol).result == "vector sum":
+    if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
         return [row for row in read_vectors(path, InputFormat())]
     encoder = ItemEncoder(parameters.domain_size, kind="integer")
     return read_codes(path, encoder, InputFormat(item_type="int")).codes.tolist()
@@ -409,7 +410,7 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         _demo_sharing(protocol.value, users or 300, drop_fraction, epsilon, delta, round_seconds, workdir, as_json)
         return
     users = 20_000 if users is None else users
-    from .service.demo import run_demo
+    from .demos import run_demo
 
     with _clean_errors():
         users = check_integer("users", users, 1_000, 1_000_000)
@@ -447,44 +448,21 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
                   round_seconds: float, workdir: Path, as_json: bool) -> None:
-    """demo-service dpds|dpdg: the release beside the simulation over the same survivors, their z-scores against
-    the truth, the recomputed guarantee, the rounds' times and the bytes against the formula."""
-    import numpy as np
-
-    from .protocols.sharing_parties import survivors_parameters
-    from .reports import to_json_dict
-    from .service.sharing_demo import run_sharing_demo
-    from .simulate.runner import simulate
+    """demo-service dpds|dpdg (privagg.demos.run_sharing_demo), printed."""
+    from .demos import run_sharing_demo
 
     with _clean_errors():
-        out = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
-                               progress=(lambda _text: None) if as_json else _say)
-    report, truth, n_survivors = out["report"], np.array(out["truth"]), len(out["survivor_codes"])
-    service = {e["item"]: e for e in report["estimates"]}
-    parameters = survivors_parameters(out["task"].parameters, n_survivors)
-    sim = simulate(parameters, out["survivor_codes"], "faithful", rng=0).result
-    sim_se = parameters.standard_error(np.clip(sim.estimates, 0, None))
-    true_se = parameters.standard_error(truth)  # the z-scores against the truth divide by its own sd
-    rows = []
-    for j, word in enumerate(out["categories"]):
-        e = service[j]
-        rows.append({"item": j, "word": word, "truth": int(truth[j]), "service": e["estimate"],
-                     "service_stderr": e["stderr"], "service_z": _z(e["estimate"], truth[j], true_se[j]),
-                     "simulation": float(sim.estimates[j]), "simulation_stderr": float(sim_se[j]),
-                     "simulation_z": _z(sim.estimates[j], truth[j], true_se[j])})
-    z = np.array([r["service_z"] for r in rows if r["service_z"] is not None])
-    summary = {"protocol": protocol, "users": users, "drop_fraction": drop_fraction, "estimates": rows,
-               "service": report, "simulation": {"private": False, "seed": 0, "parameters": parameters.to_dict()},
-               "z_rms": float(np.sqrt(np.mean(z**2))) if z.size else None, "round_seconds": out["seconds"],
-               "bytes": {**out["bytes"], "sealed_shares_expected": out["expected_bytes"]}}
+        summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
+                                   progress=(lambda _text: None) if as_json else _say)
+    report, rows = summary["service"], summary["estimates"]
     if as_json:
         print(json.dumps(summary))
         return
     from rich.table import Table
 
     d = report["dropouts"]
-    table = Table(title=f"{protocol} over {d['survivors']} of {users} users: the sharing server's private release "
-                        "beside the simulation")
+    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: the sharing server's private "
+                        "release beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -498,22 +476,19 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP, {p['model']} model, private: "
          f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
          "(seeded)")
+    z = [r["service_z"] for r in rows if r["service_z"] is not None]
     for caveat in p["caveats"]:
         if "weakened" in caveat:
             _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
     if summary["z_rms"] is not None:
         _say(f"z-scores against the truth (each over its standard deviation at the true count): RMS "
-             f"{summary['z_rms']:.2f} over {z.size} categories (1 expected)")
-    _say("rounds: " + ", ".join(f"{k} {v:.1f} s" for k, v in out["seconds"].items()))
+             f"{summary['z_rms']:.2f} over {len(z)} categories (1 expected)")
+    _say("rounds: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["round_seconds"].items()))
     b = summary["bytes"]
     verdict = "equal" if b["sealed_shares_sent"] == b["sealed_shares_expected"] else "DIFFERENT"
     _say(f"bytes: the users sealed {b['sealed_shares_sent']:,} bytes of shares for the relay, the formula "
          f"{b['sealed_shares_expected']:,} ({verdict}); HTTP bodies (base64 and JSON) {b['http_sent']:,} sent, "
          f"{b['http_received']:,} received")
-
-
-def _z(estimate: float, truth: float, stderr: float) -> float | None:
-    return None if stderr <= 0 else float((estimate - truth) / stderr)
 
 
 def _shown_z(z: float | None) -> str:

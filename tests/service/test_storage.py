@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 import privagg.service.collector as collector_module
+import privagg.service.two_servers  # noqa: F401  (defines the s1 and s2 tables)
 from privagg.errors import ParameterError
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
@@ -80,9 +81,11 @@ def test_a_new_sqlite_database_and_its_wal_and_shm_are_owner_only(tmp_path, role
     before = os.umask(umask)
     try:
         engine = storage.connect(f"sqlite:///{tmp_path}/{role}.db", role)
+        table = storage.metadata[role].tables[f"{role}_tasks"]
+        required = {c.name: {"task_id": "0" * 32, "task": "{}"}.get(c.name, b"k" if isinstance(
+            c.type, sa.LargeBinary) else "x") for c in table.columns if not c.nullable and c.server_default is None}
         with engine.begin() as c:  # a write: the WAL and its index exist and hold frames
-            c.execute(sa.insert(storage.metadata[role].tables[f"{role}_tasks"]).values(
-                task_id="0" * 32, task="{}", **({"private_key": b"k"} if role == "analyzer" else {})))
+            c.execute(sa.insert(table).values(**required))
         made = files(tmp_path / f"{role}.db")
         assert len(made) == 3 and {p.name: mode(p) for p in made} == {p.name: 0o600 for p in made}
         engine.dispose()

@@ -39,15 +39,13 @@ aggregates equals one ``agg_update`` over all their messages.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from ..core.messages import MessageBatch, MessageLayout, check_batch
 from ..errors import ParameterError, check_sequence, kind_of
 from ..core.randomness import RNGLike
-
-Topology = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
 
 Agg = TypeVar("Agg")
 

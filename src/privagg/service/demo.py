@@ -35,10 +35,3 @@ def run_services(workdir: Path, parameters, codes: np.ndarray, concurrency: int 
         dep.wait_released(task.task_id)
         return dep.result(task.task_id, top=top), asdict(load)
 
-
-def run_demo(*args, **kwargs) -> dict:
-    """Moved to :func:`privagg.demos.run_demo`, above the services (service_cli's demo-service is to call it there;
-    until then this passes the call on, the one import of tests/test_layers.py's KNOWN_BREAKS)."""
-    from ..demos import run_demo as run
-
-    return run(*args, **kwargs)

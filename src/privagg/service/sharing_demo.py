@@ -1,12 +1,12 @@
-"""``privagg demo-service dpds|dpdg``: the bundled categories through the sharing server and real SDK users.
+"""The services' leg of ``privagg demo-service dpds|dpdg`` (:func:`privagg.demos.run_sharing_demo` adds the data
+and the simulation beside it), of the sharing server's fault tests and of ``make bench`` part 12.
 
 :class:`SharingDeployment` starts ``privagg serve sharing`` as a child process on a free loopback port over a
 SQLite file (or the database URL given), creates tasks and tokens in its database, and can kill the server
-with SIGKILL and start it again on the same port and database. :func:`run_sharing_demo` enrolls one
+with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
 :class:`~privagg.service.sharing_client.SharingClient` per user, drops a fraction of them out at round 1 or 2
 (the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
-round's wall time and the bytes every kind of party sent and received. The caller adds the simulation of the
-same data (the service layer runs no simulation).
+round's wall time and the bytes the users sent and received.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ParameterError, check_integer
+from ..errors import ParameterError
 from .local import free_port, wait_ready
 from .sharing import SharingService, SharingTask
 from .sharing_client import SharingClient
@@ -72,20 +72,10 @@ class SharingDeployment:
         return SharingService(connect(self.db, "sharing"))
 
 
-def demo_data(users: int, categories: int = 10):
-    """(item codes, the categories, the min-count fraction): the bundled categorical words (the ``categories``
-    most common) for ``users`` users, with beta set below the smallest category's share (from the data: a demo;
-    a deployment states beta)."""
-    from ..datasets import english_categories
-
-    items, categories = english_categories(users, categories)
-    rank = {w: i for i, w in enumerate(categories)}
-    codes = np.array([rank[w] for w in items.to_pylist()], dtype=np.int64)
-    beta = math.floor(0.6 * np.bincount(codes, minlength=len(categories)).min() / users * 1000) / 1000
-    if beta <= 0:
-        raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held by "
-                             "some of them", users)
-    return codes, categories, beta
+def check_drop_fraction(drop_fraction: float) -> float:
+    if isinstance(drop_fraction, bool) or not isinstance(drop_fraction, (int, float)) or not 0 <= drop_fraction < 0.5:
+        raise ParameterError("drop-fraction", "in [0, 0.5)", drop_fraction)
+    return float(drop_fraction)
 
 
 def dropout_plan(users: int, drop_fraction: float, rounds: tuple[int, ...], seed: int) -> np.ndarray:
@@ -146,20 +136,13 @@ def _post(url: str) -> None:
         pass
 
 
-def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
-                     epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0, seed: int = 0,
-                     rounds: tuple[int, ...] = (1, 2), db: str | None = None, progress=print) -> dict:
-    """The demo: returns the service's report, the task, the survivors' codes, the measured figures and the
-    expected ones."""
-    from ..protocols.registry import calibrate
-
-    users = check_integer("users", users, 20, 5_000)
-    if not 0 <= drop_fraction < 0.5:
-        raise ParameterError("drop-fraction", "in [0, 0.5)", drop_fraction)
-    codes, categories, beta = demo_data(users)
-    options = {"min_count_fraction": beta} if protocol == "dpds" else {}
-    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
-                           **options)
+def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
+                         round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2),
+                         db: str | None = None, progress=print) -> dict:
+    """One user a code of ``codes`` through the sharing server as SDK clients, ``drop_fraction`` of them vanishing
+    at one of ``rounds``: the server's report, the task, the survivors' codes, the rounds' times, the bytes
+    measured and by the formula."""
+    users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
     workdir.mkdir(parents=True, exist_ok=True)
     if db is None:
         for suffix in ("", "-wal", "-shm"):
@@ -175,14 +158,12 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
         finally:
             service.engine.dispose()
         run = run_rounds(dep.url, task.task_id, codes, tokens, plan, progress)
-        report = SharingClient.fetch(dep.url, task.task_id)._call("result")
+        report = run["clients"][0]._call("result")
     by_index = np.empty(users, dtype=np.int64)
     by_index[run["index"]] = codes  # the roster index each user was given, and his code
-    survivors = by_index[run["survivors"]]
-    return {"task": task, "categories": categories, "report": report, "survivor_codes": survivors,
-            "truth": np.bincount(survivors, minlength=len(categories)).tolist(), "seconds": run["seconds"],
-            "bytes": run["user_bytes"], "expected_bytes": expected_sealed_bytes(task, run["index"], plan),
-            "plan": plan}
+    return {"task": task, "report": report, "survivor_codes": by_index[run["survivors"]],
+            "seconds": run["seconds"], "bytes": run["user_bytes"],
+            "expected_bytes": expected_sealed_bytes(task, run["index"], plan)}
 
 
 def expected_sealed_bytes(task: SharingTask, index: list[int], plan: np.ndarray) -> int:
