@@ -375,8 +375,8 @@ class SharingService:
         return {"state": state, "deadline": deadline, **lists}
 
     def _release(self, c: sa.Connection, task: SharingTask, row) -> dict:
-        from ..core.encoding import ItemEncoder
-        from ..reports import Collection, Engine, analysis_report, to_json_dict
+        from ..pipelines import Analysis
+        from ..reports import Collection, Engine, to_json_dict
 
         messages = {(r, u): m for r, u, m in c.execute(sa.select(round_messages.c.round, round_messages.c.user,
                                                                  round_messages.c.message).where(
@@ -387,10 +387,9 @@ class SharingService:
             {u: m for (r, u), m in messages.items() if r == 3})
         p = released.parameters
         privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)
-        report = to_json_dict(analysis_report(
-            p, released.table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
-            encoder=ItemEncoder(p.domain_size, kind="integer"), top=p.domain_size,
-            collection=Collection(released.survivors, 1, 0, 0)))
+        report = to_json_dict(Analysis.of(p).report(
+            released.table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
+            top=p.domain_size, collection=Collection(released.survivors, 1, 0, 0)))
         report["dropouts"] = {"enrolled": task.parameters.n_users, "round1_senders": released.senders,
                               "survivors": released.survivors, "min_survivors": task.min_survivors}
         return report
