@@ -51,18 +51,13 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
 def sharing_demo_data(users: int, categories: int = 10) -> tuple[np.ndarray, list[str], float]:
     """(item codes, the categories, the min-count fraction): the bundled categorical words (the ``categories``
     most common) for ``users`` users, with beta set below the smallest category's share (from the data: a demo;
-    a deployment states beta)."""
+    a deployment states beta); 0 when some category has too few holders for DPDS."""
     from .datasets import english_categories
-    from .errors import ParameterError
 
     items, names = english_categories(users, categories)
     rank = {w: i for i, w in enumerate(names)}
     codes = np.array([rank[w] for w in items.to_pylist()], dtype=np.int64)
-    beta = math.floor(0.6 * np.bincount(codes, minlength=len(names)).min() / users * 1000) / 1000
-    if beta <= 0:
-        raise ParameterError("users", f"enough users that every one of the {len(names)} categories is held by a "
-                             "few of them", users)
-    return codes, names, beta
+    return codes, names, math.floor(0.6 * np.bincount(codes, minlength=len(names)).min() / users * 1000) / 1000
 
 
 def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
@@ -71,13 +66,16 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     """demo-service dpds|dpdg: the sharing server's release beside the simulation over the same survivors (same
     parameters, recomputed for them), each estimate's z-score against the truth (over its standard deviation at
     the true count), the rounds' times and the sealed bytes against the formula."""
-    from .errors import check_integer
+    from .errors import ParameterError, check_integer
     from .protocols.sharing_parties import survivors_parameters
     from .service.sharing_demo import check_drop_fraction, run_sharing_services
     from .simulate.runner import simulate
 
     users, drop_fraction = check_integer("users", users, 20, 5_000), check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
+    if protocol == "dpds" and beta <= 0:
+        raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held by a "
+                             "few of them (DPDS's data condition; dpdg has none)", users)
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
                            **({"min_count_fraction": beta} if protocol == "dpds" else {}))
     out = run_sharing_services(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)

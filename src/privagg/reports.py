@@ -260,12 +260,70 @@ class Collection:
 
 
 @dataclass
+class Dropouts:
+    """Who took part in a release of the sharing server (DPDS, DPDG): counts only."""
+
+    enrolled: int  # n, the roster
+    round1_senders: int  # |U1|: shared in round 1
+    survivors: int  # |U2|: sent their masked sums, and unmasked; the release is theirs
+    min_survivors: int  # the task's least
+
+
+@dataclass
 class AnalysisReport(FrequencyReport):
-    """``privagg analyze``: the analyzer over written messages (or the analyzer service's result)."""
+    """``privagg analyze``: the analyzer over written messages (or the analyzer service's, or the sharing server's,
+    result)."""
 
     full_domain: bool
     engine: Engine
     collection: Collection | None = None  # the analyzer service: what its batches held
+    dropouts: Dropouts | None = None  # the sharing server: who took part
+
+
+@dataclass
+class SharingDemoRow:
+    """One category in ``privagg demo-service dpds|dpdg``: the truth over the survivors, both estimates, their
+    z-scores against the truth (over its standard deviation at the true count; None where it is 0)."""
+
+    item: int
+    word: str
+    truth: int
+    service: float
+    service_stderr: float
+    service_z: float | None
+    simulation: float
+    simulation_stderr: float
+    simulation_z: float | None
+
+
+@dataclass
+class SharingDemoSimulation:
+    private: bool  # false: a seeded simulation
+    seed: int
+    parameters: dict[str, Any]  # the task's, recomputed for the survivors
+
+
+@dataclass
+class SharingDemoBytes:
+    http_sent: int  # the users' request bodies (JSON, base64)
+    http_received: int  # their answers
+    sealed_shares_sent: int  # the sealed shares among what they sent, as bytes
+    sealed_shares_expected: int  # the same by the formula
+
+
+@dataclass
+class SharingDemoReport:
+    """``privagg demo-service dpds|dpdg --json``: the sharing server's release beside the simulation."""
+
+    protocol: str
+    users: int
+    drop_fraction: float
+    estimates: list[SharingDemoRow]
+    service: AnalysisReport  # the server's release, as its result route answers
+    simulation: SharingDemoSimulation
+    z_rms: float | None
+    round_seconds: dict[str, float]  # enroll, round1, round2, round3: wall time
+    bytes: SharingDemoBytes
 
 
 @dataclass
@@ -483,4 +541,4 @@ def json_schema(report_type: type) -> dict[str, Any]:
 REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "estimate-vector": VectorEstimateReport,
                 "estimate-hh": HeavyHitterReport,
                 "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "compare": CompareReport,
-                "audit": AuditReport, "account": AccountReport}
+                "audit": AuditReport, "account": AccountReport, "demo-sharing": SharingDemoReport}

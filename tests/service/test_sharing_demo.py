@@ -32,3 +32,13 @@ def test_the_demo_refuses_impossible_settings(tmp_path):
     out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "60", "--drop-fraction",
                           "0.7", "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "drop-fraction must be in [0, 0.5)" in out.stderr
+
+
+def test_the_demo_report_follows_its_published_schema(tmp_path):
+    import jsonschema
+
+    from privagg.reports import REPORT_TYPES, json_schema
+
+    report = demo(tmp_path, "dpdg", "--users", "40")
+    jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
+    assert report["service"]["dropouts"]["survivors"] == 40

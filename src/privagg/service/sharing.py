@@ -376,7 +376,7 @@ class SharingService:
 
     def _release(self, c: sa.Connection, task: SharingTask, row) -> dict:
         from ..pipelines import Analysis
-        from ..reports import Collection, Engine, to_json_dict
+        from ..reports import Collection, Dropouts, Engine, to_json_dict
 
         messages = {(r, u): m for r, u, m in c.execute(sa.select(round_messages.c.round, round_messages.c.user,
                                                                  round_messages.c.message).where(
@@ -387,12 +387,11 @@ class SharingService:
             {u: m for (r, u), m in messages.items() if r == 3})
         p = released.parameters
         privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)
-        report = to_json_dict(Analysis.of(p).report(
+        report = Analysis.of(p).report(
             released.table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
-            top=p.domain_size, collection=Collection(released.survivors, 1, 0, 0)))
-        report["dropouts"] = {"enrolled": task.parameters.n_users, "round1_senders": released.senders,
-                              "survivors": released.survivors, "min_survivors": task.min_survivors}
-        return report
+            top=p.domain_size, collection=Collection(released.survivors, 1, 0, 0))
+        report.dropouts = Dropouts(task.parameters.n_users, released.senders, released.survivors, task.min_survivors)
+        return to_json_dict(report)
 
     def close_round(self, task_id: str, round_: int) -> str:
         """The operator's early close of round ``round_`` (if it is the open one): as if its deadline passed now
