@@ -8,6 +8,9 @@
     user.helper_sums()                         # round 3: his sums for S2, if elected (False: not a helper)
     user.recover()                             # round 4, if S1 asks: shares to dropped helpers (False: not asked)
 
+Rounds 3 and 4 ask only some users (``user.inbox()`` says whom); once a round's last expected message arrives
+it closes, and a user who asks after that is refused (409 ``round_closed``).
+
 The protocol is :class:`privagg.protocols.two_server_parties.TSSUser`'s, with secure randomness; this module
 only seals, opens and sends. Shares are sealed with HPKE to their helper's public key (the task and both
 users bound as HPKE's info); sums and recovered shares to S2's key for the task (S2's task id, the kind and the
@@ -91,10 +94,16 @@ class TSSClient:
                   for h, m in plain.items()]
         self._call("round2", {**self._auth(), "shares": shares}, ("already_sent",))
 
+    def inbox(self) -> dict:
+        """What S1 asks of him in the open round: round 3, the items he helps with (none if he is no helper),
+        their R2 reporters and the sealed shares they sent him; round 4, the dropped helpers of his items (none if
+        he is not asked). Refused (409) when neither round is open."""
+        return self._call("inbox", self._auth())
+
     def helper_sums(self) -> bool:
         """Round 3: if he is a helper, the sums of the shares his items' R2 reporters sent him, sealed to S2
         (True); False if he helps with no item."""
-        answer = self._call("inbox", self._auth())
+        answer = self.inbox()
         if answer["round"] != 3 or not answer["items"]:
             return False
         suite, key = _suite(KEM), _private_key(KEM, self.private_key)
@@ -110,7 +119,7 @@ class TSSClient:
     def recover(self) -> bool:
         """Round 4: if S1 asks, his shares to his items' dropped helpers, sealed to S2 (True; refused by the role
         if the request would reveal his entry); False if not asked."""
-        answer = self._call("inbox", self._auth())
+        answer = self.inbox()
         if answer["round"] != 4 or not answer["dropped"]:
             return False
         message = self.role.recover({e["item"]: e["helpers"] for e in answer["dropped"]})
