@@ -763,8 +763,8 @@ class SecondService:
         return state
 
     def _release(self, task: SecondTask, row) -> dict:
-        from ..core.encoding import ItemEncoder
-        from ..reports import Collection, Engine, analysis_report, to_json_dict
+        from ..pipelines import Analysis
+        from ..reports import Collection, Dropouts, Engine, to_json_dict
 
         start = time.perf_counter()
         handover = Handover.from_dict(json.loads(row.handover))
@@ -779,21 +779,20 @@ class SecondService:
                     unopened += 1
         released = SecondServer(task.parameters, task.min_survivors).release(handover, opened[SUMS], opened[RECOVERY],
                                                                              unopened)
-        self.unopened.inc(released.table.malformed)
-        p = released.parameters
+        table, p = released.table, released.parameters
+        self.unopened.inc(table.malformed)
         privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)
-        report = to_json_dict(analysis_report(
-            p, released.table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
-            encoder=ItemEncoder(p.domain_size, kind="integer"), top=released.table.estimates.size,
-            full_domain=released.table.full_domain,
-            collection=Collection(released.survivors, 1, unopened, released.table.malformed - unopened)))
-        report["dropouts"] = {
-            "enrolled": released.enrolled, "round1_senders": released.senders, "survivors": released.survivors,
-            "min_survivors": task.min_survivors, "helpers": len({h for hs in handover.helpers for h in hs}),
-            "helpers_without_sum": len({h for hs in handover.helpers for h in hs} - set(handover.sums)),
-            "recovered_items": list(released.recovered),
-            "lost_items": [{"item": j, "reason": why} for j, why in sorted(released.lost.items())]}
-        return report
+        analysis = Analysis.of(p) if table.full_domain else Analysis.of(p, table.items, full_domain=False)
+        report = analysis.report(table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
+                                 top=table.estimates.size,
+                                 collection=Collection(released.survivors, 1, unopened, table.malformed - unopened))
+        report.dropouts = Dropouts(released.enrolled, released.senders, released.survivors, task.min_survivors)
+        out = to_json_dict(report)
+        helpers = {h for hs in handover.helpers for h in hs}
+        out["dropouts"].update(helpers=len(helpers), helpers_without_sum=len(helpers - set(handover.sums)),
+                               recovered_items=list(released.recovered),
+                               lost_items=[{"item": j, "reason": why} for j, why in sorted(released.lost.items())])
+        return out
 
     def state(self, task_id: str) -> dict:
         task = self.task(task_id)
