@@ -128,6 +128,18 @@ def test_reporters_dropping_out_at_rounds_1_and_2_leave_the_counts_of_r2():
     assert any(f"{N_USERS - 5} users" in c for c in released.privacy.caveats)
 
 
+def test_the_release_says_when_dropouts_weaken_the_guarantee():
+    p = calibrate_tss_collusion(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2, report_fraction=0.5, colluders=2,
+                                honest_fraction=0.9)  # p calibrated: the target delta nearly spent by n users
+    whole = release(play(p, 17)).privacy
+    assert whole.delta == pytest.approx(p.delta_at(p.epsilon)) and whole.delta <= p.delta
+    assert not any("weakened" in c for c in whole.caveats)
+    fewer = release(play(p, 17, silent2=(1, 2, 3, 4))).privacy
+    recomputed = survivors_parameters(p, N_USERS - 4).delta_at(p.epsilon)
+    assert fewer.delta == pytest.approx(recomputed) and fewer.delta > p.delta  # 0.134 against the target 0.1
+    assert any(f"weakened it from the task's target delta 0.1 to {recomputed:.3g}" in c for c in fewer.caveats)
+
+
 def test_a_helper_who_misses_round_3_is_recovered_exactly():
     p = tss_prime()
     probe = play(p, 5)

@@ -572,9 +572,12 @@ class TSSRelease:
         """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
         part and what the two servers must not do."""
         p, base = self.parameters, self.parameters.privacy
+        delta = p.delta_at(p.epsilon)
+        weakened = (f"; the dropouts weakened it from the task's target delta {p.delta:.3g} to {delta:.3g} (fewer "
+                    "users to hide among)" if delta > p.delta * (1 + 1e-9) else "")
         caveats = [f"recomputed for the {self.survivors} users whose shares reached S1 (R2), of the {self.enrolled} "
                    f"enrolled ({self.senders} sent report sets): the release is theirs, and its conditions (the users "
-                   "who may not follow the protocol, the data condition) are stated of them",
+                   f"who may not follow the protocol, the data condition) are stated of them{weakened}",
                    "S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
                    "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
                    "together they could open what they relay"]
@@ -584,7 +587,7 @@ class TSSRelease:
                            "rest (docs/privacy.md, 'Dropouts in TSS')")
         if self.lost:
             caveats.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
-        return dataclasses.replace(base, delta=p.delta_at(p.epsilon), caveats=base.caveats + tuple(caveats))
+        return dataclasses.replace(base, delta=delta, caveats=base.caveats + tuple(caveats))
 
 
 class SecondServer:
