@@ -654,12 +654,12 @@ class SecondServer:
                                  sorted(set(h.recoveries) - asked)[:8])
 
     def release(self, handover: Handover, sums: Mapping[int, bytes], recoveries: Mapping[int, bytes],
-                unopened: int = 0, queries=None) -> TSSRelease:
+                unopened: int = 0) -> TSSRelease:
         """Each item's count over R2: its helpers' sums, plus its R2 reporters' shares to the helpers that sent
         none (``sums`` and ``recoveries``: the plaintexts of the hand-over's sealed messages that opened;
         ``unopened`` counts those that did not). An item with R2 reporters that misses a helper's sum not
         recovered, or an asked reporter's recovery, is lost; the others are released. Refused when every item
-        is lost. ``queries``: release only these items."""
+        is lost."""
         p, h, field = self.parameters, handover, self.field
         self.check(h)
         served = Election(h.senders, (), h.helpers).by_helper
@@ -708,11 +708,9 @@ class SecondServer:
             counts[j] = total
             released.append(j)
         chosen = np.array(released, dtype=np.int64)
-        if queries is not None:
-            chosen = np.intersect1d(chosen, np.unique(p.check_codes(queries)))
         if not chosen.size:
             raise ParameterError("items", "at least one item whose count could be completed", f"all {len(lost)} "
-                                 f"lost, e.g. item {min(lost)}: {lost[min(lost)]}" if lost else "none asked")
+                                 f"lost, e.g. item {min(lost)}: {lost[min(lost)]}")
         recomputed = survivors_parameters(p, len(h.survivors))
         whole = chosen.size == p.domain_size
         table = FrequencyTable(recomputed, recomputed.estimate(counts[chosen]), None if whole else chosen,
