@@ -285,11 +285,13 @@ def message_cases(p):
         (SHARES, encode(p, SHARES, 3, SECOND, [1, 2], [4, 36]), "message.recipient must be"),
         (SHARES, good[SHARES][:-1], "message must be a shares message of"),
         (SHARES, good[SHARES] + b"\0", "message must be a shares message of"),
-        (SHARES, good[SHARES][:-1] + bytes([p.modulus]), f"message.values must be field elements below p = {p.modulus}"),
+        (SHARES, good[SHARES][:-1] + bytes([p.modulus]),
+         f"message.values must be field elements below p = {p.modulus}"),
         (SUMS, good[SUMS].replace(b"PVT", b"PVS", 1), "message must be version 1"),
         (SUMS, encode(p, SUMS, 3, FIRST, [0, 3], [1, 2]), "message.recipient must be S2, got S1"),
         (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[6, 4]), "pairs strictly ascending"),
-        (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[4, n]), "message.helpers must be users"),
+        (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[4, n]),
+         "message.helpers must be users"),
     ]
 
 
@@ -317,7 +319,8 @@ def test_a_helper_checks_what_he_is_sent():
     helper, items = sorted(run.election.by_helper.items())[0]
     reporters = {j: run.reporters[j] for j in items}
     senders = sorted({i for j in items for i in reporters[j]} - {helper})
-    fresh = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(run.users[helper].state.to_bytes()))  # noqa: E731
+    done = run.users[helper].state.to_bytes()  # after his round 3
+    fresh = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(done))  # noqa: E731
     resumed = UserState.from_bytes(run.users[helper].state.to_bytes())
     resumed.answered.remove(3)  # before his round 3
     again = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(resumed.to_bytes()))  # noqa: E731

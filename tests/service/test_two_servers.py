@@ -298,7 +298,8 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
             return post(d.url, route + "round1", {**who, "message": base64.b64encode(message).decode()})
 
         good = encode(p, REPORT_SET, me.user, FIRST, [0, 2])
-        cases = [(good[:-1], 400, "malformed"), (encode(p, REPORT_SET, me.user, FIRST, [0, DOMAIN]), 400, "bad_message"),
+        cases = [(good[:-1], 400, "malformed"),
+                 (encode(p, REPORT_SET, me.user, FIRST, [0, DOMAIN]), 400, "bad_message"),
                  (encode(p, REPORT_SET, me.user + 1, FIRST, [0, 2]), 400, "bad_message"),
                  (encode(p, REPORT_SET, me.user, FIRST, [2, 0]), 400, "bad_message")]
         for message, status, reason in cases:
@@ -326,7 +327,8 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
             return [{"recipient": h, "sealed": base64.b64encode(b"x" * sealed_size(p, SHARES, k)).decode()}
                     for h, k in entries.items()]
 
-        for entries, reason in (({**expected, me.user: 1}, "bad_recipient"), ({**expected, outsider: 1}, "bad_recipient"),
+        for entries, reason in (({**expected, me.user: 1}, "bad_recipient"),
+                                ({**expected, outsider: 1}, "bad_recipient"),
                                 ({**expected, N_USERS: 1}, "bad_recipient"),
                                 ({h: k + 1 for h, k in expected.items()}, "malformed"),
                                 (dict(list(expected.items())[1:]), "malformed")):

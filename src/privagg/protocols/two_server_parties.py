@@ -303,8 +303,9 @@ class TSSUser:
                 if sender != self.index:
                     expected.setdefault(sender, []).append(j)
         if set(shares) != set(expected):
-            raise ParameterError("round-2 shares", "one message from each listed reporter", f"missing "
-                                 f"{sorted(set(expected) - set(shares))[:5]}, unlisted {sorted(set(shares) - set(expected))[:5]}")
+            missing, unlisted = sorted(set(expected) - set(shares))[:5], sorted(set(shares) - set(expected))[:5]
+            raise ParameterError("round-2 shares", "one message from each listed reporter",
+                                 f"missing {missing}, unlisted {unlisted}")
         totals = dict.fromkeys(items, np.uint64(0))
         for sender, raw in shares.items():
             message = decode(p, raw, SHARES, sender, self.index, expected[sender])
@@ -691,10 +692,12 @@ class SecondServer:
             if missing and h.reporters[j]:
                 dropped, reporters = h.recovery.get(j, ((), ()))
                 if len(missing) == len(helpers):
-                    lost[j] = "every helper of the item sent no sum (recovering them would reveal each reporter's entry)"
+                    lost[j] = ("every helper of the item sent no sum (recovering them would reveal each reporter's "
+                               "entry)")
                     continue
                 if set(missing) != set(dropped):
-                    lost[j] = f"helpers {sorted(set(missing) - set(dropped))[:5]} sent no usable sum and were not recovered"
+                    lost[j] = (f"helpers {sorted(set(missing) - set(dropped))[:5]} sent no usable sum and were not "
+                               "recovered")
                     continue
                 absent = [i for i in reporters if i not in good_recoveries]
                 if absent:

@@ -845,7 +845,8 @@ def _lifespan(ticker: Ticker | None, engine: sa.Engine, logger: logging.Logger, 
 
 
 def create_first_app(service: FirstService, max_body_bytes: int = 1 << 30, tick: float | None = 0.5, *,
-                     operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None) -> FastAPI:
+                     operator_token: str | None = None, api_docs: bool = False,
+                     limits: Limits | None = None) -> FastAPI:
     """S1's HTTP service (``tick=None``: rounds advance only on requests, and the hand-over waits for
     :meth:`FirstService.deliver`)."""
     ticker = None if tick is None else Ticker(FirstRounds(service), tick)
