@@ -81,7 +81,7 @@ def sharing_service(report: Report) -> None:
             s, b = r["seconds"], r["bytes"]
             rows.append([label, f"{r['survivors']:,}", *(f"{s[k]:.1f}" for k in ("enroll", "round1", "round2",
                                                                                   "round3")),
-                         f"{b['sealed_shares_sent']:,} / {r['formula']:,}",
+                         f"{b['sealed_sent']:,} / {r['formula']:,}",
                          f"{b['http_sent'] / 1e6:,.1f} / {b['http_received'] / 1e6:,.1f}",
                          "yes" if r["exact"] else "**NO**",
                          ", ".join(f"{k:.1f} s" for k in r["kills"]) or "-"])

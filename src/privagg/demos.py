@@ -63,26 +63,37 @@ def sharing_demo_data(users: int, categories: int = 10) -> tuple[np.ndarray, lis
 def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
                      epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0,
                      progress=print) -> dict:
-    """demo-service dpds|dpdg: the sharing server's release beside the simulation over the same survivors (same
-    parameters, recomputed for them), each estimate's z-score against the truth (over its standard deviation at
-    the true count), the rounds' times and the sealed bytes against the formula."""
+    """demo-service dpds|dpdg|tss|tss-collusion: the release of the sharing server (DPDS, DPDG) or of S2 (TSS,
+    TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
+    z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes."""
     from .errors import ParameterError, check_integer
     from .protocols.sharing_parties import survivors_parameters
     from .service.sharing_demo import check_drop_fraction, run_sharing_services
+    from .service.two_servers_demo import run_tss_services
     from .simulate.runner import simulate
 
     users, drop_fraction = check_integer("users", users, 20, 5_000), check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
-    if protocol == "dpds" and beta <= 0:
+    if protocol != "dpdg" and beta <= 0:
         raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held by a "
-                             "few of them (DPDS's data condition; dpdg has none)", users)
+                             "few of them (the sampling protocols' data condition; dpdg has none)", users)
+    options = {"dpds": {"min_count_fraction": beta}, "dpdg": {},
+               "tss": {"min_count_fraction": beta, "report_fraction": TSS_REPORT_FRACTION},
+               "tss-collusion": {"min_count_fraction": beta, "report_fraction": TSS_REPORT_FRACTION,
+                                 "colluders": TSS_COLLUDERS}}[protocol]
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
-                           **({"min_count_fraction": beta} if protocol == "dpds" else {}))
-    out = run_sharing_services(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)
+                           **options)
+    run = run_tss_services if protocol.startswith("tss") else run_sharing_services
+    out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)
     report, survivors = out["report"], out["survivor_codes"]
     truth = np.bincount(survivors, minlength=len(categories))
     recomputed = survivors_parameters(parameters, len(survivors))
-    sim = simulate(recomputed, survivors, "faithful", rng=0).result
+    try:  # the condition the release's guarantee assumes of the survivors' data (no party can check it)
+        recomputed.check_population(survivors)
+        condition = None
+    except ParameterError as err:
+        condition = str(err)
+    sim = simulate(recomputed, survivors, "faithful", rng=0, check_population=False).result
     sim_se = recomputed.standard_error(np.clip(sim.estimates, 0, None))
     true_se = recomputed.standard_error(truth)
     service = {e["item"]: e for e in report["estimates"]}
@@ -93,9 +104,13 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     rows = [{"item": j, "word": word, "truth": int(truth[j]), "service": service[j]["estimate"],
              "service_stderr": service[j]["stderr"], "service_z": z(service[j]["estimate"], j),
              "simulation": float(sim.estimates[j]), "simulation_stderr": float(sim_se[j]),
-             "simulation_z": z(float(sim.estimates[j]), j)} for j, word in enumerate(categories)]
+             "simulation_z": z(float(sim.estimates[j]), j)} for j, word in enumerate(categories) if j in service]
     zs = np.array([r["service_z"] for r in rows if r["service_z"] is not None])
     return {"protocol": protocol, "users": users, "drop_fraction": drop_fraction, "estimates": rows,
             "service": report, "simulation": {"private": False, "seed": 0, "parameters": recomputed.to_dict()},
             "z_rms": float(np.sqrt(np.mean(zs**2))) if zs.size else None, "round_seconds": out["seconds"],
-            "bytes": {**out["bytes"], "sealed_shares_expected": out["expected_bytes"]}}
+            "bytes": out["bytes"], "data_condition_broken": condition}
+
+
+TSS_REPORT_FRACTION = 0.5  # the demo's alpha: each user reports half the categories
+TSS_COLLUDERS = 2  # tss-collusion's phi

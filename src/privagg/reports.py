@@ -282,7 +282,7 @@ class AnalysisReport(FrequencyReport):
 
 @dataclass
 class SharingDemoRow:
-    """One category in ``privagg demo-service dpds|dpdg``: the truth over the survivors, both estimates, their
+    """One category in ``privagg demo-service dpds|dpdg|tss|tss-collusion``: the truth over the survivors, both estimates, their
     z-scores against the truth (over its standard deviation at the true count; None where it is 0)."""
 
     item: int
@@ -307,23 +307,24 @@ class SharingDemoSimulation:
 class SharingDemoBytes:
     http_sent: int  # the users' request bodies (JSON, base64)
     http_received: int  # their answers
-    sealed_shares_sent: int  # the sealed shares among what they sent, as bytes
-    sealed_shares_expected: int  # the same by the formula
+    sealed_sent: int  # the sealed messages among what they sent, as bytes
+    sealed_expected: int | None = None  # the sealed shares by the formula (DPDS, DPDG)
 
 
 @dataclass
 class SharingDemoReport:
-    """``privagg demo-service dpds|dpdg --json``: the sharing server's release beside the simulation."""
+    """``privagg demo-service dpds|dpdg|tss|tss-collusion --json``: the release beside the simulation."""
 
     protocol: str
     users: int
     drop_fraction: float
     estimates: list[SharingDemoRow]
-    service: AnalysisReport  # the server's release, as its result route answers
+    service: AnalysisReport  # the sharing server's or S2's release, as its result route answers
     simulation: SharingDemoSimulation
     z_rms: float | None
-    round_seconds: dict[str, float]  # enroll, round1, round2, round3: wall time
+    round_seconds: dict[str, float]  # enroll, round1, round2, round3 (TSS: round4, handover): wall time
     bytes: SharingDemoBytes
+    data_condition_broken: str | None = None  # the survivors' data breaks the condition the guarantee assumes
 
 
 @dataclass

@@ -20,9 +20,9 @@ import typer
 from .cli_output import EXIT_START_FAILED, _clean_errors, _console, _emit, _say
 from .errors import ParameterError, check_integer
 
-Role = Enum("Role", {"analyzer": "analyzer", "collector": "collector", "sharing": "sharing"}, type=str)
+Role = Enum("Role", {name: name for name in ("analyzer", "collector", "sharing", "s1", "s2")}, type=str)
 
-TokenServer = Enum("TokenServer", {"collector": "collector", "sharing": "sharing"}, type=str)
+TokenServer = Enum("TokenServer", {name: name for name in ("collector", "sharing", "s1")}, type=str)
 
 task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
@@ -36,8 +36,8 @@ _DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-R
                                       "postgresql+psycopg://USER@HOST/DB for PostgreSQL).")
 
 
-def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties) or sharing (DPDS and "  # type: ignore[valid-type]
-                                                "DPDG's server)."),
+def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties), sharing (DPDS and "  # type: ignore[valid-type]
+                                                "DPDG's server), s1 or s2 (TSS's two servers)."),
           config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [collector] or "
                                                                        "[analyzer] table."),
           db: Optional[str] = _DB,
@@ -54,7 +54,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                                                        "this Dask cluster (its workers see the key)."),
           batch_interval: Optional[float] = typer.Option(None, "--batch-interval", help="Collector: seconds "
                                                          "between batch checks (default 1).")) -> None:
-    """Run the collector (the shuffler), the analyzer, or the sharing server (DPDS, DPDG) as an HTTP service.
+    """Run the collector (the shuffler), the analyzer, the sharing server (DPDS, DPDG), or TSS's S1 or S2 as an HTTP
+    service.
 
     Start-up failures are one line on stderr: a setting or a database the service cannot use (exit 2, the
     setting named), anything else, such as a port in use (exit 3)."""
@@ -90,6 +91,14 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                 from .service.sharing import create_app, open_sharing
 
                 app = create_app(open_sharing(cfg.db), cfg.max_body_bytes, **options)
+            elif cfg.role == "s1":
+                from .service.two_servers import create_first_app, open_first_server
+
+                app = create_first_app(open_first_server(cfg.db), cfg.max_body_bytes, **options)
+            elif cfg.role == "s2":
+                from .service.two_servers import create_second_app, open_second_server
+
+                app = create_second_app(open_second_server(cfg.db), cfg.max_body_bytes, **options)
             else:
                 from .service.analyzer import create_app, open_analyzer
 
@@ -165,11 +174,17 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                         "post-quantum KEM (X-Wing), 1,136 bytes per message instead of 48."),
                 round_seconds: float = typer.Option(3600.0, "--round-seconds", help="dpds, dpdg: each round's "
                                                     "deadline from its start."),
-                min_survivors: Optional[int] = typer.Option(None, "--min-survivors", help="dpds, dpdg: the fewest "
-                                                            "users a release may be over (default n: no dropout)."),
+                min_survivors: Optional[int] = typer.Option(None, "--min-survivors", help="dpds, dpdg, tss: the "
+                                                            "fewest users a release may be over (default n: no "
+                                                            "dropout)."),
+                second_db: Optional[str] = typer.Option(None, "--second-db", help="tss: S2's database (--db is "
+                                                        "S1's): the task is made on both."),
+                second_url: Optional[str] = typer.Option(None, "--second-url", help="tss: where S1 hands the "
+                                                         "helpers' sums over to S2."),
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
-    parameters), in the sharing server's for dpds and dpdg (their users bring their own keys)."""
+    parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
+    tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
     from .protocols.registry import load_parameters
     from .service.config import load_config
     from .service.storage import connect
@@ -179,6 +194,23 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             parameters = load_parameters(params.read_text())
         except OSError as e:
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
+        if parameters.model == "two_servers":
+            from .service.two_servers import FirstService, SecondService, create_tasks
+
+            if second_db is None or second_url is None:
+                raise ParameterError("second-db/second-url", "both given for tss: S2's database and URL",
+                                     f"{second_db}, {second_url}")
+            first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+            second = SecondService(connect(load_config("s2", db=second_db).db, "s2"))
+            tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
+            if as_json:
+                print(json.dumps(tss.to_dict()))
+            else:
+                _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "
+                     f"{parameters.n_users} users to enroll, rounds of {tss.round_seconds:g} s, at least "
+                     f"{tss.min_survivors} survivors")
+                print(tss.task_id)
+            return
         if parameters.model == "secret_sharing":
             from .service.sharing import SharingService
 
@@ -224,7 +256,8 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
                  count: int = typer.Option(..., "--count", help="How many tokens."),
                  db: Optional[str] = _DB,
                  server: TokenServer = typer.Option("collector", "--server", help="collector (a one-round task's "  # type: ignore[valid-type]
-                                                    "reports) or sharing (a dpds or dpdg task's enrollments)."),
+                                                    "reports), sharing (a dpds or dpdg task's enrollments) or s1 "
+                                                    "(a tss task's)."),
                  output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE (one a "
                                                                               "line) instead of stdout.")) -> None:
     """Issue one-use client tokens for a task (the server keeps only their hashes)."""
@@ -241,6 +274,10 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
             from .service.sharing import SharingService
 
             issued = SharingService(engine).issue_tokens(task, count)
+        elif server.value == "s1":
+            from .service.two_servers import FirstService
+
+            issued = FirstService(engine).issue_tokens(task, count)
         else:
             from .service.collector import Collector
 
@@ -383,21 +420,22 @@ def print_result(report: dict, top: int) -> None:
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
 
-DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "dpds", "dpdg")}, type=str)
+DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "dpds", "dpdg", "tss", "tss-collusion")}, type=str)
 
 
 def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the shuffle model's collector and "  # type: ignore[valid-type]
-                                                         "analyzer; dpds or dpdg: the sharing server and its users."),
+                                                         "analyzer; dpds or dpdg: the sharing server and its users; "
+                                                         "tss or tss-collusion: S1, S2 and their users."),
                  users: Optional[int] = typer.Option(None, "--users", help="Users drawn from the bundled English "
-                                                     "words (default 20,000 for fe1, 300 for dpds and dpdg)."),
+                                                     "words (default 20,000 for fe1, 300 for the others)."),
                  vocabulary: int = typer.Option(1_000, "--vocabulary", help="fe1: the most common words, the domain "
                                                 "(dpds and dpdg: the 10 most common)."),
                  epsilon: float = typer.Option(1.0, "--epsilon", help="Privacy parameter epsilon."),
                  delta: float = typer.Option(1e-6, "--delta", help="Privacy parameter delta."),
                  concurrency: int = typer.Option(500, "--concurrency", help="fe1: reports in flight at once."),
-                 drop_fraction: float = typer.Option(0.0, "--drop-fraction", help="dpds, dpdg: the share of users "
+                 drop_fraction: float = typer.Option(0.0, "--drop-fraction", help="Not fe1: the share of users "
                                                      "who vanish, each at round 1 or 2 (at random)."),
-                 round_seconds: float = typer.Option(300.0, "--round-seconds", help="dpds, dpdg: each round's "
+                 round_seconds: float = typer.Option(300.0, "--round-seconds", help="Not fe1: each round's "
                                                      "deadline from its start."),
                  workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
                                               help="Folder for the services' databases and logs."),
@@ -448,7 +486,7 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
                   round_seconds: float, workdir: Path, as_json: bool) -> None:
-    """demo-service dpds|dpdg (privagg.demos.run_sharing_demo), printed."""
+    """demo-service dpds|dpdg|tss|tss-collusion (privagg.demos.run_sharing_demo), printed."""
     from .demos import run_sharing_demo
 
     with _clean_errors():
@@ -461,8 +499,9 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     from rich.table import Table
 
     d = report["dropouts"]
-    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: the sharing server's private "
-                        "release beside the simulation")
+    server = "S2's" if protocol.startswith("tss") else "the sharing server's"
+    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} private release "
+                        "beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -477,6 +516,9 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
          f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
          "(seeded)")
     z = [r["service_z"] for r in rows if r["service_z"] is not None]
+    if summary["data_condition_broken"]:
+        _say("warning: the survivors' data breaks the condition the guarantee assumes (a demo can see it; no party "
+             f"of a deployment can): {summary['data_condition_broken']}", stderr=True)
     for caveat in p["caveats"]:
         if "weakened" in caveat:
             _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
@@ -485,10 +527,11 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
              f"{summary['z_rms']:.2f} over {len(z)} categories (1 expected)")
     _say("rounds: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["round_seconds"].items()))
     b = summary["bytes"]
-    verdict = "equal" if b["sealed_shares_sent"] == b["sealed_shares_expected"] else "DIFFERENT"
-    _say(f"bytes: the users sealed {b['sealed_shares_sent']:,} bytes of shares for the relay, the formula "
-         f"{b['sealed_shares_expected']:,} ({verdict}); HTTP bodies (base64 and JSON) {b['http_sent']:,} sent, "
-         f"{b['http_received']:,} received")
+    formula = "" if b.get("sealed_expected") is None else (
+        f", the formula {b['sealed_expected']:,} ("
+        f"{'equal' if b['sealed_sent'] == b['sealed_expected'] else 'DIFFERENT'})")
+    _say(f"bytes: the users sealed {b['sealed_sent']:,} bytes for the relay{formula}; HTTP bodies (base64 and JSON) "
+         f"{b['http_sent']:,} sent, {b['http_received']:,} received")
 
 
 def _shown_z(z: float | None) -> str:

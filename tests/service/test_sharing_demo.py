@@ -23,7 +23,7 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     assert report["service"]["privacy"]["randomness"].startswith("secure")
     assert report["simulation"]["parameters"]["n_users"] == dropouts["survivors"]
     b = report["bytes"]
-    assert b["sealed_shares_sent"] == b["sealed_shares_expected"] > 0
+    assert b["sealed_sent"] == b["sealed_expected"] > 0
     assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3"}
     assert report["z_rms"] is not None and report["z_rms"] < 5
 
@@ -42,3 +42,20 @@ def test_the_demo_report_follows_its_published_schema(tmp_path):
     report = demo(tmp_path, "dpdg", "--users", "40")
     jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
     assert report["service"]["dropouts"]["survivors"] == 40
+
+
+def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
+    """TSS' (phi = 2): S1 and S2 as processes, 10% of the users vanishing at round 1 or 2; S2's release over R2
+    beside the simulation over the same survivors, in the published schema."""
+    import jsonschema
+
+    from privagg.reports import REPORT_TYPES, json_schema
+
+    report = demo(tmp_path, "tss-collusion", "--users", "120", "--drop-fraction", "0.1")
+    jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
+    dropouts = report["service"]["dropouts"]
+    assert dropouts["min_survivors"] <= dropouts["survivors"] < 120
+    assert sum(row["truth"] for row in report["estimates"]) == dropouts["survivors"]
+    assert report["service"]["privacy"]["model"] == "two_servers" and report["service"]["privacy"]["private"]
+    assert "collude" in " ".join(report["service"]["privacy"]["assumptions"] + report["service"]["privacy"]["caveats"])
+    assert {"round1", "round2", "round3", "handover"} <= set(report["round_seconds"])

@@ -830,6 +830,9 @@ def calibrate_tss(epsilon, delta, n_users, domain_size, calibration="exact", min
         raise ParameterError("report-fraction", "given: alpha in (0, 1], the fraction of the N categories each "
                              "user reports", None)
     gamma = (1.0 if second_stage == "uniform" else 2.0) if gamma is None else float(gamma)
+    if isinstance(report_fraction, (int, float)) and not isinstance(report_fraction, bool) and \
+            abs(report_fraction * domain_size - round(report_fraction * domain_size)) <= 1e-6 * domain_size:
+        report_fraction = round(report_fraction * domain_size) / domain_size  # 0.666667 of 3 is 2/3, as printed
     return calibrate_sampling(protocol, epsilon, delta, n_users, domain_size, calibration, min_count_fraction,
                               sampling_probability, honest_fraction, report_fraction=float(report_fraction),
                               second_stage=second_stage, gamma=gamma, colluders=colluders)

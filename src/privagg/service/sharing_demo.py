@@ -31,11 +31,11 @@ from .storage import connect
 THREADS = 16  # users' requests in flight at once
 
 
-class SharingDeployment:
-    """The sharing server as a child process on loopback, over the database ``db``; logs appended to ``log``."""
+class ServiceProcess:
+    """``privagg serve ROLE`` as a child process on loopback, over the database ``db``; logs appended to ``log``."""
 
-    def __init__(self, db: str, log: Path, env: dict[str, str] | None = None) -> None:
-        self.db, self.log, self.port = db, Path(log), free_port()
+    def __init__(self, role: str, db: str, log: Path, env: dict[str, str] | None = None) -> None:
+        self.role, self.db, self.log, self.port = role, db, Path(log), free_port()
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
 
@@ -46,7 +46,7 @@ class SharingDeployment:
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", "sharing", "--db", self.db,
+            self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", self.role, "--db", self.db,
                                              "--port", str(self.port)], stdout=log, stderr=log, env=self.env)
         wait_ready(self.url)
 
@@ -60,16 +60,31 @@ class SharingDeployment:
             self.process.terminate()
             self.process.wait(timeout=30)
 
-    def __enter__(self) -> "SharingDeployment":
+    def __enter__(self):
         self.start()
         return self
 
     def __exit__(self, *_exc) -> None:
         self.stop()
 
+
+class SharingDeployment(ServiceProcess):
+    """The sharing server as a child process (:class:`ServiceProcess`)."""
+
+    def __init__(self, db: str, log: Path, env: dict[str, str] | None = None) -> None:
+        super().__init__("sharing", db, log, env)
+
     def service(self) -> SharingService:
         """The server's logic over its database, in this process (task creation, tokens)."""
         return SharingService(connect(self.db, "sharing"))
+
+
+def fresh_sqlite(workdir: Path, name: str) -> str:
+    """A SQLite URL in ``workdir`` with no database left from an earlier run."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        (workdir / f"{name}.db{suffix}").unlink(missing_ok=True)
+    return f"sqlite:///{workdir / f'{name}.db'}"
 
 
 def check_drop_fraction(drop_fraction: float) -> float:
@@ -125,7 +140,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
     survivors = sorted(u.user for u, p in zip(users, plan) if p == 0)
     return {"seconds": seconds, "survivors": survivors, "index": index,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
-                           "sealed_shares_sent": sum(u.sealed_sent for u in users)},
+                           "sealed_sent": sum(u.sealed_sent for u in users)},
             "state": users[0].state(), "clients": users}
 
 
@@ -143,11 +158,7 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
     at one of ``rounds``: the server's report, the task, the survivors' codes, the rounds' times, the bytes
     measured and by the formula."""
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
-    workdir.mkdir(parents=True, exist_ok=True)
-    if db is None:
-        for suffix in ("", "-wal", "-shm"):
-            (workdir / f"sharing.db{suffix}").unlink(missing_ok=True)
-        db = f"sqlite:///{workdir / 'sharing.db'}"
+    db = fresh_sqlite(workdir, "sharing") if db is None else db
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     with SharingDeployment(db, workdir / "logs" / "sharing.log") as dep:
         progress(f"sharing server at {dep.url} (log in {dep.log})")
@@ -162,8 +173,8 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
     by_index = np.empty(users, dtype=np.int64)
     by_index[run["index"]] = codes  # the roster index each user was given, and his code
     return {"task": task, "report": report, "survivor_codes": by_index[run["survivors"]],
-            "seconds": run["seconds"], "bytes": run["user_bytes"],
-            "expected_bytes": expected_sealed_bytes(task, run["index"], plan)}
+            "seconds": run["seconds"], "bytes": {**run["user_bytes"],
+                                                 "sealed_expected": expected_sealed_bytes(task, run["index"], plan)}}
 
 
 def expected_sealed_bytes(task: SharingTask, index: list[int], plan: np.ndarray) -> int:

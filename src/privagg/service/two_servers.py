@@ -318,7 +318,11 @@ class FirstService:
         return FirstServer(task.parameters, task.min_survivors)
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        self.task(task_id)
+        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
+        try:
+            self.task(task_id)
+        except Refused as err:
+            raise ParameterError("task", "a task of this S1", f"{task_id} ({err.detail})") from None
         issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(check_integer("count", count, 1, 10**7))]
         with self.engine.begin() as c:
             c.execute(sa.insert(s1_tokens), [{"token_hash": _hash(t), "task_id": task_id} for t in issued])

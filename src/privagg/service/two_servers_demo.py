@@ -1,0 +1,86 @@
+"""The services' leg of ``privagg demo-service tss|tss-collusion`` (:func:`privagg.demos.run_tss_demo` adds the data
+and the simulation beside it): S2 and S1 as child processes on loopback (``privagg serve s2``, ``privagg serve
+s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers_client.TSSClient`
+per user through the four rounds, a fraction of the users vanishing at round 1 or 2 (the demo's seeded choice).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .sharing_demo import THREADS, ServiceProcess, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for
+from .storage import connect
+from .two_servers import FirstService, SecondService, create_tasks
+from .two_servers_client import TSSClient
+
+
+def _post(url: str) -> None:
+    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=60):
+        pass
+
+
+def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
+                     round_seconds: float = 300.0, seed: int = 0, progress=print) -> dict:
+    """S2's release, the survivors' codes (R2), each round's wall time, and the users' bytes."""
+    users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
+    plan = dropout_plan(users, drop_fraction, (1, 2), seed)
+    dbs = {role: fresh_sqlite(workdir, role) for role in ("s1", "s2")}
+    with ServiceProcess("s2", dbs["s2"], workdir / "logs" / "s2.log") as s2, \
+            ServiceProcess("s1", dbs["s1"], workdir / "logs" / "s1.log") as s1:
+        progress(f"S1 at {s1.url}, S2 at {s2.url} (logs in {workdir / 'logs'})")
+        first, second = FirstService(connect(dbs["s1"], "s1")), SecondService(connect(dbs["s2"], "s2"))
+        try:
+            task = create_tasks(first, second, parameters, s2.url, round_seconds, min_survivors_for(users, drop_fraction))
+            tokens = first.issue_tokens(task.task_id, users)
+        finally:
+            first.engine.dispose()
+            second.engine.dispose()
+        clients = [TSSClient.fetch(s1.url, task.task_id) for _ in range(users)]
+        seconds: dict[str, float] = {}
+        with ThreadPoolExecutor(THREADS) as pool:
+            start = time.perf_counter()
+            index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(clients, tokens)))
+            seconds["enroll"] = time.perf_counter() - start
+            steps = {1: lambda i: clients[i].report(int(codes[i])), 2: lambda i: clients[i].share(),
+                     3: lambda i: clients[i].helper_sums(), 4: lambda i: clients[i].recover()}
+            for number, step in steps.items():
+                start = time.perf_counter()
+                if clients[0].state() == f"round{number}":
+                    active = [i for i in range(users) if plan[i] == 0 or plan[i] > number]
+                    if number >= 3:  # only the users the round asks; its last expected message closes it
+                        key = "items" if number == 3 else "dropped"
+                        active = [i for i in active if clients[i].inbox()[key]]
+                    progress(f"round {number}: {len(active)} users")
+                    list(pool.map(step, active))
+                    if clients[0].state() == f"round{number}":
+                        _post(f"{s1.url}/tasks/{task.task_id}/close-round/{number}")
+                seconds[f"round{number}"] = time.perf_counter() - start
+        start = time.perf_counter()
+        while clients[0].state() not in ("delivered", "failed"):
+            time.sleep(0.05)
+        report = _result(f"{s2.url}/tasks/{task.second_task_id}/result")
+        seconds["handover"] = time.perf_counter() - start
+    by_index = np.empty(users, dtype=np.int64)
+    by_index[index] = codes
+    survivors = sorted(c.user for c, p in zip(clients, plan) if p == 0)
+    return {"task": task, "report": report, "survivor_codes": by_index[survivors], "seconds": seconds,
+            "bytes": {"http_sent": sum(c.sent for c in clients), "http_received": sum(c.received for c in clients),
+                      "sealed_sent": sum(c.sealed_sent for c in clients)}}
+
+
+def _result(url: str) -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            if err.code != 409 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
