@@ -1,13 +1,15 @@
-"""Part 12 of ``make bench``: DPDS's parties as services on loopback (the sharing server and real SDK users).
+"""Part 12 of ``make bench``: DPDS's and TSS's parties as services on loopback (servers and real SDK users).
 
 n users (2,000 by default, ``PRIVAGG_BENCH_SHARING_USERS`` sets it) holding one of the N = 20 most common
-English words run the three rounds of ``protocols/sharing_parties.py`` through ``privagg serve sharing`` on
-SQLite: enrollment, round 1 (n - 1 shares each, sealed with HPKE to their recipients, relayed), round 2
-(masked sums), round 3 (unmasks). Measured: each round's wall time, the sealed share bytes through the relay
-against the formula, the users' HTTP bytes. Then the same with 10% of the users vanishing after round 1, and
-the server killed with SIGKILL (and restarted) once the users' round-1 messages are in and again once their
-round-2 messages are: the release must equal the survivors' sum exactly (every user's shares summed in the
-field, from his secret), nothing lost.
+English words run the rounds of ``protocols/sharing_parties.py`` through ``privagg serve sharing``, and those
+of ``protocols/two_server_parties.py`` through ``privagg serve s1`` and ``s2`` (alpha = 0.25), on SQLite.
+DPDS: enrollment, round 1 (n - 1 shares each, sealed with HPKE to their recipients, relayed), round 2 (masked
+sums), round 3 (unmasks); TSS: report sets, shares to the elected helpers, helper sums sealed to S2, the
+hand-over. Measured: each round's wall time, the sealed bytes (DPDS: against the formula), the users' HTTP
+bytes. Then the same with 10% of the users vanishing at round 2 (after their round-1 message), and the
+server (DPDS's, TSS's S1) killed with SIGKILL and restarted once the users' round-1 messages are in and again
+once their round-2 messages are: the release must equal the survivors' sum exactly (DPDS: every user's
+shares summed in the field, from his secret; TSS: R2's sampled entries), nothing lost.
 
 Client users, the server and its database share the machine's two cores.
 """
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchfmt import Report, note  # noqa: E402
 
 CATEGORIES, EPSILON, DELTA = 20, 1.0, 1e-6
+TSS_REPORT_FRACTION = 0.25
 
 
 def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
@@ -63,31 +66,63 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
     released = np.array([e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])])
     return {"seconds": run["seconds"], "bytes": run["user_bytes"],
             "formula": expected_sealed_bytes(task, run["index"], plan), "survivors": len(survivors),
-            "exact": bool(np.array_equal(released, expected)), "kills": kills, "delta": report["privacy"]["delta"]}
+            "exact": bool(np.array_equal(released, expected)), "kills": kills}
+
+
+def _run_tss(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
+    from privagg.demos import sharing_demo_data
+    from privagg.protocols.registry import calibrate
+    from privagg.protocols.sharing_parties import survivors_parameters
+    from privagg.service.two_servers_demo import run_tss_services
+
+    codes, _, beta = sharing_demo_data(users, CATEGORIES)
+    parameters = calibrate("tss", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,
+                           min_count_fraction=beta, report_fraction=TSS_REPORT_FRACTION)
+    kills: list[float] = []
+
+    def restart(round_: int, s1) -> None:
+        if kill and round_ in (1, 2):
+            start = time.perf_counter()
+            s1.kill()
+            s1.start()
+            kills.append(time.perf_counter() - start)
+
+    run = run_tss_services(folder, parameters, codes, drop_fraction, 3600.0, seed=7, rounds=(2,), between=restart,
+                           progress=lambda text: note(text))
+    counts = np.zeros(CATEGORIES, dtype=np.int64)
+    for client in run["clients"]:
+        if client.user in run["survivors"]:
+            for j, entry in zip(client.role.state.items, client.role.state.entries):
+                counts[j] += entry
+    expected = survivors_parameters(parameters, len(run["survivors"])).estimate(counts)
+    released = np.array([e["estimate"] for e in sorted(run["report"]["estimates"], key=lambda e: e["item"])])
+    return {"seconds": run["seconds"], "bytes": run["bytes"], "formula": None, "survivors": len(run["survivors"]),
+            "exact": bool(np.array_equal(released, expected)), "kills": kills}
 
 
 def sharing_service(report: Report) -> None:
     users = int(os.environ.get("PRIVAGG_BENCH_SHARING_USERS", "2000"))
-    report.add(f"## 12. DPDS through the sharing server: n = {users:,} SDK users, N = {CATEGORIES} (loopback, "
+    report.add(f"## 12. DPDS and TSS through their servers: n = {users:,} SDK users, N = {CATEGORIES} (loopback, "
                "SQLite)", "")
     rows = []
+    runs = (("no dropouts", 0.0, False), ("10% vanish at round 2; kill -9 of the server in rounds 1 and 2", 0.1, True))
     with tempfile.TemporaryDirectory() as tmp:
-        for label, drop, kill in (("no dropouts", 0.0, False),
-                                  ("10% vanish after round 1; kill -9 of the server in rounds 1 and 2", 0.1, True)):
-            note(f"dpds through the sharing server, {users:,} users: {label}")
-            folder = Path(tmp) / label.split()[0]
-            folder.mkdir()
-            r = _run(folder, users, drop, kill)
-            s, b = r["seconds"], r["bytes"]
-            rows.append([label, f"{r['survivors']:,}", *(f"{s[k]:.1f}" for k in ("enroll", "round1", "round2",
-                                                                                  "round3")),
-                         f"{b['sealed_sent']:,} / {r['formula']:,}",
-                         f"{b['http_sent'] / 1e6:,.1f} / {b['http_received'] / 1e6:,.1f}",
-                         "yes" if r["exact"] else "**NO**",
-                         ", ".join(f"{k:.1f} s" for k in r["kills"]) or "-"])
-    report.table(["run", "survivors", "enroll s", "round 1 s", "round 2 s", "round 3 s",
-                  "sealed share bytes: sent / formula", "users' HTTP MB sent / received",
+        for protocol, run in (("dpds", _run), ("tss", _run_tss)):
+            for label, drop, kill in runs:
+                note(f"{protocol} through its servers, {users:,} users: {label}")
+                folder = Path(tmp) / f"{protocol}-{drop}"
+                folder.mkdir()
+                r = run(folder, users, drop, kill)
+                s, b = r["seconds"], r["bytes"]
+                rows.append([protocol, label, f"{r['survivors']:,}",
+                             " / ".join(f"{s[k]:.1f}" for k in s),
+                             f"{b['sealed_sent']:,}" + ("" if r["formula"] is None else f" / {r['formula']:,}"),
+                             f"{b['http_sent'] / 1e6:,.1f} / {b['http_received'] / 1e6:,.1f}",
+                             "yes" if r["exact"] else "**NO**", ", ".join(f"{k:.1f} s" for k in r["kills"]) or "-"])
+    report.table(["protocol", "run", "survivors", "seconds: enroll / round 1 / 2 / 3 (TSS: / 4 / hand-over)",
+                  "sealed bytes sent (DPDS: / formula)", "users' HTTP MB sent / received",
                   "release = survivors' sum exactly", "server restarts"], rows)
-    report.add("Round 1 is n (n - 1) HPKE seals (X25519, one per share) on the users' side and their storage; round "
-               "2 as many opens. The formula counts each share's message (17-byte header, N elements of ceil(log2 "
-               "p / 8) bytes) plus HPKE's 32-byte encapsulated key and 16-byte tag.", "")
+    report.add("DPDS's round 1 is n (n - 1) HPKE seals (X25519, one per share) on the users' side and their storage; "
+               "round 2 as many opens. Its formula counts each share's message (17-byte header, N elements of "
+               "ceil(log2 p / 8) bytes) plus HPKE's 32-byte encapsulated key and 16-byte tag. TSS's users send "
+               "about alpha^2 n N shares each (Table I's derived row), so about alpha^2 of DPDS's traffic.", "")

@@ -6,9 +6,9 @@ per user through the four rounds, a fraction of the users vanishing at round 1 o
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,10 +26,13 @@ def _post(url: str) -> None:
 
 
 def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
-                     round_seconds: float = 300.0, seed: int = 0, progress=print) -> dict:
-    """S2's release, the survivors' codes (R2), each round's wall time, and the users' bytes."""
+                     round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2), between=None,
+                     progress=print) -> dict:
+    """S2's release, the survivors' codes (R2), each round's wall time, the users' bytes and their clients.
+    ``rounds``: when the dropouts vanish; ``between(round, s1)``: runs once a round's messages are sent (the
+    benchmark kills S1 there)."""
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
-    plan = dropout_plan(users, drop_fraction, (1, 2), seed)
+    plan = dropout_plan(users, drop_fraction, rounds, seed)
     dbs = {role: fresh_sqlite(workdir, role) for role in ("s1", "s2")}
     with ServiceProcess("s2", dbs["s2"], workdir / "logs" / "s2.log") as s2, \
             ServiceProcess("s1", dbs["s1"], workdir / "logs" / "s1.log") as s1:
@@ -58,6 +61,8 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
                         active = [i for i in active if clients[i].inbox()[key]]
                     progress(f"round {number}: {len(active)} users")
                     list(pool.map(step, active))
+                    if between is not None:
+                        between(number, s1)
                     if clients[0].state() == f"round{number}":
                         _post(f"{s1.url}/tasks/{task.task_id}/close-round/{number}")
                 seconds[f"round{number}"] = time.perf_counter() - start
@@ -71,7 +76,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
     survivors = sorted(c.user for c, p in zip(clients, plan) if p == 0)
     return {"task": task, "report": report, "survivor_codes": by_index[survivors], "seconds": seconds,
             "bytes": {"http_sent": sum(c.sent for c in clients), "http_received": sum(c.received for c in clients),
-                      "sealed_sent": sum(c.sealed_sent for c in clients)}}
+                      "sealed_sent": sum(c.sealed_sent for c in clients)}, "clients": clients, "survivors": survivors}
 
 
 def _result(url: str) -> dict:
