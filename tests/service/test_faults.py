@@ -14,13 +14,15 @@ pytestmark = pytest.mark.slow
 
 
 def test_kill_9_of_either_party_loses_and_repeats_no_report(databases, tmp_path):
-    run = kill_run(databases, tmp_path / "logs", clients=20_000, seed=11)
+    # 5,000 clients: the kills still land while they send (make bench part 10 runs 20,000)
+    run = kill_run(databases, tmp_path / "logs", clients=5_000, seed=11)
     assert [k["killed"] for k in run["kills"]] == ["collector", "analyzer", "collector"]
-    assert run["failed"] == 0 and run["acknowledged"] == 20_000  # every client got through, retrying
+    assert run["kills"][0]["reports_waiting"] < 5_000  # the first kill came while clients were sending
+    assert run["failed"] == 0 and run["acknowledged"] == 5_000  # every client got through, retrying
     assert run["refused"] == 100  # 50 forged tokens, 50 reused report ids
     assert run["counted_reports"] == run["acknowledged"]
     assert run["counted_messages"] == run["acknowledged_messages"] and run["dropped"] == 0
-    assert run["final"]["reports_waiting"] == 0 and run["final"]["reports_released"] == 20_000
+    assert run["final"]["reports_waiting"] == 0 and run["final"]["reports_released"] == 5_000
 
 
 def test_ten_thousand_concurrent_clients(databases, tmp_path):
