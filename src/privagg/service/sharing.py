@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import binascii
-import hashlib
-import hmac
 import json
 import logging
 import secrets
@@ -45,10 +42,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import ParameterError, check_integer
+from ..errors import ParameterError
 from ..protocols.sharing_parties import (MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, check_min_survivors,
                                          message_bytes)
 from . import storage
+from .roster import KEM, Roster, b64_field, unknown_task
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
 from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
@@ -56,8 +54,6 @@ from .web import (Health, Limits, Refused, add_operations, json_object, log_even
 
 log = logging.getLogger("privagg.sharing")
 
-TOKEN_BYTES, SECRET_BYTES = 24, 24
-KEM = "x25519"
 STATES = ("enrolling", "round1", "round2", "round3", "released", "failed")
 SERVICE_RANDOMNESS = ("secure: each user's SDK draws his secret from the OS and his coin or noise from ChaCha20 "
                       "keyed from OS entropy (privagg.service.sharing_client)")
@@ -108,21 +104,6 @@ class SharingTask:
                    data["min_survivors"])
 
 
-def _hash(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
-
-
-def _b64(text, field: str, size: int | None = None) -> bytes:
-    try:
-        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else None
-    except (binascii.Error, ValueError):
-        raw = None
-    if raw is None or (size is not None and len(raw) != size):
-        raise Refused(400, "malformed", f"{field} must be base64" + (f" of {size} bytes" if size else "") +
-                      (f", got {len(raw)} bytes" if raw is not None else ""))
-    return raw
-
-
 class SharingService:
     """The sharing server's logic over its database; the HTTP routes (:func:`create_app`) only call it.
 
@@ -133,6 +114,7 @@ class SharingService:
         self.health = Health()
         self._tasks: dict[str, SharingTask] = {}
         self._lock = threading.Lock()
+        self.users = Roster(engine, sharing_tokens, roster, self._lock)
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter("privagg_sharing_messages_accepted", "Round messages stored", ["round"],
                                 registry=self.registry)
@@ -170,51 +152,18 @@ class SharingService:
         try:
             self.task(task_id)
         except Refused as err:
-            raise ParameterError("task", "a task of this sharing server", f"{task_id} ({err.detail})") from None
-        issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(check_integer("count", count, 1, 10**7))]
-        with self.engine.begin() as c:
-            c.execute(sa.insert(sharing_tokens), [{"token_hash": _hash(t), "task_id": task_id} for t in issued])
-        return issued
+            raise unknown_task(err, task_id, "sharing server") from None
+        return self.users.issue(task_id, count)
 
     def enroll(self, task_id: str, body: bytes) -> dict:
-        """A user joins the roster: his token spent, his public key kept, his index and secret returned. The same
-        token and key again (a retry) get the same index and a fresh secret."""
-        task = self.task(task_id)
-        data = json_object(body, "the enrollment")
-        token, key = data.get("token"), data.get("public_key")
-        if set(data) != {"token", "public_key"} or not isinstance(token, str) or not 0 < len(token) <= 256:
-            raise Refused(400, "malformed", "an enrollment must be {\"token\": the issued token, \"public_key\": "
-                          "base64 of the user's X25519 public key}")
-        public = _b64(key, "public_key", KEMS[KEM][1])
-        secret = secrets.token_urlsafe(SECRET_BYTES)
-        with self._lock, self.engine.begin() as c:
-            row = c.execute(sa.select(sharing_tokens).where(sharing_tokens.c.token_hash == _hash(token))).first()
-            if row is None or row.task_id != task_id:
-                raise Refused(403, "bad_token", "token must be one the server issued for this task")
-            if row.user is not None:
-                known = c.execute(sa.select(roster.c.public_key).where(roster.c.task_id == task_id,
-                                                                       roster.c.user == row.user)).scalar()
-                if known != public:
-                    raise Refused(409, "token_spent", "token was spent on another enrollment")
-                user = row.user
-                c.execute(sa.update(roster).where(roster.c.task_id == task_id, roster.c.user == user).values(
-                    secret_hash=_hash(secret)))
-            else:
-                user = c.execute(sa.select(sa.func.count()).select_from(roster).where(
-                    roster.c.task_id == task_id)).scalar()
-                if user >= task.parameters.n_users:
-                    raise Refused(409, "roster_full", f"the roster holds its n = {task.parameters.n_users} users")
-                c.execute(sa.insert(roster).values(task_id=task_id, user=user, public_key=public,
-                                                   secret_hash=_hash(secret)))
-                c.execute(sa.update(sharing_tokens).where(sharing_tokens.c.token_hash == _hash(token)).values(user=user))
+        """A user joins the roster (:meth:`Roster.enroll`); round 1 opens with the n-th."""
+        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
         self.advance(task_id)
-        return {"user": user, "secret": secret}
+        return answer
 
     def roster(self, task_id: str) -> list[str]:
         task = self.task(task_id)
-        with storage.reading(self.engine) as c:
-            keys = c.execute(sa.select(roster.c.public_key).where(roster.c.task_id == task_id).order_by(
-                roster.c.user)).scalars().all()
+        keys = [key for _, key in sorted(self.users.public_keys(task_id).items())]
         if len(keys) < task.parameters.n_users:
             raise Refused(409, "roster_open", f"{len(keys)} of the n = {task.parameters.n_users} users enrolled so far")
         return [base64.b64encode(k).decode() for k in keys]
@@ -225,16 +174,7 @@ class SharingService:
         return c.execute(query.with_for_update() if lock else query).one()
 
     def _authenticated(self, task_id: str, data: dict) -> int:
-        task, user, secret = self.task(task_id), data.get("user"), data.get("secret")
-        if type(user) is not int or not 0 <= user < task.parameters.n_users or not isinstance(secret, str):
-            raise Refused(400, "malformed", f"user must be a roster index in [0, {task.parameters.n_users}) and "
-                          "secret the string enrollment returned")
-        with storage.reading(self.engine) as c:
-            known = c.execute(sa.select(roster.c.secret_hash).where(roster.c.task_id == task_id,
-                                                                    roster.c.user == user)).scalar()
-        if known is None or not hmac.compare_digest(known, _hash(secret)):
-            raise Refused(403, "bad_secret", "secret must be the one enrollment returned to this user")
-        return user
+        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
 
     def _open_round(self, task_id: str, round_: int) -> object:
         """The task's row, refusing (409) unless round ``round_`` is open."""
@@ -260,7 +200,7 @@ class SharingService:
             if type(recipient) is not int or not 0 <= recipient < n or recipient == user or recipient in rows:
                 raise Refused(400, "bad_recipient", f"shares[{i}].recipient must be another user of the roster, "
                               f"each once (not the sender {user}), got {shown(recipient)}")
-            rows[recipient] = _b64(entry.get("sealed"), f"shares[{i}].sealed", task.sealed_size(user, recipient))
+            rows[recipient] = b64_field(entry.get("sealed"), f"shares[{i}].sealed", task.sealed_size(user, recipient))
         return self._store(task_id, 1, user, lambda c: c.execute(sa.insert(relayed_shares), [
             {"task_id": task_id, "sender": user, "recipient": k, "sealed": v} for k, v in rows.items()]),
             sum(len(v) for v in rows.values()))
@@ -315,7 +255,7 @@ class SharingService:
         expected = json.loads(row.senders) if round_ == 2 else json.loads(row.survivors)
         if user not in expected:
             raise Refused(409, "not_expected", f"user {user} takes no part in round {round_}")
-        raw = _b64(data.get("message"), "message")
+        raw = b64_field(data.get("message"), "message")
         try:
             SharingServer(task.parameters, task.min_survivors).check(raw, MASKED_SUM if round_ == 2 else UNMASK, user)
         except ParameterError as err:

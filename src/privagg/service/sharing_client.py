@@ -27,11 +27,15 @@ from .client import RETRY_STATUSES, SubmitError
 from .sharing import KEM, SharingTask
 from .tasks import _private_key, _public_key, _suite
 
-class SharingClient:
-    """One user's device in one task; ``sent`` and ``received`` count the bytes of his request and answer bodies,
-    ``sealed_sent`` those of the sealed shares among them (before base64)."""
+class RosterClient:
+    """What a user's device does in any multi-round task (DPDS, DPDG; TSS against S1): his own X25519 key pair, his
+    enrollment in the roster, authenticated calls, seals and opens. ``sent`` and ``received`` count the bytes of
+    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them (before base64).
+    A subclass names its task type (``task_type``) and builds the protocol's role for his index (``make_role``)."""
 
-    def __init__(self, url: str, task: SharingTask, timeout: float = 60.0, attempts: int = 5) -> None:
+    task_type: type
+
+    def __init__(self, url: str, task, timeout: float = 60.0, attempts: int = 5) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
         self.url, self.task, self.timeout, self.attempts = url.rstrip("/"), task, timeout, attempts
@@ -39,14 +43,17 @@ class SharingClient:
         self.private_key, self.public_key = key.private_bytes_raw(), key.public_key().public_bytes_raw()
         self.user: int | None = None
         self.secret: str | None = None
-        self.role: SharingUser | None = None
+        self.role = None
         self.sent = self.received = self.sealed_sent = 0
 
     @classmethod
-    def fetch(cls, url: str, task_id: str, **options) -> "SharingClient":
+    def fetch(cls, url: str, task_id: str, **options):
         """The client of the task served at ``url`` (its parameters checked, never recalibrated)."""
         data = _request(f"{url.rstrip('/')}/tasks/{task_id}", None, options.get("timeout", 60.0), 5)
-        return cls(url, SharingTask.from_dict(json.loads(data)["task"]), **options)
+        return cls(url, cls.task_type.from_dict(json.loads(data)["task"]), **options)
+
+    def make_role(self, user: int):
+        raise NotImplementedError
 
     def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = ()) -> dict:
         raw = None if body is None else json.dumps(body).encode()
@@ -57,13 +64,13 @@ class SharingClient:
         return json.loads(answer)
 
     def state(self) -> str:
-        """The task's state at the server: enrolling, round1, round2, round3, released or failed."""
+        """The task's state at the server."""
         return json.loads(_request(f"{self.url}/tasks/{self.task.task_id}", None, self.timeout, self.attempts))["state"]
 
     def enroll(self, token: str) -> int:
         answer = self._call("enroll", {"token": token, "public_key": base64.b64encode(self.public_key).decode()})
         self.user, self.secret = answer["user"], answer["secret"]
-        self.role = SharingUser(self.task.parameters, self.user, self.task.min_survivors)
+        self.role = self.make_role(self.user)
         return self.user
 
     def _auth(self) -> dict:
@@ -71,23 +78,34 @@ class SharingClient:
             raise RuntimeError("enroll first")
         return {"user": self.user, "secret": self.secret}
 
+    def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
+        sealed = _suite(KEM).encrypt(message, _public_key(KEM, public_key), info=info)
+        self.sealed_sent += len(sealed)
+        return sealed
+
+    def _open(self, sealed_b64: str, info: bytes) -> bytes:
+        return _suite(KEM).decrypt(base64.b64decode(sealed_b64), _private_key(KEM, self.private_key), info=info)
+
+
+class SharingClient(RosterClient):
+    """One DPDS or DPDG user's device in one task (:class:`RosterClient`; the rounds of :class:`SharingUser`)."""
+
+    task_type = SharingTask
+
+    def make_role(self, user: int) -> SharingUser:
+        return SharingUser(self.task.parameters, user, self.task.min_survivors)
+
     def share(self, value: int) -> None:
         """Round 1: his value's shares, each sealed to its recipient."""
         keys = [base64.b64decode(k) for k in self._call("roster")["public_keys"]]
-        plain = self.role.share(value)
-        suite = _suite(KEM)
-        sealed = {k: suite.encrypt(message, _public_key(KEM, keys[k]), info=self.task.info(self.user, k))
-                  for k, message in plain.items()}
-        self.sealed_sent += sum(len(v) for v in sealed.values())
-        shares = [{"recipient": k, "sealed": base64.b64encode(v).decode()} for k, v in sealed.items()]
+        shares = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], self.task.info(
+            self.user, k))).decode()} for k, message in self.role.share(value).items()]
         self._call("round1", {**self._auth(), "shares": shares}, ("already_sent",))
 
     def _inbox(self) -> tuple[dict, dict[int, bytes]]:
         answer = self._call("inbox", self._auth())
-        suite, key = _suite(KEM), _private_key(KEM, self.private_key)
-        opened = {s["sender"]: suite.decrypt(base64.b64decode(s["sealed"]), key,
-                                             info=self.task.info(s["sender"], self.user)) for s in answer["shares"]}
-        return answer, opened
+        return answer, {s["sender"]: self._open(s["sealed"], self.task.info(s["sender"], self.user))
+                        for s in answer["shares"]}
 
     def masked_sum(self) -> None:
         """Round 2: the sum of what U1 sent him, masked."""

@@ -55,10 +55,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import ParameterError, check_integer
+from ..errors import ParameterError
 from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
                                             Recovery, SecondServer, check_min_survivors, message_bytes)
 from . import storage
+from .roster import KEM, Roster, b64_field, new_token, secret_hash, unknown_task
 from .sharing import Ticker
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, _private_key, _suite, is_hex_id
 from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
@@ -67,8 +68,6 @@ from .web import (Health, Limits, Refused, add_operations, json_object, log_even
 log = logging.getLogger("privagg.s1")
 log2 = logging.getLogger("privagg.s2")
 
-TOKEN_BYTES, SECRET_BYTES = 24, 24
-KEM = "x25519"
 SERVICE_RANDOMNESS = ("secure: each user's SDK draws his coin, report set and shares from ChaCha20 keyed from OS "
                       "entropy, and S1 elects the helpers from it (privagg.service.two_servers_client)")
 
@@ -234,21 +233,6 @@ class TSSTask:
                    _key("second_public_key", data["second_public_key"]))
 
 
-def _hash(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
-
-
-def _b64(text, field: str, size: int | None = None) -> bytes:
-    try:
-        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else None
-    except (binascii.Error, ValueError):
-        raw = None
-    if raw is None or (size is not None and len(raw) != size):
-        raise Refused(400, "malformed", f"{field} must be base64" + (f" of {size} bytes" if size else "") +
-                      (f", got {len(raw)} bytes" if raw is not None else ""))
-    return raw
-
-
 def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0) -> None:
     """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token; an HTTP error or
     no answer raises (the ticker sends it again)."""
@@ -273,6 +257,7 @@ class FirstService:
         self.health = Health()
         self._tasks: dict[str, TSSTask] = {}
         self._lock = threading.Lock()
+        self.users = Roster(engine, s1_tokens, s1_roster, self._lock)
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter("privagg_s1_messages_accepted", "Round messages stored", ["round"],
                                 registry=self.registry)
@@ -322,45 +307,14 @@ class FirstService:
         try:
             self.task(task_id)
         except Refused as err:
-            raise ParameterError("task", "a task of this S1", f"{task_id} ({err.detail})") from None
-        issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(check_integer("count", count, 1, 10**7))]
-        with self.engine.begin() as c:
-            c.execute(sa.insert(s1_tokens), [{"token_hash": _hash(t), "task_id": task_id} for t in issued])
-        return issued
+            raise unknown_task(err, task_id, "S1") from None
+        return self.users.issue(task_id, count)
 
     def enroll(self, task_id: str, body: bytes) -> dict:
-        """A user joins the roster: his token spent, his public key kept, his index and secret returned. The same
-        token and key again (a retry) get the same index and a fresh secret."""
-        task = self.task(task_id)
-        data = json_object(body, "the enrollment")
-        token = data.get("token")
-        if set(data) != {"token", "public_key"} or not isinstance(token, str) or not 0 < len(token) <= 256:
-            raise Refused(400, "malformed", "an enrollment must be {\"token\": the issued token, \"public_key\": "
-                          "base64 of the user's X25519 public key}")
-        public = _b64(data.get("public_key"), "public_key", KEMS[KEM][1])
-        secret = secrets.token_urlsafe(SECRET_BYTES)
-        with self._lock, self.engine.begin() as c:
-            row = c.execute(sa.select(s1_tokens).where(s1_tokens.c.token_hash == _hash(token))).first()
-            if row is None or row.task_id != task_id:
-                raise Refused(403, "bad_token", "token must be one the server issued for this task")
-            if row.user is not None:
-                known = c.execute(sa.select(s1_roster.c.public_key).where(s1_roster.c.task_id == task_id,
-                                                                          s1_roster.c.user == row.user)).scalar()
-                if known != public:
-                    raise Refused(409, "token_spent", "token was spent on another enrollment")
-                user = row.user
-                c.execute(sa.update(s1_roster).where(s1_roster.c.task_id == task_id, s1_roster.c.user == user).values(
-                    secret_hash=_hash(secret)))
-            else:
-                user = c.execute(sa.select(sa.func.count()).select_from(s1_roster).where(
-                    s1_roster.c.task_id == task_id)).scalar()
-                if user >= task.parameters.n_users:
-                    raise Refused(409, "roster_full", f"the roster holds its n = {task.parameters.n_users} users")
-                c.execute(sa.insert(s1_roster).values(task_id=task_id, user=user, public_key=public,
-                                                      secret_hash=_hash(secret)))
-                c.execute(sa.update(s1_tokens).where(s1_tokens.c.token_hash == _hash(token)).values(user=user))
+        """A user joins the roster (:meth:`Roster.enroll`); round 1 opens with the n-th."""
+        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
         self.advance(task_id)
-        return {"user": user, "secret": secret}
+        return answer
 
     # ---- what the rounds read ------------------------------------------------------------------------------
     def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
@@ -368,16 +322,7 @@ class FirstService:
         return c.execute(query.with_for_update() if lock else query).one()
 
     def _authenticated(self, task_id: str, data: dict) -> int:
-        task, user, secret = self.task(task_id), data.get("user"), data.get("secret")
-        if type(user) is not int or not 0 <= user < task.parameters.n_users or not isinstance(secret, str):
-            raise Refused(400, "malformed", f"user must be a roster index in [0, {task.parameters.n_users}) and "
-                          "secret the string enrollment returned")
-        with storage.reading(self.engine) as c:
-            known = c.execute(sa.select(s1_roster.c.secret_hash).where(s1_roster.c.task_id == task_id,
-                                                                       s1_roster.c.user == user)).scalar()
-        if known is None or not hmac.compare_digest(known, _hash(secret)):
-            raise Refused(403, "bad_secret", "secret must be the one enrollment returned to this user")
-        return user
+        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
 
     def _open_round(self, task_id: str, round_: int):
         """The task's row, refusing (409) unless round ``round_`` is open."""
@@ -410,7 +355,7 @@ class FirstService:
         user = self._authenticated(task_id, data)
         self._open_round(task_id, 1)
         self._message_fields(data, 1)
-        raw = _b64(data.get("message"), "message", message_bytes(task.parameters, REPORT_SET,
+        raw = b64_field(data.get("message"), "message", message_bytes(task.parameters, REPORT_SET,
                                                                  task.parameters.report_size))
         try:
             self._role(task).check_report_set(raw, user)
@@ -430,9 +375,7 @@ class FirstService:
                           "S1 in round 1)")
         helpers = election.helpers_of(self._report_set(task, user))
         everyone = sorted({h for hs in helpers.values() for h in hs})
-        with storage.reading(self.engine) as c:
-            keys = dict(c.execute(sa.select(s1_roster.c.user, s1_roster.c.public_key).where(
-                s1_roster.c.task_id == task_id, s1_roster.c.user.in_(everyone))).all())
+        keys = self.users.public_keys(task_id, everyone)
         return {"helpers": [{"item": j, "helpers": hs} for j, hs in helpers.items()],
                 "public_keys": [{"user": u, "public_key": base64.b64encode(keys[u]).decode()} for u in everyone]}
 
@@ -456,7 +399,7 @@ class FirstService:
             if type(recipient) is not int or recipient not in expected or recipient in rows:
                 raise Refused(400, "bad_recipient", f"shares[{i}].recipient must be a helper of an item of the "
                               f"sender's report set, each once (not the sender {user} himself), got {shown(recipient)}")
-            rows[recipient] = _b64(entry.get("sealed"), f"shares[{i}].sealed",
+            rows[recipient] = b64_field(entry.get("sealed"), f"shares[{i}].sealed",
                                    sealed_size(task.parameters, SHARES, expected[recipient]))
         if set(rows) != set(expected):
             raise Refused(400, "malformed", f"shares must hold one sealed message for each of the {len(expected)} "
@@ -508,7 +451,7 @@ class FirstService:
         if not entries:
             raise Refused(409, "not_expected", f"user {user} takes no part in round {round_} (he is not "
                           f"{'an elected helper' if round_ == 3 else 'a reporter of an item with a dropped helper'})")
-        raw = _b64(data.get("message"), "message", sealed_size(task.parameters, SUMS if round_ == 3 else RECOVERY,
+        raw = b64_field(data.get("message"), "message", sealed_size(task.parameters, SUMS if round_ == 3 else RECOVERY,
                                                                entries))
         return self._store(task_id, round_, user, lambda c: c.execute(sa.insert(s1_messages).values(
             task_id=task_id, round=round_, user=user, message=raw)), len(raw))
@@ -694,13 +637,13 @@ class SecondService:
         dropouts."""
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-        key, token = X25519PrivateKey.generate(), secrets.token_urlsafe(TOKEN_BYTES)
+        key, token = X25519PrivateKey.generate(), new_token()
         task = SecondTask(secrets.token_hex(TASK_ID_BYTES), parameters,
                           parameters.n_users if min_survivors is None else min_survivors,
                           key.public_key().public_bytes_raw())
         with self.engine.begin() as c:
             c.execute(sa.insert(s2_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
-                                                 private_key=key.private_bytes_raw(), relay_hash=_hash(token),
+                                                 private_key=key.private_bytes_raw(), relay_hash=secret_hash(token),
                                                  state="waiting"))
         log_event(log2, "task created", task=task.task_id, protocol=parameters.protocol, users=parameters.n_users)
         return task, token
@@ -729,7 +672,7 @@ class SecondService:
             relay_hash = self._row(c, task_id).relay_hash
         given = (authorization or "").removeprefix("Bearer ")
         if not authorization or not authorization.startswith("Bearer ") or not hmac.compare_digest(
-                _hash(given), relay_hash):
+                secret_hash(given), relay_hash):
             raise Refused(401, "unauthenticated", "a hand-over must carry Authorization: Bearer and the relay token "
                           "S2 gave for this task")
         try:

@@ -22,62 +22,22 @@ rounds.
 from __future__ import annotations
 
 import base64
-import json
 
 from ..protocols.two_server_parties import RECOVERY, SUMS, TSSUser
-from .sharing_client import _request
-from .tasks import _private_key, _public_key, _suite
-from .two_servers import KEM, TSSTask, second_info
+from .sharing_client import RosterClient
+from .two_servers import TSSTask, second_info
 
 
-class TSSClient:
-    """One user's device in one task; ``sent`` and ``received`` count the bytes of his request and answer bodies,
-    ``sealed_sent`` those of the sealed messages among them (before base64)."""
+class TSSClient(RosterClient):
+    """One TSS or TSS' user's device in one task (:class:`RosterClient`, against S1; the rounds of :class:`TSSUser`)."""
 
-    def __init__(self, url: str, task: TSSTask, timeout: float = 60.0, attempts: int = 5) -> None:
-        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    task_type = TSSTask
 
-        self.url, self.task, self.timeout, self.attempts = url.rstrip("/"), task, timeout, attempts
-        key = X25519PrivateKey.generate()
-        self.private_key, self.public_key = key.private_bytes_raw(), key.public_key().public_bytes_raw()
-        self.user: int | None = None
-        self.secret: str | None = None
-        self.role: TSSUser | None = None
-        self.sent = self.received = self.sealed_sent = 0
+    def make_role(self, user: int) -> TSSUser:
+        return TSSUser(self.task.parameters, user, self.task.min_survivors)
 
-    @classmethod
-    def fetch(cls, url: str, task_id: str, **options) -> "TSSClient":
-        """The client of the task S1 serves at ``url`` (its parameters checked, never recalibrated)."""
-        data = _request(f"{url.rstrip('/')}/tasks/{task_id}", None, options.get("timeout", 60.0), 5)
-        return cls(url, TSSTask.from_dict(json.loads(data)["task"]), **options)
-
-    def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = ()) -> dict:
-        raw = None if body is None else json.dumps(body).encode()
-        self.sent += len(raw or b"")
-        answer = _request(f"{self.url}/tasks/{self.task.task_id}/{route}", raw, self.timeout, self.attempts,
-                          ok_conflicts)
-        self.received += len(answer)
-        return json.loads(answer)
-
-    def state(self) -> str:
-        """The task's state at S1: enrolling, round1 to round4, handover, delivered or failed."""
-        return json.loads(_request(f"{self.url}/tasks/{self.task.task_id}", None, self.timeout, self.attempts))["state"]
-
-    def enroll(self, token: str) -> int:
-        answer = self._call("enroll", {"token": token, "public_key": base64.b64encode(self.public_key).decode()})
-        self.user, self.secret = answer["user"], answer["secret"]
-        self.role = TSSUser(self.task.parameters, self.user, self.task.min_survivors)
-        return self.user
-
-    def _auth(self) -> dict:
-        if self.role is None:
-            raise RuntimeError("enroll first")
-        return {"user": self.user, "secret": self.secret}
-
-    def _seal(self, message: bytes, public_key: bytes, info: bytes) -> str:
-        sealed = _suite(KEM).encrypt(message, _public_key(KEM, public_key), info=info)
-        self.sealed_sent += len(sealed)
-        return base64.b64encode(sealed).decode()
+    def _seal_b64(self, message: bytes, public_key: bytes, info: bytes) -> str:
+        return base64.b64encode(self._seal(message, public_key, info)).decode()
 
     def report(self, value: int) -> None:
         """Round 1: his coin and report set drawn, the set sent to S1."""
@@ -90,7 +50,7 @@ class TSSClient:
         answer = self._call("election", self._auth())
         keys = {k["user"]: base64.b64decode(k["public_key"]) for k in answer["public_keys"]}
         plain = self.role.share({e["item"]: e["helpers"] for e in answer["helpers"]})
-        shares = [{"recipient": h, "sealed": self._seal(m, keys[h], self.task.share_info(self.user, h))}
+        shares = [{"recipient": h, "sealed": self._seal_b64(m, keys[h], self.task.share_info(self.user, h))}
                   for h, m in plain.items()]
         self._call("round2", {**self._auth(), "shares": shares}, ("already_sent",))
 
@@ -106,13 +66,11 @@ class TSSClient:
         answer = self.inbox()
         if answer["round"] != 3 or not answer["items"]:
             return False
-        suite, key = _suite(KEM), _private_key(KEM, self.private_key)
-        opened = {s["sender"]: suite.decrypt(base64.b64decode(s["sealed"]), key,
-                                             info=self.task.share_info(s["sender"], self.user))
+        opened = {s["sender"]: self._open(s["sealed"], self.task.share_info(s["sender"], self.user))
                   for s in answer["shares"]}
         message = self.role.sums({e["item"]: e["reporters"] for e in answer["items"]}, opened)
-        sealed = self._seal(message, self.task.second_public_key, second_info(self.task.second_task_id, SUMS,
-                                                                              self.user))
+        sealed = self._seal_b64(message, self.task.second_public_key, second_info(self.task.second_task_id, SUMS,
+                                                                                  self.user))
         self._call("round3", {**self._auth(), "message": sealed}, ("already_sent",))
         return True
 
@@ -123,7 +81,7 @@ class TSSClient:
         if answer["round"] != 4 or not answer["dropped"]:
             return False
         message = self.role.recover({e["item"]: e["helpers"] for e in answer["dropped"]})
-        sealed = self._seal(message, self.task.second_public_key, second_info(self.task.second_task_id, RECOVERY,
-                                                                              self.user))
+        sealed = self._seal_b64(message, self.task.second_public_key, second_info(self.task.second_task_id,
+                                                                                  RECOVERY, self.user))
         self._call("round4", {**self._auth(), "message": sealed}, ("already_sent",))
         return True
