@@ -1,5 +1,7 @@
-"""What the servers of the multi-round protocols share (the sharing server; TSS's S1): a task's roster of users,
-each enrolled with a one-use token and his own X25519 public key, and given a secret his later requests show.
+"""What the servers of the multi-round protocols share (the sharing server; TSS's S1 and S2): a task's roster of
+users, each enrolled with a one-use token and his own X25519 public key, and given a secret his later requests
+show (:class:`Roster`); the thread that closes late rounds (:class:`Ticker`); and the HTTP routes every round
+server has (:func:`rounds_app`).
 
 Only hashes are kept: the tokens' and the secrets' SHA-256. The tables (``tokens``: token hash, task, the roster
 index it enrolled; ``roster``: task, index, public key, secret hash) are each service's own (storage.py,
@@ -12,15 +14,21 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
+from contextlib import asynccontextmanager
 
 import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from ..errors import ParameterError, check_integer
 from . import storage
 from .tasks import KEMS
-from .web import Refused, json_object
+from .web import (Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
+                  require_operator)
 
 KEM = "x25519"  # the users' keys and every seal between parties of these protocols
 TOKEN_BYTES, SECRET_BYTES = 24, 24
@@ -118,3 +126,98 @@ class Roster:
 def unknown_task(err: Refused, task_id: str, server: str) -> ParameterError:
     """An operator's command naming a task the server does not have: one ParameterError line."""
     return ParameterError("task", f"a task of this {server}", f"{task_id} ({err.detail})")
+
+
+class Ticker:
+    """Advances ``service``'s active tasks (its ``active()`` ids, its ``advance(task_id)``) every ``interval``
+    seconds, in a thread: rounds whose deadline passed close even when no user asks."""
+
+    def __init__(self, service, interval: float, logger: logging.Logger) -> None:
+        self.service, self.interval, self.log = service, interval, logger
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="privagg-rounds", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                for task_id in self.service.active():
+                    self.service.advance(task_id)
+            except Exception as err:  # the database is away: the next tick tries again
+                self.log.warning("rounds not advanced", extra={"fields": {"error": type(err).__name__}})
+
+
+def rounds_app(title: str, service, logger: logging.Logger, max_body_bytes: int, ticking=None,
+               tick: float | None = 0.5, *, operator_token: str | None = None, api_docs: bool = False,
+               limits: Limits | None = None) -> tuple[FastAPI, object]:
+    """A round server's app with what they all have: ``/healthz``, ``/readyz``, ``/metrics``, ``GET
+    /tasks/{id}`` (``service.state``), and a :class:`Ticker` over ``ticking`` (default ``service``; ``tick=None``:
+    none). Returns the app and ``body``, the coroutine reading a request's JSON body (at most ``max_body_bytes``),
+    for the caller's routes."""
+    ticker = None if tick is None else Ticker(service if ticking is None else ticking, tick, logger)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if ticker is not None:
+            ticker.start()
+        log_event(logger, f"{title} started")
+        yield
+        if ticker is not None:
+            ticker.stop()
+        service.engine.dispose()
+        log_event(logger, f"{title} stopped")
+
+    app = make_app(title, lifespan, api_docs)
+    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
+                   health=service.health, operator_token=operator_token, limits=limits)
+
+    async def body(request: Request) -> bytes:
+        return await read_body(request, max_body_bytes, "application/json")
+
+    @app.get("/tasks/{task_id}")
+    async def task(task_id: str) -> dict:
+        return await run_in_threadpool(service.state, task_id)
+
+    return app, body
+
+
+def user_routes(app: FastAPI, service, body, rounds: tuple[int, ...], message_rounds: tuple[int, ...],
+                operator_token: str | None) -> None:
+    """The routes of a server users enroll with and send round messages to: ``POST /tasks/{id}/enroll``, ``/inbox``,
+    ``/round1`` (``service.round1``), ``/roundR`` for each R of ``message_rounds`` (``service.round_message``), and
+    the operator's ``/close-round/{r}`` for the ``rounds``."""
+
+    @app.post("/tasks/{task_id}/enroll")
+    async def enroll(task_id: str, request: Request) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(service.enroll, task_id, await body(request)), status_code=201)
+
+    @app.post("/tasks/{task_id}/inbox")
+    async def inbox(task_id: str, request: Request) -> dict:
+        return await run_in_threadpool(service.inbox, task_id, await body(request))
+
+    @app.post("/tasks/{task_id}/round1")
+    async def round1(task_id: str, request: Request) -> JSONResponse:
+        return JSONResponse({"status": await run_in_threadpool(service.round1, task_id, await body(request))},
+                            status_code=201)
+
+    def round_route(round_: int) -> None:
+        @app.post(f"/tasks/{{task_id}}/round{round_}")
+        async def message(task_id: str, request: Request) -> JSONResponse:
+            status = await run_in_threadpool(service.round_message, task_id, round_, await body(request))
+            return JSONResponse({"status": status}, status_code=201)
+
+    for round_ in message_rounds:
+        round_route(round_)
+
+    @app.post("/tasks/{task_id}/close-round/{round_}")
+    async def close_round(task_id: str, round_: int, request: Request) -> dict:
+        require_operator(request, operator_token)
+        if round_ not in rounds:
+            raise Refused(400, "malformed", f"the round must be one of {', '.join(map(str, rounds))}, got {round_}")
+        return {"state": await run_in_threadpool(service.close_round, task_id, round_)}

@@ -33,24 +33,21 @@ import logging
 import secrets
 import threading
 import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import ParameterError
 from ..protocols.sharing_parties import (MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, check_min_survivors,
                                          message_bytes)
 from . import storage
-from .roster import KEM, Roster, b64_field, unknown_task
+from .roster import KEM, Roster, b64_field, rounds_app, unknown_task, user_routes
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
-from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
-                  require_operator, shown)
+from .web import Health, Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.sharing")
 
@@ -370,89 +367,16 @@ class SharingService:
                 sharing_tasks.c.state.in_(("round1", "round2", "round3")))).scalars().all()
 
 
-class Ticker:
-    """Closes rounds whose deadline passed, every ``interval`` seconds, in a thread."""
-
-    def __init__(self, service: SharingService, interval: float = 0.5) -> None:
-        self.service, self.interval = service, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="privagg-rounds", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                for task_id in self.service.active():
-                    self.service.advance(task_id)
-            except Exception as err:  # the database is away: the next tick tries again
-                log.warning("rounds not advanced", extra={"fields": {"error": type(err).__name__}})
-
-
 def create_app(service: SharingService, max_body_bytes: int = 1 << 30, tick: float | None = 0.5, *,
                operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None) -> FastAPI:
     """The sharing server's HTTP service (``tick=None``: rounds advance only on requests)."""
-    ticker = None if tick is None else Ticker(service, tick)
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        if ticker is not None:
-            ticker.start()
-        log_event(log, "sharing server started")
-        yield
-        if ticker is not None:
-            ticker.stop()
-        service.engine.dispose()
-        log_event(log, "sharing server stopped")
-
-    app = make_app("privagg sharing server", lifespan, api_docs)
-    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
-                   health=service.health, operator_token=operator_token, limits=limits)
-
-    async def body(request: Request) -> bytes:
-        return await read_body(request, max_body_bytes, "application/json")
-
-    @app.get("/tasks/{task_id}")
-    async def task(task_id: str) -> dict:
-        return await run_in_threadpool(service.state, task_id)
-
-    @app.post("/tasks/{task_id}/enroll")
-    async def enroll(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(service.enroll, task_id, await body(request)), status_code=201)
+    app, body = rounds_app("privagg sharing server", service, log, max_body_bytes, tick=tick,
+                           operator_token=operator_token, api_docs=api_docs, limits=limits)
+    user_routes(app, service, body, (1, 2, 3), (2, 3), operator_token)
 
     @app.get("/tasks/{task_id}/roster")
     async def keys(task_id: str) -> dict:
         return {"public_keys": await run_in_threadpool(service.roster, task_id)}
-
-    @app.post("/tasks/{task_id}/round1")
-    async def round1(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse({"status": await run_in_threadpool(service.round1, task_id, await body(request))},
-                            status_code=201)
-
-    @app.post("/tasks/{task_id}/inbox")
-    async def inbox(task_id: str, request: Request) -> dict:
-        return await run_in_threadpool(service.inbox, task_id, await body(request))
-
-    def round_route(round_: int) -> None:
-        @app.post(f"/tasks/{{task_id}}/round{round_}")
-        async def message(task_id: str, request: Request) -> JSONResponse:
-            status = await run_in_threadpool(service.round_message, task_id, round_, await body(request))
-            return JSONResponse({"status": status}, status_code=201)
-
-    round_route(2)
-    round_route(3)
-
-    @app.post("/tasks/{task_id}/close-round/{round_}")
-    async def close_round(task_id: str, round_: int, request: Request) -> dict:
-        require_operator(request, operator_token)
-        if round_ not in (1, 2, 3):
-            raise Refused(400, "malformed", f"the round must be 1, 2 or 3, got {round_}")
-        return {"state": await run_in_threadpool(service.close_round, task_id, round_)}
 
     @app.get("/tasks/{task_id}/result")
     async def result(task_id: str) -> dict:

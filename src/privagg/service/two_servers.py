@@ -46,7 +46,6 @@ import secrets
 import threading
 import time
 import urllib.request
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -59,11 +58,9 @@ from ..errors import ParameterError
 from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
                                             Recovery, SecondServer, check_min_survivors, message_bytes)
 from . import storage
-from .roster import KEM, Roster, b64_field, new_token, secret_hash, unknown_task
-from .sharing import Ticker
+from .roster import KEM, Roster, b64_field, new_token, rounds_app, secret_hash, unknown_task, user_routes
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, _private_key, _suite, is_hex_id
-from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
-                  require_operator, shown)
+from .web import Health, Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.s1")
 log2 = logging.getLogger("privagg.s2")
@@ -776,46 +773,14 @@ def create_tasks(first: FirstService, second: SecondService, parameters, second_
 # ---- the HTTP services -------------------------------------------------------------------------------------
 
 
-def _lifespan(ticker: Ticker | None, engine: sa.Engine, logger: logging.Logger, name: str):
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        if ticker is not None:
-            ticker.start()
-        log_event(logger, f"{name} started")
-        yield
-        if ticker is not None:
-            ticker.stop()
-        engine.dispose()
-        log_event(logger, f"{name} stopped")
-
-    return lifespan
-
-
 def create_first_app(service: FirstService, max_body_bytes: int = 1 << 30, tick: float | None = 0.5, *,
                      operator_token: str | None = None, api_docs: bool = False,
                      limits: Limits | None = None) -> FastAPI:
     """S1's HTTP service (``tick=None``: rounds advance only on requests, and the hand-over waits for
     :meth:`FirstService.deliver`)."""
-    ticker = None if tick is None else Ticker(FirstRounds(service), tick)
-    app = make_app("privagg TSS S1", _lifespan(ticker, service.engine, log, "S1"), api_docs)
-    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
-                   health=service.health, operator_token=operator_token, limits=limits)
-
-    async def body(request: Request) -> bytes:
-        return await read_body(request, max_body_bytes, "application/json")
-
-    @app.get("/tasks/{task_id}")
-    async def task(task_id: str) -> dict:
-        return await run_in_threadpool(service.state, task_id)
-
-    @app.post("/tasks/{task_id}/enroll")
-    async def enroll(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(service.enroll, task_id, await body(request)), status_code=201)
-
-    @app.post("/tasks/{task_id}/round1")
-    async def round1(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse({"status": await run_in_threadpool(service.round1, task_id, await body(request))},
-                            status_code=201)
+    app, body = rounds_app("privagg TSS S1", service, log, max_body_bytes, FirstRounds(service), tick,
+                           operator_token=operator_token, api_docs=api_docs, limits=limits)
+    user_routes(app, service, body, (1, 2, 3, 4), (3, 4), operator_token)
 
     @app.post("/tasks/{task_id}/election")
     async def election(task_id: str, request: Request) -> dict:
@@ -826,26 +791,6 @@ def create_first_app(service: FirstService, max_body_bytes: int = 1 << 30, tick:
         return JSONResponse({"status": await run_in_threadpool(service.round2, task_id, await body(request))},
                             status_code=201)
 
-    @app.post("/tasks/{task_id}/inbox")
-    async def inbox(task_id: str, request: Request) -> dict:
-        return await run_in_threadpool(service.inbox, task_id, await body(request))
-
-    def round_route(round_: int) -> None:
-        @app.post(f"/tasks/{{task_id}}/round{round_}")
-        async def message(task_id: str, request: Request) -> JSONResponse:
-            status = await run_in_threadpool(service.round_message, task_id, round_, await body(request))
-            return JSONResponse({"status": status}, status_code=201)
-
-    round_route(3)
-    round_route(4)
-
-    @app.post("/tasks/{task_id}/close-round/{round_}")
-    async def close_round(task_id: str, round_: int, request: Request) -> dict:
-        require_operator(request, operator_token)
-        if round_ not in (1, 2, 3, 4):
-            raise Refused(400, "malformed", f"the round must be 1, 2, 3 or 4, got {round_}")
-        return {"state": await run_in_threadpool(service.close_round, task_id, round_)}
-
     return app
 
 
@@ -853,18 +798,12 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
                       operator_token: str | None = None, api_docs: bool = False,
                       limits: Limits | None = None) -> FastAPI:
     """S2's HTTP service (``tick=None``: a received hand-over is released when its state or result is asked)."""
-    ticker = None if tick is None else Ticker(service, tick)
-    app = make_app("privagg TSS S2", _lifespan(ticker, service.engine, log2, "S2"), api_docs)
-    add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
-                   health=service.health, operator_token=operator_token, limits=limits)
-
-    @app.get("/tasks/{task_id}")
-    async def task(task_id: str) -> dict:
-        return await run_in_threadpool(service.state, task_id)
+    app, body = rounds_app("privagg TSS S2", service, log2, max_body_bytes, tick=tick, operator_token=operator_token,
+                           api_docs=api_docs, limits=limits)
 
     @app.post("/tasks/{task_id}/handover")
     async def handover(task_id: str, request: Request) -> JSONResponse:
-        raw = await read_body(request, max_body_bytes, "application/json")
+        raw = await body(request)
         status = await run_in_threadpool(service.receive, task_id, request.headers.get("authorization"), raw)
         return JSONResponse({"status": status}, status_code=202 if status == "received" else 200)
 
