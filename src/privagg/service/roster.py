@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 import threading
@@ -26,9 +27,9 @@ from fastapi.responses import JSONResponse
 
 from ..errors import ParameterError, check_integer
 from . import storage
-from .tasks import KEMS
+from .tasks import KEMS, is_hex_id
 from .web import (Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
-                  require_operator)
+                  require_operator, shown)
 
 KEM = "x25519"  # the users' keys and every seal between parties of these protocols
 TOKEN_BYTES, SECRET_BYTES = 24, 24
@@ -121,6 +122,21 @@ class Roster:
             query = query.where(self.roster.c.user.in_(list(users)))
         with storage.reading(self.engine) as c:
             return dict(c.execute(query).all())
+
+
+def load_task(engine: sa.Engine, table: sa.Table, task_type: type, task_id: str, cache: dict):
+    """The task ``task_id`` of a round server (its ``table``'s ``task`` JSON as ``task_type``), kept in ``cache``;
+    404 ``unknown_task`` for an id that is malformed or not the server's."""
+    if task_id not in cache:
+        if not is_hex_id(task_id):
+            raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
+                          f"{shown(task_id)}")
+        with storage.reading(engine) as c:
+            text = c.execute(sa.select(table.c.task).where(table.c.task_id == task_id)).scalar()
+        if text is None:
+            raise Refused(404, "unknown_task", f"task_id must name a task of this server, got {task_id}")
+        cache[task_id] = task_type.from_dict(json.loads(text), verify=False)
+    return cache[task_id]
 
 
 def unknown_task(err: Refused, task_id: str, server: str) -> ParameterError:

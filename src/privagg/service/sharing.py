@@ -44,7 +44,7 @@ from ..errors import ParameterError
 from ..protocols.sharing_parties import (MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, check_min_survivors,
                                          message_bytes)
 from . import storage
-from .roster import KEM, Roster, b64_field, rounds_app, unknown_task, user_routes
+from .roster import KEM, Roster, b64_field, load_task, rounds_app, unknown_task, user_routes
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
 from .web import Health, Limits, Refused, json_object, log_event, shown
@@ -133,16 +133,7 @@ class SharingService:
         return task
 
     def task(self, task_id: str) -> SharingTask:
-        if task_id not in self._tasks:
-            if not is_hex_id(task_id):
-                raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
-                              f"{shown(task_id)}")
-            with storage.reading(self.engine) as c:
-                text = c.execute(sa.select(sharing_tasks.c.task).where(sharing_tasks.c.task_id == task_id)).scalar()
-            if text is None:
-                raise Refused(404, "unknown_task", f"task_id must name a task of this server, got {task_id}")
-            self._tasks[task_id] = SharingTask.from_dict(json.loads(text), verify=False)
-        return self._tasks[task_id]
+        return load_task(self.engine, sharing_tasks, SharingTask, task_id, self._tasks)
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
         """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""

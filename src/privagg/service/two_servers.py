@@ -58,7 +58,8 @@ from ..errors import ParameterError
 from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
                                             Recovery, SecondServer, check_min_survivors, message_bytes)
 from . import storage
-from .roster import KEM, Roster, b64_field, new_token, rounds_app, secret_hash, unknown_task, user_routes
+from .roster import (KEM, Roster, b64_field, load_task, new_token, rounds_app, secret_hash, unknown_task,
+                     user_routes)
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, _private_key, _suite, is_hex_id
 from .web import Health, Limits, Refused, json_object, log_event, shown
 
@@ -285,16 +286,7 @@ class FirstService:
         return task
 
     def task(self, task_id: str) -> TSSTask:
-        if task_id not in self._tasks:
-            if not is_hex_id(task_id):
-                raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
-                              f"{shown(task_id)}")
-            with storage.reading(self.engine) as c:
-                text = c.execute(sa.select(s1_tasks.c.task).where(s1_tasks.c.task_id == task_id)).scalar()
-            if text is None:
-                raise Refused(404, "unknown_task", f"task_id must name a task of this server, got {task_id}")
-            self._tasks[task_id] = TSSTask.from_dict(json.loads(text), verify=False)
-        return self._tasks[task_id]
+        return load_task(self.engine, s1_tasks, TSSTask, task_id, self._tasks)
 
     def _role(self, task: TSSTask) -> FirstServer:
         return FirstServer(task.parameters, task.min_survivors)
@@ -646,16 +638,7 @@ class SecondService:
         return task, token
 
     def task(self, task_id: str) -> SecondTask:
-        if task_id not in self._tasks:
-            if not is_hex_id(task_id):
-                raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
-                              f"{shown(task_id)}")
-            with storage.reading(self.engine) as c:
-                text = c.execute(sa.select(s2_tasks.c.task).where(s2_tasks.c.task_id == task_id)).scalar()
-            if text is None:
-                raise Refused(404, "unknown_task", f"task_id must name a task of this server, got {task_id}")
-            self._tasks[task_id] = SecondTask.from_dict(json.loads(text), verify=False)
-        return self._tasks[task_id]
+        return load_task(self.engine, s2_tasks, SecondTask, task_id, self._tasks)
 
     def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
         query = sa.select(s2_tasks).where(s2_tasks.c.task_id == task_id)
