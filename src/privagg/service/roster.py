@@ -139,9 +139,48 @@ def load_task(engine: sa.Engine, table: sa.Table, task_type: type, task_id: str,
     return cache[task_id]
 
 
-def unknown_task(err: Refused, task_id: str, server: str) -> ParameterError:
-    """An operator's command naming a task the server does not have: one ParameterError line."""
-    return ParameterError("task", f"a task of this {server}", f"{task_id} ({err.detail})")
+class RoundServer:
+    """What a round server that users enroll with does the same way (the sharing server, S1): its tasks (rows of
+    ``tasks_table``, loaded as ``task_type``), tokens and enrollment over its :class:`Roster` (``self.users``),
+    authentication, and refusing a message of a round that is not open. A subclass sets ``engine``, ``users``
+    and ``_tasks`` (a dict) and has ``advance(task_id)``."""
+
+    tasks_table: sa.Table
+    task_type: type
+    server_name: str
+
+    def task(self, task_id: str):
+        return load_task(self.engine, self.tasks_table, self.task_type, task_id, self._tasks)
+
+    def issue_tokens(self, task_id: str, count: int) -> list[str]:
+        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
+        try:
+            self.task(task_id)
+        except Refused as err:
+            raise ParameterError("task", f"a task of this {self.server_name}", f"{task_id} ({err.detail})") from None
+        return self.users.issue(task_id, count)
+
+    def enroll(self, task_id: str, body: bytes) -> dict:
+        """A user joins the roster (:meth:`Roster.enroll`); round 1 opens with the n-th."""
+        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
+        self.advance(task_id)
+        return answer
+
+    def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
+        query = sa.select(self.tasks_table).where(self.tasks_table.c.task_id == task_id)
+        return c.execute(query.with_for_update() if lock else query).one()
+
+    def _authenticated(self, task_id: str, data: dict) -> int:
+        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
+
+    def _open_round(self, task_id: str, round_: int):
+        """The task's row, refusing (409) unless round ``round_`` is open."""
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        if row.state != f"round{round_}":
+            raise Refused(409, "round_closed", f"round {round_} must be open; the task is {row.state}")
+        return row
 
 
 class Ticker:

@@ -44,7 +44,7 @@ from ..errors import ParameterError
 from ..protocols.sharing_parties import (MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, check_min_survivors,
                                          message_bytes)
 from . import storage
-from .roster import KEM, Roster, b64_field, load_task, rounds_app, unknown_task, user_routes
+from .roster import KEM, Roster, RoundServer, b64_field, rounds_app, user_routes
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
 from .web import Health, Limits, Refused, json_object, log_event, shown
@@ -101,10 +101,12 @@ class SharingTask:
                    data["min_survivors"])
 
 
-class SharingService:
+class SharingService(RoundServer):
     """The sharing server's logic over its database; the HTTP routes (:func:`create_app`) only call it.
 
     ``clock``: seconds since the epoch (deadlines are stored as such, so a restarted server keeps them)."""
+
+    tasks_table, task_type, server_name = sharing_tasks, SharingTask, "sharing server"
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time) -> None:
         self.engine, self.clock = engine, clock
@@ -132,23 +134,6 @@ class SharingService:
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol, users=parameters.n_users)
         return task
 
-    def task(self, task_id: str) -> SharingTask:
-        return load_task(self.engine, sharing_tasks, SharingTask, task_id, self._tasks)
-
-    def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
-        try:
-            self.task(task_id)
-        except Refused as err:
-            raise unknown_task(err, task_id, "sharing server") from None
-        return self.users.issue(task_id, count)
-
-    def enroll(self, task_id: str, body: bytes) -> dict:
-        """A user joins the roster (:meth:`Roster.enroll`); round 1 opens with the n-th."""
-        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
-        self.advance(task_id)
-        return answer
-
     def roster(self, task_id: str) -> list[str]:
         task = self.task(task_id)
         keys = [key for _, key in sorted(self.users.public_keys(task_id).items())]
@@ -157,22 +142,6 @@ class SharingService:
         return [base64.b64encode(k).decode() for k in keys]
 
     # ---- rounds --------------------------------------------------------------------------------------------
-    def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
-        query = sa.select(sharing_tasks).where(sharing_tasks.c.task_id == task_id)
-        return c.execute(query.with_for_update() if lock else query).one()
-
-    def _authenticated(self, task_id: str, data: dict) -> int:
-        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
-
-    def _open_round(self, task_id: str, round_: int) -> object:
-        """The task's row, refusing (409) unless round ``round_`` is open."""
-        self.advance(task_id)
-        with storage.reading(self.engine) as c:
-            row = self._row(c, task_id)
-        if row.state != f"round{round_}":
-            raise Refused(409, "round_closed", f"round {round_} must be open; the task is {row.state}")
-        return row
-
     def round1(self, task_id: str, body: bytes) -> str:
         """A user's sealed shares, one for each other user, stored whole or not at all."""
         task, data = self.task(task_id), json_object(body, "round 1")

@@ -58,7 +58,7 @@ from ..errors import ParameterError
 from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
                                             Recovery, SecondServer, check_min_survivors, message_bytes)
 from . import storage
-from .roster import (KEM, Roster, b64_field, load_task, new_token, rounds_app, secret_hash, unknown_task,
+from .roster import (KEM, Roster, RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
                      user_routes)
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, _private_key, _suite, is_hex_id
 from .web import Health, Limits, Refused, json_object, log_event, shown
@@ -243,11 +243,13 @@ def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: floa
 # ---- S1 ----------------------------------------------------------------------------------------------------
 
 
-class FirstService:
+class FirstService(RoundServer):
     """S1's logic over its database; the HTTP routes (:func:`create_first_app`) only call it.
 
     ``clock``: seconds since the epoch (deadlines are stored as such, so a restarted server keeps them).
     ``send``: how a hand-over reaches S2 (:func:`post_handover`; a test passes S2's service directly)."""
+
+    tasks_table, task_type, server_name = s1_tasks, TSSTask, "S1"
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time,
                  send=post_handover) -> None:
@@ -285,43 +287,10 @@ class FirstService:
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol, users=parameters.n_users)
         return task
 
-    def task(self, task_id: str) -> TSSTask:
-        return load_task(self.engine, s1_tasks, TSSTask, task_id, self._tasks)
-
     def _role(self, task: TSSTask) -> FirstServer:
         return FirstServer(task.parameters, task.min_survivors)
 
-    def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
-        try:
-            self.task(task_id)
-        except Refused as err:
-            raise unknown_task(err, task_id, "S1") from None
-        return self.users.issue(task_id, count)
-
-    def enroll(self, task_id: str, body: bytes) -> dict:
-        """A user joins the roster (:meth:`Roster.enroll`); round 1 opens with the n-th."""
-        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
-        self.advance(task_id)
-        return answer
-
     # ---- what the rounds read ------------------------------------------------------------------------------
-    def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
-        query = sa.select(s1_tasks).where(s1_tasks.c.task_id == task_id)
-        return c.execute(query.with_for_update() if lock else query).one()
-
-    def _authenticated(self, task_id: str, data: dict) -> int:
-        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
-
-    def _open_round(self, task_id: str, round_: int):
-        """The task's row, refusing (409) unless round ``round_`` is open."""
-        self.advance(task_id)
-        with storage.reading(self.engine) as c:
-            row = self._row(c, task_id)
-        if row.state != f"round{round_}":
-            raise Refused(409, "round_closed", f"round {round_} must be open; the task is {row.state}")
-        return row
-
     def _messages(self, c: sa.Connection, task_id: str, round_: int) -> dict[int, bytes]:
         return dict(c.execute(sa.select(s1_messages.c.user, s1_messages.c.message).where(
             s1_messages.c.task_id == task_id, s1_messages.c.round == round_)).all())
