@@ -142,8 +142,9 @@ def load_task(engine: sa.Engine, table: sa.Table, task_type: type, task_id: str,
 class RoundServer:
     """What a round server that users enroll with does the same way (the sharing server, S1): its tasks (rows of
     ``tasks_table``, loaded as ``task_type``), tokens and enrollment over its :class:`Roster` (``self.users``),
-    authentication, and refusing a message of a round that is not open. A subclass sets ``engine``, ``users``
-    and ``_tasks`` (a dict) and has ``advance(task_id)``."""
+    authentication, storing a round message once, and refusing a message of a round that is not open. A subclass
+    sets ``engine``, ``users``, ``_tasks`` (a dict), ``_lock``, ``health`` and the counters ``accepted`` and
+    ``relayed``, and has ``advance(task_id)``."""
 
     tasks_table: sa.Table
     task_type: type
@@ -172,6 +173,26 @@ class RoundServer:
 
     def _authenticated(self, task_id: str, data: dict) -> int:
         return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
+
+    def _store(self, task_id: str, round_: int, user: int, insert, relayed: int) -> str:
+        """Store a user's round message (``insert(connection)``) once, while its round is open: 409
+        ``already_sent`` for a second one (the primary keys), ``round_closed`` if the round closed meanwhile.
+        ``relayed``: the sealed bytes among it that the server only passes on (counted)."""
+        try:
+            with self._lock, self.engine.begin() as c:
+                if self._row(c, task_id, lock=True).state != f"round{round_}":  # closed meanwhile
+                    raise Refused(409, "round_closed", f"round {round_} closed before this message was stored")
+                insert(c)
+        except sa.exc.IntegrityError:
+            raise Refused(409, "already_sent", f"user {user} already sent his round-{round_} message") from None
+        except sa.exc.DBAPIError as err:
+            self.health.write_failed(f"a round message could not be stored ({type(err.orig).__name__})")
+            raise
+        self.health.write_succeeded()
+        self.accepted.labels(str(round_)).inc()
+        self.relayed.inc(relayed)
+        self.advance(task_id)
+        return "stored"
 
     def _open_round(self, task_id: str, round_: int):
         """The task's row, refusing (409) unless round ``round_`` is open."""

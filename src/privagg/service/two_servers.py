@@ -414,22 +414,6 @@ class FirstService(RoundServer):
         return self._store(task_id, round_, user, lambda c: c.execute(sa.insert(s1_messages).values(
             task_id=task_id, round=round_, user=user, message=raw)), len(raw))
 
-    def _store(self, task_id: str, round_: int, user: int, insert, relayed: int) -> str:
-        try:
-            with self._lock, self.engine.begin() as c:
-                if self._row(c, task_id, lock=True).state != f"round{round_}":  # closed meanwhile
-                    raise Refused(409, "round_closed", f"round {round_} closed before this message was stored")
-                insert(c)
-        except sa.exc.IntegrityError:
-            raise Refused(409, "already_sent", f"user {user} already sent his round-{round_} message") from None
-        except sa.exc.DBAPIError as err:
-            self.health.write_failed(f"a round message could not be stored ({type(err.orig).__name__})")
-            raise
-        self.health.write_succeeded()
-        self.accepted.labels(str(round_)).inc()
-        self.relayed.inc(relayed)
-        self.advance(task_id)
-        return "stored"
 
     # ---- the rounds' progress ------------------------------------------------------------------------------
     def advance(self, task_id: str) -> str:
