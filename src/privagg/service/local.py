@@ -1,4 +1,4 @@
-"""Both services as processes on this machine: ``privagg demo-service``, the fault tests and the benchmarks.
+"""The parties as processes on this machine: ``privagg demo-service``, the fault tests and the benchmarks.
 
 :class:`LocalDeployment` creates a task in the analyzer's database, issues its tokens, and starts
 ``privagg serve analyzer`` and ``privagg serve collector`` as child processes on free loopback ports; it
@@ -48,6 +48,53 @@ def wait_ready(url: str, seconds: float = READY_SECONDS) -> None:
         time.sleep(0.05)
 
 
+class ServiceProcess:
+    """``privagg serve ROLE`` as a child process on a free loopback port over the database ``db`` (``args``: more
+    flags), its log appended to ``log``; it can be killed with SIGKILL and started again on the same port and
+    database."""
+
+    def __init__(self, role: str, db: str, log: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.role, self.db, self.log, self.args, self.port = role, db, Path(log), args, free_port()
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", self.role, "--db", self.db,
+                                             "--port", str(self.port), *self.args], stdout=log,
+                                            stderr=subprocess.STDOUT, env=self.env)
+        wait_ready(self.url)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM: uvicorn finishes its requests, background loops stop; SIGKILL after 30 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stop()
+
+
 class LocalDeployment:
     """An analyzer and a collector on loopback, over the databases ``dbs`` ({"analyzer": URL, "collector": URL}).
 
@@ -57,14 +104,15 @@ class LocalDeployment:
 
     def __init__(self, dbs: dict[str, str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.dbs, self.log_dir = dbs, Path(log_dir)
-        self.ports = {"analyzer": free_port(), "collector": free_port()}
         token = secrets.token_urlsafe(32)  # the collector shows it to the analyzer with each batch
-        self.env = {**os.environ, "PRIVAGG_COLLECTOR_COLLECTOR_TOKEN": token, "PRIVAGG_ANALYZER_COLLECTOR_TOKEN": token,
-                    **(env or {})}
-        self.processes: dict[str, subprocess.Popen] = {}
+        env = {"PRIVAGG_COLLECTOR_COLLECTOR_TOKEN": token, "PRIVAGG_ANALYZER_COLLECTOR_TOKEN": token, **(env or {})}
+        analyzer = ServiceProcess("analyzer", dbs["analyzer"], self.log_dir / "analyzer.log", env)
+        self.services = {"analyzer": analyzer, "collector": ServiceProcess(
+            "collector", dbs["collector"], self.log_dir / "collector.log", env,
+            ("--analyzer", analyzer.url, "--batch-interval", "0.2"))}
 
     def url(self, role: str) -> str:
-        return f"http://127.0.0.1:{self.ports[role]}"
+        return self.services[role].url
 
     def create_task(self, parameters, min_batch_size: int | None = None) -> Task:
         from .analyzer import AnalyzerService
@@ -85,28 +133,14 @@ class LocalDeployment:
             engine.dispose()
 
     def start(self, role: str) -> None:
-        args = [sys.executable, "-m", "privagg", "serve", role, "--db", self.dbs[role], "--port", str(self.ports[role])]
-        if role == "collector":
-            args += ["--analyzer", self.url("analyzer"), "--batch-interval", "0.2"]
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{role}.log", "ab") as log:
-            self.processes[role] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        wait_ready(self.url(role))
+        self.services[role].start()
 
     def kill(self, role: str) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
-        process = self.processes.pop(role)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        self.services[role].kill()
 
     def stop(self, role: str) -> None:
-        process = self.processes.pop(role)
-        process.send_signal(signal.SIGTERM)  # graceful: uvicorn finishes its requests, the batch loop stops
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        self.services[role].stop()
 
     def status(self, task_id: str) -> dict:
         with urllib.request.urlopen(f"{self.url('collector')}/tasks/{task_id}/status", timeout=10) as answer:
@@ -133,5 +167,5 @@ class LocalDeployment:
         return self
 
     def __exit__(self, *exc) -> None:
-        for role in list(self.processes):
+        for role in self.services:
             self.stop(role)

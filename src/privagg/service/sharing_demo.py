@@ -12,10 +12,6 @@ round's wall time and the bytes the users sent and received.
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,49 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ParameterError
-from .local import free_port, wait_ready
+from .local import ServiceProcess
 from .sharing import SharingService, SharingTask
 from .sharing_client import SharingClient
 from .storage import connect
 
 THREADS = 16  # users' requests in flight at once
-
-
-class ServiceProcess:
-    """``privagg serve ROLE`` as a child process on loopback, over the database ``db``; logs appended to ``log``."""
-
-    def __init__(self, role: str, db: str, log: Path, env: dict[str, str] | None = None) -> None:
-        self.role, self.db, self.log, self.port = role, db, Path(log), free_port()
-        self.env = {**os.environ, **(env or {})}
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", self.role, "--db", self.db,
-                                             "--port", str(self.port)], stdout=log, stderr=log, env=self.env)
-        wait_ready(self.url)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no flush beyond what was committed."""
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.stop()
 
 
 class SharingDeployment(ServiceProcess):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .sharing_demo import THREADS, ServiceProcess, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for
+from .local import ServiceProcess
+from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for
 from .storage import connect
 from .two_servers import FirstService, SecondService, create_tasks
 from .two_servers_client import TSSClient
