@@ -3,7 +3,8 @@
 :class:`LocalDeployment` creates a task in the analyzer's database, issues its tokens, and starts
 ``privagg serve analyzer`` and ``privagg serve collector`` as child processes on free loopback ports; it
 can kill either with SIGKILL and start it again on the same port and database, and stops both gracefully
-(SIGTERM) on exit.
+(SIGTERM) on exit. :class:`ServiceProcess` is one such party, whatever its role (the sharing server, S1 and S2
+run alone).
 """
 
 from __future__ import annotations
