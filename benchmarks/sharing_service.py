@@ -125,4 +125,6 @@ def sharing_service(report: Report) -> None:
     report.add("DPDS's round 1 is n (n - 1) HPKE seals (X25519, one per share) on the users' side and their storage; "
                "round 2 as many opens. Its formula counts each share's message (17-byte header, N elements of "
                "ceil(log2 p / 8) bytes) plus HPKE's 32-byte encapsulated key and 16-byte tag. TSS's users send "
-               "about alpha^2 n N shares each (Table I's derived row), so about alpha^2 of DPDS's traffic.", "")
+               "about alpha^2 n N field elements each (Table I's derived row), alpha^2 of DPDS's (n - 1) N; but "
+               "each is one share sealed alone, so HPKE's 48 bytes a seal, not the elements, set TSS's bytes on the "
+               "wire.", "")
