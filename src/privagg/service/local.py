@@ -106,10 +106,11 @@ class LocalDeployment:
     def __init__(self, dbs: dict[str, str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.dbs, self.log_dir = dbs, Path(log_dir)
         token = secrets.token_urlsafe(32)  # the collector shows it to the analyzer with each batch
-        env = {"PRIVAGG_COLLECTOR_COLLECTOR_TOKEN": token, "PRIVAGG_ANALYZER_COLLECTOR_TOKEN": token, **(env or {})}
-        analyzer = ServiceProcess("analyzer", dbs["analyzer"], self.log_dir / "analyzer.log", env)
+        self.env = {**os.environ, "PRIVAGG_COLLECTOR_COLLECTOR_TOKEN": token, "PRIVAGG_ANALYZER_COLLECTOR_TOKEN": token,
+                    **(env or {})}  # the services' environment (a test starting its own processes takes it too)
+        analyzer = ServiceProcess("analyzer", dbs["analyzer"], self.log_dir / "analyzer.log", self.env)
         self.services = {"analyzer": analyzer, "collector": ServiceProcess(
-            "collector", dbs["collector"], self.log_dir / "collector.log", env,
+            "collector", dbs["collector"], self.log_dir / "collector.log", self.env,
             ("--analyzer", analyzer.url, "--batch-interval", "0.2"))}
 
     def url(self, role: str) -> str:
