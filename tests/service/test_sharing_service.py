@@ -16,7 +16,8 @@ from privagg.protocols.sharing_parties import (HEADER, MAGIC, MASKED_SUM, SERVER
                                                survivors_parameters)
 from privagg.service import sharing_client
 from privagg.service.client import SubmitError
-from privagg.service.sharing import KEM, SharingService, create_app
+from privagg.service.round_tasks import KEM
+from privagg.service.sharing import SharingService, create_app
 from privagg.service.sharing_client import SharingClient
 from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds
 from privagg.service.storage import connect, relayed_shares, round_messages
@@ -253,3 +254,13 @@ def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
     estimates = [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])]
     assert estimates == pytest.approx(survivors_parameters(p, len(survivors)).estimate(total).tolist())
     assert report["dropouts"]["survivors"] == len(survivors) < 16
+
+
+def test_the_users_sdks_import_no_server():
+    """A device runs the SDK: it loads the task types from service/round_tasks.py, never FastAPI or SQLAlchemy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, privagg.service.sharing_client, privagg.service.two_servers_client; print(sorted(m for m in "
+            "('fastapi', 'sqlalchemy', 'starlette', 'uvicorn', 'prometheus_client', 'alembic') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -27,11 +27,11 @@ from fastapi.responses import JSONResponse
 
 from ..errors import ParameterError, check_integer
 from . import storage
+from .round_tasks import KEM
 from .tasks import KEMS, is_hex_id
 from .web import (Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
                   require_operator, shown)
 
-KEM = "x25519"  # the users' keys and every seal between parties of these protocols
 TOKEN_BYTES, SECRET_BYTES = 24, 24
 
 

@@ -33,7 +33,6 @@ import logging
 import secrets
 import threading
 import time
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from fastapi import FastAPI
@@ -41,12 +40,12 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import ParameterError
-from ..protocols.sharing_parties import (MASKED_SUM, SEED, SHARE, UNMASK, SharingServer, check_min_survivors,
-                                         message_bytes)
+from ..protocols.sharing_parties import MASKED_SUM, UNMASK, SharingServer
 from . import storage
-from .roster import KEM, Roster, RoundServer, b64_field, rounds_app, user_routes
+from .roster import Roster, RoundServer, b64_field, rounds_app, user_routes
+from .round_tasks import SharingTask
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
-from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
+from .tasks import TASK_ID_BYTES
 from .web import Health, Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.sharing")
@@ -54,51 +53,6 @@ log = logging.getLogger("privagg.sharing")
 STATES = ("enrolling", "round1", "round2", "round3", "released", "failed")
 SERVICE_RANDOMNESS = ("secure: each user's SDK draws his secret from the OS and his coin or noise from ChaCha20 "
                       "keyed from OS entropy (privagg.service.sharing_client)")
-
-
-@dataclass(frozen=True)
-class SharingTask:
-    """A DPDS or DPDG task as every party knows it: public."""
-
-    task_id: str
-    parameters: object
-    round_seconds: float  # each round's deadline, from its start
-    min_survivors: int  # the fewest users a release may be over (check_min_survivors)
-
-    def __post_init__(self) -> None:
-        if not is_hex_id(self.task_id):
-            raise ParameterError("task_id", f"{2 * TASK_ID_BYTES} hexadecimal characters", self.task_id)
-        check_min_survivors(self.parameters, self.min_survivors)
-        if isinstance(self.round_seconds, bool) or not isinstance(self.round_seconds, (int, float)) or \
-                not 0 < self.round_seconds <= 7 * 86_400:
-            raise ParameterError("round_seconds", "a number of seconds in (0, 604800]", self.round_seconds)
-
-    def info(self, sender: int, recipient: int) -> bytes:
-        """HPKE's info for a share: binds it to this task, its sender and its recipient."""
-        return b"privagg share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
-
-    def sealed_size(self, sender: int, recipient: int) -> int:
-        """Bytes of the sealed share ``sender`` sends ``recipient``: a seed with ``share_encoding="seeds"`` (but to
-        the correction's recipient, n - 1), N elements otherwise; HPKE adds its encapsulation and tag."""
-        p = self.parameters
-        kind = SEED if p.share_encoding == "seeds" and recipient != p.n_users - 1 else SHARE
-        return message_bytes(p, kind) + KEMS[KEM][2] + TAG_BYTES
-
-    def to_dict(self) -> dict:
-        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
-                "min_survivors": self.min_survivors, "kem": KEM, "suite": KEMS[KEM][0]}
-
-    @classmethod
-    def from_dict(cls, data: dict, verify: bool = True) -> "SharingTask":
-        from ..protocols.registry import load_parameters
-
-        fields = {"task_id", "parameters", "round_seconds", "min_survivors"}
-        if not isinstance(data, dict) or not fields <= set(data):
-            raise ParameterError("task", f"a JSON object with {', '.join(sorted(fields))}", type(data).__name__)
-        if data.get("suite", KEMS[KEM][0]) != KEMS[KEM][0]:
-            raise ParameterError("task.suite", KEMS[KEM][0], data.get("suite"))
-        return cls(data["task_id"], load_parameters(data["parameters"], verify=verify), data["round_seconds"],
-                   data["min_survivors"])
 
 
 class SharingService(RoundServer):

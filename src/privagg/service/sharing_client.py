@@ -24,7 +24,7 @@ import urllib.request
 
 from ..protocols.sharing_parties import SharingUser
 from .client import RETRY_STATUSES, SubmitError
-from .sharing import KEM, SharingTask
+from .round_tasks import KEM, SharingTask
 from .tasks import _private_key, _public_key, _suite
 
 class RosterClient:

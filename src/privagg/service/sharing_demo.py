@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import ParameterError
 from .local import ServiceProcess
-from .sharing import SharingService, SharingTask
+from .round_tasks import SharingTask
+from .sharing import SharingService
 from .sharing_client import SharingClient
 from .storage import connect
 

@@ -36,7 +36,6 @@ S1's routes: ``GET /tasks/{id}``, ``POST /tasks/{id}/enroll``, ``POST /tasks/{id
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
 import hashlib
 import hmac
@@ -46,7 +45,6 @@ import secrets
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
@@ -56,11 +54,12 @@ from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import ParameterError
 from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
-                                            Recovery, SecondServer, check_min_survivors, message_bytes)
+                                            Recovery, SecondServer, message_bytes)
 from . import storage
-from .roster import (KEM, Roster, RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
+from .roster import (Roster, RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
                      user_routes)
-from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, _private_key, _suite, is_hex_id
+from .round_tasks import KEM, SecondTask, TSSTask, sealed_size, second_info
+from .tasks import TASK_ID_BYTES, _private_key, _suite
 from .web import Health, Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.s1")
@@ -126,109 +125,6 @@ s2_tasks = sa.Table(
     sa.Column("handover_digest", sa.LargeBinary(32)),  # SHA-256 of the hand-over taken
     sa.Column("outcome", sa.Text),  # the release's JSON, or why nothing was released
 )
-
-
-def _check_id(field: str, value) -> None:
-    if not is_hex_id(value):
-        raise ParameterError(field, f"{2 * TASK_ID_BYTES} lowercase hexadecimal characters", value)
-
-
-def _check_round_seconds(value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 7 * 86_400:
-        raise ParameterError("round_seconds", "a number of seconds in (0, 604800]", value)
-
-
-def _load(data, fields: set[str], what: str, verify: bool):
-    from ..protocols.registry import load_parameters
-
-    if not isinstance(data, dict) or not fields <= set(data):
-        raise ParameterError(what, f"a JSON object with {', '.join(sorted(fields))}", type(data).__name__)
-    if data.get("suite", KEMS[KEM][0]) != KEMS[KEM][0]:
-        raise ParameterError(f"{what}.suite", KEMS[KEM][0], data.get("suite"))
-    return load_parameters(data["parameters"], verify=verify)
-
-
-def _key(field: str, text) -> bytes:
-    try:
-        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != KEMS[KEM][1]:
-        raise ParameterError(field, f"base64 of a raw {KEM} public key ({KEMS[KEM][1]} bytes)", shown(text))
-    return raw
-
-
-def second_info(task_id: str, kind: int, sender: int) -> bytes:
-    """HPKE's info for a message sealed to S2: binds it to S2's task, its kind (sums, recovery) and its sender."""
-    return b"privagg tss to S2 " + bytes.fromhex(task_id) + bytes([kind]) + sender.to_bytes(4, "big")
-
-
-def sealed_size(parameters, kind: int, entries: int) -> int:
-    """Bytes of a sealed message of ``kind`` with ``entries`` entries: the message, HPKE's encapsulation and tag."""
-    return message_bytes(parameters, kind, entries) + KEMS[KEM][2] + TAG_BYTES
-
-
-@dataclass(frozen=True)
-class SecondTask:
-    """A TSS task as S2 serves it: public."""
-
-    task_id: str
-    parameters: object
-    min_survivors: int  # the fewest users (|R2|) a release may be over
-    public_key: bytes  # S2's HPKE public key for this task (raw X25519)
-
-    def __post_init__(self) -> None:
-        _check_id("task_id", self.task_id)
-        check_min_survivors(self.parameters, self.min_survivors)
-        if not isinstance(self.public_key, bytes) or len(self.public_key) != KEMS[KEM][1]:
-            raise ParameterError("public_key", f"{KEMS[KEM][1]} bytes (a raw {KEM} public key)", shown(self.public_key))
-
-    def to_dict(self) -> dict:
-        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "min_survivors": self.min_survivors,
-                "public_key": base64.b64encode(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0]}
-
-    @classmethod
-    def from_dict(cls, data: dict, verify: bool = True) -> "SecondTask":
-        parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key"}, "second task", verify)
-        return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]))
-
-
-@dataclass(frozen=True)
-class TSSTask:
-    """A TSS task as S1 serves it to users: public, with S2's task id and public key."""
-
-    task_id: str
-    parameters: object
-    round_seconds: float  # each round's deadline, from its start
-    min_survivors: int  # the fewest users in R1 and R2 for the task to go on
-    second_task_id: str
-    second_public_key: bytes
-
-    def __post_init__(self) -> None:
-        _check_id("task_id", self.task_id)
-        _check_id("second_task_id", self.second_task_id)
-        check_min_survivors(self.parameters, self.min_survivors)
-        _check_round_seconds(self.round_seconds)
-        if not isinstance(self.second_public_key, bytes) or len(self.second_public_key) != KEMS[KEM][1]:
-            raise ParameterError("second_public_key", f"{KEMS[KEM][1]} bytes", shown(self.second_public_key))
-
-    def share_info(self, sender: int, recipient: int) -> bytes:
-        """HPKE's info for a reporter's shares to a helper: binds them to this task, the sender and the recipient."""
-        return (b"privagg tss share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") +
-                recipient.to_bytes(4, "big"))
-
-    def to_dict(self) -> dict:
-        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
-                "min_survivors": self.min_survivors, "second_task_id": self.second_task_id,
-                "second_public_key": base64.b64encode(self.second_public_key).decode(), "kem": KEM,
-                "suite": KEMS[KEM][0]}
-
-    @classmethod
-    def from_dict(cls, data: dict, verify: bool = True) -> "TSSTask":
-        parameters = _load(data, {"task_id", "parameters", "round_seconds", "min_survivors", "second_task_id",
-                                  "second_public_key"}, "task", verify)
-        return cls(data["task_id"], parameters, data["round_seconds"], data["min_survivors"], data["second_task_id"],
-                   _key("second_public_key", data["second_public_key"]))
 
 
 def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0) -> None:

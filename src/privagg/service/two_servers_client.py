@@ -25,7 +25,7 @@ import base64
 
 from ..protocols.two_server_parties import RECOVERY, SUMS, TSSUser
 from .sharing_client import RosterClient
-from .two_servers import TSSTask, second_info
+from .round_tasks import TSSTask, second_info
 
 
 class TSSClient(RosterClient):

@@ -1,0 +1,160 @@
+"""The public tasks of the multi-round protocols, as every party (and the users' SDKs) load them: light (numpy
+and the protocols; no service framework), so that a device's SDK imports no server.
+
+* :class:`SharingTask`: a DPDS or DPDG task of the sharing server.
+* :class:`TSSTask` (what S1 serves users) and :class:`SecondTask` (what S2 serves S1): a TSS or TSS' task.
+
+Every field is checked on load, the parameters are loaded (never recalibrated), and the HPKE suite is named.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from ..errors import ParameterError
+from ..protocols.sharing_parties import SEED, SHARE, check_min_survivors as check_sharing_survivors
+from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
+from ..protocols.two_server_parties import check_min_survivors, message_bytes
+from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
+
+KEM = "x25519"  # the users' keys and every seal between parties of these protocols
+
+
+def _check_id(field: str, value) -> None:
+    if not is_hex_id(value):
+        raise ParameterError(field, f"{2 * TASK_ID_BYTES} lowercase hexadecimal characters", value)
+
+
+def _check_round_seconds(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 7 * 86_400:
+        raise ParameterError("round_seconds", "a number of seconds in (0, 604800]", value)
+
+
+def _load(data, fields: set[str], what: str, verify: bool):
+    from ..protocols.registry import load_parameters
+
+    if not isinstance(data, dict) or not fields <= set(data):
+        raise ParameterError(what, f"a JSON object with {', '.join(sorted(fields))}", type(data).__name__)
+    if data.get("suite", KEMS[KEM][0]) != KEMS[KEM][0]:
+        raise ParameterError(f"{what}.suite", KEMS[KEM][0], data.get("suite"))
+    return load_parameters(data["parameters"], verify=verify)
+
+
+def _key(field: str, text) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != KEMS[KEM][1]:
+        raise ParameterError(field, f"base64 of a raw {KEM} public key ({KEMS[KEM][1]} bytes)", f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
+    return raw
+
+
+def second_info(task_id: str, kind: int, sender: int) -> bytes:
+    """HPKE's info for a message sealed to S2: binds it to S2's task, its kind (sums, recovery) and its sender."""
+    return b"privagg tss to S2 " + bytes.fromhex(task_id) + bytes([kind]) + sender.to_bytes(4, "big")
+
+
+def sealed_size(parameters, kind: int, entries: int) -> int:
+    """Bytes of a sealed message of ``kind`` with ``entries`` entries: the message, HPKE's encapsulation and tag."""
+    return message_bytes(parameters, kind, entries) + KEMS[KEM][2] + TAG_BYTES
+
+
+@dataclass(frozen=True)
+class SecondTask:
+    """A TSS task as S2 serves it: public."""
+
+    task_id: str
+    parameters: object
+    min_survivors: int  # the fewest users (|R2|) a release may be over
+    public_key: bytes  # S2's HPKE public key for this task (raw X25519)
+
+    def __post_init__(self) -> None:
+        _check_id("task_id", self.task_id)
+        check_min_survivors(self.parameters, self.min_survivors)
+        if not isinstance(self.public_key, bytes) or len(self.public_key) != KEMS[KEM][1]:
+            raise ParameterError("public_key", f"{KEMS[KEM][1]} bytes (a raw {KEM} public key)", f"{len(self.public_key) if isinstance(self.public_key, bytes) else type(self.public_key).__name__}")
+
+    def to_dict(self) -> dict:
+        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "min_survivors": self.min_survivors,
+                "public_key": base64.b64encode(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0]}
+
+    @classmethod
+    def from_dict(cls, data: dict, verify: bool = True) -> "SecondTask":
+        parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key"}, "second task", verify)
+        return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]))
+
+
+@dataclass(frozen=True)
+class TSSTask:
+    """A TSS task as S1 serves it to users: public, with S2's task id and public key."""
+
+    task_id: str
+    parameters: object
+    round_seconds: float  # each round's deadline, from its start
+    min_survivors: int  # the fewest users in R1 and R2 for the task to go on
+    second_task_id: str
+    second_public_key: bytes
+
+    def __post_init__(self) -> None:
+        _check_id("task_id", self.task_id)
+        _check_id("second_task_id", self.second_task_id)
+        check_min_survivors(self.parameters, self.min_survivors)
+        _check_round_seconds(self.round_seconds)
+        if not isinstance(self.second_public_key, bytes) or len(self.second_public_key) != KEMS[KEM][1]:
+            raise ParameterError("second_public_key", f"{KEMS[KEM][1]} bytes", f"{len(self.second_public_key) if isinstance(self.second_public_key, bytes) else type(self.second_public_key).__name__}")
+
+    def share_info(self, sender: int, recipient: int) -> bytes:
+        """HPKE's info for a reporter's shares to a helper: binds them to this task, the sender and the recipient."""
+        return (b"privagg tss share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") +
+                recipient.to_bytes(4, "big"))
+
+    def to_dict(self) -> dict:
+        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
+                "min_survivors": self.min_survivors, "second_task_id": self.second_task_id,
+                "second_public_key": base64.b64encode(self.second_public_key).decode(), "kem": KEM,
+                "suite": KEMS[KEM][0]}
+
+    @classmethod
+    def from_dict(cls, data: dict, verify: bool = True) -> "TSSTask":
+        parameters = _load(data, {"task_id", "parameters", "round_seconds", "min_survivors", "second_task_id",
+                                  "second_public_key"}, "task", verify)
+        return cls(data["task_id"], parameters, data["round_seconds"], data["min_survivors"], data["second_task_id"],
+                   _key("second_public_key", data["second_public_key"]))
+
+
+@dataclass(frozen=True)
+class SharingTask:
+    """A DPDS or DPDG task as every party knows it: public."""
+
+    task_id: str
+    parameters: object
+    round_seconds: float  # each round's deadline, from its start
+    min_survivors: int  # the fewest users a release may be over (check_min_survivors)
+
+    def __post_init__(self) -> None:
+        _check_id("task_id", self.task_id)
+        check_sharing_survivors(self.parameters, self.min_survivors)
+        _check_round_seconds(self.round_seconds)
+
+    def info(self, sender: int, recipient: int) -> bytes:
+        """HPKE's info for a share: binds it to this task, its sender and its recipient."""
+        return b"privagg share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
+
+    def sealed_size(self, sender: int, recipient: int) -> int:
+        """Bytes of the sealed share ``sender`` sends ``recipient``: a seed with ``share_encoding="seeds"`` (but to
+        the correction's recipient, n - 1), N elements otherwise; HPKE adds its encapsulation and tag."""
+        p = self.parameters
+        kind = SEED if p.share_encoding == "seeds" and recipient != p.n_users - 1 else SHARE
+        return sharing_message_bytes(p, kind) + KEMS[KEM][2] + TAG_BYTES
+
+    def to_dict(self) -> dict:
+        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
+                "min_survivors": self.min_survivors, "kem": KEM, "suite": KEMS[KEM][0]}
+
+    @classmethod
+    def from_dict(cls, data: dict, verify: bool = True) -> "SharingTask":
+        parameters = _load(data, {"task_id", "parameters", "round_seconds", "min_survivors"}, "task", verify)
+        return cls(data["task_id"], parameters, data["round_seconds"], data["min_survivors"])
