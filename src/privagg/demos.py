@@ -72,7 +72,8 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     from .service.two_servers_demo import run_tss_services
     from .simulate.runner import simulate
 
-    users, drop_fraction = check_integer("users", users, 20, 5_000), check_drop_fraction(drop_fraction)
+    # n (n - 1) sealed shares (DPDS) grow as n^2: 300 users take 40 s here, 1,000 about 10 minutes (bench part 12)
+    users, drop_fraction = check_integer("users", users, 20, DEMO_USERS_MAX), check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
     if protocol != "dpdg" and beta <= 0:
         raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held by a "
@@ -112,5 +113,6 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
             "bytes": out["bytes"], "data_condition_broken": condition}
 
 
+DEMO_USERS_MAX = 1_000  # sharing demos: about ten minutes on loopback, users and servers on 2 cores
 TSS_REPORT_FRACTION = 0.5  # the demo's alpha: each user reports half the categories
 TSS_COLLUDERS = 2  # tss-collusion's phi

@@ -54,3 +54,9 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     assert report["service"]["privacy"]["model"] == "two_servers" and report["service"]["privacy"]["private"]
     assert "collude" in " ".join(report["service"]["privacy"]["assumptions"] + report["service"]["privacy"]["caveats"])
     assert {"round1", "round2", "round3", "handover"} <= set(report["round_seconds"])
+
+
+def test_the_demo_refuses_user_counts_that_would_run_for_hours(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "5000", "--workdir",
+                          str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "users must be an integer in [20, 1000]" in out.stderr

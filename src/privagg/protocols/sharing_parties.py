@@ -357,7 +357,13 @@ def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> in
     N categories of beta n' holders fit), else a ParameterError naming it."""
     if parameters.model != "secret_sharing":
         raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
-    least = check_integer("min_survivors", min_survivors, 2, parameters.n_users)
+    return checked_survivors(parameters, min_survivors, 2)
+
+
+def checked_survivors(parameters, min_survivors: int, least: int) -> int:
+    """``min_survivors`` in [``least``, n] if :func:`survivors_parameters` can recompute the guarantee for that many
+    users, else a ParameterError naming it (the sharing family's and TSS's check)."""
+    least = check_integer("min_survivors", min_survivors, least, parameters.n_users)
     try:
         survivors_parameters(parameters, least)
     except ParameterError as err:

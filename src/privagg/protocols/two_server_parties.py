@@ -51,7 +51,7 @@ from ..core.sharing import element_bytes, pack_elements, unpack_elements
 from ..errors import ParameterError, check_integer
 from .results import FrequencyTable
 from .sampling_sharing import ElectionServer, TSSParameters, TSSUsers
-from .sharing_parties import survivors_parameters
+from .sharing_parties import checked_survivors, survivors_parameters
 
 # --- messages ----------------------------------------------------------------------------------------------
 MAGIC, VERSION = b"PVT", 1
@@ -165,13 +165,7 @@ def check_min_survivors(parameters: TSSParameters, min_survivors: int) -> int:
     if getattr(parameters, "model", None) != "two_servers":
         raise ParameterError("protocol", "tss or tss-collusion (two servers and elected helpers)",
                              getattr(parameters, "protocol", type(parameters).__name__))
-    least = check_integer("min_survivors", min_survivors, max(2, parameters.colluders + 1), parameters.n_users)
-    try:
-        survivors_parameters(parameters, least)
-    except ParameterError as err:
-        raise ParameterError("min_survivors", f"a number of users the release can be computed for ({err})",
-                             least) from None
-    return least
+    return checked_survivors(parameters, min_survivors, max(2, parameters.colluders + 1))
 
 
 def _users(parameters: TSSParameters, users: Sequence[int], what: str) -> list[int]:

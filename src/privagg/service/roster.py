@@ -18,18 +18,20 @@ import json
 import logging
 import secrets
 import threading
+import time
 from contextlib import asynccontextmanager
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import ParameterError, check_integer
 from . import storage
 from .round_tasks import KEM
 from .tasks import KEMS, is_hex_id
-from .web import (Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
+from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
                   require_operator, shown)
 
 TOKEN_BYTES, SECRET_BYTES = 24, 24
@@ -143,12 +145,27 @@ class RoundServer:
     """What a round server that users enroll with does the same way (the sharing server, S1): its tasks (rows of
     ``tasks_table``, loaded as ``task_type``), tokens and enrollment over its :class:`Roster` (``self.users``),
     authentication, storing a round message once, and refusing a message of a round that is not open. A subclass
-    sets ``engine``, ``users``, ``_tasks`` (a dict), ``_lock``, ``health`` and the counters ``accepted`` and
-    ``relayed``, and has ``advance(task_id)``."""
+    has ``advance(task_id)``."""
 
     tasks_table: sa.Table
     task_type: type
     server_name: str
+
+    def __init__(self, engine: sa.Engine, tokens: sa.Table, roster: sa.Table, metric: str, relayed: str,
+                 registry: CollectorRegistry | None = None, clock=time.time) -> None:
+        """``metric``: the prefix of its counters (``privagg_{metric}_...``); ``relayed``: what its relayed-bytes
+        counter counts."""
+        self.engine, self.clock = engine, clock
+        self.health = Health()
+        self._tasks: dict = {}
+        self._lock = threading.Lock()
+        self.users = Roster(engine, tokens, roster, self._lock)
+        self.registry = registry or CollectorRegistry()
+        self.accepted = Counter(f"privagg_{metric}_messages_accepted", "Round messages stored", ["round"],
+                                registry=self.registry)
+        self.refused = Counter(f"privagg_{metric}_refused", "Requests refused, nothing stored", ["reason"],
+                               registry=self.registry)
+        self.relayed = Counter(f"privagg_{metric}_relayed_bytes", relayed, registry=self.registry)
 
     def task(self, task_id: str):
         return load_task(self.engine, self.tasks_table, self.task_type, task_id, self._tasks)

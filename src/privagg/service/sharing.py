@@ -31,22 +31,21 @@ import dataclasses
 import json
 import logging
 import secrets
-import threading
 import time
 
 import sqlalchemy as sa
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from ..errors import ParameterError
 from ..protocols.sharing_parties import MASKED_SUM, UNMASK, SharingServer
 from . import storage
-from .roster import Roster, RoundServer, b64_field, rounds_app, user_routes
+from .roster import RoundServer, b64_field, rounds_app, user_routes
 from .round_tasks import SharingTask
 from .storage import relayed_shares, roster, round_messages, sharing_tasks, sharing_tokens
 from .tasks import TASK_ID_BYTES
-from .web import Health, Limits, Refused, json_object, log_event, shown
+from .web import Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.sharing")
 
@@ -63,18 +62,8 @@ class SharingService(RoundServer):
     tasks_table, task_type, server_name = sharing_tasks, SharingTask, "sharing server"
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time) -> None:
-        self.engine, self.clock = engine, clock
-        self.health = Health()
-        self._tasks: dict[str, SharingTask] = {}
-        self._lock = threading.Lock()
-        self.users = Roster(engine, sharing_tokens, roster, self._lock)
-        self.registry = registry or CollectorRegistry()
-        self.accepted = Counter("privagg_sharing_messages_accepted", "Round messages stored", ["round"],
-                                registry=self.registry)
-        self.refused = Counter("privagg_sharing_refused", "Requests refused, nothing stored", ["reason"],
-                               registry=self.registry)
-        self.relayed = Counter("privagg_sharing_relayed_bytes", "Sealed share bytes stored for relay",
-                               registry=self.registry)
+        super().__init__(engine, sharing_tokens, roster, "sharing", "Sealed share bytes stored for relay", registry,
+                         clock)
 
     # ---- tasks, tokens, the roster -------------------------------------------------------------------------
     def create_task(self, parameters, round_seconds: float = 60.0, min_survivors: int | None = None) -> SharingTask:

@@ -56,7 +56,7 @@ from ..errors import ParameterError
 from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
                                             Recovery, SecondServer, message_bytes)
 from . import storage
-from .roster import (Roster, RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
+from .roster import (RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
                      user_routes)
 from .round_tasks import KEM, SecondTask, TSSTask, sealed_size, second_info
 from .tasks import TASK_ID_BYTES, _private_key, _suite
@@ -149,18 +149,9 @@ class FirstService(RoundServer):
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time,
                  send=post_handover) -> None:
-        self.engine, self.clock, self.send = engine, clock, send
-        self.health = Health()
-        self._tasks: dict[str, TSSTask] = {}
-        self._lock = threading.Lock()
-        self.users = Roster(engine, s1_tokens, s1_roster, self._lock)
-        self.registry = registry or CollectorRegistry()
-        self.accepted = Counter("privagg_s1_messages_accepted", "Round messages stored", ["round"],
-                                registry=self.registry)
-        self.refused = Counter("privagg_s1_refused", "Requests refused, nothing stored", ["reason"],
-                               registry=self.registry)
-        self.relayed = Counter("privagg_s1_relayed_bytes", "Sealed bytes stored for relay (to helpers and to S2)",
-                               registry=self.registry)
+        super().__init__(engine, s1_tokens, s1_roster, "s1", "Sealed bytes stored for relay (to helpers and to S2)",
+                         registry, clock)
+        self.send = send
         self.handovers = Counter("privagg_s1_handovers", "Hand-overs to S2 by outcome", ["outcome"],
                                  registry=self.registry)
 
