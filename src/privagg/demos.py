@@ -110,7 +110,7 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     return {"protocol": protocol, "users": users, "drop_fraction": drop_fraction, "estimates": rows,
             "service": report, "simulation": {"private": False, "seed": 0, "parameters": recomputed.to_dict()},
             "z_rms": float(np.sqrt(np.mean(zs**2))) if zs.size else None, "round_seconds": out["seconds"],
-            "bytes": out["bytes"], "data_condition_broken": condition}
+            "bytes": out["bytes"], "parties": out["parties"], "data_condition_broken": condition}
 
 
 DEMO_USERS_MAX = 1_000  # sharing demos: about ten minutes on loopback, users and servers on 2 cores

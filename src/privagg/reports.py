@@ -312,6 +312,20 @@ class SharingDemoBytes:
 
 
 @dataclass
+class SharingDemoParty:
+    """One kind of party's messages in the demo, per party: the entries (field elements; items in a report set or a
+    list of helpers; a seed counts one) of each kind of message, measured and expected, beside its Table I row."""
+
+    party: str  # user; server (DPDS, DPDG); user as reporter, user as helper, S1, S2 (TSS)
+    parties: int  # how many took this part (users: those who took part to the end)
+    sent: dict[str, float]
+    received: dict[str, float]
+    expected_sent: dict[str, float]  # DPDS, DPDG: exact, given who shared and who dropped; TSS: no dropouts
+    expected_received: dict[str, float]
+    table_i: str  # the paper reference's Table I row (paper or derived), at this n and N
+
+
+@dataclass
 class SharingDemoReport:
     """``privagg demo-service dpds|dpdg|tss|tss-collusion --json``: the release beside the simulation."""
 
@@ -324,6 +338,7 @@ class SharingDemoReport:
     z_rms: float | None
     round_seconds: dict[str, float]  # enroll, round1, round2, round3 (TSS: round4, handover): wall time
     bytes: SharingDemoBytes
+    parties: list[SharingDemoParty]
     data_condition_broken: str | None = None  # the survivors' data breaks the condition the guarantee assumes
 
 

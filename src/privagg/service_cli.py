@@ -532,6 +532,20 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
         f"{'equal' if b['sealed_sent'] == b['sealed_expected'] else 'DIFFERENT'})")
     _say(f"bytes: the users sealed {b['sealed_sent']:,} bytes for the relay{formula}; HTTP bodies (base64 and JSON) "
          f"{b['http_sent']:,} sent, {b['http_received']:,} received")
+    parties = Table(title="messages per party (entries: field elements; items in report sets and helper lists; a seed "
+                          "counts one), measured / expected, beside Table I")
+    for column in ("party", "parties", "sent", "received", "Table I"):
+        parties.add_column(column, justify="left" if column in ("party", "Table I") else "right")
+    for row in summary["parties"]:
+        parties.add_row(row["party"], str(row["parties"]), _entries(row["sent"], row["expected_sent"]),
+                        _entries(row["received"], row["expected_received"]), row["table_i"])
+    _console().print(parties)
+
+
+def _entries(measured: dict, expected: dict) -> str:
+    """Each kind's entries per party, measured / expected."""
+    return "\n".join(f"{kind}: {measured.get(kind, 0):,.1f} / {expected[kind]:,.1f}" if kind in expected else
+                     f"{kind}: {measured.get(kind, 0):,.1f}" for kind in sorted({*measured, *expected})) or "-"
 
 
 def _shown_z(z: float | None) -> str:

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def demo(tmp_path, *args: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", *args, "--workdir", str(tmp_path), "--json"],
@@ -29,6 +31,12 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     assert report["simulation"]["parameters"]["n_users"] == dropouts["survivors"]
     b = report["bytes"]
     assert b["sealed_sent"] == b["sealed_expected"] > 0
+    user, server = report["parties"]  # every kind of message, exactly the count given who shared and who dropped
+    assert (user["party"], server["party"], user["parties"]) == ("user", "server", dropouts["survivors"])
+    for row in (user, server):
+        assert row["sent"] == row["expected_sent"] and row["received"] == row["expected_received"]
+    assert user["sent"]["share"] == 99 * 10 and user["sent"]["masked sum"] == user["sent"]["unmask"] == 10
+    assert "2nN + N = 2,010" in user["table_i"]
     assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3"}
     assert report["z_rms"] is not None and report["z_rms"] < 5
 
@@ -54,6 +62,11 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     assert report["service"]["privacy"]["model"] == "two_servers" and report["service"]["privacy"]["private"]
     assert "collude" in " ".join(report["service"]["privacy"]["assumptions"] + report["service"]["privacy"]["caveats"])
     assert {"round1", "round2", "round3", "handover"} <= set(report["round_seconds"])
+    reporter, helper, s1, s2 = report["parties"]
+    assert [r["party"] for r in report["parties"]] == ["user as reporter", "user as helper", "S1", "S2"]
+    assert reporter["sent"]["report set"] == reporter["expected_sent"]["report set"] == 5  # alpha N, exactly
+    assert s2["received"] == {k: s1["sent"][k] for k in s2["received"]}  # S1 relays every sum it gets to S2
+    assert helper["sent"]["helper sums"] * helper["parties"] == pytest.approx(s2["received"]["helper sums"])
 
 
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(tmp_path):

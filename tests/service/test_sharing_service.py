@@ -12,14 +12,14 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from privagg.protocols import sampling_sharing as ss
-from privagg.protocols.sharing_parties import (HEADER, MAGIC, MASKED_SUM, SERVER, VERSION, encode,
+from privagg.protocols.sharing_parties import (HEADER, MAGIC, MASKED_SUM, SERVER, VERSION, encode, expected_traffic,
                                                survivors_parameters)
 from privagg.service import sharing_client
 from privagg.service.client import SubmitError
 from privagg.service.round_tasks import KEM
 from privagg.service.sharing import SharingService, create_app
 from privagg.service.sharing_client import SharingClient
-from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds
+from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds, traffic
 from privagg.service.storage import connect, relayed_shares, round_messages
 from privagg.service.tasks import _public_key, _suite
 
@@ -65,8 +65,8 @@ def server(db, monkeypatch):
     service.engine.dispose()
 
 
-def dpdg(n=N):
-    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
+def dpdg(n=N, share_encoding="elements"):
+    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN, share_encoding=share_encoding)
 
 
 def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
@@ -99,8 +99,10 @@ def count(service, table, task_id) -> int:
 
 @pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
 def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
+    """(dpdg with seed-encoded shares.) Each survivor's messages are, kind by kind, expected_traffic's count."""
     service, _, clock = server
-    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
+    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg(
+        share_encoding="seeds")
     task, users = enrolled(service, p)
     for i, user in enumerate(users):
         if i != 2:  # user 2 vanishes before round 1
@@ -122,6 +124,11 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     assert [estimates[j] for j in range(DOMAIN)] == pytest.approx(expected.tolist(), abs=1e-9)
     assert report["dropouts"] == {"enrolled": N, "round1_senders": 11, "survivors": 9, "min_survivors": 8}
     assert report["privacy"]["private"] and "9 users who took part" in " ".join(report["privacy"]["caveats"])
+    senders = [u.user for i, u in enumerate(users) if i != 2]
+    for user in survivors:
+        sent, received = expected_traffic(p, user.user, senders, [users[5].user, users[7].user])
+        assert traffic([user], "sent") == sent and traffic([user], "received") == received
+    assert ("share seed" in sent) == (protocol == "dpdg")
 
 
 def test_bad_input_is_refused_with_nothing_stored_and_counted(server):

@@ -372,13 +372,30 @@ def checked_survivors(parameters, min_survivors: int, least: int) -> int:
     return least
 
 
-def expected_bytes(parameters: SharingParameters, senders: int, survivors: int) -> dict[str, float]:
-    """The bytes each kind of party sends, by round, when ``senders`` of the n users share and ``survivors``
-    of them send their masked sums (the wire's plaintexts, before HPKE's 48 bytes a sealed share)."""
-    n, share_size = parameters.n_users, message_bytes(parameters, SHARE)
-    seeds = parameters.share_encoding == "seeds"
-    per_user = (n - 1) * share_size if not seeds else (n - 2) * message_bytes(parameters, SEED) + share_size
-    vector = message_bytes(parameters, MASKED_SUM)
-    return {"round 1 (shares, per user)": per_user, "round 2 (masked sum, per user)": vector,
-            "round 3 (unmask, per user)": vector, "users, in all": senders * per_user + 2 * survivors * vector}
+def message_entries(raw: bytes) -> tuple[str, int]:
+    """What a well-formed message carries, from its header: its kind's name and its entries (N field elements; a
+    seed counts one). For traffic counts (``privagg demo-service``), not a check: :func:`decode` checks."""
+    _, _, kind, _, _, count = HEADER.unpack_from(raw)
+    return KIND_NAMES[kind], 1 if kind == SEED else count
 
+
+def expected_traffic(parameters: SharingParameters, user: int, senders: Sequence[int],
+                     dropped: Sequence[int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The entries (:func:`message_entries`) survivor ``user`` sends and receives by kind, when ``senders`` (U1)
+    shared in round 1 and ``dropped`` (E) of them vanished before round 2: n - 1 shares (seeds, but to user
+    n - 1, with ``share_encoding="seeds"``), a masked sum and an unmask sent; a share from every other sender
+    received in round 2, and again from each dropout in round 3 (the server redelivers them)."""
+    n, N, seeds = parameters.n_users, parameters.domain_size, parameters.share_encoding == "seeds"
+    sent, received = {"masked sum": N, "unmask": N}, {}
+
+    def add(counts: dict[str, int], recipient: int) -> None:
+        name, entries = ("share seed", 1) if seeds and recipient != n - 1 else ("share", N)
+        counts[name] = counts.get(name, 0) + entries
+
+    for k in range(n):
+        if k != user:
+            add(sent, k)
+    for j in [*senders, *dropped]:
+        if j != user:
+            add(received, user)
+    return sent, received

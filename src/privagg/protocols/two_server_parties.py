@@ -98,6 +98,14 @@ def encode(parameters: TSSParameters, kind: int, sender: int, recipient: int, it
     return HEADER.pack(MAGIC, VERSION, kind, sender, recipient, items.size) + body
 
 
+def message_entries(raw: bytes) -> tuple[str, int]:
+    """What a well-formed message carries, from its header: its kind's name and its entries (items; each but in a
+    report set with a field element). For traffic counts (``privagg demo-service``), not a check: :func:`decode`
+    checks."""
+    _, _, kind, _, _, count = HEADER.unpack_from(raw)
+    return KIND_NAMES[kind], count
+
+
 def decode(parameters: TSSParameters, raw: bytes, kind: int, sender: int | None = None,
            recipient: int | None = None, items: Sequence[int] | None = None,
            helpers: Sequence[int] | None = None) -> Message:

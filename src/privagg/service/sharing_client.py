@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
-from ..protocols.sharing_parties import SharingUser
+from ..protocols.sharing_parties import SharingUser, message_entries
 from .client import RETRY_STATUSES, SubmitError
 from .round_tasks import KEM, SharingTask
 from .tasks import _private_key, _public_key, _suite
@@ -30,10 +30,13 @@ from .tasks import _private_key, _public_key, _suite
 class RosterClient:
     """What a user's device does in any multi-round task (DPDS, DPDG; TSS against S1): his own X25519 key pair, his
     enrollment in the roster, authenticated calls, seals and opens. ``sent`` and ``received`` count the bytes of
-    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them (before base64).
-    A subclass names its task type (``task_type``) and builds the protocol's role for his index (``make_role``)."""
+    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them (before base64), and
+    ``traffic`` the protocol's plaintext messages: (direction, kind) to [messages, entries].
+    A subclass names its task type (``task_type``), how to read a message's kind and entries (``entries``) and
+    builds the protocol's role for his index (``make_role``)."""
 
     task_type: type
+    entries: staticmethod
 
     def __init__(self, url: str, task, timeout: float = 60.0, attempts: int = 5) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -45,6 +48,7 @@ class RosterClient:
         self.secret: str | None = None
         self.role = None
         self.sent = self.received = self.sealed_sent = 0
+        self.traffic: dict[tuple[str, str], list[int]] = {}
 
     @classmethod
     def fetch(cls, url: str, task_id: str, **options):
@@ -78,19 +82,33 @@ class RosterClient:
             raise RuntimeError("enroll first")
         return {"user": self.user, "secret": self.secret}
 
+    def count(self, direction: str, kind: str, entries: int) -> None:
+        """One message of ``kind`` with ``entries`` entries sent or received (``direction``)."""
+        tally = self.traffic.setdefault((direction, kind), [0, 0])
+        tally[0] += 1
+        tally[1] += entries
+
+    def _plain(self, message: bytes) -> bytes:
+        """A message he sends unsealed, counted."""
+        self.count("sent", *self.entries(message))
+        return message
+
     def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
-        sealed = _suite(KEM).encrypt(message, _public_key(KEM, public_key), info=info)
+        sealed = _suite(KEM).encrypt(self._plain(message), _public_key(KEM, public_key), info=info)
         self.sealed_sent += len(sealed)
         return sealed
 
     def _open(self, sealed_b64: str, info: bytes) -> bytes:
-        return _suite(KEM).decrypt(base64.b64decode(sealed_b64), _private_key(KEM, self.private_key), info=info)
+        message = _suite(KEM).decrypt(base64.b64decode(sealed_b64), _private_key(KEM, self.private_key), info=info)
+        self.count("received", *self.entries(message))
+        return message
 
 
 class SharingClient(RosterClient):
     """One DPDS or DPDG user's device in one task (:class:`RosterClient`; the rounds of :class:`SharingUser`)."""
 
     task_type = SharingTask
+    entries = staticmethod(message_entries)
 
     def make_role(self, user: int) -> SharingUser:
         return SharingUser(self.task.parameters, user, self.task.min_survivors)
@@ -110,13 +128,13 @@ class SharingClient(RosterClient):
     def masked_sum(self) -> None:
         """Round 2: the sum of what U1 sent him, masked."""
         answer, opened = self._inbox()
-        message = self.role.masked_sum(answer["senders"], opened)
+        message = self._plain(self.role.masked_sum(answer["senders"], opened))
         self._call("round2", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
 
     def unmask(self) -> None:
         """Round 3: his unmask, given round 2's dropouts (refused by the role if he is named among them)."""
         answer, opened = self._inbox()
-        message = self.role.unmask(answer["senders"], answer["dropped"], opened)
+        message = self._plain(self.role.unmask(answer["senders"], answer["dropped"], opened))
         self._call("round3", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
 
 

@@ -6,7 +6,8 @@ SQLite file (or the database URL given), creates tasks and tokens in its databas
 with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
 :class:`~privagg.service.sharing_client.SharingClient` per user, drops a fraction of them out at round 1 or 2
 (the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
-round's wall time and the bytes the users sent and received.
+round's wall time, the bytes the users sent and received, and each kind of party's messages beside Table I
+(:func:`party_row`; the servers' rows are the users' messages seen from the other end).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ParameterError
+from ..protocols.sharing_parties import expected_traffic
 from .local import ServiceProcess
 from .round_tasks import SharingTask
 from .sharing import SharingService
@@ -134,7 +136,62 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
     by_index[run["index"]] = codes  # the roster index each user was given, and his code
     return {"task": task, "report": report, "survivor_codes": by_index[run["survivors"]],
             "seconds": run["seconds"], "bytes": {**run["user_bytes"],
-                                                 "sealed_expected": expected_sealed_bytes(task, run["index"], plan)}}
+                                                 "sealed_expected": expected_sealed_bytes(task, run["index"], plan)},
+            "parties": sharing_parties_traffic(task, run["clients"], plan)}
+
+
+def traffic(clients, direction: str) -> dict[str, int]:
+    """The entries of each kind of message ``clients`` sent or received (``direction``), in all."""
+    totals: dict[str, int] = {}
+    for client in clients:
+        for (way, kind), (_, entries) in client.traffic.items():
+            if way == direction:
+                totals[kind] = totals.get(kind, 0) + entries
+    return totals
+
+
+def _summed(counts, only=None) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for count in counts:
+        for kind, entries in count.items():
+            if only is None or kind in only:
+                totals[kind] = totals.get(kind, 0) + entries
+    return totals
+
+
+def party_row(party: str, parties: int, sent: dict, received: dict, expected_sent: dict, expected_received: dict,
+              table_i: str) -> dict:
+    """One kind of party in the demo's traffic table: per party, the entries (field elements, items, seeds) of
+    each kind of message it sent and received, measured and expected, and Table I's row (paper reference §4)."""
+    per = max(parties, 1)
+    return {"party": party, "parties": parties, "table_i": table_i,
+            **{name: {k: v / per for k, v in sorted(d.items())} for name, d in (
+                ("sent", sent), ("received", received), ("expected_sent", expected_sent),
+                ("expected_received", expected_received))}}
+
+
+def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], plan: np.ndarray) -> list[dict]:
+    """DPDS's or DPDG's parties: the users who survived (exact expectations, :func:`expected_traffic`, given who
+    shared and who vanished before round 2) and the server, beside Table I's DPDS rows (DPDG sends the same)."""
+    p = task.parameters
+    n, N = p.n_users, p.domain_size
+    senders = [c.user for c, r in zip(clients, plan) if r != 1]
+    dropped = [c.user for c, r in zip(clients, plan) if r == 2]
+    survivors = [c for c, r in zip(clients, plan) if r == 0]
+    expected = {u: expected_traffic(p, u, senders, dropped) for u in senders}
+    shares = ("share", "share seed")
+    seeds = "; with seeds, n - 2 of a user's shares are seeds" if p.share_encoding == "seeds" else ""
+    user = party_row(
+        "user", len(survivors), traffic(survivors, "sent"), traffic(survivors, "received"),
+        _summed(expected[c.user][0] for c in survivors), _summed(expected[c.user][1] for c in survivors),
+        f"2nN + N = {2 * n * N + N:,} elements sent and received (paper: with his share to himself both ways; "
+        f"here it stays home and the unmask adds N: 2nN = {2 * n * N:,}){seeds}")
+    server = party_row(
+        "server", 1, traffic(clients, "received"), traffic(clients, "sent"),
+        _summed(expected[c.user][1] for c in survivors),
+        _summed([*(expected[c.user][0] for c in survivors), *(_summed([expected[u][0]], shares) for u in dropped)]),
+        f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the shares")
+    return [user, server]
 
 
 def expected_sealed_bytes(task: SharingTask, index: list[int], plan: np.ndarray) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 
-from ..protocols.two_server_parties import RECOVERY, SUMS, TSSUser
+from ..protocols.two_server_parties import RECOVERY, SUMS, TSSUser, message_entries
 from .sharing_client import RosterClient
 from .round_tasks import TSSTask, second_info
 
@@ -32,6 +32,7 @@ class TSSClient(RosterClient):
     """One TSS or TSS' user's device in one task (:class:`RosterClient`, against S1; the rounds of :class:`TSSUser`)."""
 
     task_type = TSSTask
+    entries = staticmethod(message_entries)
 
     def make_role(self, user: int) -> TSSUser:
         return TSSUser(self.task.parameters, user, self.task.min_survivors)
@@ -42,13 +43,14 @@ class TSSClient(RosterClient):
     def report(self, value: int) -> None:
         """Round 1: his coin and report set drawn, the set sent to S1."""
         auth = self._auth()
-        message = self.role.report(value)
+        message = self._plain(self.role.report(value))
         self._call("round1", {**auth, "message": base64.b64encode(message).decode()}, ("already_sent",))
 
     def share(self) -> None:
         """Round 2: his shares, one sealed message for each helper of his items."""
         answer = self._call("election", self._auth())
         keys = {k["user"]: base64.b64decode(k["public_key"]) for k in answer["public_keys"]}
+        self.count("received", "helper identities", sum(len(e["helpers"]) for e in answer["helpers"]))
         plain = self.role.share({e["item"]: e["helpers"] for e in answer["helpers"]})
         shares = [{"recipient": h, "sealed": self._seal_b64(m, keys[h], self.task.share_info(self.user, h))}
                   for h, m in plain.items()]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .local import ServiceProcess
-from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for
+from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for, party_row, traffic
 from .storage import connect
 from .two_servers import FirstService, SecondService, create_tasks
 from .two_servers_client import TSSClient
@@ -77,7 +77,42 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
     survivors = sorted(c.user for c, p in zip(clients, plan) if p == 0)
     return {"task": task, "report": report, "survivor_codes": by_index[survivors], "seconds": seconds,
             "bytes": {"http_sent": sum(c.sent for c in clients), "http_received": sum(c.received for c in clients),
-                      "sealed_sent": sum(c.sealed_sent for c in clients)}, "clients": clients, "survivors": survivors}
+                      "sealed_sent": sum(c.sealed_sent for c in clients)}, "clients": clients, "survivors": survivors,
+            "parties": tss_parties_traffic(parameters, clients, plan)}
+
+
+def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) -> list[dict]:
+    """TSS's parties beside Table I's derived rows: the users who took part to the end as reporters and as helpers
+    (per user), S1 and S2. Expected: E[sum_j m_j m'_j] shares and E[sum_j m'_j] helper sums
+    (:class:`~privagg.protocols.sampling_sharing.TSSParameters`), no dropouts; a reporter keeps his own share where
+    he helps (a fraction 1/n of them)."""
+    n, N, a = parameters.n_users, parameters.domain_size, parameters.report_fraction
+    survivors = [c for c, r in zip(clients, plan) if r == 0]
+    shares, helpers = parameters.expected_shares, parameters.expected_helpers
+    wire, share = shares * (1 - 1 / n), len(survivors) / n  # the survivors' share of the n users' traffic
+    sent, received = traffic(clients, "sent"), traffic(clients, "received")
+    relayed = {k: v for k, v in sent.items() if k in ("helper sums", "recovery")}
+    cost = f"alpha^2 nN = {a * a * n * N:,.0f}"
+    return [
+        party_row("user as reporter", len(survivors), {k: v for k, v in traffic(survivors, "sent").items() if k in (
+            "report set", "shares")}, {k: v for k, v in traffic(survivors, "received").items() if k ==
+                                        "helper identities"},
+                  {"report set": len(survivors) * parameters.report_size, "shares": wire * share},
+                  {"helper identities": shares * share},
+                  f"alpha N = {parameters.report_size} indices to S1; sum_(j in A_i) m_j ~ {cost} elements (derived)"),
+        party_row("user as helper", len(survivors), {k: v for k, v in traffic(survivors, "sent").items() if k in (
+            "helper sums", "recovery")}, {k: v for k, v in traffic(survivors, "received").items() if k == "shares"},
+                  {"helper sums": helpers * share}, {"shares": wire * share},
+                  f"receives ~ {cost} field elements; sends ~ alpha N = {a * N:,.0f} to S2 (derived)"),
+        party_row("S1", 1, {"helper identities": received.get("helper identities", 0),
+                            "shares": received.get("shares", 0), **relayed}, sent,
+                  {"helper identities": shares, "shares": wire, "helper sums": helpers},
+                  {"report set": n * parameters.report_size, "shares": wire, "helper sums": helpers},
+                  f"receives n alpha N = {n * parameters.report_size:,} indices; publishes ~ alpha nN = "
+                  f"{a * n * N:,.0f} helpers (derived); here each reporter fetches his items' helpers, and S1 relays"),
+        party_row("S2", 1, {}, relayed, {}, {"helper sums": helpers},
+                  f"receives ~ alpha nN = {a * n * N:,.0f} elements (derived)"),
+    ]
 
 
 def _result(url: str) -> dict:
