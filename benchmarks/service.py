@@ -46,6 +46,7 @@ def decrypt_throughput(folder: Path) -> dict:
     from privagg.service import storage
     from privagg.service.analyzer import AnalyzerService
     from privagg.service.collector import batch_stream
+    from privagg.service.keys import KeyEncryptionKey
     from privagg.service.tasks import seal_messages
     from privagg.service.workers import BatchWorkers
 
@@ -63,8 +64,9 @@ def decrypt_throughput(folder: Path) -> dict:
         return time.perf_counter() - start
 
     note(f"sealing and opening {len(messages)} messages, in one process and on two workers")
-    serial = apply(AnalyzerService(engine))
-    parallel = apply(AnalyzerService(engine, BatchWorkers(2), 2))
+    kek = KeyEncryptionKey.generate()
+    serial = apply(AnalyzerService(engine, kek=kek))
+    parallel = apply(AnalyzerService(engine, BatchWorkers(2), 2, kek=kek))
     engine.dispose()
     return {"messages": len(messages), "serial": serial, "parallel": parallel}
 

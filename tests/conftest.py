@@ -8,3 +8,14 @@ settings.load_profile("privagg")
 def pytest_configure(config):
     # Registered here, not in pyproject.toml; whether `slow` tests run by default is decided there, not here.
     config.addinivalue_line("markers", "slow: long statistical or cluster tests (select with -m slow / -m 'not slow')")
+
+
+def pytest_sessionstart(session):
+    # The analyzer seals its private keys under a key-encryption key from the environment (privagg.service.keys):
+    # one random KEK for the session, which the services and commands the tests start inherit. Tests of a missing
+    # or wrong KEK remove or replace it themselves.
+    import base64
+    import os
+    import secrets
+
+    os.environ.setdefault("PRIVAGG_KEK", base64.b64encode(secrets.token_bytes(32)).decode())

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from privagg.service import storage
 from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
+from privagg.service.keys import KeyEncryptionKey
 from privagg.service.client import Client, Report
 from privagg.service.collector import Collector, create_app as collector_app
 from privagg.service.tasks import Task, seal_messages
@@ -23,7 +24,7 @@ AUTH = {"authorization": f"Bearer {COLLECTOR_TOKEN}", "content-type": "applicati
 
 @dataclass
 class Deployment:
-    analyzer: AnalyzerService
+    analyzer: AnalyzerService  # its private keys sealed under analyzer.kek
     collector: Collector
     A: TestClient
     C: TestClient
@@ -53,10 +54,10 @@ class Deployment:
 
 
 def deploy(databases, parameters, min_batch_size=None, kem="x25519") -> Deployment:
-    engines = {}
+    engines, kek = {}, KeyEncryptionKey.generate()
     for role, url in databases.items():
-        engines[role] = storage.connect(url, role)
-    analyzer = AnalyzerService(engines["analyzer"])
+        engines[role] = storage.connect(url, role, kek=kek if role == "analyzer" else None)
+    analyzer = AnalyzerService(engines["analyzer"], kek=kek)
     task = analyzer.create_task(parameters, min_batch_size, kem=kem)
     A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
     holder: dict = {}

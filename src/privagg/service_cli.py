@@ -26,6 +26,7 @@ TokenServer = Enum("TokenServer", {name: name for name in ("collector", "sharing
 
 task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
+keys_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The analyzer's key-encryption key.")
 
 # Seconds a stopping service gives the requests in flight (uvicorn then closes idle keep-alive connections too, which
 # TLS ones would otherwise hold open). Cutting a request short loses nothing: a report not yet acknowledged is sent
@@ -34,6 +35,9 @@ SHUTDOWN_GRACE = 5
 
 _DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-ROLE.db in the working folder; "
                                       "postgresql+psycopg://USER@HOST/DB for PostgreSQL).")
+
+_KEK_FILE = typer.Option(None, "--kek-file", help="Analyzer, S2: the file holding the key-encryption key their private "
+                         "keys are sealed under (privagg keys kek); default: the PRIVAGG_KEK environment variable.")
 
 
 def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties), sharing (DPDS and "  # type: ignore[valid-type]
@@ -53,7 +57,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
           dask_scheduler: Optional[str] = typer.Option(None, "--dask-scheduler", help="Analyzer: open messages on "
                                                        "this Dask cluster (its workers see the key)."),
           batch_interval: Optional[float] = typer.Option(None, "--batch-interval", help="Collector: seconds "
-                                                         "between batch checks (default 1).")) -> None:
+                                                         "between batch checks (default 1)."),
+          kek_file: Optional[Path] = _KEK_FILE) -> None:
     """Run the collector (the shuffler), the analyzer, the sharing server (DPDS, DPDG), or TSS's S1 or S2 as an HTTP
     service.
 
@@ -71,7 +76,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                           tls_cert=None if tls_cert is None else str(tls_cert),
                           tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
                           analyzer_ca=None if analyzer_ca is None else str(analyzer_ca), workers=workers,
-                          dask_scheduler=dask_scheduler, batch_interval=batch_interval)
+                          dask_scheduler=dask_scheduler, batch_interval=batch_interval,
+                          kek_file=None if kek_file is None else str(kek_file))
         configure_logging(cfg.log_level)
         log = logging.getLogger(f"privagg.{cfg.role}")
         log_event(log, "configuration", **describe(cfg))
@@ -96,14 +102,18 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
 
                 app = create_first_app(open_first_server(cfg.db), cfg.max_body_bytes, **options)
             elif cfg.role == "s2":
+                from .service.keys import KeyEncryptionKey
                 from .service.two_servers import create_second_app, open_second_server
 
-                app = create_second_app(open_second_server(cfg.db), cfg.max_body_bytes, **options)
+                second = open_second_server(cfg.db, kek=KeyEncryptionKey.load(cfg.kek_file))
+                app = create_second_app(second, cfg.max_body_bytes, **options)
             else:
                 from .service.analyzer import create_app, open_analyzer
+                from .service.keys import KeyEncryptionKey
 
-                app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler), cfg.max_body_bytes,
-                                 cfg.collector_token, **options)
+                kek = KeyEncryptionKey.load(cfg.kek_file)
+                app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler, kek=kek), cfg.max_body_bytes,
+                                 cfg.collector_token, result_token=cfg.result_token, **options)
         protocol = http_protocol(app)
         log_event(log, "connections", max_connections=protocol.guard.capacity, max_requests=cfg.max_requests,
                   header_timeout=cfg.header_timeout, body_timeout=cfg.body_timeout, idle_timeout=cfg.idle_timeout)
@@ -169,7 +179,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 min_batch_size: Optional[int] = typer.Option(None, "--min-batch-size", help="Fewest reports in a "
                                                              "released batch (default n; at least G n in the "
                                                              "shuffle model)."),
-                key_id: int = typer.Option(0, "--key-id", help="The key's id, 0..255."),
+                key_id: Optional[int] = typer.Option(None, "--key-id", help="The key's id, 0..255 (default: the "
+                                                     "one after the newest task's)."),
                 kem: str = typer.Option("x25519", "--kem", help="x25519 (default) or mlkem768-x25519: the hybrid "
                                         "post-quantum KEM (X-Wing), 1,136 bytes per message instead of 48."),
                 round_seconds: float = typer.Option(3600.0, "--round-seconds", help="dpds, dpdg: each round's "
@@ -181,6 +192,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                         "S1's): the task is made on both."),
                 second_url: Optional[str] = typer.Option(None, "--second-url", help="tss: where S1 hands the "
                                                          "helpers' sums over to S2."),
+                kek_file: Optional[Path] = _KEK_FILE,
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
@@ -200,8 +212,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             if second_db is None or second_url is None:
                 raise ParameterError("second-db/second-url", "both given for tss: S2's database and URL",
                                      f"{second_db}, {second_url}")
+            from .service.keys import KeyEncryptionKey
+
             first = FirstService(connect(load_config("s1", db=db).db, "s1"))
-            second = SecondService(connect(load_config("s2", db=second_db).db, "s2"))
+            cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
+            kek = KeyEncryptionKey.load(cfg.kek_file)
+            second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
             tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
             if as_json:
                 print(json.dumps(tss.to_dict()))
@@ -224,9 +240,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 print(task.task_id)
             return
         from .service.analyzer import AnalyzerService
+        from .service.keys import KeyEncryptionKey
 
-        engine = connect(load_config("analyzer", db=db).db, "analyzer")
-        task = AnalyzerService(engine).create_task(parameters, min_batch_size, key_id, kem)
+        cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
+        kek = KeyEncryptionKey.load(cfg.kek_file)
+        task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(parameters, min_batch_size,
+                                                                                         key_id, kem)
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING, stderr=True)
     if as_json:
@@ -249,6 +268,20 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
         engine = connect(load_config("collector", db=db).db, "collector")
         Collector(engine, None, None).close(task)
     _say(f"task {task} closed")
+
+
+@keys_app.command("kek")
+def keys_kek(output: Path = typer.Option(..., "--output", help="The new file (created mode 0600; an existing file is "
+                                                               "never overwritten).")) -> None:
+    """Make a key-encryption key for the analyzer: its tasks' private keys are sealed under it in its database
+    (AES-256-GCM). Give it to the analyzer as --kek-file FILE, or its content as PRIVAGG_KEK; keep it apart from
+    the database and its backups: without it, the keys and so the tasks' messages cannot be opened."""
+    from .service.keys import KeyEncryptionKey
+
+    with _clean_errors():
+        kek = KeyEncryptionKey.generate()
+        kek.write(output)
+    _say(f"key-encryption key {kek.kek_id} written to {output}")
 
 
 @tokens_app.command("issue")
@@ -383,12 +416,18 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
            top: int = typer.Option(10, "--top", help="How many top items (or coordinates) to list."),
            as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
            output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE.")) -> None:
-    """The task's private result, as the analyzer serves it (the report privagg analyze prints)."""
+    """The task's private result, as the analyzer serves it (the report privagg analyze prints). An analyzer that
+    asks for its result token gets it from PRIVAGG_ANALYZER_RESULT_TOKEN."""
+    import os
+
     import httpx
 
     with _clean_errors():
+        token = os.environ.get("PRIVAGG_ANALYZER_RESULT_TOKEN")
+        headers = {} if not token else {"authorization": f"Bearer {token}"}
         try:
-            answer = httpx.get(f"{analyzer.rstrip('/')}/tasks/{task}/result", params={"top": top}, timeout=120)
+            answer = httpx.get(f"{analyzer.rstrip('/')}/tasks/{task}/result", params={"top": top}, timeout=120,
+                               headers=headers)
         except httpx.TransportError as err:
             raise ParameterError("analyzer", "a reachable analyzer URL", f"{analyzer} ({err})") from None
         if answer.status_code != 200:
@@ -556,6 +595,7 @@ def add_service_commands(app: typer.Typer) -> None:
     app.command()(serve)
     app.add_typer(task_app, name="task")
     app.add_typer(tokens_app, name="tokens")
+    app.add_typer(keys_app, name="keys")
     app.command()(submit)
     app.command()(loadgen)
     app.command()(result)

@@ -47,6 +47,7 @@ from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
 from privagg.service.client import Client
 from privagg.service.collector import BATCH_MEDIA_TYPE, Collector, batch_stream, create_app as collector_app
 from privagg.service.config import describe, load_config
+from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready
 from privagg.service.tasks import create_task, seal_messages
 from privagg.service.web import (Health, Refusals, Refused, RequestLimit, add_operations, make_app, read_body,
@@ -472,7 +473,7 @@ def _disk_full(url: str, task_id: str, engine: sa.Engine) -> None:
 def test_a_full_database_is_a_clean_503(databases, caplog):
     url = databases["analyzer"]
     engine = storage.connect(url, "analyzer")
-    service = AnalyzerService(engine)
+    service = AnalyzerService(engine, kek=KeyEncryptionKey.generate())
     task = service.create_task(calibrate("grr", epsilon=1.0, n_users=10, domain_size=4), min_batch_size=1)
     messages = Client(task).randomizer.randomize([1], np.random.default_rng(0))
     sealed = np.frombuffer(b"".join(seal_messages(task, messages)), np.uint8).reshape(len(messages), -1)
@@ -593,7 +594,7 @@ def test_bodies_of_another_media_type_are_refused(collector, tmp_path):
     assert collector.registry.get_sample_value("privagg_reports_refused_total",
                                                {"reason": "unsupported_media_type"}) == 3
     analyzer_engine = storage.connect(f"sqlite:///{tmp_path}/analyzer.db", "analyzer")
-    A = TestClient(analyzer_app(AnalyzerService(analyzer_engine)))
+    A = TestClient(analyzer_app(AnalyzerService(analyzer_engine, kek=KeyEncryptionKey.generate())))
     for headers in ({"content-type": "application/json"}, {}):
         answer = A.post(f"/tasks/{'ab' * 16}/batches/{'cd' * 16}", content=b"x", headers=headers)
         assert answer.status_code == 415 and BATCH_MEDIA_TYPE in answer.json()["detail"]
@@ -622,7 +623,7 @@ def test_status_and_metrics_ask_for_the_operator_token(collector):
     assert open_.get("/metrics").status_code == 200  # no token configured: open, as before
 
 
-def test_refusals_never_echo_long_values(collector):
+def test_refusals_never_echo_long_values(collector, tmp_path):
     assert shown("abc") == "'abc'"
     assert shown("x" * 1000) == f"{'x' * 40!r}... (1000 characters)"
     assert shown("a\nb\x00") == repr("a\nb\x00")  # escaped: no forged log line
@@ -645,8 +646,8 @@ def test_refusals_never_echo_long_values(collector):
     with pytest.raises(Refused) as err:
         asyncio.run(read_body(Request(scope, nothing), 100, "application/json"))
     assert err.value.status == 415 and len(err.value.detail) < 150
-    engine = storage.connect(collector.engine.url.render_as_string(), "collector")
-    A = TestClient(analyzer_app(AnalyzerService(engine)))
+    engine = storage.connect(f"sqlite:///{tmp_path}/analyzer.db", "analyzer")
+    A = TestClient(analyzer_app(AnalyzerService(engine, kek=KeyEncryptionKey.generate())))
     answer = A.get(f"/tasks/{'ab' * 16}/result", params={"top": "9" * 5000})
     assert answer.status_code == 400 and len(answer.json()["detail"]) < 200
     engine.dispose()

@@ -129,18 +129,20 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
     from privagg.protocols.registry import calibrate, client as make_client
     from privagg.service.analyzer import SERIAL_BELOW, AnalyzerService, open_analyzer
     from privagg.service.collector import batch_stream
+    from privagg.service.keys import KeyEncryptionKey
     from privagg.service.storage import aggregates, analyzer_tasks, connect
     from privagg.service.tasks import seal_messages
 
     params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=2_000, domain_size=100)
-    local = AnalyzerService(connect(f"sqlite:///{tmp_path}/local.db", "analyzer"))
+    kek = KeyEncryptionKey.generate()
+    local = AnalyzerService(connect(f"sqlite:///{tmp_path}/local.db", "analyzer"), kek=kek)
     task = local.create_task(params)
     batch = make_client(params).randomize(np.arange(2_000) % 100, np.random.default_rng(3))
     assert len(batch) > SERIAL_BELOW  # so the cluster does open it
     sealed = np.frombuffer(b"".join(seal_messages(task, batch)), dtype=np.uint8).reshape(len(batch), -1)
     blob = batch_stream(task.task_id, "ab" * 16, 2_000, sealed)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        remote = open_analyzer(f"sqlite:///{tmp_path}/dask.db", dask_scheduler=cluster.scheduler_address)
+        remote = open_analyzer(f"sqlite:///{tmp_path}/dask.db", dask_scheduler=cluster.scheduler_address, kek=kek)
         with local.engine.connect() as source, remote.engine.begin() as c:  # the same task and key
             for table in (analyzer_tasks, aggregates):
                 c.execute(table.insert(), [dict(r._mapping) for r in source.execute(sa.select(table))])

@@ -291,8 +291,8 @@ def test_privagg_result_says_the_result_is_not_released_yet(shuffle, monkeypatch
     from privagg.cli import app
 
     d = shuffle
-    monkeypatch.setattr(httpx, "get", lambda url, params, timeout: d.A.get(url.removeprefix("http://analyzer"),
-                                                                          params=params))
+    monkeypatch.setattr(httpx, "get", lambda url, params, timeout, headers: d.A.get(
+        url.removeprefix("http://analyzer"), params=params, headers=headers))
     out = CliRunner().invoke(app, ["result", "--analyzer", "http://analyzer", "--task", d.task.task_id])
     assert out.exit_code == 2 and "a task whose result was released" in out.output
     assert "no batch was applied" in out.output and "Traceback" not in out.output

@@ -11,7 +11,6 @@ report boundaries, identities or arrival order.
 import base64
 import json
 import logging
-import pickle
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +23,12 @@ from fastapi.testclient import TestClient
 
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate
 from privagg.service import storage
+from privagg.service.aggregate_codec import decode_aggregate
 from privagg.service.analyzer import AnalyzerService
 from privagg.service.client import Report
 from privagg.service.collector import Collector, create_app as collector_app
 from privagg.service.config import load_config
+from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import Task, message_cap, seal_messages
 from service_deployment import AUTH, Deployment, deploy, users
 
@@ -113,7 +114,7 @@ def test_a_minimum_below_what_the_privacy_needs_is_refused(databases):
     engine = storage.connect(databases["analyzer"], "analyzer")
     params = calibrate("blanket-hist", epsilon=1.0, delta=1e-5, n_users=400, domain_size=5, honest_fraction=0.5)
     with pytest.raises(ParameterError, match=r"min_batch_size must be an integer in \[200, 400\]"):
-        AnalyzerService(engine).create_task(params, min_batch_size=199)
+        AnalyzerService(engine, kek=KeyEncryptionKey.generate()).create_task(params, min_batch_size=199)
     engine.dispose()
 
 
@@ -350,10 +351,10 @@ def test_the_aggregate_persists_across_restarts(databases):
     d.collector.release_batches()
     before = d.result()
     engine = storage.connect(databases["analyzer"], "analyzer")
-    again = AnalyzerService(engine).result(d.task.task_id, top=100)  # a new process's view of the same database
+    again = AnalyzerService(engine, kek=d.analyzer.kek).result(d.task.task_id, top=100)  # a new process's view
     assert again["estimates"] == before["estimates"] and again["collection"] == before["collection"]
     with engine.connect() as c:
-        agg = pickle.loads(c.execute(sa.select(storage.aggregates.c.aggregate)).scalar_one())
+        agg = decode_aggregate(c.execute(sa.select(storage.aggregates.c.aggregate)).scalar_one())
     assert agg.messages == before["messages"]["total"]
 
 
@@ -412,7 +413,8 @@ def test_a_task_is_refused_unless_the_services_run_its_protocol(protocol, keywor
     from privagg.errors import ParameterError
 
     params = calibrate(protocol, epsilon=2.0, n_users=500, **keywords)
-    service = AnalyzerService(storage.connect(f"sqlite:///{tmp_path}/analyzer.db", "analyzer"))
+    service = AnalyzerService(storage.connect(f"sqlite:///{tmp_path}/analyzer.db", "analyzer"),
+                              kek=KeyEncryptionKey.generate())
     with pytest.raises(ParameterError, match="one the services run") as err:
         service.create_task(params)
     assert err.value.field == "protocol"

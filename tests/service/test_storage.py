@@ -83,7 +83,8 @@ def test_a_new_sqlite_database_and_its_wal_and_shm_are_owner_only(tmp_path, role
         engine = storage.connect(f"sqlite:///{tmp_path}/{role}.db", role)
         table = storage.metadata[role].tables[f"{role}_tasks"]
         required = {c.name: {"task_id": "0" * 32, "task": "{}"}.get(c.name, b"k" if isinstance(
-            c.type, sa.LargeBinary) else "x") for c in table.columns if not c.nullable and c.server_default is None}
+            c.type, sa.LargeBinary) else 1 if isinstance(c.type, (sa.Integer, sa.Float)) else "x")
+            for c in table.columns if not c.nullable and c.server_default is None}
         with engine.begin() as c:  # a write: the WAL and its index exist and hold frames
             c.execute(sa.insert(table).values(**required))
         made = files(tmp_path / f"{role}.db")

@@ -36,6 +36,7 @@ from privagg.protocols.sampling_sharing import calibrate_tss, calibrate_tss_coll
 from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, Election, encode
 from privagg.service import storage
+from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready
 from privagg.service.two_servers import (FirstService, SecondService, SecondTask, TSSTask, create_first_app,
                                          create_tasks, s1_messages, s1_shares, s1_tasks, s2_tasks, sealed_size)
@@ -141,7 +142,7 @@ class Deployment:
 def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True) -> Iterator[Deployment]:
     parameters = parameters or tss_prime()
     clock = Clock()
-    second = SecondService(storage.connect(dbs["s2"], "s2"))
+    second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
     first = FirstService(storage.connect(dbs["s1"], "s1"), clock=clock,
                          send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
     task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
@@ -426,10 +427,11 @@ def test_the_migrations_build_the_declared_schema(dbs):
 
 SERVE = """
 import sys, uvicorn
+from privagg.service.keys import KeyEncryptionKey
 from privagg.service.two_servers import create_first_app, create_second_app, open_first_server, open_second_server
 role, db, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = (create_first_app(open_first_server(db), tick=0.1) if role == "s1" else
-       create_second_app(open_second_server(db), tick=0.1))
+       create_second_app(open_second_server(db, kek=KeyEncryptionKey.load()), tick=0.1))
 uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 """
 
@@ -474,7 +476,7 @@ def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
     ports = {"s1": free_port(), "s2": free_port()}
     url1, url2 = (f"http://127.0.0.1:{ports[r]}" for r in ("s1", "s2"))
     with process("s2", dbs["s2"], ports["s2"], tmp_path / "s2.log"):
-        second = SecondService(storage.connect(dbs["s2"], "s2"))
+        second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.load())  # the served S2's
         created, token = second.create_task(p, MIN)
         second.engine.dispose()
         public = SecondTask.from_dict(get(f"{url2}/tasks/{created.task_id}")["task"])

@@ -243,14 +243,15 @@ def test_kill_9_of_the_analyzer_while_it_opens_a_batch_leaves_no_process_and_no_
     from privagg.service import storage
     from privagg.service.analyzer import AnalyzerService
     from privagg.service.collector import batch_stream
+    from privagg.service.keys import KeyEncryptionKey
     from privagg.service.local import free_port, wait_ready
 
     m = 60_000  # messages: about a second of opening on two workers
     db = f"sqlite:///{tmp_path}/analyzer.db"
-    engine = storage.connect(db, "analyzer")
-    task = AnalyzerService(engine).create_task(calibrate("grr", epsilon=1.0, n_users=m, domain_size=5))
+    engine, kek = storage.connect(db, "analyzer"), KeyEncryptionKey.load()  # PRIVAGG_KEK, as the served analyzer
+    task = AnalyzerService(engine, kek=kek).create_task(calibrate("grr", epsilon=1.0, n_users=m, domain_size=5))
     with engine.connect() as c:
-        key = c.execute(sa.select(storage.analyzer_tasks.c.private_key)).scalar_one()
+        key = kek.open(c.execute(sa.select(storage.analyzer_tasks.c.sealed_key)).scalar_one(), task.task_id)
     engine.dispose()
     messages = make_client(task.parameters).randomize(np.arange(m) % 5, np.random.default_rng(5))
     batch_id = secrets.token_hex(16)

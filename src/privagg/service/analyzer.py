@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import pickle
 import re
 import threading
 import time
@@ -39,7 +38,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ..core.messages import MessageBatch
 from ..errors import ParameterError
 from . import storage
+from .aggregate_codec import decode_aggregate, encode_aggregate
 from .collector import BATCH_MEDIA_TYPE
+from .keys import KeyEncryptionKey
 from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations
 from .tasks import SERVED, Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages, sealed_size
 from .web import Health, Limits, Refused, add_operations, log_event, make_app, read_body, shown
@@ -101,11 +102,18 @@ class AnalyzerService:
     opened, so that no process holds the private key between batches; :func:`open_analyzer`'s choice), or a
     :class:`concurrent.futures.Executor` or a ``dask.distributed.Client`` (both have ``map``/``submit``), whose
     workers the caller owns: they receive the key with each batch. ``workers``: how many processes.
+
+    ``kek``: the key-encryption key the tasks' private keys are sealed under in the database
+    (:mod:`privagg.service.keys`); one that did not seal the stored keys is refused here, naming both KEK ids,
+    before any key is opened.
     """
 
     def __init__(self, engine: sa.Engine, executor: Executor | BatchWorkers | None = None, workers: int = 1,
-                 registry: CollectorRegistry | None = None) -> None:
-        self.engine, self.executor, self.workers = engine, executor, workers
+                 registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey) -> None:
+        if not isinstance(kek, KeyEncryptionKey):
+            raise ParameterError("kek", "a KeyEncryptionKey (privagg.service.keys)", type(kek).__name__)
+        kek.check_stored(engine, analyzer_tasks)
+        self.engine, self.executor, self.workers, self.kek = engine, executor, workers, kek
         self._tasks: dict[str, _Loaded] = {}
         self._lock = threading.Lock()  # one batch folds into an aggregate at a time (the database locks too)
         self.registry = registry or CollectorRegistry()
@@ -119,10 +127,12 @@ class AnalyzerService:
                                         registry=self.registry)
 
     # ---- tasks ---------------------------------------------------------------------------------------------
-    def create_task(self, parameters, min_batch_size: int | None = None, key_id: int = 0,
+    def create_task(self, parameters, min_batch_size: int | None = None, key_id: int | None = None,
                     kem: str = "x25519") -> Task:
-        """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key and an empty
-        aggregate stored; returns the task."""
+        """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key (a new key pair
+        for every task, sealed under the KEK) and an empty aggregate stored; returns the task. ``key_id``
+        (0..255): the id clients see for its key; by default the one after the newest task's, so consecutive
+        tasks' keys never share an id."""
         from ..pipelines import Analysis
         from ..protocols.kinds import ResultKind
         from ..protocols.registry import get
@@ -133,13 +143,18 @@ class AnalyzerService:
         if entry.result is ResultKind.FREQUENCY_TABLE and parameters.domain_size > 1 << 24:
             raise ParameterError("domain_size", "at most 2^24 for a service task (its aggregate counts every item)",
                                  parameters.domain_size)
-        task, private_key = create_task(parameters, min_batch_size, key_id, kem)
-        analyzer = Analysis.of(parameters).analyzer()
         with self.engine.begin() as c:
-            c.execute(sa.insert(analyzer_tasks).values(task_id=task.task_id, task=task.to_json(),
-                                                       private_key=private_key))
-            c.execute(sa.insert(aggregates).values(task_id=task.task_id, aggregate=pickle.dumps(analyzer.agg_init()),
-                                                   batches=0, reports=0, unopened=0))
+            if key_id is None:
+                newest = c.execute(sa.select(analyzer_tasks.c.key_id).order_by(analyzer_tasks.c.created.desc())
+                                   .limit(1)).scalar()
+                key_id = 0 if newest is None else (newest + 1) % 256
+            task, private_key = create_task(parameters, min_batch_size, key_id, kem)
+            analyzer = Analysis.of(parameters).analyzer()
+            c.execute(sa.insert(analyzer_tasks).values(
+                task_id=task.task_id, task=task.to_json(), key_id=task.key_id, created=time.time(),
+                sealed_key=self.kek.seal(private_key, task.task_id), kek_id=self.kek.kek_id))
+            c.execute(sa.insert(aggregates).values(task_id=task.task_id, aggregate=encode_aggregate(
+                analyzer.agg_init()), batches=0, reports=0, unopened=0))
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol)
         return task
 
@@ -151,12 +166,13 @@ class AnalyzerService:
                 raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
                               f"{shown(task_id)}")
             with storage.reading(self.engine) as c:
-                row = c.execute(sa.select(analyzer_tasks.c.task, analyzer_tasks.c.private_key).where(
+                row = c.execute(sa.select(analyzer_tasks.c.task, analyzer_tasks.c.sealed_key).where(
                     analyzer_tasks.c.task_id == task_id)).first()
             if row is None:
                 raise Refused(404, "unknown_task", f"task_id must name a task of this analyzer, got {task_id}")
             task = Task.from_json(row.task, verify=False)  # verified when it was created
-            self._tasks[task_id] = _Loaded(task, row.private_key, Analysis.of(task.parameters).analyzer())
+            self._tasks[task_id] = _Loaded(task, self.kek.open(row.sealed_key, task_id),
+                                           Analysis.of(task.parameters).analyzer())
         return self._tasks[task_id]
 
     # ---- batches -------------------------------------------------------------------------------------------
@@ -244,9 +260,9 @@ class AnalyzerService:
                     return "already applied"
                 row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
                 check_batch_rules(task, row.batches, row.reports, reports, len(sealed))  # another batch came meanwhile
-                total = analyzer.merge([pickle.loads(row.aggregate), part])
+                total = analyzer.merge([decode_aggregate(row.aggregate), part])
                 c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
-                    aggregate=pickle.dumps(total), batches=row.batches + 1, reports=row.reports + counted,
+                    aggregate=encode_aggregate(total), batches=row.batches + 1, reports=row.reports + counted,
                     unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates))
                 c.execute(sa.insert(applied_batches).values(task_id=task_id, batch_id=batch_id))
                 if not task.single_batch and digests:  # a digest applied meanwhile fails the primary key
@@ -288,7 +304,7 @@ class AnalyzerService:
         if not row.batches:
             raise Refused(409, "not_released", f"task {task_id} has no result yet: no batch was applied (the "
                           f"collector releases one once at least {loaded.task.min_batch_size} reports came)")
-        agg, p = pickle.loads(row.aggregate), loaded.task.parameters
+        agg, p = decode_aggregate(row.aggregate), loaded.task.parameters
         start = time.perf_counter()
         result = loaded.analyzer.finalize(agg)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
@@ -303,12 +319,15 @@ class AnalyzerService:
 
 
 def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None, *,
-               operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None) -> FastAPI:
+               operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None,
+               result_token: str | None = None) -> FastAPI:
     """The analyzer's HTTP service; with ``collector_token``, a batch is taken only from whoever shows it
     (``Authorization: Bearer TOKEN``): the collector. Without it, anyone who reaches the port can add
     messages, so it is for loopback and tests.
 
-    ``operator_token``: the secret ``/metrics`` asks for (open without it); ``api_docs``: serve /docs, /redoc
+    ``result_token``: the secret the result route asks for (``Authorization: Bearer TOKEN``; open without it,
+    for a release that is public once made). ``operator_token``: the secret ``/metrics`` asks for (open without
+    it); ``api_docs``: serve /docs, /redoc
     and /openapi.json; ``limits``: the connection and request limits of a served app
     (:func:`privagg.service.web.add_operations`)."""
 
@@ -338,15 +357,15 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
 
     @app.post("/tasks/{task_id}/batches/{batch_id}")
     async def batch(task_id: str, batch_id: str, request: Request) -> dict:
-        if collector_token is not None and not hmac.compare_digest(
-                request.headers.get("authorization", "").encode(), f"Bearer {collector_token}".encode()):
-            raise Refused(401, "unauthenticated", "a batch must come from the collector: Authorization must be "
-                          "Bearer followed by the collector token")
+        _bearer(request, collector_token, "a batch must come from the collector: Authorization must be Bearer "
+                "followed by the collector token")
         body = await read_body(request, max_batch_bytes, BATCH_MEDIA_TYPE)
         return {"status": await run_in_threadpool(service.apply_batch, task_id, batch_id, body)}
 
     @app.get("/tasks/{task_id}/result")
-    async def result(task_id: str, top: int = 10) -> dict:
+    async def result(task_id: str, request: Request, top: int = 10) -> dict:
+        _bearer(request, result_token, "the result is for its owners: Authorization must be Bearer followed by the "
+                "result token")
         if not 1 <= top <= 100_000:
             raise Refused(400, "malformed", f"top must be 1..100000, got {top}")
         return await run_in_threadpool(service.result, task_id, top)
@@ -354,8 +373,15 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     return app
 
 
+def _bearer(request: Request, token: str | None, why: str) -> None:
+    """A 401 naming ``why`` unless ``token`` is None or the request shows it as a bearer token."""
+    if token is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                                     f"Bearer {token}".encode()):
+        raise Refused(401, "unauthenticated", why)
+
+
 def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str | None = None,
-                  registry: CollectorRegistry | None = None) -> AnalyzerService:
+                  registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey) -> AnalyzerService:
     """An analyzer over the database at ``db_url`` (migrated), opening messages on ``workers`` processes
     (default: one per core; 0 or 1: in this process) or on the Dask scheduler at ``dask_scheduler``.
 
@@ -365,12 +391,12 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
     inside the analyzer's trust boundary."""
     import os
 
-    engine = storage.connect(db_url, "analyzer")
+    engine = storage.connect(db_url, "analyzer", kek=kek)
     if dask_scheduler is not None:
         from dask.distributed import Client
 
         client = Client(dask_scheduler)
-        return AnalyzerService(engine, client, len(client.scheduler_info()["workers"]) or 1, registry)
+        return AnalyzerService(engine, client, len(client.scheduler_info()["workers"]) or 1, registry, kek=kek)
     workers = os.cpu_count() or 1 if workers is None else workers
     executor = None if workers <= 1 else BatchWorkers(workers)
-    return AnalyzerService(engine, executor, workers, registry)
+    return AnalyzerService(engine, executor, workers, registry, kek=kek)

@@ -14,7 +14,9 @@ the one before.
 Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``; a yes/no field
 takes true/false, 1/0 or yes/no). The collector token, a secret both services share, and the operator token
 are best given by the environment (``PRIVAGG_COLLECTOR_COLLECTOR_TOKEN``, ``PRIVAGG_ANALYZER_COLLECTOR_TOKEN``,
-``PRIVAGG_<ROLE>_OPERATOR_TOKEN``) or the file, not on a command line other users can list.
+``PRIVAGG_<ROLE>_OPERATOR_TOKEN``, the analyzer's ``PRIVAGG_ANALYZER_RESULT_TOKEN``) or the file, not on a command
+line other users can list. The analyzer's key-encryption key comes from ``PRIVAGG_KEK`` or the file named by
+``kek_file`` (:mod:`privagg.service.keys`), never from the config file itself.
 
 Connections (:class:`privagg.service.web.Limits`): ``header_timeout`` (10 s), ``body_timeout`` (30 s at the
 collector, 300 s at the analyzer, whose batches reach 1 GiB), ``idle_timeout`` (5 s), ``max_connections``
@@ -62,6 +64,8 @@ class ServiceConfig:
     max_connections: int = 10_000  # connections held at once (the oldest idle one closed for a new one)
     max_requests: int = 1_000  # requests in flight at once; one more waits up to 10 s, then is refused as busy
     operator_token: str | None = None  # the secret /metrics and the collector's status route ask for, if set
+    kek_file: str | None = None  # the analyzer's key-encryption key's file (default: PRIVAGG_KEK; keys.py)
+    result_token: str | None = None  # the secret the analyzer's result route asks for, if set (bearer)
     api_docs: bool = False  # serve /docs, /redoc and /openapi.json
     log_level: str = "INFO"
 
@@ -71,7 +75,8 @@ class ServiceConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ParameterError("tls_cert/tls_key", "given together", f"{self.tls_cert}, {self.tls_key}")
         for name in ("db", "host") + tuple(n for n in ("tls_cert", "tls_key", "analyzer_url", "analyzer_ca",
-                                                      "dask_scheduler") if getattr(self, n) is not None):
+                                                      "dask_scheduler", "kek_file", "result_token")
+                                                      if getattr(self, n) is not None):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ParameterError(name, "a non-empty string", getattr(self, name))
         for name in ("port", "max_body_bytes", "max_batch_reports", "workers", "max_connections", "max_requests"):
@@ -92,12 +97,10 @@ class ServiceConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3_600:
                 raise ParameterError(name, "a number of seconds in (0, 3600]", value)
-        if self.collector_token is not None and (not isinstance(self.collector_token, str) or
-                                                 len(self.collector_token) < 16):
-            raise ParameterError("collector_token", "a secret of at least 16 characters", "(too short)")
-        if self.operator_token is not None and (not isinstance(self.operator_token, str) or
-                                                len(self.operator_token) < 16):
-            raise ParameterError("operator_token", "a secret of at least 16 characters", "(too short)")
+        for name in ("collector_token", "operator_token", "result_token"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or len(value) < 16):
+                raise ParameterError(name, "a secret of at least 16 characters", "(too short)")
         if not isinstance(self.api_docs, bool):
             raise ParameterError("api_docs", "true or false", repr(self.api_docs))
         if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -152,6 +155,6 @@ def describe(config: ServiceConfig) -> dict[str, Any]:
 
     shown = dataclasses.asdict(config)
     shown["db"] = make_url(config.db).render_as_string(hide_password=True)
-    for secret in ("collector_token", "operator_token"):
+    for secret in ("collector_token", "operator_token", "result_token"):
         shown[secret] = None if getattr(config, secret) is None else "(set)"
     return shown

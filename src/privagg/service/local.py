@@ -105,9 +105,13 @@ class LocalDeployment:
 
     def __init__(self, dbs: dict[str, str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.dbs, self.log_dir = dbs, Path(log_dir)
+        from .keys import KeyEncryptionKey
+
         token = secrets.token_urlsafe(32)  # the collector shows it to the analyzer with each batch
+        self.kek = KeyEncryptionKey.local()  # the analyzer's private keys are sealed under it in its database
         self.env = {**os.environ, "PRIVAGG_COLLECTOR_COLLECTOR_TOKEN": token, "PRIVAGG_ANALYZER_COLLECTOR_TOKEN": token,
-                    **(env or {})}  # the services' environment (a test starting its own processes takes it too)
+                    "PRIVAGG_KEK": self.kek.export(), **(env or {})}  # the services' environment (a test starting
+        # its own processes takes it too)
         analyzer = ServiceProcess("analyzer", dbs["analyzer"], self.log_dir / "analyzer.log", self.env)
         self.services = {"analyzer": analyzer, "collector": ServiceProcess(
             "collector", dbs["collector"], self.log_dir / "collector.log", self.env,
@@ -119,9 +123,9 @@ class LocalDeployment:
     def create_task(self, parameters, min_batch_size: int | None = None) -> Task:
         from .analyzer import AnalyzerService
 
-        engine = connect(self.dbs["analyzer"], "analyzer")
+        engine = connect(self.dbs["analyzer"], "analyzer", kek=self.kek)
         try:
-            return AnalyzerService(engine).create_task(parameters, min_batch_size)
+            return AnalyzerService(engine, kek=self.kek).create_task(parameters, min_batch_size)
         finally:
             engine.dispose()
 

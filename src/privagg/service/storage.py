@@ -15,7 +15,9 @@ the secret he authenticates with), the sealed shares it relays (one row per send
 cannot open), and each user's round-2 and round-3 message; the release once computed. The primary keys make
 every share and message stored once.
 
-Analyzer: its tasks with their HPKE private keys, the running aggregate of each task with its counters, the
+Analyzer: its tasks with their HPKE private keys (sealed under a key-encryption key kept outside the database:
+:mod:`privagg.service.keys`), the running aggregate of each task with its counters (a versioned .npz archive
+read without pickle: :mod:`privagg.service.aggregate_codec`), the
 ids of the batches it has applied (a replayed batch is applied once), and for a local task (several
 batches) the encapsulation digests of the messages applied (a message repeated in a later batch is dropped).
 
@@ -92,12 +94,15 @@ analyzer_tasks = sa.Table(
     "analyzer_tasks", metadata["analyzer"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),
-    sa.Column("private_key", sa.LargeBinary, nullable=False),  # raw (tasks.py): protect this database as the key
+    sa.Column("key_id", sa.Integer, nullable=False),  # the HPKE key id its clients see (0..255)
+    sa.Column("created", sa.Float, nullable=False),  # seconds since the epoch (the next task's key id follows)
+    sa.Column("sealed_key", sa.LargeBinary, nullable=False),  # the private key sealed under the KEK (keys.py)
+    sa.Column("kek_id", sa.String(16), nullable=False),  # which KEK sealed it
 )
 aggregates = sa.Table(
     "aggregates", metadata["analyzer"],
     sa.Column("task_id", sa.String(32), primary_key=True),
-    sa.Column("aggregate", sa.LargeBinary, nullable=False),  # the analyzer's aggregate, pickled (our own data)
+    sa.Column("aggregate", sa.LargeBinary, nullable=False),  # the analyzer's aggregate (aggregate_codec.py: .npz)
     sa.Column("batches", sa.Integer, nullable=False),
     sa.Column("reports", sa.Integer, nullable=False),
     sa.Column("unopened", sa.Integer, nullable=False),  # messages that would not open (wrong key, tampered)
@@ -182,7 +187,7 @@ READ = "privagg_read"  # the execution option of :func:`reading`'s connections, 
 
 
 def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
-            statement_timeout: float | None = STATEMENT_TIMEOUT) -> sa.Engine:
+            statement_timeout: float | None = STATEMENT_TIMEOUT, kek=None) -> sa.Engine:
     """An engine for ``role``'s database at ``url`` (SQLite or PostgreSQL), its schema brought to the latest
     version (:func:`migrate`); a collector's database is scrubbed once (:func:`scrub`: a release that a crash
     cut short before its scrub).
@@ -199,6 +204,9 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     timeout) and a :data:`CONNECT_TIMEOUT`. Defaults and their reasons: :data:`LOCK_TIMEOUT`,
     :data:`STATEMENT_TIMEOUT`.
 
+    ``kek``: the analyzer's key-encryption key (:mod:`privagg.service.keys`), which migration a0003 needs to
+    seal the private keys an older database kept raw.
+
     Raises :class:`ParameterError` (field ``db``) naming what is wrong instead of a driver's traceback: a
     folder that does not exist, a file or folder the service cannot write, a file mode as above, a database
     SQLite cannot open, a PostgreSQL server that does not accept the connection (its host and the reason).
@@ -210,7 +218,7 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     engine = _engine(url, role, lock_timeout, statement_timeout)
     try:
         _probe(engine)
-        migrate(engine, role)
+        migrate(engine, role, kek)
         if role == "collector":
             scrub(engine)
     except BaseException:
@@ -424,8 +432,9 @@ def scrub(engine: sa.Engine) -> None:
         log.warning("scrub incomplete", extra={"fields": {"error": type(err.orig).__name__}})
 
 
-def migrate(engine: sa.Engine, role: str) -> None:
-    """Bring the ``role``'s tables to the latest schema version (Alembic ``upgrade head``)."""
+def migrate(engine: sa.Engine, role: str, kek=None) -> None:
+    """Bring the ``role``'s tables to the latest schema version (Alembic ``upgrade head``); ``kek``: as for
+    :func:`connect`."""
     from alembic import command
     from alembic.config import Config
 
@@ -436,7 +445,7 @@ def migrate(engine: sa.Engine, role: str) -> None:
     config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(folder))
     config.set_main_option("version_locations", str(folder / "versions" / role))
-    config.attributes["role"] = role
+    config.attributes["role"], config.attributes["kek"] = role, kek
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

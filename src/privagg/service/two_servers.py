@@ -59,6 +59,7 @@ from . import storage
 from .roster import (RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
                      user_routes)
 from .round_tasks import KEM, SecondTask, TSSTask, sealed_size, second_info
+from .keys import KeyEncryptionKey
 from .tasks import TASK_ID_BYTES, _private_key, _suite
 from .web import Health, Limits, Refused, json_object, log_event, shown
 
@@ -118,7 +119,8 @@ s2_tasks = sa.Table(
     "s2_tasks", storage.metadata["s2"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),  # the task's public JSON (SecondTask)
-    sa.Column("private_key", sa.LargeBinary, nullable=False),  # raw X25519: protect this database as the key
+    sa.Column("sealed_key", sa.LargeBinary, nullable=False),  # its X25519 key sealed under the KEK (keys.py)
+    sa.Column("kek_id", sa.String(16), nullable=False),  # which KEK sealed it
     sa.Column("relay_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of S1's relay token
     sa.Column("state", sa.String(16), nullable=False),  # waiting, received (the hand-over), released, failed
     sa.Column("handover", sa.LargeBinary),  # S1's hand-over until released (then NULL)
@@ -448,8 +450,10 @@ class FirstRounds:
 class SecondService:
     """S2's logic over its database; the HTTP routes (:func:`create_second_app`) only call it."""
 
-    def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None) -> None:
-        self.engine = engine
+    def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, *,
+                 kek: KeyEncryptionKey) -> None:
+        kek.check_stored(engine, s2_tasks)  # refused before any key is opened, naming the KEK that sealed them
+        self.engine, self.kek = engine, kek
         self.health = Health()
         self._tasks: dict[str, SecondTask] = {}
         self._lock = threading.Lock()
@@ -461,7 +465,8 @@ class SecondService:
                                 registry=self.registry)
 
     def create_task(self, parameters, min_survivors: int | None = None) -> tuple[SecondTask, str]:
-        """A new task with its own HPKE key pair, and the relay token S1 must show (returned once, kept hashed).
+        """A new task with its own HPKE key pair (sealed under the KEK), and the relay token S1 must show (returned
+        once, kept hashed).
         ``min_survivors`` defaults to n (every user must take part to the end): set it lower to release despite
         dropouts."""
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -472,7 +477,8 @@ class SecondService:
                           key.public_key().public_bytes_raw())
         with self.engine.begin() as c:
             c.execute(sa.insert(s2_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
-                                                 private_key=key.private_bytes_raw(), relay_hash=secret_hash(token),
+                                                 sealed_key=self.kek.seal(key.private_bytes_raw(), task.task_id),
+                                                 kek_id=self.kek.kek_id, relay_hash=secret_hash(token),
                                                  state="waiting"))
         log_event(log2, "task created", task=task.task_id, protocol=parameters.protocol, users=parameters.n_users)
         return task, token
@@ -535,7 +541,7 @@ class SecondService:
 
         start = time.perf_counter()
         handover = Handover.from_dict(json.loads(row.handover))
-        suite, key = _suite(KEM), _private_key(KEM, row.private_key)
+        suite, key = _suite(KEM), _private_key(KEM, self.kek.open(row.sealed_key, task.task_id))
         opened: dict[int, dict[int, bytes]] = {SUMS: {}, RECOVERY: {}}
         unopened = 0
         for kind, sealed in ((SUMS, handover.sums), (RECOVERY, handover.recoveries)):
@@ -641,5 +647,6 @@ def open_first_server(db_url: str, registry: CollectorRegistry | None = None) ->
     return FirstService(storage.connect(db_url, "s1"), registry)
 
 
-def open_second_server(db_url: str, registry: CollectorRegistry | None = None) -> SecondService:
-    return SecondService(storage.connect(db_url, "s2"), registry)
+def open_second_server(db_url: str, registry: CollectorRegistry | None = None, *,
+                       kek: KeyEncryptionKey) -> SecondService:
+    return SecondService(storage.connect(db_url, "s2", kek=kek), registry, kek=kek)

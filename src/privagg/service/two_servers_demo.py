@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .keys import KeyEncryptionKey
 from .local import ServiceProcess
 from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for, party_row, traffic
 from .storage import connect
@@ -35,10 +36,12 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     dbs = {role: fresh_sqlite(workdir, role) for role in ("s1", "s2")}
-    with ServiceProcess("s2", dbs["s2"], workdir / "logs" / "s2.log") as s2, \
+    kek = KeyEncryptionKey.local()  # S2's private keys are sealed under it in its database
+    with ServiceProcess("s2", dbs["s2"], workdir / "logs" / "s2.log", {"PRIVAGG_KEK": kek.export()}) as s2, \
             ServiceProcess("s1", dbs["s1"], workdir / "logs" / "s1.log") as s1:
         progress(f"S1 at {s1.url}, S2 at {s2.url} (logs in {workdir / 'logs'})")
-        first, second = FirstService(connect(dbs["s1"], "s1")), SecondService(connect(dbs["s2"], "s2"))
+        first = FirstService(connect(dbs["s1"], "s1"))
+        second = SecondService(connect(dbs["s2"], "s2", kek=kek), kek=kek)
         try:
             task = create_tasks(first, second, parameters, s2.url, round_seconds, min_survivors_for(users, drop_fraction))
             tokens = first.issue_tokens(task.task_id, users)
