@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean chromium
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,15 @@ demo: $(VENV)/installed
 	$(VENV)/bin/privagg estimate fe1 --epsilon 1 --delta 1e-10 --top 15 --seed 0
 
 # one test process per core (pytest-xdist): the service tests spend much of their time waiting on their servers
-test: $(VENV)/installed
+test: $(VENV)/installed chromium
 	$(PY) -m pytest -n auto
+
+# the operator console's test runs in Debian's Chromium: installed here where apt-get can (as root), else the test
+# fails saying how to install it
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "warning: no Chromium (apt-get install chromium): the console's browser test will fail"
 
 bench: $(VENV)/installed
 	$(PY) benchmarks/run.py --write docs/benchmarks.md

@@ -14,7 +14,9 @@ drew from the SDK's secure generator), the task's honest-fraction assumption, an
 counting reports, batches and dropped messages.
 
 Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batch_id}`` (the collector),
-``GET /tasks/{task_id}/result?top=K``, ``/healthz``, ``/readyz``, ``/metrics``.
+``GET /tasks/{task_id}/result?top=K``, ``GET /tasks`` (the task list), ``GET /console`` and
+``/console/tasks/{task_id}`` (the operator console: :mod:`privagg.service.console`), ``/healthz``, ``/readyz``,
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import HTMLResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..core.messages import MessageBatch
@@ -40,6 +42,7 @@ from ..errors import ParameterError
 from . import storage
 from .aggregate_codec import decode_aggregate, encode_aggregate
 from .collector import BATCH_MEDIA_TYPE
+from .console import task_page, tasks_page
 from .keys import KeyEncryptionKey
 from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations
 from .tasks import SERVED, Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages, sealed_size
@@ -287,6 +290,28 @@ class AnalyzerService:
         return "applied"
 
     # ---- results -------------------------------------------------------------------------------------------
+    def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
+        """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
+        and the console)."""
+        query = sa.select(analyzer_tasks.c.task_id, analyzer_tasks.c.task, aggregates.c.batches, aggregates.c.reports,
+                          aggregates.c.unopened, aggregates.c.duplicates).join(
+            aggregates, aggregates.c.task_id == analyzer_tasks.c.task_id).order_by(
+            analyzer_tasks.c.created.desc()).limit(limit)
+        if task_id is not None:
+            self.load(task_id)  # 404 unless it is one of ours
+            query = query.where(analyzer_tasks.c.task_id == task_id)
+        with storage.reading(self.engine) as c:
+            rows = c.execute(query).all()
+        out = []
+        for row in rows:
+            task = Task.from_json(row.task, verify=False)
+            out.append({"task_id": row.task_id, "protocol": task.parameters.protocol,
+                        "n_users": task.parameters.n_users, "min_batch_size": task.min_batch_size,
+                        "key_id": task.key_id, "kem": task.kem, "batches": row.batches, "reports": row.reports,
+                        "unopened": row.unopened, "duplicates": row.duplicates,
+                        "state": "released" if row.batches else "waiting for its batch"})
+        return out
+
     def result(self, task_id: str, top: int = 10) -> dict:
         """The task's result as ``privagg analyze --json`` prints it, private, with the collection counts;
         409 ``not_released`` until a batch was applied (before, the estimates would be the debiased noise
@@ -325,8 +350,8 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     (``Authorization: Bearer TOKEN``): the collector. Without it, anyone who reaches the port can add
     messages, so it is for loopback and tests.
 
-    ``result_token``: the secret the result route asks for (``Authorization: Bearer TOKEN``; open without it,
-    for a release that is public once made). ``operator_token``: the secret ``/metrics`` asks for (open without
+    ``result_token``: the secret the result route, the task list and the console ask for (``Authorization: Bearer
+    TOKEN``; open without it, for releases that are public once made). ``operator_token``: the secret ``/metrics`` asks for (open without
     it); ``api_docs``: serve /docs, /redoc
     and /openapi.json; ``limits``: the connection and request limits of a served app
     (:func:`privagg.service.web.add_operations`)."""
@@ -350,6 +375,27 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
                    health=service.health, operator_token=operator_token, limits=limits)
 
+    def owner(request: Request) -> None:
+        _bearer(request, result_token, "the results and the task list are for their owners: Authorization must be "
+                "Bearer followed by the result token")
+
+    @app.get("/tasks")
+    async def tasks(request: Request) -> dict:
+        owner(request)
+        return {"tasks": await run_in_threadpool(service.overview)}
+
+    @app.get("/console", response_class=HTMLResponse)
+    async def console(request: Request) -> str:
+        owner(request)
+        return tasks_page(await run_in_threadpool(service.overview))
+
+    @app.get("/console/tasks/{task_id}", response_class=HTMLResponse)
+    async def console_task(task_id: str, request: Request) -> str:
+        owner(request)
+        (row,) = await run_in_threadpool(service.overview, task_id)
+        report = await run_in_threadpool(service.result, task_id, 20) if row["batches"] else None
+        return task_page(row, report)
+
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> Response:
         loaded = await run_in_threadpool(service.load, task_id)
@@ -364,8 +410,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
 
     @app.get("/tasks/{task_id}/result")
     async def result(task_id: str, request: Request, top: int = 10) -> dict:
-        _bearer(request, result_token, "the result is for its owners: Authorization must be Bearer followed by the "
-                "result token")
+        owner(request)
         if not 1 <= top <= 100_000:
             raise Refused(400, "malformed", f"top must be 1..100000, got {top}")
         return await run_in_threadpool(service.result, task_id, top)

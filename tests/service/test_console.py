@@ -1,0 +1,105 @@
+"""The analyzer's operator console, in a real browser: Debian's Chromium, headless, driven by Playwright, reads
+what the pages show (the task list, a released task's chart and privacy statement, a waiting task)."""
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from privagg.protocols.registry import calibrate
+from privagg.service.analyzer import create_app
+from privagg.service.console import Z95
+from privagg.service.local import free_port
+from service_deployment import deploy, users
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's package (`make test` installs it where apt-get can)
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+
+
+@contextmanager
+def served(app):
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"the console's test needs Debian's Chromium at {CHROMIUM}: apt-get install chromium")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            yield chromium.new_page(viewport={"width": 1100, "height": 900})
+        finally:
+            chromium.close()
+
+
+def test_the_console_shows_tasks_results_with_intervals_and_the_guarantee(tmp_path):
+    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=400, domain_size=30)
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    reports, _ = users(d, np.random.default_rng(2).zipf(1.5, 400) % 30, np.random.default_rng(3))
+    d.store(reports)
+    d.collector.release_batches()
+    waiting = d.analyzer.create_task(params)
+    result = d.analyzer.result(d.task.task_id, top=20)
+    expected = result["estimates"][:20]
+
+    with served(create_app(d.analyzer)) as url, browser() as page:
+        page.goto(f"{url}/console")
+        rows = page.locator("#tasks tbody tr")
+        assert rows.count() == 2
+        listed = {r.locator("td").nth(0).inner_text(): r.inner_text() for r in rows.all()}
+        released = listed[d.task.task_id[:12]]
+        assert "fe1" in released and "400 / 400" in released and "released" in released
+        assert "waiting for its batch" in listed[waiting.task_id[:12]]
+
+        page.click(f"text={d.task.task_id[:12]}")
+        page.wait_for_selector("#chart")
+        assert page.locator("#state").inner_text() == "released"
+        bars = page.locator("#chart rect.bar")
+        assert bars.count() == len(expected) and page.locator("#chart line.interval").count() == len(expected)
+        labels = page.locator("#chart text").all_text_contents()
+        for row in expected:  # each estimate and its 95% interval's half-width, as drawn
+            assert f"{row['estimate']:,.1f} ± {Z95 * row['stderr']:,.1f}" in labels
+        widths = [float(b.get_attribute("width")) for b in bars.all()]
+        top = max(range(len(expected)), key=lambda i: abs(expected[i]["estimate"]))
+        assert widths[top] == max(widths) > 0  # the longest bar is the largest estimate
+        privacy = page.locator("#privacy").inner_text()
+        assert f"({result['privacy']['epsilon']:g}, {result['privacy']['delta']:.2g})-differentially private" in privacy
+        assert "shuffle model" in privacy and "400 users" in privacy
+        text = page.locator("body").inner_text().lower()
+        assert "true count" not in text and "true_count" not in text
+        page.screenshot(path=str(tmp_path / "console.png"), full_page=True)
+        assert (tmp_path / "console.png").stat().st_size > 10_000
+
+        page.goto(f"{url}/console/tasks/{waiting.task_id}")
+        assert "No result yet" in page.locator("#waiting").inner_text()
+        assert page.locator("#chart").count() == 0
+
+
+def test_the_console_and_the_task_list_ask_for_the_result_token(tmp_path):
+    params = calibrate("grr", epsilon=1.0, n_users=20, domain_size=4)
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    app = TestClient(create_app(d.analyzer, result_token="t" * 32))
+    for path in ("/tasks", "/console", f"/console/tasks/{d.task.task_id}"):
+        assert app.get(path).status_code == 401
+        assert app.get(path, headers={"authorization": "Bearer " + "t" * 32}).status_code == 200
+    listed = app.get("/tasks", headers={"authorization": "Bearer " + "t" * 32}).json()["tasks"]
+    assert [t["task_id"] for t in listed] == [d.task.task_id] and listed[0]["state"] == "waiting for its batch"
+    assert app.get(f"/console/tasks/{'ab' * 16}", headers={"authorization": "Bearer " + "t" * 32}).status_code == 404
