@@ -1,5 +1,8 @@
 """``privagg demo-service``: the bundled words through both services, beside the simulation of the same run.
 
+(fe1 below; :func:`run_heavy_hitter_demo` does fe-hh's discovery, :func:`run_sharing_demo` the multi-round
+protocols.)
+
 The services' leg (:func:`privagg.service.demo.run_services`): an analyzer and a collector on loopback ports,
 an FE1 task, one SDK client over HTTP per user. The private result is then compared item by item with
 ``privagg estimate fe1`` on the same data: both estimate the same true counts without bias, so their difference
@@ -46,6 +49,32 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
                        "expected_max": expected_worst,
                        "matches": bool(0.8 <= rms <= 1.2 and worst <= expected_worst + 2)},
     }
+
+
+def run_heavy_hitter_demo(workdir: Path, users: int = 20_000, max_length: int = 4, phi: float = 0.03,
+                          epsilon: float = 1.0, delta: float = 1e-6, concurrency: int = 500, progress=print) -> dict:
+    """demo-service fe-hh: the bundled English words of at most ``max_length`` bytes, one per user, through both
+    services as SDK clients; the analyzer's tree walk discovers the heavy words with no list (byte by byte). Beside
+    it, the simulation of the same words (seeded, not private) and both lists scored against the truth (the demo
+    knows it; no party of a deployment does): recall over the words held by at least phi n users, precision."""
+    from collections import Counter
+
+    from .simulate.heavy_hitters import estimate_heavy_hitters, score
+
+    pool = [w for w in english_words(3 * users, 1_000).to_pylist() if len(w.encode()) <= max_length][:users]
+    parameters = calibrate("fe-hh", epsilon=epsilon, delta=delta, n_users=len(pool), domain_size=256**max_length,
+                           max_length=max_length, phi=phi)
+    service, load = run_services(workdir, parameters, np.array(pool, dtype=object), concurrency, progress=progress)
+    simulation, _ = estimate_heavy_hitters(pool, epsilon=epsilon, delta=delta, phi=phi, max_length=max_length, seed=0,
+                                           evaluate=False)
+    truth = dict(Counter(pool))
+    found = [h["item"] for h in service["heavy_hitters"]]
+    simulated = [h.item for h in simulation.heavy_hitters]
+    return {"service": service, "simulation": to_json_dict(simulation), "load": load,
+            "truth": {w: c for w, c in truth.items() if c >= parameters.threshold / 2},
+            "comparison": {"threshold": parameters.threshold,
+                           "service": to_json_dict(score(found, truth, parameters.threshold)),
+                           "simulation": to_json_dict(score(simulated, truth, parameters.threshold))}}
 
 
 def sharing_demo_data(users: int, categories: int = 10) -> tuple[np.ndarray, list[str], float]:

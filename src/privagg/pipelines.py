@@ -26,8 +26,8 @@ from .privacy.description import PrivacyDescription
 from .protocols.kinds import ResultKind
 from .protocols.parameters import Parameters
 from .protocols.registry import analyzer, choose_full_domain, get
-from .reports import (AnalysisReport, Collection, Engine, VectorAnalysisReport, analysis_report,
-                      vector_analysis_report, with_received_caveat)
+from .reports import (AnalysisReport, Collection, Engine, HeavyHitterAnalysisReport, VectorAnalysisReport,
+                      analysis_report, heavy_hitter_analysis_report, vector_analysis_report, with_received_caveat)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class Analysis:
         protocols): estimate every item of [B] anyway, up to :data:`~privagg.protocols.registry.FULL_DOMAIN_MAX`."""
         if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
             return cls(parameters, candidates is None, candidates)
+        if get(parameters.protocol).result is ResultKind.HEAVY_HITTER_LIST:  # discovered: no list, no whole domain
+            return cls(parameters, False, None)
         full_domain = choose_full_domain(parameters.domain_size, candidates is None if full_domain is None
                                          else full_domain, candidates is not None)
         return cls(parameters, full_domain, candidates)
@@ -55,13 +57,17 @@ class Analysis:
         return analyzer(self.parameters, None if self.full_domain else self.candidates)
 
     def report(self, result, privacy: PrivacyDescription, engine: Engine, *, encoder: ItemEncoder | None = None,
-               top: int = 10, collection: Collection | None = None) -> AnalysisReport | VectorAnalysisReport:
+               top: int = 10, collection: Collection | None = None) \
+            -> AnalysisReport | VectorAnalysisReport | HeavyHitterAnalysisReport:
         """The report of the analyzer's finalized ``result``, stating ``privacy`` (:func:`analysis_privacy`): a
-        frequency table's ``top`` items, named by ``encoder`` (default: items are their integer codes), or every
-        coordinate of a vector sum. ``collection``: what a service received."""
+        frequency table's ``top`` items, named by ``encoder`` (default: items are their integer codes), every
+        coordinate of a vector sum, or every heavy hitter fe-hh discovered (strings by name). ``collection``: what a
+        service received."""
         p = self.parameters
         if get(p.protocol).result is ResultKind.VECTOR_SUM:
             return vector_analysis_report(p, result, privacy, engine, collection=collection)
+        if get(p.protocol).result is ResultKind.HEAVY_HITTER_LIST:
+            return heavy_hitter_analysis_report(p, result, privacy, engine, collection=collection)
         if self.full_domain and self.candidates is not None:  # the top among the public candidates
             result = result.restricted_to(self.candidates)
         encoder = ItemEncoder(p.domain_size, kind="integer") if encoder is None else encoder

@@ -351,6 +351,20 @@ class VectorAnalysisReport(VectorReport):
 
 
 @dataclass
+class HeavyHitterAnalysisReport(RunReport):
+    """The analyzer service's fe-hh result: the heavy hitters its tree walk discovered in the batches it applied."""
+
+    threshold: float  # phi n: reported items are estimated to be held by at least this many users
+    heavy_hitters: list[HeavyHitter]  # largest estimate first
+    survivors: list[int]  # prefixes followed at each level of the tree
+    theory: dict[str, float | str]  # the estimator and the detection probabilities
+    privacy_profile: list[ProfilePoint]
+    warnings: list[str]
+    engine: Engine
+    collection: Collection | None = None
+
+
+@dataclass
 class Claimed:
     epsilon: float
     delta: float
@@ -466,8 +480,38 @@ def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engi
                                 **_analysis_common(parameters, result, privacy, engine, collection))
 
 
+def heavy_hitter_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
+                                 collection: Collection | None = None) -> HeavyHitterAnalysisReport:
+    """The report of an analysis whose result is fe-hh's list of heavy hitters."""
+    return HeavyHitterAnalysisReport(threshold=parameters.threshold, heavy_hitters=heavy_hitters(result),
+                                     survivors=list(result.survivors), theory=parameters.theory(),
+                                     **_analysis_common(parameters, result, privacy, engine, collection,
+                                                        capped_warnings(parameters, result)))
+
+
+def levels_text(levels) -> str:
+    """Tree levels as prose: "level 2", "levels 0 and 1", "levels 0, 1 and 2"."""
+    names = [str(int(k)) for k in levels]
+    if len(names) == 1:
+        return f"level {names[0]}"
+    return f"levels {', '.join(names[:-1])} and {names[-1]}"
+
+
+def heavy_hitters(result, truth: dict | None = None) -> list[HeavyHitter]:
+    """fe-hh's discovered items, largest estimate first (with their true counts where ``truth`` is given)."""
+    order = np.argsort(-result.estimates, kind="stable")
+    return [HeavyHitter(result.items[i], float(result.estimates[i]), float(result.standard_errors[i]),
+                        None if truth is None else truth.get(result.items[i], 0)) for i in order]
+
+
+def capped_warnings(parameters, result) -> list[str]:
+    """fe-hh: a warning when more prefixes passed a level than the walk follows."""
+    return ([f"more prefixes than the {parameters.survivor_cap} followed passed {levels_text(result.capped_levels)}: "
+             "the largest estimates were kept"] if result.capped_levels else [])
+
+
 def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: Engine,
-                     collection: Collection | None) -> dict[str, Any]:
+                     collection: Collection | None, warnings: list[str] = ()) -> dict[str, Any]:
     """What every analysis report holds besides its estimates."""
     from .privacy.description import privacy_warnings
 
@@ -478,7 +522,7 @@ def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: En
                 bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
                 privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
                 warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
-                + parameters.warnings())
+                + parameters.warnings() + list(warnings))
 
 
 def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[CoordinateEstimate]:
@@ -556,5 +600,6 @@ def json_schema(report_type: type) -> dict[str, Any]:
 
 REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "estimate-vector": VectorEstimateReport,
                 "estimate-hh": HeavyHitterReport,
-                "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "compare": CompareReport,
+                "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "analyze-hh": HeavyHitterAnalysisReport,
+                "compare": CompareReport,
                 "audit": AuditReport, "account": AccountReport, "demo-sharing": SharingDemoReport}

@@ -449,7 +449,7 @@ def print_result(report: dict, top: int) -> None:
     table = Table(title=f"{report['protocol']}: the analyzer's result (private)")
     for column in ("item", "estimate ± stderr"):
         table.add_column(column, justify="right")
-    for row in report["estimates"][:top]:
+    for row in report.get("estimates", report.get("heavy_hitters"))[:top]:  # fe-hh: the heavy hitters it found
         table.add_row(str(row["item"]), f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
     _console().print(table)
     p, c = report["privacy"], report["collection"]
@@ -459,11 +459,13 @@ def print_result(report: dict, top: int) -> None:
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
 
-DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "dpds", "dpdg", "tss", "tss-collusion")}, type=str)
+DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "fe-hh", "dpds", "dpdg", "tss", "tss-collusion")},
+                    type=str)
 
 
 def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the shuffle model's collector and "  # type: ignore[valid-type]
-                                                         "analyzer; dpds or dpdg: the sharing server and its users; "
+                                                         "analyzer; fe-hh: the same, discovering the heavy words "
+                                                         "with no list; dpds or dpdg: the sharing server and its users; "
                                                          "tss or tss-collusion: S1, S2 and their users."),
                  users: Optional[int] = typer.Option(None, "--users", help="Users drawn from the bundled English "
                                                      "words (default 20,000 for fe1, 300 for the others)."),
@@ -483,6 +485,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
                                                                     "comparison.")) -> None:
     """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
     result beside the simulation's."""
+    if protocol.value == "fe-hh":
+        _demo_heavy_hitters(users or 20_000, epsilon, delta, concurrency, workdir, as_json)
+        return
     if protocol.value != "fe1":
         _demo_sharing(protocol.value, users or 300, drop_fraction, epsilon, delta, round_seconds, workdir, as_json)
         return
@@ -521,6 +526,42 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
          f"{cmp['rms_standardized_difference']:.2f} (1 expected), largest {cmp['max_standardized_difference']:.2f} "
          f"(about {cmp['expected_max']:.1f} expected): the service {verdict} the simulation within its standard "
          "errors")
+
+
+def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
+                        as_json: bool) -> None:
+    """demo-service fe-hh (privagg.demos.run_heavy_hitter_demo), printed."""
+    from .demos import run_heavy_hitter_demo
+
+    with _clean_errors():
+        users = check_integer("users", users, 5_000, 1_000_000)
+        out = run_heavy_hitter_demo(workdir, users, epsilon=epsilon, delta=delta, concurrency=concurrency,
+                                    progress=(lambda _text: None) if as_json else _say)
+    if as_json:
+        print(json.dumps(out))
+        return
+    from rich.table import Table
+
+    report, comparison = out["service"], out["comparison"]
+    simulated = {h["item"] for h in out["simulation"]["heavy_hitters"]}
+    table = Table(title=f"fe-hh over {report['n_users']:,} users: the heavy words the services discovered (no list), "
+                        f"threshold phi n = {comparison['threshold']:,.0f}")
+    for column in ("word", "service ± stderr", "true count", "found by the simulation"):
+        table.add_column(column, justify="right")
+    for h in report["heavy_hitters"]:
+        table.add_row(str(h["item"]), f"{h['estimate']:,.0f} ± {h['stderr']:,.0f}", str(out["truth"].get(h["item"], 0)),
+                      "yes" if h["item"] in simulated else "no")
+    _console().print(table)
+    missed = sorted(w for w, c in out["truth"].items() if c >= comparison["threshold"] and
+                    w not in {h["item"] for h in report["heavy_hitters"]})
+    for who in ("service", "simulation"):
+        e = comparison[who]
+        _say(f"{who}: recall {e['recall']:.2f} of the {e['heavy_items']} words held by at least phi n users, precision "
+             f"{e['precision']:.2f} of the {e['reported']} reported" + (f" (missed: {', '.join(missed)})"
+                                                                          if who == "service" and missed else ""))
+    p = report["privacy"]
+    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}; "
+         "the simulation beside it is seeded (not private)")
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,

@@ -276,7 +276,7 @@ def test_a_capped_first_level_is_level_0_in_prose(monkeypatch, followed):
 
 
 def test_levels_text_reads_as_prose():
-    from privagg.simulate.heavy_hitters import levels_text
+    from privagg.reports import levels_text
 
     assert levels_text((0,)) == "level 0"
     assert levels_text((0, 1)) == "levels 0 and 1"

@@ -394,22 +394,23 @@ SERVED = {  # protocol -> (calibration keywords, one user's value)
     "oue": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
     "olh": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
     "hadamard": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
+    "fe-hh": (dict(domain_size=2**12, phi=0.2), lambda rng: int(rng.choice([7, 1000, int(rng.integers(2**12))]))),
 }
 
 
-def test_the_served_protocols_are_every_one_round_protocol_but_fe_hh():
+def test_the_served_protocols_are_every_one_round_protocol():
     from privagg.protocols.registry import ENTRIES
 
     assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.served}
-    assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.client is not None} - {"fe-hh"}
+    assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.client is not None}
 
 
 @pytest.mark.parametrize("protocol, keywords", [("bib", dict(domain_size=8, delta=1e-5)),
-                                                ("dpds", dict(domain_size=4, delta=1e-5, min_count_fraction=0.1)),
-                                                ("fe-hh", dict(domain_size=2**10, delta=1e-5, phi=0.1))])
+                                                ("dpds", dict(domain_size=4, delta=1e-5, min_count_fraction=0.1))])
 def test_a_task_is_refused_unless_the_services_run_its_protocol(protocol, keywords, tmp_path):
-    """A central curator, the users' sharing rounds and fe-hh's tree walk are not served: the analyzer refuses
-    the task (bib's was created, and could never be loaded), and a client refuses a task naming them."""
+    """A central curator and the users' sharing rounds are not the analyzer's (the sharing rounds have their own
+    servers): the analyzer refuses the task (bib's was created, and could never be loaded), and a client refuses
+    a task naming them."""
     from privagg.errors import ParameterError
 
     params = calibrate(protocol, epsilon=2.0, n_users=500, **keywords)
@@ -445,8 +446,11 @@ def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
     direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
     expected = to_json_dict(Analysis.of(params).report(direct, params.privacy, Engine("local", 1), top=100))
     result = d.result()
-    assert result["estimates"] == expected["estimates"] and result["messages"] == expected["messages"]
+    released = "heavy_hitters" if protocol == "fe-hh" else "estimates"  # fe-hh: the items its walk discovered
+    assert result[released] == expected[released] and result["messages"] == expected["messages"]
     assert result["collection"] == {"reports": 500, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
+    if protocol == "fe-hh":  # 7 and 1000 are each held by about a third of the users, above phi n = 100
+        assert {7, 1000} <= {h["item"] for h in result["heavy_hitters"]}
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()
 
@@ -467,5 +471,26 @@ def test_the_hybrid_post_quantum_kem_end_to_end(databases):
     result = d.result()
     assert {e["item"]: e["estimate"] for e in result["estimates"]} == {i: float(direct.estimates[i]) for i in range(20)}
     assert result["collection"] == {"reports": N, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
+    for e in (d.analyzer.engine, d.collector.engine):
+        e.dispose()
+
+
+def test_fe_hh_discovers_heavy_strings_through_the_services(tmp_path):
+    """Strings of at most L bytes, discovered byte by byte with no list: the service names the heavy ones, exactly
+    as the analyzer over the plaintext messages does."""
+    from privagg.core.messages import MessageBatch
+
+    params = calibrate("fe-hh", epsilon=1.0, delta=1e-6, n_users=2_000, domain_size=256**2, max_length=2, phi=0.1)
+    rng = np.random.default_rng(8)
+    values = rng.choice(["ok", "hi", "zz", "q", "é"], size=2_000, p=[0.4, 0.3, 0.2, 0.05, 0.05]).tolist()
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    reports, sent = users(d, values, rng)
+    d.store(reports)
+    d.collector.release_batches()
+    analyzer = make_analyzer(params)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
+    found = {h["item"]: h["estimate"] for h in d.result()["heavy_hitters"]}
+    assert found == dict(zip(direct.items, direct.estimates.tolist()))
+    assert set(found) == {"ok", "hi", "zz"}  # held by about 800, 600 and 400 users; phi n = 200; q and é by 100
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()

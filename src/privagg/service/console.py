@@ -77,7 +77,7 @@ def task_page(task: dict, report: dict | None, top: int = 20) -> str:
     """One task's counts and, once released, ``report`` (the result route's) as a chart and a privacy statement."""
     if report is None:
         return page(f"Task {task['task_id']}", _TASK.render(t=task, report=None))
-    bars = report["estimates"][:top]
+    bars = report.get("estimates", report.get("heavy_hitters"))[:top]  # fe-hh: the heavy hitters discovered
     privacy = report["privacy"]
     return page(f"Task {task['task_id']}", _TASK.render(
         t=task, report=report, bars=bars, chart=_chart(bars), statement=statement(privacy, report),

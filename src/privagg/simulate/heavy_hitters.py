@@ -21,8 +21,8 @@ from ..core.randomness import describe, streams
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
 from ..protocols.heavy_hitters import CODE_PRIME, HeavyHitterAnalyzer, HeavyHitterClient, calibrate_fe_hh
-from ..reports import (HeavyHitter, HeavyHitterEvaluation, HeavyHitterReport, Messages, Simulation, expected_error,
-                       privacy_profile, report_parameters)
+from ..reports import (HeavyHitterEvaluation, HeavyHitterReport, Messages, Simulation, capped_warnings, expected_error,
+                       heavy_hitters, privacy_profile, report_parameters)
 from .progress import Progress
 
 USERS_PER_BATCH = 1 << 20  # users one client call randomizes: bounds the clients' scratch
@@ -39,13 +39,6 @@ CHILD_BYTES = 72
 WALK_STEPS_MAX = 10**12
 
 
-
-def levels_text(levels) -> str:
-    """Tree levels as prose: "level 2", "levels 0 and 1", "levels 0, 1 and 2"."""
-    names = [str(int(k)) for k in levels]
-    if len(names) == 1:
-        return f"level {names[0]}"
-    return f"levels {', '.join(names[:-1])} and {names[-1]}"
 
 def walk_bytes(parameters) -> int:
     """The most memory one level of the analyzer's tree walk may take (:data:`CHILD_BYTES`, and a counter per
@@ -131,9 +124,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
 
     truth = _true_counts(values if max_length is not None else checked, parameters, result.items) if evaluate \
         else {}
-    order = np.argsort(-result.estimates, kind="stable")
-    found = [HeavyHitter(result.items[i], float(result.estimates[i]), float(result.standard_errors[i]),
-                         truth.get(result.items[i], 0) if evaluate else None) for i in order]
+    found = heavy_hitters(result, truth if evaluate else None)
     privacy = parameters.privacy
     randomness = describe(seed)
     if seed is not None:
@@ -149,9 +140,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
         threshold=parameters.threshold, heavy_hitters=found, survivors=list(result.survivors),
         theory=parameters.theory(), privacy_profile=privacy_profile(parameters),
         warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
-                  *([f"more prefixes than the {parameters.survivor_cap} followed passed "
-                     f"{levels_text(result.capped_levels)}: the largest estimates were kept"] if result.capped_levels
-                    else [])],
+                  *capped_warnings(parameters, result)],
         evaluation=score(result.items.tolist(), truth, parameters.threshold) if evaluate else None,
         simulation=Simulation("faithful", randomness, False, seconds,
                               {"clients": {"sent": sent}, "shuffler": {"received": sent, "sent": sent},
