@@ -27,6 +27,7 @@ TokenServer = Enum("TokenServer", {name: name for name in ("collector", "sharing
 task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
 keys_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The analyzer's key-encryption key.")
+db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The services' databases.")
 
 # Seconds a stopping service gives the requests in flight (uvicorn then closes idle keep-alive connections too, which
 # TLS ones would otherwise hold open). Cutting a request short loses nothing: a report not yet acknowledged is sent
@@ -268,6 +269,26 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
         engine = connect(load_config("collector", db=db).db, "collector")
         Collector(engine, None, None).close(task)
     _say(f"task {task} closed")
+
+
+@db_app.command("upgrade")
+def db_upgrade(role: Role = typer.Option(..., "--role", help="Whose database: analyzer, collector, sharing, s1 or s2."),  # type: ignore[valid-type]
+               db: Optional[str] = _DB,
+               kek_file: Optional[Path] = _KEK_FILE) -> None:
+    """Bring a service's database to this release's schema (the services refuse an older one rather than upgrade
+    it under other processes). Stop that party's processes of the older release first. The analyzer's and S2's
+    upgrade to sealed keys needs their key-encryption key (--kek-file or PRIVAGG_KEK)."""
+    import os
+
+    from .service.config import load_config
+    from .service.keys import ENV, KeyEncryptionKey
+    from .service.storage import connect
+
+    with _clean_errors():
+        cfg = load_config(role.value, db=db, kek_file=None if kek_file is None else str(kek_file))
+        kek = KeyEncryptionKey.load(cfg.kek_file) if cfg.kek_file or os.environ.get(ENV) else None
+        connect(cfg.db, role.value, kek=kek, upgrade=True).dispose()
+    _say(f"the {role.value} database is at this release's schema")
 
 
 @keys_app.command("kek")
@@ -637,6 +658,7 @@ def add_service_commands(app: typer.Typer) -> None:
     app.add_typer(task_app, name="task")
     app.add_typer(tokens_app, name="tokens")
     app.add_typer(keys_app, name="keys")
+    app.add_typer(db_app, name="db")
     app.command()(submit)
     app.command()(loadgen)
     app.command()(result)

@@ -138,8 +138,10 @@ def test_migration_a0003_seals_older_keys_and_rewrites_pickled_aggregates(tmp_pa
                           "(?, ?, 1, 50, 0)", (task.task_id, pickle.dumps(agg)))
     engine.dispose()
 
+    with pytest.raises(ParameterError, match="run `privagg db upgrade --role analyzer --db URL` once"):
+        storage.connect(url, "analyzer")  # a service never upgrades on its own
     with pytest.raises(ParameterError, match="one given to seal the 1 private keys this database kept raw"):
-        storage.connect(url, "analyzer")
+        storage.connect(url, "analyzer", upgrade=True)
     engine = storage._engine(url, "analyzer", 5.0, None)
     with engine.connect() as c:
         assert c.exec_driver_sql("SELECT private_key FROM analyzer_tasks").scalar_one() == private_key
@@ -147,7 +149,12 @@ def test_migration_a0003_seals_older_keys_and_rewrites_pickled_aggregates(tmp_pa
     engine.dispose()
 
     kek = KeyEncryptionKey.generate()
-    service = AnalyzerService(storage.connect(url, "analyzer", kek=kek), kek=kek)
+    (tmp_path / "a.kek").write_text(kek.export())
+    os.chmod(tmp_path / "a.kek", 0o600)
+    upgraded = subprocess.run([sys.executable, "-m", "privagg", "db", "upgrade", "--role", "analyzer", "--db", url,
+                               "--kek-file", str(tmp_path / "a.kek")], capture_output=True, text=True, timeout=120)
+    assert upgraded.returncode == 0, upgraded.stderr
+    service = AnalyzerService(storage.connect(url, "analyzer"), kek=kek)
     assert service.load(task.task_id).private_key == private_key
     with service.engine.connect() as c:
         moved = decode_aggregate(c.execute(sa.select(storage.aggregates.c.aggregate)).scalar_one())

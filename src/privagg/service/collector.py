@@ -75,7 +75,6 @@ class Collector:
                  quiet: float = 2.0, max_batch_reports: int = 100_000) -> None:
         self.engine, self.fetch_task, self.forward = engine, fetch_task, forward
         self.quiet, self.max_batch_reports = quiet, max_batch_reports
-        self._last_arrival: dict[str, float] = {}  # in memory only: no time is stored with a report
         self._tasks: dict[str, Task] = {}
         self._fetching: dict[str, threading.Lock] = {}  # per task id being fetched: one fetch, the others wait
         self._fetching_lock = threading.Lock()
@@ -184,7 +183,6 @@ class Collector:
         status = self._writer.submit(_Pending(task_id, report_id, token_hash(token), bytes(blob), digests))
         if status == "stored":
             self.accepted.labels(task_id).inc()
-            self._last_arrival[task_id] = time.monotonic()
         return status
 
     def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
@@ -236,6 +234,8 @@ class Collector:
                 raise RuntimeError("a token was spent concurrently")
             c.execute(sa.insert(reports), [{"task_id": r.task_id, "report_id": r.report_id,
                                             "ciphertexts": r.ciphertexts} for r in new])
+            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_({r.task_id for r in new}))
+                      .values(last_arrival=time.time()))  # the rows are locked above: the quiet period's clock
             # the primary key makes this atomic across collector processes: a digest another one stored since
             # fails the whole group, whose clients send again and are then refused as replays
             rows = [{"task_id": r.task_id, "digest": d} for r in new for d in r.digests]
@@ -251,7 +251,9 @@ class Collector:
         closed (:meth:`close`) with at least its minimum. A local task's batches take the waiting reports
         (at most ``max_batch_reports``, never fewer than the minimum, chosen by their random report ids, not
         by arrival) once at least the minimum wait and either ``max_batch_reports`` wait or no report came
-        for ``quiet`` seconds. Every condition is checked again inside the batch's transaction."""
+        for ``quiet`` seconds (timed from the task's ``last_arrival`` in the database, which every collector
+        process updates as it stores reports: replicas agree). Every condition is checked again inside the
+        batch's transaction, with the task's row locked, so replicas release each batch once."""
         formed = 0
         with storage.reading(self.engine) as c:
             waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
@@ -259,20 +261,21 @@ class Collector:
         for task_id, count in waiting:
             task = self.task(task_id)
             cap = max(self.max_batch_reports, task.min_batch_size)  # a cap never cuts a batch below the minimum
-            quiet = time.monotonic() - self._last_arrival.get(task_id, -math.inf) >= self.quiet
-            if count < task.min_batch_size or not (task.single_batch or quiet or count >= cap):
+            if count < task.min_batch_size or not (task.single_batch or count >= cap or self._quiet(task_id)):
                 continue
             batch_id = secrets.token_hex(16)
             try:
                 with self.engine.begin() as c:
-                    closed = c.execute(sa.select(collector_tasks.c.closed).where(
-                        collector_tasks.c.task_id == task_id).with_for_update()).scalar()
+                    closed, last = c.execute(sa.select(collector_tasks.c.closed, collector_tasks.c.last_arrival).where(
+                        collector_tasks.c.task_id == task_id).with_for_update()).one()
                     chosen = [reports.c.task_id == task_id, reports.c.batch_id.is_(None)]
                     if task.single_batch:  # all n reports, or all that came to a closed task; and only once
                         now = c.execute(sa.select(sa.func.count()).select_from(reports).where(*chosen)).scalar_one()
                         if not (now >= task.parameters.n_users or closed) or c.execute(sa.select(
                                 batches.c.batch_id).where(batches.c.task_id == task_id)).first() is not None:
                             raise _TooSmall()
+                    elif count < cap and time.time() - (last or -math.inf) < self.quiet:  # a report came meanwhile
+                        raise _TooSmall()
                     elif count > cap:  # the cap smallest report ids (random for honest clients), not the first arrived
                         chosen.append(reports.c.report_id <= sa.select(reports.c.report_id).where(*chosen).order_by(
                             reports.c.report_id).offset(cap - 1).limit(1).scalar_subquery())
@@ -288,6 +291,13 @@ class Collector:
             log_event(log, "batch formed", task=task_id, batch=batch_id, reports=taken)
             formed += 1
         return formed
+
+    def _quiet(self, task_id: str) -> bool:
+        """No report was stored for ``task_id`` in the last ``quiet`` seconds, by any collector process."""
+        with storage.reading(self.engine) as c:
+            last = c.execute(sa.select(collector_tasks.c.last_arrival).where(
+                collector_tasks.c.task_id == task_id)).scalar()
+        return time.time() - (last or -math.inf) >= self.quiet
 
     def batch_blob(self, task_id: str, batch_id: str) -> bytes:
         """The batch as the analyzer receives it: its messages in a fresh secure random order, one column."""
@@ -568,11 +578,17 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
 
 def open_collector(db_url: str, analyzer_url: str | None, ca_file: str | None = None, token: str | None = None,
                    registry: CollectorRegistry | None = None, **batching) -> Collector:
-    """A collector over the database at ``db_url`` (migrated to the latest schema) and the analyzer at
+    """A collector over the database at ``db_url`` (migrated to the latest schema; on SQLite, refused if another
+    process serves it: :func:`~privagg.service.storage.hold_single_process`) and the analyzer at
     ``analyzer_url`` (its TLS certificate checked against httpx's default bundle or ``ca_file``; the collector
     token ``token`` shown with each batch)."""
     if not analyzer_url:
         raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
                              "analyzer_url in the config file)", analyzer_url)
     engine = storage.connect(db_url, "collector")
+    try:
+        storage.hold_single_process(engine, "collector")
+    except ParameterError:
+        engine.dispose()
+        raise
     return Collector(engine, *http_peer(analyzer_url, ca_file=ca_file, token=token), registry=registry, **batching)

@@ -59,6 +59,9 @@ collector_tasks = sa.Table(
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),  # the task's public JSON, as the analyzer serves it
     sa.Column("closed", sa.Boolean, nullable=False, server_default=sa.false()),  # no report is taken after
+    # when a report was last stored for the task (seconds since the epoch; no time is kept with a report): the
+    # quiet period of a local task's batch, timed alike by every collector process
+    sa.Column("last_arrival", sa.Float),
 )
 tokens = sa.Table(
     "tokens", metadata["collector"],
@@ -187,7 +190,7 @@ READ = "privagg_read"  # the execution option of :func:`reading`'s connections, 
 
 
 def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
-            statement_timeout: float | None = STATEMENT_TIMEOUT, kek=None) -> sa.Engine:
+            statement_timeout: float | None = STATEMENT_TIMEOUT, kek=None, upgrade: bool = False) -> sa.Engine:
     """An engine for ``role``'s database at ``url`` (SQLite or PostgreSQL), its schema brought to the latest
     version (:func:`migrate`); a collector's database is scrubbed once (:func:`scrub`: a release that a crash
     cut short before its scrub).
@@ -204,8 +207,11 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     timeout) and a :data:`CONNECT_TIMEOUT`. Defaults and their reasons: :data:`LOCK_TIMEOUT`,
     :data:`STATEMENT_TIMEOUT`.
 
-    ``kek``: the analyzer's key-encryption key (:mod:`privagg.service.keys`), which migration a0003 needs to
-    seal the private keys an older database kept raw.
+    A new database is created at the latest schema version. One at an older version is refused, naming the
+    command that upgrades it (``privagg db upgrade``: a service never upgrades a database other processes of an
+    older release may be using), unless ``upgrade``. ``kek``: the key-encryption key of the analyzer or S2
+    (:mod:`privagg.service.keys`), which their migrations a0003 and s2_0002 need to seal the private keys an
+    older database kept raw.
 
     Raises :class:`ParameterError` (field ``db``) naming what is wrong instead of a driver's traceback: a
     folder that does not exist, a file or folder the service cannot write, a file mode as above, a database
@@ -218,7 +224,7 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     engine = _engine(url, role, lock_timeout, statement_timeout)
     try:
         _probe(engine)
-        migrate(engine, role, kek)
+        migrate(engine, role, kek, upgrade)
         if role == "collector":
             scrub(engine)
     except BaseException:
@@ -290,6 +296,32 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+_HELD: dict[Path, int] = {}  # the lock files this process holds (their descriptors stay open while it runs)
+
+
+def hold_single_process(engine: sa.Engine, role: str) -> None:
+    """On SQLite, the one process that serves ``role`` over this database: an exclusive lock on ``DB.role.lock``
+    held while the process lives, or a ParameterError naming the database if another process holds it (SQLite is
+    the single-process default; replicas share PostgreSQL, whose row locks and stored times they agree on)."""
+    import fcntl
+
+    path = _sqlite_path(engine.url) if engine.dialect.name == "sqlite" else None
+    if path is None:
+        return
+    lock = path.with_name(f"{path.name}.{role}.lock")
+    if lock in _HELD:
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ParameterError("db", f"a SQLite database no other {role} process serves (SQLite is for one process: run "
+                             f"{role} replicas on PostgreSQL)", f"{path}, served by another process (it holds "
+                             f"{lock})") from None
+    _HELD[lock] = fd
 
 
 def _sqlite_path(parsed: sa.engine.URL) -> Path | None:
@@ -432,11 +464,14 @@ def scrub(engine: sa.Engine) -> None:
         log.warning("scrub incomplete", extra={"fields": {"error": type(err.orig).__name__}})
 
 
-def migrate(engine: sa.Engine, role: str, kek=None) -> None:
-    """Bring the ``role``'s tables to the latest schema version (Alembic ``upgrade head``); ``kek``: as for
-    :func:`connect`."""
+def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> None:
+    """Bring the ``role``'s tables to the latest schema version (Alembic ``upgrade head``): a new database always,
+    one at an older version only with ``upgrade`` (else a ParameterError naming ``privagg db upgrade``); ``kek``:
+    as for :func:`connect`."""
     from alembic import command
     from alembic.config import Config
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     if role not in ROLES:
         raise ParameterError("role", f"one of {', '.join(ROLES)}", role)
@@ -446,7 +481,14 @@ def migrate(engine: sa.Engine, role: str, kek=None) -> None:
     config.set_main_option("script_location", str(folder))
     config.set_main_option("version_locations", str(folder / "versions" / role))
     config.attributes["role"], config.attributes["kek"] = role, kek
+    head = ScriptDirectory.from_config(config).get_current_head()
     with engine.begin() as connection:
+        current = MigrationContext.configure(connection, opts={"version_table": f"alembic_version_{role}"}) \
+            .get_current_revision()
+        if current not in (None, head) and not upgrade:
+            raise ParameterError("db", f"a {role} database at schema version {head}: run `privagg db upgrade --role "
+                                 f"{role} --db URL` once, with no {role} process of an older release running",
+                                 f"version {current}")
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 

@@ -1,0 +1,123 @@
+"""Collector replicas: several collector processes serve one task behind one PostgreSQL database, agreeing through
+the database (row locks, the stored last arrival); SQLite stays one process and says so; a database of an older
+schema is refused, naming the command that upgrades it."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from privagg.errors import ParameterError
+from privagg.protocols.registry import calibrate
+from privagg.service import storage
+from privagg.service.client import Client, SubmitError, submit
+from privagg.service.collector import Collector
+from privagg.service.local import LocalDeployment, ServiceProcess
+from service_deployment import deploy, users
+
+
+def test_the_quiet_period_is_the_databases_not_one_processs(databases):
+    """Collector B never stored a report of the task, yet it waits out the quiet period of A's last one."""
+    params = calibrate("grr", epsilon=1.0, n_users=50, domain_size=4)  # a local task: batches after a quiet period
+    d = deploy(databases, params, min_batch_size=10)
+    b = Collector(storage.connect(databases["collector"], "collector"), d.collector.fetch_task, d.collector.forward,
+                  quiet=1.5)
+    reports, _ = users(d, np.arange(20) % 4, np.random.default_rng(1))
+    d.store(reports)
+    assert b.form_batches() == 0  # A's reports arrived just now
+    time.sleep(1.6)
+    assert b.form_batches() == 1 and d.collector.form_batches() == 0  # formed once, by B
+    b.engine.dispose()
+
+
+def test_a_database_of_an_older_schema_is_refused_naming_the_upgrade(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+
+    url = f"sqlite:///{tmp_path}/collector.db"
+    engine = storage._engine(url, "collector", 5.0, None)
+    folder = storage.Path(storage.__file__).parent / "migrations"
+    config = Config()
+    config.set_main_option("path_separator", "os")
+    config.set_main_option("script_location", str(folder))
+    config.set_main_option("version_locations", str(folder / "versions" / "collector"))
+    config.attributes["role"] = "collector"
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "c0003")
+    engine.dispose()
+    out = subprocess.run([sys.executable, "-m", "privagg", "serve", "collector", "--db", url, "--analyzer",
+                          "http://127.0.0.1:9", "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "version c0003" in out.stderr
+    assert "run `privagg db upgrade --role collector --db URL` once" in out.stderr
+    upgraded = subprocess.run([sys.executable, "-m", "privagg", "db", "upgrade", "--role", "collector", "--db", url],
+                              capture_output=True, text=True, timeout=120)
+    assert upgraded.returncode == 0, upgraded.stderr
+    storage.connect(url, "collector").dispose()  # now at this release's schema
+
+
+def test_a_second_collector_process_on_one_sqlite_file_is_refused(tmp_path):
+    db = f"sqlite:///{tmp_path}/collector.db"
+    with ServiceProcess("collector", db, tmp_path / "first.log", None, ("--analyzer", "http://127.0.0.1:9")):
+        out = subprocess.run([sys.executable, "-m", "privagg", "serve", "collector", "--db", db, "--analyzer",
+                              "http://127.0.0.1:9", "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no other collector process serves (SQLite is for one process" in out.stderr
+
+
+def test_three_replicas_on_postgresql_lose_nothing_when_one_is_killed(postgres_databases, tmp_path):
+    """Clients spread over three collector processes; one is killed with SIGKILL mid-collection and its clients
+    send the same reports to another; a surviving replica releases the one batch of the shuffle task, holding
+    every user's report once."""
+    n = 1_200
+    dbs = {"analyzer": f"sqlite:///{tmp_path}/analyzer.db", "collector": postgres_databases()}
+    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=n, domain_size=50)
+    with LocalDeployment(dbs, tmp_path / "logs") as dep:
+        task = dep.create_task(params)
+        tokens = dep.issue_tokens(task.task_id, n)
+        first = dep.services["collector"]
+        replicas = [first] + [ServiceProcess("collector", dbs["collector"], tmp_path / "logs" / f"collector{i}.log",
+                                             dep.env, first.args) for i in (1, 2)]
+        for replica in replicas[1:]:
+            replica.start()
+        client, rng = Client.fetch(dep.url("analyzer"), task.task_id), np.random.default_rng(5)
+        values = rng.integers(0, 50, n)
+        reports = [client.report(int(v), t) for v, t in zip(values, tokens)]
+        sent, lock, failovers = [0], threading.Lock(), [0]
+
+        def send(i: int) -> str:
+            for hop in range(3):  # its replica, then the next, as a device configured with all three would
+                try:
+                    status = submit(replicas[(i + hop) % 3].url, reports[i], attempts=2, backoff=0.05, timeout=10)
+                    break
+                except SubmitError as err:
+                    if err.status is not None:
+                        raise
+                    with lock:
+                        failovers[0] += 1
+            with lock:
+                sent[0] += 1
+                if sent[0] == n // 3:
+                    replicas[1].kill()
+            return status
+
+        with ThreadPoolExecutor(24) as pool:
+            statuses = list(pool.map(send, range(n)))
+        assert statuses.count("stored") + statuses.count("already stored") == n and failovers[0] > 0
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                result = dep.result(task.task_id)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "no surviving replica released the batch"
+                time.sleep(0.2)
+        for replica in replicas[1:]:
+            replica.stop()
+    assert result["collection"]["reports"] == n and result["collection"]["batches"] == 1
+    assert result["collection"]["duplicates"] == 0 and result["messages"]["total"] == sum(len(r.ciphertexts)
+                                                                                         for r in reports)
