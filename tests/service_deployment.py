@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from privagg.service import storage
 from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
-from privagg.service.keys import KeyEncryptionKey
 from privagg.service.client import Client, Report
 from privagg.service.collector import Collector, create_app as collector_app
+from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import Task, seal_messages
 
 COLLECTOR_TOKEN = "the collector's secret"
@@ -53,12 +53,12 @@ class Deployment:
         return answer.json()
 
 
-def deploy(databases, parameters, min_batch_size=None, kem="x25519") -> Deployment:
+def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=None) -> Deployment:
     engines, kek = {}, KeyEncryptionKey.generate()
     for role, url in databases.items():
         engines[role] = storage.connect(url, role, kek=kek if role == "analyzer" else None)
     analyzer = AnalyzerService(engines["analyzer"], kek=kek)
-    task = analyzer.create_task(parameters, min_batch_size, kem=kem)
+    task = analyzer.create_task(parameters, min_batch_size, kem=kem, candidates=candidates)
     A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
     holder: dict = {}
 

@@ -194,6 +194,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 second_url: Optional[str] = typer.Option(None, "--second-url", help="tss: where S1 hands the "
                                                          "helpers' sums over to S2."),
                 kek_file: Optional[Path] = _KEK_FILE,
+                candidates: Optional[Path] = typer.Option(None, "--candidates", help="Frequency tasks: a file of "
+                                                          "the public items the result answers, one a line "
+                                                          "(integers, or text hashed with the parameters' "
+                                                          "item_key); required over 2^24 items."),
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
@@ -245,8 +249,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
 
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
-        task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(parameters, min_batch_size,
-                                                                                         key_id, kem)
+        task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(
+            parameters, min_batch_size, key_id, kem, None if candidates is None else _candidate_lines(candidates))
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING, stderr=True)
     if as_json:
@@ -255,6 +259,15 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users}, "
              f"min batch {task.min_batch_size} reports, {task.kem} key id {task.key_id}")
         print(task.task_id)
+
+
+def _candidate_lines(path: Path) -> list:
+    """The items of a candidates file, one a line: all integers, or all text."""
+    try:
+        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParameterError("candidates", "a readable UTF-8 file, one item a line", f"{path} ({err})") from None
+    return [int(line) for line in lines] if all(line.lstrip("-").isdigit() for line in lines) else lines
 
 
 @task_app.command("close")

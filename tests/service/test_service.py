@@ -25,7 +25,7 @@ from privagg.protocols.registry import analyzer as make_analyzer, calibrate
 from privagg.service import storage
 from privagg.service.aggregate_codec import decode_aggregate
 from privagg.service.analyzer import AnalyzerService
-from privagg.service.client import Report
+from privagg.service.client import Client, Report
 from privagg.service.collector import Collector, create_app as collector_app
 from privagg.service.config import load_config
 from privagg.service.keys import KeyEncryptionKey
@@ -494,3 +494,44 @@ def test_fe_hh_discovers_heavy_strings_through_the_services(tmp_path):
     assert set(found) == {"ok", "hi", "zz"}  # held by about 800, 600 and 400 users; phi n = 200; q and é by 100
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()
+
+
+def test_a_huge_domain_task_answers_its_public_candidates(tmp_path):
+    """fe1 over 2^40 integers and over text (the parameters' item key): the result estimates the candidates given
+    at task creation, exactly as the analyzer over the plaintext messages with those queries, strings by name."""
+    from privagg.core.encoding import ItemEncoder
+    from privagg.core.messages import MessageBatch
+    from privagg.errors import ParameterError
+
+    params = calibrate("fe1", epsilon=2.0, delta=1e-6, n_users=600, domain_size=2**40, item_key="ab" * 16)
+    service = AnalyzerService(storage.connect(f"sqlite:///{tmp_path}/a.db", "analyzer"), kek=KeyEncryptionKey.generate())
+    with pytest.raises(ParameterError, match="candidates must be given for a domain over 2"):
+        service.create_task(params)
+    with pytest.raises(ParameterError, match="candidates"):
+        service.create_task(params, candidates=[2**40])  # outside the domain
+    service.engine.dispose()
+    words = ["apple", "pear", "plum"]
+    for candidates, values in (([7, 2**39 + 1, 123_456_789], [7] * 300 + [2**39 + 1] * 200 + [5] * 100),
+                               (words, ["apple"] * 300 + ["pear"] * 200 + ["fig"] * 100)):
+        folder = tmp_path / str(type(values[0]).__name__)
+        d = deploy({role: f"sqlite:///{folder}-{role}.db" for role in ("collector", "analyzer")}, params,
+                   candidates=candidates)
+        encoder = ItemEncoder.for_parameters(params, "text") if isinstance(values[0], str) else None
+        reports, sent = users(d, values if encoder is None else encoder.encode(values).tolist(),
+                              np.random.default_rng(6))  # the codes each SDK hashes a string to (Client.report)
+        d.store(reports)
+        d.collector.release_batches()
+        codes = np.unique(encoder.encode(candidates, public=True)) if encoder else np.unique(candidates)
+        analyzer = make_analyzer(params, codes)
+        direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
+        got = {e["item"]: e["estimate"] for e in d.result()["estimates"]}
+        named = [encoder.label(int(c)) for c in codes] if encoder else codes.tolist()
+        assert got == dict(zip(named, direct.estimates.tolist())) and set(got) == set(candidates)
+        assert max(got, key=got.get) == candidates[0]  # held by half the users
+        if encoder is not None:  # the SDK hashes a string item itself, to the code the analyzer names "apple"
+            client, seen = Client(d.task), []
+            randomize = client.randomizer.randomize
+            client.randomizer.randomize = lambda values, rng: seen.append(values) or randomize(values, rng)
+            assert client.report("apple", "t").ciphertexts and seen == [[int(encoder.encode(["apple"])[0])]]
+        for e in (d.analyzer.engine, d.collector.engine):
+            e.dispose()

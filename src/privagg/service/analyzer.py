@@ -22,6 +22,7 @@ Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batc
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import re
 import threading
@@ -56,6 +57,7 @@ SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from i
 
 
 MAX_REPORTS = 2**31 - 1  # reports one task may count (its stored counter)
+MAX_CANDIDATES = 1_000_000  # public items one task answers
 
 
 def check_batch_rules(task: Task, batches: int, counted: int, reports: int, messages: int) -> None:
@@ -94,7 +96,9 @@ def first_encapsulations(task: Task, sealed: np.ndarray) -> tuple[list[int], lis
 class _Loaded:
     task: Task
     private_key: bytes
+    analysis: object  # pipelines.Analysis: the whole domain, or the task's public candidates
     analyzer: object
+    encoder: object  # names the candidates in the result (ItemEncoder)
 
 
 class AnalyzerService:
@@ -131,11 +135,13 @@ class AnalyzerService:
 
     # ---- tasks ---------------------------------------------------------------------------------------------
     def create_task(self, parameters, min_batch_size: int | None = None, key_id: int | None = None,
-                    kem: str = "x25519") -> Task:
+                    kem: str = "x25519", candidates: list | None = None) -> Task:
         """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key (a new key pair
         for every task, sealed under the KEK) and an empty aggregate stored; returns the task. ``key_id``
         (0..255): the id clients see for its key; by default the one after the newest task's, so consecutive
-        tasks' keys never share an id."""
+        tasks' keys never share an id. ``candidates`` (frequency protocols): the public items the result answers,
+        integers of the domain or strings (hashed with the parameters' ``item_key``); required over a domain too
+        large to estimate whole (over 2^24 items)."""
         from ..pipelines import Analysis
         from ..protocols.kinds import ResultKind
         from ..protocols.registry import get
@@ -143,19 +149,26 @@ class AnalyzerService:
         entry = get(parameters.protocol)
         if not entry.served:
             raise ParameterError("protocol", SERVED, parameters.protocol)
-        if entry.result is ResultKind.FREQUENCY_TABLE and parameters.domain_size > 1 << 24:
-            raise ParameterError("domain_size", "at most 2^24 for a service task (its aggregate counts every item)",
-                                 parameters.domain_size)
+        if candidates is not None:
+            if entry.result is not ResultKind.FREQUENCY_TABLE:
+                raise ParameterError("candidates", "given only for a frequency protocol's task", parameters.protocol)
+            _candidates(parameters, candidates)  # every one in the domain, strings only with an item key
+        elif entry.result is ResultKind.FREQUENCY_TABLE and parameters.domain_size > 1 << 24:
+            raise ParameterError("candidates", "given for a domain over 2^24 items (a service task's aggregate "
+                                 "counts every item otherwise): the public items to estimate",
+                                 f"none, domain {parameters.domain_size}")
         with self.engine.begin() as c:
             if key_id is None:
                 newest = c.execute(sa.select(analyzer_tasks.c.key_id).order_by(analyzer_tasks.c.created.desc())
                                    .limit(1)).scalar()
                 key_id = 0 if newest is None else (newest + 1) % 256
             task, private_key = create_task(parameters, min_batch_size, key_id, kem)
-            analyzer = Analysis.of(parameters).analyzer()
+            codes = None if candidates is None else _candidates(parameters, candidates)[0]
+            analyzer = Analysis.of(parameters, codes).analyzer()
             c.execute(sa.insert(analyzer_tasks).values(
                 task_id=task.task_id, task=task.to_json(), key_id=task.key_id, created=time.time(),
-                sealed_key=self.kek.seal(private_key, task.task_id), kek_id=self.kek.kek_id))
+                sealed_key=self.kek.seal(private_key, task.task_id), kek_id=self.kek.kek_id,
+                candidates=None if candidates is None else json.dumps(list(candidates))))
             c.execute(sa.insert(aggregates).values(task_id=task.task_id, aggregate=encode_aggregate(
                 analyzer.agg_init()), batches=0, reports=0, unopened=0))
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol)
@@ -169,13 +182,17 @@ class AnalyzerService:
                 raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
                               f"{shown(task_id)}")
             with storage.reading(self.engine) as c:
-                row = c.execute(sa.select(analyzer_tasks.c.task, analyzer_tasks.c.sealed_key).where(
+                row = c.execute(sa.select(analyzer_tasks.c.task, analyzer_tasks.c.sealed_key,
+                                          analyzer_tasks.c.candidates).where(
                     analyzer_tasks.c.task_id == task_id)).first()
             if row is None:
                 raise Refused(404, "unknown_task", f"task_id must name a task of this analyzer, got {task_id}")
             task = Task.from_json(row.task, verify=False)  # verified when it was created
-            self._tasks[task_id] = _Loaded(task, self.kek.open(row.sealed_key, task_id),
-                                           Analysis.of(task.parameters).analyzer())
+            codes, encoder = (None, None) if row.candidates is None else _candidates(task.parameters,
+                                                                                      json.loads(row.candidates))
+            analysis = Analysis.of(task.parameters, codes)
+            self._tasks[task_id] = _Loaded(task, self.kek.open(row.sealed_key, task_id), analysis,
+                                           analysis.analyzer(), encoder)
         return self._tasks[task_id]
 
     # ---- batches -------------------------------------------------------------------------------------------
@@ -334,7 +351,7 @@ class AnalyzerService:
         result = loaded.analyzer.finalize(agg)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
         privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
-        report = Analysis.of(p).report(result, privacy, engine, top=top, collection=Collection(
+        report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
             row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates))
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
@@ -416,6 +433,20 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
         return await run_in_threadpool(service.result, task_id, top)
 
     return app
+
+
+def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
+    """(the sorted codes of the public ``items``, the encoder that names them): integers of the domain, or strings
+    hashed with the parameters' ``item_key``; a ParameterError naming ``candidates`` otherwise."""
+    from ..core.encoding import ItemEncoder
+
+    if not isinstance(items, list) or not items or len(items) > MAX_CANDIDATES:
+        raise ParameterError("candidates", f"a list of 1 to {MAX_CANDIDATES:,} items", type(items).__name__ if not
+                             isinstance(items, list) else f"{len(items):,} items")
+    text = any(isinstance(item, str) for item in items)
+    encoder = ItemEncoder.for_parameters(parameters, "text") if text else ItemEncoder(parameters.domain_size,
+                                                                                     kind="integer")
+    return np.unique(encoder.encode(items, "candidates", public=True)), encoder
 
 
 def _bearer(request: Request, token: str | None, why: str) -> None:

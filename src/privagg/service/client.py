@@ -86,7 +86,12 @@ class Client:
 
     def report(self, value, token: str) -> Report:
         """The sealed messages of one user holding ``value`` (an item code, a vector, a (coordinate, weight)
-        pair: what the protocol's randomizer takes for one user), with a fresh report id."""
+        pair: what the protocol's randomizer takes for one user; a string item of a frequency task is hashed
+        into the domain with the parameters' public ``item_key``), with a fresh report id."""
+        if isinstance(value, str) and getattr(self.task.parameters, "max_length", None) is None:
+            from ..core.encoding import ItemEncoder
+
+            value = int(ItemEncoder.for_parameters(self.task.parameters, "text").encode([value])[0])
         messages = self.randomizer.randomize([value], secure_rng())
         return Report(self.task.task_id, secrets.token_hex(REPORT_ID_BYTES), token, self.task.key_id,
                       tuple(seal_messages(self.task, messages)))

@@ -101,6 +101,7 @@ analyzer_tasks = sa.Table(
     sa.Column("created", sa.Float, nullable=False),  # seconds since the epoch (the next task's key id follows)
     sa.Column("sealed_key", sa.LargeBinary, nullable=False),  # the private key sealed under the KEK (keys.py)
     sa.Column("kek_id", sa.String(16), nullable=False),  # which KEK sealed it
+    sa.Column("candidates", sa.Text),  # the public items a frequency task answers (JSON list); NULL: every item
 )
 aggregates = sa.Table(
     "aggregates", metadata["analyzer"],
