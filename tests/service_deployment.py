@@ -90,3 +90,21 @@ def users(d: Deployment, values, rng) -> tuple[list[Report], list]:
         reports.append(Report(d.task.task_id, f"{rng.integers(2**63):016x}{rng.integers(2**63):016x}", token,
                               d.task.key_id, tuple(seal_messages(d.task, messages))))
     return reports, batches
+
+
+def database_at(url: str, role: str, revision: str):
+    """An engine over a new ``role`` database at schema ``revision`` (an older release's), not upgraded further."""
+    from alembic import command
+    from alembic.config import Config
+
+    engine = storage._engine(url, role, 5.0, None)
+    folder = storage.Path(storage.__file__).parent / "migrations"
+    config = Config()
+    config.set_main_option("path_separator", "os")
+    config.set_main_option("script_location", str(folder))
+    config.set_main_option("version_locations", str(folder / "versions" / role))
+    config.attributes["role"] = role
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    return engine

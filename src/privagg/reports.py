@@ -225,8 +225,8 @@ class HeavyHitterEvaluation:
 
 
 @dataclass
-class HeavyHitterReport(RunReport):
-    """``privagg estimate fe-hh``: the heavy hitters discovered in a simulated run."""
+class HeavyHitterRelease(RunReport):
+    """What fe-hh releases, simulated or served: the heavy hitters its tree walk discovered."""
 
     threshold: float  # phi n: reported items are estimated to be held by at least this many users
     heavy_hitters: list[HeavyHitter]  # largest estimate first
@@ -234,6 +234,12 @@ class HeavyHitterReport(RunReport):
     theory: dict[str, float | str]  # the estimator and the detection probabilities
     privacy_profile: list[ProfilePoint]
     warnings: list[str]
+
+
+@dataclass
+class HeavyHitterReport(HeavyHitterRelease):
+    """``privagg estimate fe-hh``: the heavy hitters discovered in a simulated run."""
+
     simulation: Simulation
     input: str
     evaluation: HeavyHitterEvaluation | None = None  # --evaluate only (the report is then not private)
@@ -351,15 +357,9 @@ class VectorAnalysisReport(VectorReport):
 
 
 @dataclass
-class HeavyHitterAnalysisReport(RunReport):
+class HeavyHitterAnalysisReport(HeavyHitterRelease):
     """The analyzer service's fe-hh result: the heavy hitters its tree walk discovered in the batches it applied."""
 
-    threshold: float  # phi n: reported items are estimated to be held by at least this many users
-    heavy_hitters: list[HeavyHitter]  # largest estimate first
-    survivors: list[int]  # prefixes followed at each level of the tree
-    theory: dict[str, float | str]  # the estimator and the detection probabilities
-    privacy_profile: list[ProfilePoint]
-    warnings: list[str]
     engine: Engine
     collection: Collection | None = None
 

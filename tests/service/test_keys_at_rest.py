@@ -19,6 +19,7 @@ from privagg.service.aggregate_codec import decode_aggregate, encode_aggregate
 from privagg.service.analyzer import AnalyzerService, create_app
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import create_task
+from service_deployment import database_at
 
 GRR = calibrate("grr", epsilon=1.0, n_users=50, domain_size=4)
 
@@ -113,20 +114,8 @@ def test_aggregates_are_stored_without_pickle_and_read_back_exactly(protocol, ke
 def test_migration_a0003_seals_older_keys_and_rewrites_pickled_aggregates(tmp_path):
     """A database written before keys were sealed (schema a0002: raw keys, pickled aggregates) is refused
     without a KEK, unchanged, and moved with one: the same key opens, the same aggregate is read back."""
-    from alembic import command
-    from alembic.config import Config
-
     url = f"sqlite:///{tmp_path}/old.db"
-    engine = storage._engine(url, "analyzer", 5.0, None)
-    folder = storage.Path(storage.__file__).parent / "migrations"
-    config = Config()
-    config.set_main_option("path_separator", "os")
-    config.set_main_option("script_location", str(folder))
-    config.set_main_option("version_locations", str(folder / "versions" / "analyzer"))
-    config.attributes["role"] = "analyzer"
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "a0002")
+    engine = database_at(url, "analyzer", "a0002")
     task, private_key = create_task(GRR)
     analyzer = make_analyzer(GRR)
     agg = analyzer.agg_update(analyzer.agg_init(), make_client(GRR).randomize(np.arange(50) % 4,

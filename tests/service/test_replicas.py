@@ -2,7 +2,6 @@
 the database (row locks, the stored last arrival); SQLite stays one process and says so; a database of an older
 schema is refused, naming the command that upgrades it."""
 
-import os
 import subprocess
 import sys
 import threading
@@ -10,15 +9,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pytest
 
-from privagg.errors import ParameterError
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
 from privagg.service.client import Client, SubmitError, submit
 from privagg.service.collector import Collector
 from privagg.service.local import LocalDeployment, ServiceProcess
-from service_deployment import deploy, users
+from service_deployment import database_at, deploy, users
 
 
 def test_the_quiet_period_is_the_databases_not_one_processs(databases):
@@ -36,21 +33,8 @@ def test_the_quiet_period_is_the_databases_not_one_processs(databases):
 
 
 def test_a_database_of_an_older_schema_is_refused_naming_the_upgrade(tmp_path):
-    from alembic import command
-    from alembic.config import Config
-
     url = f"sqlite:///{tmp_path}/collector.db"
-    engine = storage._engine(url, "collector", 5.0, None)
-    folder = storage.Path(storage.__file__).parent / "migrations"
-    config = Config()
-    config.set_main_option("path_separator", "os")
-    config.set_main_option("script_location", str(folder))
-    config.set_main_option("version_locations", str(folder / "versions" / "collector"))
-    config.attributes["role"] = "collector"
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "c0003")
-    engine.dispose()
+    database_at(url, "collector", "c0003").dispose()
     out = subprocess.run([sys.executable, "-m", "privagg", "serve", "collector", "--db", url, "--analyzer",
                           "http://127.0.0.1:9", "--port", "0"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "version c0003" in out.stderr

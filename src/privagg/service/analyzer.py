@@ -149,10 +149,11 @@ class AnalyzerService:
         entry = get(parameters.protocol)
         if not entry.served:
             raise ParameterError("protocol", SERVED, parameters.protocol)
+        codes = None
         if candidates is not None:
             if entry.result is not ResultKind.FREQUENCY_TABLE:
                 raise ParameterError("candidates", "given only for a frequency protocol's task", parameters.protocol)
-            _candidates(parameters, candidates)  # every one in the domain, strings only with an item key
+            codes = _candidates(parameters, candidates)[0]  # every one in the domain, strings only with an item key
         elif entry.result is ResultKind.FREQUENCY_TABLE and parameters.domain_size > 1 << 24:
             raise ParameterError("candidates", "given for a domain over 2^24 items (a service task's aggregate "
                                  "counts every item otherwise): the public items to estimate",
@@ -163,7 +164,6 @@ class AnalyzerService:
                                    .limit(1)).scalar()
                 key_id = 0 if newest is None else (newest + 1) % 256
             task, private_key = create_task(parameters, min_batch_size, key_id, kem)
-            codes = None if candidates is None else _candidates(parameters, candidates)[0]
             analyzer = Analysis.of(parameters, codes).analyzer()
             c.execute(sa.insert(analyzer_tasks).values(
                 task_id=task.task_id, task=task.to_json(), key_id=task.key_id, created=time.time(),
@@ -337,7 +337,7 @@ class AnalyzerService:
         The privacy caveat compares the messages received with what the users who reported would send (an
         early-closed shuffle task's m >= ceil(G n) reports, not n), and the warnings name repeated
         encapsulations dropped."""
-        from ..pipelines import Analysis, analysis_privacy
+        from ..pipelines import analysis_privacy
         from ..reports import Collection, Engine, to_json_dict
 
         loaded = self.load(task_id)
