@@ -104,3 +104,17 @@ def test_the_console_and_the_task_list_ask_for_the_result_token(tmp_path):
     listed = app.get("/tasks", headers={"authorization": "Bearer " + "t" * 32}).json()["tasks"]
     assert [t["task_id"] for t in listed] == [d.task.task_id] and listed[0]["state"] == "waiting for its batch"
     assert app.get(f"/console/tasks/{'ab' * 16}", headers={"authorization": "Bearer " + "t" * 32}).status_code == 404
+
+
+def test_the_console_shows_discovered_strings_as_text_never_as_markup():
+    """fe-hh names what users sent: an item like "<script>" is drawn as text (escaped), never run as markup."""
+    from privagg.service.console import task_page
+
+    row = {"task_id": "ab" * 16, "protocol": "fe-hh", "n_users": 100, "min_batch_size": 100, "reports": 100,
+           "batches": 1, "unopened": 0, "duplicates": 0, "state": "released"}
+    privacy = {"epsilon": 1.0, "delta": 1e-6, "model": "shuffle", "neighbouring": "replace-one <i>x</i>",
+               "method_detail": "exact", "assumptions": ["<img src=x onerror=alert(1)>"], "caveats": []}
+    html = task_page(row, {"n_users": 100, "privacy": privacy, "heavy_hitters": [
+        {"item": "<script>alert(1)</script>", "estimate": 50.0, "stderr": 5.0}]})
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<img src=x" not in html and "<i>x</i>" not in html
