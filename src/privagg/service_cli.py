@@ -262,9 +262,18 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
 
 
 def _candidate_lines(path: Path) -> list:
-    """The items of a candidates file, one a line: all integers, or all text."""
+    """The items of a candidates file, one a line: all integers, or all text. A file of more lines than a task
+    takes is refused as soon as its first line too many is read."""
+    from .service.analyzer import MAX_CANDIDATES
+
+    lines: list[str] = []
     try:
-        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+        with open(path, encoding="utf-8") as text:
+            for line in text:
+                if line.strip():
+                    lines.append(line.strip())
+                if len(lines) > MAX_CANDIDATES:
+                    raise ParameterError("candidates", f"a file of at most {MAX_CANDIDATES:,} items", f"{path}, more")
     except (OSError, UnicodeDecodeError) as err:
         raise ParameterError("candidates", "a readable UTF-8 file, one item a line", f"{path} ({err})") from None
     return [int(line) for line in lines] if all(line.lstrip("-").isdigit() for line in lines) else lines

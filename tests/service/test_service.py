@@ -535,3 +535,17 @@ def test_a_huge_domain_task_answers_its_public_candidates(tmp_path):
             assert client.report("apple", "t").ciphertexts and seen == [[int(encoder.encode(["apple"])[0])]]
         for e in (d.analyzer.engine, d.collector.engine):
             e.dispose()
+
+
+def test_a_candidates_file_too_long_is_refused_as_it_is_read(tmp_path):
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+    from privagg.service.analyzer import MAX_CANDIDATES
+
+    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=100, domain_size=2**40)
+    (tmp_path / "p.json").write_text(json.dumps(params.to_dict()))
+    (tmp_path / "c.txt").write_text("7\n" * (MAX_CANDIDATES + 1))
+    out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
+                                   f"sqlite:///{tmp_path}/a.db", "--candidates", str(tmp_path / "c.txt")])
+    assert out.exit_code == 2 and f"candidates must be a file of at most {MAX_CANDIDATES:,} items" in out.output

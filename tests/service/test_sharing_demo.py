@@ -65,7 +65,8 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     reporter, helper, s1, s2 = report["parties"]
     assert [r["party"] for r in report["parties"]] == ["user as reporter", "user as helper", "S1", "S2"]
     assert reporter["sent"]["report set"] == reporter["expected_sent"]["report set"] == 5  # alpha N, exactly
-    assert s2["received"] == {k: s1["sent"][k] for k in s2["received"]}  # S1 relays every sum it gets to S2
+    # the users' counters of what they sealed to S2 against S2's own count of the entries it opened and used
+    assert sum(s2["received"].values()) == report["service"]["messages"]["total"] > 0
     assert helper["sent"]["helper sums"] * helper["parties"] == pytest.approx(s2["received"]["helper sums"])
 
 

@@ -64,6 +64,7 @@ class Client:
 
         self.task = task
         self.randomizer = make_client(task.parameters)
+        self._items = None  # the item encoder, once a string item comes
 
     @classmethod
     def from_json(cls, text: str | bytes, verify: bool = False) -> "Client":
@@ -89,12 +90,19 @@ class Client:
         pair: what the protocol's randomizer takes for one user; a string item of a frequency task is hashed
         into the domain with the parameters' public ``item_key``), with a fresh report id."""
         if isinstance(value, str) and getattr(self.task.parameters, "max_length", None) is None:
-            from ..core.encoding import ItemEncoder
-
-            value = int(ItemEncoder.for_parameters(self.task.parameters, "text").encode([value])[0])
+            value = int(self._encoder().encode([value])[0])
         messages = self.randomizer.randomize([value], secure_rng())
         return Report(self.task.task_id, secrets.token_hex(REPORT_ID_BYTES), token, self.task.key_id,
                       tuple(seal_messages(self.task, messages)))
+
+
+    def _encoder(self):
+        """The task's item encoder (its public item_key), made once."""
+        if self._items is None:
+            from ..core.encoding import ItemEncoder
+
+            self._items = ItemEncoder.for_parameters(self.task.parameters, "text")
+        return self._items
 
 
 def submit(collector_url: str, report: Report, attempts: int = 8, backoff: float = 0.25,

@@ -256,12 +256,14 @@ class Collector:
         batch's transaction, with the task's row locked, so replicas release each batch once."""
         formed = 0
         with storage.reading(self.engine) as c:
-            waiting = c.execute(sa.select(reports.c.task_id, sa.func.count()).where(reports.c.batch_id.is_(None))
-                                .group_by(reports.c.task_id)).all()
-        for task_id, count in waiting:
+            waiting = c.execute(sa.select(reports.c.task_id, sa.func.count(), collector_tasks.c.last_arrival)
+                                .join(collector_tasks, collector_tasks.c.task_id == reports.c.task_id)
+                                .where(reports.c.batch_id.is_(None))
+                                .group_by(reports.c.task_id, collector_tasks.c.last_arrival)).all()
+        for task_id, count, last in waiting:
             task = self.task(task_id)
             cap = max(self.max_batch_reports, task.min_batch_size)  # a cap never cuts a batch below the minimum
-            if count < task.min_batch_size or not (task.single_batch or count >= cap or self._quiet(task_id)):
+            if count < task.min_batch_size or not (task.single_batch or count >= cap or self._quiet(last)):
                 continue
             batch_id = secrets.token_hex(16)
             try:
@@ -274,7 +276,7 @@ class Collector:
                         if not (now >= task.parameters.n_users or closed) or c.execute(sa.select(
                                 batches.c.batch_id).where(batches.c.task_id == task_id)).first() is not None:
                             raise _TooSmall()
-                    elif count < cap and time.time() - (last or -math.inf) < self.quiet:  # a report came meanwhile
+                    elif count < cap and not self._quiet(last):  # a report came meanwhile
                         raise _TooSmall()
                     elif count > cap:  # the cap smallest report ids (random for honest clients), not the first arrived
                         chosen.append(reports.c.report_id <= sa.select(reports.c.report_id).where(*chosen).order_by(
@@ -292,12 +294,10 @@ class Collector:
             formed += 1
         return formed
 
-    def _quiet(self, task_id: str) -> bool:
-        """No report was stored for ``task_id`` in the last ``quiet`` seconds, by any collector process."""
-        with storage.reading(self.engine) as c:
-            last = c.execute(sa.select(collector_tasks.c.last_arrival).where(
-                collector_tasks.c.task_id == task_id)).scalar()
-        return time.time() - (last or -math.inf) >= self.quiet
+    def _quiet(self, last_arrival: float | None) -> bool:
+        """No report was stored in the ``quiet`` seconds since ``last_arrival`` (a task's, stored by any collector
+        process)."""
+        return time.time() - (last_arrival or -math.inf) >= self.quiet
 
     def batch_blob(self, task_id: str, batch_id: str) -> bytes:
         """The batch as the analyzer receives it: its messages in a fresh secure random order, one column."""

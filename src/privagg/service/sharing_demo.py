@@ -140,21 +140,19 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
             "parties": sharing_parties_traffic(task, run["clients"], plan)}
 
 
-def traffic(clients, direction: str) -> dict[str, int]:
-    """The entries of each kind of message ``clients`` sent or received (``direction``), in all."""
-    totals: dict[str, int] = {}
-    for client in clients:
-        for (way, kind), (_, entries) in client.traffic.items():
-            if way == direction:
-                totals[kind] = totals.get(kind, 0) + entries
-    return totals
+def traffic(clients, direction: str, kinds=None) -> dict[str, int]:
+    """The entries of each kind of message (of ``kinds``, default all) ``clients`` sent or received
+    (``direction``), in all."""
+    return _summed(({kind: entries for (way, kind), (_, entries) in client.traffic.items() if way == direction}
+                    for client in clients), kinds)
 
 
-def _summed(counts, only=None) -> dict[str, float]:
-    totals: dict[str, float] = {}
+def _summed(counts, kinds=None) -> dict:
+    """Per kind (of ``kinds``, default all), the sum of ``counts`` (dicts of kind to entries)."""
+    totals: dict = {}
     for count in counts:
         for kind, entries in count.items():
-            if only is None or kind in only:
+            if kinds is None or kind in kinds:
                 totals[kind] = totals.get(kind, 0) + entries
     return totals
 

@@ -94,17 +94,17 @@ def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) 
     shares, helpers = parameters.expected_shares, parameters.expected_helpers
     wire, share = shares * (1 - 1 / n), len(survivors) / n  # the survivors' share of the n users' traffic
     sent, received = traffic(clients, "sent"), traffic(clients, "received")
-    relayed = {k: v for k, v in sent.items() if k in ("helper sums", "recovery")}
+    to_s2 = ("helper sums", "recovery")
+    relayed = traffic(clients, "sent", to_s2)
     cost = f"alpha^2 nN = {a * a * n * N:,.0f}"
     return [
-        party_row("user as reporter", len(survivors), {k: v for k, v in traffic(survivors, "sent").items() if k in (
-            "report set", "shares")}, {k: v for k, v in traffic(survivors, "received").items() if k ==
-                                        "helper identities"},
+        party_row("user as reporter", len(survivors), traffic(survivors, "sent", ("report set", "shares")),
+                  traffic(survivors, "received", ("helper identities",)),
                   {"report set": len(survivors) * parameters.report_size, "shares": wire * share},
                   {"helper identities": shares * share},
                   f"alpha N = {parameters.report_size} indices to S1; sum_(j in A_i) m_j ~ {cost} elements (derived)"),
-        party_row("user as helper", len(survivors), {k: v for k, v in traffic(survivors, "sent").items() if k in (
-            "helper sums", "recovery")}, {k: v for k, v in traffic(survivors, "received").items() if k == "shares"},
+        party_row("user as helper", len(survivors), traffic(survivors, "sent", to_s2),
+                  traffic(survivors, "received", ("shares",)),
                   {"helper sums": helpers * share}, {"shares": wire * share},
                   f"receives ~ {cost} field elements; sends ~ alpha N = {a * N:,.0f} to S2 (derived)"),
         party_row("S1", 1, {"helper identities": received.get("helper identities", 0),
