@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean chromium
+.PHONY: demo test test-all bench clean chromium
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,13 @@ $(VENV)/installed: pyproject.toml
 demo: $(VENV)/installed
 	$(VENV)/bin/privagg estimate fe1 --epsilon 1 --delta 1e-10 --top 15 --seed 0
 
-# one test process per core (pytest-xdist): the service tests spend much of their time waiting on their servers
+# one test process per core (pytest-xdist): the service tests spend much of their time waiting on their servers.
+# make test (and CI) leaves out the tests marked slow: each property they check has a fast version in the default
+# run; make test-all runs them too
 test: $(VENV)/installed chromium
+	$(PY) -m pytest -n auto -m "not slow"
+
+test-all: $(VENV)/installed chromium
 	$(PY) -m pytest -n auto
 
 # the operator console's test runs in Debian's Chromium: installed here where apt-get can (as root), else the test

@@ -101,7 +101,7 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     from .service.two_servers_demo import run_tss_services
     from .simulate.runner import simulate
 
-    # n (n - 1) sealed shares (DPDS) grow as n^2: 300 users take 40 s here, 1,000 about 10 minutes (bench part 12)
+    # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12)
     users, drop_fraction = check_integer("users", users, 20, DEMO_USERS_MAX), check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
     if protocol != "dpdg" and beta <= 0:

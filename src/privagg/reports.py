@@ -270,8 +270,8 @@ class Dropouts:
     """Who took part in a release of the sharing server (DPDS, DPDG): counts only."""
 
     enrolled: int  # n, the roster
-    round1_senders: int  # |U1|: shared in round 1
-    survivors: int  # |U2|: sent their masked sums, and unmasked; the release is theirs
+    round1_senders: int  # |U1|: took part in round 1
+    survivors: int  # |U2|: sent their masked sums; the release is theirs
     min_survivors: int  # the task's least
 
 
@@ -320,13 +320,14 @@ class SharingDemoBytes:
 @dataclass
 class SharingDemoParty:
     """One kind of party's messages in the demo, per party: the entries (field elements; items in a report set or a
-    list of helpers; a seed counts one) of each kind of message, measured and expected, beside its Table I row."""
+    list of helpers; a key counts one, a backup one per secret, a revealed share one) of each kind of message,
+    measured and expected, beside its Table I row."""
 
     party: str  # user; server (DPDS, DPDG); user as reporter, user as helper, S1, S2 (TSS)
     parties: int  # how many took this part (users: those who took part to the end)
     sent: dict[str, float]
     received: dict[str, float]
-    expected_sent: dict[str, float]  # DPDS, DPDG: exact, given who shared and who dropped; TSS: no dropouts
+    expected_sent: dict[str, float]  # DPDS, DPDG: exact, given who answered each round; TSS: no dropouts
     expected_received: dict[str, float]
     table_i: str  # the paper reference's Table I row (paper or derived), at this n and N
 

@@ -633,7 +633,7 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
                       _shown_z(r["simulation_z"]))
     _console().print(table)
     p = report["privacy"]
-    _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} shared in round 1, {d['survivors']} survived to the "
+    _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} took part in round 1, {d['survivors']} in the "
          f"release (the task's minimum {d['min_survivors']})")
     _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP, {p['model']} model, private: "
          f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
@@ -655,8 +655,9 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
         f"{'equal' if b['sealed_sent'] == b['sealed_expected'] else 'DIFFERENT'})")
     _say(f"bytes: the users sealed {b['sealed_sent']:,} bytes for the relay{formula}; HTTP bodies (base64 and JSON) "
          f"{b['http_sent']:,} sent, {b['http_received']:,} received")
-    parties = Table(title="messages per party (entries: field elements; items in report sets and helper lists; a seed "
-                          "counts one), measured / expected, beside Table I")
+    parties = Table(title="messages per party (entries: field elements; items in report sets and helper lists; a key "
+                          "counts one, a backup one per secret, a revealed share one), measured / expected, beside "
+                          "Table I")
     for column in ("party", "parties", "sent", "received", "Table I"):
         parties.add_column(column, justify="left" if column in ("party", "Table I") else "right")
     for row in summary["parties"]:

@@ -1,5 +1,6 @@
-"""DPDS and DPDG as separate parties (protocols/sharing_parties.py): exact reconstruction over the survivors, the
-recovery's refusals, what a server that lies about a dropout sees, and every message's decoding checks."""
+"""DPDS and DPDG as separate parties (protocols/sharing_parties.py): exact reconstruction over the survivors whatever
+round users vanish at, the refusals, what a server that lies about a dropout sees, and every message's decoding
+checks."""
 
 import dataclasses
 import math
@@ -7,87 +8,99 @@ import math
 import numpy as np
 import pytest
 
+from privagg.core import shamir
 from privagg.errors import ParameterError
 from privagg.protocols import sampling_sharing as ss
-from privagg.protocols.sharing_parties import (HEADER, MASKED_SUM, SEED, SERVER, SHARE, UNMASK, SharingServer,
-                                               SharingUser, UserState, check_min_survivors, decode, encode,
-                                               message_bytes, survivors_parameters)
+from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, HEADER, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
+                                               REVEAL, SERVER, Revealed, SharingServer, SharingUser, UserState,
+                                               check_min_survivors, decode, encode, message_bytes, pair_shares,
+                                               survivors_parameters, threshold)
 
 N_USERS, DOMAIN = 24, 3
 CODES = np.arange(N_USERS) % DOMAIN
+T = 13  # threshold: a majority of 24
 
 
-def parameters(protocol: str, encoding: str = "elements", **options):
+def parameters(protocol: str, **options):
     if protocol == "dpds":
-        return ss.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25, share_encoding=encoding,
-                                 **options)
-    return ss.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN, share_encoding=encoding, **options)
+        return ss.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25, **options)
+    return ss.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN, **options)
 
 
-def run(p, codes, drop1=(), drop2=(), min_survivors=12, seed=1, claimed=None):
-    """Every round in process: (users, the shares each sender made, U1, masked sums, unmasks). ``claimed``: the
-    dropouts the server names in round 3 (default: the true ones); a user who refuses is left out."""
+def run(p, codes, drop1=(), drop2=(), drop3=(), min_survivors=T, seed=1, claimed=None):
+    """Every round in process: (users, round-1 messages, keys, masked sums, reveals). ``claimed``: the survivors
+    the server names in round 3 (default: the true ones); a user who refuses is left out."""
     rng = np.random.default_rng(seed)
     users = [SharingUser(p, i, min_survivors, rng=rng) for i in range(p.n_users)]
-    outbox = {i: users[i].share(int(codes[i])) for i in range(p.n_users) if i not in drop1}
-    senders = sorted(outbox)
-    masked = {k: users[k].masked_sum(senders, {i: outbox[i][k] for i in senders if i != k})
-              for k in senders if k not in drop2}
-    dropped = sorted(set(senders) - set(masked)) if claimed is None else sorted(claimed)
-    unmasks = {}
+    outbox = {i: users[i].advertise(int(codes[i])) for i in range(p.n_users) if i not in drop1}
+    keys = {i: key for i, (key, _) in outbox.items()}
+    masked = {k: users[k].masked_sum(keys) for k in keys if k not in drop2}
+    survivors = sorted(masked) if claimed is None else sorted(claimed)
+    reveals = {}
     for k in masked:
-        try:
-            unmasks[k] = users[k].unmask(senders, dropped, {d: outbox[d][k] for d in dropped if d != k})
-        except ParameterError:
-            pass
-    return users, outbox, senders, masked, unmasks
+        if k not in drop3:
+            try:
+                reveals[k] = users[k].reveal(sorted(keys), survivors, {i: outbox[i][1][k] for i in keys if i != k})
+            except ParameterError:
+                pass
+    return users, outbox, keys, masked, reveals
 
 
-def vector(p, user: SharingUser) -> np.ndarray:
-    """x_i: the sum of every share the user made."""
+def vectors_sum(p, users, which) -> np.ndarray:
     total = np.zeros(p.domain_size, dtype=np.uint64)
-    for k in range(p.n_users):
-        total = p.field.add(total, user.sent_share(k))
+    for k in which:
+        total = p.field.add(total, users[k].state.vector)
     return total
 
 
 @pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
-@pytest.mark.parametrize("encoding", ["elements", "seeds"])
-def test_the_release_is_the_survivors_sum_exactly(protocol, encoding):
-    p = parameters(protocol, encoding)
-    users, _, senders, masked, unmasks = run(p, CODES, drop1=(3, 7), drop2=(5, 11, 23))
-    released = SharingServer(p, 12).release(senders, masked, unmasks)
+def test_the_release_is_the_survivors_sum_exactly_whatever_round_users_vanish_at(protocol):
+    p = parameters(protocol)
+    users, _, keys, masked, reveals = run(p, CODES, drop1=(3, 7), drop2=(5, 11, 23), drop3=(0, 9))
+    released = SharingServer(p, T).release(keys, masked, reveals)
     survivors = sorted(masked)
-    assert (released.senders, released.survivors, released.enrolled) == (22, 19, N_USERS)
-    total = np.zeros(DOMAIN, dtype=np.uint64)
+    assert (released.senders, released.survivors, released.revealers, released.enrolled) == (22, 19, 17, N_USERS)
     for k in survivors:
-        x = vector(p, users[k])
         if protocol == "dpds":  # a participant's one-hot vector, or zeros
+            x = users[k].state.vector
             assert x.sum() in (0, 1) and (x.sum() == 0 or x[CODES[k]] == 1)
-        total = p.field.add(total, x)
     recomputed = survivors_parameters(p, len(survivors))
-    np.testing.assert_array_equal(released.table.estimates, recomputed.estimate(total))
+    np.testing.assert_array_equal(released.table.estimates, recomputed.estimate(vectors_sum(p, users, survivors)))
     assert released.parameters.n_users == 19
 
 
 def test_without_dropouts_everyone_is_released():
     p = parameters("dpds")
-    users, _, senders, masked, unmasks = run(p, CODES)
-    released = SharingServer(p, N_USERS).release(senders, masked, unmasks)
+    users, _, keys, masked, reveals = run(p, CODES)
+    released = SharingServer(p, N_USERS).release(keys, masked, reveals)
     assert released.survivors == N_USERS and released.parameters == p
-    sums = sum(vector(p, u).astype(np.int64) for u in users)
-    np.testing.assert_array_equal(released.table.estimates, p.estimate(sums))
+    np.testing.assert_array_equal(released.table.estimates, p.estimate(vectors_sum(p, users, range(N_USERS))))
+
+
+def test_the_shares_are_algorithm_2s():
+    """A user's n shares (his own x_i - sum_j s_ij and the s_ij he agrees with each other user) sum to his vector,
+    and the share i derives for j is the one j derives from i: the masked sums are Algorithm 2's sums of what
+    each user holds, plus the mask."""
+    p = parameters("dpdg")
+    users, _, keys, masked, _ = run(p, CODES)
+    i, j = 2, 5
+    pub = {u: decode(p, keys[u], (ADVERTISE,), u, SERVER).payload[:32] for u in (i, j)}
+    s_ij, s_ji = pair_shares(p, users[i]._secret(PAIR_KEY), pub[j], i, j)
+    t_ji, t_ij = pair_shares(p, users[j]._secret(PAIR_KEY), pub[i], j, i)
+    np.testing.assert_array_equal(s_ij, t_ij)
+    np.testing.assert_array_equal(s_ji, t_ji)
+    assert not np.array_equal(s_ij, s_ji)
 
 
 def test_dpds_through_the_parties_is_unbiased():
-    """Over 150 seeded runs with dropouts, the release's mean is the survivors' counts within 4 standard errors
-    (each run's estimate has variance Pi (1 - p) / p, Lemma III.1)."""
+    """Over 150 seeded runs with dropouts at every round, the release's mean is the survivors' counts within 4
+    standard errors (each run's estimate has variance Pi (1 - p) / p, Lemma III.1)."""
     p = ss.calibrate_dpds(1.0, 0.05, 12, 2, min_count_fraction=0.25)
     codes = np.arange(12) % 2
     runs, errors = 150, []
     for seed in range(runs):
-        _, _, senders, masked, unmasks = run(p, codes, drop1=(0,), drop2=(3,), min_survivors=6, seed=seed)
-        released = SharingServer(p, 6).release(senders, masked, unmasks)
+        _, _, keys, masked, reveals = run(p, codes, drop1=(0,), drop2=(3,), drop3=(4,), min_survivors=7, seed=seed)
+        released = SharingServer(p, 7).release(keys, masked, reveals)
         truth = np.bincount(codes[sorted(masked)], minlength=2)
         errors.append(released.table.estimates - truth)
     q = p.sampling_probability
@@ -95,124 +108,162 @@ def test_dpds_through_the_parties_is_unbiased():
     assert np.all(np.abs(np.mean(errors, axis=0)) < 4 * sd), (np.mean(errors, axis=0), sd)
 
 
-def test_a_user_named_as_dropped_refuses_and_his_vector_stays_hidden():
-    """The server names user 4 among the dropouts though he sent his masked sum: he refuses to unmask, and the
-    release is the sum of the others, exactly; his own vector never enters it."""
+def test_a_release_needs_t_revealers_and_no_more():
     p = parameters("dpds")
-    users, _, senders, masked, unmasks = run(p, CODES, claimed=[4])
-    assert 4 in masked and 4 not in unmasks
-    with pytest.raises(ParameterError, match="dropouts.*without user 4"):
-        users[4].unmask(senders, [4], {})
-    others = {k: v for k, v in masked.items() if k != 4}
-    released = SharingServer(p, 12).release(senders, others, unmasks)
-    total = sum(vector(p, users[k]).astype(np.int64) for k in others)
-    np.testing.assert_array_equal(released.table.estimates, survivors_parameters(p, 23).estimate(total))
+    users, _, keys, masked, reveals = run(p, CODES, drop2=(1, 2))
+    survivors = sorted(masked)
+    exactly_t = {k: reveals[k] for k in survivors[:T]}
+    released = SharingServer(p, T).release(keys, masked, exactly_t)
+    np.testing.assert_array_equal(released.table.estimates,
+                                  survivors_parameters(p, 22).estimate(vectors_sum(p, users, survivors)))
+    with pytest.raises(ParameterError, match=f"reveals must be from at least t = {T} survivors"):
+        SharingServer(p, T).release(keys, masked, {k: reveals[k] for k in survivors[:T - 1]})
+
+
+def test_a_user_named_as_dropped_refuses_and_his_vector_stays_hidden():
+    """The server names user 4 among round 2's dropouts though it holds his masked sum: he refuses to reveal; the
+    others reveal his pair key but not his mask seed, so the server can release the others' sum exactly and its
+    view of user 4 is y_4, masked by a b_4 of which no share was revealed."""
+    p = parameters("dpds")
+    others = [k for k in range(N_USERS) if k != 4]
+    users, _, keys, masked, reveals = run(p, CODES, claimed=others)
+    assert 4 in masked and 4 not in reveals
+    with pytest.raises(ParameterError, match="survivors.*naming user 4"):
+        SharingUser(p, 4, T, state=dataclasses.replace(users[4].state, answered=2)).reveal(list(range(N_USERS)),
+                                                                                            others, {})
+    for k, raw in reveals.items():
+        entry = decode(p, raw, (REVEAL,), k, SERVER).payload
+        assert entry.secrets[list(entry.owners).index(4)] == PAIR_KEY  # of user 4, only his pair key
+    released = SharingServer(p, T).release(keys, {k: masked[k] for k in others}, reveals)
+    np.testing.assert_array_equal(released.table.estimates,
+                                  survivors_parameters(p, 23).estimate(vectors_sum(p, users, others)))
 
 
 def test_the_lying_servers_view_is_the_same_for_any_item_of_the_named_user():
-    """Two datasets differing in user 4's item, every party's secret the same: of everything the server sees
-    (masked sums, unmasks), only user n - 1's masked sum and unmask differ (his share from user 4 is the
-    correction share, which carries the item), and by opposite amounts, which his uniform mask b hides: their
-    sum is the same. So the server's view has the same law under both items."""
+    """Two datasets differing in user 4's item, every party's secret the same, the server naming user 4 as a
+    dropout: of everything it sees (keys, masked sums, reveals), only y_4 differs, and y_4 - b_4 is all that
+    carries the item while no share of b_4's seed is revealed: y_4 is uniform to the server under both items."""
     p = ss.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN)
     other = CODES.copy()
     other[4] = (CODES[4] + 1) % DOMAIN
-    views = []
-    for codes in (CODES, other):
-        users, _, senders, masked, unmasks = run(p, codes, claimed=[4], seed=5)
-        views.append((masked, unmasks))
-    (m1, u1), (m2, u2) = views
-    last = N_USERS - 1
-    assert {k for k in m1 if m1[k] != m2[k]} == {last} and {k for k in u1 if u1[k] != u2[k]} == {last}
-    field = p.field
-
-    def value(raw, kind, user):
-        return decode(p, raw, (kind,), user, SERVER).payload
-
-    np.testing.assert_array_equal(field.add(value(m1[last], MASKED_SUM, last), value(u1[last], UNMASK, last)),
-                                  field.add(value(m2[last], MASKED_SUM, last), value(u2[last], UNMASK, last)))
+    claimed = [k for k in range(N_USERS) if k != 4]
+    views = [run(p, codes, claimed=claimed, seed=5)[2:] for codes in (CODES, other)]
+    (k1, m1, r1), (k2, m2, r2) = views
+    assert k1 == k2 and r1 == r2 and {k for k in m1 if m1[k] != m2[k]} == {4}
 
 
 def test_each_round_once_and_in_order():
     p = parameters("dpds")
-    users, outbox, senders, masked, _ = run(p, CODES)
+    users, outbox, keys, masked, _ = run(p, CODES)
     with pytest.raises(ParameterError, match="round"):
-        users[0].share(0)
+        users[0].advertise(0)
     with pytest.raises(ParameterError, match="round"):
-        users[0].masked_sum(senders, {i: outbox[i][0] for i in senders if i})
-    fresh = SharingUser(p, 2, 12)
+        users[0].masked_sum(keys)
+    fresh = SharingUser(p, 2, T)
     with pytest.raises(ParameterError, match="round 1 next"):
-        fresh.unmask(senders, [], {})
+        fresh.reveal(list(keys), list(keys), {})
 
 
 def test_round_inputs_are_checked():
     p = parameters("dpds")
     rng = np.random.default_rng(0)
     users = [SharingUser(p, i, 20, rng=rng) for i in range(N_USERS)]
-    outbox = {i: users[i].share(int(CODES[i])) for i in range(N_USERS)}
+    outbox = {i: users[i].advertise(int(CODES[i])) for i in range(N_USERS)}
+    keys = {i: key for i, (key, _) in outbox.items()}
+    with pytest.raises(ParameterError, match="user 1"):  # user 2's key relayed as if it were user 1's
+        users[0].masked_sum({**keys, 1: keys[2]})
+    with pytest.raises(ParameterError, match="user 0, who advertised"):
+        users[0].masked_sum({k: v for k, v in keys.items() if k})
+    users[0].masked_sum(keys)
     everyone = list(range(N_USERS))
-    inbox = {i: outbox[i][0] for i in range(1, N_USERS)}
-    with pytest.raises(ParameterError, match="missing \\[5\\]"):
-        users[0].masked_sum(everyone, {k: v for k, v in inbox.items() if k != 5})
-    with pytest.raises(ParameterError, match="user 1"):  # a share user 2 sent user 0, relayed as if from user 1
-        users[0].masked_sum(everyone, {**inbox, 1: outbox[2][0]})
-    with pytest.raises(ParameterError, match="user 0, who shared"):
-        users[0].masked_sum(everyone[1:], inbox)
-    with pytest.raises(ParameterError, match="distinct"):
-        users[0].masked_sum(everyone + [3], inbox)
-    users[0].masked_sum(everyone, inbox)
-    with pytest.raises(ParameterError, match="at least 20 survivors"):
-        users[0].unmask(everyone, [1, 2, 3, 4, 5], {d: outbox[d][0] for d in (1, 2, 3, 4, 5)})
+    backups = {i: outbox[i][1][0] for i in range(1, N_USERS)}
+    with pytest.raises(ParameterError, match="at least 20"):
+        users[0].reveal(everyone, everyone[:19], backups)
     with pytest.raises(ParameterError, match="round-1 senders only"):
-        users[0].unmask(everyone[:-1], [N_USERS - 1], {})
+        users[0].reveal(everyone[:-1], everyone, backups)
+    with pytest.raises(ParameterError, match="missing \\[5\\]"):
+        users[0].reveal(everyone, everyone, {k: v for k, v in backups.items() if k != 5})
+    with pytest.raises(ParameterError, match="distinct"):
+        users[0].reveal(everyone + [3], everyone, backups)
+    with pytest.raises(ParameterError, match="user 6"):  # user 7's backup relayed as if it were user 6's
+        users[0].reveal(everyone, everyone, {**backups, 6: backups[7]})
 
 
-def test_the_server_refuses_an_incomplete_release():
+def test_the_server_refuses_what_does_not_add_up():
     p = parameters("dpdg")
-    _, _, senders, masked, unmasks = run(p, CODES, drop2=(6,))
+    _, _, keys, masked, reveals = run(p, CODES, drop2=(6,))
     server = SharingServer(p, 20)
-    with pytest.raises(ParameterError, match="unmasks.*user 2"):
-        server.release(senders, masked, {k: v for k, v in unmasks.items() if k != 2})
     with pytest.raises(ParameterError, match="survivors must be at least 20"):
-        server.release(senders, {k: masked[k] for k in list(masked)[:19]}, {k: unmasks[k] for k in list(masked)[:19]})
+        server.release(keys, {k: masked[k] for k in list(masked)[:19]}, reveals)
     with pytest.raises(ParameterError, match="masked sums"):
-        server.release(senders[1:], masked, unmasks)
+        server.release({k: v for k, v in keys.items() if k}, masked, reveals)
+    survivors = sorted(masked)
+    forged = decode(p, reveals[0], (REVEAL,), 0, SERVER).payload
+    swapped = forged.secrets.copy()
+    swapped[1] = PAIR_KEY  # a survivor's pair key: the share an honest user never reveals
+    bad = encode(p, REVEAL, 0, SERVER, Revealed(forged.owners, swapped, forged.shares))
+    with pytest.raises(ParameterError, match="each survivor's mask seed"):
+        server.check_reveal(bad, 0, sorted(keys), survivors)
+    wrong = forged.shares.copy()
+    wrong[3] = (wrong[3] + 1) % shamir.PRIME  # a share that lies on no polynomial with the others
+    with pytest.raises(ParameterError, match="interpolate|do not, for users \\[3\\]"):
+        server.release(keys, masked, {**reveals, 0: encode(p, REVEAL, 0, SERVER,
+                                                            Revealed(forged.owners, forged.secrets, wrong))})
 
 
 def test_messages_are_decoded_strictly():
     p = parameters("dpds")
-    good = encode(p, SHARE, 1, 2, np.arange(DOMAIN))
-    assert decode(p, good, (SHARE,), 1, 2).payload.tolist() == [0, 1, 2]
-    assert len(good) == message_bytes(p, SHARE)
+    good = encode(p, MASKED_SUM, 1, SERVER, np.arange(DOMAIN))
+    assert decode(p, good, (MASKED_SUM,), 1, SERVER).payload.tolist() == [0, 1, 2]
+    assert len(good) == message_bytes(p, MASKED_SUM)
+    backup = encode(p, BACKUP, 1, 2, np.zeros((2, LIMBS), dtype=np.int64))
+    assert len(backup) == message_bytes(p, BACKUP)
+    low_order = encode(p, ADVERTISE, 1, SERVER, bytes(64))
+    reveal = encode(p, REVEAL, 1, SERVER, Revealed(np.array([0, 2]), np.array([MASK_SEED, PAIR_KEY]),
+                                                  np.zeros((2, LIMBS), dtype=np.int64)))
+    assert len(reveal) == message_bytes(p, REVEAL, 2)
+    twice = encode(p, REVEAL, 1, SERVER, Revealed(np.array([2, 2]), np.array([1, 1]),
+                                                 np.zeros((2, LIMBS), dtype=np.int64)))
     cases = {
-        "of at least": good[:5],
-        "version": b"XYZ" + good[3:],
-        "masked sum message": good,  # a share where a masked sum is expected
-        "sender must be user 3": good,
-        "field elements of": good + b"\0",
-        "below p": good[:HEADER.size] + b"\xff" * (len(good) - HEADER.size),
-        "another user than the sender": encode(p, SHARE, 2, 2, np.zeros(DOMAIN, dtype=np.uint64)),
-        "in \\[0, 24\\)": encode(p, SHARE, 2, 99, np.zeros(DOMAIN, dtype=np.uint64)),
-        "seed of 32": encode(p, SEED, 1, 2, b"x" * 32)[:-1],
+        "of at least": (good[:5], (MASKED_SUM,)),
+        "version": (b"XYZ" + good[3:], (MASKED_SUM,)),
+        "masked sum message": (backup, (MASKED_SUM,)),
+        "sender must be user 3": (good, (MASKED_SUM,), 3),
+        "field elements of": (good + b"\0", (MASKED_SUM,)),
+        "below p": (good[:HEADER.size] + b"\xff" * (len(good) - HEADER.size), (MASKED_SUM,)),
+        "another user than the sender": (encode(p, BACKUP, 2, 2, np.zeros((2, LIMBS), dtype=np.int64)), (BACKUP,)),
+        "in \\[0, 24\\)": (encode(p, BACKUP, 2, 99, np.zeros((2, LIMBS), dtype=np.int64)), (BACKUP,)),
+        f"elements of GF\\({shamir.PRIME}\\)": (backup[:HEADER.size] + b"\xff" * (len(backup) - HEADER.size),
+                                               (BACKUP,)),
+        "low order": (low_order, (ADVERTISE,)),
+        "public key and a hash": (low_order[:-1], (ADVERTISE,)),
+        "distinct users": (twice, (REVEAL,)),
+        "revealed entries of": (reveal[:-1], (REVEAL,)),
     }
-    expected = {"masked sum message": ((MASKED_SUM,), None), "sender must be user 3": ((SHARE,), 3)}
-    for match, raw in cases.items():
-        kinds, sender = expected.get(match, ((SHARE, SEED), None))
+    for match, (raw, kinds, *sender) in cases.items():
         with pytest.raises(ParameterError, match=match):
-            decode(p, raw, kinds, sender)
+            decode(p, raw, kinds, *sender)
 
 
 def test_a_users_state_round_trips_and_refuses_garbage():
-    p = parameters("dpdg", "seeds")
-    user = SharingUser(p, 3, 12, rng=np.random.default_rng(0))
-    user.share(1)
-    again = SharingUser(p, 3, 12, state=UserState.from_bytes(user.state.to_bytes()))
-    assert [again.sent_share(k).tolist() for k in range(N_USERS)] == [user.sent_share(k).tolist()
-                                                                      for k in range(N_USERS)]
+    p = parameters("dpdg")
+    user = SharingUser(p, 3, T, rng=np.random.default_rng(0))
+    user.advertise(1)
+    again = SharingUser(p, 3, T, state=UserState.from_bytes(user.state.to_bytes()))
+    assert again.state.secret == user.state.secret and again.state.answered == 1
+    np.testing.assert_array_equal(again.state.vector, user.state.vector)
+    np.testing.assert_array_equal(again.state.backup, user.state.backup)
     with pytest.raises(ParameterError, match="user state"):
         UserState.from_bytes(b"\x05\x00\x00\x00{bad")
     with pytest.raises(ParameterError, match="user 4"):
-        SharingUser(p, 4, 12, state=user.state)
+        SharingUser(p, 4, T, state=user.state)
+
+
+def test_the_threshold_is_a_majority_and_more_than_the_dishonest_users():
+    assert threshold(parameters("dpds")) == 13
+    assert threshold(parameters("dpdg", honest_fraction=0.25)) == 24 - 6 + 1
+    with pytest.raises(ParameterError, match="min_survivors must be an integer in \\[13, 24\\]"):
+        check_min_survivors(parameters("dpds"), 12)
 
 
 def test_the_release_over_survivors_is_recomputed():
@@ -228,21 +279,20 @@ def test_the_release_over_survivors_is_recomputed():
     assert survivors_parameters(dpdg, N_USERS) == dpdg
     with pytest.raises(ParameterError, match="survivors"):
         survivors_parameters(dpds, dishonest)
-    with pytest.raises(ParameterError, match="min_survivors"):
-        check_min_survivors(dpds, 1)
     with pytest.raises(ParameterError, match="protocol"):
         check_min_survivors(ss.calibrate_dpcs(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25), 12)
-    weak = dataclasses.replace(dpds, min_count_fraction=0.3)
-    with pytest.raises(ParameterError, match="min_survivors"):  # 3 categories of ceil(0.3 * 4) = 2 holders > 4
-        check_min_survivors(weak, 4)
+    weak = dataclasses.replace(dpds, min_count_fraction=0.33)
+    with pytest.raises(ParameterError, match="min_survivors"):  # 3 categories of ceil(0.33 * 13) = 5 holders > 13
+        check_min_survivors(weak, 13)
 
 
 def test_the_release_states_who_took_part_and_a_weakened_delta():
     p = parameters("dpdg")
-    _, _, senders, masked, unmasks = run(p, CODES, drop1=(1,), drop2=(2, 3))
-    privacy = SharingServer(p, 12).release(senders, masked, unmasks).privacy
+    _, _, keys, masked, reveals = run(p, CODES, drop1=(1,), drop2=(2, 3), drop3=(4,))
+    privacy = SharingServer(p, T).release(keys, masked, reveals).privacy
     text = " ".join(privacy.caveats)
-    assert "21 users who took part to the end, of the 24 enrolled (23 shared in round 1)" in text
+    assert "21 users who took part to the end, of the 24 enrolled (23 advertised in round 1, 20 revealed" in text
+    assert "backed up 13-out-of-24 (Shamir)" in text
     assert privacy.delta > p.delta and "weakened it from the task's target delta" in text
 
 
@@ -250,5 +300,5 @@ def test_the_parties_are_the_roles_declared_for_the_topology():
     from privagg.protocols.roles import Sharers, SharingRelease, SharingRounds
 
     p = parameters("dpds")
-    assert isinstance(SharingUser(p, 0, 12), SharingRounds) and isinstance(SharingServer(p, 12), SharingRelease)
+    assert isinstance(SharingUser(p, 0, T), SharingRounds) and isinstance(SharingServer(p, T), SharingRelease)
     assert isinstance(ss.SharingUsers(p), Sharers)

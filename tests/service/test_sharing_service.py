@@ -1,6 +1,7 @@
 """The sharing server (service/sharing.py) and its users' SDK: the rounds end to end with dropouts, exact on SQLite
-and PostgreSQL; bad input refused 4xx with nothing stored and counted; deadlines; a survivor who never unmasks;
-kill -9 of the server in rounds 1 and 2 with nothing lost."""
+and PostgreSQL, a survivor who vanishes in round 3 included; bad input refused 4xx with nothing stored and
+counted; deadlines; fewer revealers than the threshold; kill -9 of the server in rounds 1 and 2 with nothing
+lost."""
 
 import json
 import secrets
@@ -12,7 +13,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from privagg.protocols import sampling_sharing as ss
-from privagg.protocols.sharing_parties import (HEADER, MAGIC, MASKED_SUM, SERVER, VERSION, encode, expected_traffic,
+from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, SERVER,
+                                               VERSION, Revealed, decode, encode, expected_traffic,
                                                survivors_parameters)
 from privagg.service import sharing_client
 from privagg.service.client import SubmitError
@@ -65,8 +67,8 @@ def server(db, monkeypatch):
     service.engine.dispose()
 
 
-def dpdg(n=N, share_encoding="elements"):
-    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN, share_encoding=share_encoding)
+def dpdg(n=N):
+    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
 
 
 def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
@@ -78,11 +80,10 @@ def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
 
 
 def field_sum(p, clients) -> np.ndarray:
-    """The field sum of the clients' vectors: every share each of them made."""
+    """The field sum of the clients' vectors."""
     total = np.zeros(p.domain_size, dtype=np.uint64)
     for client in clients:
-        for k in range(p.n_users):
-            total = p.field.add(total, client.role.sent_share(k))
+        total = p.field.add(total, client.role.state.vector)
     return total
 
 
@@ -99,23 +100,27 @@ def count(service, table, task_id) -> int:
 
 @pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
 def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
-    """(dpdg with seed-encoded shares.) Each survivor's messages are, kind by kind, expected_traffic's count."""
+    """Users vanish before round 1, after it, and after their masked sums: the release is over those whose masked
+    sums arrived, at round 3's deadline (t = 7 of them revealed). Each user who stayed to the end sent and
+    received, kind by kind, expected_traffic's count."""
     service, _, clock = server
-    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg(
-        share_encoding="seeds")
+    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
     task, users = enrolled(service, p)
+    assert task.threshold == 7
     for i, user in enumerate(users):
         if i != 2:  # user 2 vanishes before round 1
-            user.share(int(CODES[user.user]))
+            user.advertise(int(CODES[user.user]))
     clock.now += 61  # round 1's deadline
     assert service.advance(task.task_id) == "round2"
     for i, user in enumerate(users):
-        if i not in (2, 5, 7):  # users 5 and 7 vanish after sharing
+        if i not in (2, 5, 7):  # users 5 and 7 vanish after round 1
             user.masked_sum()
     service.close_round(task.task_id, 2)
     for i, user in enumerate(users):
-        if i not in (2, 5, 7):
-            user.unmask()
+        if i not in (2, 5, 7, 9, 10):  # users 9 and 10 vanish after their masked sums
+            user.reveal()
+    assert service.advance(task.task_id) == "round3"  # waiting for 9 and 10 until the deadline
+    clock.now += 61
     report = service.result(task.task_id)
     survivors = [u for i, u in enumerate(users) if i not in (2, 5, 7)]
     total = field_sum(p, survivors)
@@ -124,11 +129,10 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     assert [estimates[j] for j in range(DOMAIN)] == pytest.approx(expected.tolist(), abs=1e-9)
     assert report["dropouts"] == {"enrolled": N, "round1_senders": 11, "survivors": 9, "min_survivors": 8}
     assert report["privacy"]["private"] and "9 users who took part" in " ".join(report["privacy"]["caveats"])
-    senders = [u.user for i, u in enumerate(users) if i != 2]
-    for user in survivors:
-        sent, received = expected_traffic(p, user.user, senders, [users[5].user, users[7].user])
-        assert traffic([user], "sent") == sent and traffic([user], "received") == received
-    assert ("share seed" in sent) == (protocol == "dpdg")
+    sent, received = expected_traffic(p, 11)
+    for i, user in enumerate(users):
+        if i not in (2, 5, 7, 9, 10):
+            assert traffic([user], "sent") == sent and traffic([user], "received") == received
 
 
 def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
@@ -137,38 +141,48 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     task, users = enrolled(service, p)
     tid, me = task.task_id, users[0]
     auth = {"user": me.user, "secret": me.secret}
-    plain = me.role.share(1)
+    key, plain = me.role.advertise(1)
     keys = [b64decode(k) for k in json.loads(http.get(f"/tasks/{tid}/roster").content)["public_keys"]]
     sealed = {k: b64encode(_suite(KEM).encrypt(m, _public_key(KEM, keys[k]), info=task.info(me.user, k))).decode()
               for k, m in plain.items()}
     shares = [{"recipient": k, "sealed": v} for k, v in sealed.items()]
+    good = {**auth, "key": b64encode(key).decode()}
     path = f"/tasks/{tid}/round1"
-    refused(http, path, {**auth, "shares": shares[:-1]}, 400, "malformed")
-    refused(http, path, {**auth, "shares": shares[:-1] + [{"recipient": me.user, "sealed": shares[0]["sealed"]}]},
+    refused(http, path, {**good, "backups": shares[:-1]}, 400, "malformed")
+    refused(http, path, {**auth, "backups": shares}, 400, "malformed")
+    refused(http, path, {**good, "backups": shares[:-1] + [{"recipient": me.user, "sealed": shares[0]["sealed"]}]},
             400, "bad_recipient")
-    refused(http, path, {**auth, "shares": shares[:-1] + [{"recipient": N, "sealed": shares[0]["sealed"]}]}, 400,
+    refused(http, path, {**good, "backups": shares[:-1] + [{"recipient": N, "sealed": shares[0]["sealed"]}]}, 400,
             "bad_recipient")
-    refused(http, path, {**auth, "shares": shares[:-1] + [dict(shares[0])]}, 400, "bad_recipient")
+    refused(http, path, {**good, "backups": shares[:-1] + [dict(shares[0])]}, 400, "bad_recipient")
     short = [dict(s) for s in shares]
     short[3]["sealed"] = b64encode(b"x" * 40).decode()
-    size = task.sealed_size(me.user, short[3]["recipient"])
-    assert f"of {size} bytes, got 40 bytes" in refused(http, path, {**auth, "shares": short}, 400, "malformed")
-    refused(http, path, {"user": me.user, "secret": "guess", "shares": shares}, 403, "bad_secret")
-    refused(http, path, {"user": N, "secret": me.secret, "shares": shares}, 400, "malformed")
+    assert f"of {task.sealed_size} bytes, got 40 bytes" in refused(http, path, {**good, "backups": short}, 400,
+                                                                   "malformed")
+    low_order = encode(p, ADVERTISE, me.user, SERVER, bytes(64))  # a key whose agreed secrets are all zero
+    assert "low order" in refused(http, path, {**good, "key": b64encode(low_order).decode(), "backups": shares},
+                                  400, "bad_message")
+    theirs = encode(p, ADVERTISE, 1, SERVER, decode(p, key, (ADVERTISE,)).payload)  # signed as another user
+    refused(http, path, {**good, "key": b64encode(theirs).decode(), "backups": shares}, 400, "bad_message")
+    refused(http, path, {"user": me.user, "secret": "guess", "key": good["key"], "backups": shares}, 403,
+            "bad_secret")
+    refused(http, path, {"user": N, "secret": me.secret, "key": good["key"], "backups": shares}, 400, "malformed")
     refused(http, f"/tasks/{tid}/round2", {**auth, "message": "AAAA"}, 409, "round_closed")
-    assert count(service, relayed_shares, tid) == 0
-    assert http.post(path, content=json.dumps({**auth, "shares": shares}),
+    assert count(service, relayed_shares, tid) == 0 and count(service, round_messages, tid) == 0
+    assert http.post(path, content=json.dumps({**good, "backups": shares}),
                      headers={"content-type": "application/json"}).status_code == 201
-    refused(http, path, {**auth, "shares": shares}, 409, "already_sent")
-    assert count(service, relayed_shares, tid) == N - 1
-    refused(http, "/tasks/" + "ab" * 16 + "/round1", {**auth, "shares": shares}, 404, "unknown_task")
+    refused(http, path, {**good, "backups": shares}, 409, "already_sent")
+    assert count(service, relayed_shares, tid) == N - 1 and count(service, round_messages, tid) == 1
+    refused(http, "/tasks/" + "ab" * 16 + "/round1", {**good, "backups": shares}, 404, "unknown_task")
     clock.now += 61
-    refused(http, path, {"user": 1, "secret": users[1].secret, "shares": shares}, 409, "round_closed")  # late
+    refused(http, path, {"user": 1, "secret": users[1].secret, "key": good["key"], "backups": shares}, 409,
+            "round_closed")  # late
     # round 1 closed at its deadline with one sender: below the minimum, the task failed and releases nothing
     answer = http.get(f"/tasks/{tid}/result")
     assert answer.status_code == 409 and "fewer than the task's minimum of 8" in answer.json()["detail"]
     metrics = http.get("/metrics").text
-    for reason in ("malformed", "bad_recipient", "bad_secret", "round_closed", "already_sent", "unknown_task"):
+    for reason in ("malformed", "bad_recipient", "bad_message", "bad_secret", "round_closed", "already_sent",
+                   "unknown_task"):
         assert f'privagg_sharing_refused_total{{reason="{reason}"}}' in metrics
 
 
@@ -177,7 +191,7 @@ def test_round_messages_are_checked_and_stored_once(server):
     p = dpdg()
     task, users = enrolled(service, p)
     for user in users[:-1]:
-        user.share(0)
+        user.advertise(0)
     clock.now += 61
     service.advance(task.task_id)
     tid, path = task.task_id, f"/tasks/{task.task_id}/round2"
@@ -192,25 +206,50 @@ def test_round_messages_are_checked_and_stored_once(server):
     another = encode(p, MASKED_SUM, me.user, SERVER, np.zeros(DOMAIN, dtype=np.uint64))
     refused(http, path, {**auth, "message": b64encode(another).decode()}, 409, "already_sent")
     refused(http, f"/tasks/{tid}/inbox", {"user": last.user, "secret": last.secret}, 409, "not_expected")
-    assert count(service, round_messages, tid) == 1
+    for user in users[1:-1]:
+        user.masked_sum()
+    assert service.advance(tid) == "round3"
+    # a reveal whose entries give away a survivor's pair key (what an honest user never sends) is refused
+    inbox = json.loads(http.post(f"/tasks/{tid}/inbox", content=json.dumps(auth),
+                                 headers={"content-type": "application/json"}).content)
+    opened = {b["sender"]: me._open(b["sealed"], task.info(b["sender"], me.user)) for b in inbox["backups"]}
+    honest = decode(p, me.role.reveal(inbox["senders"], inbox["survivors"], opened), (REVEAL,)).payload
+    secrets_ = honest.secrets.copy()
+    secrets_[2] = PAIR_KEY
+    greedy = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, secrets_, honest.shares))
+    detail = refused(http, f"/tasks/{tid}/round3", {**auth, "message": b64encode(greedy).decode()}, 400, "bad_message")
+    assert "each survivor's mask seed" in detail
+    assert count(service, round_messages, tid) == 11 + 11  # round 1's keys and round 2's sums only
+    # well-formed shares that are wrong: the rebuilt secrets fail their round-1 commitments and the task fails,
+    # rather than release a wrong sum
+    lying = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, honest.secrets, (honest.shares + 1) % 2_097_143))
+    assert http.post(f"/tasks/{tid}/round3", content=json.dumps({**auth, "message": b64encode(lying).decode()}),
+                     headers={"content-type": "application/json"}).status_code == 201
+    for user in users[1:-1]:
+        user.reveal()
+    answer = http.get(f"/tasks/{tid}/result")
+    assert answer.status_code == 409 and answer.json()["error"] == "failed"
+    assert "the release was refused: reveals must be shares that rebuild" in answer.json()["detail"] or \
+        "interpolate" in answer.json()["detail"]
 
 
-def test_a_survivor_who_never_unmasks_fails_the_task_and_nothing_is_released(server):
+def test_fewer_revealers_than_the_threshold_fail_the_task_and_nothing_is_released(server):
     service, http, clock = server
     p = dpdg()
     task, users = enrolled(service, p)
     for user in users:
-        user.share(2)
+        user.advertise(2)
     for user in users:
         user.masked_sum()
-    for user in users[:-1]:
-        user.unmask()
+    for user in users[:6]:  # t = 7
+        user.reveal()
     assert service.advance(task.task_id) == "round3"
     clock.now += 61
     assert service.advance(task.task_id) == "failed"
     answer = http.get(f"/tasks/{task.task_id}/result")
     assert answer.status_code == 409 and answer.json()["error"] == "failed"
-    assert "1 of the 12 survivors of round 2 did not unmask" in answer.json()["detail"]
+    assert "6 of the 12 survivors of round 2 revealed by the deadline, fewer than the backups' threshold t = 7" in \
+        answer.json()["detail"]
 
 
 def test_enrollment_checks_tokens_and_keys(server):
@@ -253,7 +292,7 @@ def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
             dep.kill()
             dep.start()
 
-        run = run_rounds(dep.url, task.task_id, codes, tokens, dropout_plan(16, 0.15, (1, 2), seed=3),
+        run = run_rounds(dep.url, task.task_id, codes, tokens, dropout_plan(16, 0.15, (1, 2, 3), seed=3),
                          progress=lambda _text: None, between=restart)
         report = run["clients"][0]._call("result")
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]

@@ -110,27 +110,27 @@ class Sharers(Protocol):
 
 @runtime_checkable
 class SharingRounds(Protocol):
-    """One DPDS or DPDG user over a network, a round at a time; what he sends is bytes (one message a recipient)
-    and what he keeps between rounds is ``state`` (plain data with ``to_bytes``)."""
+    """One DPDS or DPDG user over a network, a round at a time; what he sends is bytes and what he keeps between
+    rounds is ``state`` (plain data with ``to_bytes``)."""
 
-    def share(self, code: int) -> dict[int, bytes]:
-        """Round 1: a share message for every other user (to be sealed to its recipient)."""
+    def advertise(self, code: int) -> tuple[bytes, dict[int, bytes]]:
+        """Round 1: his pair key for the server, and a backup of his keys for every other user (to be sealed)."""
 
-    def masked_sum(self, senders: Sequence[int], shares: dict[int, bytes]) -> bytes:
-        """Round 2: the sum of what the round-1 ``senders`` sent him, masked."""
+    def masked_sum(self, keys: dict[int, bytes]) -> bytes:
+        """Round 2: his vector plus the shares agreed with the round-1 senders (``keys``), masked."""
 
-    def unmask(self, senders: Sequence[int], dropped: Sequence[int], shares: dict[int, bytes]) -> bytes:
-        """Round 3: his unmask and the recovery terms of round 2's ``dropped``."""
+    def reveal(self, senders: Sequence[int], survivors: Sequence[int], backups: dict[int, bytes]) -> bytes:
+        """Round 3: his shares of the survivors' mask seeds and of round 2's dropouts' pair keys."""
 
 
 @runtime_checkable
 class SharingRelease(Protocol):
-    """The server of DPDS or DPDG over a network: checks the users' round messages, releases the survivors' sum."""
+    """The server of DPDS or DPDG over a network: checks the users' messages, releases the survivors' sum."""
 
-    def check(self, raw: bytes, kind: int, user: int) -> np.ndarray:
-        """A user's round-2 or round-3 message decoded and checked."""
+    def check(self, raw: bytes, kind: int, user: int) -> Any:
+        """A user's message to the server decoded and checked."""
 
-    def release(self, senders: Sequence[int], masked: dict[int, bytes], unmasks: dict[int, bytes],
+    def release(self, keys: dict[int, bytes], masked: dict[int, bytes], reveals: dict[int, bytes],
                 queries=None) -> Any:
         """The release over the survivors, with its guarantee recomputed for them."""
 

@@ -1,30 +1,36 @@
 """DPDS and DPDG as separate parties: each user's rounds and the server's release, sans I/O, every message bytes.
 
 Algorithm 2 (reference §2.3) has each user share his vector among all n users and send the sum of what he
-received to the server. Real users drop out, so the parties here run the recovery derived in docs/privacy.md
-("Dropouts in DPDS and DPDG"), in three rounds; the server (:mod:`privagg.service.sharing`) relays, sets the
+received to the server. Over a network users vanish at any round, so the parties derive their shares by key
+agreement and back their keys up with Shamir's threshold shares, as Bonawitz et al.'s secure aggregation does
+(CCS 2017, §4). The derivation, and what each party learns in every dropout case, are in docs/privacy.md
+("Dropouts in DPDS and DPDG"). Three rounds; the server (:mod:`privagg.service.sharing`) relays, sets the
 deadlines and publishes who took part:
 
-round 1, share
+round 1, advertise
     User i makes his vector x_i (:meth:`SharingUsers.contributions`: his coin's one-hot vector, DPDS; the
-    one-hot vector at scale 2^k plus his discrete Gaussian noise, DPDG) and sends each other user k his share
-    s_ik, sealed to k. The uniform shares derive from i's secret (:func:`derive_seed`): one seed per recipient,
-    sent as such, with ``share_encoding="seeds"``; rows of one ChaCha20 block otherwise. The correction share
-    x_i - sum of the others goes to user n - 1 (user n - 1 keeps his own). U1: the users whose shares all
-    reached the server by the round's deadline; only theirs are delivered.
+    one-hot vector at scale 2^k plus his discrete Gaussian noise, DPDG). He sends the server the public half of
+    his pair key (X25519, the private half derived from his secret) with a hash of his mask seed (which the
+    server checks the seed against when it rebuilds it), and sends every other user k a backup, sealed to k: k's Shamir shares (threshold t, :func:`threshold`) of his pair key and of his mask seed. U1:
+    the users whose messages all reached the server by the round's deadline.
 round 2, masked sum
-    The server publishes U1. User k in U1 sends y_k = s_kk + sum_{i in U1, i != k} s_ik + sum_{j not in U1}
-    s_kj + b_k: what he received, what he sent to users who never took part, and a mask b_k from his secret.
-    U2: the users whose y_k reached the server by the deadline.
-round 3, unmask
-    The server publishes E = U1 \\ U2 (round 2's dropouts) and redelivers their shares. User k in U2 sends
-    v_k = sum_{d in E} (s_kd - s_dk) - b_k. The server releases sum_{k in U2} (y_k + v_k) = sum_{k in U2} x_k:
-    the survivors' vectors, exactly.
+    The server publishes U1's public keys. Users i and j of U1 agree on a secret (X25519, then HKDF), from which
+    i's share for j, s_ij, and j's share for i, s_ji, derive (:func:`pair_shares`). i's own share is
+    x_i - sum_j s_ij, so his n shares sum to x_i as Algorithm 2's do; he sends
+    y_i = x_i - sum_{j in U1} s_ij + sum_{j in U1} s_ji + b_i, a mask b_i expanded from his mask seed.
+    U2: the users whose y_i reached the server by the deadline.
+round 3, reveal
+    The server publishes U2 (so E = U1 \\ U2, round 2's dropouts). User k in U2 opens the backups U1 sent him
+    and reveals his share of the mask seed of every user of U2 and of the pair key of every user of E: never
+    both for one user. Once t users revealed, the server rebuilds each b_u (u in U2) and each pair key of E,
+    recomputes s_du and s_ud for d in E and u in U2, and releases
+    sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud) = sum_{u in U2} x_u,
+    the survivors' vectors, exactly. A survivor who vanishes in round 3 costs nothing while t others answer.
 
-A user named in E refuses round 3 (he sent y_k, and his y_k with everyone's v would be his vector), as does a
-user asked twice, or asked to leave fewer survivors than the task's minimum. A survivor who drops out in round
-3 leaves the server without his mask: nothing is released (docs/privacy.md says why n-out-of-n shares cannot
-recover him). The guarantee is recomputed for the survivors (:func:`survivors_parameters`).
+A user refuses round 3 if he is named in E (he sent y_k), if U2 is not within U1 or leaves fewer survivors than
+the task's minimum, or if he is asked twice. The guarantee is recomputed for the survivors
+(:func:`survivors_parameters`). The service never sends a share: each is derived where it is used, so the
+task's ``share_encoding`` (which counts the paper's messages in a simulation) does not apply to it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core import shamir
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, element_bytes, expand, pack_elements, unpack_elements
 from ..errors import ParameterError, check_integer
@@ -45,37 +52,75 @@ from .results import FrequencyTable
 from .sampling_sharing import SharingParameters, SharingUsers
 
 # --- messages ----------------------------------------------------------------------------------------------
-MAGIC, VERSION = b"PVS", 1
-SHARE, SEED, MASKED_SUM, UNMASK = 1, 2, 3, 4  # message kinds
-KIND_NAMES = {SHARE: "share", SEED: "share seed", MASKED_SUM: "masked sum", UNMASK: "unmask"}
+MAGIC, VERSION = b"PVS", 2
+ADVERTISE, BACKUP, MASKED_SUM, REVEAL = 1, 2, 3, 4  # message kinds
+KIND_NAMES = {ADVERTISE: "pair key", BACKUP: "backup", MASKED_SUM: "masked sum", REVEAL: "revealed shares"}
 SERVER = 0xFFFFFFFF  # the recipient field of a message to the server
 HEADER = struct.Struct("<3sBBIII")  # magic, version, kind, sender, recipient, payload count
+KEY_BYTES = 32  # an X25519 public key; the round-1 message to the server is one and a mask seed's hash
+LIMBS = SEED_BYTES // 2  # Shamir limbs of one 32-byte secret (core/shamir.py)
+PAIR_KEY, MASK_SEED = 0, 1  # the two backed-up secrets, in a backup's order and in a revealed entry's tag
+ENTRY = struct.Struct("<IB")  # a revealed entry's owner and secret, then LIMBS shares
+
+
+@dataclass(frozen=True)
+class Revealed:
+    """A round-3 message's entries: for each owner, which of his secrets (:data:`PAIR_KEY` or :data:`MASK_SEED`)
+    and the sender's Shamir shares of it (LIMBS elements)."""
+
+    owners: np.ndarray
+    secrets: np.ndarray
+    shares: np.ndarray  # (entries, LIMBS)
 
 
 @dataclass(frozen=True)
 class Message:
-    """One decoded message: its kind, sender, recipient (:data:`SERVER` for the server) and payload (field
-    elements, or a seed's bytes)."""
+    """One decoded message: its kind, sender, recipient (:data:`SERVER` for the server) and payload (a public key
+    and a mask seed's hash, 2 x 32 bytes; a backup's 2 x LIMBS Shamir shares; N field elements;
+    :class:`Revealed`)."""
 
     kind: int
     sender: int
     recipient: int
-    payload: np.ndarray | bytes
+    payload: bytes | np.ndarray | Revealed
+
+
+def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[int, bytes]:
+    if kind == ADVERTISE:
+        return 2 * KEY_BYTES, bytes(payload)
+    if kind == BACKUP:
+        return 2, shamir.pack(payload)
+    if kind == MASKED_SUM:
+        return parameters.domain_size, pack_elements(parameters.field, payload)
+    entries = b"".join(ENTRY.pack(int(o), int(s)) + shamir.pack(row)
+                       for o, s, row in zip(payload.owners, payload.secrets, payload.shares))
+    return len(payload.owners), entries
 
 
 def encode(parameters: SharingParameters, kind: int, sender: int, recipient: int, payload) -> bytes:
-    """A message's bytes: :data:`HEADER`, then N field elements (:func:`pack_elements`) or a 32-byte seed."""
-    body = payload if kind == SEED else pack_elements(parameters.field, payload)
-    count = SEED_BYTES if kind == SEED else parameters.domain_size
+    """A message's bytes: :data:`HEADER` (its count: the key's and hash's bytes, 2 backed-up secrets, N elements,
+    or the revealed entries), then the payload."""
+    count, body = _count_and_body(parameters, kind, payload)
     return HEADER.pack(MAGIC, VERSION, kind, sender, recipient, count) + body
+
+
+def _check_public_key(raw: bytes) -> bytes:
+    """``raw`` if it is an X25519 public key whose shared secrets are not all zero (not of low order)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    try:
+        X25519PrivateKey.from_private_bytes(bytes(32)).exchange(X25519PublicKey.from_public_bytes(raw))
+    except ValueError:
+        raise ParameterError("message", "an X25519 public key of large order", "a key of low order") from None
+    return raw
 
 
 def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], sender: int | None = None,
            recipient: int | None = None) -> Message:
     """The message in ``raw``, every field checked: the magic and version, a kind among ``kinds``, the sender and
     recipient among the n users (and equal to ``sender`` / ``recipient`` when given), no one sending to himself,
-    exactly the payload's length, every element below p. A ParameterError (field ``message``) names what is
-    wrong."""
+    exactly the payload's length, every element in its field, a public key not of low order, revealed owners
+    among the n users and each once. A ParameterError (field ``message``) names what is wrong."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) < HEADER.size:
         raise ParameterError("message", f"a privagg sharing message of at least {HEADER.size} bytes",
                              f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__)
@@ -94,18 +139,75 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
     if target == source:
         raise ParameterError("message.recipient", "another user than the sender", target)
     body = bytes(raw[HEADER.size:])
-    if kind == SEED:
-        if count != SEED_BYTES or len(body) != SEED_BYTES:
-            raise ParameterError("message", f"a seed of {SEED_BYTES} bytes", f"{len(body)} bytes")
-        return Message(kind, source, target, body)
-    if count != parameters.domain_size:
-        raise ParameterError("message", f"{parameters.domain_size} field elements (N)", count)
-    return Message(kind, source, target, unpack_elements(parameters.field, body, count, "message"))
+    if kind == ADVERTISE:
+        if count != 2 * KEY_BYTES or len(body) != 2 * KEY_BYTES:
+            raise ParameterError("message", f"a public key and a hash of {KEY_BYTES} bytes each", f"{len(body)} bytes")
+        return Message(kind, source, target, _check_public_key(body[:KEY_BYTES]) + body[KEY_BYTES:])
+    if kind == BACKUP:
+        if count != 2:
+            raise ParameterError("message", "a backup of 2 secrets", count)
+        return Message(kind, source, target, shamir.unpack(body, 2 * LIMBS, "message").reshape(2, LIMBS))
+    if kind == MASKED_SUM:
+        if count != parameters.domain_size:
+            raise ParameterError("message", f"{parameters.domain_size} field elements (N)", count)
+        return Message(kind, source, target, unpack_elements(parameters.field, body, count, "message"))
+    width = ENTRY.size + LIMBS * shamir.SHARE_BYTES
+    if count > n or len(body) != count * width:
+        raise ParameterError("message", f"at most n = {n} revealed entries of {width} bytes", f"{len(body)} bytes "
+                             f"for {count} entries")
+    rows = np.frombuffer(body, dtype=np.uint8).reshape(count, width)
+    owners = rows[:, :4].copy().view("<u4").ravel().astype(np.int64)
+    tags = rows[:, 4].astype(np.int64)
+    if count and (owners.max() >= n or np.unique(owners).size != count or tags.max() > MASK_SEED):
+        raise ParameterError("message", "revealed entries for distinct users of the task, each of a pair key (0) or a "
+                             "mask seed (1)", "an entry outside them")
+    shares = shamir.unpack(rows[:, ENTRY.size:].tobytes(), count * LIMBS, "message").reshape(count, LIMBS)
+    return Message(kind, source, target, Revealed(owners, tags, shares))
 
 
-def message_bytes(parameters: SharingParameters, kind: int) -> int:
-    """The length of one message of ``kind``."""
-    return HEADER.size + (SEED_BYTES if kind == SEED else parameters.domain_size * element_bytes(parameters.field))
+def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) -> int:
+    """The length of one message of ``kind`` (``entries``: a round-3 message's revealed entries)."""
+    return HEADER.size + {ADVERTISE: 2 * KEY_BYTES, BACKUP: 2 * LIMBS * shamir.SHARE_BYTES,
+                          MASKED_SUM: parameters.domain_size * element_bytes(parameters.field),
+                          REVEAL: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES)}[kind]
+
+
+def threshold(parameters: SharingParameters) -> int:
+    """t, the shares that rebuild a backed-up secret: a majority of the n users, and more than the n - ceil(G n)
+    users who may not follow the protocol (who could otherwise pool their shares with the server's)."""
+    n = parameters.n_users
+    return min(n, max(n // 2 + 1, n - parameters.honest_users + 1))
+
+
+def pair_shares(parameters: SharingParameters, private_key: bytes, public_key: bytes, me: int,
+                other: int) -> tuple[np.ndarray, np.ndarray]:
+    """(s_me,other, s_other,me): the shares two users of U1 derive from their agreed secret, X25519 then
+    HKDF-SHA256 (RFC 7748, RFC 5869), expanded to N field elements each (ChaCha20, :func:`expand`)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    agreed = X25519PrivateKey.from_private_bytes(private_key).exchange(X25519PublicKey.from_public_bytes(public_key))
+    key = HKDF(hashes.SHA256(), SEED_BYTES, salt=None, info=b"privagg sharing pair v2").derive(agreed)
+    n_elements = parameters.domain_size
+    return (expand(parameters.field, derive_seed(key, f"share {me} to {other}"), n_elements),
+            expand(parameters.field, derive_seed(key, f"share {other} to {me}"), n_elements))
+
+
+def _public_key(private_key: bytes) -> bytes:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    return X25519PrivateKey.from_private_bytes(private_key).public_key().public_bytes_raw()
+
+
+def _mask(parameters: SharingParameters, seed: bytes) -> np.ndarray:
+    return expand(parameters.field, seed, parameters.domain_size)
+
+
+def _seed_hash(seed: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.blake2b(seed, digest_size=KEY_BYTES, person=b"privagg mask").digest()
 
 
 # --- a user ------------------------------------------------------------------------------------------------
@@ -113,19 +215,21 @@ def message_bytes(parameters: SharingParameters, kind: int) -> int:
 
 @dataclass
 class UserState:
-    """What a user keeps between rounds: his index, his secret (every uniform share and his mask derive from
-    it), his correction share once he has shared, and the last round he answered. Plain data with an encoding
-    (:meth:`to_bytes`), so that a device or a test harness can store it."""
+    """What a user keeps between rounds: his index, his secret (his pair key and mask seed derive from it), his
+    vector and his own backup shares once he has advertised, and the last round he answered. Plain data with an
+    encoding (:meth:`to_bytes`), so that a device or a test harness can store it."""
 
     index: int
     secret: bytes
-    correction: np.ndarray | None = None
+    vector: np.ndarray | None = None
+    backup: np.ndarray | None = None  # his own Shamir shares of his two secrets, (2, LIMBS)
     answered: int = 0
 
     def to_bytes(self) -> bytes:
         head = json.dumps({"version": VERSION, "index": self.index, "answered": self.answered,
-                           "elements": 0 if self.correction is None else int(self.correction.size)}).encode()
-        body = b"" if self.correction is None else np.asarray(self.correction, dtype="<u8").tobytes()
+                           "elements": 0 if self.vector is None else int(self.vector.size)}).encode()
+        body = b"" if self.vector is None else (np.asarray(self.vector, dtype="<u8").tobytes() +
+                                                shamir.pack(self.backup))
         return struct.pack("<I", len(head)) + head + self.secret + body
 
     @classmethod
@@ -134,102 +238,60 @@ class UserState:
             (size,) = struct.unpack_from("<I", raw)
             head = json.loads(raw[4:4 + size])
             secret, body = raw[4 + size:4 + size + SEED_BYTES], raw[4 + size + SEED_BYTES:]
-            assert head["version"] == VERSION and len(secret) == SEED_BYTES and len(body) == 8 * head["elements"]
+            elements = head["elements"]
+            assert head["version"] == VERSION and len(secret) == SEED_BYTES
+            assert len(body) == (8 * elements + 2 * LIMBS * shamir.SHARE_BYTES if elements else 0)
         except Exception:
             raise ParameterError("user state", f"a state written by UserState.to_bytes (version {VERSION})",
                                  f"{len(raw)} unreadable bytes") from None
-        correction = np.frombuffer(body, dtype="<u8").astype(np.uint64) if head["elements"] else None
-        return cls(head["index"], secret, correction, head["answered"])
+        if not elements:
+            return cls(head["index"], secret, answered=head["answered"])
+        vector = np.frombuffer(body[:8 * elements], dtype="<u8").astype(np.uint64)
+        backup = shamir.unpack(body[8 * elements:], 2 * LIMBS, "user state").reshape(2, LIMBS)
+        return cls(head["index"], secret, vector, backup, head["answered"])
 
 
 class SharingUser:
     """User ``index`` of a DPDS or DPDG task, one round at a time (module docstring).
 
-    ``min_survivors``: the task's; he unmasks only for a release over at least as many users. ``rng=None`` (a
-    real user) draws his secret from the OS and his coin or noise from the secure generator;
-    a seeded simulation passes a generator. ``state`` resumes a user saved with ``state.to_bytes()``.
+    ``min_survivors``: the task's; he reveals only for a release over at least as many users. ``rng=None`` (a
+    real user) draws his secret from the OS and his coin, noise and Shamir polynomials from the secure
+    generator; a seeded simulation passes a generator. ``state`` resumes a user saved with ``state.to_bytes()``.
     """
 
     def __init__(self, parameters: SharingParameters, index: int, min_survivors: int, rng: RNGLike = None,
                  state: UserState | None = None) -> None:
         self.parameters, self.field, self.rng = parameters, parameters.field, rng
         self.min_survivors = check_min_survivors(parameters, min_survivors)
-        n = parameters.n_users
-        index = check_integer("user index", index, 0, n - 1)
+        index = check_integer("user index", index, 0, parameters.n_users - 1)
         if state is None:
             secret = secrets.token_bytes(SEED_BYTES) if rng is None else resolve(rng).bytes(SEED_BYTES)
             state = UserState(index, secret)
         elif state.index != index:
             raise ParameterError("user state", f"the state of user {index}", f"user {state.index}'s")
         self.state, self.index = state, index
-        self.correction_to = n - 1  # who receives every user's correction share
 
-    # what this user sent each recipient, from his secret and his correction share
-    def _seed(self, recipient: int) -> bytes:
-        return derive_seed(self.state.secret, f"share {recipient}")
-
-    def sent_shares(self, recipients: Sequence[int]) -> np.ndarray:
-        """s_ik for each of ``recipients`` (his own for himself), as rows of field elements: with elements, rows of
-        one ChaCha20 block (n x N) keyed from his secret, drawn again each time (no n x N state is kept); with
-        seeds, each recipient's seed expanded. The correction share's row is the one he stored."""
-        p, recipients = self.parameters, list(recipients)
-        if p.share_encoding == "seeds":
-            rows = np.zeros((len(recipients), p.domain_size), dtype=np.uint64)
-            for row, k in enumerate(recipients):
-                if k != self.correction_to:
-                    rows[row] = expand(self.field, self._seed(k), p.domain_size)
-        else:
-            block = expand(self.field, derive_seed(self.state.secret, "shares"), (p.n_users, p.domain_size))
-            rows = block[recipients].astype(np.uint64)
-        if self.correction_to in recipients and self.state.correction is not None:
-            rows[recipients.index(self.correction_to)] = self.state.correction
-        return rows
-
-    def sent_share(self, recipient: int) -> np.ndarray:
-        """s_ik: his share for ``recipient``."""
-        return self.sent_shares([recipient])[0]
-
-    def _mask(self) -> np.ndarray:
-        return expand(self.field, derive_seed(self.state.secret, "mask"), self.parameters.domain_size)
-
-    def _sent_sum(self, recipients) -> np.ndarray:
-        return self.field.sum(self.sent_shares(recipients).reshape(-1, self.parameters.domain_size), axis=0)
+    def _secret(self, which: int) -> bytes:
+        return derive_seed(self.state.secret, ("pair key", "mask")[which])
 
     def _expect(self, round_: int) -> None:
         if self.state.answered != round_ - 1:
             raise ParameterError("round", f"round {self.state.answered + 1} next (each round is answered once, "
                                  "in order)", f"round {round_}")
 
-    def share(self, code: int) -> dict[int, bytes]:
-        """Round 1: his vector's share for every other user, each as a message (seal it to its recipient)."""
+    def advertise(self, code: int) -> tuple[bytes, dict[int, bytes]]:
+        """Round 1: his pair key's public half for the server, and a backup for every other user (seal each to its
+        recipient)."""
         p, n = self.parameters, self.parameters.n_users
         self._expect(1)
-        vector = SharingUsers(p).contributions(np.array([code]), self.rng)[0].astype(np.uint64)
-        self.state.answered = 1
-        others = [k for k in range(n) if k != self.correction_to]
-        self.state.correction = self.field.sub(vector, self._sent_sum(others))
-        recipients = [k for k in range(n) if k != self.index]
-        if p.share_encoding == "seeds":
-            return {k: encode(p, SHARE, self.index, k, self.state.correction) if k == self.correction_to else
-                    encode(p, SEED, self.index, k, self._seed(k)) for k in recipients}
-        return {k: encode(p, SHARE, self.index, k, row) for k, row in zip(recipients, self.sent_shares(recipients))}
-
-    def _received(self, senders: Sequence[int], shares: Mapping[int, bytes], what: str) -> np.ndarray:
-        """The sum of the shares ``senders`` sent him, each message checked (sender, recipient, kind)."""
-        missing = sorted(set(senders) - set(shares) - {self.index})
-        extra = sorted(set(shares) - set(senders))
-        if missing or extra:
-            raise ParameterError(what, "one share from each listed sender", f"missing {missing[:5]}, unlisted "
-                                 f"{extra[:5]}")
-        total = np.zeros(self.parameters.domain_size, dtype=np.uint64)
-        for sender in senders:
-            if sender == self.index:
-                continue
-            message = decode(self.parameters, shares[sender], (SHARE, SEED), sender, self.index)
-            value = (expand(self.field, message.payload, self.parameters.domain_size) if message.kind == SEED
-                     else message.payload)
-            total = self.field.add(total, value)
-        return total
+        generator = resolve(self.rng)
+        vector = SharingUsers(p).contributions(np.array([code]), generator)[0].astype(np.uint64)
+        shares = shamir.split(self._secret(PAIR_KEY) + self._secret(MASK_SEED), threshold(p), n, generator)
+        shares = shares.reshape(n, 2, LIMBS)
+        self.state.vector, self.state.backup, self.state.answered = vector, shares[self.index], 1
+        key = encode(p, ADVERTISE, self.index, SERVER,
+                     _public_key(self._secret(PAIR_KEY)) + _seed_hash(self._secret(MASK_SEED)))
+        return key, {k: encode(p, BACKUP, self.index, k, shares[k]) for k in range(n) if k != self.index}
 
     def _check_list(self, users: Sequence[int], what: str) -> list[int]:
         listed = sorted({check_integer(what, u, 0, self.parameters.n_users - 1) for u in users})
@@ -237,37 +299,52 @@ class SharingUser:
             raise ParameterError(what, "distinct users", "a user listed twice")
         return listed
 
-    def masked_sum(self, senders: Sequence[int], shares: Mapping[int, bytes]) -> bytes:
-        """Round 2: y_k, given U1 (``senders``, himself among them) and the shares they sent him."""
+    def masked_sum(self, keys: Mapping[int, bytes]) -> bytes:
+        """Round 2: y_i, given U1's pair keys (``keys``: user to his round-1 key message, himself among them)."""
         self._expect(2)
-        senders = self._check_list(senders, "round-1 senders")
+        senders = self._check_list(list(keys), "round-1 senders")
         if self.index not in senders:
-            raise ParameterError("round-1 senders", f"a list naming user {self.index}, who shared", "a list without him")
-        received = self._received(senders, shares, "round-1 shares")
-        absent = [j for j in range(self.parameters.n_users) if j not in set(senders)]
-        total = self.field.add(self.field.add(received, self.sent_share(self.index)), self._sent_sum(absent))
+            raise ParameterError("round-1 senders", f"a list naming user {self.index}, who advertised",
+                                 "a list without him")
+        private, total = self._secret(PAIR_KEY), self.state.vector.copy()
+        for j in senders:
+            if j != self.index:
+                public = decode(self.parameters, keys[j], (ADVERTISE,), j, SERVER).payload[:KEY_BYTES]
+                mine, theirs = pair_shares(self.parameters, private, public, self.index, j)
+                total = self.field.add(self.field.sub(total, mine), theirs)
         self.state.answered = 2
-        return encode(self.parameters, MASKED_SUM, self.index, SERVER, self.field.add(total, self._mask()))
+        return encode(self.parameters, MASKED_SUM, self.index, SERVER,
+                      self.field.add(total, _mask(self.parameters, self._secret(MASK_SEED))))
 
-    def unmask(self, senders: Sequence[int], dropped: Sequence[int], shares: Mapping[int, bytes]) -> bytes:
-        """Round 3: v_k, given U1 (``senders``), E (``dropped``: round 2's dropouts) and the shares E sent him.
+    def reveal(self, senders: Sequence[int], survivors: Sequence[int], backups: Mapping[int, bytes]) -> bytes:
+        """Round 3: his shares of the mask seeds of U2 (``survivors``) and of the pair keys of E = U1 \\ U2, given
+        U1 (``senders``) and the backups U1 sent him.
 
-        Refused (a ParameterError, and nothing to send) if he is named in E, if E is not within U1, or if U1
-        less E leaves fewer survivors than the task's minimum."""
+        Refused (a ParameterError, and nothing to send) if he is not in U2 (he sent y_i: his pair key must stay
+        his), if U2 is not within U1 or leaves fewer survivors than the task's minimum, or a backup is missing."""
         self._expect(3)
-        senders, dropped = self._check_list(senders, "round-1 senders"), self._check_list(dropped, "dropouts")
-        if self.index in dropped:
-            raise ParameterError("dropouts", f"a list without user {self.index}, who sent his masked sum (revealing "
-                                 "his mask now would reveal his vector)", "a list naming him")
-        if not set(dropped) <= set(senders):
-            raise ParameterError("dropouts", "round-1 senders only", sorted(set(dropped) - set(senders))[:5])
-        if len(senders) - len(dropped) < self.min_survivors:
-            raise ParameterError("dropouts", f"leaving at least {self.min_survivors} survivors (the task's minimum)",
-                                 f"{len(senders) - len(dropped)} survivors")
-        received = self._received(dropped, shares, "dropouts' shares")
-        value = self.field.sub(self.field.sub(self._sent_sum(dropped), received), self._mask())
+        senders, survivors = self._check_list(senders, "round-1 senders"), self._check_list(survivors, "survivors")
+        if self.index not in survivors:
+            raise ParameterError("survivors", f"a list naming user {self.index}, who sent his masked sum (revealing "
+                                 "his pair key now would reveal his vector)", "a list without him")
+        if not set(survivors) <= set(senders):
+            raise ParameterError("survivors", "round-1 senders only", sorted(set(survivors) - set(senders))[:5])
+        if len(survivors) < self.min_survivors:
+            raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
+        missing = sorted(set(senders) - set(backups) - {self.index})
+        if missing or set(backups) - set(senders):
+            raise ParameterError("backups", "one from each round-1 sender", f"missing {missing[:5]}, unlisted "
+                                 f"{sorted(set(backups) - set(senders))[:5]}")
+        kept = set(survivors)
+        owners = np.array(senders, dtype=np.int64)
+        tags = np.array([MASK_SEED if u in kept else PAIR_KEY for u in senders], dtype=np.int64)
+        rows = np.empty((len(senders), LIMBS), dtype=np.int64)
+        for row, (u, tag) in enumerate(zip(senders, tags)):
+            backup = (self.state.backup if u == self.index else
+                      decode(self.parameters, backups[u], (BACKUP,), u, self.index).payload)
+            rows[row] = backup[tag]
         self.state.answered = 3
-        return encode(self.parameters, UNMASK, self.index, SERVER, value)
+        return encode(self.parameters, REVEAL, self.index, SERVER, Revealed(owners, tags, rows))
 
 
 # --- the server --------------------------------------------------------------------------------------------
@@ -282,6 +359,8 @@ class SharingRelease:
     enrolled: int  # n
     senders: int  # |U1|
     survivors: int  # |U2|
+    revealers: int  # the users who answered round 3
+    threshold: int  # t, of the backups
     parameters: SharingParameters
 
     @property
@@ -294,48 +373,80 @@ class SharingRelease:
                     "users to hide among)" if delta > p.delta * (1 + 1e-9) else "")
         return dataclasses.replace(base, delta=delta, caveats=base.caveats + (
             f"recomputed for the {self.survivors} users who took part to the end, of the {self.enrolled} enrolled "
-            f"({self.senders} shared in round 1): the release is theirs, and its conditions (the users who may not "
-            f"follow the protocol, the data condition) are stated of them{weakened}",))
+            f"({self.senders} advertised in round 1, {self.revealers} revealed in round 3): the release is theirs, and "
+            f"its conditions (the users who may not follow the protocol, the data condition) are stated of them"
+            f"{weakened}",
+            f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} "
+            "(Shamir): the server learns only the survivors' sum if it follows the protocol (it shows every user the "
+            "same lists and relays the public keys unaltered) and pools shares with fewer than that many users",))
 
 
 class SharingServer:
     """The aggregating server of a DPDS or DPDG task: checks what users send it and releases the survivors' sum.
 
-    It never opens a share (they are sealed to their recipients); it relays them, and between rounds keeps
+    It never opens a backup (they are sealed to their recipients); it relays them, and between rounds keeps
     only the lists and the messages (the service's database)."""
 
     def __init__(self, parameters: SharingParameters, min_survivors: int) -> None:
         self.parameters, self.field = parameters, parameters.field
         self.min_survivors = check_min_survivors(parameters, min_survivors)
+        self.threshold = threshold(parameters)
 
-    def check(self, raw: bytes, kind: int, user: int) -> np.ndarray:
-        """A user's round-2 or round-3 message, checked (``kind``, sender ``user``, to the server)."""
-        return decode(self.parameters, raw, (kind,), user, SERVER).payload
+    def check(self, raw: bytes, kind: int, user: int) -> Message:
+        """A user's round-1 key, round-2 or round-3 message, checked (``kind``, sender ``user``, to the server)."""
+        return decode(self.parameters, raw, (kind,), user, SERVER)
 
-    def release(self, senders: Sequence[int], masked: Mapping[int, bytes], unmasks: Mapping[int, bytes],
+    def check_reveal(self, raw: bytes, user: int, senders: Sequence[int], survivors: Sequence[int]) -> Revealed:
+        """A round-3 message from ``user``, checked against the lists: one entry per user of U1 (``senders``), the
+        mask seed's share for each survivor and the pair key's for each dropout, in U1's order."""
+        revealed = self.check(raw, REVEAL, user).payload
+        kept = set(survivors)
+        if (list(revealed.owners) != sorted(senders) or
+                list(revealed.secrets) != [MASK_SEED if u in kept else PAIR_KEY for u in sorted(senders)]):
+            raise ParameterError("message", "a share of each survivor's mask seed and each round-2 dropout's pair key, "
+                                 "one per round-1 sender in order", "other entries")
+        return revealed
+
+    def release(self, keys: Mapping[int, bytes], masked: Mapping[int, bytes], reveals: Mapping[int, bytes],
                 queries=None) -> SharingRelease:
-        """sum_{k in U2} (y_k + v_k), U2 = the users in ``masked``; refused unless every one of U2 unmasked and
+        """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud), U1 = the users in ``keys`` (their round-1
+        key messages), U2 = those in ``masked``; refused unless at least t users of U2 revealed (``reveals``) and
         U2 holds at least the task's minimum of survivors."""
-        p, survivors = self.parameters, sorted(masked)
+        p, senders, survivors = self.parameters, sorted(keys), sorted(masked)
         if not set(survivors) <= set(senders):
             raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
-        if sorted(unmasks) != survivors:
-            missing = sorted(set(survivors) - set(unmasks))
-            raise ParameterError("unmasks", "one from every survivor of round 2 (a survivor's mask is his alone)",
-                                 f"none from {len(missing)} of them, e.g. user {missing[0]}" if missing else
-                                 f"unmasks from users who sent no masked sum: {sorted(set(unmasks) - set(survivors))[:5]}")
         if len(survivors) < self.min_survivors:
             raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
+        revealers = sorted(set(reveals) & set(survivors))
+        if len(revealers) < self.threshold:
+            raise ParameterError("reveals", f"from at least t = {self.threshold} survivors (the backups' threshold)",
+                                 len(revealers))
+        chosen = revealers[:self.threshold]
+        shares = np.stack([self.check_reveal(reveals[k], k, senders, survivors).shares for k in chosen], axis=1)
+        rebuilt = dict(zip(senders, shamir.combine(np.array(chosen), shares, self.threshold)))
+        advertised = {u: self.check(keys[u], ADVERTISE, u).payload for u in senders}
+        wrong = [u for u in senders if (_seed_hash(rebuilt[u]) if u in masked else _public_key(rebuilt[u])) !=
+                 advertised[u][KEY_BYTES if u in masked else 0:][:KEY_BYTES]]
+        if wrong:
+            raise ParameterError("reveals", "shares that rebuild each user's committed secret (his round-1 key or "
+                                 "mask seed hash)", f"shares that do not, for users {wrong[:5]}: a revealer among "
+                                 f"{chosen[:5]}... sent a wrong share")
         total = np.zeros(p.domain_size, dtype=np.uint64)
-        for user in survivors:
-            total = self.field.add(total, self.field.add(self.check(masked[user], MASKED_SUM, user),
-                                                         self.check(unmasks[user], UNMASK, user)))
+        for u in survivors:
+            y = self.check(masked[u], MASKED_SUM, u).payload
+            total = self.field.add(total, self.field.sub(y, _mask(p, rebuilt[u])))
+        public = {u: advertised[u][:KEY_BYTES] for u in survivors}
+        for d in sorted(set(senders) - set(survivors)):
+            for u in survivors:
+                theirs, mine = pair_shares(p, rebuilt[d], public[u], d, u)  # s_du, s_ud
+                total = self.field.add(self.field.sub(total, theirs), mine)
         recomputed = survivors_parameters(p, len(survivors))
         estimates = recomputed.estimate(total)
-        chosen = None if queries is None else np.unique(p.check_codes(queries))
-        table = FrequencyTable(recomputed, estimates if chosen is None else estimates[chosen], chosen,
+        picked = None if queries is None else np.unique(p.check_codes(queries))
+        table = FrequencyTable(recomputed, estimates if picked is None else estimates[picked], picked,
                                messages=2 * len(survivors), malformed=0)
-        return SharingRelease(table, p.n_users, len(senders), len(survivors), recomputed)
+        return SharingRelease(table, p.n_users, len(senders), len(survivors), len(revealers), self.threshold,
+                              recomputed)
 
 
 def survivors_parameters(parameters: SharingParameters, survivors: int) -> SharingParameters:
@@ -353,11 +464,12 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
-    """``min_survivors`` if a release over that many users is valid (:func:`survivors_parameters`: for DPDS, its
-    N categories of beta n' holders fit), else a ParameterError naming it."""
+    """``min_survivors`` if a release over that many users can happen (at least the backups' threshold t of
+    users to reveal, :func:`threshold`) and is valid (:func:`survivors_parameters`: for DPDS, its N categories
+    of beta n' holders fit), else a ParameterError naming it."""
     if parameters.model != "secret_sharing":
         raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
-    return checked_survivors(parameters, min_survivors, 2)
+    return checked_survivors(parameters, min_survivors, max(2, threshold(parameters)))
 
 
 def checked_survivors(parameters, min_survivors: int, least: int) -> int:
@@ -373,29 +485,17 @@ def checked_survivors(parameters, min_survivors: int, least: int) -> int:
 
 
 def message_entries(raw: bytes) -> tuple[str, int]:
-    """What a well-formed message carries, from its header: its kind's name and its entries (N field elements; a
-    seed counts one). For traffic counts (``privagg demo-service``), not a check: :func:`decode` checks."""
+    """What a well-formed message carries, from its header: its kind's name and its entries (a key counts one; a
+    backup two secrets' shares; N field elements; a revealed share per user). For traffic counts (``privagg
+    demo-service``), not a check: :func:`decode` checks."""
     _, _, kind, _, _, count = HEADER.unpack_from(raw)
-    return KIND_NAMES[kind], 1 if kind == SEED else count
+    return KIND_NAMES[kind], 1 if kind == ADVERTISE else count
 
 
-def expected_traffic(parameters: SharingParameters, user: int, senders: Sequence[int],
-                     dropped: Sequence[int]) -> tuple[dict[str, int], dict[str, int]]:
-    """The entries (:func:`message_entries`) survivor ``user`` sends and receives by kind, when ``senders`` (U1)
-    shared in round 1 and ``dropped`` (E) of them vanished before round 2: n - 1 shares (seeds, but to user
-    n - 1, with ``share_encoding="seeds"``), a masked sum and an unmask sent; a share from every other sender
-    received in round 2, and again from each dropout in round 3 (the server redelivers them)."""
-    n, N, seeds = parameters.n_users, parameters.domain_size, parameters.share_encoding == "seeds"
-    sent, received = {"masked sum": N, "unmask": N}, {}
-
-    def add(counts: dict[str, int], recipient: int) -> None:
-        name, entries = ("share seed", 1) if seeds and recipient != n - 1 else ("share", N)
-        counts[name] = counts.get(name, 0) + entries
-
-    for k in range(n):
-        if k != user:
-            add(sent, k)
-    for j in [*senders, *dropped]:
-        if j != user:
-            add(received, user)
-    return sent, received
+def expected_traffic(parameters: SharingParameters, senders: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The entries (:func:`message_entries`) a survivor sends and receives by kind when ``senders`` users (|U1|)
+    advertised in round 1: his key, a backup of 2 secrets to each of the n - 1 others, his masked sum (N) and a
+    revealed share per sender; the other senders' keys (round 2) and their backups (round 3)."""
+    n, N = parameters.n_users, parameters.domain_size
+    sent = {"pair key": 1, "backup": 2 * (n - 1), "masked sum": N, "revealed shares": senders}
+    return sent, {"pair key": senders - 1, "backup": 2 * (senders - 1)}

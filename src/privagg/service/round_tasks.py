@@ -14,7 +14,7 @@ import binascii
 from dataclasses import dataclass
 
 from ..errors import ParameterError
-from ..protocols.sharing_parties import SEED, SHARE, check_min_survivors as check_sharing_survivors
+from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, threshold
 from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
 from ..protocols.two_server_parties import check_min_survivors, message_bytes
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
@@ -140,15 +140,19 @@ class SharingTask:
         _check_round_seconds(self.round_seconds)
 
     def info(self, sender: int, recipient: int) -> bytes:
-        """HPKE's info for a share: binds it to this task, its sender and its recipient."""
-        return b"privagg share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
+        """HPKE's info for a backup: binds it to this task, its sender and its recipient."""
+        return b"privagg backup " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
 
-    def sealed_size(self, sender: int, recipient: int) -> int:
-        """Bytes of the sealed share ``sender`` sends ``recipient``: a seed with ``share_encoding="seeds"`` (but to
-        the correction's recipient, n - 1), N elements otherwise; HPKE adds its encapsulation and tag."""
-        p = self.parameters
-        kind = SEED if p.share_encoding == "seeds" and recipient != p.n_users - 1 else SHARE
-        return sharing_message_bytes(p, kind) + KEMS[KEM][2] + TAG_BYTES
+    @property
+    def threshold(self) -> int:
+        """t: the revealed shares that rebuild a backed-up key (:func:`privagg.protocols.sharing_parties.threshold`)."""
+        return threshold(self.parameters)
+
+    @property
+    def sealed_size(self) -> int:
+        """Bytes of a sealed backup (each user sends one to every other): the message, HPKE's encapsulation and
+        tag."""
+        return sharing_message_bytes(self.parameters, BACKUP) + KEMS[KEM][2] + TAG_BYTES
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,

@@ -5,17 +5,19 @@ with a one-use token and his public key and is given his index in the roster and
 his later requests with. Once all n enrolled, the rounds of :mod:`privagg.protocols.sharing_parties` run, each
 until every user it expects has answered or its deadline passes:
 
-round 1   a user posts his n - 1 shares, each sealed to its recipient (HPKE, the task id bound as info); the
-          server stores them, whole or not at all, and can open none. U1: who posted by the deadline.
-round 2   a user of U1 fetches his inbox (the sealed shares U1 sent him) and posts his masked sum. U2.
-round 3   the server publishes E = U1 \\ U2; a user of U2 fetches the shares E sent him and posts his unmask.
-release   once every user of U2 unmasked: the survivors' sum, estimates, and the guarantee recomputed for
-          them (``SharingServer.release``). Fewer than ceil(G n) senders or survivors, or a survivor who does
-          not unmask by the deadline: the task fails, and nothing is released.
+round 1   a user posts his pair key and his n - 1 backups, each sealed to its recipient (HPKE, the task id
+          bound as info); the server stores them, whole or not at all, and can open none. U1: who posted by
+          the deadline.
+round 2   a user of U1 fetches U1's pair keys and posts his masked sum. U2: who posted by the deadline.
+round 3   the server publishes U2; a user of U2 fetches the backups U1 sent him and posts his revealed shares.
+release   once every user of U2 revealed, or at the deadline once t did (``threshold``): the survivors' sum,
+          estimates, and the guarantee recomputed for them (``SharingServer.release``). Fewer than the task's
+          minimum of senders or survivors, or fewer than t revealers at round 3's deadline: the task fails,
+          and nothing is released.
 
-Every share and message is stored once (primary keys; a second post is refused 409 and stores nothing), in
-committed transactions (SQLite WAL with synchronous FULL, or PostgreSQL), so a kill -9 loses nothing: the
-rounds resume from the database with their absolute deadlines.
+Every message is stored once (primary keys; a second post is refused 409 and stores nothing), in committed
+transactions (SQLite WAL with synchronous FULL, or PostgreSQL), so a kill -9 loses nothing: the rounds resume
+from the database with their absolute deadlines.
 
 Routes: ``POST /tasks/{id}/enroll``, ``GET /tasks/{id}`` (the task and its state), ``GET /tasks/{id}/roster``
 (the public keys, once full), ``POST /tasks/{id}/round1``, ``POST /tasks/{id}/inbox``, ``POST
@@ -39,7 +41,7 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 from ..errors import ParameterError
-from ..protocols.sharing_parties import MASKED_SUM, UNMASK, SharingServer
+from ..protocols.sharing_parties import ADVERTISE, MASKED_SUM, SharingServer
 from . import storage
 from .roster import RoundServer, b64_field, rounds_app, user_routes
 from .round_tasks import SharingTask
@@ -86,29 +88,43 @@ class SharingService(RoundServer):
 
     # ---- rounds --------------------------------------------------------------------------------------------
     def round1(self, task_id: str, body: bytes) -> str:
-        """A user's sealed shares, one for each other user, stored whole or not at all."""
+        """A user's pair key and sealed backups, one for each other user, stored whole or not at all."""
         task, data = self.task(task_id), json_object(body, "round 1")
         user = self._authenticated(task_id, data)
         self._open_round(task_id, 1)
-        n, shares = task.parameters.n_users, data.get("shares")
-        if set(data) != {"user", "secret", "shares"} or not isinstance(shares, list) or len(shares) != n - 1:
-            raise Refused(400, "malformed", f"round 1 must be user, secret and shares: a list of the n - 1 = {n - 1} "
-                          "{\"recipient\", \"sealed\"}")
+        n, backups = task.parameters.n_users, data.get("backups")
+        if set(data) != {"user", "secret", "key", "backups"} or not isinstance(backups, list) or len(backups) != n - 1:
+            raise Refused(400, "malformed", "round 1 must be user, secret, key (his pair key message, base64) and "
+                          f"backups: a list of the n - 1 = {n - 1} {{\"recipient\", \"sealed\"}}")
+        key = self._checked(task, b64_field(data.get("key"), "key"), ADVERTISE, user)
         rows = {}
-        for i, entry in enumerate(shares):
+        for i, entry in enumerate(backups):
             recipient = entry.get("recipient") if isinstance(entry, dict) else None
             if type(recipient) is not int or not 0 <= recipient < n or recipient == user or recipient in rows:
-                raise Refused(400, "bad_recipient", f"shares[{i}].recipient must be another user of the roster, "
+                raise Refused(400, "bad_recipient", f"backups[{i}].recipient must be another user of the roster, "
                               f"each once (not the sender {user}), got {shown(recipient)}")
-            rows[recipient] = b64_field(entry.get("sealed"), f"shares[{i}].sealed", task.sealed_size(user, recipient))
-        return self._store(task_id, 1, user, lambda c: c.execute(sa.insert(relayed_shares), [
-            {"task_id": task_id, "sender": user, "recipient": k, "sealed": v} for k, v in rows.items()]),
-            sum(len(v) for v in rows.values()))
+            rows[recipient] = b64_field(entry.get("sealed"), f"backups[{i}].sealed", task.sealed_size)
 
+        def insert(c: sa.Connection) -> None:
+            c.execute(sa.insert(round_messages).values(task_id=task_id, round=1, user=user, message=key))
+            c.execute(sa.insert(relayed_shares), [{"task_id": task_id, "sender": user, "recipient": k, "sealed": v}
+                                                  for k, v in rows.items()])
+
+        return self._store(task_id, 1, user, insert, sum(len(v) for v in rows.values()))
+
+    @staticmethod
+    def _checked(task: SharingTask, raw: bytes, kind: int, user: int, *lists) -> bytes:
+        """``raw`` if the server role accepts it as ``user``'s message of ``kind`` (a 400 naming what is wrong)."""
+        try:
+            server = SharingServer(task.parameters, task.min_survivors)
+            server.check_reveal(raw, user, *lists) if lists else server.check(raw, kind, user)
+        except ParameterError as err:
+            raise Refused(400, "bad_message", str(err)) from None
+        return raw
 
     def inbox(self, task_id: str, body: bytes) -> dict:
-        """What a user needs for the open round: U1 and the shares U1 sent him (round 2), or E and the shares E
-        sent him (round 3)."""
+        """What a user needs for the open round: U1's pair keys (round 2), or U2 and the backups U1 sent him
+        (round 3)."""
         data = json_object(body, "the inbox request")
         user = self._authenticated(task_id, data)
         self.advance(task_id)
@@ -117,32 +133,35 @@ class SharingService(RoundServer):
             if row.state not in ("round2", "round3"):
                 raise Refused(409, "round_closed", f"round 2 or 3 must be open; the task is {row.state}")
             senders = json.loads(row.senders)
-            dropped = [] if row.state == "round2" else sorted(set(senders) - set(json.loads(row.survivors)))
-            froms = senders if row.state == "round2" else dropped
-            if user not in senders or (row.state == "round3" and user in dropped):
+            survivors = None if row.state == "round2" else json.loads(row.survivors)
+            if user not in (senders if survivors is None else survivors):
                 raise Refused(409, "not_expected", f"user {user} takes no part in {row.state} (he is not among "
-                              f"{'the senders of round 1' if user not in senders else 'the survivors of round 2'})")
+                              f"{'the senders of round 1' if survivors is None else 'the survivors of round 2'})")
+            if survivors is None:
+                found = c.execute(sa.select(round_messages.c.user, round_messages.c.message).where(
+                    round_messages.c.task_id == task_id, round_messages.c.round == 1)).all()
+                return {"round": 2, "senders": senders,
+                        "keys": [{"user": u, "key": base64.b64encode(m).decode()} for u, m in found]}
             found = c.execute(sa.select(relayed_shares.c.sender, relayed_shares.c.sealed).where(
                 relayed_shares.c.task_id == task_id, relayed_shares.c.recipient == user,
-                relayed_shares.c.sender.in_(froms or [-1]))).all()
-        return {"round": int(row.state[-1]), "senders": senders, "dropped": dropped,
-                "shares": [{"sender": s, "sealed": base64.b64encode(v).decode()} for s, v in found]}
+                relayed_shares.c.sender.in_(senders))).all()
+        return {"round": 3, "senders": senders, "survivors": survivors,
+                "backups": [{"sender": s, "sealed": base64.b64encode(v).decode()} for s, v in found]}
 
     def round_message(self, task_id: str, round_: int, body: bytes) -> str:
-        """A user's masked sum (round 2) or unmask (round 3), checked by the server role before it is stored."""
+        """A user's masked sum (round 2) or revealed shares (round 3), checked by the server role before it is
+        stored."""
         task, data = self.task(task_id), json_object(body, f"round {round_}")
         user = self._authenticated(task_id, data)
         row = self._open_round(task_id, round_)
         if set(data) != {"user", "secret", "message"}:
             raise Refused(400, "malformed", f"round {round_} must be user, secret and message (base64)")
-        expected = json.loads(row.senders) if round_ == 2 else json.loads(row.survivors)
+        senders = json.loads(row.senders)
+        expected = senders if round_ == 2 else json.loads(row.survivors)
         if user not in expected:
             raise Refused(409, "not_expected", f"user {user} takes no part in round {round_}")
-        raw = b64_field(data.get("message"), "message")
-        try:
-            SharingServer(task.parameters, task.min_survivors).check(raw, MASKED_SUM if round_ == 2 else UNMASK, user)
-        except ParameterError as err:
-            raise Refused(400, "bad_message", str(err)) from None
+        lists = () if round_ == 2 else (senders, expected)
+        raw = self._checked(task, b64_field(data.get("message"), "message"), MASKED_SUM, user, *lists)
         return self._store(task_id, round_, user, lambda c: c.execute(sa.insert(round_messages).values(
             task_id=task_id, round=round_, user=user, message=raw)), 0)
 
@@ -176,14 +195,18 @@ class SharingService(RoundServer):
                 if round_ == 2 and (len(users) == len(expected) or late):
                     update = self._next(sorted(users), least, "round 2", now + task.round_seconds, "round3",
                                         survivors=json.dumps(sorted(users)))
-                elif round_ == 3 and len(users) == len(expected):
-                    update = {"state": "released", "deadline": None, "outcome": json.dumps(self._release(c, task, row))}
+                elif round_ == 3 and (len(users) == len(expected) or late and len(users) >= task.threshold):
+                    try:
+                        update = {"state": "released", "deadline": None,
+                                  "outcome": json.dumps(self._release(c, task, row))}
+                    except ParameterError as err:  # revealed shares that rebuild no committed secret
+                        update = {"state": "failed", "deadline": None, "outcome": json.dumps({"failed": (
+                            f"the release was refused: {err}; nothing was released")})}
                 elif round_ == 3 and late:
-                    missing = len(expected) - len(users)
                     update = {"state": "failed", "deadline": None, "outcome": json.dumps({"failed": (
-                        f"{missing} of the {len(expected)} survivors of round 2 did not unmask by the deadline: "
-                        "their masks are theirs alone, so the sum cannot be recovered (docs/privacy.md, 'Dropouts "
-                        "in DPDS and DPDG'); nothing was released")})}
+                        f"{len(users)} of the {len(expected)} survivors of round 2 revealed by the deadline, fewer "
+                        f"than the backups' threshold t = {task.threshold}: no mask can be rebuilt "
+                        "(docs/privacy.md, 'Dropouts in DPDS and DPDG'); nothing was released")})}
             if update:
                 c.execute(sa.update(sharing_tasks).where(sharing_tasks.c.task_id == task_id).values(**update))
                 log_event(log, "round", task=task_id, state=update["state"])
@@ -201,13 +224,12 @@ class SharingService(RoundServer):
         from ..pipelines import Analysis
         from ..reports import Collection, Dropouts, Engine, to_json_dict
 
-        messages = {(r, u): m for r, u, m in c.execute(sa.select(round_messages.c.round, round_messages.c.user,
-                                                                 round_messages.c.message).where(
-            round_messages.c.task_id == task.task_id))}
+        messages: dict[int, dict[int, bytes]] = {1: {}, 2: {}, 3: {}}
+        for r, u, m in c.execute(sa.select(round_messages.c.round, round_messages.c.user, round_messages.c.message)
+                                 .where(round_messages.c.task_id == task.task_id)):
+            messages[r][u] = m
         start = time.perf_counter()
-        released = SharingServer(task.parameters, task.min_survivors).release(
-            json.loads(row.senders), {u: m for (r, u), m in messages.items() if r == 2},
-            {u: m for (r, u), m in messages.items() if r == 3})
+        released = SharingServer(task.parameters, task.min_survivors).release(messages[1], messages[2], messages[3])
         p = released.parameters
         privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)
         report = Analysis.of(p).report(

@@ -4,12 +4,12 @@ stdlib HTTP).
     from privagg.service.sharing_client import SharingClient
     user = SharingClient.fetch(server_url, task_id)   # the task's frozen parameters, never recalibrated
     user.enroll(token)                                 # his own X25519 key pair; his index in the roster
-    user.share(value)                                  # round 1, once the roster is full
+    user.advertise(value)                              # round 1, once the roster is full
     user.masked_sum()                                  # round 2, once round 1 closed
-    user.unmask()                                      # round 3, once round 2 closed
+    user.reveal()                                      # round 3, once round 2 closed
 
 The protocol is :class:`privagg.protocols.sharing_parties.SharingUser`'s, with secure randomness; this module
-only seals, opens and sends. Each share is sealed with HPKE to its recipient's public key from the roster,
+only seals, opens and sends. Each backup is sealed with HPKE to its recipient's public key from the roster,
 with the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request
 the server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
 """
@@ -113,28 +113,31 @@ class SharingClient(RosterClient):
     def make_role(self, user: int) -> SharingUser:
         return SharingUser(self.task.parameters, user, self.task.min_survivors)
 
-    def share(self, value: int) -> None:
-        """Round 1: his value's shares, each sealed to its recipient."""
+    def advertise(self, value: int) -> None:
+        """Round 1: his pair key, and his backups, each sealed to its recipient."""
         keys = [base64.b64decode(k) for k in self._call("roster")["public_keys"]]
-        shares = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], self.task.info(
-            self.user, k))).decode()} for k, message in self.role.share(value).items()]
-        self._call("round1", {**self._auth(), "shares": shares}, ("already_sent",))
-
-    def _inbox(self) -> tuple[dict, dict[int, bytes]]:
-        answer = self._call("inbox", self._auth())
-        return answer, {s["sender"]: self._open(s["sealed"], self.task.info(s["sender"], self.user))
-                        for s in answer["shares"]}
+        key, backups = self.role.advertise(value)
+        sealed = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], self.task.info(
+            self.user, k))).decode()} for k, message in backups.items()]
+        self._call("round1", {**self._auth(), "key": base64.b64encode(self._plain(key)).decode(), "backups": sealed},
+                   ("already_sent",))
 
     def masked_sum(self) -> None:
-        """Round 2: the sum of what U1 sent him, masked."""
-        answer, opened = self._inbox()
-        message = self._plain(self.role.masked_sum(answer["senders"], opened))
+        """Round 2: his vector plus the shares agreed with U1, masked."""
+        keys = {k["user"]: base64.b64decode(k["key"]) for k in self._call("inbox", self._auth())["keys"]}
+        for user, key in keys.items():
+            if user != self.user:
+                self.count("received", *self.entries(key))
+        message = self._plain(self.role.masked_sum(keys))
         self._call("round2", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
 
-    def unmask(self) -> None:
-        """Round 3: his unmask, given round 2's dropouts (refused by the role if he is named among them)."""
-        answer, opened = self._inbox()
-        message = self._plain(self.role.unmask(answer["senders"], answer["dropped"], opened))
+    def reveal(self) -> None:
+        """Round 3: his shares of U2's mask seeds and of round 2's dropouts' pair keys (refused by the role if he is
+        not among U2)."""
+        answer = self._call("inbox", self._auth())
+        opened = {b["sender"]: self._open(b["sealed"], self.task.info(b["sender"], self.user))
+                  for b in answer["backups"]}
+        message = self._plain(self.role.reveal(answer["senders"], answer["survivors"], opened))
         self._call("round3", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
 
 

@@ -4,7 +4,7 @@ and the simulation beside it), of the sharing server's fault tests and of ``make
 :class:`SharingDeployment` starts ``privagg serve sharing`` as a child process on a free loopback port over a
 SQLite file (or the database URL given), creates tasks and tokens in its database, and can kill the server
 with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
-:class:`~privagg.service.sharing_client.SharingClient` per user, drops a fraction of them out at round 1 or 2
+:class:`~privagg.service.sharing_client.SharingClient` per user, drops a fraction of them out at round 1, 2 or 3
 (the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
 round's wall time, the bytes the users sent and received, and each kind of party's messages beside Table I
 (:func:`party_row`; the servers' rows are the users' messages seen from the other end).
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ParameterError
-from ..protocols.sharing_parties import expected_traffic
+from ..protocols.sharing_parties import expected_traffic, threshold
 from .local import ServiceProcess
 from .round_tasks import SharingTask
 from .sharing import SharingService
@@ -72,7 +72,7 @@ def min_survivors_for(users: int, drop_fraction: float) -> int:
 
 def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
                progress=print, between=None) -> dict:
-    """Every user through the task at ``url``: enroll, share, masked sum, unmask, skipping each at his planned
+    """Every user through the task at ``url``: enroll, advertise, masked sum, reveal, skipping each at his planned
     round of dropping out; ``between(round)`` runs after each round's messages are sent (the fault tests kill
     the server there). Once the users who will answer a round have, the round is closed early (the operator's
     route), not at its deadline. The rounds' wall times, the users' bytes, who survived, and the users' clients."""
@@ -87,8 +87,8 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
         start = time.perf_counter()
         index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(users, tokens)))
         seconds["enroll"] = time.perf_counter() - start
-        steps = ((1, "round1", lambda u, i: u.share(int(codes[i]))), (2, "round2", lambda u, i: u.masked_sum()),
-                 (3, "round3", lambda u, i: u.unmask()))
+        steps = ((1, "round1", lambda u, i: u.advertise(int(codes[i]))), (2, "round2", lambda u, i: u.masked_sum()),
+                 (3, "round3", lambda u, i: u.reveal()))
         for number, state, step in steps:
             start = time.perf_counter()
             active = [i for i in range(len(users)) if plan[i] == 0 or plan[i] > number]
@@ -99,7 +99,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             _post(f"{url}/tasks/{task_id}/close-round/{number}")
             wait_past(state)
             seconds[state] = time.perf_counter() - start
-    survivors = sorted(u.user for u, p in zip(users, plan) if p == 0)
+    survivors = sorted(u.user for u, p in zip(users, plan) if p in (0, 3))  # U2: they sent their masked sums
     return {"seconds": seconds, "survivors": survivors, "index": index,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
                            "sealed_sent": sum(u.sealed_sent for u in users)},
@@ -114,7 +114,7 @@ def _post(url: str) -> None:
 
 
 def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
-                         round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2),
+                         round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2, 3),
                          db: str | None = None, progress=print) -> dict:
     """One user a code of ``codes`` through the sharing server as SDK clients, ``drop_fraction`` of them vanishing
     at one of ``rounds``: the server's report, the task, the survivors' codes, the rounds' times, the bytes
@@ -126,7 +126,8 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
         progress(f"sharing server at {dep.url} (log in {dep.log})")
         service = dep.service()
         try:
-            task = service.create_task(parameters, round_seconds, min_survivors_for(users, drop_fraction))
+            task = service.create_task(parameters, round_seconds, max(threshold(parameters),
+                                                                      min_survivors_for(users, drop_fraction)))
             tokens = service.issue_tokens(task.task_id, users)
         finally:
             service.engine.dispose()
@@ -169,33 +170,32 @@ def party_row(party: str, parties: int, sent: dict, received: dict, expected_sen
 
 
 def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], plan: np.ndarray) -> list[dict]:
-    """DPDS's or DPDG's parties: the users who survived (exact expectations, :func:`expected_traffic`, given who
-    shared and who vanished before round 2) and the server, beside Table I's DPDS rows (DPDG sends the same)."""
+    """DPDS's or DPDG's parties: the users who stayed to the end (exact expectations, :func:`expected_traffic`, given
+    how many advertised) and the server (from who answered each round), beside Table I's DPDS rows (DPDG sends the
+    same)."""
     p = task.parameters
     n, N = p.n_users, p.domain_size
-    senders = [c.user for c, r in zip(clients, plan) if r != 1]
-    dropped = [c.user for c, r in zip(clients, plan) if r == 2]
-    survivors = [c for c, r in zip(clients, plan) if r == 0]
-    expected = {u: expected_traffic(p, u, senders, dropped) for u in senders}
-    shares = ("share", "share seed")
-    seeds = "; with seeds, n - 2 of a user's shares are seeds" if p.share_encoding == "seeds" else ""
+    senders, summed, revealed = (int(np.sum(plan != 1)), int(np.sum((plan == 0) | (plan == 3))),
+                                 int(np.sum(plan == 0)))
+    sent, received = expected_traffic(p, senders)
+    stayed = [c for c, r in zip(clients, plan) if r == 0]
     user = party_row(
-        "user", len(survivors), traffic(survivors, "sent"), traffic(survivors, "received"),
-        _summed(expected[c.user][0] for c in survivors), _summed(expected[c.user][1] for c in survivors),
-        f"2nN + N = {2 * n * N + N:,} elements sent and received (paper: with his share to himself both ways; "
-        f"here it stays home and the unmask adds N: 2nN = {2 * n * N:,}){seeds}")
+        "user", len(stayed), traffic(stayed, "sent"), traffic(stayed, "received"),
+        {k: v * len(stayed) for k, v in sent.items()}, {k: v * len(stayed) for k, v in received.items()},
+        f"2nN + N = {2 * n * N + N:,} elements sent and received (paper: n shares of N elements each way); here "
+        "the shares are agreed by key, not sent: a key, backups of 2 secrets to n - 1 users, N elements and a "
+        "revealed share per sender")
+    server_received = {"pair key": senders, "backup": 2 * (n - 1) * senders, "masked sum": N * summed,
+                       "revealed shares": senders * revealed}
+    server_sent = {"pair key": (senders - 1) * summed, "backup": 2 * (senders - 1) * revealed}
     server = party_row(
-        "server", 1, traffic(clients, "received"), traffic(clients, "sent"),
-        _summed(expected[c.user][1] for c in survivors),
-        _summed([*(expected[c.user][0] for c in survivors), *(_summed([expected[u][0]], shares) for u in dropped)]),
-        f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the shares")
+        "server", 1, traffic(clients, "received"), traffic(clients, "sent"), server_sent, server_received,
+        f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the keys and "
+        "backups")
     return [user, server]
 
 
 def expected_sealed_bytes(task: SharingTask, index: list[int], plan: np.ndarray) -> int:
-    """What the users who shared send in sealed shares, by the formula: each share's message plus HPKE's
-    encapsulation and tag (:meth:`SharingTask.sealed_size`), over every recipient but the sender."""
-    n = task.parameters.n_users
-    senders = [index[i] for i in range(len(index)) if plan[i] != 1]
-    return sum(task.sealed_size(s, k) for s in senders for k in range(n) if k != s)
-
+    """What the users who advertised send in sealed backups, by the formula: n - 1 backups each
+    (:attr:`SharingTask.sealed_size`: the message, HPKE's encapsulation and tag)."""
+    return int(np.sum(plan != 1)) * (task.parameters.n_users - 1) * task.sealed_size

@@ -160,7 +160,7 @@ relayed_shares = sa.Table(
 round_messages = sa.Table(
     "round_messages", metadata["sharing"],
     sa.Column("task_id", sa.String(32), primary_key=True),
-    sa.Column("round", sa.Integer, primary_key=True),  # 2: masked sums, 3: unmasks
+    sa.Column("round", sa.Integer, primary_key=True),  # 1: pair keys, 2: masked sums, 3: revealed shares
     sa.Column("user", sa.Integer, primary_key=True),
     sa.Column("message", sa.LargeBinary, nullable=False),
 )
