@@ -53,11 +53,14 @@ class Deployment:
         return answer.json()
 
 
-def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=None) -> Deployment:
+def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=None, partition_root=None,
+           budgets=(2 << 30, 2 << 30)) -> Deployment:
+    """``partition_root``: the directory both share for batches that go as partitions; ``budgets``: the
+    collector's and the analyzer's memory budgets."""
     engines, kek = {}, KeyEncryptionKey.generate()
     for role, url in databases.items():
         engines[role] = storage.connect(url, role, kek=kek if role == "analyzer" else None)
-    analyzer = AnalyzerService(engines["analyzer"], kek=kek)
+    analyzer = AnalyzerService(engines["analyzer"], kek=kek, partition_root=partition_root, memory_budget=budgets[1])
     task = analyzer.create_task(parameters, min_batch_size, kem=kem, candidates=candidates)
     A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
     holder: dict = {}
@@ -73,7 +76,11 @@ def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=
             holder["d"].lose_acks -= 1
             raise ConnectionError("the acknowledgement was lost")
 
-    collector = Collector(engines["collector"], fetch, forward, quiet=0.0)
+    def forward_partitioned(task_id, batch_id):
+        A.post(f"/tasks/{task_id}/batches/{batch_id}/partitioned", headers=AUTH).raise_for_status()
+
+    collector = Collector(engines["collector"], fetch, forward, quiet=0.0, forward_partitioned=forward_partitioned,
+                          partition_root=partition_root, memory_budget=budgets[0])
     d = Deployment(analyzer, collector, A, TestClient(collector_app(collector, batch_interval=None)), task)
     holder["d"] = d
     return d

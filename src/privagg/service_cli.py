@@ -59,6 +59,12 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                                                        "this Dask cluster (its workers see the key)."),
           batch_interval: Optional[float] = typer.Option(None, "--batch-interval", help="Collector: seconds "
                                                          "between batch checks (default 1)."),
+          partition_root: Optional[Path] = typer.Option(None, "--partition-root", help="Collector and analyzer: "
+                                                        "the shared directory where a shuffle task's batch too "
+                                                        "large for --memory-budget goes as Arrow partitions."),
+          memory_budget: Optional[int] = typer.Option(None, "--memory-budget", help="Bytes a batch (collector) "
+                                                      "or one partition (analyzer) may take in memory (default "
+                                                      "2 GiB)."),
           kek_file: Optional[Path] = _KEK_FILE) -> None:
     """Run the collector (the shuffler), the analyzer, the sharing server (DPDS, DPDG), or TSS's S1 or S2 as an HTTP
     service.
@@ -78,7 +84,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                           tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
                           analyzer_ca=None if analyzer_ca is None else str(analyzer_ca), workers=workers,
                           dask_scheduler=dask_scheduler, batch_interval=batch_interval,
-                          kek_file=None if kek_file is None else str(kek_file))
+                          partition_root=None if partition_root is None else str(partition_root),
+                          memory_budget=memory_budget, kek_file=None if kek_file is None else str(kek_file))
         configure_logging(cfg.log_level)
         log = logging.getLogger(f"privagg.{cfg.role}")
         log_event(log, "configuration", **describe(cfg))
@@ -92,7 +99,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
 
                 collector = open_collector(cfg.db, cfg.analyzer_url, ca_file=cfg.analyzer_ca,
                                            token=cfg.collector_token, quiet=cfg.batch_quiet,
-                                           max_batch_reports=cfg.max_batch_reports)
+                                           max_batch_reports=cfg.max_batch_reports,
+                                           partition_root=cfg.partition_root, memory_budget=cfg.memory_budget)
                 app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval, **options)
             elif cfg.role == "sharing":
                 from .service.sharing import create_app, open_sharing
@@ -113,8 +121,10 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                 from .service.keys import KeyEncryptionKey
 
                 kek = KeyEncryptionKey.load(cfg.kek_file)
-                app = create_app(open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler, kek=kek), cfg.max_body_bytes,
-                                 cfg.collector_token, result_token=cfg.result_token, **options)
+                analyzer = open_analyzer(cfg.db, cfg.workers, cfg.dask_scheduler, kek=kek,
+                                         partition_root=cfg.partition_root, memory_budget=cfg.memory_budget)
+                app = create_app(analyzer, cfg.max_body_bytes, cfg.collector_token, result_token=cfg.result_token,
+                                 **options)
         protocol = http_protocol(app)
         log_event(log, "connections", max_connections=protocol.guard.capacity, max_requests=cfg.max_requests,
                   header_timeout=cfg.header_timeout, body_timeout=cfg.body_timeout, idle_timeout=cfg.idle_timeout)

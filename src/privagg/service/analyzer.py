@@ -13,7 +13,12 @@ The result is the report ``privagg analyze`` prints, with the privacy block of a
 drew from the SDK's secure generator), the task's honest-fraction assumption, and a ``collection`` block
 counting reports, batches and dropped messages.
 
-Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batch_id}`` (the collector),
+A batch too large for one process's memory comes as Arrow partitions in a shared directory instead
+(:mod:`privagg.service.partitions`, :meth:`AnalyzerService.apply_partitioned_batch`): the collector posts
+only the batch's address, and the analyzer reads the partitions from under its own ``partition_root``.
+
+Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batch_id}`` and
+``.../{batch_id}/partitioned`` (the collector),
 ``GET /tasks/{task_id}/result?top=K``, ``GET /tasks`` (the task list), ``GET /console`` and
 ``/console/tasks/{task_id}`` (the operator console: :mod:`privagg.service.console`), ``/healthz``, ``/readyz``,
 ``/metrics``.
@@ -30,6 +35,7 @@ import time
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
@@ -53,6 +59,7 @@ from .workers import BatchWorkers
 log = logging.getLogger("privagg.analyzer")
 
 SERIAL_BELOW = 4_096  # messages: a smaller batch is opened in this process (workers cost more than they save)
+DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes one partition of a partitioned batch may take to open
 SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from its OS entropy (privagg.service.client)"
 
 
@@ -112,15 +119,20 @@ class AnalyzerService:
 
     ``kek``: the key-encryption key the tasks' private keys are sealed under in the database
     (:mod:`privagg.service.keys`); one that did not seal the stored keys is refused here, naming both KEK ids,
-    before any key is opened.
+    before any key is opened. ``partition_root``: where the collector writes batches released as partitions
+    (:meth:`apply_partitioned_batch`; none read without it); ``memory_budget``: the bytes one partition may
+    take to open (:data:`privagg.service.partitions.WORKING_COPIES` times its sealed bytes).
     """
 
     def __init__(self, engine: sa.Engine, executor: Executor | BatchWorkers | None = None, workers: int = 1,
-                 registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey) -> None:
+                 registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey,
+                 partition_root: Path | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
         if not isinstance(kek, KeyEncryptionKey):
             raise ParameterError("kek", "a KeyEncryptionKey (privagg.service.keys)", type(kek).__name__)
         kek.check_stored(engine, analyzer_tasks)
         self.engine, self.executor, self.workers, self.kek = engine, executor, workers, kek
+        self.partition_root = None if partition_root is None else Path(partition_root)
+        self.memory_budget = memory_budget
         self._tasks: dict[str, _Loaded] = {}
         self._lock = threading.Lock()  # one batch folds into an aggregate at a time (the database locks too)
         self.registry = registry or CollectorRegistry()
@@ -269,17 +281,81 @@ class AnalyzerService:
             fresh = [j for j, d in enumerate(digests) if (task_id, d) not in known]
             keep, digests = [keep[j] for j in fresh], [digests[j] for j in fresh]
         duplicates = len(sealed) - len(keep)
-        counted = 0 if duplicates == len(sealed) else reports  # all applied before: the batch adds no report
         messages, unopened = self.open_batch(loaded, sealed[list(keep)])
         analyzer = loaded.analyzer
         part = analyzer.agg_update(analyzer.agg_init(), messages)
+        return self._commit(loaded, batch_id, part, reports, len(sealed), len(messages), unopened, duplicates,
+                            digests, start)
+
+    def apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
+        """Fold a batch released as Arrow partitions (:mod:`privagg.service.partitions`) into the task's aggregate,
+        once, one partition in memory at a time: its manifest and every partition are checked (400 otherwise), the
+        largest partition must fit this analyzer's ``memory_budget``, encapsulations repeated anywhere in the
+        batch are dropped and counted (found in bounded memory), and each partition is opened and aggregated
+        alone: on the Dask cluster, each partition a task, when one is configured."""
+        from . import partitions
+
+        loaded = self.load(task_id)
+        task = loaded.task
+        if self.partition_root is None:
+            raise Refused(409, "no_partitions", "this analyzer reads no partitioned batches (start it with "
+                          "--partition-root, the directory the collector writes them to)")
+        if not is_hex_id(batch_id):
+            raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
+                          f"{shown(batch_id)}")
+        if not task.single_batch:
+            raise Refused(400, "malformed_batch", "only a shuffle task's one batch comes in partitions")
+        with storage.reading(self.engine) as c:
+            if self._applied(c, task_id, batch_id):
+                self.batches.labels("replayed").inc()
+                return "already applied"
+            before = c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
+                aggregates.c.task_id == task_id)).one()
+        directory = self.partition_root / task_id / batch_id
+        size = sealed_size(task)
+        try:
+            manifest = partitions.read_manifest(directory, task_id, batch_id, size)
+            largest = max(e["messages"] for e in manifest["partitions"])
+            if largest * size * partitions.WORKING_COPIES > self.memory_budget:
+                raise partitions.PartitionError(
+                    f"a partition of {largest:,} messages needs {largest * size * partitions.WORKING_COPIES:,} bytes, "
+                    f"over this analyzer's memory budget of {self.memory_budget:,}: release it in more partitions")
+            check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])
+            start = time.perf_counter()
+            dropped = partitions.duplicate_rows(directory, manifest, lambda sealed: encapsulation_digests(task, sealed))
+            analyzer, count = loaded.analyzer, len(manifest["partitions"])
+            if self.executor is not None and hasattr(self.executor, "gather"):  # Dask: a task per partition
+                futures = [self.executor.submit(aggregate_partition, directory, manifest, j, task, loaded.private_key,
+                                                analyzer, dropped.get(j)) for j in range(count)]
+                parts = self.executor.gather(futures)
+            else:
+                parts = [self._aggregate_partition(loaded, directory, manifest, j, dropped.get(j))
+                         for j in range(count)]
+        except partitions.PartitionError as err:
+            raise Refused(400, "malformed_batch", str(err)) from None
+        part = analyzer.merge([p[0] for p in parts])
+        duplicates = sum(len(rows) for rows in dropped.values())
+        return self._commit(loaded, batch_id, part, manifest["reports"], manifest["messages"],
+                            sum(p[1] for p in parts), sum(p[2] for p in parts), duplicates, [], start)
+
+    def _aggregate_partition(self, loaded: _Loaded, directory, manifest: dict, index: int, dropped) -> tuple:
+        """(partition ``index``'s aggregate, its messages opened, unopened), opened on this analyzer's workers."""
+        messages, unopened = self.open_batch(loaded, _partition_rows(directory, manifest, index, dropped))
+        return loaded.analyzer.agg_update(loaded.analyzer.agg_init(), messages), len(messages), unopened
+
+    def _commit(self, loaded: _Loaded, batch_id: str, part, reports: int, messages: int, opened: int, unopened: int,
+                duplicates: int, digests: list[bytes], start: float) -> str:
+        """Fold ``part`` (the batch's aggregate) into the task's and record the batch as applied, in one
+        transaction, checking the batch rules again (another batch may have come meanwhile)."""
+        task, analyzer, task_id = loaded.task, loaded.analyzer, loaded.task.task_id
+        counted = 0 if duplicates == messages else reports  # all applied before: the batch adds no report
         try:
             with self._lock, self.engine.begin() as c:
                 if self._applied(c, task_id, batch_id):  # a copy of this batch was applied meanwhile
                     self.batches.labels("replayed").inc()
                     return "already applied"
                 row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
-                check_batch_rules(task, row.batches, row.reports, reports, len(sealed))  # another batch came meanwhile
+                check_batch_rules(task, row.batches, row.reports, reports, messages)  # another batch came meanwhile
                 total = analyzer.merge([decode_aggregate(row.aggregate), part])
                 c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
                     aggregate=encode_aggregate(total), batches=row.batches + 1, reports=row.reports + counted,
@@ -296,14 +372,14 @@ class AnalyzerService:
         self.health.write_succeeded()
         seconds = time.perf_counter() - start
         self.batches.labels("applied").inc()
-        self.opened.inc(len(messages))
+        self.opened.inc(opened)
         self.dropped.labels("unopened").inc(unopened)
         self.dropped.labels("malformed").inc(part.malformed)
         self.dropped.labels("duplicate").inc(duplicates)
-        self.batch_messages.observe(len(sealed))
-        log_event(log, "batch applied", task=task_id, batch=batch_id, reports=counted, messages=len(sealed),
+        self.batch_messages.observe(messages)
+        log_event(log, "batch applied", task=task_id, batch=batch_id, reports=counted, messages=messages,
                   unopened=unopened, malformed=int(part.malformed), duplicates=duplicates,
-                  seconds=round(seconds, 3), messages_per_second=round(len(sealed) / max(seconds, 1e-9)))
+                  seconds=round(seconds, 3), messages_per_second=round(messages / max(seconds, 1e-9)))
         return "applied"
 
     # ---- results -------------------------------------------------------------------------------------------
@@ -425,6 +501,12 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
         body = await read_body(request, max_batch_bytes, BATCH_MEDIA_TYPE)
         return {"status": await run_in_threadpool(service.apply_batch, task_id, batch_id, body)}
 
+    @app.post("/tasks/{task_id}/batches/{batch_id}/partitioned")
+    async def partitioned(task_id: str, batch_id: str, request: Request) -> dict:
+        _bearer(request, collector_token, "a batch must come from the collector: Authorization must be Bearer "
+                "followed by the collector token")
+        return {"status": await run_in_threadpool(service.apply_partitioned_batch, task_id, batch_id)}
+
     @app.get("/tasks/{task_id}/result")
     async def result(task_id: str, request: Request, top: int = 10) -> dict:
         owner(request)
@@ -433,6 +515,21 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
         return await run_in_threadpool(service.result, task_id, top)
 
     return app
+
+
+def _partition_rows(directory, manifest: dict, index: int, dropped) -> np.ndarray:
+    """Partition ``index``'s sealed messages, checked, less the ``dropped`` rows (repeated encapsulations)."""
+    from .partitions import read_partition
+
+    sealed = read_partition(directory, manifest, index)
+    return sealed if dropped is None else np.delete(sealed, dropped, axis=0)
+
+
+def aggregate_partition(directory, manifest: dict, index: int, task: Task, private_key: bytes, analyzer,
+                        dropped) -> tuple:
+    """What a Dask worker does with one partition: (its aggregate, messages opened, unopened)."""
+    opened = open_messages(task, private_key, _partition_rows(directory, manifest, index, dropped))
+    return analyzer.agg_update(analyzer.agg_init(), opened.messages), len(opened.messages), opened.unopened
 
 
 def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
@@ -457,14 +554,15 @@ def _bearer(request: Request, token: str | None, why: str) -> None:
 
 
 def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str | None = None,
-                  registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey) -> AnalyzerService:
+                  registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey, **options) -> AnalyzerService:
     """An analyzer over the database at ``db_url`` (migrated), opening messages on ``workers`` processes
     (default: one per core; 0 or 1: in this process) or on the Dask scheduler at ``dask_scheduler``.
 
     The worker processes are started for each batch and exit once it is opened, and die with the analyzer
     even under SIGKILL (:mod:`privagg.service.workers`): the private key is in a worker only while a batch
     is opened. Dask workers are long-lived and hold the private key (it comes with every batch): they are
-    inside the analyzer's trust boundary."""
+    inside the analyzer's trust boundary. ``options``: ``partition_root`` and ``memory_budget``
+    (:class:`AnalyzerService`)."""
     import os
 
     engine = storage.connect(db_url, "analyzer", kek=kek)
@@ -472,7 +570,8 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
         from dask.distributed import Client
 
         client = Client(dask_scheduler)
-        return AnalyzerService(engine, client, len(client.scheduler_info()["workers"]) or 1, registry, kek=kek)
+        return AnalyzerService(engine, client, len(client.scheduler_info()["workers"]) or 1, registry, kek=kek,
+                               **options)
     workers = os.cpu_count() or 1 if workers is None else workers
     executor = None if workers <= 1 else BatchWorkers(workers)
-    return AnalyzerService(engine, executor, workers, registry, kek=kek)
+    return AnalyzerService(engine, executor, workers, registry, kek=kek, **options)

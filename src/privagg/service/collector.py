@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
@@ -67,14 +68,20 @@ class Collector:
 
     ``fetch_task(task_id)`` returns the task's JSON from the analyzer (None: no such task);
     ``forward(task_id, batch_id, blob)`` delivers a batch and returns once the analyzer acknowledged it
-    (it raises otherwise, and the batch is sent again later).
+    (it raises otherwise, and the batch is sent again later); ``forward_partitioned(task_id, batch_id)`` tells
+    it a batch is in ``partition_root`` as Arrow partitions (:mod:`privagg.service.partitions`), which a shuffle
+    task's batch is when ``partition_root`` is set and the batch would not fit ``memory_budget`` whole.
     """
 
     def __init__(self, engine: sa.Engine, fetch_task: Callable[[str], str | None],
                  forward: Callable[[str, str, bytes], None], registry: CollectorRegistry | None = None,
-                 quiet: float = 2.0, max_batch_reports: int = 100_000) -> None:
+                 quiet: float = 2.0, max_batch_reports: int = 100_000,
+                 forward_partitioned: Callable[[str, str], None] | None = None, partition_root: Path | None = None,
+                 memory_budget: int = 2 << 30) -> None:
         self.engine, self.fetch_task, self.forward = engine, fetch_task, forward
         self.quiet, self.max_batch_reports = quiet, max_batch_reports
+        self.forward_partitioned, self.memory_budget = forward_partitioned, memory_budget
+        self.partition_root = None if partition_root is None else Path(partition_root)
         self._tasks: dict[str, Task] = {}
         self._fetching: dict[str, threading.Lock] = {}  # per task id being fetched: one fetch, the others wait
         self._fetching_lock = threading.Lock()
@@ -308,17 +315,55 @@ class Collector:
         messages = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(-1, size)
         return batch_stream(task_id, batch_id, count, messages[secure_rng().permutation(len(messages))])
 
+    def _partitioned(self, task_id: str, messages: int) -> bool:
+        """Whether a batch of ``messages`` goes as partitions: a shuffle task's, too large for the budget whole."""
+        from .partitions import WORKING_COPIES
+
+        return (self.partition_root is not None and self.task(task_id).single_batch and
+                messages * sealed_size(self.task(task_id)) * WORKING_COPIES > self.memory_budget)
+
+    def write_partitions(self, task_id: str, batch_id: str, reports_count: int, messages: int) -> Path:
+        """The batch written as Arrow partitions in a uniform random order under ``partition_root``, read from the
+        database in chunks (never whole); a complete earlier write (its manifest) is kept, a partial one redone."""
+        import shutil
+
+        from .partitions import MANIFEST, partition_count, write_partitions
+
+        directory = self.partition_root / task_id / batch_id
+        if (directory / MANIFEST).exists():
+            return directory
+        shutil.rmtree(directory, ignore_errors=True)
+        size = sealed_size(self.task(task_id))
+
+        def chunks():
+            with self.engine.connect() as c:
+                rows = c.execution_options(stream_results=True, yield_per=4_096).execute(
+                    sa.select(reports.c.ciphertexts).where(reports.c.batch_id == batch_id))
+                for part in rows.partitions():
+                    yield np.frombuffer(b"".join(r[0] for r in part), dtype=np.uint8).reshape(-1, size)
+
+        write_partitions(chunks(), size, directory, partition_count(messages, size, self.memory_budget), task_id,
+                         batch_id, reports_count)
+        return directory
+
     def release_batches(self) -> int:
-        """Form batches, then deliver every unacknowledged one; a delivered batch's reports are deleted.
-        Returns how many were delivered."""
+        """Form batches, then deliver every unacknowledged one; a delivered batch's reports are deleted (and its
+        partitions, if it went as partitions). Returns how many were delivered."""
+        import shutil
+
         self.form_batches()
         with storage.reading(self.engine) as c:
-            pending = c.execute(sa.select(batches.c.task_id, batches.c.batch_id, batches.c.reports).where(
-                batches.c.acknowledged.is_(False))).all()
+            pending = c.execute(sa.select(batches.c.task_id, batches.c.batch_id, batches.c.reports,
+                                          batches.c.messages).where(batches.c.acknowledged.is_(False))).all()
         released = 0
-        for task_id, batch_id, count in pending:
+        for task_id, batch_id, count, messages in pending:
+            partitioned = self._partitioned(task_id, messages)
             try:
-                self.forward(task_id, batch_id, self.batch_blob(task_id, batch_id))
+                if partitioned:
+                    self.write_partitions(task_id, batch_id, count, messages)
+                    self.forward_partitioned(task_id, batch_id)
+                else:
+                    self.forward(task_id, batch_id, self.batch_blob(task_id, batch_id))
             except Exception as err:  # the analyzer is down or refused: the batch stays and is sent again
                 status = getattr(getattr(err, "response", None), "status_code", None)  # an HTTP refusal's
                 error = type(err).__name__ if status is None else f"HTTP {status}"
@@ -328,6 +373,8 @@ class Collector:
                     self._undelivered[batch_id] = error
                 continue
             self._undelivered.pop(batch_id, None)
+            if partitioned:
+                shutil.rmtree(self.partition_root / task_id / batch_id, ignore_errors=True)
             with self.engine.begin() as c:
                 c.execute(sa.delete(reports).where(reports.c.batch_id == batch_id))
                 c.execute(sa.update(batches).where(batches.c.batch_id == batch_id).values(acknowledged=True))
@@ -508,8 +555,8 @@ class BatchLoop:
 
 
 def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = None, token: str | None = None):
-    """(fetch_task, forward) over HTTP to the analyzer at ``analyzer_url``, showing it ``token``; its TLS
-    certificate is checked against ``ca_file``, or httpx's default bundle (certifi)."""
+    """(fetch_task, forward, forward_partitioned) over HTTP to the analyzer at ``analyzer_url``, showing it
+    ``token``; its TLS certificate is checked against ``ca_file``, or httpx's default bundle (certifi)."""
     import ssl
 
     import httpx
@@ -529,7 +576,10 @@ def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = No
         client.post(f"/tasks/{task_id}/batches/{batch_id}", content=blob,
                     headers={"content-type": BATCH_MEDIA_TYPE}).raise_for_status()
 
-    return fetch_task, forward
+    def forward_partitioned(task_id: str, batch_id: str) -> None:
+        client.post(f"/tasks/{task_id}/batches/{batch_id}/partitioned", timeout=None).raise_for_status()
+
+    return fetch_task, forward, forward_partitioned
 
 
 def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interval: float | None = 1.0, *,
@@ -591,4 +641,6 @@ def open_collector(db_url: str, analyzer_url: str | None, ca_file: str | None = 
     except ParameterError:
         engine.dispose()
         raise
-    return Collector(engine, *http_peer(analyzer_url, ca_file=ca_file, token=token), registry=registry, **batching)
+    fetch_task, forward, forward_partitioned = http_peer(analyzer_url, ca_file=ca_file, token=token)
+    return Collector(engine, fetch_task, forward, registry=registry, forward_partitioned=forward_partitioned,
+                     **batching)

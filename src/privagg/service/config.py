@@ -57,6 +57,8 @@ class ServiceConfig:
     batch_interval: float = 1.0  # seconds between the collector's batch checks
     batch_quiet: float = 2.0  # a local task's batch is released once no report arrived for this long...
     max_batch_reports: int = 100_000  # ... or this many wait (never fewer than the minimum; shuffle tasks: one batch)
+    partition_root: str | None = None  # collector and analyzer: the shared directory of batches too large to send whole
+    memory_budget: int = 2 << 30  # bytes a batch (collector) or one partition (analyzer) may take in memory
     max_body_bytes: int = 1 << 20  # the largest request body (a report at the collector, 1 GiB batches otherwise)
     header_timeout: float = 10.0  # seconds until a request's headers are complete (from its connection or first byte)
     body_timeout: float = 30.0  # seconds from then until its body is complete (the analyzer's default: 300)
@@ -75,16 +77,19 @@ class ServiceConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ParameterError("tls_cert/tls_key", "given together", f"{self.tls_cert}, {self.tls_key}")
         for name in ("db", "host") + tuple(n for n in ("tls_cert", "tls_key", "analyzer_url", "analyzer_ca",
-                                                      "dask_scheduler", "kek_file", "result_token")
+                                                      "dask_scheduler", "kek_file", "result_token",
+                                                      "partition_root")
                                                       if getattr(self, n) is not None):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ParameterError(name, "a non-empty string", getattr(self, name))
-        for name in ("port", "max_body_bytes", "max_batch_reports", "workers", "max_connections", "max_requests"):
+        for name in ("port", "max_body_bytes", "max_batch_reports", "workers", "max_connections", "max_requests",
+                     "memory_budget"):
             if getattr(self, name) is not None and type(getattr(self, name)) is not int:
                 raise ParameterError(name, "an integer", repr(getattr(self, name)))
         check_integer("port", self.port, 0, 65535)
         check_integer("max_body_bytes", self.max_body_bytes, 1)
         check_integer("max_batch_reports", self.max_batch_reports, 1)
+        check_integer("memory_budget", self.memory_budget, 1 << 20)
         check_integer("max_connections", self.max_connections, 1, 1_000_000)
         check_integer("max_requests", self.max_requests, 1, 1_000_000)
         if self.workers is not None:

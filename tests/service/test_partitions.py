@@ -1,0 +1,165 @@
+"""A batch larger than memory (service/partitions.py): the two-pass release through P Arrow partitions is a uniform
+random permutation (chi-square on positions; all 24 orders of 4 messages, slow), partitions stay within the memory
+budget, tampered manifests and partitions are refused, repeated encapsulations are found across partitions, and
+the collector and the analyzer move a shuffle task's batch as partitions end to end, on SQLite and PostgreSQL,
+exactly as the analyzer would aggregate the plaintext messages."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency, chisquare
+
+from privagg.protocols.registry import analyzer as make_analyzer, calibrate
+from privagg.service.partitions import (MANIFEST, WORKING_COPIES, PartitionError, duplicate_rows, largest_partition,
+                                        partition_count, read_manifest, read_partition, write_partitions)
+from service_deployment import AUTH, deploy, users
+
+TASK, BATCH = "a" * 32, "b" * 32
+
+
+def released(tmp_path, messages: np.ndarray, partitions: int, rng, chunk: int = 1_000) -> list[int]:
+    """The batch's first column (each message's input index) in the order the partitions hold it."""
+    chunks = (messages[i:i + chunk] for i in range(0, len(messages), chunk))
+    manifest = write_partitions(chunks, messages.shape[1], tmp_path, partitions, TASK, BATCH, len(messages), rng)
+    read = read_manifest(tmp_path, TASK, BATCH, messages.shape[1])
+    assert read == manifest and manifest["messages"] == len(messages)
+    rows = np.concatenate([read_partition(tmp_path, read, j) for j in range(partitions)])
+    return rows[:, :4].copy().view("<u4").ravel().tolist()
+
+
+def indexed(m: int) -> np.ndarray:
+    """m messages of 8 bytes, the first 4 their index."""
+    out = np.zeros((m, 8), dtype=np.uint8)
+    out[:, :4] = np.arange(m, dtype="<u4").view(np.uint8).reshape(m, 4)
+    return out
+
+
+def test_the_release_is_a_permutation_whose_positions_do_not_depend_on_arrival():
+    """50,000 messages through 7 partitions, streamed in chunks of 1,000: every message once, and its output decile
+    independent of its input decile (chi-square on the 10 x 10 table, each cell 500 expected, at the 1e-4 level)."""
+    import tempfile
+    from pathlib import Path
+
+    m = 50_000
+    with tempfile.TemporaryDirectory() as folder:
+        order = released(Path(folder), indexed(m), 7, np.random.default_rng(20261202))
+    assert sorted(order) == list(range(m))
+    table = np.zeros((10, 10))
+    np.add.at(table, (np.array(order) * 10 // m, np.arange(m) * 10 // m), 1)
+    assert chi2_contingency(table).pvalue > 1e-4, table
+
+
+@pytest.mark.slow  # 4,800 releases
+def test_every_order_of_four_messages_is_equally_likely(tmp_path):
+    """docs/derivations.md's check with the service's own code: 4 messages in 3 partitions, 4,800 releases; the 24
+    orders each 200 times expected (chi-square at the 1e-4 level)."""
+    rng, counts = np.random.default_rng(7), Counter()
+    for _ in range(4_800):
+        counts[tuple(released(tmp_path, indexed(4), 3, rng, chunk=3))] += 1
+    assert len(counts) == 24 and chisquare(list(counts.values())).pvalue > 1e-4, counts
+
+
+def test_the_partitions_fit_the_budget():
+    m, size, budget = 1_000_000, 60, 64 << 20
+    p = partition_count(m, size, budget)
+    bound = largest_partition(m, p)
+    assert bound * size * WORKING_COPIES <= budget and p > m * size * WORKING_COPIES / budget
+    largest = np.random.default_rng(3).multinomial(m, [1 / p] * p, size=300).max()
+    assert largest <= bound
+    assert partition_count(100, 60, 1 << 30) == 1
+    with pytest.raises(ValueError, match="at least"):
+        partition_count(10**9, 60, 1_000)
+
+
+def test_a_tampered_manifest_or_partition_is_refused(tmp_path):
+    write_partitions([indexed(200)], 8, tmp_path, 3, TASK, BATCH, 200, np.random.default_rng(0))
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    with pytest.raises(PartitionError, match="task_id and batch_id"):
+        read_manifest(tmp_path, TASK, "c" * 32, 8)
+    with pytest.raises(PartitionError, match="9 bytes"):
+        read_manifest(tmp_path, TASK, BATCH, 9)
+
+    def refused(change, match):
+        edited = json.loads(json.dumps(manifest))
+        change(edited)
+        (tmp_path / MANIFEST).write_text(json.dumps(edited))
+        with pytest.raises(PartitionError, match=match):
+            read_manifest(tmp_path, TASK, BATCH, 8)
+
+    refused(lambda m: m["partitions"][0].update(file="../../etc/passwd"), "partition-NNNNN.arrow")
+    refused(lambda m: m["partitions"][1].update(file=m["partitions"][0]["file"]), "each once")
+    refused(lambda m: m["partitions"][0].update(messages=m["partitions"][0]["messages"] + 1), "add up")
+    refused(lambda m: m.update(reports=0), "reports")
+    refused(lambda m: m.update(extra=1), "fields")
+    (tmp_path / MANIFEST).write_text("{")
+    with pytest.raises(PartitionError, match="readable JSON"):
+        read_manifest(tmp_path, TASK, BATCH, 8)
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    path = tmp_path / manifest["partitions"][1]["file"]
+    raw = bytearray(path.read_bytes())
+    raw[-40] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PartitionError, match="SHA-256"):
+        read_partition(tmp_path, read_manifest(tmp_path, TASK, BATCH, 8), 1)
+    swapped = json.loads(json.dumps(manifest))  # partition 0's file and digest under partition 2's entry
+    swapped["partitions"][2] = dict(swapped["partitions"][0], file=swapped["partitions"][2]["file"])
+    (tmp_path / swapped["partitions"][2]["file"]).write_bytes((tmp_path / manifest["partitions"][0]["file"]).read_bytes())
+    swapped["partitions"][2]["messages"] = manifest["partitions"][0]["messages"]
+    swapped["messages"] = sum(e["messages"] for e in swapped["partitions"])
+    (tmp_path / MANIFEST).write_text(json.dumps(swapped))
+    with pytest.raises(PartitionError, match="must be partition 2 of this batch"):
+        read_partition(tmp_path, read_manifest(tmp_path, TASK, BATCH, 8), 2)
+
+
+def test_repeated_encapsulations_are_found_across_partitions(tmp_path):
+    """Messages 0..299, then copies of messages 5 and 17 (a replay): exactly the later copy of each is dropped,
+    wherever the shuffle put them."""
+    messages = np.concatenate([indexed(300), indexed(300)[[5, 17, 5]]])
+    manifest = write_partitions([messages], 8, tmp_path, 4, TASK, BATCH, 300, np.random.default_rng(1))
+    dropped = duplicate_rows(tmp_path, manifest, lambda sealed: [bytes(row).ljust(32, b"\0") for row in sealed])
+    seen = Counter()
+    for j in range(4):
+        rows = read_partition(tmp_path, manifest, j)[:, :4].copy().view("<u4").ravel()
+        keep = np.setdiff1d(np.arange(len(rows)), dropped.get(j, []))
+        seen.update(rows[keep].tolist())
+    assert sum(len(r) for r in dropped.values()) == 3 and sorted(seen) == list(range(300))
+    assert not list(tmp_path.glob("digests-*")) and not list(tmp_path.glob("spill-*"))
+
+
+def test_a_shuffle_tasks_batch_goes_as_partitions_and_aggregates_exactly(databases, tmp_path):
+    """A collector whose budget is too small for the batch whole writes it as partitions and tells the analyzer,
+    which opens them one at a time: the aggregate is the plaintext messages' exactly, the partitions are deleted
+    once applied, and a second delivery applies nothing."""
+    n = 1_200
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(200_000, 200_000))
+    rng = np.random.default_rng(4)
+    reports, sent = users(d, rng.integers(0, 20, n), rng)
+    d.store(reports)
+    assert d.collector.release_batches() == 1 and not d.delivered  # no blob: partitions
+    assert not list(tmp_path.rglob("*.arrow"))  # deleted once acknowledged
+    result = d.result()
+    analyzer = make_analyzer(d.task.parameters)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), type(sent[0]).concatenate(sent)))
+    assert {e["item"]: e["estimate"] for e in result["estimates"]} == {i: float(direct.estimates[i]) for i in range(20)}
+    assert result["collection"] == {"reports": n, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
+    again = d.A.post(f"/tasks/{d.task.task_id}/batches/{'0' * 32}/partitioned", headers=AUTH)
+    assert again.status_code == 400  # no such batch's manifest
+
+
+def test_the_analyzer_refuses_partitions_over_its_budget_or_without_a_root(databases, tmp_path):
+    n = 600
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(100_000, 20_000))
+    reports, _ = users(d, np.zeros(n, dtype=int), np.random.default_rng(5))
+    d.store(reports)
+    assert d.collector.release_batches() == 0  # refused: the batch waits, its partitions kept for the next try
+    (batch,) = [p for p in (tmp_path / d.task.task_id).iterdir()]
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned", headers=AUTH)
+    assert answer.status_code == 400 and "over this analyzer's memory budget of 20,000" in answer.json()["detail"]
+    assert d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned").status_code == 401
+    d.analyzer.partition_root = None
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned", headers=AUTH)
+    assert answer.status_code == 409 and answer.json()["error"] == "no_partitions"
