@@ -109,6 +109,7 @@ from service import service  # noqa: E402  (benchmarks/service.py: part 10)
 from calibration import calibration  # noqa: E402  (benchmarks/calibration.py: part 11)
 from sharing_service import sharing_service  # noqa: E402  (benchmarks/sharing_service.py: part 12)
 from console import console  # noqa: E402  (benchmarks/console.py: part 13)
+from partitions import partitions  # noqa: E402  (benchmarks/partitions.py: part 14)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -676,7 +677,7 @@ def main() -> None:
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
              "accountant": accountant, "sampling": sampling, "vectors": vectors,
              "baselines": baselines, "heavy": heavy_hitters, "service": service, "calibration": calibration,
-             "sharing": sharing_service, "console": console}
+             "sharing": sharing_service, "console": console, "partitions": partitions}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

@@ -163,3 +163,42 @@ def test_the_analyzer_refuses_partitions_over_its_budget_or_without_a_root(datab
     d.analyzer.partition_root = None
     answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned", headers=AUTH)
     assert answer.status_code == 409 and answer.json()["error"] == "no_partitions"
+
+
+def test_partitions_are_aggregated_on_a_dask_cluster_as_in_one_process(tmp_path):
+    """An analyzer on a Dask cluster (each partition a task) and one in this process: the same aggregate as the
+    batch sent whole."""
+    import sqlalchemy as sa
+    from dask.distributed import Client, LocalCluster
+
+    from privagg.protocols.registry import client as make_client
+    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.collector import batch_stream
+    from privagg.service.keys import KeyEncryptionKey
+    from privagg.service.storage import aggregates, analyzer_tasks, connect
+    from privagg.service.tasks import seal_messages, sealed_size
+
+    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=2_000, domain_size=100)
+    kek = KeyEncryptionKey.generate()
+    whole = AnalyzerService(connect(f"sqlite:///{tmp_path}/whole.db", "analyzer"), kek=kek)
+    task = whole.create_task(params)
+    for name in ("dask", "local"):  # the same task, key and empty aggregate
+        with whole.engine.connect() as source, connect(f"sqlite:///{tmp_path}/{name}.db", "analyzer").begin() as c:
+            for table in (analyzer_tasks, aggregates):
+                c.execute(table.insert(), [dict(r._mapping) for r in source.execute(sa.select(table))])
+    batch = make_client(params).randomize(np.arange(2_000) % 100, np.random.default_rng(3))
+    sealed = np.frombuffer(b"".join(seal_messages(task, batch)), dtype=np.uint8).reshape(len(batch), -1)
+    whole.apply_batch(task.task_id, BATCH, batch_stream(task.task_id, BATCH, 2_000, sealed))
+    write_partitions([sealed[:3_000], sealed[3_000:]], sealed_size(task), tmp_path / task.task_id / BATCH, 5,
+                     task.task_id, BATCH, 2_000)
+    results = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        for name, executor in (("dask", client), ("local", None)):
+            service = AnalyzerService(connect(f"sqlite:///{tmp_path}/{name}.db", "analyzer"), executor, 2, kek=kek,
+                                      partition_root=tmp_path)
+            assert service.apply_partitioned_batch(task.task_id, BATCH) == "applied"
+            results.append(service.result(task.task_id))
+    expected = whole.result(task.task_id)
+    for result in results:
+        assert result["estimates"] == expected["estimates"] and result["collection"] == expected["collection"]
