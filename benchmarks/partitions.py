@@ -7,11 +7,14 @@ written to chunk files. Then, each in its own process, with peak RSS from ``getr
 
 * the release: the chunks streamed through the two passes into P partitions (P from the memory budget);
 * the analysis: ``AnalyzerService.apply_partitioned_batch`` with two worker processes opening each partition,
-  against the memory budget; its estimates must equal those of the plaintext messages exactly.
+  against the memory budget; its result must equal that of the plaintext messages exactly.
+
+The same for an fe-hh task over strings (English words of at most 6 bytes, phi = 0.01) with 10^6 simulated
+devices: the heavy words it names, scored (recall, precision) against the truth beside the simulation's.
 
 The memory budget is ``PRIVAGG_BENCH_PARTITION_BUDGET`` bytes, by default that of a 10^8-message batch in 2 GiB
-scaled to m (2 GiB x m / 10^8, so P is what it would be at 10^8). Each process's peak RSS is reported beside its
-fixed part (once its modules loaded): the rest is one partition's working set.
+scaled to m (2 GiB x m / 10^8, so P is what it would be at 10^8). Each process's peak RSS (VmHWM) is reported beside what
+it held before the batch (its modules loaded, the task open): the rest is one partition's working set.
 """
 
 from __future__ import annotations
@@ -31,38 +34,64 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchfmt import Report, note  # noqa: E402
 
 USERS_PER_CHUNK = 10_000
-EPSILON, DELTA, DOMAIN = 1.0, 1e-8, 1 << 20
+EPSILON = 1.0
 FULL_SCALE, FULL_BUDGET = 10**8, 2 << 30
 BATCH = "b" * 32
+HH_USERS, HH_MAX_LENGTH, HH_PHI, HH_DELTA = 1_000_000, 6, 0.01, 1e-6
 
 
-def _parameters(users: int):
+def fe1_workload(messages: int):
+    """(parameters, the users' items): FE1 over 2^20 items (delta 1e-8), Zipf(1.2) items, with as many users as
+    send about ``messages`` messages (FE1 adds blanket messages per user)."""
     from privagg.protocols.registry import calibrate
 
-    return calibrate("fe1", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=DOMAIN)
+    def parameters(users: int):
+        return calibrate("fe1", epsilon=EPSILON, delta=1e-8, n_users=users, domain_size=1 << 20)
+
+    users = messages
+    for _ in range(3):
+        users = max(2, round(messages / float(parameters(users).messages_per_user) / USERS_PER_CHUNK)) * USERS_PER_CHUNK
+    return parameters(users), np.random.default_rng(2026).zipf(1.2, users) % (1 << 20)
 
 
-def _seal_chunk(task_json: str, seed: int, path: str) -> tuple[int, bytes]:
-    """One chunk of users' sealed messages written to ``path``: (messages, their plaintext aggregate, encoded)."""
+def heavy_workload(users: int = HH_USERS):
+    """(parameters, the users' items): fe-hh over strings of at most 6 bytes, phi = 0.01, the bundled English
+    words (one a user)."""
+    from privagg.datasets import english_words
+    from privagg.protocols.registry import calibrate
+
+    pool = [w for w in english_words(4 * users, 1_000).to_pylist() if len(w.encode()) <= HH_MAX_LENGTH][:users]
+    parameters = calibrate("fe-hh", epsilon=EPSILON, delta=HH_DELTA, n_users=len(pool),
+                           domain_size=256**HH_MAX_LENGTH, max_length=HH_MAX_LENGTH, phi=HH_PHI)
+    return parameters, np.array(pool, dtype=object)
+
+
+def _seal_chunk(task_json: str, items, seed: int, path: str) -> tuple[int, bytes]:
+    """One chunk of simulated devices' sealed messages (seeded: a benchmark) written to ``path``: (messages, their
+    plaintext aggregate, encoded)."""
     from privagg.protocols.registry import analyzer, client
     from privagg.service.aggregate_codec import encode_aggregate
     from privagg.service.tasks import Task, seal_messages
 
     task = Task.from_json(task_json, verify=False)
-    rng = np.random.default_rng(seed)
-    messages = client(task.parameters).randomize(rng.zipf(1.2, USERS_PER_CHUNK) % DOMAIN, rng)
+    messages = client(task.parameters).randomize(items, np.random.default_rng(seed))
     Path(path).write_bytes(b"".join(seal_messages(task, messages)))
     role = analyzer(task.parameters)
     return len(messages), encode_aggregate(role.agg_update(role.agg_init(), messages))
 
 
 def _peak(fixed: float) -> dict:
-    """Peak RSS (MB) of this process, its fixed part (once its modules were loaded), and its largest child's."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"rss_mb": own.ru_maxrss / 1024, "fixed_mb": fixed, "children_rss_mb": children.ru_maxrss / 1024}
+    """Peak RSS (MB) of this process, its fixed part (once its modules were loaded), and its largest child's
+    (forked children count the pages they share with this process)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"rss_mb": _loaded(), "fixed_mb": fixed, "children_rss_mb": children.ru_maxrss / 1024}
 
 
 def _loaded() -> float:
+    """This process's peak RSS so far (MB): VmHWM, which, unlike getrusage's, starts afresh at exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -87,24 +116,30 @@ def _analyze(folder: Path, budget: int) -> dict:
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.workers import BatchWorkers
 
-    kek, fixed = KeyEncryptionKey.load(folder / "kek"), _loaded()
+    kek = KeyEncryptionKey.load(folder / "kek")
     engine = storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek)
     service = AnalyzerService(engine, BatchWorkers(2), 2, kek=kek, partition_root=folder / "root",
                               memory_budget=budget)
     task_id = (folder / "task_id").read_text()
+    service.load(task_id)
+    fixed = _loaded()  # the analyzer with its modules loaded and the task open, before any partition
     start = time.perf_counter()
     assert service.apply_partitioned_batch(task_id, BATCH) == "applied"
     seconds = time.perf_counter() - start
     service.executor.shutdown()
     result = service.result(task_id, top=50)
-    return {"seconds": seconds, "estimates": {e["item"]: e["estimate"] for e in result["estimates"]}, **_peak(fixed)}
+    found = result.get("heavy_hitters", result.get("estimates"))
+    return {"seconds": seconds, "found": [[e["item"], e["estimate"]] for e in found], **_peak(fixed)}
 
 
-def run(folder: Path, messages: int, budget: int) -> dict:
-    """The whole run in ``folder``: seal (two processes), release, analyze (each in its own process)."""
+def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
+    """The whole run in ``folder``: seal (two processes), release, analyze (each in its own process); the
+    analysis's result against the plaintext messages' (``exact``) and, for heavy hitters, scored against the
+    truth."""
     from concurrent.futures import ProcessPoolExecutor
 
     from privagg.protocols.registry import analyzer
+    from privagg.protocols.results import HeavyHitterList
     from privagg.service import storage
     from privagg.service.aggregate_codec import decode_aggregate
     from privagg.service.analyzer import AnalyzerService
@@ -113,27 +148,28 @@ def run(folder: Path, messages: int, budget: int) -> dict:
     kek = KeyEncryptionKey.generate()
     kek.write(folder / "kek")
     service = AnalyzerService(storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek), kek=kek)
-    users = messages  # the users whose messages number about ``messages`` (FE1 adds blanket messages per user)
-    for _ in range(3):
-        per_user = float(_parameters(users).messages_per_user)
-        users = max(2, round(messages / per_user / (2 * USERS_PER_CHUNK))) * 2 * USERS_PER_CHUNK
-    task = service.create_task(_parameters(users))
+    task = service.create_task(parameters)
     service.engine.dispose()
     (folder / "task_id").write_text(task.task_id)
-    chunks = [str(folder / f"chunk-{i:05d}") for i in range(users // USERS_PER_CHUNK)]
+    slices = [items[i:i + USERS_PER_CHUNK] for i in range(0, len(items), USERS_PER_CHUNK)]
+    chunks = [str(folder / f"chunk-{i:05d}") for i in range(len(slices))]
     start = time.perf_counter()
     with ProcessPoolExecutor(2) as pool:
-        done = list(pool.map(_seal_chunk, [task.to_json()] * len(chunks), range(len(chunks)), chunks))
+        done = list(pool.map(_seal_chunk, [task.to_json()] * len(chunks), slices, range(len(chunks)), chunks))
     sealing = time.perf_counter() - start
     count, parts = sum(d[0] for d in done), [decode_aggregate(d[1]) for d in done]
     role = analyzer(task.parameters)
-    expected = role.finalize(role.merge(parts)).estimates
-    released = _child("release", folder, task.to_json(), chunks, count, users, budget)
+    plain = role.finalize(role.merge(parts))
+    released = _child("release", folder, task.to_json(), chunks, count, len(items), budget)
     for c in chunks:
         Path(c).unlink()
     analyzed = _child("analyze", folder, budget)
-    exact = all(analyzed["estimates"][str(i)] == float(expected[i]) for i in map(int, analyzed["estimates"]))
-    return {"messages": count, "users": users, "budget": budget, "sealing": sealing, "release": released,
+    if isinstance(plain, HeavyHitterList):  # the same heavy items, with the same estimates
+        expected = [[item, float(e)] for item, e in zip(plain.items.tolist(), plain.estimates)]
+        exact = sorted(analyzed["found"]) == sorted(expected)
+    else:
+        exact = all(e == float(plain.estimates[int(i)]) for i, e in analyzed["found"])
+    return {"messages": count, "users": len(items), "budget": budget, "sealing": sealing, "release": released,
             "analyze": analyzed, "exact": exact}
 
 
@@ -145,29 +181,45 @@ def _child(step: str, *args) -> dict:
 
 
 def partitions(report: Report) -> None:
+    from collections import Counter
+
+    from privagg.simulate.heavy_hitters import estimate_heavy_hitters, score
+
     messages = int(os.environ.get("PRIVAGG_BENCH_PARTITION_MESSAGES", "1000000"))
     budget = int(os.environ.get("PRIVAGG_BENCH_PARTITION_BUDGET", max(16 << 20, FULL_BUDGET * messages // FULL_SCALE)))
-    report.add(f"## 14. A batch larger than memory: about {messages:,} FE1 messages as Arrow partitions", "")
-    note(f"partitioned release and aggregation of {messages:,} messages in a budget of {budget:,} bytes")
-    with tempfile.TemporaryDirectory() as tmp:
-        r = run(Path(tmp), messages, budget)
-    rel, ana = r["release"], r["analyze"]
-    per_worker = r["messages"] / ana["seconds"] / 2
-    report.table(["step", "seconds", "peak RSS (MB): process (of which fixed) / largest child", "notes"], [
-        ["seal (2 processes, as clients would)", f"{r['sealing']:.1f}", "-",
-         f"{r['messages']:,} messages from {r['users']:,} users"],
-        ["release: 2 passes", f"{rel['seconds']:.1f}", f"{rel['rss_mb']:.0f} ({rel['fixed_mb']:.0f}) / -",
-         f"P = {rel['partitions']} partitions (budget {r['budget'] / 2**20:,.0f} MiB), the largest "
-         f"{rel['largest']:,} messages"],
-        ["analyze: check, deduplicate, open, aggregate", f"{ana['seconds']:.1f}",
-         f"{ana['rss_mb']:.0f} ({ana['fixed_mb']:.0f}) / {ana['children_rss_mb']:.0f}",
-         f"{per_worker:,.0f} messages/s per worker (2 workers); estimates = the plaintext's exactly: "
-         f"{'yes' if r['exact'] else '**NO**'}"]])
-    report.add(f"The budget ({r['budget'] / 2**20:,.0f} MiB; PRIVAGG_BENCH_PARTITION_BUDGET sets it, by default a "
+    report.add(f"## 14. A batch larger than memory: about {messages:,} FE1 messages as Arrow partitions; fe-hh "
+               f"over strings with {HH_USERS:,} simulated devices", "")
+    rows = []
+    for name, (parameters, items) in (("fe1", fe1_workload(messages)), ("fe-hh", heavy_workload())):
+        note(f"{name}: partitioned release and aggregation of {len(items):,} devices' messages, budget {budget:,} B")
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run(Path(tmp), parameters, items, budget)
+        rel, ana = r["release"], r["analyze"]
+        quality = ""
+        if name == "fe-hh":
+            truth = dict(Counter(items.tolist()))
+            simulated, _ = estimate_heavy_hitters(list(items), epsilon=EPSILON, delta=HH_DELTA, phi=HH_PHI,
+                                                  max_length=HH_MAX_LENGTH, seed=0, evaluate=False)
+            served = score([item for item, _ in ana["found"]], truth, parameters.threshold)
+            sim = score([h.item for h in simulated.heavy_hitters], truth, parameters.threshold)
+            quality = (f"; the {sum(c >= parameters.threshold for c in truth.values())} words held by at least "
+                       f"phi n = {parameters.threshold:,.0f} users: recall {served.recall:.2f}, precision "
+                       f"{served.precision:.2f} (the simulation: {sim.recall:.2f}, {sim.precision:.2f})")
+        rows += [[name, "seal (2 processes, as devices would)", f"{r['sealing']:.1f}", "-",
+                  f"{r['messages']:,} messages from {r['users']:,} devices"],
+                 [name, "release: 2 passes", f"{rel['seconds']:.1f}", f"{rel['rss_mb']:.0f} ({rel['fixed_mb']:.0f}) / -",
+                  f"P = {rel['partitions']} partitions, the largest {rel['largest']:,} messages"],
+                 [name, "analyze: check, deduplicate, open, aggregate", f"{ana['seconds']:.1f}",
+                  f"{ana['rss_mb']:.0f} ({ana['fixed_mb']:.0f}) / {ana['children_rss_mb']:.0f}",
+                  f"{r['messages'] / ana['seconds'] / 2:,.0f} messages/s per worker (2 workers); the result is the "
+                  f"plaintext messages' exactly: {'yes' if r['exact'] else '**NO**'}{quality}"]]
+    report.table(["task", "step", "seconds", "peak RSS (MB): process (before the batch) / largest child", "notes"],
+                 rows)
+    report.add(f"The budget ({budget / 2**20:,.0f} MiB; PRIVAGG_BENCH_PARTITION_BUDGET sets it, by default a "
                "10^8-message batch's 2 GiB scaled to m) bounds WORKING_COPIES = 4 times the largest partition's "
-               "sealed bytes; each process holds one partition's working set beside its fixed cost (the "
-               "interpreter and libraries, measured once they loaded). The times grow in proportion to m; the "
-               "peak RSS does not grow with m at a fixed partition size.", "")
+               "sealed bytes; each process holds one partition's working set beside what it held before the "
+               "batch (the interpreter, the libraries, the task). The times grow in proportion to m; the peak RSS "
+               "grows with the partition's size, not with m.", "")
 
 
 if __name__ == "__main__":
