@@ -11,6 +11,9 @@
 * kill -9: a 20,000-client run during which the collector, then the analyzer (as a batch waits for it),
   then the collector again are killed with SIGKILL and restarted, on both databases: reports acknowledged,
   refused and counted.
+* Replicas: three collector processes behind one PostgreSQL database serve one task to 10,000 clients with
+  1,000 in flight spread over them; one replica is killed with SIGKILL once a third of the reports were
+  acknowledged: reports/s, latency percentiles, failovers, and every acknowledged report counted once.
 
 Loopback only: client, collector and analyzer share the machine's two cores.
 """
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from benchfmt import Report, note, ratio, verdict  # noqa: E402
 from pg_server import admin, create_database, postgres_bin_dir, throwaway_postgres  # noqa: E402  (tests/)
-from service_runs import kill_run, load_run  # noqa: E402  (tests/: the slow service tests' runs)
+from service_runs import kill_run, load_run, replica_run  # noqa: E402  (tests/: the service tests' runs)
 
 TARGET_MESSAGES_PER_S = 20_000
 USERS, DOMAIN, EPSILON, DELTA = 20_000, 1_000, 1.0, 1e-6
@@ -96,7 +99,7 @@ def service(report: Report) -> None:
                    f"{verdict(rate >= TARGET_MESSAGES_PER_S)}.", "")
         bin_dir = postgres_bin_dir()
         backends = ["sqlite"] + (["postgresql"] if bin_dir else [])
-        load_rows, kill_rows = [], []
+        load_rows, kill_rows, replica_rows = [], [], []
         with throwaway_postgres(bin_dir) if bin_dir else nullcontext() as server:
             for backend in backends:
                 pg = server if backend == "postgresql" else None
@@ -118,6 +121,16 @@ def service(report: Report) -> None:
                 kill_rows.append([backend, f"{run['acknowledged']:,}", str(run["refused"]), str(run["failed"]),
                                   f"{run['counted_reports']:,}", f"{run['counted_messages']:,}", at])
                 if pg is not None:
+                    note("3 collector replicas on postgresql, 10,000 clients, one killed")
+                    dbs = {"analyzer": f"sqlite:///{folder / 'replicas-analyzer.db'}",
+                           "collector": create_database(pg, "replicas_collector")}
+                    run = replica_run(dbs, folder / "logs", clients=10_000, concurrency=1_000)
+                    replica_rows.append([f"{run['acknowledged']:,} of {run['clients']:,}", str(run["failed"]),
+                                         f"{run['reports_per_second']:,.0f}", f"{run['p50_ms']:,.1f}",
+                                         f"{run['p99_ms']:,.1f}", f"{run['killed_after']:,}", f"{run['failovers']:,}",
+                                         f"{run['counted_reports']:,} in {run['batches']} batch",
+                                         f"{run['counted_messages']:,} / {run['acknowledged_messages']:,}"])
+                    admin(pg, "DROP DATABASE replicas_collector WITH (FORCE)")
                     for name in [f"load{c}" for _, c in LOADS] + ["kill"]:
                         for role in ("collector", "analyzer"):
                             admin(pg, f"DROP DATABASE {name}_{role} WITH (FORCE)")
@@ -132,4 +145,10 @@ def service(report: Report) -> None:
                    "and the clients retrying:", "")
         report.table(["database", "acknowledged", "refused", "failed", "counted reports", "counted messages",
                       "when killed"], kill_rows)
+        if replica_rows:
+            report.add("Three collector replicas on PostgreSQL, 10,000 clients with 1,000 in flight spread over them "
+                       "(each client fails over to the next replica when its own does not answer), one replica "
+                       "killed with SIGKILL once a third were acknowledged:", "")
+            report.table(["acknowledged", "failed", "reports/s", "p50 ms", "p99 ms", "killed after",
+                          "failovers", "counted", "messages counted / acknowledged"], replica_rows)
 

@@ -1,5 +1,6 @@
-"""Runs of both services as real processes: under kill -9, and under load. Shared by the slow service tests
-(tests/service/test_faults.py) and ``make bench`` (benchmarks/service.py), which quotes their figures.
+"""Runs of both services as real processes: under kill -9, under load, and with three collector replicas. Shared by
+the service tests (tests/service/test_faults.py, test_replicas.py) and ``make bench`` (benchmarks/service.py),
+which quotes their figures.
 
 Both runs use the privacy-blanket histogram (one message per user, shuffle model; a batch holds all n
 reports); every value comes from a seeded generator, every client's randomness from the SDK's secure
@@ -19,7 +20,7 @@ import numpy as np
 from privagg.protocols.registry import calibrate
 from privagg.service.client import Client, Report
 from privagg.service.loadgen import prepare_reports, send_reports
-from privagg.service.local import LocalDeployment
+from privagg.service.local import LocalDeployment, ServiceProcess
 
 DOMAIN = 100
 
@@ -125,4 +126,40 @@ def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurre
             "p99_ms": float(np.percentile(ms, 99)), "retries": sent["retries"],
             **{f"{route}_{q}_ms": float(np.percentile(v, p)) if v.size else float("nan")
                for route, v in health.items() for q, p in (("p50", 50), ("p99", 99), ("max", 100))},
+            **_exactly_once(result, reports, outcomes)}
+
+
+def replica_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurrency: int = 1_000) -> dict:
+    """Three collector processes serve one task behind one PostgreSQL database (``dbs["collector"]``), clients
+    spread over them; one replica is killed with SIGKILL once a third of the reports were acknowledged, and its
+    clients go on to the next replica. A surviving replica releases the task's one batch. Reports/s, latency
+    percentiles, failovers, and the exactly-once counts."""
+    with LocalDeployment(dbs, log_dir, {"PRIVAGG_ANALYZER_WORKERS": "2"}) as dep:
+        task = _task(dep, clients)
+        tokens = dep.issue_tokens(task.task_id, clients)
+        first = dep.services["collector"]
+        replicas = [first] + [ServiceProcess("collector", dbs["collector"], log_dir / f"collector{i}.log", dep.env,
+                                             first.args) for i in (1, 2)]
+        for replica in replicas[1:]:
+            replica.start()
+        values = np.random.default_rng(2).integers(0, DOMAIN, clients)
+        reports = prepare_reports(Client(task), values, tokens)
+        killed: list[int] = []
+
+        def acknowledged(count: int) -> None:
+            if count >= clients // 3 and not killed:
+                replicas[1].kill()
+                killed.append(count)
+
+        outcomes, sent = asyncio.run(send_reports([r.url for r in replicas], reports, concurrency, retry_for=300.0,
+                                                  acknowledged=acknowledged))
+        dep.wait_released(task.task_id)
+        result = dep.result(task.task_id, top=DOMAIN)
+        batches = result["collection"]["batches"]
+        replicas[2].stop()
+    ms = np.asarray(sent["latencies"]) * 1000
+    return {"clients": clients, "concurrency": concurrency, "seconds": sent["seconds"],
+            "reports_per_second": outcomes.count("acknowledged") / sent["seconds"],
+            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+            "failovers": sent["failovers"], "killed_after": killed[0] if killed else None, "batches": batches,
             **_exactly_once(result, reports, outcomes)}

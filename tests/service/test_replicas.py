@@ -4,18 +4,16 @@ schema is refused, naming the command that upgrades it."""
 
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.client import Client, SubmitError, submit
 from privagg.service.collector import Collector
-from privagg.service.local import LocalDeployment, ServiceProcess
+from privagg.service.local import ServiceProcess
 from service_deployment import database_at, deploy, users
+from service_runs import replica_run
 
 
 def test_the_quiet_period_is_the_databases_not_one_processs(databases):
@@ -56,52 +54,9 @@ def test_a_second_collector_process_on_one_sqlite_file_is_refused(tmp_path):
 def test_three_replicas_on_postgresql_lose_nothing_when_one_is_killed(postgres_databases, tmp_path):
     """Clients spread over three collector processes; one is killed with SIGKILL mid-collection and its clients
     send the same reports to another; a surviving replica releases the one batch of the shuffle task, holding
-    every user's report once."""
-    n = 1_200
-    dbs = {"analyzer": f"sqlite:///{tmp_path}/analyzer.db", "collector": postgres_databases()}
-    params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=n, domain_size=50)
-    with LocalDeployment(dbs, tmp_path / "logs") as dep:
-        task = dep.create_task(params)
-        tokens = dep.issue_tokens(task.task_id, n)
-        first = dep.services["collector"]
-        replicas = [first] + [ServiceProcess("collector", dbs["collector"], tmp_path / "logs" / f"collector{i}.log",
-                                             dep.env, first.args) for i in (1, 2)]
-        for replica in replicas[1:]:
-            replica.start()
-        client, rng = Client.fetch(dep.url("analyzer"), task.task_id), np.random.default_rng(5)
-        values = rng.integers(0, 50, n)
-        reports = [client.report(int(v), t) for v, t in zip(values, tokens)]
-        sent, lock, failovers = [0], threading.Lock(), [0]
-
-        def send(i: int) -> str:
-            for hop in range(3):  # its replica, then the next, as a device configured with all three would
-                try:
-                    status = submit(replicas[(i + hop) % 3].url, reports[i], attempts=2, backoff=0.05, timeout=10)
-                    break
-                except SubmitError as err:
-                    if err.status is not None:
-                        raise
-                    with lock:
-                        failovers[0] += 1
-            with lock:
-                sent[0] += 1
-                if sent[0] == n // 3:
-                    replicas[1].kill()
-            return status
-
-        with ThreadPoolExecutor(24) as pool:
-            statuses = list(pool.map(send, range(n)))
-        assert statuses.count("stored") + statuses.count("already stored") == n and failovers[0] > 0
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                result = dep.result(task.task_id)
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "no surviving replica released the batch"
-                time.sleep(0.2)
-        for replica in replicas[1:]:
-            replica.stop()
-    assert result["collection"]["reports"] == n and result["collection"]["batches"] == 1
-    assert result["collection"]["duplicates"] == 0 and result["messages"]["total"] == sum(len(r.ciphertexts)
-                                                                                         for r in reports)
+    every user's report once (make bench part 10 runs the same with 10,000 clients)."""
+    run = replica_run({"analyzer": f"sqlite:///{tmp_path}/analyzer.db", "collector": postgres_databases()},
+                      tmp_path / "logs", clients=600, concurrency=24)
+    assert run["killed_after"] == 200 and run["failovers"] > 0 and run["batches"] == 1
+    assert run["acknowledged"] == run["counted_reports"] == 600 and run["refused"] == run["failed"] == 0
+    assert run["counted_messages"] == run["acknowledged_messages"] and run["dropped"] == 0

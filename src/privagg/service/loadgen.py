@@ -46,36 +46,47 @@ def prepare_reports(client: Client, values, tokens: list[str]) -> list[Report]:
     return [client.report(value, token) for value, token in zip(values, tokens)]
 
 
-async def send_reports(collector_url: str, reports: list[Report], concurrency: int = 100,
-                       retry_for: float = 120.0, timeout: float = 60.0) -> tuple[list[str | None], dict]:
+async def send_reports(collector_url: str | list[str], reports: list[Report], concurrency: int = 100,
+                       retry_for: float = 120.0, timeout: float = 60.0,
+                       acknowledged=None) -> tuple[list[str | None], dict]:
     """Send every report; returns each one's outcome ("acknowledged", a refusal reason, or None: failed)
-    and {"latencies": [...], "retries": n, "seconds": s}. (aiohttp: its C parser keeps one process able to
-    drive thousands of connections.)"""
+    and {"latencies": [...], "retries": n, "failovers": n, "seconds": s}. (aiohttp: its C parser keeps one
+    process able to drive thousands of connections.)
+
+    Several collector URLs (replicas of one task): report i goes to URL i mod k first and, when that one does
+    not answer, to the next, as a device configured with all of them would. ``acknowledged(count)``: called
+    after each acknowledgement (a test kills a replica there)."""
     import aiohttp
 
     gate = asyncio.Semaphore(concurrency)
     outcomes: list[str | None] = [None] * len(reports)
     latencies: list[float] = []
-    retries = 0
-    base = collector_url.rstrip("/")
+    retries = failovers = 0
+    bases = [u.rstrip("/") for u in ([collector_url] if isinstance(collector_url, str) else collector_url)]
 
     async def one(i: int, report: Report, http: aiohttp.ClientSession) -> None:
-        nonlocal retries
+        nonlocal retries, failovers
         body = json.dumps(report.to_dict()).encode()
-        url = f"{base}/tasks/{report.task_id}/reports"
+        target = i % len(bases)
         async with gate:
             start = time.perf_counter()
             pause = 0.05
             while True:
                 try:
-                    async with http.post(url, data=body, headers={"content-type": "application/json"}) as answer:
+                    async with http.post(f"{bases[target]}/tasks/{report.task_id}/reports", data=body,
+                                         headers={"content-type": "application/json"}) as answer:
                         if answer.status < 300:
                             outcomes[i] = "acknowledged"
                             latencies.append(time.perf_counter() - start)
+                            if acknowledged is not None:
+                                acknowledged(len(latencies))
                             return
                         if answer.status not in RETRY_STATUSES:
                             outcomes[i] = (await answer.json()).get("error", str(answer.status))
                             return
+                except aiohttp.ClientConnectionError:  # no answer from this collector: the next one
+                    if len(bases) > 1:
+                        target, failovers = (target + 1) % len(bases), failovers + 1
                 except (aiohttp.ClientError, asyncio.TimeoutError):
                     pass
                 if time.perf_counter() - start > retry_for:
@@ -88,7 +99,8 @@ async def send_reports(collector_url: str, reports: list[Report], concurrency: i
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
         await asyncio.gather(*(one(i, r, http) for i, r in enumerate(reports)))
-    return outcomes, {"latencies": latencies, "retries": retries, "seconds": time.perf_counter() - start}
+    return outcomes, {"latencies": latencies, "retries": retries, "failovers": failovers,
+                      "seconds": time.perf_counter() - start}
 
 
 def run_load(collector_url: str, client: Client, values, tokens: list[str], concurrency: int = 100,
