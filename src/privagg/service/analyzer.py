@@ -212,6 +212,20 @@ class AnalyzerService:
         return connection.execute(sa.select(applied_batches.c.batch_id).where(
             applied_batches.c.task_id == task_id, applied_batches.c.batch_id == batch_id)).first() is not None
 
+    def _unapplied(self, task_id: str, batch_id: str) -> tuple[_Loaded, sa.Row] | None:
+        """(the task, its aggregate's batch and report counts so far), or None if this batch was applied (counted
+        as a replay); a 400 for a batch id that is not one."""
+        loaded = self.load(task_id)
+        if not is_hex_id(batch_id):
+            raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
+                          f"{shown(batch_id)}")
+        with storage.reading(self.engine) as c:
+            if self._applied(c, task_id, batch_id):
+                self.batches.labels("replayed").inc()
+                return None
+            return loaded, c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
+                aggregates.c.task_id == task_id)).one()
+
     def read_batch(self, loaded: _Loaded, batch_id: str, blob: bytes) -> tuple[np.ndarray, int]:
         """(the sealed messages as rows of bytes, the reports they came from), or a 400 naming the problem."""
         import pyarrow as pa
@@ -260,17 +274,11 @@ class AnalyzerService:
         (:func:`check_batch_rules`), and it drops and counts every message whose HPKE encapsulated key another
         message of the batch, or of a batch applied before (a local task's), already carried: an honest
         collector forwards none, and counting a user's message twice multiplies his privacy loss."""
-        loaded = self.load(task_id)
+        fresh = self._unapplied(task_id, batch_id)
+        if fresh is None:
+            return "already applied"
+        loaded, before = fresh
         task = loaded.task
-        if not is_hex_id(batch_id):
-            raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
-                          f"{shown(batch_id)}")
-        with storage.reading(self.engine) as c:
-            if self._applied(c, task_id, batch_id):
-                self.batches.labels("replayed").inc()
-                return "already applied"
-            before = c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
-                aggregates.c.task_id == task_id)).one()
         sealed, reports = self.read_batch(loaded, batch_id, blob)
         check_batch_rules(task, before.batches, before.reports, reports, len(sealed))
         start = time.perf_counter()
@@ -295,22 +303,16 @@ class AnalyzerService:
         alone: on the Dask cluster, each partition a task, when one is configured."""
         from . import partitions
 
-        loaded = self.load(task_id)
-        task = loaded.task
         if self.partition_root is None:
             raise Refused(409, "no_partitions", "this analyzer reads no partitioned batches (start it with "
                           "--partition-root, the directory the collector writes them to)")
-        if not is_hex_id(batch_id):
-            raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
-                          f"{shown(batch_id)}")
+        fresh = self._unapplied(task_id, batch_id)
+        if fresh is None:
+            return "already applied"
+        loaded, before = fresh
+        task = loaded.task
         if not task.single_batch:
             raise Refused(400, "malformed_batch", "only a shuffle task's one batch comes in partitions")
-        with storage.reading(self.engine) as c:
-            if self._applied(c, task_id, batch_id):
-                self.batches.labels("replayed").inc()
-                return "already applied"
-            before = c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
-                aggregates.c.task_id == task_id)).one()
         directory = self.partition_root / task_id / batch_id
         size = sealed_size(task)
         try:
