@@ -153,13 +153,13 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
     (folder / "task_id").write_text(task.task_id)
     slices = [items[i:i + USERS_PER_CHUNK] for i in range(0, len(items), USERS_PER_CHUNK)]
     chunks = [str(folder / f"chunk-{i:05d}") for i in range(len(slices))]
-    start = time.perf_counter()
-    with ProcessPoolExecutor(2) as pool:
-        done = list(pool.map(_seal_chunk, [task.to_json()] * len(chunks), slices, range(len(chunks)), chunks))
-    sealing = time.perf_counter() - start
-    count, parts = sum(d[0] for d in done), [decode_aggregate(d[1]) for d in done]
     role = analyzer(task.parameters)
-    plain = role.finalize(role.merge(parts))
+    start, count, total = time.perf_counter(), 0, role.agg_init()
+    with ProcessPoolExecutor(2) as pool:  # each chunk's plaintext aggregate merged as it comes
+        for sent, part in pool.map(_seal_chunk, [task.to_json()] * len(chunks), slices, range(len(chunks)), chunks):
+            count, total = count + sent, role.merge([total, decode_aggregate(part)])
+    sealing = time.perf_counter() - start
+    plain = role.finalize(total)
     released = _child("release", folder, task.to_json(), chunks, count, len(items), budget)
     for c in chunks:
         Path(c).unlink()
