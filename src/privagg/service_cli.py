@@ -289,6 +289,27 @@ def _candidate_lines(path: Path) -> list:
     return [int(line) for line in lines] if all(line.lstrip("-").isdigit() for line in lines) else lines
 
 
+@task_app.command("candidates")
+def task_candidates(task: str = typer.Option(..., "--task", help="The task id (created with --candidates)."),
+                    candidates: Path = typer.Option(..., "--candidates", help="A file of more public items, one a "
+                                                    "line (integers, or text hashed with the parameters' item_key)."),
+                    db: Optional[str] = _DB, kek_file: Optional[Path] = _KEK_FILE) -> None:
+    """Answer more public candidates in a task created with --candidates, also after its messages arrived: the
+    analyzer computes its aggregate again from the messages it kept (the running analyzer answers them at once;
+    POST /tasks/{id}/candidates does the same over HTTP)."""
+    from .service.analyzer import AnalyzerService
+    from .service.config import load_config
+    from .service.keys import KeyEncryptionKey
+    from .service.storage import connect
+
+    with _clean_errors():
+        cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
+        kek = KeyEncryptionKey.load(cfg.kek_file)
+        count = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).add_candidates(
+            task, _candidate_lines(candidates))
+    _say(f"task {task} answers {count:,} candidates")
+
+
 @task_app.command("close")
 def task_close(task: str = typer.Option(..., "--task", help="The task id."), db: Optional[str] = _DB) -> None:
     """Close a task at the collector: no report is taken after, and a shuffle task's reports form its one batch

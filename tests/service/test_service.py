@@ -549,3 +549,39 @@ def test_a_candidates_file_too_long_is_refused_as_it_is_read(tmp_path):
     out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
                                    f"sqlite:///{tmp_path}/a.db", "--candidates", str(tmp_path / "c.txt")])
     assert out.exit_code == 2 and f"candidates must be a file of at most {MAX_CANDIDATES:,} items" in out.output
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_candidates_added_after_the_messages_arrived_are_answered_exactly(databases, tmp_path, partitioned):
+    """A task over 2^40 items keeps the messages it opened (sent whole, or as partitions): candidates added over
+    HTTP after the batch, and then by another analyzer process on the same database (which the first notices),
+    are answered exactly as the analyzer over the plaintext messages with all the candidates as queries."""
+    from privagg.core.messages import MessageBatch
+
+    params = calibrate("fe1", epsilon=2.0, delta=1e-6, n_users=600, domain_size=2**40)
+    d = deploy(databases, params, candidates=[7, 2**39 + 1], partition_root=tmp_path if partitioned else None,
+               budgets=(20_000, 1 << 30))
+    reports, sent = users(d, [7] * 300 + [2**39 + 1] * 200 + [5] * 100, np.random.default_rng(8))
+    d.store(reports)
+    assert d.collector.release_batches() == 1 and bool(d.delivered) != partitioned
+    assert sorted(e["item"] for e in d.result()["estimates"]) == [7, 2**39 + 1]
+    path = f"/tasks/{d.task.task_id}/candidates"
+    assert d.A.post(path, json={"candidates": [5, 123, 7]}).json() == {"candidates": 4}
+    other = AnalyzerService(storage.connect(databases["analyzer"], "analyzer", kek=d.analyzer.kek), kek=d.analyzer.kek)
+    assert other.add_candidates(d.task.task_id, [2**40 - 1]) == 5  # another process: the first reloads the task
+    other.engine.dispose()
+    codes = np.array([5, 7, 123, 2**39 + 1, 2**40 - 1])
+    analyzer = make_analyzer(params, codes)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
+    got = {e["item"]: e["estimate"] for e in d.result()["estimates"]}
+    assert got == dict(zip(codes.tolist(), direct.estimates.tolist()))
+    for body, detail in (({"candidates": [2**40]}, "candidates"), ({"candidates": []}, "non-empty list"),
+                         ({"items": [1]}, "must be {")):
+        answer = d.A.post(path, json=body)
+        assert answer.status_code == 400 and detail in answer.json()["detail"], answer.text
+    whole = d.analyzer.create_task(calibrate("fe1", epsilon=2.0, delta=1e-6, n_users=600, domain_size=20))
+    answer = d.A.post(f"/tasks/{whole.task_id}/candidates", json={"candidates": [1]})
+    assert answer.status_code == 400 and "created with candidates" in answer.json()["detail"]
+    assert d.A.post(f"/tasks/{'0' * 32}/candidates", json={"candidates": [1]}).status_code == 404
+    for e in (d.analyzer.engine, d.collector.engine):
+        e.dispose()

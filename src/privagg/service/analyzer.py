@@ -19,7 +19,8 @@ only the batch's address, and the analyzer reads the partitions from under its o
 
 Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batch_id}`` and
 ``.../{batch_id}/partitioned`` (the collector),
-``GET /tasks/{task_id}/result?top=K``, ``GET /tasks`` (the task list), ``GET /console`` and
+``GET /tasks/{task_id}/result?top=K``, ``POST /tasks/{task_id}/candidates`` (more public candidates for a task
+created with them: :meth:`AnalyzerService.add_candidates`), ``GET /tasks`` (the task list), ``GET /console`` and
 ``/console/tasks/{task_id}`` (the operator console: :mod:`privagg.service.console`), ``/healthz``, ``/readyz``,
 ``/metrics``.
 """
@@ -51,9 +52,10 @@ from .aggregate_codec import decode_aggregate, encode_aggregate
 from .collector import BATCH_MEDIA_TYPE
 from .console import task_page, tasks_page
 from .keys import KeyEncryptionKey
-from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations
-from .tasks import SERVED, Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages, sealed_size
-from .web import Health, Limits, Refused, add_operations, log_event, make_app, read_body, shown
+from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages
+from .tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages,
+                    packed_records, sealed_size, unpacked_records)
+from .web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 from .workers import BatchWorkers
 
 log = logging.getLogger("privagg.analyzer")
@@ -65,6 +67,7 @@ SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from i
 
 MAX_REPORTS = 2**31 - 1  # reports one task may count (its stored counter)
 MAX_CANDIDATES = 1_000_000  # public items one task answers
+MAX_CANDIDATE_BYTES = 64 << 20  # the body of a request adding candidates
 
 
 def check_batch_rules(task: Task, batches: int, counted: int, reports: int, messages: int) -> None:
@@ -106,6 +109,7 @@ class _Loaded:
     analysis: object  # pipelines.Analysis: the whole domain, or the task's public candidates
     analyzer: object
     encoder: object  # names the candidates in the result (ItemEncoder)
+    candidates: str | None  # the task's candidates as stored (JSON): loaded again when they change
 
 
 class AnalyzerService:
@@ -186,9 +190,20 @@ class AnalyzerService:
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol)
         return task
 
+    def _candidates_now(self, connection, task_id: str) -> str | None:
+        return connection.execute(sa.select(analyzer_tasks.c.candidates).where(
+            analyzer_tasks.c.task_id == task_id)).scalar()
+
     def load(self, task_id: str) -> _Loaded:
+        """The task, its key opened and its analysis made, cached; a candidates task's again once its candidates
+        changed (:meth:`add_candidates`, maybe by another process)."""
         from ..pipelines import Analysis
 
+        cached = self._tasks.get(task_id)
+        if cached is not None and cached.candidates is not None:
+            with storage.reading(self.engine) as c:
+                if self._candidates_now(c, task_id) != cached.candidates:
+                    del self._tasks[task_id]
         if task_id not in self._tasks:
             if not is_hex_id(task_id):
                 raise Refused(404, "unknown_task", f"task_id must be 32 lowercase hexadecimal characters, got "
@@ -204,8 +219,44 @@ class AnalyzerService:
                                                                                       json.loads(row.candidates))
             analysis = Analysis.of(task.parameters, codes)
             self._tasks[task_id] = _Loaded(task, self.kek.open(row.sealed_key, task_id), analysis,
-                                           analysis.analyzer(), encoder)
+                                           analysis.analyzer(), encoder, row.candidates)
         return self._tasks[task_id]
+
+    def add_candidates(self, task_id: str, items: list) -> int:
+        """Answer more public candidates in a task created with candidates: ``items`` (integers of the domain, or
+        strings hashed with the parameters' ``item_key``) join the task's list, and its aggregate is computed again
+        from the messages it kept, exactly as if they had been given at creation. Returns how many candidates the
+        task answers now. A ParameterError names ``candidates`` for a task without them, an item outside the
+        domain, or a list that would grow past MAX_CANDIDATES."""
+        from ..pipelines import Analysis
+
+        loaded = self.load(task_id)
+        if loaded.encoder is None:
+            raise ParameterError("candidates", "added to a task created with candidates (it keeps the messages it "
+                                 "opened to answer later ones)", f"task {task_id}, which estimates its whole domain")
+        if not isinstance(items, list) or not items:
+            raise ParameterError("candidates", "a non-empty list of items", type(items).__name__)
+        parameters = loaded.task.parameters
+        with self._lock, self.engine.begin() as c:
+            row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
+            known = json.loads(self._candidates_now(c, task_id))
+            seen = set(known)
+            merged = known + [item for item in dict.fromkeys(items) if item not in seen]
+            codes = _candidates(parameters, merged)[0]
+            analyzer = Analysis.of(parameters, codes).analyzer()
+            total = analyzer.agg_init()
+            kept = c.execute(sa.select(opened_messages.c.records).join(applied_batches, sa.and_(
+                applied_batches.c.task_id == opened_messages.c.task_id,
+                applied_batches.c.batch_id == opened_messages.c.batch_id)).where(opened_messages.c.task_id == task_id))
+            for (records,) in kept:
+                total = analyzer.agg_update(total, unpacked_records(parameters, records))
+            c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
+                aggregate=encode_aggregate(total)))
+            c.execute(sa.update(analyzer_tasks).where(analyzer_tasks.c.task_id == task_id).values(
+                candidates=json.dumps(merged)))
+            self._tasks.pop(task_id, None)  # loaded again with the new candidates
+        log_event(log, "candidates added", task=task_id, candidates=len(codes), batches=row.batches)
+        return len(codes)
 
     # ---- batches -------------------------------------------------------------------------------------------
     def _applied(self, connection, task_id: str, batch_id: str) -> bool:
@@ -292,8 +343,9 @@ class AnalyzerService:
         messages, unopened = self.open_batch(loaded, sealed[list(keep)])
         analyzer = loaded.analyzer
         part = analyzer.agg_update(analyzer.agg_init(), messages)
+        kept = [self._kept(loaded, batch_id, 0, messages)] if loaded.encoder is not None else []
         return self._commit(loaded, batch_id, part, reports, len(sealed), len(messages), unopened, duplicates,
-                            digests, start)
+                            digests, start, kept)
 
     def apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
         """Fold a batch released as Arrow partitions (:mod:`privagg.service.partitions`) into the task's aggregate,
@@ -325,30 +377,51 @@ class AnalyzerService:
             check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])
             start = time.perf_counter()
             dropped = partitions.duplicate_rows(directory, manifest, lambda sealed: encapsulation_digests(task, sealed))
-            analyzer, count = loaded.analyzer, len(manifest["partitions"])
+            analyzer, count, keep = loaded.analyzer, len(manifest["partitions"]), loaded.encoder is not None
             if self.executor is not None and hasattr(self.executor, "gather"):  # Dask: a task per partition
+                from dask.distributed import as_completed
+
                 futures = [self.executor.submit(aggregate_partition, directory, manifest, j, task, loaded.private_key,
-                                                analyzer, dropped.get(j)) for j in range(count)]
-                parts = self.executor.gather(futures)
+                                                analyzer, dropped.get(j), keep) for j in range(count)]
+                done = (future.result() for future in as_completed(futures))
             else:
-                parts = [self._aggregate_partition(loaded, directory, manifest, j, dropped.get(j))
-                         for j in range(count)]
+                done = (self._aggregate_partition(loaded, directory, manifest, j, dropped.get(j)) for j in range(count))
+            if keep:  # a candidates task keeps each partition's messages, under the batch id it is not yet applied as
+                with self.engine.begin() as c:
+                    c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == task_id,
+                                                               opened_messages.c.batch_id == batch_id))
+            part, opened, unopened = analyzer.agg_init(), 0, 0
+            for j, (aggregate, count_opened, count_unopened, records) in enumerate(done):
+                part, opened, unopened = analyzer.merge([part, aggregate]), opened + count_opened, \
+                    unopened + count_unopened
+                if keep:
+                    with self.engine.begin() as c:
+                        c.execute(sa.insert(opened_messages).values(task_id=task_id, batch_id=batch_id, part=j,
+                                                                    records=records))
         except partitions.PartitionError as err:
             raise Refused(400, "malformed_batch", str(err)) from None
-        part = analyzer.merge([p[0] for p in parts])
         duplicates = sum(len(rows) for rows in dropped.values())
-        return self._commit(loaded, batch_id, part, manifest["reports"], manifest["messages"],
-                            sum(p[1] for p in parts), sum(p[2] for p in parts), duplicates, [], start)
+        return self._commit(loaded, batch_id, part, manifest["reports"], manifest["messages"], opened, unopened,
+                            duplicates, [], start)
 
     def _aggregate_partition(self, loaded: _Loaded, directory, manifest: dict, index: int, dropped) -> tuple:
-        """(partition ``index``'s aggregate, its messages opened, unopened), opened on this analyzer's workers."""
+        """(partition ``index``'s aggregate, its messages opened, unopened, their packed rows if a candidates task
+        keeps them), opened on this analyzer's workers."""
         messages, unopened = self.open_batch(loaded, _partition_rows(directory, manifest, index, dropped))
-        return loaded.analyzer.agg_update(loaded.analyzer.agg_init(), messages), len(messages), unopened
+        records = packed_records(loaded.task.parameters, messages).tobytes() if loaded.encoder is not None else None
+        return loaded.analyzer.agg_update(loaded.analyzer.agg_init(), messages), len(messages), unopened, records
+
+    @staticmethod
+    def _kept(loaded: _Loaded, batch_id: str, part: int, messages: MessageBatch) -> dict:
+        """The row that keeps a candidates task's opened ``messages`` (:meth:`add_candidates` reads them)."""
+        return {"task_id": loaded.task.task_id, "batch_id": batch_id, "part": part,
+                "records": packed_records(loaded.task.parameters, messages).tobytes()}
 
     def _commit(self, loaded: _Loaded, batch_id: str, part, reports: int, messages: int, opened: int, unopened: int,
-                duplicates: int, digests: list[bytes], start: float) -> str:
-        """Fold ``part`` (the batch's aggregate) into the task's and record the batch as applied, in one
-        transaction, checking the batch rules again (another batch may have come meanwhile)."""
+                duplicates: int, digests: list[bytes], start: float, kept: list[dict] = ()) -> str:
+        """Fold ``part`` (the batch's aggregate) into the task's and record the batch as applied, with the ``kept``
+        rows of opened messages, in one transaction, checking the batch rules again (another batch may have come
+        meanwhile)."""
         task, analyzer, task_id = loaded.task, loaded.analyzer, loaded.task.task_id
         counted = 0 if duplicates == messages else reports  # all applied before: the batch adds no report
         try:
@@ -358,11 +431,18 @@ class AnalyzerService:
                     return "already applied"
                 row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
                 check_batch_rules(task, row.batches, row.reports, reports, messages)  # another batch came meanwhile
+                if loaded.candidates is not None and self._candidates_now(c, task_id) != loaded.candidates:
+                    raise Refused(503, "unavailable", "the task's candidates changed while this batch was opened; "
+                                  "send it again")
                 total = analyzer.merge([decode_aggregate(row.aggregate), part])
                 c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
                     aggregate=encode_aggregate(total), batches=row.batches + 1, reports=row.reports + counted,
                     unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates))
                 c.execute(sa.insert(applied_batches).values(task_id=task_id, batch_id=batch_id))
+                if kept:
+                    c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == task_id,
+                                                               opened_messages.c.batch_id == batch_id))
+                    c.execute(sa.insert(opened_messages), list(kept))
                 if not task.single_batch and digests:  # a digest applied meanwhile fails the primary key
                     c.execute(sa.insert(applied_encapsulations), [{"task_id": task_id, "digest": d} for d in digests])
         except sa.exc.IntegrityError:
@@ -509,6 +589,18 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
                 "followed by the collector token")
         return {"status": await run_in_threadpool(service.apply_partitioned_batch, task_id, batch_id)}
 
+    @app.post("/tasks/{task_id}/candidates")
+    async def candidates(task_id: str, request: Request) -> dict:
+        owner(request)
+        data = json_object(await read_body(request, MAX_CANDIDATE_BYTES, "application/json"), "the candidates")
+        if set(data) != {"candidates"}:
+            raise Refused(400, "malformed", "the body must be {\"candidates\": [items]}")
+        try:
+            count = await run_in_threadpool(service.add_candidates, task_id, data["candidates"])
+        except ParameterError as err:
+            raise Refused(400, "bad_candidates", str(err)) from None
+        return {"candidates": count}
+
     @app.get("/tasks/{task_id}/result")
     async def result(task_id: str, request: Request, top: int = 10) -> dict:
         owner(request)
@@ -528,10 +620,12 @@ def _partition_rows(directory, manifest: dict, index: int, dropped) -> np.ndarra
 
 
 def aggregate_partition(directory, manifest: dict, index: int, task: Task, private_key: bytes, analyzer,
-                        dropped) -> tuple:
-    """What a Dask worker does with one partition: (its aggregate, messages opened, unopened)."""
+                        dropped, keep: bool) -> tuple:
+    """What a Dask worker does with one partition: (its aggregate, messages opened, unopened, their packed rows if
+    ``keep``)."""
     opened = open_messages(task, private_key, _partition_rows(directory, manifest, index, dropped))
-    return analyzer.agg_update(analyzer.agg_init(), opened.messages), len(opened.messages), opened.unopened
+    records = packed_records(task.parameters, opened.messages).tobytes() if keep else None
+    return analyzer.agg_update(analyzer.agg_init(), opened.messages), len(opened.messages), opened.unopened, records
 
 
 def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:

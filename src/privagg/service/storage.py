@@ -20,6 +20,8 @@ Analyzer: its tasks with their HPKE private keys (sealed under a key-encryption 
 read without pickle: :mod:`privagg.service.aggregate_codec`), the
 ids of the batches it has applied (a replayed batch is applied once), and for a local task (several
 batches) the encapsulation digests of the messages applied (a message repeated in a later batch is dropped).
+A task with public candidates (a frequency task over a huge domain) also keeps the messages it opened, so that
+candidates added later are answered: they are the shuffled multiset the release is computed from, no more.
 
 SQLite (the default, a file beside the service) runs in WAL mode with ``synchronous=FULL``: a committed
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
@@ -116,6 +118,13 @@ applied_batches = sa.Table(
     "applied_batches", metadata["analyzer"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("batch_id", sa.String(32), primary_key=True),
+)
+opened_messages = sa.Table(  # a candidates task's opened messages (the layout's packed rows), per batch and part,
+    "opened_messages", metadata["analyzer"],  # so that candidates added later are answered (analyzer.add_candidates)
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("batch_id", sa.String(32), primary_key=True),
+    sa.Column("part", sa.Integer, primary_key=True),
+    sa.Column("records", sa.LargeBinary, nullable=False),
 )
 applied_encapsulations = sa.Table(  # a local task's applied messages, so no later batch repeats one
     "applied_encapsulations", metadata["analyzer"],

@@ -232,14 +232,26 @@ def encapsulation_digests(task: Task, sealed) -> list[bytes]:
     return [hashlib.sha256(bytes(row[:size])).digest() for row in sealed]
 
 
-def seal_messages(task: Task, messages: MessageBatch) -> list[bytes]:
-    """Each message (a layout row, packed) sealed separately to the task's analyzer key."""
-    layout = task.parameters.layout
+def packed_records(parameters, messages: MessageBatch) -> np.ndarray:
+    """The messages as the layout's packed little-endian rows (what a client seals; what the analyzer keeps of a
+    candidates task, :func:`unpacked_records` reads them back)."""
+    layout = parameters.layout
     records = np.empty(len(messages), dtype=layout.record_dtype.newbyteorder("<"))
     for name in layout.names:
         records[name] = messages[name]
+    return records
+
+
+def unpacked_records(parameters, raw: bytes) -> MessageBatch:
+    """The messages whose packed rows are ``raw`` (:func:`packed_records`)."""
+    dtype = parameters.layout.record_dtype.newbyteorder("<")
+    return MessageBatch.from_records(np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("=")))
+
+
+def seal_messages(task: Task, messages: MessageBatch) -> list[bytes]:
+    """Each message (a layout row, packed) sealed separately to the task's analyzer key."""
     key, suite, info = _public_key(task.kem, task.public_key), _suite(task.kem), task.info
-    return [suite.encrypt(row.tobytes(), key, info=info) for row in records]
+    return [suite.encrypt(row.tobytes(), key, info=info) for row in packed_records(task.parameters, messages)]
 
 
 @dataclass
@@ -266,5 +278,4 @@ def open_messages(task: Task, private_key: bytes, ciphertexts) -> OpenedBatch:
             unopened += 1
             continue
         rows.append(plain)
-    records = np.frombuffer(b"".join(rows), dtype=dtype).astype(dtype.newbyteorder("="))
-    return OpenedBatch(MessageBatch.from_records(records), unopened)
+    return OpenedBatch(unpacked_records(task.parameters, b"".join(rows)), unopened)
