@@ -9,9 +9,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 from scipy.stats import chi2_contingency, chisquare
 
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate
+from privagg.service import storage
 from privagg.service.partitions import (MANIFEST, WORKING_COPIES, PartitionError, duplicate_rows, largest_partition,
                                         partition_count, read_manifest, read_partition, write_partitions)
 from service_deployment import AUTH, deploy, users
@@ -202,3 +204,25 @@ def test_partitions_are_aggregated_on_a_dask_cluster_as_in_one_process(tmp_path)
     expected = whole.result(task.task_id)
     for result in results:
         assert result["estimates"] == expected["estimates"] and result["collection"] == expected["collection"]
+
+
+def test_a_partial_write_is_redone_and_a_batch_applied_once(databases, tmp_path):
+    """A collector killed while it wrote the partitions leaves files but no manifest (written last): the next try
+    writes the batch again from the database. The analyzer applies the batch once, however often it is told."""
+    n = 600
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(50_000, 1 << 30))
+    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(9))
+    d.store(reports)
+    d.collector.form_batches()
+    with d.collector.engine.connect() as c:
+        (batch,) = c.execute(sa.select(storage.batches.c.batch_id)).scalars().all()
+    partial = tmp_path / d.task.task_id / batch
+    partial.mkdir(parents=True)
+    (partial / "partition-00000.arrow").write_bytes(b"half a file")
+    (partial / "spill-00001").write_bytes(b"\0" * 60)
+    assert d.collector.release_batches() == 1
+    assert d.result()["collection"]["reports"] == n and not partial.exists()
+    answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch}/partitioned", headers=AUTH)
+    assert answer.status_code == 200 and answer.json() == {"status": "already applied"}
+    assert d.result()["collection"]["batches"] == 1
