@@ -200,7 +200,17 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                             "fewest users a release may be over (default n: no "
                                                             "dropout)."),
                 second_db: Optional[str] = typer.Option(None, "--second-db", help="tss: S2's database (--db is "
-                                                        "S1's): the task is made on both."),
+                                                        "S1's): the task is made on both (one operator)."),
+                only_second: bool = typer.Option(False, "--s2", help="tss, S2's operator: make S2's task alone in "
+                                                 "--db, print its public JSON, and write its relay token to "
+                                                 "--relay-token-file for S1's operator."),
+                second_task: Optional[Path] = typer.Option(None, "--second-task", help="tss, S1's operator: S2's "
+                                                           "public task (the JSON --s2 printed); with "
+                                                           "--relay-token-file and --second-url."),
+                relay_token_file: Optional[Path] = typer.Option(None, "--relay-token-file", help="tss across two "
+                                                                "operators: the file S2's relay token is written "
+                                                                "to (--s2, a new file, mode 0600) or read from "
+                                                                "(--second-task)."),
                 second_url: Optional[str] = typer.Option(None, "--second-url", help="tss: where S1 hands the "
                                                          "helpers' sums over to S2."),
                 kek_file: Optional[Path] = _KEK_FILE,
@@ -222,18 +232,36 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         except OSError as e:
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
         if parameters.model == "two_servers":
+            from .service.keys import KeyEncryptionKey
             from .service.two_servers import FirstService, SecondService, create_tasks
 
-            if second_db is None or second_url is None:
-                raise ParameterError("second-db/second-url", "both given for tss: S2's database and URL",
-                                     f"{second_db}, {second_url}")
-            from .service.keys import KeyEncryptionKey
-
-            first = FirstService(connect(load_config("s1", db=db).db, "s1"))
-            cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
-            kek = KeyEncryptionKey.load(cfg.kek_file)
-            second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
-            tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
+            if only_second:  # S2's operator: S2's task, its public JSON out, the relay token to a private file
+                if relay_token_file is None:
+                    raise ParameterError("relay-token-file", "given with --s2: the new file S2's relay token is "
+                                         "written to, for S1's operator", None)
+                cfg = load_config("s2", db=db, kek_file=None if kek_file is None else str(kek_file))
+                kek = KeyEncryptionKey.load(cfg.kek_file)
+                second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(parameters,
+                                                                                                   min_survivors)
+                _write_private(relay_token_file, token + "\n")
+                print(json.dumps(second.to_dict()) if as_json else second.task_id)
+                return
+            if second_task is not None:  # S1's operator: S2's public task and relay token, from S2's operator
+                if second_url is None:
+                    raise ParameterError("second-url", "given with --second-task: where S1 hands over to S2", None)
+                second, token = _second_task(second_task, parameters), _relay_token(relay_token_file)
+                first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                tss = first.create_task(parameters, second, second_url, token, round_seconds)
+            else:
+                if second_db is None or second_url is None:
+                    raise ParameterError("second-db/second-url", "both given for tss from one operator (S2's "
+                                         "database and URL), or --s2 and then --second-task across two",
+                                         f"{second_db}, {second_url}")
+                first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
+                kek = KeyEncryptionKey.load(cfg.kek_file)
+                second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
+                tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
             if as_json:
                 print(json.dumps(tss.to_dict()))
             else:
@@ -269,6 +297,42 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users}, "
              f"min batch {task.min_batch_size} reports, {task.kem} key id {task.key_id}")
         print(task.task_id)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused)."""
+    import os
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as err:
+        raise ParameterError("relay-token-file", "a new file in a writable folder", f"{path} ({err.strerror})") from None
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _second_task(path: Path, parameters):
+    """S2's public task from the JSON file S2's operator gave, checked: its parameters must be these."""
+    from .service.round_tasks import SecondTask
+
+    try:
+        second = SecondTask.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ParameterError("second-task", "S2's public task, as privagg task create --s2 --json prints it",
+                             f"{path} ({type(err).__name__})") from None
+    if second.parameters.to_dict() != parameters.to_dict():
+        raise ParameterError("second-task", "S2's task for the same parameters as --params", f"{path}: other ones")
+    return second
+
+
+def _relay_token(path: Path | None) -> str:
+    if path is None:
+        raise ParameterError("relay-token-file", "given with --second-task: the file with S2's relay token", None)
+    try:
+        return path.read_text().strip()
+    except OSError as err:
+        raise ParameterError("relay-token-file", "a readable file with S2's relay token",
+                             f"{path} ({err.strerror})") from None
 
 
 def _candidate_lines(path: Path) -> list:

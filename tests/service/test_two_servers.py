@@ -528,3 +528,49 @@ def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
     assert {e["item"]: round(e["estimate"] * rate) for e in result["estimates"]} == dict(enumerate(truth.tolist()))
     assert result["dropouts"]["helpers_without_sum"] == 1 and result["dropouts"]["recovered_items"]
     assert result["dropouts"]["survivors"] == len(survivors) and result["dropouts"]["round1_senders"] == N_USERS - 1
+
+
+def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, monkeypatch):
+    """S2's operator makes S2's task alone (its relay token to a new 0600 file), S1's operator makes S1's from S2's
+    public JSON and that token: S1's task names S2's, and S2 takes S1's hand-over with the token. Wrong
+    parameters, a missing token file, an existing token file are refused, naming the option."""
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    params = calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1, report_fraction=0.5)
+    (tmp_path / "p.json").write_text(json.dumps(params.to_dict()))
+    kek = KeyEncryptionKey.generate()
+    monkeypatch.setenv("PRIVAGG_KEK", kek.export())
+    run = CliRunner().invoke
+    token = tmp_path / "relay.token"
+    s2 = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
+                   "--s2", "--relay-token-file", str(token), "--json"])
+    assert s2.exit_code == 0, s2.output
+    second = json.loads(s2.stdout)
+    assert (token.stat().st_mode & 0o777) == 0o600 and len(token.read_text().strip()) >= 16
+    (tmp_path / "s2.json").write_text(s2.stdout)
+    again = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
+                      "--s2", "--relay-token-file", str(token)])
+    assert again.exit_code == 2 and "relay-token-file must be a new file" in again.output
+    s1_args = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s1.db",
+               "--second-task", str(tmp_path / "s2.json"), "--second-url", "http://127.0.0.1:8084"]
+    missing = run(app, s1_args)
+    assert missing.exit_code == 2 and "relay-token-file must be given with --second-task" in missing.output
+    other = calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1, report_fraction=0.25)
+    (tmp_path / "q.json").write_text(json.dumps(other.to_dict()))
+    wrong = run(app, [*s1_args[:3], str(tmp_path / "q.json"), *s1_args[4:], "--relay-token-file", str(token)])
+    assert wrong.exit_code == 2 and "second-task must be S2's task for the same parameters" in wrong.output
+    s1 = run(app, [*s1_args, "--relay-token-file", str(token), "--json"])
+    assert s1.exit_code == 0, s1.output
+    first = json.loads(s1.stdout)
+    assert first["second_task_id"] == second["task_id"] and first["second_public_key"] == second["public_key"]
+    engine = storage.connect(f"sqlite:///{tmp_path}/s2.db", "s2", kek=kek)
+    service = SecondService(engine, kek=kek)
+    with pytest.raises(Refused) as refused:  # S2 checks the relay token S1 will show with its hand-over
+        service.receive(second["task_id"], "Bearer not-the-token", b"{}")
+    assert refused.value.status == 401
+    with pytest.raises(Refused) as refused:  # the token S1's operator holds passes; the empty hand-over does not
+        service.receive(second["task_id"], f"Bearer {token.read_text().strip()}", b"{}")
+    assert refused.value.status == 400
+    engine.dispose()
