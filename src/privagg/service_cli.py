@@ -53,6 +53,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
           analyzer: Optional[str] = typer.Option(None, "--analyzer", help="Collector: the analyzer's URL."),
           analyzer_ca: Optional[Path] = typer.Option(None, "--analyzer-ca", help="Collector: CA file for the "
                                                                                  "analyzer's certificate."),
+          second_ca: Optional[Path] = typer.Option(None, "--second-ca", help="S1: CA file for S2's certificate "
+                                                                             "(TSS hand-overs)."),
           workers: Optional[int] = typer.Option(None, "--workers", help="Analyzer: processes that open messages "
                                                                         "(default one per core)."),
           dask_scheduler: Optional[str] = typer.Option(None, "--dask-scheduler", help="Analyzer: open messages on "
@@ -82,7 +84,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
         cfg = load_config(role.value, config, db=db, host=host, port=port,
                           tls_cert=None if tls_cert is None else str(tls_cert),
                           tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
-                          analyzer_ca=None if analyzer_ca is None else str(analyzer_ca), workers=workers,
+                          analyzer_ca=None if analyzer_ca is None else str(analyzer_ca),
+                          second_ca=None if second_ca is None else str(second_ca), workers=workers,
                           dask_scheduler=dask_scheduler, batch_interval=batch_interval,
                           partition_root=None if partition_root is None else str(partition_root),
                           memory_budget=memory_budget, kek_file=None if kek_file is None else str(kek_file))
@@ -109,7 +112,8 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
             elif cfg.role == "s1":
                 from .service.two_servers import create_first_app, open_first_server
 
-                app = create_first_app(open_first_server(cfg.db), cfg.max_body_bytes, **options)
+                app = create_first_app(open_first_server(cfg.db, second_ca=cfg.second_ca), cfg.max_body_bytes,
+                                       **options)
             elif cfg.role == "s2":
                 from .service.keys import KeyEncryptionKey
                 from .service.two_servers import create_second_app, open_second_server

@@ -8,6 +8,7 @@ import resource
 
 import pytest
 
+from service_deployment import self_signed
 from service_runs import kill_run, load_run
 
 pytestmark = pytest.mark.slow
@@ -56,32 +57,6 @@ def test_demo_service_runs_the_bundled_words_through_both_services(tmp_path):
     # is test_service.py's, which finds the service's aggregate equal to the plaintext messages' exactly)
 
 
-def _self_signed(folder):
-    """A certificate for 127.0.0.1 and its key (PEM files): the test's own CA."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 def test_both_services_over_tls(tmp_path, monkeypatch):
     import subprocess
     import sys
@@ -90,7 +65,7 @@ def test_both_services_over_tls(tmp_path, monkeypatch):
     from privagg.service.client import Client, submit
     from privagg.service.local import LocalDeployment, free_port, wait_ready
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the SDK checks the services' certificate against it
     dep = LocalDeployment({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("analyzer", "collector")}, tmp_path)
     task = dep.create_task(calibrate("grr", epsilon=1.0, n_users=10, domain_size=4), min_batch_size=1)

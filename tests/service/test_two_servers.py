@@ -574,3 +574,30 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
         service.receive(second["task_id"], f"Bearer {token.read_text().strip()}", b"{}")
     assert refused.value.status == 400
     engine.dispose()
+
+
+def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
+    """S2 serves over TLS; S1's hand-over reaches it when S1 checks S2's certificate against the CA it was given
+    (--second-ca), and is refused before any byte is sent when the CA is another."""
+    from privagg.service.local import ServiceProcess
+    from privagg.service.two_servers import post_handover
+    from service_deployment import self_signed
+
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    cert, key = self_signed(tmp_path / "ours")
+    other, _ = self_signed(tmp_path / "theirs")
+    kek = KeyEncryptionKey.generate()
+    monkeypatch.setenv("PRIVAGG_KEK", kek.export())
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # for the test's own readiness check
+    db = f"sqlite:///{tmp_path}/s2.db"
+    engine = storage.connect(db, "s2", kek=kek)
+    task, token = SecondService(engine, kek=kek).create_task(calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1,
+                                                                            report_fraction=0.5))
+    engine.dispose()
+    with ServiceProcess("s2", db, tmp_path / "s2.log", None, ("--tls-cert", str(cert), "--tls-key", str(key))) as s2:
+        with pytest.raises(urllib.error.HTTPError) as reached:  # TLS checked, then S2 read the (empty) hand-over
+            post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(cert))
+        assert reached.value.code == 400
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(other))

@@ -51,6 +51,7 @@ class ServiceConfig:
     tls_key: str | None = None
     analyzer_url: str | None = None  # the collector's analyzer
     analyzer_ca: str | None = None  # the CA file the collector checks the analyzer's TLS certificate with
+    second_ca: str | None = None  # the CA file S1 checks S2's TLS certificate with, handing over (TSS)
     collector_token: str | None = None  # the secret the collector shows the analyzer with each batch (both roles)
     workers: int | None = None  # the analyzer's decryption processes (default: one per core)
     dask_scheduler: str | None = None  # the analyzer opens messages on this Dask cluster instead
@@ -76,7 +77,7 @@ class ServiceConfig:
             raise ParameterError("role", f"one of {', '.join(ROLES)}", self.role)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ParameterError("tls_cert/tls_key", "given together", f"{self.tls_cert}, {self.tls_key}")
-        for name in ("db", "host") + tuple(n for n in ("tls_cert", "tls_key", "analyzer_url", "analyzer_ca",
+        for name in ("db", "host") + tuple(n for n in ("tls_cert", "tls_key", "analyzer_url", "analyzer_ca", "second_ca",
                                                       "dask_scheduler", "kek_file", "result_token",
                                                       "partition_root")
                                                       if getattr(self, n) is not None):

@@ -62,7 +62,7 @@ class ServiceProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if '--tls-cert' in self.args else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)

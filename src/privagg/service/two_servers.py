@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -129,12 +130,17 @@ s2_tasks = sa.Table(
 )
 
 
-def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0) -> None:
+def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0,
+                  ca_file: str | None = None) -> None:
     """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token; an HTTP error or
-    no answer raises (the ticker sends it again)."""
+    no answer raises (the ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or
+    the system's CAs."""
+    import ssl
+
     request = urllib.request.Request(f"{url.rstrip('/')}/tasks/{task_id}/handover", data=body, method="POST",
                                      headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
+    context = None if ca_file is None else ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
         answer.read()
 
 
@@ -643,8 +649,12 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
     return app
 
 
-def open_first_server(db_url: str, registry: CollectorRegistry | None = None) -> FirstService:
-    return FirstService(storage.connect(db_url, "s1"), registry)
+def open_first_server(db_url: str, registry: CollectorRegistry | None = None,
+                      second_ca: str | None = None) -> FirstService:
+    """S1 over the database at ``db_url``; its hand-overs check S2's TLS certificate against ``second_ca`` (or the
+    system's CAs)."""
+    return FirstService(storage.connect(db_url, "s1"), registry,
+                        send=functools.partial(post_handover, ca_file=second_ca))
 
 
 def open_second_server(db_url: str, registry: CollectorRegistry | None = None, *,
