@@ -22,7 +22,7 @@ from privagg.service.round_tasks import KEM
 from privagg.service.sharing import SharingService, create_app
 from privagg.service.sharing_client import SharingClient
 from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds, traffic
-from privagg.service.storage import connect, relayed_shares, round_messages
+from privagg.service.storage import connect, relayed_shares, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
 
 N, DOMAIN = 12, 3
@@ -310,3 +310,44 @@ def test_the_users_sdks_import_no_server():
     code = ("import sys, privagg.service.sharing_client, privagg.service.two_servers_client; print(sorted(m for m in "
             "('fastapi', 'sqlalchemy', 'starlette', 'uvicorn', 'prometheus_client', 'alembic') if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_a_task_too_large_to_serve_is_refused_naming_its_cost(tmp_path):
+    """A newcomer's dpds task for 50,000 users: refused at creation with what it would cost, before any table."""
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    p = ss.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
+    (tmp_path / "p.json").write_text(json.dumps(p.to_dict()))
+    out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
+                                   f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000"])
+    assert out.exit_code == 2 and "n_users must be at most 10,000 for a served DPDS or DPDG task" in out.output
+    assert "2,499,950,000 sealed backups" in out.output
+
+
+def test_an_enrollment_flood_spends_nothing_and_leaves_the_roster_open(server):
+    """300 enrollments with made-up tokens, and 20 that replay one real token with other keys: all refused, the
+    roster holds only the real one, and the other users still enroll."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    service, http, _ = server
+    task = service.create_task(dpdg(), 60.0, 8)
+    tokens = service.issue_tokens(task.task_id, N)
+    path = f"/tasks/{task.task_id}/enroll"
+
+    def post(body):
+        return http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).status_code
+
+    first = post({"token": tokens[0], "public_key": b64encode(b"k" * 32).decode()})
+    with ThreadPoolExecutor(8) as pool:
+        forged = list(pool.map(post, [{"token": secrets.token_urlsafe(24), "public_key": b64encode(b"f" * 32).decode()}
+                                      for _ in range(300)]))
+        replays = list(pool.map(post, [{"token": tokens[0], "public_key": b64encode(secrets.token_bytes(32)).decode()}
+                                       for _ in range(20)]))
+    assert first == 201 and set(forged) == {403} and set(replays) == {409}
+    assert count(service, storage_roster, task.task_id) == 1
+    users = [SharingClient("http://sharing", task) for _ in range(N - 1)]
+    for user, token in zip(users, tokens[1:]):
+        user.enroll(token)
+    assert service.state(task.task_id)["state"] == "round1"

@@ -125,6 +125,9 @@ class TSSTask:
                    _key("second_public_key", data["second_public_key"]))
 
 
+MAX_SHARING_USERS = 10_000  # a served DPDS/DPDG task's n: n (n - 1) backups, 1.6 x 10^10 bytes at 10^4
+
+
 @dataclass(frozen=True)
 class SharingTask:
     """A DPDS or DPDG task as every party knows it: public."""
@@ -136,6 +139,13 @@ class SharingTask:
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
+        n = self.parameters.n_users
+        if n > MAX_SHARING_USERS:
+            backups = n * (n - 1)
+            raise ParameterError("n_users", f"at most {MAX_SHARING_USERS:,} for a served DPDS or DPDG task: each user "
+                                 f"backs his keys up to every other, so n = {n:,} users would send {backups:,} sealed "
+                                 f"backups ({backups * self.sealed_size / 1e9:,.0f} GB through the server) and agree "
+                                 "as many shares; split the users into tasks of fewer (their releases add up)", n)
         check_sharing_survivors(self.parameters, self.min_survivors)
         _check_round_seconds(self.round_seconds)
 
