@@ -177,6 +177,7 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     clock.now += 61
     refused(http, path, {"user": 1, "secret": users[1].secret, "key": good["key"], "backups": shares}, 409,
             "round_closed")  # late
+    refused(http, path, {**good, "backups": shares}, 409, "already_sent")  # a retry of what arrived: said so
     # round 1 closed at its deadline with one sender: below the minimum, the task failed and releases nothing
     answer = http.get(f"/tasks/{tid}/result")
     assert answer.status_code == 409 and "fewer than the task's minimum of 8" in answer.json()["detail"]

@@ -141,6 +141,10 @@ def load_task(engine: sa.Engine, table: sa.Table, task_type: type, task_id: str,
     return cache[task_id]
 
 
+def _already(user: int, round_: int) -> str:
+    return f"user {user} already sent his round-{round_} message"
+
+
 class RoundServer:
     """What a round server that users enroll with does the same way (the sharing server, S1): its tasks (rows of
     ``tasks_table``, loaded as ``task_type``), tokens and enrollment over its :class:`Roster` (``self.users``),
@@ -148,6 +152,7 @@ class RoundServer:
     has ``advance(task_id)``."""
 
     tasks_table: sa.Table
+    messages_table: sa.Table  # a row per user and round he answered (task_id, round, user)
     task_type: type
     server_name: str
 
@@ -192,16 +197,18 @@ class RoundServer:
         return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
 
     def _store(self, task_id: str, round_: int, user: int, insert, relayed: int) -> str:
-        """Store a user's round message (``insert(connection)``) once, while its round is open: 409
-        ``already_sent`` for a second one (the primary keys), ``round_closed`` if the round closed meanwhile.
-        ``relayed``: the sealed bytes among it that the server only passes on (counted)."""
+        """Store a user's round message (``insert(connection)``, which writes his row of ``messages_table``) once,
+        while its round is open: 409 ``already_sent`` for a second one (the primary keys; also once the round
+        closed, so that a device's retry of a message that arrived is told so), ``round_closed`` if the round
+        closed without it. ``relayed``: the sealed bytes among it that the server only passes on (counted)."""
         try:
             with self._lock, self.engine.begin() as c:
                 if self._row(c, task_id, lock=True).state != f"round{round_}":  # closed meanwhile
+                    self._sent_before(c, task_id, round_, user)
                     raise Refused(409, "round_closed", f"round {round_} closed before this message was stored")
                 insert(c)
         except sa.exc.IntegrityError:
-            raise Refused(409, "already_sent", f"user {user} already sent his round-{round_} message") from None
+            raise Refused(409, "already_sent", _already(user, round_)) from None
         except sa.exc.DBAPIError as err:
             self.health.write_failed(f"a round message could not be stored ({type(err.orig).__name__})")
             raise
@@ -211,11 +218,22 @@ class RoundServer:
         self.advance(task_id)
         return "stored"
 
-    def _open_round(self, task_id: str, round_: int):
-        """The task's row, refusing (409) unless round ``round_`` is open."""
+    def _sent_before(self, c: sa.Connection, task_id: str, round_: int, user: int) -> None:
+        """409 ``already_sent`` if ``user``'s message of ``round_`` is stored: a device's retry of a message that
+        arrived is told so, also once its round closed."""
+        table = self.messages_table
+        if c.execute(sa.select(table.c.user).where(table.c.task_id == task_id, table.c.round == round_,
+                                                    table.c.user == user)).first() is not None:
+            raise Refused(409, "already_sent", _already(user, round_))
+
+    def _open_round(self, task_id: str, round_: int, user: int | None = None):
+        """The task's row, refusing (409) unless round ``round_`` is open (``already_sent`` for ``user``'s retry of a
+        message that arrived before it closed)."""
         self.advance(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
+            if row.state != f"round{round_}" and user is not None:
+                self._sent_before(c, task_id, round_, user)
         if row.state != f"round{round_}":
             raise Refused(409, "round_closed", f"round {round_} must be open; the task is {row.state}")
         return row

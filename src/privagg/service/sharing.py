@@ -61,7 +61,7 @@ class SharingService(RoundServer):
 
     ``clock``: seconds since the epoch (deadlines are stored as such, so a restarted server keeps them)."""
 
-    tasks_table, task_type, server_name = sharing_tasks, SharingTask, "sharing server"
+    tasks_table, messages_table, task_type, server_name = sharing_tasks, round_messages, SharingTask, "sharing server"
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time) -> None:
         super().__init__(engine, sharing_tokens, roster, "sharing", "Sealed share bytes stored for relay", registry,
@@ -91,7 +91,7 @@ class SharingService(RoundServer):
         """A user's pair key and sealed backups, one for each other user, stored whole or not at all."""
         task, data = self.task(task_id), json_object(body, "round 1")
         user = self._authenticated(task_id, data)
-        self._open_round(task_id, 1)
+        self._open_round(task_id, 1, user)
         n, backups = task.parameters.n_users, data.get("backups")
         if set(data) != {"user", "secret", "key", "backups"} or not isinstance(backups, list) or len(backups) != n - 1:
             raise Refused(400, "malformed", "round 1 must be user, secret, key (his pair key message, base64) and "
@@ -153,7 +153,7 @@ class SharingService(RoundServer):
         stored."""
         task, data = self.task(task_id), json_object(body, f"round {round_}")
         user = self._authenticated(task_id, data)
-        row = self._open_round(task_id, round_)
+        row = self._open_round(task_id, round_, user)
         if set(data) != {"user", "secret", "message"}:
             raise Refused(400, "malformed", f"round {round_} must be user, secret and message (base64)")
         senders = json.loads(row.senders)

@@ -153,7 +153,7 @@ class FirstService(RoundServer):
     ``clock``: seconds since the epoch (deadlines are stored as such, so a restarted server keeps them).
     ``send``: how a hand-over reaches S2 (:func:`post_handover`; a test passes S2's service directly)."""
 
-    tasks_table, task_type, server_name = s1_tasks, TSSTask, "S1"
+    tasks_table, messages_table, task_type, server_name = s1_tasks, s1_messages, TSSTask, "S1"
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time,
                  send=post_handover) -> None:
@@ -206,7 +206,7 @@ class FirstService(RoundServer):
         """A user's report set, checked (alpha N distinct items) and stored once."""
         task, data = self.task(task_id), json_object(body, "round 1")
         user = self._authenticated(task_id, data)
-        self._open_round(task_id, 1)
+        self._open_round(task_id, 1, user)
         self._message_fields(data, 1)
         raw = b64_field(data.get("message"), "message", message_bytes(task.parameters, REPORT_SET,
                                                                  task.parameters.report_size))
@@ -237,7 +237,7 @@ class FirstService(RoundServer):
         its number of shares makes, stored whole or not at all."""
         task, data = self.task(task_id), json_object(body, "round 2")
         user = self._authenticated(task_id, data)
-        row = self._open_round(task_id, 2)
+        row = self._open_round(task_id, 2, user)
         election = Election.from_dict(json.loads(row.election))
         if user not in election.senders:
             raise Refused(409, "not_expected", f"user {user} takes no part in round 2")
@@ -294,7 +294,7 @@ class FirstService(RoundServer):
         entries make, stored once."""
         task, data = self.task(task_id), json_object(body, f"round {round_}")
         user = self._authenticated(task_id, data)
-        row = self._open_round(task_id, round_)
+        row = self._open_round(task_id, round_, user)
         self._message_fields(data, round_)
         if round_ == 3:
             entries = len(Election.from_dict(json.loads(row.election)).by_helper.get(user, []))
