@@ -176,7 +176,9 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
 def _child(step: str, *args) -> dict:
     out = subprocess.run([sys.executable, __file__, step, json.dumps([str(a) if isinstance(a, Path) else a
                                                                       for a in args])],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the {step} step failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout)
 
 
