@@ -218,7 +218,7 @@ def partitions(report: Report) -> None:
     report.table(["task", "step", "seconds", "peak RSS (MB): process (before the batch) / largest child", "notes"],
                  rows)
     report.add(f"The budget ({budget / 2**20:,.0f} MiB; PRIVAGG_BENCH_PARTITION_BUDGET sets it, by default a "
-               "10^8-message batch's 2 GiB scaled to m) bounds WORKING_COPIES = 4 times the largest partition's "
+               "10^8-message batch's 2 GiB scaled to m) bounds WORKING_COPIES = 8 times the largest partition's "
                "sealed bytes; each process holds one partition's working set beside what it held before the "
                "batch (the interpreter, the libraries, the task). The times grow in proportion to m; the peak RSS "
                "grows with the partition's size, not with m.", "")

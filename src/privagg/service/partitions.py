@@ -31,7 +31,10 @@ from ..core.randomness import secure_rng
 MANIFEST, VERSION = "manifest.json", 1
 PARTITION_FILE = re.compile(r"partition-[0-9]{5}\.arrow")
 MAX_PARTITIONS = 10_000  # spill files open at once in pass 1
-WORKING_COPIES = 4  # bytes of working memory per byte of a partition: read, permuted, written (pass 2); opened (analyzer)
+# bytes of working memory a process may take per sealed byte of the partition it holds: measured, the analyzer
+# peaked at 1,697 MB opening a partition of 270 MB (4.5 million FE1 messages; docs/benchmarks.md part 14), 5.9
+# times it beside what it held before; the collector's two passes take fewer
+WORKING_COPIES = 8
 ETA = 1e-9  # the chance that some partition outgrows its bound
 
 
