@@ -235,6 +235,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             parameters = load_parameters(params.read_text())
         except OSError as e:
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
+        given = [name for name, value in (("--second-db", second_db), ("--second-url", second_url), ("--s2", only_second),
+                                          ("--second-task", second_task), ("--relay-token-file", relay_token_file))
+                 if value]
+        if given and parameters.model != "two_servers":
+            raise ParameterError(given[0], "given only for a tss or tss-collusion task (S1 and S2)",
+                                 parameters.protocol)
         if parameters.model == "two_servers":
             from .service.keys import KeyEncryptionKey
             from .service.two_servers import FirstService, SecondService, create_tasks

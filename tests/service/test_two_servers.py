@@ -32,7 +32,7 @@ import uvicorn
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from privagg.protocols.sampling_sharing import calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sampling_sharing import calibrate_dpds as ss_calibrate_dpds, calibrate_tss, calibrate_tss_collusion
 from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, Election, encode
 from privagg.service import storage
@@ -561,6 +561,11 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     (tmp_path / "q.json").write_text(json.dumps(other.to_dict()))
     wrong = run(app, [*s1_args[:3], str(tmp_path / "q.json"), *s1_args[4:], "--relay-token-file", str(token)])
     assert wrong.exit_code == 2 and "second-task must be S2's task for the same parameters" in wrong.output
+    dpds = ss_calibrate_dpds(1.0, 1e-3, 40, 4, min_count_fraction=0.1)
+    (tmp_path / "d.json").write_text(json.dumps(dpds.to_dict()))
+    misplaced = run(app, ["task", "create", "--params", str(tmp_path / "d.json"), "--db",
+                          f"sqlite:///{tmp_path}/sharing.db", "--s2", "--relay-token-file", str(tmp_path / "x")])
+    assert misplaced.exit_code == 2 and "--s2 must be given only for a tss or tss-collusion task" in misplaced.output
     s1 = run(app, [*s1_args, "--relay-token-file", str(token), "--json"])
     assert s1.exit_code == 0, s1.output
     first = json.loads(s1.stdout)
