@@ -375,12 +375,16 @@ def task_candidates(task: str = typer.Option(..., "--task", help="The task id (c
     from .service.config import load_config
     from .service.keys import KeyEncryptionKey
     from .service.storage import connect
+    from .service.web import Refused
 
     with _clean_errors():
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
-        count = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).add_candidates(
-            task, _candidate_lines(candidates))
+        items = _candidate_lines(candidates)
+        try:
+            count = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).add_candidates(task, items)
+        except Refused as err:  # an unknown task id
+            raise ParameterError("task", "a task of this analyzer", f"{task} ({err.detail})") from None
     _say(f"task {task} answers {count:,} candidates")
 
 

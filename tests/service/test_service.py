@@ -585,3 +585,15 @@ def test_candidates_added_after_the_messages_arrived_are_answered_exactly(databa
     assert d.A.post(f"/tasks/{'0' * 32}/candidates", json={"candidates": [1]}).status_code == 404
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()
+
+
+def test_task_candidates_names_an_unknown_task_in_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    monkeypatch.setenv("PRIVAGG_KEK", KeyEncryptionKey.generate().export())
+    (tmp_path / "c.txt").write_text("5\n")
+    out = CliRunner().invoke(app, ["task", "candidates", "--task", "ab" * 16, "--candidates", str(tmp_path / "c.txt"),
+                                   "--db", f"sqlite:///{tmp_path}/a.db"])
+    assert out.exit_code == 2 and out.output.startswith("error: task must be a task of this analyzer"), out.output
