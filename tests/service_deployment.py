@@ -54,14 +54,14 @@ class Deployment:
 
 
 def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=None, partition_root=None,
-           budgets=(2 << 30, 2 << 30)) -> Deployment:
+           budgets=(2 << 30, 2 << 30), discover_phi=None) -> Deployment:
     """``partition_root``: the directory both share for batches that go as partitions; ``budgets``: the
-    collector's and the analyzer's memory budgets."""
+    collector's and the analyzer's memory budgets; ``discover_phi``: a staged sparse-vector-hashed task."""
     engines, kek = {}, KeyEncryptionKey.generate()
     for role, url in databases.items():
         engines[role] = storage.connect(url, role, kek=kek if role == "analyzer" else None)
     analyzer = AnalyzerService(engines["analyzer"], kek=kek, partition_root=partition_root, memory_budget=budgets[1])
-    task = analyzer.create_task(parameters, min_batch_size, kem=kem, candidates=candidates)
+    task = analyzer.create_task(parameters, min_batch_size, kem=kem, candidates=candidates, discover_phi=discover_phi)
     A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
     holder: dict = {}
 
@@ -86,16 +86,23 @@ def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=
     return d
 
 
-def users(d: Deployment, values, rng) -> tuple[list[Report], list]:
-    """Reports of users holding ``values`` with seeded randomness (so the test knows their messages)."""
+def users(d: Deployment, values, rng, stages: list | None = None) -> tuple[list[Report], list]:
+    """Reports of users holding ``values`` with seeded randomness (so the test knows their messages); a staged
+    task's first-stage messages, drawn as ``Client.report`` draws them, are appended to ``stages``."""
     client = Client(d.task)
     tokens = d.collector.issue_tokens(d.task.task_id, len(values))
     reports, batches = [], []
     for value, token in zip(values, tokens):
         messages = client.randomizer.randomize([value], rng)
         batches.append(messages)
+        stage = None
+        if client.discovery is not None:
+            p = d.task.parameters
+            first = client.discovery.randomizer.randomize([int(p.cells(p.check_codes([value]), rng)[0])], rng)
+            stages.append(first)
+            stage = tuple(seal_messages(d.task.discovery, first))
         reports.append(Report(d.task.task_id, f"{rng.integers(2**63):016x}{rng.integers(2**63):016x}", token,
-                              d.task.key_id, tuple(seal_messages(d.task, messages))))
+                              d.task.key_id, tuple(seal_messages(d.task, messages)), stage))
     return reports, batches
 
 

@@ -355,6 +355,7 @@ class VectorAnalysisReport(VectorReport):
 
     engine: Engine
     collection: Collection | None = None
+    discovery: Discovery | None = None  # a staged service task's first stage (the discovered coordinates)
 
 
 @dataclass
@@ -604,3 +605,25 @@ REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "est
                 "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "analyze-hh": HeavyHitterAnalysisReport,
                 "compare": CompareReport,
                 "audit": AuditReport, "account": AccountReport, "demo-sharing": SharingDemoReport}
+
+
+def with_discovery(privacy: PrivacyDescription, parameters, stage) -> tuple[PrivacyDescription, list[ProfilePoint]]:
+    """The guarantee of sparse-vector-hashed's two stages together (``privacy``: the second's; ``stage``: the first
+    stage's fe-hh parameters), each at its own (eps, delta): basic composition, and its profile
+    delta(eps') <= delta_FE1(eps'/2) + delta_fe-hh(eps'/2) (both stages at the same eps, as they are calibrated)."""
+    composed = dataclasses.replace(
+        privacy, mechanism=f"{privacy.mechanism}, on coordinates discovered by fe-hh over the rounded cells",
+        epsilon=parameters.epsilon + stage.epsilon, delta=parameters.delta + stage.delta,
+        method_detail=f"{privacy.method_detail}; the discovery stage: {stage.privacy.method_detail}; the two stages at "
+                      f"({parameters.epsilon:g}, {parameters.delta:g}) each, basic composition",
+        reference=f"{privacy.reference} and 'Heavy hitters'")
+    total = composed.epsilon
+    profile = [ProfilePoint(e, parameters.delta_at(e / 2) + stage.delta_at(e / 2)) for e in (total / 2, total, 2 * total)]
+    return composed, profile
+
+
+def discovery_block(stage, result, privacy: PrivacyDescription, coordinates: int, messages: Messages) -> Discovery:
+    """The first stage as a report shows it: fe-hh's ``result`` over the cells (``stage``: its parameters; its
+    ``messages`` and ``privacy``), which found the ``coordinates`` the second stage estimates."""
+    return Discovery(phi=stage.phi, coordinates=coordinates, messages=messages, parameters=report_parameters(stage),
+                     privacy=privacy.summary(), survivors=list(result.survivors))

@@ -221,7 +221,13 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 candidates: Optional[Path] = typer.Option(None, "--candidates", help="Frequency tasks: a file of "
                                                           "the public items the result answers, one a line "
                                                           "(integers, or text hashed with the parameters' "
-                                                          "item_key); required over 2^24 items."),
+                                                          "item_key), or a 1-sparse vector sum's coordinates; "
+                                                          "required over 2^24 items."),
+                discover_phi: Optional[float] = typer.Option(None, "--discover-phi", help="sparse-vector-hashed, no "
+                                                             "candidates: the paper's two stages as one task, fe-hh "
+                                                             "first discovering the coordinates whose sums reach PHI "
+                                                             "n at the parameters' (eps, delta), so the task spends "
+                                                             "twice theirs (calibrate at half your budget)."),
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
@@ -298,14 +304,21 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
         task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(
-            parameters, min_batch_size, key_id, kem, None if candidates is None else _candidate_lines(candidates))
+            parameters, min_batch_size, key_id, kem, None if candidates is None else _candidate_lines(candidates),
+            discover_phi)
     if task.single_batch and parameters.honest_fraction == 1:
-        _say(_ALL_N_WARNING, stderr=True)
+        _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
+             "cannot lower its honest fraction (its fe-hh stage counts on every user's dummies)", stderr=True)
     if as_json:
         print(task.to_json())
     else:
         _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users}, "
              f"min batch {task.min_batch_size} reports, {task.kem} key id {task.key_id}")
+        if task.discovery is not None:
+            stage = task.discovery.parameters
+            _say(f"its first stage: task {task.discovery.task_id}, fe-hh over the {stage.domain_size} cells at phi "
+                 f"{stage.phi:g} (the task's guarantee: eps {parameters.epsilon + stage.epsilon:g}, delta "
+                 f"{parameters.delta + stage.delta:g}, both stages by basic composition)")
         print(task.task_id)
 
 

@@ -13,6 +13,11 @@ The result is the report ``privagg analyze`` prints, with the privacy block of a
 drew from the SDK's secure generator), the task's honest-fraction assumption, and a ``collection`` block
 counting reports, batches and dropped messages.
 
+A sparse-vector-hashed task created with ``discover_phi`` has two stages (``Task.discovery``): its first stage is
+an fe-hh task of its own over the B + 1 cells, whose batch is applied first; the coordinates it discovers (the
+dummy cell left out) become the task's candidates when the task's own batch comes (refused with a 503, which the
+collector retries, until then), and the result states both stages' guarantee composed.
+
 A batch too large for one process's memory comes as Arrow partitions in a shared directory instead
 (:mod:`privagg.service.partitions`, :meth:`AnalyzerService.apply_partitioned_batch`): the collector posts
 only the batch's address, and the analyzer reads the partitions from under its own ``partition_root``.
@@ -106,10 +111,15 @@ def first_encapsulations(task: Task, sealed: np.ndarray) -> tuple[list[int], lis
 class _Loaded:
     task: Task
     private_key: bytes
-    analysis: object  # pipelines.Analysis: the whole domain, or the task's public candidates
-    analyzer: object
-    encoder: object  # names the candidates in the result (ItemEncoder)
+    analysis: object  # pipelines.Analysis: the whole domain, or the task's candidates; None: none known (staged)
+    analyzer: object  # None with analysis
+    encoder: object  # names a frequency task's candidates in the result (ItemEncoder)
     candidates: str | None  # the task's candidates as stored (JSON): loaded again when they change
+
+    @property
+    def keeps(self) -> bool:
+        """It keeps the messages it opened, so that candidates added later are answered (public candidates)."""
+        return self.candidates is not None and self.task.discovery is None
 
 
 class AnalyzerService:
@@ -151,24 +161,33 @@ class AnalyzerService:
 
     # ---- tasks ---------------------------------------------------------------------------------------------
     def create_task(self, parameters, min_batch_size: int | None = None, key_id: int | None = None,
-                    kem: str = "x25519", candidates: list | None = None) -> Task:
+                    kem: str = "x25519", candidates: list | None = None, discover_phi: float | None = None) -> Task:
         """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key (a new key pair
         for every task, sealed under the KEK) and an empty aggregate stored; returns the task. ``key_id``
         (0..255): the id clients see for its key; by default the one after the newest task's, so consecutive
-        tasks' keys never share an id. ``candidates`` (frequency protocols): the public items the result answers,
-        integers of the domain or strings (hashed with the parameters' ``item_key``); required over a domain too
-        large to estimate whole (over 2^24 items)."""
+        tasks' keys never share an id. ``candidates`` (frequency protocols, and the 1-sparse vector sums): the
+        public items the result answers, integers of the domain or strings (hashed with the parameters'
+        ``item_key``), or coordinates; required over a domain too large to estimate whole (over 2^24 items).
+        ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages as one task, its first an
+        fe-hh task over the B + 1 cells at the parameters' (eps, delta) and this phi (so the task's guarantee is
+        twice theirs, by basic composition), whose discovered coordinates the task estimates."""
         from ..pipelines import Analysis
+        from ..protocols.balls_into_bins import CountAggregate
         from ..protocols.kinds import ResultKind
         from ..protocols.registry import get
 
         entry = get(parameters.protocol)
         if not entry.served:
             raise ParameterError("protocol", SERVED, parameters.protocol)
+        stage = None if discover_phi is None else _discovery_parameters(parameters, discover_phi)
         codes = None
         if candidates is not None:
-            if entry.result is not ResultKind.FREQUENCY_TABLE:
-                raise ParameterError("candidates", "given only for a frequency protocol's task", parameters.protocol)
+            if entry.result is not ResultKind.FREQUENCY_TABLE and not getattr(parameters, "one_sparse", False):
+                raise ParameterError("candidates", "given only for a frequency protocol's or a 1-sparse vector "
+                                     "sum's task", parameters.protocol)
+            if discover_phi is not None:
+                raise ParameterError("discover-phi", "left out with candidates (the discovered coordinates are the "
+                                     "task's candidates)", discover_phi)
             codes = _candidates(parameters, candidates)[0]  # every one in the domain, strings only with an item key
         elif entry.result is ResultKind.FREQUENCY_TABLE and parameters.domain_size > 1 << 24:
             raise ParameterError("candidates", "given for a domain over 2^24 items (a service task's aggregate "
@@ -179,15 +198,27 @@ class AnalyzerService:
                 newest = c.execute(sa.select(analyzer_tasks.c.key_id).order_by(analyzer_tasks.c.created.desc())
                                    .limit(1)).scalar()
                 key_id = 0 if newest is None else (newest + 1) % 256
-            task, private_key = create_task(parameters, min_batch_size, key_id, kem)
-            analyzer = Analysis.of(parameters, codes).analyzer()
-            c.execute(sa.insert(analyzer_tasks).values(
-                task_id=task.task_id, task=task.to_json(), key_id=task.key_id, created=time.time(),
-                sealed_key=self.kek.seal(private_key, task.task_id), kek_id=self.kek.kek_id,
-                candidates=None if candidates is None else json.dumps(list(candidates))))
-            c.execute(sa.insert(aggregates).values(task_id=task.task_id, aggregate=encode_aggregate(
-                analyzer.agg_init()), batches=0, reports=0, unopened=0))
-        log_event(log, "task created", task=task.task_id, protocol=parameters.protocol)
+            if stage is not None:  # the first stage: a task of its own (key, batch, aggregate), stored first
+                stage = self._insert_task(c, stage, Analysis.of(stage).analyzer().agg_init(), min_batch_size, key_id,
+                                          kem, None, None)
+                key_id = (key_id + 1) % 256
+                initial = CountAggregate(np.zeros(0, dtype=np.int64))  # no coordinate known until the first stage's
+            else:
+                initial = Analysis.of(parameters, codes).analyzer().agg_init()
+            task = self._insert_task(c, parameters, initial, min_batch_size, key_id, kem, candidates, stage)
+        log_event(log, "task created", task=task.task_id, protocol=parameters.protocol,
+                  **({} if stage is None else {"discovery": stage.task_id}))
+        return task
+
+    def _insert_task(self, c, parameters, aggregate, min_batch_size, key_id, kem, candidates, discovery) -> Task:
+        """A new task's rows: the task with its private key sealed under the KEK, and its initial ``aggregate``."""
+        task, private_key = create_task(parameters, min_batch_size, key_id, kem, discovery)
+        c.execute(sa.insert(analyzer_tasks).values(
+            task_id=task.task_id, task=task.to_json(), key_id=task.key_id, created=time.time(),
+            sealed_key=self.kek.seal(private_key, task.task_id), kek_id=self.kek.kek_id,
+            candidates=None if candidates is None else json.dumps(list(candidates))))
+        c.execute(sa.insert(aggregates).values(task_id=task.task_id, aggregate=encode_aggregate(aggregate), batches=0,
+                                               reports=0, unopened=0))
         return task
 
     def _candidates_now(self, connection, task_id: str) -> str | None:
@@ -215,12 +246,45 @@ class AnalyzerService:
             if row is None:
                 raise Refused(404, "unknown_task", f"task_id must name a task of this analyzer, got {task_id}")
             task = Task.from_json(row.task, verify=False)  # verified when it was created
-            codes, encoder = (None, None) if row.candidates is None else _candidates(task.parameters,
-                                                                                      json.loads(row.candidates))
-            analysis = Analysis.of(task.parameters, codes)
+            items = None if row.candidates is None else json.loads(row.candidates)
+            analysis, encoder = None, None
+            if task.discovery is None or items:  # a staged task: once its first stage found coordinates
+                codes, encoder = (None, None) if items is None else _candidates(task.parameters, items)
+                analysis = Analysis.of(task.parameters, codes)
             self._tasks[task_id] = _Loaded(task, self.kek.open(row.sealed_key, task_id), analysis,
-                                           analysis.analyzer(), encoder, row.candidates)
+                                           None if analysis is None else analysis.analyzer(), encoder, row.candidates)
         return self._tasks[task_id]
+
+    def _first_stage(self, task: Task) -> tuple[object, sa.Row] | None:
+        """A staged task's first stage: (fe-hh's result, its aggregate's row), or None before its batch was applied."""
+        stage = self.load(task.discovery.task_id)
+        with storage.reading(self.engine) as c:
+            row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == stage.task.task_id)).one()
+        return (stage.analyzer.finalize(decode_aggregate(row.aggregate)), row) if row.batches else None
+
+    def _with_coordinates(self, loaded: _Loaded) -> _Loaded:
+        """A staged task with its coordinates: the ones its first stage discovered (the dummy cell left out), fixed
+        as its candidates when its own batch first comes; a 503 (the collector sends the batch again) until the
+        first stage's batch was applied. Unchanged for any other task."""
+        from ..pipelines import Analysis
+
+        task = loaded.task
+        if task.discovery is None or loaded.candidates is not None:
+            return loaded
+        first = self._first_stage(task)
+        if first is None:
+            raise Refused(503, "unavailable", "the task's first stage (its discovery task "
+                          f"{task.discovery.task_id}) has no batch applied yet: send this batch again after it")
+        found = sorted(int(i) for i in first[0].items if i < task.parameters.dimension)
+        with self._lock, self.engine.begin() as c:  # once, whichever process gets here first
+            if c.execute(sa.update(analyzer_tasks).where(analyzer_tasks.c.task_id == task.task_id,
+                                                         analyzer_tasks.c.candidates.is_(None)).values(
+                    candidates=json.dumps(found))).rowcount and found:
+                c.execute(sa.update(aggregates).where(aggregates.c.task_id == task.task_id).values(
+                    aggregate=encode_aggregate(Analysis.of(task.parameters, np.array(found)).analyzer().agg_init())))
+        self._tasks.pop(task.task_id, None)
+        log_event(log, "coordinates discovered", task=task.task_id, coordinates=len(found))
+        return self.load(task.task_id)
 
     def add_candidates(self, task_id: str, items: list) -> int:
         """Answer more public candidates in a task created with candidates: ``items`` (integers of the domain, or
@@ -231,7 +295,10 @@ class AnalyzerService:
         from ..pipelines import Analysis
 
         loaded = self.load(task_id)
-        if loaded.encoder is None:
+        if loaded.task.discovery is not None:
+            raise ParameterError("candidates", "added to a task created with candidates (a staged task estimates the "
+                                 "coordinates its first stage discovers)", f"task {task_id}, a staged task")
+        if loaded.candidates is None:
             raise ParameterError("candidates", "added to a task created with candidates (it keeps the messages it "
                                  "opened to answer later ones)", f"task {task_id}, which estimates its whole domain")
         if not isinstance(items, list) or not items:
@@ -265,7 +332,7 @@ class AnalyzerService:
 
     def _unapplied(self, task_id: str, batch_id: str) -> tuple[_Loaded, sa.Row] | None:
         """(the task, its aggregate's batch and report counts so far), or None if this batch was applied (counted
-        as a replay); a 400 for a batch id that is not one."""
+        as a replay); a 400 for a batch id that is not one; a staged task's coordinates fixed first."""
         loaded = self.load(task_id)
         if not is_hex_id(batch_id):
             raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
@@ -274,6 +341,8 @@ class AnalyzerService:
             if self._applied(c, task_id, batch_id):
                 self.batches.labels("replayed").inc()
                 return None
+        loaded = self._with_coordinates(loaded)
+        with storage.reading(self.engine) as c:
             return loaded, c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
                 aggregates.c.task_id == task_id)).one()
 
@@ -340,10 +409,12 @@ class AnalyzerService:
             fresh = [j for j, d in enumerate(digests) if (task_id, d) not in known]
             keep, digests = [keep[j] for j in fresh], [digests[j] for j in fresh]
         duplicates = len(sealed) - len(keep)
+        if loaded.analyzer is None:  # a staged task whose first stage found nothing: nothing to estimate, none opened
+            return self._commit(loaded, batch_id, None, reports, len(sealed), 0, 0, duplicates, digests, start)
         messages, unopened = self.open_batch(loaded, sealed[list(keep)])
         analyzer = loaded.analyzer
         part = analyzer.agg_update(analyzer.agg_init(), messages)
-        kept = [self._kept(loaded, batch_id, 0, messages)] if loaded.encoder is not None else []
+        kept = [self._kept(loaded, batch_id, 0, messages)] if loaded.keeps else []
         return self._commit(loaded, batch_id, part, reports, len(sealed), len(messages), unopened, duplicates,
                             digests, start, kept)
 
@@ -376,8 +447,11 @@ class AnalyzerService:
                     f"over this analyzer's memory budget of {self.memory_budget:,}: release it in more partitions")
             check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])
             start = time.perf_counter()
+            if loaded.analyzer is None:  # a staged task whose first stage found nothing: none opened
+                return self._commit(loaded, batch_id, None, manifest["reports"], manifest["messages"], 0, 0, 0, [],
+                                    start)
             dropped = partitions.duplicate_rows(directory, manifest, lambda sealed: encapsulation_digests(task, sealed))
-            analyzer, count, keep = loaded.analyzer, len(manifest["partitions"]), loaded.encoder is not None
+            analyzer, count, keep = loaded.analyzer, len(manifest["partitions"]), loaded.keeps
             if self.executor is not None and hasattr(self.executor, "gather"):  # Dask: a task per partition
                 from dask.distributed import as_completed
 
@@ -408,7 +482,7 @@ class AnalyzerService:
         """(partition ``index``'s aggregate, its messages opened, unopened, their packed rows if a candidates task
         keeps them), opened on this analyzer's workers."""
         messages, unopened = self.open_batch(loaded, _partition_rows(directory, manifest, index, dropped))
-        records = packed_records(loaded.task.parameters, messages).tobytes() if loaded.encoder is not None else None
+        records = packed_records(loaded.task.parameters, messages).tobytes() if loaded.keeps else None
         return loaded.analyzer.agg_update(loaded.analyzer.agg_init(), messages), len(messages), unopened, records
 
     @staticmethod
@@ -419,9 +493,9 @@ class AnalyzerService:
 
     def _commit(self, loaded: _Loaded, batch_id: str, part, reports: int, messages: int, opened: int, unopened: int,
                 duplicates: int, digests: list[bytes], start: float, kept: list[dict] = ()) -> str:
-        """Fold ``part`` (the batch's aggregate) into the task's and record the batch as applied, with the ``kept``
-        rows of opened messages, in one transaction, checking the batch rules again (another batch may have come
-        meanwhile)."""
+        """Fold ``part`` (the batch's aggregate; None: none was opened) into the task's and record the batch as
+        applied, with the ``kept`` rows of opened messages, in one transaction, checking the batch rules again
+        (another batch may have come meanwhile)."""
         task, analyzer, task_id = loaded.task, loaded.analyzer, loaded.task.task_id
         counted = 0 if duplicates == messages else reports  # all applied before: the batch adds no report
         try:
@@ -434,7 +508,8 @@ class AnalyzerService:
                 if loaded.candidates is not None and self._candidates_now(c, task_id) != loaded.candidates:
                     raise Refused(503, "unavailable", "the task's candidates changed while this batch was opened; "
                                   "send it again")
-                total = analyzer.merge([decode_aggregate(row.aggregate), part])
+                total = decode_aggregate(row.aggregate) if part is None else analyzer.merge(
+                    [decode_aggregate(row.aggregate), part])
                 c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
                     aggregate=encode_aggregate(total), batches=row.batches + 1, reports=row.reports + counted,
                     unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates))
@@ -456,15 +531,27 @@ class AnalyzerService:
         self.batches.labels("applied").inc()
         self.opened.inc(opened)
         self.dropped.labels("unopened").inc(unopened)
-        self.dropped.labels("malformed").inc(part.malformed)
+        self.dropped.labels("malformed").inc(0 if part is None else part.malformed)
         self.dropped.labels("duplicate").inc(duplicates)
         self.batch_messages.observe(messages)
         log_event(log, "batch applied", task=task_id, batch=batch_id, reports=counted, messages=messages,
-                  unopened=unopened, malformed=int(part.malformed), duplicates=duplicates,
+                  unopened=unopened, malformed=0 if part is None else int(part.malformed), duplicates=duplicates,
                   seconds=round(seconds, 3), messages_per_second=round(messages / max(seconds, 1e-9)))
         return "applied"
 
     # ---- results -------------------------------------------------------------------------------------------
+    def _with_first_stage(self, report, task: Task) -> None:
+        """A staged task's report: its first stage beside the estimates, and both stages' guarantee composed."""
+        from ..pipelines import analysis_privacy
+        from ..reports import Messages, discovery_block, with_discovery
+
+        first, row = self._first_stage(task)
+        stage, received = task.discovery.parameters, int(first.messages + first.malformed)
+        stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
+        report.privacy, report.privacy_profile = with_discovery(report.privacy, task.parameters, stage)
+        report.discovery = discovery_block(stage, first, stage_privacy, len(report.estimates),
+                                           Messages(received, received / stage.n_users, int(first.malformed)))
+
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
         and the console)."""
@@ -504,6 +591,10 @@ class AnalyzerService:
         if not row.batches:
             raise Refused(409, "not_released", f"task {task_id} has no result yet: no batch was applied (the "
                           f"collector releases one once at least {loaded.task.min_batch_size} reports came)")
+        if loaded.analysis is None:  # staged, and its first stage discovered no coordinate
+            raise Refused(409, "nothing_discovered", f"task {task_id} has nothing to estimate: its first stage (task "
+                          f"{loaded.task.discovery.task_id}, whose result is the empty list) found no coordinate whose "
+                          f"sum reaches phi n (phi = {loaded.task.discovery.parameters.phi:g})")
         agg, p = decode_aggregate(row.aggregate), loaded.task.parameters
         start = time.perf_counter()
         result = loaded.analyzer.finalize(agg)
@@ -511,6 +602,8 @@ class AnalyzerService:
         privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
         report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
             row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates))
+        if loaded.task.discovery is not None:
+            self._with_first_stage(report, loaded.task)
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "
@@ -630,16 +723,42 @@ def aggregate_partition(directory, manifest: dict, index: int, task: Task, priva
 
 def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
     """(the sorted codes of the public ``items``, the encoder that names them): integers of the domain, or strings
-    hashed with the parameters' ``item_key``; a ParameterError naming ``candidates`` otherwise."""
+    hashed with the parameters' ``item_key``; a 1-sparse vector sum's integer coordinates (no encoder); a
+    ParameterError naming ``candidates`` otherwise."""
     from ..core.encoding import ItemEncoder
+    from ..protocols.sparse_vector import check_coordinates
 
     if not isinstance(items, list) or not items or len(items) > MAX_CANDIDATES:
         raise ParameterError("candidates", f"a list of 1 to {MAX_CANDIDATES:,} items", type(items).__name__ if not
                              isinstance(items, list) else f"{len(items):,} items")
+    if getattr(parameters, "one_sparse", False):
+        bad = next((item for item in items if type(item) is not int), None)  # 7.0, True or "7" is no coordinate
+        if bad is not None:
+            raise ParameterError("candidates", f"integer coordinates in [0, {parameters.dimension})", bad)
+        return np.unique(check_coordinates(items, parameters.dimension)), None
     text = any(isinstance(item, str) for item in items)
     encoder = ItemEncoder.for_parameters(parameters, "text") if text else ItemEncoder(parameters.domain_size,
                                                                                      kind="integer")
     return np.unique(encoder.encode(items, "candidates", public=True)), encoder
+
+
+def _discovery_parameters(parameters, phi: float):
+    """A staged task's first stage: fe-hh over the B + 1 cells of ``parameters`` (sparse-vector-hashed, every user
+    honest) at their (eps, delta), calibration and users, with ``phi`` (a ParameterError naming ``discover-phi``)."""
+    from ..protocols.registry import calibrate
+
+    if parameters.protocol != "sparse-vector-hashed":
+        raise ParameterError("discover-phi", "given for a sparse-vector-hashed task", parameters.protocol)
+    if parameters.honest_fraction != 1:
+        raise ParameterError("honest-fraction", "1 with --discover-phi (fe-hh counts on every user's dummies)",
+                             parameters.honest_fraction)
+    try:
+        return calibrate("fe-hh", epsilon=parameters.epsilon, delta=parameters.delta, n_users=parameters.n_users,
+                         domain_size=parameters.dimension + 1, calibration=parameters.calibration, phi=phi)
+    except ParameterError as err:
+        if err.field != "phi":
+            raise
+        raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi"), err.got) from None
 
 
 def _bearer(request: Request, token: str | None, why: str) -> None:

@@ -25,6 +25,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core.randomness import secure_rng
 from .tasks import REPORT_ID_BYTES, Task, seal_messages
 
@@ -40,11 +42,15 @@ class Report:
     token: str  # the one-use token the collector issued for this task
     key_id: int  # the analyzer key the messages are sealed to
     ciphertexts: tuple[bytes, ...]  # one sealed message each
+    discovery: tuple[bytes, ...] | None = None  # a staged task's: the first stage's messages, sealed to its key
 
     def to_dict(self) -> dict:
         """The JSON body the collector takes."""
-        return {"report_id": self.report_id, "token": self.token, "key_id": self.key_id,
-                "ciphertexts": [base64.b64encode(c).decode() for c in self.ciphertexts]}
+        out = {"report_id": self.report_id, "token": self.token, "key_id": self.key_id,
+               "ciphertexts": [base64.b64encode(c).decode() for c in self.ciphertexts]}
+        if self.discovery is not None:
+            out["discovery"] = [base64.b64encode(c).decode() for c in self.discovery]
+        return out
 
 
 class SubmitError(Exception):
@@ -64,6 +70,7 @@ class Client:
 
         self.task = task
         self.randomizer = make_client(task.parameters)
+        self.discovery = None if task.discovery is None else Client(task.discovery)  # a staged task's first stage
         self._items = None  # the item encoder, once a string item comes
 
     @classmethod
@@ -88,12 +95,22 @@ class Client:
     def report(self, value, token: str) -> Report:
         """The sealed messages of one user holding ``value`` (an item code, a vector, a (coordinate, weight)
         pair: what the protocol's randomizer takes for one user; a string item of a frequency task is hashed
-        into the domain with the parameters' public ``item_key``), with a fresh report id."""
+        into the domain with the parameters' public ``item_key``), with a fresh report id.
+
+        A staged task's report (``Task.discovery``) also carries the first stage's messages: the device's (x, w)
+        rounded to its cell with coins of its own (x with probability w, else the dummy cell B), then fe-hh's
+        messages of that cell; the second stage rounds again with fresh coins, as the simulation's stages do."""
         if isinstance(value, str) and getattr(self.task.parameters, "max_length", None) is None:
             value = int(self._encoder().encode([value])[0])
-        messages = self.randomizer.randomize([value], secure_rng())
+        rng = secure_rng()
+        messages = self.randomizer.randomize([value], rng)
+        stage = None
+        if self.discovery is not None:
+            p = self.task.parameters
+            cell = int(p.cells(p.check_codes(np.asarray([value], dtype=np.float64)), rng)[0])
+            stage = tuple(seal_messages(self.discovery.task, self.discovery.randomizer.randomize([cell], rng)))
         return Report(self.task.task_id, secrets.token_hex(REPORT_ID_BYTES), token, self.task.key_id,
-                      tuple(seal_messages(self.task, messages)))
+                      tuple(seal_messages(self.task, messages)), stage)
 
 
     def _encoder(self):

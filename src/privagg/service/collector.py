@@ -10,7 +10,9 @@ as one Arrow IPC stream holding a single column of ciphertexts: no report bounda
 arrival order or time. The batch's reports are deleted only once the analyzer acknowledges it; a batch
 whose acknowledgement was lost is sent again under the same batch id, which the analyzer applies once.
 No batch smaller than the minimum is ever released: the calibration counts on that many users' noise.
-A closed task, or a shuffle task whose batch is out, takes no more reports.
+A closed task, or a shuffle task whose batch is out, takes no more reports. A staged task's report
+(``Task.discovery``) carries its first stage's messages too, under the same token: they are stored as a report of
+the stage's task, in the same transaction, and form that task's own batch; closing the task closes its stage.
 
 Routes: ``POST /tasks/{task_id}/reports`` (a client's report, JSON), ``GET /tasks/{task_id}`` (the
 task, as the analyzer serves it), ``GET /tasks/{task_id}/status`` (counts), ``/healthz``, ``/readyz``,
@@ -54,7 +56,7 @@ from .web import (Health, Limits, Refused, add_operations, json_object, log_even
 log = logging.getLogger("privagg.collector")
 
 TOKEN_BYTES = 24
-REPORT_FIELDS = {"report_id", "token", "key_id", "ciphertexts"}
+REPORT_FIELDS = {"report_id", "token", "key_id", "ciphertexts", "discovery"}
 PADDING_BYTES = 64  # white space a report's JSON may carry beyond its compact encoding
 BATCH_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 
@@ -136,6 +138,10 @@ class Collector:
             raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
         with self.engine.begin() as c:
             c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task_id, task=text))
+            if task.discovery is not None:  # its reports arrive with the task's: no fetch of its own
+                c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task.discovery.task_id,
+                                                                              task=task.discovery.to_json()))
+                self._tasks[task.discovery.task_id] = task.discovery
         return task
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
@@ -170,24 +176,13 @@ class Collector:
         if type(key_id) is not int or key_id != task.key_id:
             raise Refused(400, "unknown_key", f"key_id must be the task's key id {task.key_id}, got "
                           f"{str(key_id)[:40]}")
-        cap = message_cap(task)
-        if not isinstance(sealed, list) or len(sealed) > cap:  # none is a user's output too (OUE with no bit set)
-            raise Refused(400, "malformed", f"ciphertexts must be a list of at most {cap} base64 strings")
-        size, blob = sealed_size(task), bytearray()
-        for i, text in enumerate(sealed):
-            try:
-                raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
-            except (binascii.Error, ValueError):  # not base64, or not even ASCII
-                raw = b""
-            if len(raw) != size:
-                raise Refused(400, "bad_ciphertext", f"ciphertexts[{i}] must be base64 of {size} bytes (an HPKE "
-                              f"seal of one message), got {len(raw)} bytes")
-            blob += raw
-        digests = encapsulation_digests(task, np.frombuffer(bytes(blob), dtype=np.uint8).reshape(-1, size))
-        if len(set(digests)) < len(digests):
-            raise Refused(409, "replayed_message", "each message must be sealed afresh: two ciphertexts of the "
-                          "report share an HPKE encapsulated key")
-        status = self._writer.submit(_Pending(task_id, report_id, token_hash(token), bytes(blob), digests))
+        blob, digests = _sealed(task, "ciphertexts", sealed)
+        stage = None
+        if task.discovery is not None:
+            stage = (task.discovery.task_id, *_sealed(task.discovery, "discovery", data.get("discovery")))
+        elif "discovery" in data:
+            raise Refused(400, "malformed", "discovery must be left out: this task has no first stage")
+        status = self._writer.submit(_Pending(task_id, report_id, token_hash(token), blob, digests, stage))
         if status == "stored":
             self.accepted.labels(task_id).inc()
         return status
@@ -195,7 +190,7 @@ class Collector:
     def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
         """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: two
         lookups, one update and one insert for the whole group)."""
-        task_ids = sorted({r.task_id for r in group})
+        task_ids = sorted({task_id for r in group for task_id, _, _ in r.parts()})
         # the tasks' rows locked: a batch being formed, a close and these reports do not interleave (PostgreSQL)
         closed = {row.task_id for row in c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.closed).where(
             collector_tasks.c.task_id.in_(task_ids)).with_for_update()) if row.closed}
@@ -206,7 +201,7 @@ class Collector:
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
         used = {tuple(row) for row in c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
             tokens.c.report_id.in_([r.report_id for r in group])))}
-        seen = storage.existing_digests(c, encapsulations, {(r.task_id, d) for r in group for d in r.digests})
+        seen = storage.existing_digests(c, encapsulations, {key for r in group for key in r.keys()})
         outcomes: list[str | Refused] = []
         spent: dict[bytes, str] = {}  # tokens spent earlier in this group
         new = []
@@ -219,18 +214,18 @@ class Collector:
                 outcomes.append("already stored")  # a retry of a report this token already delivered
             elif earlier is not None:
                 outcomes.append(Refused(409, "token_used", "token must be unused: it already delivered a report"))
-            elif r.task_id in finished:
+            elif any(task_id in finished for task_id, _, _ in r.parts()):
                 outcomes.append(Refused(409, "task_closed", "the task must be open: it was closed, or its one batch "
                                         "was released"))
             elif (r.task_id, r.report_id) in used:
                 outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
-            elif any((r.task_id, d) in seen for d in r.digests):
+            elif any(key in seen for key in r.keys()):
                 outcomes.append(Refused(409, "replayed_message", "each message must be new: an accepted message "
                                         "of this task carried the same HPKE encapsulated key"))
             else:
                 spent[r.token_hash] = r.report_id
                 used.add((r.task_id, r.report_id))
-                seen.update((r.task_id, d) for d in r.digests)
+                seen.update(r.keys())
                 new.append(r)
                 outcomes.append("stored")
         if new:
@@ -239,13 +234,14 @@ class Collector:
                 report_id=sa.bindparam("r")), [{"h": r.token_hash, "r": r.report_id} for r in new]).rowcount
             if c.dialect.supports_sane_multi_rowcount and updated != len(new):  # another collector was faster
                 raise RuntimeError("a token was spent concurrently")
-            c.execute(sa.insert(reports), [{"task_id": r.task_id, "report_id": r.report_id,
-                                            "ciphertexts": r.ciphertexts} for r in new])
-            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_({r.task_id for r in new}))
+            stored = [{"task_id": task_id, "report_id": r.report_id, "ciphertexts": blob}
+                      for r in new for task_id, blob, _ in r.parts()]
+            c.execute(sa.insert(reports), stored)
+            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_({row["task_id"] for row in stored}))
                       .values(last_arrival=time.time()))  # the rows are locked above: the quiet period's clock
             # the primary key makes this atomic across collector processes: a digest another one stored since
             # fails the whole group, whose clients send again and are then refused as replays
-            rows = [{"task_id": r.task_id, "digest": d} for r in new for d in r.digests]
+            rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys()]
             if rows:
                 c.execute(sa.insert(encapsulations), rows)
         return outcomes
@@ -389,7 +385,8 @@ class Collector:
         return released
 
     def close(self, task_id: str) -> None:
-        """Take no more reports for ``task_id``; a shuffle task's waiting reports then form its batch.
+        """Take no more reports for ``task_id`` (and its first stage, if staged); a shuffle task's waiting reports then
+        form its batch.
 
         Refused (:class:`ParameterError`, nothing changed) when the reports waiting are fewer than the task's
         minimum batch: closed, the task would never release them. The message names the shortfall and the
@@ -414,7 +411,8 @@ class Collector:
                 raise ParameterError("task", f"closed only once its waiting reports reach its minimum batch: "
                                      f"{waiting} came, {task.min_batch_size} needed ({short} short); closed now, it "
                                      f"would never release them. Instead, {remedy}", task_id)
-            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id == task_id).values(closed=True))
+            closing = [task_id] + ([] if task.discovery is None else [task.discovery.task_id])  # and its first stage
+            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_(closing)).values(closed=True))
         log_event(log, "task closed", task=task_id, reports_waiting=waiting)
 
     def counts(self, task_id: str) -> dict[str, int | bool]:
@@ -438,6 +436,29 @@ class Collector:
 
 class _TooSmall(Exception):
     """A batch not to be formed after all, found inside its transaction (rolled back)."""
+
+
+def _sealed(task: Task, name: str, sealed) -> tuple[bytes, list[bytes]]:
+    """(the report's field ``name``, a list of base64 HPKE seals to ``task``, as one blob, their encapsulations'
+    digests), or a 400 naming what is wrong, or a 409 if two share an encapsulated key."""
+    cap = message_cap(task)
+    if not isinstance(sealed, list) or len(sealed) > cap:  # none is a user's output too (OUE with no bit set)
+        raise Refused(400, "malformed", f"{name} must be a list of at most {cap} base64 strings")
+    size, blob = sealed_size(task), bytearray()
+    for i, text in enumerate(sealed):
+        try:
+            raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+        except (binascii.Error, ValueError):  # not base64, or not even ASCII
+            raw = b""
+        if len(raw) != size:
+            raise Refused(400, "bad_ciphertext", f"{name}[{i}] must be base64 of {size} bytes (an HPKE seal of one "
+                          f"message), got {len(raw)} bytes")
+        blob += raw
+    digests = encapsulation_digests(task, np.frombuffer(bytes(blob), dtype=np.uint8).reshape(-1, size))
+    if len(set(digests)) < len(digests):
+        raise Refused(409, "replayed_message", "each message must be sealed afresh: two ciphertexts of the report "
+                      "share an HPKE encapsulated key")
+    return bytes(blob), digests
 
 
 def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) -> bytes:
@@ -464,7 +485,16 @@ class _Pending:
     token_hash: bytes
     ciphertexts: bytes
     digests: list[bytes]  # of the messages' encapsulated keys
+    stage: tuple[str, bytes, list[bytes]] | None = None  # a staged task's first stage: its task id, messages, digests
     outcome: Future = field(default_factory=Future)
+
+    def parts(self) -> list[tuple[str, bytes, list[bytes]]]:
+        """(task id, sealed messages, their digests) of the report, and of its first stage's if any."""
+        return [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
+
+    def keys(self) -> list[tuple[str, bytes]]:
+        """(task id, digest) of every message, the replay check's keys."""
+        return [(task_id, d) for task_id, _, digests in self.parts() for d in digests]
 
 
 class GroupCommit:

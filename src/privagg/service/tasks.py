@@ -4,7 +4,9 @@ A **task** is a task id, the frozen parameters of one protocol (never recalibrat
 them), the analyzer's HPKE public key with its key id, and the least number of reports a batch may hold
 before the collector releases it. In the shuffle model a task has one batch, of all n reports or, once the
 task is closed, of the reports that came if at least ``min_batch_size`` (at least ceil(G n); see
-``Task.__post_init__``).
+``Task.__post_init__``). A sparse-vector-hashed task may have a first stage (``discovery``, the paper's two stages:
+``privagg task create --discover-phi``): an fe-hh task of its own (id, key, batch) over the B + 1 cells, whose
+discovered coordinates are the ones the task estimates. A device's one report then carries both stages' messages.
 
 A client's **report** is every message of one user, each sealed separately to the analyzer with HPKE
 (RFC 9180; ``cryptography``'s implementation: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM by
@@ -37,7 +39,7 @@ from ..errors import ParameterError, check_integer
 
 TASK_ID_BYTES = 16
 # what a task's protocol must be (registry.ProtocolEntry.served)
-SERVED = "one the services run: one round, a client randomizer and an analyzer (not fe-hh yet)"
+SERVED = "one the services run: one round, a client randomizer and an analyzer"
 REPORT_ID_BYTES = 16
 TAG_BYTES = 16  # AES-128-GCM's tag
 # the KEMs a task may use: the suite's name, and the sizes of a raw public key and of an encapsulation
@@ -102,6 +104,8 @@ class Task:
     key_id: int  # which of the analyzer's keys, 0..255
     min_batch_size: int  # reports: a smaller batch is never released
     kem: str = "x25519"  # or "mlkem768-x25519"
+    discovery: "Task | None" = None  # sparse-vector-hashed --discover-phi: its first stage, an fe-hh task
+
 
     def __post_init__(self) -> None:
         _hex("task_id", self.task_id, TASK_ID_BYTES)
@@ -124,6 +128,27 @@ class Task:
                           self.parameters.n_users)
         else:
             check_integer("min_batch_size", self.min_batch_size, 1)
+        if self.discovery is not None:
+            self._check_discovery()
+
+    def _check_discovery(self) -> None:
+        """A staged task (``privagg task create --discover-phi``): sparse-vector-hashed whose first stage is fe-hh over
+        its B + 1 cells, for the same users, under the same KEM and batch rule, and no further stage."""
+        p, stage = self.parameters, self.discovery
+        if not isinstance(stage, Task) or p.protocol != "sparse-vector-hashed":
+            raise ParameterError("discovery", "a first stage only for a sparse-vector-hashed task", p.protocol)
+        q = stage.parameters
+        expected = dict(protocol="fe-hh", domain_size=p.dimension + 1, n_users=p.n_users,
+                        honest_fraction=p.honest_fraction, min_batch_size=self.min_batch_size, kem=self.kem,
+                        discovery=None)
+        got = dict(protocol=q.protocol, domain_size=q.domain_size, n_users=q.n_users,
+                   honest_fraction=q.honest_fraction, min_batch_size=stage.min_batch_size, kem=stage.kem,
+                   discovery=stage.discovery)
+        for name, value in expected.items():
+            if got[name] != value:
+                raise ParameterError(f"discovery.{name}", f"{value} (the first stage of this task)", got[name])
+        if stage.task_id == self.task_id:
+            raise ParameterError("discovery.task_id", "another task's id than this one's", stage.task_id)
 
     @property
     def single_batch(self) -> bool:
@@ -138,9 +163,12 @@ class Task:
         return b"privagg task " + bytes.fromhex(self.task_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "public_key":
-                self.public_key.hex(), "key_id": self.key_id, "min_batch_size": self.min_batch_size,
-                "kem": self.kem, "suite": KEMS[self.kem][0]}
+        out = {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "public_key":
+               self.public_key.hex(), "key_id": self.key_id, "min_batch_size": self.min_batch_size,
+               "kem": self.kem, "suite": KEMS[self.kem][0]}
+        if self.discovery is not None:
+            out["discovery"] = self.discovery.to_dict()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -164,8 +192,10 @@ class Task:
         parameters = load_parameters(data["parameters"], verify=verify)
         if not get(parameters.protocol).served:
             raise ParameterError("parameters.protocol", SERVED, parameters.protocol)
+        discovery = data.get("discovery")
         return cls(data["task_id"], parameters, _hex("public_key", data["public_key"], KEMS[kem][1]),
-                   data["key_id"], data["min_batch_size"], kem)
+                   data["key_id"], data["min_batch_size"], kem,
+                   None if discovery is None else cls.from_dict(discovery, verify))
 
     @classmethod
     def from_json(cls, text: str | bytes, verify: bool = True) -> "Task":
@@ -177,12 +207,13 @@ class Task:
 
 
 def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0,
-                kem: str = "x25519") -> tuple[Task, bytes]:
+                kem: str = "x25519", discovery: Task | None = None) -> tuple[Task, bytes]:
     """A new task and the analyzer's private key (raw; it never leaves the analyzer).
 
     ``min_batch_size`` defaults to the users the parameters were calibrated for (n): the collector releases
     no batch of fewer reports (a shuffle task may set it down to ceil(G n), for a closed task whose absent
-    users count against the honest fraction). ``kem``: "x25519" or the hybrid "mlkem768-x25519".
+    users count against the honest fraction). ``kem``: "x25519" or the hybrid "mlkem768-x25519". ``discovery``: a
+    sparse-vector-hashed task's first stage (:meth:`Task._check_discovery`).
     """
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -196,7 +227,7 @@ def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0,
         quantum = MLKEM768PrivateKey.generate()
         public, private = quantum.public_key().public_bytes_raw() + public, quantum.private_bytes_raw() + private
     task = Task(secrets.token_hex(TASK_ID_BYTES), parameters, public, key_id,
-                parameters.n_users if min_batch_size is None else min_batch_size, kem)
+                parameters.n_users if min_batch_size is None else min_batch_size, kem, discovery)
     return task, private
 
 

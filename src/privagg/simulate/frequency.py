@@ -25,8 +25,8 @@ from ..privacy.description import privacy_warnings
 from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.results import FrequencyTable, count_among, top_k
-from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, expected_error,
-                       privacy_profile, report_parameters, reported_estimates)
+from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
+                       expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
 from .progress import Progress
 from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
 
@@ -302,7 +302,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     result = run.result
     privacy, profile, total = run.privacy, privacy_profile(parameters), run.messages_total
     if discovery is not None:
-        privacy, profile = _composed(run.privacy, parameters, discovered)
+        privacy, profile = with_discovery(run.privacy, parameters, discovered.parameters)
         total += discovery.messages.total
         run.seconds["discover"] = discovered.seconds
     coordinates = np.arange(d) if result.coordinates is None else result.coordinates
@@ -347,7 +347,6 @@ def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progr
     the coordinates it reports, the dummy cell left out, are the candidates.
     """
     from ..core.randomness import resolve
-    from ..reports import Discovery
     from .heavy_hitters import estimate_heavy_hitters
 
     start = time.perf_counter()
@@ -367,27 +366,8 @@ def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progr
     if not found.size:
         raise ParameterError("discover-phi", f"small enough that some coordinate's sum of weights reaches phi n "
                              f"(none did at phi = {phi}); lower it, or give --candidates", phi)
-    discovery = Discovery(phi=result.parameters.phi, coordinates=int(found.size), messages=report.messages,
-                          parameters=report.parameters, privacy=report.privacy.summary(),
-                          survivors=list(result.survivors))
+    discovery = discovery_block(result.parameters, result, report.privacy, int(found.size), report.messages)
     return found, discovery, _Discovered(result.parameters, time.perf_counter() - start)
-
-
-def _composed(privacy, parameters, discovered: _Discovered):
-    """The guarantee of the two stages together, each at (eps/2, delta/2): basic composition, and its profile
-    delta(eps') <= delta_FE1(eps'/2) + delta_fe-hh(eps'/2)."""
-    from ..reports import ProfilePoint
-
-    hh = discovered.parameters
-    composed = dataclasses.replace(
-        privacy, mechanism=f"{privacy.mechanism}, on coordinates discovered by fe-hh over the rounded cells",
-        epsilon=parameters.epsilon + hh.epsilon, delta=parameters.delta + hh.delta,
-        method_detail=f"{privacy.method_detail}; the discovery stage: {hh.privacy.method_detail}; the two stages at "
-                      f"({parameters.epsilon:g}, {parameters.delta:g}) each, basic composition",
-        reference=f"{privacy.reference} and 'Heavy hitters'")
-    total = composed.epsilon
-    profile = [ProfilePoint(e, parameters.delta_at(e / 2) + hh.delta_at(e / 2)) for e in (total / 2, total, 2 * total)]
-    return composed, profile
 
 
 def _weighted_expected_error(groups, combined, domain_size: int, messages: int):
