@@ -87,6 +87,8 @@ def test_a_staged_task_that_discovers_nothing_says_so(tmp_path):
     assert answer.status_code == 409 and answer.json()["error"] == "nothing_discovered", answer.text
     assert d.task.discovery.task_id in answer.json()["detail"]
     assert d.A.get(f"/tasks/{d.task.discovery.task_id}/result").json()["heavy_hitters"] == []
+    page = d.A.get(f"/console/tasks/{d.task.task_id}")
+    assert page.status_code == 200 and "found no coordinate whose sum reaches phi n" in page.text
     opened = d.analyzer.registry.get_sample_value("privagg_messages_opened_total")
     assert opened == sum(len(r.discovery) for r in reports)  # the first stage's only
     for e in (d.analyzer.engine, d.collector.engine):

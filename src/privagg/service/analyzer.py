@@ -661,7 +661,12 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     async def console_task(task_id: str, request: Request) -> str:
         owner(request)
         (row,) = await run_in_threadpool(service.overview, task_id)
-        report = await run_in_threadpool(service.result, task_id, 20) if row["batches"] else None
+        try:
+            report = await run_in_threadpool(service.result, task_id, 20) if row["batches"] else None
+        except Refused as err:  # released, with nothing to estimate: a staged task whose first stage found nothing
+            if err.reason != "nothing_discovered":
+                raise
+            return task_page(row, None, note=err.detail)
         return task_page(row, report)
 
     @app.get("/tasks/{task_id}")

@@ -57,6 +57,7 @@ _TASK = _env.from_string("""
 <div class="privacy" id="privacy"><p>{{ statement }}</p>
 {% if assumptions %}<p>It assumes:</p><ul>{% for a in assumptions %}<li>{{ a }}</li>{% endfor %}</ul>{% endif %}
 {% if caveats %}<p>Caveats:</p><ul>{% for c in caveats %}<li>{{ c }}</li>{% endfor %}</ul>{% endif %}</div>
+{% elif note %}<p id="waiting">{{ note }}</p>
 {% else %}<p id="waiting">No result yet: no batch has been applied (the collector releases one once at least
 {{ "{:,}".format(t.min_batch_size) }} reports have come).</p>{% endif %}
 """)
@@ -73,10 +74,11 @@ def tasks_page(tasks: list[dict]) -> str:
     return page("Tasks", _TASKS.render(tasks=tasks))
 
 
-def task_page(task: dict, report: dict | None, top: int = 20) -> str:
-    """One task's counts and, once released, ``report`` (the result route's) as a chart and a privacy statement."""
+def task_page(task: dict, report: dict | None, top: int = 20, note: str | None = None) -> str:
+    """One task's counts and, once released, ``report`` (the result route's) as a chart and a privacy statement;
+    ``note``: why a released task shows no result (a staged task whose first stage discovered nothing)."""
     if report is None:
-        return page(f"Task {task['task_id']}", _TASK.render(t=task, report=None))
+        return page(f"Task {task['task_id']}", _TASK.render(t=task, report=None, note=note))
     bars = report.get("estimates", report.get("heavy_hitters"))[:top]  # fe-hh: the heavy hitters discovered
     privacy = report["privacy"]
     return page(f"Task {task['task_id']}", _TASK.render(
