@@ -7,7 +7,8 @@ written to chunk files. Then, each in its own process, with peak RSS from ``getr
 
 * the release: the chunks streamed through the two passes into P partitions (P from the memory budget);
 * the analysis: ``AnalyzerService.apply_partitioned_batch`` with two worker processes opening each partition,
-  against the memory budget; its result must equal that of the plaintext messages exactly.
+  against the memory budget; its result must equal that of the plaintext messages exactly. The workers' own
+  peak RSS is sampled from /proc while they run (``_WorkerPeaks``).
 
 The same for an fe-hh task over strings (English words of at most 6 bytes, phi = 0.01) with 10^6 simulated
 devices: the heavy words it names, scored (recall, precision) against the truth beside the simulation's.
@@ -80,19 +81,49 @@ def _seal_chunk(task_json: str, items, seed: int, path: str) -> tuple[int, bytes
     return len(messages), encode_aggregate(role.agg_update(role.agg_init(), messages))
 
 
-def _peak(fixed: float) -> dict:
-    """Peak RSS (MB) of this process, its fixed part (once its modules were loaded), and its largest child's
-    (forked children count the pages they share with this process)."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"rss_mb": _loaded(), "fixed_mb": fixed, "children_rss_mb": children.ru_maxrss / 1024}
+def _peak(fixed: float, workers: float | None = None) -> dict:
+    """Peak RSS (MB) of this process, its fixed part (once its modules were loaded), and its workers' (the
+    largest VmHWM sampled while they ran: :class:`_WorkerPeaks`; None for a step without workers)."""
+    return {"rss_mb": _loaded(), "fixed_mb": fixed, "workers_rss_mb": workers}
 
 
-def _loaded() -> float:
-    """This process's peak RSS so far (MB): VmHWM, which, unlike getrusage's, starts afresh at exec."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+def _loaded(pid: str = "self") -> float:
+    """A process's peak RSS so far (MB): VmHWM, which, unlike getrusage's, starts afresh at exec; 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return 0.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _WorkerPeaks:
+    """The largest peak RSS (VmHWM) of this process's child processes, sampled every ``interval`` seconds on a
+    thread while they run: the worker processes' own memory, which getrusage's RUSAGE_CHILDREN does not give (a
+    spawned worker inherits the analyzer's high-water mark through the fork before its exec). VmHWM only grows, so
+    a sample misses at most a worker's growth in its last interval."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        import threading
+
+        self.interval, self.largest, self._stop = interval, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = os.getpid()
+        while not self._stop.wait(self.interval):
+            for children in Path(f"/proc/{me}/task").glob("*/children"):
+                for pid in children.read_text().split():
+                    self.largest = max(self.largest, _loaded(pid))
+
+    def __enter__(self) -> "_WorkerPeaks":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _release(folder: Path, task_json: str, chunks: list[str], messages: int, reports: int, budget: int) -> dict:
@@ -124,12 +155,13 @@ def _analyze(folder: Path, budget: int) -> dict:
     service.load(task_id)
     fixed = _loaded()  # the analyzer with its modules loaded and the task open, before any partition
     start = time.perf_counter()
-    assert service.apply_partitioned_batch(task_id, BATCH) == "applied"
+    with _WorkerPeaks() as workers:
+        assert service.apply_partitioned_batch(task_id, BATCH) == "applied"
     seconds = time.perf_counter() - start
     service.executor.shutdown()
     result = service.result(task_id, top=50)
     found = result.get("heavy_hitters", result.get("estimates"))
-    return {"seconds": seconds, "found": [[e["item"], e["estimate"]] for e in found], **_peak(fixed)}
+    return {"seconds": seconds, "found": [[e["item"], e["estimate"]] for e in found], **_peak(fixed, workers.largest)}
 
 
 def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
@@ -212,10 +244,10 @@ def partitions(report: Report) -> None:
                  [name, "release: 2 passes", f"{rel['seconds']:.1f}", f"{rel['rss_mb']:.0f} ({rel['fixed_mb']:.0f}) / -",
                   f"P = {rel['partitions']} partitions, the largest {rel['largest']:,} messages"],
                  [name, "analyze: check, deduplicate, open, aggregate", f"{ana['seconds']:.1f}",
-                  f"{ana['rss_mb']:.0f} ({ana['fixed_mb']:.0f}) / {ana['children_rss_mb']:.0f}",
+                  f"{ana['rss_mb']:.0f} ({ana['fixed_mb']:.0f}) / {ana['workers_rss_mb']:.0f}",
                   f"{r['messages'] / ana['seconds'] / 2:,.0f} messages/s per worker (2 workers); the result is the "
                   f"plaintext messages' exactly: {'yes' if r['exact'] else '**NO**'}{quality}"]]
-    report.table(["task", "step", "seconds", "peak RSS (MB): process (before the batch) / largest child", "notes"],
+    report.table(["task", "step", "seconds", "peak RSS (MB): process (before the batch) / largest worker", "notes"],
                  rows)
     report.add(f"The budget ({budget / 2**20:,.0f} MiB; PRIVAGG_BENCH_PARTITION_BUDGET sets it, by default a "
                "10^8-message batch's 2 GiB scaled to m) bounds WORKING_COPIES = 8 times the largest partition's "
