@@ -675,7 +675,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _param("domain", Optional[int], typer.Option(
             None, "--domain",
             help="Number of categories N: integer items must lie in [0, N)." if categorical else
-                 f"Domain size B: integer items must lie in [0, B), text is hashed into [B]. "
+                 "Domain size B: integer items must lie in [0, B), text is hashed into [B]. "
                  + ("Required with --input; default for the bundled words: their 100 most common, B = 100."
                     if entry.small_domain else "Default: 2^24."))),
         *_protocol_parameters(entry),

@@ -12,7 +12,6 @@ output as a client would accept it (types, then the class's own checks in
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
