@@ -690,7 +690,8 @@ def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str 
 
     A row with an empty cell, or a blank line, is missing, as for items: ``fmt.missing="error"`` (default)
     stops at the first, naming its line; ``"drop"`` leaves it out (:func:`read_vectors_counted` says how many).
-    NaN is a value, not a missing one."""
+    NaN is a value, not a missing one. A float32 ``.npy`` array stays float32 as it was loaded (no copy: every
+    float32 is a float64 exactly, and the randomizer converts only the values it picks); others are float64."""
     return read_vectors_counted(path, fmt, field)[0]
 
 
@@ -723,7 +724,7 @@ def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.number):
         raise ParameterError(field, "an (n, d) array of numbers, one row a user", f"shape {array.shape} of "
                              f"{array.dtype}")
-    return array.astype(np.float64, copy=False), dropped
+    return (array if array.dtype == np.float32 else array.astype(np.float64, copy=False)), dropped
 
 
 def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "error",

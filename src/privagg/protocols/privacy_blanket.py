@@ -237,11 +237,20 @@ def message_law(parameters: BlanketHistParameters, item: int) -> dict[tuple[int,
 # --- vectors: blanket-vector, R_{d,k,n,t} and A_{d,k,t} (reference Algorithms 2-3) ---------------------------
 
 
+def float_rows(values) -> np.ndarray:
+    """``values`` as a float array: float32 and float64 arrays as they are (a float32 value is exactly a float64
+    one, so the randomizer converts only what it picks: :meth:`VectorClient.randomize`), anything else as
+    float64."""
+    array = np.asarray(values)
+    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
+
+
 def check_vectors(values, dimension: int) -> np.ndarray:
-    """Users' vectors as an (n, d) float array in [0, 1]; NaN, values outside [0, 1] and a wrong d are errors
-    naming the row and column (counted from 0), never clipped here (``clip_vectors`` is the explicit option)."""
+    """Users' vectors as an (n, d) float array in [0, 1] (:func:`float_rows`: float32 stays float32); NaN, values
+    outside [0, 1] and a wrong d are errors naming the row and column (counted from 0), never clipped here
+    (``clip_vectors`` is the explicit option)."""
     try:
-        array = np.asarray(values, dtype=np.float64)
+        array = float_rows(values)
     except (TypeError, ValueError):
         raise ParameterError("vector", f"rows of {dimension} numbers in [0, 1]", "a ragged or non-numeric array") \
             from None
@@ -292,8 +301,9 @@ class BlanketVectorParameters(_BlanketParameters):
         check_integer("coordinates-per-user", self.coordinates, 1, self.dimension)
 
     def true_total(self, vectors: np.ndarray, coordinates=None) -> np.ndarray:
-        """The exact sum of the vectors, computed in the clear (simulations only)."""
-        return vectors.sum(axis=0)
+        """The exact sum of the vectors, computed in the clear (simulations only), in float64 whatever the input's
+        float type."""
+        return vectors.sum(axis=0, dtype=np.float64)
 
     def paper_gamma(self) -> float:
         return blanket.paper_vector_gamma(self.epsilon, self.delta, self.honest_users, self.dimension, self.levels,
@@ -528,7 +538,8 @@ class VectorClient:
         else:
             keys = rng.integers(0, 2**62, size=(users, p.dimension), dtype=np.int64)
             chosen = np.argpartition(keys, t - 1, axis=1)[:, :t]
-        values = randomized_rounding(np.take_along_axis(vectors, chosen, axis=1), p.levels, rng).ravel()
+        picked = np.take_along_axis(vectors, chosen, axis=1).astype(np.float64)  # float32 input: exact
+        values = randomized_rounding(picked, p.levels, rng).ravel()
         replaced = coins(at_least(p.gamma), values.size, rng)
         values[replaced] = rng.integers(0, p.levels + 1, size=int(replaced.sum()))
         return self.layout.batch({"coordinate": chosen.ravel(), "value": values})

@@ -24,6 +24,7 @@ from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
 from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
+from ..protocols.privacy_blanket import float_rows
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
                        expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
@@ -276,7 +277,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     """
     from ..reports import VectorError, VectorEstimateReport, coordinate_estimates
 
-    inputs = np.asarray(inputs, dtype=np.float64)
+    inputs = float_rows(inputs)
     if inputs.ndim != 2 or len(inputs) < 2:
         raise ParameterError("input", "at least 2 users, one row a user", f"shape {inputs.shape}")
     if seed is not None:
