@@ -67,7 +67,8 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
     released = np.array([e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])])
     return {"seconds": run["seconds"], "bytes": run["user_bytes"],
             "formula": expected_sealed_bytes(task, run["index"], plan), "survivors": len(survivors),
-            "exact": bool(np.array_equal(released, expected)), "kills": kills}
+            "exact": bool(np.array_equal(released, expected)), "kills": kills,
+            "release": report["engine"]["seconds"]["release"]}
 
 
 def _run_tss(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
@@ -98,7 +99,8 @@ def _run_tss(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict
     expected = survivors_parameters(parameters, len(run["survivors"])).estimate(counts)
     released = np.array([e["estimate"] for e in sorted(run["report"]["estimates"], key=lambda e: e["item"])])
     return {"seconds": run["seconds"], "bytes": run["bytes"], "formula": None, "survivors": len(run["survivors"]),
-            "exact": bool(np.array_equal(released, expected)), "kills": kills}
+            "exact": bool(np.array_equal(released, expected)), "kills": kills,
+            "release": run["report"]["engine"]["seconds"].get("release")}
 
 
 def sharing_service(report: Report) -> None:
@@ -117,11 +119,13 @@ def sharing_service(report: Report) -> None:
                 r = run(folder, users, drop, kill)
                 s, b = r["seconds"], r["bytes"]
                 rows.append([protocol, label, f"{r['survivors']:,}",
-                             " / ".join(f"{s[k]:.1f}" for k in s),
+                             " / ".join(f"{s[k]:.1f}" for k in s)
+                             + ("" if r["release"] is None else f" (release {r['release']:.1f})"),
                              f"{b['sealed_sent']:,}" + ("" if r["formula"] is None else f" / {r['formula']:,}"),
                              f"{b['http_sent'] / 1e6:,.1f} / {b['http_received'] / 1e6:,.1f}",
                              "yes" if r["exact"] else "**NO**", ", ".join(f"{k:.1f} s" for k in r["kills"]) or "-"])
-    report.table(["protocol", "run", "survivors", "seconds: enroll / round 1 / 2 / 3 (TSS: / 4 / hand-over)",
+    report.table(["protocol", "run", "survivors", "seconds: enroll / round 1 / 2 / 3 (TSS: / 4 / hand-over); "
+                  "the release's own, inside the last",
                   "sealed bytes sent (DPDS: / formula)", "users' HTTP MB sent / received",
                   "release = survivors' sum exactly", "server restarts"], rows)
     report.add("DPDS's round 1 is n (n - 1) HPKE seals (X25519, one per backup) on the users' side and their "

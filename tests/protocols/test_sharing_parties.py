@@ -13,7 +13,7 @@ from privagg.errors import ParameterError
 from privagg.protocols import sampling_sharing as ss
 from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, HEADER, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
                                                REVEAL, SERVER, Revealed, SharingServer, SharingUser, UserState,
-                                               check_min_survivors, decode, encode, message_bytes, pair_shares,
+                                               check_min_survivors, decode, encode, message_bytes, PairShares,
                                                survivors_parameters, threshold)
 
 N_USERS, DOMAIN = 24, 3
@@ -85,8 +85,8 @@ def test_the_shares_are_algorithm_2s():
     users, _, keys, masked, _ = run(p, CODES)
     i, j = 2, 5
     pub = {u: decode(p, keys[u], (ADVERTISE,), u, SERVER).payload[:32] for u in (i, j)}
-    s_ij, s_ji = pair_shares(p, users[i]._secret(PAIR_KEY), pub[j], i, j)
-    t_ji, t_ij = pair_shares(p, users[j]._secret(PAIR_KEY), pub[i], j, i)
+    s_ij, s_ji = PairShares(p, users[i]._secret(PAIR_KEY))(pub[j], i, j)
+    t_ji, t_ij = PairShares(p, users[j]._secret(PAIR_KEY))(pub[i], j, i)
     np.testing.assert_array_equal(s_ij, t_ij)
     np.testing.assert_array_equal(s_ji, t_ji)
     assert not np.array_equal(s_ij, s_ji)

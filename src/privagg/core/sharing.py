@@ -120,13 +120,17 @@ def reconstruct(field: PrimeField, shares: np.ndarray) -> np.ndarray:
     return field.sum(field.element(shares), axis=0)
 
 
+_COUNTER_ZERO = np.zeros(2, dtype=np.uint64)
+
+
 def expand(field: PrimeField, seed: bytes, shape) -> np.ndarray:
     """The share a seed stands for: field elements drawn by ChaCha20 keyed with the 32-byte ``seed``."""
     from randomgen import ChaCha
 
     if len(seed) != SEED_BYTES:
         raise ParameterError("seed", f"{SEED_BYTES} bytes", f"{len(seed)} bytes")
-    return field.uniform(shape, np.random.Generator(ChaCha(key=int.from_bytes(seed, "big"), counter=0, rounds=20)))
+    key = np.frombuffer(seed[::-1], dtype="<u8")  # the 256-bit big-endian integer, as ChaCha's four 64-bit words
+    return field.uniform(shape, np.random.Generator(ChaCha(key=key, counter=_COUNTER_ZERO, rounds=20)))
 
 
 def seeded_shares(field: PrimeField, secret: np.ndarray, shares: int,

@@ -15,7 +15,7 @@ round 1, advertise
     the users whose messages all reached the server by the round's deadline.
 round 2, masked sum
     The server publishes U1's public keys. Users i and j of U1 agree on a secret (X25519, then HKDF), from which
-    i's share for j, s_ij, and j's share for i, s_ji, derive (:func:`pair_shares`). i's own share is
+    i's share for j, s_ij, and j's share for i, s_ji, derive (:class:`PairShares`). i's own share is
     x_i - sum_j s_ij, so his n shares sum to x_i as Algorithm 2's do; he sends
     y_i = x_i - sum_{j in U1} s_ij + sum_{j in U1} s_ji + b_i, a mask b_i expanded from his mask seed.
     U2: the users whose y_i reached the server by the deadline.
@@ -179,19 +179,26 @@ def threshold(parameters: SharingParameters) -> int:
     return min(n, max(n // 2 + 1, n - parameters.honest_users + 1))
 
 
-def pair_shares(parameters: SharingParameters, private_key: bytes, public_key: bytes, me: int,
-                other: int) -> tuple[np.ndarray, np.ndarray]:
-    """(s_me,other, s_other,me): the shares two users of U1 derive from their agreed secret, X25519 then
-    HKDF-SHA256 (RFC 7748, RFC 5869), expanded to N field elements each (ChaCha20, :func:`expand`)."""
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+class PairShares:
+    """One user's side of the pairwise shares (s_me,other, s_other,me) with each other user of U1: X25519 then
+    HKDF-SHA256 (RFC 7748, RFC 5869), expanded to N field elements each (ChaCha20, :func:`expand`). The private
+    key is loaded once for the n - 1 agreements (a user's round 2; the server's, per dropout, in the release)."""
 
-    agreed = X25519PrivateKey.from_private_bytes(private_key).exchange(X25519PublicKey.from_public_bytes(public_key))
-    key = HKDF(hashes.SHA256(), SEED_BYTES, salt=None, info=b"privagg sharing pair v2").derive(agreed)
-    n_elements = parameters.domain_size
-    return (expand(parameters.field, derive_seed(key, f"share {me} to {other}"), n_elements),
-            expand(parameters.field, derive_seed(key, f"share {other} to {me}"), n_elements))
+    def __init__(self, parameters: SharingParameters, private_key: bytes) -> None:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+        self.field, self.elements = parameters.field, parameters.domain_size
+        self.key = X25519PrivateKey.from_private_bytes(private_key)
+
+    def __call__(self, public_key: bytes, me: int, other: int) -> tuple[np.ndarray, np.ndarray]:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        agreed = self.key.exchange(X25519PublicKey.from_public_bytes(public_key))
+        key = HKDF(hashes.SHA256(), SEED_BYTES, salt=None, info=b"privagg sharing pair v2").derive(agreed)
+        return (expand(self.field, derive_seed(key, f"share {me} to {other}"), self.elements),
+                expand(self.field, derive_seed(key, f"share {other} to {me}"), self.elements))
 
 
 def _public_key(private_key: bytes) -> bytes:
@@ -306,11 +313,11 @@ class SharingUser:
         if self.index not in senders:
             raise ParameterError("round-1 senders", f"a list naming user {self.index}, who advertised",
                                  "a list without him")
-        private, total = self._secret(PAIR_KEY), self.state.vector.copy()
+        pair_shares, total = PairShares(self.parameters, self._secret(PAIR_KEY)), self.state.vector.copy()
         for j in senders:
             if j != self.index:
                 public = decode(self.parameters, keys[j], (ADVERTISE,), j, SERVER).payload[:KEY_BYTES]
-                mine, theirs = pair_shares(self.parameters, private, public, self.index, j)
+                mine, theirs = pair_shares(public, self.index, j)
                 total = self.field.add(self.field.sub(total, mine), theirs)
         self.state.answered = 2
         return encode(self.parameters, MASKED_SUM, self.index, SERVER,
@@ -437,8 +444,9 @@ class SharingServer:
             total = self.field.add(total, self.field.sub(y, _mask(p, rebuilt[u])))
         public = {u: advertised[u][:KEY_BYTES] for u in survivors}
         for d in sorted(set(senders) - set(survivors)):
+            pair_shares = PairShares(p, rebuilt[d])
             for u in survivors:
-                theirs, mine = pair_shares(p, rebuilt[d], public[u], d, u)  # s_du, s_ud
+                theirs, mine = pair_shares(public[u], d, u)  # s_du, s_ud
                 total = self.field.add(self.field.sub(total, theirs), mine)
         recomputed = survivors_parameters(p, len(survivors))
         estimates = recomputed.estimate(total)
