@@ -457,22 +457,32 @@ def statistical_audit(parameters, runs: int = 4000, confidence: float = 0.95, no
 # --- the audit grid: every registered protocol's tiny instances --------------------------------------------
 
 
-def grid() -> list[AuditReport]:
-    """The exact audit of every registry entry's ``audit_instances`` under each calibration that accepts them
-    (a calibration that refuses an instance claims nothing there), at the calibrated noise."""
-    from .protocols.registry import ENTRIES, calibrate
+def grid_cases() -> list[tuple[str, int, str]]:
+    """The exact audit grid's cases, before any calibration: (protocol, index of one of its registry entry's
+    ``audit_instances``, a calibration the instance names or else each of the entry's)."""
+    from .protocols.registry import ENTRIES
 
-    reports = []
-    for entry in ENTRIES:
-        for instance in entry.audit_instances:
-            instance = dict(instance)
-            for calibration in instance.pop("calibrations", entry.calibrations):
-                try:
-                    parameters = calibrate(entry.name, calibration=calibration, **instance)
-                except ParameterError:
-                    continue
-                reports.append(exact_audit(parameters))
-    return reports
+    return [(entry.name, index, calibration) for entry in ENTRIES
+            for index, instance in enumerate(entry.audit_instances)
+            for calibration in instance.get("calibrations", entry.calibrations)]
+
+
+def grid_parameters(protocol: str, index: int, calibration: str):
+    """A grid case's calibrated parameters, or None where the calibration refuses the instance (it claims nothing
+    there)."""
+    from .protocols.registry import calibrate, get
+
+    instance = {k: v for k, v in get(protocol).audit_instances[index].items() if k != "calibrations"}
+    try:
+        return calibrate(protocol, calibration=calibration, **instance)
+    except ParameterError:
+        return None
+
+
+def grid() -> list[AuditReport]:
+    """The exact audit of every grid case (:func:`grid_cases`) at the calibrated noise."""
+    return [exact_audit(parameters) for parameters in (grid_parameters(*case) for case in grid_cases())
+            if parameters is not None]
 
 
 NOISE_FIELDS = ("rho", "sampling_probability", "noise_variance", "gamma", "local_epsilon", "scale_numerator")
