@@ -3,9 +3,10 @@
 n = 5 x 10^6 users, d = 20, t = 1, k = 3, (1, 1e-9): ``privagg estimate blanket-vector --input X.npy`` as a whole
 process under GNU time, against ``python benchmarks/vectors.py numpy X.npy GAMMA``, a plain numpy script doing the
 same work (load the array, pick one coordinate per user, round, randomized response, aggregate, debias), run
-alternately in the same run; and ``VectorClient.randomize`` alone in this process (users per second). The
-issue's targets: the whole process at least half the numpy script's speed, start-up included, and at least
-10 M users per second through the randomizer. Then n = 10^6, d = 100 through ``privagg analyze`` on the local and
+alternately in the same run, on a float32 .npy (privagg keeps it float32 and converts only the values its users
+pick); and ``VectorClient.randomize`` alone in this process (users per second). The targets: the whole process
+at least 0.7 of the numpy script's speed, start-up and calibration included, and at least 10 M users per second
+through the randomizer. Then n = 10^6, d = 100 through ``privagg analyze`` on the local and
 the Dask engine (:func:`dask_engine`).
 """
 
@@ -28,6 +29,7 @@ from benchfmt import load_average, note, ratio, seconds, verdict  # noqa: E402
 N_USERS, DIMENSION, LEVELS, EPSILON, DELTA = 5_000_000, 20, 3, 1.0, 1e-9
 DASK_USERS, DASK_DIMENSION, DASK_PARTITIONS = 1_000_000, 100, 8
 REPEATS = 3
+SPEED_TARGET = 0.7
 DATA_SEED = 2022
 
 
@@ -56,10 +58,10 @@ def vectors(report) -> None:
     start_load = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        data = np.random.default_rng(DATA_SEED).random((N_USERS, DIMENSION)) ** 2
+        data = np.random.default_rng(DATA_SEED).random((N_USERS, DIMENSION), dtype=np.float32) ** 2
         path = folder / "vectors.npy"
         np.save(path, data)
-        truth = data.sum(axis=0)
+        truth = data.sum(axis=0, dtype=np.float64)
         params = registry.calibrate("blanket-vector", epsilon=EPSILON, delta=DELTA, n_users=N_USERS,
                                     domain_size=DIMENSION, levels=LEVELS)
         # the randomizer alone, in this process
@@ -84,7 +86,7 @@ def vectors(report) -> None:
     users_per_s = N_USERS / randomize_s
     report.add("## 7. Privacy-blanket vector sums: blanket-vector at n = 5 x 10^6, d = 20 (whole processes)", "",
                f"(eps, delta) = ({EPSILON:g}, {DELTA:g}), t = 1, k = {LEVELS}, tight gamma = {params.gamma:.4g}; "
-               f"users' vectors uniform squared (seed {DATA_SEED}) in a {N_USERS} x {DIMENSION} float64 .npy file. "
+               f"users' vectors uniform squared (seed {DATA_SEED}) in a {N_USERS} x {DIMENSION} float32 .npy file. "
                "privagg: `privagg estimate blanket-vector --input vectors.npy ... --seed 1 --json --output ...`; "
                "baseline: `python benchmarks/vectors.py numpy vectors.npy GAMMA`, the same work in plain numpy "
                "(load, one coordinate per user, rounding, randomized response, aggregate, debias) with the same "
@@ -95,7 +97,8 @@ def vectors(report) -> None:
          "checks every value, shuffles the messages, validates them, writes the full report"],
         ["plain numpy script", seconds(wall["numpy"]), f"{rss['numpy']:,.0f} MiB", "the arithmetic only"],
     ])
-    report.add(f"numpy / privagg: {ratio(speed)} of the baseline's speed (target at least 0.5x): {verdict(speed >= 0.5)}."
+    report.add(f"numpy / privagg: {ratio(speed)} of the baseline's speed (target at least {SPEED_TARGET}x): "
+               f"{verdict(speed >= SPEED_TARGET)}."
                f" The randomizer alone (`VectorClient.randomize`, in-process, best of {REPEATS}): "
                f"{seconds(randomize_s)} for {N_USERS} users, {users_per_s / 1e6:.1f} M users/s (target 10 M/s): "
                f"{verdict(users_per_s >= 1e7)}.", "",
