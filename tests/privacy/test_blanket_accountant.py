@@ -99,7 +99,8 @@ def test_large_value_sets_need_far_less_blanket():
         assert blanket.delta_at(1.0, gamma, 10**5, B) <= 1e-9
 
 
-@pytest.mark.parametrize("B,eps,n", [(10, 0.3, 10**5), (1000, 4.0, 10**5), (3, 1.0, 10**3)])
+@pytest.mark.parametrize("B,eps,n", [pytest.param(10, 0.3, 10**5, marks=pytest.mark.slow), (1000, 4.0, 10**5),
+                                     (3, 1.0, 10**3)])
 def test_a_finer_resolution_never_gives_a_larger_bound(B, eps, n):
     """The calibration evaluates at resolution delta / 10^4; loading the parameters verifies at 1e-20: the
     finer evaluation goes on splitting the same buckets, so what was certified stays certified."""
@@ -111,7 +112,7 @@ def test_a_finer_resolution_never_gives_a_larger_bound(B, eps, n):
     params.verify()
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.7])
+@pytest.mark.parametrize("scale", [1.0, pytest.param(0.7, marks=pytest.mark.slow)])
 def test_the_accountant_bounds_the_exact_delta_with_more_values_than_users(scale):
     """B = 8 > n = 6, where the accountant gains most over FMT's and Wang et al.'s bounds (0.24 against a true
     0.099 at the calibrated gamma): over all 22,176 neighbouring pairs the true delta stays below it."""

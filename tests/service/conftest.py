@@ -4,6 +4,10 @@ The service must work on both, so its suite runs on both. PostgreSQL is a throwa
 start themselves (once per session, tests/pg_server.py), with fresh databases for each test; where
 PostgreSQL is not installed, the PostgreSQL half is skipped with a message saying so, and the SQLite half
 still runs.
+
+The PostgreSQL half is marked slow (make test-all runs it), but for POSTGRESQL_IN_DEFAULT_RUN: the SQLite half
+checks each test's property in the default run, and the tests of what only PostgreSQL does (collector replicas,
+row locks under concurrent processes) ask for PostgreSQL alone and stay in it.
 """
 
 import secrets
@@ -47,3 +51,19 @@ def databases(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
         return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}
     make = request.getfixturevalue("postgres_databases")
     return {role: make() for role in ("collector", "analyzer")}
+
+
+# the PostgreSQL halves the default run keeps: a whole task through the shuffle services, and a restart; the
+# sharing server's rounds; S1 and S2's
+POSTGRESQL_IN_DEFAULT_RUN = {"test_the_service_aggregates_exactly_what_the_clients_sent",
+                             "test_the_aggregate_persists_across_restarts",
+                             "test_the_rounds_release_the_survivors_sum_exactly",
+                             "test_the_servers_release_the_sampled_counts_exactly"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(item, "callspec", None)
+        on_postgresql = params is not None and "postgresql" in [v for v in params.params.values() if isinstance(v, str)]
+        if on_postgresql and item.originalname not in POSTGRESQL_IN_DEFAULT_RUN:
+            item.add_marker(pytest.mark.slow)

@@ -167,6 +167,7 @@ def test_the_analyzer_refuses_partitions_over_its_budget_or_without_a_root(datab
     assert answer.status_code == 409 and answer.json()["error"] == "no_partitions"
 
 
+@pytest.mark.slow
 def test_partitions_are_aggregated_on_a_dask_cluster_as_in_one_process(tmp_path):
     """An analyzer on a Dask cluster (each partition a task) and one in this process: the same aggregate as the
     batch sent whole."""

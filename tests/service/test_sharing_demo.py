@@ -49,6 +49,7 @@ def test_the_demo_refuses_impossible_settings(tmp_path):
     assert out.returncode == 2 and "drop-fraction must be in [0, 0.5)" in out.stderr
 
 
+@pytest.mark.slow
 def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     """TSS' (phi = 2): S1 and S2 as processes, 10% of the users vanishing at round 1 or 2; S2's release over R2
     beside the simulation over the same survivors, in the published schema."""
