@@ -247,7 +247,7 @@ def test_a_users_control_characters_never_reach_the_terminal(tmp_path):
 def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):
     (tmp_path / "few.txt").write_text("common\n" * 3_000 + "".join(f"w{i}\n" for i in range(300)))
     result = runner.invoke(app, ["estimate", "fe-hh", "--input", str(tmp_path / "few.txt"), "--phi", "0.01",
-                                 "--epsilon", "1", "--delta", "1e-6", "--seed", "1"])
+                                 "--epsilon", "1", "--delta", "1e-6", "--seed", "1", "--max-length", "6"])
     assert result.exit_code == 0, result.output
     assert "NOT A RELIABLE LIST at this n and phi" in result.stdout
 
