@@ -128,10 +128,10 @@ class _WorkerPeaks:
 
 def _release(folder: Path, task_json: str, chunks: list[str], messages: int, reports: int, budget: int) -> dict:
     from privagg.service.partitions import partition_count, write_partitions
-    from privagg.service.tasks import Task, sealed_size
+    from privagg.service.tasks import Task
 
     task = Task.from_json(task_json, verify=False)
-    size, fixed = sealed_size(task), _loaded()
+    size, fixed = task.sealed_size, _loaded()
     partitions = partition_count(messages, size, budget)
     start = time.perf_counter()
     stream = (np.fromfile(c, dtype=np.uint8).reshape(-1, size) for c in chunks)

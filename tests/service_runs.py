@@ -25,8 +25,8 @@ from privagg.service.local import LocalDeployment, ServiceProcess
 DOMAIN = 100
 
 
-def _task(dep: LocalDeployment, clients: int):
-    return dep.create_task(calibrate("blanket-hist", epsilon=1.0, delta=1e-6, n_users=clients, domain_size=DOMAIN))
+def _task(dep: LocalDeployment, clients: int, protocol: str = "blanket-hist", domain: int = DOMAIN):
+    return dep.create_task(calibrate(protocol, epsilon=1.0, delta=1e-6, n_users=clients, domain_size=domain))
 
 
 def _exactly_once(result: dict, reports: list[Report], outcomes: list) -> dict:
@@ -84,12 +84,17 @@ def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: in
             **_exactly_once(result, reports, sent["outcomes"])}
 
 
-def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurrency: int = 10_000) -> dict:
-    """``clients`` SDK clients, ``concurrency`` of them connected at once; reports/s and latency percentiles,
-    and the latency of the collector's /healthz and /readyz, asked every 50 ms while the clients send."""
+def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurrency: int = 10_000,
+             protocol: str = "blanket-hist", domain: int = DOMAIN) -> dict:
+    """``clients`` SDK clients of a ``protocol`` task over ``domain``, ``concurrency`` of them connected at once;
+    reports/s and latency percentiles, the collector's CPU time per acknowledged report while they send (the
+    task fetched and verified before: once per task, not per report), and the latency of the collector's
+    /healthz and /readyz, asked every 50 ms while the clients send."""
     with LocalDeployment(dbs, log_dir, {"PRIVAGG_ANALYZER_WORKERS": "2"}) as dep:
-        task = _task(dep, clients)
+        task = _task(dep, clients, protocol, domain)
         tokens = dep.issue_tokens(task.task_id, clients)
+        with urllib.request.urlopen(f"{dep.url('collector')}/tasks/{task.task_id}", timeout=60) as answer:
+            answer.read()
         probes: dict[str, list[float]] = {"healthz": [], "readyz": []}
         sending = threading.Event()
 
@@ -110,11 +115,14 @@ def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurre
         prober = threading.Thread(target=probe, daemon=True)
         prober.start()
         client = Client(task)
-        values = np.random.default_rng(1).integers(0, DOMAIN, clients)
+        values = np.random.default_rng(1).integers(0, domain, clients)
         reports = prepare_reports(client, values, tokens)
+        collector = dep.services["collector"]
+        cpu = collector.cpu_seconds()
         sending.set()
         outcomes, sent = asyncio.run(send_reports(dep.url("collector"), reports, concurrency, retry_for=300.0))
         sending.clear()
+        cpu = collector.cpu_seconds() - cpu
         prober.join()
         dep.wait_released(task.task_id)
         result = dep.result(task.task_id, top=DOMAIN)
@@ -122,7 +130,9 @@ def load_run(dbs: dict[str, str], log_dir: Path, clients: int = 10_000, concurre
     health = {route: np.asarray(seen) * 1000 for route, seen in probes.items()}
     acknowledged = outcomes.count("acknowledged")
     return {"clients": clients, "concurrency": concurrency, "seconds": sent["seconds"],
-            "reports_per_second": acknowledged / sent["seconds"], "p50_ms": float(np.percentile(ms, 50)),
+            "reports_per_second": acknowledged / sent["seconds"], "collector_cpu_ms": 1000 * cpu / acknowledged,
+            "messages_per_report": sum(len(r.ciphertexts) for r in reports) / clients,
+            "p50_ms": float(np.percentile(ms, 50)),
             "p99_ms": float(np.percentile(ms, 99)), "retries": sent["retries"],
             **{f"{route}_{q}_ms": float(np.percentile(v, p)) if v.size else float("nan")
                for route, v in health.items() for q, p in (("p50", 50), ("p99", 99), ("max", 100))},

@@ -179,7 +179,7 @@ def test_partitions_are_aggregated_on_a_dask_cluster_as_in_one_process(tmp_path)
     from privagg.service.collector import batch_stream
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.storage import aggregates, analyzer_tasks, connect
-    from privagg.service.tasks import seal_messages, sealed_size
+    from privagg.service.tasks import seal_messages
 
     params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=2_000, domain_size=100)
     kek = KeyEncryptionKey.generate()
@@ -192,7 +192,7 @@ def test_partitions_are_aggregated_on_a_dask_cluster_as_in_one_process(tmp_path)
     batch = make_client(params).randomize(np.arange(2_000) % 100, np.random.default_rng(3))
     sealed = np.frombuffer(b"".join(seal_messages(task, batch)), dtype=np.uint8).reshape(len(batch), -1)
     whole.apply_batch(task.task_id, BATCH, batch_stream(task.task_id, BATCH, 2_000, sealed))
-    write_partitions([sealed[:3_000], sealed[3_000:]], sealed_size(task), tmp_path / task.task_id / BATCH, 5,
+    write_partitions([sealed[:3_000], sealed[3_000:]], task.sealed_size, tmp_path / task.task_id / BATCH, 5,
                      task.task_id, BATCH, 2_000)
     results = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \

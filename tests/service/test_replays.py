@@ -26,7 +26,7 @@ from privagg.protocols.registry import calibrate
 from privagg.service import storage
 from privagg.service.client import Report
 from privagg.service.collector import Collector, batch_stream
-from privagg.service.tasks import create_task, message_cap, seal_messages
+from privagg.service.tasks import create_task, seal_messages
 from privagg.service.web import Refused
 from service_deployment import AUTH, deploy, users
 
@@ -225,7 +225,7 @@ def test_a_report_count_that_does_not_fit_is_refused_without_a_500(local):
     for count in (999_999_999_999, 2**31):
         answer = _forge(d, count, sealed)
         assert (answer.status_code, answer.json()["error"]) == (409, "report_count"), answer.text
-    cap = message_cap(d.task)  # 17 for grr: one message, and the cap's slack of 16
+    cap = d.task.message_cap  # 17 for grr: one message, and the cap's slack of 16
     answer = _forge(d, 50, sealed + sealed[:1] * (50 * cap - 59))  # one message more than 50 reports may carry
     assert (answer.status_code, answer.json()["error"]) == (409, "report_count")
     answer = _forge(d, 50, sealed)  # 60 messages from 50 reports of grr's one message each: within the cap

@@ -29,7 +29,7 @@ from privagg.service.client import Client, Report
 from privagg.service.collector import Collector, create_app as collector_app
 from privagg.service.config import load_config
 from privagg.service.keys import KeyEncryptionKey
-from privagg.service.tasks import Task, message_cap, seal_messages
+from privagg.service.tasks import Task, seal_messages
 from service_deployment import AUTH, Deployment, deploy, users
 
 N = 300  # users of the task; each test's batches hold this many reports unless it says otherwise
@@ -228,7 +228,7 @@ def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
         body = _body(d, second, ciphertexts=["A" * (1 << 20)])
     elif case == "too_many":
         body = _body(d, second, ciphertexts=[base64.b64encode(second.ciphertexts[0]).decode()] *
-                     (message_cap(d.task) + 1))
+                     (d.task.message_cap + 1))
     elif case == "wrong_key_id":
         body = _body(d, second, key_id=d.task.key_id + 1)
     elif case == "missing_field":

@@ -58,8 +58,8 @@ from .collector import BATCH_MEDIA_TYPE
 from .console import task_page, tasks_page
 from .keys import KeyEncryptionKey
 from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages
-from .tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, message_cap, open_messages,
-                    packed_records, sealed_size, unpacked_records)
+from .tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, open_messages,
+                    packed_records, unpacked_records)
 from .web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 from .workers import BatchWorkers
 
@@ -78,7 +78,7 @@ MAX_CANDIDATE_BYTES = 64 << 20  # the body of a request adding candidates
 def check_batch_rules(task: Task, batches: int, counted: int, reports: int, messages: int) -> None:
     """Refuse (409) a batch the task's rules forbid, whoever sent it: fewer reports than the task's minimum, a
     second batch of a shuffle task, more reports than a shuffle task's n users or than the counter holds, or
-    more messages than its reports may carry (each at most :func:`~privagg.service.tasks.message_cap`).
+    more messages than its reports may carry (each at most :attr:`~privagg.service.tasks.Task.message_cap`).
     ``batches`` and ``counted``: the task's batches and reports applied so far."""
     if reports < task.min_batch_size:
         raise Refused(409, "batch_too_small", f"a batch must hold at least the task's min_batch_size "
@@ -90,7 +90,7 @@ def check_batch_rules(task: Task, batches: int, counted: int, reports: int, mess
         bound = "the task's n users" if task.single_batch else "what the task's report counter can still hold"
         raise Refused(409, "report_count", f"a batch of this task may hold at most {most} reports ({bound}), got "
                       f"{reports}")
-    cap = message_cap(task)
+    cap = task.message_cap
     if messages > reports * cap:
         raise Refused(409, "report_count", f"a batch of {reports} reports may hold at most {reports * cap} messages "
                       f"({cap} a report), got {messages}")
@@ -350,7 +350,7 @@ class AnalyzerService:
         """(the sealed messages as rows of bytes, the reports they came from), or a 400 naming the problem."""
         import pyarrow as pa
 
-        size = sealed_size(loaded.task)
+        size = loaded.task.sealed_size
         try:
             table = pa.ipc.open_stream(blob).read_all()
         except (pa.ArrowInvalid, OSError):
@@ -437,7 +437,7 @@ class AnalyzerService:
         if not task.single_batch:
             raise Refused(400, "malformed_batch", "only a shuffle task's one batch comes in partitions")
         directory = self.partition_root / task_id / batch_id
-        size = sealed_size(task)
+        size = task.sealed_size
         try:
             manifest = partitions.read_manifest(directory, task_id, batch_id, size)
             largest = max(e["messages"] for e in manifest["partitions"])

@@ -72,6 +72,11 @@ class ServiceProcess:
                                             stderr=subprocess.STDOUT, env=self.env)
         wait_ready(self.url)
 
+    def cpu_seconds(self) -> float:
+        """The CPU time the process has used so far, user and system (from /proc: Linux only)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: stat's 14th, 15th
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
         self.process.send_signal(signal.SIGKILL)

@@ -30,6 +30,7 @@ import json
 import math
 import secrets
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,9 @@ def _hex(field: str, value: Any, size: int) -> bytes:
     return raw
 
 
+EXTRA_MESSAGES = 16  # beyond 12 sd of a user's message count: the cap on one report (Task.message_cap)
+
+
 @dataclass(frozen=True)
 class Task:
     """What every party of one collection knows: public, served by the analyzer, fetched by clients."""
@@ -156,6 +160,25 @@ class Task:
         from ..protocols.registry import get
 
         return get(self.parameters.protocol).single_batch
+
+    @cached_property
+    def sealed_size(self) -> int:
+        """Bytes of one sealed message: its packed layout row, the KEM's encapsulation, the AEAD's tag."""
+        return self.parameters.layout.record_dtype.itemsize + KEMS[self.kem][2] + TAG_BYTES
+
+    @cached_property
+    def message_cap(self) -> int:
+        """The most messages one report may carry: a user's mean plus t = 12 of his standard deviations sigma,
+        plus 16 (``EXTRA_MESSAGES``).
+
+        An honest user's count is the protocol's fixed messages plus a sum of independent 0/1 draws, so
+        Bernstein's bound puts his chance of exceeding it at exp(-t^2 / (2 (sigma^2 + t / 3))) <= e^-24, about
+        4 10^-11, for t = 12 sigma + 16. The collector refuses a report carrying more, so no one inflates a
+        batch with messages of his own, and the analyzer refuses a batch holding more than its reports times
+        this."""
+        p = self.parameters
+        per_user_sd = p.messages_sd / math.sqrt(p.n_users)
+        return math.ceil(p.messages_per_user + 12 * per_user_sd) + EXTRA_MESSAGES
 
     @property
     def info(self) -> bytes:
@@ -229,27 +252,6 @@ def create_task(parameters, min_batch_size: int | None = None, key_id: int = 0,
     task = Task(secrets.token_hex(TASK_ID_BYTES), parameters, public, key_id,
                 parameters.n_users if min_batch_size is None else min_batch_size, kem, discovery)
     return task, private
-
-
-def sealed_size(task: Task) -> int:
-    """Bytes of one sealed message of ``task``: its packed layout row, the KEM's encapsulation, the AEAD's tag."""
-    return task.parameters.layout.record_dtype.itemsize + KEMS[task.kem][2] + TAG_BYTES
-
-
-EXTRA_MESSAGES = 16  # beyond 12 sd of a user's message count: the cap on one report (see message_cap)
-
-
-def message_cap(task: Task) -> int:
-    """The most messages one report may carry: a user's mean plus t = 12 of his standard deviations sigma,
-    plus 16.
-
-    An honest user's count is the protocol's fixed messages plus a sum of independent 0/1 draws, so
-    Bernstein's bound puts his chance of exceeding it at exp(-t^2 / (2 (sigma^2 + t / 3))) <= e^-24, about
-    4 10^-11, for t = 12 sigma + 16. The collector refuses a report carrying more, so no one inflates a batch
-    with messages of his own, and the analyzer refuses a batch holding more than its reports times this."""
-    p = task.parameters
-    per_user_sd = p.messages_sd / math.sqrt(p.n_users)
-    return math.ceil(p.messages_per_user + 12 * per_user_sd) + EXTRA_MESSAGES
 
 
 def encapsulation_digests(task: Task, sealed) -> list[bytes]:
