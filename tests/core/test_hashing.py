@@ -66,6 +66,24 @@ def test_count_all_matches_count_matches_and_brute_force():
     assert every.sum() == sum(h.preimages(a, c, d, domain).size for a, c, d in zip(u, v, w))
 
 
+@pytest.mark.parametrize("domain, modulus, bins", [(1024, 1031, 4), (1024, 1031, 1031), (3, 3, 2),
+                                                    (60_000, 60_013, 97), (1000, 1_048_583, 16)])
+@pytest.mark.parametrize("messages", [0, 1, 3, 4, 7, 2001])
+def test_count_all_in_one_tile_is_the_brute_force_count(domain, modulus, bins, messages):
+    """The one-tile kernel walks four messages side by side with a table of inverses: every count exact,
+    whatever n mod 4 and whichever walk (of ceil((q - w) / b) steps) is the longest; a modulus above the
+    table's bound (2^20 + 7) takes the tiles' kernel, exact too."""
+    rng = np.random.default_rng(messages)
+    h = UniversalHash(modulus, bins)
+    u, v = h.sample_keys(messages, rng)
+    w = rng.integers(0, h.bins, size=messages)
+    x, brute = np.arange(domain), np.zeros(domain, np.int64)
+    for lo in range(0, messages, 100):  # every (message, item) pair, 100 messages at a time
+        a, c, d = u[lo:lo + 100, None], v[lo:lo + 100, None], w[lo:lo + 100, None]
+        brute += (((a * x + c) % h.modulus) % h.bins == d).sum(axis=0)
+    assert np.array_equal(h.count_all(u, v, w, domain), brute)
+
+
 def test_counting_takes_compact_columns_as_int64():
     # Messages are stored in the layout's compact dtypes; in uint32 arithmetic w - v would wrap.
     rng = np.random.default_rng(7)

@@ -63,10 +63,24 @@ def hash_value(u: int, v: int, x: int, q: int, b: int, qinv: float, binv: float)
 @nb.njit(cache=True)
 def progression(u, v, w, q, b, qinv):
     """First preimage x_0 and step d of message (u, v, w)."""
-    u_inv = inverse(u, q)
+    return progression_from(inverse(u, q), v, w, q, b, qinv)
+
+
+@nb.njit(cache=True, inline="always")
+def progression_from(u_inv, v, w, q, b, qinv):
+    """:func:`progression` given u's inverse mod q."""
     x0 = mulmod((w - v) % q, u_inv, q, qinv)
     d = mulmod(b % q, u_inv, q, qinv)
     return x0, d
+
+
+@nb.njit(cache=True)
+def inverses(q):
+    """The table of a^-1 mod q for a in [q] (0 at 0)."""
+    out = np.zeros(q, np.int64)
+    for a in range(1, q):
+        out[a] = inverse(a, q)
+    return out
 
 
 @nb.njit(cache=True)
@@ -92,46 +106,118 @@ def flush(counts, buckets, start, filled, tile):
         counts[base + buckets[p]] += 1
 
 
+@nb.njit(cache=True, inline="always")
+def walk_length(w, q, b):
+    """How many y = w, w + b, ... lie below q: the preimages of a message with value w, in [q]."""
+    return (q - w + b - 1) // b
+
+
+@nb.njit(cache=True, inline="always")
+def count_walk(counts, x, d, steps, q, domain_size):
+    """``steps`` steps of the progression x, x + d, ... (mod q): each preimage in the domain counted."""
+    for _ in range(steps):
+        if x < domain_size:
+            counts[x] += 1
+        x += d
+        if x >= q:
+            x -= q
+
+
+@nb.njit(cache=True)
+def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
+    """counts[x] += preimage hits of x among messages lo..hi - 1, for a domain of one tile (counters in L2),
+    given the table of inverses mod q (:func:`inverses`: one tile's domain has a small q).
+
+    Four messages walk their progressions side by side, written out (a helper called per step costs its
+    array argument's reference count each time): four independent chains of additions the core overlaps,
+    where one message's chain waits on each of its steps (about 1.5x faster here)."""
+    qinv = 1.0 / q
+    i = lo
+    while i + 4 <= hi:
+        x0, d0 = progression_from(u_inverses[u[i]], v[i], w[i], q, b, qinv)
+        x1, d1 = progression_from(u_inverses[u[i + 1]], v[i + 1], w[i + 1], q, b, qinv)
+        x2, d2 = progression_from(u_inverses[u[i + 2]], v[i + 2], w[i + 2], q, b, qinv)
+        x3, d3 = progression_from(u_inverses[u[i + 3]], v[i + 3], w[i + 3], q, b, qinv)
+        t0, t1 = walk_length(w[i], q, b), walk_length(w[i + 1], q, b)
+        t2, t3 = walk_length(w[i + 2], q, b), walk_length(w[i + 3], q, b)
+        together = min(min(t0, t1), min(t2, t3))
+        for _ in range(together):
+            if x0 < domain_size:
+                counts[x0] += 1
+            if x1 < domain_size:
+                counts[x1] += 1
+            if x2 < domain_size:
+                counts[x2] += 1
+            if x3 < domain_size:
+                counts[x3] += 1
+            x0 += d0
+            x1 += d1
+            x2 += d2
+            x3 += d3
+            if x0 >= q:
+                x0 -= q
+            if x1 >= q:
+                x1 -= q
+            if x2 >= q:
+                x2 -= q
+            if x3 >= q:
+                x3 -= q
+        count_walk(counts, x0, d0, t0 - together, q, domain_size)  # the longer walks' last steps
+        count_walk(counts, x1, d1, t1 - together, q, domain_size)
+        count_walk(counts, x2, d2, t2 - together, q, domain_size)
+        count_walk(counts, x3, d3, t3 - together, q, domain_size)
+        i += 4
+    for j in range(i, hi):
+        x, d = progression_from(u_inverses[u[j]], v[j], w[j], q, b, qinv)
+        count_walk(counts, x, d, walk_length(w[j], q, b), q, domain_size)
+
+
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity):
-    """counts_per_thread[t, x] += preimage hits of x among thread t's share of messages.
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses):
+    """counts_per_thread[t, x] += preimage hits of x among thread t's share of messages (``u_inverses``: the
+    table of inverses mod q for a domain of one tile and a small q, else empty).
 
     Each preimage's offset inside its 2^16-counter tile is appended to that
     tile's bucket; a full bucket is counted into its tile (which then sits in
-    L2) and emptied. A domain of one tile is counted directly. Buckets are padded (BUCKET_PAD) so that the write heads
-    of the buckets do not all fall into one cache set.
+    L2) and emptied (:func:`count_tiles`). A domain of one tile is counted directly (:func:`count_one_tile`).
+    Buckets are padded (BUCKET_PAD) so that the write heads of the buckets do not all fall into one cache set.
     """
     n_threads = counts_per_thread.shape[0]
     n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
     share = (u.size + n_threads - 1) // n_threads
+    for t in nb.prange(n_threads):
+        lo, hi = t * share, min(u.size, (t + 1) * share)
+        if n_tiles == 1 and u_inverses.size:  # the counters fit one tile (in L2): no buckets needed
+            count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
+        else:
+            count_tiles(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, n_tiles, bucket_capacity)
+
+
+@nb.njit(cache=True)
+def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capacity):
+    """counts[x] += preimage hits of x among messages lo..hi - 1, through the tiles' buckets."""
     mask = (1 << TILE_BITS) - 1
     stride = bucket_capacity + BUCKET_PAD
-    for t in nb.prange(n_threads):
-        counts = counts_per_thread[t]
-        buckets = np.empty(n_tiles * stride, np.uint16)
-        fill = np.zeros(n_tiles, np.int64)
-        qinv = 1.0 / q
-        for i in range(t * share, min(u.size, (t + 1) * share)):
-            x, d = progression(u[i], v[i], w[i], q, b, qinv)
-            y = w[i]
-            while y < q:
-                if x < domain_size and n_tiles == 1:  # the counters fit one tile (in L2): no buckets needed
-                    counts[x] += 1
-                elif x < domain_size:
-                    tile = x >> TILE_BITS
-                    f = fill[tile]
-                    buckets[tile * stride + f] = x & mask
-                    f += 1
-                    if f == bucket_capacity:
-                        flush(counts, buckets, tile * stride, f, tile)
-                        f = 0
-                    fill[tile] = f
-                x += d
-                if x >= q:
-                    x -= q
-                y += b
-        for tile in range(n_tiles):
-            flush(counts, buckets, tile * stride, fill[tile], tile)
+    buckets = np.empty(n_tiles * stride, np.uint16)
+    fill = np.zeros(n_tiles, np.int64)
+    qinv = 1.0 / q
+    for i in range(lo, hi):
+        x, d = progression(u[i], v[i], w[i], q, b, qinv)
+        for _ in range(walk_length(w[i], q, b)):
+            if x < domain_size:
+                tile = x >> TILE_BITS
+                f = fill[tile]
+                buckets[tile * stride + f] = x & mask
+                f += 1
+                if f == bucket_capacity:
+                    flush(counts, buckets, tile * stride, f, tile)
+                    f = 0
+                fill[tile] = f
+            x += d
+            if x >= q:
+                x -= q
+    for tile in range(n_tiles):
+        flush(counts, buckets, tile * stride, fill[tile], tile)
 
 
 @nb.njit(cache=True, parallel=True)

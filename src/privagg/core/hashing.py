@@ -31,6 +31,7 @@ evaluate hashes with numpy alone; the counting kernels are numba code in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -71,6 +72,9 @@ def _kernel_columns(u, v, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (u, v, w))
 
 
+INVERSE_TABLE_MAX = 1 << 17  # moduli whose table of inverses (1 MiB at most) count_all builds once and keeps
+
+
 def _count_all_plan(domain_size: int) -> tuple[int, int, int]:
     """(threads, tiles, bucket capacity) of :meth:`UniversalHash.count_all` over ``domain_size`` items.
 
@@ -99,6 +103,13 @@ class UniversalHash:
             raise ValueError(f"modulus must be a prime below 2^{MAX_MODULUS_BITS}, got {q}")
         if not 2 <= b <= q:
             raise ValueError(f"bins must be in [2, modulus={q}], got {b}")
+
+    @cached_property
+    def _inverses(self) -> np.ndarray:
+        """u^-1 mod q for every u in [q] (q <= INVERSE_TABLE_MAX): one lookup per message, not Euclid's steps."""
+        from .hash_kernels import inverses
+
+        return inverses(self.modulus)
 
     @property
     def collision_probability(self) -> float:
@@ -167,9 +178,11 @@ class UniversalHash:
             raise ValueError(f"domain_size must be in [1, modulus={self.modulus}], got {domain_size}")
         if u.size >= 2**31:
             raise ValueError(f"at most 2^31 - 1 messages fit the int32 counters, got {u.size}")
-        threads, _, capacity = _count_all_plan(domain_size)
+        threads, tiles, capacity = _count_all_plan(domain_size)
         counts = np.zeros((threads, domain_size), dtype=np.int32)
-        count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity)
+        table = tiles == 1 and self.modulus <= INVERSE_TABLE_MAX
+        count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
+                  self._inverses if table else np.zeros(0, np.int64))
         if out is None:
             out = np.zeros(domain_size, dtype=np.int64)
         for row in counts:
