@@ -214,8 +214,8 @@ def test_write_messages_caps_the_partitions_it_writes(tmp_path):
     assert "the number of messages" in capped_partitions_warning(100_000, 50)
     items = tmp_path / "items.txt"
     items.write_text("".join(f"{i % 100}\n" for i in range(3000)))
-    done = works("estimate", "grr", "--input", str(items), "--domain", "128", "--epsilon", "1", "--seed", "1",
-                 "--write-messages", str(tmp_path / "m"), "--partitions", "100000")
+    works("estimate", "grr", "--input", str(items), "--domain", "128", "--epsilon", "1", "--seed", "1",
+           "--write-messages", str(tmp_path / "m"), "--partitions", "100000")
     assert len(list((tmp_path / "m").glob("part-*.parquet"))) == 3000
 
 
