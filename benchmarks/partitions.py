@@ -13,6 +13,11 @@ written to chunk files. Then, each in its own process, with peak RSS from ``getr
 The same for an fe-hh task over strings (English words of at most 6 bytes, phi = 0.01) with 10^6 simulated
 devices: the heavy words it names, scored (recall, precision) against the truth beside the simulation's.
 
+``python benchmarks/partitions.py release-full [MESSAGES]`` (not part of ``make bench``: it writes 2 x 5.8 GB) runs
+the release alone at full scale, 10^8 messages of the FE1 task's sealed size under the 2 GiB budget
+(:func:`release_full`): the release never opens a message, so random bytes stand in for the ciphertexts that would
+take hours of HPKE sealing to make.
+
 The memory budget is ``PRIVAGG_BENCH_PARTITION_BUDGET`` bytes, by default that of a 10^8-message batch in 2 GiB
 scaled to m (2 GiB x m / 10^8, so P is what it would be at 10^8). Each process's peak RSS (VmHWM) is reported beside what
 it held before the batch (its modules loaded, the task open): the rest is one partition's working set.
@@ -205,6 +210,35 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
             "analyze": analyzed, "exact": exact}
 
 
+def release_full(folder: Path, messages: int = FULL_SCALE, chunk: int = 1_000_000) -> dict:
+    """The partitioned release of ``messages`` sealed messages of the FE1 task's size under the 2 GiB budget, in
+    this process, streamed in chunks as the collector streams them from its database: wall time, partitions, peak
+    RSS (VmHWM) and what the process held before the batch. Random bytes stand in for the ciphertexts (the release
+    only moves them)."""
+    from privagg.service import storage
+    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.keys import KeyEncryptionKey
+    from privagg.service.partitions import partition_count, write_partitions
+
+    kek = KeyEncryptionKey.generate()
+    service = AnalyzerService(storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek), kek=kek)
+    task = service.create_task(fe1_workload(10**6)[0])
+    size = task.sealed_size
+    partitions = partition_count(messages, size, FULL_BUDGET)
+    source, fixed = np.random.default_rng(7), _loaded()
+
+    def chunks():
+        for lo in range(0, messages, chunk):
+            yield np.frombuffer(source.bytes(min(chunk, messages - lo) * size), dtype=np.uint8)
+
+    start = time.perf_counter()
+    manifest = write_partitions(chunks(), size, folder / "release", partitions, task.task_id, BATCH, messages // 7)
+    sizes = [e["messages"] for e in manifest["partitions"]]
+    return {"messages": messages, "sealed_size": size, "partitions": partitions, "largest": max(sizes),
+            "smallest": min(sizes), "seconds": time.perf_counter() - start, **_peak(fixed),
+            "written_bytes": sum(p.stat().st_size for p in (folder / "release").glob("*.arrow"))}
+
+
 def _child(step: str, *args) -> dict:
     out = subprocess.run([sys.executable, __file__, step, json.dumps([str(a) if isinstance(a, Path) else a
                                                                       for a in args])],
@@ -257,7 +291,12 @@ def partitions(report: Report) -> None:
 
 
 if __name__ == "__main__":
-    step, args = sys.argv[1], json.loads(sys.argv[2])
+    step = sys.argv[1]
+    if step == "release-full":
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(release_full(Path(tmp), int(sys.argv[2]) if len(sys.argv) > 2 else FULL_SCALE)))
+        sys.exit()
+    args = json.loads(sys.argv[2])
     if step == "release":
         print(json.dumps(_release(Path(args[0]), *args[1:])))
     else:
