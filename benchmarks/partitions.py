@@ -173,6 +173,7 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
     """The whole run in ``folder``: seal (two processes), release, analyze (each in its own process); the
     analysis's result against the plaintext messages' (``exact``) and, for heavy hitters, scored against the
     truth."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     from privagg.protocols.registry import analyzer
@@ -192,7 +193,9 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
     chunks = [str(folder / f"chunk-{i:05d}") for i in range(len(slices))]
     role = analyzer(task.parameters)
     start, count, total = time.perf_counter(), 0, role.agg_init()
-    with ProcessPoolExecutor(2) as pool:  # each chunk's plaintext aggregate merged as it comes
+    # spawned, not forked: this process may have started numba's OpenMP threads (merging the chunks' aggregates),
+    # and a child forked from such a process is terminated (at 10^8 messages it was)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         for sent, part in pool.map(_seal_chunk, [task.to_json()] * len(chunks), slices, range(len(chunks)), chunks):
             count, total = count + sent, role.merge([total, decode_aggregate(part)])
     sealing = time.perf_counter() - start
