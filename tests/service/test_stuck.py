@@ -78,3 +78,23 @@ def test_a_full_disk_is_visible_once_and_recovered_from(databases, caplog):
     events = [r.getMessage() for r in caplog.records if r.name == "privagg.collector"]
     assert events.count("reports not stored: writes are failing") == 1 and events.count("reports stored again") == 1
     assert d.stored() == 11
+
+
+def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
+    """A report whose outcome was cancelled before its group committed (its caller gave up on it) must not stop
+    the writer thread: the reports after it are still stored and answered."""
+    from privagg.service.collector import GroupCommit, _Pending
+    from privagg.service.web import Health
+
+    stored = []
+
+    def store(connection, group):
+        stored.extend(p.report_id for p in group)
+        return ["stored"] * len(group)
+
+    writer = GroupCommit(sa.create_engine("sqlite://"), store, Health())
+    gone = _Pending("t", "gone", b"", b"", [])
+    gone.outcome.cancel()
+    writer.submit(gone)
+    assert writer.submit(_Pending("t", "later", b"", b"", [])).result(timeout=10) == "stored"
+    assert stored == ["gone", "later"]

@@ -572,6 +572,8 @@ class GroupCommit:
                     self._failed = 0
                 self.health.write_succeeded()
             for report, outcome in zip(group, outcomes):
+                if not report.outcome.set_running_or_notify_cancel():
+                    continue  # its caller gave up on it: setting it would raise and end this thread
                 if isinstance(outcome, Refused):
                     report.outcome.set_exception(outcome)
                 else:
