@@ -49,6 +49,12 @@ def wait_ready(url: str, seconds: float = READY_SECONDS) -> None:
         time.sleep(0.05)
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid`` has used so far, user and system (from /proc: Linux only)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: stat's 14th, 15th
+
+
 class ServiceProcess:
     """``privagg serve ROLE`` as a child process on a free loopback port over the database ``db`` (``args``: more
     flags), its log appended to ``log``; it can be killed with SIGKILL and started again on the same port and
@@ -74,8 +80,7 @@ class ServiceProcess:
 
     def cpu_seconds(self) -> float:
         """The CPU time the process has used so far, user and system (from /proc: Linux only)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: stat's 14th, 15th
+        return cpu_seconds(self.process.pid)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
