@@ -5,6 +5,8 @@ the collector and the analyzer move a shuffle task's batch as partitions end to 
 exactly as the analyzer would aggregate the plaintext messages."""
 
 import json
+import math
+import threading
 from collections import Counter
 
 import numpy as np
@@ -63,6 +65,18 @@ def test_every_order_of_four_messages_is_equally_likely(tmp_path):
     assert len(counts) == 24 and chisquare(list(counts.values())).pvalue > 1e-4, counts
 
 
+@pytest.mark.parametrize("messages, partitions", [(1_000, 1_000), (1_000, 10), (50, 7), (10**6, 23), (10**8, 23)])
+def test_the_largest_partition_bound_holds_against_the_exact_binomial_tail(messages, partitions):
+    """P times the exact Pr[Binomial(m, 1/P) > bound] is at most eta, for partitions of one message on average as
+    for millions (the form sqrt(3 mu L) used before failed the first: 9.6e-6)."""
+    from scipy.stats import binom
+
+    from privagg.service.partitions import ETA
+
+    bound = largest_partition(messages, partitions)
+    assert partitions * binom.sf(math.floor(bound), messages, 1 / partitions) <= ETA
+
+
 def test_the_partitions_fit_the_budget():
     m, size, budget = 1_000_000, 60, 64 << 20
     p = partition_count(m, size, budget)
@@ -111,8 +125,42 @@ def test_a_tampered_manifest_or_partition_is_refused(tmp_path):
     swapped["partitions"][2]["messages"] = manifest["partitions"][0]["messages"]
     swapped["messages"] = sum(e["messages"] for e in swapped["partitions"])
     (tmp_path / MANIFEST).write_text(json.dumps(swapped))
-    with pytest.raises(PartitionError, match="must be partition 2 of this batch"):
+    with pytest.raises(PartitionError, match="must be partition 2 of the 3 of this batch"):
         read_partition(tmp_path, read_manifest(tmp_path, TASK, BATCH, 8), 2)
+
+
+def test_a_manifest_that_leaves_out_a_partition_or_points_at_no_file_is_refused(tmp_path):
+    """A manifest without its last partition (the counts made to add up) is refused at the first partition read,
+    which knows how many its batch has; a partition that is a FIFO, a symbolic link or a file larger than its
+    messages can take is refused before a byte of it is read (a FIFO would block, /dev/zero fill the memory)."""
+    import os
+
+    manifest = write_partitions([indexed(200)], 8, tmp_path, 3, TASK, BATCH, 200, np.random.default_rng(0))
+    short = dict(manifest, partitions=manifest["partitions"][:2])
+    short["messages"] = sum(e["messages"] for e in short["partitions"])
+    (tmp_path / MANIFEST).write_text(json.dumps(short))
+    with pytest.raises(PartitionError, match="partition 0 of the 2 of this batch"):
+        read_partition(tmp_path, read_manifest(tmp_path, TASK, BATCH, 8), 0)
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    name = manifest["partitions"][0]["file"]
+    limit = manifest["partitions"][0]["messages"] * 8 + (1 << 16)
+    (tmp_path / name).unlink()
+    os.mkfifo(tmp_path / name)
+    with pytest.raises(PartitionError, match="regular file"):
+        read_partition(tmp_path, manifest, 0)
+    (tmp_path / name).unlink()
+    (tmp_path / name).symlink_to("/dev/zero")
+    with pytest.raises(PartitionError, match="readable file"):  # O_NOFOLLOW: ELOOP
+        read_partition(tmp_path, manifest, 0)
+    (tmp_path / name).unlink()
+    with open(tmp_path / name, "wb") as f:  # sparse: its size, not its bytes
+        f.truncate(limit + 1)
+    with pytest.raises(PartitionError, match=f"at most {limit:,} bytes"):
+        read_partition(tmp_path, manifest, 0)
+    (tmp_path / MANIFEST).unlink()
+    os.mkfifo(tmp_path / MANIFEST)
+    with pytest.raises(PartitionError, match="regular file"):
+        read_manifest(tmp_path, TASK, BATCH, 8)
 
 
 def test_repeated_encapsulations_are_found_across_partitions(tmp_path):
@@ -162,9 +210,72 @@ def test_the_analyzer_refuses_partitions_over_its_budget_or_without_a_root(datab
     answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned", headers=AUTH)
     assert answer.status_code == 400 and "over this analyzer's memory budget of 20,000" in answer.json()["detail"]
     assert d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned").status_code == 401
+    d.collector.memory_budget = 20_000  # as the refusal says: more, smaller partitions; the old ones are not kept
+    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == n
     d.analyzer.partition_root = None
     answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch.name}/partitioned", headers=AUTH)
     assert answer.status_code == 409 and answer.json()["error"] == "no_partitions"
+
+
+def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(databases, tmp_path, monkeypatch):
+    """A collector that posts a batch again while the analyzer still works on the first post (it was restarted,
+    or a replica): the second request waits for the first (one partitioned batch in memory at a time, and no
+    shared scratch files: they once clashed and replays were counted twice), then finds the batch applied. No
+    scratch file is left in the collector's directory."""
+    from privagg.service import partitions
+
+    n = 600
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(50_000, 1 << 30))
+    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(8))
+    d.store(reports)
+    d.collector.form_batches()
+    with d.collector.engine.connect() as c:
+        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
+                                                        storage.batches.c.messages)).all()
+    directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
+    inside, most, slow = [0], [0], partitions.duplicate_rows
+
+    def slowly(*args, **kwargs):  # long enough for the other request to come in
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        threading.Event().wait(0.5)
+        inside[0] -= 1
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(partitions, "duplicate_rows", slowly)
+    outcomes = []
+    threads = [threading.Thread(target=lambda: outcomes.append(d.analyzer.apply_partitioned_batch(d.task.task_id,
+                                                                                                   batch)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["already applied", "applied"] and most[0] == 1
+    assert d.result()["collection"] == {"reports": n, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
+    assert d.result()["messages"]["total"] == messages
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        [partitions.MANIFEST] + [e["file"] for e in read_manifest(directory, d.task.task_id, batch,
+                                                                   d.task.sealed_size)["partitions"]])
+
+
+def test_a_torn_manifest_is_written_again(databases, tmp_path):
+    """A manifest cut short (a crash in the middle of writing it, before writes were atomic) is not trusted: the
+    collector writes the batch again from its database."""
+    n = 600
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(50_000, 1 << 30))
+    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(10))
+    d.store(reports)
+    d.collector.form_batches()
+    with d.collector.engine.connect() as c:
+        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
+                                                        storage.batches.c.messages)).all()
+    directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
+    manifest = (directory / MANIFEST).read_text()
+    (directory / MANIFEST).write_text(manifest[:len(manifest) // 2])
+    assert d.collector.release_batches() == 1 and d.result()["collection"]["reports"] == n
 
 
 @pytest.mark.slow

@@ -149,6 +149,9 @@ class AnalyzerService:
         self.memory_budget = memory_budget
         self._tasks: dict[str, _Loaded] = {}
         self._lock = threading.Lock()  # one batch folds into an aggregate at a time (the database locks too)
+        # one partitioned batch applied at a time, checked and opened under it: the memory budget is one partition's,
+        # and a second request for the same batch (a collector that retries) finds it applied, not half done
+        self._partitioned = threading.Lock()
         self.registry = registry or CollectorRegistry()
         self.health = Health()
         self.batches = Counter("privagg_batches", "Batches received", ["outcome"], registry=self.registry)
@@ -423,12 +426,17 @@ class AnalyzerService:
         once, one partition in memory at a time: its manifest and every partition are checked (400 otherwise), the
         largest partition must fit this analyzer's ``memory_budget``, encapsulations repeated anywhere in the
         batch are dropped and counted (found in bounded memory), and each partition is opened and aggregated
-        alone: on the Dask cluster, each partition a task, when one is configured."""
-        from . import partitions
-
+        alone: on the Dask cluster, each partition a task, when one is configured. One partitioned batch at a time
+        (the others wait)."""
         if self.partition_root is None:
             raise Refused(409, "no_partitions", "this analyzer reads no partitioned batches (start it with "
                           "--partition-root, the directory the collector writes them to)")
+        with self._partitioned:
+            return self._apply_partitioned_batch(task_id, batch_id)
+
+    def _apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
+        from . import partitions
+
         fresh = self._unapplied(task_id, batch_id)
         if fresh is None:
             return "already applied"
@@ -447,10 +455,10 @@ class AnalyzerService:
                     f"over this analyzer's memory budget of {self.memory_budget:,}: release it in more partitions")
             check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])
             start = time.perf_counter()
-            if loaded.analyzer is None:  # a staged task whose first stage found nothing: none opened
-                return self._commit(loaded, batch_id, None, manifest["reports"], manifest["messages"], 0, 0, 0, [],
-                                    start)
             dropped = partitions.duplicate_rows(directory, manifest, lambda sealed: encapsulation_digests(task, sealed))
+            if loaded.analyzer is None:  # a staged task whose first stage found nothing: checked, none opened
+                return self._commit(loaded, batch_id, None, manifest["reports"], manifest["messages"], 0, 0,
+                                    sum(len(rows) for rows in dropped.values()), [], start)
             analyzer, count, keep = loaded.analyzer, len(manifest["partitions"]), loaded.keeps
             if self.executor is not None and hasattr(self.executor, "gather"):  # Dask: a task per partition
                 from dask.distributed import as_completed

@@ -338,16 +338,22 @@ class Collector:
 
     def write_partitions(self, task_id: str, batch_id: str, reports_count: int, messages: int) -> Path:
         """The batch written as Arrow partitions in a uniform random order under ``partition_root``, read from the
-        database in chunks (never whole); a complete earlier write (its manifest) is kept, a partial one redone."""
+        database in chunks (never whole). An earlier write is kept if its manifest reads back whole and has the
+        partitions this collector's budget gives now; otherwise (a partial write, a torn manifest, a budget
+        changed since, say after the analyzer refused a partition as too large) it is redone."""
         import shutil
 
-        from .partitions import MANIFEST, partition_count, write_partitions
+        from .partitions import PartitionError, partition_count, read_manifest, write_partitions
 
         directory = self.partition_root / task_id / batch_id
-        if (directory / MANIFEST).exists():
-            return directory
-        shutil.rmtree(directory, ignore_errors=True)
         size = self.task(task_id).sealed_size
+        partitions = partition_count(messages, size, self.memory_budget)
+        try:
+            if len(read_manifest(directory, task_id, batch_id, size)["partitions"]) == partitions:
+                return directory
+        except PartitionError:
+            pass
+        shutil.rmtree(directory, ignore_errors=True)
 
         def chunks():
             with self.engine.connect() as c:
@@ -356,8 +362,7 @@ class Collector:
                 for part in rows.partitions():
                     yield np.frombuffer(b"".join(r[0] for r in part), dtype=np.uint8).reshape(-1, size)
 
-        write_partitions(chunks(), size, directory, partition_count(messages, size, self.memory_budget), task_id,
-                         batch_id, reports_count)
+        write_partitions(chunks(), size, directory, partitions, task_id, batch_id, reports_count)
         return directory
 
     def release_batches(self) -> int:

@@ -20,7 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import stat
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,6 +39,8 @@ MAX_PARTITIONS = 10_000  # spill files open at once in pass 1
 # times it beside what it held before; the collector's two passes take fewer
 WORKING_COPIES = 8
 ETA = 1e-9  # the chance that some partition outgrows its bound
+ARROW_OVERHEAD = 1 << 16  # bytes an Arrow file of one fixed-size column takes beyond its values (about 1 KB measured)
+MANIFEST_BYTES_MAX = 4 << 20  # a manifest of MAX_PARTITIONS entries takes about 1.5 MB
 
 
 class PartitionError(ValueError):
@@ -44,9 +49,11 @@ class PartitionError(ValueError):
 
 def largest_partition(messages: int, partitions: int, eta: float = ETA) -> float:
     """A bound on the largest of ``partitions`` Binomial(messages, 1/partitions) sizes, exceeded with probability at
-    most ``eta``: mu + sqrt(3 mu ln(P / eta)), mu = m / P (Chernoff, for deviations up to mu; above, m)."""
-    mu = messages / partitions
-    return min(float(messages), mu + math.sqrt(3 * mu * math.log(partitions / eta)))
+    most ``eta``: mu + t, mu = m / P, t = (L + sqrt(L^2 + 8 mu L)) / 2, L = ln(P / eta). Chernoff's
+    Pr[X >= mu + t] <= exp(-t^2 / (2 mu + t)) holds for every t > 0 (the form sqrt(3 mu L), used before, only for
+    t <= mu: small partitions outgrew it), and t solves t^2 = L (2 mu + t); a union bound over the P partitions."""
+    mu, log_term = messages / partitions, math.log(partitions / eta)
+    return min(float(messages), mu + (log_term + math.sqrt(log_term * log_term + 8 * mu * log_term)) / 2)
 
 
 def partition_count(messages: int, message_bytes: int, budget_bytes: int) -> int:
@@ -119,19 +126,53 @@ def write_partitions(chunks: Iterable[np.ndarray], message_bytes: int, directory
         entries.append({"file": name, "messages": len(sealed), "sha256": digest})
         del sealed
         spill.unlink()
+        _sync(directory / name)
     manifest = {"version": VERSION, "task_id": task_id, "batch_id": batch_id, "reports": reports,
                 "message_bytes": message_bytes, "messages": total, "partitions": entries}
-    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    written = directory / f".{MANIFEST}.new"  # whole or not at all: a crash leaves no torn manifest
+    written.write_text(json.dumps(manifest, indent=1))
+    _sync(written)
+    os.replace(written, directory / MANIFEST)
+    _sync(directory)
     return manifest
+
+
+def _sync(path: Path) -> None:
+    """fsync a file or a directory: the partitions are on disk before the manifest that names them, and the
+    manifest before the analyzer is told."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``, refused (a :class:`PartitionError`) before they are read if it is
+    larger than ``limit``, or is not a regular file: a symbolic link (not followed), a FIFO (not waited on), a
+    device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise PartitionError(f"{what} must be a readable file ({type(err).__name__})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise PartitionError(f"{what} must be a regular file of at most {limit:,} bytes")
+        raw = f.read(limit + 1)
+    if len(raw) > limit:  # it grew after fstat
+        raise PartitionError(f"{what} must be a regular file of at most {limit:,} bytes")
+    return raw
 
 
 def read_manifest(directory: Path, task_id: str, batch_id: str, message_bytes: int) -> dict:
     """The manifest in ``directory``, checked: this task and batch, this message size, a report count >= 1, each
     partition a file named as the writer names them, counts that add up. A :class:`PartitionError` names what is
     wrong."""
+    raw = _read_bounded(Path(directory) / MANIFEST, MANIFEST_BYTES_MAX, f"the batch's {MANIFEST}")
     try:
-        manifest = json.loads((Path(directory) / MANIFEST).read_text())
-    except (OSError, ValueError) as err:
+        manifest = json.loads(raw)
+    except ValueError as err:
         raise PartitionError(f"the batch's {MANIFEST} must be readable JSON ({type(err).__name__})") from None
     expected = {"version", "task_id", "batch_id", "reports", "message_bytes", "messages", "partitions"}
     if not isinstance(manifest, dict) or set(manifest) != expected or manifest["version"] != VERSION:
@@ -166,11 +207,7 @@ def read_partition(directory: Path, manifest: dict, index: int) -> np.ndarray:
     import pyarrow as pa
 
     entry, size = manifest["partitions"][index], manifest["message_bytes"]
-    path = Path(directory) / entry["file"]
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise PartitionError(f"{entry['file']} must be readable ({type(err).__name__})") from None
+    raw = _read_bounded(Path(directory) / entry["file"], entry["messages"] * size + ARROW_OVERHEAD, entry["file"])
     if hashlib.sha256(raw).hexdigest() != entry["sha256"]:
         raise PartitionError(f"{entry['file']} must have the SHA-256 its manifest gives")
     try:
@@ -180,10 +217,11 @@ def read_partition(directory: Path, manifest: dict, index: int) -> np.ndarray:
     meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (table.schema.metadata or {}).items()}
     if table.column_names != ["ciphertext"] or table.schema.field("ciphertext").type != pa.binary(size):
         raise PartitionError(f"{entry['file']} must hold one column 'ciphertext' of {size}-byte values")
-    if (meta.get("task_id"), meta.get("batch_id"), meta.get("partition")) != (
-            manifest["task_id"], manifest["batch_id"], str(index)) or table.num_rows != entry["messages"]:
-        raise PartitionError(f"{entry['file']} must be partition {index} of this batch with {entry['messages']} "
-                             "messages")
+    if (meta.get("task_id"), meta.get("batch_id"), meta.get("partition"), meta.get("partitions")) != (
+            manifest["task_id"], manifest["batch_id"], str(index), str(len(manifest["partitions"]))) \
+            or table.num_rows != entry["messages"]:
+        raise PartitionError(f"{entry['file']} must be partition {index} of the {len(manifest['partitions'])} of "
+                             f"this batch, with {entry['messages']} messages")
     column = table.column("ciphertext").combine_chunks()
     return np.frombuffer(column.buffers()[1], dtype=np.uint8, count=len(column) * size,
                          offset=column.offset * size).reshape(-1, size)
@@ -202,7 +240,12 @@ def duplicate_rows(directory: Path, manifest: dict, digests, buckets: int | None
     directory = Path(directory)
     entries = manifest["partitions"]
     buckets = buckets or len(entries)
-    paths = [directory / f"digests-{b:05d}" for b in range(buckets)]
+    with tempfile.TemporaryDirectory(prefix=".digests-", dir=directory) as scratch:  # this call's own
+        return _duplicate_rows(directory, manifest, digests, [Path(scratch) / f"{b:05d}" for b in range(buckets)])
+
+
+def _duplicate_rows(directory: Path, manifest: dict, digests, paths: list[Path]) -> dict[int, np.ndarray]:
+    entries, buckets = manifest["partitions"], len(paths)
     files = [open(path, "wb") for path in paths]
     try:
         for j in range(len(entries)):
