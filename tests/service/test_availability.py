@@ -242,6 +242,23 @@ def test_oversized_headers_and_garbage_are_refused_and_counted(analyzer):
     assert "Invalid HTTP request received" not in analyzer.log.read_text()  # counted, not one line per request
 
 
+def test_a_body_that_goes_on_after_an_early_answer_is_cut_off(analyzer):
+    """A request answered before its body came (here 405; also 401, 413, 415, busy) whose body goes on: the
+    connection reads at most DRAIN_MAX bytes more, then closes, where it once read a declared gigabyte whole."""
+    from privagg.service.web import DRAIN_MAX
+
+    (s,) = connections(analyzer, 1, b"POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                                    b"content-length: 1000000000\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 405")
+    sent, block = 0, b"\0" * 65536
+    with pytest.raises(OSError):  # the server closed the connection: a broken pipe or a reset
+        while sent < 200 * DRAIN_MAX:
+            s.sendall(block)
+            sent += len(block)
+    assert sent < 32 * DRAIN_MAX  # what it read, and what the two sockets' buffers held
+    s.close()
+
+
 def test_a_client_that_leaves_mid_body_is_one_log_line_not_a_traceback(analyzer):
     before = analyzer.refused("client_disconnected")
     head = (b"POST /tasks/" + b"a" * 32 + b"/batches/" + b"b" * 32 + b" HTTP/1.1\r\nhost: a\r\ncontent-type: "

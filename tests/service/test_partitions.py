@@ -7,6 +7,7 @@ exactly as the analyzer would aggregate the plaintext messages."""
 import json
 import math
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -338,3 +339,83 @@ def test_a_partial_write_is_redone_and_a_batch_applied_once(databases, tmp_path)
     answer = d.A.post(f"/tasks/{d.task.task_id}/batches/{batch}/partitioned", headers=AUTH)
     assert answer.status_code == 200 and answer.json() == {"status": "already applied"}
     assert d.result()["collection"]["batches"] == 1
+
+
+def test_two_replicas_writing_one_batch_at_once_and_a_damaged_partition_still_release_it(databases, tmp_path,
+                                                                                         monkeypatch):
+    """Two collector replicas write the same batch's partitions at once, one starting while the other is still
+    writing: each writes in a directory of its own and moves it into place whole, so neither reads or deletes
+    the other's half-written files (they once did, and the batch was never released). Then a partition damaged
+    after its manifest was written: the analyzer refuses it as malformed, the collector writes the batch again,
+    and the next round releases it, every report counted once and no stray directory left."""
+    from privagg.service import partitions
+    from privagg.service.collector import Collector
+
+    n = 600
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(50_000, 1 << 30))
+    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(12))
+    d.store(reports)
+    d.collector.form_batches()
+    with d.collector.engine.connect() as c:
+        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
+                                                        storage.batches.c.messages)).all()
+    c = d.collector
+    replica = Collector(c.engine, c.fetch_task, c.forward, quiet=0.0, forward_partitioned=c.forward_partitioned,
+                        partition_root=tmp_path, memory_budget=c.memory_budget)
+    real = partitions.write_partitions
+
+    def first_slowly(chunks, *args, **kwargs):  # the first replica stalls with its spill files open
+        def stalled():
+            if threading.current_thread().name == "first":
+                threading.Event().wait(1.0)
+            yield from chunks
+        return real(stalled(), *args, **kwargs)
+
+    monkeypatch.setattr(partitions, "write_partitions", first_slowly)
+    first = threading.Thread(target=c.write_partitions, args=(d.task.task_id, batch, count, messages), name="first")
+    first.start()
+    threading.Event().wait(0.3)
+    replica.write_partitions(d.task.task_id, batch, count, messages)
+    first.join()
+    directory = tmp_path / d.task.task_id / batch
+    manifest = read_manifest(directory, d.task.task_id, batch, d.task.sealed_size)
+    assert [p.name for p in (tmp_path / d.task.task_id).iterdir()] == [batch] and manifest["messages"] == messages
+    damaged = directory / manifest["partitions"][0]["file"]
+    damaged.write_bytes(damaged.read_bytes()[:-8] + b"\0" * 8)
+    assert c.release_batches() == 0 and not directory.exists()  # refused as malformed: written again next time
+    assert c.release_batches() == 1
+    assert d.result()["collection"] == {"reports": n, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
+    assert not list((tmp_path / d.task.task_id).iterdir())
+
+
+def test_writing_the_partitions_leaves_the_database_open_to_writers(tmp_path, monkeypatch):
+    """The collector reads a batch for its partitions in a read transaction: on SQLite a deferred one, which takes
+    no write lock, so reports go on being stored while a large batch is read (it once began IMMEDIATE, and every
+    report waited for the whole read)."""
+    from privagg.service import partitions
+
+    n = 300
+    d = deploy({"analyzer": f"sqlite:///{tmp_path}/a.db", "collector": f"sqlite:///{tmp_path}/c.db"},
+               calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20), partition_root=tmp_path,
+               budgets=(50_000, 1 << 30))
+    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(13))
+    d.store(reports)
+    d.collector.form_batches()
+    with d.collector.engine.connect() as c:
+        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
+                                                        storage.batches.c.messages)).all()
+    real, waited = partitions.write_partitions, []
+
+    def write_meanwhile(chunks, *args, **kwargs):  # once the read is under way, a writer's transaction
+        def reading():
+            yield next(chunks)
+            start = time.perf_counter()
+            with d.collector.engine.begin():
+                waited.append(time.perf_counter() - start)
+            yield from chunks
+        return real(reading(), *args, **kwargs)
+
+    monkeypatch.setattr(partitions, "write_partitions", write_meanwhile)
+    d.collector.write_partitions(d.task.task_id, batch, count, messages)
+    assert waited and waited[0] < 1.0

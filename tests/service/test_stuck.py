@@ -98,3 +98,31 @@ def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
     writer.submit(gone)
     assert writer.submit(_Pending("t", "later", b"", b"", [])).result(timeout=10) == "stored"
     assert stored == ["gone", "later"]
+
+
+def test_stopping_does_not_wait_for_a_batch_round_stuck_on_the_analyzer(monkeypatch):
+    """A round of the batch loop that waits on an analyzer which never answers (a partitioned batch's post may
+    wait an hour) does not hold the collector's shutdown: stop returns after STOP_WAIT seconds."""
+    import threading
+    import time
+
+    from privagg.service.collector import BatchLoop
+    from privagg.service.web import Health
+
+    entered, never = threading.Event(), threading.Event()
+
+    class Stuck:
+        health = Health()
+
+        def release_batches(self):
+            entered.set()
+            never.wait(60)
+
+    monkeypatch.setattr(BatchLoop, "STOP_WAIT", 0.5)
+    loop = BatchLoop(Stuck(), 0.01)
+    loop.start()
+    assert entered.wait(5)
+    start = time.perf_counter()
+    loop.stop()
+    assert time.perf_counter() - start < 2
+    never.set()

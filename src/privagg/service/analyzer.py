@@ -450,9 +450,10 @@ class AnalyzerService:
             manifest = partitions.read_manifest(directory, task_id, batch_id, size)
             largest = max(e["messages"] for e in manifest["partitions"])
             if largest * size * partitions.WORKING_COPIES > self.memory_budget:
-                raise partitions.PartitionError(
-                    f"a partition of {largest:,} messages needs {largest * size * partitions.WORKING_COPIES:,} bytes, "
-                    f"over this analyzer's memory budget of {self.memory_budget:,}: release it in more partitions")
+                raise Refused(400, "over_budget", f"a partition of {largest:,} messages needs "
+                              f"{largest * size * partitions.WORKING_COPIES:,} bytes, over this analyzer's memory "
+                              f"budget of {self.memory_budget:,}: release it in more partitions (a smaller "
+                              "--memory-budget on the collector)")
             check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])
             start = time.perf_counter()
             dropped = partitions.duplicate_rows(directory, manifest, lambda sealed: encapsulation_digests(task, sealed))

@@ -29,8 +29,10 @@ import io
 import json
 import logging
 import math
+import os
 import queue
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -338,31 +340,53 @@ class Collector:
 
     def write_partitions(self, task_id: str, batch_id: str, reports_count: int, messages: int) -> Path:
         """The batch written as Arrow partitions in a uniform random order under ``partition_root``, read from the
-        database in chunks (never whole). An earlier write is kept if its manifest reads back whole and has the
-        partitions this collector's budget gives now; otherwise (a partial write, a torn manifest, a budget
-        changed since, say after the analyzer refused a partition as too large) it is redone."""
-        import shutil
+        database in chunks (never whole, and on SQLite without its write lock).
 
-        from .partitions import PartitionError, partition_count, read_manifest, write_partitions
+        An earlier write is kept if its manifest reads back whole and its largest partition fits this collector's
+        budget (another replica's, or this one's before a restart). Otherwise the batch is written in a directory
+        of this call's own and moved into place once complete, so a replica never reads or deletes another's
+        write in progress; a directory found in place and not kept is moved aside first, then deleted."""
+        import shutil
+        import tempfile
+
+        from .partitions import WORKING_COPIES, PartitionError, partition_count, read_manifest, write_partitions
 
         directory = self.partition_root / task_id / batch_id
         size = self.task(task_id).sealed_size
-        partitions = partition_count(messages, size, self.memory_budget)
         try:
-            if len(read_manifest(directory, task_id, batch_id, size)["partitions"]) == partitions:
+            kept = read_manifest(directory, task_id, batch_id, size)
+            if max(e["messages"] for e in kept["partitions"]) * size * WORKING_COPIES <= self.memory_budget:
                 return directory
         except PartitionError:
             pass
-        shutil.rmtree(directory, ignore_errors=True)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{batch_id}-", dir=directory.parent))
 
         def chunks():
-            with self.engine.connect() as c:
+            with storage.reading(self.engine) as c:
                 rows = c.execution_options(stream_results=True, yield_per=4_096).execute(
                     sa.select(reports.c.ciphertexts).where(reports.c.batch_id == batch_id))
                 for part in rows.partitions():
                     yield np.frombuffer(b"".join(r[0] for r in part), dtype=np.uint8).reshape(-1, size)
 
-        write_partitions(chunks(), size, directory, partitions, task_id, batch_id, reports_count)
+        aside = None
+        try:
+            write_partitions(chunks(), size, scratch, partition_count(messages, size, self.memory_budget), task_id,
+                             batch_id, reports_count)
+            if directory.exists():  # not kept: moved aside, as a rename onto a directory with files fails
+                aside = Path(tempfile.mkdtemp(prefix=f".{batch_id}-", dir=directory.parent))
+                try:
+                    os.replace(directory, aside)
+                except OSError:
+                    pass  # another replica moved it first
+            try:
+                os.rename(scratch, directory)
+            except OSError:
+                pass  # another replica's complete write went in meanwhile: it is as good as this one
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)  # (gone if it went in)
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
         return directory
 
     def release_batches(self) -> int:
@@ -386,14 +410,19 @@ class Collector:
             except Exception as err:  # the analyzer is down or refused: the batch stays and is sent again
                 status = getattr(getattr(err, "response", None), "status_code", None)  # an HTTP refusal's
                 error = type(err).__name__ if status is None else f"HTTP {status}"
+                if partitioned and status == 400 and _reason(err.response) == "malformed_batch":
+                    # the partitions as written did not check out (changed or damaged since): written again
+                    shutil.rmtree(self.partition_root / task_id / batch_id, ignore_errors=True)
                 if self._undelivered.get(batch_id) != error:  # once per batch and error, not once a second
                     log.warning("batch not delivered; retrying", extra={"fields": {"task": task_id, "batch": batch_id,
                                                                                   "error": error}})
                     self._undelivered[batch_id] = error
                 continue
             self._undelivered.pop(batch_id, None)
-            if partitioned:
-                shutil.rmtree(self.partition_root / task_id / batch_id, ignore_errors=True)
+            if partitioned:  # with what a replica killed while writing it left
+                for written in [self.partition_root / task_id / batch_id,
+                                *(self.partition_root / task_id).glob(f".{batch_id}-*")]:
+                    shutil.rmtree(written, ignore_errors=True)
             with self.engine.begin() as c:
                 c.execute(sa.delete(reports).where(reports.c.batch_id == batch_id))
                 c.execute(sa.update(batches).where(batches.c.batch_id == batch_id).values(acknowledged=True))
@@ -527,6 +556,14 @@ STORE_REPORT = sa.insert(reports).values({c: sa.bindparam(c) for c in ("task_id"
 STORE_ENCAPSULATION = sa.insert(encapsulations).values({c: sa.bindparam(c) for c in ("task_id", "digest")})
 
 
+def _reason(response) -> str | None:
+    """The ``error`` of a refusal's JSON body, if it has one."""
+    try:
+        return response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+
+
 class GroupCommit:
     """One writer thread that stores waiting reports many to a transaction.
 
@@ -613,8 +650,19 @@ class BatchLoop:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stops the loop; waits for its round at most STOP_WAIT seconds (a round waiting on the analyzer is left
+        to end with the process: its batch, unacknowledged, is sent again after a restart)."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(self.STOP_WAIT)
+
+    STOP_WAIT = 10.0
+
+
+PARTITIONED_READ_TIMEOUT = 24 * 3600.0  # seconds the collector waits for a partitioned batch to be applied
+# probes after 60 s of silence, every 10 s, 6 unanswered end the connection (where the platform has them)
+_KEEPALIVE = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
+    (socket.IPPROTO_TCP, getattr(socket, name), value)
+    for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)) if hasattr(socket, name)]
 
 
 def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = None, token: str | None = None):
@@ -625,7 +673,8 @@ def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = No
     import httpx
 
     verify = True if ca_file is None else ssl.create_default_context(cafile=ca_file)
-    client = httpx.Client(base_url=analyzer_url, timeout=timeout, verify=verify,
+    client = httpx.Client(base_url=analyzer_url, timeout=timeout,
+                          transport=httpx.HTTPTransport(verify=verify, socket_options=_KEEPALIVE),
                           headers={} if token is None else {"authorization": f"Bearer {token}"})
 
     def fetch_task(task_id: str) -> str | None:
@@ -640,7 +689,10 @@ def http_peer(analyzer_url: str, timeout: float = 60.0, ca_file: str | None = No
                     headers={"content-type": BATCH_MEDIA_TYPE}).raise_for_status()
 
     def forward_partitioned(task_id: str, batch_id: str) -> None:
-        client.post(f"/tasks/{task_id}/batches/{batch_id}/partitioned", timeout=None).raise_for_status()
+        # the analyzer answers once it opened every partition (an hour or more for 10^8 messages): a long read
+        # timeout; an analyzer host that vanished is found by TCP keepalive within about two minutes
+        client.post(f"/tasks/{task_id}/batches/{batch_id}/partitioned",
+                    timeout=httpx.Timeout(timeout, read=PARTITIONED_READ_TIMEOUT)).raise_for_status()
 
     return fetch_task, forward, forward_partitioned
 

@@ -44,6 +44,9 @@ log = logging.getLogger("privagg.http")
 OPERATIONS = ("/healthz", "/readyz", "/metrics")  # answered whatever the load: never refused as busy
 RESERVED_DESCRIPTORS = 128  # open files kept for the database, its pool, worker pipes and logs, not for clients
 MAX_HEADER_BYTES = 64 * 1024  # a request line and headers longer than this are refused (431)
+# body bytes a connection reads after its request was answered (refused before its body came: 401, 413, 415, busy),
+# to stay usable for the client's next request; past it the connection is closed, not fed a gigabyte body
+DRAIN_MAX = 1 << 20
 CLOSED_BY_TIMEOUT = "privagg.closed_by_timeout"  # scope key: the body timeout closed this request's connection
 
 
@@ -434,6 +437,7 @@ class GuardedHttp(HttpToolsProtocol):
         self._active = None  # the request in progress (headers complete, response not), if any
         self._headers_seen = 0  # requests whose headers were complete on this connection
         self._header_bytes = 0  # bytes received towards headers not yet complete
+        self._drained = 0  # body bytes received after the request in progress was answered
 
     # ---- timers ----------------------------------------------------------------------------------------------
     def _arm(self, reason: str) -> None:
@@ -501,6 +505,12 @@ class GuardedHttp(HttpToolsProtocol):
         super().data_received(data)
         if self.transport.is_closing() or self._headers_seen != seen:
             return
+        active = self._active
+        if active is not None and active.response_complete and not active.privagg_body_done:
+            self._drained += len(data)
+            if self._drained > DRAIN_MAX:  # answered before its body came, and the body goes on: not read
+                self.transport.close()
+                return
         if towards_headers:  # these bytes are towards a request's headers
             self._header_bytes += len(data)
             if self._header_bytes > MAX_HEADER_BYTES:
@@ -516,7 +526,7 @@ class GuardedHttp(HttpToolsProtocol):
         if self.cycle is before:  # an upgrade, which is not served
             return
         self._headers_seen += 1
-        self._header_bytes = 0
+        self._header_bytes = self._drained = 0
         self.cycle.privagg_body_done = False
         if self._active is None:  # (else it is pipelined behind the request in progress, and waits)
             self._start(self.cycle)
