@@ -41,6 +41,20 @@ def indexed(m: int) -> np.ndarray:
     return out
 
 
+def formed(databases, tmp_path, n: int, seed: int):
+    """A deployment whose n users' reports (FE1 over 20 items) are stored and formed into one batch, with budgets
+    that send it as partitions: (deployment, batch id, its reports, its messages)."""
+    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
+               partition_root=tmp_path, budgets=(50_000, 1 << 30))
+    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(seed))
+    d.store(reports)
+    d.collector.form_batches()
+    with d.collector.engine.connect() as c:
+        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
+                                                        storage.batches.c.messages)).all()
+    return d, batch, count, messages
+
+
 def test_the_release_is_a_permutation_whose_positions_do_not_depend_on_arrival():
     """50,000 messages through 7 partitions, streamed in chunks of 1,000: every message once, and its output decile
     independent of its input decile (chi-square on the 10 x 10 table, each cell 500 expected, at the 1e-4 level)."""
@@ -226,14 +240,7 @@ def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(dat
     from privagg.service import partitions
 
     n = 600
-    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
-               partition_root=tmp_path, budgets=(50_000, 1 << 30))
-    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(8))
-    d.store(reports)
-    d.collector.form_batches()
-    with d.collector.engine.connect() as c:
-        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
-                                                        storage.batches.c.messages)).all()
+    d, batch, count, messages = formed(databases, tmp_path, n, 8)
     directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
     inside, most, slow = [0], [0], partitions.duplicate_rows
 
@@ -265,14 +272,7 @@ def test_a_torn_manifest_is_written_again(databases, tmp_path):
     """A manifest cut short (a crash in the middle of writing it, before writes were atomic) is not trusted: the
     collector writes the batch again from its database."""
     n = 600
-    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
-               partition_root=tmp_path, budgets=(50_000, 1 << 30))
-    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(10))
-    d.store(reports)
-    d.collector.form_batches()
-    with d.collector.engine.connect() as c:
-        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
-                                                        storage.batches.c.messages)).all()
+    d, batch, count, messages = formed(databases, tmp_path, n, 10)
     directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
     manifest = (directory / MANIFEST).read_text()
     (directory / MANIFEST).write_text(manifest[:len(manifest) // 2])
@@ -323,13 +323,7 @@ def test_a_partial_write_is_redone_and_a_batch_applied_once(databases, tmp_path)
     """A collector killed while it wrote the partitions leaves files but no manifest (written last): the next try
     writes the batch again from the database. The analyzer applies the batch once, however often it is told."""
     n = 600
-    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
-               partition_root=tmp_path, budgets=(50_000, 1 << 30))
-    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(9))
-    d.store(reports)
-    d.collector.form_batches()
-    with d.collector.engine.connect() as c:
-        (batch,) = c.execute(sa.select(storage.batches.c.batch_id)).scalars().all()
+    d, batch, _, _ = formed(databases, tmp_path, n, 9)
     partial = tmp_path / d.task.task_id / batch
     partial.mkdir(parents=True)
     (partial / "partition-00000.arrow").write_bytes(b"half a file")
@@ -352,14 +346,7 @@ def test_two_replicas_writing_one_batch_at_once_and_a_damaged_partition_still_re
     from privagg.service.collector import Collector
 
     n = 600
-    d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
-               partition_root=tmp_path, budgets=(50_000, 1 << 30))
-    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(12))
-    d.store(reports)
-    d.collector.form_batches()
-    with d.collector.engine.connect() as c:
-        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
-                                                        storage.batches.c.messages)).all()
+    d, batch, count, messages = formed(databases, tmp_path, n, 12)
     c = d.collector
     replica = Collector(c.engine, c.fetch_task, c.forward, quiet=0.0, forward_partitioned=c.forward_partitioned,
                         partition_root=tmp_path, memory_budget=c.memory_budget)
@@ -396,15 +383,7 @@ def test_writing_the_partitions_leaves_the_database_open_to_writers(tmp_path, mo
     from privagg.service import partitions
 
     n = 300
-    d = deploy({"analyzer": f"sqlite:///{tmp_path}/a.db", "collector": f"sqlite:///{tmp_path}/c.db"},
-               calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20), partition_root=tmp_path,
-               budgets=(50_000, 1 << 30))
-    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(13))
-    d.store(reports)
-    d.collector.form_batches()
-    with d.collector.engine.connect() as c:
-        (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
-                                                        storage.batches.c.messages)).all()
+    d, batch, count, messages = formed({"analyzer": f"sqlite:///{tmp_path}/a.db", "collector": f"sqlite:///{tmp_path}/c.db"}, tmp_path, n, 13)
     real, waited = partitions.write_partitions, []
 
     def write_meanwhile(chunks, *args, **kwargs):  # once the read is under way, a writer's transaction
