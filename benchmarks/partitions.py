@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -296,8 +297,16 @@ def partitions(report: Report) -> None:
 if __name__ == "__main__":
     step = sys.argv[1]
     if step == "release-full":
+        count = sys.argv[2] if len(sys.argv) > 2 else str(FULL_SCALE)
+        if not (count.isdigit() and int(count) >= 1):
+            sys.exit(f"usage: {sys.argv[0]} release-full [MESSAGES]: MESSAGES must be an integer >= 1, got {count!r}")
+        # the spill files and the partitions: twice the sealed bytes (about 58 a message) on the temporary folder
+        need, free = 2 * 58 * int(count), shutil.disk_usage(tempfile.gettempdir()).free
+        if need > free:
+            sys.exit(f"release-full of {int(count):,} messages needs about {need / 1e9:,.1f} GB in "
+                     f"{tempfile.gettempdir()}, which has {free / 1e9:,.1f} GB free (TMPDIR sets the folder)")
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(release_full(Path(tmp), int(sys.argv[2]) if len(sys.argv) > 2 else FULL_SCALE)))
+            print(json.dumps(release_full(Path(tmp), int(count))))
         sys.exit()
     args = json.loads(sys.argv[2])
     if step == "release":

@@ -63,6 +63,8 @@ def measure(clients: int, concurrency: int, domain: int) -> dict:
                 break
             except OSError:
                 time.sleep(0.1)
+        else:
+            raise RuntimeError(f"uvicorn did not accept connections on port {port} within 30 s")
         before = cpu_seconds(server.pid)
         outcomes, sent = asyncio.run(send_reports(f"http://127.0.0.1:{port}", reports, concurrency))
         used = cpu_seconds(server.pid) - before

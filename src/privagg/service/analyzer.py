@@ -449,9 +449,9 @@ class AnalyzerService:
         try:
             manifest = partitions.read_manifest(directory, task_id, batch_id, size)
             largest = max(e["messages"] for e in manifest["partitions"])
-            if largest * size * partitions.WORKING_COPIES > self.memory_budget:
+            if partitions.working_bytes(largest, size) > self.memory_budget:
                 raise Refused(400, "over_budget", f"a partition of {largest:,} messages needs "
-                              f"{largest * size * partitions.WORKING_COPIES:,} bytes, over this analyzer's memory "
+                              f"{partitions.working_bytes(largest, size):,} bytes, over this analyzer's memory "
                               f"budget of {self.memory_budget:,}: release it in more partitions (a smaller "
                               "--memory-budget on the collector)")
             check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])

@@ -333,10 +333,10 @@ class Collector:
 
     def _partitioned(self, task_id: str, messages: int) -> bool:
         """Whether a batch of ``messages`` goes as partitions: a shuffle task's, too large for the budget whole."""
-        from .partitions import WORKING_COPIES
+        from .partitions import working_bytes
 
         return (self.partition_root is not None and self.task(task_id).single_batch and
-                messages * self.task(task_id).sealed_size * WORKING_COPIES > self.memory_budget)
+                working_bytes(messages, self.task(task_id).sealed_size) > self.memory_budget)
 
     def write_partitions(self, task_id: str, batch_id: str, reports_count: int, messages: int) -> Path:
         """The batch written as Arrow partitions in a uniform random order under ``partition_root``, read from the
@@ -349,13 +349,13 @@ class Collector:
         import shutil
         import tempfile
 
-        from .partitions import WORKING_COPIES, PartitionError, partition_count, read_manifest, write_partitions
+        from .partitions import PartitionError, partition_count, read_manifest, working_bytes, write_partitions
 
         directory = self.partition_root / task_id / batch_id
         size = self.task(task_id).sealed_size
         try:
             kept = read_manifest(directory, task_id, batch_id, size)
-            if max(e["messages"] for e in kept["partitions"]) * size * WORKING_COPIES <= self.memory_budget:
+            if working_bytes(max(e["messages"] for e in kept["partitions"]), size) <= self.memory_budget:
                 return directory
         except PartitionError:
             pass

@@ -56,12 +56,18 @@ def largest_partition(messages: int, partitions: int, eta: float = ETA) -> float
     return min(float(messages), mu + (log_term + math.sqrt(log_term * log_term + 8 * mu * log_term)) / 2)
 
 
+def working_bytes(messages: int, message_bytes: int) -> int:
+    """The memory a process takes to hold and open ``messages`` sealed messages at once: :data:`WORKING_COPIES`
+    times their bytes (what a memory budget is checked against)."""
+    return messages * message_bytes * WORKING_COPIES
+
+
 def partition_count(messages: int, message_bytes: int, budget_bytes: int) -> int:
     """The fewest partitions P whose largest, times :data:`WORKING_COPIES` copies, fits ``budget_bytes`` (with
     probability 1 - :data:`ETA`); a ValueError if even single messages would not."""
     if messages < 1 or message_bytes < 1 or budget_bytes < 1:
         raise ValueError("messages, message_bytes and budget_bytes must be positive")
-    per = WORKING_COPIES * message_bytes
+    per = working_bytes(1, message_bytes)
     partitions = max(1, math.ceil(messages * per / budget_bytes))
     while largest_partition(messages, partitions) * per > budget_bytes:
         if partitions >= min(messages, MAX_PARTITIONS):
