@@ -18,6 +18,11 @@ the release alone at full scale, 10^8 messages of the FE1 task's sealed size und
 (:func:`release_full`): the release never opens a message, so random bytes stand in for the ciphertexts that would
 take hours of HPKE sealing to make.
 
+At 10^8 messages the sealing takes hours (about 110 us of HPKE a message and core here), and the analysis as
+long again. ``PRIVAGG_BENCH_PARTITION_DIR`` names a folder that outlives the run: a run stopped part way is run
+again with the same settings and seals only the chunks not yet sealed in it (the task, its key and the chunks
+are kept there until the analysis is done; the release is made again).
+
 The memory budget is ``PRIVAGG_BENCH_PARTITION_BUDGET`` bytes, by default that of a 10^8-message batch in 2 GiB
 scaled to m (2 GiB x m / 10^8, so P is what it would be at 10^8). Each process's peak RSS (VmHWM) is reported beside what
 it held before the batch (its modules loaded, the task open): the rest is one partition's working set.
@@ -73,18 +78,25 @@ def heavy_workload(users: int = HH_USERS):
     return parameters, np.array(pool, dtype=object)
 
 
-def _seal_chunk(task_json: str, items, seed: int, path: str) -> tuple[int, bytes]:
-    """One chunk of simulated devices' sealed messages (seeded: a benchmark) written to ``path``: (messages, their
-    plaintext aggregate, encoded)."""
+def _seal_chunk(task_json: str, items, seed: int, path: str) -> tuple[int, bytes, bool]:
+    """One chunk of simulated devices' sealed messages (seeded: a benchmark) written to ``path``, whole or not at
+    all: (messages, their plaintext aggregate, encoded, whether they were sealed now). A chunk already at ``path``
+    with as many bytes as the seed's messages seal to was sealed by an earlier run in the same folder and is kept
+    (the analysis checks it: its result must equal the plaintext messages')."""
     from privagg.protocols.registry import analyzer, client
     from privagg.service.aggregate_codec import encode_aggregate
     from privagg.service.tasks import Task, seal_messages
 
     task = Task.from_json(task_json, verify=False)
     messages = client(task.parameters).randomize(items, np.random.default_rng(seed))
-    Path(path).write_bytes(b"".join(seal_messages(task, messages)))
+    target = Path(path)
+    sealed_now = not (target.is_file() and target.stat().st_size == len(messages) * task.sealed_size)
+    if sealed_now:
+        partial = target.with_suffix(".part")
+        partial.write_bytes(b"".join(seal_messages(task, messages)))
+        partial.replace(target)
     role = analyzer(task.parameters)
-    return len(messages), encode_aggregate(role.agg_update(role.agg_init(), messages))
+    return len(messages), encode_aggregate(role.agg_update(role.agg_init(), messages)), sealed_now
 
 
 def _peak(fixed: float, workers: float | None = None) -> dict:
@@ -184,33 +196,45 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
     from privagg.service.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
 
-    kek = KeyEncryptionKey.generate()
-    kek.write(folder / "kek")
-    service = AnalyzerService(storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek), kek=kek)
-    task = service.create_task(parameters)
+    if (folder / "task_id").exists():  # an earlier run in this folder: its task, and the chunks it sealed
+        kek = KeyEncryptionKey.load(folder / "kek")
+        service = AnalyzerService(storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek),
+                                  kek=kek)
+        task = service.load((folder / "task_id").read_text()).task
+        if task.parameters != parameters:
+            raise RuntimeError(f"{folder} holds a task of other parameters ({task.parameters}): use a new folder")
+    else:
+        kek = KeyEncryptionKey.generate()
+        kek.write(folder / "kek")
+        service = AnalyzerService(storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek),
+                                  kek=kek)
+        task = service.create_task(parameters)
+        (folder / "task_id").write_text(task.task_id)
     service.engine.dispose()
-    (folder / "task_id").write_text(task.task_id)
+    shutil.rmtree(folder / "root", ignore_errors=True)  # an earlier run's release, not analyzed
     slices = [items[i:i + USERS_PER_CHUNK] for i in range(0, len(items), USERS_PER_CHUNK)]
     chunks = [str(folder / f"chunk-{i:05d}") for i in range(len(slices))]
     role = analyzer(task.parameters)
-    start, count, total = time.perf_counter(), 0, role.agg_init()
+    start, count, sealed, total = time.perf_counter(), 0, 0, role.agg_init()
     # spawned, not forked: this process may have started numba's OpenMP threads (merging the chunks' aggregates),
     # and a child forked from such a process is terminated (at 10^8 messages it was)
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for sent, part in pool.map(_seal_chunk, [task.to_json()] * len(chunks), slices, range(len(chunks)), chunks):
-            count, total = count + sent, role.merge([total, decode_aggregate(part)])
+        for sent, part, now in pool.map(_seal_chunk, [task.to_json()] * len(chunks), slices, range(len(chunks)),
+                                        chunks):
+            count, sealed, total = count + sent, sealed + now * sent, role.merge([total, decode_aggregate(part)])
     sealing = time.perf_counter() - start
     plain = role.finalize(total)
     released = _child("release", folder, task.to_json(), chunks, count, len(items), budget)
+    analyzed = _child("analyze", folder, budget)
     for c in chunks:
         Path(c).unlink()
-    analyzed = _child("analyze", folder, budget)
     if isinstance(plain, HeavyHitterList):  # the same heavy items, with the same estimates
         expected = [[item, float(e)] for item, e in zip(plain.items.tolist(), plain.estimates)]
         exact = sorted(analyzed["found"]) == sorted(expected)
     else:
         exact = all(e == float(plain.estimates[int(i)]) for i, e in analyzed["found"])
-    return {"messages": count, "users": len(items), "budget": budget, "sealing": sealing, "release": released,
+    return {"messages": count, "sealed": sealed, "users": len(items), "budget": budget, "sealing": sealing,
+            "release": released,
             "analyze": analyzed, "exact": exact}
 
 
@@ -259,13 +283,19 @@ def partitions(report: Report) -> None:
 
     messages = int(os.environ.get("PRIVAGG_BENCH_PARTITION_MESSAGES", "1000000"))
     budget = int(os.environ.get("PRIVAGG_BENCH_PARTITION_BUDGET", max(16 << 20, FULL_BUDGET * messages // FULL_SCALE)))
+    kept = os.environ.get("PRIVAGG_BENCH_PARTITION_DIR") and Path(os.environ["PRIVAGG_BENCH_PARTITION_DIR"])
     report.add(f"## 14. A batch larger than memory: about {messages:,} FE1 messages as Arrow partitions; fe-hh "
                f"over strings with {HH_USERS:,} simulated devices", "")
     rows = []
     for name, (parameters, items) in (("fe1", fe1_workload(messages)), ("fe-hh", heavy_workload())):
         note(f"{name}: partitioned release and aggregation of {len(items):,} devices' messages, budget {budget:,} B")
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run(Path(tmp), parameters, items, budget)
+        if not kept:
+            with tempfile.TemporaryDirectory() as tmp:
+                r = run(Path(tmp), parameters, items, budget)
+        else:
+            (kept / name).mkdir(parents=True, exist_ok=True)
+            r = run(kept / name, parameters, items, budget)
+            shutil.rmtree(kept / name)
         rel, ana = r["release"], r["analyze"]
         quality = ""
         if name == "fe-hh":
@@ -277,8 +307,10 @@ def partitions(report: Report) -> None:
             quality = (f"; the {sum(c >= parameters.threshold for c in truth.values())} words held by at least "
                        f"phi n = {parameters.threshold:,.0f} users: recall {served.recall:.2f}, precision "
                        f"{served.precision:.2f} (the simulation: {sim.recall:.2f}, {sim.precision:.2f})")
+        earlier = r["messages"] - r["sealed"]
         rows += [[name, "seal (2 processes, as devices would)", f"{r['sealing']:.1f}", "-",
-                  f"{r['messages']:,} messages from {r['users']:,} devices"],
+                  f"{r['messages']:,} messages from {r['users']:,} devices"
+                  + (f" ({earlier:,} of them sealed by an earlier run in the folder)" if earlier else "")],
                  [name, "release: 2 passes", f"{rel['seconds']:.1f}", f"{rel['rss_mb']:.0f} ({rel['fixed_mb']:.0f}) / -",
                   f"P = {rel['partitions']} partitions, the largest {rel['largest']:,} messages"],
                  [name, "analyze: check, deduplicate, open, aggregate", f"{ana['seconds']:.1f}",
