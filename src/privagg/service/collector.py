@@ -606,8 +606,8 @@ class GroupCommit:
                         "reports": len(group), "error": type(err).__name__}})
                 self._failed += 1
                 self.health.write_failed(f"reports cannot be stored ({type(err).__name__})")
-                outcomes = [Refused(503, "unavailable", f"the report was not stored ({type(err).__name__}); send it "
-                                    "again") for _ in group]
+                outcomes = [Refused(503, "unavailable", "the report was not stored (the collector's database is "
+                                    "failing); send it again") for _ in group]
             else:
                 if self._failed:
                     log_event(log, "reports stored again", failed_groups=self._failed)
