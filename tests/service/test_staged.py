@@ -64,6 +64,12 @@ def test_a_staged_task_discovers_its_coordinates_then_estimates_them_exactly(dat
     assert "discovered by fe-hh" in result["privacy"]["mechanism"]
     assert result["privacy_profile"][1]["delta"] <= 2e-6
     assert result["collection"]["reports"] == n
+    stage_analyzer, calls = d.analyzer.load(stage.task_id).analyzer, []
+    finalize = stage_analyzer.finalize
+    stage_analyzer.finalize = lambda aggregate: calls.append(1) or finalize(aggregate)
+    again = d.result()  # the first stage's one batch is final: its list is not decoded again for each request
+    assert calls == [] and (again["estimates"], again["discovery"]) == (result["estimates"], result["discovery"])
+    del stage_analyzer.finalize
     stage_result = d.A.get(f"/tasks/{stage.task_id}/result").json()  # the first stage's own release: the list
     assert [h["item"] for h in stage_result["heavy_hitters"]] == [int(i) for i in found.items[np.argsort(
         -found.estimates, kind="stable")]]

@@ -10,7 +10,7 @@ import pytest
 from privagg.service.client import Client
 from privagg.errors import ParameterError
 from privagg.protocols import registry
-from privagg.service.tasks import Task, create_task, open_messages, seal_messages
+from privagg.service.tasks import Task, create_task, encapsulation_digests, open_messages, seal_messages
 
 N = 10_000
 
@@ -83,6 +83,19 @@ def test_the_hybrid_kem_seals_and_opens(fe1_task):
     assert opened.unopened == 0 and len(opened.messages) == len(messages)
     # the hybrid key's X25519 half alone does not open it
     assert open_messages(task, private[:64] + create_task(task.parameters)[1], sealed).unopened == len(sealed)
+
+
+@pytest.mark.parametrize("kem, size", [("x25519", 32), ("mlkem768-x25519", 1120)])
+def test_an_encapsulations_digest_is_the_sha256_of_its_first_bytes_for_rows_or_an_array(fe1_task, kem, size):
+    import hashlib
+
+    task, _ = create_task(fe1_task[0].parameters, kem=kem)
+    sealed = seal_messages(task, registry.client(task.parameters).randomize([1, 2, 3, 4], 0))
+    expected = [hashlib.sha256(c[:size]).digest() for c in sealed]
+    rows = np.frombuffer(b"".join(sealed), dtype=np.uint8).reshape(len(sealed), -1)
+    assert encapsulation_digests(task, sealed) == expected == encapsulation_digests(task, rows)
+    assert encapsulation_digests(task, rows[::2]) == expected[::2]  # a strided view: the same digests
+    assert encapsulation_digests(task, rows[:0]) == []
 
 
 def test_only_one_round_protocols_make_tasks():

@@ -148,6 +148,7 @@ class AnalyzerService:
         self.partition_root = None if partition_root is None else Path(partition_root)
         self.memory_budget = memory_budget
         self._tasks: dict[str, _Loaded] = {}
+        self._stages: dict[str, tuple] = {}  # first stages' results, once final (_first_stage)
         self._lock = threading.Lock()  # one batch folds into an aggregate at a time (the database locks too)
         # one partitioned batch applied at a time, checked and opened under it: the memory budget is one partition's,
         # and a second request for the same batch (a collector that retries) finds it applied, not half done
@@ -259,11 +260,19 @@ class AnalyzerService:
         return self._tasks[task_id]
 
     def _first_stage(self, task: Task) -> tuple[object, sa.Row] | None:
-        """A staged task's first stage: (fe-hh's result, its aggregate's row), or None before its batch was applied."""
+        """A staged task's first stage: (fe-hh's result, its aggregate's row), or None before its batch was applied;
+        finalized once (a shuffle task's one batch is final), not at each result request."""
+        if task.discovery.task_id in self._stages:
+            return self._stages[task.discovery.task_id]
         stage = self.load(task.discovery.task_id)
         with storage.reading(self.engine) as c:
             row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == stage.task.task_id)).one()
-        return (stage.analyzer.finalize(decode_aggregate(row.aggregate)), row) if row.batches else None
+        if not row.batches:
+            return None
+        first = stage.analyzer.finalize(decode_aggregate(row.aggregate)), row
+        if stage.task.single_batch:
+            self._stages[task.discovery.task_id] = first
+        return first
 
     def _with_coordinates(self, loaded: _Loaded) -> _Loaded:
         """A staged task with its coordinates: the ones its first stage discovered (the dummy cell left out), fixed
