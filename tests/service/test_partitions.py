@@ -6,6 +6,7 @@ exactly as the analyzer would aggregate the plaintext messages."""
 
 import json
 import math
+import shutil
 import threading
 import time
 from collections import Counter
@@ -41,18 +42,18 @@ def indexed(m: int) -> np.ndarray:
     return out
 
 
-def formed(databases, tmp_path, n: int, seed: int):
+def formed(databases, tmp_path, n: int, seed: int, candidates=None):
     """A deployment whose n users' reports (FE1 over 20 items) are stored and formed into one batch, with budgets
-    that send it as partitions: (deployment, batch id, its reports, its messages)."""
+    that send it as partitions: (deployment, batch id, its reports, its messages, the users' plaintext messages)."""
     d = deploy(databases, calibrate("fe1", epsilon=2.0, delta=1e-5, n_users=n, domain_size=20),
-               partition_root=tmp_path, budgets=(50_000, 1 << 30))
-    reports, _ = users(d, np.arange(n) % 20, np.random.default_rng(seed))
+               partition_root=tmp_path, budgets=(50_000, 1 << 30), candidates=candidates)
+    reports, sent = users(d, np.arange(n) % 20, np.random.default_rng(seed))
     d.store(reports)
     d.collector.form_batches()
     with d.collector.engine.connect() as c:
         (batch, count, messages), = c.execute(sa.select(storage.batches.c.batch_id, storage.batches.c.reports,
                                                         storage.batches.c.messages)).all()
-    return d, batch, count, messages
+    return d, batch, count, messages, sent
 
 
 def test_the_release_is_a_permutation_whose_positions_do_not_depend_on_arrival():
@@ -240,7 +241,7 @@ def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(dat
     from privagg.service import partitions
 
     n = 600
-    d, batch, count, messages = formed(databases, tmp_path, n, 8)
+    d, batch, count, messages, _ = formed(databases, tmp_path, n, 8)
     directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
     inside, most, slow = [0], [0], partitions.duplicate_rows
 
@@ -268,11 +269,91 @@ def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(dat
                                                                    d.task.sealed_size)["partitions"]])
 
 
+@pytest.mark.parametrize("candidates", [None, [0, 3, 7]])
+def test_an_analyzer_stopped_part_way_goes_on_from_the_partitions_it_had_not_done(databases, tmp_path, monkeypatch,
+                                                                                 caplog, candidates):
+    """An analyzer stopped in a batch's third partition (a crash), then told again, aggregates only the partitions
+    it had not: the result is the plaintext messages' exactly, a candidates task answers candidates added
+    afterwards exactly (the messages it kept of the first two partitions are not lost or doubled), and no
+    progress is left once the batch is applied. Progress made on another manifest is not used."""
+    import logging
+
+    from privagg.service.analyzer import AnalyzerService
+
+    n = 600
+    d, batch, count, messages, sent = formed(databases, tmp_path, n, 14, candidates)
+    directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
+    partitions = len(read_manifest(directory, d.task.task_id, batch, d.task.sealed_size)["partitions"])
+    assert partitions >= 4
+    calls, crash, aggregate = [], [3], AnalyzerService._aggregate_partition
+
+    def crashing(self, loaded, directory, manifest, index, dropped):
+        calls.append(index)
+        if len(calls) == crash[0]:
+            raise RuntimeError("the analyzer was stopped")
+        return aggregate(self, loaded, directory, manifest, index, dropped)
+
+    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", crashing)
+    with pytest.raises(RuntimeError):
+        d.analyzer.apply_partitioned_batch(d.task.task_id, batch)
+    assert calls == [0, 1, 2]
+    with d.analyzer.engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(storage.partition_progress)).scalar() == 2
+    calls.clear()
+    crash[0] = None
+    with caplog.at_level(logging.INFO, logger="privagg"):
+        assert d.analyzer.apply_partitioned_batch(d.task.task_id, batch) == "applied"
+    assert calls == list(range(2, partitions))
+    assert [(r.fields["partitions_done"], r.fields["partitions"]) for r in caplog.records
+            if r.getMessage() == "partitioned batch resumed"] == [(2, partitions)]
+    items = candidates or list(range(20))
+    if candidates:
+        assert d.analyzer.add_candidates(d.task.task_id, [11, 19]) == 5
+        items = sorted(candidates + [11, 19])
+    analyzer = make_analyzer(d.task.parameters, np.array(items) if candidates else None)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), type(sent[0]).concatenate(sent)))
+    result = d.result()
+    assert {e["item"]: e["estimate"] for e in result["estimates"]} == dict(zip(items, direct.estimates.tolist()))
+    assert result["messages"]["total"] == messages and result["collection"]["reports"] == n
+    with d.analyzer.engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(storage.partition_progress)).scalar() == 0
+
+
+def test_progress_on_another_manifest_is_not_used(databases, tmp_path, monkeypatch):
+    """The collector wrote the batch again (in another order) after the analyzer aggregated some partitions of the
+    first write: the analyzer aggregates every partition of the new one, and counts each message once."""
+    from privagg.service.analyzer import AnalyzerService
+
+    n = 600
+    d, batch, count, messages, sent = formed(databases, tmp_path, n, 15)
+    directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
+    calls, aggregate = [], AnalyzerService._aggregate_partition
+
+    def crashing(self, loaded, directory, manifest, index, dropped):
+        calls.append(index)
+        if len(calls) == 2:
+            raise RuntimeError("the analyzer was stopped")
+        return aggregate(self, loaded, directory, manifest, index, dropped)
+
+    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", crashing)
+    with pytest.raises(RuntimeError):
+        d.analyzer.apply_partitioned_batch(d.task.task_id, batch)
+    shutil.rmtree(directory)
+    d.collector.write_partitions(d.task.task_id, batch, count, messages)  # another random order
+    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", aggregate)
+    assert d.analyzer.apply_partitioned_batch(d.task.task_id, batch) == "applied"
+    analyzer = make_analyzer(d.task.parameters)
+    direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), type(sent[0]).concatenate(sent)))
+    assert {e["item"]: e["estimate"] for e in d.result()["estimates"]} == {
+        i: float(direct.estimates[i]) for i in range(20)}
+    assert d.result()["messages"]["total"] == messages
+
+
 def test_a_torn_manifest_is_written_again(databases, tmp_path):
     """A manifest cut short (a crash in the middle of writing it, before writes were atomic) is not trusted: the
     collector writes the batch again from its database."""
     n = 600
-    d, batch, count, messages = formed(databases, tmp_path, n, 10)
+    d, batch, count, messages, _ = formed(databases, tmp_path, n, 10)
     directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
     manifest = (directory / MANIFEST).read_text()
     (directory / MANIFEST).write_text(manifest[:len(manifest) // 2])
@@ -323,7 +404,7 @@ def test_a_partial_write_is_redone_and_a_batch_applied_once(databases, tmp_path)
     """A collector killed while it wrote the partitions leaves files but no manifest (written last): the next try
     writes the batch again from the database. The analyzer applies the batch once, however often it is told."""
     n = 600
-    d, batch, _, _ = formed(databases, tmp_path, n, 9)
+    d, batch, _, _, _ = formed(databases, tmp_path, n, 9)
     partial = tmp_path / d.task.task_id / batch
     partial.mkdir(parents=True)
     (partial / "partition-00000.arrow").write_bytes(b"half a file")
@@ -346,7 +427,7 @@ def test_two_replicas_writing_one_batch_at_once_and_a_damaged_partition_still_re
     from privagg.service.collector import Collector
 
     n = 600
-    d, batch, count, messages = formed(databases, tmp_path, n, 12)
+    d, batch, count, messages, _ = formed(databases, tmp_path, n, 12)
     c = d.collector
     replica = Collector(c.engine, c.fetch_task, c.forward, quiet=0.0, forward_partitioned=c.forward_partitioned,
                         partition_root=tmp_path, memory_budget=c.memory_budget)
@@ -383,7 +464,7 @@ def test_writing_the_partitions_leaves_the_database_open_to_writers(tmp_path, mo
     from privagg.service import partitions
 
     n = 300
-    d, batch, count, messages = formed({"analyzer": f"sqlite:///{tmp_path}/a.db", "collector": f"sqlite:///{tmp_path}/c.db"}, tmp_path, n, 13)
+    d, batch, count, messages, _ = formed({"analyzer": f"sqlite:///{tmp_path}/a.db", "collector": f"sqlite:///{tmp_path}/c.db"}, tmp_path, n, 13)
     real, waited = partitions.write_partitions, []
 
     def write_meanwhile(chunks, *args, **kwargs):  # once the read is under way, a writer's transaction

@@ -32,6 +32,7 @@ created with them: :meth:`AnalyzerService.add_candidates`), ``GET /tasks`` (the 
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -57,7 +58,8 @@ from .aggregate_codec import decode_aggregate, encode_aggregate
 from .collector import BATCH_MEDIA_TYPE
 from .console import task_page, tasks_page
 from .keys import KeyEncryptionKey
-from .storage import aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages
+from .storage import (aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages,
+                      partition_progress)
 from .tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, open_messages,
                     packed_records, unpacked_records)
 from .web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
@@ -436,7 +438,11 @@ class AnalyzerService:
         largest partition must fit this analyzer's ``memory_budget``, encapsulations repeated anywhere in the
         batch are dropped and counted (found in bounded memory), and each partition is opened and aggregated
         alone: on the Dask cluster, each partition a task, when one is configured. One partitioned batch at a time
-        (the others wait)."""
+        (the others wait).
+
+        Each partition's aggregate is stored as it is done (``partition_progress``), so an analyzer stopped part
+        way (a batch of 10^8 messages takes hours on two cores) and told again aggregates only the partitions it
+        had not, if the manifest and the task's candidates are the same; the rows go when the batch is applied."""
         if self.partition_root is None:
             raise Refused(409, "no_partitions", "this analyzer reads no partitioned batches (start it with "
                           "--partition-root, the directory the collector writes them to)")
@@ -469,32 +475,74 @@ class AnalyzerService:
             if loaded.analyzer is None:  # a staged task whose first stage found nothing: checked, none opened
                 return self._commit(loaded, batch_id, None, manifest["reports"], manifest["messages"], 0, 0,
                                     sum(len(rows) for rows in dropped.values()), [], start)
-            analyzer, count, keep = loaded.analyzer, len(manifest["partitions"]), loaded.keeps
+            analyzer, keep = loaded.analyzer, loaded.keeps
+            basis = hashlib.sha256(json.dumps([manifest, loaded.candidates], sort_keys=True).encode()).digest()
+            todo = self._partitions_to_do(loaded, batch_id, basis, len(manifest["partitions"]))
             if self.executor is not None and hasattr(self.executor, "gather"):  # Dask: a task per partition
                 from dask.distributed import as_completed
 
-                futures = [self.executor.submit(aggregate_partition, directory, manifest, j, task, loaded.private_key,
-                                                analyzer, dropped.get(j), keep) for j in range(count)]
-                done = (future.result() for future in as_completed(futures))
+                futures = {self.executor.submit(aggregate_partition, directory, manifest, j, task, loaded.private_key,
+                                                analyzer, dropped.get(j), keep): j for j in todo}
+                done = ((futures[future], future.result()) for future in as_completed(futures))
             else:
-                done = (self._aggregate_partition(loaded, directory, manifest, j, dropped.get(j)) for j in range(count))
-            if keep:  # a candidates task keeps each partition's messages, under the batch id it is not yet applied as
-                with self.engine.begin() as c:
-                    c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == task_id,
-                                                               opened_messages.c.batch_id == batch_id))
-            part, opened, unopened = analyzer.agg_init(), 0, 0
-            for j, (aggregate, count_opened, count_unopened, records) in enumerate(done):
-                part, opened, unopened = analyzer.merge([part, aggregate]), opened + count_opened, \
-                    unopened + count_unopened
-                if keep:
-                    with self.engine.begin() as c:
-                        c.execute(sa.insert(opened_messages).values(task_id=task_id, batch_id=batch_id, part=j,
-                                                                    records=records))
+                done = ((j, self._aggregate_partition(loaded, directory, manifest, j, dropped.get(j))) for j in todo)
+            for j, (aggregate, count_opened, count_unopened, records) in done:
+                self._partition_done(loaded, batch_id, basis, j, aggregate, count_opened, count_unopened, records)
+            part, opened, unopened = self._partitions_total(loaded, batch_id, basis, len(manifest["partitions"]))
         except partitions.PartitionError as err:
             raise Refused(400, "malformed_batch", str(err)) from None
         duplicates = sum(len(rows) for rows in dropped.values())
         return self._commit(loaded, batch_id, part, manifest["reports"], manifest["messages"], opened, unopened,
                             duplicates, [], start)
+
+    def _partitions_to_do(self, loaded: _Loaded, batch_id: str, basis: bytes, count: int) -> list[int]:
+        """The partitions of a batch not aggregated yet. Those an earlier attempt aggregated (an analyzer stopped
+        part way, then told again) are kept if it read the same manifest with the same candidates (``basis``);
+        another attempt's are deleted (the collector wrote the batch again, in another order), with the messages
+        a candidates task kept for them."""
+        key = (partition_progress.c.task_id == loaded.task.task_id) & (partition_progress.c.batch_id == batch_id)
+        with self.engine.begin() as c:
+            c.execute(sa.delete(partition_progress).where(key, partition_progress.c.basis != basis))
+            done = {row.part for row in c.execute(sa.select(partition_progress.c.part).where(key))}
+            if loaded.keeps:
+                c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == loaded.task.task_id,
+                                                           opened_messages.c.batch_id == batch_id,
+                                                           opened_messages.c.part.not_in(done)))
+        if done:
+            log_event(log, "partitioned batch resumed", task=loaded.task.task_id, batch=batch_id,
+                      partitions_done=len(done), partitions=count)
+        return [j for j in range(count) if j not in done]
+
+    def _partition_done(self, loaded: _Loaded, batch_id: str, basis: bytes, part: int, aggregate, opened: int,
+                        unopened: int, records: bytes | None) -> None:
+        """Store one partition's aggregate (and a candidates task's opened messages) in one transaction; another
+        process that stored it first stored the same (the same partition, dropped rows and key)."""
+        try:
+            with self.engine.begin() as c:
+                c.execute(sa.insert(partition_progress).values(
+                    task_id=loaded.task.task_id, batch_id=batch_id, part=part, basis=basis,
+                    aggregate=encode_aggregate(aggregate), opened=opened, unopened=unopened))
+                if records is not None:
+                    c.execute(sa.insert(opened_messages).values(task_id=loaded.task.task_id, batch_id=batch_id,
+                                                                part=part, records=records))
+        except sa.exc.IntegrityError:
+            pass
+
+    def _partitions_total(self, loaded: _Loaded, batch_id: str, basis: bytes, count: int) -> tuple:
+        """(the batch's aggregate, messages opened, unopened): the stored partitions' merged one at a time; a 503
+        if one is missing (another attempt on a newer manifest deleted it meanwhile: the collector sends again)."""
+        analyzer, total, opened, unopened = loaded.analyzer, loaded.analyzer.agg_init(), 0, 0
+        for j in range(count):
+            with storage.reading(self.engine) as c:
+                row = c.execute(sa.select(partition_progress).where(
+                    partition_progress.c.task_id == loaded.task.task_id, partition_progress.c.batch_id == batch_id,
+                    partition_progress.c.part == j, partition_progress.c.basis == basis)).first()
+            if row is None:
+                raise Refused(503, "unavailable", f"partition {j} of the batch was written again while it was "
+                              "aggregated; send it again")
+            total, opened, unopened = analyzer.merge([total, decode_aggregate(row.aggregate)]), \
+                opened + row.opened, unopened + row.unopened
+        return total, opened, unopened
 
     def _aggregate_partition(self, loaded: _Loaded, directory, manifest: dict, index: int, dropped) -> tuple:
         """(partition ``index``'s aggregate, its messages opened, unopened, their packed rows if a candidates task
@@ -518,6 +566,8 @@ class AnalyzerService:
         counted = 0 if duplicates == messages else reports  # all applied before: the batch adds no report
         try:
             with self._lock, self.engine.begin() as c:
+                c.execute(sa.delete(partition_progress).where(partition_progress.c.task_id == task_id,
+                                                              partition_progress.c.batch_id == batch_id))
                 if self._applied(c, task_id, batch_id):  # a copy of this batch was applied meanwhile
                     self.batches.labels("replayed").inc()
                     return "already applied"

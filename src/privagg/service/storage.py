@@ -127,6 +127,16 @@ opened_messages = sa.Table(  # a candidates task's opened messages (the layout's
     sa.Column("part", sa.Integer, primary_key=True),
     sa.Column("records", sa.LargeBinary, nullable=False),
 )
+partition_progress = sa.Table(  # a partitioned batch's partitions aggregated so far, so that an analyzer stopped part
+    "partition_progress", metadata["analyzer"],  # way goes on where it stopped (analyzer.apply_partitioned_batch)
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("batch_id", sa.String(32), primary_key=True),
+    sa.Column("part", sa.Integer, primary_key=True),
+    sa.Column("basis", sa.LargeBinary(32), nullable=False),  # SHA-256 of the manifest and the task's candidates
+    sa.Column("aggregate", sa.LargeBinary, nullable=False),  # aggregate_codec's encoding
+    sa.Column("opened", sa.BigInteger, nullable=False),
+    sa.Column("unopened", sa.BigInteger, nullable=False),
+)
 applied_encapsulations = sa.Table(  # a local task's applied messages, so no later batch repeats one
     "applied_encapsulations", metadata["analyzer"],
     sa.Column("task_id", sa.String(32), primary_key=True),
