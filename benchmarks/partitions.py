@@ -20,8 +20,9 @@ take hours of HPKE sealing to make.
 
 At 10^8 messages the sealing takes hours (about 110 us of HPKE a message and core here), and the analysis as
 long again. ``PRIVAGG_BENCH_PARTITION_DIR`` names a folder that outlives the run: a run stopped part way is run
-again with the same settings and seals only the chunks not yet sealed in it (the task, its key and the chunks
-are kept there until the analysis is done; the release is made again).
+again with the same settings and seals only the chunks not yet sealed in it, keeps a release made whole, and
+aggregates only the partitions the analyzer had not (its partitioned batches resume: ``partition_progress``); the
+folder is emptied once the analysis is done.
 
 The memory budget is ``PRIVAGG_BENCH_PARTITION_BUDGET`` bytes, by default that of a 10^8-message batch in 2 GiB
 scaled to m (2 GiB x m / 10^8, so P is what it would be at 10^8). Each process's peak RSS (VmHWM) is reported beside what
@@ -160,7 +161,10 @@ def _release(folder: Path, task_json: str, chunks: list[str], messages: int, rep
 
 
 def _analyze(folder: Path, budget: int) -> dict:
+    import sqlalchemy as sa
+
     from privagg.service import storage
+    from privagg.service.partitions import MANIFEST
     from privagg.service.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.workers import BatchWorkers
@@ -171,6 +175,8 @@ def _analyze(folder: Path, budget: int) -> dict:
                               memory_budget=budget)
     task_id = (folder / "task_id").read_text()
     service.load(task_id)
+    with engine.connect() as c:  # partitions an earlier run aggregated before it was stopped
+        earlier = [row.part for row in c.execute(sa.select(storage.partition_progress.c.part))]
     fixed = _loaded()  # the analyzer with its modules loaded and the task open, before any partition
     start = time.perf_counter()
     with _WorkerPeaks() as workers:
@@ -179,7 +185,10 @@ def _analyze(folder: Path, budget: int) -> dict:
     service.executor.shutdown()
     result = service.result(task_id, top=50)
     found = result.get("heavy_hitters", result.get("estimates"))
-    return {"seconds": seconds, "found": [[e["item"], e["estimate"]] for e in found], **_peak(fixed, workers.largest)}
+    manifest = json.loads((folder / "root" / task_id / BATCH / MANIFEST).read_text())
+    now = sum(e["messages"] for j, e in enumerate(manifest["partitions"]) if j not in earlier)
+    return {"seconds": seconds, "earlier_partitions": earlier, "messages_now": now,
+            "found": [[e["item"], e["estimate"]] for e in found], **_peak(fixed, workers.largest)}
 
 
 def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
@@ -211,7 +220,6 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
         task = service.create_task(parameters)
         (folder / "task_id").write_text(task.task_id)
     service.engine.dispose()
-    shutil.rmtree(folder / "root", ignore_errors=True)  # an earlier run's release, not analyzed
     slices = [items[i:i + USERS_PER_CHUNK] for i in range(0, len(items), USERS_PER_CHUNK)]
     chunks = [str(folder / f"chunk-{i:05d}") for i in range(len(slices))]
     role = analyzer(task.parameters)
@@ -224,7 +232,12 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
             count, sealed, total = count + sent, sealed + now * sent, role.merge([total, decode_aggregate(part)])
     sealing = time.perf_counter() - start
     plain = role.finalize(total)
-    released = _child("release", folder, task.to_json(), chunks, count, len(items), budget)
+    if (folder / "release.json").exists():  # released by an earlier run, maybe analyzed in part: kept as it is
+        released = {**json.loads((folder / "release.json").read_text()), "earlier": True}
+    else:
+        shutil.rmtree(folder / "root", ignore_errors=True)  # an earlier run's release, cut short
+        released = _child("release", folder, task.to_json(), chunks, count, len(items), budget)
+        (folder / "release.json").write_text(json.dumps(released))
     analyzed = _child("analyze", folder, budget)
     for c in chunks:
         Path(c).unlink()
@@ -308,15 +321,18 @@ def partitions(report: Report) -> None:
                        f"phi n = {parameters.threshold:,.0f} users: recall {served.recall:.2f}, precision "
                        f"{served.precision:.2f} (the simulation: {sim.recall:.2f}, {sim.precision:.2f})")
         earlier = r["messages"] - r["sealed"]
+        resumed = (f" ({len(ana['earlier_partitions'])} of the {rel['partitions']} partitions aggregated by an earlier "
+                   "run: the time and rate are this run's, over the others)" if ana["earlier_partitions"] else "")
         rows += [[name, "seal (2 processes, as devices would)", f"{r['sealing']:.1f}", "-",
                   f"{r['messages']:,} messages from {r['users']:,} devices"
                   + (f" ({earlier:,} of them sealed by an earlier run in the folder)" if earlier else "")],
                  [name, "release: 2 passes", f"{rel['seconds']:.1f}", f"{rel['rss_mb']:.0f} ({rel['fixed_mb']:.0f}) / -",
-                  f"P = {rel['partitions']} partitions, the largest {rel['largest']:,} messages"],
+                  f"P = {rel['partitions']} partitions, the largest {rel['largest']:,} messages"
+                  + (" (measured by an earlier run in the folder)" if rel.get("earlier") else "")],
                  [name, "analyze: check, deduplicate, open, aggregate", f"{ana['seconds']:.1f}",
                   f"{ana['rss_mb']:.0f} ({ana['fixed_mb']:.0f}) / {ana['workers_rss_mb']:.0f}",
-                  f"{r['messages'] / ana['seconds'] / 2:,.0f} messages/s per worker (2 workers); the result is the "
-                  f"plaintext messages' exactly: {'yes' if r['exact'] else '**NO**'}{quality}"]]
+                  f"{ana['messages_now'] / ana['seconds'] / 2:,.0f} messages/s per worker (2 workers){resumed}; the result is "
+                  f"the plaintext messages' exactly: {'yes' if r['exact'] else '**NO**'}{quality}"]]
     report.table(["task", "step", "seconds", "peak RSS (MB): process (before the batch) / largest worker", "notes"],
                  rows)
     report.add(f"The budget ({budget / 2**20:,.0f} MiB; PRIVAGG_BENCH_PARTITION_BUDGET sets it, by default a "
