@@ -269,6 +269,26 @@ def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(dat
                                                                    d.task.sealed_size)["partitions"]])
 
 
+def stopped_in(d, batch: str, partition: int, monkeypatch) -> list[int]:
+    """Apply the batch with the analyzer stopped (an exception) as it starts its ``partition``-th partition; the
+    partitions it is asked to aggregate, then and afterwards, are appended to the list returned."""
+    from privagg.service.analyzer import AnalyzerService
+
+    calls, stop, aggregate = [], [partition], AnalyzerService._aggregate_partition
+
+    def stopping(self, loaded, directory, manifest, index, dropped):
+        calls.append(index)
+        if len(calls) == stop[0]:
+            stop[0] = None  # once
+            raise RuntimeError("the analyzer was stopped")
+        return aggregate(self, loaded, directory, manifest, index, dropped)
+
+    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", stopping)
+    with pytest.raises(RuntimeError, match="stopped"):
+        d.analyzer.apply_partitioned_batch(d.task.task_id, batch)
+    return calls
+
+
 @pytest.mark.parametrize("candidates", [None, [0, 3, 7]])
 def test_an_analyzer_stopped_part_way_goes_on_from_the_partitions_it_had_not_done(databases, tmp_path, monkeypatch,
                                                                                  caplog, candidates):
@@ -278,29 +298,16 @@ def test_an_analyzer_stopped_part_way_goes_on_from_the_partitions_it_had_not_don
     progress is left once the batch is applied. Progress made on another manifest is not used."""
     import logging
 
-    from privagg.service.analyzer import AnalyzerService
-
     n = 600
     d, batch, count, messages, sent = formed(databases, tmp_path, n, 14, candidates)
     directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
     partitions = len(read_manifest(directory, d.task.task_id, batch, d.task.sealed_size)["partitions"])
     assert partitions >= 4
-    calls, crash, aggregate = [], [3], AnalyzerService._aggregate_partition
-
-    def crashing(self, loaded, directory, manifest, index, dropped):
-        calls.append(index)
-        if len(calls) == crash[0]:
-            raise RuntimeError("the analyzer was stopped")
-        return aggregate(self, loaded, directory, manifest, index, dropped)
-
-    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", crashing)
-    with pytest.raises(RuntimeError):
-        d.analyzer.apply_partitioned_batch(d.task.task_id, batch)
+    calls = stopped_in(d, batch, 3, monkeypatch)
     assert calls == [0, 1, 2]
     with d.analyzer.engine.connect() as c:
         assert c.execute(sa.select(sa.func.count()).select_from(storage.partition_progress)).scalar() == 2
     calls.clear()
-    crash[0] = None
     with caplog.at_level(logging.INFO, logger="privagg"):
         assert d.analyzer.apply_partitioned_batch(d.task.task_id, batch) == "applied"
     assert calls == list(range(2, partitions))
@@ -322,31 +329,19 @@ def test_an_analyzer_stopped_part_way_goes_on_from_the_partitions_it_had_not_don
 def test_progress_on_another_manifest_is_not_used(databases, tmp_path, monkeypatch):
     """The collector wrote the batch again (in another order) after the analyzer aggregated some partitions of the
     first write: the analyzer aggregates every partition of the new one, and counts each message once."""
-    from privagg.service.analyzer import AnalyzerService
-
     n = 600
     d, batch, count, messages, sent = formed(databases, tmp_path, n, 15)
     directory = d.collector.write_partitions(d.task.task_id, batch, count, messages)
-    calls, aggregate = [], AnalyzerService._aggregate_partition
-
-    def crashing(self, loaded, directory, manifest, index, dropped):
-        calls.append(index)
-        if len(calls) == 2:
-            raise RuntimeError("the analyzer was stopped")
-        return aggregate(self, loaded, directory, manifest, index, dropped)
-
-    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", crashing)
-    with pytest.raises(RuntimeError):
-        d.analyzer.apply_partitioned_batch(d.task.task_id, batch)
+    calls = stopped_in(d, batch, 2, monkeypatch)
     shutil.rmtree(directory)
     d.collector.write_partitions(d.task.task_id, batch, count, messages)  # another random order
-    monkeypatch.setattr(AnalyzerService, "_aggregate_partition", aggregate)
+    calls.clear()
     assert d.analyzer.apply_partitioned_batch(d.task.task_id, batch) == "applied"
     analyzer = make_analyzer(d.task.parameters)
     direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), type(sent[0]).concatenate(sent)))
     assert {e["item"]: e["estimate"] for e in d.result()["estimates"]} == {
         i: float(direct.estimates[i]) for i in range(20)}
-    assert d.result()["messages"]["total"] == messages
+    assert d.result()["messages"]["total"] == messages and calls == list(range(len(calls))) and len(calls) >= 4
 
 
 def test_a_torn_manifest_is_written_again(databases, tmp_path):
