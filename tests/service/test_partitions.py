@@ -179,19 +179,25 @@ def test_a_manifest_that_leaves_out_a_partition_or_points_at_no_file_is_refused(
         read_manifest(tmp_path, TASK, BATCH, 8)
 
 
-def test_repeated_encapsulations_are_found_across_partitions(tmp_path):
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_repeated_encapsulations_are_found_across_partitions(tmp_path, block):
     """Messages 0..299, then copies of messages 5 and 17 (a replay): exactly the later copy of each is dropped,
-    wherever the shuffle put them."""
+    wherever the shuffle put them, whether the digests are made a few rows at a time or a partition at once."""
     messages = np.concatenate([indexed(300), indexed(300)[[5, 17, 5]]])
     manifest = write_partitions([messages], 8, tmp_path, 4, TASK, BATCH, 300, np.random.default_rng(1))
-    dropped = duplicate_rows(tmp_path, manifest, lambda sealed: [bytes(row).ljust(32, b"\0") for row in sealed])
+    sizes = []
+    dropped = duplicate_rows(tmp_path, manifest, lambda sealed: sizes.append(len(sealed)) or [
+        bytes(row).ljust(32, b"\0") for row in sealed], block=block)
+    assert max(sizes) == min(block, max(e["messages"] for e in manifest["partitions"])) and sum(sizes) == 303
+    assert dropped == duplicate_rows(tmp_path, manifest, lambda sealed: [bytes(row).ljust(32, b"\0")
+                                                                         for row in sealed], block=300)
     seen = Counter()
     for j in range(4):
         rows = read_partition(tmp_path, manifest, j)[:, :4].copy().view("<u4").ravel()
         keep = np.setdiff1d(np.arange(len(rows)), dropped.get(j, []))
         seen.update(rows[keep].tolist())
     assert sum(len(r) for r in dropped.values()) == 3 and sorted(seen) == list(range(300))
-    assert not list(tmp_path.glob("digests-*")) and not list(tmp_path.glob("spill-*"))
+    assert not list(tmp_path.glob(".digests-*")) and not list(tmp_path.glob("spill-*"))
 
 
 def test_a_shuffle_tasks_batch_goes_as_partitions_and_aggregates_exactly(databases, tmp_path):

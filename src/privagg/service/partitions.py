@@ -236,35 +236,41 @@ def read_partition(directory: Path, manifest: dict, index: int) -> np.ndarray:
 DIGEST_RECORD = np.dtype([("high", "<u8"), ("low", "<u8"), ("partition", "<u4"), ("row", "<u4")])
 
 
-def duplicate_rows(directory: Path, manifest: dict, digests, buckets: int | None = None) -> dict[int, np.ndarray]:
+DIGEST_BLOCK = 1 << 20  # rows hashed at a time: the digests held (about 100 MB) do not grow with the partition
+
+
+def duplicate_rows(directory: Path, manifest: dict, digests, buckets: int | None = None,
+                   block: int = DIGEST_BLOCK) -> dict[int, np.ndarray]:
     """For each partition, the rows whose encapsulation an earlier row of the batch (in partition, then row
     order) already carried: what the analyzer drops and counts as duplicates, found in bounded memory.
 
-    ``digests(sealed)`` gives each row's encapsulation digest (32 bytes). Their first 16 bytes, with the row's
-    place, go to one of ``buckets`` spill files (default: one per partition) by their value; each bucket is then
-    sorted alone. Two distinct encapsulations share 128 bits with probability m^2 / 2^129."""
+    ``digests(sealed)`` gives each row's encapsulation digest (32 bytes), called on ``block`` rows at a time.
+    Their first 16 bytes, with the row's place, go to one of ``buckets`` spill files (default: one per partition)
+    by their value; each bucket is then sorted alone. Two distinct encapsulations share 128 bits with probability
+    m^2 / 2^129."""
     directory = Path(directory)
     entries = manifest["partitions"]
     buckets = buckets or len(entries)
     with tempfile.TemporaryDirectory(prefix=".digests-", dir=directory) as scratch:  # this call's own
-        return _duplicate_rows(directory, manifest, digests, [Path(scratch) / f"{b:05d}" for b in range(buckets)])
+        return _duplicate_rows(directory, manifest, digests, [Path(scratch) / f"{b:05d}" for b in range(buckets)],
+                               block)
 
 
-def _duplicate_rows(directory: Path, manifest: dict, digests, paths: list[Path]) -> dict[int, np.ndarray]:
+def _duplicate_rows(directory: Path, manifest: dict, digests, paths: list[Path], block: int) -> dict[int, np.ndarray]:
     entries, buckets = manifest["partitions"], len(paths)
     files = [open(path, "wb") for path in paths]
     try:
         for j in range(len(entries)):
-            found = digests(read_partition(directory, manifest, j))
-            if not found:
-                continue
-            pairs = np.frombuffer(b"".join(d[:16] for d in found), dtype="<u8").reshape(-1, 2)
-            records = np.empty(len(found), dtype=DIGEST_RECORD)
-            records["high"], records["low"] = pairs[:, 0], pairs[:, 1]
-            records["partition"], records["row"] = j, np.arange(len(found))
-            which = records["high"] % np.uint64(buckets)
-            for b in np.unique(which):
-                files[b].write(records[which == b].tobytes())
+            sealed = read_partition(directory, manifest, j)
+            for lo in range(0, len(sealed), block):
+                found = digests(sealed[lo:lo + block])
+                pairs = np.frombuffer(b"".join(d[:16] for d in found), dtype="<u8").reshape(-1, 2)
+                records = np.empty(len(found), dtype=DIGEST_RECORD)
+                records["high"], records["low"] = pairs[:, 0], pairs[:, 1]
+                records["partition"], records["row"] = j, lo + np.arange(len(found))
+                which = records["high"] % np.uint64(buckets)
+                for b in np.unique(which):
+                    files[b].write(records[which == b].tobytes())
     finally:
         for f in files:
             f.close()

@@ -263,7 +263,7 @@ def encapsulation_digests(task: Task, sealed) -> list[bytes]:
     The digest keeps the record 32 bytes for either KEM; a collision would need a SHA-256 collision."""
     size = KEMS[task.kem][2]
     if isinstance(sealed, np.ndarray):  # one copy of the encapsulations, hashed through views (a third faster)
-        encapsulations = memoryview(np.ascontiguousarray(sealed[:, :size]).tobytes())
+        encapsulations = memoryview(np.ascontiguousarray(sealed[:, :size]).reshape(-1))
         return [hashlib.sha256(encapsulations[i:i + size]).digest() for i in range(0, len(encapsulations), size)]
     return [hashlib.sha256(bytes(row[:size])).digest() for row in sealed]
 
