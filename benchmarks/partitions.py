@@ -18,8 +18,8 @@ the release alone at full scale, 10^8 messages of the FE1 task's sealed size und
 (:func:`release_full`): the release never opens a message, so random bytes stand in for the ciphertexts that would
 take hours of HPKE sealing to make.
 
-At 10^8 messages the sealing takes hours (about 110 us of HPKE a message and core here), and the analysis as
-long again. ``PRIVAGG_BENCH_PARTITION_DIR`` names a folder that outlives the run: a run stopped part way is run
+At 10^8 messages the sealing takes hours (HPKE's seal: 110 us a message on one core here, more with both busy),
+and the analysis more than an hour and a half. ``PRIVAGG_BENCH_PARTITION_DIR`` names a folder that outlives the run: a run stopped part way is run
 again with the same settings and seals only the chunks not yet sealed in it, keeps a release made whole, and
 aggregates only the partitions the analyzer had not (its partitioned batches resume: ``partition_progress``); the
 folder is emptied once the analysis is done.
@@ -164,9 +164,9 @@ def _analyze(folder: Path, budget: int) -> dict:
     import sqlalchemy as sa
 
     from privagg.service import storage
-    from privagg.service.partitions import MANIFEST
     from privagg.service.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
+    from privagg.service.partitions import MANIFEST
     from privagg.service.workers import BatchWorkers
 
     kek = KeyEncryptionKey.load(folder / "kek")
@@ -247,8 +247,7 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
     else:
         exact = all(e == float(plain.estimates[int(i)]) for i, e in analyzed["found"])
     return {"messages": count, "sealed": sealed, "users": len(items), "budget": budget, "sealing": sealing,
-            "release": released,
-            "analyze": analyzed, "exact": exact}
+            "release": released, "analyze": analyzed, "exact": exact}
 
 
 def release_full(folder: Path, messages: int = FULL_SCALE, chunk: int = 1_000_000) -> dict:
