@@ -38,10 +38,10 @@ def _exactly_once(result: dict, reports: list[Report], outcomes: list) -> dict:
 
 
 def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: int = 0, concurrency: int = 500) -> dict:
-    """The collector is killed with SIGKILL at a random moment while clients send; once they are done and the
-    batch is on its way, the analyzer, then the collector again (the batch released, not yet acknowledged);
-    each is restarted at once. 100 abusive submissions (forged tokens, reused report ids) go in
-    among the clients.
+    """The collector is killed with SIGKILL while clients send, once it stored a random tenth to three fifths of
+    their reports; once they are done and the batch is on its way, the analyzer, then the collector again (the
+    batch released, not yet acknowledged); each is restarted at once. 100 abusive submissions (forged tokens,
+    reused report ids) go in among the clients.
 
     Returns the exactly-once figures and the collector's counts seen just before each kill."""
     rng = np.random.default_rng(seed)
@@ -73,8 +73,8 @@ def kill_run(dbs: dict[str, str], log_dir: Path, clients: int = 20_000, seed: in
             dep.start(role)
 
         sender.start()
-        time.sleep(rng.uniform(1.0, 4.0))
-        kill("collector", lambda status: True)  # while clients are sending
+        stored = int(rng.uniform(0.1, 0.6) * clients)  # (a moment by progress, not by time: as fast as the collector)
+        kill("collector", lambda status: status["reports_waiting"] >= stored)  # while clients are sending
         sender.join()
         kill("analyzer", lambda status: status["batches_pending"] > 0)  # as the batch is on its way or being applied
         kill("collector", lambda status: status["batches_pending"] > 0)  # between its release and its ack

@@ -2,9 +2,12 @@
 ready, logs the failure once (not once per group of reports: the red team counted 17,038 warnings in 11
 minutes), and recovers by itself when space comes back, with every acknowledged report stored once."""
 
+import asyncio
 import json
 import logging
 import secrets
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -94,11 +97,54 @@ def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
         return ["stored"] * len(group)
 
     writer = GroupCommit(sa.create_engine("sqlite://"), store, Health())
-    gone = _Pending("t", "gone", b"", b"", [])
+    gone = _Pending("t", "gone", b"", b"", [], outcome=Future())
     gone.outcome.cancel()
     writer.submit(gone)
     assert writer.submit(_Pending("t", "later", b"", b"", [])).result(timeout=10) == "stored"
     assert stored == ["gone", "later"]
+
+
+def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_their_loop():
+    """Reports awaited on an event loop are answered there (a cancelled one left alone); a loop that closed
+    before its reports' group committed (a server stopping) does not stop the writer either."""
+    from privagg.service.collector import GroupCommit, _Pending
+    from privagg.service.web import Health
+
+    hold, stored, counted = threading.Event(), [], []
+
+    def store(connection, group):
+        hold.wait(10)
+        stored.extend(p.report_id for p in group)
+        return [Refused(409, "token_used", "used") if p.report_id == "used" else "stored" for p in group]
+
+    writer = GroupCommit(sa.create_engine("sqlite://"), store, Health(), stored=lambda p: counted.append(p.report_id))
+
+    async def send(names: list[str], cancelled: str | None = None):
+        loop = asyncio.get_running_loop()
+        pending = [_Pending("t", name, b"", b"", [], outcome=loop.create_future()) for name in names]
+        waiting = [asyncio.ensure_future(writer.submit(p)) for p in pending]
+        for p, w in zip(pending, waiting):
+            if p.report_id == cancelled:
+                w.cancel()
+        hold.set()
+        return await asyncio.gather(*waiting, return_exceptions=True)
+
+    answers = asyncio.run(send(["a", "used", "gone", "b"], cancelled="gone"))
+    assert answers[0] == answers[3] == "stored" and isinstance(answers[2], asyncio.CancelledError)
+    assert isinstance(answers[1], Refused) and answers[1].reason == "token_used"
+    assert counted == ["a", "gone", "b"]  # stored, its caller gone or not: counted once each
+
+    hold.clear()
+    orphan = _Pending("t", "orphan", b"", b"", [])
+
+    async def leave() -> None:  # the loop closes while its report waits for the writer
+        orphan.outcome = asyncio.get_running_loop().create_future()
+        writer.submit(orphan)
+
+    asyncio.run(leave())
+    hold.set()
+    assert writer.submit(_Pending("t", "after", b"", b"", [])).result(timeout=10) == "stored"
+    assert stored[-2:] == ["orphan", "after"]
 
 
 def test_stopping_does_not_wait_for_a_batch_round_stuck_on_the_analyzer(monkeypatch):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import io
 import json
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,8 @@ class Collector:
         self._fetching: dict[str, threading.Lock] = {}  # per task id being fetched: one fetch, the others wait
         self._fetching_lock = threading.Lock()
         self.health = Health()
-        self._writer = GroupCommit(engine, self._store_group, self.health)
+        self._writer = GroupCommit(engine, self._store_group, self.health,
+                                   stored=lambda report: self.accepted.labels(report.task_id).inc())
         self._undelivered: dict[str, str] = {}  # batch id -> the last error logged for it (logged once per error)
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter("privagg_reports_accepted", "Reports stored", ["task"], registry=self.registry)
@@ -198,19 +200,18 @@ class Collector:
     def store(self, report: _Pending) -> Future:
         """The future outcome of storing ``report`` (see :meth:`accept`), set once the writer's transaction
         holding it committed, or failed."""
-        outcome = self._writer.submit(report)
+        return self._writer.submit(report)
 
-        def count(done: Future) -> None:
-            if done.exception() is None and done.result() == "stored":
-                self.accepted.labels(report.task_id).inc()
-
-        outcome.add_done_callback(count)
-        return outcome
+    async def stored(self, report: _Pending) -> str:
+        """:meth:`store` awaited on the running event loop, whose futures the writer settles a group at a time
+        (one thread-safe call per group, not one per report)."""
+        report.outcome = asyncio.get_running_loop().create_future()
+        return await self._writer.submit(report)
 
     def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
         """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: two
         lookups, one update and one insert for the whole group)."""
-        task_ids = sorted({task_id for r in group for task_id, _, _ in r.parts()})
+        task_ids = sorted({task_id for r in group for task_id, _, _ in r.parts})
         # the tasks' rows locked: a batch being formed, a close and these reports do not interleave (PostgreSQL)
         closed = {row.task_id for row in c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.closed).where(
             collector_tasks.c.task_id.in_(task_ids)).with_for_update()) if row.closed}
@@ -221,7 +222,7 @@ class Collector:
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
         used = {tuple(row) for row in c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
             tokens.c.report_id.in_([r.report_id for r in group])))}
-        seen = storage.existing_digests(c, encapsulations, {key for r in group for key in r.keys()})
+        seen = storage.existing_digests(c, encapsulations, {key for r in group for key in r.keys})
         outcomes: list[str | Refused] = []
         spent: dict[bytes, str] = {}  # tokens spent earlier in this group
         new = []
@@ -234,18 +235,18 @@ class Collector:
                 outcomes.append("already stored")  # a retry of a report this token already delivered
             elif earlier is not None:
                 outcomes.append(Refused(409, "token_used", "token must be unused: it already delivered a report"))
-            elif any(task_id in finished for task_id, _, _ in r.parts()):
+            elif any(task_id in finished for task_id, _, _ in r.parts):
                 outcomes.append(Refused(409, "task_closed", "the task must be open: it was closed, or its one batch "
                                         "was released"))
             elif (r.task_id, r.report_id) in used:
                 outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
-            elif any(key in seen for key in r.keys()):
+            elif any(key in seen for key in r.keys):
                 outcomes.append(Refused(409, "replayed_message", "each message must be new: an accepted message "
                                         "of this task carried the same HPKE encapsulated key"))
             else:
                 spent[r.token_hash] = r.report_id
                 used.add((r.task_id, r.report_id))
-                seen.update(r.keys())
+                seen.update(r.keys)
                 new.append(r)
                 outcomes.append("stored")
         if new:
@@ -255,13 +256,13 @@ class Collector:
             if c.dialect.supports_sane_multi_rowcount and updated != len(new):  # another collector was faster
                 raise RuntimeError("a token was spent concurrently")
             stored = [{"task_id": task_id, "report_id": r.report_id, "ciphertexts": blob}
-                      for r in new for task_id, blob, _ in r.parts()]
+                      for r in new for task_id, blob, _ in r.parts]
             storage.execute_driver(c, STORE_REPORT, stored)
             c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_({row["task_id"] for row in stored}))
                       .values(last_arrival=time.time()))  # the rows are locked above: the quiet period's clock
             # the primary key makes this atomic across collector processes: a digest another one stored since
             # fails the whole group, whose clients send again and are then refused as replays
-            rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys()]
+            rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys]
             if rows:
                 storage.execute_driver(c, STORE_ENCAPSULATION, rows)
         return outcomes
@@ -538,15 +539,17 @@ class _Pending:
     ciphertexts: bytes
     digests: list[bytes]  # of the messages' encapsulated keys
     stage: tuple[str, bytes, list[bytes]] | None = None  # a staged task's first stage: its task id, messages, digests
-    outcome: Future = field(default_factory=Future)
+    outcome: Future | asyncio.Future | None = None  # set by the writer; an event loop's future on a loop
 
+    @functools.cached_property
     def parts(self) -> list[tuple[str, bytes, list[bytes]]]:
         """(task id, sealed messages, their digests) of the report, and of its first stage's if any."""
         return [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
 
+    @functools.cached_property
     def keys(self) -> list[tuple[str, bytes]]:
         """(task id, digest) of every message, the replay check's keys."""
-        return [(task_id, d) for task_id, _, digests in self.parts() for d in digests]
+        return [(task_id, d) for task_id, _, digests in self.parts for d in digests]
 
 
 # the writer's statements, executed through the driver (storage.execute_driver)
@@ -576,15 +579,18 @@ class GroupCommit:
     MAX_GROUP = 512
 
     def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[_Pending]], list[str | Refused]],
-                 health: Health) -> None:
-        self.engine, self.store, self.health = engine, store, health
+                 health: Health, stored: Callable[[_Pending], None] = lambda report: None) -> None:
+        self.engine, self.store, self.health, self.stored = engine, store, health, stored
         self._failed = 0  # groups failed in a row: logged when writes start and stop failing, not per group
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
 
-    def submit(self, report: _Pending) -> Future:
-        """``report``'s outcome, set once the transaction holding it committed (or failed)."""
+    def submit(self, report: _Pending) -> Future | asyncio.Future:
+        """``report``'s outcome (a new concurrent future unless it has one), set once the transaction holding it
+        committed (or failed); ``stored`` is called for each report stored, once its transaction committed."""
+        if report.outcome is None:
+            report.outcome = Future()
         with self._start:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="privagg-writer", daemon=True)
@@ -613,13 +619,30 @@ class GroupCommit:
                     log_event(log, "reports stored again", failed_groups=self._failed)
                     self._failed = 0
                 self.health.write_succeeded()
+            on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, str | Refused]]] = {}
             for report, outcome in zip(group, outcomes):
-                if not report.outcome.set_running_or_notify_cancel():
-                    continue  # its caller gave up on it: setting it would raise and end this thread
-                if isinstance(outcome, Refused):
-                    report.outcome.set_exception(outcome)
-                else:
-                    report.outcome.set_result(outcome)
+                if outcome == "stored":
+                    self.stored(report)
+                if isinstance(report.outcome, asyncio.Future):
+                    on_loops.setdefault(report.outcome.get_loop(), []).append((report.outcome, outcome))
+                elif report.outcome.set_running_or_notify_cancel():  # (else its caller gave up on it)
+                    _settle([(report.outcome, outcome)])
+            for loop, settled in on_loops.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, settled)
+                except RuntimeError:  # the loop is closed: the server stopped, and its requests with it
+                    pass
+
+
+def _settle(settled: list[tuple[Future | asyncio.Future, str | Refused]]) -> None:
+    """Each future's outcome set, but for futures already done (an event loop's, whose request was cancelled)."""
+    for future, outcome in settled:
+        if isinstance(future, asyncio.Future) and future.done():
+            continue
+        if isinstance(outcome, Refused):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 class BatchLoop:
@@ -727,13 +750,11 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
         body = await read_body(request, max_body_bytes, "application/json")
         # a known task's report is checked on the event loop and waits for the writer there, without a worker
         # thread: every report in flight can join the writer's next transaction, not only a thread pool's worth
-        # (shielded: a request cancelled while it waits must not cancel the outcome the writer will set)
         known = collector.known_task(task_id) or await run_in_threadpool(collector.task, task_id)
-        status = await asyncio.shield(asyncio.wrap_future(collector.store(collector.check(known, body))))
+        status = await collector.stored(collector.check(known, body))
         return JSONResponse({"status": status}, status_code=201 if status == "stored" else 200)
 
-    # a plain Starlette route, the hot one: FastAPI's resolution of its parameters was a tenth of its CPU
-    app.add_route("/tasks/{task_id}/reports", submit, methods=["POST"])
+    app.add_hot_route("POST", "/tasks/{task_id}/reports", submit)
 
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> Response:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import operator
 import os
 import re
 import stat
@@ -540,7 +541,7 @@ def execute_driver(connection: sa.Connection, statement: sa.Executable, rows: li
         _COMPILED[key] = str(compiled), compiled.positiontup if connection.dialect.positional else None
     sql, names = _COMPILED[key]
     if names is not None:
-        rows = [tuple(row[name] for name in names) for row in rows]
+        rows = list(map(operator.itemgetter(*names), rows)) if len(names) > 1 else [(row[names[0]],) for row in rows]
     return connection.exec_driver_sql(sql, rows[0] if len(rows) == 1 else rows)
 
 
