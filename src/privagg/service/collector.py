@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import functools
 import hashlib
 import io
@@ -258,8 +259,9 @@ class Collector:
             stored = [{"task_id": task_id, "report_id": r.report_id, "ciphertexts": blob}
                       for r in new for task_id, blob, _ in r.parts]
             storage.execute_driver(c, STORE_REPORT, stored)
-            c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_({row["task_id"] for row in stored}))
-                      .values(last_arrival=time.time()))  # the rows are locked above: the quiet period's clock
+            # the rows are locked above: the quiet period's clock, and the count of reports waiting
+            arrived, now = collections.Counter(row["task_id"] for row in stored), time.time()
+            storage.execute_driver(c, COUNT_ARRIVALS, [{"task": t, "now": now, "count": k} for t, k in arrived.items()])
             # the primary key makes this atomic across collector processes: a digest another one stored since
             # fails the whole group, whose clients send again and are then refused as replays
             rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys]
@@ -279,11 +281,9 @@ class Collector:
         process updates as it stores reports: replicas agree). Every condition is checked again inside the
         batch's transaction, with the task's row locked, so replicas release each batch once."""
         formed = 0
-        with storage.reading(self.engine) as c:
-            waiting = c.execute(sa.select(reports.c.task_id, sa.func.count(), collector_tasks.c.last_arrival)
-                                .join(collector_tasks, collector_tasks.c.task_id == reports.c.task_id)
-                                .where(reports.c.batch_id.is_(None))
-                                .group_by(reports.c.task_id, collector_tasks.c.last_arrival)).all()
+        with storage.reading(self.engine) as c:  # (each task's count, not a count of its reports: one row each)
+            waiting = c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.waiting,
+                                          collector_tasks.c.last_arrival).where(collector_tasks.c.waiting > 0)).all()
         for task_id, count, last in waiting:
             task = self.task(task_id)
             cap = max(self.max_batch_reports, task.min_batch_size)  # a cap never cuts a batch below the minimum
@@ -292,11 +292,11 @@ class Collector:
             batch_id = secrets.token_hex(16)
             try:
                 with self.engine.begin() as c:
-                    closed, last = c.execute(sa.select(collector_tasks.c.closed, collector_tasks.c.last_arrival).where(
+                    closed, last, now = c.execute(sa.select(
+                        collector_tasks.c.closed, collector_tasks.c.last_arrival, collector_tasks.c.waiting).where(
                         collector_tasks.c.task_id == task_id).with_for_update()).one()
                     chosen = [reports.c.task_id == task_id, reports.c.batch_id.is_(None)]
                     if task.single_batch:  # all n reports, or all that came to a closed task; and only once
-                        now = c.execute(sa.select(sa.func.count()).select_from(reports).where(*chosen)).scalar_one()
                         if not (now >= task.parameters.n_users or closed) or c.execute(sa.select(
                                 batches.c.batch_id).where(batches.c.task_id == task_id)).first() is not None:
                             raise _TooSmall()
@@ -308,6 +308,8 @@ class Collector:
                     taken = c.execute(sa.update(reports).where(*chosen).values(batch_id=batch_id)).rowcount
                     if taken < task.min_batch_size:  # another process took some meanwhile: release nothing
                         raise _TooSmall()
+                    c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id == task_id).values(
+                        waiting=collector_tasks.c.waiting - taken))
                     size = c.execute(sa.select(sa.func.sum(sa.func.length(reports.c.ciphertexts))).where(
                         reports.c.batch_id == batch_id)).scalar()
                     c.execute(sa.insert(batches).values(batch_id=batch_id, task_id=task_id, reports=taken,
@@ -446,13 +448,11 @@ class Collector:
         remedies (wait for more reports; for a shuffle task, a task calibrated with a lower honest fraction,
         whose batch may be closed at ceil(G n) reports)."""
         with self.engine.begin() as c:
-            text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)
-                             .with_for_update()).scalar()
-            if text is None:
+            row = c.execute(sa.select(collector_tasks.c.task, collector_tasks.c.waiting).where(
+                collector_tasks.c.task_id == task_id).with_for_update()).first()
+            if row is None:
                 raise ParameterError("task", "a task this collector has received reports for", shown(task_id))
-            task = Task.from_json(text, verify=False)
-            waiting = c.execute(sa.select(sa.func.count()).select_from(reports).where(
-                reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
+            task, waiting = Task.from_json(row.task, verify=False), row.waiting
             released = c.execute(sa.select(batches.c.batch_id).where(batches.c.task_id == task_id)).first()
             if waiting < task.min_batch_size and (waiting or (task.single_batch and released is None)):
                 short = task.min_batch_size - waiting
@@ -473,12 +473,11 @@ class Collector:
         a first batch still needs, batches awaiting the analyzer's acknowledgement, and what was released."""
         task = self.task(task_id)
         with storage.reading(self.engine) as c:
-            waiting = c.execute(sa.select(sa.func.count()).select_from(reports).where(
-                reports.c.task_id == task_id, reports.c.batch_id.is_(None))).scalar_one()
             rows = c.execute(sa.select(batches.c.acknowledged, sa.func.count(), sa.func.sum(batches.c.reports)).where(
                 batches.c.task_id == task_id).group_by(batches.c.acknowledged)).all()
-            closed = bool(c.execute(sa.select(collector_tasks.c.closed).where(
-                collector_tasks.c.task_id == task_id)).scalar())
+            row = c.execute(sa.select(collector_tasks.c.closed, collector_tasks.c.waiting).where(
+                collector_tasks.c.task_id == task_id)).first()
+        closed, waiting = (bool(row.closed), row.waiting) if row is not None else (False, 0)
         by_state = {bool(done): (count, int(total)) for done, count, total in rows}
         formed = sum(count for count, _ in by_state.values())
         return {"closed": closed, "reports_waiting": waiting, "min_batch_size": task.min_batch_size,
@@ -556,6 +555,8 @@ class _Pending:
 SPEND_TOKEN = sa.update(tokens).where(tokens.c.token_hash == sa.bindparam("h"), tokens.c.report_id.is_(None)).values(
     report_id=sa.bindparam("r"))
 STORE_REPORT = sa.insert(reports).values({c: sa.bindparam(c) for c in ("task_id", "report_id", "ciphertexts")})
+COUNT_ARRIVALS = sa.update(collector_tasks).where(collector_tasks.c.task_id == sa.bindparam("task")).values(
+    last_arrival=sa.bindparam("now"), waiting=collector_tasks.c.waiting + sa.bindparam("count"))
 STORE_ENCAPSULATION = sa.insert(encapsulations).values({c: sa.bindparam(c) for c in ("task_id", "digest")})
 
 

@@ -66,6 +66,8 @@ collector_tasks = sa.Table(
     # when a report was last stored for the task (seconds since the epoch; no time is kept with a report): the
     # quiet period of a local task's batch, timed alike by every collector process
     sa.Column("last_arrival", sa.Float),
+    # reports stored and in no batch yet: kept with them by the writer, and by batch formation (in their transactions)
+    sa.Column("waiting", sa.BigInteger, nullable=False, server_default="0"),
 )
 tokens = sa.Table(
     "tokens", metadata["collector"],
