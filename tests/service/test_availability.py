@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from starlette.requests import Request
@@ -50,8 +51,8 @@ from privagg.service.config import describe, load_config
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready
 from privagg.service.tasks import create_task, seal_messages
-from privagg.service.web import (Health, Refusals, Refused, RequestLimit, add_operations, make_app, read_body,
-                                 shown)
+from privagg.service.web import (Health, Limits, Refusals, Refused, RequestLimit, add_operations, make_app,
+                                 read_body, shown)
 
 TIMEOUT = 1.0  # the header and body timeouts of the services under test (seconds)
 IDLE = 0.5  # their idle timeout
@@ -411,6 +412,52 @@ def test_health_and_tasks_answer_while_reports_wait_on_a_locked_database(databas
         for t in senders:
             t.join(timeout=60)
         assert outcomes == [201] * 60  # the blocked reports are stored once the lock goes
+
+
+def test_a_hot_route_is_answered_like_any_route_and_held_to_the_request_limit(tmp_path):
+    """ServiceApp.add_hot_route runs before FastAPI's layers: its refusals are still the app's JSON answers,
+    counted; other methods on its path are 405; and it takes a place under the request limit like any route."""
+    refused, gate = [], asyncio.Event()
+    engine = storage.connect(f"sqlite:///{tmp_path}/c.db", "collector")
+    app = make_app("test", None)
+    add_operations(app, CollectorRegistry(), engine, refused.append,
+                   limits=Limits(header_timeout=5, body_timeout=5, idle_timeout=5, max_connections=10, max_requests=1))
+
+    async def hot(request):
+        if request.path_params["name"] == "refuse":
+            raise Refused(409, "token_used", "token must be unused")
+        await gate.wait()
+        return JSONResponse({"name": request.path_params["name"]}, status_code=201)
+
+    app.add_hot_route("POST", "/things/{name}/reports", hot)
+
+    async def call(method: str, path: str) -> tuple[int, bytes]:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        await app({"type": "http", "path": path, "method": method, "headers": [], "query_string": b""}, receive, send)
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+    async def scenario():
+        app._outer.wait = 0.2  # (the busy refusal's wait, shortened)
+        refusal = await call("POST", "/things/refuse/reports")
+        other_method = await call("GET", "/things/x/reports")
+        held = asyncio.create_task(call("POST", "/things/held/reports"))  # takes the one place, waits at the gate
+        await asyncio.sleep(0.05)
+        busy = await asyncio.wait_for(call("POST", "/things/second/reports"), 5)  # (unlimited, it would hang)
+        gate.set()
+        return refusal, other_method, await held, busy
+
+    refusal, other_method, held, busy = asyncio.run(scenario())
+    assert refusal == (409, b'{"error":"token_used","detail":"token must be unused"}')
+    assert other_method[0] == 405 and held == (201, b'{"name":"held"}') and busy[0] == 503
+    assert [r.reason for r in refused] == ["token_used", "busy"]
+    engine.dispose()
 
 
 def test_readyz_follows_the_last_write(databases):

@@ -294,7 +294,7 @@ def log_event(logger: logging.Logger, event: str, **fields) -> None:
 class ServiceApp(FastAPI):
     """A service's FastAPI application. Every request passes its request limit first (:class:`RequestLimit`, set by
     :func:`add_operations`); then a route added by :meth:`add_hot_route` runs at once, without FastAPI's
-    middleware, routing and exception layers, which cost the collector a quarter of its CPU per report."""
+    middleware, routing and exception layers, which cost the collector about 30% of its CPU per report."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -309,7 +309,8 @@ class ServiceApp(FastAPI):
         path segment, in ``request.path_params``); its exceptions are answered by the app's exception handlers
         as any route's. Also a route of the app's router, which answers other methods on ``path`` (405)."""
         self.add_route(path, endpoint, methods=[method])
-        self._hot.append((method, re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path)), endpoint))
+        pattern = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path))
+        self._hot.append((method, re.compile(pattern), endpoint))
 
     async def __call__(self, scope, receive, send) -> None:
         await self._outer(scope, receive, send)
