@@ -22,6 +22,41 @@ def test_known_values():
     assert numeric_noise(0.5, 0.5 / n**2, n, 2359) == pytest.approx(504.8, abs=0.1)
 
 
+def scipy_binomial_sum(trials, probs):
+    """The same windowed law of Bin(trials[0], probs[0]) + Bin(trials[1], probs[1]) from scipy.stats."""
+    from privagg.privacy import balls_into_bins as bib
+
+    start, pmf, outside = 0, np.ones(1), 0.0
+    for t, p in zip(trials, probs):
+        mean, sd = t * p, math.sqrt(t * p * (1 - p))
+        lo = max(0, math.floor(mean - bib._WINDOW_SD * sd - bib._WINDOW_PAD))
+        hi = min(t, math.ceil(mean + bib._WINDOW_SD * sd + bib._WINDOW_PAD))
+        pmf = np.convolve(pmf, stats.binom.pmf(np.arange(lo, hi + 1), t, p))
+        start += lo
+        outside += float(stats.binom.cdf(lo - 1, t, p) + stats.binom.sf(hi, t, p))
+    return start, pmf, outside
+
+
+@pytest.mark.parametrize("trials,probs", [((10**6, 10**6), (1 / 64, 0.3 / 64)), ((0, 1000), (0.5, 0.01)),
+                                          ((50, 50), (0.5, 0.0)), ((20_000, 2_000), (0.5, 1.0)),
+                                          ((10**8, 10**8), (1e-5, 3e-6)), ((30, 7), (0.2, 0.9))])
+def test_the_windowed_laws_are_scipys(trials, probs):
+    """The calibrations' binomial sums (privagg.privacy.shuffle's pmf and tails, not scipy.stats, which is slow
+    to import) against scipy.stats, point masses (no trials, p = 0, p = 1 as FE0 at B = 2 has) included."""
+    from privagg.privacy.balls_into_bins import _binomial_sum
+
+    laws = [_binomial_sum(trials, probs), scipy_binomial_sum(trials, probs)]
+    low, high = min(law[0] for law in laws), max(law[0] + law[1].size for law in laws)
+    on_support = []  # each pmf over the same values (a window may hold zeros the other leaves out)
+    for start, pmf, _ in laws:
+        whole = np.zeros(high - low)
+        whole[start - low:start - low + pmf.size] = pmf
+        on_support.append(whole)
+    assert np.allclose(*on_support, rtol=1e-10, atol=1e-300)  # scipy's pmf is the less exact: 6e-14 off the
+    # rational value of Bin(20000, 1/2) at 9297, shuffle.binomial_pmf 8e-15
+    assert laws[0][2] == pytest.approx(laws[1][2], abs=1e-300)  # the mass outside the windows
+
+
 def bivariate_multinomial(trials, p, top):
     """Joint pmf of (X1, X2) ~ Multinomial(trials; p, p) on [0, top]^2."""
     x = np.arange(top + 1)
