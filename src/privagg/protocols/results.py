@@ -10,8 +10,8 @@ went into it and how many were dropped as malformed.
 * :class:`HeavyHitterList` -- items reported as heavy with their estimates.
 * :class:`VectorSum` -- a sum of users' vectors with per-coordinate errors.
 
-``top_k`` uses partial selection (``numpy.argpartition``, O(B)), then sorts
-only the k selected.
+``top_k`` uses partial selection (:mod:`privagg.core.selection`, O(B)), then
+sorts only the k selected.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.selection import kth_largest
 from ..errors import ParameterError, check_integer, kind_of
 
 
@@ -28,14 +29,14 @@ def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.n
     """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first.
 
     ``codes=None`` means the codes are the positions 0, 1, ... (a full domain,
-    without materialising it). Partial selection (``argpartition``, O(len))
+    without materialising it). Partial selection (:func:`~privagg.core.selection.kth_largest`, O(len))
     finds the k-th largest value; the estimates above it are kept, and the
     places left are filled from the ties at it by smallest code (another
     partial selection), so only k items are ever sorted.
     """
     k = min(check_integer("top", k, 1), estimates.size)
     if k < estimates.size:
-        kth = estimates[np.argpartition(estimates, estimates.size - k)[estimates.size - k]]
+        kth = kth_largest(estimates, k)
         above, tied = np.flatnonzero(estimates > kth), np.flatnonzero(estimates == kth)
         room = k - above.size
         if codes is not None and room < tied.size:

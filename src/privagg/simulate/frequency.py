@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.encoding import ItemEncoder, check_item_key
+from ..core.selection import percentiles
 from ..errors import ParameterError, check_integer
 from ..privacy.description import privacy_warnings
 from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
@@ -58,7 +59,8 @@ def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> Realis
     abs_err = np.subtract(estimates, truth, dtype=np.float64)
     np.abs(abs_err, out=abs_err)
     largest, mean = float(abs_err.max()), float(abs_err.mean())
-    p50, p90, p99 = np.percentile(abs_err, [50, 90, 99], overwrite_input=True)
+    # numpy.percentile's values, without partitioning the whole domain (a NaN estimate, were there one: NaN, as numpy)
+    p50, p90, p99 = [math.nan] * 3 if math.isnan(largest) else percentiles(abs_err, [50, 90, 99])
     return RealisedError(over, int(abs_err.size), largest, mean, float(p50), float(p90), float(p99))
 
 

@@ -1,0 +1,63 @@
+"""Order statistics of a large array without partitioning all of it: a full domain's top items and the
+percentiles of its errors, exactly the values numpy's ``partition`` and ``percentile`` give.
+
+numpy's ``percentile`` partitions the whole array (0.45 s for three percentiles of 2^24 doubles here,
+``partition`` for the 10th largest 0.1 s). :func:`sorted_slice` brackets the wanted rank by a strided sample of
+the values, counts the values below the bracket and partitions only those inside it (a few reads of the array);
+the bracket is checked against the counts, and where it misses (values ordered so that the sample misleads) the
+whole array is partitioned as before. :func:`kth_largest` needs no sample (its docstring). The values must not
+be NaN (the callers' arrays are finite).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SMALL = 1 << 20  # at most this many values: numpy's partition outright
+SAMPLE = 1 << 14  # values in the strided sample
+BLOCK = 1 << 12  # values a block, for kth_largest
+SLACK = 256  # sample positions each side of the rank's estimate: the bracket holds about 2 SLACK / SAMPLE of the values
+
+
+def sorted_slice(values: np.ndarray, start: int, count: int = 1) -> np.ndarray:
+    """sorted(values)[start:start + count] for a 1-d array without NaN, exactly."""
+    n = values.size
+    if not (0 <= start and start + count <= n):
+        raise ValueError(f"ranks {start}..{start + count - 1} outside an array of {n} values")
+    ranks = list(range(start, start + count))
+    if n > SMALL:
+        sample = np.sort(values[::n // SAMPLE])
+        at = start * sample.size // n
+        low, high = sample[max(0, at - SLACK)], sample[min(sample.size - 1, at + SLACK)]
+        below = int(np.count_nonzero(values < low))
+        inside = values[(values >= low) & (values <= high)]
+        if below <= start and start + count <= below + inside.size:
+            offsets = [r - below for r in ranks]
+            return np.partition(inside, offsets)[offsets]
+    return np.partition(values, ranks)[ranks]
+
+
+def kth_largest(values: np.ndarray, k: int):
+    """The k-th largest value (1 <= k <= size) of a 1-d array without NaN. Of a large array, only the values at
+    or above the k-th largest of its blocks' maxima are partitioned: the k blocks of the largest maxima each
+    hold a value that large, so the k-th largest value is among them (two reads of the array, no fallback)."""
+    n = values.size
+    if n > SMALL and k <= n // BLOCK:
+        maxima = values[:n // BLOCK * BLOCK].reshape(-1, BLOCK).max(axis=1)
+        values = values[values >= np.partition(maxima, maxima.size - k)[maxima.size - k]]
+    return np.partition(values, values.size - k)[values.size - k]
+
+
+def percentiles(values: np.ndarray, qs) -> list[float]:
+    """``numpy.percentile(values, qs)`` with its default (linear) method, to the last bit, for a 1-d array without
+    NaN: the value at the virtual index (n - 1) q / 100 interpolated between its two neighbours as numpy's ``_lerp``
+    does (from the right neighbour when the weight is at least 1/2)."""
+    out = []
+    for q in qs:
+        virtual = (values.size - 1) * (float(q) / 100)
+        below = int(np.floor(virtual))
+        pair = sorted_slice(values, below, 2 if below + 1 < values.size else 1).tolist()
+        a, b = pair[0], pair[-1]
+        t = virtual - below
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    return out

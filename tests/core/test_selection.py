@@ -1,0 +1,50 @@
+"""core/selection.py: the order statistics numpy's partition and percentile give, without partitioning a large
+array whole; arrays above selection.SMALL take the sampled path, and one built to mislead the sample the fallback."""
+
+import numpy as np
+import pytest
+
+from privagg.core import selection
+
+
+def arrays():
+    rng = np.random.default_rng(0)
+    large = selection.SMALL + 12_345
+    step = large // selection.SAMPLE
+    misleading = np.zeros(large)
+    misleading[::step] = 1.0 + rng.random(misleading[::step].size)  # the strided sample sees only these
+    return {
+        "tiny": rng.normal(size=3), "one": np.array([2.5]), "small": rng.normal(size=1001),
+        "errors": np.abs(rng.normal(0, 10, large)), "ties": np.round(rng.exponential(3, large)),
+        "sorted": np.sort(rng.random(large)), "reversed": np.arange(large, dtype=float)[::-1].copy(),
+        "constant": np.full(large, 7.0), "misleading": misleading,
+    }
+
+
+@pytest.mark.parametrize("name", list(arrays()))
+def test_percentiles_are_numpys_to_the_last_bit(name):
+    values = arrays()[name]
+    for qs in ([50, 90, 99], [0, 100], [33.3, 66.7, 99.99]):
+        assert selection.percentiles(values, qs) == np.percentile(values, qs).tolist()
+
+
+@pytest.mark.parametrize("name", list(arrays()))
+def test_kth_largest_is_partitions(name):
+    values = arrays()[name]
+    for k in {1, min(values.size, 10), min(values.size, 5000), values.size}:
+        assert selection.kth_largest(values, k) == np.partition(values, values.size - k)[values.size - k]
+
+
+def test_the_misleading_array_takes_the_fallback(monkeypatch):
+    """The bracket check is what makes the sampled path exact: here the sample's bracket misses the median."""
+    values = arrays()["misleading"]
+    calls = []
+    partition = np.partition
+    monkeypatch.setattr(np, "partition", lambda a, kth: calls.append(a.size) or partition(a, kth))
+    assert selection.sorted_slice(values, values.size // 2)[0] == 0.0
+    assert calls == [values.size]  # the whole array, once
+
+
+def test_ranks_outside_the_array_are_refused():
+    with pytest.raises(ValueError, match="outside an array of 3 values"):
+        selection.sorted_slice(np.arange(3.0), 2, 2)
