@@ -2,6 +2,7 @@
 tight gamma against the accountant, the randomizer's law, bad input. Unbiasedness, variance, merging and the
 exact audit come from the registry's contract tests and audit grid."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -225,3 +226,41 @@ def test_distinct_coordinates_are_a_uniform_ordered_subset():
                                                                          for j in range(5) if i != j]]
     expected = 200_000 / 20
     assert np.sum((counts - expected) ** 2 / expected) < chi2.ppf(0.999, 19)
+
+
+def every_design(parameters):
+    """suggested_design by brute force: every (t, k) calibrated, the least (bound, position) kept, ``parameters``'
+    own design first."""
+    designs = [(parameters.mse_bound(), -1, parameters.coordinates, parameters.levels, parameters.gamma)]
+    grid = [(t, k) for t in range(1, min(parameters.dimension, pb.SUGGESTED_T) + 1) for k in range(1, pb.SUGGESTED_K + 1)]
+    for position, (t, k) in enumerate(grid):
+        try:
+            other = pb.calibrate_blanket_vector(parameters.epsilon, parameters.delta, parameters.n_users,
+                                                parameters.dimension, parameters.calibration, k, t,
+                                                parameters.honest_fraction)
+        except ParameterError:
+            continue
+        designs.append((other.mse_bound(), position, t, k, other.gamma))
+    bound, _, t, k, gamma = min(designs)
+    return t, k, gamma, bound
+
+
+@pytest.mark.parametrize("case", [pytest.param((1.0, 1e-5, 2_000, 2, "tight", 3, 2), marks=pytest.mark.slow),
+                                  (0.5, 1e-6, 200_000, 12, "paper", 2, 1),
+                                  (2.0, 1e-8, 100_000, 50, "paper", 3, 1), (0.2, 1e-6, 10**6, 4, "paper", 3, 1)])
+def test_the_suggested_design_is_every_designs_least_bound(case):
+    """The floors (each design's bound at gamma = 0) skip calibrations without changing the answer."""
+    epsilon, delta, n, d, calibration, k, t = case
+    parameters = pb.calibrate_blanket_vector(epsilon, delta, n, d, calibration, k, t)
+    assert pb.suggested_design(parameters) == every_design(parameters)
+
+
+def test_a_designs_bound_grows_with_gamma_from_its_floor():
+    """What the floors rest on: the bound rises strictly with gamma, for every k and t."""
+    gammas = np.linspace(0, 0.999, 400)
+    base = pb.calibrate_blanket_vector(1.0, 1e-6, 10_000, 6, "tight", 1, 1)
+    for k in range(1, 11):
+        for t in (1, 3):
+            parameters = dataclasses.replace(base, levels=k, coordinates=t)
+            bounds = [parameters.mse_bound(gamma=g) for g in gammas]
+            assert np.all(np.diff(bounds) > 0) and bounds[0] == parameters.mse_bound(gamma=0.0) < parameters.mse_bound()
