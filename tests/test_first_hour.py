@@ -253,9 +253,10 @@ def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):
 
 
 def test_compare_prints_every_refusal_whole(tmp_path):
+    """(gaussian refuses eps = 1e-6 at once; fe1 refuses it too, after some seconds of searching for its noise)"""
     (tmp_path / "items.txt").write_text("".join(f"{i % 50}\n" for i in range(2_000)))
-    result = runner.invoke(app, ["compare", "--protocols", "fe1,grr", "--epsilon", "0.000001,1", "--delta", "1e-8",
+    result = runner.invoke(app, ["compare", "--protocols", "gaussian,grr", "--epsilon", "0.000001,1", "--delta", "1e-8",
                                  "--input", str(tmp_path / "items.txt"), "--domain", "64", "--trials", "1"])
     assert result.exit_code == 0, result.output
-    (refusal,) = [line for line in result.stdout.splitlines() if line.startswith("refused [1] fe1 at eps 1e-06: ")]
+    (refusal,) = [line for line in result.stdout.splitlines() if line.startswith("refused [1] gaussian at eps 1e-06: ")]
     assert refusal.endswith("got 1e-06") and "1 seeded trial a row" in result.stdout
