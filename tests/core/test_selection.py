@@ -48,3 +48,12 @@ def test_the_misleading_array_takes_the_fallback(monkeypatch):
 def test_ranks_outside_the_array_are_refused():
     with pytest.raises(ValueError, match="outside an array of 3 values"):
         selection.sorted_slice(np.arange(3.0), 2, 2)
+
+
+@pytest.mark.parametrize("name", ["errors", "misleading"])
+def test_a_scratch_array_gives_the_same_percentiles_in_place(name):
+    """overwrite=True (error_summary's scratch array) reorders the values instead of partitioning a copy."""
+    values = arrays()[name].copy()
+    expected = np.percentile(values, [50, 90, 99]).tolist()
+    assert selection.percentiles(values, [50, 90, 99], overwrite=True) == expected
+    assert np.array_equal(np.sort(values), np.sort(arrays()[name]))  # the same values, perhaps reordered

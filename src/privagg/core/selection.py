@@ -19,8 +19,9 @@ BLOCK = 1 << 12  # values a block, for kth_largest
 SLACK = 256  # sample positions each side of the rank's estimate: the bracket holds about 2 SLACK / SAMPLE of the values
 
 
-def sorted_slice(values: np.ndarray, start: int, count: int = 1) -> np.ndarray:
-    """sorted(values)[start:start + count] for a 1-d array without NaN, exactly."""
+def sorted_slice(values: np.ndarray, start: int, count: int = 1, overwrite: bool = False) -> np.ndarray:
+    """sorted(values)[start:start + count] for a 1-d array without NaN, exactly. ``overwrite``: the fallback may
+    reorder ``values`` in place rather than partition a copy (a scratch array: no second domain-sized array)."""
     n = values.size
     if not (0 <= start and start + count <= n):
         raise ValueError(f"ranks {start}..{start + count - 1} outside an array of {n} values")
@@ -34,6 +35,9 @@ def sorted_slice(values: np.ndarray, start: int, count: int = 1) -> np.ndarray:
         if below <= start and start + count <= below + inside.size:
             offsets = [r - below for r in ranks]
             return np.partition(inside, offsets)[offsets]
+    if overwrite:
+        values.partition(ranks)
+        return values[ranks]
     return np.partition(values, ranks)[ranks]
 
 
@@ -48,15 +52,15 @@ def kth_largest(values: np.ndarray, k: int):
     return np.partition(values, values.size - k)[values.size - k]
 
 
-def percentiles(values: np.ndarray, qs) -> list[float]:
+def percentiles(values: np.ndarray, qs, overwrite: bool = False) -> list[float]:
     """``numpy.percentile(values, qs)`` with its default (linear) method, to the last bit, for a 1-d array without
     NaN: the value at the virtual index (n - 1) q / 100 interpolated between its two neighbours as numpy's ``_lerp``
-    does (from the right neighbour when the weight is at least 1/2)."""
+    does (from the right neighbour when the weight is at least 1/2). ``overwrite`` as :func:`sorted_slice`'s."""
     out = []
     for q in qs:
         virtual = (values.size - 1) * (float(q) / 100)
         below = int(np.floor(virtual))
-        pair = sorted_slice(values, below, 2 if below + 1 < values.size else 1).tolist()
+        pair = sorted_slice(values, below, 2 if below + 1 < values.size else 1, overwrite).tolist()
         a, b = pair[0], pair[-1]
         t = virtual - below
         out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)

@@ -345,8 +345,8 @@ class BlanketVectorParameters(_BlanketParameters):
 
     @property
     def inverse_count_mean(self) -> float:
-        """E[1 / c | c >= 1] for a coordinate's report count c ~ Bin(n, t / d) (:func:`inverse_count_mean`)."""
-        return inverse_count_mean(self.n_users, self.coordinates, self.dimension)
+        """E[1 / c | c >= 1] for a coordinate's report count c ~ Bin(n, t / d) (:func:`_inverse_count_mean`)."""
+        return _inverse_count_mean(self.n_users, self.coordinates, self.dimension)
 
     def _spread(self, sum_x, sum_x2, rounding) -> tuple[np.ndarray, np.ndarray]:
         """(S^2, V): the users' variance of x_l (denominator n - 1) and their mean variance of a debiased report
@@ -455,7 +455,7 @@ class BlanketVectorParameters(_BlanketParameters):
 
 
 @functools.lru_cache(maxsize=64)
-def inverse_count_mean(n_users: int, coordinates: int, dimension: int) -> float:
+def _inverse_count_mean(n_users: int, coordinates: int, dimension: int) -> float:
     """E[1 / c | c >= 1] for a coordinate's report count c ~ Bin(n, t / d), from the exact binomial law (kept for
     the designs :func:`suggested_design` compares, which share it for each t)."""
     n, q = n_users, coordinates / dimension

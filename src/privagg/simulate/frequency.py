@@ -60,7 +60,7 @@ def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> Realis
     np.abs(abs_err, out=abs_err)
     largest, mean = float(abs_err.max()), float(abs_err.mean())
     # numpy.percentile's values, without partitioning the whole domain (a NaN estimate, were there one: NaN, as numpy)
-    p50, p90, p99 = [math.nan] * 3 if math.isnan(largest) else percentiles(abs_err, [50, 90, 99])
+    p50, p90, p99 = [math.nan] * 3 if math.isnan(largest) else percentiles(abs_err, [50, 90, 99], overwrite=True)
     return RealisedError(over, int(abs_err.size), largest, mean, float(p50), float(p90), float(p99))
 
 
