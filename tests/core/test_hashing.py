@@ -84,6 +84,33 @@ def test_count_all_in_one_tile_is_the_brute_force_count(domain, modulus, bins, m
     assert np.array_equal(h.count_all(u, v, w, domain), brute)
 
 
+@pytest.mark.parametrize("messages", [1, 2, 3, 2001])
+def test_count_all_over_tiles_is_the_brute_force_count_added_to_out(messages):
+    """The tiles' kernel walks two messages side by side, the longer walk (q mod b != 0: walks differ by one
+    step) finishing alone, and an odd last message alone; buckets fill and flush mid-walk (2001 messages put
+    about 1.4 million preimages in two tiles of 65,536-slot buckets). Counts are added to ``out``."""
+    rng = np.random.default_rng(messages)
+    domain = 70_000
+    h = UniversalHash(next_prime(domain), 97)
+    u, v = h.sample_keys(messages, rng)
+    w = rng.integers(0, h.bins, size=messages)
+    x, brute = np.arange(domain), np.zeros(domain, np.int64)
+    for lo in range(0, messages, 100):
+        a, c, d = u[lo:lo + 100, None], v[lo:lo + 100, None], w[lo:lo + 100, None]
+        brute += (((a * x + c) % h.modulus) % h.bins == d).sum(axis=0)
+    out = np.arange(domain, dtype=np.int64)
+    assert h.count_all(u, v, w, domain, out=out) is out
+    assert np.array_equal(out, brute + np.arange(domain))
+
+
+@pytest.mark.parametrize("out", [np.zeros(70_000, np.int32), np.zeros(69_999, np.int64),
+                                 np.zeros(140_000, np.int64)[::2]])
+def test_count_all_refuses_an_out_it_cannot_add_into(out):
+    h = UniversalHash(next_prime(70_000), 97)
+    with pytest.raises(ValueError, match="out must be a contiguous int64 array of length domain_size=70000"):
+        h.count_all(np.array([1]), np.array([2]), np.array([3]), 70_000, out=out)
+
+
 def test_counting_takes_compact_columns_as_int64():
     # Messages are stored in the layout's compact dtypes; in uint32 arithmetic w - v would wrap.
     rng = np.random.default_rng(7)

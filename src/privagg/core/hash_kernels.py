@@ -173,9 +173,10 @@ def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
 
 
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses):
-    """counts_per_thread[t, x] += preimage hits of x among thread t's share of messages (``u_inverses``: the
-    table of inverses mod q for a domain of one tile and a small q, else empty).
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, out):
+    """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
+    over its share of messages (``u_inverses``: the table of inverses mod q for a domain of one tile and a small
+    q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the domain each.
 
     Each preimage's offset inside its 2^16-counter tile is appended to that
     tile's bucket; a full bucket is counted into its tile (which then sits in
@@ -191,33 +192,79 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
             count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
         else:
             count_tiles(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, n_tiles, bucket_capacity)
+    block = 1 << TILE_BITS
+    for k in nb.prange((domain_size + block - 1) // block):
+        for x in range(k * block, min(domain_size, (k + 1) * block)):
+            total = out[x]
+            for t in range(n_threads):
+                total += counts_per_thread[t, x]
+            out[x] = total
 
 
 @nb.njit(cache=True)
 def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capacity):
-    """counts[x] += preimage hits of x among messages lo..hi - 1, through the tiles' buckets."""
+    """counts[x] += preimage hits of x among messages lo..hi - 1, through the tiles' buckets.
+
+    Two messages walk side by side, written out as in :func:`count_one_tile` (a helper per step would cost
+    its arrays' reference counts): while one walk's bucket write waits, the other's proceeds. Each tile's
+    write head is kept as a position in ``buckets`` (its next free slot), compared with the tile's end."""
     mask = (1 << TILE_BITS) - 1
     stride = bucket_capacity + BUCKET_PAD
     buckets = np.empty(n_tiles * stride, np.uint16)
-    fill = np.zeros(n_tiles, np.int64)
+    begin = np.arange(n_tiles) * stride
+    end = begin + bucket_capacity
+    head = begin.copy()
     qinv = 1.0 / q
-    for i in range(lo, hi):
-        x, d = progression(u[i], v[i], w[i], q, b, qinv)
-        for _ in range(walk_length(w[i], q, b)):
-            if x < domain_size:
-                tile = x >> TILE_BITS
-                f = fill[tile]
-                buckets[tile * stride + f] = x & mask
-                f += 1
-                if f == bucket_capacity:
-                    flush(counts, buckets, tile * stride, f, tile)
-                    f = 0
-                fill[tile] = f
-            x += d
-            if x >= q:
-                x -= q
+    for i in range(lo, hi, 2):
+        x0, d0 = progression(u[i], v[i], w[i], q, b, qinv)
+        t0 = walk_length(w[i], q, b)
+        x1, d1, t1 = 0, 0, 0  # an odd last message walks alone
+        if i + 1 < hi:
+            x1, d1 = progression(u[i + 1], v[i + 1], w[i + 1], q, b, qinv)
+            t1 = walk_length(w[i + 1], q, b)
+        together = min(t0, t1)
+        for _ in range(together):
+            if x0 < domain_size:
+                tile = x0 >> TILE_BITS
+                h = head[tile]
+                buckets[h] = x0 & mask
+                h += 1
+                if h == end[tile]:
+                    h = begin[tile]
+                    flush(counts, buckets, h, bucket_capacity, tile)
+                head[tile] = h
+            if x1 < domain_size:
+                tile = x1 >> TILE_BITS
+                h = head[tile]
+                buckets[h] = x1 & mask
+                h += 1
+                if h == end[tile]:
+                    h = begin[tile]
+                    flush(counts, buckets, h, bucket_capacity, tile)
+                head[tile] = h
+            x0 += d0
+            x1 += d1
+            if x0 >= q:
+                x0 -= q
+            if x1 >= q:
+                x1 -= q
+        if t1 > t0:  # the longer walk's last steps
+            x0, d0, t0 = x1, d1, t1
+        for _ in range(t0 - together):
+            if x0 < domain_size:
+                tile = x0 >> TILE_BITS
+                h = head[tile]
+                buckets[h] = x0 & mask
+                h += 1
+                if h == end[tile]:
+                    h = begin[tile]
+                    flush(counts, buckets, h, bucket_capacity, tile)
+                head[tile] = h
+            x0 += d0
+            if x0 >= q:
+                x0 -= q
     for tile in range(n_tiles):
-        flush(counts, buckets, tile * stride, fill[tile], tile)
+        flush(counts, buckets, begin[tile], head[tile] - begin[tile], tile)
 
 
 @nb.njit(cache=True, parallel=True)

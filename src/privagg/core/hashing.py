@@ -178,15 +178,15 @@ class UniversalHash:
             raise ValueError(f"domain_size must be in [1, modulus={self.modulus}], got {domain_size}")
         if u.size >= 2**31:
             raise ValueError(f"at most 2^31 - 1 messages fit the int32 counters, got {u.size}")
+        if out is None:
+            out = np.zeros(domain_size, dtype=np.int64)
+        elif out.dtype != np.int64 or out.shape != (domain_size,) or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a contiguous int64 array of length domain_size={domain_size}")
         threads, tiles, capacity = _count_all_plan(domain_size)
         counts = np.zeros((threads, domain_size), dtype=np.int32)
         table = tiles == 1 and self.modulus <= INVERSE_TABLE_MAX
         count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
-                  self._inverses if table else np.zeros(0, np.int64))
-        if out is None:
-            out = np.zeros(domain_size, dtype=np.int64)
-        for row in counts:
-            out += row
+                  self._inverses if table else np.zeros(0, np.int64), out)
         return out
 
     def count_all_bytes(self, domain_size: int) -> int:
