@@ -264,3 +264,22 @@ def test_a_designs_bound_grows_with_gamma_from_its_floor():
             parameters = dataclasses.replace(base, levels=k, coordinates=t)
             bounds = [parameters.mse_bound(gamma=g) for g in gammas]
             assert np.all(np.diff(bounds) > 0) and bounds[0] == parameters.mse_bound(gamma=0.0) < parameters.mse_bound()
+
+
+@pytest.mark.parametrize("coordinates, dimension", [(1, 20), (1, 2)])
+def test_inverse_count_mean_on_a_grid_equals_the_sum_over_every_count(monkeypatch, coordinates, dimension):
+    """E[1/c] over a window wider than INVERSE_COUNT_TERMS is taken on a grid (docs/derivations.md, "Vector
+    sums": Poisson summation); at n = 10^9 (a window of 1.4 x 10^5 and 4.4 x 10^5 counts) both ways agree."""
+    exact = pb._inverse_count_mean.__wrapped__(10**9, coordinates, dimension)
+    monkeypatch.setattr(pb, "INVERSE_COUNT_TERMS", 1000)
+    grid = pb._inverse_count_mean.__wrapped__(10**9, coordinates, dimension)
+    assert grid == pytest.approx(exact, rel=1e-13)
+
+
+def test_inverse_count_mean_at_a_trillion_users_matches_its_expansion():
+    """At n = 10^12 (a window of 2.8 x 10^7 counts, once 45 s for the suggested design's ten t) the grid's
+    E[1/c] equals the expansion E[1/c] = (1 + v + O(v^2)) / mu, v = Var c / mu^2 = (1 - p) / mu = 9 x 10^-12, to
+    double precision."""
+    n, p = 10**12, 1 / 10
+    mu, v = n * p, (1 - p) / (n * p)
+    assert pb._inverse_count_mean(n, 1, 10) == pytest.approx((1 + v) / mu, rel=1e-13)
