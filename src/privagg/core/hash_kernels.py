@@ -218,12 +218,15 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
     for i in range(lo, hi, 2):
         x0, d0 = progression(u[i], v[i], w[i], q, b, qinv)
         t0 = walk_length(w[i], q, b)
-        x1, d1, t1 = 0, 0, 0  # an odd last message walks alone
+        x1, d1, t1 = q, q, 0  # an odd last message walks beside a walk that stays at q, outside the domain
         if i + 1 < hi:
             x1, d1 = progression(u[i + 1], v[i + 1], w[i + 1], q, b, qinv)
             t1 = walk_length(w[i + 1], q, b)
-        together = min(t0, t1)
-        for _ in range(together):
+        if t1 > t0:
+            x0, d0, t0, x1, d1, t1 = x1, d1, t1, x0, d0, t0
+        for s in range(t0):
+            if s == t1:  # the shorter walk has ended: from here it stays at q (q + q - q)
+                x1 = d1 = q
             if x0 < domain_size:
                 tile = x0 >> TILE_BITS
                 h = head[tile]
@@ -248,21 +251,6 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
                 x0 -= q
             if x1 >= q:
                 x1 -= q
-        if t1 > t0:  # the longer walk's last steps
-            x0, d0, t0 = x1, d1, t1
-        for _ in range(t0 - together):
-            if x0 < domain_size:
-                tile = x0 >> TILE_BITS
-                h = head[tile]
-                buckets[h] = x0 & mask
-                h += 1
-                if h == end[tile]:
-                    h = begin[tile]
-                    flush(counts, buckets, h, bucket_capacity, tile)
-                head[tile] = h
-            x0 += d0
-            if x0 >= q:
-                x0 -= q
     for tile in range(n_tiles):
         flush(counts, buckets, begin[tile], head[tile] - begin[tile], tile)
 
