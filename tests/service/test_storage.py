@@ -357,6 +357,29 @@ def test_postgresql_reads_are_read_only_and_writes_are_not(postgres_databases):
     engine.dispose()
 
 
+def _count_batches(c) -> int:
+    return c.execute(sa.select(sa.func.count()).select_from(storage.batches)).scalar_one()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_read_sees_one_snapshot_whatever_commits_meanwhile(backend, tmp_path, request):
+    """The collector's status counts reports waiting and batches formed in one read; were each query its own
+    snapshot (PostgreSQL's READ COMMITTED), a batch formed between them was counted in neither, and a
+    deployment waiting for its release read the result before it existed (409 not_released)."""
+    url = f"sqlite:///{tmp_path}/collector.db" if backend == "sqlite" else request.getfixturevalue(
+        "postgres_databases")()
+    engine = storage.connect(url, "collector")
+    with storage.reading(engine) as c:
+        assert _count_batches(c) == 0
+        with engine.begin() as writer:  # another transaction commits while the read is open
+            writer.execute(sa.insert(storage.batches).values(batch_id="0" * 32, task_id="0" * 32, reports=0,
+                                                             messages=0, acknowledged=False))
+        assert _count_batches(c) == 0
+    with storage.reading(engine) as c:
+        assert _count_batches(c) == 1
+    engine.dispose()
+
+
 def test_postgresql_scrub_vacuums_the_released_reports(postgres_databases):
     collector, _, delivered = collector_with_reports(postgres_databases(), np.random.default_rng(4))
     assert collector.release_batches() == 1 and len(delivered) == 1

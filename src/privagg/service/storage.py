@@ -290,7 +290,9 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
         @sa.event.listens_for(engine, "begin")
         def _begin_postgresql(connection) -> None:
             if connection.get_execution_options().get(READ):
-                connection.exec_driver_sql("SET TRANSACTION READ ONLY")
+                # one snapshot for the whole transaction: at READ COMMITTED each statement would see its own, and
+                # two counts read in one transaction could straddle a commit (a batch formed between them)
+                connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
         return engine
     path = _sqlite_path(parsed)
@@ -436,8 +438,11 @@ def reading(engine: sa.Engine) -> Iterator[sa.Connection]:
 
     On SQLite a deferred ``BEGIN``: a snapshot that never takes the write lock, so a read neither waits for
     a writer nor holds one up (every other transaction begins ``BEGIN IMMEDIATE``). On PostgreSQL a ``READ
-    ONLY`` transaction (a write in it fails). The connection carries the :data:`READ` execution option, which
-    the engine's ``begin`` listener reads."""
+    ONLY`` transaction (a write in it fails) at ``REPEATABLE READ``: one snapshot too, so that what its queries
+    count adds up (a collector's status once read a batch's reports as neither waiting nor in a batch: the
+    reports counted after a batch was formed, the batches before; a read-only transaction is never refused
+    for serialization). The connection carries the :data:`READ` execution option, which the engine's ``begin``
+    listener reads."""
     with engine.connect().execution_options(**{READ: True}) as connection, connection.begin():
         yield connection
 
