@@ -54,10 +54,22 @@ def item_encoder(domain_size: int, hash_key: str | None = None, seed: int | None
     return ItemEncoder(domain_size, key)
 
 
-def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str) -> RealisedError:
-    """Statistics of |estimate - truth|, computed in one scratch array (full domains are large)."""
-    abs_err = np.subtract(estimates, truth, dtype=np.float64)
-    np.abs(abs_err, out=abs_err)
+ERROR_BLOCK = 1 << 16  # values per block when the errors overwrite the true counts
+
+
+def error_summary(estimates: np.ndarray, truth: np.ndarray, over: str, overwrite: bool = False) -> RealisedError:
+    """Statistics of |estimate - truth|, computed in one scratch array (full domains are large). ``overwrite``
+    (int64 or float64 ``truth``): the scratch array is ``truth``'s own memory, the errors written over the
+    counts a block at a time. A fresh domain-sized array costs its first touch of every page: at 2^24 doubles
+    0.15 to 0.3 s here, several times the arithmetic."""
+    if overwrite and truth.dtype.itemsize == 8 and truth.flags.c_contiguous:
+        abs_err = truth.view(np.float64)
+        for start in range(0, truth.size, ERROR_BLOCK):  # each block read as counts before written as errors
+            block = slice(start, start + ERROR_BLOCK)
+            abs_err[block] = np.abs(np.subtract(estimates[block], truth[block], dtype=np.float64))
+    else:
+        abs_err = np.subtract(estimates, truth, dtype=np.float64)
+        np.abs(abs_err, out=abs_err)
     largest, mean = float(abs_err.max()), float(abs_err.mean())
     # numpy.percentile's values, without partitioning the whole domain (a NaN estimate, were there one: NaN, as numpy)
     p50, p90, p99 = [math.nan] * 3 if math.isnan(largest) else percentiles(abs_err, [50, 90, 99], overwrite=True)
@@ -156,14 +168,14 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     privacy, error, true_counts = run.privacy, None, None
     if evaluate:
         truth = np.bincount(codes, minlength=domain_size) if full_domain else count_among(codes, candidate_codes)
-        error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates")
         # the top items are items of the domain, or candidates: their true counts are already in ``truth``
         position = (lambda c: c) if full_domain else (lambda c: np.searchsorted(candidate_codes, c))
         true_counts = lambda top_codes: truth[position(top_codes)]  # noqa: E731
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised error")
-    if full_domain and candidate_codes is not None:  # report the top among the public candidates
-        table = table.restricted_to(candidate_codes)
-    estimates = reported_estimates(table, encoder, top, truth=true_counts)
+    reported = table.restricted_to(candidate_codes) if full_domain and candidate_codes is not None else table
+    estimates = reported_estimates(reported, encoder, top, truth=true_counts)  # among the candidates, if given
+    if evaluate:  # after the top items' true counts were read: the errors overwrite the counts
+        error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates", overwrite=True)
     run.seconds["report"] = time.perf_counter() - start
     report = EstimateReport(
         protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=parameters.n_users,
