@@ -224,33 +224,33 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
             t1 = walk_length(w[i + 1], q, b)
         if t1 > t0:
             x0, d0, t0, x1, d1, t1 = x1, d1, t1, x0, d0, t0
-        for s in range(t0):
-            if s == t1:  # the shorter walk has ended: from here it stays at q (q + q - q)
-                x1 = d1 = q
-            if x0 < domain_size:
-                tile = x0 >> TILE_BITS
-                h = head[tile]
-                buckets[h] = x0 & mask
-                h += 1
-                if h == end[tile]:
-                    h = begin[tile]
-                    flush(counts, buckets, h, bucket_capacity, tile)
-                head[tile] = h
-            if x1 < domain_size:
-                tile = x1 >> TILE_BITS
-                h = head[tile]
-                buckets[h] = x1 & mask
-                h += 1
-                if h == end[tile]:
-                    h = begin[tile]
-                    flush(counts, buckets, h, bucket_capacity, tile)
-                head[tile] = h
-            x0 += d0
-            x1 += d1
-            if x0 >= q:
-                x0 -= q
-            if x1 >= q:
-                x1 -= q
+        for steps in (t1, t0 - t1):  # both walks, then the longer alone beside the other parked at q
+            for _ in range(steps):
+                if x0 < domain_size:
+                    tile = x0 >> TILE_BITS
+                    h = head[tile]
+                    buckets[h] = x0 & mask
+                    h += 1
+                    if h == end[tile]:
+                        h = begin[tile]
+                        flush(counts, buckets, h, bucket_capacity, tile)
+                    head[tile] = h
+                if x1 < domain_size:
+                    tile = x1 >> TILE_BITS
+                    h = head[tile]
+                    buckets[h] = x1 & mask
+                    h += 1
+                    if h == end[tile]:
+                        h = begin[tile]
+                        flush(counts, buckets, h, bucket_capacity, tile)
+                    head[tile] = h
+                x0 += d0
+                x1 += d1
+                if x0 >= q:
+                    x0 -= q
+                if x1 >= q:
+                    x1 -= q
+            x1 = d1 = q  # (q + q - q: it stays there)
     for tile in range(n_tiles):
         flush(counts, buckets, begin[tile], head[tile] - begin[tile], tile)
 
