@@ -4,6 +4,8 @@ with one line naming the problem, and a property test against a simple reference
 import collections
 import csv
 import io
+import json
+import mmap
 import re
 
 import numpy as np
@@ -128,6 +130,31 @@ def test_output_may_not_be_the_input(tmp_path):
     assert result.exit_code == 2 and "output must be a file other than the inputs" in result.stderr
     assert path.read_bytes() == b"1\n2\n"
 
+
+def test_npy_vectors_are_mapped_and_clip_leaves_the_file_as_it_was(tmp_path):
+    """A .npy of vectors is mapped from the file (no copy read into fresh memory), and ``--clip``'s writes go to
+    private copies of the pages they touch: the report is the clipped data's, the file stays byte for byte."""
+    from privagg.io import read_vectors
+
+    vectors = np.random.default_rng(4).random((400, 3))
+    vectors[5, 1], vectors[9, 0] = 1.5, -0.25
+    np.save(tmp_path / "v.npy", vectors)
+    before = (tmp_path / "v.npy").read_bytes()
+    read = read_vectors(tmp_path / "v.npy")
+    bases = [read]
+    while getattr(bases[-1], "base", None) is not None:
+        bases.append(bases[-1].base)
+    assert isinstance(bases[-1], mmap.mmap) and np.array_equal(read, vectors)
+    args = ["estimate", "blanket-vector", "--epsilon", "1", "--delta", "1e-6", "--seed", "3", "--json"]
+    clipped = runner.invoke(app, [*args, "--input", str(tmp_path / "v.npy"), "--clip"])
+    np.save(tmp_path / "c.npy", np.clip(vectors, 0, 1))
+    reference = runner.invoke(app, [*args, "--input", str(tmp_path / "c.npy")])
+    assert clipped.exit_code == reference.exit_code == 0, clipped.stderr
+    assert "2 values outside [0, 1] were clipped" in clipped.stdout
+    strip = ("warnings", "input", "simulation")
+    assert ({k: v for k, v in json.loads(clipped.stdout).items() if k not in strip}
+            == {k: v for k, v in json.loads(reference.stdout).items() if k not in strip})
+    assert (tmp_path / "v.npy").read_bytes() == before
 
 # --- the property: any file read successfully gives the counts of a simple reference reader ----------------
 

@@ -729,13 +729,14 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
                        evaluate: bool = False):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings) of a vector protocol:
     the file's vectors or (coordinate, weight) rows, or the bundled data's."""
-    from . import datasets
     from .io import InputFormat, read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
     sparse = getattr(entry.parameters, "one_sparse", False)
     names, dropped = None, 0
     if input is None:
+        from . import datasets
+
         if sparse:
             inputs, names = datasets.sparse_vectors()
             if dimension not in (None, len(names)):

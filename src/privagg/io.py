@@ -39,16 +39,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from .core.encoding import ItemEncoder
 from .errors import ParameterError, parse_number
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ItemType = Literal["auto", "int", "str"]
 ITEM_TYPES: tuple[str, ...] = ("auto", "int", "str")
@@ -209,6 +208,8 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
     ``public=True`` for candidate lists: the encoder may then label their
     codes with the items. ``field`` names the file in error messages.
     """
+    import pyarrow as pa
+
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, field, kind)
@@ -240,6 +241,9 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
 def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"), field: str = "candidates",
               largest: int = 2**20) -> list[str]:
     """A small public list (a categorical protocol's categories), in file order, as text; at most ``largest``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, field, kind)
@@ -268,12 +272,15 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
     ``--item-type int`` (or ``auto`` and every value is a canonical decimal integer). The protocol checks the
     items' range and length, naming the row.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, field, kind)
     if kind == "npy":
         try:
-            array = np.load(path, allow_pickle=False)
+            array = load_npy(path)
         except (OSError, EOFError, ValueError) as err:
             raise _unreadable(path, "npy", field, err) from None
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
@@ -309,6 +316,9 @@ def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray
     aggregation). Every value must be a finite number > 0; a missing one is an error (rows must stay aligned
     with the items)."""
     from dataclasses import replace
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     path = Path(path)
     kind = file_kind(path, fmt)
@@ -380,6 +390,8 @@ def _blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> Iterator[_Bl
 
 
 def _parquet_blocks(path: Path, fmt: InputFormat) -> Iterator[_Block]:
+    import pyarrow.parquet as pq
+
     file = pq.ParquetFile(path)
     names = file.schema_arrow.names
     column = _pick_column(names, fmt.column, header=True)
@@ -392,6 +404,9 @@ def _parquet_blocks(path: Path, fmt: InputFormat) -> Iterator[_Block]:
 
 def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> Iterator[_Block]:
     """Text lines or one column of a delimited table, as strings, block by block."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     bad_rows: list[str] = []
 
     def first_bad_row(row) -> str:
@@ -552,11 +567,15 @@ def _without_missing(block: _Block, fmt: InputFormat, field: str, path: Path) ->
 
 
 def _matches(values: pa.Array, pattern: str) -> np.ndarray:
+    import pyarrow.compute as pc
+
     return pc.match_substring_regex(values, pattern).to_numpy(zero_copy_only=False)
 
 
 def _looks_like_number(text: str) -> bool:
     """Any number: a canonical integer, or ``3.0``, ``1_05``, ``1e5``, digits of any script."""
+    import pyarrow as pa
+
     return bool(_matches(pa.array([text]), NUMBER)[0])
 
 
@@ -569,6 +588,9 @@ class _ItemTyper:
         self.first: str | None = None  # auto: the value that decided, and where
 
     def encode(self, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         values = block.values
         if len(values) == 0:
             return np.empty(0, dtype=np.int64)
@@ -603,6 +625,9 @@ class _ItemTyper:
 
     def _parse(self, values: pa.Array, block: _Block, domain_size: int) -> np.ndarray:
         """Canonical decimal strings to int64; a value beyond that names its line."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if pc.any(pc.starts_with(values, "+")).as_py():  # Arrow's cast takes no plus sign
             values = pc.utf8_ltrim(values, characters="+")
         try:
@@ -666,6 +691,9 @@ def _first_invalid_utf8(path: Path) -> str:
 def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
     """About how many items ``path`` holds, without reading it: exact for Parquet and .npy; for text and
     tables, the file size over the mean line length of its first mebibyte (checks before work use it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, "input", kind)
@@ -695,6 +723,13 @@ def read_vectors(path: str | Path, fmt: InputFormat = InputFormat(), field: str 
     return read_vectors_counted(path, fmt, field)[0]
 
 
+def load_npy(path: Path) -> np.ndarray:
+    """A .npy array mapped from the file, not read into fresh memory (no pickles): the pages come from the page
+    cache as they are used, and a write (``--clip``) copies the page it touches, never the file (copy on write).
+    The file must stay as it is while the command runs."""
+    return np.asarray(np.load(path, allow_pickle=False, mmap_mode="c"))
+
+
 def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
                          field: str = "input") -> tuple[np.ndarray, int]:
     """(:func:`read_vectors`, how many rows with a missing value ``fmt.missing="drop"`` left out)."""
@@ -703,28 +738,39 @@ def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
     if kind == "text":
         raise ParameterError(field, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a user)", path)
     checked_file(path, field, kind)
-    try:
-        dropped = 0
-        if kind == "npy":
-            array = np.load(path, allow_pickle=False)
-        elif kind == "parquet":
-            array, dropped = _numeric_table(pq.read_table(path), path, field, fmt.missing, None)
-        else:  # a table (text was refused above)
-            delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
-            # a blank line is a user with nothing, not a line to skip silently (Arrow's default)
-            table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
-                                                                        block_size=BLOCK_BYTES),
-                                   parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
-                                   convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
-            array, dropped = _numeric_table(table, path, field, fmt.missing, 2 if fmt.header else 1)
-    except ParameterError:
-        raise
-    except (OSError, EOFError, ValueError, pa.ArrowException) as err:
-        raise _unreadable(path, kind, field, err) from None
+    if kind == "npy":  # without Arrow, whose import a .npy does not need
+        try:
+            array, dropped = load_npy(path), 0
+        except (OSError, EOFError, ValueError) as err:
+            raise _unreadable(path, kind, field, err) from None
+    else:
+        array, dropped = _read_table(path, kind, fmt, field)
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.number):
         raise ParameterError(field, "an (n, d) array of numbers, one row a user", f"shape {array.shape} of "
                              f"{array.dtype}")
     return (array if array.dtype == np.float32 else array.astype(np.float64, copy=False)), dropped
+
+
+def _read_table(path: Path, kind: str, fmt: InputFormat, field: str) -> tuple[np.ndarray, int]:
+    """A CSV, TSV or Parquet table of vectors: (:func:`_numeric_table`)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    try:
+        if kind == "parquet":
+            return _numeric_table(pq.read_table(path), path, field, fmt.missing, None)
+        delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
+        # a blank line is a user with nothing, not a line to skip silently (Arrow's default)
+        table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
+                                                                    block_size=BLOCK_BYTES),
+                               parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
+                               convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
+        return _numeric_table(table, path, field, fmt.missing, 2 if fmt.header else 1)
+    except ParameterError:
+        raise
+    except (OSError, EOFError, ValueError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
 
 
 def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "error",
@@ -732,6 +778,8 @@ def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "erro
     """(the table's columns as an (n, d) float array, rows left out): a column that is not numeric is named;
     a row with a missing cell (a blank line: all of them) is an error naming its line (``first_line``: the
     file line of row 0; None: rows counted from 1), or with ``missing="drop"`` left out and counted."""
+    import pyarrow as pa
+
     empty = np.zeros(table.num_rows, dtype=bool)
     for name, column in zip(table.column_names, table.columns):
         if column.null_count == column.length() and column.length() and pa.types.is_null(column.type):
