@@ -14,6 +14,7 @@ commands that use them, so ``privagg --help`` starts fast.
 from __future__ import annotations
 
 import atexit
+import gc
 import inspect
 import shutil
 import sys
@@ -1496,7 +1497,9 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
     try:
-        sys.exit(app(standalone_mode=False))
+        status = app(standalone_mode=False)
+        gc.freeze()  # exiting: the interpreter's last collections skip the heap (0.05 s with scipy loaded)
+        sys.exit(status)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:

@@ -302,8 +302,8 @@ class BlanketVectorParameters(_BlanketParameters):
 
     def true_total(self, vectors: np.ndarray, coordinates=None) -> np.ndarray:
         """The exact sum of the vectors, computed in the clear (simulations only), in float64 whatever the input's
-        float type."""
-        return vectors.sum(axis=0, dtype=np.float64)
+        float type (einsum casts as it goes, about twice as fast as ``sum(axis=0, dtype=float64)`` on float32)."""
+        return np.einsum("ij->j", vectors, dtype=np.float64)
 
     def paper_gamma(self) -> float:
         return blanket.paper_vector_gamma(self.epsilon, self.delta, self.honest_users, self.dimension, self.levels,
