@@ -92,11 +92,19 @@ def vectors(report) -> None:
                "(load, one coordinate per user, rounding, randomized response, aggregate, debias) with the same "
                f"gamma. {REPEATS} runs each, alternately, under GNU time (`sdpfe.measure`); medians. Load average at "
                f"the start: {start_load}.", "")
-    report.table(["process", "wall (median)", "peak RSS", "what it also does"], [
-        ["privagg estimate", seconds(wall["privagg"]), f"{rss['privagg']:,.0f} MiB",
-         "checks every value, shuffles the messages, validates them, writes the full report"],
-        ["plain numpy script", seconds(wall["numpy"]), f"{rss['numpy']:,.0f} MiB", "the arithmetic only"],
+    cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
+    every = {k: ", ".join(seconds(r["wall_s"]) for r in v) for k, v in runs.items()}
+    report.table(["process", "wall (median)", "every run", "CPU, user + system (median)", "peak RSS",
+                  "what it also does"], [
+        ["privagg estimate", seconds(wall["privagg"]), every["privagg"], seconds(cpu["privagg"]),
+         f"{rss['privagg']:,.0f} MiB", "calibrates exactly, checks every value, shuffles the messages, validates "
+         "them, writes the full report"],
+        ["plain numpy script", seconds(wall["numpy"]), every["numpy"], seconds(cpu["numpy"]),
+         f"{rss['numpy']:,.0f} MiB", "the arithmetic only"],
     ])
+    report.add("The numpy script reads the file into 400 MB of fresh memory, whose page faults cost the kernel "
+               "anywhere from 0.2 to 1.3 s of system time from one run to the next on the machines this was "
+               "measured on (privagg maps the file instead); its median moves with them.", "")
     report.add(f"numpy / privagg: {ratio(speed)} of the baseline's speed (target at least {SPEED_TARGET}x): "
                f"{verdict(speed >= SPEED_TARGET)}."
                f" The randomizer alone (`VectorClient.randomize`, in-process, best of {REPEATS}): "
