@@ -41,5 +41,5 @@ bench: $(VENV)/installed bytecode
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) .bench-peers build src/*.egg-info .pytest_cache
 	find src -name __pycache__ -prune -exec rm -rf {} +

@@ -2,9 +2,10 @@
 
 OLH's full-domain decoding against pure-LDP (the best-known Python library of local frequency oracles), measured
 in the same run on the same data: its ``LHClient`` / ``LHServer`` (``use_olh=True``: g = round(e^eps) + 1, as
-privagg's) run in a subprocess under the interpreter named by ``PURE_LDP_PYTHON`` (a separate virtualenv: it
-needs ``xxhash<4``, scikit-learn and statsmodels beside it), from a script this part writes into a temporary
-folder; it reads the users' items from an .npy file the part writes. The peer's server is timed over its
+privagg's) run in a subprocess under a virtualenv of its own (it needs ``xxhash<4``, scikit-learn and statsmodels beside
+it): the one ``PURE_LDP_PYTHON`` names, or else one this part makes from the package registry the first time, in
+PEER_VENV (:func:`_peer_python`), from a script this part writes into a temporary folder; it reads the users'
+items from an .npy file the part writes. The peer's server is timed over its
 aggregation and estimation (``aggregate_all`` then ``check_and_update_estimates``), which hash every item of [d]
 for every report in Python; it decodes a few thousand users a second, so it gets PEER_USERS users (the first
 PEER_USERS of the data) while privagg's ``OLHAnalyzer`` (agg_init / agg_update / finalize, FE1's numba kernels)
@@ -12,8 +13,8 @@ decodes those same users and all N_USERS, in this process. Both sides' estimates
 counts and the theory (privagg's exact max-error bound and standard error at the same p and g).
 
 Then every baseline's randomizer and full-domain decoder at N_USERS users: the issue's target is at least
-1 M users per second through OLH's decoder at d = 1,024. Without ``PURE_LDP_PYTHON`` the peer is skipped (the
-report says how to install it) and the rest runs.
+1 M users per second through OLH's decoder at d = 1,024. Where the peer cannot be installed (no registry) it is
+skipped (the report says why and how to install it) and the rest runs.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ DATA_SEED, CLIENT_SEED, PEER_SEED = 2022, 1, 1
 ZIPF_EXPONENT, MIX, OFFSET = 1.1, 0x9E3779B1, 0x5851F42D  # benchmarks/run.py's data, over [DOMAIN]
 
 PEER_ENV = "PURE_LDP_PYTHON"
-PEER_INSTALL = ("python3 -m venv /tmp/pureldp-venv && /tmp/pureldp-venv/bin/pip install pure-ldp \"xxhash<4\" "
-                "scikit-learn statsmodels")
+PEER_PACKAGES = ("pure-ldp==1.2.0", "xxhash<4", "scikit-learn", "statsmodels")  # 1.2.0: the version the issue quotes
+PEER_VENV = Path(__file__).resolve().parent.parent / ".bench-peers" / "pure-ldp"  # made once, kept (git ignores it)
+PEER_INSTALL = (f"python3 -m venv /tmp/pureldp-venv && /tmp/pureldp-venv/bin/pip install "
+                f"{' '.join(repr(p) if '<' in p else p for p in PEER_PACKAGES)}")
 
 # Run by the peer's interpreter: argv = items.npy epsilon domain seed out.json. Items are codes of [d]
 # (the identity index mapper: pure-LDP's default maps item x to index x - 1).
@@ -109,12 +112,32 @@ def _errors(estimates: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
     return float(np.abs(error).max()), float(np.sqrt(np.mean(error**2)))
 
 
+def _peer_python() -> tuple[str | None, str]:
+    """(the python of a virtualenv holding pure-LDP, or None; why not): ``PURE_LDP_PYTHON`` if set, else PEER_VENV,
+    made and filled from the package registry the first time (a minute or so; reused afterwards)."""
+    if os.environ.get(PEER_ENV):
+        return os.environ[PEER_ENV], ""
+    python = PEER_VENV / "bin" / "python"
+    ready = PEER_VENV / "installed"
+    if not ready.exists():
+        note(f"installing pure-LDP into {PEER_VENV} (once)")
+        steps = [[sys.executable, "-m", "venv", "--clear", str(PEER_VENV)],
+                 [str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES]]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode != 0:
+                tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+                return None, (f"not run: installing it failed ({' '.join(step[:4])}...: {tail}); install it with "
+                              f"`{PEER_INSTALL}`, then `{PEER_ENV}=/tmp/pureldp-venv/bin/python make bench`")
+        ready.write_text(" ".join(PEER_PACKAGES) + "\n")
+    return str(python), ""
+
+
 def _peer(items: np.ndarray) -> dict | str:
     """pure-LDP's OLH on ``items`` in its own interpreter: its figures, or why it did not run."""
-    python = os.environ.get(PEER_ENV)
-    if not python:
-        return (f"not run: set `{PEER_ENV}` to the python of a virtualenv holding pure-LDP, e.g. `{PEER_INSTALL}`, "
-                f"then `{PEER_ENV}=/tmp/pureldp-venv/bin/python make bench`")
+    python, why = _peer_python()
+    if python is None:
+        return why
     with tempfile.TemporaryDirectory(prefix="privagg-bench-") as tmp:
         folder = Path(tmp)
         (folder / "peer_olh.py").write_text(PEER_SCRIPT)
@@ -123,7 +146,7 @@ def _peer(items: np.ndarray) -> dict | str:
             done = subprocess.run([python, "peer_olh.py", "items.npy", repr(EPSILON), str(DOMAIN), str(PEER_SEED),
                                    "out.json"], cwd=folder, capture_output=True, text=True)
         except OSError as err:
-            return f"failed: `{PEER_ENV}={python}` does not run ({err}); install it with `{PEER_INSTALL}`"
+            return f"failed: `{python}` does not run ({err}); install pure-LDP with `{PEER_INSTALL}`"
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             return f"failed: `{python} peer_olh.py` exited with status {done.returncode}: {tail}"

@@ -55,8 +55,8 @@ parts:
    its randomizer alone.
 
 8. Local baselines (``benchmarks/baselines.py``): OLH's full-domain decoding at
-   d = 1,024 against pure-LDP (``PURE_LDP_PYTHON`` names a python with it installed;
-   without it the peer is skipped) on the same data, and every local baseline's
+   d = 1,024 against pure-LDP (installed from the registry into a virtualenv of its own the first time;
+   ``PURE_LDP_PYTHON`` names another) on the same data, and every local baseline's
    randomizer and decoder at n = 10^6, against the 1 M users/s target.
 
 9. Heavy hitters (``benchmarks/sdpfe_hhd.py``), with ``SDPFE_DIR`` set: privagg's fe-hh against the
