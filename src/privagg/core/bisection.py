@@ -3,6 +3,7 @@ the calibrations and the accountants."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -22,9 +23,11 @@ def least_meeting(bound: Callable[[float], float], target: float, lo: float, hi:
     """The least x in [lo, hi] with bound(x) <= target, for a bound that falls as x grows and meets the target at
     hi: Brent's method on ln bound(x) - ln target (over ln x with ``log_scale``), to a relative
     ``relative_tolerance``, then nudged up until the bound holds, so the x returned always meets the target.
-    About a dozen evaluations of the bound where bisection to the same precision takes forty."""
+    About a dozen evaluations of the bound where bisection to the same precision takes forty; ``bound`` is a function
+    of x alone, evaluated once at each point."""
     from scipy.optimize import brentq
 
+    bound = functools.lru_cache(maxsize=None)(bound)  # the check below repeats the point Brent stopped at
     if bound(lo) <= target:
         return lo
     to_x = math.exp if log_scale else (lambda t: t)
