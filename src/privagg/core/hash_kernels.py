@@ -17,6 +17,7 @@ import numpy as np
 TILE_BITS = 16  # tiles of 2^16 int32 counters = 256 KiB, inside a core's L2
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
 BUCKET_PAD = 32  # uint16 slots (a cache line) after each tile bucket: write heads spread over cache sets
+WRAP = 1 << 16  # a uint16 counter's range: count_all adds it back for each wrap recorded (int32 ones never wrap)
 
 
 @nb.njit(cache=True, inline="always")
@@ -100,10 +101,18 @@ def preimages(u, v, w, q, b, domain_size):
 
 
 @nb.njit(cache=True)
-def flush(counts, buckets, start, filled, tile):
+def flush(counts, buckets, start, filled, tile, wrapped, n_wrapped):
+    """Count a bucket's offsets into its tile; a counter that wraps to 0 (uint16: its 65,536th hit) has its item
+    appended to ``wrapped`` (n_wrapped so far; the new count returned), for :func:`count_all` to add back."""
     base = tile << TILE_BITS
     for p in range(start, start + filled):
-        counts[base + buckets[p]] += 1
+        x = base + buckets[p]
+        c = counts[x] + 1
+        counts[x] = c
+        if counts[x] == 0:
+            wrapped[n_wrapped] = x
+            n_wrapped += 1
+    return n_wrapped
 
 
 @nb.njit(cache=True, inline="always")
@@ -173,10 +182,15 @@ def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
 
 
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, out):
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, wrapped, out):
     """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
     over its share of messages (``u_inverses``: the table of inverses mod q for a domain of one tile and a small
     q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the domain each.
+
+    Over tiles the counters may be uint16: each time one wraps, thread t appends its item to wrapped[t] (room
+    for its share's preimages / 65,536 items: a counter wraps once per 65,536 hits), and 65,536 is added back to
+    ``out`` for each. Half the bytes of int32 counters to carry between memory and the L2 a tile is counted in,
+    and to touch first.
 
     Each preimage's offset inside its 2^16-counter tile is appended to that
     tile's bucket; a full bucket is counted into its tile (which then sits in
@@ -186,12 +200,14 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
     n_threads = counts_per_thread.shape[0]
     n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
     share = (u.size + n_threads - 1) // n_threads
+    n_wrapped = np.zeros(n_threads, np.int64)
     for t in nb.prange(n_threads):
         lo, hi = t * share, min(u.size, (t + 1) * share)
         if n_tiles == 1 and u_inverses.size:  # the counters fit one tile (in L2): no buckets needed
             count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
         else:
-            count_tiles(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, n_tiles, bucket_capacity)
+            n_wrapped[t] = count_tiles(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, n_tiles,
+                                       bucket_capacity, wrapped[t])
     block = 1 << TILE_BITS
     for k in nb.prange((domain_size + block - 1) // block):
         for x in range(k * block, min(domain_size, (k + 1) * block)):
@@ -199,11 +215,15 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
             for t in range(n_threads):
                 total += counts_per_thread[t, x]
             out[x] = total
+    for t in range(n_threads):
+        for j in range(n_wrapped[t]):
+            out[wrapped[t, j]] += WRAP
 
 
 @nb.njit(cache=True)
-def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capacity):
-    """counts[x] += preimage hits of x among messages lo..hi - 1, through the tiles' buckets.
+def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capacity, wrapped):
+    """counts[x] += preimage hits of x among messages lo..hi - 1, through the tiles' buckets; returns how many
+    items it appended to ``wrapped`` (:func:`flush`).
 
     Two messages walk side by side, the bucket append written out for each as in :func:`count_one_tile` (as
     a numba helper taking the arrays, inlined or not, it ran ten times slower: reference counts per call):
@@ -216,6 +236,7 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
     end = begin + bucket_capacity
     head = begin.copy()
     qinv = 1.0 / q
+    n_wrapped = 0
     for i in range(lo, hi, 2):
         x0, d0 = progression(u[i], v[i], w[i], q, b, qinv)
         t0 = walk_length(w[i], q, b)
@@ -234,7 +255,7 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
                     h += 1
                     if h == end[tile]:
                         h = begin[tile]
-                        flush(counts, buckets, h, bucket_capacity, tile)
+                        n_wrapped = flush(counts, buckets, h, bucket_capacity, tile, wrapped, n_wrapped)
                     head[tile] = h
                 if x1 < domain_size:
                     tile = x1 >> TILE_BITS
@@ -243,7 +264,7 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
                     h += 1
                     if h == end[tile]:
                         h = begin[tile]
-                        flush(counts, buckets, h, bucket_capacity, tile)
+                        n_wrapped = flush(counts, buckets, h, bucket_capacity, tile, wrapped, n_wrapped)
                     head[tile] = h
                 x0 += d0
                 x1 += d1
@@ -253,7 +274,8 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
                     x1 -= q
             x1 = d1 = q  # (q + q - q: it stays there)
     for tile in range(n_tiles):
-        flush(counts, buckets, begin[tile], head[tile] - begin[tile], tile)
+        n_wrapped = flush(counts, buckets, begin[tile], head[tile] - begin[tile], tile, wrapped, n_wrapped)
+    return n_wrapped
 
 
 @nb.njit(cache=True, parallel=True)

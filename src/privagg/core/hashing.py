@@ -183,14 +183,32 @@ class UniversalHash:
         elif out.dtype != np.int64 or out.shape != (domain_size,) or not out.flags.c_contiguous:
             raise ValueError(f"out must be a contiguous int64 array of length domain_size={domain_size}")
         threads, tiles, capacity = _count_all_plan(domain_size)
-        counts = np.zeros((threads, domain_size), dtype=np.int32)
         table = tiles == 1 and self.modulus <= INVERSE_TABLE_MAX
+        counter, wraps = self._counters(u.size, threads, domain_size, one_tile=table)
+        counts = np.zeros((threads, domain_size), dtype=counter)
         count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
-                  self._inverses if table else np.zeros(0, np.int64), out)
+                  self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64), out)
         return out
 
+    def _counters(self, messages: int, threads: int, domain_size: int, one_tile: bool) -> tuple[type, int]:
+        """(the per-thread counters' dtype, room for wrapped items per thread) of :meth:`count_all`.
+
+        uint16 over tiles, a wrapped counter's item recorded for each 65,536 hits it takes (a thread's share of
+        messages walks at most ceil(q / b) preimages each, so that many hits over 65,536 bound the records),
+        where those records take at most the 2 bytes an item that uint16 saves on int32; else int32, which no
+        count reaches (fewer than 2^31 messages, each hitting an item at most once). One tile: int32 (small).
+        """
+        from .hash_kernels import WRAP
+
+        share = -(-messages // threads)
+        wraps = share * -(-self.modulus // self.bins) // WRAP + 1
+        if one_tile or 8 * wraps > 2 * domain_size:
+            return np.int32, 0
+        return np.uint16, wraps
+
     def count_all_bytes(self, domain_size: int) -> int:
-        """Scratch memory of one :meth:`count_all` call: every thread's int32 counters and tile buckets."""
+        """Scratch memory of one :meth:`count_all` call, at most: every thread's counters (int32; uint16 and its
+        record of wrapped items take no more, :meth:`_counters`) and tile buckets."""
         from .hash_kernels import BUCKET_PAD
 
         threads, tiles, capacity = _count_all_plan(domain_size)
