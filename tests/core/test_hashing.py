@@ -103,25 +103,34 @@ def test_count_all_over_tiles_is_the_brute_force_count_added_to_out(messages):
     assert np.array_equal(out, brute + np.arange(domain))
 
 
-def test_count_all_adds_back_every_wrap_of_its_uint16_counters(monkeypatch):
-    """300,000 messages all hashing one item x* to their w: its uint16 counter wraps at each 65,536 hits in a
-    thread, and each wrap is added back: x*'s count is every message, and every count is the int32 counters'
-    (which no count wraps), added into a non-zero ``out``. A plan whose wrap records would outgrow what uint16
-    saves falls back to int32."""
+def test_count_all_adds_back_every_wrap_of_its_narrow_counters(monkeypatch):
+    """300,000 messages all hashing one item x* to their w: its narrow counter (uint16 here, where the records of
+    wraps would take more than uint8 saves; uint8 forced) wraps at each 65,536 or 256 hits in a thread, and each
+    wrap is added back: x*'s count is every message, and every count is the int32 counters' (which no count
+    wraps), added into a non-zero ``out``. A plan whose records would outgrow what a narrow type saves falls
+    back to int32."""
     rng = np.random.default_rng(11)
     domain, star = 70_000, 12_345
     h = UniversalHash(next_prime(domain), 1000)
     u, v = h.sample_keys(300_000, rng)
     w = (((u * star + v) % h.modulus) % h.bins).astype(np.int64)
-    assert h._counters(u.size, 2, domain, one_tile=False)[0] is np.uint16
-    out = np.arange(domain, dtype=np.int64)
-    h.count_all(u, v, w, domain, out=out)
-    monkeypatch.setattr(UniversalHash, "_counters", lambda self, *args, **kw: (np.int32, 0))
-    wide = h.count_all(u, v, w, domain)
-    assert out[star] - star == u.size == wide[star]
-    assert np.array_equal(out - np.arange(domain), wide)
-    monkeypatch.undo()
-    assert h._counters(10**9, 1, domain, one_tile=False) == (np.int32, 0)  # records would pass 2 bytes an item
+    wide = np.zeros(domain, np.int64)
+    with monkeypatch.context() as patched:
+        patched.setattr(UniversalHash, "_counters", lambda self, *args, **kw: (np.int32, 0))
+        h.count_all(u, v, w, domain, out=wide)
+    assert wide[star] == u.size
+    assert h._counters(u.size, 2, domain, one_tile=False)[0] is np.uint16  # uint8's records would not fit here
+    plans = {np.uint16: None, np.uint8: (np.uint8, u.size * -(-h.modulus // h.bins) // 256 + 1)}  # room for 1 thread
+    for counter, plan in plans.items():
+        with monkeypatch.context() as patched:
+            if plan:
+                patched.setattr(UniversalHash, "_counters", lambda self, *args, **kw: plan)
+            out = np.arange(domain, dtype=np.int64)
+            h.count_all(u, v, w, domain, out=out)
+        assert np.array_equal(out - np.arange(domain), wide), counter
+    assert h._counters(10**9, 1, domain, one_tile=False) == (np.int32, 0)  # records would pass what is saved
+    assert h._counters(10**6, 1, 10**7, one_tile=False)[0] is np.uint8  # a larger domain: uint8's records fit
+
 
 @pytest.mark.parametrize("out", [np.zeros(70_000, np.int32), np.zeros(69_999, np.int64),
                                  np.zeros(140_000, np.int64)[::2]])

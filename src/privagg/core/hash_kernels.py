@@ -17,7 +17,6 @@ import numpy as np
 TILE_BITS = 16  # tiles of 2^16 int32 counters = 256 KiB, inside a core's L2
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
 BUCKET_PAD = 32  # uint16 slots (a cache line) after each tile bucket: write heads spread over cache sets
-WRAP = 1 << 16  # a uint16 counter's range: count_all adds it back for each wrap recorded (int32 ones never wrap)
 
 
 @nb.njit(cache=True, inline="always")
@@ -102,8 +101,8 @@ def preimages(u, v, w, q, b, domain_size):
 
 @nb.njit(cache=True)
 def flush(counts, buckets, start, filled, tile, wrapped, n_wrapped):
-    """Count a bucket's offsets into its tile; a counter that wraps to 0 (uint16: its 65,536th hit) has its item
-    appended to ``wrapped`` (n_wrapped so far; the new count returned), for :func:`count_all` to add back."""
+    """Count a bucket's offsets into its tile; a counter that wraps to 0 (a narrow one, :func:`count_all`) has its
+    item appended to ``wrapped`` (n_wrapped so far; the new count returned), for :func:`count_all` to add back."""
     base = tile << TILE_BITS
     for p in range(start, start + filled):
         x = base + buckets[p]
@@ -182,15 +181,15 @@ def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
 
 
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, wrapped, out):
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, wrapped, wrap, out):
     """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
     over its share of messages (``u_inverses``: the table of inverses mod q for a domain of one tile and a small
     q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the domain each.
 
-    Over tiles the counters may be uint16: each time one wraps, thread t appends its item to wrapped[t] (room
-    for its share's preimages / 65,536 items: a counter wraps once per 65,536 hits), and 65,536 is added back to
-    ``out`` for each. Half the bytes of int32 counters to carry between memory and the L2 a tile is counted in,
-    and to touch first.
+    Over tiles the counters may be narrower than the counts (uint8 or uint16): each time one wraps, thread t
+    appends its item to wrapped[t] (room for its share's preimages / ``wrap`` items: a counter wraps once per
+    ``wrap`` hits, its type's range), and ``wrap`` is added back to ``out`` for each. A quarter or half the bytes
+    of int32 counters to carry between memory and the L2 a tile is counted in, and to touch first.
 
     Each preimage's offset inside its 2^16-counter tile is appended to that
     tile's bucket; a full bucket is counted into its tile (which then sits in
@@ -217,7 +216,7 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
             out[x] = total
     for t in range(n_threads):
         for j in range(n_wrapped[t]):
-            out[wrapped[t, j]] += WRAP
+            out[wrapped[t, j]] += wrap
 
 
 @nb.njit(cache=True)

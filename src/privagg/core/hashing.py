@@ -187,28 +187,31 @@ class UniversalHash:
         counter, wraps = self._counters(u.size, threads, domain_size, one_tile=table)
         counts = np.zeros((threads, domain_size), dtype=counter)
         count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
-                  self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64), out)
+                  self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64),
+                  1 << (8 * np.dtype(counter).itemsize), out)
         return out
 
     def _counters(self, messages: int, threads: int, domain_size: int, one_tile: bool) -> tuple[type, int]:
         """(the per-thread counters' dtype, room for wrapped items per thread) of :meth:`count_all`.
 
-        uint16 over tiles, a wrapped counter's item recorded for each 65,536 hits it takes (a thread's share of
-        messages walks at most ceil(q / b) preimages each, so that many hits over 65,536 bound the records),
-        where those records take at most the 2 bytes an item that uint16 saves on int32; else int32, which no
-        count reaches (fewer than 2^31 messages, each hitting an item at most once). One tile: int32 (small).
+        Over tiles, the narrowest of uint8 and uint16 whose record of wrapped items takes at most the bytes an item
+        it saves on int32: a counter wraps once per 2^8 or 2^16 hits, and a thread's share of messages walks at
+        most ceil(q / b) preimages each, so that many hits over the range bound the records (8 bytes each; room
+        reserved, touched only as used). Else int32, which no count reaches (fewer than 2^31 messages, each
+        hitting an item at most once). One tile: int32 (a small domain).
         """
-        from .hash_kernels import WRAP
-
-        share = -(-messages // threads)
-        wraps = share * -(-self.modulus // self.bins) // WRAP + 1
-        if one_tile or 8 * wraps > 2 * domain_size:
-            return np.int32, 0
-        return np.uint16, wraps
+        if not one_tile:
+            hits = -(-messages // threads) * -(-self.modulus // self.bins)
+            for counter in (np.uint8, np.uint16):
+                size = np.dtype(counter).itemsize
+                wraps = hits // (1 << 8 * size) + 1
+                if 8 * wraps <= (4 - size) * domain_size:
+                    return counter, wraps
+        return np.int32, 0
 
     def count_all_bytes(self, domain_size: int) -> int:
-        """Scratch memory of one :meth:`count_all` call, at most: every thread's counters (int32; uint16 and its
-        record of wrapped items take no more, :meth:`_counters`) and tile buckets."""
+        """Scratch memory of one :meth:`count_all` call, at most: every thread's counters (int32; narrower ones and
+        their record of wrapped items take no more, :meth:`_counters`) and tile buckets."""
         from .hash_kernels import BUCKET_PAD
 
         threads, tiles, capacity = _count_all_plan(domain_size)
