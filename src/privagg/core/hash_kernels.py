@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-TILE_BITS = 16  # tiles of 2^16 int32 counters = 256 KiB, inside a core's L2
+TILE_BITS = 16  # tiles of 2^16 counters (64 KiB of uint8, 256 KiB of int32), inside a core's L2; offsets: uint16
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
 BUCKET_PAD = 32  # uint16 slots (a cache line) after each tile bucket: write heads spread over cache sets
 
