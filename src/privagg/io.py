@@ -691,21 +691,24 @@ def _first_invalid_utf8(path: Path) -> str:
 def estimated_rows(path: str | Path, fmt: InputFormat = InputFormat()) -> int:
     """About how many items ``path`` holds, without reading it: exact for Parquet and .npy; for text and
     tables, the file size over the mean line length of its first mebibyte (checks before work use it)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, "input", kind)
-    try:
-        if kind == "parquet":
+    if kind == "parquet":  # Arrow only here
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
             return pq.ParquetFile(path).metadata.num_rows
+        except (OSError, EOFError, ValueError, pa.ArrowException) as err:
+            raise _unreadable(path, kind, "input", err) from None
+    try:
         if kind == "npy":
             return int(np.prod(np.load(path, mmap_mode="r", allow_pickle=False).shape))
         size = path.stat().st_size
         with path.open("rb") as f:
             sample = f.read(BLOCK_BYTES)
-    except (OSError, EOFError, ValueError, pa.ArrowException) as err:
+    except (OSError, EOFError, ValueError) as err:
         raise _unreadable(path, kind, "input", err) from None
     lines = sample.count(b"\n") + (not sample.endswith(b"\n") and bool(sample))
     header = 1 if kind == "table" and fmt.header else 0
