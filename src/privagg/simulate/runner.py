@@ -167,12 +167,12 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     """
     mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
+    check_size(parameters, mode)  # before the codes are checked: a run too large is refused without reading them
     codes = parameters.check_codes(codes)
     if len(codes) != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{len(codes)} items")
     if check_population:
         parameters.check_population(codes)
-    check_size(parameters, mode)
     rngs = streams(rng, ROLES[entry.topology])
     seconds: dict[str, float] = {}
     start = time.perf_counter()
