@@ -30,15 +30,21 @@ def test_import_and_client_path_load_no_heavy_module():
     assert out.strip() == "[] []"
 
 
-def test_reading_npy_vectors_loads_no_arrow(tmp_path):
-    """Arrow reads tables and text; a .npy of vectors is read without it (its import is a tenth of a second)."""
+def test_reading_npy_files_loads_no_arrow(tmp_path):
+    """Arrow reads tables and text; a .npy of vectors, of item codes or of raw items is read without it (its import
+    is a tenth of a second)."""
     import numpy as np
 
     np.save(tmp_path / "v.npy", np.zeros((3, 2), dtype=np.float32))
-    code = (f"import sys; from privagg.io import read_vectors; v = read_vectors({str(tmp_path / 'v.npy')!r}); "
-            "print(v.shape, v.dtype, 'pyarrow' in sys.modules)")
+    np.save(tmp_path / "i.npy", np.array([5, 1, 5]))
+    code = ("import sys; from privagg.io import read_codes, read_items, read_vectors; "
+            "from privagg.core.encoding import ItemEncoder; "
+            f"v = read_vectors({str(tmp_path / 'v.npy')!r}); c = read_codes({str(tmp_path / 'i.npy')!r}, "
+            f"ItemEncoder(10, b'k')).codes; i, _ = read_items({str(tmp_path / 'i.npy')!r}); "
+            "print(v.shape, v.dtype, c.tolist(), i.tolist(), 'pyarrow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "(3, 2) float32 False"
+    assert out.strip() == "(3, 2) float32 [5, 1, 5] [5, 1, 5] False"
+
 
 @pytest.mark.parametrize("command", sorted(REPORT_TYPES))
 def test_published_schemas_are_generated_from_the_types(command):

@@ -208,8 +208,6 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
     ``public=True`` for candidate lists: the encoder may then label their
     codes with the items. ``field`` names the file in error messages.
     """
-    import pyarrow as pa
-
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, field, kind)
@@ -219,6 +217,8 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
                              "table)", fmt.column if fmt.column is not None else "--no-header")
     if kind == "npy":
         return ReadSummary(_read_npy(path, encoder, fmt, field))
+    import pyarrow as pa  # for what follows: a .npy is read without Arrow
+
     typer = _ItemTyper(fmt.item_type, field, path)
     # Each stored value took at least 2 bytes of the file (a character and a line break or delimiter; an empty
     # value is missing, so never stored): np.empty reserves that bound without touching it, and only the
@@ -272,9 +272,6 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
     ``--item-type int`` (or ``auto`` and every value is a canonical decimal integer). The protocol checks the
     items' range and length, naming the row.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     path = Path(path)
     kind = file_kind(path, fmt)
     checked_file(path, field, kind)
@@ -287,6 +284,9 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
             raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
                                  "for strings)", f"{path} (shape {array.shape}, dtype {array.dtype})")
         return array, 0
+    import pyarrow as pa  # for what follows: a .npy is read without Arrow
+    import pyarrow.compute as pc
+
     values: list = []
     dropped = 0
     try:
