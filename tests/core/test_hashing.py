@@ -132,6 +132,18 @@ def test_count_all_adds_back_every_wrap_of_its_narrow_counters(monkeypatch):
     assert h._counters(10**6, 1, 10**7, one_tile=False)[0] is np.uint8  # a larger domain: uint8's records fit
 
 
+@pytest.mark.parametrize("column, values", [("u", [0, 5]), ("v", [-1, 5]), ("w", [5, -1]), ("w", [5, 97])])
+def test_count_all_refuses_messages_out_of_range(column, values):
+    """A w below 0 would walk more preimages than the narrow counters' record of wraps has room for."""
+    h = UniversalHash(next_prime(70_000), 97)
+    message = {"u": np.array([3, 4]), "v": np.array([1, 2]), "w": np.array([5, 6])}
+    message[column] = np.array(values)
+    with pytest.raises(ValueError, match=f"{column} must be integers in "):
+        h.count_all(message["u"], message["v"], message["w"], 70_000)
+    with pytest.raises(ValueError, match="u, v and w must have one length"):
+        h.count_all(np.array([3]), np.array([1, 2]), np.array([5, 6]), 70_000)
+
+
 @pytest.mark.parametrize("out", [np.zeros(70_000, np.int32), np.zeros(69_999, np.int64),
                                  np.zeros(140_000, np.int64)[::2]])
 def test_count_all_refuses_an_out_it_cannot_add_into(out):

@@ -176,6 +176,11 @@ class UniversalHash:
 
         if not 1 <= domain_size <= self.modulus:
             raise ValueError(f"domain_size must be in [1, modulus={self.modulus}], got {domain_size}")
+        # messages in range: a w outside [b] would walk past the ceil(q / b) preimages the counters' record of
+        # wraps is sized for (:meth:`_counters`)
+        u, v, w = _as_int64("u", u, self.modulus, 1), _as_int64("v", v, self.modulus), _as_int64("w", w, self.bins)
+        if not u.size == v.size == w.size:
+            raise ValueError(f"u, v and w must have one length, got {u.size}, {v.size}, {w.size}")
         if u.size >= 2**31:
             raise ValueError(f"at most 2^31 - 1 messages fit the int32 counters, got {u.size}")
         if out is None:
