@@ -239,3 +239,26 @@ def test_binomial_tails_agree_with_scipy_stats_at_every_size(trials, p):
     np.testing.assert_allclose(binomial_sf(k, trials, p), binom.sf(k, trials, p), rtol=1e-9, atol=1e-300)
     assert binomial_cdf(-1, trials, p) == 0 and binomial_cdf(trials, trials, p) == 1
     assert binomial_sf(-1, trials, p) == 1 and binomial_sf(trials, trials, p) == 0
+
+
+@pytest.mark.parametrize("p", [1e-9, 0.5, 0.97])
+def test_binomial_tails_of_many_repeated_pairs_are_the_elementwise_values_bit_for_bit(p):
+    """A large request is evaluated once per distinct (k, trials) (the blanket accountant's windows repeat them);
+    every value must be the bits of its own scalar evaluation, whatever the shape, the repeats and the pairs
+    outside the tails' range (k < 0, k >= trials) or too large for the integer key."""
+    from scipy.special import betainc, betaincc
+
+    from privagg.privacy.shuffle import binomial_cdf, binomial_sf
+
+    rng = np.random.default_rng(5)
+    for trials, k in [(rng.integers(0, 300, size=(40, 50)), rng.integers(-5, 320, size=(40, 50))),
+                      (np.full(500, 3 * 10**10), rng.integers(0, 3 * 10**10, size=500)),  # keys beyond 2^62
+                      (rng.integers(1, 40, size=200).astype(float), rng.integers(0, 40, size=200))]:
+        one = [(float(binomial_cdf(kk, n, p)), float(binomial_sf(kk, n, p))) for kk, n in zip(k.ravel(), np.ravel(
+            np.broadcast_to(trials, k.shape)))]
+        assert [tuple(pair) for pair in zip(binomial_cdf(k, trials, p).ravel().tolist(),
+                                            binomial_sf(k, trials, p).ravel().tolist())] == one
+        inner = (k >= 0) & (k < trials)  # and each is scipy's own value there
+        a, b = (k + 1.0)[inner], (np.broadcast_to(trials, k.shape) - k)[inner].astype(float)
+        assert np.array_equal(binomial_sf(k, trials, p)[inner], betainc(a, b, p))
+        assert np.array_equal(binomial_cdf(k, trials, p)[inner], betaincc(a, b, p))
