@@ -242,23 +242,22 @@ def test_binomial_tails_agree_with_scipy_stats_at_every_size(trials, p):
 
 
 @pytest.mark.parametrize("p", [1e-9, 0.5, 0.97])
-def test_binomial_tails_of_many_repeated_pairs_are_the_elementwise_values_bit_for_bit(p):
-    """A large request is evaluated once per distinct (k, trials) (the blanket accountant's windows repeat them);
-    every value must be the bits of its own scalar evaluation, whatever the shape, the repeats and the pairs
-    outside the tails' range (k < 0, k >= trials) or too large for the integer key."""
-    from scipy.special import betainc, betaincc
+def test_binomial_tails_of_repeated_pairs_are_the_elementwise_values_bit_for_bit(p):
+    """``repeated=True`` evaluates each distinct (k, trials) once (the blanket accountant's windows repeat them);
+    every value must be the bits of its own scalar evaluation and of scipy's betainc, whatever the shape, the
+    repeats and the pairs outside the tails' range (k < 0, k >= trials) or too large for the integer key."""
+    from scipy.special import betainc
 
-    from privagg.privacy.shuffle import binomial_cdf, binomial_sf
+    from privagg.privacy.shuffle import binomial_sf
 
     rng = np.random.default_rng(5)
     for trials, k in [(rng.integers(0, 300, size=(40, 50)), rng.integers(-5, 320, size=(40, 50))),
                       (np.full(500, 3 * 10**10), rng.integers(0, 3 * 10**10, size=500)),  # keys beyond 2^62
                       (rng.integers(1, 40, size=200).astype(float), rng.integers(0, 40, size=200))]:
-        one = [(float(binomial_cdf(kk, n, p)), float(binomial_sf(kk, n, p))) for kk, n in zip(k.ravel(), np.ravel(
-            np.broadcast_to(trials, k.shape)))]
-        assert [tuple(pair) for pair in zip(binomial_cdf(k, trials, p).ravel().tolist(),
-                                            binomial_sf(k, trials, p).ravel().tolist())] == one
-        inner = (k >= 0) & (k < trials)  # and each is scipy's own value there
-        a, b = (k + 1.0)[inner], (np.broadcast_to(trials, k.shape) - k)[inner].astype(float)
-        assert np.array_equal(binomial_sf(k, trials, p)[inner], betainc(a, b, p))
-        assert np.array_equal(binomial_cdf(k, trials, p)[inner], betaincc(a, b, p))
+        n = np.broadcast_to(trials, k.shape)
+        batched = binomial_sf(k, trials, p, repeated=True)
+        assert batched.shape == k.shape
+        assert batched.ravel().tolist() == [float(binomial_sf(kk, nn, p)) for kk, nn in zip(k.ravel(), n.ravel())]
+        inner = (k >= 0) & (k < n)
+        assert np.array_equal(batched[inner], betainc((k + 1.0)[inner], (n - k)[inner].astype(float), p))
+        assert np.array_equal(batched, binomial_sf(k, trials, p))  # the same as without the option

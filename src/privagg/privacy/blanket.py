@@ -111,8 +111,8 @@ def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_si
     first = np.floor(offset / slope).astype(np.int64) + 1  # the least a where it is positive
     valid = t >= 0
     tt = np.where(valid, t, 0)
-    above = binomial_sf(first - 1, tt, 0.5)  # Pr[Bin(T, 1/2) >= first]
-    above_less_one = np.where(tt >= 1, binomial_sf(first - 2, np.maximum(tt - 1, 0), 0.5), 0.0)
+    above = binomial_sf(first - 1, tt, 0.5, repeated=True)  # Pr[Bin(T, 1/2) >= first]; rows repeat (first, T)
+    above_less_one = np.where(tt >= 1, binomial_sf(first - 2, np.maximum(tt - 1, 0), 0.5, repeated=True), 0.0)
     inside = np.maximum(slope * tt / 2 * above_less_one - offset * above, 0.0)  # E[(slope a - offset)_+ | T]
     weights = np.where(valid, 1.0 if B == 2 else binomial_pmf(tt, size, 2 / B), 0.0)
     outside = 0.0 if B == 2 else _outside_mass(np.where(valid, t, size).min(axis=1), t.max(axis=1), size[:, 0],

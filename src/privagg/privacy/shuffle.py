@@ -102,23 +102,21 @@ def _deviance(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return np.where(near, total, direct)
 
 
-_DISTINCT_FROM = 64  # tails asked for more (k, trials) than this are evaluated once per distinct pair
-
-
-def _binomial_tail(k, trials, p: float, upper: bool) -> np.ndarray:
+def _binomial_tail(k, trials, p: float, upper: bool, repeated: bool = False) -> np.ndarray:
     """Pr[Bin(trials, p) > k] (``upper``) = I_p(k + 1, trials - k), the regularised incomplete beta, or its
     complement Pr[<= k], each computed directly at x = p (1 - p would lose p's digits when p is tiny).
 
-    The blanket accountant's windows ask for the same (k, trials) many times over (one row per blanket size,
-    nearly the same thresholds in each: about 5,000 distinct pairs among 100,000 at n = 5 x 10^6), so a large
-    request evaluates each distinct pair once; the function is elementwise, so the values are the same bits."""
+    ``repeated``: the request repeats most of its (k, trials) pairs (the blanket accountant's windows: one row per
+    blanket size, nearly the same thresholds in each, about 5,000 distinct pairs among 100,000 at n = 5 x 10^6);
+    each distinct pair is then evaluated once. The function is elementwise, so the values are the same bits;
+    where the pairs are mostly distinct, finding them costs more than it saves."""
     from scipy.special import betainc, betaincc
 
     k, n = np.floor(np.asarray(k, dtype=np.float64)), np.asarray(trials, dtype=np.float64)
     inner = (k >= 0) & (k < n)
     a, b = np.where(inner, k + 1, 1.0), np.where(inner, n - k, 1.0)
     tail = betainc if upper else betaincc
-    if a.size > _DISTINCT_FROM and a.max() * (b.max() + 1) < 2**62:  # (a, b) as one integer key a span + b
+    if repeated and a.size and a.max() * (b.max() + 1) < 2**62:  # (a, b) as one integer key a span + b
         span = int(b.max()) + 1
         key = a.astype(np.int64) * span + b.astype(np.int64)
         distinct = np.unique(key)  # then searchsorted: twice as fast as unique's return_inverse (an argsort)
@@ -136,10 +134,11 @@ def binomial_cdf(k, trials, p: float) -> np.ndarray:
     return _binomial_tail(k, trials, p, upper=False)
 
 
-def binomial_sf(k, trials, p: float) -> np.ndarray:
+def binomial_sf(k, trials, p: float, repeated: bool = False) -> np.ndarray:
     """Pr[Bin(trials, p) > k]: 1 for k < 0, 0 for k >= trials (not scipy's bdtrc, for the reason
-    :func:`binomial_cdf` gives: 0.159 for Bin(10^9, 1/2) > 5 x 10^8, truly 0.49999)."""
-    return _binomial_tail(k, trials, p, upper=True)
+    :func:`binomial_cdf` gives: 0.159 for Bin(10^9, 1/2) > 5 x 10^8, truly 0.49999). ``repeated``: most (k,
+    trials) pairs of the request recur, each distinct one is evaluated once (:func:`_binomial_tail`)."""
+    return _binomial_tail(k, trials, p, upper=True, repeated=repeated)
 
 
 def binomial_pmf(c: np.ndarray, trials, p: float) -> np.ndarray:
