@@ -8,8 +8,6 @@ import math
 import sys
 from collections.abc import Callable
 
-from ..errors import ParameterError
-
 
 def bisect(turns: Callable[[float], bool], lo: float, hi: float, steps: int) -> tuple[float, float]:
     """The bracket (lo, hi), ``steps`` halvings narrow, where a monotone ``turns`` goes from False (at lo) to True
@@ -33,7 +31,7 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
     def value(x: float) -> float:
         y = f(x)
         if math.isnan(y):
-            raise ParameterError("bound", "a number at every point Brent's method evaluates", f"NaN at {x!r}")
+            raise ValueError(f"brent_root: the function is NaN at {x!r}")
         return y
 
     prev_x, cur_x = a, b
@@ -43,8 +41,8 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
     if cur_f == 0:
         return cur_x
     if math.copysign(1.0, prev_f) == math.copysign(1.0, cur_f):
-        raise ParameterError("bracket", "one where the function changes sign", f"f({a!r}) = {prev_f!r} and "
-                             f"f({b!r}) = {cur_f!r}")
+        raise ValueError(f"brent_root: f must change sign on the bracket, but f({a!r}) = {prev_f!r} and "
+                         f"f({b!r}) = {cur_f!r}")
     blk_x = blk_f = step_prev = step_cur = 0.0
     for _ in range(max_steps):
         if prev_f != 0 and cur_f != 0 and math.copysign(1.0, prev_f) != math.copysign(1.0, cur_f):
@@ -73,8 +71,7 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
         prev_x, prev_f = cur_x, cur_f
         cur_x += step_cur if abs(step_cur) > tolerance else (tolerance if half > 0 else -tolerance)
         cur_f = value(cur_x)
-    raise ParameterError("bound", f"one Brent's method brackets to the tolerance within {max_steps} steps",
-                         f"the bracket around {cur_x!r}")
+    raise RuntimeError(f"brent_root: no convergence in {max_steps} steps (last point {cur_x!r})")
 
 
 def least_meeting(bound: Callable[[float], float], target: float, lo: float, hi: float, *, log_scale: bool = False,
