@@ -1507,8 +1507,9 @@ def _keep_freed_heap() -> None:
     temporaries of 0.25-2 MB. By default glibc hands the freed top of the heap back to the kernel at once, so the
     next batch faults the same pages in again: at n = 5 x 10^6 (blanket-vector, d = 20) 612 brk calls and 92,000
     page faults, 0.2-0.3 s of system time; with these settings 10 brk calls and 23,000 faults (``/usr/bin/time
-    -v``). The threshold is set too, not left to glibc's dynamic one, which setting the pad switches off. The
-    command line owns its process, so it sets them; the library leaves its caller's allocator alone."""
+    -v``). The threshold is set too, as setting the pad switches off glibc's dynamic one; 32 MiB is the ceiling
+    that one rises to by itself as large blocks are freed, so a long-running service ends where it would have.
+    The command line owns its process, so it sets them; the library leaves its caller's allocator alone."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
