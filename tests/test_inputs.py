@@ -244,19 +244,28 @@ def test_runs_that_cannot_fit_are_refused_before_reading(tmp_path, monkeypatch):
     assert code == 2 and err.startswith("error: c must be set") and "raise --c" in err
 
 
-def test_vectors_too_many_to_simulate_are_refused_before_their_values_are_read(tmp_path):
+@pytest.mark.parametrize("seeded", [False, True])
+def test_vectors_too_many_to_simulate_are_refused_before_their_values_are_read(tmp_path, monkeypatch, seeded):
     """A .npy of 2^27 + 1 vectors (a sparse file of zeros: its pages cost nothing until read) is refused for its
-    message count, not after a pass over its 512 MiB: its last value, NaN, would be named had it been read."""
+    message count, not after a pass over its 512 MiB: its last value, NaN, would be named had it been read. A
+    seeded run is evaluated against the true sums, which are summed on a second thread beside the run: not for
+    a run that is refused (the refusal would wait for a pass over the whole file)."""
     from numpy.lib import format
 
+    from privagg.protocols.privacy_blanket import BlanketVectorParameters
+
+    summed = []
+    monkeypatch.setattr(BlanketVectorParameters, "true_total", lambda self, *a: summed.append(1))
     rows = 2**27 + 1
     path = tmp_path / "many.npy"
     with open(path, "wb") as f:
         format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (rows, 1)})
         f.seek(4 * (rows - 1), 1)
         f.write(np.float32(np.nan).tobytes())
-    code, _, err = estimate("blanket-vector", "--input", path, "--epsilon", 1, "--delta", 1e-9)
+    code, _, err = estimate("blanket-vector", "--input", path, "--epsilon", 1, "--delta", 1e-9,
+                            *(("--seed", 1) if seeded else ()))
     assert code == 2 and "stay below 2^27" in err and "nan" not in err.lower()
+    assert summed == []
 
 def test_runs_beyond_the_memory_are_refused_before_reading(tmp_path, monkeypatch):
     import privagg.simulate.frequency as frequency

@@ -313,8 +313,10 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
     with ThreadPoolExecutor(1) as pool:
-        # every coordinate's true sum, on a second thread while the protocol runs (numpy sums without the GIL)
-        truth_soon = pool.submit(parameters.true_total, inputs) if evaluate and candidates is None else None
+        truth_soon = None
+        if evaluate and candidates is None:  # every coordinate's true sum, on a second thread while the protocol
+            check_size(parameters, mode)  # runs (numpy sums without the GIL); not for a run refused for its size
+            truth_soon = pool.submit(parameters.true_total, inputs)
         run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress,
                        keep_messages=keep_messages)
         run.seconds["calibrate"] = calibrate_seconds
