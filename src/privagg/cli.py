@@ -164,9 +164,38 @@ def _verbose_option() -> inspect.Parameter:
     return _param("verbose", bool, typer.Option(False, "--verbose", help="The full privacy statement, not one line."))
 
 
+# glibc's mallopt parameters (malloc.h): blocks below M_MMAP_THRESHOLD come from the heap, and M_TOP_PAD bytes
+# stay at the heap's top when it shrinks
+_M_MMAP_THRESHOLD, _M_TOP_PAD = -3, -2
+_HEAP_BLOCKS_BELOW, _HEAP_KEPT = 32 << 20, 64 << 20
+
+
+def _keep_freed_heap() -> None:
+    """Let the heap serve blocks below 32 MiB and keep 64 MiB of freed memory for reuse (glibc only).
+
+    A simulation randomizes its users batch after batch, and each batch allocates and frees about 20 MB of
+    temporaries of 0.25-2 MB. By default glibc hands the freed top of the heap back to the kernel at once, so the
+    next batch faults the same pages in again: at n = 5 x 10^6 (blanket-vector, d = 20) 612 brk calls and 92,000
+    page faults, 0.2-0.3 s of system time; with these settings 10 brk calls and 23,000 faults (``/usr/bin/time
+    -v``). The threshold is set too, as setting the pad switches off glibc's dynamic one. The protocol commands
+    (calibrate, estimate, audit: one job, then exit) set them; the services (``privagg serve``), whose threads
+    each keep an arena, and the library, whose caller owns the allocator, keep glibc's defaults."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # a libc without mallopt
+        return
+    mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS_BELOW)
+    mallopt(_M_TOP_PAD, _HEAP_KEPT)
+
+
 def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc: str) -> Callable[..., None]:
     """A function typer can read: ``body(**options)`` behind the generated signature."""
     def command(**kwargs: Any) -> None:
+        _keep_freed_heap()
         # a pure eps-DP protocol's hidden --delta defaults to 0; any other value is refused by its calibration
         body(**{**kwargs, "delta": kwargs.get("delta") or 0.0})
 
@@ -1494,37 +1523,8 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Private aggregate statistics without a trusted collector."""
 
 
-# glibc's mallopt parameters (malloc.h): blocks below M_MMAP_THRESHOLD come from the heap, and M_TOP_PAD bytes
-# stay at the heap's top when it shrinks
-_M_MMAP_THRESHOLD, _M_TOP_PAD = -3, -2
-_HEAP_BLOCKS_BELOW, _HEAP_KEPT = 32 << 20, 64 << 20
-
-
-def _keep_freed_heap() -> None:
-    """Let the heap serve blocks below 32 MiB and keep 64 MiB of freed memory for reuse (glibc only).
-
-    A simulation randomizes its users batch after batch, and each batch allocates and frees about 20 MB of
-    temporaries of 0.25-2 MB. By default glibc hands the freed top of the heap back to the kernel at once, so the
-    next batch faults the same pages in again: at n = 5 x 10^6 (blanket-vector, d = 20) 612 brk calls and 92,000
-    page faults, 0.2-0.3 s of system time; with these settings 10 brk calls and 23,000 faults (``/usr/bin/time
-    -v``). The threshold is set too, as setting the pad switches off glibc's dynamic one; 32 MiB is the ceiling
-    that one rises to by itself as large blocks are freed, so a long-running service ends where it would have.
-    The command line owns its process, so it sets them; the library leaves its caller's allocator alone."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # a libc without mallopt
-        return
-    mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS_BELOW)
-    mallopt(_M_TOP_PAD, _HEAP_KEPT)
-
-
 def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
-    _keep_freed_heap()
     try:
         status = app(standalone_mode=False)
         gc.freeze()  # exiting: the interpreter's last collections skip the heap (0.05 s with scipy loaded)

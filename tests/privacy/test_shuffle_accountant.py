@@ -253,11 +253,12 @@ def test_binomial_tails_of_repeated_pairs_are_the_elementwise_values_bit_for_bit
     rng = np.random.default_rng(5)
     for trials, k in [(rng.integers(0, 300, size=(40, 50)), rng.integers(-5, 320, size=(40, 50))),
                       (np.full(500, 3 * 10**10), rng.integers(0, 3 * 10**10, size=500)),  # keys beyond 2^62
-                      (rng.integers(1, 40, size=200).astype(float), rng.integers(0, 40, size=200))]:
+                      (rng.integers(1, 40, size=200).astype(float), rng.integers(0, 40, size=200)),
+                      (rng.integers(1, 40, size=200) + 0.5, rng.integers(0, 40, size=200))]:  # fractional trials
         n = np.broadcast_to(trials, k.shape)
         batched = binomial_sf(k, trials, p, repeated=True)
         assert batched.shape == k.shape
         assert batched.ravel().tolist() == [float(binomial_sf(kk, nn, p)) for kk, nn in zip(k.ravel(), n.ravel())]
-        inner = (k >= 0) & (k < n)
+        inner = (np.floor(k) >= 0) & (np.floor(k) < n)
         assert np.array_equal(batched[inner], betainc((k + 1.0)[inner], (n - k)[inner].astype(float), p))
         assert np.array_equal(batched, binomial_sf(k, trials, p))  # the same as without the option

@@ -24,10 +24,18 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
     """A zero of ``f`` in [a, b], where f(a) and f(b) differ in sign, to within xtol + rtol |x|: Brent's method
     (Brent 1973, "Algorithms for Minimization without Derivatives", ch. 4). The bracket [cur, blk] always holds a
     sign change; each step tries the secant (two points) or inverse quadratic interpolation (three), and bisects
-    instead when that step would not shrink the bracket fast enough. The step rules, tolerance and stopping test
-    are those of ``scipy.optimize.brentq`` (its brentq.c), so that both return the same float (a test compares
-    them bit for bit): a calibration's parameters do not depend on which of the two found them. Written here
-    because importing scipy.optimize takes about 0.3 s, which every calibrating command paid."""
+    instead when that step would not shrink the bracket fast enough. The step rules, tolerance, stopping test and
+    refusals are those of ``scipy.optimize.brentq`` (its brentq.c), so that both return the same float where
+    scipy's C code is compiled without fused multiply-adds, as on x86-64 (a test compares them bit for bit there):
+    a calibration's parameters do not depend on which of the two found them, and, being plain Python floats,
+    not on the platform either. A step whose interpolation divides by zero bisects, as the C code's inf or NaN
+    step does. Written here because importing scipy.optimize takes about 0.3 s, which every calibrating command
+    paid."""
+    if not xtol > 0:
+        raise ValueError(f"brent_root: xtol must be > 0, got {xtol!r}")
+    if not rtol >= 4 * sys.float_info.epsilon:
+        raise ValueError(f"brent_root: rtol must be >= 4 * machine epsilon, got {rtol!r}")
+
     def value(x: float) -> float:
         y = f(x)
         if math.isnan(y):
@@ -56,12 +64,16 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
         if cur_f == 0 or abs(half) < tolerance:
             return cur_x
         if abs(step_prev) > tolerance and abs(cur_f) < abs(prev_f):
-            if prev_x == blk_x:  # the secant through prev and cur
-                trial = -cur_f * (cur_x - prev_x) / (cur_f - prev_f)
-            else:  # inverse quadratic interpolation through prev, cur and blk
-                slope_prev = (prev_f - cur_f) / (prev_x - cur_x)
-                slope_blk = (blk_f - cur_f) / (blk_x - cur_x)
-                trial = -cur_f * (blk_f * slope_blk - prev_f * slope_prev) / (slope_blk * slope_prev * (blk_f - prev_f))
+            try:
+                if prev_x == blk_x:  # the secant through prev and cur
+                    trial = -cur_f * (cur_x - prev_x) / (cur_f - prev_f)
+                else:  # inverse quadratic interpolation through prev, cur and blk
+                    slope_prev = (prev_f - cur_f) / (prev_x - cur_x)
+                    slope_blk = (blk_f - cur_f) / (blk_x - cur_x)
+                    trial = (-cur_f * (blk_f * slope_blk - prev_f * slope_prev)
+                             / (slope_blk * slope_prev * (blk_f - prev_f)))
+            except ZeroDivisionError:  # C's inf or NaN: no step is short enough, so it bisects
+                trial = math.inf
             if 2 * abs(trial) < min(abs(step_prev), 3 * abs(half) - tolerance):  # short enough: take it
                 step_prev, step_cur = step_cur, trial
             else:

@@ -116,7 +116,8 @@ def _binomial_tail(k, trials, p: float, upper: bool, repeated: bool = False) -> 
     inner = (k >= 0) & (k < n)
     a, b = np.where(inner, k + 1, 1.0), np.where(inner, n - k, 1.0)
     tail = betainc if upper else betaincc
-    if repeated and a.size and a.max() * (b.max() + 1) < 2**62:  # (a, b) as one integer key a span + b
+    # (a, b) as one integer key a span + b: where both are whole numbers (k is; trials may not be) and it fits
+    if repeated and a.size and a.max() * (b.max() + 1) < 2**62 and np.array_equal(b, np.floor(b)):
         span = int(b.max()) + 1
         key = a.astype(np.int64) * span + b.astype(np.int64)
         distinct = np.unique(key)  # then searchsorted: twice as fast as unique's return_inverse (an argsort)

@@ -312,10 +312,13 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
+    dense = protocol == "blanket-vector"
     with ThreadPoolExecutor(1) as pool:
         truth_soon = None
-        if evaluate and candidates is None:  # every coordinate's true sum, on a second thread while the protocol
-            check_size(parameters, mode)  # runs (numpy sums without the GIL); not for a run refused for its size
+        if evaluate and dense:
+            # the true sums on a second thread while the protocol runs: einsum, which makes no temporaries and
+            # releases the GIL; not for a run refused for its size, which would wait for a pass over its input
+            check_size(parameters, mode)
             truth_soon = pool.submit(parameters.true_total, inputs)
         run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress,
                        keep_messages=keep_messages)
@@ -336,7 +339,6 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             missed = parameters.true_total_outside(inputs, result.coordinates)
             squared += float(np.sum(missed**2))
             largest = max(largest, float(missed.max(initial=0.0)))
-        dense = protocol == "blanket-vector"
         error = VectorError(squared / d / n**2, largest, squared, squared / (n / d) ** 2 if dense else None)
         privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
     report = VectorEstimateReport(
