@@ -844,3 +844,16 @@ def test_the_protocol_commands_keep_freed_batches_on_their_heap():
     faults = {mode: int(subprocess.run([sys.executable, "-c", BATCHES, mode], capture_output=True, text=True,
                                        check=True).stdout) for mode in ("default", "kept")}
     assert faults["kept"] <= max(1_000, faults["default"] // 10)
+
+
+def test_the_protocol_commands_set_the_allocator_and_the_others_do_not(monkeypatch):
+    import privagg.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "_keep_freed_heap", lambda: calls.append(1))
+    assert runner.invoke(app, ["protocols"]).exit_code == 0
+    assert calls == []  # nor do the services' commands, which are not generated from the registry
+    result = runner.invoke(app, ["calibrate", "blanket-hist", "--users", "1000", "--domain", "8", "--epsilon", "1",
+                                 "--delta", "1e-6"])
+    assert result.exit_code == 0, result.output
+    assert calls == [1]
