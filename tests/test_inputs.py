@@ -267,6 +267,7 @@ def test_vectors_too_many_to_simulate_are_refused_before_their_values_are_read(t
     assert code == 2 and "stay below 2^27" in err and "nan" not in err.lower()
     assert summed == []
 
+
 def test_runs_beyond_the_memory_are_refused_before_reading(tmp_path, monkeypatch):
     import privagg.simulate.frequency as frequency
 

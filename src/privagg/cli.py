@@ -175,9 +175,9 @@ def _keep_freed_heap() -> None:
 
     A simulation randomizes its users batch after batch, and each batch allocates and frees about 20 MB of
     temporaries of 0.25-2 MB. By default glibc hands the freed top of the heap back to the kernel at once, so the
-    next batch faults the same pages in again: at n = 5 x 10^6 (blanket-vector, d = 20) 612 brk calls and 92,000
-    page faults, 0.2-0.3 s of system time; with these settings 10 brk calls and 23,000 faults (``/usr/bin/time
-    -v``). The threshold is set too, as setting the pad switches off glibc's dynamic one. The protocol commands
+    next batch faults the same pages in again: at n = 5 x 10^6 (blanket-vector, d = 20) 658 brk calls and 93,000
+    page faults, 0.3-0.4 s of system time; with these settings 99 brk calls and 24,000 faults, 0.1 s (``strace -c``,
+    ``/usr/bin/time -v``). The threshold is set too, as setting the pad switches off glibc's dynamic one. The protocol commands
     (calibrate, estimate, audit: one job, then exit) set them; the services (``privagg serve``), whose threads
     each keep an arena, and the library, whose caller owns the allocator, keep glibc's defaults."""
     if not sys.platform.startswith("linux"):
