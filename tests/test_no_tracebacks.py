@@ -11,6 +11,7 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -146,6 +147,84 @@ def test_task_create_in_a_missing_folder_is_one_line(files):
                                  "--db", "sqlite:////no/such/folder/tasks.db"])
     assert result.exit_code == 2 and "Traceback" not in result.stdout + result.stderr
     assert result.stderr.startswith("error: db must be"), result.stderr
+
+
+# --- every path option of every command, read from the typer app: a path it cannot take is one line, before work ---
+
+def _path_options(typer_app=app, command=()):
+    """(command words, flag or None for an argument, kind) of every Path option and argument of every command."""
+    import inspect
+    import typing
+
+    from typer.models import ParameterInfo
+
+    from privagg.cli import PATH_OPTIONS
+
+    for info in typer_app.registered_commands:
+        words = (*command, info.name or info.callback.__name__.replace("_", "-"))
+        hints = typing.get_type_hints(info.callback)
+        for name, parameter in inspect.signature(info.callback).parameters.items():
+            kind = hints.get(name)
+            if typing.get_origin(kind) is typing.Union:
+                kind = next(k for k in typing.get_args(kind) if k is not type(None))
+            if kind is Path and isinstance(parameter.default, ParameterInfo):
+                flag = next((d for d in parameter.default.param_decls or () if d.startswith("--")), None)
+                yield words, flag, PATH_OPTIONS[flag[2:] if flag else name]
+    for group in typer_app.registered_groups:
+        yield from _path_options(group.typer_instance, (*command, group.name))
+
+
+PATH_CASES = list(_path_options())
+# what no path option takes: a path below a file, below a missing folder of /proc (where even root writes nothing),
+# and, by kind, a folder where a file is read or written, a file where a folder is
+BAD_PATHS = {"file": ("FILE/sub", "/proc/x/y", "/proc/x", "FOLDER"), "folder": ("FILE/sub", "/proc/x/y", "FILE"),
+             "output": ("FILE/sub", "/proc/x/y", "/proc/x", "FOLDER"), "path": ("FILE/sub", "/proc/x/y", "FOLDER"),
+             "new-folder": ("FILE/sub", "/proc/x/y", "/proc/x", "FILE")}
+
+
+def test_every_path_option_is_enumerated():
+    commands = {" ".join(words) for words, _, _ in PATH_CASES}
+    assert len(PATH_CASES) > 100 and {"compare", "reproduce sampling", "demo-service", "serve", "example-data",
+                                      "task create", "estimate fe1", "analyze"} <= commands
+
+
+@pytest.mark.parametrize("words, flag, kind", PATH_CASES, ids=[f"{' '.join(w)} {f or 'ARG'}" for w, f, _ in PATH_CASES])
+def test_a_path_an_option_cannot_take_is_one_line_before_any_work(tmp_path, capfd, monkeypatch, words, flag, kind):
+    """compare --out, reproduce --out and demo-service --workdir at /proc/x or FILE/sub were tracebacks (exit 4),
+    compare's after the whole comparison ran: every path option of every command (read from the app, so a new one
+    is covered) is checked as the command line is read, whatever else is missing from it."""
+    from typer.main import get_command
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("x\n")
+    (tmp_path / "FOLDER").mkdir()
+    command = _CLICK.setdefault("app", get_command(app))
+    field = flag[2:] if flag else "folder"
+    for bad in BAD_PATHS[kind]:
+        status = command.main([*words, *([flag] if flag else []), bad], prog_name="privagg", standalone_mode=False)
+        err = capfd.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert status == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field} must be "), (bad, err)
+        assert bad in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE", "FOLDER"]  # the checks leave nothing behind
+
+
+_CLICK: dict = {}
+
+
+def test_a_new_path_option_without_its_kind_stops_the_import():
+    import typer
+
+    from privagg.cli import _checked_paths
+
+    extra = typer.Typer()
+
+    @extra.command()
+    def new(where: Path = typer.Option(..., "--somewhere")) -> None:
+        pass
+
+    with pytest.raises(RuntimeError, match="--somewhere"):
+        _checked_paths(extra)
 
 
 @pytest.mark.parametrize("call, argument", [

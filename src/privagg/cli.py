@@ -114,9 +114,9 @@ def _number_parser(field: str, integer: bool) -> Callable[[Any], Any]:
     return parse
 
 
-def _strict_numbers(typer_app: typer.Typer) -> None:
-    """Give every int and float option of every command (sub-apps included) the strict number parser: once,
-    here, rather than option by option."""
+def _options(typer_app: typer.Typer) -> Iterator[tuple[str, Any, Any]]:
+    """(field, typer's ParameterInfo, type) of every option and argument of every command, sub-apps included; the
+    field is the option's flag without its dashes (an argument's name), the type without its Optional."""
     import typing
 
     from typer.models import ParameterInfo
@@ -135,14 +135,56 @@ def _strict_numbers(typer_app: typer.Typer) -> None:
             if typing.get_origin(kind) is typing.Union:
                 kinds = [k for k in typing.get_args(kind) if k is not type(None)]
                 kind = kinds[0] if len(kinds) == 1 else None
-            if not isinstance(option, ParameterInfo) or option.parser is not None or kind not in (int, float):
+            if not isinstance(option, ParameterInfo):
                 continue
             flags = [d for d in (option.param_decls or ()) if d.startswith("--")]
-            field = flags[0][2:].split("/")[0] if flags else name.replace("_", "-")
-            option.parser = _number_parser(field, kind is int)
+            yield (flags[0][2:].split("/")[0] if flags else name.replace("_", "-")), option, kind
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
-            _strict_numbers(group.typer_instance)
+            yield from _options(group.typer_instance)
+
+
+def _strict_numbers(typer_app: typer.Typer) -> None:
+    """Give every int and float option of every command (sub-apps included) the strict number parser: once,
+    here, rather than option by option."""
+    for field, option, kind in _options(typer_app):
+        if kind in (int, float) and option.parser is None:
+            option.parser = _number_parser(field, kind is int)
+
+
+# What each path option takes (cli_output.PATH_KINDS), by its field: a path option not listed here stops the
+# import (_checked_paths), so that none is read unchecked
+PATH_OPTIONS = {
+    **dict.fromkeys(("input", "candidates", "params", "config", "tls-cert", "tls-key", "analyzer-ca", "second-ca",
+                     "kek-file", "tokens", "second-task"), "file"),
+    "messages": "folder", "output": "output", "relay-token-file": "path",
+    **dict.fromkeys(("out", "workdir", "write-messages", "partition-root", "folder"), "new-folder"),
+}
+
+
+def _checked_paths(typer_app: typer.Typer) -> None:
+    """Check every path option of every command as the command line is read, before any work
+    (:func:`privagg.cli_output.check_path`): one line and exit status 2 where it cannot be what the option takes."""
+    for field, option, kind in _options(typer_app):
+        if kind is not Path or getattr(option.callback, "checks_path", False):
+            continue
+        if field not in PATH_OPTIONS:
+            raise RuntimeError(f"--{field}: a path option without its kind in cli.PATH_OPTIONS")
+        option.callback = _path_check(field, PATH_OPTIONS[field], option.callback)
+
+
+def _path_check(field: str, kind: str, then: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """An option's callback: :func:`privagg.cli_output.check_path`, then the option's own callback (``then``)."""
+    from .cli_output import check_path
+
+    def check(value: Any) -> Any:
+        if value is not None and not (then is _input_file and str(value) == "-"):  # -: standard input
+            with _clean_errors():
+                check_path(field, Path(value), kind)
+        return value if then is None else then(value)
+
+    check.checks_path = True  # type: ignore[attr-defined]
+    return check
 
 
 def _delta_required(protocol: str) -> Callable[[Any], Any]:
@@ -1126,8 +1168,6 @@ def reproduce_sampling(
 
 def _reproduce(run: Callable[..., dict], out: Path, quick: bool, seed: int, progress: Optional[bool]) -> None:
     with _clean_errors():
-        if out.exists() and not out.is_dir():
-            raise ParameterError("out", "a folder (it is created if missing)", str(out))
         out.mkdir(parents=True, exist_ok=True)
         if not quick and not progress:
             _say("the full grid takes minutes (--quick: seconds, for a first look; --progress: follow it)",
@@ -1236,8 +1276,6 @@ def compare_command(
     from .simulate.frequency import item_encoder
 
     with _clean_errors():
-        if out is not None and out.exists() and not out.is_dir():
-            raise ParameterError("out", "a folder (it is created if missing)", str(out))
         names, epsilons = parse_list(protocols, "protocols", str), parse_list(epsilon, "epsilon")
         encoder = item_encoder(domain, None, seed)
         if input is None:
@@ -1509,6 +1547,7 @@ from .service_cli import add_service_commands  # noqa: E402 (it uses the helpers
 
 add_service_commands(app)
 _strict_numbers(app)  # after every command is registered
+_checked_paths(app)
 
 
 def _version(value: bool) -> None:

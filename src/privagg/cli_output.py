@@ -48,15 +48,91 @@ def _clean_errors() -> Iterator[None]:
 
 
 def _check_output(output: Path | None, *inputs: Path | None) -> None:
-    """Before any work: --output must be a writable file that is not one of the inputs."""
-    if output is None:
-        return
-    if any(i is not None and i.exists() and output.exists() and output.samefile(i) for i in inputs):
+    """Before any work: --output must not be one of the inputs (its writability is checked as the command line is
+    read, :func:`check_path`)."""
+    if output is not None and any(i is not None and same_file(output, i) for i in inputs):
         raise ParameterError("output", "a file other than the inputs", str(output))
-    parent = output.parent if str(output.parent) else Path(".")
-    if output.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
-            output.exists() and not os.access(output, os.W_OK)):
-        raise ParameterError("output", "a writable file path", str(output))
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file: by another path, through symbolic or hard links, /dev/stdin or
+    /proc/self/fd (False when either does not exist)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+# The kinds of path an option takes, and what each must be before any work (check_path)
+PATH_KINDS = {"file": "an existing file", "folder": "an existing folder", "output": "a file to write",
+              "new-folder": "a folder (created if missing)", "path": "a file in an existing folder"}
+
+
+def check_path(field: str, path: Path, kind: str) -> Path:
+    """``path`` as the option ``field`` takes it (a :data:`PATH_KINDS` kind), or one line saying why not, before
+    the command does any work: a file or folder to read exists and is one; a file to write, or a folder to create
+    (with its parents), can be: the folder that would hold it is written to and cleaned at once (a test of
+    permission bits says yes to root, and to /proc)."""
+    import stat
+    import tempfile
+
+    accepted = PATH_KINDS[kind]
+
+    def refuse(why: str, what: str = accepted) -> ParameterError:
+        return ParameterError(field, what, f"{path} ({why})")
+
+    def status(p: Path) -> os.stat_result | OSError:
+        try:
+            return os.stat(p)
+        except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+            return err if isinstance(err, OSError) else OSError(0, "not a path")
+
+    found = status(path)
+    exists = not isinstance(found, OSError)
+    is_folder = exists and stat.S_ISDIR(found.st_mode)
+    if kind in ("file", "folder"):
+        if not exists:
+            raise refuse(found.strerror or "not found")
+        if is_folder != (kind == "folder"):
+            raise refuse("a folder" if is_folder else "a file")
+        if not os.access(path, os.R_OK):
+            raise refuse("not readable")
+        return path
+    if kind == "new-folder":
+        if exists and not is_folder:
+            raise refuse("a file")
+        holder, held = path, found
+        while isinstance(held, OSError) and holder != holder.parent:
+            holder = holder.parent  # the nearest folder that exists; the missing ones below it are created
+            held = status(holder)
+        if isinstance(held, OSError) or not stat.S_ISDIR(held.st_mode):
+            raise refuse(f"{holder} is a file" if not isinstance(held, OSError) else held.strerror)
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=holder, prefix=".privagg-check-"))
+        except OSError as err:
+            raise refuse(f"cannot create a folder in {holder}: {err.strerror}") from None
+        return path
+    if is_folder:  # output, path: a file
+        raise refuse("a folder", f"{accepted}, not a folder")
+    parent = path.parent
+    holder = status(parent)
+    if isinstance(holder, OSError) or not stat.S_ISDIR(holder.st_mode):
+        raise refuse(f"{parent} is not a folder" if not isinstance(holder, OSError) else
+                     f"no folder {parent}: {holder.strerror}", "a file in an existing folder")
+    if kind == "output":
+        try:
+            if exists and stat.S_ISREG(found.st_mode):
+                open(path, "ab").close()  # appends nothing: the file stays as it is until the report is written
+            elif exists:  # a device such as /dev/stdout: opening a pipe to write could wait for a reader
+                if not os.access(path, os.W_OK):
+                    raise PermissionError(13, "not writable")
+            else:
+                fd, probe = tempfile.mkstemp(dir=parent, prefix=".privagg-check-")
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as err:
+            raise refuse(f"cannot write there: {err.strerror}", "a writable file") from None
+    return path
 
 
 def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable[[], None]) -> None:

@@ -599,6 +599,12 @@ def test_any_other_start_failure_is_one_line(tmp_path, monkeypatch):
     result = _serve_here("analyzer", "--db", f"sqlite:///{tmp_path}/a.db", "--tls-cert", str(tmp_path / "no.pem"),
                          "--tls-key", str(tmp_path / "no.key"))  # (uvicorn would fail on them with a traceback)
     assert result.exit_code == 2 and result.stderr.strip().splitlines()[-1].startswith(
+        "error: tls-cert must be an existing file"), result.output
+    (tmp_path / "no.pem").write_text("not a certificate")
+    (tmp_path / "no.key").write_text("not a key")
+    result = _serve_here("analyzer", "--db", f"sqlite:///{tmp_path}/a.db", "--tls-cert", str(tmp_path / "no.pem"),
+                         "--tls-key", str(tmp_path / "no.key"))
+    assert result.exit_code == 2 and result.stderr.strip().splitlines()[-1].startswith(
         "error: tls_cert/tls_key must be a readable PEM certificate chain"), result.output
 
     def fails(*_args, **_kwargs):
