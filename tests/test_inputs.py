@@ -20,6 +20,7 @@ from privagg.cli import app
 from privagg.core.encoding import ItemEncoder
 from privagg.errors import ParameterError
 from privagg.io import InputFormat, read_codes
+from privagg.protocols import registry
 from privagg.simulate import runner as runner_module
 
 KEY = b"test-key"
@@ -129,6 +130,67 @@ def test_output_may_not_be_the_input(tmp_path):
                                  "--domain", "10", "--output", str(path)])
     assert result.exit_code == 2 and "output must be a file other than the inputs" in result.stderr
     assert path.read_bytes() == b"1\n2\n"
+
+
+def _candidate_commands():
+    """Every estimate command that takes --candidates, read from the app, with the options it needs."""
+    from typer.main import get_command
+
+    for name, command in get_command(app).commands["estimate"].commands.items():
+        if any("--candidates" in getattr(p, "opts", ()) for p in command.params):
+            yield [name, "--epsilon", "1", *([] if registry.REGISTRY[name].pure else ["--delta", "1e-6"])]
+
+
+CANDIDATE_COMMANDS = list(_candidate_commands())
+# how a user's data file comes back as its own candidate list
+AS_CANDIDATES = {"the same path": lambda d, f: f, "another path": lambda d, f: d / ".." / d.name / f.name,
+                 "a symbolic link": lambda d, f: _link(d / "link.txt", f, hard=False),
+                 "a hard link": lambda d, f: _link(d / "hard.txt", f, hard=True),
+                 "a copy": lambda d, f: (d / "copy.txt").write_bytes(f.read_bytes()) and d / "copy.txt"}
+
+
+def _link(link, target, hard):
+    link.hardlink_to(target) if hard else link.symlink_to(target)
+    return link
+
+
+@pytest.mark.parametrize("how", AS_CANDIDATES)
+@pytest.mark.parametrize("command", CANDIDATE_COMMANDS, ids=[c[0] for c in CANDIDATE_COMMANDS])
+def test_the_input_is_refused_as_its_own_candidates(tmp_path, command, how):
+    """estimate fe1 --input mydata.txt --candidates mydata.txt printed a user's raw value (a string held by one
+    user) by name under the DP line: candidates are a public list, and the input as candidates is refused, as
+    --output is, by any path and as a copy, for every protocol that takes candidates."""
+    data = write(tmp_path, "mydata.txt", b"maps\nmail\nmaps\nalice-ssn-123-45-6789\n" if command[0] not in (
+        "sparse-vector", "sparse-vector-hashed") else b"c,w\n1,0.5\n2,0.5\n")
+    if command[0].startswith("sparse-vector"):
+        data = data.rename(tmp_path / "mydata.csv")
+    result = runner.invoke(app, ["estimate", *command, "--input", str(data), "--candidates",
+                                 str(AS_CANDIDATES[how](tmp_path, data))])
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "error: candidates must be a public list chosen without the users' data"), result.output
+    assert "alice" not in result.output
+
+
+@pytest.mark.parametrize("shell", [
+    "privagg estimate fe1 --input mydata.txt --candidates /dev/stdin < mydata.txt",
+    "privagg estimate fe1 --input - --candidates mydata.txt < mydata.txt",
+    "cat mydata.txt | privagg estimate fe1 --input - --candidates mydata.txt",
+    "cat mydata.txt | privagg estimate fe1 --input - --candidates /dev/stdin",
+], ids=["candidates-stdin", "input-stdin-redirected", "input-stdin-piped", "both-stdin"])
+def test_the_input_through_standard_input_is_refused_as_candidates(tmp_path, shell):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mydata.txt").write_text("maps\nmail\nmaps\nalice-ssn-123-45-6789\n")
+    command = shell.replace("privagg", f"{sys.executable} -m privagg") + " --epsilon 1 --delta 1e-9"
+    if "<" in command:  # the redirection last
+        command = command.replace(" < mydata.txt", "") + " < mydata.txt"
+    done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 2 and done.stderr.startswith(
+        "error: candidates must be a public list chosen without the users' data"), done.stderr
+    assert "alice" not in done.stdout + done.stderr
 
 
 def test_npy_vectors_are_mapped_and_clip_leaves_the_file_as_it_was(tmp_path):

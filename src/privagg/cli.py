@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import gc
 import inspect
+import os
 import shutil
 import sys
 import tempfile
@@ -33,7 +34,7 @@ except ImportError:  # the light install has no command line
 
 from . import __version__
 from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output,
-                         _clean_errors, _console, _emit, _say)
+                         _clean_errors, _console, _emit, _say, same_file)
 from .errors import ParameterError
 from .protocols.kinds import Family, ResultKind
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
@@ -471,8 +472,12 @@ def _left_out(dropped: int, evaluate: bool) -> list[str]:
             "users with a missing value were left out (--missing drop; --evaluate shows how many)"]
 
 
+PUBLIC_CANDIDATES = ("File of public candidate items to estimate, one per line: a list chosen without looking at the "
+                     "users' data (a dictionary, a catalogue). Each is printed by name beside the guarantee, so a "
+                     "list drawn from the data (its distinct values, sort -u) publishes them.")
 STDIN_NAME = "standard input"
-_stdin_copies: set[Path] = set()  # the temporary copies of standard input, named so in reports
+# the temporary copies of standard input (named so in reports), each with (device, inode) of what it was read from
+_stdin_copies: dict[Path, tuple[int, int] | None] = {}
 
 
 def _input_file(value: Path | None) -> Path | None:
@@ -483,6 +488,11 @@ def _input_file(value: Path | None) -> Path | None:
         return value
     if sys.stdin is None or sys.stdin.isatty():
         raise typer.BadParameter("'-' reads standard input: pipe or redirect the data into the command")
+    try:
+        source = os.fstat(sys.stdin.fileno())
+        origin: tuple[int, int] | None = (source.st_dev, source.st_ino)
+    except (OSError, ValueError, AttributeError):  # not a file descriptor (a test's stream)
+        origin = None
     folder = Path(tempfile.mkdtemp(prefix="privagg-stdin-"))  # mode 0700: the users' raw data
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     copy = folder / "stdin"
@@ -492,8 +502,44 @@ def _input_file(value: Path | None) -> Path | None:
         head = f.read(6)
     suffix = ".parquet" if head.startswith(b"PAR1") else ".npy" if head.startswith(b"\x93NUMPY") else ""
     copy = copy.rename(copy.with_suffix(suffix)) if suffix else copy
-    _stdin_copies.add(copy)
+    _stdin_copies[copy] = origin
     return copy
+
+
+def _check_public(candidates: Path | None, input: Path | None) -> None:
+    """--candidates must be a public list, not the users' data: every candidate is printed by name beside the
+    guarantee, so the input as candidates prints each user's raw value. Refused: the input file by any path (links,
+    hard links, /dev/stdin), what standard input was read from, and a byte-for-byte copy of the input. A list
+    made from the data otherwise (sort -u) cannot be told from a public one: --help and the README say so."""
+    if candidates is None or input is None:
+        return
+    accepted = "a public list chosen without the users' data (each candidate is printed by name)"
+    origin = _stdin_copies.get(input)
+    try:
+        found = os.stat(candidates)
+    except OSError:
+        return  # the reader says what is wrong with it
+    if same_file(candidates, input) or (origin is not None and origin == (found.st_dev, found.st_ino)):
+        raise ParameterError("candidates", accepted, f"{candidates}, which is the input")
+    if _same_bytes(candidates, input):
+        raise ParameterError("candidates", accepted, f"{candidates}, a copy of the input")
+
+
+def _same_bytes(a: Path, b: Path, block: int = 1 << 20) -> bool:
+    """Whether two regular files hold the same bytes (read only when their sizes agree, and only until they
+    differ)."""
+    try:
+        if not (a.is_file() and b.is_file()) or a.stat().st_size != b.stat().st_size:
+            return False
+        with a.open("rb") as x, b.open("rb") as y:
+            while True:
+                left, right = x.read(block), y.read(block)
+                if left != right:
+                    return False
+                if not left:
+                    return True
+    except OSError:
+        return False
 
 
 def _input_name(input: Path) -> str:
@@ -606,6 +652,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
 
     with _clean_errors():
         _check_output(output, input, candidates)
+        _check_public(candidates, input)
         fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
         if entry.categorical:
             if hash_key is not None:
@@ -753,8 +800,9 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         *_protocol_parameters(entry),
         _param("candidates", Optional[Path], typer.Option(
             None, "--candidates", help="The public list of the N categories, one per line (an item outside it is "
-                                       "an error). Default: the bundled data's." if categorical else
-                                       "File of public candidate items to estimate.")),
+                                       "an error), fixed without looking at the users' data. Default: the bundled "
+                                       "data's." if categorical else PUBLIC_CANDIDATES + " The input file itself, or a copy, is "
+                                       "refused.")),
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         *_seed_and_evaluate_options(),
         _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
@@ -861,6 +909,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
 
     with _clean_errors():
         _check_output(output, input, candidates)
+        _check_public(candidates, input)
         if write_messages is not None:
             if mode is Mode.fast:
                 raise ParameterError("write-messages", "left out with --mode fast (the fast path makes no messages; "
@@ -962,7 +1011,8 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
                 None, "--dimension", help="B: the public number of coordinates (required with --input).")),
             _param("candidates", Optional[Path], typer.Option(
                 None, "--candidates", help="File of public candidate coordinates (integers, one per line) to "
-                                           "estimate; the others are estimated as 0. Default: every coordinate.")),
+                                           "estimate, chosen without looking at the users' data; the others are "
+                                           "estimated as 0. Default: every coordinate.")),
             _param("mode", Mode, typer.Option(Mode.faithful, "--mode", help="faithful: through every role; fast: "
                                                                              "simulation shortcuts.")),
         ]
@@ -1406,7 +1456,7 @@ def analyze(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler "
                                                                       "(default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers of the local Dask cluster (default 2)."),
-    candidates: Optional[Path] = typer.Option(None, "--candidates", help="File of public candidate items."),
+    candidates: Optional[Path] = typer.Option(None, "--candidates", help=PUBLIC_CANDIDATES),
     top: int = typer.Option(10, "--top", help="How many top items to report."),
     full_domain: Optional[bool] = typer.Option(None, "--full-domain/--no-full-domain",
                                                help="Estimate every item of [B] (default without candidates)."),

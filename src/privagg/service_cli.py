@@ -222,7 +222,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                           "the public items the result answers, one a line "
                                                           "(integers, or text hashed with the parameters' "
                                                           "item_key), or a 1-sparse vector sum's coordinates; "
-                                                          "required over 2^24 items."),
+                                                          "required over 2^24 items. Chosen without looking at "
+                                                          "the users' data: each is published by name."),
                 discover_phi: Optional[float] = typer.Option(None, "--discover-phi", help="sparse-vector-hashed, no "
                                                              "candidates: the paper's two stages as one task, fe-hh "
                                                              "first discovering the coordinates whose sums reach PHI "
@@ -379,7 +380,9 @@ def _candidate_lines(path: Path) -> list:
 @task_app.command("candidates")
 def task_candidates(task: str = typer.Option(..., "--task", help="The task id (created with --candidates)."),
                     candidates: Path = typer.Option(..., "--candidates", help="A file of more public items, one a "
-                                                    "line (integers, or text hashed with the parameters' item_key)."),
+                                                    "line (integers, or text hashed with the parameters' item_key), "
+                                                    "chosen without looking at the users' data: each is published "
+                                                    "by name."),
                     db: Optional[str] = _DB, kek_file: Optional[Path] = _KEK_FILE) -> None:
     """Answer more public candidates in a task created with --candidates, also after its messages arrived: the
     analyzer computes its aggregate again from the messages it kept (the running analyzer answers them at once;
