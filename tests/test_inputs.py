@@ -193,6 +193,44 @@ def test_the_input_through_standard_input_is_refused_as_candidates(tmp_path, she
     assert "alice" not in done.stdout + done.stderr
 
 
+STDIN_TABLES = [
+    (["estimate", "fe1", "--epsilon", "1", "--delta", "1e-6"], b"name,age\nalice,3\nbob,4\n", "--delimiter ','"),
+    (["estimate", "fe-hh", "--epsilon", "1", "--delta", "1e-6"], b"name\tage\nalice\t3\nbob\t4\n",
+     "--delimiter $'\\t'"),
+    (["estimate", "grr", "--epsilon", "1", "--domain", "8"], b"\xef\xbb\xbfa;b\r\n1;2\r\n", "--delimiter ';'"),
+    (["estimate", "dpds", "--epsilon", "1", "--delta", "1e-6"], b"a|b\nx|y\n", "--delimiter '|'"),
+    (["estimate", "blanket-vector", "--epsilon", "1", "--delta", "1e-6"], b"x,y\n0.1,0.2\n0.3,0.4\n",
+     "--delimiter ','"),
+    (["compare", "--protocols", "grr", "--epsilon", "1"], b"item,n\na,1\nb,2\n", "--delimiter ','"),
+    (["compare", "--protocols", "grr", "--epsilon", "1"], b'["a",\n"b", "c"]\n', "JSON"),
+    (["estimate", "fe1", "--epsilon", "1", "--delta", "1e-6"], b'{"item": "a"}\n{"item": "b"}\n', "JSON"),
+    (["estimate", "fe1", "--epsilon", "1", "--delta", "1e-6"], b'[\n  "a",\n  "b"\n]\n', "JSON"),
+]
+
+
+@pytest.mark.parametrize("command, data, hint", STDIN_TABLES, ids=[f"{c[c[0] == 'estimate']}-{h.split()[-1]}" for c, _, h in STDIN_TABLES])
+def test_a_table_or_json_on_standard_input_is_not_read_line_by_line(command, data, hint):
+    """A CSV piped to --input - was read line by line, its header and commas in the items: a table (every line
+    holds one delimiter) or JSON on standard input stops, suggesting --delimiter."""
+    result = runner.invoke(app, [*command, "--input", "-"], input=data)
+    assert result.exit_code == 2 and result.stderr.startswith("error: input must be ") and hint in result.stderr, \
+        result.output
+    assert result.stderr.count("\n") == 1 and "privagg-stdin" not in result.stderr, result.stderr
+
+
+def test_standard_input_as_a_table_with_its_delimiter_and_text_with_some_commas(tmp_path):
+    given = runner.invoke(app, ["estimate", "grr", "--epsilon", "1", "--domain", "8", "--input", "-", "--delimiter",
+                                ",", "--column", "n", "--seed", "1", "--json"], input=b"name,n\na,1\nb,2\nc,1\n")
+    assert given.exit_code == 0, given.output
+    assert json.loads(given.stdout)["n_users"] == 3
+    text = runner.invoke(app, ["estimate", "grr", "--epsilon", "1", "--domain", "8", "--input", "-", "--item-type",
+                               "str", "--seed", "1", "--json"], input=b"Smith, John\nDoe\nSmith, John\n")
+    assert text.exit_code == 0 and json.loads(text.stdout)["n_users"] == 3, text.output
+    named = write(tmp_path, "names.txt", b"Smith, John\nDoe, Jane\n")  # a file's extension says what it is
+    assert runner.invoke(app, ["estimate", "grr", "--epsilon", "1", "--domain", "8", "--input", str(named),
+                               "--seed", "1"]).exit_code == 0
+
+
 def test_npy_vectors_are_mapped_and_clip_leaves_the_file_as_it_was(tmp_path):
     """A .npy of vectors is mapped from the file (no copy read into fresh memory), and ``--clip``'s writes go to
     private copies of the pages they touch: the report is the clipped data's, the file stays byte for byte."""

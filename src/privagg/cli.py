@@ -506,6 +506,26 @@ def _input_file(value: Path | None) -> Path | None:
     return copy
 
 
+def _check_stdin_format(input: Path | None, delimiter: str | None,
+                        accepted: str = "text, one item per line (a table needs --delimiter)") -> None:
+    """Standard input read as text (no --delimiter; Parquet and .npy are known by their bytes) must not be a table
+    or JSON (:func:`privagg.io.text_format`): read line by line, each whole line, header and delimiters included,
+    would be one user's item."""
+    from .io import text_format
+
+    if input not in _stdin_copies or delimiter is not None or input.suffix:
+        return
+    found = text_format(input)
+    if found == "json":
+        raise ParameterError("input", accepted, f"{STDIN_NAME} holding JSON: write the items one per line "
+                             "(jq -r '.[]' for an array of strings) or as a CSV table")
+    if found is not None:
+        option = "--delimiter $'\\t'" if found == "\t" else f"--delimiter '{found}'"
+        raise ParameterError("input", accepted, f"{STDIN_NAME}, every line of which holds {found!r}, a table's "
+                             f"delimiter: give {option} (and --column NAME) to read it as a table, or save it as a "
+                             ".txt file to take each whole line as one item")
+
+
 def _check_public(candidates: Path | None, input: Path | None) -> None:
     """--candidates must be a public list, not the users' data: every candidate is printed by name beside the
     guarantee, so the input as candidates prints each user's raw value. Refused: the input file by any path (links,
@@ -653,6 +673,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
     with _clean_errors():
         _check_output(output, input, candidates)
         _check_public(candidates, input)
+        _check_stdin_format(input, delimiter)
         fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
         if entry.categorical:
             if hash_key is not None:
@@ -910,6 +931,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
     with _clean_errors():
         _check_output(output, input, candidates)
         _check_public(candidates, input)
+        _check_stdin_format(input, delimiter, "a .npy array, or a CSV, TSV or Parquet table of vectors (one row a "
+                            "user; standard input as a table needs --delimiter)")
         if write_messages is not None:
             if mode is Mode.fast:
                 raise ParameterError("write-messages", "left out with --mode fast (the fast path makes no messages; "
@@ -1036,6 +1059,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
 
     with _clean_errors():
         _check_output(output, input)
+        _check_stdin_format(input, delimiter)
         warnings, evaluate = [], _evaluating(evaluate, input, seed)
         if input is None:
             values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
@@ -1310,6 +1334,8 @@ def compare_command(
                                          help="Items, one per user (as privagg estimate reads them; - reads standard "
                                               "input). Default: the bundled English words."),
     column: Optional[str] = typer.Option(None, "--column", help="The column holding the items (a table)."),
+    delimiter: Optional[str] = typer.Option(None, "--delimiter", help="Read the input as a table with this "
+                                            "delimiter (default: by extension, .csv comma, .tsv tab)."),
     domain: int = typer.Option(1024, "--domain", help="Domain size B: integer items in [0, B); text is hashed into "
                                                      "it (default 1,024: every baseline can run)."),
     trials: int = typer.Option(3, "--trials", help="Seeded runs per protocol and epsilon."),
@@ -1326,12 +1352,14 @@ def compare_command(
     from .simulate.frequency import item_encoder
 
     with _clean_errors():
+        _check_stdin_format(input, delimiter)
         names, epsilons = parse_list(protocols, "protocols", str), parse_list(epsilon, "epsilon")
         encoder = item_encoder(domain, None, seed)
         if input is None:
             codes, name = encoder.encode(datasets.english_words()), f"{datasets.DESCRIPTION}, hashed into {domain} codes"
         else:
-            codes, name = read_codes(input, encoder, InputFormat(column=column)).codes, _input_name(input)
+            codes = read_codes(input, encoder, InputFormat(column=column, delimiter=delimiter)).codes
+            name = _input_name(input)
         with _progress(progress) as advance:
             report = compare(codes, encoder, names, epsilons, delta, trials, seed, name, advance)
         if out is not None:

@@ -538,6 +538,44 @@ def _refuse_other_delimiter(path: Path, delimiter: str, names: list[str], field:
                              f"{other!r}: give --delimiter {other!r} (or --column to read it as one column)")
 
 
+def text_format(path: Path) -> str | None:
+    """What a text file of unknown kind (standard input) holds besides one item per line, judged on its first
+    64 KiB: a table's delimiter (``,`` tab ``;`` ``|``) when every line, at least two, holds it; ``"json"`` for
+    JSON (an array or object, or a first line of only ``[`` or ``{``) or JSON Lines (every line an object); else
+    None. Read line by line,
+    either would make each whole line, header and delimiters included, one user's item."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(SNIFF_BYTES + 1)
+    except OSError:
+        return None  # the reader says what is wrong
+    text = head[:SNIFF_BYTES].decode("utf-8-sig", errors="replace")
+    lines = text.splitlines()
+    if len(head) > SNIFF_BYTES and lines:
+        lines.pop()  # cut short
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        return None
+    if lines[0].strip() in ("[", "{") or all(line.lstrip().startswith("{") and line.rstrip().endswith("}")
+                                                for line in lines) or _json_document(text, len(head) <= SNIFF_BYTES):
+        return "json"
+    if len(lines) < 2:
+        return None
+    return next((d for d in (",", *LIKELY_DELIMITERS) if all(d in line for line in lines)), None)
+
+
+def _json_document(text: str, whole: bool) -> bool:
+    """Whether ``text``, the whole file, is a JSON array or object."""
+    import json
+
+    if not whole or text.lstrip()[:1] not in ("[", "{"):
+        return False
+    try:
+        return isinstance(json.loads(text), (list, dict))
+    except ValueError:
+        return False
+
+
 def _pick_column(names: list[str], column: str | None, header: bool) -> str:
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if header and duplicated:
