@@ -463,13 +463,23 @@ def _evaluating(evaluate: bool | None, input: Path | None, seed: int | None) -> 
     return (input is None or seed is not None) if evaluate is None else evaluate
 
 
-def _left_out(dropped: int, evaluate: bool) -> list[str]:
-    """The warning for users left out with --missing drop; their count only in an evaluation (it is the
-    data's, not the protocol's)."""
-    if not dropped:
-        return []
-    return [f"{dropped} users with a missing value were left out (--missing drop)" if evaluate else
-            "users with a missing value were left out (--missing drop; --evaluate shows how many)"]
+def _with_left_out(report, dropped: int):
+    """``report`` over the users who had a value, ``dropped`` others left out by --missing drop: n is then a count
+    of the data, which the report carries un-noised, so it is not private and says how many were left out
+    (docs/privacy.md, "Missing values")."""
+    if dropped:
+        report.warnings.insert(0, f"{dropped} users with a missing value were left out (--missing drop): n is a "
+                                  "count of the data, and the report is not private")
+        report.privacy = report.privacy.as_left_out(dropped)
+    return report
+
+
+def _messages_info(report, **info: Any) -> dict[str, Any]:
+    """items.json of a message folder written by estimate: ``info`` and whether the run was private (and if not,
+    why: analyze says so)."""
+    privacy = report.privacy
+    return {**info, "private": privacy.private,
+            **({} if privacy.private else {"not_private": privacy.not_private_reason})}
 
 
 PUBLIC_CANDIDATES = ("File of public candidate items to estimate, one per line: a list chosen without looking at the "
@@ -703,7 +713,6 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
         codes, candidate_codes, dropped, input_name = _read_input(entry, input, fmt, encoder, candidates)
         read_seconds = time.perf_counter() - start
         evaluate = _evaluating(evaluate, input, seed)
-        warnings = _left_out(dropped, evaluate)
         if epsilon_column is not None:
             from .io import read_epsilons
             from .simulate.frequency import estimate_weighted
@@ -715,8 +724,9 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 report, _ = estimate_weighted(
                     entry.name, codes, read_epsilons(input, fmt, epsilon_column), encoder, epsilon=epsilon, delta=delta,
                     calibration=calibration.value, options=options, top=top, mode=mode.value, seed=seed,
-                    input_name=input_name, progress=advance, warnings=warnings, evaluate=evaluate)
+                    input_name=input_name, progress=advance, evaluate=evaluate)
             report.simulation.seconds["read"] = read_seconds
+            _with_left_out(report, dropped)
             _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
             return
         with _progress(progress) as advance:
@@ -724,17 +734,18 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 entry.name, codes, encoder, epsilon=epsilon, delta=delta, calibration=calibration.value,
                 options=options, candidate_codes=candidate_codes, top=top, full_domain=full_domain,
                 mode=mode.value, seed=seed, keep_messages=write_messages is not None, input_name=input_name,
-                progress=advance, warnings=warnings, evaluate=evaluate)
+                progress=advance, evaluate=evaluate)
         report.simulation.seconds["read"] = read_seconds
+        _with_left_out(report, dropped)
         if write_messages is not None:
             from .engine import capped_partitions_warning, write_messages as write
 
             report.warnings += filter(None, [capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
             categories = getattr(encoder, "categories", None)  # a public list: analyze names the codes by it
-            write(write_messages, run.result.parameters, run.messages, partitions, {
-                "kind": encoder.kind, "domain_size": domain, "private": run.privacy.private,
-                "randomness": run.randomness, **({"categories": categories} if categories else {})})
+            write(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
+                report, kind=encoder.kind, domain_size=domain, randomness=run.randomness,
+                **({"categories": categories} if categories else {})))
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
     _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
@@ -822,8 +833,8 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _param("candidates", Optional[Path], typer.Option(
             None, "--candidates", help="The public list of the N categories, one per line (an item outside it is "
                                        "an error), fixed without looking at the users' data. Default: the bundled "
-                                       "data's." if categorical else PUBLIC_CANDIDATES + " The input file itself, or a copy, is "
-                                       "refused.")),
+                                       "data's." if categorical else
+                                       PUBLIC_CANDIDATES + " The input file itself, or a copy, is refused.")),
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         *_seed_and_evaluate_options(),
         _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
@@ -866,10 +877,9 @@ def _register_estimate(entry: ProtocolEntry) -> None:
 
 
 def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Optional[str], header: bool,
-                       clip: bool, dimension: Optional[int], candidates: Optional[Path], missing: str = "error",
-                       evaluate: bool = False):
-    """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings) of a vector protocol:
-    the file's vectors or (coordinate, weight) rows, or the bundled data's."""
+                       clip: bool, dimension: Optional[int], candidates: Optional[Path], missing: str = "error"):
+    """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings, rows left out for a
+    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's."""
     from .io import InputFormat, read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
@@ -891,7 +901,7 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
         if sparse and dimension is None:
             raise ParameterError("dimension", "given with --input: B, the public number of coordinates (the data's "
                                  "(coordinate, weight) rows must lie in [0, B))", None)
-    warnings = _left_out(dropped, evaluate)
+    warnings = []
     if clip:
         values = inputs[:, 1:] if sparse else inputs  # sparse: the weights only; a bad coordinate stays an error
         outside = int(((values < 0) | (values > 1)).sum())
@@ -899,7 +909,7 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
         if outside:
             warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
     coordinates = None if candidates is None else _read_coordinates(candidates)
-    return inputs, dimension, coordinates, names, name, warnings
+    return inputs, dimension, coordinates, names, name, warnings, dropped
 
 
 def _read_coordinates(path: Path):
@@ -939,9 +949,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                      "--mode faithful writes them)",
                                      str(write_messages))
             engine.prepare_message_folder(write_messages, partitions)
-        inputs, dimension, coordinates, names, name, warnings = _read_vector_input(
-            entry, input, delimiter, header, clip, dimension, candidates, "error" if missing is None else missing.value,
-            _evaluating(evaluate, input, seed))
+        inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
+            entry, input, delimiter, header, clip, dimension, candidates, "error" if missing is None else missing.value)
         if discover_phi is not None and write_messages is not None:
             raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
                                  "written)", str(write_messages))
@@ -952,12 +961,12 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                               input_name=name, progress=advance, warnings=warnings,
                                               keep_messages=write_messages is not None, discover_phi=discover_phi,
                                               evaluate=_evaluating(evaluate, input, seed))
+        _with_left_out(report, dropped)
         if write_messages is not None:
             report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
-            engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, {
-                "kind": "vector", "domain_size": run.result.parameters.domain_size,
-                "private": run.privacy.private, "randomness": run.randomness})
+            engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
+                report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness))
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
 
@@ -1060,7 +1069,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
     with _clean_errors():
         _check_output(output, input)
         _check_stdin_format(input, delimiter)
-        warnings, evaluate = [], _evaluating(evaluate, input, seed)
+        evaluate, dropped = _evaluating(evaluate, input, seed), 0
         if input is None:
             values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
             if domain is not None:
@@ -1069,7 +1078,6 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         else:
             values, dropped = read_items(input, InputFormat(item_type.value, column, delimiter, header, missing.value))
             name = _input_name(input)
-            warnings += _left_out(dropped, evaluate)
             strings = isinstance(values, list) and values and isinstance(values[0], str)
             if strings and max_length is None:
                 from .protocols.heavy_hitters import DEFAULT_MAX_LENGTH
@@ -1081,8 +1089,8 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         with _progress(progress) as advance:
             report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
                                                max_length=max_length, calibration=calibration.value, seed=seed,
-                                               input_name=name, progress=advance, warnings=warnings,
-                                               evaluate=evaluate)
+                                               input_name=name, progress=advance, evaluate=evaluate)
+        _with_left_out(report, dropped)
 
     def human() -> None:
         from rich.table import Table

@@ -91,10 +91,14 @@ def folder_privacy(parameters: Parameters, items: dict[str, Any], received: int)
     """The guarantee of an analysis of a message folder, as far as the analyzer can know it.
 
     The analyzer cannot see how the clients drew their randomness: it takes items.json's record
-    (:func:`privagg.engine.read_items_info`), and without a record says the run is not known to be private.
+    (:func:`privagg.engine.read_items_info`: ``private``, and why not), and without a record says the run is not
+    known to be private.
     """
     if items.get("private") is True:
         return analysis_privacy(parameters, received, f"as recorded in {ITEMS_FILE}: {items.get('randomness')}")
+    if items.get("private") is False and items.get("not_private") is not None:  # the run recorded why
+        return with_received_caveat(replace(parameters.privacy, private=False, not_private_reason=str(
+            items["not_private"]), randomness=str(items.get("randomness", "unknown"))), parameters, received)
     return analysis_privacy(parameters, received, items.get("randomness", "unknown"), not_private=(
         "the messages came from a simulation with reproducible randomness" if items.get("private") is False
         else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
