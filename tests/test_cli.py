@@ -592,7 +592,7 @@ def test_vector_sums_from_npy_and_csv(tmp_path):
     bad[7, 2] = 1.5
     np.save(tmp_path / "bad.npy", bad)
     code, _, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON)
-    assert code == 2 and "1.5 in row 7, column 2" in err and err.count("\n") == 1
+    assert code == 2 and f"1.5 in column 2 on row 8 of {tmp_path / 'bad.npy'}" in err and err.count("\n") == 1
     code, _, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json")
     assert code == 0 and "1 values outside [0, 1] were clipped" in err
 
@@ -628,7 +628,7 @@ def test_sparse_vector_sums_bundled_and_from_a_table(tmp_path):
     assert sum(abs(e["estimate"] - e["true_sum"]) > 4.5 * e["stderr"] for e in report["estimates"]) == 0
     (tmp_path / "bad.csv").write_text("coordinate,weight\n1,0.5\n60,0.5\n")
     code, _, err = run("estimate", "sparse-vector", "--input", tmp_path / "bad.csv", "--dimension", 50, *COMMON)
-    assert code == 2 and "coordinate must be an integer in [0, 50)" in err and "60.0 in row 1" in err
+    assert code == 2 and "coordinate must be an integer in [0, 50)" in err and "60.0 on line 3 of" in err
 
 
 def test_hashed_sparse_vector_sums_on_candidates(tmp_path):

@@ -231,6 +231,37 @@ def test_standard_input_as_a_table_with_its_delimiter_and_text_with_some_commas(
                                "--seed", "1"]).exit_code == 0
 
 
+HH = ["estimate", "fe-hh", "--epsilon", "1", "--delta", "1e-6", "--phi", "0.1"]
+VECTORS = ["estimate", "blanket-vector", "--epsilon", "1", "--delta", "1e-6"]
+LOCATIONS = [  # (command, file, content, options, the place the error names)
+    (HH + ["--max-length", "4"], "hh.txt", b"ab\n" * 3000 + b"\nlonger-than-four\n", ["--missing", "drop"],
+     "'longer-than-four' (16 bytes) on line 3002 of"),
+    (HH + ["--max-length", "4"], "hh.csv", b"id,item\n" + b"1,ab\n" * 3000 + b"2,toolong\n", ["--column", "item"],
+     "on line 3002 of"),
+    (HH + ["--domain", "8"], "big.txt", b"1\n" * 3000 + b"99\n", [], "got 99 on line 3001 of"),
+    (HH + ["--domain", "8"], "big.parquet", pa.table({"x": [1] * 3000 + [99]}), [], "got 99 on row 3001 of"),
+    (HH + ["--domain", "8"], "big.npy", np.array([1] * 3000 + [99]), [], "got 99 on row 3001 of"),
+    (HH, "mixed.txt", b"1\n2\nx\n", ["--item-type", "int"], "got 'x' on line 3 of"),
+    (VECTORS, "v.csv", b"p,q\n0.1,0.2\n\n0.3,1.5\n", ["--missing", "drop"], "1.5 in column 1 on line 4 of"),
+    (VECTORS, "v.parquet", pa.table({"p": [0.1, None, 0.3], "q": [0.2, 0.1, 1.5]}), ["--missing", "drop"],
+     "1.5 in column 1 on row 3 of"),
+    (VECTORS, "nan.csv", b"p,q\n0.1,0.2\n\n0.3,nan\n", ["--missing", "drop", "--clip"], "NaN in column 1 on line 4 of"),
+    (["estimate", "sparse-vector", "--epsilon", "1", "--delta", "1e-6", "--dimension", "4"], "sv.csv",
+     b"c,w\n1,0.5\n2,1.5\n", [], "1.5 on line 3 of"),
+]
+
+
+@pytest.mark.parametrize("command, name, content, options, place", LOCATIONS, ids=[r[1] for r in LOCATIONS])
+def test_a_bad_value_is_named_by_its_place_in_the_file(tmp_path, command, name, content, options, place):
+    """fe-hh said "row 3, counted from 0" of its items where the readers say "line N of FILE": a protocol's error
+    about a value it was given names the value's place in the file as the readers do (the header counted, users
+    left out for a missing value skipped, rows from 1 for Parquet and .npy)."""
+    path = write(tmp_path, name, content)
+    result = runner.invoke(app, [*command, "--input", str(path), *options])
+    assert result.exit_code == 2 and f"{place} {path}" in result.stderr, result.stderr
+    assert "counted from 0" not in result.stderr and result.stderr.count("\n") == 1
+
+
 def test_npy_vectors_are_mapped_and_clip_leaves_the_file_as_it_was(tmp_path):
     """A .npy of vectors is mapped from the file (no copy read into fresh memory), and ``--clip``'s writes go to
     private copies of the pages they touch: the report is the clipped data's, the file stays byte for byte."""

@@ -536,6 +536,20 @@ def _check_stdin_format(input: Path | None, delimiter: str | None,
                              ".txt file to take each whole line as one item")
 
 
+@contextmanager
+def _located(input: Path | None, fmt, vectors: bool = False) -> Iterator[None]:
+    """A protocol's error about the value in some row of what it was given names that value's place in ``input``
+    instead, as the readers do ("line 5 of data.csv"; :func:`privagg.io.location`)."""
+    try:
+        yield
+    except ParameterError as err:
+        if err.row is None or input is None:
+            raise
+        from .io import location
+
+        raise err.located(location(input, fmt, err.row, vectors, _input_name(input))) from None
+
+
 def _check_public(candidates: Path | None, input: Path | None) -> None:
     """--candidates must be a public list, not the users' data: every candidate is printed by name beside the
     guarantee, so the input as candidates prints each user's raw value. Refused: the input file by any path (links,
@@ -876,11 +890,11 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _command(body, params, entry.title))
 
 
-def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Optional[str], header: bool,
-                       clip: bool, dimension: Optional[int], candidates: Optional[Path], missing: str = "error"):
+def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool, dimension: Optional[int],
+                       candidates: Optional[Path]):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings, rows left out for a
     missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's."""
-    from .io import InputFormat, read_vectors_counted
+    from .io import read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
     sparse = getattr(entry.parameters, "one_sparse", False)
@@ -896,7 +910,7 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, delimiter: Opti
         else:
             inputs, name = datasets.digits_vectors(), datasets.DIGITS_DESCRIPTION
     else:
-        inputs, dropped = read_vectors_counted(input, InputFormat(delimiter=delimiter, header=header, missing=missing))
+        inputs, dropped = read_vectors_counted(input, fmt)
         name = _input_name(input)
         if sparse and dimension is None:
             raise ParameterError("dimension", "given with --input: B, the public number of coordinates (the data's "
@@ -935,6 +949,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
                      missing: Optional[Enum] = None, **options: Any) -> None:
     from . import engine
+    from .io import InputFormat
     from .reports import to_json_dict
     from .simulate.frequency import estimate_vector_sum
 
@@ -949,12 +964,14 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                      "--mode faithful writes them)",
                                      str(write_messages))
             engine.prepare_message_folder(write_messages, partitions)
-        inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
-            entry, input, delimiter, header, clip, dimension, candidates, "error" if missing is None else missing.value)
+        fmt = InputFormat(delimiter=delimiter, header=header, missing="error" if missing is None else missing.value)
+        with _located(input, fmt, vectors=True):
+            inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
+                entry, input, fmt, clip, dimension, candidates)
         if discover_phi is not None and write_messages is not None:
             raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
                                  "written)", str(write_messages))
-        with _progress(progress) as advance:
+        with _progress(progress) as advance, _located(input, fmt, vectors=True):
             report, run = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
                                               calibration=calibration.value, options=options, dimension=dimension,
                                               candidates=coordinates, names=names, mode=mode.value, seed=seed,
@@ -1070,13 +1087,14 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _check_output(output, input)
         _check_stdin_format(input, delimiter)
         evaluate, dropped = _evaluating(evaluate, input, seed), 0
+        fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
         if input is None:
             values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
             if domain is not None:
                 raise ParameterError("domain", "left out for the bundled words (strings: --max-length)", domain)
             max_length = datasets.HH_MAX_LENGTH if max_length is None else max_length
         else:
-            values, dropped = read_items(input, InputFormat(item_type.value, column, delimiter, header, missing.value))
+            values, dropped = read_items(input, fmt)
             name = _input_name(input)
             strings = isinstance(values, list) and values and isinstance(values[0], str)
             if strings and max_length is None:
@@ -1086,7 +1104,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             if not strings and max_length is not None:
                 raise ParameterError("max-length", "left out for integer items (--domain B sets their range)",
                                      max_length)
-        with _progress(progress) as advance:
+        with _progress(progress) as advance, _located(input, fmt):
             report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
                                                max_length=max_length, calibration=calibration.value, seed=seed,
                                                input_name=name, progress=advance, evaluate=evaluate)

@@ -21,15 +21,25 @@ class ParameterError(ValueError):
     """A parameter or input value outside its accepted range.
 
     ``str(err)`` is one line, e.g. ``epsilon must be > 0, got -1``; the CLI
-    prints it as is and exits with status 2.
+    prints it as is and exits with status 2. ``row``: the value's place in a
+    sequence the function was given (counted from 0), which the CLI names as
+    the place in its input file (:meth:`located`).
     """
 
-    def __init__(self, field: str, accepted: str, got: Any) -> None:
-        self.field, self.accepted, self.got = field, accepted, got
+    def __init__(self, field: str, accepted: str, got: Any, row: int | None = None) -> None:
+        self.field, self.accepted, self.got, self.row = field, accepted, got, row
         shown = str(got)
         if not isinstance(got, str) and len(shown) > 200:  # a 400-digit number or a huge list: one readable line
             shown = shown[:100] + f"... ({len(shown)} characters)"
-        super().__init__(f"{field} must be {accepted}, got {shown}")
+        where = "" if row is None else f" on row {row} (counted from 0)"
+        super().__init__(f"{field} must be {accepted}, got {shown}{where}")
+
+    def located(self, where: str) -> "ParameterError":
+        """The error of a value in ``row`` of what a function was given, naming instead where that value came from
+        (``where``: "line 5 of data.csv", as the file readers name places)."""
+        err = ParameterError(self.field, self.accepted, self.got)
+        err.args = (f"{err.args[0]} on {where}",)
+        return err
 
     @classmethod
     def required(cls, field: str, why: str) -> "ParameterError":

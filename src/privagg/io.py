@@ -26,7 +26,8 @@ Values are encoded block by block (:class:`privagg.core.encoding.ItemEncoder`)
 into one int64 array of codes, so memory stays near 8 bytes per user.
 Locations in errors are file lines for text, CSV and TSV (counting the
 header; a quoted value spanning lines makes later numbers run short) and
-rows (from 1) for Parquet and ``.npy``.
+rows (from 1) for Parquet and ``.npy``; a protocol's error about a value it
+was given (fe-hh's items, vectors) names the same place (:func:`location`).
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
 
     A 1-D integer .npy array comes back as it is; other files as a list of strings, or of Python ints when
     ``--item-type int`` (or ``auto`` and every value is a canonical decimal integer). The protocol checks the
-    items' range and length, naming the row.
+    items' range and length, naming the row, which :func:`location` finds in the file.
     """
     path = Path(path)
     kind = file_kind(path, fmt)
@@ -301,12 +302,12 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
     bad = np.flatnonzero(~_matches(pa.array(values, pa.string()), CANONICAL_INTEGER))
     if bad.size and fmt.item_type == "int":
         raise ParameterError(field, "canonical decimal integers (--item-type int)",
-                             f"{_cut(values[bad[0]])} on item {int(bad[0])} (counted from 0)")
+                             f"{_cut(values[bad[0]])} on {location(path, fmt, int(bad[0]))}")
     if not bad.size:
         huge = next((i for i, text in enumerate(values) if len(text) > 40), None)
         if huge is not None:  # beyond any domain (and past what int() converts at 4,300 digits)
-            raise ParameterError(field, "integers of at most 40 digits", f"{_cut(values[huge])} on item {huge} "
-                                 "(counted from 0)")
+            raise ParameterError(field, "integers of at most 40 digits",
+                                 f"{_cut(values[huge])} on {location(path, fmt, huge)}")
         values = [int(text) for text in values]
     return values, dropped
 
@@ -377,7 +378,7 @@ class _Block:
     capacity: int | None = None  # the file's row count, when its metadata gives it
     kept: np.ndarray | None = None  # positions in the block of the values left after dropping missing ones
 
-    def where(self, index: int, path: Path) -> str:
+    def where(self, index: int, path: Path | str) -> str:
         position = index if self.kept is None else int(self.kept[index])
         return f"{self.unit} {self.first + position} of {path}"
 
@@ -795,33 +796,72 @@ def read_vectors_counted(path: str | Path, fmt: InputFormat = InputFormat(),
 def _read_table(path: Path, kind: str, fmt: InputFormat, field: str) -> tuple[np.ndarray, int]:
     """A CSV, TSV or Parquet table of vectors: (:func:`_numeric_table`)."""
     import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
 
     try:
-        if kind == "parquet":
-            return _numeric_table(pq.read_table(path), path, field, fmt.missing, None)
-        delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
-        # a blank line is a user with nothing, not a line to skip silently (Arrow's default)
-        table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
-                                                                    block_size=BLOCK_BYTES),
-                               parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
-                               convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
-        return _numeric_table(table, path, field, fmt.missing, 2 if fmt.header else 1)
+        return _numeric_table(*_load_table(path, kind, fmt), path, field, fmt.missing)
     except ParameterError:
         raise
     except (OSError, EOFError, ValueError, pa.ArrowException) as err:
         raise _unreadable(path, kind, field, err) from None
 
 
-def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "error",
-                   first_line: int | None = None) -> tuple[np.ndarray, int]:
+def _load_table(path: Path, kind: str, fmt: InputFormat) -> tuple[pa.Table, int | None]:
+    """(a CSV, TSV or Parquet table, the file line of its row 0: None for Parquet, whose rows count from 1)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if kind == "parquet":
+        return pq.read_table(path), None
+    delimiter = fmt.delimiter or DELIMITERS[path.suffix.lower()]
+    # a blank line is a user with nothing, not a line to skip silently (Arrow's default)
+    table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=not fmt.header,
+                                                                block_size=BLOCK_BYTES),
+                           parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
+                           convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
+    return table, 2 if fmt.header else 1
+
+
+def _empty_rows(table: pa.Table) -> np.ndarray:
+    """The rows of ``table`` with a missing cell (a blank line: all of them)."""
+    empty = np.zeros(table.num_rows, dtype=bool)
+    for column in table.columns:
+        if column.null_count:
+            empty |= column.is_null().to_numpy(zero_copy_only=False)
+    return empty
+
+
+def location(path: str | Path, fmt: InputFormat, index: int, vectors: bool = False, name: str | None = None) -> str:
+    """Where the ``index``-th value (counted from 0; users left out for a missing value not counted) of what
+    :func:`read_items`, or with ``vectors`` :func:`read_vectors`, read from ``path`` lies in the file, as the readers
+    name places: "line 5 of data.csv" for text and tables (file lines, the header counted), "row 3 of x.parquet"
+    for Parquet and .npy (rows from 1). ``name`` calls the file otherwise (standard input). It reads the file
+    again: for an error's message."""
+    path = Path(path)
+    shown = name or str(path)
+    kind = file_kind(path, fmt)
+    if kind == "npy":
+        return f"row {index + 1} of {shown}"
+    if vectors:
+        table, first_line = _load_table(path, kind, fmt)
+        rows = np.flatnonzero(~_empty_rows(table)) if fmt.missing == "drop" else np.arange(table.num_rows)
+        row = int(rows[index])
+        return f"row {row + 1} of {shown}" if first_line is None else f"line {row + first_line} of {shown}"
+    seen = 0
+    for block in _blocks(path, kind, fmt, "input"):
+        block, _ = _without_missing(block, fmt, "input", path)
+        if index < seen + len(block.values):
+            return block.where(index - seen, shown)
+        seen += len(block.values)
+    return f"item {index + 1} of {shown}"  # the file changed since it was read
+
+
+def _numeric_table(table: pa.Table, first_line: int | None, path: Path, field: str,
+                   missing: str = "error") -> tuple[np.ndarray, int]:
     """(the table's columns as an (n, d) float array, rows left out): a column that is not numeric is named;
     a row with a missing cell (a blank line: all of them) is an error naming its line (``first_line``: the
     file line of row 0; None: rows counted from 1), or with ``missing="drop"`` left out and counted."""
     import pyarrow as pa
 
-    empty = np.zeros(table.num_rows, dtype=bool)
     for name, column in zip(table.column_names, table.columns):
         if column.null_count == column.length() and column.length() and pa.types.is_null(column.type):
             pass  # every cell of the column missing: reported below, row by row
@@ -830,8 +870,7 @@ def _numeric_table(table: pa.Table, path: Path, field: str, missing: str = "erro
             hint = f" (read as one column whose header holds {other!r}: give --delimiter {other!r})" if other else ""
             raise ParameterError(field, f"numbers in every column of {path}",
                                  f"column {_cut(name)} of type {column.type}{hint}")
-        if column.null_count:
-            empty |= column.is_null().to_numpy(zero_copy_only=False)
+    empty = _empty_rows(table)
     if empty.any():
         if missing != "drop":
             row = int(np.flatnonzero(empty)[0])

@@ -216,7 +216,8 @@ def test_bad_calibration_input_names_the_field(change, field):
 
 
 @pytest.mark.parametrize("values,message", [
-    ([3, 2**20], r"\[0, 1048576\) \(row 1"), ([-1, 3], "row 0"), ([1.5, 2.0], "row 0"), ([2, True], "row 1"),
+    ([3, 2**20], r"\[0, 1048576\), got 1048576 on row 1"), ([-1, 3], "on row 0"), ([1.5, 2.0], "on row 0"),
+    ([2, True], "on row 1"),
     (np.array([1.5, 2.0]), "dtype float"), (np.array([[1, 2]]), "shape")])
 def test_bad_integer_items_name_the_row(values, message):
     params = calibrate_fe_hh(1.0, 1e-10, N, 2**20, 0.02)
@@ -225,8 +226,9 @@ def test_bad_integer_items_name_the_row(values, message):
 
 
 @pytest.mark.parametrize("values,message", [
-    (["ok", "x" * 13], "at most --max-length 12 bytes .row 1"), (["a\0b"], "zero byte .row 0"),
-    (["ok", 5], "a string .row 1"), (["ok", "\udcff"], "UTF-8 encodes .row 1"), ("abc", "a single string")])
+    (["ok", "x" * 13], "at most --max-length 12 bytes, got .* on row 1"), (["a\0b"], "zero byte .* on row 0"),
+    (["ok", 5], "a string, got int on row 1"), (["ok", "\udcff"], "UTF-8 encodes .* on row 1"),
+    ("abc", "a single string")])
 def test_bad_string_items_name_the_row(values, message):
     params = calibrate_fe_hh(1.0, 1e-10, N, None, 0.02, max_length=12)
     with pytest.raises(ParameterError, match=message):

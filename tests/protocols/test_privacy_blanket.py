@@ -167,9 +167,9 @@ def test_tight_vector_gamma_does_not_grow_with_the_dimension():
 
 @pytest.mark.parametrize("values,got", [
     (np.full((4, 3), 0.5), "shape (4, 3)"), ([[0.1, 0.2], [0.3]], "ragged"),
-    (np.array([[0.1, np.nan], [0.2, 0.3]]), "nan in row 0, column 1"),
-    (np.array([[0.1, 0.2], [0.3, 1.5]]), "1.5 in row 1, column 1"),
-    (np.array([[0.1, -0.2], [0.3, 0.4]]), "-0.2 in row 0, column 1"),
+    (np.array([[0.1, np.nan], [0.2, 0.3]]), "nan in column 1 on row 0"),
+    (np.array([[0.1, 0.2], [0.3, 1.5]]), "1.5 in column 1 on row 1"),
+    (np.array([[0.1, -0.2], [0.3, 0.4]]), "-0.2 in column 1 on row 0"),
 ])
 def test_bad_vectors_name_the_row_and_column(values, got):
     with pytest.raises(ParameterError) as err:
@@ -196,7 +196,7 @@ def test_float32_vectors_are_read_checked_and_randomized_without_a_float64_copy(
         assert reports[0].estimates == reports[1].estimates and reports[0].error == reports[1].error
     bad = vectors.copy()
     bad[7, 2] = np.nan
-    with pytest.raises(ParameterError, match="nan in row 7, column 2"):
+    with pytest.raises(ParameterError, match="nan in column 2 on row 7"):
         pb.check_vectors(bad, 6)
 
 

@@ -118,11 +118,11 @@ def test_suggested_levels_minimises_the_bound():
 
 
 @pytest.mark.parametrize("pairs,field,fragment", [
-    ([[0, 0.5], [5, 0.2]], "coordinate", "5.0 in row 1"),
-    ([[0, 0.5], [1.5, 0.2]], "coordinate", "1.5 in row 1"),
-    ([[0, 0.5], [-1, 0.2]], "coordinate", "-1.0 in row 1"),
-    ([[0, 0.5], [1, float("nan")]], "weight", "nan in row 1"),
-    ([[0, 1.5], [1, 0.2]], "weight", "1.5 in row 0"),
+    ([[0, 0.5], [5, 0.2]], "coordinate", "5.0 on row 1"),
+    ([[0, 0.5], [1.5, 0.2]], "coordinate", "1.5 on row 1"),
+    ([[0, 0.5], [-1, 0.2]], "coordinate", "-1.0 on row 1"),
+    ([[0, 0.5], [1, float("nan")]], "weight", "nan on row 1"),
+    ([[0, 1.5], [1, 0.2]], "weight", "1.5 on row 0"),
     ([[0, 0.5, 1.0], [1, 0.2, 1.0]], "input", "shape (2, 3)"),
     ([[0, 0.5], [1]], "input", "ragged"),
 ])
@@ -131,6 +131,7 @@ def test_bad_input_names_the_row(pairs, field, fragment):
     with pytest.raises(ParameterError) as err:
         sv.SparseVectorClient(params).randomize(pairs, rng=0)
     assert err.value.field == field and fragment in str(err.value)
+    assert err.value.row is None or f"on row {err.value.row} (counted from 0)" in str(err.value)
 
 
 def test_bad_parameters_and_candidates():

@@ -428,7 +428,7 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
         values = list(check_sequence("items", values, f"a sequence of integers in [0, {domain_size}), one per user"))
         for row, value in enumerate(values):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < domain_size:
-                raise ParameterError("item", f"an integer in [0, {domain_size}) (row {row}, counted from 0)", value)
+                raise ParameterError("item", f"an integer in [0, {domain_size})", value, row)
         return np.array(values, dtype=np.uint64)
     array = values
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
@@ -438,8 +438,7 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
     bad |= array.astype(np.uint64) > np.uint64(domain_size - 1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ParameterError("item", f"an integer in [0, {domain_size}) (row {row}, counted from 0)",
-                             int(array[row]))
+        raise ParameterError("item", f"an integer in [0, {domain_size})", int(array[row]), row)
     return array.astype(np.uint64)
 
 
@@ -452,15 +451,15 @@ def _check_strings(values, max_length: int) -> np.ndarray:
         try:
             data = item.encode("utf-8") if isinstance(item, str) else item
         except UnicodeEncodeError:
-            raise ParameterError("item", f"text that UTF-8 encodes (row {row}, counted from 0)", repr(item)) from None
+            raise ParameterError("item", "text that UTF-8 encodes (no lone surrogates)", repr(item), row) from None
         if not isinstance(data, (bytes, bytearray)):
-            raise ParameterError("item", f"a string (row {row}, counted from 0)", type(item).__name__)
+            raise ParameterError("item", "a string", type(item).__name__, row)
         if len(data) > max_length:
-            raise ParameterError("item", f"at most --max-length {max_length} bytes (row {row}, counted from 0, has "
-                                 f"{len(data)})", item)
+            raise ParameterError("item", f"at most --max-length {max_length} bytes", f"{item!r} ({len(data)} bytes)",
+                                 row)
         if 0 in data:
-            raise ParameterError("item", f"a string without a zero byte (row {row}, counted from 0; values are "
-                                 "padded with zero bytes)", item)
+            raise ParameterError("item", "a string without a zero byte (values are padded with zero bytes)",
+                                 repr(item), row)
         encoded.append(bytes(data))
     matrix = np.zeros((len(encoded), max_length), dtype=np.uint8)
     if encoded:

@@ -263,7 +263,7 @@ def check_vectors(values, dimension: int) -> np.ndarray:
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
         raise ParameterError("vector", "values in [0, 1] (give --clip to clip them explicitly)",
-                             f"{float(array[row, column])!r} in row {row}, column {column}")
+                             f"{float(array[row, column])!r} in column {column}", row)
     return array
 
 
@@ -272,7 +272,7 @@ def clip_vectors(values) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if np.isnan(array).any():
         row, column = (int(i) for i in np.argwhere(np.isnan(array))[0])
-        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in row {row}, column {column}")
+        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in column {column}", row)
     return np.clip(array, 0.0, 1.0)
 
 

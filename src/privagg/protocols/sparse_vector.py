@@ -57,13 +57,12 @@ def check_pairs(pairs, dimension: int) -> np.ndarray:
     bad = ~((index >= 0) & (index < dimension) & (index == np.floor(index)))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ParameterError("coordinate", f"an integer in [0, {dimension}) (column 0)",
-                             f"{float(index[row])!r} in row {row}")
+        raise ParameterError("coordinate", f"an integer in [0, {dimension}) (column 0)", float(index[row]), row)
     bad = ~((weight >= 0) & (weight <= 1))  # NaN fails both
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ParameterError("weight", "in [0, 1] (column 1; give --clip to clip weights explicitly)",
-                             f"{float(weight[row])!r} in row {row}")
+                             float(weight[row]), row)
     return array
 
 
