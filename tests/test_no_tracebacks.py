@@ -8,6 +8,7 @@ a folder; the Python API's top-level functions are given objects of the wrong ty
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
@@ -264,10 +265,10 @@ class _Opaque:
 
 API_CASES = [
     # (name, call(fe1 fixture), the field the error names)
-    ("ItemEncoder-str", lambda f: privagg.ItemEncoder("x"), "domain"),
-    ("ItemEncoder-None", lambda f: privagg.ItemEncoder(None), "domain"),
+    ("ItemEncoder-str", lambda f: privagg.ItemEncoder("x"), "domain_size"),
+    ("ItemEncoder-None", lambda f: privagg.ItemEncoder(None), "domain_size"),
     ("ItemEncoder-inf", lambda f: privagg.ItemEncoder(float("inf")), "domain"),
-    ("ItemEncoder-bool", lambda f: privagg.ItemEncoder(True), "domain"),
+    ("ItemEncoder-bool", lambda f: privagg.ItemEncoder(True), "domain_size"),
     ("ItemEncoder-key-str", lambda f: privagg.ItemEncoder(16, key="abc"), "key"),
     ("ItemEncoder-key-float", lambda f: privagg.ItemEncoder(16, key=2.5), "key"),
     ("ItemEncoder-kind-array", lambda f: privagg.ItemEncoder(16, kind=np.zeros(2)), "kind"),
@@ -326,8 +327,8 @@ API_CASES = [
     ("finalize-other-parameters", lambda f: f[2].finalize(privagg.analyzer(_other_parameters()).agg_init()),
      "aggregate"),
     ("top_k-negative", lambda f: f[3].top_k(-1), "top"),
-    ("top_k-text", lambda f: f[3].top_k("3"), "top"),
-    ("top_k-None", lambda f: f[3].top_k(None), "top"),
+    ("top_k-text", lambda f: f[3].top_k("3"), "k"),
+    ("top_k-None", lambda f: f[3].top_k(None), "k"),
     ("estimate-outside-domain", lambda f: f[3].estimate([99]), "item"),
     ("standard_error-outside-domain", lambda f: f[3].standard_error([16]), "item"),
     ("standard_error-text", lambda f: f[3].standard_error(["a"]), "item"),
@@ -356,6 +357,162 @@ def test_api_bad_arguments_name_the_field(fe1, call, field):
     with pytest.raises(ParameterError) as err:
         call(fe1)
     assert err.value.field == field and str(err.value).startswith(f"{field} must be "), str(err.value)
+
+
+# --- every public function and method, read from privagg's API: arguments it does not take are a ParameterError ---
+
+@pytest.fixture(scope="module")
+def api(fe1):
+    """A valid call, by name, of every public function and method: (callable, keyword arguments)."""
+    params, messages, analyzer, table = fe1
+    keyed = privagg.calibrate("fe1", epsilon=1, delta=1e-6, n_users=1000, domain_size=16, item_key="00ff")
+    vectors = privagg.calibrate("blanket-vector", epsilon=1, delta=1e-3, n_users=2000, domain_size=3)
+    encoder = privagg.ItemEncoder(16, kind="text")
+    client = privagg.client(params)
+    hh = privagg.HeavyHitterList(params, np.array([1], dtype=object), np.array([2.0]), 1.0, np.array([0.5]))
+    vector_sum = privagg.VectorSum(vectors, np.zeros(3), np.ones(3))
+    batch = lambda: privagg.MessageBatch({"value": np.arange(3)})  # noqa: E731
+    return {
+        "calibrate": (privagg.calibrate, dict(protocol="fe1", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=16,
+                                              calibration="numeric", item_key="00ff")),
+        "load_parameters": (privagg.load_parameters, dict(data=json.dumps(params.to_dict()), verify=True)),
+        "client": (privagg.client, dict(parameters=params)),
+        "analyzer": (privagg.analyzer, dict(parameters=params, queries=np.arange(3))),
+        "shuffle": (privagg.shuffle, dict(batch=client.randomize([1, 2], rng=1), rng=1)),
+        "ItemEncoder": (privagg.ItemEncoder, dict(domain_size=16, key=b"k", kind="text")),
+        "ItemEncoder.for_parameters": (privagg.ItemEncoder.for_parameters, dict(parameters=keyed, kind="text")),
+        "ItemEncoder.encode": (encoder.encode, dict(items=["a", "b"], field="item", public=True)),
+        "ItemEncoder.check_code": (encoder.check_code, dict(code=3)),
+        "ItemEncoder.label": (encoder.label, dict(code=3)),
+        "ItemEncoder.is_collision": (encoder.is_collision, dict(code=3)),
+        "MessageBatch": (privagg.MessageBatch, dict(columns={"value": np.arange(3)}, records=None, fingerprint="x")),
+        "MessageBatch.from_records": (privagg.MessageBatch.from_records, dict(
+            records=np.zeros(3, dtype=[("value", "i8")]), fingerprint="x")),
+        "MessageBatch.with_fingerprint": (batch().with_fingerprint, dict(fingerprint="x")),
+        "MessageBatch.take": (batch().take, dict(index=np.arange(2))),
+        "MessageBatch.slices": (lambda **kw: list(batch().slices(**kw)), dict(rows=2)),
+        "MessageBatch.concatenate": (privagg.MessageBatch.concatenate, dict(batches=[batch(), batch()])),
+        "FrequencyTable": (privagg.FrequencyTable, dict(parameters=params, estimates=np.zeros(16), items=None,
+                                                         messages=0, malformed=0)),
+        "FrequencyTable.estimate": (table.estimate, dict(items=[1])),
+        "FrequencyTable.estimate_all": (table.estimate_all, {}),
+        "FrequencyTable.standard_error": (table.standard_error, dict(items=[1])),
+        "FrequencyTable.top_k": (table.top_k, dict(k=2)),
+        "FrequencyTable.restricted_to": (table.restricted_to, dict(items=[1, 2])),
+        "FrequencyTable.to_dict": (table.to_dict, dict(labels=None)),
+        "FrequencyTable.to_pandas": (table.to_pandas, dict(labels=None)),
+        "HeavyHitterList": (privagg.HeavyHitterList, dict(
+            parameters=params, items=np.array([1], dtype=object), estimates=np.array([2.0]), threshold=1.0,
+            standard_errors=np.array([0.5]), survivors=(), capped_levels=(), messages=0, malformed=0)),
+        "HeavyHitterList.top_k": (hh.top_k, dict(k=1)),
+        "HeavyHitterList.to_dict": (hh.to_dict, {}),
+        "HeavyHitterList.to_pandas": (hh.to_pandas, {}),
+        "VectorSum": (privagg.VectorSum, dict(parameters=vectors, total=np.zeros(3), standard_errors=np.ones(3),
+                                              coordinates=None, messages=0, malformed=0, standard_error_bounds=None)),
+        "VectorSum.mean": (vector_sum.mean, {}),
+        "VectorSum.to_dict": (vector_sum.to_dict, dict(labels=None)),
+        "VectorSum.to_pandas": (vector_sum.to_pandas, dict(labels=None)),
+        "client.randomize": (client.randomize, dict(codes=[1, 2], rng=1)),
+        "analyzer.agg_init": (analyzer.agg_init, {}),
+        "analyzer.agg_update": (analyzer.agg_update, dict(agg=analyzer.agg_init(), messages=messages)),
+        "analyzer.merge": (analyzer.merge, dict(aggs=[analyzer.agg_init()])),
+        "analyzer.finalize": (analyzer.finalize, dict(agg=analyzer.agg_init())),
+    }
+
+
+def _public_api():
+    """The names of privagg's public functions, classes and their public methods, and the roles' methods."""
+    import inspect
+
+    from privagg.protocols import roles
+
+    names = set()
+    for name in privagg.__all__:
+        value = getattr(privagg, name)
+        if inspect.isclass(value) and not issubclass(value, Exception):
+            names.add(name)
+            names |= {f"{name}.{m}" for m, v in vars(value).items() if not m.startswith("_") and (
+                inspect.isfunction(v) or isinstance(v, (classmethod, staticmethod)))}
+        elif inspect.isfunction(value):
+            names.add(name)
+    for role, label in ((roles.Client, "client"), (roles.Analyzer, "analyzer")):
+        names |= {f"{label}.{m}" for m, v in vars(role).items() if inspect.isfunction(v) and not m.startswith("_")
+                  and m != "working_bytes"}
+    return names
+
+
+# where an error names the argument as the command line does, or as the thing it checks
+FIELD_ALIASES = {"queries": {"item", "candidates"}, "codes": {"items", "item"}, "items": {"item"},
+                 "aggs": {"aggregates to merge"}, "agg": {"aggregate"}, "index": {"rows"}}
+NEEDS_PANDAS = {"FrequencyTable.to_pandas", "HeavyHitterList.to_pandas", "VectorSum.to_pandas"}
+
+
+def test_every_public_function_has_a_valid_call(api):
+    assert set(api) == _public_api()
+    for name, (call, kwargs) in api.items():
+        if name not in NEEDS_PANDAS or importlib.util.find_spec("pandas"):
+            call(**kwargs)  # the valid call is valid
+
+
+@pytest.mark.parametrize("name", sorted(_public_api()))
+def test_a_public_function_refuses_an_unknown_keyword_and_an_extra_argument(api, name):
+    """privagg.analyzer(p, bogus=1) was a TypeError from inside the protocol: every public function and method
+    refuses a keyword it does not take, and one positional argument too many, as a ParameterError naming it."""
+    import inspect
+
+    call, kwargs = api[name]
+    with pytest.raises(ParameterError) as err:
+        call(**kwargs, bogus=1)
+    assert err.value.field == "bogus" and str(err.value).startswith("bogus must be left out"), str(err.value)
+    parameters = inspect.signature(call).parameters.values()
+    if not any(p.kind is p.VAR_POSITIONAL for p in parameters) and name not in ("MessageBatch.slices",):
+        positional = [kwargs[p.name] if p.name in kwargs else p.default for p in parameters
+                      if p.kind is p.POSITIONAL_OR_KEYWORD]
+        with pytest.raises(ParameterError) as err:
+            call(*positional, *([_Opaque()] * (1 + sum(p.kind is p.KEYWORD_ONLY for p in parameters))),
+                 **{k: v for k, v in kwargs.items() if k not in [p.name for p in parameters
+                                                                  if p.kind is p.POSITIONAL_OR_KEYWORD]})
+        assert err.value.field == "arguments" and "given by position" in str(err.value), str(err.value)
+
+
+def test_a_public_function_refuses_a_wrong_type_for_each_argument(api):
+    """Each argument of each public function and method given an object of no type it takes is a ParameterError
+    naming that argument, never a TypeError or an AttributeError from inside."""
+    import inspect
+
+    failures = []
+    for name, (call, kwargs) in sorted(api.items()):
+        if name in NEEDS_PANDAS and not importlib.util.find_spec("pandas"):
+            continue
+        for parameter in inspect.signature(call).parameters.values():
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            try:
+                call(**{**kwargs, parameter.name: _Opaque()})
+            except ParameterError as err:
+                if err.field not in {parameter.name, *FIELD_ALIASES.get(parameter.name, ())}:
+                    failures.append(f"{name}({parameter.name}=...): names {err.field}: {err}")
+            except Exception as err:
+                failures.append(f"{name}({parameter.name}=...): {type(err).__name__}: {err}")
+            else:
+                failures.append(f"{name}({parameter.name}=...): accepted")
+    assert not failures, "\n".join(failures)
+
+
+def test_lone_surrogates_are_refused_naming_the_item():
+    """ItemEncoder(...).encode(['\\ud800']) raised UnicodeEncodeError: a str that does not encode as UTF-8 is a
+    ParameterError naming its row, for the encoder and for fe-hh's string items alike."""
+    for items, row in ((["\ud800"], 0), (["ok", "x\udcff", "y"], 1)):
+        with pytest.raises(ParameterError) as err:
+            privagg.ItemEncoder(16).encode(items)
+        assert err.value.field == "item" and err.value.row == row and "UTF-8" in str(err.value)
+        with pytest.raises(ParameterError) as err:
+            privagg.ItemEncoder(16).encode(items, public=True)
+        assert err.value.row == row
+    hh = privagg.calibrate("fe-hh", epsilon=1, delta=1e-3, n_users=2000, domain_size=None, phi=0.1, max_length=4)
+    with pytest.raises(ParameterError) as err:
+        privagg.client(hh).randomize(["ok", "\ud800"], rng=1)
+    assert err.value.field == "item" and err.value.row == 1
 
 
 def test_api_accepts_what_it_documents(fe1):

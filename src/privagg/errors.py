@@ -162,3 +162,126 @@ def check_sequence(field: str, value: Any, accepted: str) -> Any:
         raise ParameterError(field, accepted, f"{value!r} ({kind_of(value)})" if isinstance(value, (str, bytes))
                              and len(value) <= 40 else kind_of(value))
     return value
+
+
+# --- the public API's calls: an argument a function does not take is a ParameterError naming it --------------
+
+def checked_arguments(function: Any, types: bool = True) -> Any:
+    """``function`` refusing, before it runs, what Python would raise a TypeError for or the function would
+    misread: an unknown keyword, one positional argument too many, a required argument left out, one given twice,
+    and (``types``) an argument whose annotation names plain classes (``int``, ``float``, ``str``, ``bool``,
+    ``bytes``, a privagg class, or a union of them with None) given as something else. Each is a ParameterError
+    naming the argument; other annotations (``Any``, arrays, sequences) are the function's own checks."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(function)
+    kinds: dict[str, tuple[tuple[type, ...], str]] | None = None
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        nonlocal kinds
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            raise _call_error(function, signature, args, kwargs) from None
+        if kinds is None:  # on the first call: the annotations may name classes defined after the function
+            kinds = {name: kind for name, kind in (_annotated_kinds(function) if types else {}).items()
+                     if signature.parameters[name].kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                                inspect.Parameter.VAR_KEYWORD)}
+        for name, value in bound.arguments.items():
+            if name in kinds:
+                accepted, described = kinds[name]
+                if not isinstance(value, accepted) or (isinstance(value, (bool, np.bool_)) and bool not in accepted):
+                    raise ParameterError(name, described, f"{_shown(value)} ({kind_of(value)})"
+                                         if isinstance(value, (str, int, float)) else kind_of(value))
+        return function(*args, **kwargs)
+
+    return checked
+
+
+def checked_methods(cls: type) -> type:
+    """``cls`` with :func:`checked_arguments` on its constructor and public methods (class and static ones too)."""
+    import inspect
+
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(member, (classmethod, staticmethod)):
+            setattr(cls, name, type(member)(checked_arguments(member.__func__)))
+        elif inspect.isfunction(member):
+            setattr(cls, name, checked_arguments(member))
+    return cls
+
+
+# annotations as classes and words: a number's whole or fractional kind is the function's own check
+_REAL = (int, float, np.integer, np.floating)
+_PLAIN = {int: (_REAL, "an integer"), float: (_REAL, "a number"), bool: ((bool, np.bool_), "True or False"),
+          str: ((str,), "a string"), bytes: ((bytes, bytearray, memoryview), "bytes"),
+          type(None): ((type(None),), "None")}
+
+
+def _annotated_kinds(function: Any) -> dict[str, tuple[tuple[type, ...], str]]:
+    """(classes, words) each argument's annotation admits, for the arguments annotated with plain classes only."""
+    import typing
+
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # an annotation that does not resolve: the function checks for itself
+        return {}
+    kinds = {name: _classes(hint) for name, hint in hints.items() if name != "return"}
+    return {name: kind for name, kind in kinds.items() if kind is not None}
+
+
+def _classes(hint: Any) -> tuple[tuple[type, ...], str] | None:
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        parts = [_classes(part) for part in typing.get_args(hint)]
+        if any(part is None for part in parts):
+            return None
+        return tuple(k for classes, _ in parts for k in classes), " or ".join(words for _, words in parts)
+    if hint in _PLAIN:
+        return _PLAIN[hint]
+    if isinstance(hint, type) and hint not in (object, typing.Any) and typing.get_origin(hint) is None and \
+            not hint.__module__.startswith("numpy"):
+        return (hint,), f"a {hint.__name__}"
+    return None
+
+
+def _call_error(function: Any, signature: Any, args: tuple, kwargs: dict) -> ParameterError:
+    """What is wrong with calling ``function`` with ``args`` and ``kwargs``, which its ``signature`` refused."""
+    import inspect
+
+    kind = inspect.Parameter
+    parameters = signature.parameters
+    own = [p for p in parameters if p not in ("self", "cls")]
+    owner = (type(args[0]).__name__ if "self" in parameters else args[0].__name__) if len(own) < len(parameters) \
+        and args else None  # the class the method was called on, not the base that defines it
+    name = (f"{owner}.{function.__name__}" if owner else function.__qualname__).replace(".__init__", "") + "()"
+    stars = {kind.VAR_POSITIONAL: "*", kind.VAR_KEYWORD: "**"}
+    takes = f"{name} takes {', '.join(stars.get(parameters[p].kind, '') + p for p in own) or 'no arguments'}"
+    by_position = [p for p, v in parameters.items() if v.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
+    named = any(v.kind is kind.VAR_KEYWORD for v in parameters.values())
+    for key, value in kwargs.items():
+        if key not in parameters or parameters[key].kind is kind.POSITIONAL_ONLY:
+            if not named:
+                return ParameterError(key, f"left out ({takes})", _shown(value))
+        elif key in by_position[:len(args)]:
+            return ParameterError(key, "given once", "a value by position and another by name")
+    if len(args) > len(by_position) and not any(v.kind is kind.VAR_POSITIONAL for v in parameters.values()):
+        skip = len(parameters) - len(own)  # self or cls
+        return ParameterError("arguments", f"at most {len(by_position) - skip} given by position ({takes}; "
+                              "the others by name)", f"{len(args) - skip}")
+    given = set(by_position[:len(args)]) | set(kwargs)
+    missing = next((p for p, v in parameters.items() if v.default is v.empty and p not in given
+                    and v.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)), None)
+    if missing is not None:
+        return ParameterError.required(missing, f"by {name}")
+    return ParameterError("arguments", f"those {takes}", "others")
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else kind_of(value)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from privagg.core.randomness import describe, is_secure, resolve, streams
+from privagg.errors import ParameterError
 
 
 def test_none_is_secure_and_seed_is_reproducible():
@@ -34,9 +35,9 @@ def test_streams_are_keyed_by_role_name_and_reproducible():
 
 
 def test_rejects_non_rng():
-    with pytest.raises(TypeError, match="rng must be"):
+    with pytest.raises(ParameterError, match="rng must be"):
         resolve("seed")
-    with pytest.raises(TypeError, match="rng must be"):
+    with pytest.raises(ParameterError, match="rng must be"):
         resolve(True)
-    with pytest.raises(TypeError, match="rng must be"):
+    with pytest.raises(ParameterError, match="rng must be"):
         streams("seed", ["client"])

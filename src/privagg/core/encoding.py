@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError, check_instance, check_integer, check_sequence, kind_of
+from ..errors import ParameterError, check_instance, check_integer, check_sequence, checked_methods, kind_of
 
 KEY_BYTES = 32
 
@@ -41,8 +41,18 @@ def check_item_key(key: str) -> str:
     return key
 
 
+def _is_text(value: str) -> bool:
+    """Whether a str encodes as UTF-8 (a lone surrogate, as Python's surrogateescape leaves them, does not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 CODES_MAX = 2**63  # the largest domain whose codes [0, B) fit int64
 
+@checked_methods
 class ItemEncoder:
     """Maps items into [domain_size] and public items' codes back to labels."""
 
@@ -106,6 +116,10 @@ class ItemEncoder:
                 return np.empty(0, dtype=np.int64)
             try:
                 column = pa.array(values)
+            except UnicodeEncodeError:  # a lone surrogate ('\ud800'): a str that is no text
+                row = next(i for i, v in enumerate(values) if isinstance(v, str) and not _is_text(v))
+                raise ParameterError(field, "text that UTF-8 encodes (no lone surrogates)", repr(values[row]),
+                                     row) from None
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
                 raise ParameterError(field, "integers, strings or bytes (one type per input)", err) from None
         if len(column) == 0:
@@ -163,6 +177,7 @@ class ItemEncoder:
         return self.key.hex()
 
 
+@checked_methods
 class CategoryEncoder(ItemEncoder):
     """Categorical items: the i-th of a public list of N categories is code i; any other item is an error.
 

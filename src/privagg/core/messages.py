@@ -23,12 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ParameterError, check_instance, check_integer, check_sequence, kind_of
+from ..errors import (ParameterError, check_instance, check_integer, check_sequence, checked_arguments, checked_methods,
+                      kind_of)
 from .randomness import RNGLike, resolve
 
 SLICE_ROWS = 1 << 21  # rows an analyzer validates and counts at a time: its scratch memory follows a slice
 
 
+@checked_methods
 @dataclass(frozen=True)
 class MessageBatch:
     """Aligned integer columns, one row a message.
@@ -57,6 +59,9 @@ class MessageBatch:
                                  f"{odd!r}: {shown}")
         if self.fingerprint is not None:
             check_instance("fingerprint", self.fingerprint, str, "the parameters' fingerprint (a string) or None")
+        if self.records is not None and not (isinstance(self.records, np.ndarray) and self.records.dtype.names):
+            raise ParameterError("records", "None, or the structured numpy array whose fields are the columns",
+                                 kind_of(self.records))
         lengths = {name: col.size for name, col in self.columns.items()}
         if len(set(lengths.values())) > 1:
             raise ParameterError("message columns", "arrays of one length", lengths)
@@ -86,6 +91,9 @@ class MessageBatch:
         return self.columns[name]
 
     def take(self, index: np.ndarray | slice) -> "MessageBatch":
+        """The rows ``index`` selects (a slice, integer positions or a boolean mask)."""
+        if not isinstance(index, (slice, np.ndarray, list, tuple, range)):
+            raise ParameterError("index", "a slice, integer positions or a boolean mask", kind_of(index))
         if self.records is not None:
             return MessageBatch.from_records(self.records[index], self.fingerprint)
         return MessageBatch({name: col[index] for name, col in self.columns.items()}, None, self.fingerprint)
@@ -238,6 +246,7 @@ class MessageLayout:
                                  "message layout)", f"{where} with the columns {', '.join(names) or 'none'}")
 
 
+@checked_arguments
 def shuffle(batch: MessageBatch, rng: RNGLike = None) -> MessageBatch:
     """The shuffler: permutes the batch's messages uniformly at random, in place, and returns it.
 

@@ -21,7 +21,7 @@ from typing import Union
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ParameterError, kind_of
 
 RNGLike = Union[np.random.Generator, int, np.random.SeedSequence, None]
 
@@ -50,11 +50,9 @@ def resolve(rng: RNGLike) -> np.random.Generator:
         return secure_rng()
     if isinstance(rng, np.random.Generator):
         return rng
-    if isinstance(rng, (bool, np.bool_)):
-        raise TypeError("rng must be a numpy Generator, an int seed, a SeedSequence or None, not a bool")
-    if isinstance(rng, (int, np.integer, np.random.SeedSequence)):
+    if isinstance(rng, (int, np.integer, np.random.SeedSequence)) and not isinstance(rng, (bool, np.bool_)):
         return np.random.default_rng(_seed(rng))
-    raise TypeError(f"rng must be a numpy Generator, an int seed, a SeedSequence or None, not {type(rng).__name__}")
+    raise ParameterError("rng", "a numpy Generator, an int seed >= 0, a SeedSequence or None", kind_of(rng))
 
 
 def _seed(seed):

@@ -14,12 +14,15 @@ Also the public entry points that work for every protocol:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ParameterError
+import numpy as np
+
+from ..errors import ParameterError, checked_arguments, kind_of
 from . import balls_into_bins as bib
 from . import central_baselines as cb
 from . import heavy_hitters as hh
@@ -28,7 +31,7 @@ from . import privacy_blanket as pb
 from . import sampling_sharing as ss
 from . import sparse_vector as sv
 from .kinds import Family, ResultKind, Topology
-from .parameters import check_pure_delta
+from .parameters import check_parameters, check_pure_delta
 
 
 @dataclass(frozen=True)
@@ -384,7 +387,15 @@ def get(name: str) -> ProtocolEntry:
     return REGISTRY[name]
 
 
-def calibrate(protocol: str, *, epsilon: float, delta: float | None = None, n_users: int, domain_size: int,
+# The public entry points refuse a call they cannot take as a ParameterError naming the argument (an unknown
+# keyword, a missing or extra one, a type their annotation excludes: errors.checked_arguments), here where they
+# are defined, so that privagg.calibrate and registry.calibrate are one checked function.
+
+NUMBERS = (int, float, np.integer, np.floating)
+
+
+@checked_arguments
+def calibrate(protocol: str, *, epsilon: float, delta: float | None = None, n_users: int, domain_size: int | None,
               calibration: str | None = None, item_key: str | None = None, **options: Any):
     """Frozen parameters of ``protocol`` for (epsilon, delta)-DP; ``options`` are the entry's options.
 
@@ -395,6 +406,14 @@ def calibrate(protocol: str, *, epsilon: float, delta: float | None = None, n_us
     the parameters so that every client and the analyzer share it.
     """
     entry = get(protocol)
+    for option in entry.options:  # numbers where the protocol takes numbers, text where it takes text
+        value = options.get(option.name)
+        text = option.type is str
+        if value is None or (isinstance(value, str) if text else
+                             isinstance(value, NUMBERS) and not isinstance(value, (bool, np.bool_))):
+            continue
+        raise ParameterError(option.name, "a string" if text else "an integer" if option.type is int else "a number",
+                             kind_of(value))
     if entry.pure:
         delta = check_pure_delta(protocol, delta)
     elif delta is None:
@@ -409,6 +428,7 @@ def calibrate(protocol: str, *, epsilon: float, delta: float | None = None, n_us
     return parameters if item_key is None else dataclasses.replace(parameters, item_key=item_key)
 
 
+@checked_arguments
 def load_parameters(data: str | bytes | dict, verify: bool = True):
     """Parameters from their JSON text or dict (as ``params.to_dict()`` or ``privagg calibrate --json`` wrote).
 
@@ -418,6 +438,8 @@ def load_parameters(data: str | bytes | dict, verify: bool = True):
     device without scipy passes ``verify=False`` and keeps the floor check.
     Nothing is recalibrated either way.
     """
+    if isinstance(data, dict) and not isinstance(data.get("protocol", ""), str):
+        raise ParameterError("parameters.protocol", "a protocol's name (a string)", kind_of(data["protocol"]))
     if not isinstance(data, dict):
         try:
             data = json.loads(data)
@@ -434,9 +456,10 @@ def load_parameters(data: str | bytes | dict, verify: bool = True):
     return parameters
 
 
+@checked_arguments
 def client(parameters):
     """The client randomizer of the parameters' protocol."""
-    entry = get(parameters.protocol)
+    entry = get(check_parameters(parameters).protocol)
     if entry.client is None:
         raise ParameterError("protocol", f"one with a client randomizer ({entry.name} is {entry.topology})",
                              entry.name)
@@ -481,12 +504,21 @@ def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_gi
     return full_domain
 
 
+@checked_arguments
 def analyzer(parameters, queries=None, **role_options):
-    """The analyzer (or curator) of the parameters' protocol, over ``queries`` or the whole domain.
+    """The analyzer (or curator) of the parameters' protocol, over ``queries`` or the whole domain;
+    ``role_options``: the role's own (a curator's ``rng``).
 
     The whole domain is refused past FULL_DOMAIN_MAX (2^28, also the CLI's --full-domain limit): its aggregate
     holds a count for every item (fe1 at B = 2^49 asked agg_init for 4 PiB)."""
-    entry = get(parameters.protocol)
+    entry = get(check_parameters(parameters).protocol)
+    role = inspect.signature(entry.analyzer).parameters
+    for name, value in role_options.items():
+        if name not in role or name in ("parameters", "queries"):
+            options = [p for p in role if p not in ("parameters", "queries")]
+            raise ParameterError(name, f"left out for {entry.name}'s analyzer (its options: "
+                                 f"{', '.join(options) or 'none'})", repr(value) if len(repr(value)) <= 60
+                                 else kind_of(value))
     if queries is None and entry.result is ResultKind.FREQUENCY_TABLE:
         if parameters.domain_size > FULL_DOMAIN_MAX:
             raise ParameterError("queries", f"given when the domain has more than 2^{FULL_DOMAIN_MAX.bit_length() - 1}"

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..core.selection import kth_largest
-from ..errors import ParameterError, check_integer, kind_of
+from ..errors import ParameterError, check_integer, checked_methods, kind_of
+from .parameters import check_parameters
 
 
 def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +123,7 @@ def _data_frame(rows: dict[Any, dict[str, float]], index: str):
     return frame
 
 
+@checked_methods
 @dataclass(frozen=True)
 class FrequencyTable:
     """Unbiased frequency estimates, over all of [B] (``items=None``) or over sorted, distinct ``items``."""
@@ -133,6 +135,7 @@ class FrequencyTable:
     malformed: int = 0
 
     def __post_init__(self) -> None:
+        check_parameters(self.parameters)
         _check_values("estimates", self.estimates)
         if self.items is not None:
             _check_values("items", self.items, self.estimates.size)
@@ -197,6 +200,7 @@ class FrequencyTable:
         return _data_frame(self.to_dict(labels), "item")
 
 
+@checked_methods
 @dataclass(frozen=True)
 class HeavyHitterList:
     """Items reported as held by at least ``threshold`` users (sorted, distinct), with their estimates.
@@ -217,8 +221,14 @@ class HeavyHitterList:
     malformed: int = 0
 
     def __post_init__(self) -> None:
+        check_parameters(self.parameters)
         _check_values("items", self.items, numbers=False)
         _check_values("estimates", self.estimates, self.items.size)
+        _check_values("standard_errors", self.standard_errors, self.items.size)
+        for name in ("survivors", "capped_levels"):
+            counts = getattr(self, name)
+            if not isinstance(counts, tuple) or not all(isinstance(c, (int, np.integer)) for c in counts):
+                raise ParameterError(name, "a tuple of integers, one a level", kind_of(counts))
 
     def __contains__(self, item) -> bool:
         return item in self.items.tolist()  # a list: an unhashable item is not in it, not a TypeError
@@ -239,6 +249,7 @@ class HeavyHitterList:
         return _data_frame(self.to_dict(), "item")
 
 
+@checked_methods
 @dataclass(frozen=True)
 class VectorSum:
     """An estimate of the sum of the users' vectors, with each coordinate's standard error.
@@ -256,9 +267,13 @@ class VectorSum:
     standard_error_bounds: np.ndarray | None = None  # where a protocol reports an upper bound beside its estimate
 
     def __post_init__(self) -> None:
+        check_parameters(self.parameters)
         _check_values("total", self.total)
+        _check_values("standard_errors", self.standard_errors, self.total.size)
         if self.coordinates is not None:
             _check_values("coordinates", self.coordinates, self.total.size)
+        if self.standard_error_bounds is not None:
+            _check_values("standard_error_bounds", self.standard_error_bounds, self.total.size)
 
     def mean(self) -> np.ndarray:
         """The average vector: total / n, whose standard errors are standard_errors / n."""

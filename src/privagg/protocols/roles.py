@@ -44,7 +44,7 @@ from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from ..core.messages import MessageBatch, MessageLayout, check_batch
-from ..errors import ParameterError, check_sequence, kind_of
+from ..errors import ParameterError, check_sequence, checked_arguments, kind_of
 from ..core.randomness import RNGLike
 
 Agg = TypeVar("Agg")
@@ -262,7 +262,8 @@ def with_fingerprints(cls: type) -> type:
         method = getattr(cls, name, None)
         if method is None or getattr(method, "_fingerprinted", False):
             return
-        wrapped = functools.wraps(method)(make(method))
+        # a call with arguments the method does not take: a ParameterError (the wrappers check their types)
+        wrapped = checked_arguments(functools.wraps(method)(make(method)), types=False)
         wrapped._fingerprinted = True  # type: ignore[attr-defined]
         setattr(cls, name, wrapped)
 
