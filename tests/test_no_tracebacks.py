@@ -417,6 +417,15 @@ def api(fe1):
         "analyzer.agg_update": (analyzer.agg_update, dict(agg=analyzer.agg_init(), messages=messages)),
         "analyzer.merge": (analyzer.merge, dict(aggs=[analyzer.agg_init()])),
         "analyzer.finalize": (analyzer.finalize, dict(agg=analyzer.agg_init())),
+        "simulate.simulate": (privagg.simulate.simulate, dict(
+            parameters=params, codes=np.arange(1000) % 16, mode="fast", rng=1, queries=None, keep_messages=False,
+            progress=None, check_population=True)),
+        "simulate.estimate_frequencies": (privagg.simulate.estimate_frequencies, dict(
+            protocol="fe1", codes=np.arange(1000) % 16, encoder=privagg.ItemEncoder(16), epsilon=1.0, delta=1e-6,
+            calibration="numeric", options={"c": 1.0}, candidate_codes=None, top=3, full_domain=True, mode="fast",
+            seed=1, input_name="x", keep_messages=False, progress=None, warnings=(), evaluate=False)),
+        "engine.analyze": (privagg.engine.analyze, dict(analyzer=analyzer, partitions=[messages], engine="local",
+                                                        scheduler=None, workers=None)),
     }
 
 
@@ -435,6 +444,8 @@ def _public_api():
                 inspect.isfunction(v) or isinstance(v, (classmethod, staticmethod)))}
         elif inspect.isfunction(value):
             names.add(name)
+    names |= {f"simulate.{name}" for name in privagg.simulate.__all__ if inspect.isfunction(getattr(
+        privagg.simulate, name))} | {"engine.analyze"}  # the documented entry points of the submodules
     for role, label in ((roles.Client, "client"), (roles.Analyzer, "analyzer")):
         names |= {f"{label}.{m}" for m, v in vars(role).items() if inspect.isfunction(v) and not m.startswith("_")
                   and m != "working_bytes"}
@@ -442,7 +453,7 @@ def _public_api():
 
 
 # where an error names the argument as the command line does, or as the thing it checks
-FIELD_ALIASES = {"queries": {"item", "candidates"}, "codes": {"items", "item"}, "items": {"item"},
+FIELD_ALIASES = {"queries": {"item", "candidates"}, "candidate_codes": {"item"}, "codes": {"items", "item"}, "items": {"item"},
                  "aggs": {"aggregates to merge"}, "agg": {"aggregate"}, "index": {"rows"}}
 NEEDS_PANDAS = {"FrequencyTable.to_pandas", "HeavyHitterList.to_pandas", "VectorSum.to_pandas"}
 

@@ -137,6 +137,13 @@ def check_integer(field: str, value: Any, lowest: int, highest: int | None = Non
     return v
 
 
+def check_callable(field: str, value: Any, accepted: str) -> Any:
+    """``value`` if it is None or callable (a progress callback); else a ParameterError naming ``field``."""
+    if value is not None and not callable(value):
+        raise ParameterError(field, accepted, kind_of(value))
+    return value
+
+
 def kind_of(value: Any) -> str:
     """'a str', 'an int', 'a numpy.ndarray': the type of a refused argument, for the ``got`` of an error."""
     name = f"{type(value).__module__}.{type(value).__qualname__}".replace("builtins.", "")

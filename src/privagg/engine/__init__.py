@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..core.messages import MessageBatch
-from ..errors import ParameterError, check_integer
+from ..errors import ParameterError, check_instance, check_integer, check_sequence, checked_arguments
 from ..reports import Engine
 
 PARAMS_FILE = "params.json"
@@ -220,10 +220,15 @@ def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
                                  f"than a minute); {remedy}", True)
 
 
+@checked_arguments
 def analyze(analyzer, partitions: Sequence[Path | MessageBatch], engine: str = "local",
             scheduler: str | None = None, workers: int | None = None) -> tuple[Any, Engine]:
     """Run ``analyzer`` over ``partitions`` on ``engine``; returns (result, how it ran). A full-domain analysis
     that cannot finish is refused first (:func:`check_analysis`)."""
+    from ..protocols.roles import Analyzer
+
+    check_instance("analyzer", analyzer, Analyzer, "a protocol's analyzer (privagg.analyzer(parameters))")
+    partitions = list(check_sequence("partitions", partitions, "a list of Parquet partitions or MessageBatches"))
     if engine not in ENGINES:
         raise ParameterError("engine", f"one of {', '.join(ENGINES)}", engine)
     if not partitions:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.encoding import ItemEncoder, check_item_key
 from ..core.selection import percentiles
-from ..errors import ParameterError, check_integer
+from ..errors import ParameterError, check_callable, check_instance, check_integer, check_sequence, checked_arguments
 from ..privacy.description import privacy_warnings
 from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
@@ -114,6 +114,7 @@ def check_full_domain(parameters, mode: str) -> None:
                              "with --no-full-domain, or fewer users", domain)
 
 
+@checked_arguments
 def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder, *, epsilon: float, delta: float,
                          calibration: str | None = None, options: dict[str, Any] | None = None,
                          candidate_codes: np.ndarray | None = None, top: int = 10, full_domain: bool | None = None,
@@ -143,7 +144,11 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     if seed is not None:
         seed = check_integer("seed", seed, 0)
     evaluate = seed is not None if evaluate is None else evaluate
-    codes = np.asarray(codes)
+    codes = np.asarray(check_sequence("codes", codes, "one item code per user (ItemEncoder.encode)"))
+    if options is not None:
+        check_instance("options", options, dict, "the protocol's options as a dict (REGISTRY[protocol].options)")
+    check_callable("progress", progress, "a function (stage, done, total) or None")
+    warnings = list(check_sequence("warnings", warnings, "a list of warning lines"))
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
     domain_size = encoder.domain_size

@@ -40,9 +40,10 @@ import numpy as np
 
 from ..core.messages import SLICE_ROWS, MessageBatch, shuffle
 from ..core.randomness import RNGLike, describe, is_secure, streams
-from ..errors import ParameterError
+from ..errors import ParameterError, check_callable, checked_arguments
 from ..privacy.description import PrivacyDescription
 from ..protocols.kinds import Topology
+from ..protocols.parameters import check_parameters
 from ..protocols.registry import get
 from ..protocols.sampling_sharing import SharingCurator, SharingParameters, fast_aggregate
 from .progress import Progress
@@ -152,6 +153,7 @@ def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]
     return field, remedy
 
 
+@checked_arguments
 def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike = None, queries=None,
              keep_messages: bool = False, progress: Progress | None = None,
              check_population: bool = True) -> SimulationRun:
@@ -165,6 +167,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     ``check_population=False`` skips the protocol's data condition: for the
     auditors only, which run the neighbours of accepted datasets.
     """
+    check_parameters(parameters)
+    check_callable("progress", progress, "a function (stage, done, total) or None")
     mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
     check_size(parameters, mode)  # before the codes are checked: a run too large is refused without reading them
