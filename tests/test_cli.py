@@ -147,6 +147,23 @@ def test_protocols_table():
     assert next(r for r in rows if r["protocol"] == "fe1")["options"] == ["c", "bins", "honest_fraction"]
     assert next(r for r in rows if r["protocol"] == "fe1")["audit"].startswith("exact grid holds")
     assert "audit" in run("protocols")[1]  # the column (rich wraps its cells to the terminal)
+    # what each is: dpcs and dpcs-star print the same estimates, and the listing says how they differ
+    titles = {r["protocol"]: r["title"] for r in rows}
+    assert len(set(titles.values())) == len(titles) and "additive shares" in titles["dpcs-star"]
+    assert "same estimates" in titles["dpcs-star"] and "sampled counts" in titles["dpcs"]
+    assert titles["dpcs-star"] in run("protocols")[1]  # in the table too (piped: not wrapped)
+
+
+def test_a_fast_seeded_run_names_both_reasons_it_is_not_private(ints_file):
+    """--seed 1 --mode fast named only one of its two reasons (the fast path): each is in the privacy block and in
+    the one-line summary."""
+    code, out, err = run("estimate", "fe1", "--input", ints_file, "--domain", 1000, "--epsilon", 1, "--delta", 1e-6,
+                         "--seed", 1, "--mode", "fast", "--no-evaluate")
+    assert code == 0 and "NOT PRIVATE (fast path, seeded simulation)" in out, out
+    code, out, _ = run("estimate", "fe1", "--input", ints_file, "--domain", 1000, "--epsilon", 1, "--delta", 1e-6,
+                       "--seed", 1, "--mode", "fast", "--json")
+    reason = json.loads(out)["privacy"]["not_private_reason"]
+    assert reason.startswith("fast path") and "; and seeded simulation" in reason and "; and evaluated" in reason
 
 
 FREQUENCY = [name for name in IMPLEMENTED if REGISTRY[name].result is ResultKind.FREQUENCY_TABLE]

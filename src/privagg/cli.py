@@ -252,11 +252,11 @@ def _command(body: Callable[..., None], parameters: list[inspect.Parameter], doc
 
 @app.command()
 def protocols(as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON.")) -> None:
-    """List the protocols: family, trust model, topology, messages per user, status."""
+    """List the protocols: what each is, family, trust model, topology, messages per user, status."""
     def name(obj: Any) -> str | None:
         return None if obj is None else obj.__name__
 
-    rows = [{"protocol": e.name, "family": e.family, "trust": e.trust, "topology": e.topology,
+    rows = [{"protocol": e.name, "title": e.title, "family": e.family, "trust": e.trust, "topology": e.topology,
              "messages_per_user": e.messages_per_user, "result": e.result, "status": e.status,
              "reference": e.reference, "options": [o.name for o in e.options],
              "calibrations": list(e.calibrations), "parameters": name(e.parameters),
@@ -269,11 +269,11 @@ def protocols(as_json: bool = typer.Option(False, "--json", help="Print the regi
     from rich.table import Table
 
     table = Table(title="privagg protocols")
-    for column in ("protocol", "family", "trust", "messages / user", "result", "status", "audit"):
+    for column in ("protocol", "what it is", "family", "trust", "messages / user", "result", "status", "audit"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r["protocol"], r["family"], r["trust"], r["messages_per_user"], r["result"], r["status"],
-                      r["audit"], style=None if r["status"] == "implemented" else "dim")
+        table.add_row(r["protocol"], r["title"], r["family"], r["trust"], r["messages_per_user"], r["result"],
+                      r["status"], r["audit"], style=None if r["status"] == "implemented" else "dim")
     _console().print(table)
 
 

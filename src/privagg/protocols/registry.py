@@ -264,13 +264,18 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         options=(Option("levels", int, "k: coordinates are randomly rounded to {0..k} (default 3)"),
                  Option("coordinates_per_user", int, "t: coordinates each user reports (default 1)"), _HONEST)),
     ProtocolEntry(
-        name="dpcs", title="DPCS: a trusted server samples the records", topology=Topology.CENTRAL,
+        name="dpcs", title="DPCS: a trusted server samples the records and publishes the sampled counts",
+        topology=Topology.CENTRAL,
         example=_example(10, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
         calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
-        name="dpcs-star", title="DPCS*: sampled counts released as n additive shares", topology=Topology.CENTRAL,
+        name="dpcs-star", topology=Topology.CENTRAL,
+        # what it adds to DPCS is the form of the release, not its numbers
+        title="DPCS*: DPCS whose server publishes the sampled counts as n additive shares over F_q, which add up "
+              "to DPCS's counts (the same estimates and guarantee; the view DPDS's server has, which DPDS is "
+              "proved against)",
         example=_example(10, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
         calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,

@@ -239,16 +239,17 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         if entry.topology is Topology.SHUFFLE and mode == "faithful":
             transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
-    privacy = parameters.privacy
+    privacy, reasons = parameters.privacy, []  # each reason the run is not private (a fast seeded run has two)
     if mode == "fast":
         randomness = f"simulation shortcuts, not for real users; {randomness}"
-        privacy = privacy.as_simulation(randomness, "fast path: the sharing is skipped and the server's sums drawn "
-                                        "directly, a simulation shortcut" if entry.multi_round else
-                                        "fast path: the total noise is drawn with a floating-point binomial "
-                                        "sampler, a simulation shortcut")
-    elif not (rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng))):
-        privacy = privacy.as_simulation(randomness, "seeded simulation: whoever knows the seed can regenerate the "
-                                        "noise and recover the true counts")
+        reasons.append("fast path: the sharing is skipped and the server's sums drawn directly, a simulation "
+                       "shortcut" if entry.multi_round else "fast path: the total noise is drawn with a "
+                       "floating-point binomial sampler, a simulation shortcut")
+    if not (rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng))):
+        reasons.append("seeded simulation: whoever knows the seed can regenerate the noise and recover the true "
+                       "counts")
+    if reasons:
+        privacy = privacy.as_simulation(randomness, "; and ".join(reasons))
     return SimulationRun(result, mode, randomness, privacy, transcript, seconds, kept)
 
 
