@@ -218,6 +218,20 @@ def test_a_table_or_json_on_standard_input_is_not_read_line_by_line(command, dat
     assert result.stderr.count("\n") == 1 and "privagg-stdin" not in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("command, data", [
+    (["estimate", "fe-hh", "--epsilon", "1", "--delta", "1e-6", "--phi", "0.1"], b"a\n\xed\xa0\x80\nb\n"),
+    (["estimate", "grr", "--epsilon", "1", "--domain", "4"], b"1\n\n2\n"),
+    (["estimate", "blanket-vector", "--epsilon", "1", "--delta", "1e-6"], b"x\n1\n"),
+    (["estimate", "fe-hh", "--epsilon", "1", "--delta", "1e-6", "--phi", "0.1", "--domain", "8"], b"1\n" * 3000 + b"9\n"),
+], ids=["not-utf8", "blank-line", "vectors-as-text", "outside-the-domain"])
+def test_errors_about_standard_input_name_it_so(command, data):
+    """The readers named standard input by its temporary copy (/tmp/privagg-stdin-.../stdin): it is "standard
+    input" in every error, as in the reports."""
+    result = runner.invoke(app, [*command, "--input", "-"], input=data)
+    assert result.exit_code == 2 and "standard input" in result.stderr, result.output
+    assert "privagg-stdin" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
 def test_standard_input_as_a_table_with_its_delimiter_and_text_with_some_commas(tmp_path):
     given = runner.invoke(app, ["estimate", "grr", "--epsilon", "1", "--domain", "8", "--input", "-", "--delimiter",
                                 ",", "--column", "n", "--seed", "1", "--json"], input=b"name,n\na,1\nb,2\nc,1\n")

@@ -34,7 +34,7 @@ except ImportError:  # the light install has no command line
 
 from . import __version__
 from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output,
-                         _clean_errors, _console, _emit, _say, same_file)
+                         SHOWN_PATHS, _clean_errors, _console, _emit, _say, same_file)
 from .errors import ParameterError
 from .protocols.kinds import Family, ResultKind
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
@@ -513,6 +513,7 @@ def _input_file(value: Path | None) -> Path | None:
     suffix = ".parquet" if head.startswith(b"PAR1") else ".npy" if head.startswith(b"\x93NUMPY") else ""
     copy = copy.rename(copy.with_suffix(suffix)) if suffix else copy
     _stdin_copies[copy] = origin
+    SHOWN_PATHS[str(copy)] = STDIN_NAME  # the readers' errors name the copy
     return copy
 
 

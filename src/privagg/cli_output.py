@@ -38,12 +38,19 @@ def _say(text: str, stderr: bool = False) -> None:
     _console(stderr).print(text, markup=False, highlight=False)
 
 
+# paths an error names otherwise: standard input's temporary copy is "standard input" (cli._input_file)
+SHOWN_PATHS: dict[str, str] = {}
+
+
 @contextmanager
 def _clean_errors() -> Iterator[None]:
     try:
         yield
     except ParameterError as e:
-        _say(f"error: {e}", stderr=True)
+        message = str(e)
+        for path, name in SHOWN_PATHS.items():
+            message = message.replace(path, name)
+        _say(f"error: {message}", stderr=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
