@@ -232,6 +232,35 @@ def test_errors_about_standard_input_name_it_so(command, data):
     assert "privagg-stdin" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
+def _zipped(data: bytes) -> bytes:
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("items.txt", data)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("pack, name", [("gzip", "gzip-compressed"), ("bz2", "bzip2-compressed"),
+                                        ("lzma", "xz-compressed"), ("zip", "a zip archive")])
+@pytest.mark.parametrize("where", ["stdin", "file"])
+def test_compressed_input_says_so(tmp_path, pack, name, where):
+    """A compressed file or archive, piped or named .txt or .csv, is named as such, not as text that is not
+    UTF-8 (or, for bzip2's ASCII header, read as items)."""
+    import importlib
+
+    data = b"item\n" + b"apple\n" * 50
+    packed = _zipped(data) if pack == "zip" else importlib.import_module(pack).compress(data)
+    if where == "stdin":
+        result = runner.invoke(app, ["estimate", "fe1", "--epsilon", "1", "--delta", "1e-6", "--input", "-"],
+                               input=packed)
+    else:
+        result = runner.invoke(app, ["estimate", "fe1", "--epsilon", "1", "--delta", "1e-6", "--input",
+                                     str(write(tmp_path, "items.csv", packed))])
+    assert result.exit_code == 2 and f"({name}" in result.stderr and "unpack it first" in result.stderr, \
+        result.stderr
+
+
 def test_standard_input_as_a_table_with_its_delimiter_and_text_with_some_commas(tmp_path):
     given = runner.invoke(app, ["estimate", "grr", "--epsilon", "1", "--domain", "8", "--input", "-", "--delimiter",
                                 ",", "--column", "n", "--seed", "1", "--json"], input=b"name,n\na,1\nb,2\nc,1\n")

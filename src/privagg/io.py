@@ -35,6 +35,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,10 @@ BLOCK_BYTES = 1 << 20  # CSV and text blocks (Arrow holds several, each a few ti
 LONGEST_LINE = BLOCK_BYTES  # Arrow's reader refuses a line (a record) longer than its block
 SNIFF_BYTES = 1 << 16  # how much of a file is looked at before reading it: binary data, another format
 MAGIC = {b"PAR1": "parquet", b"\x93NUMPY": "npy"}
+# compressed files and archives, by their first bytes (bzip2's are ASCII: its block size and pi's digits in BCD)
+PACKED = {rb"\x1f\x8b": "gzip-compressed data", rb"PK\x03\x04": "a zip archive (or an .xlsx or .ods sheet)",
+          rb"BZh[1-9]1AY&SY": "bzip2-compressed data", rb"\xfd7zXZ\x00": "xz-compressed data",
+          rb"\x28\xb5\x2f\xfd": "zstd-compressed data"}
 TEXT_SEPARATOR = "\x1f"  # a control character no text line holds: plain text is read as a one-column table
 CANONICAL_INTEGER = r"^[+-]?[0-9]+\z"
 NUMBER = r"^[+-]?([\p{Nd}_]*\p{Nd}[\p{Nd}_]*(\.[\p{Nd}_]*)?|\.[\p{Nd}_]*\p{Nd}[\p{Nd}_]*)([eE][+-]?\p{Nd}+)?\z"
@@ -179,6 +184,9 @@ def _sniff(head: bytes, kind: str) -> str | None:
         return f"{what}, not {KIND_NAMES[kind]}"
     if found:
         return f"{KIND_NAMES[found]}: name it .{found} (or leave out --delimiter)"
+    packed = next((name for magic, name in PACKED.items() if re.match(magic, head)), None)
+    if packed:
+        return f"{packed}, not {KIND_NAMES[kind]}: unpack it first"
     if len(head) >= BINARY_SAMPLE and head.count(0) * 8 > len(head):  # a NUL is valid text; mostly NULs are not
         return f"binary data ({head.count(0)} NUL bytes in the first {len(head)}), not {KIND_NAMES[kind]}"
     if not _utf8_prefix(head):
