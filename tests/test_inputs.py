@@ -232,6 +232,17 @@ def test_errors_about_standard_input_name_it_so(command, data):
     assert "privagg-stdin" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
+def test_a_pipe_named_as_input_points_to_the_dash():
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(f"printf 'a\\nb\\n' | {sys.executable} -m privagg estimate fe1 --epsilon 1 --delta 1e-6 "
+                          "--input /dev/stdin", shell=True, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 2 and "--input - reads standard input" in done.stderr, done.stderr
+
+
 def _zipped(data: bytes) -> bytes:
     import zipfile
 

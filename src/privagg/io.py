@@ -129,7 +129,8 @@ def checked_file(path: str | Path, field: str, kind: str | None = None) -> Path:
     if not path.exists():
         raise ParameterError(field, "an existing file", path)
     if not path.is_file():
-        raise ParameterError(field, f"{accepted} (a regular file, not a device, socket or pipe)", path)
+        hint = "; --input - reads standard input" if field == "input" else ""
+        raise ParameterError(field, f"{accepted} (a regular file, not a device, socket or pipe{hint})", path)
     try:
         with path.open("rb") as f:
             head = f.read(SNIFF_BYTES)
