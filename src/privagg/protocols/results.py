@@ -116,8 +116,9 @@ def _data_frame(rows: dict[Any, dict[str, float]], index: str):
     try:
         import pandas as pd
     except ImportError:
-        raise ImportError("to_pandas() needs pandas, which privagg does not install: pip install pandas "
-                          "(or pip install 'privagg[pandas]'); to_dict() gives the same table without it") from None
+        raise ImportError("to_pandas() needs pandas, which the light install leaves out: pip install pandas (or "
+                          "pip install 'privagg[pandas]'; privagg[all] and make demo have it); to_dict() gives the "
+                          "same table without it") from None
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = index
     return frame
