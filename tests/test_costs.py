@@ -275,16 +275,17 @@ def test_account_shuffle_blanket_refuses_an_underflowing_blanket():
 
 def test_analyze_refuses_olh_over_a_full_domain_it_cannot_check(tmp_path):
     """OLH's analyzer checks every report at every item: 20,000 reports over 2^24 items are 3.4 10^11 checks."""
-    items = tmp_path / "items.txt"
+    items, candidates = tmp_path / "items.txt", tmp_path / "candidates.txt"
     items.write_text("".join(f"{i % 1000}\n" for i in range(20000)))
+    candidates.write_text("".join(f"{i}\n" for i in range(1000)))  # public: not the input (refused as candidates)
     folder = tmp_path / "m"
     works("estimate", "olh", "--input", str(items), "--domain", str(2**24), "--epsilon", "1", "--seed", "1",
-          "--candidates", str(items), "--no-full-domain", "--write-messages", str(folder))
+          "--candidates", str(candidates), "--no-full-domain", "--write-messages", str(folder))
     message = refused("analyze", "olh", "--params", str(folder / "params.json"), "--messages", str(folder),
                       "--full-domain")
     assert message.startswith("error: full-domain must be left out for olh") and "--candidates" in message, message
     works("analyze", "olh", "--params", str(folder / "params.json"), "--messages", str(folder), "--candidates",
-          str(items))
+          str(candidates))
 
 
 def test_compare_refuses_hours_of_full_domain_runs():
