@@ -454,7 +454,7 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
     distinct codes, to show beside the estimates.
     """
     codes, estimates = table.top_k(top)
-    stderr = np.broadcast_to(table.parameters.standard_error(estimates), estimates.shape)
+    stderr = np.broadcast_to(table.parameters.reported_standard_error(estimates), estimates.shape)
     true = [None] * codes.size
     if truth is not None:
         order = np.argsort(codes)  # the top codes are distinct

@@ -133,6 +133,13 @@ class _LocalParameters(OneItemReports, FrozenParameters):
         p, q = self.keep, self.other
         return np.sqrt((self.n_users - g) * q * (1 - q) + g * p * (1 - p)) / (p - q)
 
+    @property
+    def report_weight(self) -> float:
+        """1 / (p - q): one report's weight in an estimate. At large eps the sd at g = 0 nears 0 (q does) while a
+        holder's report still counts with probability p (1/2 for OUE, OLH), so results report the sd one report
+        from the estimate too (:meth:`reported_standard_error`)."""
+        return 1 / (self.keep - self.other)
+
     def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
         """Bernstein + union bound over [B] at the larger per-item variance (g = 0 or n): each report moves a
         count by at most 1 / (p - q)."""

@@ -73,6 +73,8 @@ class Parameters(Protocol):
 
     def standard_error(self, estimates: Any) -> Any: ...
 
+    def reported_standard_error(self, estimates: Any) -> Any: ...
+
     def costs(self) -> dict[str, dict[str, float]]: ...
 
     def theory(self) -> dict[str, float | str]: ...
@@ -99,6 +101,25 @@ class FrozenParameters:
     def honest_users(self) -> int:
         """ceil(G n): the users whose noise the guarantee counts on (fields ``n_users``, ``honest_fraction``)."""
         return honest_users(self.n_users, self.honest_fraction)
+
+    @property
+    def report_weight(self) -> float | None:
+        """How far one user's report moves an item's estimate, where the estimator's sd can vanish at some count
+        (:meth:`reported_standard_error`); None where noise no count takes away (dummies, a blanket, added noise) keeps
+        it above zero at every count."""
+        return None
+
+    def reported_standard_error(self, estimates):
+        """The standard errors a result reports beside ``estimates`` (docs/derivations.md, "Reported standard
+        errors"): ``standard_error`` at the estimate; with a ``report_weight`` w, the larger of its values at
+        estimate - w and estimate + w. The sd at the estimate alone reads 0, "certain", wherever it vanishes at the
+        estimate (a sampled count of 0) though not at a count one report away, which the release cannot tell
+        from it; for the sampling family the result is the posterior sd of the count under a flat prior."""
+        w = self.report_weight
+        if w is None:
+            return self.standard_error(estimates)
+        e = np.asarray(estimates, dtype=np.float64)
+        return np.maximum(self.standard_error(e - w), self.standard_error(e + w))
 
     @property
     def bits_per_message(self) -> int:

@@ -166,9 +166,10 @@ class FrequencyTable:
         return self.estimates
 
     def standard_error(self, items=None) -> np.ndarray:
-        """Standard errors of the estimates of ``items`` (default: the whole table), the estimate plugged in."""
+        """Standard errors of the estimates of ``items`` (default: the whole table): the parameters'
+        ``reported_standard_error`` at each estimate (never 0 where the estimator's variance is not)."""
         est = self.estimates if items is None else self.estimate(items)
-        return np.broadcast_to(self.parameters.standard_error(est), est.shape)
+        return np.broadcast_to(self.parameters.reported_standard_error(est), est.shape)
 
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k items with the largest estimates (codes, estimates), largest first."""

@@ -49,7 +49,7 @@ from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, element_bytes, expand, pack_elements, unpack_elements
 from ..errors import ParameterError, check_integer
 from .results import FrequencyTable
-from .sampling_sharing import SharingParameters, SharingUsers
+from .sampling_sharing import SamplingParameters, SharingParameters, SharingUsers
 
 # --- messages ----------------------------------------------------------------------------------------------
 MAGIC, VERSION = b"PVS", 2
@@ -460,15 +460,17 @@ class SharingServer:
 def survivors_parameters(parameters: SharingParameters, survivors: int) -> SharingParameters:
     """The parameters of the release over ``survivors`` of the n users (docs/privacy.md, "Dropouts in DPDS and
     DPDG"): n' = survivors users; the (1 - G) n users who may not follow the protocol all counted among them
-    (honest fraction (n' - (n - ceil(G n))) / n'); DPDS's data condition, every category held by beta n'
-    users, stated of the survivors; DPDG's noise that of the honest survivors. The sampling probability or the
-    noise variance is the task's: only the users change."""
+    (honest fraction (n' - (n - ceil(G n))) / n'); the sampling family's data condition stays stated of the n
+    enrolled users (``dropouts`` = n - n'), which leaves every category ceil(beta n) - (n - n') of the survivors
+    at least; DPDG's noise that of the honest survivors. The sampling probability or the noise variance is the
+    task's: only the users change."""
     n = parameters.n_users
     honest = survivors - (n - parameters.honest_users)
     if not 2 <= survivors <= n or honest < 1:
         raise ParameterError("survivors", f"in [2, {n}] and more than the {n - parameters.honest_users} users who "
                              "may not follow the protocol", survivors)
-    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors)
+    dropped = {"dropouts": parameters.dropouts + n - survivors} if isinstance(parameters, SamplingParameters) else {}
+    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, **dropped)
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
