@@ -475,8 +475,8 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
     """``min_survivors`` if a release over that many users can happen (at least the backups' threshold t of
-    users to reveal, :func:`threshold`) and is valid (:func:`survivors_parameters`: for DPDS, its N categories
-    of beta n' holders fit), else a ParameterError naming it."""
+    users to reveal, :func:`threshold`) and is valid (:func:`survivors_parameters`: more than the users who may
+    not follow the protocol), else a ParameterError naming it."""
     if parameters.model != "secret_sharing":
         raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
     return checked_survivors(parameters, min_survivors, max(2, threshold(parameters)))
