@@ -245,6 +245,65 @@ def test_seeded_estimates_say_they_are_not_private(ints_file):
         "NOT PRIVATE (seeded simulation, evaluated)" in out
 
 
+def test_every_document_has_one_private_flag_false_whenever_it_holds_the_data(ints_file, tmp_path):
+    """One top-level ``private`` per JSON document: true for the release alone (and for a calibration, which holds
+    no data), false with the true counts beside it (--evaluate), for a seeded run, and for compare."""
+    def document(*args):
+        code, out, err = run(*args, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    estimate = ["estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--top", 3]
+    release, evaluated, seeded = (document(*estimate, *extra) for extra in ([], ["--evaluate"], ["--seed", 4]))
+    assert release["private"] is True and "error" not in release
+    assert evaluated["private"] is False and "error" in evaluated
+    assert seeded["private"] is False
+    assert list(release)[0] == "private"
+    assert document("calibrate", "fe0", *COMMON, "--users", 1000, "--domain", 10)["private"] is True
+    compared = document("compare", "--input", ints_file, "--domain", 1000, "--protocols", "fe0", "--epsilon", 1,
+                        "--delta", 1e-6, "--trials", 1)
+    assert compared["private"] is False
+
+
+def test_a_report_holding_the_data_is_not_private_whatever_its_privacy_block_says(ints_file):
+    """The flag reads the fields marked FROM_DATA, not only the privacy block: a report whose block was left
+    private beside true counts is still not a private document."""
+    import dataclasses
+
+    from privagg.core.encoding import ItemEncoder
+    from privagg.reports import report_document
+    from privagg.simulate.frequency import estimate_frequencies
+
+    codes = np.loadtxt(ints_file, dtype=np.int64)
+    report, _ = estimate_frequencies("fe0", codes, ItemEncoder(1000, kind="integer"), epsilon=1.0, delta=1e-6,
+                                     top=3, full_domain=True, evaluate=True)
+    assert report_document(report)["private"] is False
+    unmarked = dataclasses.replace(report, privacy=dataclasses.replace(report.privacy, private=True,
+                                                                       not_private_reason=None))
+    assert report_document(unmarked)["private"] is False
+    released = dataclasses.replace(unmarked, error=None, estimates=[dataclasses.replace(e, true_count=None)
+                                                                     for e in report.estimates])
+    assert report_document(released)["private"] is True
+
+
+def test_every_field_computed_from_the_data_is_marked():
+    """The report types' fields that hold the truth or an error against it carry FROM_DATA (by name: true_*,
+    truth, *_z, z_*, error*, evaluation, data_condition*), so that no new one slips past the document's flag."""
+    import dataclasses
+    import re
+
+    from privagg import reports
+
+    named = re.compile(r"^(true_|truth)|_z$|^z_|^error(_|$)|^unweighted_error$|^evaluation$|^data_condition")
+    types = [t for t in vars(reports).values() if isinstance(t, type) and dataclasses.is_dataclass(t) and
+             t.__module__ == reports.__name__]
+    checked = [(t.__name__, f.name) for t in types for f in dataclasses.fields(t) if named.search(f.name)]
+    assert len(checked) >= 15
+    mechanism = {("AuditReport", "true_epsilon"), ("AuditReport", "true_delta")}  # from its laws, not from data
+    assert [c for t in types for f in dataclasses.fields(t) if named.search(f.name) and
+            not f.metadata.get("from_data") for c in [(t.__name__, f.name)] if c not in mechanism] == []
+
+
 @pytest.mark.parametrize("protocol", FREQUENCY)
 def test_unseeded_estimates_are_private(protocol, tmp_path):
     path = tmp_path / "small.txt"
@@ -259,6 +318,7 @@ def test_unseeded_estimates_are_private(protocol, tmp_path):
     report = json.loads(out)
     validate(report, EstimateReport)
     assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
+    assert report["private"] is True  # the whole document: the release alone
     assert "secure" in report["privacy"]["randomness"] and report["n_users"] == 500
     # a private report holds the release only: no true count, no error against the data
     assert "error" not in report and all("true_count" not in e for e in report["estimates"])

@@ -271,7 +271,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
     from .core.encoding import KEY_BYTES, check_item_key
     from .privacy.description import privacy_warnings
     from .protocols.registry import calibrate
-    from .reports import CalibrationReport, privacy_profile, report_parameters, to_json_dict
+    from .reports import CalibrationReport, privacy_profile, report_document, report_parameters
 
     with _clean_errors():
         _check_output(output)
@@ -300,7 +300,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
         _console().print(table)
         _say_privacy(params.privacy, profile, verbose)
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _profile_line(profile) -> str:
@@ -559,7 +559,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
               epsilon_column: Optional[str], **options: Any) -> None:
     from .io import InputFormat
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.frequency import check_resources, estimate_frequencies, item_encoder
 
     with _clean_errors():
@@ -607,7 +607,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                     calibration=calibration.value, options=options, top=top, mode=mode.value, seed=seed,
                     input_name=input_name, progress=advance, warnings=warnings, evaluate=evaluate)
             report.simulation.seconds["read"] = read_seconds
-            _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
+            _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
             return
         with _progress(progress) as advance:
             report, run = estimate_frequencies(
@@ -627,7 +627,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 "randomness": run.randomness, **({"categories": categories} if categories else {})})
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
-    _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
+    _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
 
 
 UNRELIABLE = 0.05  # fe-hh: a miss or false-report bound above this makes the list not one to act on
@@ -814,7 +814,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
                      missing: Optional[Enum] = None, **options: Any) -> None:
     from . import engine
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.frequency import estimate_vector_sum
 
     with _clean_errors():
@@ -880,7 +880,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
         _say_written(report)
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _register_vector_estimate(entry: ProtocolEntry) -> None:
@@ -939,7 +939,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                  progress: Optional[bool]) -> None:
     from . import datasets
     from .io import InputFormat, read_items
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.heavy_hitters import estimate_heavy_hitters
 
     with _clean_errors():
@@ -1004,7 +1004,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _say(f"simulation: {report.simulation.randomness}; seconds "
              + ", ".join(f"{k} {v:.2f}" for k, v in report.simulation.seconds.items()))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _register_hh_estimate(entry: ProtocolEntry) -> None:
@@ -1034,7 +1034,7 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
            output: Optional[Path], progress: Optional[bool] = None, **options: Any) -> None:
     from .audit import exact_audit, statistical_audit
     from .protocols.registry import calibrate
-    from .reports import to_json_dict
+    from .reports import report_document
 
     with _clean_errors():
         _check_output(output)
@@ -1065,7 +1065,7 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
             _say(f"  {note}")
         _say("verdict: " + ("holds" if r.holds else "VIOLATED: the mechanism does not meet its claimed guarantee"))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
     if not report.holds:
         raise typer.Exit(EXIT_VIOLATION)  # a violated guarantee fails a script, as a failed test would
 
@@ -1232,7 +1232,7 @@ def compare_command(
     from . import datasets
     from .compare import compare, parse_list, plot, write_csv
     from .io import InputFormat, read_codes
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.frequency import item_encoder
 
     with _clean_errors():
@@ -1276,7 +1276,7 @@ def compare_command(
         if out is not None:
             _say(f"wrote compare.csv, error_vs_epsilon.png and error_vs_messages.png to {out}")
 
-    _emit(to_json_dict(report), as_json, None, human)
+    _emit(report_document(report), as_json, None, human)
 
 
 # --- account ------------------------------------------------------------------------------------------
@@ -1303,7 +1303,7 @@ def account_shuffle(
 ) -> None:
     """(eps, delta) of n eps0-LDP reports after a uniform shuffle (amplification by shuffling)."""
     from .privacy import shuffle
-    from .reports import AccountReport, to_json_dict
+    from .reports import AccountReport, report_document
 
     with _clean_errors():
         _check_output(output)
@@ -1349,7 +1349,7 @@ def account_shuffle(
             _say(f"  exact eps of shuffled binary randomized response {exact_note}")
         _say("  assumes: " + "; ".join(shuffle.ASSUMPTIONS))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 # --- analyze ------------------------------------------------------------------------------------------
@@ -1385,7 +1385,7 @@ def analyze(
     from .pipelines import Analysis, folder_privacy
     from .protocols import registry
     from .protocols.registry import load_parameters
-    from .reports import to_json_dict
+    from .reports import report_document
 
     with _clean_errors():
         _check_output(output, params_file, candidates)
@@ -1437,7 +1437,7 @@ def analyze(
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, scheduler: Optional[str],
@@ -1446,7 +1446,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
     from .pipelines import Analysis, folder_privacy
-    from .reports import to_json_dict
+    from .reports import report_document
 
     analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
     result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers)
@@ -1469,7 +1469,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _check_partition_columns(partitions: list[Path], layout) -> None:

@@ -651,7 +651,7 @@ class AnalyzerService:
         early-closed shuffle task's m >= ceil(G n) reports, not n), and the warnings name repeated
         encapsulations dropped."""
         from ..pipelines import analysis_privacy
-        from ..reports import Collection, Engine, to_json_dict
+        from ..reports import Collection, Engine, report_document
 
         loaded = self.load(task_id)
         with storage.reading(self.engine) as c:
@@ -676,7 +676,7 @@ class AnalyzerService:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "
                                    "counted once")
-        return to_json_dict(report)
+        return report_document(report)
 
 
 def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None, *,
