@@ -381,8 +381,8 @@ class SharingRelease:
         return dataclasses.replace(base, delta=delta, caveats=base.caveats + (
             f"recomputed for the {self.survivors} users who took part to the end, of the {self.enrolled} enrolled "
             f"({self.senders} advertised in round 1, {self.revealers} revealed in round 3): the release is theirs, and "
-            f"its conditions (the users who may not follow the protocol, the data condition) are stated of them"
-            f"{weakened}",
+            f"its conditions (the users who may not follow the protocol; what the data condition, stated of all "
+            f"the enrolled, leaves them) are stated of them{weakened}",
             f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} "
             "(Shamir): the server learns only the survivors' sum if it follows the protocol (it shows every user the "
             "same lists and relays the public keys unaltered) and pools shares with fewer than that many users",))
