@@ -624,7 +624,8 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
             categories = getattr(encoder, "categories", None)  # a public list: analyze names the codes by it
             write(write_messages, run.result.parameters, run.messages, partitions, {
                 "kind": encoder.kind, "domain_size": domain, "private": run.privacy.private,
-                "randomness": run.randomness, **({"categories": categories} if categories else {})})
+                "randomness": run.randomness, "users": run.result.parameters.n_users,  # all n users' messages
+                **({"categories": categories} if categories else {})})
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
     _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
@@ -843,7 +844,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             start = time.perf_counter()
             engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, {
                 "kind": "vector", "domain_size": run.result.parameters.domain_size,
-                "private": run.privacy.private, "randomness": run.randomness})
+                "private": run.privacy.private, "randomness": run.randomness,
+                "users": run.result.parameters.n_users})  # all n users' messages
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
 
@@ -1382,7 +1384,7 @@ def analyze(
     from . import engine as engines
     from .core.encoding import CategoryEncoder, ItemEncoder
     from .io import InputFormat, read_codes
-    from .pipelines import Analysis, folder_privacy
+    from .pipelines import Analysis, folder_privacy, folder_reporters
     from .protocols import registry
     from .protocols.registry import load_parameters
     from .reports import report_document
@@ -1423,10 +1425,12 @@ def analyze(
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
             queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
         analysis = Analysis.of(params, queries, full_domain)
-        result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers)
+        reporters, unknown = folder_reporters(params, items)
+        result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
         received = result.messages + result.malformed
         report = analysis.report(result, folder_privacy(params, items, received), run, encoder=encoder, top=top)
-        report = _with_count_warning(report, params, received, messages, strict)
+        report.warnings += unknown
+        report = _with_count_warning(report, params, received, messages, strict, reporters)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates, params.item_key)
@@ -1445,14 +1449,16 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
                     output: Optional[Path], strict: bool = False) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
-    from .pipelines import Analysis, folder_privacy
+    from .pipelines import Analysis, folder_privacy, folder_reporters
     from .reports import report_document
 
     analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
-    result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers)
+    reporters, unknown = folder_reporters(params, items)
+    result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed
     report = analysis.report(result, folder_privacy(params, items, received), run)
-    report = _with_count_warning(report, params, received, partitions[0].parent, strict)
+    report.warnings += unknown
+    report = _with_count_warning(report, params, received, partitions[0].parent, strict, reporters)
 
     def human() -> None:
         from rich.table import Table
@@ -1485,15 +1491,16 @@ def _check_partition_columns(partitions: list[Path], layout) -> None:
         layout.check_columns(names, str(path))
 
 
-def _with_count_warning(report, params, received: int, messages: Path, strict: bool):
-    """A message count far from the n (1 + rho) the parameters count on (the 5 sd rule of the privacy caveat)
-    is also a warning of the report, or with --strict an error: a duplicated or missing partition, copies of
-    messages, or another run's parameters would otherwise give inflated or empty estimates with exit 0."""
+def _with_count_warning(report, params, received: int, messages: Path, strict: bool, reporters: int | None = None):
+    """A message count far from the m (1 + rho) the parameters count on from the folder's m users (items.json;
+    unknown: the calibrated n; the 5 sd rule of the privacy caveat) is also a warning of the report, or with
+    --strict an error: a duplicated or missing partition, copies of messages, or another run's parameters would
+    otherwise give inflated or empty estimates with exit 0."""
     from dataclasses import replace
 
     from .reports import received_mismatch
 
-    mismatch = received_mismatch(params, received)
+    mismatch = received_mismatch(params, received, reporters)
     if mismatch is None:
         return report
     if strict:

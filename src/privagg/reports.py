@@ -18,6 +18,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .privacy.description import PrivacyDescription
+from .protocols.parameters import with_reporters
 from .protocols.registry import ENTRIES, IMPLEMENTED
 
 # The metadata of a field computed from the raw data (the true counts or sums, a realised error, z-scores against
@@ -461,7 +462,8 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
     distinct codes, to show beside the estimates.
     """
     codes, estimates = table.top_k(top)
-    stderr = np.broadcast_to(table.parameters.reported_standard_error(estimates), estimates.shape)
+    stderr = np.broadcast_to(table.parameters.reported_standard_error(estimates, getattr(table, "reporters", None)),
+                             estimates.shape)
     true = [None] * codes.size
     if truth is not None:
         order = np.argsort(codes)  # the top codes are distinct
@@ -492,7 +494,7 @@ def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engi
 def heavy_hitter_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
                                  collection: Collection | None = None) -> HeavyHitterAnalysisReport:
     """The report of an analysis whose result is fe-hh's list of heavy hitters."""
-    return HeavyHitterAnalysisReport(threshold=parameters.threshold, heavy_hitters=heavy_hitters(result),
+    return HeavyHitterAnalysisReport(threshold=result.threshold, heavy_hitters=heavy_hitters(result),
                                      survivors=list(result.survivors), theory=parameters.theory(),
                                      **_analysis_common(parameters, result, privacy, engine, collection,
                                                         capped_warnings(parameters, result)))
@@ -521,14 +523,15 @@ def capped_warnings(parameters, result) -> list[str]:
 
 def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: Engine,
                      collection: Collection | None, warnings: list[str] = ()) -> dict[str, Any]:
-    """What every analysis report holds besides its estimates."""
+    """What every analysis report holds besides its estimates: messages per user and the expected error are those
+    of the users whose reports the result counted (``result.reporters``; unknown: the calibrated n)."""
     from .privacy.description import privacy_warnings
 
-    received = result.messages + result.malformed
+    received, reporters = result.messages + result.malformed, getattr(result, "reporters", None)
+    users = parameters.n_users if reporters is None else reporters
     return dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
-                n_users=parameters.n_users, messages=Messages(received, received / parameters.n_users,
-                                                              result.malformed),
-                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
+                n_users=parameters.n_users, messages=Messages(received, received / users, result.malformed),
+                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters, reporters),
                 privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
                 warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
                 + parameters.warnings() + list(warnings))
@@ -576,8 +579,9 @@ def privacy_profile(parameters) -> list[ProfilePoint]:
                                                               2 * parameters.epsilon)]
 
 
-def expected_error(parameters) -> ExpectedError:
-    return ExpectedError(**parameters.expected_error())
+def expected_error(parameters, reporters: int | None = None) -> ExpectedError:
+    """The parameters' expected error, for the ``reporters`` users counted where known (default: n)."""
+    return ExpectedError(**with_reporters(parameters.expected_error, reporters=reporters))
 
 
 def report_parameters(parameters) -> dict[str, Scalar]:

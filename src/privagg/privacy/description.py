@@ -68,6 +68,11 @@ class PrivacyDescription:
             f"evaluated: the report holds {what}, computed from the raw data, which are not part of the "
             "protocol's release and carry no privacy guarantee (leave out --evaluate for a report to publish)"))
 
+    def as_unfounded(self, reason: str) -> "PrivacyDescription":
+        """The same mechanism in a run where what the guarantee rests on does not hold (``reason``): not private,
+        whatever its randomness."""
+        return replace(self, private=False, not_private_reason=self._with_reason(reason))
+
     def _with_reason(self, reason: str) -> str:
         """``reason`` after any reason already given (a seeded run that is also evaluated has both)."""
         return reason if self.not_private_reason is None else f"{self.not_private_reason}; and {reason}"
