@@ -349,6 +349,7 @@ def write_run(ints_file, tmp_path, *args):
 def test_written_messages_analyze_to_the_same_estimates(ints_file, tmp_path):
     estimated, folder = write_run(ints_file, tmp_path)
     assert estimated["messages_written"] == str(folder)
+    assert json.loads((folder / "items.json").read_text())["users"] == estimated["n_users"]  # whose messages
     assert sorted(p.name for p in folder.iterdir()) == ["items.json", "params.json", "part-00000.parquet",
                                                         "part-00001.parquet", "part-00002.parquet"]
     params = load_parameters((folder / "params.json").read_text())
@@ -427,6 +428,47 @@ def test_analyze_refuses_parameters_other_than_the_messages(ints_file, tmp_path)
     code, _, err = run("analyze", "fe1", "--params", tmp_path / "other.json", "--messages", folder,
                        "--candidates", tmp_path / "cands.txt")
     assert code == 2 and err.startswith("error: params must be"), err
+
+
+def test_a_folder_of_fewer_users_is_debiased_with_the_users_its_items_json_records(tmp_path):
+    """A folder holding m = 200 of the n = 400 users' messages (a collection closed early), as items.json records:
+    analyze debiases with m, divides the messages by m and states what the guarantee counts on among them (not
+    private below ceil(G n) = 200); a folder that does not record m is debiased with n and the report says so."""
+    from privagg.engine import write_messages
+    from privagg.protocols.registry import analyzer, calibrate, client
+
+    params = calibrate("fe0", epsilon=1.0, delta=1e-6, n_users=400, domain_size=5, honest_fraction=0.5)
+    m, folder = 200, tmp_path / "m"
+    messages = client(params).randomize(np.arange(m) % 3, rng=7)
+    items = {"kind": "integer", "domain_size": 5, "private": True, "randomness": "the SDK's", "users": m}
+    write_messages(folder, params, messages, 2, items)
+    aggregator = analyzer(params)
+    agg = aggregator.agg_update(aggregator.agg_init(), messages)
+    args = ("analyze", "fe0", "--params", folder / "params.json", "--messages", folder, "--json")
+
+    def analyze(**record):
+        (folder / "items.json").write_text(json.dumps({k: v for k, v in {**items, **record}.items() if v != "-"}))
+        code, out, err = run(*args)
+        assert code == 0, err
+        return json.loads(out)
+
+    report = analyze()
+    assert {e["item"]: e["estimate"] for e in report["estimates"]} == dict(enumerate(
+        aggregator.finalize(agg, reporters=m).estimates.tolist()))
+    assert report["messages"]["per_user"] == len(messages) / m and not report["warnings"]
+    assert report["privacy"]["private"] and not report["privacy"]["caveats"]
+    assert "200 of the 400 users reported" in report["privacy"]["assumptions"][-1]
+    report = analyze(users="-")  # not recorded: n, and the report says so
+    assert {e["item"]: e["estimate"] for e in report["estimates"]} == dict(enumerate(
+        aggregator.finalize(agg).estimates.tolist()))
+    assert any('does not record how many users' in w and "n = 400" in w for w in report["warnings"])
+    report = analyze(users=150)  # fewer than the ceil(G n) honest users the guarantee counts on
+    assert report["privacy"]["private"] is False and report["privacy"]["not_private_reason"].startswith(
+        "too few reports: 150 of the 400 users' reports were counted, fewer than the 200 honest users")
+    for bad in (0, "200", 2.5, True):
+        (folder / "items.json").write_text(json.dumps({**items, "users": bad}))
+        code, _, err = run(*args)
+        assert code == 2 and err.startswith("error: items.json users must be the number of users whose messages"), err
 
 
 def test_write_messages_needs_a_faithful_shuffle_run(ints_file, tmp_path):
