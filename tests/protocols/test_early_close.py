@@ -194,9 +194,9 @@ def test_the_release_states_the_errors_and_messages_of_the_users_counted(protoco
     agg = analyzer.agg_update(analyzer.agg_init(), client(params).randomize(users(rng, m), rng))
     result = analyzer.finalize(agg, reporters=m)
     assert result.reporters == m
-    if hasattr(result, "standard_error"):  # a frequency table: the estimate plugged in, for m users
-        assert np.allclose(result.standard_error(), params.standard_error(result.estimates, reporters=m))
-        assert not np.allclose(result.standard_error(), params.standard_error(result.estimates))
+    if hasattr(result, "standard_error"):  # a frequency table: the reported standard errors of m users
+        assert np.allclose(result.standard_error(), params.reported_standard_error(result.estimates, m))
+        assert not np.allclose(result.standard_error(), params.reported_standard_error(result.estimates))
     elif protocol == "fe-hh":
         assert np.allclose(result.standard_errors, params.standard_error(result.estimates, reporters=m))
         assert result.threshold == params.phi * m
