@@ -262,6 +262,65 @@ def test_seeded_estimates_say_they_are_not_private(ints_file):
         "NOT PRIVATE (seeded simulation, evaluated)" in out
 
 
+def test_every_document_has_one_private_flag_false_whenever_it_holds_the_data(ints_file, tmp_path):
+    """One top-level ``private`` per JSON document: true for the release alone (and for a calibration, which holds
+    no data), false with the true counts beside it (--evaluate), for a seeded run, and for compare."""
+    def document(*args):
+        code, out, err = run(*args, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    estimate = ["estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--top", 3]
+    release, evaluated, seeded = (document(*estimate, *extra) for extra in ([], ["--evaluate"], ["--seed", 4]))
+    assert release["private"] is True and "error" not in release
+    assert evaluated["private"] is False and "error" in evaluated
+    assert seeded["private"] is False
+    assert list(release)[0] == "private"
+    assert document("calibrate", "fe0", *COMMON, "--users", 1000, "--domain", 10)["private"] is True
+    compared = document("compare", "--input", ints_file, "--domain", 1000, "--protocols", "fe0", "--epsilon", 1,
+                        "--delta", 1e-6, "--trials", 1)
+    assert compared["private"] is False
+
+
+def test_a_report_holding_the_data_is_not_private_whatever_its_privacy_block_says(ints_file):
+    """The flag reads the fields marked FROM_DATA, not only the privacy block: a report whose block was left
+    private beside true counts is still not a private document."""
+    import dataclasses
+
+    from privagg.core.encoding import ItemEncoder
+    from privagg.reports import report_document
+    from privagg.simulate.frequency import estimate_frequencies
+
+    codes = np.loadtxt(ints_file, dtype=np.int64)
+    report, _ = estimate_frequencies("fe0", codes, ItemEncoder(1000, kind="integer"), epsilon=1.0, delta=1e-6,
+                                     top=3, full_domain=True, evaluate=True)
+    assert report_document(report)["private"] is False
+    unmarked = dataclasses.replace(report, privacy=dataclasses.replace(report.privacy, private=True,
+                                                                       not_private_reason=None))
+    assert report_document(unmarked)["private"] is False
+    released = dataclasses.replace(unmarked, error=None, estimates=[dataclasses.replace(e, true_count=None)
+                                                                     for e in report.estimates])
+    assert report_document(released)["private"] is True
+
+
+def test_every_field_computed_from_the_data_is_marked():
+    """The report types' fields that hold the truth or an error against it carry FROM_DATA (by name: true_*,
+    truth, *_z, z_*, error*, evaluation, data_condition*), so that no new one slips past the document's flag."""
+    import dataclasses
+    import re
+
+    from privagg import reports
+
+    named = re.compile(r"^(true_|truth)|_z$|^z_|^error(_|$)|^unweighted_error$|^evaluation$|^data_condition")
+    types = [t for t in vars(reports).values() if isinstance(t, type) and dataclasses.is_dataclass(t) and
+             t.__module__ == reports.__name__]
+    checked = [(t.__name__, f.name) for t in types for f in dataclasses.fields(t) if named.search(f.name)]
+    assert len(checked) >= 15
+    mechanism = {("AuditReport", "true_epsilon"), ("AuditReport", "true_delta")}  # from its laws, not from data
+    assert [c for t in types for f in dataclasses.fields(t) if named.search(f.name) and
+            not f.metadata.get("from_data") for c in [(t.__name__, f.name)] if c not in mechanism] == []
+
+
 @pytest.mark.parametrize("protocol", FREQUENCY)
 def test_unseeded_estimates_are_private(protocol, tmp_path):
     path = tmp_path / "small.txt"
@@ -276,6 +335,7 @@ def test_unseeded_estimates_are_private(protocol, tmp_path):
     report = json.loads(out)
     validate(report, EstimateReport)
     assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
+    assert report["private"] is True  # the whole document: the release alone
     assert "secure" in report["privacy"]["randomness"] and report["n_users"] == 500
     # a private report holds the release only: no true count, no error against the data
     assert "error" not in report and all("true_count" not in e for e in report["estimates"])
@@ -306,6 +366,7 @@ def write_run(ints_file, tmp_path, *args):
 def test_written_messages_analyze_to_the_same_estimates(ints_file, tmp_path):
     estimated, folder = write_run(ints_file, tmp_path)
     assert estimated["messages_written"] == str(folder)
+    assert json.loads((folder / "items.json").read_text())["users"] == estimated["n_users"]  # whose messages
     assert sorted(p.name for p in folder.iterdir()) == ["items.json", "params.json", "part-00000.parquet",
                                                         "part-00001.parquet", "part-00002.parquet"]
     params = load_parameters((folder / "params.json").read_text())
@@ -384,6 +445,47 @@ def test_analyze_refuses_parameters_other_than_the_messages(ints_file, tmp_path)
     code, _, err = run("analyze", "fe1", "--params", tmp_path / "other.json", "--messages", folder,
                        "--candidates", tmp_path / "cands.txt")
     assert code == 2 and err.startswith("error: params must be"), err
+
+
+def test_a_folder_of_fewer_users_is_debiased_with_the_users_its_items_json_records(tmp_path):
+    """A folder holding m = 200 of the n = 400 users' messages (a collection closed early), as items.json records:
+    analyze debiases with m, divides the messages by m and states what the guarantee counts on among them (not
+    private below ceil(G n) = 200); a folder that does not record m is debiased with n and the report says so."""
+    from privagg.engine import write_messages
+    from privagg.protocols.registry import analyzer, calibrate, client
+
+    params = calibrate("fe0", epsilon=1.0, delta=1e-6, n_users=400, domain_size=5, honest_fraction=0.5)
+    m, folder = 200, tmp_path / "m"
+    messages = client(params).randomize(np.arange(m) % 3, rng=7)
+    items = {"kind": "integer", "domain_size": 5, "private": True, "randomness": "the SDK's", "users": m}
+    write_messages(folder, params, messages, 2, items)
+    aggregator = analyzer(params)
+    agg = aggregator.agg_update(aggregator.agg_init(), messages)
+    args = ("analyze", "fe0", "--params", folder / "params.json", "--messages", folder, "--json")
+
+    def analyze(**record):
+        (folder / "items.json").write_text(json.dumps({k: v for k, v in {**items, **record}.items() if v != "-"}))
+        code, out, err = run(*args)
+        assert code == 0, err
+        return json.loads(out)
+
+    report = analyze()
+    assert {e["item"]: e["estimate"] for e in report["estimates"]} == dict(enumerate(
+        aggregator.finalize(agg, reporters=m).estimates.tolist()))
+    assert report["messages"]["per_user"] == len(messages) / m and not report["warnings"]
+    assert report["privacy"]["private"] and not report["privacy"]["caveats"]
+    assert "200 of the 400 users reported" in report["privacy"]["assumptions"][-1]
+    report = analyze(users="-")  # not recorded: n, and the report says so
+    assert {e["item"]: e["estimate"] for e in report["estimates"]} == dict(enumerate(
+        aggregator.finalize(agg).estimates.tolist()))
+    assert any('does not record how many users' in w and "n = 400" in w for w in report["warnings"])
+    report = analyze(users=150)  # fewer than the ceil(G n) honest users the guarantee counts on
+    assert report["privacy"]["private"] is False and report["privacy"]["not_private_reason"].startswith(
+        "too few reports: 150 of the 400 users' reports were counted, fewer than the 200 honest users")
+    for bad in (0, "200", 2.5, True):
+        (folder / "items.json").write_text(json.dumps({**items, "users": bad}))
+        code, _, err = run(*args)
+        assert code == 2 and err.startswith("error: items.json users must be the number of users whose messages"), err
 
 
 def test_write_messages_needs_a_faithful_shuffle_run(ints_file, tmp_path):

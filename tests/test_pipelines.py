@@ -77,3 +77,22 @@ def test_the_privacy_block_states_the_clients_randomness_and_the_received_count(
                           ({}, "no items.json records how the messages were made")):
         privacy = folder_privacy(params, items, expected)
         assert not privacy.private and reason in privacy.not_private_reason
+
+
+def test_a_release_of_fewer_users_states_what_its_guarantee_counts_on():
+    """m of the n users reported (a shuffle task closed early): the guarantee counts on ceil(G n) honest users among
+    them, and says so; below ceil(G n) it is not private. A local report stands alone; more than n add noise."""
+    params = calibrate("fe0", epsilon=1.0, delta=1e-6, n_users=N, domain_size=B, honest_fraction=0.75)
+    per_user = params.messages_per_user
+    early = analysis_privacy(params, round(1600 * per_user), "secure", reporters=1600)
+    assert early.private and early.assumptions[-1].startswith("1600 of the 2000 users reported: the guarantee counts "
+                                                              "on 1500 of them following the protocol")
+    short = analysis_privacy(params, round(1499 * per_user), "secure", reporters=1499)
+    assert not short.private and "fewer than the 1500 honest users" in short.not_private_reason
+    assert short.summary().startswith("NOT PRIVATE (too few reports)")
+    assert analysis_privacy(params, round(N * per_user), "secure", reporters=N) == analysis_privacy(
+        params, round(N * per_user), "secure")
+    local = calibrate("grr", epsilon=1.0, n_users=N, domain_size=B)
+    for users in (10, 3 * N):
+        privacy = analysis_privacy(local, users, "secure", reporters=users)
+        assert privacy.private and privacy.assumptions == local.privacy.assumptions and not privacy.caveats

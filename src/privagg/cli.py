@@ -314,7 +314,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
     from .core.encoding import KEY_BYTES, check_item_key
     from .privacy.description import privacy_warnings
     from .protocols.registry import calibrate
-    from .reports import CalibrationReport, privacy_profile, report_parameters, to_json_dict
+    from .reports import CalibrationReport, privacy_profile, report_document, report_parameters
 
     with _clean_errors():
         _check_output(output)
@@ -343,7 +343,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
         _console().print(table)
         _say_privacy(params.privacy, profile, verbose)
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _profile_line(profile) -> str:
@@ -692,7 +692,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
               epsilon_column: Optional[str], **options: Any) -> None:
     from .io import InputFormat
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.frequency import check_resources, estimate_frequencies, item_encoder
 
     with _clean_errors():
@@ -742,7 +742,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                     input_name=input_name, progress=advance, evaluate=evaluate)
             report.simulation.seconds["read"] = read_seconds
             _with_left_out(report, dropped)
-            _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
+            _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
             return
         with _progress(progress) as advance:
             report, run = estimate_frequencies(
@@ -760,10 +760,11 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
             categories = getattr(encoder, "categories", None)  # a public list: analyze names the codes by it
             write(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
                 report, kind=encoder.kind, domain_size=domain, randomness=run.randomness,
+                users=run.result.parameters.n_users,  # all n users' messages
                 **({"categories": categories} if categories else {})))
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
-    _emit(to_json_dict(report), as_json, output, lambda: _print_estimate(report, verbose))
+    _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
 
 
 UNRELIABLE = 0.05  # fe-hh: a miss or false-report bound above this makes the list not one to act on
@@ -951,7 +952,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      missing: Optional[Enum] = None, **options: Any) -> None:
     from . import engine
     from .io import InputFormat
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.frequency import estimate_vector_sum
 
     with _clean_errors():
@@ -984,7 +985,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
             engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
-                report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness))
+                report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness,
+                users=run.result.parameters.n_users))  # all n users' messages
             report.simulation.seconds["write_messages"] = time.perf_counter() - start
             report.messages_written = str(write_messages)
 
@@ -1021,7 +1023,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         _say(f"simulation: {report.simulation.mode} path, {report.simulation.randomness}")
         _say_written(report)
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _register_vector_estimate(entry: ProtocolEntry) -> None:
@@ -1081,7 +1083,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                  progress: Optional[bool]) -> None:
     from . import datasets
     from .io import InputFormat, read_items
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.heavy_hitters import estimate_heavy_hitters
 
     with _clean_errors():
@@ -1147,7 +1149,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _say(f"simulation: {report.simulation.randomness}; seconds "
              + ", ".join(f"{k} {v:.2f}" for k, v in report.simulation.seconds.items()))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _register_hh_estimate(entry: ProtocolEntry) -> None:
@@ -1177,7 +1179,7 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
            output: Optional[Path], progress: Optional[bool] = None, **options: Any) -> None:
     from .audit import exact_audit, statistical_audit
     from .protocols.registry import calibrate
-    from .reports import to_json_dict
+    from .reports import report_document
 
     with _clean_errors():
         _check_output(output)
@@ -1208,7 +1210,7 @@ def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, del
             _say(f"  {note}")
         _say("verdict: " + ("holds" if r.holds else "VIOLATED: the mechanism does not meet its claimed guarantee"))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
     if not report.holds:
         raise typer.Exit(EXIT_VIOLATION)  # a violated guarantee fails a script, as a failed test would
 
@@ -1375,7 +1377,7 @@ def compare_command(
     from . import datasets
     from .compare import compare, parse_list, plot, write_csv
     from .io import InputFormat, read_codes
-    from .reports import to_json_dict
+    from .reports import report_document
     from .simulate.frequency import item_encoder
 
     with _clean_errors():
@@ -1419,7 +1421,7 @@ def compare_command(
         if out is not None:
             _say(f"wrote compare.csv, error_vs_epsilon.png and error_vs_messages.png to {out}")
 
-    _emit(to_json_dict(report), as_json, None, human)
+    _emit(report_document(report), as_json, None, human)
 
 
 # --- account ------------------------------------------------------------------------------------------
@@ -1446,7 +1448,7 @@ def account_shuffle(
 ) -> None:
     """(eps, delta) of n eps0-LDP reports after a uniform shuffle (amplification by shuffling)."""
     from .privacy import shuffle
-    from .reports import AccountReport, to_json_dict
+    from .reports import AccountReport, report_document
 
     with _clean_errors():
         _check_output(output)
@@ -1492,7 +1494,7 @@ def account_shuffle(
             _say(f"  exact eps of shuffled binary randomized response {exact_note}")
         _say("  assumes: " + "; ".join(shuffle.ASSUMPTIONS))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 # --- analyze ------------------------------------------------------------------------------------------
@@ -1525,10 +1527,10 @@ def analyze(
     from . import engine as engines
     from .core.encoding import CategoryEncoder, ItemEncoder
     from .io import InputFormat, read_codes
-    from .pipelines import Analysis, folder_privacy
+    from .pipelines import Analysis, folder_privacy, folder_reporters
     from .protocols import registry
     from .protocols.registry import load_parameters
-    from .reports import to_json_dict
+    from .reports import report_document
 
     with _clean_errors():
         _check_output(output, params_file, candidates)
@@ -1566,10 +1568,12 @@ def analyze(
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
             queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
         analysis = Analysis.of(params, queries, full_domain)
-        result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers)
+        reporters, unknown = folder_reporters(params, items)
+        result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
         received = result.messages + result.malformed
         report = analysis.report(result, folder_privacy(params, items, received), run, encoder=encoder, top=top)
-        report = _with_count_warning(report, params, received, messages, strict)
+        report.warnings += unknown
+        report = _with_count_warning(report, params, received, messages, strict, reporters)
 
     def human() -> None:
         _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates, params.item_key)
@@ -1580,7 +1584,7 @@ def analyze(
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, scheduler: Optional[str],
@@ -1588,14 +1592,16 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
                     output: Optional[Path], strict: bool = False) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
-    from .pipelines import Analysis, folder_privacy
-    from .reports import to_json_dict
+    from .pipelines import Analysis, folder_privacy, folder_reporters
+    from .reports import report_document
 
     analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
-    result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers)
+    reporters, unknown = folder_reporters(params, items)
+    result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed
     report = analysis.report(result, folder_privacy(params, items, received), run)
-    report = _with_count_warning(report, params, received, partitions[0].parent, strict)
+    report.warnings += unknown
+    report = _with_count_warning(report, params, received, partitions[0].parent, strict, reporters)
 
     def human() -> None:
         from rich.table import Table
@@ -1612,7 +1618,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
         _say(f"engine: {run.name}" + (f", {run.workers} workers" if run.workers else "") + "; " + ", ".join(
             f"{k} {v:.2f} s" for k, v in run.seconds.items()))
 
-    _emit(to_json_dict(report), as_json, output, human)
+    _emit(report_document(report), as_json, output, human)
 
 
 def _check_partition_columns(partitions: list[Path], layout) -> None:
@@ -1628,15 +1634,16 @@ def _check_partition_columns(partitions: list[Path], layout) -> None:
         layout.check_columns(names, str(path))
 
 
-def _with_count_warning(report, params, received: int, messages: Path, strict: bool):
-    """A message count far from the n (1 + rho) the parameters count on (the 5 sd rule of the privacy caveat)
-    is also a warning of the report, or with --strict an error: a duplicated or missing partition, copies of
-    messages, or another run's parameters would otherwise give inflated or empty estimates with exit 0."""
+def _with_count_warning(report, params, received: int, messages: Path, strict: bool, reporters: int | None = None):
+    """A message count far from the m (1 + rho) the parameters count on from the folder's m users (items.json;
+    unknown: the calibrated n; the 5 sd rule of the privacy caveat) is also a warning of the report, or with
+    --strict an error: a duplicated or missing partition, copies of messages, or another run's parameters would
+    otherwise give inflated or empty estimates with exit 0."""
     from dataclasses import replace
 
     from .reports import received_mismatch
 
-    mismatch = received_mismatch(params, received)
+    mismatch = received_mismatch(params, received, reporters)
     if mismatch is None:
         return report
     if strict:

@@ -124,7 +124,7 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     except ParameterError as err:
         condition = str(err)
     sim = simulate(recomputed, survivors, "faithful", rng=0, check_population=False).result
-    sim_se = recomputed.standard_error(np.clip(sim.estimates, 0, None))
+    sim_se = recomputed.reported_standard_error(sim.estimates)
     true_se = recomputed.standard_error(truth)
     service = {e["item"]: e for e in report["estimates"]}
 

@@ -18,7 +18,12 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .privacy.description import PrivacyDescription
+from .protocols.parameters import with_reporters
 from .protocols.registry import ENTRIES, IMPLEMENTED
+
+# The metadata of a field computed from the raw data (the true counts or sums, a realised error, z-scores against
+# the truth): a report holding one is not a private release, whatever its privacy block says (json_document).
+FROM_DATA = {"from_data": True}
 
 Scalar = int | float | str | None
 # Generated from the registry: a new protocol's name and parameter fields enter the schemas with its entry.
@@ -67,7 +72,7 @@ class Estimate:
     estimate: float
     stderr: float
     hash_collision: bool | None = None  # true when several public candidates share the code
-    true_count: int | None = None  # --evaluate only: the input's count of the item (not private)
+    true_count: int | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: the input's count of the item
 
 
 @dataclass
@@ -139,10 +144,11 @@ class EstimateReport(FrequencyReport):
 
     simulation: Simulation
     input: str
-    error: RealisedError | None = None  # --evaluate only: against the raw data (the report is then not private)
+    error: RealisedError | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: against the raw data
     messages_written: str | None = None  # the folder of --write-messages
     groups: list[Group] | None = None  # weighted aggregation (--epsilon-column): one per distinct epsilon
-    unweighted_error: RealisedError | None = None  # the baseline sum_g tau_g / p_g, beside the weighted error
+    # the baseline sum_g tau_g / p_g, beside the weighted error
+    unweighted_error: RealisedError | None = field(default=None, metadata=FROM_DATA)
 
 
 @dataclass
@@ -152,7 +158,7 @@ class CoordinateEstimate:
     item: int  # the coordinate
     estimate: float  # of the sum over users
     stderr: float  # the estimate's sd, estimated from the release (blanket-vector) or its formula at the estimate
-    true_sum: float | None = None  # --evaluate only (not private)
+    true_sum: float | None = field(default=None, metadata=FROM_DATA)  # --evaluate only
     name: str | None = None  # the coordinate's public name, where the input has names (the bundled data)
     stderr_bound: float | None = None  # blanket-vector: an upper bound on the sd, beside the estimate
 
@@ -197,7 +203,7 @@ class VectorEstimateReport(VectorReport):
 
     simulation: Simulation
     input: str
-    error: VectorError | None = None  # --evaluate only (the report is then not private)
+    error: VectorError | None = field(default=None, metadata=FROM_DATA)  # --evaluate only
     messages_written: str | None = None  # the folder of --write-messages
     discovery: Discovery | None = None  # sparse-vector-hashed --discover-phi: the heavy-hitter stage
 
@@ -209,7 +215,7 @@ class HeavyHitter:
     item: int | str
     estimate: float  # of the number of users holding it
     stderr: float
-    true_count: int | None = None  # --evaluate only (not private)
+    true_count: int | None = field(default=None, metadata=FROM_DATA)  # --evaluate only
 
 
 @dataclass
@@ -242,7 +248,7 @@ class HeavyHitterReport(HeavyHitterRelease):
 
     simulation: Simulation
     input: str
-    evaluation: HeavyHitterEvaluation | None = None  # --evaluate only (the report is then not private)
+    evaluation: HeavyHitterEvaluation | None = field(default=None, metadata=FROM_DATA)  # --evaluate only
 
 
 @dataclass
@@ -293,13 +299,13 @@ class SharingDemoRow:
 
     item: int
     word: str
-    truth: int
+    truth: int = field(metadata=FROM_DATA)
     service: float
     service_stderr: float
-    service_z: float | None
+    service_z: float | None = field(metadata=FROM_DATA)
     simulation: float
     simulation_stderr: float
-    simulation_z: float | None
+    simulation_z: float | None = field(metadata=FROM_DATA)
 
 
 @dataclass
@@ -342,11 +348,12 @@ class SharingDemoReport:
     estimates: list[SharingDemoRow]
     service: AnalysisReport  # the sharing server's or S2's release, as its result route answers
     simulation: SharingDemoSimulation
-    z_rms: float | None
+    z_rms: float | None = field(metadata=FROM_DATA)
     round_seconds: dict[str, float]  # enroll, round1, round2, round3 (TSS: round4, handover): wall time
     bytes: SharingDemoBytes
     parties: list[SharingDemoParty]
-    data_condition_broken: str | None = None  # the survivors' data breaks the condition the guarantee assumes
+    # the survivors' data breaks the condition the guarantee assumes
+    data_condition_broken: str | None = field(default=None, metadata=FROM_DATA)
 
 
 @dataclass
@@ -422,10 +429,11 @@ class CompareRow:
     protocol: ProtocolName
     epsilon: float
     delta: float  # 0 for a pure eps-DP protocol
-    error_p50: float | None = None  # of |estimate - true count| over the domain, mean over the trials
-    error_p90: float | None = None
-    error_p99: float | None = None
-    error_max: float | None = None
+    # of |estimate - true count| over the domain, mean over the trials
+    error_p50: float | None = field(default=None, metadata=FROM_DATA)
+    error_p90: float | None = field(default=None, metadata=FROM_DATA)
+    error_p99: float | None = field(default=None, metadata=FROM_DATA)
+    error_max: float | None = field(default=None, metadata=FROM_DATA)
     messages_per_user: float | None = None
     bits_per_user: float | None = None
     seconds: float | None = None  # one run's simulation, median over the trials
@@ -443,7 +451,7 @@ class CompareReport:
     trials: int
     seed: int
     rows: list[CompareRow]
-    private: Literal[False]
+    private: Literal[False]  # the document's flag (json_document): seeded simulations, never a private release
     note: str
 
 
@@ -454,7 +462,8 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
     distinct codes, to show beside the estimates.
     """
     codes, estimates = table.top_k(top)
-    stderr = np.broadcast_to(table.parameters.standard_error(estimates), estimates.shape)
+    stderr = np.broadcast_to(table.parameters.reported_standard_error(estimates, getattr(table, "reporters", None)),
+                             estimates.shape)
     true = [None] * codes.size
     if truth is not None:
         order = np.argsort(codes)  # the top codes are distinct
@@ -485,7 +494,7 @@ def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engi
 def heavy_hitter_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
                                  collection: Collection | None = None) -> HeavyHitterAnalysisReport:
     """The report of an analysis whose result is fe-hh's list of heavy hitters."""
-    return HeavyHitterAnalysisReport(threshold=parameters.threshold, heavy_hitters=heavy_hitters(result),
+    return HeavyHitterAnalysisReport(threshold=result.threshold, heavy_hitters=heavy_hitters(result),
                                      survivors=list(result.survivors), theory=parameters.theory(),
                                      **_analysis_common(parameters, result, privacy, engine, collection,
                                                         capped_warnings(parameters, result)))
@@ -514,14 +523,15 @@ def capped_warnings(parameters, result) -> list[str]:
 
 def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: Engine,
                      collection: Collection | None, warnings: list[str] = ()) -> dict[str, Any]:
-    """What every analysis report holds besides its estimates."""
+    """What every analysis report holds besides its estimates: messages per user and the expected error are those
+    of the users whose reports the result counted (``result.reporters``; unknown: the calibrated n)."""
     from .privacy.description import privacy_warnings
 
-    received = result.messages + result.malformed
+    received, reporters = result.messages + result.malformed, getattr(result, "reporters", None)
+    users = parameters.n_users if reporters is None else reporters
     return dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
-                n_users=parameters.n_users, messages=Messages(received, received / parameters.n_users,
-                                                              result.malformed),
-                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
+                n_users=parameters.n_users, messages=Messages(received, received / users, result.malformed),
+                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters, reporters),
                 privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
                 warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
                 + parameters.warnings() + list(warnings))
@@ -569,8 +579,9 @@ def privacy_profile(parameters) -> list[ProfilePoint]:
                                                               2 * parameters.epsilon)]
 
 
-def expected_error(parameters) -> ExpectedError:
-    return ExpectedError(**parameters.expected_error())
+def expected_error(parameters, reporters: int | None = None) -> ExpectedError:
+    """The parameters' expected error, for the ``reporters`` users counted where known (default: n)."""
+    return ExpectedError(**with_reporters(parameters.expected_error, reporters=reporters))
 
 
 def report_parameters(parameters) -> dict[str, Scalar]:
@@ -587,16 +598,59 @@ def _drop_none(value: Any) -> Any:
 
 
 def to_json_dict(report: Any) -> dict[str, Any]:
-    """The report as the JSON object the CLI writes; ``None`` fields are left out."""
+    """A report (or a part of one) as a JSON object; ``None`` fields are left out. A whole document, as a command
+    prints it or a service answers it, is :func:`report_document`'s."""
     return _drop_none(dataclasses.asdict(report))
 
 
+PRIVATE_FLAG = {"type": "boolean", "title": "Private", "description":
+                "true only when the whole document is a private release: nothing in it was computed from the raw "
+                "data except by the protocol's release (no true counts or sums, realised error, z-score or recall), "
+                "and no run or privacy block in it says private: false (a seeded simulation, an evaluation); a "
+                "calibration, an audit or an accounting holds no data"}
+
+
+def json_document(content: dict[str, Any], *, from_data: bool) -> dict[str, Any]:
+    """Every JSON document privagg prints, writes or answers: its ``private`` flag first (:data:`PRIVATE_FLAG`),
+    then ``content``. ``from_data``: the document holds figures computed from the raw data beside the release;
+    any ``private: false`` inside it (a privacy block, a seeded simulation) also makes it false."""
+    return {"private": not from_data and not _says_not_private(content), **content}
+
+
+def report_document(report: Any) -> dict[str, Any]:
+    """A report as its command prints it: :func:`json_document` of its fields, from the data when any field marked
+    :data:`FROM_DATA` is set in it (the true counts of an evaluation, the errors of a comparison...)."""
+    return json_document(to_json_dict(report), from_data=_holds_data(report))
+
+
+def _holds_data(value: Any) -> bool:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any((f.metadata.get("from_data") and getattr(value, f.name) is not None) or
+                   _holds_data(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, (list, tuple)):
+        return any(_holds_data(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_data(v) for v in value.values())
+    return False
+
+
+def _says_not_private(value: Any) -> bool:
+    if isinstance(value, dict):
+        return value.get("private") is False or any(_says_not_private(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_says_not_private(v) for v in value)
+    return False
+
+
 def json_schema(report_type: type) -> dict[str, Any]:
-    """The JSON Schema of a report type (pydantic, loaded here only)."""
+    """The JSON Schema of a report type's document (pydantic, loaded here only): its fields and the
+    document's ``private`` flag (:func:`json_document`)."""
     from pydantic import TypeAdapter
 
     schema = TypeAdapter(report_type).json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["properties"] = {"private": PRIVATE_FLAG, **schema["properties"]}  # a type's own flag stays its own
+    schema["required"] = ["private", *(name for name in schema.get("required", []) if name != "private")]
     return schema
 
 

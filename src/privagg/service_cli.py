@@ -661,6 +661,7 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         return
     users = 20_000 if users is None else users
     from .demos import run_demo
+    from .reports import json_document
 
     with _clean_errors():
         users = check_integer("users", users, 1_000, 1_000_000)
@@ -668,7 +669,8 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         out = run_demo(workdir, users, vocabulary, epsilon, delta, concurrency,
                        progress=(lambda _text: None) if as_json else _say)
     if as_json:
-        print(json.dumps({k: out[k] for k in ("service", "simulation", "load", "comparison")}))
+        print(json.dumps(json_document({k: out[k] for k in ("service", "simulation", "load", "comparison")},
+                                       from_data=True)))  # the seeded simulation evaluated, the comparison
         return
     from rich.table import Table
 
@@ -700,13 +702,14 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
                         as_json: bool) -> None:
     """demo-service fe-hh (privagg.demos.run_heavy_hitter_demo), printed."""
     from .demos import run_heavy_hitter_demo
+    from .reports import json_document
 
     with _clean_errors():
         users = check_integer("users", users, 5_000, 1_000_000)
         out = run_heavy_hitter_demo(workdir, users, epsilon=epsilon, delta=delta, concurrency=concurrency,
                                     progress=(lambda _text: None) if as_json else _say)
     if as_json:
-        print(json.dumps(out))
+        print(json.dumps(json_document(out, from_data=True)))  # the true counts, recall and precision
         return
     from rich.table import Table
 
@@ -736,13 +739,14 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
                   round_seconds: float, workdir: Path, as_json: bool) -> None:
     """demo-service dpds|dpdg|tss|tss-collusion (privagg.demos.run_sharing_demo), printed."""
     from .demos import run_sharing_demo
+    from .reports import json_document
 
     with _clean_errors():
         summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
                                    progress=(lambda _text: None) if as_json else _say)
     report, rows = summary["service"], summary["estimates"]
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps(json_document(summary, from_data=True)))  # the truth and z-scores beside the release
         return
     from rich.table import Table
 

@@ -134,11 +134,11 @@ def test_fe1_privacy_accounts_for_the_overlap():
 def test_theory_of_the_parameters():
     params = calibrate_fe1(EPS, DELTA, N, 5000, bins=200)
     whole, frac = math.floor(params.rho), params.rho - math.floor(params.rho)
-    assert params.noise_mean == pytest.approx(params.mu, rel=1e-12)
-    assert params.noise_variance == pytest.approx(N * (whole / 200 * (1 - 1 / 200) + frac / 200 * (1 - frac / 200)))
+    assert params.noise_mean() == pytest.approx(params.mu, rel=1e-12)
+    assert params.noise_variance() == pytest.approx(N * (whole / 200 * (1 - 1 / 200) + frac / 200 * (1 - frac / 200)))
     p = params.collision_probability
     assert params.debias(N * p + params.mu + 7 * (1 - p)) == pytest.approx(7.0)
-    assert params.standard_error(0) == pytest.approx(math.sqrt(N * p * (1 - p) + params.noise_variance) / (1 - p))
+    assert params.standard_error(0) == pytest.approx(math.sqrt(N * p * (1 - p) + params.noise_variance()) / (1 - p))
     assert params.standard_error(2 * N) == params.standard_error(N)  # g is clipped to [0, n]
     assert params.standard_error(N) < params.standard_error(-5) == params.standard_error(0)
     expected = params.expected_error()

@@ -318,6 +318,26 @@ def test_estimates_cover_the_queries(name):
     assert estimates.tolist() == sorted(table.estimates, reverse=True)[:3]
 
 
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("epsilon", [EPS, 30.0])
+def test_no_reported_standard_error_reads_certain(name, epsilon):
+    """Issue 44: a result's standard error (``reported_standard_error``, what tables and reports print) is never
+    below the estimator's sd at the estimate, nor below half its sd at a count one user away, which the release
+    cannot tell from it: the sampling family's sd at a count of 0 is 0 (0.0 ± 0.0 for a category nobody sampled),
+    and at eps = 30 the local baselines' nears 0 at g = 0 or n while it is about 1 a user away."""
+    try:
+        params = registry.calibrate(name, epsilon=epsilon, delta=delta_of(name), n_users=n_of(name),
+                                    domain_size=domain_of(name), **options_of(name))
+    except ParameterError as err:
+        pytest.skip(f"no calibration at eps {epsilon}: {err}")
+    n = params.n_users
+    grid = np.array([-5.0, 0.0, 1.0, 2.0, n / 2, n - 1.0, n, n + 5.0])
+    reported = np.asarray(params.reported_standard_error(grid), dtype=np.float64)
+    sd = lambda counts: np.asarray(params.standard_error(np.clip(counts, 0, n)), dtype=np.float64)  # noqa: E731
+    assert np.all(reported >= sd(grid) * (1 - 1e-12))
+    assert np.all(reported >= 0.5 * np.maximum(sd(grid - 1), sd(grid + 1)))
+
+
 # --- messages -----------------------------------------------------------------------------------------
 
 

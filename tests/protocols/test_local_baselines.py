@@ -184,3 +184,19 @@ def test_too_small_epsilon_names_epsilon_not_local_epsilon(protocol, domain, eps
     with pytest.raises(ParameterError) as err:
         registry.calibrate(protocol, epsilon=epsilon, n_users=1000, domain_size=domain)
     assert err.value.field == "epsilon" and "local_epsilon" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["grr", "oue", "olh", "hadamard"])
+def test_no_reported_standard_error_says_certain_while_one_report_away_it_is_not(name):
+    """At a large epsilon q nears 0: OUE's and OLH's sd at g = 0 nears 0 while a holder's report still counts with
+    probability 1/2 (sd 1 at g = 1), and Hadamard's does at g = n. A result reports the larger sd one report (1 / (p -
+    q)) from the estimate (docs/derivations.md, "Reported standard errors"); at the estimates 0 and n it read 6e-5."""
+    p = registry.calibrate(name, epsilon=30.0, n_users=10_000, domain_size=10)
+    reported = p.reported_standard_error(np.array([0.0, 10_000.0]))
+    one_away = p.standard_error(np.array([1.0, 9_999.0]))
+    assert np.all(reported >= one_away - 1e-12)
+    assert (reported > 0.5).any() or name == "grr"  # GRR at eps 30: every report is its user's item
+    moderate = registry.calibrate(name, epsilon=1.0, n_users=10_000, domain_size=10)
+    estimates = np.array([0.0, 50.0, 5000.0])
+    assert moderate.reported_standard_error(estimates) == pytest.approx(moderate.standard_error(estimates), rel=0.01)
+

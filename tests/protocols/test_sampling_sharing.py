@@ -355,6 +355,44 @@ def test_inverse_variance_weighting_beats_the_unweighted_baselines():
         assert np.all(np.abs(est.var(axis=0, ddof=1) / variance - 1) <= 4 * math.sqrt(2 / (runs - 1)))
 
 
+@pytest.mark.parametrize("make", [lambda: registry.calibrate("dpcs", epsilon=EPS, delta=DELTA, n_users=2000,
+                                                               domain_size=5, min_count_fraction=0.1),
+                                   lambda: dpds(n=2000), lambda: tss(n=2000)], ids=["dpcs", "dpds", "tss"])
+def test_a_count_nobody_sampled_is_not_reported_as_certain(make):
+    """A released count tau = 0 estimates 0 holders, but a category held by Pi users has variance Pi (1 - p') / p':
+    the reported stderr is the posterior sd of Pi given tau under a flat prior, computed here by summing over Pi
+    (docs/derivations.md, "Reported standard errors"), sqrt((tau + 1) (1 - p')) / p', sqrt(1 - p') / p' at tau = 0
+    (the sd at the estimate read 0 there)."""
+    p = make()
+    q = p.effective_probability
+    taus = np.arange(6)
+    table = ss.FrequencyTable(p, taus / q)
+    reported = table.standard_error()
+    for tau, se in zip(taus, reported):
+        holders = np.arange(tau, tau + 4000)
+        weight = stats.binom.pmf(tau, holders, q)
+        mean = (weight * holders).sum() / weight.sum()
+        assert se == pytest.approx(math.sqrt((weight * (holders - mean) ** 2).sum() / weight.sum()), rel=1e-9)
+    assert reported[0] == pytest.approx(math.sqrt(1 - q) / q) and all(
+        row["stderr"] > 0 for row in table.to_dict().values())
+    # over the release, its square is the estimator's variance plus one counted holder's, (1 - p') / p'^2, for every
+    # Pi (exact over tau ~ Bin(Pi, p')): never below the variance, and never 0 where the variance is not
+    for count in (0, 1, 3, 20, 200):
+        tau = np.arange(count + 1)
+        mean_square = (stats.binom.pmf(tau, count, q) * p.reported_standard_error(tau / q) ** 2).sum()
+        assert mean_square == pytest.approx(p.standard_error(count) ** 2 + (1 - q) / q**2, rel=1e-9)
+
+
+def test_weighted_groups_report_no_certain_zero():
+    """Weighted aggregation: categories no group counted still have a positive variance (at the estimate plus one
+    counted holder's largest weight)."""
+    groups = [registry.calibrate("dpds", epsilon=e, delta=1e-5, n_users=n, domain_size=4, min_count_fraction=0.125)
+              for e, n in ((0.5, 4000), (3.0, 1000))]
+    combined = ss.combine_groups(groups, [np.array([0, 0, 10, 40]), np.array([0, 3, 20, 100])])
+    assert np.all(combined.variance > 0) and np.all(combined.unweighted_variance > 0)
+    assert combined.variance[1] < combined.variance[2] < combined.variance[3]
+
+
 def test_seed_compressed_shares_reconstruct_and_send_fewer_bytes():
     """--share-encoding seeds: the recipients' expanded shares still sum to each vector; a user sends n - 2 seeds
     of 32 bytes and one correction share instead of n - 1 shares, fewer bytes once N elements exceed 32 bytes."""

@@ -268,13 +268,15 @@ def test_the_threshold_is_a_majority_and_more_than_the_dishonest_users():
 
 
 def test_the_release_over_survivors_is_recomputed():
-    """n' survivors: DPDS's data condition over beta n'; the users who may not follow the protocol all among them;
-    DPDG's noise that of the honest survivors (its delta grows as they do)."""
+    """n' survivors: DPDS's data condition stays stated of the n enrolled, so it leaves every category ceil(beta n) -
+    (n - n') survivors at least; the users who may not follow the protocol all among them; DPDG's noise that of the
+    honest survivors (its delta grows as they do)."""
     dpds = parameters("dpds", honest_fraction=0.9)
     fewer = survivors_parameters(dpds, 20)
     dishonest = N_USERS - dpds.honest_users
-    assert fewer.n_users == 20 and fewer.honest_users == 20 - dishonest
-    assert fewer.min_count == math.ceil(0.25 * 20) and fewer.sampling_probability == dpds.sampling_probability
+    assert fewer.n_users == 20 and fewer.honest_users == 20 - dishonest and fewer.dropouts == 4
+    assert fewer.min_count == math.ceil(0.25 * N_USERS) - 4 and fewer.sampling_probability == dpds.sampling_probability
+    assert fewer.counted_holders == max(1, fewer.min_count - dishonest)
     dpdg = parameters("dpdg")
     assert survivors_parameters(dpdg, 12).delta_at(1.0) > dpdg.delta_at(1.0)
     assert survivors_parameters(dpdg, N_USERS) == dpdg
@@ -282,9 +284,50 @@ def test_the_release_over_survivors_is_recomputed():
         survivors_parameters(dpds, dishonest)
     with pytest.raises(ParameterError, match="protocol"):
         check_min_survivors(ss.calibrate_dpcs(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25), 12)
-    weak = dataclasses.replace(dpds, min_count_fraction=0.33)
-    with pytest.raises(ParameterError, match="min_survivors"):  # 3 categories of ceil(0.33 * 13) = 5 holders > 13
-        check_min_survivors(weak, 13)
+    # 3 categories of ceil(0.33 * 24) = 8 holders: 13 survivors may have lost a category's every holder but one,
+    # and the release says so: delta = p, a user alone in his category
+    weak = ss.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.33)
+    assert check_min_survivors(weak, 13) == 13
+    assert survivors_parameters(weak, 13).delta_at(1.0) == weak.sampling_probability
+
+
+def pair_delta(epsilon: float, p: float, others: int) -> float:
+    """The changed pair's hockey-stick divergence, enumerated over both counts (independently of
+    privacy/sampling.py): (X + B, Y) against (X, Y + B), X, Y ~ Bin(others, p), B ~ Bern(p)."""
+    from scipy.stats import binom
+
+    i = np.arange(others + 2)
+    x = binom.pmf(i, others, p)
+    x_plus = p * binom.pmf(i - 1, others, p) + (1 - p) * x
+    return float(np.maximum(np.outer(x_plus, x) - math.exp(epsilon) * np.outer(x, x_plus), 0).sum())
+
+
+@pytest.mark.parametrize("dropped", [(0, 3, 6), (0, 3, 6, 9, 12, 15)])
+def test_the_survivors_delta_is_the_planned_conditions_worst_case(dropped):
+    """The task states every category held by ceil(beta n) = 6 of the 24; users of category 0 drop out (CODES
+    gives users 0, 3, 6, ... item 0), so the condition leaves it 6 - d survivors, and the release's delta is the
+    exact one there: d = 3, 2 other holders; d = 6, none (delta = p). (It was computed at ceil(beta n') = 6
+    holders, "kept by dropouts unrelated to the data", which the condition does not imply.)"""
+    p = parameters("dpds")
+    _, _, keys, masked, reveals = run(p, CODES, drop2=dropped)
+    release = SharingServer(p, T).release(keys, masked, reveals)
+    others = max(0, 6 - len(dropped) - 1)
+    assert release.privacy.delta == pytest.approx(pair_delta(1.0, p.sampling_probability, others), rel=1e-9)
+    assert release.privacy.delta > 5 * p.delta
+    condition = release.privacy.assumptions[0]
+    assert f"{len(dropped)} of them dropped out" in condition and "it would be" in condition
+    if others == 0:
+        assert release.privacy.delta == pytest.approx(p.sampling_probability, rel=1e-12)
+
+
+def test_the_issues_300_users_dropouts_state_the_exact_worst_case():
+    """n = 300, 10 categories, beta = 0.022 (7 holders), (1, 1e-6): one dropout may leave a category 6 holders
+    (delta 6.3e-6, where 1e-6 was stated); 21 may leave a user alone in his category (delta = p)."""
+    p = ss.calibrate_dpds(1.0, 1e-6, 300, 10, min_count_fraction=0.022)
+    one = survivors_parameters(p, 299)
+    assert one.delta_at(1.0) == pytest.approx(pair_delta(1.0, p.sampling_probability, 5), rel=1e-9)
+    assert 6e-6 < one.delta_at(1.0) < 6.5e-6
+    assert survivors_parameters(p, 279).delta_at(1.0) == pytest.approx(p.sampling_probability, rel=1e-12)
 
 
 def test_the_release_states_who_took_part_and_a_weakened_delta():

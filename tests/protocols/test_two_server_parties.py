@@ -136,8 +136,12 @@ def test_the_release_says_when_dropouts_weaken_the_guarantee():
     assert not any("weakened" in c for c in whole.caveats)
     fewer = release(play(p, 17, silent2=(1, 2, 3, 4))).privacy
     recomputed = survivors_parameters(p, N_USERS - 4).delta_at(p.epsilon)
-    assert fewer.delta == pytest.approx(recomputed) and fewer.delta > p.delta  # 0.134 against the target 0.1
+    # the task's condition, ceil(0.2 * 32) = 7 holders a category, leaves 7 - 4 = 3 of the 28, and the 3 users who
+    # may not follow the protocol may be those: the changed user alone, released with probability p' = p p_chi
+    assert fewer.delta == pytest.approx(recomputed) == pytest.approx(p.effective_probability, rel=1e-12)
+    assert fewer.delta > p.delta
     assert any(f"weakened it from the task's target delta 0.1 to {recomputed:.3g}" in c for c in fewer.caveats)
+    assert "4 of them dropped out" in fewer.assumptions[0]
 
 
 def test_a_helper_who_misses_round_3_is_recovered_exactly():

@@ -53,9 +53,10 @@ def databases(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     return {role: make() for role in ("collector", "analyzer")}
 
 
-# the PostgreSQL halves the default run keeps: a whole task through the shuffle services, and a restart; the
-# sharing server's rounds; S1 and S2's
+# the PostgreSQL halves the default run keeps: a whole task through the shuffle services, a task closed early,
+# and a restart; the sharing server's rounds; S1 and S2's
 POSTGRESQL_IN_DEFAULT_RUN = {"test_the_service_aggregates_exactly_what_the_clients_sent",
+                             "test_an_early_close_is_debiased_with_the_reports_counted",
                              "test_the_aggregate_persists_across_restarts",
                              "test_the_rounds_release_the_survivors_sum_exactly",
                              "test_the_servers_release_the_sampled_counts_exactly"}

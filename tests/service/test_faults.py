@@ -50,6 +50,7 @@ def test_demo_service_runs_the_bundled_words_through_both_services(tmp_path):
     run = json.loads(out.stdout)
     service, simulation = run["service"], run["simulation"]
     assert service["privacy"]["private"] is True and simulation["privacy"]["private"] is False
+    assert run["private"] is False and service["private"] is True  # the document holds the seeded simulation
     assert service["collection"] == {"reports": 3000, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
     assert run["load"]["acknowledged"] == 3000 and run["load"]["failed"] == 0
     assert len(service["estimates"]) == len(simulation["estimates"]) == 50

@@ -41,6 +41,18 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     assert "2nN + N = 2,010" in user["table_i"]
     assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3"}
     assert report["z_rms"] is not None and report["z_rms"] < 5
+    # the document holds the truth and z-scores: not private, whatever the release beside them is
+    assert report["private"] is False and report["service"]["private"] is True
+    # no count reads as certain: a category nobody sampled has the sd of one held by 1 / p' users, or by all n'
+    # where that is fewer (here p' = 0.001: a count is 0 or 1 / p' = 1000) (issue 44)
+    p, n = report["service"]["parameters"]["effective_probability"], dropouts["survivors"]
+    at_zero = min((1 - p) ** 0.5 / p, (n * (1 - p) / p) ** 0.5)
+    for row in report["estimates"]:
+        assert row["service_stderr"] > 0 and row["simulation_stderr"] > 0
+        assert row["service_stderr"] == pytest.approx(at_zero) or row["service"] > 0
+    # 2 holders a category (beta = 0.012 of the 100), so any dropout may leave a user alone in his: delta = p'
+    assert report["service"]["privacy"]["delta"] == pytest.approx(p, rel=1e-12)
+    assert "dropped out" in report["service"]["privacy"]["assumptions"][0]
 
 
 def test_the_demo_refuses_impossible_settings(tmp_path):

@@ -11,8 +11,9 @@ A message folder, as ``privagg estimate --write-messages DIR`` writes it:
 
 * ``DIR/params.json``: the protocol's frozen parameters, the public
   item-hash key among them (the analyzer encodes candidates with it);
-* ``DIR/items.json``: the kind of the items (integer or text) and how the
-  messages were made (``private``, ``randomness``);
+* ``DIR/items.json``: the kind of the items (integer or text), how the
+  messages were made (``private``, ``randomness``) and how many users' they
+  are (``users``: the analyzer debiases with them);
 * ``DIR/part-NNNNN.parquet``: the shuffled messages, one Parquet file a
   partition, with the columns of the protocol's layout.
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from ..core.messages import MessageBatch
 from ..errors import ParameterError, check_instance, check_integer, check_sequence, checked_arguments
+from ..protocols.parameters import with_reporters
 from ..reports import Engine
 
 PARAMS_FILE = "params.json"
@@ -126,6 +128,10 @@ def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
                              f"(a JSON {type(info).__name__})")
     if info.get("domain_size") != domain_size:
         raise ParameterError(ITEMS_FILE, f"for the domain of the parameters ({domain_size})", info.get("domain_size"))
+    users = info.get("users")
+    if users is not None and (type(users) is not int or users < 1):
+        raise ParameterError(f"{ITEMS_FILE} users", "the number of users whose messages the folder holds, an "
+                             "integer >= 1", users)
     return info
 
 
@@ -222,9 +228,11 @@ def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
 
 @checked_arguments
 def analyze(analyzer, partitions: Sequence[Path | MessageBatch], engine: str = "local",
-            scheduler: str | None = None, workers: int | None = None) -> tuple[Any, Engine]:
+            scheduler: str | None = None, workers: int | None = None,
+            reporters: int | None = None) -> tuple[Any, Engine]:
     """Run ``analyzer`` over ``partitions`` on ``engine``; returns (result, how it ran). A full-domain analysis
-    that cannot finish is refused first (:func:`check_analysis`)."""
+    that cannot finish is refused first (:func:`check_analysis`). ``reporters``: the users whose messages the
+    partitions hold, where known (the analyzer debiases with them; default: the calibrated n)."""
     from ..protocols.roles import Analyzer
 
     check_instance("analyzer", analyzer, Analyzer, "a protocol's analyzer (privagg.analyzer(parameters))")
@@ -246,7 +254,7 @@ def analyze(analyzer, partitions: Sequence[Path | MessageBatch], engine: str = "
     else:
         agg, run = _analyze_on_dask(analyzer, partitions, scheduler, workers)
     start = time.perf_counter()
-    result = analyzer.finalize(agg)
+    result = with_reporters(analyzer.finalize, agg, reporters=reporters)
     run.seconds["finalize"] = time.perf_counter() - start
     return result, run
 

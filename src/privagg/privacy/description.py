@@ -68,13 +68,18 @@ class PrivacyDescription:
             f"evaluated: the report holds {what}, computed from the raw data, which are not part of the "
             "protocol's release and carry no privacy guarantee (leave out --evaluate for a report to publish)"))
 
+    def as_unfounded(self, reason: str) -> "PrivacyDescription":
+        """The same mechanism in a run where what the guarantee rests on does not hold (``reason``): not private,
+        whatever its randomness."""
+        return replace(self, private=False, not_private_reason=self._with_reason(reason))
+
     def as_left_out(self, users: int) -> "PrivacyDescription":
         """The release over the users who had a value, ``users`` others left out for a missing one: n is then a
         count of the data, which the report carries un-noised (docs/privacy.md, "Missing values")."""
-        return replace(self, private=False, not_private_reason=self._with_reason(
+        return self.as_unfounded(
             f"users left out: --missing drop left out {users} users with a missing value, so n (and the message "
             "count) is a count of the data, released un-noised, and whether a user has a value is not protected; "
-            "write a placeholder item such as NA in the empty cells for a report to publish"))
+            "write a placeholder item such as NA in the empty cells for a report to publish")
 
     def _with_reason(self, reason: str) -> str:
         """``reason`` after any reason already given (a seeded run that is also evaluated has both)."""

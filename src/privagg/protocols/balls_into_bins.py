@@ -14,8 +14,12 @@ function returning them, and roles built from them:
 * ``fe1`` -- §3.2: each user sends (u, v, h_{u,v}(x)) for a random hash of
   the universal family, plus dummies (u', v', w') uniform
   (:class:`FE1Client`); the analyzer counts the messages whose hash of x
-  matches and debiases by n p_col + n rho / b, then divides by 1 - p_col
+  matches and debiases by m p_col + m rho / b, then divides by 1 - p_col
   (:class:`FE1Analyzer`).
+
+The analyzers debias with the m users whose reports they counted (FE0: by
+m rho / B), the calibrated n unless told otherwise: a task closed early
+counts m >= ceil(G n) reports, and only their dummies are in the counts.
 
 All three share the noise level mu (expected noisy balls per special set;
 :mod:`privagg.privacy.balls_into_bins`) and rho = mu * bins / n, where
@@ -48,7 +52,7 @@ from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
 from . import exact_laws
 from .exact_laws import LawSize
-from .parameters import FrozenParameters, check_item_codes, honest_users
+from .parameters import FrozenParameters, check_item_codes, honest_users, with_reporters
 from .results import FrequencyTable, count_among
 
 HISTOGRAM_DOMAIN_MAX = 2**28  # FE0 and M^BIB keep a count per domain item
@@ -181,43 +185,43 @@ class BallsIntoBinsParameters(FrozenParameters):
         frac = self.rho - math.floor(self.rho)
         return math.sqrt(self.n_users * frac * (1 - frac))
 
-    @property
-    def noise_mean(self) -> float:
-        """Expected dummy messages matching one item, n rho / bins (= mu)."""
-        return self.n_users * self.rho / self.noise_bins
+    # The theory below is that of the m users whose reports were counted (``reporters``; default: the calibrated
+    # n): their real messages and their dummies are what the counts hold (docs/derivations.md, "An early close").
+    def noise_mean(self, reporters: int | None = None) -> float:
+        """Expected dummy messages matching one item, m rho / bins (mu at m = ceil(G n))."""
+        return self.counted(reporters) * self.rho / self.noise_bins
 
-    @property
-    def noise_variance(self) -> float:
-        """Variance of the dummies matching one item: Bin(n floor(rho), 1/bins) + Bin(n, frac/bins)."""
+    def noise_variance(self, reporters: int | None = None) -> float:
+        """Variance of the dummies matching one item: Bin(m floor(rho), 1/bins) + Bin(m, frac/bins)."""
         whole = math.floor(self.rho)
         hit, frac_hit = 1.0 / self.noise_bins, (self.rho - whole) / self.noise_bins
-        return self.n_users * (whole * hit * (1 - hit) + frac_hit * (1 - frac_hit))
+        return self.counted(reporters) * (whole * hit * (1 - hit) + frac_hit * (1 - frac_hit))
 
-    def debias(self, counts: np.ndarray) -> np.ndarray:
-        """(count - n p_col - n rho / bins) / (1 - p_col): unbiased for g_x."""
-        p = self.collision_probability
-        return (np.asarray(counts, dtype=np.float64) - self.n_users * p - self.noise_mean) / (1.0 - p)
+    def debias(self, counts: np.ndarray, reporters: int | None = None) -> np.ndarray:
+        """(count - m p_col - m rho / bins) / (1 - p_col): unbiased for g_x among the m users counted."""
+        p, m = self.collision_probability, self.counted(reporters)
+        return (np.asarray(counts, dtype=np.float64) - m * p - self.noise_mean(m)) / (1.0 - p)
 
-    def standard_error(self, frequency=0.0) -> np.ndarray | float:
-        """Standard deviation of the estimate of an item with true ``frequency`` g.
+    def standard_error(self, frequency=0.0, reporters: int | None = None) -> np.ndarray | float:
+        """Standard deviation of the estimate of an item with true ``frequency`` g among the m users counted.
 
-        sqrt((n - g) p_col (1 - p_col) + noise_variance) / (1 - p_col); largest
-        at g = 0. Reported results plug in the estimate clipped to [0, n].
+        sqrt((m - g) p_col (1 - p_col) + noise_variance) / (1 - p_col); largest
+        at g = 0. Reported results plug in the estimate clipped to [0, m].
         """
-        p = self.collision_probability
-        g = np.clip(frequency, 0, self.n_users)
-        return np.sqrt((self.n_users - g) * p * (1 - p) + self.noise_variance) / (1 - p)
+        p, m = self.collision_probability, self.counted(reporters)
+        g = np.clip(frequency, 0, m)
+        return np.sqrt((m - g) * p * (1 - p) + self.noise_variance(m)) / (1 - p)
 
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA, reporters: int | None = None) -> float:
         """alpha with Pr[max_x |est_x - g_x| <= alpha] >= 1 - beta (Chernoff + union bound).
 
         max(sqrt(3 L log(2B/beta)), 3 log(2B/beta)) / (1 - p_col), with
-        L = n p_col + n rho / bins (docs/derivations.md).
+        L = m p_col + m rho / bins (docs/derivations.md).
         """
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        p = self.collision_probability
-        lam = self.n_users * p + self.noise_mean
+        p, m = self.collision_probability, self.counted(reporters)
+        lam = m * p + self.noise_mean(m)
         log_term = math.log(2 * self.domain_size / beta)
         return max(math.sqrt(3 * lam * log_term), 3 * log_term) / (1 - p)
 
@@ -238,10 +242,10 @@ class BallsIntoBinsParameters(FrozenParameters):
         return {"estimate": "(count - n p_col - mu) / (1 - p_col)", "standard_error_at_zero":
                 float(self.standard_error(0))}
 
-    def expected_error(self) -> dict[str, float]:
+    def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(0)),
-                "max_error_bound": self.max_error_bound(MAX_ERROR_BETA), "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.standard_error(0, reporters)),
+                "max_error_bound": self.max_error_bound(MAX_ERROR_BETA, reporters), "max_error_beta": MAX_ERROR_BETA}
 
     # --- privacy ---------------------------------------------------------------------------------------
     @property
@@ -567,9 +571,11 @@ class _CountingAnalyzer:
             total.malformed += a.malformed
         return total
 
-    def finalize(self, agg: CountAggregate) -> FrequencyTable:
-        return FrequencyTable(self.parameters, self.parameters.debias(agg.counts), self.queries,
-                              agg.messages, agg.malformed)
+    def finalize(self, agg: CountAggregate, reporters: int | None = None) -> FrequencyTable:
+        """The debiased counts of the ``reporters`` users whose reports ``agg`` holds (default: the calibrated n)."""
+        p = self.parameters
+        return FrequencyTable(p, with_reporters(p.debias, agg.counts, reporters=reporters), self.queries,
+                              agg.messages, agg.malformed, reporters)
 
     def _count_into(self, counts: np.ndarray, messages: MessageBatch) -> None:
         """Add each item's matching messages to ``counts`` (protocol-specific)."""
@@ -614,7 +620,8 @@ class BallsIntoBinsCurator(FE0Analyzer):
         self.rng = rng
 
     def finalize(self, agg: CountAggregate) -> FrequencyTable:
-        """The noisy release; the noise is drawn once per aggregate (a second call repeats the release)."""
+        """The noisy release; the noise is drawn once per aggregate (a second call repeats the release). It is the
+        curator's, n users' worth, whoever sent a value: no count of reporters changes the debiasing."""
         if agg.noise is None:
             rng, p = resolve(self.rng), self.parameters
             balls = sum(int(dummy_counts(users, p.rho, rng).sum()) for users in _slice_sizes(p.n_users))

@@ -280,26 +280,31 @@ class HeavyHitterParameters(FrozenParameters):
         mean = a * (real + dummy)
         return mean, a * inner_sq - mean * mean
 
-    def estimate(self, counts, level: int) -> np.ndarray:
-        """Unbiased estimates of the number of holders of codes from their counts at ``level``:
-        (K c / p_f - n p_col - n rho / b) / (1 - p_col)."""
+    # estimate, count_at, standard_error: of the m users whose reports were counted (``reporters``; default: the
+    # calibrated n), whose real messages and dummies the counts hold (docs/derivations.md, "An early close")
+    def estimate(self, counts, level: int, reporters: int | None = None) -> np.ndarray:
+        """Unbiased estimates of the number of holders of codes among the m users counted, from their counts at
+        ``level``: (K c / p_f - m p_col - m rho / b) / (1 - p_col)."""
         p = self.hashes[level].collision_probability
         scale = self.levels / self.filter_probability
-        noise = self.n_users * (p + self.rho / self.bins)
+        noise = self.counted(reporters) * (p + self.rho / self.bins)
         return (np.asarray(counts, dtype=np.float64) * scale - noise) / (1 - p)
 
-    def count_at(self, estimate: float, level: int) -> float:
+    def count_at(self, estimate: float, level: int, reporters: int | None = None) -> float:
         """The count whose estimate at ``level`` is ``estimate`` (the inverse of :meth:`estimate`)."""
         p = self.hashes[level].collision_probability
-        return (estimate * (1 - p) + self.n_users * (p + self.rho / self.bins)) * self.filter_probability / self.levels
+        noise = self.counted(reporters) * (p + self.rho / self.bins)
+        return (estimate * (1 - p) + noise) * self.filter_probability / self.levels
 
-    def standard_error(self, holders, level: int | None = None) -> np.ndarray:
-        """Standard deviation of the estimate of an item held by ``holders`` users (clipped to [0, n])."""
+    def standard_error(self, holders, level: int | None = None, reporters: int | None = None) -> np.ndarray:
+        """Standard deviation of the estimate of an item held by ``holders`` of the m users counted (clipped to
+        [0, m])."""
         p = self.hashes[-1 if level is None else level].collision_probability
-        g = np.clip(np.asarray(holders, dtype=np.float64), 0, self.n_users)
+        m = self.counted(reporters)
+        g = np.clip(np.asarray(holders, dtype=np.float64), 0, m)
         var_holder, var_other = self._moments(1.0)[1], self._moments(p)[1]
         scale = self.levels / self.filter_probability / (1 - p)
-        return scale * np.sqrt(g * var_holder + (self.n_users - g) * var_other)
+        return scale * np.sqrt(g * var_holder + (m - g) * var_other)
 
     def detection(self) -> dict[str, float]:
         """Normal approximations of the tree's errors (the counts are sums of many independent small terms).
@@ -320,14 +325,15 @@ class HeavyHitterParameters(FrozenParameters):
         return {"estimate": "(K count / p_f - n p_col - n rho / b) / (1 - p_col) at the item's last level",
                 "prefix_threshold": self.threshold / 2, "report_threshold": self.threshold, **self.detection()}
 
-    def expected_error(self) -> dict[str, float]:
-        """Costs, the standard error at phi n, and alpha: every estimate at the last level (at most
+    def expected_error(self, reporters: int | None = None) -> dict[str, float]:
+        """Costs, the standard error at phi m, and alpha: every estimate at the last level (at most
         survivor_cap 2^step children) is within alpha of its truth with probability 1 - beta (normal
-        approximation, union bound, the largest standard error, at n holders)."""
+        approximation, union bound, the largest standard error, at m holders); m: the users counted (default n)."""
+        m = self.counted(reporters)
         queries = self.survivor_cap << self.step
-        alpha = float(self.standard_error(self.n_users)) * _normal_quantile(MAX_ERROR_BETA / (2 * queries))
+        alpha = float(self.standard_error(m, reporters=m)) * _normal_quantile(MAX_ERROR_BETA / (2 * queries))
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(self.threshold)), "max_error_bound": alpha,
+                "standard_error": float(self.standard_error(self.phi * m, reporters=m)), "max_error_bound": alpha,
                 "max_error_beta": MAX_ERROR_BETA}
 
     def derived(self) -> dict[str, Any]:
@@ -602,15 +608,19 @@ class HeavyHitterAnalyzer:
             total.malformed += a.malformed
         return total
 
-    def finalize(self, agg: HeavyHitterAggregate) -> HeavyHitterList:
+    def finalize(self, agg: HeavyHitterAggregate, reporters: int | None = None) -> HeavyHitterList:
+        """The items held by at least phi m of the m = ``reporters`` users whose reports ``agg`` holds (default:
+        the calibrated n), estimated among them."""
         p = self.parameters
+        m = p.counted(reporters)
+        top = p.phi * m
         columns = [tuple(np.concatenate([part[i] for part in parts]) if parts else np.zeros(0, np.int64)
                          for i in range(3)) for parts in agg.levels]
         counts = p.hashes[0].count_all(*columns[0], 1 << p.first_level)
-        threshold = p.threshold if p.levels == 1 else p.threshold / 2
+        threshold = top if p.levels == 1 else top / 2
         # estimates grow with counts: only the prefixes whose count can reach the threshold get one
-        passing = np.flatnonzero(counts >= np.floor(p.count_at(threshold, 0)))
-        values, codes, estimates, capped = _survivors(passing, passing, p.estimate(counts[passing], 0), threshold,
+        passing = np.flatnonzero(counts >= np.floor(p.count_at(threshold, 0, m)))
+        values, codes, estimates, capped = _survivors(passing, passing, p.estimate(counts[passing], 0, m), threshold,
                                                       p.survivor_cap)
         del counts, passing
         values = [int(x) for x in values]
@@ -626,12 +636,12 @@ class HeavyHitterAnalyzer:
             parent, child = np.nonzero(np.arange(counts.shape[1]) < fanouts[:, None])
             child_codes = (bases[parent] + child) % CODE_PRIME
             child_values = [(values[i] << p.step) | int(j) for i, j in zip(parent.tolist(), child.tolist())]
-            estimates = p.estimate(counts[parent, child], k)
+            estimates = p.estimate(counts[parent, child], k, m)
             if k == p.levels - 1 and p.max_length is None:  # the last level's values must lie in [0, B)
                 inside = np.array([x < p.domain_size for x in child_values], dtype=bool)
                 child_values = [x for x, keep in zip(child_values, inside) if keep]
                 child_codes, estimates = child_codes[inside], estimates[inside]
-            threshold = p.threshold if k == p.levels - 1 else p.threshold / 2
+            threshold = top if k == p.levels - 1 else top / 2
             kept, codes, estimates, capped = _survivors(np.arange(len(child_values)), child_codes, estimates,
                                                         threshold, p.survivor_cap)
             values = [child_values[i] for i in kept.tolist()]
@@ -643,10 +653,10 @@ class HeavyHitterAnalyzer:
         order = sorted(range(len(values)), key=lambda i: values[i])
         items = [p.item_value(values[i]) for i in order]
         estimates = np.asarray(estimates, dtype=np.float64)[order]
-        return HeavyHitterList(p, np.array(items, dtype=object), estimates, p.threshold,
-                               standard_errors=np.asarray(p.standard_error(estimates), dtype=np.float64),
+        return HeavyHitterList(p, np.array(items, dtype=object), estimates, top,
+                               standard_errors=np.asarray(p.standard_error(estimates, reporters=m), dtype=np.float64),
                                survivors=tuple(survivors), capped_levels=tuple(capped_levels),
-                               messages=agg.messages, malformed=agg.malformed)
+                               messages=agg.messages, malformed=agg.malformed, reporters=reporters)
 
 
 def _survivors(values: np.ndarray, codes: np.ndarray, estimates: np.ndarray, threshold: float, cap: int):

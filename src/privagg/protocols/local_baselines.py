@@ -122,30 +122,42 @@ class _LocalParameters(OneItemReports, FrozenParameters):
         """Less noise is a larger local epsilon: eps / ``scale`` (for the auditors)."""
         return {"local_epsilon": self.local_epsilon / scale}
 
-    def debias(self, counts: np.ndarray) -> np.ndarray:
-        """(count - n q) / (p - q): unbiased for g_x."""
-        return (np.asarray(counts, dtype=np.float64) - self.n_users * self.other) / (self.keep - self.other)
+    # The theory of the m users whose reports were counted (``reporters``; default: the calibrated n): a local
+    # task's batches may hold fewer or more than n (docs/derivations.md, "An early close").
+    def debias(self, counts: np.ndarray, reporters: int | None = None) -> np.ndarray:
+        """(count - m q) / (p - q): unbiased for g_x among the m users counted."""
+        m = self.counted(reporters)
+        return (np.asarray(counts, dtype=np.float64) - m * self.other) / (self.keep - self.other)
 
-    def standard_error(self, frequency=0.0):
-        """sqrt((n - g) q (1 - q) + g p (1 - p)) / (p - q) for an item held by g users: each holder's report
-        counts with probability p, each other user's with q, independently."""
-        g = np.clip(frequency, 0, self.n_users)
+    def standard_error(self, frequency=0.0, reporters: int | None = None):
+        """sqrt((m - g) q (1 - q) + g p (1 - p)) / (p - q) for an item held by g of the m users counted: each
+        holder's report counts with probability p, each other user's with q, independently."""
+        m = self.counted(reporters)
+        g = np.clip(frequency, 0, m)
         p, q = self.keep, self.other
-        return np.sqrt((self.n_users - g) * q * (1 - q) + g * p * (1 - p)) / (p - q)
+        return np.sqrt((m - g) * q * (1 - q) + g * p * (1 - p)) / (p - q)
 
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        """Bernstein + union bound over [B] at the larger per-item variance (g = 0 or n): each report moves a
+    @property
+    def report_weight(self) -> float:
+        """1 / (p - q): one report's weight in an estimate. At large eps the sd at g = 0 nears 0 (q does) while a
+        holder's report still counts with probability p (1/2 for OUE, OLH), so results report the sd one report
+        from the estimate too (:meth:`reported_standard_error`)."""
+        return 1 / (self.keep - self.other)
+
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA, reporters: int | None = None) -> float:
+        """Bernstein + union bound over [B] at the larger per-item variance (g = 0 or m): each report moves a
         count by at most 1 / (p - q)."""
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        sd = float(max(self.standard_error(0), self.standard_error(self.n_users)))
+        m = self.counted(reporters)
+        sd = float(max(self.standard_error(0, m), self.standard_error(m, m)))
         step, log_term = 1 / (self.keep - self.other), math.log(2 * self.domain_size / beta)
         return step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * sd**2 * log_term)
 
-    def expected_error(self) -> dict[str, float]:
+    def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(0)), "max_error_bound": self.max_error_bound(),
-                "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.standard_error(0, reporters)),
+                "max_error_bound": self.max_error_bound(reporters=reporters), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:
         return {"user": {"sent": self.messages_per_user},
@@ -317,14 +329,16 @@ class HadamardParameters(_LocalParameters):
         return 1 - self.keep  # the estimate is the transform's (``debias``); the error bound uses p - q = 2p - 1
 
     def debias(self, signed_sums: np.ndarray) -> np.ndarray:
-        """sum_i H[x, j_i] b_i / (2p - 1), b_i = +-1: unbiased for g_x (E[H[x, j] H[x_i, j]] = [x = x_i])."""
+        """sum_i H[x, j_i] b_i / (2p - 1), b_i = +-1: unbiased for g_x (E[H[x, j] H[x_i, j]] = [x = x_i]), whoever
+        reported (no term in the users counted)."""
         return np.asarray(signed_sums, dtype=np.float64) / (2 * self.keep - 1)
 
-    def standard_error(self, frequency=0.0):
-        """sqrt(n / (2p - 1)^2 - g): each report adds H b / (2p - 1), of second moment 1 / (2p - 1)^2 and mean
-        [x_i = x]."""
-        g = np.clip(frequency, 0, self.n_users)
-        return np.sqrt(np.maximum(self.n_users / (2 * self.keep - 1) ** 2 - g, 0.0))
+    def standard_error(self, frequency=0.0, reporters: int | None = None):
+        """sqrt(m / (2p - 1)^2 - g) for g of the m users counted: each report adds H b / (2p - 1), of second
+        moment 1 / (2p - 1)^2 and mean [x_i = x]."""
+        m = self.counted(reporters)
+        g = np.clip(frequency, 0, m)
+        return np.sqrt(np.maximum(m / (2 * self.keep - 1) ** 2 - g, 0.0))
 
     def theory(self) -> dict[str, float | str]:
         return {"estimate": "sum_i H[x, j_i] b_i / (2p - 1), by a fast Walsh-Hadamard transform", "p": self.keep,
@@ -497,12 +511,12 @@ class HadamardAnalyzer(_CountingAnalyzer):
         cells = np.bincount(2 * messages["j"].astype(np.int64) + messages["sign"], minlength=2 * counts.size)
         counts += cells[0::2] - cells[1::2]
 
-    def finalize(self, agg: CountAggregate) -> FrequencyTable:
+    def finalize(self, agg: CountAggregate, reporters: int | None = None) -> FrequencyTable:
         p = self.parameters
         estimates = p.debias(walsh_hadamard(agg.counts)[:p.domain_size])
         if self.queries is not None:
             estimates = estimates[self.queries]
-        return FrequencyTable(p, estimates, self.queries, agg.messages, agg.malformed)
+        return FrequencyTable(p, estimates, self.queries, agg.messages, agg.malformed, reporters)
 
     @classmethod
     def working_bytes(cls, parameters: HadamardParameters, full_domain: bool = True) -> int:

@@ -18,9 +18,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from ..core.messages import Column, MessageLayout
-from ..errors import ParameterError, check_instance
+from ..errors import ParameterError, check_instance, check_integer
 from ..privacy.description import PrivacyDescription
 
+REPORTERS_MAX = 2**53  # users an analysis may count (n's own limit: beyond, a count is not exact in floating point)
 _TYPE_CHECKS = {
     "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -71,7 +72,9 @@ class Parameters(Protocol):
 
     def expected_error(self) -> dict[str, float]: ...
 
-    def standard_error(self, estimates: Any) -> Any: ...
+    def standard_error(self, estimates: Any) -> Any: ...  # the served protocols' take reporters= (with_reporters)
+
+    def reported_standard_error(self, estimates: Any) -> Any: ...
 
     def costs(self) -> dict[str, dict[str, float]]: ...
 
@@ -99,6 +102,34 @@ class FrozenParameters:
     def honest_users(self) -> int:
         """ceil(G n): the users whose noise the guarantee counts on (fields ``n_users``, ``honest_fraction``)."""
         return honest_users(self.n_users, self.honest_fraction)
+
+    def counted(self, reporters: int | None = None) -> int:
+        """m: the users whose reports an analysis counted (``reporters``), or the calibrated n where that is not
+        known (a simulation runs all n). The protocols whose users make the noise (a client randomizer) debias,
+        and compute their errors, with it: a shuffle task closed early counts m >= ceil(G n) reports, whose
+        messages carry m users' noise, not n's (docs/derivations.md, "An early close")."""
+        return self.n_users if reporters is None else check_integer("reporters", reporters, 1, REPORTERS_MAX)
+
+    @property
+    def report_weight(self) -> float | None:
+        """How far one user's report moves an item's estimate, where the estimator's sd can vanish at some count
+        (:meth:`reported_standard_error`); None where noise no count takes away (dummies, a blanket, added noise) keeps
+        it above zero at every count."""
+        return None
+
+    def reported_standard_error(self, estimates, reporters: int | None = None):
+        """The standard errors a result reports beside ``estimates`` (docs/derivations.md, "Reported standard
+        errors"): ``standard_error`` at the estimate; with a ``report_weight`` w, the larger of its values at
+        estimate - w and estimate + w. The sd at the estimate alone reads 0, "certain", wherever it vanishes at the
+        estimate (a sampled count of 0) though not at a count one report away, which the release cannot tell
+        from it; for the sampling family the result is the posterior sd of the count under a flat prior.
+        ``reporters``: the users whose reports were counted, where known (:func:`with_reporters`)."""
+        w = self.report_weight
+        if w is None:
+            return with_reporters(self.standard_error, estimates, reporters=reporters)
+        e = np.asarray(estimates, dtype=np.float64)
+        return np.maximum(with_reporters(self.standard_error, e - w, reporters=reporters),
+                          with_reporters(self.standard_error, e + w, reporters=reporters))
 
     @property
     def bits_per_message(self) -> int:
@@ -162,6 +193,13 @@ class OneItemReports:
 
     def check_codes(self, codes) -> np.ndarray:
         return check_item_codes(codes, self.domain_size)
+
+
+def with_reporters(method, *args, reporters: int | None = None):
+    """``method(*args)``, told the ``reporters`` whose reports were counted where they are known: the theory of the
+    protocols whose users make the noise takes them (:meth:`FrozenParameters.counted`); a curator's or the sharing
+    family's does not depend on them, and is asked only without them (None: the calibrated n)."""
+    return method(*args) if reporters is None else method(*args, reporters=reporters)
 
 
 def check_parameters(parameters: Any, field: str = "parameters") -> "FrozenParameters":

@@ -5,8 +5,9 @@ Each user sends one message: his value with probability 1 - gamma, a value unifo
 (:class:`BlanketClient`; reference ../shared/papers/shuffle-vector-aggregation.md, Algorithm 1). The
 shuffled messages form a histogram; about gamma n of them are the "blanket" that hides any one user's value.
 The analyzer counts each value and debiases: E[count_x] = (1 - gamma) g_x + gamma n / B, so the estimate is
-(count_x - gamma n / B) / (1 - gamma) (derived in docs/derivations.md, "Privacy blanket"). gamma comes from
-the paper's closed form or from the shuffle accountant (:mod:`privagg.privacy.blanket`).
+(count_x - gamma n / B) / (1 - gamma) (derived in docs/derivations.md, "Privacy blanket"), with n the users whose
+reports were counted (m of a task closed early). gamma comes from the paper's closed form or from the shuffle
+accountant (:mod:`privagg.privacy.blanket`).
 """
 
 from __future__ import annotations
@@ -129,33 +130,36 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
     def derived(self) -> dict[str, Any]:
         return {"local_epsilon": blanket.local_epsilon(self.gamma, self.domain_size)}
 
-    # --- theory (docs/derivations.md, "Privacy blanket") ----------------------------------------------
-    def debias(self, counts: np.ndarray) -> np.ndarray:
-        """(count - gamma n / B) / (1 - gamma): unbiased for g_x."""
-        return (np.asarray(counts, dtype=np.float64) - self.gamma * self.n_users / self.domain_size) / (1 - self.gamma)
+    # --- theory (docs/derivations.md, "Privacy blanket"), of the m users whose reports were counted -----------
+    def debias(self, counts: np.ndarray, reporters: int | None = None) -> np.ndarray:
+        """(count - gamma m / B) / (1 - gamma): unbiased for g_x among the m users counted (default: n)."""
+        m = self.counted(reporters)
+        return (np.asarray(counts, dtype=np.float64) - self.gamma * m / self.domain_size) / (1 - self.gamma)
 
-    def standard_error(self, count=0.0):
-        """sqrt(g a1 (1 - a1) + (n - g) a0 (1 - a0)) / (1 - gamma) for an item held by g = ``count`` users,
-        a1 = 1 - gamma + gamma / B, a0 = gamma / B: each user's message equals x with probability a1 if he holds
-        x, a0 otherwise."""
-        g = np.clip(count, 0, self.n_users)
+    def standard_error(self, count=0.0, reporters: int | None = None):
+        """sqrt(g a1 (1 - a1) + (m - g) a0 (1 - a0)) / (1 - gamma) for an item held by g = ``count`` of the m
+        users counted, a1 = 1 - gamma + gamma / B, a0 = gamma / B: each user's message equals x with probability
+        a1 if he holds x, a0 otherwise."""
+        m = self.counted(reporters)
+        g = np.clip(count, 0, m)
         a0 = self.gamma / self.domain_size
         a1 = 1 - self.gamma + a0
-        return np.sqrt(g * a1 * (1 - a1) + (self.n_users - g) * a0 * (1 - a0)) / (1 - self.gamma)
+        return np.sqrt(g * a1 * (1 - a1) + (m - g) * a0 * (1 - a0)) / (1 - self.gamma)
 
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        """Bernstein + union bound over [B] at the largest per-item variance (it is linear in g: at g = 0 or n)."""
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA, reporters: int | None = None) -> float:
+        """Bernstein + union bound over [B] at the largest per-item variance (it is linear in g: at g = 0 or m)."""
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        sd = float(max(self.standard_error(self.n_users), self.standard_error(0)))
+        m = self.counted(reporters)
+        sd = float(max(self.standard_error(m, m), self.standard_error(0, m)))
         log_term = math.log(2 * self.domain_size / beta)
         return log_term / (3 * (1 - self.gamma)) + math.sqrt((log_term / (3 * (1 - self.gamma))) ** 2 +
                                                               2 * sd**2 * log_term)
 
-    def expected_error(self) -> dict[str, float]:
+    def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": 1.0, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(0)), "max_error_bound": self.max_error_bound(),
-                "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.standard_error(0, reporters)),
+                "max_error_bound": self.max_error_bound(reporters=reporters), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:
         return {"user": {"sent": 1.0}, "analyzer": {"received": float(self.n_users)}}
@@ -333,39 +337,43 @@ class BlanketVectorParameters(_BlanketParameters):
         return blanket.vector_delta_at(epsilon, self.gamma, self.honest_users, self.levels, self.coordinates)
 
     # --- theory (docs/derivations.md, "Vector sums") -------------------------------------------------
-    def estimate(self, value_sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    # n below is the users whose reports were counted (``reporters``; default: the calibrated n): a task closed
+    # early sums the vectors of the m >= ceil(G n) users who reported (docs/derivations.md, "An early close").
+    def estimate(self, value_sums: np.ndarray, counts: np.ndarray, reporters: int | None = None) -> np.ndarray:
         """Per coordinate l, the sum of the users' x_l: n times the debiased mean of the c_l reports at l,
         n (sum y / k - gamma c_l / 2) / ((1 - gamma) c_l), the authors' code's normalisation by the realised
         count. Unbiased given c_l >= 1 (the reporters are a uniform subset of the users); n / 2 where no user
         reported l (probability (1 - t/d)^n)."""
+        n = self.counted(reporters)
         c = np.asarray(counts, dtype=np.float64)
         debiased = np.asarray(value_sums, dtype=np.float64) / self.levels - self.gamma * c / 2
         mean = debiased / ((1 - self.gamma) * np.maximum(c, 1))
-        return np.where(c > 0, self.n_users * mean, self.n_users / 2)
+        return np.where(c > 0, n * mean, n / 2)
 
     @property
     def inverse_count_mean(self) -> float:
         """E[1 / c | c >= 1] for a coordinate's report count c ~ Bin(n, t / d) (:func:`_inverse_count_mean`)."""
         return _inverse_count_mean(self.n_users, self.coordinates, self.dimension)
 
-    def _spread(self, sum_x, sum_x2, rounding) -> tuple[np.ndarray, np.ndarray]:
-        """(S^2, V): the users' variance of x_l (denominator n - 1) and their mean variance of a debiased report
+    def _spread(self, sum_x, sum_x2, rounding, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(S^2, V): the n users' variance of x_l (denominator n - 1) and their mean variance of a debiased report
         z = (y / k - gamma / 2) / (1 - gamma) given x, from S1 = sum x, S2 = sum x^2 and R = sum f (1 - f) / k^2."""
-        g, k, n = self.gamma, self.levels, self.n_users
+        g, k = self.gamma, self.levels
         s1, s2 = np.asarray(sum_x, dtype=np.float64), np.asarray(sum_x2, dtype=np.float64)
         spread = (s2 - s1 * s1 / n) / (n - 1)
         second = (1 - g) * (s2 + rounding) + n * g * (2 * k + 1) / (6 * k)  # sum E[(y/k)^2]
         first2 = (1 - g) ** 2 * s2 + g * (1 - g) * s1 + n * g * g / 4  # sum E[y/k]^2
         return spread, (second - first2) / (n * (1 - g) ** 2)
 
-    def variance(self, sum_x, sum_x2, rounding) -> np.ndarray:
+    def variance(self, sum_x, sum_x2, rounding, reporters: int | None = None) -> np.ndarray:
         """The exact variance of a coordinate's estimate (c >= 1), given S1, S2 and R (``_spread``): given c
         it is n^2 ((1 - c/n) S^2 + V) / c, whose mean over c is n^2 (S^2 + V) E[1/c] - n S^2."""
-        spread, noise = self._spread(sum_x, sum_x2, rounding)
-        n = self.n_users
-        return n * n * (spread + noise) * self.inverse_count_mean - n * spread
+        n = self.counted(reporters)
+        spread, noise = self._spread(sum_x, sum_x2, rounding, n)
+        return n * n * (spread + noise) * _inverse_count_mean(n, self.coordinates, self.dimension) - n * spread
 
-    def estimated_standard_error(self, value_sums, value_squares, counts, bound) -> np.ndarray:
+    def estimated_standard_error(self, value_sums, value_squares, counts, bound,
+                                 reporters: int | None = None) -> np.ndarray:
         """A consistent estimate of each coordinate's sd given its c reports (docs/derivations.md, "Vector sums",
         the reported standard error): Var = n^2 ((1 - c/n) S^2 + V) / c, where the sample variance s^2 of the c
         debiased reports z = (y / k - gamma / 2) / (1 - gamma) is unbiased for S^2 + V (the reporters are a
@@ -377,7 +385,7 @@ class BlanketVectorParameters(_BlanketParameters):
         V_min = gamma (k + 2) / (12 k (1 - gamma)^2), the least Var(z | x) over x (at x = 1/2): a sample of few
         reports may hold no blanket ones. Coordinates with fewer than 2 reports get ``bound`` (:meth:`standard_error`
         at the estimate)."""
-        g, k, n = self.gamma, self.levels, self.n_users
+        g, k, n = self.gamma, self.levels, self.counted(reporters)
         s, q = np.asarray(value_sums, dtype=np.float64), np.asarray(value_squares, dtype=np.float64)
         c = np.asarray(counts, dtype=np.float64)
         several = c >= 2
@@ -391,16 +399,18 @@ class BlanketVectorParameters(_BlanketParameters):
         estimate = n * np.sqrt(np.maximum(sample - cc / n * spread, least) / cc)
         return np.where(several, estimate, bound)
 
-    def standard_error(self, estimate=0.0, counts=None, gamma: float | None = None) -> np.ndarray:
+    def standard_error(self, estimate=0.0, counts=None, gamma: float | None = None,
+                       reporters: int | None = None) -> np.ndarray:
         """An upper bound on the sd given the realised counts c (default: over c), at a mean m = estimate / n
         clipped to [0, 1]: S^2 <= n m (1 - m) / (n - 1), and V <= ((1 - gamma) / (4 k^2) + gamma ((2k + 1) / (6k)
         - gamma / 4)) / (1 - gamma)^2 (from S2 <= S1 and f (1 - f) <= 1/4; derived in docs/derivations.md).
         ``gamma``: another blanket probability than the calibrated one (0: the design's floor)."""
-        g, k, n = self.gamma if gamma is None else gamma, self.levels, self.n_users
-        m = np.clip(np.asarray(estimate, dtype=np.float64) / n, 0.0, 1.0)
-        spread = n * m * (1 - m) / (n - 1)
+        g, k, n = self.gamma if gamma is None else gamma, self.levels, self.counted(reporters)
+        mean = np.clip(np.asarray(estimate, dtype=np.float64) / n, 0.0, 1.0)
+        spread = n * mean * (1 - mean) / (n - 1)
         noise = ((1 - g) / (4 * k * k) + g * ((2 * k + 1) / (6 * k) - g / 4)) / (1 - g) ** 2
-        inverse = self.inverse_count_mean if counts is None else 1 / np.maximum(np.asarray(counts, float), 1)
+        inverse = (_inverse_count_mean(n, self.coordinates, self.dimension) if counts is None
+                   else 1 / np.maximum(np.asarray(counts, float), 1))
         return n * np.sqrt(np.maximum((spread + noise) * inverse - spread / n, 0.0))
 
     def mse_bound(self, gamma: float | None = None) -> float:
@@ -415,15 +425,17 @@ class BlanketVectorParameters(_BlanketParameters):
         return (self.coordinates * self.dimension**2 * (1 / (4 * self.levels**2) + self.gamma / 2)
                 / (self.n_users * (1 - self.gamma) ** 2))
 
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA, reporters: int | None = None) -> float:
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        return float(self.standard_error(self.n_users / 2)) * math.sqrt(2 * math.log(2 * self.dimension / beta))
+        n = self.counted(reporters)
+        return float(self.standard_error(n / 2, reporters=n)) * math.sqrt(2 * math.log(2 * self.dimension / beta))
 
-    def expected_error(self) -> dict[str, float]:
+    def expected_error(self, reporters: int | None = None) -> dict[str, float]:
+        n = self.counted(reporters)
         return {"messages_per_user": float(self.coordinates), "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(self.n_users / 2)),
-                "max_error_bound": self.max_error_bound(), "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.standard_error(n / 2, reporters=n)),
+                "max_error_bound": self.max_error_bound(reporters=n), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:
         return {"user": {"sent": float(self.coordinates)},
@@ -623,13 +635,14 @@ class VectorAnalyzer:
             total.malformed += a.malformed
         return total
 
-    def finalize(self, agg: VectorAggregate) -> VectorSum:
-        """The sums, each with its estimated standard error and, beside it, the upper bound (at the estimate)."""
+    def finalize(self, agg: VectorAggregate, reporters: int | None = None) -> VectorSum:
+        """The sums of the ``reporters`` users' vectors (default: the calibrated n), each with its estimated standard
+        error and, beside it, the upper bound (at the estimate)."""
         p = self.parameters
-        total = p.estimate(agg.sums, agg.counts)
-        bound = p.standard_error(total, agg.counts)
-        return VectorSum(p, total, p.estimated_standard_error(agg.sums, agg.squares, agg.counts, bound), None,
-                         agg.messages, agg.malformed, standard_error_bounds=bound)
+        total = p.estimate(agg.sums, agg.counts, reporters)
+        bound = p.standard_error(total, agg.counts, reporters=reporters)
+        return VectorSum(p, total, p.estimated_standard_error(agg.sums, agg.squares, agg.counts, bound, reporters),
+                         None, agg.messages, agg.malformed, standard_error_bounds=bound, reporters=reporters)
 
     @classmethod
     def working_bytes(cls, parameters: BlanketVectorParameters, full_domain: bool = True) -> int:

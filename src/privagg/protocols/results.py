@@ -1,8 +1,10 @@
 """Typed results of the analyzers, with their queries.
 
 Each result carries the frozen parameters it was computed under (so it
-knows its privacy description and its error theory) and how many messages
-went into it and how many were dropped as malformed.
+knows its privacy description and its error theory), how many messages
+went into it and how many were dropped as malformed, and, where the analyzer
+was told, how many users' reports it counted (``reporters``: its errors are
+those of m users' noise; None: the calibrated n).
 
 * :class:`FrequencyTable` -- frequency estimates over the whole domain or
   over a set of queried items (candidates): ``estimate(items)``,
@@ -23,7 +25,7 @@ import numpy as np
 
 from ..core.selection import kth_largest
 from ..errors import ParameterError, check_integer, checked_methods, kind_of
-from .parameters import check_parameters
+from .parameters import REPORTERS_MAX, check_parameters
 
 
 def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +77,11 @@ def _check_values(field: str, values: Any, size: int | None = None, numbers: boo
     if values.ndim != 1 or (size is not None and values.size != size) or (
             numbers and values.dtype.kind not in "iuf"):
         raise ParameterError(field, accepted, f"dtype {values.dtype}, shape {values.shape}")
+
+
+def _check_reporters(reporters: Any) -> None:
+    if reporters is not None:
+        check_integer("reporters", reporters, 1, REPORTERS_MAX)
 
 
 def _label_of(labels: Any) -> Any:
@@ -134,12 +141,14 @@ class FrequencyTable:
     items: np.ndarray | None = None
     messages: int = 0
     malformed: int = 0
+    reporters: int | None = None  # the users whose reports were counted (None: the calibrated n)
 
     def __post_init__(self) -> None:
         check_parameters(self.parameters)
         _check_values("estimates", self.estimates)
         if self.items is not None:
             _check_values("items", self.items, self.estimates.size)
+        _check_reporters(self.reporters)
 
     @property
     def full_domain(self) -> bool:
@@ -170,9 +179,11 @@ class FrequencyTable:
         return self.estimates
 
     def standard_error(self, items=None) -> np.ndarray:
-        """Standard errors of the estimates of ``items`` (default: the whole table), the estimate plugged in."""
+        """Standard errors of the estimates of ``items`` (default: the whole table): the parameters'
+        ``reported_standard_error`` at each estimate (never 0 where the estimator's variance is not), for the users
+        whose reports were counted."""
         est = self.estimates if items is None else self.estimate(items)
-        return np.broadcast_to(self.parameters.standard_error(est), est.shape)
+        return np.broadcast_to(self.parameters.reported_standard_error(est, self.reporters), est.shape)
 
     def top_k(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k items with the largest estimates (codes, estimates), largest first."""
@@ -181,7 +192,8 @@ class FrequencyTable:
     def restricted_to(self, items) -> "FrequencyTable":
         """The same estimates over the sorted, distinct ``items`` only (e.g. the public candidates)."""
         codes = np.unique(self._codes(items))
-        return FrequencyTable(self.parameters, self.estimate(codes), codes, self.messages, self.malformed)
+        return FrequencyTable(self.parameters, self.estimate(codes), codes, self.messages, self.malformed,
+                              self.reporters)
 
     def to_dict(self, labels=None) -> dict[Any, dict[str, float]]:
         """``{item: {"estimate": ..., "stderr": ...}}`` for every item of the table, in code order.
@@ -220,6 +232,7 @@ class HeavyHitterList:
     capped_levels: tuple[int, ...] = ()
     messages: int = 0
     malformed: int = 0
+    reporters: int | None = None  # the users whose reports were counted (None: the calibrated n)
 
     def __post_init__(self) -> None:
         check_parameters(self.parameters)
@@ -230,6 +243,7 @@ class HeavyHitterList:
             counts = getattr(self, name)
             if not isinstance(counts, tuple) or not all(isinstance(c, (int, np.integer)) for c in counts):
                 raise ParameterError(name, "a tuple of integers, one a level", kind_of(counts))
+        _check_reporters(self.reporters)
 
     def __contains__(self, item) -> bool:
         return item in self.items.tolist()  # a list: an unhashable item is not in it, not a TypeError
@@ -266,6 +280,7 @@ class VectorSum:
     messages: int = 0
     malformed: int = 0
     standard_error_bounds: np.ndarray | None = None  # where a protocol reports an upper bound beside its estimate
+    reporters: int | None = None  # the users whose reports were counted (None: the calibrated n)
 
     def __post_init__(self) -> None:
         check_parameters(self.parameters)
@@ -275,10 +290,11 @@ class VectorSum:
             _check_values("coordinates", self.coordinates, self.total.size)
         if self.standard_error_bounds is not None:
             _check_values("standard_error_bounds", self.standard_error_bounds, self.total.size)
+        _check_reporters(self.reporters)
 
     def mean(self) -> np.ndarray:
-        """The average vector: total / n, whose standard errors are standard_errors / n."""
-        return self.total / self.parameters.n_users
+        """The average vector over the m users counted: total / m, whose standard errors are standard_errors / m."""
+        return self.total / self.parameters.counted(self.reporters)
 
     def to_dict(self, labels=None) -> dict[Any, dict[str, float]]:
         """``{coordinate: {"estimate": ..., "stderr": ...}}`` for the coordinates estimated, in order.

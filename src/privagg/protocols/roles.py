@@ -76,7 +76,11 @@ class Analyzer(Protocol[Agg]):
         """One aggregate of disjoint partitions' aggregates."""
 
     def finalize(self, agg: Agg) -> Any:
-        """The typed result (:mod:`privagg.protocols.results`)."""
+        """The typed result (:mod:`privagg.protocols.results`). The analyzers of the protocols whose users make the
+        noise (a client randomizer: the served ones) also take ``reporters=``, the users whose reports ``agg``
+        holds where the caller knows them (a task closed early, a message folder's record), and debias with them
+        (default: the calibrated n). A curator's noise is its own, whoever reported: it takes none
+        (:func:`privagg.protocols.parameters.with_reporters` calls either)."""
 
     @classmethod
     def working_bytes(cls, parameters: Any, full_domain: bool = True) -> int:

@@ -188,15 +188,20 @@ class SamplingParameters(SharingParameters):
 
     min_count_fraction: float
     sampling_probability: float
+    # d: users of the task who dropped out before the release, which is over the n = n_users who remained (the
+    # survivors' parameters, sharing_parties.survivors_parameters); the data condition is stated of all n + d
+    dropouts: int = dataclasses.field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_min_count_fraction(self.min_count_fraction, self.domain_size)
-        check_class(self.n_users, self.domain_size, self.min_count, self.min_count_fraction)
+        check_integer("dropouts", self.dropouts, 0, N_USERS_MAX - self.n_users)
+        check_class(self.enrolled, self.domain_size, min_count(self.enrolled, self.min_count_fraction),
+                    self.min_count_fraction)
         if not 0 < self.sampling_probability <= 1:
             raise ParameterError("sampling-probability", "in (0, 1] (the probability that a user's record is "
                                  "counted)", self.sampling_probability)
-        if self.counted_holders < 1:
+        if not self.dropouts and self.min_count - (self.n_users - self.honest_users) < 1:
             raise ParameterError("honest-fraction", f"above 1 - beta = {1 - self.min_count_fraction:.3g} (beta = "
                                  f"{self.min_count_fraction:g}, the min-count-fraction): of the n = {self.n_users} "
                                  f"users, the {self.n_users - self.honest_users} who may not follow the protocol could "
@@ -204,17 +209,25 @@ class SamplingParameters(SharingParameters):
                                  "follow it)", self.honest_fraction)
 
     @property
+    def enrolled(self) -> int:
+        """n + d: the users the data condition is stated of (n without dropouts)."""
+        return self.n_users + self.dropouts
+
+    @property
     def min_count(self) -> int:
-        """m = ceil(beta n): the fewest users holding any item, as the user states it."""
-        return min_count(self.n_users, self.min_count_fraction)
+        """The fewest users holding any item: m = ceil(beta n), as the user states it; after d dropouts, what that
+        condition, stated of the n + d enrolled users, leaves the n who remain: ceil(beta (n + d)) - d, at least 0
+        (the d who dropped out may all have held one category; docs/privacy.md, "Dropouts in DPDS and DPDG")."""
+        return max(0, min_count(self.enrolled, self.min_count_fraction) - self.dropouts)
 
     @property
     def counted_holders(self) -> int:
         """The accountant's m: the checked dataset holds every category at least m times, so when one user's
         item is replaced, his category keeps at least m - 1 other holders and the new one has at least m; the
         accountant puts m - 1 on both. Less the users who may not follow the protocol (a dishonest user's coin
-        is known to the adversary, so it is no noise)."""
-        return self.min_count - (self.n_users - self.honest_users)
+        is known to the adversary, so it is no noise); at least 1, the changed user himself (after dropouts a
+        category may have no other holder left: delta is then p')."""
+        return max(1, self.min_count - (self.n_users - self.honest_users))
 
     @property
     def effective_probability(self) -> float:
@@ -226,7 +239,11 @@ class SamplingParameters(SharingParameters):
 
     def delta_at(self, epsilon: float) -> float:
         """delta(eps) of the released counts, exactly (privacy/sampling.py), at the counted holders."""
-        return accountant.sampling_delta(epsilon, self.effective_probability, self.counted_holders)
+        return self.holders_delta(epsilon, self.counted_holders)
+
+    def holders_delta(self, epsilon: float, holders: int) -> float:
+        """delta(eps) when every category has at least ``holders`` counted holders."""
+        return accountant.sampling_delta(epsilon, self.effective_probability, holders)
 
     def verify(self) -> None:
         """The exact delta at eps, for every calibration; the closed form's own conditions besides (it is derived
@@ -255,9 +272,18 @@ class SamplingParameters(SharingParameters):
         return np.asarray(sums, dtype=np.float64) / self.effective_probability
 
     def standard_error(self, estimate=0.0):
-        """sqrt(Pi (1 - p') / p') of an item held by Pi users (the estimate, clipped to [0, n], plugged in)."""
+        """sqrt(Pi (1 - p') / p'): the sd of the estimate of an item held by Pi = ``estimate`` users (clipped to
+        [0, n]). It is 0 at Pi = 0, so results report :meth:`reported_standard_error`, not this at the estimate."""
         p = self.effective_probability
         return np.sqrt(np.clip(estimate, 0, self.n_users) * (1 - p) / p)
+
+    @property
+    def report_weight(self) -> float:
+        """1 / p': one counted holder's weight in an estimate. A result's standard error is then this sd at the
+        estimate plus 1 / p', sqrt((tau + 1) (1 - p')) / p': the posterior sd of Pi given the released count tau
+        under a flat prior (docs/derivations.md, "Reported standard errors"); a category whose count is 0 (nobody
+        sampled) reads sqrt(1 - p') / p', the sd of one held by 1 / p' users, not 0."""
+        return 1 / self.effective_probability
 
     @property
     def largest_count(self) -> int:
@@ -302,16 +328,37 @@ class SamplingParameters(SharingParameters):
                 "total_frequency_variance": (1 - p) / (p * self.n_users),
                 "crossover_users_paper": crossover_users(self.epsilon, self.delta)}
 
+    @property
+    def _left_by_dropouts(self) -> str:
+        """What the data condition, stated of the n + d enrolled users, leaves the n who remain (with the delta a
+        stronger, unchecked assumption would give), or nothing without dropouts (docs/privacy.md, "Dropouts in DPDS
+        and DPDG")."""
+        if not self.dropouts:
+            return ""
+        planned, d, n = min_count(self.enrolled, self.min_count_fraction), self.dropouts, self.n_users
+        text = (f", of the {self.enrolled} enrolled users; {d} of them dropped out and may all have held one category, "
+                f"so among the {n} who remain it holds at least {planned} - {d} = {self.min_count}" if planned > d else
+                f", of the {self.enrolled} enrolled users; {d} of them dropped out and may have held every one of a "
+                f"category's {planned}, so among the {n} who remain a user may be alone in his category")
+        dishonest = n - self.honest_users
+        stronger = min_count(n, self.min_count_fraction) - dishonest
+        if stronger <= self.counted_holders:
+            return text
+        return (f"{text}: the delta of this release is computed there; were every category still held by ceil(beta "
+                f"n) = {min_count(n, self.min_count_fraction)} of the {n}, which the condition does not imply and no "
+                f"party can check, it would be {self.holders_delta(self.epsilon, stronger):.3g}")
+
     def _sampling_description(self, extra_assumptions: tuple[str, ...], rate: str) -> PrivacyDescription:
         parameters = {"sampling_probability": self.sampling_probability, "effective_probability":
                       self.effective_probability, "min_count": self.min_count,
-                      "counted_holders": self.counted_holders, "n_users": self.n_users}
+                      "counted_holders": self.counted_holders, "n_users": self.n_users,
+                      **({"dropouts": self.dropouts} if self.dropouts else {})}
         condition = (f"ASSUMED of the data, and the release depends on it: every category is held by at least beta n = "
-                     f"{self.min_count} users (beta = {self.min_count_fraction:g}, stated by the user). No party can "
-                     "check it in a deployment (the server sees only the sampled counts; a simulation checks it on "
-                     "the data); where it fails, a user whose category has fewer holders is protected less, and a "
-                     "user alone in his category is released with probability p' (docs/privacy.md, \"The data "
-                     "condition\")")
+                     f"{min_count(self.enrolled, self.min_count_fraction)} users (beta = {self.min_count_fraction:g}, "
+                     f"stated by the user{self._left_by_dropouts}). No party can check it in a deployment (the server "
+                     "sees only the sampled counts; a simulation checks it on the data); where it fails, a user whose "
+                     "category has fewer holders is protected less, and a user alone in his category is released "
+                     "with probability p' (docs/privacy.md, \"The data condition\")")
         honesty = ("all n users follow the protocol" if self.honest_fraction == 1 else
                    f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the others may drop "
                    "out or reveal their own coins (counted as known: the guarantee counts "
@@ -480,8 +527,8 @@ class TSSParameters(SamplingParameters):
     def derived(self) -> dict[str, Any]:
         return {**super().derived(), "inclusion_probability": self.inclusion_probability}
 
-    def delta_at(self, epsilon: float) -> float:
-        """delta(eps) against S2 (the aggregator).
+    def holders_delta(self, epsilon: float, holders: int) -> float:
+        """delta(eps) against S2 (the aggregator), every category with at least ``holders`` counted holders (m).
 
         Uniform stage: the report sets are independent of the data, so S2's
         counts are DPCS's at the effective rate p' = p alpha. Adaptive stage
@@ -492,8 +539,8 @@ class TSSParameters(SamplingParameters):
         2 F(k - 2; m - 1, p_chi) + delta_p,k(eps - ln gamma).
         """
         if self.second_stage == "uniform":
-            return super().delta_at(epsilon)
-        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, self.counted_holders,
+            return super().holders_delta(epsilon, holders)
+        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, holders,
                               self.inclusion_probability)
 
     @property
@@ -1436,7 +1483,7 @@ class WeightedEstimate:
 
     estimates: np.ndarray  # weighted, as counts over all n users
     unweighted: np.ndarray  # sum_g tau_g / p_g
-    variance: np.ndarray  # per category, of the weighted estimate (at the estimate)
+    variance: np.ndarray  # per category, of the weighted estimate (at the estimate + a holder's weight)
     unweighted_variance: np.ndarray
     weights: np.ndarray  # w_g, summing to 1
     groups: list[SamplingParameters]
@@ -1450,7 +1497,8 @@ def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarr
     each group's frequency estimate tau_g / (p_g n_g) is weighted by its
     inverse variance, w_g proportional to p_g n_g / (1 - p_g), then scaled to
     n: unbiased when the groups share one distribution, and the least
-    variance of any fixed convex combination (reference §2.7, our design).
+    variance of any fixed convex combination (reference §2.7, our design). The variances are the theory's at
+    psi = (the weighted estimate + one counted holder's largest weight) / n, never 0 where the estimate is.
     """
     n = sum(g.n_users for g in groups)
     p = np.array([g.effective_probability for g in groups])
@@ -1462,7 +1510,10 @@ def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarr
         precision).sum()
     frequencies = taus / (p * size)[:, None]
     weighted = n * (weights[:, None] * frequencies).sum(axis=0)
-    psi = np.clip(weighted / n, 0, 1)
+    # psi at the estimate plus the largest weight one counted holder has in it (docs/derivations.md, "Reported
+    # standard errors"): the sd at the estimate alone is 0 where every group's count is
+    step = n * np.max(np.where(weights > 0, weights / (p * size), 0.0))
+    psi = np.clip((weighted + step) / n, 0, 1)
     variance = n**2 * (weights**2 * (1 - p) / (p * size))[:, None].sum(axis=0) * psi
     unweighted_variance = (size * (1 - p) / p)[:, None].sum(axis=0) * psi
     return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, weights, list(groups))

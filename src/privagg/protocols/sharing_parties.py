@@ -49,7 +49,7 @@ from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, element_bytes, expand, pack_elements, unpack_elements
 from ..errors import ParameterError, check_integer
 from .results import FrequencyTable
-from .sampling_sharing import SharingParameters, SharingUsers
+from .sampling_sharing import SamplingParameters, SharingParameters, SharingUsers
 
 # --- messages ----------------------------------------------------------------------------------------------
 MAGIC, VERSION = b"PVS", 2
@@ -381,8 +381,8 @@ class SharingRelease:
         return dataclasses.replace(base, delta=delta, caveats=base.caveats + (
             f"recomputed for the {self.survivors} users who took part to the end, of the {self.enrolled} enrolled "
             f"({self.senders} advertised in round 1, {self.revealers} revealed in round 3): the release is theirs, and "
-            f"its conditions (the users who may not follow the protocol, the data condition) are stated of them"
-            f"{weakened}",
+            f"its conditions (the users who may not follow the protocol; what the data condition, stated of all "
+            f"the enrolled, leaves them) are stated of them{weakened}",
             f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} "
             "(Shamir): the server learns only the survivors' sum if it follows the protocol (it shows every user the "
             "same lists and relays the public keys unaltered) and pools shares with fewer than that many users",))
@@ -460,21 +460,23 @@ class SharingServer:
 def survivors_parameters(parameters: SharingParameters, survivors: int) -> SharingParameters:
     """The parameters of the release over ``survivors`` of the n users (docs/privacy.md, "Dropouts in DPDS and
     DPDG"): n' = survivors users; the (1 - G) n users who may not follow the protocol all counted among them
-    (honest fraction (n' - (n - ceil(G n))) / n'); DPDS's data condition, every category held by beta n'
-    users, stated of the survivors; DPDG's noise that of the honest survivors. The sampling probability or the
-    noise variance is the task's: only the users change."""
+    (honest fraction (n' - (n - ceil(G n))) / n'); the sampling family's data condition stays stated of the n
+    enrolled users (``dropouts`` = n - n'), which leaves every category ceil(beta n) - (n - n') of the survivors
+    at least; DPDG's noise that of the honest survivors. The sampling probability or the noise variance is the
+    task's: only the users change."""
     n = parameters.n_users
     honest = survivors - (n - parameters.honest_users)
     if not 2 <= survivors <= n or honest < 1:
         raise ParameterError("survivors", f"in [2, {n}] and more than the {n - parameters.honest_users} users who "
                              "may not follow the protocol", survivors)
-    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors)
+    dropped = {"dropouts": parameters.dropouts + n - survivors} if isinstance(parameters, SamplingParameters) else {}
+    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, **dropped)
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
     """``min_survivors`` if a release over that many users can happen (at least the backups' threshold t of
-    users to reveal, :func:`threshold`) and is valid (:func:`survivors_parameters`: for DPDS, its N categories
-    of beta n' holders fit), else a ParameterError naming it."""
+    users to reveal, :func:`threshold`) and is valid (:func:`survivors_parameters`: more than the users who may
+    not follow the protocol), else a ParameterError naming it."""
     if parameters.model != "secret_sharing":
         raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
     return checked_survivors(parameters, min_survivors, max(2, threshold(parameters)))

@@ -108,34 +108,38 @@ class _OneSparse:
         k = self.levels
         return np.asarray(cell_estimates).reshape(-1, k) @ (np.arange(1, k + 1) / k)
 
-    def coordinate_variance(self, weight_sum=0.0) -> np.ndarray:
-        """A bound on the variance of v_x at a weight sum S = ``weight_sum`` (clipped to [0, n]):
-        S / k for the rounding (a user's f (1 - f) / k^2 <= w / k) plus sum_j (j / k)^2 se_cell^2, the cells'
-        noise taken as uncorrelated (FE0's are negatively correlated; FE1's cell is the coordinate, k = 1)."""
-        s = np.clip(weight_sum, 0, self.n_users)
+    def coordinate_variance(self, weight_sum=0.0, reporters: int | None = None) -> np.ndarray:
+        """A bound on the variance of v_x at a weight sum S = ``weight_sum`` (clipped to [0, m]) of the m users
+        whose reports were counted (default: n): S / k for the rounding (a user's f (1 - f) / k^2 <= w / k) plus
+        sum_j (j / k)^2 se_cell^2, the cells' noise taken as uncorrelated (FE0's are negatively correlated; FE1's
+        cell is the coordinate, k = 1)."""
+        m = self.counted(reporters)
+        s = np.clip(weight_sum, 0, m)
         k = self.levels
         a2 = (k + 1) * (2 * k + 1) / (6 * k)
-        return s / k + a2 * np.asarray(self.standard_error(s)) ** 2  # FE1: se of the cell holding about S users
+        return s / k + a2 * np.asarray(self.standard_error(s, m)) ** 2  # FE1: se of the cell holding about S users
 
-    def coordinate_standard_error(self, weight_sum=0.0) -> np.ndarray:
-        return np.sqrt(self.coordinate_variance(weight_sum))
+    def coordinate_standard_error(self, weight_sum=0.0, reporters: int | None = None) -> np.ndarray:
+        return np.sqrt(self.coordinate_variance(weight_sum, reporters))
 
     def mse_bound(self) -> float:
         """A bound on E ||v - v_hat||^2 when every coordinate is estimated: n / (4 k^2) for the rounding plus
         the noise of all B coordinates."""
         return self.n_users / (4 * self.levels**2) + self.dimension * float(self.coordinate_variance(0.0))
 
-    def max_error_bound(self, beta: float = MAX_ERROR_BETA) -> float:
-        """Gaussian tail + union over the B coordinates at the average weight sum n / B."""
+    def max_error_bound(self, beta: float = MAX_ERROR_BETA, reporters: int | None = None) -> float:
+        """Gaussian tail + union over the B coordinates at the average weight sum m / B."""
         if not 0 < beta < 1:
             raise ParameterError("beta", "in (0, 1)", beta)
-        return float(self.coordinate_standard_error(self.n_users / self.dimension)) * math.sqrt(
+        m = self.counted(reporters)
+        return float(self.coordinate_standard_error(m / self.dimension, m)) * math.sqrt(
             2 * math.log(2 * self.dimension / beta))
 
-    def expected_error(self) -> dict[str, float]:
+    def expected_error(self, reporters: int | None = None) -> dict[str, float]:
+        m = self.counted(reporters)
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.coordinate_standard_error(self.n_users / self.dimension)),
-                "max_error_bound": self.max_error_bound(), "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.coordinate_standard_error(m / self.dimension, m)),
+                "max_error_bound": self.max_error_bound(reporters=m), "max_error_beta": MAX_ERROR_BETA}
 
     def theory(self) -> dict[str, float | str]:
         return {"estimate": "v_x = sum_j (j / k) f_(x, j) over the debiased cells (x, j)", "cells": self.domain_size,
@@ -191,15 +195,16 @@ class SparseVectorParameters(_OneSparse, FE0Parameters):
     def theory(self) -> dict[str, float | str]:
         return {**super().theory(), "suggested_levels": self.suggested_levels()}
 
-    def variance(self, rounding: np.ndarray) -> np.ndarray:
+    def variance(self, rounding: np.ndarray, reporters: int | None = None) -> np.ndarray:
         """The exact variance of each v_x given the users' rounding variances summed per coordinate
         (``rounding``): the dummies' counts are multinomial, n floor(rho) of them fixed and n more with
-        probability f = rho - floor(rho), each uniform over the M cells (docs/derivations.md)."""
+        probability f = rho - floor(rho), each uniform over the M cells (docs/derivations.md); n: the users
+        whose reports were counted (default: the calibrated n)."""
         k, m = self.levels, self.domain_size
         a1, a2 = (k + 1) / 2, (k + 1) * (2 * k + 1) / (6 * k)
         whole = math.floor(self.rho)
         frac = self.rho - whole
-        noise = self.n_users * (whole * (a2 / m - (a1 / m) ** 2) + frac * a2 / m - (frac * a1 / m) ** 2)
+        noise = self.counted(reporters) * (whole * (a2 / m - (a1 / m) ** 2) + frac * a2 / m - (frac * a1 / m) ** 2)
         return np.asarray(rounding) + noise
 
 
@@ -282,13 +287,14 @@ class _VectorFromCells:
             queries = (self.coordinates[:, None] * parameters.levels + np.arange(parameters.levels)).ravel()
         super().__init__(parameters, queries)
 
-    def finalize(self, agg) -> VectorSum:
+    def finalize(self, agg, reporters: int | None = None) -> VectorSum:
+        """v over the cells the ``reporters`` users' messages fill (default: the calibrated n)."""
         p = self.parameters
-        table = super().finalize(agg)
+        table = super().finalize(agg, reporters)
         estimates = table.estimates if self.coordinates is not None else table.estimates[:-1]  # the dummy cell
         total = p.weighted(estimates)
-        return VectorSum(p, total, p.coordinate_standard_error(total), self.coordinates, table.messages,
-                         table.malformed)
+        return VectorSum(p, total, p.coordinate_standard_error(total, reporters), self.coordinates, table.messages,
+                         table.malformed, reporters=reporters)
 
 
 class SparseVectorAnalyzer(_VectorFromCells, FE0Analyzer):

@@ -577,10 +577,11 @@ class TSSRelease:
         p, base = self.parameters, self.parameters.privacy
         delta = p.delta_at(p.epsilon)
         weakened = (f"; the dropouts weakened it from the task's target delta {p.delta:.3g} to {delta:.3g} (fewer "
-                    "users to hide among)" if delta > p.delta * (1 + 1e-9) else "")
+                    "users, and holders a category, to hide among)" if delta > p.delta * (1 + 1e-9) else "")
         caveats = [f"recomputed for the {self.survivors} users whose shares reached S1 (R2), of the {self.enrolled} "
                    f"enrolled ({self.senders} sent report sets): the release is theirs, and its conditions (the users "
-                   f"who may not follow the protocol, the data condition) are stated of them{weakened}",
+                   f"who may not follow the protocol; what the data condition, stated of all the enrolled, leaves "
+                   f"them) are stated of them{weakened}",
                    "S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
                    "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
                    "together they could open what they relay"]

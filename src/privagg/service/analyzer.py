@@ -271,7 +271,7 @@ class AnalyzerService:
             row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == stage.task.task_id)).one()
         if not row.batches:
             return None
-        first = stage.analyzer.finalize(decode_aggregate(row.aggregate)), row
+        first = stage.analyzer.finalize(decode_aggregate(row.aggregate), reporters=row.reports), row
         if stage.task.single_batch:
             self._stages[task.discovery.task_id] = first
         return first
@@ -618,7 +618,7 @@ class AnalyzerService:
         stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
         report.privacy, report.privacy_profile = with_discovery(report.privacy, task.parameters, stage)
         report.discovery = discovery_block(stage, first, stage_privacy, len(report.estimates),
-                                           Messages(received, received / stage.n_users, int(first.malformed)))
+                                           Messages(received, received / row.reports, int(first.malformed)))
 
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
@@ -647,11 +647,13 @@ class AnalyzerService:
         409 ``not_released`` until a batch was applied (before, the estimates would be the debiased noise
         floor of no users at all, not a result).
 
-        The privacy caveat compares the messages received with what the users who reported would send (an
-        early-closed shuffle task's m >= ceil(G n) reports, not n), and the warnings name repeated
+        The estimates are debiased, and their errors and the messages per user computed, with the m users whose
+        reports were counted (an early-closed shuffle task's m >= ceil(G n), a local task's any number), whose
+        noise is all the release holds; the privacy block states what the guarantee counts on among them, its
+        caveat compares the messages received with what they would send, and the warnings name repeated
         encapsulations dropped."""
         from ..pipelines import analysis_privacy
-        from ..reports import Collection, Engine, to_json_dict
+        from ..reports import Collection, Engine, report_document
 
         loaded = self.load(task_id)
         with storage.reading(self.engine) as c:
@@ -665,7 +667,7 @@ class AnalyzerService:
                           f"sum reaches phi n (phi = {loaded.task.discovery.parameters.phi:g})")
         agg, p = decode_aggregate(row.aggregate), loaded.task.parameters
         start = time.perf_counter()
-        result = loaded.analyzer.finalize(agg)
+        result = loaded.analyzer.finalize(agg, reporters=row.reports)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
         privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
         report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
@@ -676,7 +678,7 @@ class AnalyzerService:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "
                                    "counted once")
-        return to_json_dict(report)
+        return report_document(report)
 
 
 def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None, *,

@@ -222,7 +222,7 @@ class SharingService(RoundServer):
 
     def _release(self, c: sa.Connection, task: SharingTask, row) -> dict:
         from ..pipelines import Analysis
-        from ..reports import Collection, Dropouts, Engine, to_json_dict
+        from ..reports import Collection, Dropouts, Engine, report_document
 
         messages: dict[int, dict[int, bytes]] = {1: {}, 2: {}, 3: {}}
         for r, u, m in c.execute(sa.select(round_messages.c.round, round_messages.c.user, round_messages.c.message)
@@ -236,7 +236,7 @@ class SharingService(RoundServer):
             released.table, privacy, Engine("local", 1, seconds={"release": time.perf_counter() - start}),
             top=p.domain_size, collection=Collection(released.survivors, 1, 0, 0))
         report.dropouts = Dropouts(task.parameters.n_users, released.senders, released.survivors, task.min_survivors)
-        return to_json_dict(report)
+        return report_document(report)
 
     def close_round(self, task_id: str, round_: int) -> str:
         """The operator's early close of round ``round_`` (if it is the open one): as if its deadline passed now

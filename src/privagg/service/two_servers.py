@@ -543,7 +543,7 @@ class SecondService:
 
     def _release(self, task: SecondTask, row) -> dict:
         from ..pipelines import Analysis
-        from ..reports import Collection, Dropouts, Engine, to_json_dict
+        from ..reports import Collection, Dropouts, Engine, report_document
 
         start = time.perf_counter()
         handover = Handover.from_dict(json.loads(row.handover))
@@ -566,7 +566,7 @@ class SecondService:
                                  top=table.estimates.size,
                                  collection=Collection(released.survivors, 1, unopened, table.malformed - unopened))
         report.dropouts = Dropouts(released.enrolled, released.senders, released.survivors, task.min_survivors)
-        out = to_json_dict(report)
+        out = report_document(report)
         helpers = {h for hs in handover.helpers for h in hs}
         out["dropouts"].update(helpers=len(helpers), helpers_without_sum=len(helpers - set(handover.sums)),
                                recovered_items=list(released.recovered),
