@@ -58,7 +58,8 @@ def cpu_seconds(pid: int) -> float:
 class ServiceProcess:
     """``privagg serve ROLE`` as a child process on a free loopback port over the database ``db`` (``args``: more
     flags), its log appended to ``log``; it can be killed with SIGKILL and started again on the same port and
-    database."""
+    database. Its first start makes the database if there is none, as its operator would (``privagg db upgrade
+    --create``: ``privagg serve`` makes none)."""
 
     def __init__(self, role: str, db: str, log: Path, env: dict[str, str] | None = None,
                  args: tuple[str, ...] = ()) -> None:
@@ -71,6 +72,8 @@ class ServiceProcess:
         return f"{'https' if '--tls-cert' in self.args else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        if self.process is None:
+            connect(self.db, self.role, create=True).dispose()
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", self.role, "--db", self.db,
@@ -99,7 +102,11 @@ class ServiceProcess:
             self.process.wait()
 
     def __enter__(self):
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # not ready, or interrupted (demo-service's SIGTERM): no process left behind
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *_exc) -> None:
@@ -178,8 +185,12 @@ class LocalDeployment:
             time.sleep(0.1)
 
     def __enter__(self) -> "LocalDeployment":
-        for role in ("analyzer", "collector"):
-            self.start(role)
+        try:
+            for role in ("analyzer", "collector"):
+                self.start(role)
+        except BaseException:  # one not ready, or interrupted (demo-service's SIGTERM): no process left behind
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
