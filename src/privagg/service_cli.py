@@ -86,6 +86,13 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
     from .service.web import configure_logging, http_protocol, log_event, raise_open_files_limit
 
     with _clean_errors(), _one_line_start_failure(role.value):
+        given = {"--analyzer": analyzer, "--analyzer-ca": analyzer_ca, "--second-ca": second_ca, "--workers": workers,
+                 "--dask-scheduler": dask_scheduler, "--batch-interval": batch_interval,
+                 "--partition-root": partition_root, "--memory-budget": memory_budget, "--kek-file": kek_file}
+        for name, value in given.items():  # refused, not ignored, by a role it does nothing for
+            if value is not None and role.value not in SERVE_OPTIONS[name]:
+                raise ParameterError(name, f"given only to serve {' or '.join(SERVE_OPTIONS[name])} (it does nothing "
+                                     f"for {role.value})", value)
         cfg = load_config(role.value, config, db=db, host=host, port=port,
                           tls_cert=None if tls_cert is None else str(tls_cert),
                           tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
@@ -143,6 +150,12 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                 timeout_graceful_shutdown=SHUTDOWN_GRACE)
 
 
+SERVE_OPTIONS = {"--analyzer": ("collector",), "--analyzer-ca": ("collector",), "--second-ca": ("s1",),
+                 "--workers": ("analyzer",), "--dask-scheduler": ("analyzer",), "--batch-interval": ("collector",),
+                 "--partition-root": ("collector", "analyzer"), "--memory-budget": ("collector", "analyzer"),
+                 "--kek-file": ("analyzer", "s2")}  # the roles each of serve's role-specific options applies to
+
+
 def _check_tls(cert: str | None, key: str | None) -> None:
     """The TLS certificate chain and its key load (checked before uvicorn, which would fail with a traceback,
     or prompt on the terminal for an encrypted key's password)."""
@@ -187,6 +200,15 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         raise typer.Exit(EXIT_START_FAILED) from None
 
 
+_ONE_ROUND = (("analyzer",), "a one-round task (the analyzer's: not dpds, dpdg, tss or tss-collusion)")
+_ROUND_TASKS = (("sharing", "tss"), "a dpds, dpdg, tss or tss-collusion task")
+_TSS = (("tss",), "a tss or tss-collusion task (S1 and S2)")
+TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem": _ONE_ROUND, "--candidates": _ONE_ROUND,
+                "--discover-phi": _ONE_ROUND, "--round-seconds": _ROUND_TASKS, "--min-survivors": _ROUND_TASKS,
+                "--kek-file": (("analyzer", "tss"), "a task of the analyzer, or of tss or tss-collusion (S2's key)"),
+                **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
+# (the kinds of task each of task create's options applies to, and how its refusal names them)
+
 _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
                   "can be closed only with all n); calibrate with a lower honest fraction (--honest-fraction G) to be "
                   "able to close it at ceil(G n) reports")
@@ -201,10 +223,11 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                              "shuffle model)."),
                 key_id: Optional[int] = typer.Option(None, "--key-id", help="The key's id, 0..255 (default: the "
                                                      "one after the newest task's)."),
-                kem: str = typer.Option("x25519", "--kem", help="x25519 (default) or mlkem768-x25519: the hybrid "
-                                        "post-quantum KEM (X-Wing), 1,136 bytes per message instead of 48."),
-                round_seconds: float = typer.Option(3600.0, "--round-seconds", help="dpds, dpdg: each round's "
-                                                    "deadline from its start."),
+                kem: Optional[str] = typer.Option(None, "--kem", help="x25519 (default) or mlkem768-x25519: the "
+                                                  "hybrid post-quantum KEM (X-Wing), 1,136 bytes per message "
+                                                  "instead of 48."),
+                round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss: each "
+                                                              "round's deadline from its start (default 3600)."),
                 min_survivors: Optional[int] = typer.Option(None, "--min-survivors", help="dpds, dpdg, tss: the "
                                                             "fewest users a release may be over (default n: no "
                                                             "dropout)."),
@@ -250,12 +273,15 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
         if second_url is not None:
             second_url = check_url("second-url", second_url)
-        given = [name for name, value in (("--second-db", second_db), ("--second-url", second_url), ("--s2", only_second),
-                                          ("--second-task", second_task), ("--relay-token-file", relay_token_file))
-                 if value]
-        if given and parameters.model != "two_servers":
-            raise ParameterError(given[0], "given only for a tss or tss-collusion task (S1 and S2)",
-                                 parameters.protocol)
+        given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
+                 "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
+                 "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
+                 "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file}
+        kind = {"two_servers": "tss", "secret_sharing": "sharing"}.get(parameters.model, "analyzer")
+        for name, value in given.items():  # refused, not ignored, where it does nothing
+            if value is not None and kind not in TASK_OPTIONS[name][0]:
+                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]}", parameters.protocol)
+        round_seconds = 3600.0 if round_seconds is None else round_seconds
         if parameters.model == "two_servers":
             from .service.keys import KeyEncryptionKey
             from .service.two_servers import FirstService, SecondService, create_tasks
@@ -313,8 +339,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
         task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(
-            parameters, min_batch_size, key_id, kem, None if candidates is None else _candidate_lines(candidates),
-            discover_phi)
+            parameters, min_batch_size, key_id, kem or "x25519",
+            None if candidates is None else _candidate_lines(candidates), discover_phi)
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
              "cannot lower its honest fraction (its fe-hh stage counts on every user's dummies)", stderr=True)
@@ -741,8 +767,8 @@ def print_result(report: dict, top: int) -> None:
 DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "fe-hh", "dpds", "dpdg", "tss", "tss-collusion")},
                     type=str)
 _ROUNDS = ("dpds", "dpdg", "tss", "tss-collusion")
-DEMO_OPTIONS = {"vocabulary": ("fe1",), "concurrency": ("fe1", "fe-hh"), "top": ("fe1",), "drop-fraction": _ROUNDS,
-                "round-seconds": _ROUNDS}  # the protocols each of demo-service's options applies to
+DEMO_OPTIONS = {"--vocabulary": ("fe1",), "--concurrency": ("fe1", "fe-hh"), "--top": ("fe1",),
+                "--drop-fraction": _ROUNDS, "--round-seconds": _ROUNDS}  # the protocols each option applies to
 
 
 def _interrupted(_signum, _frame) -> None:
@@ -784,8 +810,8 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
     SIGTERM (or Ctrl-C) stops the services it started before it exits (status 130)."""
     import signal
 
-    given = {"vocabulary": vocabulary, "concurrency": concurrency, "top": top, "drop-fraction": drop_fraction,
-             "round-seconds": round_seconds}
+    given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
+             "--round-seconds": round_seconds}
     with _clean_errors():
         for name, value in given.items():
             if value is not None and protocol.value not in DEMO_OPTIONS[name]:

@@ -179,6 +179,35 @@ def test_a_database_an_older_release_gave_two_roles_is_refused_until_its_role_is
         f"error: db must be a collector database, got {url}, an analyzer database"
 
 
+# ---- an option is refused where it does nothing -------------------------------------------------------------------
+def test_serve_and_task_create_refuse_an_option_that_does_nothing_there(tmp_path, kek):
+    serving = {"--analyzer": ("http://127.0.0.1:9", {"collector"}), "--analyzer-ca": ("ca.pem", {"collector"}),
+               "--second-ca": ("ca.pem", {"s1"}), "--workers": ("2", {"analyzer"}),
+               "--dask-scheduler": ("tcp://127.0.0.1:8786", {"analyzer"}), "--batch-interval": ("1.5", {"collector"}),
+               "--partition-root": (str(tmp_path), {"collector", "analyzer"}),
+               "--memory-budget": (str(1 << 30), {"collector", "analyzer"}), "--kek-file": ("k", {"analyzer", "s2"})}
+    for option, (value, roles) in serving.items():
+        for role in set(storage.ROLES) - roles:
+            line = error_line(run("serve", role, "--db", f"sqlite:///{tmp_path}/{role}.db", option, value))
+            assert line.startswith(f"error: {option} must be given only to serve ") and line.endswith(
+                f"(it does nothing for {role}), got {value}") and all(r in line for r in roles), line
+    fe1 = params_file(tmp_path, "fe1", "fe1", delta=1e-6, n_users=100, domain_size=16)
+    dpds = params_file(tmp_path, "dpds", "dpds", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1)
+    tss = params_file(tmp_path, "tss", "tss", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1,
+                      report_fraction=0.5)
+    one_round = {"--min-batch-size": "5", "--key-id": "3", "--kem": "x25519", "--candidates": "c.txt",
+                 "--discover-phi": "0.1"}
+    cases = [(fe1, {"--round-seconds": "60", "--min-survivors": "5", "--second-url": "http://127.0.0.1:8084"}),
+             (dpds, {**one_round, "--kek-file": "k", "--second-db": f"sqlite:///{tmp_path}/s2.db", "--s2": None}),
+             (tss, one_round)]
+    for params, options in cases:
+        for option, value in options.items():
+            line = error_line(run("task", "create", "--params", params, "--db", f"sqlite:///{tmp_path}/made.db",
+                                  option, *([] if value is None else [value])))
+            assert line.startswith(f"error: {option} must be given only for a"), line
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".db"]  # refused before any database was made
+
+
 # ---- tokens only for a task that exists ----------------------------------------------------------------------
 def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
     d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
@@ -385,7 +414,7 @@ def test_demo_service_refuses_an_option_it_would_ignore(protocol, tmp_path):
         if protocol in APPLIES[option]:
             continue
         line = error_line(run("demo-service", protocol, option, value, "--workdir", str(tmp_path / "demo")))
-        assert line.startswith(f"error: {option[2:]} must be given only for ") and f"(it does nothing for {protocol})" \
+        assert line.startswith(f"error: {option} must be given only for ") and f"(it does nothing for {protocol})" \
             in line, line
     assert not (tmp_path / "demo").exists()  # refused before any work
 
