@@ -419,6 +419,17 @@ def test_demo_service_refuses_an_option_it_would_ignore(protocol, tmp_path):
     assert not (tmp_path / "demo").exists()  # refused before any work
 
 
+@pytest.mark.parametrize("protocol", ["fe1", "dpds", "tss"])
+def test_demo_service_never_deletes_a_database_it_did_not_make(protocol, tmp_path):
+    for name in ("analyzer.db", "collector.db", "sharing.db", "s1.db", "s2.db"):  # a deployment's, say
+        (tmp_path / name).write_bytes(b"keys")
+    line = error_line(run("demo-service", protocol, "--users", "1000" if protocol == "fe1" else "100", "--workdir",
+                          str(tmp_path)))
+    assert line == ("error: workdir must be a new or empty folder, or one demo-service made (it replaces its "
+                    f"databases there), got {tmp_path}, which holds analyzer.db, collector.db, s1.db, s2.db, sharing.db")
+    assert all((tmp_path / name).read_bytes() == b"keys" for name in ("analyzer.db", "sharing.db", "s1.db"))
+
+
 def test_demo_service_help_says_which_rounds_the_dropouts_leave_at():
     text = " ".join(run("demo-service", "--help").output.split())
     assert ("--drop-fraction <float> dpds, dpdg, tss and tss-collusion only: the share of users who vanish (default 0), "

@@ -26,6 +26,25 @@ from .storage import connect
 from .tasks import Task
 
 READY_SECONDS = 60.0
+DEMO_MARK = ".privagg-demo-service"  # in a folder a demo made: the demo may replace its own databases there
+
+
+def fresh_sqlite(workdir: Path, name: str) -> str:
+    """A SQLite URL ``name``.db in ``workdir`` with no database left from an earlier run: a demo's folder, made
+    (and marked with :data:`DEMO_MARK`) if it does not exist or is empty. A folder that holds other files and no
+    mark is refused (a ParameterError naming ``workdir``): a database of that name there may be a deployment's,
+    which a demo must never delete."""
+    workdir = Path(workdir)
+    if workdir.is_dir() and not (workdir / DEMO_MARK).exists() and any(workdir.iterdir()):
+        held = sorted(p.name for p in workdir.iterdir())
+        raise errors.ParameterError("workdir", "a new or empty folder, or one demo-service made (it replaces its "
+                                    "databases there)", f"{workdir}, which holds {', '.join(held[:5])}"
+                                    f"{', ...' if len(held) > 5 else ''}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARK).touch()
+    for suffix in ("", "-wal", "-shm"):
+        (workdir / f"{name}.db{suffix}").unlink(missing_ok=True)
+    return f"sqlite:///{workdir / f'{name}.db'}"
 
 
 def free_port() -> int:
