@@ -799,7 +799,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
                                                                "tss-collusion only: each round's deadline from its "
                                                                "start (default 300)."),
                  workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
-                                              help="Folder for the services' databases and logs."),
+                                              help="Folder for the services' databases and logs: a new or empty "
+                                                   "one, or one an earlier demo made (it replaces its databases "
+                                                   "there)."),
                  top: Optional[int] = typer.Option(None, "--top", help="fe1 only: how many top words to show "
                                                    "(default 10; fe-hh shows every heavy word found, the others "
                                                    "every category)."),
