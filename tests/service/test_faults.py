@@ -116,6 +116,7 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
     assert len(batch) > SERIAL_BELOW  # so the cluster does open it
     sealed = np.frombuffer(b"".join(seal_messages(task, batch)), dtype=np.uint8).reshape(len(batch), -1)
     blob = batch_stream(task.task_id, "ab" * 16, 2_000, sealed)
+    connect(f"sqlite:///{tmp_path}/dask.db", "analyzer").dispose()  # its database first: a service makes none
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         remote = open_analyzer(f"sqlite:///{tmp_path}/dask.db", dask_scheduler=cluster.scheduler_address, kek=kek)
         with local.engine.connect() as source, remote.engine.begin() as c:  # the same task and key
