@@ -426,15 +426,16 @@ def test_demo_service_never_deletes_a_database_it_did_not_make(protocol, tmp_pat
     line = error_line(run("demo-service", protocol, "--users", "1000" if protocol == "fe1" else "100", "--workdir",
                           str(tmp_path)))
     assert line == ("error: workdir must be a new or empty folder, or one demo-service made (it replaces its "
-                    f"databases there), got {tmp_path}, which holds analyzer.db, collector.db, s1.db, s2.db, sharing.db")
+                    f"databases there), got {tmp_path}, which holds analyzer.db, collector.db, s1.db, s2.db, "
+                    "sharing.db")
     assert all((tmp_path / name).read_bytes() == b"keys" for name in ("analyzer.db", "sharing.db", "s1.db"))
 
 
 def test_demo_service_help_says_which_rounds_the_dropouts_leave_at():
     text = " ".join(run("demo-service", "--help").output.split())
-    assert ("--drop-fraction <float> dpds, dpdg, tss and tss-collusion only: the share of users who vanish (default 0), "
-            "each at a round drawn at random: round 1, 2 or 3 for dpds and dpdg, round 1 or 2 for tss and "
-            "tss-collusion.") in text
+    assert ("--drop-fraction <float> dpds, dpdg, tss and tss-collusion only: the share of users who vanish "
+            "(default 0), each at a round drawn at random: round 1, 2 or 3 for dpds and dpdg, round 1 or 2 for tss "
+            "and tss-collusion.") in text
 
 
 def children(pid: int) -> list[int]:

@@ -867,8 +867,9 @@ def _bearer(request: Request, token: str | None, why: str) -> None:
 
 def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str | None = None,
                   registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey, **options) -> AnalyzerService:
-    """An analyzer over its existing database at ``db_url`` (a service makes no database), opening messages on ``workers`` processes
-    (default: one per core; 0 or 1: in this process) or on the Dask scheduler at ``dask_scheduler``.
+    """An analyzer over its existing database at ``db_url`` (a service makes no database), opening messages on
+    ``workers`` processes (default: one per core; 0 or 1: in this process) or on the Dask scheduler at
+    ``dask_scheduler``.
 
     The worker processes are started for each batch and exit once it is opened, and die with the analyzer
     even under SIGKILL (:mod:`privagg.service.workers`): the private key is in a worker only while a batch

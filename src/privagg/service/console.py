@@ -1,7 +1,8 @@
 """The analyzer's operator console: two server-rendered pages (Jinja2, no script), read-only.
 
-``/console`` lists the tasks (each by its whole id, as the commands take it): protocol, users, the reports counted against the minimum batch, the batches
-applied, the messages that did not open or were repeated, and whether a result is released. ``/console/tasks/ID``
+``/console`` lists the tasks (each by its whole id, as the commands take it): protocol, users, the reports counted
+against the minimum batch, the batches applied, the messages that did not open or were repeated, and whether a
+result is released. ``/console/tasks/ID``
 shows one task: the same counts, and once released its result as the result route serves it, drawn as a bar
 chart (inline SVG) of the top estimates with their 95% intervals (estimate +- 1.96 standard errors), and its
 privacy guarantee in plain words. The analyzer never sees a true count, so the page shows none. The pages are
@@ -39,7 +40,8 @@ _TASKS = _env.from_string("""
 {% if not tasks %}<p id="empty">No task yet: create one with <code>privagg task create</code>.</p>{% else %}
 <table id="tasks"><thead><tr><th>task</th><th>protocol</th><th>users (n)</th><th>reports / minimum batch</th>
 <th>batches</th><th>dropped messages</th><th>state</th></tr></thead><tbody>
-{% for t in tasks %}<tr><td><a class="id" href="/console/tasks/{{ t.task_id }}">{{ t.task_id }}</a></td><td>{{ t.protocol }}</td>
+{% for t in tasks %}<tr><td><a class="id" href="/console/tasks/{{ t.task_id }}">{{ t.task_id }}</a></td>
+<td>{{ t.protocol }}</td>
 <td>{{ "{:,}".format(t.n_users) }}</td><td>{{ "{:,}".format(t.reports) }} / {{ "{:,}".format(t.min_batch_size) }}</td>
 <td>{{ t.batches }}</td><td>{{ t.unopened + t.duplicates }}</td><td class="state">{{ t.state }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}

@@ -25,8 +25,9 @@ candidates added later are answered: they are the shuffled multiset the release 
 
 SQLite (the default, a file beside the service) runs in WAL mode with ``synchronous=FULL``: a committed
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
-for scale. The schema is versioned with Alembic (``migrations/``, one version table per party), and each
-service upgrades its database to the latest version when it starts.
+for scale. The schema is versioned with Alembic (``migrations/``, one version table per party): a database is
+made at the latest version, and one of an older release is brought to it by ``privagg db upgrade`` (a service
+refuses it rather than upgrade it under other processes).
 
 Each database knows its role: one row of ``privagg_database`` names it (analyzer, collector, sharing, s1, s2),
 written by the role's own migration (a0007, c0006, s0002, s1_0002, s2_0003; a database of an older release has
@@ -65,8 +66,8 @@ ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's server
 metadata = {role: sa.MetaData() for role in ROLES}
 
 # in every role's database, the one row naming its role (record_role, in each role's migration; read by connect)
-database_role = {role: sa.Table("privagg_database", metadata[role], sa.Column("role", sa.String(16), primary_key=True))
-                 for role in ROLES}
+database_role = {role: sa.Table("privagg_database", metadata[role],
+                                sa.Column("role", sa.String(16), primary_key=True)) for role in ROLES}
 
 # ---- the collector ----------------------------------------------------------------------------------------
 collector_tasks = sa.Table(
@@ -249,9 +250,9 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     demos) make their own databases; the services (``privagg serve``) and the operator's commands other than
     ``privagg task create`` and ``privagg db upgrade --create`` pass ``create=False``. One at an older version is
     refused, naming the command that upgrades it (``privagg db upgrade``: a service never upgrades a database
-    other processes of an older release may be using), unless ``upgrade``. ``kek``: the key-encryption key of the analyzer or S2
-    (:mod:`privagg.service.keys`), which their migrations a0003 and s2_0002 need to seal the private keys an
-    older database kept raw.
+    other processes of an older release may be using), unless ``upgrade``. ``kek``: the key-encryption key of the
+    analyzer or S2 (:mod:`privagg.service.keys`), which their migrations a0003 and s2_0002 need to seal the private
+    keys an older database kept raw.
 
     Raises :class:`ParameterError` (field ``db``) naming what is wrong instead of a driver's traceback: a
     folder that does not exist, a file or folder the service cannot write, a file mode as above, a database
@@ -292,10 +293,12 @@ def _a(role: str) -> str:
     return f"{'an' if role in ('analyzer', 's1', 's2') else 'a'} {role}"
 
 
-def _makers(role: str) -> str:
-    """The commands that make ``role``'s database."""
+def _not_made(role: str, url: str, what: str) -> ParameterError:
+    """The refusal of a database that does not exist (``what``), naming the commands that make ``role``'s."""
     task = "" if role == "collector" else "`privagg task create` (which makes the database its task goes in) or "
-    return f"{task}`privagg db upgrade --create --role {role} --db URL`"
+    return ParameterError("db", f"an existing {role} database (a new one is made only by {task}`privagg db upgrade "
+                          f"--create --role {role} --db URL`: no other command takes a mistyped URL for a new "
+                          "database)", f"{url}{what}")
 
 
 def check_role(engine: sa.Engine, role: str, create: bool = False, upgrade: bool = False) -> None:
@@ -312,10 +315,9 @@ def check_role(engine: sa.Engine, role: str, create: bool = False, upgrade: bool
     if stored == {role} or (not stored and create) or (role in stored and upgrade):
         return
     if not stored:
-        what = "an empty database" if not names else f"no privagg database (its tables: {', '.join(sorted(names)[:5])}" \
-                                                      f"{', ...' if len(names) > 5 else ''})"
-        raise ParameterError("db", f"an existing {role} database (a new one is made only by {_makers(role)}: no "
-                             "other command takes a mistyped URL for a new database)", f"{shown}, {what}")
+        tables = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise _not_made(role, shown, ", an empty database" if not names else f", no privagg database (its tables: "
+                        f"{tables})")
     if len(stored) == 1:
         raise ParameterError("db", f"{_a(role)} database", f"{shown}, {_a(stored.pop())} database")
     raise ParameterError("db", f"{_a(role)} database", f"{shown}, which holds the tables of "
@@ -438,8 +440,7 @@ def _prepare_file(path: Path, role: str, url: str, create: bool) -> None:
     the file open to others: SQLite would create it with the umask's mode, 0644 under umask 022); without
     ``create``, a file that does not exist is refused."""
     if not create and not path.exists():
-        raise ParameterError("db", f"an existing {role} database (a new one is made only by {_makers(role)}: no "
-                             "other command takes a mistyped URL for a new database)", f"{url}: no such file")
+        raise _not_made(role, url, ": no such file")
     folder = path.parent
     if not folder.is_dir():
         raise ParameterError("db", f"a SQLite file in an existing folder: {folder} "
