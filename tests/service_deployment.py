@@ -6,6 +6,9 @@ knows every message its users sent.
 """
 
 import json
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -124,6 +127,25 @@ def database_at(url: str, role: str, revision: str):
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     return engine
+
+
+@contextmanager
+def served(app):
+    """``app`` served by uvicorn on a free loopback port in a thread of this process; yields its URL."""
+    import uvicorn
+
+    from privagg.service.local import free_port
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def self_signed(folder):

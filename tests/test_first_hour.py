@@ -59,6 +59,18 @@ def test_example_data_is_deterministic_and_refuses_a_file(tmp_path, examples):
     assert result.returncode == 2 and result.stderr.decode().startswith("error: folder must be a folder")
 
 
+def test_example_data_never_overwrites_a_file_but_with_force(tmp_path):
+    (tmp_path / "names.txt").write_text("my own list\n")
+    result = privagg("example-data", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.decode() == (
+        f"error: folder must be a folder without files of the examples' names (--force replaces them), got {tmp_path}, "
+        "which holds names.txt\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["names.txt"]  # nothing written, not even the others
+    assert (tmp_path / "names.txt").read_text() == "my own list\n"
+    assert runner.invoke(app, ["example-data", str(tmp_path), "--force"]).exit_code == 0
+    assert (tmp_path / "names.txt").read_text() == "maps\nmail\nchat\nnews\ngames\n"
+
+
 # ---- every protocol runs without a domain the user did not give ------------------------------------------
 SMALL = [e.name for e in ENTRIES if e.small_domain]
 

@@ -278,14 +278,22 @@ def protocols(as_json: bool = typer.Option(False, "--json", help="Print the regi
 
 
 @app.command("example-data")
-def example_data(folder: Path = typer.Argument(..., help="Folder to write into (created if missing).")) -> None:
+def example_data(folder: Path = typer.Argument(..., help="Folder to write into (created if missing)."),
+                 force: bool = typer.Option(False, "--force", help="Replace files of these names in the folder "
+                                            "(without it, an existing one is refused and nothing is written).")) \
+        -> None:
     """Write the small synthetic files the README's commands read: items.csv, names.txt, survey.csv, answers.txt,
-    vectors.csv, pairs.csv, coordinates.txt."""
-    from .datasets import write_examples
+    vectors.csv, pairs.csv, coordinates.txt. A file of these names already there is never overwritten but with
+    --force."""
+    from .datasets import EXAMPLE_FILES, write_examples
 
     with _clean_errors():
         if folder.exists() and not folder.is_dir():
             raise ParameterError("folder", "a folder (created if missing)", str(folder))
+        there = [name for name in EXAMPLE_FILES if (folder / name).exists() or (folder / name).is_symlink()]
+        if there and not force:
+            raise ParameterError("folder", "a folder without files of the examples' names (--force replaces them)",
+                                 f"{folder}, which holds {', '.join(there)}")
         try:
             written = write_examples(folder)
         except OSError as err:

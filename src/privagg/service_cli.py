@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from .cli_output import EXIT_START_FAILED, _clean_errors, _console, _emit, _say
+from .cli_output import EXIT_START_FAILED, _check_output, _clean_errors, _console, _emit, _say
 from .errors import ParameterError, check_integer
 
 Role = Enum("Role", {name: name for name in ("analyzer", "collector", "sharing", "s1", "s2")}, type=str)
@@ -35,7 +35,12 @@ db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The serv
 SHUTDOWN_GRACE = 5
 
 _DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-ROLE.db in the working folder; "
-                                      "postgresql+psycopg://USER@HOST/DB for PostgreSQL).")
+                                      "postgresql+psycopg://USER@HOST/DB for PostgreSQL): an existing database of "
+                                      "this role (another role's is refused; only task create and db upgrade "
+                                      "--create make a new one).")
+_NEW_DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-ROLE.db in the working folder; "
+                                          "postgresql+psycopg://USER@HOST/DB for PostgreSQL): the task's party's "
+                                          "database, made if it does not exist (another role's is refused).")
 
 _KEK_FILE = typer.Option(None, "--kek-file", help="Analyzer, S2: the file holding the key-encryption key their private "
                          "keys are sealed under (privagg keys kek); default: the PRIVAGG_KEK environment variable.")
@@ -81,6 +86,13 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
     from .service.web import configure_logging, http_protocol, log_event, raise_open_files_limit
 
     with _clean_errors(), _one_line_start_failure(role.value):
+        given = {"--analyzer": analyzer, "--analyzer-ca": analyzer_ca, "--second-ca": second_ca, "--workers": workers,
+                 "--dask-scheduler": dask_scheduler, "--batch-interval": batch_interval,
+                 "--partition-root": partition_root, "--memory-budget": memory_budget, "--kek-file": kek_file}
+        for name, value in given.items():  # refused, not ignored, by a role it does nothing for
+            if value is not None and role.value not in SERVE_OPTIONS[name]:
+                raise ParameterError(name, f"given only to serve {' or '.join(SERVE_OPTIONS[name])} (it does nothing "
+                                     f"for {role.value})", value)
         cfg = load_config(role.value, config, db=db, host=host, port=port,
                           tls_cert=None if tls_cert is None else str(tls_cert),
                           tls_key=None if tls_key is None else str(tls_key), analyzer_url=analyzer,
@@ -138,6 +150,12 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                 timeout_graceful_shutdown=SHUTDOWN_GRACE)
 
 
+SERVE_OPTIONS = {"--analyzer": ("collector",), "--analyzer-ca": ("collector",), "--second-ca": ("s1",),
+                 "--workers": ("analyzer",), "--dask-scheduler": ("analyzer",), "--batch-interval": ("collector",),
+                 "--partition-root": ("collector", "analyzer"), "--memory-budget": ("collector", "analyzer"),
+                 "--kek-file": ("analyzer", "s2")}  # the roles each of serve's role-specific options applies to
+
+
 def _check_tls(cert: str | None, key: str | None) -> None:
     """The TLS certificate chain and its key load (checked before uvicorn, which would fail with a traceback,
     or prompt on the terminal for an encrypted key's password)."""
@@ -182,6 +200,15 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         raise typer.Exit(EXIT_START_FAILED) from None
 
 
+_ONE_ROUND = (("analyzer",), "a one-round task (the analyzer's: not dpds, dpdg, tss or tss-collusion)")
+_ROUND_TASKS = (("sharing", "tss"), "a dpds, dpdg, tss or tss-collusion task")
+_TSS = (("tss",), "a tss or tss-collusion task (S1 and S2)")
+TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem": _ONE_ROUND, "--candidates": _ONE_ROUND,
+                "--discover-phi": _ONE_ROUND, "--round-seconds": _ROUND_TASKS, "--min-survivors": _ROUND_TASKS,
+                "--kek-file": (("analyzer", "tss"), "a task of the analyzer, or of tss or tss-collusion (S2's key)"),
+                **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
+# (the kinds of task each of task create's options applies to, and how its refusal names them)
+
 _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
                   "can be closed only with all n); calibrate with a lower honest fraction (--honest-fraction G) to be "
                   "able to close it at ceil(G n) reports")
@@ -190,21 +217,23 @@ _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n re
 @task_app.command("create")
 def task_create(params: Path = typer.Option(..., "--params", help="Frozen parameters (privagg calibrate PROTOCOL "
                                                                   "--json > params.json)."),
-                db: Optional[str] = _DB,
+                db: Optional[str] = _NEW_DB,
                 min_batch_size: Optional[int] = typer.Option(None, "--min-batch-size", help="Fewest reports in a "
                                                              "released batch (default n; at least G n in the "
                                                              "shuffle model)."),
                 key_id: Optional[int] = typer.Option(None, "--key-id", help="The key's id, 0..255 (default: the "
                                                      "one after the newest task's)."),
-                kem: str = typer.Option("x25519", "--kem", help="x25519 (default) or mlkem768-x25519: the hybrid "
-                                        "post-quantum KEM (X-Wing), 1,136 bytes per message instead of 48."),
-                round_seconds: float = typer.Option(3600.0, "--round-seconds", help="dpds, dpdg: each round's "
-                                                    "deadline from its start."),
+                kem: Optional[str] = typer.Option(None, "--kem", help="x25519 (default) or mlkem768-x25519: the "
+                                                  "hybrid post-quantum KEM (X-Wing), 1,136 bytes per message "
+                                                  "instead of 48."),
+                round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss: each "
+                                                              "round's deadline from its start (default 3600)."),
                 min_survivors: Optional[int] = typer.Option(None, "--min-survivors", help="dpds, dpdg, tss: the "
                                                             "fewest users a release may be over (default n: no "
                                                             "dropout)."),
                 second_db: Optional[str] = typer.Option(None, "--second-db", help="tss: S2's database (--db is "
-                                                        "S1's): the task is made on both (one operator)."),
+                                                        "S1's, made if it does not exist): the task is made on "
+                                                        "both (one operator)."),
                 only_second: bool = typer.Option(False, "--s2", help="tss, S2's operator: make S2's task alone in "
                                                  "--db, print its public JSON, and write its relay token to "
                                                  "--relay-token-file for S1's operator."),
@@ -234,6 +263,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
     tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
     from .protocols.registry import load_parameters
+    from .service.client import check_url
     from .service.config import load_config
     from .service.storage import connect
 
@@ -242,12 +272,17 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             parameters = load_parameters(params.read_text())
         except OSError as e:
             raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
-        given = [name for name, value in (("--second-db", second_db), ("--second-url", second_url), ("--s2", only_second),
-                                          ("--second-task", second_task), ("--relay-token-file", relay_token_file))
-                 if value]
-        if given and parameters.model != "two_servers":
-            raise ParameterError(given[0], "given only for a tss or tss-collusion task (S1 and S2)",
-                                 parameters.protocol)
+        if second_url is not None:
+            second_url = check_url("second-url", second_url)
+        given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
+                 "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
+                 "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
+                 "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file}
+        kind = {"two_servers": "tss", "secret_sharing": "sharing"}.get(parameters.model, "analyzer")
+        for name, value in given.items():  # refused, not ignored, where it does nothing
+            if value is not None and kind not in TASK_OPTIONS[name][0]:
+                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]}", parameters.protocol)
+        round_seconds = 3600.0 if round_seconds is None else round_seconds
         if parameters.model == "two_servers":
             from .service.keys import KeyEncryptionKey
             from .service.two_servers import FirstService, SecondService, create_tasks
@@ -305,8 +340,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
         task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(
-            parameters, min_batch_size, key_id, kem, None if candidates is None else _candidate_lines(candidates),
-            discover_phi)
+            parameters, min_batch_size, key_id, kem or "x25519",
+            None if candidates is None else _candidate_lines(candidates), discover_phi)
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
              "cannot lower its honest fraction (its fe-hh stage counts on every user's dummies)", stderr=True)
@@ -323,14 +358,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         print(task.task_id)
 
 
-def _write_private(path: Path, text: str) -> None:
+def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
     """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused)."""
-    import os
-
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as err:
-        raise ParameterError("relay-token-file", "a new file in a writable folder", f"{path} ({err.strerror})") from None
+        raise ParameterError(field, "a new file in a writable folder", f"{path} ({err.strerror})") from None
     with os.fdopen(fd, "w") as out:
         out.write(text)
 
@@ -398,7 +431,8 @@ def task_candidates(task: str = typer.Option(..., "--task", help="The task id (c
         kek = KeyEncryptionKey.load(cfg.kek_file)
         items = _candidate_lines(candidates)
         try:
-            count = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).add_candidates(task, items)
+            count = AnalyzerService(connect(cfg.db, "analyzer", kek=kek, create=False), kek=kek).add_candidates(task,
+                                                                                                               items)
         except Refused as err:  # an unknown task id
             raise ParameterError("task", "a task of this analyzer", f"{task} ({err.detail})") from None
     _say(f"task {task} answers {count:,} candidates")
@@ -411,31 +445,43 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
     from .service.collector import Collector
     from .service.config import load_config
     from .service.storage import connect
+    from .service.tasks import is_hex_id
 
     with _clean_errors():
-        engine = connect(load_config("collector", db=db).db, "collector")
-        Collector(engine, None, None).close(task)
-    _say(f"task {task} closed")
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
+        engine = connect(load_config("collector", db=db).db, "collector", create=False)
+        waiting = Collector(engine, None, None).close(task)
+    _say(f"closed task {task}: no report is taken after" + (f"; its {waiting} waiting reports form its last batch"
+                                                            if waiting else ""))
 
 
 @db_app.command("upgrade")
 def db_upgrade(role: Role = typer.Option(..., "--role", help="Whose database: analyzer, collector, sharing, s1 or s2."),  # type: ignore[valid-type]
                db: Optional[str] = _DB,
+               create: bool = typer.Option(False, "--create", help="Make the database if it does not exist (the "
+                                           "collector's before its first tokens; the others' task create makes "
+                                           "theirs); without it, a database that does not exist is refused."),
                kek_file: Optional[Path] = _KEK_FILE) -> None:
     """Bring a service's database to this release's schema (the services refuse an older one rather than upgrade
-    it under other processes). Stop that party's processes of the older release first. The analyzer's and S2's
-    upgrade to sealed keys needs their key-encryption key (--kek-file or PRIVAGG_KEK)."""
+    it under other processes), or make a new one with --create. Stop that party's processes of the older release
+    first. The analyzer's and S2's upgrade to sealed keys needs their key-encryption key (--kek-file or
+    PRIVAGG_KEK). The database must be ROLE's: another role's is refused."""
     import os
+
+    from sqlalchemy.engine import make_url
 
     from .service.config import load_config
     from .service.keys import ENV, KeyEncryptionKey
-    from .service.storage import connect
+    from .service.storage import upgrade_database
 
     with _clean_errors():
         cfg = load_config(role.value, db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file) if cfg.kek_file or os.environ.get(ENV) else None
-        connect(cfg.db, role.value, kek=kek, upgrade=True).dispose()
-    _say(f"the {role.value} database is at this release's schema")
+        before, now = upgrade_database(cfg.db, role.value, kek=kek, create=create)
+    where = make_url(cfg.db).render_as_string(hide_password=True)
+    _say(f"the {role.value} database {where}: " + ("made" if before is None else f"upgraded from version {before}"
+                                                    if before != now else "already") + f" at schema version {now}")
 
 
 @keys_app.command("kek")
@@ -459,9 +505,16 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
                  server: TokenServer = typer.Option("collector", "--server", help="collector (a one-round task's "  # type: ignore[valid-type]
                                                     "reports), sharing (a dpds or dpdg task's enrollments) or s1 "
                                                     "(a tss task's)."),
-                 output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE (one a "
-                                                                              "line) instead of stdout.")) -> None:
-    """Issue one-use client tokens for a task (the server keeps only their hashes)."""
+                 analyzer: Optional[str] = typer.Option(None, "--analyzer", help="collector: the analyzer's URL, "
+                                                        "where a task the collector does not know yet is fetched "
+                                                        "(default: the collector's analyzer_url setting)."),
+                 analyzer_ca: Optional[Path] = typer.Option(None, "--analyzer-ca", help="collector: CA file for the "
+                                                            "analyzer's certificate."),
+                 output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE, a new one "
+                                                       "(mode 0600; an existing file is never overwritten), one a "
+                                                       "line, instead of stdout.")) -> None:
+    """Issue one-use client tokens for a task of the server (it keeps only their hashes). The task must exist: the
+    sharing server and S1 hold theirs; the collector learns a task from the analyzer (--analyzer), once."""
     from .service.config import load_config
     from .service.storage import connect
     from .service.tasks import is_hex_id
@@ -470,7 +523,16 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
         count = check_integer("count", count, 1, 10_000_000)
-        engine = connect(load_config(server.value, db=db).db, server.value)
+        if server.value != "collector" and (analyzer or analyzer_ca):
+            raise ParameterError("analyzer" if analyzer else "analyzer-ca", "given only with --server collector",
+                                 server.value)
+        cfg = load_config(server.value, db=db, analyzer_url=analyzer,
+                          analyzer_ca=None if analyzer_ca is None else str(analyzer_ca))
+        if output is not None and (output.exists() or output.is_symlink()):
+            raise ParameterError("output", "a new file (an existing one is never overwritten: its tokens may be "
+                                 "out already)", str(output))
+        _check_output(output)  # before the tokens are issued: none is lost for a file that cannot be written
+        engine = connect(cfg.db, server.value, create=False)
         if server.value == "sharing":
             from .service.sharing import SharingService
 
@@ -480,26 +542,73 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
 
             issued = FirstService(engine).issue_tokens(task, count)
         else:
-            from .service.collector import Collector
-
-            issued = Collector(engine, None, None).issue_tokens(task, count)
-    text = "\n".join(issued) + "\n"
-    if output is None:
-        sys.stdout.write(text)
-    else:  # readable by its owner only, from its creation on
-        with open(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            f.write(text)
+            issued = _collector_tokens(engine, cfg, task, count)
+        text = "\n".join(issued) + "\n"
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            _write_private(output, text, "output")
 
 
-def _value(text: str):
-    """An item code (an integer) or a vector / (coordinate, weight) pair as a JSON list."""
+def _collector_tokens(engine, cfg, task_id: str, count: int) -> list[str]:
+    """The collector's tokens for a task it knows, or fetches now from the analyzer (``cfg.analyzer_url``) and
+    keeps, as it does at a task's first report: tokens of a task that does not exist are refused."""
+    import logging
+
+    from .service.collector import Collector, http_peer
+    from .service.web import Refused
+
+    fetch = None if cfg.analyzer_url is None else http_peer(cfg.analyzer_url, ca_file=cfg.analyzer_ca)[0]
+    collector = Collector(engine, fetch or (lambda _task_id: None), None)
+    log = logging.getLogger("privagg.collector")
+    level, _ = log.level, log.setLevel(logging.ERROR)  # its "task not fetched" warning: the error below says it
+    try:
+        collector.task(task_id)
+    except Refused as err:
+        if fetch is None:
+            raise ParameterError("task", "a task this collector knows (it learns one from the analyzer: give "
+                                 "--analyzer URL to fetch it)", task_id) from None
+        if err.status == 503:  # no answer, or not a task
+            raise ParameterError("analyzer", "a reachable analyzer URL", f"{cfg.analyzer_url} ({err.detail})") \
+                from None
+        raise ParameterError("task", f"a task of the analyzer at {cfg.analyzer_url}", task_id) from None
+    finally:
+        log.setLevel(level)
+    return collector.issue_tokens(task_id, count)
+
+
+def _takes_text(parameters) -> bool:
+    """Whether a task's users may hold text: fe-hh's strings, or items hashed with the task's public item_key."""
+    return getattr(parameters, "max_length", None) is not None or getattr(parameters, "item_key", None) is not None
+
+
+def _value(text: str, parameters):
+    """A user's value as given: JSON (an integer item, a list: a vector or a (coordinate, weight) pair, or a string),
+    else the text itself, a string item; a string only for a task that takes text (:func:`_takes_text`), which the
+    SDK hashes with the task's item_key as every device does."""
     try:
         value = json.loads(text)
     except ValueError:
-        raise ParameterError("value", "an integer item or a JSON list (a vector)", text) from None
-    if isinstance(value, bool) or not isinstance(value, (int, list)):
-        raise ParameterError("value", "an integer item or a JSON list (a vector)", text)
+        value = text
+    accepted = "an integer item, a JSON list (a vector)" + (", or text (an item)" if _takes_text(parameters) else
+                                                             " (the task takes no text: its parameters have no "
+                                                             "item_key)")
+    if isinstance(value, bool) or not isinstance(value, (int, list, str)) or (
+            isinstance(value, str) and not _takes_text(parameters)):
+        raise ParameterError("value", accepted, text)
     return value
+
+
+def _service(url: str, field: str, service: str) -> str:
+    """``url`` checked (:func:`~privagg.service.client.check_url`), and refused where another privagg service
+    answers (the collector's URL given as the analyzer's, ...), naming it."""
+    from .service.client import check_url, service_at
+
+    url = check_url(field, url)
+    found = service_at(url)
+    if found is not None and found != f"privagg {service}":
+        raise ParameterError(field, f"the {service}'s URL", f"{url}, where the {found} answers")
+    return url
 
 
 _TASK_FROM = typer.Option(None, "--analyzer", help="Fetch the task (and the key messages are sealed to) from the "
@@ -513,37 +622,49 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
            task: str = typer.Option(..., "--task", help="The task id."),
            analyzer: Optional[str] = _TASK_FROM,
            token: str = typer.Option(..., "--token", help="A one-use token of the task."),
-           value: str = typer.Option(..., "--value", help="Your value: an item (integer) or a JSON list.")) -> None:
+           value: str = typer.Option(..., "--value", help="Your value: an integer item, a JSON list (a vector, or a "
+                                     "[coordinate, weight] pair), or for a task of text items the text itself (hashed "
+                                     "with the task's item_key; '\"42\"' for the text 42).")) -> None:
     """Send one report: randomize the value with secure randomness, seal each message, submit."""
     from .service.client import Client, SubmitError, submit as send
 
     with _clean_errors():
+        collector = _service(collector, "collector", "collector")
+        analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
         if analyzer is None:
             _say(_TASK_VIA_COLLECTOR, stderr=True)
         try:
             client = Client.fetch(analyzer or collector, task)
-            status = send(collector, client.report(_value(value), token))
+            status = send(collector, client.report(_value(value, client.task.parameters), token))
         except SubmitError as err:
             raise ParameterError("report", "accepted by the collector", str(err)) from None
     _say(f"report {status}")
 
 
 def _load_values(parameters, path: Path):
-    """The values of a load run: integer items (CSV/TSV/Parquet/text, one per row) or vectors (.npy/CSV rows)."""
+    """The values of a load run, one per row (CSV/TSV/Parquet/text): items, or vectors (.npy/CSV rows). A task of
+    text items takes text as its SDK does: fe-hh's strings as they are, other items hashed with the task's public
+    item_key (integers are item codes); a task without an item_key takes integer items only."""
     from .core.encoding import ItemEncoder
-    from .io import InputFormat, read_codes, read_vectors
+    from .io import InputFormat, read_codes, read_items, read_vectors
     from .protocols.kinds import ResultKind
     from .protocols.registry import get
 
     if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
         return [row for row in read_vectors(path, InputFormat())]
+    if getattr(parameters, "max_length", None) is not None:
+        items, _ = read_items(path, InputFormat())
+        return list(items) if isinstance(items, list) else items.tolist()
+    if _takes_text(parameters):
+        return read_codes(path, ItemEncoder.for_parameters(parameters), InputFormat()).codes.tolist()
     encoder = ItemEncoder(parameters.domain_size, kind="integer")
     return read_codes(path, encoder, InputFormat(item_type="int")).codes.tolist()
 
 
 def loadgen(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
             task: str = typer.Option(..., "--task", help="The task id."),
-            input: Path = typer.Option(..., "--input", help="One value per simulated client."),
+            input: Path = typer.Option(..., "--input", help="One value per simulated client, one a row: integer "
+                                       "items, text items for a task of text (as submit --value), or vectors."),
             tokens: Path = typer.Option(..., "--tokens", help="Tokens of the task, one a line (privagg tokens "
                                                               "issue)."),
             concurrency: int = typer.Option(100, "--concurrency", help="Reports in flight at once."),
@@ -556,6 +677,8 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
 
     with _clean_errors():
         concurrency = check_integer("concurrency", concurrency, 1, 100_000)
+        collector = _service(collector, "collector", "collector")
+        analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
         if analyzer is None:
             _say(_TASK_VIA_COLLECTOR, stderr=True)
         try:
@@ -572,8 +695,9 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
         print(result.to_json())
         return
     lat = result.latency_ms
-    _say(f"{result.clients} clients: {result.acknowledged} acknowledged, {result.refused} refused "
-         f"{result.refusals or ''}, {result.failed} failed; {result.messages_acknowledged} messages")
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(result.refusals.items()))
+    _say(f"{result.clients} clients: {result.acknowledged} acknowledged, {result.refused} refused"
+         f"{f' ({reasons})' if reasons else ''}, {result.failed} failed; {result.messages_acknowledged} messages")
     _say(f"sent in {result.send_seconds:.1f} s at concurrency {result.concurrency}: {result.reports_per_second:.0f} "
          f"reports/s; latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, p99 {lat['p99']:.0f} ms; "
          f"{result.retries} retries; reports made in {result.prepare_seconds:.1f} s")
@@ -591,24 +715,40 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
     import httpx
 
     with _clean_errors():
+        top = check_integer("top", top, 1, MAX_TOP)
+        analyzer = _service(analyzer, "analyzer", "analyzer")
         token = os.environ.get("PRIVAGG_ANALYZER_RESULT_TOKEN")
         headers = {} if not token else {"authorization": f"Bearer {token}"}
         try:
-            answer = httpx.get(f"{analyzer.rstrip('/')}/tasks/{task}/result", params={"top": top}, timeout=120,
-                               headers=headers)
+            answer = httpx.get(f"{analyzer}/tasks/{task}/result", params={"top": top}, timeout=120, headers=headers)
         except httpx.TransportError as err:
             raise ParameterError("analyzer", "a reachable analyzer URL", f"{analyzer} ({err})") from None
-        if answer.status_code != 200:
-            try:
-                refusal = answer.json()
-                reason, detail = refusal["error"], refusal["detail"]
-            except (ValueError, KeyError, TypeError):
-                reason, detail = "", answer.text[:200]
-            if reason == "not_released":  # no batch applied yet: not an error in the task id
-                raise ParameterError("task", "a task whose result was released", detail)
-            raise ParameterError("task", "a task of the analyzer", detail)
-    report = answer.json()
+        try:
+            report = answer.json()
+        except ValueError:
+            report = None
+        if answer.status_code != 200 or not isinstance(report, dict):
+            _refused_result(analyzer, answer.status_code, report, answer.text, token)
     _emit(report, as_json, output, lambda: print_result(report, top))
+
+
+MAX_TOP = 100_000  # the analyzer's result route takes top in 1..100,000
+
+
+def _refused_result(analyzer: str, status: int, refusal, text: str, token: str | None) -> None:
+    """The analyzer's refusal of a result as the ParameterError of whichever input it concerns: the task (unknown,
+    or not released), the result token, or the URL (an answer that is not the analyzer's)."""
+    reason, detail = (refusal.get("error"), refusal.get("detail")) if isinstance(refusal, dict) else (None, None)
+    if reason in ("not_released", "nothing_discovered"):  # no result yet: not an error in the task id
+        raise ParameterError("task", "a task whose result was released", detail)
+    if reason == "unknown_task":
+        raise ParameterError("task", "a task of the analyzer", detail)
+    if reason == "unauthenticated":
+        raise ParameterError("PRIVAGG_ANALYZER_RESULT_TOKEN", "the analyzer's result token",
+                             "a token the analyzer refused" if token else "none")
+    shown = detail if isinstance(detail, str) else " ".join(text.split())[:200]
+    raise ParameterError("analyzer", "the analyzer's URL, answering the result", f"{analyzer} (it answered {status}: "
+                         f"{shown})")
 
 
 def print_result(report: dict, top: int) -> None:
@@ -629,6 +769,15 @@ def print_result(report: dict, top: int) -> None:
 
 DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "fe-hh", "dpds", "dpdg", "tss", "tss-collusion")},
                     type=str)
+_ROUNDS = ("dpds", "dpdg", "tss", "tss-collusion")
+DEMO_OPTIONS = {"--vocabulary": ("fe1",), "--concurrency": ("fe1", "fe-hh"), "--top": ("fe1",),
+                "--drop-fraction": _ROUNDS, "--round-seconds": _ROUNDS}  # the protocols each option applies to
+
+
+def _interrupted(_signum, _frame) -> None:
+    """SIGTERM as Ctrl-C: the demo's context managers stop the services it started (SIGTERM's default action would
+    end the demo at once, its child processes left running)."""
+    raise KeyboardInterrupt
 
 
 def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the shuffle model's collector and "  # type: ignore[valid-type]
@@ -636,28 +785,51 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
                                                          "with no list; dpds or dpdg: the sharing server and its users; "
                                                          "tss or tss-collusion: S1, S2 and their users."),
                  users: Optional[int] = typer.Option(None, "--users", help="Users drawn from the bundled English "
-                                                     "words (default 20,000 for fe1, 300 for the others)."),
-                 vocabulary: int = typer.Option(1_000, "--vocabulary", help="fe1: the most common words, the domain "
-                                                "(dpds and dpdg: the 10 most common)."),
+                                                     "words (default 20,000 for fe1 and fe-hh, 300 for the others)."),
+                 vocabulary: Optional[int] = typer.Option(None, "--vocabulary", help="fe1 only: the most common "
+                                                          "words, the domain (default 1,000; fe-hh takes the words "
+                                                          "of up to 4 letters, the others the 10 most common)."),
                  epsilon: float = typer.Option(1.0, "--epsilon", help="Privacy parameter epsilon."),
                  delta: float = typer.Option(1e-6, "--delta", help="Privacy parameter delta."),
-                 concurrency: int = typer.Option(500, "--concurrency", help="fe1: reports in flight at once."),
-                 drop_fraction: float = typer.Option(0.0, "--drop-fraction", help="Not fe1: the share of users "
-                                                     "who vanish, each at round 1 or 2 (at random)."),
-                 round_seconds: float = typer.Option(300.0, "--round-seconds", help="Not fe1: each round's "
-                                                     "deadline from its start."),
+                 concurrency: Optional[int] = typer.Option(None, "--concurrency", help="fe1 and fe-hh only: reports "
+                                                           "in flight at once (default 500)."),
+                 drop_fraction: Optional[float] = typer.Option(None, "--drop-fraction", help="dpds, dpdg, tss and "
+                                                               "tss-collusion only: the share of users who vanish "
+                                                               "(default 0), each at a round drawn at random: "
+                                                               "round 1, 2 or 3 for dpds and dpdg, round 1 or 2 "
+                                                               "for tss and tss-collusion."),
+                 round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss and "
+                                                               "tss-collusion only: each round's deadline from its "
+                                                               "start (default 300)."),
                  workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
-                                              help="Folder for the services' databases and logs."),
-                 top: int = typer.Option(10, "--top", help="How many top words to show."),
+                                              help="Folder for the services' databases and logs: a new or empty "
+                                                   "one, or one an earlier demo made (it replaces its databases "
+                                                   "there)."),
+                 top: Optional[int] = typer.Option(None, "--top", help="fe1 only: how many top words to show "
+                                                   "(default 10; fe-hh shows every heavy word found, the others "
+                                                   "every category)."),
                  as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
                                                                     "comparison.")) -> None:
     """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
-    result beside the simulation's."""
+    result beside the simulation's. An option that does not apply to the protocol is refused, not ignored.
+    SIGTERM (or Ctrl-C) stops the services it started before it exits (status 130)."""
+    import signal
+
+    given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
+             "--round-seconds": round_seconds}
+    with _clean_errors():
+        for name, value in given.items():
+            if value is not None and protocol.value not in DEMO_OPTIONS[name]:
+                raise ParameterError(name, f"given only for {', '.join(DEMO_OPTIONS[name])} (it does nothing for "
+                                     f"{protocol.value})", value)
+    signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
+    concurrency = 500 if concurrency is None else concurrency
     if protocol.value == "fe-hh":
         _demo_heavy_hitters(users or 20_000, epsilon, delta, concurrency, workdir, as_json)
         return
     if protocol.value != "fe1":
-        _demo_sharing(protocol.value, users or 300, drop_fraction, epsilon, delta, round_seconds, workdir, as_json)
+        _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
+                      300.0 if round_seconds is None else round_seconds, workdir, as_json)
         return
     users = 20_000 if users is None else users
     from .demos import run_demo
@@ -665,7 +837,8 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
 
     with _clean_errors():
         users = check_integer("users", users, 1_000, 1_000_000)
-        vocabulary = check_integer("vocabulary", vocabulary, 2, 20_000)
+        vocabulary = check_integer("vocabulary", 1_000 if vocabulary is None else vocabulary, 2, 20_000)
+        top = check_integer("top", 10 if top is None else top, 1, vocabulary)
         out = run_demo(workdir, users, vocabulary, epsilon, delta, concurrency,
                        progress=(lambda _text: None) if as_json else _say)
     if as_json:

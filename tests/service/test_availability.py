@@ -88,8 +88,10 @@ class Service:
 @contextmanager
 def serve(role: str, db: str, folder: Path, env: dict[str, str] | None = None, open_files: int | None = None,
           args: tuple[str, ...] = ()) -> Iterator[Service]:
-    """``privagg serve ROLE`` on a free loopback port with the test timeouts; ``open_files``: the process's
-    soft and hard RLIMIT_NOFILE (so it cannot raise it)."""
+    """``privagg serve ROLE`` on a free loopback port with the test timeouts, over ``db`` made first as its operator
+    would (``privagg serve`` makes none); ``open_files``: the process's soft and hard RLIMIT_NOFILE (so it cannot
+    raise it)."""
+    storage.connect(db, role).dispose()
     port, prefix = free_port(), f"PRIVAGG_{role.upper()}_"
     environment = {**os.environ, prefix + "HEADER_TIMEOUT": str(TIMEOUT), prefix + "BODY_TIMEOUT": str(TIMEOUT),
                    prefix + "IDLE_TIMEOUT": str(IDLE), **(env or {})}

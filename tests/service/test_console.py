@@ -2,38 +2,20 @@
 what the pages show (the task list, a released task's chart and privacy statement, a waiting task)."""
 
 import os
-import threading
-import time
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from privagg.protocols.registry import calibrate
 from privagg.service.analyzer import create_app
 from privagg.service.console import Z95
-from privagg.service.local import free_port
-from service_deployment import deploy, users
+from service_deployment import deploy, served, users
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (`make test` installs it where apt-get can)
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run"]
-
-
-@contextmanager
-def served(app):
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @contextmanager
@@ -65,11 +47,11 @@ def test_the_console_shows_tasks_results_with_intervals_and_the_guarantee(tmp_pa
         rows = page.locator("#tasks tbody tr")
         assert rows.count() == 2
         listed = {r.locator("td").nth(0).inner_text(): r.inner_text() for r in rows.all()}
-        released = listed[d.task.task_id[:12]]
+        released = listed[d.task.task_id]  # the whole id, as privagg task close and result take it
         assert "fe1" in released and "400 / 400" in released and "released" in released
-        assert "waiting for its batch" in listed[waiting.task_id[:12]]
+        assert "waiting for its batch" in listed[waiting.task_id]
 
-        page.click(f"text={d.task.task_id[:12]}")
+        page.click(f"text={d.task.task_id}")
         page.wait_for_selector("#chart")
         assert page.locator("#state").inner_text() == "released"
         bars = page.locator("#chart rect.bar")
@@ -118,3 +100,29 @@ def test_the_console_shows_discovered_strings_as_text_never_as_markup():
         {"item": "<script>alert(1)</script>", "estimate": 50.0, "stderr": 5.0}]})
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<img src=x" not in html and "<i>x</i>" not in html
+
+
+def test_whatever_the_console_cannot_show_is_a_page_in_its_style(tmp_path):
+    """An unknown task, a path the console does not have, a missing result token: each a page (the console's own
+    style, the refusal's status, why, and the way back), never the API's JSON."""
+    params = calibrate("grr", epsilon=1.0, n_users=20, domain_size=4)
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    pages = [("", "/console/tasks/UNKNOWN", 404, "task_id must be 32 lowercase hexadecimal characters"),
+             ("", f"/console/tasks/{'ab' * 16}", 404, "task_id must name a task of this analyzer"),
+             ("", f"/console/tasks/{d.task.task_id}/result", 404, "the console has no page"),
+             ("t" * 32, f"/console/tasks/{d.task.task_id}", 401, "Authorization must be Bearer followed by the result "
+                                                                "token")]
+    with browser() as page:
+        for token, path, status, why in pages:
+            with served(create_app(d.analyzer, result_token=token or None)) as url:
+                answer = page.goto(f"{url}{path}")
+                assert answer.status == status and answer.headers["content-type"].startswith("text/html")
+                assert page.locator("h1").inner_text() == f"{status} {'Not Found' if status == 404 else 'Unauthorized'}"
+                assert why in page.locator("#refusal").inner_text()
+                assert "system-ui" in page.locator("body").evaluate("b => getComputedStyle(b).fontFamily")  # its style
+                assert "{" not in page.locator("body").inner_text()  # not JSON
+                page.click("text=All tasks")
+                assert page.url == f"{url}/console"
+        with served(create_app(d.analyzer)) as url:  # /console/ is the task list
+            page.goto(f"{url}/console/")
+            assert page.locator("#tasks").count() == 1

@@ -117,6 +117,7 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
     assert len(batch) > SERIAL_BELOW  # so the cluster does open it
     sealed = np.frombuffer(b"".join(seal_messages(task, batch)), dtype=np.uint8).reshape(len(batch), -1)
     blob = batch_stream(task.task_id, "ab" * 16, 2_000, sealed)
+    connect(f"sqlite:///{tmp_path}/dask.db", "analyzer").dispose()  # its database first: a service makes none
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         remote = open_analyzer(f"sqlite:///{tmp_path}/dask.db", dask_scheduler=cluster.scheduler_address, kek=kek)
         with local.engine.connect() as source, remote.engine.begin() as c:  # the same task and key
@@ -130,7 +131,8 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
 
 
 def test_the_service_commands_end_to_end(tmp_path):
-    """calibrate -> task create -> tokens issue -> serve (both) -> submit -> loadgen -> result, as a user types them."""
+    """calibrate -> task create -> db upgrade --create (the collector's) -> serve (both) -> tokens issue (the task
+    fetched from the analyzer) -> submit -> loadgen -> result -> task close, as docs/deployment.md types them."""
     import json
     import subprocess
     import sys
@@ -147,13 +149,14 @@ def test_the_service_commands_end_to_end(tmp_path):
     made = privagg("task", "create", "--params", "params.json", "--db", dbs["analyzer"], "--min-batch-size", "10")
     assert made.returncode == 0, made.stderr
     task = made.stdout.split()[-1]
-    assert privagg("tokens", "issue", "--task", task, "--count", "40", "--db", dbs["collector"], "--output",
-                   "tokens.txt").returncode == 0
-    tokens = (tmp_path / "tokens.txt").read_text().split()
-    assert len(set(tokens)) == 40 and (tmp_path / "tokens.txt").stat().st_mode & 0o077 == 0
-    (tmp_path / "rest.txt").write_text("\n".join(tokens[1:]) + "\n")
+    assert privagg("db", "upgrade", "--create", "--role", "collector", "--db", dbs["collector"]).returncode == 0
     (tmp_path / "values.csv").write_text("value\n" + "".join(f"{i % 4}\n" for i in range(39)))
     with LocalDeployment(dbs, tmp_path / "logs") as dep:
+        assert privagg("tokens", "issue", "--task", task, "--count", "40", "--db", dbs["collector"], "--analyzer",
+                       dep.url("analyzer"), "--output", "tokens.txt").returncode == 0
+        tokens = (tmp_path / "tokens.txt").read_text().split()
+        assert len(set(tokens)) == 40 and (tmp_path / "tokens.txt").stat().st_mode & 0o077 == 0
+        (tmp_path / "rest.txt").write_text("\n".join(tokens[1:]) + "\n")
         collector = dep.url("collector")
         sent = privagg("submit", "--collector", collector, "--task", task, "--token", tokens[0], "--value", "2",
                        "--analyzer", dep.url("analyzer"))

@@ -594,6 +594,7 @@ def test_task_candidates_names_an_unknown_task_in_one_line(tmp_path, monkeypatch
 
     monkeypatch.setenv("PRIVAGG_KEK", KeyEncryptionKey.generate().export())
     (tmp_path / "c.txt").write_text("5\n")
+    storage.connect(f"sqlite:///{tmp_path}/a.db", "analyzer").dispose()
     out = CliRunner().invoke(app, ["task", "candidates", "--task", "ab" * 16, "--candidates", str(tmp_path / "c.txt"),
                                    "--db", f"sqlite:///{tmp_path}/a.db"])
     assert out.exit_code == 2 and out.output.startswith("error: task must be a task of this analyzer"), out.output

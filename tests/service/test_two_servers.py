@@ -456,6 +456,7 @@ def get(url: str) -> dict:
 
 @contextmanager
 def process(role: str, db: str, port: int, log: Path) -> Iterator[subprocess.Popen]:
+    storage.connect(db, role).dispose()  # the database first, as S1's or S2's operator makes it: a service makes none
     with open(log, "ab") as out:
         child = subprocess.Popen([sys.executable, "-c", SERVE, role, db, str(port)], stdout=out, stderr=out,
                                  env={**os.environ})

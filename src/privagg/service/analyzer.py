@@ -48,7 +48,7 @@ import numpy as np
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..core.messages import MessageBatch
@@ -56,7 +56,7 @@ from ..errors import ParameterError
 from . import storage
 from .aggregate_codec import decode_aggregate, encode_aggregate
 from .collector import BATCH_MEDIA_TYPE
-from .console import task_page, tasks_page
+from .console import refusal_page, task_page, tasks_page
 from .keys import KeyEncryptionKey
 from .storage import (aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages,
                       partition_progress)
@@ -722,22 +722,46 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
         owner(request)
         return {"tasks": await run_in_threadpool(service.overview)}
 
+    async def console_page(request: Request, render) -> HTMLResponse:
+        """The page ``render()`` makes, or the page of its refusal (the API's refusal, counted and logged alike)."""
+        try:
+            owner(request)
+            return HTMLResponse(await render())
+        except Exception as err:
+            answer = await app.answer(request, err)
+            refusal = json.loads(answer.body)
+            headers = {k: v for k, v in answer.headers.items() if k in ("retry-after", "www-authenticate")}
+            return HTMLResponse(refusal_page(answer.status_code, refusal.get("detail", "")), answer.status_code,
+                                headers)
+
     @app.get("/console", response_class=HTMLResponse)
-    async def console(request: Request) -> str:
-        owner(request)
-        return tasks_page(await run_in_threadpool(service.overview))
+    async def console(request: Request) -> HTMLResponse:
+        async def render() -> str:
+            return tasks_page(await run_in_threadpool(service.overview))
+        return await console_page(request, render)
 
     @app.get("/console/tasks/{task_id}", response_class=HTMLResponse)
-    async def console_task(task_id: str, request: Request) -> str:
-        owner(request)
-        (row,) = await run_in_threadpool(service.overview, task_id)
-        try:
-            report = await run_in_threadpool(service.result, task_id, 20) if row["batches"] else None
-        except Refused as err:  # released, with nothing to estimate: a staged task whose first stage found nothing
-            if err.reason != "nothing_discovered":
-                raise
-            return task_page(row, None, note=err.detail)
-        return task_page(row, report)
+    async def console_task(task_id: str, request: Request) -> HTMLResponse:
+        async def render() -> str:
+            (row,) = await run_in_threadpool(service.overview, task_id)
+            try:
+                report = await run_in_threadpool(service.result, task_id, 20) if row["batches"] else None
+            except Refused as err:  # released with nothing to estimate: a staged task whose first stage found none
+                if err.reason != "nothing_discovered":
+                    raise
+                return task_page(row, None, note=err.detail)
+            return task_page(row, report)
+        return await console_page(request, render)
+
+    @app.get("/console/{path:path}", response_class=HTMLResponse)
+    async def console_elsewhere(path: str, request: Request) -> Response:
+        if not path:  # /console/
+            return RedirectResponse("/console")
+
+        async def render() -> str:
+            raise Refused(404, "not_found", f"the console has no page {shown('/console/' + path, 80)}: its pages are "
+                          "/console (the tasks) and /console/tasks/ID (one task)")
+        return await console_page(request, render)
 
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> Response:
@@ -845,8 +869,9 @@ def _bearer(request: Request, token: str | None, why: str) -> None:
 
 def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str | None = None,
                   registry: CollectorRegistry | None = None, *, kek: KeyEncryptionKey, **options) -> AnalyzerService:
-    """An analyzer over the database at ``db_url`` (migrated), opening messages on ``workers`` processes
-    (default: one per core; 0 or 1: in this process) or on the Dask scheduler at ``dask_scheduler``.
+    """An analyzer over its existing database at ``db_url`` (a service makes no database), opening messages on
+    ``workers`` processes (default: one per core; 0 or 1: in this process) or on the Dask scheduler at
+    ``dask_scheduler``.
 
     The worker processes are started for each batch and exit once it is opened, and die with the analyzer
     even under SIGKILL (:mod:`privagg.service.workers`): the private key is in a worker only while a batch
@@ -855,7 +880,7 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
     (:class:`AnalyzerService`)."""
     import os
 
-    engine = storage.connect(db_url, "analyzer", kek=kek)
+    engine = storage.connect(db_url, "analyzer", kek=kek, create=False)
     if dask_scheduler is not None:
         from dask.distributed import Client
 

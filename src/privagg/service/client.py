@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 import time
 import urllib.error
@@ -28,9 +29,42 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.randomness import secure_rng
+from ..errors import ParameterError
 from .tasks import REPORT_ID_BYTES, Task, seal_messages
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)  # the collector is busy or restarting: the same report is sent again
+_HOST = re.compile(r"[\w.~%:-]+")  # a name, an IPv4 address, or an IPv6 one (its brackets taken off)
+
+
+def check_url(field: str, url, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """A service's URL as a user gave it, checked before anything is sent (a ParameterError naming ``field``):
+    one of ``schemes``, a host, a port in 1..65535 if one is given, no query or fragment (a path is a prefix the
+    routes follow, as behind a reverse proxy). Returned without its trailing slash."""
+    from urllib.parse import urlsplit
+
+    accepted = f"a URL {' or '.join(f'{s}://HOST[:PORT]' for s in schemes)} (a port in 1..65535; no query)"
+    if not isinstance(url, str) or not url:
+        raise ParameterError(field, accepted, repr(url))
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port out of range or not a number
+        raise ParameterError(field, accepted, url) from None
+    if parts.scheme.lower() not in schemes or not parts.hostname or not _HOST.fullmatch(parts.hostname) or \
+            port == 0 or parts.query or parts.fragment:
+        raise ParameterError(field, accepted, url)
+    return url.rstrip("/")
+
+
+def service_at(url: str, timeout: float = 10.0) -> str | None:
+    """The privagg service that answers at ``url``, as its ``/healthz`` names itself (``privagg collector``,
+    ``privagg analyzer``, ...); None if nothing answers there as one (no answer, or not privagg's)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/healthz", timeout=timeout) as answer:
+            service = json.loads(answer.read()).get("service")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return service if isinstance(service, str) else None
 
 
 @dataclass(frozen=True)

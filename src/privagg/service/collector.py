@@ -439,9 +439,9 @@ class Collector:
             storage.scrub(self.engine)
         return released
 
-    def close(self, task_id: str) -> None:
+    def close(self, task_id: str) -> int:
         """Take no more reports for ``task_id`` (and its first stage, if staged); a shuffle task's waiting reports then
-        form its batch.
+        form its batch. Returns how many reports were waiting.
 
         Refused (:class:`ParameterError`, nothing changed) when the reports waiting are fewer than the task's
         minimum batch: closed, the task would never release them. The message names the shortfall and the
@@ -461,12 +461,13 @@ class Collector:
                     remedy += (", or collect under a task whose one batch may be smaller: created with a lower "
                                "--min-batch-size (down to ceil(G n)), calibrated with a lower honest fraction G "
                                "(privagg calibrate --honest-fraction)")
-                raise ParameterError("task", f"closed only once its waiting reports reach its minimum batch: "
-                                     f"{waiting} came, {task.min_batch_size} needed ({short} short); closed now, it "
-                                     f"would never release them. Instead, {remedy}", task_id)
+                raise ParameterError("task", "a task whose waiting reports reach its minimum batch (closed before, it "
+                                     "would never release them)", f"{task_id}, with {waiting} reports waiting of the "
+                                     f"{task.min_batch_size} needed ({short} short): {remedy}")
             closing = [task_id] + ([] if task.discovery is None else [task.discovery.task_id])  # and its first stage
             c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_(closing)).values(closed=True))
         log_event(log, "task closed", task=task_id, reports_waiting=waiting)
+        return waiting
 
     def counts(self, task_id: str) -> dict[str, int | bool]:
         """For ``task_id`` (counts only): reports waiting for a batch, the fewest a batch may hold, how many more
@@ -772,14 +773,14 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
 
 def open_collector(db_url: str, analyzer_url: str | None, ca_file: str | None = None, token: str | None = None,
                    registry: CollectorRegistry | None = None, **batching) -> Collector:
-    """A collector over the database at ``db_url`` (migrated to the latest schema; on SQLite, refused if another
-    process serves it: :func:`~privagg.service.storage.hold_single_process`) and the analyzer at
+    """A collector over its existing database at ``db_url`` (a service makes no database; on SQLite, refused if
+    another process serves it: :func:`~privagg.service.storage.hold_single_process`) and the analyzer at
     ``analyzer_url`` (its TLS certificate checked against httpx's default bundle or ``ca_file``; the collector
     token ``token`` shown with each batch)."""
     if not analyzer_url:
         raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
                              "analyzer_url in the config file)", analyzer_url)
-    engine = storage.connect(db_url, "collector")
+    engine = storage.connect(db_url, "collector", create=False)
     try:
         storage.hold_single_process(engine, "collector")
     except ParameterError:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ParameterError, check_integer
+from .client import check_url
 from .storage import ROLES, default_url
 
 if TYPE_CHECKING:
@@ -83,6 +84,11 @@ class ServiceConfig:
                                                       if getattr(self, n) is not None):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ParameterError(name, "a non-empty string", getattr(self, name))
+        if self.analyzer_url is not None:
+            check_url("analyzer_url", self.analyzer_url)
+        if self.dask_scheduler is not None:  # Dask's address: its TCP or TLS scheme, or a bare HOST:PORT (TCP)
+            check_url("dask_scheduler", self.dask_scheduler if "://" in self.dask_scheduler else
+                      f"tcp://{self.dask_scheduler}", ("tcp", "tls"))
         for name in ("port", "max_body_bytes", "max_batch_reports", "workers", "max_connections", "max_requests",
                      "memory_budget"):
             if getattr(self, name) is not None and type(getattr(self, name)) is not int:

@@ -1,11 +1,14 @@
 """The analyzer's operator console: two server-rendered pages (Jinja2, no script), read-only.
 
-``/console`` lists the tasks: protocol, users, the reports counted against the minimum batch, the batches
-applied, the messages that did not open or were repeated, and whether a result is released. ``/console/tasks/ID``
+``/console`` lists the tasks (each by its whole id, as the commands take it): protocol, users, the reports counted
+against the minimum batch, the batches applied, the messages that did not open or were repeated, and whether a
+result is released. ``/console/tasks/ID``
 shows one task: the same counts, and once released its result as the result route serves it, drawn as a bar
 chart (inline SVG) of the top estimates with their 95% intervals (estimate +- 1.96 standard errors), and its
 privacy guarantee in plain words. The analyzer never sees a true count, so the page shows none. The pages are
-behind the same bearer token as the result route, when one is set.
+behind the same bearer token as the result route, when one is set. Whatever the console cannot show (an unknown
+task, a path it does not have, a missing token, a database away) is a page too (:func:`refusal_page`), with the
+refusal's status, not the API's JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ _BASE = """<!doctype html>
 body { font-family: system-ui, sans-serif; margin: 2rem; color: #1b1b1b; max-width: 72rem; }
 table { border-collapse: collapse; } th, td { padding: .3rem .8rem; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; } .state { font-weight: 600; }
+.id { font-family: ui-monospace, monospace; }
 .privacy { background: #f3f6fa; border-left: 4px solid #3465a4; padding: .6rem 1rem; max-width: 60rem; }
 svg text { font-size: 12px; fill: #1b1b1b; }
 </style></head><body>
@@ -36,7 +40,8 @@ _TASKS = _env.from_string("""
 {% if not tasks %}<p id="empty">No task yet: create one with <code>privagg task create</code>.</p>{% else %}
 <table id="tasks"><thead><tr><th>task</th><th>protocol</th><th>users (n)</th><th>reports / minimum batch</th>
 <th>batches</th><th>dropped messages</th><th>state</th></tr></thead><tbody>
-{% for t in tasks %}<tr><td><a href="/console/tasks/{{ t.task_id }}">{{ t.task_id[:12] }}</a></td><td>{{ t.protocol }}</td>
+{% for t in tasks %}<tr><td><a class="id" href="/console/tasks/{{ t.task_id }}">{{ t.task_id }}</a></td>
+<td>{{ t.protocol }}</td>
 <td>{{ "{:,}".format(t.n_users) }}</td><td>{{ "{:,}".format(t.reports) }} / {{ "{:,}".format(t.min_batch_size) }}</td>
 <td>{{ t.batches }}</td><td>{{ t.unopened + t.duplicates }}</td><td class="state">{{ t.state }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
@@ -67,6 +72,19 @@ def page(title: str, body: str) -> str:
     from markupsafe import Markup
 
     return _env.from_string(_BASE).render(title=title, body=Markup(body))  # body: rendered, escaped, by a template
+
+
+_REFUSAL = _env.from_string("""
+<p id="refusal">{{ detail }}</p>
+<p><a href="/console">All tasks</a></p>
+""")
+
+
+def refusal_page(status: int, detail: str) -> str:
+    """The page of a console request refused with ``status`` (a 404's "Not Found" as its title), saying why."""
+    from http import HTTPStatus
+
+    return page(f"{status} {HTTPStatus(status).phrase}", _REFUSAL.render(detail=detail))
 
 
 def tasks_page(tasks: list[dict]) -> str:

@@ -18,13 +18,9 @@ def run_services(workdir: Path, parameters, codes: np.ndarray, concurrency: int 
     each sent through both services by an SDK client."""
     from .client import Client
     from .loadgen import run_load
-    from .local import LocalDeployment
+    from .local import LocalDeployment, fresh_sqlite
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    dbs = {role: f"sqlite:///{workdir / f'{role}.db'}" for role in ("analyzer", "collector")}
-    for role in dbs:
-        for suffix in ("", "-wal", "-shm"):
-            (workdir / f"{role}.db{suffix}").unlink(missing_ok=True)
+    dbs = {role: fresh_sqlite(workdir, role) for role in ("analyzer", "collector")}
     with LocalDeployment(dbs, workdir / "logs") as dep:
         progress(f"analyzer at {dep.url('analyzer')}, collector at {dep.url('collector')} (logs in {workdir / 'logs'})")
         task = dep.create_task(parameters)

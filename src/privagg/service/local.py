@@ -26,6 +26,25 @@ from .storage import connect
 from .tasks import Task
 
 READY_SECONDS = 60.0
+DEMO_MARK = ".privagg-demo-service"  # in a folder a demo made: the demo may replace its own databases there
+
+
+def fresh_sqlite(workdir: Path, name: str) -> str:
+    """A SQLite URL ``name``.db in ``workdir`` with no database left from an earlier run: a demo's folder, made
+    (and marked with :data:`DEMO_MARK`) if it does not exist or is empty. A folder that holds other files and no
+    mark is refused (a ParameterError naming ``workdir``): a database of that name there may be a deployment's,
+    which a demo must never delete."""
+    workdir = Path(workdir)
+    if workdir.is_dir() and not (workdir / DEMO_MARK).exists() and any(workdir.iterdir()):
+        held = sorted(p.name for p in workdir.iterdir())
+        raise errors.ParameterError("workdir", "a new or empty folder, or one demo-service made (it replaces its "
+                                    "databases there)", f"{workdir}, which holds {', '.join(held[:5])}"
+                                    f"{', ...' if len(held) > 5 else ''}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARK).touch()
+    for suffix in ("", "-wal", "-shm"):
+        (workdir / f"{name}.db{suffix}").unlink(missing_ok=True)
+    return f"sqlite:///{workdir / f'{name}.db'}"
 
 
 def free_port() -> int:
@@ -58,7 +77,8 @@ def cpu_seconds(pid: int) -> float:
 class ServiceProcess:
     """``privagg serve ROLE`` as a child process on a free loopback port over the database ``db`` (``args``: more
     flags), its log appended to ``log``; it can be killed with SIGKILL and started again on the same port and
-    database."""
+    database. Its first start makes the database if there is none, as its operator would (``privagg db upgrade
+    --create``: ``privagg serve`` makes none)."""
 
     def __init__(self, role: str, db: str, log: Path, env: dict[str, str] | None = None,
                  args: tuple[str, ...] = ()) -> None:
@@ -71,6 +91,8 @@ class ServiceProcess:
         return f"{'https' if '--tls-cert' in self.args else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        if self.process is None:
+            connect(self.db, self.role, create=True).dispose()
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", self.role, "--db", self.db,
@@ -99,7 +121,11 @@ class ServiceProcess:
             self.process.wait()
 
     def __enter__(self):
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # not ready, or interrupted (demo-service's SIGTERM): no process left behind
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *_exc) -> None:
@@ -178,8 +204,12 @@ class LocalDeployment:
             time.sleep(0.1)
 
     def __enter__(self) -> "LocalDeployment":
-        for role in ("analyzer", "collector"):
-            self.start(role)
+        try:
+            for role in ("analyzer", "collector"):
+                self.start(role)
+        except BaseException:  # one not ready, or interrupted (demo-service's SIGTERM): no process left behind
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

@@ -294,4 +294,6 @@ def create_app(service: SharingService, max_body_bytes: int = 1 << 30, tick: flo
 
 
 def open_sharing(db_url: str, registry: CollectorRegistry | None = None) -> SharingService:
-    return SharingService(storage.connect(db_url, "sharing"), registry)
+    """The sharing server over its existing database at ``db_url`` (:func:`~privagg.service.storage.connect`: a
+    service makes no database)."""
+    return SharingService(storage.connect(db_url, "sharing", create=False), registry)

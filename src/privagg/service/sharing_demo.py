@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..protocols.sharing_parties import expected_traffic, threshold
-from .local import ServiceProcess
+from .local import ServiceProcess, fresh_sqlite
 from .round_tasks import SharingTask
 from .sharing import SharingService
 from .sharing_client import SharingClient
@@ -39,14 +39,6 @@ class SharingDeployment(ServiceProcess):
     def service(self) -> SharingService:
         """The server's logic over its database, in this process (task creation, tokens)."""
         return SharingService(connect(self.db, "sharing"))
-
-
-def fresh_sqlite(workdir: Path, name: str) -> str:
-    """A SQLite URL in ``workdir`` with no database left from an earlier run."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):
-        (workdir / f"{name}.db{suffix}").unlink(missing_ok=True)
-    return f"sqlite:///{workdir / f'{name}.db'}"
 
 
 def check_drop_fraction(drop_fraction: float) -> float:

@@ -25,8 +25,16 @@ candidates added later are answered: they are the shuffled multiset the release 
 
 SQLite (the default, a file beside the service) runs in WAL mode with ``synchronous=FULL``: a committed
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
-for scale. The schema is versioned with Alembic (``migrations/``, one version table per party), and each
-service upgrades its database to the latest version when it starts.
+for scale. The schema is versioned with Alembic (``migrations/``, one version table per party): a database is
+made at the latest version, and one of an older release is brought to it by ``privagg db upgrade`` (a service
+refuses it rather than upgrade it under other processes).
+
+Each database knows its role: one row of ``privagg_database`` names it (analyzer, collector, sharing, s1, s2),
+written by the role's own migration (a0007, c0006, s0002, s1_0002, s2_0003; a database of an older release has
+only its Alembic version table, ``alembic_version_ROLE``, which names it too). :func:`connect` refuses another
+role's database, naming both roles, and makes a new database only when asked (``create``): the commands that
+make one are ``privagg task create`` and ``privagg db upgrade --create``, so a mistyped URL is refused, not
+taken for a new, empty database.
 
 At rest (:func:`connect`, :func:`scrub`): a SQLite database is created mode 0600 (its -wal and -shm files
 take the same), an analyzer's database open to group or others is refused, and so is a collector's that
@@ -56,6 +64,10 @@ from ..errors import ParameterError
 ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers.py)
 
 metadata = {role: sa.MetaData() for role in ROLES}
+
+# in every role's database, the one row naming its role (record_role, in each role's migration; read by connect)
+database_role = {role: sa.Table("privagg_database", metadata[role],
+                                sa.Column("role", sa.String(16), primary_key=True)) for role in ROLES}
 
 # ---- the collector ----------------------------------------------------------------------------------------
 collector_tasks = sa.Table(
@@ -214,7 +226,8 @@ READ = "privagg_read"  # the execution option of :func:`reading`'s connections, 
 
 
 def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
-            statement_timeout: float | None = STATEMENT_TIMEOUT, kek=None, upgrade: bool = False) -> sa.Engine:
+            statement_timeout: float | None = STATEMENT_TIMEOUT, kek=None, upgrade: bool = False,
+            create: bool = True) -> sa.Engine:
     """An engine for ``role``'s database at ``url`` (SQLite or PostgreSQL), its schema brought to the latest
     version (:func:`migrate`); a collector's database is scrubbed once (:func:`scrub`: a release that a crash
     cut short before its scrub).
@@ -231,30 +244,93 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     timeout) and a :data:`CONNECT_TIMEOUT`. Defaults and their reasons: :data:`LOCK_TIMEOUT`,
     :data:`STATEMENT_TIMEOUT`.
 
-    A new database is created at the latest schema version. One at an older version is refused, naming the
-    command that upgrades it (``privagg db upgrade``: a service never upgrades a database other processes of an
-    older release may be using), unless ``upgrade``. ``kek``: the key-encryption key of the analyzer or S2
-    (:mod:`privagg.service.keys`), which their migrations a0003 and s2_0002 need to seal the private keys an
-    older database kept raw.
+    The database must be ``role``'s: another role's is refused, naming both (:func:`check_role`). A new database
+    (a SQLite file that does not exist, or a database with no privagg table) is created at the latest schema
+    version only with ``create``, else refused, naming the commands that make one: the library's callers (tests,
+    demos) make their own databases; the services (``privagg serve``) and the operator's commands other than
+    ``privagg task create`` and ``privagg db upgrade --create`` pass ``create=False``. One at an older version is
+    refused, naming the command that upgrades it (``privagg db upgrade``: a service never upgrades a database
+    other processes of an older release may be using), unless ``upgrade``. ``kek``: the key-encryption key of the
+    analyzer or S2 (:mod:`privagg.service.keys`), which their migrations a0003 and s2_0002 need to seal the private
+    keys an older database kept raw.
 
     Raises :class:`ParameterError` (field ``db``) naming what is wrong instead of a driver's traceback: a
     folder that does not exist, a file or folder the service cannot write, a file mode as above, a database
     SQLite cannot open, a PostgreSQL server that does not accept the connection (its host and the reason).
     """
+    return _open(url, role, lock_timeout, statement_timeout, kek, upgrade, create)[0]
+
+
+def upgrade_database(url: str, role: str, kek=None, create: bool = False) -> tuple[str | None, str]:
+    """``privagg db upgrade``: ``role``'s database at ``url`` brought to the latest schema version (made, with
+    ``create``); (its version before, None if it was made; the version now)."""
+    engine, before, now = _open(url, role, LOCK_TIMEOUT, STATEMENT_TIMEOUT, kek, True, create)
+    engine.dispose()
+    return before, now
+
+
+def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | None, kek, upgrade: bool,
+          create: bool) -> tuple[sa.Engine, str | None, str]:
+    """:func:`connect`'s engine, with the schema version it found (None: a new database) and the one it is at."""
     if role not in ROLES:
         raise ParameterError("role", f"one of {', '.join(ROLES)}", role)
     lock_timeout = _seconds("lock_timeout", lock_timeout)
     statement_timeout = None if statement_timeout is None else _seconds("statement_timeout", statement_timeout)
-    engine = _engine(url, role, lock_timeout, statement_timeout)
+    engine = _engine(url, role, lock_timeout, statement_timeout, create)
     try:
         _probe(engine)
-        migrate(engine, role, kek, upgrade)
+        check_role(engine, role, create, upgrade)
+        before, now = migrate(engine, role, kek, upgrade)
         if role == "collector":
             scrub(engine)
     except BaseException:
         engine.dispose()
         raise
-    return engine
+    return engine, before, now
+
+
+def _a(role: str) -> str:
+    return f"{'an' if role in ('analyzer', 's1', 's2') else 'a'} {role}"
+
+
+def _not_made(role: str, url: str, what: str) -> ParameterError:
+    """The refusal of a database that does not exist (``what``), naming the commands that make ``role``'s."""
+    task = "" if role == "collector" else "`privagg task create` (which makes the database its task goes in) or "
+    return ParameterError("db", f"an existing {role} database (a new one is made only by {task}`privagg db upgrade "
+                          f"--create --role {role} --db URL`: no other command takes a mistyped URL for a new "
+                          "database)", f"{url}{what}")
+
+
+def check_role(engine: sa.Engine, role: str, create: bool = False, upgrade: bool = False) -> None:
+    """Refuse a database that is not ``role``'s (a ParameterError naming ``db``, both roles and the URL): its
+    ``privagg_database`` row names another role, or, in a database of an older release, the Alembic version
+    tables do. A database with no privagg table is new: refused unless ``create``. One where an older release
+    wrote two roles' tables (a command pointed at another party's database) is refused unless ``upgrade``
+    states which it is (``privagg db upgrade --role ROLE``, whose migration records it)."""
+    shown = engine.url.render_as_string(hide_password=True)
+    with reading(engine) as c:
+        names = set(sa.inspect(c).get_table_names())
+        stored = set(c.execute(sa.select(database_role[role].c.role)).scalars()) if "privagg_database" in names \
+            else {r for r in ROLES if f"alembic_version_{r}" in names}
+    if stored == {role} or (not stored and create) or (role in stored and upgrade):
+        return
+    if not stored:
+        tables = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise _not_made(role, shown, ", an empty database" if not names else f", no privagg database (its tables: "
+                        f"{tables})")
+    if len(stored) == 1:
+        raise ParameterError("db", f"{_a(role)} database", f"{shown}, {_a(stored.pop())} database")
+    raise ParameterError("db", f"{_a(role)} database", f"{shown}, which holds the tables of "
+                         f"{' and '.join(sorted(stored))} (an older release let a command write them into another "
+                         f"party's database): state its role once with `privagg db upgrade --role ROLE --db URL`")
+
+
+def record_role(role: str) -> None:
+    """The Alembic step that names the database's role (migrations a0007, c0006, s0002, s1_0002, s2_0003)."""
+    from alembic import op
+
+    table = op.create_table("privagg_database", sa.Column("role", sa.String(16), primary_key=True))
+    op.bulk_insert(table, [{"role": role}])
 
 
 def _seconds(field: str, value: float) -> float:
@@ -271,7 +347,8 @@ def _ms(seconds: float | None) -> int:
     return 0 if seconds is None else max(1, round(seconds * 1000))
 
 
-def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float | None) -> sa.Engine:
+def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float | None, create: bool = True) \
+        -> sa.Engine:
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -297,7 +374,7 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
         return engine
     path = _sqlite_path(parsed)
     if path is not None:
-        _prepare_file(path, role, parsed.render_as_string())
+        _prepare_file(path, role, parsed.render_as_string(), create)
     engine = sa.create_engine(parsed, connect_args={"timeout": lock_timeout, "check_same_thread": False})
 
     @sa.event.listens_for(engine, "connect")
@@ -358,9 +435,12 @@ def _sqlite_path(parsed: sa.engine.URL) -> Path | None:
     return Path(os.path.abspath(database))
 
 
-def _prepare_file(path: Path, role: str, url: str) -> None:
+def _prepare_file(path: Path, role: str, url: str, create: bool) -> None:
     """Check the folder and an existing database file, or create the file mode 0600 (so no moment passes with
-    the file open to others: SQLite would create it with the umask's mode, 0644 under umask 022)."""
+    the file open to others: SQLite would create it with the umask's mode, 0644 under umask 022); without
+    ``create``, a file that does not exist is refused."""
+    if not create and not path.exists():
+        raise _not_made(role, url, ": no such file")
     folder = path.parent
     if not folder.is_dir():
         raise ParameterError("db", f"a SQLite file in an existing folder: {folder} "
@@ -493,10 +573,10 @@ def scrub(engine: sa.Engine) -> None:
         log.warning("scrub incomplete", extra={"fields": {"error": type(err.orig).__name__}})
 
 
-def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> None:
+def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> tuple[str | None, str]:
     """Bring the ``role``'s tables to the latest schema version (Alembic ``upgrade head``): a new database always,
     one at an older version only with ``upgrade`` (else a ParameterError naming ``privagg db upgrade``); ``kek``:
-    as for :func:`connect`."""
+    as for :func:`connect`. (The version found, None for a new database; the latest.)"""
     from alembic import command
     from alembic.config import Config
     from alembic.migration import MigrationContext
@@ -520,6 +600,7 @@ def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> Non
                                  f"version {current}")
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+    return current, head
 
 
 def insert_if_absent(connection: sa.Connection, table: sa.Table):

@@ -651,12 +651,13 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
 
 def open_first_server(db_url: str, registry: CollectorRegistry | None = None,
                       second_ca: str | None = None) -> FirstService:
-    """S1 over the database at ``db_url``; its hand-overs check S2's TLS certificate against ``second_ca`` (or the
-    system's CAs)."""
-    return FirstService(storage.connect(db_url, "s1"), registry,
+    """S1 over its existing database at ``db_url`` (a service makes no database); its hand-overs check S2's TLS
+    certificate against ``second_ca`` (or the system's CAs)."""
+    return FirstService(storage.connect(db_url, "s1", create=False), registry,
                         send=functools.partial(post_handover, ca_file=second_ca))
 
 
 def open_second_server(db_url: str, registry: CollectorRegistry | None = None, *,
                        kek: KeyEncryptionKey) -> SecondService:
-    return SecondService(storage.connect(db_url, "s2", kek=kek), registry, kek=kek)
+    """S2 over its existing database at ``db_url`` (a service makes no database)."""
+    return SecondService(storage.connect(db_url, "s2", kek=kek, create=False), registry, kek=kek)

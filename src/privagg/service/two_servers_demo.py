@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from .keys import KeyEncryptionKey
-from .local import ServiceProcess
-from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, fresh_sqlite, min_survivors_for, party_row, traffic
+from .local import ServiceProcess, fresh_sqlite
+from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
 from .storage import connect
 from .two_servers import FirstService, SecondService, create_tasks
 from .two_servers_client import TSSClient

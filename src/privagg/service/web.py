@@ -325,11 +325,13 @@ class ServiceApp(FastAPI):
                     try:
                         response = await endpoint(request)
                     except Exception as err:
-                        response = await self._answer(request, err)
+                        response = await self.answer(request, err)
                     return await response(scope, receive, send)
         await super().__call__(scope, receive, send)
 
-    async def _answer(self, request: Request, err: Exception):
+    async def answer(self, request: Request, err: Exception):
+        """The app's answer to ``err`` (its exception handlers': a refusal's JSON, counted and logged); ``err``
+        again where no handler takes it (a bug)."""
         for kind in type(err).__mro__:
             handler = self.exception_handlers.get(kind)
             if handler is not None:
@@ -653,7 +655,7 @@ def http_protocol(app: FastAPI) -> type[GuardedHttp]:
 def add_operations(app: ServiceApp, registry: CollectorRegistry, engine: sa.Engine,
                    on_refusal: Callable[[Refused], None], health: Health | None = None,
                    operator_token: str | None = None, limits: Limits | None = None) -> None:
-    """``/healthz`` (the process answers), ``/readyz`` (its writes and its database), ``/metrics`` (Prometheus
+    """``/healthz`` (the process answers, and which service it is: the app's title), ``/readyz`` (its writes and its database), ``/metrics`` (Prometheus
     text, behind ``operator_token`` when given), the JSON answer of every refusal, and 503 ``unavailable`` for
     a database that is full or unreachable.
 
@@ -692,8 +694,8 @@ def add_operations(app: ServiceApp, registry: CollectorRegistry, engine: sa.Engi
         app.add_exception_handler(kind, _unavailable)
 
     @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok", "uptime_seconds": round(time.time() - started, 1)}
+    async def healthz() -> dict:  # names the service, so a client given another's URL can say which answered
+        return {"status": "ok", "service": app.title, "uptime_seconds": round(time.time() - started, 1)}
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:

@@ -1,0 +1,24 @@
+"""The database names its role (privagg_database's one row), so every command refuses another party's database
+(storage.check_role): an older release let `privagg tokens issue --db` write the collector's tables into the
+analyzer's database, and served one role on another's.
+
+Revision ID: s0002
+Revises: s0001
+"""
+
+from alembic import op
+
+from privagg.service.storage import record_role
+
+revision = "s0002"
+down_revision = "s0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    record_role("sharing")
+
+
+def downgrade() -> None:
+    op.drop_table("privagg_database")

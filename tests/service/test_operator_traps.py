@@ -1,0 +1,481 @@
+"""An operator cannot hurt himself by a typo (issue 44, part 2).
+
+Every command that takes a database refuses another role's, naming both, and one that does not exist but for the
+commands that make one (task create, db upgrade --create); databases of an older release learn their role when
+upgraded. Every URL option of every command is checked before anything is sent or stored; a client given another
+service's URL says which service answered; the result's --top is its own error, not the task's; tokens are issued
+only for a task that exists; submit and loadgen take the text items the SDK takes; demo-service refuses the options
+it would ignore and stops its services on SIGTERM.
+"""
+
+import json
+import logging
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from privagg.cli import app
+from privagg.protocols.registry import calibrate
+from privagg.service import storage
+from privagg.service.analyzer import create_app as analyzer_app
+from privagg.service.client import Client
+from privagg.service.collector import create_app as collector_app
+from privagg.service.keys import KeyEncryptionKey
+from service_deployment import database_at, deploy, served
+
+UNKNOWN = "ab" * 16
+KEY = "0f" * 32  # a public item_key: the task's items may be text
+
+
+def run(*args: str):
+    """The command in this process (CliRunner); the logging ``privagg serve`` configures is put back after."""
+    privagg_log = logging.getLogger("privagg")
+    saved = (privagg_log.handlers[:], privagg_log.level, privagg_log.propagate)
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        privagg_log.handlers[:], privagg_log.level, privagg_log.propagate = saved
+
+
+def error_line(result) -> str:
+    """The command's one error line (a service also logs its configuration before it fails)."""
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    return errors[0]
+
+
+def tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def params_file(folder: Path, name: str, protocol: str, **options) -> str:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(calibrate(protocol, epsilon=1.0, **options).to_dict()))
+    return str(path)
+
+
+@pytest.fixture
+def kek(monkeypatch) -> KeyEncryptionKey:
+    key = KeyEncryptionKey.generate()
+    monkeypatch.setenv("PRIVAGG_KEK", key.export())
+    return key
+
+
+# ---- each database knows its role ------------------------------------------------------------------------
+def test_every_command_refuses_another_roles_database_naming_both(databases, tmp_path, kek):
+    analyzer, collector = databases["analyzer"], databases["collector"]
+    for role, url in databases.items():
+        storage.connect(url, role).dispose()
+        engine = sa.create_engine(url)
+        with engine.connect() as c:  # the role is stored in the database itself
+            assert c.execute(sa.select(storage.database_role[role].c.role)).scalars().all() == [role]
+        engine.dispose()
+    before = {url: tables(url) for url in databases.values()}
+    fe1 = params_file(tmp_path, "fe1", "fe1", delta=1e-6, n_users=100, domain_size=16)
+    dpds = params_file(tmp_path, "dpds", "dpds", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1)
+    tss = params_file(tmp_path, "tss", "tss", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1,
+                      report_fraction=0.5)
+    (tmp_path / "c.txt").write_text("5\n")
+    new = f"sqlite:///{tmp_path}/new.db"
+    cases = [  # (command, the role it needs, the role the database has)
+        (["task", "create", "--params", fe1, "--db", collector], "an analyzer", "a collector"),
+        (["task", "create", "--params", dpds, "--db", analyzer], "a sharing", "an analyzer"),
+        (["task", "create", "--params", tss, "--db", collector, "--second-db", new, "--second-url",
+          "http://127.0.0.1:8084"], "an s1", "a collector"),
+        (["task", "create", "--params", tss, "--db", new, "--second-db", analyzer, "--second-url",
+          "http://127.0.0.1:8084"], "an s2", "an analyzer"),
+        (["task", "candidates", "--task", UNKNOWN, "--candidates", str(tmp_path / "c.txt"), "--db", collector],
+         "an analyzer", "a collector"),
+        (["task", "close", "--task", UNKNOWN, "--db", analyzer], "a collector", "an analyzer"),
+        (["tokens", "issue", "--task", UNKNOWN, "--count", "1", "--db", analyzer], "a collector", "an analyzer"),
+        (["tokens", "issue", "--task", UNKNOWN, "--count", "1", "--server", "sharing", "--db", analyzer], "a sharing",
+         "an analyzer"),
+        (["tokens", "issue", "--task", UNKNOWN, "--count", "1", "--server", "s1", "--db", collector], "an s1",
+         "a collector"),
+        (["db", "upgrade", "--role", "collector", "--db", analyzer], "a collector", "an analyzer"),
+        (["db", "upgrade", "--create", "--role", "s2", "--db", collector], "an s2", "a collector"),
+        (["serve", "analyzer", "--db", collector], "an analyzer", "a collector"),
+        (["serve", "collector", "--db", analyzer, "--analyzer", "http://127.0.0.1:9"], "a collector", "an analyzer"),
+        (["serve", "sharing", "--db", analyzer], "a sharing", "an analyzer"),
+        (["serve", "s1", "--db", collector], "an s1", "a collector"),
+        (["serve", "s2", "--db", analyzer], "an s2", "an analyzer"),
+    ]
+    for args, wanted, found in cases:
+        line = error_line(run(*args))
+        url = args[args.index("--second-db") + 1] if wanted == "an s2" and "--second-db" in args else \
+            args[args.index("--db") + 1]
+        assert line == f"error: db must be {wanted} database, got {url}, {found} database", (args, line)
+    assert {url: tables(url) for url in databases.values()} == before  # nothing written into either
+
+
+def test_a_mistyped_database_is_refused_and_none_is_made_but_by_the_commands_that_make_one(databases, tmp_path, kek):
+    # on SQLite a file that does not exist; on PostgreSQL an empty database (the server refuses a name that is not one)
+    typo, sqlite = databases["collector"], databases["collector"].startswith("sqlite")
+    (tmp_path / "c.txt").write_text("5\n")
+    cases = [
+        (["task", "candidates", "--task", UNKNOWN, "--candidates", str(tmp_path / "c.txt"), "--db", typo], "analyzer"),
+        (["task", "close", "--task", UNKNOWN, "--db", typo], "collector"),
+        *[(["tokens", "issue", "--task", UNKNOWN, "--count", "1", "--server", server, "--db", typo], server)
+          for server in ("collector", "sharing", "s1")],
+        *[(["db", "upgrade", "--role", role, "--db", typo], role) for role in storage.ROLES],
+        *[(["serve", role, "--db", typo, "--analyzer", "http://127.0.0.1:9"] if role == "collector" else
+           ["serve", role, "--db", typo], role) for role in storage.ROLES],
+    ]
+    for args, role in cases:
+        line = error_line(run(*args))
+        assert line.startswith(f"error: db must be an existing {role} database (a new one is made only by "), line
+        assert f"`privagg db upgrade --create --role {role} --db URL`" in line
+        assert line.endswith(f"{typo}: no such file" if sqlite else f"{typo}, an empty database"), line
+        assert not Path(typo.removeprefix("sqlite:///")).exists() if sqlite else tables(typo) == set()
+    made = run("db", "upgrade", "--create", "--role", "collector", "--db", typo)
+    assert made.exit_code == 0 and made.output == f"the collector database {typo}: made at schema version c0006\n"
+    again = run("db", "upgrade", "--create", "--role", "collector", "--db", typo)
+    assert again.output == f"the collector database {typo}: already at schema version c0006\n"
+    fe1 = params_file(tmp_path, "fe1", "fe1", delta=1e-6, n_users=100, domain_size=16)
+    assert run("task", "create", "--params", fe1, "--db", databases["analyzer"]).exit_code == 0  # it makes its own
+
+
+def test_older_databases_learn_their_role_when_upgraded(databases, kek):
+    analyzer, collector = databases["analyzer"], databases["collector"]
+    database_at(analyzer, "analyzer", "a0006").dispose()
+    database_at(collector, "collector", "c0005").dispose()
+    with pytest.raises(storage.ParameterError, match="version a0006"):  # a service still refuses an older schema
+        storage.connect(analyzer, "analyzer", kek=kek, create=False)
+    wrong = f"must be an analyzer database, got {collector}, a collector database"
+    with pytest.raises(storage.ParameterError, match=re.escape(wrong)):
+        storage.connect(collector, "analyzer", kek=kek, upgrade=True)  # its version table names its role
+    for role, url, old, new in (("analyzer", analyzer, "a0006", "a0007"), ("collector", collector, "c0005", "c0006")):
+        upgraded = run("db", "upgrade", "--role", role, "--db", url)
+        assert upgraded.output == f"the {role} database {url}: upgraded from version {old} at schema version {new}\n"
+    wrong = f"must be a collector database, got {analyzer}, an analyzer database"
+    with pytest.raises(storage.ParameterError, match=re.escape(wrong)):
+        storage.connect(analyzer, "collector")
+    storage.connect(analyzer, "analyzer", kek=kek, create=False).dispose()
+
+
+def test_a_database_an_older_release_gave_two_roles_is_refused_until_its_role_is_stated(tmp_path, kek):
+    url = f"sqlite:///{tmp_path}/analyzer.db"  # `tokens issue --db` of an older release wrote the collector's tables
+    database_at(url, "analyzer", "a0006").dispose()
+    database_at(url, "collector", "c0005").dispose()
+    for role in ("analyzer", "collector"):
+        with pytest.raises(storage.ParameterError, match="holds the tables of analyzer and collector .* state its "
+                                                         r"role once with `privagg db upgrade --role ROLE"):
+            storage.connect(url, role, kek=kek)
+    assert run("db", "upgrade", "--role", "analyzer", "--db", url).exit_code == 0
+    storage.connect(url, "analyzer", kek=kek, create=False).dispose()
+    assert error_line(run("serve", "collector", "--db", url, "--analyzer", "http://127.0.0.1:9")) == \
+        f"error: db must be a collector database, got {url}, an analyzer database"
+
+
+# ---- an option is refused where it does nothing -------------------------------------------------------------------
+def test_serve_and_task_create_refuse_an_option_that_does_nothing_there(tmp_path, kek):
+    serving = {"--analyzer": ("http://127.0.0.1:9", {"collector"}), "--analyzer-ca": ("ca.pem", {"collector"}),
+               "--second-ca": ("ca.pem", {"s1"}), "--workers": ("2", {"analyzer"}),
+               "--dask-scheduler": ("tcp://127.0.0.1:8786", {"analyzer"}), "--batch-interval": ("1.5", {"collector"}),
+               "--partition-root": (str(tmp_path), {"collector", "analyzer"}),
+               "--memory-budget": (str(1 << 30), {"collector", "analyzer"}), "--kek-file": ("k", {"analyzer", "s2"})}
+    for option, (value, roles) in serving.items():
+        for role in set(storage.ROLES) - roles:
+            line = error_line(run("serve", role, "--db", f"sqlite:///{tmp_path}/{role}.db", option, value))
+            assert line.startswith(f"error: {option} must be given only to serve ") and line.endswith(
+                f"(it does nothing for {role}), got {value}") and all(r in line for r in roles), line
+    fe1 = params_file(tmp_path, "fe1", "fe1", delta=1e-6, n_users=100, domain_size=16)
+    dpds = params_file(tmp_path, "dpds", "dpds", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1)
+    tss = params_file(tmp_path, "tss", "tss", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1,
+                      report_fraction=0.5)
+    one_round = {"--min-batch-size": "5", "--key-id": "3", "--kem": "x25519", "--candidates": "c.txt",
+                 "--discover-phi": "0.1"}
+    cases = [(fe1, {"--round-seconds": "60", "--min-survivors": "5", "--second-url": "http://127.0.0.1:8084"}),
+             (dpds, {**one_round, "--kek-file": "k", "--second-db": f"sqlite:///{tmp_path}/s2.db", "--s2": None}),
+             (tss, one_round)]
+    for params, options in cases:
+        for option, value in options.items():
+            line = error_line(run("task", "create", "--params", params, "--db", f"sqlite:///{tmp_path}/made.db",
+                                  option, *([] if value is None else [value])))
+            assert line.startswith(f"error: {option} must be given only for a"), line
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".db"]  # refused before any database was made
+
+
+# ---- tokens only for a task that exists ----------------------------------------------------------------------
+def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))
+    collector = f"sqlite:///{tmp_path}/collector.db"
+
+    def tokens() -> int:
+        with d.collector.engine.connect() as c:
+            return c.execute(sa.select(sa.func.count()).select_from(storage.tokens)).scalar_one()
+
+    with served(analyzer_app(d.analyzer)) as url:
+        assert error_line(run("tokens", "issue", "--task", d.task.task_id, "--count", "3", "--db", collector)) == (
+            f"error: task must be a task this collector knows (it learns one from the analyzer: give --analyzer URL "
+            f"to fetch it), got {d.task.task_id}")
+        assert error_line(run("tokens", "issue", "--task", UNKNOWN, "--count", "3", "--db", collector, "--analyzer",
+                              url)) == f"error: task must be a task of the analyzer at {url}, got {UNKNOWN}"
+        (tmp_path / "tokens.txt").write_text("given out already\n")
+        assert error_line(run("tokens", "issue", "--task", d.task.task_id, "--count", "3", "--db", collector,
+                              "--analyzer", url, "--output", str(tmp_path / "tokens.txt"))).startswith(
+            "error: output must be a new file (an existing one is never overwritten")
+        assert error_line(run("tokens", "issue", "--task", d.task.task_id, "--count", "3", "--db", collector,
+                              "--analyzer", url, "--output", str(tmp_path / "nowhere" / "t.txt"))).startswith(
+            "error: output must be a writable file path")
+        assert tokens() == 0 and (tmp_path / "tokens.txt").read_text() == "given out already\n"
+        issued = run("tokens", "issue", "--task", d.task.task_id, "--count", "3", "--db", collector, "--analyzer", url,
+                     "--output", str(tmp_path / "new.txt"))
+        assert issued.exit_code == 0 and len((tmp_path / "new.txt").read_text().split()) == 3 and tokens() == 3
+    again = run("tokens", "issue", "--task", d.task.task_id, "--count", "2", "--db", collector)  # now it knows it
+    assert again.exit_code == 0 and len(again.output.split()) == 2 and tokens() == 5
+    for server, role in (("sharing", "sharing"), ("s1", "s1")):
+        url = f"sqlite:///{tmp_path}/{role}.db"
+        storage.connect(url, role).dispose()
+        assert error_line(run("tokens", "issue", "--task", UNKNOWN, "--count", "1", "--server", server, "--db", url)
+                          ).startswith(f"error: task must be a task of this ")
+
+
+# ---- URLs checked at start --------------------------------------------------------------------------------------
+BAD_URLS = ["notaurl", "http://host:0", "http://host:99999", "ftp://host", "http://", "https://host/x?q=1",
+            "http://a host"]
+
+
+@pytest.mark.parametrize("bad", BAD_URLS)
+def test_every_url_option_of_every_command_is_checked_at_start(tmp_path, monkeypatch, kek, bad):
+    collector, s1, s2 = (f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "s1", "s2"))
+    storage.connect(collector, "collector").dispose()
+    tss = params_file(tmp_path, "tss", "tss", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1,
+                      report_fraction=0.5)
+    (tmp_path / "config.toml").write_text(f'[collector]\nanalyzer_url = "{bad}"\n')
+    good = "http://127.0.0.1:9"
+    cases = [
+        (["serve", "collector", "--db", collector, "--analyzer", bad], "analyzer_url"),
+        (["serve", "collector", "--db", collector, "--config", str(tmp_path / "config.toml")], "analyzer_url"),
+        *([(["serve", "analyzer", "--db", collector, "--dask-scheduler", bad.replace("http", "tcp")],
+            "dask_scheduler")] if "://" in bad else []),  # (Dask takes a bare HOST[:PORT] as TCP)
+        (["task", "create", "--params", tss, "--db", s1, "--second-db", s2, "--second-url", bad], "second-url"),
+        (["tokens", "issue", "--task", UNKNOWN, "--count", "1", "--db", collector, "--analyzer", bad], "analyzer_url"),
+        (["submit", "--collector", bad, "--task", UNKNOWN, "--token", "t", "--value", "1"], "collector"),
+        (["submit", "--collector", good, "--analyzer", bad, "--task", UNKNOWN, "--token", "t", "--value", "1"],
+         "analyzer"),
+        (["loadgen", "--collector", bad, "--task", UNKNOWN, "--input", "v.csv", "--tokens", "t.txt"], "collector"),
+        (["loadgen", "--collector", good, "--analyzer", bad, "--task", UNKNOWN, "--input", "v.csv", "--tokens",
+          "t.txt"], "analyzer"),
+        (["result", "--analyzer", bad, "--task", UNKNOWN], "analyzer"),
+    ]
+    for args, field in cases:
+        assert error_line(run(*args)).startswith(f"error: {field} must be a URL "), args
+    monkeypatch.setenv("PRIVAGG_COLLECTOR_ANALYZER_URL", bad)
+    assert error_line(run("serve", "collector", "--db", collector)).startswith("error: analyzer_url must be a URL ")
+    assert not Path(tmp_path / "s1.db").exists() and not Path(tmp_path / "s2.db").exists()  # refused before any work
+
+
+# ---- a client given another service's URL; the result's own options ----------------------------------------------
+@pytest.fixture
+def services(tmp_path):
+    """An analyzer and a collector served on loopback, a task of text items (its parameters' item_key)."""
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("grr", epsilon=1.0, n_users=20, domain_size=64, item_key=KEY), min_batch_size=5)
+    with served(analyzer_app(d.analyzer)) as analyzer, served(collector_app(d.collector, batch_interval=None)) as c:
+        yield d, analyzer, c
+
+
+def test_a_client_given_another_services_url_says_which_answered(services, tmp_path):
+    d, analyzer, collector = services
+    task, token = d.task.task_id, d.collector.issue_tokens(d.task.task_id, 1)[0]
+    (tmp_path / "v.csv").write_text("1\n")
+    (tmp_path / "t.txt").write_text(token + "\n")
+    cases = [
+        (["result", "--analyzer", collector, "--task", task], "analyzer", collector, "privagg collector"),
+        (["submit", "--collector", analyzer, "--analyzer", analyzer, "--task", task, "--token", token, "--value", "1"],
+         "collector", analyzer, "privagg analyzer"),
+        (["submit", "--collector", collector, "--analyzer", collector, "--task", task, "--token", token, "--value",
+          "1"], "analyzer", collector, "privagg collector"),
+        (["loadgen", "--collector", analyzer, "--task", task, "--input", str(tmp_path / "v.csv"), "--tokens",
+          str(tmp_path / "t.txt")], "collector", analyzer, "privagg analyzer"),
+        (["loadgen", "--collector", collector, "--analyzer", collector, "--task", task, "--input",
+          str(tmp_path / "v.csv"), "--tokens", str(tmp_path / "t.txt")], "analyzer", collector, "privagg collector"),
+    ]
+    for args, field, url, found in cases:
+        assert error_line(run(*args)) == f"error: {field} must be the {field}'s URL, got {url}, where the {found} " \
+                                         "answers", args
+    assert d.stored() == 0  # nothing was sent to the wrong one
+
+
+def test_every_service_names_itself_at_healthz(tmp_path, kek):
+    from fastapi.testclient import TestClient
+
+    from privagg.service.sharing import SharingService, create_app as sharing_app
+    from privagg.service.two_servers import FirstService, SecondService, create_first_app, create_second_app
+
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))
+    engines = {role: storage.connect(f"sqlite:///{tmp_path}/{role}.db", role) for role in ("sharing", "s1", "s2")}
+    apps = {"privagg analyzer": analyzer_app(d.analyzer), "privagg collector": collector_app(d.collector, None),
+            "privagg sharing server": sharing_app(SharingService(engines["sharing"]), tick=None),
+            "privagg TSS S1": create_first_app(FirstService(engines["s1"]), tick=None),
+            "privagg TSS S2": create_second_app(SecondService(engines["s2"], kek=kek), tick=None)}
+    for name, served_app in apps.items():
+        assert TestClient(served_app).get("/healthz").json()["service"] == name
+
+
+def test_the_result_names_the_option_or_token_at_fault_not_the_task(services, monkeypatch):
+    d, analyzer, _ = services
+    for top in ("0", "-1", "100001"):
+        assert error_line(run("result", "--analyzer", analyzer, "--task", d.task.task_id, "--top", top)) == \
+            f"error: top must be an integer in [1, 100000], got {top}"
+    assert error_line(run("result", "--analyzer", analyzer, "--task", UNKNOWN)).startswith(
+        "error: task must be a task of the analyzer")
+    with served(analyzer_app(d.analyzer, result_token="r" * 32)) as guarded:
+        assert error_line(run("result", "--analyzer", guarded, "--task", d.task.task_id)) == \
+            "error: PRIVAGG_ANALYZER_RESULT_TOKEN must be the analyzer's result token, got none"
+
+
+# ---- text items, as the SDK takes them; the commands' wording ------------------------------------------------------
+def test_submit_and_loadgen_take_text_items_as_the_sdk_does(services, tmp_path):
+    from privagg.service_cli import _load_values
+
+    d, analyzer, collector = services
+    task = d.task.task_id
+    tokens = d.collector.issue_tokens(task, 8)
+    sent = run("submit", "--collector", collector, "--analyzer", analyzer, "--task", task, "--token", tokens[0],
+               "--value", "maps")
+    assert sent.exit_code == 0 and sent.output == "report stored\n", sent.output
+    assert run("submit", "--collector", collector, "--analyzer", analyzer, "--task", task, "--token", tokens[1],
+               "--value", '"42"').exit_code == 0  # the text 42, not the item 42
+    (tmp_path / "words.txt").write_text("maps\nmail\nchat\nmaps\n")
+    (tmp_path / "tokens.txt").write_text("\n".join(tokens[2:]) + "\n")
+    load = run("loadgen", "--collector", collector, "--analyzer", analyzer, "--task", task, "--input",
+               str(tmp_path / "words.txt"), "--tokens", str(tmp_path / "tokens.txt"), "--concurrency", "2")
+    assert load.exit_code == 0 and "4 clients: 4 acknowledged, 0 refused, 0 failed;" in load.output, load.output
+    again = run("loadgen", "--collector", collector, "--analyzer", analyzer, "--task", task, "--input",
+                str(tmp_path / "words.txt"), "--tokens", str(tmp_path / "tokens.txt"))
+    assert "4 clients: 0 acknowledged, 4 refused (4 token_used), 0 failed;" in again.output, again.output
+    # the codes loadgen sends are the SDK's: each text hashed with the task's public item_key
+    expected = Client(d.task)._encoder().encode(["maps", "mail", "chat", "maps"]).tolist()
+    assert _load_values(d.task.parameters, tmp_path / "words.txt") == expected
+    d.collector.release_batches()
+    assert d.result()["collection"]["reports"] == 6
+    heavy = calibrate("fe-hh", epsilon=1.0, delta=1e-6, n_users=1_000, domain_size=256**4, max_length=4, phi=0.1)
+    assert _load_values(heavy, tmp_path / "words.txt") == ["maps", "mail", "chat", "maps"]  # fe-hh's strings as such
+
+
+def test_text_is_refused_for_a_task_without_an_item_key(tmp_path):
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))
+    token = d.collector.issue_tokens(d.task.task_id, 1)[0]
+    with served(analyzer_app(d.analyzer)) as analyzer, served(collector_app(d.collector, None)) as collector:
+        assert error_line(run("submit", "--collector", collector, "--analyzer", analyzer, "--task", d.task.task_id,
+                              "--token", token, "--value", "maps")) == (
+            "error: value must be an integer item, a JSON list (a vector) (the task takes no text: its parameters "
+            "have no item_key), got maps")
+
+
+def test_task_close_takes_the_whole_id_and_names_it(services, tmp_path):
+    d, _, _ = services
+    db, task = f"sqlite:///{tmp_path}/collector.db", d.task.task_id
+    assert error_line(run("task", "close", "--task", task[:12], "--db", db)) == (
+        f"error: task must be a task id (32 lowercase hexadecimal characters, the whole id), got {task[:12]}")
+    d.store(users_reports(d, 3))
+    assert error_line(run("task", "close", "--task", task, "--db", db)).startswith(
+        f"error: task must be a task whose waiting reports reach its minimum batch (closed before, it would never "
+        f"release them), got {task}, with 3 reports waiting of the 5 needed (2 short): wait for 2 more reports")
+    d.store(users_reports(d, 2))
+    closed = run("task", "close", "--task", task, "--db", db)
+    assert closed.output == f"closed task {task}: no report is taken after; its 5 waiting reports form its last batch\n"
+
+
+def users_reports(d, count: int):
+    from service_deployment import users
+
+    return users(d, np.arange(count) % 4, np.random.default_rng(count))[0]
+
+
+# ---- demo-service --------------------------------------------------------------------------------------------------
+DEMO_OPTIONS = {"--vocabulary": "50", "--concurrency": "10", "--top": "3", "--drop-fraction": "0.1",
+                "--round-seconds": "60"}
+APPLIES = {"--vocabulary": {"fe1"}, "--concurrency": {"fe1", "fe-hh"}, "--top": {"fe1"},
+           "--drop-fraction": {"dpds", "dpdg", "tss", "tss-collusion"},
+           "--round-seconds": {"dpds", "dpdg", "tss", "tss-collusion"}}
+
+
+@pytest.mark.parametrize("protocol", ["fe1", "fe-hh", "dpds", "dpdg", "tss", "tss-collusion"])
+def test_demo_service_refuses_an_option_it_would_ignore(protocol, tmp_path):
+    for option, value in DEMO_OPTIONS.items():
+        if protocol in APPLIES[option]:
+            continue
+        line = error_line(run("demo-service", protocol, option, value, "--workdir", str(tmp_path / "demo")))
+        assert line.startswith(f"error: {option} must be given only for ") and f"(it does nothing for {protocol})" \
+            in line, line
+    assert not (tmp_path / "demo").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("protocol", ["fe1", "dpds", "tss"])
+def test_demo_service_never_deletes_a_database_it_did_not_make(protocol, tmp_path):
+    for name in ("analyzer.db", "collector.db", "sharing.db", "s1.db", "s2.db"):  # a deployment's, say
+        (tmp_path / name).write_bytes(b"keys")
+    line = error_line(run("demo-service", protocol, "--users", "1000" if protocol == "fe1" else "100", "--workdir",
+                          str(tmp_path)))
+    assert line == ("error: workdir must be a new or empty folder, or one demo-service made (it replaces its "
+                    f"databases there), got {tmp_path}, which holds analyzer.db, collector.db, s1.db, s2.db, "
+                    "sharing.db")
+    assert all((tmp_path / name).read_bytes() == b"keys" for name in ("analyzer.db", "sharing.db", "s1.db"))
+
+
+def test_demo_service_help_says_which_rounds_the_dropouts_leave_at():
+    text = " ".join(run("demo-service", "--help").output.split())
+    assert ("--drop-fraction <float> dpds, dpdg, tss and tss-collusion only: the share of users who vanish "
+            "(default 0), each at a round drawn at random: round 1, 2 or 3 for dpds and dpdg, round 1 or 2 for tss "
+            "and tss-collusion.") in text
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError):
+                pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("protocol", ["fe1", pytest.param("dpdg", marks=pytest.mark.slow)])
+def test_sigterm_to_demo_service_stops_every_service_it_started(protocol, tmp_path):
+    args = ["--users", "1000", "--vocabulary", "20"] if protocol == "fe1" else ["--users", "60"]
+    demo = subprocess.Popen([sys.executable, "-m", "privagg", "demo-service", protocol, *args, "--workdir",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wanted, servers, deadline = (2 if protocol == "fe1" else 1), [], time.monotonic() + 120
+    try:
+        while len(servers) < wanted and demo.poll() is None and time.monotonic() < deadline:
+            servers = [p for p in children(demo.pid) if b"serve" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            time.sleep(0.05)
+        assert len(servers) == wanted, demo.communicate(timeout=60)
+        time.sleep(1.0)  # the services come up (a SIGTERM while they start stops them too)
+        demo.send_signal(signal.SIGTERM)
+        _out, err = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 130, err
+    assert not [p for p in servers if alive(p)], err  # before: SIGTERM ended the demo and left its servers running
+    assert "Traceback" not in err
