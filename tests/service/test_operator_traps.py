@@ -230,7 +230,7 @@ def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
             "error: output must be a new file (an existing one is never overwritten")
         assert error_line(run("tokens", "issue", "--task", d.task.task_id, "--count", "3", "--db", collector,
                               "--analyzer", url, "--output", str(tmp_path / "nowhere" / "t.txt"))).startswith(
-            "error: output must be a writable file path")
+            "error: output must be a file in an existing folder")
         assert tokens() == 0 and (tmp_path / "tokens.txt").read_text() == "given out already\n"
         issued = run("tokens", "issue", "--task", d.task.task_id, "--count", "3", "--db", collector, "--analyzer", url,
                      "--output", str(tmp_path / "new.txt"))
@@ -242,6 +242,30 @@ def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
         storage.connect(url, role).dispose()
         assert error_line(run("tokens", "issue", "--task", UNKNOWN, "--count", "1", "--server", server, "--db", url)
                           ).startswith(f"error: task must be a task of this ")
+
+
+def test_the_library_issues_tokens_only_for_a_task_that_exists(tmp_path):
+    """Collector.issue_tokens and LocalDeployment.issue_tokens refuse a task the analyzer does not have, naming it,
+    and store no token; LocalDeployment's collector fetches a real task first, before any service runs."""
+    from privagg.errors import ParameterError
+    from privagg.service.collector import Collector
+    from privagg.service.local import LocalDeployment
+
+    dbs = {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}
+    dep = LocalDeployment(dbs, tmp_path / "logs")
+    task = dep.create_task(calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))
+    with pytest.raises(ParameterError) as refused:
+        dep.issue_tokens(UNKNOWN, 3)
+    assert refused.value.field == "task" and UNKNOWN in str(refused.value)
+    engine = storage.connect(dbs["collector"], "collector")
+    with pytest.raises(ParameterError) as refused:  # a collector that knows no task and has no analyzer to ask
+        Collector(engine, lambda _task_id: None, None).issue_tokens(task.task_id, 3)
+    assert refused.value.field == "task" and task.task_id in str(refused.value)
+    with engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(storage.tokens)).scalar_one() == 0
+    assert len(dep.issue_tokens(task.task_id, 3)) == 3  # the analyzer's task: fetched, then its tokens
+    assert len(Collector(engine, None, None).issue_tokens(task.task_id, 2)) == 2  # now the collector knows it
+    engine.dispose()
 
 
 # ---- URLs checked at start --------------------------------------------------------------------------------------

@@ -155,7 +155,14 @@ class Collector:
         return task
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        """``count`` new one-use tokens for ``task_id``; only their hashes are stored."""
+        """``count`` new one-use tokens for ``task_id``; only their hashes are stored. The task must be one this
+        collector knows, or fetches now from its analyzer (:meth:`task`, as at a task's first report): tokens of a
+        task that does not exist are a ParameterError naming ``task``, and none is stored."""
+        try:
+            self.task(task_id)
+        except Refused as err:
+            raise ParameterError("task", "a task of the analyzer this collector serves (known to the collector, or "
+                                 "fetched from the analyzer now)", f"{shown(task_id)} ({err.detail})") from None
         issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(count)]
         with self.engine.begin() as c:
             c.execute(sa.insert(tokens), [{"token_hash": token_hash(t), "task_id": task_id} for t in issued])
