@@ -451,9 +451,11 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         engine = connect(load_config("collector", db=db).db, "collector", create=False)
-        waiting = Collector(engine, None, None).close(task)
-    _say(f"closed task {task}: no report is taken after" + (f"; its {waiting} waiting reports form its last batch"
-                                                            if waiting else ""))
+        waiting, before = Collector(engine, None, None).close(task)
+    last = f"; its {waiting} waiting reports form its last batch" if waiting else ""
+    _say({None: f"closed task {task}: no report is taken after{last}",
+          "closed": f"task {task} was already closed (nothing changed): no report is taken after{last}",
+          "released": f"task {task} already took no report (nothing changed): its one batch was released"}[before])
 
 
 @db_app.command("upgrade")

@@ -416,6 +416,24 @@ def test_task_close_takes_the_whole_id_and_names_it(services, tmp_path):
     d.store(users_reports(d, 2))
     closed = run("task", "close", "--task", task, "--db", db)
     assert closed.output == f"closed task {task}: no report is taken after; its 5 waiting reports form its last batch\n"
+    again = run("task", "close", "--task", task, "--db", db)  # a second close claims no new one
+    assert again.exit_code == 0 and again.output == (f"task {task} was already closed (nothing changed): no report is "
+                                                     "taken after; its 5 waiting reports form its last batch\n")
+    d.collector.release_batches()
+    assert run("task", "close", "--task", task, "--db", db).output == (
+        f"task {task} was already closed (nothing changed): no report is taken after\n")
+
+
+def test_closing_a_shuffle_task_whose_batch_is_out_claims_no_close(tmp_path):
+    """A shuffle task whose one batch went out with all n reports takes no report already: a close says so."""
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=8, domain_size=4))
+    d.store(users_reports(d, 8))
+    d.collector.release_batches()
+    assert d.result()["collection"]["reports"] == 8
+    closed = run("task", "close", "--task", d.task.task_id, "--db", f"sqlite:///{tmp_path}/collector.db")
+    assert closed.exit_code == 0 and closed.output == (
+        f"task {d.task.task_id} already took no report (nothing changed): its one batch was released\n")
 
 
 def users_reports(d, count: int):
