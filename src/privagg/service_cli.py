@@ -753,18 +753,32 @@ def _refused_result(analyzer: str, status: int, refusal, text: str, token: str |
                          f"{shown})")
 
 
+def _label(privacy) -> str:
+    """A release's privacy in a title: computed from its guarantee (:func:`privagg.reports.document_privacy`)."""
+    return "private" if privacy.private else "NOT PRIVATE"
+
+
+def _say_release_privacy(privacy, prefix: str = "", suffix: str = "") -> None:
+    """A served release's guarantee as privagg estimate prints one (its summary), and why it is not private."""
+    _say(f"{prefix}{privacy.summary()}{suffix}")
+    if not privacy.private:
+        _say(f"  why: {privacy.not_private_reason}")
+
+
 def print_result(report: dict, top: int) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{report['protocol']}: the analyzer's result (private)")
+    from .reports import document_privacy
+
+    privacy = document_privacy(report)
+    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy)})")
     for column in ("item", "estimate ± stderr"):
         table.add_column(column, justify="right")
     for row in report.get("estimates", report.get("heavy_hitters"))[:top]:  # fe-hh: the heavy hitters it found
         table.add_row(str(row["item"]), f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
     _console().print(table)
-    p, c = report["privacy"], report["collection"]
-    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}, "
-         f"honest fraction {p['honest_fraction']:g}")
+    c = report["collection"]
+    _say_release_privacy(privacy, suffix=f"; honest fraction {privacy.honest_fraction:g}")
     _say(f"collection: {c['reports']} reports in {c['batches']} batches; {report['messages']['total']} messages, "
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
@@ -835,7 +849,7 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         return
     users = 20_000 if users is None else users
     from .demos import run_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 1_000, 1_000_000)
@@ -850,7 +864,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
     from rich.table import Table
 
     sim = {e["item"]: e for e in out["simulation"]["estimates"]}
-    table = Table(title=f"fe1 over {users} users: the services' private result beside the simulation")
+    service_privacy = document_privacy(out["service"])
+    table = Table(title=f"fe1 over {users} users: the services' result ({_label(service_privacy)}) beside the "
+                        "simulation")
     for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
         table.add_column(column, justify="right")
     for e in out["service"]["estimates"][:top]:
@@ -858,9 +874,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         table.add_row(out["words"][e["item"]], str(out["truth"][e["item"]]), f"{e['estimate']:.1f} ± {e['stderr']:.1f}",
                       f"{s['estimate']:.1f} ± {s['stderr']:.1f}")
     _console().print(table)
-    p, c, load, cmp = out["service"]["privacy"], out["service"]["collection"], out["load"], out["comparison"]
-    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: "
-         f"{str(p['private']).lower()} ({p['randomness']}); honest fraction {p['honest_fraction']:g}")
+    c, load, cmp = out["service"]["collection"], out["load"], out["comparison"]
+    _say_release_privacy(service_privacy, "service ", f"; {service_privacy.randomness}; honest fraction "
+                         f"{service_privacy.honest_fraction:g}")
     _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
     _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
          f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
@@ -877,7 +893,7 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
                         as_json: bool) -> None:
     """demo-service fe-hh (privagg.demos.run_heavy_hitter_demo), printed."""
     from .demos import run_heavy_hitter_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 5_000, 1_000_000)
@@ -905,16 +921,14 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
         _say(f"{who}: recall {e['recall']:.2f} of the {e['heavy_items']} words held by at least phi n users, precision "
              f"{e['precision']:.2f} of the {e['reported']} reported" + (f" (missed: {', '.join(missed)})"
                                                                           if who == "service" and missed else ""))
-    p = report["privacy"]
-    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}; "
-         "the simulation beside it is seeded (not private)")
+    _say_release_privacy(document_privacy(report), "service ", "; the simulation beside it is seeded (not private)")
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
                   round_seconds: float, workdir: Path, as_json: bool) -> None:
     """demo-service dpds|dpdg|tss|tss-collusion (privagg.demos.run_sharing_demo), printed."""
     from .demos import run_sharing_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
@@ -925,10 +939,10 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
         return
     from rich.table import Table
 
-    d = report["dropouts"]
+    d, privacy = report["dropouts"], document_privacy(report)
     server = "S2's" if protocol.startswith("tss") else "the sharing server's"
-    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} private release "
-                        "beside the simulation")
+    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} release "
+                        f"({_label(privacy)}) beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -936,17 +950,15 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
                       _shown_z(r["service_z"]), f"{r['simulation']:.1f} ± {r['simulation_stderr']:.1f}",
                       _shown_z(r["simulation_z"]))
     _console().print(table)
-    p = report["privacy"]
     _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} took part in round 1, {d['survivors']} in the "
          f"release (the task's minimum {d['min_survivors']})")
-    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP, {p['model']} model, private: "
-         f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
-         "(seeded)")
+    _say_release_privacy(privacy, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: not "
+                         "private (seeded)")
     z = [r["service_z"] for r in rows if r["service_z"] is not None]
     if summary["data_condition_broken"]:
         _say("warning: the survivors' data breaks the condition the guarantee assumes (a demo can see it; no party "
              f"of a deployment can): {summary['data_condition_broken']}", stderr=True)
-    for caveat in p["caveats"]:
+    for caveat in privacy.caveats:
         if "weakened" in caveat:
             _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
     if summary["z_rms"] is not None:

@@ -14,7 +14,7 @@ a run in the description itself (``private: false`` and the reason).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 Model = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
@@ -87,6 +87,13 @@ class PrivacyDescription:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PrivacyDescription":
+        """The description a JSON privacy block holds (:meth:`to_dict`'s; lists as tuples, unknown keys left out):
+        for printing a served result as a local one is printed."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
 
     def summary(self) -> str:
         """One short line: the claim, the model and who is trusted (:meth:`render` gives everything)."""
