@@ -296,7 +296,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(parameters,
                                                                                                    min_survivors)
                 _write_private(relay_token_file, token + "\n")
-                print(json.dumps(second.to_dict()) if as_json else second.task_id)
+                delta = _release_delta(parameters, second.min_survivors, as_json)
+                print(json.dumps({**second.to_dict(), **delta}) if as_json else second.task_id)
                 return
             if second_task is not None:  # S1's operator: S2's public task and relay token, from S2's operator
                 if second_url is None:
@@ -314,25 +315,23 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
                 tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
-            if as_json:
-                print(json.dumps(tss.to_dict()))
-            else:
+            if not as_json:
                 _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "
                      f"{parameters.n_users} users to enroll, rounds of {tss.round_seconds:g} s, at least "
                      f"{tss.min_survivors} survivors")
-                print(tss.task_id)
+            delta = _release_delta(parameters, tss.min_survivors, as_json)
+            print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
             return
         if parameters.model == "secret_sharing":
             from .service.sharing import SharingService
 
             engine = connect(load_config("sharing", db=db).db, "sharing")
             task = SharingService(engine).create_task(parameters, round_seconds, min_survivors)
-            if as_json:
-                print(json.dumps(task.to_dict()))
-            else:
+            if not as_json:
                 _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
                      f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
-                print(task.task_id)
+            delta = _release_delta(parameters, task.min_survivors, as_json)
+            print(json.dumps({**task.to_dict(), **delta}) if as_json else task.task_id)
             return
         from .service.analyzer import AnalyzerService
         from .service.keys import KeyEncryptionKey
@@ -356,6 +355,29 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                  f"{stage.phi:g} (the task's guarantee: eps {parameters.epsilon + stage.epsilon:g}, delta "
                  f"{parameters.delta + stage.delta:g}, both stages by basic composition)")
         print(task.task_id)
+
+
+def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
+    """A task with rounds (dpds, dpdg, tss): the delta its release states over its fewest survivors, the worst case
+    (:func:`~privagg.service.round_tasks.release_delta`), said (unless ``as_json``), and a warning when it exceeds the
+    task's target, naming the --min-survivors that keeps it; the JSON fields of both."""
+    from .service.round_tasks import release_delta, survivors_for_target
+
+    worst, keeps = release_delta(parameters, min_survivors), survivors_for_target(parameters, min_survivors)
+    dropouts = parameters.n_users - min_survivors
+    if not as_json:
+        _say(f"its release states delta {worst:.3g} at epsilon {parameters.epsilon:g}" + (
+            f" over as few as {min_survivors} survivors (the worst case, {dropouts} dropouts)" if dropouts else
+            " (no dropout allowed)") + f"; the target delta is {parameters.delta:g}")
+    if keeps > min_survivors:
+        fewer = ("fewer users, and holders of a category, to hide among" if hasattr(parameters, "min_count_fraction")
+                 else "less noise from honest users")
+        remedy = (f"--min-survivors {keeps} or more keeps the target" if keeps < parameters.n_users else
+                  f"only --min-survivors {keeps}, no dropout, keeps it (or calibrate for a smaller delta to leave room "
+                  "for dropouts)")
+        _say(f"warning: a release over {min_survivors} survivors would state delta {worst:.3g}, over the task's "
+             f"target {parameters.delta:g} (its {dropouts} dropouts leave {fewer}): {remedy}", stderr=True)
+    return {"delta_at_min_survivors": worst, "min_survivors_for_target_delta": keeps}
 
 
 def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
