@@ -617,6 +617,10 @@ def json_document(content: dict[str, Any], *, from_data: bool) -> dict[str, Any]
     return {"private": not from_data and not _says_not_private(content), **content}
 
 
+DATA_BESIDE = ("data beside the release: the document holds figures computed from the raw data besides the release "
+               "(its private flag is false)")  # why a document whose privacy block says private is not
+
+
 def document_privacy(document: dict[str, Any]) -> PrivacyDescription:
     """The guarantee a release's JSON document states, for printing it (a served result, a demo's service part): its
     privacy block, not private where the document's own ``private`` flag is false though the block says private
@@ -624,8 +628,7 @@ def document_privacy(document: dict[str, Any]) -> PrivacyDescription:
     privacy = PrivacyDescription.from_dict(document["privacy"])
     if document.get("private") is not False or not privacy.private:
         return privacy
-    return privacy.as_unfounded("data beside the release: the document holds figures computed from the raw data "
-                                "besides the release (its private flag is false)")
+    return privacy.as_unfounded(DATA_BESIDE)
 
 
 def report_document(report: Any) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def task_page(task: dict, report: dict | None, top: int = 20, note: str | None =
 def statement(report: dict) -> str:
     """The guarantee in plain words: what a reader of this result can learn about any one user; a result that is
     not private (its privacy block, or the document's own flag, says so) says that first, and why."""
-    from ..reports import document_privacy
+    from ..reports import DATA_BESIDE
 
     privacy = report["privacy"]
     delta = privacy["delta"]
@@ -117,11 +117,10 @@ def statement(report: dict) -> str:
              f"any result changes by at most a factor of e^{privacy['epsilon']:g} = "
              f"{math.exp(privacy['epsilon']):.3g}{chance}. Neighbouring datasets: {privacy['neighbouring']}. "
              f"Computed by: {privacy['method_detail']}.")
-    stated = document_privacy(report)
-    if stated.private:
+    if privacy.get("private", True) and report.get("private", True):
         return f"This result is {claim}"
-    return (f"This result is NOT PRIVATE: {stated.not_private_reason}. Only where what its guarantee rests on held "
-            f"would it be {claim}")
+    why = privacy.get("not_private_reason") if privacy.get("private") is False else DATA_BESIDE
+    return f"This result is NOT PRIVATE: {why}. Only where what its guarantee rests on held would it be {claim}"
 
 
 def _chart(bars: list[dict]) -> str:
