@@ -159,19 +159,49 @@ def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float, 
     return (1.0 - overlap) * min(1.0, float(pmf2 @ np.minimum(inner, 1.0)) + outside2)
 
 
+def divergence_floor(mu: float, n_users: int, bins: int, epsilon: float, overlap: float = 0.0) -> float:
+    """A closed-form lower bound on both :func:`privacy_loss_tail` and :func:`hockey_stick_divergence` at mu:
+    the larger of (docs/derivations.md, "A closed-form floor under the bounds")
+
+    * (1 - theta) (1 / sqrt(1 + 24 mu (1 - theta)) - (e^eps - 1)): the noise difference X1 - X2 (variance
+      2 mu (1 - theta)) puts at least 1 / sqrt(1 + 12 Var) on one value, which a one-sided test turns into
+      delta (too little noise for a tiny epsilon);
+    * (1 - theta) (1 - e^eps E[X2] E[1 / (1 + X1')]) by Jensen, with E[1 / (1 + X1')] <= (1 - e^-s) / s at
+      s = E[X1'] (the dominating X1' has the larger mean: an epsilon below about ln(bins / (bins - 1)) is
+      refused at every mu).
+
+    It costs no pmf, so the searches skip the bounds wherever it already exceeds delta."""
+    hit = (1.0 - overlap) / bins
+    e = math.exp(min(epsilon, _EXP_CAP))
+    spread = 1.0 / math.sqrt(1.0 + 24.0 * mu * (1.0 - overlap)) - math.expm1(min(epsilon, _EXP_CAP))
+    rho = mu * bins / n_users
+    whole, frac = math.floor(rho), rho - math.floor(rho)
+    mean_x2 = n_users * hit * (whole + frac)
+    mean_x1 = n_users * (whole * hit / (1 - hit) + frac * hit / (1 - frac * hit))
+    inverse = 1.0 if mean_x1 == 0 else -math.expm1(-mean_x1) / mean_x1  # bounds E[1 / (1 + X1')]
+    return (1.0 - overlap) * max(spread, 1.0 - e * mean_x2 * inverse)
+
+
 def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int, overlap: float) -> float:
-    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps, overlap) <= delta."""
+    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps, overlap) <= delta; the bound is not computed
+    where :func:`divergence_floor` already exceeds delta (a margin of 1e-9 for its rounding), so a refusal
+    that the floor decides takes no pmf."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
     bins = check_integer("bins", bins, 2)
+
+    def holds(mu: float) -> bool:
+        return (divergence_floor(mu, n, bins, epsilon, overlap) * (1 - 1e-9) <= delta
+                and bound(mu, n, bins, epsilon, overlap) <= delta)
+
     hi = -math.log(delta)  # Pr[X2 = 0] <= delta needs about this much noise
-    while bound(hi, n, bins, epsilon, overlap) > delta:
+    while not holds(hi):
         hi *= 2
         if hi > _MU_MAX:
             raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP "
                                  "(or raise delta)", epsilon)
     steps = max(0, math.ceil(math.log2(hi / _MU_TOLERANCE)))  # halvings until the bracket is within tolerance
-    return bisect(lambda mu: bound(mu, n, bins, epsilon, overlap) <= delta, 0.0, hi, steps)[1]
+    return bisect(holds, 0.0, hi, steps)[1]
 
 
 def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int, overlap: float = 0.0) -> float:
