@@ -269,12 +269,15 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
     import secrets
 
     from .core.encoding import KEY_BYTES, check_item_key
+    from .errors import check_integer
     from .privacy.description import privacy_warnings
+    from .protocols.balls_into_bins import N_USERS_MAX
     from .protocols.registry import calibrate
     from .reports import CalibrationReport, privacy_profile, report_parameters, to_json_dict
 
     with _clean_errors():
         _check_output(output)
+        check_integer("users", users, 2, N_USERS_MAX)  # named as typed (the library's keyword is n_users)
         if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..core.bisection import bisect
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
+from .shuffle import EXP_CAP
 
 _BISECTION_STEPS = 60
 _WINDOW_SD = 40  # counts beyond mean +- 40 sd (+ 50): at most 1e-200 of mass in the tests' cases, added to delta
@@ -81,7 +82,7 @@ def sampling_delta(epsilon: float, p: float, min_count: int) -> float:
     """The exact delta(eps) of the sampled counts, every count at least ``min_count`` (module docstring)."""
     from scipy.stats import binom
 
-    epsilon, p = check_epsilon(epsilon), _check_probability(p)
+    epsilon, p = min(check_epsilon(epsilon), EXP_CAP), _check_probability(p)  # delta falls with eps: a cap overstates
     m = check_integer("min count", min_count, 1)
     if p == 1:
         return 1.0  # every user is counted: the changed user moves a count with certainty
