@@ -345,7 +345,7 @@ class HeavyHitterParameters(FrozenParameters):
         return {"levels": self.levels, "width": self.width}
 
     def warnings(self) -> list[str]:
-        d, out = self.detection(), []
+        d, out = self.detection(), super().warnings()
         if d["miss_probability"] > 0.05:
             out.append(f"an item held by 1.5 phi n = {1.5 * self.threshold:.0f} users is missed with probability "
                        f"about {d['miss_probability']:.2g}: phi n is small for {self.levels} levels at this epsilon "

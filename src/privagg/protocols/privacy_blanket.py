@@ -175,8 +175,8 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
                                  ("the item-hash key and the parameters are public",))
 
     def warnings(self) -> list[str]:
-        return [f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' error is large; more "
-                "users or a smaller domain help"] if self.gamma > 0.9 else []
+        return super().warnings() + ([f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' "
+                                      "error is large; more users or a smaller domain help"] if self.gamma > 0.9 else [])
 
 
 def calibrate_blanket_hist(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "tight",
@@ -437,7 +437,7 @@ class BlanketVectorParameters(_BlanketParameters):
                 "suggested_mse_bound": bound}
 
     def warnings(self) -> list[str]:
-        warnings = []
+        warnings = super().warnings()
         if self.coordinates > 1 and self.calibration == "tight":
             warnings.append(f"t = {self.coordinates}: the tight calibration composes a user's t reports before the "
                             "shuffle (t eps0), which is sound but loose: gamma is larger than a per-report analysis "

@@ -277,7 +277,7 @@ class SamplingParameters(SharingParameters):
         """A rate so low that the smallest category's count is mostly noise; p = 1 (a stronger guarantee than
         asked for, capped by the report sets)."""
         p, m = self.effective_probability, self.min_count
-        out = []
+        out = super().warnings()
         if p * m < 10:
             out.append(f"p' = {p:.3g} counts {p * m:.3g} of the {m} holders of the smallest category in expectation: "
                        "its estimate is mostly sampling noise; more users per category, a larger epsilon or delta, "
