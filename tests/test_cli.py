@@ -490,7 +490,7 @@ def test_usage_errors_are_one_line():
 def test_calibrate_bad_users(protocol, users):
     code, _, err = run("calibrate", protocol, *privacy_args(protocol), "--users", users,
                        "--dimension" if REGISTRY[protocol].result is ResultKind.VECTOR_SUM else "--domain", 100)
-    assert code == 2 and err.startswith("error: n_users must be an integer in [2, 9007199254740992]"), err
+    assert code == 2 and err.startswith("error: users must be an integer in [2, 9007199254740992]"), err
 
 
 def test_analyze_without_a_record_of_the_messages_origin_is_not_private(ints_file, tmp_path):

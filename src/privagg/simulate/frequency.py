@@ -83,12 +83,44 @@ def full_domain_bytes(parameters, mode: str) -> int:
     return peak_bytes(parameters, mode, True) - peak_bytes(parameters, mode, False)
 
 
-def full_domain_preimages(parameters) -> int:
-    """The preimages an analyzer that enumerates them over [B] walks (FE1: every message's q / b), else 0."""
+def full_domain_preimages(parameters, mode: str = "faithful") -> int:
+    """The preimages an analyzer that enumerates them over [B] walks (FE1: every message's q / b; in fast mode the
+    users' real messages only, the dummies' counts drawn in one step), else 0."""
     hashing = getattr(parameters, "hash", None)
     if parameters.protocol != "fe1" or hashing is None:
         return 0
-    return math.ceil(parameters.n_users * parameters.messages_per_user) * -(-hashing.modulus // hashing.bins)
+    messages = parameters.n_users if mode == "fast" else math.ceil(parameters.n_users * parameters.messages_per_user)
+    return messages * -(-hashing.modulus // hashing.bins)
+
+
+# Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
+# n = 3 over B = 2^24): the domain's arrays, debiasing and ranking, 0.27 s for grr (1.6e-8 an item; olh 0.8 s,
+# blanket-hist 0.4 s, hadamard 0.7 s); the central curators' exact noise, 4.3 s (laplace) and 6.5 s (gaussian) for
+# 2^24 items; FE1's preimages, 3.6e9 in 15.8 s (2.3e8 a second; 1.2e8 on busier cores, PREIMAGES_MAX); OLH's
+# checks, 1.5 to 2.3e9 a second (ANALYZER_CHECKS_MAX).
+ITEM_SECONDS = 3e-8
+NOISE_SAMPLE_SECONDS = 4e-7
+PREIMAGE_SECONDS = 1 / 1.5e8
+CHECK_SECONDS = 1 / 1.5e9
+
+
+def full_domain_seconds(parameters, mode: str = "faithful") -> float:
+    """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
+    the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
+    FE1 walks every message's preimages and OLH checks every user's hash at every item."""
+    from ..protocols.kinds import Family
+    from ..protocols.registry import get
+
+    domain = parameters.domain_size
+    noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
+    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters, mode)
+            * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
+
+
+def _no_information(parameters) -> str | None:
+    from ..protocols.parameters import no_information
+
+    return no_information(parameters.expected_error()["standard_error"], parameters.n_users)
 
 
 def check_full_domain(parameters, mode: str) -> None:
@@ -104,7 +136,7 @@ def check_full_domain(parameters, mode: str) -> None:
                              f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
                              "--candidates with --no-full-domain", domain)
-    walked = full_domain_preimages(parameters)
+    walked = full_domain_preimages(parameters, mode)
     if walked > PREIMAGES_MAX:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
@@ -147,8 +179,6 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
     domain_size = encoder.domain_size
-    full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
-                                     analyzer_checks(protocol, codes.size, domain_size))
     if candidate_codes is not None:
         candidate_codes = np.unique(candidate_codes)
         if candidate_codes.size == 0:
@@ -157,6 +187,10 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
                            calibration=calibration, item_key=encoder.item_key, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
+                                     analyzer_checks(protocol, codes.size, domain_size),
+                                     full_domain_seconds(parameters, mode), codes.size, protocol,
+                                     _no_information(parameters))
     check_size(parameters, mode, options)
     if full_domain:
         check_full_domain(parameters, mode)
@@ -436,6 +470,7 @@ def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, d
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n_users, domain_size=domain_size,
                            calibration=calibration, **options)
     check_size(parameters, mode, options)
+    # the default's time budget waits for the true n (estimate_frequencies): the estimated rows only bound sizes
     full_domain = choose_full_domain(domain_size, full_domain, candidates, analyzer_checks(protocol, n_users, domain_size))
     if full_domain:
         check_full_domain(parameters, mode)
