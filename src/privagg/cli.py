@@ -866,8 +866,10 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         shown = sorted(report.estimates, key=lambda e: -e.estimate)[:show] if names else report.estimates[:show]
         _say(f"input: {report.input} ({report.n_users} users, d = {report.parameters.get('dimension', len(shown))}, "
              f"{len(report.estimates)} coordinates estimated)")
-        table = Table(title=_titled(f"{report.protocol}: " + (f"the {len(shown)} largest sums" if names else
-                                                              f"sums of the first {len(shown)} coordinates"), report))
+        table = Table(title=_titled(f"{report.protocol}: " + (
+            f"no coordinate discovered at phi {report.discovery.phi:g}, none estimated (see the warning)"
+            if report.discovery is not None and not report.estimates else f"the {len(shown)} largest sums" if names
+            else f"sums of the first {len(shown)} coordinates"), report))
         evaluated = report.error is not None
         for column in ("coordinate", "sum ± stderr", "mean", *(("true sum (--evaluate)",) if evaluated else ())):
             table.add_column(column, justify="right")

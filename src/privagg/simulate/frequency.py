@@ -346,6 +346,9 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
+    # no coordinate discovered: the second stage's users still report, as a deployment's would, and its release is
+    # empty (run here over coordinate 0, whose estimate is dropped unseen); a private outcome, not a fact about the data
+    nothing = candidates is not None and discover_phi is not None and not candidates.size
     dense = protocol == "blanket-vector"
     with ThreadPoolExecutor(1) as pool:
         truth_soon = None
@@ -354,10 +357,13 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             # releases the GIL; not for a run refused for its size, which would wait for a pass over its input
             check_size(parameters, mode)
             truth_soon = pool.submit(parameters.true_total, inputs)
-        run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress,
-                       keep_messages=keep_messages)
+        run = simulate(parameters, inputs, mode=mode, rng=seed, queries=np.zeros(1, np.int64) if nothing else candidates,
+                       progress=progress, keep_messages=keep_messages)
         run.seconds["calibrate"] = calibrate_seconds
         result = run.result
+        if nothing:
+            result = dataclasses.replace(result, total=result.total[:0], standard_errors=result.standard_errors[:0],
+                                         coordinates=candidates)
         privacy, profile, total = run.privacy, privacy_profile(parameters), run.messages_total
     if discovery is not None:
         privacy, profile = with_discovery(run.privacy, parameters, discovered.parameters)
@@ -381,7 +387,11 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=coordinate_estimates(result, coordinates, truth, names),
         mean=result.mean().tolist(), privacy_profile=profile,
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings()],
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
+                  *([f"the discovery stage (fe-hh at phi = {discover_phi:g}) reported no coordinate, so none is estimated "
+                     "(each sum is estimated as 0): a private outcome, not a statement that no sum reaches phi n (one "
+                     "near it may go either way); a lower --discover-phi, or --candidates, looks for smaller sums"]
+                    if nothing else [])],
         error=error,
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
         discovery=discovery)
@@ -420,9 +430,6 @@ def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progr
         raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
             "a smaller --domain", "a smaller --dimension"), err.got) from None
     found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
-    if not found.size:
-        raise ParameterError("discover-phi", f"small enough that some coordinate's sum of weights reaches phi n "
-                             f"(none did at phi = {phi}); lower it, or give --candidates", phi)
     discovery = discovery_block(result.parameters, result, report.privacy, int(found.size), report.messages)
     return found, discovery, _Discovered(result.parameters, time.perf_counter() - start)
 
