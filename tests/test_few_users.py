@@ -107,12 +107,43 @@ def test_the_issues_three_users_are_refused_before_any_message(monkeypatch):
 def test_more_users_or_an_explicit_choice_keep_the_whole_domain():
     """The budget grows with the users (10 ms each: 2,000 users may take 20 s) and an explicit --full-domain, or
     --candidates, always decides; a small domain is cheap at any n."""
-    from privagg.protocols.registry import choose_full_domain, full_domain_budget
+    from privagg.protocols.registry import choose_full_domain, run_budget
 
-    assert full_domain_budget(3) == 1.0 and full_domain_budget(2000) == pytest.approx(20.0)
+    assert run_budget(3) == 1.0 and run_budget(2000) == pytest.approx(20.0)
     assert choose_full_domain(2**24, None, False, seconds=11.0, n_users=2000)
     assert choose_full_domain(2**24, True, False, seconds=25.0, n_users=3)
     assert not choose_full_domain(2**24, None, True, seconds=25.0, n_users=3)  # the candidates instead
     assert choose_full_domain(2**10, None, False, seconds=0.01, n_users=3)
     with pytest.raises(ParameterError, match="domain must be at most about"):
         choose_full_domain(2**24, None, False, seconds=25.0, n_users=3, protocol="fe1")
+
+
+def test_dummies_that_grow_with_the_domain_are_refused_for_a_handful_of_users(tmp_path):
+    """fe0 sends mu B dummies whatever n: over 10^5 items 8.7e6 messages (7 s) for 3 users, refused before any
+    message, naming --domain and --mode fast (sparse-vector over 2^20 coordinates ran 72 s); 3,000 users may take
+    that long (10 ms a user), and the fast path draws the dummies in one step."""
+    from privagg.protocols.registry import calibrate
+    from privagg.simulate.runner import check_cost
+
+    (tmp_path / "ints.txt").write_text("0\n1\n0\n")
+    args = ["estimate", "fe0", "--input", str(tmp_path / "ints.txt"), "--domain", "100000", "--epsilon", "1",
+            "--delta", "1e-9"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "error: domain must be set so that a faithful simulation of 3 users" in \
+        result.output and "--mode fast" in result.output, result.output
+    assert CliRunner().invoke(app, [*args, "--mode", "fast", "--seed", "1"]).exit_code == 0
+    check_cost(calibrate("fe0", epsilon=1, delta=1e-9, n_users=3000, domain_size=100_000), "faithful")
+
+
+def test_every_coordinate_of_a_large_dimension_is_refused_for_a_handful_of_users(tmp_path):
+    """sparse-vector-hashed walks every cell's preimages to estimate every coordinate: 47 s for 3 users over 2^20
+    coordinates. Refused from the parameters, naming --candidates, --discover-phi and the dimension that fits."""
+    (tmp_path / "pairs.csv").write_text("5,0.5\n7,0.2\n5,1\n")
+    (tmp_path / "candidates.txt").write_text("5\n7\n")
+    args = ["estimate", "sparse-vector-hashed", "--input", str(tmp_path / "pairs.csv"), "--no-header", "--dimension",
+            str(2**20), "--epsilon", "1", "--delta", "1e-9"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and result.output.startswith("error: candidates must be given"), result.output
+    assert "--discover-phi" in result.output and "--dimension of at most about" in result.output
+    result = CliRunner().invoke(app, [*args, "--candidates", str(tmp_path / "candidates.txt")])
+    assert result.exit_code == 0 and "NO INFORMATION at this size" in result.output, result.output

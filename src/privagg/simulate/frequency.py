@@ -31,7 +31,7 @@ from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
                        expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
 from .progress import Progress
-from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
+from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 def analyzer_checks(protocol: str, n_users: int, items: int) -> int:
     """The (message, item) checks ``protocol``'s analyzer makes to estimate ``items`` items from ``n_users``
@@ -84,11 +84,14 @@ def full_domain_bytes(parameters, mode: str) -> int:
 
 
 def full_domain_preimages(parameters, mode: str = "faithful") -> int:
-    """The preimages an analyzer that enumerates them over [B] walks (FE1: every message's q / b; in fast mode the
-    users' real messages only, the dummies' counts drawn in one step), else 0."""
-    hashing = getattr(parameters, "hash", None)
-    if parameters.protocol != "fe1" or hashing is None:
+    """The preimages an analyzer that enumerates them over [B] walks (FE1, and sparse-vector-hashed over its cells:
+    every message's q / b; in fast mode the users' real messages only, the dummies' counts drawn in one step), else
+    0."""
+    from ..protocols.balls_into_bins import FE1Parameters
+
+    if not isinstance(parameters, FE1Parameters):
         return 0
+    hashing = parameters.hash
     messages = parameters.n_users if mode == "fast" else math.ceil(parameters.n_users * parameters.messages_per_user)
     return messages * -(-hashing.modulus // hashing.bins)
 
@@ -192,6 +195,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
                                      full_domain_seconds(parameters, mode), codes.size, protocol,
                                      _no_information(parameters))
     check_size(parameters, mode, options)
+    check_cost(parameters, mode, options)
     if full_domain:
         check_full_domain(parameters, mode)
     top = min(top, domain_size if candidate_codes is None else candidate_codes.size)  # no more than are estimated
@@ -343,6 +347,10 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     parameters = calibrate(protocol, epsilon=epsilon / stage, delta=delta / stage, n_users=n, domain_size=d,
                            calibration=calibration, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    check_size(parameters, mode, options)
+    check_cost(parameters, mode, options)
+    if candidates is None and discover_phi is None:
+        _check_every_coordinate(parameters, mode)
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
@@ -396,6 +404,23 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
         discovery=discovery)
     return report, run
+
+
+def _check_every_coordinate(parameters, mode: str) -> None:
+    """Refuse estimating every coordinate without candidates when it would take longer than a run of n users may
+    (registry.run_budget): sparse-vector-hashed enumerates the preimages of every cell, whatever n (3 users over
+    2^20 coordinates took 47 s); name --candidates, --discover-phi and the dimension that fits."""
+    from ..protocols.registry import run_budget
+
+    seconds, budget = full_domain_seconds(parameters, mode), run_budget(parameters.n_users)
+    if seconds <= budget:
+        return
+    d = parameters.dimension
+    largest = max(1, int(d * budget / seconds))
+    raise ParameterError("candidates", f"given (a file of public coordinates), or --discover-phi, or a --dimension of "
+                         f"at most about {largest:,}: {parameters.protocol}'s estimate of all {d:,} coordinates would "
+                         f"take about {seconds:.2g} s whatever the number of users, past the {budget:.2g} s a run of "
+                         f"{parameters.n_users:,} users may take by default", None)
 
 
 @dataclasses.dataclass
