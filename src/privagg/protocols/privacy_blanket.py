@@ -522,6 +522,8 @@ def suggested_design(parameters: BlanketVectorParameters) -> tuple[int, int, flo
         if floors[position] >= best[0]:
             break
         t, k = designs[position]
+        if (t, k) == (parameters.coordinates, parameters.levels):  # its own design, already the first of best's ties
+            continue
         try:
             other = calibrate_blanket_vector(parameters.epsilon, parameters.delta, n, d, parameters.calibration, k, t,
                                              parameters.honest_fraction)
