@@ -737,13 +737,16 @@ def _sampling_probability(epsilon: float, delta: float, holders: int, calibratio
     ``paper`` takes p' = 1 - e^-eps and checks it, ``closed_form`` checks the Chernoff form and the exact delta
     (the Chernoff form is derived for add/remove neighbours; the claim is for replace-one).
     """
+    # the sampled counts' delta, where a cheap bound may decide (accountant.meets_delta: the same answers)
+    exceeds = (lambda p: exact_delta(p) > delta) if exact_delta else (
+        lambda p: not accountant.meets_delta(epsilon, p * rate, holders, delta))
     exact_delta = exact_delta or (lambda p: accountant.sampling_delta(epsilon, p * rate, holders))
     if calibration == "exact" and given is None:
         from ..core.bisection import bisect
 
         if exact_delta(1.0) <= delta:
             return 1.0
-        p = bisect(lambda p: exact_delta(p) > delta, 0.0, 1.0, 60)[0]
+        p = bisect(exceeds, 0.0, 1.0, 60)[0]
         if p == 0:  # no p the bisection resolves (2^-60) meets delta: say what the least of them buys
             raise ParameterError("delta", f"at least {exact_delta(2.0**-60):.3g} at eps = {epsilon:g} with {holders} "
                                  "holders per category (what sampling with probability 2^-60 buys: no larger p "
