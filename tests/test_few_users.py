@@ -65,7 +65,7 @@ def options(protocol: str) -> set[str]:
     return {name[2:] for param in command.params for name in param.opts if name.startswith("--")}
 
 
-@pytest.mark.parametrize("n", [1, 3, pytest.param(2, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
 @pytest.mark.parametrize("protocol", IMPLEMENTED)
 def test_a_handful_of_users_gets_an_answer_or_a_refusal(protocol, n, tmp_path):
     args = ["estimate", protocol, *arguments(protocol, n, tmp_path), "--output", str(tmp_path / "report.json")]
