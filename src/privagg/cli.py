@@ -731,7 +731,8 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
                          "strings get the same codes. Default: derived from --seed, else random."),
         _param("full_domain", Optional[bool], typer.Option(
-            None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24 and its cost fits about a second, or 10 ms a user).")),
+            None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24 and its "
+            "cost fits about a second, or 10 ms a user).")),
         _param("mode", Mode, typer.Option(Mode.faithful, "--mode",
                                           help="faithful: through every role; fast: simulation shortcuts.")),
         _verbose_option(),

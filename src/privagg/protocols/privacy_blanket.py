@@ -175,8 +175,9 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
                                  ("the item-hash key and the parameters are public",))
 
     def warnings(self) -> list[str]:
-        return super().warnings() + ([f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' "
-                                      "error is large; more users or a smaller domain help"] if self.gamma > 0.9 else [])
+        blanket = [f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' error is large; more "
+                   "users or a smaller domain help"]
+        return super().warnings() + (blanket if self.gamma > 0.9 else [])
 
 
 def calibrate_blanket_hist(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "tight",

@@ -896,10 +896,9 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
                                 honest_fraction=float(honest_fraction), share_encoding=share_encoding)
     if calibration == "classic":
         achieved = parameters.delta_at(epsilon)
-        if achieved > delta * (1 + 1e-9):  # sigma_G's proof covers eps < 1 only, and the exact accountant's floor is ~1e-12
+        if achieved > delta * (1 + 1e-9):  # sigma_G's proof covers eps < 1 only
             raise ParameterError("calibration", f"tight here: the classic sigma_G buys delta = {achieved:.3g} at eps = "
-                                 f"{epsilon:g}, not {delta:g} (its proof covers eps < 1; the exact accountant certifies "
-                                 "no delta below about 1e-12)", calibration)
+                                 f"{epsilon:g}, not {delta:g} (its proof covers eps < 1)", calibration)
     return parameters
 
 

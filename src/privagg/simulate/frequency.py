@@ -362,11 +362,12 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         truth_soon = None
         if evaluate and dense:
             # the true sums on a second thread while the protocol runs: einsum, which makes no temporaries and
-            # releases the GIL; not for a run refused for its size, which would wait for a pass over its input
-            check_size(parameters, mode)
+            # releases the GIL (the size and cost checks above come first: a refused run waits for no pass over its
+            # input)
             truth_soon = pool.submit(parameters.true_total, inputs)
-        run = simulate(parameters, inputs, mode=mode, rng=seed, queries=np.zeros(1, np.int64) if nothing else candidates,
-                       progress=progress, keep_messages=keep_messages)
+        queries = np.zeros(1, np.int64) if nothing else candidates
+        run = simulate(parameters, inputs, mode=mode, rng=seed, queries=queries, progress=progress,
+                       keep_messages=keep_messages)
         run.seconds["calibrate"] = calibrate_seconds
         result = run.result
         if nothing:
@@ -396,10 +397,10 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         estimates=coordinate_estimates(result, coordinates, truth, names),
         mean=result.mean().tolist(), privacy_profile=profile,
         warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
-                  *([f"the discovery stage (fe-hh at phi = {discover_phi:g}) reported no coordinate, so none is estimated "
-                     "(each sum is estimated as 0): a private outcome, not a statement that no sum reaches phi n (one "
-                     "near it may go either way); a lower --discover-phi, or --candidates, looks for smaller sums"]
-                    if nothing else [])],
+                  *([f"the discovery stage (fe-hh at phi = {discover_phi:g}) reported no coordinate, so none is "
+                     "estimated (each sum is estimated as 0): a private outcome, not a statement that no sum reaches "
+                     "phi n (one near it may go either way); a lower --discover-phi, or --candidates, looks for "
+                     "smaller sums"] if nothing else [])],
         error=error,
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
         discovery=discovery)

@@ -151,7 +151,8 @@ def check_cost(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     raise ParameterError(field, f"set so that a faithful simulation of {parameters.n_users:,} users takes about a "
                          f"second, or 10 ms a user: {parameters.protocol} would send {expected:.3g} messages "
                          f"({parameters.messages_per_user:.3g} a user, about {seconds:.2g} s), dummies whose number "
-                         f"grows with the domain, not the users: {remedy}", option_value(parameters, field, given or {}))
+                         f"grows with the domain, not the users: {remedy}",
+                         option_value(parameters, field, given or {}))
 
 
 def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
