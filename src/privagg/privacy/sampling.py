@@ -113,12 +113,14 @@ def loss_tail_bound(epsilon: float, p: float, min_count: int) -> float:
     independent, it passes eps when V > e^eps U, and Pr[V - e^eps U > 0] <= E[e^(s (V - e^eps U))] for every
     s > 0 (the least over a grid of s). It costs no pmf (docs/derivations.md, "A cheap bound on the sampled
     counts' delta")."""
-    q, m, e = 1.0 - p, min_count, math.exp(min(epsilon, EXP_CAP))
-    if q <= 0:
+    m, e = min_count, math.exp(min(epsilon, EXP_CAP))
+    if p >= 1:
         return 1.0
+    # log(p + q e^x) from the logs of p and q = 1 - p: exact where q rounds to 1 (p = 1e-300: never log(0))
+    log_p, log_q = math.log(p) if p > 0 else -math.inf, math.log1p(-p)
     s = np.geomspace(1e-9, 50.0, 400)
-    log_mgf = s + (m - 1) * np.log1p(q * np.expm1(s)) + m * np.log1p(q * np.expm1(-s * e))
-    return float(min(1.0, math.exp(min(0.0, float(log_mgf.min())))))
+    log_mgf = s + (m - 1) * np.logaddexp(log_p, log_q + s) + m * np.logaddexp(log_p, log_q - s * e)
+    return float(math.exp(min(0.0, float(log_mgf.min()))))
 
 
 def _window_leaves(p: float, min_count: int) -> float:
