@@ -609,7 +609,7 @@ def test_usage_errors_are_one_line():
 def test_calibrate_bad_users(protocol, users):
     code, _, err = run("calibrate", protocol, *privacy_args(protocol), "--users", users,
                        "--dimension" if REGISTRY[protocol].result is ResultKind.VECTOR_SUM else "--domain", 100)
-    assert code == 2 and err.startswith("error: n_users must be an integer in [2, 9007199254740992]"), err
+    assert code == 2 and err.startswith("error: users must be an integer in [2, 9007199254740992]"), err
 
 
 def test_analyze_without_a_record_of_the_messages_origin_is_not_private(ints_file, tmp_path):
@@ -888,6 +888,27 @@ def test_sparse_vector_hashed_discovers_its_candidates(tmp_path):
     code, _, err = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "pairs.npy", "--dimension",
                        dimension, *COMMON, "--discover-phi", 0.02, "--candidates", tmp_path / "candidates.txt")
     assert code == 2 and err.startswith("error: discover-phi must be given for sparse-vector-hashed without"), err
+
+
+def test_a_discovery_that_finds_nothing_is_an_empty_private_release(tmp_path):
+    """No coordinate's sum near phi n: the first stage reports none, and the release is empty, with the composed
+    guarantee and a warning that says it is a private outcome, not a fact about the data (it was an error: "none
+    did", issue 44)."""
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "pairs.npy", np.column_stack([rng.integers(0, 2**20, size=20_000), rng.random(20_000)]))
+    code, out, err = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "pairs.npy", "--dimension", 2**20,
+                         "--epsilon", 1, "--delta", 1e-9, "--discover-phi", 0.2, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    validate(report, REPORT_TYPES["estimate-vector"])
+    assert report["estimates"] == [] and report["discovery"]["coordinates"] == 0
+    assert (report["privacy"]["epsilon"], report["privacy"]["delta"], report["privacy"]["private"]) == (1.0, 1e-9, True)
+    assert report["messages"]["total"] > report["discovery"]["messages"]["total"] > 0  # both stages' users reported
+    assert any("reported no coordinate" in w and "not a statement that no sum reaches phi n" in w
+               for w in report["warnings"])
+    code, out, _ = run("estimate", "sparse-vector-hashed", "--input", tmp_path / "pairs.npy", "--dimension", 2**20,
+                       "--epsilon", 1, "--delta", 1e-9, "--discover-phi", 0.2)
+    assert code == 0 and "no coordinate discovered at phi 0.2, none estimated" in out
 
 
 def test_evaluation_is_explicit_and_marks_the_report_not_private(ints_file, tmp_path):

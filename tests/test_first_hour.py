@@ -257,11 +257,17 @@ def test_a_users_control_characters_never_reach_the_terminal(tmp_path):
 
 
 def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):
+    """A miss bound of 0.53 (phi 0.03): the list, marked in its title. A vacuous one (1, at phi 0.01, issue 44):
+    refused before any message, naming phi and what else would do."""
     (tmp_path / "few.txt").write_text("common\n" * 3_000 + "".join(f"w{i}\n" for i in range(300)))
-    result = runner.invoke(app, ["estimate", "fe-hh", "--input", str(tmp_path / "few.txt"), "--phi", "0.01",
-                                 "--epsilon", "1", "--delta", "1e-6", "--seed", "1", "--max-length", "6"])
+    command = ["estimate", "fe-hh", "--input", str(tmp_path / "few.txt"), "--epsilon", "1", "--delta", "1e-6",
+               "--seed", "1", "--max-length", "6"]
+    result = runner.invoke(app, [*command, "--phi", "0.03"])
     assert result.exit_code == 0, result.output
     assert "NOT A RELIABLE LIST at this n and phi" in result.stdout
+    result = runner.invoke(app, [*command, "--phi", "0.01"])
+    assert result.exit_code == 2 and "error: phi must be larger, or more users" in result.output, result.output
+    assert "could be missed with probability up to 1" in result.output and "--max-length" in result.output
 
 
 def test_compare_prints_every_refusal_whole(tmp_path):

@@ -320,12 +320,15 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
     import secrets
 
     from .core.encoding import KEY_BYTES, check_item_key
+    from .errors import check_integer
     from .privacy.description import privacy_warnings
+    from .protocols.balls_into_bins import N_USERS_MAX
     from .protocols.registry import calibrate
     from .reports import CalibrationReport, privacy_profile, report_document, report_parameters
 
     with _clean_errors():
         _check_output(output)
+        check_integer("users", users, 2, N_USERS_MAX)  # named as typed (the library's keyword is n_users)
         if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
@@ -790,6 +793,16 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _titled(title: str, report) -> str:
+    """A table's title, marked when the report's estimates carry no information at this size (its warning says
+    why: protocols.parameters.no_information)."""
+    from .protocols.parameters import no_information
+
+    uninformative = no_information(report.expected_error.standard_error, report.n_users)
+    return title + (" -- NO INFORMATION at this size: the standard error exceeds n (see the warning)" if uninformative
+                    else "")
+
+
 def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     from rich.table import Table
 
@@ -814,8 +827,8 @@ def _estimate_table(title: str, estimates, item_key: str | None) -> None:
 
 def _print_estimate(report, verbose: bool) -> None:
     _say(f"input: {report.input}")
-    _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates,
-                    report.parameters.get("item_key"))
+    _estimate_table(_titled(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report),
+                    report.estimates, report.parameters.get("item_key"))
     _say_privacy(report.privacy, report.privacy_profile, verbose)
     m, e, expected = report.messages, report.error, report.expected_error
     _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
@@ -864,7 +877,8 @@ def _register_estimate(entry: ProtocolEntry) -> None:
         _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
                          "strings get the same codes. Default: derived from --seed, else random."),
         _param("full_domain", Optional[bool], typer.Option(
-            None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24).")),
+            None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24 and its "
+            "cost fits about a second, or 10 ms a user).")),
         _param("mode", Mode, typer.Option(Mode.faithful, "--mode",
                                           help="faithful: through every role; fast: simulation shortcuts.")),
         _verbose_option(),
@@ -1004,8 +1018,10 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         shown = sorted(report.estimates, key=lambda e: -e.estimate)[:show] if names else report.estimates[:show]
         _say(f"input: {report.input} ({report.n_users} users, d = {report.parameters.get('dimension', len(shown))}, "
              f"{len(report.estimates)} coordinates estimated)")
-        table = Table(title=f"{report.protocol}: " + (f"the {len(shown)} largest sums" if names else
-                                                      f"sums of the first {len(shown)} coordinates"))
+        table = Table(title=_titled(f"{report.protocol}: " + (
+            f"no coordinate discovered at phi {report.discovery.phi:g}, none estimated (see the warning)"
+            if report.discovery is not None and not report.estimates else f"the {len(shown)} largest sums" if names
+            else f"sums of the first {len(shown)} coordinates"), report))
         evaluated = report.error is not None
         for column in ("coordinate", "sum ± stderr", "mean", *(("true sum (--evaluate)",) if evaluated else ())):
             table.add_column(column, justify="right")
@@ -1128,9 +1144,9 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
              f"{report.threshold:.0f} users")
         t, found = report.theory, len(report.heavy_hitters)
         unreliable = t["miss_probability"] > UNRELIABLE or t["false_report_probability"] > UNRELIABLE
-        table = Table(title=f"{report.protocol}: {_count(found, 'heavy hitter')} discovered" + (
+        table = Table(title=_titled(f"{report.protocol}: {_count(found, 'heavy hitter')} discovered" + (
             " -- NOT A RELIABLE LIST at this n and phi (see the guarantee below: more users or a larger phi)"
-            if unreliable else ""))
+            if unreliable else ""), report))
         e = report.evaluation
         for column_name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ())):
             table.add_column(column_name, justify="left" if column_name == "item" else "right")
@@ -1584,7 +1600,8 @@ def analyze(
         report = _with_count_warning(report, params, received, messages, strict, reporters)
 
     def human() -> None:
-        _estimate_table(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report.estimates, params.item_key)
+        _estimate_table(_titled(f"{report.protocol}: top {_count(len(report.estimates), 'item')}", report),
+                        report.estimates, params.item_key)
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m = report.messages
         _say(f"messages: {m.total} received from {len(partitions)} partitions, {m.malformed} of them malformed "
@@ -1614,7 +1631,8 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     def human() -> None:
         from rich.table import Table
 
-        table = Table(title=f"{report.protocol}: sums of the first {min(top, len(report.estimates))} coordinates")
+        table = Table(title=_titled(f"{report.protocol}: sums of the first {min(top, len(report.estimates))} "
+                                    "coordinates", report))
         for column in ("coordinate", "sum ± stderr", "mean"):
             table.add_column(column, justify="right")
         for e, mean in list(zip(report.estimates, report.mean))[:top]:

@@ -17,6 +17,7 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
+from .errors import LARGEST
 from .privacy.description import PrivacyDescription
 from .protocols.parameters import with_reporters
 from .protocols.registry import ENTRIES, IMPLEMENTED
@@ -574,9 +575,10 @@ def received_mismatch(parameters, received: int, reporters: int | None = None) -
 
 
 def privacy_profile(parameters) -> list[ProfilePoint]:
-    """delta at eps/2, eps and 2 eps for the parameters' noise (``parameters.delta_at``, loads scipy)."""
+    """delta at eps/2, eps and 2 eps for the parameters' noise (``parameters.delta_at``, loads scipy); 2 eps only
+    where it is a legal epsilon (at most :data:`privagg.errors.LARGEST`)."""
     return [ProfilePoint(e, parameters.delta_at(e)) for e in (parameters.epsilon / 2, parameters.epsilon,
-                                                              2 * parameters.epsilon)]
+                                                              2 * parameters.epsilon) if e <= LARGEST]
 
 
 def expected_error(parameters, reporters: int | None = None) -> ExpectedError:

@@ -7,8 +7,8 @@ from scipy import signal, stats
 
 from privagg.errors import ParameterError
 from privagg.privacy.balls_into_bins import (
-    METHOD_DETAIL, METHODS, calibrate, closed_form_noise, delta_at, hockey_stick_divergence, hockey_stick_noise,
-    numeric_noise, privacy_loss_tail, satisfies_closed_form)
+    METHOD_DETAIL, METHODS, calibrate, closed_form_noise, delta_at, divergence_floor, hockey_stick_divergence,
+    hockey_stick_noise, numeric_noise, privacy_loss_tail, satisfies_closed_form)
 from privagg.privacy.description import REPLACE_ONE, PrivacyDescription
 
 
@@ -139,6 +139,73 @@ def test_numeric_noise_is_the_smallest_that_works():
         assert mu >= math.log(1 / delta) * 0.99  # Pr[X2 = 0] ~ e^-mu must be at most delta
         if eps <= 1:
             assert mu < closed_form_noise(eps, delta)
+
+
+def test_an_integer_law_puts_at_least_one_over_root_1_plus_12_var_on_some_value():
+    """The anti-concentration step of divergence_floor (docs/derivations.md, "A closed-form floor under the
+    bounds"): max_k Pr[X = k] >= 1 / sqrt(1 + 12 Var X) for every integer law; equality for uniform laws."""
+    rng = np.random.default_rng(5)
+    laws = [np.ones(m) / m for m in (1, 2, 7, 100)] + [rng.dirichlet(np.full(size, a)) for size in (2, 5, 40, 300)
+                                                        for a in (0.05, 1.0, 50.0) for _ in range(20)]
+    laws += [stats.binom.pmf(np.arange(0, 61), 60, 0.3), np.convolve(*[stats.binom.pmf(np.arange(31), 30, 0.1)] * 2)]
+    for pmf in laws:
+        k = np.arange(pmf.size)
+        variance = float(pmf @ k**2 - (pmf @ k) ** 2)
+        assert pmf.max() >= 1 / math.sqrt(1 + 12 * variance) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.3])
+def test_the_closed_form_floor_lies_under_both_bounds(overlap):
+    """divergence_floor never exceeds the hockey-stick bound (nor, so, the tail), across small and large noise,
+    tiny and large epsilon, few and many bins: the searches may skip the bounds where it exceeds delta."""
+    closest = 0.0
+    for n in (3, 30, 1000, 10**5):
+        for bins in (2, 3, 7, 100, 10**4):
+            theta = overlap / bins
+            for eps in (1e-9, 1e-3, 0.01, 0.1, 1.0, 3.0):
+                for mu in (0.1, 1.0, 5.0, 30.0, 200.0, 3000.0):
+                    floor = divergence_floor(mu, n, bins, eps, theta)
+                    bound = hockey_stick_divergence(mu, n, bins, eps, theta)
+                    assert floor <= bound * (1 + 1e-12)
+                    closest = max(closest, floor / bound if bound else 0.0)
+    assert closest > 0.99  # and it is tight somewhere (small noise: Pr[X2 = 0])
+
+
+@pytest.mark.parametrize("search", [numeric_noise, hockey_stick_noise])
+@pytest.mark.parametrize("eps,delta,bins", [(1e-9, 1e-9, 144), (1e-300, 1e-9, 2), (1e-3, 1e-9, 100),
+                                            (1e-7, 1e-6, 10**6)])
+def test_a_refusal_the_floor_decides_computes_no_pmf(monkeypatch, search, eps, delta, bins):
+    """epsilon 1e-9 or 1e-300 (and 1e-3 over 100 bins, below the dominating law's bias) needs more than 1e9 noisy
+    balls a bin: refused from the closed-form floor, without the windowed laws (which took 7 to 15 s each at
+    mu ~ 1e9, issue 44)."""
+    from privagg.privacy import balls_into_bins as bib
+
+    def no_laws(mu, *args):
+        raise AssertionError(f"the windowed laws were computed at mu = {mu:.3g}")
+
+    monkeypatch.setattr(bib, "_noise_laws", no_laws)
+    with pytest.raises(ParameterError, match="epsilon must be large enough"):
+        search(eps, delta, 1000, bins)
+
+
+def test_the_floor_leaves_the_calibrations_as_they_were():
+    """The floor only skips points where the bound fails: the searches return what they returned without it."""
+    from privagg.privacy import balls_into_bins as bib
+
+    for eps, delta, n, bins, overlap in [(1.0, 1e-10, 100_000, 8685, 1.15e-4), (0.5, 1e-6, 5_000, 40, 0.0),
+                                         (0.05, 1e-8, 10**6, 2**10, 0.0), (8.0, 1e-10, 10**5, 100, 0.01)]:
+        for search, bound in ((numeric_noise, privacy_loss_tail), (hockey_stick_noise, hockey_stick_divergence)):
+            unguarded = bib.bisect(lambda mu: bound(mu, n, bins, eps, overlap) <= delta, 0.0,
+                                   *_unguarded_bracket(bound, eps, delta, n, bins, overlap))[1]
+            assert search(eps, delta, n, bins, overlap) == unguarded
+
+
+def _unguarded_bracket(bound, eps, delta, n, bins, overlap):
+    """(hi, steps) as the search found them before the floor: doubling from ln(1/delta) on the bound alone."""
+    hi = -math.log(delta)
+    while bound(hi, n, bins, eps, overlap) > delta:
+        hi *= 2
+    return hi, max(0, math.ceil(math.log2(hi / 1e-3)))
 
 
 def test_closed_form_condition():

@@ -8,8 +8,9 @@ import pytest
 from scipy.stats import binom
 
 from privagg.errors import ParameterError
-from privagg.privacy.sampling import (chernoff_delta, largest_sampling_probability, paper_sampling_probability,
-                                      sampling_delta)
+from privagg.privacy import sampling
+from privagg.privacy.sampling import (chernoff_delta, largest_sampling_probability, loss_tail_bound, meets_delta,
+                                      paper_sampling_probability, sampling_delta)
 
 
 def table_delta(eps, p, m):
@@ -69,3 +70,53 @@ def test_largest_p_meets_the_target_and_no_more():
 def test_bad_input(call, match):
     with pytest.raises(ParameterError, match=match):
         call()
+
+
+def test_the_cheap_bound_lies_above_the_computed_delta():
+    """loss_tail_bound (a Chernoff bound on Pr[loss > eps]) plus the window's leftover (Bernstein) is at least what
+    sampling_delta computes, from 2 to 10^6 holders, p from 1e-3 to 0.9999, eps from 0.01 to 50; and close to it
+    somewhere (p near 1: the loss passes eps when nobody of a category is left out)."""
+    closest = 0.0
+    for m in (1, 2, 5, 30, 300, 5000, 10**6):
+        for p in (1e-300, 1e-12, 0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.9999):
+            for eps in (0.01, 0.5, 1.0, 5.0, 50.0):
+                bound = loss_tail_bound(eps, p, m) + sampling._window_leaves(p, m)
+                computed = sampling_delta(eps, p, m)
+                assert bound >= computed * (1 - 1e-9)
+                closest = max(closest, computed / bound if computed > 1e-300 else 0.0)
+    assert closest > 0.5
+
+
+def test_meets_delta_gives_the_computed_answer():
+    for m in (3, 50, 4000, 10**6):
+        for p in (0.2, 0.7, 0.99, 0.999999):
+            for eps in (0.3, 1.0, 3.0):
+                computed = sampling_delta(eps, p, m)
+                for target in (computed, computed * (1 + 1e-12), computed * (1 - 1e-12), 1e-300, 1e-9, 0.5):
+                    if 0 < target < 1:
+                        assert meets_delta(eps, p, m, target) == (computed <= target)
+
+
+@pytest.mark.parametrize("eps,delta,m", [(1.0, 1e-9, 500), (0.5, 1e-6, 40_000), (2.0, 1e-12, 3 * 10**6),
+                                         (0.1, 1e-8, 10**7)])
+def test_the_largest_probability_is_the_plain_bisections(eps, delta, m):
+    """The cheap bound only skips evaluations whose answer it already knows: the same p to the last bit."""
+    from privagg.core.bisection import bisect
+
+    plain = bisect(lambda p: sampling_delta(eps, p, m) > delta, 0.0, 1.0, sampling._BISECTION_STEPS)[0]
+    assert largest_sampling_probability(eps, delta, m) == plain
+
+
+def test_billions_of_holders_are_calibrated_without_their_largest_windows(monkeypatch):
+    """beta n = 5 x 10^9 (10^12 users, beta 0.005): the bisection's windows at p = 1/2, 3/4, ... held millions of
+    binomial terms each, 4 to 11 s in all (issue 44); the bound decides them, and only windows near the answer,
+    p' = 1 - 1.4e-8, of a few hundred terms, are summed."""
+    from privagg.protocols.registry import calibrate
+
+    windows = []
+    computed = sampling.sampling_delta
+    monkeypatch.setattr(sampling, "sampling_delta",
+                        lambda eps, p, m: windows.append(sampling.window_terms(m, p)) or computed(eps, p, m))
+    params = calibrate("dpcs", epsilon=1.0, delta=1e-9, n_users=10**12, domain_size=100, min_count_fraction=0.005)
+    assert params.sampling_probability == pytest.approx(1 - 1.44e-8, abs=1e-9)
+    assert max(windows) < 10_000

@@ -180,7 +180,10 @@ def test_a_database_an_older_release_gave_two_roles_is_refused_until_its_role_is
 
 
 # ---- an option is refused where it does nothing -------------------------------------------------------------------
-def test_serve_and_task_create_refuse_an_option_that_does_nothing_there(tmp_path, kek):
+def test_serve_and_task_create_refuse_an_option_that_does_nothing_there(tmp_path, kek, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the files the options name exist: the path checks pass, the role's check speaks
+    for name in ("ca.pem", "k", "c.txt"):
+        (tmp_path / name).write_text("x\n")
     serving = {"--analyzer": ("http://127.0.0.1:9", {"collector"}), "--analyzer-ca": ("ca.pem", {"collector"}),
                "--second-ca": ("ca.pem", {"s1"}), "--workers": ("2", {"analyzer"}),
                "--dask-scheduler": ("tcp://127.0.0.1:8786", {"analyzer"}), "--batch-interval": ("1.5", {"collector"}),
@@ -275,6 +278,9 @@ BAD_URLS = ["notaurl", "http://host:0", "http://host:99999", "ftp://host", "http
 
 @pytest.mark.parametrize("bad", BAD_URLS)
 def test_every_url_option_of_every_command_is_checked_at_start(tmp_path, monkeypatch, kek, bad):
+    monkeypatch.chdir(tmp_path)  # loadgen's files exist: the path checks pass, the URL's check speaks
+    for name in ("v.csv", "t.txt"):
+        (tmp_path / name).write_text("1\n")
     collector, s1, s2 = (f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "s1", "s2"))
     storage.connect(collector, "collector").dispose()
     tss = params_file(tmp_path, "tss", "tss", delta=1e-3, n_users=40, domain_size=4, min_count_fraction=0.1,

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..core.bisection import bisect
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
-from .shuffle import binomial_cdf, binomial_pmf, binomial_sf
+from .shuffle import EXP_CAP, binomial_cdf, binomial_pmf, binomial_sf
 
 METHODS = ("numeric", "hockey_stick", "closed_form")
 CLOSED_FORM_MAX_EPSILON = 1.0
@@ -64,7 +64,7 @@ def closed_form_noise(epsilon: float, delta: float) -> float:
     if epsilon > CLOSED_FORM_MAX_EPSILON:
         raise ParameterError("epsilon", f"in (0, {CLOSED_FORM_MAX_EPSILON:g}] for the closed-form calibration "
                              "(use calibration=numeric)", epsilon)
-    return 32.0 * math.log(2.0 / check_delta(delta)) / epsilon**2
+    return 32.0 * math.log(2.0 / check_delta(delta)) / epsilon / epsilon  # not eps^2: it underflows below 1e-162
 
 
 def satisfies_closed_form(noise_balls: float, special_bins: int, bins: int, epsilon: float, delta: float) -> bool:
@@ -75,7 +75,6 @@ def satisfies_closed_form(noise_balls: float, special_bins: int, bins: int, epsi
 # pmfs are kept within mean +- (40 sd + 500): by Chernoff the mass outside is below 1e-300 for any mean,
 # so counting it as failure costs nothing down to delta ~ 1e-298.
 _WINDOW_SD, _WINDOW_PAD = 40, 500
-_EXP_CAP = 700.0  # e^eps is capped at e^700 (treating larger eps as 700 only overstates the loss)
 
 
 def _binomial_sum(trials: tuple[int, int], probs: tuple[float, float]) -> tuple[int, np.ndarray, float]:
@@ -132,7 +131,7 @@ def privacy_loss_tail(mu: float, n_users: int, bins: int, epsilon: float, overla
     (start2, pmf2, outside2), (start1, pmf1, outside1) = _noise_laws(mu, n_users, bins, overlap)
     sf1 = _reverse_cumsum(pmf1) + outside1  # sf1[i] bounds Pr[X1' >= start1 + i]
     x2 = start2 + np.arange(pmf2.size)
-    threshold = np.ceil(math.exp(min(epsilon, _EXP_CAP)) * x2 - 1)  # X1' >= threshold fails
+    threshold = np.ceil(math.exp(min(epsilon, EXP_CAP)) * x2 - 1)  # X1' >= threshold fails
     index = np.clip(threshold - start1, 0, pmf1.size).astype(np.int64)
     tail_x1 = np.where(threshold <= 0, 1.0, sf1[index])
     return (1.0 - overlap) * min(1.0, float(pmf2 @ np.minimum(tail_x1, 1.0)) + outside2)
@@ -152,26 +151,60 @@ def hockey_stick_divergence(mu: float, n_users: int, bins: int, epsilon: float, 
     mass = _reverse_cumsum(pmf1)  # Pr[X1' >= start1 + i]
     weighted = _reverse_cumsum(pmf1 / (1.0 + x1))  # E[1/(1+X1'); X1' >= start1 + i]
     x2 = start2 + np.arange(pmf2.size)
-    ratio = math.exp(min(epsilon, _EXP_CAP)) * x2
+    ratio = math.exp(min(epsilon, EXP_CAP)) * x2
     # the integrand is positive exactly for X1' >= floor(e^eps x2 - 1) + 1
     index = np.clip(np.floor(ratio - 1) + 1 - start1, 0, pmf1.size).astype(np.int64)
     inner = np.clip(mass[index] - ratio * weighted[index], 0.0, None) + outside1
     return (1.0 - overlap) * min(1.0, float(pmf2 @ np.minimum(inner, 1.0)) + outside2)
 
 
+def _too_much_noise(epsilon: float, delta: float) -> ParameterError:
+    return ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} noisy balls a bin give ({epsilon:g}, "
+                          f"{delta:g})-DP (or raise delta)", epsilon)
+
+
+def divergence_floor(mu: float, n_users: int, bins: int, epsilon: float, overlap: float = 0.0) -> float:
+    """A closed-form lower bound on both :func:`privacy_loss_tail` and :func:`hockey_stick_divergence` at mu:
+    the larger of (docs/derivations.md, "A closed-form floor under the bounds")
+
+    * (1 - theta) (1 / sqrt(1 + 24 mu (1 - theta)) - (e^eps - 1)): the noise difference X1 - X2 (variance
+      2 mu (1 - theta)) puts at least 1 / sqrt(1 + 12 Var) on one value, which a one-sided test turns into
+      delta (too little noise for a tiny epsilon);
+    * (1 - theta) (1 - e^eps E[X2] E[1 / (1 + X1')]) by Jensen, with E[1 / (1 + X1')] <= (1 - e^-s) / s at
+      s = E[X1'] (the dominating X1' has the larger mean: an epsilon below about ln(bins / (bins - 1)) is
+      refused at every mu).
+
+    It costs no pmf, so the searches skip the bounds wherever it already exceeds delta."""
+    hit = (1.0 - overlap) / bins
+    e = math.exp(min(epsilon, EXP_CAP))
+    spread = 1.0 / math.sqrt(1.0 + 24.0 * mu * (1.0 - overlap)) - math.expm1(min(epsilon, EXP_CAP))
+    rho = mu * bins / n_users
+    whole, frac = math.floor(rho), rho - math.floor(rho)
+    mean_x2 = n_users * hit * (whole + frac)
+    mean_x1 = n_users * (whole * hit / (1 - hit) + frac * hit / (1 - frac * hit))
+    inverse = 1.0 if mean_x1 == 0 else -math.expm1(-mean_x1) / mean_x1  # bounds E[1 / (1 + X1')]
+    return (1.0 - overlap) * max(spread, 1.0 - e * mean_x2 * inverse)
+
+
 def _smallest_mu(bound, epsilon: float, delta: float, n_users: int, bins: int, overlap: float) -> float:
-    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps, overlap) <= delta."""
+    """The smallest mu (to 1e-3) with bound(mu, n, bins, eps, overlap) <= delta; the bound is not computed
+    where :func:`divergence_floor` already exceeds delta (a margin of 1e-9 for its rounding), so a refusal
+    that the floor decides takes no pmf."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     n = check_integer("n_users", n_users, 2)
     bins = check_integer("bins", bins, 2)
+
+    def holds(mu: float) -> bool:
+        return (divergence_floor(mu, n, bins, epsilon, overlap) * (1 - 1e-9) <= delta
+                and bound(mu, n, bins, epsilon, overlap) <= delta)
+
     hi = -math.log(delta)  # Pr[X2 = 0] <= delta needs about this much noise
-    while bound(hi, n, bins, epsilon, overlap) > delta:
+    while not holds(hi):
         hi *= 2
         if hi > _MU_MAX:
-            raise ParameterError("epsilon", f"large enough that mu <= {_MU_MAX:g} gives ({epsilon}, {delta})-DP "
-                                 "(or raise delta)", epsilon)
+            raise _too_much_noise(epsilon, delta)
     steps = max(0, math.ceil(math.log2(hi / _MU_TOLERANCE)))  # halvings until the bracket is within tolerance
-    return bisect(lambda mu: bound(mu, n, bins, epsilon, overlap) <= delta, 0.0, hi, steps)[1]
+    return bisect(holds, 0.0, hi, steps)[1]
 
 
 def numeric_noise(epsilon: float, delta: float, n_users: int, bins: int, overlap: float = 0.0) -> float:
@@ -211,7 +244,10 @@ def calibrate(epsilon: float, delta: float, n_users: int, bins: int, method: str
     if method == "closed_form":
         check_integer("n_users", n_users, 2)
         check_integer("bins", bins, 2)
-        return closed_form_noise(epsilon, delta)
+        mu = closed_form_noise(epsilon, delta)
+        if mu > _MU_MAX:  # as the searches: no more noise than that (mu = 6.7e20 at eps = 1e-9 made 15 TiB arrays)
+            raise _too_much_noise(epsilon, delta)
+        return mu
     raise ParameterError("calibration", f"one of {', '.join(METHODS)}", method)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core.bisection import least_meeting
 from ..errors import ParameterError, check_delta, check_epsilon
-from .shuffle import binomial_cdf, binomial_pmf, binomial_sf, fmt_delta, variation_ratio_delta
+from .shuffle import EXP_CAP, binomial_cdf, binomial_pmf, binomial_sf, fmt_delta, variation_ratio_delta
 
 METHODS = ("tight", "paper")
 PAPER_EPSILON_MAX = 6.0
@@ -96,7 +96,7 @@ def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_si
     integrand c (a - e^eps (T - a)) + gamma (1 - e^eps), c = (1 - gamma) B / (m + 1), is linear in a = h_x, so
     each T costs two binomial tails (docs/privacy.md, "The blanket accountant"). T outside its window counts
     with its whole P-mass (:func:`_outside_mass`)."""
-    e, B = math.exp(epsilon), domain_size
+    e, B = math.exp(min(epsilon, EXP_CAP)), domain_size  # the divergence falls with eps: a cap overstates it
     size = (np.asarray(blanket, dtype=np.int64) + 1)[:, None]  # one row per m
     if B == 2:
         t = size

@@ -419,13 +419,25 @@ def _too_fine(shift: int, excess: float, why: str, epsilon: float) -> ParameterE
     gaussian has no --fractional-bits, DPDG at 0 bits) or when even 0 bits need too much, only a larger --epsilon
     or --delta helps, and the error names them."""
     k = math.log2(shift)
-    fits = min(math.ceil(k) - 1, math.floor(k - 0.5 * math.log2(excess)))
+    fits = min(math.ceil(k) - 1, math.floor(k - 0.5 * math.log2(excess))) if math.isfinite(excess) else -1
     if fits < 0:
         return ParameterError("epsilon", f"larger here, or --delta larger ({why}; the noise shrinks as either "
                               "grows)", epsilon)
     got = int(k) if shift == 2 ** int(k) else f"a scale of {shift}"
     return ParameterError("fractional-bits", f"at most about {fits} here ({why}); or a larger --epsilon or --delta",
                           got)
+
+
+def _delta_floor(delta: float) -> ParameterError:
+    return ParameterError("delta", "at least about 1e-12: the exact accountant adds its round-off allowance, some "
+                          "2e-13, to every delta", delta)
+
+
+def check_delta_floor(delta: float) -> float:
+    """delta in (0, 1), and not below what the exact accountant can certify (about 1e-12)."""
+    if check_delta(delta) < 1e-12:
+        raise _delta_floor(delta)
+    return delta
 
 
 def calibrate(epsilon: float, delta: float, users: int, shift: int) -> int:
@@ -437,12 +449,8 @@ def calibrate(epsilon: float, delta: float, users: int, shift: int) -> int:
     refused, naming the fractional bits that would do; so is a delta below the accountant's round-off allowance
     (about 2e-13).
     """
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    epsilon, delta = check_epsilon(epsilon), check_delta_floor(delta)
     n, s = check_integer("users", users, 1), check_integer("shift", shift, 1)
-    floor = ParameterError("delta", "at least about 1e-12: the exact accountant adds its round-off allowance, some "
-                           "2e-13, to every delta", delta)
-    if delta < 1e-12:
-        raise floor
     largest = max(1, min(SIGMA_SQUARED_MAX, TOTAL_VARIANCE_MAX // n))  # more users: delta_at bounds with fewer
     guess = _continuous_variance(epsilon, delta, n, s)
     why = (f"the sum's noise variance needed, about {guess * n:.3g}, exceeds the exact accountant's limit "
@@ -454,7 +462,7 @@ def calibrate(epsilon: float, delta: float, users: int, shift: int) -> int:
     while not passes(hi):
         if hi == largest:
             if delta_at(epsilon, hi, n, s) < 1e-11:
-                raise floor
+                raise _delta_floor(delta)
             raise _too_fine(s, 1.0, why, epsilon)
         lo, hi = hi, min(largest, 2 * hi)
     if lo == 0:
@@ -477,9 +485,9 @@ def classic_sigma(epsilon: float, delta: float) -> float:
 def classic_variance(epsilon: float, delta: float, users: int, shift: int) -> int:
     """The per-user s2 giving the sum the classic variance: sd sqrt(2) shift sigma_G (sensitivity sqrt(2) on the
     count scale), i.e. ceil(2 shift^2 sigma_G^2 / users). At most 2^48, the sampler's cap."""
-    sigma = classic_sigma(epsilon, delta)
+    sigma = classic_sigma(epsilon, check_delta_floor(delta))
     n, s = check_integer("users", users, 1), check_integer("shift", shift, 1)
-    needed = 2 * s**2 * sigma**2 / n
+    needed = 2 * s**2 * sigma * sigma / n  # not sigma**2, which raises past a float's range (eps 1e-300)
     if needed > SIGMA_SQUARED_MAX:
         raise _too_fine(s, needed / SIGMA_SQUARED_MAX, f"the per-user noise variance needed, about {needed:.3g}, "
                         "exceeds the sampler's cap 2^48", epsilon)

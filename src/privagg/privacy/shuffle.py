@@ -60,6 +60,9 @@ _WINDOW_SD = 40  # Bin(n - 1, e^-eps0) is kept within its mean +- 40 sd (+ 50); 
 # of fmt and wang), so this budget keeps account shuffle, and any calibration that calls the bounds, to about a
 # minute on a 2-core machine (n = 10^7 at eps0 = 1 is 122,095 terms, 52 s); memory is a few arrays of the window.
 CLONE_WINDOW_MAX = 125_000
+# e^eps is taken at eps <= 700 wherever a delta(eps) is computed: e^710 passes a float, and as delta falls with
+# eps, treating a larger eps as 700 only overstates delta (an epsilon of 1e300 is legal, if meaningless)
+EXP_CAP = 700.0
 
 
 def closed_form_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:

@@ -98,6 +98,17 @@ def _level_users(n_users: int, levels: int, budget: float) -> int:
     return low
 
 
+def _least_users(levels: int, budget: float) -> int:
+    """The least n whose levels may each be calibrated for 2 users or more (:func:`_level_users`)."""
+    low, high = 2, 4
+    while _level_users(high, levels, budget) < 2:
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if _level_users(mid, levels, budget) >= 2 else (mid, high)
+    return high
+
+
 TAIL_SHARES = (1 / 2, 1 / 8, 1 / 32, 1 / 128, 1 / 1024)  # of delta, tried for the level tail: the least rho wins
 
 
@@ -340,7 +351,7 @@ class HeavyHitterParameters(FrozenParameters):
         return {"levels": self.levels, "width": self.width}
 
     def warnings(self) -> list[str]:
-        d, out = self.detection(), []
+        d, out = self.detection(), super().warnings()
         if d["miss_probability"] > 0.05:
             out.append(f"an item held by 1.5 phi n = {1.5 * self.threshold:.0f} users is missed with probability "
                        f"about {d['miss_probability']:.2g}: phi n is small for {self.levels} levels at this epsilon "
@@ -504,8 +515,9 @@ def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int
     s = _first_level(n, phi, width, step)
     levels = (width - s) // step + 1
     if _level_users(n, levels, delta / 2) < 2:
-        raise ParameterError("users", f"enough for {levels} levels of at least 2 users each (delta / 2 = "
-                             f"{delta / 2:.3g} bounds the chance of fewer)", n)
+        raise ParameterError("users", f"at least {_least_users(levels, delta / 2):,} for {levels} levels of at least 2 "
+                             f"users each (delta / 2 = {delta / 2:.3g} bounds the chance of fewer); or fewer levels: "
+                             "a shorter --max-length or a smaller --domain", n)
     bins = max(2, math.ceil(n / math.log2(n) ** 2))
     if width <= EXACT_WIDTH_MAX:
         key = 1 << step

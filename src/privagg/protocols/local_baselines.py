@@ -471,7 +471,16 @@ def hadamard_sign(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
 
 
 def walsh_hadamard(values: np.ndarray) -> np.ndarray:
-    """H v for the Sylvester-Hadamard matrix (len(v) a power of 2), in log2(K) butterfly passes."""
+    """H v for the Sylvester-Hadamard matrix (len(v) a power of 2), in log2(K) butterfly passes; or, when v has
+    fewer nonzero entries than half as many (a few users' reports), as the sum of their columns, H[x, j] =
+    (-1)^popcount(x & j): one pass each (at K = 2^25 and 3 users 0.3 s, not 2.5). The same integers either way
+    (exact in float64)."""
+    nonzero = np.flatnonzero(values)
+    if 2 * nonzero.size < len(values).bit_length() - 1:
+        rows, out = np.arange(len(values), dtype=np.uint32), np.zeros(len(values))
+        for j in nonzero.tolist():
+            out += float(values[j]) * (1 - 2 * (np.bitwise_count(rows & np.uint32(j)) & np.uint8(1)).astype(np.int8))
+        return out
     out = np.array(values, dtype=np.float64)
     half = 1
     while half < out.size:

@@ -81,6 +81,16 @@ class Parameters(Protocol):
     def theory(self) -> dict[str, float | str]: ...
 
 
+def no_information(standard_error: float, n_users: int) -> str | None:
+    """The warning for estimates that carry no information at this size: a standard error (the largest of one
+    estimate, as ``expected_error`` gives it) above n, the most any count or sum over the users can be, so an
+    item every user holds is not told from one nobody holds by a standard error; None otherwise."""
+    if not standard_error > n_users:
+        return None
+    return (f"the estimates carry no information at this size: their standard error, {standard_error:.3g}, exceeds "
+            f"n = {n_users}, the most any count can be; more users, or a larger epsilon or delta, help")
+
+
 class FrozenParameters:
     """Serialisation of a frozen parameters dataclass (fields typed float, int or str, optionally ``| None``)."""
 
@@ -95,8 +105,10 @@ class FrozenParameters:
         return {}
 
     def warnings(self) -> list[str]:
-        """Legal but poor settings of this protocol, one sentence each (reports carry them; the CLI prints them)."""
-        return []
+        """Legal but poor settings of this protocol, one sentence each (reports carry them; the CLI prints them):
+        here, estimates whose standard error passes n (:func:`no_information`); each protocol adds its own."""
+        found = no_information(self.expected_error()["standard_error"], self.n_users)
+        return [] if found is None else [found]
 
     @property
     def honest_users(self) -> int:

@@ -179,8 +179,9 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
                                  ("the item-hash key and the parameters are public",))
 
     def warnings(self) -> list[str]:
-        return [f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' error is large; more "
-                "users or a smaller domain help"] if self.gamma > 0.9 else []
+        blanket = [f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' error is large; more "
+                   "users or a smaller domain help"]
+        return super().warnings() + (blanket if self.gamma > 0.9 else [])
 
 
 def calibrate_blanket_hist(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "tight",
@@ -449,7 +450,7 @@ class BlanketVectorParameters(_BlanketParameters):
                 "suggested_mse_bound": bound}
 
     def warnings(self) -> list[str]:
-        warnings = []
+        warnings = super().warnings()
         if self.coordinates > 1 and self.calibration == "tight":
             warnings.append(f"t = {self.coordinates}: the tight calibration composes a user's t reports before the "
                             "shuffle (t eps0), which is sound but loose: gamma is larger than a per-report analysis "
@@ -534,6 +535,8 @@ def suggested_design(parameters: BlanketVectorParameters) -> tuple[int, int, flo
         if floors[position] >= best[0]:
             break
         t, k = designs[position]
+        if (t, k) == (parameters.coordinates, parameters.levels):  # its own design, already the first of best's ties
+            continue
         try:
             other = calibrate_blanket_vector(parameters.epsilon, parameters.delta, n, d, parameters.calibration, k, t,
                                              parameters.honest_fraction)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -487,15 +488,40 @@ FULL_DOMAIN_BYTES_MAX = 2 << 30
 # minute at the 1.2 10^8 (2 busy cores) to 3.5 10^8 (docs/benchmarks.md) a second measured at n = 10^5, B = 2^24
 # (1.66 10^9 preimages in 14 s and 4.7 s); B = 2^26 (6.6 10^9) ran past a minute on the busy cores.
 PREIMAGES_MAX = 10**10
+# What a simulated run may take by default (issue 44: 3 users' fe1 over 2^24 items took 17 s, their whole domain
+# costing as much as 10^5 users'; sparse-vector's dummies over 2^20 coordinates 72 s): about a second, or 10 ms a
+# user (fe1 over 2^24 items, about 11 s by full_domain_seconds whatever n, stays the default from about 1,100 users;
+# laplace's exact noise, 4 to 7 s, from about 700). Past it, a default full domain gives way to the candidates, or is
+# refused naming the domain that fits and --full-domain; a faithful simulation's dummies are refused naming what
+# shrinks them (simulate.runner.check_cost).
+RUN_SECONDS_FAST = 1.0
+RUN_SECONDS_PER_USER = 0.01
 
 
-def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool, checks: int = 0) -> bool:
-    """Whether to estimate all of [B]: the default up to 2^24, unless candidates are given and the analyzer's
-    ``checks`` over the full domain (:func:`privagg.simulate.frequency.analyzer_checks`) pass
-    :data:`ANALYZER_CHECKS_MAX`; refused above 2^28, or past that many checks; otherwise candidates."""
+def run_budget(n_users: int) -> float:
+    """The seconds a simulated run of ``n_users`` users may take by default (:data:`RUN_SECONDS_FAST`)."""
+    return max(RUN_SECONDS_FAST, RUN_SECONDS_PER_USER * n_users)
+
+
+def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool, checks: int = 0,
+                       seconds: float = 0.0, n_users: int = 2, protocol: str = "", note: str | None = None) -> bool:
+    """Whether to estimate all of [B]: the default up to 2^24 when its ``seconds`` (about what it adds to the
+    run, :func:`privagg.simulate.frequency.full_domain_seconds`) fit :func:`run_budget` of ``n_users``,
+    unless candidates are given and the analyzer's ``checks`` over the full domain
+    (:func:`privagg.simulate.frequency.analyzer_checks`) pass :data:`ANALYZER_CHECKS_MAX`; refused above 2^28,
+    or past that many checks; otherwise candidates, and without them a refusal naming the domain that fits (and
+    ``note``, e.g. that the estimates would carry no information anyway)."""
+    affordable = seconds <= run_budget(n_users)
+    if full_domain is None and not affordable and not candidates_given and domain_size <= FULL_DOMAIN_DEFAULT_MAX:
+        largest = max(2, int(domain_size * run_budget(n_users) / seconds))
+        raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.1f}) to estimate every item "
+                             f"by default at {n_users:,} users: {protocol}'s estimate of all {domain_size:,} would "
+                             f"take about {seconds:.2g} s, whatever the number of users; or give --candidates FILE "
+                             f"(the public items to estimate), or --full-domain to run it anyway"
+                             + (f" ({note})" if note else ""), domain_size)
     if full_domain is None:
-        full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX and not (candidates_given and
-                                                                       checks > ANALYZER_CHECKS_MAX)
+        full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX and affordable and not (candidates_given and
+                                                                                      checks > ANALYZER_CHECKS_MAX)
     if full_domain and checks > ANALYZER_CHECKS_MAX:
         raise ParameterError("domain", f"small enough for the analyzer to check every user's report at every item "
                              f"(here {checks:.3g} checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); "

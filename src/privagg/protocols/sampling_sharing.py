@@ -48,7 +48,7 @@ from ..core.coins import at_most, coins
 from ..core.encoding import check_item_key
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
-from ..core.sharing import SEED_BYTES, PrimeField, expand, reconstruct, seeded_shares, share
+from ..core.sharing import MODULUS_MAX, SEED_BYTES, PrimeField, expand, reconstruct, seeded_shares, share
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, PrivacyDescription
@@ -303,7 +303,7 @@ class SamplingParameters(SharingParameters):
         """A rate so low that the smallest category's count is mostly noise; p = 1 (a stronger guarantee than
         asked for, capped by the report sets)."""
         p, m = self.effective_probability, self.min_count
-        out = []
+        out = super().warnings()
         if p * m < 10:
             out.append(f"p' = {p:.3g} counts {p * m:.3g} of the {m} holders of the smallest category in expectation: "
                        "its estimate is mostly sampling noise; more users per category, a larger epsilon or delta, "
@@ -325,8 +325,7 @@ class SamplingParameters(SharingParameters):
                 "law": f"tau_j ~ Bin(Pi_j, p'), independent over categories, p' = {p:.6g}",
                 "per_item_variance": "Pi_j (1 - p') / p' on counts; (1 - p') psi_j / (p' n) on frequencies",
                 "variance_at_min_count": self.min_count * (1 - p) / p,
-                "total_frequency_variance": (1 - p) / (p * self.n_users),
-                "crossover_users_paper": crossover_users(self.epsilon, self.delta)}
+                "total_frequency_variance": (1 - p) / (p * self.n_users), **_crossover(self.epsilon, self.delta)}
 
     @property
     def _left_by_dropouts(self) -> str:
@@ -700,10 +699,14 @@ class DPDGParameters(SharingParameters):
         """|sum of the users' noise| stays below this (50 sd: a sub-Gaussian tail below 2 e^-1250)."""
         return math.ceil(50 * math.sqrt(self.n_users * self.noise_variance)) + 1
 
+    @staticmethod
+    def signed_sums(n_users: int, scale: int, noise_variance: int) -> int:
+        """Signed sums in [-B, B] with B = n 2^k + the noise bound: the field needs p > 2 B."""
+        return 2 * (n_users * scale + math.ceil(50 * math.sqrt(n_users * noise_variance)) + 1)
+
     @property
     def largest_aggregate(self) -> int:
-        """Signed sums in [-B, B] with B = n 2^k + the noise bound: the field needs p > 2 B."""
-        return 2 * (self.n_users * self.scale + self.noise_bound)
+        return self.signed_sums(self.n_users, self.scale, self.noise_variance)
 
     def derived(self) -> dict[str, Any]:
         return {"count_noise_sd": self.count_noise_sd}
@@ -761,8 +764,9 @@ class DPDGParameters(SharingParameters):
         sd = float(self.standard_error())
         return {"estimate": "the signed sum / 2^k", "law": "counts + the sum of n discrete Gaussians N_Z(0, s2) / 2^k",
                 "per_item_variance": sd**2,
-                "classic_gaussian_per_item_variance": 4 * math.log(1.25 / self.delta) / self.epsilon**2,
-                "crossover_users_paper": crossover_users(self.epsilon, self.delta)}
+                # divided twice: eps^2 overflows at eps 1e300 (and underflows below 1e-162)
+                "classic_gaussian_per_item_variance": 4 * math.log(1.25 / self.delta) / self.epsilon / self.epsilon,
+                **_crossover(self.epsilon, self.delta)}
 
 
 # --- calibration ------------------------------------------------------------------------------------
@@ -780,17 +784,30 @@ def _sampling_probability(epsilon: float, delta: float, holders: int, calibratio
     ``paper`` takes p' = 1 - e^-eps and checks it, ``closed_form`` checks the Chernoff form and the exact delta
     (the Chernoff form is derived for add/remove neighbours; the claim is for replace-one).
     """
+    # the sampled counts' delta, where a cheap bound may decide (accountant.meets_delta: the same answers)
+    exceeds = (lambda p: exact_delta(p) > delta) if exact_delta else (
+        lambda p: not accountant.meets_delta(epsilon, p * rate, holders, delta))
     exact_delta = exact_delta or (lambda p: accountant.sampling_delta(epsilon, p * rate, holders))
     if calibration == "exact" and given is None:
         from ..core.bisection import bisect
 
         if exact_delta(1.0) <= delta:
             return 1.0
-        return bisect(lambda p: exact_delta(p) > delta, 0.0, 1.0, 60)[0]
+        p = bisect(exceeds, 0.0, 1.0, 60)[0]
+        if p == 0:  # no p the bisection resolves (2^-60) meets delta: say what the least of them buys
+            raise ParameterError("delta", f"at least {exact_delta(2.0**-60):.3g} at eps = {epsilon:g} with {holders} "
+                                 "holders per category (what sampling with probability 2^-60 buys: no larger p "
+                                 f"meets delta = {delta:g}); or a larger --min-count-fraction if the data allows",
+                                 delta)
+        return p
     # p' = 1 - e^-eps; above p_chi (TSS) no p reaches it, and p = 1 gives the smaller eps' = ln(1/(1 - p_chi))
     p = min(1.0, accountant.paper_sampling_probability(epsilon) / rate) if given is None else given
     if calibration == "closed_form":
-        if math.log1p(-min(p * rate, 1.0)) < -epsilon * (1 + 1e-12):
+        if given is None and p * rate >= 1:  # 1 - e^-eps rounds to 1 above eps ~ 36.7: everyone counted
+            raise ParameterError("epsilon", "at most about 36 for the closed form (above it p' = 1 - e^-eps rounds to "
+                                 "1: every record is counted and the sampling hides nobody); or use --calibration "
+                                 "exact", epsilon)
+        if p * rate >= 1 or math.log1p(-p * rate) < -epsilon * (1 + 1e-12):
             raise ParameterError("sampling-probability", f"at most (1 - e^-eps) / p_chi = "
                                  f"{-math.expm1(-epsilon) / rate:.6g} for the closed form", p)
         achieved = max(accountant.chernoff_delta(p * rate, holders), exact_delta(p))
@@ -915,12 +932,20 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
         variance = dg.classic_variance(epsilon, delta, honest, 2**k)
     else:
         raise ParameterError("calibration", f"one of {', '.join(NOISE_CALIBRATIONS)}", calibration)
-    probe = DPDGParameters(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
-                           modulus=2**61 - 1, fractional_bits=k, noise_variance=variance,
-                           honest_fraction=float(honest_fraction), share_encoding=share_encoding)
-    parameters = dataclasses.replace(probe, modulus=_field_for(probe.largest_aggregate))
+    largest = DPDGParameters.signed_sums(n, 2**k, variance)
+    if largest >= MODULUS_MAX - 2:  # PrimeField.for_aggregate's limit
+        most = (MODULUS_MAX // 2 - 1) // (2**k + math.ceil(50 * math.sqrt(variance)))  # n 2^k + 50 sqrt(n v) <= n (...)
+        raise ParameterError("users", f"at most about {most:.3g} for dpdg at --fractional-bits {k} (the signed sums, n "
+                             "2^k plus the noise, must fit a prime field below 2^62); or fewer --fractional-bits",
+                             n_users)
+    parameters = DPDGParameters(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
+                                modulus=_field_for(largest), fractional_bits=k, noise_variance=variance,
+                                honest_fraction=float(honest_fraction), share_encoding=share_encoding)
     if calibration == "classic":
-        parameters.verify()
+        achieved = parameters.delta_at(epsilon)
+        if achieved > delta * (1 + 1e-9):  # sigma_G's proof covers eps < 1 only
+            raise ParameterError("calibration", f"tight here: the classic sigma_G buys delta = {achieved:.3g} at eps = "
+                                 f"{epsilon:g}, not {delta:g} (its proof covers eps < 1)", calibration)
     return parameters
 
 
@@ -928,7 +953,16 @@ def crossover_users(epsilon: float, delta: float) -> float:
     """The paper's n* = 4 (e^eps - 1) ln(1.25/delta) / eps^2: DPDG's per-item variance V_G beats DPDS's total V
     = 1/(n (e^eps - 1)) above it (reference §3.3)."""
     epsilon = check_epsilon(epsilon)  # divided twice, not by eps^2, which underflows to 0 below about 1e-162
-    return 4 * (math.expm1(epsilon) / epsilon) * math.log(1.25 / check_delta(delta)) / epsilon
+    log_n = math.log(4 * math.log(1.25 / check_delta(delta))) + epsilon + math.log(-math.expm1(-epsilon) / epsilon
+                                                                                 ) - math.log(epsilon)
+    return math.exp(log_n) if log_n < 709 else math.inf  # beyond a float's range above epsilon ~ 700
+
+
+def _crossover(epsilon: float, delta: float) -> dict[str, float]:
+    """The theory's ``crossover_users_paper`` (:func:`crossover_users`), left out where it passes a float's range
+    (a report holds no infinity: it is not JSON)."""
+    n_star = crossover_users(epsilon, delta)
+    return {"crossover_users_paper": n_star} if math.isfinite(n_star) else {}
 
 
 # --- exact laws (the exact auditor, tiny instances) --------------------------------------------------------

@@ -156,6 +156,8 @@ class _OneSparse:
         index = pairs[:, 0].astype(np.int64)
         if coordinates is None:
             return np.bincount(index, weights=pairs[:, 1], minlength=self.dimension)
+        if not coordinates.size:  # a discovery that found none
+            return np.zeros(0)
         slot = np.searchsorted(coordinates, index).clip(max=coordinates.size - 1)
         hit = coordinates[slot] == index
         return np.bincount(slot[hit], weights=pairs[hit, 1], minlength=coordinates.size)

@@ -31,7 +31,7 @@ from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
                        expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
 from .progress import Progress
-from .runner import check_size, option_value, shrink_hint, simulate, simulation_bytes
+from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
 def analyzer_checks(protocol: str, n_users: int, items: int) -> int:
     """The (message, item) checks ``protocol``'s analyzer makes to estimate ``items`` items from ``n_users``
@@ -83,12 +83,47 @@ def full_domain_bytes(parameters, mode: str) -> int:
     return peak_bytes(parameters, mode, True) - peak_bytes(parameters, mode, False)
 
 
-def full_domain_preimages(parameters) -> int:
-    """The preimages an analyzer that enumerates them over [B] walks (FE1: every message's q / b), else 0."""
-    hashing = getattr(parameters, "hash", None)
-    if parameters.protocol != "fe1" or hashing is None:
+def full_domain_preimages(parameters, mode: str = "faithful") -> int:
+    """The preimages an analyzer that enumerates them over [B] walks (FE1, and sparse-vector-hashed over its cells:
+    every message's q / b; in fast mode the users' real messages only, the dummies' counts drawn in one step), else
+    0."""
+    from ..protocols.balls_into_bins import FE1Parameters
+
+    if not isinstance(parameters, FE1Parameters):
         return 0
-    return math.ceil(parameters.n_users * parameters.messages_per_user) * -(-hashing.modulus // hashing.bins)
+    hashing = parameters.hash
+    messages = parameters.n_users if mode == "fast" else math.ceil(parameters.n_users * parameters.messages_per_user)
+    return messages * -(-hashing.modulus // hashing.bins)
+
+
+# Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
+# n = 3 over B = 2^24): the domain's arrays, debiasing and ranking, 0.27 s for grr (1.6e-8 an item; olh 0.8 s,
+# blanket-hist 0.4 s, hadamard 0.7 s); the central curators' exact noise, 4.3 s (laplace) and 6.5 s (gaussian) for
+# 2^24 items; FE1's preimages, 3.6e9 in 15.8 s (2.3e8 a second; 1.2e8 on busier cores, PREIMAGES_MAX); OLH's
+# checks, 1.5 to 2.3e9 a second (ANALYZER_CHECKS_MAX).
+ITEM_SECONDS = 3e-8
+NOISE_SAMPLE_SECONDS = 4e-7
+PREIMAGE_SECONDS = 1 / 1.5e8
+CHECK_SECONDS = 1 / 1.5e9
+
+
+def full_domain_seconds(parameters, mode: str = "faithful") -> float:
+    """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
+    the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
+    FE1 walks every message's preimages and OLH checks every user's hash at every item."""
+    from ..protocols.kinds import Family
+    from ..protocols.registry import get
+
+    domain = parameters.domain_size
+    noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
+    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters, mode)
+            * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
+
+
+def _no_information(parameters) -> str | None:
+    from ..protocols.parameters import no_information
+
+    return no_information(parameters.expected_error()["standard_error"], parameters.n_users)
 
 
 def check_full_domain(parameters, mode: str) -> None:
@@ -104,7 +139,7 @@ def check_full_domain(parameters, mode: str) -> None:
                              f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
                              "--candidates with --no-full-domain", domain)
-    walked = full_domain_preimages(parameters)
+    walked = full_domain_preimages(parameters, mode)
     if walked > PREIMAGES_MAX:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
@@ -152,8 +187,6 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     if codes.size < 2:
         raise ParameterError("input", "at least 2 items (one per user)", f"{codes.size} items")
     domain_size = encoder.domain_size
-    full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
-                                     analyzer_checks(protocol, codes.size, domain_size))
     if candidate_codes is not None:
         candidate_codes = np.unique(candidate_codes)
         if candidate_codes.size == 0:
@@ -162,7 +195,12 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
                            calibration=calibration, item_key=encoder.item_key, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
+                                     analyzer_checks(protocol, codes.size, domain_size),
+                                     full_domain_seconds(parameters, mode), codes.size, protocol,
+                                     _no_information(parameters))
     check_size(parameters, mode, options)
+    check_cost(parameters, mode, options)
     if full_domain:
         check_full_domain(parameters, mode)
     top = min(top, domain_size if candidate_codes is None else candidate_codes.size)  # no more than are estimated
@@ -314,21 +352,32 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     parameters = calibrate(protocol, epsilon=epsilon / stage, delta=delta / stage, n_users=n, domain_size=d,
                            calibration=calibration, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    check_size(parameters, mode, options)
+    check_cost(parameters, mode, options)
+    if candidates is None and discover_phi is None:
+        _check_every_coordinate(parameters, mode)
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
+    # no coordinate discovered: the second stage's users still report, as a deployment's would, and its release is
+    # empty (run here over coordinate 0, whose estimate is dropped unseen); a private outcome, not a fact about the data
+    nothing = candidates is not None and discover_phi is not None and not candidates.size
     dense = protocol == "blanket-vector"
     with ThreadPoolExecutor(1) as pool:
         truth_soon = None
         if evaluate and dense:
             # the true sums on a second thread while the protocol runs: einsum, which makes no temporaries and
-            # releases the GIL; not for a run refused for its size, which would wait for a pass over its input
-            check_size(parameters, mode)
+            # releases the GIL (the size and cost checks above come first: a refused run waits for no pass over its
+            # input)
             truth_soon = pool.submit(parameters.true_total, inputs)
-        run = simulate(parameters, inputs, mode=mode, rng=seed, queries=candidates, progress=progress,
+        queries = np.zeros(1, np.int64) if nothing else candidates
+        run = simulate(parameters, inputs, mode=mode, rng=seed, queries=queries, progress=progress,
                        keep_messages=keep_messages)
         run.seconds["calibrate"] = calibrate_seconds
         result = run.result
+        if nothing:
+            result = dataclasses.replace(result, total=result.total[:0], standard_errors=result.standard_errors[:0],
+                                         coordinates=candidates)
         privacy, profile, total = run.privacy, privacy_profile(parameters), run.messages_total
     if discovery is not None:
         privacy, profile = with_discovery(run.privacy, parameters, discovered.parameters)
@@ -352,11 +401,32 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=coordinate_estimates(result, coordinates, truth, names),
         mean=result.mean().tolist(), privacy_profile=profile,
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings()],
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
+                  *([f"the discovery stage (fe-hh at phi = {discover_phi:g}) reported no coordinate, so none is "
+                     "estimated (each sum is estimated as 0): a private outcome, not a statement that no sum reaches "
+                     "phi n (one near it may go either way); a lower --discover-phi, or --candidates, looks for "
+                     "smaller sums"] if nothing else [])],
         error=error,
         simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
         discovery=discovery)
     return report, run
+
+
+def _check_every_coordinate(parameters, mode: str) -> None:
+    """Refuse estimating every coordinate without candidates when it would take longer than a run of n users may
+    (registry.run_budget): sparse-vector-hashed enumerates the preimages of every cell, whatever n (3 users over
+    2^20 coordinates took 47 s); name --candidates, --discover-phi and the dimension that fits."""
+    from ..protocols.registry import run_budget
+
+    seconds, budget = full_domain_seconds(parameters, mode), run_budget(parameters.n_users)
+    if seconds <= budget:
+        return
+    d = parameters.dimension
+    largest = max(1, int(d * budget / seconds))
+    raise ParameterError("candidates", f"given (a file of public coordinates), or --discover-phi, or a --dimension of "
+                         f"at most about {largest:,}: {parameters.protocol}'s estimate of all {d:,} coordinates would "
+                         f"take about {seconds:.2g} s whatever the number of users, past the {budget:.2g} s a run of "
+                         f"{parameters.n_users:,} users may take by default", None)
 
 
 @dataclasses.dataclass
@@ -391,9 +461,6 @@ def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progr
         raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
             "a smaller --domain", "a smaller --dimension"), err.got) from None
     found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
-    if not found.size:
-        raise ParameterError("discover-phi", f"small enough that some coordinate's sum of weights reaches phi n "
-                             f"(none did at phi = {phi}); lower it, or give --candidates", phi)
     discovery = discovery_block(result.parameters, result, report.privacy, int(found.size), report.messages)
     return found, discovery, _Discovered(result.parameters, time.perf_counter() - start)
 
@@ -441,6 +508,7 @@ def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, d
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n_users, domain_size=domain_size,
                            calibration=calibration, **options)
     check_size(parameters, mode, options)
+    # the default's time budget waits for the true n (estimate_frequencies): the estimated rows only bound sizes
     full_domain = choose_full_domain(domain_size, full_domain, candidates, analyzer_checks(protocol, n_users, domain_size))
     if full_domain:
         check_full_domain(parameters, mode)

@@ -76,6 +76,23 @@ def check_walk(parameters) -> None:
                          p.phi)
 
 
+def check_detection(parameters) -> None:
+    """Refuse, before any message is made, a tree walk whose list would mean nothing: one whose bound on missing
+    an item held by 1.5 phi n users is vacuous (at least 1, the union over the levels saturated: at 10,000 users,
+    phi 0.1 and 40 levels of strings the walk listed 40 random strings under "missed w.p. <= 1"). A bound above
+    0.05 and below 1 still gives a list, printed NOT A RELIABLE LIST."""
+    p = parameters
+    miss = p.detection()["miss_probability"]
+    if miss < 1:
+        return
+    fewer = "a shorter --max-length" if p.max_length is not None else "a smaller --domain"
+    raise ParameterError("phi", f"larger, or more users, a larger --epsilon, or fewer levels ({fewer}; "
+                         f"{p.levels} now): at {p.n_users:,} users an item held by 1.5 phi n = "
+                         f"{1.5 * p.threshold:,.0f} users could be missed with probability up to {miss:.2g} "
+                         f"(standard error {p.detection()['standard_error_at_phi_n']:,.0f} at phi n = "
+                         f"{p.threshold:,.0f}): the guarantee would say nothing, and the list be noise", p.phi)
+
+
 def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
                            max_length: int | None = None, calibration: str = "hockey_stick", seed: int | None = None,
                            input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
@@ -98,6 +115,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     key = None if seed is None else int(np.random.default_rng([seed, 0x6B6579]).integers(2, CODE_PRIME))
     parameters = calibrate_fe_hh(epsilon, delta, n, domain_size, phi, max_length, calibration, code_key=key)
     check_walk(parameters)
+    check_detection(parameters)
     checked = parameters.check_values(values)  # every row checked before any message is made
     seconds["calibrate"] = time.perf_counter() - start
     rngs = streams(seed, ("clients", "shuffler"))

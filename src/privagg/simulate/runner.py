@@ -111,9 +111,7 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
         if mode == "faithful" and entry.multi_round:
             check_faithful(parameters)
         return
-    # real values and noise, whoever adds the noise
-    expected = parameters.n_users * (1 + parameters.rho if entry.trusted_curator else
-                                     parameters.messages_per_user)
+    expected = expected_messages(parameters)
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
         raise ParameterError(field, f"set so that a faithful simulation's n x messages per user = {expected:.3g} "
@@ -124,6 +122,38 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
         raise ParameterError(field, f"set so that the fast path's n x messages per user = {expected:.3g} messages "
                              f"stay below 2^{FAST_MESSAGES_MAX.bit_length() - 1} (more than half a minute): {remedy}",
                              option_value(parameters, field, given or {}))
+
+
+def expected_messages(parameters) -> float:
+    """The messages a run makes: real values and noise, whoever adds the noise (not the sharing protocols)."""
+    entry = get(parameters.protocol)
+    return parameters.n_users * (1 + parameters.rho if entry.trusted_curator else parameters.messages_per_user)
+
+
+# A faithful simulation's seconds per message, clients to analyzer (sparse-vector at n = 3 over 2^20 coordinates:
+# 9.2e7 messages, nearly all dummies, in 72 s on 2 cores at load average 4 to 8)
+MESSAGE_SECONDS = 8e-7
+
+
+def check_cost(parameters, mode: str, given: dict[str, Any] | None = None) -> None:
+    """Refuse, before any message is made, a faithful run whose messages would take longer than a run of its n
+    users may by default (:func:`privagg.protocols.registry.run_budget`): dummies that grow with the domain, not
+    the users (FE0's mu B, sparse-vector's mu (B k + 1)), make a handful of users' run as long as 10^5 users'.
+    The error names what shrinks them (:func:`shrink_hint`: a smaller domain, or --mode fast)."""
+    from ..protocols.registry import run_budget
+
+    if run_mode(parameters, mode) != "faithful" or isinstance(parameters, SharingParameters):
+        return
+    expected = expected_messages(parameters)
+    seconds = expected * MESSAGE_SECONDS
+    if seconds <= run_budget(parameters.n_users):
+        return
+    field, remedy = shrink_hint(parameters, mode, given or {})
+    raise ParameterError(field, f"set so that a faithful simulation of {parameters.n_users:,} users takes about a "
+                         f"second, or 10 ms a user: {parameters.protocol} would send {expected:.3g} messages "
+                         f"({parameters.messages_per_user:.3g} a user, about {seconds:.2g} s), dummies whose number "
+                         f"grows with the domain, not the users: {remedy}",
+                         option_value(parameters, field, given or {}))
 
 
 def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
