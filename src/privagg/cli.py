@@ -795,27 +795,34 @@ def _count(n: int, noun: str) -> str:
 
 def _titled(title: str, report) -> str:
     """A table's title, marked when the report's estimates carry no information at this size (its warning says
-    why: protocols.parameters.no_information)."""
+    why: protocols.parameters.no_information), or when the groups of a weighted aggregation contradict the
+    weighted estimates' assumption."""
     from .protocols.parameters import no_information
 
     uninformative = no_information(report.expected_error.standard_error, report.n_users)
+    biased = getattr(report, "groups_disagree", None)
     return title + (" -- NO INFORMATION at this size: the standard error exceeds n (see the warning)" if uninformative
-                    else "")
+                    else "") + (" -- WEIGHTED ESTIMATES BIASED: the groups differ, use the unweighted column (see the "
+                                "warning)" if biased else "")
 
 
 def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     from rich.table import Table
 
     simulated = any(row.true_count is not None for row in estimates)
+    weighted = any(row.unweighted is not None for row in estimates)
     table = Table(title=title)
     table.add_column("rank", justify="right")
     table.add_column("item")
     table.add_column("estimate ± stderr", justify="right")
+    if weighted:
+        table.add_column("unweighted ± stderr", justify="right")
     if simulated:
         table.add_column("true count (--evaluate)", justify="right")
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
         cells = [str(rank), f"{_printable(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        cells += [f"{row.unweighted:.1f} ± {row.unweighted_stderr:.1f}"] if weighted else []
         table.add_row(*cells, *([str(row.true_count)] if simulated else []))
     _console().print(table)
     hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)

@@ -74,6 +74,9 @@ class Estimate:
     stderr: float
     hash_collision: bool | None = None  # true when several public candidates share the code
     true_count: int | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: the input's count of the item
+    # weighted aggregation (--epsilon-column): the unweighted sum_g tau_g / p_g, unbiased whatever the groups
+    unweighted: float | None = None
+    unweighted_stderr: float | None = None
 
 
 @dataclass
@@ -148,6 +151,9 @@ class EstimateReport(FrequencyReport):
     error: RealisedError | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: against the raw data
     messages_written: str | None = None  # the folder of --write-messages
     groups: list[Group] | None = None  # weighted aggregation (--epsilon-column): one per distinct epsilon
+    # weighted aggregation: true when the groups' released counts contradict the one distribution the weighted
+    # estimates assume (they are then biased: the unweighted ones are not)
+    groups_disagree: bool | None = None
     # the baseline sum_g tau_g / p_g, beside the weighted error
     unweighted_error: RealisedError | None = field(default=None, metadata=FROM_DATA)
 

@@ -284,13 +284,16 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     truth = np.bincount(codes, minlength=domain) if evaluate else None
     labels, values = top_k(None, combined.estimates, top)
     stderr = np.sqrt(combined.variance[labels])
-    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]))
+    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]),
+                          float(combined.unweighted[c]), float(combined.unweighted_stderr[c]))
                  for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
     weakest = int(np.argmax(levels))
     privacy = runs[weakest].privacy
     privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
         f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
-        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest)",))
+        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest), and each group's data condition is of its "
+        f"own users: every category held by at least beta n_g of the n_g users of group g",))
+    disagree, weighting = _weighting_warnings(combined, encoder)
     if evaluate:
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
     first = runs[weakest]
@@ -301,7 +304,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         bits_per_message=groups[weakest].bits_per_message,
         expected_error=_weighted_expected_error(groups, combined, domain, sum(r.messages_total for r in runs)),
         estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
-        warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
+        warnings=[*warnings, *weighting, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
                   *(w for p in groups for w in p.warnings())],
         error=None if truth is None else error_summary(combined.estimates, truth, "domain"),
         simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
@@ -310,8 +313,37 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         input=input_name,
         groups=[Group(float(e), p.n_users, p.sampling_probability, float(w), r.privacy.summary())
                 for e, p, w, r in zip(levels, groups, combined.weights, runs)],
-        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"))
+        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"),
+        groups_disagree=disagree)
     return report, runs
+
+
+# The groups' released counts contradict one shared distribution when some category's weighted and unweighted
+# estimates differ by more than this many of their sd under it (Bonferroni over the N categories): a false alarm
+# has probability about DISAGREEMENT_LEVEL when the groups do share one distribution.
+DISAGREEMENT_LEVEL = 0.01
+
+
+def _weighting_warnings(combined, encoder: ItemEncoder) -> tuple[bool, list[str]]:
+    """(whether the release contradicts the weighted estimates' assumption, the warnings saying what they assume
+    and, where the release contradicts it, where): computed from the released counts only, so the report stays
+    the protocol's release (docs/derivations.md, "Weighted aggregation")."""
+    from statistics import NormalDist
+
+    z = np.abs(combined.disagreement)
+    limit = NormalDist().inv_cdf(1 - DISAGREEMENT_LEVEL / (2 * z.size))
+    assumed = ("weighted aggregation: the estimates weight the groups' frequencies by inverse variance, which is "
+               "unbiased only where every group holds the categories in the same proportions (no party can check "
+               "it); the unweighted estimates beside them (sum of tau_g / p_g) are unbiased whatever the groups, "
+               "with larger standard errors")
+    worst = int(np.argmax(z))
+    if z[worst] <= limit:
+        return False, [assumed]
+    return True, [assumed, f"the groups' released counts contradict one shared distribution: {encoder.label(worst)}'s "
+                           f"weighted estimate {combined.estimates[worst]:.1f} and unweighted "
+                           f"{combined.unweighted[worst]:.1f} differ by {z[worst]:.1f} standard deviations (more "
+                           f"than {limit:.2f}: by chance with probability {DISAGREEMENT_LEVEL:g} over the {z.size} "
+                           "categories), so the weighted estimates are biased: use the unweighted ones"]
 
 
 def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, delta: float,
