@@ -385,3 +385,27 @@ def test_weighted_estimates_of_groups_that_differ_are_flagged_in_the_release(tmp
     assert max(abs(row["estimate"] - truth[row["item"]]) / row["stderr"] for row in report["estimates"]) > 8
     code, out, _ = run(*args, "--seed", 4)
     assert code == 0 and "WEIGHTED ESTIMATES BIASED" in out and "unweighted ± stderr" in out
+
+
+# --- 7. counts of the data in a release --------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol, rows, extra", [
+    ("sparse-vector", "coordinate,weight\n" + "".join(f"{i % 7},{(i % 9) / 8}\n" for i in range(300)) + "2,1.25\n3,-0.5\n",
+     ["--dimension", 10]),
+    ("blanket-vector", "a,b\n" + "".join(f"{(i % 9) / 8},{(i % 5) / 4}\n" for i in range(300)) + "1.5,0.5\n",
+     [])])
+def test_a_release_does_not_say_how_many_values_clip_clipped(tmp_path, protocol, rows, extra):
+    """--clip clips each user's value on his own, which the guarantee allows; how many were clipped is a count of
+    the data. A private report (secure randomness, no --evaluate) said "2 values outside [0, 1] were clipped"
+    beside private: true; it now says what --clip does, and only an evaluation gives the count."""
+    table = tmp_path / "rows.csv"
+    table.write_text(rows)
+    args = ["estimate", protocol, "--input", table, "--epsilon", 1, "--delta", 1e-6, "--clip", "--json", *extra]
+    code, out, err = run(*args)
+    report = json.loads(out)
+    assert code == 0 and report["private"] is True, err
+    assert not any(re.search(r"\d+ values outside", w) for w in report["warnings"]) and not re.search(r"\d+ values", err)
+    assert any("are clipped to it (--clip" in w for w in report["warnings"])
+    code, out, err = run(*args, "--evaluate")
+    outside = rows.count("1.25") + rows.count("-0.5") + rows.count("1.5,")
+    assert code == 0 and json.loads(out)["private"] is False and f"{outside} values outside [0, 1] were clipped" in err

@@ -922,9 +922,10 @@ def _register_estimate(entry: ProtocolEntry) -> None:
 
 
 def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool, dimension: Optional[int],
-                       candidates: Optional[Path]):
+                       candidates: Optional[Path], evaluate: bool):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings, rows left out for a
-    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's."""
+    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's
+    (``evaluate``: the report is an evaluation, which may say how many values --clip clipped)."""
     from .io import read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
@@ -951,8 +952,10 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool
         values = inputs[:, 1:] if sparse else inputs  # sparse: the weights only; a bad coordinate stays an error
         outside = int(((values < 0) | (values > 1)).sum())
         values[...] = clip_vectors(values)
-        if outside:
-            warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
+        # how many were clipped is a count of the data: an evaluation shows it, a release says only what --clip does
+        warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)" if evaluate else
+                        "values outside [0, 1] are clipped to it (--clip; how many is a count of the data, which a "
+                        "release does not carry: --evaluate shows it)")
     coordinates = None if candidates is None else _read_coordinates(candidates)
     return inputs, dimension, coordinates, names, name, warnings, dropped
 
@@ -998,7 +1001,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         fmt = InputFormat(delimiter=delimiter, header=header, missing="error" if missing is None else missing.value)
         with _located(input, fmt, vectors=True):
             inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
-                entry, input, fmt, clip, dimension, candidates)
+                entry, input, fmt, clip, dimension, candidates, _evaluating(evaluate, input, seed))
         if discover_phi is not None and write_messages is not None:
             raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
                                  "written)", str(write_messages))
