@@ -409,3 +409,20 @@ def test_a_release_does_not_say_how_many_values_clip_clipped(tmp_path, protocol,
     code, out, err = run(*args, "--evaluate")
     outside = rows.count("1.25") + rows.count("-0.5") + rows.count("1.5,")
     assert code == 0 and json.loads(out)["private"] is False and f"{outside} values outside [0, 1] were clipped" in err
+
+
+@pytest.mark.parametrize("text, users", [("0.25,0.5\n0.75,1\n0.5,0.5\n", 3), ("3,0.5\n1,0.25\n3,1\n", 3)])
+def test_a_vector_table_whose_first_line_is_data_is_refused(tmp_path, text, users):
+    """A vector table's first line was taken as its header whatever it held: a file of users' rows lost its first
+    user without a word (n one less, his numbers the column names). As for items, a first line that looks like
+    data is refused, naming --no-header, which reads every row; the column numbers 0..d-1 of a table written from
+    an array (pandas' to_csv) remain a header."""
+    from privagg.io import InputFormat, read_vectors
+
+    table = tmp_path / "rows.csv"
+    table.write_text(text)
+    with pytest.raises(ParameterError, match="give --no-header"):
+        read_vectors(table)
+    assert read_vectors(table, InputFormat(header=False)).shape == (users, 2)
+    table.write_text("0,1\n" + text)
+    assert read_vectors(table).shape == (users, 2)
