@@ -83,17 +83,15 @@ def full_domain_bytes(parameters, mode: str) -> int:
     return peak_bytes(parameters, mode, True) - peak_bytes(parameters, mode, False)
 
 
-def full_domain_preimages(parameters, mode: str = "faithful") -> int:
+def full_domain_preimages(parameters) -> int:
     """The preimages an analyzer that enumerates them over [B] walks (FE1, and sparse-vector-hashed over its cells:
-    every message's q / b; in fast mode the users' real messages only, the dummies' counts drawn in one step), else
-    0."""
+    every message's q / b, the dummies' too, which the fast path also makes and counts one by one), else 0."""
     from ..protocols.balls_into_bins import FE1Parameters
 
     if not isinstance(parameters, FE1Parameters):
         return 0
     hashing = parameters.hash
-    messages = parameters.n_users if mode == "fast" else math.ceil(parameters.n_users * parameters.messages_per_user)
-    return messages * -(-hashing.modulus // hashing.bins)
+    return math.ceil(parameters.n_users * parameters.messages_per_user) * -(-hashing.modulus // hashing.bins)
 
 
 # Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
@@ -107,7 +105,7 @@ PREIMAGE_SECONDS = 1 / 1.5e8
 CHECK_SECONDS = 1 / 1.5e9
 
 
-def full_domain_seconds(parameters, mode: str = "faithful") -> float:
+def full_domain_seconds(parameters) -> float:
     """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
     the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
     FE1 walks every message's preimages and OLH checks every user's hash at every item."""
@@ -116,7 +114,7 @@ def full_domain_seconds(parameters, mode: str = "faithful") -> float:
 
     domain = parameters.domain_size
     noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
-    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters, mode)
+    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters)
             * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
 
 
@@ -139,7 +137,7 @@ def check_full_domain(parameters, mode: str) -> None:
                              f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
                              "--candidates with --no-full-domain", domain)
-    walked = full_domain_preimages(parameters, mode)
+    walked = full_domain_preimages(parameters)
     if walked > PREIMAGES_MAX:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
@@ -197,7 +195,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     calibrate_seconds = time.perf_counter() - start
     full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
                                      analyzer_checks(protocol, codes.size, domain_size),
-                                     full_domain_seconds(parameters, mode), codes.size, protocol,
+                                     full_domain_seconds(parameters), codes.size, protocol,
                                      _no_information(parameters))
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
@@ -387,7 +385,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
     if candidates is None and discover_phi is None:
-        _check_every_coordinate(parameters, mode)
+        _check_every_coordinate(parameters)
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
@@ -444,13 +442,13 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     return report, run
 
 
-def _check_every_coordinate(parameters, mode: str) -> None:
+def _check_every_coordinate(parameters) -> None:
     """Refuse estimating every coordinate without candidates when it would take longer than a run of n users may
     (registry.run_budget): sparse-vector-hashed enumerates the preimages of every cell, whatever n (3 users over
     2^20 coordinates took 47 s); name --candidates, --discover-phi and the dimension that fits."""
     from ..protocols.registry import run_budget
 
-    seconds, budget = full_domain_seconds(parameters, mode), run_budget(parameters.n_users)
+    seconds, budget = full_domain_seconds(parameters), run_budget(parameters.n_users)
     if seconds <= budget:
         return
     d = parameters.dimension
