@@ -1601,6 +1601,14 @@ def analyze(
         if candidates is not None:
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
             queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
+        elif full_domain is None and params.domain_size <= registry.FULL_DOMAIN_DEFAULT_MAX:
+            # the default whole domain is held to a run's budget, as estimate's is: 3 users' messages over 2^24
+            # items took as long to analyze as to simulate (fe1's preimages, whatever n)
+            from .simulate.frequency import full_domain_seconds
+
+            full_domain = registry.choose_full_domain(params.domain_size, None, False,
+                                                      seconds=full_domain_seconds(params), n_users=params.n_users,
+                                                      protocol=params.protocol)
         analysis = Analysis.of(params, queries, full_domain)
         reporters, unknown = folder_reporters(params, items)
         result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
@@ -1629,8 +1637,12 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     from . import engine as engines
     from .pipelines import Analysis, folder_privacy, folder_reporters
     from .reports import report_document
+    from .simulate.frequency import check_coordinates
 
-    analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
+    coordinates = None if candidates is None else _read_coordinates(candidates)
+    # held to a run's budget, as estimate is
+    check_coordinates(params, coordinates, simulated=False)
+    analysis = Analysis.of(params, coordinates)
     reporters, unknown = folder_reporters(params, items)
     result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed

@@ -384,8 +384,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     calibrate_seconds = time.perf_counter() - start
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
-    if candidates is None and discover_phi is None:
-        _check_every_coordinate(parameters)
+    if discover_phi is None:
+        check_coordinates(parameters, candidates)
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
@@ -442,21 +442,38 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     return report, run
 
 
-def _check_every_coordinate(parameters) -> None:
-    """Refuse estimating every coordinate without candidates when it would take longer than a run of n users may
-    (registry.run_budget): sparse-vector-hashed enumerates the preimages of every cell, whatever n (3 users over
-    2^20 coordinates took 47 s); name --candidates, --discover-phi and the dimension that fits."""
+# A vector sum's report lists every coordinate it estimated, each an object of the report and of its JSON: about
+# 5e-5 s apiece (3 users on 2 cores at load average 4 to 5: sparse-vector-hashed's 2^19 coordinates took 28 s to
+# estimate and 2^18 18 s to analyze, the report's objects, their walks and the JSON nearly all of it; the cells'
+# preimages 1.5 s)
+COORDINATE_SECONDS = 5e-5
+
+
+def check_coordinates(parameters, candidates: np.ndarray | None = None, simulated: bool = True) -> None:
+    """Refuse, before any message, a vector sum whose coordinates would take longer than a run of n users may
+    (registry.run_budget), whatever n: the report lists every coordinate estimated (the ``candidates`` number, else
+    all d), and sparse-vector-hashed without candidates enumerates the preimages of every cell (3 users over 2^19
+    coordinates took 28 s, over 2^20 47 s, and as long to analyze their written messages). The error names what
+    shrinks it: fewer candidates, or candidates, and for a ``simulated`` run (estimate) --discover-phi and the
+    dimension that fits."""
     from ..protocols.registry import run_budget
 
-    seconds, budget = full_domain_seconds(parameters), run_budget(parameters.n_users)
+    count = parameters.dimension if candidates is None else np.unique(candidates).size
+    seconds = count * COORDINATE_SECONDS + (full_domain_seconds(parameters) if candidates is None else 0.0)
+    budget = run_budget(parameters.n_users)
     if seconds <= budget:
         return
-    d = parameters.dimension
-    largest = max(1, int(d * budget / seconds))
-    raise ParameterError("candidates", f"given (a file of public coordinates), or --discover-phi, or a --dimension of "
-                         f"at most about {largest:,}: {parameters.protocol}'s estimate of all {d:,} coordinates would "
-                         f"take about {seconds:.2g} s whatever the number of users, past the {budget:.2g} s a run of "
-                         f"{parameters.n_users:,} users may take by default", None)
+    largest = max(1, int(count * budget / seconds))
+    why = (f"{parameters.protocol}'s estimate of {count:,} coordinates would take about {seconds:.2g} s whatever the "
+           f"number of users, past the {budget:.2g} s a run of {parameters.n_users:,} users may take by default")
+    if candidates is not None:
+        raise ParameterError("candidates", f"at most about {largest:,} coordinates: {why}", f"{count:,}")
+    if getattr(parameters, "one_sparse", False):
+        others = ((", or --discover-phi" if parameters.protocol == "sparse-vector-hashed" else "")
+                  + f", or a --dimension of at most about {largest:,}") if simulated else ""
+        raise ParameterError("candidates", f"given (a file of public coordinates){others}: {why}", None)
+    raise ParameterError("dimension", f"at most about {largest:,} coordinates (columns) at {parameters.n_users:,} "
+                         f"users, or more users: {why}", count)
 
 
 @dataclasses.dataclass
