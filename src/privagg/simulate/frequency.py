@@ -29,7 +29,8 @@ from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.privacy_blanket import float_rows
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
-                       expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
+                       expected_error, privacy_profile, report_parameters, reported_estimates, shared_code_warnings,
+                       with_discovery)
 from .progress import Progress
 from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
@@ -224,7 +225,8 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
         messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=estimates, privacy_profile=privacy_profile(parameters),
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings()], error=error,
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings(),
+                  *shared_code_warnings(estimates, encoder, parameters.n_users)], error=error,
         simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
         input=input_name)
     return report, run
