@@ -372,6 +372,8 @@ def test_weighted_estimates_of_groups_that_differ_are_flagged_in_the_release(tmp
     assert code == 0, err
     report = json.loads(out)
     assert report["private"] is True and "groups_disagree" in report
+    assert any("each group's data condition is of its own users" in c and "his group and the groups' sizes, is public"
+               in c for c in report["privacy"]["caveats"])
     assert all(row["unweighted_stderr"] > 0 for row in report["estimates"])
     assert any("unbiased only where every group holds the categories in the same proportions" in w
                for w in report["warnings"])

@@ -292,7 +292,8 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
         f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
         f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest), and each group's data condition is of its "
-        f"own users: every category held by at least beta n_g of the n_g users of group g",))
+        f"own users: every category held by at least beta n_g of the n_g users of group g; each user's epsilon, so "
+        f"his group and the groups' sizes, is public as n is (neighbours differ in one user's item, not his epsilon)",))
     disagree, weighting = _weighting_warnings(combined, encoder)
     if evaluate:
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
