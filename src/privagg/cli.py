@@ -795,27 +795,34 @@ def _count(n: int, noun: str) -> str:
 
 def _titled(title: str, report) -> str:
     """A table's title, marked when the report's estimates carry no information at this size (its warning says
-    why: protocols.parameters.no_information)."""
+    why: protocols.parameters.no_information), or when the groups of a weighted aggregation contradict the
+    weighted estimates' assumption."""
     from .protocols.parameters import no_information
 
     uninformative = no_information(report.expected_error.standard_error, report.n_users)
+    biased = getattr(report, "groups_disagree", None)
     return title + (" -- NO INFORMATION at this size: the standard error exceeds n (see the warning)" if uninformative
-                    else "")
+                    else "") + (" -- WEIGHTED ESTIMATES BIASED: the groups differ, use the unweighted column (see the "
+                                "warning)" if biased else "")
 
 
 def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     from rich.table import Table
 
     simulated = any(row.true_count is not None for row in estimates)
+    weighted = any(row.unweighted is not None for row in estimates)
     table = Table(title=title)
     table.add_column("rank", justify="right")
     table.add_column("item")
     table.add_column("estimate ± stderr", justify="right")
+    if weighted:
+        table.add_column("unweighted ± stderr", justify="right")
     if simulated:
         table.add_column("true count (--evaluate)", justify="right")
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
         cells = [str(rank), f"{_printable(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        cells += [f"{row.unweighted:.1f} ± {row.unweighted_stderr:.1f}"] if weighted else []
         table.add_row(*cells, *([str(row.true_count)] if simulated else []))
     _console().print(table)
     hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
@@ -915,9 +922,10 @@ def _register_estimate(entry: ProtocolEntry) -> None:
 
 
 def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool, dimension: Optional[int],
-                       candidates: Optional[Path]):
+                       candidates: Optional[Path], evaluate: bool):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings, rows left out for a
-    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's."""
+    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's
+    (``evaluate``: the report is an evaluation, which may say how many values --clip clipped)."""
     from .io import read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
@@ -944,8 +952,10 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool
         values = inputs[:, 1:] if sparse else inputs  # sparse: the weights only; a bad coordinate stays an error
         outside = int(((values < 0) | (values > 1)).sum())
         values[...] = clip_vectors(values)
-        if outside:
-            warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
+        # how many were clipped is a count of the data: an evaluation shows it, a release says only what --clip does
+        warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)" if evaluate else
+                        "values outside [0, 1] are clipped to it (--clip; how many is a count of the data, which a "
+                        "release does not carry: --evaluate shows it)")
     coordinates = None if candidates is None else _read_coordinates(candidates)
     return inputs, dimension, coordinates, names, name, warnings, dropped
 
@@ -991,7 +1001,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         fmt = InputFormat(delimiter=delimiter, header=header, missing="error" if missing is None else missing.value)
         with _located(input, fmt, vectors=True):
             inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
-                entry, input, fmt, clip, dimension, candidates)
+                entry, input, fmt, clip, dimension, candidates, _evaluating(evaluate, input, seed))
         if discover_phi is not None and write_messages is not None:
             raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
                                  "written)", str(write_messages))
@@ -1591,6 +1601,14 @@ def analyze(
         if candidates is not None:
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
             queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
+        elif full_domain is None and params.domain_size <= registry.FULL_DOMAIN_DEFAULT_MAX:
+            # the default whole domain is held to a run's budget, as estimate's is: 3 users' messages over 2^24
+            # items took as long to analyze as to simulate (fe1's preimages, whatever n)
+            from .simulate.frequency import full_domain_seconds
+
+            full_domain = registry.choose_full_domain(params.domain_size, None, False,
+                                                      seconds=full_domain_seconds(params), n_users=params.n_users,
+                                                      protocol=params.protocol)
         analysis = Analysis.of(params, queries, full_domain)
         reporters, unknown = folder_reporters(params, items)
         result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
@@ -1619,8 +1637,12 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     from . import engine as engines
     from .pipelines import Analysis, folder_privacy, folder_reporters
     from .reports import report_document
+    from .simulate.frequency import check_coordinates
 
-    analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
+    coordinates = None if candidates is None else _read_coordinates(candidates)
+    # held to a run's budget, as estimate is
+    check_coordinates(params, coordinates, simulated=False)
+    analysis = Analysis.of(params, coordinates)
     reporters, unknown = folder_reporters(params, items)
     result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed

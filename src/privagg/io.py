@@ -816,6 +816,7 @@ def _read_table(path: Path, kind: str, fmt: InputFormat, field: str) -> tuple[np
 
 def _load_table(path: Path, kind: str, fmt: InputFormat) -> tuple[pa.Table, int | None]:
     """(a CSV, TSV or Parquet table, the file line of its row 0: None for Parquet, whose rows count from 1)."""
+    import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
@@ -827,6 +828,13 @@ def _load_table(path: Path, kind: str, fmt: InputFormat) -> tuple[pa.Table, int 
                                                                 block_size=BLOCK_BYTES),
                            parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
                            convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
+    names = table.column_names
+    # a first line of numbers is a user's vector, not a header (it was dropped, one user less): refused as for
+    # items, but for the column numbers 0..d-1 that a table written from an array carries (pandas' to_csv)
+    if fmt.header and names != [str(i) for i in range(len(names))] and _matches(pa.array(names), NUMBER).any():
+        first = delimiter.join(names)
+        raise ParameterError("input", "a table with a header line (give --no-header if it has none)",
+                             f"{path}, whose first line {_cut(first)} looks like data")
     return table, 2 if fmt.header else 1
 
 

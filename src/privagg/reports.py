@@ -12,6 +12,7 @@ kept.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -74,6 +75,9 @@ class Estimate:
     stderr: float
     hash_collision: bool | None = None  # true when several public candidates share the code
     true_count: int | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: the input's count of the item
+    # weighted aggregation (--epsilon-column): the unweighted sum_g tau_g / p_g, unbiased whatever the groups
+    unweighted: float | None = None
+    unweighted_stderr: float | None = None
 
 
 @dataclass
@@ -148,6 +152,9 @@ class EstimateReport(FrequencyReport):
     error: RealisedError | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: against the raw data
     messages_written: str | None = None  # the folder of --write-messages
     groups: list[Group] | None = None  # weighted aggregation (--epsilon-column): one per distinct epsilon
+    # weighted aggregation: true when the groups' released counts contradict the one distribution the weighted
+    # estimates assume (they are then biased: the unweighted ones are not)
+    groups_disagree: bool | None = None
     # the baseline sum_g tau_g / p_g, beside the weighted error
     unweighted_error: RealisedError | None = field(default=None, metadata=FROM_DATA)
 
@@ -475,13 +482,28 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
             for code, est, se, t in zip(codes.tolist(), estimates.tolist(), stderr.tolist(), true)]
 
 
+def shared_code_warnings(estimates: list[Estimate], encoder, n_users: int) -> list[str]:
+    """The warning that estimates named by public strings count every user whose string hashes to their code, a
+    public one or not, where that may be many: each of the users holding another string lands on a given code
+    with probability 1 / B (over the hash key), so up to n / B of them a code in expectation; none below one
+    (docs/derivations.md, "Strings hashed into [B]"). It depends on n and B alone, not on the data."""
+    named = any(isinstance(e.item, str) and not re.fullmatch(r"#\d+", e.item) for e in estimates)
+    if not (named and encoder.shares_codes and n_users >= encoder.domain_size):
+        return []
+    return [f"each named estimate counts every user whose string hashes to its code, listed or not: with n = "
+            f"{n_users:,} users over B = {encoder.domain_size:,} codes, up to n / B = {n_users / encoder.domain_size:.3g} "
+            "users a code (in expectation over the hash key) may hold strings other than its name; a --domain well "
+            "above n makes them negligible"]
+
+
 def analysis_report(parameters, table, privacy: PrivacyDescription, engine: Engine, *, encoder, top: int = 10,
                     full_domain: bool = True, collection: Collection | None = None) -> AnalysisReport:
     """The report of an analysis whose result is a frequency table: its ``top`` items, named by ``encoder``.
     What an analysis releases is decided in :mod:`privagg.pipelines` (``Analysis.report``), which calls this
     or :func:`vector_analysis_report`."""
-    return AnalysisReport(estimates=reported_estimates(table, encoder, top), full_domain=full_domain,
-                          **_analysis_common(parameters, table, privacy, engine, collection))
+    estimates = reported_estimates(table, encoder, top)
+    return AnalysisReport(estimates=estimates, full_domain=full_domain, **_analysis_common(
+        parameters, table, privacy, engine, collection, shared_code_warnings(estimates, encoder, parameters.n_users)))
 
 
 def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,

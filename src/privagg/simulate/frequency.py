@@ -29,7 +29,8 @@ from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.privacy_blanket import float_rows
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
-                       expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
+                       expected_error, privacy_profile, report_parameters, reported_estimates, shared_code_warnings,
+                       with_discovery)
 from .progress import Progress
 from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
@@ -83,17 +84,15 @@ def full_domain_bytes(parameters, mode: str) -> int:
     return peak_bytes(parameters, mode, True) - peak_bytes(parameters, mode, False)
 
 
-def full_domain_preimages(parameters, mode: str = "faithful") -> int:
+def full_domain_preimages(parameters) -> int:
     """The preimages an analyzer that enumerates them over [B] walks (FE1, and sparse-vector-hashed over its cells:
-    every message's q / b; in fast mode the users' real messages only, the dummies' counts drawn in one step), else
-    0."""
+    every message's q / b, the dummies' too, which the fast path also makes and counts one by one), else 0."""
     from ..protocols.balls_into_bins import FE1Parameters
 
     if not isinstance(parameters, FE1Parameters):
         return 0
     hashing = parameters.hash
-    messages = parameters.n_users if mode == "fast" else math.ceil(parameters.n_users * parameters.messages_per_user)
-    return messages * -(-hashing.modulus // hashing.bins)
+    return math.ceil(parameters.n_users * parameters.messages_per_user) * -(-hashing.modulus // hashing.bins)
 
 
 # Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
@@ -107,7 +106,7 @@ PREIMAGE_SECONDS = 1 / 1.5e8
 CHECK_SECONDS = 1 / 1.5e9
 
 
-def full_domain_seconds(parameters, mode: str = "faithful") -> float:
+def full_domain_seconds(parameters) -> float:
     """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
     the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
     FE1 walks every message's preimages and OLH checks every user's hash at every item."""
@@ -116,7 +115,7 @@ def full_domain_seconds(parameters, mode: str = "faithful") -> float:
 
     domain = parameters.domain_size
     noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
-    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters, mode)
+    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters)
             * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
 
 
@@ -139,7 +138,7 @@ def check_full_domain(parameters, mode: str) -> None:
                              f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
                              "--candidates with --no-full-domain", domain)
-    walked = full_domain_preimages(parameters, mode)
+    walked = full_domain_preimages(parameters)
     if walked > PREIMAGES_MAX:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
@@ -197,7 +196,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     calibrate_seconds = time.perf_counter() - start
     full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
                                      analyzer_checks(protocol, codes.size, domain_size),
-                                     full_domain_seconds(parameters, mode), codes.size, protocol,
+                                     full_domain_seconds(parameters), codes.size, protocol,
                                      _no_information(parameters))
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
@@ -226,7 +225,8 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
         messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
         bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
         estimates=estimates, privacy_profile=privacy_profile(parameters),
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings()], error=error,
+        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings(),
+                  *shared_code_warnings(estimates, encoder, parameters.n_users)], error=error,
         simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
         input=input_name)
     return report, run
@@ -284,13 +284,17 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     truth = np.bincount(codes, minlength=domain) if evaluate else None
     labels, values = top_k(None, combined.estimates, top)
     stderr = np.sqrt(combined.variance[labels])
-    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]))
+    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]),
+                          float(combined.unweighted[c]), float(combined.unweighted_stderr[c]))
                  for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
     weakest = int(np.argmax(levels))
     privacy = runs[weakest].privacy
     privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
         f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
-        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest)",))
+        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest), and each group's data condition is of its "
+        f"own users: every category held by at least beta n_g of the n_g users of group g; each user's epsilon, so "
+        f"his group and the groups' sizes, is public as n is (neighbours differ in one user's item, not his epsilon)",))
+    disagree, weighting = _weighting_warnings(combined, encoder)
     if evaluate:
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
     first = runs[weakest]
@@ -301,7 +305,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         bits_per_message=groups[weakest].bits_per_message,
         expected_error=_weighted_expected_error(groups, combined, domain, sum(r.messages_total for r in runs)),
         estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
-        warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
+        warnings=[*warnings, *weighting, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
                   *(w for p in groups for w in p.warnings())],
         error=None if truth is None else error_summary(combined.estimates, truth, "domain"),
         simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
@@ -310,8 +314,37 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         input=input_name,
         groups=[Group(float(e), p.n_users, p.sampling_probability, float(w), r.privacy.summary())
                 for e, p, w, r in zip(levels, groups, combined.weights, runs)],
-        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"))
+        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"),
+        groups_disagree=disagree)
     return report, runs
+
+
+# The groups' released counts contradict one shared distribution when some category's weighted and unweighted
+# estimates differ by more than this many of their sd under it (Bonferroni over the N categories): a false alarm
+# has probability about DISAGREEMENT_LEVEL when the groups do share one distribution.
+DISAGREEMENT_LEVEL = 0.01
+
+
+def _weighting_warnings(combined, encoder: ItemEncoder) -> tuple[bool, list[str]]:
+    """(whether the release contradicts the weighted estimates' assumption, the warnings saying what they assume
+    and, where the release contradicts it, where): computed from the released counts only, so the report stays
+    the protocol's release (docs/derivations.md, "Weighted aggregation")."""
+    from statistics import NormalDist
+
+    z = np.abs(combined.disagreement)
+    limit = NormalDist().inv_cdf(1 - DISAGREEMENT_LEVEL / (2 * z.size))
+    assumed = ("weighted aggregation: the estimates weight the groups' frequencies by inverse variance, which is "
+               "unbiased only where every group holds the categories in the same proportions (no party can check "
+               "it); the unweighted estimates beside them (sum of tau_g / p_g) are unbiased whatever the groups, "
+               "with larger standard errors")
+    worst = int(np.argmax(z))
+    if z[worst] <= limit:
+        return False, [assumed]
+    return True, [assumed, f"the groups' released counts contradict one shared distribution: {encoder.label(worst)}'s "
+                           f"weighted estimate {combined.estimates[worst]:.1f} and unweighted "
+                           f"{combined.unweighted[worst]:.1f} differ by {z[worst]:.1f} standard deviations (more "
+                           f"than {limit:.2f}: by chance with probability {DISAGREEMENT_LEVEL:g} over the {z.size} "
+                           "categories), so the weighted estimates are biased: use the unweighted ones"]
 
 
 def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, delta: float,
@@ -354,8 +387,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     calibrate_seconds = time.perf_counter() - start
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
-    if candidates is None and discover_phi is None:
-        _check_every_coordinate(parameters, mode)
+    if discover_phi is None:
+        check_coordinates(parameters, candidates)
     discovery = None
     if discover_phi is not None:
         candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
@@ -412,21 +445,38 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     return report, run
 
 
-def _check_every_coordinate(parameters, mode: str) -> None:
-    """Refuse estimating every coordinate without candidates when it would take longer than a run of n users may
-    (registry.run_budget): sparse-vector-hashed enumerates the preimages of every cell, whatever n (3 users over
-    2^20 coordinates took 47 s); name --candidates, --discover-phi and the dimension that fits."""
+# A vector sum's report lists every coordinate it estimated, each an object of the report and of its JSON: about
+# 5e-5 s apiece (3 users on 2 cores at load average 4 to 5: sparse-vector-hashed's 2^19 coordinates took 28 s to
+# estimate and 2^18 18 s to analyze, the report's objects, their walks and the JSON nearly all of it; the cells'
+# preimages 1.5 s)
+COORDINATE_SECONDS = 5e-5
+
+
+def check_coordinates(parameters, candidates: np.ndarray | None = None, simulated: bool = True) -> None:
+    """Refuse, before any message, a vector sum whose coordinates would take longer than a run of n users may
+    (registry.run_budget), whatever n: the report lists every coordinate estimated (the ``candidates`` number, else
+    all d), and sparse-vector-hashed without candidates enumerates the preimages of every cell (3 users over 2^19
+    coordinates took 28 s, over 2^20 47 s, and as long to analyze their written messages). The error names what
+    shrinks it: fewer candidates, or candidates, and for a ``simulated`` run (estimate) --discover-phi and the
+    dimension that fits."""
     from ..protocols.registry import run_budget
 
-    seconds, budget = full_domain_seconds(parameters, mode), run_budget(parameters.n_users)
+    count = parameters.dimension if candidates is None else np.unique(candidates).size
+    seconds = count * COORDINATE_SECONDS + (full_domain_seconds(parameters) if candidates is None else 0.0)
+    budget = run_budget(parameters.n_users)
     if seconds <= budget:
         return
-    d = parameters.dimension
-    largest = max(1, int(d * budget / seconds))
-    raise ParameterError("candidates", f"given (a file of public coordinates), or --discover-phi, or a --dimension of "
-                         f"at most about {largest:,}: {parameters.protocol}'s estimate of all {d:,} coordinates would "
-                         f"take about {seconds:.2g} s whatever the number of users, past the {budget:.2g} s a run of "
-                         f"{parameters.n_users:,} users may take by default", None)
+    largest = max(1, int(count * budget / seconds))
+    why = (f"{parameters.protocol}'s estimate of {count:,} coordinates would take about {seconds:.2g} s whatever the "
+           f"number of users, past the {budget:.2g} s a run of {parameters.n_users:,} users may take by default")
+    if candidates is not None:
+        raise ParameterError("candidates", f"at most about {largest:,} coordinates: {why}", f"{count:,}")
+    if getattr(parameters, "one_sparse", False):
+        others = ((", or --discover-phi" if parameters.protocol == "sparse-vector-hashed" else "")
+                  + f", or a --dimension of at most about {largest:,}") if simulated else ""
+        raise ParameterError("candidates", f"given (a file of public coordinates){others}: {why}", None)
+    raise ParameterError("dimension", f"at most about {largest:,} coordinates (columns) at {parameters.n_users:,} "
+                         f"users, or more users: {why}", count)
 
 
 @dataclasses.dataclass
