@@ -48,8 +48,9 @@ _KEK_FILE = typer.Option(None, "--kek-file", help="Analyzer, S2: the file holdin
 
 def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties), sharing (DPDS and "  # type: ignore[valid-type]
                                                 "DPDG's server), s1 or s2 (TSS's two servers)."),
-          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [collector] or "
-                                                                       "[analyzer] table."),
+          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a table for each role it "
+                                                                       "configures ([collector], [analyzer], "
+                                                                       "[sharing], [s1], [s2])."),
           db: Optional[str] = _DB,
           host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default 127.0.0.1)."),
           port: Optional[int] = typer.Option(None, "--port", help="Port (default 8080 collector, 8081 analyzer)."),
