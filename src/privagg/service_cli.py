@@ -373,9 +373,11 @@ def _second_task(path: Path, parameters):
 
     try:
         second = SecondTask.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError) as err:  # what is wrong in words, not the error's class name
+        why = err.strerror if isinstance(err, OSError) else f"no field {err}" if isinstance(err, KeyError) else \
+            str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         raise ParameterError("second-task", "S2's public task, as privagg task create --s2 --json prints it",
-                             f"{path} ({type(err).__name__})") from None
+                             f"{path} ({why})") from None
     if second.parameters.to_dict() != parameters.to_dict():
         raise ParameterError("second-task", "S2's task for the same parameters as --params", f"{path}: other ones")
     return second
