@@ -14,6 +14,7 @@ commands that use them, so ``privagg --help`` starts fast.
 from __future__ import annotations
 
 import atexit
+import errno
 import gc
 import inspect
 import os
@@ -34,7 +35,7 @@ except ImportError:  # the light install has no command line
 
 from . import __version__
 from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output,
-                         SHOWN_PATHS, _clean_errors, _console, _emit, _say, same_file)
+                         SHOWN_PATHS, _clean_errors, _console, _emit, _say, format_option, same_file)
 from .errors import ParameterError
 from .protocols.kinds import Family, ResultKind
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
@@ -610,19 +611,11 @@ def _input_parameters() -> list[inspect.Parameter]:
             None, "--input", callback=_input_file,
             help="Text (one item per line), CSV, TSV, Parquet or .npy file; - reads standard input (text, or a table "
                  "with --delimiter). Default: the bundled English-words dataset.")),
-        _param("column", Optional[str], typer.Option(
-            None, "--column", help="The column holding the items (a table with several); with --no-header, "
-                                   "its 0-based index.")),
-        _param("item_type", ItemTypeChoice, typer.Option(
-            "auto", "--item-type", help="int, str, or auto: integers only when every value is a canonical "
-                                        "decimal integer; any mix is an error.")),
-        _param("delimiter", Optional[str], typer.Option(
-            None, "--delimiter", help="Read the input as a table with this delimiter (default: by extension, "
-                                      ".csv comma, .tsv tab).")),
-        _param("header", bool, typer.Option(True, "--header/--no-header",
-                                            help="Whether the table's first line names its columns.")),
-        _param("missing", MissingChoice, typer.Option(
-            "error", "--missing", help="An empty cell or line: error (default) or drop (leave the user out).")),
+        _param("column", Optional[str], format_option("column")),
+        _param("item_type", ItemTypeChoice, format_option("item_type")),
+        _param("delimiter", Optional[str], format_option("delimiter")),
+        _param("header", bool, format_option("header")),
+        _param("missing", MissingChoice, format_option("missing")),
     ]
 
 
@@ -1396,9 +1389,11 @@ def compare_command(
     input: Optional[Path] = typer.Option(None, "--input", callback=_input_file,
                                          help="Items, one per user (as privagg estimate reads them; - reads standard "
                                               "input). Default: the bundled English words."),
-    column: Optional[str] = typer.Option(None, "--column", help="The column holding the items (a table)."),
-    delimiter: Optional[str] = typer.Option(None, "--delimiter", help="Read the input as a table with this "
-                                            "delimiter (default: by extension, .csv comma, .tsv tab)."),
+    column: Optional[str] = format_option("column"),
+    item_type: ItemTypeChoice = format_option("item_type"),  # type: ignore[valid-type]
+    delimiter: Optional[str] = format_option("delimiter"),
+    header: bool = format_option("header"),
+    missing: MissingChoice = format_option("missing"),  # type: ignore[valid-type]
     domain: int = typer.Option(1024, "--domain", help="Domain size B: integer items in [0, B); text is hashed into "
                                                      "it (default 1,024: every baseline can run)."),
     trials: int = typer.Option(3, "--trials", help="Seeded runs per protocol and epsilon."),
@@ -1421,7 +1416,8 @@ def compare_command(
         if input is None:
             codes, name = encoder.encode(datasets.english_words()), f"{datasets.DESCRIPTION}, hashed into {domain} codes"
         else:
-            codes = read_codes(input, encoder, InputFormat(column=column, delimiter=delimiter)).codes
+            codes = read_codes(input, encoder, InputFormat(item_type.value, column, delimiter, header,
+                                                          missing.value)).codes
             name = _input_name(input)
         with _progress(progress) as advance:
             report = compare(codes, encoder, names, epsilons, delta, trials, seed, name, advance)
@@ -1722,6 +1718,9 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Private aggregate statistics without a trusted collector."""
 
 
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # what a write may meet that is no bug
+
+
 def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
     try:
@@ -1731,6 +1730,10 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:
+        if isinstance(e, OSError) and e.errno in WRITE_FAILURES:
+            # standard output on a full disk (> /dev/full), a quota, a device error: the environment's, not a bug
+            _say(f"error: the output could not be written ({e.strerror})", stderr=True)
+            sys.exit(EXIT_BAD_INPUT)
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             traceback.print_exc()

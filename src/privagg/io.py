@@ -147,19 +147,23 @@ JSON_BYTES = 64 << 20  # a parameters file or report: a few kilobytes
 
 
 def read_json_text(path: str | Path, field: str, largest: int = JSON_BYTES) -> str:
-    """The text of a small UTF-8 JSON file (parameters, a report): refused, in one line, when it is a folder,
-    unreadable, binary, not UTF-8 or larger than ``largest`` bytes, before it is read."""
+    """The text of a small UTF-8 JSON file (parameters, a report), or of a pipe (``--params <(privagg calibrate
+    ...)``): refused, in one line, when it is a folder, unreadable, binary, not UTF-8 or larger than ``largest``
+    bytes (a file's size is checked before it is read; a pipe is read no further)."""
     accepted = f"a readable UTF-8 JSON file of at most {largest // 2**20} MiB"
     path = Path(path)
     if path.is_dir():
         raise ParameterError(field, f"{accepted}, not a folder", path)
-    if not path.is_file():
-        raise ParameterError(field, "an existing file" if not path.exists() else accepted, path)
+    if not path.exists():
+        raise ParameterError(field, "an existing file", path)
     try:
         size = path.stat().st_size
         if size > largest:
             raise ParameterError(field, accepted, f"{path} ({size} bytes)")
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(largest + 1)
+        if len(data) > largest:  # a pipe or a device (/dev/zero) that goes on
+            raise ParameterError(field, accepted, f"{path} (longer)")
     except OSError as err:
         raise ParameterError(field, accepted, f"{path} ({err.strerror or err})") from None
     found = next((name for magic, name in MAGIC.items() if data.startswith(magic)), None)

@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from .cli_output import EXIT_START_FAILED, _check_output, _clean_errors, _console, _emit, _say
+from .cli_output import EXIT_START_FAILED, _check_output, _clean_errors, _console, _emit, _say, format_option
 from .errors import ParameterError, check_integer
 
 Role = Enum("Role", {name: name for name in ("analyzer", "collector", "sharing", "s1", "s2")}, type=str)
@@ -48,8 +48,9 @@ _KEK_FILE = typer.Option(None, "--kek-file", help="Analyzer, S2: the file holdin
 
 def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties), sharing (DPDS and "  # type: ignore[valid-type]
                                                 "DPDG's server), s1 or s2 (TSS's two servers)."),
-          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [collector] or "
-                                                                       "[analyzer] table."),
+          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a table for each role it "
+                                                                       "configures ([collector], [analyzer], "
+                                                                       "[sharing], [s1], [s2])."),
           db: Optional[str] = _DB,
           host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default 127.0.0.1)."),
           port: Optional[int] = typer.Option(None, "--port", help="Port (default 8080 collector, 8081 analyzer)."),
@@ -262,16 +263,14 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
     tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
+    from .io import read_json_text
     from .protocols.registry import load_parameters
     from .service.client import check_url
     from .service.config import load_config
     from .service.storage import connect
 
     with _clean_errors():
-        try:
-            parameters = load_parameters(params.read_text())
-        except OSError as e:
-            raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
+        parameters = load_parameters(read_json_text(params, "params"))
         if second_url is not None:
             second_url = check_url("second-url", second_url)
         given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
@@ -396,9 +395,11 @@ def _second_task(path: Path, parameters):
 
     try:
         second = SecondTask.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError) as err:  # what is wrong in words, not the error's class name
+        why = err.strerror if isinstance(err, OSError) else f"no field {err}" if isinstance(err, KeyError) else \
+            str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         raise ParameterError("second-task", "S2's public task, as privagg task create --s2 --json prints it",
-                             f"{path} ({type(err).__name__})") from None
+                             f"{path} ({why})") from None
     if second.parameters.to_dict() != parameters.to_dict():
         raise ParameterError("second-task", "S2's task for the same parameters as --params", f"{path}: other ones")
     return second
@@ -408,10 +409,10 @@ def _relay_token(path: Path | None) -> str:
     if path is None:
         raise ParameterError("relay-token-file", "given with --second-task: the file with S2's relay token", None)
     try:
-        return path.read_text().strip()
-    except OSError as err:
-        raise ParameterError("relay-token-file", "a readable file with S2's relay token",
-                             f"{path} ({err.strerror})") from None
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParameterError("relay-token-file", "a readable file with S2's relay token (ASCII)",
+                             f"{path} ({getattr(err, 'strerror', None) or err.reason})") from None
 
 
 def _candidate_lines(path: Path) -> list:
@@ -610,16 +611,25 @@ def _value(text: str, parameters):
     """A user's value as given: JSON (an integer item, a list: a vector or a (coordinate, weight) pair, or a string),
     else the text itself, a string item; a string only for a task that takes text (:func:`_takes_text`), which the
     SDK hashes with the task's item_key as every device does."""
+    from .protocols.kinds import ResultKind
+    from .protocols.registry import get
+
     try:
         value = json.loads(text)
     except ValueError:
         value = text
-    accepted = "an integer item, a JSON list (a vector)" + (", or text (an item)" if _takes_text(parameters) else
-                                                             " (the task takes no text: its parameters have no "
-                                                             "item_key)")
-    if isinstance(value, bool) or not isinstance(value, (int, list, str)) or (
-            isinstance(value, str) and not _takes_text(parameters)):
-        raise ParameterError("value", accepted, text)
+    items = get(parameters.protocol).result is not ResultKind.VECTOR_SUM
+    accepted = (f"an integer item in [0, {parameters.domain_size})" if items else "a JSON list (a vector, or a "
+                "[coordinate, weight] pair)") + (", or text (an item)" if _takes_text(parameters) else
+                                                 " (the task takes no text: its parameters have no item_key)")
+    if isinstance(value, str):
+        taken = value != "" and _takes_text(parameters)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        taken = items and 0 <= value < parameters.domain_size
+    else:
+        taken = isinstance(value, list) and not items
+    if not taken:
+        raise ParameterError("value", accepted, repr(text) if text.strip() != text or not text else text)
     return value
 
 
@@ -665,30 +675,40 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
     _say(f"report {status}")
 
 
-def _load_values(parameters, path: Path):
-    """The values of a load run, one per row (CSV/TSV/Parquet/text): items, or vectors (.npy/CSV rows). A task of
-    text items takes text as its SDK does: fe-hh's strings as they are, other items hashed with the task's public
-    item_key (integers are item codes); a task without an item_key takes integer items only."""
+def _load_values(parameters, path: Path, fmt=None):
+    """The values of a load run, one per row (CSV/TSV/Parquet/text) read as ``fmt`` (an io.InputFormat) says: items,
+    or vectors (.npy/CSV rows). A task of text items takes text as its SDK does: fe-hh's strings as they are, other
+    items hashed with the task's public item_key (integers are item codes); a task without an item_key takes integer
+    items only."""
+    from dataclasses import replace
+
     from .core.encoding import ItemEncoder
     from .io import InputFormat, read_codes, read_items, read_vectors
     from .protocols.kinds import ResultKind
     from .protocols.registry import get
 
+    fmt = InputFormat() if fmt is None else fmt
     if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
-        return [row for row in read_vectors(path, InputFormat())]
+        return [row for row in read_vectors(path, fmt)]
     if getattr(parameters, "max_length", None) is not None:
-        items, _ = read_items(path, InputFormat())
+        items, _ = read_items(path, fmt)
         return list(items) if isinstance(items, list) else items.tolist()
     if _takes_text(parameters):
-        return read_codes(path, ItemEncoder.for_parameters(parameters), InputFormat()).codes.tolist()
+        return read_codes(path, ItemEncoder.for_parameters(parameters), fmt).codes.tolist()
+    if fmt.item_type == "str":
+        raise ParameterError("item-type", "auto or int for a task that takes no text (its parameters have no "
+                             "item_key)", fmt.item_type)
     encoder = ItemEncoder(parameters.domain_size, kind="integer")
-    return read_codes(path, encoder, InputFormat(item_type="int")).codes.tolist()
+    return read_codes(path, encoder, replace(fmt, item_type="int")).codes.tolist()
 
 
 def loadgen(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
             task: str = typer.Option(..., "--task", help="The task id."),
             input: Path = typer.Option(..., "--input", help="One value per simulated client, one a row: integer "
                                        "items, text items for a task of text (as submit --value), or vectors."),
+            column: Optional[str] = format_option("column"), item_type: str = format_option("item_type"),
+            delimiter: Optional[str] = format_option("delimiter"), header: bool = format_option("header"),
+            missing: str = format_option("missing"),
             tokens: Path = typer.Option(..., "--tokens", help="Tokens of the task, one a line (privagg tokens "
                                                               "issue)."),
             concurrency: int = typer.Option(100, "--concurrency", help="Reports in flight at once."),
@@ -696,11 +716,15 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
             analyzer: Optional[str] = _TASK_FROM,
             as_json: bool = typer.Option(False, "--json", help="Print the JSON summary.")) -> None:
     """Simulated clients, each a real SDK client over HTTP: acknowledged, refused, throughput, latency."""
+    from .io import InputFormat
     from .service.client import Client, SubmitError
     from .service.loadgen import run_load
 
     with _clean_errors():
+        fmt = InputFormat(item_type, column, delimiter, header, missing)
         concurrency = check_integer("concurrency", concurrency, 1, 100_000)
+        if not 0 <= retry_for <= 86_400:
+            raise ParameterError("retry-for", "a number of seconds in [0, 86400]", retry_for)
         collector = _service(collector, "collector", "collector")
         analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
         if analyzer is None:
@@ -710,10 +734,11 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
         except SubmitError as err:
             raise ParameterError("task", "a task the service serves", str(err)) from None
         try:
-            issued = tokens.read_text().split()
-        except OSError as e:
-            raise ParameterError("tokens", "a readable file of tokens", f"{tokens} ({e.strerror})") from None
-        result = run_load(collector, client, _load_values(client.task.parameters, input), issued, concurrency,
+            issued = tokens.read_text(encoding="ascii").split()
+        except (OSError, UnicodeDecodeError) as e:  # tokens are ASCII: UTF-16 or binary data is not a tokens file
+            raise ParameterError("tokens", "a readable file of tokens (ASCII, one a line)",
+                                 f"{tokens} ({getattr(e, 'strerror', None) or e.reason})") from None
+        result = run_load(collector, client, _load_values(client.task.parameters, input, fmt), issued, concurrency,
                           retry_for)
     if as_json:
         print(result.to_json())
@@ -722,9 +747,10 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(result.refusals.items()))
     _say(f"{result.clients} clients: {result.acknowledged} acknowledged, {result.refused} refused"
          f"{f' ({reasons})' if reasons else ''}, {result.failed} failed; {result.messages_acknowledged} messages")
+    latency = "no latency (none acknowledged)" if lat["p50"] is None else (
+        f"latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, p99 {lat['p99']:.0f} ms")
     _say(f"sent in {result.send_seconds:.1f} s at concurrency {result.concurrency}: {result.reports_per_second:.0f} "
-         f"reports/s; latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, p99 {lat['p99']:.0f} ms; "
-         f"{result.retries} retries; reports made in {result.prepare_seconds:.1f} s")
+         f"reports/s; {latency}; {result.retries} retries; reports made in {result.prepare_seconds:.1f} s")
 
 
 def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's URL."),
@@ -738,7 +764,11 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
 
     import httpx
 
+    from .service.tasks import is_hex_id
+
     with _clean_errors():
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         top = check_integer("top", top, 1, MAX_TOP)
         analyzer = _service(analyzer, "analyzer", "analyzer")
         token = os.environ.get("PRIVAGG_ANALYZER_RESULT_TOKEN")
@@ -752,21 +782,22 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
         except ValueError:
             report = None
         if answer.status_code != 200 or not isinstance(report, dict):
-            _refused_result(analyzer, answer.status_code, report, answer.text, token)
+            _refused_result(analyzer, task, answer.status_code, report, answer.text, token)
     _emit(report, as_json, output, lambda: print_result(report, top))
 
 
 MAX_TOP = 100_000  # the analyzer's result route takes top in 1..100,000
 
 
-def _refused_result(analyzer: str, status: int, refusal, text: str, token: str | None) -> None:
+def _refused_result(analyzer: str, task: str, status: int, refusal, text: str, token: str | None) -> None:
     """The analyzer's refusal of a result as the ParameterError of whichever input it concerns: the task (unknown,
     or not released), the result token, or the URL (an answer that is not the analyzer's)."""
     reason, detail = (refusal.get("error"), refusal.get("detail")) if isinstance(refusal, dict) else (None, None)
     if reason in ("not_released", "nothing_discovered"):  # no result yet: not an error in the task id
-        raise ParameterError("task", "a task whose result was released", detail)
+        why = detail.removeprefix(f"task {task} ") if isinstance(detail, str) else reason
+        raise ParameterError("task", "a task whose result was released", f"{task}, which {why}")
     if reason == "unknown_task":
-        raise ParameterError("task", "a task of the analyzer", detail)
+        raise ParameterError("task", f"a task of the analyzer at {analyzer}", task)
     if reason == "unauthenticated":
         raise ParameterError("PRIVAGG_ANALYZER_RESULT_TOKEN", "the analyzer's result token",
                              "a token the analyzer refused" if token else "none")
@@ -860,8 +891,8 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
             if value is not None and protocol.value not in DEMO_OPTIONS[name]:
                 raise ParameterError(name, f"given only for {', '.join(DEMO_OPTIONS[name])} (it does nothing for "
                                      f"{protocol.value})", value)
+        concurrency = check_integer("concurrency", 500 if concurrency is None else concurrency, 1, 100_000)
     signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
-    concurrency = 500 if concurrency is None else concurrency
     if protocol.value == "fe-hh":
         _demo_heavy_hitters(users or 20_000, epsilon, delta, concurrency, workdir, as_json)
         return

@@ -704,8 +704,8 @@ def _uniform_multisets(types: int, count: int) -> dict[tuple[int, ...], float]:
     law: dict[tuple[int, ...], float] = {}
     for draw in itertools.combinations_with_replacement(range(types), count):
         histogram = np.bincount(np.asarray(draw, dtype=np.int64), minlength=types)
-        ways = math.factorial(count) / math.prod(math.factorial(int(h)) for h in histogram)
-        law[tuple(histogram.tolist())] = ways / types**count
+        ways = math.factorial(count) // math.prod(math.factorial(int(h)) for h in histogram)
+        law[tuple(histogram.tolist())] = ways / types**count  # integers divided: exact past floats (171 dummies)
     return law
 
 

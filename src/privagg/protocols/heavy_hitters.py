@@ -61,9 +61,12 @@ STRING_STEP = 8
 SURVIVORS_PER_PHI = 4  # at most 4 / phi prefixes survive a level (at most 2 / phi hold phi n / 2 users each)
 
 
+PHI_MIN = 2.0**-64  # below it phi n < 1 for every n a float counts exactly, and 4 / phi prefixes overflow
+
+
 def _check_phi(phi) -> float:
-    if isinstance(phi, bool) or not isinstance(phi, (int, float)) or not 0 < phi < 1:
-        raise ParameterError("phi", "in (0, 1): heavy items are held by at least phi n users", phi)
+    if isinstance(phi, bool) or not isinstance(phi, (int, float)) or not PHI_MIN <= phi < 1:
+        raise ParameterError("phi", "in [2^-64, 1): heavy items are held by at least phi n users", phi)
     return float(phi)
 
 
@@ -72,7 +75,8 @@ def _first_level(n_users: int, phi: float, width: int, step: int) -> int:
     the last level when there is room for two levels."""
     if width == step:
         return width
-    s = math.ceil(math.log2(n_users / (phi * math.log2(n_users))))
+    ratio = n_users / (phi * math.log2(n_users))  # inf for a phi near the least float: past any cap
+    s = math.ceil(math.log2(ratio)) if math.isfinite(ratio) else FIRST_LEVEL_BITS_MAX
     s = step * max(1, min(s, FIRST_LEVEL_BITS_MAX) // step)
     return min(s, width - step)
 
@@ -139,10 +143,11 @@ def _normal_tail(z: float) -> float:
 
 
 def _normal_quantile(tail: float) -> float:
-    """z with Pr[N(0, 1) > z] = ``tail``."""
+    """z with Pr[N(0, 1) > z] = ``tail``: -Phi^-1(tail), exact for tails below 1e-16 too (1 - tail would round to 1),
+    a tail that underflowed to 0 taken at the least float."""
     from statistics import NormalDist
 
-    return NormalDist().inv_cdf(1 - tail)
+    return -NormalDist().inv_cdf(max(tail, 5e-324))
 
 
 @dataclass(frozen=True)
