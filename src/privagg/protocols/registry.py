@@ -17,7 +17,7 @@ import dataclasses
 import inspect
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,6 +42,20 @@ class Option:
     name: str
     type: type
     help: str
+
+
+@dataclass(frozen=True)
+class DiscoveryStage:
+    """A first stage that finds what a protocol then estimates (``--discover-phi``; the shuffle FE paper's two
+    stages, §5): ``protocol`` (a heavy-hitter protocol taking ``phi``) runs over the protocol's own domain at its
+    (epsilon, delta), each user's item there ``items(parameters, inputs, rng)``; ``candidates(parameters,
+    reported)`` are the items it reports that the second stage estimates. The two stages compose
+    (:func:`privagg.pipelines.staged_privacy`)."""
+
+    protocol: str
+    items: Callable[[Any, Any, np.random.Generator], np.ndarray]
+    candidates: Callable[[Any, Any], np.ndarray]
+    what: str  # what the first stage runs over, for reports ("the users' rounded cells")
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,10 @@ class ProtocolEntry:
     # messages or error grow with B: no default domain for --input, and the bundled data is the
     # datasets.SMALL_VOCABULARY most common words as categories (the 20,000 hashed into 2^24 would not run)
     small_domain: bool = False
+    discovery: DiscoveryStage | None = None  # a first stage that can find the candidates (--discover-phi)
+    # privagg demo-service runs it over the bundled words: through the collector and the analyzer (a frequency
+    # table's top words, or a heavy-hitter list), or through its rounds' servers (a multi-round protocol)
+    demo: bool = False
 
     @property
     def implemented(self) -> bool:
@@ -177,7 +195,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         audit_instances=_HISTOGRAM_AUDITS, options=(_HONEST,), **_BALLS_INTO_BINS),
     ProtocolEntry(
         name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", topology=Topology.SHUFFLE,
-        example=_example(5000, bins=50),
+        example=_example(5000, bins=50), demo=True,
         trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1, parameters=bib.FE1Parameters,
         client=bib.FE1Client, analyzer=bib.FE1Analyzer, fast=bib.fe1_fast_aggregate, **_BALLS_INTO_BINS,
@@ -189,7 +207,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                  Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
         name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels (integers up to 2^64, strings)",
-        example=_example(2**20, phi=0.1),
+        example=_example(2**20, phi=0.1), demo=True,
         family=Family.BALLS_INTO_BINS, topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)",
         messages_per_user="p_f (1 + rho), rho = mu b / m", reference="shuffle FE paper, §4 (the authors' HHD code)",
         result=ResultKind.HEAVY_HITTER_LIST, calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
@@ -226,6 +244,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         example=_example(2**30, bins=50),
         topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result=ResultKind.VECTOR_SUM,
+        discovery=DiscoveryStage("fe-hh", sv.discovery_items, sv.discovered_coordinates, "the users' rounded cells"),
         calibrate=sv.calibrate_hashed_sparse_vector, parameters=sv.HashedSparseVectorParameters,
         client=sv.SparseVectorClient, analyzer=sv.HashedSparseVectorAnalyzer, fast=sv.sparse_fast_aggregate,
         **_BALLS_INTO_BINS,  # as FE1's: the closed form is beyond enumeration
@@ -283,14 +302,14 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology=Topology.SECRET_SHARING,
-        example=_example(10, min_count_fraction=0.05),
+        example=_example(10, min_count_fraction=0.05), demo=True,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
         options=(_BETA, _P, _HONEST, _SEEDS), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
-        example=_example(10),
+        example=_example(10), demo=True,
         family=Family.SAMPLING_SHARING, topology=Topology.SECRET_SHARING,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
@@ -304,7 +323,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                  _SEEDS)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
-        example=_example(10, min_count_fraction=0.05, report_fraction=0.5),
+        example=_example(10, min_count_fraction=0.05, report_fraction=0.5), demo=True,
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
         analyzer=ss.SumServer, fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
@@ -315,7 +334,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                                 calibrations=("exact",)) for i, fraction in ((1, 2 / 3), (2, 0.5))))),
     ProtocolEntry(
         name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
-        example=_example(10, min_count_fraction=0.05, report_fraction=0.5, colluders=2),
+        example=_example(10, min_count_fraction=0.05, report_fraction=0.5, colluders=2), demo=True,
         topology=Topology.TWO_SERVERS, trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
@@ -373,17 +392,84 @@ REGISTRY: dict[str, ProtocolEntry] = {entry.name: entry for entry in ENTRIES}
 IMPLEMENTED: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.implemented)
 
 
-def _fingerprint_roles() -> None:
+def _fingerprint_roles(entries) -> None:
     """Every protocol's client and analyzer stamp and check their parameters' fingerprint (roles.py, one place)."""
     from .roles import with_fingerprints
 
-    for entry in ENTRIES:
+    for entry in entries:
         for role in (entry.client, entry.analyzer):
             if isinstance(role, type):
                 with_fingerprints(role)
 
 
-_fingerprint_roles()
+_fingerprint_roles(ENTRIES)
+
+
+def register(entry: ProtocolEntry) -> None:
+    """Add ``entry`` (a protocol of a module outside privagg) to :data:`ENTRIES`, :data:`REGISTRY` and
+    :data:`IMPLEMENTED`. What is generated from the registry at import (the CLI's commands, the report schemas'
+    protocol names, the stored aggregates' types) picks it up when imported after this call."""
+    global ENTRIES, IMPLEMENTED
+    if entry.name in REGISTRY:
+        raise ParameterError("protocol", "a name no entry has", entry.name)
+    ENTRIES = (*ENTRIES, entry)
+    REGISTRY[entry.name] = entry
+    IMPLEMENTED = tuple(e.name for e in ENTRIES if e.implemented)
+    _fingerprint_roles((entry,))
+
+
+def names(where: Callable[[ProtocolEntry], bool]) -> list[str]:
+    """The implemented protocols whose entry satisfies ``where``, in the registry's order (messages list them)."""
+    return [e.name for e in ENTRIES if e.implemented and where(e)]
+
+
+def listed(names: Sequence[str], last: str = "or") -> str:
+    """Names as prose: "fe1", "fe0 or fe1", "dpds, dpdg or tss"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def aggregate_types() -> dict[str, type]:
+    """The classes of the implemented analyzers' aggregates (their ``agg_init``'s), by name: what a service may
+    store (:mod:`privagg.service.aggregate_codec`)."""
+    from .roles import aggregate_type
+
+    found = (aggregate_type(e.analyzer) for e in ENTRIES if e.implemented and isinstance(e.analyzer, type))
+    return {kind.__name__: kind for kind in found if kind is not None}
+
+
+def full_domain_preimages(parameters, messages: int) -> int:
+    """The hash preimages the analyzer of ``parameters`` walks to count ``messages`` messages over all of [B]
+    (its class's ``preimages``: FE1's kernels, sparse-vector-hashed's over its cells), unless it counts its work
+    as ``checks`` (OLH: every user's own hash at every item); else 0."""
+    role = get(parameters.protocol).analyzer
+    if getattr(role, "checks", None) is not None or getattr(role, "preimages", None) is None:
+        return 0
+    return role.preimages(parameters, messages)
+
+
+def discovery_parameters(parameters, phi: float):
+    """The first stage of a staged run of ``parameters`` (their entry's :class:`DiscoveryStage`): its protocol at
+    their (epsilon, delta), calibration and users, over their domain, with ``phi``. A ParameterError names
+    ``discover-phi`` (or ``honest-fraction``, which a first stage without that option cannot take)."""
+    entry = get(parameters.protocol)
+    if entry.discovery is None:
+        raise ParameterError("discover-phi", f"given for a {listed(names(lambda e: e.discovery is not None))} task "
+                             "(a protocol with a discovery stage)", parameters.protocol)
+    stage = get(entry.discovery.protocol)
+    honest = {"honest_fraction": parameters.honest_fraction} if any(
+        o.name == "honest_fraction" for o in stage.options) else {}
+    if not honest and parameters.honest_fraction != 1:
+        raise ParameterError("honest-fraction", f"1 with --discover-phi ({stage.name} counts on every user's noise)",
+                             parameters.honest_fraction)
+    try:
+        return calibrate(stage.name, epsilon=parameters.epsilon, delta=parameters.delta, n_users=parameters.n_users,
+                         domain_size=parameters.domain_size, calibration=parameters.calibration, phi=phi, **honest)
+    except ParameterError as err:
+        if err.field != "phi":
+            raise
+        raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
+            "a smaller --domain", "a smaller --dimension"), err.got) from None
 
 
 def get(name: str) -> ProtocolEntry:
