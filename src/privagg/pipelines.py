@@ -32,7 +32,7 @@ import numpy as np
 from .core.encoding import ItemEncoder
 from .errors import LARGEST
 from .privacy.description import PrivacyDescription, privacy_warnings
-from .privacy.events import EarlyClose, Sequential, Stage
+from .privacy.events import EarlyClose, Incomplete, Sequential, Stage
 from .protocols.kinds import ResultKind
 from .protocols.parameters import Parameters
 from .protocols.registry import analyzer, choose_full_domain, get
@@ -160,7 +160,23 @@ def over_reporters(privacy: PrivacyDescription, parameters: Parameters, reporter
     n = parameters.n_users
     if reporters is None or not get(parameters.protocol).single_batch or reporters >= n:
         return privacy
-    event = EarlyClose(privacy.event, reporters, n, parameters.honest_users, parameters.honest_fraction)
+    return _counting_on(privacy, EarlyClose(privacy.event, reporters, n, parameters.honest_users,
+                                            parameters.honest_fraction))
+
+
+def with_lost_messages(privacy: PrivacyDescription, parameters: Parameters, lost: int,
+                       reporters: int) -> PrivacyDescription:
+    """A one-batch (shuffle) protocol's guarantee when ``lost`` messages of the ``reporters`` counted reports did
+    not enter the aggregate: an :class:`~privagg.privacy.events.Incomplete` of its event, which counts on ceil(G n)
+    honest users among the reports whose messages all entered (not private below). A local report stands alone."""
+    if not get(parameters.protocol).single_batch:
+        return privacy
+    return _counting_on(privacy, Incomplete(privacy.event, lost, reporters, parameters.honest_users,
+                                            parameters.honest_fraction))
+
+
+def _counting_on(privacy: PrivacyDescription, event: EarlyClose | Incomplete) -> PrivacyDescription:
+    """``privacy`` stating ``event``, not private where what the event counts on does not hold."""
     privacy = privacy.with_event(event)
     return privacy if event.unfounded is None else privacy.as_unfounded(event.unfounded)
 

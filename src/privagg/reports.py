@@ -565,6 +565,20 @@ def json_document(content: dict[str, Any], *, from_data: bool) -> dict[str, Any]
     return {"private": not from_data and not _says_not_private(content), **content}
 
 
+DATA_BESIDE = ("data beside the release: the document holds figures computed from the raw data besides the release "
+               "(its private flag is false)")  # why a document whose privacy block says private is not
+
+
+def document_privacy(document: dict[str, Any]) -> PrivacyDescription:
+    """The guarantee a release's JSON document states, for printing it (a served result, a demo's service part): its
+    privacy block, not private where the document's own ``private`` flag is false though the block says private
+    (something beside the release was computed from the data)."""
+    privacy = PrivacyDescription.from_dict(document["privacy"])
+    if document.get("private") is not False or not privacy.private:
+        return privacy
+    return privacy.as_unfounded(DATA_BESIDE)
+
+
 def report_document(report: Any) -> dict[str, Any]:
     """A report as its command prints it: :func:`json_document` of its fields, from the data when any field marked
     :data:`FROM_DATA` is set in it (the true counts of an evaluation, the errors of a comparison...)."""

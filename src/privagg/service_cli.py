@@ -312,7 +312,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(parameters,
                                                                                                    min_survivors)
                 _write_private(relay_token_file, token + "\n")
-                print(json.dumps(second.to_dict()) if as_json else second.task_id)
+                delta = _release_delta(parameters, second.min_survivors, as_json)
+                print(json.dumps({**second.to_dict(), **delta}) if as_json else second.task_id)
                 return
             if second_task is not None:  # S1's operator: S2's public task and relay token, from S2's operator
                 if second_url is None:
@@ -330,25 +331,23 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
                 tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
-            if as_json:
-                print(json.dumps(tss.to_dict()))
-            else:
+            if not as_json:
                 _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "
                      f"{parameters.n_users} users to enroll, rounds of {tss.round_seconds:g} s, at least "
                      f"{tss.min_survivors} survivors")
-                print(tss.task_id)
+            delta = _release_delta(parameters, tss.min_survivors, as_json)
+            print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
             return
         if service == "sharing":
             from .service.sharing import SharingService
 
             engine = connect(load_config("sharing", db=db).db, "sharing")
             task = SharingService(engine).create_task(parameters, round_seconds, min_survivors)
-            if as_json:
-                print(json.dumps(task.to_dict()))
-            else:
+            if not as_json:
                 _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
                      f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
-                print(task.task_id)
+            delta = _release_delta(parameters, task.min_survivors, as_json)
+            print(json.dumps({**task.to_dict(), **delta}) if as_json else task.task_id)
             return
         from .service.analyzer import AnalyzerService
         from .service.keys import KeyEncryptionKey
@@ -373,6 +372,29 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                  f"{stage.phi:g} (the task's guarantee: eps {parameters.epsilon + stage.epsilon:g}, delta "
                  f"{parameters.delta + stage.delta:g}, both stages by basic composition)")
         print(task.task_id)
+
+
+def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
+    """A task with rounds (dpds, dpdg, tss): the delta its release states over its fewest survivors, the worst case
+    (:func:`~privagg.service.round_tasks.release_delta`), said (unless ``as_json``), and a warning when it exceeds the
+    task's target, naming the --min-survivors that keeps it; the JSON fields of both."""
+    from .service.round_tasks import release_delta, survivors_for_target
+
+    worst, keeps = release_delta(parameters, min_survivors), survivors_for_target(parameters, min_survivors)
+    dropouts = parameters.n_users - min_survivors
+    if not as_json:
+        _say(f"its release states delta {worst:.3g} at epsilon {parameters.epsilon:g}" + (
+            f" over as few as {min_survivors} survivors (the worst case, {dropouts} dropouts)" if dropouts else
+            " (no dropout allowed)") + f"; the target delta is {parameters.delta:g}")
+    if keeps > min_survivors:
+        fewer = ("fewer users, and holders of a category, to hide among" if hasattr(parameters, "min_count_fraction")
+                 else "less noise from honest users")
+        remedy = (f"--min-survivors {keeps} or more keeps the target" if keeps < parameters.n_users else
+                  f"only --min-survivors {keeps}, no dropout, keeps it (or calibrate for a smaller delta to leave room "
+                  "for dropouts)")
+        _say(f"warning: a release over {min_survivors} survivors would state delta {worst:.3g}, over the task's "
+             f"target {parameters.delta:g} (its {dropouts} dropouts leave {fewer}): {remedy}", stderr=True)
+    return {"delta_at_min_survivors": worst, "min_survivors_for_target_delta": keeps}
 
 
 def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
@@ -468,9 +490,11 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         engine = connect(load_config("collector", db=db).db, "collector", create=False)
-        waiting = Collector(engine, None, None).close(task)
-    _say(f"closed task {task}: no report is taken after" + (f"; its {waiting} waiting reports form its last batch"
-                                                            if waiting else ""))
+        waiting, before = Collector(engine, None, None).close(task)
+    last = f"; its {waiting} waiting reports form its last batch" if waiting else ""
+    _say({None: f"closed task {task}: no report is taken after{last}",
+          "closed": f"task {task} was already closed (nothing changed): no report is taken after{last}",
+          "released": f"task {task} already took no report (nothing changed): its one batch was released"}[before])
 
 
 @db_app.command("upgrade")
@@ -768,18 +792,32 @@ def _refused_result(analyzer: str, status: int, refusal, text: str, token: str |
                          f"{shown})")
 
 
+def _label(privacy) -> str:
+    """A release's privacy in a title: computed from its guarantee (:func:`privagg.reports.document_privacy`)."""
+    return "private" if privacy.private else "NOT PRIVATE"
+
+
+def _say_release_privacy(privacy, prefix: str = "", suffix: str = "") -> None:
+    """A served release's guarantee as privagg estimate prints one (its summary), and why it is not private."""
+    _say(f"{prefix}{privacy.summary()}{suffix}")
+    if not privacy.private:
+        _say(f"  why: {privacy.not_private_reason}")
+
+
 def print_result(report: dict, top: int) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{report['protocol']}: the analyzer's result (private)")
+    from .reports import document_privacy
+
+    privacy = document_privacy(report)
+    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy)})")
     for column in ("item", "estimate ± stderr"):
         table.add_column(column, justify="right")
     for row in report.get("estimates", report.get("heavy_hitters"))[:top]:  # fe-hh: the heavy hitters it found
         table.add_row(str(row["item"]), f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
     _console().print(table)
-    p, c = report["privacy"], report["collection"]
-    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}, "
-         f"honest fraction {p['honest_fraction']:g}")
+    c = report["collection"]
+    _say_release_privacy(privacy, suffix=f"; honest fraction {privacy.honest_fraction:g}")
     _say(f"collection: {c['reports']} reports in {c['batches']} batches; {report['messages']['total']} messages, "
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
@@ -867,7 +905,7 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         return
     users = 20_000 if users is None else users
     from .demos import run_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 1_000, 1_000_000)
@@ -882,7 +920,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
     from rich.table import Table
 
     sim = {e["item"]: e for e in out["simulation"]["estimates"]}
-    table = Table(title=f"{protocol.value} over {users} users: the services' private result beside the simulation")
+    service_privacy = document_privacy(out["service"])
+    table = Table(title=f"{protocol.value} over {users} users: the services' result ({_label(service_privacy)}) beside "
+                        "the simulation")
     for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
         table.add_column(column, justify="right")
     for e in out["service"]["estimates"][:top]:
@@ -890,9 +930,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         table.add_row(out["words"][e["item"]], str(out["truth"][e["item"]]), f"{e['estimate']:.1f} ± {e['stderr']:.1f}",
                       f"{s['estimate']:.1f} ± {s['stderr']:.1f}")
     _console().print(table)
-    p, c, load, cmp = out["service"]["privacy"], out["service"]["collection"], out["load"], out["comparison"]
-    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: "
-         f"{str(p['private']).lower()} ({p['randomness']}); honest fraction {p['honest_fraction']:g}")
+    c, load, cmp = out["service"]["collection"], out["load"], out["comparison"]
+    _say_release_privacy(service_privacy, "service ", f"; {service_privacy.randomness}; honest fraction "
+                         f"{service_privacy.honest_fraction:g}")
     _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
     _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
          f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
@@ -909,7 +949,7 @@ def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float,
                         as_json: bool) -> None:
     """demo-service of a heavy-hitter protocol (privagg.demos.run_heavy_hitter_demo), printed."""
     from .demos import run_heavy_hitter_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 5_000, 1_000_000)
@@ -938,9 +978,7 @@ def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float,
         _say(f"{who}: recall {e['recall']:.2f} of the {e['heavy_items']} words held by at least phi n users, precision "
              f"{e['precision']:.2f} of the {e['reported']} reported" + (f" (missed: {', '.join(missed)})"
                                                                           if who == "service" and missed else ""))
-    p = report["privacy"]
-    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}; "
-         "the simulation beside it is seeded (not private)")
+    _say_release_privacy(document_privacy(report), "service ", "; the simulation beside it is seeded (not private)")
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
@@ -948,7 +986,7 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed."""
     from .demos import run_sharing_demo
     from .protocols.registry import get
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
@@ -959,10 +997,10 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
         return
     from rich.table import Table
 
-    d = report["dropouts"]
+    d, privacy = report["dropouts"], document_privacy(report)
     server = "S2's" if task_service(get(protocol)) == "two-servers" else "the sharing server's"
-    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} private release "
-                        "beside the simulation")
+    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} release "
+                        f"({_label(privacy)}) beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -970,17 +1008,15 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
                       _shown_z(r["service_z"]), f"{r['simulation']:.1f} ± {r['simulation_stderr']:.1f}",
                       _shown_z(r["simulation_z"]))
     _console().print(table)
-    p = report["privacy"]
     _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} took part in round 1, {d['survivors']} in the "
          f"release (the task's minimum {d['min_survivors']})")
-    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP, {p['model']} model, private: "
-         f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
-         "(seeded)")
+    _say_release_privacy(privacy, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: not "
+                         "private (seeded)")
     z = [r["service_z"] for r in rows if r["service_z"] is not None]
     if summary["data_condition_broken"]:
         _say("warning: the survivors' data breaks the condition the guarantee assumes (a demo can see it; no party "
              f"of a deployment can): {summary['data_condition_broken']}", stderr=True)
-    for caveat in p["caveats"]:
+    for caveat in privacy.caveats:
         if "weakened" in caveat:
             _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
     if summary["z_rms"] is not None:

@@ -247,6 +247,30 @@ def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
                           ).startswith(f"error: task must be a task of this ")
 
 
+def test_the_library_issues_tokens_only_for_a_task_that_exists(tmp_path):
+    """Collector.issue_tokens and LocalDeployment.issue_tokens refuse a task the analyzer does not have, naming it,
+    and store no token; LocalDeployment's collector fetches a real task first, before any service runs."""
+    from privagg.errors import ParameterError
+    from privagg.service.collector import Collector
+    from privagg.service.local import LocalDeployment
+
+    dbs = {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}
+    dep = LocalDeployment(dbs, tmp_path / "logs")
+    task = dep.create_task(calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))
+    with pytest.raises(ParameterError) as refused:
+        dep.issue_tokens(UNKNOWN, 3)
+    assert refused.value.field == "task" and UNKNOWN in str(refused.value)
+    engine = storage.connect(dbs["collector"], "collector")
+    with pytest.raises(ParameterError) as refused:  # a collector that knows no task and has no analyzer to ask
+        Collector(engine, lambda _task_id: None, None).issue_tokens(task.task_id, 3)
+    assert refused.value.field == "task" and task.task_id in str(refused.value)
+    with engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(storage.tokens)).scalar_one() == 0
+    assert len(dep.issue_tokens(task.task_id, 3)) == 3  # the analyzer's task: fetched, then its tokens
+    assert len(Collector(engine, None, None).issue_tokens(task.task_id, 2)) == 2  # now the collector knows it
+    engine.dispose()
+
+
 # ---- URLs checked at start --------------------------------------------------------------------------------------
 BAD_URLS = ["notaurl", "http://host:0", "http://host:99999", "ftp://host", "http://", "https://host/x?q=1",
             "http://a host"]
@@ -398,6 +422,24 @@ def test_task_close_takes_the_whole_id_and_names_it(services, tmp_path):
     d.store(users_reports(d, 2))
     closed = run("task", "close", "--task", task, "--db", db)
     assert closed.output == f"closed task {task}: no report is taken after; its 5 waiting reports form its last batch\n"
+    again = run("task", "close", "--task", task, "--db", db)  # a second close claims no new one
+    assert again.exit_code == 0 and again.output == (f"task {task} was already closed (nothing changed): no report is "
+                                                     "taken after; its 5 waiting reports form its last batch\n")
+    d.collector.release_batches()
+    assert run("task", "close", "--task", task, "--db", db).output == (
+        f"task {task} was already closed (nothing changed): no report is taken after\n")
+
+
+def test_closing_a_shuffle_task_whose_batch_is_out_claims_no_close(tmp_path):
+    """A shuffle task whose one batch went out with all n reports takes no report already: a close says so."""
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=8, domain_size=4))
+    d.store(users_reports(d, 8))
+    d.collector.release_batches()
+    assert d.result()["collection"]["reports"] == 8
+    closed = run("task", "close", "--task", d.task.task_id, "--db", f"sqlite:///{tmp_path}/collector.db")
+    assert closed.exit_code == 0 and closed.output == (
+        f"task {d.task.task_id} already took no report (nothing changed): its one batch was released\n")
 
 
 def users_reports(d, count: int):

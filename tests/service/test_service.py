@@ -250,8 +250,8 @@ def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
 
 
 def deploy_other_task_token(d: Deployment) -> str:
-    """A token the collector issued for another task."""
-    return d.collector.issue_tokens("cd" * 16, 1)[0]
+    """A token the collector issued for another task of the analyzer."""
+    return d.collector.issue_tokens(d.analyzer.create_task(d.task.parameters).task_id, 1)[0]
 
 
 def test_a_retry_is_acknowledged_and_stored_once(fe1):

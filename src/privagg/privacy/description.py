@@ -14,9 +14,9 @@ a run in the description itself (``private: false`` and the reason).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
-from .events import REPLACE_ONE, Event, Mechanism, Model, describe, stages
+from .events import REPLACE_ONE, Event, Mechanism, Model, describe, event_from_dict, stages
 
 __all__ = ["REPLACE_ONE", "MODEL_PHRASES", "Mechanism", "Model", "PrivacyDescription", "privacy_warnings"]
 
@@ -104,6 +104,20 @@ class PrivacyDescription:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PrivacyDescription":
+        """The description a JSON privacy block holds (:meth:`to_dict`'s), for printing a served result as a local
+        one is printed: its event rebuilt (:func:`~privagg.privacy.events.event_from_dict`), or, in a block written
+        before events, one mechanism of the block's fields (lists as tuples, unknown keys left out)."""
+        release = {f.name: data[f.name] for f in fields(cls)
+                   if f.name in ("private", "not_private_reason", "randomness") and f.name in data}
+        if "event" in data:
+            return cls.of(event_from_dict(data["event"]), release_caveats=tuple(data.get("release_caveats", ())),
+                          **release)
+        names = {f.name for f in fields(Mechanism) if f.init} - {"public"}
+        return cls.of(Mechanism(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names},
+                                public=()), **release)
 
     def summary(self) -> str:
         """One short line: the claim, the model and who is trusted (:meth:`render` gives everything)."""

@@ -12,6 +12,9 @@ the protocol, what is public, and who took part.
   dropped out (DPDS, DPDG, TSS: docs/privacy.md, "Dropouts in DPDS and DPDG").
 * :class:`EarlyClose`: a release over the m < n users who reported before a one-batch task was closed
   (docs/privacy.md, "An early close"): the guarantee counts on ceil(G n) honest users among them.
+* :class:`Incomplete`: a one-batch release of m counted reports some of whose messages did not enter the
+  aggregate (docs/deployment.md, "Messages that do not enter the aggregate"): the guarantee counts on ceil(G n)
+  honest users among the reports whose messages all entered.
 
 :func:`guarantee` computes the (epsilon, delta) of any event, and :func:`describe` the fields of the sentence users
 read (:class:`privagg.privacy.description.PrivacyDescription` renders them): each in this one place.
@@ -128,12 +131,54 @@ class EarlyClose:
                 f"{self.honest_fraction:g})")
 
 
-Event = Union[Mechanism, Sequential, Survivors, EarlyClose]
+@dataclass(frozen=True)
+class Incomplete:
+    """``event`` released over ``reporters`` counted reports of which ``lost`` messages did not enter the aggregate
+    (they did not open, or opened malformed) in a one-batch (shuffle) task: sealed one by one and shuffled, each may
+    be another report's, so the guarantee counts on ``honest_users`` ceil(G n) users following the protocol among
+    the at least m - lost reports whose messages all entered. Below ceil(G n) it holds nothing (:attr:`unfounded`)."""
+
+    type: Literal["incomplete"] = field(default="incomplete", init=False)
+    event: Event
+    lost: int
+    reporters: int
+    honest_users: int
+    honest_fraction: float
+
+    @property
+    def whole(self) -> int:
+        """The least number of reports whose messages all entered."""
+        return max(0, self.reporters - self.lost)
+
+    @property
+    def unfounded(self) -> str | None:
+        """Why the release is not private (too few whole reports), or None."""
+        if self.whole >= self.honest_users:
+            return None
+        return (f"messages lost: {self.lost} messages of the {self.reporters} reports did not enter the aggregate, so "
+                f"as few as {self.whole} reports may be whole, fewer than the {self.honest_users} honest users whose "
+                f"noise the guarantee counts on (ceil(G n), G = {self.honest_fraction:g}; a task calibrated with a "
+                "lower honest fraction tolerates that many)")
+
+
+Event = Union[Mechanism, Sequential, Survivors, EarlyClose, Incomplete]
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """The event a JSON privacy block's ``event`` holds (``dataclasses.asdict``'s: lists read back as tuples)."""
+    kind = data.get("type", "mechanism")
+    fields_ = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k not in ("type", "event")}
+    if kind == "sequential":
+        return Sequential(tuple(Stage(s["name"], event_from_dict(s["event"])) for s in data["stages"]))
+    if kind == "mechanism":
+        return Mechanism(**fields_)
+    wrapper = {"survivors": Survivors, "early_close": EarlyClose, "incomplete": Incomplete}[kind]
+    return wrapper(event=event_from_dict(data["event"]), **fields_)
 
 
 def guarantee(event: Event) -> tuple[float, float]:
     """The (epsilon, delta) of ``event``: a mechanism's own; a sequential event's sums; the survivors' recomputed
-    delta at the mechanism's epsilon; an early close's event's."""
+    delta at the mechanism's epsilon; an early close's (an incomplete release's) event's."""
     if isinstance(event, Mechanism):
         return event.epsilon, event.delta
     if isinstance(event, Sequential):
@@ -204,6 +249,10 @@ def describe(event: Event) -> dict[str, Any]:
             f"condition, stated of all the enrolled, leaves them) are stated of them{weakened}", *event.notes)}
     if event.unfounded is not None:  # nothing to assume: the release says why it is not private
         return inner
+    if isinstance(event, Incomplete):
+        return {**inner, "assumptions": inner["assumptions"] + (
+            f"{event.lost} messages did not enter the aggregate: the guarantee counts on {event.honest_users} users "
+            f"following the protocol among the at least {event.whole} reports whose messages all entered",)}
     m, n, honest = event.reporters, event.n_users, event.honest_users
     return {**inner, "assumptions": inner["assumptions"] + (
         f"{m} of the {n} users reported: the guarantee counts on {honest} of them following the protocol, the "
@@ -212,7 +261,7 @@ def describe(event: Event) -> dict[str, Any]:
 
 def stages(event: Event) -> list[tuple[str, float, float]]:
     """(name, epsilon, delta) of each stage of a sequential ``event`` (wrapped or not); [] for one stage."""
-    while isinstance(event, (Survivors, EarlyClose)):
+    while isinstance(event, (Survivors, EarlyClose, Incomplete)):
         event = event.event
     if not isinstance(event, Sequential):
         return []

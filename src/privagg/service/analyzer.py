@@ -11,7 +11,9 @@ acknowledgement, or either party was killed) is applied once.
 
 The result is the report ``privagg analyze`` prints, with the privacy block of a private run (the clients
 drew from the SDK's secure generator), the task's honest-fraction assumption, and a ``collection`` block
-counting reports, batches and dropped messages.
+counting reports, batches and dropped messages. Messages of the counted reports that did not enter the aggregate
+(unopened, malformed) cannot be traced to reports: the release counts every report and says what that assumes
+(:class:`LostMessages`; docs/deployment.md, "Messages that do not enter the aggregate").
 
 A sparse-vector-hashed task created with ``discover_phi`` has two stages (``Task.discovery``): its first stage is
 an fe-hh task of its own over the B + 1 cells, whose batch is applied first; the coordinates it discovers (the
@@ -610,17 +612,23 @@ class AnalyzerService:
 
     # ---- results -------------------------------------------------------------------------------------------
     def _released_first_stage(self, task: Task):
-        """A staged task's first stage as its release holds it (pipelines.FirstStage): its result, the guarantee
-        of its batch's release and its messages; None for a task of one stage."""
+        """A staged task's first stage as its release holds it (pipelines.FirstStage: its result, the guarantee
+        of its batch's release and its messages), and its messages lost (:class:`LostMessages`, or None); (None,
+        None) for a task of one stage."""
         from ..pipelines import FirstStage, analysis_privacy
         from ..reports import Messages
 
         if task.discovery is None:
-            return None
+            return None, None
         first, row = self._first_stage(task)
         stage, received = task.discovery.parameters, int(first.messages + first.malformed)
-        return FirstStage(stage, first, analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports),
-                          Messages(received, received / row.reports, int(first.malformed)))
+        stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
+        lost = lost_messages(self.load(task.discovery.task_id).analyzer, decode_aggregate(row.aggregate), first,
+                             row.reports, row.unopened)
+        if lost is not None:  # the first stage's messages that did not enter its aggregate: its guarantee, the task's
+            stage_privacy = lost.privacy(stage_privacy, stage)
+        return FirstStage(stage, first, stage_privacy, Messages(received, received / row.reports,
+                                                                int(first.malformed))), lost
 
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
@@ -653,7 +661,7 @@ class AnalyzerService:
         reports were counted (an early-closed shuffle task's m >= ceil(G n), a local task's any number), whose
         noise is all the release holds; the privacy block states what the guarantee counts on among them, its
         caveat compares the messages received with what they would send, and the warnings name repeated
-        encapsulations dropped."""
+        encapsulations dropped, and messages lost (:class:`LostMessages`)."""
         from ..pipelines import analysis_privacy
         from ..reports import Collection, Engine, report_document
 
@@ -672,9 +680,16 @@ class AnalyzerService:
         result = loaded.analyzer.finalize(agg, reporters=row.reports)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
         privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
+        lost = lost_messages(loaded.analyzer, agg, result, row.reports, row.unopened)
+        if lost is not None:
+            privacy = lost.privacy(privacy, p)
+        first, first_lost = self._released_first_stage(loaded.task)
         report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
-            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates),
-            first=self._released_first_stage(loaded.task))
+            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates), first=first)
+        if lost is not None:
+            report.warnings.append(lost.warning())
+        if first_lost is not None:
+            report.warnings.append(f"the first stage (task {loaded.task.discovery.task_id}): {first_lost.warning()}")
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "
@@ -819,6 +834,76 @@ def aggregate_partition(directory, manifest: dict, index: int, task: Task, priva
     opened = open_messages(task, private_key, _partition_rows(directory, manifest, index, dropped))
     records = packed_records(task.parameters, opened.messages).tobytes() if keep else None
     return analyzer.agg_update(analyzer.agg_init(), opened.messages), len(opened.messages), opened.unopened, records
+
+
+@dataclass(frozen=True)
+class LostMessages:
+    """Messages of the counted reports that did not enter the aggregate: ``unopened`` (another key, or altered on
+    the way) and ``malformed`` (opened, but broke the protocol's layout), of ``total`` in the applied batches, from
+    ``reporters`` reports. Sealed one by one and shuffled, they cannot be traced to reports, so the release counts
+    every report and states what that assumes (docs/deployment.md, "Messages that do not enter the aggregate"):
+    ``reports_worth`` is their count in reports at the batches' mean messages a report, and ``shift`` the largest
+    change of an estimate were that many whole reports left out of the debiasing (None where it cannot be
+    computed): how low the estimates may be."""
+
+    unopened: int
+    malformed: int
+    total: int
+    reporters: int
+    reports_worth: int
+    shift: float | None
+
+    @property
+    def lost(self) -> int:
+        return self.unopened + self.malformed
+
+    def _what(self) -> str:
+        return (f"{self.lost} of the {self.total} messages of the {self.reporters} reports counted did not enter the "
+                f"aggregate ({self.unopened} did not open, {self.malformed} opened malformed)")
+
+    def _bias(self) -> str:
+        return ("" if self.shift is None else f": each estimate may be low by up to {self.shift:.3g} (were they "
+                f"whole reports, about {self.reports_worth}, the noise their users added is subtracted but missing)")
+
+    def warning(self) -> str:
+        return (f"{self._what()}; they cannot be traced to reports (each is sealed alone, and shuffled), so every "
+                f"report is counted as if all its messages arrived{self._bias()}. A client that does not follow the "
+                "protocol, or tampering between the clients and the analyzer, sends such messages: investigate "
+                "(privagg_messages_dropped_total by reason)")
+
+    def privacy(self, privacy, parameters):
+        """``privacy`` with the caveat of the estimates' bias, and, in the shuffle model, the guarantee counted on the
+        reports whose messages all entered: at least m - lost of them (each lost message may be another report's,
+        whose user then counts among those the guarantee does not count on; below ceil(G n) it is not founded)."""
+        from ..pipelines import with_lost_messages
+
+        caveat = (f"{self._what()}; the estimates assume that those messages' users reported in full (their noise "
+                  f"is subtracted, though it is missing from the aggregate){self._bias()}")
+        return with_lost_messages(privacy.with_caveat(caveat), parameters, self.lost, self.reporters)
+
+
+def lost_messages(analyzer, agg, result, reporters: int, unopened: int) -> LostMessages | None:
+    """The messages of the ``reporters`` counted reports that did not enter ``agg`` (``unopened`` besides its
+    malformed ones), with how low they may leave ``result``'s estimates; None if none was lost."""
+    malformed = int(agg.malformed)
+    lost, total = unopened + malformed, int(agg.messages) + malformed + unopened
+    if not lost:
+        return None
+    worth = min(lost, reporters - 1, max(1, round(lost * reporters / total)))
+    shift = None
+    if worth >= 1:  # the estimates debiased as if that many whole reports were left out
+        fewer, counted = _estimates(analyzer.finalize(agg, reporters=reporters - worth)), _estimates(result)
+        common = counted.keys() & fewer.keys()
+        shift = max((abs(fewer[k] - counted[k]) for k in common), default=None)
+    return LostMessages(unopened, malformed, total, reporters, worth, shift)
+
+
+def _estimates(result) -> dict:
+    """A result's estimates by item (a frequency table, a heavy-hitter list) or coordinate (a vector sum)."""
+    values = result.total if hasattr(result, "total") else result.estimates
+    keys = getattr(result, "coordinates", None) if hasattr(result, "total") else getattr(result, "items", None)
+    keys = range(len(values)) if keys is None else np.asarray(keys).tolist()
+    return dict(zip(keys, np.asarray(values, dtype=np.float64).tolist()))
 
 
 def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
