@@ -484,7 +484,7 @@ def grid_parameters(protocol: str, index: int, calibration: str):
     there)."""
     from .protocols.registry import calibrate, get
 
-    instance = {k: v for k, v in get(protocol).audit_instances[index].items() if k != "calibrations"}
+    instance = {k: v for k, v in get(protocol).audit_instances[index].items() if k not in ("calibrations", "slow")}
     try:
         return calibrate(protocol, calibration=calibration, **instance)
     except ParameterError:

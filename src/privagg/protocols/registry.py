@@ -82,7 +82,8 @@ class ProtocolEntry:
     options: tuple[Option, ...] = ()
     calibrations: tuple[str, ...] = ()
     # The exact auditor (privagg.audit): one user's exact output law, and tiny instances it can enumerate
-    # (calibrate's keyword arguments); every entry with a law joins the audit grid of the tests.
+    # (calibrate's keyword arguments; "calibrations": only these, "slow": more than a few seconds, for make test-all);
+    # every entry with a law joins the audit grid of the tests.
     message_law: Callable[[Any, int], dict] | None = None
     law_size: Callable[[Any, int], Any] | None = None  # the law's size before it is built (exact_laws.LawSize)
     audit_instances: tuple[dict[str, Any], ...] = ()
@@ -130,9 +131,17 @@ class ProtocolEntry:
         return self.family is Family.SAMPLING_SHARING
 
 
-def _example(domain_size: int, pure: bool = False, **options: Any) -> dict[str, Any]:
-    """An entry's example: 10,000 users at epsilon 1 (and delta 1e-6, unless pure eps-DP) over ``domain_size``."""
-    return dict(epsilon=1.0, **({} if pure else {"delta": 1e-6}), n_users=10_000, domain_size=domain_size, **options)
+def _example(domain_size: int, pure: bool = False, n_users: int = 10_000, **options: Any) -> dict[str, Any]:
+    """An entry's example: ``n_users`` (10,000) users at epsilon 1 (and delta 1e-6, unless pure eps-DP) over
+    ``domain_size``. The instance the tests take of every protocol: the contract tests' (its users' population is
+    Zipf-like, or every category held by n / 2N users for a categorical protocol), the same-seeds record's, the
+    services' (on a smaller domain), every calibration's but the closed form's."""
+    return dict(epsilon=1.0, **({} if pure else {"delta": 1e-6}), n_users=n_users, domain_size=domain_size, **options)
+
+
+# the sampling family's example: n N shares a user (the contract tests simulate DPDS among all n users), and enough
+# holders a category for the paper's p = 1 - e^-eps to meet delta = 1e-6 (2,000 users at beta = 0.05 over N = 10)
+_SAMPLING_USERS = 2_000
 
 
 # what the three balls-into-bins entries share: the family, its calibrations, its exact message law
@@ -217,9 +226,10 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         law_size=hh.law_size,
         # one level (B = 2) is the largest enumerable instance (two levels already take 44 message types); phi
         # 0.9 of 24 users makes p_f = 0.89, so the thinning is audited too; the closed form's rho is beyond it
-        audit_instances=(dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",)),
+        audit_instances=(dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",),
+                              slow=True),
                          dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.1,
-                              calibrations=("hockey_stick",))),
+                              calibrations=("hockey_stick",), slow=True)),
         options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
                  Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
                         f"(1..{hh.MAX_LENGTH_MAX}, default {hh.DEFAULT_MAX_LENGTH} for text input; --domain is then "
@@ -241,7 +251,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                         "the error bound, about (3 n / (2 B mu))^(1/3))"), _HONEST)),
     ProtocolEntry(
         name="sparse-vector-hashed", title="1-sparse vector sums over huge dimensions: FE1 on candidates",
-        example=_example(2**30, bins=50),
+        example=_example(4096, bins=50),
         topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result=ResultKind.VECTOR_SUM,
         discovery=DiscoveryStage("fe-hh", sv.discovery_items, sv.discovered_coordinates, "the users' rounded cells"),
@@ -256,7 +266,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
         name="blanket-hist", small_domain=True, title="Privacy-blanket histogram R^PH", family=Family.PRIVACY_BLANKET,
         topology=Topology.SHUFFLE,
-        example=_example(2),
+        example=_example(6),  # the paper's gamma <= 1 needs about 80 B ln(2 / delta) / eps^2 users
         trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper, Algorithm 1",
         calibrate=pb.calibrate_blanket_hist, parameters=pb.BlanketHistParameters, client=pb.BlanketClient,
         analyzer=pb.BlanketAnalyzer, calibrations=("tight", "paper"), message_law=pb.message_law,
@@ -286,7 +296,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
         name="dpcs", title="DPCS: a trusted server samples the records and publishes the sampled counts",
         topology=Topology.CENTRAL,
-        example=_example(10, min_count_fraction=0.05),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
         calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
@@ -296,20 +306,20 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         title="DPCS*: DPCS whose server publishes the sampled counts as n additive shares over F_q, which add up "
               "to DPCS's counts (the same estimates and guarantee; the view DPDS's server has, which DPDS is "
               "proved against)",
-        example=_example(10, min_count_fraction=0.05),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
         calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology=Topology.SECRET_SHARING,
-        example=_example(10, min_count_fraction=0.05), demo=True,
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05), demo=True,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
         options=(_BETA, _P, _HONEST, _SEEDS), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
-        example=_example(10), demo=True,
+        example=_example(10, n_users=_SAMPLING_USERS), demo=True,
         family=Family.SAMPLING_SHARING, topology=Topology.SECRET_SHARING,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
@@ -318,12 +328,12 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
-                              calibrations=("tight",))),
+                              calibrations=("tight",), slow=True)),
         options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST,
                  _SEEDS)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
-        example=_example(10, min_count_fraction=0.05, report_fraction=0.5), demo=True,
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5), demo=True,
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
         analyzer=ss.SumServer, fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
@@ -334,7 +344,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                                 calibrations=("exact",)) for i, fraction in ((1, 2 / 3), (2, 0.5))))),
     ProtocolEntry(
         name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
-        example=_example(10, min_count_fraction=0.05, report_fraction=0.5, colluders=2), demo=True,
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5, colluders=2),
+        demo=True,
         topology=Topology.TWO_SERVERS, trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
