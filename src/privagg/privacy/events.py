@@ -205,9 +205,7 @@ def _unique(items) -> tuple:
 def _public(mechanism: Mechanism) -> tuple[str, ...]:
     if not mechanism.public:
         return ()
-    names = mechanism.public
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return (f"{listed} {'is' if len(names) == 1 else 'are'} public",)
+    return ("public: " + "; ".join(mechanism.public),)
 
 
 def describe(event: Event) -> dict[str, Any]:
