@@ -294,6 +294,8 @@ class CentralCurator(FE0Analyzer):
     """Counts the items (FE0's histogram), then adds one exact noise draw to each released count, once per
     aggregate (finalizing again repeats the same release, never a second one)."""
 
+    noise_per_item: ClassVar[bool] = True  # an exact draw for every item estimated (what a full domain costs)
+
     def __init__(self, parameters: _CentralParameters, queries=None, rng: RNGLike = None) -> None:
         super().__init__(parameters, queries)
         self.rng = rng

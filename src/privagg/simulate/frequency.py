@@ -110,12 +110,10 @@ CHECK_SECONDS = 1 / 1.5e9
 def full_domain_seconds(parameters, mode: str = "faithful") -> float:
     """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
     the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
-    FE1 walks every message's preimages and OLH checks every user's hash at every item."""
-    from ..protocols.kinds import Family
-    from ..protocols.registry import get
-
+    FE1 walks every message's preimages and OLH checks every user's hash at every item (the analyzer's
+    ``noise_per_item``, ``preimages`` and ``checks``)."""
     domain = parameters.domain_size
-    noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
+    noise = getattr(get(parameters.protocol).analyzer, "noise_per_item", False)
     return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters, mode)
             * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
 
