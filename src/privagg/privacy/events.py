@@ -189,15 +189,6 @@ def guarantee(event: Event) -> tuple[float, float]:
     return guarantee(event.event)
 
 
-def mechanisms(event: Event) -> list[Mechanism]:
-    """The mechanisms ``event`` is made of, in order."""
-    if isinstance(event, Mechanism):
-        return [event]
-    if isinstance(event, Sequential):
-        return [m for stage in event.stages for m in mechanisms(stage.event)]
-    return mechanisms(event.event)
-
-
 def _unique(items) -> tuple:
     return tuple(dict.fromkeys(items))
 
