@@ -1040,8 +1040,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
              f"{report.bits_per_message} bits per message; {noise}")
         if report.discovery is not None:
             found = report.discovery
-            _say(f"discovery (fe-hh, phi {found.phi:g}): {found.coordinates} coordinates found with "
-                 f"{found.messages.total} of the messages; {found.privacy}")
+            _say(f"discovery ({found.parameters['protocol']}, phi {found.phi:g}): {found.coordinates} coordinates "
+                 f"found with {found.messages.total} of the messages; {found.privacy}")
         if err is not None:
             normalised = "" if err.normalised_mse is None else f", normalised MSE {err.normalised_mse:.3g}"
             _say(f"error against the true sums (--evaluate: not for release): max {err.max_abs:.1f}, squared "
@@ -1095,10 +1095,11 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
             _param("mode", Mode, typer.Option(Mode.faithful, "--mode", help="faithful: through every role; fast: "
                                                                              "simulation shortcuts.")),
         ]
-    if entry.name == "sparse-vector-hashed":
+    if entry.discovery is not None:
         params.append(_param("discover_phi", Optional[float], typer.Option(
-            None, "--discover-phi", help="No candidate list: find the coordinates whose sums reach PHI n with fe-hh "
-                                         "first; each stage gets half of epsilon and delta (the paper's two stages).")))
+            None, "--discover-phi", help=f"No candidate list: find the coordinates whose sums reach PHI n with "
+                                         f"{entry.discovery.protocol} over {entry.discovery.what} first; each stage "
+                                         "gets half of epsilon and delta (the paper's two stages).")))
     estimate_app.command(entry.name, help=f"{entry.title}: simulate over users' vectors, report the sums.")(
         _command(lambda **kw: _estimate_vector(entry, **kw), params, entry.title))
 
@@ -1557,7 +1558,7 @@ def analyze(
     from . import engine as engines
     from .core.encoding import CategoryEncoder, ItemEncoder
     from .io import InputFormat, read_codes
-    from .pipelines import Analysis, folder_privacy, folder_reporters
+    from .pipelines import Analysis
     from .protocols import registry
     from .protocols.registry import load_parameters
     from .reports import report_document
@@ -1606,10 +1607,10 @@ def analyze(
                                                       seconds=full_domain_seconds(params), n_users=params.n_users,
                                                       protocol=params.protocol)
         analysis = Analysis.of(params, queries, full_domain)
-        reporters, unknown = folder_reporters(params, items)
+        reporters, unknown = engines.folder_reporters(params, items)
         result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
         received = result.messages + result.malformed
-        report = analysis.report(result, folder_privacy(params, items, received), run, encoder=encoder, top=top)
+        report = analysis.report(result, engines.folder_privacy(params, items, received), run, encoder=encoder, top=top)
         report.warnings += unknown
         report = _with_count_warning(report, params, received, messages, strict, reporters)
 
@@ -1631,7 +1632,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
                     output: Optional[Path], strict: bool = False) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
-    from .pipelines import Analysis, folder_privacy, folder_reporters
+    from .pipelines import Analysis
     from .reports import report_document
     from .simulate.frequency import check_coordinates
 
@@ -1639,10 +1640,10 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     # held to a run's budget, as estimate is
     check_coordinates(params, coordinates, simulated=False)
     analysis = Analysis.of(params, coordinates)
-    reporters, unknown = folder_reporters(params, items)
+    reporters, unknown = engines.folder_reporters(params, items)
     result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed
-    report = analysis.report(result, folder_privacy(params, items, received), run)
+    report = analysis.report(result, engines.folder_privacy(params, items, received), run)
     report.warnings += unknown
     report = _with_count_warning(report, params, received, partitions[0].parent, strict, reporters)
 

@@ -4,9 +4,10 @@ Reports are dataclasses of plain values; :func:`to_json_dict` turns one into
 the JSON object the CLI writes (fields left ``None`` are omitted), and
 :func:`json_schema` generates the JSON Schema from the types with pydantic
 (``privagg schema`` prints it, docs/schemas/ holds copies, and the tests
-validate every report against it). The protocol names and the parameter
-fields come from the registry. The fields of issue 2's estimate report are
-kept.
+validate every report against it). The protocol names, the parameter
+fields and the privacy methods (the calibrations) come from the registry.
+The fields of issue 2's estimate report are kept. What a release holds is
+decided in :mod:`privagg.pipelines`, not here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from .errors import LARGEST
 from .privacy.description import PrivacyDescription
+from .protocols import registry
 from .protocols.parameters import with_reporters
 from .protocols.registry import ENTRIES, IMPLEMENTED
 
@@ -496,33 +498,6 @@ def shared_code_warnings(estimates: list[Estimate], encoder, n_users: int) -> li
             "above n makes them negligible"]
 
 
-def analysis_report(parameters, table, privacy: PrivacyDescription, engine: Engine, *, encoder, top: int = 10,
-                    full_domain: bool = True, collection: Collection | None = None) -> AnalysisReport:
-    """The report of an analysis whose result is a frequency table: its ``top`` items, named by ``encoder``.
-    What an analysis releases is decided in :mod:`privagg.pipelines` (``Analysis.report``), which calls this
-    or :func:`vector_analysis_report`."""
-    estimates = reported_estimates(table, encoder, top)
-    return AnalysisReport(estimates=estimates, full_domain=full_domain, **_analysis_common(
-        parameters, table, privacy, engine, collection, shared_code_warnings(estimates, encoder, parameters.n_users)))
-
-
-def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
-                           collection: Collection | None = None) -> VectorAnalysisReport:
-    """The report of an analysis whose result is a vector sum: every coordinate it estimated."""
-    coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
-    return VectorAnalysisReport(estimates=coordinate_estimates(result, coordinates), mean=result.mean().tolist(),
-                                **_analysis_common(parameters, result, privacy, engine, collection))
-
-
-def heavy_hitter_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
-                                 collection: Collection | None = None) -> HeavyHitterAnalysisReport:
-    """The report of an analysis whose result is fe-hh's list of heavy hitters."""
-    return HeavyHitterAnalysisReport(threshold=result.threshold, heavy_hitters=heavy_hitters(result),
-                                     survivors=list(result.survivors), theory=parameters.theory(),
-                                     **_analysis_common(parameters, result, privacy, engine, collection,
-                                                        capped_warnings(parameters, result)))
-
-
 def levels_text(levels) -> str:
     """Tree levels as prose: "level 2", "levels 0 and 1", "levels 0, 1 and 2"."""
     names = [str(int(k)) for k in levels]
@@ -544,22 +519,6 @@ def capped_warnings(parameters, result) -> list[str]:
              "the largest estimates were kept"] if result.capped_levels else [])
 
 
-def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: Engine,
-                     collection: Collection | None, warnings: list[str] = ()) -> dict[str, Any]:
-    """What every analysis report holds besides its estimates: messages per user and the expected error are those
-    of the users whose reports the result counted (``result.reporters``; unknown: the calibrated n)."""
-    from .privacy.description import privacy_warnings
-
-    received, reporters = result.messages + result.malformed, getattr(result, "reporters", None)
-    users = parameters.n_users if reporters is None else reporters
-    return dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
-                n_users=parameters.n_users, messages=Messages(received, received / users, result.malformed),
-                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters, reporters),
-                privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
-                warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
-                + parameters.warnings() + list(warnings))
-
-
 def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[CoordinateEstimate]:
     """A vector sum's coordinates with their standard errors (and bounds, where the protocol gives them); ``truth``
     and ``names`` where known."""
@@ -567,20 +526,6 @@ def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[Co
     return [CoordinateEstimate(int(i), float(e), float(se), None if truth is None else float(truth[j]),
                                None if names is None else names[i], None if bounds is None else float(bounds[j]))
             for j, (i, e, se) in enumerate(zip(coordinates, result.total, result.standard_errors))]
-
-
-def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
-                         reporters: int | None = None) -> PrivacyDescription:
-    """``privacy`` with a caveat when the analyzer received far fewer or more messages than the ``reporters``
-    users who reported would send (more than 5 sd from their mean; ``reporters`` defaults to the n the
-    parameters were calibrated for): users may have dropped out or sent extra messages, and the noise is
-    then not what was calibrated. A shuffle task closed early at m >= ceil(G n) reports passes m."""
-    mismatch = received_mismatch(parameters, received, reporters)
-    if mismatch is None:
-        return privacy
-    return dataclasses.replace(privacy, caveats=privacy.caveats + (
-        f"the analyzer received {mismatch}: users may have dropped out or sent extra messages, and the "
-        "guarantee does not hold as stated",))
 
 
 def received_mismatch(parameters, received: int, reporters: int | None = None) -> str | None:
@@ -689,6 +634,11 @@ def json_schema(report_type: type) -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["properties"] = {"private": PRIVATE_FLAG, **schema["properties"]}  # a type's own flag stays its own
     schema["required"] = ["private", *(name for name in schema.get("required", []) if name != "private")]
+    calibrations = sorted({c for e in registry.ENTRIES if e.implemented for c in e.calibrations})
+    for name in ("Mechanism", "PrivacyDescription"):  # a privacy method is a calibration of some entry
+        method = schema.get("$defs", {}).get(name, {}).get("properties", {}).get("method")
+        if method is not None:
+            method["enum"] = calibrations
     return schema
 
 
@@ -697,25 +647,3 @@ REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "est
                 "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "analyze-hh": HeavyHitterAnalysisReport,
                 "compare": CompareReport,
                 "audit": AuditReport, "account": AccountReport, "demo-sharing": SharingDemoReport}
-
-
-def with_discovery(privacy: PrivacyDescription, parameters, stage) -> tuple[PrivacyDescription, list[ProfilePoint]]:
-    """The guarantee of sparse-vector-hashed's two stages together (``privacy``: the second's; ``stage``: the first
-    stage's fe-hh parameters), each at its own (eps, delta): basic composition, and its profile
-    delta(eps') <= delta_FE1(eps'/2) + delta_fe-hh(eps'/2) (both stages at the same eps, as they are calibrated)."""
-    composed = dataclasses.replace(
-        privacy, mechanism=f"{privacy.mechanism}, on coordinates discovered by fe-hh over the rounded cells",
-        epsilon=parameters.epsilon + stage.epsilon, delta=parameters.delta + stage.delta,
-        method_detail=f"{privacy.method_detail}; the discovery stage: {stage.privacy.method_detail}; the two stages at "
-                      f"({parameters.epsilon:g}, {parameters.delta:g}) each, basic composition",
-        reference=f"{privacy.reference} and 'Heavy hitters'")
-    total = composed.epsilon
-    profile = [ProfilePoint(e, parameters.delta_at(e / 2) + stage.delta_at(e / 2)) for e in (total / 2, total, 2 * total)]
-    return composed, profile
-
-
-def discovery_block(stage, result, privacy: PrivacyDescription, coordinates: int, messages: Messages) -> Discovery:
-    """The first stage as a report shows it: fe-hh's ``result`` over the cells (``stage``: its parameters; its
-    ``messages`` and ``privacy``), which found the ``coordinates`` the second stage estimates."""
-    return Discovery(phi=stage.phi, coordinates=coordinates, messages=messages, parameters=report_parameters(stage),
-                     privacy=privacy.summary(), survivors=list(result.survivors))

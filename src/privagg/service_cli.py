@@ -201,14 +201,30 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         raise typer.Exit(EXIT_START_FAILED) from None
 
 
-_ONE_ROUND = (("analyzer",), "a one-round task (the analyzer's: not dpds, dpdg, tss or tss-collusion)")
-_ROUND_TASKS = (("sharing", "tss"), "a dpds, dpdg, tss or tss-collusion task")
-_TSS = (("tss",), "a tss or tss-collusion task (S1 and S2)")
+def task_service(entry) -> str:
+    """Which service holds a task of ``entry``'s protocol, by its topology: the sharing server, TSS's two servers,
+    or the analyzer (a one-round task; the analyzer refuses one it does not run)."""
+    from .protocols.kinds import Topology
+
+    return {Topology.SECRET_SHARING: "sharing", Topology.TWO_SERVERS: "two-servers"}.get(entry.topology, "analyzer")
+
+
+def _tasks_of(services: tuple[str, ...]) -> str:
+    """The protocols whose tasks ``services`` hold, as prose."""
+    from .protocols.registry import listed, names
+
+    return listed(names(lambda e: task_service(e) in services))
+
+
+_ONE_ROUND = (("analyzer",), lambda: f"a one-round task (the analyzer's: not {_tasks_of(('sharing', 'two-servers'))})")
+_ROUND_TASKS = (("sharing", "two-servers"), lambda: f"a {_tasks_of(('sharing', 'two-servers'))} task")
+_TSS = (("two-servers",), lambda: f"a {_tasks_of(('two-servers',))} task (S1 and S2)")
 TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem": _ONE_ROUND, "--candidates": _ONE_ROUND,
                 "--discover-phi": _ONE_ROUND, "--round-seconds": _ROUND_TASKS, "--min-survivors": _ROUND_TASKS,
-                "--kek-file": (("analyzer", "tss"), "a task of the analyzer, or of tss or tss-collusion (S2's key)"),
+                "--kek-file": (("analyzer", "two-servers"), lambda: f"a task of the analyzer, or of "
+                               f"{_tasks_of(('two-servers',))} (S2's key)"),
                 **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
-# (the kinds of task each of task create's options applies to, and how its refusal names them)
+# (the services whose tasks each of task create's options applies to, and how its refusal names them)
 
 _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
                   "can be closed only with all n); calibrate with a lower honest fraction (--honest-fraction G) to be "
@@ -264,7 +280,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
     tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
     from .io import read_json_text
-    from .protocols.registry import load_parameters
+    from .protocols.registry import get, load_parameters
     from .service.client import check_url
     from .service.config import load_config
     from .service.storage import connect
@@ -277,12 +293,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                  "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
                  "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
                  "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file}
-        kind = {"two_servers": "tss", "secret_sharing": "sharing"}.get(parameters.model, "analyzer")
+        service = task_service(get(parameters.protocol))  # the registry entry's topology picks the service
         for name, value in given.items():  # refused, not ignored, where it does nothing
-            if value is not None and kind not in TASK_OPTIONS[name][0]:
-                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]}", parameters.protocol)
+            if value is not None and service not in TASK_OPTIONS[name][0]:
+                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]()}", parameters.protocol)
         round_seconds = 3600.0 if round_seconds is None else round_seconds
-        if parameters.model == "two_servers":
+        if service == "two-servers":
             from .service.keys import KeyEncryptionKey
             from .service.two_servers import FirstService, SecondService, create_tasks
 
@@ -321,7 +337,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             delta = _release_delta(parameters, tss.min_survivors, as_json)
             print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
             return
-        if parameters.model == "secret_sharing":
+        if service == "sharing":
             from .service.sharing import SharingService
 
             engine = connect(load_config("sharing", db=db).db, "sharing")
@@ -342,7 +358,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             None if candidates is None else _candidate_lines(candidates), discover_phi)
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
-             "cannot lower its honest fraction (its fe-hh stage counts on every user's dummies)", stderr=True)
+             f"cannot lower its honest fraction (its {task.discovery.parameters.protocol} stage counts on every "
+             "user's noise)", stderr=True)
     if as_json:
         print(task.to_json())
     else:
@@ -836,11 +853,25 @@ def print_result(report: dict, top: int) -> None:
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
 
-DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "fe-hh", "dpds", "dpdg", "tss", "tss-collusion")},
-                    type=str)
-_ROUNDS = ("dpds", "dpdg", "tss", "tss-collusion")
-DEMO_OPTIONS = {"--vocabulary": ("fe1",), "--concurrency": ("fe1", "fe-hh"), "--top": ("fe1",),
-                "--drop-fraction": _ROUNDS, "--round-seconds": _ROUNDS}  # the protocols each option applies to
+def demo_kind(entry) -> str:
+    """What demo-service runs for ``entry`` (a registry entry with ``demo``): the rounds of a multi-round protocol,
+    a heavy-hitter discovery, or a frequency table's top words, through the services."""
+    from .protocols.kinds import ResultKind
+
+    return ("rounds" if entry.multi_round else "heavy hitters" if entry.result is ResultKind.HEAVY_HITTER_LIST
+            else "frequencies")
+
+
+def _demos() -> list[str]:
+    from .protocols.registry import names
+
+    return names(lambda e: e.demo)
+
+
+DemoProtocol = Enum("DemoProtocol", {name: name for name in _demos()}, type=str)
+DEMO_OPTIONS = {"--vocabulary": ("frequencies",), "--concurrency": ("frequencies", "heavy hitters"),
+                "--top": ("frequencies",), "--drop-fraction": ("rounds",),
+                "--round-seconds": ("rounds",)}  # the kinds of demo each option applies to
 
 
 def _interrupted(_signum, _frame) -> None:
@@ -884,19 +915,22 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
     SIGTERM (or Ctrl-C) stops the services it started before it exits (status 130)."""
     import signal
 
+    from .protocols.registry import get, listed, names
+
     given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
              "--round-seconds": round_seconds}
+    kind = demo_kind(get(protocol.value))
     with _clean_errors():
         for name, value in given.items():
-            if value is not None and protocol.value not in DEMO_OPTIONS[name]:
-                raise ParameterError(name, f"given only for {', '.join(DEMO_OPTIONS[name])} (it does nothing for "
-                                     f"{protocol.value})", value)
+            if value is not None and kind not in DEMO_OPTIONS[name]:
+                applies = listed(names(lambda e: e.demo and demo_kind(e) in DEMO_OPTIONS[name]), "and")
+                raise ParameterError(name, f"given only for {applies} (it does nothing for {protocol.value})", value)
         concurrency = check_integer("concurrency", 500 if concurrency is None else concurrency, 1, 100_000)
     signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
-    if protocol.value == "fe-hh":
-        _demo_heavy_hitters(users or 20_000, epsilon, delta, concurrency, workdir, as_json)
+    if kind == "heavy hitters":
+        _demo_heavy_hitters(protocol.value, users or 20_000, epsilon, delta, concurrency, workdir, as_json)
         return
-    if protocol.value != "fe1":
+    if kind == "rounds":
         _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
                       300.0 if round_seconds is None else round_seconds, workdir, as_json)
         return
@@ -909,7 +943,7 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         vocabulary = check_integer("vocabulary", 1_000 if vocabulary is None else vocabulary, 2, 20_000)
         top = check_integer("top", 10 if top is None else top, 1, vocabulary)
         out = run_demo(workdir, users, vocabulary, epsilon, delta, concurrency,
-                       progress=(lambda _text: None) if as_json else _say)
+                       progress=(lambda _text: None) if as_json else _say, protocol=protocol.value)
     if as_json:
         print(json.dumps(json_document({k: out[k] for k in ("service", "simulation", "load", "comparison")},
                                        from_data=True)))  # the seeded simulation evaluated, the comparison
@@ -918,8 +952,8 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
 
     sim = {e["item"]: e for e in out["simulation"]["estimates"]}
     service_privacy = document_privacy(out["service"])
-    table = Table(title=f"fe1 over {users} users: the services' result ({_label(service_privacy)}) beside the "
-                        "simulation")
+    table = Table(title=f"{protocol.value} over {users} users: the services' result ({_label(service_privacy)}) beside "
+                        "the simulation")
     for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
         table.add_column(column, justify="right")
     for e in out["service"]["estimates"][:top]:
@@ -942,15 +976,16 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
          "errors")
 
 
-def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
+def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
                         as_json: bool) -> None:
-    """demo-service fe-hh (privagg.demos.run_heavy_hitter_demo), printed."""
+    """demo-service of a heavy-hitter protocol (privagg.demos.run_heavy_hitter_demo), printed."""
     from .demos import run_heavy_hitter_demo
     from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 5_000, 1_000_000)
         out = run_heavy_hitter_demo(workdir, users, epsilon=epsilon, delta=delta, concurrency=concurrency,
+                                    protocol=protocol,
                                     progress=(lambda _text: None) if as_json else _say)
     if as_json:
         print(json.dumps(json_document(out, from_data=True)))  # the true counts, recall and precision
@@ -959,8 +994,8 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
 
     report, comparison = out["service"], out["comparison"]
     simulated = {h["item"] for h in out["simulation"]["heavy_hitters"]}
-    table = Table(title=f"fe-hh over {report['n_users']:,} users: the heavy words the services discovered (no list), "
-                        f"threshold phi n = {comparison['threshold']:,.0f}")
+    table = Table(title=f"{protocol} over {report['n_users']:,} users: the heavy words the services discovered (no "
+                        f"list), threshold phi n = {comparison['threshold']:,.0f}")
     for column in ("word", "service ± stderr", "true count", "found by the simulation"):
         table.add_column(column, justify="right")
     for h in report["heavy_hitters"]:
@@ -979,8 +1014,9 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
                   round_seconds: float, workdir: Path, as_json: bool) -> None:
-    """demo-service dpds|dpdg|tss|tss-collusion (privagg.demos.run_sharing_demo), printed."""
+    """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed."""
     from .demos import run_sharing_demo
+    from .protocols.registry import get
     from .reports import document_privacy, json_document
 
     with _clean_errors():
@@ -993,7 +1029,7 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     from rich.table import Table
 
     d, privacy = report["dropouts"], document_privacy(report)
-    server = "S2's" if protocol.startswith("tss") else "the sharing server's"
+    server = "S2's" if task_service(get(protocol)) == "two-servers" else "the sharing server's"
     table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} release "
                         f"({_label(privacy)}) beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):

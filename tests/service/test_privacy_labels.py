@@ -76,7 +76,7 @@ def test_demo_service_fe_hh_labels_the_services_release_from_its_guarantee(repor
     out = {"service": report, "simulation": {"heavy_hitters": [{"item": "maps"}]}, "truth": {"maps": 21},
            "comparison": {"threshold": 4.0, "service": score, "simulation": score}}
     monkeypatch.setattr(demos, "run_heavy_hitter_demo", lambda *args, **kw: out)
-    _demo_heavy_hitters(5_000, 1.0, 1e-6, 10, tmp_path / "demo", False)
+    _demo_heavy_hitters("fe-hh", 5_000, 1.0, 1e-6, 10, tmp_path / "demo", False)
     assert_labelled(capsys.readouterr(), None, why)
 
 

@@ -45,7 +45,7 @@ from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer, check_sequence
 from ..privacy import balls_into_bins as calibration_bib
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import MAX_ERROR_BETA, N_USERS_MAX, dummy_counts
 from . import exact_laws
 from .parameters import FrozenParameters
@@ -392,7 +392,7 @@ class HeavyHitterParameters(FrozenParameters):
 
     @property
     def privacy(self) -> PrivacyDescription:
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism,
             parameters={"mu": self.mu, "n_users": self.n_users, "levels": self.levels, "level_users":
                         self.level_users, "bins": self.bins, "overlap": self.overlap,
@@ -400,13 +400,13 @@ class HeavyHitterParameters(FrozenParameters):
             epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE,
             trusted=self.trusted, honest_fraction=1.0,
             assumptions=("all n users follow the protocol (none drops out or colludes)",
-                         "each user draws his level and his thinning coins with secure randomness",
-                         "the parameters, including the prefix code key, are public"),
+                         "each user draws his level and his thinning coins with secure randomness"),
+            public=("the parameters", "the prefix code key"),
             method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
             + f", for {self.level_users} users at every level; plus Pr[the changed user's level has fewer] = "
               f"{self.level_tail:.3g} (exact binomial tail); thinning is post-processing",
             reference="docs/derivations.md, 'Heavy hitters'",
-            caveats=("discovered items are outputs of the private protocol and are reported by name",))
+            caveats=("discovered items are outputs of the private protocol and are reported by name",)))
 
     # --- values --------------------------------------------------------------------------------------------
     def check_values(self, values) -> np.ndarray:

@@ -51,7 +51,7 @@ from ..core.randomness import RNGLike, resolve
 from ..core.sharing import MODULUS_MAX, SEED_BYTES, PrimeField, expand, reconstruct, seeded_shares, share
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import N_USERS_MAX, check_honest_fraction
 from . import exact_laws
 from .parameters import FrozenParameters, check_item_codes, honest_users
@@ -166,11 +166,11 @@ class SharingParameters(FrozenParameters):
 
     def _description(self, parameters: dict[str, float], assumptions: tuple[str, ...], reference: str,
                      caveats: tuple[str, ...] = ()) -> PrivacyDescription:
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism, parameters=parameters, epsilon=self.epsilon, delta=self.delta,
             model=self.model, neighbouring=REPLACE_ONE, trusted=self.trusted, honest_fraction=self.honest_fraction,
-            assumptions=assumptions + ("the parameters and the list of categories are public",),
-            method=self.calibration, method_detail=self.method_detail, reference=reference, caveats=caveats)
+            assumptions=assumptions, public=("the parameters", "the list of categories"),
+            method=self.calibration, method_detail=self.method_detail, reference=reference, caveats=caveats))
 
     @property
     def method_detail(self) -> str:

@@ -43,7 +43,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -182,12 +182,12 @@ class AnalyzerService:
         from ..pipelines import Analysis
         from ..protocols.balls_into_bins import CountAggregate
         from ..protocols.kinds import ResultKind
-        from ..protocols.registry import get
+        from ..protocols.registry import discovery_parameters, get
 
         entry = get(parameters.protocol)
         if not entry.served:
             raise ParameterError("protocol", SERVED, parameters.protocol)
-        stage = None if discover_phi is None else _discovery_parameters(parameters, discover_phi)
+        stage = None if discover_phi is None else discovery_parameters(parameters, discover_phi)
         codes = None
         if candidates is not None:
             if entry.result is not ResultKind.FREQUENCY_TABLE and not getattr(parameters, "one_sparse", False):
@@ -283,6 +283,7 @@ class AnalyzerService:
         as its candidates when its own batch first comes; a 503 (the collector sends the batch again) until the
         first stage's batch was applied. Unchanged for any other task."""
         from ..pipelines import Analysis
+        from ..protocols.registry import get
 
         task = loaded.task
         if task.discovery is None or loaded.candidates is not None:
@@ -291,7 +292,7 @@ class AnalyzerService:
         if first is None:
             raise Refused(503, "unavailable", "the task's first stage (its discovery task "
                           f"{task.discovery.task_id}) has no batch applied yet: send this batch again after it")
-        found = sorted(int(i) for i in first[0].items if i < task.parameters.dimension)
+        found = get(task.parameters.protocol).discovery.candidates(task.parameters, first[0].items).tolist()
         with self._lock, self.engine.begin() as c:  # once, whichever process gets here first
             if c.execute(sa.update(analyzer_tasks).where(analyzer_tasks.c.task_id == task.task_id,
                                                          analyzer_tasks.c.candidates.is_(None)).values(
@@ -610,24 +611,24 @@ class AnalyzerService:
         return "applied"
 
     # ---- results -------------------------------------------------------------------------------------------
-    def _with_first_stage(self, report, task: Task) -> None:
-        """A staged task's report: its first stage beside the estimates, and both stages' guarantee composed."""
-        from ..pipelines import analysis_privacy
-        from ..reports import Messages, discovery_block, with_discovery
+    def _released_first_stage(self, task: Task):
+        """A staged task's first stage as its release holds it (pipelines.FirstStage: its result, the guarantee
+        of its batch's release and its messages), and its messages lost (:class:`LostMessages`, or None); (None,
+        None) for a task of one stage."""
+        from ..pipelines import FirstStage, analysis_privacy
+        from ..reports import Messages
 
+        if task.discovery is None:
+            return None, None
         first, row = self._first_stage(task)
         stage, received = task.discovery.parameters, int(first.messages + first.malformed)
         stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
         lost = lost_messages(self.load(task.discovery.task_id).analyzer, decode_aggregate(row.aggregate), first,
                              row.reports, row.unopened)
-        report.privacy, report.privacy_profile = with_discovery(report.privacy, task.parameters, stage)
         if lost is not None:  # the first stage's messages that did not enter its aggregate: its guarantee, the task's
             stage_privacy = lost.privacy(stage_privacy, stage)
-            report.warnings.append(f"the first stage (task {task.discovery.task_id}): {lost.warning()}")
-            if not stage_privacy.private:
-                report.privacy = report.privacy.as_unfounded(f"first stage {stage_privacy.not_private_reason}")
-        report.discovery = discovery_block(stage, first, stage_privacy, len(report.estimates),
-                                           Messages(received, received / row.reports, int(first.malformed)))
+        return FirstStage(stage, first, stage_privacy, Messages(received, received / row.reports,
+                                                                int(first.malformed))), lost
 
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
@@ -682,12 +683,13 @@ class AnalyzerService:
         lost = lost_messages(loaded.analyzer, agg, result, row.reports, row.unopened)
         if lost is not None:
             privacy = lost.privacy(privacy, p)
+        first, first_lost = self._released_first_stage(loaded.task)
         report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
-            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates))
+            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates), first=first)
         if lost is not None:
             report.warnings.append(lost.warning())
-        if loaded.task.discovery is not None:
-            self._with_first_stage(report, loaded.task)
+        if first_lost is not None:
+            report.warnings.append(f"the first stage (task {loaded.task.discovery.task_id}): {first_lost.warning()}")
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "
@@ -873,21 +875,11 @@ class LostMessages:
         """``privacy`` with the caveat of the estimates' bias, and, in the shuffle model, the guarantee counted on the
         reports whose messages all entered: at least m - lost of them (each lost message may be another report's,
         whose user then counts among those the guarantee does not count on; below ceil(G n) it is not founded)."""
+        from ..pipelines import with_lost_messages
+
         caveat = (f"{self._what()}; the estimates assume that those messages' users reported in full (their noise "
                   f"is subtracted, though it is missing from the aggregate){self._bias()}")
-        privacy = replace(privacy, caveats=privacy.caveats + (caveat,))
-        if parameters.model != "shuffle":  # a local report stands alone: the others' guarantee does not change
-            return privacy
-        whole, honest = max(0, self.reporters - self.lost), parameters.honest_users
-        if whole < honest:
-            return privacy.as_unfounded(
-                f"messages lost: {self.lost} messages of the {self.reporters} reports did not enter the aggregate, so "
-                f"as few as {whole} reports may be whole, fewer than the {honest} honest users whose noise the "
-                f"guarantee counts on (ceil(G n), G = {parameters.honest_fraction:g}; a task calibrated with a lower "
-                "honest fraction tolerates that many)")
-        return replace(privacy, assumptions=privacy.assumptions + (
-            f"{self.lost} messages did not enter the aggregate: the guarantee counts on {honest} users following the "
-            f"protocol among the at least {whole} reports whose messages all entered",))
+        return with_lost_messages(privacy.with_caveat(caveat), parameters, self.lost, self.reporters)
 
 
 def lost_messages(analyzer, agg, result, reporters: int, unopened: int) -> LostMessages | None:
@@ -933,25 +925,6 @@ def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
     encoder = ItemEncoder.for_parameters(parameters, "text") if text else ItemEncoder(parameters.domain_size,
                                                                                      kind="integer")
     return np.unique(encoder.encode(items, "candidates", public=True)), encoder
-
-
-def _discovery_parameters(parameters, phi: float):
-    """A staged task's first stage: fe-hh over the B + 1 cells of ``parameters`` (sparse-vector-hashed, every user
-    honest) at their (eps, delta), calibration and users, with ``phi`` (a ParameterError naming ``discover-phi``)."""
-    from ..protocols.registry import calibrate
-
-    if parameters.protocol != "sparse-vector-hashed":
-        raise ParameterError("discover-phi", "given for a sparse-vector-hashed task", parameters.protocol)
-    if parameters.honest_fraction != 1:
-        raise ParameterError("honest-fraction", "1 with --discover-phi (fe-hh counts on every user's dummies)",
-                             parameters.honest_fraction)
-    try:
-        return calibrate("fe-hh", epsilon=parameters.epsilon, delta=parameters.delta, n_users=parameters.n_users,
-                         domain_size=parameters.dimension + 1, calibration=parameters.calibration, phi=phi)
-    except ParameterError as err:
-        if err.field != "phi":
-            raise
-        raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi"), err.got) from None
 
 
 def _bearer(request: Request, token: str | None, why: str) -> None:

@@ -5,7 +5,8 @@ users' item codes: calibrate the protocol, simulate it, and report the top
 items with standard errors, the privacy description and the cost; and,
 when asked to evaluate (``evaluate``), the true counts and the realised
 error beside them, which makes the report an evaluation, not a private
-release (its privacy block says so).
+release (its privacy block says so). What the report releases is decided
+by :mod:`privagg.pipelines`, as for ``privagg analyze`` and the services.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ import numpy as np
 from ..core.encoding import ItemEncoder, check_item_key
 from ..core.selection import percentiles
 from ..errors import ParameterError, check_callable, check_instance, check_integer, check_sequence, checked_arguments
+from ..pipelines import Analysis, FirstStage
 from ..privacy.description import privacy_warnings
-from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.privacy_blanket import float_rows
+from ..protocols.registry import (FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain,
+                                  discovery_parameters, get)
 from ..protocols.results import FrequencyTable, count_among, top_k
-from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
-                       expected_error, privacy_profile, report_parameters, reported_estimates, shared_code_warnings,
-                       with_discovery)
+from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation,
+                       privacy_profile, report_parameters)
 from .progress import Progress
 from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
@@ -86,13 +88,11 @@ def full_domain_bytes(parameters, mode: str) -> int:
 
 def full_domain_preimages(parameters) -> int:
     """The preimages an analyzer that enumerates them over [B] walks (FE1, and sparse-vector-hashed over its cells:
-    every message's q / b, the dummies' too, which the fast path also makes and counts one by one), else 0."""
-    from ..protocols.balls_into_bins import FE1Parameters
+    every message's q / b, the dummies' too, which the fast path also makes and counts one by one), else 0
+    (:func:`privagg.protocols.registry.full_domain_preimages`)."""
+    from ..protocols.registry import full_domain_preimages as preimages
 
-    if not isinstance(parameters, FE1Parameters):
-        return 0
-    hashing = parameters.hash
-    return math.ceil(parameters.n_users * parameters.messages_per_user) * -(-hashing.modulus // hashing.bins)
+    return preimages(parameters, math.ceil(parameters.n_users * parameters.messages_per_user))
 
 
 # Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
@@ -109,12 +109,10 @@ CHECK_SECONDS = 1 / 1.5e9
 def full_domain_seconds(parameters) -> float:
     """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
     the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
-    FE1 walks every message's preimages and OLH checks every user's hash at every item."""
-    from ..protocols.kinds import Family
-    from ..protocols.registry import get
-
+    FE1 walks every message's preimages and OLH checks every user's hash at every item (the analyzer's
+    ``noise_per_item``, ``preimages`` and ``checks``)."""
     domain = parameters.domain_size
-    noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
+    noise = getattr(get(parameters.protocol).analyzer, "noise_per_item", False)
     return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters)
             * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
 
@@ -143,7 +141,7 @@ def check_full_domain(parameters, mode: str) -> None:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
                              "domain (--full-domain, the default without --candidates) "
-                             f"for fe1 at {parameters.n_users:,} users: its analyzer would walk {walked:.3g} hash "
+                             f"for {parameters.protocol} at {parameters.n_users:,} users: its analyzer would walk {walked:.3g} hash "
                              f"preimages, above {PREIMAGES_MAX:.0e} (more than a minute); or give --candidates "
                              "with --no-full-domain, or fewer users", domain)
 
@@ -215,20 +213,14 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
         position = (lambda c: c) if full_domain else (lambda c: np.searchsorted(candidate_codes, c))
         true_counts = lambda top_codes: truth[position(top_codes)]  # noqa: E731
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised error")
-    reported = table.restricted_to(candidate_codes) if full_domain and candidate_codes is not None else table
-    estimates = reported_estimates(reported, encoder, top, truth=true_counts)  # among the candidates, if given
+    # the release, as analyze's and the services' (among the candidates, if given)
+    release = Analysis(parameters, full_domain, candidate_codes).release(table, privacy, encoder=encoder, top=top,
+                                                                         truth=true_counts, warnings=warnings)
     if evaluate:  # after the top items' true counts were read: the errors overwrite the counts
         error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates", overwrite=True)
     run.seconds["report"] = time.perf_counter() - start
-    report = EstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=parameters.n_users,
-        messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
-        bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=estimates, privacy_profile=privacy_profile(parameters),
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings(),
-                  *shared_code_warnings(estimates, encoder, parameters.n_users)], error=error,
-        simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
-        input=input_name)
+    report = EstimateReport(**release, error=error, input=input_name,
+                            simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript))
     return report, run
 
 
@@ -250,6 +242,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     child). ``evaluate`` (default: when seeded), as :func:`estimate_frequencies`: the true counts and the errors
     (weighted and unweighted) beside the estimates, and the report marked not private.
     """
+    from ..protocols.registry import listed, names
     from ..protocols.sampling_sharing import SamplingParameters, combine_groups
 
     top = check_integer("top", top, 1)
@@ -273,8 +266,9 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
             params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
                                calibration=calibration, item_key=encoder.item_key, **(options or {}))
             if not isinstance(params, SamplingParameters):
-                raise ParameterError("epsilon-column", "given for a sampling protocol (dpcs, dpcs-star, dpds, tss)",
-                                     protocol)
+                weighted = names(lambda e: isinstance(e.parameters, type) and issubclass(e.parameters,
+                                                                                          SamplingParameters))
+                raise ParameterError("epsilon-column", f"given for a sampling protocol ({listed(weighted)})", protocol)
             runs.append(simulate(params, members, mode=mode, rng=group_seed, progress=progress))
         except ParameterError as err:  # say which group
             raise ParameterError(err.field, f"{err.accepted} (in the group of the {members.size} users with "
@@ -289,11 +283,11 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
                  for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
     weakest = int(np.argmax(levels))
     privacy = runs[weakest].privacy
-    privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
+    privacy = privacy.with_caveat(
         f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
         f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest), and each group's data condition is of its "
         f"own users: every category held by at least beta n_g of the n_g users of group g; each user's epsilon, so "
-        f"his group and the groups' sizes, is public as n is (neighbours differ in one user's item, not his epsilon)",))
+        f"his group and the groups' sizes, is public as n is (neighbours differ in one user's item, not his epsilon)")
     disagree, weighting = _weighting_warnings(combined, encoder)
     if evaluate:
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
@@ -359,14 +353,15 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     ``inputs``: one row a user, a vector in [0, 1]^d (blanket-vector: d is the row length), or a
     (coordinate, weight) pair (the sparse protocols: ``dimension`` B is public and given). ``candidates``:
     the coordinates to estimate (the others are estimated as 0); ``names``: the coordinates' public names.
-    ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages, fe-hh over the users'
-    rounded cells finds the coordinates whose sums reach phi n, then FE1 estimates them, each stage at
-    (eps/2, delta/2) (basic composition; :func:`_discover`).
+    ``discover_phi`` (a protocol with a discovery stage, registry.DiscoveryStage: sparse-vector-hashed; no
+    candidates): the paper's two stages, fe-hh over the users' rounded cells finds the coordinates whose sums
+    reach phi n, then FE1 estimates them, each stage at (eps/2, delta/2) (basic composition; :func:`_discover`).
     As :func:`estimate_frequencies`: calibrated for the data's n, seeded runs marked not private, and with
     ``evaluate`` (default: when seeded) the error against the true sums beside the estimates, the report then
     an evaluation, not a release.
     """
-    from ..reports import VectorError, VectorEstimateReport, coordinate_estimates
+    from ..protocols import registry
+    from ..reports import VectorError, VectorEstimateReport
 
     inputs = float_rows(inputs)
     if inputs.ndim != 2 or len(inputs) < 2:
@@ -375,27 +370,29 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         seed = check_integer("seed", seed, 0)
     evaluate = seed is not None if evaluate is None else evaluate
     n, d = len(inputs), inputs.shape[1] if dimension is None else dimension
-    if discover_phi is not None and (protocol != "sparse-vector-hashed" or candidates is not None):
-        raise ParameterError("discover-phi", "given for sparse-vector-hashed without --candidates", discover_phi)
-    if discover_phi is not None and (options or {}).get("honest_fraction") not in (None, 1, 1.0):
-        raise ParameterError("honest-fraction", "left out with --discover-phi (fe-hh counts on every user's "
-                             "dummies)", options["honest_fraction"])
+    if discover_phi is not None and candidates is not None:
+        staged = registry.listed(registry.names(lambda e: e.discovery is not None))
+        raise ParameterError("discover-phi", f"given for {staged} without --candidates (the discovered coordinates "
+                             "are the candidates)", discover_phi)
     stage = 2 if discover_phi is not None else 1  # the budget each stage gets: (eps/2, delta/2) when two
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon / stage, delta=delta / stage, n_users=n, domain_size=d,
                            calibration=calibration, **(options or {}))
+    # the first stage's parameters (its checks, its errors named for --discover-phi), before any work
+    stage = None if discover_phi is None else discovery_parameters(parameters, discover_phi)
     calibrate_seconds = time.perf_counter() - start
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
-    if discover_phi is None:
+    if stage is None:
         check_coordinates(parameters, candidates)
-    discovery = None
-    if discover_phi is not None:
-        candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
+    first = None
+    if stage is not None:
+        first = _discover(parameters, stage, inputs, seed, progress)
+        candidates = get(protocol).discovery.candidates(parameters, first.result.items.tolist())
     # no coordinate discovered: the second stage's users still report, as a deployment's would, and its release is
     # empty (run here over coordinate 0, whose estimate is dropped unseen); a private outcome, not a fact about the data
-    nothing = candidates is not None and discover_phi is not None and not candidates.size
-    dense = protocol == "blanket-vector"
+    nothing = first is not None and not candidates.size
+    dense = not getattr(parameters, "one_sparse", False)  # vectors of [0, 1]^d, not (coordinate, weight) rows
     with ThreadPoolExecutor(1) as pool:
         truth_soon = None
         if evaluate and dense:
@@ -411,13 +408,9 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         if nothing:
             result = dataclasses.replace(result, total=result.total[:0], standard_errors=result.standard_errors[:0],
                                          coordinates=candidates)
-        privacy, profile, total = run.privacy, privacy_profile(parameters), run.messages_total
-    if discovery is not None:
-        privacy, profile = with_discovery(run.privacy, parameters, discovered.parameters)
-        total += discovery.messages.total
-        run.seconds["discover"] = discovered.seconds
-    coordinates = np.arange(d) if result.coordinates is None else result.coordinates
-    truth, error = None, None
+    if first is not None:
+        run.seconds["discover"] = first.seconds
+    privacy, truth, error = run.privacy, None, None
     if evaluate:
         truth = truth_soon.result() if truth_soon else parameters.true_total(inputs, result.coordinates)
         errors = result.total - truth
@@ -428,20 +421,15 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             largest = max(largest, float(missed.max(initial=0.0)))
         error = VectorError(squared / d / n**2, largest, squared, squared / (n / d) ** 2 if dense else None)
         privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
-    report = VectorEstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
-        messages=Messages(total, total / n, run.malformed + (discovery.messages.malformed if discovery else 0)),
-        bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=coordinate_estimates(result, coordinates, truth, names),
-        mean=result.mean().tolist(), privacy_profile=profile,
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
-                  *([f"the discovery stage (fe-hh at phi = {discover_phi:g}) reported no coordinate, so none is "
-                     "estimated (each sum is estimated as 0): a private outcome, not a statement that no sum reaches "
-                     "phi n (one near it may go either way); a lower --discover-phi, or --candidates, looks for "
-                     "smaller sums"] if nothing else [])],
-        error=error,
-        simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
-        discovery=discovery)
+    nothing_found = [f"the discovery stage ({get(protocol).discovery.protocol} at phi = {discover_phi:g}) reported "
+                     "no coordinate, so none is estimated (each sum is estimated as 0): a private outcome, not a "
+                     "statement that no sum reaches phi n (one near it may go either way); a lower --discover-phi, "
+                     "or --candidates, looks for smaller sums"] if nothing else []
+    release = Analysis(parameters, candidates is None, candidates).release(
+        result, privacy, truth=truth, names=names, warnings=warnings, first=None if first is None else first.stage)
+    release["warnings"] += nothing_found
+    report = VectorEstimateReport(**release, error=error, input=input_name,
+                                  simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript))
     return report, run
 
 
@@ -472,7 +460,7 @@ def check_coordinates(parameters, candidates: np.ndarray | None = None, simulate
     if candidates is not None:
         raise ParameterError("candidates", f"at most about {largest:,} coordinates: {why}", f"{count:,}")
     if getattr(parameters, "one_sparse", False):
-        others = ((", or --discover-phi" if parameters.protocol == "sparse-vector-hashed" else "")
+        others = ((", or --discover-phi" if get(parameters.protocol).discovery is not None else "")
                   + f", or a --dimension of at most about {largest:,}") if simulated else ""
         raise ParameterError("candidates", f"given (a file of public coordinates){others}: {why}", None)
     raise ParameterError("dimension", f"at most about {largest:,} coordinates (columns) at {parameters.n_users:,} "
@@ -481,38 +469,40 @@ def check_coordinates(parameters, candidates: np.ndarray | None = None, simulate
 
 @dataclasses.dataclass
 class _Discovered:
-    """What the discovery stage leaves for the report beyond :class:`Discovery`."""
+    """The discovery stage of a simulated staged run: what it released (its result, guarantee and messages) and
+    the seconds it took."""
 
-    parameters: Any  # fe-hh's
+    stage: FirstStage
     seconds: float
 
+    @property
+    def result(self):
+        return self.stage.result
 
-def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progress: Progress | None):
-    """(candidates, Discovery, _Discovered): sparse-vector-hashed's first stage.
 
-    Each user rounds his weight with his own coins (cell x with probability w, else the dummy cell B, as the
-    second stage does with fresh coins) and runs fe-hh over the B + 1 cells at the second stage's (eps, delta);
-    the coordinates it reports, the dummy cell left out, are the candidates.
-    """
+def _discover(parameters, stage, inputs: np.ndarray, seed: int | None, progress: Progress | None) -> _Discovered:
+    """The first stage of a staged run of ``parameters`` (their entry's registry.DiscoveryStage: fe-hh over the
+    users' rounded cells for sparse-vector-hashed), at ``stage``'s (registry.discovery_parameters: their (eps,
+    delta)): each user's item of the stage is drawn with his own coins (``DiscoveryStage.items``), and the stage
+    simulated as ``privagg estimate`` would, its release kept for the staged report."""
     from ..core.randomness import resolve
     from .heavy_hitters import estimate_heavy_hitters
 
     start = time.perf_counter()
     rng = resolve(None if seed is None else np.random.SeedSequence([seed, 1]))
-    cells = parameters.cells(parameters.check_codes(pairs), rng).astype(np.uint64)
+    items = get(parameters.protocol).discovery.items(parameters, inputs, rng)
     try:
-        report, result = estimate_heavy_hitters(cells, epsilon=parameters.epsilon, delta=parameters.delta, phi=phi,
-                                                domain_size=parameters.dimension + 1,
-                                                calibration=parameters.calibration,
-                                                seed=None if seed is None else seed + 1, progress=progress)
-    except ParameterError as err:  # fe-hh's phi is this command's --discover-phi
+        report, result = estimate_heavy_hitters(items, epsilon=stage.epsilon, delta=stage.delta, phi=stage.phi,
+                                                domain_size=stage.domain_size, calibration=stage.calibration,
+                                                seed=None if seed is None else seed + 1, progress=progress,
+                                                evaluate=False)
+    except ParameterError as err:  # the stage's phi is this command's --discover-phi
         if err.field != "phi":
             raise
         raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
             "a smaller --domain", "a smaller --dimension"), err.got) from None
-    found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
-    discovery = discovery_block(result.parameters, result, report.privacy, int(found.size), report.messages)
-    return found, discovery, _Discovered(result.parameters, time.perf_counter() - start)
+    return _Discovered(FirstStage(result.parameters, result, report.privacy, report.messages),
+                       time.perf_counter() - start)
 
 
 def _weighted_expected_error(groups, combined, domain_size: int, messages: int):
