@@ -1601,10 +1601,8 @@ def analyze(
         elif full_domain is None and params.domain_size <= registry.FULL_DOMAIN_DEFAULT_MAX:
             # the default whole domain is held to a run's budget, as estimate's is: 3 users' messages over 2^24
             # items took as long to analyze as to simulate (fe1's preimages, whatever n)
-            from .simulate.frequency import full_domain_seconds
-
             full_domain = registry.choose_full_domain(params.domain_size, None, False,
-                                                      seconds=full_domain_seconds(params), n_users=params.n_users,
+                                                      seconds=registry.full_domain_seconds(params), n_users=params.n_users,
                                                       protocol=params.protocol)
         analysis = Analysis.of(params, queries, full_domain)
         reporters, unknown = engines.folder_reporters(params, items)
