@@ -390,6 +390,26 @@ def test_written_messages_analyze_to_the_same_estimates(ints_file, tmp_path):
     assert code == 0 and "NOT PRIVATE" in out and "3 partitions" in out
 
 
+def test_a_folder_with_malformed_messages_analyzes_stating_them(ints_file, tmp_path):
+    """Messages of a folder that break the protocol's layout are dropped and stated, as the analyzer service
+    states its lost messages: the guarantee becomes an Incomplete event counting on whole reports."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, folder = write_run(ints_file, tmp_path)
+    part = folder / "part-00000.parquet"
+    table = pq.read_table(part)
+    w = table.column("w").to_numpy().copy()
+    w[:7] = np.iinfo(w.dtype).max  # past every bin
+    pq.write_table(table.set_column(table.schema.get_field_index("w"), "w", pa.array(w)), part)
+    code, out, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                         "--candidates", tmp_path / "cands.txt", "--json")
+    assert code == 0, err
+    analyzed = json.loads(out)
+    assert analyzed["messages"]["malformed"] == 7
+    assert analyzed["privacy"]["event"]["type"] == "incomplete" and analyzed["privacy"]["event"]["lost"] == 7
+
+
 def test_written_messages_analyze_to_the_same_full_domain(ints_file, tmp_path):
     folder = tmp_path / "m"
     code, out, _ = run("estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 2,

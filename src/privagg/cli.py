@@ -1608,7 +1608,7 @@ def analyze(
         reporters, unknown = engines.folder_reporters(params, items)
         result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
         received = result.messages + result.malformed
-        report = analysis.report(result, engines.folder_privacy(params, items, received), run, encoder=encoder, top=top)
+        report = analysis.report(result, engines.folder_privacy(params, items, received, result.malformed), run, encoder=encoder, top=top)
         report.warnings += unknown
         report = _with_count_warning(report, params, received, messages, strict, reporters)
 
@@ -1641,7 +1641,7 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
     reporters, unknown = engines.folder_reporters(params, items)
     result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed
-    report = analysis.report(result, engines.folder_privacy(params, items, received), run)
+    report = analysis.report(result, engines.folder_privacy(params, items, received, result.malformed), run)
     report.warnings += unknown
     report = _with_count_warning(report, params, received, partitions[0].parent, strict, reporters)
 
