@@ -860,7 +860,7 @@ def test_estimate_fe_hh_discovers_heavy_integers_and_strings(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--domain", 2**48], "error: phi must be given"),
-    (["--domain", 2**48, "--phi", 1.5], "error: phi must be in (0, 1)"),
+    (["--domain", 2**48, "--phi", 1.5], "error: phi must be in [2^-64, 1)"),
     (["--phi", 0.1, "--max-length", 3], "error: max-length must be left out for integer items"),
     (["--phi", 0.1, "--domain", 2**64 + 1], "error: domain must be an integer in [2, 18446744073709551616]")])
 def test_estimate_fe_hh_bad_input_is_one_line(args, message, ints_file):
