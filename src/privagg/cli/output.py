@@ -61,7 +61,7 @@ def _say(text: str, stderr: bool = False) -> None:
     _console(stderr).print(text, markup=False, highlight=False)
 
 
-# paths an error names otherwise: standard input's temporary copy is "standard input" (cli._input_file)
+# paths an error names otherwise: standard input's temporary copy is "standard input" (inputs._input_file)
 SHOWN_PATHS: dict[str, str] = {}
 
 
