@@ -1007,7 +1007,7 @@ def test_missing_values_make_a_report_not_private(tmp_path):
 BATCHES = """
 import resource, sys
 import numpy as np
-from privagg.cli import _keep_freed_heap
+from privagg.cli.options import _keep_freed_heap
 if sys.argv[1] == "kept":
     _keep_freed_heap()
 def batch():  # a client batch's temporaries: ten arrays of 250,000 doubles, allocated then freed
@@ -1033,7 +1033,7 @@ def test_the_protocol_commands_keep_freed_batches_on_their_heap():
 
 
 def test_the_protocol_commands_set_the_allocator_and_the_others_do_not(monkeypatch):
-    import privagg.cli as cli
+    import privagg.cli.options as cli
 
     calls = []
     monkeypatch.setattr(cli, "_keep_freed_heap", lambda: calls.append(1))

@@ -372,7 +372,7 @@ def test_the_result_names_the_option_or_token_at_fault_not_the_task(services, mo
 
 # ---- text items, as the SDK takes them; the commands' wording ------------------------------------------------------
 def test_submit_and_loadgen_take_text_items_as_the_sdk_does(services, tmp_path):
-    from privagg.service_cli import _load_values
+    from privagg.cli.clients import _load_values
 
     d, analyzer, collector = services
     task = d.task.task_id
