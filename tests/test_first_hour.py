@@ -266,6 +266,9 @@ def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):
     result = runner.invoke(app, [*command, "--phi", "0.03"])
     assert result.exit_code == 0, result.output
     assert "NOT A RELIABLE LIST at this n and phi" in result.stdout
+    # the JSON says it as a field, not only in a warning; a list within both bounds is reliable
+    assert json.loads(runner.invoke(app, [*command, "--phi", "0.03", "--json"]).stdout)["reliable"] is False
+    assert json.loads(runner.invoke(app, [*command, "--phi", "0.3", "--json"]).stdout)["reliable"] is True
     result = runner.invoke(app, [*command, "--phi", "0.01"])
     assert result.exit_code == 2 and "error: phi must be larger, or more users" in result.output, result.output
     assert "could be missed with probability up to 1" in result.output and "--max-length" in result.output

@@ -196,6 +196,11 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
             report = None
         if answer.status_code != 200 or not isinstance(report, dict):
             _refused_result(analyzer, task, answer.status_code, report, answer.text, token)
+        if not {"privacy", "collection", "messages"} <= report.keys() or not isinstance(
+                report.get("estimates", report.get("heavy_hitters")), list):  # another service's document
+            raise ParameterError("analyzer", "the analyzer's URL, answering a task's release (its estimates, "
+                                 "privacy block and collection)", f"{analyzer} (it answered 200 with the fields "
+                                 f"{', '.join(sorted(report)[:8]) or 'none'})")
     _emit(report, as_json, output, lambda: print_result(report, top))
 
 
@@ -225,7 +230,8 @@ def print_result(report: dict, top: int) -> None:
     from ..reports import document_privacy
 
     privacy = document_privacy(report)
-    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy)})")
+    unreliable = " -- NOT A RELIABLE LIST (more users or a larger phi)" if report.get("reliable") is False else ""
+    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy)}){unreliable}")
     for column in ("item", "estimate ± stderr"):
         table.add_column(column, justify="right")
     for row in report.get("estimates", report.get("heavy_hitters"))[:top]:  # fe-hh: the heavy hitters it found

@@ -161,7 +161,6 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
     _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
 
 
-UNRELIABLE = 0.05  # fe-hh: a miss or false-report bound above this makes the list not one to act on
 
 
 def _print_estimate(report, verbose: bool) -> None:
@@ -432,10 +431,9 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _say(f"input: {report.input} ({report.n_users} users); heavy: held by at least phi n = "
              f"{report.threshold:.0f} users")
         t, found = report.theory, len(report.heavy_hitters)
-        unreliable = t["miss_probability"] > UNRELIABLE or t["false_report_probability"] > UNRELIABLE
         table = Table(title=_titled(f"{report.protocol}: {_count(found, 'heavy hitter')} discovered" + (
             " -- NOT A RELIABLE LIST at this n and phi (see the guarantee below: more users or a larger phi)"
-            if unreliable else ""), report))
+            if not report.reliable else ""), report))
         e = report.evaluation
         for column_name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ())):
             table.add_column(column_name, justify="left" if column_name == "item" else "right")
