@@ -31,7 +31,8 @@ evaluate hashes with numpy alone; the counting kernels are numba code in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
+from pathlib import Path
 
 import numpy as np
 
@@ -73,6 +74,24 @@ def _kernel_columns(u, v, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 INVERSE_TABLE_MAX = 1 << 17  # moduli whose table of inverses (1 MiB at most) count_all builds once and keeps
+
+
+@cache
+def last_level_cache_bytes() -> int:
+    """The size of the largest CPU cache Linux describes (/sys/devices/system/cpu/cpu0/cache), 0 where it does not.
+
+    Full-domain counting increments counters in place where all of them fit in half of it (the rest for the
+    messages and the other processes), else through tile buckets (:meth:`UniversalHash.count_all`): on a 2-core
+    Xeon with 300 MiB of L3, FE1 at B = 2^24 counts its 1.8e9 preimages in about 3 ns each in place against 5 ns
+    through buckets, one thread (docs/derivations.md, "Full-domain counting")."""
+    sizes = [0]
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:  # "307200K"
+            text = entry.read_text().strip()
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+        except (OSError, ValueError):
+            continue
+    return max(sizes)
 
 
 def _count_all_plan(domain_size: int) -> tuple[int, int, int]:
@@ -190,6 +209,8 @@ class UniversalHash:
         threads, tiles, capacity = _count_all_plan(domain_size)
         table = tiles == 1 and self.modulus <= INVERSE_TABLE_MAX
         counter, wraps = self._counters(u.size, threads, domain_size, one_tile=table)
+        if threads * domain_size * np.dtype(counter).itemsize <= last_level_cache_bytes() // 2:
+            capacity = 0  # every thread's counters sit in the last-level cache: increment them in place
         counts = np.zeros((threads, domain_size), dtype=counter)
         count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
                   self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64),
