@@ -100,7 +100,7 @@ from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-process measurement)
-from benchfmt import Report, load_average, note, ratio, seconds, verdict  # noqa: E402
+from benchfmt import ROWS, Report, cpu_model, load_average, note, ratio, seconds, verdict  # noqa: E402
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
@@ -665,7 +665,15 @@ def peer(report: Report) -> None:
                    "(`git clone https://github.com/hkustDB/SDPFE`, then `SDPFE_DIR=$PWD/SDPFE make bench`).", "")
         return
     note("the authors' C++ against privagg (a few minutes)")
-    report.add(sdpfe.markdown(sdpfe.run(source)), "")
+    res = sdpfe.run(source)
+    report.add(sdpfe.markdown(res), "")
+    if "skipped" not in res:
+        rw, ours = res["ratio_wall"], res["privagg"]
+        ROWS.append(["FE1 full domain, n = 1e5, B = 2^24, c = 1, eps 1, delta 1e-10, text file",
+                     f"authors' C++ fe.cpp -O2: {res['peer']['wall_s']['median']:.2f} s",
+                     f"{ours['wall_s']['median']:.2f} s, peak RSS {ours['peak_rss_kib']['median'] / 1024:.0f} MiB",
+                     f"{rw['median']:.2f}x ({rw['min']:.2f}-{rw['max']:.2f})",
+                     f">= 10x: {verdict(rw['median'] >= 10)}"])
 
 
 def heavy_hitters(report: Report) -> None:
@@ -679,6 +687,26 @@ def heavy_hitters(report: Report) -> None:
     report.add(sdpfe_hhd.markdown(sdpfe_hhd.run(source, users=10**7)), "")
 
 
+HOST_ROWS = "## Issue 48's rows on every host measured"
+HOST_HEADER = ["date", "CPU", "load at start / end", "workload", "peer, same run", "privagg", "ratio", "target"]
+
+
+def host_rows(report: Report, start_load: str, previous: Path | None) -> None:
+    """The issue-48 rows this run measured (ROWS), with the host's CPU model and load, under the rows of the other
+    runs that ``previous`` (the file --write replaces) kept: a run adds its rows, it never removes another host's."""
+    kept = []
+    if previous is not None and previous.exists():
+        lines = previous.read_text().splitlines()
+        if HOST_ROWS in lines:
+            kept = [line for line in lines[lines.index(HOST_ROWS) + 1:] if line.startswith("| 20")]
+    now = time.strftime("%Y-%m-%d %H:%M %Z")
+    rows = [[now, cpu_model(), f"{start_load} / {load_average()}", *row] for row in ROWS]
+    report.add(HOST_ROWS, "", "Each row a ratio against its peer measured in the same run (parts 3, 7 and 8 say how); "
+               "kept from every run that wrote this file, newest last.", "")
+    report.add("| " + " | ".join(HOST_HEADER) + " |", "|" + "---|" * len(HOST_HEADER), *kept,
+               *("| " + " | ".join(row) + " |" for row in rows), "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="also write the Markdown report to this file")
@@ -690,11 +718,13 @@ def main() -> None:
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()
     report = Report()
+    start_load = load_average()
     machine(report)
     for name, part in parts.items():
         if args.only is None or name in args.only:
             part(report)
-    report.add(f"Load average at the end (1/5/15 min): {load_average()}.")
+    report.add(f"Load average at the end (1/5/15 min): {load_average()}.", "")
+    host_rows(report, start_load, args.write)
     if args.write:
         args.write.write_text("\n".join(report.lines) + "\n")
         note(f"wrote {args.write}")

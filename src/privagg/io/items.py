@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.encoding import ItemEncoder
 from ..errors import ParameterError, parse_number
-from .blocks import CANONICAL_INTEGER, NUMBER, _Block, _blocks, _cut, _matches, _without_missing
+from .blocks import CANONICAL_INTEGER, NUMBER, _Block, _blocks, _cut, _matches, _plain_integers, _without_missing
 from .files import InputFormat, _unreadable, checked_file, file_kind
 from .vectors import _empty_rows, _load_table, load_npy
 
@@ -205,18 +205,24 @@ class _ItemTyper:
 
     def encode(self, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         values = block.values
         if len(values) == 0:
             return np.empty(0, dtype=np.int64)
         if pa.types.is_integer(values.type):
-            return self._integers(values.to_numpy(), block, encoder, public) if self.item_type != "str" else (
-                encoder.encode(pc.cast(values, pa.string()), field=self.field, public=public))
+            if self.item_type != "str":
+                return self._integers(values.to_numpy(), block, encoder, public)
+            import pyarrow.compute as pc
+
+            return encoder.encode(pc.cast(values, pa.string()), field=self.field, public=public)
         if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
             raise ParameterError(self.field, "integers or strings", f"values of type {values.type} in {self.path}")
         if self.item_type == "str":
             return encoder.encode(values, field=self.field, public=public)
+        if self.decided != "str" and (numbers := _plain_integers(values)) is not None:
+            if self.decided is None:
+                self.decided, self.first = "int", f"{block.where(0, self.path)} ({_cut(values[0].as_py())})"
+            return self._integers(numbers, block, encoder, public)
         if self.decided is None:
             first = values.slice(0, 1)
             self.decided = "int" if _matches(first, CANONICAL_INTEGER)[0] else "str"
