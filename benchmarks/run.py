@@ -100,7 +100,7 @@ from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-process measurement)
-from benchfmt import Report, load_average, note, ratio, seconds, verdict  # noqa: E402
+from benchfmt import Report, cpu_model, load_average, note, ratio, seconds, verdict  # noqa: E402
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
@@ -249,11 +249,6 @@ def median_timed(repeats: int, fn, *args):
 
 
 # --- the report -------------------------------------------------------------------------
-
-def cpu_model() -> str:
-    return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), platform.processor())
-
 
 def machine(report: Report) -> None:
     cpu = cpu_model()
