@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import sys
 
 
@@ -54,7 +55,6 @@ ROWS: list[list[str]] = []
 
 def cpu_model() -> str:
     from pathlib import Path
-    import platform
 
     return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                  if line.startswith("model name")), platform.processor())

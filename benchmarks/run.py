@@ -250,11 +250,6 @@ def median_timed(repeats: int, fn, *args):
 
 # --- the report -------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), platform.processor())
-
-
 def machine(report: Report) -> None:
     cpu = cpu_model()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)

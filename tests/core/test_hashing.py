@@ -247,3 +247,34 @@ def test_numpy_evaluate_agrees_with_the_counting_kernels_at_the_largest_modulus(
     assert w.tolist() == [((int(a) * int(b) + int(c)) % LARGEST_Q) % h.bins for a, b, c in zip(u, x, v)]
     # each message matches its own item: the kernels see what the clients computed
     assert all(h.count_matches(u[i:i + 1], v[i:i + 1], w[i:i + 1], x[i:i + 1])[0] == 1 for i in range(0, 203, 7))
+
+
+@pytest.mark.parametrize("bins", [2, 3, 97, 2518, 4096, 18494, 2**20 + 7, 2**31])
+def test_progression_counts_are_the_numpy_hashs_matches(bins):
+    """count_progressions (and count_matches, its runs of one) against h.evaluate, for bins odd, even and powers
+    of two: the kernel's test of y mod b = w by the multiple-of-b test of y - w (hash_kernels.is_multiple)."""
+    rng = np.random.default_rng(bins)
+    h = UniversalHash(LARGEST_Q, bins)
+    u, v = h.sample_keys(3000, rng)
+    u[:2], v[:2] = LARGEST_Q - 1, LARGEST_Q - 1
+    w = rng.integers(0, bins, size=3000)
+    w[-300:] = h.evaluate(u[-300:], v[-300:], np.full(300, 12345))  # matches to find, of any w
+    w[:3] = bins - 1
+    bases, fanouts = np.array([12345 - 3, LARGEST_Q - 2, 0, 7]), np.array([6, 4, 1, 9])
+    counts = h.count_progressions(u, v, w, bases, fanouts)
+    for k, (base, fanout) in enumerate(zip(bases, fanouts)):
+        for j in range(fanout):
+            x = np.full(u.size, (int(base) + j) % LARGEST_Q)
+            assert counts[k, j] == (h.evaluate(u, v, x) == w).sum(), (k, j)
+        assert not counts[k, fanout:].any()
+    assert counts[0, 3] >= 300
+
+
+@pytest.mark.parametrize("b", [1, 2, 3, 6, 97, 18494, 2**16, 2**31 + 11, 2**48 - 59])
+def test_the_multiple_test_is_the_remainder(b):
+    m_inverse, shift, limit = map(np.uint64, hash_kernels.divisibility(b))  # (as the kernel holds them)
+    rng = np.random.default_rng(b)
+    ds = np.concatenate([np.arange(-3, 4 * b + 3) if b < 100 else [], [-b, -1, 0, b - 1, b, b + 1, 2**49 - 1],
+                         rng.integers(0, 2**49, size=500), b * rng.integers(0, 2**49 // b, size=500)]).astype(np.int64)
+    assert [hash_kernels.is_multiple(d, m_inverse, shift, limit) for d in ds.tolist()] == \
+        [d >= 0 and d % b == 0 for d in ds.tolist()]

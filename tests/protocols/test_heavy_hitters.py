@@ -292,3 +292,30 @@ def test_the_level_tail_is_right_past_a_billion_users():
     assert level_tail(3 * 10**10, 2, 2) < 1e-300
     users = [_level_users(n, 2, 5e-13) for n in (10**9, 3 * 10**10, 10**11)]
     assert users == sorted(users) and users[1] > 10**10
+
+
+def _pinned(report) -> str:
+    """SHA-256 of the report as JSON, its timings left out: every estimate, stderr, threshold and privacy figure."""
+    import hashlib
+
+    from privagg.reports import to_json_dict
+
+    data = to_json_dict(report)
+    data["simulation"].pop("seconds")
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# the tree walk's results at main 7040ad6, before its kernel was rewritten (issue 48): a 2^48 domain where every
+# level's survivors have two children, and strings, whose ended prefixes have one
+PINNED = {"integers": "81e0f6ede08ef5e33c23ce321640f206176843ef02ac3f0b27f1d378fe294bd8",
+          "strings": "4cbea392b11d6889bfea8d64faa31db54dc31772b39dd37dfe207439f90edc18"}
+
+
+def test_the_tree_walk_gives_the_recorded_report_for_the_same_seed():
+    rng = np.random.default_rng(12)
+    shares = [0.10, 0.06, 0.045, 0.03, 0.03, 0.02, 0.012, 0.008, 0.006, 0.004]
+    values = planted_integers(rng, 200_000, 2**48, shares)
+    report, _ = estimate_heavy_hitters(values, epsilon=1.0, delta=1e-10, phi=0.005, domain_size=2**48, seed=4)
+    words = [f"item{i}" for i in rng.integers(0, 40, size=100_000)] + [f"w{i}" for i in range(100_000)]
+    strings, _ = estimate_heavy_hitters(words, epsilon=1.0, delta=1e-10, phi=0.01, max_length=8, seed=5)
+    assert {"integers": _pinned(report), "strings": _pinned(strings)} == PINNED

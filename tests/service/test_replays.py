@@ -125,6 +125,39 @@ def test_a_replay_is_refused_after_a_restart_and_after_release(local):
         restarted.accept(d.task.task_id, json.dumps(late.to_dict()).encode())
 
 
+def test_one_writer_group_stores_new_reports_by_its_writes_and_judges_the_others_one_by_one(local):
+    """The writer's group of new reports is stored by its writes alone (the token's update and the primary keys
+    are the checks: no token, report id or encapsulation is looked up); one that holds a retry, a forged or
+    spent token, a used report id or a replay, in the database or earlier in the group, is judged report by
+    report, the new ones stored (collector.py, Collector._store_group)."""
+    d, c = local, local.collector
+    (*first, a, e, f, g), _ = users(d, np.arange(14) % 5, np.random.default_rng(4))
+    spare = c.issue_tokens(d.task.task_id, 3)
+    statements: list[str] = []
+    sa.event.listen(c.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+
+    def group(reports: list[Report]) -> list:
+        with c.engine.begin() as connection:
+            outcomes = c._store_group(connection, [c.check(d.task, json.dumps(r.to_dict()).encode())
+                                                   for r in reports])
+        return [o if isinstance(o, str) else o.reason for o in outcomes]
+
+    assert group(first) == ["stored"] * 10
+    assert [s for s in statements if s.lstrip().upper().startswith("SELECT") and
+            any(table in s for table in ("tokens", "encapsulations", "reports"))] == []
+    assert d.stored() == 10
+    forged = Report(d.task.task_id, "ab" * 16, "not-issued", d.task.key_id, a.ciphertexts)
+    spent = Report(d.task.task_id, "cd" * 16, first[1].token, d.task.key_id, e.ciphertexts)
+    reused_id = Report(d.task.task_id, first[2].report_id, spare[0], d.task.key_id, f.ciphertexts)
+    replay = Report(d.task.task_id, "ef" * 16, spare[1], d.task.key_id, first[3].ciphertexts)
+    e_again = Report(d.task.task_id, "01" * 16, e.token, d.task.key_id, g.ciphertexts)
+    replay_here = Report(d.task.task_id, "23" * 16, spare[2], d.task.key_id, a.ciphertexts)
+    assert group([a, first[0], forged, spent, reused_id, replay, e, e_again, replay_here, f]) == [
+        "stored", "already stored", "bad_token", "token_used", "duplicate_report_id", "replayed_message", "stored",
+        "token_used", "replayed_message", "stored"]
+    assert d.stored() == 13 and c.counts(d.task.task_id)["reports_waiting"] == 13
+
+
 def test_concurrent_replays_through_two_collector_processes_store_one(local, databases):
     """Two collectors over one database (as two processes would be), 16 reports sharing one captured message
     sent at once: exactly one is stored; the others are refused, at once or when sent again."""

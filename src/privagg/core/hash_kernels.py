@@ -46,20 +46,6 @@ def inverse(a: int, q: int) -> int:
     return t % q
 
 
-@nb.njit(cache=True, inline="always")
-def hash_value(u: int, v: int, x: int, q: int, b: int, qinv: float, binv: float) -> int:
-    """h_{u,v}(x) = ((u x + v) mod q) mod b, without a hardware division."""
-    y = mulmod(u, x, q, qinv) + v
-    if y >= q:
-        y -= q
-    r = y - b * np.int64(float(y) * binv)
-    while r < 0:
-        r += b
-    while r >= b:
-        r -= b
-    return r
-
-
 @nb.njit(cache=True)
 def progression(u, v, w, q, b, qinv):
     """First preimage x_0 and step d of message (u, v, w)."""
@@ -303,6 +289,30 @@ def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capa
     return n_wrapped
 
 
+@nb.njit(cache=True)
+def divisibility(b):
+    """(m^-1 mod 2^64, s, floor((2^64 - 1) / b)) for b = 2^s m, m odd: d >= 0 is a multiple of b iff
+    rotr(d m^-1 mod 2^64, s) <= floor((2^64 - 1) / b) (Granlund and Montgomery 1994, section 9; Warren, Hacker's
+    Delight, 10-17): a product, a rotation and a comparison in place of a remainder."""
+    shift, m = 0, b
+    while m % 2 == 0:
+        m //= 2
+        shift += 1
+    m_inverse = np.uint64(m)  # right to 3 bits (m m = 1 mod 8); each Newton step doubles them
+    for _ in range(5):
+        m_inverse = m_inverse * (np.uint64(2) - np.uint64(m) * m_inverse)
+    return m_inverse, np.uint64(shift), np.uint64(0xFFFFFFFFFFFFFFFF) // np.uint64(b)
+
+
+@nb.njit(cache=True, inline="always")
+def is_multiple(d, m_inverse, shift, limit):
+    """d >= 0 and d a multiple of b, given :func:`divisibility` of b."""
+    if d < 0:
+        return False
+    x, s = np.uint64(d) * np.uint64(m_inverse), np.uint64(shift)  # (unsigned throughout: a signed operand would
+    return ((x >> s) | (x << ((np.uint64(64) - s) & np.uint64(63)))) <= np.uint64(limit)  # make it a float)
+
+
 @nb.njit(cache=True, parallel=True)
 def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
     """out_per_thread[t, k, j] += messages of thread t's share matching x = (bases[k] + j) mod q, j < fanouts[k].
@@ -310,9 +320,11 @@ def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
     FE1's queries are runs of one (fanout 1). The children of one prefix in
     the heavy-hitter tree are consecutive codes (protocols/heavy_hitters.py),
     so u x + v mod q runs along a progression of step u: one product per
-    (message, prefix), then an addition per child.
+    (message, prefix), then an addition per child. y = (u x + v) mod q lies in [0, q) and w in [0, b), so
+    y mod b = w exactly when y - w is a non-negative multiple of b (:func:`is_multiple`).
     """
-    qinv, binv = 1.0 / q, 1.0 / b
+    qinv = 1.0 / q
+    m_inverse, shift, limit = divisibility(b)
     n_threads = out_per_thread.shape[0]
     share = (u.size + n_threads - 1) // n_threads
     for t in nb.prange(n_threads):
@@ -320,27 +332,16 @@ def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
         for lo in range(t * share, end, MATCH_BLOCK):
             hi = min(end, lo + MATCH_BLOCK)
             for k in range(bases.size):
-                base = bases[k]
-                if fanouts[k] == 1:  # one query: no progression to walk
-                    c = 0
-                    for i in range(lo, hi):
-                        if hash_value(u[i], v[i], base, q, b, qinv, binv) == w[i]:
-                            c += 1
-                    out_per_thread[t, k, 0] += c
-                    continue
+                base, fanout = bases[k], fanouts[k]
                 for i in range(lo, hi):
-                    ui = u[i]
+                    ui, wi = u[i], w[i]
                     y = mulmod(ui, base, q, qinv) + v[i]
                     if y >= q:
                         y -= q
-                    for j in range(fanouts[k]):
-                        r = y - b * np.int64(float(y) * binv)
-                        while r < 0:
-                            r += b
-                        while r >= b:
-                            r -= b
-                        if r == w[i]:
+                    y -= wi  # y - w along the progression, in [-w, q - w): a match where it is a multiple of b
+                    for j in range(fanout):
+                        if is_multiple(y, m_inverse, shift, limit):
                             out_per_thread[t, k, j] += 1
                         y += ui
-                        if y >= q:
+                        if y >= q - wi:
                             y -= q

@@ -47,7 +47,7 @@ import numpy as np
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..core.randomness import secure_rng
@@ -64,6 +64,7 @@ TOKEN_BYTES = 24
 REPORT_FIELDS = {"report_id", "token", "key_id", "ciphertexts", "discovery"}
 PADDING_BYTES = 64  # white space a report's JSON may carry beyond its compact encoding
 BATCH_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+STORED = {status: json.dumps({"status": status}).encode() for status in ("stored", "already stored")}  # the answers
 
 
 def token_hash(token: str) -> bytes:
@@ -217,14 +218,27 @@ class Collector:
         return await self._writer.submit(report)
 
     def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
-        """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: two
-        lookups, one update and one insert for the whole group)."""
+        """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: one
+        update and three inserts for the whole group).
+
+        A group whose tasks are open is first written whole inside a savepoint, as if every report were new: the
+        token's update (of an unspent token of the report's task) and the primary keys of report ids and
+        encapsulations are the checks, and one that fails rolls the savepoint back. Only then are the tokens,
+        report ids and encapsulations looked up, and each report judged on its own (three lookups)."""
         task_ids = sorted({task_id for r in group for task_id, _, _ in r.parts})
         # the tasks' rows locked: a batch being formed, a close and these reports do not interleave (PostgreSQL)
         closed = {row.task_id for row in c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.closed).where(
             collector_tasks.c.task_id.in_(task_ids)).with_for_update()) if row.closed}
         released = set(c.execute(sa.select(batches.c.task_id).where(batches.c.task_id.in_(task_ids))).scalars())
         finished = closed | {t for t in released if self.task(t).single_batch}
+        if not finished and c.dialect.supports_sane_multi_rowcount:
+            try:
+                with c.begin_nested():
+                    if self._write(c, group) != len(group):  # a token not this task's, spent, or spent twice here
+                        raise _Conflict()
+                return ["stored"] * len(group)
+            except (_Conflict, sa.exc.IntegrityError):  # a report id or an encapsulation already stored
+                pass
         rows = {row.token_hash: row for row in c.execute(sa.select(tokens.c.token_hash, tokens.c.task_id,
                                                                    tokens.c.report_id).where(
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
@@ -257,24 +271,29 @@ class Collector:
                 seen.update(r.keys)
                 new.append(r)
                 outcomes.append("stored")
-        if new:
-            # (through the driver: about one row per message, see storage.execute_driver)
-            updated = storage.execute_driver(c, SPEND_TOKEN, [{"h": r.token_hash, "r": r.report_id}
-                                                              for r in new]).rowcount
-            if c.dialect.supports_sane_multi_rowcount and updated != len(new):  # another collector was faster
-                raise RuntimeError("a token was spent concurrently")
-            stored = [{"task_id": task_id, "report_id": r.report_id, "ciphertexts": blob}
-                      for r in new for task_id, blob, _ in r.parts]
-            storage.execute_driver(c, STORE_REPORT, stored)
-            # the rows are locked above: the quiet period's clock, and the count of reports waiting
-            arrived, now = collections.Counter(row["task_id"] for row in stored), time.time()
-            storage.execute_driver(c, COUNT_ARRIVALS, [{"task": t, "now": now, "count": k} for t, k in arrived.items()])
-            # the primary key makes this atomic across collector processes: a digest another one stored since
-            # fails the whole group, whose clients send again and are then refused as replays
-            rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys]
-            if rows:
-                storage.execute_driver(c, STORE_ENCAPSULATION, rows)
+        if new and self._write(c, new) != len(new) and c.dialect.supports_sane_multi_rowcount:
+            raise RuntimeError("a token was spent concurrently")  # by another collector
         return outcomes
+
+    @staticmethod
+    def _write(c: sa.Connection, new: list["_Pending"]) -> int:
+        """The reports ``new`` stored, their tokens spent and their encapsulations recorded; how many tokens were
+        spent (each must be an unspent token of its report's task)."""
+        # (through the driver: about one row per message, see storage.execute_driver)
+        updated = storage.execute_driver(c, SPEND_TOKEN, [{"h": r.token_hash, "t": r.task_id, "r": r.report_id}
+                                                          for r in new]).rowcount
+        stored = [{"task_id": task_id, "report_id": r.report_id, "ciphertexts": blob}
+                  for r in new for task_id, blob, _ in r.parts]
+        storage.execute_driver(c, STORE_REPORT, stored)
+        # the rows are locked above: the quiet period's clock, and the count of reports waiting
+        arrived, now = collections.Counter(row["task_id"] for row in stored), time.time()
+        storage.execute_driver(c, COUNT_ARRIVALS, [{"task": t, "now": now, "count": k} for t, k in arrived.items()])
+        # the primary key makes this atomic across collector processes: a digest another one stored since
+        # fails the whole group, whose clients send again and are then refused as replays
+        rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys]
+        if rows:
+            storage.execute_driver(c, STORE_ENCAPSULATION, rows)
+        return updated
 
     # ---- batches -------------------------------------------------------------------------------------------
     def form_batches(self) -> int:
@@ -502,6 +521,10 @@ class _TooSmall(Exception):
     """A batch not to be formed after all, found inside its transaction (rolled back)."""
 
 
+class _Conflict(Exception):
+    """A group of reports not all new after all, found inside its savepoint (rolled back)."""
+
+
 def _sealed(task: Task, name: str, sealed) -> tuple[bytes, list[bytes]]:
     """(the report's field ``name``, a list of base64 HPKE seals to ``task``, as one blob, their encapsulations'
     digests), or a 400 naming what is wrong, or a 409 if two share an encapsulated key."""
@@ -564,8 +587,8 @@ class _Pending:
 
 
 # the writer's statements, executed through the driver (storage.execute_driver)
-SPEND_TOKEN = sa.update(tokens).where(tokens.c.token_hash == sa.bindparam("h"), tokens.c.report_id.is_(None)).values(
-    report_id=sa.bindparam("r"))
+SPEND_TOKEN = sa.update(tokens).where(tokens.c.token_hash == sa.bindparam("h"), tokens.c.task_id == sa.bindparam("t"),
+                                      tokens.c.report_id.is_(None)).values(report_id=sa.bindparam("r"))
 STORE_REPORT = sa.insert(reports).values({c: sa.bindparam(c) for c in ("task_id", "report_id", "ciphertexts")})
 COUNT_ARRIVALS = sa.update(collector_tasks).where(collector_tasks.c.task_id == sa.bindparam("task")).values(
     last_arrival=sa.bindparam("now"), waiting=collector_tasks.c.waiting + sa.bindparam("count"))
@@ -758,14 +781,14 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
     add_operations(app, collector.registry, collector.engine, lambda err: collector.refused.labels(err.reason).inc(),
                    health=collector.health, operator_token=operator_token, limits=limits)
 
-    async def submit(request: Request) -> JSONResponse:
+    async def submit(request: Request) -> Response:
         task_id = request.path_params["task_id"]
         body = await read_body(request, max_body_bytes, "application/json")
         # a known task's report is checked on the event loop and waits for the writer there, without a worker
         # thread: every report in flight can join the writer's next transaction, not only a thread pool's worth
         known = collector.known_task(task_id) or await run_in_threadpool(collector.task, task_id)
         status = await collector.stored(collector.check(known, body))
-        return JSONResponse({"status": status}, status_code=201 if status == "stored" else 200)
+        return Response(STORED[status], status_code=201 if status == "stored" else 200, media_type="application/json")
 
     app.add_hot_route("POST", "/tasks/{task_id}/reports", submit)
 

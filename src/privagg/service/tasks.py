@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import secrets
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,9 +50,12 @@ KEMS = {"x25519": ("DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM", 32, 3
         "mlkem768-x25519": ("MLKEM768-X25519, HKDF-SHA256, AES-128-GCM", MLKEM_PUBLIC + 32, 1088 + 32)}
 
 
+_HEX_ID = re.compile(f"[0-9a-f]{{{2 * TASK_ID_BYTES}}}")
+
+
 def is_hex_id(text) -> bool:
     """A task, report or batch id: 32 lowercase hexadecimal characters."""
-    return isinstance(text, str) and len(text) == 2 * TASK_ID_BYTES and all(c in "0123456789abcdef" for c in text)
+    return isinstance(text, str) and _HEX_ID.fullmatch(text) is not None
 
 
 def _suite(kem: str):
