@@ -14,6 +14,7 @@ import binascii
 from dataclasses import dataclass
 
 from ..errors import ParameterError
+from ..protocols.roles import Round
 from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, threshold
 from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
 from ..protocols.two_server_parties import check_min_survivors, message_bytes
@@ -50,6 +51,12 @@ def _key(field: str, text) -> bytes:
     if len(raw) != KEMS[KEM][1]:
         raise ParameterError(field, f"base64 of a raw {KEM} public key ({KEMS[KEM][1]} bytes)", f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
     return raw
+
+
+def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> bytes:
+    """HPKE's info for a message ``sender`` relays to ``recipient`` in ``round_`` (a DPDS backup, a TSS share): binds
+    it to the round's relay, the task, the sender and the recipient."""
+    return round_.relay_info + bytes.fromhex(task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
 
 
 def second_info(task_id: str, kind: int, sender: int) -> bytes:
@@ -148,10 +155,6 @@ class SharingTask:
                                  "as many shares; split the users into tasks of fewer (their releases add up)", n)
         check_sharing_survivors(self.parameters, self.min_survivors)
         _check_round_seconds(self.round_seconds)
-
-    def info(self, sender: int, recipient: int) -> bytes:
-        """HPKE's info for a backup: binds it to this task, its sender and its recipient."""
-        return b"privagg backup " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
 
     @property
     def threshold(self) -> int:

@@ -43,7 +43,7 @@ class TSSClient(RosterClient):
     def report(self, value: int) -> None:
         """Round 1: his coin and report set drawn, the set sent to S1."""
         auth = self._auth()
-        message = self._plain(self.role.report(value))
+        message = self._plain(self.role.report(value).message)
         self._call("round1", {**auth, "message": base64.b64encode(message).decode()}, ("already_sent",))
 
     def share(self) -> None:
@@ -51,7 +51,7 @@ class TSSClient(RosterClient):
         answer = self._call("election", self._auth())
         keys = {k["user"]: base64.b64decode(k["public_key"]) for k in answer["public_keys"]}
         self.count("received", "helper identities", sum(len(e["helpers"]) for e in answer["helpers"]))
-        plain = self.role.share({e["item"]: e["helpers"] for e in answer["helpers"]})
+        plain = self.role.share({e["item"]: e["helpers"] for e in answer["helpers"]}).relayed
         shares = [{"recipient": h, "sealed": self._seal_b64(m, keys[h], self.task.share_info(self.user, h))}
                   for h, m in plain.items()]
         self._call("round2", {**self._auth(), "shares": shares}, ("already_sent",))
@@ -70,7 +70,7 @@ class TSSClient(RosterClient):
             return False
         opened = {s["sender"]: self._open(s["sealed"], self.task.share_info(s["sender"], self.user))
                   for s in answer["shares"]}
-        message = self.role.sums({e["item"]: e["reporters"] for e in answer["items"]}, opened)
+        message = self.role.sums({e["item"]: e["reporters"] for e in answer["items"]}, opened).message
         sealed = self._seal_b64(message, self.task.second_public_key, second_info(self.task.second_task_id, SUMS,
                                                                                   self.user))
         self._call("round3", {**self._auth(), "message": sealed}, ("already_sent",))
@@ -82,7 +82,7 @@ class TSSClient(RosterClient):
         answer = self.inbox()
         if answer["round"] != 4 or not answer["dropped"]:
             return False
-        message = self.role.recover({e["item"]: e["helpers"] for e in answer["dropped"]})
+        message = self.role.recover({e["item"]: e["helpers"] for e in answer["dropped"]}).message
         sealed = self._seal_b64(message, self.task.second_public_key, second_info(self.task.second_task_id,
                                                                                   RECOVERY, self.user))
         self._call("round4", {**self._auth(), "message": sealed}, ("already_sent",))
