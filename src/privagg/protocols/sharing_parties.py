@@ -1,18 +1,20 @@
-"""DPDS and DPDG as separate parties: each user's rounds and the server's release, sans I/O, every message bytes.
+"""DPDS and DPDG's parties: each user's rounds and the server's release, sans I/O, every message bytes. The one
+implementation: the services (:mod:`privagg.service.sharing`) and the simulator (:mod:`privagg.simulate.rounds`)
+run these roles from :data:`PROTOCOL`, the rounds as data (:data:`ROUNDS`).
 
 Algorithm 2 (reference §2.3) has each user share his vector among all n users and send the sum of what he
 received to the server. Over a network users vanish at any round, so the parties derive their shares by key
 agreement and back their keys up with Shamir's threshold shares, as Bonawitz et al.'s secure aggregation does
 (CCS 2017, §4). The derivation, and what each party learns in every dropout case, are in docs/privacy.md
-("Dropouts in DPDS and DPDG"). Three rounds; the server (:mod:`privagg.service.sharing`) relays, sets the
-deadlines and publishes who took part:
+("Dropouts in DPDS and DPDG"). Three rounds; the server relays, sets the deadlines and publishes who took part:
 
 round 1, advertise
-    User i makes his vector x_i (:meth:`SharingUsers.contributions`: his coin's one-hot vector, DPDS; the
-    one-hot vector at scale 2^k plus his discrete Gaussian noise, DPDG). He sends the server the public half of
-    his pair key (X25519, the private half derived from his secret) with a hash of his mask seed (which the
-    server checks the seed against when it rebuilds it), and sends every other user k a backup, sealed to k: k's Shamir shares (threshold t, :func:`threshold`) of his pair key and of his mask seed. U1:
-    the users whose messages all reached the server by the round's deadline.
+    User i makes his vector x_i (:func:`user_vectors`: his coin's one-hot vector, DPDS; the one-hot vector at
+    scale 2^k plus his discrete Gaussian noise, DPDG). He sends the server the public half of his pair key
+    (X25519, the private half derived from his secret) with a hash of his mask seed (which the server checks
+    the seed against when it rebuilds it), and sends every other user k a backup, sealed to k: k's Shamir
+    shares (threshold t, :func:`threshold`) of his pair key and of his mask seed. U1: the users whose messages
+    all reached the server by the round's deadline.
 round 2, masked sum
     The server publishes U1's public keys. Users i and j of U1 agree on a secret (X25519, then HKDF), from which
     i's share for j, s_ij, and j's share for i, s_ji, derive (:class:`PairShares`). i's own share is
@@ -29,8 +31,7 @@ round 3, reveal
 
 A user refuses round 3 if he is named in E (he sent y_k), if U2 is not within U1 or leaves fewer survivors than
 the task's minimum, or if he is asked twice. The guarantee is recomputed for the survivors
-(:func:`survivors_parameters`). The service never sends a share: each is derived where it is used, so the
-task's ``share_encoding`` (which counts the paper's messages in a simulation) does not apply to it.
+(:func:`survivors_parameters`). No party sends a share: each is derived where it is used.
 """
 
 from __future__ import annotations
