@@ -63,13 +63,15 @@ class RoundDriver:
     task, ``round``, ``round_name``, ``status``, ``deadline``, ``published``, ``outcome``), the tokens and roster
     (:class:`~privagg.service.roster.Roster`), the messages to the server (``messages``) and the relayed ones
     (``relayed``). ``finished(task, handed, seconds)`` turns what the coordinator hands over after the last round
-    (computed in ``seconds``) into the task's outcome (a JSON object). ``clock``: seconds since the epoch (deadlines are stored as such, so a
+    (computed in ``seconds``) into the task's outcome (a JSON object), and the task's status becomes ``done``
+    (``released``; S1's ``handover``, until S2 has it). ``clock``: seconds since the epoch (deadlines are stored as such, so a
     restarted server keeps them)."""
 
     def __init__(self, engine: sa.Engine, tables: dict[str, sa.Table], task_type: type, name: str, metric: str,
                  finished: Callable[[object, object, float], dict], registry: CollectorRegistry | None = None,
-                 clock=time.time) -> None:
+                 clock=time.time, done: str = RELEASED) -> None:
         self.engine, self.clock, self.task_type, self.name, self.finished = engine, clock, task_type, name, finished
+        self.done = done
         self.log = logging.getLogger(f"privagg.{metric}")
         self.tasks, self.messages, self.relayed = tables["tasks"], tables["messages"], tables["relayed"]
         self.health = Health()
@@ -152,14 +154,14 @@ class RoundDriver:
                                                m.c.user == user)).first() is not None:
             raise Refused(409, "already_sent", f"user {user} already sent his round-{number} message")
 
-    def _open(self, task_id: str, number: int | None, user: int):
+    def _open(self, task_id: str, number: int | None, user: int, retry: bool = True):
         """The task's row while round ``number`` (any, when None) is open, else 409 (``already_sent`` for ``user``'s
-        retry of a message that arrived before it closed, ``round_closed`` otherwise)."""
+        retry of a message that arrived before it closed, with ``retry``; ``round_closed`` otherwise)."""
         self.advance(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
             if row.status != RUNNING or (number is not None and row.round != number):
-                if number is not None:
+                if number is not None and retry:
                     self._sent_before(c, task_id, number, user)
                 wanted = "a round" if number is None else f"round {number}"
                 raise Refused(409, "round_closed", f"{wanted} must be open; the task is {self.label(row)}")
@@ -167,12 +169,17 @@ class RoundDriver:
 
     # ---- a user's inbox and answer -------------------------------------------------------------------------
     def inbox(self, task_id: str, body: bytes) -> dict:
-        """What a user needs to answer the open round: its number and name, the coordinator's fields for him, the
-        messages relayed to him (``delivers``), and the public keys of the users he relays to."""
+        """What a user needs to answer the open round (``round``, when the request names one: 409 ``round_closed``
+        unless it is the open one): its number and name, the coordinator's fields for him, the messages relayed to
+        him (``delivers``), and the public keys of the users he relays to; 409 ``not_expected`` if the round does
+        not ask him."""
         data = json_object(body, "the inbox request")
         user = self._authenticated(task_id, data)
         task = self.task(task_id)
-        row = self._open(task_id, None, user)
+        number = data.get("round")
+        if number is not None and type(number) is not int:
+            raise Refused(400, "malformed", f"round must be a round's number, got {shown(number)}")
+        row = self._open(task_id, number, user, retry=False)
         protocol = protocol_of(task.parameters)
         round_, state = protocol.rounds[row.round - 1], json.loads(row.published)
         coordinator = protocol.coordinator(task.parameters, task.min_survivors)
@@ -239,7 +246,7 @@ class RoundDriver:
         """The sealed messages of a round's relay, one to each recipient ``expected`` names, each of its size."""
         if not round_.relay:
             return {}
-        if not isinstance(entries, list) or len(entries) != len(expected):
+        if not isinstance(entries, list):
             raise Refused(400, "malformed", f"{round_.relay} must be a list of the {len(expected)} {{\"recipient\", "
                           "\"sealed\"}} the round expects")
         rows = {}
@@ -250,6 +257,9 @@ class RoundDriver:
                               f"recipients, each once (not the sender {user}), got {shown(recipient)}")
             rows[recipient] = b64_field(entry.get("sealed"), f"{round_.relay}[{i}].sealed",
                                         expected[recipient] + SEAL_BYTES)
+        if len(rows) != len(expected):
+            raise Refused(400, "malformed", f"{round_.relay} must hold one sealed message for each of the "
+                          f"{len(expected)} recipients the round expects, missing {sorted(set(expected) - set(rows))[:5]}")
         return rows
 
     def _store(self, task_id: str, number: int, user: int, insert, relayed: int) -> str:
@@ -327,7 +337,7 @@ class RoundDriver:
         start = time.perf_counter()
         handed = coordinator.finish(state, self._messages(c, task.task_id, protocol))
         outcome = self.finished(task, handed, time.perf_counter() - start)
-        return {"status": RELEASED, "deadline": None, "published": json.dumps(state), "outcome": json.dumps(outcome)}
+        return {"status": self.done, "deadline": None, "published": json.dumps(state), "outcome": json.dumps(outcome)}
 
     def close_round(self, task_id: str, number: int) -> str:
         """The operator's early close of round ``number`` (if it is the open one): as if its deadline passed now (a

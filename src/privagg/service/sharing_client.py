@@ -119,16 +119,16 @@ class RoundClient(RosterClient):
     def make_role(self, user: int):
         return self.protocol.user(self.task.parameters, user, self.task.min_survivors)
 
-    def send(self, name: str, value: int | None = None) -> None:
+    def send(self, name: str, value: int | None = None) -> bool:
         """Round ``name`` (``value``: his value, in the round that takes it): its inbox fetched, the messages
-        relayed to him opened, his role's answer sealed where it goes and posted. Refused (SubmitError 409) if
-        another round is open."""
+        relayed to him opened, his role's answer sealed where it goes and posted (True); False if the round does
+        not ask him (TSS's helpers' and recovery rounds ask some users) or is not open (not yet, or closed without
+        him: a round closes as soon as the last user it asks has answered)."""
         protocol = self.protocol
         round_, number = protocol.round(name), protocol.number(name)
-        answer = self._call("inbox", self._auth())
-        if answer.get("round") != number:
-            raise SubmitError(409, f"round {number} ({name}) must be open; the server's open round is "
-                              f"{answer.get('round')} ({answer.get('name')})")
+        answer = self._call("inbox", {**self._auth(), "round": number}, ("not_expected", "round_closed"))
+        if not answer:  # 409 not_expected or round_closed: nothing for him to send
+            return False
         fields = decode_inbox(answer["inbox"])
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
@@ -140,13 +140,16 @@ class RoundClient(RosterClient):
             fields["value"] = value
         out = getattr(self.role, name)(**fields)
         body = self._auth()
-        if round_.to_server:
+        if round_.to_server and round_.seal:  # to a party the server relays to (TSS's S2), which it cannot read
+            body["message"] = base64.b64encode(self._seal(out.message, *self.task.sealed_to(round_, self.user))).decode()
+        elif round_.to_server:
             body["message"] = base64.b64encode(self._plain(out.message)).decode()
         if round_.relay:
             keys = {k["user"]: base64.b64decode(k["public_key"]) for k in answer["public_keys"]}
             body[round_.relay] = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], relay_info(
                 round_, self.task.task_id, self.user, k))).decode()} for k, message in out.relayed.items()]
         self._call(f"round{number}", body, ("already_sent",))
+        return True
 
 
 class SharingClient(RoundClient):
