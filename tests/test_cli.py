@@ -714,8 +714,11 @@ def test_vector_sums_from_npy_and_csv(tmp_path):
     np.save(tmp_path / "bad.npy", bad)
     code, _, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON)
     assert code == 2 and f"1.5 in column 2 on row 8 of {tmp_path / 'bad.npy'}" in err and err.count("\n") == 1
-    code, _, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json")
-    assert code == 0 and "1 values outside [0, 1] were clipped" in err
+    code, out, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json")
+    assert code == 0 and "values outside [0, 1] are clipped to it (--clip" in err  # a release: no count
+    code, out, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json",
+                         "--evaluate")
+    assert code == 0 and "1 values outside [0, 1] were clipped" in err and json.loads(out)["private"] is False
 
 
 def test_vector_sums_on_the_bundled_digits():

@@ -135,6 +135,87 @@ def test_dummies_that_grow_with_the_domain_are_refused_for_a_handful_of_users(tm
     check_cost(calibrate("fe0", epsilon=1, delta=1e-9, n_users=3000, domain_size=100_000), "faithful")
 
 
+def test_the_fast_path_of_a_handful_of_users_is_refused_at_once_too(tmp_path):
+    """--mode fast, which the refusals above suggest, draws the dummies' total in one step but still makes and
+    counts every dummy: fe0 over 2^20 items (9e7 messages) took 5.7 s for 3 users, and fe1 over its default 2^24
+    items over 30 s (its 431 messages' preimages, dummies' included, while the cost counted 3 real messages'). Both
+    are refused before any message, naming what to change; with candidates the fast fe1 run is a release."""
+    from privagg.protocols.registry import calibrate
+    from privagg.simulate.frequency import full_domain_preimages
+
+    (tmp_path / "ints.txt").write_text("0\n1\n0\n")
+    (tmp_path / "words.txt").write_text("a\nb\na\n")
+    (tmp_path / "names.txt").write_text("a\nb\n")
+    fe0 = ["estimate", "fe0", "--input", str(tmp_path / "ints.txt"), "--domain", str(2**20), "--epsilon", "1",
+           "--delta", "1e-9", "--mode", "fast"]
+    fe1 = ["estimate", "fe1", "--input", str(tmp_path / "words.txt"), "--epsilon", "1", "--delta", "1e-9", "--mode",
+           "fast"]
+    with hang_detector(HANG_SECONDS):
+        result = CliRunner().invoke(app, fe0)
+        assert result.exit_code == 2 and "error: domain must be set so that a fast simulation of 3 users" in \
+            result.output and "--mode fast" not in result.output, result.output
+        result = CliRunner().invoke(app, fe1)
+        assert result.exit_code == 2 and result.output.startswith("error: domain must be at most about"), \
+            result.output
+        result = CliRunner().invoke(app, [*fe1, "--candidates", str(tmp_path / "names.txt")])
+        assert result.exit_code == 0, result.output
+    params = calibrate("fe1", epsilon=1, delta=1e-9, n_users=3, domain_size=2**24)
+    messages = int(np.ceil(3 * params.messages_per_user))
+    assert messages > 100 and full_domain_preimages(params) == messages * -(-params.hash.modulus // params.hash.bins)
+
+
+def test_a_vector_report_of_more_coordinates_than_the_users_warrant_is_refused(tmp_path):
+    """A vector sum's report lists every coordinate it estimated, each an object of the report and its JSON (about
+    5e-5 s apiece): sparse-vector-hashed over 2^19 coordinates took 28 s for 3 users though its cells' preimages
+    take under a second, blanket-vector over 2^15 columns as long for its report. Refused before any message,
+    naming --candidates, --discover-phi and the dimension that fits (or the columns and more users); the run budget
+    grows with the users, and 2^12 coordinates fit 3 users."""
+    (tmp_path / "pairs.csv").write_text("5,0.5\n7,0.2\n5,1\n")
+    np.save(tmp_path / "wide.npy", np.random.default_rng(1).random((3, 2**15)))
+    np.save(tmp_path / "narrow.npy", np.random.default_rng(1).random((3, 2**12)))
+    hashed = ["estimate", "sparse-vector-hashed", "--input", str(tmp_path / "pairs.csv"), "--no-header", "--epsilon",
+              "1", "--delta", "1e-9"]
+    dense = ["estimate", "blanket-vector", "--epsilon", "1", "--delta", "1e-6", "--input"]
+    with hang_detector(HANG_SECONDS):
+        result = CliRunner().invoke(app, [*hashed, "--dimension", str(2**19)])
+        assert result.exit_code == 2 and result.output.startswith("error: candidates must be given") and \
+            "--discover-phi" in result.output and "524,288 coordinates" in result.output, result.output
+        result = CliRunner().invoke(app, [*dense, str(tmp_path / "wide.npy")])
+        assert result.exit_code == 2 and result.output.startswith("error: dimension must be at most about"), \
+            result.output
+        assert CliRunner().invoke(app, [*dense, str(tmp_path / "narrow.npy")]).exit_code == 0
+    from privagg.protocols.registry import calibrate
+    from privagg.simulate.frequency import check_coordinates
+
+    check_coordinates(calibrate("blanket-vector", epsilon=1, delta=1e-6, n_users=3000, domain_size=2**15))
+
+
+def test_analyze_holds_a_handful_of_users_messages_to_the_same_budget(tmp_path):
+    """privagg analyze of 3 users' written messages: fe1's default whole domain of 2^24 items walked 3.6e9
+    preimages (past 30 s), and sparse-vector-hashed's every coordinate as long, as estimate did before it held them
+    to the run budget. Refused at once, naming --candidates and --full-domain (which runs it anyway); with the
+    candidates the analysis is a release."""
+    (tmp_path / "words.txt").write_text("a\nb\na\n")
+    (tmp_path / "names.txt").write_text("a\nb\n")
+    (tmp_path / "pairs.csv").write_text("5,0.5\n7,0.2\n5,1\n")
+    (tmp_path / "coordinates.txt").write_text("5\n7\n")
+    written = {"fe1": ["--input", str(tmp_path / "words.txt"), "--candidates", str(tmp_path / "names.txt")],
+               "sparse-vector-hashed": ["--input", str(tmp_path / "pairs.csv"), "--no-header", "--dimension",
+                                        str(2**18), "--candidates", str(tmp_path / "coordinates.txt")]}
+    for protocol, args in written.items():
+        folder = tmp_path / protocol
+        result = CliRunner().invoke(app, ["estimate", protocol, *args, "--epsilon", "1", "--delta", "1e-9",
+                                          "--write-messages", str(folder)])
+        assert result.exit_code == 0, result.output
+        analyze = ["analyze", protocol, "--params", str(folder / "params.json"), "--messages", str(folder)]
+        with hang_detector(HANG_SECONDS):
+            result = CliRunner().invoke(app, analyze)
+        assert result.exit_code == 2 and "candidates" in result.output, result.output
+        assert protocol != "fe1" or "--full-domain to run it anyway" in result.output
+        result = CliRunner().invoke(app, [*analyze, "--candidates", args[args.index("--candidates") + 1]])
+        assert result.exit_code == 0, result.output
+
+
 def test_every_coordinate_of_a_large_dimension_is_refused_for_a_handful_of_users(tmp_path):
     """sparse-vector-hashed walks every cell's preimages to estimate every coordinate: 47 s for 3 users over 2^20
     coordinates. Refused from the parameters, naming --candidates, --discover-phi and the dimension that fits."""

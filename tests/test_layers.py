@@ -21,12 +21,13 @@ ALLOWED: dict[str, set[str]] = {
     "reports": {"protocols", "privacy", "errors"},  # its types name the registry's protocols and parameters
     "io": {"core", "errors"},
     "datasets": {"errors"},
-    "simulate": {"protocols", "privacy", "core", "io", "reports", "errors"},
-    "engine": {"protocols", "privacy", "core", "io", "reports", "errors"},
+    "simulate": {"protocols", "privacy", "core", "io", "reports", "pipelines", "errors"},
+    "engine": {"protocols", "privacy", "core", "io", "reports", "pipelines", "errors"},
     "audit": {"protocols", "core", "privacy", "reports", "simulate", "errors"},
     "compare": {"protocols", "core", "privacy", "reports", "simulate", "errors"},
     "reproduce": {"protocols", "core", "privacy", "reports", "simulate", "datasets", "errors"},
-    "pipelines": {"protocols", "core", "privacy", "reports", "engine", "io", "errors"},
+    # what a release holds: below the runners (simulate, engine, service), whose results it releases
+    "pipelines": {"protocols", "core", "privacy", "reports", "io", "errors"},
     "service": {"protocols", "core", "privacy", "reports", "engine", "pipelines", "errors", "io"},
     "demos": {"service", "simulate", "pipelines", "engine", "reports", "io", "datasets", "protocols", "privacy",
               "core", "errors"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ from typer.testing import CliRunner
 import privagg
 from privagg.cli import app
 from privagg.errors import ParameterError
+from privagg.protocols import registry
+from privagg.protocols.kinds import Family
 
 runner = CliRunner()
 EPS = ["--epsilon", "1", "--delta", "1e-6"]
@@ -540,7 +543,10 @@ def test_api_accepts_what_it_documents(fe1):
     assert privagg.shuffle(messages, np.random.default_rng(0)) is messages
 
 
-@pytest.mark.parametrize("protocol", ["olh", "grr", "oue", "hadamard", "laplace", "gaussian"])
+BASELINES = registry.names(lambda e: e.family in (Family.LOCAL_BASELINES, Family.CENTRAL_BASELINES))
+
+
+@pytest.mark.parametrize("protocol", BASELINES)
 @pytest.mark.parametrize("epsilon", ["33.97", "40", "100", "1000", "1e-9", "1e-300"])
 def test_extreme_epsilon_of_the_baselines_is_a_result_or_one_line(files, protocol, epsilon):
     """olh at eps 100 was a ValueError, at 1000 an OverflowError (exit 4), and at 40 named --bins, never given:
@@ -572,3 +578,112 @@ def test_olh_just_below_its_largest_default_epsilon_calibrates():
     assert calibrate_olh(33.96, None, 1000, 100).bins <= 2**49
     with pytest.raises(ParameterError, match="epsilon must be at most about 33.9"):
         calibrate_olh(OLH_DEFAULT_BINS_EPSILON_MAX, None, 1000, 100)
+
+
+# ---- a fresh probe of the same classes ---------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["protocols", "--json"], ["schema", "estimate"],
+                                  ["calibrate", "fe1", "--epsilon", "1", "--delta", "1e-9", "--users", "1000",
+                                   "--domain", "1024", "--json"]])
+def test_standard_output_on_a_full_disk_is_one_line_not_a_traceback(args):
+    """> /dev/full (a full disk, a quota) was a traceback, exit 4, 'a bug in privagg': it is the environment's."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "privagg", *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert done.returncode == 2 and done.stderr == "error: the output could not be written (No space left on " \
+                                                   "device)\n", done.stderr
+
+
+def test_an_output_file_is_written_whole_or_left_as_it_was(tmp_path, monkeypatch):
+    """--output was written in place: a full disk or an interrupt while writing left half a report. Now a failed
+    write leaves the old file and no temporary one; a link is followed, a device written as it is."""
+    from privagg import cli_output
+
+    old = tmp_path / "report.json"
+    old.write_text('{"old": true}\n')
+    old.chmod(0o640)
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_output.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cli_output.write_whole(old, "x" * 100_000)
+    assert old.read_text() == '{"old": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    monkeypatch.undo()
+    (tmp_path / "link.json").symlink_to(old)
+    cli_output.write_whole(tmp_path / "link.json", "new\n")
+    assert old.read_text() == "new\n" and (tmp_path / "link.json").is_symlink() and old.stat().st_mode & 0o777 == 0o640
+    cli_output.write_whole(Path("/dev/null"), "to a device\n")  # not replaced by a file
+    assert Path("/dev/null").is_char_device()
+
+
+def test_task_create_reads_its_parameters_as_analyze_does(tmp_path, files, monkeypatch):
+    """task create --params of a UTF-16 file was a traceback (UnicodeDecodeError); a UTF-8 byte-order mark was
+    refused in Python's words ('decode using utf-8-sig'); a pipe (--params <(privagg calibrate ...)) was refused by
+    analyze as not a JSON file. Now both read through io.read_json_text: the mark dropped, a pipe read, the rest one
+    line."""
+    monkeypatch.setenv("PRIVAGG_KEK", "A" * 43 + "=")
+    text = (files / "msgs" / "params.json").read_text()
+    (tmp_path / "utf16.json").write_bytes(text.encode("utf-16"))
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    db = f"sqlite:///{tmp_path}/analyzer.db"
+    refused = runner.invoke(app, ["task", "create", "--params", str(tmp_path / "utf16.json"), "--db", db])
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: params must be a readable UTF-8 JSON file"), \
+        refused.output
+    made = runner.invoke(app, ["task", "create", "--params", str(tmp_path / "bom.json"), "--db", db])
+    assert made.exit_code == 0, made.output
+    reader, writer = os.pipe()
+    os.write(writer, text.encode())
+    os.close(writer)
+    try:
+        piped = runner.invoke(app, ["analyze", "fe1", "--params", f"/dev/fd/{reader}", "--messages",
+                                    str(files / "msgs")])
+    finally:
+        os.close(reader)
+    assert piped.exit_code == 0, piped.output
+
+
+@pytest.mark.parametrize("protocol, size", [("blanket-hist", "--domain"), ("blanket-vector", "--dimension")])
+def test_a_delta_below_1e_300_calibrates(protocol, size):
+    """delta = 1e-320 (a subnormal float) made the blanket's Brent search a ValueError (exit 4): its bound was
+    floored at 1e-300, above the target, so the bound never read as meeting it."""
+    from privagg.privacy.blanket import delta_at
+
+    for delta in ("1e-320", "5e-324"):
+        result = runner.invoke(app, ["calibrate", protocol, "--users", "1000", size, "16", "--epsilon", "1",
+                                     "--delta", delta, "--json"])
+        assert result.exit_code == 0, result.output
+    params = privagg.calibrate("blanket-hist", epsilon=1, delta=1e-320, n_users=1000, domain_size=16)
+    assert delta_at(1.0, params.gamma, 1000, 16) <= 1e-320
+
+
+def test_fe_hh_at_a_tiny_phi_refuses_or_calibrates():
+    """phi = 1e-320 overflowed (4 / phi prefixes), 1e-20 made the error bound's normal quantile of 1 - 1e-24 (= 1)
+    a StatisticsError: phi below 2^-64 is refused (phi n < 1 for any n), and the quantile is taken from its tail."""
+    for phi in ("1e-320", "1e-300", "1e-20"):
+        result = runner.invoke(app, ["calibrate", "fe-hh", "--users", "1000", "--domain", "16", "--epsilon", "1",
+                                     "--delta", "1e-6", "--phi", phi])
+        assert result.exit_code == 2 and result.stderr.startswith("error: phi must be in [2^-64, 1)"), result.output
+    params = privagg.calibrate("fe-hh", epsilon=1, delta=1e-6, n_users=1000, domain_size=16, phi=1e-19)
+    assert np.isfinite(params.expected_error()["max_error_bound"])
+
+
+def test_every_command_reading_items_has_each_option_its_errors_name(tmp_path):
+    """compare and loadgen read a file of items as estimate does, and its errors name --no-header, --item-type str
+    and --missing drop, which they did not have (compare over a headerless CSV said 'give --no-header', then 'No
+    such option: --no-header')."""
+    from typer.main import get_command
+
+    command = get_command(app)
+    named = {"--column", "--item-type", "--delimiter", "--no-header", "--missing"}
+    for words in (["estimate", "fe1"], ["compare"], ["loadgen"]):
+        found = command
+        for word in words:
+            found = found.commands[word]
+        flags = {flag for p in found.params for flag in [*p.opts, *p.secondary_opts]}
+        assert named <= flags, (words, named - flags)
+    (tmp_path / "items.csv").write_text("".join(f"{i % 7}\n" for i in range(300)))
+    common = ["compare", "--protocols", "fe0", "--epsilon", "1", "--delta", "1e-6", "--domain", "8", "--trials", "1",
+              "--input", str(tmp_path / "items.csv")]
+    assert "give --no-header" in runner.invoke(app, common).stderr
+    assert runner.invoke(app, [*common, "--no-header"]).exit_code == 0

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from privagg.errors import ParameterError
-from privagg.pipelines import Analysis, analysis_privacy, folder_privacy
+from privagg.engine import folder_privacy
+from privagg.pipelines import Analysis, analysis_privacy
 from privagg.protocols.registry import calibrate, client
 from privagg.reports import AnalysisReport, Engine, VectorAnalysisReport
 

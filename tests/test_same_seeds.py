@@ -1,7 +1,7 @@
 """Simulation results stay identical for the same seeds.
 
 tests/data/same_seeds.json records, for every implemented protocol of the registry and both modes where the
-protocol has a fast path, a small seeded run through the pipeline ``privagg estimate`` runs
+protocol has a fast path, a seeded run of its entry's example instance through the pipeline ``privagg estimate`` runs
 (:func:`~privagg.simulate.frequency.estimate_frequencies`, :func:`~privagg.simulate.frequency.estimate_vector_sum`
 or :func:`~privagg.simulate.heavy_hitters.estimate_heavy_hitters`): the SHA-256 of the result's arrays and a few
 of its values. The test reruns each and compares them exactly. A change that moves a seeded result (another
@@ -24,24 +24,16 @@ from privagg.protocols import registry
 DATA = Path(__file__).resolve().parent / "data" / "same_seeds.json"
 SEED = 7
 
-# calibrate's keyword arguments and the input of each protocol's run (small: the whole file runs in seconds)
-COMMON = dict(epsilon=1.0, n_users=600, domain_size=10)
-RUNS: dict[str, dict] = {
-    **{name: dict(COMMON, delta=1e-3) for name in ("bib", "fe0", "fe1", "blanket-hist", "gaussian")},
-    **{name: dict(COMMON, delta=0.0) for name in ("laplace", "grr", "oue", "olh", "hadamard")},
-    "dpcs": dict(COMMON, delta=1e-3, min_count_fraction=0.05),
-    "dpcs-star": dict(COMMON, delta=1e-3, min_count_fraction=0.05),
-    # the multi-round protocols' faithful runs play every pair of users' key agreement: 100 users, about a second
-    "dpds": dict(COMMON, delta=1e-3, min_count_fraction=0.05, n_users=100),
-    "dpdg": dict(COMMON, delta=1e-3, n_users=100),
-    "tss": dict(COMMON, delta=1e-3, min_count_fraction=0.05, report_fraction=0.5, n_users=100),
-    "tss-collusion": dict(COMMON, delta=1e-3, min_count_fraction=0.05, report_fraction=0.5, colluders=1,
-                          n_users=100),
-    "blanket-vector": dict(epsilon=1.0, delta=1e-3, n_users=2000, domain_size=4),
-    "sparse-vector": dict(epsilon=1.0, delta=1e-3, n_users=1000, domain_size=8),
-    "sparse-vector-hashed": dict(epsilon=1.0, delta=1e-3, n_users=1000, domain_size=64),
-    "fe-hh": dict(epsilon=1.0, delta=1e-3, n_users=3000, domain_size=256, phi=0.1),
-}
+# a multi-round protocol's faithful run plays its deployed parties, every pair of users agreeing a key (the cost grows
+# as n^2): its example over this many users takes about a second
+MULTI_ROUND_USERS = 100
+
+
+def instance(name: str) -> dict:
+    """calibrate's keyword arguments of ``name``'s run: its registry entry's example (small: the whole file runs in
+    seconds), over :data:`MULTI_ROUND_USERS` for a multi-round protocol."""
+    entry = registry.get(name)
+    return dict(entry.example, **({"n_users": MULTI_ROUND_USERS} if entry.multi_round else {}))
 
 
 def population(n_users: int, domain: int) -> np.ndarray:
@@ -71,25 +63,25 @@ def digest(values: dict[str, np.ndarray]) -> str:
 
 
 def run(name: str, mode: str) -> dict:
-    """One seeded run of ``name``: its result's digest, message counts and first values."""
+    """One seeded run of ``name``: its result's digest, message counts and first values. Its input by what the
+    protocol estimates: items (a frequency table, heavy hitters), vectors of [0, 1]^d, or (coordinate, weight)
+    rows of a 1-sparse vector sum."""
     from privagg.core.encoding import ItemEncoder
+    from privagg.protocols.kinds import ResultKind
     from privagg.simulate.frequency import estimate_frequencies, estimate_vector_sum
     from privagg.simulate.heavy_hitters import estimate_heavy_hitters
 
-    kw = dict(RUNS[name])
-    epsilon, delta, n, domain = (kw.pop(k) for k in ("epsilon", "delta", "n_users", "domain_size"))
+    entry, kw = registry.get(name), instance(name)
+    epsilon, delta, n, domain = kw.pop("epsilon"), kw.pop("delta", 0.0), kw.pop("n_users"), kw.pop("domain_size")
     rng = np.random.default_rng(SEED)
-    if name == "fe-hh":
+    if entry.result is ResultKind.HEAVY_HITTER_LIST:
         _, result = estimate_heavy_hitters(population(n, domain), epsilon=epsilon, delta=delta, domain_size=domain,
                                            seed=SEED, **kw)
-    elif registry.get(name).parameters.__name__ == "BlanketVectorParameters":  # vectors in [0, 1]^d
-        _, run_ = estimate_vector_sum(name, rng.random((n, domain)), epsilon=epsilon, delta=delta, options=kw,
-                                      mode=mode, seed=SEED)
-        result = run_.result
-    elif getattr(registry.get(name).parameters, "one_sparse", False):  # (coordinate, weight) rows
-        pairs = np.column_stack([population(n, domain), rng.random(n)])
-        _, run_ = estimate_vector_sum(name, pairs, epsilon=epsilon, delta=delta, options=kw, dimension=domain,
-                                      mode=mode, seed=SEED)
+    elif entry.result is ResultKind.VECTOR_SUM:
+        sparse = getattr(entry.parameters, "one_sparse", False)
+        inputs = np.column_stack([population(n, domain), rng.random(n)]) if sparse else rng.random((n, domain))
+        _, run_ = estimate_vector_sum(name, inputs, epsilon=epsilon, delta=delta, options=kw,
+                                      dimension=domain if sparse else None, mode=mode, seed=SEED)
         result = run_.result
     else:
         _, run_ = estimate_frequencies(name, population(n, domain), ItemEncoder(domain, kind="integer"),

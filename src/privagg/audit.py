@@ -301,14 +301,25 @@ def check_audit_cost(entry, parameters, users: int, dropouts: int = 0) -> None:
     options = {o.name: getattr(parameters, o.name) for o in entry.options
                if hasattr(parameters, o.name) and o.name != "sampling_probability"}
 
+    def at(n_users: int, epsilon: float = parameters.epsilon):
+        return calibrate(parameters.protocol, epsilon=epsilon, delta=parameters.delta, n_users=n_users,
+                         domain_size=parameters.domain_size, calibration=parameters.calibration, **options)
+
     def over(n_users: int) -> str | None:
         try:
-            at = calibrate(parameters.protocol, epsilon=parameters.epsilon, delta=parameters.delta,
-                           n_users=n_users, domain_size=parameters.domain_size,
-                           calibration=parameters.calibration, **options)
+            return _audit_cost_over(entry, at(n_users), n_users - dropouts)
         except ParameterError:  # too few users for the protocol: no audit to refuse there
             return None
-        return _audit_cost_over(entry, at, n_users - dropouts)
+
+    def less_noise_helps(n_users: int) -> bool:
+        """Whether less noise (twice epsilon) makes the laws smaller: DPDG's discrete Gaussian, not a sampled
+        count's two outcomes."""
+        try:
+            work = [entry.audit_cost(at(n_users, e), n_users - dropouts, EXACT_MAX_WORK)[1]
+                    for e in (parameters.epsilon, 2 * parameters.epsilon)]
+        except ParameterError:
+            return False
+        return work[1] < work[0]
 
     def fits(n_users: int) -> bool:
         return over(n_users) is None
@@ -323,7 +334,8 @@ def check_audit_cost(entry, parameters, users: int, dropouts: int = 0) -> None:
             lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
         largest = lo
     if largest is None:  # not the users: the laws themselves are too large
-        less_noise = ", or a larger --epsilon or --delta" if entry.name == "dpdg" else ""
+        less_noise = (", or a larger --epsilon or --delta" if entry.audit_cost is not None and less_noise_helps(lo)
+                      else "")
         raise ParameterError("method", f"statistical for {entry.name} here{less_noise} (the exact audit: {reason})",
                              "exact")
     raise ParameterError("users", f"at most {largest} for {entry.name}'s exact audit ({reason}; or --method "
@@ -472,7 +484,7 @@ def grid_parameters(protocol: str, index: int, calibration: str):
     there)."""
     from .protocols.registry import calibrate, get
 
-    instance = {k: v for k, v in get(protocol).audit_instances[index].items() if k != "calibrations"}
+    instance = {k: v for k, v in get(protocol).audit_instances[index].items() if k not in ("calibrations", "slow")}
     try:
         return calibrate(protocol, calibration=calibration, **instance)
     except ParameterError:

@@ -14,6 +14,7 @@ commands that use them, so ``privagg --help`` starts fast.
 from __future__ import annotations
 
 import atexit
+import errno
 import gc
 import inspect
 import os
@@ -34,7 +35,7 @@ except ImportError:  # the light install has no command line
 
 from . import __version__
 from .cli_output import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, EXIT_VIOLATION, _check_output,
-                         SHOWN_PATHS, _clean_errors, _console, _emit, _say, same_file)
+                         SHOWN_PATHS, _clean_errors, _console, _emit, _say, format_option, same_file)
 from .errors import ParameterError
 from .protocols.kinds import Family, ResultKind
 from .protocols.registry import ENTRIES, IMPLEMENTED, REGISTRY, ProtocolEntry
@@ -610,19 +611,11 @@ def _input_parameters() -> list[inspect.Parameter]:
             None, "--input", callback=_input_file,
             help="Text (one item per line), CSV, TSV, Parquet or .npy file; - reads standard input (text, or a table "
                  "with --delimiter). Default: the bundled English-words dataset.")),
-        _param("column", Optional[str], typer.Option(
-            None, "--column", help="The column holding the items (a table with several); with --no-header, "
-                                   "its 0-based index.")),
-        _param("item_type", ItemTypeChoice, typer.Option(
-            "auto", "--item-type", help="int, str, or auto: integers only when every value is a canonical "
-                                        "decimal integer; any mix is an error.")),
-        _param("delimiter", Optional[str], typer.Option(
-            None, "--delimiter", help="Read the input as a table with this delimiter (default: by extension, "
-                                      ".csv comma, .tsv tab).")),
-        _param("header", bool, typer.Option(True, "--header/--no-header",
-                                            help="Whether the table's first line names its columns.")),
-        _param("missing", MissingChoice, typer.Option(
-            "error", "--missing", help="An empty cell or line: error (default) or drop (leave the user out).")),
+        _param("column", Optional[str], format_option("column")),
+        _param("item_type", ItemTypeChoice, format_option("item_type")),
+        _param("delimiter", Optional[str], format_option("delimiter")),
+        _param("header", bool, format_option("header")),
+        _param("missing", MissingChoice, format_option("missing")),
     ]
 
 
@@ -795,27 +788,34 @@ def _count(n: int, noun: str) -> str:
 
 def _titled(title: str, report) -> str:
     """A table's title, marked when the report's estimates carry no information at this size (its warning says
-    why: protocols.parameters.no_information)."""
+    why: protocols.parameters.no_information), or when the groups of a weighted aggregation contradict the
+    weighted estimates' assumption."""
     from .protocols.parameters import no_information
 
     uninformative = no_information(report.expected_error.standard_error, report.n_users)
+    biased = getattr(report, "groups_disagree", None)
     return title + (" -- NO INFORMATION at this size: the standard error exceeds n (see the warning)" if uninformative
-                    else "")
+                    else "") + (" -- WEIGHTED ESTIMATES BIASED: the groups differ, use the unweighted column (see the "
+                                "warning)" if biased else "")
 
 
 def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     from rich.table import Table
 
     simulated = any(row.true_count is not None for row in estimates)
+    weighted = any(row.unweighted is not None for row in estimates)
     table = Table(title=title)
     table.add_column("rank", justify="right")
     table.add_column("item")
     table.add_column("estimate ± stderr", justify="right")
+    if weighted:
+        table.add_column("unweighted ± stderr", justify="right")
     if simulated:
         table.add_column("true count (--evaluate)", justify="right")
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
         cells = [str(rank), f"{_printable(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        cells += [f"{row.unweighted:.1f} ± {row.unweighted_stderr:.1f}"] if weighted else []
         table.add_row(*cells, *([str(row.true_count)] if simulated else []))
     _console().print(table)
     hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
@@ -915,9 +915,10 @@ def _register_estimate(entry: ProtocolEntry) -> None:
 
 
 def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool, dimension: Optional[int],
-                       candidates: Optional[Path]):
+                       candidates: Optional[Path], evaluate: bool):
     """(inputs, dimension, candidate coordinates, coordinate names, input name, warnings, rows left out for a
-    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's."""
+    missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's
+    (``evaluate``: the report is an evaluation, which may say how many values --clip clipped)."""
     from .io import read_vectors_counted
     from .protocols.privacy_blanket import clip_vectors
 
@@ -944,8 +945,10 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool
         values = inputs[:, 1:] if sparse else inputs  # sparse: the weights only; a bad coordinate stays an error
         outside = int(((values < 0) | (values > 1)).sum())
         values[...] = clip_vectors(values)
-        if outside:
-            warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)")
+        # how many were clipped is a count of the data: an evaluation shows it, a release says only what --clip does
+        warnings.append(f"{outside} values outside [0, 1] were clipped (--clip)" if evaluate else
+                        "values outside [0, 1] are clipped to it (--clip; how many is a count of the data, which a "
+                        "release does not carry: --evaluate shows it)")
     coordinates = None if candidates is None else _read_coordinates(candidates)
     return inputs, dimension, coordinates, names, name, warnings, dropped
 
@@ -991,7 +994,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
         fmt = InputFormat(delimiter=delimiter, header=header, missing="error" if missing is None else missing.value)
         with _located(input, fmt, vectors=True):
             inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
-                entry, input, fmt, clip, dimension, candidates)
+                entry, input, fmt, clip, dimension, candidates, _evaluating(evaluate, input, seed))
         if discover_phi is not None and write_messages is not None:
             raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
                                  "written)", str(write_messages))
@@ -1037,8 +1040,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
              f"{report.bits_per_message} bits per message; {noise}")
         if report.discovery is not None:
             found = report.discovery
-            _say(f"discovery (fe-hh, phi {found.phi:g}): {found.coordinates} coordinates found with "
-                 f"{found.messages.total} of the messages; {found.privacy}")
+            _say(f"discovery ({found.parameters['protocol']}, phi {found.phi:g}): {found.coordinates} coordinates "
+                 f"found with {found.messages.total} of the messages; {found.privacy}")
         if err is not None:
             normalised = "" if err.normalised_mse is None else f", normalised MSE {err.normalised_mse:.3g}"
             _say(f"error against the true sums (--evaluate: not for release): max {err.max_abs:.1f}, squared "
@@ -1092,10 +1095,11 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
             _param("mode", Mode, typer.Option(Mode.faithful, "--mode", help="faithful: through every role; fast: "
                                                                              "simulation shortcuts.")),
         ]
-    if entry.name == "sparse-vector-hashed":
+    if entry.discovery is not None:
         params.append(_param("discover_phi", Optional[float], typer.Option(
-            None, "--discover-phi", help="No candidate list: find the coordinates whose sums reach PHI n with fe-hh "
-                                         "first; each stage gets half of epsilon and delta (the paper's two stages).")))
+            None, "--discover-phi", help=f"No candidate list: find the coordinates whose sums reach PHI n with "
+                                         f"{entry.discovery.protocol} over {entry.discovery.what} first; each stage "
+                                         "gets half of epsilon and delta (the paper's two stages).")))
     estimate_app.command(entry.name, help=f"{entry.title}: simulate over users' vectors, report the sums.")(
         _command(lambda **kw: _estimate_vector(entry, **kw), params, entry.title))
 
@@ -1386,9 +1390,11 @@ def compare_command(
     input: Optional[Path] = typer.Option(None, "--input", callback=_input_file,
                                          help="Items, one per user (as privagg estimate reads them; - reads standard "
                                               "input). Default: the bundled English words."),
-    column: Optional[str] = typer.Option(None, "--column", help="The column holding the items (a table)."),
-    delimiter: Optional[str] = typer.Option(None, "--delimiter", help="Read the input as a table with this "
-                                            "delimiter (default: by extension, .csv comma, .tsv tab)."),
+    column: Optional[str] = format_option("column"),
+    item_type: ItemTypeChoice = format_option("item_type"),  # type: ignore[valid-type]
+    delimiter: Optional[str] = format_option("delimiter"),
+    header: bool = format_option("header"),
+    missing: MissingChoice = format_option("missing"),  # type: ignore[valid-type]
     domain: int = typer.Option(1024, "--domain", help="Domain size B: integer items in [0, B); text is hashed into "
                                                      "it (default 1,024: every baseline can run)."),
     trials: int = typer.Option(3, "--trials", help="Seeded runs per protocol and epsilon."),
@@ -1411,7 +1417,8 @@ def compare_command(
         if input is None:
             codes, name = encoder.encode(datasets.english_words()), f"{datasets.DESCRIPTION}, hashed into {domain} codes"
         else:
-            codes = read_codes(input, encoder, InputFormat(column=column, delimiter=delimiter)).codes
+            codes = read_codes(input, encoder, InputFormat(item_type.value, column, delimiter, header,
+                                                          missing.value)).codes
             name = _input_name(input)
         with _progress(progress) as advance:
             report = compare(codes, encoder, names, epsilons, delta, trials, seed, name, advance)
@@ -1551,7 +1558,7 @@ def analyze(
     from . import engine as engines
     from .core.encoding import CategoryEncoder, ItemEncoder
     from .io import InputFormat, read_codes
-    from .pipelines import Analysis, folder_privacy, folder_reporters
+    from .pipelines import Analysis
     from .protocols import registry
     from .protocols.registry import load_parameters
     from .reports import report_document
@@ -1591,11 +1598,19 @@ def analyze(
         if candidates is not None:
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
             queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
+        elif full_domain is None and params.domain_size <= registry.FULL_DOMAIN_DEFAULT_MAX:
+            # the default whole domain is held to a run's budget, as estimate's is: 3 users' messages over 2^24
+            # items took as long to analyze as to simulate (fe1's preimages, whatever n)
+            from .simulate.frequency import full_domain_seconds
+
+            full_domain = registry.choose_full_domain(params.domain_size, None, False,
+                                                      seconds=full_domain_seconds(params), n_users=params.n_users,
+                                                      protocol=params.protocol)
         analysis = Analysis.of(params, queries, full_domain)
-        reporters, unknown = folder_reporters(params, items)
+        reporters, unknown = engines.folder_reporters(params, items)
         result, run = engines.analyze(analysis.analyzer(), partitions, engine.value, scheduler, workers, reporters)
         received = result.messages + result.malformed
-        report = analysis.report(result, folder_privacy(params, items, received), run, encoder=encoder, top=top)
+        report = analysis.report(result, engines.folder_privacy(params, items, received), run, encoder=encoder, top=top)
         report.warnings += unknown
         report = _with_count_warning(report, params, received, messages, strict, reporters)
 
@@ -1617,14 +1632,18 @@ def _analyze_vector(params, partitions, items: dict[str, Any], engine: str, sche
                     output: Optional[Path], strict: bool = False) -> None:
     """``privagg analyze`` of a vector-sum protocol: the coordinates' sums (the candidates' with --candidates)."""
     from . import engine as engines
-    from .pipelines import Analysis, folder_privacy, folder_reporters
+    from .pipelines import Analysis
     from .reports import report_document
+    from .simulate.frequency import check_coordinates
 
-    analysis = Analysis.of(params, None if candidates is None else _read_coordinates(candidates))
-    reporters, unknown = folder_reporters(params, items)
+    coordinates = None if candidates is None else _read_coordinates(candidates)
+    # held to a run's budget, as estimate is
+    check_coordinates(params, coordinates, simulated=False)
+    analysis = Analysis.of(params, coordinates)
+    reporters, unknown = engines.folder_reporters(params, items)
     result, run = engines.analyze(analysis.analyzer(), partitions, engine, scheduler, workers, reporters)
     received = result.messages + result.malformed
-    report = analysis.report(result, folder_privacy(params, items, received), run)
+    report = analysis.report(result, engines.folder_privacy(params, items, received), run)
     report.warnings += unknown
     report = _with_count_warning(report, params, received, partitions[0].parent, strict, reporters)
 
@@ -1700,6 +1719,9 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Private aggregate statistics without a trusted collector."""
 
 
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # what a write may meet that is no bug
+
+
 def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
     try:
@@ -1709,6 +1731,10 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:
+        if isinstance(e, OSError) and e.errno in WRITE_FAILURES:
+            # standard output on a full disk (> /dev/full), a quota, a device error: the environment's, not a bug
+            _say(f"error: the output could not be written ({e.strerror})", stderr=True)
+            sys.exit(EXIT_BAD_INPUT)
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             traceback.print_exc()

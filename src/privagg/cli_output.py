@@ -22,6 +22,26 @@ EXIT_STATUS = ("Exit status: 0 done; 1 an audit found a violation; 2 bad input o
 PIPE_WIDTH = 1_000  # a table's width when the output is a pipe or a file: its content's, not cut at 80 columns
 
 
+# How a file of items is read (estimate, compare, loadgen): the options that io's errors name (--no-header,
+# --item-type str, --missing drop, ...), so that every command reading such a file has each one they name
+_FORMAT_OPTIONS = {
+    "column": (None, "--column", "The column holding the items (a table with several); with --no-header, its 0-based "
+                                 "index."),
+    "item_type": ("auto", "--item-type", "int, str, or auto: integers only when every value is a canonical decimal "
+                                         "integer; any mix is an error."),
+    "delimiter": (None, "--delimiter", "Read the input as a table with this delimiter (default: by extension, .csv "
+                                       "comma, .tsv tab)."),
+    "header": (True, "--header/--no-header", "Whether the table's first line names its columns."),
+    "missing": ("error", "--missing", "An empty cell or line: error (default) or drop (leave the user out)."),
+}
+
+
+def format_option(name: str):
+    """The typer option ``name`` (:data:`_FORMAT_OPTIONS`) of a command that reads a file of items."""
+    default, flag, text = _FORMAT_OPTIONS[name]
+    return typer.Option(default, flag, help=text)
+
+
 def _console(stderr: bool = False):
     """Rich's console: long lines stay whole; piped or written to a file, tables take their content's width
     (whatever COLUMNS says: a pipe has no width to fit)."""
@@ -142,6 +162,35 @@ def check_path(field: str, path: Path, kind: str) -> Path:
     return path
 
 
+def write_whole(path: Path, text: str) -> None:
+    """``text`` as the file ``path``, whole or not at all: written to a temporary file beside it, then renamed over
+    it, so a full disk or an interrupt (Ctrl-C, SIGTERM) leaves the file as it was, never half a report. A path to
+    a device or a pipe (/dev/stdout) is written as it is; the file keeps its mode (a new one: the umask's)."""
+    import stat
+    import tempfile
+
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        path.write_text(text)
+        return
+    target = Path(os.path.realpath(path))  # through links: the file they point to is replaced, not the link
+    mask = os.umask(0)
+    os.umask(mask)
+    mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~mask
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
 def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable[[], None]) -> None:
     """The report: to --output as JSON, to stdout as JSON (--json) or as the human summary.
 
@@ -153,7 +202,7 @@ def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable
     if output is not None:
         with _clean_errors():
             try:
-                output.write_text(text)
+                write_whole(output, text)
             except OSError as e:
                 raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
     if as_json:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .core.encoding import ItemEncoder
 from .datasets import english_vocabulary, english_words
+from .protocols.kinds import Topology
 from .protocols.registry import calibrate, get
 from .reports import to_json_dict
 from .service.demo import run_services
@@ -26,15 +27,16 @@ from .simulate.frequency import estimate_frequencies
 
 
 def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilon: float = 1.0,
-             delta: float = 1e-6, concurrency: int = 500, progress=print) -> dict:
-    """Run the demo; returns the service's report, the simulation's, the load figures and the comparison."""
+             delta: float = 1e-6, concurrency: int = 500, progress=print, protocol: str = "fe1") -> dict:
+    """Run the demo of ``protocol`` (a served frequency protocol); returns the service's report, the simulation's,
+    the load figures and the comparison."""
     words = english_vocabulary(vocabulary).to_pylist()
     rank = {w: i for i, w in enumerate(words)}
     codes = np.array([rank[w] for w in english_words(users, vocabulary).to_pylist()], dtype=np.int64)
-    parameters = calibrate("fe1", epsilon=epsilon, delta=delta, n_users=users, domain_size=vocabulary)
+    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=vocabulary)
     service, load = run_services(workdir, parameters, codes, concurrency, top=vocabulary, progress=progress)
-    simulation, _run = estimate_frequencies("fe1", codes, ItemEncoder(vocabulary, kind="integer"), epsilon=epsilon,
-                                            delta=delta, top=vocabulary, full_domain=True, seed=0)
+    simulation, _run = estimate_frequencies(protocol, codes, ItemEncoder(vocabulary, kind="integer"),
+                                            epsilon=epsilon, delta=delta, top=vocabulary, full_domain=True, seed=0)
     simulation = to_json_dict(simulation)
     truth = np.bincount(codes, minlength=vocabulary)
     by_item = {e["item"]: e for e in simulation["estimates"]}
@@ -52,7 +54,8 @@ def run_demo(workdir: Path, users: int = 20_000, vocabulary: int = 1_000, epsilo
 
 
 def run_heavy_hitter_demo(workdir: Path, users: int = 20_000, max_length: int = 4, phi: float = 0.03,
-                          epsilon: float = 1.0, delta: float = 1e-6, concurrency: int = 500, progress=print) -> dict:
+                          epsilon: float = 1.0, delta: float = 1e-6, concurrency: int = 500, progress=print,
+                          protocol: str = "fe-hh") -> dict:
     """demo-service fe-hh: the bundled English words of at most ``max_length`` bytes, one per user, through both
     services as SDK clients; the analyzer's tree walk discovers the heavy words with no list (byte by byte). Beside
     it, the simulation of the same words (seeded, not private) and both lists scored against the truth (the demo
@@ -62,7 +65,7 @@ def run_heavy_hitter_demo(workdir: Path, users: int = 20_000, max_length: int = 
     from .simulate.heavy_hitters import estimate_heavy_hitters, score
 
     pool = [w for w in english_words(3 * users, 1_000).to_pylist() if len(w.encode()) <= max_length][:users]
-    parameters = calibrate("fe-hh", epsilon=epsilon, delta=delta, n_users=len(pool), domain_size=256**max_length,
+    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=len(pool), domain_size=256**max_length,
                            max_length=max_length, phi=phi)
     service, load = run_services(workdir, parameters, np.array(pool, dtype=object), concurrency, progress=progress)
     simulation, _ = estimate_heavy_hitters(pool, epsilon=epsilon, delta=delta, phi=phi, max_length=max_length, seed=0,
@@ -96,7 +99,6 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
     z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes."""
     from .errors import ParameterError, check_integer
-    from .protocols.sharing_parties import survivors_parameters
     from .service.sharing_demo import check_drop_fraction, run_sharing_services
     from .service.two_servers_demo import run_tss_services
     from .simulate.rounds import FAITHFUL_SECONDS_MAX
@@ -105,27 +107,28 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12)
     users, drop_fraction = check_integer("users", users, 20, DEMO_USERS_MAX), check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
-    if protocol != "dpdg" and beta <= 0:
-        raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held by a "
-                             "few of them (the sampling protocols' data condition; dpdg has none)", users)
-    options = {"dpds": {"min_count_fraction": beta}, "dpdg": {},
-               "tss": {"min_count_fraction": beta, "report_fraction": TSS_REPORT_FRACTION},
-               "tss-collusion": {"min_count_fraction": beta, "report_fraction": TSS_REPORT_FRACTION,
-                                 "colluders": TSS_COLLUDERS}}[protocol]
+    entry = get(protocol)
+    # the entry's example options (TSS: alpha = 1/2, TSS': phi = 2), beta (the data condition) from the data
+    options = {o.name: entry.example[o.name] for o in entry.options if o.name in entry.example}
+    if "min_count_fraction" in options:
+        if beta <= 0:
+            raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held "
+                                 f"by a few of them ({protocol}'s data condition)", users)
+        options["min_count_fraction"] = beta
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
                            **options)
-    run = run_tss_services if protocol.startswith("tss") else run_sharing_services
+    run = run_tss_services if entry.topology is Topology.TWO_SERVERS else run_sharing_services
     out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)
     report, survivors = out["report"], out["survivor_codes"]
     truth = np.bincount(survivors, minlength=len(categories))
-    recomputed = survivors_parameters(parameters, len(survivors))
+    recomputed = entry.rounds.survivors_parameters(parameters, len(survivors))
     try:  # the condition the release's guarantee assumes of the survivors' data (no party can check it)
         recomputed.check_population(survivors)
         condition = None
     except ParameterError as err:
         condition = str(err)
     # the simulation runs the same parties (faithful) where its measured cost allows, else draws the same law (fast)
-    mode = "faithful" if get(protocol).rounds.faithful_seconds(recomputed) <= FAITHFUL_SECONDS_MAX else "fast"
+    mode = "faithful" if entry.rounds.faithful_seconds(recomputed) <= FAITHFUL_SECONDS_MAX else "fast"
     sim = simulate(recomputed, survivors, mode, rng=0, check_population=False).result
     sim_se = recomputed.reported_standard_error(sim.estimates)
     true_se = recomputed.standard_error(truth)
@@ -147,5 +150,3 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
 
 
 DEMO_USERS_MAX = 1_000  # sharing demos: about ten minutes on loopback, users and servers on 2 cores
-TSS_REPORT_FRACTION = 0.5  # the demo's alpha: each user reports half the categories
-TSS_COLLUDERS = 2  # tss-collusion's phi

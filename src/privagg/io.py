@@ -147,19 +147,23 @@ JSON_BYTES = 64 << 20  # a parameters file or report: a few kilobytes
 
 
 def read_json_text(path: str | Path, field: str, largest: int = JSON_BYTES) -> str:
-    """The text of a small UTF-8 JSON file (parameters, a report): refused, in one line, when it is a folder,
-    unreadable, binary, not UTF-8 or larger than ``largest`` bytes, before it is read."""
+    """The text of a small UTF-8 JSON file (parameters, a report), or of a pipe (``--params <(privagg calibrate
+    ...)``): refused, in one line, when it is a folder, unreadable, binary, not UTF-8 or larger than ``largest``
+    bytes (a file's size is checked before it is read; a pipe is read no further)."""
     accepted = f"a readable UTF-8 JSON file of at most {largest // 2**20} MiB"
     path = Path(path)
     if path.is_dir():
         raise ParameterError(field, f"{accepted}, not a folder", path)
-    if not path.is_file():
-        raise ParameterError(field, "an existing file" if not path.exists() else accepted, path)
+    if not path.exists():
+        raise ParameterError(field, "an existing file", path)
     try:
         size = path.stat().st_size
         if size > largest:
             raise ParameterError(field, accepted, f"{path} ({size} bytes)")
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(largest + 1)
+        if len(data) > largest:  # a pipe or a device (/dev/zero) that goes on
+            raise ParameterError(field, accepted, f"{path} (longer)")
     except OSError as err:
         raise ParameterError(field, accepted, f"{path} ({err.strerror or err})") from None
     found = next((name for magic, name in MAGIC.items() if data.startswith(magic)), None)
@@ -816,6 +820,7 @@ def _read_table(path: Path, kind: str, fmt: InputFormat, field: str) -> tuple[np
 
 def _load_table(path: Path, kind: str, fmt: InputFormat) -> tuple[pa.Table, int | None]:
     """(a CSV, TSV or Parquet table, the file line of its row 0: None for Parquet, whose rows count from 1)."""
+    import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
@@ -827,6 +832,13 @@ def _load_table(path: Path, kind: str, fmt: InputFormat) -> tuple[pa.Table, int 
                                                                 block_size=BLOCK_BYTES),
                            parse_options=pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False),
                            convert_options=pacsv.ConvertOptions(null_values=[""]))  # NaN is a value
+    names = table.column_names
+    # a first line of numbers is a user's vector, not a header (it was dropped, one user less): refused as for
+    # items, but for the column numbers 0..d-1 that a table written from an array carries (pandas' to_csv)
+    if fmt.header and names != [str(i) for i in range(len(names))] and _matches(pa.array(names), NUMBER).any():
+        first = delimiter.join(names)
+        raise ParameterError("input", "a table with a header line (give --no-header if it has none)",
+                             f"{path}, whose first line {_cut(first)} looks like data")
     return table, 2 if fmt.header else 1
 
 

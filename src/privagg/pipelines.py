@@ -1,18 +1,25 @@
-"""What an analysis releases, and with what guarantee: the one pipeline of ``privagg analyze`` and the analyzer
-service.
+"""What a release holds, and with what guarantee: the one pipeline of ``privagg estimate``, ``privagg analyze`` and
+the services.
 
-An analysis runs a protocol's analyzer over the messages it received. What it releases is decided here, for
-every caller:
+A simulation (:mod:`privagg.simulate`), an analysis of written messages (:mod:`privagg.engine`) and a service
+(:mod:`privagg.service`) each produce a protocol's result; what is released from it, with what guarantee, is
+decided here, for every caller:
 
 * :class:`Analysis`: what the analyzer estimates (a frequency protocol's whole domain, or the public candidates:
   the whole domain unless candidates are given, and with both the top among the candidates; a vector sum's
-  every coordinate, or the candidate coordinates), and the report of its result (a frequency table's top items,
-  named where public; every coordinate a vector sum estimated).
+  every coordinate, or the candidate coordinates), and the release of its result (:meth:`Analysis.release`: a
+  frequency table's top items, named where public; every coordinate a vector sum estimated; every heavy hitter
+  discovered; with the parameters, the guarantee, the cost and the theory every report holds), which the
+  reports of ``estimate`` (with the simulation) and ``analyze`` and the services (:meth:`Analysis.report`: with
+  the engine and what was collected) are made of.
 * :func:`analysis_privacy`: the guarantee the release states: the parameters', how the clients drew their
-  randomness (or why the release is not private), what it counts on when fewer than n users reported (not
-  private below the honest users it needs), and a caveat when the messages received lie far from what the
-  guarantee counts on; :func:`folder_privacy` takes them from a message folder's items.json, and
-  :func:`folder_reporters` the users whose reports the analyzer debiases with.
+  randomness (or why the release is not private), what it counts on when fewer than n users reported (an
+  :class:`~privagg.privacy.events.EarlyClose`; not private below the honest users it needs), and a caveat when
+  the messages received lie far from what the guarantee counts on.
+* :func:`staged_privacy`: a discovery and the estimate of what it found, one
+  :class:`~privagg.privacy.events.Sequential` event (:class:`FirstStage`, passed to :meth:`Analysis.release`,
+  brings the first stage's result into a release: the composed guarantee, its profile, both stages' messages
+  and the discovery block).
 """
 
 from __future__ import annotations
@@ -23,13 +30,27 @@ from typing import Any
 import numpy as np
 
 from .core.encoding import ItemEncoder
-from .engine import ITEMS_FILE
-from .privacy.description import PrivacyDescription
+from .errors import LARGEST
+from .privacy.description import PrivacyDescription, privacy_warnings
+from .privacy.events import EarlyClose, Incomplete, Sequential, Stage
 from .protocols.kinds import ResultKind
 from .protocols.parameters import Parameters
 from .protocols.registry import analyzer, choose_full_domain, get
-from .reports import (AnalysisReport, Collection, Engine, HeavyHitterAnalysisReport, VectorAnalysisReport,
-                      analysis_report, heavy_hitter_analysis_report, vector_analysis_report, with_received_caveat)
+from .reports import (AnalysisReport, Collection, Discovery, Engine, HeavyHitterAnalysisReport, Messages,
+                      ProfilePoint, VectorAnalysisReport, capped_warnings, coordinate_estimates, expected_error,
+                      heavy_hitters, privacy_profile, received_mismatch, report_parameters, reported_estimates,
+                      shared_code_warnings)
+
+
+@dataclass(frozen=True)
+class FirstStage:
+    """What the first stage of a staged release released (registry.DiscoveryStage): its parameters, its result,
+    its release's guarantee (:func:`analysis_privacy`, or a simulation's) and the messages it took."""
+
+    parameters: Parameters
+    result: Any
+    privacy: PrivacyDescription
+    messages: Messages
 
 
 @dataclass(frozen=True)
@@ -45,7 +66,8 @@ class Analysis:
     def of(cls, parameters: Parameters, candidates: np.ndarray | None = None,
            full_domain: bool | None = None) -> "Analysis":
         """The analysis of ``candidates`` (default: none, the whole domain); ``full_domain`` (frequency
-        protocols): estimate every item of [B] anyway, up to :data:`~privagg.protocols.registry.FULL_DOMAIN_MAX`."""
+        protocols): estimate every item of [B] anyway, up to :data:`~privagg.protocols.registry.FULL_DOMAIN_MAX`
+        (``estimate``, which chooses against a run's budget too, builds its Analysis with its choice)."""
         if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
             return cls(parameters, candidates is None, candidates)
         if get(parameters.protocol).result is ResultKind.HEAVY_HITTER_LIST:  # discovered: no list, no whole domain
@@ -58,23 +80,65 @@ class Analysis:
         """The protocol's analyzer (or curator), over the candidates or the whole domain."""
         return analyzer(self.parameters, None if self.full_domain else self.candidates)
 
-    def report(self, result, privacy: PrivacyDescription, engine: Engine, *, encoder: ItemEncoder | None = None,
-               top: int = 10, collection: Collection | None = None) \
-            -> AnalysisReport | VectorAnalysisReport | HeavyHitterAnalysisReport:
-        """The report of the analyzer's finalized ``result``, stating ``privacy`` (:func:`analysis_privacy`): a
+    def release(self, result, privacy: PrivacyDescription, *, encoder: ItemEncoder | None = None, top: int = 10,
+                truth=None, names=None, warnings=(), first: FirstStage | None = None) -> dict[str, Any]:
+        """The fields every report of the analyzer's finalized ``result`` holds, stating ``privacy``: the
+        protocol, its parameters and guarantee (``privacy_profile``: delta at other epsilons for its noise), the
+        messages, the theory of its error and its warnings (``warnings`` first); and what it releases: a
         frequency table's ``top`` items, named by ``encoder`` (default: items are their integer codes), every
-        coordinate of a vector sum, or every heavy hitter fe-hh discovered (strings by name). ``collection``: what a
-        service received."""
+        coordinate of a vector sum (``names``: the coordinates' public names), or every heavy hitter discovered.
+
+        ``truth`` (an evaluation's, from the raw data): a frequency table's true counts (a function of sorted
+        codes), a vector sum's true sums (an array beside its coordinates), the heavy hitters' (a dict).
+        ``first``: the discovery stage of a staged release, whose guarantee composes with ``privacy``
+        (:func:`staged_privacy`) and whose messages count."""
         p = self.parameters
-        if get(p.protocol).result is ResultKind.VECTOR_SUM:
-            return vector_analysis_report(p, result, privacy, engine, collection=collection)
-        if get(p.protocol).result is ResultKind.HEAVY_HITTER_LIST:
-            return heavy_hitter_analysis_report(p, result, privacy, engine, collection=collection)
-        if self.full_domain and self.candidates is not None:  # the top among the public candidates
-            result = result.restricted_to(self.candidates)
-        encoder = ItemEncoder(p.domain_size, kind="integer") if encoder is None else encoder
-        return analysis_report(p, result, privacy, engine, encoder=encoder, top=top, full_domain=self.full_domain,
-                               collection=collection)
+        kind = get(p.protocol).result
+        if first is not None:
+            privacy = staged_privacy(first.privacy, privacy)
+        received, reporters = result.messages + result.malformed, getattr(result, "reporters", None)
+        users = p.n_users if reporters is None else reporters
+        fields: dict[str, Any] = dict(
+            protocol=p.protocol, parameters=report_parameters(p), privacy=privacy, n_users=p.n_users,
+            messages=Messages(received, received / users, result.malformed), bits_per_message=p.bits_per_message,
+            expected_error=expected_error(p, reporters), privacy_profile=privacy_profile(p),
+            warnings=[*warnings, *privacy_warnings(privacy.epsilon, privacy.delta, p.n_users), *p.warnings()])
+        if kind is ResultKind.VECTOR_SUM:
+            coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
+            fields.update(estimates=coordinate_estimates(result, coordinates, truth, names),
+                          mean=result.mean().tolist(), discovery=None)
+        elif kind is ResultKind.HEAVY_HITTER_LIST:
+            fields.update(threshold=result.threshold, heavy_hitters=heavy_hitters(result, truth),
+                          survivors=list(result.survivors), theory=p.theory())
+            fields["warnings"] += capped_warnings(p, result)
+        else:
+            if self.full_domain and self.candidates is not None:  # the top among the public candidates
+                result = result.restricted_to(self.candidates)
+            encoder = ItemEncoder(p.domain_size, kind="integer") if encoder is None else encoder
+            fields.update(estimates=reported_estimates(result, encoder, top, truth=truth))
+            fields["warnings"] += shared_code_warnings(fields["estimates"], encoder, p.n_users)
+        if first is not None:
+            total = fields["messages"].total + first.messages.total
+            fields.update(
+                privacy_profile=_staged_profile((first.parameters, p), privacy.epsilon),
+                messages=Messages(total, total / users, fields["messages"].malformed + first.messages.malformed),
+                discovery=Discovery(phi=first.parameters.phi, coordinates=len(fields["estimates"]),
+                                    messages=first.messages, parameters=report_parameters(first.parameters),
+                                    privacy=first.privacy.summary(), survivors=list(first.result.survivors)))
+        return fields
+
+    def report(self, result, privacy: PrivacyDescription, engine: Engine, *, encoder: ItemEncoder | None = None,
+               top: int = 10, collection: Collection | None = None, first: FirstStage | None = None) \
+            -> AnalysisReport | VectorAnalysisReport | HeavyHitterAnalysisReport:
+        """The report of ``privagg analyze`` and of the services: :meth:`release`, with how the ``engine`` ran and
+        what a service's ``collection`` received."""
+        fields = self.release(result, privacy, encoder=encoder, top=top, first=first)
+        kind = get(self.parameters.protocol).result
+        if kind is ResultKind.VECTOR_SUM:
+            return VectorAnalysisReport(**fields, engine=engine, collection=collection)
+        if kind is ResultKind.HEAVY_HITTER_LIST:
+            return HeavyHitterAnalysisReport(**fields, engine=engine, collection=collection)
+        return AnalysisReport(**fields, full_domain=self.full_domain, engine=engine, collection=collection)
 
 
 def analysis_privacy(parameters: Parameters, received: int, randomness: str, *, not_private: str | None = None,
@@ -82,65 +146,73 @@ def analysis_privacy(parameters: Parameters, received: int, randomness: str, *, 
     """The guarantee an analysis of ``received`` messages from ``reporters`` users (default: the calibrated n)
     states: the parameters', the clients' ``randomness`` (``not_private``: why the messages are not a private
     run's, e.g. a seeded simulation's), what it counts on when fewer than n users reported
-    (:func:`_over_reporters`), and a caveat when ``received`` lies far from what the ``reporters`` would send
-    (:func:`privagg.reports.with_received_caveat`)."""
+    (:func:`over_reporters`), and a caveat when ``received`` lies far from what the ``reporters`` would send
+    (:func:`with_received_caveat`)."""
     privacy = parameters.privacy
     privacy = (replace(privacy, randomness=randomness) if not_private is None else
                privacy.as_simulation(randomness, not_private))
-    return with_received_caveat(_over_reporters(privacy, parameters, reporters), parameters, received, reporters)
+    return with_received_caveat(over_reporters(privacy, parameters, reporters), parameters, received, reporters)
 
 
-def _over_reporters(privacy: PrivacyDescription, parameters: Parameters, reporters: int | None) -> PrivacyDescription:
-    """A shuffle protocol's guarantee when m = ``reporters`` < n users reported (a task closed early): the noise
-    in the release is the m users' own, and the guarantee counts on ceil(G n) honest users among them, the n - m
-    absent counting among the (1 - G) n it does not count on (docs/privacy.md, "An early close"). Stated as an
-    assumption for m >= ceil(G n); below, the release is not private. A local report stands alone, and a
+def over_reporters(privacy: PrivacyDescription, parameters: Parameters, reporters: int | None) -> PrivacyDescription:
+    """A one-batch (shuffle) protocol's guarantee when m = ``reporters`` < n users reported (a task closed early):
+    an :class:`~privagg.privacy.events.EarlyClose` of its event, which counts on ceil(G n) honest users among the
+    m (docs/privacy.md, "An early close"); below, the release is not private. A local report stands alone, and a
     curator adds its own noise: their guarantee does not depend on who reported."""
-    n, honest = parameters.n_users, parameters.honest_users
-    if reporters is None or parameters.model != "shuffle" or reporters >= n:
+    n = parameters.n_users
+    if reporters is None or not get(parameters.protocol).single_batch or reporters >= n:
         return privacy
-    if reporters < honest:
-        return privacy.as_unfounded(f"too few reports: {reporters} of the {n} users' reports were counted, fewer "
-                                    f"than the {honest} honest users whose noise the guarantee counts on (ceil(G n), "
-                                    f"G = {parameters.honest_fraction:g})")
-    return replace(privacy, assumptions=privacy.assumptions + (
-        f"{reporters} of the {n} users reported: the guarantee counts on {honest} of them following the protocol, "
-        f"the {n - reporters} absent among the {n - honest} it does not count on; the estimates are of the "
-        f"{reporters} users' data",))
+    return _counting_on(privacy, EarlyClose(privacy.event, reporters, n, parameters.honest_users,
+                                            parameters.honest_fraction))
 
 
-def folder_privacy(parameters: Parameters, items: dict[str, Any], received: int) -> PrivacyDescription:
-    """The guarantee of an analysis of a message folder, as far as the analyzer can know it.
-
-    The analyzer cannot see how the clients drew their randomness, nor how many users' messages the folder
-    holds: it takes items.json's record of both (:func:`privagg.engine.read_items_info`; ``users``, where
-    recorded, and why a run was not private), and without a record of the randomness says the run is not known
-    to be private.
-    """
-    reporters = items.get("users")
-    if items.get("private") is True:
-        return analysis_privacy(parameters, received, f"as recorded in {ITEMS_FILE}: {items.get('randomness')}",
-                                reporters=reporters)
-    if items.get("private") is False and items.get("not_private") is not None:  # the run recorded why
-        privacy = replace(parameters.privacy, randomness=str(items.get("randomness", "unknown")))
-        privacy = _over_reporters(privacy.as_unfounded(str(items["not_private"])), parameters, reporters)
-        return with_received_caveat(privacy, parameters, received, reporters)
-    why = ("the messages came from a simulation with reproducible randomness" if items.get("private") is False
-           else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
-                "clients used secure randomness")
-    return analysis_privacy(parameters, received, items.get("randomness", "unknown"), not_private=why,
-                            reporters=reporters)
+def with_lost_messages(privacy: PrivacyDescription, parameters: Parameters, lost: int,
+                       reporters: int) -> PrivacyDescription:
+    """A one-batch (shuffle) protocol's guarantee when ``lost`` messages of the ``reporters`` counted reports did
+    not enter the aggregate: an :class:`~privagg.privacy.events.Incomplete` of its event, which counts on ceil(G n)
+    honest users among the reports whose messages all entered (not private below). A local report stands alone."""
+    if not get(parameters.protocol).single_batch:
+        return privacy
+    return _counting_on(privacy, Incomplete(privacy.event, lost, reporters, parameters.honest_users,
+                                            parameters.honest_fraction))
 
 
-def folder_reporters(parameters: Parameters, items: dict[str, Any]) -> tuple[int | None, list[str]]:
-    """(the users whose messages a folder holds, as its items.json records them; the warnings of the report). A
-    protocol whose users make the noise is debiased with them; where the folder does not say (a folder written
-    before the record, or by hand), the calibrated n is used and the report says so: the estimates are biased if
-    fewer users' messages are in it. A curator's noise does not depend on them (None, no warning)."""
-    if not get(parameters.protocol).served:
-        return None, []
-    if items.get("users") is not None:
-        return items["users"], []
-    return None, [f"{ITEMS_FILE} does not record how many users' messages the folder holds (\"users\"): the "
-                  f"estimates are debiased for the calibrated n = {parameters.n_users}, and are biased if the "
-                  "messages are fewer users' (a collection closed early)"]
+def _counting_on(privacy: PrivacyDescription, event: EarlyClose | Incomplete) -> PrivacyDescription:
+    """``privacy`` stating ``event``, not private where what the event counts on does not hold."""
+    privacy = privacy.with_event(event)
+    return privacy if event.unfounded is None else privacy.as_unfounded(event.unfounded)
+
+
+def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
+                         reporters: int | None = None) -> PrivacyDescription:
+    """``privacy`` with a caveat when the analyzer received far fewer or more messages than the ``reporters``
+    users who reported would send (more than 5 sd from their mean, :func:`privagg.reports.received_mismatch`;
+    ``reporters`` defaults to the n the parameters were calibrated for): users may have dropped out or sent extra
+    messages, and the noise is then not what was calibrated."""
+    mismatch = received_mismatch(parameters, received, reporters)
+    if mismatch is None:
+        return privacy
+    return privacy.with_caveat(f"the analyzer received {mismatch}: users may have dropped out or sent extra "
+                               "messages, and the guarantee does not hold as stated")
+
+
+STAGES = ("discovery", "estimation")
+
+
+def staged_privacy(discovery: PrivacyDescription, estimation: PrivacyDescription) -> PrivacyDescription:
+    """The guarantee of a discovery stage and the estimate of what it found, over the same users: one
+    :class:`~privagg.privacy.events.Sequential` event of the two releases' events (basic composition), private
+    only where both releases are (each one's reason named by its stage), with either release's caveats."""
+    reasons = [f"{name}: {p.not_private_reason}" for name, p in zip(STAGES, (discovery, estimation))
+               if p.not_private_reason is not None]
+    return PrivacyDescription.of(
+        Sequential((Stage(STAGES[0], discovery.event), Stage(STAGES[1], estimation.event))),
+        private=discovery.private and estimation.private, not_private_reason="; and ".join(reasons) or None,
+        randomness=estimation.randomness, release_caveats=discovery.release_caveats + estimation.release_caveats)
+
+
+def _staged_profile(stages: tuple[Parameters, ...], total: float) -> list[ProfilePoint]:
+    """delta at total/2, total and 2 total epsilon of stages composed (basic composition): at each, every stage
+    at its share of epsilon (as calibrated, in proportion to its own), the deltas added."""
+    return [ProfilePoint(e, sum(p.delta_at(e * p.epsilon / total) for p in stages))
+            for e in (total / 2, total, 2 * total) if e <= LARGEST]

@@ -4,14 +4,16 @@ Reports are dataclasses of plain values; :func:`to_json_dict` turns one into
 the JSON object the CLI writes (fields left ``None`` are omitted), and
 :func:`json_schema` generates the JSON Schema from the types with pydantic
 (``privagg schema`` prints it, docs/schemas/ holds copies, and the tests
-validate every report against it). The protocol names and the parameter
-fields come from the registry. The fields of issue 2's estimate report are
-kept.
+validate every report against it). The protocol names, the parameter
+fields and the privacy methods (the calibrations) come from the registry.
+The fields of issue 2's estimate report are kept. What a release holds is
+decided in :mod:`privagg.pipelines`, not here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from .errors import LARGEST
 from .privacy.description import PrivacyDescription
+from .protocols import registry
 from .protocols.parameters import with_reporters
 from .protocols.registry import ENTRIES, IMPLEMENTED
 
@@ -74,6 +77,9 @@ class Estimate:
     stderr: float
     hash_collision: bool | None = None  # true when several public candidates share the code
     true_count: int | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: the input's count of the item
+    # weighted aggregation (--epsilon-column): the unweighted sum_g tau_g / p_g, unbiased whatever the groups
+    unweighted: float | None = None
+    unweighted_stderr: float | None = None
 
 
 @dataclass
@@ -148,6 +154,9 @@ class EstimateReport(FrequencyReport):
     error: RealisedError | None = field(default=None, metadata=FROM_DATA)  # --evaluate only: against the raw data
     messages_written: str | None = None  # the folder of --write-messages
     groups: list[Group] | None = None  # weighted aggregation (--epsilon-column): one per distinct epsilon
+    # weighted aggregation: true when the groups' released counts contradict the one distribution the weighted
+    # estimates assume (they are then biased: the unweighted ones are not)
+    groups_disagree: bool | None = None
     # the baseline sum_g tau_g / p_g, beside the weighted error
     unweighted_error: RealisedError | None = field(default=None, metadata=FROM_DATA)
 
@@ -476,30 +485,18 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
             for code, est, se, t in zip(codes.tolist(), estimates.tolist(), stderr.tolist(), true)]
 
 
-def analysis_report(parameters, table, privacy: PrivacyDescription, engine: Engine, *, encoder, top: int = 10,
-                    full_domain: bool = True, collection: Collection | None = None) -> AnalysisReport:
-    """The report of an analysis whose result is a frequency table: its ``top`` items, named by ``encoder``.
-    What an analysis releases is decided in :mod:`privagg.pipelines` (``Analysis.report``), which calls this
-    or :func:`vector_analysis_report`."""
-    return AnalysisReport(estimates=reported_estimates(table, encoder, top), full_domain=full_domain,
-                          **_analysis_common(parameters, table, privacy, engine, collection))
-
-
-def vector_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
-                           collection: Collection | None = None) -> VectorAnalysisReport:
-    """The report of an analysis whose result is a vector sum: every coordinate it estimated."""
-    coordinates = range(len(result.total)) if result.coordinates is None else result.coordinates.tolist()
-    return VectorAnalysisReport(estimates=coordinate_estimates(result, coordinates), mean=result.mean().tolist(),
-                                **_analysis_common(parameters, result, privacy, engine, collection))
-
-
-def heavy_hitter_analysis_report(parameters, result, privacy: PrivacyDescription, engine: Engine, *,
-                                 collection: Collection | None = None) -> HeavyHitterAnalysisReport:
-    """The report of an analysis whose result is fe-hh's list of heavy hitters."""
-    return HeavyHitterAnalysisReport(threshold=result.threshold, heavy_hitters=heavy_hitters(result),
-                                     survivors=list(result.survivors), theory=parameters.theory(),
-                                     **_analysis_common(parameters, result, privacy, engine, collection,
-                                                        capped_warnings(parameters, result)))
+def shared_code_warnings(estimates: list[Estimate], encoder, n_users: int) -> list[str]:
+    """The warning that estimates named by public strings count every user whose string hashes to their code, a
+    public one or not, where that may be many: each of the users holding another string lands on a given code
+    with probability 1 / B (over the hash key), so up to n / B of them a code in expectation; none below one
+    (docs/derivations.md, "Strings hashed into [B]"). It depends on n and B alone, not on the data."""
+    named = any(isinstance(e.item, str) and not re.fullmatch(r"#\d+", e.item) for e in estimates)
+    if not (named and encoder.shares_codes and n_users >= encoder.domain_size):
+        return []
+    return [f"each named estimate counts every user whose string hashes to its code, listed or not: with n = "
+            f"{n_users:,} users over B = {encoder.domain_size:,} codes, up to n / B = {n_users / encoder.domain_size:.3g} "
+            "users a code (in expectation over the hash key) may hold strings other than its name; a --domain well "
+            "above n makes them negligible"]
 
 
 def levels_text(levels) -> str:
@@ -523,22 +520,6 @@ def capped_warnings(parameters, result) -> list[str]:
              "the largest estimates were kept"] if result.capped_levels else [])
 
 
-def _analysis_common(parameters, result, privacy: PrivacyDescription, engine: Engine,
-                     collection: Collection | None, warnings: list[str] = ()) -> dict[str, Any]:
-    """What every analysis report holds besides its estimates: messages per user and the expected error are those
-    of the users whose reports the result counted (``result.reporters``; unknown: the calibrated n)."""
-    from .privacy.description import privacy_warnings
-
-    received, reporters = result.messages + result.malformed, getattr(result, "reporters", None)
-    users = parameters.n_users if reporters is None else reporters
-    return dict(protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy,
-                n_users=parameters.n_users, messages=Messages(received, received / users, result.malformed),
-                bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters, reporters),
-                privacy_profile=privacy_profile(parameters), engine=engine, collection=collection,
-                warnings=privacy_warnings(parameters.epsilon, parameters.delta, parameters.n_users)
-                + parameters.warnings() + list(warnings))
-
-
 def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[CoordinateEstimate]:
     """A vector sum's coordinates with their standard errors (and bounds, where the protocol gives them); ``truth``
     and ``names`` where known."""
@@ -546,20 +527,6 @@ def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[Co
     return [CoordinateEstimate(int(i), float(e), float(se), None if truth is None else float(truth[j]),
                                None if names is None else names[i], None if bounds is None else float(bounds[j]))
             for j, (i, e, se) in enumerate(zip(coordinates, result.total, result.standard_errors))]
-
-
-def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
-                         reporters: int | None = None) -> PrivacyDescription:
-    """``privacy`` with a caveat when the analyzer received far fewer or more messages than the ``reporters``
-    users who reported would send (more than 5 sd from their mean; ``reporters`` defaults to the n the
-    parameters were calibrated for): users may have dropped out or sent extra messages, and the noise is
-    then not what was calibrated. A shuffle task closed early at m >= ceil(G n) reports passes m."""
-    mismatch = received_mismatch(parameters, received, reporters)
-    if mismatch is None:
-        return privacy
-    return dataclasses.replace(privacy, caveats=privacy.caveats + (
-        f"the analyzer received {mismatch}: users may have dropped out or sent extra messages, and the "
-        "guarantee does not hold as stated",))
 
 
 def received_mismatch(parameters, received: int, reporters: int | None = None) -> str | None:
@@ -620,6 +587,20 @@ def json_document(content: dict[str, Any], *, from_data: bool) -> dict[str, Any]
     return {"private": not from_data and not _says_not_private(content), **content}
 
 
+DATA_BESIDE = ("data beside the release: the document holds figures computed from the raw data besides the release "
+               "(its private flag is false)")  # why a document whose privacy block says private is not
+
+
+def document_privacy(document: dict[str, Any]) -> PrivacyDescription:
+    """The guarantee a release's JSON document states, for printing it (a served result, a demo's service part): its
+    privacy block, not private where the document's own ``private`` flag is false though the block says private
+    (something beside the release was computed from the data)."""
+    privacy = PrivacyDescription.from_dict(document["privacy"])
+    if document.get("private") is not False or not privacy.private:
+        return privacy
+    return privacy.as_unfounded(DATA_BESIDE)
+
+
 def report_document(report: Any) -> dict[str, Any]:
     """A report as its command prints it: :func:`json_document` of its fields, from the data when any field marked
     :data:`FROM_DATA` is set in it (the true counts of an evaluation, the errors of a comparison...)."""
@@ -654,6 +635,11 @@ def json_schema(report_type: type) -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["properties"] = {"private": PRIVATE_FLAG, **schema["properties"]}  # a type's own flag stays its own
     schema["required"] = ["private", *(name for name in schema.get("required", []) if name != "private")]
+    calibrations = sorted({c for e in registry.ENTRIES if e.implemented for c in e.calibrations})
+    for name in ("Mechanism", "PrivacyDescription"):  # a privacy method is a calibration of some entry
+        method = schema.get("$defs", {}).get(name, {}).get("properties", {}).get("method")
+        if method is not None:
+            method["enum"] = calibrations
     return schema
 
 
@@ -662,25 +648,3 @@ REPORT_TYPES = {"calibrate": CalibrationReport, "estimate": EstimateReport, "est
                 "analyze": AnalysisReport, "analyze-vector": VectorAnalysisReport, "analyze-hh": HeavyHitterAnalysisReport,
                 "compare": CompareReport,
                 "audit": AuditReport, "account": AccountReport, "demo-sharing": SharingDemoReport}
-
-
-def with_discovery(privacy: PrivacyDescription, parameters, stage) -> tuple[PrivacyDescription, list[ProfilePoint]]:
-    """The guarantee of sparse-vector-hashed's two stages together (``privacy``: the second's; ``stage``: the first
-    stage's fe-hh parameters), each at its own (eps, delta): basic composition, and its profile
-    delta(eps') <= delta_FE1(eps'/2) + delta_fe-hh(eps'/2) (both stages at the same eps, as they are calibrated)."""
-    composed = dataclasses.replace(
-        privacy, mechanism=f"{privacy.mechanism}, on coordinates discovered by fe-hh over the rounded cells",
-        epsilon=parameters.epsilon + stage.epsilon, delta=parameters.delta + stage.delta,
-        method_detail=f"{privacy.method_detail}; the discovery stage: {stage.privacy.method_detail}; the two stages at "
-                      f"({parameters.epsilon:g}, {parameters.delta:g}) each, basic composition",
-        reference=f"{privacy.reference} and 'Heavy hitters'")
-    total = composed.epsilon
-    profile = [ProfilePoint(e, parameters.delta_at(e / 2) + stage.delta_at(e / 2)) for e in (total / 2, total, 2 * total)]
-    return composed, profile
-
-
-def discovery_block(stage, result, privacy: PrivacyDescription, coordinates: int, messages: Messages) -> Discovery:
-    """The first stage as a report shows it: fe-hh's ``result`` over the cells (``stage``: its parameters; its
-    ``messages`` and ``privacy``), which found the ``coordinates`` the second stage estimates."""
-    return Discovery(phi=stage.phi, coordinates=coordinates, messages=messages, parameters=report_parameters(stage),
-                     privacy=privacy.summary(), survivors=list(result.survivors))

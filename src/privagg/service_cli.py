@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from .cli_output import EXIT_START_FAILED, _check_output, _clean_errors, _console, _emit, _say
+from .cli_output import EXIT_START_FAILED, _check_output, _clean_errors, _console, _emit, _say, format_option
 from .errors import ParameterError, check_integer
 
 Role = Enum("Role", {name: name for name in ("analyzer", "collector", "sharing", "s1", "s2")}, type=str)
@@ -48,8 +48,9 @@ _KEK_FILE = typer.Option(None, "--kek-file", help="Analyzer, S2: the file holdin
 
 def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffle model's parties), sharing (DPDS and "  # type: ignore[valid-type]
                                                 "DPDG's server), s1 or s2 (TSS's two servers)."),
-          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [collector] or "
-                                                                       "[analyzer] table."),
+          config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a table for each role it "
+                                                                       "configures ([collector], [analyzer], "
+                                                                       "[sharing], [s1], [s2])."),
           db: Optional[str] = _DB,
           host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default 127.0.0.1)."),
           port: Optional[int] = typer.Option(None, "--port", help="Port (default 8080 collector, 8081 analyzer)."),
@@ -200,14 +201,30 @@ def _one_line_start_failure(role: str) -> Iterator[None]:
         raise typer.Exit(EXIT_START_FAILED) from None
 
 
-_ONE_ROUND = (("analyzer",), "a one-round task (the analyzer's: not dpds, dpdg, tss or tss-collusion)")
-_ROUND_TASKS = (("sharing", "tss"), "a dpds, dpdg, tss or tss-collusion task")
-_TSS = (("tss",), "a tss or tss-collusion task (S1 and S2)")
+def task_service(entry) -> str:
+    """Which service holds a task of ``entry``'s protocol, by its topology: the sharing server, TSS's two servers,
+    or the analyzer (a one-round task; the analyzer refuses one it does not run)."""
+    from .protocols.kinds import Topology
+
+    return {Topology.SECRET_SHARING: "sharing", Topology.TWO_SERVERS: "two-servers"}.get(entry.topology, "analyzer")
+
+
+def _tasks_of(services: tuple[str, ...]) -> str:
+    """The protocols whose tasks ``services`` hold, as prose."""
+    from .protocols.registry import listed, names
+
+    return listed(names(lambda e: task_service(e) in services))
+
+
+_ONE_ROUND = (("analyzer",), lambda: f"a one-round task (the analyzer's: not {_tasks_of(('sharing', 'two-servers'))})")
+_ROUND_TASKS = (("sharing", "two-servers"), lambda: f"a {_tasks_of(('sharing', 'two-servers'))} task")
+_TSS = (("two-servers",), lambda: f"a {_tasks_of(('two-servers',))} task (S1 and S2)")
 TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem": _ONE_ROUND, "--candidates": _ONE_ROUND,
                 "--discover-phi": _ONE_ROUND, "--round-seconds": _ROUND_TASKS, "--min-survivors": _ROUND_TASKS,
-                "--kek-file": (("analyzer", "tss"), "a task of the analyzer, or of tss or tss-collusion (S2's key)"),
+                "--kek-file": (("analyzer", "two-servers"), lambda: f"a task of the analyzer, or of "
+                               f"{_tasks_of(('two-servers',))} (S2's key)"),
                 **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
-# (the kinds of task each of task create's options applies to, and how its refusal names them)
+# (the services whose tasks each of task create's options applies to, and how its refusal names them)
 
 _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
                   "can be closed only with all n); calibrate with a lower honest fraction (--honest-fraction G) to be "
@@ -262,28 +279,26 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
     tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
-    from .protocols.registry import load_parameters
+    from .io import read_json_text
+    from .protocols.registry import get, load_parameters
     from .service.client import check_url
     from .service.config import load_config
     from .service.storage import connect
 
     with _clean_errors():
-        try:
-            parameters = load_parameters(params.read_text())
-        except OSError as e:
-            raise ParameterError("params", "a readable JSON file", f"{params} ({e.strerror})") from None
+        parameters = load_parameters(read_json_text(params, "params"))
         if second_url is not None:
             second_url = check_url("second-url", second_url)
         given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
                  "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
                  "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
                  "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file}
-        kind = {"two_servers": "tss", "secret_sharing": "sharing"}.get(parameters.model, "analyzer")
+        service = task_service(get(parameters.protocol))  # the registry entry's topology picks the service
         for name, value in given.items():  # refused, not ignored, where it does nothing
-            if value is not None and kind not in TASK_OPTIONS[name][0]:
-                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]}", parameters.protocol)
+            if value is not None and service not in TASK_OPTIONS[name][0]:
+                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]()}", parameters.protocol)
         round_seconds = 3600.0 if round_seconds is None else round_seconds
-        if parameters.model == "two_servers":
+        if service == "two-servers":
             from .service.keys import KeyEncryptionKey
             from .service.two_servers import FirstService, SecondService, create_tasks
 
@@ -296,7 +311,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(parameters,
                                                                                                    min_survivors)
                 _write_private(relay_token_file, token + "\n")
-                print(json.dumps(second.to_dict()) if as_json else second.task_id)
+                delta = _release_delta(parameters, second.min_survivors, as_json)
+                print(json.dumps({**second.to_dict(), **delta}) if as_json else second.task_id)
                 return
             if second_task is not None:  # S1's operator: S2's public task and relay token, from S2's operator
                 if second_url is None:
@@ -314,25 +330,23 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
                 tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
-            if as_json:
-                print(json.dumps(tss.to_dict()))
-            else:
+            if not as_json:
                 _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "
                      f"{parameters.n_users} users to enroll, rounds of {tss.round_seconds:g} s, at least "
                      f"{tss.min_survivors} survivors")
-                print(tss.task_id)
+            delta = _release_delta(parameters, tss.min_survivors, as_json)
+            print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
             return
-        if parameters.model == "secret_sharing":
+        if service == "sharing":
             from .service.sharing import SharingService
 
             engine = connect(load_config("sharing", db=db).db, "sharing")
             task = SharingService(engine).create_task(parameters, round_seconds, min_survivors)
-            if as_json:
-                print(json.dumps(task.to_dict()))
-            else:
+            if not as_json:
                 _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
                      f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
-                print(task.task_id)
+            delta = _release_delta(parameters, task.min_survivors, as_json)
+            print(json.dumps({**task.to_dict(), **delta}) if as_json else task.task_id)
             return
         from .service.analyzer import AnalyzerService
         from .service.keys import KeyEncryptionKey
@@ -344,7 +358,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             None if candidates is None else _candidate_lines(candidates), discover_phi)
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
-             "cannot lower its honest fraction (its fe-hh stage counts on every user's dummies)", stderr=True)
+             f"cannot lower its honest fraction (its {task.discovery.parameters.protocol} stage counts on every "
+             "user's noise)", stderr=True)
     if as_json:
         print(task.to_json())
     else:
@@ -356,6 +371,29 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                  f"{stage.phi:g} (the task's guarantee: eps {parameters.epsilon + stage.epsilon:g}, delta "
                  f"{parameters.delta + stage.delta:g}, both stages by basic composition)")
         print(task.task_id)
+
+
+def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
+    """A task with rounds (dpds, dpdg, tss): the delta its release states over its fewest survivors, the worst case
+    (:func:`~privagg.service.round_tasks.release_delta`), said (unless ``as_json``), and a warning when it exceeds the
+    task's target, naming the --min-survivors that keeps it; the JSON fields of both."""
+    from .service.round_tasks import release_delta, survivors_for_target
+
+    worst, keeps = release_delta(parameters, min_survivors), survivors_for_target(parameters, min_survivors)
+    dropouts = parameters.n_users - min_survivors
+    if not as_json:
+        _say(f"its release states delta {worst:.3g} at epsilon {parameters.epsilon:g}" + (
+            f" over as few as {min_survivors} survivors (the worst case, {dropouts} dropouts)" if dropouts else
+            " (no dropout allowed)") + f"; the target delta is {parameters.delta:g}")
+    if keeps > min_survivors:
+        fewer = ("fewer users, and holders of a category, to hide among" if hasattr(parameters, "min_count_fraction")
+                 else "less noise from honest users")
+        remedy = (f"--min-survivors {keeps} or more keeps the target" if keeps < parameters.n_users else
+                  f"only --min-survivors {keeps}, no dropout, keeps it (or calibrate for a smaller delta to leave room "
+                  "for dropouts)")
+        _say(f"warning: a release over {min_survivors} survivors would state delta {worst:.3g}, over the task's "
+             f"target {parameters.delta:g} (its {dropouts} dropouts leave {fewer}): {remedy}", stderr=True)
+    return {"delta_at_min_survivors": worst, "min_survivors_for_target_delta": keeps}
 
 
 def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
@@ -374,9 +412,11 @@ def _second_task(path: Path, parameters):
 
     try:
         second = SecondTask.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError) as err:  # what is wrong in words, not the error's class name
+        why = err.strerror if isinstance(err, OSError) else f"no field {err}" if isinstance(err, KeyError) else \
+            str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         raise ParameterError("second-task", "S2's public task, as privagg task create --s2 --json prints it",
-                             f"{path} ({type(err).__name__})") from None
+                             f"{path} ({why})") from None
     if second.parameters.to_dict() != parameters.to_dict():
         raise ParameterError("second-task", "S2's task for the same parameters as --params", f"{path}: other ones")
     return second
@@ -386,10 +426,10 @@ def _relay_token(path: Path | None) -> str:
     if path is None:
         raise ParameterError("relay-token-file", "given with --second-task: the file with S2's relay token", None)
     try:
-        return path.read_text().strip()
-    except OSError as err:
-        raise ParameterError("relay-token-file", "a readable file with S2's relay token",
-                             f"{path} ({err.strerror})") from None
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParameterError("relay-token-file", "a readable file with S2's relay token (ASCII)",
+                             f"{path} ({getattr(err, 'strerror', None) or err.reason})") from None
 
 
 def _candidate_lines(path: Path) -> list:
@@ -451,9 +491,11 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         engine = connect(load_config("collector", db=db).db, "collector", create=False)
-        waiting = Collector(engine, None, None).close(task)
-    _say(f"closed task {task}: no report is taken after" + (f"; its {waiting} waiting reports form its last batch"
-                                                            if waiting else ""))
+        waiting, before = Collector(engine, None, None).close(task)
+    last = f"; its {waiting} waiting reports form its last batch" if waiting else ""
+    _say({None: f"closed task {task}: no report is taken after{last}",
+          "closed": f"task {task} was already closed (nothing changed): no report is taken after{last}",
+          "released": f"task {task} already took no report (nothing changed): its one batch was released"}[before])
 
 
 @db_app.command("upgrade")
@@ -586,16 +628,25 @@ def _value(text: str, parameters):
     """A user's value as given: JSON (an integer item, a list: a vector or a (coordinate, weight) pair, or a string),
     else the text itself, a string item; a string only for a task that takes text (:func:`_takes_text`), which the
     SDK hashes with the task's item_key as every device does."""
+    from .protocols.kinds import ResultKind
+    from .protocols.registry import get
+
     try:
         value = json.loads(text)
     except ValueError:
         value = text
-    accepted = "an integer item, a JSON list (a vector)" + (", or text (an item)" if _takes_text(parameters) else
-                                                             " (the task takes no text: its parameters have no "
-                                                             "item_key)")
-    if isinstance(value, bool) or not isinstance(value, (int, list, str)) or (
-            isinstance(value, str) and not _takes_text(parameters)):
-        raise ParameterError("value", accepted, text)
+    items = get(parameters.protocol).result is not ResultKind.VECTOR_SUM
+    accepted = (f"an integer item in [0, {parameters.domain_size})" if items else "a JSON list (a vector, or a "
+                "[coordinate, weight] pair)") + (", or text (an item)" if _takes_text(parameters) else
+                                                 " (the task takes no text: its parameters have no item_key)")
+    if isinstance(value, str):
+        taken = value != "" and _takes_text(parameters)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        taken = items and 0 <= value < parameters.domain_size
+    else:
+        taken = isinstance(value, list) and not items
+    if not taken:
+        raise ParameterError("value", accepted, repr(text) if text.strip() != text or not text else text)
     return value
 
 
@@ -641,30 +692,40 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
     _say(f"report {status}")
 
 
-def _load_values(parameters, path: Path):
-    """The values of a load run, one per row (CSV/TSV/Parquet/text): items, or vectors (.npy/CSV rows). A task of
-    text items takes text as its SDK does: fe-hh's strings as they are, other items hashed with the task's public
-    item_key (integers are item codes); a task without an item_key takes integer items only."""
+def _load_values(parameters, path: Path, fmt=None):
+    """The values of a load run, one per row (CSV/TSV/Parquet/text) read as ``fmt`` (an io.InputFormat) says: items,
+    or vectors (.npy/CSV rows). A task of text items takes text as its SDK does: fe-hh's strings as they are, other
+    items hashed with the task's public item_key (integers are item codes); a task without an item_key takes integer
+    items only."""
+    from dataclasses import replace
+
     from .core.encoding import ItemEncoder
     from .io import InputFormat, read_codes, read_items, read_vectors
     from .protocols.kinds import ResultKind
     from .protocols.registry import get
 
+    fmt = InputFormat() if fmt is None else fmt
     if get(parameters.protocol).result is ResultKind.VECTOR_SUM:
-        return [row for row in read_vectors(path, InputFormat())]
+        return [row for row in read_vectors(path, fmt)]
     if getattr(parameters, "max_length", None) is not None:
-        items, _ = read_items(path, InputFormat())
+        items, _ = read_items(path, fmt)
         return list(items) if isinstance(items, list) else items.tolist()
     if _takes_text(parameters):
-        return read_codes(path, ItemEncoder.for_parameters(parameters), InputFormat()).codes.tolist()
+        return read_codes(path, ItemEncoder.for_parameters(parameters), fmt).codes.tolist()
+    if fmt.item_type == "str":
+        raise ParameterError("item-type", "auto or int for a task that takes no text (its parameters have no "
+                             "item_key)", fmt.item_type)
     encoder = ItemEncoder(parameters.domain_size, kind="integer")
-    return read_codes(path, encoder, InputFormat(item_type="int")).codes.tolist()
+    return read_codes(path, encoder, replace(fmt, item_type="int")).codes.tolist()
 
 
 def loadgen(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
             task: str = typer.Option(..., "--task", help="The task id."),
             input: Path = typer.Option(..., "--input", help="One value per simulated client, one a row: integer "
                                        "items, text items for a task of text (as submit --value), or vectors."),
+            column: Optional[str] = format_option("column"), item_type: str = format_option("item_type"),
+            delimiter: Optional[str] = format_option("delimiter"), header: bool = format_option("header"),
+            missing: str = format_option("missing"),
             tokens: Path = typer.Option(..., "--tokens", help="Tokens of the task, one a line (privagg tokens "
                                                               "issue)."),
             concurrency: int = typer.Option(100, "--concurrency", help="Reports in flight at once."),
@@ -672,11 +733,15 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
             analyzer: Optional[str] = _TASK_FROM,
             as_json: bool = typer.Option(False, "--json", help="Print the JSON summary.")) -> None:
     """Simulated clients, each a real SDK client over HTTP: acknowledged, refused, throughput, latency."""
+    from .io import InputFormat
     from .service.client import Client, SubmitError
     from .service.loadgen import run_load
 
     with _clean_errors():
+        fmt = InputFormat(item_type, column, delimiter, header, missing)
         concurrency = check_integer("concurrency", concurrency, 1, 100_000)
+        if not 0 <= retry_for <= 86_400:
+            raise ParameterError("retry-for", "a number of seconds in [0, 86400]", retry_for)
         collector = _service(collector, "collector", "collector")
         analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
         if analyzer is None:
@@ -686,10 +751,11 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
         except SubmitError as err:
             raise ParameterError("task", "a task the service serves", str(err)) from None
         try:
-            issued = tokens.read_text().split()
-        except OSError as e:
-            raise ParameterError("tokens", "a readable file of tokens", f"{tokens} ({e.strerror})") from None
-        result = run_load(collector, client, _load_values(client.task.parameters, input), issued, concurrency,
+            issued = tokens.read_text(encoding="ascii").split()
+        except (OSError, UnicodeDecodeError) as e:  # tokens are ASCII: UTF-16 or binary data is not a tokens file
+            raise ParameterError("tokens", "a readable file of tokens (ASCII, one a line)",
+                                 f"{tokens} ({getattr(e, 'strerror', None) or e.reason})") from None
+        result = run_load(collector, client, _load_values(client.task.parameters, input, fmt), issued, concurrency,
                           retry_for)
     if as_json:
         print(result.to_json())
@@ -698,9 +764,10 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(result.refusals.items()))
     _say(f"{result.clients} clients: {result.acknowledged} acknowledged, {result.refused} refused"
          f"{f' ({reasons})' if reasons else ''}, {result.failed} failed; {result.messages_acknowledged} messages")
+    latency = "no latency (none acknowledged)" if lat["p50"] is None else (
+        f"latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, p99 {lat['p99']:.0f} ms")
     _say(f"sent in {result.send_seconds:.1f} s at concurrency {result.concurrency}: {result.reports_per_second:.0f} "
-         f"reports/s; latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, p99 {lat['p99']:.0f} ms; "
-         f"{result.retries} retries; reports made in {result.prepare_seconds:.1f} s")
+         f"reports/s; {latency}; {result.retries} retries; reports made in {result.prepare_seconds:.1f} s")
 
 
 def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's URL."),
@@ -714,7 +781,11 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
 
     import httpx
 
+    from .service.tasks import is_hex_id
+
     with _clean_errors():
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         top = check_integer("top", top, 1, MAX_TOP)
         analyzer = _service(analyzer, "analyzer", "analyzer")
         token = os.environ.get("PRIVAGG_ANALYZER_RESULT_TOKEN")
@@ -728,21 +799,22 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
         except ValueError:
             report = None
         if answer.status_code != 200 or not isinstance(report, dict):
-            _refused_result(analyzer, answer.status_code, report, answer.text, token)
+            _refused_result(analyzer, task, answer.status_code, report, answer.text, token)
     _emit(report, as_json, output, lambda: print_result(report, top))
 
 
 MAX_TOP = 100_000  # the analyzer's result route takes top in 1..100,000
 
 
-def _refused_result(analyzer: str, status: int, refusal, text: str, token: str | None) -> None:
+def _refused_result(analyzer: str, task: str, status: int, refusal, text: str, token: str | None) -> None:
     """The analyzer's refusal of a result as the ParameterError of whichever input it concerns: the task (unknown,
     or not released), the result token, or the URL (an answer that is not the analyzer's)."""
     reason, detail = (refusal.get("error"), refusal.get("detail")) if isinstance(refusal, dict) else (None, None)
     if reason in ("not_released", "nothing_discovered"):  # no result yet: not an error in the task id
-        raise ParameterError("task", "a task whose result was released", detail)
+        why = detail.removeprefix(f"task {task} ") if isinstance(detail, str) else reason
+        raise ParameterError("task", "a task whose result was released", f"{task}, which {why}")
     if reason == "unknown_task":
-        raise ParameterError("task", "a task of the analyzer", detail)
+        raise ParameterError("task", f"a task of the analyzer at {analyzer}", task)
     if reason == "unauthenticated":
         raise ParameterError("PRIVAGG_ANALYZER_RESULT_TOKEN", "the analyzer's result token",
                              "a token the analyzer refused" if token else "none")
@@ -751,27 +823,55 @@ def _refused_result(analyzer: str, status: int, refusal, text: str, token: str |
                          f"{shown})")
 
 
+def _label(privacy) -> str:
+    """A release's privacy in a title: computed from its guarantee (:func:`privagg.reports.document_privacy`)."""
+    return "private" if privacy.private else "NOT PRIVATE"
+
+
+def _say_release_privacy(privacy, prefix: str = "", suffix: str = "") -> None:
+    """A served release's guarantee as privagg estimate prints one (its summary), and why it is not private."""
+    _say(f"{prefix}{privacy.summary()}{suffix}")
+    if not privacy.private:
+        _say(f"  why: {privacy.not_private_reason}")
+
+
 def print_result(report: dict, top: int) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{report['protocol']}: the analyzer's result (private)")
+    from .reports import document_privacy
+
+    privacy = document_privacy(report)
+    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy)})")
     for column in ("item", "estimate ± stderr"):
         table.add_column(column, justify="right")
     for row in report.get("estimates", report.get("heavy_hitters"))[:top]:  # fe-hh: the heavy hitters it found
         table.add_row(str(row["item"]), f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
     _console().print(table)
-    p, c = report["privacy"], report["collection"]
-    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}, "
-         f"honest fraction {p['honest_fraction']:g}")
+    c = report["collection"]
+    _say_release_privacy(privacy, suffix=f"; honest fraction {privacy.honest_fraction:g}")
     _say(f"collection: {c['reports']} reports in {c['batches']} batches; {report['messages']['total']} messages, "
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")
 
 
-DemoProtocol = Enum("DemoProtocol", {name: name for name in ("fe1", "fe-hh", "dpds", "dpdg", "tss", "tss-collusion")},
-                    type=str)
-_ROUNDS = ("dpds", "dpdg", "tss", "tss-collusion")
-DEMO_OPTIONS = {"--vocabulary": ("fe1",), "--concurrency": ("fe1", "fe-hh"), "--top": ("fe1",),
-                "--drop-fraction": _ROUNDS, "--round-seconds": _ROUNDS}  # the protocols each option applies to
+def demo_kind(entry) -> str:
+    """What demo-service runs for ``entry`` (a registry entry with ``demo``): the rounds of a multi-round protocol,
+    a heavy-hitter discovery, or a frequency table's top words, through the services."""
+    from .protocols.kinds import ResultKind
+
+    return ("rounds" if entry.multi_round else "heavy hitters" if entry.result is ResultKind.HEAVY_HITTER_LIST
+            else "frequencies")
+
+
+def _demos() -> list[str]:
+    from .protocols.registry import names
+
+    return names(lambda e: e.demo)
+
+
+DemoProtocol = Enum("DemoProtocol", {name: name for name in _demos()}, type=str)
+DEMO_OPTIONS = {"--vocabulary": ("frequencies",), "--concurrency": ("frequencies", "heavy hitters"),
+                "--top": ("frequencies",), "--drop-fraction": ("rounds",),
+                "--round-seconds": ("rounds",)}  # the kinds of demo each option applies to
 
 
 def _interrupted(_signum, _frame) -> None:
@@ -815,32 +915,35 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
     SIGTERM (or Ctrl-C) stops the services it started before it exits (status 130)."""
     import signal
 
+    from .protocols.registry import get, listed, names
+
     given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
              "--round-seconds": round_seconds}
+    kind = demo_kind(get(protocol.value))
     with _clean_errors():
         for name, value in given.items():
-            if value is not None and protocol.value not in DEMO_OPTIONS[name]:
-                raise ParameterError(name, f"given only for {', '.join(DEMO_OPTIONS[name])} (it does nothing for "
-                                     f"{protocol.value})", value)
+            if value is not None and kind not in DEMO_OPTIONS[name]:
+                applies = listed(names(lambda e: e.demo and demo_kind(e) in DEMO_OPTIONS[name]), "and")
+                raise ParameterError(name, f"given only for {applies} (it does nothing for {protocol.value})", value)
+        concurrency = check_integer("concurrency", 500 if concurrency is None else concurrency, 1, 100_000)
     signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
-    concurrency = 500 if concurrency is None else concurrency
-    if protocol.value == "fe-hh":
-        _demo_heavy_hitters(users or 20_000, epsilon, delta, concurrency, workdir, as_json)
+    if kind == "heavy hitters":
+        _demo_heavy_hitters(protocol.value, users or 20_000, epsilon, delta, concurrency, workdir, as_json)
         return
-    if protocol.value != "fe1":
+    if kind == "rounds":
         _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
                       300.0 if round_seconds is None else round_seconds, workdir, as_json)
         return
     users = 20_000 if users is None else users
     from .demos import run_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 1_000, 1_000_000)
         vocabulary = check_integer("vocabulary", 1_000 if vocabulary is None else vocabulary, 2, 20_000)
         top = check_integer("top", 10 if top is None else top, 1, vocabulary)
         out = run_demo(workdir, users, vocabulary, epsilon, delta, concurrency,
-                       progress=(lambda _text: None) if as_json else _say)
+                       progress=(lambda _text: None) if as_json else _say, protocol=protocol.value)
     if as_json:
         print(json.dumps(json_document({k: out[k] for k in ("service", "simulation", "load", "comparison")},
                                        from_data=True)))  # the seeded simulation evaluated, the comparison
@@ -848,7 +951,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
     from rich.table import Table
 
     sim = {e["item"]: e for e in out["simulation"]["estimates"]}
-    table = Table(title=f"fe1 over {users} users: the services' private result beside the simulation")
+    service_privacy = document_privacy(out["service"])
+    table = Table(title=f"{protocol.value} over {users} users: the services' result ({_label(service_privacy)}) beside "
+                        "the simulation")
     for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
         table.add_column(column, justify="right")
     for e in out["service"]["estimates"][:top]:
@@ -856,9 +961,9 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
         table.add_row(out["words"][e["item"]], str(out["truth"][e["item"]]), f"{e['estimate']:.1f} ± {e['stderr']:.1f}",
                       f"{s['estimate']:.1f} ± {s['stderr']:.1f}")
     _console().print(table)
-    p, c, load, cmp = out["service"]["privacy"], out["service"]["collection"], out["load"], out["comparison"]
-    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: "
-         f"{str(p['private']).lower()} ({p['randomness']}); honest fraction {p['honest_fraction']:g}")
+    c, load, cmp = out["service"]["collection"], out["load"], out["comparison"]
+    _say_release_privacy(service_privacy, "service ", f"; {service_privacy.randomness}; honest fraction "
+                         f"{service_privacy.honest_fraction:g}")
     _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
     _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
          f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
@@ -871,15 +976,16 @@ def demo_service(protocol: DemoProtocol = typer.Argument("fe1", help="fe1: the s
          "errors")
 
 
-def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
+def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
                         as_json: bool) -> None:
-    """demo-service fe-hh (privagg.demos.run_heavy_hitter_demo), printed."""
+    """demo-service of a heavy-hitter protocol (privagg.demos.run_heavy_hitter_demo), printed."""
     from .demos import run_heavy_hitter_demo
-    from .reports import json_document
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         users = check_integer("users", users, 5_000, 1_000_000)
         out = run_heavy_hitter_demo(workdir, users, epsilon=epsilon, delta=delta, concurrency=concurrency,
+                                    protocol=protocol,
                                     progress=(lambda _text: None) if as_json else _say)
     if as_json:
         print(json.dumps(json_document(out, from_data=True)))  # the true counts, recall and precision
@@ -888,8 +994,8 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
 
     report, comparison = out["service"], out["comparison"]
     simulated = {h["item"] for h in out["simulation"]["heavy_hitters"]}
-    table = Table(title=f"fe-hh over {report['n_users']:,} users: the heavy words the services discovered (no list), "
-                        f"threshold phi n = {comparison['threshold']:,.0f}")
+    table = Table(title=f"{protocol} over {report['n_users']:,} users: the heavy words the services discovered (no "
+                        f"list), threshold phi n = {comparison['threshold']:,.0f}")
     for column in ("word", "service ± stderr", "true count", "found by the simulation"):
         table.add_column(column, justify="right")
     for h in report["heavy_hitters"]:
@@ -903,16 +1009,15 @@ def _demo_heavy_hitters(users: int, epsilon: float, delta: float, concurrency: i
         _say(f"{who}: recall {e['recall']:.2f} of the {e['heavy_items']} words held by at least phi n users, precision "
              f"{e['precision']:.2f} of the {e['reported']} reported" + (f" (missed: {', '.join(missed)})"
                                                                           if who == "service" and missed else ""))
-    p = report["privacy"]
-    _say(f"privacy: ({p['epsilon']:g}, {p['delta']:g})-DP, {p['model']} model, private: {str(p['private']).lower()}; "
-         "the simulation beside it is seeded (not private)")
+    _say_release_privacy(document_privacy(report), "service ", "; the simulation beside it is seeded (not private)")
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
                   round_seconds: float, workdir: Path, as_json: bool) -> None:
-    """demo-service dpds|dpdg|tss|tss-collusion (privagg.demos.run_sharing_demo), printed."""
+    """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed."""
     from .demos import run_sharing_demo
-    from .reports import json_document
+    from .protocols.registry import get
+    from .reports import document_privacy, json_document
 
     with _clean_errors():
         summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
@@ -923,10 +1028,10 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
         return
     from rich.table import Table
 
-    d = report["dropouts"]
-    server = "S2's" if protocol.startswith("tss") else "the sharing server's"
-    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} private release "
-                        "beside the simulation")
+    d, privacy = report["dropouts"], document_privacy(report)
+    server = "S2's" if task_service(get(protocol)) == "two-servers" else "the sharing server's"
+    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} release "
+                        f"({_label(privacy)}) beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -934,17 +1039,15 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
                       _shown_z(r["service_z"]), f"{r['simulation']:.1f} ± {r['simulation_stderr']:.1f}",
                       _shown_z(r["simulation_z"]))
     _console().print(table)
-    p = report["privacy"]
     _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} took part in round 1, {d['survivors']} in the "
          f"release (the task's minimum {d['min_survivors']})")
-    _say(f"service privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP, {p['model']} model, private: "
-         f"{str(p['private']).lower()}, recomputed for the {d['survivors']} survivors; simulation: not private "
-         "(seeded)")
+    _say_release_privacy(privacy, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: not "
+                         "private (seeded)")
     z = [r["service_z"] for r in rows if r["service_z"] is not None]
     if summary["data_condition_broken"]:
         _say("warning: the survivors' data breaks the condition the guarantee assumes (a demo can see it; no party "
              f"of a deployment can): {summary['data_condition_broken']}", stderr=True)
-    for caveat in p["caveats"]:
+    for caveat in privacy.caveats:
         if "weakened" in caveat:
             _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
     if summary["z_rms"] is not None:

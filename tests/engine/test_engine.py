@@ -126,3 +126,20 @@ def test_bad_engine_input(fe1_run, folder, tmp_path):
         engine.write_messages(tmp_path / "new", params, run.messages, 0, {})
     with pytest.raises(ParameterError, match="workers must be an integer in"):
         engine.analyze(analyzer, partitions, "dask", workers=0)
+
+
+@pytest.mark.parametrize("protocol", ["fe1", "sparse-vector-hashed"])
+def test_every_preimage_walk_is_held_to_its_limit(protocol):
+    """analyze's preimage limit (registry.PREIMAGES_MAX) was keyed on the name fe1: sparse-vector-hashed's analyzer,
+    which walks the preimages of every cell the same way, ran past it. The limit now follows the analyzer's
+    ``preimages`` (registry.full_domain_preimages), whichever protocol's."""
+    from privagg.core.messages import MessageBatch
+
+    params = registry.calibrate(protocol, epsilon=1.0, delta=1e-6, n_users=100_000, domain_size=2**24, bins=2)
+    messages = 10**6  # each walks about q / b = 2^23 preimages: 8e12, past PREIMAGES_MAX
+    assert registry.full_domain_preimages(params, messages) > registry.PREIMAGES_MAX
+    batch = MessageBatch({name: np.zeros(messages, dtype=np.int64) for name in params.layout.names})
+    with pytest.raises(ParameterError) as err:
+        engine.check_analysis(registry.analyzer(params), [batch])
+    assert err.value.field == "full-domain" and f"left out for {protocol}" in str(err.value)
+    assert "hash preimages" in str(err.value)

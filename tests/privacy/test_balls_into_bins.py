@@ -9,7 +9,7 @@ from privagg.errors import ParameterError
 from privagg.privacy.balls_into_bins import (
     METHOD_DETAIL, METHODS, calibrate, closed_form_noise, delta_at, divergence_floor, hockey_stick_divergence,
     hockey_stick_noise, numeric_noise, privacy_loss_tail, satisfies_closed_form)
-from privagg.privacy.description import REPLACE_ONE, PrivacyDescription
+from privagg.privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 
 
 def test_known_values():
@@ -261,7 +261,7 @@ def description(**changes):
     fields = dict(mechanism="M", parameters={"mu": 1.0}, epsilon=1.0, delta=1e-6, model="shuffle",
                   neighbouring=REPLACE_ONE, trusted=("shuffler",), honest_fraction=1.0, assumptions=("a",),
                   method="numeric", method_detail="d", reference="r")
-    return PrivacyDescription(**{**fields, **changes})
+    return PrivacyDescription.of(Mechanism(**{**fields, **changes}))
 
 
 def test_privacy_description_is_validated_frozen_data():
@@ -270,7 +270,7 @@ def test_privacy_description_is_validated_frozen_data():
     assert d.to_dict()["model"] == "shuffle" and d.to_dict()["trusted"] == ("shuffler",)
     with pytest.raises(dataclasses.FrozenInstanceError):
         d.private = False
-    for bad in (dict(model="trusted"), dict(method="magic"), dict(honest_fraction=0.0), dict(honest_fraction=1.5)):
+    for bad in (dict(model="trusted"), dict(method=""), dict(honest_fraction=0.0), dict(honest_fraction=1.5)):
         with pytest.raises(ValueError):
             description(**bad)
 

@@ -2,16 +2,16 @@
 
 A protocol joins these tests by its :data:`privagg.protocols.registry.ENTRIES`
 entry alone: the entry's ``topology``, ``client``, ``analyzer``, ``fast``
-and ``calibrations`` decide which checks apply, its family the instance
-(:data:`CASES`: balls into bins over B = 1000 items and n = 5000 users; the
-sampling family over N = 10 categories, each held by at least beta n of
-n = 1000 users, since its guarantee needs it) and its ``example`` the
-options. Every entry's example instance keeps the parameters contract
-(:class:`privagg.protocols.parameters.Parameters`). Seeds are fixed;
-statistical checks use 4-sigma tolerances.
+and ``calibrations`` decide which checks apply, and its ``example`` the
+instance (its users, domain and options; the users' items Zipf-like, or,
+for a categorical protocol, every category held by n / 2N users, which the
+sampling family's guarantee needs), at epsilon 1 and delta 1e-6 (0 for a
+pure protocol); a calibration that needs more users than the example's gets
+the fewest multiple of them it accepts. Every entry's example instance keeps
+the parameters contract (:class:`privagg.protocols.parameters.Parameters`).
+Seeds are fixed; statistical checks use 4-sigma tolerances.
 """
 
-import itertools
 import json
 import math
 import pickle
@@ -22,11 +22,8 @@ from scipy import stats
 
 from privagg.core.messages import SLICE_ROWS, MessageBatch, shuffle
 from privagg.errors import ParameterError
-from privagg.privacy import balls_into_bins as bib_privacy
 from privagg.privacy.description import Model
-from privagg.protocols import privacy_blanket as pb
 from privagg.protocols import registry, roles
-from privagg.protocols import sampling_sharing as ss
 from privagg.protocols.kinds import Family, ResultKind, Topology
 from privagg.protocols.parameters import Parameters
 from privagg.protocols.results import FrequencyTable
@@ -54,39 +51,17 @@ def categorical_population(domain, n_users, seed=0):
     return rng.permutation(np.concatenate([np.repeat(np.arange(domain), floor), rest]))
 
 
-# per family: users, domain, the population, the methods
-CASES = {
-    Family.BALLS_INTO_BINS: dict(n_users=5000, domain=1000, population=zipf_population,
-                                 details=bib_privacy.METHOD_DETAIL),
-    # the paper's gamma needs about 80 B ln(2/delta) / eps^2 users
-    Family.PRIVACY_BLANKET: dict(n_users=50_000, domain=10, population=zipf_population, details=pb.METHOD_DETAIL,
-                                 sizes=(50_000, 200_000), inconsistent={"gamma": 1.5}),
-    # pure eps-LDP: the item's count moves by (p - q) per holder, so a small domain keeps the error readable
-    Family.LOCAL_BASELINES: dict(n_users=20_000, domain=16, population=zipf_population,
-                                 details={"exact": "pure eps-LDP of each report"}, inconsistent={"local_epsilon": 5.0}),
-    Family.CENTRAL_BASELINES: dict(n_users=5000, domain=100, population=zipf_population, details={"exact": ""},
-                                   inconsistent={"laplace": {"scale_numerator": 2**24},
-                                                 "gaussian": {"noise_variance": 1}}),
-    # a multi-round protocol's faithful runs (its deployed parties, every pair of users agreeing a key: the cost
-    # grows as n^2) are of faithful_users
-    Family.SAMPLING_SHARING: dict(n_users=1000, domain=10, population=categorical_population, faithful_users=80,
-                                  details=ss.METHOD_DETAIL, sizes=(20_000, 50_000), inconsistent={"modulus": 4},
-                                  # p = 1 - e^-eps needs more holders per category to meet delta = 1e-6 (the closed
-                                  # form ~500)
-                                  calibration_users={"paper": 20_000, "closed_form": 20_000}),
-}
-
-
-def case(name):
-    return CASES[registry.get(name).family]
+# a multi-round protocol's faithful runs (its deployed parties, every pair of users agreeing a key: the cost grows as
+# n^2) are of this many users, its example's domain and options
+FAITHFUL_USERS = 80
 
 
 def n_of(name):
-    return case(name)["n_users"]
+    return registry.get(name).example["n_users"]
 
 
 def domain_of(name):
-    return case(name)["domain"]
+    return registry.get(name).example["domain_size"]
 
 
 def options_of(name):
@@ -106,21 +81,35 @@ def delta_of(name):
     return 0.0 if registry.get(name).pure else DELTA
 
 
+def users_of(name, calibration=None):
+    """The example's users, or the fewest of 2, 4, ..., 64 times them that ``calibration`` accepts (the sampling
+    family's closed form needs more holders a category to meet delta)."""
+    for scale in (1, 2, 4, 8, 16, 32, 64):
+        try:
+            registry.calibrate(name, epsilon=EPS, delta=delta_of(name), n_users=scale * n_of(name),
+                               domain_size=domain_of(name), calibration=calibration, **options_of(name))
+            return scale * n_of(name)
+        except ParameterError:
+            continue
+    raise AssertionError(f"{name}'s {calibration} calibration refuses up to 64 times its example's users")
+
+
 def params_of(name, calibration=None, n_users=None):
-    """The instance of ``name``'s family (or ``n_users``); calibrations that need more users get them."""
-    n_users = n_users or case(name).get("calibration_users", {}).get(calibration, n_of(name))
+    """The entry's example instance (or ``n_users``); calibrations that need more users get them."""
+    n_users = n_users or users_of(name, calibration)
     return registry.calibrate(name, epsilon=EPS, delta=delta_of(name), n_users=n_users, domain_size=domain_of(name),
                               calibration=calibration, **options_of(name))
 
 
 def population(name, seed=0, n_users=None):
-    return case(name)["population"](domain_of(name), n_users or n_of(name), seed)
+    make = categorical_population if registry.get(name).categorical else zipf_population
+    return make(domain_of(name), n_users or n_of(name), seed)
 
 
 def faithful_instance(name, fraction=1):
-    """(parameters, codes) a faithful run of ``name`` takes in a test: the family's instance, or for a multi-round
-    protocol the same over its ``faithful_users`` (times ``fraction``)."""
-    n_users = int(case(name)["faithful_users"] * fraction) if registry.get(name).multi_round else None
+    """(parameters, codes) a faithful run of ``name`` takes in a test: the entry's example, or for a multi-round
+    protocol the same over :data:`FAITHFUL_USERS` (times ``fraction``)."""
+    n_users = int(FAITHFUL_USERS * fraction) if registry.get(name).multi_round else None
     return params_of(name, n_users=n_users), population(name, n_users=n_users)
 
 
@@ -176,7 +165,7 @@ def test_entry_is_complete_and_consistent(name):
     params = params_of(name)
     assert entry.implemented and entry.name == params.protocol == name
     assert entry.analyzer is not None and entry.calibrate is not None and entry.parameters is type(params)
-    assert set(entry.calibrations) <= set(case(name)["details"]) and params.calibration == entry.calibrations[0]
+    assert params.calibration == entry.calibrations[0]
     assert (entry.client is None) == (entry.topology not in (Topology.SHUFFLE, Topology.LOCAL))
     assert (entry.client is None) == (entry.trusted_curator or entry.multi_round)
     assert params.model == entry.topology
@@ -276,16 +265,17 @@ def test_parameters_round_trip_through_json_exactly(name):
 @pytest.mark.parametrize("name", PROTOCOLS)
 def test_loading_refuses_bad_parameters(name):
     data = params_of(name).to_dict()
-    # a field inconsistent with the others, and one of the wrong type
-    inconsistent = case(name).get("inconsistent", {"rho": data.get("rho", 0) * 2})
-    inconsistent = inconsistent.get(name, inconsistent)  # per protocol, where a family's fields differ
     key = "mu" if "mu" in data else "epsilon"
     for bad, field in (({**data, "protocol": "fe9"}, "parameters.protocol"), ([1, 2], "parameters.protocol"),
-                       ("{oops", "parameters"), ({**data, **inconsistent}, next(iter(inconsistent))),
-                       ({**data, key: "1"}, f"parameters.{key}"), ({**data, "surprise": 1}, "parameters")):
+                       ("{oops", "parameters"), ({**data, key: "1"}, f"parameters.{key}"),
+                       ({**data, "surprise": 1}, "parameters")):
         with pytest.raises(ParameterError) as err:
             registry.load_parameters(bad if isinstance(bad, str) else json.dumps(bad))
         assert err.value.field == field, (bad, err.value)
+    # a claim the noise does not buy (half the epsilon): refused, naming the parameters or the field that falls short
+    with pytest.raises(ParameterError) as err:
+        registry.load_parameters(json.dumps({**data, "epsilon": data["epsilon"] / 2}))
+    assert err.value.field == "parameters" or err.value.field.removeprefix("parameters.") in data, err.value
     missing = {k: v for k, v in data.items() if k != key}
     with pytest.raises(ParameterError, match="parameters must be"):
         registry.load_parameters(missing)
@@ -506,8 +496,8 @@ def test_privacy_description(name):
         assert "replace-one" in privacy.neighbouring
         assert privacy.private is True and privacy.not_private_reason is None
         assert (privacy.epsilon, privacy.delta) == (EPS, delta_of(name)) and privacy.method == calibration
-        # the family's text for the method, or the protocol's own where it says more (TSS: the effective rate)
-        assert privacy.method_detail.startswith(getattr(params, "method_detail", case(name)["details"][calibration]))
+        assert isinstance(privacy.method_detail, str) and privacy.method_detail and privacy.reference
+        assert privacy.event.type == "mechanism" and privacy.event.method == calibration
         assert privacy.parameters.get("mu") == getattr(params, "mu", None)
         assert params.n_users in (privacy.parameters.get("n_users"), privacy.parameters.get("honest_users"))
         # a trusted party, or none: the users and servers only follow the protocol
@@ -522,13 +512,13 @@ def test_privacy_description(name):
 def test_noise_buys_the_promised_delta(name):
     # delta_at is the hockey-stick bound (balls into bins), which the tail criterion (numeric) also bounds from above;
     # the closed forms are checked where their own conditions hold
-    sizes = case(name).get("sizes", (2000, 10_000))
-    for calibration, n_users in itertools.product(registry.get(name).calibrations, sizes):
+    for calibration in registry.get(name).calibrations:
         if calibration == "closed_form" and registry.get(name).family is not Family.SAMPLING_SHARING:
             continue
-        params = params_of(name, calibration, n_users)
-        assert params.delta_at(params.epsilon) <= params.delta
-        assert params.delta_at(params.epsilon / 2) > params.delta_at(params.epsilon)
+        for n_users in (users_of(name, calibration), 5 * users_of(name, calibration)):
+            params = params_of(name, calibration, n_users)
+            assert params.delta_at(params.epsilon) <= params.delta
+            assert params.delta_at(params.epsilon / 2) > params.delta_at(params.epsilon)
 
 
 BAD_CALIBRATIONS = [

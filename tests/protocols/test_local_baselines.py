@@ -16,8 +16,9 @@ from privagg.cli import app
 from privagg.errors import ParameterError
 from privagg.protocols import local_baselines as lb
 from privagg.protocols import registry
+from privagg.protocols.kinds import Family
 
-LOCAL = ("grr", "oue", "olh", "hadamard")
+LOCAL = tuple(registry.names(lambda e: e.family is Family.LOCAL_BASELINES))
 
 
 def laws(params):

@@ -394,6 +394,51 @@ def test_weighted_groups_report_no_certain_zero():
     assert combined.variance[1] < combined.variance[2] < combined.variance[3]
 
 
+def test_weighted_groups_that_differ_are_flagged_and_the_unweighted_estimate_stays_unbiased():
+    """The inverse-variance weights assume every group holds the categories in the same proportions: where the
+    groups differ (eps 0.5 holds mostly category 0, eps 2 mostly 1), the weighted estimate is biased by hundreds of
+    its sds, so the release must say so. Over 300 seeded runs each: the unweighted estimate, sum_g tau_g / p_g, is
+    unbiased (4-sigma band) with ``unweighted_stderr`` its sd (4-sigma band on the variance ratio); the disagreement
+    exceeds the Bonferroni limit in every run where the groups differ, and, where they share one distribution, in
+    about DISAGREEMENT_LEVEL of them (4-sigma binomial band)."""
+    from statistics import NormalDist
+
+    from privagg.simulate.frequency import DISAGREEMENT_LEVEL
+
+    groups = [registry.calibrate("dpds", epsilon=e, delta=1e-5, n_users=n, domain_size=4, min_count_fraction=0.1)
+              for e, n in ((0.5, 800), (2.0, 400))]
+
+    def held(n, shares):
+        return np.repeat(np.arange(4), np.round(np.array(shares) * n).astype(int))
+
+    limit = NormalDist().inv_cdf(1 - DISAGREEMENT_LEVEL / 8)
+    runs = 300
+    for shares, alarms_expected in ((([.7, .1, .1, .1], [.1, .7, .1, .1]), None),
+                                    (([.4, .3, .2, .1], [.4, .3, .2, .1]), DISAGREEMENT_LEVEL)):
+        codes = [held(g.n_users, s) for g, s in zip(groups, shares)]
+        truth = sum(np.bincount(c, minlength=4) for c in codes)
+        plain, stderr, alarms = [], [], 0
+        for seed in range(runs):
+            sums = [simulate(g, c, mode="fast", rng=2 * seed + i).result.estimates * g.effective_probability
+                    for i, (g, c) in enumerate(zip(groups, codes))]
+            combined = ss.combine_groups(groups, sums)
+            plain.append(combined.unweighted)
+            stderr.append(combined.unweighted_stderr)
+            alarms += np.abs(combined.disagreement).max() > limit
+        plain, stderr = np.array(plain), np.array(stderr)
+        sd = plain.std(axis=0, ddof=1)
+        assert np.all(np.abs(plain.mean(axis=0) - truth) <= 4 * sd / math.sqrt(runs))
+        # each group's reported variance is, in mean, its estimator's plus one counted holder's (1 - p) / p^2
+        # (test_a_count_nobody_sampled_is_not_reported_as_certain), so the sum's is the unweighted variance plus
+        # the groups' (1 - p_g) / p_g^2
+        extra = sum((1 - g.effective_probability) / g.effective_probability**2 for g in groups)
+        assert np.all(np.abs(((stderr**2).mean(axis=0) - extra) / sd**2 - 1) <= 4 * math.sqrt(2 / (runs - 1)))
+        if alarms_expected is None:
+            assert alarms == runs
+        else:
+            assert abs(alarms - runs * alarms_expected) <= 4 * math.sqrt(runs * alarms_expected) + 1
+
+
 def test_the_share_encoding_option_is_gone():
     """--share-encoding chose how the additive-share simulation sent the paper's shares; the deployed parties agree
     them by key, so it is refused as an option of no protocol."""

@@ -247,6 +247,30 @@ def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
                           ).startswith(f"error: task must be a task of this ")
 
 
+def test_the_library_issues_tokens_only_for_a_task_that_exists(tmp_path):
+    """Collector.issue_tokens and LocalDeployment.issue_tokens refuse a task the analyzer does not have, naming it,
+    and store no token; LocalDeployment's collector fetches a real task first, before any service runs."""
+    from privagg.errors import ParameterError
+    from privagg.service.collector import Collector
+    from privagg.service.local import LocalDeployment
+
+    dbs = {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}
+    dep = LocalDeployment(dbs, tmp_path / "logs")
+    task = dep.create_task(calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))
+    with pytest.raises(ParameterError) as refused:
+        dep.issue_tokens(UNKNOWN, 3)
+    assert refused.value.field == "task" and UNKNOWN in str(refused.value)
+    engine = storage.connect(dbs["collector"], "collector")
+    with pytest.raises(ParameterError) as refused:  # a collector that knows no task and has no analyzer to ask
+        Collector(engine, lambda _task_id: None, None).issue_tokens(task.task_id, 3)
+    assert refused.value.field == "task" and task.task_id in str(refused.value)
+    with engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(storage.tokens)).scalar_one() == 0
+    assert len(dep.issue_tokens(task.task_id, 3)) == 3  # the analyzer's task: fetched, then its tokens
+    assert len(Collector(engine, None, None).issue_tokens(task.task_id, 2)) == 2  # now the collector knows it
+    engine.dispose()
+
+
 # ---- URLs checked at start --------------------------------------------------------------------------------------
 BAD_URLS = ["notaurl", "http://host:0", "http://host:99999", "ftp://host", "http://", "https://host/x?q=1",
             "http://a host"]
@@ -382,8 +406,8 @@ def test_text_is_refused_for_a_task_without_an_item_key(tmp_path):
     with served(analyzer_app(d.analyzer)) as analyzer, served(collector_app(d.collector, None)) as collector:
         assert error_line(run("submit", "--collector", collector, "--analyzer", analyzer, "--task", d.task.task_id,
                               "--token", token, "--value", "maps")) == (
-            "error: value must be an integer item, a JSON list (a vector) (the task takes no text: its parameters "
-            "have no item_key), got maps")
+            "error: value must be an integer item in [0, 4) (the task takes no text: its parameters have no "
+            "item_key), got maps")
 
 
 def test_task_close_takes_the_whole_id_and_names_it(services, tmp_path):
@@ -398,6 +422,24 @@ def test_task_close_takes_the_whole_id_and_names_it(services, tmp_path):
     d.store(users_reports(d, 2))
     closed = run("task", "close", "--task", task, "--db", db)
     assert closed.output == f"closed task {task}: no report is taken after; its 5 waiting reports form its last batch\n"
+    again = run("task", "close", "--task", task, "--db", db)  # a second close claims no new one
+    assert again.exit_code == 0 and again.output == (f"task {task} was already closed (nothing changed): no report is "
+                                                     "taken after; its 5 waiting reports form its last batch\n")
+    d.collector.release_batches()
+    assert run("task", "close", "--task", task, "--db", db).output == (
+        f"task {task} was already closed (nothing changed): no report is taken after\n")
+
+
+def test_closing_a_shuffle_task_whose_batch_is_out_claims_no_close(tmp_path):
+    """A shuffle task whose one batch went out with all n reports takes no report already: a close says so."""
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=8, domain_size=4))
+    d.store(users_reports(d, 8))
+    d.collector.release_batches()
+    assert d.result()["collection"]["reports"] == 8
+    closed = run("task", "close", "--task", d.task.task_id, "--db", f"sqlite:///{tmp_path}/collector.db")
+    assert closed.exit_code == 0 and closed.output == (
+        f"task {d.task.task_id} already took no report (nothing changed): its one batch was released\n")
 
 
 def users_reports(d, count: int):
@@ -485,3 +527,147 @@ def test_sigterm_to_demo_service_stops_every_service_it_started(protocol, tmp_pa
     assert demo.returncode == 130, err
     assert not [p for p in servers if alive(p)], err  # before: SIGTERM ended the demo and left its servers running
     assert "Traceback" not in err
+
+
+# ---- a fresh probe of the same classes: settings, URLs, values and answers ------------------------------------------
+def test_a_setting_the_role_does_not_use_or_a_misspelt_one_is_refused_not_ignored(tmp_path, monkeypatch):
+    """A config file's table for no role ([analyser]), a setting of another role (a result token for the sharing
+    server, whose result route would stay open), a misspelt environment variable: each refused naming it, where
+    each was ignored before; a file that is not UTF-8 TOML, or a role's table that is not a table, is one line."""
+    from privagg.errors import ParameterError
+    from privagg.service.config import load_config
+
+    config = tmp_path / "privagg.toml"
+    for text, role, field in (('[analyser]\nworkers = 2\n', "analyzer", "config"),
+                              ('analyzer = 5\n', "analyzer", "config"),
+                              ('[analyzer]\nanalyzer_url = "http://a:1"\n', "analyzer",
+                               f"analyzer_url ([analyzer] in {config})"),
+                              ('[collector]\nworkers = 2\n', "collector", f"workers ([collector] in {config})")):
+        config.write_text(text)
+        with pytest.raises(ParameterError) as err:
+            load_config(role, config)
+        assert err.value.field == field, text
+    config.write_bytes("[analyzer]\nworkers = 2\n".encode("utf-16"))
+    with pytest.raises(ParameterError, match="config must be a readable UTF-8 TOML file"):
+        load_config("analyzer", config)
+    config.write_text('[collector]\nport = 9000\n\n[analyzer]\nworkers = 2\n')  # one file, each role its table
+    assert load_config("analyzer", config).workers == 2 and load_config("collector", config).port == 9000
+    for variable, value, role, accepted in (
+            ("PRIVAGG_SHARING_RESULT_TOKEN", "r" * 32, "sharing", "a setting of analyzer only (it does nothing for "
+                                                                  "sharing), got (set)"),
+            ("PRIVAGG_ANALYZER_WORKRES", "2", "analyzer", "the name of a setting (PRIVAGG_ANALYZER_ and one of "),
+            ("PRIVAGG_ANALYZER_PORT", "x", "analyzer", "an integer, got x")):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ParameterError) as err:
+            load_config(role)
+        assert err.value.field == variable and str(err.value).startswith(f"{variable} must be {accepted}"), err.value
+        monkeypatch.delenv(variable)
+    config.write_text('[sharing]\nresult_token = "rrrrrrrrrrrrrrrrrrrr"\n')
+    assert error_line(run("serve", "sharing", "--config", str(config), "--db", f"sqlite:///{tmp_path}/s.db")) == (
+        f"error: result_token ([sharing] in {config}) must be a setting of analyzer only (it does nothing for "
+        "sharing), got (set)")
+
+
+@pytest.mark.parametrize("url, why", [
+    ("sqlite://collector.db", "(a file after two slashes, where SQLite takes three)"),
+    ("postgresql+psycopg2://user:secret@localhost/x", "postgresql+psycopg2://user:***@localhost/x (no module "
+                                                      "psycopg2)"),
+    ("sqlite:///" + "a" * 300 + ".db", "(File name too long)"),
+])
+def test_a_database_url_that_cannot_work_is_one_line(tmp_path, monkeypatch, url, why):
+    """A URL with two slashes, a driver that is not installed, a name the file system refuses: one line naming db
+    (each was a traceback), the password never shown."""
+    monkeypatch.chdir(tmp_path)
+    for args in (["task", "close", "--task", UNKNOWN, "--db", url],
+                 ["db", "upgrade", "--create", "--role", "collector", "--db", url]):
+        line = error_line(run(*args))
+        assert line.startswith("error: db must be ") and line.endswith(why) and "secret" not in line, line
+    assert not list(tmp_path.iterdir())
+
+
+def test_submit_refuses_a_value_the_task_cannot_take_naming_its_range(services):
+    """An empty value was sent as the empty string's item; an item out of range or a list for an item task named
+    the library's ItemEncoder and array shapes; now each is the value's own error, with the task's range, before
+    anything is sent."""
+    d, analyzer, collector = services
+    token = d.collector.issue_tokens(d.task.task_id, 1)[0]
+    for value in ("", "-1", "64", "[1, 2]", "true", "{}"):
+        shown = repr(value) if not value else value
+        assert error_line(run("submit", "--collector", collector, "--analyzer", analyzer, "--task", d.task.task_id,
+                              "--token", token, "--value", value)) == (
+            f"error: value must be an integer item in [0, 64), or text (an item), got {shown}"), value
+    assert d.stored() == 0
+    assert run("submit", "--collector", collector, "--analyzer", analyzer, "--task", d.task.task_id, "--token", token,
+               "--value", "63").exit_code == 0
+
+
+def test_result_names_the_task_once_and_checks_its_id_first(services):
+    d, analyzer, _ = services
+    task = d.task.task_id
+    assert error_line(run("result", "--analyzer", analyzer, "--task", UNKNOWN)) == (
+        f"error: task must be a task of the analyzer at {analyzer}, got {UNKNOWN}")  # was: got task_id must name ...
+    assert error_line(run("result", "--analyzer", analyzer, "--task", task)) == (
+        f"error: task must be a task whose result was released, got {task}, which has no result yet: no batch was "
+        "applied (the collector releases one once at least 5 reports came)")
+    assert error_line(run("result", "--analyzer", analyzer, "--task", task[:8])) == (
+        f"error: task must be a task id (32 lowercase hexadecimal characters, the whole id), got {task[:8]}")
+
+
+def test_a_url_with_a_space_or_a_line_end_is_refused(tmp_path):
+    for url in (" http://127.0.0.1:9", "http://127.0.0.1:9 ", "http://a/\nb"):
+        assert error_line(run("result", "--analyzer", url, "--task", UNKNOWN)).startswith(
+            f"error: analyzer must be a URL http://HOST[:PORT] or https://HOST[:PORT] (a port in 1..65535; no "
+            f"query), got {url!r}")
+
+
+def test_loadgen_refuses_negative_retries_and_prints_valid_json_when_nothing_is_acknowledged(services, tmp_path):
+    """--retry-for -1 ran; a run with no acknowledgement printed latencies as NaN, which is not JSON; a tokens file
+    in UTF-16 was a traceback; a values.csv of one value a line (docs/deployment.md's) was refused naming
+    --no-header, which loadgen did not have."""
+    d, analyzer, collector = services
+    (tmp_path / "v.csv").write_text("1\n2\n")
+    (tmp_path / "t.txt").write_text("not-a-token\nnor-this\n")
+    (tmp_path / "t16.txt").write_bytes("a\nb\n".encode("utf-16"))
+    common = ["loadgen", "--collector", collector, "--analyzer", analyzer, "--task", d.task.task_id, "--input",
+              str(tmp_path / "v.csv")]
+    assert "give --no-header" in error_line(run(*common, "--tokens", str(tmp_path / "t.txt")))
+    common.append("--no-header")
+    assert error_line(run(*common, "--tokens", str(tmp_path / "t.txt"), "--retry-for", "-1")) == (
+        "error: retry-for must be a number of seconds in [0, 86400], got -1.0")
+    assert error_line(run(*common, "--tokens", str(tmp_path / "t16.txt"))).startswith(
+        "error: tokens must be a readable file of tokens (ASCII, one a line)")
+    out = run(*common, "--tokens", str(tmp_path / "t.txt"), "--json")
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.stdout, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert summary["acknowledged"] == 0 and summary["refusals"] == {"bad_token": 2}
+    assert summary["latency_ms"] == {"p50": None, "p90": None, "p99": None, "max": None}
+    human = run(*common, "--tokens", str(tmp_path / "t.txt")).stdout
+    assert "no latency (none acknowledged)" in human and "nan" not in human
+
+
+def test_demo_service_refuses_a_concurrency_that_would_never_send(tmp_path):
+    """--concurrency 0 hung (a semaphore of 0 lets no report through), -1 was a traceback."""
+    for protocol, value in (("fe1", "0"), ("fe-hh", "-1"), ("fe1", "100001")):
+        assert error_line(run("demo-service", protocol, "--concurrency", value, "--workdir",
+                              str(tmp_path / "demo"))) == (
+            f"error: concurrency must be an integer in [1, 100000], got {value}")
+    assert not (tmp_path / "demo").exists()
+
+
+def test_every_route_answers_a_wrong_path_or_method_as_a_refusal(services):
+    """Starlette's own {"detail": "Not Found"} and "Method Not Allowed" were the only answers not in the services'
+    refusal form: each now names what was asked, and a 405 keeps its Allow header."""
+    import httpx
+
+    d, analyzer, collector = services
+    task = d.task.task_id
+    for url, method, path, status, reason, allow in (
+            (collector, "GET", f"/tasks/{task}/reports", 405, "method_not_allowed", "POST"),
+            (collector, "DELETE", f"/tasks/{task}", 405, "method_not_allowed", "GET"),
+            (collector, "GET", "/nowhere", 404, "not_found", None),
+            (analyzer, "POST", "/healthz", 405, "method_not_allowed", "GET"),
+            (analyzer, "GET", "/tasks/x/y/z", 404, "not_found", None)):
+        answer = httpx.request(method, url + path)
+        assert (answer.status_code, answer.json()["error"], answer.headers.get("allow")) == (status, reason, allow)
+        assert path in answer.json()["detail"] and (allow is None or f"must be {allow}, got '{method}'"
+                                                     in answer.json()["detail"])

@@ -21,7 +21,8 @@ from alembic.migration import MigrationContext
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from fastapi.testclient import TestClient
 
-from privagg.protocols.registry import analyzer as make_analyzer, calibrate
+from privagg.protocols.kinds import ResultKind
+from privagg.protocols.registry import ENTRIES, analyzer as make_analyzer, calibrate
 from privagg.service import storage
 from privagg.service.aggregate_codec import decode_aggregate
 from privagg.service.analyzer import AnalyzerService
@@ -250,8 +251,8 @@ def test_abuse_gets_a_clear_4xx_and_nothing_is_stored(fe1, case):
 
 
 def deploy_other_task_token(d: Deployment) -> str:
-    """A token the collector issued for another task."""
-    return d.collector.issue_tokens("cd" * 16, 1)[0]
+    """A token the collector issued for another task of the analyzer."""
+    return d.collector.issue_tokens(d.analyzer.create_task(d.task.parameters).task_id, 1)[0]
 
 
 def test_a_retry_is_acknowledged_and_stored_once(fe1):
@@ -383,25 +384,31 @@ def test_configuration_file_then_environment_then_flags(tmp_path, monkeypatch):
         assert err.value.field == name
 
 
-SERVED = {  # protocol -> (calibration keywords, one user's value)
-    "fe0": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
-    "fe1": (dict(domain_size=50), lambda rng: int(rng.integers(50))),
-    "blanket-hist": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
-    "blanket-vector": (dict(domain_size=4), lambda rng: rng.random(4)),
-    "sparse-vector": (dict(domain_size=6), lambda rng: np.array([rng.integers(6), rng.random()])),
-    "sparse-vector-hashed": (dict(domain_size=64), lambda rng: np.array([rng.integers(64), rng.random()])),
-    "grr": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
-    "oue": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
-    "olh": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
-    "hadamard": (dict(domain_size=8), lambda rng: int(rng.integers(8))),
-    "fe-hh": (dict(domain_size=2**12, phi=0.2), lambda rng: int(rng.choice([7, 1000, int(rng.integers(2**12))]))),
-}
+SERVED_DOMAIN_MAX = 64  # the services' run takes each entry's example on a domain this small, or its own
+
+
+def served_case(protocol):
+    """(calibration keywords, one user's value) of a served protocol: its registry entry's example options over at
+    most SERVED_DOMAIN_MAX items (coordinates), and a value as its users hold them: an item of the domain, a third
+    of users each holding 1 or the last (heavy hitters to find), a vector of [0, 1]^d, or a (coordinate, weight)."""
+    from privagg.protocols.registry import get
+
+    entry = get(protocol)
+    domain = min(entry.example["domain_size"], SERVED_DOMAIN_MAX)
+    options = {o.name: entry.example[o.name] for o in entry.options if o.name in entry.example}
+    if entry.result is ResultKind.VECTOR_SUM and getattr(entry.parameters, "one_sparse", False):
+        draw = lambda rng: np.array([rng.integers(domain), rng.random()])  # noqa: E731
+    elif entry.result is ResultKind.VECTOR_SUM:
+        draw = lambda rng: rng.random(domain)  # noqa: E731
+    else:
+        draw = lambda rng: int(rng.choice([1, domain - 1, int(rng.integers(domain))]))  # noqa: E731
+    return dict(domain_size=domain, **options), draw
+
+
+SERVED = [e.name for e in ENTRIES if e.implemented and e.served]
 
 
 def test_the_served_protocols_are_every_one_round_protocol():
-    from privagg.protocols.registry import ENTRIES
-
-    assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.served}
     assert set(SERVED) == {e.name for e in ENTRIES if e.implemented and e.client is not None}
 
 
@@ -434,7 +441,7 @@ def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
     from privagg.protocols.registry import get
     from privagg.reports import Engine, to_json_dict
 
-    keywords, draw = SERVED[protocol]
+    keywords, draw = served_case(protocol)
     params = calibrate(protocol, epsilon=2.0, n_users=500, **keywords, **({} if get(protocol).pure else
                                                                             {"delta": 1e-5}))
     d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
@@ -446,11 +453,12 @@ def test_every_one_round_protocol_runs_through_the_services(protocol, tmp_path):
     direct = analyzer.finalize(analyzer.agg_update(analyzer.agg_init(), MessageBatch.concatenate(sent)))
     expected = to_json_dict(Analysis.of(params).report(direct, params.privacy, Engine("local", 1), top=100))
     result = d.result()
-    released = "heavy_hitters" if protocol == "fe-hh" else "estimates"  # fe-hh: the items its walk discovered
+    heavy = get(protocol).result is ResultKind.HEAVY_HITTER_LIST
+    released = "heavy_hitters" if heavy else "estimates"  # fe-hh: the items its walk discovered
     assert result[released] == expected[released] and result["messages"] == expected["messages"]
     assert result["collection"] == {"reports": 500, "batches": 1, "unopened": 0, "malformed": 0, "duplicates": 0}
-    if protocol == "fe-hh":  # 7 and 1000 are each held by about a third of the users, above phi n = 100
-        assert {7, 1000} <= {h["item"] for h in result["heavy_hitters"]}
+    if heavy:  # 1 and the last item are each held by about a third of the users, above phi n
+        assert {1, params.domain_size - 1} <= {h["item"] for h in result["heavy_hitters"]}
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()
 

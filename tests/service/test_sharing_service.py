@@ -19,7 +19,7 @@ from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_
                                                survivors_parameters)
 from privagg.service import sharing_client
 from privagg.service.client import SubmitError
-from privagg.service.round_tasks import KEM, relay_info
+from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing import SharingService, create_app
 from privagg.service.sharing_client import SharingClient
 from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds, traffic
@@ -130,6 +130,9 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     assert [estimates[j] for j in range(DOMAIN)] == pytest.approx(expected.tolist(), abs=1e-9)
     assert report["dropouts"] == {"enrolled": N, "round1_senders": 11, "survivors": 9, "min_survivors": 8}
     assert report["privacy"]["private"] and "9 users who took part" in " ".join(report["privacy"]["caveats"])
+    # the delta task create stated for the release (its worst case, at min_survivors) bounds the one it states
+    assert report["privacy"]["delta"] == pytest.approx(release_delta(p, 9), rel=1e-12)
+    assert release_delta(p, 9) <= release_delta(p, 8)
     sent, received = expected_traffic(p, 11)
     for i, user in enumerate(users):
         if i not in (2, 5, 7, 9, 10):
@@ -330,6 +333,49 @@ def test_a_task_too_large_to_serve_is_refused_naming_its_cost(tmp_path):
                                    f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000"])
     assert out.exit_code == 2 and "n_users must be at most 10,000 for a served DPDS or DPDG task" in out.output
     assert "2,499,950,000 sealed backups" in out.output
+
+
+def test_task_create_states_the_delta_its_release_may_claim_at_min_survivors(tmp_path):
+    """After dropouts the release's delta is recomputed for its survivors, up to p' (docs/privacy.md, "Dropouts in
+    DPDS and DPDG"): task create says the worst, at --min-survivors, in its output and its JSON, and warns (one
+    line) when it exceeds the target, naming the --min-survivors that keeps it."""
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+    from privagg.protocols.registry import calibrate
+
+    def create(parameters, *args: str):
+        (tmp_path / "p.json").write_text(json.dumps(parameters.to_dict()))
+        out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
+                                       f"sqlite:///{tmp_path}/sharing.db", *args])
+        assert out.exit_code == 0, out.output
+        return out, [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+
+    dpds = calibrate("dpds", epsilon=1.0, delta=1e-6, n_users=300, domain_size=10, min_count_fraction=0.03)
+    worst = survivors_parameters(dpds, 295).delta_at(1.0)  # what the release over 295 survivors states
+    assert worst == pytest.approx(5.3e-4, rel=0.01)  # docs/privacy.md's figure: 9 holders, 5 dropouts
+    out, warnings = create(dpds, "--min-survivors", "295")
+    assert f"its release states delta {worst:.3g} at epsilon 1 over as few as 295 survivors (the worst case, 5 " \
+           "dropouts); the target delta is 1e-06" in out.stdout
+    assert warnings == [f"warning: a release over 295 survivors would state delta {worst:.3g}, over the task's target "
+                        "1e-06 (its 5 dropouts leave fewer users, and holders of a category, to hide among): only "
+                        "--min-survivors 300, no dropout, keeps it (or calibrate for a smaller delta to leave room "
+                        "for dropouts)"]
+    assert all(release_delta(dpds, s) >= release_delta(dpds, s + 1) for s in range(151, 300))  # falls as s grows
+    task = json.loads(create(dpds, "--min-survivors", "295", "--json")[0].stdout)
+    assert task["min_survivors"] == 295 and task["delta_at_min_survivors"] == pytest.approx(worst, rel=1e-12)
+    assert task["min_survivors_for_target_delta"] == 300
+    # classic calibration leaves room: 191 survivors keep the target, 190 do not
+    dpdg = calibrate("dpdg", epsilon=1.0, delta=1e-6, n_users=300, domain_size=10, calibration="classic")
+    assert release_delta(dpdg, 191) <= 1e-6 < release_delta(dpdg, 190)
+    assert all(release_delta(dpdg, s) >= release_delta(dpdg, s + 1) for s in range(151, 300))  # falls as s grows
+    out, warnings = create(dpdg, "--min-survivors", "151")
+    assert len(warnings) == 1 and warnings[0].endswith("(its 149 dropouts leave less noise from honest users): "
+                                                       "--min-survivors 191 or more keeps the target")
+    task = json.loads(create(dpdg, "--min-survivors", "191", "--json")[0].stdout)
+    assert task["min_survivors_for_target_delta"] == 191 and task["delta_at_min_survivors"] <= 1e-6
+    out, warnings = create(dpdg)  # the default: every user to the end
+    assert "(no dropout allowed); the target delta is 1e-06" in out.stdout and warnings == []
 
 
 def test_an_enrollment_flood_spends_nothing_and_leaves_the_roster_open(server):

@@ -61,7 +61,11 @@ def test_a_staged_task_discovers_its_coordinates_then_estimates_them_exactly(dat
     assert result["discovery"]["survivors"] == list(found.survivors)
     assert result["discovery"]["messages"]["total"] == len(MessageBatch.concatenate(first))
     assert (result["privacy"]["epsilon"], result["privacy"]["delta"]) == (4.0, 2e-6)  # basic composition
-    assert "discovered by fe-hh" in result["privacy"]["mechanism"]
+    event = result["privacy"]["event"]  # one composed event: the discovery, then the estimation
+    assert event["type"] == "sequential" and [s["name"] for s in event["stages"]] == ["discovery", "estimation"]
+    assert event["stages"][0]["event"]["epsilon"] == 2.0 and result["privacy"]["mechanism"].startswith("discovery: ")
+    both = len(MessageBatch.concatenate(first)) + len(MessageBatch.concatenate(sent))
+    assert result["messages"]["total"] == both  # both stages' messages, as a simulated staged run counts them
     assert result["privacy_profile"][1]["delta"] <= 2e-6
     assert result["collection"]["reports"] == n
     stage_analyzer, calls = d.analyzer.load(stage.task_id).analyzer, []

@@ -656,6 +656,10 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
                    "--s2", "--relay-token-file", str(token), "--json"])
     assert s2.exit_code == 0, s2.output
     second = json.loads(s2.stdout)
+    # the delta its release states over its fewest survivors (here all n: no dropout), and the fewest that keep it
+    assert second["delta_at_min_survivors"] == pytest.approx(params.delta_at(1.0), rel=1e-12)
+    assert params.delta_at(1.0) <= params.delta
+    assert second["min_survivors"] == second["min_survivors_for_target_delta"] == 40
     assert (token.stat().st_mode & 0o777) == 0o600 and len(token.read_text().strip()) >= 16
     (tmp_path / "s2.json").write_text(s2.stdout)
     again = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
@@ -677,6 +681,7 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     s1 = run(app, [*s1_args, "--relay-token-file", str(token), "--json"])
     assert s1.exit_code == 0, s1.output
     first = json.loads(s1.stdout)
+    assert first["delta_at_min_survivors"] == second["delta_at_min_survivors"]
     assert first["second_task_id"] == second["task_id"] and first["second_public_key"] == second["public_key"]
     engine = storage.connect(f"sqlite:///{tmp_path}/s2.db", "s2", kek=kek)
     service = SecondService(engine, kek=kek)

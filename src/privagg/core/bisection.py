@@ -98,7 +98,10 @@ def least_meeting(bound: Callable[[float], float], target: float, lo: float, hi:
         return lo
     to_x = math.exp if log_scale else (lambda t: t)
     start, end = (math.log(lo), math.log(hi)) if log_scale else (lo, hi)
-    x = to_x(brent_root(lambda t: math.log(max(bound(to_x(t)), 1e-300)) - math.log(target), start, end,
+    # a bound of 0 is floored (its log would be -inf) below the target, so it still reads as meeting it: at 1e-300,
+    # or at half a target below that (delta = 1e-320), or at the least positive float
+    floor = max(min(1e-300, target / 2), 5e-324)
+    x = to_x(brent_root(lambda t: math.log(max(bound(to_x(t)), floor)) - math.log(target), start, end,
                          xtol=relative_tolerance * max(abs(start), abs(end))))
     step = relative_tolerance
     while x < hi and bound(x) > target:  # Brent may stop on either side of the root: take the side that holds

@@ -90,6 +90,11 @@ class ItemEncoder:
         digest = hashlib.blake2b(data, key=self.key, digest_size=16).digest()
         return int.from_bytes(digest, "big") % self.domain_size
 
+    @property
+    def shares_codes(self) -> bool:
+        """Whether items other than the public ones can share a public item's code: text, hashed into [B]."""
+        return self.kind == "text"
+
     def _set_kind(self, kind: str, field: str) -> None:
         if self.kind not in (None, kind):
             raise ParameterError(field, f"{self.kind} items, like the input", f"{kind} items")
@@ -230,6 +235,11 @@ class CategoryEncoder(ItemEncoder):
 
     def is_collision(self, code: int) -> bool:
         self.check_code(code)
+        return False
+
+    @property
+    def shares_codes(self) -> bool:
+        """False: each category has its own code."""
         return False
 
     @property

@@ -18,7 +18,9 @@ A message folder, as ``privagg estimate --write-messages DIR`` writes it:
   partition, with the columns of the protocol's layout.
 
 On an existing cluster (``scheduler``) the workers read the partitions by
-path, so the folder must be on storage every worker can read.
+path, so the folder must be on storage every worker can read. What an
+analysis of a folder may state of its guarantee, it takes from items.json
+(:func:`folder_privacy`, :func:`folder_reporters`).
 """
 
 from __future__ import annotations
@@ -135,6 +137,49 @@ def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
     return info
 
 
+def folder_privacy(parameters, items: dict[str, Any], received: int):
+    """The guarantee of an analysis of a message folder, as far as the analyzer can know it
+    (:func:`privagg.pipelines.analysis_privacy`).
+
+    The analyzer cannot see how the clients drew their randomness, nor how many users' messages the folder
+    holds: it takes items.json's record of both (:func:`read_items_info`; ``users``, where recorded, and why a
+    run was not private), and without a record of the randomness says the run is not known to be private.
+    """
+    from dataclasses import replace
+
+    from ..pipelines import analysis_privacy, over_reporters, with_received_caveat
+
+    reporters = items.get("users")
+    if items.get("private") is True:
+        return analysis_privacy(parameters, received, f"as recorded in {ITEMS_FILE}: {items.get('randomness')}",
+                                reporters=reporters)
+    if items.get("private") is False and items.get("not_private") is not None:  # the run recorded why
+        privacy = replace(parameters.privacy, randomness=str(items.get("randomness", "unknown")))
+        privacy = over_reporters(privacy.as_unfounded(str(items["not_private"])), parameters, reporters)
+        return with_received_caveat(privacy, parameters, received, reporters)
+    why = ("the messages came from a simulation with reproducible randomness" if items.get("private") is False
+           else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
+                "clients used secure randomness")
+    return analysis_privacy(parameters, received, items.get("randomness", "unknown"), not_private=why,
+                            reporters=reporters)
+
+
+def folder_reporters(parameters, items: dict[str, Any]) -> tuple[int | None, list[str]]:
+    """(the users whose messages a folder holds, as its items.json records them; the warnings of the report). A
+    protocol whose users make the noise is debiased with them; where the folder does not say (a folder written
+    before the record, or by hand), the calibrated n is used and the report says so: the estimates are biased if
+    fewer users' messages are in it. A curator's noise does not depend on them (None, no warning)."""
+    from ..protocols.registry import get
+
+    if not get(parameters.protocol).served:
+        return None, []
+    if items.get("users") is not None:
+        return items["users"], []
+    return None, [f"{ITEMS_FILE} does not record how many users' messages the folder holds (\"users\"): the "
+                  f"estimates are debiased for the calibrated n = {parameters.n_users}, and are biased if the "
+                  "messages are fewer users' (a collection closed early)"]
+
+
 def message_partitions(directory: str | Path) -> list[Path]:
     """The Parquet partitions of a message folder, in order."""
     directory = Path(directory)
@@ -189,8 +234,9 @@ def _rows(partition) -> int | None:
 def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
     """Refuse at once a full-domain analysis (``analyzer.queries`` None) that cannot finish: the same limits as
     ``privagg estimate`` (:mod:`privagg.protocols.registry`): OLH's n x B hash checks past ANALYZER_CHECKS_MAX,
-    FE1's preimage walk past PREIMAGES_MAX, the domain-sized arrays past FULL_DOMAIN_BYTES_MAX."""
-    from ..protocols.registry import ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX
+    a preimage walk (FE1's, sparse-vector-hashed's) past PREIMAGES_MAX, the domain-sized arrays past
+    FULL_DOMAIN_BYTES_MAX."""
+    from ..protocols.registry import ANALYZER_CHECKS_MAX, FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, full_domain_preimages
 
     parameters = getattr(analyzer, "parameters", None)
     if parameters is None or not hasattr(analyzer, "queries") or analyzer.queries is not None:
@@ -206,8 +252,8 @@ def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
         raise ParameterError("full-domain", f"left out for {parameters.protocol} at B = {domain:,}: the analyzer's "
                              f"arrays over [B] would take {memory / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB; {remedy}", True)
-    checks, hashing = getattr(type(analyzer), "checks", None), getattr(parameters, "hash", None)
-    walks = checks is None and parameters.protocol == "fe1" and hashing is not None
+    checks = getattr(type(analyzer), "checks", None)
+    walks = full_domain_preimages(parameters, 1) > 0
     if checks is None and not walks:
         return  # nothing else grows with the messages: no footer to open
     rows = [_rows(p) for p in partitions]
@@ -219,11 +265,11 @@ def check_analysis(analyzer, partitions: Sequence[Path | MessageBatch]) -> None:
                              f"would check each of the {messages:,} reports at every item ({checks(messages, domain):.3g}"
                              f" checks, above {ANALYZER_CHECKS_MAX:.0e}: more than a minute); {remedy}", True)
     if walks:
-        walked = messages * -(-hashing.modulus // hashing.bins)
+        walked = full_domain_preimages(parameters, messages)
         if walked > PREIMAGES_MAX:
-            raise ParameterError("full-domain", f"left out for fe1 at B = {domain:,} and {messages:,} messages: its "
-                                 f"analyzer would walk {walked:.3g} hash preimages, above {PREIMAGES_MAX:.0e} (more "
-                                 f"than a minute); {remedy}", True)
+            raise ParameterError("full-domain", f"left out for {parameters.protocol} at B = {domain:,} and "
+                                 f"{messages:,} messages: its analyzer would walk {walked:.3g} hash preimages, above "
+                                 f"{PREIMAGES_MAX:.0e} (more than a minute); {remedy}", True)
 
 
 @checked_arguments

@@ -1,10 +1,10 @@
-"""What a result promises, as data: one frozen description per mechanism.
+"""What a release promises, as the sentence users read: rendered from its privacy event.
 
-In the spirit of dp-accounting's ``DpEvent``: the mechanism and its
-parameters, the neighbouring relation, who is trusted, what is assumed of
-the users, (epsilon, delta), how they were established and where the proof
-or derivation lives. The sentence a user reads is rendered from it
-(:meth:`PrivacyDescription.render`), never stored beside it.
+The guarantee itself is an event (:mod:`privagg.privacy.events`: a mechanism, stages composed, a recomputation
+for the survivors, an early close); :class:`PrivacyDescription` is a release's statement of it: the event, the
+fields its sentence is made of (computed from the event by :func:`~privagg.privacy.events.describe`, the privacy
+block every report has carried), how the release's randomness was drawn, and whether the release is private at
+all. The sentence a user reads is rendered from it (:meth:`PrivacyDescription.render`), never stored beside it.
 
 A seeded simulation is not private: anyone holding the seed regenerates the
 noise and subtracts it. :meth:`PrivacyDescription.as_simulation` marks such
@@ -14,22 +14,26 @@ a run in the description itself (``private: false`` and the reason).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Literal
+from dataclasses import asdict, dataclass, field, fields, replace
 
-Model = Literal["central", "shuffle", "local", "secret_sharing", "two_servers"]
+from .events import REPLACE_ONE, Event, Mechanism, Model, describe, event_from_dict, stages
+
+__all__ = ["REPLACE_ONE", "MODEL_PHRASES", "Mechanism", "Model", "PrivacyDescription", "privacy_warnings"]
+
 # the model as a sentence says it (the JSON keeps the short name)
 MODEL_PHRASES = {"central": "central model", "shuffle": "shuffle model", "local": "local model",
                  "secret_sharing": "secret-sharing model (users share among themselves, one server)",
                  "two_servers": "two-server model"}
-Method = Literal["numeric", "hockey_stick", "closed_form", "exact", "paper", "tight", "classic"]
-
-REPLACE_ONE = "replace-one: neighbouring datasets differ in one user's item; n is public"
 
 
 @dataclass(frozen=True)
 class PrivacyDescription:
-    """An (epsilon, delta)-DP guarantee and everything it rests on."""
+    """A release's (epsilon, delta)-DP guarantee (``event``) and everything it rests on, as users read it.
+
+    Made by :meth:`of`: the fields before ``private`` are the sentence's, computed from ``event`` by
+    :func:`describe` (and checked to be: a description never says what its event does not);
+    ``release_caveats``: what the release adds to its event's caveats (messages received far from what the users
+    would send; the groups of a weighted aggregation), read among the caveats."""
 
     mechanism: str
     parameters: dict[str, float]
@@ -40,21 +44,34 @@ class PrivacyDescription:
     trusted: tuple[str, ...]
     honest_fraction: float
     assumptions: tuple[str, ...]
-    method: Method
+    method: str
     method_detail: str
     reference: str
-    caveats: tuple[str, ...] = ()
+    caveats: tuple[str, ...]
     private: bool = True
     not_private_reason: str | None = None
-    randomness: str = field(default="secure (ChaCha20 keyed from OS entropy)")
+    randomness: str = "secure (ChaCha20 keyed from OS entropy)"
+    event: Event = field(kw_only=True)
+    release_caveats: tuple[str, ...] = field(default=(), kw_only=True)
+
+    @classmethod
+    def of(cls, event: Event, *, release_caveats: tuple[str, ...] = (), **release) -> "PrivacyDescription":
+        """The description of ``event``; ``release``: ``private``, ``not_private_reason``, ``randomness``."""
+        return cls(**_described(event, release_caveats), **release, event=event, release_caveats=release_caveats)
 
     def __post_init__(self) -> None:
-        if self.model not in Model.__args__:
-            raise ValueError(f"model must be one of {Model.__args__}, got {self.model!r}")
-        if self.method not in Method.__args__:
-            raise ValueError(f"method must be one of {Method.__args__}, got {self.method!r}")
-        if not 0 < self.honest_fraction <= 1:
-            raise ValueError(f"honest_fraction must be in (0, 1], got {self.honest_fraction}")
+        described = _described(self.event, self.release_caveats)
+        if any(getattr(self, name) != value for name, value in described.items()):
+            raise ValueError("a privacy description says what its event says (PrivacyDescription.of, with_event)")
+
+    def with_event(self, event: Event) -> "PrivacyDescription":
+        """The same release stating ``event`` (its early close, say)."""
+        return replace(self, **_described(event, self.release_caveats), event=event)
+
+    def with_caveat(self, caveat: str) -> "PrivacyDescription":
+        """The same release, with a caveat of its own (:attr:`release_caveats`)."""
+        caveats = self.release_caveats + (caveat,)
+        return replace(self, **_described(self.event, caveats), release_caveats=caveats)
 
     def as_simulation(self, randomness: str, reason: str) -> "PrivacyDescription":
         """The same mechanism in a simulation whose randomness is not fit for privacy (``reason``)."""
@@ -88,6 +105,20 @@ class PrivacyDescription:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "PrivacyDescription":
+        """The description a JSON privacy block holds (:meth:`to_dict`'s), for printing a served result as a local
+        one is printed: its event rebuilt (:func:`~privagg.privacy.events.event_from_dict`), or, in a block written
+        before events, one mechanism of the block's fields (lists as tuples, unknown keys left out)."""
+        release = {f.name: data[f.name] for f in fields(cls)
+                   if f.name in ("private", "not_private_reason", "randomness") and f.name in data}
+        if "event" in data:
+            return cls.of(event_from_dict(data["event"]), release_caveats=tuple(data.get("release_caveats", ())),
+                          **release)
+        names = {f.name for f in fields(Mechanism) if f.init} - {"public"}
+        return cls.of(Mechanism(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names},
+                                public=()), **release)
+
     def summary(self) -> str:
         """One short line: the claim, the model and who is trusted (:meth:`render` gives everything)."""
         trusted = ", ".join(self.trusted) if self.trusted else "no party"
@@ -111,8 +142,15 @@ class PrivacyDescription:
             f"  trusted: {trusted}; honest users: {self.honest_fraction:.0%}; {'; '.join(self.assumptions)}",
             f"  method: {self.method} -- {self.method_detail} [{self.reference}]",
         ]
+        lines += [f"  stage {name}: ({epsilon:g}, {delta:g})-DP" for name, epsilon, delta in stages(self.event)]
         lines += [f"  caveat: {c}" for c in self.caveats]
         return "\n".join(lines)
+
+
+def _described(event: Event, release_caveats: tuple[str, ...]) -> dict:
+    described = describe(event)
+    described["caveats"] = described["caveats"] + release_caveats
+    return described
 
 
 WEAK_EPSILON = 10.0

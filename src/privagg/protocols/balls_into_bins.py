@@ -49,7 +49,7 @@ from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from . import exact_laws
 from .exact_laws import LawSize
 from .parameters import FrozenParameters, check_item_codes, honest_users, with_reporters
@@ -261,7 +261,7 @@ class BallsIntoBinsParameters(FrozenParameters):
             if self.overlap:
                 caveats.append("the closed form ignores FE1's overlapping special sets; delta_at(epsilon) gives "
                                "the delta this mu actually buys")
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism,
             parameters={"mu": self.mu, "n_users": self.n_users, "honest_users": self.honest_users,
                         "bins": self.noise_bins, "overlap": self.overlap},
@@ -269,13 +269,13 @@ class BallsIntoBinsParameters(FrozenParameters):
             trusted=self.trusted, honest_fraction=self.honest_fraction,
             assumptions=("all n users follow the protocol (none drops out or colludes)" if self.honest_fraction == 1
                          else f"at least {self.honest_users} of the {self.n_users} users follow the protocol; the "
-                              "others may drop out or collude (their dummies are not counted on)",
-                         "the item-hash key and the parameters are public"),
+                              "others may drop out or collude (their dummies are not counted on)",),
+            public=("the parameters", "the item-hash key"),
             method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
             + ("; FE1's overlapping special sets by joint convexity" if self.overlap and
                self.calibration != "closed_form" else ""),
             reference="docs/derivations.md, 'Balls into bins'" + (
-                " and 'FE1's overlapping special sets'" if self.overlap else ""), caveats=tuple(caveats))
+                " and 'FE1's overlapping special sets'" if self.overlap else ""), caveats=tuple(caveats)))
 
     def delta_at(self, epsilon: float) -> float:
         """The delta this noise level buys at ``epsilon`` (hockey-stick bound; any calibration)."""
@@ -657,6 +657,12 @@ class FE1Analyzer(_CountingAnalyzer):
         kernel = parameters.hash.count_all_bytes(parameters.domain_size) if full_domain else 0
         return super().working_bytes(parameters, full_domain) + kernel
 
+    @staticmethod
+    def preimages(parameters: FE1Parameters, messages: int) -> int:
+        """The preimages counting ``messages`` messages over all of [B] walks: each message's u x + v = w mod q has
+        ceil(q / b) of them (the limits of an analysis: registry.full_domain_preimages)."""
+        return messages * -(-parameters.hash.modulus // parameters.hash.bins)
+
 
 # --- distributional shortcuts (simulation only) ------------------------------------------------------
 
@@ -704,8 +710,8 @@ def _uniform_multisets(types: int, count: int) -> dict[tuple[int, ...], float]:
     law: dict[tuple[int, ...], float] = {}
     for draw in itertools.combinations_with_replacement(range(types), count):
         histogram = np.bincount(np.asarray(draw, dtype=np.int64), minlength=types)
-        ways = math.factorial(count) / math.prod(math.factorial(int(h)) for h in histogram)
-        law[tuple(histogram.tolist())] = ways / types**count
+        ways = math.factorial(count) // math.prod(math.factorial(int(h)) for h in histogram)
+        law[tuple(histogram.tolist())] = ways / types**count  # integers divided: exact past floats (171 dummies)
     return law
 
 

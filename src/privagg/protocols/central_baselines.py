@@ -25,7 +25,7 @@ from ..core.encoding import check_item_key
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import discrete_gaussian
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate, FE0Analyzer
 from . import exact_laws
 from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
@@ -128,13 +128,13 @@ class _CentralParameters(OneItemReports, FrozenParameters):
         return width
 
     def _description(self, parameters: dict, method_detail: str) -> PrivacyDescription:
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism, parameters={"n_users": self.n_users, **parameters}, epsilon=self.epsilon,
             delta=self.delta, model=self.model, neighbouring=REPLACE_ONE, trusted=self.trusted,
             honest_fraction=1.0, assumptions=("the curator counts every item and adds fresh noise to each count "
-                                              "it releases, once", "the parameters are public"),
+                                              "it releases, once",),
             method=self.calibration, method_detail=method_detail,
-            reference="src/privagg/protocols/central_baselines.py; docs/derivations.md, 'Central baselines'")
+            reference="src/privagg/protocols/central_baselines.py; docs/derivations.md, 'Central baselines'"))
 
 
 @dataclass(frozen=True)
@@ -293,6 +293,8 @@ def calibrate_gaussian(epsilon: float, delta: float, n_users: int, domain_size: 
 class CentralCurator(FE0Analyzer):
     """Counts the items (FE0's histogram), then adds one exact noise draw to each released count, once per
     aggregate (finalizing again repeats the same release, never a second one)."""
+
+    noise_per_item: ClassVar[bool] = True  # an exact draw for every item estimated (what a full domain costs)
 
     def __init__(self, parameters: _CentralParameters, queries=None, rng: RNGLike = None) -> None:
         super().__init__(parameters, queries)

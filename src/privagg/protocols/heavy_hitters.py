@@ -45,7 +45,7 @@ from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer, check_sequence
 from ..privacy import balls_into_bins as calibration_bib
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import MAX_ERROR_BETA, N_USERS_MAX, dummy_counts
 from . import exact_laws
 from .parameters import FrozenParameters
@@ -61,9 +61,12 @@ STRING_STEP = 8
 SURVIVORS_PER_PHI = 4  # at most 4 / phi prefixes survive a level (at most 2 / phi hold phi n / 2 users each)
 
 
+PHI_MIN = 2.0**-64  # below it phi n < 1 for every n a float counts exactly, and 4 / phi prefixes overflow
+
+
 def _check_phi(phi) -> float:
-    if isinstance(phi, bool) or not isinstance(phi, (int, float)) or not 0 < phi < 1:
-        raise ParameterError("phi", "in (0, 1): heavy items are held by at least phi n users", phi)
+    if isinstance(phi, bool) or not isinstance(phi, (int, float)) or not PHI_MIN <= phi < 1:
+        raise ParameterError("phi", "in [2^-64, 1): heavy items are held by at least phi n users", phi)
     return float(phi)
 
 
@@ -72,7 +75,8 @@ def _first_level(n_users: int, phi: float, width: int, step: int) -> int:
     the last level when there is room for two levels."""
     if width == step:
         return width
-    s = math.ceil(math.log2(n_users / (phi * math.log2(n_users))))
+    ratio = n_users / (phi * math.log2(n_users))  # inf for a phi near the least float: past any cap
+    s = math.ceil(math.log2(ratio)) if math.isfinite(ratio) else FIRST_LEVEL_BITS_MAX
     s = step * max(1, min(s, FIRST_LEVEL_BITS_MAX) // step)
     return min(s, width - step)
 
@@ -139,10 +143,11 @@ def _normal_tail(z: float) -> float:
 
 
 def _normal_quantile(tail: float) -> float:
-    """z with Pr[N(0, 1) > z] = ``tail``."""
+    """z with Pr[N(0, 1) > z] = ``tail``: -Phi^-1(tail), exact for tails below 1e-16 too (1 - tail would round to 1),
+    a tail that underflowed to 0 taken at the least float."""
     from statistics import NormalDist
 
-    return NormalDist().inv_cdf(1 - tail)
+    return -NormalDist().inv_cdf(max(tail, 5e-324))
 
 
 @dataclass(frozen=True)
@@ -387,7 +392,7 @@ class HeavyHitterParameters(FrozenParameters):
 
     @property
     def privacy(self) -> PrivacyDescription:
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism,
             parameters={"mu": self.mu, "n_users": self.n_users, "levels": self.levels, "level_users":
                         self.level_users, "bins": self.bins, "overlap": self.overlap,
@@ -395,13 +400,13 @@ class HeavyHitterParameters(FrozenParameters):
             epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE,
             trusted=self.trusted, honest_fraction=1.0,
             assumptions=("all n users follow the protocol (none drops out or colludes)",
-                         "each user draws his level and his thinning coins with secure randomness",
-                         "the parameters, including the prefix code key, are public"),
+                         "each user draws his level and his thinning coins with secure randomness"),
+            public=("the parameters", "the prefix code key"),
             method=self.calibration, method_detail=calibration_bib.METHOD_DETAIL[self.calibration]
             + f", for {self.level_users} users at every level; plus Pr[the changed user's level has fewer] = "
               f"{self.level_tail:.3g} (exact binomial tail); thinning is post-processing",
             reference="docs/derivations.md, 'Heavy hitters'",
-            caveats=("discovered items are outputs of the private protocol and are reported by name",))
+            caveats=("discovered items are outputs of the private protocol and are reported by name",)))
 
     # --- values --------------------------------------------------------------------------------------------
     def check_values(self, values) -> np.ndarray:

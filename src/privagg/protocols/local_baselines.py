@@ -38,7 +38,7 @@ from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_epsilon, check_integer
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
                               FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
 from . import exact_laws
@@ -184,15 +184,15 @@ class _LocalParameters(OneItemReports, FrozenParameters):
 
     @property
     def privacy(self) -> PrivacyDescription:
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism, parameters={"local_epsilon": self.local_epsilon, "n_users": self.n_users},
             epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE, trusted=(),
             honest_fraction=1.0,
             assumptions=("each user's report is drawn independently from his own item; the analyzer sees every "
-                         "report and who sent it", "the parameters (and OLH's hash family) are public"),
+                         "report and who sent it",), public=("the parameters (and OLH's hash family)",),
             method=self.calibration, method_detail="pure eps-LDP of each report: the largest ratio of the "
             "report's probabilities under two items is e^eps",
-            reference="src/privagg/protocols/local_baselines.py; docs/derivations.md, 'Local baselines'")
+            reference="src/privagg/protocols/local_baselines.py; docs/derivations.md, 'Local baselines'"))
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ class Parameters(Protocol):
     """The parameters contract: what the layers above the protocols (simulate, engine, service, pipelines, the CLI)
     use of any protocol's frozen parameters. Every registry entry's parameters keep it (its example instance is
     checked in tests/protocols/test_contract.py); members beyond it belong to a family (``rho`` and
-    ``messages_sd`` of the message-sending protocols, ``check_codes`` of what ``simulate`` runs)."""
+    ``messages_sd`` of the message-sending protocols, ``check_codes`` of what ``simulate`` runs; ``model``, the
+    topology as a privacy description names it, which no layer picks behaviour by: the entry's topology does)."""
 
-    protocol: ClassVar[str]  # the registry entry's name
-    model: ClassVar[str]  # the entry's topology
+    protocol: ClassVar[str]  # the registry entry's name (what a layer needs of the protocol, it asks its entry)
     epsilon: float
     delta: float  # 0 for a pure eps-DP protocol
     n_users: int

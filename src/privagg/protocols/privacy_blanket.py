@@ -27,7 +27,7 @@ from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import blanket
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from ..privacy.shuffle import binomial_pmf
 from .balls_into_bins import (EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
                               check_honest_fraction)
@@ -85,20 +85,20 @@ class _BlanketParameters(FrozenParameters):
         return {"gamma": min(self.gamma * scale, 1 - 1e-12)}
 
     def _description(self, parameters: dict[str, float], neighbouring: str,
-                     assumptions: tuple[str, ...]) -> PrivacyDescription:
+                     public: tuple[str, ...]) -> PrivacyDescription:
         caveats = ("the paper's closed form for 1 <= eps < 6 is the vector paper's extension, whose proof was not "
                    "retrieved; delta_at(eps) gives the accountant's bound for this gamma",) if (
             self.calibration == "paper" and self.epsilon >= 1) else ()
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism, parameters={"gamma": self.gamma, "n_users": self.n_users,
                                                   "honest_users": self.honest_users, **parameters},
             epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=neighbouring,
             trusted=self.trusted, honest_fraction=self.honest_fraction,
             assumptions=("all n users follow the protocol" if self.honest_fraction == 1 else
                          f"at least {self.honest_users} of the {self.n_users} users follow the protocol (the others' "
-                         "reports are not counted as blanket)", *assumptions),
+                         "reports are not counted as blanket)",), public=public,
             method=self.calibration, method_detail=METHOD_DETAIL[self.calibration],
-            reference="src/privagg/privacy/blanket.py; docs/derivations.md, 'Privacy blanket'", caveats=caveats)
+            reference="src/privagg/privacy/blanket.py; docs/derivations.md, 'Privacy blanket'", caveats=caveats))
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
     @property
     def privacy(self) -> PrivacyDescription:
         return self._description({"domain_size": self.domain_size}, REPLACE_ONE,
-                                 ("the item-hash key and the parameters are public",))
+                                 ("the parameters", "the item-hash key"))
 
     def warnings(self) -> list[str]:
         blanket = [f"gamma = {self.gamma:.3g}: most reports are blanket noise, so the estimates' error is large; more "
@@ -464,7 +464,7 @@ class BlanketVectorParameters(_BlanketParameters):
     def privacy(self) -> PrivacyDescription:
         return self._description({"levels": self.levels, "coordinates": self.coordinates},
                                  "replace-one: neighbouring datasets differ in one user's whole vector; n is public",
-                                 ("the parameters are public",))
+                                 ("the parameters",))
 
 
 INVERSE_COUNT_TERMS = 1 << 20  # E[1/c]'s sum takes every count of its window up to this many, else a grid

@@ -17,7 +17,7 @@ import dataclasses
 import inspect
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +48,20 @@ class Option:
 
 
 @dataclass(frozen=True)
+class DiscoveryStage:
+    """A first stage that finds what a protocol then estimates (``--discover-phi``; the shuffle FE paper's two
+    stages, §5): ``protocol`` (a heavy-hitter protocol taking ``phi``) runs over the protocol's own domain at its
+    (epsilon, delta), each user's item there ``items(parameters, inputs, rng)``; ``candidates(parameters,
+    reported)`` are the items it reports that the second stage estimates. The two stages compose
+    (:func:`privagg.pipelines.staged_privacy`)."""
+
+    protocol: str
+    items: Callable[[Any, Any, np.random.Generator], np.ndarray]
+    candidates: Callable[[Any, Any], np.ndarray]
+    what: str  # what the first stage runs over, for reports ("the users' rounded cells")
+
+
+@dataclass(frozen=True)
 class ProtocolEntry:
     """What privagg knows of one protocol."""
 
@@ -72,7 +86,8 @@ class ProtocolEntry:
     options: tuple[Option, ...] = ()
     calibrations: tuple[str, ...] = ()
     # The exact auditor (privagg.audit): one user's exact output law, and tiny instances it can enumerate
-    # (calibrate's keyword arguments); every entry with a law joins the audit grid of the tests.
+    # (calibrate's keyword arguments; "calibrations": only these, "slow": more than a few seconds, for make test-all);
+    # every entry with a law joins the audit grid of the tests.
     message_law: Callable[[Any, int], dict] | None = None
     law_size: Callable[[Any, int], Any] | None = None  # the law's size before it is built (exact_laws.LawSize)
     audit_instances: tuple[dict[str, Any], ...] = ()
@@ -84,6 +99,10 @@ class ProtocolEntry:
     # messages or error grow with B: no default domain for --input, and the bundled data is the
     # datasets.SMALL_VOCABULARY most common words as categories (the 20,000 hashed into 2^24 would not run)
     small_domain: bool = False
+    discovery: DiscoveryStage | None = None  # a first stage that can find the candidates (--discover-phi)
+    # privagg demo-service runs it over the bundled words: through the collector and the analyzer (a frequency
+    # table's top words, or a heavy-hitter list), or through its rounds' servers (a multi-round protocol)
+    demo: bool = False
 
     @property
     def implemented(self) -> bool:
@@ -116,9 +135,17 @@ class ProtocolEntry:
         return self.family is Family.SAMPLING_SHARING
 
 
-def _example(domain_size: int, pure: bool = False, **options: Any) -> dict[str, Any]:
-    """An entry's example: 10,000 users at epsilon 1 (and delta 1e-6, unless pure eps-DP) over ``domain_size``."""
-    return dict(epsilon=1.0, **({} if pure else {"delta": 1e-6}), n_users=10_000, domain_size=domain_size, **options)
+def _example(domain_size: int, pure: bool = False, n_users: int = 10_000, **options: Any) -> dict[str, Any]:
+    """An entry's example: ``n_users`` (10,000) users at epsilon 1 (and delta 1e-6, unless pure eps-DP) over
+    ``domain_size``. The instance the tests take of every protocol: the contract tests' (its users' population is
+    Zipf-like, or every category held by n / 2N users for a categorical protocol), the same-seeds record's, the
+    services' (on a smaller domain), every calibration's but the closed form's."""
+    return dict(epsilon=1.0, **({} if pure else {"delta": 1e-6}), n_users=n_users, domain_size=domain_size, **options)
+
+
+# the sampling family's example: n N shares a user (the contract tests simulate DPDS among all n users), and enough
+# holders a category for the paper's p = 1 - e^-eps to meet delta = 1e-6 (2,000 users at beta = 0.05 over N = 10)
+_SAMPLING_USERS = 2_000
 
 
 # what the three balls-into-bins entries share: the family, its calibrations, its exact message law
@@ -179,7 +206,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         audit_instances=_HISTOGRAM_AUDITS, options=(_HONEST,), **_BALLS_INTO_BINS),
     ProtocolEntry(
         name="fe1", title="FE1: universal hashing, 1 + o(1) messages (any domain)", topology=Topology.SHUFFLE,
-        example=_example(5000, bins=50),
+        example=_example(5000, bins=50), demo=True,
         trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §3.2", calibrate=bib.calibrate_fe1, parameters=bib.FE1Parameters,
         client=bib.FE1Client, analyzer=bib.FE1Analyzer, fast=bib.fe1_fast_aggregate, **_BALLS_INTO_BINS,
@@ -191,7 +218,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                  Option("bins", int, "hash range b, instead of --c"), _HONEST)),
     ProtocolEntry(
         name="fe-hh", title="Heavy hitters: prefix tree of FE1 levels (integers up to 2^64, strings)",
-        example=_example(2**20, phi=0.1),
+        example=_example(2**20, phi=0.1), demo=True,
         family=Family.BALLS_INTO_BINS, topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)",
         messages_per_user="p_f (1 + rho), rho = mu b / m", reference="shuffle FE paper, §4 (the authors' HHD code)",
         result=ResultKind.HEAVY_HITTER_LIST, calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
@@ -201,9 +228,10 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         law_size=hh.law_size,
         # one level (B = 2) is the largest enumerable instance (two levels already take 44 message types); phi
         # 0.9 of 24 users makes p_f = 0.89, so the thinning is audited too; the closed form's rho is beyond it
-        audit_instances=(dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",)),
+        audit_instances=(dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",),
+                              slow=True),
                          dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.1,
-                              calibrations=("hockey_stick",))),
+                              calibrations=("hockey_stick",), slow=True)),
         options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
                  Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
                         f"(1..{hh.MAX_LENGTH_MAX}, default {hh.DEFAULT_MAX_LENGTH} for text input; --domain is then "
@@ -225,9 +253,10 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                         "the error bound, about (3 n / (2 B mu))^(1/3))"), _HONEST)),
     ProtocolEntry(
         name="sparse-vector-hashed", title="1-sparse vector sums over huge dimensions: FE1 on candidates",
-        example=_example(2**30, bins=50),
+        example=_example(4096, bins=50),
         topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result=ResultKind.VECTOR_SUM,
+        discovery=DiscoveryStage("fe-hh", sv.discovery_items, sv.discovered_coordinates, "the users' rounded cells"),
         calibrate=sv.calibrate_hashed_sparse_vector, parameters=sv.HashedSparseVectorParameters,
         client=sv.SparseVectorClient, analyzer=sv.HashedSparseVectorAnalyzer, fast=sv.sparse_fast_aggregate,
         **_BALLS_INTO_BINS,  # as FE1's: the closed form is beyond enumeration
@@ -239,7 +268,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
         name="blanket-hist", small_domain=True, title="Privacy-blanket histogram R^PH", family=Family.PRIVACY_BLANKET,
         topology=Topology.SHUFFLE,
-        example=_example(2),
+        example=_example(6),  # the paper's gamma <= 1 needs about 80 B ln(2 / delta) / eps^2 users
         trust="shuffle (trusted shuffler)", messages_per_user="1", reference="shuffle vector paper, Algorithm 1",
         calibrate=pb.calibrate_blanket_hist, parameters=pb.BlanketHistParameters, client=pb.BlanketClient,
         analyzer=pb.BlanketAnalyzer, calibrations=("tight", "paper"), message_law=pb.message_law,
@@ -269,7 +298,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(
         name="dpcs", title="DPCS: a trusted server samples the records and publishes the sampled counts",
         topology=Topology.CENTRAL,
-        example=_example(10, min_count_fraction=0.05),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
         calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
@@ -279,20 +308,20 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         title="DPCS*: DPCS whose server publishes the sampled counts as n additive shares over F_q, which add up "
               "to DPCS's counts (the same estimates and guarantee; the view DPDS's server has, which DPDS is "
               "proved against)",
-        example=_example(10, min_count_fraction=0.05),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
         calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology=Topology.SECRET_SHARING,
-        example=_example(10, min_count_fraction=0.05),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05), demo=True,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
         rounds=sp.PROTOCOL, options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
-        example=_example(10),
+        example=_example(10, n_users=_SAMPLING_USERS), demo=True,
         family=Family.SAMPLING_SHARING, topology=Topology.SECRET_SHARING,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
@@ -301,11 +330,11 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
-                              calibrations=("tight",))),
+                              calibrations=("tight",), slow=True)),
         options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
-        example=_example(10, min_count_fraction=0.05, report_fraction=0.5),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5), demo=True,
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
         analyzer=ss.SumServer, fast=ss.fast_aggregate, rounds=tp.PROTOCOL, options=(_BETA, _P, *_TSS, _HONEST),
@@ -317,7 +346,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                                 calibrations=("exact",)) for i, fraction in ((1, 2 / 3), (2, 0.5))))),
     ProtocolEntry(
         name="tss-collusion", title="TSS': phi + 1 helpers per item against phi colluding users",
-        example=_example(10, min_count_fraction=0.05, report_fraction=0.5, colluders=2),
+        example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5, colluders=2),
+        demo=True,
         topology=Topology.TWO_SERVERS, trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
@@ -376,17 +406,84 @@ REGISTRY: dict[str, ProtocolEntry] = {entry.name: entry for entry in ENTRIES}
 IMPLEMENTED: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.implemented)
 
 
-def _fingerprint_roles() -> None:
+def _fingerprint_roles(entries) -> None:
     """Every protocol's client and analyzer stamp and check their parameters' fingerprint (roles.py, one place)."""
     from .roles import with_fingerprints
 
-    for entry in ENTRIES:
+    for entry in entries:
         for role in (entry.client, entry.analyzer):
             if isinstance(role, type):
                 with_fingerprints(role)
 
 
-_fingerprint_roles()
+_fingerprint_roles(ENTRIES)
+
+
+def register(entry: ProtocolEntry) -> None:
+    """Add ``entry`` (a protocol of a module outside privagg) to :data:`ENTRIES`, :data:`REGISTRY` and
+    :data:`IMPLEMENTED`. What is generated from the registry at import (the CLI's commands, the report schemas'
+    protocol names, the stored aggregates' types) picks it up when imported after this call."""
+    global ENTRIES, IMPLEMENTED
+    if entry.name in REGISTRY:
+        raise ParameterError("protocol", "a name no entry has", entry.name)
+    ENTRIES = (*ENTRIES, entry)
+    REGISTRY[entry.name] = entry
+    IMPLEMENTED = tuple(e.name for e in ENTRIES if e.implemented)
+    _fingerprint_roles((entry,))
+
+
+def names(where: Callable[[ProtocolEntry], bool]) -> list[str]:
+    """The implemented protocols whose entry satisfies ``where``, in the registry's order (messages list them)."""
+    return [e.name for e in ENTRIES if e.implemented and where(e)]
+
+
+def listed(names: Sequence[str], last: str = "or") -> str:
+    """Names as prose: "fe1", "fe0 or fe1", "dpds, dpdg or tss"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def aggregate_types() -> dict[str, type]:
+    """The classes of the implemented analyzers' aggregates (their ``agg_init``'s), by name: what a service may
+    store (:mod:`privagg.service.aggregate_codec`)."""
+    from .roles import aggregate_type
+
+    found = (aggregate_type(e.analyzer) for e in ENTRIES if e.implemented and isinstance(e.analyzer, type))
+    return {kind.__name__: kind for kind in found if kind is not None}
+
+
+def full_domain_preimages(parameters, messages: int) -> int:
+    """The hash preimages the analyzer of ``parameters`` walks to count ``messages`` messages over all of [B]
+    (its class's ``preimages``: FE1's kernels, sparse-vector-hashed's over its cells), unless it counts its work
+    as ``checks`` (OLH: every user's own hash at every item); else 0."""
+    role = get(parameters.protocol).analyzer
+    if getattr(role, "checks", None) is not None or getattr(role, "preimages", None) is None:
+        return 0
+    return role.preimages(parameters, messages)
+
+
+def discovery_parameters(parameters, phi: float):
+    """The first stage of a staged run of ``parameters`` (their entry's :class:`DiscoveryStage`): its protocol at
+    their (epsilon, delta), calibration and users, over their domain, with ``phi``. A ParameterError names
+    ``discover-phi`` (or ``honest-fraction``, which a first stage without that option cannot take)."""
+    entry = get(parameters.protocol)
+    if entry.discovery is None:
+        raise ParameterError("discover-phi", f"given for a {listed(names(lambda e: e.discovery is not None))} task "
+                             "(a protocol with a discovery stage)", parameters.protocol)
+    stage = get(entry.discovery.protocol)
+    honest = {"honest_fraction": parameters.honest_fraction} if any(
+        o.name == "honest_fraction" for o in stage.options) else {}
+    if not honest and parameters.honest_fraction != 1:
+        raise ParameterError("honest-fraction", f"1 with --discover-phi ({stage.name} counts on every user's noise)",
+                             parameters.honest_fraction)
+    try:
+        return calibrate(stage.name, epsilon=parameters.epsilon, delta=parameters.delta, n_users=parameters.n_users,
+                         domain_size=parameters.domain_size, calibration=parameters.calibration, phi=phi, **honest)
+    except ParameterError as err:
+        if err.field != "phi":
+            raise
+        raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
+            "a smaller --domain", "a smaller --dimension"), err.got) from None
 
 
 def get(name: str) -> ProtocolEntry:

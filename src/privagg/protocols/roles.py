@@ -366,7 +366,7 @@ def check_fingerprint(expected: str | None, found: str | None, what: str) -> Non
 _AGGREGATE_TYPES: dict[type, type | None] = {}
 
 
-def _aggregate_type(role: type) -> type | None:
+def aggregate_type(role: type) -> type | None:
     """The class of ``role``'s aggregates, from its ``agg_init``'s return annotation (None: not declared)."""
     if role not in _AGGREGATE_TYPES:
         import typing
@@ -382,7 +382,7 @@ def _aggregate_type(role: type) -> type | None:
 def check_aggregate(role: Any, agg: Any, field: str = "aggregate", owner: type | None = None) -> None:
     """A ParameterError naming ``field`` unless ``agg`` is an aggregate of ``role``'s class (``agg_init``'s), or of
     ``owner``'s (the class whose method is running: a subclass's method may hand its base one of the base's)."""
-    kinds = {_aggregate_type(type(role)), None if owner is None else _aggregate_type(owner)} - {None}
+    kinds = {aggregate_type(type(role)), None if owner is None else aggregate_type(owner)} - {None}
     if kinds and not isinstance(agg, tuple(kinds)):
         names = " or ".join(sorted(kind.__name__ for kind in kinds))
         raise ParameterError(field, f"an aggregate of this analyzer (a {names}: analyzer.agg_init(), or what "

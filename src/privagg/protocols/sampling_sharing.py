@@ -54,7 +54,7 @@ from ..core.randomness import RNGLike, resolve
 from ..core.sharing import MODULUS_MAX, PrimeField, reconstruct, share
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
-from ..privacy.description import REPLACE_ONE, PrivacyDescription
+from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import N_USERS_MAX, check_honest_fraction
 from . import exact_laws
 from .parameters import FrozenParameters, check_item_codes, honest_users
@@ -160,11 +160,11 @@ class SharingParameters(FrozenParameters):
 
     def _description(self, parameters: dict[str, float], assumptions: tuple[str, ...], reference: str,
                      caveats: tuple[str, ...] = ()) -> PrivacyDescription:
-        return PrivacyDescription(
+        return PrivacyDescription.of(Mechanism(
             mechanism=self.mechanism, parameters=parameters, epsilon=self.epsilon, delta=self.delta,
             model=self.model, neighbouring=REPLACE_ONE, trusted=self.trusted, honest_fraction=self.honest_fraction,
-            assumptions=assumptions + ("the parameters and the list of categories are public",),
-            method=self.calibration, method_detail=self.method_detail, reference=reference, caveats=caveats)
+            assumptions=assumptions, public=("the parameters", "the list of categories"),
+            method=self.calibration, method_detail=self.method_detail, reference=reference, caveats=caveats))
 
     @property
     def method_detail(self) -> str:
@@ -1387,6 +1387,12 @@ class WeightedEstimate:
     unweighted_variance: np.ndarray
     weights: np.ndarray  # w_g, summing to 1
     groups: list[SamplingParameters]
+    # the unweighted estimate's standard error, each group's reported one (at its own estimate plus one counted
+    # holder) added over the groups: no assumption on how the groups' data differ
+    unweighted_stderr: np.ndarray
+    # (weighted - unweighted) over its sd were the groups to share one distribution: far from 0, the release
+    # contradicts the weighted estimate's assumption (docs/derivations.md, "Weighted aggregation")
+    disagreement: np.ndarray
 
 
 def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarray]) -> WeightedEstimate:
@@ -1399,6 +1405,9 @@ def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarr
     n: unbiased when the groups share one distribution, and the least
     variance of any fixed convex combination (reference §2.7, our design). The variances are the theory's at
     psi = (the weighted estimate + one counted holder's largest weight) / n, never 0 where the estimate is.
+    When the groups' frequencies differ, the weighted estimate is biased and the unweighted one is not:
+    ``disagreement`` measures, per category, how far the release is from the shared distribution the weighting
+    assumes, and ``unweighted_stderr`` assumes nothing of it.
     """
     n = sum(g.n_users for g in groups)
     p = np.array([g.effective_probability for g in groups])
@@ -1416,4 +1425,13 @@ def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarr
     psi = np.clip((weighted + step) / n, 0, 1)
     variance = n**2 * (weights**2 * (1 - p) / (p * size))[:, None].sum(axis=0) * psi
     unweighted_variance = (size * (1 - p) / p)[:, None].sum(axis=0) * psi
-    return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, weights, list(groups))
+    unweighted_stderr = np.sqrt(sum(g.reported_standard_error(t / q) ** 2 for g, t, q in zip(groups, taus, p)))
+    # weighted - unweighted = sum_g a_g tau_g, a_g = n w_g / (p_g n_g) - 1 / p_g: mean 0 when every group holds a
+    # category at one frequency psi, variance sum_g a_g^2 n_g psi p_g (1 - p_g) (psi at the larger estimate plus a
+    # holder's weight, as above: the sd errs up, never certain)
+    a = n * weights / (p * size) - 1 / p
+    shared = np.clip((np.maximum(weighted, unweighted) + step) / n, 0, 1)
+    spread = np.sqrt((a**2 * size * p * (1 - p))[:, None].sum(axis=0) * shared)
+    disagreement = np.divide(weighted - unweighted, spread, out=np.zeros_like(weighted), where=spread > 0)
+    return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, weights, list(groups),
+                            unweighted_stderr, disagreement)

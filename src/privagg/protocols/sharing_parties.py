@@ -50,6 +50,8 @@ from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, element_bytes, expand, pack_elements, unpack_elements
 from ..errors import ParameterError, check_integer
+from ..privacy.description import PrivacyDescription
+from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Outbox, Round, RoundFailed, answer_each
 from .sampling_sharing import (DPDGParameters, SamplingParameters, SharingParameters, SumServer, bernoulli,
@@ -425,18 +427,13 @@ class SharingRelease:
     def privacy(self):
         """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
         part."""
-        p, base = self.parameters, self.parameters.privacy
-        delta = p.delta_at(p.epsilon)
-        weakened = (f"; the dropouts weakened it from the task's target delta {p.delta:.3g} to {delta:.3g} (fewer "
-                    "users to hide among)" if delta > p.delta * (1 + 1e-9) else "")
-        return dataclasses.replace(base, delta=delta, caveats=base.caveats + (
-            f"recomputed for the {self.survivors} users who took part to the end, of the {self.enrolled} enrolled "
-            f"({self.senders} advertised in round 1, {self.revealers} revealed in round 3): the release is theirs, and "
-            f"its conditions (the users who may not follow the protocol; what the data condition, stated of all "
-            f"the enrolled, leaves them) are stated of them{weakened}",
-            f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} "
-            "(Shamir): the server learns only the survivors' sum if it follows the protocol (it shows every user the "
-            "same lists and relays the public keys unaltered) and pools shares with fewer than that many users",))
+        p = self.parameters
+        return PrivacyDescription.of(Survivors(
+            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users who took part to the end",
+            f"{self.senders} advertised in round 1, {self.revealers} revealed in round 3",
+            (f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} (Shamir): the server "
+             "learns only the survivors' sum if it follows the protocol (it shows every user the same lists and relays "
+             "the public keys unaltered) and pools shares with fewer than that many users",)))
 
 
 class SharingServer:

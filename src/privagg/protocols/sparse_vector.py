@@ -148,8 +148,9 @@ class _OneSparse:
 
     @property
     def privacy(self) -> PrivacyDescription:
-        return dataclasses.replace(super().privacy, neighbouring="replace-one: neighbouring datasets differ in one "
-                                   "user's (coordinate, weight); n and B are public")
+        return PrivacyDescription.of(dataclasses.replace(
+            super().privacy.event, neighbouring="replace-one: neighbouring datasets differ in one user's (coordinate, "
+            "weight); n and B are public"))
 
     def true_total(self, pairs: np.ndarray, coordinates: np.ndarray | None = None) -> np.ndarray:
         """The exact v over ``coordinates`` (default: all B), computed in the clear (simulations only)."""
@@ -231,6 +232,20 @@ class HashedSparseVectorParameters(_OneSparse, FE1Parameters):
         return {"estimate": "v_x = FE1's debiased count of cell x, for each candidate x; 0 elsewhere",
                 "cells": self.domain_size, "candidate_variance_at_zero": float(self.coordinate_variance(0.0)),
                 "error_outside_candidates": "v_x^2 for every coordinate left out"}
+
+
+# The paper's first stage (§5, high dimension; ``--discover-phi``): fe-hh over the users' rounded cells finds the
+# coordinates whose sums reach phi n, which the second stage then estimates (registry.Discovery).
+def discovery_items(parameters: HashedSparseVectorParameters, pairs, rng: np.random.Generator) -> np.ndarray:
+    """Each user's item in the discovery stage: his weight rounded with his own coins, the cell of his coordinate
+    with probability w, else the dummy cell B (as the second stage rounds it again, with fresh coins)."""
+    return parameters.cells(parameters.check_codes(pairs), rng).astype(np.uint64)
+
+
+def discovered_coordinates(parameters: HashedSparseVectorParameters, items) -> np.ndarray:
+    """The coordinates among a discovery's reported ``items`` (the dummy cell left out): the second stage's
+    candidates, sorted."""
+    return np.array(sorted(int(i) for i in items if i < parameters.dimension), dtype=np.int64)
 
 
 def calibrate_sparse_vector(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "numeric",

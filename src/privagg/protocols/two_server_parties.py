@@ -50,6 +50,8 @@ from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import element_bytes, pack_elements, share, unpack_elements
 from ..errors import ParameterError, check_integer
+from ..privacy.description import PrivacyDescription
+from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Outbox, Round
 from .sampling_sharing import TSSParameters, bernoulli
@@ -703,24 +705,19 @@ class TSSRelease:
     def privacy(self):
         """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
         part and what the two servers must not do."""
-        p, base = self.parameters, self.parameters.privacy
-        delta = p.delta_at(p.epsilon)
-        weakened = (f"; the dropouts weakened it from the task's target delta {p.delta:.3g} to {delta:.3g} (fewer "
-                    "users, and holders a category, to hide among)" if delta > p.delta * (1 + 1e-9) else "")
-        caveats = [f"recomputed for the {self.survivors} users whose shares reached S1 (R2), of the {self.enrolled} "
-                   f"enrolled ({self.senders} sent report sets): the release is theirs, and its conditions (the users "
-                   f"who may not follow the protocol; what the data condition, stated of all the enrolled, leaves "
-                   f"them) are stated of them{weakened}",
-                   "S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
-                   "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
-                   "together they could open what they relay"]
+        p = self.parameters
+        notes = ["S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
+                 "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
+                 "together they could open what they relay"]
         if self.recovered:
-            caveats.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
-                           "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
-                           "rest (docs/privacy.md, 'Dropouts in TSS')")
+            notes.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
+                         "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
+                         "rest (docs/privacy.md, 'Dropouts in TSS')")
         if self.lost:
-            caveats.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
-        return dataclasses.replace(base, delta=delta, caveats=base.caveats + tuple(caveats))
+            notes.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
+        return PrivacyDescription.of(Survivors(
+            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users whose shares reached S1 (R2)",
+            f"{self.senders} sent report sets", tuple(notes)))
 
 
 class SecondServer:

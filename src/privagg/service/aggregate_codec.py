@@ -1,12 +1,13 @@
 """The analyzer's running aggregates as stored: a versioned NumPy ``.npz`` archive, read without pickle.
 
-An aggregate is one of the protocols' plain-data classes (:data:`TYPES`); its stored form is an ``.npz``
+An aggregate is one of the protocols' plain-data classes (an implemented registry entry's analyzer's, as its
+``agg_init`` declares it: :func:`privagg.protocols.registry.aggregate_types`); its stored form is an ``.npz``
 archive (``numpy.savez``: a zip of ``.npy`` arrays, a format NumPy documents and keeps stable) of:
 
 =====================  =========================================================================================
 ``format``             the string ``privagg aggregate``
 ``version``            1
-``type``               the class's name, one of :data:`TYPES`
+``type``               the class's name, one of the registry's aggregate types
 ``fingerprint``        the parameters' fingerprint it was made under (absent if it has none)
 ``NAME``               a field holding an array, as that array (dtype and shape kept)
 ``NAME:int``           a field holding an integer, as a 0-d int64 array
@@ -27,21 +28,17 @@ import io
 import numpy as np
 
 from ..errors import ParameterError
-from ..protocols.balls_into_bins import CountAggregate
-from ..protocols.heavy_hitters import HeavyHitterAggregate
-from ..protocols.privacy_blanket import VectorAggregate
+from ..protocols.registry import aggregate_types
 from ..protocols.roles import FINGERPRINT
-from ..protocols.sampling_sharing import SampleAggregate, SumAggregate
 
 FORMAT, VERSION = "privagg aggregate", 1
-TYPES = {cls.__name__: cls for cls in (CountAggregate, HeavyHitterAggregate, VectorAggregate, SampleAggregate,
-                                       SumAggregate)}
 
 
 def encode_aggregate(agg) -> bytes:
     """``agg``'s stored form (the module's table)."""
-    if type(agg).__name__ not in TYPES or type(agg) is not TYPES[type(agg).__name__]:
-        raise ParameterError("aggregate", f"an aggregate of one of {', '.join(TYPES)}", type(agg).__name__)
+    types = aggregate_types()
+    if types.get(type(agg).__name__) is not type(agg):
+        raise ParameterError("aggregate", f"an aggregate of one of {', '.join(types)}", type(agg).__name__)
     arrays = {"format": np.array(FORMAT), "version": np.array(VERSION), "type": np.array(type(agg).__name__)}
     fingerprint = getattr(agg, FINGERPRINT, None)
     if fingerprint is not None:
@@ -64,9 +61,10 @@ def decode_aggregate(raw: bytes):
     if str(stored.get("format", "")) != FORMAT or stored.get("version") is None or int(stored["version"]) != VERSION:
         raise ParameterError("aggregate", f"version {VERSION} of the {FORMAT} format",
                              f"{stored.get('format')!s} {stored.get('version')!s}")
-    cls = TYPES.get(str(stored.get("type")))
+    types = aggregate_types()
+    cls = types.get(str(stored.get("type")))
     if cls is None:
-        raise ParameterError("aggregate", f"a type among {', '.join(TYPES)}", str(stored.get("type")))
+        raise ParameterError("aggregate", f"a type among {', '.join(types)}", str(stored.get("type")))
     values = {}
     for field in dataclasses.fields(cls):
         value = _read(field.name, stored)

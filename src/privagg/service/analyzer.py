@@ -11,7 +11,9 @@ acknowledgement, or either party was killed) is applied once.
 
 The result is the report ``privagg analyze`` prints, with the privacy block of a private run (the clients
 drew from the SDK's secure generator), the task's honest-fraction assumption, and a ``collection`` block
-counting reports, batches and dropped messages.
+counting reports, batches and dropped messages. Messages of the counted reports that did not enter the aggregate
+(unopened, malformed) cannot be traced to reports: the release counts every report and says what that assumes
+(:class:`LostMessages`; docs/deployment.md, "Messages that do not enter the aggregate").
 
 A sparse-vector-hashed task created with ``discover_phi`` has two stages (``Task.discovery``): its first stage is
 an fe-hh task of its own over the B + 1 cells, whose batch is applied first; the coordinates it discovers (the
@@ -180,12 +182,12 @@ class AnalyzerService:
         from ..pipelines import Analysis
         from ..protocols.balls_into_bins import CountAggregate
         from ..protocols.kinds import ResultKind
-        from ..protocols.registry import get
+        from ..protocols.registry import discovery_parameters, get
 
         entry = get(parameters.protocol)
         if not entry.served:
             raise ParameterError("protocol", SERVED, parameters.protocol)
-        stage = None if discover_phi is None else _discovery_parameters(parameters, discover_phi)
+        stage = None if discover_phi is None else discovery_parameters(parameters, discover_phi)
         codes = None
         if candidates is not None:
             if entry.result is not ResultKind.FREQUENCY_TABLE and not getattr(parameters, "one_sparse", False):
@@ -281,6 +283,7 @@ class AnalyzerService:
         as its candidates when its own batch first comes; a 503 (the collector sends the batch again) until the
         first stage's batch was applied. Unchanged for any other task."""
         from ..pipelines import Analysis
+        from ..protocols.registry import get
 
         task = loaded.task
         if task.discovery is None or loaded.candidates is not None:
@@ -289,7 +292,7 @@ class AnalyzerService:
         if first is None:
             raise Refused(503, "unavailable", "the task's first stage (its discovery task "
                           f"{task.discovery.task_id}) has no batch applied yet: send this batch again after it")
-        found = sorted(int(i) for i in first[0].items if i < task.parameters.dimension)
+        found = get(task.parameters.protocol).discovery.candidates(task.parameters, first[0].items).tolist()
         with self._lock, self.engine.begin() as c:  # once, whichever process gets here first
             if c.execute(sa.update(analyzer_tasks).where(analyzer_tasks.c.task_id == task.task_id,
                                                          analyzer_tasks.c.candidates.is_(None)).values(
@@ -608,17 +611,24 @@ class AnalyzerService:
         return "applied"
 
     # ---- results -------------------------------------------------------------------------------------------
-    def _with_first_stage(self, report, task: Task) -> None:
-        """A staged task's report: its first stage beside the estimates, and both stages' guarantee composed."""
-        from ..pipelines import analysis_privacy
-        from ..reports import Messages, discovery_block, with_discovery
+    def _released_first_stage(self, task: Task):
+        """A staged task's first stage as its release holds it (pipelines.FirstStage: its result, the guarantee
+        of its batch's release and its messages), and its messages lost (:class:`LostMessages`, or None); (None,
+        None) for a task of one stage."""
+        from ..pipelines import FirstStage, analysis_privacy
+        from ..reports import Messages
 
+        if task.discovery is None:
+            return None, None
         first, row = self._first_stage(task)
         stage, received = task.discovery.parameters, int(first.messages + first.malformed)
         stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
-        report.privacy, report.privacy_profile = with_discovery(report.privacy, task.parameters, stage)
-        report.discovery = discovery_block(stage, first, stage_privacy, len(report.estimates),
-                                           Messages(received, received / row.reports, int(first.malformed)))
+        lost = lost_messages(self.load(task.discovery.task_id).analyzer, decode_aggregate(row.aggregate), first,
+                             row.reports, row.unopened)
+        if lost is not None:  # the first stage's messages that did not enter its aggregate: its guarantee, the task's
+            stage_privacy = lost.privacy(stage_privacy, stage)
+        return FirstStage(stage, first, stage_privacy, Messages(received, received / row.reports,
+                                                                int(first.malformed))), lost
 
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
@@ -651,7 +661,7 @@ class AnalyzerService:
         reports were counted (an early-closed shuffle task's m >= ceil(G n), a local task's any number), whose
         noise is all the release holds; the privacy block states what the guarantee counts on among them, its
         caveat compares the messages received with what they would send, and the warnings name repeated
-        encapsulations dropped."""
+        encapsulations dropped, and messages lost (:class:`LostMessages`)."""
         from ..pipelines import analysis_privacy
         from ..reports import Collection, Engine, report_document
 
@@ -670,10 +680,16 @@ class AnalyzerService:
         result = loaded.analyzer.finalize(agg, reporters=row.reports)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
         privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
+        lost = lost_messages(loaded.analyzer, agg, result, row.reports, row.unopened)
+        if lost is not None:
+            privacy = lost.privacy(privacy, p)
+        first, first_lost = self._released_first_stage(loaded.task)
         report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
-            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates))
-        if loaded.task.discovery is not None:
-            self._with_first_stage(report, loaded.task)
+            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates), first=first)
+        if lost is not None:
+            report.warnings.append(lost.warning())
+        if first_lost is not None:
+            report.warnings.append(f"the first stage (task {loaded.task.discovery.task_id}): {first_lost.warning()}")
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
                                    "were dropped: whoever delivered the batches replayed messages; each was "
@@ -820,6 +836,76 @@ def aggregate_partition(directory, manifest: dict, index: int, task: Task, priva
     return analyzer.agg_update(analyzer.agg_init(), opened.messages), len(opened.messages), opened.unopened, records
 
 
+@dataclass(frozen=True)
+class LostMessages:
+    """Messages of the counted reports that did not enter the aggregate: ``unopened`` (another key, or altered on
+    the way) and ``malformed`` (opened, but broke the protocol's layout), of ``total`` in the applied batches, from
+    ``reporters`` reports. Sealed one by one and shuffled, they cannot be traced to reports, so the release counts
+    every report and states what that assumes (docs/deployment.md, "Messages that do not enter the aggregate"):
+    ``reports_worth`` is their count in reports at the batches' mean messages a report, and ``shift`` the largest
+    change of an estimate were that many whole reports left out of the debiasing (None where it cannot be
+    computed): how low the estimates may be."""
+
+    unopened: int
+    malformed: int
+    total: int
+    reporters: int
+    reports_worth: int
+    shift: float | None
+
+    @property
+    def lost(self) -> int:
+        return self.unopened + self.malformed
+
+    def _what(self) -> str:
+        return (f"{self.lost} of the {self.total} messages of the {self.reporters} reports counted did not enter the "
+                f"aggregate ({self.unopened} did not open, {self.malformed} opened malformed)")
+
+    def _bias(self) -> str:
+        return ("" if self.shift is None else f": each estimate may be low by up to {self.shift:.3g} (were they "
+                f"whole reports, about {self.reports_worth}, the noise their users added is subtracted but missing)")
+
+    def warning(self) -> str:
+        return (f"{self._what()}; they cannot be traced to reports (each is sealed alone, and shuffled), so every "
+                f"report is counted as if all its messages arrived{self._bias()}. A client that does not follow the "
+                "protocol, or tampering between the clients and the analyzer, sends such messages: investigate "
+                "(privagg_messages_dropped_total by reason)")
+
+    def privacy(self, privacy, parameters):
+        """``privacy`` with the caveat of the estimates' bias, and, in the shuffle model, the guarantee counted on the
+        reports whose messages all entered: at least m - lost of them (each lost message may be another report's,
+        whose user then counts among those the guarantee does not count on; below ceil(G n) it is not founded)."""
+        from ..pipelines import with_lost_messages
+
+        caveat = (f"{self._what()}; the estimates assume that those messages' users reported in full (their noise "
+                  f"is subtracted, though it is missing from the aggregate){self._bias()}")
+        return with_lost_messages(privacy.with_caveat(caveat), parameters, self.lost, self.reporters)
+
+
+def lost_messages(analyzer, agg, result, reporters: int, unopened: int) -> LostMessages | None:
+    """The messages of the ``reporters`` counted reports that did not enter ``agg`` (``unopened`` besides its
+    malformed ones), with how low they may leave ``result``'s estimates; None if none was lost."""
+    malformed = int(agg.malformed)
+    lost, total = unopened + malformed, int(agg.messages) + malformed + unopened
+    if not lost:
+        return None
+    worth = min(lost, reporters - 1, max(1, round(lost * reporters / total)))
+    shift = None
+    if worth >= 1:  # the estimates debiased as if that many whole reports were left out
+        fewer, counted = _estimates(analyzer.finalize(agg, reporters=reporters - worth)), _estimates(result)
+        common = counted.keys() & fewer.keys()
+        shift = max((abs(fewer[k] - counted[k]) for k in common), default=None)
+    return LostMessages(unopened, malformed, total, reporters, worth, shift)
+
+
+def _estimates(result) -> dict:
+    """A result's estimates by item (a frequency table, a heavy-hitter list) or coordinate (a vector sum)."""
+    values = result.total if hasattr(result, "total") else result.estimates
+    keys = getattr(result, "coordinates", None) if hasattr(result, "total") else getattr(result, "items", None)
+    keys = range(len(values)) if keys is None else np.asarray(keys).tolist()
+    return dict(zip(keys, np.asarray(values, dtype=np.float64).tolist()))
+
+
 def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
     """(the sorted codes of the public ``items``, the encoder that names them): integers of the domain, or strings
     hashed with the parameters' ``item_key``; a 1-sparse vector sum's integer coordinates (no encoder); a
@@ -839,25 +925,6 @@ def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
     encoder = ItemEncoder.for_parameters(parameters, "text") if text else ItemEncoder(parameters.domain_size,
                                                                                      kind="integer")
     return np.unique(encoder.encode(items, "candidates", public=True)), encoder
-
-
-def _discovery_parameters(parameters, phi: float):
-    """A staged task's first stage: fe-hh over the B + 1 cells of ``parameters`` (sparse-vector-hashed, every user
-    honest) at their (eps, delta), calibration and users, with ``phi`` (a ParameterError naming ``discover-phi``)."""
-    from ..protocols.registry import calibrate
-
-    if parameters.protocol != "sparse-vector-hashed":
-        raise ParameterError("discover-phi", "given for a sparse-vector-hashed task", parameters.protocol)
-    if parameters.honest_fraction != 1:
-        raise ParameterError("honest-fraction", "1 with --discover-phi (fe-hh counts on every user's dummies)",
-                             parameters.honest_fraction)
-    try:
-        return calibrate("fe-hh", epsilon=parameters.epsilon, delta=parameters.delta, n_users=parameters.n_users,
-                         domain_size=parameters.dimension + 1, calibration=parameters.calibration, phi=phi)
-    except ParameterError as err:
-        if err.field != "phi":
-            raise
-        raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi"), err.got) from None
 
 
 def _bearer(request: Request, token: str | None, why: str) -> None:

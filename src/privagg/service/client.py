@@ -43,7 +43,7 @@ def check_url(field: str, url, schemes: tuple[str, ...] = ("http", "https")) -> 
     from urllib.parse import urlsplit
 
     accepted = f"a URL {' or '.join(f'{s}://HOST[:PORT]' for s in schemes)} (a port in 1..65535; no query)"
-    if not isinstance(url, str) or not url:
+    if not isinstance(url, str) or not url or any(c <= " " or c == "\x7f" for c in url):  # a space, a line end
         raise ParameterError(field, accepted, repr(url))
     try:
         parts = urlsplit(url)

@@ -155,7 +155,14 @@ class Collector:
         return task
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        """``count`` new one-use tokens for ``task_id``; only their hashes are stored."""
+        """``count`` new one-use tokens for ``task_id``; only their hashes are stored. The task must be one this
+        collector knows, or fetches now from its analyzer (:meth:`task`, as at a task's first report): tokens of a
+        task that does not exist are a ParameterError naming ``task``, and none is stored."""
+        try:
+            self.task(task_id)
+        except Refused as err:
+            raise ParameterError("task", "a task of the analyzer this collector serves (known to the collector, or "
+                                 "fetched from the analyzer now)", f"{shown(task_id)} ({err.detail})") from None
         issued = [secrets.token_urlsafe(TOKEN_BYTES) for _ in range(count)]
         with self.engine.begin() as c:
             c.execute(sa.insert(tokens), [{"token_hash": token_hash(t), "task_id": task_id} for t in issued])
@@ -439,21 +446,25 @@ class Collector:
             storage.scrub(self.engine)
         return released
 
-    def close(self, task_id: str) -> int:
+    def close(self, task_id: str) -> tuple[int, str | None]:
         """Take no more reports for ``task_id`` (and its first stage, if staged); a shuffle task's waiting reports then
-        form its batch. Returns how many reports were waiting.
+        form its batch. Returns (how many reports were waiting, None), or for a task that took no report already,
+        unchanged, (its waiting reports, why: "closed" by an earlier close, or "released": a shuffle task's one
+        batch is out).
 
         Refused (:class:`ParameterError`, nothing changed) when the reports waiting are fewer than the task's
         minimum batch: closed, the task would never release them. The message names the shortfall and the
         remedies (wait for more reports; for a shuffle task, a task calibrated with a lower honest fraction,
         whose batch may be closed at ceil(G n) reports)."""
         with self.engine.begin() as c:
-            row = c.execute(sa.select(collector_tasks.c.task, collector_tasks.c.waiting).where(
-                collector_tasks.c.task_id == task_id).with_for_update()).first()
+            row = c.execute(sa.select(collector_tasks.c.task, collector_tasks.c.waiting, collector_tasks.c.closed)
+                            .where(collector_tasks.c.task_id == task_id).with_for_update()).first()
             if row is None:
                 raise ParameterError("task", "a task this collector has received reports for", shown(task_id))
             task, waiting = Task.from_json(row.task, verify=False), row.waiting
             released = c.execute(sa.select(batches.c.batch_id).where(batches.c.task_id == task_id)).first()
+            if row.closed or (task.single_batch and released is not None):
+                return waiting, "closed" if row.closed else "released"
             if waiting < task.min_batch_size and (waiting or (task.single_batch and released is None)):
                 short = task.min_batch_size - waiting
                 remedy = f"wait for {short} more reports"
@@ -467,7 +478,7 @@ class Collector:
             closing = [task_id] + ([] if task.discovery is None else [task.discovery.task_id])  # and its first stage
             c.execute(sa.update(collector_tasks).where(collector_tasks.c.task_id.in_(closing)).values(closed=True))
         log_event(log, "task closed", task=task_id, reports_waiting=waiting)
-        return waiting
+        return waiting, None
 
     def counts(self, task_id: str) -> dict[str, int | bool]:
         """For ``task_id`` (counts only): reports waiting for a batch, the fewest a batch may hold, how many more

@@ -40,6 +40,14 @@ if TYPE_CHECKING:
     from .web import Limits
 
 DEFAULT_PORTS = {"collector": 8080, "analyzer": 8081, "sharing": 8082, "s1": 8083, "s2": 8084}
+# The settings only some roles use; a file or environment setting given to another role is refused, not ignored (a
+# result token set for the sharing server, whose result route takes none, would leave it open while seeming set).
+ROLE_FIELDS = {"analyzer_url": ("collector",), "analyzer_ca": ("collector",), "second_ca": ("s1",),
+               "workers": ("analyzer",), "dask_scheduler": ("analyzer",), "batch_interval": ("collector",),
+               "batch_quiet": ("collector",), "max_batch_reports": ("collector",),
+               "partition_root": ("collector", "analyzer"), "memory_budget": ("collector", "analyzer"),
+               "kek_file": ("analyzer", "s2"), "collector_token": ("collector", "analyzer"),
+               "result_token": ("analyzer",)}
 
 
 @dataclass(frozen=True)
@@ -126,37 +134,68 @@ class ServiceConfig:
                       self.max_requests)
 
 
+CONFIG_BYTES = 1 << 20  # the largest configuration file read
 YES_NO = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceConfig:
     """The configuration of ``role``: defaults < ``file``'s ``[role]`` table < environment < ``given``
-    (command-line values; None means not given)."""
+    (command-line values; None means not given).
+
+    Refused, naming it: a file that is not UTF-8 TOML, a table that is not a role's (``[analyser]``), a field
+    that is not a setting, an environment variable ``PRIVAGG_<ROLE>_<NAME>`` whose name is not one, and a
+    setting of another role (:data:`ROLE_FIELDS`), from the file or the environment."""
     types = {f.name: f.type for f in fields(ServiceConfig)}
+    settings = sorted(set(types) - {"role"})
+    own = [name for name in settings if role in ROLE_FIELDS.get(name, (role,))]  # the settings this role uses
     values: dict[str, Any] = {"db": default_url(role), "port": DEFAULT_PORTS.get(role, 0),
                               "max_body_bytes": (1 << 20) if role == "collector" else (1 << 30),
                               "body_timeout": 30.0 if role == "collector" else 300.0}
+    where: dict[str, str] = {}  # each setting the file or the environment gave, and where
     if file is not None:
+        accepted = f"a readable UTF-8 TOML file of at most {CONFIG_BYTES >> 20} MiB"
         try:
-            table = tomllib.loads(Path(file).read_text()).get(role, {})
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise ParameterError("config", "a readable TOML file", f"{file} ({err})") from None
-        unknown = set(table) - set(types) - {"role"}
+            with open(file, "rb") as text:  # at most CONFIG_BYTES, not all of /dev/zero
+                data = text.read(CONFIG_BYTES + 1)
+            if len(data) > CONFIG_BYTES:
+                raise ParameterError("config", accepted, f"{file} (longer)")
+            tables = tomllib.loads(data.decode("utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise ParameterError("config", accepted, f"{file} ({getattr(err, 'strerror', None) or err})") from None
+        odd = sorted(name for name, table in tables.items() if name not in ROLES or not isinstance(table, dict))
+        if odd:
+            raise ParameterError("config", f"tables among [{'], ['.join(ROLES)}]", f"{file}: {', '.join(odd)}")
+        table = tables.get(role, {})
+        unknown = set(table) - set(settings)
         if unknown:
-            raise ParameterError("config", f"fields among {sorted(set(types) - {'role'})}", sorted(unknown))
+            raise ParameterError("config", f"fields among {own}", sorted(unknown))
         values.update(table)
+        where.update({name: f"{name} ([{role}] in {file})" for name in table})
+    prefix = f"PRIVAGG_{role.upper()}_"
+    unknown = sorted(n for n in os.environ if n.startswith(prefix) and n[len(prefix):].lower() not in settings)
+    if unknown:
+        raise ParameterError(unknown[0], f"the name of a setting ({prefix} and one of "
+                             f"{', '.join(s.upper() for s in own)})", "an unknown name (correct or unset it)")
     for name, kind in types.items():
-        text = os.environ.get(f"PRIVAGG_{role.upper()}_{name.upper()}")
-        if text is not None and name != "role":
-            if str(kind) == "bool":
-                if text.lower() not in YES_NO:
-                    raise ParameterError(f"PRIVAGG_{role.upper()}_{name.upper()}", "true or false", text)
-                values[name] = YES_NO[text.lower()]
-                continue
-            try:
-                values[name] = int(text) if "int" in str(kind) else float(text) if "float" in str(kind) else text
-            except ValueError:
-                raise ParameterError(f"PRIVAGG_{role.upper()}_{name.upper()}", str(kind), text) from None
+        variable = f"{prefix}{name.upper()}"
+        text = os.environ.get(variable)
+        if text is None or name == "role":
+            continue
+        where[name] = variable
+        if str(kind) == "bool":
+            if text.lower() not in YES_NO:
+                raise ParameterError(variable, "true or false", text)
+            values[name] = YES_NO[text.lower()]
+            continue
+        number = "an integer" if "int" in str(kind) else "a number" if "float" in str(kind) else None
+        try:
+            values[name] = text if number is None else int(text) if number == "an integer" else float(text)
+        except ValueError:
+            raise ParameterError(variable, number, text) from None
+    for name, source in where.items():
+        if role not in ROLE_FIELDS.get(name, (role,)):
+            raise ParameterError(source, f"a setting of {' or '.join(ROLE_FIELDS[name])} only (it does nothing "
+                                 f"for {role})", "(set)" if name.endswith("token") else values[name])
     values.update({k: v for k, v in given.items() if v is not None})
     return ServiceConfig(role=role, **values)
 

@@ -100,19 +100,27 @@ def task_page(task: dict, report: dict | None, top: int = 20, note: str | None =
     bars = report.get("estimates", report.get("heavy_hitters"))[:top]  # fe-hh: the heavy hitters discovered
     privacy = report["privacy"]
     return page(f"Task {task['task_id']}", _TASK.render(
-        t=task, report=report, bars=bars, chart=_chart(bars), statement=statement(privacy, report),
+        t=task, report=report, bars=bars, chart=_chart(bars), statement=statement(report),
         assumptions=privacy.get("assumptions", []), caveats=privacy.get("caveats", [])))
 
 
-def statement(privacy: dict, report: dict) -> str:
-    """The guarantee in plain words: what a reader of this result can learn about any one user."""
+def statement(report: dict) -> str:
+    """The guarantee in plain words: what a reader of this result can learn about any one user; a result that is
+    not private (its privacy block, or the document's own flag, says so) says that first, and why."""
+    from ..reports import DATA_BESIDE
+
+    privacy = report["privacy"]
     delta = privacy["delta"]
     chance = "" if not delta else (f", except with a probability of at most {delta:.2g} (delta)")
-    return (f"This result is ({privacy['epsilon']:g}, {delta:.2g})-differentially private in the {privacy['model']} "
-            f"model, over the {report['n_users']:,} users who could report: whatever one user held, the chance of "
-            f"any result changes by at most a factor of e^{privacy['epsilon']:g} = "
-            f"{math.exp(privacy['epsilon']):.3g}{chance}. Neighbouring datasets: {privacy['neighbouring']}. "
-            f"Computed by: {privacy['method_detail']}.")
+    claim = (f"({privacy['epsilon']:g}, {delta:.2g})-differentially private in the {privacy['model']} "
+             f"model, over the {report['n_users']:,} users who could report: whatever one user held, the chance of "
+             f"any result changes by at most a factor of e^{privacy['epsilon']:g} = "
+             f"{math.exp(privacy['epsilon']):.3g}{chance}. Neighbouring datasets: {privacy['neighbouring']}. "
+             f"Computed by: {privacy['method_detail']}.")
+    if privacy.get("private", True) and report.get("private", True):
+        return f"This result is {claim}"
+    why = privacy.get("not_private_reason") if privacy.get("private") is False else DATA_BESIDE
+    return f"This result is NOT PRIVATE: {why}. Only where what its guarantee rests on held would it be {claim}"
 
 
 def _chart(bars: list[dict]) -> str:

@@ -62,9 +62,10 @@ class KeyEncryptionKey:
             path = Path(kek_file)
             try:
                 mode, text = path.stat().st_mode, path.read_text().strip()
-            except (OSError, UnicodeDecodeError) as err:
+            except (OSError, UnicodeDecodeError) as err:  # (a name of the error's class said nothing to an operator)
+                why = err.strerror if isinstance(err, OSError) else "not UTF-8 text, as privagg keys kek writes it"
                 raise ParameterError("kek_file", "a readable file holding a key-encryption key (base64)",
-                                     f"{path} ({err.__class__.__name__})") from None
+                                     f"{path} ({why})") from None
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise ParameterError("kek_file", "a file only its owner may read or write (chmod 600)",
                                      f"{path}, mode {stat.S_IMODE(mode):o}")

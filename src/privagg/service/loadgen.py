@@ -20,6 +20,9 @@ import numpy as np
 from .client import RETRY_STATUSES, Client, Report
 
 
+MAX_CONCURRENCY = 100_000  # reports in flight at once, at most
+
+
 @dataclass
 class LoadResult:
     """What a load run saw: no values, no tokens."""
@@ -33,12 +36,13 @@ class LoadResult:
     prepare_seconds: float  # randomizing and sealing every report (the SDK's work)
     send_seconds: float
     reports_per_second: float  # acknowledged / send_seconds
-    latency_ms: dict[str, float]  # of acknowledged reports, first attempt to acknowledgement: p50, p90, p99, max
+    latency_ms: dict[str, float | None]  # of acknowledged reports, first attempt to acknowledgement: p50, p90, p99,
+    # max (None when none was acknowledged)
     retries: int
     refusals: dict[str, int] = field(default_factory=dict)  # by the collector's reason
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(asdict(self), allow_nan=False)
 
 
 def prepare_reports(client: Client, values, tokens: list[str]) -> list[Report]:
@@ -58,7 +62,9 @@ async def send_reports(collector_url: str | list[str], reports: list[Report], co
     after each acknowledgement (a test kills a replica there)."""
     import aiohttp
 
-    gate = asyncio.Semaphore(concurrency)
+    from ..errors import check_integer
+
+    gate = asyncio.Semaphore(check_integer("concurrency", concurrency, 1, MAX_CONCURRENCY))  # 0 would never send
     outcomes: list[str | None] = [None] * len(reports)
     latencies: list[float] = []
     retries = failovers = 0
@@ -81,8 +87,13 @@ async def send_reports(collector_url: str | list[str], reports: list[Report], co
                             if acknowledged is not None:
                                 acknowledged(len(latencies))
                             return
-                        if answer.status not in RETRY_STATUSES:
-                            outcomes[i] = (await answer.json()).get("error", str(answer.status))
+                        if answer.status not in RETRY_STATUSES:  # the collector's reason, or the status alone
+                            try:
+                                refusal = await answer.json(content_type=None)
+                            except ValueError:
+                                refusal = None
+                            reason = refusal.get("error") if isinstance(refusal, dict) else None
+                            outcomes[i] = reason if isinstance(reason, str) else str(answer.status)
                             return
                 except aiohttp.ClientConnectionError:  # no answer from this collector: the next one
                     if len(bases) > 1:
@@ -117,7 +128,7 @@ def run_load(collector_url: str, client: Client, values, tokens: list[str], conc
     acknowledged = [r for r, o in zip(reports, outcomes) if o == "acknowledged"]
     refusals = Counter(o for o in outcomes if o not in (None, "acknowledged"))
     ms = np.asarray(sent["latencies"]) * 1000
-    latency = {q: round(float(np.percentile(ms, p)), 2) if ms.size else float("nan")
+    latency = {q: round(float(np.percentile(ms, p)), 2) if ms.size else None
                for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}
     return LoadResult(len(reports), len(acknowledged), sum(refusals.values()), outcomes.count(None),
                       sum(len(r.ciphertexts) for r in acknowledged), concurrency, round(prepared, 3),

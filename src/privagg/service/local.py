@@ -166,11 +166,26 @@ class LocalDeployment:
             engine.dispose()
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
+        """Tokens of a task of the analyzer, which the collector fetches first (from the analyzer's database, so
+        that the services need not run yet) as it would at the task's first report."""
         from .collector import Collector
 
         engine = connect(self.dbs["collector"], "collector")
         try:
-            return Collector(engine, None, None).issue_tokens(task_id, count)
+            return Collector(engine, self._analyzer_task, None).issue_tokens(task_id, count)
+        finally:
+            engine.dispose()
+
+    def _analyzer_task(self, task_id: str) -> str | None:
+        """The task's public JSON as the analyzer serves it (GET /tasks/ID), None if it has no such task."""
+        import sqlalchemy as sa
+
+        from .storage import analyzer_tasks
+
+        engine = connect(self.dbs["analyzer"], "analyzer", kek=self.kek, create=False)
+        try:
+            with engine.connect() as c:
+                return c.execute(sa.select(analyzer_tasks.c.task).where(analyzer_tasks.c.task_id == task_id)).scalar()
         finally:
             engine.dispose()
 

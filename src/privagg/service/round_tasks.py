@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from ..errors import ParameterError
 from ..protocols.roles import Round
-from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, threshold
+from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, survivors_parameters
+from ..protocols.sharing_parties import threshold
 from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
 from ..protocols.two_server_parties import RECOVERY, SUMS, check_min_survivors, message_bytes
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
@@ -57,6 +58,28 @@ def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> byte
     """HPKE's info for a message ``sender`` relays to ``recipient`` in ``round_`` (a DPDS backup, a TSS share): binds
     it to the round's relay, the task, the sender and the recipient."""
     return round_.relay_info + bytes.fromhex(task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
+
+
+def release_delta(parameters, survivors: int) -> float:
+    """The delta a release over ``survivors`` of the task's n users states, at its epsilon: the parameters recomputed
+    for them (:func:`~privagg.protocols.sharing_parties.survivors_parameters`: the n - survivors who dropped out may
+    all have held one category; the users who may not follow the protocol all among the survivors), the worst case
+    for that many dropouts (docs/privacy.md, "Dropouts in DPDS and DPDG"). It grows as the survivors fall (fewer
+    holders and honest users to hide among), so a task's worst is at its ``min_survivors``."""
+    return survivors_parameters(parameters, survivors).delta_at(parameters.epsilon)
+
+
+def survivors_for_target(parameters, least: int) -> int:
+    """The fewest survivors, ``least`` to n, whose release keeps the task's target delta (as the release judges it,
+    to 1e-9 relative): a binary search over :func:`release_delta`, which falls as they grow; n if none fewer does."""
+    low, high = least, parameters.n_users  # the release over all n users keeps its calibrated delta
+    while low < high:
+        middle = (low + high) // 2
+        if release_delta(parameters, middle) <= parameters.delta * (1 + 1e-9):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def second_info(task_id: str, kind: int, sender: int) -> bytes:

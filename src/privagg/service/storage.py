@@ -356,12 +356,22 @@ def _ms(seconds: float | None) -> int:
 
 def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float | None, create: bool = True) \
         -> sa.Engine:
+    accepted = "a database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)"
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
-        raise ParameterError("db", "a database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)", url) from None
+        raise ParameterError("db", accepted, url) from None
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        parsed.get_dialect().import_dbapi()  # its driver: one not installed (postgresql+psycopg2) is refused here
+    except sa.exc.NoSuchModuleError:
+        raise ParameterError("db", accepted, shown) from None
+    except ImportError as err:
+        raise ParameterError("db", f"{accepted} with an installed driver", f"{shown} (no module {err.name})") from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ParameterError("db", "a SQLite or PostgreSQL URL", parsed.render_as_string(hide_password=True))
+        raise ParameterError("db", accepted, shown)
+    if parsed.get_backend_name() == "sqlite" and parsed.host:  # sqlite://FILE: the file taken for a host
+        raise ParameterError("db", accepted, f"{shown} (a file after two slashes, where SQLite takes three)")
     if parsed.get_backend_name() == "postgresql":
         options = f"-c lock_timeout={_ms(lock_timeout)} -c statement_timeout={_ms(statement_timeout)}"
         if isinstance(parsed.query.get("options"), str):
@@ -381,7 +391,10 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
         return engine
     path = _sqlite_path(parsed)
     if path is not None:
-        _prepare_file(path, role, parsed.render_as_string(), create)
+        try:
+            _prepare_file(path, role, parsed.render_as_string(), create)
+        except OSError as err:  # a name too long, a loop of links, ...
+            raise ParameterError("db", "a SQLite file the system can open", f"{shown} ({err.strerror})") from None
     engine = sa.create_engine(parsed, connect_args={"timeout": lock_timeout, "check_same_thread": False})
 
     @sa.event.listens_for(engine, "connect")

@@ -136,13 +136,19 @@ class Task:
             self._check_discovery()
 
     def _check_discovery(self) -> None:
-        """A staged task (``privagg task create --discover-phi``): sparse-vector-hashed whose first stage is fe-hh over
-        its B + 1 cells, for the same users, under the same KEM and batch rule, and no further stage."""
+        """A staged task (``privagg task create --discover-phi``): a task of a protocol with a discovery stage
+        (registry.DiscoveryStage: sparse-vector-hashed) whose first stage is a task of that stage's protocol (fe-hh)
+        over its domain (the B + 1 cells), for the same users, under the same KEM and batch rule, and no further
+        stage."""
+        from ..protocols.registry import get, listed, names
+
         p, stage = self.parameters, self.discovery
-        if not isinstance(stage, Task) or p.protocol != "sparse-vector-hashed":
-            raise ParameterError("discovery", "a first stage only for a sparse-vector-hashed task", p.protocol)
+        discovery = get(p.protocol).discovery
+        if not isinstance(stage, Task) or discovery is None:
+            raise ParameterError("discovery", f"a first stage only for a task of "
+                                 f"{listed(names(lambda e: e.discovery is not None))}", p.protocol)
         q = stage.parameters
-        expected = dict(protocol="fe-hh", domain_size=p.dimension + 1, n_users=p.n_users,
+        expected = dict(protocol=discovery.protocol, domain_size=p.domain_size, n_users=p.n_users,
                         honest_fraction=p.honest_fraction, min_batch_size=self.min_batch_size, kem=self.kem,
                         discovery=None)
         got = dict(protocol=q.protocol, domain_size=q.domain_size, n_users=q.n_users,

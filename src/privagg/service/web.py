@@ -35,6 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -675,6 +676,20 @@ def add_operations(app: ServiceApp, registry: CollectorRegistry, engine: sa.Engi
         if not err.counted:
             refusals(err)
         return JSONResponse({"error": err.reason, "detail": err.detail}, status_code=err.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _no_route(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        # a path or a method no route has: the refusals' JSON too, naming what was asked (and, for a method, the
+        # ones the route takes), not Starlette's {"detail": "Not Found"}; not counted among the service's refusals
+        # (a scanner's 404s are no refused report)
+        allowed = next((v for k, v in (err.headers or {}).items() if k.lower() == "allow"), None)
+        path = shown(request.url.path, 120)
+        reason, detail = {404: ("not_found", f"{shown(request.method)} {path} must be a route of the {app.title}"),
+                          405: ("method_not_allowed", f"the method of {path} must be {allowed}, got "
+                                                      f"{shown(request.method)}")}.get(
+            err.status_code, ("http_error", str(err.detail)))
+        return JSONResponse({"error": reason, "detail": detail}, status_code=err.status_code,
+                            headers={"allow": allowed} if allowed else None)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:

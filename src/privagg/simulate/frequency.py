@@ -5,7 +5,8 @@ users' item codes: calibrate the protocol, simulate it, and report the top
 items with standard errors, the privacy description and the cost; and,
 when asked to evaluate (``evaluate``), the true counts and the realised
 error beside them, which makes the report an evaluation, not a private
-release (its privacy block says so).
+release (its privacy block says so). What the report releases is decided
+by :mod:`privagg.pipelines`, as for ``privagg analyze`` and the services.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ import numpy as np
 from ..core.encoding import ItemEncoder, check_item_key
 from ..core.selection import percentiles
 from ..errors import ParameterError, check_callable, check_instance, check_integer, check_sequence, checked_arguments
+from ..pipelines import Analysis, FirstStage
 from ..privacy.description import privacy_warnings
-from ..protocols.registry import FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.privacy_blanket import float_rows
+from ..protocols.registry import (FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain,
+                                  discovery_parameters, get)
 from ..protocols.results import FrequencyTable, count_among, top_k
-from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation, discovery_block,
-                       expected_error, privacy_profile, report_parameters, reported_estimates, with_discovery)
+from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation,
+                       privacy_profile, report_parameters)
 from .progress import Progress
 from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
 
@@ -83,17 +86,13 @@ def full_domain_bytes(parameters, mode: str) -> int:
     return peak_bytes(parameters, mode, True) - peak_bytes(parameters, mode, False)
 
 
-def full_domain_preimages(parameters, mode: str = "faithful") -> int:
+def full_domain_preimages(parameters) -> int:
     """The preimages an analyzer that enumerates them over [B] walks (FE1, and sparse-vector-hashed over its cells:
-    every message's q / b; in fast mode the users' real messages only, the dummies' counts drawn in one step), else
-    0."""
-    from ..protocols.balls_into_bins import FE1Parameters
+    every message's q / b, the dummies' too, which the fast path also makes and counts one by one), else 0
+    (:func:`privagg.protocols.registry.full_domain_preimages`)."""
+    from ..protocols.registry import full_domain_preimages as preimages
 
-    if not isinstance(parameters, FE1Parameters):
-        return 0
-    hashing = parameters.hash
-    messages = parameters.n_users if mode == "fast" else math.ceil(parameters.n_users * parameters.messages_per_user)
-    return messages * -(-hashing.modulus // hashing.bins)
+    return preimages(parameters, math.ceil(parameters.n_users * parameters.messages_per_user))
 
 
 # Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
@@ -107,16 +106,14 @@ PREIMAGE_SECONDS = 1 / 1.5e8
 CHECK_SECONDS = 1 / 1.5e9
 
 
-def full_domain_seconds(parameters, mode: str = "faithful") -> float:
+def full_domain_seconds(parameters) -> float:
     """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
     the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
-    FE1 walks every message's preimages and OLH checks every user's hash at every item."""
-    from ..protocols.kinds import Family
-    from ..protocols.registry import get
-
+    FE1 walks every message's preimages and OLH checks every user's hash at every item (the analyzer's
+    ``noise_per_item``, ``preimages`` and ``checks``)."""
     domain = parameters.domain_size
-    noise = get(parameters.protocol).family is Family.CENTRAL_BASELINES
-    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters, mode)
+    noise = getattr(get(parameters.protocol).analyzer, "noise_per_item", False)
+    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters)
             * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
 
 
@@ -139,12 +136,12 @@ def check_full_domain(parameters, mode: str) -> None:
                              f"for {parameters.protocol}: its arrays over [B] would take {need / 2**30:.1f} GiB, above "
                              f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB ({need / domain:.0f} bytes an item); or give "
                              "--candidates with --no-full-domain", domain)
-    walked = full_domain_preimages(parameters, mode)
+    walked = full_domain_preimages(parameters)
     if walked > PREIMAGES_MAX:
         largest = max(2, int(domain * PREIMAGES_MAX / walked))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.2f}) to estimate the whole "
                              "domain (--full-domain, the default without --candidates) "
-                             f"for fe1 at {parameters.n_users:,} users: its analyzer would walk {walked:.3g} hash "
+                             f"for {parameters.protocol} at {parameters.n_users:,} users: its analyzer would walk {walked:.3g} hash "
                              f"preimages, above {PREIMAGES_MAX:.0e} (more than a minute); or give --candidates "
                              "with --no-full-domain, or fewer users", domain)
 
@@ -197,7 +194,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     calibrate_seconds = time.perf_counter() - start
     full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
                                      analyzer_checks(protocol, codes.size, domain_size),
-                                     full_domain_seconds(parameters, mode), codes.size, protocol,
+                                     full_domain_seconds(parameters), codes.size, protocol,
                                      _no_information(parameters))
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
@@ -216,19 +213,14 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
         position = (lambda c: c) if full_domain else (lambda c: np.searchsorted(candidate_codes, c))
         true_counts = lambda top_codes: truth[position(top_codes)]  # noqa: E731
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised error")
-    reported = table.restricted_to(candidate_codes) if full_domain and candidate_codes is not None else table
-    estimates = reported_estimates(reported, encoder, top, truth=true_counts)  # among the candidates, if given
+    # the release, as analyze's and the services' (among the candidates, if given)
+    release = Analysis(parameters, full_domain, candidate_codes).release(table, privacy, encoder=encoder, top=top,
+                                                                         truth=true_counts, warnings=warnings)
     if evaluate:  # after the top items' true counts were read: the errors overwrite the counts
         error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates", overwrite=True)
     run.seconds["report"] = time.perf_counter() - start
-    report = EstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=parameters.n_users,
-        messages=Messages(run.messages_total, run.messages_per_user, run.malformed),
-        bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=estimates, privacy_profile=privacy_profile(parameters),
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, codes.size), *parameters.warnings()], error=error,
-        simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript),
-        input=input_name)
+    report = EstimateReport(**release, error=error, input=input_name,
+                            simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript))
     return report, run
 
 
@@ -250,6 +242,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     child). ``evaluate`` (default: when seeded), as :func:`estimate_frequencies`: the true counts and the errors
     (weighted and unweighted) beside the estimates, and the report marked not private.
     """
+    from ..protocols.registry import listed, names
     from ..protocols.sampling_sharing import SamplingParameters, combine_groups
 
     top = check_integer("top", top, 1)
@@ -273,8 +266,9 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
             params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
                                calibration=calibration, item_key=encoder.item_key, **(options or {}))
             if not isinstance(params, SamplingParameters):
-                raise ParameterError("epsilon-column", "given for a sampling protocol (dpcs, dpcs-star, dpds, tss)",
-                                     protocol)
+                weighted = names(lambda e: isinstance(e.parameters, type) and issubclass(e.parameters,
+                                                                                          SamplingParameters))
+                raise ParameterError("epsilon-column", f"given for a sampling protocol ({listed(weighted)})", protocol)
             runs.append(simulate(params, members, mode=mode, rng=group_seed, progress=progress))
         except ParameterError as err:  # say which group
             raise ParameterError(err.field, f"{err.accepted} (in the group of the {members.size} users with "
@@ -284,13 +278,17 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     truth = np.bincount(codes, minlength=domain) if evaluate else None
     labels, values = top_k(None, combined.estimates, top)
     stderr = np.sqrt(combined.variance[labels])
-    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]))
+    estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]),
+                          float(combined.unweighted[c]), float(combined.unweighted_stderr[c]))
                  for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
     weakest = int(np.argmax(levels))
     privacy = runs[weakest].privacy
-    privacy = dataclasses.replace(privacy, caveats=privacy.caveats + (
+    privacy = privacy.with_caveat(
         f"weighted aggregation over {levels.size} groups: each user has his group's guarantee, epsilon in "
-        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest)",))
+        f"{', '.join(f'{e:g}' for e in levels)} (this is the weakest), and each group's data condition is of its "
+        f"own users: every category held by at least beta n_g of the n_g users of group g; each user's epsilon, so "
+        f"his group and the groups' sizes, is public as n is (neighbours differ in one user's item, not his epsilon)")
+    disagree, weighting = _weighting_warnings(combined, encoder)
     if evaluate:
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
     first = runs[weakest]
@@ -301,7 +299,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         bits_per_message=groups[weakest].bits_per_message,
         expected_error=_weighted_expected_error(groups, combined, domain, sum(r.messages_total for r in runs)),
         estimates=estimates, privacy_profile=privacy_profile(groups[weakest]),
-        warnings=[*warnings, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
+        warnings=[*warnings, *weighting, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
                   *(w for p in groups for w in p.warnings())],
         error=None if truth is None else error_summary(combined.estimates, truth, "domain"),
         simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
@@ -310,8 +308,37 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         input=input_name,
         groups=[Group(float(e), p.n_users, p.sampling_probability, float(w), r.privacy.summary())
                 for e, p, w, r in zip(levels, groups, combined.weights, runs)],
-        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"))
+        unweighted_error=None if truth is None else error_summary(combined.unweighted, truth, "domain"),
+        groups_disagree=disagree)
     return report, runs
+
+
+# The groups' released counts contradict one shared distribution when some category's weighted and unweighted
+# estimates differ by more than this many of their sd under it (Bonferroni over the N categories): a false alarm
+# has probability about DISAGREEMENT_LEVEL when the groups do share one distribution.
+DISAGREEMENT_LEVEL = 0.01
+
+
+def _weighting_warnings(combined, encoder: ItemEncoder) -> tuple[bool, list[str]]:
+    """(whether the release contradicts the weighted estimates' assumption, the warnings saying what they assume
+    and, where the release contradicts it, where): computed from the released counts only, so the report stays
+    the protocol's release (docs/derivations.md, "Weighted aggregation")."""
+    from statistics import NormalDist
+
+    z = np.abs(combined.disagreement)
+    limit = NormalDist().inv_cdf(1 - DISAGREEMENT_LEVEL / (2 * z.size))
+    assumed = ("weighted aggregation: the estimates weight the groups' frequencies by inverse variance, which is "
+               "unbiased only where every group holds the categories in the same proportions (no party can check "
+               "it); the unweighted estimates beside them (sum of tau_g / p_g) are unbiased whatever the groups, "
+               "with larger standard errors")
+    worst = int(np.argmax(z))
+    if z[worst] <= limit:
+        return False, [assumed]
+    return True, [assumed, f"the groups' released counts contradict one shared distribution: {encoder.label(worst)}'s "
+                           f"weighted estimate {combined.estimates[worst]:.1f} and unweighted "
+                           f"{combined.unweighted[worst]:.1f} differ by {z[worst]:.1f} standard deviations (more "
+                           f"than {limit:.2f}: by chance with probability {DISAGREEMENT_LEVEL:g} over the {z.size} "
+                           "categories), so the weighted estimates are biased: use the unweighted ones"]
 
 
 def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, delta: float,
@@ -326,14 +353,15 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     ``inputs``: one row a user, a vector in [0, 1]^d (blanket-vector: d is the row length), or a
     (coordinate, weight) pair (the sparse protocols: ``dimension`` B is public and given). ``candidates``:
     the coordinates to estimate (the others are estimated as 0); ``names``: the coordinates' public names.
-    ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages, fe-hh over the users'
-    rounded cells finds the coordinates whose sums reach phi n, then FE1 estimates them, each stage at
-    (eps/2, delta/2) (basic composition; :func:`_discover`).
+    ``discover_phi`` (a protocol with a discovery stage, registry.DiscoveryStage: sparse-vector-hashed; no
+    candidates): the paper's two stages, fe-hh over the users' rounded cells finds the coordinates whose sums
+    reach phi n, then FE1 estimates them, each stage at (eps/2, delta/2) (basic composition; :func:`_discover`).
     As :func:`estimate_frequencies`: calibrated for the data's n, seeded runs marked not private, and with
     ``evaluate`` (default: when seeded) the error against the true sums beside the estimates, the report then
     an evaluation, not a release.
     """
-    from ..reports import VectorError, VectorEstimateReport, coordinate_estimates
+    from ..protocols import registry
+    from ..reports import VectorError, VectorEstimateReport
 
     inputs = float_rows(inputs)
     if inputs.ndim != 2 or len(inputs) < 2:
@@ -342,27 +370,29 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         seed = check_integer("seed", seed, 0)
     evaluate = seed is not None if evaluate is None else evaluate
     n, d = len(inputs), inputs.shape[1] if dimension is None else dimension
-    if discover_phi is not None and (protocol != "sparse-vector-hashed" or candidates is not None):
-        raise ParameterError("discover-phi", "given for sparse-vector-hashed without --candidates", discover_phi)
-    if discover_phi is not None and (options or {}).get("honest_fraction") not in (None, 1, 1.0):
-        raise ParameterError("honest-fraction", "left out with --discover-phi (fe-hh counts on every user's "
-                             "dummies)", options["honest_fraction"])
+    if discover_phi is not None and candidates is not None:
+        staged = registry.listed(registry.names(lambda e: e.discovery is not None))
+        raise ParameterError("discover-phi", f"given for {staged} without --candidates (the discovered coordinates "
+                             "are the candidates)", discover_phi)
     stage = 2 if discover_phi is not None else 1  # the budget each stage gets: (eps/2, delta/2) when two
     start = time.perf_counter()
     parameters = calibrate(protocol, epsilon=epsilon / stage, delta=delta / stage, n_users=n, domain_size=d,
                            calibration=calibration, **(options or {}))
+    # the first stage's parameters (its checks, its errors named for --discover-phi), before any work
+    stage = None if discover_phi is None else discovery_parameters(parameters, discover_phi)
     calibrate_seconds = time.perf_counter() - start
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
-    if candidates is None and discover_phi is None:
-        _check_every_coordinate(parameters, mode)
-    discovery = None
-    if discover_phi is not None:
-        candidates, discovery, discovered = _discover(parameters, inputs, discover_phi, seed, progress)
+    if stage is None:
+        check_coordinates(parameters, candidates)
+    first = None
+    if stage is not None:
+        first = _discover(parameters, stage, inputs, seed, progress)
+        candidates = get(protocol).discovery.candidates(parameters, first.result.items.tolist())
     # no coordinate discovered: the second stage's users still report, as a deployment's would, and its release is
     # empty (run here over coordinate 0, whose estimate is dropped unseen); a private outcome, not a fact about the data
-    nothing = candidates is not None and discover_phi is not None and not candidates.size
-    dense = protocol == "blanket-vector"
+    nothing = first is not None and not candidates.size
+    dense = not getattr(parameters, "one_sparse", False)  # vectors of [0, 1]^d, not (coordinate, weight) rows
     with ThreadPoolExecutor(1) as pool:
         truth_soon = None
         if evaluate and dense:
@@ -378,13 +408,9 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
         if nothing:
             result = dataclasses.replace(result, total=result.total[:0], standard_errors=result.standard_errors[:0],
                                          coordinates=candidates)
-        privacy, profile, total = run.privacy, privacy_profile(parameters), run.messages_total
-    if discovery is not None:
-        privacy, profile = with_discovery(run.privacy, parameters, discovered.parameters)
-        total += discovery.messages.total
-        run.seconds["discover"] = discovered.seconds
-    coordinates = np.arange(d) if result.coordinates is None else result.coordinates
-    truth, error = None, None
+    if first is not None:
+        run.seconds["discover"] = first.seconds
+    privacy, truth, error = run.privacy, None, None
     if evaluate:
         truth = truth_soon.result() if truth_soon else parameters.true_total(inputs, result.coordinates)
         errors = result.total - truth
@@ -395,74 +421,88 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             largest = max(largest, float(missed.max(initial=0.0)))
         error = VectorError(squared / d / n**2, largest, squared, squared / (n / d) ** 2 if dense else None)
         privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
-    report = VectorEstimateReport(
-        protocol=protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
-        messages=Messages(total, total / n, run.malformed + (discovery.messages.malformed if discovery else 0)),
-        bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        estimates=coordinate_estimates(result, coordinates, truth, names),
-        mean=result.mean().tolist(), privacy_profile=profile,
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
-                  *([f"the discovery stage (fe-hh at phi = {discover_phi:g}) reported no coordinate, so none is "
-                     "estimated (each sum is estimated as 0): a private outcome, not a statement that no sum reaches "
-                     "phi n (one near it may go either way); a lower --discover-phi, or --candidates, looks for "
-                     "smaller sums"] if nothing else [])],
-        error=error,
-        simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript), input=input_name,
-        discovery=discovery)
+    nothing_found = [f"the discovery stage ({get(protocol).discovery.protocol} at phi = {discover_phi:g}) reported "
+                     "no coordinate, so none is estimated (each sum is estimated as 0): a private outcome, not a "
+                     "statement that no sum reaches phi n (one near it may go either way); a lower --discover-phi, "
+                     "or --candidates, looks for smaller sums"] if nothing else []
+    release = Analysis(parameters, candidates is None, candidates).release(
+        result, privacy, truth=truth, names=names, warnings=warnings, first=None if first is None else first.stage)
+    release["warnings"] += nothing_found
+    report = VectorEstimateReport(**release, error=error, input=input_name,
+                                  simulation=Simulation(run.mode, run.randomness, True, run.seconds, run.transcript))
     return report, run
 
 
-def _check_every_coordinate(parameters, mode: str) -> None:
-    """Refuse estimating every coordinate without candidates when it would take longer than a run of n users may
-    (registry.run_budget): sparse-vector-hashed enumerates the preimages of every cell, whatever n (3 users over
-    2^20 coordinates took 47 s); name --candidates, --discover-phi and the dimension that fits."""
+# A vector sum's report lists every coordinate it estimated, each an object of the report and of its JSON: about
+# 5e-5 s apiece (3 users on 2 cores at load average 4 to 5: sparse-vector-hashed's 2^19 coordinates took 28 s to
+# estimate and 2^18 18 s to analyze, the report's objects, their walks and the JSON nearly all of it; the cells'
+# preimages 1.5 s)
+COORDINATE_SECONDS = 5e-5
+
+
+def check_coordinates(parameters, candidates: np.ndarray | None = None, simulated: bool = True) -> None:
+    """Refuse, before any message, a vector sum whose coordinates would take longer than a run of n users may
+    (registry.run_budget), whatever n: the report lists every coordinate estimated (the ``candidates`` number, else
+    all d), and sparse-vector-hashed without candidates enumerates the preimages of every cell (3 users over 2^19
+    coordinates took 28 s, over 2^20 47 s, and as long to analyze their written messages). The error names what
+    shrinks it: fewer candidates, or candidates, and for a ``simulated`` run (estimate) --discover-phi and the
+    dimension that fits."""
     from ..protocols.registry import run_budget
 
-    seconds, budget = full_domain_seconds(parameters, mode), run_budget(parameters.n_users)
+    count = parameters.dimension if candidates is None else np.unique(candidates).size
+    seconds = count * COORDINATE_SECONDS + (full_domain_seconds(parameters) if candidates is None else 0.0)
+    budget = run_budget(parameters.n_users)
     if seconds <= budget:
         return
-    d = parameters.dimension
-    largest = max(1, int(d * budget / seconds))
-    raise ParameterError("candidates", f"given (a file of public coordinates), or --discover-phi, or a --dimension of "
-                         f"at most about {largest:,}: {parameters.protocol}'s estimate of all {d:,} coordinates would "
-                         f"take about {seconds:.2g} s whatever the number of users, past the {budget:.2g} s a run of "
-                         f"{parameters.n_users:,} users may take by default", None)
+    largest = max(1, int(count * budget / seconds))
+    why = (f"{parameters.protocol}'s estimate of {count:,} coordinates would take about {seconds:.2g} s whatever the "
+           f"number of users, past the {budget:.2g} s a run of {parameters.n_users:,} users may take by default")
+    if candidates is not None:
+        raise ParameterError("candidates", f"at most about {largest:,} coordinates: {why}", f"{count:,}")
+    if getattr(parameters, "one_sparse", False):
+        others = ((", or --discover-phi" if get(parameters.protocol).discovery is not None else "")
+                  + f", or a --dimension of at most about {largest:,}") if simulated else ""
+        raise ParameterError("candidates", f"given (a file of public coordinates){others}: {why}", None)
+    raise ParameterError("dimension", f"at most about {largest:,} coordinates (columns) at {parameters.n_users:,} "
+                         f"users, or more users: {why}", count)
 
 
 @dataclasses.dataclass
 class _Discovered:
-    """What the discovery stage leaves for the report beyond :class:`Discovery`."""
+    """The discovery stage of a simulated staged run: what it released (its result, guarantee and messages) and
+    the seconds it took."""
 
-    parameters: Any  # fe-hh's
+    stage: FirstStage
     seconds: float
 
+    @property
+    def result(self):
+        return self.stage.result
 
-def _discover(parameters, pairs: np.ndarray, phi: float, seed: int | None, progress: Progress | None):
-    """(candidates, Discovery, _Discovered): sparse-vector-hashed's first stage.
 
-    Each user rounds his weight with his own coins (cell x with probability w, else the dummy cell B, as the
-    second stage does with fresh coins) and runs fe-hh over the B + 1 cells at the second stage's (eps, delta);
-    the coordinates it reports, the dummy cell left out, are the candidates.
-    """
+def _discover(parameters, stage, inputs: np.ndarray, seed: int | None, progress: Progress | None) -> _Discovered:
+    """The first stage of a staged run of ``parameters`` (their entry's registry.DiscoveryStage: fe-hh over the
+    users' rounded cells for sparse-vector-hashed), at ``stage``'s (registry.discovery_parameters: their (eps,
+    delta)): each user's item of the stage is drawn with his own coins (``DiscoveryStage.items``), and the stage
+    simulated as ``privagg estimate`` would, its release kept for the staged report."""
     from ..core.randomness import resolve
     from .heavy_hitters import estimate_heavy_hitters
 
     start = time.perf_counter()
     rng = resolve(None if seed is None else np.random.SeedSequence([seed, 1]))
-    cells = parameters.cells(parameters.check_codes(pairs), rng).astype(np.uint64)
+    items = get(parameters.protocol).discovery.items(parameters, inputs, rng)
     try:
-        report, result = estimate_heavy_hitters(cells, epsilon=parameters.epsilon, delta=parameters.delta, phi=phi,
-                                                domain_size=parameters.dimension + 1,
-                                                calibration=parameters.calibration,
-                                                seed=None if seed is None else seed + 1, progress=progress)
-    except ParameterError as err:  # fe-hh's phi is this command's --discover-phi
+        report, result = estimate_heavy_hitters(items, epsilon=stage.epsilon, delta=stage.delta, phi=stage.phi,
+                                                domain_size=stage.domain_size, calibration=stage.calibration,
+                                                seed=None if seed is None else seed + 1, progress=progress,
+                                                evaluate=False)
+    except ParameterError as err:  # the stage's phi is this command's --discover-phi
         if err.field != "phi":
             raise
         raise ParameterError("discover-phi", err.accepted.replace("--phi", "--discover-phi").replace(
             "a smaller --domain", "a smaller --dimension"), err.got) from None
-    found = np.array(sorted(i for i in result.items.tolist() if i < parameters.dimension), dtype=np.int64)
-    discovery = discovery_block(result.parameters, result, report.privacy, int(found.size), report.messages)
-    return found, discovery, _Discovered(result.parameters, time.perf_counter() - start)
+    return _Discovered(FirstStage(result.parameters, result, report.privacy, report.messages),
+                       time.perf_counter() - start)
 
 
 def _weighted_expected_error(groups, combined, domain_size: int, messages: int):

@@ -19,10 +19,9 @@ import numpy as np
 from ..core.messages import MessageBatch, shuffle
 from ..core.randomness import describe, streams
 from ..errors import ParameterError, check_integer
-from ..privacy.description import privacy_warnings
+from ..pipelines import Analysis
 from ..protocols.heavy_hitters import CODE_PRIME, HeavyHitterAnalyzer, HeavyHitterClient, calibrate_fe_hh
-from ..reports import (HeavyHitterEvaluation, HeavyHitterReport, Messages, Simulation, capped_warnings, expected_error,
-                       heavy_hitters, privacy_profile, report_parameters)
+from ..reports import HeavyHitterEvaluation, HeavyHitterReport, Simulation
 from .progress import Progress
 
 USERS_PER_BATCH = 1 << 20  # users one client call randomizes: bounds the clients' scratch
@@ -141,8 +140,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     del messages
 
     truth = _true_counts(values if max_length is not None else checked, parameters, result.items) if evaluate \
-        else {}
-    found = heavy_hitters(result, truth if evaluate else None)
+        else None
     privacy = parameters.privacy
     randomness = describe(seed)
     if seed is not None:
@@ -151,14 +149,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     if evaluate:
         privacy = privacy.as_evaluation("each reported item's true count and the recall and precision of the list")
     report = HeavyHitterReport(
-        protocol=parameters.protocol, parameters=report_parameters(parameters), privacy=privacy, n_users=n,
-        messages=Messages(result.messages + result.malformed, (result.messages + result.malformed) / n,
-                          result.malformed),
-        bits_per_message=parameters.bits_per_message, expected_error=expected_error(parameters),
-        threshold=parameters.threshold, heavy_hitters=found, survivors=list(result.survivors),
-        theory=parameters.theory(), privacy_profile=privacy_profile(parameters),
-        warnings=[*warnings, *privacy_warnings(epsilon, delta, n), *parameters.warnings(),
-                  *capped_warnings(parameters, result)],
+        **Analysis.of(parameters).release(result, privacy, truth=truth, warnings=warnings),
         evaluation=score(result.items.tolist(), truth, parameters.threshold) if evaluate else None,
         simulation=Simulation("faithful", randomness, False, seconds,
                               {"clients": {"sent": sent}, "shuffler": {"received": sent, "sent": sent},
