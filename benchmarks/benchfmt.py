@@ -45,3 +45,16 @@ def note(text: str) -> None:
 
 def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# The issue-48 rows each part measures as a ratio (filled by the parts, printed at the end by run.py with the host):
+# (workload, peer and its figure, privagg's figure, ratio, target)
+ROWS: list[list[str]] = []
+
+
+def cpu_model() -> str:
+    from pathlib import Path
+    import platform
+
+    return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")), platform.processor())

@@ -390,6 +390,26 @@ def test_written_messages_analyze_to_the_same_estimates(ints_file, tmp_path):
     assert code == 0 and "NOT PRIVATE" in out and "3 partitions" in out
 
 
+def test_a_folder_with_malformed_messages_analyzes_stating_them(ints_file, tmp_path):
+    """Messages of a folder that break the protocol's layout are dropped and stated, as the analyzer service
+    states its lost messages: the guarantee becomes an Incomplete event counting on whole reports."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, folder = write_run(ints_file, tmp_path)
+    part = folder / "part-00000.parquet"
+    table = pq.read_table(part)
+    w = table.column("w").to_numpy().copy()
+    w[:7] = np.iinfo(w.dtype).max  # past every bin
+    pq.write_table(table.set_column(table.schema.get_field_index("w"), "w", pa.array(w)), part)
+    code, out, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                         "--candidates", tmp_path / "cands.txt", "--json")
+    assert code == 0, err
+    analyzed = json.loads(out)
+    assert analyzed["messages"]["malformed"] == 7
+    assert analyzed["privacy"]["event"]["type"] == "incomplete" and analyzed["privacy"]["event"]["lost"] == 7
+
+
 def test_written_messages_analyze_to_the_same_full_domain(ints_file, tmp_path):
     folder = tmp_path / "m"
     code, out, _ = run("estimate", "fe0", "--input", ints_file, *COMMON, "--domain", 1000, "--seed", 2,
@@ -862,7 +882,7 @@ def test_estimate_fe_hh_discovers_heavy_integers_and_strings(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--domain", 2**48], "error: phi must be given"),
-    (["--domain", 2**48, "--phi", 1.5], "error: phi must be in (0, 1)"),
+    (["--domain", 2**48, "--phi", 1.5], "error: phi must be in [2^-64, 1)"),
     (["--phi", 0.1, "--max-length", 3], "error: max-length must be left out for integer items"),
     (["--phi", 0.1, "--domain", 2**64 + 1], "error: domain must be an integer in [2, 18446744073709551616]")])
 def test_estimate_fe_hh_bad_input_is_one_line(args, message, ints_file):
@@ -989,7 +1009,7 @@ def test_missing_values_make_a_report_not_private(tmp_path):
 BATCHES = """
 import resource, sys
 import numpy as np
-from privagg.cli import _keep_freed_heap
+from privagg.cli.options import _keep_freed_heap
 if sys.argv[1] == "kept":
     _keep_freed_heap()
 def batch():  # a client batch's temporaries: ten arrays of 250,000 doubles, allocated then freed
@@ -1015,7 +1035,7 @@ def test_the_protocol_commands_keep_freed_batches_on_their_heap():
 
 
 def test_the_protocol_commands_set_the_allocator_and_the_others_do_not(monkeypatch):
-    import privagg.cli as cli
+    import privagg.cli.options as cli
 
     calls = []
     monkeypatch.setattr(cli, "_keep_freed_heap", lambda: calls.append(1))

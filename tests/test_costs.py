@@ -84,7 +84,7 @@ def test_an_olh_estimate_over_a_huge_full_domain_is_refused_at_once():
 def test_the_full_domain_is_the_default_only_where_its_checks_fit():
     from privagg.errors import ParameterError
     from privagg.protocols.registry import ANALYZER_CHECKS_MAX, choose_full_domain
-    from privagg.simulate.frequency import analyzer_checks
+    from privagg.protocols.registry import analyzer_checks
 
     assert analyzer_checks("olh", 10**5, 2**24) == 10**5 * 2**24 and analyzer_checks("fe1", 10**5, 2**24) == 0
     assert choose_full_domain(2**24, None, candidates_given=True, checks=ANALYZER_CHECKS_MAX + 1) is False

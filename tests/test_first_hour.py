@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from privagg import cli, datasets
+from privagg.cli import evaluation
 from privagg.cli import app
 from privagg.protocols.registry import ENTRIES
 
@@ -35,7 +36,7 @@ def examples(tmp_path_factory):
 # ---- files to try the README on --------------------------------------------------------------------------
 def test_example_data_writes_what_the_readme_reads(examples):
     assert sorted(p.name for p in examples.iterdir()) == sorted(datasets.EXAMPLE_FILES)
-    readme = (cli.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (cli.evaluation.Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert all(name in readme for name in datasets.EXAMPLE_FILES)
     header, *rows = (examples / "items.csv").read_text().splitlines()
     assert header == "user,app" and len(rows) == 20_000
@@ -164,7 +165,7 @@ def test_a_crash_is_status_4_with_its_traceback_never_1(monkeypatch, capsys):
     def broken(*_args, **_kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cli, "_reproduce", broken)
+    monkeypatch.setattr(evaluation, "_reproduce", broken)
     monkeypatch.setattr(sys, "argv", ["privagg", "reproduce", "sampling", "--out", "x", "--quick"])
     with pytest.raises(SystemExit) as stop:
         cli.main()
@@ -215,7 +216,7 @@ def test_heavy_hitters_with_nothing_to_find_say_so(tmp_path):
 
 
 def test_a_reproduction_summary_prints_tables_not_dicts(tmp_path, capsys):
-    cli._print_summary({"files": ["a.csv", "b.png"], "grid": "quick", "ok": True, "none_left": [],
+    evaluation._print_summary({"files": ["a.csv", "b.png"], "grid": "quick", "ok": True, "none_left": [],
                         "gamma": {"paper": 0.123456, "tight": None}, "mse": {"paper": 1e-7, "tight": [1.0, 2.5]},
                         "slopes": {"n": -0.5}, "fits": {"d": None, "n": None}}, tmp_path)
     out = capsys.readouterr().out
@@ -265,6 +266,9 @@ def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):
     result = runner.invoke(app, [*command, "--phi", "0.03"])
     assert result.exit_code == 0, result.output
     assert "NOT A RELIABLE LIST at this n and phi" in result.stdout
+    # the JSON says it as a field, not only in a warning; a list within both bounds is reliable
+    assert json.loads(runner.invoke(app, [*command, "--phi", "0.03", "--json"]).stdout)["reliable"] is False
+    assert json.loads(runner.invoke(app, [*command, "--phi", "0.3", "--json"]).stdout)["reliable"] is True
     result = runner.invoke(app, [*command, "--phi", "0.01"])
     assert result.exit_code == 2 and "error: phi must be larger, or more users" in result.output, result.output
     assert "could be missed with probability up to 1" in result.output and "--max-length" in result.output

@@ -162,7 +162,7 @@ def _path_options(typer_app=app, command=()):
 
     from typer.models import ParameterInfo
 
-    from privagg.cli import PATH_OPTIONS
+    from privagg.cli.options import PATH_OPTIONS
 
     for info in typer_app.registered_commands:
         words = (*command, info.name or info.callback.__name__.replace("_", "-"))
@@ -219,7 +219,7 @@ _CLICK: dict = {}
 def test_a_new_path_option_without_its_kind_stops_the_import():
     import typer
 
-    from privagg.cli import _checked_paths
+    from privagg.cli.options import _checked_paths
 
     extra = typer.Typer()
 
@@ -596,7 +596,7 @@ def test_standard_output_on_a_full_disk_is_one_line_not_a_traceback(args):
 def test_an_output_file_is_written_whole_or_left_as_it_was(tmp_path, monkeypatch):
     """--output was written in place: a full disk or an interrupt while writing left half a report. Now a failed
     write leaves the old file and no temporary one; a link is followed, a device written as it is."""
-    from privagg import cli_output
+    from privagg.cli import output as cli_output
 
     old = tmp_path / "report.json"
     old.write_text('{"old": true}\n')

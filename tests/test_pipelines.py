@@ -80,6 +80,21 @@ def test_the_privacy_block_states_the_clients_randomness_and_the_received_count(
         assert not privacy.private and reason in privacy.not_private_reason
 
 
+def test_a_message_folder_with_malformed_messages_states_them_as_the_service_does():
+    """privagg analyze of a folder some of whose messages are malformed: the guarantee counts on ceil(G n) whole
+    reports, as the analyzer service's release (an Incomplete event); not private below, and a local report stands
+    alone."""
+    params = calibrate("fe0", epsilon=1.0, delta=1e-6, n_users=N, domain_size=B, honest_fraction=0.75)
+    expected, recorded = round(N * params.messages_per_user), {"private": True, "randomness": "ChaCha20", "users": N}
+    assert folder_privacy(params, recorded, expected, 0) == folder_privacy(params, recorded, expected)
+    some = folder_privacy(params, recorded, expected, 400)
+    assert some.private and some.event.type == "incomplete" and some.event.lost == 400
+    many = folder_privacy(params, recorded, expected, 501)
+    assert not many.private and "501 messages of the 2000 reports did not enter" in many.not_private_reason
+    local = calibrate("grr", epsilon=1.0, n_users=N, domain_size=B)
+    assert folder_privacy(local, recorded, N, 501).private
+
+
 def test_a_release_of_fewer_users_states_what_its_guarantee_counts_on():
     """m of the n users reported (a shuffle task closed early): the guarantee counts on ceil(G n) honest users among
     them, and says so; below ceil(G n) it is not private. A local report stands alone; more than n add noise."""

@@ -112,8 +112,8 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     options = {o.name: entry.example[o.name] for o in entry.options if o.name in entry.example}
     if "min_count_fraction" in options:
         if beta <= 0:
-            raise ParameterError("users", f"enough users that every one of the {len(categories)} categories is held "
-                                 f"by a few of them ({protocol}'s data condition)", users)
+            raise ParameterError("users", f"large enough that every one of the {len(categories)} categories is held "
+                                 f"by a few users ({protocol}'s data condition)", users)
         options["min_count_fraction"] = beta
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
                            **options)

@@ -109,7 +109,8 @@ class Analysis:
                           mean=result.mean().tolist(), discovery=None)
         elif kind is ResultKind.HEAVY_HITTER_LIST:
             fields.update(threshold=result.threshold, heavy_hitters=heavy_hitters(result, truth),
-                          survivors=list(result.survivors), theory=p.theory())
+                          survivors=list(result.survivors), theory=p.theory(),
+                          reliable=p.reliable())
             fields["warnings"] += capped_warnings(p, result)
         else:
             if self.full_domain and self.candidates is not None:  # the top among the public candidates

@@ -248,6 +248,7 @@ class HeavyHitterRelease(RunReport):
     heavy_hitters: list[HeavyHitter]  # largest estimate first
     survivors: list[int]  # prefixes followed at each level of the tree
     theory: dict[str, float | str]  # the estimator and the detection probabilities
+    reliable: bool  # both detection bounds at most 0.05: otherwise NOT A RELIABLE LIST (more users or a larger phi)
     privacy_profile: list[ProfilePoint]
     warnings: list[str]
 

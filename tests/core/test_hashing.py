@@ -165,7 +165,29 @@ def test_counting_takes_compact_columns_as_int64():
     for columns in (compact, (strided["u"], strided["v"], strided["w"])):
         assert np.array_equal(h.count_all(*columns, 70_000), h.count_all(u, v, w, 70_000))
         assert np.array_equal(h.count_matches(*columns, queries), h.count_matches(u, v, w, queries))
-    assert h.count_all_bytes(70_000) >= 4 * 70_000  # at least one thread's int32 counters
+    assert h.count_all_bytes(70_000, 3000) >= 4 * 70_000  # at least one thread's int32 counters
+
+
+@pytest.mark.parametrize("q, b, domain, messages", [(67, 4, 64, 5000), (1031, 4, 1024, 200_000), (101, 7, 50, 30_000),
+                                                    (5, 5, 5, 1000), (2, 2, 1, 50), (3001, 3, 3000, 100_000)])
+@pytest.mark.parametrize("cells", [None, 999])
+def test_counting_by_key_counts_as_the_walk(monkeypatch, q, b, domain, messages, cells):
+    """count_all over small moduli counts each key's messages together (OLH's hashes): every item's count equals
+    count_matches', which evaluates each message's hash at the item; ``cells``: batches of few keys (sorted)."""
+    import privagg.core.hashing as hashing
+
+    if cells:
+        monkeypatch.setattr(hashing, "BY_KEY_CELLS", cells)
+    rng = np.random.default_rng(q * messages)
+    h = UniversalHash(q, b)
+    u, v = h.sample_keys(messages, rng)
+    w = rng.integers(0, b, messages)
+    w[: messages // 3] = h.evaluate(u[: messages // 3], v[: messages // 3], np.full(messages // 3, domain - 1))
+    assert hashing.by_key_cheaper(q, b, domain, messages)
+    out = np.arange(domain, dtype=np.int64)  # counts add to out
+    assert np.array_equal(h.count_all(u, v, w, domain, out=out) - np.arange(domain),
+                          h.count_matches(u, v, w, np.arange(domain)))
+    assert h.count_all_bytes(domain, messages) < 2**27
 
 
 def test_large_modulus_counts():

@@ -113,7 +113,7 @@ def test_a_task_that_counts_on_every_user_is_not_private_once_a_message_does_not
     """Honest fraction 1: the guarantee counts on all n reports whole, so one message that did not open leaves it
     unfounded; privagg result and the console say NOT PRIVATE, and why (not '(private)')."""
     from privagg.service.analyzer import create_app
-    from privagg.service_cli import print_result
+    from privagg.cli.clients import print_result
     from service_deployment import served
 
     params = fe1(honest_fraction=1.0, n=8)

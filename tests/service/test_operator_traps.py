@@ -368,11 +368,21 @@ def test_the_result_names_the_option_or_token_at_fault_not_the_task(services, mo
     with served(analyzer_app(d.analyzer, result_token="r" * 32)) as guarded:
         assert error_line(run("result", "--analyzer", guarded, "--task", d.task.task_id)) == \
             "error: PRIVAGG_ANALYZER_RESULT_TOKEN must be the analyzer's result token, got none"
+    # another service's 200 (no privacy block, no collection) was a traceback
+    from fastapi import FastAPI
+
+    other = FastAPI()
+    other.get("/tasks/{task}/result")(lambda task: {"estimates": [], "protocol": "dpds"})
+    with served(other) as url:
+        for args in ((), ("--json",)):
+            assert error_line(run("result", "--analyzer", url, "--task", d.task.task_id, *args)) == (
+                "error: analyzer must be the analyzer's URL, answering a task's release (its estimates, privacy "
+                f"block and collection), got {url} (it answered 200 with the fields estimates, protocol)")
 
 
 # ---- text items, as the SDK takes them; the commands' wording ------------------------------------------------------
 def test_submit_and_loadgen_take_text_items_as_the_sdk_does(services, tmp_path):
-    from privagg.service_cli import _load_values
+    from privagg.cli.clients import _load_values
 
     d, analyzer, collector = services
     task = d.task.task_id

@@ -10,7 +10,8 @@ import pytest
 from privagg import demos
 from privagg.protocols.registry import calibrate
 from privagg.service.console import statement
-from privagg.service_cli import _demo_heavy_hitters, _demo_sharing, demo_service, print_result
+from privagg.cli.clients import print_result
+from privagg.cli.demo import _demo_heavy_hitters, _demo_sharing, demo_service
 
 FE1 = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=40, domain_size=4, honest_fraction=0.5)
 WHY = "too few reports: 15 of the 40 users' reports were counted"
@@ -95,7 +96,7 @@ def test_demo_service_of_the_rounds_labels_the_release_from_its_guarantee(report
 
 
 def demos_protocol(name: str):
-    from privagg.service_cli import DemoProtocol
+    from privagg.cli.options import DemoProtocol
 
     return DemoProtocol(name)
 

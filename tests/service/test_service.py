@@ -504,6 +504,24 @@ def test_fe_hh_discovers_heavy_strings_through_the_services(tmp_path):
         e.dispose()
 
 
+def test_a_handful_of_users_task_over_a_large_domain_is_refused_at_creation(tmp_path):
+    """The release of a task is held to a run's budget, as estimate's: fe1 for 3 users over 2^24 items was
+    accepted and its release took 38 s (every message's preimages over [B], whatever n). Refused at creation,
+    naming the domain that fits and --candidates, not --full-domain (task create has none); with candidates, or
+    more users, it is created."""
+    from privagg.errors import ParameterError
+
+    service = AnalyzerService(storage.connect(f"sqlite:///{tmp_path}/a.db", "analyzer"), kek=KeyEncryptionKey.generate())
+    few = calibrate("fe1", epsilon=1.0, delta=1e-9, n_users=3, domain_size=2**24)
+    with pytest.raises(ParameterError, match="domain must be at most about") as refused:
+        service.create_task(few)
+    assert "--candidates" in refused.value.accepted and "--full-domain" not in refused.value.accepted
+    assert "carry no information" in refused.value.accepted
+    service.create_task(few, candidates=[1, 2, 3])
+    service.create_task(calibrate("fe1", epsilon=1.0, delta=1e-9, n_users=3, domain_size=2**10))
+    service.engine.dispose()
+
+
 def test_a_huge_domain_task_answers_its_public_candidates(tmp_path):
     """fe1 over 2^40 integers and over text (the parameters' item key): the result estimates the candidates given
     at task creation, exactly as the analyzer over the plaintext messages with those queries, strings by name."""

@@ -180,6 +180,29 @@ def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
         count_walk(counts, x, d, walk_length(w[j], q, b), q, domain_size)
 
 
+@nb.njit(cache=True)
+def count_direct(u, v, w, q, b, domain_size, counts, lo, hi, wrapped):
+    """counts[x] += preimage hits of x among messages lo..hi - 1, each walk incrementing the counters in place;
+    returns how many items it appended to ``wrapped`` (a narrow counter that wraps, as :func:`flush`).
+
+    For counters that fit in the last-level cache (:func:`privagg.core.hashing._count_all_plan`): there a random
+    increment costs less than a bucket's write and read (docs/derivations.md, "Full-domain counting")."""
+    qinv = 1.0 / q
+    n_wrapped = 0
+    for i in range(lo, hi):
+        x, d = progression(u[i], v[i], w[i], q, b, qinv)
+        for _ in range(walk_length(w[i], q, b)):
+            if x < domain_size:
+                counts[x] += 1
+                if counts[x] == 0:
+                    wrapped[n_wrapped] = x
+                    n_wrapped += 1
+            x += d
+            if x >= q:
+                x -= q
+    return n_wrapped
+
+
 @nb.njit(cache=True, parallel=True)
 def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, wrapped, wrap, out):
     """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
@@ -195,6 +218,7 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
     tile's bucket; a full bucket is counted into its tile (which then sits in
     L2) and emptied (:func:`count_tiles`). A domain of one tile is counted directly (:func:`count_one_tile`).
     Buckets are padded (BUCKET_PAD) so that the write heads of the buckets do not all fall into one cache set.
+    A ``bucket_capacity`` of 0 counts in place instead (:func:`count_direct`: counters in the last-level cache).
     """
     n_threads = counts_per_thread.shape[0]
     n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
@@ -204,6 +228,8 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
         lo, hi = t * share, min(u.size, (t + 1) * share)
         if n_tiles == 1 and u_inverses.size:  # the counters fit one tile (in L2): no buckets needed
             count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
+        elif bucket_capacity == 0:
+            n_wrapped[t] = count_direct(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, wrapped[t])
         else:
             n_wrapped[t] = count_tiles(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, n_tiles,
                                        bucket_capacity, wrapped[t])

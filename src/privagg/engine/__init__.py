@@ -137,9 +137,10 @@ def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:
     return info
 
 
-def folder_privacy(parameters, items: dict[str, Any], received: int):
+def folder_privacy(parameters, items: dict[str, Any], received: int, lost: int = 0):
     """The guarantee of an analysis of a message folder, as far as the analyzer can know it
-    (:func:`privagg.pipelines.analysis_privacy`).
+    (:func:`privagg.pipelines.analysis_privacy`), with ``lost`` of its ``received`` messages that did not enter
+    the aggregate (malformed: :func:`privagg.pipelines.with_lost_messages`, as the analyzer service states them).
 
     The analyzer cannot see how the clients drew their randomness, nor how many users' messages the folder
     holds: it takes items.json's record of both (:func:`read_items_info`; ``users``, where recorded, and why a
@@ -147,21 +148,25 @@ def folder_privacy(parameters, items: dict[str, Any], received: int):
     """
     from dataclasses import replace
 
-    from ..pipelines import analysis_privacy, over_reporters, with_received_caveat
+    from ..pipelines import analysis_privacy, over_reporters, with_lost_messages, with_received_caveat
 
     reporters = items.get("users")
     if items.get("private") is True:
-        return analysis_privacy(parameters, received, f"as recorded in {ITEMS_FILE}: {items.get('randomness')}",
-                                reporters=reporters)
-    if items.get("private") is False and items.get("not_private") is not None:  # the run recorded why
+        privacy = analysis_privacy(parameters, received, f"as recorded in {ITEMS_FILE}: {items.get('randomness')}",
+                                   reporters=reporters)
+    elif items.get("private") is False and items.get("not_private") is not None:  # the run recorded why
         privacy = replace(parameters.privacy, randomness=str(items.get("randomness", "unknown")))
         privacy = over_reporters(privacy.as_unfounded(str(items["not_private"])), parameters, reporters)
-        return with_received_caveat(privacy, parameters, received, reporters)
-    why = ("the messages came from a simulation with reproducible randomness" if items.get("private") is False
-           else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
-                "clients used secure randomness")
-    return analysis_privacy(parameters, received, items.get("randomness", "unknown"), not_private=why,
-                            reporters=reporters)
+        privacy = with_received_caveat(privacy, parameters, received, reporters)
+    else:
+        why = ("the messages came from a simulation with reproducible randomness" if items.get("private") is False
+               else f"no {ITEMS_FILE} records how the messages were made, so the analyzer cannot tell whether the "
+                    "clients used secure randomness")
+        privacy = analysis_privacy(parameters, received, items.get("randomness", "unknown"), not_private=why,
+                                   reporters=reporters)
+    if not lost:
+        return privacy
+    return with_lost_messages(privacy, parameters, lost, parameters.n_users if reporters is None else reporters)
 
 
 def folder_reporters(parameters, items: dict[str, Any]) -> tuple[int | None, list[str]]:

@@ -654,7 +654,8 @@ class FE1Analyzer(_CountingAnalyzer):
     @classmethod
     def working_bytes(cls, parameters: FE1Parameters, full_domain: bool = True) -> int:
         """Aggregating, plus the full-domain kernel's per-thread counters and buckets."""
-        kernel = parameters.hash.count_all_bytes(parameters.domain_size) if full_domain else 0
+        rows = min(SLICE_ROWS, math.ceil(parameters.n_users * parameters.messages_per_user))
+        kernel = parameters.hash.count_all_bytes(parameters.domain_size, rows) if full_domain else 0
         return super().working_bytes(parameters, full_domain) + kernel
 
     @staticmethod

@@ -61,6 +61,7 @@ STRING_STEP = 8
 SURVIVORS_PER_PHI = 4  # at most 4 / phi prefixes survive a level (at most 2 / phi hold phi n / 2 users each)
 
 
+RELIABLE_BOUND = 0.05  # a miss or false-report bound above it makes the list not one to act on
 PHI_MIN = 2.0**-64  # below it phi n < 1 for every n a float counts exactly, and 4 / phi prefixes overflow
 
 
@@ -355,9 +356,15 @@ class HeavyHitterParameters(FrozenParameters):
     def derived(self) -> dict[str, Any]:
         return {"levels": self.levels, "width": self.width}
 
+    def reliable(self) -> bool:
+        """Whether the list is one to act on: both detection bounds (:meth:`detection`) at most
+        :data:`RELIABLE_BOUND`; a list outside them is released marked not reliable."""
+        d = self.detection()
+        return d["miss_probability"] <= RELIABLE_BOUND and d["false_report_probability"] <= RELIABLE_BOUND
+
     def warnings(self) -> list[str]:
         d, out = self.detection(), super().warnings()
-        if d["miss_probability"] > 0.05:
+        if d["miss_probability"] > RELIABLE_BOUND:
             out.append(f"an item held by 1.5 phi n = {1.5 * self.threshold:.0f} users is missed with probability "
                        f"about {d['miss_probability']:.2g}: phi n is small for {self.levels} levels at this epsilon "
                        "(raise phi, or give more users)")

@@ -106,9 +106,13 @@ class FrozenParameters:
 
     def warnings(self) -> list[str]:
         """Legal but poor settings of this protocol, one sentence each (reports carry them; the CLI prints them):
-        here, estimates whose standard error passes n (:func:`no_information`); each protocol adds its own."""
-        found = no_information(self.expected_error()["standard_error"], self.n_users)
+        here, estimates whose standard error passes n (:meth:`no_information`); each protocol adds its own."""
+        found = self.no_information()
         return [] if found is None else [found]
+
+    def no_information(self) -> str | None:
+        """The warning that these parameters' estimates carry no information (:func:`no_information`), or None."""
+        return no_information(self.expected_error()["standard_error"], self.n_users)
 
     @property
     def honest_users(self) -> int:

@@ -462,6 +462,37 @@ def full_domain_preimages(parameters, messages: int) -> int:
     return role.preimages(parameters, messages)
 
 
+def analyzer_checks(protocol: str, n_users: int, items: int) -> int:
+    """The (message, item) checks ``protocol``'s analyzer makes to estimate ``items`` items from ``n_users``
+    users: its ``checks`` (OLH: every user's own hash at every item), or 0 where the work does not grow with
+    users times items (FE1 hashes each item once per hash function, whoever sent what)."""
+    checks = getattr(get(protocol).analyzer, "checks", None)
+    return 0 if checks is None else checks(n_users, items)
+
+
+# Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
+# n = 3 over B = 2^24): the domain's arrays, debiasing and ranking, 0.27 s for grr (1.6e-8 an item; olh 0.8 s,
+# blanket-hist 0.4 s, hadamard 0.7 s); the central curators' exact noise, 4.3 s (laplace) and 6.5 s (gaussian) for
+# 2^24 items; FE1's preimages, 3.6e9 in 15.8 s (2.3e8 a second; 1.2e8 on busier cores, PREIMAGES_MAX); OLH's
+# checks, 1.5 to 2.3e9 a second (ANALYZER_CHECKS_MAX).
+ITEM_SECONDS = 3e-8
+NOISE_SAMPLE_SECONDS = 4e-7
+PREIMAGE_SECONDS = 1 / 1.5e8
+CHECK_SECONDS = 1 / 1.5e9
+
+
+def full_domain_seconds(parameters) -> float:
+    """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
+    the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
+    FE1 walks every message's preimages and OLH checks every user's hash at every item (the analyzer's
+    ``noise_per_item``, ``preimages`` and ``checks``)."""
+    domain = parameters.domain_size
+    noise = getattr(get(parameters.protocol).analyzer, "noise_per_item", False)
+    walked = full_domain_preimages(parameters, math.ceil(parameters.n_users * parameters.messages_per_user))
+    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + walked * PREIMAGE_SECONDS
+            + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
+
+
 def discovery_parameters(parameters, phi: float):
     """The first stage of a staged run of ``parameters`` (their entry's :class:`DiscoveryStage`): its protocol at
     their (epsilon, delta), calibration and users, over their domain, with ``phi``. A ParameterError names
@@ -604,20 +635,22 @@ def run_budget(n_users: int) -> float:
 
 
 def choose_full_domain(domain_size: int, full_domain: bool | None, candidates_given: bool, checks: int = 0,
-                       seconds: float = 0.0, n_users: int = 2, protocol: str = "", note: str | None = None) -> bool:
+                       seconds: float = 0.0, n_users: int = 2, protocol: str = "", note: str | None = None,
+                       forced: bool = True) -> bool:
     """Whether to estimate all of [B]: the default up to 2^24 when its ``seconds`` (about what it adds to the
-    run, :func:`privagg.simulate.frequency.full_domain_seconds`) fit :func:`run_budget` of ``n_users``,
+    run, :func:`full_domain_seconds`) fit :func:`run_budget` of ``n_users``,
     unless candidates are given and the analyzer's ``checks`` over the full domain
-    (:func:`privagg.simulate.frequency.analyzer_checks`) pass :data:`ANALYZER_CHECKS_MAX`; refused above 2^28,
+    (:func:`analyzer_checks`) pass :data:`ANALYZER_CHECKS_MAX`; refused above 2^28,
     or past that many checks; otherwise candidates, and without them a refusal naming the domain that fits (and
-    ``note``, e.g. that the estimates would carry no information anyway)."""
+    ``note``, e.g. that the estimates would carry no information anyway), and --full-domain where the command has
+    it (``forced``: not a service task's, whose release is held to the same budget)."""
     affordable = seconds <= run_budget(n_users)
     if full_domain is None and not affordable and not candidates_given and domain_size <= FULL_DOMAIN_DEFAULT_MAX:
         largest = max(2, int(domain_size * run_budget(n_users) / seconds))
         raise ParameterError("domain", f"at most about {largest:,} (2^{math.log2(largest):.1f}) to estimate every item "
                              f"by default at {n_users:,} users: {protocol}'s estimate of all {domain_size:,} would "
                              f"take about {seconds:.2g} s, whatever the number of users; or give --candidates FILE "
-                             f"(the public items to estimate), or --full-domain to run it anyway"
+                             "(the public items to estimate)" + (", or --full-domain to run it anyway" if forced else "")
                              + (f" ({note})" if note else ""), domain_size)
     if full_domain is None:
         full_domain = domain_size <= FULL_DOMAIN_DEFAULT_MAX and affordable and not (candidates_given and

@@ -182,7 +182,8 @@ class AnalyzerService:
         from ..pipelines import Analysis
         from ..protocols.balls_into_bins import CountAggregate
         from ..protocols.kinds import ResultKind
-        from ..protocols.registry import discovery_parameters, get
+        from ..protocols.registry import (analyzer_checks, choose_full_domain, discovery_parameters,
+                                          full_domain_seconds, get)
 
         entry = get(parameters.protocol)
         if not entry.served:
@@ -201,6 +202,10 @@ class AnalyzerService:
             raise ParameterError("candidates", "given for a domain over 2^24 items (a service task's aggregate "
                                  "counts every item otherwise): the public items to estimate",
                                  f"none, domain {parameters.domain_size}")
+        elif entry.result is ResultKind.FREQUENCY_TABLE:  # its release held to a run's budget, as estimate is
+            choose_full_domain(parameters.domain_size, None, False, analyzer_checks(parameters.protocol,
+                               parameters.n_users, parameters.domain_size), full_domain_seconds(parameters),
+                               parameters.n_users, parameters.protocol, parameters.no_information(), forced=False)
         with self.engine.begin() as c:
             if key_id is None:
                 newest = c.execute(sa.select(analyzer_tasks.c.key_id).order_by(analyzer_tasks.c.created.desc())

@@ -57,6 +57,9 @@ _TASK = _env.from_string("""
 <tr><td>state</td><td class="state" id="state">{{ t.state }}</td></tr></tbody></table>
 {% if report %}
 <h2>Result: the top {{ bars|length }} estimates, with 95% intervals</h2>
+{% if report.reliable is false %}<p class="warning" id="unreliable">Not a reliable list: at this number of users
+and phi an item held by 1.5 phi n users may be missed, or one held by phi n / 2 reported, with probability above
+0.05 (see the warnings); more users or a larger phi.</p>{% endif %}
 {{ chart }}
 <h2>Privacy</h2>
 <div class="privacy" id="privacy"><p>{{ statement }}</p>

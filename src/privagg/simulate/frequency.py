@@ -28,23 +28,13 @@ from ..pipelines import Analysis, FirstStage
 from ..privacy.description import privacy_warnings
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.privacy_blanket import float_rows
-from ..protocols.registry import (FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, calibrate, choose_full_domain,
-                                  discovery_parameters, get)
+from ..protocols.registry import (FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, analyzer_checks, calibrate,
+                                  choose_full_domain, discovery_parameters, full_domain_seconds, get)
 from ..protocols.results import FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation,
                        privacy_profile, report_parameters)
 from .progress import Progress
 from .runner import check_cost, check_size, option_value, shrink_hint, simulate, simulation_bytes
-
-def analyzer_checks(protocol: str, n_users: int, items: int) -> int:
-    """The (message, item) checks ``protocol``'s analyzer makes to estimate ``items`` items from ``n_users``
-    users: its ``checks`` (OLH: every user's own hash at every item), or 0 where the work does not grow with
-    users times items (FE1 hashes each item once per hash function, whoever sent what)."""
-    from ..protocols.registry import get
-
-    checks = getattr(get(protocol).analyzer, "checks", None)
-    return 0 if checks is None else checks(n_users, items)
-
 
 def item_encoder(domain_size: int, hash_key: str | None = None, seed: int | None = None) -> ItemEncoder:
     """The encoder of one run: the public ``hash_key`` (hex) when given, so codes match other runs with it;
@@ -93,34 +83,6 @@ def full_domain_preimages(parameters) -> int:
     from ..protocols.registry import full_domain_preimages as preimages
 
     return preimages(parameters, math.ceil(parameters.n_users * parameters.messages_per_user))
-
-
-# Seconds per unit of the work a full-domain estimate adds, on 2 AMD EPYC cores at load average 3 to 5 (issue 44,
-# n = 3 over B = 2^24): the domain's arrays, debiasing and ranking, 0.27 s for grr (1.6e-8 an item; olh 0.8 s,
-# blanket-hist 0.4 s, hadamard 0.7 s); the central curators' exact noise, 4.3 s (laplace) and 6.5 s (gaussian) for
-# 2^24 items; FE1's preimages, 3.6e9 in 15.8 s (2.3e8 a second; 1.2e8 on busier cores, PREIMAGES_MAX); OLH's
-# checks, 1.5 to 2.3e9 a second (ANALYZER_CHECKS_MAX).
-ITEM_SECONDS = 3e-8
-NOISE_SAMPLE_SECONDS = 4e-7
-PREIMAGE_SECONDS = 1 / 1.5e8
-CHECK_SECONDS = 1 / 1.5e9
-
-
-def full_domain_seconds(parameters) -> float:
-    """About the seconds estimating every item of [B] adds to a run of ``parameters`` (the rates above): whatever
-    the number of users, every item is counted, debiased and ranked (and given exact noise by a central curator),
-    FE1 walks every message's preimages and OLH checks every user's hash at every item (the analyzer's
-    ``noise_per_item``, ``preimages`` and ``checks``)."""
-    domain = parameters.domain_size
-    noise = getattr(get(parameters.protocol).analyzer, "noise_per_item", False)
-    return (domain * (NOISE_SAMPLE_SECONDS if noise else ITEM_SECONDS) + full_domain_preimages(parameters)
-            * PREIMAGE_SECONDS + analyzer_checks(parameters.protocol, parameters.n_users, domain) * CHECK_SECONDS)
-
-
-def _no_information(parameters) -> str | None:
-    from ..protocols.parameters import no_information
-
-    return no_information(parameters.expected_error()["standard_error"], parameters.n_users)
 
 
 def check_full_domain(parameters, mode: str) -> None:
@@ -195,7 +157,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
                                      analyzer_checks(protocol, codes.size, domain_size),
                                      full_domain_seconds(parameters), codes.size, protocol,
-                                     _no_information(parameters))
+                                     parameters.no_information())
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
     if full_domain:

@@ -1,17 +1,20 @@
-"""What every ``privagg`` command shares for its output: the console, one-line errors, the report's JSON or
-human form. (Its own module so that the service commands, service_cli.py, use it without importing cli.py.)"""
+"""What every ``privagg`` command shares for its output: the console, one-line errors, the exit statuses, the
+report's JSON or human form, progress on stderr, and the lines and tables several commands print (an estimate's
+table, a guarantee's summary)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import typer
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 
 # every privagg command's exit status; a crash is never 1, so a script can tell "violated" from "broken"
@@ -58,7 +61,7 @@ def _say(text: str, stderr: bool = False) -> None:
     _console(stderr).print(text, markup=False, highlight=False)
 
 
-# paths an error names otherwise: standard input's temporary copy is "standard input" (cli._input_file)
+# paths an error names otherwise: standard input's temporary copy is "standard input" (inputs._input_file)
 SHOWN_PATHS: dict[str, str] = {}
 
 
@@ -214,3 +217,146 @@ def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable
             sys.stdout.write(text)
     else:
         human()
+
+
+@contextmanager
+def _progress(enabled: bool | None) -> Iterator:
+    """Progress of the long stages: bars on a terminal; plain lines every 10% when stderr is a file or pipe.
+
+    Default (``enabled=None``): only on a terminal. Calls may come from several threads (the sharing runners):
+    a lock keeps the counts whole.
+    """
+    import threading
+
+    terminal, lock = sys.stderr.isatty(), threading.Lock()
+    if not (terminal if enabled is None else enabled):
+        yield None
+    elif terminal:
+        with _progress_bars() as bars:
+            def advance(stage: str, step: int, total: int) -> None:
+                with lock:
+                    bars(stage, step, total)
+
+            yield advance
+    else:
+        start, done, shown = time.perf_counter(), {}, {}
+
+        def advance(stage: str, step: int, total: int) -> None:
+            with lock:
+                report(stage, step, total)
+
+        def report(stage: str, step: int, total: int) -> None:
+            done[stage] = done.get(stage, 0) + step
+            tenth = 10 * done[stage] // max(total, 1)
+            if tenth > shown.get(stage, 0):
+                shown[stage] = tenth
+                print(f"{stage}: {done[stage]}/{total} ({10 * tenth}%), {time.perf_counter() - start:.1f} s",
+                      file=sys.stderr, flush=True)
+
+        yield advance
+
+
+@contextmanager
+def _progress_bars() -> Iterator:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(stderr=True), transient=True) as bars:
+        tasks: dict[str, int] = {}
+
+        def advance(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(stage, total=total)
+            bars.advance(tasks[stage], done)
+
+        yield advance
+
+
+def _printable(item: Any) -> str:
+    """An item as the terminal shows it: control characters (a user's string may hold escape sequences that
+    recolour or rewrite the analyst's terminal) as \\x.. escapes."""
+    text = str(item)
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _titled(title: str, report) -> str:
+    """A table's title, marked when the report's estimates carry no information at this size (its warning says
+    why: protocols.parameters.no_information), or when the groups of a weighted aggregation contradict the
+    weighted estimates' assumption."""
+    from ..protocols.parameters import no_information
+
+    uninformative = no_information(report.expected_error.standard_error, report.n_users)
+    biased = getattr(report, "groups_disagree", None)
+    return title + (" -- NO INFORMATION at this size: the standard error exceeds n (see the warning)" if uninformative
+                    else "") + (" -- WEIGHTED ESTIMATES BIASED: the groups differ, use the unweighted column (see the "
+                                "warning)" if biased else "")
+
+
+def _estimate_table(title: str, estimates, item_key: str | None) -> None:
+    from rich.table import Table
+
+    simulated = any(row.true_count is not None for row in estimates)
+    weighted = any(row.unweighted is not None for row in estimates)
+    table = Table(title=title)
+    table.add_column("rank", justify="right")
+    table.add_column("item")
+    table.add_column("estimate ± stderr", justify="right")
+    if weighted:
+        table.add_column("unweighted ± stderr", justify="right")
+    if simulated:
+        table.add_column("true count (--evaluate)", justify="right")
+    for rank, row in enumerate(estimates, 1):
+        flag = " (hash collision)" if row.hash_collision else ""
+        cells = [str(rank), f"{_printable(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        cells += [f"{row.unweighted:.1f} ± {row.unweighted_stderr:.1f}"] if weighted else []
+        table.add_row(*cells, *([str(row.true_count)] if simulated else []))
+    _console().print(table)
+    hashed = sum(isinstance(row.item, str) and row.item.startswith("#") for row in estimates)
+    if hashed:
+        _say(f"{hashed} items are strings shown by their code (#code), since only public items are named: give "
+             "--candidates FILE to name them (privagg estimate fe-hh discovers heavy strings without one); "
+             f"--hash-key {item_key} keeps these codes in later runs")
+
+
+def _profile_line(profile) -> str:
+    return "  delta at other epsilons, same noise (hockey-stick bound): " + ", ".join(
+        f"eps {p.epsilon:g}: {p.delta:.3g}" for p in profile)
+
+
+def _say_privacy(privacy, profile, verbose: bool) -> None:
+    """One short line, or (--verbose) the full statement and the privacy profile."""
+    if verbose:
+        _say(privacy.render())
+        _say(_profile_line(profile))
+    else:
+        _say(privacy.summary() + " (--verbose: the full statement)")
+
+
+def _summary_value(value: Any, digits: int = 4) -> str:
+    """One value of a summary as a person reads it: ``digits`` significant digits, yes/no, '-' for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    if isinstance(value, (list, tuple)):
+        return " / ".join(_summary_value(v, digits) for v in value)
+    return str(value)
+
+
+def _label(privacy) -> str:
+    """A release's privacy in a title: computed from its guarantee (:func:`privagg.reports.document_privacy`)."""
+    return "private" if privacy.private else "NOT PRIVATE"
+
+
+def _say_release_privacy(privacy, prefix: str = "", suffix: str = "") -> None:
+    """A served release's guarantee as privagg estimate prints one (its summary), and why it is not private."""
+    _say(f"{prefix}{privacy.summary()}{suffix}")
+    if not privacy.private:
+        _say(f"  why: {privacy.not_private_reason}")

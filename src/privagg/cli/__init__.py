@@ -1,0 +1,159 @@
+"""The ``privagg`` command line (typer), one module per command group; the commands of ``calibrate``,
+``estimate`` and ``audit`` are generated from the protocol registry, one per implemented protocol with the
+protocol's own options (:attr:`ProtocolEntry.options`) and calibrations.
+
+* :mod:`.catalog`: protocols, schema, example-data; :mod:`.calibrate`: calibrate, audit, account;
+  :mod:`.estimate`: estimate; :mod:`.evaluation`: compare, reproduce; :mod:`.analyze`: analyze.
+* The services, by who runs the command: :mod:`.servers` (serve, db, keys), :mod:`.tasks` (task, tokens),
+  :mod:`.clients` (submit, loadgen, result), :mod:`.demo` (demo-service).
+* What they share: :mod:`.output` (the console, one-line errors, exit statuses, JSON or human reports),
+  :mod:`.options` (generated and checked options), :mod:`.inputs` (reading the users' data).
+
+Every bad input ends with exit status 2 and one line on stderr naming the parameter and its accepted range
+(``error: epsilon must be ...``).
+
+:func:`main` (the ``privagg`` entry point) makes only the command its command line names: ``privagg --help``
+lists the commands by their help alone, the protocol registry loads only for a command whose options or choices
+come from it, and heavy modules (scipy, numba, pyarrow, dask, rich, FastAPI, SQLAlchemy, httpx) load inside the
+commands that use them. ``app`` (``from privagg.cli import app``: typer's test runner) is the whole command line,
+every command made.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import gc
+import inspect
+import sys
+import traceback
+from typing import Any, Callable
+
+try:
+    import typer
+except ImportError:  # the light install has no command line
+    raise SystemExit("privagg's command line needs the cli extra: pip install 'privagg[cli]'") from None
+
+from typer.core import TyperCommand, TyperGroup
+from typer.main import get_command_from_info, get_command_name, get_group, get_group_from_info, \
+    solve_typer_info_defaults
+
+from .. import __version__
+from . import analyze, calibrate, catalog, clients, demo, estimate, evaluation, servers, tasks
+from .options import _checked_paths, _strict_numbers
+from .output import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, _say
+
+# Plain (click) help rather than rich's panels: rendering them would load about 70 ms of rich modules,
+# a third of the time `privagg --help` takes.
+_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                   rich_markup_mode=None, help="Private aggregate statistics without a trusted collector.",
+                   epilog=EXIT_STATUS)
+for _name, _command in (("protocols", catalog.protocols), ("example-data", catalog.example_data),
+                        ("schema", catalog.schema), ("compare", evaluation.compare_command),
+                        ("analyze", analyze.analyze), ("serve", servers.serve), ("submit", clients.submit),
+                        ("loadgen", clients.loadgen), ("result", clients.result),
+                        ("demo-service", demo.demo_service)):
+    _app.command(_name)(_command)
+for _name, _group in (("calibrate", calibrate.calibrate_app), ("estimate", estimate.estimate_app),
+                      ("audit", calibrate.audit_app), ("account", calibrate.account_app),
+                      ("reproduce", evaluation.reproduce_app), ("task", tasks.task_app),
+                      ("tokens", tasks.tokens_app), ("keys", servers.keys_app), ("db", servers.db_app)):
+    _app.add_typer(_group, name=_name)
+
+
+def _version(value: bool) -> None:
+    if value:
+        _say(f"privagg {__version__}")
+        raise typer.Exit()
+
+
+@_app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Private aggregate statistics without a trusted collector."""
+
+
+def _ready(commands: typer.Typer) -> typer.Typer:
+    """``commands`` (a Typer, its groups included) with every int and float option parsed strictly and every path
+    option checked as the command line is read (:mod:`.options`): before typer makes them. It reads the commands'
+    types, which for the protocol commands and choices loads the registry."""
+    _strict_numbers(commands)
+    _checked_paths(commands)
+    return commands
+
+
+def __getattr__(name: str) -> Any:
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()["app"] = _ready(_app)  # every command, once
+    return _app
+
+
+class _Deferred(TyperCommand):
+    """A command of the root group as :func:`main` holds it until the command line names it: its name and help,
+    which ``privagg --help`` lists, and ``make``, which makes the command itself."""
+
+    def __init__(self, name: str, help: str | None, short_help: str | None, hidden: bool,
+                 make: Callable[[], Any]) -> None:
+        super().__init__(name, help=help, short_help=short_help, hidden=hidden)
+        self._make = make
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        return self._make().make_context(info_name, args, parent=parent, **extra)
+
+
+def _command_line() -> TyperGroup:
+    """The root group :func:`main` runs: typer's, with each command deferred (:class:`_Deferred`)."""
+    bare = copy.copy(_app)
+    bare.registered_commands, bare.registered_groups = [], []
+    root = get_group(bare)
+    settings = dict(pretty_exceptions_short=_app.pretty_exceptions_short, rich_markup_mode=_app.rich_markup_mode)
+
+    def command(info) -> Any:
+        alone = typer.Typer()
+        alone.registered_commands.append(info)
+        _ready(alone)
+        return get_command_from_info(info, **settings)
+
+    def group(info) -> Any:
+        _ready(info.typer_instance)
+        return get_group_from_info(info, suggest_commands=_app.suggest_commands, **settings)
+
+    for info in _app.registered_commands:
+        name = info.name or get_command_name(info.callback.__name__)
+        text = inspect.getdoc(info.callback) if info.help is None else inspect.cleandoc(info.help)
+        root.commands[name] = _Deferred(name, text, info.short_help, info.hidden, lambda info=info: command(info))
+    for info in _app.registered_groups:
+        solved = solve_typer_info_defaults(info)
+        root.commands[solved.name] = _Deferred(solved.name, solved.help, solved.short_help, solved.hidden,
+                                               lambda info=info: group(info))
+    return root
+
+
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # what a write may meet that is no bug
+
+
+def main() -> None:
+    """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
+    try:
+        status = _command_line()(standalone_mode=False)
+        gc.freeze()  # exiting: the interpreter's last collections skip the heap (0.05 s with scipy loaded)
+        sys.exit(status)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as e:
+        if isinstance(e, OSError) and e.errno in WRITE_FAILURES:
+            # standard output on a full disk (> /dev/full), a quota, a device error: the environment's, not a bug
+            _say(f"error: the output could not be written ({e.strerror})", stderr=True)
+            sys.exit(EXIT_BAD_INPUT)
+        # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
+        if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
+            traceback.print_exc()
+            _say(f"internal error: {type(e).__name__} (a bug in privagg: please report it with the command line "
+                 "and the traceback above)", stderr=True)
+            sys.exit(EXIT_INTERNAL)
+        if type(e).__name__ == "NoArgsIsHelpError":  # a command without its arguments: show its help
+            _say(e.format_message())
+        elif e.format_message():
+            _say(f"error: {e.format_message()}", stderr=True)
+        sys.exit(EXIT_BAD_INPUT)

@@ -1,0 +1,237 @@
+"""The guarantees: ``privagg calibrate PROTOCOL`` (frozen parameters, cost and expected error) and ``privagg
+audit PROTOCOL`` (the claimed guarantee against the exact or sampled output laws), one command per implemented
+protocol generated from its registry entry; ``privagg account shuffle`` (amplification by shuffling)."""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from ..errors import ParameterError
+from ..protocols.kinds import ResultKind
+from .options import ProtocolCommands, _choice, _command, _hash_key_option, _param, _protocol_parameters, _verbose_option
+from .output import (EXIT_VIOLATION, _check_output, _clean_errors, _console, _emit, _progress, _say, _say_privacy,
+                     _summary_value)
+
+if TYPE_CHECKING:
+    from ..protocols.registry import ProtocolEntry
+
+
+calibrate_app = ProtocolCommands(lambda entry: _register_calibrate(entry),
+                                 help="Frozen parameters, cost and expected error of a protocol.")
+
+
+def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
+               calibration: Enum, hash_key: Optional[str], verbose: bool, as_json: bool, output: Optional[Path],
+               **options: Any) -> None:
+    import secrets
+
+    from ..core.encoding import KEY_BYTES, check_item_key
+    from ..errors import check_integer
+    from ..privacy.description import privacy_warnings
+    from ..protocols.balls_into_bins import N_USERS_MAX
+    from ..protocols.registry import calibrate
+    from ..reports import CalibrationReport, privacy_profile, report_document, report_parameters
+
+    with _clean_errors():
+        _check_output(output)
+        check_integer("users", users, 2, N_USERS_MAX)  # named as typed (the library's keyword is n_users)
+        if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
+            if hash_key is not None:
+                raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
+                                     "no items to hash)", hash_key)
+            key = None
+        else:
+            key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
+        params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
+                           calibration=calibration.value, item_key=key, **options)
+        profile, expected = privacy_profile(params), params.expected_error()
+    report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
+                               privacy_profile=profile, **expected, costs=params.costs(), theory=params.theory(),
+                               warnings=privacy_warnings(epsilon, delta, users) + params.warnings())
+
+
+    def human() -> None:
+        from rich.table import Table
+
+        table = Table(title=entry.title, show_header=False)
+        for name, value in {**report.parameters, **expected, **report.theory}.items():
+            table.add_row(name, _summary_value(value, digits=6))
+        for party, counts in report.costs.items():
+            table.add_row(f"cost per {party}", ", ".join(f"{k} {v:.6g}" for k, v in counts.items()))
+        _console().print(table)
+        _say_privacy(params.privacy, profile, verbose)
+
+    _emit(report_document(report), as_json, output, human)
+
+
+def _register_calibrate(entry: ProtocolEntry) -> None:
+    params = [
+        _param("users", int, typer.Option(..., "--users", help="Number of users n >= 2.")),
+        _param("domain", int, typer.Option(..., "--dimension", help="Dimension d of the users' vectors.")
+               if entry.result is ResultKind.VECTOR_SUM else typer.Option(..., "--domain", help="Domain size B >= 2."))
+        if entry.result is not ResultKind.HEAVY_HITTER_LIST else
+        _param("domain", Optional[int], typer.Option(None, "--domain", help="Integer items in [0, B), B up to 2^64 "
+                                                                            "(strings: --max-length instead).")),
+        *_protocol_parameters(entry),
+        _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
+        _verbose_option(),
+        _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
+        _param("output", Optional[Path], typer.Option(
+            None, "--output", help="Write the JSON report (loadable as parameters: analyze --params) to FILE.")),
+    ]
+    calibrate_app.command(entry.name, help=f"{entry.title}: frozen parameters, cost, expected error.")(
+        _command(lambda **kw: _calibrate(entry, **kw), params, entry.title))
+
+
+audit_app = ProtocolCommands(lambda entry: _register_audit(entry),
+                             help="Check a protocol's claimed guarantee against its exact or sampled output laws.")
+
+
+AuditMethod = _choice("AuditMethod", ("exact", "statistical"))
+
+
+def _audit(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float, calibration: Enum,
+           noise_scale: float, dropouts: int, method: Enum, runs: int, seed: int, as_json: bool,
+           output: Optional[Path], progress: Optional[bool] = None, **options: Any) -> None:
+    from ..audit import exact_audit, statistical_audit
+    from ..protocols.registry import calibrate
+    from ..reports import report_document
+
+    with _clean_errors():
+        _check_output(output)
+        params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
+                           calibration=calibration.value, **options)
+        if method.value == "exact":
+            with _progress(progress) as advance:
+                report = exact_audit(params, noise_scale, dropouts, progress=advance)
+        elif dropouts:
+            raise ParameterError("dropouts", "0 with --method statistical", dropouts)
+        else:
+            with _progress(progress) as advance:
+                report = statistical_audit(params, runs=runs, noise_scale=noise_scale, seed=seed, progress=advance)
+
+    def human() -> None:
+        r = report
+        _say(f"{r.protocol}, {r.calibration} calibration, noise x{r.noise_scale:g}: {r.method} audit"
+             + (f" over {r.pairs} neighbouring pairs" if r.pairs else f", {r.runs} runs per dataset, "
+                f"{r.confidence:.0%} confidence"))
+        _say(f"claimed: ({r.claimed.epsilon:g}, {r.claimed.delta:g})-DP")
+        eps = "no finite epsilon" if r.true_epsilon is None else f"{r.true_epsilon:.4g}"
+        if r.method == "exact":
+            _say(f"true: delta at epsilon {r.claimed.epsilon:g} = {r.true_delta:.4g}; epsilon at delta "
+                 f"{r.claimed.delta:g} = {eps}" + ("" if r.slack is None else f" (slack {r.slack:.4g})"))
+        else:
+            _say(f"lower bound on the true epsilon: {eps}")
+        for note in r.notes:
+            _say(f"  {note}")
+        _say("verdict: " + ("holds" if r.holds else "VIOLATED: the mechanism does not meet its claimed guarantee"))
+
+    _emit(report_document(report), as_json, output, human)
+    if not report.holds:
+        raise typer.Exit(EXIT_VIOLATION)  # a violated guarantee fails a script, as a failed test would
+
+
+def _register_audit(entry: ProtocolEntry) -> None:
+    params = [
+        _param("users", int, typer.Option(..., "--users", help="Number of users n (tiny for --method exact).")),
+        _param("domain", int, typer.Option(..., "--dimension", help="Dimension d (tiny for --method exact).")
+               if entry.result is ResultKind.VECTOR_SUM else
+               typer.Option(..., "--domain", help="Domain size B (tiny for --method exact).")),
+        *_protocol_parameters(entry),
+        _param("noise_scale", float, typer.Option(1.0, "--noise-scale", help="Multiply the calibrated noise by F "
+                                                                             "(below 1: watch the auditor catch it).")),
+        _param("dropouts", int, typer.Option(0, "--dropouts", help="Users who send nothing (drop out, or collude "
+                                                                    "and are subtracted); exact method.")),
+        _param("method", AuditMethod, typer.Option("exact", "--method", help="exact (enumerates the output laws: "
+                                                                            "tiny n and B) or statistical.")),
+        _param("runs", int, typer.Option(4000, "--runs", help="Runs per dataset (statistical).")),
+        _param("seed", int, typer.Option(0, "--seed", help="Seed of the statistical auditor's runs.")),
+        _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
+        _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),
+        _param("progress", Optional[bool], typer.Option(
+            None, "--progress/--no-progress", help="Progress on stderr: bars on a terminal, else plain lines "
+                                                   "(default: on a terminal only).")),
+    ]
+    audit_app.command(entry.name, help=f"{entry.title}: audit the claimed (epsilon, delta); exit status 1 when "
+                                       "it does not hold.")(
+        _command(lambda **kw: _audit(entry, **kw), params, entry.title))
+
+
+account_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="Privacy accountants: the guarantee a mechanism's parts add up to.")
+
+
+AccountMethod = _choice("AccountMethod", ("best", "fmt", "wang", "blanket", "closed-form"))
+
+
+@account_app.command("shuffle")
+def account_shuffle(
+    local_epsilon: float = typer.Option(..., "--local-epsilon", help="eps0 of each user's local randomizer."),
+    users: int = typer.Option(..., "--users", help="Number of users n (one report each)."),
+    delta: float = typer.Option(..., "--delta", help="delta in (0, 1)."),
+    method: AccountMethod = typer.Option("best", "--method", help="best (default: the least of every proven "  # type: ignore
+                                         "numerical bound that applies), fmt (Feldman-McMillan-Talwar), wang "
+                                         "(variation-ratio reduction), blanket (k-ary randomized response, "
+                                         "--values: the blanket accountant) or closed-form (FMT's)."),
+    values: Optional[int] = typer.Option(None, "--values", help="k: the randomizer is k-ary randomized response "
+                                         "(sets --total-variation, allows the blanket accountant; k = 2 also "
+                                         "reports the exact eps of shuffled binary randomized response)."),
+    total_variation: Optional[float] = typer.Option(None, "--total-variation", help="beta of the randomizer, where "
+                                                    "known (wang; k-ary RR: give --values instead)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON report to FILE."),
+) -> None:
+    """(eps, delta) of n eps0-LDP reports after a uniform shuffle (amplification by shuffling)."""
+    from ..privacy import shuffle
+    from ..reports import AccountReport, report_document
+
+    with _clean_errors():
+        _check_output(output)
+        start = time.perf_counter()
+        epsilons = shuffle.shuffle_epsilons(local_epsilon, users, delta, method.value, total_variation, values)
+        by = min(epsilons, key=epsilons.get)
+        seconds = time.perf_counter() - start
+        try:
+            closed = shuffle.shuffle_epsilon(local_epsilon, users, delta, "closed-form")
+        except ParameterError:  # outside the closed form's condition
+            closed = None
+        exact, exact_note = None, None
+        if values == 2:
+            searched = 2 * shuffle.BINARY_SPLITS
+            try:
+                exact = shuffle.binary_randomized_response_epsilon(local_epsilon, users, delta)
+                exact_note = ("every dataset" if users - 1 < searched else f"the {searched} datasets whose other "
+                              "users hold the fewest or the most ones, where the worst lies on every instance "
+                              "searched in full")
+            except ParameterError as err:  # too large to compute: the bounds stand, and the report says why
+                exact_note = f"not computed: {err}"
+        if values is not None:
+            total_variation = shuffle.randomized_response_total_variation(local_epsilon, values)
+    report = AccountReport("shuffle", local_epsilon, users, delta, method.value, epsilons[by], by, epsilons,
+                           list(shuffle.ASSUMPTIONS), shuffle.REFERENCE, total_variation, values, closed, exact,
+                           exact_note, seconds)
+
+    def human() -> None:
+        randomizer = f"{values}-ary randomized response" if values else "local randomizer"
+        _say(f"{users} shuffled reports of an eps0 = {local_epsilon:g} {randomizer} are ({epsilons[by]:.4g}, "
+             f"{delta:g})-DP ({by}, {seconds:.2f} s)")
+        if len(epsilons) > 1:
+            _say("  by method: " + ", ".join(f"{name} {value:.4g}" for name, value in epsilons.items()))
+        if closed is not None and method.value != "closed-form":
+            _say(f"  the closed form gives eps = {closed:.4g}")
+        if method.value == "best" and values and values > 2 and "blanket" not in epsilons:
+            _say("  the blanket accountant is not run at this size (each blanket size would cost more binomial tails "
+                 "than its budget); FMT's and Wang et al.'s bounds stand")
+        if exact is not None:
+            gap = f"the bound is {epsilons[by] / exact - 1:.1%} above it" if exact > 0 else "the bound is above 0"
+            _say(f"  exact eps of shuffled binary randomized response: {exact:.4g} (over {exact_note}); {gap}")
+        elif exact_note is not None:
+            _say(f"  exact eps of shuffled binary randomized response {exact_note}")
+        _say("  assumes: " + "; ".join(shuffle.ASSUMPTIONS))
+
+    _emit(report_document(report), as_json, output, human)

@@ -1,0 +1,236 @@
+"""``privagg demo-service PROTOCOL``: the services started on localhost, the bundled words sent through them as
+real SDK clients, the private result printed beside the simulation's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ParameterError, check_integer
+from . import options
+from .output import _clean_errors, _console, _label, _say, _say_release_privacy
+from .tasks import task_service
+
+
+def demo_kind(entry) -> str:
+    """What demo-service runs for ``entry`` (a registry entry with ``demo``): the rounds of a multi-round protocol,
+    a heavy-hitter discovery, or a frequency table's top words, through the services."""
+    from ..protocols.kinds import ResultKind
+
+    return ("rounds" if entry.multi_round else "heavy hitters" if entry.result is ResultKind.HEAVY_HITTER_LIST
+            else "frequencies")
+
+
+DEMO_OPTIONS = {"--vocabulary": ("frequencies",), "--concurrency": ("frequencies", "heavy hitters"),
+                "--top": ("frequencies",), "--drop-fraction": ("rounds",),
+                "--round-seconds": ("rounds",)}  # the kinds of demo each option applies to
+
+
+def _interrupted(_signum, _frame) -> None:
+    """SIGTERM as Ctrl-C: the demo's context managers stop the services it started (SIGTERM's default action would
+    end the demo at once, its child processes left running)."""
+    raise KeyboardInterrupt
+
+
+def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe1: the shuffle model's collector and "  # type: ignore[valid-type]
+                                                         "analyzer; fe-hh: the same, discovering the heavy words "
+                                                         "with no list; dpds or dpdg: the sharing server and its users; "
+                                                         "tss or tss-collusion: S1, S2 and their users."),
+                 users: Optional[int] = typer.Option(None, "--users", help="Users drawn from the bundled English "
+                                                     "words (default 20,000 for fe1 and fe-hh, 300 for the others)."),
+                 vocabulary: Optional[int] = typer.Option(None, "--vocabulary", help="fe1 only: the most common "
+                                                          "words, the domain (default 1,000; fe-hh takes the words "
+                                                          "of up to 4 letters, the others the 10 most common)."),
+                 epsilon: float = typer.Option(1.0, "--epsilon", help="Privacy parameter epsilon."),
+                 delta: float = typer.Option(1e-6, "--delta", help="Privacy parameter delta."),
+                 concurrency: Optional[int] = typer.Option(None, "--concurrency", help="fe1 and fe-hh only: reports "
+                                                           "in flight at once (default 500)."),
+                 drop_fraction: Optional[float] = typer.Option(None, "--drop-fraction", help="dpds, dpdg, tss and "
+                                                               "tss-collusion only: the share of users who vanish "
+                                                               "(default 0), each at a round drawn at random: "
+                                                               "round 1, 2 or 3 for dpds and dpdg, round 1 or 2 "
+                                                               "for tss and tss-collusion."),
+                 round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss and "
+                                                               "tss-collusion only: each round's deadline from its "
+                                                               "start (default 300)."),
+                 workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
+                                              help="Folder for the services' databases and logs: a new or empty "
+                                                   "one, or one an earlier demo made (it replaces its databases "
+                                                   "there)."),
+                 top: Optional[int] = typer.Option(None, "--top", help="fe1 only: how many top words to show "
+                                                   "(default 10; fe-hh shows every heavy word found, the others "
+                                                   "every category)."),
+                 as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
+                                                                    "comparison.")) -> None:
+    """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
+    result beside the simulation's. An option that does not apply to the protocol is refused, not ignored.
+    SIGTERM (or Ctrl-C) stops the services it started before it exits (status 130)."""
+    import signal
+
+    from ..protocols.registry import get, listed, names
+
+    given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
+             "--round-seconds": round_seconds}
+    kind = demo_kind(get(protocol.value))
+    with _clean_errors():
+        for name, value in given.items():
+            if value is not None and kind not in DEMO_OPTIONS[name]:
+                applies = listed(names(lambda e: e.demo and demo_kind(e) in DEMO_OPTIONS[name]), "and")
+                raise ParameterError(name, f"given only for {applies} (it does nothing for {protocol.value})", value)
+        concurrency = check_integer("concurrency", 500 if concurrency is None else concurrency, 1, 100_000)
+    signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
+    if kind == "heavy hitters":
+        _demo_heavy_hitters(protocol.value, users or 20_000, epsilon, delta, concurrency, workdir, as_json)
+        return
+    if kind == "rounds":
+        _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
+                      300.0 if round_seconds is None else round_seconds, workdir, as_json)
+        return
+    users = 20_000 if users is None else users
+    from ..demos import run_demo
+    from ..reports import document_privacy, json_document
+
+    with _clean_errors():
+        users = check_integer("users", users, 1_000, 1_000_000)
+        vocabulary = check_integer("vocabulary", 1_000 if vocabulary is None else vocabulary, 2, 20_000)
+        top = check_integer("top", 10 if top is None else top, 1, vocabulary)
+        out = run_demo(workdir, users, vocabulary, epsilon, delta, concurrency,
+                       progress=(lambda _text: None) if as_json else _say, protocol=protocol.value)
+    if as_json:
+        print(json.dumps(json_document({k: out[k] for k in ("service", "simulation", "load", "comparison")},
+                                       from_data=True)))  # the seeded simulation evaluated, the comparison
+        return
+    from rich.table import Table
+
+    sim = {e["item"]: e for e in out["simulation"]["estimates"]}
+    service_privacy = document_privacy(out["service"])
+    table = Table(title=f"{protocol.value} over {users} users: the services' result ({_label(service_privacy)}) beside "
+                        "the simulation")
+    for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
+        table.add_column(column, justify="right")
+    for e in out["service"]["estimates"][:top]:
+        s = sim[e["item"]]
+        table.add_row(out["words"][e["item"]], str(out["truth"][e["item"]]), f"{e['estimate']:.1f} ± {e['stderr']:.1f}",
+                      f"{s['estimate']:.1f} ± {s['stderr']:.1f}")
+    _console().print(table)
+    c, load, cmp = out["service"]["collection"], out["load"], out["comparison"]
+    _say_release_privacy(service_privacy, "service ", f"; {service_privacy.randomness}; honest fraction "
+                         f"{service_privacy.honest_fraction:g}")
+    _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
+    _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
+         f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
+         f"{load['reports_per_second']:.0f} reports/s, latency p50 {load['latency_ms']['p50']:.0f} ms, p99 "
+         f"{load['latency_ms']['p99']:.0f} ms")
+    verdict = "matches" if cmp["matches"] else "DOES NOT match"
+    _say(f"service vs simulation over all {cmp['items']} words: RMS of the standardized differences "
+         f"{cmp['rms_standardized_difference']:.2f} (1 expected), largest {cmp['max_standardized_difference']:.2f} "
+         f"(about {cmp['expected_max']:.1f} expected): the service {verdict} the simulation within its standard "
+         "errors")
+
+
+def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
+                        as_json: bool) -> None:
+    """demo-service of a heavy-hitter protocol (privagg.demos.run_heavy_hitter_demo), printed."""
+    from ..demos import run_heavy_hitter_demo
+    from ..reports import document_privacy, json_document
+
+    with _clean_errors():
+        users = check_integer("users", users, 5_000, 1_000_000)
+        out = run_heavy_hitter_demo(workdir, users, epsilon=epsilon, delta=delta, concurrency=concurrency,
+                                    protocol=protocol,
+                                    progress=(lambda _text: None) if as_json else _say)
+    if as_json:
+        print(json.dumps(json_document(out, from_data=True)))  # the true counts, recall and precision
+        return
+    from rich.table import Table
+
+    report, comparison = out["service"], out["comparison"]
+    simulated = {h["item"] for h in out["simulation"]["heavy_hitters"]}
+    table = Table(title=f"{protocol} over {report['n_users']:,} users: the heavy words the services discovered (no "
+                        f"list), threshold phi n = {comparison['threshold']:,.0f}")
+    for column in ("word", "service ± stderr", "true count", "found by the simulation"):
+        table.add_column(column, justify="right")
+    for h in report["heavy_hitters"]:
+        table.add_row(str(h["item"]), f"{h['estimate']:,.0f} ± {h['stderr']:,.0f}", str(out["truth"].get(h["item"], 0)),
+                      "yes" if h["item"] in simulated else "no")
+    _console().print(table)
+    missed = sorted(w for w, c in out["truth"].items() if c >= comparison["threshold"] and
+                    w not in {h["item"] for h in report["heavy_hitters"]})
+    for who in ("service", "simulation"):
+        e = comparison[who]
+        _say(f"{who}: recall {e['recall']:.2f} of the {e['heavy_items']} words held by at least phi n users, precision "
+             f"{e['precision']:.2f} of the {e['reported']} reported" + (f" (missed: {', '.join(missed)})"
+                                                                          if who == "service" and missed else ""))
+    _say_release_privacy(document_privacy(report), "service ", "; the simulation beside it is seeded (not private)")
+
+
+def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
+                  round_seconds: float, workdir: Path, as_json: bool) -> None:
+    """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed."""
+    from ..demos import run_sharing_demo
+    from ..protocols.registry import get
+    from ..reports import document_privacy, json_document
+
+    with _clean_errors():
+        summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
+                                   progress=(lambda _text: None) if as_json else _say)
+    report, rows = summary["service"], summary["estimates"]
+    if as_json:
+        print(json.dumps(json_document(summary, from_data=True)))  # the truth and z-scores beside the release
+        return
+    from rich.table import Table
+
+    d, privacy = report["dropouts"], document_privacy(report)
+    server = "S2's" if task_service(get(protocol)) == "two-servers" else "the sharing server's"
+    table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} release "
+                        f"({_label(privacy)}) beside the simulation")
+    for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(r["word"], str(r["truth"]), f"{r['service']:.1f} ± {r['service_stderr']:.1f}",
+                      _shown_z(r["service_z"]), f"{r['simulation']:.1f} ± {r['simulation_stderr']:.1f}",
+                      _shown_z(r["simulation_z"]))
+    _console().print(table)
+    _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} took part in round 1, {d['survivors']} in the "
+         f"release (the task's minimum {d['min_survivors']})")
+    _say_release_privacy(privacy, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: not "
+                         "private (seeded)")
+    z = [r["service_z"] for r in rows if r["service_z"] is not None]
+    if summary["data_condition_broken"]:
+        _say("warning: the survivors' data breaks the condition the guarantee assumes (a demo can see it; no party "
+             f"of a deployment can): {summary['data_condition_broken']}", stderr=True)
+    for caveat in privacy.caveats:
+        if "weakened" in caveat:
+            _say("warning: " + caveat[caveat.index("the dropouts weakened"):], stderr=True)
+    if summary["z_rms"] is not None:
+        _say(f"z-scores against the truth (each over its standard deviation at the true count): RMS "
+             f"{summary['z_rms']:.2f} over {len(z)} categories (1 expected)")
+    _say("rounds: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["round_seconds"].items()))
+    b = summary["bytes"]
+    formula = "" if b.get("sealed_expected") is None else (
+        f", the formula {b['sealed_expected']:,} ("
+        f"{'equal' if b['sealed_sent'] == b['sealed_expected'] else 'DIFFERENT'})")
+    _say(f"bytes: the users sealed {b['sealed_sent']:,} bytes for the relay{formula}; HTTP bodies (base64 and JSON) "
+         f"{b['http_sent']:,} sent, {b['http_received']:,} received")
+    parties = Table(title="messages per party (entries: field elements; items in report sets and helper lists; a key "
+                          "counts one, a backup one per secret, a revealed share one), measured / expected, beside "
+                          "Table I")
+    for column in ("party", "parties", "sent", "received", "Table I"):
+        parties.add_column(column, justify="left" if column in ("party", "Table I") else "right")
+    for row in summary["parties"]:
+        parties.add_row(row["party"], str(row["parties"]), _entries(row["sent"], row["expected_sent"]),
+                        _entries(row["received"], row["expected_received"]), row["table_i"])
+    _console().print(parties)
+
+
+def _entries(measured: dict, expected: dict) -> str:
+    """Each kind's entries per party, measured / expected."""
+    return "\n".join(f"{kind}: {measured.get(kind, 0):,.1f} / {expected[kind]:,.1f}" if kind in expected else
+                     f"{kind}: {measured.get(kind, 0):,.1f}" for kind in sorted({*measured, *expected})) or "-"
+
+
+def _shown_z(z: float | None) -> str:
+    return "-" if z is None else f"{z:+.2f}"

@@ -1,0 +1,408 @@
+"""The tasks' operators: ``privagg task create|candidates|close`` and ``privagg tokens issue``, in the database of
+the service that holds the task (by its protocol's topology)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ParameterError, check_integer
+from .output import _check_output, _clean_errors, _say
+from .servers import _DB, _KEK_FILE, _NEW_DB
+
+
+task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks of the analyzer service.")
+
+
+tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
+
+
+TokenServer = Enum("TokenServer", {name: name for name in ("collector", "sharing", "s1")}, type=str)
+
+
+def task_service(entry) -> str:
+    """Which service holds a task of ``entry``'s protocol, by its topology: the sharing server, TSS's two servers,
+    or the analyzer (a one-round task; the analyzer refuses one it does not run)."""
+    from ..protocols.kinds import Topology
+
+    return {Topology.SECRET_SHARING: "sharing", Topology.TWO_SERVERS: "two-servers"}.get(entry.topology, "analyzer")
+
+
+def _tasks_of(services: tuple[str, ...]) -> str:
+    """The protocols whose tasks ``services`` hold, as prose."""
+    from ..protocols.registry import listed, names
+
+    return listed(names(lambda e: task_service(e) in services))
+
+
+_ONE_ROUND = (("analyzer",), lambda: f"a one-round task (the analyzer's: not {_tasks_of(('sharing', 'two-servers'))})")
+
+
+_ROUND_TASKS = (("sharing", "two-servers"), lambda: f"a {_tasks_of(('sharing', 'two-servers'))} task")
+
+
+_TSS = (("two-servers",), lambda: f"a {_tasks_of(('two-servers',))} task (S1 and S2)")
+
+
+TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem": _ONE_ROUND, "--candidates": _ONE_ROUND,
+                "--discover-phi": _ONE_ROUND, "--round-seconds": _ROUND_TASKS, "--min-survivors": _ROUND_TASKS,
+                "--kek-file": (("analyzer", "two-servers"), lambda: f"a task of the analyzer, or of "
+                               f"{_tasks_of(('two-servers',))} (S2's key)"),
+                **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
+
+
+_ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
+                  "can be closed only with all n); calibrate with a lower honest fraction (--honest-fraction G) to be "
+                  "able to close it at ceil(G n) reports")
+
+
+@task_app.command("create")
+def task_create(params: Path = typer.Option(..., "--params", help="Frozen parameters (privagg calibrate PROTOCOL "
+                                                                  "--json > params.json)."),
+                db: Optional[str] = _NEW_DB,
+                min_batch_size: Optional[int] = typer.Option(None, "--min-batch-size", help="Fewest reports in a "
+                                                             "released batch (default n; at least G n in the "
+                                                             "shuffle model)."),
+                key_id: Optional[int] = typer.Option(None, "--key-id", help="The key's id, 0..255 (default: the "
+                                                     "one after the newest task's)."),
+                kem: Optional[str] = typer.Option(None, "--kem", help="x25519 (default) or mlkem768-x25519: the "
+                                                  "hybrid post-quantum KEM (X-Wing), 1,136 bytes per message "
+                                                  "instead of 48."),
+                round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss: each "
+                                                              "round's deadline from its start (default 3600)."),
+                min_survivors: Optional[int] = typer.Option(None, "--min-survivors", help="dpds, dpdg, tss: the "
+                                                            "fewest users a release may be over (default n: no "
+                                                            "dropout)."),
+                second_db: Optional[str] = typer.Option(None, "--second-db", help="tss: S2's database (--db is "
+                                                        "S1's, made if it does not exist): the task is made on "
+                                                        "both (one operator)."),
+                only_second: bool = typer.Option(False, "--s2", help="tss, S2's operator: make S2's task alone in "
+                                                 "--db, print its public JSON, and write its relay token to "
+                                                 "--relay-token-file for S1's operator."),
+                second_task: Optional[Path] = typer.Option(None, "--second-task", help="tss, S1's operator: S2's "
+                                                           "public task (the JSON --s2 printed); with "
+                                                           "--relay-token-file and --second-url."),
+                relay_token_file: Optional[Path] = typer.Option(None, "--relay-token-file", help="tss across two "
+                                                                "operators: the file S2's relay token is written "
+                                                                "to (--s2, a new file, mode 0600) or read from "
+                                                                "(--second-task)."),
+                second_url: Optional[str] = typer.Option(None, "--second-url", help="tss: where S1 hands the "
+                                                         "helpers' sums over to S2."),
+                kek_file: Optional[Path] = _KEK_FILE,
+                candidates: Optional[Path] = typer.Option(None, "--candidates", help="Frequency tasks: a file of "
+                                                          "the public items the result answers, one a line "
+                                                          "(integers, or text hashed with the parameters' "
+                                                          "item_key), or a 1-sparse vector sum's coordinates; "
+                                                          "required over 2^24 items. Chosen without looking at "
+                                                          "the users' data: each is published by name."),
+                discover_phi: Optional[float] = typer.Option(None, "--discover-phi", help="sparse-vector-hashed, no "
+                                                             "candidates: the paper's two stages as one task, fe-hh "
+                                                             "first discovering the coordinates whose sums reach PHI "
+                                                             "n at the parameters' (eps, delta), so the task spends "
+                                                             "twice theirs (calibrate at half your budget)."),
+                as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
+    """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
+    parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
+    tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
+    from ..io import read_json_text
+    from ..protocols.registry import get, load_parameters
+    from ..service.client import check_url
+    from ..service.config import load_config
+    from ..service.storage import connect
+
+    with _clean_errors():
+        parameters = load_parameters(read_json_text(params, "params"))
+        if second_url is not None:
+            second_url = check_url("second-url", second_url)
+        given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
+                 "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
+                 "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
+                 "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file}
+        service = task_service(get(parameters.protocol))  # the registry entry's topology picks the service
+        for name, value in given.items():  # refused, not ignored, where it does nothing
+            if value is not None and service not in TASK_OPTIONS[name][0]:
+                raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]()}", parameters.protocol)
+        round_seconds = 3600.0 if round_seconds is None else round_seconds
+        if service == "two-servers":
+            from ..service.keys import KeyEncryptionKey
+            from ..service.two_servers import FirstService, SecondService, create_tasks
+
+            if only_second:  # S2's operator: S2's task, its public JSON out, the relay token to a private file
+                if relay_token_file is None:
+                    raise ParameterError("relay-token-file", "given with --s2: the new file S2's relay token is "
+                                         "written to, for S1's operator", None)
+                cfg = load_config("s2", db=db, kek_file=None if kek_file is None else str(kek_file))
+                kek = KeyEncryptionKey.load(cfg.kek_file)
+                second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(parameters,
+                                                                                                   min_survivors)
+                _write_private(relay_token_file, token + "\n")
+                delta = _release_delta(parameters, second.min_survivors, as_json)
+                print(json.dumps({**second.to_dict(), **delta}) if as_json else second.task_id)
+                return
+            if second_task is not None:  # S1's operator: S2's public task and relay token, from S2's operator
+                if second_url is None:
+                    raise ParameterError("second-url", "given with --second-task: where S1 hands over to S2", None)
+                second, token = _second_task(second_task, parameters), _relay_token(relay_token_file)
+                first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                tss = first.create_task(parameters, second, second_url, token, round_seconds)
+            else:
+                if second_db is None or second_url is None:
+                    raise ParameterError("second-db/second-url", "both given for tss from one operator (S2's "
+                                         "database and URL), or --s2 and then --second-task across two",
+                                         f"{second_db}, {second_url}")
+                first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
+                kek = KeyEncryptionKey.load(cfg.kek_file)
+                second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
+                tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
+            if not as_json:
+                _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "
+                     f"{parameters.n_users} users to enroll, rounds of {tss.round_seconds:g} s, at least "
+                     f"{tss.min_survivors} survivors")
+            delta = _release_delta(parameters, tss.min_survivors, as_json)
+            print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
+            return
+        if service == "sharing":
+            from ..service.sharing import SharingService
+
+            engine = connect(load_config("sharing", db=db).db, "sharing")
+            task = SharingService(engine).create_task(parameters, round_seconds, min_survivors)
+            if not as_json:
+                _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
+                     f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
+            delta = _release_delta(parameters, task.min_survivors, as_json)
+            print(json.dumps({**task.to_dict(), **delta}) if as_json else task.task_id)
+            return
+        from ..service.analyzer import AnalyzerService
+        from ..service.keys import KeyEncryptionKey
+
+        cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
+        kek = KeyEncryptionKey.load(cfg.kek_file)
+        task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(
+            parameters, min_batch_size, key_id, kem or "x25519",
+            None if candidates is None else _candidate_lines(candidates), discover_phi)
+    if task.single_batch and parameters.honest_fraction == 1:
+        _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
+             f"cannot lower its honest fraction (its {task.discovery.parameters.protocol} stage counts on every "
+             "user's noise)", stderr=True)
+    if as_json:
+        print(task.to_json())
+    else:
+        _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users}, "
+             f"min batch {task.min_batch_size} reports, {task.kem} key id {task.key_id}")
+        if task.discovery is not None:
+            stage = task.discovery.parameters
+            _say(f"its first stage: task {task.discovery.task_id}, fe-hh over the {stage.domain_size} cells at phi "
+                 f"{stage.phi:g} (the task's guarantee: eps {parameters.epsilon + stage.epsilon:g}, delta "
+                 f"{parameters.delta + stage.delta:g}, both stages by basic composition)")
+        print(task.task_id)
+
+
+def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
+    """A task with rounds (dpds, dpdg, tss): the delta its release states over its fewest survivors, the worst case
+    (:func:`~privagg.service.round_tasks.release_delta`), said (unless ``as_json``), and a warning when it exceeds the
+    task's target, naming the --min-survivors that keeps it; the JSON fields of both."""
+    from ..service.round_tasks import release_delta, survivors_for_target
+
+    worst, keeps = release_delta(parameters, min_survivors), survivors_for_target(parameters, min_survivors)
+    dropouts = parameters.n_users - min_survivors
+    if not as_json:
+        _say(f"its release states delta {worst:.3g} at epsilon {parameters.epsilon:g}" + (
+            f" over as few as {min_survivors} survivors (the worst case, {dropouts} dropouts)" if dropouts else
+            " (no dropout allowed)") + f"; the target delta is {parameters.delta:g}")
+    if keeps > min_survivors:
+        fewer = ("fewer users, and holders of a category, to hide among" if hasattr(parameters, "min_count_fraction")
+                 else "less noise from honest users")
+        remedy = (f"--min-survivors {keeps} or more keeps the target" if keeps < parameters.n_users else
+                  f"only --min-survivors {keeps}, no dropout, keeps it (or calibrate for a smaller delta to leave room "
+                  "for dropouts)")
+        _say(f"warning: a release over {min_survivors} survivors would state delta {worst:.3g}, over the task's "
+             f"target {parameters.delta:g} (its {dropouts} dropouts leave {fewer}): {remedy}", stderr=True)
+    return {"delta_at_min_survivors": worst, "min_survivors_for_target_delta": keeps}
+
+
+def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
+    """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as err:
+        raise ParameterError(field, "a new file in a writable folder", f"{path} ({err.strerror})") from None
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _second_task(path: Path, parameters):
+    """S2's public task from the JSON file S2's operator gave, checked: its parameters must be these."""
+    from ..service.round_tasks import SecondTask
+
+    try:
+        second = SecondTask.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as err:  # what is wrong in words, not the error's class name
+        why = err.strerror if isinstance(err, OSError) else f"no field {err}" if isinstance(err, KeyError) else \
+            str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise ParameterError("second-task", "S2's public task, as privagg task create --s2 --json prints it",
+                             f"{path} ({why})") from None
+    if second.parameters.to_dict() != parameters.to_dict():
+        raise ParameterError("second-task", "S2's task for the same parameters as --params", f"{path}: other ones")
+    return second
+
+
+def _relay_token(path: Path | None) -> str:
+    if path is None:
+        raise ParameterError("relay-token-file", "given with --second-task: the file with S2's relay token", None)
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParameterError("relay-token-file", "a readable file with S2's relay token (ASCII)",
+                             f"{path} ({getattr(err, 'strerror', None) or err.reason})") from None
+
+
+def _candidate_lines(path: Path) -> list:
+    """The items of a candidates file, one a line: all integers, or all text. A file of more lines than a task
+    takes is refused as soon as its first line too many is read."""
+    from ..service.analyzer import MAX_CANDIDATES
+
+    lines: list[str] = []
+    try:
+        with open(path, encoding="utf-8") as text:
+            for line in text:
+                if line.strip():
+                    lines.append(line.strip())
+                if len(lines) > MAX_CANDIDATES:
+                    raise ParameterError("candidates", f"a file of at most {MAX_CANDIDATES:,} items", f"{path}, more")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParameterError("candidates", "a readable UTF-8 file, one item a line", f"{path} ({err})") from None
+    return [int(line) for line in lines] if all(line.lstrip("-").isdigit() for line in lines) else lines
+
+
+@task_app.command("candidates")
+def task_candidates(task: str = typer.Option(..., "--task", help="The task id (created with --candidates)."),
+                    candidates: Path = typer.Option(..., "--candidates", help="A file of more public items, one a "
+                                                    "line (integers, or text hashed with the parameters' item_key), "
+                                                    "chosen without looking at the users' data: each is published "
+                                                    "by name."),
+                    db: Optional[str] = _DB, kek_file: Optional[Path] = _KEK_FILE) -> None:
+    """Answer more public candidates in a task created with --candidates, also after its messages arrived: the
+    analyzer computes its aggregate again from the messages it kept (the running analyzer answers them at once;
+    POST /tasks/{id}/candidates does the same over HTTP)."""
+    from ..service.analyzer import AnalyzerService
+    from ..service.config import load_config
+    from ..service.keys import KeyEncryptionKey
+    from ..service.storage import connect
+    from ..service.web import Refused
+
+    with _clean_errors():
+        cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
+        kek = KeyEncryptionKey.load(cfg.kek_file)
+        items = _candidate_lines(candidates)
+        try:
+            count = AnalyzerService(connect(cfg.db, "analyzer", kek=kek, create=False), kek=kek).add_candidates(task,
+                                                                                                               items)
+        except Refused as err:  # an unknown task id
+            raise ParameterError("task", "a task of this analyzer", f"{task} ({err.detail})") from None
+    _say(f"task {task} answers {count:,} candidates")
+
+
+@task_app.command("close")
+def task_close(task: str = typer.Option(..., "--task", help="The task id."), db: Optional[str] = _DB) -> None:
+    """Close a task at the collector: no report is taken after, and a shuffle task's reports form its one batch
+    if at least its minimum (ceil(G n) or more) came."""
+    from ..service.collector import Collector
+    from ..service.config import load_config
+    from ..service.storage import connect
+    from ..service.tasks import is_hex_id
+
+    with _clean_errors():
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
+        engine = connect(load_config("collector", db=db).db, "collector", create=False)
+        waiting, before = Collector(engine, None, None).close(task)
+    last = f"; its {waiting} waiting reports form its last batch" if waiting else ""
+    _say({None: f"closed task {task}: no report is taken after{last}",
+          "closed": f"task {task} was already closed (nothing changed): no report is taken after{last}",
+          "released": f"task {task} already took no report (nothing changed): its one batch was released"}[before])
+
+
+@tokens_app.command("issue")
+def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
+                 count: int = typer.Option(..., "--count", help="How many tokens."),
+                 db: Optional[str] = _DB,
+                 server: TokenServer = typer.Option("collector", "--server", help="collector (a one-round task's "  # type: ignore[valid-type]
+                                                    "reports), sharing (a dpds or dpdg task's enrollments) or s1 "
+                                                    "(a tss task's)."),
+                 analyzer: Optional[str] = typer.Option(None, "--analyzer", help="collector: the analyzer's URL, "
+                                                        "where a task the collector does not know yet is fetched "
+                                                        "(default: the collector's analyzer_url setting)."),
+                 analyzer_ca: Optional[Path] = typer.Option(None, "--analyzer-ca", help="collector: CA file for the "
+                                                            "analyzer's certificate."),
+                 output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE, a new one "
+                                                       "(mode 0600; an existing file is never overwritten), one a "
+                                                       "line, instead of stdout.")) -> None:
+    """Issue one-use client tokens for a task of the server (it keeps only their hashes). The task must exist: the
+    sharing server and S1 hold theirs; the collector learns a task from the analyzer (--analyzer), once."""
+    from ..service.config import load_config
+    from ..service.storage import connect
+    from ..service.tasks import is_hex_id
+
+    with _clean_errors():
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
+        count = check_integer("count", count, 1, 10_000_000)
+        if server.value != "collector" and (analyzer or analyzer_ca):
+            raise ParameterError("analyzer" if analyzer else "analyzer-ca", "given only with --server collector",
+                                 server.value)
+        cfg = load_config(server.value, db=db, analyzer_url=analyzer,
+                          analyzer_ca=None if analyzer_ca is None else str(analyzer_ca))
+        if output is not None and (output.exists() or output.is_symlink()):
+            raise ParameterError("output", "a new file (an existing one is never overwritten: its tokens may be "
+                                 "out already)", str(output))
+        _check_output(output)  # before the tokens are issued: none is lost for a file that cannot be written
+        engine = connect(cfg.db, server.value, create=False)
+        if server.value == "sharing":
+            from ..service.sharing import SharingService
+
+            issued = SharingService(engine).issue_tokens(task, count)
+        elif server.value == "s1":
+            from ..service.two_servers import FirstService
+
+            issued = FirstService(engine).issue_tokens(task, count)
+        else:
+            issued = _collector_tokens(engine, cfg, task, count)
+        text = "\n".join(issued) + "\n"
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            _write_private(output, text, "output")
+
+
+def _collector_tokens(engine, cfg, task_id: str, count: int) -> list[str]:
+    """The collector's tokens for a task it knows, or fetches now from the analyzer (``cfg.analyzer_url``) and
+    keeps, as it does at a task's first report: tokens of a task that does not exist are refused."""
+    import logging
+
+    from ..service.collector import Collector, http_peer
+    from ..service.web import Refused
+
+    fetch = None if cfg.analyzer_url is None else http_peer(cfg.analyzer_url, ca_file=cfg.analyzer_ca)[0]
+    collector = Collector(engine, fetch or (lambda _task_id: None), None)
+    log = logging.getLogger("privagg.collector")
+    level, _ = log.level, log.setLevel(logging.ERROR)  # its "task not fetched" warning: the error below says it
+    try:
+        collector.task(task_id)
+    except Refused as err:
+        if fetch is None:
+            raise ParameterError("task", "a task this collector knows (it learns one from the analyzer: give "
+                                 "--analyzer URL to fetch it)", task_id) from None
+        if err.status == 503:  # no answer, or not a task
+            raise ParameterError("analyzer", "a reachable analyzer URL", f"{cfg.analyzer_url} ({err.detail})") \
+                from None
+        raise ParameterError("task", f"a task of the analyzer at {cfg.analyzer_url}", task_id) from None
+    finally:
+        log.setLevel(level)
+    return collector.issue_tokens(task_id, count)

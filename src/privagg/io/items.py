@@ -1,0 +1,308 @@
+"""The users' items and the public lists: typed once for the whole file, encoded block by block into codes, and
+located by file line in errors (:mod:`privagg.io`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..core.encoding import ItemEncoder
+from ..errors import ParameterError, parse_number
+from .blocks import CANONICAL_INTEGER, NUMBER, _Block, _blocks, _cut, _matches, _plain_integers, _without_missing
+from .files import InputFormat, _unreadable, checked_file, file_kind
+from .vectors import _empty_rows, _load_table, load_npy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass
+class ReadSummary:
+    """What reading a file gave: the codes, and the users left out for a missing value (``missing="drop"``)."""
+
+    codes: np.ndarray
+    dropped: int = 0
+
+
+def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputFormat(), field: str = "input",
+               public: bool = False) -> ReadSummary:
+    """The codes of the items in ``path`` (one per user), encoded block by block with ``encoder``.
+
+    ``public=True`` for candidate lists: the encoder may then label their
+    codes with the items. ``field`` names the file in error messages.
+    """
+    path = Path(path)
+    kind = file_kind(path, fmt)
+    checked_file(path, field, kind)
+    if kind == "text" and (fmt.column is not None or not fmt.header):
+        option = "column" if fmt.column is not None else "header"
+        raise ParameterError(option, "left out for a plain-text file (one item per line; give --delimiter for a "
+                             "table)", fmt.column if fmt.column is not None else "--no-header")
+    if kind == "npy":
+        return ReadSummary(_read_npy(path, encoder, fmt, field))
+    import pyarrow as pa  # for what follows: a .npy is read without Arrow
+
+    typer = _ItemTyper(fmt.item_type, field, path)
+    # Each stored value took at least 2 bytes of the file (a character and a line break or delimiter; an empty
+    # value is missing, so never stored): np.empty reserves that bound without touching it, and only the
+    # pages the codes fill become resident. Joining per-block arrays instead would hold every user twice.
+    codes, count, dropped = None, 0, 0
+    try:
+        for block in _blocks(path, kind, fmt, field):
+            if codes is None:
+                codes = np.empty(block.capacity or path.stat().st_size // 2 + 1, dtype=np.int64)
+            block, lost = _without_missing(block, fmt, field, path)
+            dropped += lost
+            part = typer.encode(block, encoder, public)
+            codes[count:count + part.size] = part
+            count += part.size
+    except (OSError, EOFError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+    return ReadSummary(np.empty(0, dtype=np.int64) if codes is None else codes[:count], dropped)
+
+
+def read_list(path: str | Path, fmt: InputFormat = InputFormat(item_type="str"), field: str = "candidates",
+              largest: int = 2**20) -> list[str]:
+    """A small public list (a categorical protocol's categories), in file order, as text; at most ``largest``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    path = Path(path)
+    kind = file_kind(path, fmt)
+    checked_file(path, field, kind)
+    values: list[str] = []
+    try:
+        if kind == "npy":
+            values = [str(v) for v in np.load(path, allow_pickle=False).ravel().tolist()]
+        for block in () if kind == "npy" else _blocks(path, kind, fmt, field):
+            block, _ = _without_missing(block, fmt, field, path)
+            values += pc.cast(block.values, pa.string()).to_pylist()
+            if len(values) > largest:
+                break
+    except ParameterError:
+        raise
+    except (OSError, EOFError, ValueError, pa.ArrowException) as err:  # ValueError: an .npy of objects, a bad header
+        raise _unreadable(path, kind, field, err) from None
+    if len(values) > largest:
+        raise ParameterError(field, f"a list of at most {largest} items", f"more in {path}")
+    return values
+
+
+def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = "input") -> tuple[list | np.ndarray, int]:
+    """(the users' raw items, users left out for a missing value): what heavy-hitter discovery reads.
+
+    A 1-D integer .npy array comes back as it is; other files as a list of strings, or of Python ints when
+    ``--item-type int`` (or ``auto`` and every value is a canonical decimal integer). The protocol checks the
+    items' range and length, naming the row, which :func:`location` finds in the file.
+    """
+    path = Path(path)
+    kind = file_kind(path, fmt)
+    checked_file(path, field, kind)
+    if kind == "npy":
+        try:
+            array = load_npy(path)
+        except (OSError, EOFError, ValueError) as err:
+            raise _unreadable(path, "npy", field, err) from None
+        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
+            raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
+                                 "for strings)", f"{path} (shape {array.shape}, dtype {array.dtype})")
+        return array, 0
+    import pyarrow as pa  # for what follows: a .npy is read without Arrow
+    import pyarrow.compute as pc
+
+    values: list = []
+    dropped = 0
+    try:
+        for block in _blocks(path, kind, fmt, field):
+            block, lost = _without_missing(block, fmt, field, path)
+            dropped += lost
+            values += pc.cast(block.values, pa.string()).to_pylist()
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+    if fmt.item_type == "str" or not values:
+        return values, dropped
+    bad = np.flatnonzero(~_matches(pa.array(values, pa.string()), CANONICAL_INTEGER))
+    if bad.size and fmt.item_type == "int":
+        raise ParameterError(field, "canonical decimal integers (--item-type int)",
+                             f"{_cut(values[bad[0]])} on {location(path, fmt, int(bad[0]))}")
+    if not bad.size:
+        huge = next((i for i, text in enumerate(values) if len(text) > 40), None)
+        if huge is not None:  # beyond any domain (and past what int() converts at 4,300 digits)
+            raise ParameterError(field, "integers of at most 40 digits",
+                                 f"{_cut(values[huge])} on {location(path, fmt, huge)}")
+        values = [int(text) for text in values]
+    return values, dropped
+
+
+def read_epsilons(path: str | Path, fmt: InputFormat, column: str) -> np.ndarray:
+    """Each user's privacy requirement: the numbers of ``column`` in the table ``path``, row by row (weighted
+    aggregation). Every value must be a finite number > 0; a missing one is an error (rows must stay aligned
+    with the items)."""
+    from dataclasses import replace
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    path = Path(path)
+    kind = file_kind(path, fmt)
+    checked_file(path, "epsilon-column", kind)
+    if kind not in ("table", "parquet"):
+        raise ParameterError("epsilon-column", "given for a CSV, TSV or Parquet table (a column beside the items)",
+                             column)
+    if fmt.missing != "error":
+        raise ParameterError("missing", "error with --epsilon-column (users left out would misalign the rows)",
+                             fmt.missing)
+    fmt = replace(fmt, column=column)
+    parts = []
+    try:
+        for block in _column_blocks(path, kind, fmt):
+            block, _ = _without_missing(block, fmt, "epsilon-column", path)
+            text = pc.cast(block.values, pa.string())
+            try:
+                values = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
+            except pa.ArrowInvalid:
+                values = np.array([_number(v) for v in text.to_pylist()])
+            bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+            if bad.size:
+                raise ParameterError("epsilon-column", "a finite number > 0 on every row",
+                                     f"{text[int(bad[0])].as_py()!r} on {block.where(int(bad[0]), path)}")
+            parts.append(values)
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, "epsilon-column", err) from None
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _column_blocks(path: Path, kind: str, fmt: InputFormat) -> Iterator[_Block]:
+    """The blocks of --epsilon-column, a missing column named as that option."""
+    try:
+        yield from _blocks(path, kind, fmt, "epsilon-column")
+    except ParameterError as err:
+        if err.field != "column":
+            raise
+        raise ParameterError("epsilon-column", err.accepted, err.got) from None
+
+
+def _number(text: str) -> float:
+    """A value of --epsilon-column by the one rule for typed numbers (``1_05`` is not 105): NaN if it breaks it."""
+    try:
+        return float(parse_number("epsilon-column", text))
+    except ParameterError:
+        return math.nan
+
+
+class _ItemTyper:
+    """Decides the item type once for the whole file and holds every block to it."""
+
+    def __init__(self, item_type: str, field: str, path: Path) -> None:
+        self.item_type, self.field, self.path = item_type, field, path
+        self.decided: str | None = None if item_type == "auto" else item_type
+        self.first: str | None = None  # auto: the value that decided, and where
+
+    def encode(self, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
+        import pyarrow as pa
+
+        values = block.values
+        if len(values) == 0:
+            return np.empty(0, dtype=np.int64)
+        if pa.types.is_integer(values.type):
+            if self.item_type != "str":
+                return self._integers(values.to_numpy(), block, encoder, public)
+            import pyarrow.compute as pc
+
+            return encoder.encode(pc.cast(values, pa.string()), field=self.field, public=public)
+        if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+            raise ParameterError(self.field, "integers or strings", f"values of type {values.type} in {self.path}")
+        if self.item_type == "str":
+            return encoder.encode(values, field=self.field, public=public)
+        if self.decided != "str" and (numbers := _plain_integers(values)) is not None:
+            if self.decided is None:
+                self.decided, self.first = "int", f"{block.where(0, self.path)} ({_cut(values[0].as_py())})"
+            return self._integers(numbers, block, encoder, public)
+        if self.decided is None:
+            first = values.slice(0, 1)
+            self.decided = "int" if _matches(first, CANONICAL_INTEGER)[0] else "str"
+            self.first = f"{block.where(0, self.path)} ({_cut(values[0].as_py())})"
+            if self.decided == "str" and _matches(first, NUMBER)[0]:
+                self._refuse(values, block, 0, "is a number but not a canonical decimal integer")
+        if self.decided == "int":
+            bad = np.flatnonzero(~_matches(values, CANONICAL_INTEGER))
+            if bad.size:
+                self._refuse(values, block, int(bad[0]), "is not a canonical decimal integer (optional sign, "
+                             "ASCII digits only)" + (f" like {self.first}" if self.first else ""))
+            return self._integers(self._parse(values, block, encoder.domain_size), block, encoder, public)
+        bad = np.flatnonzero(_matches(values, NUMBER))
+        if bad.size:
+            self._refuse(values, block, int(bad[0]), f"is a number, where {self.first} is text")
+        return encoder.encode(values, field=self.field, public=public)
+
+    def _refuse(self, values: pa.Array, block: _Block, index: int, problem: str) -> None:
+        hint = "; give --item-type str to count every value as text" if self.item_type == "auto" else ""
+        raise ParameterError(self.field, f"{'integers' if self.decided == 'int' else 'one kind of item'} throughout",
+                             f"{_cut(values[index].as_py())} on {block.where(index, self.path)}, which {problem}{hint}")
+
+    def _parse(self, values: pa.Array, block: _Block, domain_size: int) -> np.ndarray:
+        """Canonical decimal strings to int64; a value beyond that names its line."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if pc.any(pc.starts_with(values, "+")).as_py():  # Arrow's cast takes no plus sign
+            values = pc.utf8_ltrim(values, characters="+")
+        try:
+            return pc.cast(values, pa.int64()).to_numpy()
+        except pa.ArrowInvalid:
+            for index, text in enumerate(values.to_pylist()):  # a 20-digit bound first: int() refuses 4,300 digits
+                if len(text.lstrip("+-")) > 20 or not -(2**63) <= int(text) < 2**63:
+                    raise ParameterError(self.field, f"integers in [0, {domain_size}) (the domain, --domain)",
+                                         f"{text if len(text) <= 60 else _cut(text)}, beyond 64 bits, on "
+                                         f"{block.where(index, self.path)}") from None
+            raise
+
+    def _integers(self, numbers: np.ndarray, block: _Block, encoder: ItemEncoder, public: bool) -> np.ndarray:
+        outside = np.flatnonzero((numbers < 0) | (numbers >= encoder.domain_size))
+        if outside.size:
+            index = int(outside[0])
+            raise ParameterError(self.field, f"integers in [0, {encoder.domain_size}) (the domain, --domain)",
+                                 f"{numbers[index]} on {block.where(index, self.path)}")
+        return encoder.encode(numbers, field=self.field, public=public)
+
+
+def _read_npy(path: Path, encoder: ItemEncoder, fmt: InputFormat, field: str) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, EOFError, ValueError) as err:
+        raise _unreadable(path, "npy", field, err) from None
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or fmt.item_type == "str":
+        raise ParameterError(field, "a one-dimensional integer .npy array (use a text, CSV or Parquet file "
+                             "for strings)", f"{path} (shape {array.shape}, dtype {array.dtype})")
+    block = _Block(array, 1, "row")  # type: ignore[arg-type]
+    return _ItemTyper("int", field, path)._integers(np.asarray(array), block, encoder, False)
+
+
+def location(path: str | Path, fmt: InputFormat, index: int, vectors: bool = False, name: str | None = None) -> str:
+    """Where the ``index``-th value (counted from 0; users left out for a missing value not counted) of what
+    :func:`read_items`, or with ``vectors`` :func:`read_vectors`, read from ``path`` lies in the file, as the readers
+    name places: "line 5 of data.csv" for text and tables (file lines, the header counted), "row 3 of x.parquet"
+    for Parquet and .npy (rows from 1). ``name`` calls the file otherwise (standard input). It reads the file
+    again: for an error's message."""
+    path = Path(path)
+    shown = name or str(path)
+    kind = file_kind(path, fmt)
+    if kind == "npy":
+        return f"row {index + 1} of {shown}"
+    if vectors:
+        table, first_line = _load_table(path, kind, fmt)
+        rows = np.flatnonzero(~_empty_rows(table)) if fmt.missing == "drop" else np.arange(table.num_rows)
+        row = int(rows[index])
+        return f"row {row + 1} of {shown}" if first_line is None else f"line {row + first_line} of {shown}"
+    seen = 0
+    for block in _blocks(path, kind, fmt, "input"):
+        block, _ = _without_missing(block, fmt, "input", path)
+        if index < seen + len(block.values):
+            return block.where(index - seen, shown)
+        seen += len(block.values)
+    return f"item {index + 1} of {shown}"  # the file changed since it was read
