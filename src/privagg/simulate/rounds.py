@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ParameterError, kind_of
 from ..protocols.roles import MultiRound, RoundFailed, messages_in
 from .progress import Progress
 
@@ -57,7 +57,10 @@ def check_dropouts(protocol: MultiRound, parameters, dropouts: Mapping[str, Sequ
         if name not in names:
             raise ParameterError("dropouts", f"a mapping from rounds of {parameters.protocol} ({', '.join(names)})",
                                  name)
-        listed = [int(u) for u in np.asarray(users, dtype=np.int64).ravel()]
+        try:
+            listed = [int(u) for u in np.asarray(users, dtype=np.int64).ravel()]
+        except (TypeError, ValueError):
+            raise ParameterError("dropouts", "lists of user indices", f"{name}: {kind_of(users)}") from None
         if any(not 0 <= u < parameters.n_users for u in listed) or len(set(listed)) != len(listed) or \
                 set(listed) & seen:
             raise ParameterError("dropouts", f"distinct users in [0, {parameters.n_users}), each dropping out once",

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ import numpy as np
 
 from ..core.messages import SLICE_ROWS, MessageBatch, shuffle
 from ..core.randomness import RNGLike, describe, is_secure, streams
-from ..errors import ParameterError, check_callable, checked_arguments
+from ..errors import ParameterError, check_callable, checked_arguments, kind_of
 from ..privacy.description import PrivacyDescription
 from ..protocols.kinds import Family, Topology
 from ..protocols.parameters import check_parameters
@@ -110,10 +111,8 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     (one the user gave, ``given``, where one sets the noise)."""
     mode = run_mode(parameters, mode)
     entry = get(parameters.protocol)
-    if entry.family is Family.SAMPLING_SHARING:  # a multi-round run is costed by its rounds, not its messages
-        if mode == "faithful" and entry.multi_round:
-            check_faithful(entry.rounds, parameters)
-        return
+    if entry.family is Family.SAMPLING_SHARING:  # a multi-round run is costed by its rounds (check_faithful, when
+        return  # simulate knows the users it runs: a weighted estimate's groups), not its messages
     expected = expected_messages(parameters)
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
@@ -215,10 +214,15 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     check_callable("progress", progress, "a function (stage, done, total) or None")
     mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
+    if dropouts is not None and not isinstance(dropouts, Mapping):
+        raise ParameterError("dropouts", "a mapping from round names to the users who drop out before them, or None",
+                             kind_of(dropouts))
     if dropouts and not entry.multi_round:
         raise ParameterError("dropouts", "left out for a one-round protocol (its users send once)", sorted(dropouts))
     dropouts = check_dropouts(entry.rounds, parameters, dropouts, mode) if entry.multi_round else {}
     check_size(parameters, mode)  # before the codes are checked: a run too large is refused without reading them
+    if entry.multi_round and mode == "faithful":  # its deployed parties' work grows as n^2
+        check_faithful(entry.rounds, parameters)
     codes = parameters.check_codes(codes)
     if len(codes) != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{len(codes)} items")
