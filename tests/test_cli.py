@@ -681,7 +681,9 @@ SAMPLING_BAD = [
     (["dpds"], "min-count-fraction must be given"),
     (["dpds", "--min-count-fraction", 0.2], "min-count-fraction must be given, in (0, 1/N]"),
     # the bundled data's smallest category holds 4.7%: the error says the condition fails, not which or how many
-    (["dpds", "--min-count-fraction", 0.05], "some category is held by fewer than beta n = 100 of the 2000 users"),
+    (["dpds", "--min-count-fraction", 0.05, "--mode", "fast"],
+     "some category is held by fewer than beta n = 100 of the 2000 users"),
+    (["dpds", "--min-count-fraction", 0.04], "mode must be fast for this size: a faithful run of 2,000 users"),
     (["dpds", "--min-count-fraction", 0.04, "--sampling-probability", 1.5], "sampling-probability must be in (0, 1]"),
     (["dpds", "--min-count-fraction", 0.04, "--sampling-probability", 0.99], "sampling-probability must be met"),
     (["tss", "--min-count-fraction", 0.04, "--report-fraction", 0], "report-fraction must be in (0, 1]"),

@@ -85,16 +85,17 @@ def test_dpds_mse_within_band_of_theory(written):
     assert abs(float(row["mse"]) - theory) <= K_SIGMA * sd_one_run / math.sqrt(runs)
 
 
-def test_faithful_dpds_traffic_is_the_papers(written):
-    """Per user: n N shares sent and n N received (the self-share counted in both), N to the server: 2nN + N."""
+def test_faithful_dpds_sends_no_share_and_its_bytes_are_measured(written):
+    """The deployed DPDS (a faithful run) sends no share: per user, no element to the other users and N to the
+    server (the masked sum), the server nN as the paper's; beside it the paper's 2nN + N, and the measured bytes
+    (keys, backups, revealed shares) against the paper's elements' bytes."""
     rows = [r for r in read(written[0] / "costs.csv")[1] if r["protocol"] == "dpds"]
     assert len(rows) == len(sampling.QUICK.cost_users) * len(sampling.QUICK.cost_domains)
     for r in rows:
         n, N = int(r["n_users"]), int(r["domain_size"])
-        assert float(r["user_sent"]) == n * N and float(r["user_received"]) == n * N
-        assert float(r["user_to_server"]) == N
-        assert float(r["user_total"]) == 2 * n * N + N
-        assert float(r["server_received"]) == n * N
+        assert float(r["user_sent"]) == float(r["user_received"]) == 0 and float(r["user_to_server"]) == N
+        assert float(r["reference_user_total"]) == 2 * n * N + N and float(r["server_received"]) == n * N
+        assert float(r["user_bytes"]) > 0 and float(r["reference_user_bytes"]) >= 2 * n * N + N
     for r in read(written[0] / "costs.csv")[1]:
         if r["protocol"] == "tss":  # one run: sum_j m_j^2 near its expectation
             assert float(r["user_total"]) == pytest.approx(float(r["expected_user_total"]), rel=0.1)

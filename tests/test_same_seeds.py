@@ -24,11 +24,16 @@ from privagg.protocols import registry
 DATA = Path(__file__).resolve().parent / "data" / "same_seeds.json"
 SEED = 7
 
+# a multi-round protocol's faithful run plays its deployed parties, every pair of users agreeing a key (the cost grows
+# as n^2): its example over this many users takes about a second
+MULTI_ROUND_USERS = 100
+
 
 def instance(name: str) -> dict:
     """calibrate's keyword arguments of ``name``'s run: its registry entry's example (small: the whole file runs in
-    seconds)."""
-    return dict(registry.get(name).example)
+    seconds), over :data:`MULTI_ROUND_USERS` for a multi-round protocol."""
+    entry = registry.get(name)
+    return dict(entry.example, **({"n_users": MULTI_ROUND_USERS} if entry.multi_round else {}))
 
 
 def population(n_users: int, domain: int) -> np.ndarray:

@@ -99,9 +99,9 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
     z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes."""
     from .errors import ParameterError, check_integer
-    from .protocols.sharing_parties import survivors_parameters
     from .service.sharing_demo import check_drop_fraction, run_sharing_services
     from .service.two_servers_demo import run_tss_services
+    from .simulate.rounds import FAITHFUL_SECONDS_MAX
     from .simulate.runner import simulate
 
     # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12)
@@ -121,13 +121,15 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)
     report, survivors = out["report"], out["survivor_codes"]
     truth = np.bincount(survivors, minlength=len(categories))
-    recomputed = survivors_parameters(parameters, len(survivors))
+    recomputed = entry.rounds.survivors_parameters(parameters, len(survivors))
     try:  # the condition the release's guarantee assumes of the survivors' data (no party can check it)
         recomputed.check_population(survivors)
         condition = None
     except ParameterError as err:
         condition = str(err)
-    sim = simulate(recomputed, survivors, "faithful", rng=0, check_population=False).result
+    # the simulation runs the same parties (faithful) where its measured cost allows, else draws the same law (fast)
+    mode = "faithful" if entry.rounds.faithful_seconds(recomputed) <= FAITHFUL_SECONDS_MAX else "fast"
+    sim = simulate(recomputed, survivors, mode, rng=0, check_population=False).result
     sim_se = recomputed.reported_standard_error(sim.estimates)
     true_se = recomputed.standard_error(truth)
     service = {e["item"]: e for e in report["estimates"]}
@@ -141,7 +143,8 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
              "simulation_z": z(float(sim.estimates[j]), j)} for j, word in enumerate(categories) if j in service]
     zs = np.array([r["service_z"] for r in rows if r["service_z"] is not None])
     return {"protocol": protocol, "users": users, "drop_fraction": drop_fraction, "estimates": rows,
-            "service": report, "simulation": {"private": False, "seed": 0, "parameters": recomputed.to_dict()},
+            "service": report, "simulation": {"private": False, "seed": 0, "mode": mode,
+                                              "parameters": recomputed.to_dict()},
             "z_rms": float(np.sqrt(np.mean(zs**2))) if zs.size else None, "round_seconds": out["seconds"],
             "bytes": out["bytes"], "parties": out["parties"], "data_condition_broken": condition}
 

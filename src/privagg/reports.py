@@ -323,6 +323,7 @@ class SharingDemoRow:
 class SharingDemoSimulation:
     private: bool  # false: a seeded simulation
     seed: int
+    mode: str  # faithful (the same parties, in-process) where its cost allows, else fast
     parameters: dict[str, Any]  # the task's, recomputed for the survivors
 
 

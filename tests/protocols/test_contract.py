@@ -28,7 +28,6 @@ from privagg.protocols.kinds import Family, ResultKind, Topology
 from privagg.protocols.parameters import Parameters
 from privagg.protocols.results import FrequencyTable
 from privagg.simulate import simulate
-from privagg.simulate.secret_sharing import run_secret_sharing, run_two_servers
 
 EPS, DELTA = 1.0, 1e-6
 K = 4.0
@@ -50,6 +49,11 @@ def categorical_population(domain, n_users, seed=0):
     rng = np.random.default_rng(seed)
     rest = np.minimum(rng.zipf(1.5, size=n_users - floor * domain) - 1, domain - 1)
     return rng.permutation(np.concatenate([np.repeat(np.arange(domain), floor), rest]))
+
+
+# a multi-round protocol's faithful runs (its deployed parties, every pair of users agreeing a key: the cost grows as
+# n^2) are of this many users, its example's domain and options
+FAITHFUL_USERS = 80
 
 
 def n_of(name):
@@ -97,9 +101,16 @@ def params_of(name, calibration=None, n_users=None):
                               calibration=calibration, **options_of(name))
 
 
-def population(name, seed=0):
+def population(name, seed=0, n_users=None):
     make = categorical_population if registry.get(name).categorical else zipf_population
-    return make(domain_of(name), n_of(name), seed)
+    return make(domain_of(name), n_users or n_of(name), seed)
+
+
+def faithful_instance(name, fraction=1):
+    """(parameters, codes) a faithful run of ``name`` takes in a test: the entry's example, or for a multi-round
+    protocol the same over :data:`FAITHFUL_USERS` (times ``fraction``)."""
+    n_users = int(FAITHFUL_USERS * fraction) if registry.get(name).multi_round else None
+    return params_of(name, n_users=n_users), population(name, n_users=n_users)
 
 
 def analyzer_of(params, queries=None, seed=11):
@@ -109,15 +120,20 @@ def analyzer_of(params, queries=None, seed=11):
     return registry.analyzer(params, queries, **options)
 
 
+_FAITHFUL_ROWS: dict = {}
+
+
 def messages_of(params, codes, seed=1):
-    """What the analyzer receives: shuffled client messages, the users' or helpers' partial sums (secret
-    sharing), or (central) the values in the clear."""
+    """What the analyzer receives: shuffled client messages, what the server of a multi-round protocol folds (the
+    survivors' masked sums, the helpers' sums) as (item, share) rows, or (central) the values in the clear. A
+    multi-round protocol's rows come from its faithful instance (:func:`faithful_instance`), whose field is no
+    larger: they fit the layout of ``params``."""
     entry = registry.get(params.protocol)
-    if entry.topology is Topology.SECRET_SHARING:
-        return run_secret_sharing(params, codes, np.random.default_rng(seed))[0]
-    if entry.topology is Topology.TWO_SERVERS:
-        return run_two_servers(params, codes, {"users": np.random.default_rng(seed),
-                                               "s1": np.random.default_rng(seed + 1)})[0]
+    if entry.multi_round:
+        if (params.protocol, seed) not in _FAITHFUL_ROWS:  # a faithful run takes a second: one per protocol
+            _FAITHFUL_ROWS[params.protocol, seed] = simulate(*faithful_instance(params.protocol), rng=seed,
+                                                             keep_messages=True).messages
+        return _FAITHFUL_ROWS[params.protocol, seed]
     if entry.client is None:
         return MessageBatch({"value": np.asarray(codes, dtype=np.int64)})
     batch = registry.client(params).randomize(codes, rng=seed)
@@ -164,6 +180,39 @@ def test_entry_is_complete_and_consistent(name):
         client = registry.client(params)
         assert isinstance(client, roles.Client) and client.layout == params.layout
         assert not isinstance(analyzer, roles.Curator)  # no noise of its own: it has no rng
+
+
+MULTI_ROUND = [p for p in PROTOCOLS if registry.REGISTRY[p].multi_round]
+
+
+@pytest.mark.parametrize("name", MULTI_ROUND)
+def test_multi_round_parties_keep_the_round_contract(name):
+    """A multi-round entry declares its rounds and a role per party kind (protocols/roles.py): the users' role
+    answers each round with its method of the round's name and keeps an encodable state (``to_bytes``,
+    ``from_bytes``); the coordinator is a Coordinator, the second server (if any) releases what it hands over;
+    every message the parties exchange reads as a kind of the versioned encodings (the transcript counts them by
+    kind). A faithful run through the simulator's harness, a user vanishing at each round up to the one the
+    release is over, releases over the survivors with the guarantee recomputed for them."""
+    from privagg.simulate.rounds import run_rounds
+
+    entry = registry.get(name)
+    protocol, (params, codes) = entry.rounds, faithful_instance(name)
+    assert entry.topology in (Topology.SECRET_SHARING, Topology.TWO_SERVERS) and entry.client is None
+    least = protocol.least_survivors(params)
+    assert isinstance(protocol.user(params, 0, least, rng=1), roles.RoundUser)
+    assert isinstance(protocol.coordinator(params, least, rng=2), roles.Coordinator)
+    assert all(callable(getattr(protocol.user, r.name)) for r in protocol.rounds)
+    last = protocol.number(protocol.release_round)
+    dropouts = {r.name: [k] for k, r in enumerate(protocol.rounds[:last])}
+    rngs = {"users": np.random.default_rng(3), "server": np.random.default_rng(4)}
+    run = run_rounds(protocol, params, codes, rngs, dropouts)
+    assert run.release.parameters == protocol.survivors_parameters(params, params.n_users - last)
+    assert run.release.table.parameters.n_users == params.n_users - last
+    for user in run.users:
+        raw = user.state.to_bytes()
+        assert type(user.state).from_bytes(raw).to_bytes() == raw
+    user_sent = {k for k in run.transcript["user"] if k.startswith("sent ")}
+    assert run.transcript["user"]["messages_sent"] > 0 and len(user_sent) >= len(protocol.rounds) - 1
 
 
 @pytest.mark.parametrize("name", registry.IMPLEMENTED)
@@ -330,8 +379,9 @@ def test_no_reported_standard_error_reads_certain(name, epsilon):
 
 @pytest.mark.parametrize("name", PROTOCOLS)
 def test_messages_per_user_match_the_theory(name):
-    params, n = params_of(name), n_of(name)
-    run = simulate(params, population(name), rng=4)
+    params, codes = faithful_instance(name)
+    n = params.n_users
+    run = simulate(params, codes, rng=4)
     if registry.get(name).trusted_curator:
         assert params.messages_per_user == 1 and run.messages_total == n
         return
@@ -534,8 +584,7 @@ def test_estimates_are_unbiased_with_the_theoretical_variance(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", WITH_FAST)
 def test_faithful_and_fast_paths_agree_in_distribution(name):
-    params = params_of(name)
-    codes = population(name)
+    params, codes = faithful_instance(name, fraction=0.5)  # 200 faithful runs of a multi-round protocol: n = 40
     items = np.array([0, 2, domain_of(name) - 1])
     faithful, faithful_totals = estimate_draws(params, codes, items, "faithful", seed=41, totals=True)
     fast, fast_totals = estimate_draws(params, codes, items, "fast", seed=42, totals=True)

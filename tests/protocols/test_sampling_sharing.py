@@ -18,8 +18,8 @@ from privagg.errors import ParameterError
 from privagg.privacy.sampling import chernoff_delta, paper_sampling_probability, sampling_delta
 from privagg.protocols import registry
 from privagg.protocols import sampling_sharing as ss
+from privagg.protocols import two_server_parties as tp
 from privagg.simulate import simulate
-from privagg.simulate.secret_sharing import run_two_servers
 
 EPS, DELTA = 1.0, 1e-6
 P_MIN = 1e-4  # chi-square p-value below which a view is declared non-uniform
@@ -48,48 +48,49 @@ def tss(n=400, domain=8, protocol="tss", **options):
 
 
 @pytest.mark.parametrize("n,domain", [(40, 3), (101, 7)])
-def test_dpds_transcript_matches_the_papers_cost_counts(n, domain):
-    """Per user 2 n N + N field elements as the paper counts them: n N sent (the self-share included), n N
-    received (the self-share included), N to the server; (n - 1) N uniform samples, 2 (n - 1) N additions."""
+def test_dpds_transcript_counts_what_the_deployed_parties_send(n, domain):
+    """A faithful run plays the deployed parties (protocols/sharing_parties.py): each user sends his key, a backup
+    of 2 secrets to each of the n - 1 others, N elements and a revealed share per sender, and receives U1's keys
+    and the others' backups (expected_traffic, the same count the service's users make); the server receives the
+    N elements of each of the n masked sums, Algorithm 2's nN (Table I). The paper's 2nN + N per user
+    (``costs``) is what its users would send, the shares being sent rather than agreed by key."""
+    from privagg.protocols.sharing_parties import expected_traffic
+
     params = dpds(n, domain)
     run = simulate(params, balanced(n, domain), rng=3)
     user, server, paper = run.transcript["user"], run.transcript["server"], params.costs()
+    sent, received = expected_traffic(params, n)
     assert user["parties"] == n and server["parties"] == 1
-    per_user = (user["sent"] + user["received"] + 2 * user["kept"]) / n
-    assert per_user == 2 * n * domain + domain == paper["user"]["paper_count"]
-    for key in ("sent", "received", "kept"):  # the transcript and the theory count alike
-        assert user[key] / n == paper["user"][key]
-    assert user["uniform_samples"] / n == (n - 1) * domain == paper["user"]["uniform_samples"]
-    assert user["field_additions"] / n == 2 * (n - 1) * domain == paper["user"]["field_additions"]
-    assert user["bernoulli_samples"] == n
-    assert server["received"] == n * domain == paper["server"]["received"]
-    assert server["field_additions"] == (n - 1) * domain == paper["server"]["field_additions"]
-    assert server["real_multiplications"] == domain
+    assert {k[5:]: v for k, v in user.items() if k.startswith("sent ")} == {k: v * n for k, v in sent.items()}
+    assert {k[9:]: v for k, v in user.items() if k.startswith("received ")} == {k: v * n for k, v in received.items()}
+    assert server["received"] == n * domain == paper["server"]["received"] and server["malformed"] == 0
+    assert server["received masked sum"] == n * domain and paper["user"]["paper_count"] == 2 * n * domain + domain
 
 
 def test_tss_transcript_matches_the_derived_cost_counts():
     """S1 receives alpha N indices per user; S2 one element per helper, sum_j m_j = n alpha N of them (TSS);
-    users send sum_j m_j^2 elements, about alpha^2 n N per user, alpha^2 times DPDS's n N."""
+    users send about sum_j m_j^2 share elements, about alpha^2 n N per user, alpha^2 times DPDS's n N (a reporter
+    elected helper of his own item keeps that share)."""
     params = tss(n=400, domain=8)
     n, N, a = 400, 8, 0.5
     run = simulate(params, balanced(n, N), rng=5)
     user, s1, s2 = run.transcript["user"], run.transcript["s1"], run.transcript["s2"]
-    assert user["indices_to_s1"] == s1["received"] == n * a * N
-    assert s2["received"] == s1["published"] == n * a * N  # m'_j = m_j: one helper per reporter
+    assert user["sent report set"] == s1["received report set"] == n * a * N
+    assert s2["received"] == user["sent helper sums"] == n * a * N  # m'_j = m_j: one helper per reporter
+    assert user["sent shares"] == user["received shares"]  # every share delivered to its helper
     # sum_j m_j^2 with m_j ~ Bin(n, a): mean N (n a (1 - a) + (n a)^2), sd about sqrt(N) 2 n a sqrt(n a (1 - a))
     mean = N * (n * a * (1 - a) + (n * a) ** 2)
-    assert abs(user["sent"] - mean) <= 4 * math.sqrt(N) * 2 * n * a * math.sqrt(n * a * (1 - a))
-    assert user["sent"] / n == pytest.approx(a**2 * n * N, rel=0.05)  # the alpha^2 factor against DPDS
-    assert mean == params.expected_shares and abs(user["sent"] / n - params.costs()["user"]["sent"]) <= 4 * \
-        math.sqrt(N) * 2 * a * math.sqrt(n * a * (1 - a))
-    assert user["uniform_samples"] == user["sent"] - n * a * N  # m_j - 1 uniform shares per reporter and item
+    kept = N * (n * a) ** 2 / n  # about m_j^2 / n of item j's shares are a reporter's to himself
+    assert abs(user["sent shares"] + kept - mean) <= 4 * math.sqrt(N) * 2 * n * a * math.sqrt(n * a * (1 - a))
+    assert user["sent shares"] / n == pytest.approx(a**2 * n * N, rel=0.05)  # the alpha^2 factor against DPDS
+    assert mean == params.expected_shares
 
 
 def test_tss_collusion_tops_up_the_helpers():
     """TSS': every item gets at least phi + 1 helpers, even with fewer reporters (reference §2.6)."""
     params = tss(n=200, domain=10, protocol="tss-collusion", report_fraction=0.1, colluders=40)
-    reports = ss.TSSUsers(params).first_stage(balanced(200, 10), rng=1)[1]
-    counts, helpers = ss.ElectionServer(params).elect(reports, rng=2)
+    reports = tp.report_sets(params, balanced(200, 10), rng=1)[1]
+    counts, helpers = tp.elect(params, reports, rng=2)
     sizes = np.array([h.size for h in helpers])
     assert np.array_equal(sizes, np.maximum(counts, 41)) and (counts < 41).any()
     assert all(np.unique(h).size == h.size and h.min() >= 0 and h.max() < 200 for h in helpers)
@@ -107,20 +108,21 @@ def chi_square_uniform(rows: np.ndarray, q: int) -> float:
 
 @pytest.mark.parametrize("target", [0, 3])
 def test_any_n_minus_1_users_see_uniform_shares_whatever_the_last_users_item(target):
-    """n = 4 users, N = 2 categories, q = 5, through the users' role (``SharingUsers``): the three other users'
-    shares of the target's entry are uniform on Z_5^3, and equal in law whether the target participates with his
-    item or not (the target keeps the correction share when he is the last user; otherwise it goes to the last
-    user, one of the coalition); all four shares give the vector back."""
+    """Algorithm 2's view: n = 4 users, N = 2 categories, q = 5, n additive shares of each vector (core.sharing,
+    which DPCS* releases): the three other users' shares of the target's entry are uniform on Z_5^3, and equal in
+    law whether the target participates with his item or not (the target keeps the correction share when he is
+    the last user; otherwise it goes to the last user, one of the coalition); all four shares give the vector
+    back. (The deployed parties agree these shares by key: tests/protocols/test_sharing_parties.py.)"""
     params = registry.calibrate("dpds", epsilon=EPS, delta=0.4, n_users=4, domain_size=2, min_count_fraction=0.5,
                                 sampling_probability=0.3)
-    users, q, trials = ss.SharingUsers(params), params.modulus, 30_000
+    field, q, trials = params.field, params.modulus, 30_000
     others = [k for k in range(4) if k != target]
     views = {}
     for value in (0, 1):
         vectors = np.zeros((trials, 2), dtype=np.uint64)
         vectors[:, 0] = value  # the target holds category 0, counted or not
-        shares = users.share(vectors, rng=value + 10 * target)  # (recipients, trials, N)
-        assert np.array_equal(reconstruct(users.field, shares), vectors)
+        shares = share(field, vectors, 4, rng=value + 10 * target)  # (recipients, trials, N)
+        assert np.array_equal(reconstruct(field, shares), vectors)
         views[value] = shares[others, :, 0].T.astype(np.int64)  # what the coalition sees of coordinate 0
         assert chi_square_uniform(views[value], q) > P_MIN
     table = np.stack([np.bincount(np.ravel_multi_index(v.T, (q,) * 3), minlength=q**3) for v in views.values()])
@@ -144,30 +146,29 @@ def test_s2_sees_helper_sums_that_do_not_reveal_who_reported():
 
 
 def test_tss_collusion_holds_against_phi_helpers_and_fails_beyond():
-    """TSS' with phi = 2 through its roles: an item reported once gets phi + 1 = 3 helpers (``ElectionServer``),
-    the reporter's entry is split among them (``TSSUsers.share_entries``): any 2 helpers' shares are uniform
-    whatever the entry; all 3 together (phi + 1 colluders, beyond the guarantee) reconstruct it, as documented."""
+    """TSS' with phi = 2 through its roles: an item reported once gets phi + 1 = 3 helpers (``elect``), the
+    reporter's entry is split among them (``share_entries``): any 2 helpers' shares are uniform whatever the
+    entry; all 3 together (phi + 1 colluders, beyond the guarantee) reconstruct it, as documented."""
     params = tss(n=40, domain=4, protocol="tss-collusion", report_fraction=0.25, colluders=2)
-    users, q, trials = ss.TSSUsers(params), params.modulus, 20_000
-    _, helpers = ss.ElectionServer(params).elect(np.array([[0]] + [[1]] * 39), rng=1)
+    q, trials = params.modulus, 20_000
+    _, helpers = tp.elect(params, np.array([[0]] + [[1]] * 39), rng=1)
     assert helpers[0].size == 3 and helpers[1].size == 39 and helpers[2].size == 3  # topped up to phi + 1
     views = []
     for entry in (0, 1):
-        shares = users.share_entries(np.full(trials, entry), helpers[0].size, rng=entry + 7)  # (3, trials)
+        shares = tp.share_entries(params, np.full(trials, entry), helpers[0].size, rng=entry + 7)  # (3, trials)
         view = shares[[0, 2]].T.astype(np.int64)
         assert chi_square_uniform(view, q) > P_MIN
         views.append(np.bincount(np.ravel_multi_index(view.T, (q, q)), minlength=q * q))
         assert np.all(shares.astype(np.int64).sum(axis=0) % q == entry)  # three colluders learn the entry
     assert stats.chi2_contingency(np.stack(views)).pvalue > P_MIN
-    one = ss.TSSUsers(tss(n=40, domain=4, report_fraction=0.25))  # TSS: a lone reporter's helper sees his entry
-    assert np.array_equal(one.share_entries(np.array([1, 0, 1]), 1), [[1, 0, 1]])
+    one = tss(n=40, domain=4, report_fraction=0.25)  # TSS: a lone reporter's helper sees his entry
+    assert np.array_equal(tp.share_entries(one, np.array([1, 0, 1]), 1), [[1, 0, 1]])
 
 
 def test_tss_rows_to_s2_carry_no_user():
     params = tss(n=200, domain=4)
-    rows, _ = run_two_servers(params, balanced(200, 4), {"users": np.random.default_rng(1),
-                                                         "s1": np.random.default_rng(2)})
-    assert set(rows.columns) == {"item", "share"}
+    rows = simulate(params, balanced(200, 4), rng=1, keep_messages=True).messages
+    assert set(rows.columns) == {"item", "share"} and len(rows) == 200 * params.report_size
 
 
 # --- the report sets of TSS ----------------------------------------------------------------------------------
@@ -178,7 +179,7 @@ def test_report_sets_hold_the_own_item_with_probability_p_chi(stage, gamma):
     n, N = 20_000, 10
     params = tss(n=n, domain=N, second_stage=stage, gamma=gamma, report_fraction=0.3)
     codes = balanced(n, N)
-    coins, reports = ss.TSSUsers(params).first_stage(codes, rng=4)
+    coins, reports = tp.report_sets(params, codes, rng=4)
     assert reports.shape == (n, 3) and np.all(np.diff(reports, axis=1) > 0)  # distinct items
     inside = (reports == codes[:, None]).any(axis=1)
     p_chi = params.inclusion_probability
@@ -438,29 +439,11 @@ def test_weighted_groups_that_differ_are_flagged_and_the_unweighted_estimate_sta
             assert abs(alarms - runs * alarms_expected) <= 4 * math.sqrt(runs * alarms_expected) + 1
 
 
-def test_seed_compressed_shares_reconstruct_and_send_fewer_bytes():
-    """--share-encoding seeds: the recipients' expanded shares still sum to each vector; a user sends n - 2 seeds
-    of 32 bytes and one correction share instead of n - 1 shares, fewer bytes once N elements exceed 32 bytes."""
-    n, N = 300, 200
-    seeded = registry.calibrate("dpds", epsilon=EPS, delta=0.5, n_users=n, domain_size=N, min_count_fraction=1 / n,
-                                share_encoding="seeds")
-    users = ss.SharingUsers(seeded)
-    vectors = users.contributions(np.arange(5) % N, rng=1)
-    shares = users.share(vectors, rng=2)
-    assert shares.shape == (n, 5, N) and np.array_equal(reconstruct(users.field, shares), vectors)
-    assert seeded.costs()["user"]["bytes_sent"] < registry.calibrate(
-        "dpds", epsilon=EPS, delta=0.5, n_users=n, domain_size=N, min_count_fraction=1 / n).costs()["user"]["bytes_sent"]
-    n = 30
-    params = {enc: registry.calibrate("dpds", epsilon=EPS, delta=0.01, n_users=n, domain_size=10,
-                                      min_count_fraction=0.1, share_encoding=enc) for enc in ("elements", "seeds")}
-    codes = np.arange(n) % 10
-    runs = {enc: simulate(p, codes, rng=4) for enc, p in params.items()}
-    element = 1  # q = 31: one byte an element
-    assert params["seeds"].modulus < 256
-    assert runs["elements"].transcript["user"]["bytes_sent"] == n * ((n - 1) * 10 + 10) * element
-    assert runs["seeds"].transcript["user"]["bytes_sent"] == (n - 1) * ((n - 2) * 32 + 10) + (n - 1) * 32 + n * 10
-    assert params["seeds"].costs()["user"]["bytes_sent"] == (n - 2) * 32 + 10 + 10
-    with pytest.raises(ParameterError) as err:
-        registry.calibrate("tss", epsilon=EPS, delta=DELTA, n_users=1000, domain_size=10, min_count_fraction=0.05,
-                           report_fraction=0.5, share_encoding="seeds")
-    assert err.value.field == "share_encoding"
+def test_the_share_encoding_option_is_gone():
+    """--share-encoding chose how the additive-share simulation sent the paper's shares; the deployed parties agree
+    them by key, so it is refused as an option of no protocol."""
+    for name in ("dpds", "dpdg"):
+        with pytest.raises(ParameterError) as err:
+            registry.calibrate(name, epsilon=EPS, delta=0.01, n_users=30, domain_size=3, share_encoding="seeds",
+                               **({"min_count_fraction": 0.1} if name == "dpds" else {}))
+        assert err.value.field == "share_encoding"

@@ -34,13 +34,14 @@ def run(p, codes, drop1=(), drop2=(), drop3=(), min_survivors=T, seed=1, claimed
     users = [SharingUser(p, i, min_survivors, rng=rng) for i in range(p.n_users)]
     outbox = {i: users[i].advertise(int(codes[i])) for i in range(p.n_users) if i not in drop1}
     keys = {i: key for i, (key, _) in outbox.items()}
-    masked = {k: users[k].masked_sum(keys) for k in keys if k not in drop2}
+    masked = {k: users[k].masked_sum(keys).message for k in keys if k not in drop2}
     survivors = sorted(masked) if claimed is None else sorted(claimed)
     reveals = {}
     for k in masked:
         if k not in drop3:
             try:
-                reveals[k] = users[k].reveal(sorted(keys), survivors, {i: outbox[i][1][k] for i in keys if i != k})
+                reveals[k] = users[k].reveal(sorted(keys), survivors,
+                                             {i: outbox[i][1][k] for i in keys if i != k}).message
             except ParameterError:
                 pass
     return users, outbox, keys, masked, reveals
@@ -340,9 +341,25 @@ def test_the_release_states_who_took_part_and_a_weakened_delta():
     assert privacy.delta > p.delta and "weakened it from the task's target delta" in text
 
 
-def test_the_parties_are_the_roles_declared_for_the_topology():
-    from privagg.protocols.roles import Sharers, SharingRelease, SharingRounds
+def test_the_parties_are_the_roles_declared_for_the_protocol():
+    from privagg.protocols.roles import Coordinator, RoundUser
+    from privagg.protocols.sharing_parties import PROTOCOL
 
     p = parameters("dpds")
-    assert isinstance(SharingUser(p, 0, T), SharingRounds) and isinstance(SharingServer(p, T), SharingRelease)
-    assert isinstance(ss.SharingUsers(p), Sharers)
+    assert isinstance(SharingUser(p, 0, T), RoundUser) and isinstance(SharingServer(p, T), Coordinator)
+    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "masked_sum", "reveal"]
+    assert all(callable(getattr(SharingUser, r.name)) for r in PROTOCOL.rounds)
+
+
+def test_a_batch_of_users_sends_what_each_would_send_alone():
+    """Round 2 over a batch derives each pair's shares once for both users (masked_sums): every user's masked sum
+    is the one he computes alone, byte for byte."""
+    from privagg.protocols.sharing_parties import masked_sums
+
+    p = parameters("dpdg")
+    rng = np.random.default_rng(3)
+    users = [SharingUser(p, i, T, rng=rng) for i in range(N_USERS)]
+    keys = {i: users[i].advertise(int(CODES[i])).message for i in range(N_USERS) if i != 4}
+    alone = [SharingUser(p, i, T, state=UserState.from_bytes(users[i].state.to_bytes())) for i in keys]
+    batch = masked_sums([users[i] for i in keys], keys)
+    assert [out.message for out in batch] == [user.masked_sum(keys).message for user in alone]

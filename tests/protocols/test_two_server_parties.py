@@ -64,13 +64,13 @@ def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silen
     codes = np.arange(n) % N
     users = [TSSUser(parameters, i, min_survivors, rng=rng) for i in range(n)]
     s1 = FirstServer(parameters, min_survivors)
-    sets = {i: s1.check_report_set(users[i].report(int(codes[i])), i) for i in range(n) if i not in silent1}
+    sets = {i: s1.check_report_set(users[i].report(int(codes[i])).message, i) for i in range(n) if i not in silent1}
     election = s1.elect(sets, rng)
     inbox, survivors = {}, {}
     for i in sets:
         if i in silent2:
             continue
-        messages = users[i].share(election.helpers_of(sets[i]))
+        messages = users[i].share(election.helpers_of(sets[i])).relayed
         expected = s1.expected_shares(election, i, sets[i])
         assert {h: len(m) for h, m in messages.items()} == {h: message_bytes(parameters, SHARES, k)
                                                             for h, k in expected.items()}
@@ -78,10 +78,11 @@ def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silen
         for h, m in messages.items():
             inbox.setdefault(h, {})[i] = m
     reporters = s1.reporters(survivors, N)
-    sums = {h: users[h].sums({j: reporters[j] for j in items}, inbox.get(h, {}))
+    sums = {h: users[h].sums({j: reporters[j] for j in items}, inbox.get(h, {})).message
             for h, items in election.by_helper.items() if h not in silent_helpers}
     plan = s1.plan(election, reporters, list(sums))
-    recoveries = {i: users[i].recover(asked) for i, asked in plan.asked(reporters).items() if i not in silent4}
+    recoveries = {i: users[i].recover(asked).message for i, asked in plan.asked(reporters).items()
+                  if i not in silent4}
     handover = Handover(n, election.senders, tuple(sorted(survivors)), election.helpers,
                         tuple(len(r) for r in reporters), {j: (d, reporters[j]) for j, d in plan.dropped.items()},
                         {h: b"sealed" for h in sums}, {i: b"sealed" for i in recoveries})
@@ -330,7 +331,7 @@ def test_a_helper_checks_what_he_is_sent():
     again = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(resumed.to_bytes()))  # noqa: E731
     inbox = {i: encode(p, SHARES, i, helper, [j for j in items if i in reporters[j]],
                        [1] * len([j for j in items if i in reporters[j]])) for i in senders}
-    assert decode(p, again().sums(reporters, inbox), SUMS, helper).items.tolist() == items
+    assert decode(p, again().sums(reporters, inbox).message, SUMS, helper).items.tolist() == items
     with pytest.raises(ParameterError, match="round-2 shares must be one message from each listed reporter"):
         again().sums(reporters, {i: m for i, m in inbox.items() if i != senders[0]})
     with pytest.raises(ParameterError, match="message.sender"):
@@ -342,11 +343,11 @@ def test_a_helper_checks_what_he_is_sent():
 def test_the_state_resumes_a_user_between_rounds():
     p = tss_prime()
     a = TSSUser(p, 2, MIN, rng=np.random.default_rng(14))
-    report = a.report(1)
+    report = a.report(1).message
     b = TSSUser(p, 2, MIN, rng=np.random.default_rng(15), state=UserState.from_bytes(a.state.to_bytes()))
     assert b.state == a.state and decode(p, report, REPORT_SET, 2).items.tolist() == a.state.items
     helpers = {j: [0, 2, 5] for j in a.state.items}
-    shares = b.share(helpers)
+    shares = b.share(helpers).relayed
     assert sorted(shares) == [0, 5] and all(sum(s) % p.modulus == e for s, e in
                                             zip(b.state.shares.values(), b.state.entries))
     with pytest.raises(ParameterError, match="user state must be a state written by UserState.to_bytes"):
@@ -369,6 +370,16 @@ def test_min_survivors_is_checked():
     dpds = calibrate_dpds(1.0, 0.1, N_USERS, DOMAIN, min_count_fraction=0.2)
     with pytest.raises(ParameterError, match="protocol must be tss or tss-collusion"):
         check_min_survivors(dpds, MIN)
+
+
+def test_the_parties_are_the_roles_declared_for_the_protocol():
+    from privagg.protocols.roles import Coordinator, RoundUser
+    from privagg.protocols.two_server_parties import PROTOCOL
+
+    p = tss_prime()
+    assert isinstance(TSSUser(p, 0, MIN), RoundUser) and isinstance(FirstServer(p, MIN), Coordinator)
+    assert [r.name for r in PROTOCOL.rounds] == ["report", "share", "sums", "recover"]
+    assert all(callable(getattr(TSSUser, r.name)) for r in PROTOCOL.rounds)
 
 
 def test_s1_elects_uniformly_among_r1_without_replacement():

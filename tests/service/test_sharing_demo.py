@@ -29,6 +29,7 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     assert report["service"]["privacy"]["private"] and not report["simulation"]["private"]
     assert report["service"]["privacy"]["randomness"].startswith("secure")
     assert report["simulation"]["parameters"]["n_users"] == dropouts["survivors"]
+    assert report["simulation"]["mode"] == "faithful"  # the same parties, in-process
     b = report["bytes"]
     assert b["sealed_sent"] == b["sealed_expected"] > 0
     user, server = report["parties"]  # every kind of message, exactly the count given who answered which round

@@ -13,16 +13,17 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from privagg.protocols import sampling_sharing as ss
-from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, SERVER,
+from privagg.protocols.roles import decode_inbox
+from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, ROUNDS, SERVER,
                                                VERSION, Revealed, decode, encode, expected_traffic,
                                                survivors_parameters)
 from privagg.service import sharing_client
 from privagg.service.client import SubmitError
-from privagg.service.round_tasks import KEM, release_delta
+from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing import SharingService, create_app
 from privagg.service.sharing_client import SharingClient
 from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds, traffic
-from privagg.service.storage import connect, relayed_shares, round_messages, roster as storage_roster
+from privagg.service.storage import connect, relayed_messages, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
 
 N, DOMAIN = 12, 3
@@ -109,16 +110,16 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     assert task.threshold == 7
     for i, user in enumerate(users):
         if i != 2:  # user 2 vanishes before round 1
-            user.advertise(int(CODES[user.user]))
+            user.send("advertise", int(CODES[user.user]))
     clock.now += 61  # round 1's deadline
     assert service.advance(task.task_id) == "round2"
     for i, user in enumerate(users):
         if i not in (2, 5, 7):  # users 5 and 7 vanish after round 1
-            user.masked_sum()
+            user.send("masked_sum")
     service.close_round(task.task_id, 2)
     for i, user in enumerate(users):
         if i not in (2, 5, 7, 9, 10):  # users 9 and 10 vanish after their masked sums
-            user.reveal()
+            user.send("reveal")
     assert service.advance(task.task_id) == "round3"  # waiting for 9 and 10 until the deadline
     clock.now += 61
     report = service.result(task.task_id)
@@ -146,10 +147,10 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     auth = {"user": me.user, "secret": me.secret}
     key, plain = me.role.advertise(1)
     keys = [b64decode(k) for k in json.loads(http.get(f"/tasks/{tid}/roster").content)["public_keys"]]
-    sealed = {k: b64encode(_suite(KEM).encrypt(m, _public_key(KEM, keys[k]), info=task.info(me.user, k))).decode()
-              for k, m in plain.items()}
+    sealed = {k: b64encode(_suite(KEM).encrypt(m, _public_key(KEM, keys[k]), info=relay_info(
+        ROUNDS[0], tid, me.user, k))).decode() for k, m in plain.items()}
     shares = [{"recipient": k, "sealed": v} for k, v in sealed.items()]
-    good = {**auth, "key": b64encode(key).decode()}
+    good = {**auth, "message": b64encode(key).decode()}
     path = f"/tasks/{tid}/round1"
     refused(http, path, {**good, "backups": shares[:-1]}, 400, "malformed")
     refused(http, path, {**auth, "backups": shares}, 400, "malformed")
@@ -163,22 +164,23 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     assert f"of {task.sealed_size} bytes, got 40 bytes" in refused(http, path, {**good, "backups": short}, 400,
                                                                    "malformed")
     low_order = encode(p, ADVERTISE, me.user, SERVER, bytes(64))  # a key whose agreed secrets are all zero
-    assert "low order" in refused(http, path, {**good, "key": b64encode(low_order).decode(), "backups": shares},
+    assert "low order" in refused(http, path, {**good, "message": b64encode(low_order).decode(), "backups": shares},
                                   400, "bad_message")
     theirs = encode(p, ADVERTISE, 1, SERVER, decode(p, key, (ADVERTISE,)).payload)  # signed as another user
-    refused(http, path, {**good, "key": b64encode(theirs).decode(), "backups": shares}, 400, "bad_message")
-    refused(http, path, {"user": me.user, "secret": "guess", "key": good["key"], "backups": shares}, 403,
+    refused(http, path, {**good, "message": b64encode(theirs).decode(), "backups": shares}, 400, "bad_message")
+    refused(http, path, {"user": me.user, "secret": "guess", "message": good["message"], "backups": shares}, 403,
             "bad_secret")
-    refused(http, path, {"user": N, "secret": me.secret, "key": good["key"], "backups": shares}, 400, "malformed")
+    refused(http, path, {"user": N, "secret": me.secret, "message": good["message"], "backups": shares}, 400,
+            "malformed")
     refused(http, f"/tasks/{tid}/round2", {**auth, "message": "AAAA"}, 409, "round_closed")
-    assert count(service, relayed_shares, tid) == 0 and count(service, round_messages, tid) == 0
+    assert count(service, relayed_messages, tid) == 0 and count(service, round_messages, tid) == 0
     assert http.post(path, content=json.dumps({**good, "backups": shares}),
                      headers={"content-type": "application/json"}).status_code == 201
     refused(http, path, {**good, "backups": shares}, 409, "already_sent")
-    assert count(service, relayed_shares, tid) == N - 1 and count(service, round_messages, tid) == 1
+    assert count(service, relayed_messages, tid) == N - 1 and count(service, round_messages, tid) == 1
     refused(http, "/tasks/" + "ab" * 16 + "/round1", {**good, "backups": shares}, 404, "unknown_task")
     clock.now += 61
-    refused(http, path, {"user": 1, "secret": users[1].secret, "key": good["key"], "backups": shares}, 409,
+    refused(http, path, {"user": 1, "secret": users[1].secret, "message": good["message"], "backups": shares}, 409,
             "round_closed")  # late
     refused(http, path, {**good, "backups": shares}, 409, "already_sent")  # a retry of what arrived: said so
     # round 1 closed at its deadline with one sender: below the minimum, the task failed and releases nothing
@@ -195,7 +197,7 @@ def test_round_messages_are_checked_and_stored_once(server):
     p = dpdg()
     task, users = enrolled(service, p)
     for user in users[:-1]:
-        user.advertise(0)
+        user.send("advertise", 0)
     clock.now += 61
     service.advance(task.task_id)
     tid, path = task.task_id, f"/tasks/{task.task_id}/round2"
@@ -206,18 +208,21 @@ def test_round_messages_are_checked_and_stored_once(server):
     truncated = HEADER.pack(MAGIC, VERSION, MASKED_SUM, me.user, SERVER, DOMAIN) + b"\0"
     detail = refused(http, path, {**auth, "message": b64encode(truncated).decode()}, 400, "bad_message")
     assert "field elements" in detail
-    me.masked_sum()
+    me.send("masked_sum")
     another = encode(p, MASKED_SUM, me.user, SERVER, np.zeros(DOMAIN, dtype=np.uint64))
     refused(http, path, {**auth, "message": b64encode(another).decode()}, 409, "already_sent")
     refused(http, f"/tasks/{tid}/inbox", {"user": last.user, "secret": last.secret}, 409, "not_expected")
     for user in users[1:-1]:
-        user.masked_sum()
+        user.send("masked_sum")
     assert service.advance(tid) == "round3"
     # a reveal whose entries give away a survivor's pair key (what an honest user never sends) is refused
-    inbox = json.loads(http.post(f"/tasks/{tid}/inbox", content=json.dumps(auth),
-                                 headers={"content-type": "application/json"}).content)
-    opened = {b["sender"]: me._open(b["sealed"], task.info(b["sender"], me.user)) for b in inbox["backups"]}
-    honest = decode(p, me.role.reveal(inbox["senders"], inbox["survivors"], opened), (REVEAL,)).payload
+    answer = json.loads(http.post(f"/tasks/{tid}/inbox", content=json.dumps(auth),
+                                  headers={"content-type": "application/json"}).content)
+    inbox = decode_inbox(answer["inbox"])
+    assert answer["round"] == 3 and answer["name"] == "reveal" and set(inbox) == {"senders", "survivors"}
+    opened = {b["sender"]: me._open(b["sealed"], relay_info(ROUNDS[0], tid, b["sender"], me.user))
+              for b in answer["backups"]}
+    honest = decode(p, me.role.reveal(inbox["senders"], inbox["survivors"], opened).message, (REVEAL,)).payload
     secrets_ = honest.secrets.copy()
     secrets_[2] = PAIR_KEY
     greedy = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, secrets_, honest.shares))
@@ -230,7 +235,7 @@ def test_round_messages_are_checked_and_stored_once(server):
     assert http.post(f"/tasks/{tid}/round3", content=json.dumps({**auth, "message": b64encode(lying).decode()}),
                      headers={"content-type": "application/json"}).status_code == 201
     for user in users[1:-1]:
-        user.reveal()
+        user.send("reveal")
     answer = http.get(f"/tasks/{tid}/result")
     assert answer.status_code == 409 and answer.json()["error"] == "failed"
     assert "the release was refused: reveals must be shares that rebuild" in answer.json()["detail"] or \
@@ -242,18 +247,18 @@ def test_fewer_revealers_than_the_threshold_fail_the_task_and_nothing_is_release
     p = dpdg()
     task, users = enrolled(service, p)
     for user in users:
-        user.advertise(2)
+        user.send("advertise", 2)
     for user in users:
-        user.masked_sum()
+        user.send("masked_sum")
     for user in users[:6]:  # t = 7
-        user.reveal()
+        user.send("reveal")
     assert service.advance(task.task_id) == "round3"
     clock.now += 61
     assert service.advance(task.task_id) == "failed"
     answer = http.get(f"/tasks/{task.task_id}/result")
     assert answer.status_code == 409 and answer.json()["error"] == "failed"
-    assert "6 of the 12 survivors of round 2 revealed by the deadline, fewer than the backups' threshold t = 7" in \
-        answer.json()["detail"]
+    assert "6 of the 12 users round 3 (reveal) expected answered by its close, fewer than the backups' threshold " \
+        "t = 7" in answer.json()["detail"]
 
 
 def test_enrollment_checks_tokens_and_keys(server):

@@ -38,8 +38,9 @@ from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARE
 from privagg.service import storage
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready
+from privagg.service.round_tasks import sealed_size
 from privagg.service.two_servers import (FirstService, SecondService, SecondTask, TSSTask, create_first_app,
-                                         create_tasks, s1_messages, s1_shares, s1_tasks, s2_tasks, sealed_size)
+                                         create_tasks, s1_messages, s1_relayed, s1_tasks, s2_tasks)
 from privagg.service.two_servers_client import TSSClient
 from privagg.service.web import Refused
 
@@ -116,8 +117,12 @@ class Deployment:
         with self.first.engine.connect() as c:
             return c.execute(sa.select(s1_tasks).where(s1_tasks.c.task_id == self.task_id)).one()
 
+    def published(self) -> dict:
+        """What S1 published when its rounds closed: the election, R2, each item's reporters, the recovery plan."""
+        return json.loads(self.row().published)
+
     def election(self) -> Election:
-        return Election.from_dict(json.loads(self.row().election))
+        return Election.from_dict(self.published()["election"])
 
     def client(self, user: int) -> TSSClient:
         return next(c for c in self.clients if c.user == user)
@@ -163,13 +168,10 @@ def step(d: Deployment, round_: int, skip=(), values=None) -> str:
     did not. The state after."""
     if d.state() != f"round{round_}":
         return d.state()
-    action = {1: lambda c: c.report((values or {}).get(c.user, c.user % DOMAIN)), 2: TSSClient.share,
-              3: TSSClient.helper_sums, 4: TSSClient.recover}[round_]
+    name = d.clients[0].protocol.rounds[round_ - 1].name
     acting = [c for c in sorted(d.clients, key=lambda c: c.user) if c.user not in skip]
-    if round_ >= 3:  # only the users the round asks (its last message closes it)
-        acting = [c for c in acting if c.inbox()["items" if round_ == 3 else "dropped"]]
-    for c in acting:
-        assert action(c) is not False
+    for c in acting:  # those the round does not ask (not a helper, not asked to recover) send nothing
+        c.send(name, (values or {}).get(c.user, c.user % DOMAIN) if round_ == 1 else None)
     return d.state() if d.state() != f"round{round_}" else d.close(round_)
 
 
@@ -198,7 +200,7 @@ def test_the_servers_release_the_sampled_counts_exactly(dbs):
         assert "secure" in privacy["randomness"] and any("must not collude" in c for c in privacy["caveats"])
         assert privacy["delta"] == pytest.approx(survivors_parameters(p, N_USERS).delta_at(p.epsilon))
         with d.first.engine.connect() as c:  # S1 relayed only sealed shares; S2 dropped the hand-over
-            sealed = c.execute(sa.select(s1_shares.c.sealed)).scalars().all()
+            sealed = c.execute(sa.select(s1_relayed.c.sealed)).scalars().all()
         assert sealed and not any(bytes(s).startswith(MAGIC) for s in sealed)
         with d.second.engine.connect() as c:
             assert c.execute(sa.select(s2_tasks.c.handover)).scalar() is None
@@ -209,7 +211,7 @@ def test_the_servers_release_the_sampled_counts_exactly(dbs):
 def test_reporters_who_drop_out_at_rounds_1_and_2_are_left_out(dbs):
     with deploy(dbs) as d:
         assert run_rounds(d, skip1=(0, 5), skip2=(7, 11)) == "handover"
-        survivors = json.loads(d.row().survivors)
+        survivors = d.published()["survivors"]
         assert survivors == [u for u in range(N_USERS) if u not in (0, 5, 7, 11)]
         assert set(d.election().by_helper) <= set(range(N_USERS)) - {0, 5}  # helpers elected among R1
         result = d.result()
@@ -227,15 +229,14 @@ def test_a_helper_who_misses_round_3_is_recovered(dbs):
         helper, served_items = sorted(d.election().by_helper.items())[0]
         assert step(d, 3, skip=(helper,)) == "round4"
         late = d.client(helper)
-        assert not late.helper_sums()  # his inbox is round 4's: nothing to send
+        assert not late.send("sums")  # round 3 is closed: nothing to send
         message = base64.b64encode(bytes(sealed_size(d.task.parameters, SUMS, len(served_items)))).decode()
         status, answer = post(d.url, f"/tasks/{d.task_id}/round3", {"user": helper, "secret": late.secret,
                                                                     "message": message})
-        assert (status, answer["error"]) == (409, "round_closed") and d.refused("round_closed") == 1
-        asked = [c for c in d.clients if c.inbox()["dropped"]]
-        reporters = json.loads(d.row().reporters)
+        assert (status, answer["error"]) == (409, "round_closed") and d.refused("round_closed") == 2  # his inbox too
+        asked = [c for c in d.clients if c.send("recover")]
+        reporters = d.published()["reporters"]
         assert sorted(c.user for c in asked) == sorted({i for j in served_items for i in reporters[j]})
-        assert all(c.recover() for c in asked)
         assert d.state() == "handover"
         result = d.result()
         estimates = {e["item"]: e["estimate"] for e in result["estimates"]}
@@ -299,7 +300,7 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
             return post(d.url, route + "round1", {**who, "message": base64.b64encode(message).decode()})
 
         good = encode(p, REPORT_SET, me.user, FIRST, [0, 2])
-        cases = [(good[:-1], 400, "malformed"),
+        cases = [(good[:-1], 400, "bad_message"),
                  (encode(p, REPORT_SET, me.user, FIRST, [0, DOMAIN]), 400, "bad_message"),
                  (encode(p, REPORT_SET, me.user + 1, FIRST, [0, 2]), 400, "bad_message"),
                  (encode(p, REPORT_SET, me.user, FIRST, [2, 0]), 400, "bad_message")]
@@ -335,18 +336,18 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
                                 (dict(list(expected.items())[1:]), "malformed")):
             status, answer = post(d.url, route + "round2", {**auth, "shares": shares(entries)})
             assert (status, answer["error"]) == (400, reason), answer
-        me.share()
+        assert me.send("share")
         status, answer = post(d.url, route + "round2", {**auth, "shares": shares(expected)})
         assert (status, answer["error"]) == (409, "already_sent")
         with d.first.engine.connect() as c:
-            stored = c.execute(sa.select(s1_shares.c.sealed).where(s1_shares.c.sender == me.user)).scalars().all()
+            stored = c.execute(sa.select(s1_relayed.c.sealed).where(s1_relayed.c.sender == me.user)).scalars().all()
         assert len(stored) == len(expected) and not any(bytes(s).startswith(b"xxxx") for s in stored)
         assert step(d, 2, skip=(me.user, absent)) == "round3"
         outsider, who = absent, d.client(absent)
         status, answer = post(d.url, route + "round3", {"user": outsider, "secret": who.secret, "message": "AAAA"})
         assert (status, answer["error"]) == (409, "not_expected")
-        assert post(d.url, route + "inbox", {"user": outsider, "secret": who.secret})[1] == {
-            "round": 3, "items": [], "shares": []}
+        status, answer = post(d.url, route + "inbox", {"user": outsider, "secret": who.secret})
+        assert (status, answer["error"]) == (409, "not_expected")
         helper = sorted(election.by_helper)[0]
         status, answer = post(d.url, route + "round3", {"user": helper, "secret": d.client(helper).secret,
                                                         "message": base64.b64encode(b"short").decode()})
@@ -359,8 +360,9 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
         with d.first.engine.connect() as c:
             assert c.execute(sa.select(sa.func.count()).select_from(s1_messages).where(
                 s1_messages.c.round == 3)).scalar() == 0
-        for reason, count in (("malformed", 4), ("bad_message", 3), ("bad_secret", 1), ("bad_recipient", 3),
-                              ("already_sent", 2), ("not_expected", 1), ("round_closed", 1)):
+        # a report set of the wrong length is the role's to refuse (bad_message); a sealed message's, the driver's
+        for reason, count in (("malformed", 3), ("bad_message", 4), ("bad_secret", 1), ("bad_recipient", 3),
+                              ("already_sent", 2), ("not_expected", 2), ("round_closed", 1)):
             assert d.refused(reason) == count, reason
 
 
@@ -398,7 +400,7 @@ def test_a_sum_replayed_under_another_helpers_name_opens_to_nothing(sqlite_dbs):
         victim, thief = next(pair[:2] for size, pair in sorted(sizes.items()) if len(pair) >= 2 and size < DOMAIN)
         for c in sorted(d.clients, key=lambda c: c.user):
             if c.user != thief:
-                c.helper_sums()
+                c.send("sums")
         with d.first.engine.connect() as c:
             stolen = c.execute(sa.select(s1_messages.c.message).where(s1_messages.c.round == 3,
                                                                       s1_messages.c.user == victim)).scalar()
@@ -423,6 +425,98 @@ def test_the_migrations_build_the_declared_schema(dbs):
             diff = compare_metadata(context, storage.metadata[role])
         assert diff == [], diff
         engine.dispose()
+
+
+def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs):
+    """An S1 database of the release before rounds as data (s1_0002: a state string, a column per published list,
+    s1_shares): a task in round 3 (report sets, election, R2 and each item's reporters stored, one helper's sealed
+    sums already in; user 3 left at round 2), a delivered one and a failed one. ``privagg db upgrade`` (s1_0003)
+    turns them into the round driver's: the first goes on from round 3 (the helpers' sealed shares come from the
+    upgraded s1_relayed) to S2's release of exactly the survivors' sampled counts; the others keep their state and
+    reason."""
+    from service_deployment import database_at
+
+    from privagg.protocols.two_server_parties import ROUNDS, FirstServer
+    from privagg.service.roster import secret_hash
+    from privagg.service.round_tasks import KEM, relay_info, second_info
+    from privagg.service.tasks import _public_key, _suite
+
+    p, clock = tss_prime(), Clock()
+    second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
+    second_task, token = second.create_task(p, MIN)
+    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)
+    clients = [TSSClient("http://s1.invalid", task) for _ in range(N_USERS)]
+    for i, client in enumerate(clients):
+        client.user, client.secret, client.role = i, f"secret {i}", client.make_role(i)
+    sets = {i: c.role.report(i % DOMAIN).message for i, c in enumerate(clients)}
+    coordinator = FirstServer(p, MIN, np.random.default_rng(5))
+    election = coordinator.elect({u: coordinator.check_report_set(m, u) for u, m in sets.items()})
+    survivors = [u for u in range(N_USERS) if u != 3]
+    plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(
+        election.helpers_of(clients[u].role.state.items)).relayed.items()}
+    reporters = [list(r) for r in FirstServer.reporters({u: clients[u].role.state.items for u in survivors}, DOMAIN)]
+    early = sorted(election.by_helper)[0]  # his sums arrived before the upgrade
+    items = election.by_helper[early]
+    sums = clients[early].role.sums({j: reporters[j] for j in items}, {
+        u: m for (u, h), m in plain.items() if h == early}).message
+    seal = _suite(KEM).encrypt
+    old = database_at(dbs["s1"], "s1", "s1_0002")
+    meta = sa.MetaData()
+    tasks, messages, shares, roster = (sa.Table(name, meta, autoload_with=old) for name in (
+        "s1_tasks", "s1_messages", "s1_shares", "s1_roster"))
+    lists = {"election": json.dumps(election.to_dict()), "survivors": json.dumps(survivors),
+             "reporters": json.dumps(reporters)}
+    reason = "3 users sent their shares in round 2, fewer than the task's minimum of 26; nothing was handed over"
+    with old.begin() as c:
+        common = {"second_url": "http://s2.invalid", "relay_token": token}
+        c.execute(sa.insert(tasks), [
+            {"task_id": task.task_id, "task": json.dumps(task.to_dict()), "state": "round3",
+             "deadline": clock.now + 60, "recovery": None, "outcome": None, **lists, **common},
+            {"task_id": "cd" * 16, "task": json.dumps({**task.to_dict(), "task_id": "cd" * 16}), "state": "delivered",
+             "deadline": None, "recovery": json.dumps({"dropped": [], "lost": []}), "outcome": None, **lists,
+             **common},
+            {"task_id": "ef" * 16, "task": json.dumps({**task.to_dict(), "task_id": "ef" * 16}), "state": "failed",
+             "deadline": None, "election": lists["election"], "survivors": None, "reporters": None,
+             "recovery": None, "outcome": reason, **common}])
+        c.execute(sa.insert(roster), [{"task_id": task.task_id, "user": i, "public_key": client.public_key,
+                                       "secret_hash": secret_hash(client.secret)} for i, client in enumerate(clients)])
+        c.execute(sa.insert(messages), [{"task_id": task.task_id, "round": 1, "user": u, "message": m}
+                                        for u, m in sets.items()] +
+                  [{"task_id": task.task_id, "round": 2, "user": u, "message": b""} for u in survivors] +
+                  [{"task_id": task.task_id, "round": 3, "user": early, "message": seal(
+                      sums, _public_key(KEM, second_task.public_key), info=second_info(second_task.task_id, SUMS,
+                                                                                        early))}])
+        c.execute(sa.insert(shares), [{"task_id": task.task_id, "sender": u, "recipient": h, "sealed": seal(
+            m, _public_key(KEM, clients[h].public_key), info=relay_info(ROUNDS[1], task.task_id, u, h))}
+            for (u, h), m in plain.items()])
+    old.dispose()
+    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0003")
+    first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock,
+                         send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    try:
+        with served(create_first_app(first, tick=None)) as url:
+            state = first.state(task.task_id)
+            assert (state["state"], state["round_name"], state["senders"], state["survivors"], state["helpers"]) == (
+                "round3", "sums", N_USERS, N_USERS - 1, len(election.by_helper))
+            assert first.state("cd" * 16)["state"] == "delivered"
+            assert (first.state("ef" * 16)["state"], first.state("ef" * 16)["failed"]) == ("failed", reason)
+            for client in clients:
+                client.url = url
+                if client.user != early:
+                    client.send("sums")  # those who help with no item send nothing
+            assert first.state(task.task_id)["state"] == "handover"  # closed early: every helper's sums are in
+            assert first.deliver(task.task_id) == "delivered"
+        result = second.result(second_task.task_id)
+    finally:
+        first.engine.dispose()
+        second.engine.dispose()
+    counts = np.zeros(DOMAIN, dtype=np.int64)
+    for u in survivors:
+        for j, e in zip(clients[u].role.state.items, clients[u].role.state.entries):
+            counts[j] += e
+    estimates = {e["item"]: e["estimate"] for e in result["estimates"]}
+    assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == counts.tolist()
+    assert result["dropouts"]["survivors"] == N_USERS - 1 and result["dropouts"]["helpers_without_sum"] == 0
 
 
 SERVE = """
@@ -469,6 +563,17 @@ def process(role: str, db: str, port: int, log: Path) -> Iterator[subprocess.Pop
             child.wait(30)
 
 
+def first_helpers(db: str, task_id: str) -> set[int]:
+    """The helpers S1 elected, read from its database (the test's view, not a user's)."""
+    engine = sa.create_engine(db)
+    try:
+        with engine.connect() as c:
+            published = c.execute(sa.select(s1_tasks.c.published).where(s1_tasks.c.task_id == task_id)).scalar()
+    finally:
+        engine.dispose()
+    return set(Election.from_dict(json.loads(published)["election"]).by_helper)
+
+
 def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
     """S1 and S2 as separate processes over their own SQLite files; the task made on S2, then on S1 from S2's
     public task over HTTP; a user drops out at each of rounds 1 and 2 and a helper at round 3; S1 is killed
@@ -496,26 +601,28 @@ def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
                 c.enroll(t)
             for c in clients:
                 if c.user != 3:
-                    c.report(c.user % DOMAIN)
+                    c.send("report", c.user % DOMAIN)
             close(1)
             for c in clients:
                 if c.user not in (3, 9):
-                    c.share()
+                    c.send("share")
             close(2)
             s1.send_signal(signal.SIGKILL)
             s1.wait()
         with process("s1", dbs["s1"], ports["s1"], tmp_path / "s1.log"):
             assert clients[0].state() == "round3"
-            helpers = [c for c in clients if c.user not in (3,)]
+            helpers = first_helpers(dbs["s1"], task.task_id)
             skipped = None
-            for c in helpers:
-                if skipped is None and c.inbox()["items"]:
-                    skipped = c.user
+            for c in clients:
+                if c.user == 3:
                     continue
-                c.helper_sums()
+                if skipped is None and c.user in helpers:
+                    skipped = c.user  # a helper who misses round 3
+                    continue
+                c.send("sums")
             close(3)
-            asked = [c for c in clients if c.user not in (3, 9) and c.inbox()["dropped"]]
-            assert asked and all(c.recover() for c in asked)  # the last one closes round 4
+            asked = [c for c in clients if c.user not in (3, 9) and c.send("recover")]
+            assert asked  # the last one closes round 4
             assert within(10, lambda: clients[0].state() == "delivered")  # S1's ticker handed over to S2
         result: dict = {}
         assert within(10, lambda: result.update(get(f"{url2}/tasks/{created.task_id}/result")) or "estimates" in result)

@@ -30,9 +30,12 @@ from . import heavy_hitters as hh
 from . import local_baselines as lb
 from . import privacy_blanket as pb
 from . import sampling_sharing as ss
+from . import sharing_parties as sp
 from . import sparse_vector as sv
+from . import two_server_parties as tp
 from .kinds import Family, ResultKind, Topology
 from .parameters import check_parameters, check_pure_delta
+from .roles import MultiRound
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class ProtocolEntry:
     client: Callable[[Any], Any] | None = None
     analyzer: Callable[..., Any] | None = None
     fast: Callable[..., Any] | None = None
+    rounds: MultiRound | None = None  # a multi-round protocol's rounds and parties (the simulator and services run it)
     options: tuple[Option, ...] = ()
     calibrations: tuple[str, ...] = ()
     # The exact auditor (privagg.audit): one user's exact output law, and tiny instances it can enumerate
@@ -111,8 +115,8 @@ class ProtocolEntry:
 
     @property
     def multi_round(self) -> bool:
-        """Users exchange shares before a server reconstructs: the simulator plays the rounds (no client)."""
-        return self.topology in (Topology.SECRET_SHARING, Topology.TWO_SERVERS)
+        """Users take part in several rounds with a server (no client): the entry's ``rounds`` declares them."""
+        return self.rounds is not None
 
     @property
     def single_batch(self) -> bool:
@@ -181,8 +185,6 @@ _BETA = Option("min_count_fraction", float, "beta in (0, 1/N]: every category is
                "(required: the guarantee rests on it; checked on the data)")
 _P = Option("sampling_probability", float, "p in (0, 1]: fix p instead of calibrating it (its delta is computed, "
             "and must meet --delta)")
-_SEEDS = Option("share_encoding", str, "elements (default) or seeds: send the n - 1 uniform shares as 32-byte "
-                "ChaCha20 seeds the recipients expand (one correction share of N elements)")
 _TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alpha N categories (required)"),
         Option("second_stage", str, "uniform (default) or adaptive report sets"),
         Option("gamma", float, "G >= 1: the adaptive stage's bias (ln G-LDP against S1; default 2)"))
@@ -316,7 +318,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        options=(_BETA, _P, _HONEST, _SEEDS), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
+        rounds=sp.PROTOCOL, options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
         example=_example(10, n_users=_SAMPLING_USERS), demo=True,
@@ -324,19 +326,19 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size, audit_cost=ss.audit_cost,
+        rounds=sp.PROTOCOL, calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size, audit_cost=ss.audit_cost,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
                               calibrations=("tight",), slow=True)),
-        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST,
-                 _SEEDS)),
+        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
         example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5), demo=True,
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
         reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
-        analyzer=ss.SumServer, fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, _HONEST), **_SAMPLING,
+        analyzer=ss.SumServer, fast=ss.fast_aggregate, rounds=tp.PROTOCOL, options=(_BETA, _P, *_TSS, _HONEST),
+        **_SAMPLING,
         audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5), dict(_SAMPLING_AUDITS[1], report_fraction=2 / 3),
                          dict(_SAMPLING_AUDITS[2], report_fraction=0.5), dict(_SAMPLING_AUDITS[3], report_fraction=0.5),
                          # the adaptive stage, its report sets in S2's view (sampling_sharing._adaptive_law)
@@ -349,7 +351,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology=Topology.TWO_SERVERS, trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
         calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
-        fast=ss.fast_aggregate, options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
+        fast=ss.fast_aggregate, rounds=tp.PROTOCOL,
+        options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
                                                               "colluding users"), _HONEST), **_SAMPLING,
         audit_instances=tuple(dict(_SAMPLING_AUDITS[i], report_fraction=0.5, colluders=1) for i in (0, 2, 3))),
     ProtocolEntry(

@@ -18,17 +18,20 @@ Topologies and their roles:
     users send their values in the clear to a trusted :class:`Curator`,
     which aggregates them like an analyzer and adds the noise when it
     finalizes.
-``secret_sharing``
-    :class:`Sharers` (the users: each makes his vector, shares it among all
-    n users and forwards the sum of what he received) -> an :class:`Analyzer`
-    (the server, which reconstructs): DPDS, DPDG. Over a network, one
-    :class:`SharingRounds` per user and a :class:`SharingRelease` server
-    (:mod:`privagg.protocols.sharing_parties`), every message bytes.
-``two_servers``
-    :class:`Reporters` (the users' coins and report sets) -> an
-    :class:`Elector` (S1: counts and elects helper users) -> the reporters
-    share each entry among the item's helpers, who sum and forward ->
-    an :class:`Analyzer` (S2): TSS, TSS'.
+``secret_sharing`` and ``two_servers`` (multi-round)
+    A :class:`MultiRound` declaration: the protocol's rounds as data
+    (:class:`Round`: who sends, to whom, the least answers to go on, what
+    closes it, what a late or invalid message means), the users' role (one
+    method per round, each taking the user's inbox and returning an
+    :class:`Outbox`; its state encodable) and the :class:`Coordinator`, the
+    server that runs the rounds (whom each round expects, what it checks,
+    what each user's inbox holds, what it publishes when a round closes),
+    and, for TSS, the second server that releases what the coordinator hands
+    over. The simulator (:mod:`privagg.simulate.rounds`) and the services'
+    round driver (:mod:`privagg.service.rounds`) run every such protocol
+    alike, never branching on it: DPDS, DPDG
+    (:mod:`privagg.protocols.sharing_parties`), TSS, TSS'
+    (:mod:`privagg.protocols.two_server_parties`).
 
 An aggregate is plain picklable data (numpy arrays and integers):
 ``agg_update`` folds a batch of messages into it, ``merge`` adds partial
@@ -38,8 +41,9 @@ aggregates equals one ``agg_update`` over all their messages.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -95,64 +99,197 @@ class Curator(Analyzer[Agg], Protocol):
     rng: RNGLike
 
 
-@runtime_checkable
-class Sharers(Protocol):
-    """A batch of users of a secret-sharing protocol, one round after another (simulate/secret_sharing.py)."""
-
-    def contributions(self, values: np.ndarray, rng: RNGLike = None) -> np.ndarray:
-        """Each user's vector as field elements (users x N): what he shares."""
-
-    def share(self, contributions: np.ndarray, rng: RNGLike = None) -> np.ndarray:
-        """n additive shares of each vector (recipients x users x N)."""
-
-    def receive(self, received: np.ndarray, shares: np.ndarray) -> np.ndarray:
-        """The recipients' running sums (n x N) with a block of shares (n x senders x N) added."""
-
-    def forward(self, received: np.ndarray) -> MessageBatch:
-        """Each user's sum of the shares he received (n x N), as the rows the server receives."""
+# --- multi-round protocols: rounds as data, one role per party kind -----------------------------------------
 
 
-@runtime_checkable
-class SharingRounds(Protocol):
-    """One DPDS or DPDG user over a network, a round at a time; what he sends is bytes and what he keeps between
-    rounds is ``state`` (plain data with ``to_bytes``)."""
-
-    def advertise(self, code: int) -> tuple[bytes, dict[int, bytes]]:
-        """Round 1: his pair key for the server, and a backup of his keys for every other user (to be sealed)."""
-
-    def masked_sum(self, keys: dict[int, bytes]) -> bytes:
-        """Round 2: his vector plus the shares agreed with the round-1 senders (``keys``), masked."""
-
-    def reveal(self, senders: Sequence[int], survivors: Sequence[int], backups: dict[int, bytes]) -> bytes:
-        """Round 3: his shares of the survivors' mask seeds and of round 2's dropouts' pair keys."""
+class RoundFailed(Exception):
+    """A round closed with fewer answers than the protocol needs to go on (or what they hold cannot be released):
+    the task fails and nothing is released. The message says why."""
 
 
-@runtime_checkable
-class SharingRelease(Protocol):
-    """The server of DPDS or DPDG over a network: checks the users' messages, releases the survivors' sum."""
+class Outbox(NamedTuple):
+    """What a party sends in a round: its message to the round's server (None: none) and its messages to other
+    parties (recipient -> bytes), each sealed to its recipient and relayed by the server, which cannot read them."""
 
-    def check(self, raw: bytes, kind: int, user: int) -> Any:
-        """A user's message to the server decoded and checked."""
-
-    def release(self, keys: dict[int, bytes], masked: dict[int, bytes], reveals: dict[int, bytes],
-                queries=None) -> Any:
-        """The release over the survivors, with its guarantee recomputed for them."""
+    message: bytes | None
+    relayed: dict[int, bytes]
 
 
-@runtime_checkable
-class Reporters(Protocol):
-    """A batch of users of a two-server protocol: first stage."""
+@dataclass(frozen=True)
+class Round:
+    """One round of a multi-round protocol, as data (the VDAF reference's ROUNDS, Janus's job steps).
 
-    def first_stage(self, values: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, np.ndarray]:
-        """(participation coins, report sets as users x set size)."""
+    The users' role answers the round with its method ``name``, given the inbox the coordinator made for him (and,
+    in the round marked ``value``, his value). Whom the round expects is the coordinator's (:meth:`Coordinator.
+    expected`: ``expects`` read from what earlier rounds published, or a list it computes, as TSS's helpers); a
+    round that expects nobody is skipped."""
+
+    name: str  # the round's name, and the users' role's method that answers it
+    sender: str = "user"  # the kind of party that sends (every round so far: the users)
+    # whom it waits for: every enrolled user, or a list an earlier round published (the coordinator's state)
+    expects: str = "enrolled"
+    publishes: str | None = None  # the name under which the list of who answered is published when it closes
+    value: bool = False  # the round the user's value enters (the method takes it as ``value``)
+    to_server: bool = True  # each sender sends the round's server a message (checked by the coordinator, stored)
+    seal: str | None = None  # the party the message to the server is sealed to, when not the server (TSS's "s2")
+    relay: str | None = None  # the name of each sender's messages to other parties, sealed to them and relayed
+    relay_info: bytes = b""  # what a relayed message's seal binds, before the task, sender and recipient (HPKE info)
+    delivers: str | None = None  # an earlier round's ``relay`` whose messages to the user his inbox carries
+    reads: tuple[str, ...] = ()  # earlier rounds whose messages to the server the coordinator's inbox reads
+    # the least answers the round may close with (the coordinator's :meth:`~Coordinator.minimum`); fewer fail the task
+    minimum: str = "min_survivors"
+    early: bool = True  # closes as soon as every expected sender answered; always at its deadline
+    deadline: float = 1.0  # its deadline, in the task's round_seconds, from its start
+    late: Literal["refuse"] = "refuse"  # a message after the close is refused; its sender takes no further part
+    invalid: Literal["refuse"] = "refuse"  # an invalid message is refused, nothing stored; he may send until the close
 
 
 @runtime_checkable
-class Elector(Protocol):
-    """The first server: counts the report sets and elects each item's helpers."""
+class RoundUser(Protocol):
+    """A user's role in a multi-round protocol: one method per :class:`Round` (named as the round), each taking the
+    inbox's fields as keyword arguments and returning an :class:`Outbox`; what he keeps between rounds is
+    ``state``, plain data with ``to_bytes``."""
 
-    def elect(self, reports: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(reports per item m_j, the elected helpers of each item)."""
+    index: int
+    state: Any
+
+
+@runtime_checkable
+class Coordinator(Protocol):
+    """The server that runs a multi-round protocol's rounds, sans I/O. Its ``state`` between rounds is a JSON object
+    (lists it published when rounds closed); ``messages`` maps an earlier round's name to the messages users sent
+    the server in it (user -> bytes)."""
+
+    def expected(self, round_: Round, state: dict) -> list[int]:
+        """The users the round waits for."""
+
+    def minimum(self, round_: Round) -> tuple[int, str]:
+        """The least answers the round may close with, and what that number is (for the failure's message)."""
+
+    def check(self, round_: Round, user: int, message: bytes, state: dict, messages: Mapping) -> None:
+        """A ParameterError naming what is wrong with ``user``'s message to the server (a round without ``seal``)."""
+
+    def message_size(self, round_: Round, user: int, state: dict, messages: Mapping) -> int:
+        """The bytes of ``user``'s message sealed to another party (a round with ``seal``): all the server checks."""
+
+    def recipients(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict[int, int]:
+        """Recipient -> the bytes of the message ``user`` relays to him (a round with ``relay``)."""
+
+    def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict[str, Any]:
+        """What ``user``'s method for the round takes (besides the relayed messages ``delivers`` names)."""
+
+    def close(self, round_: Round, answered: list[int], state: dict, messages: Mapping) -> dict:
+        """The state once the round closed with ``answered`` (at least :meth:`minimum` of them): what it publishes.
+        Raises :class:`RoundFailed` when nothing can be released."""
+
+    def finish(self, state: dict, messages: Mapping) -> Any:
+        """After the last round: the release (DPDS), or what a second server releases (TSS's hand-over)."""
+
+
+def answer_each(users: Sequence[Any], round_: Round, inboxes: Sequence[dict]) -> list[Outbox]:
+    """Each user's answer to ``round_``: his role's method of the round over his inbox."""
+    return [getattr(user, round_.name)(**inbox) for user, inbox in zip(users, inboxes)]
+
+
+@dataclass(frozen=True)
+class MultiRound:
+    """A multi-round protocol as data: its rounds, its parties' roles, and what the release is over. One per family;
+    the registry entry names it (``rounds``), and the simulator and the services run it from there.
+
+    ``user(parameters, index, min_survivors, rng=None, state=None)`` and ``coordinator(parameters, min_survivors,
+    rng=None)`` build the roles; ``answer(users, round, inboxes)`` runs a round's method over a batch of users (the
+    same computation as one user at a time; :func:`answer_each`, or a batch that derives what two users share
+    once); ``releaser(parameters, min_survivors).release(handed)`` is a second server that releases what the
+    coordinator's ``finish`` hands over (None: the coordinator releases). The release is over the users who sent
+    ``release_round`` (the survivors), with ``survivors_parameters(parameters, survivors)``; ``least_survivors``
+    is the fewest a task may require. ``entries(raw)`` reads a message's kind and entries for traffic counts;
+    ``faithful_seconds(parameters)`` and ``faithful_bytes(parameters)`` are what a faithful simulation takes (from
+    measured rates; every message of a run is held at once); ``parties`` names the coordinator and the releaser
+    in transcripts."""
+
+    rounds: tuple[Round, ...]
+    user: Callable[..., Any]
+    coordinator: Callable[..., Any]
+    release_round: str
+    survivors_parameters: Callable[[Any, int], Any]
+    least_survivors: Callable[[Any], int]
+    entries: Callable[[bytes], tuple[str, int]]
+    faithful_seconds: Callable[[Any], float]
+    faithful_bytes: Callable[[Any], int]
+    answer: Callable[[Sequence[Any], Round, Sequence[dict]], list[Outbox]] = answer_each
+    releaser: Callable[..., Any] | None = None
+    parties: tuple[str, ...] = ("server",)
+
+    def __post_init__(self) -> None:
+        names = [r.name for r in self.rounds]
+        relays = {r.relay for r in self.rounds if r.relay}
+        assert len(set(names)) == len(names) and self.release_round in names, names
+        for i, r in enumerate(self.rounds):  # what a round reads or delivers comes from an earlier round
+            assert set(r.reads) <= set(names[:i]) and (r.delivers is None or r.delivers in {
+                e.relay for e in self.rounds[:i]}), r
+        assert sum(r.value for r in self.rounds) == 1 and len(relays) == len([r for r in self.rounds if r.relay])
+
+    def round(self, name: str) -> Round:
+        return next(r for r in self.rounds if r.name == name)
+
+    def number(self, name: str) -> int:
+        """A round's number, 1 for the first."""
+        return 1 + [r.name for r in self.rounds].index(name)
+
+
+def messages_in(value: Any) -> list[bytes]:
+    """The byte messages an inbox (or one of its fields) holds: a user's copies of what others sent, for the traffic
+    counts of the simulator and the SDK."""
+    if isinstance(value, (bytes, bytearray)):
+        return [value]
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    return [m for v in value for m in messages_in(v)] if isinstance(value, (list, tuple)) else []
+
+
+def encode_inbox(inbox: Mapping[str, Any]) -> dict[str, Any]:
+    """An inbox as JSON: integers and lists of them as they are; bytes as ``{"bytes": base64}``; a mapping with
+    integer keys as ``{"map": [[key, value], ...]}`` (JSON objects take only string keys)."""
+    import base64
+
+    def value(v):
+        if isinstance(v, (bytes, bytearray)):
+            return {"bytes": base64.b64encode(v).decode()}
+        if isinstance(v, Mapping):
+            return {"map": [[int(k), value(x)] for k, x in v.items()]}
+        if isinstance(v, (list, tuple)):
+            return [value(x) for x in v]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"an inbox holds integers, bytes, lists and mappings, not {type(v).__name__}")
+        return int(v)
+
+    return {k: value(v) for k, v in inbox.items()}
+
+
+def decode_inbox(data: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`encode_inbox`'s inverse; a ParameterError (field ``inbox``) for anything it did not write."""
+    import base64
+    import binascii
+
+    def value(v):
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        if isinstance(v, dict) and set(v) == {"bytes"} and isinstance(v["bytes"], str):
+            try:
+                return base64.b64decode(v["bytes"], validate=True)
+            except (binascii.Error, ValueError):
+                pass
+        elif isinstance(v, dict) and set(v) == {"map"} and isinstance(v["map"], list) and all(
+                isinstance(e, list) and len(e) == 2 and type(e[0]) is int for e in v["map"]):
+            return {k: value(x) for k, x in v["map"]}
+        elif type(v) is int:
+            return v
+        raise ParameterError("inbox", "what encode_inbox writes (integers, lists, {\"bytes\"}, {\"map\"})",
+                             kind_of(v))
+
+    if not isinstance(data, Mapping):
+        raise ParameterError("inbox", "a JSON object", kind_of(data))
+    return {k: value(v) for k, v in data.items()}
 
 
 # --- parameters' fingerprints: aggregates and message batches of other parameters are refused, not mixed ---

@@ -12,21 +12,24 @@ what was derived here is in docs/derivations.md, "Sampling and secret sharing".
 * ``dpcs-star`` -- §2.2: the same, but the server releases the counts as n
   additive shares over F_q; a receiver reconstructs them (same output).
 * ``dpds`` -- Algorithm 2: each user samples his own participation, shares his
-  one-hot (or zero) vector among all n users (:class:`SharingUsers`), each
-  user forwards the sum of the shares he received, the server reconstructs
-  (:class:`SumServer`). The server sees what it would see under DPCS*.
+  one-hot (or zero) vector among all n users, each user forwards the sum of
+  the shares he received, the server reconstructs (:class:`SumServer`). The
+  server sees what it would see under DPCS*. The parties, which agree their
+  shares by key and survive dropouts, are in
+  :mod:`privagg.protocols.sharing_parties`.
 * ``dpdg`` -- §2.4: no sampling; each user adds distributed discrete Gaussian
   noise (integer, exact sampler) to his one-hot vector at the fixed-point
   scale 2^k before the same sharing; privacy of the sum is computed exactly
   (:mod:`privagg.privacy.discrete_gaussian`).
 * ``tss`` / ``tss-collusion`` -- Algorithm 3: users send a report set A_i of
-  alpha N items to S1 (:class:`ElectionServer`), which elects max(m_j, phi + 1)
-  helper users per item; reporters share their entry among item j's helpers,
-  helpers sum and forward to S2 (:class:`SumServer`), which estimates with the
-  effective rate p p_chi.
+  alpha N items to S1, which elects max(m_j, phi + 1) helper users per item;
+  reporters share their entry among item j's helpers, helpers sum and forward
+  to S2 (:class:`SumServer`), which estimates with the effective rate p p_chi.
+  The parties are in :mod:`privagg.protocols.two_server_parties`.
 
-The parties are batch-shaped and sans-I/O; :mod:`privagg.simulate.secret_sharing`
-plays them (one runner per topology). Privacy of the sampled counts is
+Here: the parameters, their theory and calibration, the trusted servers of
+DPCS and DPCS*, the server's field sums (:class:`SumServer`), the fast path
+and weighted aggregation. Privacy of the sampled counts is
 computed exactly (:mod:`privagg.privacy.sampling`), under the data condition
 the user states: every item held by at least beta n users
 (``min_count_fraction``), checked against the data before any run.
@@ -48,7 +51,7 @@ from ..core.coins import at_most, coins
 from ..core.encoding import check_item_key
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
 from ..core.randomness import RNGLike, resolve
-from ..core.sharing import MODULUS_MAX, SEED_BYTES, PrimeField, expand, reconstruct, seeded_shares, share
+from ..core.sharing import MODULUS_MAX, PrimeField, reconstruct, share
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
@@ -58,13 +61,11 @@ from .parameters import FrozenParameters, check_item_codes, honest_users
 from .results import FrequencyTable
 
 CATEGORIES_MAX = 2**20  # N: every user's vector has N field elements
-REPORT_KEYS_ELEMENTS = 1 << 22  # TSS report sets are drawn from this many random keys at a time
 BLOCK_SHARES = 1 << 22  # DPCS*'s server shares this many elements (n x a block of categories) at a time
 MAX_ERROR_BETA = 0.05
 SAMPLING_CALIBRATIONS = ("exact", "paper", "closed_form")
 NOISE_CALIBRATIONS = ("tight", "classic")
 SECOND_STAGES = ("uniform", "adaptive")
-SHARE_ENCODINGS = ("elements", "seeds")
 
 METHOD_DETAIL = {
     "exact": "the largest p whose exact delta(eps) of the sampled counts meets the target (hockey-stick divergence "
@@ -107,9 +108,6 @@ class SharingParameters(FrozenParameters):
     item_key: str | None = dataclasses.field(default=None, kw_only=True)
     # G: the guarantee holds while ceil(G n) users follow the protocol (the others may drop out or collude)
     honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
-    # how a user sends his n - 1 uniform shares: as N field elements each, or as 32-byte seeds expanded by
-    # ChaCha20 (the correction share is always N elements); DPDS and DPDG only
-    share_encoding: str = dataclasses.field(default="elements", kw_only=True)
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
@@ -121,10 +119,6 @@ class SharingParameters(FrozenParameters):
         if self.item_key is not None:
             check_item_key(self.item_key)
         check_honest_fraction(self.honest_fraction, self.n_users)
-        if self.share_encoding not in SHARE_ENCODINGS or (self.share_encoding != "elements" and
-                                                          self.model != "secret_sharing"):
-            raise ParameterError("share-encoding", f"one of {', '.join(SHARE_ENCODINGS)} (seeds for dpds and dpdg)",
-                                 self.share_encoding)
         PrimeField(self.modulus)  # a prime below 2^62
         if self.modulus <= self.largest_aggregate:
             raise ParameterError("modulus", f"a prime above the largest aggregate {self.largest_aggregate} (a smaller "
@@ -464,29 +458,18 @@ class DPDSParameters(SamplingParameters):
 
 
 def sharing_costs(parameters: SharingParameters, own: dict[str, float]) -> dict[str, dict[str, float]]:
-    """DPDS's and DPDG's costs per party, counted as the transcripts count them (reference §2.3): a user sends
-    (n - 1) N elements to the others and N to the server, receives (n - 1) N, keeps N (his self-share);
-    ``paper_count`` is the paper's 2 n N + N = sent + received + 2 kept (it counts the self-share both ways).
-    ``bytes_sent``: what goes on the wire, at ceil(bits / 8) bytes an element, or with seeds (n - 2 seeds of
-    32 bytes and the correction share's N elements to the others). ``own``: what makes a user's vector."""
-    n, N = parameters.n_users, parameters.domain_size
-    return {"user": {"sent": n * N, "received": (n - 1) * N, "kept": N, "paper_count": 2 * n * N + N,
-                     "bytes_sent": sent_bytes(parameters), "uniform_samples": (n - 1) * N,
-                     "field_additions": 2 * (n - 1) * N, **own},
-            "server": {"received": n * N, "field_additions": (n - 1) * N, "real_multiplications": N}}
-
-
-def sent_bytes(parameters: SharingParameters) -> int:
-    """Bytes one user sends in DPDS / DPDG: to the other n - 1 users and N elements to the server.
-
-    Elements: (n - 1) N shares. Seeds: user i's shares for recipients k < n - 1 are 32-byte seeds and the
-    correction share (to recipient n - 1) is N elements; as sender n - 1 he keeps the correction himself.
-    Counted for a user other than the last: n - 2 seeds and one correction share.
-    """
+    """DPDS's and DPDG's costs per party as Algorithm 2 has them (reference §2.3, Table I): a user sends (n - 1) N
+    elements to the others and N to the server, receives (n - 1) N, keeps N (his self-share); ``paper_count`` is
+    the paper's 2 n N + N = sent + received + 2 kept (it counts the self-share both ways). ``bytes_sent``: those
+    elements on the wire, at ceil(bits / 8) bytes each. ``own``: what makes a user's vector. The deployed parties
+    agree their shares by key instead of sending them (:func:`privagg.protocols.sharing_parties.expected_traffic`
+    counts what they send)."""
     n, N = parameters.n_users, parameters.domain_size
     element = -(-math.ceil(math.log2(parameters.modulus)) // 8)
-    to_users = (n - 1) * N * element if parameters.share_encoding == "elements" else (n - 2) * SEED_BYTES + N * element
-    return to_users + N * element
+    return {"user": {"sent": n * N, "received": (n - 1) * N, "kept": N, "paper_count": 2 * n * N + N,
+                     "bytes_sent": n * N * element, "uniform_samples": (n - 1) * N,
+                     "field_additions": 2 * (n - 1) * N, **own},
+            "server": {"received": n * N, "field_additions": (n - 1) * N, "real_multiplications": N}}
 
 
 # --- TSS --------------------------------------------------------------------------------------------
@@ -878,11 +861,10 @@ def calibrate_dpcs_star(epsilon, delta, n_users, domain_size, calibration="exact
 
 
 def calibrate_dpds(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
-                   sampling_probability=None, honest_fraction=1.0, share_encoding="elements") -> DPDSParameters:
+                   sampling_probability=None, honest_fraction=1.0) -> DPDSParameters:
     """DPDS: p for (eps, delta)-DP of the reconstructed counts; dishonest users' coins count as known."""
     return calibrate_sampling(DPDSParameters, epsilon, delta, n_users, domain_size, calibration,
-                              min_count_fraction, sampling_probability, honest_fraction,
-                              share_encoding=share_encoding)
+                              min_count_fraction, sampling_probability, honest_fraction)
 
 
 def calibrate_tss(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
@@ -914,7 +896,7 @@ def calibrate_tss_collusion(epsilon, delta, n_users, domain_size, calibration="e
 
 
 def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fractional_bits=8,
-                   honest_fraction=1.0, share_encoding="elements") -> DPDGParameters:
+                   honest_fraction=1.0) -> DPDGParameters:
     """DPDG: the per-user discrete Gaussian variance (integer, scale 2^k) for (eps, delta)-DP of the sum.
 
     ``tight``: the least variance the exact accountant certifies for the
@@ -940,7 +922,7 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
                              n_users)
     parameters = DPDGParameters(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                                 modulus=_field_for(largest), fractional_bits=k, noise_variance=variance,
-                                honest_fraction=float(honest_fraction), share_encoding=share_encoding)
+                                honest_fraction=float(honest_fraction))
     if calibration == "classic":
         achieved = parameters.delta_at(epsilon)
         if achieved > delta * (1 + 1e-9):  # sigma_G's proof covers eps < 1 only
@@ -1191,62 +1173,6 @@ def one_hot_rows(codes: np.ndarray, weights: np.ndarray, domain_size: int, dtype
     return rows
 
 
-class SharingUsers:
-    """The users of DPDS and DPDG (Algorithm 2, L1-10), a batch at a time.
-
-    ``contributions``: each user's vector tau_i -- his one-hot vector if his
-    coin says he participates, else zeros (DPDS); his one-hot vector at
-    scale 2^k plus discrete Gaussian noise (DPDG) -- as field elements.
-    ``share``: n additive shares of each (axis 0 the recipient; the last
-    recipient gets the correction share). A user forwards the field sum of
-    what he received (``forward``).
-    """
-
-    def __init__(self, parameters: SharingParameters) -> None:
-        self.parameters, self.field = parameters, parameters.field
-
-    def contributions(self, codes, rng: RNGLike = None) -> np.ndarray:
-        p, rng = self.parameters, resolve(rng)
-        codes = p.check_codes(codes)
-        if isinstance(p, DPDGParameters):
-            from ..privacy.discrete_gaussian import sample
-
-            values = sample(p.noise_variance, (codes.size, p.domain_size), rng)
-            values[np.arange(codes.size), codes] += p.scale
-            return (values % p.modulus).astype(self.field.dtype)  # Python-style mod: negatives as p - |v|
-        return one_hot_rows(codes, bernoulli(p.sampling_probability, codes.size, rng), p.domain_size,
-                            self.field.dtype)
-
-    def share(self, contributions: np.ndarray, rng: RNGLike = None) -> np.ndarray:
-        """(n, users, N): row k of each user's shares goes to user k (the last gets the correction share).
-
-        With ``share_encoding="seeds"`` each user sends seeds instead of the n - 1 uniform shares
-        (:func:`~privagg.core.sharing.seeded_shares`) and the recipients expand them; the rows returned are
-        the expanded shares, as the recipients hold them.
-        """
-        n = self.parameters.n_users
-        if self.parameters.share_encoding == "elements":
-            return share(self.field, contributions, n, rng)
-        rng = None if rng is None else resolve(rng)
-        out = np.empty((n, *contributions.shape), dtype=self.field.dtype)
-        for i, vector in enumerate(contributions):
-            seeds, correction = seeded_shares(self.field, vector, n, rng)
-            for k, seed in enumerate(seeds):  # each recipient expands his seed
-                out[k, i] = expand(self.field, seed, vector.shape)
-            out[n - 1, i] = correction
-        return out
-
-    def receive(self, received: np.ndarray, shares: np.ndarray) -> np.ndarray:
-        """The recipients' running sums (n x N, field elements) with a block of shares added (n x senders x N, as
-        :meth:`share` makes them): each recipient adds what each sender sent him."""
-        return self.field.add(received, self.field.sum(shares, axis=1))
-
-    def forward(self, received: np.ndarray) -> MessageBatch:
-        """Each user's partial sum (n x N, already summed over senders) as (item, share) rows for the server."""
-        n, N = received.shape
-        return self.parameters.layout.batch({"item": np.tile(np.arange(N), n), "share": received.ravel()})
-
-
 @dataclass
 class SumAggregate:
     """Field sums per category and the rows seen and dropped: plain data."""
@@ -1396,75 +1322,15 @@ class SharingCurator(SamplingCurator):
         return np.concatenate([reconstruct(self.field, self.shares(agg, slice(lo, lo + width), rng))
                                for lo in range(0, sampled.size, width)])
 
+    @property
+    def elements_sent(self) -> int:
+        """What its release sends: n shares of the N counts (a simulation's transcript)."""
+        return self.parameters.n_users * self.parameters.domain_size
+
     @classmethod
     def working_bytes(cls, parameters: DPCSParameters, full_domain: bool = True) -> int:
         """Counting and the coins, or one block of shares and their uint64 sum."""
         return max(super().working_bytes(parameters, full_domain), 16 * BLOCK_SHARES)
-
-
-class TSSUsers:
-    """TSS's users, first stage (Algorithm 3, L2-9): a participation coin and a report set A_i of alpha N items.
-
-    Uniform stage: A_i is a uniform alpha N-subset. Adaptive: the user's item
-    is in A_i with probability p_chi = gamma alpha / (gamma alpha + 1 - alpha)
-    and the rest is uniform, which is Pr[A | v] proportional to gamma^[v in A]
-    (reference §3.5). Users whose coin is 0 still report a set (their entries
-    are zeros), or S1 would learn the coin. Subsets come from integer random
-    keys (the alpha N smallest of N), no floating point.
-    """
-
-    def __init__(self, parameters: TSSParameters) -> None:
-        self.parameters = parameters
-
-    def first_stage(self, codes, rng: RNGLike = None) -> tuple[np.ndarray, np.ndarray]:
-        """(coins, report sets as users x alpha N item indices, sorted), drawn for chunks of users so that the
-        random keys take about REPORT_KEYS_ELEMENTS at a time."""
-        p, rng = self.parameters, resolve(rng)
-        codes = p.check_codes(codes)
-        coins = bernoulli(p.sampling_probability, codes.size, rng)
-        include = bernoulli(p.inclusion_probability, codes.size, rng) if p.second_stage == "adaptive" else None
-        size, N = p.report_size, p.domain_size
-        if size == N:
-            return coins, np.tile(np.arange(N), (codes.size, 1))
-        reports = np.empty((codes.size, size), dtype=np.int64)
-        chunk = max(1, REPORT_KEYS_ELEMENTS // N)
-        for lo in range(0, codes.size, chunk):
-            keys = rng.integers(0, 2**62, size=(min(chunk, codes.size - lo), N), dtype=np.int64)
-            if include is not None:  # the own item first when included, last otherwise; the others at random
-                keys[np.arange(keys.shape[0]), codes[lo:lo + chunk]] = np.where(include[lo:lo + chunk], -1, 2**62)
-            reports[lo:lo + chunk] = np.sort(np.argpartition(keys, size - 1, axis=1)[:, :size], axis=1)
-        return coins, reports
-
-    @staticmethod
-    def entries(coins: np.ndarray, codes: np.ndarray, reporters: np.ndarray, item: int) -> np.ndarray:
-        """The 0/1 entries of ``item``'s reporters: 1 where the reporter's coin is 1 and he holds the item
-        (Algorithm 3, L15)."""
-        return coins[reporters] & (codes[reporters] == item)
-
-    def helper_sums(self, shares: np.ndarray) -> np.ndarray:
-        """Each of an item's helpers sums the shares he received (a row of (helpers, reporters)) for S2."""
-        return self.parameters.field.sum(shares, axis=1)
-
-    def share_entries(self, entries: np.ndarray, helpers: int, rng: RNGLike = None) -> np.ndarray:
-        """(helpers, reporters): each reporter's 0/1 entry for one item in ``helpers`` additive shares, row k to
-        the item's k-th helper (Algorithm 3, L15-18); with one helper, the entry itself."""
-        field, entries = self.parameters.field, np.asarray(entries)
-        entries = field.element(entries.astype(np.uint8) if entries.dtype == bool else entries).astype(field.dtype)
-        return entries[None, :] if helpers == 1 else share(field, entries, helpers, rng)
-
-
-class ElectionServer:
-    """S1 (Algorithm 3, L11-14): counts m_j, elects max(m_j, phi + 1) distinct helpers per item uniformly from all
-    n users (without replacement; a reporter may be elected), and publishes them."""
-
-    def __init__(self, parameters: TSSParameters) -> None:
-        self.parameters = parameters
-
-    def elect(self, reports: np.ndarray, rng: RNGLike = None) -> tuple[np.ndarray, list[np.ndarray]]:
-        p, rng = self.parameters, resolve(rng)
-        counts = np.bincount(reports.ravel(), minlength=p.domain_size)
-        sizes = np.maximum(counts, p.colluders + 1) if p.colluders else counts
-        return counts, [rng.choice(p.n_users, size=int(s), replace=False) for s in sizes]
 
 
 # --- the distributional shortcut (simulation only) -----------------------------------------------------

@@ -20,9 +20,10 @@ number of the paper. Results and discussion: docs/results/sampling.md.
    grid where DPDG's MSE is below DPDS's, and the paper's n*.
 2. Variance against eps at n = 2000 (``variance_vs_eps.csv``, ``.png``).
 3. Costs per party (``costs.csv``, ``costs.png``): faithful runs of DPDS, DPDG
-   and TSS (uniform, several alpha) at small n and N; the transcript's field
-   elements per user and per server against the paper's 2nN + N (DPDS) and
-   the reference's derived TSS counts (``costs()``).
+   and TSS (uniform, several alpha) at small n and N, through the deployed
+   parties; the transcript's field elements and bytes per user and per server
+   against the paper's 2nN + N (DPDS: the deployed users agree their shares
+   by key and send none) and the reference's derived TSS counts (``costs()``).
 
 Weighted aggregation (the paper's fourth claim) is left to another module.
 matplotlib is imported inside the plotting functions (Agg canvas, no pyplot),
@@ -109,8 +110,8 @@ FILES = ("variance_vs_n.csv", "variance_vs_n.png", "crossover.csv", "variance_vs
          "costs.csv", "costs.png")
 COST_COLUMNS = ("protocol", "n_users", "domain_size", "report_fraction", "field_bits", "runs", "user_sent",
                 "user_received", "user_to_server", "user_total", "user_indices_to_s1", "reference_user_total",
-                "expected_user_total", "reference", "ratio_to_dpds", "alpha_squared", "server_received",
-                "reference_server_received", "s1_received", "s1_published")
+                "expected_user_total", "user_bytes", "reference_user_bytes", "reference", "ratio_to_dpds",
+                "alpha_squared", "server_received", "reference_server_received", "s1_received")
 
 
 # --- population and theory --------------------------------------------------------------------------------
@@ -262,9 +263,11 @@ def _cost_codes(n_users: int, domain_size: int, seed: int) -> np.ndarray:
 
 
 def sharing_cost_row(protocol: str, n_users: int, domain_size: int, seed: int) -> dict[str, Any]:
-    """One faithful DPDS or DPDG run. The transcript's user ``sent`` holds the (n - 1) N shares to the others and
-    the N elements to the server, ``kept`` the self-share; the paper's 2nN + N counts the self-share as sent
-    and as received (reference §2.3, ambiguity A5)."""
+    """One faithful DPDS or DPDG run: the deployed parties (protocols/sharing_parties.py), whose shares are agreed
+    by key, not sent. Per user, the transcript's field elements (none to the other users; N to the server, the
+    masked sum) and bytes (his key, backups and revealed shares too), beside the paper's 2nN + N elements (its
+    users send the shares; reference §2.3, ambiguity A5: the self-share counted as sent and as received) and
+    their bytes at ceil(bits / 8) an element."""
     from ..protocols import registry
     from ..simulate import simulate
 
@@ -278,22 +281,23 @@ def sharing_cost_row(protocol: str, n_users: int, domain_size: int, seed: int) -
                    rng=np.random.SeedSequence(seed, spawn_key=(3, 0, n_users, domain_size)))
     user, server = run.transcript["user"], run.transcript["server"]
     n, N = n_users, domain_size
-    to_server = server["received"] / n
-    sent = (user["sent"] + user["kept"]) / n - to_server  # shares, the self-share included
-    received = (user["received"] + user["kept"]) / n
+    to_server = user["sent masked sum"] / n
     expected = parameters.costs()
-    reference = expected["user"]["paper_count"]
+    element = -(-parameters.modulus.bit_length() // 8)
     return {"protocol": protocol, "n_users": n, "domain_size": N, "field_bits": parameters.modulus.bit_length(),
-            "runs": 1, "user_sent": sent, "user_received": received, "user_to_server": to_server,
-            "user_total": sent + received + to_server, "reference_user_total": reference,
-            "expected_user_total": 2 * n * N + N, "reference": "paper: 2nN + N (self-share sent and received)",
+            "runs": 1, "user_sent": 0.0, "user_received": 0.0, "user_to_server": to_server,
+            "user_total": to_server, "reference_user_total": expected["user"]["paper_count"],
+            "expected_user_total": N, "user_bytes": (user["bytes_sent"] + user["bytes_received"]) / n,
+            "reference_user_bytes": expected["user"]["paper_count"] * element,
+            "reference": "paper: 2nN + N (self-share sent and received); deployed: shares agreed by key",
             "server_received": server["received"], "reference_server_received": expected["server"]["received"]}
 
 
 def tss_cost_row(n_users: int, domain_size: int, alpha: float, runs: int, seed: int) -> dict[str, Any]:
-    """Faithful TSS runs (uniform stage), their per-user traffic averaged; the reference's derived counts
-    (sum_j m_j^2 taken as N (alpha n)^2) and the exact expectation (``costs()``: E m_j^2 = (alpha n)^2 +
-    alpha (1 - alpha) n, m_j ~ Bin(n, alpha))."""
+    """Faithful TSS runs (uniform stage) of the deployed parties (protocols/two_server_parties.py), which send the
+    paper's shares, their per-user traffic averaged; the reference's derived counts (sum_j m_j^2 taken as
+    N (alpha n)^2) and the exact expectation (``costs()``: E m_j^2 = (alpha n)^2 + alpha (1 - alpha) n,
+    m_j ~ Bin(n, alpha)). A reporter elected helper of his own item keeps that share (not sent)."""
     from ..protocols import registry
     from ..simulate import simulate
 
@@ -305,11 +309,11 @@ def tss_cost_row(n_users: int, domain_size: int, alpha: float, runs: int, seed: 
     for r in range(runs):
         run = simulate(parameters, codes, mode="faithful",
                        rng=np.random.SeedSequence(seed, spawn_key=(3, 1, n_users, domain_size, round(alpha * 1000), r)))
-        t = run.transcript
-        for key, value in (("sent", t["user"]["sent"]), ("received", t["user"]["received"]),
-                           ("to_s2", t["user"]["to_s2"]), ("indices", t["user"]["indices_to_s1"]),
-                           ("s2", t["s2"]["received"]), ("s1_received", t["s1"]["received"]),
-                           ("s1_published", t["s1"]["published"])):
+        user, s1, s2 = run.transcript["user"], run.transcript["s1"], run.transcript["s2"]
+        for key, value in (("sent", user["sent shares"]), ("received", user["received shares"]),
+                           ("to_s2", user["sent helper sums"]), ("indices", user["sent report set"]),
+                           ("bytes", user["bytes_sent"] + user["bytes_received"]), ("s2", s2["received"]),
+                           ("s1_received", s1["received report set"])):
             totals[key] = totals.get(key, 0.0) + value / runs
     expected = parameters.costs()
     reference = 2 * alpha**2 * n * N + alpha * N
@@ -318,11 +322,11 @@ def tss_cost_row(n_users: int, domain_size: int, alpha: float, runs: int, seed: 
             "field_bits": parameters.modulus.bit_length(), "runs": runs, "user_sent": totals["sent"] / n,
             "user_received": totals["received"] / n, "user_to_server": totals["to_s2"] / n,
             "user_total": (totals["sent"] + totals["received"] + totals["to_s2"]) / n,
-            "user_indices_to_s1": totals["indices"] / n, "reference_user_total": reference,
-            "expected_user_total": exact, "reference": "reference §4 (derived): 2 alpha^2 n N + alpha N",
-            "alpha_squared": alpha**2, "server_received": totals["s2"],
-            "reference_server_received": expected["s2"]["received"], "s1_received": totals["s1_received"],
-            "s1_published": totals["s1_published"]}
+            "user_indices_to_s1": totals["indices"] / n, "user_bytes": totals["bytes"] / n,
+            "reference_user_total": reference, "expected_user_total": exact,
+            "reference": "reference §4 (derived): 2 alpha^2 n N + alpha N", "alpha_squared": alpha**2,
+            "server_received": totals["s2"], "reference_server_received": expected["s2"]["received"],
+            "s1_received": totals["s1_received"]}
 
 
 def cost_rows(grid: Grid, seed: int, progress: Progress | None) -> list[dict[str, Any]]:
@@ -335,7 +339,7 @@ def cost_rows(grid: Grid, seed: int, progress: Progress | None) -> list[dict[str
             for alpha in grid.cost_alphas:
                 rows.append(tss_cost_row(n, N, alpha, grid.cost_runs, seed))
             for row in rows[-(2 + len(grid.cost_alphas)):]:
-                row["ratio_to_dpds"] = row["user_total"] / dpds["user_total"]
+                row["ratio_to_dpds"] = row["user_total"] / dpds["reference_user_total"]
             if progress:
                 progress("costs", 2 + len(grid.cost_alphas), total)
     return rows
@@ -440,20 +444,19 @@ def plot_costs(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     dpds = sorted((r for r in rows if r["protocol"] == "dpds" and r["domain_size"] == middle),
                   key=lambda r: r["n_users"])
     n = np.array([r["n_users"] for r in dpds], dtype=float)
-    left.plot(n, 2 * n * middle + middle, "-", color="C0", lw=1, label="DPDS, paper: 2nN + N")
-    left.plot(n, [r["user_total"] for r in dpds], "o", color="C0", label="DPDS, measured")
+    left.plot(n, [r["reference_user_bytes"] for r in dpds], "-", color="C0", lw=1,
+              label="DPDS, paper: (2nN + N) elements")
+    left.plot(n, [r["user_bytes"] for r in dpds], "o", color="C0", label="DPDS deployed (keys, backups), measured")
     for i, alpha in enumerate(alphas):
         tss = sorted((r for r in rows if r["protocol"] == "tss" and r["domain_size"] == middle
                       and r["report_fraction"] == alpha), key=lambda r: r["n_users"])
         color = f"C{2 + i}"
-        left.plot(n, alpha**2 * (2 * n * middle + middle), "--", color=color, lw=1,
-                  label=f"alpha^2 (2nN + N), alpha = {alpha:g}")
-        left.plot([r["n_users"] for r in tss], [r["user_total"] for r in tss], "s", color=color,
+        left.plot([r["n_users"] for r in tss], [r["user_bytes"] for r in tss], "s", color=color,
                   label=f"TSS alpha = {alpha:g}, measured")
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("users n")
-    left.set_ylabel("field elements per user (sent + received + to the server)")
+    left.set_ylabel("bytes per user (sent + received, messages before sealing)")
     left.set_title(f"Per-user traffic, N = {middle} (faithful runs)", fontsize=9)
     left.legend(fontsize=7)
     left.grid(True, which="both", lw=0.3, alpha=0.5)
@@ -471,7 +474,7 @@ def plot_costs(path: Path, rows: Sequence[dict[str, Any]]) -> None:
                        lw=0.6, alpha=0.6)
     right.set_xscale("log")
     right.set_xlabel("users n")
-    right.set_ylabel("TSS / DPDS per-user traffic")
+    right.set_ylabel("TSS's measured elements / DPDS's paper count")
     right.set_title("Ratio (markers), alpha^2 (dashed), exact expectation (thin lines)", fontsize=9)
     right.legend(fontsize=6, ncol=2)
     right.grid(True, which="both", lw=0.3, alpha=0.5)
@@ -523,7 +526,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, progress: Progress | None
         "dpdg_below_dpds_at_every_n": main["dpdg_lower_at_every_n"] and classic["dpdg_lower_at_every_n"],
         "largest_abs_z": round(max(abs(r["z"]) for r in measured), 2),
         "infeasible_points": sum(not r["feasible"] for r in by_n + by_eps),
-        "dpds_traffic_matches_paper": all(r["user_total"] == r["expected_user_total"] for r in dpds_costs),
+        "dpds_sends_no_share": all(r["user_sent"] == r["user_received"] == 0 and r["user_to_server"] == r[
+            "domain_size"] for r in dpds_costs),
         "files": sorted(FILES),
         "seconds": round(time.perf_counter() - start, 1),
     }

@@ -1,7 +1,7 @@
 """What the servers of the multi-round protocols share (the sharing server; TSS's S1 and S2): a task's roster of
 users, each enrolled with a one-use token and his own X25519 public key, and given a secret his later requests
 show (:class:`Roster`); the thread that closes late rounds (:class:`Ticker`); and the HTTP routes every round
-server has (:func:`rounds_app`).
+server has (:func:`rounds_app`). The rounds themselves are the round driver's (:mod:`privagg.service.rounds`).
 
 Only hashes are kept: the tokens' and the secrets' SHA-256. The tables (``tokens``: token hash, task, the roster
 index it enrolled; ``roster``: task, index, public key, secret hash) are each service's own (storage.py,
@@ -18,21 +18,17 @@ import json
 import logging
 import secrets
 import threading
-import time
 from contextlib import asynccontextmanager
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import ParameterError, check_integer
+from ..errors import check_integer
 from . import storage
 from .round_tasks import KEM
 from .tasks import KEMS, is_hex_id
-from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
-                  require_operator, shown)
+from .web import Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 
 TOKEN_BYTES, SECRET_BYTES = 24, 24
 
@@ -141,104 +137,6 @@ def load_task(engine: sa.Engine, table: sa.Table, task_type: type, task_id: str,
     return cache[task_id]
 
 
-def _already(user: int, round_: int) -> str:
-    return f"user {user} already sent his round-{round_} message"
-
-
-class RoundServer:
-    """What a round server that users enroll with does the same way (the sharing server, S1): its tasks (rows of
-    ``tasks_table``, loaded as ``task_type``), tokens and enrollment over its :class:`Roster` (``self.users``),
-    authentication, storing a round message once, and refusing a message of a round that is not open. A subclass
-    has ``advance(task_id)``."""
-
-    tasks_table: sa.Table
-    messages_table: sa.Table  # a row per user and round he answered (task_id, round, user)
-    task_type: type
-    server_name: str
-
-    def __init__(self, engine: sa.Engine, tokens: sa.Table, roster: sa.Table, metric: str, relayed: str,
-                 registry: CollectorRegistry | None = None, clock=time.time) -> None:
-        """``metric``: the prefix of its counters (``privagg_{metric}_...``); ``relayed``: what its relayed-bytes
-        counter counts."""
-        self.engine, self.clock = engine, clock
-        self.health = Health()
-        self._tasks: dict = {}
-        self._lock = threading.Lock()
-        self.users = Roster(engine, tokens, roster, self._lock)
-        self.registry = registry or CollectorRegistry()
-        self.accepted = Counter(f"privagg_{metric}_messages_accepted", "Round messages stored", ["round"],
-                                registry=self.registry)
-        self.refused = Counter(f"privagg_{metric}_refused", "Requests refused, nothing stored", ["reason"],
-                               registry=self.registry)
-        self.relayed = Counter(f"privagg_{metric}_relayed_bytes", relayed, registry=self.registry)
-
-    def task(self, task_id: str):
-        return load_task(self.engine, self.tasks_table, self.task_type, task_id, self._tasks)
-
-    def issue_tokens(self, task_id: str, count: int) -> list[str]:
-        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
-        try:
-            self.task(task_id)
-        except Refused as err:
-            raise ParameterError("task", f"a task of this {self.server_name}", f"{task_id} ({err.detail})") from None
-        return self.users.issue(task_id, count)
-
-    def enroll(self, task_id: str, body: bytes) -> dict:
-        """A user joins the roster (:meth:`Roster.enroll`); round 1 opens with the n-th."""
-        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
-        self.advance(task_id)
-        return answer
-
-    def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
-        query = sa.select(self.tasks_table).where(self.tasks_table.c.task_id == task_id)
-        return c.execute(query.with_for_update() if lock else query).one()
-
-    def _authenticated(self, task_id: str, data: dict) -> int:
-        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
-
-    def _store(self, task_id: str, round_: int, user: int, insert, relayed: int) -> str:
-        """Store a user's round message (``insert(connection)``, which writes his row of ``messages_table``) once,
-        while its round is open: 409 ``already_sent`` for a second one (the primary keys; also once the round
-        closed, so that a device's retry of a message that arrived is told so), ``round_closed`` if the round
-        closed without it. ``relayed``: the sealed bytes among it that the server only passes on (counted)."""
-        try:
-            with self._lock, self.engine.begin() as c:
-                if self._row(c, task_id, lock=True).state != f"round{round_}":  # closed meanwhile
-                    self._sent_before(c, task_id, round_, user)
-                    raise Refused(409, "round_closed", f"round {round_} closed before this message was stored")
-                insert(c)
-        except sa.exc.IntegrityError:
-            raise Refused(409, "already_sent", _already(user, round_)) from None
-        except sa.exc.DBAPIError as err:
-            self.health.write_failed(f"a round message could not be stored ({type(err.orig).__name__})")
-            raise
-        self.health.write_succeeded()
-        self.accepted.labels(str(round_)).inc()
-        self.relayed.inc(relayed)
-        self.advance(task_id)
-        return "stored"
-
-    def _sent_before(self, c: sa.Connection, task_id: str, round_: int, user: int) -> None:
-        """409 ``already_sent`` if ``user``'s message of ``round_`` is stored: a device's retry of a message that
-        arrived is told so, also once its round closed."""
-        table = self.messages_table
-        if c.execute(sa.select(table.c.user).where(table.c.task_id == task_id, table.c.round == round_,
-                                                    table.c.user == user)).first() is not None:
-            raise Refused(409, "already_sent", _already(user, round_))
-
-    def _open_round(self, task_id: str, round_: int, user: int | None = None):
-        """The task's row, refusing (409) unless round ``round_`` is open (``already_sent`` for ``user``'s retry of a
-        message that arrived before it closed)."""
-        self.advance(task_id)
-        with storage.reading(self.engine) as c:
-            row = self._row(c, task_id)
-            if row.state != f"round{round_}" and user is not None:
-                self._sent_before(c, task_id, round_, user)
-        if row.state != f"round{round_}":
-            raise Refused(409, "round_closed", f"round {round_} must be open; the task is {row.state}")
-        return row
-
-
 class Ticker:
     """Advances ``service``'s active tasks (its ``active()`` ids, its ``advance(task_id)``) every ``interval``
     seconds, in a thread: rounds whose deadline passed close even when no user asks."""
@@ -296,39 +194,3 @@ def rounds_app(title: str, service, logger: logging.Logger, max_body_bytes: int,
         return await run_in_threadpool(service.state, task_id)
 
     return app, body
-
-
-def user_routes(app: FastAPI, service, body, rounds: tuple[int, ...], message_rounds: tuple[int, ...],
-                operator_token: str | None) -> None:
-    """The routes of a server users enroll with and send round messages to: ``POST /tasks/{id}/enroll``, ``/inbox``,
-    ``/round1`` (``service.round1``), ``/roundR`` for each R of ``message_rounds`` (``service.round_message``), and
-    the operator's ``/close-round/{r}`` for the ``rounds``."""
-
-    @app.post("/tasks/{task_id}/enroll")
-    async def enroll(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(service.enroll, task_id, await body(request)), status_code=201)
-
-    @app.post("/tasks/{task_id}/inbox")
-    async def inbox(task_id: str, request: Request) -> dict:
-        return await run_in_threadpool(service.inbox, task_id, await body(request))
-
-    @app.post("/tasks/{task_id}/round1")
-    async def round1(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse({"status": await run_in_threadpool(service.round1, task_id, await body(request))},
-                            status_code=201)
-
-    def round_route(round_: int) -> None:
-        @app.post(f"/tasks/{{task_id}}/round{round_}")
-        async def message(task_id: str, request: Request) -> JSONResponse:
-            status = await run_in_threadpool(service.round_message, task_id, round_, await body(request))
-            return JSONResponse({"status": status}, status_code=201)
-
-    for round_ in message_rounds:
-        round_route(round_)
-
-    @app.post("/tasks/{task_id}/close-round/{round_}")
-    async def close_round(task_id: str, round_: int, request: Request) -> dict:
-        require_operator(request, operator_token)
-        if round_ not in rounds:
-            raise Refused(400, "malformed", f"the round must be one of {', '.join(map(str, rounds))}, got {round_}")
-        return {"state": await run_in_threadpool(service.close_round, task_id, round_)}

@@ -14,10 +14,11 @@ import binascii
 from dataclasses import dataclass
 
 from ..errors import ParameterError
+from ..protocols.roles import Round
 from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, survivors_parameters
 from ..protocols.sharing_parties import threshold
 from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
-from ..protocols.two_server_parties import check_min_survivors, message_bytes
+from ..protocols.two_server_parties import RECOVERY, SUMS, check_min_survivors, message_bytes
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
 
 KEM = "x25519"  # the users' keys and every seal between parties of these protocols
@@ -51,6 +52,12 @@ def _key(field: str, text) -> bytes:
     if len(raw) != KEMS[KEM][1]:
         raise ParameterError(field, f"base64 of a raw {KEM} public key ({KEMS[KEM][1]} bytes)", f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
     return raw
+
+
+def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> bytes:
+    """HPKE's info for a message ``sender`` relays to ``recipient`` in ``round_`` (a DPDS backup, a TSS share): binds
+    it to the round's relay, the task, the sender and the recipient."""
+    return round_.relay_info + bytes.fromhex(task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
 
 
 def release_delta(parameters, survivors: int) -> float:
@@ -129,10 +136,13 @@ class TSSTask:
         if not isinstance(self.second_public_key, bytes) or len(self.second_public_key) != KEMS[KEM][1]:
             raise ParameterError("second_public_key", f"{KEMS[KEM][1]} bytes", f"{len(self.second_public_key) if isinstance(self.second_public_key, bytes) else type(self.second_public_key).__name__}")
 
-    def share_info(self, sender: int, recipient: int) -> bytes:
-        """HPKE's info for a reporter's shares to a helper: binds them to this task, the sender and the recipient."""
-        return (b"privagg tss share " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") +
-                recipient.to_bytes(4, "big"))
+    def sealed_to(self, round_: Round, sender: int) -> tuple[bytes, bytes]:
+        """(S2's public key, HPKE's info) for ``sender``'s message of a round sealed to S2 (his helper sums, his
+        recovery): bound to S2's task, the message's kind and the sender."""
+        if round_.seal != "s2":
+            raise ParameterError("round", "a round whose message is sealed to S2", round_.name)
+        kind = {"sums": SUMS, "recover": RECOVERY}[round_.name]
+        return self.second_public_key, second_info(self.second_task_id, kind, sender)
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
@@ -171,10 +181,6 @@ class SharingTask:
                                  "as many shares; split the users into tasks of fewer (their releases add up)", n)
         check_sharing_survivors(self.parameters, self.min_survivors)
         _check_round_seconds(self.round_seconds)
-
-    def info(self, sender: int, recipient: int) -> bytes:
-        """HPKE's info for a backup: binds it to this task, its sender and its recipient."""
-        return b"privagg backup " + bytes.fromhex(self.task_id) + sender.to_bytes(4, "big") + recipient.to_bytes(4, "big")
 
     @property
     def threshold(self) -> int:

@@ -1,17 +1,18 @@
-"""The SDK of a DPDS or DPDG user: his rounds against the sharing server (numpy, randomgen, ``cryptography``;
-stdlib HTTP).
+"""The SDK of a user of a multi-round protocol run by the round driver (:mod:`privagg.service.rounds`): his rounds
+against the server (numpy, randomgen, ``cryptography``; stdlib HTTP). DPDS and DPDG:
 
     from privagg.service.sharing_client import SharingClient
     user = SharingClient.fetch(server_url, task_id)   # the task's frozen parameters, never recalibrated
     user.enroll(token)                                 # his own X25519 key pair; his index in the roster
-    user.advertise(value)                              # round 1, once the roster is full
-    user.masked_sum()                                  # round 2, once round 1 closed
-    user.reveal()                                      # round 3, once round 2 closed
+    user.send("advertise", value)                      # round 1, once the roster is full
+    user.send("masked_sum")                            # round 2, once round 1 closed
+    user.send("reveal")                                # round 3, once round 2 closed
 
-The protocol is :class:`privagg.protocols.sharing_parties.SharingUser`'s, with secure randomness; this module
-only seals, opens and sends. Each backup is sealed with HPKE to its recipient's public key from the roster,
-with the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request
-the server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
+The protocol is the role its registry entry declares (:class:`privagg.protocols.sharing_parties.SharingUser`),
+with secure randomness; this module only fetches each round's inbox, seals, opens and sends. Each relayed
+message (a backup) is sealed with HPKE to its recipient's public key from the roster, with the round's relay,
+the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request the
+server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import time
 import urllib.error
 import urllib.request
 
-from ..protocols.sharing_parties import SharingUser, message_entries
+from ..protocols.registry import get
+from ..protocols.roles import decode_inbox, messages_in
 from .client import RETRY_STATUSES, SubmitError
-from .round_tasks import KEM, SharingTask
+from .round_tasks import KEM, SharingTask, relay_info
 from .tasks import _private_key, _public_key, _suite
 
 class RosterClient:
@@ -36,7 +38,6 @@ class RosterClient:
     builds the protocol's role for his index (``make_role``)."""
 
     task_type: type
-    entries: staticmethod
 
     def __init__(self, url: str, task, timeout: float = 60.0, attempts: int = 5) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -104,41 +105,57 @@ class RosterClient:
         return message
 
 
-class SharingClient(RosterClient):
-    """One DPDS or DPDG user's device in one task (:class:`RosterClient`; the rounds of :class:`SharingUser`)."""
+class RoundClient(RosterClient):
+    """A user's device in a task the round driver runs (:class:`RosterClient`): each round answered by his role's
+    method of the round (its registry entry's ``rounds``) over the inbox the server gives him."""
+
+    @property
+    def protocol(self):
+        return get(self.task.parameters.protocol).rounds
+
+    def entries(self, raw: bytes) -> tuple[str, int]:
+        return self.protocol.entries(raw)
+
+    def make_role(self, user: int):
+        return self.protocol.user(self.task.parameters, user, self.task.min_survivors)
+
+    def send(self, name: str, value: int | None = None) -> bool:
+        """Round ``name`` (``value``: his value, in the round that takes it): its inbox fetched, the messages
+        relayed to him opened, his role's answer sealed where it goes and posted (True); False if the round does
+        not ask him (TSS's helpers' and recovery rounds ask some users) or is not open (not yet, or closed without
+        him: a round closes as soon as the last user it asks has answered)."""
+        protocol = self.protocol
+        round_, number = protocol.round(name), protocol.number(name)
+        answer = self._call("inbox", {**self._auth(), "round": number}, ("not_expected", "round_closed"))
+        if not answer:  # 409 not_expected or round_closed: nothing for him to send
+            return False
+        fields = decode_inbox(answer["inbox"])
+        for raw in messages_in(fields):
+            self.count("received", *self.entries(raw))
+        if round_.delivers:
+            relay = next(r for r in protocol.rounds if r.relay == round_.delivers)
+            fields[round_.delivers] = {e["sender"]: self._open(e["sealed"], relay_info(
+                relay, self.task.task_id, e["sender"], self.user)) for e in answer[round_.delivers]}
+        if round_.value:
+            fields["value"] = value
+        out = getattr(self.role, name)(**fields)
+        body = self._auth()
+        if round_.to_server and round_.seal:  # to a party the server relays to (TSS's S2), which it cannot read
+            body["message"] = base64.b64encode(self._seal(out.message, *self.task.sealed_to(round_, self.user))).decode()
+        elif round_.to_server:
+            body["message"] = base64.b64encode(self._plain(out.message)).decode()
+        if round_.relay:
+            keys = {k["user"]: base64.b64decode(k["public_key"]) for k in answer["public_keys"]}
+            body[round_.relay] = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], relay_info(
+                round_, self.task.task_id, self.user, k))).decode()} for k, message in out.relayed.items()]
+        self._call(f"round{number}", body, ("already_sent",))
+        return True
+
+
+class SharingClient(RoundClient):
+    """One DPDS or DPDG user's device in one task of the sharing server."""
 
     task_type = SharingTask
-    entries = staticmethod(message_entries)
-
-    def make_role(self, user: int) -> SharingUser:
-        return SharingUser(self.task.parameters, user, self.task.min_survivors)
-
-    def advertise(self, value: int) -> None:
-        """Round 1: his pair key, and his backups, each sealed to its recipient."""
-        keys = [base64.b64decode(k) for k in self._call("roster")["public_keys"]]
-        key, backups = self.role.advertise(value)
-        sealed = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], self.task.info(
-            self.user, k))).decode()} for k, message in backups.items()]
-        self._call("round1", {**self._auth(), "key": base64.b64encode(self._plain(key)).decode(), "backups": sealed},
-                   ("already_sent",))
-
-    def masked_sum(self) -> None:
-        """Round 2: his vector plus the shares agreed with U1, masked."""
-        keys = {k["user"]: base64.b64decode(k["key"]) for k in self._call("inbox", self._auth())["keys"]}
-        for user, key in keys.items():
-            if user != self.user:
-                self.count("received", *self.entries(key))
-        message = self._plain(self.role.masked_sum(keys))
-        self._call("round2", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
-
-    def reveal(self) -> None:
-        """Round 3: his shares of U2's mask seeds and of round 2's dropouts' pair keys (refused by the role if he is
-        not among U2)."""
-        answer = self._call("inbox", self._auth())
-        opened = {b["sender"]: self._open(b["sealed"], self.task.info(b["sender"], self.user))
-                  for b in answer["backups"]}
-        message = self._plain(self.role.reveal(answer["senders"], answer["survivors"], opened))
-        self._call("round3", {**self._auth(), "message": base64.b64encode(message).decode()}, ("already_sent",))
 
 
 def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:

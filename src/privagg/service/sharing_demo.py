@@ -64,11 +64,13 @@ def min_survivors_for(users: int, drop_fraction: float) -> int:
 
 def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
                progress=print, between=None) -> dict:
-    """Every user through the task at ``url``: enroll, advertise, masked sum, reveal, skipping each at his planned
-    round of dropping out; ``between(round)`` runs after each round's messages are sent (the fault tests kill
-    the server there). Once the users who will answer a round have, the round is closed early (the operator's
-    route), not at its deadline. The rounds' wall times, the users' bytes, who survived, and the users' clients."""
+    """Every user through the task at ``url``: enroll, then each round the protocol declares, skipping each user
+    at his planned round of dropping out (``plan``: its number, 0 for none); ``between(round)`` runs after each
+    round's messages are sent (the fault tests kill the server there). Once the users who will answer a round
+    have, the round is closed early (the operator's route), not at its deadline. The rounds' wall times, the
+    users' bytes, who survived (sent the round the release is over), and the users' clients."""
     users = [SharingClient.fetch(url, task_id) for _ in codes]
+    protocol = users[0].protocol
     seconds: dict[str, float] = {}
 
     def wait_past(state: str) -> None:
@@ -79,19 +81,18 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
         start = time.perf_counter()
         index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(users, tokens)))
         seconds["enroll"] = time.perf_counter() - start
-        steps = ((1, "round1", lambda u, i: u.advertise(int(codes[i]))), (2, "round2", lambda u, i: u.masked_sum()),
-                 (3, "round3", lambda u, i: u.reveal()))
-        for number, state, step in steps:
+        for number, round_ in enumerate(protocol.rounds, 1):
             start = time.perf_counter()
             active = [i for i in range(len(users)) if plan[i] == 0 or plan[i] > number]
-            progress(f"round {number}: {len(active)} users")
-            list(pool.map(lambda i: step(users[i], i), active))
+            progress(f"round {number} ({round_.name}): {len(active)} users")
+            list(pool.map(lambda i: users[i].send(round_.name, int(codes[i]) if round_.value else None), active))
             if between is not None:
                 between(number)
             _post(f"{url}/tasks/{task_id}/close-round/{number}")
-            wait_past(state)
-            seconds[state] = time.perf_counter() - start
-    survivors = sorted(u.user for u, p in zip(users, plan) if p in (0, 3))  # U2: they sent their masked sums
+            wait_past(f"round{number}")
+            seconds[f"round{number}"] = time.perf_counter() - start
+    last = protocol.number(protocol.release_round)
+    survivors = sorted(u.user for u, p in zip(users, plan) if p == 0 or p > last)  # they sent the release round
     return {"seconds": seconds, "survivors": survivors, "index": index,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
                            "sealed_sent": sum(u.sealed_sent for u in users)},
@@ -182,7 +183,7 @@ def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], pla
         "revealed share per sender")
     server_received = {"pair key": senders, "backup": 2 * (n - 1) * senders, "masked sum": N * summed,
                        "revealed shares": senders * revealed}
-    server_sent = {"pair key": (senders - 1) * summed, "backup": 2 * (senders - 1) * revealed}
+    server_sent = {"pair key": senders * summed, "backup": 2 * (senders - 1) * revealed}
     server = party_row(
         "server", 1, traffic(clients, "received"), traffic(clients, "sent"), server_sent, server_received,
         f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the keys and "

@@ -9,11 +9,12 @@ acknowledges their batch, the batches it formed, and the SHA-256 of every accept
 encapsulated key (so a replayed message is refused; no report id, token or arrival order beside it).
 Nothing here can open a message.
 
-Sharing server (DPDS and DPDG, :mod:`privagg.service.sharing`): its tasks with their round, deadline and the
-published lists, the one-use enrollment tokens (hashed), the roster (each user's public key and the hash of
-the secret he authenticates with), the sealed shares it relays (one row per sender and recipient, which it
-cannot open), and each user's round-2 and round-3 message; the release once computed. The primary keys make
-every share and message stored once.
+Sharing server (DPDS and DPDG, :mod:`privagg.service.sharing`, the round driver's tables:
+:mod:`privagg.service.rounds`): its tasks with their open round (number and name), its deadline and the lists
+the coordinator published, the one-use enrollment tokens (hashed), the roster (each user's public key and the
+hash of the secret he authenticates with), each user's message to the server in each round, and the sealed
+messages it relays (one row per round, sender and recipient, which it cannot open); the release once computed.
+The primary keys make every message stored once.
 
 Analyzer: its tasks with their HPKE private keys (sealed under a key-encryption key kept outside the database:
 :mod:`privagg.service.keys`), the running aggregate of each task with its counters (a versioned .npz archive
@@ -159,15 +160,18 @@ applied_encapsulations = sa.Table(  # a local task's applied messages, so no lat
     sqlite_with_rowid=False,
 )
 
-# ---- the sharing server -------------------------------------------------------------------------------------
+# ---- the sharing server ------------------------------------------------------------------------------------
+# the round driver's tables (service/rounds.py): a task's open round and what its coordinator published, the
+# messages users sent the server in each round, and those they relay to each other (sealed to the recipient)
 sharing_tasks = sa.Table(
     "sharing_tasks", metadata["sharing"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),  # the task's public JSON
-    sa.Column("state", sa.String(16), nullable=False),  # enrolling, round1, round2, round3, released, failed
+    sa.Column("status", sa.String(16), nullable=False),  # enrolling, running, released, failed
+    sa.Column("round", sa.Integer, nullable=False),  # the open round's number (1, 2, ...); 0 while enrolling
+    sa.Column("round_name", sa.String(32)),  # its name, as the protocol declares it
     sa.Column("deadline", sa.Float),  # the open round's end (seconds since the epoch); NULL while enrolling
-    sa.Column("senders", sa.Text),  # U1 (JSON list) once round 1 closed
-    sa.Column("survivors", sa.Text),  # U2 (JSON list) once round 2 closed
+    sa.Column("published", sa.Text, nullable=False),  # the coordinator's state: the lists it published (JSON)
     sa.Column("outcome", sa.Text),  # the release's JSON, or why nothing was released
 )
 sharing_tokens = sa.Table(
@@ -183,22 +187,25 @@ roster = sa.Table(
     sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
     sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
 )
-relayed_shares = sa.Table(
-    "relayed_shares", metadata["sharing"],
+relayed_messages = sa.Table(
+    "relayed_messages", metadata["sharing"],
     sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("round", sa.Integer, primary_key=True),
     sa.Column("sender", sa.Integer, primary_key=True),
     sa.Column("recipient", sa.Integer, primary_key=True),
     sa.Column("sealed", sa.LargeBinary, nullable=False),  # sealed to the recipient: the server cannot open it
-    sa.Index("relayed_to", "task_id", "recipient", "sender"),  # a user's inbox
+    sa.Index("relayed_to", "task_id", "round", "recipient", "sender"),  # a user's inbox
     sqlite_with_rowid=False,
 )
 round_messages = sa.Table(
     "round_messages", metadata["sharing"],
     sa.Column("task_id", sa.String(32), primary_key=True),
-    sa.Column("round", sa.Integer, primary_key=True),  # 1: pair keys, 2: masked sums, 3: revealed shares
+    sa.Column("round", sa.Integer, primary_key=True),  # the round's number (DPDS: 1 keys, 2 masked sums, 3 reveals)
     sa.Column("user", sa.Integer, primary_key=True),
-    sa.Column("message", sa.LargeBinary, nullable=False),
+    sa.Column("message", sa.LargeBinary, nullable=False),  # empty in a round whose messages are all relayed
 )
+SHARING_TABLES = {"tasks": sharing_tasks, "messages": round_messages, "relayed": relayed_messages,
+                  "tokens": sharing_tokens, "roster": roster}
 
 
 def default_url(role: str) -> str:

@@ -6,16 +6,18 @@ to S1 only. The protocol is :mod:`privagg.protocols.two_server_parties`' (deriva
 "Dropouts in TSS"). A task is made on S2 first (:meth:`SecondService.create_task`: its id, an HPKE key pair
 whose private half never leaves S2's database, and a relay token for S1), then on S1 with S2's public task, S2's
 URL and the relay token (:meth:`FirstService.create_task`; :func:`create_tasks` does both). The task users
-fetch from S1 carries S2's task id and public key, to seal what only S2 may open. Once all n enrolled:
+fetch from S1 carries S2's task id and public key, to seal what only S2 may open. S1 runs the rounds the
+protocol declares (``two_server_parties.ROUNDS``) on the round driver (:mod:`privagg.service.rounds`), as the
+sharing server runs DPDS's. Once all n enrolled:
 
-round 1   a user posts his report set A_i (to S1, in the clear over TLS). R1: who posted by the deadline.
-          S1 elects each item's helpers among R1 and serves each reporter his items' helpers with their
-          public keys (``/election``).
-round 2   a reporter posts his shares, one message per helper, each sealed to it (the task and both users
+round 1   report: a user posts his report set A_i (to S1, in the clear over TLS). R1: who posted by the
+          deadline. S1 elects each item's helpers among R1 and serves each reporter his items' helpers with
+          their public keys (round 2's inbox).
+round 2   share: a reporter posts his shares, one message per helper, each sealed to it (the task and both users
           bound as HPKE's info); stored whole or not at all; S1 can open none. R2: who posted by the deadline.
-round 3   a helper fetches his inbox (his items, their R2 reporters, the sealed shares they sent him) and posts
+round 3   sums: a helper fetches his inbox (his items, their R2 reporters, the sealed shares they sent him) and posts
           his per-item sums sealed to S2. S1 cannot open them.
-round 4   only if helpers missed round 3: each asked R2 reporter fetches the dropped helpers of his items and
+round 4   recover: only if helpers missed round 3: each asked R2 reporter fetches the dropped helpers of his items and
           posts his shares to them, sealed to S2.
 hand-over S1 posts S2 the users, the election, the sealed sums and recoveries (``POST /tasks/{id}/handover``
           at S2, with the relay token), until S2 has it; S2 opens them, checks them and releases the items it
@@ -26,16 +28,14 @@ Every message is stored once (primary keys; a second post is refused 409 and sto
 transactions, so a kill -9 loses nothing: the rounds resume from the database with their absolute deadlines,
 and the hand-over is sent again until S2 has it (S2 takes the same hand-over twice as once).
 
-S1's routes: ``GET /tasks/{id}``, ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/round1``, ``POST
-/tasks/{id}/election``, ``POST /tasks/{id}/round2``, ``POST /tasks/{id}/inbox``, ``POST /tasks/{id}/round3``,
-``POST /tasks/{id}/round4``, ``POST /tasks/{id}/close-round/{round}`` (the operator's). S2's: ``GET
+S1's routes: the round driver's (``POST /tasks/{id}/enroll``, ``/inbox``, ``/round1`` to ``/round4``, ``GET
+/tasks/{id}/roster``, the operator's ``POST /tasks/{id}/close-round/{round}``) and ``GET /tasks/{id}``. S2's: ``GET
 /tasks/{id}``, ``POST /tasks/{id}/handover``, ``GET /tasks/{id}/result``. Both: ``/healthz``, ``/readyz``,
 ``/metrics``.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import hashlib
@@ -54,37 +54,35 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import ParameterError
-from ..protocols.two_server_parties import (RECOVERY, REPORT_SET, SHARES, SUMS, Election, FirstServer, Handover,
-                                            Recovery, SecondServer, message_bytes)
+from ..protocols.two_server_parties import RECOVERY, SUMS, Election, Handover, Recovery, SecondServer
 from . import storage
-from .roster import (RoundServer, b64_field, load_task, new_token, rounds_app, secret_hash,
-                     user_routes)
-from .round_tasks import KEM, SecondTask, TSSTask, sealed_size, second_info
+from .roster import load_task, new_token, rounds_app, secret_hash
+from .round_tasks import KEM, SecondTask, TSSTask, second_info
+from .rounds import FAILED, RUNNING, RoundDriver, protocol_of, round_routes
 from .keys import KeyEncryptionKey
 from .tasks import TASK_ID_BYTES, _private_key, _suite
 from .web import Health, Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.s1")
+HANDOVER, DELIVERED = "handover", "delivered"  # S1's status once the rounds are done: to hand over, handed over
 log2 = logging.getLogger("privagg.s2")
 
 SERVICE_RANDOMNESS = ("secure: each user's SDK draws his coin, report set and shares from ChaCha20 keyed from OS "
                       "entropy, and S1 elects the helpers from it (privagg.service.two_servers_client)")
 
-# ---- S1's tables -------------------------------------------------------------------------------------------
+# ---- S1's tables: the round driver's (service/rounds.py) -------------------------------------------------
 s1_tasks = sa.Table(
     "s1_tasks", storage.metadata["s1"],
     sa.Column("task_id", sa.String(32), primary_key=True),
     sa.Column("task", sa.Text, nullable=False),  # the task's public JSON (TSSTask)
-    # enrolling, round1, round2, round3, round4, handover (to S2), delivered (S2 has it), failed
-    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # enrolling, running, handover (to S2), delivered, failed
+    sa.Column("round", sa.Integer, nullable=False),  # the open round's number (1 report, 2 share, 3 sums, 4 recover)
+    sa.Column("round_name", sa.String(32)),
     sa.Column("deadline", sa.Float),  # the open round's end (seconds since the epoch)
+    sa.Column("published", sa.Text, nullable=False),  # the election, R2, each item's reporters, the recovery (JSON)
+    sa.Column("outcome", sa.Text),  # why the task failed (JSON)
     sa.Column("second_url", sa.Text, nullable=False),  # where the hand-over goes
     sa.Column("relay_token", sa.Text, nullable=False),  # S1's credential at S2 for this task
-    sa.Column("election", sa.Text),  # R1 and each item's helpers (JSON), once round 1 closed
-    sa.Column("survivors", sa.Text),  # R2 (JSON list), once round 2 closed
-    sa.Column("reporters", sa.Text),  # each item's R2 reporters (JSON), once round 2 closed
-    sa.Column("recovery", sa.Text),  # the recovery plan (JSON), once round 3 closed
-    sa.Column("outcome", sa.Text),  # why the task failed
 )
 s1_tokens = sa.Table(
     "s1_tokens", storage.metadata["s1"],
@@ -106,14 +104,18 @@ s1_messages = sa.Table(  # round 1: the report set; 2: an empty record that he s
     sa.Column("user", sa.Integer, primary_key=True),
     sa.Column("message", sa.LargeBinary, nullable=False),
 )
-s1_shares = sa.Table(
-    "s1_shares", storage.metadata["s1"],
+s1_relayed = sa.Table(  # round 2's shares, each sealed to its helper: S1 cannot open them
+    "s1_relayed", storage.metadata["s1"],
     sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("round", sa.Integer, primary_key=True),
     sa.Column("sender", sa.Integer, primary_key=True),
     sa.Column("recipient", sa.Integer, primary_key=True),
-    sa.Column("sealed", sa.LargeBinary, nullable=False),  # sealed to the recipient: S1 cannot open it
+    sa.Column("sealed", sa.LargeBinary, nullable=False),
+    sa.Index("s1_relayed_to", "task_id", "round", "recipient", "sender"),  # a helper's inbox
     sqlite_with_rowid=False,
 )
+S1_TABLES = {"tasks": s1_tasks, "messages": s1_messages, "relayed": s1_relayed, "tokens": s1_tokens,
+             "roster": s1_roster}
 
 # ---- S2's table --------------------------------------------------------------------------------------------
 s2_tasks = sa.Table(
@@ -147,23 +149,22 @@ def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: floa
 # ---- S1 ----------------------------------------------------------------------------------------------------
 
 
-class FirstService(RoundServer):
-    """S1's logic over its database; the HTTP routes (:func:`create_first_app`) only call it.
+class FirstService(RoundDriver):
+    """S1 over its database: the round driver over S1's tables (the rounds of
+    :mod:`privagg.protocols.two_server_parties`), and the hand-over to S2 once they are done; the HTTP routes
+    (:func:`create_first_app`) only call it.
 
     ``clock``: seconds since the epoch (deadlines are stored as such, so a restarted server keeps them).
     ``send``: how a hand-over reaches S2 (:func:`post_handover`; a test passes S2's service directly)."""
 
-    tasks_table, messages_table, task_type, server_name = s1_tasks, s1_messages, TSSTask, "S1"
-
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time,
                  send=post_handover) -> None:
-        super().__init__(engine, s1_tokens, s1_roster, "s1", "Sealed bytes stored for relay (to helpers and to S2)",
-                         registry, clock)
+        super().__init__(engine, S1_TABLES, TSSTask, "S1", "s1", lambda task, handed, seconds: {}, registry, clock,
+                         done=HANDOVER)
         self.send = send
         self.handovers = Counter("privagg_s1_handovers", "Hand-overs to S2 by outcome", ["outcome"],
                                  registry=self.registry)
 
-    # ---- tasks, tokens, the roster -------------------------------------------------------------------------
     def create_task(self, parameters, second: SecondTask, second_url: str, relay_token: str,
                     round_seconds: float = 60.0) -> TSSTask:
         """A new task for S2's ``second`` (its parameters and minimum are the task's), reached at ``second_url``
@@ -176,221 +177,20 @@ class FirstService(RoundServer):
             raise ParameterError("relay_token", "the token S2 gave for this task", shown(relay_token))
         task = TSSTask(secrets.token_hex(TASK_ID_BYTES), parameters, round_seconds, second.min_survivors,
                        second.task_id, second.public_key)
-        with self.engine.begin() as c:
-            c.execute(sa.insert(s1_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
-                                                 state="enrolling", second_url=second_url, relay_token=relay_token))
-        log_event(log, "task created", task=task.task_id, protocol=parameters.protocol, users=parameters.n_users)
+        self.add_task(task, second_url=second_url, relay_token=relay_token)
         return task
 
-    def _role(self, task: TSSTask) -> FirstServer:
-        return FirstServer(task.parameters, task.min_survivors)
-
-    # ---- what the rounds read ------------------------------------------------------------------------------
-    def _messages(self, c: sa.Connection, task_id: str, round_: int) -> dict[int, bytes]:
-        return dict(c.execute(sa.select(s1_messages.c.user, s1_messages.c.message).where(
-            s1_messages.c.task_id == task_id, s1_messages.c.round == round_)).all())
-
-    def _report_set(self, task: TSSTask, user: int) -> list[int]:
-        with storage.reading(self.engine) as c:
-            raw = c.execute(sa.select(s1_messages.c.message).where(
-                s1_messages.c.task_id == task.task_id, s1_messages.c.round == 1, s1_messages.c.user == user)).scalar()
-        return self._role(task).check_report_set(raw, user).tolist()
-
-    @staticmethod
-    def _message_fields(data: dict, round_: int) -> None:
-        if set(data) != {"user", "secret", "message"}:
-            raise Refused(400, "malformed", f"round {round_} must be user, secret and message (base64)")
-
-    # ---- rounds --------------------------------------------------------------------------------------------
-    def round1(self, task_id: str, body: bytes) -> str:
-        """A user's report set, checked (alpha N distinct items) and stored once."""
-        task, data = self.task(task_id), json_object(body, "round 1")
-        user = self._authenticated(task_id, data)
-        self._open_round(task_id, 1, user)
-        self._message_fields(data, 1)
-        raw = b64_field(data.get("message"), "message", message_bytes(task.parameters, REPORT_SET,
-                                                                 task.parameters.report_size))
-        try:
-            self._role(task).check_report_set(raw, user)
-        except ParameterError as err:
-            raise Refused(400, "bad_message", str(err)) from None
-        return self._store(task_id, 1, user, lambda c: c.execute(sa.insert(s1_messages).values(
-            task_id=task_id, round=1, user=user, message=raw)), 0)
-
-    def election(self, task_id: str, body: bytes) -> dict:
-        """Round 2's question: the helpers of each item of the user's report set, and their public keys."""
-        task, data = self.task(task_id), json_object(body, "the election request")
-        user = self._authenticated(task_id, data)
-        row = self._open_round(task_id, 2)
-        election = Election.from_dict(json.loads(row.election))
-        if user not in election.senders:
-            raise Refused(409, "not_expected", f"user {user} takes no part in round 2 (his report set did not reach "
-                          "S1 in round 1)")
-        helpers = election.helpers_of(self._report_set(task, user))
-        everyone = sorted({h for hs in helpers.values() for h in hs})
-        keys = self.users.public_keys(task_id, everyone)
-        return {"helpers": [{"item": j, "helpers": hs} for j, hs in helpers.items()],
-                "public_keys": [{"user": u, "public_key": base64.b64encode(keys[u]).decode()} for u in everyone]}
-
-    def round2(self, task_id: str, body: bytes) -> str:
-        """A reporter's shares: one sealed message for each helper of his items (but himself), each of the size
-        its number of shares makes, stored whole or not at all."""
-        task, data = self.task(task_id), json_object(body, "round 2")
-        user = self._authenticated(task_id, data)
-        row = self._open_round(task_id, 2, user)
-        election = Election.from_dict(json.loads(row.election))
-        if user not in election.senders:
-            raise Refused(409, "not_expected", f"user {user} takes no part in round 2")
-        shares = data.get("shares")
-        if set(data) != {"user", "secret", "shares"} or not isinstance(shares, list):
-            raise Refused(400, "malformed", "round 2 must be user, secret and shares: a list of {\"recipient\", "
-                          "\"sealed\"}, one for each helper of the sender's items")
-        expected = FirstServer.expected_shares(election, user, self._report_set(task, user))
-        rows = {}
-        for i, entry in enumerate(shares):
-            recipient = entry.get("recipient") if isinstance(entry, dict) else None
-            if type(recipient) is not int or recipient not in expected or recipient in rows:
-                raise Refused(400, "bad_recipient", f"shares[{i}].recipient must be a helper of an item of the "
-                              f"sender's report set, each once (not the sender {user} himself), got {shown(recipient)}")
-            rows[recipient] = b64_field(entry.get("sealed"), f"shares[{i}].sealed",
-                                   sealed_size(task.parameters, SHARES, expected[recipient]))
-        if set(rows) != set(expected):
-            raise Refused(400, "malformed", f"shares must hold one sealed message for each of the {len(expected)} "
-                          f"helpers of the sender's items, missing {sorted(set(expected) - set(rows))[:5]}")
-
-        def insert(c: sa.Connection) -> None:
-            c.execute(sa.insert(s1_messages).values(task_id=task_id, round=2, user=user, message=b""))
-            if rows:
-                c.execute(sa.insert(s1_shares), [{"task_id": task_id, "sender": user, "recipient": k, "sealed": v}
-                                                 for k, v in rows.items()])
-
-        return self._store(task_id, 2, user, insert, sum(len(v) for v in rows.values()))
-
-    def inbox(self, task_id: str, body: bytes) -> dict:
-        """What a user needs for the open round: round 3, the items he helps with, their R2 reporters and the
-        sealed shares they sent him; round 4, the dropped helpers of his items he is asked about. Empty lists
-        for a user the round does not ask."""
-        data = json_object(body, "the inbox request")
-        user = self._authenticated(task_id, data)
-        self.advance(task_id)
-        with storage.reading(self.engine) as c:
-            row = self._row(c, task_id)
-            if row.state not in ("round3", "round4"):
-                raise Refused(409, "round_closed", f"round 3 or 4 must be open; the task is {row.state}")
-            reporters = json.loads(row.reporters)
-            if row.state == "round4":
-                asked = Recovery.from_dict(json.loads(row.recovery)).asked(reporters).get(user, {})
-                return {"round": 4, "dropped": [{"item": j, "helpers": d} for j, d in asked.items()]}
-            items = Election.from_dict(json.loads(row.election)).by_helper.get(user, [])
-            senders = sorted({i for j in items for i in reporters[j]} - {user})
-            found = c.execute(sa.select(s1_shares.c.sender, s1_shares.c.sealed).where(
-                s1_shares.c.task_id == task_id, s1_shares.c.recipient == user,
-                s1_shares.c.sender.in_(senders or [-1]))).all()
-        return {"round": 3, "items": [{"item": j, "reporters": reporters[j]} for j in items],
-                "shares": [{"sender": s, "sealed": base64.b64encode(v).decode()} for s, v in found]}
-
-    def round_message(self, task_id: str, round_: int, body: bytes) -> str:
-        """A helper's sums (round 3) or an asked reporter's recovery (round 4), sealed to S2: of the size his
-        entries make, stored once."""
-        task, data = self.task(task_id), json_object(body, f"round {round_}")
-        user = self._authenticated(task_id, data)
-        row = self._open_round(task_id, round_, user)
-        self._message_fields(data, round_)
-        if round_ == 3:
-            entries = len(Election.from_dict(json.loads(row.election)).by_helper.get(user, []))
-        else:
-            asked = Recovery.from_dict(json.loads(row.recovery)).asked(json.loads(row.reporters)).get(user, {})
-            entries = sum(len(d) for d in asked.values())
-        if not entries:
-            raise Refused(409, "not_expected", f"user {user} takes no part in round {round_} (he is not "
-                          f"{'an elected helper' if round_ == 3 else 'a reporter of an item with a dropped helper'})")
-        raw = b64_field(data.get("message"), "message", sealed_size(task.parameters, SUMS if round_ == 3 else RECOVERY,
-                                                               entries))
-        return self._store(task_id, round_, user, lambda c: c.execute(sa.insert(s1_messages).values(
-            task_id=task_id, round=round_, user=user, message=raw)), len(raw))
-
-
-    # ---- the rounds' progress ------------------------------------------------------------------------------
-    def advance(self, task_id: str) -> str:
-        """Close the open round if everyone it expects answered or its deadline passed, and open the next (or
-        the hand-over, or fail); the task's state after. The hand-over itself is :meth:`deliver`'s."""
-        task = self.task(task_id)
-        p, least, role = task.parameters, task.min_survivors, self._role(task)
-        with self._lock, self.engine.begin() as c:
-            row = self._row(c, task_id, lock=True)
-            state, now = row.state, self.clock()
-            late = row.deadline is not None and now >= row.deadline
-            next_deadline = now + task.round_seconds
-            update: dict = {}
-            if state == "enrolling":
-                enrolled = c.execute(sa.select(sa.func.count()).select_from(s1_roster).where(
-                    s1_roster.c.task_id == task_id)).scalar()
-                if enrolled == p.n_users:
-                    update = {"state": "round1", "deadline": next_deadline}
-            elif state == "round1":
-                sets = self._messages(c, task_id, 1)
-                if len(sets) == p.n_users or late:
-                    update = self._fewer(len(sets), least, "sent report sets in round 1") or {
-                        "state": "round2", "deadline": next_deadline, "election": json.dumps(role.elect(
-                            {u: role.check_report_set(m, u) for u, m in sets.items()}).to_dict())}
-            elif state == "round2":
-                election = Election.from_dict(json.loads(row.election))
-                posted = sorted(self._messages(c, task_id, 2))
-                if len(posted) == len(election.senders) or late:
-                    sets = {u: role.check_report_set(m, u).tolist() for u, m in self._messages(c, task_id, 1).items()
-                            if u in posted}
-                    update = self._fewer(len(posted), least, "sent their shares in round 2") or {
-                        "state": "round3", "deadline": next_deadline, "survivors": json.dumps(posted),
-                        "reporters": json.dumps([list(r) for r in FirstServer.reporters(sets, p.domain_size)])}
-            elif state == "round3":
-                election = Election.from_dict(json.loads(row.election))
-                summed = sorted(self._messages(c, task_id, 3))
-                if len(summed) == len(election.by_helper) or late:
-                    plan = FirstServer.plan(election, json.loads(row.reporters), summed)
-                    update = {"state": "round4" if plan.dropped else "handover",
-                              "deadline": next_deadline if plan.dropped else None,
-                              "recovery": json.dumps(plan.to_dict())}
-            elif state == "round4":
-                asked = Recovery.from_dict(json.loads(row.recovery)).asked(json.loads(row.reporters))
-                if len(self._messages(c, task_id, 4)) == len(asked) or late:
-                    update = {"state": "handover", "deadline": None}
-            if update:
-                c.execute(sa.update(s1_tasks).where(s1_tasks.c.task_id == task_id).values(**update))
-                log_event(log, "round", task=task_id, state=update["state"])
-        return update.get("state", state)
-
-    @staticmethod
-    def _fewer(count: int, least: int, what: str) -> dict:
-        """The failed state when fewer than the task's minimum answered; empty otherwise."""
-        if count >= least:
-            return {}
-        return {"state": "failed", "deadline": None, "outcome": (
-            f"{count} users {what}, fewer than the task's minimum of {least}; nothing was handed over to S2, "
-            "nothing released")}
-
-    def close_round(self, task_id: str, round_: int) -> str:
-        """The operator's early close of round ``round_`` (if it is the open one): as if its deadline passed now
-        (a demo or a test whose users have all answered that will answer). The state after."""
-        self.task(task_id)
-        with self._lock, self.engine.begin() as c:
-            if self._row(c, task_id, lock=True).state == f"round{round_}":
-                c.execute(sa.update(s1_tasks).where(s1_tasks.c.task_id == task_id).values(deadline=self.clock()))
-        return self.advance(task_id)
-
     def handover(self, task_id: str) -> Handover:
-        """What S2 gets once the rounds are done: the users, the election, each item's number of R2 reporters, the
-        recovery plan with the reporters asked, and the sealed sums and recoveries."""
+        """What S2 gets once the rounds are done (:meth:`FirstServer.finish`: the users, the election, each item's
+        number of R2 reporters, the recovery plan with the reporters asked, and the sealed sums and recoveries)."""
         task = self.task(task_id)
+        protocol = protocol_of(task.parameters)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
-            if row.state not in ("handover", "delivered"):
-                raise Refused(409, "not_done", f"task {task_id} is in {row.state}: the rounds are not done")
-            sums, recoveries = self._messages(c, task_id, 3), self._messages(c, task_id, 4)
-        election, reporters = Election.from_dict(json.loads(row.election)), json.loads(row.reporters)
-        plan = Recovery.from_dict(json.loads(row.recovery))
-        return Handover(task.parameters.n_users, election.senders, tuple(json.loads(row.survivors)), election.helpers,
-                        tuple(len(r) for r in reporters),
-                        {j: (d, tuple(reporters[j])) for j, d in plan.dropped.items()}, sums, recoveries)
+            if row.status not in (HANDOVER, DELIVERED):
+                raise Refused(409, "not_done", f"task {task_id} is in {self.label(row)}: the rounds are not done")
+            messages = self._messages(c, task_id, protocol)
+        return protocol.coordinator(task.parameters, task.min_survivors).finish(json.loads(row.published), messages)
 
     def deliver(self, task_id: str) -> str:
         """Send the hand-over to S2 if the rounds are done and S2 does not have it yet; the state after
@@ -398,8 +198,8 @@ class FirstService(RoundServer):
         task = self.task(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
-        if row.state != "handover":
-            return row.state
+        if row.status != HANDOVER:
+            return self.label(row)
         body = json.dumps(self.handover(task_id).to_dict()).encode()
         try:
             self.send(row.second_url, task.second_task_id, row.relay_token, body)
@@ -407,33 +207,35 @@ class FirstService(RoundServer):
             self.handovers.labels("failed").inc()
             log.warning("hand-over not delivered", extra={"fields": {"task": task_id, "error": type(err).__name__,
                                                                       "detail": str(err)[:200]}})
-            return "handover"
+            return HANDOVER
         self.handovers.labels("delivered").inc()
         with self._lock, self.engine.begin() as c:
-            c.execute(sa.update(s1_tasks).where(s1_tasks.c.task_id == task_id, s1_tasks.c.state == "handover").values(
-                state="delivered"))
+            c.execute(sa.update(s1_tasks).where(s1_tasks.c.task_id == task_id, s1_tasks.c.status == HANDOVER).values(
+                status=DELIVERED))
         log_event(log, "handed over", task=task_id, bytes=len(body))
-        return "delivered"
+        return DELIVERED
 
     def state(self, task_id: str) -> dict:
-        task = self.task(task_id)
-        self.advance(task_id)
+        """The round driver's state, and what S1 published: the helpers, the items to recover or lost, why the task
+        failed."""
+        out = super().state(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
-        election = None if row.election is None else Election.from_dict(json.loads(row.election))
-        plan = None if row.recovery is None else Recovery.from_dict(json.loads(row.recovery))
-        return {"task": task.to_dict(), "state": row.state,
-                "seconds_left": None if row.deadline is None else max(0.0, row.deadline - self.clock()),
-                "senders": None if election is None else len(election.senders),
-                "survivors": None if row.survivors is None else len(json.loads(row.survivors)),
+        published = json.loads(row.published)
+        election = None if "election" not in published else Election.from_dict(published["election"])
+        plan = None if "recovery" not in published else Recovery.from_dict(published["recovery"])
+        return {**out, "senders": None if election is None else len(election.senders),
+                "survivors": len(published["survivors"]) if "survivors" in published else None,
                 "helpers": None if election is None else len(election.by_helper),
                 "items_to_recover": None if plan is None else sorted(plan.dropped),
-                "items_lost": None if plan is None else list(plan.lost), "failed": row.outcome}
+                "items_lost": None if plan is None else list(plan.lost),
+                "failed": None if row.status != FAILED else json.loads(row.outcome)["failed"]}
 
     def active(self) -> list[str]:
+        """The tasks whose rounds run, and those whose hand-over S2 does not have yet."""
         with storage.reading(self.engine) as c:
-            return c.execute(sa.select(s1_tasks.c.task_id).where(s1_tasks.c.state.in_(
-                ("round1", "round2", "round3", "round4", "handover")))).scalars().all()
+            return c.execute(sa.select(s1_tasks.c.task_id).where(s1_tasks.c.status.in_((RUNNING, HANDOVER)))
+                             ).scalars().all()
 
 
 class FirstRounds:
@@ -446,7 +248,7 @@ class FirstRounds:
         return self.service.active()
 
     def advance(self, task_id: str) -> None:
-        if self.service.advance(task_id) == "handover":
+        if self.service.advance(task_id) == HANDOVER:
             self.service.deliver(task_id)
 
 
@@ -611,21 +413,11 @@ def create_tasks(first: FirstService, second: SecondService, parameters, second_
 def create_first_app(service: FirstService, max_body_bytes: int = 1 << 30, tick: float | None = 0.5, *,
                      operator_token: str | None = None, api_docs: bool = False,
                      limits: Limits | None = None) -> FastAPI:
-    """S1's HTTP service (``tick=None``: rounds advance only on requests, and the hand-over waits for
-    :meth:`FirstService.deliver`)."""
+    """S1's HTTP service: the round driver's routes (``tick=None``: rounds advance only on requests, and the
+    hand-over waits for :meth:`FirstService.deliver`)."""
     app, body = rounds_app("privagg TSS S1", service, log, max_body_bytes, FirstRounds(service), tick,
                            operator_token=operator_token, api_docs=api_docs, limits=limits)
-    user_routes(app, service, body, (1, 2, 3, 4), (3, 4), operator_token)
-
-    @app.post("/tasks/{task_id}/election")
-    async def election(task_id: str, request: Request) -> dict:
-        return await run_in_threadpool(service.election, task_id, await body(request))
-
-    @app.post("/tasks/{task_id}/round2")
-    async def round2(task_id: str, request: Request) -> JSONResponse:
-        return JSONResponse({"status": await run_in_threadpool(service.round2, task_id, await body(request))},
-                            status_code=201)
-
+    round_routes(app, service, body, operator_token)
     return app
 
 

@@ -1,7 +1,8 @@
 """The services' leg of ``privagg demo-service tss|tss-collusion`` (:func:`privagg.demos.run_tss_demo` adds the data
 and the simulation beside it): S2 and S1 as child processes on loopback (``privagg serve s2``, ``privagg serve
 s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers_client.TSSClient`
-per user through the four rounds, a fraction of the users vanishing at round 1 or 2 (the demo's seeded choice).
+per user through the rounds TSS declares, a fraction of the users vanishing at round 1 or 2 (the demo's seeded
+choice).
 """
 
 from __future__ import annotations
@@ -54,17 +55,14 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
             start = time.perf_counter()
             index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(clients, tokens)))
             seconds["enroll"] = time.perf_counter() - start
-            steps = {1: lambda i: clients[i].report(int(codes[i])), 2: lambda i: clients[i].share(),
-                     3: lambda i: clients[i].helper_sums(), 4: lambda i: clients[i].recover()}
-            for number, step in steps.items():
+            for number, round_ in enumerate(clients[0].protocol.rounds, 1):
                 start = time.perf_counter()
-                if clients[0].state() == f"round{number}":
+                if clients[0].state() == f"round{number}":  # a round that expects nobody is skipped
                     active = [i for i in range(users) if plan[i] == 0 or plan[i] > number]
-                    if number >= 3:  # only the users the round asks; its last expected message closes it
-                        key = "items" if number == 3 else "dropped"
-                        active = [i for i in active if clients[i].inbox()[key]]
-                    progress(f"round {number}: {len(active)} users")
-                    list(pool.map(step, active))
+                    progress(f"round {number} ({round_.name}): up to {len(active)} users")
+                    # every user still there asks; those the round does not ask (not a helper) send nothing
+                    list(pool.map(lambda i: clients[i].send(round_.name, int(codes[i]) if round_.value else None),
+                                  active))
                     if between is not None:
                         between(number, s1)
                     if clients[0].state() == f"round{number}":
@@ -88,7 +86,8 @@ def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) 
     """TSS's parties beside Table I's derived rows: the users who took part to the end as reporters and as helpers
     (per user), S1 and S2. Expected: E[sum_j m_j m'_j] shares and E[sum_j m'_j] helper sums
     (:class:`~privagg.protocols.sampling_sharing.TSSParameters`), no dropouts; a reporter keeps his own share where
-    he helps (a fraction 1/n of them)."""
+    he helps (a fraction 1/n of them). The helpers S1 names are its published election (the inbox), not a
+    message, and are not counted."""
     n, N, a = parameters.n_users, parameters.domain_size, parameters.report_fraction
     survivors = [c for c, r in zip(clients, plan) if r == 0]
     shares, helpers = parameters.expected_shares, parameters.expected_helpers
@@ -98,21 +97,20 @@ def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) 
     relayed = traffic(clients, "sent", to_s2)
     cost = f"alpha^2 nN = {a * a * n * N:,.0f}"
     return [
-        party_row("user as reporter", len(survivors), traffic(survivors, "sent", ("report set", "shares")),
-                  traffic(survivors, "received", ("helper identities",)),
-                  {"report set": len(survivors) * parameters.report_size, "shares": wire * share},
-                  {"helper identities": shares * share},
-                  f"alpha N = {parameters.report_size} indices to S1; sum_(j in A_i) m_j ~ {cost} elements (derived)"),
+        party_row("user as reporter", len(survivors), traffic(survivors, "sent", ("report set", "shares")), {},
+                  {"report set": len(survivors) * parameters.report_size, "shares": wire * share}, {},
+                  f"alpha N = {parameters.report_size} indices to S1; sum_(j in A_i) m_j ~ {cost} elements (derived); "
+                  "his items' helpers come in round 2's inbox"),
         party_row("user as helper", len(survivors), traffic(survivors, "sent", to_s2),
                   traffic(survivors, "received", ("shares",)),
                   {"helper sums": helpers * share}, {"shares": wire * share},
                   f"receives ~ {cost} field elements; sends ~ alpha N = {a * N:,.0f} to S2 (derived)"),
-        party_row("S1", 1, {"helper identities": received.get("helper identities", 0),
-                            "shares": received.get("shares", 0), **relayed}, sent,
-                  {"helper identities": shares, "shares": wire, "helper sums": helpers},
+        party_row("S1", 1, {"shares": received.get("shares", 0), **relayed}, sent,
+                  {"shares": wire, "helper sums": helpers},
                   {"report set": n * parameters.report_size, "shares": wire, "helper sums": helpers},
                   f"receives n alpha N = {n * parameters.report_size:,} indices; publishes ~ alpha nN = "
-                  f"{a * n * N:,.0f} helpers (derived); here each reporter fetches his items' helpers, and S1 relays"),
+                  f"{a * n * N:,.0f} helpers (derived); here each reporter's inbox names his items' helpers, and S1 "
+                  "relays"),
         party_row("S2", 1, {}, relayed, {}, {"helper sums": helpers},
                   f"receives ~ alpha nN = {a * n * N:,.0f} elements (derived)"),
     ]

@@ -10,11 +10,16 @@ spawned by role name (:func:`privagg.core.randomness.streams`).
     MESSAGES_PER_BATCH messages), the shuffler's uniform permutation
     (shuffle topology), then the analyzer's ``agg_update`` and
     ``finalize``; in the central topology the users' values go to the
-    curator, which adds the noise.
+    curator, which adds the noise. A multi-round protocol (the entry's
+    ``rounds``, a :class:`~privagg.protocols.roles.MultiRound`) runs its
+    deployed parties round by round (:mod:`privagg.simulate.rounds`), users
+    dropping out where ``dropouts`` says.
 ``fast``
     The entry's distributional shortcut (``fast``), e.g. the total dummy
     count drawn in one step and no shuffle, since the analyzer's counts do
-    not depend on message order. Tests check that both paths give the same
+    not depend on message order; a multi-round protocol's release, exact
+    over its survivors, is drawn from its law (the survivors' sampled or
+    noised counts). Tests check that both paths give the same
     distribution of estimates. Protocols without a shortcut run faithfully
     (and the run's ``mode`` says ``faithful``).
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,14 +46,15 @@ import numpy as np
 
 from ..core.messages import SLICE_ROWS, MessageBatch, shuffle
 from ..core.randomness import RNGLike, describe, is_secure, streams
-from ..errors import ParameterError, check_callable, checked_arguments
+from ..errors import ParameterError, check_callable, checked_arguments, kind_of
 from ..privacy.description import PrivacyDescription
-from ..protocols.kinds import Topology
+from ..protocols.kinds import Family, Topology
 from ..protocols.parameters import check_parameters
 from ..protocols.registry import get
-from ..protocols.sampling_sharing import SharingCurator, SharingParameters, fast_aggregate
+from ..protocols.results import FrequencyTable
+from ..protocols.roles import RoundFailed
 from .progress import Progress
-from .secret_sharing import check_faithful, run_secret_sharing, run_two_servers, sharing_bytes
+from .rounds import check_dropouts, check_faithful, run_rounds, survivors
 
 MODES = ("faithful", "fast")
 MESSAGES_PER_BATCH = 1 << 18  # about this many messages per batch of clients: bounds the clients' scratch
@@ -58,10 +65,7 @@ MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold
 # at B = 2^28 it ran past a minute)
 FAST_MESSAGES_MAX = 2**30
 ROLES = {Topology.SHUFFLE: ("clients", "shuffler"), Topology.LOCAL: ("clients",), Topology.CENTRAL: ("curator",),
-         Topology.SECRET_SHARING: ("users",), Topology.TWO_SERVERS: ("users", "s1")}
-# the party that reconstructs, in transcripts
-AGGREGATOR = {Topology.SECRET_SHARING: "server", Topology.TWO_SERVERS: "s2"}
-
+         Topology.SECRET_SHARING: ("users", "server"), Topology.TWO_SERVERS: ("users", "server")}
 
 
 @dataclass
@@ -107,10 +111,8 @@ def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     (one the user gave, ``given``, where one sets the noise)."""
     mode = run_mode(parameters, mode)
     entry = get(parameters.protocol)
-    if isinstance(parameters, SharingParameters):  # counted in share elements, not in messages
-        if mode == "faithful" and entry.multi_round:
-            check_faithful(parameters)
-        return
+    if entry.family is Family.SAMPLING_SHARING:  # a multi-round run is costed by its rounds (check_faithful, when
+        return  # simulate knows the users it runs: a weighted estimate's groups), not its messages
     expected = expected_messages(parameters)
     if mode == "faithful" and expected > MESSAGES_MAX:
         field, remedy = shrink_hint(parameters, mode, given or {})
@@ -148,8 +150,8 @@ def check_cost(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     from ..protocols.registry import run_budget
 
     mode = run_mode(parameters, mode)
-    if isinstance(parameters, SharingParameters):  # the fast path draws the sums; the shares are check_faithful's
-        return
+    if get(parameters.protocol).family is Family.SAMPLING_SHARING:  # the fast path draws the sums, the faithful
+        return  # one is held to its budget by check_faithful
     expected = expected_messages(parameters)
     seconds = expected * (MESSAGE_SECONDS if mode == "faithful" else FAST_MESSAGE_SECONDS)
     if seconds <= run_budget(parameters.n_users):
@@ -175,8 +177,9 @@ def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
 def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]:
     """(the option to change, what to do) to make a run of ``parameters`` smaller, naming an option the user
     gave (``given``) where one sets the noise."""
-    if isinstance(parameters, SharingParameters):  # the sharing is what takes room
-        return "mode", "use --mode fast (a simulation shortcut that skips the sharing, which reconstructs exactly)"
+    if get(parameters.protocol).multi_round:  # the rounds are what takes time and room
+        return "mode", "use --mode fast (a simulation shortcut that draws the release, exact over the survivors, " \
+                       "from its law)"
     if not parameters.noise_options:  # no noise option to change: fewer users (or a smaller domain) make it smaller
         return "input", (f"fewer users per run (this protocol sends {parameters.messages_per_user:.3g} messages a "
                          "user, and has no shortcut)")
@@ -192,7 +195,7 @@ def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]
 @checked_arguments
 def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike = None, queries=None,
              keep_messages: bool = False, progress: Progress | None = None,
-             check_population: bool = True) -> SimulationRun:
+             check_population: bool = True, dropouts: dict[str, Any] | None = None) -> SimulationRun:
     """Run ``codes`` (one item code per user) through the protocol of ``parameters``.
 
     ``queries``: the items the analyzer estimates (default: the whole
@@ -202,12 +205,24 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     ``keep_messages`` keeps what the analyzer received (for writing them).
     ``check_population=False`` skips the protocol's data condition: for the
     auditors only, which run the neighbours of accepted datasets.
+    ``dropouts`` (multi-round protocols): round name -> the users who vanish
+    before sending it; the release is then over the survivors, its guarantee
+    recomputed for them (the fast path takes dropouts up to the round the
+    release is over).
     """
     check_parameters(parameters)
     check_callable("progress", progress, "a function (stage, done, total) or None")
     mode = run_mode(parameters, mode)  # no shortcut: the run is the faithful one, and says so
     entry = get(parameters.protocol)
+    if dropouts is not None and not isinstance(dropouts, Mapping):
+        raise ParameterError("dropouts", "a mapping from round names to the users who drop out before them, or None",
+                             kind_of(dropouts))
+    if dropouts and not entry.multi_round:
+        raise ParameterError("dropouts", "left out for a one-round protocol (its users send once)", sorted(dropouts))
+    dropouts = check_dropouts(entry.rounds, parameters, dropouts, mode) if entry.multi_round else {}
     check_size(parameters, mode)  # before the codes are checked: a run too large is refused without reading them
+    if entry.multi_round and mode == "faithful":  # its deployed parties' work grows as n^2
+        check_faithful(entry.rounds, parameters)
     codes = parameters.check_codes(codes)
     if len(codes) != parameters.n_users:
         raise ParameterError("codes", f"one item per user ({parameters.n_users} users)", f"{len(codes)} items")
@@ -223,31 +238,29 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         result = curator.finalize(curator.agg_update(curator.agg_init(), sent))
         transcript = {"clients": {"sent": codes.size}, "curator": {"received": codes.size, "malformed": 0}}
         seconds["curator"] = time.perf_counter() - start
-        if isinstance(curator, SharingCurator):  # DPCS*: the counts leave the server as n shares of N elements
-            transcript["curator"]["sent"] = parameters.n_users * parameters.domain_size
+        if hasattr(curator, "elements_sent"):  # DPCS*: the counts leave the server as n shares of N elements
+            transcript["curator"]["sent"] = curator.elements_sent
     elif entry.multi_round:
-        server, aggregator = entry.analyzer(parameters, queries), AGGREGATOR[entry.topology]
-        if mode == "fast":
-            agg, transcript = fast_aggregate(parameters, codes, rngs["users"], server), {aggregator: {}}
-            seconds["share"] = time.perf_counter() - start
+        protocol = entry.rounds
+        aggregator = protocol.parties[-1]
+        if mode == "fast":  # the release is exact over the survivors: their sampled or noised counts, drawn
+            kept_users = survivors(protocol, parameters, dropouts)
+            released = protocol.survivors_parameters(parameters, kept_users.size)
+            server = entry.analyzer(released, queries)
+            agg = entry.fast(released, codes[kept_users], rngs["users"], server)
+            seconds["release"] = time.perf_counter() - start
+            result, transcript = server.finalize(agg), {aggregator: {"parties": 1}}
         else:
-            run = run_secret_sharing if entry.topology is Topology.SECRET_SHARING else run_two_servers
-            messages, transcript = run(parameters, codes, rngs["users"] if run is run_secret_sharing else rngs,
-                                       progress)
-            seconds["share"] = time.perf_counter() - start
-            start = time.perf_counter()
-            agg = server.agg_update(server.agg_init(), messages)
-            seconds["analyze"] = time.perf_counter() - start
-            items = np.unique(messages["item"]).size  # each category's first row needs no addition
-            transcript[aggregator] = {"parties": 1, "field_additions": len(messages) - items,
-                                      "real_multiplications": parameters.domain_size}
-            kept = messages if keep_messages else None
-            del messages
-        transcript.setdefault(aggregator, {"parties": 1}).update(received=agg.messages + agg.malformed,
-                                                                malformed=agg.malformed)
-        start = time.perf_counter()
-        result = server.finalize(agg)
-        seconds["finalize"] = time.perf_counter() - start
+            try:
+                run = run_rounds(protocol, parameters, codes, rngs, dropouts, progress=progress)
+            except RoundFailed as err:
+                raise ParameterError("dropouts", "dropouts the task survives (every round needs its minimum of "
+                                     "answers)", str(err)) from None
+            seconds["rounds"] = time.perf_counter() - start
+            result, transcript = _queried(run.release.table, queries), run.transcript
+            kept = run.release.rows if keep_messages else None
+        transcript.setdefault(aggregator, {"parties": 1}).update(received=result.messages + result.malformed,
+                                                                malformed=result.malformed)
     else:
         analyzer = entry.analyzer(parameters, queries)
         if mode == "fast":
@@ -275,10 +288,11 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         if entry.topology is Topology.SHUFFLE and mode == "faithful":
             transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
-    privacy, reasons = parameters.privacy, []  # each reason the run is not private (a fast seeded run has two)
+    # each reason the run is not private (a fast seeded run has two); a release over survivors states theirs
+    privacy, reasons = result.parameters.privacy, []
     if mode == "fast":
         randomness = f"simulation shortcuts, not for real users; {randomness}"
-        reasons.append("fast path: the sharing is skipped and the server's sums drawn directly, a simulation "
+        reasons.append("fast path: the rounds are skipped and the survivors' sums drawn directly, a simulation "
                        "shortcut" if entry.multi_round else "fast path: the total noise is drawn with a "
                        "floating-point binomial sampler, a simulation shortcut")
     if not (rng is None or (isinstance(rng, np.random.Generator) and is_secure(rng))):
@@ -287,6 +301,16 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     if reasons:
         privacy = privacy.as_simulation(randomness, "; and ".join(reasons))
     return SimulationRun(result, mode, randomness, privacy, transcript, seconds, kept)
+
+
+def _queried(table: FrequencyTable, queries) -> FrequencyTable:
+    """A release's table (of every item, or of the items it could complete) over the items ``queries`` asks for."""
+    if queries is None:
+        return table
+    picked = np.unique(table.parameters.check_codes(queries))
+    if table.items is not None:
+        picked = picked[np.isin(picked, table.items)]
+    return FrequencyTable(table.parameters, table.estimate(picked), picked, table.messages, table.malformed)
 
 
 def _run_analyzer(analyzer, messages: MessageBatch, progress: Progress | None):
@@ -366,8 +390,9 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     working = entry.analyzer.working_bytes(parameters, full_domain)
     if entry.trusted_curator:
         return working
-    if entry.multi_round:
-        return sharing_bytes(parameters, mode) + working
+    if entry.multi_round:  # every message of a run held at once; the fast path: the codes' counts
+        n, N = parameters.n_users, parameters.domain_size
+        return (entry.rounds.faithful_bytes(parameters) if mode == "faithful" else 16 * N + 9 * n) + working
     messages, row = _capacity(parameters), parameters.layout.record_dtype.itemsize
     drawn = 8 * (len(parameters.layout.columns) + 1) + row
     if mode == "fast":

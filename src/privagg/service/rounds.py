@@ -1,0 +1,415 @@
+"""The round driver: one stored state machine that runs every multi-round protocol's task (the Janus job-driver
+shape: state in the database, stepped generically).
+
+A protocol is its registry entry's :class:`~privagg.protocols.roles.MultiRound` declaration: its rounds as data
+and the coordinator role that says, round by round, whom it expects, what it checks, what a user's inbox holds
+and what it publishes when it closes. The driver knows none of that. A task's row holds the open round's number
+and name, its deadline, the coordinator's published state (JSON) and, once done, the outcome; every message a
+user sends the server is a row (task, round, user), every message he relays to another party a row (task, round,
+sender, recipient), sealed to its recipient. So a new round is a declaration and a role's method: the driver,
+its tables, its routes and the users' SDK (:class:`RoundClient`) take it as it comes.
+
+Each round runs from its start until every user it expects has answered (``early``) or its deadline passes
+(``deadline`` x the task's round_seconds); it then closes with at least its minimum of answers (the
+coordinator's :meth:`~privagg.protocols.roles.Coordinator.minimum`), or the task fails and nothing is released.
+A message after the close is refused (``late``: 409 ``round_closed``; a retry of one that arrived, 409
+``already_sent``); an invalid one is refused and nothing stored (``invalid``: 400), and its sender may send a
+valid one while the round is open. Every message is stored once (primary keys), in committed transactions, so
+a kill -9 loses nothing: the rounds resume from the database with their absolute deadlines. After the last
+round the coordinator's ``finish`` gives what the service keeps (the sharing server's release; S1's hand-over).
+
+Routes (:func:`round_routes`): ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/inbox`` (the open round's inbox
+for the user: the coordinator's fields, the messages relayed to him, his recipients' public keys), ``POST
+/tasks/{id}/round{k}`` (his answer to round k: ``message`` base64 to the server, and the round's relay as a
+list of ``{"recipient", "sealed"}``), ``GET /tasks/{id}/roster``, ``POST /tasks/{id}/close-round/{k}`` (the
+operator's: closes the open round now, as its deadline would).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter
+
+from ..errors import ParameterError
+from ..protocols.registry import get
+from ..protocols.roles import MultiRound, Round, RoundFailed, encode_inbox
+from . import storage
+from .roster import Roster, b64_field, load_task
+from .round_tasks import KEM
+from .tasks import KEMS, TAG_BYTES
+from .web import Health, Refused, json_object, log_event, require_operator, shown
+
+SEAL_BYTES = KEMS[KEM][2] + TAG_BYTES  # what sealing adds to a message: HPKE's encapsulated key and tag
+ENROLLING, RUNNING, RELEASED, FAILED = "enrolling", "running", "released", "failed"  # a task's status
+
+
+def protocol_of(parameters) -> MultiRound:
+    """The rounds and roles of the parameters' protocol (its registry entry's)."""
+    return get(parameters.protocol).rounds
+
+
+class RoundDriver:
+    """Stores and advances the tasks of a multi-round server over its database: the tasks table (``tasks``: the
+    task, ``round``, ``round_name``, ``status``, ``deadline``, ``published``, ``outcome``), the tokens and roster
+    (:class:`~privagg.service.roster.Roster`), the messages to the server (``messages``) and the relayed ones
+    (``relayed``). ``finished(task, handed, seconds)`` turns what the coordinator hands over after the last round
+    (computed in ``seconds``) into the task's outcome (a JSON object), and the task's status becomes ``done``
+    (``released``; S1's ``handover``, until S2 has it). ``clock``: seconds since the epoch (deadlines are stored as such, so a
+    restarted server keeps them)."""
+
+    def __init__(self, engine: sa.Engine, tables: dict[str, sa.Table], task_type: type, name: str, metric: str,
+                 finished: Callable[[object, object, float], dict], registry: CollectorRegistry | None = None,
+                 clock=time.time, done: str = RELEASED) -> None:
+        self.engine, self.clock, self.task_type, self.name, self.finished = engine, clock, task_type, name, finished
+        self.done = done
+        self.log = logging.getLogger(f"privagg.{metric}")
+        self.tasks, self.messages, self.relayed = tables["tasks"], tables["messages"], tables["relayed"]
+        self.health = Health()
+        self._tasks: dict = {}
+        self._lock = threading.Lock()
+        self.users = Roster(engine, tables["tokens"], tables["roster"], self._lock)
+        self.registry = registry or CollectorRegistry()
+        self.accepted = Counter(f"privagg_{metric}_messages_accepted", "Round messages stored", ["round"],
+                                registry=self.registry)
+        self.refused = Counter(f"privagg_{metric}_refused", "Requests refused, nothing stored", ["reason"],
+                               registry=self.registry)
+        self.relayed_bytes = Counter(f"privagg_{metric}_relayed_bytes", "Sealed bytes stored for relay",
+                                     registry=self.registry)
+
+    # ---- tasks, tokens, the roster -------------------------------------------------------------------------
+    def add_task(self, task, **columns) -> None:
+        """Store a new task (enrolling), with the service's own ``columns``."""
+        with self.engine.begin() as c:
+            c.execute(sa.insert(self.tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()), round=0,
+                                                   status=ENROLLING, published="{}", **columns))
+        log_event(self.log, "task created", task=task.task_id,
+                  protocol=task.parameters.protocol, users=task.parameters.n_users)
+
+    def task(self, task_id: str):
+        return load_task(self.engine, self.tasks, self.task_type, task_id, self._tasks)
+
+    def issue_tokens(self, task_id: str, count: int) -> list[str]:
+        """``count`` one-use enrollment tokens (only their hashes are kept); an unknown task is a ParameterError."""
+        try:
+            self.task(task_id)
+        except Refused as err:
+            raise ParameterError("task", f"a task of this {self.name}", f"{task_id} ({err.detail})") from None
+        return self.users.issue(task_id, count)
+
+    def enroll(self, task_id: str, body: bytes) -> dict:
+        """A user joins the roster (:meth:`Roster.enroll`); the first round opens with the n-th."""
+        answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
+        self.advance(task_id)
+        return answer
+
+    def roster(self, task_id: str) -> list[str]:
+        """Every enrolled user's public key (base64), once the roster is full."""
+        task = self.task(task_id)
+        keys = [key for _, key in sorted(self.users.public_keys(task_id).items())]
+        if len(keys) < task.parameters.n_users:
+            raise Refused(409, "roster_open", f"{len(keys)} of the n = {task.parameters.n_users} users enrolled so far")
+        return [base64.b64encode(k).decode() for k in keys]
+
+    # ---- what is stored ------------------------------------------------------------------------------------
+    def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
+        query = sa.select(self.tasks).where(self.tasks.c.task_id == task_id)
+        return c.execute(query.with_for_update() if lock else query).one()
+
+    def _messages(self, c: sa.Connection, task_id: str, protocol: MultiRound,
+                  rounds: tuple[str, ...] | None = None) -> dict[str, dict[int, bytes]]:
+        """The messages users sent the server, by round name (of ``rounds`` only, when given)."""
+        numbers = [protocol.number(name) for name in (rounds if rounds is not None else
+                                                      [r.name for r in protocol.rounds])]
+        found: dict[str, dict[int, bytes]] = {protocol.rounds[k - 1].name: {} for k in numbers}
+        if numbers:
+            m = self.messages
+            for number, user, message in c.execute(sa.select(m.c.round, m.c.user, m.c.message).where(
+                    m.c.task_id == task_id, m.c.round.in_(numbers))):
+                found[protocol.rounds[number - 1].name][user] = message
+        return found
+
+    @staticmethod
+    def label(row) -> str:
+        """The task's state as users and operators read it: enrolling, round1, round2, ..., released, failed."""
+        return _label(row.status, row.round)
+
+    def _authenticated(self, task_id: str, data: dict) -> int:
+        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
+
+    def _sent_before(self, c: sa.Connection, task_id: str, number: int, user: int) -> None:
+        """409 ``already_sent`` if ``user``'s answer to round ``number`` is stored (a device's retry of a message
+        that arrived is told so, also once its round closed)."""
+        m = self.messages
+        if c.execute(sa.select(m.c.user).where(m.c.task_id == task_id, m.c.round == number,
+                                               m.c.user == user)).first() is not None:
+            raise Refused(409, "already_sent", f"user {user} already sent his round-{number} message")
+
+    def _open(self, task_id: str, number: int | None, user: int, retry: bool = True):
+        """The task's row while round ``number`` (any, when None) is open, else 409 (``already_sent`` for ``user``'s
+        retry of a message that arrived before it closed, with ``retry``; ``round_closed`` otherwise)."""
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+            if row.status != RUNNING or (number is not None and row.round != number):
+                if number is not None and retry:
+                    self._sent_before(c, task_id, number, user)
+                wanted = "a round" if number is None else f"round {number}"
+                raise Refused(409, "round_closed", f"{wanted} must be open; the task is {self.label(row)}")
+        return row
+
+    # ---- a user's inbox and answer -------------------------------------------------------------------------
+    def inbox(self, task_id: str, body: bytes) -> dict:
+        """What a user needs to answer the open round (``round``, when the request names one: 409 ``round_closed``
+        unless it is the open one): its number and name, the coordinator's fields for him, the messages relayed to
+        him (``delivers``), and the public keys of the users he relays to; 409 ``not_expected`` if the round does
+        not ask him."""
+        data = json_object(body, "the inbox request")
+        user = self._authenticated(task_id, data)
+        task = self.task(task_id)
+        number = data.get("round")
+        if number is not None and type(number) is not int:
+            raise Refused(400, "malformed", f"round must be a round's number, got {shown(number)}")
+        row = self._open(task_id, number, user, retry=False)
+        protocol = protocol_of(task.parameters)
+        round_, state = protocol.rounds[row.round - 1], json.loads(row.published)
+        coordinator = protocol.coordinator(task.parameters, task.min_survivors)
+        if user not in coordinator.expected(round_, state):
+            raise Refused(409, "not_expected", f"user {user} takes no part in round {row.round} ({round_.name})")
+        with storage.reading(self.engine) as c:
+            read = self._messages(c, task_id, protocol, round_.reads)
+            out = {"round": row.round, "name": round_.name,
+                   "inbox": encode_inbox(coordinator.inbox(round_, user, state, read))}
+            if round_.delivers:
+                r = self.relayed
+                number = next(protocol.number(e.name) for e in protocol.rounds if e.relay == round_.delivers)
+                out[round_.delivers] = [{"sender": s, "sealed": base64.b64encode(v).decode()} for s, v in c.execute(
+                    sa.select(r.c.sender, r.c.sealed).where(r.c.task_id == task_id, r.c.round == number,
+                                                            r.c.recipient == user).order_by(r.c.sender))]
+        if round_.relay:
+            keys = self.users.public_keys(task_id, coordinator.recipients(round_, user, state, read))
+            out["public_keys"] = [{"user": u, "public_key": base64.b64encode(k).decode()} for u, k in sorted(keys.items())]
+        return out
+
+    def answer(self, task_id: str, number: int, body: bytes) -> str:
+        """A user's answer to round ``number``: his message to the server (checked by the coordinator, or of the
+        size it expects when sealed to another party) and his relayed messages (one to each recipient the
+        coordinator names, each of its size once sealed), stored whole or not at all."""
+        task, data = self.task(task_id), json_object(body, f"round {number}")
+        user = self._authenticated(task_id, data)
+        row = self._open(task_id, number, user)
+        protocol = protocol_of(task.parameters)
+        round_, state = protocol.rounds[number - 1], json.loads(row.published)
+        coordinator = protocol.coordinator(task.parameters, task.min_survivors)
+        fields = {"user", "secret"} | ({"message"} if round_.to_server else set()) | (
+            {round_.relay} if round_.relay else set())
+        if set(data) != fields:
+            raise Refused(400, "malformed", f"round {number} ({round_.name}) must be {', '.join(sorted(fields))}"
+                          + (f" ({round_.relay}: a list of {{\"recipient\", \"sealed\"}})" if round_.relay else ""))
+        if user not in coordinator.expected(round_, state):
+            raise Refused(409, "not_expected", f"user {user} takes no part in round {number} ({round_.name})")
+        with storage.reading(self.engine) as c:
+            read = self._messages(c, task_id, protocol, round_.reads)
+        message = b""
+        if round_.to_server and round_.seal:
+            message = b64_field(data["message"], "message", coordinator.message_size(round_, user, state, read) +
+                                SEAL_BYTES)
+        elif round_.to_server:
+            message = b64_field(data["message"], "message")
+            try:
+                coordinator.check(round_, user, message, state, read)
+            except ParameterError as err:
+                raise Refused(400, "bad_message", str(err)) from None
+        rows = self._relayed(round_, user, data.get(round_.relay), coordinator.recipients(
+            round_, user, state, read) if round_.relay else {})
+
+        def insert(c: sa.Connection) -> None:
+            c.execute(sa.insert(self.messages).values(task_id=task_id, round=number, user=user, message=message))
+            if rows:
+                c.execute(sa.insert(self.relayed), [{"task_id": task_id, "round": number, "sender": user,
+                                                     "recipient": k, "sealed": v} for k, v in rows.items()])
+
+        return self._store(task_id, number, user, insert, sum(len(v) for v in rows.values()) +
+                           (len(message) if round_.seal else 0))
+
+    @staticmethod
+    def _relayed(round_: Round, user: int, entries, expected: dict[int, int]) -> dict[int, bytes]:
+        """The sealed messages of a round's relay, one to each recipient ``expected`` names, each of its size."""
+        if not round_.relay:
+            return {}
+        if not isinstance(entries, list):
+            raise Refused(400, "malformed", f"{round_.relay} must be a list of the {len(expected)} {{\"recipient\", "
+                          "\"sealed\"}} the round expects")
+        rows = {}
+        for i, entry in enumerate(entries):
+            recipient = entry.get("recipient") if isinstance(entry, dict) else None
+            if type(recipient) is not int or recipient not in expected or recipient in rows:
+                raise Refused(400, "bad_recipient", f"{round_.relay}[{i}].recipient must be one of the round's "
+                              f"recipients, each once (not the sender {user}), got {shown(recipient)}")
+            rows[recipient] = b64_field(entry.get("sealed"), f"{round_.relay}[{i}].sealed",
+                                        expected[recipient] + SEAL_BYTES)
+        if len(rows) != len(expected):
+            raise Refused(400, "malformed", f"{round_.relay} must hold one sealed message for each of the "
+                          f"{len(expected)} recipients the round expects, missing {sorted(set(expected) - set(rows))[:5]}")
+        return rows
+
+    def _store(self, task_id: str, number: int, user: int, insert, relayed: int) -> str:
+        """Store a user's answer (``insert(connection)``) once, while its round is open: 409 ``already_sent`` for a
+        second one (the primary keys), ``round_closed`` if the round closed without it. ``relayed``: the sealed
+        bytes the server only passes on (counted)."""
+        try:
+            with self._lock, self.engine.begin() as c:
+                row = self._row(c, task_id, lock=True)
+                if row.status != RUNNING or row.round != number:  # closed meanwhile
+                    self._sent_before(c, task_id, number, user)
+                    raise Refused(409, "round_closed", f"round {number} closed before this message was stored")
+                insert(c)
+        except sa.exc.IntegrityError:
+            raise Refused(409, "already_sent", f"user {user} already sent his round-{number} message") from None
+        except sa.exc.DBAPIError as err:
+            self.health.write_failed(f"a round message could not be stored ({type(err.orig).__name__})")
+            raise
+        self.health.write_succeeded()
+        self.accepted.labels(str(number)).inc()
+        self.relayed_bytes.inc(relayed)
+        self.advance(task_id)
+        return "stored"
+
+    # ---- the rounds' progress ------------------------------------------------------------------------------
+    def advance(self, task_id: str) -> str:
+        """Open the first round once the roster is full; close the open round once every user it expects answered
+        (``early``) or its deadline passed, and open the next one that expects someone, or finish (the outcome),
+        or fail; the task's state after."""
+        task = self.task(task_id)
+        protocol = protocol_of(task.parameters)
+        coordinator = protocol.coordinator(task.parameters, task.min_survivors)
+        with self._lock, self.engine.begin() as c:
+            row = self._row(c, task_id, lock=True)
+            now, update = self.clock(), {}
+            state = json.loads(row.published)
+            if row.status == ENROLLING:
+                enrolled = c.execute(sa.select(sa.func.count()).select_from(self.users.roster).where(
+                    self.users.roster.c.task_id == task_id)).scalar()
+                if enrolled == task.parameters.n_users:
+                    update = self._next(c, task, protocol, coordinator, 1, state, now)
+            elif row.status == RUNNING:
+                round_ = protocol.rounds[row.round - 1]
+                expected = coordinator.expected(round_, state)
+                m = self.messages
+                answered = sorted(c.execute(sa.select(m.c.user).where(m.c.task_id == task_id,
+                                                                      m.c.round == row.round)).scalars())
+                if (round_.early and len(answered) == len(expected)) or now >= row.deadline:
+                    update = self._close(c, task, protocol, coordinator, row.round, expected, answered, state, now)
+            if update:
+                c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(**update))
+                log_event(self.log, "round", task=task_id, round=update.get("round"), status=update["status"])
+        return _label(update.get("status", row.status), update.get("round", row.round))
+
+    def _close(self, c, task, protocol: MultiRound, coordinator, number: int, expected: list[int],
+               answered: list[int], state: dict, now: float) -> dict:
+        round_ = protocol.rounds[number - 1]
+        least, what = coordinator.minimum(round_)
+        try:
+            if len(answered) < least:
+                raise RoundFailed(f"{len(answered)} of the {len(expected)} users round {number} ({round_.name}) "
+                                  f"expected answered by its close, fewer than {what}: nothing was released")
+            state = coordinator.close(round_, answered, state, self._messages(c, task.task_id, protocol))
+            return self._next(c, task, protocol, coordinator, number + 1, state, now)
+        except RoundFailed as err:
+            return {"status": FAILED, "deadline": None, "outcome": json.dumps({"failed": str(err)})}
+
+    def _next(self, c, task, protocol: MultiRound, coordinator, number: int, state: dict, now: float) -> dict:
+        """The first round from ``number`` on that expects someone, opened; none left: the outcome."""
+        for k in range(number, len(protocol.rounds) + 1):
+            round_ = protocol.rounds[k - 1]
+            if coordinator.expected(round_, state):
+                return {"status": RUNNING, "round": k, "round_name": round_.name, "published": json.dumps(state),
+                        "deadline": now + round_.deadline * task.round_seconds}
+        start = time.perf_counter()
+        handed = coordinator.finish(state, self._messages(c, task.task_id, protocol))
+        outcome = self.finished(task, handed, time.perf_counter() - start)
+        return {"status": self.done, "deadline": None, "published": json.dumps(state), "outcome": json.dumps(outcome)}
+
+    def close_round(self, task_id: str, number: int) -> str:
+        """The operator's early close of round ``number`` (if it is the open one): as if its deadline passed now (a
+        demo or a test whose users have all answered that will answer). The state after."""
+        self.task(task_id)
+        with self._lock, self.engine.begin() as c:
+            row = self._row(c, task_id, lock=True)
+            if row.status == RUNNING and row.round == number:
+                c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(deadline=self.clock()))
+        return self.advance(task_id)
+
+    def state(self, task_id: str) -> dict:
+        """The task, its state, the open round (number, name, seconds left) and how many each published list holds."""
+        task = self.task(task_id)
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        published = json.loads(row.published)
+        return {"task": task.to_dict(), "state": self.label(row), "round": row.round, "round_name": row.round_name,
+                "seconds_left": None if row.deadline is None else max(0.0, row.deadline - self.clock()),
+                **{name: len(value) for name, value in published.items() if isinstance(value, list)}}
+
+    def result(self, task_id: str) -> dict:
+        """The outcome once released; 409 while the rounds run, or naming why the task failed."""
+        self.task(task_id)
+        self.advance(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        if row.status == FAILED:
+            raise Refused(409, "failed", json.loads(row.outcome)["failed"])
+        if row.status != RELEASED:
+            raise Refused(409, "not_released", f"task {task_id} is in {self.label(row)}: nothing is released yet")
+        return json.loads(row.outcome)
+
+    def active(self) -> list[str]:
+        with storage.reading(self.engine) as c:
+            return c.execute(sa.select(self.tasks.c.task_id).where(self.tasks.c.status == RUNNING)).scalars().all()
+
+
+def _label(status: str, number: int) -> str:
+    return f"round{number}" if status == RUNNING else status
+
+
+def round_routes(app: FastAPI, driver: RoundDriver, body, operator_token: str | None) -> None:
+    """A round driver's routes: ``POST /tasks/{id}/enroll``, ``/inbox``, ``/round{k}`` for every round k of any
+    protocol, ``GET /tasks/{id}/roster`` and the operator's ``POST /tasks/{id}/close-round/{k}``."""
+
+    @app.post("/tasks/{task_id}/enroll")
+    async def enroll(task_id: str, request: Request) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(driver.enroll, task_id, await body(request)), status_code=201)
+
+    @app.post("/tasks/{task_id}/inbox")
+    async def inbox(task_id: str, request: Request) -> dict:
+        return await run_in_threadpool(driver.inbox, task_id, await body(request))
+
+    @app.post("/tasks/{task_id}/round{number:int}")
+    async def answer(task_id: str, number: int, request: Request) -> JSONResponse:
+        raw = await body(request)
+        rounds = protocol_of((await run_in_threadpool(driver.task, task_id)).parameters).rounds
+        if not 1 <= number <= len(rounds):
+            raise Refused(404, "unknown_round", f"the round must be one of 1..{len(rounds)}, got {number}")
+        return JSONResponse({"status": await run_in_threadpool(driver.answer, task_id, number, raw)},
+                            status_code=201)
+
+    @app.get("/tasks/{task_id}/roster")
+    async def roster(task_id: str) -> dict:
+        return {"public_keys": await run_in_threadpool(driver.roster, task_id)}
+
+    @app.post("/tasks/{task_id}/close-round/{number}")
+    async def close_round(task_id: str, number: int, request: Request) -> dict:
+        require_operator(request, operator_token)
+        rounds = protocol_of((await run_in_threadpool(driver.task, task_id)).parameters).rounds
+        if not 1 <= number <= len(rounds):
+            raise Refused(400, "malformed", f"the round must be one of 1..{len(rounds)}, got {number}")
+        return {"state": await run_in_threadpool(driver.close_round, task_id, number)}

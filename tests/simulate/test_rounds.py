@@ -1,0 +1,88 @@
+"""The simulator's multi-round harness (simulate/rounds.py): it runs the deployed parties (the registry entry's
+rounds), with dropouts at each round, and its fast path draws the same release from its law."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from privagg.errors import ParameterError
+from privagg.protocols import registry
+from privagg.simulate import simulate
+from privagg.simulate.rounds import FAITHFUL_SECONDS_MAX, check_faithful
+
+RUNS = 100
+P_MIN = 1e-3  # KS p-value below which faithful and fast are declared different
+
+
+def small(name: str):
+    """12 users over 2 categories, each held by 6: cheap faithful runs."""
+    options = {"dpds": dict(min_count_fraction=0.25, sampling_probability=0.5), "dpdg": dict(fractional_bits=2),
+               "tss": dict(min_count_fraction=0.25, report_fraction=0.5, sampling_probability=0.5)}[name]
+    return registry.calibrate(name, epsilon=1.0, delta=0.4, n_users=12, domain_size=2, **options), np.arange(12) % 2
+
+
+# faithful: a user vanishes at each round (after the release round too, where the release does not change); fast:
+# the same survivors, drawn from the release's law
+DROPOUTS = {"dpds": ({"advertise": [0], "masked_sum": [3], "reveal": [5]}, {"advertise": [0], "masked_sum": [3]}),
+            "dpdg": ({"advertise": [0], "masked_sum": [3], "reveal": [5]}, {"advertise": [0], "masked_sum": [3]}),
+            "tss": ({"report": [0], "share": [3]}, {"report": [0], "share": [3]})}
+
+
+@pytest.mark.parametrize("name", sorted(DROPOUTS))
+def test_faithful_and_fast_agree_in_distribution_with_dropouts(name):
+    """Over seeded runs, the faithful run of the deployed parties with users vanishing at each round and the fast
+    path over the same survivors give the same law of estimates (two-sample KS per category), and both release
+    over the 10 survivors with the guarantee recomputed for them."""
+    params, codes = small(name)
+    faithful_dropouts, fast_dropouts = DROPOUTS[name]
+    draws = {}
+    for mode, dropouts, seed in (("faithful", faithful_dropouts, 1), ("fast", fast_dropouts, 2)):
+        runs = [simulate(params, codes, mode, rng=s, dropouts=dropouts)
+                for s in np.random.SeedSequence(seed).spawn(RUNS)]
+        assert {r.result.parameters.n_users for r in runs} == {10} and {r.mode for r in runs} == {mode}
+        draws[mode] = np.array([r.result.estimates for r in runs])
+    for j in range(2):
+        assert stats.ks_2samp(draws["faithful"][:, j], draws["fast"][:, j]).pvalue > P_MIN, j
+    truth = np.bincount(np.delete(codes, [0, 3]), minlength=2)
+    sd = registry.get(name).rounds.survivors_parameters(params, 10).standard_error(truth)
+    assert np.all(np.abs(draws["faithful"].mean(axis=0) - truth) <= 4 * sd / np.sqrt(RUNS) + 1e-9)
+
+
+def test_a_faithful_run_is_the_deployed_protocol():
+    """The simulator's faithful DPDS is the parties' protocol: what the server receives in round 2 are masked sums
+    (the transcript counts keys, backups, masked sums and revealed shares), and the release equals the
+    sharing_parties' release of the same users' messages."""
+    params, codes = small("dpds")
+    run = simulate(params, codes, rng=7, keep_messages=True)
+    server = run.transcript["server"]
+    assert server["received pair key"] == 12 and server["received masked sum"] == 24
+    assert server["received revealed shares"] == 12 * 12 and server["bytes_relayed"] > 0
+    assert len(run.messages) == 24 and run.result.messages == 24  # N elements per survivor
+
+
+def test_dropouts_are_checked():
+    params, codes = small("dpds")
+    for dropouts, match in (({"nonsense": [1]}, "rounds of dpds"), ({"advertise": [12]}, "distinct users"),
+                            ({"advertise": [1], "reveal": [1]}, "each dropping out once")):
+        with pytest.raises(ParameterError, match=match):
+            simulate(params, codes, rng=1, dropouts=dropouts)
+    with pytest.raises(ParameterError, match="at rounds up to masked_sum with --mode fast"):
+        simulate(params, codes, "fast", rng=1, dropouts={"reveal": [1]})
+    with pytest.raises(ParameterError, match="dropouts must be dropouts the task survives"):  # t = 7 of 12
+        simulate(params, codes, rng=1, dropouts={"reveal": list(range(6))})
+    with pytest.raises(ParameterError, match="one-round protocol"):
+        simulate(registry.calibrate("grr", epsilon=1.0, n_users=12, domain_size=2), codes, rng=1,
+                 dropouts={"advertise": [1]})
+
+
+def test_faithful_runs_past_their_measured_cost_are_refused_naming_fast():
+    """The harness's cost grows as n^2 (every pair of users agrees a key): a run its measured rates put above
+    FAITHFUL_SECONDS_MAX is refused before any work, naming --mode fast, which the same size takes."""
+    big = registry.calibrate("dpds", epsilon=1.0, delta=1e-6, n_users=5_000, domain_size=10, min_count_fraction=0.05)
+    assert registry.get("dpds").rounds.faithful_seconds(big) > FAITHFUL_SECONDS_MAX
+    with pytest.raises(ParameterError, match="fast for this size: a faithful run of 5,000 users") as err:
+        check_faithful(registry.get("dpds").rounds, big)
+    assert err.value.field == "mode"
+    codes = np.arange(5_000) % 10
+    assert simulate(big, codes, "fast", rng=1).result.parameters.n_users == 5_000
+    check_faithful(registry.get("dpds").rounds, small("dpds")[0])  # a small run goes ahead
