@@ -30,9 +30,10 @@ from .protocols.registry import ENTRIES, IMPLEMENTED
 FROM_DATA = {"from_data": True}
 
 Scalar = int | float | str | None
-# Generated from the registry: a new protocol's name and parameter fields enter the schemas with its entry.
+# Generated from the registry: a new protocol's name and parameter fields enter the schemas with its entry. The
+# parameters' types (``Parameters``, the union of every implemented protocol's) import every protocol's module: they
+# are made with the first schema (:func:`json_schema`), not when a command writes its report.
 ProtocolName = Literal[IMPLEMENTED]  # type: ignore[valid-type]
-Parameters = Union[tuple(e.parameters for e in ENTRIES if e.implemented)]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -631,6 +632,7 @@ def json_schema(report_type: type) -> dict[str, Any]:
     document's ``private`` flag (:func:`json_document`)."""
     from pydantic import TypeAdapter
 
+    globals().setdefault("Parameters", Union[tuple(e.parameters for e in registry.ENTRIES if e.implemented)])
     schema = TypeAdapter(report_type).json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["properties"] = {"private": PRIVATE_FLAG, **schema["properties"]}  # a type's own flag stays its own

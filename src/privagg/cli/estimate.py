@@ -227,7 +227,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
             None, "--progress/--no-progress", help="Progress on stderr: bars on a terminal, else plain lines "
                                                    "(default: on a terminal only).")),
     ]
-    if entry.client is not None:  # one-round protocols, whose messages privagg analyze reads
+    if entry.served:  # one-round protocols, whose messages privagg analyze reads
         params += [
             _param("write_messages", Optional[Path], typer.Option(
                 None, "--write-messages", help="Also write the shuffled messages as Parquet partitions and "
@@ -338,7 +338,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
 
 
 def _register_vector_estimate(entry: ProtocolEntry) -> None:
-    sparse = getattr(entry.parameters, "one_sparse", False)
+    sparse = entry.one_sparse
     params = [
         _param("input", Optional[Path], typer.Option(
             None, "--input", callback=_input_file, help=(

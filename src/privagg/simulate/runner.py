@@ -32,6 +32,7 @@ is refused before its input is read.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +46,7 @@ from ..privacy.description import PrivacyDescription
 from ..protocols.kinds import Topology
 from ..protocols.parameters import check_parameters
 from ..protocols.registry import get
-from ..protocols.sampling_sharing import SharingCurator, SharingParameters, fast_aggregate
 from .progress import Progress
-from .secret_sharing import check_faithful, run_secret_sharing, run_two_servers, sharing_bytes
 
 MODES = ("faithful", "fast")
 MESSAGES_PER_BATCH = 1 << 18  # about this many messages per batch of clients: bounds the clients' scratch
@@ -102,13 +101,22 @@ def run_mode(parameters, mode: str) -> str:
     return mode if get(parameters.protocol).fast is not None else "faithful"
 
 
+def _sharing(value: Any, kind: str = "SharingParameters") -> bool:
+    """Whether ``value`` is the sampling family's ``kind`` (its parameters, counted in share elements, not messages;
+    its DPCS* curator), without importing the family where none can exist (the other protocols' commands)."""
+    family = sys.modules.get("privagg.protocols.sampling_sharing")
+    return family is not None and isinstance(value, getattr(family, kind))
+
+
 def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> None:
     """Refuse a faithful run whose n (1 + rho) messages exceed MESSAGES_MAX, naming the option to change
     (one the user gave, ``given``, where one sets the noise)."""
     mode = run_mode(parameters, mode)
     entry = get(parameters.protocol)
-    if isinstance(parameters, SharingParameters):  # counted in share elements, not in messages
+    if _sharing(parameters):  # counted in share elements, not in messages
         if mode == "faithful" and entry.multi_round:
+            from .secret_sharing import check_faithful
+
             check_faithful(parameters)
         return
     expected = expected_messages(parameters)
@@ -148,7 +156,7 @@ def check_cost(parameters, mode: str, given: dict[str, Any] | None = None) -> No
     from ..protocols.registry import run_budget
 
     mode = run_mode(parameters, mode)
-    if isinstance(parameters, SharingParameters):  # the fast path draws the sums; the shares are check_faithful's
+    if _sharing(parameters):  # the fast path draws the sums; the shares are check_faithful's
         return
     expected = expected_messages(parameters)
     seconds = expected * (MESSAGE_SECONDS if mode == "faithful" else FAST_MESSAGE_SECONDS)
@@ -175,7 +183,7 @@ def option_value(parameters, field: str, given: dict[str, Any]) -> Any:
 def shrink_hint(parameters, mode: str, given: dict[str, Any]) -> tuple[str, str]:
     """(the option to change, what to do) to make a run of ``parameters`` smaller, naming an option the user
     gave (``given``) where one sets the noise."""
-    if isinstance(parameters, SharingParameters):  # the sharing is what takes room
+    if _sharing(parameters):  # the sharing is what takes room
         return "mode", "use --mode fast (a simulation shortcut that skips the sharing, which reconstructs exactly)"
     if not parameters.noise_options:  # no noise option to change: fewer users (or a smaller domain) make it smaller
         return "input", (f"fewer users per run (this protocol sends {parameters.messages_per_user:.3g} messages a "
@@ -223,9 +231,12 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
         result = curator.finalize(curator.agg_update(curator.agg_init(), sent))
         transcript = {"clients": {"sent": codes.size}, "curator": {"received": codes.size, "malformed": 0}}
         seconds["curator"] = time.perf_counter() - start
-        if isinstance(curator, SharingCurator):  # DPCS*: the counts leave the server as n shares of N elements
+        if _sharing(curator, "SharingCurator"):  # DPCS*: the counts leave the server as n shares of N elements
             transcript["curator"]["sent"] = parameters.n_users * parameters.domain_size
     elif entry.multi_round:
+        from ..protocols.sampling_sharing import fast_aggregate
+        from .secret_sharing import run_secret_sharing, run_two_servers
+
         server, aggregator = entry.analyzer(parameters, queries), AGGREGATOR[entry.topology]
         if mode == "fast":
             agg, transcript = fast_aggregate(parameters, codes, rngs["users"], server), {aggregator: {}}
@@ -367,6 +378,8 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     if entry.trusted_curator:
         return working
     if entry.multi_round:
+        from .secret_sharing import sharing_bytes
+
         return sharing_bytes(parameters, mode) + working
     messages, row = _capacity(parameters), parameters.layout.record_dtype.itemsize
     drawn = 8 * (len(parameters.layout.columns) + 1) + row
