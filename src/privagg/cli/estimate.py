@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from ..errors import ParameterError
-from ..protocols.kinds import ResultKind
+from ..protocols.kinds import Family, ResultKind
 from .inputs import (PUBLIC_CANDIDATES, _check_public, _check_stdin_format, _input_file, _input_name,
                      _input_parameters, _located, _read_input, _read_vector_input, _category_encoder,
                      _small_domain_encoder, DEFAULT_DOMAIN)
@@ -264,6 +264,10 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
     from ..reports import report_document
     from ..simulate.frequency import estimate_vector_sum
 
+    if entry.family is Family.PRIVACY_BLANKET:  # its calibration's bounds need scipy: imported while the input is read
+        from ..privacy.shuffle import load_special_meanwhile
+
+        load_special_meanwhile()
     with _clean_errors():
         _check_output(output, input, candidates)
         _check_public(candidates, input)
