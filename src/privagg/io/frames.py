@@ -92,10 +92,13 @@ def _column_names(data: Any, kind: str | None) -> list[str]:
     import pyarrow.dataset as ds
 
     try:
-        return list(ds.dataset(data, format="parquet").schema.names)
+        dataset = ds.dataset(data, format="parquet")
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError: a folder of other files
         raise ParameterError("data", f"{FRAME_KINDS} (a folder of Parquet files)",
                              f"{data} ({str(err).splitlines()[0]})") from None
+    if not dataset.files:
+        raise ParameterError("data", f"{FRAME_KINDS} (a folder of Parquet files)", f"{data} (no file in it)")
+    return list(dataset.schema.names)
 
 
 def _from_pandas(frame: Any, columns: list[str], fields: list[str]) -> pa.Table:

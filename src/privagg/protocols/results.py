@@ -131,6 +131,19 @@ def _data_frame(rows: dict[Any, dict[str, float]], index: str):
     return frame
 
 
+def _polars_frame(rows: dict[Any, dict[str, Any]], index: str):
+    """``rows`` as a Polars DataFrame whose first column is ``index`` (Polars has no index); Polars is optional."""
+    try:
+        import polars as pl
+    except ImportError:
+        raise ImportError("to_polars() needs Polars, which the light install leaves out: pip install polars (or "
+                          "pip install 'privagg[frames]'; privagg[all] and make demo have it); to_dict() gives the "
+                          "same table without it") from None
+    names = list(dict.fromkeys(name for row in rows.values() for name in row))
+    columns = {index: list(rows), **{name: [row.get(name) for row in rows.values()] for name in names}}
+    return pl.DataFrame(columns, strict=False)
+
+
 @checked_methods
 @dataclass(frozen=True)
 class FrequencyTable:
@@ -212,6 +225,10 @@ class FrequencyTable:
         """
         return _data_frame(self.to_dict(labels), "item")
 
+    def to_polars(self, labels=None):
+        """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``item``. Polars is optional."""
+        return _polars_frame(self.to_dict(labels), "item")
+
 
 @checked_methods
 @dataclass(frozen=True)
@@ -263,6 +280,10 @@ class HeavyHitterList:
         """The items of :meth:`to_dict` as a pandas DataFrame (index ``item``). pandas is optional."""
         return _data_frame(self.to_dict(), "item")
 
+    def to_polars(self):
+        """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``item``. Polars is optional."""
+        return _polars_frame(self.to_dict(), "item")
+
 
 @checked_methods
 @dataclass(frozen=True)
@@ -312,3 +333,7 @@ class VectorSum:
     def to_pandas(self, labels=None):
         """The sum of :meth:`to_dict` as a pandas DataFrame (index ``coordinate``). pandas is optional."""
         return _data_frame(self.to_dict(labels), "coordinate")
+
+    def to_polars(self, labels=None):
+        """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``coordinate``. Polars is optional."""
+        return _polars_frame(self.to_dict(labels), "coordinate")
