@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.encoding import CategoryEncoder
-from ..errors import ParameterError
+from ..errors import ParameterError, check_sequence, checked_arguments
 from ..io import InputFormat
 from ..io.frames import FRAME_KINDS, frame_kind, frame_name, frame_table, table_blocks
 from ..protocols import registry
@@ -23,6 +23,7 @@ from ..protocols.kinds import ResultKind
 DEFAULT_DOMAIN = 2**24  # as the command line's --domain for a hashed protocol
 
 
+@checked_arguments
 def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequence[str] | None = None,
              epsilon: float, delta: float | None = None, domain_size: int | None = None,
              candidates: Sequence[Any] | None = None, top: int = 10, seed: int | None = None,
@@ -42,6 +43,10 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     without a value, and the report then says it is not private (docs/privacy.md, "Missing values").
     """
     entry = registry.get(protocol)
+    if columns is not None:
+        columns = [str(c) for c in check_sequence("columns", columns, "a list of column names")]
+    if candidates is not None:
+        candidates = list(check_sequence("candidates", candidates, "a list of public items"))
     kind = frame_kind(data)
     if kind is None:
         raise ParameterError("data", FRAME_KINDS, type(data).__name__)
@@ -166,7 +171,6 @@ def _vector_estimate(entry, data, kind: str, columns, fmt: InputFormat, *, domai
         if not columns:
             raise ParameterError.required("columns", "the names of the columns of the users' vectors (the sparse "
                                           "protocols: the coordinate and the weight), one row a user")
-        columns = [str(c) for c in columns]
         source = _source(data, *columns)
         table = frame_table(data, columns, ["columns"] * len(columns))
         inputs, dropped = _numeric_table(table, None, source, "columns", fmt.missing)
