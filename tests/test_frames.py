@@ -204,3 +204,82 @@ def test_plot_draws_the_estimates_with_95_percent_error_bars(events, protocol, k
     ax = released.plot(plt.figure().add_subplot())
     assert ax.get_title().splitlines()[1].startswith("privacy: (1, 1e-08)-DP")
     plt.close(ax.figure)
+
+
+def _event_log(seed: int = 5, n: int = 4000):
+    """An event log: n users with 1 to 30 rows each (heavy-tailed), mostly their favourite app."""
+    rng = np.random.default_rng(seed)
+    rows = np.minimum(rng.zipf(1.6, n), 30)
+    users = np.repeat(np.arange(n), rows)
+    favourite = rng.integers(0, len(APPS), n)
+    other = rng.integers(0, len(APPS), users.size)
+    items = np.where(rng.random(users.size) < 0.7, favourite[users], other)
+    return pd.DataFrame({"device": (users * 7919) % 100_003, "app": np.array(APPS)[items]})
+
+
+def test_bound_items_picks_one_distinct_item_uniformly():
+    """A user whose rows are a ten times, b and c once holds each with probability 1/3 (distinct items, not rows):
+    over 30,000 such users each count is Binomial(30000, 1/3), within 4 sd (82)."""
+    from privagg.simulate.frames import bound_items
+
+    n = 30_000
+    users = np.repeat(np.arange(n), 12)
+    codes = np.tile(np.array([0] * 10 + [1, 2]), n)
+    chosen = bound_items(users, codes, np.random.default_rng(11))
+    assert chosen.size == n
+    sd = np.sqrt(n * (1 / 3) * (2 / 3))
+    assert np.all(np.abs(np.bincount(chosen, minlength=3) - n / 3) < 4 * sd), np.bincount(chosen)
+    one = bound_items(np.array([4, 4, 9]), np.array([6, 6, 2]), np.random.default_rng(0))
+    assert one.tolist() == [6, 2]  # in the users' order, each his own item
+
+
+def test_user_bounding_estimates_the_bounded_data():
+    """user=: n is the distinct users, the estimates unbiased for the counts among the bounded items (each within
+    4 stderr of the true count the evaluation shows), the neighbouring relation user-level."""
+    from privagg.simulate.frames import USER_ROWS
+
+    log = _event_log()
+    report = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, **RUN)
+    assert report.n_users == log["device"].nunique() < len(log)
+    assert report.privacy.neighbouring == USER_ROWS and "all of one user's rows" in report.privacy.neighbouring
+    assert sum(e.true_count for e in report.estimates) == report.n_users
+    for e in report.estimates:
+        assert abs(e.estimate - e.true_count) < 4 * e.stderr, e
+    again = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, **RUN)
+    assert _rows(again) == _rows(report)  # the seed fixes the bounding too
+    released = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, epsilon=1, delta=1e-8)
+    assert released.privacy.private and released.privacy.neighbouring == USER_ROWS
+    hh = privagg.estimate(log, "fe-hh", item="app", user="device", phi=0.15, max_length=8, **RUN)
+    assert hh.n_users == report.n_users and hh.privacy.neighbouring == USER_ROWS
+
+
+def test_user_bounding_refuses_what_it_cannot_state():
+    log = _event_log(n=300)
+    cases = [
+        (dict(max_items=2), "max_items", "L > 1, whose guarantee composes over a user's L items, is not implemented"),
+        (dict(max_items=0), "max_items", "got 0"),
+        (dict(user="nope"), "user", "must be a column of a pandas DataFrame"),
+    ]
+    for kwargs, field, message in cases:
+        with pytest.raises(ParameterError) as err:
+            privagg.estimate(log, "fe1", item="app", **{"user": "device", **kwargs}, candidates=APPS, **RUN)
+        assert err.value.field == field and message in str(err.value), str(err.value)
+    with pytest.raises(ParameterError, match="user must be a user on every row, got nothing on row 2 of column"):
+        privagg.estimate(pd.DataFrame({"device": ["a", None, "b"], "app": ["mail"] * 3}), "fe1", item="app",
+                         user="device", candidates=APPS, **RUN)
+    with pytest.raises(ParameterError, match="user must be left out for blanket-vector: bounding a user's rows"):
+        privagg.estimate(pd.DataFrame({"device": [1, 2], "x": [0.1, 0.2]}), "blanket-vector", columns=["x"],
+                         user="device", **RUN)
+
+
+def test_user_bounding_with_missing_items_dropped():
+    """missing="drop" leaves out rows: a user with an item left keeps n and the guarantee (the relation covers
+    all of his rows); a user with none would be left out, making n a count of the data: refused, naming user."""
+    frame = pd.DataFrame({"device": [1, 1, 2, 2, 3] * 20 + [9], "app": ["mail", None, "maps", "chat", "news"] * 20
+                          + ["mail"]})
+    report = privagg.estimate(frame, "fe1", item="app", user="device", missing="drop", candidates=APPS, epsilon=1,
+                              delta=1e-8)
+    assert report.n_users == 4 and report.privacy.private and not any("left out" in w for w in report.warnings)
+    frame.loc[len(frame)] = [10, None]
+    with pytest.raises(ParameterError, match="user must be users with an item .* got 1 users with no item"):
+        privagg.estimate(frame, "fe1", item="app", user="device", missing="drop", candidates=APPS, **RUN)

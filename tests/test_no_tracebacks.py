@@ -421,7 +421,7 @@ def api(fe1):
         "estimate": (privagg.estimate, dict(
             data=_frame(), protocol="fe1", item="app", columns=None, epsilon=1.0, delta=1e-6, domain_size=16,
             candidates=None, top=3, seed=1, evaluate=False, missing="error", item_type="auto", calibration="numeric",
-            hash_key=None, full_domain=True, mode="fast", phi=None, max_length=None)),
+            hash_key=None, full_domain=True, mode="fast", phi=None, max_length=None, user=None, max_items=1)),
         "client.randomize": (client.randomize, dict(codes=[1, 2], rng=1)),
         "analyzer.agg_init": (analyzer.agg_init, {}),
         "analyzer.agg_update": (analyzer.agg_update, dict(agg=analyzer.agg_init(), messages=messages)),
