@@ -283,3 +283,13 @@ def test_user_bounding_with_missing_items_dropped():
     frame.loc[len(frame)] = [10, None]
     with pytest.raises(ParameterError, match="user must be users with an item .* got 1 users with no item"):
         privagg.estimate(frame, "fe1", item="app", user="device", missing="drop", candidates=APPS, **RUN)
+
+
+def test_arguments_the_protocol_does_not_read_are_refused(events):
+    for protocol, kwargs in [("fe1", dict(item="app", phi=0.1)), ("fe1", dict(item="app", max_items=2)),
+                             ("fe-hh", dict(item="app", hash_key="00")),
+                             ("blanket-vector", dict(columns=["x"], full_domain=True))]:
+        (name,) = set(kwargs) - {"item", "columns"}
+        with pytest.raises(ParameterError) as err:
+            privagg.estimate(events, protocol, **kwargs, **RUN)
+        assert err.value.field == name and f"left out for {protocol}" in str(err.value)

@@ -60,6 +60,15 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
         raise ParameterError("data", FRAME_KINDS, type(data).__name__)
     fmt = InputFormat(item_type, item, missing=missing)
     max_items = check_integer("max_items", max_items, 1)
+    unused = {"max_items": max_items if user is None and max_items != 1 else None}
+    if entry.result is not ResultKind.HEAVY_HITTER_LIST:
+        unused.update(phi=phi, max_length=max_length)
+    if entry.result is not ResultKind.FREQUENCY_TABLE:
+        unused.update(hash_key=hash_key, full_domain=full_domain)
+    for name, value in unused.items():  # an argument this protocol's run does not read is refused, not ignored
+        if value is not None:
+            raise ParameterError(name, f"left out for {protocol}" + (" without user=" if name == "max_items" else ""),
+                                 value)
     if user is not None:
         if entry.result is ResultKind.VECTOR_SUM:
             raise ParameterError("user", f"left out for {protocol}: bounding a user's rows of vectors (summed and "
