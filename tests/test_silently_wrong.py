@@ -360,15 +360,19 @@ def test_weighted_estimates_of_groups_that_differ_are_flagged_in_the_release(tmp
     with no warning. The report now carries the unbiased unweighted estimate beside each, says what the weighting
     assumes, and, since the released counts contradict it, says so in the table's title and a warning; it stays
     a private release (all of it computed from the released counts)."""
-    table = tmp_path / "skew.csv"
-    rows = [f"{'yes' if i < 350 else ('no', 'maybe', 'later')[i % 3]},0.5" for i in range(500)]
-    rows += [f"{'no' if i < 350 else ('yes', 'maybe', 'later')[i % 3]},2.0" for i in range(500)]
-    table.write_text("answer,eps\n" + "\n".join(rows) + "\n")
+    def skewed(per_group: int) -> list:
+        """A table of two groups of ``per_group`` users, 70% of each on its own answer; estimate's arguments."""
+        table = tmp_path / f"skew{per_group}.csv"
+        rows = [f"{'yes' if i < 0.7 * per_group else ('no', 'maybe', 'later')[i % 3]},0.5" for i in range(per_group)]
+        rows += [f"{'no' if i < 0.7 * per_group else ('yes', 'maybe', 'later')[i % 3]},2.0" for i in range(per_group)]
+        table.write_text("answer,eps\n" + "\n".join(rows) + "\n")
+        return ["estimate", "dpds", "--input", table, "--column", "answer", "--candidates", answers, "--epsilon", 2,
+                "--delta", 1e-6, "--min-count-fraction", 0.05, "--epsilon-column", "eps"]
+
     answers = tmp_path / "answers.txt"
     answers.write_text("yes\nno\nmaybe\nlater\n")
-    args = ["estimate", "dpds", "--input", table, "--column", "answer", "--candidates", answers, "--epsilon", 2,
-            "--delta", 1e-6, "--min-count-fraction", 0.05, "--epsilon-column", "eps"]
-    code, out, err = run(*args, "--json")  # secure randomness: a release
+    # secure randomness: a release, which runs the deployed parties' rounds (O(n^2): 150 users a group)
+    code, out, err = run(*skewed(150), "--json")
     assert code == 0, err
     report = json.loads(out)
     assert report["private"] is True and "groups_disagree" in report
@@ -377,6 +381,7 @@ def test_weighted_estimates_of_groups_that_differ_are_flagged_in_the_release(tmp
     assert all(row["unweighted_stderr"] > 0 for row in report["estimates"])
     assert any("unbiased only where every group holds the categories in the same proportions" in w
                for w in report["warnings"])
+    args = [*skewed(500), "--mode", "fast"]  # seeded, an evaluation: the release's law, drawn
     code, out, err = run(*args, "--json", "--seed", 4)
     report = json.loads(out)
     assert code == 0 and report["groups_disagree"] is True
