@@ -15,10 +15,10 @@ from privagg.protocols import registry
 from privagg.protocols import sampling_sharing as ss
 from privagg.protocols import sharing_parties as sp
 from privagg.protocols.roles import Outbox, Round
-from privagg.service import sharing_client
-from privagg.service.client import SubmitError
-from privagg.service.sharing import SharingService, create_app
-from privagg.service.sharing_client import SharingClient
+from privagg.service import round_client
+from privagg.service.calls import SubmitError
+from privagg.service.sharing.server import SharingService, create_app
+from privagg.service.sharing.client import SharingClient
 from privagg.service.storage import connect, round_messages
 from privagg.simulate.rounds import run_rounds
 
@@ -85,7 +85,7 @@ def toy(tmp_path, monkeypatch):
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
-    monkeypatch.setattr(sharing_client, "_request", request)
+    monkeypatch.setattr(round_client, "_request", request)
     yield service, http, clock
     http.close()
     service.engine.dispose()
@@ -204,7 +204,7 @@ def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, 
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
-    monkeypatch.setattr(sharing_client, "_request", request)
+    monkeypatch.setattr(round_client, "_request", request)
     try:
         state = service.state(task.task_id)
         assert (state["state"], state["round_name"], state["senders"]) == ("round2", "masked_sum", N)

@@ -1,4 +1,4 @@
-"""The sharing server (service/sharing.py) and its users' SDK: the rounds end to end with dropouts, exact on SQLite
+"""The sharing server (service/sharing/server.py) and its users' SDK: the rounds end to end with dropouts, exact on SQLite
 and PostgreSQL, a survivor who vanishes in round 3 included; bad input refused 4xx with nothing stored and
 counted; deadlines; fewer revealers than the threshold; kill -9 of the server in rounds 1 and 2 with nothing
 lost."""
@@ -17,12 +17,13 @@ from privagg.protocols.roles import decode_inbox
 from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, ROUNDS, SERVER,
                                                VERSION, Revealed, decode, encode, expected_traffic,
                                                survivors_parameters)
-from privagg.service import sharing_client
-from privagg.service.client import SubmitError
+from privagg.service import round_client
+from privagg.service.calls import SubmitError
 from privagg.service.round_tasks import KEM, relay_info, release_delta
-from privagg.service.sharing import SharingService, create_app
-from privagg.service.sharing_client import SharingClient
-from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds, traffic
+from privagg.service.sharing.server import SharingService, create_app
+from privagg.service.sharing.client import SharingClient
+from privagg.service.round_demo import dropout_plan, traffic
+from privagg.service.sharing.demo import SharingDeployment, run_rounds
 from privagg.service.storage import connect, relayed_messages, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
 
@@ -62,7 +63,7 @@ def server(db, monkeypatch):
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
-    monkeypatch.setattr(sharing_client, "_request", request)
+    monkeypatch.setattr(round_client, "_request", request)
     yield service, http, clock
     http.close()
     service.engine.dispose()
@@ -316,7 +317,7 @@ def test_the_users_sdks_import_no_server():
     import subprocess
     import sys
 
-    code = ("import sys, privagg.service.sharing_client, privagg.service.two_servers_client; print(sorted(m for m in "
+    code = ("import sys, privagg.service.sharing.client, privagg.service.two_servers.client; print(sorted(m for m in "
             "('fastapi', 'sqlalchemy', 'starlette', 'uvicorn', 'prometheus_client', 'alembic') if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 

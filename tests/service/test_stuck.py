@@ -87,7 +87,7 @@ def test_a_full_disk_is_visible_once_and_recovered_from(databases, caplog):
 def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
     """A report whose outcome was cancelled before its group committed (its caller gave up on it) must not stop
     the writer thread: the reports after it are still stored and answered."""
-    from privagg.service.collector import GroupCommit, _Pending
+    from privagg.service.shuffle.collector import GroupCommit, _Pending
     from privagg.service.web import Health
 
     stored = []
@@ -107,7 +107,7 @@ def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
 def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_their_loop():
     """Reports awaited on an event loop are answered there (a cancelled one left alone); a loop that closed
     before its reports' group committed (a server stopping) does not stop the writer either."""
-    from privagg.service.collector import GroupCommit, _Pending
+    from privagg.service.shuffle.collector import GroupCommit, _Pending
     from privagg.service.web import Health
 
     hold, stored, counted = threading.Event(), [], []
@@ -153,7 +153,7 @@ def test_stopping_does_not_wait_for_a_batch_round_stuck_on_the_analyzer(monkeypa
     import threading
     import time
 
-    from privagg.service.collector import BatchLoop
+    from privagg.service.shuffle.collector import BatchLoop
     from privagg.service.web import Health
 
     entered, never = threading.Event(), threading.Event()

@@ -445,7 +445,7 @@ def listed(names: Sequence[str], last: str = "or") -> str:
 
 def aggregate_types() -> dict[str, type]:
     """The classes of the implemented analyzers' aggregates (their ``agg_init``'s), by name: what a service may
-    store (:mod:`privagg.service.aggregate_codec`)."""
+    store (:mod:`privagg.service.shuffle.aggregate_codec`)."""
     from .roles import aggregate_type
 
     found = (aggregate_type(e.analyzer) for e in ENTRIES if e.implemented and isinstance(e.analyzer, type))

@@ -2,7 +2,7 @@
 S2's release, sans I/O, every message bytes.
 
 Algorithm 3 (reference §2.5) over a network where users drop out, in four rounds; S1
-(:mod:`privagg.service.two_servers`) relays, sets the deadlines, and hands S2 what S2 needs. What follows is
+(:mod:`privagg.service.two_servers.servers`) relays, sets the deadlines, and hands S2 what S2 needs. What follows is
 derived in docs/privacy.md, "Dropouts in TSS":
 
 round 1, report set

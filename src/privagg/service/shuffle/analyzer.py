@@ -2,7 +2,7 @@
 
 It creates tasks (:meth:`AnalyzerService.create_task`, ``privagg task create``) and serves each task's
 public part to the collector and to clients. A batch arrives from the collector as one Arrow IPC stream of
-sealed messages in random order (:mod:`privagg.service.collector`); the analyzer checks its shape, opens
+sealed messages in random order (:mod:`privagg.service.shuffle.collector`); the analyzer checks its shape, opens
 the messages in parallel (worker processes, or a Dask cluster when configured), drops and counts the
 ones that do not open, lets the protocol's ``agg_update`` validate the rest against the declared layout
 (malformed rows dropped and counted), and folds the batch into the task's aggregate. The new aggregate and
@@ -21,14 +21,14 @@ dummy cell left out) become the task's candidates when the task's own batch come
 collector retries, until then), and the result states both stages' guarantee composed.
 
 A batch too large for one process's memory comes as Arrow partitions in a shared directory instead
-(:mod:`privagg.service.partitions`, :meth:`AnalyzerService.apply_partitioned_batch`): the collector posts
+(:mod:`privagg.service.shuffle.partitions`, :meth:`AnalyzerService.apply_partitioned_batch`): the collector posts
 only the batch's address, and the analyzer reads the partitions from under its own ``partition_root``.
 
 Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batch_id}`` and
 ``.../{batch_id}/partitioned`` (the collector),
 ``GET /tasks/{task_id}/result?top=K``, ``POST /tasks/{task_id}/candidates`` (more public candidates for a task
 created with them: :meth:`AnalyzerService.add_candidates`), ``GET /tasks`` (the task list), ``GET /console`` and
-``/console/tasks/{task_id}`` (the operator console: :mod:`privagg.service.console`), ``/healthz``, ``/readyz``,
+``/console/tasks/{task_id}`` (the operator console: :mod:`privagg.service.shuffle.console`), ``/healthz``, ``/readyz``,
 ``/metrics``.
 """
 
@@ -53,25 +53,25 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..core.messages import MessageBatch
-from ..errors import ParameterError
-from . import storage
+from ...core.messages import MessageBatch
+from ...errors import ParameterError
+from .. import storage
 from .aggregate_codec import decode_aggregate, encode_aggregate
 from .collector import BATCH_MEDIA_TYPE
 from .console import refusal_page, task_page, tasks_page
-from .keys import KeyEncryptionKey
-from .storage import (aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages,
+from ..keys import KeyEncryptionKey
+from ..storage import (aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages,
                       partition_progress)
-from .tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, open_messages,
+from ..tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, open_messages,
                     packed_records, unpacked_records)
-from .web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
+from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 from .workers import BatchWorkers
 
 log = logging.getLogger("privagg.analyzer")
 
 SERIAL_BELOW = 4_096  # messages: a smaller batch is opened in this process (workers cost more than they save)
 DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes one partition of a partitioned batch may take to open
-SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from its OS entropy (privagg.service.client)"
+SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from its OS entropy (privagg.service.shuffle.client)"
 
 
 MAX_REPORTS = 2**31 - 1  # reports one task may count (its stored counter)
@@ -130,7 +130,7 @@ class AnalyzerService:
     """The analyzer's logic over its database; the HTTP routes (:func:`create_app`) only call it.
 
     ``executor``: where sealed messages are opened (``None``: in this process); a
-    :class:`~privagg.service.workers.BatchWorkers` (processes started for each batch and gone once it is
+    :class:`~privagg.service.shuffle.workers.BatchWorkers` (processes started for each batch and gone once it is
     opened, so that no process holds the private key between batches; :func:`open_analyzer`'s choice), or a
     :class:`concurrent.futures.Executor` or a ``dask.distributed.Client`` (both have ``map``/``submit``), whose
     workers the caller owns: they receive the key with each batch. ``workers``: how many processes.
@@ -139,7 +139,7 @@ class AnalyzerService:
     (:mod:`privagg.service.keys`); one that did not seal the stored keys is refused here, naming both KEK ids,
     before any key is opened. ``partition_root``: where the collector writes batches released as partitions
     (:meth:`apply_partitioned_batch`; none read without it); ``memory_budget``: the bytes one partition may
-    take to open (:data:`privagg.service.partitions.WORKING_COPIES` times its sealed bytes).
+    take to open (:data:`privagg.service.shuffle.partitions.WORKING_COPIES` times its sealed bytes).
     """
 
     def __init__(self, engine: sa.Engine, executor: Executor | BatchWorkers | None = None, workers: int = 1,
@@ -179,10 +179,10 @@ class AnalyzerService:
         ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages as one task, its first an
         fe-hh task over the B + 1 cells at the parameters' (eps, delta) and this phi (so the task's guarantee is
         twice theirs, by basic composition), whose discovered coordinates the task estimates."""
-        from ..pipelines import Analysis
-        from ..protocols.balls_into_bins import CountAggregate
-        from ..protocols.kinds import ResultKind
-        from ..protocols.registry import (analyzer_checks, choose_full_domain, discovery_parameters,
+        from ...pipelines import Analysis
+        from ...protocols.balls_into_bins import CountAggregate
+        from ...protocols.kinds import ResultKind
+        from ...protocols.registry import (analyzer_checks, choose_full_domain, discovery_parameters,
                                           full_domain_seconds, get)
 
         entry = get(parameters.protocol)
@@ -241,7 +241,7 @@ class AnalyzerService:
     def load(self, task_id: str) -> _Loaded:
         """The task, its key opened and its analysis made, cached; a candidates task's again once its candidates
         changed (:meth:`add_candidates`, maybe by another process)."""
-        from ..pipelines import Analysis
+        from ...pipelines import Analysis
 
         cached = self._tasks.get(task_id)
         if cached is not None and cached.candidates is not None:
@@ -287,8 +287,8 @@ class AnalyzerService:
         """A staged task with its coordinates: the ones its first stage discovered (the dummy cell left out), fixed
         as its candidates when its own batch first comes; a 503 (the collector sends the batch again) until the
         first stage's batch was applied. Unchanged for any other task."""
-        from ..pipelines import Analysis
-        from ..protocols.registry import get
+        from ...pipelines import Analysis
+        from ...protocols.registry import get
 
         task = loaded.task
         if task.discovery is None or loaded.candidates is not None:
@@ -314,7 +314,7 @@ class AnalyzerService:
         from the messages it kept, exactly as if they had been given at creation. Returns how many candidates the
         task answers now. A ParameterError names ``candidates`` for a task without them, an item outside the
         domain, or a list that would grow past MAX_CANDIDATES."""
-        from ..pipelines import Analysis
+        from ...pipelines import Analysis
 
         loaded = self.load(task_id)
         if loaded.task.discovery is not None:
@@ -396,7 +396,7 @@ class AnalyzerService:
 
     def open_batch(self, loaded: _Loaded, sealed: np.ndarray) -> tuple[MessageBatch, int]:
         """(the messages that opened, how many did not): on worker processes that exist for this batch alone
-        (:class:`~privagg.service.workers.BatchWorkers`, which opens a small batch in this process), or on the
+        (:class:`~privagg.service.shuffle.workers.BatchWorkers`, which opens a small batch in this process), or on the
         executor in chunks."""
         if isinstance(self.executor, BatchWorkers):
             opened = self.executor.open(loaded.task, loaded.private_key, sealed)
@@ -441,7 +441,7 @@ class AnalyzerService:
                             digests, start, kept)
 
     def apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
-        """Fold a batch released as Arrow partitions (:mod:`privagg.service.partitions`) into the task's aggregate,
+        """Fold a batch released as Arrow partitions (:mod:`privagg.service.shuffle.partitions`) into the task's aggregate,
         once, one partition in memory at a time: its manifest and every partition are checked (400 otherwise), the
         largest partition must fit this analyzer's ``memory_budget``, encapsulations repeated anywhere in the
         batch are dropped and counted (found in bounded memory), and each partition is opened and aggregated
@@ -620,8 +620,8 @@ class AnalyzerService:
         """A staged task's first stage as its release holds it (pipelines.FirstStage: its result, the guarantee
         of its batch's release and its messages), and its messages lost (:class:`LostMessages`, or None); (None,
         None) for a task of one stage."""
-        from ..pipelines import FirstStage, analysis_privacy
-        from ..reports import Messages
+        from ...pipelines import FirstStage, analysis_privacy
+        from ...reports import Messages
 
         if task.discovery is None:
             return None, None
@@ -667,8 +667,8 @@ class AnalyzerService:
         noise is all the release holds; the privacy block states what the guarantee counts on among them, its
         caveat compares the messages received with what they would send, and the warnings name repeated
         encapsulations dropped, and messages lost (:class:`LostMessages`)."""
-        from ..pipelines import analysis_privacy
-        from ..reports import Collection, Engine, report_document
+        from ...pipelines import analysis_privacy
+        from ...reports import Collection, Engine, report_document
 
         loaded = self.load(task_id)
         with storage.reading(self.engine) as c:
@@ -880,7 +880,7 @@ class LostMessages:
         """``privacy`` with the caveat of the estimates' bias, and, in the shuffle model, the guarantee counted on the
         reports whose messages all entered: at least m - lost of them (each lost message may be another report's,
         whose user then counts among those the guarantee does not count on; below ceil(G n) it is not founded)."""
-        from ..pipelines import with_lost_messages
+        from ...pipelines import with_lost_messages
 
         caveat = (f"{self._what()}; the estimates assume that those messages' users reported in full (their noise "
                   f"is subtracted, though it is missing from the aggregate){self._bias()}")
@@ -915,8 +915,8 @@ def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
     """(the sorted codes of the public ``items``, the encoder that names them): integers of the domain, or strings
     hashed with the parameters' ``item_key``; a 1-sparse vector sum's integer coordinates (no encoder); a
     ParameterError naming ``candidates`` otherwise."""
-    from ..core.encoding import ItemEncoder
-    from ..protocols.sparse_vector import check_coordinates
+    from ...core.encoding import ItemEncoder
+    from ...protocols.sparse_vector import check_coordinates
 
     if not isinstance(items, list) or not items or len(items) > MAX_CANDIDATES:
         raise ParameterError("candidates", f"a list of 1 to {MAX_CANDIDATES:,} items", type(items).__name__ if not
@@ -946,7 +946,7 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
     ``dask_scheduler``.
 
     The worker processes are started for each batch and exit once it is opened, and die with the analyzer
-    even under SIGKILL (:mod:`privagg.service.workers`): the private key is in a worker only while a batch
+    even under SIGKILL (:mod:`privagg.service.shuffle.workers`): the private key is in a worker only while a batch
     is opened. Dask workers are long-lived and hold the private key (it comes with every batch): they are
     inside the analyzer's trust boundary. ``options``: ``partition_root`` and ``memory_budget``
     (:class:`AnalyzerService`)."""

@@ -1,6 +1,6 @@
 """The services' leg of ``privagg demo-service tss|tss-collusion`` (:func:`privagg.demos.run_tss_demo` adds the data
 and the simulation beside it): S2 and S1 as child processes on loopback (``privagg serve s2``, ``privagg serve
-s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers_client.TSSClient`
+s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers.client.TSSClient`
 per user through the rounds TSS declares, a fraction of the users vanishing at round 1 or 2 (the demo's seeded
 choice).
 """
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .keys import KeyEncryptionKey
-from .local import ServiceProcess, fresh_sqlite
-from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
-from .storage import connect
-from .two_servers import FirstService, SecondService, create_tasks
-from .two_servers_client import TSSClient
+from ..keys import KeyEncryptionKey
+from ..local import ServiceProcess, fresh_sqlite
+from ..round_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
+from ..storage import connect
+from .servers import FirstService, SecondService, create_tasks
+from .client import TSSClient
 
 
 def _post(url: str) -> None:

@@ -50,12 +50,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..core.randomness import secure_rng
-from ..errors import ParameterError
-from . import storage
-from .storage import batches, collector_tasks, encapsulations, reports, tokens
-from .tasks import Task, encapsulation_digests, is_hex_id
-from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
+from ...core.randomness import secure_rng
+from ...errors import ParameterError
+from .. import storage
+from ..storage import batches, collector_tasks, encapsulations, reports, tokens
+from ..tasks import Task, encapsulation_digests, is_hex_id
+from ..web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
                   require_operator, shown)
 
 log = logging.getLogger("privagg.collector")
@@ -77,7 +77,7 @@ class Collector:
     ``fetch_task(task_id)`` returns the task's JSON from the analyzer (None: no such task);
     ``forward(task_id, batch_id, blob)`` delivers a batch and returns once the analyzer acknowledged it
     (it raises otherwise, and the batch is sent again later); ``forward_partitioned(task_id, batch_id)`` tells
-    it a batch is in ``partition_root`` as Arrow partitions (:mod:`privagg.service.partitions`), which a shuffle
+    it a batch is in ``partition_root`` as Arrow partitions (:mod:`privagg.service.shuffle.partitions`), which a shuffle
     task's batch is when ``partition_root`` is set and the batch would not fit ``memory_budget`` whole.
     """
 
