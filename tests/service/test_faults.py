@@ -104,7 +104,8 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
     from dask.distributed import LocalCluster
 
     from privagg.protocols.registry import calibrate, client as make_client
-    from privagg.service.shuffle.analyzer import SERIAL_BELOW, AnalyzerService, open_analyzer
+    from privagg.service.shuffle.analyzer import AnalyzerService, open_analyzer
+    from privagg.service.shuffle.analyzer_batches import SERIAL_BELOW
     from privagg.service.shuffle.collector import batch_stream
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.storage import aggregates, analyzer_tasks, connect

@@ -13,7 +13,7 @@ The result is the report ``privagg analyze`` prints, with the privacy block of a
 drew from the SDK's secure generator), the task's honest-fraction assumption, and a ``collection`` block
 counting reports, batches and dropped messages. Messages of the counted reports that did not enter the aggregate
 (unopened, malformed) cannot be traced to reports: the release counts every report and says what that assumes
-(:class:`LostMessages`; docs/deployment.md, "Messages that do not enter the aggregate").
+(:class:`~privagg.service.shuffle.analyzer_results.LostMessages`; docs/deployment.md, "Messages that do not enter the aggregate").
 
 A sparse-vector-hashed task created with ``discover_phi`` has two stages (``Task.discovery``): its first stage is
 an fe-hh task of its own over the B + 1 cells, whose batch is applied first; the coordinates it discovers (the
@@ -30,15 +30,17 @@ Routes: ``GET /tasks/{task_id}`` (public), ``POST /tasks/{task_id}/batches/{batc
 created with them: :meth:`AnalyzerService.add_candidates`), ``GET /tasks`` (the task list), ``GET /console`` and
 ``/console/tasks/{task_id}`` (the operator console: :mod:`privagg.service.shuffle.console`), ``/healthz``, ``/readyz``,
 ``/metrics``.
+
+:class:`AnalyzerService` holds the tasks (creation, loading, candidates) here; applying batches is
+:class:`~privagg.service.shuffle.analyzer_batches.BatchApplication`'s, the task list and results
+:class:`~privagg.service.shuffle.analyzer_results.Release`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
-import re
 import threading
 import time
 from concurrent.futures import Executor
@@ -53,62 +55,26 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ...core.messages import MessageBatch
 from ...errors import ParameterError
 from .. import storage
+from ..keys import KeyEncryptionKey
+from ..storage import aggregates, analyzer_tasks, applied_batches, opened_messages
+from ..tasks import SERVED, Task, create_task, is_hex_id, unpacked_records
+from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 from .aggregate_codec import decode_aggregate, encode_aggregate
+from .analyzer_batches import BatchApplication
+from .analyzer_results import Release
 from .collector import BATCH_MEDIA_TYPE
 from .console import refusal_page, task_page, tasks_page
-from ..keys import KeyEncryptionKey
-from ..storage import (aggregates, analyzer_tasks, applied_batches, applied_encapsulations, opened_messages,
-                      partition_progress)
-from ..tasks import (SERVED, Task, create_task, encapsulation_digests, is_hex_id, open_messages,
-                    packed_records, unpacked_records)
-from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 from .workers import BatchWorkers
 
 log = logging.getLogger("privagg.analyzer")
 
-SERIAL_BELOW = 4_096  # messages: a smaller batch is opened in this process (workers cost more than they save)
 DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes one partition of a partitioned batch may take to open
-SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from its OS entropy (privagg.service.shuffle.client)"
 
 
-MAX_REPORTS = 2**31 - 1  # reports one task may count (its stored counter)
 MAX_CANDIDATES = 1_000_000  # public items one task answers
 MAX_CANDIDATE_BYTES = 64 << 20  # the body of a request adding candidates
-
-
-def check_batch_rules(task: Task, batches: int, counted: int, reports: int, messages: int) -> None:
-    """Refuse (409) a batch the task's rules forbid, whoever sent it: fewer reports than the task's minimum, a
-    second batch of a shuffle task, more reports than a shuffle task's n users or than the counter holds, or
-    more messages than its reports may carry (each at most :attr:`~privagg.service.tasks.Task.message_cap`).
-    ``batches`` and ``counted``: the task's batches and reports applied so far."""
-    if reports < task.min_batch_size:
-        raise Refused(409, "batch_too_small", f"a batch must hold at least the task's min_batch_size "
-                      f"{task.min_batch_size} reports, got {reports}")
-    if task.single_batch and batches:
-        raise Refused(409, "second_batch", "a shuffle task has one batch, and this task's was applied")
-    most = task.parameters.n_users if task.single_batch else MAX_REPORTS - counted
-    if reports > most:
-        bound = "the task's n users" if task.single_batch else "what the task's report counter can still hold"
-        raise Refused(409, "report_count", f"a batch of this task may hold at most {most} reports ({bound}), got "
-                      f"{reports}")
-    cap = task.message_cap
-    if messages > reports * cap:
-        raise Refused(409, "report_count", f"a batch of {reports} reports may hold at most {reports * cap} messages "
-                      f"({cap} a report), got {messages}")
-
-
-def first_encapsulations(task: Task, sealed: np.ndarray) -> tuple[list[int], list[bytes]]:
-    """The rows of ``sealed`` whose encapsulated key no earlier row carried, and those keys' digests."""
-    keep, digests, seen = [], [], set()
-    for i, digest in enumerate(encapsulation_digests(task, sealed)):
-        if digest not in seen:
-            seen.add(digest)
-            keep.append(i)
-            digests.append(digest)
-    return keep, digests
 
 
 @dataclass
@@ -126,7 +92,7 @@ class _Loaded:
         return self.candidates is not None and self.task.discovery is None
 
 
-class AnalyzerService:
+class AnalyzerService(BatchApplication, Release):
     """The analyzer's logic over its database; the HTTP routes (:func:`create_app`) only call it.
 
     ``executor``: where sealed messages are opened (``None``: in this process); a
@@ -347,361 +313,6 @@ class AnalyzerService:
         log_event(log, "candidates added", task=task_id, candidates=len(codes), batches=row.batches)
         return len(codes)
 
-    # ---- batches -------------------------------------------------------------------------------------------
-    def _applied(self, connection, task_id: str, batch_id: str) -> bool:
-        return connection.execute(sa.select(applied_batches.c.batch_id).where(
-            applied_batches.c.task_id == task_id, applied_batches.c.batch_id == batch_id)).first() is not None
-
-    def _unapplied(self, task_id: str, batch_id: str) -> tuple[_Loaded, sa.Row] | None:
-        """(the task, its aggregate's batch and report counts so far), or None if this batch was applied (counted
-        as a replay); a 400 for a batch id that is not one; a staged task's coordinates fixed first."""
-        loaded = self.load(task_id)
-        if not is_hex_id(batch_id):
-            raise Refused(400, "malformed_batch", f"batch_id must be 32 lowercase hexadecimal characters, got "
-                          f"{shown(batch_id)}")
-        with storage.reading(self.engine) as c:
-            if self._applied(c, task_id, batch_id):
-                self.batches.labels("replayed").inc()
-                return None
-        loaded = self._with_coordinates(loaded)
-        with storage.reading(self.engine) as c:
-            return loaded, c.execute(sa.select(aggregates.c.batches, aggregates.c.reports).where(
-                aggregates.c.task_id == task_id)).one()
-
-    def read_batch(self, loaded: _Loaded, batch_id: str, blob: bytes) -> tuple[np.ndarray, int]:
-        """(the sealed messages as rows of bytes, the reports they came from), or a 400 naming the problem."""
-        import pyarrow as pa
-
-        size = loaded.task.sealed_size
-        try:
-            table = pa.ipc.open_stream(blob).read_all()
-        except (pa.ArrowInvalid, OSError):
-            raise Refused(400, "malformed_batch", "the batch must be an Arrow IPC stream") from None
-        try:
-            meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-        except UnicodeDecodeError:
-            raise Refused(400, "malformed_batch", "the batch's metadata must be UTF-8") from None
-        if table.column_names != ["ciphertext"] or table.schema.field("ciphertext").type != pa.binary(size):
-            raise Refused(400, "malformed_batch", f"the batch must hold one column 'ciphertext' of {size}-byte "
-                          f"values, got {shown(str(table.schema), 120)}")
-        if meta.get("task_id") != loaded.task.task_id or meta.get("batch_id") != batch_id:
-            raise Refused(400, "malformed_batch", "the batch's task_id and batch_id must match its address")
-        if not re.fullmatch(r"[1-9][0-9]{0,11}", meta.get("reports", "")):
-            raise Refused(400, "malformed_batch", f"the batch's reports must be a count >= 1, got "
-                          f"{meta.get('reports', '')[:40]}")
-        column = table.column("ciphertext").combine_chunks()
-        sealed = np.frombuffer(column.buffers()[1], dtype=np.uint8, count=len(column) * size,
-                               offset=column.offset * size).reshape(-1, size)
-        return sealed, int(meta["reports"])
-
-    def open_batch(self, loaded: _Loaded, sealed: np.ndarray) -> tuple[MessageBatch, int]:
-        """(the messages that opened, how many did not): on worker processes that exist for this batch alone
-        (:class:`~privagg.service.shuffle.workers.BatchWorkers`, which opens a small batch in this process), or on the
-        executor in chunks."""
-        if isinstance(self.executor, BatchWorkers):
-            opened = self.executor.open(loaded.task, loaded.private_key, sealed)
-        elif self.executor is None or len(sealed) < SERIAL_BELOW:
-            opened = [open_messages(loaded.task, loaded.private_key, sealed)]
-        else:
-            chunks = np.array_split(sealed, 4 * self.workers)
-            n = len(chunks)
-            futures = self.executor.map(open_messages, [loaded.task] * n, [loaded.private_key] * n, chunks)
-            opened = self.executor.gather(futures) if hasattr(self.executor, "gather") else list(futures)
-        return MessageBatch.concatenate([o.messages for o in opened]), sum(o.unopened for o in opened)
-
-    def apply_batch(self, task_id: str, batch_id: str, blob: bytes) -> str:
-        """Fold one batch into the task's aggregate, once: "applied", or "already applied".
-
-        The analyzer trusts no batch, not even the collector's: it enforces the task's batch rules itself
-        (:func:`check_batch_rules`), and it drops and counts every message whose HPKE encapsulated key another
-        message of the batch, or of a batch applied before (a local task's), already carried: an honest
-        collector forwards none, and counting a user's message twice multiplies his privacy loss."""
-        fresh = self._unapplied(task_id, batch_id)
-        if fresh is None:
-            return "already applied"
-        loaded, before = fresh
-        task = loaded.task
-        sealed, reports = self.read_batch(loaded, batch_id, blob)
-        check_batch_rules(task, before.batches, before.reports, reports, len(sealed))
-        start = time.perf_counter()
-        keep, digests = first_encapsulations(task, sealed)
-        if not task.single_batch:  # a shuffle task has one batch: nothing applied before can repeat
-            with storage.reading(self.engine) as c:
-                known = storage.existing_digests(c, applied_encapsulations, {(task_id, d) for d in digests})
-            fresh = [j for j, d in enumerate(digests) if (task_id, d) not in known]
-            keep, digests = [keep[j] for j in fresh], [digests[j] for j in fresh]
-        duplicates = len(sealed) - len(keep)
-        if loaded.analyzer is None:  # a staged task whose first stage found nothing: nothing to estimate, none opened
-            return self._commit(loaded, batch_id, None, reports, len(sealed), 0, 0, duplicates, digests, start)
-        messages, unopened = self.open_batch(loaded, sealed[list(keep)])
-        analyzer = loaded.analyzer
-        part = analyzer.agg_update(analyzer.agg_init(), messages)
-        kept = [self._kept(loaded, batch_id, 0, messages)] if loaded.keeps else []
-        return self._commit(loaded, batch_id, part, reports, len(sealed), len(messages), unopened, duplicates,
-                            digests, start, kept)
-
-    def apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
-        """Fold a batch released as Arrow partitions (:mod:`privagg.service.shuffle.partitions`) into the task's aggregate,
-        once, one partition in memory at a time: its manifest and every partition are checked (400 otherwise), the
-        largest partition must fit this analyzer's ``memory_budget``, encapsulations repeated anywhere in the
-        batch are dropped and counted (found in bounded memory), and each partition is opened and aggregated
-        alone: on the Dask cluster, each partition a task, when one is configured. One partitioned batch at a time
-        (the others wait).
-
-        Each partition's aggregate is stored as it is done (``partition_progress``), so an analyzer stopped part
-        way (a batch of 10^8 messages takes hours on two cores) and told again aggregates only the partitions it
-        had not, if the manifest and the task's candidates are the same; the rows go when the batch is applied."""
-        if self.partition_root is None:
-            raise Refused(409, "no_partitions", "this analyzer reads no partitioned batches (start it with "
-                          "--partition-root, the directory the collector writes them to)")
-        with self._partitioned:
-            return self._apply_partitioned_batch(task_id, batch_id)
-
-    def _apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
-        from . import partitions
-
-        fresh = self._unapplied(task_id, batch_id)
-        if fresh is None:
-            return "already applied"
-        loaded, before = fresh
-        task = loaded.task
-        if not task.single_batch:
-            raise Refused(400, "malformed_batch", "only a shuffle task's one batch comes in partitions")
-        directory = self.partition_root / task_id / batch_id
-        size = task.sealed_size
-        try:
-            manifest = partitions.read_manifest(directory, task_id, batch_id, size)
-            largest = max(e["messages"] for e in manifest["partitions"])
-            if partitions.working_bytes(largest, size) > self.memory_budget:
-                raise Refused(400, "over_budget", f"a partition of {largest:,} messages needs "
-                              f"{partitions.working_bytes(largest, size):,} bytes, over this analyzer's memory "
-                              f"budget of {self.memory_budget:,}: release it in more partitions (a smaller "
-                              "--memory-budget on the collector)")
-            check_batch_rules(task, before.batches, before.reports, manifest["reports"], manifest["messages"])
-            start = time.perf_counter()
-            dropped = partitions.duplicate_rows(directory, manifest, lambda sealed: encapsulation_digests(task, sealed))
-            if loaded.analyzer is None:  # a staged task whose first stage found nothing: checked, none opened
-                return self._commit(loaded, batch_id, None, manifest["reports"], manifest["messages"], 0, 0,
-                                    sum(len(rows) for rows in dropped.values()), [], start)
-            analyzer, keep = loaded.analyzer, loaded.keeps
-            basis = hashlib.sha256(json.dumps([manifest, loaded.candidates], sort_keys=True).encode()).digest()
-            todo = self._partitions_to_do(loaded, batch_id, basis, len(manifest["partitions"]))
-            if self.executor is not None and hasattr(self.executor, "gather"):  # Dask: a task per partition
-                from dask.distributed import as_completed
-
-                futures = {self.executor.submit(aggregate_partition, directory, manifest, j, task, loaded.private_key,
-                                                analyzer, dropped.get(j), keep): j for j in todo}
-                done = ((futures[future], future.result()) for future in as_completed(futures))
-            else:
-                done = ((j, self._aggregate_partition(loaded, directory, manifest, j, dropped.get(j))) for j in todo)
-            for j, (aggregate, count_opened, count_unopened, records) in done:
-                self._partition_done(loaded, batch_id, basis, j, aggregate, count_opened, count_unopened, records)
-            part, opened, unopened = self._partitions_total(loaded, batch_id, basis, len(manifest["partitions"]))
-        except partitions.PartitionError as err:
-            raise Refused(400, "malformed_batch", str(err)) from None
-        duplicates = sum(len(rows) for rows in dropped.values())
-        return self._commit(loaded, batch_id, part, manifest["reports"], manifest["messages"], opened, unopened,
-                            duplicates, [], start)
-
-    def _partitions_to_do(self, loaded: _Loaded, batch_id: str, basis: bytes, count: int) -> list[int]:
-        """The partitions of a batch not aggregated yet. Those an earlier attempt aggregated (an analyzer stopped
-        part way, then told again) are kept if it read the same manifest with the same candidates (``basis``);
-        another attempt's are deleted (the collector wrote the batch again, in another order), with the messages
-        a candidates task kept for them."""
-        key = (partition_progress.c.task_id == loaded.task.task_id) & (partition_progress.c.batch_id == batch_id)
-        with self.engine.begin() as c:
-            c.execute(sa.delete(partition_progress).where(key, partition_progress.c.basis != basis))
-            done = {row.part for row in c.execute(sa.select(partition_progress.c.part).where(key))}
-            if loaded.keeps:
-                c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == loaded.task.task_id,
-                                                           opened_messages.c.batch_id == batch_id,
-                                                           opened_messages.c.part.not_in(done)))
-        if done:
-            log_event(log, "partitioned batch resumed", task=loaded.task.task_id, batch=batch_id,
-                      partitions_done=len(done), partitions=count)
-        return [j for j in range(count) if j not in done]
-
-    def _partition_done(self, loaded: _Loaded, batch_id: str, basis: bytes, part: int, aggregate, opened: int,
-                        unopened: int, records: bytes | None) -> None:
-        """Store one partition's aggregate (and a candidates task's opened messages) in one transaction; another
-        process that stored it first stored the same (the same partition, dropped rows and key)."""
-        try:
-            with self.engine.begin() as c:
-                c.execute(sa.insert(partition_progress).values(
-                    task_id=loaded.task.task_id, batch_id=batch_id, part=part, basis=basis,
-                    aggregate=encode_aggregate(aggregate), opened=opened, unopened=unopened))
-                if records is not None:
-                    c.execute(sa.insert(opened_messages).values(task_id=loaded.task.task_id, batch_id=batch_id,
-                                                                part=part, records=records))
-        except sa.exc.IntegrityError:
-            pass
-
-    def _partitions_total(self, loaded: _Loaded, batch_id: str, basis: bytes, count: int) -> tuple:
-        """(the batch's aggregate, messages opened, unopened): the stored partitions' merged one at a time; a 503
-        if one is missing (another attempt on a newer manifest deleted it meanwhile: the collector sends again)."""
-        analyzer, total, opened, unopened = loaded.analyzer, loaded.analyzer.agg_init(), 0, 0
-        for j in range(count):
-            with storage.reading(self.engine) as c:
-                row = c.execute(sa.select(partition_progress).where(
-                    partition_progress.c.task_id == loaded.task.task_id, partition_progress.c.batch_id == batch_id,
-                    partition_progress.c.part == j, partition_progress.c.basis == basis)).first()
-            if row is None:
-                raise Refused(503, "unavailable", f"partition {j} of the batch was written again while it was "
-                              "aggregated; send it again")
-            total, opened, unopened = analyzer.merge([total, decode_aggregate(row.aggregate)]), \
-                opened + row.opened, unopened + row.unopened
-        return total, opened, unopened
-
-    def _aggregate_partition(self, loaded: _Loaded, directory, manifest: dict, index: int, dropped) -> tuple:
-        """(partition ``index``'s aggregate, its messages opened, unopened, their packed rows if a candidates task
-        keeps them), opened on this analyzer's workers."""
-        messages, unopened = self.open_batch(loaded, _partition_rows(directory, manifest, index, dropped))
-        records = packed_records(loaded.task.parameters, messages).tobytes() if loaded.keeps else None
-        return loaded.analyzer.agg_update(loaded.analyzer.agg_init(), messages), len(messages), unopened, records
-
-    @staticmethod
-    def _kept(loaded: _Loaded, batch_id: str, part: int, messages: MessageBatch) -> dict:
-        """The row that keeps a candidates task's opened ``messages`` (:meth:`add_candidates` reads them)."""
-        return {"task_id": loaded.task.task_id, "batch_id": batch_id, "part": part,
-                "records": packed_records(loaded.task.parameters, messages).tobytes()}
-
-    def _commit(self, loaded: _Loaded, batch_id: str, part, reports: int, messages: int, opened: int, unopened: int,
-                duplicates: int, digests: list[bytes], start: float, kept: list[dict] = ()) -> str:
-        """Fold ``part`` (the batch's aggregate; None: none was opened) into the task's and record the batch as
-        applied, with the ``kept`` rows of opened messages, in one transaction, checking the batch rules again
-        (another batch may have come meanwhile)."""
-        task, analyzer, task_id = loaded.task, loaded.analyzer, loaded.task.task_id
-        counted = 0 if duplicates == messages else reports  # all applied before: the batch adds no report
-        try:
-            with self._lock, self.engine.begin() as c:
-                c.execute(sa.delete(partition_progress).where(partition_progress.c.task_id == task_id,
-                                                              partition_progress.c.batch_id == batch_id))
-                if self._applied(c, task_id, batch_id):  # a copy of this batch was applied meanwhile
-                    self.batches.labels("replayed").inc()
-                    return "already applied"
-                row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id).with_for_update()).one()
-                check_batch_rules(task, row.batches, row.reports, reports, messages)  # another batch came meanwhile
-                if loaded.candidates is not None and self._candidates_now(c, task_id) != loaded.candidates:
-                    raise Refused(503, "unavailable", "the task's candidates changed while this batch was opened; "
-                                  "send it again")
-                total = decode_aggregate(row.aggregate) if part is None else analyzer.merge(
-                    [decode_aggregate(row.aggregate), part])
-                c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
-                    aggregate=encode_aggregate(total), batches=row.batches + 1, reports=row.reports + counted,
-                    unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates))
-                c.execute(sa.insert(applied_batches).values(task_id=task_id, batch_id=batch_id))
-                if kept:
-                    c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == task_id,
-                                                               opened_messages.c.batch_id == batch_id))
-                    c.execute(sa.insert(opened_messages), list(kept))
-                if not task.single_batch and digests:  # a digest applied meanwhile fails the primary key
-                    c.execute(sa.insert(applied_encapsulations), [{"task_id": task_id, "digest": d} for d in digests])
-        except sa.exc.IntegrityError:
-            raise Refused(503, "unavailable", "a batch sharing messages with this one was applied meanwhile; send "
-                          "it again") from None
-        except sa.exc.DBAPIError as err:  # the disk is full, the database gone: not ready until a write succeeds
-            self.health.write_failed(f"a batch could not be stored ({type(err.orig).__name__})")
-            raise
-        self.health.write_succeeded()
-        seconds = time.perf_counter() - start
-        self.batches.labels("applied").inc()
-        self.opened.inc(opened)
-        self.dropped.labels("unopened").inc(unopened)
-        self.dropped.labels("malformed").inc(0 if part is None else part.malformed)
-        self.dropped.labels("duplicate").inc(duplicates)
-        self.batch_messages.observe(messages)
-        log_event(log, "batch applied", task=task_id, batch=batch_id, reports=counted, messages=messages,
-                  unopened=unopened, malformed=0 if part is None else int(part.malformed), duplicates=duplicates,
-                  seconds=round(seconds, 3), messages_per_second=round(messages / max(seconds, 1e-9)))
-        return "applied"
-
-    # ---- results -------------------------------------------------------------------------------------------
-    def _released_first_stage(self, task: Task):
-        """A staged task's first stage as its release holds it (pipelines.FirstStage: its result, the guarantee
-        of its batch's release and its messages), and its messages lost (:class:`LostMessages`, or None); (None,
-        None) for a task of one stage."""
-        from ...pipelines import FirstStage, analysis_privacy
-        from ...reports import Messages
-
-        if task.discovery is None:
-            return None, None
-        first, row = self._first_stage(task)
-        stage, received = task.discovery.parameters, int(first.messages + first.malformed)
-        stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
-        lost = lost_messages(self.load(task.discovery.task_id).analyzer, decode_aggregate(row.aggregate), first,
-                             row.reports, row.unopened)
-        if lost is not None:  # the first stage's messages that did not enter its aggregate: its guarantee, the task's
-            stage_privacy = lost.privacy(stage_privacy, stage)
-        return FirstStage(stage, first, stage_privacy, Messages(received, received / row.reports,
-                                                                int(first.malformed))), lost
-
-    def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
-        """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
-        and the console)."""
-        query = sa.select(analyzer_tasks.c.task_id, analyzer_tasks.c.task, aggregates.c.batches, aggregates.c.reports,
-                          aggregates.c.unopened, aggregates.c.duplicates).join(
-            aggregates, aggregates.c.task_id == analyzer_tasks.c.task_id).order_by(
-            analyzer_tasks.c.created.desc()).limit(limit)
-        if task_id is not None:
-            self.load(task_id)  # 404 unless it is one of ours
-            query = query.where(analyzer_tasks.c.task_id == task_id)
-        with storage.reading(self.engine) as c:
-            rows = c.execute(query).all()
-        out = []
-        for row in rows:
-            task = Task.from_json(row.task, verify=False)
-            out.append({"task_id": row.task_id, "protocol": task.parameters.protocol,
-                        "n_users": task.parameters.n_users, "min_batch_size": task.min_batch_size,
-                        "key_id": task.key_id, "kem": task.kem, "batches": row.batches, "reports": row.reports,
-                        "unopened": row.unopened, "duplicates": row.duplicates,
-                        "state": "released" if row.batches else "waiting for its batch"})
-        return out
-
-    def result(self, task_id: str, top: int = 10) -> dict:
-        """The task's result as ``privagg analyze --json`` prints it, private, with the collection counts;
-        409 ``not_released`` until a batch was applied (before, the estimates would be the debiased noise
-        floor of no users at all, not a result).
-
-        The estimates are debiased, and their errors and the messages per user computed, with the m users whose
-        reports were counted (an early-closed shuffle task's m >= ceil(G n), a local task's any number), whose
-        noise is all the release holds; the privacy block states what the guarantee counts on among them, its
-        caveat compares the messages received with what they would send, and the warnings name repeated
-        encapsulations dropped, and messages lost (:class:`LostMessages`)."""
-        from ...pipelines import analysis_privacy
-        from ...reports import Collection, Engine, report_document
-
-        loaded = self.load(task_id)
-        with storage.reading(self.engine) as c:
-            row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id)).one()
-        if not row.batches:
-            raise Refused(409, "not_released", f"task {task_id} has no result yet: no batch was applied (the "
-                          f"collector releases one once at least {loaded.task.min_batch_size} reports came)")
-        if loaded.analysis is None:  # staged, and its first stage discovered no coordinate
-            raise Refused(409, "nothing_discovered", f"task {task_id} has nothing to estimate: its first stage (task "
-                          f"{loaded.task.discovery.task_id}, whose result is the empty list) found no coordinate whose "
-                          f"sum reaches phi n (phi = {loaded.task.discovery.parameters.phi:g})")
-        agg, p = decode_aggregate(row.aggregate), loaded.task.parameters
-        start = time.perf_counter()
-        result = loaded.analyzer.finalize(agg, reporters=row.reports)
-        engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
-        privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
-        lost = lost_messages(loaded.analyzer, agg, result, row.reports, row.unopened)
-        if lost is not None:
-            privacy = lost.privacy(privacy, p)
-        first, first_lost = self._released_first_stage(loaded.task)
-        report = loaded.analysis.report(result, privacy, engine, encoder=loaded.encoder, top=top, collection=Collection(
-            row.reports, row.batches, row.unopened, int(agg.malformed), row.duplicates), first=first)
-        if lost is not None:
-            report.warnings.append(lost.warning())
-        if first_lost is not None:
-            report.warnings.append(f"the first stage (task {loaded.task.discovery.task_id}): {first_lost.warning()}")
-        if row.duplicates:
-            report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
-                                   "were dropped: whoever delivered the batches replayed messages; each was "
-                                   "counted once")
-        return report_document(report)
-
-
 def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collector_token: str | None = None, *,
                operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None,
                result_token: str | None = None) -> FastAPI:
@@ -822,93 +433,6 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
         return await run_in_threadpool(service.result, task_id, top)
 
     return app
-
-
-def _partition_rows(directory, manifest: dict, index: int, dropped) -> np.ndarray:
-    """Partition ``index``'s sealed messages, checked, less the ``dropped`` rows (repeated encapsulations)."""
-    from .partitions import read_partition
-
-    sealed = read_partition(directory, manifest, index)
-    return sealed if dropped is None else np.delete(sealed, dropped, axis=0)
-
-
-def aggregate_partition(directory, manifest: dict, index: int, task: Task, private_key: bytes, analyzer,
-                        dropped, keep: bool) -> tuple:
-    """What a Dask worker does with one partition: (its aggregate, messages opened, unopened, their packed rows if
-    ``keep``)."""
-    opened = open_messages(task, private_key, _partition_rows(directory, manifest, index, dropped))
-    records = packed_records(task.parameters, opened.messages).tobytes() if keep else None
-    return analyzer.agg_update(analyzer.agg_init(), opened.messages), len(opened.messages), opened.unopened, records
-
-
-@dataclass(frozen=True)
-class LostMessages:
-    """Messages of the counted reports that did not enter the aggregate: ``unopened`` (another key, or altered on
-    the way) and ``malformed`` (opened, but broke the protocol's layout), of ``total`` in the applied batches, from
-    ``reporters`` reports. Sealed one by one and shuffled, they cannot be traced to reports, so the release counts
-    every report and states what that assumes (docs/deployment.md, "Messages that do not enter the aggregate"):
-    ``reports_worth`` is their count in reports at the batches' mean messages a report, and ``shift`` the largest
-    change of an estimate were that many whole reports left out of the debiasing (None where it cannot be
-    computed): how low the estimates may be."""
-
-    unopened: int
-    malformed: int
-    total: int
-    reporters: int
-    reports_worth: int
-    shift: float | None
-
-    @property
-    def lost(self) -> int:
-        return self.unopened + self.malformed
-
-    def _what(self) -> str:
-        return (f"{self.lost} of the {self.total} messages of the {self.reporters} reports counted did not enter the "
-                f"aggregate ({self.unopened} did not open, {self.malformed} opened malformed)")
-
-    def _bias(self) -> str:
-        return ("" if self.shift is None else f": each estimate may be low by up to {self.shift:.3g} (were they "
-                f"whole reports, about {self.reports_worth}, the noise their users added is subtracted but missing)")
-
-    def warning(self) -> str:
-        return (f"{self._what()}; they cannot be traced to reports (each is sealed alone, and shuffled), so every "
-                f"report is counted as if all its messages arrived{self._bias()}. A client that does not follow the "
-                "protocol, or tampering between the clients and the analyzer, sends such messages: investigate "
-                "(privagg_messages_dropped_total by reason)")
-
-    def privacy(self, privacy, parameters):
-        """``privacy`` with the caveat of the estimates' bias, and, in the shuffle model, the guarantee counted on the
-        reports whose messages all entered: at least m - lost of them (each lost message may be another report's,
-        whose user then counts among those the guarantee does not count on; below ceil(G n) it is not founded)."""
-        from ...pipelines import with_lost_messages
-
-        caveat = (f"{self._what()}; the estimates assume that those messages' users reported in full (their noise "
-                  f"is subtracted, though it is missing from the aggregate){self._bias()}")
-        return with_lost_messages(privacy.with_caveat(caveat), parameters, self.lost, self.reporters)
-
-
-def lost_messages(analyzer, agg, result, reporters: int, unopened: int) -> LostMessages | None:
-    """The messages of the ``reporters`` counted reports that did not enter ``agg`` (``unopened`` besides its
-    malformed ones), with how low they may leave ``result``'s estimates; None if none was lost."""
-    malformed = int(agg.malformed)
-    lost, total = unopened + malformed, int(agg.messages) + malformed + unopened
-    if not lost:
-        return None
-    worth = min(lost, reporters - 1, max(1, round(lost * reporters / total)))
-    shift = None
-    if worth >= 1:  # the estimates debiased as if that many whole reports were left out
-        fewer, counted = _estimates(analyzer.finalize(agg, reporters=reporters - worth)), _estimates(result)
-        common = counted.keys() & fewer.keys()
-        shift = max((abs(fewer[k] - counted[k]) for k in common), default=None)
-    return LostMessages(unopened, malformed, total, reporters, worth, shift)
-
-
-def _estimates(result) -> dict:
-    """A result's estimates by item (a frequency table, a heavy-hitter list) or coordinate (a vector sum)."""
-    values = result.total if hasattr(result, "total") else result.estimates
-    keys = getattr(result, "coordinates", None) if hasattr(result, "total") else getattr(result, "items", None)
-    keys = range(len(values)) if keys is None else np.asarray(keys).tolist()
-    return dict(zip(keys, np.asarray(values, dtype=np.float64).tolist()))
 
 
 def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
