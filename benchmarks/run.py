@@ -623,7 +623,7 @@ def startup(report: Report) -> None:
         "python -c 'import privagg'": [python, "-c", "import privagg"],
         "privagg --help": [str(ROOT / ".venv/bin/privagg"), "--help"],
         "client path (load parameters without scipy, randomize 1 user)": [python, "-c", CLIENT_SNIPPET],
-        # a protocol command's fixed cost: the registry, its group's commands, typer's coercion (pydantic)
+        # a protocol command's fixed cost: the registry and its protocol's module, its group's commands, typer
         "privagg calibrate grr --json": [str(ROOT / ".venv/bin/privagg"), "calibrate", "grr", "--users", "1000",
                                          "--domain", "100", "--epsilon", "1", "--json"],
     }

@@ -118,7 +118,7 @@ def vectors(report) -> None:
                f"{ratio(best['numpy'] / best['privagg'])} ({seconds(best['numpy'])} against "
                f"{seconds(best['privagg'])}). privagg's last run, by its report: {inner}; the rest of its "
                f"{seconds(runs['privagg'][-1]['wall_s'])} is the interpreter, the imports (numpy, scipy.special, "
-               "typer, pydantic, privagg), reading and checking the input, the privacy profile and the report (the "
+               "typer, privagg), reading and checking the input, the privacy profile and the report (the "
                "true sums the evaluation needs are summed on the other core meanwhile)."
                f" The randomizer alone (`VectorClient.randomize`, in-process, best of {REPEATS}): "
                f"{seconds(randomize_s)} for {N_USERS} users, {users_per_s / 1e6:.1f} M users/s (target 10 M/s): "

@@ -27,6 +27,49 @@ def test_the_import_and_the_help_load_no_heavy_module(code):
     assert out.stderr == "[]"
 
 
+# what a protocol command may not load: the other protocols' modules, the services, and what neither of these two
+# commands uses (pydantic: typer's conversions are made plain, cli.options._plain_conversions; rich: --json)
+OTHERS = ("privagg.protocols.sampling_sharing", "privagg.protocols.central_baselines", "privagg.protocols.heavy_hitters",
+          "privagg.protocols.privacy_blanket", "privagg.protocols.sparse_vector", "privagg.protocols.sharing_parties",
+          "privagg.protocols.two_server_parties", "privagg.simulate.secret_sharing", "privagg.service", "scipy",
+          "pydantic", "rich", "numba", "sqlalchemy", "httpx", "fastapi")
+COMMAND = "import sys\nsys.argv = {argv!r}\nfrom privagg.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+
+
+@pytest.mark.parametrize("args", [
+    # 200,000 users over 1,024 items: OLH counts by key (numpy, hashing.by_key_cheaper), as at the benchmark's 10^6
+    ["estimate", "olh", "--input", "items.txt", "--epsilon", "1", "--domain", "1024", "--seed", "1", "--json",
+     "--output", "report.json"],
+    ["calibrate", "grr", "--users", "1000", "--domain", "8", "--epsilon", "1", "--json"],
+], ids=lambda args: " ".join(args[:2]))
+def test_a_protocol_command_imports_its_own_protocol_only(args, tmp_path):
+    """The registry imports a protocol's module when the command first uses it (registry._Reference): olh and grr
+    load local_baselines (and balls_into_bins, its analyzers' base), not the other protocols, the services, numba,
+    pydantic or scipy."""
+    (tmp_path / "items.txt").write_text("".join(f"{i * 7 % 1024}\n" for i in range(200_000)))
+    loaded = f"sys.stderr.write(repr(sorted(m for m in sys.modules if m.startswith({OTHERS!r}))))"
+    out = subprocess.run([sys.executable, "-c", COMMAND.format(argv=["privagg", *args]) + "\n" + loaded + "\n"
+                          "sys.stdout.write(repr('privagg.protocols.local_baselines' in sys.modules))"],
+                         capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert (out.stderr, out.stdout[-4:]) == ("[]", "True")
+    report = (tmp_path / "report.json").read_text() if "--output" in args else out.stdout
+    assert f'"protocol": "{args[1]}"' in report
+
+
+def test_what_the_registry_repeats_of_the_modules_is_theirs():
+    """The entries' metadata the command line reads without importing a protocol's module matches the module."""
+    from privagg.protocols import heavy_hitters, local_baselines, registry, sampling_sharing
+
+    assert registry.LOCAL_CALIBRATIONS == local_baselines.CALIBRATIONS
+    assert registry.SAMPLING_CALIBRATIONS == sampling_sharing.SAMPLING_CALIBRATIONS
+    assert registry.NOISE_CALIBRATIONS == sampling_sharing.NOISE_CALIBRATIONS
+    assert (registry.MAX_LENGTH_MAX, registry.DEFAULT_MAX_LENGTH) == (heavy_hitters.MAX_LENGTH_MAX,
+                                                                     heavy_hitters.DEFAULT_MAX_LENGTH)
+    for entry in registry.ENTRIES:
+        assert entry.one_sparse == getattr(entry.parameters, "one_sparse", False), entry.name
+        assert entry.served == (entry.client is not None), entry.name
+
+
 def _words(group=None, words=()):
     """Every command's words: the root, each group, each command."""
     from typer.main import get_command
@@ -64,6 +107,16 @@ def test_every_command_is_enumerated():
     ["calibrate", "grr", "--users", "100", "--domain", "8", "--epsilon", "nan"],
     ["analyze", "fe9", "--params", "p.json", "--messages", "m"], ["analyze", "fe1", "--params", "/proc/x/y"],
     ["demo-service", "nope"], ["estimate", "fe1", "--input", "/proc/x/y"], ["task"], ["--version"],
+    # typer's conversions made plain (options._plain_conversions): a choice, a refused one, a number refused, paths
+    # in and out of their normal form, a flag, each against typer's own
+    ["calibrate", "fe1", "--users", "1000", "--domain", "8", "--epsilon", "1", "--delta", "1e-6", "--calibration",
+     "hockey_stick", "--hash-key", "ab" * 32, "--json"], ["calibrate", "fe1", "--users", "1000", "--domain", "8", "--calibration", "nope"],
+    ["calibrate", "grr", "--users", "1e3x", "--domain", "8", "--epsilon", "1"],
+    ["estimate", "grr", "--input", ".//missing/x.txt", "--epsilon", "1"], ["estimate", "grr", "--input", ".",
+                                                                           "--epsilon", "1"],
+    ["estimate", "grr", "--input", "", "--epsilon", "1"],
+    ["estimate", "grr", "--epsilon", "1", "--delta", "0.5", "--seed", "1", "--domain", "8", "--evaluate", "--mode",
+     "fast", "--output", "out.json"],
 ], ids=lambda args: " ".join(args))
 def test_the_command_line_main_runs_is_the_whole_one(args, capfd, tmp_path, monkeypatch):
     """Each command of the command line :func:`privagg.cli.main` runs is made when the command line names it;

@@ -23,16 +23,17 @@ from .errors import LARGEST
 from .privacy.description import PrivacyDescription
 from .protocols import registry
 from .protocols.parameters import with_reporters
-from .protocols.registry import ENTRIES, IMPLEMENTED
+from .protocols.registry import IMPLEMENTED
 
 # The metadata of a field computed from the raw data (the true counts or sums, a realised error, z-scores against
 # the truth): a report holding one is not a private release, whatever its privacy block says (json_document).
 FROM_DATA = {"from_data": True}
 
 Scalar = int | float | str | None
-# Generated from the registry: a new protocol's name and parameter fields enter the schemas with its entry.
+# Generated from the registry: a new protocol's name and parameter fields enter the schemas with its entry. The
+# parameters' types (``Parameters``, the union of every implemented protocol's) import every protocol's module: they
+# are made with the first schema (:func:`json_schema`), not when a command writes its report.
 ProtocolName = Literal[IMPLEMENTED]  # type: ignore[valid-type]
-Parameters = Union[tuple(e.parameters for e in ENTRIES if e.implemented)]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -632,6 +633,7 @@ def json_schema(report_type: type) -> dict[str, Any]:
     document's ``private`` flag (:func:`json_document`)."""
     from pydantic import TypeAdapter
 
+    globals().setdefault("Parameters", Union[tuple(e.parameters for e in registry.ENTRIES if e.implemented)])
     schema = TypeAdapter(report_type).json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["properties"] = {"private": PRIVATE_FLAG, **schema["properties"]}  # a type's own flag stays its own

@@ -121,3 +121,34 @@ def test_the_accountant_bounds_the_exact_delta_with_more_values_than_users(scale
     bound = blanket.blanket_delta(1.0, params.gamma * scale, 6, 8)
     assert report.pairs == 22_176 and report.true_delta <= bound + 1e-12
     assert bound <= report.true_delta * 1.25  # and it is close: within 25% here
+
+
+# Calibrations and bounds as they were before the accountant's work was cached across a calibration's evaluations
+# (issue 48): the same gamma and delta to the last bit. blanket-vector at the issue's n = 5 x 10^6, k = 3 first.
+PINNED_GAMMAS = [
+    ("vector", (1.0, 1e-09, 5000000, 3, 1), "0x1.e37f8a80de5a0p-15"),
+    ("vector", (1.0, 1e-09, 1000000, 3, 1), "0x1.2e0a57ce6b7c6p-12"),
+    ("vector", (0.5, 1e-06, 100000, 1, 1), "0x1.62d5b4baa93b1p-9"),
+    ("vector", (2.0, 1e-08, 2000000, 5, 1), "0x1.4064726b1d5c1p-14"),
+    ("vector", (1.0, 1e-06, 1000000, 3, 2), "0x1.2672230dcbe5bp-5"),
+    ("hist", (1.0, 1e-06, 100000, 6), "0x1.4d9e7a3dc1730p-9"),
+    ("hist", (1.0, 1e-09, 5000000, 20), "0x1.2e08c919f17e9p-12"),
+    ("hist", (0.3, 1e-05, 300000, 2), "0x1.bf943caa05229p-10"),
+]
+PINNED_DELTAS = [
+    ((1.0, 5.763747777271931e-05, 5000000, 4, 1e-13), "0x1.12e0be826d65cp-30"),
+    ((1.0, 5.763747777271931e-05, 5000000, 4), "0x1.12e0be826d65cp-30"),
+    ((1.0, 0.0003, 1000000, 20), "0x1.5800b71eba635p-10"),
+    ((0.5, 0.003, 100000, 2, 1e-10), "0x1.80f9674ae14a5p-22"),
+]
+
+
+@pytest.mark.parametrize("kind,args,pinned", PINNED_GAMMAS, ids=lambda x: str(x))
+def test_the_tight_gammas_are_pinned(kind, args, pinned):
+    gamma = (blanket.tight_vector_gamma if kind == "vector" else blanket.tight_gamma)(*args)
+    assert gamma.hex() == pinned
+
+
+@pytest.mark.parametrize("args,pinned", PINNED_DELTAS, ids=lambda x: str(x))
+def test_the_accountants_deltas_are_pinned(args, pinned):
+    assert blanket.delta_at(*args).hex() == pinned

@@ -40,7 +40,7 @@ from typer.main import get_command_from_info, get_command_name, get_group, get_g
 
 from .. import __version__
 from . import analyze, calibrate, catalog, clients, demo, estimate, evaluation, servers, tasks
-from .options import _checked_paths, _strict_numbers
+from .options import _checked_paths, _plain_conversions, _strict_numbers
 from .output import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, _say
 
 # Plain (click) help rather than rich's panels: rendering them would load about 70 ms of rich modules,
@@ -106,18 +106,18 @@ def _command_line() -> TyperGroup:
     """The root group :func:`main` runs: typer's, with each command deferred (:class:`_Deferred`)."""
     bare = copy.copy(_app)
     bare.registered_commands, bare.registered_groups = [], []
-    root = get_group(bare)
+    root = _plain_conversions(get_group(bare))
     settings = dict(pretty_exceptions_short=_app.pretty_exceptions_short, rich_markup_mode=_app.rich_markup_mode)
 
     def command(info) -> Any:
         alone = typer.Typer()
         alone.registered_commands.append(info)
         _ready(alone)
-        return get_command_from_info(info, **settings)
+        return _plain_conversions(get_command_from_info(info, **settings))
 
     def group(info) -> Any:
         _ready(info.typer_instance)
-        return get_group_from_info(info, suggest_commands=_app.suggest_commands, **settings)
+        return _plain_conversions(get_group_from_info(info, suggest_commands=_app.suggest_commands, **settings))
 
     for info in _app.registered_commands:
         name = info.name or get_command_name(info.callback.__name__)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from ..errors import ParameterError
-from ..protocols.kinds import ResultKind
+from ..protocols.kinds import Family, ResultKind
 from .inputs import (PUBLIC_CANDIDATES, _check_public, _check_stdin_format, _input_file, _input_name,
                      _input_parameters, _located, _read_input, _read_vector_input, _category_encoder,
                      _small_domain_encoder, DEFAULT_DOMAIN)
@@ -227,7 +227,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
             None, "--progress/--no-progress", help="Progress on stderr: bars on a terminal, else plain lines "
                                                    "(default: on a terminal only).")),
     ]
-    if entry.client is not None:  # one-round protocols, whose messages privagg analyze reads
+    if entry.served:  # one-round protocols, whose messages privagg analyze reads
         params += [
             _param("write_messages", Optional[Path], typer.Option(
                 None, "--write-messages", help="Also write the shuffled messages as Parquet partitions and "
@@ -264,6 +264,10 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
     from ..reports import report_document
     from ..simulate.frequency import estimate_vector_sum
 
+    if entry.family is Family.PRIVACY_BLANKET:  # its calibration's bounds need scipy: imported while the input is read
+        from ..privacy.shuffle import load_special_meanwhile
+
+        load_special_meanwhile()
     with _clean_errors():
         _check_output(output, input, candidates)
         _check_public(candidates, input)
@@ -338,7 +342,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
 
 
 def _register_vector_estimate(entry: ProtocolEntry) -> None:
-    sparse = getattr(entry.parameters, "one_sparse", False)
+    sparse = entry.one_sparse
     params = [
         _param("input", Optional[Path], typer.Option(
             None, "--input", callback=_input_file, help=(

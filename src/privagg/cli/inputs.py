@@ -237,7 +237,7 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool
     from ..io import read_vectors_counted
     from ..protocols.privacy_blanket import clip_vectors
 
-    sparse = getattr(entry.parameters, "one_sparse", False)
+    sparse = entry.one_sparse
     names, dropped = None, 0
     if input is None:
         from .. import datasets

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
@@ -71,6 +72,77 @@ def _number_parser(field: str, integer: bool) -> Callable[[Any], Any]:
             raise _NumberError(str(err)) from None
 
     return parse
+
+
+def _plain_conversions(command: Any) -> Any:
+    """``command`` (a click command or group, made by typer) with its options converted without pydantic where typer
+    would convert them through it, to the same values and errors.
+
+    typer 0.2x converts every option's value through a pydantic TypeAdapter made for it (typer._coercion): pydantic's
+    imports and schemas, about 0.15 s of every command. privagg's options are of a few plain kinds that typer's own
+    functions convert: a number read by the option's parser (:func:`_strict_numbers`), a string, a flag, a path, an
+    Enum's choice. Each such option gets a conversion doing what typer's adapter does without it; any value it does not
+    take (a path that is not its own normal form, a choice not listed, a number refused) goes to typer's own
+    conversion, whose value or message stands. Other kinds, and a typer without this layer (one converting with
+    click's types, which needs no pydantic), are left as typer made them."""
+    try:
+        from typer._coercion import RuntimeParam, build_runtime_param
+        from typer._param_types import coerce_cli_choice, coerce_cli_path
+    except ImportError:
+        return command
+    if not hasattr(RuntimeParam, "_coerce_value"):
+        return command
+
+    @dataclass(frozen=True)
+    class Plain(RuntimeParam):  # type: ignore[misc, valid-type]
+        convert: Callable[[Any, Any, Any], Any]
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            try:
+                return self.convert(value, param, ctx)
+            except Exception:  # typer's own conversion: its value, or its message
+                return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+    def plain(descriptor: Any) -> Callable[[Any, Any, Any], Any] | None:
+        kind, info = descriptor.annotation, descriptor.parameter_info
+        if info.parser is not None:
+            return lambda value, param, ctx: info.parser(value)
+        if kind in (str, bool):  # a flag's value is a bool already (its default None stays None)
+            return lambda value, param, ctx: value if isinstance(value, kind) else _not_plain()
+        if isinstance(kind, type) and issubclass(kind, Path) and descriptor.is_path and info.path_type is None:
+            def path(value: Any, param: Any, ctx: Any) -> Any:
+                if not isinstance(value, str) or str(kind(value)) != value:
+                    _not_plain()
+                return coerce_cli_path(kind(value), info, path_type=kind, param=param, ctx=ctx)
+            return path
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            return lambda value, param, ctx: coerce_cli_choice(value, choices=list(kind),
+                                                               case_sensitive=info.case_sensitive, ctx=ctx)
+        return None
+
+    def convert_plainly(param: Any) -> Any:
+        descriptor = getattr(param, "type_descriptor", None)
+        if descriptor is not None and getattr(param, "_runtime_param", False) is None:
+            convert = plain(descriptor)
+            if convert is not None:
+                param._runtime_param = Plain(parameter_info=descriptor.parameter_info,
+                                             annotation=descriptor.annotation, convert=convert)
+        return param
+
+    def each(command: Any) -> None:
+        for param in command.params:
+            convert_plainly(param)
+        help_option = command.get_help_option  # made when a command line is read (--help)
+        command.get_help_option = lambda ctx: convert_plainly(help_option(ctx))
+        for sub in getattr(command, "commands", {}).values():
+            each(sub)
+
+    each(command)
+    return command
+
+
+def _not_plain() -> Any:
+    raise ValueError("not a plain value")
 
 
 def _options(typer_app: typer.Typer) -> Iterator[tuple[str, Any, Any]]:
@@ -249,7 +321,7 @@ class ProtocolCommands(typer.Typer):
 # The protocol arguments' choices (``options.Protocol`` in a command's signature), by the registry entries they
 # take: analyze reads the messages of the protocols with a client; demo-service runs those with a demo.
 _REGISTRY_CHOICES: dict[str, Callable[[ProtocolEntry], bool]] = {
-    "Protocol": lambda entry: entry.client is not None,
+    "Protocol": lambda entry: entry.served,
     "DemoProtocol": lambda entry: bool(entry.demo),
 }
 

@@ -22,6 +22,7 @@ Each user reports his value with probability 1 - gamma and a value uniform over 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -95,9 +96,32 @@ def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_si
     the same with h_x'. Under Mult_{m+1}, T = h_x + h_x' ~ Bin(m + 1, 2/B) and h_x ~ Bin(T, 1/2) given T; the
     integrand c (a - e^eps (T - a)) + gamma (1 - e^eps), c = (1 - gamma) B / (m + 1), is linear in a = h_x, so
     each T costs two binomial tails (docs/privacy.md, "The blanket accountant"). T outside its window counts
-    with its whole P-mass (:func:`_outside_mass`)."""
+    with its whole P-mass (:func:`_outside_tails`).
+
+    What does not depend on gamma (the T windows, their binomial weights and outside tails: :func:`_windows`) and
+    the Bin(T, 1/2) tails at the thresholds (:func:`_half_tails`, the same where gamma moves too little to change a
+    threshold) are kept from one call to the next: a calibration evaluates the accountant a dozen times at nearly the
+    same blanket sizes, the last ones at gammas within 1e-12 of each other. The same functions of the same
+    integers, so the same bits."""
     e, B = math.exp(min(epsilon, EXP_CAP)), domain_size  # the divergence falls with eps: a cap overstates it
-    size = (np.asarray(blanket, dtype=np.int64) + 1)[:, None]  # one row per m
+    blanket = np.ascontiguousarray(blanket, dtype=np.int64)
+    size, t, tt, weights, noise_outside, held_outside = _windows(blanket.tobytes(), B)
+    c = (1 - gamma) * B / size
+    slope, offset = c * (1 + e), c * e * t + gamma * (e - 1)  # the integrand is slope a - offset
+    first = np.floor(offset / slope).astype(np.int64) + 1  # the least a where it is positive
+    above, above_less_one = _half_tails(blanket.tobytes(), B, first.tobytes())
+    inside = np.maximum(slope * tt / 2 * above_less_one - offset * above, 0.0)  # E[(slope a - offset)_+ | T]
+    outside = 0.0 if B == 2 else gamma * noise_outside + (1 - gamma) * held_outside  # :func:`_outside_tails`
+    return np.minimum(1.0, (weights * inside).sum(axis=1) + outside)
+
+
+@functools.lru_cache(maxsize=16)
+def _windows(blanket: bytes, domain_size: int) -> tuple[np.ndarray, ...]:
+    """For the blanket sizes m (int64 bytes), what :func:`_within_blanket` takes that gamma does not change: m + 1
+    (a column), the T window of each row (padded with -1, which weighs nothing), T where valid (else 0), the
+    windows' Bin(m + 1, 2/B) weights, and their outside tails (:func:`_outside_tails`)."""
+    B = domain_size
+    size = (np.frombuffer(blanket, dtype=np.int64) + 1)[:, None]  # one row per m
     if B == 2:
         t = size
     else:
@@ -106,24 +130,38 @@ def _within_blanket(epsilon: float, gamma: float, blanket: np.ndarray, domain_si
         low = np.maximum(0, np.floor(size * p - half)).astype(np.int64)
         t = np.minimum(low + np.arange(2 * math.ceil(half) + 1), size)  # rows padded with repeats of m + 1
         t = np.where(np.diff(t, axis=1, prepend=-1) > 0, t, -1)  # ... which are marked -1 and weigh nothing
-    c = (1 - gamma) * B / size
-    slope, offset = c * (1 + e), c * e * t + gamma * (e - 1)  # the integrand is slope a - offset
-    first = np.floor(offset / slope).astype(np.int64) + 1  # the least a where it is positive
     valid = t >= 0
     tt = np.where(valid, t, 0)
-    above = binomial_sf(first - 1, tt, 0.5, repeated=True)  # Pr[Bin(T, 1/2) >= first]; rows repeat (first, T)
-    above_less_one = np.where(tt >= 1, binomial_sf(first - 2, np.maximum(tt - 1, 0), 0.5, repeated=True), 0.0)
-    inside = np.maximum(slope * tt / 2 * above_less_one - offset * above, 0.0)  # E[(slope a - offset)_+ | T]
     weights = np.where(valid, 1.0 if B == 2 else binomial_pmf(tt, size, 2 / B), 0.0)
-    outside = 0.0 if B == 2 else _outside_mass(np.where(valid, t, size).min(axis=1), t.max(axis=1), size[:, 0],
-                                                gamma, B)
-    return np.minimum(1.0, (weights * inside).sum(axis=1) + outside)
+    if B == 2:
+        return _kept(size, t, tt, weights, None, None)
+    return _kept(size, t, tt, weights, *_outside_tails(np.where(valid, t, size).min(axis=1), t.max(axis=1), size[:, 0],
+                                                       B))
 
 
-def _outside_mass(low: np.ndarray, high: np.ndarray, size: np.ndarray, gamma: float, domain_size: int) -> np.ndarray:
-    """The P-mass of T outside its window [low, high], from binomial tails (accurate where 1 - sum is not):
-    P(T) = Bin(m + 1, p)(T) (c T / 2 + gamma), and Bin(m + 1, p)(T) c T / 2 = (1 - gamma) Bin(m, p)(T - 1), so
-    the mass is gamma Pr[Bin(m + 1, p) outside] + (1 - gamma) Pr[1 + Bin(m, p) outside], p = 2 / B."""
+@functools.lru_cache(maxsize=16)
+def _half_tails(blanket: bytes, domain_size: int, first: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Pr[Bin(T, 1/2) >= first] and Pr[Bin(T - 1, 1/2) >= first - 1] over the windows of :func:`_windows`."""
+    tt = _windows(blanket, domain_size)[2]
+    first_ = np.frombuffer(first, dtype=np.int64).reshape(tt.shape)
+    above = binomial_sf(first_ - 1, tt, 0.5, repeated=True)  # Pr[Bin(T, 1/2) >= first]; rows repeat (first, T)
+    above_less_one = np.where(tt >= 1, binomial_sf(first_ - 2, np.maximum(tt - 1, 0), 0.5, repeated=True), 0.0)
+    return _kept(above, above_less_one)
+
+
+def _kept(*arrays: np.ndarray | None) -> tuple[np.ndarray | None, ...]:
+    """Arrays a cache hands out again: read-only."""
+    for array in arrays:
+        if array is not None:
+            array.setflags(write=False)
+    return arrays
+
+
+def _outside_tails(low: np.ndarray, high: np.ndarray, size: np.ndarray, domain_size: int) -> tuple[np.ndarray, ...]:
+    """What the P-mass of T outside its window [low, high] is made of, from binomial tails (accurate where 1 - sum
+    is not): P(T) = Bin(m + 1, p)(T) (c T / 2 + gamma), and Bin(m + 1, p)(T) c T / 2 = (1 - gamma) Bin(m, p)(T - 1),
+    so the mass is gamma Pr[Bin(m + 1, p) outside] + (1 - gamma) Pr[1 + Bin(m, p) outside], p = 2 / B: those two
+    probabilities."""
     p = 2 / domain_size
 
     def tails(trials: np.ndarray, shift: int) -> np.ndarray:  # Pr[shift + Bin(trials, p) < low or > high]
@@ -131,7 +169,7 @@ def _outside_mass(low: np.ndarray, high: np.ndarray, size: np.ndarray, gamma: fl
         above = binomial_sf(high - shift, trials, p)
         return below + above
 
-    return gamma * tails(size, 0) + (1 - gamma) * tails(size - 1, 1)
+    return tails(size, 0), tails(size - 1, 1)
 
 
 def blanket_delta(epsilon: float, gamma: float, n_users: int, domain_size: int, resolution: float = 1e-20) -> float:

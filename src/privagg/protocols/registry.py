@@ -14,6 +14,7 @@ Also the public entry points that work for every protocol:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import json
 import math
@@ -24,18 +25,71 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ParameterError, checked_arguments, kind_of
-from . import balls_into_bins as bib
-from . import central_baselines as cb
-from . import heavy_hitters as hh
-from . import local_baselines as lb
-from . import privacy_blanket as pb
-from . import sampling_sharing as ss
-from . import sharing_parties as sp
-from . import sparse_vector as sv
-from . import two_server_parties as tp
 from .kinds import Family, ResultKind, Topology
 from .parameters import check_parameters, check_pure_delta
 from .roles import MultiRound
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """An object of a protocol module, named: the module is imported when an entry first hands it out."""
+
+    module: str
+    name: str
+
+    def resolve(self) -> Any:
+        return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.name)
+
+
+class _Module:
+    """A protocol module not yet imported: ``bib.calibrate_fe1`` is a :class:`_Reference` to its attribute. The
+    entries below name their roles through these, so that a command imports only its own protocol's module
+    (``privagg estimate olh`` loads local_baselines, not FE's kernels, the sampling family or the services)."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> _Reference:
+        return _Reference(self._module, name)
+
+
+bib, cb, hh, lb = (_Module(m) for m in ("balls_into_bins", "central_baselines", "heavy_hitters", "local_baselines"))
+pb, ss, sv = (_Module(m) for m in ("privacy_blanket", "sampling_sharing", "sparse_vector"))
+sp, tp = (_Module(m) for m in ("sharing_parties", "two_server_parties"))
+
+
+class _Role:
+    """A field of an entry (or a discovery stage) holding a protocol module's object, given as the object or as a
+    :class:`_Reference`: the first read of any such field resolves them all (:func:`_resolve`), so that reading
+    the entry's metadata (name, options, calibrations...) imports nothing."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, holder: Any, owner: type | None = None) -> Any:
+        if holder is None:
+            return None  # the field's default
+        if "_resolved" not in holder.__dict__:
+            _resolve(holder)
+        return holder.__dict__[self.name]
+
+    def __set__(self, holder: Any, value: Any) -> None:
+        holder.__dict__[self.name] = value
+
+
+def _resolve(holder: Any) -> None:
+    """Import what ``holder``'s role fields name; an entry's client and analyzer then stamp and check their
+    parameters' fingerprint (roles.py, one place for every protocol)."""
+    from .roles import with_fingerprints
+
+    for name, role in vars(type(holder)).items():
+        if isinstance(role, _Role) and isinstance(holder.__dict__[name], _Reference):
+            holder.__dict__[name] = holder.__dict__[name].resolve()
+    holder.__dict__["_resolved"] = True
+    if isinstance(holder, ProtocolEntry):
+        for role in (holder.client, holder.analyzer):
+            if isinstance(role, type):
+                with_fingerprints(role)
 
 
 @dataclass(frozen=True)
@@ -56,9 +110,9 @@ class DiscoveryStage:
     (:func:`privagg.pipelines.staged_privacy`)."""
 
     protocol: str
-    items: Callable[[Any, Any, np.random.Generator], np.ndarray]
-    candidates: Callable[[Any, Any], np.ndarray]
-    what: str  # what the first stage runs over, for reports ("the users' rounded cells")
+    items: Callable[[Any, Any, np.random.Generator], np.ndarray] = _Role()  # type: ignore[assignment]
+    candidates: Callable[[Any, Any], np.ndarray] = _Role()  # type: ignore[assignment]
+    what: str = ""  # what the first stage runs over, for reports ("the users' rounded cells")
 
 
 @dataclass(frozen=True)
@@ -77,28 +131,34 @@ class ProtocolEntry:
     # a small instance, calibrate's keyword arguments, that every calibration but the closed form accepts: the
     # contract tests check its parameters, and the tests that need some instance of each protocol take it
     example: dict[str, Any] = field(default_factory=dict)
-    calibrate: Callable[..., Any] | None = None
-    parameters: type | None = None  # the frozen parameters: from_dict, domain_max, theory, privacy
-    client: Callable[[Any], Any] | None = None
-    analyzer: Callable[..., Any] | None = None
-    fast: Callable[..., Any] | None = None
-    rounds: MultiRound | None = None  # a multi-round protocol's rounds and parties (the simulator and services run it)
+    calibrate: Callable[..., Any] | None = _Role()  # type: ignore[assignment]
+    # the frozen parameters: from_dict, domain_max, theory, privacy
+    parameters: type | None = _Role()  # type: ignore[assignment]
+    client: Callable[[Any], Any] | None = _Role()  # type: ignore[assignment]
+    analyzer: Callable[..., Any] | None = _Role()  # type: ignore[assignment]
+    fast: Callable[..., Any] | None = _Role()  # type: ignore[assignment]
+    # a multi-round protocol's rounds and parties (the simulator and services run it)
+    rounds: MultiRound | None = _Role()  # type: ignore[assignment]
     options: tuple[Option, ...] = ()
     calibrations: tuple[str, ...] = ()
     # The exact auditor (privagg.audit): one user's exact output law, and tiny instances it can enumerate
     # (calibrate's keyword arguments; "calibrations": only these, "slow": more than a few seconds, for make test-all);
     # every entry with a law joins the audit grid of the tests.
-    message_law: Callable[[Any, int], dict] | None = None
-    law_size: Callable[[Any, int], Any] | None = None  # the law's size before it is built (exact_laws.LawSize)
+    message_law: Callable[[Any, int], dict] | None = _Role()  # type: ignore[assignment]
+    # the law's size before it is built (exact_laws.LawSize)
+    law_size: Callable[[Any, int], Any] | None = _Role()  # type: ignore[assignment]
     audit_instances: tuple[dict[str, Any], ...] = ()
     # neighbouring pairs of datasets (lists of items) to audit, when the guarantee needs a data condition
-    audit_pairs: Callable[[Any, int], Any] | None = None
+    audit_pairs: Callable[[Any, int], Any] | None = _Role()  # type: ignore[assignment]
     # (pairs, joint states, cached states) the exact audit of (parameters, users) would take, before it is built
-    audit_cost: Callable[..., tuple[float, float, float]] | None = None
+    audit_cost: Callable[..., tuple[float, float, float]] | None = _Role()  # type: ignore[assignment]
     pure: bool = False  # pure eps-DP: no delta anywhere (calibrate takes delta = 0)
     # messages or error grow with B: no default domain for --input, and the bundled data is the
     # datasets.SMALL_VOCABULARY most common words as categories (the 20,000 hashed into 2^24 would not run)
     small_domain: bool = False
+    # users hold one (coordinate, weight) row each, not a vector: the parameters' one_sparse, read here by the command
+    # line's help without importing the protocol's module
+    one_sparse: bool = False
     discovery: DiscoveryStage | None = None  # a first stage that can find the candidates (--discover-phi)
     # privagg demo-service runs it over the bundled words: through the collector and the analyzer (a frequency
     # table's top words, or a heavy-hitter list), or through its rounds' servers (a multi-round protocol)
@@ -126,8 +186,9 @@ class ProtocolEntry:
     @property
     def served(self) -> bool:
         """One round, a client randomizer and an analyzer: the services (collector, analyzer) run it (fe-hh's tree
-        walk too: each device reports at one level, the analyzer walks the levels)."""
-        return self.client is not None
+        walk too: each device reports at one level, the analyzer walks the levels). Read without importing the
+        protocol's module (the command line's choices)."""
+        return self.__dict__["client"] is not None
 
     @property
     def categorical(self) -> bool:
@@ -141,6 +202,14 @@ def _example(domain_size: int, pure: bool = False, n_users: int = 10_000, **opti
     Zipf-like, or every category held by n / 2N users for a categorical protocol), the same-seeds record's, the
     services' (on a smaller domain), every calibration's but the closed form's."""
     return dict(epsilon=1.0, **({} if pure else {"delta": 1e-6}), n_users=n_users, domain_size=domain_size, **options)
+
+
+# What the entries repeat of the modules they do not import (tests/test_start_up.py checks them against the modules'
+# own): the local baselines' and the sampling family's calibrations, DPDG's, fe-hh's string lengths.
+LOCAL_CALIBRATIONS = ("exact",)
+SAMPLING_CALIBRATIONS = ("exact", "paper", "closed_form")
+NOISE_CALIBRATIONS = ("tight", "classic")
+MAX_LENGTH_MAX, DEFAULT_MAX_LENGTH = 64, 32
 
 
 # the sampling family's example: n N shares a user (the contract tests simulate DPDS among all n users), and enough
@@ -161,7 +230,7 @@ _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, cali
                      dict(n_users=3, domain_size=2, epsilon=1.0, delta=0.1))
 
 # the local baselines (protocols/local_baselines.py): pure eps-LDP, no delta; one user's report is audited
-_LOCAL: dict[str, Any] = dict(family=Family.LOCAL_BASELINES, calibrations=lb.CALIBRATIONS, pure=True,
+_LOCAL: dict[str, Any] = dict(family=Family.LOCAL_BASELINES, calibrations=LOCAL_CALIBRATIONS, pure=True,
                               message_law=lb.message_law, law_size=lb.law_size, audit_pairs=lb.audit_pairs,
                               audit_instances=(dict(n_users=2, domain_size=3, epsilon=1.0),
                                                dict(n_users=2, domain_size=4, epsilon=0.5)))
@@ -171,7 +240,7 @@ _CENTRAL: dict[str, Any] = dict(family=Family.CENTRAL_BASELINES, calibrations=("
                                 law_size=cb.law_size, audit_pairs=cb.audit_pairs)
 
 # the sampling family (protocols/sampling_sharing.py)
-_SAMPLING: dict[str, Any] = dict(family=Family.SAMPLING_SHARING, calibrations=ss.SAMPLING_CALIBRATIONS,
+_SAMPLING: dict[str, Any] = dict(family=Family.SAMPLING_SHARING, calibrations=SAMPLING_CALIBRATIONS,
                                  message_law=ss.message_law, law_size=ss.law_size, audit_pairs=ss.audit_pairs,
                                  audit_cost=ss.audit_cost)
 # beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
@@ -234,11 +303,11 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                               calibrations=("hockey_stick",), slow=True)),
         options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
                  Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
-                        f"(1..{hh.MAX_LENGTH_MAX}, default {hh.DEFAULT_MAX_LENGTH} for text input; --domain is then "
+                        f"(1..{MAX_LENGTH_MAX}, default {DEFAULT_MAX_LENGTH} for text input; --domain is then "
                         "left out)"))),
     ProtocolEntry(
         name="sparse-vector", title="1-sparse vector sums: rounded weights, FE0 over (coordinate, level) cells",
-        example=_example(100),
+        example=_example(100), one_sparse=True,
         topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)",
         messages_per_user="1 + rho, rho = mu (B k + 1) / n",
         reference="shuffle FE paper, §5 (low dimension; our construction)", result=ResultKind.VECTOR_SUM,
@@ -253,7 +322,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                         "the error bound, about (3 n / (2 B mu))^(1/3))"), _HONEST)),
     ProtocolEntry(
         name="sparse-vector-hashed", title="1-sparse vector sums over huge dimensions: FE1 on candidates",
-        example=_example(4096, bins=50),
+        example=_example(4096, bins=50), one_sparse=True,
         topology=Topology.SHUFFLE, trust="shuffle (trusted shuffler)", messages_per_user="1 + rho, rho = mu b / n",
         reference="shuffle FE paper, §5 (high dimension; the authors' VS code)", result=ResultKind.VECTOR_SUM,
         discovery=DiscoveryStage("fe-hh", sv.discovery_items, sv.discovered_coordinates, "the users' rounded cells"),
@@ -326,7 +395,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        rounds=sp.PROTOCOL, calibrations=ss.NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size, audit_cost=ss.audit_cost,
+        rounds=sp.PROTOCOL, calibrations=NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size,
+        audit_cost=ss.audit_cost,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
@@ -406,19 +476,6 @@ REGISTRY: dict[str, ProtocolEntry] = {entry.name: entry for entry in ENTRIES}
 IMPLEMENTED: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.implemented)
 
 
-def _fingerprint_roles(entries) -> None:
-    """Every protocol's client and analyzer stamp and check their parameters' fingerprint (roles.py, one place)."""
-    from .roles import with_fingerprints
-
-    for entry in entries:
-        for role in (entry.client, entry.analyzer):
-            if isinstance(role, type):
-                with_fingerprints(role)
-
-
-_fingerprint_roles(ENTRIES)
-
-
 def register(entry: ProtocolEntry) -> None:
     """Add ``entry`` (a protocol of a module outside privagg) to :data:`ENTRIES`, :data:`REGISTRY` and
     :data:`IMPLEMENTED`. What is generated from the registry at import (the CLI's commands, the report schemas'
@@ -429,7 +486,6 @@ def register(entry: ProtocolEntry) -> None:
     ENTRIES = (*ENTRIES, entry)
     REGISTRY[entry.name] = entry
     IMPLEMENTED = tuple(e.name for e in ENTRIES if e.implemented)
-    _fingerprint_roles((entry,))
 
 
 def names(where: Callable[[ProtocolEntry], bool]) -> list[str]:

@@ -27,7 +27,6 @@ from ..errors import ParameterError, check_callable, check_instance, check_integ
 from ..pipelines import Analysis, FirstStage
 from ..privacy.description import privacy_warnings
 from ..protocols.balls_into_bins import MAX_ERROR_BETA
-from ..protocols.privacy_blanket import float_rows
 from ..protocols.registry import (FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, analyzer_checks, calibrate,
                                   choose_full_domain, discovery_parameters, full_domain_seconds, get)
 from ..protocols.results import FrequencyTable, count_among, top_k
@@ -323,6 +322,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     an evaluation, not a release.
     """
     from ..protocols import registry
+    from ..protocols.privacy_blanket import float_rows
     from ..reports import VectorError, VectorEstimateReport
 
     inputs = float_rows(inputs)
