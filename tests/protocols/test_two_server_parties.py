@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import binom
 
 from privagg.errors import ParameterError
-from privagg.protocols.sampling_sharing import calibrate_dpds, calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sampling_calibration import calibrate_dpds, calibrate_tss, calibrate_tss_collusion
 from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_parties import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, Election,
                                                   FirstServer, Handover, SecondServer, TSSUser, UserState,

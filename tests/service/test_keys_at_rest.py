@@ -169,7 +169,7 @@ def test_the_result_asks_for_its_token_when_one_is_set(tmp_path):
 
 def test_s2_seals_its_keys_too(tmp_path):
     """TSS's S2 holds a private key per task: sealed alike, and another KEK is refused before it opens one."""
-    from privagg.protocols.sampling_sharing import calibrate_tss
+    from privagg.protocols.sampling_calibration import calibrate_tss
     from privagg.service.two_servers.servers import SecondService, s2_tasks
 
     kek, url = KeyEncryptionKey.generate(), f"sqlite:///{tmp_path}/s2.db"

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from privagg.protocols import sampling_sharing as ss
+from privagg.protocols import sampling_calibration as sc
 from privagg.protocols.roles import decode_inbox
 from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, ROUNDS, SERVER,
                                                VERSION, Revealed, decode, encode, expected_traffic,
@@ -70,7 +70,7 @@ def server(db, monkeypatch):
 
 
 def dpdg(n=N):
-    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
+    return sc.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
 
 
 def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
@@ -106,7 +106,7 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     sums arrived, at round 3's deadline (t = 7 of them revealed). Each user who stayed to the end sent and
     received, kind by kind, expected_traffic's count."""
     service, _, clock = server
-    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
+    p = sc.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
     task, users = enrolled(service, p)
     assert task.threshold == 7
     for i, user in enumerate(users):
@@ -289,7 +289,7 @@ def test_enrollment_checks_tokens_and_keys(server):
 
 
 def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
-    p = ss.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
+    p = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
     codes = np.arange(16) % 2
     db = f"sqlite:///{tmp_path}/sharing.db"
     with SharingDeployment(db, tmp_path / "log") as dep:
@@ -328,7 +328,7 @@ def test_a_task_too_large_to_serve_is_refused_naming_its_cost(tmp_path):
 
     from privagg.cli import app
 
-    p = ss.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
+    p = sc.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
     (tmp_path / "p.json").write_text(json.dumps(p.to_dict()))
     out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
                                    f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000"])

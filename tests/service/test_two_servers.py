@@ -32,7 +32,7 @@ import uvicorn
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from privagg.protocols.sampling_sharing import calibrate_dpds as ss_calibrate_dpds, calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sampling_calibration import calibrate_dpds as ss_calibrate_dpds, calibrate_tss, calibrate_tss_collusion
 from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, Election, encode
 from privagg.service import storage

@@ -54,8 +54,9 @@ from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Outbox, Round, RoundFailed, answer_each
-from .sampling_sharing import (DPDGParameters, SamplingParameters, SharingParameters, SumServer, bernoulli,
-                               one_hot_rows)
+from .dpdg_parameters import DPDGParameters
+from .sampling_servers import SumServer, one_hot_rows
+from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
 
 # --- messages ----------------------------------------------------------------------------------------------
 MAGIC, VERSION = b"PVS", 2

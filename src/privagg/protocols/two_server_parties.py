@@ -54,7 +54,8 @@ from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Outbox, Round
-from .sampling_sharing import TSSParameters, bernoulli
+from .sampling_sharing import bernoulli
+from .tss_parameters import TSSParameters
 from .sharing_parties import HELD_BYTES, checked_survivors, survivors_parameters
 
 # --- messages ----------------------------------------------------------------------------------------------

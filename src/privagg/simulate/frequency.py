@@ -204,7 +204,8 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     (weighted and unweighted) beside the estimates, and the report marked not private.
     """
     from ..protocols.registry import listed, names
-    from ..protocols.sampling_sharing import SamplingParameters, combine_groups
+    from ..protocols.sampling_sharing import SamplingParameters
+    from ..protocols.weighted_aggregation import combine_groups
 
     top = check_integer("top", top, 1)
     evaluate = seed is not None if evaluate is None else evaluate

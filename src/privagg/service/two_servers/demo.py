@@ -85,7 +85,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
 def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) -> list[dict]:
     """TSS's parties beside Table I's derived rows: the users who took part to the end as reporters and as helpers
     (per user), S1 and S2. Expected: E[sum_j m_j m'_j] shares and E[sum_j m'_j] helper sums
-    (:class:`~privagg.protocols.sampling_sharing.TSSParameters`), no dropouts; a reporter keeps his own share where
+    (:class:`~privagg.protocols.tss_parameters.TSSParameters`), no dropouts; a reporter keeps his own share where
     he helps (a fraction 1/n of them). The helpers S1 names are its published election (the inbox), not a
     message, and are not counted."""
     n, N, a = parameters.n_users, parameters.domain_size, parameters.report_fraction
