@@ -34,7 +34,8 @@ from alembic.migration import MigrationContext
 
 from privagg.protocols.sampling_calibration import calibrate_dpds as ss_calibrate_dpds, calibrate_tss, calibrate_tss_collusion
 from privagg.protocols.sharing_parties import survivors_parameters
-from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, Election, encode
+from privagg.protocols.two_server_messages import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, encode
+from privagg.protocols.two_server_parties import Election
 from privagg.service import storage
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready

@@ -54,7 +54,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
 from ...errors import ParameterError
-from ...protocols.two_server_parties import RECOVERY, SUMS, Election, Handover, Recovery, SecondServer
+from ...protocols.two_server_messages import RECOVERY, SUMS
+from ...protocols.two_server_parties import Election, Handover, Recovery, SecondServer
 from .. import storage
 from ..roster import load_task, new_token, rounds_app, secret_hash
 from ..round_tasks import KEM, SecondTask, TSSTask, second_info
