@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import ParameterError, check_integer
 from ..privacy.description import PrivacyDescription
-from .sampling_sharing import MAX_ERROR_BETA, NOISE_CALIBRATIONS, SharingParameters, _crossover, sharing_costs
+from .results import MAX_ERROR_BETA
+from .sampling_sharing import NOISE_CALIBRATIONS, SharingParameters, _crossover, sharing_costs
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from ..core.selection import kth_largest
 from ..errors import ParameterError, check_integer, checked_methods, kind_of
 from .parameters import REPORTERS_MAX, check_parameters
 
+MAX_ERROR_BETA = 0.05  # failure probability of the reported max-error bounds (every family's)
+
 
 def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first.

@@ -58,10 +58,10 @@ from ..privacy import sampling as accountant
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from .balls_into_bins import N_USERS_MAX, check_honest_fraction
 from .parameters import FrozenParameters, check_item_codes
+from .results import MAX_ERROR_BETA
 
 CATEGORIES_MAX = 2**20  # N: every user's vector has N field elements
 BLOCK_SHARES = 1 << 22  # DPCS*'s server shares this many elements (n x a block of categories) at a time
-MAX_ERROR_BETA = 0.05
 SAMPLING_CALIBRATIONS = ("exact", "paper", "closed_form")
 NOISE_CALIBRATIONS = ("tight", "classic")
 SECOND_STAGES = ("uniform", "adaptive")

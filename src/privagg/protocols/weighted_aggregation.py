@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .sampling_sharing import SamplingParameters
+if TYPE_CHECKING:  # any protocol's parameters with an effective probability and n users
+    from .sampling_sharing import SamplingParameters
 
 
 @dataclass(frozen=True)
