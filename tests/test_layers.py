@@ -218,7 +218,8 @@ def family_modules() -> set[str]:
     registry = ast.parse((PROTOCOLS / "registry.py").read_text())
     family = {f"protocols.{node.value}" for call in ast.walk(registry) if isinstance(call, ast.GeneratorExp)
               and isinstance(call.elt, ast.Call) and getattr(call.elt.func, "id", "") == "_Module"
-              for node in ast.walk(call.generators[0].iter) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+              for node in ast.walk(call.generators[0].iter)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     assert {"protocols.balls_into_bins", "protocols.sampling_sharing", "protocols.two_server_parties"} <= family
     imports = {f"protocols.{path.stem}": imported_modules(path, runtime=True) for path in PROTOCOLS.glob("*.py")}
     while True:

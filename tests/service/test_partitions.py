@@ -1,5 +1,5 @@
-"""A batch larger than memory (service/shuffle/partitions.py): the two-pass release through P Arrow partitions is a uniform
-random permutation (chi-square on positions; all 24 orders of 4 messages, slow), partitions stay within the memory
+"""A batch larger than memory (service/shuffle/partitions.py): the two-pass release through P Arrow partitions is a
+uniform random permutation (chi-square on positions; all 24 orders of 4 messages, slow), partitions stay within the memory
 budget, tampered manifests and partitions are refused, repeated encapsulations are found across partitions, and
 the collector and the analyzer move a shuffle task's batch as partitions end to end, on SQLite and PostgreSQL,
 exactly as the analyzer would aggregate the plaintext messages."""
@@ -18,8 +18,9 @@ from scipy.stats import chi2_contingency, chisquare
 
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate
 from privagg.service import storage
-from privagg.service.shuffle.partitions import (MANIFEST, WORKING_COPIES, PartitionError, duplicate_rows, largest_partition,
-                                        partition_count, read_manifest, read_partition, write_partitions)
+from privagg.service.shuffle.partitions import (MANIFEST, WORKING_COPIES, PartitionError, duplicate_rows,
+                                                largest_partition, partition_count, read_manifest, read_partition,
+                                                write_partitions)
 from service_deployment import AUTH, deploy, users
 
 TASK, BATCH = "a" * 32, "b" * 32

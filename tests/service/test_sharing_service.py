@@ -1,5 +1,5 @@
-"""The sharing server (service/sharing/server.py) and its users' SDK: the rounds end to end with dropouts, exact on SQLite
-and PostgreSQL, a survivor who vanishes in round 3 included; bad input refused 4xx with nothing stored and
+"""The sharing server (service/sharing/server.py) and its users' SDK: the rounds end to end with dropouts, exact on
+SQLite and PostgreSQL, a survivor who vanishes in round 3 included; bad input refused 4xx with nothing stored and
 counted; deadlines; fewer revealers than the threshold; kill -9 of the server in rounds 1 and 2 with nothing
 lost."""
 

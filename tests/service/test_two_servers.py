@@ -32,7 +32,8 @@ import uvicorn
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from privagg.protocols.sampling_calibration import calibrate_dpds as ss_calibrate_dpds, calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sampling_calibration import (calibrate_dpds as ss_calibrate_dpds, calibrate_tss,
+                                                    calibrate_tss_collusion)
 from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_messages import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, encode
 from privagg.protocols.two_server_parties import Election
@@ -523,7 +524,8 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
 SERVE = """
 import sys, uvicorn
 from privagg.service.keys import KeyEncryptionKey
-from privagg.service.two_servers.servers import create_first_app, create_second_app, open_first_server, open_second_server
+from privagg.service.two_servers.servers import (create_first_app, create_second_app, open_first_server,
+                                                 open_second_server)
 role, db, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = (create_first_app(open_first_server(db), tick=0.1) if role == "s1" else
        create_second_app(open_second_server(db, kek=KeyEncryptionKey.load()), tick=0.1))

@@ -242,8 +242,8 @@ def message_law(parameters: BlanketHistParameters, item: int) -> dict[tuple[int,
 
 
 def check_vectors(values, dimension: int) -> np.ndarray:
-    """Users' vectors as an (n, d) float array in [0, 1] (:func:`~privagg.protocols.parameters.float_rows`: float32 stays float32); NaN, values
-    outside [0, 1] and a wrong d are errors naming the row and column (counted from 0), never clipped here
+    """Users' vectors as an (n, d) float array in [0, 1] (:func:`~privagg.protocols.parameters.float_rows`:
+    float32 stays float32); NaN, values outside [0, 1] and a wrong d are errors naming the row and column (counted from 0), never clipped here
     (``clip_vectors`` is the explicit option)."""
     try:
         array = float_rows(values)

@@ -13,7 +13,8 @@ The result is the report ``privagg analyze`` prints, with the privacy block of a
 drew from the SDK's secure generator), the task's honest-fraction assumption, and a ``collection`` block
 counting reports, batches and dropped messages. Messages of the counted reports that did not enter the aggregate
 (unopened, malformed) cannot be traced to reports: the release counts every report and says what that assumes
-(:class:`~privagg.service.shuffle.analyzer_results.LostMessages`; docs/deployment.md, "Messages that do not enter the aggregate").
+(:class:`~privagg.service.shuffle.analyzer_results.LostMessages`; docs/deployment.md, "Messages that do not enter
+the aggregate").
 
 A sparse-vector-hashed task created with ``discover_phi`` has two stages (``Task.discovery``): its first stage is
 an fe-hh task of its own over the B + 1 cells, whose batch is applied first; the coordinates it discovers (the
@@ -71,8 +72,6 @@ from .workers import BatchWorkers
 log = logging.getLogger("privagg.analyzer")
 
 DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes one partition of a partitioned batch may take to open
-
-
 MAX_CANDIDATES = 1_000_000  # public items one task answers
 MAX_CANDIDATE_BYTES = 64 << 20  # the body of a request adding candidates
 

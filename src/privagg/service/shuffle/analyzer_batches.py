@@ -33,6 +33,7 @@ log = logging.getLogger("privagg.analyzer")
 SERIAL_BELOW = 4_096  # messages: a smaller batch is opened in this process (workers cost more than they save)
 MAX_REPORTS = 2**31 - 1  # reports one task may count (its stored counter)
 
+
 def check_batch_rules(task: Task, batches: int, counted: int, reports: int, messages: int) -> None:
     """Refuse (409) a batch the task's rules forbid, whoever sent it: fewer reports than the task's minimum, a
     second batch of a shuffle task, more reports than a shuffle task's n users or than the counter holds, or
@@ -162,8 +163,8 @@ class BatchApplication:
                             digests, start, kept)
 
     def apply_partitioned_batch(self, task_id: str, batch_id: str) -> str:
-        """Fold a batch released as Arrow partitions (:mod:`privagg.service.shuffle.partitions`) into the task's aggregate,
-        once, one partition in memory at a time: its manifest and every partition are checked (400 otherwise), the
+        """Fold a batch released as Arrow partitions (:mod:`privagg.service.shuffle.partitions`) into the task's
+        aggregate, once, one partition in memory at a time: its manifest and every partition are checked (400 otherwise), the
         largest partition must fit this analyzer's ``memory_budget``, encapsulations repeated anywhere in the
         batch are dropped and counted (found in bounded memory), and each partition is opened and aggregated
         alone: on the Dask cluster, each partition a task, when one is configured. One partitioned batch at a time

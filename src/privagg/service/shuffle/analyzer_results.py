@@ -18,8 +18,8 @@ from ..tasks import Task
 from ..web import Refused
 from .aggregate_codec import decode_aggregate
 
-SERVICE_RANDOMNESS = "secure: each client's SDK draws from ChaCha20 keyed from its OS entropy (privagg.service.shuffle.client)"
-
+SERVICE_RANDOMNESS = ("secure: each client's SDK draws from ChaCha20 keyed from its OS entropy "
+                      "(privagg.service.shuffle.client)")
 
 
 class Release:
