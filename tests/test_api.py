@@ -11,7 +11,7 @@ from privagg import ParameterError
 
 PUBLIC = {"calibrate", "load_parameters", "client", "analyzer", "shuffle", "MessageBatch", "ItemEncoder",
           "FrequencyTable", "HeavyHitterList", "VectorSum", "ParameterError", "REGISTRY", "__version__", "simulate",
-          "engine"}
+          "engine", "estimate"}
 HEAVY = ("scipy", "numba", "pyarrow", "rich", "typer", "dask", "pydantic", "wordfreq")
 
 
@@ -33,7 +33,8 @@ def test_dir_and_the_results_import_no_heavy_module():
 
 def test_help_shows_the_api():
     doc = privagg.__doc__
-    for name in ("calibrate", "load_parameters", "client(", "analyzer(", "shuffle(", "ItemEncoder", "FrequencyTable",
+    for name in ("estimate(", "to_polars", "plot()", "calibrate", "load_parameters", "client(", "analyzer(",
+                 "shuffle(", "ItemEncoder", "FrequencyTable",
                  "VectorSum", "to_dict", "to_pandas", "ParameterError", "simulate"):
         assert name in doc, name
     assert privagg.simulate.simulate is not None  # the entry point the docstring names

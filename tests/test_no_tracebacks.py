@@ -404,17 +404,24 @@ def api(fe1):
         "FrequencyTable.restricted_to": (table.restricted_to, dict(items=[1, 2])),
         "FrequencyTable.to_dict": (table.to_dict, dict(labels=None)),
         "FrequencyTable.to_pandas": (table.to_pandas, dict(labels=None)),
+        "FrequencyTable.to_polars": (table.to_polars, dict(labels=None)),
         "HeavyHitterList": (privagg.HeavyHitterList, dict(
             parameters=params, items=np.array([1], dtype=object), estimates=np.array([2.0]), threshold=1.0,
             standard_errors=np.array([0.5]), survivors=(), capped_levels=(), messages=0, malformed=0)),
         "HeavyHitterList.top_k": (hh.top_k, dict(k=1)),
         "HeavyHitterList.to_dict": (hh.to_dict, {}),
         "HeavyHitterList.to_pandas": (hh.to_pandas, {}),
+        "HeavyHitterList.to_polars": (hh.to_polars, {}),
         "VectorSum": (privagg.VectorSum, dict(parameters=vectors, total=np.zeros(3), standard_errors=np.ones(3),
                                               coordinates=None, messages=0, malformed=0, standard_error_bounds=None)),
         "VectorSum.mean": (vector_sum.mean, {}),
         "VectorSum.to_dict": (vector_sum.to_dict, dict(labels=None)),
         "VectorSum.to_pandas": (vector_sum.to_pandas, dict(labels=None)),
+        "VectorSum.to_polars": (vector_sum.to_polars, dict(labels=None)),
+        "estimate": (privagg.estimate, dict(
+            data=_frame(), protocol="fe1", item="app", columns=None, epsilon=1.0, delta=1e-6, domain_size=16,
+            candidates=None, top=3, seed=1, evaluate=False, missing="error", item_type="auto", calibration="numeric",
+            hash_key=None, full_domain=True, mode="fast", phi=None, max_length=None, user=None, max_items=1)),
         "client.randomize": (client.randomize, dict(codes=[1, 2], rng=1)),
         "analyzer.agg_init": (analyzer.agg_init, {}),
         "analyzer.agg_update": (analyzer.agg_update, dict(agg=analyzer.agg_init(), messages=messages)),
@@ -430,6 +437,15 @@ def api(fe1):
         "engine.analyze": (privagg.engine.analyze, dict(analyzer=analyzer, partitions=[messages], engine="local",
                                                         scheduler=None, workers=None)),
     }
+
+
+def _frame():
+    """A pandas frame of 1000 users' items in [0, 16), where pandas is installed (privagg.estimate's data)."""
+    if not importlib.util.find_spec("pandas"):
+        return None
+    import pandas as pd
+
+    return pd.DataFrame({"app": np.arange(1000) % 16})
 
 
 def _public_api():
@@ -458,7 +474,8 @@ def _public_api():
 # where an error names the argument as the command line does, or as the thing it checks
 FIELD_ALIASES = {"queries": {"item", "candidates"}, "candidate_codes": {"item"}, "codes": {"items", "item"}, "items": {"item"},
                  "aggs": {"aggregates to merge"}, "agg": {"aggregate"}, "index": {"rows"}}
-NEEDS_PANDAS = {"FrequencyTable.to_pandas", "HeavyHitterList.to_pandas", "VectorSum.to_pandas"}
+NEEDS_PANDAS = {"FrequencyTable.to_pandas", "HeavyHitterList.to_pandas", "VectorSum.to_pandas", "estimate"}
+NEEDS_POLARS = {"FrequencyTable.to_polars", "HeavyHitterList.to_polars", "VectorSum.to_polars"}
 
 
 def test_every_public_function_has_a_valid_call(api):
@@ -496,7 +513,8 @@ def test_a_public_function_refuses_a_wrong_type_for_each_argument(api):
 
     failures = []
     for name, (call, kwargs) in sorted(api.items()):
-        if name in NEEDS_PANDAS and not importlib.util.find_spec("pandas"):
+        if (name in NEEDS_PANDAS and not importlib.util.find_spec("pandas")) or (
+                name in NEEDS_POLARS and not importlib.util.find_spec("polars")):
             continue
         for parameter in inspect.signature(call).parameters.values():
             if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):

@@ -28,13 +28,39 @@ def run_commands(commands: str, folder: Path) -> None:
 
 
 def test_python_example_runs_and_names_the_top_items(capsys):
-    (example,) = blocks("python")
+    example, _ = blocks("python")
     exec(compile(example, "README.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("apple: ") and lines[1].startswith("pear: ")
     apple = float(lines[0].split()[1])
     assert abs(apple - 50_000) < 2_000  # 0.5 n, within a few hundred of the noise's and sampling's sd
     assert lines[2].startswith("privacy: (1, 1e-10)-DP, shuffle model")
+
+
+def test_dataframe_example_prints_the_output_shown(capsys):
+    """The DataFrame example runs as written and prints what the README shows: the guarantee line as it is, the
+    table's lines with the same items and layout, each estimate within 4 standard errors of the column's count."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # the example's plot() draws off screen
+    _, example = blocks("python")
+    names: dict = {}
+    exec(compile(example, "README.md", "exec"), names)
+    printed = capsys.readouterr().out.splitlines()
+    (shown,) = [b for b in blocks("text") if b.startswith("privacy:")]
+    shown = shown.splitlines()
+    assert printed[0] == shown[0]
+    assert [line.split()[:1] for line in printed[1:]] == [line.split()[:1] for line in shown[1:]]
+    counts = names["users"]["app"].value_counts()
+    for line in printed[3:]:
+        item, estimate, stderr = line.split()
+        assert abs(float(estimate) - counts[item]) < 4 * float(stderr) + 0.1, line
+    ax = names["ax"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["mail", "maps", "chat", "news"]
+    assert " ".join(ax.get_title().splitlines()[1:]) == shown[0]  # wrapped
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
 
 
 def command_blocks() -> list[str]:

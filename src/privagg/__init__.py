@@ -13,6 +13,9 @@ analyzer over partitions, in-process or on Dask: :mod:`privagg.engine`.
 
 The API (``dir(privagg)`` lists it):
 
+* ``estimate(frame, protocol, item="col", epsilon=..., delta=..., ...)``: a protocol simulated over a column
+  of a pandas or Polars DataFrame (or a Parquet file or dataset), as ``privagg estimate`` over a file: the
+  report, with ``to_pandas()``, ``to_polars()`` and ``plot()``.
 * ``calibrate(protocol, epsilon=..., delta=..., n_users=..., domain_size=..., ...)``:
   a protocol's frozen parameters; ``REGISTRY`` names the protocols.
 * ``load_parameters(json_text)``: parameters saved as JSON (``json.dumps(parameters.to_dict())``).
@@ -37,6 +40,7 @@ from .errors import ParameterError
 __version__ = "0.2.0"
 
 _LAZY = {
+    "estimate": "privagg.simulate.frames",
     "calibrate": "privagg.protocols.registry",
     "load_parameters": "privagg.protocols.registry",
     "client": "privagg.protocols.registry",

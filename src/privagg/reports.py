@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -126,8 +127,61 @@ class RunReport:
     expected_error: ExpectedError
 
 
+class _Estimates:
+    """A report's estimates as a table and a chart (issue 49): :meth:`to_pandas`, :meth:`to_polars`, :meth:`plot`.
+    ``_listed``: the field holding the rows (each with ``item``, ``estimate`` and ``stderr``)."""
+
+    _listed = "estimates"
+    _quantity = "users holding the item"
+
+    def _rows(self) -> dict[Any, dict[str, Any]]:
+        """{item: its other fields}, without the fields that are None in every row (those not computed)."""
+        rows = [dataclasses.asdict(row) for row in getattr(self, self._listed)]
+        kept = [name for name in (rows[0] if rows else ()) if name != "item" and any(r[name] is not None for r in rows)]
+        return {row["item"]: {name: row[name] for name in kept} for row in rows}
+
+    def to_pandas(self):
+        """The estimates as a pandas DataFrame (index ``item``; ``estimate``, ``stderr``, and ``true_count`` or
+        ``true_sum`` where the report was evaluated). pandas is optional."""
+        from .protocols.results import data_frame
+
+        return data_frame(self._rows(), "item")
+
+    def to_polars(self):
+        """:meth:`to_pandas`'s table as a Polars DataFrame, ``item`` its first column. Polars is optional."""
+        from .protocols.results import polars_frame
+
+        return polars_frame(self._rows(), "item")
+
+    def plot(self, ax=None):
+        """The estimates as bars with 95% error bars (1.96 standard errors, the normal approximation of
+        docs/derivations.md), titled with the privacy summary (``NOT PRIVATE (seeded simulation ...`` where so);
+        drawn on ``ax``, else on a new matplotlib figure. Returns the Axes."""
+        rows = getattr(self, self._listed)
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            ax = plt.figure(figsize=(max(6.0, 0.6 * len(rows) + 2), 4.5)).add_subplot()
+        labels = [_label(getattr(row, "name", None) or row.item) for row in rows]
+        ax.bar(range(len(rows)), [row.estimate for row in rows], yerr=[1.96 * row.stderr for row in rows],
+               capsize=3)
+        ax.set_xticks(range(len(rows)), labels, rotation=45 if any(len(label) > 6 for label in labels) else 0,
+                      ha="right" if any(len(label) > 6 for label in labels) else "center")
+        ax.set_ylabel(f"{self._quantity} (± 1.96 stderr)")
+        ax.set_title(f"{self.protocol} over {self.n_users} users\n" + textwrap.fill(self.privacy.summary(), 70),
+                     fontsize=8)
+        return ax
+
+
+def _label(item: Any, longest: int = 24) -> str:
+    """An item as a chart's tick label: unprintable text shown escaped, long text cut."""
+    text = item if isinstance(item, str) and item.isprintable() else str(item) if not isinstance(item, str) \
+        else repr(item)[1:-1]
+    return text if len(text) <= longest else text[:longest - 3] + "..."
+
+
 @dataclass
-class FrequencyReport(RunReport):
+class FrequencyReport(RunReport, _Estimates):
     """What every frequency report holds: parameters, guarantee, cost, theory and the top estimates."""
 
     estimates: list[Estimate]
@@ -187,8 +241,10 @@ class VectorError:
 
 
 @dataclass
-class VectorReport(RunReport):
+class VectorReport(RunReport, _Estimates):
     """What every vector-sum report holds: parameters, guarantee, cost, theory and the coordinates' sums."""
+
+    _quantity = "sum over users"
 
     estimates: list[CoordinateEstimate]  # every coordinate, or the candidates (the others are estimated as 0)
     mean: list[float]  # the estimated mean of each listed coordinate (sums / n)
@@ -242,8 +298,10 @@ class HeavyHitterEvaluation:
 
 
 @dataclass
-class HeavyHitterRelease(RunReport):
+class HeavyHitterRelease(RunReport, _Estimates):
     """What fe-hh releases, simulated or served: the heavy hitters its tree walk discovered."""
+
+    _listed = "heavy_hitters"
 
     threshold: float  # phi n: reported items are estimated to be held by at least this many users
     heavy_hitters: list[HeavyHitter]  # largest estimate first

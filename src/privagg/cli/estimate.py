@@ -58,18 +58,6 @@ def _evaluating(evaluate: bool | None, input: Path | None, seed: int | None) -> 
     return (input is None or seed is not None) if evaluate is None else evaluate
 
 
-def _with_left_out(report, dropped: int):
-    """``report`` over the users who had a value, ``dropped`` others left out by --missing drop: n is then a count
-    of the data, which the report carries un-noised, so it is not private and says how many were left out
-    (docs/privacy.md, "Missing values")."""
-    if dropped:
-        report.warnings.insert(0, f"{dropped} users with a missing value were left out (--missing drop): n is a "
-                                  "count of the data, and the report is not private")
-
-        report.privacy = report.privacy.as_left_out(dropped)
-    return report
-
-
 def _messages_info(report, **info: Any) -> dict[str, Any]:
     """items.json of a message folder written by estimate: ``info`` and whether the run was private (and if not,
     why: analyze says so)."""
@@ -87,6 +75,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
               epsilon_column: Optional[str], **options: Any) -> None:
     from ..io import InputFormat
     from ..reports import report_document
+    from ..simulate.frames import with_left_out
     from ..simulate.frequency import check_resources, estimate_frequencies, item_encoder
 
     with _clean_errors():
@@ -135,7 +124,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                     calibration=calibration.value, options=options, top=top, mode=mode.value, seed=seed,
                     input_name=input_name, progress=advance, evaluate=evaluate)
             report.simulation.seconds["read"] = read_seconds
-            _with_left_out(report, dropped)
+            with_left_out(report, dropped)
             _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
             return
         with _progress(progress) as advance:
@@ -145,7 +134,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 mode=mode.value, seed=seed, keep_messages=write_messages is not None, input_name=input_name,
                 progress=advance, evaluate=evaluate)
         report.simulation.seconds["read"] = read_seconds
-        _with_left_out(report, dropped)
+        with_left_out(report, dropped)
         if write_messages is not None:
             from ..engine import capped_partitions_warning, write_messages as write
 
@@ -262,6 +251,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
     from .. import engine
     from ..io import InputFormat
     from ..reports import report_document
+    from ..simulate.frames import with_left_out
     from ..simulate.frequency import estimate_vector_sum
 
     if entry.family is Family.PRIVACY_BLANKET:  # its calibration's bounds need scipy: imported while the input is read
@@ -293,7 +283,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                               input_name=name, progress=advance, warnings=warnings,
                                               keep_messages=write_messages is not None, discover_phi=discover_phi,
                                               evaluate=_evaluating(evaluate, input, seed))
-        _with_left_out(report, dropped)
+        with_left_out(report, dropped)
         if write_messages is not None:
             report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
             start = time.perf_counter()
@@ -400,6 +390,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
     from .. import datasets
     from ..io import InputFormat, read_items
     from ..reports import report_document
+    from ..simulate.frames import with_left_out
     from ..simulate.heavy_hitters import estimate_heavy_hitters
 
     with _clean_errors():
@@ -427,7 +418,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
                                                max_length=max_length, calibration=calibration.value, seed=seed,
                                                input_name=name, progress=advance, evaluate=evaluate)
-        _with_left_out(report, dropped)
+        with_left_out(report, dropped)
 
     def human() -> None:
         from rich.table import Table

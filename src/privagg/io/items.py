@@ -4,7 +4,7 @@ located by file line in errors (:mod:`privagg.io`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,22 +47,31 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
         return ReadSummary(_read_npy(path, encoder, fmt, field))
     import pyarrow as pa  # for what follows: a .npy is read without Arrow
 
-    typer = _ItemTyper(fmt.item_type, field, path)
     # Each stored value took at least 2 bytes of the file (a character and a line break or delimiter; an empty
     # value is missing, so never stored): np.empty reserves that bound without touching it, and only the
     # pages the codes fill become resident. Joining per-block arrays instead would hold every user twice.
-    codes, count, dropped = None, 0, 0
     try:
-        for block in _blocks(path, kind, fmt, field):
-            if codes is None:
-                codes = np.empty(block.capacity or path.stat().st_size // 2 + 1, dtype=np.int64)
-            block, lost = _without_missing(block, fmt, field, path)
-            dropped += lost
-            part = typer.encode(block, encoder, public)
-            codes[count:count + part.size] = part
-            count += part.size
+        return encode_blocks(_blocks(path, kind, fmt, field), encoder, fmt, field, path, public,
+                             lambda: path.stat().st_size // 2 + 1)
     except (OSError, EOFError, pa.ArrowException) as err:
         raise _unreadable(path, kind, field, err) from None
+
+
+def encode_blocks(blocks: Iterable[_Block], encoder: ItemEncoder, fmt: InputFormat, field: str, source: Path | str,
+                  public: bool = False, bound: Callable[[], int] = lambda: 0) -> ReadSummary:
+    """The codes of ``blocks`` (a file's, or a table's: :func:`privagg.io.frames.table_blocks`) by the file's rules:
+    the item type decided once, missing values refused or dropped, each error naming its row of ``source``.
+    ``bound()``: how many values there can be, where the blocks do not say (their ``capacity``)."""
+    typer = _ItemTyper(fmt.item_type, field, source)
+    codes, count, dropped = None, 0, 0
+    for block in blocks:
+        if codes is None:
+            codes = np.empty(block.capacity or bound(), dtype=np.int64)
+        block, lost = _without_missing(block, fmt, field, source)
+        dropped += lost
+        part = typer.encode(block, encoder, public)
+        codes[count:count + part.size] = part
+        count += part.size
     return ReadSummary(np.empty(0, dtype=np.int64) if codes is None else codes[:count], dropped)
 
 
@@ -113,28 +122,36 @@ def read_items(path: str | Path, fmt: InputFormat = InputFormat(), field: str = 
                                  "for strings)", f"{path} (shape {array.shape}, dtype {array.dtype})")
         return array, 0
     import pyarrow as pa  # for what follows: a .npy is read without Arrow
+
+    try:
+        return typed_items(_blocks(path, kind, fmt, field), fmt, field, path, lambda i: location(path, fmt, i))
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(path, kind, field, err) from None
+
+
+def typed_items(blocks: Iterable[_Block], fmt: InputFormat, field: str, source: Path | str,
+                where: Callable[[int], str]) -> tuple[list, int]:
+    """:func:`read_items`'s values of ``blocks`` (a file's or a table's), missing ones refused or dropped by
+    ``fmt``, as strings or Python ints; ``where(i)``: the place of the i-th value kept, for an error."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     values: list = []
     dropped = 0
-    try:
-        for block in _blocks(path, kind, fmt, field):
-            block, lost = _without_missing(block, fmt, field, path)
-            dropped += lost
-            values += pc.cast(block.values, pa.string()).to_pylist()
-    except (OSError, pa.ArrowException) as err:
-        raise _unreadable(path, kind, field, err) from None
+    for block in blocks:
+        block, lost = _without_missing(block, fmt, field, source)
+        dropped += lost
+        values += pc.cast(block.values, pa.string()).to_pylist()
     if fmt.item_type == "str" or not values:
         return values, dropped
     bad = np.flatnonzero(~_matches(pa.array(values, pa.string()), CANONICAL_INTEGER))
     if bad.size and fmt.item_type == "int":
         raise ParameterError(field, "canonical decimal integers (--item-type int)",
-                             f"{_cut(values[bad[0]])} on {location(path, fmt, int(bad[0]))}")
+                             f"{_cut(values[bad[0]])} on {where(int(bad[0]))}")
     if not bad.size:
         huge = next((i for i, text in enumerate(values) if len(text) > 40), None)
         if huge is not None:  # beyond any domain (and past what int() converts at 4,300 digits)
-            raise ParameterError(field, "integers of at most 40 digits",
-                                 f"{_cut(values[huge])} on {location(path, fmt, huge)}")
+            raise ParameterError(field, "integers of at most 40 digits", f"{_cut(values[huge])} on {where(huge)}")
         values = [int(text) for text in values]
     return values, dropped
 

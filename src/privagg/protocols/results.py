@@ -120,7 +120,7 @@ def _rows(codes: np.ndarray, labels: Any, columns: dict[str, np.ndarray]) -> dic
     return out
 
 
-def _data_frame(rows: dict[Any, dict[str, float]], index: str):
+def data_frame(rows: dict[Any, dict[str, float]], index: str):
     """``rows`` as a pandas DataFrame indexed by ``index``; pandas is optional."""
     try:
         import pandas as pd
@@ -131,6 +131,19 @@ def _data_frame(rows: dict[Any, dict[str, float]], index: str):
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = index
     return frame
+
+
+def polars_frame(rows: dict[Any, dict[str, Any]], index: str):
+    """``rows`` as a Polars DataFrame whose first column is ``index`` (Polars has no index); Polars is optional."""
+    try:
+        import polars as pl
+    except ImportError:
+        raise ImportError("to_polars() needs Polars, which the light install leaves out: pip install polars (or "
+                          "pip install 'privagg[frames]'; privagg[all] and make demo have it); to_dict() gives the "
+                          "same table without it") from None
+    names = list(dict.fromkeys(name for row in rows.values() for name in row))
+    columns = {index: list(rows), **{name: [row.get(name) for row in rows.values()] for name in names}}
+    return pl.DataFrame(columns, strict=False)
 
 
 @checked_methods
@@ -212,7 +225,11 @@ class FrequencyTable:
 
         pandas is optional: ``pip install pandas``.
         """
-        return _data_frame(self.to_dict(labels), "item")
+        return data_frame(self.to_dict(labels), "item")
+
+    def to_polars(self, labels=None):
+        """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``item``. Polars is optional."""
+        return polars_frame(self.to_dict(labels), "item")
 
 
 @checked_methods
@@ -263,7 +280,11 @@ class HeavyHitterList:
 
     def to_pandas(self):
         """The items of :meth:`to_dict` as a pandas DataFrame (index ``item``). pandas is optional."""
-        return _data_frame(self.to_dict(), "item")
+        return data_frame(self.to_dict(), "item")
+
+    def to_polars(self):
+        """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``item``. Polars is optional."""
+        return polars_frame(self.to_dict(), "item")
 
 
 @checked_methods
@@ -313,4 +334,8 @@ class VectorSum:
 
     def to_pandas(self, labels=None):
         """The sum of :meth:`to_dict` as a pandas DataFrame (index ``coordinate``). pandas is optional."""
-        return _data_frame(self.to_dict(labels), "coordinate")
+        return data_frame(self.to_dict(labels), "coordinate")
+
+    def to_polars(self, labels=None):
+        """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``coordinate``. Polars is optional."""
+        return polars_frame(self.to_dict(labels), "coordinate")

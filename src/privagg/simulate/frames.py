@@ -1,0 +1,309 @@
+"""``privagg.estimate(data, protocol, item=...)``: a protocol simulated over a column of a DataFrame (pandas,
+Polars) or of a Parquet file or dataset, as ``privagg estimate PROTOCOL --input ... --column ...`` does over a
+file, returning the same typed report (issue 49, item 2).
+
+The column is read by the file readers' rules (:mod:`privagg.io`): one kind of item throughout (integers or
+text), integers in the domain, a missing value (None, NaN, null) an error naming the row unless
+``missing="drop"``; an absent or empty column is an error naming the argument. As on the command line, the
+randomness is secure unless ``seed`` is given, and a seeded run's report says it is not private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..core.encoding import CategoryEncoder
+from ..errors import ParameterError, check_integer, check_sequence, checked_arguments
+from ..io import InputFormat
+from ..io.frames import FRAME_KINDS, frame_kind, frame_name, frame_table, table_blocks
+from ..protocols import registry
+from ..protocols.kinds import ResultKind
+
+DEFAULT_DOMAIN = 2**24  # as the command line's --domain for a hashed protocol
+
+
+@checked_arguments
+def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequence[str] | None = None,
+             epsilon: float, delta: float | None = None, domain_size: int | None = None,
+             candidates: Sequence[Any] | None = None, top: int = 10, seed: int | None = None,
+             evaluate: bool | None = None, missing: str = "error", item_type: str = "auto",
+             calibration: str | None = None, hash_key: str | None = None, full_domain: bool | None = None,
+             mode: str = "faithful", phi: float | None = None, max_length: int | None = None,
+             user: str | None = None, max_items: int = 1, **options: Any):
+    """Simulate ``protocol`` over ``data``'s column ``item`` (frequencies, heavy hitters) or ``columns`` (a vector
+    sum: one row a user, every column a coordinate in [0, 1]); returns the report ``privagg estimate`` writes
+    (``EstimateReport``, ``HeavyHitterReport`` or ``VectorEstimateReport``), with ``to_pandas()``,
+    ``to_polars()`` and ``plot()``.
+
+    ``data``: a pandas DataFrame, a Polars DataFrame or LazyFrame (only the named columns are collected), or the
+    path of a Parquet file (streamed) or of a folder of Parquet files (a dataset), or of any file ``--input``
+    reads. ``domain_size``: B for hashed and small-domain protocols (text is hashed into [B]; default 2^24 where
+    the protocol allows); ``candidates``: public items to estimate (a categorical protocol's list of categories).
+    ``options``: the protocol's own (``REGISTRY[protocol].options``). ``missing="drop"`` leaves out the users
+    without a value, and the report then says it is not private (docs/privacy.md, "Missing values").
+
+    ``user``: the column naming each row's user, for data with many rows a user (an event log): each user's
+    rows are bounded to ``max_items`` distinct items chosen uniformly at random with the run's randomness
+    (:func:`bound_items`), the privacy unit is then the user, and n is the number of distinct users
+    (docs/privacy.md, "Many rows a user"). Only ``max_items=1`` is implemented.
+    """
+    entry = registry.get(protocol)
+    if columns is not None:
+        columns = [str(c) for c in check_sequence("columns", columns, "a list of column names")]
+    if candidates is not None:
+        candidates = list(check_sequence("candidates", candidates, "a list of public items"))
+    kind = frame_kind(data)
+    if kind is None:
+        raise ParameterError("data", FRAME_KINDS, type(data).__name__)
+    fmt = InputFormat(item_type, item, missing=missing)
+    max_items = check_integer("max_items", max_items, 1)
+    unused = {"max_items": max_items if user is None and max_items != 1 else None}
+    if entry.result is not ResultKind.HEAVY_HITTER_LIST:
+        unused.update(phi=phi, max_length=max_length)
+    if entry.result is not ResultKind.FREQUENCY_TABLE:
+        unused.update(hash_key=hash_key, full_domain=full_domain)
+    for name, value in unused.items():  # an argument this protocol's run does not read is refused, not ignored
+        if value is not None:
+            raise ParameterError(name, f"left out for {protocol}" + (" without user=" if name == "max_items" else ""),
+                                 value)
+    if user is not None:
+        if entry.result is ResultKind.VECTOR_SUM:
+            raise ParameterError("user", f"left out for {protocol}: bounding a user's rows of vectors (summed and "
+                                 "clipped) is not implemented yet", user)
+        if max_items != 1:
+            raise ParameterError("max_items", "1 (each user's rows bounded to one item: the protocol's guarantee as "
+                                 "it is); L > 1, whose guarantee composes over a user's L items, is not implemented "
+                                 "yet", max_items)
+        if kind == "file" and Path(data).suffix.lower() != ".parquet":
+            raise ParameterError("user", "given with a DataFrame or Parquet data (a column beside the items)", user)
+        kind = "dataset" if kind == "file" else kind  # a Parquet file read as a one-file dataset: two columns
+    if entry.result is ResultKind.VECTOR_SUM:
+        if item is not None:
+            raise ParameterError("item", f"left out for {protocol} (a vector sum: columns=[...], the coordinates)",
+                                 item)
+        return _vector_estimate(entry, data, kind, columns, fmt, epsilon=epsilon, delta=delta, calibration=calibration,
+                                seed=seed, evaluate=evaluate, domain_size=domain_size, candidates=candidates,
+                                mode=mode, **options)
+    if columns is not None:
+        raise ParameterError("columns", f"left out for {protocol} (items: item=, one column)", list(columns))
+    if item is None:
+        raise ParameterError.required("item", "the name of the column of items, one row a user")
+    source = _source(data, item)
+    if entry.result is ResultKind.HEAVY_HITTER_LIST:
+        return _heavy_hitters(data, kind, fmt, source, user=user, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain_size,
+                              max_length=max_length, calibration=calibration, seed=seed, evaluate=evaluate)
+    return _frequencies(entry, data, kind, fmt, source, user=user, epsilon=epsilon, delta=delta, domain_size=domain_size,
+                        candidates=candidates, top=top, seed=seed, evaluate=evaluate, calibration=calibration,
+                        hash_key=hash_key, full_domain=full_domain, mode=mode, options=options)
+
+
+def with_left_out(report, dropped: int):
+    """``report`` over the users who had a value, ``dropped`` others left out by --missing drop: n is then a count
+    of the data, which the report carries un-noised, so it is not private and says how many were left out
+    (docs/privacy.md, "Missing values")."""
+    if dropped:
+        report.warnings.insert(0, f"{dropped} users with a missing value were left out (--missing drop): n is a "
+                                  "count of the data, and the report is not private")
+        report.privacy = report.privacy.as_left_out(dropped)
+    return report
+
+
+def _source(data: Any, *columns: str) -> str:
+    """How errors and the report name the input: "column 'app' of a pandas DataFrame", or of the path."""
+    return f"column{'s' if len(columns) > 1 else ''} {', '.join(map(repr, columns))} of {frame_name(data)}"
+
+
+def _item_encoder(entry, domain_size: int | None, candidates, hash_key: str | None, seed: int | None, item_type: str):
+    """As the command line's: a categorical protocol's public categories (or integers in [0, N)), a small-domain
+    protocol's B (required), else B (default 2^24) with the run's item-hash key."""
+    from .frequency import item_encoder
+
+    if entry.categorical:
+        if candidates is not None:
+            encoder = CategoryEncoder([str(c) for c in candidates])
+            if domain_size not in (None, encoder.domain_size):
+                raise ParameterError("domain_size", f"left out, or the number of categories listed "
+                                     f"({encoder.domain_size})", domain_size)
+            return encoder
+        if domain_size is None or item_type == "str":
+            raise ParameterError("candidates", "given for text items (the public list of the N categories), or "
+                                 "domain_size=N for integer items in [0, N)", None)
+        return CategoryEncoder(domain_size)
+    if domain_size is None and entry.small_domain:
+        raise ParameterError.required("domain_size", f"for {entry.name}: B, the number of possible items (its "
+                                      "messages or its error grow with B; text is hashed into [B])")
+    return item_encoder(DEFAULT_DOMAIN if domain_size is None else domain_size, hash_key, seed)
+
+
+def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domain_size, candidates, options,
+                 hash_key, seed, user, **run: Any):
+    from ..io import read_codes
+    from ..io.items import encode_blocks
+    from .frequency import estimate_frequencies
+
+    encoder = _item_encoder(entry, domain_size, candidates, hash_key, seed, fmt.item_type)
+    if kind == "file":
+        read = read_codes(data, encoder, fmt, field="data")
+        source = str(data)
+    elif user is None:
+        table = frame_table(data, [fmt.column], ["item"])
+        read = encode_blocks(table_blocks(table, fmt.column), encoder, fmt, "item", source)
+    else:
+        table, users = _user_rows(data, fmt, user)
+        read = encode_blocks(table_blocks(table, fmt.column), encoder, fmt, "item", source)
+        read.codes = bound_items(users, read.codes, _bounding_rng(seed))
+        read.dropped = 0  # rows, not users, were left out: every user kept one item at least (_user_rows)
+    _check_users("data" if kind == "file" else "item", read.codes.size, read.dropped, source)
+    candidate_codes = None
+    if candidates is not None and not entry.categorical:
+        candidate_codes = encoder.encode(list(candidates), field="candidates", public=True)
+    report, _ = estimate_frequencies(entry.name, read.codes, encoder, candidate_codes=candidate_codes, seed=seed,
+                                     input_name=source, options=options, **run)
+    return with_left_out(report if user is None else _per_user(report), read.dropped)
+
+
+def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length, user, **run: Any):
+    from ..io import read_items
+    from ..io.items import typed_items
+    from ..protocols.registry import DEFAULT_MAX_LENGTH
+    from .heavy_hitters import estimate_heavy_hitters
+
+    if kind == "file":
+        values, dropped = read_items(data, fmt, field="data")
+        source = str(data)
+    else:
+        table, users = (frame_table(data, [fmt.column], ["item"]), None) if user is None else \
+            _user_rows(data, fmt, user)
+        values, dropped = typed_items(table_blocks(table, fmt.column), fmt, "item", source,
+                                      lambda i: f"value {i + 1} of {source}")
+        if user is not None:
+            import pyarrow as pa
+
+            distinct = pa.array(values).dictionary_encode()
+            chosen = bound_items(users, distinct.indices.to_numpy(zero_copy_only=False), _bounding_rng(run["seed"]))
+            values, dropped = distinct.dictionary.take(chosen).to_pylist(), 0
+    _check_users("data" if kind == "file" else "item", len(values), dropped, source)
+    strings = isinstance(values, list) and values and isinstance(values[0], str)
+    if strings and max_length is None:
+        max_length = DEFAULT_MAX_LENGTH
+    if not strings and max_length is not None:
+        raise ParameterError("max_length", "left out for integer items (domain_size B sets their range)", max_length)
+    if run["calibration"] is None:
+        run["calibration"] = registry.get("fe-hh").calibrations[0]
+    report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, **run)
+    return with_left_out(report if user is None else _per_user(report), dropped)
+
+
+def _vector_estimate(entry, data, kind: str, columns, fmt: InputFormat, *, domain_size, candidates, **run: Any):
+    from ..io import read_vectors_counted
+    from ..io.vectors import _numeric_table
+    from .frequency import estimate_vector_sum
+
+    if kind == "file":
+        if columns is not None:
+            raise ParameterError("columns", "left out for a file (every column of the table is a coordinate)",
+                                 list(columns))
+        inputs, dropped = read_vectors_counted(data, fmt, field="data")
+        source = str(data)
+    else:
+        if not columns:
+            raise ParameterError.required("columns", "the names of the columns of the users' vectors (the sparse "
+                                          "protocols: the coordinate and the weight), one row a user")
+        source = _source(data, *columns)
+        table = frame_table(data, columns, ["columns"] * len(columns))
+        inputs, dropped = _numeric_table(table, None, source, "columns", fmt.missing)
+    _check_users("data" if kind == "file" else "columns", len(inputs), dropped, source)
+    if entry.one_sparse and domain_size is None:
+        raise ParameterError.required("domain_size", "B, the public number of coordinates (the (coordinate, weight) "
+                                      "rows must lie in [0, B))")
+    coordinates = None if candidates is None else _integers("candidates", candidates)
+    report, _ = estimate_vector_sum(entry.name, inputs, dimension=domain_size, candidates=coordinates,
+                                    input_name=source, **run)
+    return with_left_out(report, dropped)
+
+
+USER_ROWS = ("user-level: neighbouring datasets differ in all of one user's rows (each user's rows bounded to one "
+             "item, chosen uniformly at random among the user's distinct items, before randomizing); n, the number "
+             "of distinct users, is public")
+
+
+def bound_items(users, codes, rng):
+    """One code per user (in the order of the users' indices): among each user's distinct codes, one chosen
+    uniformly at random with ``rng`` (a uniform key per distinct (user, code) pair, the largest kept).
+
+    The choice depends on the user's own rows only, so two datasets that differ in all of one user's rows give
+    bounded datasets that differ in that user's one item: the protocol's replace-one guarantee holds with the user
+    as the unit (docs/privacy.md, "Many rows a user")."""
+    import numpy as np
+
+    order = np.lexsort((codes, users))
+    users, codes = users[order], codes[order]
+    distinct = np.ones(users.size, dtype=bool)
+    distinct[1:] = (users[1:] != users[:-1]) | (codes[1:] != codes[:-1])
+    users, codes = users[distinct], codes[distinct]
+    order = np.lexsort((rng.random(users.size), users))
+    last = np.ones(users.size, dtype=bool)
+    last[:-1] = users[order][1:] != users[order][:-1]
+    return codes[order][last]
+
+
+def _bounding_rng(seed: int | None):
+    """The run's randomness for the bounding: its own stream of the seed, else the secure generator."""
+    from ..core.randomness import streams
+
+    return streams(seed, ("bounding",))["bounding"]
+
+
+def _user_rows(data, fmt: InputFormat, user: str):
+    """(the item column as a table, each row's user index): a row without a user is an error naming it; with
+    ``missing="drop"`` the rows without an item are left out, and a user left with none is an error (leaving him
+    out would make n a count of the data, as --missing drop does for one row a user)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    table = frame_table(data, [fmt.column, user], ["item", "user"])
+    users = table.column(user).combine_chunks()
+    if users.null_count:
+        row = int(np.flatnonzero(users.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ParameterError("user", "a user on every row", f"nothing on row {row + 1} of {_source(data, user)}")
+    ids = pc.dictionary_encode(users).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    items = table.select([fmt.column])
+    present = items.column(0).is_valid()
+    if fmt.missing == "drop" and items.column(0).null_count:
+        keep = present.to_numpy(zero_copy_only=False)
+        lost = np.setdiff1d(ids, ids[keep]).size
+        if lost:
+            raise ParameterError("user", "users with an item on one row at least (missing='drop' leaves out rows; "
+                                 "a user with no item left would be left out, and n would count the data)",
+                                 f"{lost} users with no item in {_source(data, fmt.column)}")
+        items, ids = items.filter(present), ids[keep]
+    return items, ids
+
+
+def _per_user(report):
+    """``report`` with the user as the privacy unit (its rows bounded by :func:`bound_items`)."""
+    privacy = report.privacy
+    report.privacy = replace(privacy.with_event(replace(privacy.event, neighbouring=USER_ROWS)),
+                             private=privacy.private, not_private_reason=privacy.not_private_reason,
+                             randomness=privacy.randomness)
+    return report
+
+
+def _integers(field: str, values) -> Any:
+    import numpy as np
+
+    array = np.asarray(list(values))
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise ParameterError(field, "a list of integer coordinates", repr(list(values))[:60])
+    return array.astype(np.int64)
+
+
+def _check_users(field: str, n: int, dropped: int, source: str) -> None:
+    """An empty column (or one whose every value was missing and dropped) is named before any calibration."""
+    if n < 2:
+        left = f", after {dropped} missing values dropped" if dropped else ""
+        raise ParameterError(field, "at least 2 users with a value", f"{n} in {source}{left}")
+

@@ -1,0 +1,295 @@
+"""privagg.estimate over DataFrames and Parquet (issue 49, item 2): the same report as the file path, the file
+readers' errors naming the argument, the reports as pandas and Polars frames, and their plots."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: the tests draw off screen
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import privagg
+from privagg import ParameterError
+from privagg.io import InputFormat, read_codes, read_items, read_vectors_counted
+from privagg.simulate.frequency import estimate_frequencies, estimate_vector_sum, item_encoder
+from privagg.simulate.heavy_hitters import estimate_heavy_hitters
+
+APPS = ["mail", "maps", "chat", "news", "game"]
+RUN = dict(epsilon=1, delta=1e-8, seed=3)
+
+
+@pytest.fixture(scope="module")
+def events() -> pd.DataFrame:
+    rng = np.random.default_rng(7)
+    n = 6000
+    return pd.DataFrame({"app": rng.choice(APPS, n, p=[0.4, 0.25, 0.2, 0.1, 0.05]),
+                         "code": rng.integers(0, 50, n), "x": rng.random(n), "y": rng.random(n)})
+
+
+def polars():
+    return pytest.importorskip("polars")  # the frames extra (in test's all) installs it: this skips only without it
+
+
+def _frames(events: pd.DataFrame, tmp_path, columns: list[str]) -> dict[str, object]:
+    """The same columns as a pandas frame, a Polars DataFrame and LazyFrame, a Parquet file and a dataset folder."""
+    pl = polars()
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "events.parquet"
+    pq.write_table(pa.Table.from_pandas(events[columns], preserve_index=False), path, row_group_size=1000)
+    folder = tmp_path / "events"
+    folder.mkdir()
+    half = len(events) // 2
+    for i, part in enumerate((events[columns][:half], events[columns][half:])):
+        pq.write_table(pa.Table.from_pandas(part, preserve_index=False), folder / f"part-{i}.parquet")
+    return {"pandas": events, "polars": pl.from_pandas(events), "lazy": pl.from_pandas(events).lazy(),
+            "parquet": path, "dataset": folder}
+
+
+def _rows(report):
+    return [(e.item, e.estimate, e.stderr, getattr(e, "true_count", None)) for e in report.estimates]
+
+
+@pytest.mark.parametrize("column, options", [("app", dict(candidates=APPS)), ("code", dict(domain_size=50))])
+def test_frames_and_parquet_give_the_file_readers_report(events, tmp_path, column, options):
+    """Every kind of input gives the report ``privagg estimate`` gives over the same column of a file: the same
+    codes, so the same seeded run, bit for bit."""
+    path = tmp_path / "items.csv"
+    events[[column]].to_csv(path, index=False)
+    encoder = item_encoder(options.get("domain_size", 2**24), None, RUN["seed"])
+    codes = read_codes(path, encoder, InputFormat(column=column)).codes
+    candidates = encoder.encode(APPS, public=True) if "candidates" in options else None
+    expected, _ = estimate_frequencies("fe1", codes, encoder, candidate_codes=candidates, **RUN)
+    for name, data in _frames(events, tmp_path, [column]).items():
+        report = privagg.estimate(data, "fe1", item=column, **RUN, **options)
+        assert type(report).__name__ == "EstimateReport", name
+        assert report.n_users == len(events)
+        assert _rows(report) == _rows(expected), name
+        assert not report.privacy.private and "seeded simulation" in report.privacy.not_private_reason
+
+
+def test_heavy_hitters_and_vectors_from_frames(events, tmp_path):
+    values, _ = read_items(_csv(events, tmp_path, ["app"]), InputFormat(column="app"))
+    expected, _ = estimate_heavy_hitters(values, phi=0.15, max_length=8, **RUN)
+    for name, data in _frames(events, tmp_path, ["app"]).items():
+        report = privagg.estimate(data, "fe-hh", item="app", phi=0.15, max_length=8, **RUN)
+        assert [(h.item, h.estimate) for h in report.heavy_hitters] == \
+            [(h.item, h.estimate) for h in expected.heavy_hitters], name
+    assert {"mail", "maps", "chat"} <= {h.item for h in expected.heavy_hitters}
+    vectors, _ = read_vectors_counted(_csv(events, tmp_path, ["x", "y"]), InputFormat())
+    expected, _ = estimate_vector_sum("blanket-vector", vectors, **RUN)
+    for name, data in _frames(events, tmp_path / "vectors", ["x", "y"]).items():
+        columns = None if name == "parquet" else ["x", "y"]  # a file's every column is a coordinate, as --input's
+        report = privagg.estimate(data, "blanket-vector", columns=columns, **RUN)
+        assert [(e.item, e.estimate) for e in report.estimates] == \
+            [(e.item, e.estimate) for e in expected.estimates], name
+
+
+def _csv(events, tmp_path, columns):
+    path = tmp_path / f"{'-'.join(columns)}.csv"
+    events[columns].to_csv(path, index=False)
+    return path
+
+
+def test_an_unseeded_run_is_private_and_unbiased(events):
+    """Secure randomness by default, as the command line: a private report, with no true counts in it; the
+    estimates within 4 standard errors of the truth."""
+    report = privagg.estimate(events, "fe1", item="app", epsilon=1, delta=1e-8, candidates=APPS)
+    assert report.privacy.private and report.privacy.not_private_reason is None
+    assert "secure" in report.simulation.randomness
+    truth = events["app"].value_counts()
+    for e in report.estimates:
+        assert e.true_count is None
+        assert abs(e.estimate - truth[e.item]) < 4 * e.stderr, (e, truth[e.item])
+
+
+@pytest.mark.parametrize("frame, field, message", [
+    (pd.DataFrame({"app": ["mail", 3, "chat", 2.5]}), "item", "column 'app' of a pandas DataFrame mixes 'float', "
+                                                              "'int', 'str'"),
+    (pd.DataFrame({"app": ["mail", None, "chat"]}), "item", "nothing on row 2 of column 'app' of a pandas DataFrame"),
+    (pd.DataFrame({"app": [1.0, np.nan, 3.0]}), "item", "nothing on row 2 of column 'app'"),
+    (pd.DataFrame({"app": [0.5, 1.5, 2.0]}), "item", "values of type double in column 'app'"),
+    (pd.DataFrame({"app": pd.Series([], dtype=object)}), "item", "0 in column 'app' of a pandas DataFrame"),
+    (pd.DataFrame({"other": ["mail", "chat"]}), "item", "must be a column of a pandas DataFrame: one of 'other'"),
+    (pd.DataFrame({"app": [1, 2, 70]}), "item", "integers in [0, 50)"),
+    ({"app": [1, 2]}, "data", "got dict"),
+])
+def test_bad_columns_are_named(frame, field, message):
+    with pytest.raises(ParameterError) as err:
+        privagg.estimate(frame, "fe1", item="app", domain_size=50, **RUN)
+    assert err.value.field == field and message in str(err.value), str(err.value)
+
+
+def test_bad_polars_columns_are_named():
+    pl = polars()
+    with pytest.raises(ParameterError, match=r"item must be .* nothing on row 2 of column 'app' of a Polars Data"):
+        privagg.estimate(pl.DataFrame({"app": [1.0, float("nan"), 2.0]}), "fe1", item="app", domain_size=50, **RUN)
+    with pytest.raises(ParameterError, match="item must be a column of a Polars LazyFrame: one of 'a'"):
+        privagg.estimate(pl.LazyFrame({"a": [1, 2]}), "fe1", item="app", domain_size=50, **RUN)
+
+
+def test_wrong_arguments_for_the_protocol(events, tmp_path):
+    for kwargs, field in [(dict(item=None), "item"), (dict(item="app", columns=["x"]), "columns")]:
+        with pytest.raises(ParameterError) as err:
+            privagg.estimate(events, "fe1", **kwargs, **RUN)
+        assert err.value.field == field
+    with pytest.raises(ParameterError, match="item must be left out for blanket-vector"):
+        privagg.estimate(events, "blanket-vector", item="x", **RUN)
+    with pytest.raises(ParameterError, match="columns must be numbers in every column"):
+        privagg.estimate(events, "blanket-vector", columns=["x", "app"], **RUN)
+    with pytest.raises(ParameterError, match="domain_size is required for grr"):
+        privagg.estimate(events, "grr", item="app", **RUN)
+    with pytest.raises(ParameterError, match=r"data must be .*\(a folder of Parquet files\), got .* \(no file in it\)"):
+        privagg.estimate(tmp_path, "fe1", item="app", **RUN)  # an empty folder
+
+
+def test_missing_drop_says_the_report_is_not_private():
+    frame = pd.DataFrame({"app": [1.0, np.nan, 3.0] * 20})
+    report = privagg.estimate(frame, "fe1", item="app", domain_size=50, missing="drop", epsilon=1, delta=1e-8)
+    assert report.n_users == 40 and not report.privacy.private
+    assert "users left out" in report.privacy.not_private_reason
+    assert report.warnings[0].startswith("20 users with a missing value were left out")
+
+
+def test_reports_as_pandas_and_polars(events):
+    pl = polars()
+    report = privagg.estimate(events, "fe1", item="app", candidates=APPS, **RUN)
+    frame = report.to_pandas()
+    assert frame.index.name == "item" and list(frame.columns) == ["estimate", "stderr", "true_count"]
+    assert frame.loc[report.estimates[0].item, "estimate"] == report.estimates[0].estimate
+    table = report.to_polars()
+    assert table.columns == ["item", "estimate", "stderr", "true_count"]
+    assert table["item"].to_list() == [e.item for e in report.estimates]
+    assert table["stderr"].to_list() == [e.stderr for e in report.estimates]
+    released = privagg.estimate(events, "fe1", item="app", candidates=APPS, epsilon=1, delta=1e-8)
+    assert list(released.to_pandas().columns) == ["estimate", "stderr"]  # nothing from the data in a release
+    assert isinstance(released.to_polars(), pl.DataFrame)
+
+
+def test_results_to_polars():
+    pl = polars()
+    params = privagg.calibrate("blanket-vector", epsilon=1, delta=1e-6, n_users=1000, domain_size=3)
+    total = privagg.VectorSum(params, np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.3]))
+    table = total.to_polars(labels=["age", "height", "weight"])
+    assert isinstance(table, pl.DataFrame) and table.columns == ["coordinate", "estimate", "stderr"]
+    assert table.rows() == [("age", 1.0, 0.1), ("height", 2.0, 0.2), ("weight", 3.0, 0.3)]
+
+
+@pytest.mark.parametrize("protocol, kwargs, listed", [
+    ("fe1", dict(item="app", candidates=APPS), "estimates"),
+    ("fe-hh", dict(item="app", phi=0.15, max_length=8), "heavy_hitters"),
+    ("blanket-vector", dict(columns=["x", "y"]), "estimates"),
+])
+def test_plot_draws_the_estimates_with_95_percent_error_bars(events, protocol, kwargs, listed):
+    report = privagg.estimate(events, protocol, **kwargs, **RUN)
+    rows = getattr(report, listed)
+    ax = report.plot()
+    from matplotlib.container import BarContainer
+
+    (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in bars.patches] == pytest.approx([r.estimate for r in rows])
+    (segments,) = [c.get_segments() for c in bars.errorbar.lines[2]]
+    assert [s[1][1] - s[0][1] for s in segments] == pytest.approx([2 * 1.96 * r.stderr for r in rows])
+    assert [s[0][1] + s[1][1] for s in segments] == pytest.approx([2 * r.estimate for r in rows])
+    assert "NOT PRIVATE (seeded simulation" in ax.get_title()
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(getattr(r, "name", None) or r.item) for r in rows]
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
+    released = privagg.estimate(events, protocol, **kwargs, epsilon=1, delta=1e-8)
+    ax = released.plot(plt.figure().add_subplot())
+    assert ax.get_title().splitlines()[1].startswith("privacy: (1, 1e-08)-DP")
+    plt.close(ax.figure)
+
+
+def _event_log(seed: int = 5, n: int = 4000):
+    """An event log: n users with 1 to 30 rows each (heavy-tailed), mostly their favourite app."""
+    rng = np.random.default_rng(seed)
+    rows = np.minimum(rng.zipf(1.6, n), 30)
+    users = np.repeat(np.arange(n), rows)
+    favourite = rng.integers(0, len(APPS), n)
+    other = rng.integers(0, len(APPS), users.size)
+    items = np.where(rng.random(users.size) < 0.7, favourite[users], other)
+    return pd.DataFrame({"device": (users * 7919) % 100_003, "app": np.array(APPS)[items]})
+
+
+def test_bound_items_picks_one_distinct_item_uniformly():
+    """A user whose rows are a ten times, b and c once holds each with probability 1/3 (distinct items, not rows):
+    over 30,000 such users each count is Binomial(30000, 1/3), within 4 sd (82)."""
+    from privagg.simulate.frames import bound_items
+
+    n = 30_000
+    users = np.repeat(np.arange(n), 12)
+    codes = np.tile(np.array([0] * 10 + [1, 2]), n)
+    chosen = bound_items(users, codes, np.random.default_rng(11))
+    assert chosen.size == n
+    sd = np.sqrt(n * (1 / 3) * (2 / 3))
+    assert np.all(np.abs(np.bincount(chosen, minlength=3) - n / 3) < 4 * sd), np.bincount(chosen)
+    one = bound_items(np.array([4, 4, 9]), np.array([6, 6, 2]), np.random.default_rng(0))
+    assert one.tolist() == [6, 2]  # in the users' order, each his own item
+
+
+def test_user_bounding_estimates_the_bounded_data():
+    """user=: n is the distinct users, the estimates unbiased for the counts among the bounded items (each within
+    4 stderr of the true count the evaluation shows), the neighbouring relation user-level."""
+    from privagg.simulate.frames import USER_ROWS
+
+    log = _event_log()
+    report = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, **RUN)
+    assert report.n_users == log["device"].nunique() < len(log)
+    assert report.privacy.neighbouring == USER_ROWS and "all of one user's rows" in report.privacy.neighbouring
+    assert sum(e.true_count for e in report.estimates) == report.n_users
+    for e in report.estimates:
+        assert abs(e.estimate - e.true_count) < 4 * e.stderr, e
+    again = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, **RUN)
+    assert _rows(again) == _rows(report)  # the seed fixes the bounding too
+    released = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, epsilon=1, delta=1e-8)
+    assert released.privacy.private and released.privacy.neighbouring == USER_ROWS
+    hh = privagg.estimate(log, "fe-hh", item="app", user="device", phi=0.15, max_length=8, **RUN)
+    assert hh.n_users == report.n_users and hh.privacy.neighbouring == USER_ROWS
+
+
+def test_user_bounding_refuses_what_it_cannot_state():
+    log = _event_log(n=300)
+    cases = [
+        (dict(max_items=2), "max_items", "L > 1, whose guarantee composes over a user's L items, is not implemented"),
+        (dict(max_items=0), "max_items", "got 0"),
+        (dict(user="nope"), "user", "must be a column of a pandas DataFrame"),
+    ]
+    for kwargs, field, message in cases:
+        with pytest.raises(ParameterError) as err:
+            privagg.estimate(log, "fe1", item="app", **{"user": "device", **kwargs}, candidates=APPS, **RUN)
+        assert err.value.field == field and message in str(err.value), str(err.value)
+    with pytest.raises(ParameterError, match="user must be a user on every row, got nothing on row 2 of column"):
+        privagg.estimate(pd.DataFrame({"device": ["a", None, "b"], "app": ["mail"] * 3}), "fe1", item="app",
+                         user="device", candidates=APPS, **RUN)
+    with pytest.raises(ParameterError, match="user must be left out for blanket-vector: bounding a user's rows"):
+        privagg.estimate(pd.DataFrame({"device": [1, 2], "x": [0.1, 0.2]}), "blanket-vector", columns=["x"],
+                         user="device", **RUN)
+
+
+def test_user_bounding_with_missing_items_dropped():
+    """missing="drop" leaves out rows: a user with an item left keeps n and the guarantee (the relation covers
+    all of his rows); a user with none would be left out, making n a count of the data: refused, naming user."""
+    frame = pd.DataFrame({"device": [1, 1, 2, 2, 3] * 20 + [9], "app": ["mail", None, "maps", "chat", "news"] * 20
+                          + ["mail"]})
+    report = privagg.estimate(frame, "fe1", item="app", user="device", missing="drop", candidates=APPS, epsilon=1,
+                              delta=1e-8)
+    assert report.n_users == 4 and report.privacy.private and not any("left out" in w for w in report.warnings)
+    frame.loc[len(frame)] = [10, None]
+    with pytest.raises(ParameterError, match="user must be users with an item .* got 1 users with no item"):
+        privagg.estimate(frame, "fe1", item="app", user="device", missing="drop", candidates=APPS, **RUN)
+
+
+def test_arguments_the_protocol_does_not_read_are_refused(events):
+    for protocol, kwargs in [("fe1", dict(item="app", phi=0.1)), ("fe1", dict(item="app", max_items=2)),
+                             ("fe-hh", dict(item="app", hash_key="00")),
+                             ("blanket-vector", dict(columns=["x"], full_domain=True))]:
+        (name,) = set(kwargs) - {"item", "columns"}
+        with pytest.raises(ParameterError) as err:
+            privagg.estimate(events, protocol, **kwargs, **RUN)
+        assert err.value.field == name and f"left out for {protocol}" in str(err.value)
