@@ -1,5 +1,5 @@
 """Part 14 of ``make bench``: a shuffle task's batch larger than memory, released as Arrow partitions and aggregated
-partition by partition (``service/partitions.py``; the order's proof in docs/derivations.md).
+partition by partition (``service/shuffle/partitions.py``; the order's proof in docs/derivations.md).
 
 m FE1 messages (10^6 by default; ``PRIVAGG_BENCH_PARTITION_MESSAGES`` sets it) are sealed in bulk to one task's
 key by two processes, as the clients would have sealed them (the HTTP path is not what this measures), and
@@ -85,7 +85,7 @@ def _seal_chunk(task_json: str, items, seed: int, path: str) -> tuple[int, bytes
     with as many bytes as the seed's messages seal to was sealed by an earlier run in the same folder and is kept
     (the analysis checks it: its result must equal the plaintext messages')."""
     from privagg.protocols.registry import analyzer, client
-    from privagg.service.aggregate_codec import encode_aggregate
+    from privagg.service.shuffle.aggregate_codec import encode_aggregate
     from privagg.service.tasks import Task, seal_messages
 
     task = Task.from_json(task_json, verify=False)
@@ -146,7 +146,7 @@ class _WorkerPeaks:
 
 
 def _release(folder: Path, task_json: str, chunks: list[str], messages: int, reports: int, budget: int) -> dict:
-    from privagg.service.partitions import partition_count, write_partitions
+    from privagg.service.shuffle.partitions import partition_count, write_partitions
     from privagg.service.tasks import Task
 
     task = Task.from_json(task_json, verify=False)
@@ -164,10 +164,10 @@ def _analyze(folder: Path, budget: int) -> dict:
     import sqlalchemy as sa
 
     from privagg.service import storage
-    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.shuffle.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
-    from privagg.service.partitions import MANIFEST
-    from privagg.service.workers import BatchWorkers
+    from privagg.service.shuffle.partitions import MANIFEST
+    from privagg.service.shuffle.workers import BatchWorkers
 
     kek = KeyEncryptionKey.load(folder / "kek")
     engine = storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek)
@@ -201,8 +201,8 @@ def run(folder: Path, parameters, items: np.ndarray, budget: int) -> dict:
     from privagg.protocols.registry import analyzer
     from privagg.protocols.results import HeavyHitterList
     from privagg.service import storage
-    from privagg.service.aggregate_codec import decode_aggregate
-    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.shuffle.aggregate_codec import decode_aggregate
+    from privagg.service.shuffle.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
 
     if (folder / "task_id").exists():  # an earlier run in this folder: its task, and the chunks it sealed
@@ -256,9 +256,9 @@ def release_full(folder: Path, messages: int = FULL_SCALE, chunk: int = 1_000_00
     RSS (VmHWM) and what the process held before the batch. Random bytes stand in for the ciphertexts (the release
     only moves them)."""
     from privagg.service import storage
-    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.shuffle.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
-    from privagg.service.partitions import partition_count, write_partitions
+    from privagg.service.shuffle.partitions import partition_count, write_partitions
 
     kek = KeyEncryptionKey.generate()
     service = AnalyzerService(storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer", kek=kek), kek=kek)

@@ -51,11 +51,11 @@ def decrypt_throughput(folder: Path) -> dict:
     only while it opens), their start-up included."""
     from privagg.protocols.registry import calibrate, client as make_client
     from privagg.service import storage
-    from privagg.service.analyzer import AnalyzerService
-    from privagg.service.collector import batch_stream
+    from privagg.service.shuffle.analyzer import AnalyzerService
+    from privagg.service.shuffle.collector import batch_stream
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.tasks import seal_messages
-    from privagg.service.workers import BatchWorkers
+    from privagg.service.shuffle.workers import BatchWorkers
 
     engine = storage.connect(f"sqlite:///{folder / 'analyzer.db'}", "analyzer")
     params = calibrate("fe1", epsilon=EPSILON, delta=DELTA, n_users=USERS, domain_size=DOMAIN)

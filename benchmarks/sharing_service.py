@@ -39,8 +39,8 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
     from privagg.demos import sharing_demo_data
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters, threshold
-    from privagg.service.sharing_demo import (SharingDeployment, dropout_plan, expected_sealed_bytes,
-                                              min_survivors_for, run_rounds)
+    from privagg.service.round_demo import dropout_plan, min_survivors_for
+    from privagg.service.sharing.demo import SharingDeployment, expected_sealed_bytes, run_rounds
 
     codes, _, beta = sharing_demo_data(users, CATEGORIES)
     parameters = calibrate("dpds", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,
@@ -78,7 +78,7 @@ def _run_tss(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict
     from privagg.demos import sharing_demo_data
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters
-    from privagg.service.two_servers_demo import run_tss_services
+    from privagg.service.two_servers.demo import run_tss_services
 
     codes, _, beta = sharing_demo_data(users, CATEGORIES)
     parameters = calibrate("tss", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,

@@ -39,10 +39,10 @@ def measure(clients: int, concurrency: int, domain: int) -> dict:
 
     from privagg.protocols.registry import calibrate
     from privagg.service import storage
-    from privagg.service.analyzer import AnalyzerService
-    from privagg.service.client import Client
+    from privagg.service.shuffle.analyzer import AnalyzerService
+    from privagg.service.shuffle.client import Client
     from privagg.service.keys import KeyEncryptionKey
-    from privagg.service.loadgen import prepare_reports, send_reports
+    from privagg.service.shuffle.loadgen import prepare_reports, send_reports
     from privagg.service.local import cpu_seconds
 
     kek = KeyEncryptionKey.generate()

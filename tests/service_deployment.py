@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from privagg.service import storage
-from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
-from privagg.service.client import Client, Report
-from privagg.service.collector import Collector, create_app as collector_app
+from privagg.service.shuffle.analyzer import AnalyzerService, create_app as analyzer_app
+from privagg.service.shuffle.client import Client, Report
+from privagg.service.shuffle.collector import Collector, create_app as collector_app
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import Task, seal_messages
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from privagg.protocols.registry import calibrate
-from privagg.service.client import Client, Report
-from privagg.service.loadgen import prepare_reports, send_reports
-from privagg.service.local import LocalDeployment, ServiceProcess
+from privagg.service.shuffle.client import Client, Report
+from privagg.service.shuffle.loadgen import prepare_reports, send_reports
+from privagg.service.local import ServiceProcess
+from privagg.service.shuffle.deployment import LocalDeployment
 
 DOMAIN = 100
 

@@ -429,7 +429,7 @@ def test_generic_pairs_are_sized_before_they_are_listed():
 def test_sampling_audit_cost_bounds_the_real_work(name, kw, monkeypatch):
     """audit_cost's joint states and cached outcomes are upper bounds on what OutputLaws does, and close."""
     import privagg.audit as audit_module
-    from privagg.protocols.sampling_sharing import audit_cost
+    from privagg.protocols.sampling_laws import audit_cost
 
     made = []
     init = audit_module.OutputLaws.__init__

@@ -29,7 +29,9 @@ def test_the_import_and_the_help_load_no_heavy_module(code):
 
 # what a protocol command may not load: the other protocols' modules, the services, and what neither of these two
 # commands uses (pydantic: typer's conversions are made plain, cli.options._plain_conversions; rich: --json)
-OTHERS = ("privagg.protocols.sampling_sharing", "privagg.protocols.central_baselines", "privagg.protocols.heavy_hitters",
+OTHERS = ("privagg.protocols.sampling_sharing", "privagg.protocols.sampling_calibration",
+          "privagg.protocols.sampling_servers", "privagg.protocols.central_baselines",
+          "privagg.protocols.heavy_hitters",
           "privagg.protocols.privacy_blanket", "privagg.protocols.sparse_vector", "privagg.protocols.sharing_parties",
           "privagg.protocols.two_server_parties", "privagg.simulate.secret_sharing", "privagg.service", "scipy",
           "pydantic", "rich", "numba", "sqlalchemy", "httpx", "fastapi")

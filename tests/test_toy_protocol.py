@@ -91,8 +91,8 @@ out["schemas"] = {name: json_schema(REPORT_TYPES[name]) for name in ("calibrate"
 
 from privagg.protocols.registry import load_parameters
 from privagg.service import storage
-from privagg.service.aggregate_codec import decode_aggregate, encode_aggregate
-from privagg.service.analyzer import AnalyzerService
+from privagg.service.shuffle.aggregate_codec import decode_aggregate, encode_aggregate
+from privagg.service.shuffle.analyzer import AnalyzerService
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import Task
 

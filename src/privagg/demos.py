@@ -3,7 +3,7 @@
 (fe1 below; :func:`run_heavy_hitter_demo` does fe-hh's discovery, :func:`run_sharing_demo` the multi-round
 protocols.)
 
-The services' leg (:func:`privagg.service.demo.run_services`): an analyzer and a collector on loopback ports,
+The services' leg (:func:`privagg.service.shuffle.demo.run_services`): an analyzer and a collector on loopback ports,
 an FE1 task, one SDK client over HTTP per user. The private result is then compared item by item with
 ``privagg estimate fe1`` on the same data: both estimate the same true counts without bias, so their difference
 over an item has standard deviation sqrt(se_service^2 + se_simulation^2), and over the whole domain these
@@ -22,7 +22,7 @@ from .datasets import english_vocabulary, english_words
 from .protocols.kinds import Topology
 from .protocols.registry import calibrate, get
 from .reports import to_json_dict
-from .service.demo import run_services
+from .service.shuffle.demo import run_services
 from .simulate.frequency import estimate_frequencies
 
 
@@ -99,8 +99,9 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
     z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes."""
     from .errors import ParameterError, check_integer
-    from .service.sharing_demo import check_drop_fraction, run_sharing_services
-    from .service.two_servers_demo import run_tss_services
+    from .service.round_demo import check_drop_fraction
+    from .service.sharing.demo import run_sharing_services
+    from .service.two_servers.demo import run_tss_services
     from .simulate.rounds import FAITHFUL_SECONDS_MAX
     from .simulate.runner import simulate
 

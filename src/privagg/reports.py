@@ -143,15 +143,15 @@ class _Estimates:
     def to_pandas(self):
         """The estimates as a pandas DataFrame (index ``item``; ``estimate``, ``stderr``, and ``true_count`` or
         ``true_sum`` where the report was evaluated). pandas is optional."""
-        from .protocols.results import _data_frame
+        from .protocols.results import data_frame
 
-        return _data_frame(self._rows(), "item")
+        return data_frame(self._rows(), "item")
 
     def to_polars(self):
         """:meth:`to_pandas`'s table as a Polars DataFrame, ``item`` its first column. Polars is optional."""
-        from .protocols.results import _polars_frame
+        from .protocols.results import polars_frame
 
-        return _polars_frame(self._rows(), "item")
+        return polars_frame(self._rows(), "item")
 
     def plot(self, ax=None):
         """The estimates as bars with 95% error bars (1.96 standard errors, the normal approximation of

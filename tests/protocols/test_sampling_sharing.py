@@ -17,8 +17,10 @@ from privagg.core.sharing import PrimeField, reconstruct, share
 from privagg.errors import ParameterError
 from privagg.privacy.sampling import chernoff_delta, paper_sampling_probability, sampling_delta
 from privagg.protocols import registry
-from privagg.protocols import sampling_sharing as ss
+from privagg.protocols import results
+from privagg.protocols import tss_parameters as tsp
 from privagg.protocols import two_server_parties as tp
+from privagg.protocols import weighted_aggregation as wa
 from privagg.simulate import simulate
 
 EPS, DELTA = 1.0, 1e-6
@@ -243,7 +245,7 @@ def test_tss_guarantee_uses_the_effective_rate():
     assert params.effective_probability == pytest.approx(rate)
     assert params.delta_at(EPS) == sampling_delta(EPS, rate, params.min_count)
     adaptive = tss(n=4000, domain=8, report_fraction=0.25, second_stage="adaptive", gamma=1.5)
-    assert adaptive.delta_at(EPS) == ss.adaptive_delta(EPS - math.log(1.5), adaptive.sampling_probability,
+    assert adaptive.delta_at(EPS) == tsp.adaptive_delta(EPS - math.log(1.5), adaptive.sampling_probability,
                                                        adaptive.min_count, adaptive.inclusion_probability) <= DELTA
 
 
@@ -344,11 +346,11 @@ def test_inverse_variance_weighting_beats_the_unweighted_baselines():
     for seed in range(runs):
         sums = [simulate(g, c, mode="fast", rng=seed * 2 + i).result.estimates * g.sampling_probability
                 for i, (g, c) in enumerate(zip(groups, codes))]
-        combined = ss.combine_groups(groups, sums)
+        combined = wa.combine_groups(groups, sums)
         draws.append(combined.estimates)
         plain.append(combined.unweighted)
     draws, plain = np.array(draws), np.array(plain)
-    theory = ss.combine_groups(groups, [np.bincount(c, minlength=4) * g.sampling_probability
+    theory = wa.combine_groups(groups, [np.bincount(c, minlength=4) * g.sampling_probability
                                         for g, c in zip(groups, codes)])
     assert np.all(theory.variance < theory.unweighted_variance)
     for est, variance in ((plain, theory.unweighted_variance), (draws, theory.variance)):
@@ -367,7 +369,7 @@ def test_a_count_nobody_sampled_is_not_reported_as_certain(make):
     p = make()
     q = p.effective_probability
     taus = np.arange(6)
-    table = ss.FrequencyTable(p, taus / q)
+    table = results.FrequencyTable(p, taus / q)
     reported = table.standard_error()
     for tau, se in zip(taus, reported):
         holders = np.arange(tau, tau + 4000)
@@ -389,7 +391,7 @@ def test_weighted_groups_report_no_certain_zero():
     counted holder's largest weight)."""
     groups = [registry.calibrate("dpds", epsilon=e, delta=1e-5, n_users=n, domain_size=4, min_count_fraction=0.125)
               for e, n in ((0.5, 4000), (3.0, 1000))]
-    combined = ss.combine_groups(groups, [np.array([0, 0, 10, 40]), np.array([0, 3, 20, 100])])
+    combined = wa.combine_groups(groups, [np.array([0, 0, 10, 40]), np.array([0, 3, 20, 100])])
     assert np.all(combined.variance > 0) and np.all(combined.unweighted_variance > 0)
     assert combined.variance[1] < combined.variance[2] < combined.variance[3]
 
@@ -421,7 +423,7 @@ def test_weighted_groups_that_differ_are_flagged_and_the_unweighted_estimate_sta
         for seed in range(runs):
             sums = [simulate(g, c, mode="fast", rng=2 * seed + i).result.estimates * g.effective_probability
                     for i, (g, c) in enumerate(zip(groups, codes))]
-            combined = ss.combine_groups(groups, sums)
+            combined = wa.combine_groups(groups, sums)
             plain.append(combined.unweighted)
             stderr.append(combined.unweighted_stderr)
             alarms += np.abs(combined.disagreement).max() > limit

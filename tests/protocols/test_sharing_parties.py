@@ -10,7 +10,7 @@ import pytest
 
 from privagg.core import shamir
 from privagg.errors import ParameterError
-from privagg.protocols import sampling_sharing as ss
+from privagg.protocols import sampling_calibration as sc
 from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, HEADER, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
                                                REVEAL, SERVER, Revealed, SharingServer, SharingUser, UserState,
                                                check_min_survivors, decode, encode, message_bytes, PairShares,
@@ -23,8 +23,8 @@ T = 13  # threshold: a majority of 24
 
 def parameters(protocol: str, **options):
     if protocol == "dpds":
-        return ss.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25, **options)
-    return ss.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN, **options)
+        return sc.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25, **options)
+    return sc.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN, **options)
 
 
 def run(p, codes, drop1=(), drop2=(), drop3=(), min_survivors=T, seed=1, claimed=None):
@@ -97,7 +97,7 @@ def test_the_shares_are_algorithm_2s():
 def test_dpds_through_the_parties_is_unbiased(runs):
     """Over seeded runs with dropouts at every round, the release's mean is the survivors' counts within 4
     standard errors (each run's estimate has variance Pi (1 - p) / p, Lemma III.1)."""
-    p = ss.calibrate_dpds(1.0, 0.05, 12, 2, min_count_fraction=0.25)
+    p = sc.calibrate_dpds(1.0, 0.05, 12, 2, min_count_fraction=0.25)
     codes = np.arange(12) % 2
     errors = []
     for seed in range(runs):
@@ -145,7 +145,7 @@ def test_the_lying_servers_view_is_the_same_for_any_item_of_the_named_user():
     """Two datasets differing in user 4's item, every party's secret the same, the server naming user 4 as a
     dropout: of everything it sees (keys, masked sums, reveals), only y_4 differs, and y_4 - b_4 is all that
     carries the item while no share of b_4's seed is revealed: y_4 is uniform to the server under both items."""
-    p = ss.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN)
+    p = sc.calibrate_dpdg(1.0, 1e-3, N_USERS, DOMAIN)
     other = CODES.copy()
     other[4] = (CODES[4] + 1) % DOMAIN
     claimed = [k for k in range(N_USERS) if k != 4]
@@ -284,10 +284,10 @@ def test_the_release_over_survivors_is_recomputed():
     with pytest.raises(ParameterError, match="survivors"):
         survivors_parameters(dpds, dishonest)
     with pytest.raises(ParameterError, match="protocol"):
-        check_min_survivors(ss.calibrate_dpcs(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25), 12)
+        check_min_survivors(sc.calibrate_dpcs(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.25), 12)
     # 3 categories of ceil(0.33 * 24) = 8 holders: 13 survivors may have lost a category's every holder but one,
     # and the release says so: delta = p, a user alone in his category
-    weak = ss.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.33)
+    weak = sc.calibrate_dpds(1.0, 1e-3, N_USERS, DOMAIN, min_count_fraction=0.33)
     assert check_min_survivors(weak, 13) == 13
     assert survivors_parameters(weak, 13).delta_at(1.0) == weak.sampling_probability
 
@@ -324,7 +324,7 @@ def test_the_survivors_delta_is_the_planned_conditions_worst_case(dropped):
 def test_the_issues_300_users_dropouts_state_the_exact_worst_case():
     """n = 300, 10 categories, beta = 0.022 (7 holders), (1, 1e-6): one dropout may leave a category 6 holders
     (delta 6.3e-6, where 1e-6 was stated); 21 may leave a user alone in his category (delta = p)."""
-    p = ss.calibrate_dpds(1.0, 1e-6, 300, 10, min_count_fraction=0.022)
+    p = sc.calibrate_dpds(1.0, 1e-6, 300, 10, min_count_fraction=0.022)
     one = survivors_parameters(p, 299)
     assert one.delta_at(1.0) == pytest.approx(pair_delta(1.0, p.sampling_probability, 5), rel=1e-9)
     assert 6e-6 < one.delta_at(1.0) < 6.5e-6

@@ -14,11 +14,11 @@ import pytest
 from scipy.stats import binom
 
 from privagg.errors import ParameterError
-from privagg.protocols.sampling_sharing import calibrate_dpds, calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sampling_calibration import calibrate_dpds, calibrate_tss, calibrate_tss_collusion
 from privagg.protocols.sharing_parties import survivors_parameters
-from privagg.protocols.two_server_parties import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, Election,
-                                                  FirstServer, Handover, SecondServer, TSSUser, UserState,
-                                                  check_min_survivors, decode, encode, message_bytes)
+from privagg.protocols.two_server_messages import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS,
+                                                   check_min_survivors, decode, encode, message_bytes)
+from privagg.protocols.two_server_parties import Election, FirstServer, Handover, SecondServer, TSSUser, UserState
 
 N_USERS, DOMAIN, MIN = 32, 4, 26
 

@@ -44,9 +44,9 @@ from typer.testing import CliRunner
 from privagg.errors import ParameterError
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.analyzer import AnalyzerService, create_app as analyzer_app
-from privagg.service.client import Client
-from privagg.service.collector import BATCH_MEDIA_TYPE, Collector, batch_stream, create_app as collector_app
+from privagg.service.shuffle.analyzer import AnalyzerService, create_app as analyzer_app
+from privagg.service.shuffle.client import Client
+from privagg.service.shuffle.collector import BATCH_MEDIA_TYPE, Collector, batch_stream, create_app as collector_app
 from privagg.service.config import describe, load_config
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready
@@ -596,7 +596,7 @@ def _serve_here(*args: str):
 
 
 def test_any_other_start_failure_is_one_line(tmp_path, monkeypatch):
-    from privagg.service import analyzer
+    from privagg.service.shuffle import analyzer
 
     result = _serve_here("analyzer", "--db", f"sqlite:///{tmp_path}/a.db", "--tls-cert", str(tmp_path / "no.pem"),
                          "--tls-key", str(tmp_path / "no.key"))  # (uvicorn would fail on them with a traceback)

@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from privagg.protocols.registry import calibrate
-from privagg.service.analyzer import create_app
-from privagg.service.console import Z95
+from privagg.service.shuffle.analyzer import create_app
+from privagg.service.shuffle.console import Z95
 from service_deployment import deploy, served, users
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (`make test` installs it where apt-get can)
@@ -90,7 +90,7 @@ def test_the_console_and_the_task_list_ask_for_the_result_token(tmp_path):
 
 def test_the_console_shows_discovered_strings_as_text_never_as_markup():
     """fe-hh names what users sent: an item like "<script>" is drawn as text (escaped), never run as markup."""
-    from privagg.service.console import task_page
+    from privagg.service.shuffle.console import task_page
 
     row = {"task_id": "ab" * 16, "protocol": "fe-hh", "n_users": 100, "min_batch_size": 100, "reports": 100,
            "batches": 1, "unopened": 0, "duplicates": 0, "state": "released"}

@@ -63,8 +63,9 @@ def test_both_services_over_tls(tmp_path, monkeypatch):
     import sys
 
     from privagg.protocols.registry import calibrate
-    from privagg.service.client import Client, submit
-    from privagg.service.local import LocalDeployment, free_port, wait_ready
+    from privagg.service.shuffle.client import Client, submit
+    from privagg.service.local import free_port, wait_ready
+    from privagg.service.shuffle.deployment import LocalDeployment
 
     cert, key = self_signed(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the SDK checks the services' certificate against it
@@ -103,8 +104,9 @@ def test_the_analyzer_opens_batches_on_a_dask_cluster(tmp_path):
     from dask.distributed import LocalCluster
 
     from privagg.protocols.registry import calibrate, client as make_client
-    from privagg.service.analyzer import SERIAL_BELOW, AnalyzerService, open_analyzer
-    from privagg.service.collector import batch_stream
+    from privagg.service.shuffle.analyzer import AnalyzerService, open_analyzer
+    from privagg.service.shuffle.analyzer_batches import SERIAL_BELOW
+    from privagg.service.shuffle.collector import batch_stream
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.storage import aggregates, analyzer_tasks, connect
     from privagg.service.tasks import seal_messages
@@ -137,7 +139,7 @@ def test_the_service_commands_end_to_end(tmp_path):
     import subprocess
     import sys
 
-    from privagg.service.local import LocalDeployment
+    from privagg.service.shuffle.deployment import LocalDeployment
 
     def privagg(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "privagg", *args], capture_output=True, text=True, timeout=300,

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from privagg.errors import ParameterError
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate, client as make_client
 from privagg.service import storage
-from privagg.service.aggregate_codec import decode_aggregate, encode_aggregate
-from privagg.service.analyzer import AnalyzerService, create_app
+from privagg.service.shuffle.aggregate_codec import decode_aggregate, encode_aggregate
+from privagg.service.shuffle.analyzer import AnalyzerService, create_app
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import create_task
 from service_deployment import database_at
@@ -169,8 +169,8 @@ def test_the_result_asks_for_its_token_when_one_is_set(tmp_path):
 
 def test_s2_seals_its_keys_too(tmp_path):
     """TSS's S2 holds a private key per task: sealed alike, and another KEK is refused before it opens one."""
-    from privagg.protocols.sampling_sharing import calibrate_tss
-    from privagg.service.two_servers import SecondService, s2_tasks
+    from privagg.protocols.sampling_calibration import calibrate_tss
+    from privagg.service.two_servers.servers import SecondService, s2_tasks
 
     kek, url = KeyEncryptionKey.generate(), f"sqlite:///{tmp_path}/s2.db"
     second = SecondService(storage.connect(url, "s2", kek=kek), kek=kek)

@@ -112,7 +112,7 @@ def test_the_stated_shortfall_is_the_estimates_bias_when_whole_reports_do_not_op
 def test_a_task_that_counts_on_every_user_is_not_private_once_a_message_does_not_open(d, tmp_path, capsys):
     """Honest fraction 1: the guarantee counts on all n reports whole, so one message that did not open leaves it
     unfounded; privagg result and the console say NOT PRIVATE, and why (not '(private)')."""
-    from privagg.service.analyzer import create_app
+    from privagg.service.shuffle.analyzer import create_app
     from privagg.cli.clients import print_result
     from service_deployment import served
 

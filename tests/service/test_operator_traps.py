@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 from privagg.cli import app
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.analyzer import create_app as analyzer_app
-from privagg.service.client import Client
-from privagg.service.collector import create_app as collector_app
+from privagg.service.shuffle.analyzer import create_app as analyzer_app
+from privagg.service.shuffle.client import Client
+from privagg.service.shuffle.collector import create_app as collector_app
 from privagg.service.keys import KeyEncryptionKey
 from service_deployment import database_at, deploy, served
 
@@ -251,8 +251,8 @@ def test_the_library_issues_tokens_only_for_a_task_that_exists(tmp_path):
     """Collector.issue_tokens and LocalDeployment.issue_tokens refuse a task the analyzer does not have, naming it,
     and store no token; LocalDeployment's collector fetches a real task first, before any service runs."""
     from privagg.errors import ParameterError
-    from privagg.service.collector import Collector
-    from privagg.service.local import LocalDeployment
+    from privagg.service.shuffle.collector import Collector
+    from privagg.service.shuffle.deployment import LocalDeployment
 
     dbs = {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}
     dep = LocalDeployment(dbs, tmp_path / "logs")
@@ -344,8 +344,8 @@ def test_a_client_given_another_services_url_says_which_answered(services, tmp_p
 def test_every_service_names_itself_at_healthz(tmp_path, kek):
     from fastapi.testclient import TestClient
 
-    from privagg.service.sharing import SharingService, create_app as sharing_app
-    from privagg.service.two_servers import FirstService, SecondService, create_first_app, create_second_app
+    from privagg.service.sharing.server import SharingService, create_app as sharing_app
+    from privagg.service.two_servers.servers import FirstService, SecondService, create_first_app, create_second_app
 
     d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
                calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))

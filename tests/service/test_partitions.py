@@ -1,5 +1,5 @@
-"""A batch larger than memory (service/partitions.py): the two-pass release through P Arrow partitions is a uniform
-random permutation (chi-square on positions; all 24 orders of 4 messages, slow), partitions stay within the memory
+"""A batch larger than memory (service/shuffle/partitions.py): the two-pass release through P Arrow partitions is a
+uniform random permutation (chi-square on positions; all 24 orders of 4 messages, slow), partitions stay within the memory
 budget, tampered manifests and partitions are refused, repeated encapsulations are found across partitions, and
 the collector and the analyzer move a shuffle task's batch as partitions end to end, on SQLite and PostgreSQL,
 exactly as the analyzer would aggregate the plaintext messages."""
@@ -18,8 +18,9 @@ from scipy.stats import chi2_contingency, chisquare
 
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate
 from privagg.service import storage
-from privagg.service.partitions import (MANIFEST, WORKING_COPIES, PartitionError, duplicate_rows, largest_partition,
-                                        partition_count, read_manifest, read_partition, write_partitions)
+from privagg.service.shuffle.partitions import (MANIFEST, WORKING_COPIES, PartitionError, duplicate_rows,
+                                                largest_partition, partition_count, read_manifest, read_partition,
+                                                write_partitions)
 from service_deployment import AUTH, deploy, users
 
 TASK, BATCH = "a" * 32, "b" * 32
@@ -87,7 +88,7 @@ def test_the_largest_partition_bound_holds_against_the_exact_binomial_tail(messa
     for millions (the form sqrt(3 mu L) used before failed the first: 9.6e-6)."""
     from scipy.stats import binom
 
-    from privagg.service.partitions import ETA
+    from privagg.service.shuffle.partitions import ETA
 
     bound = largest_partition(messages, partitions)
     assert partitions * binom.sf(math.floor(bound), messages, 1 / partitions) <= ETA
@@ -244,7 +245,7 @@ def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(dat
     or a replica): the second request waits for the first (one partitioned batch in memory at a time, and no
     shared scratch files: they once clashed and replays were counted twice), then finds the batch applied. No
     scratch file is left in the collector's directory."""
-    from privagg.service import partitions
+    from privagg.service.shuffle import partitions
 
     n = 600
     d, batch, count, messages, _ = formed(databases, tmp_path, n, 8)
@@ -278,7 +279,7 @@ def test_a_batch_applied_twice_at_once_is_applied_once_one_request_at_a_time(dat
 def stopped_in(d, batch: str, partition: int, monkeypatch) -> list[int]:
     """Apply the batch with the analyzer stopped (an exception) as it starts its ``partition``-th partition; the
     partitions it is asked to aggregate, then and afterwards, are appended to the list returned."""
-    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.shuffle.analyzer import AnalyzerService
 
     calls, stop, aggregate = [], [partition], AnalyzerService._aggregate_partition
 
@@ -369,8 +370,8 @@ def test_partitions_are_aggregated_on_a_dask_cluster_as_in_one_process(tmp_path)
     from dask.distributed import Client, LocalCluster
 
     from privagg.protocols.registry import client as make_client
-    from privagg.service.analyzer import AnalyzerService
-    from privagg.service.collector import batch_stream
+    from privagg.service.shuffle.analyzer import AnalyzerService
+    from privagg.service.shuffle.collector import batch_stream
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.storage import aggregates, analyzer_tasks, connect
     from privagg.service.tasks import seal_messages
@@ -424,8 +425,8 @@ def test_two_replicas_writing_one_batch_at_once_and_a_damaged_partition_still_re
     the other's half-written files (they once did, and the batch was never released). Then a partition damaged
     after its manifest was written: the analyzer refuses it as malformed, the collector writes the batch again,
     and the next round releases it, every report counted once and no stray directory left."""
-    from privagg.service import partitions
-    from privagg.service.collector import Collector
+    from privagg.service.shuffle import partitions
+    from privagg.service.shuffle.collector import Collector
 
     n = 600
     d, batch, count, messages, _ = formed(databases, tmp_path, n, 12)
@@ -462,7 +463,7 @@ def test_writing_the_partitions_leaves_the_database_open_to_writers(tmp_path, mo
     """The collector reads a batch for its partitions in a read transaction: on SQLite a deferred one, which takes
     no write lock, so reports go on being stored while a large batch is read (it once began IMMEDIATE, and every
     report waited for the whole read)."""
-    from privagg.service import partitions
+    from privagg.service.shuffle import partitions
 
     n = 300
     d, batch, count, messages, _ = formed({"analyzer": f"sqlite:///{tmp_path}/a.db", "collector": f"sqlite:///{tmp_path}/c.db"}, tmp_path, n, 13)

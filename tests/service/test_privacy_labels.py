@@ -9,7 +9,7 @@ import pytest
 
 from privagg import demos
 from privagg.protocols.registry import calibrate
-from privagg.service.console import statement
+from privagg.service.shuffle.console import statement
 from privagg.cli.clients import print_result
 from privagg.cli.demo import _demo_heavy_hitters, _demo_sharing, demo_service
 

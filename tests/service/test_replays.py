@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from privagg.errors import ParameterError
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.client import Report
-from privagg.service.collector import Collector, batch_stream
+from privagg.service.shuffle.client import Report
+from privagg.service.shuffle.collector import Collector, batch_stream
 from privagg.service.tasks import create_task, seal_messages
 from privagg.service.web import Refused
 from service_deployment import AUTH, deploy, users

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.collector import Collector
+from privagg.service.shuffle.collector import Collector
 from privagg.service.local import ServiceProcess
 from service_deployment import database_at, deploy, users
 from service_runs import replica_run

@@ -12,13 +12,13 @@ from fastapi.testclient import TestClient
 
 from privagg.errors import ParameterError
 from privagg.protocols import registry
-from privagg.protocols import sampling_sharing as ss
+from privagg.protocols import sampling_calibration as sc
 from privagg.protocols import sharing_parties as sp
 from privagg.protocols.roles import Outbox, Round
-from privagg.service import sharing_client
-from privagg.service.client import SubmitError
-from privagg.service.sharing import SharingService, create_app
-from privagg.service.sharing_client import SharingClient
+from privagg.service import round_client
+from privagg.service.calls import SubmitError
+from privagg.service.sharing.server import SharingService, create_app
+from privagg.service.sharing.client import SharingClient
 from privagg.service.storage import connect, round_messages
 from privagg.simulate.rounds import run_rounds
 
@@ -85,7 +85,7 @@ def toy(tmp_path, monkeypatch):
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
-    monkeypatch.setattr(sharing_client, "_request", request)
+    monkeypatch.setattr(round_client, "_request", request)
     yield service, http, clock
     http.close()
     service.engine.dispose()
@@ -96,7 +96,7 @@ def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(
     acknowledgement (stored once, refused when forged or late), the reveal becomes round 4, and the release is the
     survivors' sum exactly. The simulator's harness runs the same declaration to the same release."""
     service, http, clock = toy
-    p = ss.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
+    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
     codes = np.arange(N) % DOMAIN
     task = service.create_task(p, 60.0, 7)
     users = [SharingClient("http://sharing", task) for _ in range(N)]
@@ -160,7 +160,7 @@ def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, 
     from privagg.service.round_tasks import KEM, SharingTask, relay_info
     from privagg.service.tasks import _public_key, _suite
 
-    p = ss.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
+    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
     codes = np.arange(N) % DOMAIN
     old = database_at(db, "sharing", "s0002")
     meta = sa.MetaData()
@@ -204,7 +204,7 @@ def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, 
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
-    monkeypatch.setattr(sharing_client, "_request", request)
+    monkeypatch.setattr(round_client, "_request", request)
     try:
         state = service.state(task.task_id)
         assert (state["state"], state["round_name"], state["senders"]) == ("round2", "masked_sum", N)

@@ -24,10 +24,10 @@ from fastapi.testclient import TestClient
 from privagg.protocols.kinds import ResultKind
 from privagg.protocols.registry import ENTRIES, analyzer as make_analyzer, calibrate
 from privagg.service import storage
-from privagg.service.aggregate_codec import decode_aggregate
-from privagg.service.analyzer import AnalyzerService
-from privagg.service.client import Client, Report
-from privagg.service.collector import Collector, create_app as collector_app
+from privagg.service.shuffle.aggregate_codec import decode_aggregate
+from privagg.service.shuffle.analyzer import AnalyzerService
+from privagg.service.shuffle.client import Client, Report
+from privagg.service.shuffle.collector import Collector, create_app as collector_app
 from privagg.service.config import load_config
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.tasks import Task, seal_messages
@@ -567,7 +567,7 @@ def test_a_candidates_file_too_long_is_refused_as_it_is_read(tmp_path):
     from typer.testing import CliRunner
 
     from privagg.cli import app
-    from privagg.service.analyzer import MAX_CANDIDATES
+    from privagg.service.shuffle.analyzer import MAX_CANDIDATES
 
     params = calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=100, domain_size=2**40)
     (tmp_path / "p.json").write_text(json.dumps(params.to_dict()))

@@ -1,5 +1,5 @@
-"""The sharing server (service/sharing.py) and its users' SDK: the rounds end to end with dropouts, exact on SQLite
-and PostgreSQL, a survivor who vanishes in round 3 included; bad input refused 4xx with nothing stored and
+"""The sharing server (service/sharing/server.py) and its users' SDK: the rounds end to end with dropouts, exact on
+SQLite and PostgreSQL, a survivor who vanishes in round 3 included; bad input refused 4xx with nothing stored and
 counted; deadlines; fewer revealers than the threshold; kill -9 of the server in rounds 1 and 2 with nothing
 lost."""
 
@@ -12,17 +12,18 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from privagg.protocols import sampling_sharing as ss
+from privagg.protocols import sampling_calibration as sc
 from privagg.protocols.roles import decode_inbox
 from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, ROUNDS, SERVER,
                                                VERSION, Revealed, decode, encode, expected_traffic,
                                                survivors_parameters)
-from privagg.service import sharing_client
-from privagg.service.client import SubmitError
+from privagg.service import round_client
+from privagg.service.calls import SubmitError
 from privagg.service.round_tasks import KEM, relay_info, release_delta
-from privagg.service.sharing import SharingService, create_app
-from privagg.service.sharing_client import SharingClient
-from privagg.service.sharing_demo import SharingDeployment, dropout_plan, run_rounds, traffic
+from privagg.service.sharing.server import SharingService, create_app
+from privagg.service.sharing.client import SharingClient
+from privagg.service.round_demo import dropout_plan, traffic
+from privagg.service.sharing.demo import SharingDeployment, run_rounds
 from privagg.service.storage import connect, relayed_messages, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
 
@@ -62,14 +63,14 @@ def server(db, monkeypatch):
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
-    monkeypatch.setattr(sharing_client, "_request", request)
+    monkeypatch.setattr(round_client, "_request", request)
     yield service, http, clock
     http.close()
     service.engine.dispose()
 
 
 def dpdg(n=N):
-    return ss.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
+    return sc.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
 
 
 def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
@@ -105,7 +106,7 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     sums arrived, at round 3's deadline (t = 7 of them revealed). Each user who stayed to the end sent and
     received, kind by kind, expected_traffic's count."""
     service, _, clock = server
-    p = ss.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
+    p = sc.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
     task, users = enrolled(service, p)
     assert task.threshold == 7
     for i, user in enumerate(users):
@@ -288,7 +289,7 @@ def test_enrollment_checks_tokens_and_keys(server):
 
 
 def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
-    p = ss.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
+    p = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
     codes = np.arange(16) % 2
     db = f"sqlite:///{tmp_path}/sharing.db"
     with SharingDeployment(db, tmp_path / "log") as dep:
@@ -316,7 +317,7 @@ def test_the_users_sdks_import_no_server():
     import subprocess
     import sys
 
-    code = ("import sys, privagg.service.sharing_client, privagg.service.two_servers_client; print(sorted(m for m in "
+    code = ("import sys, privagg.service.sharing.client, privagg.service.two_servers.client; print(sorted(m for m in "
             "('fastapi', 'sqlalchemy', 'starlette', 'uvicorn', 'prometheus_client', 'alembic') if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
@@ -327,7 +328,7 @@ def test_a_task_too_large_to_serve_is_refused_naming_its_cost(tmp_path):
 
     from privagg.cli import app
 
-    p = ss.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
+    p = sc.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
     (tmp_path / "p.json").write_text(json.dumps(p.to_dict()))
     out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
                                    f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000"])

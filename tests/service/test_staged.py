@@ -11,7 +11,7 @@ import pytest
 from privagg.core.messages import MessageBatch
 from privagg.errors import ParameterError
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate
-from privagg.service.client import Client, Report
+from privagg.service.shuffle.client import Client, Report
 from privagg.service.tasks import Task
 from service_deployment import deploy, users
 
@@ -166,7 +166,7 @@ def test_a_staged_task_is_made_only_as_the_papers_two_stages(tmp_path):
     """--discover-phi: sparse-vector-hashed only, without candidates, every user honest; a task whose first stage
     does not match it (another domain, another protocol) does not load."""
     from privagg.service import storage
-    from privagg.service.analyzer import AnalyzerService
+    from privagg.service.shuffle.analyzer import AnalyzerService
     from privagg.service.keys import KeyEncryptionKey
 
     service = AnalyzerService(storage.connect(f"sqlite:///{tmp_path}/a.db", "analyzer"), kek=KeyEncryptionKey.generate())

@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-import privagg.service.collector as collector_module
-import privagg.service.two_servers  # noqa: F401  (defines the s1 and s2 tables)
+import privagg.service.shuffle.collector as collector_module
+import privagg.service.two_servers.servers  # noqa: F401  (defines the s1 and s2 tables)
 from privagg.errors import ParameterError
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.client import Client
-from privagg.service.collector import Collector
+from privagg.service.shuffle.client import Client
+from privagg.service.shuffle.collector import Collector
 from privagg.service.local import free_port
 from privagg.service.tasks import create_task, seal_messages
 

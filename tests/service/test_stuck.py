@@ -87,7 +87,7 @@ def test_a_full_disk_is_visible_once_and_recovered_from(databases, caplog):
 def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
     """A report whose outcome was cancelled before its group committed (its caller gave up on it) must not stop
     the writer thread: the reports after it are still stored and answered."""
-    from privagg.service.collector import GroupCommit, _Pending
+    from privagg.service.shuffle.collector_writer import GroupCommit, Pending
     from privagg.service.web import Health
 
     stored = []
@@ -97,17 +97,17 @@ def test_the_writer_outlives_a_report_whose_caller_cancelled_it():
         return ["stored"] * len(group)
 
     writer = GroupCommit(sa.create_engine("sqlite://"), store, Health())
-    gone = _Pending("t", "gone", b"", b"", [], outcome=Future())
+    gone = Pending("t", "gone", b"", b"", [], outcome=Future())
     gone.outcome.cancel()
     writer.submit(gone)
-    assert writer.submit(_Pending("t", "later", b"", b"", [])).result(timeout=10) == "stored"
+    assert writer.submit(Pending("t", "later", b"", b"", [])).result(timeout=10) == "stored"
     assert stored == ["gone", "later"]
 
 
 def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_their_loop():
     """Reports awaited on an event loop are answered there (a cancelled one left alone); a loop that closed
     before its reports' group committed (a server stopping) does not stop the writer either."""
-    from privagg.service.collector import GroupCommit, _Pending
+    from privagg.service.shuffle.collector_writer import GroupCommit, Pending
     from privagg.service.web import Health
 
     hold, stored, counted = threading.Event(), [], []
@@ -121,7 +121,7 @@ def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_th
 
     async def send(names: list[str], cancelled: str | None = None):
         loop = asyncio.get_running_loop()
-        pending = [_Pending("t", name, b"", b"", [], outcome=loop.create_future()) for name in names]
+        pending = [Pending("t", name, b"", b"", [], outcome=loop.create_future()) for name in names]
         waiting = [asyncio.ensure_future(writer.submit(p)) for p in pending]
         for p, w in zip(pending, waiting):
             if p.report_id == cancelled:
@@ -135,7 +135,7 @@ def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_th
     assert counted == ["a", "gone", "b"]  # stored, its caller gone or not: counted once each
 
     hold.clear()
-    orphan = _Pending("t", "orphan", b"", b"", [])
+    orphan = Pending("t", "orphan", b"", b"", [])
 
     async def leave() -> None:  # the loop closes while its report waits for the writer
         orphan.outcome = asyncio.get_running_loop().create_future()
@@ -143,7 +143,7 @@ def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_th
 
     asyncio.run(leave())
     hold.set()
-    assert writer.submit(_Pending("t", "after", b"", b"", [])).result(timeout=10) == "stored"
+    assert writer.submit(Pending("t", "after", b"", b"", [])).result(timeout=10) == "stored"
     assert stored[-2:] == ["orphan", "after"]
 
 
@@ -153,7 +153,7 @@ def test_stopping_does_not_wait_for_a_batch_round_stuck_on_the_analyzer(monkeypa
     import threading
     import time
 
-    from privagg.service.collector import BatchLoop
+    from privagg.service.shuffle.collector import BatchLoop
     from privagg.service.web import Health
 
     entered, never = threading.Event(), threading.Event()

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from privagg.service.client import Client
+from privagg.service.shuffle.client import Client
 from privagg.errors import ParameterError
 from privagg.protocols import registry
 from privagg.service.tasks import Task, create_task, encapsulation_digests, open_messages, seal_messages
@@ -109,7 +109,7 @@ def test_only_one_round_protocols_make_tasks():
 
 def test_the_sdk_loads_no_heavy_module(fe1_task):
     task, _ = fe1_task
-    code = (f"import sys; from privagg.service.client import Client; c = Client.from_json({task.to_json()!r}); "
+    code = (f"import sys; from privagg.service.shuffle.client import Client; c = Client.from_json({task.to_json()!r}); "
             "r = c.report(5, 't'); print(sorted(m for m in ('scipy', 'numba', 'pyarrow', 'dask', 'typer') "
             "if m in sys.modules), len(r.ciphertexts) > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""TSS's S1 and S2 as services (service/two_servers.py) with SDK users (service/two_servers_client.py).
+"""TSS's S1 and S2 as services (service/two_servers/servers.py) with SDK users (service/two_servers/client.py).
 
 S1 is served by uvicorn on loopback in a thread (the users' SDK speaks HTTP to it), with a clock the tests move
 and rounds closed as their deadline would; S1 hands over to S2's service in-process, except in the last test,
@@ -32,16 +32,18 @@ import uvicorn
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from privagg.protocols.sampling_sharing import calibrate_dpds as ss_calibrate_dpds, calibrate_tss, calibrate_tss_collusion
+from privagg.protocols.sampling_calibration import (calibrate_dpds as ss_calibrate_dpds, calibrate_tss,
+                                                    calibrate_tss_collusion)
 from privagg.protocols.sharing_parties import survivors_parameters
-from privagg.protocols.two_server_parties import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, Election, encode
+from privagg.protocols.two_server_messages import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, encode
+from privagg.protocols.two_server_parties import Election
 from privagg.service import storage
 from privagg.service.keys import KeyEncryptionKey
 from privagg.service.local import free_port, wait_ready
 from privagg.service.round_tasks import sealed_size
-from privagg.service.two_servers import (FirstService, SecondService, SecondTask, TSSTask, create_first_app,
+from privagg.service.two_servers.servers import (FirstService, SecondService, SecondTask, TSSTask, create_first_app,
                                          create_tasks, s1_messages, s1_relayed, s1_tasks, s2_tasks)
-from privagg.service.two_servers_client import TSSClient
+from privagg.service.two_servers.client import TSSClient
 from privagg.service.web import Refused
 
 N_USERS, DOMAIN, MIN = 32, 4, 26
@@ -522,7 +524,8 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
 SERVE = """
 import sys, uvicorn
 from privagg.service.keys import KeyEncryptionKey
-from privagg.service.two_servers import create_first_app, create_second_app, open_first_server, open_second_server
+from privagg.service.two_servers.servers import (create_first_app, create_second_app, open_first_server,
+                                                 open_second_server)
 role, db, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = (create_first_app(open_first_server(db), tick=0.1) if role == "s1" else
        create_second_app(open_second_server(db, kek=KeyEncryptionKey.load()), tick=0.1))
@@ -698,7 +701,7 @@ def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
     """S2 serves over TLS; S1's hand-over reaches it when S1 checks S2's certificate against the CA it was given
     (--second-ca), and is refused before any byte is sent when the CA is another."""
     from privagg.service.local import ServiceProcess
-    from privagg.service.two_servers import post_handover
+    from privagg.service.two_servers.servers import post_handover
     from service_deployment import self_signed
 
     (tmp_path / "ours").mkdir()

@@ -1,4 +1,4 @@
-"""The analyzer's decryption workers (privagg.service.workers): they open a batch as one process does, exist
+"""The analyzer's decryption workers (privagg.service.shuffle.workers): they open a batch as one process does, exist
 only while a batch is opened, and die with the analyzer, even under kill -9 in the middle of a batch, leaving
 no process (worker, multiprocessing's resource tracker) and no copy of the private key behind.
 
@@ -109,7 +109,7 @@ def sealed_rows(task, messages) -> np.ndarray:
 
 # ---- the pool itself -----------------------------------------------------------------------------------------
 def test_a_batch_pool_opens_as_one_process_does_and_leaves_no_worker():
-    from privagg.service.workers import BatchWorkers
+    from privagg.service.shuffle.workers import BatchWorkers
 
     n = 900
     params = calibrate("grr", epsilon=1.0, n_users=n, domain_size=5)
@@ -152,7 +152,7 @@ def test_a_batch_pool_opens_as_one_process_does_and_leaves_no_worker():
 
 
 def test_a_small_batch_is_opened_in_this_process():
-    from privagg.service.workers import BatchWorkers
+    from privagg.service.shuffle.workers import BatchWorkers
 
     params = calibrate("grr", epsilon=1.0, n_users=50, domain_size=5)
     task, key = create_task(params)
@@ -163,7 +163,7 @@ def test_a_small_batch_is_opened_in_this_process():
 
 
 def test_a_stopped_pool_opens_no_batch():
-    from privagg.service.workers import BatchWorkers
+    from privagg.service.shuffle.workers import BatchWorkers
 
     params = calibrate("grr", epsilon=1.0, n_users=50, domain_size=5)
     task, key = create_task(params)
@@ -177,8 +177,8 @@ def test_a_stopped_pool_opens_no_batch():
 def test_a_worker_whose_parent_died_before_it_armed_exits():
     """The race: the parent may die between the spawn and the prctl; the worker then has a new parent, and the
     initializer's check of getppid() against the expected parent ends it."""
-    code = "import sys; from privagg.service.workers import arm; arm(int(sys.argv[1])); print('armed')"
-    from privagg.service.workers import EXIT_ORPHANED
+    code = "import sys; from privagg.service.shuffle.workers import arm; arm(int(sys.argv[1])); print('armed')"
+    from privagg.service.shuffle.workers import EXIT_ORPHANED
 
     wrong = subprocess.run([sys.executable, "-c", code, str(2**22 + 1)], capture_output=True, text=True,
                            timeout=60)  # no process has that pid: pid_max is at most 2^22
@@ -190,7 +190,7 @@ def test_a_worker_whose_parent_died_before_it_armed_exits():
 
 OWNER = """
 import os, sys, time
-from privagg.service.workers import batch_pool
+from privagg.service.shuffle.workers import batch_pool
 death_signal, watchdog = sys.argv[1] == "1", float(sys.argv[2])
 with batch_pool(2, death_signal=death_signal, watchdog=watchdog) as pool:
     armed = set()  # a worker answers only once its initializer has run
@@ -241,8 +241,8 @@ def test_kill_9_of_the_analyzer_while_it_opens_a_batch_leaves_no_process_and_no_
     import sqlalchemy as sa
 
     from privagg.service import storage
-    from privagg.service.analyzer import AnalyzerService
-    from privagg.service.collector import batch_stream
+    from privagg.service.shuffle.analyzer import AnalyzerService
+    from privagg.service.shuffle.collector import batch_stream
     from privagg.service.keys import KeyEncryptionKey
     from privagg.service.local import free_port, wait_ready
 

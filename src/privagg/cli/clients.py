@@ -45,9 +45,9 @@ def _value(text: str, parameters):
 
 
 def _service(url: str, field: str, service: str) -> str:
-    """``url`` checked (:func:`~privagg.service.client.check_url`), and refused where another privagg service
+    """``url`` checked (:func:`~privagg.service.calls.check_url`), and refused where another privagg service
     answers (the collector's URL given as the analyzer's, ...), naming it."""
-    from ..service.client import check_url, service_at
+    from ..service.calls import check_url, service_at
 
     url = check_url(field, url)
     found = service_at(url)
@@ -73,7 +73,8 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
                                      "[coordinate, weight] pair), or for a task of text items the text itself (hashed "
                                      "with the task's item_key; '\"42\"' for the text 42).")) -> None:
     """Send one report: randomize the value with secure randomness, seal each message, submit."""
-    from ..service.client import Client, SubmitError, submit as send
+    from ..service.calls import SubmitError
+    from ..service.shuffle.client import Client, submit as send
 
     with _clean_errors():
         collector = _service(collector, "collector", "collector")
@@ -130,8 +131,9 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
             as_json: bool = typer.Option(False, "--json", help="Print the JSON summary.")) -> None:
     """Simulated clients, each a real SDK client over HTTP: acknowledged, refused, throughput, latency."""
     from ..io import InputFormat
-    from ..service.client import Client, SubmitError
-    from ..service.loadgen import run_load
+    from ..service.calls import SubmitError
+    from ..service.shuffle.client import Client
+    from ..service.shuffle.loadgen import run_load
 
     with _clean_errors():
         fmt = InputFormat(item_type, column, delimiter, header, missing)

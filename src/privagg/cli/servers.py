@@ -105,7 +105,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
         options = dict(operator_token=cfg.operator_token, api_docs=cfg.api_docs, limits=cfg.limits())
         with _database_at_start(cfg.db):
             if cfg.role == "collector":
-                from ..service.collector import create_app, open_collector
+                from ..service.shuffle.collector import create_app, open_collector
 
                 collector = open_collector(cfg.db, cfg.analyzer_url, ca_file=cfg.analyzer_ca,
                                            token=cfg.collector_token, quiet=cfg.batch_quiet,
@@ -113,22 +113,22 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                                            partition_root=cfg.partition_root, memory_budget=cfg.memory_budget)
                 app = create_app(collector, cfg.max_body_bytes, cfg.batch_interval, **options)
             elif cfg.role == "sharing":
-                from ..service.sharing import create_app, open_sharing
+                from ..service.sharing.server import create_app, open_sharing
 
                 app = create_app(open_sharing(cfg.db), cfg.max_body_bytes, **options)
             elif cfg.role == "s1":
-                from ..service.two_servers import create_first_app, open_first_server
+                from ..service.two_servers.servers import create_first_app, open_first_server
 
                 app = create_first_app(open_first_server(cfg.db, second_ca=cfg.second_ca), cfg.max_body_bytes,
                                        **options)
             elif cfg.role == "s2":
                 from ..service.keys import KeyEncryptionKey
-                from ..service.two_servers import create_second_app, open_second_server
+                from ..service.two_servers.servers import create_second_app, open_second_server
 
                 second = open_second_server(cfg.db, kek=KeyEncryptionKey.load(cfg.kek_file))
                 app = create_second_app(second, cfg.max_body_bytes, **options)
             else:
-                from ..service.analyzer import create_app, open_analyzer
+                from ..service.shuffle.analyzer import create_app, open_analyzer
                 from ..service.keys import KeyEncryptionKey
 
                 kek = KeyEncryptionKey.load(cfg.kek_file)

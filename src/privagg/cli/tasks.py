@@ -112,7 +112,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     tss and tss-collusion (S2's key pair, and the relay token S1 hands over with)."""
     from ..io import read_json_text
     from ..protocols.registry import get, load_parameters
-    from ..service.client import check_url
+    from ..service.calls import check_url
     from ..service.config import load_config
     from ..service.storage import connect
 
@@ -131,7 +131,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         round_seconds = 3600.0 if round_seconds is None else round_seconds
         if service == "two-servers":
             from ..service.keys import KeyEncryptionKey
-            from ..service.two_servers import FirstService, SecondService, create_tasks
+            from ..service.two_servers.servers import FirstService, SecondService, create_tasks
 
             if only_second:  # S2's operator: S2's task, its public JSON out, the relay token to a private file
                 if relay_token_file is None:
@@ -169,7 +169,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
             return
         if service == "sharing":
-            from ..service.sharing import SharingService
+            from ..service.sharing.server import SharingService
 
             engine = connect(load_config("sharing", db=db).db, "sharing")
             task = SharingService(engine).create_task(parameters, round_seconds, min_survivors)
@@ -179,7 +179,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             delta = _release_delta(parameters, task.min_survivors, as_json)
             print(json.dumps({**task.to_dict(), **delta}) if as_json else task.task_id)
             return
-        from ..service.analyzer import AnalyzerService
+        from ..service.shuffle.analyzer import AnalyzerService
         from ..service.keys import KeyEncryptionKey
 
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
@@ -266,7 +266,7 @@ def _relay_token(path: Path | None) -> str:
 def _candidate_lines(path: Path) -> list:
     """The items of a candidates file, one a line: all integers, or all text. A file of more lines than a task
     takes is refused as soon as its first line too many is read."""
-    from ..service.analyzer import MAX_CANDIDATES
+    from ..service.shuffle.analyzer import MAX_CANDIDATES
 
     lines: list[str] = []
     try:
@@ -291,7 +291,7 @@ def task_candidates(task: str = typer.Option(..., "--task", help="The task id (c
     """Answer more public candidates in a task created with --candidates, also after its messages arrived: the
     analyzer computes its aggregate again from the messages it kept (the running analyzer answers them at once;
     POST /tasks/{id}/candidates does the same over HTTP)."""
-    from ..service.analyzer import AnalyzerService
+    from ..service.shuffle.analyzer import AnalyzerService
     from ..service.config import load_config
     from ..service.keys import KeyEncryptionKey
     from ..service.storage import connect
@@ -313,7 +313,7 @@ def task_candidates(task: str = typer.Option(..., "--task", help="The task id (c
 def task_close(task: str = typer.Option(..., "--task", help="The task id."), db: Optional[str] = _DB) -> None:
     """Close a task at the collector: no report is taken after, and a shuffle task's reports form its one batch
     if at least its minimum (ceil(G n) or more) came."""
-    from ..service.collector import Collector
+    from ..service.shuffle.collector import Collector
     from ..service.config import load_config
     from ..service.storage import connect
     from ..service.tasks import is_hex_id
@@ -365,11 +365,11 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
         _check_output(output)  # before the tokens are issued: none is lost for a file that cannot be written
         engine = connect(cfg.db, server.value, create=False)
         if server.value == "sharing":
-            from ..service.sharing import SharingService
+            from ..service.sharing.server import SharingService
 
             issued = SharingService(engine).issue_tokens(task, count)
         elif server.value == "s1":
-            from ..service.two_servers import FirstService
+            from ..service.two_servers.servers import FirstService
 
             issued = FirstService(engine).issue_tokens(task, count)
         else:
@@ -386,7 +386,7 @@ def _collector_tokens(engine, cfg, task_id: str, count: int) -> list[str]:
     keeps, as it does at a task's first report: tokens of a task that does not exist are refused."""
     import logging
 
-    from ..service.collector import Collector, http_peer
+    from ..service.shuffle.collector import Collector, http_peer
     from ..service.web import Refused
 
     fetch = None if cfg.analyzer_url is None else http_peer(cfg.analyzer_url, ca_file=cfg.analyzer_ca)[0]

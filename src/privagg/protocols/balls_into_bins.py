@@ -53,11 +53,10 @@ from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from . import exact_laws
 from .exact_laws import LawSize
 from .parameters import FrozenParameters, check_item_codes, honest_users, with_reporters
-from .results import FrequencyTable, count_among
+from .results import MAX_ERROR_BETA, FrequencyTable, count_among
 
 HISTOGRAM_DOMAIN_MAX = 2**28  # FE0 and M^BIB keep a count per domain item
 HASHED_DOMAIN_MAX = 2 ** (MAX_MODULUS_BITS - 1)  # FE1: q < 2^50
-MAX_ERROR_BETA = 0.05  # failure probability of the reported max-error bound
 N_USERS_MAX = 2**53  # beyond it n is not exact in floating point, where the theory computes with it
 
 

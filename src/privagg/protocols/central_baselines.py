@@ -26,10 +26,10 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import discrete_gaussian
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
-from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate, FE0Analyzer
+from .balls_into_bins import HISTOGRAM_DOMAIN_MAX, N_USERS_MAX, CountAggregate, FE0Analyzer
 from . import exact_laws
 from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
-from .results import FrequencyTable
+from .results import MAX_ERROR_BETA, FrequencyTable
 
 LAPLACE_DENOMINATOR = 2**24  # t: the Laplace parameter a = s / t is eps / 2 rounded down to a multiple of 2^-24
 AUDIT_TAIL = 1e-13  # the exact auditor truncates the noise where less than this is left beyond (audit.ROUND_OFF)

@@ -46,10 +46,10 @@ from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer, check_sequence
 from ..privacy import balls_into_bins as calibration_bib
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
-from .balls_into_bins import MAX_ERROR_BETA, N_USERS_MAX, dummy_counts
+from .balls_into_bins import N_USERS_MAX, dummy_counts
 from . import exact_laws
 from .parameters import FrozenParameters
-from .results import HeavyHitterList
+from .results import MAX_ERROR_BETA, HeavyHitterList
 
 CODE_PRIME = 562_949_953_421_231  # the largest prime below 2^49: the code space of prefixes deeper than s
 EXACT_WIDTH_MAX = 48  # values of at most 48 bits are their own codes (2^48 <= P)
@@ -176,6 +176,8 @@ class HeavyHitterParameters(FrozenParameters):
     filter_probability: float
     code_key: int
     max_length: int | None = None  # strings: L bytes; None: integers
+
+    code_prime: ClassVar[int] = CODE_PRIME  # P: a code key is in [2, P - 1]
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)

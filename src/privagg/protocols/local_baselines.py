@@ -39,11 +39,11 @@ from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_epsilon, check_integer
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
-from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, CountAggregate,
-                              FE0Analyzer, FE1Analyzer, _CountingAnalyzer)
+from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, N_USERS_MAX, CountAggregate, FE0Analyzer,
+                              FE1Analyzer, _CountingAnalyzer)
 from . import exact_laws
 from .parameters import FrozenParameters, OneItemReports, check_pure_delta, neighbouring_pairs
-from .results import FrequencyTable
+from .results import MAX_ERROR_BETA, FrequencyTable
 
 CALIBRATIONS = ("exact",)
 # OLH's default g = round(e^eps) + 1 stays within HASHED_DOMAIN_MAX below this epsilon (ln(2^49 - 1/2), 33.96)

@@ -254,6 +254,14 @@ def check_item_codes(codes, domain_size: int) -> np.ndarray:
     return array.astype(np.int64, copy=False)
 
 
+def float_rows(values) -> np.ndarray:
+    """``values`` as a float array: float32 and float64 arrays as they are (a float32 value is exactly a float64
+    one, so the randomizer converts only what it picks:
+    :meth:`privagg.protocols.privacy_blanket.VectorClient.randomize`), anything else as float64."""
+    array = np.asarray(values)
+    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
+
+
 def neighbouring_pairs(items: int, users: int):
     """Every neighbouring pair of datasets for the exact auditor, as lists of items: user 0 holds x in D and y in
     D' (all x < y of [0, ``items``); the hockey-stick divergence is taken both ways), and the other ``users`` - 1

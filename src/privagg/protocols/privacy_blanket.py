@@ -29,11 +29,10 @@ from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import blanket
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from ..privacy.shuffle import binomial_pmf
-from .balls_into_bins import (EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
-                              check_honest_fraction)
+from .balls_into_bins import EXACT_LAW_MAX, HISTOGRAM_DOMAIN_MAX, N_USERS_MAX, FE0Analyzer, check_honest_fraction
 from . import exact_laws
-from .parameters import FrozenParameters, OneItemReports, honest_users, neighbouring_pairs
-from .results import VectorSum
+from .parameters import FrozenParameters, OneItemReports, float_rows, honest_users, neighbouring_pairs
+from .results import MAX_ERROR_BETA, VectorSum
 
 METHOD_DETAIL = {
     "tight": "the least gamma the blanket accountant certifies: the mixture over how many other users sent noise "
@@ -242,17 +241,9 @@ def message_law(parameters: BlanketHistParameters, item: int) -> dict[tuple[int,
 # --- vectors: blanket-vector, R_{d,k,n,t} and A_{d,k,t} (reference Algorithms 2-3) ---------------------------
 
 
-def float_rows(values) -> np.ndarray:
-    """``values`` as a float array: float32 and float64 arrays as they are (a float32 value is exactly a float64
-    one, so the randomizer converts only what it picks: :meth:`VectorClient.randomize`), anything else as
-    float64."""
-    array = np.asarray(values)
-    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
-
-
 def check_vectors(values, dimension: int) -> np.ndarray:
-    """Users' vectors as an (n, d) float array in [0, 1] (:func:`float_rows`: float32 stays float32); NaN, values
-    outside [0, 1] and a wrong d are errors naming the row and column (counted from 0), never clipped here
+    """Users' vectors as an (n, d) float array in [0, 1] (:func:`~privagg.protocols.parameters.float_rows`:
+    float32 stays float32); NaN, values outside [0, 1] and a wrong d are errors naming the row and column (counted from 0), never clipped here
     (``clip_vectors`` is the explicit option)."""
     try:
         array = float_rows(values)

@@ -55,6 +55,8 @@ class _Module:
 
 bib, cb, hh, lb = (_Module(m) for m in ("balls_into_bins", "central_baselines", "heavy_hitters", "local_baselines"))
 pb, ss, sv = (_Module(m) for m in ("privacy_blanket", "sampling_sharing", "sparse_vector"))
+sc, sl, ssv = (_Module(m) for m in ("sampling_calibration", "sampling_laws", "sampling_servers"))
+dgp, tsp = (_Module(m) for m in ("dpdg_parameters", "tss_parameters"))
 sp, tp = (_Module(m) for m in ("sharing_parties", "two_server_parties"))
 
 
@@ -239,10 +241,10 @@ _LOCAL: dict[str, Any] = dict(family=Family.LOCAL_BASELINES, calibrations=LOCAL_
 _CENTRAL: dict[str, Any] = dict(family=Family.CENTRAL_BASELINES, calibrations=("exact",), message_law=cb.message_law,
                                 law_size=cb.law_size, audit_pairs=cb.audit_pairs)
 
-# the sampling family (protocols/sampling_sharing.py)
+# the sampling family (protocols/sampling_sharing.py and the modules beside it)
 _SAMPLING: dict[str, Any] = dict(family=Family.SAMPLING_SHARING, calibrations=SAMPLING_CALIBRATIONS,
-                                 message_law=ss.message_law, law_size=ss.law_size, audit_pairs=ss.audit_pairs,
-                                 audit_cost=ss.audit_cost)
+                                 message_law=sl.message_law, law_size=sl.law_size, audit_pairs=sl.audit_pairs,
+                                 audit_cost=sl.audit_cost)
 # beta = 1/3 of n = 6 users over N = 2 categories: count vectors (2, 4), (3, 3), (4, 2) and their neighbours
 # (the closed form's delta needs hundreds of holders: its instance claims a large delta, to be audited at all)
 _SAMPLING_AUDITS = (dict(n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=1 / 3),
@@ -369,7 +371,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         topology=Topology.CENTRAL,
         example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS)",
-        calibrate=ss.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ss.SamplingCurator,
+        calibrate=sc.calibrate_dpcs, parameters=ss.DPCSParameters, analyzer=ssv.SamplingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpcs-star", topology=Topology.CENTRAL,
@@ -379,14 +381,14 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
               "proved against)",
         example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05),
         trust="central (trusted server)", messages_per_user="1", reference="fair DP paper, §III-A (DPCS*)",
-        calibrate=ss.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ss.SharingCurator,
+        calibrate=sc.calibrate_dpcs_star, parameters=ss.DPCSStarParameters, analyzer=ssv.SharingCurator,
         options=(_BETA, _P), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpds", title="DPDS: users sample themselves and share one-hot vectors", topology=Topology.SECRET_SHARING,
         example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05), demo=True,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
-        calibrate=ss.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
+        calibrate=sc.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ssv.SumServer, fast=ssv.fast_aggregate,
         rounds=sp.PROTOCOL, options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
@@ -394,9 +396,9 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         family=Family.SAMPLING_SHARING, topology=Topology.SECRET_SHARING,
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
-        calibrate=ss.calibrate_dpdg, parameters=ss.DPDGParameters, analyzer=ss.SumServer, fast=ss.fast_aggregate,
-        rounds=sp.PROTOCOL, calibrations=NOISE_CALIBRATIONS, message_law=ss.message_law, law_size=ss.law_size,
-        audit_cost=ss.audit_cost,
+        calibrate=sc.calibrate_dpdg, parameters=dgp.DPDGParameters, analyzer=ssv.SumServer, fast=ssv.fast_aggregate,
+        rounds=sp.PROTOCOL, calibrations=NOISE_CALIBRATIONS, message_law=sl.message_law, law_size=sl.law_size,
+        audit_cost=sl.audit_cost,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
@@ -406,12 +408,12 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
         example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5), demo=True,
         trust="two non-colluding servers", messages_per_user="about alpha^2 n N field elements",
-        reference="fair DP paper, Algorithm 3", calibrate=ss.calibrate_tss, parameters=ss.TSSParameters,
-        analyzer=ss.SumServer, fast=ss.fast_aggregate, rounds=tp.PROTOCOL, options=(_BETA, _P, *_TSS, _HONEST),
+        reference="fair DP paper, Algorithm 3", calibrate=sc.calibrate_tss, parameters=tsp.TSSParameters,
+        analyzer=ssv.SumServer, fast=ssv.fast_aggregate, rounds=tp.PROTOCOL, options=(_BETA, _P, *_TSS, _HONEST),
         **_SAMPLING,
         audit_instances=(dict(_SAMPLING_AUDITS[0], report_fraction=0.5), dict(_SAMPLING_AUDITS[1], report_fraction=2 / 3),
                          dict(_SAMPLING_AUDITS[2], report_fraction=0.5), dict(_SAMPLING_AUDITS[3], report_fraction=0.5),
-                         # the adaptive stage, its report sets in S2's view (sampling_sharing._adaptive_law)
+                         # the adaptive stage, its report sets in S2's view (sampling_laws._adaptive_law)
                          *(dict(_SAMPLING_AUDITS[i], report_fraction=fraction, second_stage="adaptive", gamma=2.0,
                                 calibrations=("exact",)) for i, fraction in ((1, 2 / 3), (2, 0.5))))),
     ProtocolEntry(
@@ -420,8 +422,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         demo=True,
         topology=Topology.TWO_SERVERS, trust="two non-colluding servers; at most phi colluding users",
         messages_per_user="about alpha^2 n N field elements", reference="fair DP paper, §III-C (TSS')",
-        calibrate=ss.calibrate_tss_collusion, parameters=ss.TSSCollusionParameters, analyzer=ss.SumServer,
-        fast=ss.fast_aggregate, rounds=tp.PROTOCOL,
+        calibrate=sc.calibrate_tss_collusion, parameters=tsp.TSSCollusionParameters, analyzer=ssv.SumServer,
+        fast=ssv.fast_aggregate, rounds=tp.PROTOCOL,
         options=(_BETA, _P, *_TSS, Option("colluders", int, "phi >= 1: the largest group of "
                                                               "colluding users"), _HONEST), **_SAMPLING,
         audit_instances=tuple(dict(_SAMPLING_AUDITS[i], report_fraction=0.5, colluders=1) for i in (0, 2, 3))),
@@ -501,7 +503,7 @@ def listed(names: Sequence[str], last: str = "or") -> str:
 
 def aggregate_types() -> dict[str, type]:
     """The classes of the implemented analyzers' aggregates (their ``agg_init``'s), by name: what a service may
-    store (:mod:`privagg.service.aggregate_codec`)."""
+    store (:mod:`privagg.service.shuffle.aggregate_codec`)."""
     from .roles import aggregate_type
 
     found = (aggregate_type(e.analyzer) for e in ENTRIES if e.implemented and isinstance(e.analyzer, type))

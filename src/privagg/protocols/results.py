@@ -27,6 +27,8 @@ from ..core.selection import kth_largest
 from ..errors import ParameterError, check_integer, checked_methods, kind_of
 from .parameters import REPORTERS_MAX, check_parameters
 
+MAX_ERROR_BETA = 0.05  # failure probability of the reported max-error bounds (every family's)
+
 
 def top_k(codes: np.ndarray | None, estimates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k (code, estimate) pairs with the largest estimates, largest first; ties: smaller code first.
@@ -118,7 +120,7 @@ def _rows(codes: np.ndarray, labels: Any, columns: dict[str, np.ndarray]) -> dic
     return out
 
 
-def _data_frame(rows: dict[Any, dict[str, float]], index: str):
+def data_frame(rows: dict[Any, dict[str, float]], index: str):
     """``rows`` as a pandas DataFrame indexed by ``index``; pandas is optional."""
     try:
         import pandas as pd
@@ -131,7 +133,7 @@ def _data_frame(rows: dict[Any, dict[str, float]], index: str):
     return frame
 
 
-def _polars_frame(rows: dict[Any, dict[str, Any]], index: str):
+def polars_frame(rows: dict[Any, dict[str, Any]], index: str):
     """``rows`` as a Polars DataFrame whose first column is ``index`` (Polars has no index); Polars is optional."""
     try:
         import polars as pl
@@ -223,11 +225,11 @@ class FrequencyTable:
 
         pandas is optional: ``pip install pandas``.
         """
-        return _data_frame(self.to_dict(labels), "item")
+        return data_frame(self.to_dict(labels), "item")
 
     def to_polars(self, labels=None):
         """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``item``. Polars is optional."""
-        return _polars_frame(self.to_dict(labels), "item")
+        return polars_frame(self.to_dict(labels), "item")
 
 
 @checked_methods
@@ -278,11 +280,11 @@ class HeavyHitterList:
 
     def to_pandas(self):
         """The items of :meth:`to_dict` as a pandas DataFrame (index ``item``). pandas is optional."""
-        return _data_frame(self.to_dict(), "item")
+        return data_frame(self.to_dict(), "item")
 
     def to_polars(self):
         """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``item``. Polars is optional."""
-        return _polars_frame(self.to_dict(), "item")
+        return polars_frame(self.to_dict(), "item")
 
 
 @checked_methods
@@ -332,8 +334,8 @@ class VectorSum:
 
     def to_pandas(self, labels=None):
         """The sum of :meth:`to_dict` as a pandas DataFrame (index ``coordinate``). pandas is optional."""
-        return _data_frame(self.to_dict(labels), "coordinate")
+        return data_frame(self.to_dict(labels), "coordinate")
 
     def to_polars(self, labels=None):
         """The table of :meth:`to_pandas` as a Polars DataFrame, its first column ``coordinate``. Polars is optional."""
-        return _polars_frame(self.to_dict(labels), "coordinate")
+        return polars_frame(self.to_dict(labels), "coordinate")

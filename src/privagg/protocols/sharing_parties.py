@@ -1,5 +1,5 @@
 """DPDS and DPDG's parties: each user's rounds and the server's release, sans I/O, every message bytes. The one
-implementation: the services (:mod:`privagg.service.sharing`) and the simulator (:mod:`privagg.simulate.rounds`)
+implementation: the services (:mod:`privagg.service.sharing.server`) and the simulator (:mod:`privagg.simulate.rounds`)
 run these roles from :data:`PROTOCOL`, the rounds as data (:data:`ROUNDS`).
 
 Algorithm 2 (reference §2.3) has each user share his vector among all n users and send the sum of what he
@@ -54,8 +54,9 @@ from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Outbox, Round, RoundFailed, answer_each
-from .sampling_sharing import (DPDGParameters, SamplingParameters, SharingParameters, SumServer, bernoulli,
-                               one_hot_rows)
+from .dpdg_parameters import DPDGParameters
+from .sampling_servers import SumServer, one_hot_rows
+from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
 
 # --- messages ----------------------------------------------------------------------------------------------
 MAGIC, VERSION = b"PVS", 2
@@ -281,7 +282,7 @@ def user_vectors(parameters: SharingParameters, codes, rng: np.random.Generator)
 
 class SharingUser:
     """User ``index`` of a DPDS or DPDG task, one round at a time (module docstring): the role the service's users
-    (:mod:`privagg.service.sharing_client`) and the simulator (:mod:`privagg.simulate.rounds`) run.
+    (:mod:`privagg.service.round_client`) and the simulator (:mod:`privagg.simulate.rounds`) run.
 
     ``min_survivors``: the task's; he reveals only for a release over at least as many users. ``rng=None`` (a
     real user) draws his secret from the OS and his coin, noise and Shamir polynomials from the secure

@@ -34,11 +34,11 @@ from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_integer
 from ..privacy.description import PrivacyDescription
-from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, MAX_ERROR_BETA, N_USERS_MAX, FE0Analyzer,
-                              FE0Client, FE0Parameters, FE1Analyzer, FE1Client, FE1Parameters, _calibrated,
-                              _fast_aggregate, bins_for, calibrate_fe1)
+from .balls_into_bins import (HASHED_DOMAIN_MAX, HISTOGRAM_DOMAIN_MAX, N_USERS_MAX, FE0Analyzer, FE0Client,
+                              FE0Parameters, FE1Analyzer, FE1Client, FE1Parameters, _calibrated, _fast_aggregate,
+                              bins_for, calibrate_fe1)
 from .privacy_blanket import randomized_rounding
-from .results import VectorSum
+from .results import MAX_ERROR_BETA, VectorSum
 
 LEVELS_MAX = 2**10
 

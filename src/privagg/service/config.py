@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ParameterError, check_integer
-from .client import check_url
+from .calls import check_url
 from .storage import ROLES, default_url
 
 if TYPE_CHECKING:

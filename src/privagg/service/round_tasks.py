@@ -18,7 +18,7 @@ from ..protocols.roles import Round
 from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, survivors_parameters
 from ..protocols.sharing_parties import threshold
 from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
-from ..protocols.two_server_parties import RECOVERY, SUMS, check_min_survivors, message_bytes
+from ..protocols.two_server_messages import RECOVERY, SUMS, check_min_survivors, message_bytes
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
 
 KEM = "x25519"  # the users' keys and every seal between parties of these protocols

@@ -9,7 +9,7 @@ acknowledges their batch, the batches it formed, and the SHA-256 of every accept
 encapsulated key (so a replayed message is refused; no report id, token or arrival order beside it).
 Nothing here can open a message.
 
-Sharing server (DPDS and DPDG, :mod:`privagg.service.sharing`, the round driver's tables:
+Sharing server (DPDS and DPDG, :mod:`privagg.service.sharing.server`, the round driver's tables:
 :mod:`privagg.service.rounds`): its tasks with their open round (number and name), its deadline and the lists
 the coordinator published, the one-use enrollment tokens (hashed), the roster (each user's public key and the
 hash of the secret he authenticates with), each user's message to the server in each round, and the sealed
@@ -18,7 +18,7 @@ The primary keys make every message stored once.
 
 Analyzer: its tasks with their HPKE private keys (sealed under a key-encryption key kept outside the database:
 :mod:`privagg.service.keys`), the running aggregate of each task with its counters (a versioned .npz archive
-read without pickle: :mod:`privagg.service.aggregate_codec`), the
+read without pickle: :mod:`privagg.service.shuffle.aggregate_codec`), the
 ids of the batches it has applied (a replayed batch is applied once), and for a local task (several
 batches) the encapsulation digests of the messages applied (a message repeated in a later batch is dropped).
 A task with public candidates (a frequency task over a huge domain) also keeps the messages it opened, so that
@@ -62,7 +62,7 @@ import sqlalchemy as sa
 
 from ..errors import ParameterError
 
-ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers.py)
+ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers/servers.py)
 
 metadata = {role: sa.MetaData() for role in ROLES}
 

@@ -168,7 +168,7 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
 def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length, user, **run: Any):
     from ..io import read_items
     from ..io.items import typed_items
-    from ..protocols.heavy_hitters import DEFAULT_MAX_LENGTH
+    from ..protocols.registry import DEFAULT_MAX_LENGTH
     from .heavy_hitters import estimate_heavy_hitters
 
     if kind == "file":

@@ -26,10 +26,9 @@ from ..core.selection import percentiles
 from ..errors import ParameterError, check_callable, check_instance, check_integer, check_sequence, checked_arguments
 from ..pipelines import Analysis, FirstStage
 from ..privacy.description import privacy_warnings
-from ..protocols.balls_into_bins import MAX_ERROR_BETA
 from ..protocols.registry import (FULL_DOMAIN_BYTES_MAX, PREIMAGES_MAX, analyzer_checks, calibrate,
                                   choose_full_domain, discovery_parameters, full_domain_seconds, get)
-from ..protocols.results import FrequencyTable, count_among, top_k
+from ..protocols.results import MAX_ERROR_BETA, FrequencyTable, count_among, top_k
 from ..reports import (Estimate, EstimateReport, Group, Messages, RealisedError, Simulation,
                        privacy_profile, report_parameters)
 from .progress import Progress
@@ -204,7 +203,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     (weighted and unweighted) beside the estimates, and the report marked not private.
     """
     from ..protocols.registry import listed, names
-    from ..protocols.sampling_sharing import SamplingParameters, combine_groups
+    from ..protocols.weighted_aggregation import combine_groups
 
     top = check_integer("top", top, 1)
     evaluate = seed is not None if evaluate is None else evaluate
@@ -226,9 +225,8 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         try:
             params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
                                calibration=calibration, item_key=encoder.item_key, **(options or {}))
-            if not isinstance(params, SamplingParameters):
-                weighted = names(lambda e: isinstance(e.parameters, type) and issubclass(e.parameters,
-                                                                                          SamplingParameters))
+            if not hasattr(params, "effective_probability"):  # the sampling protocols' (SamplingParameters)
+                weighted = names(lambda e: hasattr(e.parameters, "effective_probability"))
                 raise ParameterError("epsilon-column", f"given for a sampling protocol ({listed(weighted)})", protocol)
             runs.append(simulate(params, members, mode=mode, rng=group_seed, progress=progress))
         except ParameterError as err:  # say which group
@@ -322,7 +320,7 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
     an evaluation, not a release.
     """
     from ..protocols import registry
-    from ..protocols.privacy_blanket import float_rows
+    from ..protocols.parameters import float_rows
     from ..reports import VectorError, VectorEstimateReport
 
     inputs = float_rows(inputs)

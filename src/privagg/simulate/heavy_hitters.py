@@ -20,7 +20,7 @@ from ..core.messages import MessageBatch, shuffle
 from ..core.randomness import describe, streams
 from ..errors import ParameterError, check_integer
 from ..pipelines import Analysis
-from ..protocols.heavy_hitters import CODE_PRIME, HeavyHitterAnalyzer, HeavyHitterClient, calibrate_fe_hh
+from ..protocols.registry import get
 from ..reports import HeavyHitterEvaluation, HeavyHitterReport, Simulation
 from .progress import Progress
 
@@ -111,14 +111,16 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
         raise ParameterError("input", "at least 2 users", f"{n} items")
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    key = None if seed is None else int(np.random.default_rng([seed, 0x6B6579]).integers(2, CODE_PRIME))
-    parameters = calibrate_fe_hh(epsilon, delta, n, domain_size, phi, max_length, calibration, code_key=key)
+    entry = get("fe-hh")
+    key = None if seed is None else int(np.random.default_rng([seed, 0x6B6579]).integers(
+        2, entry.parameters.code_prime))
+    parameters = entry.calibrate(epsilon, delta, n, domain_size, phi, max_length, calibration, code_key=key)
     check_walk(parameters)
     check_detection(parameters)
     checked = parameters.check_values(values)  # every row checked before any message is made
     seconds["calibrate"] = time.perf_counter() - start
     rngs = streams(seed, ("clients", "shuffler"))
-    client, analyzer = HeavyHitterClient(parameters), HeavyHitterAnalyzer(parameters)
+    client, analyzer = entry.client(parameters), entry.analyzer(parameters)
     start = time.perf_counter()
     # integers go to the clients checked (a uint64 array, re-checked in one vectorized pass, not row by row)
     users = values if max_length is not None else checked

@@ -3,7 +3,7 @@
 Each task's raw HPKE private key moves into ``sealed_key`` (AES-256-GCM under the KEK the analyzer is started
 with: privagg.service.keys.seal_raw_keys) with the id of that KEK, beside the task's HPKE key id and creation
 time; the raw column is dropped. Each aggregate, pickled until now, is read once more (rows this analyzer wrote
-itself) and stored in the versioned .npz form (privagg.service.aggregate_codec) read without pickle from now on.
+itself) and stored in the versioned .npz form (privagg.service.shuffle.aggregate_codec) read without pickle from now on.
 A database with tasks cannot be moved without the KEK: the upgrade then stops, naming it, and changes nothing.
 
 Revision ID: a0003
@@ -24,7 +24,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from privagg.service.aggregate_codec import encode_aggregate
+    from privagg.service.shuffle.aggregate_codec import encode_aggregate
     from privagg.service.keys import seal_raw_keys
 
     seal_raw_keys("analyzer_tasks", context.config.attributes.get("kek"), revision)

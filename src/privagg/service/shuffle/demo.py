@@ -18,7 +18,8 @@ def run_services(workdir: Path, parameters, codes: np.ndarray, concurrency: int 
     each sent through both services by an SDK client."""
     from .client import Client
     from .loadgen import run_load
-    from .local import LocalDeployment, fresh_sqlite
+    from ..local import fresh_sqlite
+    from .deployment import LocalDeployment
 
     dbs = {role: fresh_sqlite(workdir, role) for role in ("analyzer", "collector")}
     with LocalDeployment(dbs, workdir / "logs") as dep:

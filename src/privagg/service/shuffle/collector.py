@@ -17,6 +17,9 @@ the stage's task, in the same transaction, and form that task's own batch; closi
 Routes: ``POST /tasks/{task_id}/reports`` (a client's report, JSON), ``GET /tasks/{task_id}`` (the
 task, as the analyzer serves it), ``GET /tasks/{task_id}/status`` (counts), ``/healthz``, ``/readyz``,
 ``/metrics``.
+
+Reports are stored by the writer (:class:`~privagg.service.shuffle.collector_writer.GroupCommit`), many to a
+transaction.
 """
 
 from __future__ import annotations
@@ -25,14 +28,12 @@ import asyncio
 import base64
 import binascii
 import collections
-import functools
 import hashlib
 import io
 import json
 import logging
 import math
 import os
-import queue
 import secrets
 import socket
 import threading
@@ -40,7 +41,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,13 +50,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..core.randomness import secure_rng
-from ..errors import ParameterError
-from . import storage
-from .storage import batches, collector_tasks, encapsulations, reports, tokens
-from .tasks import Task, encapsulation_digests, is_hex_id
-from .web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
+from ...core.randomness import secure_rng
+from ...errors import ParameterError
+from .. import storage
+from ..storage import batches, collector_tasks, encapsulations, reports, tokens
+from ..tasks import Task, encapsulation_digests, is_hex_id
+from ..web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
                   require_operator, shown)
+from .collector_writer import GroupCommit, Pending
 
 log = logging.getLogger("privagg.collector")
 
@@ -77,7 +78,7 @@ class Collector:
     ``fetch_task(task_id)`` returns the task's JSON from the analyzer (None: no such task);
     ``forward(task_id, batch_id, blob)`` delivers a batch and returns once the analyzer acknowledged it
     (it raises otherwise, and the batch is sent again later); ``forward_partitioned(task_id, batch_id)`` tells
-    it a batch is in ``partition_root`` as Arrow partitions (:mod:`privagg.service.partitions`), which a shuffle
+    it a batch is in ``partition_root`` as Arrow partitions (:mod:`privagg.service.shuffle.partitions`), which a shuffle
     task's batch is when ``partition_root`` is set and the batch would not fit ``memory_budget`` whole.
     """
 
@@ -179,7 +180,7 @@ class Collector:
         """
         return self.store(self.check(self.task(task_id), body)).result()
 
-    def check(self, task: Task, body: bytes) -> _Pending:
+    def check(self, task: Task, body: bytes) -> Pending:
         """The report ``body`` for ``task`` checked on its own (its form, key id and ciphertexts; not yet its
         token, id or replays, which :meth:`store` checks against the database), or :class:`Refused`."""
         data = json_object(body, "the report")
@@ -204,20 +205,20 @@ class Collector:
             stage = (task.discovery.task_id, *_sealed(task.discovery, "discovery", data.get("discovery")))
         elif "discovery" in data:
             raise Refused(400, "malformed", "discovery must be left out: this task has no first stage")
-        return _Pending(task.task_id, report_id, token_hash(token), blob, digests, stage)
+        return Pending(task.task_id, report_id, token_hash(token), blob, digests, stage)
 
-    def store(self, report: _Pending) -> Future:
+    def store(self, report: Pending) -> Future:
         """The future outcome of storing ``report`` (see :meth:`accept`), set once the writer's transaction
         holding it committed, or failed."""
         return self._writer.submit(report)
 
-    async def stored(self, report: _Pending) -> str:
+    async def stored(self, report: Pending) -> str:
         """:meth:`store` awaited on the running event loop, whose futures the writer settles a group at a time
         (one thread-safe call per group, not one per report)."""
         report.outcome = asyncio.get_running_loop().create_future()
         return await self._writer.submit(report)
 
-    def _store_group(self, c: sa.Connection, group: list["_Pending"]) -> list[str | Refused]:
+    def _store_group(self, c: sa.Connection, group: list["Pending"]) -> list[str | Refused]:
         """Each report's outcome, the accepted ones stored, inside the writer's transaction (set-based: one
         update and three inserts for the whole group).
 
@@ -276,7 +277,7 @@ class Collector:
         return outcomes
 
     @staticmethod
-    def _write(c: sa.Connection, new: list["_Pending"]) -> int:
+    def _write(c: sa.Connection, new: list["Pending"]) -> int:
         """The reports ``new`` stored, their tokens spent and their encapsulations recorded; how many tokens were
         spent (each must be an unspent token of its report's task)."""
         # (through the driver: about one row per message, see storage.execute_driver)
@@ -563,29 +564,6 @@ def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) 
     return sink.getvalue()
 
 
-@dataclass
-class _Pending:
-    """A checked report waiting for the writer."""
-
-    task_id: str
-    report_id: str
-    token_hash: bytes
-    ciphertexts: bytes
-    digests: list[bytes]  # of the messages' encapsulated keys
-    stage: tuple[str, bytes, list[bytes]] | None = None  # a staged task's first stage: its task id, messages, digests
-    outcome: Future | asyncio.Future | None = None  # set by the writer; an event loop's future on a loop
-
-    @functools.cached_property
-    def parts(self) -> list[tuple[str, bytes, list[bytes]]]:
-        """(task id, sealed messages, their digests) of the report, and of its first stage's if any."""
-        return [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
-
-    @functools.cached_property
-    def keys(self) -> list[tuple[str, bytes]]:
-        """(task id, digest) of every message, the replay check's keys."""
-        return [(task_id, d) for task_id, _, digests in self.parts for d in digests]
-
-
 # the writer's statements, executed through the driver (storage.execute_driver)
 SPEND_TOKEN = sa.update(tokens).where(tokens.c.token_hash == sa.bindparam("h"), tokens.c.task_id == sa.bindparam("t"),
                                       tokens.c.report_id.is_(None)).values(report_id=sa.bindparam("r"))
@@ -601,84 +579,6 @@ def _reason(response) -> str | None:
         return response.json().get("error")
     except (ValueError, AttributeError):
         return None
-
-
-class GroupCommit:
-    """One writer thread that stores waiting reports many to a transaction.
-
-    A report's caller is answered only after the transaction holding it committed, so 2xx still means
-    durable; one commit (one fsync) then covers many reports, and writers never queue on the database's
-    lock. If the transaction fails (the database is down, or another collector spent a token of the group
-    at the same moment), nothing of the group is stored and every caller gets a 503 to send again.
-    """
-
-    MAX_GROUP = 512
-
-    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[_Pending]], list[str | Refused]],
-                 health: Health, stored: Callable[[_Pending], None] = lambda report: None) -> None:
-        self.engine, self.store, self.health, self.stored = engine, store, health, stored
-        self._failed = 0  # groups failed in a row: logged when writes start and stop failing, not per group
-        self._queue: queue.Queue[_Pending] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._start = threading.Lock()
-
-    def submit(self, report: _Pending) -> Future | asyncio.Future:
-        """``report``'s outcome (a new concurrent future unless it has one), set once the transaction holding it
-        committed (or failed); ``stored`` is called for each report stored, once its transaction committed."""
-        if report.outcome is None:
-            report.outcome = Future()
-        with self._start:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="privagg-writer", daemon=True)
-                self._thread.start()
-        self._queue.put(report)
-        return report.outcome
-
-    def _run(self) -> None:
-        while True:
-            group = [self._queue.get()]
-            while len(group) < self.MAX_GROUP and not self._queue.empty():
-                group.append(self._queue.get_nowait())
-            try:
-                with self.engine.begin() as c:
-                    outcomes = self.store(c, group)
-            except Exception as err:
-                if not self._failed:  # a full disk fails every group: one line when it starts, one when it ends
-                    log.warning("reports not stored: writes are failing", extra={"fields": {
-                        "reports": len(group), "error": type(err).__name__}})
-                self._failed += 1
-                self.health.write_failed(f"reports cannot be stored ({type(err).__name__})")
-                outcomes = [Refused(503, "unavailable", "the report was not stored (the collector's database is "
-                                    "failing); send it again") for _ in group]
-            else:
-                if self._failed:
-                    log_event(log, "reports stored again", failed_groups=self._failed)
-                    self._failed = 0
-                self.health.write_succeeded()
-            on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, str | Refused]]] = {}
-            for report, outcome in zip(group, outcomes):
-                if outcome == "stored":
-                    self.stored(report)
-                if isinstance(report.outcome, asyncio.Future):
-                    on_loops.setdefault(report.outcome.get_loop(), []).append((report.outcome, outcome))
-                elif report.outcome.set_running_or_notify_cancel():  # (else its caller gave up on it)
-                    _settle([(report.outcome, outcome)])
-            for loop, settled in on_loops.items():
-                try:
-                    loop.call_soon_threadsafe(_settle, settled)
-                except RuntimeError:  # the loop is closed: the server stopped, and its requests with it
-                    pass
-
-
-def _settle(settled: list[tuple[Future | asyncio.Future, str | Refused]]) -> None:
-    """Each future's outcome set, but for futures already done (an event loop's, whose request was cancelled)."""
-    for future, outcome in settled:
-        if isinstance(future, asyncio.Future) and future.done():
-            continue
-        if isinstance(outcome, Refused):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
 
 
 class BatchLoop:

@@ -1,7 +1,7 @@
 """The SDK of a user of a multi-round protocol run by the round driver (:mod:`privagg.service.rounds`): his rounds
 against the server (numpy, randomgen, ``cryptography``; stdlib HTTP). DPDS and DPDG:
 
-    from privagg.service.sharing_client import SharingClient
+    from privagg.service.sharing.client import SharingClient
     user = SharingClient.fetch(server_url, task_id)   # the task's frozen parameters, never recalibrated
     user.enroll(token)                                 # his own X25519 key pair; his index in the roster
     user.send("advertise", value)                      # round 1, once the roster is full
@@ -25,8 +25,8 @@ import urllib.request
 
 from ..protocols.registry import get
 from ..protocols.roles import decode_inbox, messages_in
-from .client import RETRY_STATUSES, SubmitError
-from .round_tasks import KEM, SharingTask, relay_info
+from .calls import RETRY_STATUSES, SubmitError
+from .round_tasks import KEM, relay_info
 from .tasks import _private_key, _public_key, _suite
 
 class RosterClient:
@@ -150,12 +150,6 @@ class RoundClient(RosterClient):
                 round_, self.task.task_id, self.user, k))).decode()} for k, message in out.relayed.items()]
         self._call(f"round{number}", body, ("already_sent",))
         return True
-
-
-class SharingClient(RoundClient):
-    """One DPDS or DPDG user's device in one task of the sharing server."""
-
-    task_type = SharingTask
 
 
 def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:

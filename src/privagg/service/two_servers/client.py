@@ -1,6 +1,6 @@
 """The SDK of a TSS or TSS' user: his rounds against S1 (numpy, randomgen, ``cryptography``; stdlib HTTP).
 
-    from privagg.service.two_servers_client import TSSClient
+    from privagg.service.two_servers.client import TSSClient
     user = TSSClient.fetch(s1_url, task_id)   # the task's frozen parameters, S2's task id and public key
     user.enroll(token)                         # his own X25519 key pair; his index in the roster
     user.send("report", value)                 # round 1, once the roster is full: his report set to S1
@@ -12,7 +12,7 @@ Rounds 3 and 4 ask only some users; once a round's last expected message arrives
 after that is refused (409 ``round_closed``).
 
 The protocol is the role its registry entry declares (:class:`privagg.protocols.two_server_parties.TSSUser`), with
-secure randomness, run by :class:`~privagg.service.sharing_client.RoundClient`: shares are sealed with HPKE to
+secure randomness, run by :class:`~privagg.service.round_client.RoundClient`: shares are sealed with HPKE to
 their helper's public key (the round's relay, the task and both users bound as HPKE's info); sums and recovered
 shares to S2's key for the task (S2's task id, the kind and the sender bound, :meth:`TSSTask.sealed_to`), so S1
 relays what it cannot read. A request S1 did not answer is sent again (the same bytes); "already sent" then
@@ -21,8 +21,8 @@ means the first arrived. ``user.role.state.to_bytes()`` is what a device keeps b
 
 from __future__ import annotations
 
-from .round_tasks import TSSTask
-from .sharing_client import RoundClient
+from ..round_tasks import TSSTask
+from ..round_client import RoundClient
 
 
 class TSSClient(RoundClient):

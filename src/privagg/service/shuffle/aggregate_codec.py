@@ -27,9 +27,9 @@ import io
 
 import numpy as np
 
-from ..errors import ParameterError
-from ..protocols.registry import aggregate_types
-from ..protocols.roles import FINGERPRINT
+from ...errors import ParameterError
+from ...protocols.registry import aggregate_types
+from ...protocols.roles import FINGERPRINT
 
 FORMAT, VERSION = "privagg aggregate", 1
 

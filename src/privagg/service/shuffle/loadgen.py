@@ -1,6 +1,6 @@
 """Simulated clients against a collector: ``privagg loadgen`` and the service tests under faults and load.
 
-Each simulated user is a real SDK client (:class:`privagg.service.client.Client`: secure randomness, one
+Each simulated user is a real SDK client (:class:`privagg.service.shuffle.client.Client`: secure randomness, one
 HPKE seal per message, a fresh report id) holding one value of the input and one token. The reports are
 made first, then sent over HTTP with at most ``concurrency`` in flight; a client whose attempt fails to
 connect, or gets a busy or 5xx answer, sends the same report again (safe: the collector stores a report
@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .client import RETRY_STATUSES, Client, Report
+from ..calls import RETRY_STATUSES
+from .client import Client, Report
 
 
 MAX_CONCURRENCY = 100_000  # reports in flight at once, at most
@@ -62,7 +63,7 @@ async def send_reports(collector_url: str | list[str], reports: list[Report], co
     after each acknowledgement (a test kills a replica there)."""
     import aiohttp
 
-    from ..errors import check_integer
+    from ...errors import check_integer
 
     gate = asyncio.Semaphore(check_integer("concurrency", concurrency, 1, MAX_CONCURRENCY))  # 0 would never send
     outcomes: list[str | None] = [None] * len(reports)
@@ -118,7 +119,7 @@ def run_load(collector_url: str, client: Client, values, tokens: list[str], conc
              retry_for: float = 120.0) -> LoadResult:
     """Make one report per value with ``client`` (the task's SDK client) and send them all to the collector."""
     if len(tokens) < len(values):
-        from ..errors import ParameterError
+        from ...errors import ParameterError
 
         raise ParameterError("tokens", f"at least one per value ({len(values)})", len(tokens))
     start = time.perf_counter()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.randomness import secure_rng
+from ...core.randomness import secure_rng
 
 MANIFEST, VERSION = "manifest.json", 1
 PARTITION_FILE = re.compile(r"partition-[0-9]{5}\.arrow")

@@ -4,7 +4,7 @@ and the simulation beside it), of the sharing server's fault tests and of ``make
 :class:`SharingDeployment` starts ``privagg serve sharing`` as a child process on a free loopback port over a
 SQLite file (or the database URL given), creates tasks and tokens in its database, and can kill the server
 with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
-:class:`~privagg.service.sharing_client.SharingClient` per user, drops a fraction of them out at round 1, 2 or 3
+:class:`~privagg.service.sharing.client.SharingClient` per user, drops a fraction of them out at round 1, 2 or 3
 (the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
 round's wall time, the bytes the users sent and received, and each kind of party's messages beside Table I
 (:func:`party_row`; the servers' rows are the users' messages seen from the other end).
@@ -12,22 +12,19 @@ round's wall time, the bytes the users sent and received, and each kind of party
 
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ParameterError
-from ..protocols.sharing_parties import expected_traffic, threshold
-from .local import ServiceProcess, fresh_sqlite
-from .round_tasks import SharingTask
-from .sharing import SharingService
-from .sharing_client import SharingClient
-from .storage import connect
-
-THREADS = 16  # users' requests in flight at once
+from ...protocols.sharing_parties import expected_traffic, threshold
+from ..local import ServiceProcess, fresh_sqlite
+from ..round_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_tasks import SharingTask
+from ..storage import connect
+from .client import SharingClient
+from .server import SharingService
 
 
 class SharingDeployment(ServiceProcess):
@@ -39,27 +36,6 @@ class SharingDeployment(ServiceProcess):
     def service(self) -> SharingService:
         """The server's logic over its database, in this process (task creation, tokens)."""
         return SharingService(connect(self.db, "sharing"))
-
-
-def check_drop_fraction(drop_fraction: float) -> float:
-    if isinstance(drop_fraction, bool) or not isinstance(drop_fraction, (int, float)) or not 0 <= drop_fraction < 0.5:
-        raise ParameterError("drop-fraction", "in [0, 0.5)", drop_fraction)
-    return float(drop_fraction)
-
-
-def dropout_plan(users: int, drop_fraction: float, rounds: tuple[int, ...], seed: int) -> np.ndarray:
-    """Each user's round of dropping out (0: none): a ``drop_fraction`` share of users, each at one of ``rounds``."""
-    rng = np.random.default_rng(seed)
-    plan = np.zeros(users, dtype=np.int64)
-    out = rng.random(users) < drop_fraction
-    plan[out] = rng.choice(rounds, size=int(out.sum()))
-    return plan
-
-
-def min_survivors_for(users: int, drop_fraction: float) -> int:
-    """The task's minimum: the survivors expected, less 4 standard deviations of the dropouts (at least 2)."""
-    sd = math.sqrt(users * drop_fraction * (1 - drop_fraction))
-    return max(2, math.floor(users * (1 - drop_fraction) - 4 * sd))
 
 
 def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
@@ -135,34 +111,6 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
             "seconds": run["seconds"], "bytes": {**run["user_bytes"],
                                                  "sealed_expected": expected_sealed_bytes(task, run["index"], plan)},
             "parties": sharing_parties_traffic(task, run["clients"], plan)}
-
-
-def traffic(clients, direction: str, kinds=None) -> dict[str, int]:
-    """The entries of each kind of message (of ``kinds``, default all) ``clients`` sent or received
-    (``direction``), in all."""
-    return _summed(({kind: entries for (way, kind), (_, entries) in client.traffic.items() if way == direction}
-                    for client in clients), kinds)
-
-
-def _summed(counts, kinds=None) -> dict:
-    """Per kind (of ``kinds``, default all), the sum of ``counts`` (dicts of kind to entries)."""
-    totals: dict = {}
-    for count in counts:
-        for kind, entries in count.items():
-            if kinds is None or kind in kinds:
-                totals[kind] = totals.get(kind, 0) + entries
-    return totals
-
-
-def party_row(party: str, parties: int, sent: dict, received: dict, expected_sent: dict, expected_received: dict,
-              table_i: str) -> dict:
-    """One kind of party in the demo's traffic table: per party, the entries (field elements, items, seeds) of
-    each kind of message it sent and received, measured and expected, and Table I's row (paper reference §4)."""
-    per = max(parties, 1)
-    return {"party": party, "parties": parties, "table_i": table_i,
-            **{name: {k: v / per for k, v in sorted(d.items())} for name, d in (
-                ("sent", sent), ("received", received), ("expected_sent", expected_sent),
-                ("expected_received", expected_received))}}
 
 
 def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], plan: np.ndarray) -> list[dict]:

@@ -1,6 +1,6 @@
 """The sharing server: DPDS's and DPDG's server as a service (FastAPI): roster, relay, rounds with deadlines, release.
 
-The users are SDK clients (:mod:`privagg.service.sharing_client`) with their own HPKE key pairs. Each enrolls
+The users are SDK clients (:mod:`privagg.service.round_client`) with their own HPKE key pairs. Each enrolls
 with a one-use token and his public key and is given his index in the roster and a secret he authenticates
 his later requests with. Once all n enrolled, the rounds of :mod:`privagg.protocols.sharing_parties` run on the
 round driver (:mod:`privagg.service.rounds`), each until every user it expects has answered or its deadline
@@ -36,25 +36,25 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
-from . import storage
-from .roster import rounds_app
-from .round_tasks import SharingTask
-from .rounds import RoundDriver, round_routes
-from .storage import SHARING_TABLES
-from .tasks import TASK_ID_BYTES
-from .web import Limits
+from .. import storage
+from ..roster import rounds_app
+from ..round_tasks import SharingTask
+from ..rounds import RoundDriver, round_routes
+from ..storage import SHARING_TABLES
+from ..tasks import TASK_ID_BYTES
+from ..web import Limits
 
 log = logging.getLogger("privagg.sharing")
 
 SERVICE_RANDOMNESS = ("secure: each user's SDK draws his secret from the OS and his coin or noise from ChaCha20 "
-                      "keyed from OS entropy (privagg.service.sharing_client)")
+                      "keyed from OS entropy (privagg.service.round_client)")
 
 
 def release_document(task: SharingTask, released, seconds: float) -> dict:
     """The outcome of a released task: the report ``privagg analyze`` would make of the release, with who took part
     and the guarantee recomputed for them."""
-    from ..pipelines import Analysis
-    from ..reports import Collection, Dropouts, Engine, report_document
+    from ...pipelines import Analysis
+    from ...reports import Collection, Dropouts, Engine, report_document
 
     p = released.parameters
     privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)

@@ -56,7 +56,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .tasks import OpenedBatch, Task, open_messages
+from ..tasks import OpenedBatch, Task, open_messages
 
 POOL_FROM = 16_384  # messages: a smaller batch is opened in the analyzer's process (a pool's start costs more)
 CHUNKS_PER_WORKER = 4  # a batch is cut in this many chunks a worker, so that a slow worker delays it little

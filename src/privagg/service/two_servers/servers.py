@@ -1,7 +1,7 @@
 """TSS's two servers as services (FastAPI): S1 (roster, report sets, election, relay, rounds with deadlines)
 and S2 (the hand-over, the release), each with its own database and keys.
 
-The users are SDK clients (:mod:`privagg.service.two_servers_client`) with their own HPKE key pairs; they talk
+The users are SDK clients (:mod:`privagg.service.two_servers.client`) with their own HPKE key pairs; they talk
 to S1 only. The protocol is :mod:`privagg.protocols.two_server_parties`' (derivation: docs/privacy.md,
 "Dropouts in TSS"). A task is made on S2 first (:meth:`SecondService.create_task`: its id, an HPKE key pair
 whose private half never leaves S2's database, and a relay token for S1), then on S1 with S2's public task, S2's
@@ -53,22 +53,23 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import ParameterError
-from ..protocols.two_server_parties import RECOVERY, SUMS, Election, Handover, Recovery, SecondServer
-from . import storage
-from .roster import load_task, new_token, rounds_app, secret_hash
-from .round_tasks import KEM, SecondTask, TSSTask, second_info
-from .rounds import FAILED, RUNNING, RoundDriver, protocol_of, round_routes
-from .keys import KeyEncryptionKey
-from .tasks import TASK_ID_BYTES, _private_key, _suite
-from .web import Health, Limits, Refused, json_object, log_event, shown
+from ...errors import ParameterError
+from ...protocols.two_server_messages import RECOVERY, SUMS
+from ...protocols.two_server_parties import Election, Handover, Recovery, SecondServer
+from .. import storage
+from ..roster import load_task, new_token, rounds_app, secret_hash
+from ..round_tasks import KEM, SecondTask, TSSTask, second_info
+from ..rounds import FAILED, RUNNING, RoundDriver, protocol_of, round_routes
+from ..keys import KeyEncryptionKey
+from ..tasks import TASK_ID_BYTES, _private_key, _suite
+from ..web import Health, Limits, Refused, json_object, log_event, shown
 
 log = logging.getLogger("privagg.s1")
 HANDOVER, DELIVERED = "handover", "delivered"  # S1's status once the rounds are done: to hand over, handed over
 log2 = logging.getLogger("privagg.s2")
 
 SERVICE_RANDOMNESS = ("secure: each user's SDK draws his coin, report set and shares from ChaCha20 keyed from OS "
-                      "entropy, and S1 elects the helpers from it (privagg.service.two_servers_client)")
+                      "entropy, and S1 elects the helpers from it (privagg.service.two_servers.client)")
 
 # ---- S1's tables: the round driver's (service/rounds.py) -------------------------------------------------
 s1_tasks = sa.Table(
@@ -344,8 +345,8 @@ class SecondService:
         return state
 
     def _release(self, task: SecondTask, row) -> dict:
-        from ..pipelines import Analysis
-        from ..reports import Collection, Dropouts, Engine, report_document
+        from ...pipelines import Analysis
+        from ...reports import Collection, Dropouts, Engine, report_document
 
         start = time.perf_counter()
         handover = Handover.from_dict(json.loads(row.handover))

@@ -91,7 +91,7 @@ def refusal_page(status: int, detail: str) -> str:
 
 
 def tasks_page(tasks: list[dict]) -> str:
-    """The task list (:meth:`privagg.service.analyzer.AnalyzerService.overview`'s rows)."""
+    """The task list (:meth:`privagg.service.shuffle.analyzer.AnalyzerService.overview`'s rows)."""
     return page("Tasks", _TASKS.render(tasks=tasks))
 
 
@@ -110,7 +110,7 @@ def task_page(task: dict, report: dict | None, top: int = 20, note: str | None =
 def statement(report: dict) -> str:
     """The guarantee in plain words: what a reader of this result can learn about any one user; a result that is
     not private (its privacy block, or the document's own flag, says so) says that first, and why."""
-    from ..reports import DATA_BESIDE
+    from ...reports import DATA_BESIDE
 
     privacy = report["privacy"]
     delta = privacy["delta"]

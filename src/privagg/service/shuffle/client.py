@@ -2,7 +2,7 @@
 
 Here rather than at ``privagg.client``, which is the registry's ``client(parameters)`` function.
 
-    from privagg.service.client import Client, submit
+    from privagg.service.shuffle.client import Client, submit
     client = Client.fetch(analyzer_url, task_id)   # the analyzer's task; parameters checked, never recalibrated
     report = client.report(value, token)           # randomized with secure randomness, sealed per message
     submit(collector_url, report)                   # retried safely until the collector acknowledges
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import secrets
 import time
 import urllib.error
@@ -28,44 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.randomness import secure_rng
-from ..errors import ParameterError
-from .tasks import REPORT_ID_BYTES, Task, seal_messages
-
-RETRY_STATUSES = (429, 500, 502, 503, 504)  # the collector is busy or restarting: the same report is sent again
-_HOST = re.compile(r"[\w.~%:-]+")  # a name, an IPv4 address, or an IPv6 one (its brackets taken off)
-
-
-def check_url(field: str, url, schemes: tuple[str, ...] = ("http", "https")) -> str:
-    """A service's URL as a user gave it, checked before anything is sent (a ParameterError naming ``field``):
-    one of ``schemes``, a host, a port in 1..65535 if one is given, no query or fragment (a path is a prefix the
-    routes follow, as behind a reverse proxy). Returned without its trailing slash."""
-    from urllib.parse import urlsplit
-
-    accepted = f"a URL {' or '.join(f'{s}://HOST[:PORT]' for s in schemes)} (a port in 1..65535; no query)"
-    if not isinstance(url, str) or not url or any(c <= " " or c == "\x7f" for c in url):  # a space, a line end
-        raise ParameterError(field, accepted, repr(url))
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # a port out of range or not a number
-        raise ParameterError(field, accepted, url) from None
-    if parts.scheme.lower() not in schemes or not parts.hostname or not _HOST.fullmatch(parts.hostname) or \
-            port == 0 or parts.query or parts.fragment:
-        raise ParameterError(field, accepted, url)
-    return url.rstrip("/")
-
-
-def service_at(url: str, timeout: float = 10.0) -> str | None:
-    """The privagg service that answers at ``url``, as its ``/healthz`` names itself (``privagg collector``,
-    ``privagg analyzer``, ...); None if nothing answers there as one (no answer, or not privagg's)."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/healthz", timeout=timeout) as answer:
-            service = json.loads(answer.read()).get("service")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
-        return None
-    return service if isinstance(service, str) else None
-
+from ...core.randomness import secure_rng
+from ..calls import RETRY_STATUSES, SubmitError
+from ..tasks import REPORT_ID_BYTES, Task, seal_messages
 
 @dataclass(frozen=True)
 class Report:
@@ -87,20 +51,11 @@ class Report:
         return out
 
 
-class SubmitError(Exception):
-    """The collector refused the report (status 4xx), or could not be reached in the attempts allowed; or the
-    task could not be fetched."""
-
-    def __init__(self, status: int | None, detail: str) -> None:
-        super().__init__(f"{status or 'no answer'}: {detail}")
-        self.status, self.detail = status, detail
-
-
 class Client:
     """A device's side of one task."""
 
     def __init__(self, task: Task) -> None:
-        from ..protocols.registry import client as make_client
+        from ...protocols.registry import client as make_client
 
         self.task = task
         self.randomizer = make_client(task.parameters)
@@ -150,7 +105,7 @@ class Client:
     def _encoder(self):
         """The task's item encoder (its public item_key), made once."""
         if self._items is None:
-            from ..core.encoding import ItemEncoder
+            from ...core.encoding import ItemEncoder
 
             self._items = ItemEncoder.for_parameters(self.task.parameters, "text")
         return self._items

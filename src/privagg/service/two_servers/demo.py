@@ -1,6 +1,6 @@
 """The services' leg of ``privagg demo-service tss|tss-collusion`` (:func:`privagg.demos.run_tss_demo` adds the data
 and the simulation beside it): S2 and S1 as child processes on loopback (``privagg serve s2``, ``privagg serve
-s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers_client.TSSClient`
+s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers.client.TSSClient`
 per user through the rounds TSS declares, a fraction of the users vanishing at round 1 or 2 (the demo's seeded
 choice).
 """
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .keys import KeyEncryptionKey
-from .local import ServiceProcess, fresh_sqlite
-from .sharing_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
-from .storage import connect
-from .two_servers import FirstService, SecondService, create_tasks
-from .two_servers_client import TSSClient
+from ..keys import KeyEncryptionKey
+from ..local import ServiceProcess, fresh_sqlite
+from ..round_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
+from ..storage import connect
+from .servers import FirstService, SecondService, create_tasks
+from .client import TSSClient
 
 
 def _post(url: str) -> None:
@@ -85,7 +85,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
 def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) -> list[dict]:
     """TSS's parties beside Table I's derived rows: the users who took part to the end as reporters and as helpers
     (per user), S1 and S2. Expected: E[sum_j m_j m'_j] shares and E[sum_j m'_j] helper sums
-    (:class:`~privagg.protocols.sampling_sharing.TSSParameters`), no dropouts; a reporter keeps his own share where
+    (:class:`~privagg.protocols.tss_parameters.TSSParameters`), no dropouts; a reporter keeps his own share where
     he helps (a fraction 1/n of them). The helpers S1 names are its published election (the inbox), not a
     message, and are not counted."""
     n, N, a = parameters.n_users, parameters.domain_size, parameters.report_fraction

@@ -1,0 +1,121 @@
+"""The collector's writer: one thread that stores checked reports (:class:`Pending`) many to a transaction
+(:class:`GroupCommit`), answering each report's caller once the transaction holding it committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from ..web import Health, Refused, log_event
+
+log = logging.getLogger("privagg.collector")
+
+
+@dataclass
+class Pending:
+    """A checked report waiting for the writer."""
+
+    task_id: str
+    report_id: str
+    token_hash: bytes
+    ciphertexts: bytes
+    digests: list[bytes]  # of the messages' encapsulated keys
+    stage: tuple[str, bytes, list[bytes]] | None = None  # a staged task's first stage: its task id, messages, digests
+    outcome: Future | asyncio.Future | None = None  # set by the writer; an event loop's future on a loop
+
+    @functools.cached_property
+    def parts(self) -> list[tuple[str, bytes, list[bytes]]]:
+        """(task id, sealed messages, their digests) of the report, and of its first stage's if any."""
+        return [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
+
+    @functools.cached_property
+    def keys(self) -> list[tuple[str, bytes]]:
+        """(task id, digest) of every message, the replay check's keys."""
+        return [(task_id, d) for task_id, _, digests in self.parts for d in digests]
+
+
+class GroupCommit:
+    """One writer thread that stores waiting reports many to a transaction.
+
+    A report's caller is answered only after the transaction holding it committed, so 2xx still means
+    durable; one commit (one fsync) then covers many reports, and writers never queue on the database's
+    lock. If the transaction fails (the database is down, or another collector spent a token of the group
+    at the same moment), nothing of the group is stored and every caller gets a 503 to send again.
+    """
+
+    MAX_GROUP = 512
+
+    def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[Pending]], list[str | Refused]],
+                 health: Health, stored: Callable[[Pending], None] = lambda report: None) -> None:
+        self.engine, self.store, self.health, self.stored = engine, store, health, stored
+        self._failed = 0  # groups failed in a row: logged when writes start and stop failing, not per group
+        self._queue: queue.Queue[Pending] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+
+    def submit(self, report: Pending) -> Future | asyncio.Future:
+        """``report``'s outcome (a new concurrent future unless it has one), set once the transaction holding it
+        committed (or failed); ``stored`` is called for each report stored, once its transaction committed."""
+        if report.outcome is None:
+            report.outcome = Future()
+        with self._start:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="privagg-writer", daemon=True)
+                self._thread.start()
+        self._queue.put(report)
+        return report.outcome
+
+    def _run(self) -> None:
+        while True:
+            group = [self._queue.get()]
+            while len(group) < self.MAX_GROUP and not self._queue.empty():
+                group.append(self._queue.get_nowait())
+            try:
+                with self.engine.begin() as c:
+                    outcomes = self.store(c, group)
+            except Exception as err:
+                if not self._failed:  # a full disk fails every group: one line when it starts, one when it ends
+                    log.warning("reports not stored: writes are failing", extra={"fields": {
+                        "reports": len(group), "error": type(err).__name__}})
+                self._failed += 1
+                self.health.write_failed(f"reports cannot be stored ({type(err).__name__})")
+                outcomes = [Refused(503, "unavailable", "the report was not stored (the collector's database is "
+                                    "failing); send it again") for _ in group]
+            else:
+                if self._failed:
+                    log_event(log, "reports stored again", failed_groups=self._failed)
+                    self._failed = 0
+                self.health.write_succeeded()
+            on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, str | Refused]]] = {}
+            for report, outcome in zip(group, outcomes):
+                if outcome == "stored":
+                    self.stored(report)
+                if isinstance(report.outcome, asyncio.Future):
+                    on_loops.setdefault(report.outcome.get_loop(), []).append((report.outcome, outcome))
+                elif report.outcome.set_running_or_notify_cancel():  # (else its caller gave up on it)
+                    _settle([(report.outcome, outcome)])
+            for loop, settled in on_loops.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, settled)
+                except RuntimeError:  # the loop is closed: the server stopped, and its requests with it
+                    pass
+
+
+def _settle(settled: list[tuple[Future | asyncio.Future, str | Refused]]) -> None:
+    """Each future's outcome set, but for futures already done (an event loop's, whose request was cancelled)."""
+    for future, outcome in settled:
+        if isinstance(future, asyncio.Future) and future.done():
+            continue
+        if isinstance(outcome, Refused):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
