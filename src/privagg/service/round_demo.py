@@ -14,6 +14,15 @@ from ..errors import ParameterError
 THREADS = 16  # users' requests in flight at once
 
 
+def close_round(url: str, timeout: float) -> None:
+    """POST to a round's close route (``url``), as the demo's operator: an empty body, waiting up to ``timeout``
+    seconds (a close that releases inline takes long at large n)."""
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=timeout):
+        pass
+
+
 def check_drop_fraction(drop_fraction: float) -> float:
     if isinstance(drop_fraction, bool) or not isinstance(drop_fraction, (int, float)) or not 0 <= drop_fraction < 0.5:
         raise ParameterError("drop-fraction", "in [0, 0.5)", drop_fraction)

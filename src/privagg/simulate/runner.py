@@ -37,7 +37,6 @@ is refused before its input is read.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -105,13 +104,6 @@ def run_mode(parameters, mode: str) -> str:
     if mode not in MODES:
         raise ParameterError("mode", f"one of {', '.join(MODES)}", mode)
     return mode if get(parameters.protocol).fast is not None else "faithful"
-
-
-def _sharing(value: Any, kind: str = "SharingParameters") -> bool:
-    """Whether ``value`` is the sampling family's ``kind`` (its parameters, counted in share elements, not messages;
-    its DPCS* curator), without importing the family where none can exist (the other protocols' commands)."""
-    family = sys.modules.get("privagg.protocols.sampling_sharing")
-    return family is not None and isinstance(value, getattr(family, kind))
 
 
 def check_size(parameters, mode: str, given: dict[str, Any] | None = None) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...protocols.sharing_parties import expected_traffic, threshold
 from ..local import ServiceProcess, fresh_sqlite
-from ..round_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_demo import THREADS, check_drop_fraction, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..round_tasks import SharingTask
 from ..storage import connect
 from .client import SharingClient
@@ -64,7 +64,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             list(pool.map(lambda i: users[i].send(round_.name, int(codes[i]) if round_.value else None), active))
             if between is not None:
                 between(number)
-            _post(f"{url}/tasks/{task_id}/close-round/{number}")
+            close_round(f"{url}/tasks/{task_id}/close-round/{number}", CLOSE_SECONDS)
             wait_past(f"round{number}")
             seconds[f"round{number}"] = time.perf_counter() - start
     last = protocol.number(protocol.release_round)
@@ -76,13 +76,6 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
 
 
 CLOSE_SECONDS = 3600  # the close of round 3 releases inline: at n = 2,000 with users gone it took over a minute
-
-
-def _post(url: str) -> None:
-    import urllib.request
-
-    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=CLOSE_SECONDS):
-        pass
 
 
 def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,

@@ -17,15 +17,10 @@ import numpy as np
 
 from ..keys import KeyEncryptionKey
 from ..local import ServiceProcess, fresh_sqlite
-from ..round_demo import THREADS, check_drop_fraction, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_demo import THREADS, check_drop_fraction, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..storage import connect
 from .servers import FirstService, SecondService, create_tasks
 from .client import TSSClient
-
-
-def _post(url: str) -> None:
-    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=60):
-        pass
 
 
 def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
@@ -66,7 +61,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
                     if between is not None:
                         between(number, s1)
                     if clients[0].state() == f"round{number}":
-                        _post(f"{s1.url}/tasks/{task.task_id}/close-round/{number}")
+                        close_round(f"{s1.url}/tasks/{task.task_id}/close-round/{number}", 60)
                 seconds[f"round{number}"] = time.perf_counter() - start
         start = time.perf_counter()
         while clients[0].state() not in ("delivered", "failed"):
