@@ -35,6 +35,26 @@ def _interrupted(_signum, _frame) -> None:
     raise KeyboardInterrupt
 
 
+def _lost_interrupt(unraisable) -> None:
+    """``sys.unraisablehook`` while a demo runs. A KeyboardInterrupt raised where Python cannot raise it (the signal
+    arrived in a weakref callback at garbage collection: SQLAlchemy's) is printed and dropped, and the demo went on
+    to exit 0 with its services stopped only at its end; SIGTERM is delivered again from a thread a moment later
+    (once this hook and the collection have returned: an interrupt raised in the hook itself is dropped for good),
+    so that it lands in the demo's own code, or, landing in another callback, comes here again. Anything else is the
+    default hook's."""
+    import signal
+    import sys
+    import threading
+
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+        # a real signal to the main thread, which wakes it from a blocking call as the first did
+        later = threading.Timer(0.05, signal.pthread_kill, args=(threading.main_thread().ident, signal.SIGTERM))
+        later.daemon = True
+        later.start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe1: the shuffle model's collector and "  # type: ignore[valid-type]
                                                          "analyzer; fe-hh: the same, discovering the heavy words "
                                                          "with no list; dpds or dpdg: the sharing server and its users; "
@@ -69,6 +89,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
     result beside the simulation's. An option that does not apply to the protocol is refused, not ignored.
     SIGTERM (or Ctrl-C) stops the services it started before it exits (status 130)."""
     import signal
+    import sys
 
     from ..protocols.registry import get, listed, names
 
@@ -82,6 +103,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                 raise ParameterError(name, f"given only for {applies} (it does nothing for {protocol.value})", value)
         concurrency = check_integer("concurrency", 500 if concurrency is None else concurrency, 1, 100_000)
     signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
+    sys.unraisablehook = _lost_interrupt
     if kind == "heavy hitters":
         _demo_heavy_hitters(protocol.value, users or 20_000, epsilon, delta, concurrency, workdir, as_json)
         return
