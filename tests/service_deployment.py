@@ -172,3 +172,22 @@ def self_signed(folder):
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_path, key_path
+
+
+def route_sdk_to(http: TestClient, monkeypatch) -> None:
+    """The round SDK's requests (privagg.service.round_client) sent to ``http``, a TestClient of a server in
+    process: a 409 whose error the caller accepts (``ok_conflicts``) reads as an empty answer, as over HTTP."""
+    from privagg.service import round_client
+    from privagg.service.calls import SubmitError
+
+    def request(url, body, _timeout, _attempts, ok_conflicts=()):
+        path = url.split("://", 1)[1].split("/", 1)[1]
+        answer = http.get(f"/{path}") if body is None else http.post(
+            f"/{path}", content=body, headers={"content-type": "application/json"})
+        if answer.status_code >= 400:
+            if answer.status_code == 409 and answer.json().get("error") in ok_conflicts:
+                return b"{}"
+            raise SubmitError(answer.status_code, answer.text)
+        return answer.content
+
+    monkeypatch.setattr(round_client, "_request", request)

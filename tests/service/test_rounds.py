@@ -15,12 +15,11 @@ from privagg.protocols import registry
 from privagg.protocols import sampling_calibration as sc
 from privagg.protocols import sharing_parties as sp
 from privagg.protocols.roles import Outbox, Round
-from privagg.service import round_client
-from privagg.service.calls import SubmitError
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
 from privagg.service.storage import connect, round_messages
 from privagg.simulate.rounds import run_rounds
+from service_deployment import route_sdk_to
 
 N, DOMAIN = 10, 2
 
@@ -75,17 +74,7 @@ def toy(tmp_path, monkeypatch):
     service = SharingService(connect(f"sqlite:///{tmp_path}/sharing.db", "sharing"), clock=clock)
     http = TestClient(create_app(service, tick=None))
 
-    def request(url, body, _timeout, _attempts, ok_conflicts=()):
-        path = url.split("://", 1)[1].split("/", 1)[1]
-        answer = http.get(f"/{path}") if body is None else http.post(
-            f"/{path}", content=body, headers={"content-type": "application/json"})
-        if answer.status_code >= 400:
-            if answer.status_code == 409 and answer.json().get("error") in ok_conflicts:
-                return b"{}"
-            raise SubmitError(answer.status_code, answer.text)
-        return answer.content
-
-    monkeypatch.setattr(round_client, "_request", request)
+    route_sdk_to(http, monkeypatch)
     yield service, http, clock
     http.close()
     service.engine.dispose()
@@ -194,17 +183,7 @@ def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, 
     service = SharingService(connect(db, "sharing", create=False), clock=clock)
     http = TestClient(create_app(service, tick=None))
 
-    def request(url, body, _timeout, _attempts, ok_conflicts=()):
-        path = url.split("://", 1)[1].split("/", 1)[1]
-        answer = http.get(f"/{path}") if body is None else http.post(
-            f"/{path}", content=body, headers={"content-type": "application/json"})
-        if answer.status_code >= 400:
-            if answer.status_code == 409 and answer.json().get("error") in ok_conflicts:
-                return b"{}"
-            raise SubmitError(answer.status_code, answer.text)
-        return answer.content
-
-    monkeypatch.setattr(round_client, "_request", request)
+    route_sdk_to(http, monkeypatch)
     try:
         state = service.state(task.task_id)
         assert (state["state"], state["round_name"], state["senders"]) == ("round2", "masked_sum", N)

@@ -17,8 +17,6 @@ from privagg.protocols.roles import decode_inbox
 from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, ROUNDS, SERVER,
                                                VERSION, Revealed, decode, encode, expected_traffic,
                                                survivors_parameters)
-from privagg.service import round_client
-from privagg.service.calls import SubmitError
 from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
@@ -26,6 +24,7 @@ from privagg.service.round_demo import dropout_plan, traffic
 from privagg.service.sharing.demo import SharingDeployment, run_rounds
 from privagg.service.storage import connect, relayed_messages, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
+from service_deployment import route_sdk_to
 
 N, DOMAIN = 12, 3
 CODES = np.arange(N) % DOMAIN
@@ -53,17 +52,7 @@ def server(db, monkeypatch):
     service = SharingService(connect(db, "sharing"), clock=clock)
     http = TestClient(create_app(service, tick=None))
 
-    def request(url, body, _timeout, _attempts, ok_conflicts=()):
-        path = url.split("://", 1)[1].split("/", 1)[1]
-        answer = http.get(f"/{path}") if body is None else http.post(
-            f"/{path}", content=body, headers={"content-type": "application/json"})
-        if answer.status_code >= 400:
-            if answer.status_code == 409 and answer.json().get("error") in ok_conflicts:
-                return b"{}"
-            raise SubmitError(answer.status_code, answer.text)
-        return answer.content
-
-    monkeypatch.setattr(round_client, "_request", request)
+    route_sdk_to(http, monkeypatch)
     yield service, http, clock
     http.close()
     service.engine.dispose()

@@ -65,6 +65,16 @@ _TASK_VIA_COLLECTOR = ("warning: the task and its key came through the collector
                        "key could read the messages; give --analyzer to fetch them from the analyzer")
 
 
+
+def _collector_and_analyzer(collector: str, analyzer: str | None) -> tuple[str, str | None]:
+    """submit's and loadgen's services, each checked to be the service it is named as; without --analyzer the
+    task is fetched from the collector, and the command says so."""
+    collector = _service(collector, "collector", "collector")
+    analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
+    if analyzer is None:
+        _say(_TASK_VIA_COLLECTOR, stderr=True)
+    return collector, analyzer
+
 def submit(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
            task: str = typer.Option(..., "--task", help="The task id."),
            analyzer: Optional[str] = _TASK_FROM,
@@ -77,10 +87,7 @@ def submit(collector: str = typer.Option(..., "--collector", help="The collector
     from ..service.shuffle.client import Client, submit as send
 
     with _clean_errors():
-        collector = _service(collector, "collector", "collector")
-        analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
-        if analyzer is None:
-            _say(_TASK_VIA_COLLECTOR, stderr=True)
+        collector, analyzer = _collector_and_analyzer(collector, analyzer)
         try:
             client = Client.fetch(analyzer or collector, task)
             status = send(collector, client.report(_value(value, client.task.parameters), token))
@@ -140,10 +147,7 @@ def loadgen(collector: str = typer.Option(..., "--collector", help="The collecto
         concurrency = check_integer("concurrency", concurrency, 1, 100_000)
         if not 0 <= retry_for <= 86_400:
             raise ParameterError("retry-for", "a number of seconds in [0, 86400]", retry_for)
-        collector = _service(collector, "collector", "collector")
-        analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
-        if analyzer is None:
-            _say(_TASK_VIA_COLLECTOR, stderr=True)
+        collector, analyzer = _collector_and_analyzer(collector, analyzer)
         try:
             client = Client.fetch(analyzer or collector, task)
         except SubmitError as err:
