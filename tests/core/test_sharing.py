@@ -84,3 +84,20 @@ def test_fixed_point_sums_decode_exactly():
 def test_bad_input(make, match):
     with pytest.raises(ParameterError, match=match):
         make()
+
+
+def test_expand_is_uniform_over_the_field_and_fills_any_shape():
+    """ChaCha20 words rejection-sampled below p: uniform (a chi-square test over a field whose p is far below its
+    bit length's power of two, where a reduction mod p would be biased), in the storage dtype, of the shape asked,
+    the same for the same seed and independent across seeds."""
+    field = PrimeField(17)  # 5 bits: words below 32, 15 of 32 rejected
+    values = expand(field, bytes(range(32)), (200, 100))
+    assert values.shape == (200, 100) and values.dtype == field.dtype
+    observed = np.bincount(values.ravel().astype(np.int64), minlength=17)
+    assert observed.size == 17 and stats.chisquare(observed).pvalue > 1e-4
+    big = PrimeField.for_aggregate(2**61)
+    wide = expand(big, bytes(32), 50_000)
+    assert wide.dtype == np.uint64 and int(wide.max()) < big.modulus
+    assert expand(field, bytes(32), 0).shape == (0,)
+    other = expand(field, bytes(31) + b"\x01", (200, 100))
+    assert np.mean(other == values) < 0.1  # 1/17 by chance
