@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privagg.core.primes import is_prime
-from privagg.core.sharing import (SEED_BYTES, PrimeField, decode_fixed, encode_fixed, expand, fixed_point_modulus,
-                                  reconstruct, seeded_shares, share)
+from privagg.core.sharing import (PrimeField, decode_fixed, encode_fixed, expand, fixed_point_modulus,
+                                  reconstruct, share)
 from privagg.errors import ParameterError
 
 LARGE = PrimeField(2**61 - 1)  # a Mersenne prime: sums of two elements near 2^62 stress the uint64 headroom
@@ -40,20 +39,6 @@ def test_any_n_minus_1_shares_are_uniform_whatever_the_secret():
         observed = np.bincount(pairs, minlength=25)
         assert stats.chisquare(observed).pvalue > 1e-4
         assert np.array_equal(reconstruct(field, shares), np.full(20_000, secret))
-
-
-def test_seeded_shares_reconstruct_and_expand_deterministically():
-    field = PrimeField.for_aggregate(10**6)
-    assert is_prime(field.modulus) and field.modulus > 10**6
-    secret = np.arange(100, dtype=np.uint64) * 7
-    seeds, correction = seeded_shares(field, secret, 5)
-    assert len(seeds) == 4 and all(len(s) == SEED_BYTES for s in seeds)
-    expanded = [expand(field, s, secret.shape) for s in seeds]
-    assert np.array_equal(field.sum(np.stack([*expanded, correction])), secret)
-    assert np.array_equal(expand(field, seeds[0], secret.shape), expanded[0])  # the same seed, the same share
-    assert not np.array_equal(expanded[0], expanded[1])
-    again, _ = seeded_shares(field, secret, 5, rng=3)
-    assert again == seeded_shares(field, secret, 5, rng=3)[0]  # a seeded simulation is reproducible
 
 
 def test_fixed_point_sums_decode_exactly():
@@ -95,6 +80,7 @@ def test_expand_is_uniform_over_the_field_and_fills_any_shape():
     assert values.shape == (200, 100) and values.dtype == field.dtype
     observed = np.bincount(values.ravel().astype(np.int64), minlength=17)
     assert observed.size == 17 and stats.chisquare(observed).pvalue > 1e-4
+    assert np.array_equal(expand(field, bytes(range(32)), (200, 100)), values)  # the same seed, the same share
     big = PrimeField.for_aggregate(2**61)
     wide = expand(big, bytes(32), 50_000)
     assert wide.dtype == np.uint64 and int(wide.max()) < big.modulus

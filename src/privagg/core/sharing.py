@@ -9,11 +9,8 @@
   vectorized over users: n - 1 shares uniform in the field, the last the
   secret minus their sum. Any n - 1 shares are uniform and independent of
   the secret.
-* :func:`seeded_shares` / :func:`expand`: the same with the n - 1 uniform
-  shares sent as 32-byte seeds, expanded by ChaCha20 (``cryptography``'s
-  keystream, rejection-sampled below p), plus one
-  explicit correction share: d field elements cost 32 bytes instead of
-  8 d per share.
+* :func:`expand`: a uniform share stood for by a 32-byte seed, expanded by ChaCha20 (``cryptography``'s
+  keystream, rejection-sampled below p): d field elements cost 32 bytes instead of 8 d.
 * :func:`derive_seed` / :func:`element_bytes` / :func:`pack_elements` / :func:`unpack_elements`: a party's
   per-recipient seeds from one secret (keyed BLAKE2b as a PRF), and field elements on the wire at
   ceil(log2(p) / 8) bytes each, little-endian, checked below p when read back.
@@ -26,7 +23,6 @@ Numpy (and ``cryptography`` for :func:`expand`).
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,21 +138,6 @@ def expand(field: PrimeField, seed: bytes, shape) -> np.ndarray:
         kept.append(words)
         have += words.size
     return np.concatenate(kept)[:count].astype(field.dtype).reshape(shape)
-
-
-def seeded_shares(field: PrimeField, secret: np.ndarray, shares: int,
-                  rng: RNGLike = None) -> tuple[list[bytes], np.ndarray]:
-    """(shares - 1 seeds, the correction share): :func:`expand` of the seeds plus the correction sum to ``secret``.
-
-    Seeds come from the OS (``rng=None``) or, in a seeded simulation, from ``rng``.
-    """
-    shares = check_integer("shares", shares, 2)
-    values = field.element(secret)
-    generator = None if rng is None else resolve(rng)
-    seeds = [secrets.token_bytes(SEED_BYTES) if generator is None else generator.bytes(SEED_BYTES)
-             for _ in range(shares - 1)]
-    expanded = np.stack([expand(field, seed, values.shape) for seed in seeds])
-    return seeds, field.sub(values, field.sum(expanded, axis=0))
 
 
 def derive_seed(master: bytes, label: str) -> bytes:
