@@ -1,0 +1,322 @@
+"""The privacy budget across tasks (issue 49, item 3): a ledger per population and period.
+
+A **population** is the set of devices a task's tokens are issued to, named by the operator (``privagg task create
+--population NAME``; :data:`DEFAULT_POPULATION` when none is named: one per service). A population may have a
+**budget**: an (epsilon, delta) per calendar **period** in UTC (a day, an ISO week from Monday, or a month;
+:data:`PERIODS`). Each task's guarantee is charged to its population when the task is created, in the transaction
+that stores the task, and composed with what the period already spent (:func:`compose`); a task that would exceed
+the budget is refused (:class:`BudgetExceeded`: what is left and what the task costs) and nothing is stored. A
+charge stays once made: a task closed or failed may have released. Without a budget the tasks are charged and
+never refused.
+
+What is composed (docs/privacy.md, "A budget across tasks"): every task of a population is over the same users, a
+user in every one, each task (epsilon_i, delta_i)-DP for the change of one user's data; the period's tasks together
+are then DP for that change at the composition of their guarantees:
+
+* **PLD** (dp-accounting's privacy loss distributions, pessimistic) for the tasks whose mechanism dp-accounting
+  models exactly: grr (k-ary randomized response) and olh (randomized response over its g hashed bins, given the
+  public hash), composed at the budget's delta minus the deltas of the others;
+* **basic composition** (the epsilons and the deltas add) for every other task (the shuffle, blanket and
+  sampling + secret-sharing protocols, whose (epsilon, delta) come from their own accountants), and for all of
+  them together where it is no larger.
+
+The deltas always add (a period may hold at most the budget's delta of them); the epsilon spent is the least of
+the two statements at the budget's delta, and the ledger says which (``method``).
+
+SQLite serializes the ledger's writers (every write transaction begins ``BEGIN IMMEDIATE``); on PostgreSQL a
+charge locks its population's budget row (``SELECT ... FOR UPDATE``), so two tasks racing for the last of a budget
+are charged one after the other and the second sees the first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from ..errors import ParameterError, check_epsilon, parse_number
+from .storage import metadata
+
+DEFAULT_POPULATION = "default"
+PERIODS = ("day", "week", "month")
+DEFAULT_PERIOD = "day"  # a population without a budget: what ``privagg budget show`` sums
+ROLES = ("analyzer", "sharing", "s1")  # the services that create the tasks whose tokens they (or their collector) issue
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+PLD_INTERVAL = 1e-4  # dp-accounting's value discretization interval (its default)
+
+budgets = {role: sa.Table(
+    "budgets", metadata[role],
+    sa.Column("population", sa.String(64), primary_key=True),
+    sa.Column("epsilon", sa.Float, nullable=False),
+    sa.Column("delta", sa.Float, nullable=False),
+    sa.Column("period", sa.String(8), nullable=False),  # day, week, month (UTC calendar)
+) for role in ROLES}
+charges = {role: sa.Table(
+    "budget_charges", metadata[role],
+    sa.Column("task_id", sa.String(32), primary_key=True),
+    sa.Column("population", sa.String(64), nullable=False),
+    sa.Column("created", sa.Float, nullable=False),  # seconds since the epoch
+    sa.Column("protocol", sa.String(32), nullable=False),
+    sa.Column("epsilon", sa.Float, nullable=False),
+    sa.Column("delta", sa.Float, nullable=False),
+    sa.Column("pld", sa.Text),  # the dp-accounting mechanisms (JSON list) where modelled; NULL: basic composition
+    sa.Index("charges_by_population", "population", "created"),
+) for role in ROLES}
+# the same two tables in each of those roles' databases (each role's metadata declares them): one role's describe the
+# statements of every role's
+BUDGETS, CHARGES = budgets["analyzer"], charges["analyzer"]
+
+
+def check_population(name) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ParameterError("population", "a name of 1 to 64 letters, digits, '.', '_' or '-' (starting with a "
+                             "letter or digit)", name)
+    return name
+
+
+def check_budget(epsilon, delta, period: str) -> tuple[float, float, str]:
+    """A budget's fields: epsilon > 0 finite, delta in [0, 1), a period of :data:`PERIODS`."""
+    epsilon = check_epsilon(epsilon)
+    if epsilon > 1e6:
+        raise ParameterError("epsilon", "a finite number in (0, 1e6]", epsilon)
+    d = delta if isinstance(delta, float) else parse_number("delta", delta)
+    if not 0 <= d < 1:
+        raise ParameterError("delta", "in [0, 1)", delta)
+    if period not in PERIODS:
+        raise ParameterError("period", f"one of {', '.join(PERIODS)} (calendar, UTC)", period)
+    return epsilon, float(d), period
+
+
+def period_start(period: str, now: float) -> float:
+    """The start of the calendar ``period`` (UTC) holding the instant ``now`` (seconds since the epoch)."""
+    day = dt.datetime.fromtimestamp(now, dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "week":
+        day -= dt.timedelta(days=day.weekday())  # ISO weeks start on Monday
+    elif period == "month":
+        day = day.replace(day=1)
+    return day.timestamp()
+
+
+def period_label(period: str, now: float) -> str:
+    start = dt.datetime.fromtimestamp(period_start(period, now), dt.timezone.utc)
+    return {"day": start.strftime("%Y-%m-%d"), "month": start.strftime("%Y-%m"),
+            "week": "%d-W%02d" % start.isocalendar()[:2]}[period]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One task's guarantee as the ledger charges it: (epsilon, delta), and the mechanisms dp-accounting models
+    exactly (``pld``: JSON-ready dicts), or None where it does not (basic composition)."""
+
+    epsilon: float
+    delta: float
+    pld: tuple[dict, ...] | None
+
+    def plus(self, other: "Cost") -> "Cost":
+        """Two stages of one task (a discovery, then its estimate): composed as two tasks would be."""
+        pld = None if self.pld is None or other.pld is None else self.pld + other.pld
+        return Cost(self.epsilon + other.epsilon, self.delta + other.delta, pld)
+
+
+def cost_of(parameters, delta: float | None = None) -> Cost:
+    """A task's cost from its frozen parameters: their privacy event's (epsilon, delta) (``delta``: the delta its
+    release states, where that is above the target: a round task's at its fewest survivors), with the
+    randomized response dp-accounting models for grr and olh (the report given the public hash: randomized response
+    over the g bins; the event's (epsilon, 0) is that mechanism's, so the PLD states no more than it)."""
+    from ..privacy.events import guarantee
+
+    epsilon, target = guarantee(parameters.privacy.event)
+    delta = target if delta is None else max(target, delta)
+    buckets = {"grr": "domain_size", "olh": "bins"}.get(parameters.protocol)
+    pld = None
+    if buckets is not None and delta == 0:
+        k = getattr(parameters, buckets)
+        # dp-accounting's randomized response: the input with probability 1 - q, else a uniform bucket; privagg's
+        # coins keep the input with probability p = K / 2^53 and give each other bucket (1 - p) / (k - 1)
+        pld = ({"mechanism": "randomized_response", "noise_parameter": min(1.0, (1 - parameters.keep) * k / (k - 1)),
+                "num_buckets": k},)
+    return Cost(epsilon, delta, pld)
+
+
+def _pld(components: list[dict]):
+    """The composition of the mechanisms' privacy loss distributions (dp-accounting, pessimistic estimates)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    total = None
+    for c in components:
+        if c["mechanism"] != "randomized_response":
+            raise ParameterError("pld", "a mechanism the ledger knows (randomized_response)", c["mechanism"])
+        one = pld.from_randomized_response(c["noise_parameter"], c["num_buckets"],
+                                           value_discretization_interval=PLD_INTERVAL)
+        total = one if total is None else total.compose(one)
+    return total
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a period's tasks spent together: ``epsilon`` at the budget's delta (or at ``delta``, the deltas' sum,
+    without a budget), ``delta`` the deltas' sum, ``method`` how the epsilon was composed, ``tasks`` how many."""
+
+    epsilon: float
+    delta: float
+    method: str
+    tasks: int
+
+
+def compose(costs: list[Cost], delta_budget: float | None = None) -> Spent:
+    """The period's tasks composed (the module's docstring): the deltas add; the epsilon is the sum of the
+    epsilons (basic composition), or, where less, the PLD of the modelled tasks at ``delta_budget`` minus the other
+    tasks' deltas plus the other tasks' epsilons (the two groups composed basically). Without a budget the PLD is
+    taken at the deltas' sum. One task: its own epsilon (a PLD never states more than the mechanism's epsilon: the
+    least of the two)."""
+    basic_eps, deltas = sum(c.epsilon for c in costs), sum(c.delta for c in costs)
+    modelled = [c for c in costs if c.pld is not None]
+    if not modelled:
+        return Spent(basic_eps, deltas, "basic", len(costs))
+    others = [c for c in costs if c.pld is None]
+    room = (deltas if delta_budget is None else delta_budget) - sum(c.delta for c in others)
+    if room < 0:
+        return Spent(basic_eps, deltas, "basic", len(costs))
+    pld_eps = _pld([m for c in modelled for m in c.pld]).get_epsilon_for_delta(room) + sum(c.epsilon for c in others)
+    if pld_eps < basic_eps:
+        how = "pld" if not others else f"pld ({len(modelled)} tasks) + basic ({len(others)})"
+        return Spent(pld_eps, deltas, how, len(costs))
+    return Spent(basic_eps, deltas, "basic", len(costs))
+
+
+class BudgetExceeded(ParameterError):
+    """A task its population's budget cannot pay for: nothing was charged or stored. One line: ``budget of
+    population P exceeded: WHY; nothing charged``."""
+
+    def __init__(self, population: str, why: str) -> None:
+        super().__init__("population", "a population whose budget pays for the task", population)
+        self.args = (f"budget of population {population} exceeded: {why}; the task is refused, nothing charged",)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A population's budget (None: none set) and the period's spend."""
+
+    population: str
+    epsilon: float | None
+    delta: float | None
+    period: str
+    label: str  # the period holding now: 2026-12-06, 2026-W49, 2026-12
+    spent: Spent
+
+    @property
+    def remaining(self) -> tuple[float, float] | None:
+        if self.epsilon is None:
+            return None
+        return self.epsilon - self.spent.epsilon, self.delta - self.spent.delta
+
+    def to_dict(self) -> dict:
+        left = self.remaining
+        return {"population": self.population, "period": self.period, "period_label": self.label,
+                "budget": None if self.epsilon is None else {"epsilon": self.epsilon, "delta": self.delta},
+                "spent": {"epsilon": self.spent.epsilon, "delta": self.spent.delta, "tasks": self.spent.tasks,
+                          "composition": self.spent.method},
+                "remaining": None if left is None else {"epsilon": left[0], "delta": left[1]}}
+
+
+def _costs(connection: sa.Connection, population: str, since: float) -> list[Cost]:
+    table = CHARGES
+    rows = connection.execute(sa.select(table.c.epsilon, table.c.delta, table.c.pld).where(
+        table.c.population == population, table.c.created >= since).order_by(table.c.created))
+    return [Cost(r.epsilon, r.delta, None if r.pld is None else tuple(json.loads(r.pld))) for r in rows]
+
+
+def _budget_row(connection: sa.Connection, population: str, lock: bool = False):
+    query = sa.select(BUDGETS).where(BUDGETS.c.population == population)
+    return connection.execute(query.with_for_update() if lock else query).first()
+
+
+def _ledger(connection, population: str, now: float, extra: Cost | None = None, lock: bool = False) -> Ledger:
+    row = _budget_row(connection, population, lock)
+    period = DEFAULT_PERIOD if row is None else row.period
+    costs = _costs(connection, population, period_start(period, now)) + ([] if extra is None else [extra])
+    return Ledger(population, None if row is None else row.epsilon, None if row is None else row.delta, period,
+                  period_label(period, now), compose(costs, None if row is None else row.delta))
+
+
+def charge(connection: sa.Connection, population: str, task_id: str, protocol: str, cost: Cost,
+           now: float | None = None) -> Ledger:
+    """Charge ``cost`` (task ``task_id``'s) to ``population`` in the caller's transaction (the one storing the
+    task), or raise :class:`BudgetExceeded` naming what is left and what the task costs; the ledger with it."""
+    now = time.time() if now is None else now
+    ledger = _ledger(connection, check_population(population), now, cost, lock=True)
+    if ledger.epsilon is not None:
+        left = _ledger(connection, population, now)
+        eps_left, delta_left = ledger.epsilon - left.spent.epsilon, ledger.delta - left.spent.delta
+        if ledger.spent.epsilon > ledger.epsilon * (1 + 1e-12) or ledger.spent.delta > ledger.delta * (1 + 1e-12):
+            alone = " (more than the whole budget)" if cost.epsilon > ledger.epsilon or cost.delta > ledger.delta else ""
+            raise BudgetExceeded(population, (
+                f"the task costs epsilon {cost.epsilon:g}, delta {cost.delta:g}{alone}, and the {ledger.period} budget "
+                f"(epsilon {ledger.epsilon:g}, delta {ledger.delta:g}) has epsilon {max(eps_left, 0):.4g}, delta "
+                f"{max(delta_left, 0):.3g} left in {ledger.label} ({left.spent.tasks} task{"s" if left.spent.tasks != 1 else ""} so far, {left.spent.method} "
+                f"composition; with the task: epsilon {ledger.spent.epsilon:.4g}, delta {ledger.spent.delta:.3g})"))
+    connection.execute(sa.insert(CHARGES).values(
+        task_id=task_id, population=population, created=now, protocol=protocol, epsilon=cost.epsilon,
+        delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
+    return ledger
+
+
+def set_budget(engine: sa.Engine, population: str, epsilon, delta, period: str) -> Ledger:
+    """Set (or replace) ``population``'s budget; the ledger under it (its period may have spent more already:
+    no task is then charged until the next period)."""
+    epsilon, delta, period = check_budget(epsilon, delta, period)
+    population = check_population(population)
+    table = BUDGETS
+    with engine.begin() as c:
+        if _budget_row(c, population, lock=True) is None:
+            c.execute(sa.insert(table).values(population=population, epsilon=epsilon, delta=delta, period=period))
+        else:
+            c.execute(sa.update(table).where(table.c.population == population).values(
+                epsilon=epsilon, delta=delta, period=period))
+        return _ledger(c, population, time.time())
+
+
+def ledgers(connection: sa.Connection, now: float | None = None) -> list[Ledger]:
+    """Every population's ledger: those with a budget, and those with charges (in a transaction of the caller's)."""
+    now = time.time() if now is None else now
+    names = {r for (r,) in connection.execute(sa.select(BUDGETS.c.population))}
+    names |= {r for (r,) in connection.execute(sa.select(CHARGES.c.population).distinct())}
+    return [_ledger(connection, name, now) for name in sorted(names)]
+
+
+def charge_round_task(connection: sa.Connection, task, population: str) -> Ledger:
+    """A multi-round task's charge (the sharing server's, S1's): its guarantee at the delta its release states over
+    its fewest survivors (:func:`~privagg.service.round_tasks.release_delta`, the worst case)."""
+    from .round_tasks import release_delta
+
+    cost = cost_of(task.parameters, release_delta(task.parameters, task.min_survivors))
+    return charge(connection, population, task.task_id, task.parameters.protocol, cost)
+
+
+def show(ledger: Ledger) -> str:
+    """One line for an operator."""
+    s = ledger.spent
+    spent = f"spent epsilon {s.epsilon:.4g}, delta {s.delta:.3g} over {s.tasks} task{"s" if s.tasks != 1 else ""} ({s.method} composition)"
+    if ledger.epsilon is None:
+        return f"{ledger.population}: no budget; {ledger.period} {ledger.label}: {spent}"
+    eps_left, delta_left = ledger.remaining
+    return (f"{ledger.population}: budget epsilon {ledger.epsilon:g}, delta {ledger.delta:g} a {ledger.period}; "
+            f"{ledger.label}: {spent}; left epsilon {eps_left:.4g}, delta {delta_left:.3g}")
+
+
+def create_tables_migration(op) -> None:
+    """The ledger's two tables, for each role's migration (a0008, s0006, s1_0006)."""
+    op.create_table("budgets", sa.Column("population", sa.String(64), primary_key=True),
+                    sa.Column("epsilon", sa.Float, nullable=False), sa.Column("delta", sa.Float, nullable=False),
+                    sa.Column("period", sa.String(8), nullable=False))
+    op.create_table("budget_charges", sa.Column("task_id", sa.String(32), primary_key=True),
+                    sa.Column("population", sa.String(64), nullable=False),
+                    sa.Column("created", sa.Float, nullable=False), sa.Column("protocol", sa.String(32), nullable=False),
+                    sa.Column("epsilon", sa.Float, nullable=False), sa.Column("delta", sa.Float, nullable=False),
+                    sa.Column("pld", sa.Text))
+    op.create_index("charges_by_population", "budget_charges", ["population", "created"])
+
