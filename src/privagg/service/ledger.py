@@ -257,8 +257,8 @@ def charge(connection: sa.Connection, population: str, task_id: str, protocol: s
             raise BudgetExceeded(population, (
                 f"the task costs epsilon {cost.epsilon:g}, delta {cost.delta:g}{alone}, and the {ledger.period} budget "
                 f"(epsilon {ledger.epsilon:g}, delta {ledger.delta:g}) has epsilon {max(eps_left, 0):.4g}, delta "
-                f"{max(delta_left, 0):.3g} left in {ledger.label} ({left.spent.tasks} task{"s" if left.spent.tasks != 1 else ""} so far, {left.spent.method} "
-                f"composition; with the task: epsilon {ledger.spent.epsilon:.4g}, delta {ledger.spent.delta:.3g})"))
+                f"{max(delta_left, 0):.3g} left in {ledger.label} ({_tasks(left.spent.tasks)} so far, {left.spent.method} composition; "
+                f" with the task: epsilon {ledger.spent.epsilon:.4g}, delta {ledger.spent.delta:.3g})"))
     connection.execute(sa.insert(CHARGES).values(
         task_id=task_id, population=population, created=now, protocol=protocol, epsilon=cost.epsilon,
         delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
@@ -297,10 +297,14 @@ def charge_round_task(connection: sa.Connection, task, population: str) -> Ledge
     return charge(connection, population, task.task_id, task.parameters.protocol, cost)
 
 
+def _tasks(count: int) -> str:
+    return f"{count} task" + ("" if count == 1 else "s")
+
+
 def show(ledger: Ledger) -> str:
     """One line for an operator."""
     s = ledger.spent
-    spent = f"spent epsilon {s.epsilon:.4g}, delta {s.delta:.3g} over {s.tasks} task{"s" if s.tasks != 1 else ""} ({s.method} composition)"
+    spent = f"spent epsilon {s.epsilon:.4g}, delta {s.delta:.3g} over {_tasks(s.tasks)} ({s.method} composition)"
     if ledger.epsilon is None:
         return f"{ledger.population}: no budget; {ledger.period} {ledger.label}: {spent}"
     eps_left, delta_left = ledger.remaining
