@@ -3,7 +3,7 @@
 A **population** is the set of devices a task's tokens are issued to, named by the operator (``privagg task create
 --population NAME``; :data:`DEFAULT_POPULATION` when none is named: one per service). A population may have a
 **budget**: an (epsilon, delta) per calendar **period** in UTC (a day, an ISO week from Monday, or a month;
-:data:`PERIODS`). Each task's guarantee is charged to its population when the task is created, in the transaction
+:data:`~privagg.service.device_budget.PERIODS`). Each task's guarantee is charged to its population when the task is created, in the transaction
 that stores the task, and composed with what the period already spent (:func:`compose`); a task that would exceed
 the budget is refused (:class:`BudgetExceeded`: what is left and what the task costs) and nothing is stored. A
 charge stays once made: a task closed or failed may have released. Without a budget the tasks are charged and
@@ -30,7 +30,6 @@ are charged one after the other and the second sees the first.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 import time
@@ -38,11 +37,11 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from ..errors import ParameterError, check_epsilon, parse_number
+from ..errors import ParameterError
+from .device_budget import check_budget, period_label, period_start
 from .storage import metadata
 
 DEFAULT_POPULATION = "default"
-PERIODS = ("day", "week", "month")
 DEFAULT_PERIOD = "day"  # a population without a budget: what ``privagg budget show`` sums
 ROLES = ("analyzer", "sharing", "s1")  # the services that create the tasks whose tokens they (or their collector) issue
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -76,35 +75,6 @@ def check_population(name) -> str:
         raise ParameterError("population", "a name of 1 to 64 letters, digits, '.', '_' or '-' (starting with a "
                              "letter or digit)", name)
     return name
-
-
-def check_budget(epsilon, delta, period: str) -> tuple[float, float, str]:
-    """A budget's fields: epsilon > 0 finite, delta in [0, 1), a period of :data:`PERIODS`."""
-    epsilon = check_epsilon(epsilon)
-    if epsilon > 1e6:
-        raise ParameterError("epsilon", "a finite number in (0, 1e6]", epsilon)
-    d = delta if isinstance(delta, float) else parse_number("delta", delta)
-    if not 0 <= d < 1:
-        raise ParameterError("delta", "in [0, 1)", delta)
-    if period not in PERIODS:
-        raise ParameterError("period", f"one of {', '.join(PERIODS)} (calendar, UTC)", period)
-    return epsilon, float(d), period
-
-
-def period_start(period: str, now: float) -> float:
-    """The start of the calendar ``period`` (UTC) holding the instant ``now`` (seconds since the epoch)."""
-    day = dt.datetime.fromtimestamp(now, dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "week":
-        day -= dt.timedelta(days=day.weekday())  # ISO weeks start on Monday
-    elif period == "month":
-        day = day.replace(day=1)
-    return day.timestamp()
-
-
-def period_label(period: str, now: float) -> str:
-    start = dt.datetime.fromtimestamp(period_start(period, now), dt.timezone.utc)
-    return {"day": start.strftime("%Y-%m-%d"), "month": start.strftime("%Y-%m"),
-            "week": "%d-W%02d" % start.isocalendar()[:2]}[period]
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ...errors import ParameterError
 from .. import storage
 from ..keys import KeyEncryptionKey
-from ..ledger import DEFAULT_POPULATION, charge, check_population, cost_of
+from ..ledger import DEFAULT_POPULATION, charge, check_population, cost_of, ledgers
 from ..storage import aggregates, analyzer_tasks, applied_batches, opened_messages
 from ..tasks import SERVED, Task, create_task, is_hex_id, unpacked_records
 from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
@@ -194,6 +194,11 @@ class AnalyzerService(BatchApplication, Release):
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol,
                   **({} if stage is None else {"discovery": stage.task_id}))
         return task
+
+    def ledgers(self) -> list[dict]:
+        """Each population's privacy budget, spent and remaining (:func:`privagg.service.ledger.ledgers`)."""
+        with storage.reading(self.engine) as c:
+            return [ledger.to_dict() for ledger in ledgers(c)]
 
     def _insert_task(self, c, parameters, aggregate, min_batch_size, key_id, kem, candidates, discovery) -> Task:
         """A new task's rows: the task with its private key sealed under the KEK, and its initial ``aggregate``."""
@@ -375,7 +380,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     @app.get("/console", response_class=HTMLResponse)
     async def console(request: Request) -> HTMLResponse:
         async def render() -> str:
-            return tasks_page(await run_in_threadpool(service.overview))
+            return tasks_page(await run_in_threadpool(service.overview), await run_in_threadpool(service.ledgers))
         return await console_page(request, render)
 
     @app.get("/console/tasks/{task_id}", response_class=HTMLResponse)
