@@ -3,11 +3,11 @@
 A **population** is the set of devices a task's tokens are issued to, named by the operator (``privagg task create
 --population NAME``; :data:`DEFAULT_POPULATION` when none is named: one per service). A population may have a
 **budget**: an (epsilon, delta) per calendar **period** in UTC (a day, an ISO week from Monday, or a month;
-:data:`~privagg.service.device_budget.PERIODS`). Each task's guarantee is charged to its population when the task is created, in the transaction
-that stores the task, and composed with what the period already spent (:func:`compose`); a task that would exceed
-the budget is refused (:class:`BudgetExceeded`: what is left and what the task costs) and nothing is stored. A
-charge stays once made: a task closed or failed may have released. Without a budget the tasks are charged and
-never refused.
+:data:`~privagg.service.device_budget.PERIODS`). Each task's guarantee is charged to its population when the task
+is created, in the transaction that stores the task, and composed with what the period already spent
+(:func:`compose`); a task that would exceed the budget is refused (:class:`BudgetExceeded`: what is left and what
+the task costs) and nothing is stored. A charge stays once made: a task closed or failed may have released.
+Without a budget the tasks are charged and never refused.
 
 What is composed (docs/privacy.md, "A budget across tasks"): every task of a population is over the same users, a
 user in every one, each task (epsilon_i, delta_i)-DP for the change of one user's data; the period's tasks together
@@ -223,12 +223,14 @@ def charge(connection: sa.Connection, population: str, task_id: str, protocol: s
         left = _ledger(connection, population, now)
         eps_left, delta_left = ledger.epsilon - left.spent.epsilon, ledger.delta - left.spent.delta
         if ledger.spent.epsilon > ledger.epsilon * (1 + 1e-12) or ledger.spent.delta > ledger.delta * (1 + 1e-12):
-            alone = " (more than the whole budget)" if cost.epsilon > ledger.epsilon or cost.delta > ledger.delta else ""
+            alone = cost.epsilon > ledger.epsilon or cost.delta > ledger.delta
+            alone = " (more than the whole budget)" if alone else ""
             raise BudgetExceeded(population, (
                 f"the task costs epsilon {cost.epsilon:g}, delta {cost.delta:g}{alone}, and the {ledger.period} budget "
                 f"(epsilon {ledger.epsilon:g}, delta {ledger.delta:g}) has epsilon {max(eps_left, 0):.4g}, delta "
-                f"{max(delta_left, 0):.3g} left in {ledger.label} ({_tasks(left.spent.tasks)} so far, {left.spent.method} composition; "
-                f" with the task: epsilon {ledger.spent.epsilon:.4g}, delta {ledger.spent.delta:.3g})"))
+                f"{max(delta_left, 0):.3g} left in {ledger.label} ({_tasks(left.spent.tasks)} so far, "
+                f"{left.spent.method} composition; with the task: epsilon {ledger.spent.epsilon:.4g}, delta "
+                f"{ledger.spent.delta:.3g})"))
     connection.execute(sa.insert(CHARGES).values(
         task_id=task_id, population=population, created=now, protocol=protocol, epsilon=cost.epsilon,
         delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
@@ -289,7 +291,8 @@ def create_tables_migration(op) -> None:
                     sa.Column("period", sa.String(8), nullable=False))
     op.create_table("budget_charges", sa.Column("task_id", sa.String(32), primary_key=True),
                     sa.Column("population", sa.String(64), nullable=False),
-                    sa.Column("created", sa.Float, nullable=False), sa.Column("protocol", sa.String(32), nullable=False),
+                    sa.Column("created", sa.Float, nullable=False),
+                    sa.Column("protocol", sa.String(32), nullable=False),
                     sa.Column("epsilon", sa.Float, nullable=False), sa.Column("delta", sa.Float, nullable=False),
                     sa.Column("pld", sa.Text))
     op.create_index("charges_by_population", "budget_charges", ["population", "created"])
