@@ -5,8 +5,9 @@ services' ledgers share (:mod:`privagg.service.ledger`).
 claimed, and refuses a task that would bring the period's total past the device's budget
 (:class:`DeviceBudgetExceeded`): the shuffle SDK before it randomizes a report
 (:class:`privagg.service.shuffle.client.Client`'s ``budget``), the round SDK before it enrolls
-(:class:`privagg.service.round_client.RosterClient`'s ``budget``). The device composes basically (the epsilons and deltas add: a bound for any tasks, with nothing beyond the standard library to load).
-A task is charged once: its reports again (a retry, another value) spend nothing more. Standard library only.
+(:class:`privagg.service.round_client.RosterClient`'s ``budget``). The device composes basically (the epsilons and
+deltas add: a bound for any tasks, with nothing beyond the standard library to load). A task is charged once: its
+reports again (a retry, another value) spend nothing more. Standard library only.
 """
 
 from __future__ import annotations
