@@ -138,7 +138,7 @@ def rr_delta(epsilon: float, k: int, keep: float, buckets: int) -> float:
     return total
 
 
-def test_the_ledgers_pld_is_at_most_basic_equal_for_one_task_and_tight_against_the_exact_divergence():
+def test_the_ledgers_pld_is_at_most_basic_equal_for_one_task_and_tight_against_the_exact_divergence(monkeypatch):
     grr = calibrate("grr", epsilon=0.5, n_users=1000, domain_size=8)
     cost = ledger.cost_of(grr)
     assert cost.pld is not None and cost.delta == 0
@@ -158,6 +158,11 @@ def test_the_ledgers_pld_is_at_most_basic_equal_for_one_task_and_tight_against_t
     mixed = ledger.compose([fe1] + [cost] * 40, 1e-5)
     assert mixed.method == "pld (40 tasks) + basic (1)" and mixed.delta == pytest.approx(1e-6)
     assert mixed.epsilon == pytest.approx(1.0 + ledger.compose([cost] * 40, 1e-5 - 1e-6).epsilon)
+    # without dp-accounting (the service extra's), basic composition, which holds too, saying why
+    find_spec = ledger.importlib.util.find_spec
+    monkeypatch.setattr(ledger.importlib.util, "find_spec", lambda name: None if name == "dp_accounting" else
+                        find_spec(name))
+    assert ledger.compose([cost] * 40, 1e-6) == ledger.Spent(20.0, 0.0, "basic (dp-accounting is not installed)", 40)
 
 
 def test_periods_are_calendar_utc_and_a_new_period_starts_afresh(tmp_path):
@@ -261,3 +266,33 @@ def test_privagg_budget_sets_shows_and_task_create_refuses_in_one_line(tmp_path)
     assert wrong.exit_code == 2 and "an analyzer database" in wrong.output
     bad_task = runner.invoke(app, [*create, "--population", "x" * 65])
     assert bad_task.exit_code == 2 and bad_task.output.startswith("error: population must be")
+
+
+def test_two_processes_creating_tasks_on_one_sqlite_ledger_at_once_charge_one(tmp_path):
+    """privagg task create twice at the same moment, as two operators' processes, where the budget pays for one
+    task: one prints its id, the other one line naming what is left; one charge."""
+    import os
+    import subprocess
+    import sys
+
+    db = f"sqlite:///{tmp_path}/a.db"
+    runner = CliRunner()
+    assert runner.invoke(app, ["keys", "kek", "--output", str(tmp_path / "k")]).exit_code == 0
+    assert runner.invoke(app, ["calibrate", "fe1", "--epsilon", "1", "--delta", "1e-6", "--users", "200", "--domain",
+                               "8", "--output", str(tmp_path / "p.json")]).exit_code == 0
+    assert runner.invoke(app, ["db", "upgrade", "--create", "--role", "analyzer", "--db", db]).exit_code == 0
+    assert runner.invoke(app, ["budget", "set", "--epsilon", "1.5", "--delta", "1e-5", "--db", db]).exit_code == 0
+    command = [sys.executable, "-m", "privagg", "task", "create", "--params", str(tmp_path / "p.json"), "--db", db,
+               "--kek-file", str(tmp_path / "k")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    both = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    results = sorted((p.wait(timeout=120), *p.communicate()) for p in both)
+    (won, won_out, _), (lost, lost_out, lost_err) = results
+    assert won == 0 and len(won_out.split()[-1]) == 32
+    assert lost == 2 and lost_out == ""
+    (line,) = [x for x in lost_err.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: budget of population default exceeded: the task costs epsilon 1, delta 1e-06")
+    assert "has epsilon 0.5, delta 9e-06 left" in line
+    engine = connect(db, "analyzer", kek=None, create=False)
+    assert counts(engine) == (1, 1)

@@ -7,7 +7,7 @@ claimed, and refuses a task that would bring the period's total past the device'
 (:class:`privagg.service.shuffle.client.Client`'s ``budget``), the round SDK before it enrolls
 (:class:`privagg.service.round_client.RosterClient`'s ``budget``). The device composes basically (the epsilons and
 deltas add: a bound for any tasks, with nothing beyond the standard library to load). A task is charged once: its
-reports again (a retry, another value) spend nothing more. Standard library only.
+reports again (a retry, another value) spend nothing more. Nothing beyond what the SDK loads already.
 """
 
 from __future__ import annotations

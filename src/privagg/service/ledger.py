@@ -30,6 +30,7 @@ are charged one after the other and the second sees the first.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import time
@@ -151,6 +152,8 @@ def compose(costs: list[Cost], delta_budget: float | None = None) -> Spent:
     room = (deltas if delta_budget is None else delta_budget) - sum(c.delta for c in others)
     if room < 0:
         return Spent(basic_eps, deltas, "basic", len(costs))
+    if importlib.util.find_spec("dp_accounting") is None:  # the service extra's: basic, which holds too, and says why
+        return Spent(basic_eps, deltas, "basic (dp-accounting is not installed)", len(costs))
     pld_eps = _pld([m for c in modelled for m in c.pld]).get_epsilon_for_delta(room) + sum(c.epsilon for c in others)
     if pld_eps < basic_eps:
         how = "pld" if not others else f"pld ({len(modelled)} tasks) + basic ({len(others)})"
