@@ -296,3 +296,32 @@ def test_two_processes_creating_tasks_on_one_sqlite_ledger_at_once_charge_one(tm
     assert "has epsilon 0.5, delta 9e-06 left" in line
     engine = connect(db, "analyzer", kek=None, create=False)
     assert counts(engine) == (1, 1)
+
+
+def test_a_tss_task_over_s1s_budget_is_refused_before_s2s_task_is_made(tmp_path):
+    """One operator's privagg task create for tss makes S2's task, then S1's: S1's ledger is asked first, so a
+    refused task leaves no task on S2 either."""
+    from privagg.protocols.sampling_calibration import calibrate_tss
+    from privagg.service.two_servers.servers import s2_tasks
+
+    runner = CliRunner()
+    s1, s2 = f"sqlite:///{tmp_path}/s1.db", f"sqlite:///{tmp_path}/s2.db"
+    assert runner.invoke(app, ["keys", "kek", "--output", str(tmp_path / "k")]).exit_code == 0
+    p = calibrate_tss(1.0, 0.1, 32, 4, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
+                      sampling_probability=0.6)
+    (tmp_path / "tss.json").write_text(json.dumps(p.to_dict()))
+    assert runner.invoke(app, ["db", "upgrade", "--create", "--role", "s1", "--db", s1]).exit_code == 0
+    assert runner.invoke(app, ["budget", "set", "--server", "s1", "--population", "panel", "--epsilon", "1.5",
+                               "--delta", "0.5", "--db", s1]).exit_code == 0
+    create = ["task", "create", "--params", str(tmp_path / "tss.json"), "--db", s1, "--second-db", s2,
+              "--second-url", "http://s2.invalid", "--kek-file", str(tmp_path / "k"), "--population", "panel"]
+    made = runner.invoke(app, create)
+    assert made.exit_code == 0, made.output
+    refused = runner.invoke(app, create)
+    assert refused.exit_code == 2 and "error: budget of population panel exceeded: the task costs epsilon 1" in \
+        refused.output
+    with connect(s2, "s2", create=False).connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(s2_tasks)).scalar() == 1
+    shown = runner.invoke(app, ["budget", "show", "--server", "s1", "--db", s1, "--json"])
+    (book,) = json.loads(shown.output)
+    assert book["population"] == "panel" and book["spent"]["tasks"] == 1 and book["spent"]["epsilon"] == 1.0

@@ -124,7 +124,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     from ..protocols.registry import get, load_parameters
     from ..service.calls import check_url
     from ..service.config import load_config
-    from ..service.ledger import check_population
+    from ..service.ledger import check_charge, check_population, round_cost
     from ..service.storage import connect
 
     with _clean_errors():
@@ -171,6 +171,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                          f"{second_db}, {second_url}")
                 first = FirstService(connect(load_config("s1", db=db).db, "s1"))
                 first.population = population
+                check_charge(first.engine, population, parameters.protocol, round_cost(
+                    parameters, parameters.n_users if min_survivors is None else min_survivors))  # before S2's task
                 cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)

@@ -263,13 +263,27 @@ def ledgers(connection: sa.Connection, now: float | None = None) -> list[Ledger]
     return [_ledger(connection, name, now) for name in sorted(names)]
 
 
-def charge_round_task(connection: sa.Connection, task, population: str) -> Ledger:
-    """A multi-round task's charge (the sharing server's, S1's): its guarantee at the delta its release states over
+def round_cost(parameters, min_survivors: int) -> Cost:
+    """A multi-round task's cost (the sharing server's, S1's): its guarantee at the delta its release states over
     its fewest survivors (:func:`~privagg.service.round_tasks.release_delta`, the worst case)."""
     from .round_tasks import release_delta
 
-    cost = cost_of(task.parameters, release_delta(task.parameters, task.min_survivors))
-    return charge(connection, population, task.task_id, task.parameters.protocol, cost)
+    return cost_of(parameters, release_delta(parameters, min_survivors))
+
+
+def charge_round_task(connection: sa.Connection, task, population: str) -> Ledger:
+    """A multi-round task's charge (:func:`round_cost`), in the transaction that stores it."""
+    return charge(connection, population, task.task_id, task.parameters.protocol,
+                  round_cost(task.parameters, task.min_survivors))
+
+
+def check_charge(engine: sa.Engine, population: str, protocol: str, cost: Cost) -> None:
+    """Raise :class:`BudgetExceeded` now if ``cost`` would not be paid for (the charge tried, then rolled back): before
+    a task of two servers is made on the first (TSS's S2), so that a refusal leaves nothing behind on either. The
+    charge itself is made again where the task is stored."""
+    with engine.connect() as c, c.begin() as transaction:
+        charge(c, population, "0" * 32, protocol, cost)
+        transaction.rollback()
 
 
 def _tasks(count: int) -> str:
