@@ -151,6 +151,10 @@ def test_the_ledgers_pld_is_at_most_basic_equal_for_one_task_and_tight_against_t
         assert rr_delta(spent.epsilon, k, grr.keep, 8) <= 1e-6
         assert rr_delta(spent.epsilon - 0.02, k, grr.keep, 8) > 1e-6
     assert ledger.compose([cost] * 40, 1e-6).epsilon == pytest.approx(9.34, abs=0.01)  # docs/privacy.md: not 20
+    for p, k in ((grr, 8), (calibrate("olh", epsilon=1.0, n_users=1000, domain_size=100), None)):
+        q, buckets = p.randomized_response  # dp-accounting's law of the report is the coins' own
+        assert buckets == (k or p.bins) and 1 - q + q / buckets == pytest.approx(p.keep, rel=1e-12)
+        assert q / buckets == pytest.approx((1 - p.keep) / (buckets - 1), rel=1e-12)
     # tasks dp-accounting does not model compose basically, alone and beside the modelled ones
     fe1 = ledger.cost_of(calibrate("fe1", **FE1))
     assert fe1.pld is None

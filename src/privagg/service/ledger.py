@@ -95,21 +95,17 @@ class Cost:
 
 def cost_of(parameters, delta: float | None = None) -> Cost:
     """A task's cost from its frozen parameters: their privacy event's (epsilon, delta) (``delta``: the delta its
-    release states, where that is above the target: a round task's at its fewest survivors), with the
-    randomized response dp-accounting models for grr and olh (the report given the public hash: randomized response
-    over the g bins; the event's (epsilon, 0) is that mechanism's, so the PLD states no more than it)."""
+    release states, where that is above the target: a round task's at its fewest survivors), with the randomized
+    response dp-accounting models where the parameters' report is one (``randomized_response``: grr, olh; pure
+    eps-DP, so the PLD states no more than the event's (epsilon, 0))."""
     from ..privacy.events import guarantee
 
     epsilon, target = guarantee(parameters.privacy.event)
     delta = target if delta is None else max(target, delta)
-    buckets = {"grr": "domain_size", "olh": "bins"}.get(parameters.protocol)
+    response = getattr(parameters, "randomized_response", None)
     pld = None
-    if buckets is not None and delta == 0:
-        k = getattr(parameters, buckets)
-        # dp-accounting's randomized response: the input with probability 1 - q, else a uniform bucket; privagg's
-        # coins keep the input with probability p = K / 2^53 and give each other bucket (1 - p) / (k - 1)
-        pld = ({"mechanism": "randomized_response", "noise_parameter": min(1.0, (1 - parameters.keep) * k / (k - 1)),
-                "num_buckets": k},)
+    if response is not None and delta == 0:
+        pld = ({"mechanism": "randomized_response", "noise_parameter": response[0], "num_buckets": response[1]},)
     return Cost(epsilon, delta, pld)
 
 
