@@ -329,3 +329,23 @@ def test_a_tss_task_over_s1s_budget_is_refused_before_s2s_task_is_made(tmp_path)
     shown = runner.invoke(app, ["budget", "show", "--server", "s1", "--db", s1, "--json"])
     (book,) = json.loads(shown.output)
     assert book["population"] == "panel" and book["spent"]["tasks"] == 1 and book["spent"]["epsilon"] == 1.0
+
+
+def test_a_writer_locked_out_past_the_lock_timeout_is_one_error_and_nothing_is_charged(tmp_path):
+    """Another process holds SQLite's write lock past the lock timeout: task create's charge is one ParameterError
+    naming the database (privagg task create and budget set print it in one line), not a traceback."""
+    import sqlite3
+
+    from privagg.service.storage import lock_timeouts_refused
+
+    url, kek = f"sqlite:///{tmp_path}/a.db", KeyEncryptionKey.generate()
+    service = AnalyzerService(connect(url, "analyzer", kek=kek, lock_timeout=0.3), kek=kek)
+    holder = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(ParameterError) as refused, lock_timeouts_refused(url):
+        service.create_task(calibrate("fe1", **FE1), population="phones")
+    assert str(refused.value).startswith("db must be a database whose write lock another process lets go of within")
+    with pytest.raises(ParameterError, match="nothing was written"), lock_timeouts_refused(url):
+        ledger.set_budget(service.engine, "phones", 1.0, 0.0, "day")
+    holder.execute("ROLLBACK")
+    assert counts(service.engine) == (0, 0)

@@ -125,9 +125,9 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     from ..service.calls import check_url
     from ..service.config import load_config
     from ..service.ledger import check_charge, check_population, round_cost
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         check_population(population)
         parameters = load_parameters(read_json_text(params, "params"))
         if second_url is not None:
@@ -468,8 +468,9 @@ def budget_set(population: str = typer.Option("default", "--population", help="T
     """Set a population's budget: from now on a task whose guarantee, composed with what its period spent, would
     exceed it is refused at creation."""
     from ..service.ledger import set_budget, show
+    from ..service.storage import lock_timeouts_refused
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         ledger = set_budget(_ledger_engine(server.value, db), population, epsilon, delta, period)
     print(show(ledger))
     left = ledger.remaining

@@ -532,6 +532,24 @@ def _probe(engine: sa.Engine) -> None:
                              url.render_as_string()) from None
 
 
+_LOCKED = ("database is locked", "lock timeout")  # SQLite's busy_timeout, PostgreSQL's lock_timeout, ran out
+
+
+@contextmanager
+def lock_timeouts_refused(url: str | None) -> Iterator[None]:
+    """A write that waited past its lock timeout for another process's lock (:data:`LOCK_TIMEOUT`: SQLite's
+    busy_timeout, PostgreSQL's lock_timeout) as one ParameterError naming the database, nothing written, instead of
+    a traceback (the commands that write: task create, budget set)."""
+    try:
+        yield
+    except sa.exc.OperationalError as err:
+        if not any(words in str(err.orig) for words in _LOCKED):
+            raise
+        shown = "the default database" if url is None else sa.engine.make_url(url).render_as_string(hide_password=True)
+        raise ParameterError("db", f"a database whose write lock another process lets go of within {LOCK_TIMEOUT:g} s "
+                             "(another writer held it longer; nothing was written: try again)", shown) from None
+
+
 @contextmanager
 def reading(engine: sa.Engine) -> Iterator[sa.Connection]:
     """A connection in a read-only transaction, for queries that write nothing.
