@@ -311,10 +311,10 @@ def task_candidates(task: str = typer.Option(..., "--task", help="The task id (c
     from ..service.shuffle.analyzer import AnalyzerService
     from ..service.config import load_config
     from ..service.keys import KeyEncryptionKey
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
     from ..service.web import Refused
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
         items = _candidate_lines(candidates)
@@ -332,10 +332,10 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
     if at least its minimum (ceil(G n) or more) came."""
     from ..service.shuffle.collector import Collector
     from ..service.config import load_config
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
     from ..service.tasks import is_hex_id
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         engine = connect(load_config("collector", db=db).db, "collector", create=False)
@@ -364,10 +364,10 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
     """Issue one-use client tokens for a task of the server (it keeps only their hashes). The task must exist: the
     sharing server and S1 hold theirs; the collector learns a task from the analyzer (--analyzer), once."""
     from ..service.config import load_config
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
     from ..service.tasks import is_hex_id
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
         count = check_integer("count", count, 1, 10_000_000)
