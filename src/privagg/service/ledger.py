@@ -40,7 +40,7 @@ import sqlalchemy as sa
 
 from ..errors import ParameterError
 from .device_budget import check_budget, period_label, period_start
-from .storage import metadata
+from .storage import insert_if_absent, metadata
 
 DEFAULT_POPULATION = "default"
 DEFAULT_PERIOD = "day"  # a population without a budget: what ``privagg budget show`` sums
@@ -241,13 +241,10 @@ def set_budget(engine: sa.Engine, population: str, epsilon, delta, period: str) 
     no task is then charged until the next period)."""
     epsilon, delta, period = check_budget(epsilon, delta, period)
     population = check_population(population)
-    table = BUDGETS
-    with engine.begin() as c:
-        if _budget_row(c, population, lock=True) is None:
-            c.execute(sa.insert(table).values(population=population, epsilon=epsilon, delta=delta, period=period))
-        else:
-            c.execute(sa.update(table).where(table.c.population == population).values(
-                epsilon=epsilon, delta=delta, period=period))
+    values = dict(epsilon=epsilon, delta=delta, period=period)
+    with engine.begin() as c:  # a row for it if none (another process's at once included), then these values
+        c.execute(insert_if_absent(c, BUDGETS).values(population=population, **values))
+        c.execute(sa.update(BUDGETS).where(BUDGETS.c.population == population).values(**values))
         return _ledger(c, population, time.time())
 
 
