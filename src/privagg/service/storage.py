@@ -24,6 +24,9 @@ batches) the encapsulation digests of the messages applied (a message repeated i
 A task with public candidates (a frequency task over a huge domain) also keeps the messages it opened, so that
 candidates added later are answered: they are the shuffled multiset the release is computed from, no more.
 
+The analyzer, the sharing server and S1 also keep the privacy budget across tasks: each population's budget and
+each task's charge (tables ``budgets`` and ``budget_charges``, declared in :mod:`privagg.service.ledger`).
+
 SQLite (the default, a file beside the service) runs in WAL mode with ``synchronous=FULL``: a committed
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
 for scale. The schema is versioned with Alembic (``migrations/``, one version table per party): a database is
