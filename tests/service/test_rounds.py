@@ -178,7 +178,7 @@ def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, 
                                                                                            i, k))}
                                            for k, m in backups.items()])
     old.dispose()
-    assert storage.upgrade_database(db, "sharing") == ("s0002", "s0003")
+    assert storage.upgrade_database(db, "sharing") == ("s0002", "s0006")
     clock = Clock()
     service = SharingService(connect(db, "sharing", create=False), clock=clock)
     http = TestClient(create_app(service, tick=None))

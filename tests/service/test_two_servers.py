@@ -492,7 +492,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
             m, _public_key(KEM, clients[h].public_key), info=relay_info(ROUNDS[1], task.task_id, u, h))}
             for (u, h), m in plain.items()])
     old.dispose()
-    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0003")
+    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0006")
     first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock,
                          send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
     try:

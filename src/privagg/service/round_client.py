@@ -26,6 +26,7 @@ import urllib.request
 from ..protocols.registry import get
 from ..protocols.roles import decode_inbox, messages_in
 from .calls import RETRY_STATUSES, SubmitError
+from .device_budget import charge_device
 from .round_tasks import KEM, relay_info
 from .tasks import _private_key, _public_key, _suite
 
@@ -72,7 +73,10 @@ class RosterClient:
         """The task's state at the server."""
         return json.loads(_request(f"{self.url}/tasks/{self.task.task_id}", None, self.timeout, self.attempts))["state"]
 
+    budget = None  # the device's LocalBudget (service/device_budget.py), charged the task's guarantee before enrolling
+
     def enroll(self, token: str) -> int:
+        charge_device(self.budget, self.task)
         answer = self._call("enroll", {"token": token, "public_key": base64.b64encode(self.public_key).decode()})
         self.user, self.secret = answer["user"], answer["secret"]
         self.role = self.make_role(self.user)
