@@ -32,6 +32,7 @@ import uvicorn
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from privagg.core import identity
 from privagg.protocols.sampling_calibration import (calibrate_dpds as ss_calibrate_dpds, calibrate_tss,
                                                     calibrate_tss_collusion)
 from privagg.protocols.sharing_parties import survivors_parameters
@@ -145,13 +146,19 @@ class Deployment:
         return self.first.registry.get_sample_value("privagg_s1_refused_total", {"reason": reason}) or 0.0
 
 
+def in_process(second: SecondService) -> dict:
+    """S1's ways to S2 (``send`` the hand-over, ``ask`` while closing a round) as calls of S2's service."""
+    routes = {"election": second.attest, "sums": second.open_sums}
+    return {"send": lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body),
+            "ask": lambda _url, task_id, route, token, body: routes[route](task_id, f"Bearer {token}", body)}
+
+
 @contextmanager
 def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True) -> Iterator[Deployment]:
     parameters = parameters or tss_prime()
     clock = Clock()
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
-    first = FirstService(storage.connect(dbs["s1"], "s1"), clock=clock,
-                         send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    first = FirstService(storage.connect(dbs["s1"], "s1"), clock=clock, **in_process(second))
     task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
     try:
         with served(create_first_app(first, tick=None)) as url:
@@ -197,7 +204,13 @@ def test_the_servers_release_the_sampled_counts_exactly(dbs):
         assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == truth and sum(truth) > 0
         assert result["dropouts"] == {"enrolled": N_USERS, "round1_senders": N_USERS, "survivors": N_USERS,
                                       "min_survivors": MIN, "helpers": len(d.election().by_helper),
-                                      "helpers_without_sum": 0, "recovered_items": [], "lost_items": []}
+                                      "helpers_without_sum": 0, "unopened_sums": [], "recovered_items": [],
+                                      "lost_items": []}
+        assert set(result["trust"]) == {"S1", "S2", "helpers", "reporters"}
+        assert "integrity: trusted" in result["trust"]["helpers"]
+        signature = base64.b64decode(d.published()["attestation"]["signature"])  # what every reporter checked
+        assert identity.verify(d.task.second_identity_key, signature, b"privagg tss election",
+                               d.election().document(d.task.parameters))
         privacy = result["privacy"]
         assert "secure" in privacy["randomness"] and any("must not collude" in c for c in privacy["caveats"])
         assert privacy["delta"] == pytest.approx(survivors_parameters(p, N_USERS).delta_at(p.epsilon))
@@ -391,7 +404,10 @@ def test_s2_takes_one_handover_once_and_only_from_s1(sqlite_dbs):
         assert d.second.received._value.get() == 1
 
 
-def test_a_sum_replayed_under_another_helpers_name_opens_to_nothing(sqlite_dbs):
+def test_a_sum_replayed_under_another_helpers_name_is_blamed_and_his_items_recovered(sqlite_dbs):
+    """Issue 46: a helper posts another helper's sealed sum as his own (S1 stores it: it cannot open what it
+    relays). As round 3 closes S2 says it does not open (HPKE's info binds the sender); S1 treats its sender as a
+    helper who sent no sum: his items go through round 4 and the release is exact and complete, naming him."""
     with deploy(sqlite_dbs) as d:
         step(d, 1)
         step(d, 2)
@@ -409,13 +425,15 @@ def test_a_sum_replayed_under_another_helpers_name_opens_to_nothing(sqlite_dbs):
         status, _ = post(d.url, f"/tasks/{d.task_id}/round3", {"user": thief, "secret": d.client(thief).secret,
                                                               "message": base64.b64encode(stolen).decode()})
         assert status == 201  # S1 cannot tell: it cannot open what it relays
-        assert d.state() == "handover"
+        assert d.state() == "round4" and d.first.state(d.task_id)["items_to_recover"] == served[thief]
+        assert d.published()["unopened"] == [thief]
+        assert step(d, 4) == "handover"
         result = d.result()
-        assert sorted(e["item"] for e in result["dropouts"]["lost_items"]) == served[thief]
-        assert result["collection"]["unopened"] == 1
+        assert result["dropouts"]["lost_items"] == [] and result["dropouts"]["recovered_items"] == served[thief]
+        assert result["dropouts"]["unopened_sums"] == [thief] and result["full_domain"] is True
         p, truth = d.task.parameters, d.truth(range(N_USERS))
-        assert {e["item"]: round(e["estimate"] * p.effective_probability) for e in result["estimates"]} == {
-            j: truth[j] for j in range(DOMAIN) if j not in served[thief]}
+        assert [round(e["estimate"] * p.effective_probability) for e in sorted(
+            result["estimates"], key=lambda e: e["item"])] == truth
 
 
 def test_the_migrations_build_the_declared_schema(dbs):
@@ -438,6 +456,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     reason."""
     from service_deployment import database_at
 
+    from privagg.protocols.two_server_election import as_inbox
     from privagg.protocols.two_server_parties import ROUNDS, FirstServer
     from privagg.service.roster import secret_hash
     from privagg.service.round_tasks import KEM, relay_info, second_info
@@ -446,7 +465,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     p, clock = tss_prime(), Clock()
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
     second_task, token = second.create_task(p, MIN)
-    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)
+    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key, second_task.identity_key)
     clients = [TSSClient("http://s1.invalid", task) for _ in range(N_USERS)]
     for i, client in enumerate(clients):
         client.user, client.secret, client.role = i, f"secret {i}", client.make_role(i)
@@ -454,8 +473,9 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     coordinator = FirstServer(p, MIN, np.random.default_rng(5))
     election = coordinator.elect({u: coordinator.check_report_set(m, u) for u, m in sets.items()})
     survivors = [u for u in range(N_USERS) if u != 3]
-    plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(
-        election.helpers_of(clients[u].role.state.items)).relayed.items()}
+    attested = second.attest(second_task.task_id, f"Bearer {token}", json.dumps({"election": election.to_dict()}).encode())
+    inbox = as_inbox(election, base64.b64decode(attested["signature"]), second_task.identity_key)
+    plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(**inbox).relayed.items()}
     reporters = [list(r) for r in FirstServer.reporters({u: clients[u].role.state.items for u in survivors}, DOMAIN)]
     early = sorted(election.by_helper)[0]  # his sums arrived before the upgrade
     items = election.by_helper[early]
@@ -493,8 +513,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
             for (u, h), m in plain.items()])
     old.dispose()
     assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0003")
-    first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock,
-                         send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock, **in_process(second))
     try:
         with served(create_first_app(first, tick=None)) as url:
             state = first.state(task.task_id)
