@@ -154,11 +154,14 @@ def in_process(second: SecondService) -> dict:
 
 
 @contextmanager
-def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True) -> Iterator[Deployment]:
+def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True, first_type=FirstService,
+           second_type=SecondService, **lie) -> Iterator[Deployment]:
+    """S2, then S1 over their databases (``first_type``, ``second_type``: a dishonest one, built with ``lie``), a
+    task on both, S1 served, and the users' SDK clients (enrolled)."""
     parameters = parameters or tss_prime()
     clock = Clock()
-    second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
-    first = FirstService(storage.connect(dbs["s1"], "s1"), clock=clock, **in_process(second))
+    second = second_type(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
+    first = first_type(storage.connect(dbs["s1"], "s1"), clock=clock, **in_process(second), **lie)
     task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
     try:
         with served(create_first_app(first, tick=None)) as url:
