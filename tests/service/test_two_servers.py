@@ -476,7 +476,8 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     coordinator = FirstServer(p, MIN, np.random.default_rng(5))
     election = coordinator.elect({u: coordinator.check_report_set(m, u) for u, m in sets.items()})
     survivors = [u for u in range(N_USERS) if u != 3]
-    attested = second.attest(second_task.task_id, f"Bearer {token}", json.dumps({"election": election.to_dict()}).encode())
+    attested = second.attest(second_task.task_id, f"Bearer {token}",
+                             json.dumps({"election": election.to_dict()}).encode())
     inbox = as_inbox(election, base64.b64decode(attested["signature"]), second_task.identity_key)
     plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(**inbox).relayed.items()}
     reporters = [list(r) for r in FirstServer.reporters({u: clients[u].role.state.items for u in survivors}, DOMAIN)]

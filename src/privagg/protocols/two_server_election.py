@@ -124,7 +124,8 @@ def check_attested(parameters, election, signature, second, min_survivors: int) 
     ``second``) over its document for these parameters, and it keeps :func:`check_election`'s rules; else a
     ParameterError naming ``election``, ``attestation`` or ``second``."""
     if not isinstance(election, list) or len(election) != 3:
-        raise ParameterError("election", "R1, the counts m_j and the helpers H_j (three lists)", type(election).__name__)
+        raise ParameterError("election", "R1, the counts m_j and the helpers H_j (three lists)",
+                             type(election).__name__)
     elected = Election.from_dict(dict(zip(("senders", "counts", "helpers"), election)))
     identity.check(raw_bytes(second, "second", identity.KEY_BYTES), raw_bytes(
         signature, "attestation", identity.SIGNATURE_BYTES), CONTEXT, elected.document(parameters), "attestation",

@@ -9,15 +9,19 @@ round 1, report set
     User i draws his coin and his report set A_i of alpha N items (:func:`report_sets`) and sends
     A_i to S1. R1: the users whose set reached S1 by the deadline. S1 counts m_j over R1 and elects
     max(m_j, phi + 1) helpers H_j per item among R1 (:func:`elect`'s rule, its pool R1:
-    :meth:`FirstServer.elect`), and tells each reporter the helpers of his items.
+    :meth:`FirstServer.elect`), has S2 check and sign the election (:mod:`~privagg.protocols.two_server_election`),
+    and serves it with S2's signature to every reporter.
 round 2, shares
-    Reporter i shares his entry e_ij = coin_i [v_i = j] of each j in A_i among H_j
-    (:func:`share_entries`): one message per helper, holding his shares of the items that helper
-    serves, each sealed to its helper; a share for himself (a reporter may be elected) he keeps. R2: the
-    reporters whose shares all reached S1 by the deadline; only theirs are delivered.
+    Reporter i checks S2's signature of the election (S2's key from the task) and its rules, then shares his
+    entry e_ij = coin_i [v_i = j] of each j in A_i among H_j (:func:`share_entries`): one message per helper,
+    holding his shares of the items that helper serves, each sealed to its helper; a share for himself (a
+    reporter may be elected) he keeps. R2: the reporters whose shares all reached S1 by the deadline; only
+    theirs are delivered.
 round 3, helper sums
     Helper h sums, per item he serves, the shares R2's reporters sent him (his own too, if he is one of
-    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read).
+    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read). As the round closes, S2 names
+    the sums that do not open or decode (:meth:`SecondServer.unopened`); their senders count as helpers who sent
+    none.
 round 4, recovery (only when helpers missed round 3)
     For an item j with R2 reporters whose helpers D_j sent no sum, D_j not all of H_j: each of item j's R2
     reporters reveals to S2 the shares he sent D_j. Every reporter's shares to the other helpers stay hidden

@@ -320,8 +320,8 @@ class SecondServer:
                         total = field.add(total, good_recoveries[i][(j, d)])
                         added.append((j, int(good_recoveries[i][(j, d)])))
             if int(total) > h.reporters[j]:  # tau_j counts 0/1 entries of the item's R2 reporters
-                lost[j] = (f"its count is outside [0, {h.reporters[j]}] (its R2 reporters): a helper's sum, a recovered "
-                           "share or a reporter's shares are wrong, and S2 cannot tell whose")
+                lost[j] = (f"its count is outside [0, {h.reporters[j]}] (its R2 reporters): a helper's sum, a "
+                           "recovered share or a reporter's shares are wrong, and S2 cannot tell whose")
                 continue
             if missing and h.reporters[j]:
                 recovered.append(j)

@@ -51,7 +51,8 @@ def _key(field: str, text, size: int = KEMS[KEM][1], kind: str = KEM) -> bytes:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != size:
-        raise ParameterError(field, f"base64 of a raw {kind} public key ({size} bytes)", f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
+        raise ParameterError(field, f"base64 of a raw {kind} public key ({size} bytes)",
+                             f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
     return raw
 
 
@@ -123,8 +124,8 @@ class SecondTask:
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "SecondTask":
-        parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key", "identity_key"}, "second task",
-                           verify)
+        parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key", "identity_key"},
+                           "second task", verify)
         return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]),
                    _key("identity_key", data["identity_key"], IDENTITY_BYTES, "Ed25519"))
 

@@ -11,12 +11,14 @@ protocol declares (``two_server_parties.ROUNDS``) on the round driver (:mod:`pri
 sharing server runs DPDS's. Once all n enrolled:
 
 round 1   report: a user posts his report set A_i (to S1, in the clear over TLS). R1: who posted by the
-          deadline. S1 elects each item's helpers among R1 and serves each reporter his items' helpers with
-          their public keys (round 2's inbox).
+          deadline. S1 elects each item's helpers among R1, has S2 attest the election (``POST /tasks/{id}/election``
+          at S2, with the relay token; S2 signs it with its identity key for the task, in the task users hold),
+          and serves it with S2's signature and the helpers' public keys (round 2's inbox).
 round 2   share: a reporter posts his shares, one message per helper, each sealed to it (the task and both users
           bound as HPKE's info); stored whole or not at all; S1 can open none. R2: who posted by the deadline.
 round 3   sums: a helper fetches his inbox (his items, their R2 reporters, the sealed shares they sent him) and posts
-          his per-item sums sealed to S2. S1 cannot open them.
+          his per-item sums sealed to S2. S1 cannot open them; as the round closes it asks S2 which do not open
+          (``POST /tasks/{id}/sums`` at S2), and their senders count as helpers who sent none.
 round 4   recover: only if helpers missed round 3: each asked R2 reporter fetches the dropped helpers of his items and
           posts his shares to them, sealed to S2.
 hand-over S1 posts S2 the users, the election, the sealed sums and recoveries (``POST /tasks/{id}/handover``
@@ -30,8 +32,9 @@ and the hand-over is sent again until S2 has it (S2 takes the same hand-over twi
 
 S1's routes: the round driver's (``POST /tasks/{id}/enroll``, ``/inbox``, ``/round1`` to ``/round4``, ``GET
 /tasks/{id}/roster``, the operator's ``POST /tasks/{id}/close-round/{round}``) and ``GET /tasks/{id}``. S2's: ``GET
-/tasks/{id}``, ``POST /tasks/{id}/handover``, ``GET /tasks/{id}/result``. Both: ``/healthz``, ``/readyz``,
-``/metrics``.
+/tasks/{id}``, S1's (with the relay token) ``POST /tasks/{id}/election``, ``/sums`` and ``/handover``, ``GET
+/tasks/{id}/result``. Both: ``/healthz``, ``/readyz``, ``/metrics``. If S2 does not answer while S1 closes round 1
+or 3, the round stays open past its deadline and closes at a later tick.
 """
 
 from __future__ import annotations
