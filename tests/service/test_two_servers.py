@@ -33,6 +33,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from privagg.core import identity
+from privagg.errors import ParameterError
 from privagg.protocols.sampling_calibration import (calibrate_dpds as ss_calibrate_dpds, calibrate_tss,
                                                     calibrate_tss_collusion)
 from privagg.protocols.sharing_parties import survivors_parameters
@@ -745,3 +746,48 @@ def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
         assert reached.value.code == 400
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(other))
+
+
+def test_s2_answers_s1s_questions_only_with_the_relay_token_and_a_valid_election(sqlite_dbs):
+    """S2's election and sums routes (S1 asks them while closing rounds 1 and 3) refuse another token (401), a body
+    that is no election (400 naming the field) and sums that are not a list (400); S1's round 1 stays open past
+    its deadline while S2 does not answer, and closes once it does."""
+    with deploy(sqlite_dbs) as d:
+        second_id, token = d.task.second_task_id, d.row().relay_token
+        election = json.dumps({"election": {"senders": [0], "counts": [1], "helpers": [[0]]}}).encode()
+        assert refusal(d.second.attest, second_id, "Bearer guess", election) == (401, "unauthenticated")
+        assert refusal(d.second.open_sums, second_id, "Bearer guess", election) == (401, "unauthenticated")
+        with pytest.raises(Refused, match="election.senders must be at least 26"):
+            d.second.attest(second_id, f"Bearer {token}", election)
+        assert refusal(d.second.attest, second_id, f"Bearer {token}", b"[]")[0] == 400
+        away, ask = [True], d.first.ask
+
+        def flaky(*args):
+            if away[0]:
+                raise ConnectionRefusedError("S2 is down")
+            return ask(*args)
+
+        d.first.ask = flaky
+        for c in d.clients:
+            c.send("report", c.user % DOMAIN)
+        assert d.state() == "round1" and d.close(1) == "round1"  # past its deadline, S2 away: still open
+        away[0] = False
+        d.clock.now += 1
+        assert d.first.advance(d.task_id) == "round2" and d.second.attested._value.get() == 1
+        good = json.dumps({"election": d.election().to_dict(), "sums": "all"}).encode()
+        assert refusal(d.second.open_sums, second_id, f"Bearer {token}", good) == (400, "malformed")
+
+
+def test_the_tasks_carry_s2s_identity_key_checked():
+    """TSSTask and SecondTask carry S2's Ed25519 identity key (what the reporters check the election's attestation
+    with); a task without it, or with a key of another size, is refused naming the field."""
+    p = tss_prime()
+    task = TSSTask("ab" * 16, p, 60.0, MIN, "cd" * 16, bytes(32), bytes(range(32)))
+    data = task.to_dict()
+    assert TSSTask.from_dict(data) == task
+    with pytest.raises(ParameterError, match="task must be a JSON object with .*second_identity_key"):
+        TSSTask.from_dict({k: v for k, v in data.items() if k != "second_identity_key"})
+    with pytest.raises(ParameterError, match=r"second_identity_key must be base64 of a raw Ed25519 public key \(32"):
+        TSSTask.from_dict({**data, "second_identity_key": base64.b64encode(bytes(31)).decode()})
+    with pytest.raises(ParameterError, match="identity_key must be 32 bytes"):
+        SecondTask("cd" * 16, p, MIN, bytes(32), b"short")
