@@ -119,8 +119,9 @@ TRUST = {
     "S1": "privacy: learns the report sets (uniform stage: nothing of the data; adaptive: ln(gamma)-LDP) and relays "
           "sealed shares it cannot open; its election is attested by S2 before anyone shares (H_j: max(m_j, phi + 1) "
           "distinct users of R1, the m_j adding up to |R1| alpha N), but it chooses which users of R1 help and the m_j "
-          "it reports. integrity: may drop users and lose items (never change a released count without a helper); "
-          "must not collude with S2",
+          "it reports. integrity: trusted (it may lose items and drop users, and move a count: leave a reporter's "
+          "entry out by listing him to S2 but not to the helpers, or, without signed messages, inject shares in a "
+          "reporter's name); must not collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform); attests only elections that keep the rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
