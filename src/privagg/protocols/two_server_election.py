@@ -15,7 +15,6 @@ them); it still chooses WHICH users of R1 help, which the guarantee against phi 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core import identity
@@ -41,9 +40,6 @@ class Election:
             for h in helpers:
                 out.setdefault(h, []).append(j)
         return out
-
-    def helpers_of(self, items: Sequence[int]) -> dict[int, list[int]]:
-        return {int(j): list(self.helpers[j]) for j in items}
 
     def to_dict(self) -> dict:
         return {"senders": list(self.senders), "counts": list(self.counts), "helpers": [list(h) for h in self.helpers]}
