@@ -65,10 +65,11 @@ class Run:
 
 
 def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silent4=(), min_survivors=MIN,
-         garbled=()) -> Run:
+         garbled=(), hidden=None) -> Run:
     """Every round, the users in ``silent1`` sending no report set, ``silent2`` no shares, ``silent_helpers`` no
     sums, ``silent4`` no recovery; the helpers in ``garbled`` send a sum S2 cannot read (S1 asks S2 which, as it
-    closes round 3, and recovers them as dropped)."""
+    closes round 3, and recovers them as dropped); ``hidden`` = (helper, reporter): a lying S1 keeps that
+    reporter (and his shares) from that helper while counting him in R2 for S2."""
     rng = np.random.default_rng(seed)
     n, N = parameters.n_users, parameters.domain_size
     codes = np.arange(n) % N
@@ -89,7 +90,9 @@ def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silen
         for h, m in messages.items():
             inbox.setdefault(h, {})[i] = m
     reporters = s1.reporters(survivors, N)
-    sums = {h: users[h].sums({j: reporters[j] for j in items}, inbox.get(h, {})).message
+    shown = lambda h, j: [i for i in reporters[j] if (h, i) != hidden]  # noqa: E731
+    sums = {h: users[h].sums({j: shown(h, j) for j in items}, {
+        i: m for i, m in inbox.get(h, {}).items() if (h, i) != hidden}).message
             for h, items in election.by_helper.items() if h not in silent_helpers}
     for h in garbled:
         sums[h] = b"not a sum"
@@ -289,7 +292,7 @@ def message_cases(p):
     n, N = p.n_users, p.domain_size
     good = {REPORT_SET: encode(p, REPORT_SET, 3, FIRST, [0, 2]),
             SHARES: encode(p, SHARES, 3, 5, [1, 2], [4, 36]),
-            SUMS: encode(p, SUMS, 3, SECOND, [0, 3], [1, 2]),
+            SUMS: encode(p, SUMS, 3, SECOND, [0, 3], [1, 2], counts=[4, 5]),
             RECOVERY: encode(p, RECOVERY, 3, SECOND, [0, 0, 2], values=[5, 6, 7], helpers=[4, 6, 1])}
     return good, [
         (REPORT_SET, good[REPORT_SET][:-1], "message must be a report set message of"),
@@ -308,7 +311,8 @@ def message_cases(p):
         (SHARES, good[SHARES][:-1] + bytes([p.modulus]),
          f"message.values must be field elements below p = {p.modulus}"),
         (SUMS, good[SUMS].replace(b"PVT", b"PVS", 1), "message must be version 1"),
-        (SUMS, encode(p, SUMS, 3, FIRST, [0, 3], [1, 2]), "message.recipient must be S2, got S1"),
+        (SUMS, encode(p, SUMS, 3, FIRST, [0, 3], [1, 2], counts=[4, 5]), "message.recipient must be S2, got S1"),
+        (SUMS, encode(p, SUMS, 3, SECOND, [0, 3], [1, 2], counts=[4, n + 1]), "message.counts must be counts"),
         (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[6, 4]), "pairs strictly ascending"),
         (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[4, n]),
          "message.helpers must be users"),
@@ -499,7 +503,8 @@ def test_a_count_outside_its_reporters_is_refused_not_released():
     helper, items = sorted(run.election.by_helper.items())[0]
     message = decode(p, run.sums[helper], SUMS, helper)
     shifted = lambda k: encode(p, SUMS, helper, SECOND, message.items, [  # noqa: E731
-        (int(v) + (k if j == items[0] else 0)) % p.modulus for j, v in zip(message.items, message.values)])
+        (int(v) + (k if j == items[0] else 0)) % p.modulus for j, v in zip(message.items, message.values)],
+        counts=message.counts)
     truth = run.truth()
     outside = release(dataclasses.replace(run, sums={**run.sums, helper: shifted(run.reporters[items[0]].__len__()
                                                                                   - truth[items[0]] + 1)}))
@@ -509,3 +514,20 @@ def test_a_count_outside_its_reporters_is_refused_not_released():
     assert not inside.lost and inside.counts[items[0]] == 0  # undetected: the release trusts the helpers
     assert "integrity: trusted" in inside.trust["helpers"]
     assert any("integrity" in c for c in inside.privacy.caveats)
+
+
+def test_a_reporter_s1_keeps_from_a_helper_loses_his_items_not_silently():
+    """S1 counts reporter i in R2 for S2 but keeps him and his shares from one helper of his items (the helper sums
+    the others: i's entry would silently leave the counts). Each helper's sum says how many reporters it adds
+    up; S2 refuses the items where that is not S1's |R_j| (blaming S1 or the helper: it cannot tell which), and
+    releases the rest exactly."""
+    p = tss_prime()
+    honest = play(p, 24)
+    helper, items = sorted(honest.election.by_helper.items())[0]
+    reporter = next(i for i in honest.survivors if i != helper and set(honest.survivors[i]) & set(items))
+    run = play(p, 24, hidden=(helper, reporter))
+    released = release(run)
+    refused = sorted(set(items) & set(run.survivors[reporter]))
+    assert sorted(released.lost) == refused and "summed the shares of other than" in released.lost[refused[0]]
+    kept = [j for j in range(DOMAIN) if j not in refused]
+    assert released.counts.tolist() == run.truth()[kept].tolist()

@@ -78,7 +78,8 @@ class WrongSumHelper(TSSUser):
         honest = decode(self.parameters, super().sums(reporters, shares).message, SUMS, self.index)
         values = [(int(v) + (self.extra if k == 0 else 0)) % self.parameters.modulus
                   for k, v in enumerate(honest.values)]
-        return Outbox(encode(self.parameters, SUMS, self.index, SECOND, honest.items, values), {})
+        return Outbox(encode(self.parameters, SUMS, self.index, SECOND, honest.items, values, counts=honest.counts),
+                      {})
 
 
 class EverySumUnopenedS2(SecondService):

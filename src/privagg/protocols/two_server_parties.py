@@ -215,8 +215,8 @@ class TSSUser:
 
     def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes]) -> Outbox:
         """Round 3, as a helper: given each item he serves with its R2 reporters, and the messages those
-        reporters sent him, the field sum of the shares per item (his own share too where he is a reporter), as
-        a message to S2."""
+        reporters sent him, the field sum of the shares per item (his own share too where he is a reporter) and
+        the number of reporters it adds up, as a message to S2 (which checks those numbers against S1's)."""
         p = self.parameters
         self._expect(3, 1)
         items = _items(p, reporters, "items helped")
@@ -246,7 +246,8 @@ class TSSUser:
                 totals[j] = self.field.add(totals[j], np.uint64(own))
         self.state.summed = items
         self.state.answered.append(3)
-        return Outbox(encode(p, SUMS, self.index, SECOND, items, [totals[j] for j in items]), {})
+        return Outbox(encode(p, SUMS, self.index, SECOND, items, [totals[j] for j in items],
+                             counts=[len(lists[j]) for j in items]), {})
 
     def recover(self, dropped: Mapping[int, Sequence[int]]) -> Outbox:
         """Round 4, as a reporter: given, for items of his set, the helpers that sent S2 no sum, his shares to

@@ -119,9 +119,10 @@ TRUST = {
     "S1": "privacy: learns the report sets (uniform stage: nothing of the data; adaptive: ln(gamma)-LDP) and relays "
           "sealed shares it cannot open; its election is attested by S2 before anyone shares (H_j: max(m_j, phi + 1) "
           "distinct users of R1, the m_j adding up to |R1| alpha N), but it chooses which users of R1 help and the m_j "
-          "it reports. integrity: trusted (it may lose items and drop users, and move a count: leave a reporter's "
-          "entry out by listing him to S2 but not to the helpers, or, without signed messages, inject shares in a "
-          "reporter's name); must not collude with S2",
+          "it reports. integrity: trusted to send what users sent (without signed messages it could inject shares "
+          "in a reporter's name); it may drop users and lose items; a reporter it counts for S2 but keeps from a "
+          "helper is caught (each sum says how many reporters it adds up) and his items refused; must not collude "
+          "with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform); attests only elections that keep the rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
@@ -275,12 +276,15 @@ class SecondServer:
         recoveries = h.recoveries if recoveries is None else recoveries
         self.check(h)
         served = h.election.by_helper
-        good_sums, malformed = {}, unopened
+        good_sums, summed, malformed = {}, {}, unopened
         for helper, raw in sums.items():
             try:
-                good_sums[helper] = dict(zip(served[helper], decode(p, raw, SUMS, helper, items=served[helper]).values))
+                message = decode(p, raw, SUMS, helper, items=served[helper])
             except ParameterError:
                 malformed += 1
+                continue
+            good_sums[helper] = dict(zip(served[helper], message.values))
+            summed[helper] = dict(zip(served[helper], message.counts.tolist()))
         wanted: dict[int, list[tuple[int, int]]] = {}
         for j, (dropped, reporters) in sorted(h.recovery.items()):
             for i in reporters:
@@ -301,6 +305,11 @@ class SecondServer:
             added = [(j, int(good_sums[helper][j])) for helper in helpers if helper in good_sums]
             for _, value in added:
                 total = field.add(total, np.uint64(value))
+            disagree = sorted(helper for helper in helpers if helper in summed and summed[helper][j] != h.reporters[j])
+            if disagree:
+                lost[j] = (f"helpers {disagree[:5]} summed the shares of other than its {h.reporters[j]} R2 reporters "
+                           "S1 counts: S1 listed other reporters to them (or they lie), and S2 cannot tell which")
+                continue
             if missing and h.reporters[j]:
                 dropped, reporters = h.recovery.get(j, ((), ()))
                 if len(missing) == len(helpers):
