@@ -531,3 +531,21 @@ def test_a_reporter_s1_keeps_from_a_helper_loses_his_items_not_silently():
     assert sorted(released.lost) == refused and "summed the shares of other than" in released.lost[refused[0]]
     kept = [j for j in range(DOMAIN) if j not in refused]
     assert released.counts.tolist() == run.truth()[kept].tolist()
+
+
+def test_what_s2_cannot_check_s1_misstating_m_j():
+    """The residual of docs/deviations-tss46.md: S2 sees m_j only from S1, so an S1 that misstates them (adding up
+    to |R1| alpha N, each at most |R1|) gets one helper attested for up to N - alpha N items in TSS (phi = 0, the
+    paper's assumption that no user colludes). S2 then refuses the hand-over if an item has more R2 reporters
+    than the m_j it attested; an m_j above |R1| it refuses to attest at all."""
+    p = tss()
+    run = play(p, 25)
+    senders, R1 = run.election.senders, len(run.election.senders)
+    counts = (R1, R1 * p.report_size - R1 - 2, 1, 1)
+    helpers = tuple(tuple(senders[:c]) for c in counts[:2]) + ((senders[5],), (senders[5],))
+    lie = Election(senders, counts, helpers)
+    assert SecondServer(p, MIN, identity=S2_KEY).attest(lie)  # attested: the m_j are S1's word
+    with pytest.raises(ParameterError, match=r"handover.reporters\[2\] must be at most"):
+        SecondServer(p, MIN).check(dataclasses.replace(run.handover, counts=counts, helpers=helpers, recovery={}))
+    with pytest.raises(ParameterError, match="election.counts must be m_j of at most"):
+        SecondServer(p, MIN, identity=S2_KEY).attest(Election(senders, (R1 + 1, R1 - 3, 1, 1), helpers))
