@@ -453,8 +453,9 @@ def test_the_migrations_build_the_declared_schema(dbs):
 
 def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs):
     """An S1 database of the release before rounds as data (s1_0002: a state string, a column per published list,
-    s1_shares): a task in round 3 (report sets, election, R2 and each item's reporters stored, one helper's sealed
-    sums already in; user 3 left at round 2), a delivered one and a failed one. ``privagg db upgrade`` (s1_0003)
+    s1_shares; its tasks carry no S2 identity key): a task in round 3 (report sets, election, R2 and each item's
+    reporters stored, one helper's sealed sums already in; user 3 left at round 2), a delivered one and a failed
+    one. ``privagg db upgrade`` (s1_0003)
     turns them into the round driver's: the first goes on from round 3 (the helpers' sealed shares come from the
     upgraded s1_relayed) to S2's release of exactly the survivors' sampled counts; the others keep their state and
     reason."""
@@ -469,7 +470,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     p, clock = tss_prime(), Clock()
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
     second_task, token = second.create_task(p, MIN)
-    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key, second_task.identity_key)
+    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)  # no S2 identity key yet
     clients = [TSSClient("http://s1.invalid", task) for _ in range(N_USERS)]
     for i, client in enumerate(clients):
         client.user, client.secret, client.role = i, f"secret {i}", client.make_role(i)
@@ -480,6 +481,8 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     attested = second.attest(second_task.task_id, f"Bearer {token}",
                              json.dumps({"election": election.to_dict()}).encode())
     inbox = as_inbox(election, base64.b64decode(attested["signature"]), second_task.identity_key)
+    for u in survivors:  # they shared before the upgrade (here along an attested election, as now)
+        clients[u].role.second = second_task.identity_key
     plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(**inbox).relayed.items()}
     reporters = [list(r) for r in FirstServer.reporters({u: clients[u].role.state.items for u in survivors}, DOMAIN)]
     early = sorted(election.by_helper)[0]  # his sums arrived before the upgrade
@@ -780,13 +783,18 @@ def test_s2_answers_s1s_questions_only_with_the_relay_token_and_a_valid_election
 
 def test_the_tasks_carry_s2s_identity_key_checked():
     """TSSTask and SecondTask carry S2's Ed25519 identity key (what the reporters check the election's attestation
-    with); a task without it, or with a key of another size, is refused naming the field."""
+    with); a key of another size is refused naming the field; a task of an older release has none, loads, and its
+    reporters refuse to share (it can go on only past round 2)."""
     p = tss_prime()
     task = TSSTask("ab" * 16, p, 60.0, MIN, "cd" * 16, bytes(32), bytes(range(32)))
     data = task.to_dict()
     assert TSSTask.from_dict(data) == task
-    with pytest.raises(ParameterError, match="task must be a JSON object with .*second_identity_key"):
-        TSSTask.from_dict({k: v for k, v in data.items() if k != "second_identity_key"})
+    older = TSSTask.from_dict({k: v for k, v in data.items() if k != "second_identity_key"})  # an older release's
+    assert older.second_identity_key is None and "second_identity_key" not in older.to_dict()
+    with pytest.raises(ParameterError, match="second must be S2's identity key from the task"):  # cannot share
+        role = TSSClient("http://s1.invalid", older).make_role(0)
+        role.report(0)
+        role.share([[], [], []], [], None)
     with pytest.raises(ParameterError, match=r"second_identity_key must be base64 of a raw Ed25519 public key \(32"):
         TSSTask.from_dict({**data, "second_identity_key": base64.b64encode(bytes(31)).decode()})
     with pytest.raises(ParameterError, match="identity_key must be 32 bytes"):

@@ -57,7 +57,9 @@ def _key(field: str, text, size: int = KEMS[KEM][1], kind: str = KEM) -> bytes:
 
 
 def _identity_key(field: str, value) -> None:
-    if not isinstance(value, bytes) or len(value) != IDENTITY_BYTES:
+    """S2's identity key, or None: a task of an older release (before S2 attested elections), whose round 1 cannot
+    close and whose reporters refuse round 2; one past round 2 goes on."""
+    if value is not None and (not isinstance(value, bytes) or len(value) != IDENTITY_BYTES):
         raise ParameterError(field, f"{IDENTITY_BYTES} bytes (S2's raw Ed25519 identity key for the task, which "
                              "attests the election)", len(value) if isinstance(value, bytes) else type(value).__name__)
 
@@ -108,7 +110,7 @@ class SecondTask:
     parameters: object
     min_survivors: int  # the fewest users (|R2|) a release may be over
     public_key: bytes  # S2's HPKE public key for this task (raw X25519)
-    identity_key: bytes  # S2's Ed25519 identity key for this task (raw): its attestation of the election
+    identity_key: bytes | None = None  # S2's Ed25519 identity key for the task (raw; None: an older release's)
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
@@ -119,15 +121,15 @@ class SecondTask:
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "min_survivors": self.min_survivors,
-                "public_key": base64.b64encode(self.public_key).decode(),
-                "identity_key": base64.b64encode(self.identity_key).decode(), "kem": KEM, "suite": KEMS[KEM][0]}
+                "public_key": base64.b64encode(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0],
+                **({} if self.identity_key is None else {"identity_key": base64.b64encode(self.identity_key).decode()})}
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "SecondTask":
-        parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key", "identity_key"},
-                           "second task", verify)
+        parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key"}, "second task", verify)
         return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]),
-                   _key("identity_key", data["identity_key"], IDENTITY_BYTES, "Ed25519"))
+                   _key("identity_key", data["identity_key"], IDENTITY_BYTES, "Ed25519") if "identity_key" in data
+                   else None)
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ class TSSTask:
     min_survivors: int  # the fewest users in R1 and R2 for the task to go on
     second_task_id: str
     second_public_key: bytes
-    second_identity_key: bytes
+    second_identity_key: bytes | None = None  # S2's Ed25519 identity key for the task (None: an older release's)
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
@@ -163,17 +165,18 @@ class TSSTask:
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
                 "min_survivors": self.min_survivors, "second_task_id": self.second_task_id,
-                "second_public_key": base64.b64encode(self.second_public_key).decode(),
-                "second_identity_key": base64.b64encode(self.second_identity_key).decode(), "kem": KEM,
-                "suite": KEMS[KEM][0]}
+                "second_public_key": base64.b64encode(self.second_public_key).decode(), "kem": KEM,
+                "suite": KEMS[KEM][0], **({} if self.second_identity_key is None else {
+                    "second_identity_key": base64.b64encode(self.second_identity_key).decode()})}
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "TSSTask":
         parameters = _load(data, {"task_id", "parameters", "round_seconds", "min_survivors", "second_task_id",
-                                  "second_public_key", "second_identity_key"}, "task", verify)
+                                  "second_public_key"}, "task", verify)
+        identity = data.get("second_identity_key")
         return cls(data["task_id"], parameters, data["round_seconds"], data["min_survivors"], data["second_task_id"],
                    _key("second_public_key", data["second_public_key"]),
-                   _key("second_identity_key", data["second_identity_key"], IDENTITY_BYTES, "Ed25519"))
+                   None if identity is None else _key("second_identity_key", identity, IDENTITY_BYTES, "Ed25519"))
 
 
 MAX_SHARING_USERS = 10_000  # a served DPDS/DPDG task's n: n (n - 1) backups, 1.6 x 10^10 bytes at 10^4

@@ -30,6 +30,6 @@ class TSSClient(RoundClient):
 
     task_type = TSSTask
 
-    def make_role(self, user: int):  # S2's identity key from the task, to check its attestation of the election
+    def make_role(self, user: int):  # S2's key from the task checks the election (none: a task that cannot share)
         return self.protocol.user(self.task.parameters, user, self.task.min_survivors,
-                                  second=self.task.second_identity_key)
+                                  second=self.task.second_identity_key or b"")

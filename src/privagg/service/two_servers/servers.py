@@ -206,8 +206,8 @@ class SecondClient:
             signature = b""
         key = self.task.second_identity_key
         if not identity.verify(key, signature, CONTEXT, election.document(self.task.parameters)):
-            raise RoundFailed("S2's attestation of the election does not verify under S2's identity key in the task; "
-                              "nothing was released")
+            raise RoundFailed("S2's attestation of the election does not verify under S2's identity key in the task "
+                              "(a task of an older release has none); nothing was released")
         return signature, key
 
     def unopened(self, election: Election, sums: dict[int, bytes]) -> list[int]:
@@ -408,7 +408,7 @@ class SecondService:
 
     def _keys(self, task: SecondTask, row) -> tuple[bytes, bytes]:
         """(the task's X25519 private key, S2's identity key for it), opened under the KEK."""
-        private = self.kek.open(row.sealed_key, task.task_id)
+        private = self.kek.open(row.sealed_key, task.task_id)  # a task of an older release too: S2 derives its key
         return private, second_identity(private, task.task_id)
 
     def _election(self, task: SecondTask, data) -> Election:
