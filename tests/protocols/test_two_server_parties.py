@@ -18,9 +18,17 @@ from privagg.protocols.sampling_calibration import calibrate_dpds, calibrate_tss
 from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_messages import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS,
                                                    check_min_survivors, decode, encode, message_bytes)
+from privagg.core import identity
+from privagg.protocols.two_server_election import as_inbox
 from privagg.protocols.two_server_parties import Election, FirstServer, Handover, SecondServer, TSSUser, UserState
 
 N_USERS, DOMAIN, MIN = 32, 4, 26
+S2_KEY = bytes(range(32))  # S2's identity key in these runs
+
+
+def attested(parameters, election: Election, key: bytes = S2_KEY) -> dict:
+    """A reporter's round-2 inbox: ``election`` as S2 (identity ``key``) attests it."""
+    return as_inbox(election, *SecondServer(parameters, MIN, identity=key).attest(election))
 
 
 def tss_prime(**options):
@@ -56,21 +64,25 @@ class Run:
         return counts
 
 
-def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silent4=(), min_survivors=MIN) -> Run:
+def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silent4=(), min_survivors=MIN,
+         garbled=(), hidden=None) -> Run:
     """Every round, the users in ``silent1`` sending no report set, ``silent2`` no shares, ``silent_helpers`` no
-    sums, ``silent4`` no recovery."""
+    sums, ``silent4`` no recovery; the helpers in ``garbled`` send a sum S2 cannot read (S1 asks S2 which, as it
+    closes round 3, and recovers them as dropped); ``hidden`` = (helper, reporter): a lying S1 keeps that
+    reporter (and his shares) from that helper while counting him in R2 for S2."""
     rng = np.random.default_rng(seed)
     n, N = parameters.n_users, parameters.domain_size
     codes = np.arange(n) % N
     users = [TSSUser(parameters, i, min_survivors, rng=rng) for i in range(n)]
-    s1 = FirstServer(parameters, min_survivors)
+    s1 = FirstServer(parameters, min_survivors, second=SecondServer(parameters, min_survivors, identity=S2_KEY))
     sets = {i: s1.check_report_set(users[i].report(int(codes[i])).message, i) for i in range(n) if i not in silent1}
     election = s1.elect(sets, rng)
+    attestation = as_inbox(election, *s1.second.attest(election))
     inbox, survivors = {}, {}
     for i in sets:
         if i in silent2:
             continue
-        messages = users[i].share(election.helpers_of(sets[i])).relayed
+        messages = users[i].share(**attestation).relayed
         expected = s1.expected_shares(election, i, sets[i])
         assert {h: len(m) for h, m in messages.items()} == {h: message_bytes(parameters, SHARES, k)
                                                             for h, k in expected.items()}
@@ -78,14 +90,20 @@ def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silen
         for h, m in messages.items():
             inbox.setdefault(h, {})[i] = m
     reporters = s1.reporters(survivors, N)
-    sums = {h: users[h].sums({j: reporters[j] for j in items}, inbox.get(h, {})).message
+    shown = lambda h, j: [i for i in reporters[j] if (h, i) != hidden]  # noqa: E731
+    sums = {h: users[h].sums({j: shown(h, j) for j in items}, {
+        i: m for i, m in inbox.get(h, {}).items() if (h, i) != hidden}).message
             for h, items in election.by_helper.items() if h not in silent_helpers}
+    for h in garbled:
+        sums[h] = b"not a sum"
+    unopened = s1.second.unopened(election, sums)
+    sums = {h: m for h, m in sums.items() if h not in unopened}
     plan = s1.plan(election, reporters, list(sums))
     recoveries = {i: users[i].recover(asked).message for i, asked in plan.asked(reporters).items()
                   if i not in silent4}
-    handover = Handover(n, election.senders, tuple(sorted(survivors)), election.helpers,
+    handover = Handover(n, election.senders, tuple(sorted(survivors)), election.counts, election.helpers,
                         tuple(len(r) for r in reporters), {j: (d, reporters[j]) for j, d in plan.dropped.items()},
-                        {h: b"sealed" for h in sums}, {i: b"sealed" for i in recoveries})
+                        {h: b"sealed" for h in sums}, {i: b"sealed" for i in recoveries}, tuple(unopened))
     return Run(parameters, users, sets, election, survivors, reporters, sums, recoveries, handover)
 
 
@@ -274,7 +292,7 @@ def message_cases(p):
     n, N = p.n_users, p.domain_size
     good = {REPORT_SET: encode(p, REPORT_SET, 3, FIRST, [0, 2]),
             SHARES: encode(p, SHARES, 3, 5, [1, 2], [4, 36]),
-            SUMS: encode(p, SUMS, 3, SECOND, [0, 3], [1, 2]),
+            SUMS: encode(p, SUMS, 3, SECOND, [0, 3], [1, 2], counts=[4, 5]),
             RECOVERY: encode(p, RECOVERY, 3, SECOND, [0, 0, 2], values=[5, 6, 7], helpers=[4, 6, 1])}
     return good, [
         (REPORT_SET, good[REPORT_SET][:-1], "message must be a report set message of"),
@@ -293,7 +311,8 @@ def message_cases(p):
         (SHARES, good[SHARES][:-1] + bytes([p.modulus]),
          f"message.values must be field elements below p = {p.modulus}"),
         (SUMS, good[SUMS].replace(b"PVT", b"PVS", 1), "message must be version 1"),
-        (SUMS, encode(p, SUMS, 3, FIRST, [0, 3], [1, 2]), "message.recipient must be S2, got S1"),
+        (SUMS, encode(p, SUMS, 3, FIRST, [0, 3], [1, 2], counts=[4, 5]), "message.recipient must be S2, got S1"),
+        (SUMS, encode(p, SUMS, 3, SECOND, [0, 3], [1, 2], counts=[4, n + 1]), "message.counts must be counts"),
         (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[6, 4]), "pairs strictly ascending"),
         (RECOVERY, encode(p, RECOVERY, 3, SECOND, [0, 0], values=[5, 6], helpers=[4, n]),
          "message.helpers must be users"),
@@ -346,19 +365,19 @@ def test_the_state_resumes_a_user_between_rounds():
     report = a.report(1).message
     b = TSSUser(p, 2, MIN, rng=np.random.default_rng(15), state=UserState.from_bytes(a.state.to_bytes()))
     assert b.state == a.state and decode(p, report, REPORT_SET, 2).items.tolist() == a.state.items
-    helpers = {j: [0, 2, 5] for j in a.state.items}
-    shares = b.share(helpers).relayed
-    assert sorted(shares) == [0, 5] and all(sum(s) % p.modulus == e for s, e in
-                                            zip(b.state.shares.values(), b.state.entries))
+    others = {i: TSSUser(p, i, MIN, rng=np.random.default_rng(i)).report(0).message for i in range(N_USERS) if i != 2}
+    s1 = FirstServer(p, MIN)
+    election = s1.elect({i: s1.check_report_set(m, i) for i, m in {**others, 2: report}.items()},
+                        np.random.default_rng(3))
+    shares = b.share(**attested(p, election)).relayed
+    assert sorted(shares) == sorted(set().union(*(election.helpers[j] for j in a.state.items)) - {2})
+    assert all(sum(s) % p.modulus == e for s, e in zip(b.state.shares.values(), b.state.entries))
     with pytest.raises(ParameterError, match="user state must be a state written by UserState.to_bytes"):
         UserState.from_bytes(b"{}")
     with pytest.raises(ParameterError, match="user state must be the state of user 3"):
         TSSUser(p, 3, MIN, state=b.state)
-    with pytest.raises(ParameterError, match="helpers of item .* must be at least 3 users"):
-        TSSUser(p, 2, MIN, state=UserState.from_bytes(a.state.to_bytes())).share(
-            {j: [0, 2] for j in a.state.items})
-    with pytest.raises(ParameterError, match="helpers must be the helpers of each item of his report set"):
-        TSSUser(p, 2, MIN, state=UserState.from_bytes(a.state.to_bytes())).share({0: [0, 1, 2]})
+    with pytest.raises(ParameterError, match="each round is answered once"):
+        b.share(**attested(p, election))
 
 
 def test_min_survivors_is_checked():
@@ -399,3 +418,134 @@ def test_s1_elects_uniformly_among_r1_without_replacement():
     assert all(low <= c <= high for c in chosen[senders])
     with pytest.raises(ParameterError, match="round-1 senders must be at least 26"):
         s1.elect({i: sets[i] for i in senders[:20]}, rng)
+
+
+def one_helper(election: Election, helper: int, counts=None) -> Election:
+    """S1's lie of issue 46: ``helper`` the only helper of every item (with its true m_j, or ``counts``)."""
+    return Election(election.senders, election.counts if counts is None else counts,
+                    tuple((helper,) for _ in election.helpers))
+
+
+@pytest.mark.parametrize("make", [tss, tss_prime], ids=["tss", "tss-collusion"])
+def test_s2_attests_only_an_election_that_keeps_the_rules(make):
+    """S2 refuses to attest one helper for every item, whether S1 states the true m_j or m_j = 1 (they no longer add
+    up to |R1| alpha N), helpers outside R1, twice the same helper, or fewer than the task's minimum in R1."""
+    p = make()
+    election = play(p, 20).election
+    s2 = SecondServer(p, MIN, identity=S2_KEY)
+    signature, key = s2.attest(election)
+    assert identity.verify(key, signature, b"privagg tss election", election.document(p))
+    lies = [(one_helper(election, 5), r"election.helpers\[0\] must be max\(m_j, phi \+ 1\)"),
+            (one_helper(election, 5, (1,) * DOMAIN), "election.counts must be m_j of at most"),
+            (dataclasses.replace(election, senders=election.senders[1:]), "election"),
+            (dataclasses.replace(election, helpers=((election.helpers[0][0],) * len(election.helpers[0]),)
+                                 + election.helpers[1:]), r"election.helpers\[0\]")]
+    for lie, message in lies:
+        with pytest.raises(ParameterError, match=message):
+            s2.attest(lie)
+    with pytest.raises(ParameterError, match="identity must be S2's identity key"):
+        SecondServer(p, MIN).attest(election)
+
+
+def test_a_reporter_shares_only_along_an_election_s2_attested():
+    """A reporter refuses (nothing to send) an election signed by another key (S1's own), a signature of another
+    election, one that S2's key signed but breaks the rules (S1 cannot get it), one without him in R1, none, or
+    S1's key where his own (the task's) is pinned; the honest one he shares along."""
+    p = tss()
+    run = play(p, 21)
+    election = run.election
+    reporter = lambda: TSSUser(p, 0, MIN, state=UserState.from_bytes(state))  # noqa: E731
+    state = UserState(0, [1], list(run.users[0].state.items), list(run.users[0].state.entries)).to_bytes()
+    lie = one_helper(election, 5)
+    forged = as_inbox(lie, identity.sign(S2_KEY, b"privagg tss election", lie.document(p)), identity.public_key(S2_KEY))
+    cases = [(attested(p, election, key=bytes(32)), {"second": list(identity.public_key(S2_KEY))},
+              "attestation must be a valid Ed25519 signature by S2"),
+             ({**attested(p, election), "attestation": attested(p, election, bytes(32))["attestation"]}, {},
+              "attestation must be a valid"),
+             ({**attested(p, election), "election": attested(p, election)["election"][:2] + [[[5]] * DOMAIN]}, {},
+              "attestation must be a valid"),
+             (forged, {}, r"election.helpers\[0\] must be max\(m_j, phi \+ 1\)"),
+             ({**attested(p, election), "second": [1] * 31}, {}, "second must be 32 bytes")]
+    for inbox, change, message in cases:
+        with pytest.raises(ParameterError, match=message):
+            reporter().share(**{**inbox, **change})
+    sets = {i: run.sets[i] for i in run.sets}
+    s1 = FirstServer(p, MIN)
+    no_zero = s1.elect({i: s for i, s in sets.items() if i != 0}, np.random.default_rng(1))
+    with pytest.raises(ParameterError, match="election.senders must be R1 with user 0"):
+        reporter().share(**attested(p, no_zero))
+    with pytest.raises(ParameterError, match="second must be S2's identity key"):
+        reporter().share(**{k: v for k, v in attested(p, election).items() if k != "second"})
+    pinned = TSSUser(p, 0, MIN, state=UserState.from_bytes(state), second=identity.public_key(bytes(32)))
+    with pytest.raises(ParameterError, match="attestation must be a valid"):  # his key from the task, not S1's
+        pinned.share(**attested(p, election))
+    assert reporter().share(**attested(p, election)).relayed
+
+
+@pytest.mark.parametrize("make", [tss, tss_prime], ids=["tss", "tss-collusion"])
+def test_a_helper_whose_sum_does_not_open_is_recovered_as_dropped(make):
+    """A sum S2 cannot read (another helper's, garbage) makes S1 treat its helper as dropped: his items are
+    recovered and the release is exact over R2, naming him."""
+    p = make()
+    run = play(p, 22, garbled=(sorted(play(p, 22).election.by_helper)[0],))
+    released = release(run)
+    helper = run.handover.unopened[0]
+    assert run.handover.unopened == (helper,) and helper not in run.handover.sums
+    assert not released.lost and sorted(released.recovered) == run.election.by_helper[helper]
+    assert released.counts.tolist() == run.truth().tolist() and released.unopened == (helper,)
+
+
+def test_a_count_outside_its_reporters_is_refused_not_released():
+    """A helper's sum moved so that its item's count leaves [0, |R_j|] (e.g. a sum of garbage): that item is not
+    released, blaming nobody; the others are, exactly. +7 inside the range is not detectable (the trust says so)."""
+    p = tss_prime()
+    run = play(p, 23)
+    helper, items = sorted(run.election.by_helper.items())[0]
+    message = decode(p, run.sums[helper], SUMS, helper)
+    shifted = lambda k: encode(p, SUMS, helper, SECOND, message.items, [  # noqa: E731
+        (int(v) + (k if j == items[0] else 0)) % p.modulus for j, v in zip(message.items, message.values)],
+        counts=message.counts)
+    truth = run.truth()
+    outside = release(dataclasses.replace(run, sums={**run.sums, helper: shifted(run.reporters[items[0]].__len__()
+                                                                                  - truth[items[0]] + 1)}))
+    assert list(outside.lost) == [items[0]] and "outside [0," in outside.lost[items[0]]
+    assert outside.counts.tolist() == np.delete(truth, items[0]).tolist()
+    inside = release(dataclasses.replace(run, sums={**run.sums, helper: shifted(-truth[items[0]] % p.modulus)}))
+    assert not inside.lost and inside.counts[items[0]] == 0  # undetected: the release trusts the helpers
+    assert "integrity: trusted" in inside.trust["helpers"]
+    assert any("integrity" in c for c in inside.privacy.caveats)
+
+
+def test_a_reporter_s1_keeps_from_a_helper_loses_his_items_not_silently():
+    """S1 counts reporter i in R2 for S2 but keeps him and his shares from one helper of his items (the helper sums
+    the others: i's entry would silently leave the counts). Each helper's sum says how many reporters it adds
+    up; S2 refuses the items where that is not S1's |R_j| (blaming S1 or the helper: it cannot tell which), and
+    releases the rest exactly."""
+    p = tss_prime()
+    honest = play(p, 24)
+    helper, items = sorted(honest.election.by_helper.items())[0]
+    reporter = next(i for i in honest.survivors if i != helper and set(honest.survivors[i]) & set(items))
+    run = play(p, 24, hidden=(helper, reporter))
+    released = release(run)
+    refused = sorted(set(items) & set(run.survivors[reporter]))
+    assert sorted(released.lost) == refused and "summed the shares of other than" in released.lost[refused[0]]
+    kept = [j for j in range(DOMAIN) if j not in refused]
+    assert released.counts.tolist() == run.truth()[kept].tolist()
+
+
+def test_what_s2_cannot_check_s1_misstating_m_j():
+    """The residual of docs/deviations-tss46.md: S2 sees m_j only from S1, so an S1 that misstates them (adding up
+    to |R1| alpha N, each at most |R1|) gets one helper attested for up to N - alpha N items in TSS (phi = 0, the
+    paper's assumption that no user colludes). S2 then refuses the hand-over if an item has more R2 reporters
+    than the m_j it attested; an m_j above |R1| it refuses to attest at all."""
+    p = tss()
+    run = play(p, 25)
+    senders, R1 = run.election.senders, len(run.election.senders)
+    counts = (R1, R1 * p.report_size - R1 - 2, 1, 1)
+    helpers = tuple(tuple(senders[:c]) for c in counts[:2]) + ((senders[5],), (senders[5],))
+    lie = Election(senders, counts, helpers)
+    assert SecondServer(p, MIN, identity=S2_KEY).attest(lie)  # attested: the m_j are S1's word
+    with pytest.raises(ParameterError, match=r"handover.reporters\[2\] must be at most"):
+        SecondServer(p, MIN).check(dataclasses.replace(run.handover, counts=counts, helpers=helpers, recovery={}))
+    with pytest.raises(ParameterError, match="election.counts must be m_j of at most"):
+        SecondServer(p, MIN, identity=S2_KEY).attest(Election(senders, (R1 + 1, R1 - 3, 1, 1), helpers))

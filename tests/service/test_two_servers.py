@@ -32,6 +32,8 @@ import uvicorn
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from privagg.core import identity
+from privagg.errors import ParameterError
 from privagg.protocols.sampling_calibration import (calibrate_dpds as ss_calibrate_dpds, calibrate_tss,
                                                     calibrate_tss_collusion)
 from privagg.protocols.sharing_parties import survivors_parameters
@@ -145,13 +147,22 @@ class Deployment:
         return self.first.registry.get_sample_value("privagg_s1_refused_total", {"reason": reason}) or 0.0
 
 
+def in_process(second: SecondService) -> dict:
+    """S1's ways to S2 (``send`` the hand-over, ``ask`` while closing a round) as calls of S2's service."""
+    routes = {"election": second.attest, "sums": second.open_sums}
+    return {"send": lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body),
+            "ask": lambda _url, task_id, route, token, body: routes[route](task_id, f"Bearer {token}", body)}
+
+
 @contextmanager
-def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True) -> Iterator[Deployment]:
+def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True, first_type=FirstService,
+           second_type=SecondService, **lie) -> Iterator[Deployment]:
+    """S2, then S1 over their databases (``first_type``, ``second_type``: a dishonest one, built with ``lie``), a
+    task on both, S1 served, and the users' SDK clients (enrolled)."""
     parameters = parameters or tss_prime()
     clock = Clock()
-    second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
-    first = FirstService(storage.connect(dbs["s1"], "s1"), clock=clock,
-                         send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    second = second_type(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
+    first = first_type(storage.connect(dbs["s1"], "s1"), clock=clock, **in_process(second), **lie)
     task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
     try:
         with served(create_first_app(first, tick=None)) as url:
@@ -197,7 +208,13 @@ def test_the_servers_release_the_sampled_counts_exactly(dbs):
         assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == truth and sum(truth) > 0
         assert result["dropouts"] == {"enrolled": N_USERS, "round1_senders": N_USERS, "survivors": N_USERS,
                                       "min_survivors": MIN, "helpers": len(d.election().by_helper),
-                                      "helpers_without_sum": 0, "recovered_items": [], "lost_items": []}
+                                      "helpers_without_sum": 0, "unopened_sums": [], "recovered_items": [],
+                                      "lost_items": []}
+        assert set(result["trust"]) == {"S1", "S2", "helpers", "reporters"}
+        assert "integrity: trusted" in result["trust"]["helpers"]
+        signature = base64.b64decode(d.published()["attestation"]["signature"])  # what every reporter checked
+        assert identity.verify(d.task.second_identity_key, signature, b"privagg tss election",
+                               d.election().document(d.task.parameters))
         privacy = result["privacy"]
         assert "secure" in privacy["randomness"] and any("must not collude" in c for c in privacy["caveats"])
         assert privacy["delta"] == pytest.approx(survivors_parameters(p, N_USERS).delta_at(p.epsilon))
@@ -391,7 +408,10 @@ def test_s2_takes_one_handover_once_and_only_from_s1(sqlite_dbs):
         assert d.second.received._value.get() == 1
 
 
-def test_a_sum_replayed_under_another_helpers_name_opens_to_nothing(sqlite_dbs):
+def test_a_sum_replayed_under_another_helpers_name_is_blamed_and_his_items_recovered(sqlite_dbs):
+    """Issue 46: a helper posts another helper's sealed sum as his own (S1 stores it: it cannot open what it
+    relays). As round 3 closes S2 says it does not open (HPKE's info binds the sender); S1 treats its sender as a
+    helper who sent no sum: his items go through round 4 and the release is exact and complete, naming him."""
     with deploy(sqlite_dbs) as d:
         step(d, 1)
         step(d, 2)
@@ -409,13 +429,15 @@ def test_a_sum_replayed_under_another_helpers_name_opens_to_nothing(sqlite_dbs):
         status, _ = post(d.url, f"/tasks/{d.task_id}/round3", {"user": thief, "secret": d.client(thief).secret,
                                                               "message": base64.b64encode(stolen).decode()})
         assert status == 201  # S1 cannot tell: it cannot open what it relays
-        assert d.state() == "handover"
+        assert d.state() == "round4" and d.first.state(d.task_id)["items_to_recover"] == served[thief]
+        assert d.published()["unopened"] == [thief]
+        assert step(d, 4) == "handover"
         result = d.result()
-        assert sorted(e["item"] for e in result["dropouts"]["lost_items"]) == served[thief]
-        assert result["collection"]["unopened"] == 1
+        assert result["dropouts"]["lost_items"] == [] and result["dropouts"]["recovered_items"] == served[thief]
+        assert result["dropouts"]["unopened_sums"] == [thief] and result["full_domain"] is True
         p, truth = d.task.parameters, d.truth(range(N_USERS))
-        assert {e["item"]: round(e["estimate"] * p.effective_probability) for e in result["estimates"]} == {
-            j: truth[j] for j in range(DOMAIN) if j not in served[thief]}
+        assert [round(e["estimate"] * p.effective_probability) for e in sorted(
+            result["estimates"], key=lambda e: e["item"])] == truth
 
 
 def test_the_migrations_build_the_declared_schema(dbs):
@@ -431,13 +453,15 @@ def test_the_migrations_build_the_declared_schema(dbs):
 
 def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs):
     """An S1 database of the release before rounds as data (s1_0002: a state string, a column per published list,
-    s1_shares): a task in round 3 (report sets, election, R2 and each item's reporters stored, one helper's sealed
-    sums already in; user 3 left at round 2), a delivered one and a failed one. ``privagg db upgrade`` (s1_0003)
+    s1_shares; its tasks carry no S2 identity key): a task in round 3 (report sets, election, R2 and each item's
+    reporters stored, one helper's sealed sums already in; user 3 left at round 2), a delivered one and a failed
+    one. ``privagg db upgrade`` (s1_0003)
     turns them into the round driver's: the first goes on from round 3 (the helpers' sealed shares come from the
     upgraded s1_relayed) to S2's release of exactly the survivors' sampled counts; the others keep their state and
     reason."""
     from service_deployment import database_at
 
+    from privagg.protocols.two_server_election import as_inbox
     from privagg.protocols.two_server_parties import ROUNDS, FirstServer
     from privagg.service.roster import secret_hash
     from privagg.service.round_tasks import KEM, relay_info, second_info
@@ -446,7 +470,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     p, clock = tss_prime(), Clock()
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
     second_task, token = second.create_task(p, MIN)
-    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)
+    task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)  # no S2 identity key yet
     clients = [TSSClient("http://s1.invalid", task) for _ in range(N_USERS)]
     for i, client in enumerate(clients):
         client.user, client.secret, client.role = i, f"secret {i}", client.make_role(i)
@@ -454,8 +478,12 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     coordinator = FirstServer(p, MIN, np.random.default_rng(5))
     election = coordinator.elect({u: coordinator.check_report_set(m, u) for u, m in sets.items()})
     survivors = [u for u in range(N_USERS) if u != 3]
-    plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(
-        election.helpers_of(clients[u].role.state.items)).relayed.items()}
+    attested = second.attest(second_task.task_id, f"Bearer {token}",
+                             json.dumps({"election": election.to_dict()}).encode())
+    inbox = as_inbox(election, base64.b64decode(attested["signature"]), second_task.identity_key)
+    for u in survivors:  # they shared before the upgrade (here along an attested election, as now)
+        clients[u].role.second = second_task.identity_key
+    plain = {(u, h): m for u in survivors for h, m in clients[u].role.share(**inbox).relayed.items()}
     reporters = [list(r) for r in FirstServer.reporters({u: clients[u].role.state.items for u in survivors}, DOMAIN)]
     early = sorted(election.by_helper)[0]  # his sums arrived before the upgrade
     items = election.by_helper[early]
@@ -493,8 +521,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
             for (u, h), m in plain.items()])
     old.dispose()
     assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0006")
-    first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock,
-                         send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock, **in_process(second))
     try:
         with served(create_first_app(first, tick=None)) as url:
             state = first.state(task.task_id)
@@ -722,3 +749,53 @@ def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
         assert reached.value.code == 400
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(other))
+
+
+def test_s2_answers_s1s_questions_only_with_the_relay_token_and_a_valid_election(sqlite_dbs):
+    """S2's election and sums routes (S1 asks them while closing rounds 1 and 3) refuse another token (401), a body
+    that is no election (400 naming the field) and sums that are not a list (400); S1's round 1 stays open past
+    its deadline while S2 does not answer, and closes once it does."""
+    with deploy(sqlite_dbs) as d:
+        second_id, token = d.task.second_task_id, d.row().relay_token
+        election = json.dumps({"election": {"senders": [0], "counts": [1], "helpers": [[0]]}}).encode()
+        assert refusal(d.second.attest, second_id, "Bearer guess", election) == (401, "unauthenticated")
+        assert refusal(d.second.open_sums, second_id, "Bearer guess", election) == (401, "unauthenticated")
+        with pytest.raises(Refused, match="election.senders must be at least 26"):
+            d.second.attest(second_id, f"Bearer {token}", election)
+        assert refusal(d.second.attest, second_id, f"Bearer {token}", b"[]")[0] == 400
+        away, ask = [True], d.first.ask
+
+        def flaky(*args):
+            if away[0]:
+                raise ConnectionRefusedError("S2 is down")
+            return ask(*args)
+
+        d.first.ask = flaky
+        for c in d.clients:
+            c.send("report", c.user % DOMAIN)
+        assert d.state() == "round1" and d.close(1) == "round1"  # past its deadline, S2 away: still open
+        away[0] = False
+        d.clock.now += 1
+        assert d.first.advance(d.task_id) == "round2" and d.second.attested._value.get() == 1
+        good = json.dumps({"election": d.election().to_dict(), "sums": "all"}).encode()
+        assert refusal(d.second.open_sums, second_id, f"Bearer {token}", good) == (400, "malformed")
+
+
+def test_the_tasks_carry_s2s_identity_key_checked():
+    """TSSTask and SecondTask carry S2's Ed25519 identity key (what the reporters check the election's attestation
+    with); a key of another size is refused naming the field; a task of an older release has none, loads, and its
+    reporters refuse to share (it can go on only past round 2)."""
+    p = tss_prime()
+    task = TSSTask("ab" * 16, p, 60.0, MIN, "cd" * 16, bytes(32), bytes(range(32)))
+    data = task.to_dict()
+    assert TSSTask.from_dict(data) == task
+    older = TSSTask.from_dict({k: v for k, v in data.items() if k != "second_identity_key"})  # an older release's
+    assert older.second_identity_key is None and "second_identity_key" not in older.to_dict()
+    with pytest.raises(ParameterError, match="second must be S2's identity key from the task"):  # cannot share
+        role = TSSClient("http://s1.invalid", older).make_role(0)
+        role.report(0)
+        role.share([[], [], []], [], None)
+    with pytest.raises(ParameterError, match=r"second_identity_key must be base64 of a raw Ed25519 public key \(32"):
+        TSSTask.from_dict({**data, "second_identity_key": base64.b64encode(bytes(31)).decode()})
+    with pytest.raises(ParameterError, match="identity_key must be 32 bytes"):
+        SecondTask("cd" * 16, p, MIN, bytes(32), b"short")

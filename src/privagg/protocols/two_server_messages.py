@@ -29,7 +29,8 @@ INDEX = np.dtype("<u4")  # an item or a user on the wire
 @dataclass(frozen=True)
 class Message:
     """One decoded message: its kind, sender, recipient (a user, or :data:`FIRST` / :data:`SECOND`), its items
-    (ascending), the helpers of a recovery's entries, and its field elements (none in a report set)."""
+    (ascending), the helpers of a recovery's entries, its field elements (none in a report set), and a helper's
+    count of the reporters whose shares each of his sums adds up (sums only)."""
 
     kind: int
     sender: int
@@ -37,24 +38,25 @@ class Message:
     items: np.ndarray
     helpers: np.ndarray | None
     values: np.ndarray | None
+    counts: np.ndarray | None = None
 
 
 def message_bytes(parameters: TSSParameters, kind: int, entries: int) -> int:
     """The length of a message of ``kind`` with ``entries`` entries: each an item (4 bytes), a recovery's also a
-    helper (4), and but in a report set a field element."""
-    per = INDEX.itemsize * (2 if kind == RECOVERY else 1) + (0 if kind == REPORT_SET else element_bytes(
+    helper (4), a sum's also its count of reporters (4), and but in a report set a field element."""
+    per = INDEX.itemsize * (2 if kind in (RECOVERY, SUMS) else 1) + (0 if kind == REPORT_SET else element_bytes(
         parameters.field))
     return HEADER.size + entries * per
 
 
 def encode(parameters: TSSParameters, kind: int, sender: int, recipient: int, items, values=None,
-           helpers=None) -> bytes:
-    """A message's bytes: :data:`HEADER`, the items, a recovery's helpers, the field elements
-    (:func:`pack_elements`)."""
+           helpers=None, counts=None) -> bytes:
+    """A message's bytes: :data:`HEADER`, the items, a recovery's helpers or a sum's counts of reporters, the field
+    elements (:func:`pack_elements`)."""
     items = np.asarray(items, dtype=np.int64)
     body = items.astype(INDEX).tobytes()
-    if kind == RECOVERY:
-        body += np.asarray(helpers, dtype=np.int64).astype(INDEX).tobytes()
+    if kind in (RECOVERY, SUMS):
+        body += np.asarray(helpers if kind == RECOVERY else counts, dtype=np.int64).astype(INDEX).tobytes()
     if kind != REPORT_SET:
         body += pack_elements(parameters.field, values)
     return HEADER.pack(MAGIC, VERSION, kind, sender, recipient, items.size) + body
@@ -74,9 +76,10 @@ def decode(parameters: TSSParameters, raw: bytes, kind: int, sender: int | None 
     """The message in ``raw``, every field checked: magic and version; the kind; the sender a user (``sender``
     when given); the recipient S1 (a report set), S2 (sums, recovery) or another user (shares; ``recipient``
     when given); exactly the entries' length; items below N, strictly ascending (a recovery's (item, helper)
-    pairs), a report set of alpha N; helpers users; elements below p; ``items`` (and ``helpers``) exactly, when
-    given. A ParameterError names the field that is wrong (``message``, ``message.sender``,
-    ``message.recipient``, ``message.items``, ``message.helpers``, ``message.values``)."""
+    pairs), a report set of alpha N; helpers users; a sum's counts at most n; elements below p; ``items`` (and
+    ``helpers``) exactly, when given. A ParameterError names the field that is wrong (``message``,
+    ``message.sender``, ``message.recipient``, ``message.items``, ``message.helpers``, ``message.counts``,
+    ``message.values``)."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) < HEADER.size:
         raise ParameterError("message", f"a privagg TSS message of at least {HEADER.size} bytes",
                              f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__)
@@ -110,12 +113,17 @@ def decode(parameters: TSSParameters, raw: bytes, kind: int, sender: int | None 
         raise ParameterError("message.items", f"items in [0, {N})", int(got_items.max()))
     if kind == REPORT_SET and count != parameters.report_size:
         raise ParameterError("message.items", f"alpha N = {parameters.report_size} items", count)
-    got_helpers = None
+    got_helpers = got_counts = None
     if kind == RECOVERY:
         got_helpers = np.frombuffer(raw, INDEX, count, offset).astype(np.int64)
         offset += count * INDEX.itemsize
         if got_helpers.max() >= n:
             raise ParameterError("message.helpers", f"users in [0, {n})", int(got_helpers.max()))
+    elif kind == SUMS:
+        got_counts = np.frombuffer(raw, INDEX, count, offset).astype(np.int64)
+        offset += count * INDEX.itemsize
+        if got_counts.max() > n:
+            raise ParameterError("message.counts", f"counts of reporters in [0, {n}]", int(got_counts.max()))
     keys = got_items * n + (0 if got_helpers is None else got_helpers)
     if np.any(np.diff(keys) <= 0):
         raise ParameterError("message.items", "strictly ascending (each entry once)" if got_helpers is None else
@@ -126,7 +134,7 @@ def decode(parameters: TSSParameters, raw: bytes, kind: int, sender: int | None 
         raise ParameterError("message.helpers", f"the helpers {list(helpers)[:8]}", got_helpers[:8].tolist())
     values = None if kind == REPORT_SET else unpack_elements(parameters.field, bytes(raw[offset:]), count,
                                                              "message.values")
-    return Message(kind, source, target, got_items, got_helpers, values)
+    return Message(kind, source, target, got_items, got_helpers, values, got_counts)
 
 
 def check_min_survivors(parameters: TSSParameters, min_survivors: int) -> int:

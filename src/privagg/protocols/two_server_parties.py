@@ -9,15 +9,19 @@ round 1, report set
     User i draws his coin and his report set A_i of alpha N items (:func:`report_sets`) and sends
     A_i to S1. R1: the users whose set reached S1 by the deadline. S1 counts m_j over R1 and elects
     max(m_j, phi + 1) helpers H_j per item among R1 (:func:`elect`'s rule, its pool R1:
-    :meth:`FirstServer.elect`), and tells each reporter the helpers of his items.
+    :meth:`FirstServer.elect`), has S2 check and sign the election (:mod:`~privagg.protocols.two_server_election`),
+    and serves it with S2's signature to every reporter.
 round 2, shares
-    Reporter i shares his entry e_ij = coin_i [v_i = j] of each j in A_i among H_j
-    (:func:`share_entries`): one message per helper, holding his shares of the items that helper
-    serves, each sealed to its helper; a share for himself (a reporter may be elected) he keeps. R2: the
-    reporters whose shares all reached S1 by the deadline; only theirs are delivered.
+    Reporter i checks S2's signature of the election (S2's key from the task) and its rules, then shares his
+    entry e_ij = coin_i [v_i = j] of each j in A_i among H_j (:func:`share_entries`): one message per helper,
+    holding his shares of the items that helper serves, each sealed to its helper; a share for himself (a
+    reporter may be elected) he keeps. R2: the reporters whose shares all reached S1 by the deadline; only
+    theirs are delivered.
 round 3, helper sums
     Helper h sums, per item he serves, the shares R2's reporters sent him (his own too, if he is one of
-    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read).
+    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read). As the round closes, S2 names
+    the sums that do not open or decode (:meth:`SecondServer.unopened`); their senders count as helpers who sent
+    none.
 round 4, recovery (only when helpers missed round 3)
     For an item j with R2 reporters whose helpers D_j sent no sum, D_j not all of H_j: each of item j's R2
     reporters reveals to S2 the shares he sent D_j. Every reporter's shares to the other helpers stay hidden
@@ -35,9 +39,7 @@ release (S2)
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
-import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,17 +47,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import element_bytes, share
 from ..errors import ParameterError, check_integer
-from ..privacy.description import PrivacyDescription
-from ..privacy.events import Survivors
-from .results import FrequencyTable
 from .roles import MultiRound, Outbox, Round
 from .sampling_sharing import bernoulli
 from .sharing_parties import HELD_BYTES, survivors_parameters
 from .tss_parameters import TSSParameters
+from .two_server_election import Election, as_inbox, check_attested
+from .two_server_second import Handover, SecondServer, TSSRelease  # noqa: F401 (S2's, re-exported)
 from .two_server_messages import (FIRST, HEADER, INDEX, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, VERSION, _items,
                                   _users, check_min_survivors, decode, encode, message_bytes, message_entries)
 
@@ -149,13 +149,15 @@ class TSSUser:
 
     ``min_survivors``: the task's. ``rng=None`` (a real user) draws his coin, his report set and his shares
     from the secure generator; a seeded simulation passes a generator. ``state`` resumes a user saved with
-    ``state.to_bytes()``.
+    ``state.to_bytes()``. ``identity``: his Ed25519 private key (unused: no round of his signs protocol data).
+    ``second``: S2's public identity key, from the task document the organisation signed (the SDK passes it); a
+    role built without it (a simulation, whose S1 is honest) takes the one S1's round-2 inbox carries.
     """
 
     def __init__(self, parameters: TSSParameters, index: int, min_survivors: int, rng: RNGLike = None,
-                 state: UserState | None = None) -> None:
+                 state: UserState | None = None, identity: bytes | None = None, second: bytes | None = None) -> None:
         self.min_survivors = check_min_survivors(parameters, min_survivors)
-        self.parameters, self.field, self.rng = parameters, parameters.field, rng
+        self.parameters, self.field, self.rng, self.second = parameters, parameters.field, rng, second
         index = check_integer("user index", index, 0, parameters.n_users - 1)
         if state is None:
             state = UserState(index)
@@ -180,20 +182,29 @@ class TSSUser:
         self.state.answered.append(1)
         return Outbox(encode(self.parameters, REPORT_SET, self.index, FIRST, sets[0]), {})
 
-    def share(self, helpers: Mapping[int, Sequence[int]]) -> Outbox:
-        """Round 2: given each item of his set's helpers (S1's election), his shares as one message per helper
-        (seal each to it); his own share, where he is a helper, he keeps."""
+    def share(self, election: list, attestation: list, second: list | None = None) -> Outbox:
+        """Round 2: given S1's election as S2 attested it (R1, the m_j and the H_j as lists; S2's signature; ``second``:
+        S2's identity key as S1 relays it, used only by a role built without one), his shares of each item of his
+        set to its helpers, one message per helper (seal each to it); his own share, where he is a helper, he keeps.
+        Refused (a ParameterError, and nothing to send) unless S2's signature verifies and the election keeps S2's
+        rules (:func:`~privagg.protocols.two_server_election.check_attested`), names him in R1, and gives each of
+        his items at least max(1, phi + 1) helpers."""
         p, least = self.parameters, max(1, self.parameters.colluders + 1)
         self._expect(2, 1)
-        if _items(p, helpers, "helpers") != self.state.items:
-            raise ParameterError("helpers", f"the helpers of each item of his report set {self.state.items[:8]}",
-                                 sorted(helpers)[:8])
+        key = self.second if self.second is not None else second
+        if not key:
+            raise ParameterError("second", "S2's identity key from the task (a task of an older release has none: "
+                                 "recreate it)", "none")
+        elected = check_attested(p, election, attestation, key, self.min_survivors)
+        if self.index not in elected.senders:
+            raise ParameterError("election.senders", f"R1 with user {self.index} (he sent his report set)",
+                                 "an R1 without him")
         sent = {}
         for j, entry in zip(self.state.items, self.state.entries):
-            listed = _users(p, helpers[j], f"helpers of item {j}")
+            listed = list(elected.helpers[j])
             if len(listed) < least:
                 raise ParameterError(f"helpers of item {j}", f"at least {least} users (max(m_j, phi + 1) with phi = "
-                                     f"{p.colluders})", len(listed))
+                                     f"{p.colluders}, m_j >= 1 as he reports it)", len(listed))
             shares = share_entries(p, np.array([entry]), len(listed), self.rng)[:, 0]
             self.state.helpers[j], self.state.shares[j] = listed, [int(s) for s in shares]
             for helper, value in zip(listed, shares):
@@ -205,8 +216,8 @@ class TSSUser:
 
     def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes]) -> Outbox:
         """Round 3, as a helper: given each item he serves with its R2 reporters, and the messages those
-        reporters sent him, the field sum of the shares per item (his own share too where he is a reporter), as
-        a message to S2."""
+        reporters sent him, the field sum of the shares per item (his own share too where he is a reporter) and
+        the number of reporters it adds up, as a message to S2 (which checks those numbers against S1's)."""
         p = self.parameters
         self._expect(3, 1)
         items = _items(p, reporters, "items helped")
@@ -236,7 +247,8 @@ class TSSUser:
                 totals[j] = self.field.add(totals[j], np.uint64(own))
         self.state.summed = items
         self.state.answered.append(3)
-        return Outbox(encode(p, SUMS, self.index, SECOND, items, [totals[j] for j in items]), {})
+        return Outbox(encode(p, SUMS, self.index, SECOND, items, [totals[j] for j in items],
+                             counts=[len(lists[j]) for j in items]), {})
 
     def recover(self, dropped: Mapping[int, Sequence[int]]) -> Outbox:
         """Round 4, as a reporter: given, for items of his set, the helpers that sent S2 no sum, his shares to
@@ -278,35 +290,6 @@ class ElectionPool(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Election:
-    """S1's election: R1 (ascending), m_j over R1, and H_j (ascending roster indices) for every item."""
-
-    senders: tuple[int, ...]
-    counts: tuple[int, ...]
-    helpers: tuple[tuple[int, ...], ...]
-
-    @functools.cached_property
-    def by_helper(self) -> dict[int, list[int]]:
-        """helper -> the items he serves, ascending."""
-        out: dict[int, list[int]] = {}
-        for j, helpers in enumerate(self.helpers):
-            for h in helpers:
-                out.setdefault(h, []).append(j)
-        return out
-
-    def helpers_of(self, items: Sequence[int]) -> dict[int, list[int]]:
-        return {int(j): list(self.helpers[j]) for j in items}
-
-
-    def to_dict(self) -> dict:
-        return {"senders": list(self.senders), "counts": list(self.counts), "helpers": [list(h) for h in self.helpers]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Election":
-        return cls(tuple(data["senders"]), tuple(data["counts"]), tuple(tuple(h) for h in data["helpers"]))
-
-
-@dataclass(frozen=True)
 class Recovery:
     """S1's plan when round 3 closes: for each item with R2 reporters whose helpers ``dropped`` sent no sum,
     some but not all of them, the recovery asked of all its R2 reporters; ``lost``: the items with R2 reporters
@@ -334,12 +317,30 @@ class Recovery:
 
 class FirstServer:
     """S1 of a TSS task, the coordinator of its rounds (:data:`ROUNDS`): checks the report sets, elects the helpers
-    (from ``rng``), says what each party must send, plans the recovery, and hands S2 what S2 releases
-    (:class:`Handover`). It never opens a share or a sum (sealed to their recipients); it relays them."""
+    (from ``rng``), has S2 attest the election, says what each party must send, has S2 say which helpers' sums do
+    not open, plans the recovery, and hands S2 what S2 releases (:class:`Handover`). It never opens a share or a
+    sum (sealed to their recipients); it relays them.
 
-    def __init__(self, parameters: TSSParameters, min_survivors: int, rng: RNGLike = None) -> None:
+    ``second``: how S1 asks S2 (:meth:`SecondServer.attest` and :meth:`SecondServer.unopened`, or the service's
+    client of S2's routes); None (a simulation) plays S2's role in-process, its identity key drawn from ``rng``
+    when first needed."""
+
+    def __init__(self, parameters: TSSParameters, min_survivors: int, rng: RNGLike = None,
+                 second=None) -> None:
         self.min_survivors = check_min_survivors(parameters, min_survivors)
-        self.parameters, self.rng = parameters, rng
+        self.parameters, self.rng, self._second = parameters, rng, second
+
+    @property
+    def second(self):
+        if self._second is None:
+            from ..core.identity import generate
+
+            self._second = SecondServer(self.parameters, self.min_survivors, identity=generate(self.rng))
+        return self._second
+
+    @second.setter
+    def second(self, value) -> None:
+        self._second = value
 
     # --- the rounds (roles.Coordinator) ---------------------------------------------------------------------
     def expected(self, round_: Round, state: dict) -> list[int]:
@@ -378,11 +379,12 @@ class FirstServer:
             election, user, items).items()}
 
     def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict:
-        """share: the helpers of each item of his report set; sums: each item he helps with and its R2 reporters
+        """share: the election as S2 attested it (with S2's key); sums: each item he helps with and its R2 reporters
         (their shares come with it, relayed); recover: the dropped helpers of his items he is asked about."""
         if round_.name == "share":
-            items = self.check_report_set(messages["report"][user], user)
-            return {"helpers": Election.from_dict(state["election"]).helpers_of(items)}
+            attested = state.get("attestation", {"signature": "", "key": ""})  # none: elected by an older release
+            return as_inbox(Election.from_dict(state["election"]), base64.b64decode(attested["signature"]),
+                            base64.b64decode(attested["key"]))
         if round_.name == "sums":
             items = Election.from_dict(state["election"]).by_helper[user]
             return {"reporters": {j: list(state["reporters"][j]) for j in items}}
@@ -391,17 +393,23 @@ class FirstServer:
         return {}
 
     def close(self, round_: Round, answered: list[int], state: dict, messages: Mapping) -> dict:
-        """report: the election among R1; share: R2 and each item's R2 reporters; sums: the recovery plan."""
+        """report: the election among R1, as S2 attested it; share: R2 and each item's R2 reporters; sums: the
+        helpers whose sums S2 cannot open (treated as dropped), and the recovery plan."""
         if round_.name == "report":
             sets = {u: self.check_report_set(messages["report"][u], u) for u in answered}
-            return {**state, "election": self.elect(sets, self.rng).to_dict()}
+            election = self.elect(sets, self.rng)
+            signature, key = self.second.attest(election)
+            return {**state, "election": election.to_dict(), "attestation": {
+                "signature": base64.b64encode(signature).decode(), "key": base64.b64encode(key).decode()}}
         if round_.name == "share":
             sets = {u: self.check_report_set(messages["report"][u], u).tolist() for u in answered}
             return {**state, "survivors": list(answered),
                     "reporters": [list(r) for r in self.reporters(sets, self.parameters.domain_size)]}
         if round_.name == "sums":
-            plan = self.plan(Election.from_dict(state["election"]), state["reporters"], answered)
-            return {**state, "recovery": plan.to_dict()}
+            election = Election.from_dict(state["election"])
+            unopened = sorted(self.second.unopened(election, {h: messages["sums"][h] for h in answered}))
+            plan = self.plan(election, state["reporters"], [h for h in answered if h not in unopened])
+            return {**state, "unopened": unopened, "recovery": plan.to_dict()}
         return dict(state)
 
     def finish(self, state: dict, messages: Mapping) -> "Handover":
@@ -410,12 +418,14 @@ class FirstServer:
 
     def handover(self, state: dict, sums: Mapping[int, bytes], recoveries: Mapping[int, bytes]) -> "Handover":
         """What S2 gets: the users, the election, each item's number of R2 reporters, the recovery plan with the
-        reporters asked, and the helpers' sums and the reporters' recoveries (sealed to S2)."""
+        reporters asked, the helpers whose sums S2 could not open (their sums left out, as not sent), and the
+        helpers' sums and the reporters' recoveries (sealed to S2)."""
         election, reporters = Election.from_dict(state["election"]), state["reporters"]
-        plan = Recovery.from_dict(state["recovery"])
-        return Handover(self.parameters.n_users, election.senders, tuple(state["survivors"]), election.helpers,
-                        tuple(len(r) for r in reporters), {j: (d, tuple(reporters[j])) for j, d in plan.dropped.items()},
-                        dict(sums), dict(recoveries))
+        plan, unopened = Recovery.from_dict(state["recovery"]), tuple(state.get("unopened", ()))
+        return Handover(self.parameters.n_users, election.senders, tuple(state["survivors"]), election.counts,
+                        election.helpers, tuple(len(r) for r in reporters),
+                        {j: (d, tuple(reporters[j])) for j, d in plan.dropped.items()},
+                        {h: m for h, m in sums.items() if h not in unopened}, dict(recoveries), unopened)
 
     # --- the rules ------------------------------------------------------------------------------------------
 
@@ -467,258 +477,6 @@ class FirstServer:
                 else:
                     dropped[j] = missing
         return Recovery(dropped, tuple(lost))
-
-
-# --- S1 to S2 ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Handover:
-    """What S1 hands S2 once its rounds are done: the users (n enrolled, R1, R2), each item's helpers and its
-    number of R2 reporters, the recovery of items with dropped helpers (item -> (the dropped helpers, the R2
-    reporters asked)), and the messages sealed to S2: each helper's sums, each asked reporter's recovery."""
-
-    enrolled: int
-    senders: tuple[int, ...]
-    survivors: tuple[int, ...]
-    helpers: tuple[tuple[int, ...], ...]
-    reporters: tuple[int, ...]
-    recovery: dict[int, tuple[tuple[int, ...], tuple[int, ...]]]
-    sums: dict[int, bytes]
-    recoveries: dict[int, bytes]
-
-    def to_dict(self) -> dict:
-        return {"version": VERSION, "enrolled": self.enrolled, "senders": list(self.senders),
-                "survivors": list(self.survivors), "helpers": [list(h) for h in self.helpers],
-                "reporters": list(self.reporters),
-                "recovery": [{"item": j, "dropped": list(d), "reporters": list(r)}
-                             for j, (d, r) in sorted(self.recovery.items())],
-                "sums": [{"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(self.sums.items())],
-                "recoveries": [{"reporter": i, "sealed": base64.b64encode(v).decode()}
-                               for i, v in sorted(self.recoveries.items())]}
-
-    @classmethod
-    def from_dict(cls, data) -> "Handover":
-        """A hand-over as S2 reads it: every field's type checked (a ParameterError names it); what the fields
-        must say of each other is :meth:`SecondServer.check`'s."""
-
-        def ints(value, field: str) -> tuple[int, ...]:
-            if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
-                raise ParameterError(f"handover.{field}", "a list of integers >= 0", type(value).__name__)
-            return tuple(value)
-
-        def entries(value, field: str, keys: tuple[str, ...]) -> list[dict]:
-            if not isinstance(value, list) or not all(isinstance(e, dict) and set(e) == set(keys) for e in value):
-                raise ParameterError(f"handover.{field}", f"a list of {{{', '.join(keys)}}}", type(value).__name__)
-            return value
-
-        def sealed(value, field: str) -> bytes:
-            try:
-                return base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError, TypeError):
-                raise ParameterError(f"handover.{field}", "base64", type(value).__name__) from None
-
-        fields = {"version", "enrolled", "senders", "survivors", "helpers", "reporters", "recovery", "sums",
-                  "recoveries"}
-        if not isinstance(data, dict) or set(data) != fields or data["version"] != VERSION:
-            raise ParameterError("handover", f"a JSON object of the fields {sorted(fields)} (version {VERSION})",
-                                 sorted(data) if isinstance(data, dict) else type(data).__name__)
-        if type(data["enrolled"]) is not int:
-            raise ParameterError("handover.enrolled", "an integer", data["enrolled"])
-        if not isinstance(data["helpers"], list):
-            raise ParameterError("handover.helpers", "a list of lists of users", type(data["helpers"]).__name__)
-        recovery, sums, recoveries = {}, {}, {}
-        for e in entries(data["recovery"], "recovery", ("item", "dropped", "reporters")):
-            (item,) = ints([e["item"]], "recovery.item")
-            if item in recovery:
-                raise ParameterError("handover.recovery.item", "each item once", item)
-            recovery[item] = (ints(e["dropped"], "recovery.dropped"), ints(e["reporters"], "recovery.reporters"))
-        for field, key, out in (("sums", "helper", sums), ("recoveries", "reporter", recoveries)):
-            for e in entries(data[field], field, (key, "sealed")):
-                (user,) = ints([e[key]], f"{field}.{key}")
-                if user in out:
-                    raise ParameterError(f"handover.{field}.{key}", "each user once", user)
-                out[user] = sealed(e["sealed"], f"{field}.sealed")
-        return cls(data["enrolled"], ints(data["senders"], "senders"), ints(data["survivors"], "survivors"),
-                   tuple(ints(h, "helpers") for h in data["helpers"]), ints(data["reporters"], "reporters"),
-                   recovery, sums, recoveries)
-
-
-# --- S2 ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TSSRelease:
-    """What S2 releases: the estimates of the items it could complete (and their counts), over the |R2| users who
-    took part; who
-    took part; the items completed by recovery; the items lost, with why; the parameters with the guarantee
-    recomputed for the participants."""
-
-    table: FrequencyTable
-    counts: np.ndarray  # tau_j, the field sums reconstructed, of the table's items
-    enrolled: int  # n
-    senders: int  # |R1|
-    survivors: int  # |R2|
-    recovered: tuple[int, ...]
-    lost: dict[int, str]
-    parameters: TSSParameters
-    rows: MessageBatch  # what the counts add up: (item, helper sum or recovered share) rows of the released items
-
-    @property
-    def privacy(self):
-        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
-        part and what the two servers must not do."""
-        p = self.parameters
-        notes = ["S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
-                 "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
-                 "together they could open what they relay"]
-        if self.recovered:
-            notes.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
-                         "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
-                         "rest (docs/privacy.md, 'Dropouts in TSS')")
-        if self.lost:
-            notes.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
-        return PrivacyDescription.of(Survivors(
-            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users whose shares reached S1 (R2)",
-            f"{self.senders} sent report sets", tuple(notes)))
-
-
-class SecondServer:
-    """S2 of a TSS task: checks what S1 hands over and releases the items' counts. It opens only what is sealed
-    to it: helper sums and recovered shares."""
-
-    def __init__(self, parameters: TSSParameters, min_survivors: int) -> None:
-        self.min_survivors = check_min_survivors(parameters, min_survivors)
-        self.parameters, self.field = parameters, parameters.field
-
-    def check(self, handover: Handover) -> None:
-        """The hand-over's fields said of each other: n enrolled; R2 within R1 within the roster, at least the
-        task's minimum; N items, each with helpers from R1 (at least phi + 1 for TSS'); R2 reporters per item
-        adding up to |R2| alpha N; recovery only of items with R2 reporters, of some but not all of their helpers,
-        none of whom sent a sum, asked of exactly that many R2 reporters; sums only from helpers, recoveries
-        only from asked reporters. A ParameterError names the field."""
-        p, h = self.parameters, handover
-        n, N = p.n_users, p.domain_size
-        if h.enrolled != n:
-            raise ParameterError("handover.enrolled", f"n = {n}", h.enrolled)
-        senders, survivors = set(h.senders), set(h.survivors)
-        if len(senders) != len(h.senders) or max(h.senders, default=0) >= n:
-            raise ParameterError("handover.senders", f"distinct users in [0, {n})", list(h.senders)[:8])
-        if len(survivors) != len(h.survivors) or not survivors <= senders:
-            raise ParameterError("handover.survivors", "distinct round-1 senders", list(h.survivors)[:8])
-        if len(survivors) < self.min_survivors:
-            raise ParameterError("handover.survivors", f"at least {self.min_survivors} (the task's minimum)",
-                                 len(survivors))
-        least = p.colluders + 1 if p.colluders else 0
-        if len(h.helpers) != N or len(h.reporters) != N:
-            raise ParameterError("handover.helpers", f"one list of helpers and one number of reporters for each of the "
-                                 f"N = {N} items", f"{len(h.helpers)} and {len(h.reporters)}")
-        for j, helpers in enumerate(h.helpers):
-            if len(set(helpers)) != len(helpers) or not set(helpers) <= senders or len(helpers) < least:
-                raise ParameterError(f"handover.helpers[{j}]", f"distinct round-1 senders, at least {least}",
-                                     list(helpers)[:8])
-            if h.reporters[j] > len(survivors) or (h.reporters[j] and not helpers):
-                raise ParameterError(f"handover.reporters[{j}]", f"at most |R2| = {len(survivors)}, and 0 for an item "
-                                     "without helpers", h.reporters[j])
-        if sum(h.reporters) != len(survivors) * p.report_size:
-            raise ParameterError("handover.reporters", f"|R2| alpha N = {len(survivors) * p.report_size} in all "
-                                 "(each reporter reports alpha N items)", sum(h.reporters))
-        helping = {u for helpers in h.helpers for u in helpers}
-        if not set(h.sums) <= helping:
-            raise ParameterError("handover.sums", "sums from elected helpers only", sorted(set(h.sums) - helping)[:8])
-        asked = set()
-        for j, (dropped, reporters) in h.recovery.items():
-            if not j < N or not h.reporters[j]:
-                raise ParameterError("handover.recovery.item", "an item with R2 reporters", j)
-            helpers = set(h.helpers[j])
-            if not dropped or not set(dropped) < helpers or len(set(dropped)) != len(dropped):
-                raise ParameterError(f"handover.recovery[{j}].dropped", "some but not all of the item's helpers "
-                                     "(shares to all of them would be a reporter's entry)", list(dropped)[:8])
-            if set(dropped) & set(h.sums):
-                raise ParameterError(f"handover.recovery[{j}].dropped", "helpers that sent no sum (S2 refuses to "
-                                     "learn shares to a helper whose sum it holds)", sorted(set(dropped) & set(h.sums)))
-            if len(set(reporters)) != h.reporters[j] or len(reporters) != h.reporters[j] or \
-                    not set(reporters) <= survivors:
-                raise ParameterError(f"handover.recovery[{j}].reporters", f"the item's {h.reporters[j]} R2 reporters",
-                                     list(reporters)[:8])
-            asked |= set(reporters)
-        if not set(h.recoveries) <= asked:
-            raise ParameterError("handover.recoveries", "recoveries from asked reporters only",
-                                 sorted(set(h.recoveries) - asked)[:8])
-
-    def release(self, handover: Handover, sums: Mapping[int, bytes] | None = None,
-                recoveries: Mapping[int, bytes] | None = None, unopened: int = 0) -> TSSRelease:
-        """Each item's count over R2: its helpers' sums, plus its R2 reporters' shares to the helpers that sent
-        none (``sums`` and ``recoveries``: the plaintexts of the hand-over's sealed messages that opened, by
-        default the hand-over's own, as a simulation moves them unsealed; ``unopened`` counts those that did not).
-        An item with R2 reporters that misses a helper's sum not recovered, or an asked reporter's recovery, is
-        lost; the others are released. Refused when every item is lost."""
-        p, h, field = self.parameters, handover, self.field
-        sums = h.sums if sums is None else sums
-        recoveries = h.recoveries if recoveries is None else recoveries
-        self.check(h)
-        served = Election(h.senders, (), h.helpers).by_helper
-        good_sums, malformed = {}, unopened
-        for helper, raw in sums.items():
-            try:
-                good_sums[helper] = dict(zip(served[helper], decode(p, raw, SUMS, helper, items=served[helper]).values))
-            except ParameterError:
-                malformed += 1
-        wanted: dict[int, list[tuple[int, int]]] = {}
-        for j, (dropped, reporters) in sorted(h.recovery.items()):
-            for i in reporters:
-                wanted.setdefault(i, []).extend((j, d) for d in dropped)
-        good_recoveries: dict[int, dict[tuple[int, int], np.uint64]] = {}
-        for reporter, raw in recoveries.items():
-            pairs = sorted(wanted[reporter])
-            try:
-                message = decode(p, raw, RECOVERY, reporter, items=[j for j, _ in pairs], helpers=[d for _, d in pairs])
-            except ParameterError:
-                malformed += 1
-                continue
-            good_recoveries[reporter] = dict(zip(pairs, message.values))
-        counts, released, recovered, lost = np.zeros(p.domain_size, dtype=np.uint64), [], [], {}
-        rows: list[tuple[int, int]] = []  # what the released items' counts add up: (item, sum or recovered share)
-        for j, helpers in enumerate(h.helpers):
-            total, missing = np.uint64(0), [d for d in helpers if d not in good_sums]
-            added = [(j, int(good_sums[helper][j])) for helper in helpers if helper in good_sums]
-            for _, value in added:
-                total = field.add(total, np.uint64(value))
-            if missing and h.reporters[j]:
-                dropped, reporters = h.recovery.get(j, ((), ()))
-                if len(missing) == len(helpers):
-                    lost[j] = ("every helper of the item sent no sum (recovering them would reveal each reporter's "
-                               "entry)")
-                    continue
-                if set(missing) != set(dropped):
-                    lost[j] = (f"helpers {sorted(set(missing) - set(dropped))[:5]} sent no usable sum and were not "
-                               "recovered")
-                    continue
-                absent = [i for i in reporters if i not in good_recoveries]
-                if absent:
-                    lost[j] = (f"{len(absent)} of its {len(reporters)} reporters sent no usable recovery (e.g. user "
-                               f"{absent[0]}): a reporter's entry cannot be taken out of the other helpers' sums")
-                    continue
-                for i in reporters:
-                    for d in dropped:
-                        total = field.add(total, good_recoveries[i][(j, d)])
-                        added.append((j, int(good_recoveries[i][(j, d)])))
-                recovered.append(j)
-            counts[j] = total
-            released.append(j)
-            rows += added
-        chosen = np.array(released, dtype=np.int64)
-        if not chosen.size:
-            raise ParameterError("items", "at least one item whose count could be completed", f"all {len(lost)} "
-                                 f"lost, e.g. item {min(lost)}: {lost[min(lost)]}")
-        recomputed = survivors_parameters(p, len(h.survivors))
-        whole = chosen.size == p.domain_size
-        table = FrequencyTable(recomputed, recomputed.estimate(counts[chosen]), None if whole else chosen,
-                               messages=sum(len(s) for s in good_sums.values()) +
-                               sum(len(r) for r in good_recoveries.values()), malformed=malformed)
-        folded = np.array(rows, dtype=np.int64).reshape(-1, 2)
-        return TSSRelease(table, counts[chosen], h.enrolled, len(h.senders), len(h.survivors), tuple(recovered),
-                          lost, recomputed, recomputed.layout.batch({"item": folded[:, 0], "share": folded[:, 1]}))
 
 
 # --- the protocol as data ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sha
 from ..protocols.sharing_parties import threshold
 from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
 from ..protocols.two_server_messages import RECOVERY, SUMS, check_min_survivors, message_bytes
+from ..core.identity import KEY_BYTES as IDENTITY_BYTES
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id
 
 KEM = "x25519"  # the users' keys and every seal between parties of these protocols
@@ -44,14 +45,23 @@ def _load(data, fields: set[str], what: str, verify: bool):
     return load_parameters(data["parameters"], verify=verify)
 
 
-def _key(field: str, text) -> bytes:
+def _key(field: str, text, size: int = KEMS[KEM][1], kind: str = KEM) -> bytes:
     try:
         raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
     except (binascii.Error, ValueError):
         raw = b""
-    if len(raw) != KEMS[KEM][1]:
-        raise ParameterError(field, f"base64 of a raw {KEM} public key ({KEMS[KEM][1]} bytes)", f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
+    if len(raw) != size:
+        raise ParameterError(field, f"base64 of a raw {kind} public key ({size} bytes)",
+                             f"{len(text) if isinstance(text, str) else type(text).__name__} characters")
     return raw
+
+
+def _identity_key(field: str, value) -> None:
+    """S2's identity key, or None: a task of an older release (before S2 attested elections), whose round 1 cannot
+    close and whose reporters refuse round 2; one past round 2 goes on."""
+    if value is not None and (not isinstance(value, bytes) or len(value) != IDENTITY_BYTES):
+        raise ParameterError(field, f"{IDENTITY_BYTES} bytes (S2's raw Ed25519 identity key for the task, which "
+                             "attests the election)", len(value) if isinstance(value, bytes) else type(value).__name__)
 
 
 def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> bytes:
@@ -100,26 +110,32 @@ class SecondTask:
     parameters: object
     min_survivors: int  # the fewest users (|R2|) a release may be over
     public_key: bytes  # S2's HPKE public key for this task (raw X25519)
+    identity_key: bytes | None = None  # S2's Ed25519 identity key for the task (raw; None: an older release's)
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
         check_min_survivors(self.parameters, self.min_survivors)
         if not isinstance(self.public_key, bytes) or len(self.public_key) != KEMS[KEM][1]:
             raise ParameterError("public_key", f"{KEMS[KEM][1]} bytes (a raw {KEM} public key)", f"{len(self.public_key) if isinstance(self.public_key, bytes) else type(self.public_key).__name__}")
+        _identity_key("identity_key", self.identity_key)
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "min_survivors": self.min_survivors,
-                "public_key": base64.b64encode(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0]}
+                "public_key": base64.b64encode(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0],
+                **({} if self.identity_key is None else {"identity_key": base64.b64encode(self.identity_key).decode()})}
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "SecondTask":
         parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key"}, "second task", verify)
-        return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]))
+        return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]),
+                   _key("identity_key", data["identity_key"], IDENTITY_BYTES, "Ed25519") if "identity_key" in data
+                   else None)
 
 
 @dataclass(frozen=True)
 class TSSTask:
-    """A TSS task as S1 serves it to users: public, with S2's task id and public key."""
+    """A TSS task as S1 serves it to users: public, with S2's task id, public key and identity key (a reporter checks
+    S2's attestation of the election with it)."""
 
     task_id: str
     parameters: object
@@ -127,6 +143,7 @@ class TSSTask:
     min_survivors: int  # the fewest users in R1 and R2 for the task to go on
     second_task_id: str
     second_public_key: bytes
+    second_identity_key: bytes | None = None  # S2's Ed25519 identity key for the task (None: an older release's)
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
@@ -135,6 +152,7 @@ class TSSTask:
         _check_round_seconds(self.round_seconds)
         if not isinstance(self.second_public_key, bytes) or len(self.second_public_key) != KEMS[KEM][1]:
             raise ParameterError("second_public_key", f"{KEMS[KEM][1]} bytes", f"{len(self.second_public_key) if isinstance(self.second_public_key, bytes) else type(self.second_public_key).__name__}")
+        _identity_key("second_identity_key", self.second_identity_key)
 
     def sealed_to(self, round_: Round, sender: int) -> tuple[bytes, bytes]:
         """(S2's public key, HPKE's info) for ``sender``'s message of a round sealed to S2 (his helper sums, his
@@ -148,14 +166,17 @@ class TSSTask:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,
                 "min_survivors": self.min_survivors, "second_task_id": self.second_task_id,
                 "second_public_key": base64.b64encode(self.second_public_key).decode(), "kem": KEM,
-                "suite": KEMS[KEM][0]}
+                "suite": KEMS[KEM][0], **({} if self.second_identity_key is None else {
+                    "second_identity_key": base64.b64encode(self.second_identity_key).decode()})}
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "TSSTask":
         parameters = _load(data, {"task_id", "parameters", "round_seconds", "min_survivors", "second_task_id",
                                   "second_public_key"}, "task", verify)
+        identity = data.get("second_identity_key")
         return cls(data["task_id"], parameters, data["round_seconds"], data["min_survivors"], data["second_task_id"],
-                   _key("second_public_key", data["second_public_key"]))
+                   _key("second_public_key", data["second_public_key"]),
+                   None if identity is None else _key("second_identity_key", identity, IDENTITY_BYTES, "Ed25519"))
 
 
 MAX_SHARING_USERS = 10_000  # a served DPDS/DPDG task's n: n (n - 1) backups, 1.6 x 10^10 bytes at 10^4

@@ -29,3 +29,7 @@ class TSSClient(RoundClient):
     """One TSS or TSS' user's device in one task, against S1 (:class:`RoundClient`)."""
 
     task_type = TSSTask
+
+    def make_role(self, user: int):  # S2's key from the task checks the election (none: a task that cannot share)
+        return self.protocol.user(self.task.parameters, user, self.task.min_survivors,
+                                  second=self.task.second_identity_key or b"")

@@ -11,12 +11,14 @@ protocol declares (``two_server_parties.ROUNDS``) on the round driver (:mod:`pri
 sharing server runs DPDS's. Once all n enrolled:
 
 round 1   report: a user posts his report set A_i (to S1, in the clear over TLS). R1: who posted by the
-          deadline. S1 elects each item's helpers among R1 and serves each reporter his items' helpers with
-          their public keys (round 2's inbox).
+          deadline. S1 elects each item's helpers among R1, has S2 attest the election (``POST /tasks/{id}/election``
+          at S2, with the relay token; S2 signs it with its identity key for the task, in the task users hold),
+          and serves it with S2's signature and the helpers' public keys (round 2's inbox).
 round 2   share: a reporter posts his shares, one message per helper, each sealed to it (the task and both users
           bound as HPKE's info); stored whole or not at all; S1 can open none. R2: who posted by the deadline.
 round 3   sums: a helper fetches his inbox (his items, their R2 reporters, the sealed shares they sent him) and posts
-          his per-item sums sealed to S2. S1 cannot open them.
+          his per-item sums sealed to S2. S1 cannot open them; as the round closes it asks S2 which do not open
+          (``POST /tasks/{id}/sums`` at S2), and their senders count as helpers who sent none.
 round 4   recover: only if helpers missed round 3: each asked R2 reporter fetches the dropped helpers of his items and
           posts his shares to them, sealed to S2.
 hand-over S1 posts S2 the users, the election, the sealed sums and recoveries (``POST /tasks/{id}/handover``
@@ -30,12 +32,14 @@ and the hand-over is sent again until S2 has it (S2 takes the same hand-over twi
 
 S1's routes: the round driver's (``POST /tasks/{id}/enroll``, ``/inbox``, ``/round1`` to ``/round4``, ``GET
 /tasks/{id}/roster``, the operator's ``POST /tasks/{id}/close-round/{round}``) and ``GET /tasks/{id}``. S2's: ``GET
-/tasks/{id}``, ``POST /tasks/{id}/handover``, ``GET /tasks/{id}/result``. Both: ``/healthz``, ``/readyz``,
-``/metrics``.
+/tasks/{id}``, S1's (with the relay token) ``POST /tasks/{id}/election``, ``/sums`` and ``/handover``, ``GET
+/tasks/{id}/result``. Both: ``/healthz``, ``/readyz``, ``/metrics``. If S2 does not answer while S1 closes round 1
+or 3, the round stays open past its deadline and closes at a later tick.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
@@ -53,7 +57,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
+from ...core import identity
 from ...errors import ParameterError
+from ...protocols.roles import RoundFailed
+from ...protocols.two_server_election import CONTEXT, check_election
 from ...protocols.two_server_messages import RECOVERY, SUMS
 from ...protocols.two_server_parties import Election, Handover, Recovery, SecondServer
 from .. import storage
@@ -134,17 +141,92 @@ s2_tasks = sa.Table(
 
 
 def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0,
-                  ca_file: str | None = None) -> None:
+                  ca_file: str | None = None) -> bytes:
     """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token; an HTTP error or
     no answer raises (the ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or
-    the system's CAs."""
+    the system's CAs. The answer's body."""
+    return _post(f"{url.rstrip('/')}/tasks/{task_id}/handover", token, body, timeout, ca_file)
+
+
+def _post(url: str, token: str, body: bytes, timeout: float, ca_file: str | None) -> bytes:
     import ssl
 
-    request = urllib.request.Request(f"{url.rstrip('/')}/tasks/{task_id}/handover", data=body, method="POST",
+    request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
     context = None if ca_file is None else ssl.create_default_context(cafile=ca_file)
     with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
-        answer.read()
+        return answer.read()
+
+
+def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, timeout: float = 10.0,
+               ca_file: str | None = None) -> dict:
+    """S1's question to S2 while it closes a round (``route``: ``election``, to attest it; ``sums``, which do not
+    open): ``POST {url}/tasks/{task_id}/{route}`` with the relay token; S2's answer (JSON). S2's refusal (4xx)
+    raises :class:`Refused` with its reason; no answer raises anything else (the round closes at a later tick)."""
+    import urllib.error
+
+    try:
+        return json.loads(_post(f"{url.rstrip('/')}/tasks/{task_id}/{route}", token, body, timeout, ca_file))
+    except urllib.error.HTTPError as err:
+        if not 400 <= err.code < 500:
+            raise
+        try:
+            answer = json.loads(err.read())
+        except ValueError:
+            answer = {}
+        raise Refused(err.code, str(answer.get("error", "refused")), str(answer.get("detail", ""))) from None
+
+
+class SecondAway(Exception):
+    """S2 did not answer S1's question: the round stays open and closes at a later tick."""
+
+
+class SecondClient:
+    """S2 as S1's coordinator asks it while closing a round (:class:`FirstServer`'s ``second``), over S2's routes
+    (``ask``: :func:`ask_second`): its attestation of the election (checked here against S2's identity key in the
+    task, which the reporters check it against), and which helpers' sums do not open. S2's refusal fails the task
+    (:class:`RoundFailed`, S1's election breaking S2's rules); no answer raises :class:`SecondAway`."""
+
+    def __init__(self, ask, url: str, task: TSSTask, token: str) -> None:
+        self.ask, self.url, self.task, self.token = ask, url, task, token
+
+    def _ask(self, route: str, document: dict) -> dict:
+        try:
+            return self.ask(self.url, self.task.second_task_id, route, self.token, json.dumps(document).encode())
+        except Refused as err:
+            raise RoundFailed(f"S2 refused the {route} ({err.reason}): {err.detail}; nothing was released") from None
+        except Exception as err:
+            raise SecondAway(f"{type(err).__name__}: {str(err)[:200]}") from None
+
+    def attest(self, election: Election) -> tuple[bytes, bytes]:
+        answer = self._ask("election", {"election": election.to_dict()})
+        try:
+            signature = base64.b64decode(answer["signature"], validate=True)
+        except (KeyError, TypeError, ValueError):
+            signature = b""
+        key = self.task.second_identity_key
+        if not identity.verify(key, signature, CONTEXT, election.document(self.task.parameters)):
+            raise RoundFailed("S2's attestation of the election does not verify under S2's identity key in the task "
+                              "(a task of an older release has none); nothing was released")
+        return signature, key
+
+    def unopened(self, election: Election, sums: dict[int, bytes]) -> list[int]:
+        answer = self._ask("sums", {"election": election.to_dict(), "sums": [
+            {"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(sums.items())]})
+        unopened = answer.get("unopened") if isinstance(answer, dict) else None
+        if not isinstance(unopened, list) or not set(unopened) <= set(sums):
+            raise RoundFailed("S2's answer on the helpers' sums is not a list of helpers who sent one")
+        return unopened
+
+
+def second_identity(private_key: bytes, task_id: str) -> bytes:
+    """S2's Ed25519 identity key for a task, derived (HKDF-SHA256) from the task's X25519 private key it keeps sealed
+    under its KEK: a key of its own purpose, stored nowhere else."""
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(SHA256(), identity.KEY_BYTES, salt=None,
+                info=b"privagg tss S2 identity " + bytes.fromhex(task_id)).derive(private_key)
 
 
 # ---- S1 ----------------------------------------------------------------------------------------------------
@@ -159,10 +241,10 @@ class FirstService(RoundDriver):
     ``send``: how a hand-over reaches S2 (:func:`post_handover`; a test passes S2's service directly)."""
 
     def __init__(self, engine: sa.Engine, registry: CollectorRegistry | None = None, clock=time.time,
-                 send=post_handover) -> None:
+                 send=post_handover, ask=ask_second) -> None:
         super().__init__(engine, S1_TABLES, TSSTask, "S1", "s1", lambda task, handed, seconds: {}, registry, clock,
                          done=HANDOVER)
-        self.send = send
+        self.send, self.ask = send, ask
         self.handovers = Counter("privagg_s1_handovers", "Hand-overs to S2 by outcome", ["outcome"],
                                  registry=self.registry)
 
@@ -177,9 +259,22 @@ class FirstService(RoundDriver):
         if not isinstance(relay_token, str) or not relay_token:
             raise ParameterError("relay_token", "the token S2 gave for this task", shown(relay_token))
         task = TSSTask(secrets.token_hex(TASK_ID_BYTES), parameters, round_seconds, second.min_survivors,
-                       second.task_id, second.public_key)
+                       second.task_id, second.public_key, second.identity_key)
         self.add_task(task, second_url=second_url, relay_token=relay_token)
         return task
+
+    def _close(self, c, task, protocol, coordinator, *args, **kwargs) -> dict:
+        """The round driver's close (:class:`RoundDriver`), with S1's coordinator asking S2 over its routes
+        (:class:`SecondClient`: the election attested as round 1 closes, the sums that do not open as round 3
+        does). S2 away: nothing changes, the round stays open past its deadline and closes at a later tick."""
+        row = self._row(c, task.task_id)
+        coordinator.second = SecondClient(self.ask, row.second_url, task, row.relay_token)
+        try:
+            return super()._close(c, task, protocol, coordinator, *args, **kwargs)
+        except SecondAway as err:
+            log.warning("S2 did not answer: the round closes later", extra={"fields": {"task": task.task_id,
+                                                                                       "error": str(err)}})
+            return {}
 
     def handover(self, task_id: str) -> Handover:
         """What S2 gets once the rounds are done (:meth:`FirstServer.finish`: the users, the election, each item's
@@ -272,6 +367,7 @@ class SecondService:
                                registry=self.registry)
         self.unopened = Counter("privagg_s2_unopened", "Sealed sums and recoveries that would not open or decode",
                                 registry=self.registry)
+        self.attested = Counter("privagg_s2_elections_attested", "Elections of S1 attested", registry=self.registry)
 
     def create_task(self, parameters, min_survivors: int | None = None) -> tuple[SecondTask, str]:
         """A new task with its own HPKE key pair (sealed under the KEK), and the relay token S1 must show (returned
@@ -280,10 +376,10 @@ class SecondService:
         dropouts."""
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-        key, token = X25519PrivateKey.generate(), new_token()
-        task = SecondTask(secrets.token_hex(TASK_ID_BYTES), parameters,
-                          parameters.n_users if min_survivors is None else min_survivors,
-                          key.public_key().public_bytes_raw())
+        key, token, task_id = X25519PrivateKey.generate(), new_token(), secrets.token_hex(TASK_ID_BYTES)
+        task = SecondTask(task_id, parameters, parameters.n_users if min_survivors is None else min_survivors,
+                          key.public_key().public_bytes_raw(),
+                          identity.public_key(second_identity(key.private_bytes_raw(), task_id)))
         with self.engine.begin() as c:
             c.execute(sa.insert(s2_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
                                                  sealed_key=self.kek.seal(key.private_bytes_raw(), task.task_id),
@@ -299,17 +395,73 @@ class SecondService:
         query = sa.select(s2_tasks).where(s2_tasks.c.task_id == task_id)
         return c.execute(query.with_for_update() if lock else query).one()
 
+    def _from_first(self, task_id: str, authorization: str | None, what: str):
+        """The task's row if ``authorization`` is S1's relay token for it, else 401."""
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        given = (authorization or "").removeprefix("Bearer ")
+        if not authorization or not authorization.startswith("Bearer ") or not hmac.compare_digest(
+                secret_hash(given), row.relay_hash):
+            raise Refused(401, "unauthenticated", f"{what} must carry Authorization: Bearer and the relay token S2 "
+                          "gave for this task")
+        return row
+
+    def _keys(self, task: SecondTask, row) -> tuple[bytes, bytes]:
+        """(the task's X25519 private key, S2's identity key for it), opened under the KEK."""
+        private = self.kek.open(row.sealed_key, task.task_id)  # a task of an older release too: S2 derives its key
+        return private, second_identity(private, task.task_id)
+
+    def _election(self, task: SecondTask, data) -> Election:
+        try:
+            election = Election.from_dict(data.get("election") if isinstance(data, dict) else None)
+            check_election(task.parameters, election, task.min_survivors)
+        except ParameterError as err:
+            raise Refused(400, "bad_election", str(err)) from None
+        return election
+
+    def attest(self, task_id: str, authorization: str | None, body: bytes) -> dict:
+        """S1's election as round 1 closes, shown with the relay token: attested (S2's signature with its identity
+        key for the task, :meth:`SecondServer.attest`) if it keeps the rules, else 400 ``bad_election`` naming
+        the field. Nothing is stored: the same election gets the same signature (Ed25519 is deterministic)."""
+        task = self.task(task_id)
+        row = self._from_first(task_id, authorization, "an election")
+        election = self._election(task, json_object(body, "the election"))
+        signature, _ = SecondServer(task.parameters, task.min_survivors, identity=self._keys(task, row)[1]).attest(
+            election)
+        self.attested.inc()
+        log_event(log2, "election attested", task=task_id, helpers=len(election.by_helper))
+        return {"signature": base64.b64encode(signature).decode()}
+
+    def open_sums(self, task_id: str, authorization: str | None, body: bytes) -> dict:
+        """The helpers' sealed sums as round 3 closes, with the election, shown with the relay token: the helpers
+        whose sum does not open or decode (:meth:`SecondServer.unopened`), which S1 treats as dropped. S2 keeps
+        nothing; it opens them again from the hand-over."""
+        task = self.task(task_id)
+        row = self._from_first(task_id, authorization, "the sums")
+        data = json_object(body, "the sums")
+        election = self._election(task, data)
+        entries = data.get("sums")
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and type(e.get("helper")) is int and
+                                                    isinstance(e.get("sealed"), str) for e in entries):
+            raise Refused(400, "malformed", "sums must be a list of {\"helper\", \"sealed\"} (base64)")
+        suite, key = _suite(KEM), _private_key(KEM, self._keys(task, row)[0])
+        opened: dict[int, bytes | None] = {}
+        for e in entries:
+            try:
+                opened[e["helper"]] = suite.decrypt(base64.b64decode(e["sealed"], validate=True), key,
+                                                    info=second_info(task.task_id, SUMS, e["helper"]))
+            except Exception:  # not base64, InvalidTag, a malformed encapsulation: it does not open
+                opened[e["helper"]] = None
+        unopened = SecondServer(task.parameters, task.min_survivors).unopened(election, opened)
+        self.unopened.inc(len(unopened))
+        log_event(log2, "sums checked", task=task_id, sums=len(opened), unopened=len(unopened))
+        return {"unopened": unopened}
+
     def receive(self, task_id: str, authorization: str | None, body: bytes) -> str:
         """S1's hand-over, shown with the relay token: checked (:meth:`SecondServer.check`) and stored once; the
         same hand-over again is taken as already received, another refused (409)."""
         task = self.task(task_id)
-        with storage.reading(self.engine) as c:
-            relay_hash = self._row(c, task_id).relay_hash
-        given = (authorization or "").removeprefix("Bearer ")
-        if not authorization or not authorization.startswith("Bearer ") or not hmac.compare_digest(
-                secret_hash(given), relay_hash):
-            raise Refused(401, "unauthenticated", "a hand-over must carry Authorization: Bearer and the relay token "
-                          "S2 gave for this task")
+        self._from_first(task_id, authorization, "a hand-over")
         try:
             SecondServer(task.parameters, task.min_survivors).check(Handover.from_dict(json_object(body,
                                                                                                    "the hand-over")))
@@ -372,8 +524,9 @@ class SecondService:
         out = report_document(report)
         helpers = {h for hs in handover.helpers for h in hs}
         out["dropouts"].update(helpers=len(helpers), helpers_without_sum=len(helpers - set(handover.sums)),
-                               recovered_items=list(released.recovered),
+                               unopened_sums=list(released.unopened), recovered_items=list(released.recovered),
                                lost_items=[{"item": j, "reason": why} for j, why in sorted(released.lost.items())])
+        out["trust"] = released.trust
         return out
 
     def state(self, task_id: str) -> dict:
@@ -435,6 +588,16 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
         status = await run_in_threadpool(service.receive, task_id, request.headers.get("authorization"), raw)
         return JSONResponse({"status": status}, status_code=202 if status == "received" else 200)
 
+    @app.post("/tasks/{task_id}/election")
+    async def election(task_id: str, request: Request) -> dict:
+        raw = await body(request)
+        return await run_in_threadpool(service.attest, task_id, request.headers.get("authorization"), raw)
+
+    @app.post("/tasks/{task_id}/sums")
+    async def sums(task_id: str, request: Request) -> dict:
+        raw = await body(request)
+        return await run_in_threadpool(service.open_sums, task_id, request.headers.get("authorization"), raw)
+
     @app.get("/tasks/{task_id}/result")
     async def result(task_id: str) -> dict:
         return await run_in_threadpool(service.result, task_id)
@@ -447,7 +610,8 @@ def open_first_server(db_url: str, registry: CollectorRegistry | None = None,
     """S1 over its existing database at ``db_url`` (a service makes no database); its hand-overs check S2's TLS
     certificate against ``second_ca`` (or the system's CAs)."""
     return FirstService(storage.connect(db_url, "s1", create=False), registry,
-                        send=functools.partial(post_handover, ca_file=second_ca))
+                        send=functools.partial(post_handover, ca_file=second_ca),
+                        ask=functools.partial(ask_second, ca_file=second_ca))
 
 
 def open_second_server(db_url: str, registry: CollectorRegistry | None = None, *,

@@ -1,0 +1,355 @@
+"""S2 of a TSS or TSS' task, sans I/O (:mod:`privagg.protocols.two_server_parties` has the users and S1; the
+rounds and their derivation: docs/privacy.md, "Dropouts in TSS"; what S2 checks against a lying S1 or helper:
+docs/deviations-tss46.md): the election it attests before any reporter shares, the helpers' sums it says do
+not open when round 3 closes (their helpers are then recovered as dropped), S1's hand-over it checks, and the
+release of the items' counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.messages import MessageBatch
+from ..errors import ParameterError
+from ..privacy.description import PrivacyDescription
+from ..privacy.events import Survivors
+from .results import FrequencyTable
+from .sharing_parties import survivors_parameters
+from .tss_parameters import TSSParameters
+from .two_server_election import Election, attest, check_election
+from .two_server_messages import RECOVERY, SUMS, VERSION, check_min_survivors, decode
+
+
+# --- S1 to S2 ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What S1 hands S2 once its rounds are done: the users (n enrolled, R1, R2), the election (each item's m_j
+    and helpers) and each item's number of R2 reporters, the recovery of items with dropped helpers (item -> (the
+    dropped helpers, the R2 reporters asked)), the messages sealed to S2: each helper's sums, each asked reporter's
+    recovery, and the helpers whose sums S2 said do not open (``unopened``: treated as dropped, their sums left
+    out)."""
+
+    enrolled: int
+    senders: tuple[int, ...]
+    survivors: tuple[int, ...]
+    counts: tuple[int, ...]
+    helpers: tuple[tuple[int, ...], ...]
+    reporters: tuple[int, ...]
+    recovery: dict[int, tuple[tuple[int, ...], tuple[int, ...]]]
+    sums: dict[int, bytes]
+    recoveries: dict[int, bytes]
+    unopened: tuple[int, ...] = ()
+
+    @property
+    def election(self) -> Election:
+        return Election(self.senders, self.counts, self.helpers)
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "enrolled": self.enrolled, "senders": list(self.senders),
+                "survivors": list(self.survivors), "counts": list(self.counts),
+                "helpers": [list(h) for h in self.helpers], "reporters": list(self.reporters),
+                "unopened": list(self.unopened),
+                "recovery": [{"item": j, "dropped": list(d), "reporters": list(r)}
+                             for j, (d, r) in sorted(self.recovery.items())],
+                "sums": [{"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(self.sums.items())],
+                "recoveries": [{"reporter": i, "sealed": base64.b64encode(v).decode()}
+                               for i, v in sorted(self.recoveries.items())]}
+
+    @classmethod
+    def from_dict(cls, data) -> "Handover":
+        """A hand-over as S2 reads it: every field's type checked (a ParameterError names it); what the fields
+        must say of each other is :meth:`SecondServer.check`'s."""
+
+        def ints(value, field: str) -> tuple[int, ...]:
+            if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
+                raise ParameterError(f"handover.{field}", "a list of integers >= 0", type(value).__name__)
+            return tuple(value)
+
+        def entries(value, field: str, keys: tuple[str, ...]) -> list[dict]:
+            if not isinstance(value, list) or not all(isinstance(e, dict) and set(e) == set(keys) for e in value):
+                raise ParameterError(f"handover.{field}", f"a list of {{{', '.join(keys)}}}", type(value).__name__)
+            return value
+
+        def sealed(value, field: str) -> bytes:
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError, TypeError):
+                raise ParameterError(f"handover.{field}", "base64", type(value).__name__) from None
+
+        fields = {"version", "enrolled", "senders", "survivors", "counts", "helpers", "reporters", "recovery", "sums",
+                  "recoveries", "unopened"}
+        if not isinstance(data, dict) or set(data) != fields or data["version"] != VERSION:
+            raise ParameterError("handover", f"a JSON object of the fields {sorted(fields)} (version {VERSION})",
+                                 sorted(data) if isinstance(data, dict) else type(data).__name__)
+        if type(data["enrolled"]) is not int:
+            raise ParameterError("handover.enrolled", "an integer", data["enrolled"])
+        if not isinstance(data["helpers"], list):
+            raise ParameterError("handover.helpers", "a list of lists of users", type(data["helpers"]).__name__)
+        recovery, sums, recoveries = {}, {}, {}
+        for e in entries(data["recovery"], "recovery", ("item", "dropped", "reporters")):
+            (item,) = ints([e["item"]], "recovery.item")
+            if item in recovery:
+                raise ParameterError("handover.recovery.item", "each item once", item)
+            recovery[item] = (ints(e["dropped"], "recovery.dropped"), ints(e["reporters"], "recovery.reporters"))
+        for field, key, out in (("sums", "helper", sums), ("recoveries", "reporter", recoveries)):
+            for e in entries(data[field], field, (key, "sealed")):
+                (user,) = ints([e[key]], f"{field}.{key}")
+                if user in out:
+                    raise ParameterError(f"handover.{field}.{key}", "each user once", user)
+                out[user] = sealed(e["sealed"], f"{field}.sealed")
+        return cls(data["enrolled"], ints(data["senders"], "senders"), ints(data["survivors"], "survivors"),
+                   ints(data["counts"], "counts"), tuple(ints(h, "helpers") for h in data["helpers"]),
+                   ints(data["reporters"], "reporters"), recovery, sums, recoveries, ints(data["unopened"], "unopened"))
+
+
+# --- S2 ----------------------------------------------------------------------------------------------------
+
+
+# What a TSS release trusts of each kind of party, as data (the release's ``trust``; derivations and the deviations
+# behind each clause: docs/deviations-tss46.md)
+TRUST = {
+    "S1": "privacy: learns the report sets (uniform stage: nothing of the data; adaptive: ln(gamma)-LDP) and relays "
+          "sealed shares it cannot open; its election is attested by S2 before anyone shares (H_j: max(m_j, phi + 1) "
+          "distinct users of R1, the m_j adding up to |R1| alpha N), but it chooses which users of R1 help and the m_j "
+          "it reports. integrity: trusted to send what users sent (without signed messages it could inject shares "
+          "in a reporter's name); it may drop users and lose items; a reporter it counts for S2 but keeps from a "
+          "helper is caught (each sum says how many reporters it adds up) and his items refused; must not collude "
+          "with S2",
+    "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
+          "for a dropped helper (uniform); attests only elections that keep the rules; must not collude with S1. "
+          "integrity: trusted (it computes the release)",
+    "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
+               "least phi + 1 helpers, one of them outside the coalition). integrity: trusted (a helper's sum is not "
+               "verifiable without input proofs: a count outside [0, |R_j|] is refused, a wrong sum inside it is "
+               "not detected); a sum S2 cannot open is treated as his dropout and his items recovered",
+    "reporters": "integrity: trusted (an entry is not verifiable without input proofs: a reporter may share 1 for "
+                 "an item he does not hold, caught only when the count leaves [0, |R_j|])",
+}
+
+
+@dataclass(frozen=True)
+class TSSRelease:
+    """What S2 releases: the estimates of the items it could complete (and their counts), over the |R2| users who
+    took part; who took part; the items completed by recovery; the items lost, with why; the helpers whose sums
+    did not open (recovered as dropped); the parameters with the guarantee recomputed for the participants; what
+    it trusts of each party (:data:`TRUST`)."""
+
+    table: FrequencyTable
+    counts: np.ndarray  # tau_j, the field sums reconstructed, of the table's items
+    enrolled: int  # n
+    senders: int  # |R1|
+    survivors: int  # |R2|
+    recovered: tuple[int, ...]
+    lost: dict[int, str]
+    parameters: TSSParameters
+    rows: MessageBatch  # what the counts add up: (item, helper sum or recovered share) rows of the released items
+    unopened: tuple[int, ...] = ()  # helpers whose sums S2 could not open (blamed, recovered as dropped)
+    trust: dict = dataclasses.field(default_factory=lambda: dict(TRUST))
+
+    @property
+    def privacy(self):
+        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
+        part and what the two servers must not do."""
+        p = self.parameters
+        notes = ["S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
+                 "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
+                 "together they could open what they relay"]
+        if self.recovered:
+            notes.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
+                         "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
+                         "rest (docs/privacy.md, 'Dropouts in TSS')")
+        if self.lost:
+            notes.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
+        notes.append("integrity: each helper's sum and each reporter's entry is trusted (not verifiable without input "
+                     "proofs; a count outside [0, |R_j|] is refused); the release's trust says what it trusts of "
+                     "each party")
+        return PrivacyDescription.of(Survivors(
+            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users whose shares reached S1 (R2)",
+            f"{self.senders} sent report sets", tuple(notes)))
+
+
+class SecondServer:
+    """S2 of a TSS task: attests S1's election, says which helpers' sums do not open, checks what S1 hands over
+    and releases the items' counts. It opens only what is sealed to it: helper sums and recovered shares.
+    ``identity``: its Ed25519 private key for the task (to attest; a release needs none)."""
+
+    def __init__(self, parameters: TSSParameters, min_survivors: int, identity: bytes | None = None) -> None:
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
+        self.parameters, self.field, self.identity = parameters, parameters.field, identity
+
+    def attest(self, election: Election) -> tuple[bytes, bytes]:
+        """(its signature of ``election``, its public identity key) if the election keeps the rules
+        (:func:`~privagg.protocols.two_server_election.check_election`), else a ParameterError naming the field."""
+        from ..core.identity import public_key
+
+        if self.identity is None:
+            raise ParameterError("identity", "S2's identity key for the task (to attest an election)", None)
+        return attest(self.parameters, election, self.min_survivors, self.identity), public_key(self.identity)
+
+    def unopened(self, election: Election, sums: Mapping[int, bytes | None]) -> list[int]:
+        """When round 3 closes: the helpers whose sum (its plaintext; None: it did not open) is not a sums message
+        from him of exactly the items he serves. S1 treats them as dropped, so their items are recovered: S2 holds
+        no sum of theirs, and learns of one only that it does not open (an HPKE ciphertext's validity)."""
+        served = election.by_helper
+        bad = []
+        for helper, raw in sorted(sums.items()):
+            try:
+                if raw is None or helper not in served:
+                    raise ParameterError("sums", "a sum that opens, from a helper", helper)
+                decode(self.parameters, raw, SUMS, helper, items=served[helper])
+            except ParameterError:
+                bad.append(helper)
+        return bad
+
+    def check(self, handover: Handover) -> None:
+        """The hand-over's fields said of each other: n enrolled; R2 within R1 within the roster, at least the
+        task's minimum; N items, each with helpers from R1 (at least phi + 1 for TSS'); R2 reporters per item
+        adding up to |R2| alpha N; recovery only of items with R2 reporters, of some but not all of their helpers,
+        none of whom sent a sum, asked of exactly that many R2 reporters; sums only from helpers, recoveries
+        only from asked reporters. A ParameterError names the field."""
+        p, h = self.parameters, handover
+        n, N = p.n_users, p.domain_size
+        if h.enrolled != n:
+            raise ParameterError("handover.enrolled", f"n = {n}", h.enrolled)
+        senders, survivors = set(h.senders), set(h.survivors)
+        if len(senders) != len(h.senders) or max(h.senders, default=0) >= n:
+            raise ParameterError("handover.senders", f"distinct users in [0, {n})", list(h.senders)[:8])
+        if len(survivors) != len(h.survivors) or not survivors <= senders:
+            raise ParameterError("handover.survivors", "distinct round-1 senders", list(h.survivors)[:8])
+        if len(survivors) < self.min_survivors:
+            raise ParameterError("handover.survivors", f"at least {self.min_survivors} (the task's minimum)",
+                                 len(survivors))
+        check_election(p, h.election, self.min_survivors, "handover")
+        if len(h.reporters) != N:
+            raise ParameterError("handover.reporters", f"one number of reporters for each of the N = {N} items",
+                                 len(h.reporters))
+        for j, helpers in enumerate(h.helpers):
+            if h.reporters[j] > min(len(survivors), h.counts[j]):
+                raise ParameterError(f"handover.reporters[{j}]", f"at most |R2| = {len(survivors)} and m_j = "
+                                     f"{h.counts[j]} (R2's reporters of the item are among R1's)", h.reporters[j])
+        if sum(h.reporters) != len(survivors) * p.report_size:
+            raise ParameterError("handover.reporters", f"|R2| alpha N = {len(survivors) * p.report_size} in all "
+                                 "(each reporter reports alpha N items)", sum(h.reporters))
+        helping = {u for helpers in h.helpers for u in helpers}
+        if not set(h.sums) <= helping:
+            raise ParameterError("handover.sums", "sums from elected helpers only", sorted(set(h.sums) - helping)[:8])
+        if not set(h.unopened) <= helping or set(h.unopened) & set(h.sums) or len(set(h.unopened)) != len(h.unopened):
+            raise ParameterError("handover.unopened", "distinct elected helpers whose sums the hand-over leaves out",
+                                 list(h.unopened)[:8])
+        asked = set()
+        for j, (dropped, reporters) in h.recovery.items():
+            if not j < N or not h.reporters[j]:
+                raise ParameterError("handover.recovery.item", "an item with R2 reporters", j)
+            helpers = set(h.helpers[j])
+            if not dropped or not set(dropped) < helpers or len(set(dropped)) != len(dropped):
+                raise ParameterError(f"handover.recovery[{j}].dropped", "some but not all of the item's helpers "
+                                     "(shares to all of them would be a reporter's entry)", list(dropped)[:8])
+            if set(dropped) & set(h.sums):
+                raise ParameterError(f"handover.recovery[{j}].dropped", "helpers that sent no sum (S2 refuses to "
+                                     "learn shares to a helper whose sum it holds)", sorted(set(dropped) & set(h.sums)))
+            if len(set(reporters)) != h.reporters[j] or len(reporters) != h.reporters[j] or \
+                    not set(reporters) <= survivors:
+                raise ParameterError(f"handover.recovery[{j}].reporters", f"the item's {h.reporters[j]} R2 reporters",
+                                     list(reporters)[:8])
+            asked |= set(reporters)
+        if not set(h.recoveries) <= asked:
+            raise ParameterError("handover.recoveries", "recoveries from asked reporters only",
+                                 sorted(set(h.recoveries) - asked)[:8])
+
+    def release(self, handover: Handover, sums: Mapping[int, bytes] | None = None,
+                recoveries: Mapping[int, bytes] | None = None, unopened: int = 0) -> TSSRelease:
+        """Each item's count over R2: its helpers' sums, plus its R2 reporters' shares to the helpers that sent
+        none (``sums`` and ``recoveries``: the plaintexts of the hand-over's sealed messages that opened, by
+        default the hand-over's own, as a simulation moves them unsealed; ``unopened`` counts those that did not).
+        An item with R2 reporters that misses a helper's sum not recovered, or an asked reporter's recovery, is
+        lost; the others are released. Refused when every item is lost."""
+        p, h, field = self.parameters, handover, self.field
+        sums = h.sums if sums is None else sums
+        recoveries = h.recoveries if recoveries is None else recoveries
+        self.check(h)
+        served = h.election.by_helper
+        good_sums, summed, malformed = {}, {}, unopened
+        for helper, raw in sums.items():
+            try:
+                message = decode(p, raw, SUMS, helper, items=served[helper])
+            except ParameterError:
+                malformed += 1
+                continue
+            good_sums[helper] = dict(zip(served[helper], message.values))
+            summed[helper] = dict(zip(served[helper], message.counts.tolist()))
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        for j, (dropped, reporters) in sorted(h.recovery.items()):
+            for i in reporters:
+                wanted.setdefault(i, []).extend((j, d) for d in dropped)
+        good_recoveries: dict[int, dict[tuple[int, int], np.uint64]] = {}
+        for reporter, raw in recoveries.items():
+            pairs = sorted(wanted[reporter])
+            try:
+                message = decode(p, raw, RECOVERY, reporter, items=[j for j, _ in pairs], helpers=[d for _, d in pairs])
+            except ParameterError:
+                malformed += 1
+                continue
+            good_recoveries[reporter] = dict(zip(pairs, message.values))
+        counts, released, recovered, lost = np.zeros(p.domain_size, dtype=np.uint64), [], [], {}
+        rows: list[tuple[int, int]] = []  # what the released items' counts add up: (item, sum or recovered share)
+        for j, helpers in enumerate(h.helpers):
+            total, missing = np.uint64(0), [d for d in helpers if d not in good_sums]
+            added = [(j, int(good_sums[helper][j])) for helper in helpers if helper in good_sums]
+            for _, value in added:
+                total = field.add(total, np.uint64(value))
+            disagree = sorted(helper for helper in helpers if helper in summed and summed[helper][j] != h.reporters[j])
+            if disagree:
+                lost[j] = (f"helpers {disagree[:5]} summed the shares of other than its {h.reporters[j]} R2 reporters "
+                           "S1 counts: S1 listed other reporters to them (or they lie), and S2 cannot tell which")
+                continue
+            if missing and h.reporters[j]:
+                dropped, reporters = h.recovery.get(j, ((), ()))
+                if len(missing) == len(helpers):
+                    lost[j] = ("every helper of the item sent no sum (recovering them would reveal each reporter's "
+                               "entry)")
+                    continue
+                if set(missing) != set(dropped):
+                    lost[j] = (f"helpers {sorted(set(missing) - set(dropped))[:5]} sent no usable sum and were not "
+                               "recovered")
+                    continue
+                absent = [i for i in reporters if i not in good_recoveries]
+                if absent:
+                    lost[j] = (f"{len(absent)} of its {len(reporters)} reporters sent no usable recovery (e.g. user "
+                               f"{absent[0]}): a reporter's entry cannot be taken out of the other helpers' sums")
+                    continue
+                for i in reporters:
+                    for d in dropped:
+                        total = field.add(total, good_recoveries[i][(j, d)])
+                        added.append((j, int(good_recoveries[i][(j, d)])))
+            if int(total) > h.reporters[j]:  # tau_j counts 0/1 entries of the item's R2 reporters
+                lost[j] = (f"its count is outside [0, {h.reporters[j]}] (its R2 reporters): a helper's sum, a "
+                           "recovered share or a reporter's shares are wrong, and S2 cannot tell whose")
+                continue
+            if missing and h.reporters[j]:
+                recovered.append(j)
+            counts[j] = total
+            released.append(j)
+            rows += added
+        chosen = np.array(released, dtype=np.int64)
+        if not chosen.size:
+            raise ParameterError("items", "at least one item whose count could be completed", f"all {len(lost)} "
+                                 f"lost, e.g. item {min(lost)}: {lost[min(lost)]}")
+        recomputed = survivors_parameters(p, len(h.survivors))
+        whole = chosen.size == p.domain_size
+        table = FrequencyTable(recomputed, recomputed.estimate(counts[chosen]), None if whole else chosen,
+                               messages=sum(len(s) for s in good_sums.values()) +
+                               sum(len(r) for r in good_recoveries.values()), malformed=malformed)
+        folded = np.array(rows, dtype=np.int64).reshape(-1, 2)
+        return TSSRelease(table, counts[chosen], h.enrolled, len(h.senders), len(h.survivors), tuple(recovered),
+                          lost, recomputed, recomputed.layout.batch({"item": folded[:, 0], "share": folded[:, 1]}),
+                          h.unopened)
+
+

@@ -1,0 +1,91 @@
+"""TSS's dishonest parties for the service tests (issue 46; docs/deviations-tss46.md): each a subclass of the honest
+one that lies in one way.
+
+* :class:`OneHelperS1`: S1 names one user the only helper of every item, stating the true m_j (or m_j = 1 for
+  every item, ``counts=1``), and asks S2 to attest it.
+* :class:`SelfAttestingS1`: the same election, attested by S1 itself (its own key), never shown to S2.
+* :class:`WrongSumHelper`: a helper's role adding ``extra`` to his sum of one item (his first).
+* :class:`EverySumUnopenedS2`: S2 saying, as round 3 closes, that no helper's sum opens (to be handed shares).
+"""
+
+from __future__ import annotations
+
+import json
+
+from privagg.core import identity
+from privagg.protocols.roles import Outbox
+from privagg.protocols.two_server_election import CONTEXT, Election
+from privagg.protocols.two_server_messages import SECOND, SUMS, decode, encode
+from privagg.protocols.two_server_parties import FirstServer, TSSUser
+from privagg.service.rounds import RoundDriver
+from privagg.service.two_servers.servers import FirstService, SecondService
+
+
+def one_helper(election: Election, helper: int, counts: int | None = None) -> Election:
+    """``election`` with ``helper`` the only helper of every item (the m_j kept, or all ``counts``)."""
+    return Election(election.senders, election.counts if counts is None else (counts,) * len(election.counts),
+                    tuple((helper,) for _ in election.helpers))
+
+
+class _OneHelperElection(FirstServer):
+    helper, counts = 5, None
+
+    def elect(self, sets, rng=None) -> Election:
+        return one_helper(super().elect(sets, rng), self.helper, self.counts)
+
+
+class OneHelperS1(FirstService):
+    """S1 electing user ``helper`` the only helper of every item (issue 46), and asking S2 to attest it."""
+
+    def __init__(self, *args, helper: int = 5, counts: int | None = None, **options) -> None:
+        super().__init__(*args, **options)
+        self.lie = type("Lie", (_OneHelperElection,), {"helper": helper, "counts": counts})
+
+    def _close(self, c, task, protocol, coordinator, *args, **kwargs) -> dict:
+        return super()._close(c, task, protocol, self.lie(task.parameters, task.min_survivors), *args, **kwargs)
+
+
+class _ForgedSecond:
+    """What S1 would need S2 for, done by S1 alone: the election signed with S1's own key."""
+
+    def __init__(self, parameters, key: bytes) -> None:
+        self.parameters, self.key = parameters, key
+
+    def attest(self, election: Election) -> tuple[bytes, bytes]:
+        return identity.sign(self.key, CONTEXT, election.document(self.parameters)), identity.public_key(self.key)
+
+    def unopened(self, election: Election, sums) -> list[int]:
+        return []
+
+
+class SelfAttestingS1(OneHelperS1):
+    """:class:`OneHelperS1` that never asks S2: it signs the election with a key of its own and serves that key."""
+
+    key = bytes(range(1, 33))
+
+    def _close(self, c, task, protocol, coordinator, *args, **kwargs) -> dict:
+        lying = self.lie(task.parameters, task.min_survivors, second=_ForgedSecond(task.parameters, self.key))
+        return RoundDriver._close(self, c, task, protocol, lying, *args, **kwargs)  # S2 is not asked
+
+
+class WrongSumHelper(TSSUser):
+    """A helper adding ``extra`` to his sum of his first item (undetectable without input proofs while the count
+    stays in [0, |R_j|])."""
+
+    extra = 7
+
+    def sums(self, reporters, shares) -> Outbox:
+        honest = decode(self.parameters, super().sums(reporters, shares).message, SUMS, self.index)
+        values = [(int(v) + (self.extra if k == 0 else 0)) % self.parameters.modulus
+                  for k, v in enumerate(honest.values)]
+        return Outbox(encode(self.parameters, SUMS, self.index, SECOND, honest.items, values, counts=honest.counts),
+                      {})
+
+
+class EverySumUnopenedS2(SecondService):
+    """S2 claiming, as round 3 closes, that no helper's sum opens: S1 should then recover only proper subsets of an
+    item's helpers, and here there are none (every helper is named), so no reporter reveals anything."""
+
+    def open_sums(self, task_id: str, authorization: str | None, body: bytes) -> dict:
+        honest = super().open_sums(task_id, authorization, body)
+        return {**honest, "unopened": sorted(e["helper"] for e in json.loads(body)["sums"])}

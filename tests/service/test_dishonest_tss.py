@@ -1,0 +1,111 @@
+"""TSS's S1, helpers and S2 lying, through the services (issue 46; the deviations and what they change:
+docs/deviations-tss46.md). The dishonest parties are tests/service/dishonest_tss.py's; the deployment and the
+honest users are test_two_servers.py's, on SQLite and PostgreSQL.
+
+Checked: S1 naming one helper for every item is refused by S2 (with the true m_j, or m_j = 1 that no longer add
+up), and an election S1 attests itself is refused by every reporter, so no share is ever sent and the task fails
+naming why; a helper's wrong sum is refused when the count leaves [0, |R_j|] (blaming nobody) and released, as the
+release's trust says, when it does not; S2 claiming that no sum opens has no reporter reveal anything (S1 recovers
+no item all of whose helpers it would name) and fails the release.
+"""
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from service.dishonest_tss import EverySumUnopenedS2, OneHelperS1, SelfAttestingS1, WrongSumHelper
+from service.test_two_servers import DOMAIN, MIN, N_USERS, deploy, dbs, refusal, sqlite_dbs, step, tss  # noqa: F401
+
+from privagg.errors import ParameterError
+from privagg.service.two_servers.servers import s1_relayed
+
+
+def relayed(d) -> int:
+    with d.first.engine.connect() as c:
+        return c.execute(sa.select(sa.func.count()).select_from(s1_relayed)).scalar()
+
+
+@pytest.mark.parametrize("counts", [None, 1], ids=["true-counts", "counts-of-1"])
+def test_s1_electing_one_helper_for_every_item_is_refused_by_s2(dbs, counts):
+    """Issue 46: S1 named user 5 the only helper of every item (phi = 0: one helper is phi + 1), and helper 5
+    would read every entry. S2 refuses to attest it (H_j must be m_j; or the m_j must add up to |R1| alpha N), so
+    the task fails as round 1 closes, naming S2's refusal: no reporter is ever asked to share."""
+    with deploy(dbs, tss(), first_type=OneHelperS1, counts=counts) as d:
+        assert step(d, 1) == "failed"
+        outcome = json.loads(d.row().outcome)["failed"]
+        assert "S2 refused the election (bad_election)" in outcome
+        assert ("election.helpers[0] must be max(m_j, phi + 1)" if counts is None else
+                "election.counts must be m_j of at most") in outcome
+        assert "round2" not in d.state() and relayed(d) == 0
+        assert d.second.attested._value.get() == 0
+
+
+def test_an_election_s1_attests_itself_is_refused_by_every_reporter(sqlite_dbs):
+    """S1 skips S2 and signs the one-helper election with its own key (serving that key too): every reporter
+    checks the signature against S2's identity key in the task and refuses, nothing is sealed to helper 5, and
+    round 2 closes with no one, failing the task."""
+    with deploy(sqlite_dbs, tss(), first_type=SelfAttestingS1) as d:
+        assert step(d, 1) == "round2"
+        for c in d.clients:
+            with pytest.raises(ParameterError, match="attestation must be a valid Ed25519 signature by S2"):
+                c.send("share")
+        assert relayed(d) == 0 and d.close(2) == "failed"
+        assert "fewer than the task's minimum" in json.loads(d.row().outcome)["failed"]
+
+
+def wrong_sum_run(d, shift) -> tuple[dict, int, int]:
+    """Rounds 1-4 with the first helper adding ``shift(true count, R2 reporters)`` to his first item's sum: (the
+    result, the item, its true count)."""
+    step(d, 1)
+    step(d, 2)
+    helper, items = sorted(d.election().by_helper.items())[0]
+    true = d.truth(range(N_USERS))[items[0]]
+    liar = d.client(helper)
+    liar.role = WrongSumHelper(d.task.parameters, helper, MIN, state=liar.role.state,
+                               second=d.task.second_identity_key)
+    liar.role.extra = shift(true, len(d.published()["reporters"][items[0]]))
+    step(d, 3)
+    step(d, 4)
+    return d.result(), items[0], true
+
+
+def test_a_helpers_sum_that_moves_a_count_out_of_range_is_refused(dbs):
+    """A helper's sum moved so far that its item's count exceeds its R2 reporters (a sum of garbage does so with
+    probability about 1 - |R_j| / p): S2 refuses that item, blaming nobody (it cannot tell whose sum or share is
+    wrong), and releases the others exactly."""
+    with deploy(dbs) as d:
+        result, item, _ = wrong_sum_run(d, lambda true, reporters: reporters + 1 - true)
+        lost = result["dropouts"]["lost_items"]
+        assert [e["item"] for e in lost] == [item] and "outside [0," in lost[0]["reason"]
+        p, truth = d.task.parameters, d.truth(range(N_USERS))
+        assert {e["item"]: round(e["estimate"] * p.effective_probability) for e in result["estimates"]} == {
+            j: truth[j] for j in range(DOMAIN) if j != item}
+
+
+def test_a_helpers_plus_7_inside_the_range_is_released_and_the_release_says_it_trusts_helpers(sqlite_dbs):
+    """Issue 46's +7 (here +-1, keeping the count within [0, |R_j|]): not detectable without input proofs (his sum
+    of uniform shares plus k is as uniform as an honest one), so the count moves by k; the release says it
+    trusts the helpers' integrity, per party, in its trust block and its caveats."""
+    with deploy(sqlite_dbs) as d:
+        result, item, true = wrong_sum_run(d, lambda true, reporters: 1 if true < reporters else -1)
+        moved = true + 1 if true < len(d.published()["reporters"][item]) else true - 1  # in range: undetectable
+        p = d.task.parameters
+        estimate = next(e["estimate"] for e in result["estimates"] if e["item"] == item)
+        assert round(estimate * p.effective_probability) == moved and result["dropouts"]["lost_items"] == []
+        assert "integrity: trusted" in result["trust"]["helpers"] and "phi colluding" in result["trust"]["helpers"]
+        assert any("integrity" in c for c in result["privacy"]["caveats"])
+
+
+def test_s2_saying_no_sum_opens_makes_no_reporter_reveal(sqlite_dbs):
+    """S2 claims, as round 3 closes, that none of the helpers' sums opens, hoping to be handed their shares. Every
+    helper of every item is then missing, which S1 never asks to recover (the shares to all of an item's helpers
+    add up to each entry): round 4 asks no one, every item is lost and nothing is released."""
+    with deploy(sqlite_dbs, second_type=EverySumUnopenedS2) as d:
+        step(d, 1)
+        step(d, 2)
+        assert step(d, 3) == "handover"  # no round 4: nobody is asked to reveal a share
+        assert d.published()["recovery"]["dropped"] == [] and len(d.published()["recovery"]["lost"]) == DOMAIN
+        assert d.first.deliver(d.task_id) == "delivered"
+        assert refusal(d.second.result, d.task.second_task_id) == (409, "failed")
+        assert all(c.role.state.answered[-1] <= 3 for c in d.clients)
