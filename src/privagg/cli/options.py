@@ -100,6 +100,8 @@ def _plain_conversions(command: Any) -> Any:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             try:
                 return self.convert(value, param, ctx)
+            except _NumberError:  # an option's parser refused it: typer's adapter passes the error on as it is
+                raise
             except Exception:  # typer's own conversion: its value, or its message
                 return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
 
