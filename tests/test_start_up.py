@@ -2,6 +2,7 @@
 modules, nor the protocol registry, and the command line ``privagg`` runs (each command made only when named) is
 the whole one that typer's runner sees (``privagg.cli.app``): the same commands, help, checks and messages."""
 
+import json
 import subprocess
 import sys
 
@@ -80,6 +81,20 @@ def test_a_cheap_command_loads_no_scipy_pydantic_or_rich(args, tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0 and out.stderr.splitlines()[-1] == "[]", out.stderr
     assert out.stdout or out.stderr.splitlines()[0].startswith("error: "), out.stderr
+
+
+@pytest.mark.parametrize("protocol", ["fe1", "fe0", "olh"])
+def test_a_small_estimate_loads_no_numba(protocol, tmp_path):
+    """A hundred users over a domain of 100 are counted in numpy (core.hashing.PAIRS_MAX): no numba, nor the
+    scipy.linalg its start-up imports (0.3-0.45 s with the kernels' cache, most of such an estimate's process)."""
+    (tmp_path / "items.txt").write_text("".join(f"{i * i % 97}\n" for i in range(100)))
+    args = ["privagg", "estimate", protocol, "--input", "items.txt", "--domain", "100", "--epsilon", "1",
+            *(() if protocol == "olh" else ("--delta", "1e-6")), "--seed", "1", "--json", "--output", "report.json"]
+    loaded = "sys.stderr.write('\\n' + repr(sorted(m for m in ('numba', 'scipy.linalg') if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", COMMAND.format(argv=args) + "\n" + loaded], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.stderr.splitlines()[-1] == "[]", out.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["n_users"] == 100
 
 
 def test_a_message_is_printed_as_written(capsys):
