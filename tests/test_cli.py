@@ -333,17 +333,19 @@ def test_unseeded_estimates_are_private(protocol, tmp_path):
         o.name for o in registry.get(protocol).options} else ["--domain", 50]
     extra += {"tss": ["--report-fraction", 3 / 7], "tss-collusion": ["--report-fraction", 3 / 7, "--colluders", 2]
               }.get(protocol, [])
-    code, out, err = run("estimate", protocol, "--input", path, *privacy_args(protocol), *extra, "--top", 3, "--json")
+    # one run, its report as JSON (--output) and as the human summary (stdout)
+    code, out, err = run("estimate", protocol, "--input", path, *privacy_args(protocol), *extra, "--top", 3,
+                         "--output", tmp_path / "report.json")
     assert code == 0, err
-    report = json.loads(out)
+    report = json.loads((tmp_path / "report.json").read_text())
     validate(report, EstimateReport)
     assert report["privacy"]["private"] is True and "not_private_reason" not in report["privacy"]
     assert report["private"] is True  # the whole document: the release alone
     assert "secure" in report["privacy"]["randomness"] and report["n_users"] == n
     # a private report holds the release only: no true count, no error against the data
     assert "error" not in report and all("true_count" not in e for e in report["estimates"])
-    code, out, _ = run("estimate", protocol, "--input", path, *privacy_args(protocol), *extra, "--top", 3)
-    assert code == 0 and "NOT PRIVATE" not in out and "true count" not in out and "error against" not in out
+    assert "NOT PRIVATE" not in out and "true count" not in out and "error against" not in out
+    assert "estimate ± stderr" in out and str(report["estimates"][0]["item"]) in out  # the summary, of this report
 
 
 def test_output_writes_json_and_prints_the_summary(ints_file, tmp_path):

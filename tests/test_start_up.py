@@ -2,6 +2,7 @@
 modules, nor the protocol registry, and the command line ``privagg`` runs (each command made only when named) is
 the whole one that typer's runner sees (``privagg.cli.app``): the same commands, help, checks and messages."""
 
+import json
 import subprocess
 import sys
 
@@ -56,6 +57,56 @@ def test_a_protocol_command_imports_its_own_protocol_only(args, tmp_path):
     assert (out.stderr, out.stdout[-4:]) == ("[]", "True")
     report = (tmp_path / "report.json").read_text() if "--output" in args else out.stdout
     assert f'"protocol": "{args[1]}"' in report
+
+
+# what a command loads only where it uses it (issue 48): scipy for the numerical privacy bounds, pydantic never (typer's
+# conversions made plain), rich for tables, progress bars and JSON on a terminal; one-line messages are plain text
+WHERE_USED = ("scipy", "pydantic", "rich")
+
+
+@pytest.mark.parametrize("args", [
+    ["--version"],
+    ["calibrate", "grr", "--users", "1000", "--domain", "8", "--epsilon", "nan"],  # a number refused as it is read
+    ["calibrate", "grr", "--users", "1", "--domain", "8", "--epsilon", "1"],  # refused by the protocol's checks
+    ["estimate", "olh", "--input", "items.txt", "--epsilon", "-1", "--domain", "8", "--json"],  # refused as calibrated
+    ["estimate", "olh", "--input", "missing.txt", "--epsilon", "1"],  # a path refused as it is read
+    ["protocols", "--json"],
+], ids=lambda args: " ".join(args))
+def test_a_cheap_command_loads_no_scipy_pydantic_or_rich(args, tmp_path):
+    """Errors, warnings and messages are printed as plain lines, JSON to a pipe as plain text: none of these commands
+    loads rich (nor scipy or pydantic), which every message did (about 40 ms of modules)."""
+    (tmp_path / "items.txt").write_text("1\n2\n7\n")
+    loaded = f"sys.stderr.write('\\n' + repr(sorted(m for m in {WHERE_USED!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", COMMAND.format(argv=["privagg", *args]) + "\n" + loaded],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr.splitlines()[-1] == "[]", out.stderr
+    assert out.stdout or out.stderr.splitlines()[0].startswith("error: "), out.stderr
+
+
+@pytest.mark.parametrize("protocol", ["fe1", "fe0", "olh"])
+def test_a_small_estimate_loads_no_numba(protocol, tmp_path):
+    """A hundred users over a domain of 100 are counted in numpy (core.hashing.PAIRS_MAX): no numba, nor the
+    scipy.linalg its start-up imports (0.3-0.45 s with the kernels' cache, most of such an estimate's process)."""
+    (tmp_path / "items.txt").write_text("".join(f"{i * i % 97}\n" for i in range(100)))
+    args = ["privagg", "estimate", protocol, "--input", "items.txt", "--domain", "100", "--epsilon", "1",
+            *(() if protocol == "olh" else ("--delta", "1e-6")), "--seed", "1", "--json", "--output", "report.json"]
+    loaded = "sys.stderr.write('\\n' + repr(sorted(m for m in ('numba', 'scipy.linalg') if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", COMMAND.format(argv=args) + "\n" + loaded], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.stderr.splitlines()[-1] == "[]", out.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["n_users"] == 100
+
+
+def test_a_message_is_printed_as_written(capsys):
+    """Plain lines: never wrapped, no rich markup or emoji codes, a control character shown as its escape (a name
+    quoted in a message cannot rewrite the terminal), newlines and tabs kept."""
+    from privagg.cli.output import _say
+
+    text = "a :smile: [bold]x[/bold] " + "long " * 100 + "\x1b[31mred\rback\x07\tend\nnext line"
+    _say(text)
+    _say("error: " + text, stderr=True)
+    expected = ("a :smile: [bold]x[/bold] " + "long " * 100 + "\\x1b[31mred\\x0dback\\x07\tend\nnext line\n")
+    assert capsys.readouterr() == (expected, "error: " + expected)
 
 
 def test_what_the_registry_repeats_of_the_modules_is_theirs():

@@ -2,10 +2,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from privagg.core import hash_kernels
+from privagg.core import hash_kernels, hashing
 from privagg.core.hash_kernels import inverse
 from privagg.core.hashing import MAX_MODULUS_BITS, UniversalHash, mulmod
 from privagg.core.primes import mod_inverse, next_prime
+
+
+@pytest.fixture(autouse=True)
+def kernels(monkeypatch):
+    """count_all through its kernels (and counting by key) at every size here, as they count large calls: its numpy
+    path for the smallest calls, every (message, item) pair evaluated, has a test of its own
+    (test_count_all_of_few_pairs_is_the_kernels_count)."""
+    monkeypatch.setattr(hashing, "PAIRS_MAX", -1)
 
 
 def brute_collision_probability(q, b):
@@ -130,6 +138,28 @@ def test_count_all_adds_back_every_wrap_of_its_narrow_counters(monkeypatch):
         assert np.array_equal(out - np.arange(domain), wide), counter
     assert h._counters(10**9, 1, domain, one_tile=False) == (np.int32, 0)  # records would pass what is saved
     assert h._counters(10**6, 1, 10**7, one_tile=False)[0] is np.uint8  # a larger domain: uint8's records fit
+
+
+@pytest.mark.parametrize("q, b, domain", [(101, 101, 100), (101, 2, 100), (1031, 4, 1024), (1_048_583, 16, 1000),
+                                           (next_prime(2**48), 2**40, 64), (3, 2, 1)])
+@pytest.mark.parametrize("messages", [0, 1, 3, 999])
+def test_count_all_of_few_pairs_is_the_kernels_count(monkeypatch, q, b, domain, messages):
+    """A call of at most PAIRS_MAX (message, item) pairs (a small estimate's) evaluates h at each pair in numpy, with
+    no numba: the kernels' counts exactly, added to ``out``, from compact columns too, and a scratch estimate within
+    its bound; batches of a few messages when the domain is large."""
+    rng = np.random.default_rng(messages + domain)
+    h = UniversalHash(q, b)
+    u, v = h.sample_keys(messages, rng)
+    w = rng.integers(0, b, messages)
+    w[: messages // 3] = h.evaluate(u[: messages // 3], v[: messages // 3], np.full(messages // 3, domain - 1))
+    kernels = h.count_all(u, v, w, domain)  # PAIRS_MAX is -1 here: the kernels
+    monkeypatch.undo()
+    assert messages * domain <= hashing.PAIRS_MAX
+    monkeypatch.setattr(hashing, "PAIRS_BATCH", 3 * domain)  # three messages a batch
+    out = np.arange(domain, dtype=np.int64)
+    assert h.count_all(u, v, w, domain, out=out) is out and np.array_equal(out - np.arange(domain), kernels)
+    assert np.array_equal(h.count_all(*(a.astype(np.uint64) for a in (u, v, w)), domain), kernels)
+    assert h.count_all_bytes(domain, messages) <= 48 * hashing.PAIRS_BATCH
 
 
 @pytest.mark.parametrize("column, values", [("u", [0, 5]), ("v", [-1, 5]), ("w", [5, -1]), ("w", [5, 97])])

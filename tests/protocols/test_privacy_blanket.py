@@ -179,6 +179,26 @@ def test_bad_vectors_name_the_row_and_column(values, got):
     assert np.array_equal(clipped, [[1.0, 0.0]])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vectors_are_checked_by_their_values_at_every_edge(dtype):
+    """check_vectors' one pass over the values' bits (_bits_within_unit) takes exactly [0, 1]: both zeros, the least
+    positive float and 1.0 pass; the float just above 1, the least negative, NaN of either sign and the infinities are
+    refused, naming their row and column, in a contiguous array or a strided view."""
+    one = dtype(1)
+    tiny = np.nextafter(dtype(0), one)
+    for value in (0.0, -0.0, tiny, 0.5, one):
+        values = np.full((3, 4), 0.25, dtype=dtype)
+        values[2, 1] = value
+        view = np.repeat(values, 2, axis=1)[:, ::2]
+        assert pb.check_vectors(values, 4) is values and pb.check_vectors(view, 4) is view
+    for value in (np.nextafter(one, dtype(2)), -tiny, np.nan, -np.nan, np.inf, -np.inf, 2.0):
+        values = np.full((3, 8), 0.25, dtype=dtype)
+        values[2, 6] = value
+        for view, column in ((values, 6), (values[:, ::2], 3)):
+            with pytest.raises(ParameterError, match=f"in column {column} on row 2"):
+                pb.check_vectors(view, 4 if column == 3 else 8)
+
+
 def test_float32_vectors_are_read_checked_and_randomized_without_a_float64_copy(tmp_path):
     """A float32 .npy stays float32 from the file to the randomizer, which converts only the values it picks:
     the same seeded report as its float64 conversion, value for value, and the true sums too."""

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import ParameterError
-from .output import _clean_errors, _console, _say
+from .output import _clean_errors, _console, _print_json, _say
 
 
 def protocols(as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON.")) -> None:
@@ -27,7 +27,7 @@ def protocols(as_json: bool = typer.Option(False, "--json", help="Print the regi
              "audit": "exact grid holds (docs/privacy.md)" if e.message_law else "not audited",
              "roles": {"client": name(e.client), "analyzer": name(e.analyzer)}} for e in ENTRIES]
     if as_json:
-        _console().print_json(data=rows)
+        _print_json(rows)
         return
     from rich.table import Table
 
@@ -70,4 +70,4 @@ def schema(report: str = typer.Argument(..., help="calibrate, estimate or analyz
     with _clean_errors():
         if report not in REPORT_TYPES:
             raise ParameterError("report", f"one of {', '.join(REPORT_TYPES)}", report)
-    _console().print_json(data=json_schema(REPORT_TYPES[report]))
+    _print_json(json_schema(REPORT_TYPES[report]))

@@ -100,6 +100,8 @@ def _plain_conversions(command: Any) -> Any:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             try:
                 return self.convert(value, param, ctx)
+            except _NumberError:  # an option's parser refused it: typer's adapter passes the error on as it is
+                raise
             except Exception:  # typer's own conversion: its value, or its message
                 return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
 
@@ -294,7 +296,9 @@ MissingChoice = _choice("MissingChoice", ("error", "drop"))
 class ProtocolCommands(typer.Typer):
     """A command group with one command per implemented protocol (``register(entry)`` adds an entry's), made from
     the protocol registry when its commands are first read: by typer when the group runs or lists them, not when
-    the command line loads, so that neither ``privagg --help`` nor the other commands import the registry."""
+    the command line loads, so that neither ``privagg --help`` nor the other commands import the registry. Their
+    options get their strict numbers and path checks where a command is made (``privagg.cli._ready``): the one a
+    command line names, or all of them in ``privagg.cli.app``."""
 
     def __init__(self, register: Callable[[ProtocolEntry], None], help: str) -> None:
         self._register, self._made = register, False
@@ -309,8 +313,6 @@ class ProtocolCommands(typer.Typer):
             for entry in ENTRIES:
                 if entry.implemented:
                     self._register(entry)
-            _strict_numbers(self)
-            _checked_paths(self)
         return self._commands
 
     @registered_commands.setter

@@ -46,10 +46,9 @@ def format_option(name: str):
 
 
 def _console(stderr: bool = False):
-    """Rich's console: long lines stay whole; piped or written to a file, tables take their content's width
-    (whatever COLUMNS says: a pipe has no width to fit)."""
-    import sys
-
+    """Rich's console, for what needs it (tables, progress bars, JSON coloured on a terminal): long lines stay whole;
+    piped or written to a file, tables take their content's width (whatever COLUMNS says: a pipe has no width to
+    fit)."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
@@ -57,8 +56,13 @@ def _console(stderr: bool = False):
 
 
 def _say(text: str, stderr: bool = False) -> None:
-    """One line (or several) as written: no rich markup, no highlighting; on stderr for errors and warnings."""
-    _console(stderr).print(text, markup=False, highlight=False)
+    """One line (or several) as written, in plain text: never wrapped, no markup, no emoji codes (rich, which printed
+    these lines, loaded 40 ms of modules for each command and turned a name's ":smile:" into an emoji); a control
+    character other than a newline or a tab shown as its escape (:func:`_printable`), so that a name or a value a
+    message quotes cannot rewrite the terminal. On stderr for errors and warnings."""
+    stream = sys.stderr if stderr else sys.stdout
+    stream.write(_printable(text, keep="\n\t") + "\n")
+    stream.flush()
 
 
 # paths an error names otherwise: standard input's temporary copy is "standard input" (inputs._input_file)
@@ -209,14 +213,18 @@ def _emit(report_json: dict, as_json: bool, output: Path | None, human: Callable
             except OSError as e:
                 raise ParameterError("output", "a writable file path", f"{output} ({e.strerror})") from None
     if as_json:
-        import sys
-
-        if sys.stdout.isatty():
-            _console().print_json(data=report_json)  # coloured for a person
-        else:  # for a program: plain, and fast (rich takes seconds over thousands of estimates)
-            sys.stdout.write(text)
+        _print_json(report_json, text)
     else:
         human()
+
+
+def _print_json(data: Any, text: str | None = None) -> None:
+    """``data`` as JSON on stdout: coloured by rich for a person at a terminal; else plain, as ``text`` (default:
+    indented, not ASCII-escaped, as rich writes it) and fast (rich takes seconds over thousands of estimates)."""
+    if sys.stdout.isatty():
+        _console().print_json(data=data)
+    else:
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n" if text is None else text)
 
 
 @contextmanager
@@ -272,12 +280,13 @@ def _progress_bars() -> Iterator:
         yield advance
 
 
-def _printable(item: Any) -> str:
+def _printable(item: Any, keep: str = "") -> str:
     """An item as the terminal shows it: control characters (a user's string may hold escape sequences that
-    recolour or rewrite the analyst's terminal) as \\x.. escapes."""
+    recolour or rewrite the analyst's terminal) as \\x.. escapes, but for those in ``keep``."""
     text = str(item)
     return text if text.isprintable() else "".join(
-        c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+        c if c.isprintable() or c in keep else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+        for c in text)
 
 
 def _count(n: int, noun: str) -> str:

@@ -14,7 +14,7 @@ Besides evaluation this module gives the analyzer's counting kernels:
 * :meth:`UniversalHash.count_progressions` -- the same for runs of consecutive x (the heavy-hitter
   tree's children of a prefix); count_matches is its runs of one.
 * :meth:`UniversalHash.count_all` -- the same count for every x in [B], by
-  enumerating each message's preimages. The preimages of w are
+  enumerating each message's preimages (a few messages over a small domain: h at every pair, in numpy). The preimages of w are
   x_j = (w + j b - v) u^{-1} mod q for j = 0, 1, ... while w + j b < q, an
   arithmetic progression x_j = x_0 + j d (mod q) with d = b u^{-1}; the kernel
   walks it with additions only and appends each hit to the bucket of its
@@ -74,6 +74,10 @@ def _kernel_columns(u, v, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 BY_KEY_CELLS = 1 << 20  # prefix sums counting by key takes at a time (8 MiB of int64)
+# count_all of at most this many (message, item) pairs evaluates h at each in numpy (UniversalHash._count_pairs): about
+# 20 ms at the most, where loading numba and the kernels' cache takes 0.3-0.45 s, most of a small estimate's process
+PAIRS_MAX = 1 << 20
+PAIRS_BATCH = 1 << 16  # pairs evaluated at a time (a few 512 KiB temporaries)
 INVERSE_TABLE_MAX = 1 << 17  # moduli whose table of inverses (1 MiB at most) count_all builds once and keeps
 
 
@@ -211,6 +215,8 @@ class UniversalHash:
             out = np.zeros(domain_size, dtype=np.int64)
         elif out.dtype != np.int64 or out.shape != (domain_size,) or not out.flags.c_contiguous:
             raise ValueError(f"out must be a contiguous int64 array of length domain_size={domain_size}")
+        if u.size * domain_size <= PAIRS_MAX:
+            return self._count_pairs(u, v, w, domain_size, out)
         if by_key_cheaper(self.modulus, self.bins, domain_size, u.size):
             return self._count_by_key(u, v, w, domain_size, out)
         from .hash_kernels import count_all
@@ -224,6 +230,19 @@ class UniversalHash:
         count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
                   self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64),
                   1 << (8 * np.dtype(counter).itemsize), out)
+        return out
+
+    def _count_pairs(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
+                     out: np.ndarray) -> np.ndarray:
+        """:meth:`count_all` of few messages over a small domain (at most PAIRS_MAX pairs): h evaluated at every
+        (message, item) pair in numpy, PAIRS_BATCH at a time (no numba to load: a small estimate's whole process)."""
+        q = self.modulus
+        x = np.arange(domain_size, dtype=np.int64)[None, :]
+        rows = max(1, PAIRS_BATCH // domain_size)
+        for lo in range(0, u.size, rows):
+            part = slice(lo, lo + rows)
+            hashed = (mulmod(u[part, None], x, q) + v[part, None]) % q % self.bins
+            out += (hashed == w[part, None]).sum(axis=0)
         return out
 
     def _count_by_key(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
@@ -293,6 +312,8 @@ class UniversalHash:
         """Scratch memory of one :meth:`count_all` call over ``messages`` messages, at most: counting by key, the
         messages' sorted copies and order and a batch's prefix sums and gathers; else every thread's counters (int32;
         narrower ones and their record of wrapped items take no more, :meth:`_counters`) and tile buckets."""
+        if messages * domain_size <= PAIRS_MAX:
+            return 48 * PAIRS_BATCH
         if by_key_cheaper(self.modulus, self.bins, domain_size, messages):
             return 32 * messages + 48 * BY_KEY_CELLS + 16 * domain_size * max(1, BY_KEY_CELLS // self.bins // self.modulus)
         from .hash_kernels import BUCKET_PAD
