@@ -32,7 +32,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
              evaluate: bool | None = None, missing: str = "error", item_type: str = "auto",
              calibration: str | None = None, hash_key: str | None = None, full_domain: bool | None = None,
              mode: str = "faithful", phi: float | None = None, max_length: int | None = None,
-             user: str | None = None, max_items: int = 1, max_rows: int | None = None, **options: Any):
+             user: str | None = None, max_items: int = 1, max_rows: int | None = None, delimiter: str | None = None,
+             header: bool = True, **options: Any):
     """Simulate ``protocol`` over ``data``'s column ``item`` (frequencies, heavy hitters) or ``columns`` (a vector
     sum: one row a user, every column a coordinate in [0, 1]); returns the report ``privagg estimate`` writes
     (``EstimateReport``, ``HeavyHitterReport`` or ``VectorEstimateReport``), with ``to_pandas()``,
@@ -41,7 +42,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     ``data``: a pandas DataFrame, a Polars DataFrame or LazyFrame (only the named columns are collected), or the
     path of a Parquet file (streamed) or of a folder of Parquet files (a dataset), or of any file ``--input``
     reads. ``domain_size``: B for hashed and small-domain protocols (text is hashed into [B]; default 2^24 where
-    the protocol allows); ``candidates``: public items to estimate (a categorical protocol's list of categories).
+    the protocol allows); ``delimiter``, ``header``: how a delimited ``data`` file is read (as ``--delimiter``,
+    ``--no-header``); ``candidates``: public items to estimate (a categorical protocol's list of categories).
     ``options``: the protocol's own (``REGISTRY[protocol].options``). ``missing="drop"`` leaves out the users
     without a value, and the report then says it is not private (docs/privacy.md, "Missing values").
 
@@ -62,7 +64,7 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     kind = frame_kind(data)
     if kind is None:
         raise ParameterError("data", FRAME_KINDS, type(data).__name__)
-    fmt = InputFormat(item_type, item, missing=missing)
+    fmt = InputFormat(item_type, item, delimiter, header, missing)
     if user is None:
         for name, value in (("max_items", None if max_items == 1 else max_items), ("max_rows", max_rows)):
             if value is not None:

@@ -16,7 +16,8 @@ from ..io import InputFormat
 
 
 def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str, max_rows: int | None, *,
-                    domain_size, candidates, seed, evaluate, epsilon: float, delta: float, **run: Any):
+                    domain_size, candidates, seed, evaluate, epsilon: float, delta: float, calibration, mode: str,
+                    **options: Any):
     from ..io.users import RECORD, bound_codes, user_keys
     from .frames import _check_users, _integers
     from .frequency import estimate_vector_sum
@@ -56,7 +57,7 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
     coordinates = None if candidates is None else _integers("candidates", candidates)
     report, _ = estimate_vector_sum(entry.name, padded, epsilon=per.epsilon, delta=per.delta, seed=seed,
                                     evaluate=evaluate, dimension=domain_size, candidates=coordinates,
-                                    input_name=source, **run)
+                                    input_name=source, calibration=calibration, mode=mode, options=options)
     what = (f"weights summed per coordinate and clipped to [0, 1], then {reports} coordinate(s) a user sampled "
             "uniformly at random" if sparse else "summed and clipped to [0, 1]^d" if max_rows is None else
             f"at most R = {reports} rows, sampled uniformly at random among the user's rows, padded with zero vectors")
