@@ -58,7 +58,7 @@ def _user_column(names: list[str], user: str | None, column: str) -> list[str]:
     if user not in names or user == column:
         what = f"one of {_shown([n for n in names if n != column])}" if len(names) > 1 else \
             "a column beside the items' (the table has one)"
-        raise ParameterError("user-column", what, user)
+        raise ParameterError("user", what, user)
     return [column, user]
 
 

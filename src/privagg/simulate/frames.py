@@ -11,10 +11,11 @@ randomness is secure unless ``seed`` is given, and a seeded run's report says it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..core.encoding import CategoryEncoder
-from ..errors import ParameterError, check_integer, check_sequence, checked_arguments
+from ..errors import ParameterError, check_instance, check_sequence, checked_arguments
 from ..io import InputFormat
 from ..io.frames import FRAME_KINDS, frame_kind, frame_name, frame_table, table_blocks
 from ..io.items import ReadSummary
@@ -64,6 +65,9 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     kind = frame_kind(data)
     if kind is None:
         raise ParameterError("data", FRAME_KINDS, type(data).__name__)
+    check_instance("header", header, bool, "True or False (whether a delimited file's first line names its columns)")
+    if delimiter is not None:
+        check_instance("delimiter", delimiter, str, "one character (a delimited file's), or None")
     fmt = InputFormat(item_type, item, delimiter, header, missing)
     if user is None:
         for name, value in (("max_items", None if max_items == 1 else max_items), ("max_rows", max_rows)):
@@ -71,6 +75,10 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
                 raise ParameterError(name, f"left out for {protocol} without user= (one row a user)", value)
     else:
         max_items, max_rows = check_bounding(entry, max_items, max_rows)
+        if kind == "file":
+            from .users import user_table
+
+            user_table(Path(data), fmt, user)
     unused = {}
     if entry.result is not ResultKind.HEAVY_HITTER_LIST:
         unused.update(phi=phi, max_length=max_length)

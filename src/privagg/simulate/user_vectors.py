@@ -23,14 +23,13 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
     from .frequency import estimate_vector_sum
     from .users import budget, bounding_rng, stated_of_users
 
-    table, source, user_field = _user_table(data, kind, columns, fmt, user)
+    table, source = _user_table(data, kind, columns, fmt, user)
     users = table.column(user).combine_chunks()
     if users.null_count:
         row = int(np.flatnonzero(users.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ParameterError(user_field, "a user on every row", f"nothing on row {row + 1} of {source}")
+        raise ParameterError("user", "a user on every row", f"nothing on row {row + 1} of {source}")
     keys = user_keys(users)
-    inputs, keys = _vectors(table.drop_columns([user]), keys, fmt, source, "data" if kind == "file" else "columns",
-                            user_field)
+    inputs, keys = _vectors(table.drop_columns([user]), keys, fmt, source, "data" if kind == "file" else "columns")
     sparse = entry.one_sparse
     if sparse and domain_size is None:
         raise ParameterError.required("domain_size", "B, the public number of coordinates (the (coordinate, weight) "
@@ -52,7 +51,7 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
     chosen, truncated, _ = bound_codes(records, reports, len(pool), run_key(bounding_rng(seed)))
     padded = np.vstack([pool, np.zeros((1, pool.shape[1]))])[chosen.ravel()]
     n = len(chosen)
-    _check_users(user_field, n, 0, source)
+    _check_users("user", n, 0, source)
     per = budget(entry, epsilon, delta, reports)
     coordinates = None if candidates is None else _integers("candidates", candidates)
     report, _ = estimate_vector_sum(entry.name, padded, epsilon=per.epsilon, delta=per.delta, seed=seed,
@@ -69,8 +68,7 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
 
 
 def _user_table(data, kind: str, columns, fmt: InputFormat, user: str):
-    """(the table of the vectors' columns and the user's, how errors name it, the user argument's name)."""
-    from ..io.files import checked_file, file_kind
+    """(the table of the vectors' columns and the user's, how errors name it)."""
     from ..io.frames import frame_table
     from ..io.vectors import _load_table
     from .frames import _source
@@ -79,26 +77,22 @@ def _user_table(data, kind: str, columns, fmt: InputFormat, user: str):
         if not columns:
             raise ParameterError.required("columns", "the names of the columns of the users' vectors (the sparse "
                                           "protocols: the coordinate and the weight)")
-        return frame_table(data, [*columns, user], ["columns"] * len(columns) + ["user"]), _source(data, *columns), \
-            "user"
+        return frame_table(data, [*columns, user], ["columns"] * len(columns) + ["user"]), _source(data, *columns)
     if columns is not None:
         raise ParameterError("columns", "left out for a file (every column but the user's is a coordinate)",
                              list(columns))
     from pathlib import Path
 
+    from .users import user_table
+
     path = Path(data)
-    file = file_kind(path, fmt)
-    checked_file(path, "data", file)
-    if file not in ("table", "parquet"):
-        raise ParameterError("user-column", "given with a CSV, TSV or Parquet table (a column of users beside the "
-                             "vectors' columns)", user)
-    table, _ = _load_table(path, file, fmt)
+    table, _ = _load_table(path, user_table(path, fmt, user), fmt)
     if user not in table.column_names:
-        raise ParameterError("user-column", f"one of the table's columns ({', '.join(table.column_names)})", user)
-    return table, str(path), "user-column"
+        raise ParameterError("user", f"one of the table's columns ({', '.join(table.column_names)})", user)
+    return table, str(path)
 
 
-def _vectors(table, keys: np.ndarray, fmt: InputFormat, source: str, field: str, user_field: str):
+def _vectors(table, keys: np.ndarray, fmt: InputFormat, source: str, field: str):
     """(the rows as an (m, d) float array, each row's user key): with ``missing="drop"`` a row with an empty cell
     is left out, and a user left with no row is an error naming the user argument."""
     from ..io.vectors import _empty_rows, _numeric_table
@@ -107,7 +101,7 @@ def _vectors(table, keys: np.ndarray, fmt: InputFormat, source: str, field: str,
         keep = ~_empty_rows(table)
         lost = np.setdiff1d(keys, keys[keep]).size
         if lost:
-            raise ParameterError(user_field, "users with a row without missing cells at least (missing drop leaves "
+            raise ParameterError("user", "users with a row without missing cells at least (missing drop leaves "
                                  "out rows; a user with none would be left out, and n would count the data)",
                                  f"{lost} users with none in {source}")
         import pyarrow as pa

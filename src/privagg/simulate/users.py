@@ -79,24 +79,20 @@ def read_grouped(data, kind: str, fmt: InputFormat, user: str, encoder, reports:
     :func:`grouping_budget`)."""
     import pyarrow as pa
 
-    from ..io.files import _unreadable, checked_file, estimated_rows, file_kind
+    from ..io.files import _unreadable, estimated_rows
     from ..io.frames import frame_table
     from ..io.items import _ItemTyper
     from ..io.users import group_items, run_key, user_records
 
     field = "data" if kind == "file" else "item"
-    user_field = "user-column" if kind == "file" else "user"
+    user_field = "user"
     memory = grouping_budget() if memory is None else memory
     key = run_key(bounding_rng(seed))
     if kind == "file":
         from ..io.blocks import _blocks
 
         path = Path(data)
-        file = file_kind(path, fmt)
-        checked_file(path, field, file)
-        if file not in ("table", "parquet"):
-            raise ParameterError(user_field, "given with a CSV, TSV or Parquet table (a column of users beside the "
-                                 "items); a plain-text or .npy file holds one item a user", user)
+        file = user_table(path, fmt, user)
         blocks, rows = _blocks(path, file, fmt, field, user), estimated_rows(path, fmt)
     else:
         from ..io.blocks import _Block
@@ -113,6 +109,18 @@ def read_grouped(data, kind: str, fmt: InputFormat, user: str, encoder, reports:
         if kind != "file":
             raise
         raise _unreadable(path, file, field, err) from None
+
+
+def user_table(path: Path, fmt: InputFormat, user: str) -> str:
+    """The kind of the file ``path`` (checked), which a user column needs to be a table: ``table`` or ``parquet``."""
+    from ..io.files import checked_file, file_kind
+
+    file = file_kind(path, fmt)
+    checked_file(path, "data", file)
+    if file not in ("table", "parquet"):
+        raise ParameterError("user", "given with a CSV, TSV or Parquet table (a column of users beside the items "
+                             "or vectors); a plain-text or .npy file holds one item a user", user)
+    return file
 
 
 def bounding_rng(seed: int | None):
