@@ -205,10 +205,8 @@ def plan(protocol: str, *, epsilon: float, delta: float | None = None, n_users: 
     calibrated for the n L reports (each user padded to L) at the per-report budget the composition leaves
     (:mod:`privagg.privacy.composition`). ``domain_size``: B (default 2^24 for a hashed protocol; a padded run
     adds one code for L > 1 when B is given)."""
-    from ..protocols.balls_into_bins import N_USERS_MAX
-
     entry = registry.get(protocol)
-    n_users = check_integer("n_users", n_users, 2, N_USERS_MAX)
+    n_users = check_integer("n_users", n_users, 2)  # the protocol's calibration checks the n L reports
     max_items, _ = check_bounding(entry, max_items, None)
     delta = 0.0 if delta is None else delta
     per = budget(entry, epsilon, delta, max_items)
