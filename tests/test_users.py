@@ -237,3 +237,22 @@ def test_default_full_domain_falls_back_to_the_candidates_given():
     report = privagg.estimate(frame, "fe1", item="app", candidates=APPS, epsilon=1 / 3, delta=3e-9, seed=3,
                               mode="fast")
     assert not report.simulation.full_domain and {e.item for e in report.estimates} <= set(APPS)
+
+
+def test_command_line_candidates_of_integer_items(tmp_path):
+    """--candidates is read as text lines: with integer items (and --user-column) they are the integers, not text
+    (it was refused: 'candidates must be integer items, like the input')."""
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"u": rng.integers(0, 500, 3000), "a": rng.integers(0, 5, 3000)}).to_csv(tmp_path / "e.csv",
+                                                                                          index=False)
+    (tmp_path / "c.txt").write_text("0\n1\n2\n3\n")
+    result = runner.invoke(app, ["estimate", "fe1", "--input", str(tmp_path / "e.csv"), "--column", "a",
+                                 "--user-column", "u", "--max-items", "2", "--candidates", str(tmp_path / "c.txt"),
+                                 "--epsilon", "1", "--delta", "1e-8", "--seed", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert sorted(e["item"] for e in json.loads(result.stdout)["estimates"]) == [0, 1, 2, 3]
+    (tmp_path / "c.txt").write_text("0\nten\n")
+    result = runner.invoke(app, ["estimate", "fe1", "--input", str(tmp_path / "e.csv"), "--column", "a",
+                                 "--user-column", "u", "--candidates", str(tmp_path / "c.txt"), "--epsilon", "1",
+                                 "--delta", "1e-8", "--seed", "1"])
+    assert result.exit_code == 2 and "candidates must be integers, like the input's items, got 'ten'" in result.output

@@ -183,7 +183,7 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
     _check_users("data" if kind == "file" else "item", read.codes.size // max_items, read.dropped, source)
     candidate_codes = None
     if candidates is not None and not entry.categorical:
-        candidate_codes = encoder.encode(list(candidates), field="candidates", public=True)
+        candidate_codes = encoder.encode(_like_items(encoder, list(candidates)), field="candidates", public=True)
     pad = encoder.domain_size if user is not None and max_items > 1 else None
     report, _ = estimate_frequencies(entry.name, read.codes, encoder if pad is None else padded(encoder, pad),
                                      candidate_codes=candidate_codes, seed=seed, input_name=source, options=options,
@@ -258,6 +258,18 @@ def _vector_estimate(entry, data, kind: str, columns, fmt: InputFormat, *, domai
     report, _ = estimate_vector_sum(entry.name, inputs, dimension=domain_size, candidates=coordinates,
                                     input_name=source, **run)
     return with_left_out(report, dropped)
+
+
+def _like_items(encoder, candidates: list) -> list:
+    """Candidates read as text (a file's lines: the command line's --candidates) as integers where the items were
+    integers."""
+    if encoder.kind != "integer" or not all(isinstance(c, str) for c in candidates):
+        return candidates
+    try:
+        return [int(c) for c in candidates]
+    except ValueError:
+        bad = next(c for c in candidates if not c.strip().lstrip("+-").isdigit())
+        raise ParameterError("candidates", "integers, like the input's items", repr(bad)) from None
 
 
 def _integers(field: str, values) -> Any:
