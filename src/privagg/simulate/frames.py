@@ -190,7 +190,8 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
                                      epsilon=epsilon, delta=delta, top=top + (pad is not None), evaluate=evaluate,
                                      **run)
     if user is not None:
-        stated_of_users(report, grouped.n_users, grouped.truncated, per, seed is not None if evaluate is None else evaluate,
+        evaluated = seed is not None if evaluate is None else evaluate
+        stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluated,
                         None if pad is None else padded(encoder, pad).label(pad))
         report.estimates = report.estimates[:top]
     return with_left_out(report, read.dropped)
@@ -228,7 +229,8 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
     report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, **run)
     if user is not None:
         evaluate = run["seed"] is not None if run["evaluate"] is None else run["evaluate"]
-        stated_of_users(report, grouped.n_users, grouped.truncated, budget(registry.get("fe-hh"), run["epsilon"], run["delta"], 1), evaluate)
+        per = budget(registry.get("fe-hh"), run["epsilon"], run["delta"], 1)
+        stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluate)
     return with_left_out(report, dropped)
 
 
