@@ -256,3 +256,16 @@ def test_command_line_candidates_of_integer_items(tmp_path):
                                  "--user-column", "u", "--candidates", str(tmp_path / "c.txt"), "--epsilon", "1",
                                  "--delta", "1e-8", "--seed", "1"])
     assert result.exit_code == 2 and "candidates must be integers, like the input's items, got 'ten'" in result.output
+
+
+def test_grouped_run_is_checked_against_memory_before_it_runs(tmp_path, monkeypatch):
+    """A file's users grouped into n L reports: the run over them is refused, naming the option that shrinks it,
+    when it would not fit in memory (as a file's run is before it is read), rather than started."""
+    from privagg.errors import ParameterError
+    from privagg.simulate import frequency
+
+    path = tmp_path / "events.parquet"
+    _log(500).to_parquet(path)
+    monkeypatch.setattr(frequency, "available_memory", lambda: 1 << 20)
+    with pytest.raises(ParameterError, match="set so that the run fits in memory: about 1.5e\\+03 users"):
+        privagg.estimate(path, "fe1", item="app", user="device", max_items=3, domain_size=8, **RUN)

@@ -185,6 +185,12 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
     if candidates is not None and not entry.categorical:
         candidate_codes = encoder.encode(_like_items(encoder, list(candidates)), field="candidates", public=True)
     pad = encoder.domain_size if user is not None and max_items > 1 else None
+    if user is not None and kind == "file":  # the grouped reports' run checked as a file's before it is read
+        from .frequency import check_resources
+
+        check_resources(entry.name, data, fmt, epsilon=epsilon, delta=delta, domain_size=encoder.domain_size +
+                        (pad is not None), calibration=run["calibration"], options=options, mode=run["mode"],
+                        full_domain=run["full_domain"], candidates=candidates is not None, n_users=read.codes.size)
     report, _ = estimate_frequencies(entry.name, read.codes, encoder if pad is None else padded(encoder, pad),
                                      candidate_codes=candidate_codes, seed=seed, input_name=source, options=options,
                                      epsilon=epsilon, delta=delta, top=top + (pad is not None), evaluate=evaluate,

@@ -509,16 +509,17 @@ def available_memory() -> int | None:
 
 def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, domain_size: int,
                     calibration: str, options: dict[str, Any], mode: str, full_domain: bool | None,
-                    candidates: bool) -> None:
+                    candidates: bool, n_users: int | None = None) -> None:
     """Refuse, before reading the input, a simulation that cannot run: too many messages or too little memory.
 
     n is estimated from the file (:func:`privagg.io.estimated_rows`) and the
-    protocol calibrated for it, so parameter errors also surface at once.
+    protocol calibrated for it, so parameter errors also surface at once; or
+    ``n_users`` where it is known (the reports of users grouped from many rows).
     The error names the option that shrinks the run.
     """
     from ..io import estimated_rows
 
-    n_users = max(2, estimated_rows(path, fmt))
+    n_users = max(2, estimated_rows(path, fmt) if n_users is None else n_users)
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n_users, domain_size=domain_size,
                            calibration=calibration, **options)
     check_size(parameters, mode, options)
