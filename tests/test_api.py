@@ -11,7 +11,7 @@ from privagg import ParameterError
 
 PUBLIC = {"calibrate", "load_parameters", "client", "analyzer", "shuffle", "MessageBatch", "ItemEncoder",
           "FrequencyTable", "HeavyHitterList", "VectorSum", "ParameterError", "REGISTRY", "__version__", "simulate",
-          "engine", "estimate"}
+          "engine", "estimate", "plan"}
 HEAVY = ("scipy", "numba", "pyarrow", "rich", "typer", "dask", "pydantic", "wordfreq")
 
 

@@ -217,27 +217,35 @@ def _event_log(seed: int = 5, n: int = 4000):
     return pd.DataFrame({"device": (users * 7919) % 100_003, "app": np.array(APPS)[items]})
 
 
-def test_bound_items_picks_one_distinct_item_uniformly():
-    """A user whose rows are a ten times, b and c once holds each with probability 1/3 (distinct items, not rows):
-    over 30,000 such users each count is Binomial(30000, 1/3), within 4 sd (82)."""
-    from privagg.simulate.frames import bound_items
+def test_bounding_picks_distinct_items_uniformly():
+    """A user whose rows are a ten times, b and c once holds each with probability 1/3 (distinct items, not rows),
+    and with L = 2 each pair of them with probability 1/3: over 30,000 such users each count is Binomial(30000,
+    1/3), within 4 sd (82). Users come out in the order of their keys, each with his own items."""
+    from privagg.io.users import RECORD, bound_codes
 
     n = 30_000
-    users = np.repeat(np.arange(n), 12)
-    codes = np.tile(np.array([0] * 10 + [1, 2]), n)
-    chosen = bound_items(users, codes, np.random.default_rng(11))
-    assert chosen.size == n
+    records = np.empty(12 * n, dtype=RECORD)
+    records["user"] = np.repeat(np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15), 12)
+    records["code"] = np.tile(np.array([0] * 10 + [1, 2]), n)
     sd = np.sqrt(n * (1 / 3) * (2 / 3))
-    assert np.all(np.abs(np.bincount(chosen, minlength=3) - n / 3) < 4 * sd), np.bincount(chosen)
-    one = bound_items(np.array([4, 4, 9]), np.array([6, 6, 2]), np.random.default_rng(0))
-    assert one.tolist() == [6, 2]  # in the users' order, each his own item
+    chosen, truncated, lost = bound_codes(records, 1, -1, 11)
+    assert chosen.shape == (n, 1) and truncated == n and lost == 0
+    assert np.all(np.abs(np.bincount(chosen.ravel(), minlength=3) - n / 3) < 4 * sd), np.bincount(chosen.ravel())
+    pairs, _, _ = bound_codes(records, 2, -1, 11)
+    missing = 3 - pairs.sum(axis=1)  # the item a pair leaves out
+    assert np.all(np.abs(np.bincount(missing, minlength=3) - n / 3) < 4 * sd), np.bincount(missing)
+    padded, truncated, _ = bound_codes(records, 4, 99, 11)
+    assert truncated == 0 and (padded[:, 3] == 99).all() and (np.sort(padded[:, :3], axis=1) == [0, 1, 2]).all()
+    few = np.array([(4, 6), (4, 6), (9, 2), (1, -1)], dtype=RECORD)
+    assert bound_codes(few, 1, -1, 0)[0].tolist() == [[6], [2]] and bound_codes(few, 1, -1, 0)[2] == 1
 
 
 def test_user_bounding_estimates_the_bounded_data():
     """user=: n is the distinct users, the estimates unbiased for the counts among the bounded items (each within
     4 stderr of the true count the evaluation shows), the neighbouring relation user-level."""
-    from privagg.simulate.frames import USER_ROWS
+    from privagg.simulate.users import user_level
 
+    USER_ROWS = user_level(1)
     log = _event_log()
     report = privagg.estimate(log, "fe1", item="app", user="device", candidates=APPS, **RUN)
     assert report.n_users == log["device"].nunique() < len(log)
@@ -256,7 +264,7 @@ def test_user_bounding_estimates_the_bounded_data():
 def test_user_bounding_refuses_what_it_cannot_state():
     log = _event_log(n=300)
     cases = [
-        (dict(max_items=2), "max_items", "L > 1, whose guarantee composes over a user's L items, is not implemented"),
+        (dict(max_items=2, max_rows=2), "max_rows", "left out for fe1"),
         (dict(max_items=0), "max_items", "got 0"),
         (dict(user="nope"), "user", "must be a column of a pandas DataFrame"),
     ]
@@ -267,9 +275,9 @@ def test_user_bounding_refuses_what_it_cannot_state():
     with pytest.raises(ParameterError, match="user must be a user on every row, got nothing on row 2 of column"):
         privagg.estimate(pd.DataFrame({"device": ["a", None, "b"], "app": ["mail"] * 3}), "fe1", item="app",
                          user="device", candidates=APPS, **RUN)
-    with pytest.raises(ParameterError, match="user must be left out for blanket-vector: bounding a user's rows"):
+    with pytest.raises(ParameterError, match="max_items must be 1 for blanket-vector"):
         privagg.estimate(pd.DataFrame({"device": [1, 2], "x": [0.1, 0.2]}), "blanket-vector", columns=["x"],
-                         user="device", **RUN)
+                         user="device", max_items=2, **RUN)
 
 
 def test_user_bounding_with_missing_items_dropped():

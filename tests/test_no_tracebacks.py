@@ -54,6 +54,10 @@ def files(tmp_path_factory):
     (d / "folder.txt").mkdir()
     (d / "folder.json").mkdir()
     (d / "random.json").write_bytes(np.random.default_rng(0).bytes(4096))
+    # event logs, many rows a user (--user-column): well formed, a row without its user, a user left with no item
+    (d / "events.csv").write_text("user,app,x\n" + "".join(f"u{i % 40},{i % 7},0.{i % 10}\n" for i in range(300)))
+    (d / "no-user.csv").write_text("user,app\nu1,3\n,4\nu2,5\n")
+    (d / "no-item.csv").write_text("user,app\nu1,3\nu2,\nu1,\nu3,5\n")
     code = runner.invoke(app, ["estimate", "fe1", *EPS, "--domain", "64", "--input", str(d / "good.txt"), "--seed",
                                "1", "--write-messages", str(d / "msgs"), "--partitions", "2"]).exit_code
     assert code == 0
@@ -91,6 +95,26 @@ CASES = [
     (["estimate", "fe-hh", *EPS, "--input", "{d}/empty.npy"], "input"),
     (["estimate", "blanket-vector", *EPS, "--input", "{d}/text.npy"], "input"),
     (["estimate", "blanket-vector", *EPS, "--input", "{d}/table.csv"], "input"),
+    # many rows a user (issue 49): the user column missing, empty, a user with no item left, L = 0, the text format
+    (FE1 + ["--input", "{d}/events.csv", "--column", "app", "--user-column", "device"], "user-column"),
+    (FE1 + ["--input", "{d}/events.csv", "--column", "app", "--user-column", "app"], "user-column"),
+    (FE1 + ["--input", "{d}/no-user.csv", "--column", "app", "--user-column", "user"], "user-column"),
+    (FE1 + ["--input", "{d}/no-item.csv", "--column", "app", "--user-column", "user", "--missing", "drop"],
+     "user-column"),
+    (FE1 + ["--input", "{d}/no-item.csv", "--column", "app", "--user-column", "user"], "input"),
+    (FE1 + ["--input", "{d}/events.csv", "--column", "app", "--user-column", "user", "--max-items", "0"],
+     "max-items"),
+    (FE1 + ["--input", "{d}/events.csv", "--column", "app", "--max-items", "2"], "max-items"),
+    (FE1 + ["--input", "{d}/good.txt", "--user-column", "user"], "user-column"),
+    (FE1 + ["--user-column", "user"], "user-column"),
+    (["estimate", "dpcs", *EPS, "--domain", "7", "--input", "{d}/events.csv", "--column", "app", "--user-column",
+      "user", "--max-items", "2"], "max-items"),
+    (["estimate", "fe-hh", *EPS, "--input", "{d}/good.txt", "--user-column", "user"], "user-column"),
+    (["estimate", "blanket-vector", *EPS, "--input", "{d}/events.csv", "--user-column", "device"], "user-column"),
+    (["estimate", "blanket-vector", *EPS, "--input", "{d}/events.csv", "--user-column", "user", "--max-rows", "0"],
+     "max-rows"),
+    (["calibrate", "dpcs", *EPS, "--users", "1000", "--domain", "7", "--max-items", "2"], "max-items"),
+    (["calibrate", "fe1", *EPS, "--users", "1000", "--domain", "7", "--max-items", "0"], "max-items"),
     (["compare", "--protocols", "fe1", "--epsilon", "1", "--delta", "1e-6", "--input", "{d}/sparse.tsv"], "input"),
     (["compare", "--protocols", "fe1", "--epsilon", "1", "--delta", "1e-6", "--input", "{d}/array.txt"], "input"),
     (["analyze", "fe1", "--params", "{d}/sparse.json", "--messages", "{d}/msgs"], "params"),
@@ -346,6 +370,20 @@ API_CASES = [
     ("sparse-vector-ragged-candidates", lambda f: privagg.analyzer(
         privagg.calibrate("sparse-vector-hashed", epsilon=1, delta=1e-6, n_users=2000, domain_size=16),
         queries=[[1], [1, 2]]), "candidates"),
+    ("estimate-user-mixed-items", lambda f: privagg.estimate(
+        _frame_of({"u": [1, 1, 2, 3], "app": [1, "a", 2, 3]}), "fe1", item="app", user="u", epsilon=1, delta=1e-6,
+        domain_size=16), "item"),
+    ("estimate-user-empty", lambda f: privagg.estimate(
+        _frame_of({"u": [], "app": []}), "fe1", item="app", user="u", epsilon=1, delta=1e-6), "item"),
+    ("estimate-user-missing", lambda f: privagg.estimate(
+        _frame_of({"u": [1, 2], "app": [1, 2]}), "fe1", item="app", user="device", epsilon=1, delta=1e-6), "user"),
+    ("estimate-max-items-0", lambda f: privagg.estimate(
+        _frame_of({"u": [1, 2], "app": [1, 2]}), "fe1", item="app", user="u", max_items=0, epsilon=1, delta=1e-6),
+     "max_items"),
+    ("plan-max-items-0", lambda f: privagg.plan("fe1", epsilon=1, delta=1e-6, n_users=100, max_items=0),
+     "max_items"),
+    ("plan-dpcs-max-items-2", lambda f: privagg.plan("dpcs", epsilon=1, delta=1e-6, n_users=100, max_items=2,
+                                                     domain_size=4), "max_items"),
     ("fe-hh-randomize-int", lambda f: privagg.client(
         privagg.calibrate("fe-hh", epsilon=1, delta=1e-3, n_users=2000, domain_size=16, phi=0.1)).randomize(0),
      "items"),
@@ -421,7 +459,10 @@ def api(fe1):
         "estimate": (privagg.estimate, dict(
             data=_frame(), protocol="fe1", item="app", columns=None, epsilon=1.0, delta=1e-6, domain_size=16,
             candidates=None, top=3, seed=1, evaluate=False, missing="error", item_type="auto", calibration="numeric",
-            hash_key=None, full_domain=True, mode="fast", phi=None, max_length=None, user=None, max_items=1)),
+            hash_key=None, full_domain=True, mode="fast", phi=None, max_length=None, user=None, max_items=1,
+            max_rows=None, delimiter=None, header=True)),
+        "plan": (privagg.plan, dict(protocol="fe1", epsilon=1.0, delta=1e-6, n_users=1000, max_items=2,
+                                    domain_size=16, calibration="numeric")),
         "client.randomize": (client.randomize, dict(codes=[1, 2], rng=1)),
         "analyzer.agg_init": (analyzer.agg_init, {}),
         "analyzer.agg_update": (analyzer.agg_update, dict(agg=analyzer.agg_init(), messages=messages)),
@@ -437,6 +478,12 @@ def api(fe1):
         "engine.analyze": (privagg.engine.analyze, dict(analyzer=analyzer, partitions=[messages], engine="local",
                                                         scheduler=None, workers=None)),
     }
+
+
+def _frame_of(columns: dict):
+    import pandas as pd
+
+    return pd.DataFrame(columns)
 
 
 def _frame():

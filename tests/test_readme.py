@@ -71,17 +71,17 @@ def command_blocks() -> list[str]:
 
 def test_every_command_block_is_run_here():
     firsts = [b.split()[1] + " " + b.split()[2] for b in command_blocks()]
-    assert firsts == ["protocols #", "estimate dpds", "estimate blanket-vector", "estimate grr", "compare --protocols",
-                      "demo-service #"], firsts  # a new block needs its row in the test below
+    assert firsts == ["protocols #", "estimate dpds", "estimate blanket-vector", "estimate grr", "calibrate fe1",
+                      "compare --protocols", "demo-service #"], firsts  # a new block needs its row in the test below
 
 
 # what each block writes, beyond its exit statuses
 WRITTEN = {0: ("report.json", "msgs/params.json"), 1: ("results/variance_vs_n.png",),
-           2: ("vmsgs/params.json", "vector-results/mse_vs_t.png"), 3: (), 4: ("compare/error_vs_epsilon.png",)}
+           2: ("vmsgs/params.json", "vector-results/mse_vs_t.png"), 3: (), 4: (), 5: ("compare/error_vs_epsilon.png",)}
 
 
 @pytest.mark.slow  # Dask clusters, the quick reproductions, faithful sharing among 2,000 users
-@pytest.mark.parametrize("index", range(5))  # demo-service: tests/service/test_faults.py runs it
+@pytest.mark.parametrize("index", range(6))  # demo-service: tests/service/test_faults.py runs it
 def test_command_blocks_run_as_written_after_example_data(index, tmp_path):
     run_commands("privagg example-data .", tmp_path)
     run_commands(command_blocks()[index], tmp_path)

@@ -16,6 +16,9 @@ The API (``dir(privagg)`` lists it):
 * ``estimate(frame, protocol, item="col", epsilon=..., delta=..., ...)``: a protocol simulated over a column
   of a pandas or Polars DataFrame (or a Parquet file or dataset), as ``privagg estimate`` over a file: the
   report, with ``to_pandas()``, ``to_polars()`` and ``plot()``.
+* ``plan(protocol, epsilon=..., delta=..., n_users=..., max_items=L)``: before any data is read, the expected
+  error an item and the guarantees (per report, and the user's composed over his L items) of an estimate with
+  ``user=`` and ``max_items=L``.
 * ``calibrate(protocol, epsilon=..., delta=..., n_users=..., domain_size=..., ...)``:
   a protocol's frozen parameters; ``REGISTRY`` names the protocols.
 * ``load_parameters(json_text)``: parameters saved as JSON (``json.dumps(parameters.to_dict())``).
@@ -41,6 +44,7 @@ __version__ = "0.2.0"
 
 _LAZY = {
     "estimate": "privagg.simulate.frames",
+    "plan": "privagg.simulate.users",
     "calibrate": "privagg.protocols.registry",
     "load_parameters": "privagg.protocols.registry",
     "client": "privagg.protocols.registry",

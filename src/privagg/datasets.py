@@ -104,7 +104,17 @@ def sparse_vectors(n_users: int = SPARSE_USERS, vocabulary: int = SPARSE_VOCABUL
 
 
 EXAMPLE_FILES = ("items.csv", "names.txt", "survey.csv", "answers.txt", "vectors.csv", "pairs.csv",
-                 "coordinates.txt")
+                 "coordinates.txt", "events.csv")
+
+
+def _event_log(rng, users: int = 5_000) -> str:
+    """``events.csv``'s text: each user 1 to 40 rows (Zipf), 70% of them his favourite of the 4 apps."""
+    apps = np.array(["maps", "mail", "chat", "news"])
+    rows = np.minimum(rng.zipf(1.6, users), 40)
+    user = np.repeat(np.arange(users), rows)
+    favourite = rng.choice(4, users, p=[0.4, 0.3, 0.2, 0.1])
+    app = np.where(rng.random(user.size) < 0.7, favourite[user], rng.integers(0, 4, user.size))
+    return "user,app\n" + "".join(f"d{u},{a}\n" for u, a in zip(user.tolist(), apps[app].tolist()))
 
 
 def write_examples(folder: Path, seed: int = DEFAULT_SEED) -> list[Path]:
@@ -116,7 +126,9 @@ def write_examples(folder: Path, seed: int = DEFAULT_SEED) -> list[Path]:
       epsilon (``eps``, 0.5 or 2) for weighted aggregation;
     * ``vectors.csv``: 5,000 users' vectors in [0, 1]^6, a few values up to 1.02 (for ``--clip``);
     * ``pairs.csv``: 20,000 users' (coordinate in [0, 2^40), weight in [0, 1]), half on 3 heavy coordinates,
-      listed in ``coordinates.txt``.
+      listed in ``coordinates.txt``;
+    * ``events.csv``: an event log (columns ``user``, ``app``) of 5,000 users with 1 to 40 rows each
+      (heavy-tailed), mostly their favourite app (``--user-column``).
 
     Returns the paths written; an existing file of these names is replaced.
     """
@@ -139,6 +151,7 @@ def write_examples(folder: Path, seed: int = DEFAULT_SEED) -> list[Path]:
         "pairs.csv": "coordinate,weight\n" + "".join(f"{c},{w:.4f}\n" for c, w in zip(coordinates,
                                                                                       rng.random(20_000))),
         "coordinates.txt": "".join(f"{c}\n" for c in heavy),
+        "events.csv": _event_log(np.random.default_rng(seed + 1)),
     }
     for name, text in texts.items():
         (folder / name).write_text(text)

@@ -27,7 +27,7 @@ calibrate_app = ProtocolCommands(lambda entry: _register_calibrate(entry),
 
 def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
                calibration: Enum, hash_key: Optional[str], verbose: bool, as_json: bool, output: Optional[Path],
-               **options: Any) -> None:
+               max_items: int = 1, **options: Any) -> None:
     import secrets
 
     from ..core.encoding import KEY_BYTES, check_item_key
@@ -47,10 +47,29 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
             key = None
         else:
             key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
-        params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
-                           calibration=calibration.value, item_key=key, **options)
-        profile, expected = privacy_profile(params), params.expected_error()
-    report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=params.privacy,
+        planned = None
+        if max_items != 1:  # L items a user: the run over n L reports at the per-report budget (privagg.plan)
+            from ..privacy.events import Composed
+            from ..simulate.users import plan, user_level
+
+            try:
+                planned = plan(entry.name, epsilon=epsilon, delta=delta, n_users=users, max_items=max_items,
+                               domain_size=domain, calibration=calibration.value, item_key=key, **options)
+            except ParameterError as err:
+                if err.field != "max_items":
+                    raise
+                raise ParameterError("max-items", err.accepted, err.got) from None
+            params = planned.parameters
+            privacy = params.privacy.with_event(Composed(
+                params.privacy.event, max_items, planned.epsilon, planned.delta, planned.method, planned.detail,
+                user_level(max_items)))
+            profile = []  # of one report's noise: the user's guarantee composes
+        else:
+            params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
+                               calibration=calibration.value, item_key=key, **options)
+            privacy, profile = params.privacy, privacy_profile(params)
+        expected = params.expected_error()
+    report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=privacy,
                                privacy_profile=profile, **expected, costs=params.costs(), theory=params.theory(),
                                warnings=privacy_warnings(epsilon, delta, users) + params.warnings())
 
@@ -64,7 +83,12 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
         for party, counts in report.costs.items():
             table.add_row(f"cost per {party}", ", ".join(f"{k} {v:.6g}" for k, v in counts.items()))
         _console().print(table)
-        _say_privacy(params.privacy, profile, verbose)
+        if planned is not None:
+            _say(f"at most {max_items} items a user, {users} users: {planned.reports} reports; expected stderr "
+                 f"{planned.stderr:.4g} an item; each report ({planned.per_report_epsilon:.4g}, "
+                 f"{planned.per_report_delta:.3g})-DP, each user ({planned.epsilon:.4g}, {planned.delta:.3g})-DP "
+                 f"by {planned.method}")
+        _say_privacy(privacy, profile, verbose)
 
     _emit(report_document(report), as_json, output, human)
 
@@ -78,6 +102,11 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
         _param("domain", Optional[int], typer.Option(None, "--domain", help="Integer items in [0, B), B up to 2^64 "
                                                                             "(strings: --max-length instead).")),
         *_protocol_parameters(entry),
+        *([_param("max_items", int, typer.Option(
+            1, "--max-items", help="L items a user (estimate --user-column --max-items L): the run over n L reports, "
+                                   "at the per-report budget that keeps each user at --epsilon, --delta; prints the "
+                                   "expected error an item and both guarantees."))]
+          if entry.result is ResultKind.FREQUENCY_TABLE else []),
         _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),

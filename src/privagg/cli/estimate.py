@@ -66,13 +66,64 @@ def _messages_info(report, **info: Any) -> dict[str, Any]:
             **({} if privacy.private else {"not_private": privacy.not_private_reason})}
 
 
+def _user_options(vectors: bool) -> list[inspect.Parameter]:
+    """--user-column and the bounding of a user's rows: --max-items (items) or --max-rows (vectors)."""
+    return [
+        _param("user_column", Optional[str], typer.Option(
+            None, "--user-column", help="The table's column naming each row's user (an event log, any number of rows "
+                                        "a user): the user is then the privacy unit, his rows bounded before "
+                                        "randomizing (docs/privacy.md, \"Many rows a user\"); CSV, TSV or Parquet.")),
+        _param("max_rows", Optional[int], typer.Option(
+            None, "--max-rows", help="With --user-column: R of each user's rows sampled at random, R reports a user "
+                                     "(the guarantee composes over them); default: a user's rows summed and clipped "
+                                     "to [0, 1]^d (sparse: one coordinate a user).")) if vectors else
+        _param("max_items", int, typer.Option(
+            1, "--max-items", help="With --user-column: L distinct items a user, chosen at random; the guarantee "
+                                   "(--epsilon, --delta: the user's) composes over his L reports (privagg calibrate "
+                                   "--max-items shows the error first)."))]
+
+
+# the library's argument names, as the command line spells them
+CLI_FIELDS = {"max_items": "max-items", "max_rows": "max-rows", "user": "user-column", "item": "column",
+              "data": "input", "domain_size": "domain", "max_length": "max-length"}
+
+
+def _by_user(entry: ProtocolEntry, input: Optional[Path], user_column: Optional[str], fmt, candidates: Optional[Path],
+             refused: dict[str, Any], **run: Any):
+    """The report of a run with --user-column (or --max-items/--max-rows, which need it): the library's
+    :func:`privagg.simulate.frames.estimate` over the file, its errors naming the command line's options."""
+    from ..io import read_list
+    from ..simulate.frames import estimate
+
+    if user_column is None:
+        bounding = {k: v for k, v in run.items() if k in ("max_items", "max_rows") and v not in (None, 1)}
+        name, value = next(iter(bounding.items()))
+        raise ParameterError(CLI_FIELDS[name], "left out without --user-column (one row a user)", value)
+    if input is None:
+        raise ParameterError("user-column", "given with --input (a table with a column of users)", user_column)
+    for name, value in refused.items():
+        if value is not None:
+            raise ParameterError(name, "left out with --user-column", value)
+    listed = None if candidates is None else read_list(candidates)
+    try:
+        return estimate(input, entry.name, user=user_column, item_type=fmt.item_type, missing=fmt.missing,
+                        delimiter=fmt.delimiter, header=fmt.header, candidates=listed, **run)
+    except ParameterError as err:
+        field = CLI_FIELDS.get(err.field)
+        if field is None:
+            raise
+        renamed = ParameterError(field, err.accepted, err.got)
+        renamed.args = (field + str(err)[len(err.field):],)
+        raise renamed from None
+
+
 def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[str], item_type: Enum,
               delimiter: Optional[str], header: bool, missing: Enum, domain: int, epsilon: float,
               delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
               evaluate: Optional[bool],
               hash_key: Optional[str], full_domain: Optional[bool], mode: Mode, verbose: bool, as_json: bool,
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
-              epsilon_column: Optional[str], **options: Any) -> None:
+              epsilon_column: Optional[str], user_column: Optional[str], max_items: int, **options: Any) -> None:
     from ..io import InputFormat
     from ..reports import report_document
     from ..simulate.frames import with_left_out
@@ -83,6 +134,14 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
         _check_public(candidates, input)
         _check_stdin_format(input, delimiter)
         fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
+        if user_column is not None or max_items != 1:
+            report = _by_user(entry, input, user_column, fmt, candidates, {
+                "write-messages": write_messages, "epsilon-column": epsilon_column}, item=column, max_items=max_items,
+                epsilon=epsilon, delta=delta, calibration=calibration.value, domain_size=domain, top=top, seed=seed,
+                evaluate=_evaluating(evaluate, input, seed), hash_key=hash_key, full_domain=full_domain,
+                mode=mode.value, **options)
+            _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
+            return
         if entry.categorical:
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (categories are codes by their place in "
@@ -201,6 +260,7 @@ def _register_estimate(entry: ProtocolEntry) -> None:
                                        PUBLIC_CANDIDATES + " The input file itself, or a copy, is refused.")),
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         *_seed_and_evaluate_options(),
+        *_user_options(vectors=False),
         _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
                          "strings get the same codes. Default: derived from --seed, else random."),
         _param("full_domain", Optional[bool], typer.Option(
@@ -247,7 +307,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      verbose: bool, as_json: bool, output: Optional[Path], progress: Optional[bool],
                      write_messages: Optional[Path], partitions: int, dimension: Optional[int] = None,
                      candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
-                     missing: Optional[Enum] = None, **options: Any) -> None:
+                     missing: Optional[Enum] = None, user_column: Optional[str] = None,
+                     max_rows: Optional[int] = None, **options: Any) -> None:
     from .. import engine
     from ..io import InputFormat
     from ..reports import report_document
@@ -270,28 +331,38 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                      str(write_messages))
             engine.prepare_message_folder(write_messages, partitions)
         fmt = InputFormat(delimiter=delimiter, header=header, missing="error" if missing is None else missing.value)
-        with _located(input, fmt, vectors=True):
-            inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
-                entry, input, fmt, clip, dimension, candidates, _evaluating(evaluate, input, seed))
-        if discover_phi is not None and write_messages is not None:
-            raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are not "
-                                 "written)", str(write_messages))
-        with _progress(progress) as advance, _located(input, fmt, vectors=True):
-            report, run = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
-                                              calibration=calibration.value, options=options, dimension=dimension,
-                                              candidates=coordinates, names=names, mode=mode.value, seed=seed,
-                                              input_name=name, progress=advance, warnings=warnings,
-                                              keep_messages=write_messages is not None, discover_phi=discover_phi,
-                                              evaluate=_evaluating(evaluate, input, seed))
-        with_left_out(report, dropped)
-        if write_messages is not None:
-            report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
-            start = time.perf_counter()
-            engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
-                report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness,
-                users=run.result.parameters.n_users))  # all n users' messages
-            report.simulation.seconds["write_messages"] = time.perf_counter() - start
-            report.messages_written = str(write_messages)
+        if user_column is not None or max_rows is not None:
+            from .inputs import _read_coordinates
+
+            report, names = _by_user(entry, input, user_column, fmt, None, {
+                "write-messages": write_messages, "discover-phi": discover_phi, "clip": clip or None},
+                max_rows=max_rows, epsilon=epsilon, delta=delta, calibration=calibration.value,
+                domain_size=dimension, seed=seed, evaluate=_evaluating(evaluate, input, seed),
+                **({"candidates": _read_coordinates(candidates).tolist()} if candidates is not None else {}),
+                **({"mode": mode.value} if entry.one_sparse else {}), **options), None
+        else:
+            with _located(input, fmt, vectors=True):
+                inputs, dimension, coordinates, names, name, warnings, dropped = _read_vector_input(
+                    entry, input, fmt, clip, dimension, candidates, _evaluating(evaluate, input, seed))
+            if discover_phi is not None and write_messages is not None:
+                raise ParameterError("write-messages", "left out with --discover-phi (its two stages' messages are "
+                                     "not written)", str(write_messages))
+            with _progress(progress) as advance, _located(input, fmt, vectors=True):
+                report, run = estimate_vector_sum(entry.name, inputs, epsilon=epsilon, delta=delta,
+                                                  calibration=calibration.value, options=options, dimension=dimension,
+                                                  candidates=coordinates, names=names, mode=mode.value, seed=seed,
+                                                  input_name=name, progress=advance, warnings=warnings,
+                                                  keep_messages=write_messages is not None, discover_phi=discover_phi,
+                                                  evaluate=_evaluating(evaluate, input, seed))
+            with_left_out(report, dropped)
+            if write_messages is not None:
+                report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
+                start = time.perf_counter()
+                engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
+                    report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness,
+                    users=run.result.parameters.n_users))  # all n users' messages
+                report.simulation.seconds["write_messages"] = time.perf_counter() - start
+                report.messages_written = str(write_messages)
 
     def human() -> None:
         from rich.table import Table
@@ -352,6 +423,7 @@ def _register_vector_estimate(entry: ProtocolEntry) -> None:
                                                                 "is an error naming its row and column).")),
         *_protocol_parameters(entry),
         *_seed_and_evaluate_options(),
+        *_user_options(vectors=True),
         _param("show", int, typer.Option(20, "--show", help="How many coordinates to print (the JSON has all).")),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
@@ -386,7 +458,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                  delimiter: Optional[str], header: bool, missing: Enum, domain: Optional[int], epsilon: float,
                  delta: float, calibration: Enum, phi: Optional[float], max_length: Optional[int],
                  seed: Optional[int], evaluate: Optional[bool], verbose: bool, as_json: bool, output: Optional[Path],
-                 progress: Optional[bool]) -> None:
+                 progress: Optional[bool], user_column: Optional[str], max_items: int) -> None:
     from .. import datasets
     from ..io import InputFormat, read_items
     from ..reports import report_document
@@ -398,7 +470,11 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
         _check_stdin_format(input, delimiter)
         evaluate, dropped = _evaluating(evaluate, input, seed), 0
         fmt = InputFormat(item_type.value, column, delimiter, header, missing.value)
-        if input is None:
+        if user_column is not None or max_items != 1:
+            report = _by_user(entry, input, user_column, fmt, None, {}, item=column, max_items=max_items,
+                              epsilon=epsilon, delta=delta, phi=phi, domain_size=domain, max_length=max_length,
+                              calibration=calibration.value, seed=seed, evaluate=evaluate)
+        elif input is None:
             values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
             if domain is not None:
                 raise ParameterError("domain", "left out for the bundled words (strings: --max-length)", domain)
@@ -414,11 +490,12 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             if not strings and max_length is not None:
                 raise ParameterError("max-length", "left out for integer items (--domain B sets their range)",
                                      max_length)
-        with _progress(progress) as advance, _located(input, fmt):
-            report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
-                                               max_length=max_length, calibration=calibration.value, seed=seed,
-                                               input_name=name, progress=advance, evaluate=evaluate)
-        with_left_out(report, dropped)
+        if user_column is None and max_items == 1:
+            with _progress(progress) as advance, _located(input, fmt):
+                report, _ = estimate_heavy_hitters(values, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain,
+                                                   max_length=max_length, calibration=calibration.value, seed=seed,
+                                                   input_name=name, progress=advance, evaluate=evaluate)
+            with_left_out(report, dropped)
 
     def human() -> None:
         from rich.table import Table
@@ -465,6 +542,7 @@ def _register_hh_estimate(entry: ProtocolEntry) -> None:
                                                                             "up to 2^64.")),
         *_protocol_parameters(entry),
         *_seed_and_evaluate_options(),
+        *_user_options(vectors=False),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the JSON report.")),
         _param("output", Optional[Path], typer.Option(None, "--output", help="Write the JSON report to FILE.")),

@@ -341,7 +341,8 @@ def _say_privacy(privacy, profile, verbose: bool) -> None:
     """One short line, or (--verbose) the full statement and the privacy profile."""
     if verbose:
         _say(privacy.render())
-        _say(_profile_line(profile))
+        if profile:  # none where the guarantee composes a user's reports (the profile is of one report's noise)
+            _say(_profile_line(profile))
     else:
         _say(privacy.summary() + " (--verbose: the full statement)")
 

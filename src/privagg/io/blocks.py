@@ -36,33 +36,46 @@ class _Block:
     unit: str  # "line" or "row"
     capacity: int | None = None  # the file's row count, when its metadata gives it
     kept: np.ndarray | None = None  # positions in the block of the values left after dropping missing ones
+    users: pa.Array | None = None  # each row's user (--user-column), beside its value
 
     def where(self, index: int, path: Path | str) -> str:
         position = index if self.kept is None else int(self.kept[index])
         return f"{self.unit} {self.first + position} of {path}"
 
 
-def _blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> Iterator[_Block]:
+def _blocks(path: Path, kind: str, fmt: InputFormat, field: str, user: str | None = None) -> Iterator[_Block]:
+    """The blocks of ``fmt.column``, each with its rows' ``user`` column when given (:mod:`privagg.io.users`)."""
     if kind == "parquet":
-        yield from _parquet_blocks(path, fmt)
+        yield from _parquet_blocks(path, fmt, user)
     else:
-        yield from _delimited_blocks(path, kind, fmt, field)
+        yield from _delimited_blocks(path, kind, fmt, field, user)
 
 
-def _parquet_blocks(path: Path, fmt: InputFormat) -> Iterator[_Block]:
+def _user_column(names: list[str], user: str | None, column: str) -> list[str]:
+    """The columns to read: the item's, and the user's (--user-column, which must be another of ``names``)."""
+    if user is None:
+        return [column]
+    if user not in names or user == column:
+        what = f"one of {_shown([n for n in names if n != column])}" if len(names) > 1 else \
+            "a column beside the items' (the table has one)"
+        raise ParameterError("user", what, user)
+    return [column, user]
+
+
+def _parquet_blocks(path: Path, fmt: InputFormat, user: str | None = None) -> Iterator[_Block]:
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(path)
     names = file.schema_arrow.names
     column = _pick_column(names, fmt.column, header=True)
     row = 1
-    for batch in file.iter_batches(columns=[column]):
-        values = batch.column(0)
-        yield _Block(values, row, "row", file.metadata.num_rows)
+    for batch in file.iter_batches(columns=_user_column(names, user, column)):
+        values = batch.column(column)
+        yield _Block(values, row, "row", file.metadata.num_rows, users=None if user is None else batch.column(user))
         row += len(values)
 
 
-def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> Iterator[_Block]:
+def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str, user: str | None = None) -> Iterator[_Block]:
     """Text lines or one column of a delimited table, as strings, block by block."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -98,6 +111,7 @@ def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> It
             names, skip = [str(i) for i in range(len(first))], 0
             column = _pick_column(names, fmt.column, header=False)
         parse = pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False, invalid_row_handler=first_bad_row)
+    columns = _user_column(names, user, column)
     line = skip + 1
     undecodable: list[BaseException] = []
     try:
@@ -106,12 +120,13 @@ def _delimited_blocks(path: Path, kind: str, fmt: InputFormat, field: str) -> It
                 path, read_options=pacsv.ReadOptions(column_names=names, skip_rows=skip, block_size=BLOCK_BYTES,
                                                      use_threads=False),  # threads hide a bad row's line number
                 parse_options=parse,
-                convert_options=pacsv.ConvertOptions(include_columns=[column], column_types={column: pa.string()},
+                convert_options=pacsv.ConvertOptions(include_columns=columns,
+                                                     column_types=dict.fromkeys(columns, pa.string()),
                                                      null_values=[""], strings_can_be_null=True,
                                                      quoted_strings_can_be_null=True))
             for batch in reader:
-                values = batch.column(0)
-                yield _Block(values, line, "line")
+                values = batch.column(column)
+                yield _Block(values, line, "line", users=None if user is None else batch.column(user))
                 line += len(values)
     except pa.ArrowInvalid:
         if undecodable and not bad_rows:  # Arrow could not hand the handler a row that is not UTF-8
@@ -220,7 +235,8 @@ def _without_missing(block: _Block, fmt: InputFormat, field: str, path: Path) ->
         raise ParameterError(field, "a value for every user (an empty cell or line is missing; --missing drop "
                              "leaves those users out)", f"nothing on {block.where(first, path)}")
     keep = present.to_numpy(zero_copy_only=False)
-    return _Block(values.filter(present), block.first, block.unit, kept=np.flatnonzero(keep)), int((~keep).sum())
+    return _Block(values.filter(present), block.first, block.unit, kept=np.flatnonzero(keep),
+                  users=None if block.users is None else block.users.filter(present)), int((~keep).sum())
 
 
 def _matches(values: pa.Array, pattern: str) -> np.ndarray:

@@ -12,6 +12,8 @@ the protocol, what is public, and who took part.
   dropped out (DPDS, DPDG, TSS: docs/privacy.md, "Dropouts in DPDS and DPDG").
 * :class:`EarlyClose`: a release over the m < n users who reported before a one-batch task was closed
   (docs/privacy.md, "An early close"): the guarantee counts on ceil(G n) honest users among them.
+* :class:`Composed`: a user's L reports (his bounded items or rows), each under the per-report event: group
+  privacy or composition (:mod:`privagg.privacy.composition`; docs/privacy.md, "Many rows a user").
 * :class:`Incomplete`: a one-batch release of m counted reports some of whose messages did not enter the
   aggregate (docs/deployment.md, "Messages that do not enter the aggregate"): the guarantee counts on ceil(G n)
   honest users among the reports whose messages all entered.
@@ -161,7 +163,23 @@ class Incomplete:
                 "lower honest fraction tolerates that many)")
 
 
-Event = Union[Mechanism, Sequential, Survivors, EarlyClose, Incomplete]
+@dataclass(frozen=True)
+class Composed:
+    """``event`` (one report's guarantee) used ``reports`` = L times by each user, who holds up to L items or rows
+    (bounded, padded to L): (``epsilon``, ``delta``) by ``method`` (:mod:`privagg.privacy.composition`), which
+    ``detail`` states; ``neighbouring``: the user-level relation that replaces the report-level one."""
+
+    type: Literal["composed"] = field(default="composed", init=False)
+    event: Event
+    reports: int
+    epsilon: float
+    delta: float
+    method: str
+    detail: str
+    neighbouring: str
+
+
+Event = Union[Mechanism, Sequential, Survivors, EarlyClose, Incomplete, Composed]
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
@@ -172,7 +190,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
         return Sequential(tuple(Stage(s["name"], event_from_dict(s["event"])) for s in data["stages"]))
     if kind == "mechanism":
         return Mechanism(**fields_)
-    wrapper = {"survivors": Survivors, "early_close": EarlyClose, "incomplete": Incomplete}[kind]
+    wrapper = {"survivors": Survivors, "early_close": EarlyClose, "incomplete": Incomplete, "composed": Composed}[kind]
     return wrapper(event=event_from_dict(data["event"]), **fields_)
 
 
@@ -186,6 +204,8 @@ def guarantee(event: Event) -> tuple[float, float]:
         return sum(e for e, _ in parts), sum(d for _, d in parts)
     if isinstance(event, Survivors):
         return event.event.epsilon, event.delta
+    if isinstance(event, Composed):
+        return event.epsilon, event.delta
     return guarantee(event.event)
 
 
@@ -229,6 +249,11 @@ def describe(event: Event) -> dict[str, Any]:
             reference=" and ".join(_unique(part["reference"] for _, part in parts)),
             caveats=_unique(c for _, part in parts for c in part["caveats"]))
     inner = describe(event.event)
+    if isinstance(event, Composed):
+        return {**inner, "epsilon": epsilon, "delta": delta, "neighbouring": event.neighbouring,
+                "parameters": {**inner["parameters"], "per_report_epsilon": inner["epsilon"],
+                               "per_report_delta": inner["delta"], "reports_per_user": event.reports},
+                "method_detail": f"{event.method}: {event.detail}; one report: {inner['method_detail']}"}
     if isinstance(event, Survivors):
         weakened = (f"; the dropouts weakened it from the task's target delta {event.event.delta:.3g} to "
                     f"{event.delta:.3g} (fewer users to hide among)" if event.weakened else "")
@@ -250,7 +275,7 @@ def describe(event: Event) -> dict[str, Any]:
 
 def stages(event: Event) -> list[tuple[str, float, float]]:
     """(name, epsilon, delta) of each stage of a sequential ``event`` (wrapped or not); [] for one stage."""
-    while isinstance(event, (Survivors, EarlyClose, Incomplete)):
+    while isinstance(event, (Survivors, EarlyClose, Incomplete, Composed)):
         event = event.event
     if not isinstance(event, Sequential):
         return []

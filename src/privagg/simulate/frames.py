@@ -11,16 +11,17 @@ randomness is secure unless ``seed`` is given, and a seeded run's report says it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core.encoding import CategoryEncoder
-from ..errors import ParameterError, check_integer, check_sequence, checked_arguments
+from ..errors import ParameterError, check_instance, check_sequence, checked_arguments
 from ..io import InputFormat
 from ..io.frames import FRAME_KINDS, frame_kind, frame_name, frame_table, table_blocks
+from ..io.items import ReadSummary
 from ..protocols import registry
 from ..protocols.kinds import ResultKind
+from .users import check_bounding
 
 DEFAULT_DOMAIN = 2**24  # as the command line's --domain for a hashed protocol
 
@@ -32,7 +33,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
              evaluate: bool | None = None, missing: str = "error", item_type: str = "auto",
              calibration: str | None = None, hash_key: str | None = None, full_domain: bool | None = None,
              mode: str = "faithful", phi: float | None = None, max_length: int | None = None,
-             user: str | None = None, max_items: int = 1, **options: Any):
+             user: str | None = None, max_items: int = 1, max_rows: int | None = None, delimiter: str | None = None,
+             header: bool = True, **options: Any):
     """Simulate ``protocol`` over ``data``'s column ``item`` (frequencies, heavy hitters) or ``columns`` (a vector
     sum: one row a user, every column a coordinate in [0, 1]); returns the report ``privagg estimate`` writes
     (``EstimateReport``, ``HeavyHitterReport`` or ``VectorEstimateReport``), with ``to_pandas()``,
@@ -41,14 +43,19 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     ``data``: a pandas DataFrame, a Polars DataFrame or LazyFrame (only the named columns are collected), or the
     path of a Parquet file (streamed) or of a folder of Parquet files (a dataset), or of any file ``--input``
     reads. ``domain_size``: B for hashed and small-domain protocols (text is hashed into [B]; default 2^24 where
-    the protocol allows); ``candidates``: public items to estimate (a categorical protocol's list of categories).
+    the protocol allows); ``delimiter``, ``header``: how a delimited ``data`` file is read (as ``--delimiter``,
+    ``--no-header``); ``candidates``: public items to estimate (a categorical protocol's list of categories).
     ``options``: the protocol's own (``REGISTRY[protocol].options``). ``missing="drop"`` leaves out the users
     without a value, and the report then says it is not private (docs/privacy.md, "Missing values").
 
-    ``user``: the column naming each row's user, for data with many rows a user (an event log): each user's
-    rows are bounded to ``max_items`` distinct items chosen uniformly at random with the run's randomness
-    (:func:`bound_items`), the privacy unit is then the user, and n is the number of distinct users
-    (docs/privacy.md, "Many rows a user"). Only ``max_items=1`` is implemented.
+    ``user``: the column naming each row's user, for data with many rows a user (an event log; also a CSV, TSV
+    or Parquet ``data`` file, streamed and grouped in bounded memory): the privacy unit is then the user, n the
+    number of distinct users, and ``epsilon``, ``delta`` the user's guarantee (docs/privacy.md, "Many rows a
+    user"). Items: each user's rows bounded to ``max_items`` = L distinct items chosen uniformly at random with
+    the run's randomness, the protocol run over L reports a user (padded), its per-report budget what the
+    composition leaves (:mod:`privagg.privacy.composition`; ``plan`` shows it beforehand). Vectors: a user's
+    rows summed and clipped to [0, 1]^d (the sparse protocols: weights summed per coordinate and clipped, one
+    coordinate a user), or ``max_rows`` = R rows (coordinates) a user sampled, R reports a user.
     """
     entry = registry.get(protocol)
     if columns is not None:
@@ -58,28 +65,37 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     kind = frame_kind(data)
     if kind is None:
         raise ParameterError("data", FRAME_KINDS, type(data).__name__)
-    fmt = InputFormat(item_type, item, missing=missing)
-    max_items = check_integer("max_items", max_items, 1)
-    unused = {"max_items": max_items if user is None and max_items != 1 else None}
+    check_instance("header", header, bool, "True or False (whether a delimited file's first line names its columns)")
+    if delimiter is not None:
+        check_instance("delimiter", delimiter, str, "one character (a delimited file's), or None")
+    fmt = InputFormat(item_type, item, delimiter, header, missing)
+    if user is None:
+        for name, value in (("max_items", None if max_items == 1 else max_items), ("max_rows", max_rows)):
+            if value is not None:
+                raise ParameterError(name, f"left out for {protocol} without user= (one row a user)", value)
+    else:
+        max_items, max_rows = check_bounding(entry, max_items, max_rows)
+        if kind == "file":
+            from .users import user_table
+
+            user_table(Path(data), fmt, user)
+    unused = {}
     if entry.result is not ResultKind.HEAVY_HITTER_LIST:
         unused.update(phi=phi, max_length=max_length)
     if entry.result is not ResultKind.FREQUENCY_TABLE:
         unused.update(hash_key=hash_key, full_domain=full_domain)
     for name, value in unused.items():  # an argument this protocol's run does not read is refused, not ignored
         if value is not None:
-            raise ParameterError(name, f"left out for {protocol}" + (" without user=" if name == "max_items" else ""),
-                                 value)
-    if user is not None:
-        if entry.result is ResultKind.VECTOR_SUM:
-            raise ParameterError("user", f"left out for {protocol}: bounding a user's rows of vectors (summed and "
-                                 "clipped) is not implemented yet", user)
-        if max_items != 1:
-            raise ParameterError("max_items", "1 (each user's rows bounded to one item: the protocol's guarantee as "
-                                 "it is); L > 1, whose guarantee composes over a user's L items, is not implemented "
-                                 "yet", max_items)
-        if kind == "file" and Path(data).suffix.lower() != ".parquet":
-            raise ParameterError("user", "given with a DataFrame or Parquet data (a column beside the items)", user)
-        kind = "dataset" if kind == "file" else kind  # a Parquet file read as a one-file dataset: two columns
+            raise ParameterError(name, f"left out for {protocol}", value)
+    if user is not None and entry.result is ResultKind.VECTOR_SUM:
+        if item is not None:
+            raise ParameterError("item", f"left out for {protocol} (a vector sum: columns=[...], the coordinates)",
+                                 item)
+        from .user_vectors import vectors_by_user
+
+        return vectors_by_user(entry, data, kind, columns, fmt, user, max_rows, epsilon=epsilon, delta=delta,
+                               calibration=calibration, seed=seed, evaluate=evaluate, domain_size=domain_size,
+                               candidates=candidates, mode=mode, **options)
     if entry.result is ResultKind.VECTOR_SUM:
         if item is not None:
             raise ParameterError("item", f"left out for {protocol} (a vector sum: columns=[...], the coordinates)",
@@ -93,11 +109,13 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
         raise ParameterError.required("item", "the name of the column of items, one row a user")
     source = _source(data, item)
     if entry.result is ResultKind.HEAVY_HITTER_LIST:
-        return _heavy_hitters(data, kind, fmt, source, user=user, epsilon=epsilon, delta=delta, phi=phi, domain_size=domain_size,
-                              max_length=max_length, calibration=calibration, seed=seed, evaluate=evaluate)
-    return _frequencies(entry, data, kind, fmt, source, user=user, epsilon=epsilon, delta=delta, domain_size=domain_size,
-                        candidates=candidates, top=top, seed=seed, evaluate=evaluate, calibration=calibration,
-                        hash_key=hash_key, full_domain=full_domain, mode=mode, options=options)
+        return _heavy_hitters(data, kind, fmt, source, user=user, epsilon=epsilon, delta=delta, phi=phi,
+                              domain_size=domain_size, max_length=max_length, calibration=calibration, seed=seed,
+                              evaluate=evaluate)
+    return _frequencies(entry, data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
+                        domain_size=domain_size, candidates=candidates, top=top, seed=seed, evaluate=evaluate,
+                        calibration=calibration, hash_key=hash_key, full_domain=full_domain, mode=mode,
+                        options=options)
 
 
 def with_left_out(report, dropped: int):
@@ -139,30 +157,50 @@ def _item_encoder(entry, domain_size: int | None, candidates, hash_key: str | No
 
 
 def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domain_size, candidates, options,
-                 hash_key, seed, user, **run: Any):
+                 hash_key, seed, user, max_items, epsilon, delta, top, evaluate, **run: Any):
     from ..io import read_codes
     from ..io.items import encode_blocks
     from .frequency import estimate_frequencies
+    from .users import budget, padded, read_grouped, stated_of_users
 
+    if user is not None and max_items > 1 and domain_size is None and not (entry.categorical or entry.small_domain):
+        domain_size = DEFAULT_DOMAIN - 1  # items hashed into [2^24 - 1], the last code the unused slots'
     encoder = _item_encoder(entry, domain_size, candidates, hash_key, seed, fmt.item_type)
-    if kind == "file":
+    grouped, per = None, None
+    if user is not None:
+        grouped = read_grouped(data, kind, fmt, user, encoder, max_items, encoder.domain_size, seed,
+                               str(data) if kind == "file" else source)
+        read = ReadSummary(grouped.codes.ravel())
+        source = str(data) if kind == "file" else source
+        per = budget(entry, epsilon, delta, max_items)
+        epsilon, delta = per.epsilon, per.delta
+    elif kind == "file":
         read = read_codes(data, encoder, fmt, field="data")
         source = str(data)
-    elif user is None:
+    else:
         table = frame_table(data, [fmt.column], ["item"])
         read = encode_blocks(table_blocks(table, fmt.column), encoder, fmt, "item", source)
-    else:
-        table, users = _user_rows(data, fmt, user)
-        read = encode_blocks(table_blocks(table, fmt.column), encoder, fmt, "item", source)
-        read.codes = bound_items(users, read.codes, _bounding_rng(seed))
-        read.dropped = 0  # rows, not users, were left out: every user kept one item at least (_user_rows)
-    _check_users("data" if kind == "file" else "item", read.codes.size, read.dropped, source)
+    _check_users("data" if kind == "file" else "item", read.codes.size // max_items, read.dropped, source)
     candidate_codes = None
     if candidates is not None and not entry.categorical:
-        candidate_codes = encoder.encode(list(candidates), field="candidates", public=True)
-    report, _ = estimate_frequencies(entry.name, read.codes, encoder, candidate_codes=candidate_codes, seed=seed,
-                                     input_name=source, options=options, **run)
-    return with_left_out(report if user is None else _per_user(report), read.dropped)
+        candidate_codes = encoder.encode(_like_items(encoder, list(candidates)), field="candidates", public=True)
+    pad = encoder.domain_size if user is not None and max_items > 1 else None
+    if user is not None and kind == "file":  # the grouped reports' run checked as a file's before it is read
+        from .frequency import check_resources
+
+        check_resources(entry.name, data, fmt, epsilon=epsilon, delta=delta, domain_size=encoder.domain_size +
+                        (pad is not None), calibration=run["calibration"], options=options, mode=run["mode"],
+                        full_domain=run["full_domain"], candidates=candidates is not None, n_users=read.codes.size)
+    report, _ = estimate_frequencies(entry.name, read.codes, encoder if pad is None else padded(encoder, pad),
+                                     candidate_codes=candidate_codes, seed=seed, input_name=source, options=options,
+                                     epsilon=epsilon, delta=delta, top=top + (pad is not None), evaluate=evaluate,
+                                     **run)
+    if user is not None:
+        evaluated = seed is not None if evaluate is None else evaluate
+        stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluated,
+                        None if pad is None else padded(encoder, pad).label(pad))
+        report.estimates = report.estimates[:top]
+    return with_left_out(report, read.dropped)
 
 
 def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length, user, **run: Any):
@@ -170,21 +208,22 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
     from ..io.items import typed_items
     from ..protocols.registry import DEFAULT_MAX_LENGTH
     from .heavy_hitters import estimate_heavy_hitters
+    from .users import DistinctValues, budget, read_grouped, stated_of_users
 
-    if kind == "file":
+    grouped = None
+    if user is not None:
+        distinct = DistinctValues()
+        grouped = read_grouped(data, kind, fmt, user, distinct, 1, 0, run["seed"],
+                               str(data) if kind == "file" else source)
+        values, dropped = distinct.values_of(grouped.codes.ravel()), 0
+        source = str(data) if kind == "file" else source
+    elif kind == "file":
         values, dropped = read_items(data, fmt, field="data")
         source = str(data)
     else:
-        table, users = (frame_table(data, [fmt.column], ["item"]), None) if user is None else \
-            _user_rows(data, fmt, user)
+        table = frame_table(data, [fmt.column], ["item"])
         values, dropped = typed_items(table_blocks(table, fmt.column), fmt, "item", source,
                                       lambda i: f"value {i + 1} of {source}")
-        if user is not None:
-            import pyarrow as pa
-
-            distinct = pa.array(values).dictionary_encode()
-            chosen = bound_items(users, distinct.indices.to_numpy(zero_copy_only=False), _bounding_rng(run["seed"]))
-            values, dropped = distinct.dictionary.take(chosen).to_pylist(), 0
     _check_users("data" if kind == "file" else "item", len(values), dropped, source)
     strings = isinstance(values, list) and values and isinstance(values[0], str)
     if strings and max_length is None:
@@ -194,7 +233,11 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
     if run["calibration"] is None:
         run["calibration"] = registry.get("fe-hh").calibrations[0]
     report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, **run)
-    return with_left_out(report if user is None else _per_user(report), dropped)
+    if user is not None:
+        evaluate = run["seed"] is not None if run["evaluate"] is None else run["evaluate"]
+        per = budget(registry.get("fe-hh"), run["epsilon"], run["delta"], 1)
+        stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluate)
+    return with_left_out(report, dropped)
 
 
 def _vector_estimate(entry, data, kind: str, columns, fmt: InputFormat, *, domain_size, candidates, **run: Any):
@@ -225,71 +268,16 @@ def _vector_estimate(entry, data, kind: str, columns, fmt: InputFormat, *, domai
     return with_left_out(report, dropped)
 
 
-USER_ROWS = ("user-level: neighbouring datasets differ in all of one user's rows (each user's rows bounded to one "
-             "item, chosen uniformly at random among the user's distinct items, before randomizing); n, the number "
-             "of distinct users, is public")
-
-
-def bound_items(users, codes, rng):
-    """One code per user (in the order of the users' indices): among each user's distinct codes, one chosen
-    uniformly at random with ``rng`` (a uniform key per distinct (user, code) pair, the largest kept).
-
-    The choice depends on the user's own rows only, so two datasets that differ in all of one user's rows give
-    bounded datasets that differ in that user's one item: the protocol's replace-one guarantee holds with the user
-    as the unit (docs/privacy.md, "Many rows a user")."""
-    import numpy as np
-
-    order = np.lexsort((codes, users))
-    users, codes = users[order], codes[order]
-    distinct = np.ones(users.size, dtype=bool)
-    distinct[1:] = (users[1:] != users[:-1]) | (codes[1:] != codes[:-1])
-    users, codes = users[distinct], codes[distinct]
-    order = np.lexsort((rng.random(users.size), users))
-    last = np.ones(users.size, dtype=bool)
-    last[:-1] = users[order][1:] != users[order][:-1]
-    return codes[order][last]
-
-
-def _bounding_rng(seed: int | None):
-    """The run's randomness for the bounding: its own stream of the seed, else the secure generator."""
-    from ..core.randomness import streams
-
-    return streams(seed, ("bounding",))["bounding"]
-
-
-def _user_rows(data, fmt: InputFormat, user: str):
-    """(the item column as a table, each row's user index): a row without a user is an error naming it; with
-    ``missing="drop"`` the rows without an item are left out, and a user left with none is an error (leaving him
-    out would make n a count of the data, as --missing drop does for one row a user)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    table = frame_table(data, [fmt.column, user], ["item", "user"])
-    users = table.column(user).combine_chunks()
-    if users.null_count:
-        row = int(np.flatnonzero(users.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ParameterError("user", "a user on every row", f"nothing on row {row + 1} of {_source(data, user)}")
-    ids = pc.dictionary_encode(users).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    items = table.select([fmt.column])
-    present = items.column(0).is_valid()
-    if fmt.missing == "drop" and items.column(0).null_count:
-        keep = present.to_numpy(zero_copy_only=False)
-        lost = np.setdiff1d(ids, ids[keep]).size
-        if lost:
-            raise ParameterError("user", "users with an item on one row at least (missing='drop' leaves out rows; "
-                                 "a user with no item left would be left out, and n would count the data)",
-                                 f"{lost} users with no item in {_source(data, fmt.column)}")
-        items, ids = items.filter(present), ids[keep]
-    return items, ids
-
-
-def _per_user(report):
-    """``report`` with the user as the privacy unit (its rows bounded by :func:`bound_items`)."""
-    privacy = report.privacy
-    report.privacy = replace(privacy.with_event(replace(privacy.event, neighbouring=USER_ROWS)),
-                             private=privacy.private, not_private_reason=privacy.not_private_reason,
-                             randomness=privacy.randomness)
-    return report
+def _like_items(encoder, candidates: list) -> list:
+    """Candidates read as text (a file's lines: the command line's --candidates) as integers where the items were
+    integers."""
+    if encoder.kind != "integer" or not all(isinstance(c, str) for c in candidates):
+        return candidates
+    try:
+        return [int(c) for c in candidates]
+    except ValueError:
+        bad = next(c for c in candidates if not c.strip().lstrip("+-").isdigit())
+        raise ParameterError("candidates", "integers, like the input's items", repr(bad)) from None
 
 
 def _integers(field: str, values) -> Any:

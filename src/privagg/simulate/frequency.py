@@ -106,6 +106,19 @@ def check_full_domain(parameters, mode: str) -> None:
                              "with --no-full-domain, or fewer users", domain)
 
 
+def fits_full_domain(parameters, mode: str, asked: bool | None, candidates_given: bool) -> bool:
+    """Whether the full-domain estimate the default chose fits :func:`check_full_domain`: when it does not and
+    candidates are given, the default estimates them instead; asked for (``asked``), or without candidates, the
+    check's error stands."""
+    try:
+        check_full_domain(parameters, mode)
+    except ParameterError:
+        if asked is not None or not candidates_given:
+            raise
+        return False
+    return True
+
+
 @checked_arguments
 def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder, *, epsilon: float, delta: float,
                          calibration: str | None = None, options: dict[str, Any] | None = None,
@@ -152,6 +165,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=codes.size, domain_size=domain_size,
                            calibration=calibration, item_key=encoder.item_key, **(options or {}))
     calibrate_seconds = time.perf_counter() - start
+    asked = full_domain
     full_domain = choose_full_domain(domain_size, full_domain, candidate_codes is not None,
                                      analyzer_checks(protocol, codes.size, domain_size),
                                      full_domain_seconds(parameters), codes.size, protocol,
@@ -159,7 +173,7 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     check_size(parameters, mode, options)
     check_cost(parameters, mode, options)
     if full_domain:
-        check_full_domain(parameters, mode)
+        full_domain = fits_full_domain(parameters, mode, asked, candidate_codes is not None)
     top = min(top, domain_size if candidate_codes is None else candidate_codes.size)  # no more than are estimated
     run = simulate(parameters, codes, mode=mode, rng=seed, queries=None if full_domain else candidate_codes,
                    keep_messages=keep_messages, progress=progress)
@@ -495,23 +509,25 @@ def available_memory() -> int | None:
 
 def check_resources(protocol: str, path, fmt, *, epsilon: float, delta: float, domain_size: int,
                     calibration: str, options: dict[str, Any], mode: str, full_domain: bool | None,
-                    candidates: bool) -> None:
+                    candidates: bool, n_users: int | None = None) -> None:
     """Refuse, before reading the input, a simulation that cannot run: too many messages or too little memory.
 
     n is estimated from the file (:func:`privagg.io.estimated_rows`) and the
-    protocol calibrated for it, so parameter errors also surface at once.
+    protocol calibrated for it, so parameter errors also surface at once; or
+    ``n_users`` where it is known (the reports of users grouped from many rows).
     The error names the option that shrinks the run.
     """
     from ..io import estimated_rows
 
-    n_users = max(2, estimated_rows(path, fmt))
+    n_users = max(2, estimated_rows(path, fmt) if n_users is None else n_users)
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=n_users, domain_size=domain_size,
                            calibration=calibration, **options)
     check_size(parameters, mode, options)
     # the default's time budget waits for the true n (estimate_frequencies): the estimated rows only bound sizes
+    asked = full_domain
     full_domain = choose_full_domain(domain_size, full_domain, candidates, analyzer_checks(protocol, n_users, domain_size))
     if full_domain:
-        check_full_domain(parameters, mode)
+        full_domain = fits_full_domain(parameters, mode, asked, candidates)
     need = peak_bytes(parameters, mode, full_domain)
     available = available_memory()
     if available is not None and need > available:
