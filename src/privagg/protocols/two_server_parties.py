@@ -153,7 +153,7 @@ class TSSUser:
     """
 
     def __init__(self, parameters: TSSParameters, index: int, min_survivors: int, rng: RNGLike = None,
-                 state: UserState | None = None) -> None:
+                 state: UserState | None = None, identity: bytes | None = None) -> None:
         self.min_survivors = check_min_survivors(parameters, min_survivors)
         self.parameters, self.field, self.rng = parameters, parameters.field, rng
         index = check_integer("user index", index, 0, parameters.n_users - 1)
