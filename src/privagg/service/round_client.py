@@ -251,10 +251,10 @@ class RoundClient(RosterClient):
         protocol = self.protocol
         relay = next(r for r in protocol.rounds if r.relay == round_.delivers)
         number, out = protocol.number(relay.name), {}
-        for i, e in enumerate(entries):
+        for e in entries:
             sender, sealed = e.get("sender"), base64.b64decode(e.get("sealed") or "")
             self._check_signed(sender, e.get("signature"), sealed, number, self.user,
-                               f"{round_.delivers}[{i}].signature")
+                               f"{round_.delivers}[{sender!r}].signature")
             out[sender] = self._open(sealed, relay_info(relay, self.task.task_id, sender, self.user))
         return out
 
