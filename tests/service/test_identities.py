@@ -10,6 +10,7 @@ swaps a user's keys at enrollment (it knows his token's authentication half, not
 the devices or left out by the organisation, naming what failed."""
 
 import json
+import time
 from base64 import b64decode, b64encode
 
 import numpy as np
@@ -79,8 +80,8 @@ def serve(monkeypatch):
         engine.dispose()
 
 
-def sharing(dbs, serve, kind=SharingService, **attributes):
-    service = kind(connect(dbs["sharing"], "sharing"), clock=Clock())
+def sharing(dbs, serve, kind=SharingService, clock=None, **attributes):
+    service = kind(connect(dbs["sharing"], "sharing"), clock=clock or Clock())
     for name, value in attributes.items():
         setattr(service, name, value)
     return service, serve(service, create_app(service, tick=None))
@@ -352,3 +353,58 @@ def test_the_signed_roster_round_trips_and_names_a_bad_one():
     with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the organisation"):
         again.verify(Organisation.generate().public_key)
     assert np.unique([identity.token_halves("t")[0], identity.token_halves("u")[0]]).size == 2
+
+
+def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
+    """``privagg organisation keygen`` (a new 0600 file, never overwritten; the public key printed), ``task create
+    --organisation-key`` (required for a task with rounds), ``tokens issue`` and, once the devices (pinning the
+    printed key) enrolled, ``roster sign``: the roster is published and round 1 opens; a user whose keys the server
+    swapped is named and left out. Bad input is one line naming the option."""
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    run = CliRunner().invoke
+    key, db = tmp_path / "org.key", f"sqlite:///{tmp_path}/sharing.db"
+    made = run(app, ["organisation", "keygen", "--output", str(key)])
+    assert made.exit_code == 0 and (key.stat().st_mode & 0o777) == 0o600
+    pinned = b64decode(made.stdout.strip())
+    assert identity.public_key(identity.read_private(key)) == pinned
+    again = run(app, ["organisation", "keygen", "--output", str(key)])
+    assert again.exit_code == 2 and "output must be a new file" in again.output and identity.read_private(key)
+    (tmp_path / "p.json").write_text(json.dumps(dpds().to_dict()))
+    create = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", db, "--min-survivors", str(MIN)]
+    unsigned = run(app, create)
+    assert unsigned.exit_code == 2 and "organisation-key is required for a dpds, dpdg or tss task" in unsigned.output
+    bad_key = run(app, [*create, "--organisation-key", str(tmp_path / "p.json")])
+    assert bad_key.exit_code == 2 and "organisation-key must be a key file privagg organisation keygen wrote" in \
+        bad_key.output
+    created = run(app, [*create, "--organisation-key", str(key), "--json"])
+    assert created.exit_code == 0, created.output
+    task_id = json.loads(created.stdout)["task_id"]
+    assert json.loads(created.stdout)["organisation_key"] == b64encode(pinned).decode()
+    tokens = tmp_path / "tokens.txt"
+    assert run(app, ["tokens", "issue", "--server", "sharing", "--db", db, "--task", task_id, "--count", str(N),
+                     "--output", str(tokens)]).exit_code == 0
+    sign = ["roster", "sign", "--task", task_id, "--tokens", str(tokens), "--organisation-key", str(key), "--db", db]
+    early = run(app, sign)
+    assert early.exit_code == 2 and "roster must be complete (all n = 12 users enrolled)" in early.output
+    service, _ = sharing({"sharing": db}, serve, EnrollmentSwapping, time.time)  # the CLI's clock opens round 1
+    lines = tokens.read_text().split()
+    service.victims = {identity.token_halves(lines[5])[0]}
+    users = [SharingClient.fetch("http://sharing", task_id, organisation_key=pinned) for _ in range(N)]
+    for user, token in zip(users, lines):
+        user.enroll(token)
+    signed_run = run(app, sign)
+    assert signed_run.exit_code == 0, signed_run.output
+    assert f"task {task_id}: the roster of {N - 1} users is signed and published; the task is in round1" in \
+        signed_run.stdout
+    assert signed_run.stderr.strip() == (f"warning: user {users[5].user} is left out of the roster (a dropout of "
+                                         "round 1): his token's binding does not check: keys his device did not enroll")
+    assert run(app, sign).exit_code == 0  # again: the same roster, nothing changes
+    assert users[0].send("advertise", 1)
+    impostor = tmp_path / "other.key"
+    run(app, ["organisation", "keygen", "--output", str(impostor)])
+    other = run(app, [*sign[:-4], "--organisation-key", str(impostor), "--db", db])
+    assert other.exit_code == 2 and "roster.signature must be a valid Ed25519 signature by the organisation" in \
+        other.output

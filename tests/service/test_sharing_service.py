@@ -332,8 +332,10 @@ def test_a_task_too_large_to_serve_is_refused_naming_its_cost(tmp_path):
 
     p = sc.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
     (tmp_path / "p.json").write_text(json.dumps(p.to_dict()))
+    assert CliRunner().invoke(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
     out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
-                                   f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000"])
+                                   f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000",
+                                   "--organisation-key", str(tmp_path / "org.key")])
     assert out.exit_code == 2 and "n_users must be at most 10,000 for a served DPDS or DPDG task" in out.output
     assert "2,499,950,000 sealed backups" in out.output
 
@@ -347,10 +349,13 @@ def test_task_create_states_the_delta_its_release_may_claim_at_min_survivors(tmp
     from privagg.cli import app
     from privagg.protocols.registry import calibrate
 
+    assert CliRunner().invoke(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
+
     def create(parameters, *args: str):
         (tmp_path / "p.json").write_text(json.dumps(parameters.to_dict()))
         out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
-                                       f"sqlite:///{tmp_path}/sharing.db", *args])
+                                       f"sqlite:///{tmp_path}/sharing.db", "--organisation-key",
+                                       str(tmp_path / "org.key"), *args])
         assert out.exit_code == 0, out.output
         return out, [line for line in out.stderr.splitlines() if line.startswith("warning:")]
 

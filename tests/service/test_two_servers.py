@@ -660,8 +660,10 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     again = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
                       "--s2", "--relay-token-file", str(token)])
     assert again.exit_code == 2 and "relay-token-file must be a new file" in again.output
+    assert run(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
     s1_args = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s1.db",
-               "--second-task", str(tmp_path / "s2.json"), "--second-url", "http://127.0.0.1:8084"]
+               "--second-task", str(tmp_path / "s2.json"), "--second-url", "http://127.0.0.1:8084",
+               "--organisation-key", str(tmp_path / "org.key")]
     missing = run(app, s1_args)
     assert missing.exit_code == 2 and "relay-token-file must be given with --second-task" in missing.output
     other = calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1, report_fraction=0.25)
