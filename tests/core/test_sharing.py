@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privagg.core.primes import is_prime
-from privagg.core.sharing import (SEED_BYTES, PrimeField, decode_fixed, encode_fixed, expand, fixed_point_modulus,
-                                  reconstruct, seeded_shares, share)
+from privagg.core.sharing import (PrimeField, decode_fixed, encode_fixed, expand, fixed_point_modulus,
+                                  reconstruct, share)
 from privagg.errors import ParameterError
 
 LARGE = PrimeField(2**61 - 1)  # a Mersenne prime: sums of two elements near 2^62 stress the uint64 headroom
@@ -42,20 +41,6 @@ def test_any_n_minus_1_shares_are_uniform_whatever_the_secret():
         assert np.array_equal(reconstruct(field, shares), np.full(20_000, secret))
 
 
-def test_seeded_shares_reconstruct_and_expand_deterministically():
-    field = PrimeField.for_aggregate(10**6)
-    assert is_prime(field.modulus) and field.modulus > 10**6
-    secret = np.arange(100, dtype=np.uint64) * 7
-    seeds, correction = seeded_shares(field, secret, 5)
-    assert len(seeds) == 4 and all(len(s) == SEED_BYTES for s in seeds)
-    expanded = [expand(field, s, secret.shape) for s in seeds]
-    assert np.array_equal(field.sum(np.stack([*expanded, correction])), secret)
-    assert np.array_equal(expand(field, seeds[0], secret.shape), expanded[0])  # the same seed, the same share
-    assert not np.array_equal(expanded[0], expanded[1])
-    again, _ = seeded_shares(field, secret, 5, rng=3)
-    assert again == seeded_shares(field, secret, 5, rng=3)[0]  # a seeded simulation is reproducible
-
-
 def test_fixed_point_sums_decode_exactly():
     rng = np.random.default_rng(2)
     k, n = 16, 1000
@@ -84,3 +69,21 @@ def test_fixed_point_sums_decode_exactly():
 def test_bad_input(make, match):
     with pytest.raises(ParameterError, match=match):
         make()
+
+
+def test_expand_is_uniform_over_the_field_and_fills_any_shape():
+    """ChaCha20 words rejection-sampled below p: uniform (a chi-square test over a field whose p is far below its
+    bit length's power of two, where a reduction mod p would be biased), in the storage dtype, of the shape asked,
+    the same for the same seed and independent across seeds."""
+    field = PrimeField(17)  # 5 bits: words below 32, 15 of 32 rejected
+    values = expand(field, bytes(range(32)), (200, 100))
+    assert values.shape == (200, 100) and values.dtype == field.dtype
+    observed = np.bincount(values.ravel().astype(np.int64), minlength=17)
+    assert observed.size == 17 and stats.chisquare(observed).pvalue > 1e-4
+    assert np.array_equal(expand(field, bytes(range(32)), (200, 100)), values)  # the same seed, the same share
+    big = PrimeField.for_aggregate(2**61)
+    wide = expand(big, bytes(32), 50_000)
+    assert wide.dtype == np.uint64 and int(wide.max()) < big.modulus
+    assert expand(field, bytes(32), 0).shape == (0,)
+    other = expand(field, bytes(31) + b"\x01", (200, 100))
+    assert np.mean(other == values) < 0.1  # 1/17 by chance

@@ -126,3 +126,29 @@ def test_whatever_the_console_cannot_show_is_a_page_in_its_style(tmp_path):
         with served(create_app(d.analyzer)) as url:  # /console/ is the task list
             page.goto(f"{url}/console/")
             assert page.locator("#tasks").count() == 1
+
+
+def test_the_console_shows_each_populations_budget_spent_and_remaining(tmp_path):
+    from privagg.service import ledger
+
+    params = calibrate("grr", epsilon=1.0, n_users=20, domain_size=4)
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    with served(create_app(d.analyzer)) as url, browser() as page:
+        page.goto(f"{url}/console")  # the deployment's one task, charged to the default population, no budget
+        (row,) = page.locator("#budgets tbody tr").all()
+        cells = row.locator("td").all_inner_texts()
+        assert cells[0] == "default" and cells[2] == "none" and cells[3] == "1, 0" and cells[6] == "unlimited"
+        ledger.set_budget(d.analyzer.engine, "phones", 2.5, 1e-6, "week")
+        for _ in range(2):
+            d.analyzer.create_task(params, population="phones")
+        d.analyzer.create_task(calibrate("fe1", epsilon=0.5, delta=1e-7, n_users=400, domain_size=30),
+                               population="phones")
+        page.goto(f"{url}/console")
+        rows = {r.locator("td").nth(0).inner_text(): r.locator("td").all_inner_texts()
+                for r in page.locator("#budgets tbody tr").all()}
+        phones = rows["phones"]
+        spent = ledger.compose([ledger.cost_of(params)] * 2, 1e-6 - 1e-7).epsilon + 0.5  # grr's PLD, fe1 basic
+        assert phones[1].endswith(("-W" + phones[1][-2:])) and phones[2] == "2.5, 1e-06 a week"
+        assert phones[3] == f"{spent:.4g}, 1e-07" and phones[4] == "3" and phones[5] == "pld (2 tasks) + basic (1)"
+        assert phones[6] == f"{2.5 - spent:.4g}, 9e-07"
+        assert page.locator("#tasks tbody tr").count() == 4

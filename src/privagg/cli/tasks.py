@@ -1,8 +1,9 @@
-"""The tasks' operators: ``privagg task create|candidates|close`` and ``privagg tokens issue``, in the database of
-the service that holds the task (by its protocol's topology); and the organisation of the multi-round tasks
-(:mod:`privagg.service.organisation`): ``privagg organisation keygen``, ``task create --organisation-key`` (it
-signs the task) and ``privagg roster sign`` (it checks each enrollment against its tokens and signs the roster,
-which opens the rounds), run where the organisation's key is, against the server's database."""
+"""The tasks' operators: ``privagg task create|candidates|close``, ``privagg tokens issue`` and ``privagg budget
+show|set`` (the privacy budget across tasks: service/ledger.py), in the database of the service that holds the task
+(by its protocol's topology); and the organisation of the multi-round tasks (:mod:`privagg.service.organisation`):
+``privagg organisation keygen``, ``task create --organisation-key`` (it signs the task) and ``privagg roster sign``
+(it checks each enrollment against its tokens and signs the roster, which opens the rounds), run where the
+organisation's key is, against the server's database."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ organisation_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help
 
 roster_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The organisation's signed roster of a dpds, "
                          "dpdg or tss task.")
+
+
+budget_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The privacy budget across tasks: a ledger "
+                         "per population and calendar period (UTC) in the database of the service that creates the "
+                         "tasks (analyzer, sharing, s1).")
 
 
 TokenServer = Enum("TokenServer", {name: name for name in ("collector", "sharing", "s1")}, type=str)
@@ -123,6 +129,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                              "first discovering the coordinates whose sums reach PHI "
                                                              "n at the parameters' (eps, delta), so the task spends "
                                                              "twice theirs (calibrate at half your budget)."),
+                population: str = typer.Option("default", "--population", help="The devices the task's tokens "
+                                               "are issued to: its guarantee is charged to this population's ledger "
+                                               "(privagg budget), and the task refused if it would exceed its "
+                                               "budget."),
                 as_json: bool = typer.Option(False, "--json", help="Print the task's JSON.")) -> None:
     """Create a task: in the analyzer's database for a one-round protocol (a new HPKE key pair and the frozen
     parameters), in the sharing server's for dpds and dpdg (their users bring their own keys), in S2's and S1's for
@@ -131,9 +141,11 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     from ..protocols.registry import get, load_parameters
     from ..service.calls import check_url
     from ..service.config import load_config
-    from ..service.storage import connect
+    from ..service.ledger import check_charge, check_population, round_cost
+    from ..service.storage import connect, lock_timeouts_refused
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
+        check_population(population)
         parameters = load_parameters(read_json_text(params, "params"))
         if second_url is not None:
             second_url = check_url("second-url", second_url)
@@ -172,6 +184,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                     raise ParameterError("second-url", "given with --second-task: where S1 hands over to S2", None)
                 second, token = _second_task(second_task, parameters), _relay_token(relay_token_file)
                 first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                first.population = population
                 tss = first.create_task(parameters, second, second_url, token, round_seconds)
             else:
                 if second_db is None or second_url is None:
@@ -179,6 +192,9 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                          "database and URL), or --s2 and then --second-task across two",
                                          f"{second_db}, {second_url}")
                 first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                first.population = population
+                check_charge(first.engine, population, parameters.protocol, round_cost(
+                    parameters, parameters.n_users if min_survivors is None else min_survivors))  # before S2's task
                 cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
@@ -194,10 +210,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         if service == "sharing":
             from ..service.sharing.server import SharingService
 
-            engine = connect(load_config("sharing", db=db).db, "sharing")
-            service = SharingService(engine)
-            task = service.create_task(parameters, round_seconds, min_survivors)
-            organisation.sign_task(service, task)
+            sharing = SharingService(connect(load_config("sharing", db=db).db, "sharing"))
+            sharing.population = population
+            task = sharing.create_task(parameters, round_seconds, min_survivors)
+            organisation.sign_task(sharing, task)
             if not as_json:
                 _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
                      f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
@@ -211,7 +227,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         kek = KeyEncryptionKey.load(cfg.kek_file)
         task = AnalyzerService(connect(cfg.db, "analyzer", kek=kek), kek=kek).create_task(
             parameters, min_batch_size, key_id, kem or "x25519",
-            None if candidates is None else _candidate_lines(candidates), discover_phi)
+            None if candidates is None else _candidate_lines(candidates), discover_phi, population)
     if task.single_batch and parameters.honest_fraction == 1:
         _say(_ALL_N_WARNING if task.discovery is None else _ALL_N_WARNING.split(";")[0] + "; a task with --discover-phi "
              f"cannot lower its honest fraction (its {task.discovery.parameters.protocol} stage counts on every "
@@ -336,10 +352,10 @@ def task_candidates(task: str = typer.Option(..., "--task", help="The task id (c
     from ..service.shuffle.analyzer import AnalyzerService
     from ..service.config import load_config
     from ..service.keys import KeyEncryptionKey
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
     from ..service.web import Refused
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         cfg = load_config("analyzer", db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file)
         items = _candidate_lines(candidates)
@@ -357,10 +373,10 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
     if at least its minimum (ceil(G n) or more) came."""
     from ..service.shuffle.collector import Collector
     from ..service.config import load_config
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
     from ..service.tasks import is_hex_id
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         engine = connect(load_config("collector", db=db).db, "collector", create=False)
@@ -391,10 +407,10 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
     learns a task from the analyzer (--analyzer), once. A sharing or s1 task's tokens are the organisation's to keep:
     privagg roster sign checks the users' enrollments with them."""
     from ..service.config import load_config
-    from ..service.storage import connect
+    from ..service.storage import connect, lock_timeouts_refused
     from ..service.tasks import is_hex_id
 
-    with _clean_errors():
+    with _clean_errors(), lock_timeouts_refused(db):
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
         count = check_integer("count", count, 1, 10_000_000)
@@ -450,6 +466,60 @@ def _collector_tokens(engine, cfg, task_id: str, count: int) -> list[str]:
     finally:
         log.setLevel(level)
     return collector.issue_tokens(task_id, count)
+
+
+BudgetServer = Enum("BudgetServer", {name: name for name in ("analyzer", "sharing", "s1")}, type=str)
+_BUDGET_SERVER = typer.Option("analyzer", "--server", help="The service whose tasks the budget pays for: analyzer "
+                              "(one-round tasks), sharing (dpds, dpdg) or s1 (tss).")
+
+
+def _ledger_engine(server: str, db: str | None):
+    from ..service.config import load_config
+    from ..service.storage import connect
+
+    return connect(load_config(server, db=db).db, server, create=False)
+
+
+@budget_app.command("show")
+def budget_show(server: BudgetServer = _BUDGET_SERVER, db: Optional[str] = _DB,  # type: ignore[valid-type]
+                as_json: bool = typer.Option(False, "--json", help="Print the ledgers as JSON.")) -> None:
+    """Each population's budget, what its current period (UTC) spent and how it was composed (dp-accounting's PLD
+    where the tasks' mechanisms allow, else basic composition), and what is left."""
+    from ..service.ledger import ledgers, show
+    from ..service.storage import reading
+
+    with _clean_errors():
+        with reading(_ledger_engine(server.value, db)) as c:
+            found = ledgers(c)
+    if as_json:
+        print(json.dumps([ledger.to_dict() for ledger in found], indent=2))
+        return
+    for ledger in found:
+        print(show(ledger))
+    if not found:
+        _say("no population has a budget or a task yet")
+
+
+@budget_app.command("set")
+def budget_set(population: str = typer.Option("default", "--population", help="The population (privagg task "
+                                              "create --population)."),
+               epsilon: float = typer.Option(..., "--epsilon", help="Epsilon per period, > 0."),
+               delta: float = typer.Option(..., "--delta", help="Delta per period, in [0, 1)."),
+               period: str = typer.Option("day", "--period", help="day, week (ISO, from Monday) or month: calendar "
+                                          "periods in UTC."),
+               server: BudgetServer = _BUDGET_SERVER, db: Optional[str] = _DB) -> None:  # type: ignore[valid-type]
+    """Set a population's budget: from now on a task whose guarantee, composed with what its period spent, would
+    exceed it is refused at creation."""
+    from ..service.ledger import set_budget, show
+    from ..service.storage import lock_timeouts_refused
+
+    with _clean_errors(), lock_timeouts_refused(db):
+        ledger = set_budget(_ledger_engine(server.value, db), population, epsilon, delta, period)
+    print(show(ledger))
+    left = ledger.remaining
+    if left[0] < 0 or left[1] < 0:
+        _say(f"warning: {ledger.label} already spent more than this budget: no task of {population} is created until "
+             "the next period", stderr=True)
 
 
 @organisation_app.command("keygen")

@@ -9,11 +9,8 @@
   vectorized over users: n - 1 shares uniform in the field, the last the
   secret minus their sum. Any n - 1 shares are uniform and independent of
   the secret.
-* :func:`seeded_shares` / :func:`expand`: the same with the n - 1 uniform
-  shares sent as 32-byte seeds, expanded by ChaCha20 (randomgen's bit
-  generator, 20 rounds; numpy's unbiased bounded-integer sampler), plus one
-  explicit correction share: d field elements cost 32 bytes instead of
-  8 d per share.
+* :func:`expand`: a uniform share stood for by a 32-byte seed, expanded by ChaCha20 (``cryptography``'s
+  keystream, rejection-sampled below p): d field elements cost 32 bytes instead of 8 d.
 * :func:`derive_seed` / :func:`element_bytes` / :func:`pack_elements` / :func:`unpack_elements`: a party's
   per-recipient seeds from one secret (keyed BLAKE2b as a PRF), and field elements on the wire at
   ceil(log2(p) / 8) bytes each, little-endian, checked below p when read back.
@@ -21,12 +18,11 @@
   reals as integers with k fractional bits (negatives as p - |v|), and the
   field a sum of n of them needs.
 
-Numpy only (randomgen for :func:`expand`).
+Numpy (and ``cryptography`` for :func:`expand`).
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,32 +116,28 @@ def reconstruct(field: PrimeField, shares: np.ndarray) -> np.ndarray:
     return field.sum(field.element(shares), axis=0)
 
 
-_COUNTER_ZERO = np.zeros(2, dtype=np.uint64)
-
-
 def expand(field: PrimeField, seed: bytes, shape) -> np.ndarray:
-    """The share a seed stands for: field elements drawn by ChaCha20 keyed with the 32-byte ``seed``."""
-    from randomgen import ChaCha
+    """The share a seed stands for: field elements drawn from the ChaCha20 keystream (RFC 8439, ``cryptography``;
+    key ``seed``, nonce and counter zero) by rejection: each little-endian 64-bit word masked to p's bit length,
+    kept if below p (at least half are), so every element is exactly uniform. A seed serves one purpose
+    (:func:`derive_seed`), so the fixed nonce never repeats a keystream across purposes."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
     if len(seed) != SEED_BYTES:
         raise ParameterError("seed", f"{SEED_BYTES} bytes", f"{len(seed)} bytes")
-    key = np.frombuffer(seed[::-1], dtype="<u8")  # the 256-bit big-endian integer, as ChaCha's four 64-bit words
-    return field.uniform(shape, np.random.Generator(ChaCha(key=key, counter=_COUNTER_ZERO, rounds=20)))
-
-
-def seeded_shares(field: PrimeField, secret: np.ndarray, shares: int,
-                  rng: RNGLike = None) -> tuple[list[bytes], np.ndarray]:
-    """(shares - 1 seeds, the correction share): :func:`expand` of the seeds plus the correction sum to ``secret``.
-
-    Seeds come from the OS (``rng=None``) or, in a seeded simulation, from ``rng``.
-    """
-    shares = check_integer("shares", shares, 2)
-    values = field.element(secret)
-    generator = None if rng is None else resolve(rng)
-    seeds = [secrets.token_bytes(SEED_BYTES) if generator is None else generator.bytes(SEED_BYTES)
-             for _ in range(shares - 1)]
-    expanded = np.stack([expand(field, seed, values.shape) for seed in seeds])
-    return seeds, field.sub(values, field.sum(expanded, axis=0))
+    count = int(np.prod(shape, dtype=np.int64))
+    bits = field.modulus.bit_length()
+    mask, modulus = np.uint64((1 << bits) - 1), np.uint64(field.modulus)
+    stream = Cipher(algorithms.ChaCha20(bytes(seed), bytes(16)), mode=None).encryptor()
+    kept, have = [np.empty(0, np.uint64)], 0
+    while have < count:  # about count * 2^bits / p words, and a margin that makes a second pass rare
+        want = count - have
+        words = np.frombuffer(stream.update(bytes(8 * (want * (1 << bits) // field.modulus + want // 16 + 8))),
+                              dtype="<u8") & mask
+        words = words[words < modulus]
+        kept.append(words)
+        have += words.size
+    return np.concatenate(kept)[:count].astype(field.dtype).reshape(shape)
 
 
 def derive_seed(master: bytes, label: str) -> bytes:

@@ -211,6 +211,14 @@ class GRRParameters(_LocalParameters):
     def other(self) -> float:
         return (ONE - self.keep_numerator) / ONE / (self.domain_size - 1)
 
+    @property
+    def randomized_response(self) -> tuple[float, int]:
+        """The report as dp-accounting's randomized response over k buckets, (q, k): the input with probability
+        1 - q, else a uniform bucket; here p = K / 2^53 keeps it and each other item gets (1 - p) / (k - 1), so
+        q = (1 - p) k / (k - 1). (The ledger composes tasks' PLDs with it: service/ledger.py.)"""
+        k = self.domain_size
+        return min(1.0, (1 - self.keep) * k / (k - 1)), k
+
     def _report_divergence(self, e: Fraction) -> Fraction:
         return _rr_divergence(self.keep_numerator, self.domain_size, e)  # y = x: p against q; the rest cancel
 
@@ -290,6 +298,13 @@ class OLHParameters(_LocalParameters):
         """p p_col + (1 - p)(1 - p_col) / (g - 1): another item's hash equals the report."""
         p, col = self.keep, self.hash.collision_probability
         return p * col + (1 - p) * (1 - col) / (self.bins - 1)
+
+    @property
+    def randomized_response(self) -> tuple[float, int]:
+        """Given the public hash, the report is randomized response over the g bins on h(x) (two items that collide
+        give the same report, so the non-colliding pair dominates): dp-accounting's (q, g), as GRR's."""
+        g = self.bins
+        return min(1.0, (1 - self.keep) * g / (g - 1)), g
 
     def derived(self) -> dict[str, Any]:
         return {"collision_probability": self.hash.collision_probability}

@@ -36,6 +36,7 @@ from ..errors import ParameterError
 from ..protocols.registry import get
 from ..protocols.roles import decode_inbox, messages_in
 from .calls import RETRY_STATUSES, SubmitError
+from .device_budget import charge_device
 from .round_tasks import KEM, SignedRoster, check_task, message_context, relay_info
 from .tasks import _private_key, _public_key, _suite
 
@@ -109,9 +110,13 @@ class RosterClient:
         """The task's state at the server."""
         return json.loads(_request(f"{self.url}/tasks/{self.task.task_id}", None, self.timeout, self.attempts))["state"]
 
+    budget = None  # the device's LocalBudget (service/device_budget.py), charged the task's guarantee before enrolling
+
     def enroll(self, token: str) -> int:
         """Enroll with the organisation's one-use ``token``: its authentication half to the server, with his keys
-        and their binding under its binding half (which only the organisation can check)."""
+        and their binding under its binding half (which only the organisation can check); the device's budget
+        (``budget``) is charged the task's guarantee first."""
+        charge_device(self.budget, self.task)
         authentication, half = identity.token_halves(token)
         b64 = base64.b64encode
         answer = self._call("enroll", {"token": authentication, "public_key": b64(self.public_key).decode(),

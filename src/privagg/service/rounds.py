@@ -54,6 +54,7 @@ from ..errors import ParameterError
 from ..protocols.registry import get
 from ..protocols.roles import MultiRound, Round, RoundFailed, encode_inbox
 from . import storage
+from .ledger import DEFAULT_POPULATION, charge_round_task
 from .roster import Roster, b64_field, load_task
 from .round_tasks import KEM, SignedRoster, check_task, message_context
 from .tasks import KEMS, TAG_BYTES
@@ -98,11 +99,14 @@ class RoundDriver:
                                      registry=self.registry)
 
     # ---- tasks, tokens, the roster -------------------------------------------------------------------------
+    population = DEFAULT_POPULATION  # the ledger's population new tasks are charged to (issue 49: service/ledger.py)
+
     def add_task(self, task, **columns) -> None:
         """Store a new task (enrolling), with the service's own ``columns``."""
         with self.engine.begin() as c:
             c.execute(sa.insert(self.tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()), round=0,
                                                    status=ENROLLING, published="{}", **columns))
+            charge_round_task(c, task, self.population)
         log_event(self.log, "task created", task=task.task_id,
                   protocol=task.parameters.protocol, users=task.parameters.n_users)
 

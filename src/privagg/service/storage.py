@@ -24,6 +24,9 @@ batches) the encapsulation digests of the messages applied (a message repeated i
 A task with public candidates (a frequency task over a huge domain) also keeps the messages it opened, so that
 candidates added later are answered: they are the shuffled multiset the release is computed from, no more.
 
+The analyzer, the sharing server and S1 also keep the privacy budget across tasks: each population's budget and
+each task's charge (tables ``budgets`` and ``budget_charges``, declared in :mod:`privagg.service.ledger`).
+
 SQLite (the default, a file beside the service) runs in WAL mode with ``synchronous=FULL``: a committed
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
 for scale. The schema is versioned with Alembic (``migrations/``, one version table per party): a database is
@@ -542,6 +545,24 @@ def _probe(engine: sa.Engine) -> None:
                                  url.render_as_string(hide_password=True)) from None
         raise ParameterError("db", f"a SQLite database the service can open and write ({url.database}: {reason})",
                              url.render_as_string()) from None
+
+
+_LOCKED = ("database is locked", "lock timeout")  # SQLite's busy_timeout, PostgreSQL's lock_timeout, ran out
+
+
+@contextmanager
+def lock_timeouts_refused(url: str | None) -> Iterator[None]:
+    """A write that waited past its lock timeout for another process's lock (:data:`LOCK_TIMEOUT`: SQLite's
+    busy_timeout, PostgreSQL's lock_timeout) as one ParameterError naming the database, nothing written, instead of
+    a traceback (the commands that write: task create, budget set)."""
+    try:
+        yield
+    except sa.exc.OperationalError as err:
+        if not any(words in str(err.orig) for words in _LOCKED):
+            raise
+        shown = "the default database" if url is None else sa.engine.make_url(url).render_as_string(hide_password=True)
+        raise ParameterError("db", f"a database whose write lock another process lets go of within {LOCK_TIMEOUT:g} s "
+                             "(another writer held it longer; nothing was written: try again)", shown) from None
 
 
 @contextmanager

@@ -59,6 +59,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ...errors import ParameterError
 from .. import storage
 from ..keys import KeyEncryptionKey
+from ..ledger import DEFAULT_POPULATION, charge, check_population, cost_of, ledgers
 from ..storage import aggregates, analyzer_tasks, applied_batches, opened_messages
 from ..tasks import SERVED, Task, create_task, is_hex_id, unpacked_records
 from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
@@ -134,7 +135,8 @@ class AnalyzerService(BatchApplication, Release):
 
     # ---- tasks ---------------------------------------------------------------------------------------------
     def create_task(self, parameters, min_batch_size: int | None = None, key_id: int | None = None,
-                    kem: str = "x25519", candidates: list | None = None, discover_phi: float | None = None) -> Task:
+                    kem: str = "x25519", candidates: list | None = None, discover_phi: float | None = None,
+                    population: str = DEFAULT_POPULATION) -> Task:
         """A new task for ``parameters`` (its KEM: "x25519" or "mlkem768-x25519"), its private key (a new key pair
         for every task, sealed under the KEK) and an empty aggregate stored; returns the task. ``key_id``
         (0..255): the id clients see for its key; by default the one after the newest task's, so consecutive
@@ -143,7 +145,9 @@ class AnalyzerService(BatchApplication, Release):
         ``item_key``), or coordinates; required over a domain too large to estimate whole (over 2^24 items).
         ``discover_phi`` (sparse-vector-hashed, no candidates): the paper's two stages as one task, its first an
         fe-hh task over the B + 1 cells at the parameters' (eps, delta) and this phi (so the task's guarantee is
-        twice theirs, by basic composition), whose discovered coordinates the task estimates."""
+        twice theirs, by basic composition), whose discovered coordinates the task estimates. ``population``: the
+        ledger's population the task's guarantee is charged to in the transaction that stores it
+        (:func:`~privagg.service.ledger.charge`: a :class:`~privagg.service.ledger.BudgetExceeded` stores nothing)."""
         from ...pipelines import Analysis
         from ...protocols.balls_into_bins import CountAggregate
         from ...protocols.kinds import ResultKind
@@ -153,7 +157,9 @@ class AnalyzerService(BatchApplication, Release):
         entry = get(parameters.protocol)
         if not entry.served:
             raise ParameterError("protocol", SERVED, parameters.protocol)
+        check_population(population)
         stage = None if discover_phi is None else discovery_parameters(parameters, discover_phi)
+        cost = cost_of(parameters) if stage is None else cost_of(stage).plus(cost_of(parameters))
         codes = None
         if candidates is not None:
             if entry.result is not ResultKind.FREQUENCY_TABLE and not getattr(parameters, "one_sparse", False):
@@ -184,9 +190,15 @@ class AnalyzerService(BatchApplication, Release):
             else:
                 initial = Analysis.of(parameters, codes).analyzer().agg_init()
             task = self._insert_task(c, parameters, initial, min_batch_size, key_id, kem, candidates, stage)
+            charge(c, population, task.task_id, parameters.protocol, cost)
         log_event(log, "task created", task=task.task_id, protocol=parameters.protocol,
                   **({} if stage is None else {"discovery": stage.task_id}))
         return task
+
+    def ledgers(self) -> list[dict]:
+        """Each population's privacy budget, spent and remaining (:func:`privagg.service.ledger.ledgers`)."""
+        with storage.reading(self.engine) as c:
+            return [ledger.to_dict() for ledger in ledgers(c)]
 
     def _insert_task(self, c, parameters, aggregate, min_batch_size, key_id, kem, candidates, discovery) -> Task:
         """A new task's rows: the task with its private key sealed under the KEK, and its initial ``aggregate``."""
@@ -368,7 +380,7 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     @app.get("/console", response_class=HTMLResponse)
     async def console(request: Request) -> HTMLResponse:
         async def render() -> str:
-            return tasks_page(await run_in_threadpool(service.overview))
+            return tasks_page(await run_in_threadpool(service.overview), await run_in_threadpool(service.ledgers))
         return await console_page(request, render)
 
     @app.get("/console/tasks/{task_id}", response_class=HTMLResponse)

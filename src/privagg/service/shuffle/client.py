@@ -5,6 +5,8 @@ Here rather than at ``privagg.client``, which is the registry's ``client(paramet
     from privagg.service.shuffle.client import Client, submit
     client = Client.fetch(analyzer_url, task_id)   # the analyzer's task; parameters checked, never recalibrated
     report = client.report(value, token)           # randomized with secure randomness, sealed per message
+                                                   # (Client.fetch(..., budget=LocalBudget(path, eps, delta)): a task
+                                                   # the device's own budget cannot pay for is refused first)
     submit(collector_url, report)                   # retried safely until the collector acknowledges
 
 The device never recalibrates: it loads the task's frozen parameters (their fields and noise floor
@@ -29,6 +31,7 @@ import numpy as np
 
 from ...core.randomness import secure_rng
 from ..calls import RETRY_STATUSES, SubmitError
+from ..device_budget import LocalBudget, charge_device
 from ..tasks import REPORT_ID_BYTES, Task, seal_messages
 
 @dataclass(frozen=True)
@@ -52,34 +55,37 @@ class Report:
 
 
 class Client:
-    """A device's side of one task."""
+    """A device's side of one task. ``budget``: the device's own privacy budget
+    (:class:`~privagg.service.device_budget.LocalBudget`), charged the task's claimed guarantee once, before its first
+    report is randomized (a task it cannot pay for: :class:`~privagg.service.device_budget.DeviceBudgetExceeded`)."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, budget: LocalBudget | None = None) -> None:
         from ...protocols.registry import client as make_client
 
-        self.task = task
+        self.task, self.budget = task, budget
         self.randomizer = make_client(task.parameters)
         self.discovery = None if task.discovery is None else Client(task.discovery)  # a staged task's first stage
         self._items = None  # the item encoder, once a string item comes
 
     @classmethod
-    def from_json(cls, text: str | bytes, verify: bool = False) -> "Client":
-        return cls(Task.from_json(text, verify))
+    def from_json(cls, text: str | bytes, verify: bool = False, budget: LocalBudget | None = None) -> "Client":
+        return cls(Task.from_json(text, verify), budget)
 
     @classmethod
-    def fetch(cls, url: str, task_id: str, timeout: float = 30.0) -> "Client":
+    def fetch(cls, url: str, task_id: str, timeout: float = 30.0, budget: LocalBudget | None = None) -> "Client":
         """The client of the task served at ``url``: the analyzer's, over TLS, so that the key the messages
         are sealed to is the analyzer's. (The collector serves the task too, but a collector that lied about
         the key could open what it shuffles: take it from the collector only where the collector is trusted
         with the plaintexts, as in a test, or check it against a copy shipped with the app.)"""
         try:
             with urllib.request.urlopen(f"{url.rstrip('/')}/tasks/{task_id}", timeout=timeout) as answer:
-                return cls.from_json(answer.read())
+                text = answer.read()
         except urllib.error.HTTPError as err:  # an unknown task (404), or a service in trouble
             raise SubmitError(err.code, f"the task could not be fetched: {err.read().decode(errors='replace')}") \
                 from None
         except (urllib.error.URLError, OSError) as err:
             raise SubmitError(None, f"the task could not be fetched from {url} ({err})") from None
+        return cls.from_json(text, budget=budget)
 
     def report(self, value, token: str) -> Report:
         """The sealed messages of one user holding ``value`` (an item code, a vector, a (coordinate, weight)
@@ -91,6 +97,7 @@ class Client:
         messages of that cell; the second stage rounds again with fresh coins, as the simulation's stages do."""
         if isinstance(value, str) and getattr(self.task.parameters, "max_length", None) is None:
             value = int(self._encoder().encode([value])[0])
+        charge_device(self.budget, self.task)
         rng = secure_rng()
         messages = self.randomizer.randomize([value], rng)
         stage = None

@@ -2,7 +2,8 @@
 
 ``/console`` lists the tasks (each by its whole id, as the commands take it): protocol, users, the reports counted
 against the minimum batch, the batches applied, the messages that did not open or were repeated, and whether a
-result is released. ``/console/tasks/ID``
+result is released; below, the privacy budget of each population (:mod:`privagg.service.ledger`): its budget per
+period, what the current period spent (and how it was composed) and what is left. ``/console/tasks/ID``
 shows one task: the same counts, and once released its result as the result route serves it, drawn as a bar
 chart (inline SVG) of the top estimates with their 95% intervals (estimate +- 1.96 standard errors), and its
 privacy guarantee in plain words. The analyzer never sees a true count, so the page shows none. The pages are
@@ -44,6 +45,19 @@ _TASKS = _env.from_string("""
 <td>{{ t.protocol }}</td>
 <td>{{ "{:,}".format(t.n_users) }}</td><td>{{ "{:,}".format(t.reports) }} / {{ "{:,}".format(t.min_batch_size) }}</td>
 <td>{{ t.batches }}</td><td>{{ t.unopened + t.duplicates }}</td><td class="state">{{ t.state }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
+<h2>Privacy budget</h2>
+{% if not ledgers %}<p id="no-budget">No population has a budget or a task yet: set one with <code>privagg budget
+set</code>.</p>{% else %}
+<table id="budgets"><thead><tr><th>population</th><th>period</th><th>budget (epsilon, delta)</th>
+<th>spent (epsilon, delta)</th><th>tasks</th><th>composition</th><th>remaining (epsilon, delta)</th></tr></thead><tbody>
+{% for b in ledgers %}<tr><td>{{ b.population }}</td><td>{{ b.period_label }}</td>
+<td>{% if b.budget %}{{ "%.4g"|format(b.budget.epsilon) }}, {{ "%.3g"|format(b.budget.delta) }} a {{ b.period }}
+{% else %}none{% endif %}</td>
+<td>{{ "%.4g"|format(b.spent.epsilon) }}, {{ "%.3g"|format(b.spent.delta) }}</td><td>{{ b.spent.tasks }}</td>
+<td>{{ b.spent.composition }}</td>
+<td class="state">{% if b.remaining %}{{ "%.4g"|format(b.remaining.epsilon) }}, {{ "%.3g"|format(b.remaining.delta) }}
+{% else %}unlimited{% endif %}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 """)
 
@@ -90,9 +104,10 @@ def refusal_page(status: int, detail: str) -> str:
     return page(f"{status} {HTTPStatus(status).phrase}", _REFUSAL.render(detail=detail))
 
 
-def tasks_page(tasks: list[dict]) -> str:
-    """The task list (:meth:`privagg.service.shuffle.analyzer.AnalyzerService.overview`'s rows)."""
-    return page("Tasks", _TASKS.render(tasks=tasks))
+def tasks_page(tasks: list[dict], ledgers: list[dict]) -> str:
+    """The task list (:meth:`privagg.service.shuffle.analyzer.AnalyzerService.overview`'s rows) and the populations'
+    ledgers (:meth:`~privagg.service.ledger.Ledger.to_dict`'s)."""
+    return page("Tasks", _TASKS.render(tasks=tasks, ledgers=ledgers))
 
 
 def task_page(task: dict, report: dict | None, top: int = 20, note: str | None = None) -> str:

@@ -8,7 +8,7 @@ signatures close), so the upgrade fails it, saying why; it keeps its round and w
 create them again, around the upgrade.
 
 Revision ID: s1_0004
-Revises: s1_0003
+Revises: s1_0006 (the budget's, merged first; this revision was numbered before it)
 """
 
 import json
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "s1_0004"
-down_revision = "s1_0003"
+down_revision = "s1_0006"
 branch_labels = None
 depends_on = None
 

@@ -8,7 +8,7 @@ signatures close), so the upgrade fails it, saying why; it keeps its round and w
 create them again, around the upgrade.
 
 Revision ID: s0004
-Revises: s0003
+Revises: s0006 (the budget's, merged first; this revision was numbered before it)
 """
 
 import json
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "s0004"
-down_revision = "s0003"
+down_revision = "s0006"
 branch_labels = None
 depends_on = None
 
