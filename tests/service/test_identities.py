@@ -187,6 +187,37 @@ def test_what_is_no_relayed_message_is_refused_naming_it_never_a_traceback(sqlit
     assert count(service, round_messages, task.task_id) == 2 * N
 
 
+def test_a_duly_signed_message_that_does_not_open_is_none_for_the_role_and_kept_as_proof(sqlite_dbs, serve):
+    """User 1 posts, signed by himself, backups that are random bytes of the right size (the server cannot tell):
+    his recipients' SDK hands their role None for his backup (the role blames him) and keeps the signed ciphertext,
+    which verifies under his identity key in the signed roster: what a complaint shows."""
+    import secrets
+
+    service, http = sharing(sqlite_dbs, serve)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    liar = users[1]
+    key, _ = liar.role.advertise(1)
+    junk = [{"recipient": k, "sealed": b64encode(secrets.token_bytes(task.sealed_size)).decode()}
+            for k in range(N) if k != liar.user]
+    answer = http.post(f"/tasks/{task.task_id}/round1", content=json.dumps(signed(
+        liar, 1, {"message": b64encode(key).decode(), "backups": junk}, "backups")),
+        headers={"content-type": "application/json"})
+    assert answer.status_code == 201, answer.text
+    for round_ in ("advertise", "masked_sum"):
+        for user in users:
+            if user is not liar or round_ == "masked_sum":
+                user.send(round_, user.user % DOMAIN)
+    me = users[0]
+    inbox = json.loads(http.post(f"/tasks/{task.task_id}/inbox", content=json.dumps(
+        {"user": me.user, "secret": me.secret}), headers={"content-type": "application/json"}).content)
+    opened = me._delivered(me.protocol.round("reveal"), inbox["backups"])
+    assert opened[liar.user] is None and all(v is not None for k, v in opened.items() if k != liar.user)
+    sealed, signature = me.unopened[(1, liar.user)]
+    assert identity.verify(liar.identity_key, signature, b"privagg message " + task.task_id.encode() +
+                           b" round 1 from user 1 to user 0", sealed)
+
+
 def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_dbs, serve):
     """A user's signed messages bind the task, the round, the sender and the recipient: the same user (the same
     identity key) in two tasks; his round-1 answer of task A posted to task B, his backup to user 2 posted as his

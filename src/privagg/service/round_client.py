@@ -66,6 +66,9 @@ class RosterClient:
         self.identity = identity.generate()
         self.identity_key = identity.public_key(self.identity)
         self.signed_roster: SignedRoster | None = None
+        # (round, sender) -> (sealed, signature) of each duly signed message relayed to him that did not open: what
+        # a complaint blaming its sender shows
+        self.unopened: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         self.user: int | None = None
         self.secret: str | None = None
         self.role = None
@@ -264,6 +267,8 @@ class RoundClient(RosterClient):
             self._check_signed(sender, e.get("signature"), sealed, number, self.user,
                                f"{round_.delivers}[{sender!r}].signature")
             out[sender] = self._open(sealed, relay_info(relay, self.task.task_id, sender, self.user))
+            if out[sender] is None:
+                self.unopened[(number, sender)] = sealed, _bytes(e.get("signature"))
         return out
 
 
