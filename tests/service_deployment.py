@@ -191,3 +191,51 @@ def route_sdk_to(http: TestClient, monkeypatch) -> None:
         return answer.content
 
     monkeypatch.setattr(round_client, "_request", request)
+
+
+def organised(driver, task, client_type, url: str, users: int, organisation=None, enroll: bool = True,
+              **options) -> tuple[list, object, list[str]]:
+    """The organisation's steps around a multi-round ``task`` of ``driver`` (the sharing server, S1) in process, as
+    ``privagg task create --organisation-key``, ``tokens issue`` and ``roster sign`` do: the task signed, ``users``
+    tokens issued, one ``client_type`` per user fetched from ``url`` (pinning the organisation's key), enrolled
+    and the roster signed (``enroll=False``: neither). The clients, the organisation, the tokens."""
+    from privagg.service.organisation import Organisation
+
+    organisation = organisation or Organisation.generate()
+    organisation.sign_task(driver, task)
+    tokens = driver.issue_tokens(task.task_id, users)
+    clients = [client_type.fetch(url, task.task_id, organisation_key=organisation.public_key, **options)
+               for _ in range(users)]
+    if enroll:
+        for client, token in zip(clients, tokens):
+            client.enroll(token)
+        organisation.sign_roster(driver, task.task_id, tokens)
+    return clients, organisation, tokens
+
+
+def signed(client, number: int, body: dict, relay: str | None = None) -> dict:
+    """``body``, a hand-made round-``number`` answer of ``client``'s user, with his signatures as his SDK makes
+    them: of its ``message`` (none: empty) and of each sealed message of its ``relay`` list."""
+    import base64
+
+    out = {"user": client.user, "secret": client.secret, **body,
+           "signature": client._sign(number, None, base64.b64decode(body.get("message", "")))}
+    if relay is not None and isinstance(body.get(relay), list):
+        out[relay] = [{**e, "signature": client._sign(number, e["recipient"], base64.b64decode(e["sealed"]))}
+                      if isinstance(e, dict) and "signature" not in e else e for e in body[relay]]
+    return out
+
+
+def enrollment(task_id: str, token: str, public_key: bytes, identity_key: bytes | None = None,
+               binding: bytes | None = None) -> dict:
+    """A hand-made enrollment body as the SDK makes it: the token's authentication half, the keys (a fresh identity
+    key by default) and their binding under the token's binding half (``binding``: another, forged)."""
+    import base64
+
+    from privagg.core import identity
+
+    identity_key = identity.public_key(identity.generate()) if identity_key is None else identity_key
+    authentication, half = identity.token_halves(token)
+    binding = identity.binding(half, task_id, identity_key, public_key) if binding is None else binding
+    return {"token": authentication, **{k: base64.b64encode(v).decode() for k, v in (
+        ("public_key", public_key), ("identity_key", identity_key), ("binding", binding))}}

@@ -234,7 +234,8 @@ def test_the_device_refuses_a_task_its_own_budget_cannot_pay_for(tmp_path):
 
 def test_the_round_sdk_charges_the_device_before_enrolling(tmp_path):
     user = SharingClient("http://127.0.0.1:9", SharingService(connect(f"sqlite:///{tmp_path}/s.db", "sharing"))
-                         .create_task(sc.calibrate_dpds(1.0, 1e-3, 12, 3, min_count_fraction=0.25)))
+                         .create_task(sc.calibrate_dpds(1.0, 1e-3, 12, 3, min_count_fraction=0.25)),
+                         organisation_key=bytes(32))
     user.budget = LocalBudget(tmp_path / "device.json", 0.5, 1e-2)
     with pytest.raises(DeviceBudgetExceeded, match="it claims epsilon 1, delta 0.001"):
         user.enroll("t" * 32)  # refused before any request
@@ -317,8 +318,10 @@ def test_a_tss_task_over_s1s_budget_is_refused_before_s2s_task_is_made(tmp_path)
     assert runner.invoke(app, ["db", "upgrade", "--create", "--role", "s1", "--db", s1]).exit_code == 0
     assert runner.invoke(app, ["budget", "set", "--server", "s1", "--population", "panel", "--epsilon", "1.5",
                                "--delta", "0.5", "--db", s1]).exit_code == 0
+    assert runner.invoke(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
     create = ["task", "create", "--params", str(tmp_path / "tss.json"), "--db", s1, "--second-db", s2,
-              "--second-url", "http://s2.invalid", "--kek-file", str(tmp_path / "k"), "--population", "panel"]
+              "--second-url", "http://s2.invalid", "--kek-file", str(tmp_path / "k"), "--population", "panel",
+              "--organisation-key", str(tmp_path / "org.key")]
     made = runner.invoke(app, create)
     assert made.exit_code == 0, made.output
     refused = runner.invoke(app, create)

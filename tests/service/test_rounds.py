@@ -1,5 +1,6 @@
 """The round driver (service/rounds.py): a new round is a declaration and a role's method, nothing else; and an
-older sharing database, its tasks half-way through their rounds, is upgraded to rounds as data (s0003)."""
+older sharing database, its tasks half-way through their rounds, is upgraded to rounds as data (s0003), and those
+mid-task failed at the upgrade to signed rosters (s0004)."""
 
 import dataclasses
 import json
@@ -19,7 +20,7 @@ from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
 from privagg.service.storage import connect, round_messages
 from privagg.simulate.rounds import run_rounds
-from service_deployment import route_sdk_to
+from service_deployment import organised, route_sdk_to, signed
 
 N, DOMAIN = 10, 2
 
@@ -88,9 +89,7 @@ def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(
     p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
     codes = np.arange(N) % DOMAIN
     task = service.create_task(p, 60.0, 7)
-    users = [SharingClient("http://sharing", task) for _ in range(N)]
-    for user, token in zip(users, service.issue_tokens(task.task_id, N)):
-        user.enroll(token)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
     assert [r.name for r in users[0].protocol.rounds] == ["advertise", "masked_sum", "acknowledge", "reveal"]
     for user in users:
         user.send("advertise", int(codes[user.user]))
@@ -99,7 +98,7 @@ def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(
     clock.now += 61
     assert service.advance(task.task_id) == "round3" and service.state(task.task_id)["round_name"] == "acknowledge"
     me = users[0]
-    forged = {"user": me.user, "secret": me.secret, "message": b64encode(b"ack 1").decode()}
+    forged = signed(me, 3, {"message": b64encode(b"ack 1").decode()})
     answer = http.post(f"/tasks/{task.task_id}/round3", content=json.dumps(forged),
                        headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (400, "bad_message")
@@ -110,7 +109,7 @@ def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(
             round_messages.c.round == 3)).all())
     assert acks == {u.user: b"ack %d" % u.user for u in users[:-1]}
     assert service.advance(task.task_id) == "round4"  # closed early: every survivor acknowledged
-    late = {"user": me.user, "secret": me.secret, "message": b64encode(b"ack %d" % me.user).decode()}
+    late = signed(me, 3, {"message": b64encode(b"ack %d" % me.user).decode()})
     answer = http.post(f"/tasks/{task.task_id}/round3", content=json.dumps(late),
                        headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (409, "already_sent")
@@ -137,26 +136,25 @@ def db(request, tmp_path):
     return request.getfixturevalue("postgres_databases")()
 
 
-def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, monkeypatch):
+def test_an_older_database_is_upgraded_and_its_tasks_keep_their_state(db):
     """A sharing database of the release before rounds as data (s0002: a state string per round, a column per
     list, relayed_shares): a task in round 2 (its keys and sealed backups stored), a released one and a failed one.
-    ``privagg db upgrade`` (s0003) turns them into rounds as data: the first goes on from round 2 through the new
-    driver to the survivors' exact sum, the others keep their outcome."""
+    ``privagg db upgrade`` turns them into rounds as data (s0003): the first's round and published list, its
+    relayed backups as round 1's; the others keep their outcome. The first, mid-task at the upgrade to signed rosters
+    (s0004), cannot go on (no organisation signed it, no user enrolled an identity): it is failed, saying why."""
     from service_deployment import database_at
 
     from privagg.service import storage
     from privagg.service.roster import secret_hash
-    from privagg.service.round_tasks import KEM, SharingTask, relay_info
-    from privagg.service.tasks import _public_key, _suite
+    from privagg.service.round_tasks import SharingTask
+    from privagg.service.storage import relayed_messages
 
     p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
-    codes = np.arange(N) % DOMAIN
     old = database_at(db, "sharing", "s0002")
     meta = sa.MetaData()
     tasks, msgs, relayed, roster = (sa.Table(name, meta, autoload_with=old) for name in (
         "sharing_tasks", "round_messages", "relayed_shares", "roster"))
     task = SharingTask("ab" * 16, p, 60.0, 7)
-    clients = [SharingClient("http://sharing", task) for _ in range(N)]
     with old.begin() as c:
         c.execute(sa.insert(tasks), [
             {"task_id": task.task_id, "task": json.dumps(task.to_dict()), "state": "round2", "deadline": 2e9,
@@ -165,43 +163,25 @@ def test_an_older_database_is_upgraded_and_its_tasks_go_on_from_their_round(db, 
              "deadline": None, "senders": "[0]", "survivors": "[0]", "outcome": json.dumps({"estimates": []})},
             {"task_id": "ef" * 16, "task": json.dumps({**task.to_dict(), "task_id": "ef" * 16}), "state": "failed",
              "deadline": None, "senders": "[0, 1]", "survivors": None, "outcome": json.dumps({"failed": "too few"})}])
-        for i, client in enumerate(clients):
-            client.user, client.secret = i, f"secret {i}"
-            client.role = client.make_role(i)
-            c.execute(sa.insert(roster).values(task_id=task.task_id, user=i, public_key=client.public_key,
-                                               secret_hash=secret_hash(client.secret)))
-        for i, client in enumerate(clients):
-            key, backups = client.role.advertise(int(codes[i]))
-            c.execute(sa.insert(msgs).values(task_id=task.task_id, round=1, user=i, message=key))
-            c.execute(sa.insert(relayed), [{"task_id": task.task_id, "sender": i, "recipient": k, "sealed": _suite(
-                KEM).encrypt(m, _public_key(KEM, clients[k].public_key), info=relay_info(sp.ROUNDS[0], task.task_id,
-                                                                                           i, k))}
-                                           for k, m in backups.items()])
+        c.execute(sa.insert(roster), [{"task_id": task.task_id, "user": i, "public_key": bytes([i]) * 32,
+                                       "secret_hash": secret_hash(f"secret {i}")} for i in range(N)])
+        c.execute(sa.insert(msgs), [{"task_id": task.task_id, "round": 1, "user": i, "message": b"key"}
+                                    for i in range(N)])
+        c.execute(sa.insert(relayed), [{"task_id": task.task_id, "sender": i, "recipient": k, "sealed": b"sealed"}
+                                       for i in range(N) for k in range(N) if k != i])
     old.dispose()
-    assert storage.upgrade_database(db, "sharing") == ("s0002", "s0006")
-    clock = Clock()
-    service = SharingService(connect(db, "sharing", create=False), clock=clock)
-    http = TestClient(create_app(service, tick=None))
-
-    route_sdk_to(http, monkeypatch)
+    assert storage.upgrade_database(db, "sharing") == ("s0002", "s0004")
+    service = SharingService(connect(db, "sharing", create=False), clock=Clock())
     try:
         state = service.state(task.task_id)
-        assert (state["state"], state["round_name"], state["senders"]) == ("round2", "masked_sum", N)
+        assert (state["state"], state["round_name"], state["senders"]) == ("failed", "masked_sum", N)
+        with pytest.raises(Exception, match="upgraded to signed rosters"):
+            service.result(task.task_id)
         assert service.result("cd" * 16) == {"estimates": []}
         with pytest.raises(Exception, match="too few"):
             service.result("ef" * 16)
-        for client in clients[1:]:  # user 0 vanishes in round 2
-            client.send("masked_sum")
-        clock.now += 3e9
-        assert service.advance(task.task_id) == "round3"
-        for client in clients[1:]:
-            client.send("reveal")  # his backups of round 1 come from the upgraded relayed_messages
-        report = service.result(task.task_id)
+        with service.engine.connect() as c:
+            assert c.execute(sa.select(sa.func.count()).select_from(relayed_messages).where(
+                relayed_messages.c.round == 1)).scalar() == N * (N - 1)
     finally:
-        http.close()
         service.engine.dispose()
-    total = np.zeros(DOMAIN, dtype=np.uint64)
-    for client in clients[1:]:
-        total = p.field.add(total, client.role.state.vector)
-    assert [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])] == pytest.approx(
-        sp.survivors_parameters(p, N - 1).estimate(total).tolist())

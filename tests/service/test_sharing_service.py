@@ -24,7 +24,7 @@ from privagg.service.round_demo import dropout_plan, traffic
 from privagg.service.sharing.demo import SharingDeployment, run_rounds
 from privagg.service.storage import connect, relayed_messages, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
-from service_deployment import route_sdk_to
+from service_deployment import enrollment, organised, route_sdk_to, signed
 
 N, DOMAIN = 12, 3
 CODES = np.arange(N) % DOMAIN
@@ -63,10 +63,9 @@ def dpdg(n=N):
 
 
 def enrolled(service, parameters, min_survivors=8, round_seconds=60.0):
+    """A task its organisation signed, its users enrolled and its roster signed: round 1 is open."""
     task = service.create_task(parameters, round_seconds, min_survivors)
-    users = [SharingClient("http://sharing", task) for _ in range(parameters.n_users)]
-    for user, token in zip(users, service.issue_tokens(task.task_id, parameters.n_users)):
-        user.enroll(token)
+    users = organised(service, task, SharingClient, "http://sharing", parameters.n_users)[0]
     return task, users
 
 
@@ -136,11 +135,12 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     tid, me = task.task_id, users[0]
     auth = {"user": me.user, "secret": me.secret}
     key, plain = me.role.advertise(1)
-    keys = [b64decode(k) for k in json.loads(http.get(f"/tasks/{tid}/roster").content)["public_keys"]]
+    keys = {k: public for k, (_, public) in me.roster().users.items()}
     sealed = {k: b64encode(_suite(KEM).encrypt(m, _public_key(KEM, keys[k]), info=relay_info(
         ROUNDS[0], tid, me.user, k))).decode() for k, m in plain.items()}
-    shares = [{"recipient": k, "sealed": v} for k, v in sealed.items()]
-    good = {**auth, "message": b64encode(key).decode()}
+    shares = signed(me, 1, {"backups": [{"recipient": k, "sealed": v} for k, v in sealed.items()]},
+                    "backups")["backups"]
+    good = signed(me, 1, {"message": b64encode(key).decode()})
     path = f"/tasks/{tid}/round1"
     refused(http, path, {**good, "backups": shares[:-1]}, 400, "malformed")
     refused(http, path, {**auth, "backups": shares}, 400, "malformed")
@@ -154,14 +154,13 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     assert f"of {task.sealed_size} bytes, got 40 bytes" in refused(http, path, {**good, "backups": short}, 400,
                                                                    "malformed")
     low_order = encode(p, ADVERTISE, me.user, SERVER, bytes(64))  # a key whose agreed secrets are all zero
-    assert "low order" in refused(http, path, {**good, "message": b64encode(low_order).decode(), "backups": shares},
-                                  400, "bad_message")
-    theirs = encode(p, ADVERTISE, 1, SERVER, decode(p, key, (ADVERTISE,)).payload)  # signed as another user
-    refused(http, path, {**good, "message": b64encode(theirs).decode(), "backups": shares}, 400, "bad_message")
-    refused(http, path, {"user": me.user, "secret": "guess", "message": good["message"], "backups": shares}, 403,
-            "bad_secret")
-    refused(http, path, {"user": N, "secret": me.secret, "message": good["message"], "backups": shares}, 400,
-            "malformed")
+    assert "low order" in refused(http, path, signed(me, 1, {"message": b64encode(low_order).decode(),
+                                                             "backups": shares}), 400, "bad_message")
+    theirs = encode(p, ADVERTISE, 1, SERVER, decode(p, key, (ADVERTISE,)).payload)  # named as another user's
+    refused(http, path, signed(me, 1, {"message": b64encode(theirs).decode(), "backups": shares}), 400,
+            "bad_message")
+    refused(http, path, {**good, "secret": "guess", "backups": shares}, 403, "bad_secret")
+    refused(http, path, {**good, "user": N, "backups": shares}, 400, "malformed")
     refused(http, f"/tasks/{tid}/round2", {**auth, "message": "AAAA"}, 409, "round_closed")
     assert count(service, relayed_messages, tid) == 0 and count(service, round_messages, tid) == 0
     assert http.post(path, content=json.dumps({**good, "backups": shares}),
@@ -170,7 +169,7 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     assert count(service, relayed_messages, tid) == N - 1 and count(service, round_messages, tid) == 1
     refused(http, "/tasks/" + "ab" * 16 + "/round1", {**good, "backups": shares}, 404, "unknown_task")
     clock.now += 61
-    refused(http, path, {"user": 1, "secret": users[1].secret, "message": good["message"], "backups": shares}, 409,
+    refused(http, path, {**good, "user": 1, "secret": users[1].secret, "backups": shares}, 409,
             "round_closed")  # late
     refused(http, path, {**good, "backups": shares}, 409, "already_sent")  # a retry of what arrived: said so
     # round 1 closed at its deadline with one sender: below the minimum, the task failed and releases nothing
@@ -192,15 +191,15 @@ def test_round_messages_are_checked_and_stored_once(server):
     service.advance(task.task_id)
     tid, path = task.task_id, f"/tasks/{task.task_id}/round2"
     last = users[-1]
-    refused(http, path, {"user": last.user, "secret": last.secret, "message": "AAAA"}, 409, "not_expected")
+    refused(http, path, signed(last, 2, {"message": "AAAA"}), 409, "not_expected")
     me = users[0]
     auth = {"user": me.user, "secret": me.secret}
     truncated = HEADER.pack(MAGIC, VERSION, MASKED_SUM, me.user, SERVER, DOMAIN) + b"\0"
-    detail = refused(http, path, {**auth, "message": b64encode(truncated).decode()}, 400, "bad_message")
+    detail = refused(http, path, signed(me, 2, {"message": b64encode(truncated).decode()}), 400, "bad_message")
     assert "field elements" in detail
     me.send("masked_sum")
     another = encode(p, MASKED_SUM, me.user, SERVER, np.zeros(DOMAIN, dtype=np.uint64))
-    refused(http, path, {**auth, "message": b64encode(another).decode()}, 409, "already_sent")
+    refused(http, path, signed(me, 2, {"message": b64encode(another).decode()}), 409, "already_sent")
     refused(http, f"/tasks/{tid}/inbox", {"user": last.user, "secret": last.secret}, 409, "not_expected")
     for user in users[1:-1]:
         user.send("masked_sum")
@@ -210,19 +209,20 @@ def test_round_messages_are_checked_and_stored_once(server):
                                   headers={"content-type": "application/json"}).content)
     inbox = decode_inbox(answer["inbox"])
     assert answer["round"] == 3 and answer["name"] == "reveal" and set(inbox) == {"senders", "survivors"}
-    opened = {b["sender"]: me._open(b["sealed"], relay_info(ROUNDS[0], tid, b["sender"], me.user))
+    opened = {b["sender"]: me._open(b64decode(b["sealed"]), relay_info(ROUNDS[0], tid, b["sender"], me.user))
               for b in answer["backups"]}
     honest = decode(p, me.role.reveal(inbox["senders"], inbox["survivors"], opened).message, (REVEAL,)).payload
     secrets_ = honest.secrets.copy()
     secrets_[2] = PAIR_KEY
     greedy = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, secrets_, honest.shares))
-    detail = refused(http, f"/tasks/{tid}/round3", {**auth, "message": b64encode(greedy).decode()}, 400, "bad_message")
+    detail = refused(http, f"/tasks/{tid}/round3", signed(me, 3, {"message": b64encode(greedy).decode()}), 400,
+                     "bad_message")
     assert "each survivor's mask seed" in detail
     assert count(service, round_messages, tid) == 11 + 11  # round 1's keys and round 2's sums only
     # well-formed shares that are wrong: the rebuilt secrets fail their round-1 commitments and the task fails,
     # rather than release a wrong sum
     lying = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, honest.secrets, (honest.shares + 1) % 2_097_143))
-    assert http.post(f"/tasks/{tid}/round3", content=json.dumps({**auth, "message": b64encode(lying).decode()}),
+    assert http.post(f"/tasks/{tid}/round3", content=json.dumps(signed(me, 3, {"message": b64encode(lying).decode()})),
                      headers={"content-type": "application/json"}).status_code == 201
     for user in users[1:-1]:
         user.send("reveal")
@@ -252,47 +252,60 @@ def test_fewer_revealers_than_the_threshold_fail_the_task_and_nothing_is_release
 
 
 def test_enrollment_checks_tokens_and_keys(server):
+    """An enrollment shows the token's authentication half (the server keeps its hash, never the token), the user's
+    keys and their binding; a retry gets the same index, other keys on a spent token are refused, and the rounds
+    open once the organisation signed the full roster."""
+    from privagg.service.organisation import Organisation
+
     service, http, _ = server
     task = service.create_task(dpdg(3), 60.0, 2)
+    organisation = Organisation.generate()
+    organisation.sign_task(service, task)
     tokens = service.issue_tokens(task.task_id, 4)
+    tid = task.task_id
 
     def b64(raw: bytes) -> str:
         return b64encode(raw).decode()
 
-    path = f"/tasks/{task.task_id}/enroll"
-    refused(http, path, {"token": "nope", "public_key": b64(b"k" * 32)}, 403, "bad_token")
-    refused(http, path, {"token": tokens[0], "public_key": b64(b"k" * 31)}, 400, "malformed")
-    refused(http, path, {"token": tokens[0]}, 400, "malformed")
-    assert http.get(f"/tasks/{task.task_id}/roster").status_code == 409  # not full yet
-    first = http.post(path, content=json.dumps({"token": tokens[0], "public_key": b64(b"k" * 32)}),
-                      headers={"content-type": "application/json"}).json()
-    again = http.post(path, content=json.dumps({"token": tokens[0], "public_key": b64(b"k" * 32)}),
-                      headers={"content-type": "application/json"}).json()
+    path = f"/tasks/{tid}/enroll"
+    refused(http, path, enrollment(tid, "nope", b"k" * 32), 403, "bad_token")
+    refused(http, path, {**enrollment(tid, tokens[0], b"k" * 32), "token": tokens[0]}, 403, "bad_token")  # the whole
+    refused(http, path, {**enrollment(tid, tokens[0], b"k" * 32), "public_key": b64(b"k" * 31)}, 400, "malformed")
+    refused(http, path, {"token": enrollment(tid, tokens[0], b"k" * 32)["token"], "public_key": b64(b"k" * 32)}, 400,
+            "malformed")  # no identity key nor binding: an SDK of before
+    assert http.get(f"/tasks/{tid}/roster").status_code == 409  # not signed yet
+    body = enrollment(tid, tokens[0], b"k" * 32)
+    first = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).json()
+    again = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).json()
     assert first["user"] == again["user"] == 0 and first["secret"] != again["secret"]  # a retry: same index
-    refused(http, path, {"token": tokens[0], "public_key": b64(b"j" * 32)}, 409, "token_spent")
+    refused(http, path, enrollment(tid, tokens[0], b"j" * 32), 409, "token_spent")
+    refused(http, path, {**body, "identity_key": b64(b"i" * 32)}, 409, "token_spent")
     for token in tokens[1:3]:
-        http.post(path, content=json.dumps({"token": token, "public_key": b64(secrets.token_bytes(32))}),
+        http.post(path, content=json.dumps(enrollment(tid, token, secrets.token_bytes(32))),
                   headers={"content-type": "application/json"})
-    refused(http, path, {"token": tokens[3], "public_key": b64(b"m" * 32)}, 409, "roster_full")
-    assert service.state(task.task_id)["state"] == "round1"
+    refused(http, path, enrollment(tid, tokens[3], b"m" * 32), 409, "roster_full")
+    assert service.state(tid)["state"] == "enrolling"  # full, not signed: no round opens
+    signed_roster, left_out = organisation.sign_roster(service, tid, tokens)
+    assert left_out == {} and sorted(signed_roster.users) == [0, 1, 2] and service.state(tid)["state"] == "round1"
+    assert json.loads(http.get(f"/tasks/{tid}/roster").content) == signed_roster.to_dict()
 
 
 def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
+    from privagg.service.organisation import Organisation
+
     p = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
     codes = np.arange(16) % 2
     db = f"sqlite:///{tmp_path}/sharing.db"
     with SharingDeployment(db, tmp_path / "log") as dep:
-        service = dep.service()
-        task = service.create_task(p, 300.0, 12)
-        tokens = service.issue_tokens(task.task_id, 16)
-        service.engine.dispose()
+        organisation = Organisation.generate()
+        task, tokens, sign_roster = dep.organised(organisation, p, 300.0, 12, 16)
 
         def restart(_round: int) -> None:
             dep.kill()
             dep.start()
 
         run = run_rounds(dep.url, task.task_id, codes, tokens, dropout_plan(16, 0.15, (1, 2, 3), seed=3),
-                         progress=lambda _text: None, between=restart)
+                         organisation.public_key, sign_roster, progress=lambda _text: None, between=restart)
         report = run["clients"][0]._call("result")
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]
     total = field_sum(p, survivors)
@@ -319,8 +332,10 @@ def test_a_task_too_large_to_serve_is_refused_naming_its_cost(tmp_path):
 
     p = sc.calibrate_dpds(1.0, 1e-6, 50_000, 10, min_count_fraction=0.05)
     (tmp_path / "p.json").write_text(json.dumps(p.to_dict()))
+    assert CliRunner().invoke(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
     out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
-                                   f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000"])
+                                   f"sqlite:///{tmp_path}/sharing.db", "--min-survivors", "40000",
+                                   "--organisation-key", str(tmp_path / "org.key")])
     assert out.exit_code == 2 and "n_users must be at most 10,000 for a served DPDS or DPDG task" in out.output
     assert "2,499,950,000 sealed backups" in out.output
 
@@ -334,10 +349,13 @@ def test_task_create_states_the_delta_its_release_may_claim_at_min_survivors(tmp
     from privagg.cli import app
     from privagg.protocols.registry import calibrate
 
+    assert CliRunner().invoke(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
+
     def create(parameters, *args: str):
         (tmp_path / "p.json").write_text(json.dumps(parameters.to_dict()))
         out = CliRunner().invoke(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db",
-                                       f"sqlite:///{tmp_path}/sharing.db", *args])
+                                       f"sqlite:///{tmp_path}/sharing.db", "--organisation-key",
+                                       str(tmp_path / "org.key"), *args])
         assert out.exit_code == 0, out.output
         return out, [line for line in out.stderr.splitlines() if line.startswith("warning:")]
 
@@ -375,21 +393,19 @@ def test_an_enrollment_flood_spends_nothing_and_leaves_the_roster_open(server):
 
     service, http, _ = server
     task = service.create_task(dpdg(), 60.0, 8)
-    tokens = service.issue_tokens(task.task_id, N)
-    path = f"/tasks/{task.task_id}/enroll"
+    users, organisation, tokens = organised(service, task, SharingClient, "http://sharing", N, enroll=False)
+    tid, path = task.task_id, f"/tasks/{task.task_id}/enroll"
 
     def post(body):
         return http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).status_code
 
-    first = post({"token": tokens[0], "public_key": b64encode(b"k" * 32).decode()})
+    first = post(enrollment(tid, tokens[0], b"k" * 32))
     with ThreadPoolExecutor(8) as pool:
-        forged = list(pool.map(post, [{"token": secrets.token_urlsafe(24), "public_key": b64encode(b"f" * 32).decode()}
-                                      for _ in range(300)]))
-        replays = list(pool.map(post, [{"token": tokens[0], "public_key": b64encode(secrets.token_bytes(32)).decode()}
-                                       for _ in range(20)]))
+        forged = list(pool.map(post, [enrollment(tid, secrets.token_urlsafe(24), b"f" * 32) for _ in range(300)]))
+        replays = list(pool.map(post, [enrollment(tid, tokens[0], secrets.token_bytes(32)) for _ in range(20)]))
     assert first == 201 and set(forged) == {403} and set(replays) == {409}
     assert count(service, storage_roster, task.task_id) == 1
-    users = [SharingClient("http://sharing", task) for _ in range(N - 1)]
-    for user, token in zip(users, tokens[1:]):
+    for user, token in zip(users[1:], tokens[1:]):
         user.enroll(token)
+    organisation.sign_roster(service, tid, tokens)
     assert service.state(task.task_id)["state"] == "round1"

@@ -46,7 +46,9 @@ from privagg.service.round_tasks import sealed_size
 from privagg.service.two_servers.servers import (FirstService, SecondService, SecondTask, TSSTask, create_first_app,
                                          create_tasks, s1_messages, s1_relayed, s1_tasks, s2_tasks)
 from privagg.service.two_servers.client import TSSClient
+from privagg.service.organisation import Organisation
 from privagg.service.web import Refused
+from service_deployment import organised, signed
 
 N_USERS, DOMAIN, MIN = 32, 4, 26
 
@@ -166,10 +168,7 @@ def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True, first_type
     task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
     try:
         with served(create_first_app(first, tick=None)) as url:
-            clients = [TSSClient.fetch(url, task.task_id, attempts=1) for _ in range(N_USERS)]
-            if enroll:
-                for client, token in zip(clients, first.issue_tokens(task.task_id, N_USERS)):
-                    client.enroll(token)
+            clients = organised(first, task, TSSClient, url, N_USERS, enroll=enroll, attempts=1)[0]
             yield Deployment(first, second, clock, url, task, clients)
     finally:
         first.engine.dispose()
@@ -316,7 +315,8 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
         auth = {"user": me.user, "secret": me.secret}
 
         def round1(message: bytes, who=auth) -> tuple[int, dict]:
-            return post(d.url, route + "round1", {**who, "message": base64.b64encode(message).decode()})
+            return post(d.url, route + "round1", {**signed(me, 1, {"message": base64.b64encode(message).decode()}),
+                                                  **who})
 
         good = encode(p, REPORT_SET, me.user, FIRST, [0, 2])
         cases = [(good[:-1], 400, "bad_message"),
@@ -353,23 +353,23 @@ def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
                                 ({**expected, N_USERS: 1}, "bad_recipient"),
                                 ({h: k + 1 for h, k in expected.items()}, "malformed"),
                                 (dict(list(expected.items())[1:]), "malformed")):
-            status, answer = post(d.url, route + "round2", {**auth, "shares": shares(entries)})
+            status, answer = post(d.url, route + "round2", signed(me, 2, {"shares": shares(entries)}, "shares"))
             assert (status, answer["error"]) == (400, reason), answer
         assert me.send("share")
-        status, answer = post(d.url, route + "round2", {**auth, "shares": shares(expected)})
+        status, answer = post(d.url, route + "round2", signed(me, 2, {"shares": shares(expected)}, "shares"))
         assert (status, answer["error"]) == (409, "already_sent")
         with d.first.engine.connect() as c:
             stored = c.execute(sa.select(s1_relayed.c.sealed).where(s1_relayed.c.sender == me.user)).scalars().all()
         assert len(stored) == len(expected) and not any(bytes(s).startswith(b"xxxx") for s in stored)
         assert step(d, 2, skip=(me.user, absent)) == "round3"
         outsider, who = absent, d.client(absent)
-        status, answer = post(d.url, route + "round3", {"user": outsider, "secret": who.secret, "message": "AAAA"})
+        status, answer = post(d.url, route + "round3", signed(who, 3, {"message": "AAAA"}))
         assert (status, answer["error"]) == (409, "not_expected")
         status, answer = post(d.url, route + "inbox", {"user": outsider, "secret": who.secret})
         assert (status, answer["error"]) == (409, "not_expected")
         helper = sorted(election.by_helper)[0]
-        status, answer = post(d.url, route + "round3", {"user": helper, "secret": d.client(helper).secret,
-                                                        "message": base64.b64encode(b"short").decode()})
+        status, answer = post(d.url, route + "round3", signed(d.client(helper), 3, {
+            "message": base64.b64encode(b"short").decode()}))
         assert (status, answer["error"]) == (400, "malformed")
         d.clock.now += 61  # past round 3's deadline: the next request closes it, and the message is refused
         message = base64.b64encode(bytes(sealed_size(p, SUMS, len(election.by_helper[helper])))).decode()
@@ -426,8 +426,8 @@ def test_a_sum_replayed_under_another_helpers_name_is_blamed_and_his_items_recov
         with d.first.engine.connect() as c:
             stolen = c.execute(sa.select(s1_messages.c.message).where(s1_messages.c.round == 3,
                                                                       s1_messages.c.user == victim)).scalar()
-        status, _ = post(d.url, f"/tasks/{d.task_id}/round3", {"user": thief, "secret": d.client(thief).secret,
-                                                              "message": base64.b64encode(stolen).decode()})
+        status, _ = post(d.url, f"/tasks/{d.task_id}/round3", signed(d.client(thief), 3, {  # signed by the thief
+            "message": base64.b64encode(stolen).decode()}))
         assert status == 201  # S1 cannot tell: it cannot open what it relays
         assert d.state() == "round4" and d.first.state(d.task_id)["items_to_recover"] == served[thief]
         assert d.published()["unopened"] == [thief]
@@ -451,14 +451,14 @@ def test_the_migrations_build_the_declared_schema(dbs):
         engine.dispose()
 
 
-def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs):
+def test_an_older_s1_database_is_upgraded_and_its_tasks_keep_their_state(dbs):
     """An S1 database of the release before rounds as data (s1_0002: a state string, a column per published list,
     s1_shares; its tasks carry no S2 identity key): a task in round 3 (report sets, election, R2 and each item's
     reporters stored, one helper's sealed sums already in; user 3 left at round 2), a delivered one and a failed
-    one. ``privagg db upgrade`` (s1_0003)
-    turns them into the round driver's: the first goes on from round 3 (the helpers' sealed shares come from the
-    upgraded s1_relayed) to S2's release of exactly the survivors' sampled counts; the others keep their state and
-    reason."""
+    one. ``privagg db upgrade`` turns them into the round driver's (s1_0003: the round, what was published, the
+    shares in s1_relayed); the others keep their state and reason. The first, mid-task at the upgrade to signed
+    rosters (s1_0004), cannot go on (no organisation signed it, no user enrolled an identity): it is failed, saying
+    why."""
     from service_deployment import database_at
 
     from privagg.protocols.two_server_election import as_inbox
@@ -471,7 +471,7 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
     second_task, token = second.create_task(p, MIN)
     task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)  # no S2 identity key yet
-    clients = [TSSClient("http://s1.invalid", task) for _ in range(N_USERS)]
+    clients = [TSSClient("http://s1.invalid", task, organisation_key=bytes(32)) for _ in range(N_USERS)]
     for i, client in enumerate(clients):
         client.user, client.secret, client.role = i, f"secret {i}", client.make_role(i)
     sets = {i: c.role.report(i % DOMAIN).message for i, c in enumerate(clients)}
@@ -520,32 +520,21 @@ def test_an_older_s1_database_is_upgraded_and_its_task_goes_on_from_round_3(dbs)
             m, _public_key(KEM, clients[h].public_key), info=relay_info(ROUNDS[1], task.task_id, u, h))}
             for (u, h), m in plain.items()])
     old.dispose()
-    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0006")
+    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0004")
     first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock, **in_process(second))
     try:
-        with served(create_first_app(first, tick=None)) as url:
-            state = first.state(task.task_id)
-            assert (state["state"], state["round_name"], state["senders"], state["survivors"], state["helpers"]) == (
-                "round3", "sums", N_USERS, N_USERS - 1, len(election.by_helper))
-            assert first.state("cd" * 16)["state"] == "delivered"
-            assert (first.state("ef" * 16)["state"], first.state("ef" * 16)["failed"]) == ("failed", reason)
-            for client in clients:
-                client.url = url
-                if client.user != early:
-                    client.send("sums")  # those who help with no item send nothing
-            assert first.state(task.task_id)["state"] == "handover"  # closed early: every helper's sums are in
-            assert first.deliver(task.task_id) == "delivered"
-        result = second.result(second_task.task_id)
+        state = first.state(task.task_id)
+        assert (state["state"], state["round_name"], state["senders"], state["survivors"], state["helpers"]) == (
+            "failed", "sums", N_USERS, N_USERS - 1, len(election.by_helper))
+        assert "upgraded to signed rosters" in state["failed"]
+        assert first.state("cd" * 16)["state"] == "delivered"
+        assert (first.state("ef" * 16)["state"], first.state("ef" * 16)["failed"]) == ("failed", reason)
+        with first.engine.connect() as c:
+            assert c.execute(sa.select(sa.func.count()).select_from(s1_relayed).where(
+                s1_relayed.c.round == 2)).scalar() == len(plain)
     finally:
         first.engine.dispose()
         second.engine.dispose()
-    counts = np.zeros(DOMAIN, dtype=np.int64)
-    for u in survivors:
-        for j, e in zip(clients[u].role.state.items, clients[u].role.state.entries):
-            counts[j] += e
-    estimates = {e["item"]: e["estimate"] for e in result["estimates"]}
-    assert [round(estimates[j] * p.effective_probability) for j in range(DOMAIN)] == counts.tolist()
-    assert result["dropouts"]["survivors"] == N_USERS - 1 and result["dropouts"]["helpers_without_sum"] == 0
 
 
 SERVE = """
@@ -618,17 +607,21 @@ def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
         public = SecondTask.from_dict(get(f"{url2}/tasks/{created.task_id}")["task"])
         first = FirstService(storage.connect(dbs["s1"], "s1"))
         task = first.create_task(p, public, url2, token, round_seconds=60.0)
+        organisation = Organisation.generate()
+        organisation.sign_task(first, task)
         tokens = first.issue_tokens(task.task_id, N_USERS)
-        first.engine.dispose()
 
         def close(round_: int) -> None:
             status, _ = post(url1, f"/tasks/{task.task_id}/close-round/{round_}", {})
             assert status == 200
 
         with process("s1", dbs["s1"], ports["s1"], tmp_path / "s1.log") as s1:
-            clients = [TSSClient.fetch(url1, task.task_id) for _ in range(N_USERS)]
+            clients = [TSSClient.fetch(url1, task.task_id, organisation_key=organisation.public_key)
+                       for _ in range(N_USERS)]
             for c, t in zip(clients, tokens):
                 c.enroll(t)
+            organisation.sign_roster(first, task.task_id, tokens)
+            first.engine.dispose()
             for c in clients:
                 if c.user != 3:
                     c.send("report", c.user % DOMAIN)
@@ -695,8 +688,10 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     again = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
                       "--s2", "--relay-token-file", str(token)])
     assert again.exit_code == 2 and "relay-token-file must be a new file" in again.output
+    assert run(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
     s1_args = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s1.db",
-               "--second-task", str(tmp_path / "s2.json"), "--second-url", "http://127.0.0.1:8084"]
+               "--second-task", str(tmp_path / "s2.json"), "--second-url", "http://127.0.0.1:8084",
+               "--organisation-key", str(tmp_path / "org.key")]
     missing = run(app, s1_args)
     assert missing.exit_code == 2 and "relay-token-file must be given with --second-task" in missing.output
     other = calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1, report_fraction=0.25)

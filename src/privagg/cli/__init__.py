@@ -57,7 +57,8 @@ for _name, _command in (("protocols", catalog.protocols), ("example-data", catal
 for _name, _group in (("calibrate", calibrate.calibrate_app), ("estimate", estimate.estimate_app),
                       ("audit", calibrate.audit_app), ("account", calibrate.account_app),
                       ("reproduce", evaluation.reproduce_app), ("task", tasks.task_app),
-                      ("tokens", tasks.tokens_app), ("budget", tasks.budget_app), ("keys", servers.keys_app),
+                      ("tokens", tasks.tokens_app), ("organisation", tasks.organisation_app),
+                      ("roster", tasks.roster_app), ("budget", tasks.budget_app), ("keys", servers.keys_app),
                       ("db", servers.db_app)):
     _app.add_typer(_group, name=_name)
 

@@ -189,7 +189,7 @@ def _strict_numbers(typer_app: typer.Typer) -> None:
 # import (_checked_paths), so that none is read unchecked
 PATH_OPTIONS = {
     **dict.fromkeys(("input", "candidates", "params", "config", "tls-cert", "tls-key", "analyzer-ca", "second-ca",
-                     "kek-file", "tokens", "second-task"), "file"),
+                     "kek-file", "tokens", "second-task", "organisation-key"), "file"),
     "messages": "folder", "output": "output", "relay-token-file": "path",
     **dict.fromkeys(("out", "workdir", "write-messages", "partition-root", "folder"), "new-folder"),
 }

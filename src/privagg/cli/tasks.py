@@ -1,6 +1,9 @@
 """The tasks' operators: ``privagg task create|candidates|close``, ``privagg tokens issue`` and ``privagg budget
 show|set`` (the privacy budget across tasks: service/ledger.py), in the database of the service that holds the task
-(by its protocol's topology)."""
+(by its protocol's topology); and the organisation of the multi-round tasks (:mod:`privagg.service.organisation`):
+``privagg organisation keygen``, ``task create --organisation-key`` (it signs the task) and ``privagg roster sign``
+(it checks each enrollment against its tokens and signs the roster, which opens the rounds), run where the
+organisation's key is, against the server's database."""
 
 from __future__ import annotations
 
@@ -22,6 +25,14 @@ task_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Tasks 
 
 
 tokens_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="One-use client tokens of the collector.")
+
+
+organisation_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The organisation of dpds, dpdg and "
+                               "tss tasks: the signing key its users' devices pin.")
+
+
+roster_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The organisation's signed roster of a dpds, "
+                         "dpdg or tss task.")
 
 
 budget_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The privacy budget across tasks: a ledger "
@@ -60,6 +71,7 @@ TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem":
                 "--discover-phi": _ONE_ROUND, "--round-seconds": _ROUND_TASKS, "--min-survivors": _ROUND_TASKS,
                 "--kek-file": (("analyzer", "two-servers"), lambda: f"a task of the analyzer, or of "
                                f"{_tasks_of(('two-servers',))} (S2's key)"),
+                "--organisation-key": _ROUND_TASKS,
                 **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
 
 
@@ -101,6 +113,11 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 second_url: Optional[str] = typer.Option(None, "--second-url", help="tss: where S1 hands the "
                                                          "helpers' sums over to S2."),
                 kek_file: Optional[Path] = _KEK_FILE,
+                organisation_key: Optional[Path] = typer.Option(None, "--organisation-key", help="dpds, dpdg, tss "
+                                                                "(S1's task), required: the organisation's key file "
+                                                                "(privagg organisation keygen), which signs the task; "
+                                                                "its users' devices pin its public key and refuse a "
+                                                                "task it did not sign."),
                 candidates: Optional[Path] = typer.Option(None, "--candidates", help="Frequency tasks: a file of "
                                                           "the public items the result answers, one a line "
                                                           "(integers, or text hashed with the parameters' "
@@ -135,12 +152,17 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
                  "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
                  "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
-                 "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file}
+                 "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file,
+                 "--organisation-key": organisation_key}
         service = task_service(get(parameters.protocol))  # the registry entry's topology picks the service
         for name, value in given.items():  # refused, not ignored, where it does nothing
             if value is not None and service not in TASK_OPTIONS[name][0]:
                 raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]()}", parameters.protocol)
         round_seconds = 3600.0 if round_seconds is None else round_seconds
+        organisation = None if service == "analyzer" or only_second else _organisation(organisation_key)
+        if only_second and organisation_key is not None:
+            raise ParameterError("organisation-key", "given to S1's operator (--second-task): the organisation signs "
+                                 "the task users fetch from S1, S2's key in it", "with --s2")
         if service == "two-servers":
             from ..service.keys import KeyEncryptionKey
             from ..service.two_servers.servers import FirstService, SecondService, create_tasks
@@ -177,12 +199,13 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
                 tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
+            organisation.sign_task(first, tss)
             if not as_json:
                 _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "
                      f"{parameters.n_users} users to enroll, rounds of {tss.round_seconds:g} s, at least "
                      f"{tss.min_survivors} survivors")
             delta = _release_delta(parameters, tss.min_survivors, as_json)
-            print(json.dumps({**tss.to_dict(), **delta}) if as_json else tss.task_id)
+            print(json.dumps({**tss.to_dict(), **delta, **_signed_by(organisation)}) if as_json else tss.task_id)
             return
         if service == "sharing":
             from ..service.sharing.server import SharingService
@@ -190,11 +213,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             sharing = SharingService(connect(load_config("sharing", db=db).db, "sharing"))
             sharing.population = population
             task = sharing.create_task(parameters, round_seconds, min_survivors)
+            organisation.sign_task(sharing, task)
             if not as_json:
                 _say(f"task {task.task_id}: {parameters.protocol}, n = {parameters.n_users} users to enroll, "
                      f"rounds of {task.round_seconds:g} s, at least {task.min_survivors} survivors")
             delta = _release_delta(parameters, task.min_survivors, as_json)
-            print(json.dumps({**task.to_dict(), **delta}) if as_json else task.task_id)
+            print(json.dumps({**task.to_dict(), **delta, **_signed_by(organisation)}) if as_json else task.task_id)
             return
         from ..service.shuffle.analyzer import AnalyzerService
         from ..service.keys import KeyEncryptionKey
@@ -219,6 +243,23 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                  f"{stage.phi:g} (the task's guarantee: eps {parameters.epsilon + stage.epsilon:g}, delta "
                  f"{parameters.delta + stage.delta:g}, both stages by basic composition)")
         print(task.task_id)
+
+
+def _organisation(path: Path | None):
+    """The organisation whose key file ``--organisation-key`` names (required for a task with rounds)."""
+    from ..service.organisation import Organisation
+
+    if path is None:
+        raise ParameterError.required("organisation-key", "for a dpds, dpdg or tss task: the organisation's key file "
+                                      "(privagg organisation keygen --output FILE), which signs the task")
+    return Organisation.load(path)
+
+
+def _signed_by(organisation) -> dict:
+    """A task's JSON fields of the organisation that signed it: its public key, the one its devices pin."""
+    import base64
+
+    return {"organisation_key": base64.b64encode(organisation.public_key).decode()}
 
 
 def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
@@ -361,8 +402,10 @@ def tokens_issue(task: str = typer.Option(..., "--task", help="The task id."),
                  output: Optional[Path] = typer.Option(None, "--output", help="Write the tokens to FILE, a new one "
                                                        "(mode 0600; an existing file is never overwritten), one a "
                                                        "line, instead of stdout.")) -> None:
-    """Issue one-use client tokens for a task of the server (it keeps only their hashes). The task must exist: the
-    sharing server and S1 hold theirs; the collector learns a task from the analyzer (--analyzer), once."""
+    """Issue one-use client tokens for a task of the server (it keeps only their hashes: for a sharing or s1 task,
+    of each one's authentication half). The task must exist: the sharing server and S1 hold theirs; the collector
+    learns a task from the analyzer (--analyzer), once. A sharing or s1 task's tokens are the organisation's to keep:
+    privagg roster sign checks the users' enrollments with them."""
     from ..service.config import load_config
     from ..service.storage import connect, lock_timeouts_refused
     from ..service.tasks import is_hex_id
@@ -477,3 +520,75 @@ def budget_set(population: str = typer.Option("default", "--population", help="T
     if left[0] < 0 or left[1] < 0:
         _say(f"warning: {ledger.label} already spent more than this budget: no task of {population} is created until "
              "the next period", stderr=True)
+
+
+@organisation_app.command("keygen")
+def organisation_keygen(output: Path = typer.Option(..., "--output", help="The new key file (mode 0600; an existing "
+                                                    "file is never overwritten). Keep it off the servers.")) -> None:
+    """Make the organisation's Ed25519 key: its private half to FILE, its public half printed (base64), for every
+    device of its tasks to pin, with its enrollment token."""
+    import base64
+
+    from ..core import identity
+
+    with _clean_errors():
+        private = identity.generate()
+        identity.write_private(output, private)
+    _say(f"the organisation's key is in {output}; its public key (below) is what its users' devices pin", stderr=True)
+    print(base64.b64encode(identity.public_key(private)).decode())
+
+
+RosterServer = Enum("RosterServer", {name: name for name in ("sharing", "s1")}, type=str)
+
+
+@roster_app.command("sign")
+def roster_sign(task: str = typer.Option(..., "--task", help="The task id."),
+                tokens: Path = typer.Option(..., "--tokens", help="The task's tokens, one a line, as tokens issue "
+                                            "wrote them."),
+                organisation_key: Path = typer.Option(..., "--organisation-key", help="The organisation's key file "
+                                                      "(the one that signed the task)."),
+                db: Optional[str] = _DB,
+                server: RosterServer = typer.Option("sharing", "--server", help="sharing (a dpds or dpdg task) or "  # type: ignore[valid-type]
+                                                    "s1 (a tss task).")) -> None:
+    """Once every user enrolled: check each enrollment's binding with the token he enrolled with, sign the roster of
+    those that check (index, identity key, X25519 key) and give it to the server, which publishes it and opens the
+    rounds. A user whose binding does not check (keys his device did not enroll) or whose token is not in --tokens
+    is named and left out: a dropout of round 1. Running it again changes nothing."""
+    from ..service.config import load_config
+    from ..service.organisation import Organisation
+    from ..service.storage import connect
+    from ..service.tasks import is_hex_id
+
+    with _clean_errors():
+        if not is_hex_id(task):
+            raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
+        organisation = Organisation.load(organisation_key)
+        issued = _token_lines(tokens)
+        engine = connect(load_config(server.value, db=db).db, server.value, create=False)
+        if server.value == "sharing":
+            from ..service.sharing.server import SharingService
+
+            driver = SharingService(engine)
+        else:
+            from ..service.two_servers.servers import FirstService
+
+            driver = FirstService(engine)
+        try:
+            signed, left_out = organisation.sign_roster(driver, task, issued)
+            state = driver.state(task)["state"]
+        finally:
+            engine.dispose()
+    for user, why in sorted(left_out.items()):
+        _say(f"warning: user {user} is left out of the roster (a dropout of round 1): {why}", stderr=True)
+    _say(f"task {task}: the roster of {len(signed.users)} users is signed and published; the task is in {state}")
+
+
+def _token_lines(path: Path) -> list[str]:
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="ascii").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ParameterError("tokens", "a readable file of the task's tokens, one a line (tokens issue --output)",
+                             f"{path} ({getattr(err, 'strerror', None) or err.reason})") from None
+    if not lines:
+        raise ParameterError("tokens", "a file of the task's tokens, one a line", f"{path} (empty)")
+    return lines

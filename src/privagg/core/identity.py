@@ -10,6 +10,7 @@ parties' identity keys from its generator (:func:`generate`) and is reproducible
 
 from __future__ import annotations
 
+import functools
 import json
 
 from ..errors import ParameterError
@@ -33,10 +34,20 @@ def public_key(private_key: bytes) -> bytes:
     return _private(private_key).public_key().public_bytes_raw()
 
 
+@functools.lru_cache(maxsize=64)
 def _private(private_key: bytes):
+    """The key object (kept: loading one derives its public key, as costly as a signature)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     return Ed25519PrivateKey.from_private_bytes(private_key)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _public(public: bytes):
+    """The key object of a public key (kept: a roster's keys verify many messages)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    return Ed25519PublicKey.from_public_bytes(public)
 
 
 def _signed(context: bytes, message: bytes) -> bytes:
@@ -53,13 +64,12 @@ def sign(private_key: bytes, context: bytes, message: bytes) -> bytes:
 def verify(public: bytes, signature: bytes, context: bytes, message: bytes) -> bool:
     """Whether ``signature`` is ``public``'s signature of ``message`` in ``context``."""
     from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     if not isinstance(public, (bytes, bytearray)) or len(public) != KEY_BYTES or not isinstance(
             signature, (bytes, bytearray)) or len(signature) != SIGNATURE_BYTES:
         return False
     try:
-        Ed25519PublicKey.from_public_bytes(bytes(public)).verify(bytes(signature), _signed(context, message))
+        _public(bytes(public)).verify(bytes(signature), _signed(context, message))
     except (InvalidSignature, ValueError):
         return False
     return True
@@ -76,3 +86,85 @@ def canonical(document) -> bytes:
     same bytes for the same document)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False).encode()
+
+
+# ---- enrollment tokens bound to an identity ------------------------------------------------------------------
+# A one-use token (the organisation's) has two halves, each derived with HKDF-SHA256: the device shows the server
+# the authentication half (the server keeps its hash, as it kept the token's), and keys with the binding half,
+# which the server never sees, an HMAC-SHA256 of the keys he enrolls; only the token's issuer can check it, so a
+# server that swaps a key at enrollment, or enrolls a user of its own with a token's authentication half, is
+# caught when the organisation signs the roster (docs/deviations-identity46.md).
+
+def token_halves(token: str) -> tuple[str, bytes]:
+    """(the authentication half as text, the binding half's 32 bytes) of an enrollment token."""
+    import base64
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    if not isinstance(token, str) or not 0 < len(token) <= 256:
+        raise ParameterError("token", "an enrollment token (text of at most 256 characters)", type(token).__name__)
+
+    def half(info: bytes) -> bytes:
+        return HKDF(hashes.SHA256(), KEY_BYTES, None, info).derive(token.encode())
+
+    return (base64.urlsafe_b64encode(half(b"privagg token authentication")).decode().rstrip("="),
+            half(b"privagg token binding"))
+
+
+def binding(binding_half: bytes, task_id: str, identity_key: bytes, public_key: bytes) -> bytes:
+    """HMAC-SHA256 under a token's binding half of what a device enrolls in task ``task_id``: his identity key and
+    his X25519 key (fixed sizes: no two enrollments have the same bytes)."""
+    import hashlib
+    import hmac
+
+    return hmac.new(binding_half, b"privagg enrollment binding " + task_id.encode() + b"\x00" + bytes(identity_key) +
+                    bytes(public_key), hashlib.sha256).digest()
+
+
+# ---- the organisation's key file -----------------------------------------------------------------------------
+
+def write_private(path, private_key: bytes) -> None:
+    """``private_key`` (base64, one line) to a new file readable by its owner only from its creation on; an existing
+    file is refused (ParameterError ``output``), never overwritten."""
+    import base64
+    import os
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as err:
+        raise ParameterError("output", "a new file in a writable folder (an existing key is never overwritten)",
+                             f"{path} ({err.strerror})") from None
+    with os.fdopen(fd, "w") as out:
+        out.write(base64.b64encode(private_key).decode() + "\n")
+
+
+def read_private(path, field: str = "organisation-key") -> bytes:
+    """The private key :func:`write_private` wrote at ``path``; a ParameterError naming ``field`` otherwise."""
+    import base64
+    import binascii
+
+    try:
+        with open(path, encoding="ascii") as text:
+            raw = base64.b64decode(text.read().strip(), validate=True)
+    except (OSError, UnicodeDecodeError, binascii.Error, ValueError) as err:
+        raw = getattr(err, "strerror", None) or "not base64 text"
+    if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
+        raise ParameterError(field, "a key file privagg organisation keygen wrote (base64 of 32 bytes)",
+                             f"{path} ({raw if isinstance(raw, str) else f'{len(raw)} bytes'})")
+    return raw
+
+
+def public_text(text, field: str) -> bytes:
+    """The 32-byte Ed25519 public key of base64 ``text`` (a pinned organisation key, a roster's identity key); a
+    ParameterError naming ``field`` otherwise."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(text, validate=True) if isinstance(text, (str, bytes)) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != KEY_BYTES:
+        raise ParameterError(field, f"base64 of an Ed25519 public key ({KEY_BYTES} bytes)", "something else")
+    return raw

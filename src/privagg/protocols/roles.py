@@ -136,6 +136,7 @@ class Round:
     relay_info: bytes = b""  # what a relayed message's seal binds, before the task, sender and recipient (HPKE info)
     delivers: str | None = None  # an earlier round's ``relay`` whose messages to the user his inbox carries
     reads: tuple[str, ...] = ()  # earlier rounds whose messages to the server the coordinator's inbox reads
+    signed: tuple[tuple[str, str], ...] = ()  # (inbox field, round): its {sender: message} travel with their signatures
     # the least answers the round may close with (the coordinator's :meth:`~Coordinator.minimum`); fewer fail the task
     minimum: str = "min_survivors"
     early: bool = True  # closes as soon as every expected sender answered; always at its deadline

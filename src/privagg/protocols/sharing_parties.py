@@ -290,7 +290,7 @@ class SharingUser:
     """
 
     def __init__(self, parameters: SharingParameters, index: int, min_survivors: int, rng: RNGLike = None,
-                 state: UserState | None = None) -> None:
+                 state: UserState | None = None, identity: bytes | None = None) -> None:
         self.parameters, self.field, self.rng = parameters, parameters.field, rng
         self.min_survivors = check_min_survivors(parameters, min_survivors)
         index = check_integer("user index", index, 0, parameters.n_users - 1)
@@ -647,7 +647,7 @@ def faithful_bytes(parameters: SharingParameters) -> int:
 # and goes on with at least the task's minimum of survivors (round 3: at least t revealers).
 ROUNDS = (
     Round("advertise", value=True, relay="backups", relay_info=b"privagg backup ", publishes="senders"),
-    Round("masked_sum", expects="senders", reads=("advertise",), publishes="survivors"),
+    Round("masked_sum", expects="senders", reads=("advertise",), signed=(("keys", "advertise"),), publishes="survivors"),
     Round("reveal", expects="survivors", delivers="backups", minimum="threshold"),
 )
 

@@ -1,11 +1,13 @@
 """What the servers of the multi-round protocols share (the sharing server; TSS's S1 and S2): a task's roster of
-users, each enrolled with a one-use token and his own X25519 public key, and given a secret his later requests
+users, each enrolled with a one-use token's authentication half, his own X25519 public key and Ed25519 identity key
+and his token's binding of them (which only the organisation can check), and given a secret his later requests
 show (:class:`Roster`); the thread that closes late rounds (:class:`Ticker`); and the HTTP routes every round
 server has (:func:`rounds_app`). The rounds themselves are the round driver's (:mod:`privagg.service.rounds`).
 
-Only hashes are kept: the tokens' and the secrets' SHA-256. The tables (``tokens``: token hash, task, the roster
-index it enrolled; ``roster``: task, index, public key, secret hash) are each service's own (storage.py,
-two_servers.py); :class:`Roster` works on either pair.
+Only hashes are kept: the SHA-256 of the tokens' authentication halves (:func:`privagg.core.identity.token_halves`)
+and of the secrets. The tables (``tokens``: that hash, task, the roster index it enrolled; ``roster``: task, index,
+public key, identity key, binding, secret hash) are each service's own (storage.py, two_servers.py); :class:`Roster`
+works on either pair.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
+from ..core import identity
 from ..errors import check_integer
 from . import storage
 from .round_tasks import KEM
@@ -31,6 +34,7 @@ from .tasks import KEMS, is_hex_id
 from .web import Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
 
 TOKEN_BYTES, SECRET_BYTES = 24, 24
+ENROLLMENT = {"token", "public_key", "identity_key", "binding"}  # an enrollment's fields
 
 
 def secret_hash(secret: str) -> bytes:
@@ -61,31 +65,38 @@ class Roster:
         self.engine, self.tokens, self.roster, self.lock = engine, tokens, roster, lock
 
     def issue(self, task_id: str, count: int) -> list[str]:
-        """``count`` one-use enrollment tokens for ``task_id`` (the caller checked the task)."""
+        """``count`` one-use enrollment tokens for ``task_id`` (the caller checked the task): the organisation keeps
+        them; the server keeps the hash of each one's authentication half."""
         issued = [new_token() for _ in range(check_integer("count", count, 1, 10**7))]
         with self.engine.begin() as c:
-            c.execute(sa.insert(self.tokens), [{"token_hash": secret_hash(t), "task_id": task_id} for t in issued])
+            c.execute(sa.insert(self.tokens), [{"token_hash": secret_hash(identity.token_halves(t)[0]),
+                                                "task_id": task_id} for t in issued])
         return issued
 
     def enroll(self, task_id: str, n_users: int, body: bytes) -> dict:
-        """A user joins the roster: his token spent, his public key kept, his index and a fresh secret returned.
-        The same token and key again (a retry) get the same index and a new secret; a full roster is 409."""
+        """A user joins the roster: his token (its authentication half) spent, his keys and his token's binding of
+        them kept, his index and a fresh secret returned. The same token, keys and binding again (a retry) get the
+        same index and a new secret; other ones are 409 ``token_spent``; a full roster is 409."""
         data = json_object(body, "the enrollment")
         token = data.get("token")
-        if set(data) != {"token", "public_key"} or not isinstance(token, str) or not 0 < len(token) <= 256:
-            raise Refused(400, "malformed", "an enrollment must be {\"token\": the issued token, \"public_key\": "
-                          "base64 of the user's X25519 public key}")
-        public = b64_field(data.get("public_key"), "public_key", KEMS[KEM][1])
+        if set(data) != ENROLLMENT or not isinstance(token, str) or not 0 < len(token) <= 256:
+            raise Refused(400, "malformed", "an enrollment must be {\"token\": the authentication half of the issued "
+                          "token, \"public_key\": base64 of the user's X25519 public key, \"identity_key\": base64 "
+                          "of his Ed25519 public key, \"binding\": base64 of his token's HMAC of them}")
+        keys = {"public_key": b64_field(data.get("public_key"), "public_key", KEMS[KEM][1]),
+                "identity_key": b64_field(data.get("identity_key"), "identity_key", identity.KEY_BYTES),
+                "binding": b64_field(data.get("binding"), "binding", 32)}
         secret = secrets.token_urlsafe(SECRET_BYTES)
         tokens, roster = self.tokens, self.roster
         with self.lock, self.engine.begin() as c:
             row = c.execute(sa.select(tokens).where(tokens.c.token_hash == secret_hash(token))).first()
             if row is None or row.task_id != task_id:
-                raise Refused(403, "bad_token", "token must be one the server issued for this task")
+                raise Refused(403, "bad_token", "token must be the authentication half of one the server issued for "
+                              "this task")
             if row.user is not None:
-                known = c.execute(sa.select(roster.c.public_key).where(roster.c.task_id == task_id,
-                                                                       roster.c.user == row.user)).scalar()
-                if known != public:
+                known = c.execute(sa.select(roster.c.public_key, roster.c.identity_key, roster.c.binding).where(
+                    roster.c.task_id == task_id, roster.c.user == row.user)).one()
+                if tuple(known) != (keys["public_key"], keys["identity_key"], keys["binding"]):
                     raise Refused(409, "token_spent", "token was spent on another enrollment")
                 user = row.user
                 c.execute(sa.update(roster).where(roster.c.task_id == task_id, roster.c.user == user).values(
@@ -95,10 +106,19 @@ class Roster:
                     roster.c.task_id == task_id)).scalar()
                 if user >= n_users:
                     raise Refused(409, "roster_full", f"the roster holds its n = {n_users} users")
-                c.execute(sa.insert(roster).values(task_id=task_id, user=user, public_key=public,
-                                                   secret_hash=secret_hash(secret)))
+                c.execute(sa.insert(roster).values(task_id=task_id, user=user, secret_hash=secret_hash(secret), **keys))
                 c.execute(sa.update(tokens).where(tokens.c.token_hash == secret_hash(token)).values(user=user))
         return {"user": user, "secret": secret}
+
+    def enrollments(self, task_id: str) -> list[dict]:
+        """What the organisation checks before it signs the roster: each enrolled user's index, keys and binding,
+        and the hash of the token authentication half he enrolled with."""
+        r, t = self.roster, self.tokens
+        with storage.reading(self.engine) as c:
+            rows = c.execute(sa.select(r.c.user, r.c.public_key, r.c.identity_key, r.c.binding, t.c.token_hash).join(
+                t, sa.and_(t.c.task_id == r.c.task_id, t.c.user == r.c.user)).where(r.c.task_id == task_id)
+                .order_by(r.c.user)).all()
+        return [row._asdict() for row in rows]
 
     def authenticated(self, task_id: str, n_users: int, data: dict) -> int:
         """The roster index of a request's ``user`` whose ``secret`` is the one enrollment gave him; 400 or 403."""
@@ -113,13 +133,6 @@ class Roster:
             raise Refused(403, "bad_secret", "secret must be the one enrollment returned to this user")
         return user
 
-    def public_keys(self, task_id: str, users=None) -> dict[int, bytes]:
-        """The enrolled users' public keys (of ``users`` only, when given)."""
-        query = sa.select(self.roster.c.user, self.roster.c.public_key).where(self.roster.c.task_id == task_id)
-        if users is not None:
-            query = query.where(self.roster.c.user.in_(list(users)))
-        with storage.reading(self.engine) as c:
-            return dict(c.execute(query).all())
 
 
 def load_task(engine: sa.Engine, table: sa.Table, task_type: type, task_id: str, cache: dict):

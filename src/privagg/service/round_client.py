@@ -2,17 +2,25 @@
 against the server (numpy, randomgen, ``cryptography``; stdlib HTTP). DPDS and DPDG:
 
     from privagg.service.sharing.client import SharingClient
-    user = SharingClient.fetch(server_url, task_id)   # the task's frozen parameters, never recalibrated
-    user.enroll(token)                                 # his own X25519 key pair; his index in the roster
-    user.send("advertise", value)                      # round 1, once the roster is full
+    user = SharingClient.fetch(server_url, task_id, organisation_key=pinned)  # the task as its organisation signed it
+    user.enroll(token)                                 # his own X25519 and identity keys; his index in the roster
+    user.send("advertise", value)                      # round 1, once the organisation signed the roster
     user.send("masked_sum")                            # round 2, once round 1 closed
     user.send("reveal")                                # round 3, once round 2 closed
 
 The protocol is the role its registry entry declares (:class:`privagg.protocols.sharing_parties.SharingUser`),
-with secure randomness; this module only fetches each round's inbox, seals, opens and sends. Each relayed
-message (a backup) is sealed with HPKE to its recipient's public key from the roster, with the round's relay,
-the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request the
-server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
+with secure randomness; this module only fetches each round's inbox, seals, opens, signs, checks and sends. Each
+relayed message (a backup) is sealed with HPKE to its recipient's public key from the roster, with the round's
+relay, the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request
+the server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
+
+No key comes from the server alone (docs/deviations-identity46.md): the device pins its organisation's Ed25519 key
+and checks the task's signature (the servers' keys in it: TSS's S2) and the roster's (every user's identity and
+X25519 keys); each key the server names (a recipient's) must be the signed roster's, each message relayed to him
+must carry its sender's signature (of its bytes, for this task, round and recipient), and each earlier message an
+inbox carries (DPDS's pair keys) too: anything else is refused (ParameterError naming the field). Each message he
+posts he signs with his identity key. A relayed message that is duly signed but does not open is his role's to
+blame: it gets None for that sender (his role names the sender from the signed ciphertext).
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ import time
 import urllib.error
 import urllib.request
 
+from ..core import identity
+from ..errors import ParameterError
 from ..protocols.registry import get
 from ..protocols.roles import decode_inbox, messages_in
 from .calls import RETRY_STATUSES, SubmitError
 from .device_budget import charge_device
-from .round_tasks import KEM, relay_info
+from .round_tasks import KEM, SignedRoster, check_task, message_context, relay_info
 from .tasks import _private_key, _public_key, _suite
 
 class RosterClient:
@@ -36,16 +46,29 @@ class RosterClient:
     his request and answer bodies, ``sealed_sent`` those of the sealed messages among them (before base64), and
     ``traffic`` the protocol's plaintext messages: (direction, kind) to [messages, entries].
     A subclass names its task type (``task_type``), how to read a message's kind and entries (``entries``) and
-    builds the protocol's role for his index (``make_role``)."""
+    builds the protocol's role for his index (``make_role``).
+
+    ``organisation_key``: the organisation's Ed25519 public key (32 bytes), pinned on the device; ``task``: the
+    task as its organisation signed it (:meth:`fetch` checks that signature)."""
 
     task_type: type
 
-    def __init__(self, url: str, task, timeout: float = 60.0, attempts: int = 5) -> None:
+    def __init__(self, url: str, task, *, organisation_key: bytes, timeout: float = 60.0, attempts: int = 5) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
         self.url, self.task, self.timeout, self.attempts = url.rstrip("/"), task, timeout, attempts
+        if not isinstance(organisation_key, bytes) or len(organisation_key) != identity.KEY_BYTES:
+            raise ParameterError("organisation_key", f"the organisation's Ed25519 public key ({identity.KEY_BYTES} "
+                                 "raw bytes)", type(organisation_key).__name__)
+        self.organisation_key = organisation_key
         key = X25519PrivateKey.generate()
         self.private_key, self.public_key = key.private_bytes_raw(), key.public_key().public_bytes_raw()
+        self.identity = identity.generate()
+        self.identity_key = identity.public_key(self.identity)
+        self.signed_roster: SignedRoster | None = None
+        # (round, sender) -> (sealed, signature) of each duly signed message relayed to him that did not open: what
+        # a complaint blaming its sender shows
+        self.unopened: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         self.user: int | None = None
         self.secret: str | None = None
         self.role = None
@@ -53,13 +76,30 @@ class RosterClient:
         self.traffic: dict[tuple[str, str], list[int]] = {}
 
     @classmethod
-    def fetch(cls, url: str, task_id: str, **options):
-        """The client of the task served at ``url`` (its parameters checked, never recalibrated)."""
-        data = _request(f"{url.rstrip('/')}/tasks/{task_id}", None, options.get("timeout", 60.0), 5)
-        return cls(url, cls.task_type.from_dict(json.loads(data)["task"]), **options)
+    def fetch(cls, url: str, task_id: str, *, organisation_key: bytes, **options):
+        """The client of the task served at ``url``: its document signed by the organisation whose key the device
+        pins (ParameterError ``task.signature`` otherwise), its parameters checked, never recalibrated."""
+        data = json.loads(_request(f"{url.rstrip('/')}/tasks/{task_id}", None, options.get("timeout", 60.0), 5))
+        data = data if isinstance(data, dict) else {}
+        check_task(data.get("task"), data.get("signature"), organisation_key, task_id)
+        return cls(url, cls.task_type.from_dict(data["task"]), organisation_key=organisation_key, **options)
 
     def make_role(self, user: int):
         raise NotImplementedError
+
+    def roster(self) -> SignedRoster:
+        """The roster the organisation signed (fetched once): its signature checked under the pinned key, and his
+        own enrollment in it as he made it (ParameterError ``roster`` otherwise: the server swapped his keys, or the
+        organisation left him out)."""
+        if self.signed_roster is None:
+            data = json.loads(_request(f"{self.url}/tasks/{self.task.task_id}/roster", None, self.timeout,
+                                       self.attempts))
+            signed = SignedRoster.from_dict(data, self.task.task_id).verify(self.organisation_key)
+            if signed.users.get(self.user) != (self.identity_key, self.public_key):
+                raise ParameterError("roster", f"a signed roster listing user {self.user} with the keys he enrolled",
+                                     "one without them: his enrollment did not reach the organisation as he made it")
+            self.signed_roster = signed
+        return self.signed_roster
 
     def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = ()) -> dict:
         raw = None if body is None else json.dumps(body).encode()
@@ -76,8 +116,16 @@ class RosterClient:
     budget = None  # the device's LocalBudget (service/device_budget.py), charged the task's guarantee before enrolling
 
     def enroll(self, token: str) -> int:
+        """Enroll with the organisation's one-use ``token``: its authentication half to the server, with his keys
+        and their binding under its binding half (which only the organisation can check); the device's budget
+        (``budget``) is charged the task's guarantee first."""
         charge_device(self.budget, self.task)
-        answer = self._call("enroll", {"token": token, "public_key": base64.b64encode(self.public_key).decode()})
+        authentication, half = identity.token_halves(token)
+        b64 = base64.b64encode
+        answer = self._call("enroll", {"token": authentication, "public_key": b64(self.public_key).decode(),
+                                       "identity_key": b64(self.identity_key).decode(), "binding": b64(
+                                           identity.binding(half, self.task.task_id, self.identity_key,
+                                                            self.public_key)).decode()})
         self.user, self.secret = answer["user"], answer["secret"]
         self.role = self.make_role(self.user)
         return self.user
@@ -103,10 +151,27 @@ class RosterClient:
         self.sealed_sent += len(sealed)
         return sealed
 
-    def _open(self, sealed_b64: str, info: bytes) -> bytes:
-        message = _suite(KEM).decrypt(base64.b64decode(sealed_b64), _private_key(KEM, self.private_key), info=info)
+    def _open(self, sealed: bytes, info: bytes) -> bytes | None:
+        """The message ``sealed`` holds, or None if it does not open (its signed sender's to answer for)."""
+        try:
+            message = _suite(KEM).decrypt(sealed, _private_key(KEM, self.private_key), info=info)
+        except Exception:  # InvalidTag, a malformed encapsulation
+            return None
         self.count("received", *self.entries(message))
         return message
+
+    def _sign(self, number: int, recipient: int | None, message: bytes) -> str:
+        return base64.b64encode(identity.sign(self.identity, message_context(self.task.task_id, number, self.user,
+                                                                             recipient), message)).decode()
+
+    def _check_signed(self, sender, signature, message: bytes, number: int, recipient: int | None, field: str) -> None:
+        """That ``message`` is ``sender``'s, signed (``signature``, base64) for this task, round ``number`` and
+        ``recipient`` under his identity key in the signed roster: ParameterError naming ``field`` otherwise."""
+        users = self.roster().users
+        if sender not in users:
+            raise ParameterError(field, "a message from a user of the signed roster", f"one from {sender!r}")
+        identity.check(users[sender][0], _bytes(signature), message_context(self.task.task_id, number, sender, recipient), message,
+                       field, f"user {sender} (his identity key in the signed roster)")
 
 
 class RoundClient(RosterClient):
@@ -121,7 +186,7 @@ class RoundClient(RosterClient):
         return self.protocol.entries(raw)
 
     def make_role(self, user: int):
-        return self.protocol.user(self.task.parameters, user, self.task.min_survivors)
+        return self.protocol.user(self.task.parameters, user, self.task.min_survivors, identity=self.identity)
 
     def send(self, name: str, value: int | None = None) -> bool:
         """Round ``name`` (``value``: his value, in the round that takes it): its inbox fetched, the messages
@@ -133,27 +198,86 @@ class RoundClient(RosterClient):
         answer = self._call("inbox", {**self._auth(), "round": number}, ("not_expected", "round_closed"))
         if not answer:  # 409 not_expected or round_closed: nothing for him to send
             return False
+        self.roster()  # his enrollment as he made it, signed by the organisation, before he sends anything
         fields = decode_inbox(answer["inbox"])
+        for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
+            signatures = {e.get("sender"): e.get("signature") for e in answer.get("signatures", {}).get(field, [])}
+            for sender, message in fields[field].items():
+                self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
+                                   f"inbox.{field}[{sender}]")
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
         if round_.delivers:
-            relay = next(r for r in protocol.rounds if r.relay == round_.delivers)
-            fields[round_.delivers] = {e["sender"]: self._open(e["sealed"], relay_info(
-                relay, self.task.task_id, e["sender"], self.user)) for e in answer[round_.delivers]}
+            fields[round_.delivers] = self._delivered(round_, answer.get(round_.delivers))
+        keys = self._keys(answer.get("public_keys")) if round_.relay else {}
         if round_.value:
             fields["value"] = value
         out = getattr(self.role, name)(**fields)
-        body = self._auth()
+        body, b64 = self._auth(), base64.b64encode
+        message = b""
         if round_.to_server and round_.seal:  # to a party the server relays to (TSS's S2), which it cannot read
-            body["message"] = base64.b64encode(self._seal(out.message, *self.task.sealed_to(round_, self.user))).decode()
+            message = self._seal(out.message, *self.task.sealed_to(round_, self.user))
         elif round_.to_server:
-            body["message"] = base64.b64encode(self._plain(out.message)).decode()
-        if round_.relay:
-            keys = {k["user"]: base64.b64decode(k["public_key"]) for k in answer["public_keys"]}
-            body[round_.relay] = [{"recipient": k, "sealed": base64.b64encode(self._seal(message, keys[k], relay_info(
-                round_, self.task.task_id, self.user, k))).decode()} for k, message in out.relayed.items()]
+            message = self._plain(out.message)
+        if round_.to_server:
+            body["message"] = b64(message).decode()
+        body["signature"] = self._sign(number, None, message)
+        if round_.relay:  # to the users of the signed roster (those it left out are round-1 dropouts)
+            relayed = {k: m for k, m in out.relayed.items() if k in self.roster().users}
+            if not set(relayed) <= set(keys):
+                raise ParameterError("public_keys", "a key for each recipient his role sends to",
+                                     f"none for users {sorted(set(relayed) - set(keys))[:5]}")
+            body[round_.relay] = []
+            for k, relayed in relayed.items():
+                sealed = self._seal(relayed, keys[k], relay_info(round_, self.task.task_id, self.user, k))
+                body[round_.relay].append({"recipient": k, "sealed": b64(sealed).decode(),
+                                           "signature": self._sign(number, k, sealed)})
         self._call(f"round{number}", body, ("already_sent",))
         return True
+
+    def _keys(self, served) -> dict[int, bytes]:
+        """The X25519 keys of his recipients as the server named them (``public_keys``), each the signed roster's:
+        a key the roster does not list for that user is refused (ParameterError ``public_keys``), before his role
+        answers."""
+        users = self.roster().users
+        if not isinstance(served, list):
+            raise ParameterError("public_keys", "a list of his recipients' keys", type(served).__name__)
+        keys = {}
+        for entry in served:
+            k, key = (entry.get("user"), entry.get("public_key")) if isinstance(entry, dict) else (None, None)
+            if k not in users or key != base64.b64encode(users[k][1]).decode():
+                raise ParameterError("public_keys", "each recipient's X25519 key as the organisation's signed roster "
+                                     "lists it", f"another key for user {k!r}: the server swapped it")
+            keys[k] = users[k][1]
+        return keys
+
+    def _delivered(self, round_, entries: list) -> dict[int, bytes | None]:
+        """The messages relayed to him, by sender: each signed by its sender (in the signed roster) for this task,
+        round and recipient, else refused (ParameterError naming it: the server forged, replayed or altered it);
+        None for one that is duly signed but does not open (its sender's fault, provable by the signed ciphertext:
+        his role blames him)."""
+        protocol = self.protocol
+        relay = next(r for r in protocol.rounds if r.relay == round_.delivers)
+        number, out = protocol.number(relay.name), {}
+        if not isinstance(entries, list):
+            raise ParameterError(round_.delivers, "a list of the messages relayed to him", type(entries).__name__)
+        for e in entries:
+            e = e if isinstance(e, dict) else {}
+            sender, sealed = e.get("sender"), _bytes(e.get("sealed"))
+            self._check_signed(sender, e.get("signature"), sealed, number, self.user,
+                               f"{round_.delivers}[{sender!r}].signature")
+            out[sender] = self._open(sealed, relay_info(relay, self.task.task_id, sender, self.user))
+            if out[sender] is None:
+                self.unopened[(number, sender)] = sealed, _bytes(e.get("signature"))
+        return out
+
+
+def _bytes(text) -> bytes:
+    """The bytes of a base64 field the server sent; empty for anything else (a check that follows refuses it)."""
+    try:
+        return base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+    except ValueError:
+        return b""
 
 
 def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:

@@ -5,6 +5,10 @@ and the protocols; no service framework), so that a device's SDK imports no serv
 * :class:`TSSTask` (what S1 serves users) and :class:`SecondTask` (what S2 serves S1): a TSS or TSS' task.
 
 Every field is checked on load, the parameters are loaded (never recalibrated), and the HPKE suite is named.
+
+A task's trust anchor is its organisation's Ed25519 key, pinned on the users' devices: it signs the task's document
+(:func:`task_context`) and, once enrollment is complete, its roster (:class:`SignedRoster`); each message a user
+posts carries his signature under the identity key the roster lists (:func:`message_context`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 
+from ..core import identity
 from ..errors import ParameterError
 from ..protocols.roles import Round
 from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, survivors_parameters
@@ -62,6 +67,97 @@ def _identity_key(field: str, value) -> None:
     if value is not None and (not isinstance(value, bytes) or len(value) != IDENTITY_BYTES):
         raise ParameterError(field, f"{IDENTITY_BYTES} bytes (S2's raw Ed25519 identity key for the task, which "
                              "attests the election)", len(value) if isinstance(value, bytes) else type(value).__name__)
+
+
+def task_context(task_id: str) -> bytes:
+    """What the organisation's signature of a task's document (``canonical(task.to_dict())``) binds."""
+    return b"privagg task " + task_id.encode()
+
+
+def message_context(task_id: str, number: int, sender: int, recipient: int | None) -> bytes:
+    """What a user's signature of a message he posts binds: the task, the round's number, the sender and the
+    recipient (None: the round's server; the signed bytes are then his message to it, empty in a round that has
+    none), so that no signed message is valid in another task, round, or mouth, or to another recipient."""
+    to = "server" if recipient is None else f"user {recipient}"
+    return f"privagg message {task_id} round {number} from user {sender} to {to}".encode()
+
+
+def check_task(data: dict, signature, organisation_key: bytes, task_id: str) -> None:
+    """That ``data`` (a task's public JSON as served) is the task ``task_id`` its organisation signed: a
+    ParameterError naming ``task.signature`` (or ``task.task_id``) otherwise."""
+    if not isinstance(data, dict) or data.get("task_id") != task_id:
+        raise ParameterError("task.task_id", f"the task asked for, {task_id}", shown_id(data))
+    identity.check(organisation_key, _signature(signature, "task.signature"), task_context(task_id), identity.canonical(data), "task.signature",
+                   "the organisation (the task's document, its servers' keys included)")
+
+
+def shown_id(data) -> str:
+    return str(data.get("task_id"))[:40] if isinstance(data, dict) else type(data).__name__
+
+
+def _signature(text, field: str) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != identity.SIGNATURE_BYTES:
+        raise ParameterError(field, f"base64 of an Ed25519 signature ({identity.SIGNATURE_BYTES} bytes)",
+                             "none" if text is None else "something else")
+    return raw
+
+
+@dataclass(frozen=True)
+class SignedRoster:
+    """A task's roster as its organisation signed it once enrollment was complete: each user it lists, his index,
+    his identity key (Ed25519) and his X25519 key; those whose enrollment its tokens did not bind are left out
+    (round-1 dropouts). ``document`` is the signed bytes, ``signature`` the organisation's."""
+
+    task_id: str
+    users: dict  # index -> (identity key, X25519 public key)
+    signature: bytes
+
+    @staticmethod
+    def context(task_id: str) -> bytes:
+        return b"privagg roster " + task_id.encode()
+
+    @property
+    def document(self) -> bytes:
+        b64 = base64.b64encode
+        return identity.canonical({"task_id": self.task_id, "users": [
+            [i, b64(key).decode(), b64(public).decode()] for i, (key, public) in sorted(self.users.items())]})
+
+    def identities(self) -> dict[int, bytes]:
+        """Each listed user's identity key (the rounds' ``state["identities"]``)."""
+        return {i: key for i, (key, _) in self.users.items()}
+
+    def verify(self, organisation_key: bytes) -> "SignedRoster":
+        identity.check(organisation_key, self.signature, self.context(self.task_id), self.document,
+                       "roster.signature", "the organisation")
+        return self
+
+    def to_dict(self) -> dict:
+        return {"roster": self.document.decode(), "signature": base64.b64encode(self.signature).decode()}
+
+    @classmethod
+    def from_dict(cls, data, task_id: str) -> "SignedRoster":
+        """The roster ``GET /tasks/{id}/roster`` served for ``task_id`` (its signature not checked yet:
+        :meth:`verify`)."""
+        import json
+
+        try:
+            document = json.loads(data["roster"])
+            users = {}
+            for entry in document["users"]:
+                index, key, public = entry
+                if type(index) is not int or index in users:
+                    raise ValueError(index)
+                users[index] = (identity.public_text(key, "roster.users"), _key("roster.users", public))
+        except (TypeError, KeyError, ValueError) as err:
+            raise ParameterError("roster", "the organisation's signed roster ({\"roster\": its document, "
+                                 "\"signature\"})", f"something else ({type(err).__name__})") from None
+        if document.get("task_id") != task_id:
+            raise ParameterError("roster.task_id", f"the task's, {task_id}", shown_id(document))
+        return cls(task_id, users, _signature(data.get("signature"), "roster.signature"))
 
 
 def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> bytes:
@@ -173,10 +269,10 @@ class TSSTask:
     def from_dict(cls, data: dict, verify: bool = True) -> "TSSTask":
         parameters = _load(data, {"task_id", "parameters", "round_seconds", "min_survivors", "second_task_id",
                                   "second_public_key"}, "task", verify)
-        identity = data.get("second_identity_key")
+        attesting = data.get("second_identity_key")
         return cls(data["task_id"], parameters, data["round_seconds"], data["min_survivors"], data["second_task_id"],
                    _key("second_public_key", data["second_public_key"]),
-                   None if identity is None else _key("second_identity_key", identity, IDENTITY_BYTES, "Ed25519"))
+                   None if attesting is None else _key("second_identity_key", attesting, IDENTITY_BYTES, "Ed25519"))
 
 
 MAX_SHARING_USERS = 10_000  # a served DPDS/DPDG task's n: n (n - 1) backups, 1.6 x 10^10 bytes at 10^4

@@ -18,11 +18,20 @@ valid one while the round is open. Every message is stored once (primary keys), 
 a kill -9 loses nothing: the rounds resume from the database with their absolute deadlines. After the last
 round the coordinator's ``finish`` gives what the service keeps (the sharing server's release; S1's hand-over).
 
+No key and no message comes from the server alone (docs/deviations-identity46.md): the rounds open once the
+task's organisation has signed the roster (:meth:`RoundDriver.publish_roster`, after ``privagg roster sign``
+checked every enrollment's binding), and run over its users only (those it left out are round-1 dropouts); the
+coordinator reads their identity keys as ``state["identities"]``. Every answer carries its sender's Ed25519
+signature of his message to the server (empty when he sends none) and of each message he relays, for the task,
+round, sender and recipient (:func:`~privagg.service.round_tasks.message_context`); the driver checks each against
+the signed roster (403 ``bad_signature``) and stores it, and relays it with the message.
+
 Routes (:func:`round_routes`): ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/inbox`` (the open round's inbox
-for the user: the coordinator's fields, the messages relayed to him, his recipients' public keys), ``POST
-/tasks/{id}/round{k}`` (his answer to round k: ``message`` base64 to the server, and the round's relay as a
-list of ``{"recipient", "sealed"}``), ``GET /tasks/{id}/roster``, ``POST /tasks/{id}/close-round/{k}`` (the
-operator's: closes the open round now, as its deadline would).
+for the user: the coordinator's fields, the earlier messages it carries with their ``signatures``, the messages
+relayed to him with theirs, his recipients' public keys from the signed roster), ``POST /tasks/{id}/round{k}``
+(his answer to round k: ``message`` base64 to the server, ``signature``, and the round's relay as a list of
+``{"recipient", "sealed", "signature"}``), ``GET /tasks/{id}/roster`` (the signed roster), ``POST
+/tasks/{id}/close-round/{k}`` (the operator's: closes the open round now, as its deadline would).
 """
 
 from __future__ import annotations
@@ -40,13 +49,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 
+from ..core import identity
 from ..errors import ParameterError
 from ..protocols.registry import get
 from ..protocols.roles import MultiRound, Round, RoundFailed, encode_inbox
 from . import storage
 from .ledger import DEFAULT_POPULATION, charge_round_task
 from .roster import Roster, b64_field, load_task
-from .round_tasks import KEM
+from .round_tasks import KEM, SignedRoster, check_task, message_context
 from .tasks import KEMS, TAG_BYTES
 from .web import Health, Refused, json_object, log_event, require_operator, shown
 
@@ -77,6 +87,7 @@ class RoundDriver:
         self.tasks, self.messages, self.relayed = tables["tasks"], tables["messages"], tables["relayed"]
         self.health = Health()
         self._tasks: dict = {}
+        self._rosters: dict = {}
         self._lock = threading.Lock()
         self.users = Roster(engine, tables["tokens"], tables["roster"], self._lock)
         self.registry = registry or CollectorRegistry()
@@ -111,18 +122,114 @@ class RoundDriver:
         return self.users.issue(task_id, count)
 
     def enroll(self, task_id: str, body: bytes) -> dict:
-        """A user joins the roster (:meth:`Roster.enroll`); the first round opens with the n-th."""
+        """A user joins the roster (:meth:`Roster.enroll`); the first round opens once the organisation signed it."""
         answer = self.users.enroll(task_id, self.task(task_id).parameters.n_users, body)
         self.advance(task_id)
         return answer
 
-    def roster(self, task_id: str) -> list[str]:
-        """Every enrolled user's public key (base64), once the roster is full."""
+    # ---- the organisation's signatures: of the task, of the roster ---------------------------------------------
+    def sign_task(self, task_id: str, organisation_key: bytes, signature: bytes) -> None:
+        """Keep the organisation's key and its signature of the task's document (checked), which the task's state
+        serves its devices; a task signed by another key is refused (ParameterError)."""
         task = self.task(task_id)
-        keys = [key for _, key in sorted(self.users.public_keys(task_id).items())]
-        if len(keys) < task.parameters.n_users:
-            raise Refused(409, "roster_open", f"{len(keys)} of the n = {task.parameters.n_users} users enrolled so far")
-        return [base64.b64encode(k).decode() for k in keys]
+        check_task(task.to_dict(), base64.b64encode(signature).decode(), organisation_key, task_id)
+        with self._lock, self.engine.begin() as c:
+            row = self._row(c, task_id, lock=True)
+            if row.organisation_key not in (None, organisation_key):
+                raise ParameterError("organisation-key", "the organisation key that signed the task",
+                                     "another key")
+            c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(
+                organisation_key=organisation_key, task_signature=signature))
+
+    def enrollments(self, task_id: str) -> list[dict]:
+        """Each enrolled user's keys and binding for the organisation (:meth:`Roster.enrollments`), once all n
+        enrolled (a ParameterError before)."""
+        try:
+            n = self.task(task_id).parameters.n_users
+        except Refused as err:
+            raise ParameterError("task", f"a task of this {self.name}", f"{task_id} ({err.detail})") from None
+        rows = self.users.enrollments(task_id)
+        if len(rows) < n:
+            raise ParameterError("roster", f"complete (all n = {n} users enrolled) before the organisation signs it",
+                                 f"{len(rows)} enrolled so far")
+        return rows
+
+    def publish_roster(self, task_id: str, signed: SignedRoster) -> str:
+        """The roster the organisation signed, kept and served (``GET /tasks/{id}/roster``) once checked: its
+        signature under the task's organisation key, and each user it lists with the keys he enrolled. The
+        rounds open with it; the users it leaves out are dropouts of round 1. The same roster again changes
+        nothing; another is refused (ParameterError). The task's state after."""
+        self.task(task_id)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        if row.organisation_key is None:
+            raise ParameterError("task", "a task its organisation signed (privagg task create --organisation-key)",
+                                 f"{task_id}, unsigned")
+        signed.verify(row.organisation_key)
+        enrolled = {e["user"]: (e["identity_key"], e["public_key"]) for e in self.enrollments(task_id)}
+        wrong = [i for i, keys in signed.users.items() if enrolled.get(i) != keys]
+        if wrong:
+            raise ParameterError("roster", "the users as they enrolled (index, identity key, X25519 key)",
+                                 f"other keys for users {wrong[:5]}")
+        text = json.dumps(signed.to_dict())
+        with self._lock, self.engine.begin() as c:
+            row = self._row(c, task_id, lock=True)
+            if row.signed_roster not in (None, text):
+                raise ParameterError("roster", "signed once", "another roster: the task has one")
+            c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(signed_roster=text))
+        log_event(self.log, "roster signed", task=task_id, users=len(signed.users),
+                  left_out=len(enrolled) - len(signed.users))
+        return self.advance(task_id)
+
+    def signed_roster(self, task_id: str) -> SignedRoster | None:
+        """The roster the organisation signed (None before), kept once read (it never changes)."""
+        if task_id not in self._rosters:
+            with storage.reading(self.engine) as c:
+                text = self._row(c, task_id).signed_roster
+            if text is None:
+                return None
+            self._rosters[task_id] = SignedRoster.from_dict(json.loads(text), task_id)
+        return self._rosters[task_id]
+
+    def roster(self, task_id: str) -> dict:
+        """The roster the organisation signed (:meth:`SignedRoster.to_dict`); 409 ``roster_unsigned`` before."""
+        self.task(task_id)
+        signed = self.signed_roster(task_id)
+        if signed is None:
+            raise Refused(409, "roster_unsigned", "the organisation has not signed the roster yet (it does once all "
+                          "users enrolled: privagg roster sign)")
+        return signed.to_dict()
+
+    def _state(self, task_id: str, published: str) -> dict:
+        """The coordinator's state: what it published, and the signed roster's identity keys
+        (``state["identities"]``, never stored in ``published``)."""
+        state = json.loads(published)
+        signed = self.signed_roster(task_id)
+        if signed is not None:
+            state["identities"] = signed.identities()
+        return state
+
+    @staticmethod
+    def _expected(coordinator, round_: Round, state: dict) -> list[int]:
+        """Whom the round waits for: the coordinator's, among the users the signed roster lists."""
+        return [u for u in coordinator.expected(round_, state) if u in state.get("identities", ())]
+
+    @staticmethod
+    def _recipients(coordinator, round_: Round, user: int, state: dict, read) -> dict[int, int]:
+        """The coordinator's recipients of ``user``'s relay, among the users the signed roster lists."""
+        if not round_.relay:
+            return {}
+        return {k: v for k, v in coordinator.recipients(round_, user, state, read).items() if k in state["identities"]}
+
+    def _signed_by(self, task_id: str, user: int, signature, message: bytes, context: bytes, field: str) -> bytes:
+        """``signature`` (base64) if it is ``user``'s of ``message`` in ``context`` under his identity key in the
+        signed roster; 403 ``bad_signature`` naming ``field`` otherwise."""
+        key = self.signed_roster(task_id).users[user][0]
+        raw = b64_field(signature, field, identity.SIGNATURE_BYTES)
+        if not identity.verify(key, raw, context, message):
+            raise Refused(403, "bad_signature", f"{field} must be user {user}'s Ed25519 signature (his identity key in "
+                          "the signed roster) of this message, for this task, round and recipient")
+        return raw
 
     # ---- what is stored ------------------------------------------------------------------------------------
     def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
@@ -148,7 +255,14 @@ class RoundDriver:
         return _label(row.status, row.round)
 
     def _authenticated(self, task_id: str, data: dict) -> int:
-        return self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
+        """The user a request's secret authenticates (:meth:`Roster.authenticated`), once the signed roster lists
+        him (403 ``not_in_roster`` if it left him out)."""
+        user = self.users.authenticated(task_id, self.task(task_id).parameters.n_users, data)
+        signed = self.signed_roster(task_id)
+        if signed is not None and user not in signed.users:
+            raise Refused(403, "not_in_roster", f"user {user} is not in the roster the organisation signed: his "
+                          "enrollment's binding did not check")
+        return user
 
     def _sent_before(self, c: sa.Connection, task_id: str, number: int, user: int) -> None:
         """409 ``already_sent`` if ``user``'s answer to round ``number`` is stored (a device's retry of a message
@@ -185,23 +299,31 @@ class RoundDriver:
             raise Refused(400, "malformed", f"round must be a round's number, got {shown(number)}")
         row = self._open(task_id, number, user, retry=False)
         protocol = protocol_of(task.parameters)
-        round_, state = protocol.rounds[row.round - 1], json.loads(row.published)
+        round_, state = protocol.rounds[row.round - 1], self._state(task_id, row.published)
         coordinator = protocol.coordinator(task.parameters, task.min_survivors)
-        if user not in coordinator.expected(round_, state):
+        if user not in self._expected(coordinator, round_, state):
             raise Refused(409, "not_expected", f"user {user} takes no part in round {row.round} ({round_.name})")
+        b64 = base64.b64encode
         with storage.reading(self.engine) as c:
             read = self._messages(c, task_id, protocol, round_.reads)
-            out = {"round": row.round, "name": round_.name,
-                   "inbox": encode_inbox(coordinator.inbox(round_, user, state, read))}
+            inbox = coordinator.inbox(round_, user, state, read)
+            out = {"round": row.round, "name": round_.name, "inbox": encode_inbox(inbox)}
             if round_.delivers:
                 r = self.relayed
                 number = next(protocol.number(e.name) for e in protocol.rounds if e.relay == round_.delivers)
-                out[round_.delivers] = [{"sender": s, "sealed": base64.b64encode(v).decode()} for s, v in c.execute(
-                    sa.select(r.c.sender, r.c.sealed).where(r.c.task_id == task_id, r.c.round == number,
-                                                            r.c.recipient == user).order_by(r.c.sender))]
+                out[round_.delivers] = [{"sender": s, "sealed": b64(v).decode(), "signature": b64(g).decode()}
+                                        for s, v, g in c.execute(sa.select(r.c.sender, r.c.sealed, r.c.signature).where(
+                                            r.c.task_id == task_id, r.c.round == number,
+                                            r.c.recipient == user).order_by(r.c.sender))]
+            if round_.signed:  # earlier messages the inbox carries, each with its sender's signature
+                m = self.messages
+                out["signatures"] = {field: [{"sender": u, "signature": b64(g).decode()} for u, g in c.execute(
+                    sa.select(m.c.user, m.c.signature).where(m.c.task_id == task_id, m.c.round == protocol.number(
+                        name), m.c.user.in_(list(inbox[field]))).order_by(m.c.user))] for field, name in round_.signed}
         if round_.relay:
-            keys = self.users.public_keys(task_id, coordinator.recipients(round_, user, state, read))
-            out["public_keys"] = [{"user": u, "public_key": base64.b64encode(k).decode()} for u, k in sorted(keys.items())]
+            keys = self.signed_roster(task_id).users
+            out["public_keys"] = [{"user": u, "public_key": b64(keys[u][1]).decode()} for u in sorted(
+                self._recipients(coordinator, round_, user, state, read))]
         return out
 
     def answer(self, task_id: str, number: int, body: bytes) -> str:
@@ -212,14 +334,15 @@ class RoundDriver:
         user = self._authenticated(task_id, data)
         row = self._open(task_id, number, user)
         protocol = protocol_of(task.parameters)
-        round_, state = protocol.rounds[number - 1], json.loads(row.published)
+        round_, state = protocol.rounds[number - 1], self._state(task_id, row.published)
         coordinator = protocol.coordinator(task.parameters, task.min_survivors)
-        fields = {"user", "secret"} | ({"message"} if round_.to_server else set()) | (
+        fields = {"user", "secret", "signature"} | ({"message"} if round_.to_server else set()) | (
             {round_.relay} if round_.relay else set())
         if set(data) != fields:
             raise Refused(400, "malformed", f"round {number} ({round_.name}) must be {', '.join(sorted(fields))}"
-                          + (f" ({round_.relay}: a list of {{\"recipient\", \"sealed\"}})" if round_.relay else ""))
-        if user not in coordinator.expected(round_, state):
+                          + (f" ({round_.relay}: a list of {{\"recipient\", \"sealed\", \"signature\"}})"
+                             if round_.relay else ""))
+        if user not in self._expected(coordinator, round_, state):
             raise Refused(409, "not_expected", f"user {user} takes no part in round {number} ({round_.name})")
         with storage.reading(self.engine) as c:
             read = self._messages(c, task_id, protocol, round_.reads)
@@ -229,25 +352,34 @@ class RoundDriver:
                                 SEAL_BYTES)
         elif round_.to_server:
             message = b64_field(data["message"], "message")
+        signature = self._signed_by(task_id, user, data["signature"], message, message_context(
+            task_id, number, user, None), "signature")
+        if round_.to_server and not round_.seal:
             try:
                 coordinator.check(round_, user, message, state, read)
             except ParameterError as err:
                 raise Refused(400, "bad_message", str(err)) from None
-        rows = self._relayed(round_, user, data.get(round_.relay), coordinator.recipients(
-            round_, user, state, read) if round_.relay else {})
+        rows = self._relayed(round_, user, data.get(round_.relay),
+                             self._recipients(coordinator, round_, user, state, read))
+        for i, (k, (sealed, signed)) in enumerate(rows.items()):
+            rows[k] = sealed, self._signed_by(task_id, user, signed, sealed, message_context(task_id, number, user, k),
+                                              f"{round_.relay}[{i}].signature")
 
         def insert(c: sa.Connection) -> None:
-            c.execute(sa.insert(self.messages).values(task_id=task_id, round=number, user=user, message=message))
+            c.execute(sa.insert(self.messages).values(task_id=task_id, round=number, user=user, message=message,
+                                                      signature=signature))
             if rows:
                 c.execute(sa.insert(self.relayed), [{"task_id": task_id, "round": number, "sender": user,
-                                                     "recipient": k, "sealed": v} for k, v in rows.items()])
+                                                     "recipient": k, "sealed": v, "signature": g}
+                                                    for k, (v, g) in rows.items()])
 
-        return self._store(task_id, number, user, insert, sum(len(v) for v in rows.values()) +
+        return self._store(task_id, number, user, insert, sum(len(v) for v, _ in rows.values()) +
                            (len(message) if round_.seal else 0))
 
     @staticmethod
-    def _relayed(round_: Round, user: int, entries, expected: dict[int, int]) -> dict[int, bytes]:
-        """The sealed messages of a round's relay, one to each recipient ``expected`` names, each of its size."""
+    def _relayed(round_: Round, user: int, entries, expected: dict[int, int]) -> dict[int, tuple[bytes, object]]:
+        """The sealed messages of a round's relay, one to each recipient ``expected`` names, each of its size, with
+        its signature as sent (checked by the caller)."""
         if not round_.relay:
             return {}
         if not isinstance(entries, list):
@@ -259,8 +391,8 @@ class RoundDriver:
             if type(recipient) is not int or recipient not in expected or recipient in rows:
                 raise Refused(400, "bad_recipient", f"{round_.relay}[{i}].recipient must be one of the round's "
                               f"recipients, each once (not the sender {user}), got {shown(recipient)}")
-            rows[recipient] = b64_field(entry.get("sealed"), f"{round_.relay}[{i}].sealed",
-                                        expected[recipient] + SEAL_BYTES)
+            rows[recipient] = (b64_field(entry.get("sealed"), f"{round_.relay}[{i}].sealed",
+                                         expected[recipient] + SEAL_BYTES), entry.get("signature"))
         if len(rows) != len(expected):
             raise Refused(400, "malformed", f"{round_.relay} must hold one sealed message for each of the "
                           f"{len(expected)} recipients the round expects, missing {sorted(set(expected) - set(rows))[:5]}")
@@ -299,15 +431,13 @@ class RoundDriver:
         with self._lock, self.engine.begin() as c:
             row = self._row(c, task_id, lock=True)
             now, update = self.clock(), {}
-            state = json.loads(row.published)
+            state = self._state(task_id, row.published)
             if row.status == ENROLLING:
-                enrolled = c.execute(sa.select(sa.func.count()).select_from(self.users.roster).where(
-                    self.users.roster.c.task_id == task_id)).scalar()
-                if enrolled == task.parameters.n_users:
+                if row.signed_roster is not None:  # the organisation signed the full roster
                     update = self._next(c, task, protocol, coordinator, 1, state, now)
             elif row.status == RUNNING:
                 round_ = protocol.rounds[row.round - 1]
-                expected = coordinator.expected(round_, state)
+                expected = self._expected(coordinator, round_, state)
                 m = self.messages
                 answered = sorted(c.execute(sa.select(m.c.user).where(m.c.task_id == task_id,
                                                                       m.c.round == row.round)).scalars())
@@ -335,13 +465,13 @@ class RoundDriver:
         """The first round from ``number`` on that expects someone, opened; none left: the outcome."""
         for k in range(number, len(protocol.rounds) + 1):
             round_ = protocol.rounds[k - 1]
-            if coordinator.expected(round_, state):
-                return {"status": RUNNING, "round": k, "round_name": round_.name, "published": json.dumps(state),
+            if self._expected(coordinator, round_, state):
+                return {"status": RUNNING, "round": k, "round_name": round_.name, "published": _published(state),
                         "deadline": now + round_.deadline * task.round_seconds}
         start = time.perf_counter()
         handed = coordinator.finish(state, self._messages(c, task.task_id, protocol))
         outcome = self.finished(task, handed, time.perf_counter() - start)
-        return {"status": self.done, "deadline": None, "published": json.dumps(state), "outcome": json.dumps(outcome)}
+        return {"status": self.done, "deadline": None, "published": _published(state), "outcome": json.dumps(outcome)}
 
     def close_round(self, task_id: str, number: int) -> str:
         """The operator's early close of round ``number`` (if it is the open one): as if its deadline passed now (a
@@ -360,7 +490,9 @@ class RoundDriver:
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
         published = json.loads(row.published)
-        return {"task": task.to_dict(), "state": self.label(row), "round": row.round, "round_name": row.round_name,
+        return {"task": task.to_dict(), "signature": None if row.task_signature is None else
+                base64.b64encode(row.task_signature).decode(), "state": self.label(row), "round": row.round,
+                "round_name": row.round_name,
                 "seconds_left": None if row.deadline is None else max(0.0, row.deadline - self.clock()),
                 **{name: len(value) for name, value in published.items() if isinstance(value, list)}}
 
@@ -379,6 +511,11 @@ class RoundDriver:
     def active(self) -> list[str]:
         with storage.reading(self.engine) as c:
             return c.execute(sa.select(self.tasks.c.task_id).where(self.tasks.c.status == RUNNING)).scalars().all()
+
+
+def _published(state: dict) -> str:
+    """The coordinator's state as stored: what it published, without the roster's identities."""
+    return json.dumps({k: v for k, v in state.items() if k != "identities"})
 
 
 def _label(status: str, number: int) -> str:
@@ -408,7 +545,7 @@ def round_routes(app: FastAPI, driver: RoundDriver, body, operator_token: str | 
 
     @app.get("/tasks/{task_id}/roster")
     async def roster(task_id: str) -> dict:
-        return {"public_keys": await run_in_threadpool(driver.roster, task_id)}
+        return await run_in_threadpool(driver.roster, task_id)
 
     @app.post("/tasks/{task_id}/close-round/{number}")
     async def close_round(task_id: str, number: int, request: Request) -> dict:

@@ -163,6 +163,13 @@ applied_encapsulations = sa.Table(  # a local task's applied messages, so no lat
     sqlite_with_rowid=False,
 )
 
+def identity_columns() -> list[sa.Column]:
+    """A multi-round task's columns of its organisation (service/rounds.py): its public key, its signature of the
+    task's document, and the roster it signed (JSON) once enrollment was complete."""
+    return [sa.Column("organisation_key", sa.LargeBinary), sa.Column("task_signature", sa.LargeBinary),
+            sa.Column("signed_roster", sa.Text)]
+
+
 # ---- the sharing server ------------------------------------------------------------------------------------
 # the round driver's tables (service/rounds.py): a task's open round and what its coordinator published, the
 # messages users sent the server in each round, and those they relay to each other (sealed to the recipient)
@@ -176,6 +183,7 @@ sharing_tasks = sa.Table(
     sa.Column("deadline", sa.Float),  # the open round's end (seconds since the epoch); NULL while enrolling
     sa.Column("published", sa.Text, nullable=False),  # the coordinator's state: the lists it published (JSON)
     sa.Column("outcome", sa.Text),  # the release's JSON, or why nothing was released
+    *identity_columns(),
 )
 sharing_tokens = sa.Table(
     "sharing_tokens", metadata["sharing"],
@@ -189,6 +197,8 @@ roster = sa.Table(
     sa.Column("user", sa.Integer, primary_key=True),
     sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
     sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
+    sa.Column("identity_key", sa.LargeBinary),  # his Ed25519 public key (raw)
+    sa.Column("binding", sa.LargeBinary),  # HMAC of his keys under his token's binding half (the organisation checks)
 )
 relayed_messages = sa.Table(
     "relayed_messages", metadata["sharing"],
@@ -197,6 +207,7 @@ relayed_messages = sa.Table(
     sa.Column("sender", sa.Integer, primary_key=True),
     sa.Column("recipient", sa.Integer, primary_key=True),
     sa.Column("sealed", sa.LargeBinary, nullable=False),  # sealed to the recipient: the server cannot open it
+    sa.Column("signature", sa.LargeBinary),  # the sender's Ed25519 signature of the sealed bytes
     sa.Index("relayed_to", "task_id", "round", "recipient", "sender"),  # a user's inbox
     sqlite_with_rowid=False,
 )
@@ -206,6 +217,7 @@ round_messages = sa.Table(
     sa.Column("round", sa.Integer, primary_key=True),  # the round's number (DPDS: 1 keys, 2 masked sums, 3 reveals)
     sa.Column("user", sa.Integer, primary_key=True),
     sa.Column("message", sa.LargeBinary, nullable=False),  # empty in a round whose messages are all relayed
+    sa.Column("signature", sa.LargeBinary),  # the sender's Ed25519 signature of the message
 )
 SHARING_TABLES = {"tasks": sharing_tasks, "messages": round_messages, "relayed": relayed_messages,
                   "tokens": sharing_tokens, "roster": roster}

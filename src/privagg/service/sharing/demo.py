@@ -2,8 +2,9 @@
 and the simulation beside it), of the sharing server's fault tests and of ``make bench`` part 12.
 
 :class:`SharingDeployment` starts ``privagg serve sharing`` as a child process on a free loopback port over a
-SQLite file (or the database URL given), creates tasks and tokens in its database, and can kill the server
-with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
+SQLite file (or the database URL given), creates tasks and tokens in its database with the organisation's
+signatures of the task and the roster (:class:`~privagg.service.organisation.Organisation`, in this process), and
+can kill the server with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
 :class:`~privagg.service.sharing.client.SharingClient` per user, drops a fraction of them out at round 1, 2 or 3
 (the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
 round's wall time, the bytes the users sent and received, and each kind of party's messages beside Table I
@@ -20,6 +21,7 @@ import numpy as np
 
 from ...protocols.sharing_parties import expected_traffic, threshold
 from ..local import ServiceProcess, fresh_sqlite
+from ..organisation import Organisation
 from ..round_demo import THREADS, check_drop_fraction, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..round_tasks import SharingTask
 from ..storage import connect
@@ -37,15 +39,38 @@ class SharingDeployment(ServiceProcess):
         """The server's logic over its database, in this process (task creation, tokens)."""
         return SharingService(connect(self.db, "sharing"))
 
+    def organised(self, organisation: Organisation, parameters, round_seconds: float, min_survivors: int,
+                  users: int) -> tuple[SharingTask, list[str], object]:
+        """A new task signed by ``organisation``, ``users`` tokens, and the step that signs its roster once they
+        enrolled (:meth:`Organisation.sign_roster`: the users it left out)."""
+        service = self.service()
+        try:
+            task = service.create_task(parameters, round_seconds, min_survivors)
+            organisation.sign_task(service, task)
+            tokens = service.issue_tokens(task.task_id, users)
+        finally:
+            service.engine.dispose()
+
+        def sign_roster() -> dict[int, str]:
+            service = self.service()
+            try:
+                return organisation.sign_roster(service, task.task_id, tokens)[1]
+            finally:
+                service.engine.dispose()
+
+        return task, tokens, sign_roster
+
 
 def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
-               progress=print, between=None) -> dict:
-    """Every user through the task at ``url``: enroll, then each round the protocol declares, skipping each user
+               organisation_key: bytes, sign_roster, progress=print, between=None) -> dict:
+    """Every user through the task at ``url`` (signed by the organisation whose key his device pins,
+    ``organisation_key``): enroll, then the roster signed (``sign_roster()``), then each round the protocol
+    declares, skipping each user
     at his planned round of dropping out (``plan``: its number, 0 for none); ``between(round)`` runs after each
     round's messages are sent (the fault tests kill the server there). Once the users who will answer a round
     have, the round is closed early (the operator's route), not at its deadline. The rounds' wall times, the
     users' bytes, who survived (sent the round the release is over), and the users' clients."""
-    users = [SharingClient.fetch(url, task_id) for _ in codes]
+    users = [SharingClient.fetch(url, task_id, organisation_key=organisation_key) for _ in codes]
     protocol = users[0].protocol
     seconds: dict[str, float] = {}
 
@@ -56,6 +81,9 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
     with ThreadPoolExecutor(THREADS) as pool:
         start = time.perf_counter()
         index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(users, tokens)))
+        left_out = sign_roster()
+        if left_out:
+            progress(f"the organisation left out users {sorted(left_out)} (round-1 dropouts): {left_out}")
         seconds["enroll"] = time.perf_counter() - start
         for number, round_ in enumerate(protocol.rounds, 1):
             start = time.perf_counter()
@@ -89,14 +117,10 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     with SharingDeployment(db, workdir / "logs" / "sharing.log") as dep:
         progress(f"sharing server at {dep.url} (log in {dep.log})")
-        service = dep.service()
-        try:
-            task = service.create_task(parameters, round_seconds, max(threshold(parameters),
-                                                                      min_survivors_for(users, drop_fraction)))
-            tokens = service.issue_tokens(task.task_id, users)
-        finally:
-            service.engine.dispose()
-        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, progress)
+        organisation = Organisation.generate()
+        task, tokens, sign_roster = dep.organised(organisation, parameters, round_seconds, max(
+            threshold(parameters), min_survivors_for(users, drop_fraction)), users)
+        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster, progress)
         report = run["clients"][0]._call("result")
     by_index = np.empty(users, dtype=np.int64)
     by_index[run["index"]] = codes  # the roster index each user was given, and his code

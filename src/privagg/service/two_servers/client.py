@@ -1,8 +1,8 @@
 """The SDK of a TSS or TSS' user: his rounds against S1 (numpy, randomgen, ``cryptography``; stdlib HTTP).
 
     from privagg.service.two_servers.client import TSSClient
-    user = TSSClient.fetch(s1_url, task_id)   # the task's frozen parameters, S2's task id and public key
-    user.enroll(token)                         # his own X25519 key pair; his index in the roster
+    user = TSSClient.fetch(s1_url, task_id, organisation_key=key)  # the organisation-signed task (S2's keys in it)
+    user.enroll(token)                         # his own X25519 and identity keys; his index in the roster
     user.send("report", value)                 # round 1, once the roster is full: his report set to S1
     user.send("share")                         # round 2, once round 1 closed: his shares to his items' helpers
     user.send("sums")                          # round 3: his sums for S2, if elected (False: not a helper)
@@ -31,5 +31,5 @@ class TSSClient(RoundClient):
     task_type = TSSTask
 
     def make_role(self, user: int):  # S2's key from the task checks the election (none: a task that cannot share)
-        return self.protocol.user(self.task.parameters, user, self.task.min_survivors,
+        return self.protocol.user(self.task.parameters, user, self.task.min_survivors, identity=self.identity,
                                   second=self.task.second_identity_key or b"")

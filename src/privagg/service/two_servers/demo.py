@@ -1,6 +1,7 @@
 """The services' leg of ``privagg demo-service tss|tss-collusion`` (:func:`privagg.demos.run_tss_demo` adds the data
 and the simulation beside it): S2 and S1 as child processes on loopback (``privagg serve s2``, ``privagg serve
-s1``, each over its own SQLite file), a task on both, one :class:`~privagg.service.two_servers.client.TSSClient`
+s1``, each over its own SQLite file), a task on both signed by the organisation (in this process, as its roster
+once the users enrolled: :class:`~privagg.service.organisation.Organisation`), one :class:`~privagg.service.two_servers.client.TSSClient`
 per user through the rounds TSS declares, a fraction of the users vanishing at round 1 or 2 (the demo's seeded
 choice).
 """
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..keys import KeyEncryptionKey
 from ..local import ServiceProcess, fresh_sqlite
+from ..organisation import Organisation
 from ..round_demo import THREADS, check_drop_fraction, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..storage import connect
 from .servers import FirstService, SecondService, create_tasks
@@ -38,17 +40,25 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
         progress(f"S1 at {s1.url}, S2 at {s2.url} (logs in {workdir / 'logs'})")
         first = FirstService(connect(dbs["s1"], "s1"))
         second = SecondService(connect(dbs["s2"], "s2", kek=kek), kek=kek)
+        organisation = Organisation.generate()
         try:
             task = create_tasks(first, second, parameters, s2.url, round_seconds, min_survivors_for(users, drop_fraction))
+            organisation.sign_task(first, task)
             tokens = first.issue_tokens(task.task_id, users)
         finally:
-            first.engine.dispose()
             second.engine.dispose()
-        clients = [TSSClient.fetch(s1.url, task.task_id) for _ in range(users)]
+        clients = [TSSClient.fetch(s1.url, task.task_id, organisation_key=organisation.public_key)
+                   for _ in range(users)]
         seconds: dict[str, float] = {}
         with ThreadPoolExecutor(THREADS) as pool:
             start = time.perf_counter()
             index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(clients, tokens)))
+            try:
+                left_out = organisation.sign_roster(first, task.task_id, tokens)[1]
+            finally:
+                first.engine.dispose()
+            if left_out:
+                progress(f"the organisation left out users {sorted(left_out)} (round-1 dropouts): {left_out}")
             seconds["enroll"] = time.perf_counter() - start
             for number, round_ in enumerate(clients[0].protocol.rounds, 1):
                 start = time.perf_counter()

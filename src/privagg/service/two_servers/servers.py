@@ -91,6 +91,7 @@ s1_tasks = sa.Table(
     sa.Column("outcome", sa.Text),  # why the task failed (JSON)
     sa.Column("second_url", sa.Text, nullable=False),  # where the hand-over goes
     sa.Column("relay_token", sa.Text, nullable=False),  # S1's credential at S2 for this task
+    *storage.identity_columns(),
 )
 s1_tokens = sa.Table(
     "s1_tokens", storage.metadata["s1"],
@@ -104,6 +105,8 @@ s1_roster = sa.Table(
     sa.Column("user", sa.Integer, primary_key=True),
     sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
     sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
+    sa.Column("identity_key", sa.LargeBinary),  # his Ed25519 public key (raw)
+    sa.Column("binding", sa.LargeBinary),  # HMAC of his keys under his token's binding half (the organisation checks)
 )
 s1_messages = sa.Table(  # round 1: the report set; 2: an empty record that he shared; 3, 4: sealed to S2
     "s1_messages", storage.metadata["s1"],
@@ -111,6 +114,7 @@ s1_messages = sa.Table(  # round 1: the report set; 2: an empty record that he s
     sa.Column("round", sa.Integer, primary_key=True),
     sa.Column("user", sa.Integer, primary_key=True),
     sa.Column("message", sa.LargeBinary, nullable=False),
+    sa.Column("signature", sa.LargeBinary),  # the sender's Ed25519 signature of the message
 )
 s1_relayed = sa.Table(  # round 2's shares, each sealed to its helper: S1 cannot open them
     "s1_relayed", storage.metadata["s1"],
@@ -119,6 +123,7 @@ s1_relayed = sa.Table(  # round 2's shares, each sealed to its helper: S1 cannot
     sa.Column("sender", sa.Integer, primary_key=True),
     sa.Column("recipient", sa.Integer, primary_key=True),
     sa.Column("sealed", sa.LargeBinary, nullable=False),
+    sa.Column("signature", sa.LargeBinary),  # the sender's Ed25519 signature of the sealed bytes
     sa.Index("s1_relayed_to", "task_id", "round", "recipient", "sender"),  # a helper's inbox
     sqlite_with_rowid=False,
 )
@@ -286,7 +291,7 @@ class FirstService(RoundDriver):
             if row.status not in (HANDOVER, DELIVERED):
                 raise Refused(409, "not_done", f"task {task_id} is in {self.label(row)}: the rounds are not done")
             messages = self._messages(c, task_id, protocol)
-        return protocol.coordinator(task.parameters, task.min_survivors).finish(json.loads(row.published), messages)
+        return protocol.coordinator(task.parameters, task.min_survivors).finish(self._state(task_id, row.published), messages)
 
     def deliver(self, task_id: str) -> str:
         """Send the hand-over to S2 if the rounds are done and S2 does not have it yet; the state after

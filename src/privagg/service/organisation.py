@@ -1,0 +1,70 @@
+"""The organisation of a multi-round task (DPDS, DPDG, TSS): the one party its users' devices trust out of band,
+by its Ed25519 public key (pinned like a CA's, given with the enrollment tokens). It is no server and its private
+key never reaches one: the operator's commands (``privagg organisation keygen``, ``task create --organisation-key``,
+``roster sign``) or a demo run it in their own process, against the server's database.
+
+* It signs the task's document (:meth:`Organisation.sign_task`): the parameters and the servers' keys (TSS: S2's),
+  so that no server can show users another task or swap S2's key.
+* It issues the one-use tokens (the server keeps only the hash of each one's authentication half) and, once
+  every user enrolled, checks each enrollment's binding with the token's binding half, which the server never
+  saw, and signs the roster of those that check (:meth:`Organisation.sign_roster`): index, identity key, X25519
+  key. A user whose binding does not check (a key the server swapped, a user it enrolled itself with a token's
+  authentication half) is named and left out: a dropout of round 1.
+
+Every key a device uses (a recipient's, a sender's, a helper's) is then the signed roster's, and every message it
+posts is signed by its identity key, which the server and the recipients check (service/rounds.py,
+service/round_client.py; docs/deviations-identity46.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+
+from ..core import identity
+from .round_tasks import SignedRoster, task_context
+from .roster import secret_hash
+
+
+class Organisation:
+    """An organisation's key pair (``private_key``: 32 raw bytes) and what it signs."""
+
+    def __init__(self, private_key: bytes) -> None:
+        self.private_key = private_key
+        self.public_key = identity.public_key(private_key)
+
+    @classmethod
+    def generate(cls) -> "Organisation":
+        return cls(identity.generate())
+
+    @classmethod
+    def load(cls, path) -> "Organisation":
+        """The organisation whose key ``privagg organisation keygen`` wrote to ``path``."""
+        return cls(identity.read_private(path))
+
+    def sign_task(self, driver, task) -> None:
+        """Sign ``task``'s document and give the signature to its server (``driver``: a round driver over the
+        server's database)."""
+        driver.sign_task(task.task_id, self.public_key, identity.sign(
+            self.private_key, task_context(task.task_id), identity.canonical(task.to_dict())))
+
+    def sign_roster(self, driver, task_id: str, tokens) -> tuple[SignedRoster, dict[int, str]]:
+        """Check every enrolled user's binding against the tokens the organisation issued for the task, sign the
+        roster of those whose binding checks and give it to the server, which publishes it and opens the rounds.
+        The signed roster, and each user left out with the reason."""
+        halves = {secret_hash(auth): binding for auth, binding in map(identity.token_halves, tokens)}
+        users, left_out = {}, {}
+        for row in driver.enrollments(task_id):
+            half = halves.get(row["token_hash"])
+            if half is None:
+                left_out[row["user"]] = "enrolled with a token not among the organisation's"
+            elif row["identity_key"] is None or not hmac.compare_digest(identity.binding(
+                    half, task_id, row["identity_key"], row["public_key"]), row["binding"] or b""):
+                left_out[row["user"]] = "his token's binding does not check: keys his device did not enroll"
+            else:
+                users[row["user"]] = (row["identity_key"], row["public_key"])
+        unsigned = SignedRoster(task_id, users, b"")
+        signed = dataclasses.replace(unsigned, signature=identity.sign(
+            self.private_key, SignedRoster.context(task_id), unsigned.document))
+        driver.publish_roster(task_id, signed)
+        return signed, left_out

@@ -1,0 +1,461 @@
+"""Keys no single server can swap (issue 46, first bullet): the attacks of a dishonest server (tests/service/
+dishonest.py) through the real services and SDKs, each caught by the organisation's signatures (of the task, of the
+roster) and the users' (of every message they post), and the honest path unchanged (the other service tests run
+it with the organisation's steps).
+
+The issue's "S1 reads every entry" (S1 serves its own key as every user's) now gets S1 no share at all: every
+reporter refuses to seal to a key the signed roster does not list. A server that substitutes a DPDS pair key,
+forges or replays a relayed message, serves a roster signed by another key or a task with another S2 key, or
+swaps a user's keys at enrollment (it knows his token's authentication half, not its binding half) is refused by
+the devices or left out by the organisation, naming what failed."""
+
+import json
+import time
+from base64 import b64decode, b64encode
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from service.dishonest import (EnrollmentSwapping, GarbageRelaying, KeySwappingFirst, PairKeySubstituting, RelayForging, RosterForging,
+                       S2KeySwapping)
+from privagg.core import identity
+from privagg.errors import ParameterError
+from privagg.protocols import sampling_calibration as sc
+from privagg.service.calls import SubmitError
+from privagg.service.keys import KeyEncryptionKey
+from privagg.service.organisation import Organisation
+from privagg.service.round_tasks import SignedRoster
+from privagg.service.sharing.client import SharingClient
+from privagg.service.sharing.server import SharingService, create_app
+from privagg.service.storage import connect, relayed_messages, round_messages
+from privagg.service.two_servers.client import TSSClient
+from privagg.service.two_servers.servers import SecondService, create_first_app, create_tasks, s1_relayed
+from privagg.service import storage
+from service_deployment import enrollment, organised, route_sdk_to, signed
+
+N, DOMAIN, MIN = 12, 3, 8
+TSS_USERS = 32
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1.8e9
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def dbs(request, tmp_path) -> dict[str, str]:
+    if request.param == "sqlite":
+        return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("sharing", "s1", "s2")}
+    make = request.getfixturevalue("postgres_databases")
+    return {role: make() for role in ("sharing", "s1", "s2")}
+
+
+@pytest.fixture
+def sqlite_dbs(tmp_path) -> dict[str, str]:
+    return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("sharing", "s1", "s2")}
+
+
+@pytest.fixture
+def serve(monkeypatch):
+    """``serve(service, app)``: the SDK's requests go to ``app`` (the service's, in process); closed after."""
+    opened, engines = [], []
+
+    def start(service, app):
+        http = TestClient(app)
+        route_sdk_to(http, monkeypatch)
+        opened.append(http)
+        engines.append(service.engine)
+        return http
+
+    start.engines = engines
+    yield start
+    for http in opened:
+        http.close()
+    for engine in engines:
+        engine.dispose()
+
+
+def sharing(dbs, serve, kind=SharingService, clock=None, **attributes):
+    service = kind(connect(dbs["sharing"], "sharing"), clock=clock or Clock())
+    for name, value in attributes.items():
+        setattr(service, name, value)
+    return service, serve(service, create_app(service, tick=None))
+
+
+def dpds():
+    return sc.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25)
+
+
+def tss(dbs, serve, kind):
+    second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
+    first = kind(storage.connect(dbs["s1"], "s1"), clock=Clock(),
+                 send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    serve.engines.append(second.engine)
+    serve(first, create_first_app(first, tick=None))
+    p = sc.calibrate_tss(1.0, 0.1, TSS_USERS, 4, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
+                         sampling_probability=0.6)
+    return first, create_tasks(first, second, p, "http://s2.invalid", 60.0, TSS_USERS - 6)
+
+
+def count(service, table, task_id) -> int:
+    with service.engine.connect() as c:
+        return c.execute(sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)).scalar()
+
+
+@pytest.mark.parametrize("where", ["roster", "inbox"])
+def test_s1_serving_its_own_key_as_every_users_gets_no_share(dbs, serve, where):
+    """The issue's attack: S1 puts its own X25519 key in place of every user's, in the roster it serves (the
+    organisation's signature kept) or only in round 2's inboxes. Before, every reporter sealed his shares to S1
+    (766 of 766 opened); now the devices check each key against the roster the organisation signed and refuse,
+    naming the field: 0 shares are sealed to S1, and none stored."""
+    first, task = tss(dbs, serve, KeySwappingFirst)
+    first.where = where
+    clients = organised(first, task, TSSClient, "http://s1", TSS_USERS)[0]
+    if where == "roster":  # the roster he fetches at his first round does not carry the organisation's signature
+        for c in clients:
+            with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the "
+                                                     "organisation"):
+                c.send("report", c.user % 4)
+        assert first.state(task.task_id)["state"] == "round1"
+    else:
+        for c in clients:
+            assert c.send("report", c.user % 4)
+        assert first.state(task.task_id)["state"] == "round2"
+        for c in clients:
+            with pytest.raises(ParameterError, match="public_keys must be each recipient's X25519 key as the "
+                                                     "organisation's signed roster lists it"):
+                c.send("share")
+    assert count(first, s1_relayed, task.task_id) == 0 and first.opened(task.task_id) == 0
+
+
+def test_a_server_substituting_a_dpds_pair_key_is_refused(dbs, serve):
+    """The sharing server shows round 2 its own pair key in user 1's place (his signature kept, as it cannot make
+    his): every user refuses his masked sum, naming the key, and none is stored."""
+    service, _ = sharing(dbs, serve, PairKeySubstituting)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    for user in users:
+        user.send("advertise", user.user % DOMAIN)
+    assert service.state(task.task_id)["state"] == "round2"
+    for user in users:
+        with pytest.raises(ParameterError, match=r"inbox.keys\[1\] must be a valid Ed25519 signature by user 1"):
+            user.send("masked_sum")
+    with service.engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(round_messages).where(
+            round_messages.c.round == 2)).scalar() == 0
+
+
+def test_a_relayed_message_forged_by_the_server_is_refused(sqlite_dbs, serve):
+    """The server relays, as user 1's backup, one of its own sealed to the recipient, with user 1's signature of
+    the real one: the recipient refuses it, naming the message (and sends no reveal)."""
+    service, _ = sharing(sqlite_dbs, serve, RelayForging)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    for round_ in ("advertise", "masked_sum"):
+        for user in users:
+            user.send(round_, user.user % DOMAIN)
+    for user in users:
+        if user.user != 1:
+            with pytest.raises(ParameterError, match=r"backups\[1\]\.signature must be a valid Ed25519 signature "
+                                                     "by user 1"):
+                user.send("reveal")
+    assert count(service, round_messages, task.task_id) == 2 * N
+
+
+def test_what_is_no_relayed_message_is_refused_naming_it_never_a_traceback(sqlite_dbs, serve):
+    """A server that relays garbage (no list, no entries, a bad base64, no keys): the device refuses it with a
+    ParameterError naming the field, and sends nothing."""
+    service, _ = sharing(sqlite_dbs, serve, GarbageRelaying)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    service.case = len(GarbageRelaying.garbage)
+    with pytest.raises(ParameterError, match="public_keys must be a list of his recipients' keys"):
+        users[0].send("advertise", 0)  # refused before his role answers: he answers round 1 below
+    service.case = 0
+    for round_ in ("advertise", "masked_sum"):
+        for user in users:
+            user.send(round_, user.user % DOMAIN)
+    for case, user in enumerate(users[:len(GarbageRelaying.garbage)]):
+        service.case = case
+        with pytest.raises(ParameterError, match=r"^backups"):
+            user.send("reveal")
+    assert count(service, round_messages, task.task_id) == 2 * N
+
+
+def test_a_duly_signed_message_that_does_not_open_is_none_for_the_role_and_kept_as_proof(sqlite_dbs, serve):
+    """User 1 posts, signed by himself, backups that are random bytes of the right size (the server cannot tell):
+    his recipients' SDK hands their role None for his backup (the role blames him) and keeps the signed ciphertext,
+    which verifies under his identity key in the signed roster: what a complaint shows."""
+    import secrets
+
+    service, http = sharing(sqlite_dbs, serve)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    liar = users[1]
+    key, _ = liar.role.advertise(1)
+    junk = [{"recipient": k, "sealed": b64encode(secrets.token_bytes(task.sealed_size)).decode()}
+            for k in range(N) if k != liar.user]
+    answer = http.post(f"/tasks/{task.task_id}/round1", content=json.dumps(signed(
+        liar, 1, {"message": b64encode(key).decode(), "backups": junk}, "backups")),
+        headers={"content-type": "application/json"})
+    assert answer.status_code == 201, answer.text
+    for round_ in ("advertise", "masked_sum"):
+        for user in users:
+            if user is not liar or round_ == "masked_sum":
+                user.send(round_, user.user % DOMAIN)
+    me = users[0]
+    inbox = json.loads(http.post(f"/tasks/{task.task_id}/inbox", content=json.dumps(
+        {"user": me.user, "secret": me.secret}), headers={"content-type": "application/json"}).content)
+    opened = me._delivered(me.protocol.round("reveal"), inbox["backups"])
+    assert opened[liar.user] is None and all(v is not None for k, v in opened.items() if k != liar.user)
+    sealed, signature = me.unopened[(1, liar.user)]
+    assert identity.verify(liar.identity_key, signature, b"privagg message " + task.task_id.encode() +
+                           b" round 1 from user 1 to user 0", sealed)
+
+
+def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_dbs, serve):
+    """A user's signed messages bind the task, the round, the sender and the recipient: the same user (the same
+    identity key) in two tasks; his round-1 answer of task A posted to task B, his backup to user 2 posted as his
+    backup to user 3, and his round-1 message posted in round 2: each 403 ``bad_signature``, nothing stored. A
+    backup of task A relayed in task B by the server is refused by its recipient."""
+    service, http = sharing(sqlite_dbs, serve, RelayForging)
+    tasks, users = [], []
+    shared = identity.generate()
+    for _ in range(2):
+        task = service.create_task(dpds(), 60.0, MIN)
+        clients, organisation, tokens = organised(service, task, SharingClient, "http://sharing", N, enroll=False)
+        clients[1].identity, clients[1].identity_key = shared, identity.public_key(shared)  # one device, two tasks
+        for client, token in zip(clients, tokens):
+            client.enroll(token)
+        organisation.sign_roster(service, task.task_id, tokens)
+        tasks.append(task)
+        users.append({c.user: c for c in clients})
+    bodies = {}
+
+    def capture(client):
+        """Client ``client``'s round-1 body, as he posts it."""
+        post = client._call
+
+        def call(route, body=None, ok=()):
+            if route == "round1":
+                bodies[(client.task.task_id, client.user)] = body
+            return post(route, body, ok)
+        client._call = call
+
+    for task, clients in zip(tasks, users):
+        for client in clients.values():
+            capture(client)
+            if client.user != 1 or task is tasks[0]:
+                client.send("advertise", client.user % DOMAIN)
+    a, b = tasks[0].task_id, tasks[1].task_id
+    me = users[1][1]
+    replayed = {**bodies[(a, 1)], "secret": me.secret}
+    path = f"/tasks/{b}/round1"
+
+    def refused(path, body):
+        answer = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        assert (answer.status_code, answer.json()["error"]) == (403, "bad_signature"), answer.text
+        return answer.json()["detail"]
+
+    assert refused(path, replayed).startswith("signature must be user 1's Ed25519 signature")
+    mine = signed(me, 1, {"message": replayed["message"], "backups": [  # his own signatures in task B, each backup's
+        {"recipient": e["recipient"], "sealed": e["sealed"]} for e in replayed["backups"]]}, "backups")
+    swapped = [dict(e) for e in mine["backups"]]
+    swapped[1]["signature"], swapped[2]["signature"] = mine["backups"][2]["signature"], mine["backups"][1]["signature"]
+    assert refused(path, {**mine, "backups": swapped}).startswith("backups[1].signature must be user 1's")
+    assert count(service, round_messages, b) == N - 1 and count(service, relayed_messages, b) == (N - 1) * (N - 1)
+    assert me.send("advertise", 1)
+    for user in users[1].values():
+        user.send("masked_sum")
+    round2 = signed(me, 2, {"message": replayed["message"]})
+    round2["signature"] = replayed["signature"]  # his signature of that message, in round 1
+    answer = http.post(f"/tasks/{b}/round3", content=json.dumps(round2), headers={"content-type": "application/json"})
+    assert (answer.status_code, answer.json()["error"]) == (403, "bad_signature")
+    # the server relays task A's backups from user 1 (signed by him, for task A) in task B
+    service.replayed = {e["recipient"]: (b64decode(e["sealed"]), b64decode(e["signature"]))
+                        for e in bodies[(a, 1)]["backups"]}
+    with pytest.raises(ParameterError, match=r"backups\[1\]\.signature must be a valid Ed25519 signature by user 1"):
+        users[1][0].send("reveal")
+
+
+def test_a_roster_signed_by_another_key_is_refused(sqlite_dbs, serve):
+    """The server serves the roster signed by a key of its own: every device refuses at its first round; the
+    server itself takes no roster its task's organisation did not sign."""
+    service, _ = sharing(sqlite_dbs, serve, RosterForging)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the organisation"):
+        users[0].send("advertise", 1)
+    other = service.create_task(dpds(), 60.0, MIN)
+    clients, organisation, tokens = organised(service, other, SharingClient, "http://sharing", N, enroll=False)
+    for client, token in zip(clients, tokens):
+        client.enroll(token)
+    impostor = Organisation.generate()
+    with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the organisation"):
+        impostor.sign_roster(service, other.task_id, tokens)
+    with pytest.raises(ParameterError, match="organisation-key must be the organisation key that signed the task"):
+        impostor.sign_task(service, other)
+    assert service.state(other.task_id)["state"] == "enrolling"
+
+
+def test_a_task_served_with_another_s2_key_is_refused(sqlite_dbs, serve):
+    """S1 serves the task with its own key in place of S2's (which the users seal their sums to): the organisation
+    signed the task with S2's, and the SDK refuses the task before enrolling."""
+    first, task = tss(sqlite_dbs, serve, S2KeySwapping)
+    organisation = Organisation.generate()
+    organisation.sign_task(first, task)
+    with pytest.raises(ParameterError, match="task.signature must be a valid Ed25519 signature by the organisation"):
+        TSSClient.fetch("http://s1", task.task_id, organisation_key=organisation.public_key)
+    with pytest.raises(ParameterError, match="task.signature must be a valid Ed25519 signature by the organisation"):
+        TSSClient.fetch("http://s1", task.task_id, organisation_key=Organisation.generate().public_key)
+
+
+def test_a_binding_forged_by_the_server_leaves_its_user_out(sqlite_dbs, serve):
+    """The server sees each token's authentication half, never its binding half. It swaps user 2's keys for its own
+    on their way to the roster (his binding kept), and enrolls a user of its own with another token's
+    authentication half (a binding it made up): the organisation leaves both out, naming them; the victim's device
+    refuses the roster without him; the others go on, the two counted as round-1 dropouts."""
+    service, http = sharing(sqlite_dbs, serve, EnrollmentSwapping)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users, organisation, tokens = organised(service, task, SharingClient, "http://sharing", N, enroll=False)
+    service.victims = {identity.token_halves(tokens[2])[0]}
+    for user, token in zip(users[:-1], tokens[:-1]):
+        user.enroll(token)
+    forged = enrollment(task.task_id, tokens[-1], b"s" * 32, binding=bytes(32))  # the server's own user
+    assert http.post(f"/tasks/{task.task_id}/enroll", content=json.dumps(forged),
+                     headers={"content-type": "application/json"}).status_code == 201
+    signed_roster, left_out = organisation.sign_roster(service, task.task_id, tokens)
+    victim = users[2].user
+    assert set(left_out) == {victim, N - 1} and sorted(signed_roster.users) == sorted(set(range(N)) - {victim, N - 1})
+    assert all("binding does not check" in why for why in left_out.values())
+    with pytest.raises(SubmitError, match="not_in_roster"):  # the server says so; were it to hide it, his device
+        users[2].send("advertise", 1)
+    with pytest.raises(ParameterError, match=f"roster must be a signed roster listing user {victim} with the keys he "
+                                             "enrolled"):  # refuses the roster without him
+        users[2].roster()
+    for user in users[:-1]:
+        if user.user != victim:
+            assert user.send("advertise", user.user % DOMAIN)
+    assert service.state(task.task_id)["state"] == "round2"  # closed early: every user of the signed roster answered
+    answer = http.post(f"/tasks/{task.task_id}/inbox", content=json.dumps({"user": victim, "secret": users[2].secret}),
+                       headers={"content-type": "application/json"})
+    assert (answer.status_code, answer.json()["error"]) == (403, "not_in_roster")
+
+
+def test_a_forged_signature_is_refused_and_nothing_stored(sqlite_dbs, serve):
+    """A round answer signed by another key, or whose signature is of other bytes, or with none: 403
+    ``bad_signature`` or 400 ``malformed``, naming the field, and nothing stored."""
+    service, http = sharing(sqlite_dbs, serve)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    me, path = users[0], f"/tasks/{task.task_id}/round1"
+    key, plain = me.role.advertise(1)
+    from privagg.service.round_tasks import KEM, relay_info
+    from privagg.protocols.sharing_parties import ROUNDS
+    from privagg.service.tasks import _public_key, _suite
+
+    backups = [{"recipient": k, "sealed": b64encode(_suite(KEM).encrypt(m, _public_key(KEM, me.roster().users[k][1]),
+                                                                       info=relay_info(ROUNDS[0], task.task_id, 0, k))
+                                                   ).decode()} for k, m in plain.items()]
+    good = signed(me, 1, {"message": b64encode(key).decode(), "backups": backups}, "backups")
+    other = identity.generate()
+
+    def post(body):
+        answer = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        return answer.status_code, answer.json().get("error"), answer.json().get("detail", "")
+
+    forged = b64encode(identity.sign(other, b"anything", b64decode(good["message"]))).decode()
+    assert post({**good, "signature": forged})[:2] == (403, "bad_signature")
+    assert post({**good, "signature": good["backups"][0]["signature"]})[:2] == (403, "bad_signature")
+    assert post({**good, "signature": "AAAA"})[:2] == (400, "malformed")
+    assert post({k: v for k, v in good.items() if k != "signature"})[:2] == (400, "malformed")
+    unsigned = [dict(e) for e in good["backups"]]
+    unsigned[4]["signature"] = b64encode(identity.sign(other, b"x", b"y")).decode()
+    status, reason, detail = post({**good, "backups": unsigned})
+    assert (status, reason) == (403, "bad_signature") and detail.startswith("backups[4].signature must be user 0's")
+    assert count(service, round_messages, task.task_id) == 0 and count(service, relayed_messages, task.task_id) == 0
+    assert post(good)[:2] == (201, None)
+    with service.engine.connect() as c:
+        stored = c.execute(sa.select(round_messages.c.signature)).scalar()
+    assert identity.verify(me.identity_key, stored, b"privagg message " + task.task_id.encode() +
+                           b" round 1 from user 0 to server", key)
+
+
+def test_the_signed_roster_round_trips_and_names_a_bad_one():
+    """A roster the devices fetch: its document canonical, its signature the organisation's; a malformed one is a
+    ParameterError naming the field (never a traceback)."""
+    organisation = Organisation.generate()
+    users = {0: (identity.public_key(identity.generate()), bytes(range(32))), 3: (bytes(32), bytes(32))}
+    unsigned = SignedRoster("ab" * 16, users, b"")
+    signed_roster = SignedRoster("ab" * 16, users, identity.sign(organisation.private_key,
+                                                                 SignedRoster.context("ab" * 16), unsigned.document))
+    again = SignedRoster.from_dict(json.loads(json.dumps(signed_roster.to_dict())), "ab" * 16)
+    assert again.verify(organisation.public_key) == signed_roster
+    with pytest.raises(ParameterError, match="roster.task_id must be the task's"):
+        SignedRoster.from_dict(signed_roster.to_dict(), "cd" * 16)
+    for bad in ({}, {"roster": "[]"}, {"roster": json.dumps({"task_id": "ab" * 16, "users": [[0, "x", "y"]]})}):
+        with pytest.raises(ParameterError, match="roster must be the organisation's signed roster"):
+            SignedRoster.from_dict(bad, "ab" * 16)
+    with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the organisation"):
+        again.verify(Organisation.generate().public_key)
+    assert np.unique([identity.token_halves("t")[0], identity.token_halves("u")[0]]).size == 2
+
+
+def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
+    """``privagg organisation keygen`` (a new 0600 file, never overwritten; the public key printed), ``task create
+    --organisation-key`` (required for a task with rounds), ``tokens issue`` and, once the devices (pinning the
+    printed key) enrolled, ``roster sign``: the roster is published and round 1 opens; a user whose keys the server
+    swapped is named and left out. Bad input is one line naming the option."""
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    run = CliRunner().invoke
+    key, db = tmp_path / "org.key", f"sqlite:///{tmp_path}/sharing.db"
+    made = run(app, ["organisation", "keygen", "--output", str(key)])
+    assert made.exit_code == 0 and (key.stat().st_mode & 0o777) == 0o600
+    pinned = b64decode(made.stdout.strip())
+    assert identity.public_key(identity.read_private(key)) == pinned
+    again = run(app, ["organisation", "keygen", "--output", str(key)])
+    assert again.exit_code == 2 and "output must be a new file" in again.output and identity.read_private(key)
+    (tmp_path / "p.json").write_text(json.dumps(dpds().to_dict()))
+    create = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", db, "--min-survivors", str(MIN)]
+    unsigned = run(app, create)
+    assert unsigned.exit_code == 2 and "organisation-key is required for a dpds, dpdg or tss task" in unsigned.output
+    bad_key = run(app, [*create, "--organisation-key", str(tmp_path / "p.json")])
+    assert bad_key.exit_code == 2 and "organisation-key must be a key file privagg organisation keygen wrote" in \
+        bad_key.output
+    created = run(app, [*create, "--organisation-key", str(key), "--json"])
+    assert created.exit_code == 0, created.output
+    task_id = json.loads(created.stdout)["task_id"]
+    assert json.loads(created.stdout)["organisation_key"] == b64encode(pinned).decode()
+    tokens = tmp_path / "tokens.txt"
+    assert run(app, ["tokens", "issue", "--server", "sharing", "--db", db, "--task", task_id, "--count", str(N),
+                     "--output", str(tokens)]).exit_code == 0
+    sign = ["roster", "sign", "--task", task_id, "--tokens", str(tokens), "--organisation-key", str(key), "--db", db]
+    early = run(app, sign)
+    assert early.exit_code == 2 and "roster must be complete (all n = 12 users enrolled)" in early.output
+    service, _ = sharing({"sharing": db}, serve, EnrollmentSwapping, time.time)  # the CLI's clock opens round 1
+    lines = tokens.read_text().split()
+    service.victims = {identity.token_halves(lines[5])[0]}
+    users = [SharingClient.fetch("http://sharing", task_id, organisation_key=pinned) for _ in range(N)]
+    for user, token in zip(users, lines):
+        user.enroll(token)
+    signed_run = run(app, sign)
+    assert signed_run.exit_code == 0, signed_run.output
+    assert f"task {task_id}: the roster of {N - 1} users is signed and published; the task is in round1" in \
+        signed_run.stdout
+    assert signed_run.stderr.strip() == (f"warning: user {users[5].user} is left out of the roster (a dropout of "
+                                         "round 1): his token's binding does not check: keys his device did not enroll")
+    assert run(app, sign).exit_code == 0  # again: the same roster, nothing changes
+    assert users[0].send("advertise", 1)
+    impostor = tmp_path / "other.key"
+    run(app, ["organisation", "keygen", "--output", str(impostor)])
+    other = run(app, [*sign[:-4], "--organisation-key", str(impostor), "--db", db])
+    assert other.exit_code == 2 and "roster.signature must be a valid Ed25519 signature by the organisation" in \
+        other.output
