@@ -239,3 +239,10 @@ def enrollment(task_id: str, token: str, public_key: bytes, identity_key: bytes 
     binding = identity.binding(half, task_id, identity_key, public_key) if binding is None else binding
     return {"token": authentication, **{k: base64.b64encode(v).decode() for k, v in (
         ("public_key", public_key), ("identity_key", identity_key), ("binding", binding))}}
+
+
+def in_process(second) -> dict:
+    """S1's ways to S2 (``send`` the hand-over, ``ask`` while closing a round) as calls of S2's service."""
+    routes = {"election": second.attest, "sums": second.open_sums}
+    return {"send": lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body),
+            "ask": lambda _url, task_id, route, token, body: routes[route](task_id, f"Bearer {token}", body)}

@@ -33,7 +33,7 @@ from privagg.service.storage import connect, relayed_messages, round_messages
 from privagg.service.two_servers.client import TSSClient
 from privagg.service.two_servers.servers import SecondService, create_first_app, create_tasks, s1_relayed
 from privagg.service import storage
-from service_deployment import enrollment, organised, route_sdk_to, signed
+from service_deployment import enrollment, in_process, organised, route_sdk_to, signed
 
 N, DOMAIN, MIN = 12, 3, 8
 TSS_USERS = 32
@@ -93,8 +93,7 @@ def dpds():
 
 def tss(dbs, serve, kind):
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
-    first = kind(storage.connect(dbs["s1"], "s1"), clock=Clock(),
-                 send=lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body))
+    first = kind(storage.connect(dbs["s1"], "s1"), clock=Clock(), **in_process(second))
     serve.engines.append(second.engine)
     serve(first, create_first_app(first, tick=None))
     p = sc.calibrate_tss(1.0, 0.1, TSS_USERS, 4, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,

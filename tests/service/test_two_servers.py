@@ -48,7 +48,7 @@ from privagg.service.two_servers.servers import (FirstService, SecondService, Se
 from privagg.service.two_servers.client import TSSClient
 from privagg.service.organisation import Organisation
 from privagg.service.web import Refused
-from service_deployment import organised, signed
+from service_deployment import in_process, organised, signed
 
 N_USERS, DOMAIN, MIN = 32, 4, 26
 
@@ -147,13 +147,6 @@ class Deployment:
 
     def refused(self, reason: str) -> float:
         return self.first.registry.get_sample_value("privagg_s1_refused_total", {"reason": reason}) or 0.0
-
-
-def in_process(second: SecondService) -> dict:
-    """S1's ways to S2 (``send`` the hand-over, ``ask`` while closing a round) as calls of S2's service."""
-    routes = {"election": second.attest, "sums": second.open_sums}
-    return {"send": lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body),
-            "ask": lambda _url, task_id, route, token, body: routes[route](task_id, f"Bearer {token}", body)}
 
 
 @contextmanager
@@ -787,7 +780,7 @@ def test_the_tasks_carry_s2s_identity_key_checked():
     older = TSSTask.from_dict({k: v for k, v in data.items() if k != "second_identity_key"})  # an older release's
     assert older.second_identity_key is None and "second_identity_key" not in older.to_dict()
     with pytest.raises(ParameterError, match="second must be S2's identity key from the task"):  # cannot share
-        role = TSSClient("http://s1.invalid", older).make_role(0)
+        role = TSSClient("http://s1.invalid", older, organisation_key=bytes(32)).make_role(0)
         role.report(0)
         role.share([[], [], []], [], None)
     with pytest.raises(ParameterError, match=r"second_identity_key must be base64 of a raw Ed25519 public key \(32"):
