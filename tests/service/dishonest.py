@@ -125,7 +125,7 @@ class RelayForging(SharingService):
         from privagg.service.tasks import _public_key
 
         out = super().inbox(task_id, body)
-        if out["name"] == "reveal":
+        if out["name"] == "check":  # the round that delivers the backups
             user = json.loads(body)["user"]
             for entry in out["backups"]:
                 if entry["sender"] != self.victim:
