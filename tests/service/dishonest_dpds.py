@@ -15,6 +15,8 @@ Servers (coordinators, put in the registry's dpds entry by :func:`serving`):
 
 * :class:`Equivocating`: shows the ``minority`` of the survivors another U2 (without ``victim``, as a dropout: his
   pair key asked of them while the others reveal his mask seed), and takes their signatures of it.
+* :class:`ForgingSignatures`: equivocates, and shows the minority t signatures of their list under identity keys
+  of its own.
 * :class:`LyingRecovery`: names ``victim`` a dropout though his masked sum arrived (U2 without him), and releases
   the others.
 """
@@ -156,3 +158,22 @@ def lying_users(roles: dict[int, type]):
 
     return user
 
+
+
+class ForgingSignatures(Equivocating):
+    """The equivocating server, which also shows the minority t signatures of its list, made with identity keys of
+    its own that it names as the signers' (``identities`` in their inbox)."""
+
+    def inbox(self, round_, user, state, messages):
+        from privagg.core import identity
+        from privagg.protocols.sharing_parties import SIGNATURE, SIGNED_LISTS, statement
+
+        inbox = super().inbox(round_, user, state, messages)
+        if round_.name == "reveal" and user in self.minority:
+            shown = self._shown(user, state)
+            lists = statement(shown["checked"], shown["survivors"], bytes.fromhex(shown["keys"]))
+            forged = {v: identity.generate() for v in shown["survivors"]}
+            inbox["signatures"] = {v: encode(self.parameters, SIGNATURE, v, SERVER, identity.sign(
+                key, SIGNED_LISTS, lists)) for v, key in forged.items()}
+            inbox["identities"] = {v: identity.public_key(key) for v, key in forged.items()}
+        return inbox

@@ -15,7 +15,7 @@ from privagg.service.storage import round_messages
 from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
-from service.dishonest_dpds import (Equivocating, InconsistentDealer, JunkBackupsClient, LyingRecovery, WrongRevealer,
+from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient, LyingRecovery, WrongRevealer,
                             WrongSharesUser, client_of, lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
 
@@ -134,6 +134,20 @@ def test_a_server_showing_two_survivor_lists_gets_nothing_for_the_minoritys_view
     for entries in reveals.values():
         assert entries.secrets[entries.owners.tolist().index(0)] == MASK_SEED  # never his pair key
     released_over(p, service.result(task.task_id), users, range(N))
+
+
+def test_signatures_the_server_forged_for_its_second_list_are_refused(server, monkeypatch):
+    """The equivocating server also shows the minority t signatures of their list, made with keys of its own that
+    it names as the signers' identity keys: their devices check each against the organisation's signed roster,
+    refuse, and reveal nothing."""
+    minority = (8, 9, 10, 11)
+    serving(monkeypatch, ForgingSignatures, victim=0, minority=minority)
+    service, _, clock = server
+    task, users = with_liar(service, dpdg())
+    refused = every_round(service, task, users, clock, refusing=minority)
+    assert sorted(refused["reveal"]) == list(minority)
+    assert all("signature" in text for text in refused["reveal"].values())
+    assert sorted(revealed(service, task.task_id)) == list(range(8))
 
 
 def test_a_dishonest_recovery_of_a_live_user_reveals_only_his_pair_key(server, monkeypatch):

@@ -200,6 +200,8 @@ class RoundClient(RosterClient):
             for sender, message in fields[field].items():
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
                                    f"inbox.{field}[{sender}]")
+        if "identities" in fields:  # users' identity keys (DPDS's signers): the signed roster's, never the server's
+            fields["identities"] = {u: self.roster().users[u][0] for u in fields["identities"] if u in self.roster().users}
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
         if round_.delivers:
