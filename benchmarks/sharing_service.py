@@ -40,6 +40,7 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters, threshold
     from privagg.service.round_demo import dropout_plan, min_survivors_for
+    from privagg.service.organisation import Organisation
     from privagg.service.sharing.demo import SharingDeployment, expected_sealed_bytes, run_rounds
 
     codes, _, beta = sharing_demo_data(users, CATEGORIES)
@@ -48,10 +49,9 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
     plan = dropout_plan(users, drop_fraction, (2, 3), seed=7)
     kills: list[float] = []
     with SharingDeployment(f"sqlite:///{folder / 'sharing.db'}", folder / "sharing.log") as dep:
-        service = dep.service()
-        task = service.create_task(parameters, ROUND_SECONDS, max(threshold(parameters), min_survivors_for(users, drop_fraction)))
-        tokens = service.issue_tokens(task.task_id, users)
-        service.engine.dispose()
+        organisation = Organisation.generate()
+        task, tokens, sign_roster = dep.organised(organisation, parameters, ROUND_SECONDS, max(
+            threshold(parameters), min_survivors_for(users, drop_fraction)), users)
 
         def restart(_round: int) -> None:
             if kill and _round in (1, 2):
@@ -60,7 +60,8 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
                 dep.start()
                 kills.append(time.perf_counter() - start)
 
-        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, lambda text: note(text), restart)
+        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster,
+                         lambda text: note(text), restart)
         report = run["clients"][0]._call("result")
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]
     field, total = parameters.field, np.zeros(CATEGORIES, dtype=np.uint64)

@@ -1,5 +1,6 @@
 """The README's Python example and command lines run as written."""
 
+import os
 import re
 import shlex
 import subprocess
@@ -86,3 +87,46 @@ def test_command_blocks_run_as_written_after_example_data(index, tmp_path):
     run_commands("privagg example-data .", tmp_path)
     run_commands(command_blocks()[index], tmp_path)
     assert all((tmp_path / name).exists() for name in WRITTEN[index]), WRITTEN[index]
+
+
+def test_the_organisations_block_runs_with_devices_enrolling_where_it_says(tmp_path, monkeypatch):
+    """The service section's operator block (a shell block: it keeps the task id in $TASK), run by bash as written,
+    with 300 SDK devices pinning the printed key and enrolling where its comment says: the roster is signed."""
+    import base64
+    import json
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from privagg.protocols.registry import calibrate
+    from privagg.service.sharing.client import SharingClient
+    from privagg.service.sharing.server import SharingService, create_app
+    from privagg.service.storage import connect
+    from service_deployment import route_sdk_to
+
+    block = next(b for b in blocks("") if b.startswith("privagg organisation keygen"))
+    before, after = block.split("# each device")
+    params = calibrate("dpds", epsilon=1, delta=1e-6, n_users=300, domain_size=5, min_count_fraction=0.1)
+    (tmp_path / "params.json").write_text(json.dumps(params.to_dict()))
+    shell = f'privagg() {{ "{sys.executable}" -m privagg "$@"; }}\nset -e\n'
+
+    def bash(script: str, **env: str) -> str:
+        done = subprocess.run(["bash", "-c", shell + script], cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, **env})
+        assert done.returncode == 0, (script, done.stderr)
+        return done.stdout
+
+    out = bash(before + 'echo "TASK=$TASK"\n').splitlines()
+    pinned, task_id = base64.b64decode(out[0]), out[-1].removeprefix("TASK=")
+    service = SharingService(connect(f"sqlite:///{tmp_path}/sharing.db", "sharing"), clock=time.time)
+    http = TestClient(create_app(service, tick=None))
+    route_sdk_to(http, monkeypatch)
+    try:
+        for token in (tmp_path / "tokens.txt").read_text().split():
+            SharingClient.fetch("http://sharing", task_id, organisation_key=pinned).enroll(token)
+        signed = bash(after.split("\n", 1)[1], TASK=task_id)
+        assert f"task {task_id}: the roster of 300 users is signed and published; the task is in round1" in signed
+        assert service.state(task_id)["state"] == "round1"
+    finally:
+        http.close()
+        service.engine.dispose()

@@ -1,5 +1,7 @@
 """Ed25519 identities: signatures bound to their context, seeded keys reproducible, forgeries refused."""
 
+import base64
+
 import numpy as np
 import pytest
 
@@ -39,3 +41,40 @@ def test_canonical_documents_sort_keys_and_refuse_nan():
     assert identity.canonical({"b": 1, "a": [2, "x"]}) == b'{"a":[2,"x"],"b":1}'
     with pytest.raises(ValueError):
         identity.canonical({"a": float("nan")})
+
+
+def test_a_tokens_halves_are_independent_and_its_binding_covers_every_key(tmp_path):
+    """A token's authentication half (what the server sees) and binding half (what it never does) are HKDF outputs
+    under distinct infos: neither gives the other. The binding changes with the task and with either key."""
+    from privagg.core.identity import binding, token_halves
+
+    auth, half = token_halves("a token")
+    assert token_halves("a token") == (auth, half) and token_halves("another")[0] != auth
+    assert len(half) == 32 and base64.urlsafe_b64decode(auth + "=") != half
+    key, public = identity.public_key(identity.generate()), bytes(range(32))
+    made = binding(half, "ab" * 16, key, public)
+    assert made == binding(half, "ab" * 16, key, public) and len({made, binding(half, "cd" * 16, key, public),
+                                                                 binding(half, "ab" * 16, public, key),
+                                                                 binding(token_halves("x")[1], "ab" * 16, key,
+                                                                         public)}) == 4
+    for bad in (None, "", "x" * 257):
+        with pytest.raises(ParameterError, match="token must be an enrollment token"):
+            token_halves(bad)
+
+
+def test_the_organisation_key_file_is_private_and_never_overwritten(tmp_path):
+    from privagg.core.identity import public_text, read_private, write_private
+
+    private, path = identity.generate(), tmp_path / "org.key"
+    write_private(path, private)
+    assert (path.stat().st_mode & 0o777) == 0o600 and read_private(path) == private
+    with pytest.raises(ParameterError, match="output must be a new file"):
+        write_private(path, identity.generate())
+    assert read_private(path) == private
+    (tmp_path / "bad.key").write_text("not a key\n")
+    for bad in (tmp_path / "bad.key", tmp_path / "none.key"):
+        with pytest.raises(ParameterError, match="organisation-key must be a key file privagg organisation keygen"):
+            read_private(bad)
+    assert public_text(base64.b64encode(identity.public_key(private)).decode(), "k") == identity.public_key(private)
+    with pytest.raises(ParameterError, match="k must be base64 of an Ed25519 public key"):
+        public_text("AAAA", "k")

@@ -174,3 +174,19 @@ class EnrollmentSwapping(_OwnKey, SharingService):
             data["public_key"] = _b64(self._own_key())
             data["identity_key"] = _b64(identity.public_key(self.own_identity))
         return super().enroll(task_id, json.dumps(data).encode())
+
+
+class GarbageRelaying(SharingService):
+    """Relays, in round 3, what is no relayed message: ``garbage`` in place of the list of backups, or of its
+    entries, and no keys in round 1's ``public_keys``."""
+
+    garbage = ("junk", [None], [{"sender": 1, "sealed": "!!!", "signature": 7}], [{}])
+    case = 0
+
+    def inbox(self, task_id, body):
+        out = super().inbox(task_id, body)
+        if out["name"] == "reveal":
+            out["backups"] = self.garbage[self.case]
+        if out["name"] == "advertise" and self.case == len(self.garbage):
+            out["public_keys"] = "junk"
+        return out

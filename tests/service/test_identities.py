@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from service.dishonest import (EnrollmentSwapping, KeySwappingFirst, PairKeySubstituting, RelayForging, RosterForging,
+from service.dishonest import (EnrollmentSwapping, GarbageRelaying, KeySwappingFirst, PairKeySubstituting, RelayForging, RosterForging,
                        S2KeySwapping)
 from privagg.core import identity
 from privagg.errors import ParameterError
@@ -165,6 +165,26 @@ def test_a_relayed_message_forged_by_the_server_is_refused(sqlite_dbs, serve):
                                                      "by user 1"):
                 user.send("check")
     assert count(service, round_messages, task.task_id) == N
+
+
+def test_what_is_no_relayed_message_is_refused_naming_it_never_a_traceback(sqlite_dbs, serve):
+    """A server that relays garbage (no list, no entries, a bad base64, no keys): the device refuses it with a
+    ParameterError naming the field, and sends nothing."""
+    service, _ = sharing(sqlite_dbs, serve, GarbageRelaying)
+    task = service.create_task(dpds(), 60.0, MIN)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    service.case = len(GarbageRelaying.garbage)
+    with pytest.raises(ParameterError, match="public_keys must be a list of his recipients' keys"):
+        users[0].send("advertise", 0)  # refused before his role answers: he answers round 1 below
+    service.case = 0
+    for round_ in ("advertise", "masked_sum"):
+        for user in users:
+            user.send(round_, user.user % DOMAIN)
+    for case, user in enumerate(users[:len(GarbageRelaying.garbage)]):
+        service.case = case
+        with pytest.raises(ParameterError, match=r"^backups"):
+            user.send("reveal")
+    assert count(service, round_messages, task.task_id) == 2 * N
 
 
 def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_dbs, serve):

@@ -89,13 +89,20 @@ def test_every_command_refuses_another_roles_database_naming_both(databases, tmp
                       report_fraction=0.5)
     (tmp_path / "c.txt").write_text("5\n")
     new = f"sqlite:///{tmp_path}/new.db"
+    org = str(tmp_path / "org.key")
+    assert run("organisation", "keygen", "--output", org).exit_code == 0
     cases = [  # (command, the role it needs, the role the database has)
         (["task", "create", "--params", fe1, "--db", collector], "an analyzer", "a collector"),
-        (["task", "create", "--params", dpds, "--db", analyzer], "a sharing", "an analyzer"),
+        (["task", "create", "--params", dpds, "--db", analyzer, "--organisation-key", org], "a sharing",
+         "an analyzer"),
         (["task", "create", "--params", tss, "--db", collector, "--second-db", new, "--second-url",
-          "http://127.0.0.1:8084"], "an s1", "a collector"),
+          "http://127.0.0.1:8084", "--organisation-key", org], "an s1", "a collector"),
         (["task", "create", "--params", tss, "--db", new, "--second-db", analyzer, "--second-url",
-          "http://127.0.0.1:8084"], "an s2", "an analyzer"),
+          "http://127.0.0.1:8084", "--organisation-key", org], "an s2", "an analyzer"),
+        (["roster", "sign", "--task", UNKNOWN, "--tokens", str(tmp_path / "c.txt"), "--organisation-key", org,
+          "--db", analyzer], "a sharing", "an analyzer"),
+        (["roster", "sign", "--task", UNKNOWN, "--tokens", str(tmp_path / "c.txt"), "--organisation-key", org,
+          "--server", "s1", "--db", collector], "an s1", "a collector"),
         (["task", "candidates", "--task", UNKNOWN, "--candidates", str(tmp_path / "c.txt"), "--db", collector],
          "an analyzer", "a collector"),
         (["task", "close", "--task", UNKNOWN, "--db", analyzer], "a collector", "an analyzer"),

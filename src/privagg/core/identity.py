@@ -10,6 +10,7 @@ parties' identity keys from its generator (:func:`generate`) and is reproducible
 
 from __future__ import annotations
 
+import functools
 import json
 
 from ..errors import ParameterError
@@ -33,10 +34,20 @@ def public_key(private_key: bytes) -> bytes:
     return _private(private_key).public_key().public_bytes_raw()
 
 
+@functools.lru_cache(maxsize=64)
 def _private(private_key: bytes):
+    """The key object (kept: loading one derives its public key, as costly as a signature)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     return Ed25519PrivateKey.from_private_bytes(private_key)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _public(public: bytes):
+    """The key object of a public key (kept: a roster's keys verify many messages)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    return Ed25519PublicKey.from_public_bytes(public)
 
 
 def _signed(context: bytes, message: bytes) -> bytes:
@@ -53,13 +64,12 @@ def sign(private_key: bytes, context: bytes, message: bytes) -> bytes:
 def verify(public: bytes, signature: bytes, context: bytes, message: bytes) -> bool:
     """Whether ``signature`` is ``public``'s signature of ``message`` in ``context``."""
     from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     if not isinstance(public, (bytes, bytearray)) or len(public) != KEY_BYTES or not isinstance(
             signature, (bytes, bytearray)) or len(signature) != SIGNATURE_BYTES:
         return False
     try:
-        Ed25519PublicKey.from_public_bytes(bytes(public)).verify(bytes(signature), _signed(context, message))
+        _public(bytes(public)).verify(bytes(signature), _signed(context, message))
     except (InvalidSignature, ValueError):
         return False
     return True

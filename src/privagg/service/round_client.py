@@ -76,6 +76,7 @@ class RosterClient:
         """The client of the task served at ``url``: its document signed by the organisation whose key the device
         pins (ParameterError ``task.signature`` otherwise), its parameters checked, never recalibrated."""
         data = json.loads(_request(f"{url.rstrip('/')}/tasks/{task_id}", None, options.get("timeout", 60.0), 5))
+        data = data if isinstance(data, dict) else {}
         check_task(data.get("task"), data.get("signature"), organisation_key, task_id)
         return cls(url, cls.task_type.from_dict(data["task"]), organisation_key=organisation_key, **options)
 
@@ -161,11 +162,7 @@ class RosterClient:
         users = self.roster().users
         if sender not in users:
             raise ParameterError(field, "a message from a user of the signed roster", f"one from {sender!r}")
-        try:
-            raw = base64.b64decode(signature, validate=True) if isinstance(signature, str) else b""
-        except ValueError:
-            raw = b""
-        identity.check(users[sender][0], raw, message_context(self.task.task_id, number, sender, recipient), message,
+        identity.check(users[sender][0], _bytes(signature), message_context(self.task.task_id, number, sender, recipient), message,
                        field, f"user {sender} (his identity key in the signed roster)")
 
 
@@ -205,7 +202,8 @@ class RoundClient(RosterClient):
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
         if round_.delivers:
-            fields[round_.delivers] = self._delivered(round_, answer[round_.delivers])
+            fields[round_.delivers] = self._delivered(round_, answer.get(round_.delivers))
+        keys = self._keys(answer.get("public_keys")) if round_.relay else {}
         if round_.value:
             fields["value"] = value
         out = getattr(self.role, name)(**fields)
@@ -220,7 +218,9 @@ class RoundClient(RosterClient):
         body["signature"] = self._sign(number, None, message)
         if round_.relay:  # to the users of the signed roster (those it left out are round-1 dropouts)
             relayed = {k: m for k, m in out.relayed.items() if k in self.roster().users}
-            keys = self._keys(answer["public_keys"], set(relayed))
+            if not set(relayed) <= set(keys):
+                raise ParameterError("public_keys", "a key for each recipient his role sends to",
+                                     f"none for users {sorted(set(relayed) - set(keys))[:5]}")
             body[round_.relay] = []
             for k, relayed in relayed.items():
                 sealed = self._seal(relayed, keys[k], relay_info(round_, self.task.task_id, self.user, k))
@@ -229,20 +229,20 @@ class RoundClient(RosterClient):
         self._call(f"round{number}", body, ("already_sent",))
         return True
 
-    def _keys(self, served: list, recipients: set[int]) -> dict[int, bytes]:
-        """The X25519 keys of ``recipients`` as the server named them (``public_keys``), each the signed roster's:
-        a key the roster does not list for that user is refused (ParameterError ``public_keys``)."""
+    def _keys(self, served) -> dict[int, bytes]:
+        """The X25519 keys of his recipients as the server named them (``public_keys``), each the signed roster's:
+        a key the roster does not list for that user is refused (ParameterError ``public_keys``), before his role
+        answers."""
         users = self.roster().users
+        if not isinstance(served, list):
+            raise ParameterError("public_keys", "a list of his recipients' keys", type(served).__name__)
         keys = {}
         for entry in served:
-            k, key = entry.get("user"), entry.get("public_key")
+            k, key = (entry.get("user"), entry.get("public_key")) if isinstance(entry, dict) else (None, None)
             if k not in users or key != base64.b64encode(users[k][1]).decode():
                 raise ParameterError("public_keys", "each recipient's X25519 key as the organisation's signed roster "
                                      "lists it", f"another key for user {k!r}: the server swapped it")
             keys[k] = users[k][1]
-        if not recipients <= set(keys):
-            raise ParameterError("public_keys", "a key for each recipient his role sends to",
-                                 f"none for users {sorted(recipients - set(keys))[:5]}")
         return keys
 
     def _delivered(self, round_, entries: list) -> dict[int, bytes | None]:
@@ -253,12 +253,23 @@ class RoundClient(RosterClient):
         protocol = self.protocol
         relay = next(r for r in protocol.rounds if r.relay == round_.delivers)
         number, out = protocol.number(relay.name), {}
+        if not isinstance(entries, list):
+            raise ParameterError(round_.delivers, "a list of the messages relayed to him", type(entries).__name__)
         for e in entries:
-            sender, sealed = e.get("sender"), base64.b64decode(e.get("sealed") or "")
+            e = e if isinstance(e, dict) else {}
+            sender, sealed = e.get("sender"), _bytes(e.get("sealed"))
             self._check_signed(sender, e.get("signature"), sealed, number, self.user,
                                f"{round_.delivers}[{sender!r}].signature")
             out[sender] = self._open(sealed, relay_info(relay, self.task.task_id, sender, self.user))
         return out
+
+
+def _bytes(text) -> bytes:
+    """The bytes of a base64 field the server sent; empty for anything else (a check that follows refuses it)."""
+    try:
+        return base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+    except ValueError:
+        return b""
 
 
 def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:

@@ -18,11 +18,20 @@ valid one while the round is open. Every message is stored once (primary keys), 
 a kill -9 loses nothing: the rounds resume from the database with their absolute deadlines. After the last
 round the coordinator's ``finish`` gives what the service keeps (the sharing server's release; S1's hand-over).
 
+No key and no message comes from the server alone (docs/deviations-identity46.md): the rounds open once the
+task's organisation has signed the roster (:meth:`RoundDriver.publish_roster`, after ``privagg roster sign``
+checked every enrollment's binding), and run over its users only (those it left out are round-1 dropouts); the
+coordinator reads their identity keys as ``state["identities"]``. Every answer carries its sender's Ed25519
+signature of his message to the server (empty when he sends none) and of each message he relays, for the task,
+round, sender and recipient (:func:`~privagg.service.round_tasks.message_context`); the driver checks each against
+the signed roster (403 ``bad_signature``) and stores it, and relays it with the message.
+
 Routes (:func:`round_routes`): ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/inbox`` (the open round's inbox
-for the user: the coordinator's fields, the messages relayed to him, his recipients' public keys), ``POST
-/tasks/{id}/round{k}`` (his answer to round k: ``message`` base64 to the server, and the round's relay as a
-list of ``{"recipient", "sealed"}``), ``GET /tasks/{id}/roster``, ``POST /tasks/{id}/close-round/{k}`` (the
-operator's: closes the open round now, as its deadline would).
+for the user: the coordinator's fields, the earlier messages it carries with their ``signatures``, the messages
+relayed to him with theirs, his recipients' public keys from the signed roster), ``POST /tasks/{id}/round{k}``
+(his answer to round k: ``message`` base64 to the server, ``signature``, and the round's relay as a list of
+``{"recipient", "sealed", "signature"}``), ``GET /tasks/{id}/roster`` (the signed roster), ``POST
+/tasks/{id}/close-round/{k}`` (the operator's: closes the open round now, as its deadline would).
 """
 
 from __future__ import annotations
