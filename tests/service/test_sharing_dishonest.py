@@ -9,14 +9,15 @@ import pytest
 import sqlalchemy as sa
 
 from privagg.errors import ParameterError
-from privagg.protocols.sharing_parties import MASK_SEED, PAIR_KEY, PROTOCOL, REVEAL, ROUNDS, decode, survivors_parameters
+from privagg.protocols.sharing_parties import (MASK_SEED, PAIR_KEY, PROTOCOL, REVEAL, ROUNDS, decode,
+                                               survivors_parameters)
 from privagg.service.sharing.client import SharingClient
 from privagg.service.storage import round_messages
 from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
-from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient, LyingRecovery, WrongRevealer,
-                            WrongSharesUser, client_of, lying_users, serving)
+from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
+                                    LyingRecovery, WrongRevealer, WrongSharesUser, client_of, lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
 
 LIAR = 3

@@ -5,7 +5,7 @@ lost."""
 
 import json
 import secrets
-from base64 import b64decode, b64encode
+from base64 import b64encode
 
 import numpy as np
 import pytest

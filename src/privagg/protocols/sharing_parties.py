@@ -63,7 +63,7 @@ import numpy as np
 from ..core import identity, shamir
 from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
-from ..core.sharing import SEED_BYTES, derive_seed, element_bytes, expand
+from ..core.sharing import SEED_BYTES, derive_seed, expand
 from ..errors import ParameterError, check_integer
 from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
@@ -72,15 +72,12 @@ from .roles import MultiRound, Outbox, Round, RoundFailed, answer_each
 from .dpdg_parameters import DPDGParameters
 from .sampling_servers import SumServer, one_hot_rows
 from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
-from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, ENTRY, HASH_BYTES, HEADER,
-                               KEY_BYTES, KEY_MESSAGE, KIND_NAMES, LIMBS, MAGIC, MASK_SEED, MASKED_SUM, PAIR_KEY, REVEAL, SERVER,
-                               SIGNATURE, VERSION, Message, Revealed, commitment, commitments_to, dealt_commitments,
-                               decode, decode_checked, encode, expected_traffic, message_bytes, message_entries)
-
-__all__ = ["ADVERTISE", "BACKUP", "COMMITMENT", "COMMITMENTS", "COMPLAINTS", "ENTRY", "HASH_BYTES", "HEADER",
-           "KEY_BYTES", "KEY_MESSAGE", "KIND_NAMES", "LIMBS", "MAGIC", "MASK_SEED", "MASKED_SUM", "PAIR_KEY", "REVEAL", "SERVER",
-           "SIGNATURE", "VERSION", "Message", "Revealed", "commitment", "commitments_to", "dealt_commitments", "decode",
-           "decode_checked", "encode", "expected_traffic", "message_bytes", "message_entries"]
+# the messages (sharing_messages.py), imported here by the parties and, as before the split, by their users
+from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, ENTRY, HASH_BYTES,  # noqa: F401
+                               HEADER, KEY_BYTES, KEY_MESSAGE, KIND_NAMES, LIMBS, MAGIC, MASK_SEED, MASKED_SUM,
+                               PAIR_KEY, REVEAL, SERVER, SIGNATURE, VERSION, Message, Revealed, commitment,
+                               commitments_to, dealt_commitments, decode, decode_checked, encode, expected_traffic,
+                               message_bytes, message_entries)
 
 
 def threshold(parameters: SharingParameters) -> int:
@@ -358,8 +355,8 @@ class SharingUser:
             if valid == self.threshold:
                 break
         if valid < self.threshold:
-            raise ParameterError("signatures", f"at least t = {self.threshold} valid signatures of the lists he signed, "
-                                 "from distinct survivors", f"{valid} of {len(signatures)}: the server showed "
+            raise ParameterError("signatures", f"at least t = {self.threshold} valid signatures of the lists he "
+                                 "signed, from distinct survivors", f"{valid} of {len(signatures)}: the server showed "
                                  "different survivor lists (or forged signatures); nothing was revealed")
         owners = np.array(senders, dtype=np.int64)
         tags = np.array([MASK_SEED if u in kept else PAIR_KEY for u in senders], dtype=np.int64)
@@ -634,11 +631,11 @@ class SharingServer:
                 excluded: Sequence[int] = ()) -> SharingRelease:
         """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud), U1' = the users in ``keys`` (their round-2
         messages; ``commitments``: their round-1 messages), U2 = those in ``masked``; refused unless at least t users
-        of U2 revealed (``reveals``) and U2 holds at least the task's minimum of survivors. Each revealed share is checked against its dealer's
-        commitment: a wrong one is discarded and its revealer blamed, and each secret is rebuilt from t verified
-        shares; a dealer whose verified shares rebuild no secret, or another than the one he committed to (his
-        public key, his mask seed's hash), dealt inconsistent shares: the release is refused naming him. The masked
-        sums are folded as (item, share) rows by the survivors' :class:`SumServer` (what it received), the masks and
+        of U2 revealed (``reveals``) and U2 holds at least the task's minimum of survivors. Each revealed share is
+        checked against its dealer's commitment: a wrong one is discarded and its revealer blamed, and each secret is
+        rebuilt from t verified shares; a dealer whose verified shares rebuild no secret, or another than the one he
+        committed to (his public key, his mask seed's hash), dealt inconsistent shares: the release is refused naming
+        him. The masked sums are folded as (item, share) rows by the survivors' :class:`SumServer` (what it received), the masks and
         the dropouts' shares taken off its sums. ``complaints`` and ``excluded`` (the check round's) are reported."""
         p, senders, survivors, t = self.parameters, sorted(keys), sorted(masked), self.threshold
         if not set(survivors) <= set(senders):

@@ -198,7 +198,8 @@ class RoundClient(RosterClient):
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
                                    f"inbox.{field}[{sender}]")
         if "identities" in fields:  # users' identity keys (DPDS's signers): the signed roster's, never the server's
-            fields["identities"] = {u: self.roster().users[u][0] for u in fields["identities"] if u in self.roster().users}
+            users = self.roster().users
+            fields["identities"] = {u: users[u][0] for u in fields["identities"] if u in users}
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
         if round_.delivers:
