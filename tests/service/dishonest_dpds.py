@@ -5,6 +5,7 @@ Users (roles, and the SDK clients that run them):
 
 * :class:`JunkBackupsClient`: the issue's "random backups": every sealed backup replaced by random bytes of its
   size (signed by him, as his SDK signs what it posts): no recipient can open one.
+* :class:`JunkBackupsUser`: the same in the simulator, which seals nothing: random bytes as each backup.
 * :class:`WrongSharesUser`: backups that open but hold wrong Shamir shares (one limb of each recipient's shares
   moved by one), his commitments those of the right shares.
 * :class:`InconsistentDealer`: wrong shares for ``victims`` committed to as they are: each recipient's share matches
@@ -42,6 +43,14 @@ class JunkBackupsClient(SharingClient):
 
     def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
         return secrets.token_bytes(len(super()._seal(message, public_key, info)))
+
+
+class JunkBackupsUser(SharingUser):
+    """Round 1 with random bytes of each backup's size as the backup (the simulator's junk: it seals nothing)."""
+
+    def advertise(self, value: int) -> Outbox:
+        out = super().advertise(value)
+        return Outbox(out.message, {k: secrets.token_bytes(len(raw)) for k, raw in out.relayed.items()})
 
 
 class WrongSharesUser(SharingUser):

@@ -17,7 +17,7 @@ from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
 from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
-                                    LyingRecovery, WrongRevealer, WrongSharesUser, client_of, lying_users, serving)
+                                    JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of, lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
 
 LIAR = 3
@@ -182,15 +182,16 @@ def users_sum(p, run, survivors) -> np.ndarray:
     return survivors_parameters(p, len(survivors)).estimate(total)
 
 
-@pytest.mark.parametrize("liar", [WrongSharesUser, WrongRevealer])
+@pytest.mark.parametrize("liar", [JunkBackupsUser, WrongSharesUser, WrongRevealer])
 def test_the_simulator_runs_the_same_dishonest_users(liar):
-    """The simulator's harness with user 3 lying: excluded (wrong shares) or blamed (wrong reveal), the release
-    exact over the others, as through the services."""
+    """The simulator's harness with user 3 lying: excluded (junk or wrong backups) or blamed (wrong reveal), the
+    release exact over the others, as through the services."""
     p = dpdg()
     run = simulated(p, roles={LIAR: liar})
-    survivors = [u for u in range(N) if u != LIAR] if liar is WrongSharesUser else list(range(N))
+    excluded = liar is not WrongRevealer
+    survivors = [u for u in range(N) if u != LIAR] if excluded else list(range(N))
     np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, survivors))
-    assert (run.release.excluded, run.release.blamed) == (((LIAR,), ()) if liar is WrongSharesUser else
+    assert (run.release.excluded, run.release.blamed) == (((LIAR,), ()) if excluded else
                                                           ((), ((LIAR, tuple(range(N))),)))
 
 
