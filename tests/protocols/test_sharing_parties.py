@@ -325,6 +325,19 @@ def test_the_threshold_is_a_majority_and_more_than_the_dishonest_users():
         check_min_survivors(parameters("dpds"), 12)
 
 
+def test_the_threshold_is_the_least_that_two_survivor_lists_cannot_both_gather():
+    """docs/deviations-dpds46.md: for every n up to 60 and every number D of users who may not follow the protocol,
+    t exceeds D, is at most n, and two groups of honest users shown different lists cannot both count t signatures
+    with the D's (2 (t - D) > n - D), while t - 1 would let them (or would not exceed D)."""
+    from types import SimpleNamespace
+
+    for n in range(2, 61):
+        for honest in range(1, n + 1):  # threshold reads only n and ceil(G n)
+            t, d = threshold(SimpleNamespace(n_users=n, honest_users=honest)), n - honest
+            assert d < t <= n and 2 * (t - d) > n - d
+            assert t - 1 <= d or 2 * (t - 1 - d) <= n - d
+
+
 def test_the_release_over_survivors_is_recomputed():
     """n' survivors: DPDS's data condition stays stated of the n enrolled, so it leaves every category ceil(beta n) -
     (n - n') survivors at least; the users who may not follow the protocol all among them; DPDG's noise that of the
