@@ -346,12 +346,9 @@ class Dropouts:
     """Who took part in a release of the sharing server (DPDS, DPDG): counts only."""
 
     enrolled: int  # n, the roster
-    round1_senders: int  # |U1'|: took part in round 1 and passed round 2's check
+    round1_senders: int  # |U1|: took part in round 1
     survivors: int  # |U2|: sent their masked sums; the release is theirs
     min_survivors: int  # the task's least
-    complaints: list[list[int]] = field(default_factory=list)  # [complainer, the dealers he named...] (round 2)
-    excluded: list[int] = field(default_factory=list)  # the users round 2 excluded on those complaints
-    blamed: list[list[int]] = field(default_factory=list)  # [revealer, the owners of his discarded shares...]
 
 
 @dataclass

@@ -67,10 +67,13 @@ def release_document(task: SharingTask, released, seconds: float) -> dict:
     privacy = dataclasses.replace(released.privacy, randomness=SERVICE_RANDOMNESS)
     report = Analysis.of(p).report(released.table, privacy, Engine("local", 1, seconds={"release": seconds}),
                                    top=p.domain_size, collection=Collection(released.survivors, 1, 0, 0))
-    report.dropouts = Dropouts(task.parameters.n_users, released.senders, released.survivors, task.min_survivors,
-                               [[k, *accused] for k, accused in released.complaints], list(released.excluded),
-                               [[k, *owners] for k, owners in released.blamed])
-    return report_document(report)
+    report.dropouts = Dropouts(task.parameters.n_users, released.senders, released.survivors, task.min_survivors)
+    out = report_document(report)
+    # round 2's complaints ([complainer, the dealers he named...]) and the excluded; the revealers whose shares did
+    # not match their dealers' commitments ([revealer, the owners of his discarded shares...])
+    out["dropouts"].update(complaints=[[k, *accused] for k, accused in released.complaints],
+                           excluded=list(released.excluded), blamed=[[k, *owners] for k, owners in released.blamed])
+    return out
 
 
 class SharingService(RoundDriver):
