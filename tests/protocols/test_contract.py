@@ -204,7 +204,8 @@ def test_multi_round_parties_keep_the_round_contract(name):
     assert all(callable(getattr(protocol.user, r.name)) for r in protocol.rounds)
     last = protocol.number(protocol.release_round)
     dropouts = {r.name: [k] for k, r in enumerate(protocol.rounds[:last])}
-    rngs = {"users": np.random.default_rng(3), "server": np.random.default_rng(4)}
+    rngs = {"users": np.random.default_rng(3), "server": np.random.default_rng(4),
+            "identities": np.random.default_rng(5)}
     run = run_rounds(protocol, params, codes, rngs, dropouts)
     assert run.release.parameters == protocol.survivors_parameters(params, params.n_users - last)
     assert run.release.table.parameters.n_users == params.n_users - last

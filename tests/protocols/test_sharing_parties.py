@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from privagg.core import shamir
+from privagg.core import identity, shamir
 from privagg.errors import ParameterError
 from privagg.protocols import sampling_calibration as sc
-from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, HEADER, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
-                                               REVEAL, SERVER, Revealed, SharingServer, SharingUser, UserState,
+from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, COMPLAINTS, HEADER, KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
+                                               REVEAL, ROUNDS, SERVER, Revealed, SharingServer, SharingUser, UserState,
                                                check_min_survivors, decode, encode, message_bytes, PairShares,
                                                survivors_parameters, threshold)
 
@@ -28,23 +28,47 @@ def parameters(protocol: str, **options):
 
 
 def run(p, codes, drop1=(), drop2=(), drop3=(), min_survivors=T, seed=1, claimed=None):
-    """Every round in process: (users, round-1 messages, keys, masked sums, reveals). ``claimed``: the survivors
-    the server names in round 3 (default: the true ones); a user who refuses is left out."""
+    """Every round in process, the server's inboxes and lists the coordinator's: (users, round-1 outboxes, the
+    round-2 messages of U1' (keys), masked sums, reveals, the round-1 messages of U1' (commitments)). Users in ``drop1`` vanish before round 1,
+    in ``drop2`` before their masked sums, in ``drop3`` before revealing. ``claimed``: the survivors the server
+    names in rounds 4-5 (default: the true ones); a user who refuses is left out."""
     rng = np.random.default_rng(seed)
-    users = [SharingUser(p, i, min_survivors, rng=rng) for i in range(p.n_users)]
+    ids = [identity.generate(rng) for _ in range(p.n_users)]
+    users = [SharingUser(p, i, min_survivors, rng=rng, identity=ids[i]) for i in range(p.n_users)]
+    server = SharingServer(p, min_survivors)
     outbox = {i: users[i].advertise(int(codes[i])) for i in range(p.n_users) if i not in drop1}
-    keys = {i: key for i, (key, _) in outbox.items()}
+    messages = {"advertise": {i: message for i, (message, _) in outbox.items()}}
+    state = {"senders": sorted(outbox), "identities": {i: identity.public_key(k) for i, k in enumerate(ids)}}
+    messages["check"] = {k: users[k].check(**server.inbox(ROUNDS[1], k, state, messages), backups={
+        i: outbox[i][1][k] for i in outbox if i != k}).message for k in outbox}
+    state = {**server.close(ROUNDS[1], sorted(outbox), state, messages), "identities": state["identities"]}
+    keys = server.inbox(ROUNDS[2], 0, state, messages)["keys"]
     masked = {k: users[k].masked_sum(keys).message for k in keys if k not in drop2}
-    survivors = sorted(masked) if claimed is None else sorted(claimed)
-    reveals = {}
+    state["survivors"] = sorted(masked) if claimed is None else sorted(claimed)
+    signatures = {}
     for k in masked:
+        try:
+            signatures[k] = users[k].consistency(state["checked"], state["survivors"]).message
+        except ParameterError:
+            pass
+    state["signers"] = sorted(signatures)
+    reveals = {}
+    for k in signatures:
         if k not in drop3:
-            try:
-                reveals[k] = users[k].reveal(sorted(keys), survivors,
-                                             {i: outbox[i][1][k] for i in keys if i != k}).message
-            except ParameterError:
-                pass
-    return users, outbox, keys, masked, reveals
+            reveals[k] = users[k].reveal(**server.inbox(ROUNDS[4], k, state, {"consistency": signatures})).message
+    return users, outbox, keys, masked, reveals, {u: messages["advertise"][u] for u in state["checked"]}
+
+
+def advertised_and_checked(p, users, codes, absent=()):
+    """Rounds 1 and 2 for ``users`` but the ``absent``: (their outboxes, U1''s key messages as round 3 gives them)."""
+    server = SharingServer(p, users[0].min_survivors)
+    outbox = {u.index: u.advertise(int(codes[u.index])) for u in users if u.index not in absent}
+    messages = {"advertise": {i: m for i, (m, _) in outbox.items()}}
+    state = {"senders": sorted(outbox)}
+    messages["check"] = {k: users[k].check(**server.inbox(ROUNDS[1], k, state, messages), backups={
+        i: outbox[i][1][k] for i in outbox if i != k}).message for k in outbox}
+    state = server.close(ROUNDS[1], sorted(outbox), state, messages)
+    return outbox, server.inbox(ROUNDS[2], 0, state, messages)["keys"]
 
 
 def vectors_sum(p, users, which) -> np.ndarray:
@@ -57,8 +81,8 @@ def vectors_sum(p, users, which) -> np.ndarray:
 @pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
 def test_the_release_is_the_survivors_sum_exactly_whatever_round_users_vanish_at(protocol):
     p = parameters(protocol)
-    users, _, keys, masked, reveals = run(p, CODES, drop1=(3, 7), drop2=(5, 11, 23), drop3=(0, 9))
-    released = SharingServer(p, T).release(keys, masked, reveals)
+    users, _, keys, masked, reveals, committed = run(p, CODES, drop1=(3, 7), drop2=(5, 11, 23), drop3=(0, 9))
+    released = SharingServer(p, T).release(keys, masked, reveals, committed)
     survivors = sorted(masked)
     assert (released.senders, released.survivors, released.revealers, released.enrolled) == (22, 19, 17, N_USERS)
     for k in survivors:
@@ -72,8 +96,8 @@ def test_the_release_is_the_survivors_sum_exactly_whatever_round_users_vanish_at
 
 def test_without_dropouts_everyone_is_released():
     p = parameters("dpds")
-    users, _, keys, masked, reveals = run(p, CODES)
-    released = SharingServer(p, N_USERS).release(keys, masked, reveals)
+    users, _, keys, masked, reveals, committed = run(p, CODES)
+    released = SharingServer(p, N_USERS).release(keys, masked, reveals, committed)
     assert released.survivors == N_USERS and released.parameters == p
     np.testing.assert_array_equal(released.table.estimates, p.estimate(vectors_sum(p, users, range(N_USERS))))
 
@@ -83,9 +107,9 @@ def test_the_shares_are_algorithm_2s():
     and the share i derives for j is the one j derives from i: the masked sums are Algorithm 2's sums of what
     each user holds, plus the mask."""
     p = parameters("dpdg")
-    users, _, keys, masked, _ = run(p, CODES)
+    users, _, keys, masked, _, _ = run(p, CODES)
     i, j = 2, 5
-    pub = {u: decode(p, keys[u], (ADVERTISE,), u, SERVER).payload[:32] for u in (i, j)}
+    pub = {u: decode(p, keys[u][:KEY_MESSAGE], (ADVERTISE,), u, SERVER).payload[:32] for u in (i, j)}
     s_ij, s_ji = PairShares(p, users[i]._secret(PAIR_KEY))(pub[j], i, j)
     t_ji, t_ij = PairShares(p, users[j]._secret(PAIR_KEY))(pub[i], j, i)
     np.testing.assert_array_equal(s_ij, t_ij)
@@ -101,8 +125,8 @@ def test_dpds_through_the_parties_is_unbiased(runs):
     codes = np.arange(12) % 2
     errors = []
     for seed in range(runs):
-        _, _, keys, masked, reveals = run(p, codes, drop1=(0,), drop2=(3,), drop3=(4,), min_survivors=7, seed=seed)
-        released = SharingServer(p, 7).release(keys, masked, reveals)
+        _, _, keys, masked, reveals, committed = run(p, codes, drop1=(0,), drop2=(3,), drop3=(4,), min_survivors=7, seed=seed)
+        released = SharingServer(p, 7).release(keys, masked, reveals, committed)
         truth = np.bincount(codes[sorted(masked)], minlength=2)
         errors.append(released.table.estimates - truth)
     q = p.sampling_probability
@@ -112,14 +136,14 @@ def test_dpds_through_the_parties_is_unbiased(runs):
 
 def test_a_release_needs_t_revealers_and_no_more():
     p = parameters("dpds")
-    users, _, keys, masked, reveals = run(p, CODES, drop2=(1, 2))
+    users, _, keys, masked, reveals, committed = run(p, CODES, drop2=(1, 2))
     survivors = sorted(masked)
     exactly_t = {k: reveals[k] for k in survivors[:T]}
-    released = SharingServer(p, T).release(keys, masked, exactly_t)
+    released = SharingServer(p, T).release(keys, masked, exactly_t, committed)
     np.testing.assert_array_equal(released.table.estimates,
                                   survivors_parameters(p, 22).estimate(vectors_sum(p, users, survivors)))
     with pytest.raises(ParameterError, match=f"reveals must be from at least t = {T} survivors"):
-        SharingServer(p, T).release(keys, masked, {k: reveals[k] for k in survivors[:T - 1]})
+        SharingServer(p, T).release(keys, masked, {k: reveals[k] for k in survivors[:T - 1]}, committed)
 
 
 def test_a_user_named_as_dropped_refuses_and_his_vector_stays_hidden():
@@ -128,15 +152,15 @@ def test_a_user_named_as_dropped_refuses_and_his_vector_stays_hidden():
     view of user 4 is y_4, masked by a b_4 of which no share was revealed."""
     p = parameters("dpds")
     others = [k for k in range(N_USERS) if k != 4]
-    users, _, keys, masked, reveals = run(p, CODES, claimed=others)
+    users, _, keys, masked, reveals, committed = run(p, CODES, claimed=others)
     assert 4 in masked and 4 not in reveals
     with pytest.raises(ParameterError, match="survivors.*naming user 4"):
-        SharingUser(p, 4, T, state=dataclasses.replace(users[4].state, answered=2)).reveal(list(range(N_USERS)),
-                                                                                            others, {})
+        SharingUser(p, 4, T, state=dataclasses.replace(users[4].state, answered=4)).reveal(list(range(N_USERS)),
+                                                                                            others, {}, {})
     for k, raw in reveals.items():
         entry = decode(p, raw, (REVEAL,), k, SERVER).payload
         assert entry.secrets[list(entry.owners).index(4)] == PAIR_KEY  # of user 4, only his pair key
-    released = SharingServer(p, T).release(keys, {k: masked[k] for k in others}, reveals)
+    released = SharingServer(p, T).release(keys, {k: masked[k] for k in others}, reveals, committed)
     np.testing.assert_array_equal(released.table.estimates,
                                   survivors_parameters(p, 23).estimate(vectors_sum(p, users, others)))
 
@@ -149,56 +173,92 @@ def test_the_lying_servers_view_is_the_same_for_any_item_of_the_named_user():
     other = CODES.copy()
     other[4] = (CODES[4] + 1) % DOMAIN
     claimed = [k for k in range(N_USERS) if k != 4]
-    views = [run(p, codes, claimed=claimed, seed=5)[2:] for codes in (CODES, other)]
+    views = [run(p, codes, claimed=claimed, seed=5)[2:5] for codes in (CODES, other)]
     (k1, m1, r1), (k2, m2, r2) = views
     assert k1 == k2 and r1 == r2 and {k for k in m1 if m1[k] != m2[k]} == {4}
 
 
 def test_each_round_once_and_in_order():
     p = parameters("dpds")
-    users, outbox, keys, masked, _ = run(p, CODES)
+    users, outbox, keys, masked, _, _ = run(p, CODES)
     with pytest.raises(ParameterError, match="round"):
         users[0].advertise(0)
     with pytest.raises(ParameterError, match="round"):
         users[0].masked_sum(keys)
     fresh = SharingUser(p, 2, T)
     with pytest.raises(ParameterError, match="round 1 next"):
-        fresh.reveal(list(keys), list(keys), {})
+        fresh.reveal(list(keys), list(keys), {}, {})
 
 
 def test_round_inputs_are_checked():
     p = parameters("dpds")
     rng = np.random.default_rng(0)
-    users = [SharingUser(p, i, 20, rng=rng) for i in range(N_USERS)]
-    outbox = {i: users[i].advertise(int(CODES[i])) for i in range(N_USERS)}
-    keys = {i: key for i, (key, _) in outbox.items()}
+    users = [SharingUser(p, i, 20, rng=rng, identity=identity.generate(rng)) for i in range(N_USERS)]
+    outbox, keys = advertised_and_checked(p, users, CODES)[:2]
     with pytest.raises(ParameterError, match="user 1"):  # user 2's key relayed as if it were user 1's
         users[0].masked_sum({**keys, 1: keys[2]})
     with pytest.raises(ParameterError, match="user 0, who advertised"):
         users[0].masked_sum({k: v for k, v in keys.items() if k})
     users[0].masked_sum(keys)
     everyone = list(range(N_USERS))
-    backups = {i: outbox[i][1][0] for i in range(1, N_USERS)}
     with pytest.raises(ParameterError, match="at least 20"):
-        users[0].reveal(everyone, everyone[:19], backups)
-    with pytest.raises(ParameterError, match="round-1 senders only"):
-        users[0].reveal(everyone[:-1], everyone, backups)
-    with pytest.raises(ParameterError, match="missing \\[5\\]"):
-        users[0].reveal(everyone, everyone, {k: v for k, v in backups.items() if k != 5})
+        users[0].consistency(everyone, everyone[:19])
+    with pytest.raises(ParameterError, match="the 24 users he masked with"):
+        users[0].consistency(everyone[:-1], everyone[:-1])
     with pytest.raises(ParameterError, match="distinct"):
-        users[0].reveal(everyone + [3], everyone, backups)
-    with pytest.raises(ParameterError, match="user 6"):  # user 7's backup relayed as if it were user 6's
-        users[0].reveal(everyone, everyone, {**backups, 6: backups[7]})
+        users[0].consistency(everyone + [3], everyone)
+    with pytest.raises(ParameterError, match="identity"):  # a user without his identity key cannot sign
+        SharingUser(p, 0, 20, state=users[0].state).consistency(everyone, everyone)
+    users[0].consistency(everyone, everyone)
+    with pytest.raises(ParameterError, match="the lists he signed in round 4"):
+        users[0].reveal(everyone, everyone[:-1], {}, {})
+
+
+def test_a_dealer_whose_backup_is_missing_does_not_open_or_does_not_match_is_complained_about():
+    """Round 2: user 0 complains about the dealers whose backup was withheld (5), did not open (None from his SDK:
+    6), is another's (user 7's relayed as 8's) or holds shares that do not match the commitments (9); the server
+    excludes them and user 0 never masks with them (he refuses a U1' that keeps one)."""
+    p = parameters("dpds")
+    rng = np.random.default_rng(0)
+    users = [SharingUser(p, i, 13, rng=rng) for i in range(N_USERS)]
+    outbox = {i: users[i].advertise(int(CODES[i])) for i in range(N_USERS)}
+    messages = {"advertise": {i: m for i, (m, _) in outbox.items()}}
+    server, state = SharingServer(p, 13), {"senders": list(range(N_USERS))}
+    backups = {i: outbox[i][1][0] for i in range(1, N_USERS)}
+    wrong = decode(p, backups[9], (BACKUP,), 9, 0).payload.copy()
+    wrong[1, 0] = (wrong[1, 0] + 1) % shamir.PRIME
+    backups = {**{k: v for k, v in backups.items() if k != 5}, 6: None, 8: backups[7],
+               9: encode(p, BACKUP, 9, 0, wrong)}
+    complaints = users[0].check(**server.inbox(ROUNDS[1], 0, state, messages), backups=backups).message
+    assert decode(p, complaints[KEY_MESSAGE:], (COMPLAINTS,), 0, SERVER).payload.tolist() == [5, 6, 8, 9]
+    assert users[0].state.checked == set(range(1, N_USERS)) - {5, 6, 8, 9}
+    messages["check"] = {0: complaints, **{k: users[k].check(**server.inbox(ROUNDS[1], k, state, messages), backups={
+        i: outbox[i][1][k] for i in outbox if i != k}).message for k in range(1, N_USERS)}}
+    with pytest.raises(ParameterError, match="whose backups he complained about or lacks"):
+        users[0].masked_sum(messages["check"])  # a server that kept the users he complained about
+    closed = server.close(ROUNDS[1], list(range(N_USERS)), state, messages)
+    assert closed["checked"] == [u for u in range(N_USERS) if u not in (5, 6, 8, 9)]
+    assert closed["complaints"] == [[0, [5, 6, 8, 9]]] and closed["excluded"] == [5, 6, 8, 9]
+    users[0].masked_sum(server.inbox(ROUNDS[2], 0, closed, messages)["keys"])  # U1' without them: he masks
+
+
+def test_a_complainer_who_names_more_than_the_task_can_lose_is_excluded_himself():
+    """n - min_survivors = 24 - 13 = 11: a complainer naming 11 users excludes them; one naming 12 (excluding them
+    would fail the task) is excluded instead, his complaints ignored."""
+    p = parameters("dpds")
+    server = SharingServer(p, 13)
+    assert server.excluded({0: list(range(1, 12))}) == set(range(1, 12))
+    assert server.excluded({0: list(range(1, 13)), 14: [15]}) == {0, 15}
 
 
 def test_the_server_refuses_what_does_not_add_up():
     p = parameters("dpdg")
-    _, _, keys, masked, reveals = run(p, CODES, drop2=(6,))
+    _, _, keys, masked, reveals, committed = run(p, CODES, drop2=(6,))
     server = SharingServer(p, 20)
     with pytest.raises(ParameterError, match="survivors must be at least 20"):
-        server.release(keys, {k: masked[k] for k in list(masked)[:19]}, reveals)
+        server.release(keys, {k: masked[k] for k in list(masked)[:19]}, reveals, committed)
     with pytest.raises(ParameterError, match="masked sums"):
-        server.release({k: v for k, v in keys.items() if k}, masked, reveals)
+        server.release({k: v for k, v in keys.items() if k}, masked, reveals, committed)
     survivors = sorted(masked)
     forged = decode(p, reveals[0], (REVEAL,), 0, SERVER).payload
     swapped = forged.secrets.copy()
@@ -206,11 +266,6 @@ def test_the_server_refuses_what_does_not_add_up():
     bad = encode(p, REVEAL, 0, SERVER, Revealed(forged.owners, swapped, forged.shares))
     with pytest.raises(ParameterError, match="each survivor's mask seed"):
         server.check_reveal(bad, 0, sorted(keys), survivors)
-    wrong = forged.shares.copy()
-    wrong[3] = (wrong[3] + 1) % shamir.PRIME  # a share that lies on no polynomial with the others
-    with pytest.raises(ParameterError, match="interpolate|do not, for users \\[3\\]"):
-        server.release(keys, masked, {**reveals, 0: encode(p, REVEAL, 0, SERVER,
-                                                            Revealed(forged.owners, forged.secrets, wrong))})
 
 
 def test_messages_are_decoded_strictly():
@@ -263,9 +318,24 @@ def test_a_users_state_round_trips_and_refuses_garbage():
 
 def test_the_threshold_is_a_majority_and_more_than_the_dishonest_users():
     assert threshold(parameters("dpds")) == 13
-    assert threshold(parameters("dpdg", honest_fraction=0.25)) == 24 - 6 + 1
+    # D = 18 users who may not follow the protocol: t > (n + D) / 2 = 21, so that two groups of the 6 honest users
+    # shown different lists cannot both gather t signatures with the D's (2 (t - D) > n - D)
+    assert threshold(parameters("dpdg", honest_fraction=0.25)) == 22
     with pytest.raises(ParameterError, match="min_survivors must be an integer in \\[13, 24\\]"):
         check_min_survivors(parameters("dpds"), 12)
+
+
+def test_the_threshold_is_the_least_that_two_survivor_lists_cannot_both_gather():
+    """docs/deviations-dpds46.md: for every n up to 60 and every number D of users who may not follow the protocol,
+    t exceeds D, is at most n, and two groups of honest users shown different lists cannot both count t signatures
+    with the D's (2 (t - D) > n - D), while t - 1 would let them (or would not exceed D)."""
+    from types import SimpleNamespace
+
+    for n in range(2, 61):
+        for honest in range(1, n + 1):  # threshold reads only n and ceil(G n)
+            t, d = threshold(SimpleNamespace(n_users=n, honest_users=honest)), n - honest
+            assert d < t <= n and 2 * (t - d) > n - d
+            assert t - 1 <= d or 2 * (t - 1 - d) <= n - d
 
 
 def test_the_release_over_survivors_is_recomputed():
@@ -310,8 +380,8 @@ def test_the_survivors_delta_is_the_planned_conditions_worst_case(dropped):
     exact one there: d = 3, 2 other holders; d = 6, none (delta = p). (It was computed at ceil(beta n') = 6
     holders, "kept by dropouts unrelated to the data", which the condition does not imply.)"""
     p = parameters("dpds")
-    _, _, keys, masked, reveals = run(p, CODES, drop2=dropped)
-    release = SharingServer(p, T).release(keys, masked, reveals)
+    _, _, keys, masked, reveals, committed = run(p, CODES, drop2=dropped)
+    release = SharingServer(p, T).release(keys, masked, reveals, committed)
     others = max(0, 6 - len(dropped) - 1)
     assert release.privacy.delta == pytest.approx(pair_delta(1.0, p.sampling_probability, others), rel=1e-9)
     assert release.privacy.delta > 5 * p.delta
@@ -333,10 +403,11 @@ def test_the_issues_300_users_dropouts_state_the_exact_worst_case():
 
 def test_the_release_states_who_took_part_and_a_weakened_delta():
     p = parameters("dpdg")
-    _, _, keys, masked, reveals = run(p, CODES, drop1=(1,), drop2=(2, 3), drop3=(4,))
-    privacy = SharingServer(p, T).release(keys, masked, reveals).privacy
+    _, _, keys, masked, reveals, committed = run(p, CODES, drop1=(1,), drop2=(2, 3), drop3=(4,))
+    privacy = SharingServer(p, T).release(keys, masked, reveals, committed).privacy
     text = " ".join(privacy.caveats)
-    assert "21 users who took part to the end, of the 24 enrolled (23 advertised in round 1, 20 revealed" in text
+    assert ("21 users who took part to the end, of the 24 enrolled (23 advertised in round 1 and passed the check, "
+            "20 revealed in round 5") in text
     assert "backed up 13-out-of-24 (Shamir)" in text
     assert privacy.delta > p.delta and "weakened it from the task's target delta" in text
 
@@ -347,7 +418,7 @@ def test_the_parties_are_the_roles_declared_for_the_protocol():
 
     p = parameters("dpds")
     assert isinstance(SharingUser(p, 0, T), RoundUser) and isinstance(SharingServer(p, T), Coordinator)
-    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "masked_sum", "reveal"]
+    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "check", "masked_sum", "consistency", "reveal"]
     assert all(callable(getattr(SharingUser, r.name)) for r in PROTOCOL.rounds)
 
 
@@ -359,7 +430,7 @@ def test_a_batch_of_users_sends_what_each_would_send_alone():
     p = parameters("dpdg")
     rng = np.random.default_rng(3)
     users = [SharingUser(p, i, T, rng=rng) for i in range(N_USERS)]
-    keys = {i: users[i].advertise(int(CODES[i])).message for i in range(N_USERS) if i != 4}
+    _, keys = advertised_and_checked(p, users, CODES, absent=(4,))
     alone = [SharingUser(p, i, T, state=UserState.from_bytes(users[i].state.to_bytes())) for i in keys]
     batch = masked_sums([users[i] for i in keys], keys)
     assert [out.message for out in batch] == [user.masked_sum(keys).message for user in alone]

@@ -125,7 +125,7 @@ class RelayForging(SharingService):
         from privagg.service.tasks import _public_key
 
         out = super().inbox(task_id, body)
-        if out["name"] == "reveal":
+        if out["name"] == "check":  # the round that delivers the backups
             user = json.loads(body)["user"]
             for entry in out["backups"]:
                 if entry["sender"] != self.victim:
@@ -185,7 +185,7 @@ class GarbageRelaying(SharingService):
 
     def inbox(self, task_id, body):
         out = super().inbox(task_id, body)
-        if out["name"] == "reveal":
+        if out["name"] == "check":  # the round that delivers the backups
             out["backups"] = self.garbage[self.case]
         if out["name"] == "advertise" and self.case == len(self.garbage):
             out["public_keys"] = "junk"

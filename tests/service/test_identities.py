@@ -133,37 +133,37 @@ def test_s1_serving_its_own_key_as_every_users_gets_no_share(dbs, serve, where):
 
 
 def test_a_server_substituting_a_dpds_pair_key_is_refused(dbs, serve):
-    """The sharing server shows round 2 its own pair key in user 1's place (his signature kept, as it cannot make
+    """The sharing server shows round 3 its own pair key in user 1's place (his signature kept, as it cannot make
     his): every user refuses his masked sum, naming the key, and none is stored."""
     service, _ = sharing(dbs, serve, PairKeySubstituting)
     task = service.create_task(dpds(), 60.0, MIN)
     users = organised(service, task, SharingClient, "http://sharing", N)[0]
-    for user in users:
-        user.send("advertise", user.user % DOMAIN)
-    assert service.state(task.task_id)["state"] == "round2"
+    for round_ in ("advertise", "check"):
+        for user in users:
+            user.send(round_, user.user % DOMAIN)
+    assert service.state(task.task_id)["state"] == "round3"
     for user in users:
         with pytest.raises(ParameterError, match=r"inbox.keys\[1\] must be a valid Ed25519 signature by user 1"):
             user.send("masked_sum")
     with service.engine.connect() as c:
         assert c.execute(sa.select(sa.func.count()).select_from(round_messages).where(
-            round_messages.c.round == 2)).scalar() == 0
+            round_messages.c.round == 3)).scalar() == 0
 
 
 def test_a_relayed_message_forged_by_the_server_is_refused(sqlite_dbs, serve):
     """The server relays, as user 1's backup, one of its own sealed to the recipient, with user 1's signature of
-    the real one: the recipient refuses it, naming the message (and sends no reveal)."""
+    the real one: the recipient refuses it, naming the message (and sends nothing in round 2)."""
     service, _ = sharing(sqlite_dbs, serve, RelayForging)
     task = service.create_task(dpds(), 60.0, MIN)
     users = organised(service, task, SharingClient, "http://sharing", N)[0]
-    for round_ in ("advertise", "masked_sum"):
-        for user in users:
-            user.send(round_, user.user % DOMAIN)
+    for user in users:
+        user.send("advertise", user.user % DOMAIN)
     for user in users:
         if user.user != 1:
             with pytest.raises(ParameterError, match=r"backups\[1\]\.signature must be a valid Ed25519 signature "
                                                      "by user 1"):
-                user.send("reveal")
-    assert count(service, round_messages, task.task_id) == 2 * N
+                user.send("check")
+    assert count(service, round_messages, task.task_id) == N
 
 
 def test_what_is_no_relayed_message_is_refused_naming_it_never_a_traceback(sqlite_dbs, serve):
@@ -176,14 +176,13 @@ def test_what_is_no_relayed_message_is_refused_naming_it_never_a_traceback(sqlit
     with pytest.raises(ParameterError, match="public_keys must be a list of his recipients' keys"):
         users[0].send("advertise", 0)  # refused before his role answers: he answers round 1 below
     service.case = 0
-    for round_ in ("advertise", "masked_sum"):
-        for user in users:
-            user.send(round_, user.user % DOMAIN)
+    for user in users:
+        user.send("advertise", user.user % DOMAIN)
     for case, user in enumerate(users[:len(GarbageRelaying.garbage)]):
         service.case = case
         with pytest.raises(ParameterError, match=r"^backups"):
-            user.send("reveal")
-    assert count(service, round_messages, task.task_id) == 2 * N
+            user.send("check")
+    assert count(service, round_messages, task.task_id) == N
 
 
 def test_a_duly_signed_message_that_does_not_open_is_none_for_the_role_and_kept_as_proof(sqlite_dbs, serve):
@@ -269,17 +268,15 @@ def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_
     assert refused(path, {**mine, "backups": swapped}).startswith("backups[1].signature must be user 1's")
     assert count(service, round_messages, b) == N - 1 and count(service, relayed_messages, b) == (N - 1) * (N - 1)
     assert me.send("advertise", 1)
-    for user in users[1].values():
-        user.send("masked_sum")
     round2 = signed(me, 2, {"message": replayed["message"]})
     round2["signature"] = replayed["signature"]  # his signature of that message, in round 1
-    answer = http.post(f"/tasks/{b}/round3", content=json.dumps(round2), headers={"content-type": "application/json"})
+    answer = http.post(f"/tasks/{b}/round2", content=json.dumps(round2), headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (403, "bad_signature")
     # the server relays task A's backups from user 1 (signed by him, for task A) in task B
     service.replayed = {e["recipient"]: (b64decode(e["sealed"]), b64decode(e["signature"]))
                         for e in bodies[(a, 1)]["backups"]}
     with pytest.raises(ParameterError, match=r"backups\[1\]\.signature must be a valid Ed25519 signature by user 1"):
-        users[1][0].send("reveal")
+        users[1][0].send("check")
 
 
 def test_a_roster_signed_by_another_key_is_refused(sqlite_dbs, serve):

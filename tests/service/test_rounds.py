@@ -55,8 +55,8 @@ def entries(raw: bytes) -> tuple[str, int]:
 
 
 # the toy protocol: DPDS with an acknowledge round between the masked sums and the reveal; nothing else is changed
-TOY = dataclasses.replace(sp.PROTOCOL, rounds=sp.ROUNDS[:2] + (Round("acknowledge", expects="survivors"),) +
-                          sp.ROUNDS[2:], user=AcknowledgingUser, coordinator=AcknowledgingServer, entries=entries)
+TOY = dataclasses.replace(sp.PROTOCOL, rounds=sp.ROUNDS[:3] + (Round("acknowledge", expects="survivors"),) +
+                          sp.ROUNDS[3:], user=AcknowledgingUser, coordinator=AcknowledgingServer, entries=entries)
 
 
 class Clock:
@@ -82,37 +82,42 @@ def toy(tmp_path, monkeypatch):
 
 
 def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(toy):
-    """The acknowledge round runs through the unchanged driver, routes and SDK: round 3 waits for every survivor's
-    acknowledgement (stored once, refused when forged or late), the reveal becomes round 4, and the release is the
+    """The acknowledge round runs through the unchanged driver, routes and SDK: round 4 waits for every survivor's
+    acknowledgement (stored once, refused when forged or late), the consistency round becomes round 5, and the release is the
     survivors' sum exactly. The simulator's harness runs the same declaration to the same release."""
     service, http, clock = toy
     p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
     codes = np.arange(N) % DOMAIN
     task = service.create_task(p, 60.0, 7)
     users = organised(service, task, SharingClient, "http://sharing", N)[0]
-    assert [r.name for r in users[0].protocol.rounds] == ["advertise", "masked_sum", "acknowledge", "reveal"]
+    assert [r.name for r in users[0].protocol.rounds] == ["advertise", "check", "masked_sum", "acknowledge",
+                                                          "consistency", "reveal"]
     for user in users:
         user.send("advertise", int(codes[user.user]))
-    for user in users[:-1]:  # the last user vanishes after round 1
+    for user in users:
+        user.send("check")
+    for user in users[:-1]:  # the last user vanishes after round 2
         user.send("masked_sum")
     clock.now += 61
-    assert service.advance(task.task_id) == "round3" and service.state(task.task_id)["round_name"] == "acknowledge"
+    assert service.advance(task.task_id) == "round4" and service.state(task.task_id)["round_name"] == "acknowledge"
     me = users[0]
-    forged = signed(me, 3, {"message": b64encode(b"ack 1").decode()})
-    answer = http.post(f"/tasks/{task.task_id}/round3", content=json.dumps(forged),
+    forged = signed(me, 4, {"message": b64encode(b"ack 1").decode()})
+    answer = http.post(f"/tasks/{task.task_id}/round4", content=json.dumps(forged),
                        headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (400, "bad_message")
     for user in users[:-1]:
         user.send("acknowledge")
     with service.engine.connect() as c:
         acks = dict(c.execute(sa.select(round_messages.c.user, round_messages.c.message).where(
-            round_messages.c.round == 3)).all())
+            round_messages.c.round == 4)).all())
     assert acks == {u.user: b"ack %d" % u.user for u in users[:-1]}
-    assert service.advance(task.task_id) == "round4"  # closed early: every survivor acknowledged
-    late = signed(me, 3, {"message": b64encode(b"ack %d" % me.user).decode()})
-    answer = http.post(f"/tasks/{task.task_id}/round3", content=json.dumps(late),
+    assert service.advance(task.task_id) == "round5"  # closed early: every survivor acknowledged
+    late = signed(me, 4, {"message": b64encode(b"ack %d" % me.user).decode()})
+    answer = http.post(f"/tasks/{task.task_id}/round4", content=json.dumps(late),
                        headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (409, "already_sent")
+    for user in users[:-1]:
+        user.send("consistency")
     for user in users[:-1]:
         user.send("reveal")
     report = service.result(task.task_id)
@@ -123,7 +128,8 @@ def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(
     expected = sp.survivors_parameters(p, N - 1).estimate(total)
     assert [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])] == pytest.approx(
         expected.tolist())
-    simulated = run_rounds(TOY, p, codes, {"users": np.random.default_rng(1), "server": np.random.default_rng(2)},
+    simulated = run_rounds(TOY, p, codes, {"users": np.random.default_rng(1), "server": np.random.default_rng(2),
+                                           "identities": np.random.default_rng(3)},
                            {"masked_sum": [N - 1]}, min_survivors=7)
     assert simulated.transcript["server"]["received acknowledgement"] == N - 1
     assert simulated.release.survivors == N - 1 and simulated.release.parameters == sp.survivors_parameters(p, N - 1)

@@ -34,13 +34,14 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     assert b["sealed_sent"] == b["sealed_expected"] > 0
     user, server = report["parties"]  # every kind of message, exactly the count given who answered which round
     assert (user["party"], server["party"]) == ("user", "server")
-    assert 0 < user["parties"] < dropouts["survivors"]  # some survivors vanished in round 3, after their sums
+    assert 0 < user["parties"] < dropouts["survivors"]  # some survivors vanished in rounds 4-5, after their sums
     for row in (user, server):
         assert row["sent"] == row["expected_sent"] and row["received"] == row["expected_received"]
     assert user["sent"]["backup"] == 2 * 99 and user["sent"]["masked sum"] == 10 and user["sent"]["pair key"] == 1
-    assert user["sent"]["revealed shares"] == dropouts["round1_senders"]
+    assert user["sent"]["commitments"] == 100 and user["sent"]["signature"] == 1
+    assert user["sent"]["revealed shares"] == dropouts["round1_senders"] and dropouts["excluded"] == []
     assert "2nN + N = 2,010" in user["table_i"]
-    assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3"}
+    assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3", "round4", "round5"}
     assert report["z_rms"] is not None and report["z_rms"] < 5
     # the document holds the truth and z-scores: not private, whatever the release beside them is
     assert report["private"] is False and report["service"]["private"] is True

@@ -5,7 +5,7 @@ lost."""
 
 import json
 import secrets
-from base64 import b64decode, b64encode
+from base64 import b64encode
 
 import numpy as np
 import pytest
@@ -14,9 +14,10 @@ from fastapi.testclient import TestClient
 
 from privagg.protocols import sampling_calibration as sc
 from privagg.protocols.roles import decode_inbox
-from privagg.protocols.sharing_parties import (ADVERTISE, HEADER, MAGIC, MASKED_SUM, PAIR_KEY, REVEAL, ROUNDS, SERVER,
-                                               VERSION, Revealed, decode, encode, expected_traffic,
-                                               survivors_parameters)
+from privagg.core import identity
+from privagg.protocols.sharing_parties import (ADVERTISE, COMMITMENTS, COMPLAINTS, HEADER, MAGIC, MASKED_SUM, PAIR_KEY,
+                                               REVEAL, ROUNDS, SERVER, SIGNATURE, SIGNED_LISTS, VERSION, Revealed,
+                                               decode, encode, expected_traffic, statement, survivors_parameters)
 from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
@@ -88,43 +89,49 @@ def count(service, table, task_id) -> int:
         return c.execute(sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)).scalar()
 
 
+# who vanishes before which round: user 2 before round 1, 4 before the check, 5 before his masked sum, 8 before
+# signing the lists and 9 before revealing
+VANISH = {"advertise": {2}, "check": {4}, "masked_sum": {5}, "consistency": {8}, "reveal": {9}}
+
+
+def send_rounds(service, task, users, clock, vanish=VANISH, codes=CODES):
+    """Every round, each user sending but those who vanished before it; each round closed at its deadline."""
+    gone = set()
+    for number, round_ in enumerate(ROUNDS, 1):
+        gone |= vanish.get(round_.name, set())
+        for user in users:
+            if user.user not in gone:
+                user.send(round_.name, int(codes[user.user]) if round_.value else None)
+        clock.now += 61
+        service.advance(task.task_id)
+    return gone
+
+
 @pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
 def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
-    """Users vanish before round 1, after it, and after their masked sums: the release is over those whose masked
-    sums arrived, at round 3's deadline (t = 7 of them revealed). Each user who stayed to the end sent and
-    received, kind by kind, expected_traffic's count."""
+    """Users vanish before each round: the release is over those whose masked sums arrived (9), at round 5's
+    deadline (t = 7 of them revealed). Each user who stayed to the end sent and received, kind by kind,
+    expected_traffic's count."""
     service, _, clock = server
     p = sc.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
     task, users = enrolled(service, p)
     assert task.threshold == 7
-    for i, user in enumerate(users):
-        if i != 2:  # user 2 vanishes before round 1
-            user.send("advertise", int(CODES[user.user]))
-    clock.now += 61  # round 1's deadline
-    assert service.advance(task.task_id) == "round2"
-    for i, user in enumerate(users):
-        if i not in (2, 5, 7):  # users 5 and 7 vanish after round 1
-            user.send("masked_sum")
-    service.close_round(task.task_id, 2)
-    for i, user in enumerate(users):
-        if i not in (2, 5, 7, 9, 10):  # users 9 and 10 vanish after their masked sums
-            user.send("reveal")
-    assert service.advance(task.task_id) == "round3"  # waiting for 9 and 10 until the deadline
-    clock.now += 61
+    send_rounds(service, task, users, clock)
     report = service.result(task.task_id)
-    survivors = [u for i, u in enumerate(users) if i not in (2, 5, 7)]
+    survivors = [u for u in users if u.user not in (2, 4, 5)]
     total = field_sum(p, survivors)
     estimates = {e["item"]: e["estimate"] for e in report["estimates"]}
     expected = survivors_parameters(p, 9).estimate(total)
     assert [estimates[j] for j in range(DOMAIN)] == pytest.approx(expected.tolist(), abs=1e-9)
-    assert report["dropouts"] == {"enrolled": N, "round1_senders": 11, "survivors": 9, "min_survivors": 8}
+    assert report["dropouts"] == {"enrolled": N, "round1_senders": 10, "survivors": 9, "min_survivors": 8,
+                                  "complaints": [], "excluded": [], "blamed": []}
     assert report["privacy"]["private"] and "9 users who took part" in " ".join(report["privacy"]["caveats"])
     # the delta task create stated for the release (its worst case, at min_survivors) bounds the one it states
     assert report["privacy"]["delta"] == pytest.approx(release_delta(p, 9), rel=1e-12)
     assert release_delta(p, 9) <= release_delta(p, 8)
-    sent, received = expected_traffic(p, 11)
-    for i, user in enumerate(users):
-        if i not in (2, 5, 7, 9, 10):
+    sent, received = expected_traffic(p, 11, 10, 8)
+    for user in users:
+        if user.user not in (2, 4, 5, 8, 9):
             assert traffic([user], "sent") == sent and traffic([user], "received") == received
 
 
@@ -153,10 +160,10 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     short[3]["sealed"] = b64encode(b"x" * 40).decode()
     assert f"of {task.sealed_size} bytes, got 40 bytes" in refused(http, path, {**good, "backups": short}, 400,
                                                                    "malformed")
-    low_order = encode(p, ADVERTISE, me.user, SERVER, bytes(64))  # a key whose agreed secrets are all zero
-    assert "low order" in refused(http, path, signed(me, 1, {"message": b64encode(low_order).decode(),
-                                                             "backups": shares}), 400, "bad_message")
-    theirs = encode(p, ADVERTISE, 1, SERVER, decode(p, key, (ADVERTISE,)).payload)  # named as another user's
+    few = encode(p, COMMITMENTS, me.user, SERVER, key[HEADER.size:])[:-64]  # commitments to n - 1 users
+    assert "n = 12 pairs of commitments" in refused(http, path, signed(me, 1, {"message": b64encode(few).decode(),
+                                                                               "backups": shares}), 400, "bad_message")
+    theirs = encode(p, COMMITMENTS, 1, SERVER, decode(p, key, (COMMITMENTS,)).payload)  # named as another user's
     refused(http, path, signed(me, 1, {"message": b64encode(theirs).decode(), "backups": shares}), 400,
             "bad_message")
     refused(http, path, {**good, "secret": "guess", "backups": shares}, 403, "bad_secret")
@@ -190,64 +197,66 @@ def test_round_messages_are_checked_and_stored_once(server):
     clock.now += 61
     service.advance(task.task_id)
     tid, path = task.task_id, f"/tasks/{task.task_id}/round2"
-    last = users[-1]
+    last, me = users[-1], users[0]
     refused(http, path, signed(last, 2, {"message": "AAAA"}), 409, "not_expected")
-    me = users[0]
-    auth = {"user": me.user, "secret": me.secret}
+    low_order = encode(p, ADVERTISE, me.user, SERVER, bytes(64)) + encode(p, COMPLAINTS, me.user, SERVER, [])
+    assert "low order" in refused(http, path, signed(me, 2, {"message": b64encode(low_order).decode()}), 400,
+                                  "bad_message")  # a key whose agreed secrets are all zero
+    himself = encode(p, ADVERTISE, 1, SERVER, bytes(64))[:HEADER.size] + low_order[HEADER.size:]
+    refused(http, path, signed(me, 2, {"message": b64encode(himself).decode()}), 400, "bad_message")
+    for user in users[:-1]:
+        user.send("check")
+    assert service.advance(tid) == "round3"
+    path = f"/tasks/{tid}/round3"
     truncated = HEADER.pack(MAGIC, VERSION, MASKED_SUM, me.user, SERVER, DOMAIN) + b"\0"
-    detail = refused(http, path, signed(me, 2, {"message": b64encode(truncated).decode()}), 400, "bad_message")
+    detail = refused(http, path, signed(me, 3, {"message": b64encode(truncated).decode()}), 400, "bad_message")
     assert "field elements" in detail
     me.send("masked_sum")
     another = encode(p, MASKED_SUM, me.user, SERVER, np.zeros(DOMAIN, dtype=np.uint64))
-    refused(http, path, signed(me, 2, {"message": b64encode(another).decode()}), 409, "already_sent")
+    refused(http, path, signed(me, 3, {"message": b64encode(another).decode()}), 409, "already_sent")
     refused(http, f"/tasks/{tid}/inbox", {"user": last.user, "secret": last.secret}, 409, "not_expected")
     for user in users[1:-1]:
         user.send("masked_sum")
-    assert service.advance(tid) == "round3"
+    assert service.advance(tid) == "round4"
+    # a signature of other lists than those published, or by another key, is refused
+    lists = statement(range(11), range(10), me.role.state.keys)
+    other = encode(p, SIGNATURE, me.user, SERVER, identity.sign(me.identity, SIGNED_LISTS, lists))
+    assert "identity key, of the lists published" in refused(
+        http, f"/tasks/{tid}/round4", signed(me, 4, {"message": b64encode(other).decode()}), 400, "bad_message")
+    for user in users[:-1]:
+        user.send("consistency")
+    assert service.advance(tid) == "round5"
     # a reveal whose entries give away a survivor's pair key (what an honest user never sends) is refused
-    answer = json.loads(http.post(f"/tasks/{tid}/inbox", content=json.dumps(auth),
+    answer = json.loads(http.post(f"/tasks/{tid}/inbox", content=json.dumps(me._auth()),
                                   headers={"content-type": "application/json"}).content)
     inbox = decode_inbox(answer["inbox"])
-    assert answer["round"] == 3 and answer["name"] == "reveal" and set(inbox) == {"senders", "survivors"}
-    opened = {b["sender"]: me._open(b64decode(b["sealed"]), relay_info(ROUNDS[0], tid, b["sender"], me.user))
-              for b in answer["backups"]}
-    honest = decode(p, me.role.reveal(inbox["senders"], inbox["survivors"], opened).message, (REVEAL,)).payload
+    assert answer["round"] == 5 and answer["name"] == "reveal"
+    assert set(inbox) == {"senders", "survivors", "signatures", "identities"}
+    honest = decode(p, me.role.reveal(**inbox).message, (REVEAL,)).payload
     secrets_ = honest.secrets.copy()
     secrets_[2] = PAIR_KEY
     greedy = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, secrets_, honest.shares))
-    detail = refused(http, f"/tasks/{tid}/round3", signed(me, 3, {"message": b64encode(greedy).decode()}), 400,
+    detail = refused(http, f"/tasks/{tid}/round5", signed(me, 5, {"message": b64encode(greedy).decode()}), 400,
                      "bad_message")
     assert "each survivor's mask seed" in detail
-    assert count(service, round_messages, tid) == 11 + 11  # round 1's keys and round 2's sums only
-    # well-formed shares that are wrong: the rebuilt secrets fail their round-1 commitments and the task fails,
-    # rather than release a wrong sum
-    lying = encode(p, REVEAL, me.user, SERVER, Revealed(honest.owners, honest.secrets, (honest.shares + 1) % 2_097_143))
-    assert http.post(f"/tasks/{tid}/round3", content=json.dumps(signed(me, 3, {"message": b64encode(lying).decode()})),
-                     headers={"content-type": "application/json"}).status_code == 201
-    for user in users[1:-1]:
-        user.send("reveal")
-    answer = http.get(f"/tasks/{tid}/result")
-    assert answer.status_code == 409 and answer.json()["error"] == "failed"
-    assert "the release was refused: reveals must be shares that rebuild" in answer.json()["detail"] or \
-        "interpolate" in answer.json()["detail"]
+    assert count(service, round_messages, tid) == 4 * 11  # rounds 1-4's messages only
 
 
 def test_fewer_revealers_than_the_threshold_fail_the_task_and_nothing_is_released(server):
     service, http, clock = server
     p = dpdg()
     task, users = enrolled(service, p)
-    for user in users:
-        user.send("advertise", 2)
-    for user in users:
-        user.send("masked_sum")
+    for round_ in ROUNDS[:4]:
+        for user in users:
+            user.send(round_.name, 2 if round_.value else None)
     for user in users[:6]:  # t = 7
         user.send("reveal")
-    assert service.advance(task.task_id) == "round3"
+    assert service.advance(task.task_id) == "round5"
     clock.now += 61
     assert service.advance(task.task_id) == "failed"
     answer = http.get(f"/tasks/{task.task_id}/result")
     assert answer.status_code == 409 and answer.json()["error"] == "failed"
-    assert "6 of the 12 users round 3 (reveal) expected answered by its close, fewer than the backups' threshold " \
+    assert "6 of the 12 users round 5 (reveal) expected answered by its close, fewer than the backups' threshold " \
         "t = 7" in answer.json()["detail"]
 
 

@@ -21,10 +21,12 @@ def small(name: str):
     return registry.calibrate(name, epsilon=1.0, delta=0.4, n_users=12, domain_size=2, **options), np.arange(12) % 2
 
 
-# faithful: a user vanishes at each round (after the release round too, where the release does not change); fast:
-# the same survivors, drawn from the release's law
-DROPOUTS = {"dpds": ({"advertise": [0], "masked_sum": [3], "reveal": [5]}, {"advertise": [0], "masked_sum": [3]}),
-            "dpdg": ({"advertise": [0], "masked_sum": [3], "reveal": [5]}, {"advertise": [0], "masked_sum": [3]}),
+# faithful: users vanish at the rounds (two of those up to the release round, and both after it, where the release
+# does not change: DPDS's every round between the two protocols); fast: the same survivors, drawn from the release's law
+DROPOUTS = {"dpds": ({"advertise": [0], "check": [3], "consistency": [4], "reveal": [5]},
+                     {"advertise": [0], "check": [3]}),
+            "dpdg": ({"check": [0], "masked_sum": [3], "consistency": [4], "reveal": [5]},
+                     {"check": [0], "masked_sum": [3]}),
             "tss": ({"report": [0], "share": [3]}, {"report": [0], "share": [3]})}
 
 

@@ -187,9 +187,17 @@ class Coordinator(Protocol):
         """After the last round: the release (DPDS), or what a second server releases (TSS's hand-over)."""
 
 
-def answer_each(users: Sequence[Any], round_: Round, inboxes: Sequence[dict]) -> list[Outbox]:
-    """Each user's answer to ``round_``: his role's method of the round over his inbox."""
-    return [getattr(user, round_.name)(**inbox) for user, inbox in zip(users, inboxes)]
+def answer_each(users: Sequence[Any], round_: Round, inboxes: Sequence[dict]) -> list[Outbox | None]:
+    """Each user's answer to ``round_``: his role's method of the round over his inbox; None for a user whose role
+    refuses what he was shown (a ParameterError: a lying server's lists, a dealer he complained about): he sends
+    nothing, as his device would."""
+    out: list[Outbox | None] = []
+    for user, inbox in zip(users, inboxes):
+        try:
+            out.append(getattr(user, round_.name)(**inbox))
+        except ParameterError:
+            out.append(None)
+    return out
 
 
 @dataclass(frozen=True)
@@ -200,7 +208,7 @@ class MultiRound:
     ``user(parameters, index, min_survivors, rng=None, state=None)`` and ``coordinator(parameters, min_survivors,
     rng=None)`` build the roles; ``answer(users, round, inboxes)`` runs a round's method over a batch of users (the
     same computation as one user at a time; :func:`answer_each`, or a batch that derives what two users share
-    once); ``releaser(parameters, min_survivors).release(handed)`` is a second server that releases what the
+    once; None for a user who refuses); ``releaser(parameters, min_survivors).release(handed)`` is a second server that releases what the
     coordinator's ``finish`` hands over (None: the coordinator releases). The release is over the users who sent
     ``release_round`` (the survivors), with ``survivors_parameters(parameters, survivors)``; ``least_survivors``
     is the fewest a task may require. ``entries(raw)`` reads a message's kind and entries for traffic counts;

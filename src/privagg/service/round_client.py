@@ -5,8 +5,10 @@ against the server (numpy, randomgen, ``cryptography``; stdlib HTTP). DPDS and D
     user = SharingClient.fetch(server_url, task_id, organisation_key=pinned)  # the task as its organisation signed it
     user.enroll(token)                                 # his own X25519 and identity keys; his index in the roster
     user.send("advertise", value)                      # round 1, once the organisation signed the roster
-    user.send("masked_sum")                            # round 2, once round 1 closed
-    user.send("reveal")                                # round 3, once round 2 closed
+    user.send("check")                                 # round 2: his backups checked, complaints and pair key
+    user.send("masked_sum")                            # round 3, once round 2 closed
+    user.send("consistency")                           # round 4: his signature of the survivor lists
+    user.send("reveal")                                # round 5, once t signatures of them came back
 
 The protocol is the role its registry entry declares (:class:`privagg.protocols.sharing_parties.SharingUser`),
 with secure randomness; this module only fetches each round's inbox, seals, opens, signs, checks and sends. Each
@@ -205,6 +207,9 @@ class RoundClient(RosterClient):
             for sender, message in fields[field].items():
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
                                    f"inbox.{field}[{sender}]")
+        if "identities" in fields:  # users' identity keys (DPDS's signers): the signed roster's, never the server's
+            users = self.roster().users
+            fields["identities"] = {u: users[u][0] for u in fields["identities"] if u in users}
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
         if round_.delivers:

@@ -11,7 +11,8 @@ driver (:mod:`privagg.service.rounds`) does the same over HTTP and a database, s
 deployed protocol's: the same key agreements, backups, masks and reconstruction, exact over the survivors.
 
 Users vanish at the rounds ``dropouts`` names (a user gone sends nothing from that round on), as they do in a
-deployment; a message the coordinator refuses is not taken (the round's ``invalid``). What each kind of party
+deployment; a user whose role refuses what he was shown sends nothing that round; a message the coordinator refuses
+is not taken (the round's ``invalid``). What each kind of party
 sent, received and relayed is counted per message kind (the declaration's ``entries``) in the transcript.
 
 What a run costs grows as n^2 (every pair of users agrees a key in DPDS and DPDG): :func:`check_faithful`
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import identity
 from ..errors import ParameterError, kind_of
 from ..protocols.roles import MultiRound, RoundFailed, messages_in
 from .progress import Progress
@@ -113,19 +115,23 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
                dropouts: Mapping[str, Sequence[int]] | None = None, min_survivors: int | None = None,
                progress: Progress | None = None) -> RoundsRun:
     """Every round of ``protocol`` over users holding ``codes``: the release and the transcript. ``rngs``: the
-    users' stream ("users", drawn in turn by each user's role) and the servers' ("server"). ``min_survivors``:
+    users' stream ("users", drawn in turn by each user's role), the servers' ("server") and the users' identity
+    keys' ("identities": each user's role takes his, and the coordinator finds their public keys in the round
+    state, ``state["identities"]``, as the services' roster gives them). ``min_survivors``:
     the task's (default: the least the protocol allows). A round that closes with fewer answers than it needs
     raises :class:`RoundFailed`, as the task would fail."""
     dropouts = dropouts or {}
     n = parameters.n_users
     least = protocol.least_survivors(parameters) if min_survivors is None else min_survivors
     coordinator = protocol.coordinator(parameters, least, rng=rngs["server"])
-    users = [protocol.user(parameters, i, least, rng=rngs["users"]) for i in range(n)]
+    keys = [identity.generate(rngs["identities"]) for _ in range(n)]
+    users = [protocol.user(parameters, i, least, rng=rngs["users"], identity=keys[i]) for i in range(n)]
+    identities = {i: identity.public_key(key) for i, key in enumerate(keys)}
     server = protocol.parties[0]
     traffic = _Traffic(protocol)
     traffic.add("user", "parties", n)
     traffic.add(server, "parties", 1)
-    state: dict = {}
+    state: dict = {"identities": identities}
     messages: dict[str, dict[int, bytes]] = {}  # round -> user -> his message to the server
     relayed: dict[str, dict[int, dict[int, bytes]]] = {}  # relay -> recipient -> sender -> message
     gone: set[int] = set()
@@ -149,6 +155,9 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
         outboxes = protocol.answer([users[u] for u in senders], round_, inboxes)
         stored: dict[int, bytes] = {}
         for u, out in zip(senders, outboxes):
+            if out is None:  # he refused what he was shown (a ParameterError of his role): he sends nothing
+                traffic.add("user", "refusals", 1)
+                continue
             try:  # what the coordinator takes, as the service's driver would
                 if round_.to_server and round_.seal:
                     if len(out.message) != coordinator.message_size(round_, u, state, read):
@@ -175,7 +184,7 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
         if len(answered) < fewest:
             raise RoundFailed(f"{len(answered)} of the {len(expected)} users round {number} ({round_.name}) expected "
                               f"answered, fewer than {what}: nothing was released")
-        state = coordinator.close(round_, answered, state, messages)
+        state = {**coordinator.close(round_, answered, state, messages), "identities": identities}
         if progress:
             progress(round_.name, number, len(protocol.rounds))
     handed = coordinator.finish(state, messages)

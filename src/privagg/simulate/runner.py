@@ -65,7 +65,8 @@ MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold
 # at B = 2^28 it ran past a minute)
 FAST_MESSAGES_MAX = 2**30
 ROLES = {Topology.SHUFFLE: ("clients", "shuffler"), Topology.LOCAL: ("clients",), Topology.CENTRAL: ("curator",),
-         Topology.SECRET_SHARING: ("users", "server"), Topology.TWO_SERVERS: ("users", "server")}
+         Topology.SECRET_SHARING: ("users", "server", "identities"),
+         Topology.TWO_SERVERS: ("users", "server", "identities")}
 
 
 @dataclass

@@ -107,7 +107,7 @@ CLOSE_SECONDS = 3600  # the close of round 3 releases inline: at n = 2,000 with 
 
 
 def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
-                         round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2, 3),
+                         round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2, 3, 4, 5),
                          db: str | None = None, progress=print) -> dict:
     """One user a code of ``codes`` through the sharing server as SDK clients, ``drop_fraction`` of them vanishing
     at one of ``rounds``: the server's report, the task, the survivors' codes, the rounds' times, the bytes
@@ -136,23 +136,23 @@ def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], pla
     same)."""
     p = task.parameters
     n, N = p.n_users, p.domain_size
-    senders, summed, revealed = (int(np.sum(plan != 1)), int(np.sum((plan == 0) | (plan == 3))),
-                                 int(np.sum(plan == 0)))
-    sent, received = expected_traffic(p, senders)
+    senders, checked, summed, signers, revealed = (int(np.sum((plan == 0) | (plan > r))) for r in range(1, 6))
+    sent, received = expected_traffic(p, senders, checked, signers)
     stayed = [c for c, r in zip(clients, plan) if r == 0]
     user = party_row(
         "user", len(stayed), traffic(stayed, "sent"), traffic(stayed, "received"),
         {k: v * len(stayed) for k, v in sent.items()}, {k: v * len(stayed) for k, v in received.items()},
         f"2nN + N = {2 * n * N + N:,} elements sent and received (paper: n shares of N elements each way); here "
-        "the shares are agreed by key, not sent: a key, backups of 2 secrets to n - 1 users, N elements and a "
-        "revealed share per sender")
-    server_received = {"pair key": senders, "backup": 2 * (n - 1) * senders, "masked sum": N * summed,
-                       "revealed shares": senders * revealed}
-    server_sent = {"pair key": senders * summed, "backup": 2 * (senders - 1) * revealed}
+        "the shares are agreed by key, not sent: commitments to n users' shares, backups of 2 secrets to n - 1 "
+        "users, a key, N elements, a signature and a revealed share per sender")
+    server_received = {"commitments": n * senders, "backup": 2 * (n - 1) * senders, "pair key": checked,
+                       "masked sum": N * summed, "signature": signers, "revealed shares": checked * revealed}
+    server_sent = {"commitment": 2 * (senders - 1) * checked, "backup": 2 * (senders - 1) * checked,
+                   "pair key": checked * summed, "signature": signers * revealed, "identity key": signers * revealed}
     server = party_row(
         "server", 1, traffic(clients, "received"), traffic(clients, "sent"), server_sent, server_received,
-        f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the keys and "
-        "backups")
+        f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the keys, "
+        "commitments, backups and signatures")
     return [user, server]
 
 

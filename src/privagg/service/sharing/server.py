@@ -6,15 +6,21 @@ his later requests with. Once all n enrolled, the rounds of :mod:`privagg.protoc
 round driver (:mod:`privagg.service.rounds`), each until every user it expects has answered or its deadline
 passes:
 
-round 1   advertise: a user posts his pair key and his n - 1 backups, each sealed to its recipient (HPKE, the
-          task id bound as info); the server stores them, whole or not at all, and can open none. U1: who
-          posted by the deadline.
-round 2   masked_sum: a user of U1 fetches U1's pair keys and posts his masked sum. U2: who posted by the deadline.
-round 3   reveal: a user of U2 fetches U1, U2 and the backups U1 sent him and posts his revealed shares.
-release   once every user of U2 revealed, or at the deadline once t did (``threshold``): the survivors' sum,
+round 1   advertise: a user posts his commitments to each user's Shamir shares and his n - 1 backups, each sealed
+          to its recipient (HPKE, the task id bound as info); the server stores them, whole or not at all, and can
+          open none. U1: who posted by the deadline.
+round 2   check: a user of U1 fetches the backups U1 sent him with their dealers' commitments to his shares, and
+          posts his pair key and his complaints (the dealers whose backup did not open or match). U1': U1 less the
+          users complained about (``SharingServer.excluded``) and those who did not answer.
+round 3   masked_sum: a user of U1' fetches U1''s pair keys and posts his masked sum. U2: who posted by the deadline.
+round 4   consistency: a user of U2 fetches U1' and U2 and posts his signature of them (his identity key). U3.
+round 5   reveal: a user of U3 fetches the lists and U3's signatures, checks that t of them sign what he signed, and
+          posts his revealed shares.
+release   once every user of U3 revealed, or at the deadline once t did (``threshold``): each revealed share checked
+          against its dealer's commitment (a wrong one discarded, its revealer blamed), the survivors' sum,
           estimates, and the guarantee recomputed for them (``SharingServer.release``). Fewer than the task's
-          minimum of senders or survivors, or fewer than t revealers at round 3's deadline: the task fails,
-          and nothing is released.
+          minimum of senders or survivors, or fewer than t signers or revealers: the task fails, and nothing is
+          released.
 
 Every message is stored once, in committed transactions (SQLite WAL with synchronous FULL, or PostgreSQL), so a
 kill -9 loses nothing: the rounds resume from the database with their absolute deadlines.
@@ -52,7 +58,8 @@ SERVICE_RANDOMNESS = ("secure: each user's SDK draws his secret from the OS and 
 
 def release_document(task: SharingTask, released, seconds: float) -> dict:
     """The outcome of a released task: the report ``privagg analyze`` would make of the release, with who took part
-    and the guarantee recomputed for them."""
+    (and who complained about whom, whom that excluded, whose revealed shares were discarded) and the guarantee
+    recomputed for them."""
     from ...pipelines import Analysis
     from ...reports import Collection, Dropouts, Engine, report_document
 
@@ -61,7 +68,12 @@ def release_document(task: SharingTask, released, seconds: float) -> dict:
     report = Analysis.of(p).report(released.table, privacy, Engine("local", 1, seconds={"release": seconds}),
                                    top=p.domain_size, collection=Collection(released.survivors, 1, 0, 0))
     report.dropouts = Dropouts(task.parameters.n_users, released.senders, released.survivors, task.min_survivors)
-    return report_document(report)
+    out = report_document(report)
+    # round 2's complaints ([complainer, the dealers he named...]) and the excluded; the revealers whose shares did
+    # not match their dealers' commitments ([revealer, the owners of his discarded shares...])
+    out["dropouts"].update(complaints=[[k, *accused] for k, accused in released.complaints],
+                           excluded=list(released.excluded), blamed=[[k, *owners] for k, owners in released.blamed])
+    return out
 
 
 class SharingService(RoundDriver):
