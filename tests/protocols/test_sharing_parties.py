@@ -326,7 +326,7 @@ def test_the_threshold_is_a_majority_and_more_than_the_dishonest_users():
 
 
 def test_the_threshold_is_the_least_that_two_survivor_lists_cannot_both_gather():
-    """docs/deviations-dpds46.md: for every n up to 60 and every number D of users who may not follow the protocol,
+    """docs/privacy.md, "Dishonest parties": for every n up to 60 and every number D of users who may not follow the protocol,
     t exceeds D, is at most n, and two groups of honest users shown different lists cannot both count t signatures
     with the D's (2 (t - D) > n - D), while t - 1 would let them (or would not exceed D)."""
     from types import SimpleNamespace

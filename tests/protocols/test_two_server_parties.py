@@ -534,7 +534,7 @@ def test_a_reporter_s1_keeps_from_a_helper_loses_his_items_not_silently():
 
 
 def test_what_s2_cannot_check_s1_misstating_m_j():
-    """The residual of docs/deviations-tss46.md: S2 sees m_j only from S1, so an S1 that misstates them (adding up
+    """The residual of docs/privacy.md, "Dishonest parties": S2 sees m_j only from S1, so an S1 that misstates them (adding up
     to |R1| alpha N, each at most |R1|) gets one helper attested for up to N - alpha N items in TSS (phi = 0, the
     paper's assumption that no user colludes). S2 then refuses the hand-over if an item has more R2 reporters
     than the m_j it attested; an m_j above |R1| it refuses to attest at all."""

@@ -1,4 +1,4 @@
-"""TSS's dishonest parties for the service tests (issue 46; docs/deviations-tss46.md): each a subclass of the honest
+"""TSS's dishonest parties for the service tests (issue 46; docs/privacy.md, "Dishonest parties"): each a subclass of the honest
 one that lies in one way.
 
 * :class:`OneHelperS1`: S1 names one user the only helper of every item, stating the true m_j (or m_j = 1 for

@@ -1,5 +1,5 @@
 """TSS's S1, helpers and S2 lying, through the services (issue 46; the deviations and what they change:
-docs/deviations-tss46.md). The dishonest parties are tests/service/dishonest_tss.py's; the deployment and the
+docs/privacy.md, "Dishonest parties"). The dishonest parties are tests/service/dishonest_tss.py's; the deployment and the
 honest users are test_two_servers.py's, on SQLite and PostgreSQL.
 
 Checked: S1 naming one helper for every item is refused by S2 (with the true m_j, or m_j = 1 that no longer add

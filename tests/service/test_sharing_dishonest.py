@@ -1,6 +1,6 @@
 """Issue 46's attacks on DPDS and DPDG by one lying user or a lying server (tests/service/dishonest_dpds.py),
 through the sharing service and its users' SDK on SQLite and PostgreSQL, and through the simulator's harness: each
-is detected and blamed, or harmless, and the release is exact over the others (docs/deviations-dpds46.md)."""
+is detected and blamed, or harmless, and the release is exact over the others (docs/privacy.md, "Dishonest parties")."""
 
 import dataclasses
 

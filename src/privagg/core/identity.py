@@ -93,7 +93,7 @@ def canonical(document) -> bytes:
 # the authentication half (the server keeps its hash, as it kept the token's), and keys with the binding half,
 # which the server never sees, an HMAC-SHA256 of the keys he enrolls; only the token's issuer can check it, so a
 # server that swaps a key at enrollment, or enrolls a user of its own with a token's authentication half, is
-# caught when the organisation signs the roster (docs/deviations-identity46.md).
+# caught when the organisation signs the roster (docs/privacy.md, "Dishonest parties").
 
 def token_halves(token: str) -> tuple[str, bytes]:
     """(the authentication half as text, the binding half's 32 bytes) of an enrollment token."""

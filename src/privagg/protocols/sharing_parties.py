@@ -9,7 +9,7 @@ agreement and back their keys up with Shamir's threshold shares, as Bonawitz et 
 (CCS 2017, §4), in its actively secure variant (§6: signatures, a consistency round) with commitments to the
 backed-up shares, so that one lying user or a lying server is caught and blamed rather than trusted. The
 derivation, and what each party learns in every dropout case and every deviation, are in docs/privacy.md
-("Dropouts in DPDS and DPDG") and docs/deviations-dpds46.md. Five rounds; the server relays, sets the deadlines
+("Dropouts in DPDS and DPDG") and docs/privacy.md, "Dishonest parties". Five rounds; the server relays, sets the deadlines
 and publishes who took part:
 
 round 1, advertise
@@ -84,7 +84,7 @@ def threshold(parameters: SharingParameters) -> int:
     """t, the shares that rebuild a backed-up secret: more than (n + D) / 2, D = n - ceil(G n) the users who may not
     follow the protocol. So t > D (they cannot pool enough shares with the server's), t is a majority, and two
     groups of honest users shown different lists cannot both gather t signatures with the D's help: 2 (t - D) > n - D
-    honest users (the consistency round, docs/deviations-dpds46.md). With D = 0, floor(n / 2) + 1."""
+    honest users (the consistency round, docs/privacy.md, "Dishonest parties"). With D = 0, floor(n / 2) + 1."""
     n = parameters.n_users
     return (2 * n - parameters.honest_users) // 2 + 1
 
@@ -543,7 +543,7 @@ class SharingServer:
         """The users the check round excludes: every dealer complained about, but a complainer who names more than
         n - min_survivors (excluding them all would fail the task, so he lies or the task is lost either way) is
         excluded himself and his complaints are ignored. No one has masked yet: an exclusion costs a user, never
-        privacy (docs/deviations-dpds46.md)."""
+        privacy (docs/privacy.md, "Dishonest parties")."""
         most = self.parameters.n_users - self.min_survivors
         liars = {k for k, accused in complaints.items() if len(accused) > most}
         return liars | {u for k, accused in complaints.items() if k not in liars for u in accused}

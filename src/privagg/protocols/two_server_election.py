@@ -1,5 +1,5 @@
 """TSS's election as S2 checks and attests it, and as a reporter checks S2's attestation (issue 46; derivation and
-the deviations it stops: docs/deviations-tss46.md).
+the deviations it stops: docs/privacy.md, "Dishonest parties").
 
 S1 elects each item's helpers among R1 (:meth:`~privagg.protocols.two_server_parties.FirstServer.elect`) and, before
 any reporter shares, hands S2 the election: R1, m_j per item (what the paper's S2 learns) and H_j per item. S2

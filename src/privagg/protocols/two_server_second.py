@@ -1,6 +1,6 @@
 """S2 of a TSS or TSS' task, sans I/O (:mod:`privagg.protocols.two_server_parties` has the users and S1; the
 rounds and their derivation: docs/privacy.md, "Dropouts in TSS"; what S2 checks against a lying S1 or helper:
-docs/deviations-tss46.md): the election it attests before any reporter shares, the helpers' sums it says do
+docs/privacy.md, "Dishonest parties"): the election it attests before any reporter shares, the helpers' sums it says do
 not open when round 3 closes (their helpers are then recovered as dropped), S1's hand-over it checks, and the
 release of the items' counts.
 """
@@ -114,13 +114,14 @@ class Handover:
 
 
 # What a TSS release trusts of each kind of party, as data (the release's ``trust``; derivations and the deviations
-# behind each clause: docs/deviations-tss46.md)
+# behind each clause: docs/privacy.md, "Dishonest parties")
 TRUST = {
     "S1": "privacy: learns the report sets (uniform stage: nothing of the data; adaptive: ln(gamma)-LDP) and relays "
           "sealed shares it cannot open; its election is attested by S2 before anyone shares (H_j: max(m_j, phi + 1) "
           "distinct users of R1, the m_j adding up to |R1| alpha N), but it chooses which users of R1 help and the m_j "
-          "it reports. integrity: trusted to send what users sent (without signed messages it could inject shares "
-          "in a reporter's name); it may drop users and lose items; a reporter it counts for S2 but keeps from a "
+          "it reports. integrity: trusted to hand S2 the helpers' sums and recovered shares as sent (S2 does not check "
+          "their senders' signatures: S1 could replace a sum); the shares it relays are signed by their reporters "
+          "and checked by the helpers, so it cannot inject one in a reporter's name; it may drop users and lose items; a reporter it counts for S2 but keeps from a "
           "helper is caught (each sum says how many reporters it adds up) and his items refused; must not collude "
           "with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "

@@ -13,7 +13,7 @@ key never reaches one: the operator's commands (``privagg organisation keygen``,
 
 Every key a device uses (a recipient's, a sender's, a helper's) is then the signed roster's, and every message it
 posts is signed by its identity key, which the server and the recipients check (service/rounds.py,
-service/round_client.py; docs/deviations-identity46.md).
+service/round_client.py; docs/privacy.md, "Dishonest parties").
 """
 
 from __future__ import annotations

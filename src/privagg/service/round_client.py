@@ -16,7 +16,7 @@ relayed message (a backup) is sealed with HPKE to its recipient's public key fro
 relay, the task, sender and recipient bound as HPKE's info, so the server relays what it cannot read. A request
 the server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
 
-No key comes from the server alone (docs/deviations-identity46.md): the device pins its organisation's Ed25519 key
+No key comes from the server alone (docs/privacy.md, "Dishonest parties"): the device pins its organisation's Ed25519 key
 and checks the task's signature (the servers' keys in it: TSS's S2) and the roster's (every user's identity and
 X25519 keys); each key the server names (a recipient's) must be the signed roster's, each message relayed to him
 must carry its sender's signature (of its bytes, for this task, round and recipient), and each earlier message an

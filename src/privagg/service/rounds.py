@@ -18,7 +18,7 @@ valid one while the round is open. Every message is stored once (primary keys), 
 a kill -9 loses nothing: the rounds resume from the database with their absolute deadlines. After the last
 round the coordinator's ``finish`` gives what the service keeps (the sharing server's release; S1's hand-over).
 
-No key and no message comes from the server alone (docs/deviations-identity46.md): the rounds open once the
+No key and no message comes from the server alone (docs/privacy.md, "Dishonest parties"): the rounds open once the
 task's organisation has signed the roster (:meth:`RoundDriver.publish_roster`, after ``privagg roster sign``
 checked every enrollment's binding), and run over its users only (those it left out are round-1 dropouts); the
 coordinator reads their identity keys as ``state["identities"]``. Every answer carries its sender's Ed25519

@@ -1,6 +1,6 @@
 """Identities (issue 46): a task's organisation key, its signature of the task and the roster it signed; each
 enrolled user's identity key and his token's binding; each stored message's signature by its sender
-(service/rounds.py, docs/deviations-identity46.md).
+(service/rounds.py, docs/privacy.md, "Dishonest parties").
 
 A task enrolling or running at the upgrade has no organisation, and its users enrolled no identity: it cannot go on
 (its devices' SDK pins an organisation key and refuses an unsigned task; a server that ran it unsigned is what the
