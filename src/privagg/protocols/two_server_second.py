@@ -121,7 +121,8 @@ TRUST = {
           "distinct users of R1, the m_j adding up to |R1| alpha N), but it chooses which users of R1 help and the m_j "
           "it reports. integrity: trusted to hand S2 the helpers' sums and recovered shares as sent (S2 does not check "
           "their senders' signatures: S1 could replace a sum); the shares it relays are signed by their reporters "
-          "and checked by the helpers, so it cannot inject one in a reporter's name; it may drop users and lose items; a reporter it counts for S2 but keeps from a "
+          "and checked by the helpers, so it cannot inject one in a reporter's name; it may drop users and lose items; "
+          "a reporter it counts for S2 but keeps from a "
           "helper is caught (each sum says how many reporters it adds up) and his items refused; must not collude "
           "with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
