@@ -6,10 +6,13 @@ one that lies in one way.
 * :class:`SelfAttestingS1`: the same election, attested by S1 itself (its own key), never shown to S2.
 * :class:`WrongSumHelper`: a helper's role adding ``extra`` to his sum of one item (his first).
 * :class:`EverySumUnopenedS2`: S2 saying, as round 3 closes, that no helper's sum opens (to be handed shares).
+* :class:`SubstitutingS1`: S1 handing S2, for one helper, a sum it sealed to S2 itself (his own plus ``extra`` on his
+  first item), with the helper's stored signature of the sum he did send.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from privagg.core import identity
@@ -17,7 +20,9 @@ from privagg.protocols.roles import Outbox
 from privagg.protocols.two_server_election import CONTEXT, Election
 from privagg.protocols.two_server_messages import SECOND, SUMS, decode, encode
 from privagg.protocols.two_server_parties import FirstServer, TSSUser
+from privagg.service.round_tasks import KEM, second_info
 from privagg.service.rounds import RoundDriver
+from privagg.service.tasks import _public_key, _suite
 from privagg.service.two_servers.servers import FirstService, SecondService
 
 
@@ -89,3 +94,26 @@ class EverySumUnopenedS2(SecondService):
     def open_sums(self, task_id: str, authorization: str | None, body: bytes) -> dict:
         honest = super().open_sums(task_id, authorization, body)
         return {**honest, "unopened": sorted(e["helper"] for e in json.loads(body)["sums"])}
+
+
+class SubstitutingS1(FirstService):
+    """S1 replacing helper ``helper``'s sealed sum in the hand-over by one it seals to S2's public key itself (anyone
+    can): ``plain`` (his sum's plaintext, as S1 would know it from him, or any sum it likes) with ``extra`` added to
+    his first item. Nothing changes while ``helper`` is None."""
+
+    helper: int | None = None
+    plain: bytes = b""
+    extra = 7
+
+    def handover(self, task_id: str):
+        honest = super().handover(task_id)
+        if self.helper is None:
+            return honest
+        task, h = self.task(task_id), self.helper
+        p = task.parameters
+        true = decode(p, self.plain, SUMS, h)
+        values = [(int(v) + (self.extra if k == 0 else 0)) % p.modulus for k, v in enumerate(true.values)]
+        forged = encode(p, SUMS, h, SECOND, true.items, values, counts=true.counts)
+        sealed = _suite(KEM).encrypt(forged, _public_key(KEM, task.second_public_key),
+                                     info=second_info(task.second_task_id, SUMS, h))
+        return dataclasses.replace(honest, sums={**honest.sums, h: sealed})

@@ -6,7 +6,8 @@ Checked: S1 naming one helper for every item is refused by S2 (with the true m_j
 up), and an election S1 attests itself is refused by every reporter, so no share is ever sent and the task fails
 naming why; a helper's wrong sum is refused when the count leaves [0, |R_j|] (blaming nobody) and released, as the
 release's trust says, when it does not; S2 claiming that no sum opens has no reporter reveal anything (S1 recovers
-no item all of whose helpers it would name) and fails the release.
+no item all of whose helpers it would name) and fails the release; S1 replacing a helper's sealed sum in the
+hand-over by one it sealed to S2 itself is refused by S2 (the helper's signature does not verify), naming the sum.
 """
 
 import json
@@ -14,11 +15,13 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from service.dishonest_tss import EverySumUnopenedS2, OneHelperS1, SelfAttestingS1, WrongSumHelper
+from service.dishonest_tss import EverySumUnopenedS2, OneHelperS1, SelfAttestingS1, SubstitutingS1, WrongSumHelper
 from service.test_two_servers import DOMAIN, MIN, N_USERS, deploy, dbs, refusal, sqlite_dbs, step, tss  # noqa: F401
 
 from privagg.errors import ParameterError
+from privagg.protocols.two_server_parties import TSSUser
 from privagg.service.two_servers.servers import s1_relayed
+from privagg.service.web import Refused
 
 
 def relayed(d) -> int:
@@ -109,3 +112,46 @@ def test_s2_saying_no_sum_opens_makes_no_reporter_reveal(sqlite_dbs):
         assert d.first.deliver(d.task_id) == "delivered"
         assert refusal(d.second.result, d.task.second_task_id) == (409, "failed")
         assert all(c.role.state.answered[-1] <= 3 for c in d.clients)
+
+
+class _Recording(TSSUser):
+    """A helper's honest role that keeps the plaintext of the sums he sends (what a dishonest S1 forges from)."""
+
+    sent = b""
+
+    def sums(self, reporters, shares):
+        out = super().sums(reporters, shares)
+        self.sent = out.message
+        return out
+
+
+def test_a_sum_s1_seals_to_s2_itself_is_refused_by_s2_naming_it(dbs):
+    """Issue 46: anyone can seal to S2's public key, so S1 replaces helper h's sealed sum by his sum with +7 on his
+    first item, sealed by S1 (keeping the signature h gave the sum he sent). Unchecked, S2 released that item's count
+    moved by 7 (inside [0, |R_j|]: undetectable by range). S2 now checks the organisation's roster and each sealed
+    message's signature under its sender's identity key, as the user signed it: it refuses the hand-over naming the
+    sum, and releases nothing; S1 sends it again, refused again, until S1 hands over what the users sent."""
+    with deploy(dbs, first_type=SubstitutingS1) as d:
+        step(d, 1)
+        step(d, 2)
+        helper, items = sorted(d.election().by_helper.items())[0]
+        true = d.truth(range(N_USERS))[items[0]]
+        assert true + 7 <= len(d.published()["reporters"][items[0]])  # +7 stays in range: no range check sees it
+        liar = d.client(helper)
+        liar.role = _Recording(d.task.parameters, helper, MIN, state=liar.role.state,
+                               second=d.task.second_identity_key)
+        step(d, 3)
+        step(d, 4)
+        d.first.helper, d.first.plain = helper, liar.role.sent
+        assert d.first.deliver(d.task_id) == "handover"  # refused: sent again at the next tick
+        with pytest.raises(Refused) as refused:  # what S1's delivery was told
+            d.second.receive(d.task.second_task_id, f"Bearer {d.row().relay_token}",
+                             json.dumps(d.first.handover(d.task_id).to_dict()).encode())
+        assert (refused.value.status, refused.value.reason) == (400, "bad_handover")
+        assert f"handover.sums[{helper}].signature" in refused.value.detail
+        assert refusal(d.second.result, d.task.second_task_id) == (409, "not_released")
+        d.first.helper = None  # S1 hands over what the users sent: released exactly
+        p, truth = d.task.parameters, d.truth(range(N_USERS))
+        result = d.result()
+        assert [round(e["estimate"] * p.effective_probability) for e in sorted(
+            result["estimates"], key=lambda e: e["item"])] == truth

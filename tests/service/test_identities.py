@@ -98,7 +98,9 @@ def tss(dbs, serve, kind):
     serve(first, create_first_app(first, tick=None))
     p = sc.calibrate_tss(1.0, 0.1, TSS_USERS, 4, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
                          sampling_probability=0.6)
-    return first, create_tasks(first, second, p, "http://s2.invalid", 60.0, TSS_USERS - 6)
+    organisation = Organisation.generate()
+    return first, create_tasks(first, second, p, "http://s2.invalid", 60.0, TSS_USERS - 6,
+                               organisation_key=organisation.public_key), organisation
 
 
 def count(service, table, task_id) -> int:
@@ -112,9 +114,9 @@ def test_s1_serving_its_own_key_as_every_users_gets_no_share(dbs, serve, where):
     organisation's signature kept) or only in round 2's inboxes. Before, every reporter sealed his shares to S1
     (766 of 766 opened); now the devices check each key against the roster the organisation signed and refuse,
     naming the field: 0 shares are sealed to S1, and none stored."""
-    first, task = tss(dbs, serve, KeySwappingFirst)
+    first, task, organisation = tss(dbs, serve, KeySwappingFirst)
     first.where = where
-    clients = organised(first, task, TSSClient, "http://s1", TSS_USERS)[0]
+    clients = organised(first, task, TSSClient, "http://s1", TSS_USERS, organisation)[0]
     if where == "roster":  # the roster he fetches at his first round does not carry the organisation's signature
         for c in clients:
             with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the "
@@ -301,8 +303,7 @@ def test_a_roster_signed_by_another_key_is_refused(sqlite_dbs, serve):
 def test_a_task_served_with_another_s2_key_is_refused(sqlite_dbs, serve):
     """S1 serves the task with its own key in place of S2's (which the users seal their sums to): the organisation
     signed the task with S2's, and the SDK refuses the task before enrolling."""
-    first, task = tss(sqlite_dbs, serve, S2KeySwapping)
-    organisation = Organisation.generate()
+    first, task, organisation = tss(sqlite_dbs, serve, S2KeySwapping)
     organisation.sign_task(first, task)
     with pytest.raises(ParameterError, match="task.signature must be a valid Ed25519 signature by the organisation"):
         TSSClient.fetch("http://s1", task.task_id, organisation_key=organisation.public_key)

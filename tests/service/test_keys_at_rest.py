@@ -174,7 +174,8 @@ def test_s2_seals_its_keys_too(tmp_path):
 
     kek, url = KeyEncryptionKey.generate(), f"sqlite:///{tmp_path}/s2.db"
     second = SecondService(storage.connect(url, "s2", kek=kek), kek=kek)
-    second.create_task(calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1, report_fraction=0.5))
+    second.create_task(calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1, report_fraction=0.5),
+                       organisation_key=bytes(32))
     with second.engine.connect() as c:
         row = c.execute(sa.select(s2_tasks)).one()
     assert "private_key" not in row._mapping and row.kek_id == kek.kek_id

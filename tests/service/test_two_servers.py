@@ -158,10 +158,12 @@ def deploy(dbs: dict[str, str], parameters=None, enroll: bool = True, first_type
     clock = Clock()
     second = second_type(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
     first = first_type(storage.connect(dbs["s1"], "s1"), clock=clock, **in_process(second), **lie)
-    task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN)
+    organisation = Organisation.generate()
+    task = create_tasks(first, second, parameters, "http://s2.invalid", 60.0, MIN,
+                        organisation_key=organisation.public_key)
     try:
         with served(create_first_app(first, tick=None)) as url:
-            clients = organised(first, task, TSSClient, url, N_USERS, enroll=enroll, attempts=1)[0]
+            clients = organised(first, task, TSSClient, url, N_USERS, organisation, enroll=enroll, attempts=1)[0]
             yield Deployment(first, second, clock, url, task, clients)
     finally:
         first.engine.dispose()
@@ -462,7 +464,7 @@ def test_an_older_s1_database_is_upgraded_and_its_tasks_keep_their_state(dbs):
 
     p, clock = tss_prime(), Clock()
     second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.generate())
-    second_task, token = second.create_task(p, MIN)
+    second_task, token = second.create_task(p, MIN, organisation_key=bytes(32))
     task = TSSTask("ab" * 16, p, 60.0, MIN, second_task.task_id, second_task.public_key)  # no S2 identity key yet
     clients = [TSSClient("http://s1.invalid", task, organisation_key=bytes(32)) for _ in range(N_USERS)]
     for i, client in enumerate(clients):
@@ -595,12 +597,12 @@ def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
     url1, url2 = (f"http://127.0.0.1:{ports[r]}" for r in ("s1", "s2"))
     with process("s2", dbs["s2"], ports["s2"], tmp_path / "s2.log"):
         second = SecondService(storage.connect(dbs["s2"], "s2"), kek=KeyEncryptionKey.load())  # the served S2's
-        created, token = second.create_task(p, MIN)
+        organisation = Organisation.generate()
+        created, token = second.create_task(p, MIN, organisation_key=organisation.public_key)
         second.engine.dispose()
         public = SecondTask.from_dict(get(f"{url2}/tasks/{created.task_id}")["task"])
         first = FirstService(storage.connect(dbs["s1"], "s1"))
         task = first.create_task(p, public, url2, token, round_seconds=60.0)
-        organisation = Organisation.generate()
         organisation.sign_task(first, task)
         tokens = first.issue_tokens(task.task_id, N_USERS)
 
@@ -729,7 +731,8 @@ def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
     db = f"sqlite:///{tmp_path}/s2.db"
     engine = storage.connect(db, "s2", kek=kek)
     task, token = SecondService(engine, kek=kek).create_task(calibrate_tss(1.0, 1e-3, 40, 4, min_count_fraction=0.1,
-                                                                            report_fraction=0.5))
+                                                                            report_fraction=0.5),
+                                                              organisation_key=bytes(32))
     engine.dispose()
     with ServiceProcess("s2", db, tmp_path / "s2.log", None, ("--tls-cert", str(cert), "--tls-key", str(key))) as s2:
         with pytest.raises(urllib.error.HTTPError) as reached:  # TLS checked, then S2 read the (empty) hand-over

@@ -72,7 +72,8 @@ TASK_OPTIONS = {"--min-batch-size": _ONE_ROUND, "--key-id": _ONE_ROUND, "--kem":
                 "--kek-file": (("analyzer", "two-servers"), lambda: f"a task of the analyzer, or of "
                                f"{_tasks_of(('two-servers',))} (S2's key)"),
                 "--organisation-key": _ROUND_TASKS,
-                **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file"), _TSS)}
+                **dict.fromkeys(("--second-db", "--second-url", "--s2", "--second-task", "--relay-token-file",
+                                 "--organisation-public-key"), _TSS)}
 
 
 _ALL_N_WARNING = ("warning: a shuffle task with honest fraction 1 needs all n reports: one absent user stalls it (it "
@@ -118,6 +119,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                                                 "(privagg organisation keygen), which signs the task; "
                                                                 "its users' devices pin its public key and refuse a "
                                                                 "task it did not sign."),
+                organisation_public: Optional[str] = typer.Option(None, "--organisation-public-key", help="tss, "
+                                                                  "S2's operator (--s2), required: the organisation's "
+                                                                  "public key (base64, as organisation keygen prints "
+                                                                  "it), under which S2 checks S1's hand-over."),
                 candidates: Optional[Path] = typer.Option(None, "--candidates", help="Frequency tasks: a file of "
                                                           "the public items the result answers, one a line "
                                                           "(integers, or text hashed with the parameters' "
@@ -153,13 +158,16 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                  "--discover-phi": discover_phi, "--round-seconds": round_seconds, "--min-survivors": min_survivors,
                  "--kek-file": kek_file, "--second-db": second_db, "--second-url": second_url,
                  "--s2": only_second or None, "--second-task": second_task, "--relay-token-file": relay_token_file,
-                 "--organisation-key": organisation_key}
+                 "--organisation-key": organisation_key, "--organisation-public-key": organisation_public}
         service = task_service(get(parameters.protocol))  # the registry entry's topology picks the service
         for name, value in given.items():  # refused, not ignored, where it does nothing
             if value is not None and service not in TASK_OPTIONS[name][0]:
                 raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]()}", parameters.protocol)
         round_seconds = 3600.0 if round_seconds is None else round_seconds
         organisation = None if service == "analyzer" or only_second else _organisation(organisation_key)
+        if organisation_public is not None and not only_second:
+            raise ParameterError("organisation-public-key", "given only with --s2 (S2's operator; S1's and a single "
+                                 "operator give --organisation-key)", "without --s2")
         if only_second and organisation_key is not None:
             raise ParameterError("organisation-key", "given to S1's operator (--second-task): the organisation signs "
                                  "the task users fetch from S1, S2's key in it", "with --s2")
@@ -168,13 +176,20 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
             from ..service.two_servers.servers import FirstService, SecondService, create_tasks
 
             if only_second:  # S2's operator: S2's task, its public JSON out, the relay token to a private file
+                if organisation_public is None:
+                    raise ParameterError.required("organisation-public-key", "with --s2: the organisation's public "
+                                                  "key (base64, from privagg organisation keygen), under which S2 "
+                                                  "checks S1's hand-over")
+                from ..core.identity import public_text
+
+                pinned = public_text(organisation_public, "organisation-public-key")
                 if relay_token_file is None:
                     raise ParameterError("relay-token-file", "given with --s2: the new file S2's relay token is "
                                          "written to, for S1's operator", None)
                 cfg = load_config("s2", db=db, kek_file=None if kek_file is None else str(kek_file))
                 kek = KeyEncryptionKey.load(cfg.kek_file)
-                second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(parameters,
-                                                                                                   min_survivors)
+                second, token = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek).create_task(
+                    parameters, min_survivors, organisation_key=pinned)
                 _write_private(relay_token_file, token + "\n")
                 delta = _release_delta(parameters, second.min_survivors, as_json)
                 print(json.dumps({**second.to_dict(), **delta}) if as_json else second.task_id)
@@ -183,6 +198,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 if second_url is None:
                     raise ParameterError("second-url", "given with --second-task: where S1 hands over to S2", None)
                 second, token = _second_task(second_task, parameters), _relay_token(relay_token_file)
+                if second.organisation_key != organisation.public_key:
+                    raise ParameterError("second-task", "S2's task made with this organisation's public key "
+                                         "(--organisation-public-key at S2: S2 checks the hand-over under it)",
+                                         "another key" if second.organisation_key else "none")
                 first = FirstService(connect(load_config("s1", db=db).db, "s1"))
                 first.population = population
                 tss = first.create_task(parameters, second, second_url, token, round_seconds)
@@ -198,7 +217,8 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
-                tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors)
+                tss = create_tasks(first, second, parameters, second_url, round_seconds, min_survivors,
+                                   organisation_key=organisation.public_key)
             organisation.sign_task(first, tss)
             if not as_json:
                 _say(f"task {tss.task_id} at S1 (S2's task {tss.second_task_id}): {parameters.protocol}, n = "

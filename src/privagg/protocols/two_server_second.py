@@ -35,7 +35,9 @@ class Handover:
     and helpers) and each item's number of R2 reporters, the recovery of items with dropped helpers (item -> (the
     dropped helpers, the R2 reporters asked)), the messages sealed to S2: each helper's sums, each asked reporter's
     recovery, and the helpers whose sums S2 said do not open (``unopened``: treated as dropped, their sums left
-    out)."""
+    out). What lets S2 check that each sealed message is its sender's (a service's, empty in a simulation): each
+    one's signature by its sender as S1 stored it (``signatures``: (SUMS or RECOVERY, sender) -> signature), S1's
+    task as the organisation signed it (``task``: {"task", "signature"}) and its signed roster (``roster``)."""
 
     enrolled: int
     senders: tuple[int, ...]
@@ -47,21 +49,29 @@ class Handover:
     sums: dict[int, bytes]
     recoveries: dict[int, bytes]
     unopened: tuple[int, ...] = ()
+    signatures: dict[tuple[int, int], bytes] = dataclasses.field(default_factory=dict)
+    task: dict | None = None
+    roster: dict | None = None
 
     @property
     def election(self) -> Election:
         return Election(self.senders, self.counts, self.helpers)
 
     def to_dict(self) -> dict:
+        def b64(raw: bytes | None) -> str | None:
+            return None if raw is None else base64.b64encode(raw).decode()
+
         return {"version": VERSION, "enrolled": self.enrolled, "senders": list(self.senders),
                 "survivors": list(self.survivors), "counts": list(self.counts),
                 "helpers": [list(h) for h in self.helpers], "reporters": list(self.reporters),
                 "unopened": list(self.unopened),
                 "recovery": [{"item": j, "dropped": list(d), "reporters": list(r)}
                              for j, (d, r) in sorted(self.recovery.items())],
-                "sums": [{"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(self.sums.items())],
-                "recoveries": [{"reporter": i, "sealed": base64.b64encode(v).decode()}
-                               for i, v in sorted(self.recoveries.items())]}
+                "sums": [{"helper": h, "sealed": b64(v), "signature": b64(self.signatures.get((SUMS, h)))}
+                         for h, v in sorted(self.sums.items())],
+                "recoveries": [{"reporter": i, "sealed": b64(v), "signature": b64(self.signatures.get((RECOVERY, i)))}
+                               for i, v in sorted(self.recoveries.items())],
+                "task": self.task, "roster": self.roster}
 
     @classmethod
     def from_dict(cls, data) -> "Handover":
@@ -85,7 +95,7 @@ class Handover:
                 raise ParameterError(f"handover.{field}", "base64", type(value).__name__) from None
 
         fields = {"version", "enrolled", "senders", "survivors", "counts", "helpers", "reporters", "recovery", "sums",
-                  "recoveries", "unopened"}
+                  "recoveries", "unopened", "task", "roster"}
         if not isinstance(data, dict) or set(data) != fields or data["version"] != VERSION:
             raise ParameterError("handover", f"a JSON object of the fields {sorted(fields)} (version {VERSION})",
                                  sorted(data) if isinstance(data, dict) else type(data).__name__)
@@ -93,21 +103,27 @@ class Handover:
             raise ParameterError("handover.enrolled", "an integer", data["enrolled"])
         if not isinstance(data["helpers"], list):
             raise ParameterError("handover.helpers", "a list of lists of users", type(data["helpers"]).__name__)
-        recovery, sums, recoveries = {}, {}, {}
+        for field in ("task", "roster"):
+            if data[field] is not None and not isinstance(data[field], dict):
+                raise ParameterError(f"handover.{field}", "a JSON object or null", type(data[field]).__name__)
+        recovery, sums, recoveries, signatures = {}, {}, {}, {}
         for e in entries(data["recovery"], "recovery", ("item", "dropped", "reporters")):
             (item,) = ints([e["item"]], "recovery.item")
             if item in recovery:
                 raise ParameterError("handover.recovery.item", "each item once", item)
             recovery[item] = (ints(e["dropped"], "recovery.dropped"), ints(e["reporters"], "recovery.reporters"))
-        for field, key, out in (("sums", "helper", sums), ("recoveries", "reporter", recoveries)):
-            for e in entries(data[field], field, (key, "sealed")):
+        for field, key, out, kind in (("sums", "helper", sums, SUMS), ("recoveries", "reporter", recoveries, RECOVERY)):
+            for e in entries(data[field], field, (key, "sealed", "signature")):
                 (user,) = ints([e[key]], f"{field}.{key}")
                 if user in out:
                     raise ParameterError(f"handover.{field}.{key}", "each user once", user)
                 out[user] = sealed(e["sealed"], f"{field}.sealed")
+                if e["signature"] is not None:
+                    signatures[kind, user] = sealed(e["signature"], f"{field}.signature")
         return cls(data["enrolled"], ints(data["senders"], "senders"), ints(data["survivors"], "survivors"),
                    ints(data["counts"], "counts"), tuple(ints(h, "helpers") for h in data["helpers"]),
-                   ints(data["reporters"], "reporters"), recovery, sums, recoveries, ints(data["unopened"], "unopened"))
+                   ints(data["reporters"], "reporters"), recovery, sums, recoveries, ints(data["unopened"], "unopened"),
+                   signatures, data["task"], data["roster"])
 
 
 # --- S2 ----------------------------------------------------------------------------------------------------

@@ -200,13 +200,16 @@ def sealed_size(parameters, kind: int, entries: int) -> int:
 
 @dataclass(frozen=True)
 class SecondTask:
-    """A TSS task as S2 serves it: public."""
+    """A TSS task as S2 serves it: public. ``organisation_key`` is the task's organisation's Ed25519 public key, given
+    by S2's operator (never by S1): S2 checks S1's hand-over under it (the signed task and roster, and through the
+    roster each sealed message's sender); None: an older release's task, whose hand-over S2 refuses."""
 
     task_id: str
     parameters: object
     min_survivors: int  # the fewest users (|R2|) a release may be over
     public_key: bytes  # S2's HPKE public key for this task (raw X25519)
     identity_key: bytes | None = None  # S2's Ed25519 identity key for the task (raw; None: an older release's)
+    organisation_key: bytes | None = None  # the organisation's Ed25519 public key (raw; None: an older release's)
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
@@ -214,18 +217,26 @@ class SecondTask:
         if not isinstance(self.public_key, bytes) or len(self.public_key) != KEMS[KEM][1]:
             raise ParameterError("public_key", f"{KEMS[KEM][1]} bytes (a raw {KEM} public key)", f"{len(self.public_key) if isinstance(self.public_key, bytes) else type(self.public_key).__name__}")
         _identity_key("identity_key", self.identity_key)
+        if self.organisation_key is not None and (not isinstance(self.organisation_key, bytes) or
+                                                  len(self.organisation_key) != IDENTITY_BYTES):
+            raise ParameterError("organisation_key", f"{IDENTITY_BYTES} bytes (the organisation's raw Ed25519 public "
+                                 "key)", len(self.organisation_key) if isinstance(self.organisation_key, bytes) else
+                                 type(self.organisation_key).__name__)
 
     def to_dict(self) -> dict:
+        b64 = base64.b64encode
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "min_survivors": self.min_survivors,
-                "public_key": base64.b64encode(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0],
-                **({} if self.identity_key is None else {"identity_key": base64.b64encode(self.identity_key).decode()})}
+                "public_key": b64(self.public_key).decode(), "kem": KEM, "suite": KEMS[KEM][0],
+                **({} if self.identity_key is None else {"identity_key": b64(self.identity_key).decode()}),
+                **({} if self.organisation_key is None else {"organisation_key": b64(self.organisation_key).decode()})}
 
     @classmethod
     def from_dict(cls, data: dict, verify: bool = True) -> "SecondTask":
         parameters = _load(data, {"task_id", "parameters", "min_survivors", "public_key"}, "second task", verify)
         return cls(data["task_id"], parameters, data["min_survivors"], _key("public_key", data["public_key"]),
                    _key("identity_key", data["identity_key"], IDENTITY_BYTES, "Ed25519") if "identity_key" in data
-                   else None)
+                   else None, _key("organisation_key", data["organisation_key"], IDENTITY_BYTES, "Ed25519")
+                   if "organisation_key" in data else None)
 
 
 @dataclass(frozen=True)

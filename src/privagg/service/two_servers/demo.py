@@ -42,7 +42,8 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
         second = SecondService(connect(dbs["s2"], "s2", kek=kek), kek=kek)
         organisation = Organisation.generate()
         try:
-            task = create_tasks(first, second, parameters, s2.url, round_seconds, min_survivors_for(users, drop_fraction))
+            task = create_tasks(first, second, parameters, s2.url, round_seconds,
+                                min_survivors_for(users, drop_fraction), organisation_key=organisation.public_key)
             organisation.sign_task(first, task)
             tokens = first.issue_tokens(task.task_id, users)
         finally:

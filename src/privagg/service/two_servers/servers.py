@@ -65,7 +65,7 @@ from ...protocols.two_server_messages import RECOVERY, SUMS
 from ...protocols.two_server_parties import Election, Handover, Recovery, SecondServer
 from .. import storage
 from ..roster import load_task, new_token, rounds_app, secret_hash
-from ..round_tasks import KEM, SecondTask, TSSTask, second_info
+from ..round_tasks import KEM, SecondTask, TSSTask, message_context, second_info
 from ..rounds import FAILED, RUNNING, RoundDriver, protocol_of, round_routes
 from ..keys import KeyEncryptionKey
 from ..tasks import TASK_ID_BYTES, _private_key, _suite
@@ -283,15 +283,25 @@ class FirstService(RoundDriver):
 
     def handover(self, task_id: str) -> Handover:
         """What S2 gets once the rounds are done (:meth:`FirstServer.finish`: the users, the election, each item's
-        number of R2 reporters, the recovery plan with the reporters asked, and the sealed sums and recoveries)."""
+        number of R2 reporters, the recovery plan with the reporters asked, and the sealed sums and recoveries),
+        with what S2 checks them by (:func:`check_senders`): each one's signature as S1 stored it, the task and the
+        roster as the organisation signed them."""
         task = self.task(task_id)
         protocol = protocol_of(task.parameters)
+        numbers = {protocol.number("sums"): SUMS, protocol.number("recover"): RECOVERY}
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
             if row.status not in (HANDOVER, DELIVERED):
                 raise Refused(409, "not_done", f"task {task_id} is in {self.label(row)}: the rounds are not done")
             messages = self._messages(c, task_id, protocol)
-        return protocol.coordinator(task.parameters, task.min_survivors).finish(self._state(task_id, row.published), messages)
+            m = s1_messages.c
+            signatures = {(numbers[k], user): signature for k, user, signature in c.execute(
+                sa.select(m.round, m.user, m.signature).where(m.task_id == task_id, m.round.in_(numbers)))}
+        handover = protocol.coordinator(task.parameters, task.min_survivors).finish(
+            self._state(task_id, row.published), messages)
+        signed, roster = row.task_signature, self.signed_roster(task_id)
+        return dataclasses.replace(handover, signatures=signatures, task={"task": task.to_dict(), "signature": (
+            None if signed is None else base64.b64encode(signed).decode())}, roster=roster and roster.to_dict())
 
     def deliver(self, task_id: str) -> str:
         """Send the hand-over to S2 if the rounds are done and S2 does not have it yet; the state after
@@ -374,9 +384,11 @@ class SecondService:
                                 registry=self.registry)
         self.attested = Counter("privagg_s2_elections_attested", "Elections of S1 attested", registry=self.registry)
 
-    def create_task(self, parameters, min_survivors: int | None = None) -> tuple[SecondTask, str]:
+    def create_task(self, parameters, min_survivors: int | None = None, *,
+                    organisation_key: bytes) -> tuple[SecondTask, str]:
         """A new task with its own HPKE key pair (sealed under the KEK), and the relay token S1 must show (returned
-        once, kept hashed).
+        once, kept hashed). ``organisation_key``: the public key of the organisation that signs S1's task and roster
+        (S2 checks the hand-over under it), from the organisation, never from S1.
         ``min_survivors`` defaults to n (every user must take part to the end): set it lower to release despite
         dropouts."""
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -384,7 +396,7 @@ class SecondService:
         key, token, task_id = X25519PrivateKey.generate(), new_token(), secrets.token_hex(TASK_ID_BYTES)
         task = SecondTask(task_id, parameters, parameters.n_users if min_survivors is None else min_survivors,
                           key.public_key().public_bytes_raw(),
-                          identity.public_key(second_identity(key.private_bytes_raw(), task_id)))
+                          identity.public_key(second_identity(key.private_bytes_raw(), task_id)), organisation_key)
         with self.engine.begin() as c:
             c.execute(sa.insert(s2_tasks).values(task_id=task.task_id, task=json.dumps(task.to_dict()),
                                                  sealed_key=self.kek.seal(key.private_bytes_raw(), task.task_id),
@@ -463,13 +475,16 @@ class SecondService:
         return {"unopened": unopened}
 
     def receive(self, task_id: str, authorization: str | None, body: bytes) -> str:
-        """S1's hand-over, shown with the relay token: checked (:meth:`SecondServer.check`) and stored once; the
-        same hand-over again is taken as already received, another refused (409)."""
+        """S1's hand-over, shown with the relay token: checked (:meth:`SecondServer.check`, and each sealed message
+        its sender's: :func:`check_senders`) and stored once; the same hand-over again is taken as already
+        received, another refused (409). A refused hand-over (400 ``bad_handover`` naming the field) is not
+        stored: S1 sends it again, refused again, until it hands over what its users sent."""
         task = self.task(task_id)
         self._from_first(task_id, authorization, "a hand-over")
         try:
-            SecondServer(task.parameters, task.min_survivors).check(Handover.from_dict(json_object(body,
-                                                                                                   "the hand-over")))
+            handover = Handover.from_dict(json_object(body, "the hand-over"))
+            SecondServer(task.parameters, task.min_survivors).check(handover)
+            check_senders(task, handover)
         except ParameterError as err:
             raise Refused(400, "bad_handover", str(err)) from None
         digest = hashlib.sha256(body).digest()
@@ -557,12 +572,50 @@ class SecondService:
             return c.execute(sa.select(s2_tasks.c.task_id).where(s2_tasks.c.state == "received")).scalars().all()
 
 
+def check_senders(task: SecondTask, handover: Handover) -> None:
+    """That each sealed message S1 hands over is its sender's, under the organisation's key in S2's own task (S1
+    does not control it; docs/privacy.md, "Dishonest parties"): S1's task as the organisation signed it, naming
+    S2's task (which binds S1's task id to S2's); its roster as the organisation signed it, for that task; and each
+    helper's sum and each reporter's recovery signed by its sender's identity key in the roster, as he posted it
+    to S1 (:func:`~privagg.service.round_tasks.message_context`: S1's task, the round, the sender, to the server).
+    A ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2), and an
+    honest S1, which checked each signature as it stored the message, never hands over one that fails.
+
+    Refused rather than the helper treated as dropped: the recovery round is closed by the hand-over, so his items
+    could not be recovered, and a hand-over S1 forged proves S1 dishonest, so nothing else in it is to be relied on
+    either."""
+    from ..round_tasks import SignedRoster, check_task
+
+    if task.organisation_key is None:
+        raise ParameterError("organisation_key", "the organisation's public key in S2's task (to check the "
+                             "hand-over's signatures; a task of an older release has none)", None)
+    signed = handover.task if isinstance(handover.task, dict) else {}
+    document = signed.get("task")
+    first_id = document.get("task_id") if isinstance(document, dict) else None
+    check_task(document, signed.get("signature"), task.organisation_key, str(first_id))
+    if document.get("second_task_id") != task.task_id:
+        raise ParameterError("handover.task.second_task_id", f"S2's task, {task.task_id}",
+                             str(document.get("second_task_id"))[:40])
+    roster = SignedRoster.from_dict(handover.roster, first_id).verify(task.organisation_key)
+    protocol = protocol_of(task.parameters)
+    for kind, field, name, sealed in ((SUMS, "sums", "sums", handover.sums),
+                                      (RECOVERY, "recoveries", "recover", handover.recoveries)):
+        for sender, blob in sorted(sealed.items()):
+            key = roster.users.get(sender, (b"",))[0]
+            identity.check(key, handover.signatures.get((kind, sender), b""),
+                           message_context(first_id, protocol.number(name), sender, None), blob,
+                           f"handover.{field}[{sender}].signature", f"user {sender}'s identity key in the signed "
+                           "roster (of this sealed message as he posted it to S1)")
+
+
 def create_tasks(first: FirstService, second: SecondService, parameters, second_url: str,
-                 round_seconds: float = 60.0, min_survivors: int | None = None) -> TSSTask:
+                 round_seconds: float = 60.0, min_survivors: int | None = None, *,
+                 organisation_key: bytes) -> TSSTask:
     """A task on both servers, from one process that opens both databases (a demo, a test; across machines, do
     the two steps: :meth:`SecondService.create_task`, then :meth:`FirstService.create_task` with S2's public task
-    from ``GET {second_url}/tasks/{id}``, its URL and the relay token)."""
-    second_task, token = second.create_task(parameters, min_survivors)
+    from ``GET {second_url}/tasks/{id}``, its URL and the relay token), for the organisation of ``organisation_key``
+    (which signs S1's task)."""
+    second_task, token = second.create_task(parameters, min_survivors, organisation_key=organisation_key)
     return first.create_task(parameters, second_task, second_url, token, round_seconds)
 
 
