@@ -10,7 +10,10 @@ no item all of whose helpers it would name) and fails the release; S1 replacing 
 hand-over by one it sealed to S2 itself is refused by S2 (the helper's signature does not verify), naming the sum.
 """
 
+import base64
+import dataclasses
 import json
+import re
 
 import pytest
 import sqlalchemy as sa
@@ -18,7 +21,9 @@ import sqlalchemy as sa
 from service.dishonest_tss import EverySumUnopenedS2, OneHelperS1, SelfAttestingS1, SubstitutingS1, WrongSumHelper
 from service.test_two_servers import DOMAIN, MIN, N_USERS, deploy, dbs, refusal, sqlite_dbs, step, tss  # noqa: F401
 
+from privagg.core import identity
 from privagg.errors import ParameterError
+from privagg.protocols.two_server_messages import SUMS
 from privagg.protocols.two_server_parties import TSSUser
 from privagg.service.two_servers.servers import s1_relayed
 from privagg.service.web import Refused
@@ -155,3 +160,37 @@ def test_a_sum_s1_seals_to_s2_itself_is_refused_by_s2_naming_it(dbs):
         result = d.result()
         assert [round(e["estimate"] * p.effective_probability) for e in sorted(
             result["estimates"], key=lambda e: e["item"])] == truth
+
+
+def test_every_swapped_or_unsigned_part_of_the_hand_over_is_refused_naming_it(sqlite_dbs):
+    """The class of issue 46's substitution, on an honest hand-over with a recovery (helper h sent no sum): a
+    reporter's recovery swapped for another's, a sum without its signature, the roster signed by another key, S1's
+    task edited (another S2 task named), or S2's task without the organisation's key (an older release's) are each
+    refused naming the field; the honest hand-over passes."""
+    from privagg.service.organisation import Organisation
+    from privagg.service.two_servers.servers import check_senders
+
+    with deploy(sqlite_dbs) as d:
+        step(d, 1)
+        step(d, 2)
+        helper = sorted(d.election().by_helper)[0]
+        step(d, 3, skip=(helper,))
+        assert step(d, 4) == "handover"
+        honest, second = d.first.handover(d.task_id), d.second.task(d.task.second_task_id)
+        check_senders(second, honest)
+        (a, blob), (b, _) = sorted(honest.recoveries.items())[:2]
+        some = sorted(honest.sums)[0]
+        other = Organisation.generate()  # the roster's document signed by another key
+        roster = dict(honest.roster, signature=base64.b64encode(identity.sign(
+            other.private_key, b"privagg roster " + d.task_id.encode(), honest.roster["roster"].encode())).decode())
+        edited = {**honest.task, "task": {**honest.task["task"], "second_task_id": "cd" * 16}}
+        for lie, field in [({"recoveries": {**honest.recoveries, b: blob}}, f"handover.recoveries[{b}].signature"),
+                           ({"signatures": {k: v for k, v in honest.signatures.items() if k != (SUMS, some)}},
+                            f"handover.sums[{some}].signature"),
+                           ({"roster": roster}, "roster.signature"),
+                           ({"task": edited}, "task.signature")]:
+            with pytest.raises(ParameterError, match=re.escape(field)):
+                check_senders(second, dataclasses.replace(honest, **lie))
+        with pytest.raises(ParameterError, match="organisation_key"):
+            check_senders(dataclasses.replace(second, organisation_key=None), honest)
+        assert d.result()["dropouts"]["recovered_items"]  # the honest hand-over, with its recovery, is released

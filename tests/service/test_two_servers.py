@@ -657,9 +657,10 @@ def test_two_processes_on_loopback_with_dropouts_and_a_kill(tmp_path):
 
 
 def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, monkeypatch):
-    """S2's operator makes S2's task alone (its relay token to a new 0600 file), S1's operator makes S1's from S2's
-    public JSON and that token: S1's task names S2's, and S2 takes S1's hand-over with the token. Wrong
-    parameters, a missing token file, an existing token file are refused, naming the option."""
+    """S2's operator makes S2's task alone (its relay token to a new 0600 file, the organisation's public key in it),
+    S1's operator makes S1's from S2's public JSON and that token: S1's task names S2's, and S2 takes S1's hand-over
+    with the token. Wrong parameters, a missing token file, an existing token file, a missing or misplaced
+    organisation public key, an S2 task of another organisation are refused, naming the option."""
     from typer.testing import CliRunner
 
     from privagg.cli import app
@@ -670,20 +671,27 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     monkeypatch.setenv("PRIVAGG_KEK", kek.export())
     run = CliRunner().invoke
     token = tmp_path / "relay.token"
-    s2 = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
-                   "--s2", "--relay-token-file", str(token), "--json"])
+    keygen = run(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")])
+    assert keygen.exit_code == 0
+    public = keygen.stdout.strip()
+    s2_args = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db", "--s2",
+               "--relay-token-file", str(token)]
+    unpinned = run(app, s2_args)
+    assert unpinned.exit_code == 2 and "organisation-public-key" in unpinned.output and not token.exists()
+    garbled = run(app, [*s2_args, "--organisation-public-key", "not a key"])
+    assert garbled.exit_code == 2 and "organisation-public-key must be" in garbled.output and not token.exists()
+    s2 = run(app, [*s2_args, "--organisation-public-key", public, "--json"])
     assert s2.exit_code == 0, s2.output
     second = json.loads(s2.stdout)
+    assert second["organisation_key"] == public
     # the delta its release states over its fewest survivors (here all n: no dropout), and the fewest that keep it
     assert second["delta_at_min_survivors"] == pytest.approx(params.delta_at(1.0), rel=1e-12)
     assert params.delta_at(1.0) <= params.delta
     assert second["min_survivors"] == second["min_survivors_for_target_delta"] == 40
     assert (token.stat().st_mode & 0o777) == 0o600 and len(token.read_text().strip()) >= 16
     (tmp_path / "s2.json").write_text(s2.stdout)
-    again = run(app, ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s2.db",
-                      "--s2", "--relay-token-file", str(token)])
+    again = run(app, [*s2_args, "--organisation-public-key", public])
     assert again.exit_code == 2 and "relay-token-file must be a new file" in again.output
-    assert run(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).exit_code == 0
     s1_args = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s1.db",
                "--second-task", str(tmp_path / "s2.json"), "--second-url", "http://127.0.0.1:8084",
                "--organisation-key", str(tmp_path / "org.key")]
@@ -698,6 +706,11 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     misplaced = run(app, ["task", "create", "--params", str(tmp_path / "d.json"), "--db",
                           f"sqlite:///{tmp_path}/sharing.db", "--s2", "--relay-token-file", str(tmp_path / "x")])
     assert misplaced.exit_code == 2 and "--s2 must be given only for a tss or tss-collusion task" in misplaced.output
+    assert run(app, ["organisation", "keygen", "--output", str(tmp_path / "other.key")]).exit_code == 0
+    foreign = run(app, [*s1_args[:-1], str(tmp_path / "other.key"), "--relay-token-file", str(token)])
+    assert foreign.exit_code == 2 and "second-task must be S2's task made with this organisation" in foreign.output
+    misplaced = run(app, [*s1_args, "--relay-token-file", str(token), "--organisation-public-key", public])
+    assert misplaced.exit_code == 2 and "organisation-public-key must be given only with --s2" in misplaced.output
     s1 = run(app, [*s1_args, "--relay-token-file", str(token), "--json"])
     assert s1.exit_code == 0, s1.output
     first = json.loads(s1.stdout)
