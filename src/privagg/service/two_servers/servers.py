@@ -21,9 +21,11 @@ round 3   sums: a helper fetches his inbox (his items, their R2 reporters, the s
           (``POST /tasks/{id}/sums`` at S2), and their senders count as helpers who sent none.
 round 4   recover: only if helpers missed round 3: each asked R2 reporter fetches the dropped helpers of his items and
           posts his shares to them, sealed to S2.
-hand-over S1 posts S2 the users, the election, the sealed sums and recoveries (``POST /tasks/{id}/handover``
-          at S2, with the relay token), until S2 has it; S2 opens them, checks them and releases the items it
-          can complete, with the guarantee recomputed for R2 (``GET /tasks/{id}/result`` at S2).
+hand-over S1 posts S2 the users, the election, the sealed sums and recoveries with their senders' signatures, its
+          task and roster as the organisation signed them (``POST /tasks/{id}/handover`` at S2, with the relay
+          token), until S2 has it; S2 checks each signature under the organisation's key in its own task
+          (:func:`check_senders`), opens them, checks them and releases the items it can complete, with the
+          guarantee recomputed for R2 (``GET /tasks/{id}/result`` at S2).
 
 Fewer than the task's minimum in R1 or R2 fails the task at S1 (nothing is handed over, nothing released).
 Every message is stored once (primary keys; a second post is refused 409 and stores nothing), in committed
