@@ -1,0 +1,134 @@
+"""One dishonest user for ``privagg demo-service PROTOCOL --dishonest KIND`` (issue 46), so that a newcomer sees the
+protocol detect a deviation live; the service tests' dishonest parties (tests/service/dishonest_dpds.py,
+dishonest_tss.py) import these rather than keep copies. Each is the honest SDK client (or role) with one
+deviation; what the protocol does about it: docs/deviations-dpds46.md, docs/deviations-tss46.md.
+
+DPDS, DPDG (:data:`KINDS` ``sharing``):
+
+* ``junk-backups`` (:class:`JunkBackupsClient`): random bytes of the right size as each sealed backup, signed by
+  him. No recipient can open one: they complain in round 2, he is excluded (a dropout) and the release is exact
+  over the others.
+* ``wrong-share`` (:class:`WrongRevealer`): in round 5 every share he reveals moved by one. Each fails its dealer's
+  commitment: discarded, he is blamed, the release is exact.
+
+TSS, TSS' (``two-servers``):
+
+* ``misrouted-sum`` (:class:`MisroutedSumClient`): his helper sums sealed as another helper's (HPKE's info names
+  that helper), as a sum replayed from another helper would be. S2 cannot open it as his: S1 treats him as a helper
+  who sent no sum, his items are recovered in round 4 and the release is exact (``dropouts.unopened_sums``).
+* ``wrong-sum`` (:class:`WrongSumHelper`): ``extra`` added to his sum of his first item. Inside [0, |R_j|] no party
+  can detect it without input proofs; the release's ``trust`` block says it trusts the helpers' integrity.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import NamedTuple
+
+from ..core import shamir
+from ..errors import ParameterError
+from ..protocols import sharing_parties
+from ..protocols.roles import Outbox
+from ..protocols.sharing_parties import REVEAL, SERVER, Revealed, SharingUser
+from ..protocols.two_server_messages import SECOND, SUMS, decode, encode
+from ..protocols.two_server_parties import TSSUser
+from .round_tasks import second_info
+from .sharing.client import SharingClient
+from .two_servers.client import TSSClient
+
+
+class JunkBackupsClient(SharingClient):
+    """A device that posts random bytes as each sealed backup (the sizes the server checks, his signatures)."""
+
+    def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
+        return secrets.token_bytes(len(super()._seal(message, public_key, info)))
+
+
+class WrongRevealer(SharingUser):
+    """Round 5 with every revealed share moved by one (well-formed, signed by him)."""
+
+    def reveal(self, *args, **kwargs) -> Outbox:
+        p = self.parameters
+        honest = sharing_parties.decode(p, super().reveal(*args, **kwargs).message, (REVEAL,), self.index,
+                                        SERVER).payload
+        return Outbox(sharing_parties.encode(p, REVEAL, self.index, SERVER, Revealed(
+            honest.owners, honest.secrets, (honest.shares + 1) % shamir.PRIME)), {})
+
+
+def client_of(role: type) -> type:
+    """A sharing SDK client whose role is ``role`` (a dishonest user's device)."""
+
+    class Client(SharingClient):
+        def make_role(self, user: int):
+            return role(self.task.parameters, user, self.task.min_survivors, identity=self.identity)
+
+    Client.__name__ = f"{role.__name__}Client"
+    return Client
+
+
+class WrongSumHelper(TSSUser):
+    """A helper adding ``extra`` to his sum of his first item (``moved``, once he sent it): undetectable without
+    input proofs while the count stays in [0, |R_j|]."""
+
+    extra = 7
+    moved: int | None = None
+
+    def sums(self, reporters, shares) -> Outbox:
+        honest = decode(self.parameters, super().sums(reporters, shares).message, SUMS, self.index)
+        values = [(int(v) + (self.extra if k == 0 else 0)) % self.parameters.modulus
+                  for k, v in enumerate(honest.values)]
+        self.moved = int(honest.items[0]) if len(honest.items) else None
+        return Outbox(encode(self.parameters, SUMS, self.index, SECOND, honest.items, values, counts=honest.counts),
+                      {})
+
+
+class WrongSumClient(TSSClient):
+    """A TSS device whose role is :class:`WrongSumHelper` adding 1 (the least move, the likeliest to stay in
+    range)."""
+
+    def make_role(self, user: int):
+        role = WrongSumHelper(self.task.parameters, user, self.task.min_survivors, identity=self.identity,
+                              second=self.task.second_identity_key or b"")
+        role.extra = 1
+        return role
+
+
+class MisroutedSumClient(TSSClient):
+    """A TSS device that seals his helper sums as the next user's (what a sum replayed from another helper is)."""
+
+    def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
+        if info == second_info(self.task.second_task_id, SUMS, self.user):
+            info = second_info(self.task.second_task_id, SUMS, (self.user + 1) % self.task.parameters.n_users)
+        return super()._seal(message, public_key, info)
+
+
+class Deviation(NamedTuple):
+    client: type  # the liar's SDK client
+    did: str  # what he does
+    outcome: str  # what the protocol does about it (docs/deviations-dpds46.md, docs/deviations-tss46.md)
+
+
+KINDS = {
+    "sharing": {
+        "junk-backups": Deviation(JunkBackupsClient, "posts random bytes as each sealed backup",
+                                  "no recipient can open one: they complain in round 2, he is excluded (a dropout), "
+                                  "the release is exact over the others"),
+        "wrong-share": Deviation(client_of(WrongRevealer), "reveals every share moved by one in round 5",
+                                 "each fails its dealer's commitment: discarded, he is blamed, the release is "
+                                 "exact")},
+    "two-servers": {
+        "misrouted-sum": Deviation(MisroutedSumClient, "seals his helper sums as another helper's",
+                                   "S2 cannot open them as his: his items are recovered in round 4, the release is "
+                                   "exact and names him"),
+        "wrong-sum": Deviation(WrongSumClient, "adds 1 to his helper sum of his first item",
+                               "not detectable without input proofs while the count stays in [0, |R_j|] (out of it, "
+                               "the item is refused): the release's trust block says it trusts the helpers' "
+                               "integrity")}}
+"""Per service (the sharing server; S1 and S2), each ``--dishonest`` kind."""
+
+
+def deviation(service: str, protocol: str, kind: str) -> Deviation:
+    """``kind`` for ``protocol`` (run by ``service``), or ParameterError naming the accepted kinds."""
+    if kind not in KINDS[service]:
+        raise ParameterError("dishonest", f"one of {', '.join(KINDS[service])} for {protocol}", kind)
+    return KINDS[service][kind]
