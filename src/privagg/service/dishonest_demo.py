@@ -94,12 +94,19 @@ class WrongSumClient(TSSClient):
 
 
 class MisroutedSumClient(TSSClient):
-    """A TSS device that seals his helper sums as the next user's (what a sum replayed from another helper is)."""
+    """A TSS device that seals his helper sums as the next user's (what a sum replayed from another helper is), and,
+    having posted no sum of his own, answers round 4 as a helper who sent none (as the test's thief does)."""
 
     def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
         if info == second_info(self.task.second_task_id, SUMS, self.user):
             info = second_info(self.task.second_task_id, SUMS, (self.user + 1) % self.task.parameters.n_users)
         return super()._seal(message, public_key, info)
+
+    def send(self, name: str, value: int | None = None) -> bool:
+        sent = super().send(name, value)
+        if name == "sums":
+            self.role.state.summed = []
+        return sent
 
 
 class Deviation(NamedTuple):
