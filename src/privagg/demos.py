@@ -99,11 +99,12 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
     z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes;
     what the release detected (its blame data, :data:`DETECTED`), and with ``dishonest`` (a kind of
-    :data:`privagg.service.dishonest_demo.KINDS`) the one user who deviated so."""
+    ``KINDS`` in privagg.service.sharing.dishonest or two_servers.dishonest) the one user who deviated so."""
     from .errors import ParameterError, check_integer
-    from .service.dishonest_demo import deviation
-    from .service.round_demo import check_drop_fraction
+    from .service.round_demo import check_drop_fraction, deviation
+    from .service.sharing import dishonest as sharing_kinds
     from .service.sharing.demo import run_sharing_services
+    from .service.two_servers import dishonest as tss_kinds
     from .service.two_servers.demo import run_tss_services
     from .simulate.rounds import FAITHFUL_SECONDS_MAX
     from .simulate.runner import simulate
@@ -113,7 +114,8 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     codes, categories, beta = sharing_demo_data(users)
     entry = get(protocol)
     two_servers = entry.topology is Topology.TWO_SERVERS
-    lie = None if dishonest is None else deviation("two-servers" if two_servers else "sharing", protocol, dishonest)
+    lie = None if dishonest is None else deviation((tss_kinds if two_servers else sharing_kinds).KINDS,
+                                                       protocol, dishonest)
     # the entry's example options (TSS: alpha = 1/2, TSS': phi = 2), beta (the data condition) from the data
     options = {o.name: entry.example[o.name] for o in entry.options if o.name in entry.example}
     if "min_count_fraction" in options:

@@ -411,7 +411,7 @@ class SharingDemoParty:
 
 @dataclass
 class SharingDemoDishonest:
-    """``privagg demo-service --dishonest KIND``: the one user who deviated (privagg.service.dishonest_demo)."""
+    """``privagg demo-service --dishonest KIND``: the one user who deviated (privagg.service.sharing.dishonest, two_servers.dishonest)."""
 
     kind: str
     user: int  # his roster index

@@ -3,7 +3,7 @@ a test runs the real services (or the simulator's harness) with one party lying 
 
 Users (roles, and the SDK clients that run them):
 
-* :class:`JunkBackupsClient` (privagg.service.dishonest_demo: demo-service's too): the issue's "random backups":
+* :class:`JunkBackupsClient` (privagg.service.sharing.dishonest: demo-service's too): the issue's "random backups":
   every sealed backup replaced by random bytes of its size (signed by him, as his SDK signs what it posts): no
   recipient can open one.
 * :class:`JunkBackupsUser`: the same in the simulator, which seals nothing: random bytes as each backup.
@@ -11,7 +11,7 @@ Users (roles, and the SDK clients that run them):
   moved by one), his commitments those of the right shares.
 * :class:`InconsistentDealer`: wrong shares for ``victims`` committed to as they are: each recipient's share matches
   its commitment, but together they rebuild no secret he committed to (caught at the release).
-* :class:`WrongRevealer` (privagg.service.dishonest_demo): reveals shares moved by one.
+* :class:`WrongRevealer` (privagg.service.sharing.dishonest): reveals shares moved by one.
 
 Servers (coordinators, put in the registry's dpds entry by :func:`serving`):
 
@@ -36,7 +36,7 @@ from privagg.protocols import registry
 from privagg.protocols.roles import Outbox
 from privagg.protocols.sharing_parties import (BACKUP, COMMITMENTS, LIMBS, MASK_SEED, PROTOCOL, SERVER, SharingServer,
                                                SharingUser, decode, dealt_commitments, encode)
-from privagg.service.dishonest_demo import JunkBackupsClient, WrongRevealer, client_of  # noqa: F401 (demo-service's)
+from privagg.service.sharing.dishonest import JunkBackupsClient, WrongRevealer, client_of  # noqa: F401 (demo-service's)
 
 
 class JunkBackupsUser(SharingUser):

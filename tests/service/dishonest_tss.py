@@ -4,7 +4,7 @@ one that lies in one way.
 * :class:`OneHelperS1`: S1 names one user the only helper of every item, stating the true m_j (or m_j = 1 for
   every item, ``counts=1``), and asks S2 to attest it.
 * :class:`SelfAttestingS1`: the same election, attested by S1 itself (its own key), never shown to S2.
-* :class:`WrongSumHelper` (privagg.service.dishonest_demo: demo-service's too): a helper's role adding ``extra``
+* :class:`WrongSumHelper` (privagg.service.two_servers.dishonest: demo-service's too): a helper's role adding ``extra``
   to his sum of one item (his first).
 * :class:`EverySumUnopenedS2`: S2 saying, as round 3 closes, that no helper's sum opens (to be handed shares).
 """
@@ -16,7 +16,7 @@ import json
 from privagg.core import identity
 from privagg.protocols.two_server_election import CONTEXT, Election
 from privagg.protocols.two_server_parties import FirstServer
-from privagg.service.dishonest_demo import WrongSumHelper  # noqa: F401 (demo-service's)
+from privagg.service.two_servers.dishonest import WrongSumHelper  # noqa: F401 (demo-service's)
 from privagg.service.rounds import RoundDriver
 from privagg.service.two_servers.servers import FirstService, SecondService
 

@@ -69,7 +69,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
     declares, skipping each user at his planned round of dropping out (``plan``: its number, 0 for none);
     ``between(round)`` runs after each round's messages are sent (the fault tests kill the server there);
     ``liar``: the client class of the first user who stays (``privagg demo-service --dishonest``,
-    :mod:`privagg.service.dishonest_demo`). Once the users who will answer a round have, the round is closed early
+    :mod:`privagg.service.sharing.dishonest`). Once the users who will answer a round have, the round is closed early
     (the operator's route), not at its deadline. The rounds' wall times, the users' bytes, who survived (sent the
     round the release is over), the users' clients and the liar's."""
     lying = int(np.flatnonzero(plan == 0)[0]) if liar is not None else -1

@@ -31,7 +31,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
     """S2's release, the survivors' codes (R2), each round's wall time, the users' bytes and their clients.
     ``rounds``: when the dropouts vanish; ``between(round, s1)``: runs once a round's messages are sent (the
     benchmark kills S1 there); ``liar``: the client class of the first user who stays (``privagg demo-service
-    --dishonest``, :mod:`privagg.service.dishonest_demo`), his client returned as ``liar``."""
+    --dishonest``, :mod:`privagg.service.two_servers.dishonest`), his client returned as ``liar``."""
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     dbs = {role: fresh_sqlite(workdir, role) for role in ("s1", "s2")}
