@@ -94,13 +94,17 @@ def sharing_demo_data(users: int, categories: int = 10) -> tuple[np.ndarray, lis
 
 def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
                      epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0,
-                     progress=print) -> dict:
+                     progress=print, dishonest: str | None = None) -> dict:
     """demo-service dpds|dpdg|tss|tss-collusion: the release of the sharing server (DPDS, DPDG) or of S2 (TSS,
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
-    z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes."""
+    z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes;
+    what the release detected (its blame data, :data:`DETECTED`), and with ``dishonest`` (a kind of
+    ``KINDS`` in privagg.service.sharing.dishonest or two_servers.dishonest) the one user who deviated so."""
     from .errors import ParameterError, check_integer
-    from .service.round_demo import check_drop_fraction
+    from .service.round_demo import check_drop_fraction, deviation
+    from .service.sharing import dishonest as sharing_kinds
     from .service.sharing.demo import run_sharing_services
+    from .service.two_servers import dishonest as tss_kinds
     from .service.two_servers.demo import run_tss_services
     from .simulate.rounds import FAITHFUL_SECONDS_MAX
     from .simulate.runner import simulate
@@ -109,6 +113,9 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     users, drop_fraction = check_integer("users", users, 20, DEMO_USERS_MAX), check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
     entry = get(protocol)
+    two_servers = entry.topology is Topology.TWO_SERVERS
+    lie = None if dishonest is None else deviation((tss_kinds if two_servers else sharing_kinds).KINDS,
+                                                       protocol, dishonest)
     # the entry's example options (TSS: alpha = 1/2, TSS': phi = 2), beta (the data condition) from the data
     options = {o.name: entry.example[o.name] for o in entry.options if o.name in entry.example}
     if "min_count_fraction" in options:
@@ -118,8 +125,9 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
         options["min_count_fraction"] = beta
     parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
                            **options)
-    run = run_tss_services if entry.topology is Topology.TWO_SERVERS else run_sharing_services
-    out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress)
+    run = run_tss_services if two_servers else run_sharing_services
+    out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress,
+              liar=None if lie is None else lie.client)
     report, survivors = out["report"], out["survivor_codes"]
     truth = np.bincount(survivors, minlength=len(categories))
     recomputed = entry.rounds.survivors_parameters(parameters, len(survivors))
@@ -147,7 +155,17 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
             "service": report, "simulation": {"private": False, "seed": 0, "mode": mode,
                                               "parameters": recomputed.to_dict()},
             "z_rms": float(np.sqrt(np.mean(zs**2))) if zs.size else None, "round_seconds": out["seconds"],
-            "bytes": out["bytes"], "parties": out["parties"], "data_condition_broken": condition}
+            "bytes": out["bytes"], "parties": out["parties"], "data_condition_broken": condition,
+            "detected": {k: report["dropouts"][k] for k in DETECTED if k in report["dropouts"]},
+            "dishonest": None if lie is None else {
+                "kind": dishonest, "user": out["liar"].user, "did": lie.did, "outcome": lie.outcome,
+                "item": getattr(out["liar"].role, "moved", None)}}
+
+
+DETECTED = ("complaints", "excluded", "blamed", "unopened_sums", "recovered_items", "lost_items")
+"""The release's blame data (its ``dropouts``): DPDS and DPDG's complaints ([complainer, the dealers he named...]),
+excluded dealers and blamed revealers ([revealer, the owners of his discarded shares...]); TSS's helpers whose sums
+did not open, the items recovered for them, and the items refused by the range and count checks."""
 
 
 DEMO_USERS_MAX = 1_000  # sharing demos: about ten minutes on loopback, users and servers on 2 cores

@@ -410,6 +410,17 @@ class SharingDemoParty:
 
 
 @dataclass
+class SharingDemoDishonest:
+    """``privagg demo-service --dishonest KIND``: the one user who deviated (privagg.service.sharing.dishonest, two_servers.dishonest)."""
+
+    kind: str
+    user: int  # his roster index
+    did: str
+    outcome: str  # what the protocol does about it
+    item: int | None = None  # wrong-sum: the item whose sum he moved (None: no sum sent, or another kind)
+
+
+@dataclass
 class SharingDemoReport:
     """``privagg demo-service dpds|dpdg|tss|tss-collusion --json``: the release beside the simulation."""
 
@@ -425,6 +436,9 @@ class SharingDemoReport:
     parties: list[SharingDemoParty]
     # the survivors' data breaks the condition the guarantee assumes
     data_condition_broken: str | None = field(default=None, metadata=FROM_DATA)
+    # the release's blame data (privagg.demos.DETECTED): user indices (lists of them) and items with why
+    detected: dict[str, list[Any]] = field(default_factory=dict)
+    dishonest: SharingDemoDishonest | None = None  # --dishonest: the one user who deviated
 
 
 @dataclass

@@ -3,14 +3,15 @@ a test runs the real services (or the simulator's harness) with one party lying 
 
 Users (roles, and the SDK clients that run them):
 
-* :class:`JunkBackupsClient`: the issue's "random backups": every sealed backup replaced by random bytes of its
-  size (signed by him, as his SDK signs what it posts): no recipient can open one.
+* :class:`JunkBackupsClient` (privagg.service.sharing.dishonest: demo-service's too): the issue's "random backups":
+  every sealed backup replaced by random bytes of its size (signed by him, as his SDK signs what it posts): no
+  recipient can open one.
 * :class:`JunkBackupsUser`: the same in the simulator, which seals nothing: random bytes as each backup.
 * :class:`WrongSharesUser`: backups that open but hold wrong Shamir shares (one limb of each recipient's shares
   moved by one), his commitments those of the right shares.
 * :class:`InconsistentDealer`: wrong shares for ``victims`` committed to as they are: each recipient's share matches
   its commitment, but together they rebuild no secret he committed to (caught at the release).
-* :class:`WrongRevealer`: reveals shares moved by one.
+* :class:`WrongRevealer` (privagg.service.sharing.dishonest): reveals shares moved by one.
 
 Servers (coordinators, put in the registry's dpds entry by :func:`serving`):
 
@@ -33,16 +34,9 @@ from privagg.core import shamir
 from privagg.errors import ParameterError
 from privagg.protocols import registry
 from privagg.protocols.roles import Outbox
-from privagg.protocols.sharing_parties import (BACKUP, COMMITMENTS, LIMBS, MASK_SEED, PROTOCOL, REVEAL, SERVER,
-                                               Revealed, SharingServer, SharingUser, decode, dealt_commitments, encode)
-from privagg.service.sharing.client import SharingClient
-
-
-class JunkBackupsClient(SharingClient):
-    """A device that posts random bytes as each sealed backup (the sizes the server checks, his signatures)."""
-
-    def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
-        return secrets.token_bytes(len(super()._seal(message, public_key, info)))
+from privagg.protocols.sharing_parties import (BACKUP, COMMITMENTS, LIMBS, MASK_SEED, PROTOCOL, SERVER, SharingServer,
+                                               SharingUser, decode, dealt_commitments, encode)
+from privagg.service.sharing.dishonest import JunkBackupsClient, WrongRevealer, client_of  # noqa: F401 (demo-service's)
 
 
 class JunkBackupsUser(SharingUser):
@@ -84,26 +78,6 @@ class InconsistentDealer(SharingUser):
                 shares[k, :, 0] = (shares[k, :, 0] + 1) % shamir.PRIME
             relayed[k] = encode(p, BACKUP, self.index, k, shares[k])
         return Outbox(encode(p, COMMITMENTS, self.index, SERVER, dealt_commitments(self.index, shares)), relayed)
-
-
-class WrongRevealer(SharingUser):
-    """Round 5 with every revealed share moved by one (well-formed, signed by him)."""
-
-    def reveal(self, *args, **kwargs) -> Outbox:
-        p = self.parameters
-        honest = decode(p, super().reveal(*args, **kwargs).message, (REVEAL,), self.index, SERVER).payload
-        return Outbox(encode(p, REVEAL, self.index, SERVER, Revealed(honest.owners, honest.secrets,
-                                                                     (honest.shares + 1) % shamir.PRIME)), {})
-
-
-def client_of(role: type) -> type:
-    """An SDK client whose role is ``role`` (a dishonest user's device)."""
-
-    class Client(SharingClient):
-        def make_role(self, user: int):
-            return role(self.task.parameters, user, self.task.min_survivors, identity=self.identity)
-
-    return Client
 
 
 class Equivocating(SharingServer):

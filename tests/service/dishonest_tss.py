@@ -4,7 +4,8 @@ one that lies in one way.
 * :class:`OneHelperS1`: S1 names one user the only helper of every item, stating the true m_j (or m_j = 1 for
   every item, ``counts=1``), and asks S2 to attest it.
 * :class:`SelfAttestingS1`: the same election, attested by S1 itself (its own key), never shown to S2.
-* :class:`WrongSumHelper`: a helper's role adding ``extra`` to his sum of one item (his first).
+* :class:`WrongSumHelper` (privagg.service.two_servers.dishonest: demo-service's too): a helper's role adding ``extra``
+  to his sum of one item (his first).
 * :class:`EverySumUnopenedS2`: S2 saying, as round 3 closes, that no helper's sum opens (to be handed shares).
 * :class:`SubstitutingS1`: S1 handing S2, for one helper, a sum it sealed to S2 itself (his own plus ``extra`` on his
   first item), with the helper's stored signature of the sum he did send.
@@ -16,11 +17,11 @@ import dataclasses
 import json
 
 from privagg.core import identity
-from privagg.protocols.roles import Outbox
 from privagg.protocols.two_server_election import CONTEXT, Election
 from privagg.protocols.two_server_messages import SECOND, SUMS, decode, encode
-from privagg.protocols.two_server_parties import FirstServer, TSSUser
+from privagg.protocols.two_server_parties import FirstServer
 from privagg.service.round_tasks import KEM, second_info
+from privagg.service.two_servers.dishonest import WrongSumHelper  # noqa: F401 (demo-service's)
 from privagg.service.rounds import RoundDriver
 from privagg.service.tasks import _public_key, _suite
 from privagg.service.two_servers.servers import FirstService, SecondService
@@ -71,20 +72,6 @@ class SelfAttestingS1(OneHelperS1):
     def _close(self, c, task, protocol, coordinator, *args, **kwargs) -> dict:
         lying = self.lie(task.parameters, task.min_survivors, second=_ForgedSecond(task.parameters, self.key))
         return RoundDriver._close(self, c, task, protocol, lying, *args, **kwargs)  # S2 is not asked
-
-
-class WrongSumHelper(TSSUser):
-    """A helper adding ``extra`` to his sum of his first item (undetectable without input proofs while the count
-    stays in [0, |R_j|])."""
-
-    extra = 7
-
-    def sums(self, reporters, shares) -> Outbox:
-        honest = decode(self.parameters, super().sums(reporters, shares).message, SUMS, self.index)
-        values = [(int(v) + (self.extra if k == 0 else 0)) % self.parameters.modulus
-                  for k, v in enumerate(honest.values)]
-        return Outbox(encode(self.parameters, SUMS, self.index, SECOND, honest.items, values, counts=honest.counts),
-                      {})
 
 
 class EverySumUnopenedS2(SecondService):

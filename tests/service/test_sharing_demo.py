@@ -1,10 +1,13 @@
 """privagg demo-service dpds|dpdg: real SDK users through the sharing server on loopback, as a newcomer runs it."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
+
+from privagg.cli.demo import _detected
 
 
 def demo(tmp_path, *args: str) -> dict:
@@ -55,6 +58,80 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     # 2 holders a category (beta = 0.012 of the 100), so any dropout may leave a user alone in his: delta = p'
     assert report["service"]["privacy"]["delta"] == pytest.approx(p, rel=1e-12)
     assert "dropped out" in report["service"]["privacy"]["assumptions"][0]
+    # an honest run: nothing to blame (issue 46), said so in --json and in the text
+    assert report["detected"] == {"complaints": [], "excluded": [], "blamed": []} and report["dishonest"] is None
+    assert _detected(report["detected"]) == "none"
+
+
+def dishonest_demo(tmp_path, protocol: str, kind: str, text: bool) -> tuple[dict, str | None]:
+    """``--dishonest kind`` over the demo's 100 users, no dropouts: the --json document, and (``text``: a second run,
+    its own liar) the text's line of what was detected."""
+    report = demo(tmp_path / "json", protocol, "--users", "100", "--dishonest", kind)
+    if not text:
+        return report, None
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100", "--dishonest",
+                          kind, "--workdir", str(tmp_path / "text")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return report, next(line for line in out.stdout.splitlines() if line.startswith("detected: "))
+
+
+@pytest.mark.parametrize("protocol, kind", [("dpds", "junk-backups"), ("dpdg", "wrong-share")])  # each one text
+def test_a_dishonest_user_is_detected_and_the_release_proceeds_over_the_others(tmp_path, protocol, kind):
+    """Issue 46, live: junk backups get their dealer excluded on the others' complaints (the release over the 99
+    others, his value out of the truth), wrong revealed shares are discarded and their revealer blamed (the
+    release over all 100)."""
+    import jsonschema
+
+    from privagg.reports import REPORT_TYPES, json_schema
+
+    report, said = dishonest_demo(tmp_path, protocol, kind, text=kind == "junk-backups")
+    jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
+    liar, detected, dropouts = report["dishonest"]["user"], report["detected"], report["service"]["dropouts"]
+    assert report["dishonest"]["kind"] == kind and set(detected) == {"complaints", "excluded", "blamed"}
+    if kind == "junk-backups":
+        assert detected["excluded"] == [liar] and detected["blamed"] == []
+        assert detected["complaints"] == [[k, liar] for k in range(100) if k != liar]
+        assert dropouts["survivors"] == 99 == sum(row["truth"] for row in report["estimates"])
+        assert re.fullmatch(r"detected: 99 complaints naming users \[(\d+)\]; excluded dealers \[\1\]", said)
+    else:
+        assert detected["blamed"] == [[liar, *range(100)]] and detected["excluded"] == detected["complaints"] == []
+        assert dropouts["survivors"] == 100 == sum(row["truth"] for row in report["estimates"])
+    assert report["z_rms"] < 5  # the release over the others beside the truth over them
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["misrouted-sum", "wrong-sum"])
+def test_a_dishonest_tss_helper_is_recovered_or_trusted(tmp_path, kind):
+    """Issue 46, live: a helper's sum sealed as another's does not open at S2, his items are recovered in round 4
+    and every item is released; a helper adding 1 to one item's sum stays inside [0, |R_j|] (but with probability
+    about 0: every reporter of the item holds it), where nobody can detect it: nothing is blamed, and the release's
+    trust block says it trusts the helpers' integrity."""
+    report, said = dishonest_demo(tmp_path, "tss", kind, text=True)
+    liar, detected = report["dishonest"]["user"], report["detected"]
+    assert set(detected) == {"unopened_sums", "recovered_items", "lost_items"} and detected["lost_items"] == []
+    assert len(report["estimates"]) == 10 and report["service"]["dropouts"]["survivors"] == 100
+    if kind == "misrouted-sum":
+        assert detected["unopened_sums"] == [liar] and detected["recovered_items"]
+        assert re.fullmatch(r"detected: helpers whose sums did not open \[\d+\]; items recovered in round 4 "
+                            r"\[[\d, ]+\]", said)
+        assert report["z_rms"] < 5
+    else:
+        assert detected == {"unopened_sums": [], "recovered_items": [], "lost_items": []} and said == "detected: none"
+        assert report["dishonest"]["item"] in range(10)
+        assert "a wrong sum inside it is not detected" in report["service"]["trust"]["helpers"]
+
+
+def test_a_dishonest_kind_of_another_protocol_is_refused_in_one_line(tmp_path):
+    for protocol, kind, accepted in (("dpds", "wrong-sum", "junk-backups, wrong-share"),
+                                     ("tss", "junk-backups", "misrouted-sum, wrong-sum")):
+        out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100",
+                              "--dishonest", kind, "--workdir", str(tmp_path)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+            f"error: dishonest must be one of {accepted} for {protocol}, got {kind}"]
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "fe1", "--dishonest", "wrong-sum",
+                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--dishonest must be given only for dpds, dpdg, tss and tss-collusion" in out.stderr
 
 
 def test_the_demo_refuses_impossible_settings(tmp_path):

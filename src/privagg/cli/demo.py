@@ -26,7 +26,7 @@ def demo_kind(entry) -> str:
 
 DEMO_OPTIONS = {"--vocabulary": ("frequencies",), "--concurrency": ("frequencies", "heavy hitters"),
                 "--top": ("frequencies",), "--drop-fraction": ("rounds",),
-                "--round-seconds": ("rounds",)}  # the kinds of demo each option applies to
+                "--round-seconds": ("rounds",), "--dishonest": ("rounds",)}  # the kinds of demo each option applies to
 
 
 def _interrupted(_signum, _frame) -> None:
@@ -83,6 +83,10 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                  top: Optional[int] = typer.Option(None, "--top", help="fe1 only: how many top words to show "
                                                    "(default 10; fe-hh shows every heavy word found, the others "
                                                    "every category)."),
+                 dishonest: Optional[str] = typer.Option(None, "--dishonest", help="dpds, dpdg, tss and "
+                                                         "tss-collusion only: one user deviates, to see what the "
+                                                         "protocol detects: junk-backups or wrong-share (dpds, "
+                                                         "dpdg), misrouted-sum or wrong-sum (tss, tss-collusion)."),
                  as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
                                                                     "comparison.")) -> None:
     """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
@@ -94,7 +98,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
     from ..protocols.registry import get, listed, names
 
     given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
-             "--round-seconds": round_seconds}
+             "--round-seconds": round_seconds, "--dishonest": dishonest}
     kind = demo_kind(get(protocol.value))
     with _clean_errors():
         for name, value in given.items():
@@ -109,7 +113,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
         return
     if kind == "rounds":
         _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
-                      300.0 if round_seconds is None else round_seconds, workdir, as_json)
+                      300.0 if round_seconds is None else round_seconds, workdir, as_json, dishonest)
         return
     users = 20_000 if users is None else users
     from ..demos import run_demo
@@ -190,15 +194,16 @@ def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float,
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
-                  round_seconds: float, workdir: Path, as_json: bool) -> None:
-    """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed."""
+                  round_seconds: float, workdir: Path, as_json: bool, dishonest: str | None) -> None:
+    """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed: after the release, what it
+    detected (and with ``--dishonest``, who deviated and how)."""
     from ..demos import run_sharing_demo
     from ..protocols.registry import get
     from ..reports import document_privacy, json_document
 
     with _clean_errors():
         summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
-                                   progress=(lambda _text: None) if as_json else _say)
+                                   progress=(lambda _text: None) if as_json else _say, dishonest=dishonest)
     report, rows = summary["service"], summary["estimates"]
     if as_json:
         print(json.dumps(json_document(summary, from_data=True)))  # the truth and z-scores beside the release
@@ -220,6 +225,14 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
          f"release (the task's minimum {d['min_survivors']})")
     _say_release_privacy(privacy, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: not "
                          "private (seeded)")
+    lie = summary["dishonest"]
+    if lie is not None:
+        words = {r["item"]: r["word"] for r in rows}
+        item = "" if lie["item"] is None else f" (item {lie['item']}, {words.get(lie['item'], 'not released')})"
+        _say(f"dishonest: user {lie['user']} ({lie['kind']}) {lie['did']}{item}; expected: {lie['outcome']}")
+    _say("detected: " + _detected(summary["detected"]))
+    if lie is not None and lie["kind"] == "wrong-sum":
+        _say(f"not detectable, trusted: helpers: {report['trust']['helpers']}")
     z = [r["service_z"] for r in rows if r["service_z"] is not None]
     if summary["data_condition_broken"]:
         _say("warning: the survivors' data breaks the condition the guarantee assumes (a demo can see it; no party "
@@ -246,6 +259,17 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
         parties.add_row(row["party"], str(row["parties"]), _entries(row["sent"], row["expected_sent"]),
                         _entries(row["received"], row["expected_received"]), row["table_i"])
     _console().print(parties)
+
+
+def _detected(detected: dict) -> str:
+    """The release's blame data (privagg.demos.DETECTED) in a line; "none" on an honest run."""
+    said = {"complaints": lambda v: f"{len(v)} complaints naming users {sorted({a for c in v for a in c[1:]})}",
+            "excluded": lambda v: f"excluded dealers {v}",
+            "blamed": lambda v: "blamed revealers " + ", ".join(f"{b[0]} ({len(b) - 1} shares discarded)" for b in v),
+            "unopened_sums": lambda v: f"helpers whose sums did not open {v}",
+            "recovered_items": lambda v: f"items recovered in round 4 {v}",
+            "lost_items": lambda v: "items refused " + ", ".join(f"{e['item']} ({e['reason']})" for e in v)}
+    return "; ".join(said[k](v) for k, v in detected.items() if v) or "none"
 
 
 def _entries(measured: dict, expected: dict) -> str:

@@ -6,6 +6,7 @@ survivors, and the traffic table's rows beside Table I (paper reference §4).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,3 +71,19 @@ def party_row(party: str, parties: int, sent: dict, received: dict, expected_sen
             **{name: {k: v / per for k, v in sorted(d.items())} for name, d in (
                 ("sent", sent), ("received", received), ("expected_sent", expected_sent),
                 ("expected_received", expected_received))}}
+
+
+class Deviation(NamedTuple):
+    """One ``privagg demo-service --dishonest`` kind: one user deviating (service/sharing/dishonest.py,
+    service/two_servers/dishonest.py)."""
+
+    client: type  # the liar's SDK client
+    did: str  # what he does
+    outcome: str  # what the protocol does about it (docs/deviations-dpds46.md, docs/deviations-tss46.md)
+
+
+def deviation(kinds: dict[str, Deviation], protocol: str, kind: str) -> Deviation:
+    """``kind`` of ``kinds`` (the protocol's service's), or ParameterError naming the accepted kinds."""
+    if kind not in kinds:
+        raise ParameterError("dishonest", f"one of {', '.join(kinds)} for {protocol}", kind)
+    return kinds[kind]

@@ -62,15 +62,19 @@ class SharingDeployment(ServiceProcess):
 
 
 def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
-               organisation_key: bytes, sign_roster, progress=print, between=None) -> dict:
+               organisation_key: bytes, sign_roster, progress=print, between=None,
+               liar: type | None = None) -> dict:
     """Every user through the task at ``url`` (signed by the organisation whose key his device pins,
     ``organisation_key``): enroll, then the roster signed (``sign_roster()``), then each round the protocol
-    declares, skipping each user
-    at his planned round of dropping out (``plan``: its number, 0 for none); ``between(round)`` runs after each
-    round's messages are sent (the fault tests kill the server there). Once the users who will answer a round
-    have, the round is closed early (the operator's route), not at its deadline. The rounds' wall times, the
-    users' bytes, who survived (sent the round the release is over), and the users' clients."""
-    users = [SharingClient.fetch(url, task_id, organisation_key=organisation_key) for _ in codes]
+    declares, skipping each user at his planned round of dropping out (``plan``: its number, 0 for none);
+    ``between(round)`` runs after each round's messages are sent (the fault tests kill the server there);
+    ``liar``: the client class of the first user who stays (``privagg demo-service --dishonest``,
+    :mod:`privagg.service.sharing.dishonest`). Once the users who will answer a round have, the round is closed early
+    (the operator's route), not at its deadline. The rounds' wall times, the users' bytes, who survived (sent the
+    round the release is over), the users' clients and the liar's."""
+    lying = int(np.flatnonzero(plan == 0)[0]) if liar is not None else -1
+    users = [(liar if i == lying else SharingClient).fetch(url, task_id, organisation_key=organisation_key)
+             for i in range(len(codes))]
     protocol = users[0].protocol
     seconds: dict[str, float] = {}
 
@@ -97,7 +101,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             seconds[f"round{number}"] = time.perf_counter() - start
     last = protocol.number(protocol.release_round)
     survivors = sorted(u.user for u, p in zip(users, plan) if p == 0 or p > last)  # they sent the release round
-    return {"seconds": seconds, "survivors": survivors, "index": index,
+    return {"seconds": seconds, "survivors": survivors, "index": index, "liar": users[lying] if liar else None,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
                            "sealed_sent": sum(u.sealed_sent for u in users)},
             "state": users[0].state(), "clients": users}
@@ -108,23 +112,27 @@ CLOSE_SECONDS = 3600  # the close of round 3 releases inline: at n = 2,000 with 
 
 def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
                          round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2, 3, 4, 5),
-                         db: str | None = None, progress=print) -> dict:
+                         db: str | None = None, progress=print, liar: type | None = None) -> dict:
     """One user a code of ``codes`` through the sharing server as SDK clients, ``drop_fraction`` of them vanishing
-    at one of ``rounds``: the server's report, the task, the survivors' codes, the rounds' times, the bytes
-    measured and by the formula."""
+    at one of ``rounds`` (and one who stays running ``liar``'s client, if given): the server's report, the task,
+    the survivors' codes (those it excluded left out), the rounds' times, the bytes measured and by the formula,
+    and the liar's client."""
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
     db = fresh_sqlite(workdir, "sharing") if db is None else db
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     with SharingDeployment(db, workdir / "logs" / "sharing.log") as dep:
         progress(f"sharing server at {dep.url} (log in {dep.log})")
         organisation = Organisation.generate()
+        honest = users - (liar is not None)  # the liar may be excluded: the task goes on without him
         task, tokens, sign_roster = dep.organised(organisation, parameters, round_seconds, max(
-            threshold(parameters), min_survivors_for(users, drop_fraction)), users)
-        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster, progress)
+            threshold(parameters), min_survivors_for(honest, drop_fraction)), users)
+        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster, progress,
+                         liar=liar)
         report = run["clients"][0]._call("result")
     by_index = np.empty(users, dtype=np.int64)
     by_index[run["index"]] = codes  # the roster index each user was given, and his code
-    return {"task": task, "report": report, "survivor_codes": by_index[run["survivors"]],
+    survivors = [u for u in run["survivors"] if u not in report["dropouts"].get("excluded", [])]
+    return {"task": task, "report": report, "survivor_codes": by_index[survivors], "liar": run["liar"],
             "seconds": run["seconds"], "bytes": {**run["user_bytes"],
                                                  "sealed_expected": expected_sealed_bytes(task, run["index"], plan)},
             "parties": sharing_parties_traffic(task, run["clients"], plan)}

@@ -27,10 +27,11 @@ from .client import TSSClient
 
 def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
                      round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2), between=None,
-                     progress=print) -> dict:
+                     progress=print, liar: type | None = None) -> dict:
     """S2's release, the survivors' codes (R2), each round's wall time, the users' bytes and their clients.
     ``rounds``: when the dropouts vanish; ``between(round, s1)``: runs once a round's messages are sent (the
-    benchmark kills S1 there)."""
+    benchmark kills S1 there); ``liar``: the client class of the first user who stays (``privagg demo-service
+    --dishonest``, :mod:`privagg.service.two_servers.dishonest`), his client returned as ``liar``."""
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     dbs = {role: fresh_sqlite(workdir, role) for role in ("s1", "s2")}
@@ -48,8 +49,10 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
             tokens = first.issue_tokens(task.task_id, users)
         finally:
             second.engine.dispose()
-        clients = [TSSClient.fetch(s1.url, task.task_id, organisation_key=organisation.public_key)
-                   for _ in range(users)]
+        lying = int(np.flatnonzero(plan == 0)[0]) if liar is not None else -1
+        clients = [(liar if i == lying else TSSClient).fetch(s1.url, task.task_id,
+                                                             organisation_key=organisation.public_key)
+                   for i in range(users)]
         seconds: dict[str, float] = {}
         with ThreadPoolExecutor(THREADS) as pool:
             start = time.perf_counter()
@@ -85,6 +88,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
     return {"task": task, "report": report, "survivor_codes": by_index[survivors], "seconds": seconds,
             "bytes": {"http_sent": sum(c.sent for c in clients), "http_received": sum(c.received for c in clients),
                       "sealed_sent": sum(c.sealed_sent for c in clients)}, "clients": clients, "survivors": survivors,
+            "liar": clients[lying] if liar is not None else None,
             "parties": tss_parties_traffic(parameters, clients, plan)}
 
 
