@@ -168,3 +168,45 @@ def test_the_demo_refuses_user_counts_that_would_run_for_hours(tmp_path):
     out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "5000", "--workdir",
                           str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "users must be an integer in [20, 1000]" in out.stderr
+
+
+def test_a_demo_whose_task_failed_says_why_in_one_line(monkeypatch, tmp_path):
+    """A round server that failed the task (here one serving that state): the demo raises RoundFailed with the
+    server's reason, and demo-service prints it as one line, exit 1, not a traceback."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from typer.testing import CliRunner
+
+    import privagg.demos
+    from privagg.cli import app
+    from privagg.protocols.roles import RoundFailed
+    from privagg.service.round_demo import check_not_failed
+
+    class Failed(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"state": "failed", "failed": "round 5 closed with 3 of 12 users, fewer than t = 7"})
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Failed)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RoundFailed, match="the task failed, nothing was released: round 5 closed with 3 of 12"):
+            check_not_failed(f"http://127.0.0.1:{server.server_address[1]}", "ab" * 16)
+    finally:
+        server.shutdown()
+
+    def failing(*args, **kwargs):
+        raise RoundFailed("the task failed, nothing was released: round 5 closed with 3 of 12 users")
+
+    monkeypatch.setattr(privagg.demos, "run_sharing_demo", failing)
+    result = CliRunner().invoke(app, ["demo-service", "dpds", "--users", "100", "--workdir", str(tmp_path / "w")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == ("error: the task failed, nothing was released: round 5 closed "
+                                                      "with 3 of 12 users")

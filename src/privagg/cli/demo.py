@@ -201,9 +201,15 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     from ..protocols.registry import get
     from ..reports import document_privacy, json_document
 
+    from ..protocols.roles import RoundFailed
+
     with _clean_errors():
-        summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
-                                   progress=(lambda _text: None) if as_json else _say, dishonest=dishonest)
+        try:
+            summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
+                                       progress=(lambda _text: None) if as_json else _say, dishonest=dishonest)
+        except RoundFailed as err:
+            _say(f"error: {err}", stderr=True)
+            raise typer.Exit(1) from None
     report, rows = summary["service"], summary["estimates"]
     if as_json:
         print(json.dumps(json_document(summary, from_data=True)))  # the truth and z-scores beside the release

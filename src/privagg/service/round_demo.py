@@ -24,6 +24,20 @@ def close_round(url: str, timeout: float) -> None:
         pass
 
 
+def check_not_failed(url: str, task_id: str) -> None:
+    """Nothing while the round server at ``url`` has not failed the task; else :class:`RoundFailed` with its
+    reason (a demo whose task failed says why in one line, as the CLI prints it)."""
+    import json
+    import urllib.request
+
+    from ..protocols.roles import RoundFailed
+
+    with urllib.request.urlopen(f"{url}/tasks/{task_id}", timeout=60) as answer:
+        state = json.loads(answer.read())
+    if state.get("state") == "failed":
+        raise RoundFailed(f"the task failed, nothing was released: {state.get('failed')}")
+
+
 def check_drop_fraction(drop_fraction: float) -> float:
     if isinstance(drop_fraction, bool) or not isinstance(drop_fraction, (int, float)) or not 0 <= drop_fraction < 0.5:
         raise ParameterError("drop-fraction", "in [0, 0.5)", drop_fraction)

@@ -22,7 +22,7 @@ import numpy as np
 from ...protocols.sharing_parties import expected_traffic, threshold
 from ..local import ServiceProcess, fresh_sqlite
 from ..organisation import Organisation
-from ..round_demo import THREADS, check_drop_fraction, close_round, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_demo import THREADS, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..round_tasks import SharingTask
 from ..storage import connect
 from .client import SharingClient
@@ -128,6 +128,7 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
             threshold(parameters), min_survivors_for(honest, drop_fraction)), users)
         run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster, progress,
                          liar=liar)
+        check_not_failed(dep.url, task.task_id)
         report = run["clients"][0]._call("result")
     by_index = np.empty(users, dtype=np.int64)
     by_index[run["index"]] = codes  # the roster index each user was given, and his code

@@ -19,7 +19,7 @@ import numpy as np
 from ..keys import KeyEncryptionKey
 from ..local import ServiceProcess, fresh_sqlite
 from ..organisation import Organisation
-from ..round_demo import THREADS, check_drop_fraction, close_round, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_demo import THREADS, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..storage import connect
 from .servers import FirstService, SecondService, create_tasks
 from .client import TSSClient
@@ -80,6 +80,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
         start = time.perf_counter()
         while clients[0].state() not in ("delivered", "failed"):
             time.sleep(0.05)
+        check_not_failed(s1.url, task.task_id)
         report = _result(f"{s2.url}/tasks/{task.second_task_id}/result")
         seconds["handover"] = time.perf_counter() - start
     by_index = np.empty(users, dtype=np.int64)
