@@ -64,7 +64,8 @@ def test_demo_service_fe1_labels_the_services_release_from_its_guarantee(report,
            "comparison": {"matches": True, "items": 2, "rms_standardized_difference": 1.0,
                           "max_standardized_difference": 1.2, "expected_max": 1.5}}
     monkeypatch.setattr(demos, "run_demo", lambda *args, **kw: out)
-    demo_service(demos_protocol("fe1"), 1_000, 2, 1.0, 1e-6, None, None, None, tmp_path / "demo", 1, False)
+    demo_service(demos_protocol("fe1"), 1_000, 2, 1.0, 1e-6, None, None, None, tmp_path / "demo", 1, dishonest=None,
+                 as_json=False)
     assert_labelled(capsys.readouterr(), "the services' result", why)
 
 
@@ -89,9 +90,9 @@ def test_demo_service_of_the_rounds_labels_the_release_from_its_guarantee(report
                "estimates": [{"word": "maps", "truth": 21, "service": 20.0, "service_stderr": 5.0, "service_z": -0.2,
                               "simulation": 19.0, "simulation_stderr": 5.0, "simulation_z": -0.4}],
                "round_seconds": {"round1": 1.0}, "bytes": {"sealed_sent": 10, "http_sent": 20, "http_received": 30},
-               "parties": []}
+               "parties": [], "dishonest": None, "detected": {}}
     monkeypatch.setattr(demos, "run_sharing_demo", lambda *args, **kw: summary)
-    _demo_sharing("dpds", 40, 0.05, 1.0, 1e-6, 60.0, tmp_path / "demo", False)
+    _demo_sharing("dpds", 40, 0.05, 1.0, 1e-6, 60.0, tmp_path / "demo", False, None)
     assert_labelled(capsys.readouterr(), "the sharing server's release", why)
 
 
