@@ -170,6 +170,24 @@ def identity_columns() -> list[sa.Column]:
             sa.Column("signed_roster", sa.Text)]
 
 
+def token_columns() -> list[sa.Column]:
+    """A round server's enrollment tokens (service/roster.py's Roster): the token's hash, its task, and the roster
+    index it enrolled."""
+    return [sa.Column("token_hash", sa.LargeBinary(32), primary_key=True),
+            sa.Column("task_id", sa.String(32), nullable=False),
+            sa.Column("user", sa.Integer)]  # the roster index the token enrolled; NULL while unused
+
+
+def roster_columns() -> list[sa.Column]:
+    """A round server's roster (service/roster.py's Roster): each enrolled user's keys and his secret's hash."""
+    return [sa.Column("task_id", sa.String(32), primary_key=True),
+            sa.Column("user", sa.Integer, primary_key=True),
+            sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
+            sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
+            sa.Column("identity_key", sa.LargeBinary),  # his Ed25519 public key (raw)
+            sa.Column("binding", sa.LargeBinary)]  # HMAC of his keys under his token's binding half (the organisation's)
+
+
 # ---- the sharing server ------------------------------------------------------------------------------------
 # the round driver's tables (service/rounds.py): a task's open round and what its coordinator published, the
 # messages users sent the server in each round, and those they relay to each other (sealed to the recipient)
@@ -187,18 +205,11 @@ sharing_tasks = sa.Table(
 )
 sharing_tokens = sa.Table(
     "sharing_tokens", metadata["sharing"],
-    sa.Column("token_hash", sa.LargeBinary(32), primary_key=True),
-    sa.Column("task_id", sa.String(32), nullable=False),
-    sa.Column("user", sa.Integer),  # the roster index the token enrolled; NULL while unused
+    *token_columns(),
 )
 roster = sa.Table(
     "roster", metadata["sharing"],
-    sa.Column("task_id", sa.String(32), primary_key=True),
-    sa.Column("user", sa.Integer, primary_key=True),
-    sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
-    sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
-    sa.Column("identity_key", sa.LargeBinary),  # his Ed25519 public key (raw)
-    sa.Column("binding", sa.LargeBinary),  # HMAC of his keys under his token's binding half (the organisation checks)
+    *roster_columns(),
 )
 relayed_messages = sa.Table(
     "relayed_messages", metadata["sharing"],

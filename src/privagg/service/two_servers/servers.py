@@ -97,18 +97,11 @@ s1_tasks = sa.Table(
 )
 s1_tokens = sa.Table(
     "s1_tokens", storage.metadata["s1"],
-    sa.Column("token_hash", sa.LargeBinary(32), primary_key=True),
-    sa.Column("task_id", sa.String(32), nullable=False),
-    sa.Column("user", sa.Integer),  # the roster index the token enrolled; NULL while unused
+    *storage.token_columns(),
 )
 s1_roster = sa.Table(
     "s1_roster", storage.metadata["s1"],
-    sa.Column("task_id", sa.String(32), primary_key=True),
-    sa.Column("user", sa.Integer, primary_key=True),
-    sa.Column("public_key", sa.LargeBinary, nullable=False),  # the user's HPKE public key (raw)
-    sa.Column("secret_hash", sa.LargeBinary(32), nullable=False),  # SHA-256 of the secret he authenticates with
-    sa.Column("identity_key", sa.LargeBinary),  # his Ed25519 public key (raw)
-    sa.Column("binding", sa.LargeBinary),  # HMAC of his keys under his token's binding half (the organisation checks)
+    *storage.roster_columns(),
 )
 s1_messages = sa.Table(  # round 1: the report set; 2: an empty record that he shared; 3, 4: sealed to S2
     "s1_messages", storage.metadata["s1"],
