@@ -155,6 +155,9 @@ def main() -> None:
         gc.freeze()  # exiting: the interpreter's last collections skip the heap (0.05 s with scipy loaded)
         sys.exit(status)
     except (typer.Abort, KeyboardInterrupt):
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # exiting: a later SIGTERM must not end the exit itself
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:
         if isinstance(e, OSError) and e.errno in WRITE_FAILURES:

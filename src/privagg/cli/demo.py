@@ -31,7 +31,13 @@ DEMO_OPTIONS = {"--vocabulary": ("frequencies",), "--concurrency": ("frequencies
 
 def _interrupted(_signum, _frame) -> None:
     """SIGTERM as Ctrl-C: the demo's context managers stop the services it started (SIGTERM's default action would
-    end the demo at once, its child processes left running)."""
+    end the demo at once, its child processes left running). While one interrupt unwinds the demo (its services
+    stopping), another (the operator's second SIGTERM, or a delivery again by :func:`_lost_interrupt` of one that
+    was not lost) is ignored: it would break that clean-up."""
+    import sys
+
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        return
     raise KeyboardInterrupt
 
 
