@@ -5,6 +5,7 @@ whose privacy block says private: false, or whose document's own flag is false, 
 
 import copy
 
+import numpy as np
 import pytest
 
 from privagg import demos
@@ -61,8 +62,7 @@ def test_demo_service_fe1_labels_the_services_release_from_its_guarantee(report,
     out = {"service": report, "words": ["maps", "mail"], "truth": [0, 21],
            "simulation": {"estimates": [{"item": 1, "estimate": 19.0, "stderr": 5.0}], "privacy": {"private": False}},
            "load": {"acknowledged": 40, "reports_per_second": 400.0, "latency_ms": {"p50": 3.0, "p99": 9.0}},
-           "comparison": {"matches": True, "items": 2, "rms_standardized_difference": 1.0,
-                          "max_standardized_difference": 1.2, "expected_max": 1.5}}
+           "comparison": demos.standardized_comparison(np.array([0.8, -1.2]))}
     monkeypatch.setattr(demos, "run_demo", lambda *args, **kw: out)
     demo_service(demos_protocol("fe1"), 1_000, 2, 1.0, 1e-6, None, None, None, tmp_path / "demo", 1, dishonest=None,
                  as_json=False)
@@ -114,3 +114,19 @@ def assert_labelled(captured, title: str | None, why: str) -> None:
     else:
         assert f"service NOT PRIVATE ({why.split(':')[0]}); would be (1, 1e-06)-DP" in out and why in out
         assert "private: true" not in out
+
+
+def test_the_demo_comparison_calls_an_honest_run_different_at_its_stated_rate():
+    """demo-service fe1's verdict on B standardized differences: bounds from chi-square (B degrees of freedom) and
+    a family-wise bound on the largest, each at FALSE_ALARM. Over 20,000 honest comparisons of 20 words (standard
+    normal z) it says "DOES NOT match" at most 2 x FALSE_ALARM of the time (the union of the two checks; 4 sigma
+    of binomial noise allowed); the fixed bounds it replaced (RMS within 0.8-1.2, largest within sqrt(2 ln B) + 2)
+    said so about one time in six. A run whose standard errors are understated by half is called different."""
+    rng = np.random.default_rng(48)
+    runs, items = 20_000, 20
+    alarms = sum(not demos.standardized_comparison(z)["matches"] for z in rng.standard_normal((runs, items)))
+    rate = 2 * demos.FALSE_ALARM
+    assert alarms <= runs * rate + 4 * np.sqrt(runs * rate), alarms
+    old = sum(not (0.8 <= np.sqrt(np.mean(z ** 2)) <= 1.2) for z in rng.standard_normal((2_000, items)))
+    assert old > 200  # the fixed bounds: about one honest run in six
+    assert not demos.standardized_comparison(2.0 * rng.standard_normal(items))["matches"]

@@ -158,9 +158,10 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
          f"{load['latency_ms']['p99']:.0f} ms")
     verdict = "matches" if cmp["matches"] else "DOES NOT match"
     _say(f"service vs simulation over all {cmp['items']} words: RMS of the standardized differences "
-         f"{cmp['rms_standardized_difference']:.2f} (1 expected), largest {cmp['max_standardized_difference']:.2f} "
-         f"(about {cmp['expected_max']:.1f} expected): the service {verdict} the simulation within its standard "
-         "errors")
+         f"{cmp['rms_standardized_difference']:.2f} (1 expected; {cmp['rms_range'][0]:.2f} to "
+         f"{cmp['rms_range'][1]:.2f} at the {cmp['false_alarm']:.1%} level), largest "
+         f"{cmp['max_standardized_difference']:.2f} (about {cmp['expected_max']:.1f} expected, at most "
+         f"{cmp['max_bound']:.2f}): the service {verdict} the simulation within its standard errors")
 
 
 def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float, concurrency: int, workdir: Path,
