@@ -387,13 +387,18 @@ def test_s2_takes_one_handover_once_and_only_from_s1(sqlite_dbs):
         second_id, token = d.task.second_task_id, d.row().relay_token
         assert refusal(d.second.receive, second_id, "Bearer guess", body) == (401, "unauthenticated")
         assert refusal(d.second.receive, second_id, token, body) == (401, "unauthenticated")  # no "Bearer "
-        forged = json.loads(body)
-        forged["recovery"] = [{"item": 0, "dropped": forged["helpers"][0][:1], "reporters": []}]
-        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(forged).encode()) == (
+        cut = body[:len(body) // 2]  # no hand-over: proves nothing of S1 (cut in transit), the task waits
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", cut) == (400, "malformed")
+        older = {**json.loads(body), "version": 0}  # an S1 of another release: refused, the task waits
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(older).encode()) == (
             400, "bad_handover")
         assert d.second.state(second_id)["state"] == "waiting"
         assert d.second.receive(second_id, f"Bearer {token}", body) == "received"
         assert d.second.receive(second_id, f"Bearer {token}", body) == "already received"
+        forged = json.loads(body)  # once S2 holds a hand-over, one that does not check changes nothing
+        forged["recovery"] = [{"item": 0, "dropped": forged["helpers"][0][:1], "reporters": []}]
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(forged).encode()) == (
+            400, "bad_handover")
         other = json.loads(body)
         other["sums"] = other["sums"][1:]
         assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(other).encode()) == (
@@ -748,9 +753,9 @@ def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
                                                               organisation_key=bytes(32))
     engine.dispose()
     with ServiceProcess("s2", db, tmp_path / "s2.log", None, ("--tls-cert", str(cert), "--tls-key", str(key))) as s2:
-        with pytest.raises(urllib.error.HTTPError) as reached:  # TLS checked, then S2 read the (empty) hand-over
+        with pytest.raises(Refused) as reached:  # TLS checked, then S2 read the (empty) hand-over and refused it
             post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(cert))
-        assert reached.value.code == 400
+        assert (reached.value.status, reached.value.reason) == (400, "bad_handover")
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(other))
 

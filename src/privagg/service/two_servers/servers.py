@@ -25,7 +25,9 @@ hand-over S1 posts S2 the users, the election, the sealed sums and recoveries wi
           task and roster as the organisation signed them (``POST /tasks/{id}/handover`` at S2, with the relay
           token), until S2 has it; S2 checks each signature under the organisation's key in its own task
           (:func:`check_senders`), opens them, checks them and releases the items it can complete, with the
-          guarantee recomputed for R2 (``GET /tasks/{id}/result`` at S2).
+          guarantee recomputed for R2 (``GET /tasks/{id}/result`` at S2). A hand-over of S1's that does not check
+          fails the task at S2, naming the field, and at S1 once S2 answers its delivery 409 ``failed``
+          (:meth:`SecondService.receive`: what can fail a task, and what cannot).
 
 Fewer than the task's minimum in R1 or R2 fails the task at S1 (nothing is handed over, nothing released).
 Every message is stored once (primary keys; a second post is refused 409 and stores nothing), in committed
@@ -142,31 +144,24 @@ s2_tasks = sa.Table(
 
 def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0,
                   ca_file: str | None = None) -> bytes:
-    """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token; an HTTP error or
-    no answer raises (the ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or
-    the system's CAs. The answer's body."""
+    """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token. S2's refusal (4xx)
+    raises :class:`Refused` with its reason (``failed``: S2 failed the task); no answer raises anything else (the
+    ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or the system's CAs. The
+    answer's body."""
     return _post(f"{url.rstrip('/')}/tasks/{task_id}/handover", token, body, timeout, ca_file)
 
 
 def _post(url: str, token: str, body: bytes, timeout: float, ca_file: str | None) -> bytes:
+    """The answer's body to ``POST url`` with the relay token; S2's refusal (4xx) raises :class:`Refused`."""
     import ssl
+    import urllib.error
 
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
     context = None if ca_file is None else ssl.create_default_context(cafile=ca_file)
-    with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
-        return answer.read()
-
-
-def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, timeout: float = 10.0,
-               ca_file: str | None = None) -> dict:
-    """S1's question to S2 while it closes a round (``route``: ``election``, to attest it; ``sums``, which do not
-    open): ``POST {url}/tasks/{task_id}/{route}`` with the relay token; S2's answer (JSON). S2's refusal (4xx)
-    raises :class:`Refused` with its reason; no answer raises anything else (the round closes at a later tick)."""
-    import urllib.error
-
     try:
-        return json.loads(_post(f"{url.rstrip('/')}/tasks/{task_id}/{route}", token, body, timeout, ca_file))
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
+            return answer.read()
     except urllib.error.HTTPError as err:
         if not 400 <= err.code < 500:
             raise
@@ -174,7 +169,16 @@ def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, time
             answer = json.loads(err.read())
         except ValueError:
             answer = {}
+        answer = answer if isinstance(answer, dict) else {}
         raise Refused(err.code, str(answer.get("error", "refused")), str(answer.get("detail", ""))) from None
+
+
+def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, timeout: float = 10.0,
+               ca_file: str | None = None) -> dict:
+    """S1's question to S2 while it closes a round (``route``: ``election``, to attest it; ``sums``, which do not
+    open): ``POST {url}/tasks/{task_id}/{route}`` with the relay token; S2's answer (JSON). S2's refusal (4xx)
+    raises :class:`Refused` with its reason; no answer raises anything else (the round closes at a later tick)."""
+    return json.loads(_post(f"{url.rstrip('/')}/tasks/{task_id}/{route}", token, body, timeout, ca_file))
 
 
 class SecondAway(Exception):
@@ -300,7 +304,8 @@ class FirstService(RoundDriver):
 
     def deliver(self, task_id: str) -> str:
         """Send the hand-over to S2 if the rounds are done and S2 does not have it yet; the state after
-        ("delivered" once S2 took it; a failure is logged, and the next call sends it again)."""
+        ("delivered" once S2 took it; "failed" if S2 failed the task, saying why; else the failure is logged, and
+        the next call sends it again)."""
         task = self.task(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
@@ -309,10 +314,13 @@ class FirstService(RoundDriver):
         body = json.dumps(self.handover(task_id).to_dict()).encode()
         try:
             self.send(row.second_url, task.second_task_id, row.relay_token, body)
-        except Exception as err:  # S2 away or refusing: sent again at the next tick
-            self.handovers.labels("failed").inc()
-            log.warning("hand-over not delivered", extra={"fields": {"task": task_id, "error": type(err).__name__,
-                                                                      "detail": str(err)[:200]}})
+        except Refused as err:
+            if err.reason == "failed":  # S2 failed the task (a hand-over of S1's that did not check): S1 says so
+                return self._failed_at_second(task_id, err.detail)
+            self._not_delivered(task_id, err.reason, err.detail)
+            return HANDOVER
+        except Exception as err:  # S2 away: sent again at the next tick
+            self._not_delivered(task_id, type(err).__name__, str(err))
             return HANDOVER
         self.handovers.labels("delivered").inc()
         with self._lock, self.engine.begin() as c:
@@ -320,6 +328,21 @@ class FirstService(RoundDriver):
                 status=DELIVERED))
         log_event(log, "handed over", task=task_id, bytes=len(body))
         return DELIVERED
+
+    def _not_delivered(self, task_id: str, error: str, detail: str) -> None:
+        self.handovers.labels("failed").inc()
+        log.warning("hand-over not delivered", extra={"fields": {"task": task_id, "error": error,
+                                                                  "detail": detail[:200]}})
+
+    def _failed_at_second(self, task_id: str, why: str) -> str:
+        """S2 failed the task on its hand-over: the task fails at S1 too, with S2's reason (its state and the
+        users' poll say it); nothing is sent again."""
+        self.handovers.labels("refused").inc()
+        with self._lock, self.engine.begin() as c:
+            c.execute(sa.update(s1_tasks).where(s1_tasks.c.task_id == task_id, s1_tasks.c.status == HANDOVER).values(
+                status=FAILED, outcome=json.dumps({"failed": f"S2 failed the task: {why[:500]}"})))
+        log.warning("S2 failed the task", extra={"fields": {"task": task_id, "detail": why[:200]}})
+        return FAILED
 
     def state(self, task_id: str) -> dict:
         """The round driver's state, and what S1 published: the helpers, the items to recover or lost, why the task
@@ -373,6 +396,8 @@ class SecondService:
         self._lock = threading.Lock()
         self.registry = registry or CollectorRegistry()
         self.received = Counter("privagg_s2_handovers_received", "Hand-overs stored", registry=self.registry)
+        self.failed = Counter("privagg_s2_handovers_failed", "Tasks failed by a hand-over of S1's that does not check",
+                              registry=self.registry)
         self.refused = Counter("privagg_s2_refused", "Requests refused, nothing stored", ["reason"],
                                registry=self.registry)
         self.unopened = Counter("privagg_s2_unopened", "Sealed sums and recoveries that would not open or decode",
@@ -472,25 +497,52 @@ class SecondService:
     def receive(self, task_id: str, authorization: str | None, body: bytes) -> str:
         """S1's hand-over, shown with the relay token: checked (:meth:`SecondServer.check`, and each sealed message
         its sender's: :func:`check_senders`) and stored once; the same hand-over again is taken as already
-        received, another refused (409). A refused hand-over (400 ``bad_handover`` naming the field) is not
-        stored: S1 sends it again, refused again, until it hands over what its users sent."""
+        received, another refused (409 ``handover_differs``).
+
+        What fails the task (docs/privacy.md, "Dishonest parties"): a hand-over authenticated as S1's (the relay
+        token, which S2 gave S1 alone, checked before anything else: without it 401 and nothing changes) that
+        does not check while the task waits for one. It proves S1 dishonest: an honest S1 checked each
+        signature as it stored the message and hands over only what checks, so nothing later from it is to be
+        relied on. The task turns ``failed``, naming the field, and this and every later hand-over are refused
+        409 ``failed`` (S1 records it). What does not fail it, as it proves nothing about the users' messages: a
+        body that is no hand-over of this version (400 ``bad_handover``: cut in transit, or an S1 of another
+        release; S1 sends it again), and anything once the task holds a hand-over (the same one replayed is
+        taken as already received, another refused 409) or was released."""
         task = self.task(task_id)
         self._from_first(task_id, authorization, "a hand-over")
         try:
             handover = Handover.from_dict(json_object(body, "the hand-over"))
-            SecondServer(task.parameters, task.min_survivors).check(handover)
-            check_senders(task, handover)
         except ParameterError as err:
             raise Refused(400, "bad_handover", str(err)) from None
+        try:
+            SecondServer(task.parameters, task.min_survivors).check(handover)
+            check_senders(task, handover)
+            bad = None
+        except ParameterError as err:
+            bad = err
         digest = hashlib.sha256(body).digest()
         with self._lock, self.engine.begin() as c:
             row = self._row(c, task_id, lock=True)
-            if row.handover_digest is not None:
+            if row.state == "failed":
+                raise Refused(409, "failed", json.loads(row.outcome)["failed"])
+            if bad is not None and row.state == "waiting":
+                why = (f"S1's hand-over does not check ({bad}), which an honest S1's always does: S2 failed the "
+                       "task, nothing was released")
+                c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(
+                    state="failed", outcome=json.dumps({"failed": why})))
+            elif bad is not None:
+                raise Refused(400, "bad_handover", str(bad))
+            elif row.handover_digest is not None:
                 if hmac.compare_digest(row.handover_digest, digest):
                     return "already received"
                 raise Refused(409, "handover_differs", "S2 already holds another hand-over for this task")
-            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(
-                state="received", handover=body, handover_digest=digest))
+            else:
+                c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(
+                    state="received", handover=body, handover_digest=digest))
+        if bad is not None:
+            self.failed.inc()
+            log_event(log2, "hand-over failed the task", task=task_id, field=bad.field)
+            raise Refused(409, "failed", why)
         self.received.inc()
         log_event(log2, "hand-over received", task=task_id, bytes=len(body))
         return "received"
@@ -545,11 +597,13 @@ class SecondService:
         return out
 
     def state(self, task_id: str) -> dict:
+        """The task, its state (waiting, received, released, failed) and why it failed (None otherwise)."""
         task = self.task(task_id)
         self.advance(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
-        return {"task": task.to_dict(), "state": row.state}
+        return {"task": task.to_dict(), "state": row.state,
+                "failed": json.loads(row.outcome)["failed"] if row.state == "failed" else None}
 
     def result(self, task_id: str) -> dict:
         self.task(task_id)
@@ -576,7 +630,7 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
     A ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2), and an
     honest S1, which checked each signature as it stored the message, never hands over one that fails.
 
-    Refused rather than the helper treated as dropped: the recovery round is closed by the hand-over, so his items
+    The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is closed by the hand-over, so his items
     could not be recovered, and a hand-over S1 forged proves S1 dishonest, so nothing else in it is to be relied on
     either."""
     from ..round_tasks import SignedRoster, check_task
