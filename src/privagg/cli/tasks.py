@@ -272,7 +272,7 @@ def _organisation(path: Path | None):
     if path is None:
         raise ParameterError.required("organisation-key", "for a dpds, dpdg or tss task: the organisation's key file "
                                       "(privagg organisation keygen --output FILE), which signs the task")
-    return Organisation.load(path)
+    return Organisation(_read_key(path))
 
 
 def _signed_by(organisation) -> dict:
@@ -306,13 +306,33 @@ def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
 
 
 def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
-    """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused)."""
+    """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused, never
+    overwritten): a relay token, tokens, the organisation's key."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as err:
-        raise ParameterError(field, "a new file in a writable folder", f"{path} ({err.strerror})") from None
+        raise ParameterError(field, "a new file in a writable folder (an existing one is never overwritten)",
+                             f"{path} ({err.strerror})") from None
     with os.fdopen(fd, "w") as out:
         out.write(text)
+
+
+def _read_key(path: Path, field: str = "organisation-key") -> bytes:
+    """The organisation's private key from the file ``organisation keygen`` wrote (base64 of 32 bytes, one line); a
+    ParameterError naming ``field`` otherwise."""
+    import base64
+    import binascii
+
+    from ..core.identity import KEY_BYTES
+
+    try:
+        raw = base64.b64decode(path.read_text(encoding="ascii").strip(), validate=True)
+    except (OSError, UnicodeDecodeError, binascii.Error, ValueError) as err:
+        raw = getattr(err, "strerror", None) or "not base64 text"
+    if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
+        raise ParameterError(field, "a key file privagg organisation keygen wrote (base64 of 32 bytes)",
+                             f"{path} ({raw if isinstance(raw, str) else f'{len(raw)} bytes'})")
+    return raw
 
 
 def _second_task(path: Path, parameters):
@@ -553,7 +573,7 @@ def organisation_keygen(output: Path = typer.Option(..., "--output", help="The n
 
     with _clean_errors():
         private = identity.generate()
-        identity.write_private(output, private)
+        _write_private(output, base64.b64encode(private).decode() + "\n", "output")
     _say(f"the organisation's key is in {output}; its public key (below) is what its users' devices pin", stderr=True)
     print(base64.b64encode(identity.public_key(private)).decode())
 
@@ -582,7 +602,7 @@ def roster_sign(task: str = typer.Option(..., "--task", help="The task id."),
     with _clean_errors():
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
-        organisation = Organisation.load(organisation_key)
+        organisation = Organisation(_read_key(organisation_key))
         issued = _token_lines(tokens)
         engine = connect(load_config(server.value, db=db).db, server.value, create=False)
         if server.value == "sharing":
