@@ -36,9 +36,10 @@ and the hand-over is sent again until S2 has it (S2 takes the same hand-over twi
 
 S1's routes: the round driver's (``POST /tasks/{id}/enroll``, ``/inbox``, ``/round1`` to ``/round4``, ``GET
 /tasks/{id}/roster``, the operator's ``POST /tasks/{id}/close-round/{round}``) and ``GET /tasks/{id}``. S2's: ``GET
-/tasks/{id}``, S1's (with the relay token) ``POST /tasks/{id}/election``, ``/sums`` and ``/handover``, ``GET
-/tasks/{id}/result``. Both: ``/healthz``, ``/readyz``, ``/metrics``. If S2 does not answer while S1 closes round 1
-or 3, the round stays open past its deadline and closes at a later tick.
+/tasks/{id}``, S1's (with the relay token) ``POST /tasks/{id}/election``, ``/sums``, ``/handover`` and
+``/withdraw`` (the undo of a create S1 refused), ``GET /tasks/{id}/result``. Both: ``/healthz``, ``/readyz``,
+``/metrics``. If S2 does not answer while S1 closes round 1 or 3, the round stays open past its deadline and closes
+at a later tick.
 """
 
 from __future__ import annotations
@@ -179,6 +180,13 @@ def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, time
     open): ``POST {url}/tasks/{task_id}/{route}`` with the relay token; S2's answer (JSON). S2's refusal (4xx)
     raises :class:`Refused` with its reason; no answer raises anything else (the round closes at a later tick)."""
     return json.loads(_post(f"{url.rstrip('/')}/tasks/{task_id}/{route}", token, body, timeout, ca_file))
+
+
+def withdraw_second(url: str, task_id: str, token: str, timeout: float = 10.0, ca_file: str | None = None) -> None:
+    """The undo of S2's task when S1's side of the create was refused (its budget): ``POST
+    {url}/tasks/{task_id}/withdraw`` with the relay token (:meth:`SecondService.withdraw`). S2's refusal raises
+    :class:`Refused`; no answer, anything else."""
+    _post(f"{url.rstrip('/')}/tasks/{task_id}/withdraw", token, b"{}", timeout, ca_file)
 
 
 class SecondAway(Exception):
@@ -428,6 +436,24 @@ class SecondService:
     def task(self, task_id: str) -> SecondTask:
         return load_task(self.engine, s2_tasks, SecondTask, task_id, self._tasks)
 
+    def withdraw(self, task_id: str, authorization: str | None) -> str:
+        """Remove a task, its key with it, at S1's request (the relay token) while it waits for a hand-over: the undo
+        of a create that S1's side refused (its budget; :func:`create_tasks`, ``privagg task create
+        --second-task``), so that a refused task leaves nothing behind on either server. 409 ``not_waiting`` once
+        S2 holds a hand-over, released or failed the task. (S1 could only stall the task otherwise, by handing
+        nothing over.)"""
+        self.task(task_id)
+        self._from_first(task_id, authorization, "a withdrawal")
+        with self._lock, self.engine.begin() as c:
+            state = self._row(c, task_id, lock=True).state
+            if state != "waiting":
+                raise Refused(409, "not_waiting", f"task {task_id} is {state}: only a task waiting for its hand-over "
+                              "is withdrawn")
+            c.execute(sa.delete(s2_tasks).where(s2_tasks.c.task_id == task_id))
+        self._tasks.pop(task_id, None)
+        log_event(log2, "task withdrawn", task=task_id)
+        return "withdrawn"
+
     def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
         query = sa.select(s2_tasks).where(s2_tasks.c.task_id == task_id)
         return c.execute(query.with_for_update() if lock else query).one()
@@ -663,9 +689,16 @@ def create_tasks(first: FirstService, second: SecondService, parameters, second_
     """A task on both servers, from one process that opens both databases (a demo, a test; across machines, do
     the two steps: :meth:`SecondService.create_task`, then :meth:`FirstService.create_task` with S2's public task
     from ``GET {second_url}/tasks/{id}``, its URL and the relay token), for the organisation of ``organisation_key``
-    (which signs S1's task)."""
+    (which signs S1's task). Both or neither: S2's task is withdrawn (:meth:`SecondService.withdraw`) if S1 refuses
+    its own (its population's budget: a ParameterError saying so)."""
     second_task, token = second.create_task(parameters, min_survivors, organisation_key=organisation_key)
-    return first.create_task(parameters, second_task, second_url, token, round_seconds)
+    try:
+        return first.create_task(parameters, second_task, second_url, token, round_seconds)
+    except Exception as err:  # S1 refused (its budget, a parameter): S2's task goes too, nothing is left behind
+        second.withdraw(second_task.task_id, f"Bearer {token}")
+        if isinstance(err, ParameterError):
+            err.args = (f"{err}; S2's task {second_task.task_id} was withdrawn: nothing is left on either server",)
+        raise
 
 
 # ---- the HTTP services -------------------------------------------------------------------------------------
@@ -694,6 +727,11 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
         raw = await body(request)
         status = await run_in_threadpool(service.receive, task_id, request.headers.get("authorization"), raw)
         return JSONResponse({"status": status}, status_code=202 if status == "received" else 200)
+
+    @app.post("/tasks/{task_id}/withdraw")
+    async def withdraw(task_id: str, request: Request) -> dict:
+        await body(request)
+        return {"status": await run_in_threadpool(service.withdraw, task_id, request.headers.get("authorization"))}
 
     @app.post("/tasks/{task_id}/election")
     async def election(task_id: str, request: Request) -> dict:
