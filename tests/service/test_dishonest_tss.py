@@ -65,6 +65,34 @@ def test_an_election_s1_attests_itself_is_refused_by_every_reporter(sqlite_dbs):
         assert "fewer than the task's minimum" in json.loads(d.row().outcome)["failed"]
 
 
+@pytest.mark.parametrize("answer", [b'{"unopened": [[3]]}', b'{"unopened": [true]}', b"<html>hello</html>"],
+                         ids=["helpers-as-lists", "true-for-a-helper", "not-json"])
+def test_s2_answering_the_sums_with_no_list_of_helpers_fails_the_task(sqlite_dbs, answer):
+    """S2 answers S1's question as round 3 closes (which sums do not open) with something that is no list of helpers
+    who sent sums: a helper as a list, true for a helper, an HTML page with status 200. Before, S1 raised TypeError
+    at every tick (a list is unhashable) or took the page for S2 away, or handed S2 a hand-over it refuses (true is
+    no user), and the task waited forever; now it fails as round 3 closes, naming S2's answer."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    from privagg.service.two_servers.servers import ask_second
+
+    liar = FastAPI()
+    liar.get("/readyz")(lambda: {"status": "ok"})
+    liar.post("/tasks/{task_id}/sums")(lambda task_id: Response(answer, media_type="application/json"))
+    with deploy(sqlite_dbs) as d, served(liar) as url:
+        honest = d.first.ask
+        d.first.ask = lambda _url, task_id, route, token, body: (
+            ask_second(url, task_id, route, token, body) if route == "sums" else honest(_url, task_id, route, token,
+                                                                                         body))
+        step(d, 1)
+        step(d, 2)
+        assert step(d, 3) == "failed"
+        why = d.first.state(d.task_id)["failed"]
+        assert why.startswith("S2's answer on the") and ("not JSON" in why) == (answer[0] == ord("<"))
+        assert d.first.deliver(d.task_id) == "failed" and d.second.received._value.get() == 0
+
+
 def wrong_sum_run(d, shift) -> tuple[dict, int, int]:
     """Rounds 1-4 with the first helper adding ``shift(true count, R2 reporters)`` to his first item's sum: (the
     result, the item, its true count)."""

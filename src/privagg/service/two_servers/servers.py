@@ -196,8 +196,10 @@ class SecondAway(Exception):
 class SecondClient:
     """S2 as S1's coordinator asks it while closing a round (:class:`FirstServer`'s ``second``), over S2's routes
     (``ask``: :func:`ask_second`): its attestation of the election (checked here against S2's identity key in the
-    task, which the reporters check it against), and which helpers' sums do not open. S2's refusal fails the task
-    (:class:`RoundFailed`, S1's election breaking S2's rules); no answer raises :class:`SecondAway`."""
+    task, which the reporters check it against), and which helpers' sums do not open. S2's refusal (S1's election
+    breaking S2's rules), or an answer that is not one (not JSON, a signature that does not verify, helpers that
+    sent no sum), fails the task (:class:`RoundFailed`): the round would never close otherwise; no answer raises
+    :class:`SecondAway`."""
 
     def __init__(self, ask, url: str, task: TSSTask, token: str) -> None:
         self.ask, self.url, self.task, self.token = ask, url, task, token
@@ -207,6 +209,8 @@ class SecondClient:
             return self.ask(self.url, self.task.second_task_id, route, self.token, json.dumps(document).encode())
         except Refused as err:
             raise RoundFailed(f"S2 refused the {route} ({err.reason}): {err.detail}; nothing was released") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):  # S2 answered, but not in JSON: asking again is no use
+            raise RoundFailed(f"S2's answer on the {route} is not JSON; nothing was released") from None
         except Exception as err:
             raise SecondAway(f"{type(err).__name__}: {str(err)[:200]}") from None
 
@@ -226,7 +230,7 @@ class SecondClient:
         answer = self._ask("sums", {"election": election.to_dict(), "sums": [
             {"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(sums.items())]})
         unopened = answer.get("unopened") if isinstance(answer, dict) else None
-        if not isinstance(unopened, list) or not set(unopened) <= set(sums):
+        if not isinstance(unopened, list) or not all(type(h) is int and h in sums for h in unopened):
             raise RoundFailed("S2's answer on the helpers' sums is not a list of helpers who sent one")
         return unopened
 
