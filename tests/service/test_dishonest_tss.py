@@ -14,15 +14,13 @@ import base64
 import dataclasses
 import json
 import re
-import urllib.error
-import urllib.request
 
 import pytest
 import sqlalchemy as sa
 
 from service.dishonest_tss import EverySumUnopenedS2, OneHelperS1, SelfAttestingS1, SubstitutingS1, WrongSumHelper
-from service.test_two_servers import (DOMAIN, MIN, N_USERS, deploy, dbs, refusal, served,  # noqa: F401
-                                     sqlite_dbs, step, tss)
+from service.test_two_servers import (DOMAIN, MIN, N_USERS, answer_of, deploy, dbs, refusal,  # noqa: F401
+                                     served, sqlite_dbs, step, tss)
 
 from privagg.core import identity
 from privagg.errors import ParameterError
@@ -161,14 +159,6 @@ class _Recording(TSSUser):
         return out
 
 
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
 def test_a_sum_s1_seals_to_s2_itself_fails_the_task_at_both_servers_naming_it(dbs):
     """Issue 46: anyone can seal to S2's public key, so S1 replaces helper h's sealed sum by his sum with +7 on his
     first item, sealed by S1 (keeping the signature h gave the sum he sent). Unchecked, S2 released that item's count
@@ -205,10 +195,10 @@ def test_a_sum_s1_seals_to_s2_itself_fails_the_task_at_both_servers_naming_it(db
                                                                                "does not check (" + field)
         assert d.clients[0].state() == "failed"  # the users' poll of S1
         second_id = d.task.second_task_id
-        status, shown = get(f"{s2}/tasks/{second_id}")
+        status, shown = answer_of(f"{s2}/tasks/{second_id}")
         assert status == 200 and shown["state"] == "failed" and field in shown["failed"]
         assert "nothing was released" in shown["failed"]
-        status, refused = get(f"{s2}/tasks/{second_id}/result")
+        status, refused = answer_of(f"{s2}/tasks/{second_id}/result")
         assert (status, refused["error"]) == (409, "failed") and field in refused["detail"]
         with pytest.raises(RoundFailed, match=re.escape(field)):
             _result(f"{s2}/tasks/{second_id}/result")

@@ -293,14 +293,18 @@ def refusal(call, *args) -> tuple[int, str]:
     return refused.value.status, refused.value.reason
 
 
-def post(url: str, route: str, body) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}{route}", data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json"})
+def answer_of(request: urllib.request.Request | str) -> tuple[int, dict]:
+    """The status and JSON body of the answer to ``request`` (a URL: GET), a refusal's too."""
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def post(url: str, route: str, body) -> tuple[int, dict]:
+    return answer_of(urllib.request.Request(f"{url}{route}", data=json.dumps(body).encode(), method="POST",
+                                            headers={"content-type": "application/json"}))
 
 
 def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
