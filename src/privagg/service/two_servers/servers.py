@@ -660,9 +660,9 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
     A ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2), and an
     honest S1, which checked each signature as it stored the message, never hands over one that fails.
 
-    The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is closed by the hand-over, so his items
-    could not be recovered, and a hand-over S1 forged proves S1 dishonest, so nothing else in it is to be relied on
-    either."""
+    The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is
+    closed by the hand-over, so his items could not be recovered, and a hand-over S1 forged proves S1 dishonest, so
+    nothing else in it is to be relied on either."""
     from ..round_tasks import SignedRoster, check_task
 
     if task.organisation_key is None:
