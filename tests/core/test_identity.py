@@ -62,19 +62,10 @@ def test_a_tokens_halves_are_independent_and_its_binding_covers_every_key(tmp_pa
             token_halves(bad)
 
 
-def test_the_organisation_key_file_is_private_and_never_overwritten(tmp_path):
-    from privagg.core.identity import public_text, read_private, write_private
+def test_a_public_key_as_text_is_base64_of_32_bytes():
+    from privagg.core.identity import public_text
 
-    private, path = identity.generate(), tmp_path / "org.key"
-    write_private(path, private)
-    assert (path.stat().st_mode & 0o777) == 0o600 and read_private(path) == private
-    with pytest.raises(ParameterError, match="output must be a new file"):
-        write_private(path, identity.generate())
-    assert read_private(path) == private
-    (tmp_path / "bad.key").write_text("not a key\n")
-    for bad in (tmp_path / "bad.key", tmp_path / "none.key"):
-        with pytest.raises(ParameterError, match="organisation-key must be a key file privagg organisation keygen"):
-            read_private(bad)
+    private = identity.generate()
     assert public_text(base64.b64encode(identity.public_key(private)).decode(), "k") == identity.public_key(private)
     with pytest.raises(ParameterError, match="k must be base64 of an Ed25519 public key"):
         public_text("AAAA", "k")

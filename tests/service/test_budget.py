@@ -326,12 +326,126 @@ def test_a_tss_task_over_s1s_budget_is_refused_before_s2s_task_is_made(tmp_path)
     assert made.exit_code == 0, made.output
     refused = runner.invoke(app, create)
     assert refused.exit_code == 2 and "error: budget of population panel exceeded: the task costs epsilon 1" in \
-        refused.output
+        refused.output and "nothing charged; no task was made on S1 or S2" in refused.output
     with connect(s2, "s2", create=False).connect() as c:
         assert c.execute(sa.select(sa.func.count()).select_from(s2_tasks)).scalar() == 1
     shown = runner.invoke(app, ["budget", "show", "--server", "s1", "--db", s1, "--json"])
     (book,) = json.loads(shown.output)
     assert book["population"] == "panel" and book["spent"]["tasks"] == 1 and book["spent"]["epsilon"] == 1.0
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def tss_dbs(request, tmp_path) -> dict[str, str]:
+    """S1's database and S2's, once per backend."""
+    if request.param == "sqlite":
+        return {role: f"sqlite:///{tmp_path}/{role}.db" for role in ("s1", "s2")}
+    make = request.getfixturevalue("postgres_databases")
+    return {role: make() for role in ("s1", "s2")}
+
+
+def tss_params():
+    return sc.calibrate_tss(1.0, 0.1, 32, 4, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
+                            sampling_probability=0.6)
+
+
+def tss_counts(dbs: dict[str, str], kek) -> tuple[int, int, int]:
+    """(S1's tasks, S1's charges, S2's tasks)."""
+    from privagg.service.two_servers.servers import s1_tasks, s2_tasks
+
+    engines = connect(dbs["s1"], "s1", create=False), connect(dbs["s2"], "s2", kek=kek, create=False)
+    try:
+        with engines[0].connect() as c, engines[1].connect() as c2:
+            return (c.execute(sa.select(sa.func.count()).select_from(s1_tasks)).scalar(),
+                    c.execute(sa.select(sa.func.count()).select_from(ledger.charges["s1"])).scalar(),
+                    c2.execute(sa.select(sa.func.count()).select_from(s2_tasks)).scalar())
+    finally:
+        for engine in engines:
+            engine.dispose()
+
+
+def test_a_tss_task_s1s_ledger_refuses_after_s2s_task_was_made_leaves_nothing(tss_dbs):
+    """Issue 49, "nothing charged, nothing lost": create_tasks makes S2's task, then S1's, whose ledger refuses the
+    charge (a budget below the task's cost; across processes, a task charged between the check and the charge):
+    S2's task is withdrawn, the error names the population, what it has left and that nothing is left on either
+    server (before: S2's task stayed behind, waiting forever)."""
+    from privagg.service.organisation import Organisation
+    from privagg.service.two_servers.servers import FirstService, SecondService, create_tasks
+
+    kek = KeyEncryptionKey.generate()
+    second = SecondService(connect(tss_dbs["s2"], "s2", kek=kek), kek=kek)
+    first = FirstService(connect(tss_dbs["s1"], "s1"))
+    first.population = "panel"
+    ledger.set_budget(first.engine, "panel", 0.5, 0.5, "day")
+    with pytest.raises(ledger.BudgetExceeded) as refused:
+        create_tasks(first, second, tss_params(), "http://s2.invalid", organisation_key=Organisation.generate()
+                     .public_key)
+    line = str(refused.value)
+    assert line.startswith("budget of population panel exceeded: the task costs epsilon 1") and "\n" not in line
+    assert "has epsilon 0.5" in line and line.endswith("was withdrawn: nothing is left on either server")
+    first.engine.dispose()
+    second.engine.dispose()
+    assert tss_counts(tss_dbs, kek) == (0, 0, 0)
+
+
+def test_two_operators_tss_task_refused_by_s1s_budget_withdraws_s2s_task(tss_dbs, tmp_path, monkeypatch):
+    """Two operators: S2's makes S2's task (task create --s2), S1's then gives it to S1 (--second-task), whose
+    ledger refuses: S1's command withdraws S2's task over S2's route with the relay token and says so in one line
+    naming the population (exit 2); nothing is charged or left on either server. S2 away, the line says S2's task
+    is left there. A withdrawal needs the relay token, and only of a task waiting for its hand-over."""
+    from service.test_two_servers import served
+
+    from privagg.service.two_servers.servers import SecondService, create_second_app, s2_tasks
+    from privagg.service.web import Refused
+
+    kek = KeyEncryptionKey.generate()
+    monkeypatch.setenv("PRIVAGG_KEK", kek.export())
+    run = CliRunner().invoke
+    (tmp_path / "tss.json").write_text(json.dumps(tss_params().to_dict()))
+    assert run(app, ["db", "upgrade", "--create", "--role", "s1", "--db", tss_dbs["s1"]]).exit_code == 0
+    assert run(app, ["budget", "set", "--server", "s1", "--population", "panel", "--epsilon", "0.5", "--delta",
+                     "0.5", "--db", tss_dbs["s1"]]).exit_code == 0
+    public = run(app, ["organisation", "keygen", "--output", str(tmp_path / "org.key")]).stdout.strip()
+    second = SecondService(connect(tss_dbs["s2"], "s2", kek=kek), kek=kek)
+
+    def s2_task(name: str) -> str:
+        made = run(app, ["task", "create", "--params", str(tmp_path / "tss.json"), "--db", tss_dbs["s2"], "--s2",
+                         "--relay-token-file", str(tmp_path / f"{name}.token"), "--organisation-public-key", public,
+                         "--json"])
+        assert made.exit_code == 0, made.output
+        (tmp_path / f"{name}.json").write_text(made.stdout)
+        return json.loads(made.stdout)["task_id"]
+
+    def s1_task(name: str, url: str):
+        return run(app, ["task", "create", "--params", str(tmp_path / "tss.json"), "--db", tss_dbs["s1"],
+                         "--second-task", str(tmp_path / f"{name}.json"), "--second-url", url, "--relay-token-file",
+                         str(tmp_path / f"{name}.token"), "--organisation-key", str(tmp_path / "org.key"),
+                         "--population", "panel"])
+
+    with served(create_second_app(second, tick=None)) as url:
+        second_id = s2_task("a")
+        assert tss_counts(tss_dbs, kek) == (0, 0, 1)
+        with pytest.raises(Refused) as refused:  # S2's task is withdrawn by S1 alone
+            second.withdraw(second_id, "Bearer guess")
+        assert refused.value.status == 401
+        refused = s1_task("a", url)
+        assert refused.exit_code == 2 and refused.stdout == ""
+        (line,) = [x for x in refused.output.splitlines() if x.startswith("error:")]
+        assert line.startswith("error: budget of population panel exceeded: the task costs epsilon 1")
+        assert line.endswith(f"nothing charged; S2's task {second_id} was withdrawn: nothing is left on either server")
+        assert tss_counts(tss_dbs, kek) == (0, 0, 0)
+        away = s2_task("b")
+    refused = s1_task("b", url)  # S2 no longer answers
+    assert refused.exit_code == 2 and f"S2's task {away} is left at S2, unused (withdrawing it failed: " in \
+        refused.output
+    assert tss_counts(tss_dbs, kek) == (0, 0, 1)
+    received = second.task(away)
+    token = (tmp_path / "b.token").read_text().strip()
+    with second.engine.begin() as c:  # once S2 holds a hand-over, the task stays
+        c.execute(sa.update(s2_tasks).values(state="received"))
+    with pytest.raises(Refused) as refused:
+        second.withdraw(received.task_id, f"Bearer {token}")
+    assert (refused.value.status, refused.value.reason) == (409, "not_waiting")
+    second.engine.dispose()
 
 
 def test_a_writer_locked_out_past_the_lock_timeout_is_one_error_and_nothing_is_charged(tmp_path):

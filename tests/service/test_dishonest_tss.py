@@ -19,7 +19,8 @@ import pytest
 import sqlalchemy as sa
 
 from service.dishonest_tss import EverySumUnopenedS2, OneHelperS1, SelfAttestingS1, SubstitutingS1, WrongSumHelper
-from service.test_two_servers import DOMAIN, MIN, N_USERS, deploy, dbs, refusal, sqlite_dbs, step, tss  # noqa: F401
+from service.test_two_servers import (DOMAIN, MIN, N_USERS, answer_of, deploy, dbs, refusal,  # noqa: F401
+                                     served, sqlite_dbs, step, tss)
 
 from privagg.core import identity
 from privagg.errors import ParameterError
@@ -60,6 +61,34 @@ def test_an_election_s1_attests_itself_is_refused_by_every_reporter(sqlite_dbs):
                 c.send("share")
         assert relayed(d) == 0 and d.close(2) == "failed"
         assert "fewer than the task's minimum" in json.loads(d.row().outcome)["failed"]
+
+
+@pytest.mark.parametrize("answer", [b'{"unopened": [[3]]}', b'{"unopened": [true]}', b"<html>hello</html>"],
+                         ids=["helpers-as-lists", "true-for-a-helper", "not-json"])
+def test_s2_answering_the_sums_with_no_list_of_helpers_fails_the_task(sqlite_dbs, answer):
+    """S2 answers S1's question as round 3 closes (which sums do not open) with something that is no list of helpers
+    who sent sums: a helper as a list, true for a helper, an HTML page with status 200. Before, S1 raised TypeError
+    at every tick (a list is unhashable) or took the page for S2 away, or handed S2 a hand-over it refuses (true is
+    no user), and the task waited forever; now it fails as round 3 closes, naming S2's answer."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    from privagg.service.two_servers.servers import ask_second
+
+    liar = FastAPI()
+    liar.get("/readyz")(lambda: {"status": "ok"})
+    liar.post("/tasks/{task_id}/sums")(lambda task_id: Response(answer, media_type="application/json"))
+    with deploy(sqlite_dbs) as d, served(liar) as url:
+        honest = d.first.ask
+        d.first.ask = lambda _url, task_id, route, token, body: (
+            ask_second(url, task_id, route, token, body) if route == "sums" else honest(_url, task_id, route, token,
+                                                                                         body))
+        step(d, 1)
+        step(d, 2)
+        assert step(d, 3) == "failed"
+        why = d.first.state(d.task_id)["failed"]
+        assert why.startswith("S2's answer on the") and ("not JSON" in why) == (answer[0] == ord("<"))
+        assert d.first.deliver(d.task_id) == "failed" and d.second.received._value.get() == 0
 
 
 def wrong_sum_run(d, shift) -> tuple[dict, int, int]:
@@ -130,13 +159,23 @@ class _Recording(TSSUser):
         return out
 
 
-def test_a_sum_s1_seals_to_s2_itself_is_refused_by_s2_naming_it(dbs):
+def test_a_sum_s1_seals_to_s2_itself_fails_the_task_at_both_servers_naming_it(dbs):
     """Issue 46: anyone can seal to S2's public key, so S1 replaces helper h's sealed sum by his sum with +7 on his
     first item, sealed by S1 (keeping the signature h gave the sum he sent). Unchecked, S2 released that item's count
-    moved by 7 (inside [0, |R_j|]: undetectable by range). S2 now checks the organisation's roster and each sealed
-    message's signature under its sender's identity key, as the user signed it: it refuses the hand-over naming the
-    sum, and releases nothing; S1 sends it again, refused again, until S1 hands over what the users sent."""
-    with deploy(dbs, first_type=SubstitutingS1) as d:
+    moved by 7 (inside [0, |R_j|]: undetectable by range). S2 checks the organisation's roster and each sealed
+    message's signature under its sender's identity key, as the user signed it. The hand-over, authenticated as S1's
+    (the relay token), proves S1 dishonest: S2 fails the task naming the sum (before: it refused it 400 and kept the
+    task waiting forever), S1's delivery records S2's reason, both servers' task states say it over HTTP, the
+    result is refused 409 failed, the demo's wait for the result ends at once in one line, and S1's honest
+    hand-over after it is refused too: nothing is released."""
+    from privagg.protocols.roles import RoundFailed
+    from privagg.service.two_servers.demo import _result
+    from privagg.service.two_servers.servers import create_second_app, post_handover, s1_tasks
+
+    with deploy(dbs, first_type=SubstitutingS1) as d, served(create_second_app(d.second, tick=None)) as s2:
+        with d.first.engine.begin() as c:  # S1 hands over to S2's service over HTTP
+            c.execute(sa.update(s1_tasks).values(second_url=s2))
+        d.first.send = post_handover
         step(d, 1)
         step(d, 2)
         helper, items = sorted(d.election().by_helper.items())[0]
@@ -147,19 +186,75 @@ def test_a_sum_s1_seals_to_s2_itself_is_refused_by_s2_naming_it(dbs):
                                second=d.task.second_identity_key)
         step(d, 3)
         step(d, 4)
+        honest = json.dumps(d.first.handover(d.task_id).to_dict()).encode()  # what the users sent
         d.first.helper, d.first.plain = helper, liar.role.sent
-        assert d.first.deliver(d.task_id) == "handover"  # refused: sent again at the next tick
-        with pytest.raises(Refused) as refused:  # what S1's delivery was told
-            d.second.receive(d.task.second_task_id, f"Bearer {d.row().relay_token}",
-                             json.dumps(d.first.handover(d.task_id).to_dict()).encode())
-        assert (refused.value.status, refused.value.reason) == (400, "bad_handover")
-        assert f"handover.sums[{helper}].signature" in refused.value.detail
-        assert refusal(d.second.result, d.task.second_task_id) == (409, "not_released")
-        d.first.helper = None  # S1 hands over what the users sent: released exactly
-        p, truth = d.task.parameters, d.truth(range(N_USERS))
-        result = d.result()
-        assert [round(e["estimate"] * p.effective_probability) for e in sorted(
-            result["estimates"], key=lambda e: e["item"])] == truth
+        field = f"handover.sums[{helper}].signature must be a valid Ed25519 signature by user {helper}'s identity key"
+        assert d.first.deliver(d.task_id) == "failed"
+        s1_state = d.first.state(d.task_id)
+        assert s1_state["state"] == "failed" and s1_state["failed"].startswith("S2 failed the task: S1's hand-over "
+                                                                               "does not check (" + field)
+        assert d.clients[0].state() == "failed"  # the users' poll of S1
+        second_id = d.task.second_task_id
+        status, shown = answer_of(f"{s2}/tasks/{second_id}")
+        assert status == 200 and shown["state"] == "failed" and field in shown["failed"]
+        assert "nothing was released" in shown["failed"]
+        status, refused = answer_of(f"{s2}/tasks/{second_id}/result")
+        assert (status, refused["error"]) == (409, "failed") and field in refused["detail"]
+        with pytest.raises(RoundFailed, match=re.escape(field)):
+            _result(f"{s2}/tasks/{second_id}/result")
+        with pytest.raises(Refused) as again:  # what the users sent, once S1 proved dishonest: nothing is released
+            post_handover(s2, second_id, d.row().relay_token, honest)
+        assert (again.value.status, again.value.reason) == (409, "failed") and field in again.value.detail
+        assert d.second.state(second_id)["state"] == "failed" and d.second.received._value.get() == 0
+        assert d.second.failed._value.get() == 1
+        assert d.first.deliver(d.task_id) == "failed"  # S1 sends nothing again
+
+
+def _other_roster(d, honest) -> dict:
+    """The hand-over's roster document signed by another key than the organisation's."""
+    from privagg.service.organisation import Organisation
+
+    other = Organisation.generate()
+    return dict(honest.roster, signature=base64.b64encode(identity.sign(
+        other.private_key, b"privagg roster " + d.task_id.encode(), honest.roster["roster"].encode())).decode())
+
+
+@pytest.mark.parametrize("lie", ["recovery", "roster"])
+def test_a_hand_over_of_s1s_that_does_not_check_fails_the_task_and_nothing_else_does(dbs, lie):
+    """Which refusals fail S2's task: only a hand-over authenticated as S1's (the relay token) that does not check
+    while the task waits for one (here: a recovery of a helper whose sum S1 hands over, which S1's own rules never make;
+    or the roster signed by another key than the organisation's). Before it, nothing a third party or the network
+    can send changes the task: a request without the relay token (401), a body that is no hand-over (cut in
+    transit, or of another version: 400, S1 sends it again). After it, the task is failed, naming the field, and
+    the honest hand-over is refused 409 failed. (Before: S2 refused each 400 and the task waited forever.)"""
+    with deploy(dbs) as d:
+        step(d, 1)
+        step(d, 2)
+        step(d, 3)
+        assert step(d, 4) == "handover"
+        honest = d.first.handover(d.task_id)
+        body = json.dumps(honest.to_dict()).encode()
+        second_id, token = d.task.second_task_id, d.row().relay_token
+        if lie == "recovery":
+            bad, field = {**honest.to_dict(), "recovery": [
+                {"item": 0, "dropped": list(honest.helpers[0][:1]), "reporters": []}]}, "handover.recovery[0].dropped"
+        else:
+            bad, field = {**honest.to_dict(), "roster": _other_roster(d, honest)}, "roster.signature"
+        bad = json.dumps(bad).encode()
+        assert refusal(d.second.receive, second_id, "Bearer guess", bad) == (401, "unauthenticated")
+        assert refusal(d.second.receive, second_id, None, bad) == (401, "unauthenticated")
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", bad[:-9]) == (400, "malformed")
+        assert refusal(d.second.receive, second_id, f"Bearer {token}",
+                       json.dumps({**honest.to_dict(), "version": 0}).encode()) == (400, "bad_handover")
+        assert d.second.state(second_id)["state"] == "waiting" and d.second.failed._value.get() == 0
+        with pytest.raises(Refused) as failed:
+            d.second.receive(second_id, f"Bearer {token}", bad)
+        assert (failed.value.status, failed.value.reason) == (409, "failed") and field in failed.value.detail
+        state = d.second.state(second_id)
+        assert state["state"] == "failed" and field in state["failed"]
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", body) == (409, "failed")
+        assert refusal(d.second.result, second_id) == (409, "failed")
+        assert d.first.deliver(d.task_id) == "failed" and field in d.first.state(d.task_id)["failed"]
 
 
 def test_every_swapped_or_unsigned_part_of_the_hand_over_is_refused_naming_it(sqlite_dbs):
@@ -167,7 +262,6 @@ def test_every_swapped_or_unsigned_part_of_the_hand_over_is_refused_naming_it(sq
     reporter's recovery swapped for another's, a sum without its signature, the roster signed by another key, S1's
     task edited (another S2 task named), or S2's task without the organisation's key (an older release's) are each
     refused naming the field; the honest hand-over passes."""
-    from privagg.service.organisation import Organisation
     from privagg.service.two_servers.servers import check_senders
 
     with deploy(sqlite_dbs) as d:
@@ -180,9 +274,7 @@ def test_every_swapped_or_unsigned_part_of_the_hand_over_is_refused_naming_it(sq
         check_senders(second, honest)
         (a, blob), (b, _) = sorted(honest.recoveries.items())[:2]
         some = sorted(honest.sums)[0]
-        other = Organisation.generate()  # the roster's document signed by another key
-        roster = dict(honest.roster, signature=base64.b64encode(identity.sign(
-            other.private_key, b"privagg roster " + d.task_id.encode(), honest.roster["roster"].encode())).decode())
+        roster = _other_roster(d, honest)
         edited = {**honest.task, "task": {**honest.task["task"], "second_task_id": "cd" * 16}}
         for lie, field in [({"recoveries": {**honest.recoveries, b: blob}}, f"handover.recoveries[{b}].signature"),
                            ({"signatures": {k: v for k, v in honest.signatures.items() if k != (SUMS, some)}},

@@ -402,6 +402,25 @@ def test_the_signed_roster_round_trips_and_names_a_bad_one():
     assert np.unique([identity.token_halves("t")[0], identity.token_halves("u")[0]]).size == 2
 
 
+def test_the_organisation_key_file_is_private_and_never_overwritten(tmp_path):
+    """The CLI's one private-file writer (the organisation's key, a relay token, tokens) and the key's reader: the
+    file is the owner's alone from its creation on, an existing one is never overwritten, and a file that is no key
+    is one error naming the option (core/identity does no file I/O: keys, signatures, encodings only)."""
+    from privagg.cli.tasks import _read_key, _write_private
+
+    private, path = identity.generate(), tmp_path / "org.key"
+    _write_private(path, b64encode(private).decode() + "\n", "output")
+    assert (path.stat().st_mode & 0o777) == 0o600 and _read_key(path) == private
+    with pytest.raises(ParameterError, match="output must be a new file"):
+        _write_private(path, "another\n", "output")
+    assert _read_key(path) == private
+    (tmp_path / "bad.key").write_text("not a key\n")
+    (tmp_path / "short.key").write_text(b64encode(bytes(16)).decode())
+    for bad in (tmp_path / "bad.key", tmp_path / "short.key", tmp_path / "none.key", tmp_path):
+        with pytest.raises(ParameterError, match="organisation-key must be a key file privagg organisation keygen"):
+            _read_key(bad)
+
+
 def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
     """``privagg organisation keygen`` (a new 0600 file, never overwritten; the public key printed), ``task create
     --organisation-key`` (required for a task with rounds), ``tokens issue`` and, once the devices (pinning the
@@ -410,15 +429,16 @@ def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
     from typer.testing import CliRunner
 
     from privagg.cli import app
+    from privagg.cli.tasks import _read_key
 
     run = CliRunner().invoke
     key, db = tmp_path / "org.key", f"sqlite:///{tmp_path}/sharing.db"
     made = run(app, ["organisation", "keygen", "--output", str(key)])
     assert made.exit_code == 0 and (key.stat().st_mode & 0o777) == 0o600
     pinned = b64decode(made.stdout.strip())
-    assert identity.public_key(identity.read_private(key)) == pinned
+    assert identity.public_key(_read_key(key)) == pinned
     again = run(app, ["organisation", "keygen", "--output", str(key)])
-    assert again.exit_code == 2 and "output must be a new file" in again.output and identity.read_private(key)
+    assert again.exit_code == 2 and "output must be a new file" in again.output and _read_key(key)
     (tmp_path / "p.json").write_text(json.dumps(dpds().to_dict()))
     create = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", db, "--min-survivors", str(MIN)]
     unsigned = run(app, create)

@@ -293,14 +293,18 @@ def refusal(call, *args) -> tuple[int, str]:
     return refused.value.status, refused.value.reason
 
 
-def post(url: str, route: str, body) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}{route}", data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json"})
+def answer_of(request: urllib.request.Request | str) -> tuple[int, dict]:
+    """The status and JSON body of the answer to ``request`` (a URL: GET), a refusal's too."""
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def post(url: str, route: str, body) -> tuple[int, dict]:
+    return answer_of(urllib.request.Request(f"{url}{route}", data=json.dumps(body).encode(), method="POST",
+                                            headers={"content-type": "application/json"}))
 
 
 def test_bad_requests_are_refused_and_nothing_is_stored(sqlite_dbs):
@@ -387,13 +391,18 @@ def test_s2_takes_one_handover_once_and_only_from_s1(sqlite_dbs):
         second_id, token = d.task.second_task_id, d.row().relay_token
         assert refusal(d.second.receive, second_id, "Bearer guess", body) == (401, "unauthenticated")
         assert refusal(d.second.receive, second_id, token, body) == (401, "unauthenticated")  # no "Bearer "
-        forged = json.loads(body)
-        forged["recovery"] = [{"item": 0, "dropped": forged["helpers"][0][:1], "reporters": []}]
-        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(forged).encode()) == (
+        cut = body[:len(body) // 2]  # no hand-over: proves nothing of S1 (cut in transit), the task waits
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", cut) == (400, "malformed")
+        older = {**json.loads(body), "version": 0}  # an S1 of another release: refused, the task waits
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(older).encode()) == (
             400, "bad_handover")
         assert d.second.state(second_id)["state"] == "waiting"
         assert d.second.receive(second_id, f"Bearer {token}", body) == "received"
         assert d.second.receive(second_id, f"Bearer {token}", body) == "already received"
+        forged = json.loads(body)  # once S2 holds a hand-over, one that does not check changes nothing
+        forged["recovery"] = [{"item": 0, "dropped": forged["helpers"][0][:1], "reporters": []}]
+        assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(forged).encode()) == (
+            400, "bad_handover")
         other = json.loads(body)
         other["sums"] = other["sums"][1:]
         assert refusal(d.second.receive, second_id, f"Bearer {token}", json.dumps(other).encode()) == (
@@ -748,9 +757,9 @@ def test_s1_checks_s2s_certificate_with_its_own_ca(tmp_path, monkeypatch):
                                                               organisation_key=bytes(32))
     engine.dispose()
     with ServiceProcess("s2", db, tmp_path / "s2.log", None, ("--tls-cert", str(cert), "--tls-key", str(key))) as s2:
-        with pytest.raises(urllib.error.HTTPError) as reached:  # TLS checked, then S2 read the (empty) hand-over
+        with pytest.raises(Refused) as reached:  # TLS checked, then S2 read the (empty) hand-over and refused it
             post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(cert))
-        assert reached.value.code == 400
+        assert (reached.value.status, reached.value.reason) == (400, "bad_handover")
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             post_handover(s2.url, task.task_id, token, b"{}", ca_file=str(other))
 

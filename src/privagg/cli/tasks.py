@@ -146,7 +146,7 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
     from ..protocols.registry import get, load_parameters
     from ..service.calls import check_url
     from ..service.config import load_config
-    from ..service.ledger import check_charge, check_population, round_cost
+    from ..service.ledger import BudgetExceeded, check_charge, check_population, round_cost
     from ..service.storage import connect, lock_timeouts_refused
 
     with _clean_errors(), lock_timeouts_refused(db):
@@ -202,9 +202,13 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                     raise ParameterError("second-task", "S2's task made with this organisation's public key "
                                          "(--organisation-public-key at S2: S2 checks the hand-over under it)",
                                          "another key" if second.organisation_key else "none")
-                first = FirstService(connect(load_config("s1", db=db).db, "s1"))
+                first_cfg = load_config("s1", db=db)
+                first = FirstService(connect(first_cfg.db, "s1"))
                 first.population = population
-                tss = first.create_task(parameters, second, second_url, token, round_seconds)
+                try:
+                    tss = first.create_task(parameters, second, second_url, token, round_seconds)
+                except BudgetExceeded as err:  # S2's task exists already: withdrawn, so nothing is left behind
+                    raise _second_withdrawn(err, second_url, second.task_id, token, first_cfg.second_ca) from None
             else:
                 if second_db is None or second_url is None:
                     raise ParameterError("second-db/second-url", "both given for tss from one operator (S2's "
@@ -212,8 +216,12 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                                          f"{second_db}, {second_url}")
                 first = FirstService(connect(load_config("s1", db=db).db, "s1"))
                 first.population = population
-                check_charge(first.engine, population, parameters.protocol, round_cost(
-                    parameters, parameters.n_users if min_survivors is None else min_survivors))  # before S2's task
+                try:  # before S2's task (create_tasks withdraws it if S1 still refuses: a task charged meanwhile)
+                    check_charge(first.engine, population, parameters.protocol, round_cost(
+                        parameters, parameters.n_users if min_survivors is None else min_survivors))
+                except BudgetExceeded as err:
+                    err.args = (f"{err}; no task was made on S1 or S2",)
+                    raise
                 cfg = load_config("s2", db=second_db, kek_file=None if kek_file is None else str(kek_file))
                 kek = KeyEncryptionKey.load(cfg.kek_file)
                 second = SecondService(connect(cfg.db, "s2", kek=kek), kek=kek)
@@ -272,7 +280,7 @@ def _organisation(path: Path | None):
     if path is None:
         raise ParameterError.required("organisation-key", "for a dpds, dpdg or tss task: the organisation's key file "
                                       "(privagg organisation keygen --output FILE), which signs the task")
-    return Organisation.load(path)
+    return Organisation(_read_key(path))
 
 
 def _signed_by(organisation) -> dict:
@@ -306,13 +314,48 @@ def _release_delta(parameters, min_survivors: int, as_json: bool) -> dict:
 
 
 def _write_private(path: Path, text: str, field: str = "relay-token-file") -> None:
-    """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused)."""
+    """``text`` to a new file readable by its owner only, from its creation on (an existing file is refused, never
+    overwritten): a relay token, tokens, the organisation's key."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as err:
-        raise ParameterError(field, "a new file in a writable folder", f"{path} ({err.strerror})") from None
+        raise ParameterError(field, "a new file in a writable folder (an existing one is never overwritten)",
+                             f"{path} ({err.strerror})") from None
     with os.fdopen(fd, "w") as out:
         out.write(text)
+
+
+def _read_key(path: Path, field: str = "organisation-key") -> bytes:
+    """The organisation's private key from the file ``organisation keygen`` wrote (base64 of 32 bytes, one line); a
+    ParameterError naming ``field`` otherwise."""
+    import base64
+    import binascii
+
+    from ..core.identity import KEY_BYTES
+
+    try:
+        raw = base64.b64decode(path.read_text(encoding="ascii").strip(), validate=True)
+    except (OSError, UnicodeDecodeError, binascii.Error, ValueError) as err:
+        raw = getattr(err, "strerror", None) or "not base64 text"
+    if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
+        raise ParameterError(field, "a key file privagg organisation keygen wrote (base64 of 32 bytes)",
+                             f"{path} ({raw if isinstance(raw, str) else f'{len(raw)} bytes'})")
+    return raw
+
+
+def _second_withdrawn(err: ParameterError, url: str, second_id: str, token: str, ca_file: str | None):
+    """S1's refusal ``err`` of a task whose S2 task S2's operator made (two operators), once S2's task is withdrawn
+    over S2's route with the relay token, saying what is left."""
+    from ..service.two_servers.servers import withdraw_second
+
+    try:
+        withdraw_second(url, second_id, token, ca_file=ca_file)
+        left = f"S2's task {second_id} was withdrawn: nothing is left on either server"
+    except Exception as failure:  # S2 away or refusing: the task stays there, which no user reaches without S1's
+        why = getattr(failure, "detail", None) or f"{type(failure).__name__}: {failure}"
+        left = f"S2's task {second_id} is left at S2, unused (withdrawing it failed: {why[:160]})"
+    err.args = (f"{err}; {left}",)
+    return err
 
 
 def _second_task(path: Path, parameters):
@@ -553,7 +596,7 @@ def organisation_keygen(output: Path = typer.Option(..., "--output", help="The n
 
     with _clean_errors():
         private = identity.generate()
-        identity.write_private(output, private)
+        _write_private(output, base64.b64encode(private).decode() + "\n", "output")
     _say(f"the organisation's key is in {output}; its public key (below) is what its users' devices pin", stderr=True)
     print(base64.b64encode(identity.public_key(private)).decode())
 
@@ -582,7 +625,7 @@ def roster_sign(task: str = typer.Option(..., "--task", help="The task id."),
     with _clean_errors():
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters)", task)
-        organisation = Organisation.load(organisation_key)
+        organisation = Organisation(_read_key(organisation_key))
         issued = _token_lines(tokens)
         engine = connect(load_config(server.value, db=db).db, server.value, create=False)
         if server.value == "sharing":

@@ -122,38 +122,7 @@ def binding(binding_half: bytes, task_id: str, identity_key: bytes, public_key: 
                     bytes(public_key), hashlib.sha256).digest()
 
 
-# ---- the organisation's key file -----------------------------------------------------------------------------
-
-def write_private(path, private_key: bytes) -> None:
-    """``private_key`` (base64, one line) to a new file readable by its owner only from its creation on; an existing
-    file is refused (ParameterError ``output``), never overwritten."""
-    import base64
-    import os
-
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as err:
-        raise ParameterError("output", "a new file in a writable folder (an existing key is never overwritten)",
-                             f"{path} ({err.strerror})") from None
-    with os.fdopen(fd, "w") as out:
-        out.write(base64.b64encode(private_key).decode() + "\n")
-
-
-def read_private(path, field: str = "organisation-key") -> bytes:
-    """The private key :func:`write_private` wrote at ``path``; a ParameterError naming ``field`` otherwise."""
-    import base64
-    import binascii
-
-    try:
-        with open(path, encoding="ascii") as text:
-            raw = base64.b64decode(text.read().strip(), validate=True)
-    except (OSError, UnicodeDecodeError, binascii.Error, ValueError) as err:
-        raw = getattr(err, "strerror", None) or "not base64 text"
-    if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
-        raise ParameterError(field, "a key file privagg organisation keygen wrote (base64 of 32 bytes)",
-                             f"{path} ({raw if isinstance(raw, str) else f'{len(raw)} bytes'})")
-    return raw
-
+# ---- public keys as text ------------------------------------------------------------------------------------
 
 def public_text(text, field: str) -> bytes:
     """The 32-byte Ed25519 public key of base64 ``text`` (a pinned organisation key, a roster's identity key); a

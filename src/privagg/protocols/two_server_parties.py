@@ -27,7 +27,7 @@ round 4, recovery (only when helpers missed round 3)
     reporters reveals to S2 the shares he sent D_j. Every reporter's shares to the other helpers stay hidden
     in their sums, so S2 learns the item's count and uniform values besides. A reporter refuses a request
     naming every helper of an item (those shares add up to his entry), or naming himself for an item he
-    sent a sum for; S2 refuses a hand-over naming a helper whose sum it holds.
+    sent a sum for; a hand-over naming a helper whose sum it holds fails the task at S2.
 release (S2)
     Per item, the helpers' sums plus the recovered shares: the count of item j over R2 exactly; estimates
     tau_j / p' with the guarantee recomputed for the |R2| users who took part

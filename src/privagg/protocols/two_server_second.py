@@ -136,7 +136,7 @@ TRUST = {
           "sealed shares it cannot open; its election is attested by S2 before anyone shares (H_j: max(m_j, phi + 1) "
           "distinct users of R1, the m_j adding up to |R1| alpha N), but it chooses which users of R1 help and the m_j "
           "it reports. integrity: the helpers' sums and recovered shares it hands S2 are checked, each its sender's "
-          "signature under the organisation's roster (S2 refuses a hand-over with one S1 swapped); the shares it "
+          "signature under the organisation's roster (a hand-over with one S1 swapped fails the task); the shares it "
           "relays are signed by their reporters and checked by the helpers, so it cannot inject one in a reporter's "
           "name; it may drop users and lose items; "
           "a reporter it counts for S2 but keeps from a "

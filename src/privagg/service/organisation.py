@@ -27,7 +27,8 @@ from .roster import secret_hash
 
 
 class Organisation:
-    """An organisation's key pair (``private_key``: 32 raw bytes) and what it signs."""
+    """An organisation's key pair (``private_key``: 32 raw bytes; the operator's commands read it from the file
+    ``privagg organisation keygen`` wrote) and what it signs."""
 
     def __init__(self, private_key: bytes) -> None:
         self.private_key = private_key
@@ -36,11 +37,6 @@ class Organisation:
     @classmethod
     def generate(cls) -> "Organisation":
         return cls(identity.generate())
-
-    @classmethod
-    def load(cls, path) -> "Organisation":
-        """The organisation whose key ``privagg organisation keygen`` wrote to ``path``."""
-        return cls(identity.read_private(path))
 
     def sign_task(self, driver, task) -> None:
         """Sign ``task``'s document and give the signature to its server (``driver``: a round driver over the

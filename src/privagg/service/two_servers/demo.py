@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -128,6 +129,10 @@ def tss_parties_traffic(parameters, clients: list[TSSClient], plan: np.ndarray) 
 
 
 def _result(url: str) -> dict:
+    """S2's release at ``url``, once released (it is asked again while S2 answers 409 not_released, for 60 s); a
+    task S2 failed is :class:`RoundFailed` with its reason, at once."""
+    from ...protocols.roles import RoundFailed
+
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -136,4 +141,10 @@ def _result(url: str) -> dict:
         except urllib.error.HTTPError as err:
             if err.code != 409 or time.monotonic() > deadline:
                 raise
+            try:
+                refusal = json.loads(err.read())
+            except ValueError:
+                refusal = {}
+            if isinstance(refusal, dict) and refusal.get("error") == "failed":
+                raise RoundFailed(f"the task failed at S2, nothing was released: {refusal.get('detail')}") from None
         time.sleep(0.1)

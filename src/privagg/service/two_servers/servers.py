@@ -25,7 +25,9 @@ hand-over S1 posts S2 the users, the election, the sealed sums and recoveries wi
           task and roster as the organisation signed them (``POST /tasks/{id}/handover`` at S2, with the relay
           token), until S2 has it; S2 checks each signature under the organisation's key in its own task
           (:func:`check_senders`), opens them, checks them and releases the items it can complete, with the
-          guarantee recomputed for R2 (``GET /tasks/{id}/result`` at S2).
+          guarantee recomputed for R2 (``GET /tasks/{id}/result`` at S2). A hand-over of S1's that does not check
+          fails the task at S2, naming the field, and at S1 once S2 answers its delivery 409 ``failed``
+          (:meth:`SecondService.receive`: what can fail a task, and what cannot).
 
 Fewer than the task's minimum in R1 or R2 fails the task at S1 (nothing is handed over, nothing released).
 Every message is stored once (primary keys; a second post is refused 409 and stores nothing), in committed
@@ -34,9 +36,10 @@ and the hand-over is sent again until S2 has it (S2 takes the same hand-over twi
 
 S1's routes: the round driver's (``POST /tasks/{id}/enroll``, ``/inbox``, ``/round1`` to ``/round4``, ``GET
 /tasks/{id}/roster``, the operator's ``POST /tasks/{id}/close-round/{round}``) and ``GET /tasks/{id}``. S2's: ``GET
-/tasks/{id}``, S1's (with the relay token) ``POST /tasks/{id}/election``, ``/sums`` and ``/handover``, ``GET
-/tasks/{id}/result``. Both: ``/healthz``, ``/readyz``, ``/metrics``. If S2 does not answer while S1 closes round 1
-or 3, the round stays open past its deadline and closes at a later tick.
+/tasks/{id}``, S1's (with the relay token) ``POST /tasks/{id}/election``, ``/sums``, ``/handover`` and
+``/withdraw`` (the undo of a create S1 refused), ``GET /tasks/{id}/result``. Both: ``/healthz``, ``/readyz``,
+``/metrics``. If S2 does not answer while S1 closes round 1 or 3, the round stays open past its deadline and closes
+at a later tick.
 """
 
 from __future__ import annotations
@@ -142,31 +145,24 @@ s2_tasks = sa.Table(
 
 def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0,
                   ca_file: str | None = None) -> bytes:
-    """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token; an HTTP error or
-    no answer raises (the ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or
-    the system's CAs. The answer's body."""
+    """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token. S2's refusal (4xx)
+    raises :class:`Refused` with its reason (``failed``: S2 failed the task); no answer raises anything else (the
+    ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or the system's CAs. The
+    answer's body."""
     return _post(f"{url.rstrip('/')}/tasks/{task_id}/handover", token, body, timeout, ca_file)
 
 
 def _post(url: str, token: str, body: bytes, timeout: float, ca_file: str | None) -> bytes:
+    """The answer's body to ``POST url`` with the relay token; S2's refusal (4xx) raises :class:`Refused`."""
     import ssl
+    import urllib.error
 
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
     context = None if ca_file is None else ssl.create_default_context(cafile=ca_file)
-    with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
-        return answer.read()
-
-
-def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, timeout: float = 10.0,
-               ca_file: str | None = None) -> dict:
-    """S1's question to S2 while it closes a round (``route``: ``election``, to attest it; ``sums``, which do not
-    open): ``POST {url}/tasks/{task_id}/{route}`` with the relay token; S2's answer (JSON). S2's refusal (4xx)
-    raises :class:`Refused` with its reason; no answer raises anything else (the round closes at a later tick)."""
-    import urllib.error
-
     try:
-        return json.loads(_post(f"{url.rstrip('/')}/tasks/{task_id}/{route}", token, body, timeout, ca_file))
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
+            return answer.read()
     except urllib.error.HTTPError as err:
         if not 400 <= err.code < 500:
             raise
@@ -174,7 +170,23 @@ def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, time
             answer = json.loads(err.read())
         except ValueError:
             answer = {}
+        answer = answer if isinstance(answer, dict) else {}
         raise Refused(err.code, str(answer.get("error", "refused")), str(answer.get("detail", ""))) from None
+
+
+def ask_second(url: str, task_id: str, route: str, token: str, body: bytes, timeout: float = 10.0,
+               ca_file: str | None = None) -> dict:
+    """S1's question to S2 while it closes a round (``route``: ``election``, to attest it; ``sums``, which do not
+    open): ``POST {url}/tasks/{task_id}/{route}`` with the relay token; S2's answer (JSON). S2's refusal (4xx)
+    raises :class:`Refused` with its reason; no answer raises anything else (the round closes at a later tick)."""
+    return json.loads(_post(f"{url.rstrip('/')}/tasks/{task_id}/{route}", token, body, timeout, ca_file))
+
+
+def withdraw_second(url: str, task_id: str, token: str, timeout: float = 10.0, ca_file: str | None = None) -> None:
+    """The undo of S2's task when S1's side of the create was refused (its budget): ``POST
+    {url}/tasks/{task_id}/withdraw`` with the relay token (:meth:`SecondService.withdraw`). S2's refusal raises
+    :class:`Refused`; no answer, anything else."""
+    _post(f"{url.rstrip('/')}/tasks/{task_id}/withdraw", token, b"{}", timeout, ca_file)
 
 
 class SecondAway(Exception):
@@ -184,8 +196,10 @@ class SecondAway(Exception):
 class SecondClient:
     """S2 as S1's coordinator asks it while closing a round (:class:`FirstServer`'s ``second``), over S2's routes
     (``ask``: :func:`ask_second`): its attestation of the election (checked here against S2's identity key in the
-    task, which the reporters check it against), and which helpers' sums do not open. S2's refusal fails the task
-    (:class:`RoundFailed`, S1's election breaking S2's rules); no answer raises :class:`SecondAway`."""
+    task, which the reporters check it against), and which helpers' sums do not open. S2's refusal (S1's election
+    breaking S2's rules), or an answer that is not one (not JSON, a signature that does not verify, helpers that
+    sent no sum), fails the task (:class:`RoundFailed`): the round would never close otherwise; no answer raises
+    :class:`SecondAway`."""
 
     def __init__(self, ask, url: str, task: TSSTask, token: str) -> None:
         self.ask, self.url, self.task, self.token = ask, url, task, token
@@ -195,6 +209,8 @@ class SecondClient:
             return self.ask(self.url, self.task.second_task_id, route, self.token, json.dumps(document).encode())
         except Refused as err:
             raise RoundFailed(f"S2 refused the {route} ({err.reason}): {err.detail}; nothing was released") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):  # S2 answered, but not in JSON: asking again is no use
+            raise RoundFailed(f"S2's answer on the {route} is not JSON; nothing was released") from None
         except Exception as err:
             raise SecondAway(f"{type(err).__name__}: {str(err)[:200]}") from None
 
@@ -214,7 +230,7 @@ class SecondClient:
         answer = self._ask("sums", {"election": election.to_dict(), "sums": [
             {"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(sums.items())]})
         unopened = answer.get("unopened") if isinstance(answer, dict) else None
-        if not isinstance(unopened, list) or not set(unopened) <= set(sums):
+        if not isinstance(unopened, list) or not all(type(h) is int and h in sums for h in unopened):
             raise RoundFailed("S2's answer on the helpers' sums is not a list of helpers who sent one")
         return unopened
 
@@ -300,7 +316,8 @@ class FirstService(RoundDriver):
 
     def deliver(self, task_id: str) -> str:
         """Send the hand-over to S2 if the rounds are done and S2 does not have it yet; the state after
-        ("delivered" once S2 took it; a failure is logged, and the next call sends it again)."""
+        ("delivered" once S2 took it; "failed" if S2 failed the task, saying why; else the failure is logged, and
+        the next call sends it again)."""
         task = self.task(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
@@ -309,10 +326,13 @@ class FirstService(RoundDriver):
         body = json.dumps(self.handover(task_id).to_dict()).encode()
         try:
             self.send(row.second_url, task.second_task_id, row.relay_token, body)
-        except Exception as err:  # S2 away or refusing: sent again at the next tick
-            self.handovers.labels("failed").inc()
-            log.warning("hand-over not delivered", extra={"fields": {"task": task_id, "error": type(err).__name__,
-                                                                      "detail": str(err)[:200]}})
+        except Refused as err:
+            if err.reason == "failed":  # S2 failed the task (a hand-over of S1's that did not check): S1 says so
+                return self._failed_at_second(task_id, err.detail)
+            self._not_delivered(task_id, err.reason, err.detail)
+            return HANDOVER
+        except Exception as err:  # S2 away: sent again at the next tick
+            self._not_delivered(task_id, type(err).__name__, str(err))
             return HANDOVER
         self.handovers.labels("delivered").inc()
         with self._lock, self.engine.begin() as c:
@@ -320,6 +340,21 @@ class FirstService(RoundDriver):
                 status=DELIVERED))
         log_event(log, "handed over", task=task_id, bytes=len(body))
         return DELIVERED
+
+    def _not_delivered(self, task_id: str, error: str, detail: str) -> None:
+        self.handovers.labels("failed").inc()
+        log.warning("hand-over not delivered", extra={"fields": {"task": task_id, "error": error,
+                                                                  "detail": detail[:200]}})
+
+    def _failed_at_second(self, task_id: str, why: str) -> str:
+        """S2 failed the task on its hand-over: the task fails at S1 too, with S2's reason (its state and the
+        users' poll say it); nothing is sent again."""
+        self.handovers.labels("refused").inc()
+        with self._lock, self.engine.begin() as c:
+            c.execute(sa.update(s1_tasks).where(s1_tasks.c.task_id == task_id, s1_tasks.c.status == HANDOVER).values(
+                status=FAILED, outcome=json.dumps({"failed": f"S2 failed the task: {why[:500]}"})))
+        log.warning("S2 failed the task", extra={"fields": {"task": task_id, "detail": why[:200]}})
+        return FAILED
 
     def state(self, task_id: str) -> dict:
         """The round driver's state, and what S1 published: the helpers, the items to recover or lost, why the task
@@ -373,6 +408,8 @@ class SecondService:
         self._lock = threading.Lock()
         self.registry = registry or CollectorRegistry()
         self.received = Counter("privagg_s2_handovers_received", "Hand-overs stored", registry=self.registry)
+        self.failed = Counter("privagg_s2_handovers_failed", "Tasks failed by a hand-over of S1's that does not check",
+                              registry=self.registry)
         self.refused = Counter("privagg_s2_refused", "Requests refused, nothing stored", ["reason"],
                                registry=self.registry)
         self.unopened = Counter("privagg_s2_unopened", "Sealed sums and recoveries that would not open or decode",
@@ -402,6 +439,24 @@ class SecondService:
 
     def task(self, task_id: str) -> SecondTask:
         return load_task(self.engine, s2_tasks, SecondTask, task_id, self._tasks)
+
+    def withdraw(self, task_id: str, authorization: str | None) -> str:
+        """Remove a task, its key with it, at S1's request (the relay token) while it waits for a hand-over: the undo
+        of a create that S1's side refused (its budget; :func:`create_tasks`, ``privagg task create
+        --second-task``), so that a refused task leaves nothing behind on either server. 409 ``not_waiting`` once
+        S2 holds a hand-over, released or failed the task. (S1 could only stall the task otherwise, by handing
+        nothing over.)"""
+        self.task(task_id)
+        self._from_first(task_id, authorization, "a withdrawal")
+        with self._lock, self.engine.begin() as c:
+            state = self._row(c, task_id, lock=True).state
+            if state != "waiting":
+                raise Refused(409, "not_waiting", f"task {task_id} is {state}: only a task waiting for its hand-over "
+                              "is withdrawn")
+            c.execute(sa.delete(s2_tasks).where(s2_tasks.c.task_id == task_id))
+        self._tasks.pop(task_id, None)
+        log_event(log2, "task withdrawn", task=task_id)
+        return "withdrawn"
 
     def _row(self, c: sa.Connection, task_id: str, lock: bool = False):
         query = sa.select(s2_tasks).where(s2_tasks.c.task_id == task_id)
@@ -472,25 +527,52 @@ class SecondService:
     def receive(self, task_id: str, authorization: str | None, body: bytes) -> str:
         """S1's hand-over, shown with the relay token: checked (:meth:`SecondServer.check`, and each sealed message
         its sender's: :func:`check_senders`) and stored once; the same hand-over again is taken as already
-        received, another refused (409). A refused hand-over (400 ``bad_handover`` naming the field) is not
-        stored: S1 sends it again, refused again, until it hands over what its users sent."""
+        received, another refused (409 ``handover_differs``).
+
+        What fails the task (docs/privacy.md, "Dishonest parties"): a hand-over authenticated as S1's (the relay
+        token, which S2 gave S1 alone, checked before anything else: without it 401 and nothing changes) that
+        does not check while the task waits for one. It proves S1 dishonest: an honest S1 checked each
+        signature as it stored the message and hands over only what checks, so nothing later from it is to be
+        relied on. The task turns ``failed``, naming the field, and this and every later hand-over are refused
+        409 ``failed`` (S1 records it). What does not fail it, as it proves nothing about the users' messages: a
+        body that is no hand-over of this version (400 ``bad_handover``: cut in transit, or an S1 of another
+        release; S1 sends it again), and anything once the task holds a hand-over (the same one replayed is
+        taken as already received, another refused 409) or was released."""
         task = self.task(task_id)
         self._from_first(task_id, authorization, "a hand-over")
         try:
             handover = Handover.from_dict(json_object(body, "the hand-over"))
-            SecondServer(task.parameters, task.min_survivors).check(handover)
-            check_senders(task, handover)
         except ParameterError as err:
             raise Refused(400, "bad_handover", str(err)) from None
+        try:
+            SecondServer(task.parameters, task.min_survivors).check(handover)
+            check_senders(task, handover)
+            bad = None
+        except ParameterError as err:
+            bad = err
         digest = hashlib.sha256(body).digest()
         with self._lock, self.engine.begin() as c:
             row = self._row(c, task_id, lock=True)
-            if row.handover_digest is not None:
+            if row.state == "failed":
+                raise Refused(409, "failed", json.loads(row.outcome)["failed"])
+            if bad is not None and row.state == "waiting":
+                why = (f"S1's hand-over does not check ({bad}), which an honest S1's always does: S2 failed the "
+                       "task, nothing was released")
+                c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(
+                    state="failed", outcome=json.dumps({"failed": why})))
+            elif bad is not None:
+                raise Refused(400, "bad_handover", str(bad))
+            elif row.handover_digest is not None:
                 if hmac.compare_digest(row.handover_digest, digest):
                     return "already received"
                 raise Refused(409, "handover_differs", "S2 already holds another hand-over for this task")
-            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(
-                state="received", handover=body, handover_digest=digest))
+            else:
+                c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(
+                    state="received", handover=body, handover_digest=digest))
+        if bad is not None:
+            self.failed.inc()
+            log_event(log2, "hand-over failed the task", task=task_id, field=bad.field)
+            raise Refused(409, "failed", why)
         self.received.inc()
         log_event(log2, "hand-over received", task=task_id, bytes=len(body))
         return "received"
@@ -545,11 +627,13 @@ class SecondService:
         return out
 
     def state(self, task_id: str) -> dict:
+        """The task, its state (waiting, received, released, failed) and why it failed (None otherwise)."""
         task = self.task(task_id)
         self.advance(task_id)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
-        return {"task": task.to_dict(), "state": row.state}
+        return {"task": task.to_dict(), "state": row.state,
+                "failed": json.loads(row.outcome)["failed"] if row.state == "failed" else None}
 
     def result(self, task_id: str) -> dict:
         self.task(task_id)
@@ -576,9 +660,9 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
     A ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2), and an
     honest S1, which checked each signature as it stored the message, never hands over one that fails.
 
-    Refused rather than the helper treated as dropped: the recovery round is closed by the hand-over, so his items
-    could not be recovered, and a hand-over S1 forged proves S1 dishonest, so nothing else in it is to be relied on
-    either."""
+    The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is
+    closed by the hand-over, so his items could not be recovered, and a hand-over S1 forged proves S1 dishonest, so
+    nothing else in it is to be relied on either."""
     from ..round_tasks import SignedRoster, check_task
 
     if task.organisation_key is None:
@@ -609,9 +693,16 @@ def create_tasks(first: FirstService, second: SecondService, parameters, second_
     """A task on both servers, from one process that opens both databases (a demo, a test; across machines, do
     the two steps: :meth:`SecondService.create_task`, then :meth:`FirstService.create_task` with S2's public task
     from ``GET {second_url}/tasks/{id}``, its URL and the relay token), for the organisation of ``organisation_key``
-    (which signs S1's task)."""
+    (which signs S1's task). Both or neither: S2's task is withdrawn (:meth:`SecondService.withdraw`) if S1 refuses
+    its own (its population's budget: a ParameterError saying so)."""
     second_task, token = second.create_task(parameters, min_survivors, organisation_key=organisation_key)
-    return first.create_task(parameters, second_task, second_url, token, round_seconds)
+    try:
+        return first.create_task(parameters, second_task, second_url, token, round_seconds)
+    except Exception as err:  # S1 refused (its budget, a parameter): S2's task goes too, nothing is left behind
+        second.withdraw(second_task.task_id, f"Bearer {token}")
+        if isinstance(err, ParameterError):
+            err.args = (f"{err}; S2's task {second_task.task_id} was withdrawn: nothing is left on either server",)
+        raise
 
 
 # ---- the HTTP services -------------------------------------------------------------------------------------
@@ -640,6 +731,11 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
         raw = await body(request)
         status = await run_in_threadpool(service.receive, task_id, request.headers.get("authorization"), raw)
         return JSONResponse({"status": status}, status_code=202 if status == "received" else 200)
+
+    @app.post("/tasks/{task_id}/withdraw")
+    async def withdraw(task_id: str, request: Request) -> dict:
+        await body(request)
+        return {"status": await run_in_threadpool(service.withdraw, task_id, request.headers.get("authorization"))}
 
     @app.post("/tasks/{task_id}/election")
     async def election(task_id: str, request: Request) -> dict:
