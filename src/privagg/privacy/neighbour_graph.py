@@ -90,8 +90,9 @@ def liveness_term(n_users: int, colluding: int, dropouts: int, degree: int) -> n
     thresholds = np.arange(1, degree + 2)
     survivors = n_users - colluding - dropouts
     own = survivors * _index(_below(_pmf(n_users - 1, survivors - 1, degree)), thresholds - 1)
-    others = (colluding + dropouts) * _index(_below(_pmf(n_users - 1, survivors, degree)), thresholds)
-    return own + others
+    if colluding + dropouts == 0:
+        return own
+    return own + (colluding + dropouts) * _index(_below(_pmf(n_users - 1, survivors, degree)), thresholds)
 
 
 def disconnection_bound(n_users: int, removed: int, degree: int) -> float:
