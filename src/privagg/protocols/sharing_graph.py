@@ -80,13 +80,15 @@ def choose(parameters: SharingParameters, colluding: float | None = None, dropou
     graph, for the task's n and its colluding users (:func:`counted`)."""
     check_options(colluding, dropouts, failure)
     colluders, dropped = counted(parameters, colluding, dropouts)
-    if 3 * colluders + 2 * dropped >= parameters.n_users and dropped:  # n does not help: the fractions are too large
-        raise ParameterError("dropouts", f"below (1 - 3 x {colluders / parameters.n_users:.3g} colluding) / 2: no "
-                             "threshold t has (n + C) / 2 < t <= n - C - D for C colluding and D dropping out, even "
-                             "on the complete graph", dropouts)
-    if colluders + dropped >= parameters.n_users:
-        raise ParameterError("dropouts", f"fewer than the {parameters.n_users - colluders} users who do not collude",
-                             dropouts)
+    n = parameters.n_users
+    if 3 * colluders + 2 * dropped >= n:  # (n + C) / 2 < t <= n - C - D needs n > 3 C + 2 D
+        field = "dropouts" if dropped else "colluding" if colluding is not None else "honest-fraction"
+        raise ParameterError(field,
+                             f"fewer users colluding or dropping out: C colluding and D dropping out of n leave no "
+                             f"threshold t with (n + C) / 2 < t <= n - C - D, even on the complete graph, unless "
+                             f"n > 3 C + 2 D (here n = {n}, C = {colluders}, D = {dropped})",
+                             {"dropouts": dropouts, "colluding": colluding,
+                              "honest-fraction": parameters.honest_users / n}[field])
     return (neighbour_graph.least_degree(parameters.n_users, colluders, dropped, failure),
             neighbour_graph.complete_graph(parameters.n_users, colluders, dropped))
 
@@ -97,10 +99,11 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
     return [
         "NOT YET RUN: DPDS and DPDG's parties still mask with and back up among all n - 1 others (the complete "
         "graph); this is the degree a neighbour graph would need (issue 47)",
-        f"the graph: a Harary graph H({k}, {n}) (each user adjacent to the {k // 2} before and after him on a cycle) "
-        "with the users in a uniformly random order drawn after every key is committed, from randomness no party "
-        "controls (Bell et al. CCS 2020, §3); a user's secrets are shared among his k neighbours and himself, "
-        f"any {t} of them rebuild one",
+        (f"the graph: complete (no sparser graph meets the target at n = {n}); " if chosen.complete else
+         f"the graph: a Harary graph H({k}, {n}) (each user adjacent to the {k // 2} before and after him on a "
+         "cycle) with the users in a uniformly random order drawn after every key is committed, from randomness no "
+         "party controls (Bell et al. CCS 2020, §3); ") +
+        f"a user's secrets are shared among his {k} neighbours and himself, any {t} of them rebuild one",
         f"at most {chosen.colluding} users collude with the server, chosen before the order is drawn; at most "
         f"{chosen.dropouts} honest users drop out, independently of the order (a server that drops honest users it "
         "chose after seeing the graph is not covered by the connectivity term)",
