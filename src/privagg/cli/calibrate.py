@@ -187,7 +187,7 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
                                    "at the per-report budget that keeps each user at --epsilon, --delta; prints the "
                                    "expected error an item and both guarantees."))]
           if entry.result is ResultKind.FREQUENCY_TABLE else []),
-        *(_graph_options() if entry.multi_round and entry.topology is Topology.SECRET_SHARING else []),
+        *(_graph_options() if entry.topology is Topology.SECRET_SHARING else []),  # DPDS, DPDG (metadata only)
         _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
