@@ -136,3 +136,15 @@ def test_impossible_inputs_are_refused_naming_the_field():
         graph.guarantee(100, 5, 5, 7)
     with pytest.raises(ParameterError, match="dropouts"):
         graph.least_degree(100, 50, 50, 1e-6)
+
+
+def test_the_bisection_finds_the_least_degree_a_scan_finds():
+    """least_degree bisects over k, taking the total as non-increasing in k: on a grid, its k is the least a scan
+    of every even degree finds (or the complete graph when none meets the target)."""
+    for n in (12, 41, 100, 257):
+        for colluding, dropouts in ((0, 0), (0, n // 10), (n // 20, n // 20), (n // 10, n // 10), (n // 5, n // 20)):
+            for failure in (1e-2, 1e-6, 2.0 ** -40):
+                scan = next((found for degree in range(2, n - 1, 2)
+                             if (found := graph.guarantee(n, colluding, dropouts, degree)).failure <= failure),
+                            graph.complete_graph(n, colluding, dropouts))
+                assert graph.least_degree(n, colluding, dropouts, failure) == scan, (n, colluding, dropouts, failure)

@@ -175,8 +175,10 @@ def complete_graph(n_users: int, colluding: int, dropouts: int) -> GraphGuarante
 
 def least_degree(n_users: int, colluding: int, dropouts: int, failure: float) -> GraphGuarantee:
     """The least degree k (even, a random Harary graph; or n - 1) whose total failure bound is at most ``failure``,
-    with its threshold and terms. A ParameterError when even the complete graph cannot: more than n / 3 of the
-    users colluding or dropping out, as (n + C) / 2 < t <= n - C - D needs n > 3C + 2D."""
+    with its threshold and terms: by doubling, then bisection over the even degrees, so that k meets the target and
+    k - 2 does not (the bisection takes the total as non-increasing in k, which holds on every case tested against a
+    scan of all degrees: tests/privacy/test_neighbour_graph.py). A ParameterError when even the complete graph
+    cannot: (n + C) / 2 < t <= n - C - D needs n > 3C + 2D."""
     check_integer("users", n_users, 2, None)
     check_integer("colluding", colluding, 0, n_users - 1)
     check_integer("dropouts", dropouts, 0, n_users - 1 - colluding)
@@ -187,8 +189,21 @@ def least_degree(n_users: int, colluding: int, dropouts: int, failure: float) ->
         raise ParameterError("users", f"more than 3 C + 2 D users, C colluding and D dropping out (no threshold t has "
                              f"(n + C) / 2 < t <= n - C - D, even on the complete graph; C = {colluding}, "
                              f"D = {dropouts})", n_users)
-    for degree in range(2, n_users - 1, 2):
+
+    def meets(degree: int) -> GraphGuarantee | None:
         found = guarantee(n_users, colluding, dropouts, degree)
-        if found.failure <= failure:
-            return found
-    return complete
+        return found if found.failure <= failure else None
+
+    largest = (n_users - 2) // 2 * 2  # the largest even degree of a Harary graph
+    low, high, best = 0, 2, None  # low: a degree known to fail (0: none), high: the next to try
+    while high <= largest and (best := meets(high)) is None:
+        low, high = high, 2 * high
+    if best is None:
+        if low == largest or (best := meets(largest)) is None:
+            return complete
+        high = largest
+    while high - low > 2:  # invariant: high meets, low fails (or is 0)
+        middle = (low + high) // 4 * 2
+        found = meets(middle)
+        low, high, best = (low, middle, found) if found is not None else (middle, high, best)
+    return best
