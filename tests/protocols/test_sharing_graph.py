@@ -106,7 +106,7 @@ def test_the_json_carries_the_same_and_keeps_the_schema():
 
 @pytest.mark.parametrize("extra, field", [
     (["--colluding", "1.2"], "colluding"), (["--colluding", "1"], "colluding"), (["--dropouts", "-0.1"], "dropouts"),
-    (["--failure", "0"], "failure"), (["--failure", "1"], "failure"),
+    (["--failure", "0"], "failure"), (["--failure", "1"], "failure"), (["--failure", "1e-300"], "failure"),
     (["--colluding", "0.02", "--honest-fraction", "0.95"], "colluding"),
     (["--colluding", "0.3"], "colluding"),  # more than beta n users the accountant could not count on
     (["--colluding", "0.05", "--dropouts", "0.45"], "dropouts"),  # no threshold, even on the complete graph

@@ -168,8 +168,8 @@ def _graph_options() -> list:
             None, "--dropouts", help="Fraction in [0, 1) of the users who may drop out (default 0), for the "
                                      "neighbour graph.")),
         _param("failure", Optional[float], typer.Option(
-            None, "--failure", help="Probability in (0, 1) that the neighbour graph fails privacy or completeness "
-                                    "(default 2^-40).")),
+            None, "--failure", help="Probability in [1e-250, 1) that the neighbour graph fails privacy or "
+                                    "completeness (default 2^-40).")),
     ]
 
 

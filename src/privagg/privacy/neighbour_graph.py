@@ -173,6 +173,17 @@ def complete_graph(n_users: int, colluding: int, dropouts: int) -> GraphGuarante
     return guarantee(n_users, colluding, dropouts, n_users - 1)
 
 
+SMALLEST_FAILURE = 1e-250  # below it a term computed as 0 (every pmf value under 2.2e-308) could still exceed it
+
+
+def check_failure(failure: float) -> float:
+    """A failure probability in [SMALLEST_FAILURE, 1): the terms are sums of at most n (k + 1) doubles, so one that
+    underflows to 0 is below n (k + 1) 2.2e-308, far below any target allowed."""
+    if not SMALLEST_FAILURE <= failure < 1:
+        raise ParameterError("failure", f"a probability in [{SMALLEST_FAILURE:g}, 1) (smaller ones underflow)", failure)
+    return failure
+
+
 def least_degree(n_users: int, colluding: int, dropouts: int, failure: float) -> GraphGuarantee:
     """The least degree k (even, a random Harary graph; or n - 1) whose total failure bound is at most ``failure``,
     with its threshold and terms: by doubling, then bisection over the even degrees, so that k meets the target and
@@ -182,8 +193,7 @@ def least_degree(n_users: int, colluding: int, dropouts: int, failure: float) ->
     check_integer("users", n_users, 2, None)
     check_integer("colluding", colluding, 0, n_users - 1)
     check_integer("dropouts", dropouts, 0, n_users - 1 - colluding)
-    if not 0 < failure < 1:
-        raise ParameterError("failure", "a probability in (0, 1)", failure)
+    check_failure(failure)
     complete = complete_graph(n_users, colluding, dropouts)
     if complete.failure > 0:
         raise ParameterError("users", f"more than 3 C + 2 D users, C colluding and D dropping out (no threshold t has "

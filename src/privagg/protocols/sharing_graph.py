@@ -58,8 +58,7 @@ def check_options(colluding: float | None, dropouts: float | None, failure: floa
     for field, value in (("colluding", colluding), ("dropouts", dropouts)):
         if value is not None and not 0 <= value < 1:
             raise ParameterError(field, "a fraction of the users in [0, 1)", value)
-    if not 0 < failure < 1:
-        raise ParameterError("failure", "a probability in (0, 1)", failure)
+    neighbour_graph.check_failure(failure)
 
 
 def counted(parameters: SharingParameters, colluding: float | None, dropouts: float | None) -> tuple[int, int]:
