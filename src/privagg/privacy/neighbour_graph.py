@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -123,8 +124,6 @@ def disconnection_exact(n_users: int, removed: int, degree: int) -> float:
 
     good = below(removed, survivors, False) + (
         survivors * below(removed - half, survivors - 1, True) if removed >= half else 0)
-    from fractions import Fraction
-
     return float(1 - Fraction(good, math.comb(n_users - 1, survivors - 1)))
 
 
