@@ -55,6 +55,38 @@ class ProfilePoint:
 
 
 @dataclass
+class GraphChoice:
+    """One neighbour graph for DPDS/DPDG's masks and backups: its degree and per-neighbourhood threshold, each failure
+    term (union bounds, docs/privacy.md, "Neighbour graphs") and their total, and its costs per user and at the
+    server (protocols/sharing_graph.py)."""
+
+    degree: int
+    threshold: int
+    complete: bool
+    collusion: float  # (a) an honest user's t colluding holders
+    liveness: float  # (b) a needed secret without t honest surviving holders: the release fails, not privacy
+    disconnection: float  # (c) the honest survivors' graph not connected
+    equivocation: float  # (d) t <= (k + 1 + colluding holders) / 2 somewhere
+    failure: float
+    costs: dict[str, dict[str, int]]
+
+
+@dataclass
+class NeighbourGraphReport:
+    """``privagg calibrate dpds|dpdg --colluding --dropouts --failure``: the least degree meeting the failure target,
+    and the complete graph the protocol runs today."""
+
+    colluding: int
+    colluding_fraction: float
+    dropouts: int
+    dropout_fraction: float
+    failure_target: float
+    assumptions: list[str]
+    graph: GraphChoice
+    complete_graph: GraphChoice
+
+
+@dataclass
 class CalibrationReport:
     """``privagg calibrate``: the frozen parameters, their guarantee and what they cost."""
 
@@ -70,6 +102,7 @@ class CalibrationReport:
     warnings: list[str] = field(default_factory=list)  # legal but weak choices (privacy_warnings)
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # expected, per kind of party
     theory: dict[str, float | str] = field(default_factory=dict)  # the estimate's law and variance
+    neighbour_graph: NeighbourGraphReport | None = None  # DPDS, DPDG given --colluding, --dropouts or --failure
 
 
 @dataclass

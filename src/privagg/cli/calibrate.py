@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from ..errors import ParameterError
-from ..protocols.kinds import ResultKind
+from ..protocols.kinds import ResultKind, Topology
 from .options import ProtocolCommands, _choice, _command, _hash_key_option, _param, _protocol_parameters, _verbose_option
 from .output import (EXIT_VIOLATION, _check_output, _clean_errors, _console, _emit, _progress, _say, _say_privacy,
                      _summary_value)
@@ -27,7 +27,8 @@ calibrate_app = ProtocolCommands(lambda entry: _register_calibrate(entry),
 
 def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
                calibration: Enum, hash_key: Optional[str], verbose: bool, as_json: bool, output: Optional[Path],
-               max_items: int = 1, **options: Any) -> None:
+               max_items: int = 1, colluding: Optional[float] = None, dropouts: Optional[float] = None,
+               failure: Optional[float] = None, **options: Any) -> None:
     import secrets
 
     from ..core.encoding import KEY_BYTES, check_item_key
@@ -40,6 +41,13 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
     with _clean_errors():
         _check_output(output)
         check_integer("users", users, 2, N_USERS_MAX)  # named as typed (the library's keyword is n_users)
+        graph = (colluding, dropouts, failure) != (None, None, None)
+        if graph:
+            from ..protocols.sharing_graph import DEFAULT_FAILURE, check_options
+
+            check_options(colluding, dropouts, DEFAULT_FAILURE if failure is None else failure)
+        if graph and colluding is not None and options.get("honest_fraction") is None:
+            options["honest_fraction"] = 1 - colluding  # the colluders are the users the accountant does not count on
         if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
@@ -65,13 +73,22 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
                 user_level(max_items)))
             profile = []  # of one report's noise: the user's guarantee composes
         else:
-            params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
-                               calibration=calibration.value, item_key=key, **options)
+            try:
+                params = calibrate(entry.name, epsilon=epsilon, delta=delta, n_users=users, domain_size=domain,
+                                   calibration=calibration.value, item_key=key, **options)
+            except ParameterError as err:  # an honest fraction --colluding set, named as typed
+                if colluding is None or err.field not in ("honest-fraction", "honest_fraction") or \
+                        options["honest_fraction"] != 1 - colluding:
+                    raise
+                raise ParameterError("colluding", f"such that the honest fraction 1 - colluding is {err.accepted}",
+                                     colluding) from None
             privacy, profile = params.privacy, privacy_profile(params)
         expected = params.expected_error()
+        neighbours = _neighbour_graph(params, colluding, dropouts, failure) if graph else None
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=privacy,
                                privacy_profile=profile, **expected, costs=params.costs(), theory=params.theory(),
-                               warnings=privacy_warnings(epsilon, delta, users) + params.warnings())
+                               warnings=privacy_warnings(epsilon, delta, users) + params.warnings(),
+                               neighbour_graph=neighbours)
 
 
     def human() -> None:
@@ -89,8 +106,71 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
                  f"{planned.per_report_delta:.3g})-DP, each user ({planned.epsilon:.4g}, {planned.delta:.3g})-DP "
                  f"by {planned.method}")
         _say_privacy(privacy, profile, verbose)
+        if neighbours is not None:
+            _say_graph(neighbours)
 
     _emit(report_document(report), as_json, output, human)
+
+
+def _neighbour_graph(params: Any, colluding: Optional[float], dropouts: Optional[float], failure: Optional[float]):
+    """The least degree of a neighbour graph and the complete graph, with their terms and costs (docs/privacy.md,
+    "Neighbour graphs")."""
+    from ..protocols import sharing_graph
+    from ..reports import GraphChoice, NeighbourGraphReport
+
+    target = sharing_graph.DEFAULT_FAILURE if failure is None else failure
+    chosen, complete = sharing_graph.choose(params, colluding, dropouts, target)
+
+    def choice(found) -> GraphChoice:
+        terms = found.to_dict()
+        return GraphChoice(**{name: terms[name] for name in ("degree", "threshold", "complete", "collusion", "liveness",
+                                                             "disconnection", "equivocation", "failure")},
+                           costs=sharing_graph.costs(params, found.degree))
+
+    n = params.n_users
+    return NeighbourGraphReport(colluding=chosen.colluding, colluding_fraction=chosen.colluding / n,
+                                dropouts=chosen.dropouts, dropout_fraction=0.0 if dropouts is None else dropouts,
+                                failure_target=target, assumptions=sharing_graph.assumptions(chosen, target),
+                                graph=choice(chosen), complete_graph=choice(complete))
+
+
+def _say_graph(report) -> None:
+    from rich.table import Table
+
+    graph, complete = report.graph, report.complete_graph
+    table = Table(title=f"Neighbour graph: {report.colluding} colluding, {report.dropouts} dropping out, failure "
+                        f"<= {report.failure_target:.3g}")
+    for column in ("", "graph", "complete graph (today)"):
+        table.add_column(column)
+    rows = [("degree k", "degree", "d"), ("threshold t_k", "threshold", "d"),
+            ("(a) collusion", "collusion", ".3g"), ("(b) liveness", "liveness", ".3g"),
+            ("(c) disconnection", "disconnection", ".3g"), ("(d) equivocation", "equivocation", ".3g"),
+            ("failure (sum)", "failure", ".3g")]
+    for label, name, spec in rows:
+        table.add_row(label, format(getattr(graph, name), spec), format(getattr(complete, name), spec))
+    for party in ("user", "server"):
+        for name in graph.costs[party]:
+            table.add_row(f"{party} {name.replace('_', ' ')}", f"{graph.costs[party][name]:,}",
+                          f"{complete.costs[party][name]:,}")
+    _console().print(table)
+    for line in report.assumptions:
+        _say(f"- {line}")
+
+
+def _graph_options() -> list:
+    """DPDS's and DPDG's neighbour graph (docs/privacy.md, "Neighbour graphs"): given any, the report adds it."""
+    return [
+        _param("colluding", Optional[float], typer.Option(
+            None, "--colluding", help="Fraction in [0, 1) of the users who may collude with the server (default "
+                                      "1 - --honest-fraction; sets it when that is not given): adds the least degree "
+                                      "of a neighbour graph and its failure terms, against the complete graph.")),
+        _param("dropouts", Optional[float], typer.Option(
+            None, "--dropouts", help="Fraction in [0, 1) of the users who may drop out (default 0), for the "
+                                     "neighbour graph.")),
+        _param("failure", Optional[float], typer.Option(
+            None, "--failure", help="Probability in [1e-250, 1) that the neighbour graph fails privacy or "
+                                    "completeness (default 2^-40).")),
+    ]
 
 
 def _register_calibrate(entry: ProtocolEntry) -> None:
@@ -107,6 +187,7 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
                                    "at the per-report budget that keeps each user at --epsilon, --delta; prints the "
                                    "expected error an item and both guarantees."))]
           if entry.result is ResultKind.FREQUENCY_TABLE else []),
+        *(_graph_options() if entry.topology is Topology.SECRET_SHARING else []),  # DPDS, DPDG (metadata only)
         _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),

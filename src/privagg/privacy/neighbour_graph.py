@@ -1,0 +1,218 @@
+"""Neighbour graphs for DPDS and DPDG's masks and key backups (issue 47; docs/privacy.md, "Neighbour graphs").
+
+Bell et al. (CCS 2020, "Secure single-server aggregation with (poly)logarithmic overhead", §3) replace Bonawitz et
+al.'s complete graph by a graph of degree k = O(log n): each user masks with, and backs his two secrets up among,
+his k neighbours, with a Shamir threshold t_k per neighbourhood. The construction here is theirs for the
+semi-honest case: the Harary graph H(k, n) (k even; users on a cycle, each adjacent to the k / 2 before and after
+him) with the users placed on the cycle in a uniformly random order drawn after the keys are committed. Two facts
+make its failure probabilities exact or rigorously bounded rather than asymptotic:
+
+* each user's neighbourhood is a uniform k-subset of the n - 1 others, so the colluders or the honest survivors
+  among his neighbours are hypergeometric: conditions (a), (b) and (d) are exact tails, summed over the users (a
+  union bound, equal to the expected number of users who fail);
+* the honest survivors induce a connected graph iff at most one cyclic run of removed users (colluding or
+  dropped) is k / 2 long or longer, and the runs of a uniform subset of a cycle are exchangeable: condition (c)'s
+  probability is exactly computable (:func:`disconnection_exact`, inclusion-exclusion in integers) and bounded by
+  the expected number of pairs of long runs (:func:`disconnection_bound`, Bonferroni's first term).
+
+The holders of a user's secrets are his k neighbours and himself (k + 1 shares, as the complete graph's n), so the
+complete graph k = n - 1 is today's rule: its colluding holders are exactly C and its threshold floor((n + C) / 2)
++ 1 (:func:`privagg.protocols.sharing_parties.threshold`).
+
+Counts, not fractions, throughout: n users, C colluding with the server (fixed before the graph is drawn), D
+honest users who drop out (independent of the graph), at most.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import ParameterError, check_integer
+
+
+def _log_comb(n, k):
+    from scipy.special import gammaln
+
+    return gammaln(np.asarray(n, dtype=float) + 1) - gammaln(np.asarray(k, dtype=float) + 1) - \
+        gammaln(np.asarray(n, dtype=float) - k + 1)
+
+
+def _pmf(others: int, marked: int, degree: int) -> np.ndarray:
+    """Pr[X = x], x = 0..degree, X the marked users among a uniform ``degree``-subset of ``others`` users."""
+    from scipy.stats import hypergeom
+
+    return np.exp(hypergeom.logpmf(np.arange(degree + 1), others, marked, degree))
+
+
+def _at_least(pmf: np.ndarray) -> np.ndarray:
+    """Pr[X >= x] for x = 0..len(pmf) (the last 0), summed from the top: no cancellation in a far tail."""
+    return np.append(np.cumsum(pmf[::-1])[::-1], 0.0)
+
+
+def _below(pmf: np.ndarray) -> np.ndarray:
+    """Pr[X < x] for x = 0..len(pmf)."""
+    return np.concatenate([[0.0], np.cumsum(pmf)])
+
+
+def _index(tails: np.ndarray, at) -> np.ndarray:
+    """tails[x] with x clipped to the array (Pr[X >= x] is 1 below 0; Pr[X < x] is 1 above the support)."""
+    return tails[np.clip(at, 0, len(tails) - 1)]
+
+
+def check_degree(n_users: int, degree: int) -> int:
+    """k: even in [2, n - 2] (a Harary graph), or n - 1 (the complete graph)."""
+    check_integer("degree", degree, 1, n_users - 1)
+    if degree != n_users - 1 and degree % 2:
+        raise ParameterError("degree", f"even in [2, {n_users - 2}] (a Harary graph), or n - 1 = {n_users - 1} (the "
+                             "complete graph)", degree)
+    return degree
+
+
+def collusion_terms(n_users: int, colluding: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every threshold t = 1..k + 1: the union bounds over the n - C honest users of (a) Pr[t or more of his k
+    neighbours collude] (the server and they hold t shares of both his secrets) and (d) Pr[2t - k - 1 or more
+    collude], i.e. t <= (k + 1 + colluding holders) / 2 (a server showing two survivor lists can have both accepted
+    by his holders: docs/privacy.md, "Dishonest parties", per neighbourhood). (d) implies (a) as t <= k + 1."""
+    thresholds = np.arange(1, degree + 2)
+    tail = _at_least(_pmf(n_users - 1, colluding, degree))
+    honest = n_users - colluding
+    return honest * _index(tail, thresholds), honest * _index(tail, 2 * thresholds - degree - 1)
+
+
+def liveness_term(n_users: int, colluding: int, dropouts: int, degree: int) -> np.ndarray:
+    """For every t = 1..k + 1, (b): the union bound over the users whose secret the release needs (every survivor's
+    mask seed, every dropout's pair key; colluders counted too: they may withhold) of Pr[fewer than t of his k + 1
+    holders are honest survivors, who reveal]. An honest survivor is one of his own holders; the others are not
+    counted. Worst case: the colluders and the dropouts are disjoint."""
+    thresholds = np.arange(1, degree + 2)
+    survivors = n_users - colluding - dropouts
+    own = survivors * _index(_below(_pmf(n_users - 1, survivors - 1, degree)), thresholds - 1)
+    if colluding + dropouts == 0:
+        return own
+    return own + (colluding + dropouts) * _index(_below(_pmf(n_users - 1, survivors, degree)), thresholds)
+
+
+def disconnection_bound(n_users: int, removed: int, degree: int) -> float:
+    """(c) bounded: Pr[the honest survivors' graph is not connected] <= E[pairs of cyclic runs of at least k / 2
+    removed users] = C(m, 2) C(R - k + m - 1, m - 1) / C(n - 1, m - 1), m = n - R survivors (a run is the gap
+    after a survivor; m gaps, exchangeable, add up to R; two given gaps are both >= k / 2 in C(R - k + m - 1,
+    m - 1) of the C(n - 1, m - 1) compositions). 0 for the complete graph, or when R < k."""
+    survivors, half = n_users - removed, degree // 2
+    if degree == n_users - 1 or survivors < 2 or removed < 2 * half:
+        return 0.0
+    log = (_log_comb(survivors, 2) + _log_comb(removed - 2 * half + survivors - 1, survivors - 1)
+           - _log_comb(n_users - 1, survivors - 1))
+    return float(min(1.0, math.exp(log)))
+
+
+def disconnection_exact(n_users: int, removed: int, degree: int) -> float:
+    """(c) exactly, in integers (small n: the terms have n digits): 1 - Pr[at most one of the m cyclic gaps between
+    survivors is >= k / 2], counting compositions of R into m parts all below h = k / 2 (inclusion-exclusion) and
+    those with one given part >= h and the others below h (times m)."""
+    survivors, half = n_users - removed, degree // 2
+    if degree == n_users - 1 or survivors < 2:
+        return 0.0
+
+    def below(total: int, parts: int, slack: bool) -> int:  # compositions of total (or at most total) into parts < h
+        size = parts + (1 if slack else 0)
+        return sum((-1) ** j * math.comb(parts, j) * math.comb(total - j * half + size - 1, size - 1)
+                   for j in range(min(parts, total // half) + 1))
+
+    good = below(removed, survivors, False) + (
+        survivors * below(removed - half, survivors - 1, True) if removed >= half else 0)
+    return float(1 - Fraction(good, math.comb(n_users - 1, survivors - 1)))
+
+
+@dataclass(frozen=True)
+class GraphGuarantee:
+    """A degree and threshold with each failure term (union bounds over users; (c) a Bonferroni bound), and the
+    total: Pr[the release is not private, or not complete] <= equivocation + liveness + disconnection ((a) is
+    inside (d))."""
+
+    n_users: int
+    colluding: int
+    dropouts: int
+    degree: int
+    threshold: int
+    collusion: float  # (a)
+    liveness: float  # (b): the release fails (nothing is released), never a privacy loss
+    disconnection: float  # (c)
+    equivocation: float  # (d)
+    failure: float
+
+    @property
+    def complete(self) -> bool:
+        return self.degree == self.n_users - 1
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "complete": self.complete}
+
+
+def guarantee(n_users: int, colluding: int, dropouts: int, degree: int) -> GraphGuarantee:
+    """The threshold t_k in [1, k + 1] that minimises the total failure bound at degree k (the least such t: the
+    complete graph's is floor((n + C) / 2) + 1, today's), with its terms."""
+    check_degree(n_users, degree)
+    collusion, equivocation = collusion_terms(n_users, colluding, degree)
+    liveness = liveness_term(n_users, colluding, dropouts, degree)
+    disconnection = disconnection_bound(n_users, colluding + dropouts, degree)
+    total = np.minimum(1.0, equivocation + liveness + disconnection)
+    best = int(np.argmin(total))
+    return GraphGuarantee(n_users, colluding, dropouts, degree, best + 1, float(min(1.0, collusion[best])),
+                          float(min(1.0, liveness[best])), disconnection, float(min(1.0, equivocation[best])),
+                          float(total[best]))
+
+
+def complete_graph(n_users: int, colluding: int, dropouts: int) -> GraphGuarantee:
+    """The complete graph (Bonawitz et al.; the paper's n-of-n sharing): every term 0 when floor((n + C) / 2) + 1
+    <= n - C - D, else the release cannot be both private and complete for every placement."""
+    return guarantee(n_users, colluding, dropouts, n_users - 1)
+
+
+SMALLEST_FAILURE = 1e-250  # below it a term computed as 0 (every pmf value under 2.2e-308) could still exceed it
+
+
+def check_failure(failure: float) -> float:
+    """A failure probability in [SMALLEST_FAILURE, 1): the terms are sums of at most n (k + 1) doubles, so one that
+    underflows to 0 is below n (k + 1) 2.2e-308, far below any target allowed."""
+    if not SMALLEST_FAILURE <= failure < 1:
+        raise ParameterError("failure", f"a probability in [{SMALLEST_FAILURE:g}, 1) (smaller ones underflow)", failure)
+    return failure
+
+
+def least_degree(n_users: int, colluding: int, dropouts: int, failure: float) -> GraphGuarantee:
+    """The least degree k (even, a random Harary graph; or n - 1) whose total failure bound is at most ``failure``,
+    with its threshold and terms: by doubling, then bisection over the even degrees, so that k meets the target and
+    k - 2 does not (the bisection takes the total as non-increasing in k, which holds on every case tested against a
+    scan of all degrees: tests/privacy/test_neighbour_graph.py). A ParameterError when even the complete graph
+    cannot: (n + C) / 2 < t <= n - C - D needs n > 3C + 2D."""
+    check_integer("users", n_users, 2, None)
+    check_integer("colluding", colluding, 0, n_users - 1)
+    check_integer("dropouts", dropouts, 0, n_users - 1 - colluding)
+    check_failure(failure)
+    complete = complete_graph(n_users, colluding, dropouts)
+    if complete.failure > 0:
+        raise ParameterError("users", f"more than 3 C + 2 D users, C colluding and D dropping out (no threshold t has "
+                             f"(n + C) / 2 < t <= n - C - D, even on the complete graph; C = {colluding}, "
+                             f"D = {dropouts})", n_users)
+
+    def meets(degree: int) -> GraphGuarantee | None:
+        found = guarantee(n_users, colluding, dropouts, degree)
+        return found if found.failure <= failure else None
+
+    largest = (n_users - 2) // 2 * 2  # the largest even degree of a Harary graph
+    low, high, best = 0, 2, None  # low: a degree known to fail (0: none), high: the next to try
+    while high <= largest and (best := meets(high)) is None:
+        low, high = high, 2 * high
+    if best is None:
+        if low == largest or (best := meets(largest)) is None:
+            return complete
+        high = largest
+    while high - low > 2:  # invariant: high meets, low fails (or is 0)
+        middle = (low + high) // 4 * 2
+        found = meets(middle)
+        low, high, best = (low, middle, found) if found is not None else (middle, high, best)
+    return best

@@ -1,0 +1,116 @@
+"""DPDS and DPDG on a neighbour graph (issue 47): the degree k and threshold t_k a task would need for (n, the
+colluding fraction, the dropout fraction, a failure probability), from :mod:`privagg.privacy.neighbour_graph`'s
+bounds (docs/privacy.md, "Neighbour graphs"), and what each user and the server would send and store, from the
+messages' sizes (:func:`privagg.protocols.sharing_messages.message_bytes`), against the complete graph the
+protocol runs today (k = n - 1: :func:`privagg.protocols.sharing_messages.expected_traffic`'s entries)."""
+
+from __future__ import annotations
+
+import math
+
+from ..core.identity import KEY_BYTES as IDENTITY_BYTES
+from ..errors import ParameterError
+from ..privacy import neighbour_graph
+from .parameters import honest_users
+from .sampling_sharing import SharingParameters
+from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMPLAINTS, HEADER, MASKED_SUM, REVEAL, SIGNATURE,
+                               message_bytes)
+
+DEFAULT_FAILURE = 2.0 ** -40
+
+
+def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, dict[str, int]]]:
+    """Per user, by kind, the entries (as :func:`expected_traffic` counts them), messages and bytes he sends and
+    receives with k neighbours, every user surviving: his commitments to his k + 1 holders' shares (his neighbours
+    and himself), a backup to each neighbour, his key (no complaints), masked sum, signature and a revealed share
+    per holder-owner (his neighbours and himself); a commitment pair and a backup from each neighbour, the k + 1
+    keys, signatures and identity keys of his neighbourhood. The messages as the wire has them (headers counted;
+    the transport's signature on each and HTTP's framing not)."""
+    k, holders, N = degree, degree + 1, parameters.domain_size
+
+    def size(kind: int, entries: int = 0) -> int:
+        return message_bytes(parameters, kind, entries)
+
+    commitments = HEADER.size + holders * (size(COMMITMENT) - HEADER.size)  # k + 1 pairs; n pairs when complete
+    sent = {"commitments": (holders, 1, commitments), "backup": (2 * k, k, k * size(BACKUP)),
+            "pair key": (1, 1, size(ADVERTISE) + size(COMPLAINTS)), "masked sum": (N, 1, size(MASKED_SUM)),
+            "signature": (1, 1, size(SIGNATURE)), "revealed shares": (holders, 1, size(REVEAL, holders))}
+    received = {"commitment": (2 * k, k, k * size(COMMITMENT)), "backup": (2 * k, k, k * size(BACKUP)),
+                "pair key": (holders, holders, holders * size(ADVERTISE)),
+                "signature": (holders, holders, holders * size(SIGNATURE)),
+                "identity key": (holders, 0, holders * IDENTITY_BYTES)}
+    return {way: {kind: dict(zip(("entries", "messages", "bytes"), counts)) for kind, counts in table.items()}
+            for way, table in (("sent", sent), ("received", received))}
+
+
+def costs(parameters: SharingParameters, degree: int) -> dict[str, dict[str, int]]:
+    """:func:`traffic`'s totals per user, and at the server: a row per message stored (each user's sent), the
+    bytes it receives and relays (n times a user's sent and received)."""
+    n, flows = parameters.n_users, traffic(parameters, degree)
+    user = {f"{what}_{way}": sum(kind[what] for kind in flows[way].values())
+            for way in ("sent", "received") for what in ("messages", "bytes")}
+    return {"user": user, "server": {"rows": n * user["messages_sent"], "bytes_received": n * user["bytes_sent"],
+                                     "bytes_relayed": n * user["bytes_received"]}}
+
+
+def check_options(colluding: float | None, dropouts: float | None, failure: float) -> None:
+    """The fractions in [0, 1), the failure probability in (0, 1)."""
+    for field, value in (("colluding", colluding), ("dropouts", dropouts)):
+        if value is not None and not 0 <= value < 1:
+            raise ParameterError(field, "a fraction of the users in [0, 1)", value)
+    neighbour_graph.check_failure(failure)
+
+
+def counted(parameters: SharingParameters, colluding: float | None, dropouts: float | None) -> tuple[int, int]:
+    """(C, D): the users who may collude with the server, n - ceil((1 - colluding) n), the count the task's honest
+    fraction G = 1 - colluding gives the accountant (default: the task's own, n - ceil(G n)), refused when the
+    two disagree; the dropouts, floor(dropouts n)."""
+    n = parameters.n_users
+    dishonest = n - parameters.honest_users
+    if colluding is not None and n - honest_users(n, 1 - colluding) != dishonest:
+        raise ParameterError("colluding", f"the task's 1 - honest fraction ({dishonest} of {n} users; give one of "
+                             "--colluding and --honest-fraction, or both counting the same users)", colluding)
+    return dishonest, math.floor(round((dropouts or 0.0) * n, 9))
+
+
+def choose(parameters: SharingParameters, colluding: float | None = None, dropouts: float | None = None,
+           failure: float = DEFAULT_FAILURE) -> tuple[neighbour_graph.GraphGuarantee, neighbour_graph.GraphGuarantee]:
+    """The least degree meeting ``failure`` (:func:`privagg.privacy.neighbour_graph.least_degree`) and the complete
+    graph, for the task's n and its colluding users (:func:`counted`)."""
+    check_options(colluding, dropouts, failure)
+    colluders, dropped = counted(parameters, colluding, dropouts)
+    n = parameters.n_users
+    if 3 * colluders + 2 * dropped >= n:  # (n + C) / 2 < t <= n - C - D needs n > 3 C + 2 D
+        field = "dropouts" if dropped else "colluding" if colluding is not None else "honest-fraction"
+        raise ParameterError(field,
+                             f"fewer users colluding or dropping out: C colluding and D dropping out of n leave no "
+                             f"threshold t with (n + C) / 2 < t <= n - C - D, even on the complete graph, unless "
+                             f"n > 3 C + 2 D (here n = {n}, C = {colluders}, D = {dropped})",
+                             {"dropouts": dropouts, "colluding": colluding,
+                              "honest-fraction": parameters.honest_users / n}[field])
+    return (neighbour_graph.least_degree(parameters.n_users, colluders, dropped, failure),
+            neighbour_graph.complete_graph(parameters.n_users, colluders, dropped))
+
+
+def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[str]:
+    """The guarantee's assumptions and what it promises, in words (docs/privacy.md, "Neighbour graphs")."""
+    n, k, t = chosen.n_users, chosen.degree, chosen.threshold
+    return [
+        "NOT YET RUN: DPDS and DPDG's parties still mask with and back up among all n - 1 others (the complete "
+        "graph); this is the degree a neighbour graph would need (issue 47)",
+        (f"the graph: complete (no sparser graph meets the target at n = {n}); " if chosen.complete else
+         f"the graph: a Harary graph H({k}, {n}) (each user adjacent to the {k // 2} before and after him on a "
+         "cycle) with the users in a uniformly random order drawn after every key is committed, from randomness no "
+         "party controls (Bell et al. CCS 2020, §3); ") +
+        f"a user's secrets are shared among his {k} neighbours and himself, any {t} of them rebuild one",
+        f"at most {chosen.colluding} users collude with the server, chosen before the order is drawn; at most "
+        f"{chosen.dropouts} honest users drop out, independently of the order (a server that drops honest users it "
+        "chose after seeing the graph is not covered by the connectivity term)",
+        f"with probability at least 1 - {failure:.3g} (a union bound of the terms; {chosen.failure:.3g} "
+        f"computed): no honest user has {2 * t - k - 1} or more colluding neighbours (so neither {t} colluding "
+        "holders nor a server showing two survivor lists rebuilds both his secrets), every user whose secret the "
+        f"release needs keeps {t} honest surviving holders, and the honest survivors' graph is connected",
+        "a failure of the liveness term loses the release (nothing is released), never privacy; a failure of the "
+        "others reveals a user's vector (collusion, equivocation) or the sum of each connected part of the honest "
+        "survivors (connectivity)",
+    ]
