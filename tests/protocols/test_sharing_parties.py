@@ -418,7 +418,8 @@ def test_the_parties_are_the_roles_declared_for_the_protocol():
 
     p = parameters("dpds")
     assert isinstance(SharingUser(p, 0, T), RoundUser) and isinstance(SharingServer(p, T), Coordinator)
-    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "check", "masked_sum", "consistency", "reveal"]
+    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "check", "masked_sum", "consistency", "reveal",
+                                                 "exclusion"]
     assert all(callable(getattr(SharingUser, r.name)) for r in PROTOCOL.rounds)
 
 
