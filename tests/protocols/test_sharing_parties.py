@@ -11,10 +11,11 @@ import pytest
 from privagg.core import identity, shamir
 from privagg.errors import ParameterError
 from privagg.protocols import sampling_calibration as sc
-from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, COMPLAINTS, HEADER, KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
-                                               REVEAL, ROUNDS, SERVER, Revealed, SharingServer, SharingUser, UserState,
-                                               check_min_survivors, decode, encode, message_bytes, PairShares,
-                                               survivors_parameters, threshold)
+from privagg.protocols.sharing_messages import (ADVERTISE, BACKUP, COMPLAINTS, HEADER, KEY_MESSAGE, LIMBS, MASK_SEED,
+                                                MASKED_SUM, PAIR_KEY, REVEAL, SERVER, Revealed, decode, encode,
+                                                message_bytes)
+from privagg.protocols.sharing_parties import (ROUNDS, PairShares, SharingServer, SharingUser, UserState,
+                                               check_min_survivors, survivors_parameters, threshold)
 
 N_USERS, DOMAIN = 24, 3
 CODES = np.arange(N_USERS) % DOMAIN

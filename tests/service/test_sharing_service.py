@@ -15,9 +15,10 @@ from fastapi.testclient import TestClient
 from privagg.protocols import sampling_calibration as sc
 from privagg.protocols.roles import decode_inbox
 from privagg.core import identity
-from privagg.protocols.sharing_parties import (ADVERTISE, COMMITMENTS, COMPLAINTS, HEADER, MAGIC, MASKED_SUM, PAIR_KEY,
-                                               REVEAL, ROUNDS, SERVER, SIGNATURE, SIGNED_LISTS, VERSION, Revealed,
-                                               decode, encode, expected_traffic, statement, survivors_parameters)
+from privagg.protocols.sharing_messages import (ADVERTISE, COMMITMENTS, COMPLAINTS, HEADER, MAGIC, MASKED_SUM, PAIR_KEY,
+                                                REVEAL, SERVER, SIGNATURE, VERSION, Revealed, decode, encode,
+                                                expected_traffic)
+from privagg.protocols.sharing_parties import ROUNDS, SIGNED_LISTS, statement, survivors_parameters
 from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient

@@ -272,6 +272,8 @@ def _detected(detected: dict) -> str:
     said = {"complaints": lambda v: f"{len(v)} complaints naming users {sorted({a for c in v for a in c[1:]})}",
             "excluded": lambda v: f"excluded dealers {v}",
             "blamed": lambda v: "blamed revealers " + ", ".join(f"{b[0]} ({len(b) - 1} shares discarded)" for b in v),
+            "inconsistent": lambda v: f"dealers proven inconsistent {v}, excluded in round 6 (the survivors' pair "
+                                      "seeds with them removed their terms)",
             "unopened_sums": lambda v: f"helpers whose sums did not open {v}",
             "recovered_items": lambda v: f"items recovered in round 4 {v}",
             "lost_items": lambda v: "items refused " + ", ".join(f"{e['item']} ({e['reason']})" for e in v)}
