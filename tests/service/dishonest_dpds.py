@@ -35,7 +35,8 @@ from privagg.errors import ParameterError
 from privagg.protocols import registry
 from privagg.protocols.roles import Outbox
 from privagg.protocols.sharing_messages import BACKUP, MASK_SEED, SERVER, decode, encode
-from privagg.protocols.sharing_parties import PROTOCOL, SharingServer, SharingUser
+from privagg.protocols.sharing_parties import SharingUser
+from privagg.protocols.sharing_server import PROTOCOL, SharingServer
 from privagg.service.sharing.dishonest import (InconsistentDealer, JunkBackupsClient, WrongRevealer,  # noqa: F401
                                                client_of)  # (demo-service's)
 

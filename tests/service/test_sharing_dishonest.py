@@ -13,7 +13,8 @@ from privagg.core import shamir
 from privagg.errors import ParameterError
 from privagg.protocols.roles import Outbox
 from privagg.protocols.sharing_messages import MASK_SEED, PAIR_KEY, PAIR_SEEDS, REVEAL, decode
-from privagg.protocols.sharing_parties import PROTOCOL, ROUNDS, SharingServer, SharingUser, survivors_parameters
+from privagg.protocols.sharing_parties import SharingUser, survivors_parameters
+from privagg.protocols.sharing_server import PROTOCOL, ROUNDS, SharingServer
 from privagg.service.calls import SubmitError
 from privagg.service.sharing.client import SharingClient
 from privagg.service.sharing.server import SharingService
@@ -22,7 +23,8 @@ from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
 from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
-                                    JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of, lying_users, serving)
+                                    JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of,
+                                    lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
 
 LIAR = 3
@@ -350,6 +352,27 @@ def test_the_simulator_runs_the_same_dishonest_users(liar):
     np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, survivors))
     assert (run.release.excluded, run.release.blamed) == (((LIAR,), ()) if excluded else
                                                           ((), ((LIAR, tuple(range(N))),)))
+
+
+@pytest.mark.parametrize("gone", [None, "masked_sum"], ids=["survivor", "round-3-dropout"])
+def test_the_simulator_runs_the_exclusion_round(gone):
+    """The simulator's harness (the same parties, no special case) with user 3 dealing inconsistently: proven at the
+    reveal round's close, round 6 runs (each of the 11 others sends his pair seeds, checking t openings), and the
+    release is exact over the 11, naming him; an honest run's transcript has no round-6 message."""
+    p = dpdg()
+    protocol = dataclasses.replace(PROTOCOL, user=lying_users({LIAR: type("Dealer", (InconsistentDealer,),
+                                                                          {"victims": (0,)})}))
+    rngs = {name: np.random.default_rng(1 + i) for i, name in enumerate(("users", "server", "identities"))}
+    run = run_rounds(protocol, p, np.arange(N) % DOMAIN, rngs, dropouts={gone: [LIAR]} if gone else None,
+                     min_survivors=8)
+    others = [u for u in range(N) if u != LIAR]
+    np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, others))
+    assert run.release.inconsistent == (LIAR,) and run.release.survivors == N - 1
+    assert run.release.parameters.n_users == N - 1
+    t = run.release.threshold
+    user = run.transcript["user"]
+    assert (user["sent pair seeds"], user["received openings"]) == (N - 1, t * (N - 1))
+    assert "sent pair seeds" not in simulated(p).transcript["user"]
 
 
 def test_the_simulator_runs_the_equivocating_server():

@@ -85,8 +85,9 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                    "every category)."),
                  dishonest: Optional[str] = typer.Option(None, "--dishonest", help="dpds, dpdg, tss and "
                                                          "tss-collusion only: one user deviates, to see what the "
-                                                         "protocol detects: junk-backups or wrong-share (dpds, "
-                                                         "dpdg), misrouted-sum or wrong-sum (tss, tss-collusion)."),
+                                                         "protocol detects: junk-backups, wrong-share or "
+                                                         "inconsistent-shares (dpds, dpdg), misrouted-sum or "
+                                                         "wrong-sum (tss, tss-collusion)."),
                  as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
                                                                     "comparison.")) -> None:
     """Start the services on localhost, send the bundled words through them as real SDK clients, show the private

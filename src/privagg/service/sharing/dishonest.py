@@ -1,7 +1,7 @@
 """One dishonest user of DPDS or DPDG for ``privagg demo-service dpds|dpdg --dishonest KIND`` (issue 46), so that a
 newcomer sees the protocol detect a deviation live; the service tests' dishonest parties
 (tests/service/dishonest_dpds.py) import these rather than keep copies. Each is the honest SDK client (or role)
-with one deviation; what the protocol does about it: docs/deviations-dpds46.md.
+with one deviation; what the protocol does about it: docs/privacy.md, "Dishonest parties".
 
 * ``junk-backups`` (:class:`JunkBackupsClient`): random bytes of the right size as each sealed backup, signed by
   him. No recipient can open one: they complain in round 2, he is excluded (a dropout) and the release is exact
