@@ -131,7 +131,7 @@ def test_a_dishonest_tss_helper_is_recovered_or_trusted(tmp_path, kind):
 
 
 def test_a_dishonest_kind_of_another_protocol_is_refused_in_one_line(tmp_path):
-    for protocol, kind, accepted in (("dpds", "wrong-sum", "junk-backups, wrong-share"),
+    for protocol, kind, accepted in (("dpds", "wrong-sum", "junk-backups, wrong-share, inconsistent-shares"),
                                      ("tss", "junk-backups", "misrouted-sum, wrong-sum")):
         out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100",
                               "--dishonest", kind, "--workdir", str(tmp_path)], capture_output=True, text=True,

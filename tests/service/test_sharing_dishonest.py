@@ -143,7 +143,8 @@ def test_an_inconsistent_dealer_is_excluded_and_the_release_proceeds_over_the_ot
     assert report["dropouts"]["inconsistent"] == [LIAR] and report["dropouts"]["excluded"] == []
     assert report["dropouts"]["blamed"] == [] and report["dropouts"]["round1_senders"] == N
     assert report["parameters"]["n_users"] == N - 1  # the guarantee recomputed for the 11
-    assert "1 dealers proven inconsistent, excluded in round 6" in " ".join(report["privacy"]["caveats"])
+    caveats = " ".join(report["privacy"]["caveats"])
+    assert "11 users who took part" in caveats and "1 dealers proven inconsistent, excluded in round 6" in caveats
     seeds = stored(service, task.task_id, EXCLUSION)
     assert sorted(seeds) == others and all(list(decode(p, m, (PAIR_SEEDS,)).payload) == [LIAR] for m in seeds.values())
 
