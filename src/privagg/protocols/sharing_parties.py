@@ -26,8 +26,8 @@ round 2, check
     shares (the server's copy for him). He sends the server the public half of his pair key (X25519) with a hash
     of his mask seed, followed by his complaints: the dealers whose backup did not open (None from his SDK) or did
     not match. The server excludes every dealer complained about, and a complainer who names more than
-    n - min_survivors users instead (:meth:`~privagg.protocols.sharing_server.SharingServer.excluded`). U1': U1 less the excluded and those who
-    did not answer. An excluded user is a round-1 dropout: nothing of his is used.
+    n - min_survivors users instead (:meth:`~privagg.protocols.sharing_server.SharingServer.excluded`). U1': U1
+    less the excluded and those who did not answer. An excluded user is a round-1 dropout: nothing of his is used.
 round 3, masked sum
     The server publishes U1''s public keys. Users i and j of U1' agree on a secret (X25519, then HKDF), from which
     i's share for j, s_ij, and j's share for i, s_ji, derive (:class:`PairShares`). i's own share is
