@@ -184,10 +184,11 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
                 "item": getattr(out["liar"].role, "moved", None)}}
 
 
-DETECTED = ("complaints", "excluded", "blamed", "unopened_sums", "recovered_items", "lost_items")
+DETECTED = ("complaints", "excluded", "blamed", "inconsistent", "unopened_sums", "recovered_items", "lost_items")
 """The release's blame data (its ``dropouts``): DPDS and DPDG's complaints ([complainer, the dealers he named...]),
-excluded dealers and blamed revealers ([revealer, the owners of his discarded shares...]); TSS's helpers whose sums
-did not open, the items recovered for them, and the items refused by the range and count checks."""
+excluded dealers, blamed revealers ([revealer, the owners of his discarded shares...]) and the dealers proven
+inconsistent (excluded in round 6); TSS's helpers whose sums did not open, the items recovered for them, and the items
+refused by the range and count checks."""
 
 
 DEMO_USERS_MAX = 1_000  # sharing demos: about ten minutes on loopback, users and servers on 2 cores

@@ -56,7 +56,7 @@ def test_dpds_transcript_counts_what_the_deployed_parties_send(n, domain):
     and the others' backups (expected_traffic, the same count the service's users make); the server receives the
     N elements of each of the n masked sums, Algorithm 2's nN (Table I). The paper's 2nN + N per user
     (``costs``) is what its users would send, the shares being sent rather than agreed by key."""
-    from privagg.protocols.sharing_parties import expected_traffic
+    from privagg.protocols.sharing_messages import expected_traffic
 
     params = dpds(n, domain)
     run = simulate(params, balanced(n, domain), rng=3)

@@ -11,10 +11,12 @@ import pytest
 from privagg.core import identity, shamir
 from privagg.errors import ParameterError
 from privagg.protocols import sampling_calibration as sc
-from privagg.protocols.sharing_parties import (ADVERTISE, BACKUP, COMPLAINTS, HEADER, KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, PAIR_KEY,
-                                               REVEAL, ROUNDS, SERVER, Revealed, SharingServer, SharingUser, UserState,
-                                               check_min_survivors, decode, encode, message_bytes, PairShares,
+from privagg.protocols.sharing_messages import (ADVERTISE, BACKUP, COMPLAINTS, HEADER, KEY_MESSAGE, LIMBS, MASK_SEED,
+                                                MASKED_SUM, PAIR_KEY, REVEAL, SERVER, Revealed, decode, encode,
+                                                message_bytes)
+from privagg.protocols.sharing_parties import (PairShares, SharingUser, UserState, check_min_survivors,
                                                survivors_parameters, threshold)
+from privagg.protocols.sharing_server import ROUNDS, SharingServer
 
 N_USERS, DOMAIN = 24, 3
 CODES = np.arange(N_USERS) % DOMAIN
@@ -414,11 +416,12 @@ def test_the_release_states_who_took_part_and_a_weakened_delta():
 
 def test_the_parties_are_the_roles_declared_for_the_protocol():
     from privagg.protocols.roles import Coordinator, RoundUser
-    from privagg.protocols.sharing_parties import PROTOCOL
+    from privagg.protocols.sharing_server import PROTOCOL
 
     p = parameters("dpds")
     assert isinstance(SharingUser(p, 0, T), RoundUser) and isinstance(SharingServer(p, T), Coordinator)
-    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "check", "masked_sum", "consistency", "reveal"]
+    assert [r.name for r in PROTOCOL.rounds] == ["advertise", "check", "masked_sum", "consistency", "reveal",
+                                                 "exclusion"]
     assert all(callable(getattr(SharingUser, r.name)) for r in PROTOCOL.rounds)
 
 

@@ -102,7 +102,7 @@ class PairKeySubstituting(_OwnKey, SharingService):
     victim = 1
 
     def inbox(self, task_id, body):
-        from privagg.protocols.sharing_parties import ADVERTISE, SERVER, encode
+        from privagg.protocols.sharing_messages import ADVERTISE, SERVER, encode
 
         out = super().inbox(task_id, body)
         if out["name"] == "masked_sum":

@@ -9,8 +9,9 @@ Users (roles, and the SDK clients that run them):
 * :class:`JunkBackupsUser`: the same in the simulator, which seals nothing: random bytes as each backup.
 * :class:`WrongSharesUser`: backups that open but hold wrong Shamir shares (one limb of each recipient's shares
   moved by one), his commitments those of the right shares.
-* :class:`InconsistentDealer`: wrong shares for ``victims`` committed to as they are: each recipient's share matches
-  its commitment, but together they rebuild no secret he committed to (caught at the release).
+* :class:`InconsistentDealer` (privagg.service.sharing.dishonest: demo-service's too): wrong shares for ``victims``
+  committed to as they are: each recipient's share matches its commitment, but together they rebuild no secret he
+  committed to (proven at the reveal round's close, excluded in round 6).
 * :class:`WrongRevealer` (privagg.service.sharing.dishonest): reveals shares moved by one.
 
 Servers (coordinators, put in the registry's dpds entry by :func:`serving`):
@@ -28,15 +29,16 @@ from __future__ import annotations
 import dataclasses
 import secrets
 
-import numpy as np
 
 from privagg.core import shamir
 from privagg.errors import ParameterError
 from privagg.protocols import registry
 from privagg.protocols.roles import Outbox
-from privagg.protocols.sharing_parties import (BACKUP, COMMITMENTS, LIMBS, MASK_SEED, PROTOCOL, SERVER, SharingServer,
-                                               SharingUser, decode, dealt_commitments, encode)
-from privagg.service.sharing.dishonest import JunkBackupsClient, WrongRevealer, client_of  # noqa: F401 (demo-service's)
+from privagg.protocols.sharing_messages import BACKUP, MASK_SEED, SERVER, decode, encode
+from privagg.protocols.sharing_parties import SharingUser
+from privagg.protocols.sharing_server import PROTOCOL, SharingServer
+from privagg.service.sharing.dishonest import (InconsistentDealer, JunkBackupsClient, WrongRevealer,  # noqa: F401
+                                               client_of)  # (demo-service's)
 
 
 class JunkBackupsUser(SharingUser):
@@ -58,26 +60,6 @@ class WrongSharesUser(SharingUser):
             shares[MASK_SEED, 0] = (shares[MASK_SEED, 0] + 1) % shamir.PRIME
             relayed[k] = encode(p, BACKUP, self.index, k, shares)
         return Outbox(out.message, relayed)
-
-
-class InconsistentDealer(SharingUser):
-    """Round 1 with the shares of ``victims`` (recipients) moved by one, committed to as sent: every recipient's
-    check passes, and any t shares that include a victim's rebuild no secret of his."""
-
-    victims: tuple[int, ...] = ()
-
-    def advertise(self, value: int) -> Outbox:
-        out = super().advertise(value)
-        p, n = self.parameters, self.parameters.n_users
-        shares = np.zeros((n, 2, LIMBS), dtype=np.int64)
-        shares[self.index] = self.state.backup
-        relayed = {}
-        for k, raw in out.relayed.items():
-            shares[k] = decode(p, raw, (BACKUP,), self.index, k).payload
-            if k in self.victims:
-                shares[k, :, 0] = (shares[k, :, 0] + 1) % shamir.PRIME
-            relayed[k] = encode(p, BACKUP, self.index, k, shares[k])
-        return Outbox(encode(p, COMMITMENTS, self.index, SERVER, dealt_commitments(self.index, shares)), relayed)
 
 
 class Equivocating(SharingServer):
@@ -149,7 +131,8 @@ class ForgingSignatures(Equivocating):
 
     def inbox(self, round_, user, state, messages):
         from privagg.core import identity
-        from privagg.protocols.sharing_parties import SIGNATURE, SIGNED_LISTS, statement
+        from privagg.protocols.sharing_messages import SIGNATURE
+        from privagg.protocols.sharing_parties import SIGNED_LISTS, statement
 
         inbox = super().inbox(round_, user, state, messages)
         if round_.name == "reveal" and user in self.minority:

@@ -352,7 +352,7 @@ def test_a_forged_signature_is_refused_and_nothing_stored(sqlite_dbs, serve):
     me, path = users[0], f"/tasks/{task.task_id}/round1"
     key, plain = me.role.advertise(1)
     from privagg.service.round_tasks import KEM, relay_info
-    from privagg.protocols.sharing_parties import ROUNDS
+    from privagg.protocols.sharing_server import ROUNDS
     from privagg.service.tasks import _public_key, _suite
 
     backups = [{"recipient": k, "sealed": b64encode(_suite(KEM).encrypt(m, _public_key(KEM, me.roster().users[k][1]),

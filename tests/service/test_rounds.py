@@ -15,6 +15,8 @@ from privagg.errors import ParameterError
 from privagg.protocols import registry
 from privagg.protocols import sampling_calibration as sc
 from privagg.protocols import sharing_parties as sp
+from privagg.protocols import sharing_server as ss
+from privagg.protocols.sharing_messages import message_entries
 from privagg.protocols.roles import Outbox, Round
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
@@ -35,7 +37,7 @@ class AcknowledgingUser(sp.SharingUser):
         return Outbox(b"ack %d" % self.index, {})
 
 
-class AcknowledgingServer(sp.SharingServer):
+class AcknowledgingServer(ss.SharingServer):
     """DPDS's coordinator, which checks the acknowledgements and shows each survivor U2."""
 
     def check(self, round_, user, message, state, messages) -> None:
@@ -51,12 +53,12 @@ class AcknowledgingServer(sp.SharingServer):
 
 
 def entries(raw: bytes) -> tuple[str, int]:
-    return ("acknowledgement", 1) if raw.startswith(b"ack ") else sp.message_entries(raw)
+    return ("acknowledgement", 1) if raw.startswith(b"ack ") else message_entries(raw)
 
 
 # the toy protocol: DPDS with an acknowledge round between the masked sums and the reveal; nothing else is changed
-TOY = dataclasses.replace(sp.PROTOCOL, rounds=sp.ROUNDS[:3] + (Round("acknowledge", expects="survivors"),) +
-                          sp.ROUNDS[3:], user=AcknowledgingUser, coordinator=AcknowledgingServer, entries=entries)
+TOY = dataclasses.replace(ss.PROTOCOL, rounds=ss.ROUNDS[:3] + (Round("acknowledge", expects="survivors"),) +
+                          ss.ROUNDS[3:], user=AcknowledgingUser, coordinator=AcknowledgingServer, entries=entries)
 
 
 class Clock:
@@ -91,7 +93,7 @@ def test_a_round_added_by_declaration_runs_through_the_driver_and_the_simulator(
     task = service.create_task(p, 60.0, 7)
     users = organised(service, task, SharingClient, "http://sharing", N)[0]
     assert [r.name for r in users[0].protocol.rounds] == ["advertise", "check", "masked_sum", "acknowledge",
-                                                          "consistency", "reveal"]
+                                                          "consistency", "reveal", "exclusion"]
     for user in users:
         user.send("advertise", int(codes[user.user]))
     for user in users:

@@ -59,7 +59,8 @@ def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
     assert report["service"]["privacy"]["delta"] == pytest.approx(p, rel=1e-12)
     assert "dropped out" in report["service"]["privacy"]["assumptions"][0]
     # an honest run: nothing to blame (issue 46), said so in --json and in the text
-    assert report["detected"] == {"complaints": [], "excluded": [], "blamed": []} and report["dishonest"] is None
+    assert report["detected"] == {"complaints": [], "excluded": [], "blamed": [], "inconsistent": []}
+    assert report["dishonest"] is None
     assert _detected(report["detected"]) == "none"
 
 
@@ -75,24 +76,32 @@ def dishonest_demo(tmp_path, protocol: str, kind: str, text: bool) -> tuple[dict
     return report, next(line for line in out.stdout.splitlines() if line.startswith("detected: "))
 
 
-@pytest.mark.parametrize("protocol, kind", [("dpds", "junk-backups"), ("dpdg", "wrong-share")])  # each one text
+@pytest.mark.parametrize("protocol, kind", [("dpds", "junk-backups"), ("dpdg", "wrong-share"),
+                                            ("dpds", "inconsistent-shares")])
 def test_a_dishonest_user_is_detected_and_the_release_proceeds_over_the_others(tmp_path, protocol, kind):
     """Issue 46, live: junk backups get their dealer excluded on the others' complaints (the release over the 99
     others, his value out of the truth), wrong revealed shares are discarded and their revealer blamed (the
-    release over all 100)."""
+    release over all 100), inconsistent shares get their dealer proven and excluded in round 6 (the release over
+    the 99 others)."""
     import jsonschema
 
     from privagg.reports import REPORT_TYPES, json_schema
 
-    report, said = dishonest_demo(tmp_path, protocol, kind, text=kind == "junk-backups")
+    report, said = dishonest_demo(tmp_path, protocol, kind, text=kind != "wrong-share")
     jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
     liar, detected, dropouts = report["dishonest"]["user"], report["detected"], report["service"]["dropouts"]
-    assert report["dishonest"]["kind"] == kind and set(detected) == {"complaints", "excluded", "blamed"}
+    assert report["dishonest"]["kind"] == kind and set(detected) == {"complaints", "excluded", "blamed", "inconsistent"}
     if kind == "junk-backups":
         assert detected["excluded"] == [liar] and detected["blamed"] == []
         assert detected["complaints"] == [[k, liar] for k in range(100) if k != liar]
         assert dropouts["survivors"] == 99 == sum(row["truth"] for row in report["estimates"])
         assert re.fullmatch(r"detected: 99 complaints naming users \[(\d+)\]; excluded dealers \[\1\]", said)
+    elif kind == "inconsistent-shares":
+        assert detected["inconsistent"] == [liar] and detected["excluded"] == detected["blamed"] == []
+        assert dropouts["survivors"] == 99 == sum(row["truth"] for row in report["estimates"])
+        assert report["service"]["parameters"]["n_users"] == 99 and set(report["round_seconds"]) >= {"round6"}
+        assert re.fullmatch(r"detected: dealers proven inconsistent \[\d+\], excluded in round 6 \(the survivors' "
+                            r"pair seeds with them removed their terms\)", said)
     else:
         assert detected["blamed"] == [[liar, *range(100)]] and detected["excluded"] == detected["complaints"] == []
         assert dropouts["survivors"] == 100 == sum(row["truth"] for row in report["estimates"])
@@ -122,7 +131,7 @@ def test_a_dishonest_tss_helper_is_recovered_or_trusted(tmp_path, kind):
 
 
 def test_a_dishonest_kind_of_another_protocol_is_refused_in_one_line(tmp_path):
-    for protocol, kind, accepted in (("dpds", "wrong-sum", "junk-backups, wrong-share"),
+    for protocol, kind, accepted in (("dpds", "wrong-sum", "junk-backups, wrong-share, inconsistent-shares"),
                                      ("tss", "junk-backups", "misrouted-sum, wrong-sum")):
         out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100",
                               "--dishonest", kind, "--workdir", str(tmp_path)], capture_output=True, text=True,

@@ -3,21 +3,28 @@ through the sharing service and its users' SDK on SQLite and PostgreSQL, and thr
 is detected and blamed, or harmless, and the release is exact over the others (docs/privacy.md, "Dishonest parties")."""
 
 import dataclasses
+import secrets
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from privagg.core import shamir
 from privagg.errors import ParameterError
-from privagg.protocols.sharing_parties import (MASK_SEED, PAIR_KEY, PROTOCOL, REVEAL, ROUNDS, decode,
-                                               survivors_parameters)
+from privagg.protocols.roles import Outbox
+from privagg.protocols.sharing_messages import MASK_SEED, PAIR_KEY, PAIR_SEEDS, REVEAL, decode
+from privagg.protocols.sharing_parties import SharingUser, survivors_parameters
+from privagg.protocols.sharing_server import PROTOCOL, ROUNDS, SharingServer
+from privagg.service.calls import SubmitError
 from privagg.service.sharing.client import SharingClient
+from privagg.service.sharing.server import SharingService
 from privagg.service.storage import round_messages
 from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
 from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
-                                    JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of, lying_users, serving)
+                                    JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of,
+                                    lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
 
 LIAR = 3
@@ -35,16 +42,23 @@ def with_liar(service, parameters, liar_type: type | None = None, min_survivors=
     return task, clients
 
 
-def every_round(service, task, users, clock, refusing=()):
-    """Each round: every user sends (those of ``refusing`` may refuse, a ParameterError), closed at its deadline."""
-    refused = {}
+def every_round(service, task, users, clock, refusing=(), gone=None, errors=None):
+    """Each round: every user sends (those of ``refusing`` may refuse, a ParameterError; ``gone``: user -> the round
+    he vanishes at; ``errors``: user -> the SubmitError the server answered him, kept), closed at its deadline."""
+    refused, names = {}, [r.name for r in ROUNDS]
     for number, round_ in enumerate(ROUNDS, 1):
         for user in users:
+            if user.user in (gone or {}) and names.index(gone[user.user]) <= names.index(round_.name):
+                continue
             try:
                 user.send(round_.name, int(CODES[user.user]) if round_.value else None)
             except ParameterError as err:
                 assert user.user in refusing, err
                 refused.setdefault(round_.name, {})[user.user] = str(err)
+            except SubmitError as err:
+                if errors is None:
+                    raise
+                errors[user.user] = err
         if service.state(task.task_id)["round"] == number:  # not closed early: at its deadline
             clock.now += 61
             service.advance(task.task_id)
@@ -102,19 +116,165 @@ def test_a_revealers_wrong_shares_are_discarded_and_he_is_blamed(server):
     assert "1 revealers' wrong shares discarded" in " ".join(report["privacy"]["caveats"])
 
 
-def test_an_inconsistent_dealer_is_named_and_the_release_refused_with_the_proof(server):
-    """User 3 deals user 0 a wrong share and commits to it as dealt: no recipient can tell; at the release his
-    shares, each matching his signed commitment, rebuild no secret he committed to. The release is refused (his
-    mask seed cannot be rebuilt), naming him and the revealers whose shares prove it."""
+def stored(service, task_id, number: int) -> dict[int, bytes]:
+    """The messages of round ``number`` stored, by sender."""
+    with service.engine.connect() as c:
+        return {u: bytes(m) for u, m in c.execute(sa.select(round_messages.c.user, round_messages.c.message).where(
+            round_messages.c.task_id == task_id, round_messages.c.round == number))}
+
+
+EXCLUSION = 1 + [r.name for r in ROUNDS].index("exclusion")
+
+
+@pytest.mark.parametrize("gone", [None, "masked_sum"], ids=["survivor", "round-3-dropout"])
+def test_an_inconsistent_dealer_is_excluded_and_the_release_proceeds_over_the_others(server, gone):
+    """User 3 deals user 0 wrong shares of both his secrets and commits to them as dealt: no holder can tell. At
+    the reveal round's close his shares, each matching his signed commitment, rebuild no secret he announced (his
+    mask seed as a survivor, his pair key as a round-3 dropout): the server proves it, and in round 6 each of the
+    11 others checks the proof and sends his pair seeds with him. The release is the 11 others' sum exactly (it
+    used to be refused), names him, and its guarantee is recomputed for 11."""
+    service, _, clock = server
+    p = dpdg()
+    task, users = with_liar(service, p, client_of(type("Dealer", (InconsistentDealer,), {"victims": (0,)})))
+    every_round(service, task, users, clock, gone={LIAR: gone} if gone else {})
+    report = service.result(task.task_id)
+    others = [u for u in range(N) if u != LIAR]
+    released_over(p, report, users, others)
+    assert report["dropouts"]["inconsistent"] == [LIAR] and report["dropouts"]["excluded"] == []
+    assert report["dropouts"]["blamed"] == [] and report["dropouts"]["round1_senders"] == N
+    assert report["parameters"]["n_users"] == N - 1  # the guarantee recomputed for the 11
+    caveats = " ".join(report["privacy"]["caveats"])
+    assert "11 users who took part" in caveats and "1 dealers proven inconsistent, excluded in round 6" in caveats
+    seeds = stored(service, task.task_id, EXCLUSION)
+    assert sorted(seeds) == others and all(list(decode(p, m, (PAIR_SEEDS,)).payload) == [LIAR] for m in seeds.values())
+
+
+def test_an_honest_run_skips_the_exclusion_round(server):
+    """No dealer proven inconsistent: round 6 expects nobody, is skipped, and nothing is stored for it."""
+    service, _, clock = server
+    p = dpdg()
+    task, users = with_liar(service, p)
+    every_round(service, task, users, clock)
+    report = service.result(task.task_id)
+    released_over(p, report, users, range(N))
+    assert report["dropouts"]["inconsistent"] == [] and stored(service, task.task_id, EXCLUSION) == {}
+
+
+def test_a_survivor_silent_in_the_exclusion_round_leaves_a_term_the_release_cannot_remove(server):
+    """Two faults: user 3 deals inconsistently and survivor 5 vanishes before round 6. His masked sum holds his
+    terms with user 3, which only his pair seeds can remove: the release is refused, naming both."""
     service, http, clock = server
     task, users = with_liar(service, dpdg(), client_of(type("Dealer", (InconsistentDealer,), {"victims": (0,)})))
-    every_round(service, task, users, clock)
+    every_round(service, task, users, clock, gone={5: "exclusion"})
     answer = http.get(f"/tasks/{task.task_id}/result")
     assert answer.status_code == 409 and answer.json()["error"] == "failed"
     detail = answer.json()["detail"]
-    assert "dealers must be users whose committed shares rebuild the secret they committed to" in detail
-    assert f"the shares of user {LIAR} revealed by users [0, 1, 2, 3, 4, 5, 6]" in detail
-    assert "he dealt inconsistent shares" in detail
+    assert "pair seeds must be from every survivor in round 6 (exclusion)" in detail
+    assert f"proven inconsistent [{LIAR}]" in detail and "none from users [5]: two faults" in detail
+    assert f"user {LIAR}'s shares (those revealed by users [0, 1, 2, 3, 4, 5, 6]" in detail
+
+
+class JunkSeeds(SharingUser):
+    """Round 6 with random bytes as his message (signed by him)."""
+
+    def exclusion(self, **inbox) -> Outbox:
+        super().exclusion(**inbox)
+        return Outbox(secrets.token_bytes(40), {})
+
+
+def test_a_survivors_junk_in_the_exclusion_round_is_refused_naming_the_field(server):
+    """User 7 posts random bytes in round 6: refused (400 bad_message, the field ``message`` named), nothing
+    stored; he sends nothing else, so his terms with the inconsistent dealer stay and the release is refused
+    naming him."""
+    service, http, clock = server
+    task, users = with_liar(service, dpdg(), client_of(type("Dealer", (InconsistentDealer,), {"victims": (0,)})))
+    users[7].__class__ = client_of(JunkSeeds)
+    users[7].role = users[7].make_role(7)
+    errors = {}
+    every_round(service, task, users, clock, errors=errors)
+    assert list(errors) == [7] and errors[7].status == 400 and '"bad_message"' in errors[7].detail
+    assert "message must be version 4 of privagg's sharing messages" in errors[7].detail
+    assert 7 not in stored(service, task.task_id, EXCLUSION)
+    detail = http.get(f"/tasks/{task.task_id}/result").json()["detail"]
+    assert "none from users [7]: two faults" in detail
+
+
+class FalseAccuser(SharingServer):
+    """At the reveal round's close, accuses the honest survivor ``victim`` of inconsistent shares with a forged
+    proof: ``how`` = "moved": t of his revealed mask seed's shares, one moved by one (it opens no commitment of his);
+    "true": t of them as revealed (they rebuild the seed he announced)."""
+
+    victim, how = 0, "moved"
+
+    def proven(self, state, messages):
+        from privagg.protocols.sharing_messages import OPENINGS, SERVER, Revealed, encode
+
+        state = super().proven(state, messages)
+        t, p = self.threshold, self.parameters
+        reveals = {k: decode(p, m, (REVEAL,)).payload for k, m in sorted(messages["reveal"].items())[:t]}
+        rows = np.stack([r.shares[r.owners.tolist().index(self.victim)] for r in reveals.values()])
+        if self.how == "moved":
+            rows[0, 1] = (rows[0, 1] + 1) % shamir.PRIME
+        proof = encode(p, OPENINGS, self.victim, SERVER, Revealed(np.array(list(reveals)), np.full(t, MASK_SEED), rows))
+        return {**state, "inconsistent": [self.victim], "proofs": [proof.hex()],
+                "asked": [u for u in state["survivors"] if u != self.victim]}
+
+
+@pytest.mark.parametrize("how", ["moved", "true"])
+def test_a_server_accusing_an_honest_survivor_falsely_gets_no_pair_seed(server, monkeypatch, how):
+    """The server accuses honest user 0 in round 6 (with his signed round-1 and round-2 messages) to get every
+    survivor's pair seeds with him, which with his mask seed's shares revealed in round 5 would give it his vector:
+    a forged opening fails his commitment, true openings rebuild the secret he announced. Every other survivor
+    refuses, naming the proof, and no pair seed is stored."""
+    serving(monkeypatch, FalseAccuser, victim=0, how=how)
+    service, _, clock = server
+    task, users = with_liar(service, dpdg())
+    refused = every_round(service, task, users, clock, refusing=range(1, N))
+    assert sorted(refused["exclusion"]) == list(range(1, N))
+    said = "a forged opening" if how == "moved" else "he dealt consistent shares, and the server accuses him falsely"
+    assert all(text.startswith("proof must be") and said in text for text in refused["exclusion"].values())
+    assert stored(service, task.task_id, EXCLUSION) == {}
+
+
+class OtherTasksProof(SharingService):
+    """Serves, in round 6 of its task, the inbox (fields and signatures) a user was given in another task's round 6,
+    where user ``LIAR`` was proven inconsistent (``proof``), accusing him here too."""
+
+    proof: dict | None = None
+
+    def inbox(self, task_id, body):
+        out = super().inbox(task_id, body)
+        if out["name"] == "exclusion" and self.proof is not None:
+            out["inbox"], out["signatures"] = self.proof["inbox"], self.proof["signatures"]
+        return out
+
+
+class Recording(SharingService):
+    """Keeps the last round-6 inbox it served (``proof``)."""
+
+    def inbox(self, task_id, body):
+        out = super().inbox(task_id, body)
+        if out["name"] == "exclusion":
+            type(self).proof = out
+        return out
+
+
+def test_a_proof_of_another_task_is_refused(server, monkeypatch):
+    """A real proof, from a task where user 3 dealt inconsistently (his messages there signed for that task), served
+    against the honest user 3 of another task: every survivor's SDK checks the signatures for this task and refuses,
+    naming the field; no pair seed is stored."""
+    service, _, clock = server
+    service.__class__ = Recording
+    task, users = with_liar(service, dpdg(), client_of(type("Dealer", (InconsistentDealer,), {"victims": (0,)})))
+    every_round(service, task, users, clock)
+    serving(monkeypatch, FalseAccuser, victim=LIAR, how="true")  # round 6 opens, against user 3
+    service.__class__ = type("Lying", (OtherTasksProof,), {"proof": Recording.proof})
+    task, users = with_liar(service, dpdg())
+    others = [u for u in range(N) if u != LIAR]
+    refused = every_round(service, task, users, clock, refusing=others)
+    assert sorted(refused["exclusion"]) == others
+    assert all(f"inbox.commitments[{LIAR}]" in text for text in refused["exclusion"].values())
+    assert stored(service, task.task_id, EXCLUSION) == {}
 
 
 def test_a_server_showing_two_survivor_lists_gets_nothing_for_the_minoritys_view(server, monkeypatch):
@@ -193,6 +353,27 @@ def test_the_simulator_runs_the_same_dishonest_users(liar):
     np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, survivors))
     assert (run.release.excluded, run.release.blamed) == (((LIAR,), ()) if excluded else
                                                           ((), ((LIAR, tuple(range(N))),)))
+
+
+@pytest.mark.parametrize("gone", [None, "masked_sum"], ids=["survivor", "round-3-dropout"])
+def test_the_simulator_runs_the_exclusion_round(gone):
+    """The simulator's harness (the same parties, no special case) with user 3 dealing inconsistently: proven at the
+    reveal round's close, round 6 runs (each of the 11 others sends his pair seeds, checking t openings), and the
+    release is exact over the 11, naming him; an honest run's transcript has no round-6 message."""
+    p = dpdg()
+    protocol = dataclasses.replace(PROTOCOL, user=lying_users({LIAR: type("Dealer", (InconsistentDealer,),
+                                                                          {"victims": (0,)})}))
+    rngs = {name: np.random.default_rng(1 + i) for i, name in enumerate(("users", "server", "identities"))}
+    run = run_rounds(protocol, p, np.arange(N) % DOMAIN, rngs, dropouts={gone: [LIAR]} if gone else None,
+                     min_survivors=8)
+    others = [u for u in range(N) if u != LIAR]
+    np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, others))
+    assert run.release.inconsistent == (LIAR,) and run.release.survivors == N - 1
+    assert run.release.parameters.n_users == N - 1
+    t = run.release.threshold
+    user = run.transcript["user"]
+    assert (user["sent pair seeds"], user["received openings"]) == (N - 1, t * (N - 1))
+    assert "sent pair seeds" not in simulated(p).transcript["user"]
 
 
 def test_the_simulator_runs_the_equivocating_server():

@@ -15,9 +15,11 @@ from fastapi.testclient import TestClient
 from privagg.protocols import sampling_calibration as sc
 from privagg.protocols.roles import decode_inbox
 from privagg.core import identity
-from privagg.protocols.sharing_parties import (ADVERTISE, COMMITMENTS, COMPLAINTS, HEADER, MAGIC, MASKED_SUM, PAIR_KEY,
-                                               REVEAL, ROUNDS, SERVER, SIGNATURE, SIGNED_LISTS, VERSION, Revealed,
-                                               decode, encode, expected_traffic, statement, survivors_parameters)
+from privagg.protocols.sharing_messages import (ADVERTISE, COMMITMENTS, COMPLAINTS, HEADER, MAGIC, MASKED_SUM, PAIR_KEY,
+                                                REVEAL, SERVER, SIGNATURE, VERSION, Revealed, decode, encode,
+                                                expected_traffic)
+from privagg.protocols.sharing_parties import SIGNED_LISTS, statement, survivors_parameters
+from privagg.protocols.sharing_server import ROUNDS
 from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
@@ -124,7 +126,7 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     expected = survivors_parameters(p, 9).estimate(total)
     assert [estimates[j] for j in range(DOMAIN)] == pytest.approx(expected.tolist(), abs=1e-9)
     assert report["dropouts"] == {"enrolled": N, "round1_senders": 10, "survivors": 9, "min_survivors": 8,
-                                  "complaints": [], "excluded": [], "blamed": []}
+                                  "complaints": [], "excluded": [], "blamed": [], "inconsistent": []}
     assert report["privacy"]["private"] and "9 users who took part" in " ".join(report["privacy"]["caveats"])
     # the delta task create stated for the release (its worst case, at min_survivors) bounds the one it states
     assert report["privacy"]["delta"] == pytest.approx(release_delta(p, 9), rel=1e-12)

@@ -91,8 +91,9 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                    "every category)."),
                  dishonest: Optional[str] = typer.Option(None, "--dishonest", help="dpds, dpdg, tss and "
                                                          "tss-collusion only: one user deviates, to see what the "
-                                                         "protocol detects: junk-backups or wrong-share (dpds, "
-                                                         "dpdg), misrouted-sum or wrong-sum (tss, tss-collusion)."),
+                                                         "protocol detects: junk-backups, wrong-share or "
+                                                         "inconsistent-shares (dpds, dpdg), misrouted-sum or "
+                                                         "wrong-sum (tss, tss-collusion)."),
                  as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
                                                                     "comparison.")) -> None:
     """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
@@ -279,6 +280,8 @@ def _detected(detected: dict) -> str:
     said = {"complaints": lambda v: f"{len(v)} complaints naming users {sorted({a for c in v for a in c[1:]})}",
             "excluded": lambda v: f"excluded dealers {v}",
             "blamed": lambda v: "blamed revealers " + ", ".join(f"{b[0]} ({len(b) - 1} shares discarded)" for b in v),
+            "inconsistent": lambda v: f"dealers proven inconsistent {v}, excluded in round 6 (the survivors' pair "
+                                      "seeds with them removed their terms)",
             "unopened_sums": lambda v: f"helpers whose sums did not open {v}",
             "recovered_items": lambda v: f"items recovered in round 4 {v}",
             "lost_items": lambda v: "items refused " + ", ".join(f"{e['item']} ({e['reason']})" for e in v)}

@@ -57,7 +57,7 @@ bib, cb, hh, lb = (_Module(m) for m in ("balls_into_bins", "central_baselines", 
 pb, ss, sv = (_Module(m) for m in ("privacy_blanket", "sampling_sharing", "sparse_vector"))
 sc, sl, ssv = (_Module(m) for m in ("sampling_calibration", "sampling_laws", "sampling_servers"))
 dgp, tsp = (_Module(m) for m in ("dpdg_parameters", "tss_parameters"))
-sp, tp = (_Module(m) for m in ("sharing_parties", "two_server_parties"))
+ssp, tp = (_Module(m) for m in ("sharing_server", "two_server_parties"))
 
 
 class _Role:
@@ -389,7 +389,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=sc.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ssv.SumServer, fast=ssv.fast_aggregate,
-        rounds=sp.PROTOCOL, options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
+        rounds=ssp.PROTOCOL, options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
         example=_example(10, n_users=_SAMPLING_USERS), demo=True,
@@ -397,7 +397,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, §III-B (DPDG)",
         calibrate=sc.calibrate_dpdg, parameters=dgp.DPDGParameters, analyzer=ssv.SumServer, fast=ssv.fast_aggregate,
-        rounds=sp.PROTOCOL, calibrations=NOISE_CALIBRATIONS, message_law=sl.message_law, law_size=sl.law_size,
+        rounds=ssp.PROTOCOL, calibrations=NOISE_CALIBRATIONS, message_law=sl.message_law, law_size=sl.law_size,
         audit_cost=sl.audit_cost,
         # scale 2^0 and tiny noise: each user's law is enumerable (the noise truncated at 12 sd, docs/privacy.md)
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),

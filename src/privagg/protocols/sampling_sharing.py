@@ -461,7 +461,7 @@ def sharing_costs(parameters: SharingParameters, own: dict[str, float]) -> dict[
     elements to the others and N to the server, receives (n - 1) N, keeps N (his self-share); ``paper_count`` is
     the paper's 2 n N + N = sent + received + 2 kept (it counts the self-share both ways). ``bytes_sent``: those
     elements on the wire, at ceil(bits / 8) bytes each. ``own``: what makes a user's vector. The deployed parties
-    agree their shares by key instead of sending them (:func:`privagg.protocols.sharing_parties.expected_traffic`
+    agree their shares by key instead of sending them (:func:`privagg.protocols.sharing_messages.expected_traffic`
     counts what they send)."""
     n, N = parameters.n_users, parameters.domain_size
     element = -(-math.ceil(math.log2(parameters.modulus)) // 8)

@@ -17,20 +17,25 @@ from ..core.sharing import SEED_BYTES, element_bytes, pack_elements, unpack_elem
 from ..errors import ParameterError
 from .sampling_sharing import SharingParameters
 
-MAGIC, VERSION = b"PVS", 3
+MAGIC, VERSION = b"PVS", 4  # 4: the exclusion round's OPENINGS and PAIR_SEEDS (issue 46)
 # message kinds: round 2's pair key (followed by his COMPLAINTS), round 1's backup, round 3's masked sum, round 5's
 # revealed shares; round 1's commitments to each user's shares, the commitments to one recipient's shares (the
-# server's copy for him, round 2), a signature of the survivor lists (round 4)
-ADVERTISE, BACKUP, MASKED_SUM, REVEAL, COMMITMENTS, COMMITMENT, COMPLAINTS, SIGNATURE = range(1, 9)
+# server's copy for him, round 2), a signature of the survivor lists (round 4); the openings that prove a dealer
+# inconsistent (the server's, in round 6's inbox: t holders' shares of one of his secrets, its sender field naming
+# him) and a survivor's pair seeds with each dealer so proven (round 6)
+(ADVERTISE, BACKUP, MASKED_SUM, REVEAL, COMMITMENTS, COMMITMENT, COMPLAINTS, SIGNATURE, OPENINGS,
+ PAIR_SEEDS) = range(1, 11)
 KIND_NAMES = {ADVERTISE: "pair key", BACKUP: "backup", MASKED_SUM: "masked sum", REVEAL: "revealed shares",
-              COMMITMENTS: "commitments", COMMITMENT: "commitment", COMPLAINTS: "complaints", SIGNATURE: "signature"}
+              COMMITMENTS: "commitments", COMMITMENT: "commitment", COMPLAINTS: "complaints", SIGNATURE: "signature",
+              OPENINGS: "openings", PAIR_SEEDS: "pair seeds"}
 SERVER = 0xFFFFFFFF  # the recipient field of a message to the server
 HEADER = struct.Struct("<3sBBIII")  # magic, version, kind, sender, recipient, payload count
 KEY_BYTES = 32  # an X25519 public key; the round-1 message to the server is one and a mask seed's hash
 HASH_BYTES = 32  # a commitment to one secret's share
 LIMBS = SEED_BYTES // 2  # Shamir limbs of one 32-byte secret (core/shamir.py)
 PAIR_KEY, MASK_SEED = 0, 1  # the two backed-up secrets, in a backup's order and in a revealed entry's tag
-ENTRY = struct.Struct("<IB")  # a revealed entry's owner and secret, then LIMBS shares
+ENTRY = struct.Struct("<IB")  # a revealed entry's owner (an opening's holder) and secret, then LIMBS shares
+SEEDS = struct.Struct(f"<I{2 * SEED_BYTES}s")  # a pair seeds entry: the dealer, then the two directions' seeds
 INDEX = np.dtype("<u4")  # a user on the wire (a complaint)
 KEY_MESSAGE = HEADER.size + 2 * KEY_BYTES  # a round-2 message's first part, the key message
 
@@ -38,7 +43,8 @@ KEY_MESSAGE = HEADER.size + 2 * KEY_BYTES  # a round-2 message's first part, the
 @dataclass(frozen=True)
 class Revealed:
     """A round-5 message's entries: for each owner, which of his secrets (:data:`PAIR_KEY` or :data:`MASK_SEED`)
-    and the sender's Shamir shares of it (LIMBS elements)."""
+    and the sender's Shamir shares of it (LIMBS elements). An OPENINGS message's entries are the same with the
+    holders in the owners' place: each holder's shares of its sender's secret."""
 
     owners: np.ndarray
     secrets: np.ndarray
@@ -49,13 +55,14 @@ class Revealed:
 class Message:
     """One decoded message: its kind, sender, recipient (:data:`SERVER` for the server) and payload (a public key
     and a mask seed's hash, 2 x 32 bytes; a backup's 2 x LIMBS Shamir shares; N field elements;
-    :class:`Revealed`; n x 2 commitments, or one recipient's 2, of 32 bytes each; the users complained about,
-    ascending; a signature's 64 bytes)."""
+    :class:`Revealed` (revealed shares, openings); n x 2 commitments, or one recipient's 2, of 32 bytes each; the
+    users complained about, ascending; a signature's 64 bytes; pair seeds: dealer -> the seeds of s_sender,dealer
+    and of s_dealer,sender, 32 bytes each)."""
 
     kind: int
     sender: int
     recipient: int
-    payload: bytes | np.ndarray | Revealed
+    payload: bytes | np.ndarray | Revealed | dict[int, bytes]
 
 
 def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[int, bytes]:
@@ -69,6 +76,8 @@ def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[
         return {COMMITMENTS: parameters.n_users, COMMITMENT: 2, SIGNATURE: 1}[kind], bytes(payload)
     if kind == COMPLAINTS:
         return len(payload), np.asarray(payload, dtype=np.int64).astype(INDEX).tobytes()
+    if kind == PAIR_SEEDS:
+        return len(payload), b"".join(SEEDS.pack(int(u), bytes(seeds)) for u, seeds in sorted(payload.items()))
     entries = b"".join(ENTRY.pack(int(o), int(s)) + shamir.pack(row)
                        for o, s, row in zip(payload.owners, payload.secrets, payload.shares))
     return len(payload.owners), entries
@@ -76,7 +85,8 @@ def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[
 
 def encode(parameters: SharingParameters, kind: int, sender: int, recipient: int, payload) -> bytes:
     """A message's bytes: :data:`HEADER` (its count: the key's and hash's bytes, 2 backed-up secrets, N elements,
-    the revealed entries, n dealt or 2 received commitments, the complaints, 1 signature), then the payload."""
+    the revealed entries or openings, n dealt or 2 received commitments, the complaints, 1 signature, the pair
+    seeds' dealers), then the payload."""
     count, body = _count_and_body(parameters, kind, payload)
     return HEADER.pack(MAGIC, VERSION, kind, sender, recipient, count) + body
 
@@ -103,8 +113,8 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
     """The message in ``raw``, every field checked: the magic and version, a kind among ``kinds``, the sender and
     recipient among the n users (and equal to ``sender`` / ``recipient`` when given), no one sending to himself,
     exactly the payload's length, every element in its field, a public key not of low order, revealed owners
-    among the n users and each once, complaints about other users, ascending. A ParameterError (field
-    ``message``) names what is wrong."""
+    among the n users and each once (an opening's holders), complaints about other users, ascending, pair seeds with
+    other users, ascending. A ParameterError (field ``message``) names what is wrong."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) < HEADER.size:
         raise ParameterError("message", f"a privagg sharing message of at least {HEADER.size} bytes",
                              f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__)
@@ -139,6 +149,15 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         if count and (accused.max() >= n or np.any(np.diff(accused) <= 0) or source in accused):
             raise ParameterError("message", "complaints about other users of the task, ascending", accused[:5].tolist())
         return Message(kind, source, target, accused)
+    if kind == PAIR_SEEDS:
+        if count > n or len(body) != count * SEEDS.size:
+            raise ParameterError("message", f"at most n = {n} pair seeds entries of {SEEDS.size} bytes",
+                                 f"{len(body)} bytes for {count}")
+        seeds = dict(SEEDS.iter_unpack(body))
+        if len(seeds) != count or list(seeds) != sorted(seeds) or (count and (max(seeds) >= n or source in seeds)):
+            raise ParameterError("message", "pair seeds with other users of the task, each once, ascending",
+                                 list(seeds)[:5])
+        return Message(kind, source, target, seeds)
     if kind == BACKUP:
         if count != 2:
             raise ParameterError("message", "a backup of 2 secrets", count)
@@ -147,7 +166,7 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         if count != parameters.domain_size:
             raise ParameterError("message", f"{parameters.domain_size} field elements (N)", count)
         return Message(kind, source, target, unpack_elements(parameters.field, body, count, "message"))
-    width = ENTRY.size + LIMBS * shamir.SHARE_BYTES
+    width = ENTRY.size + LIMBS * shamir.SHARE_BYTES  # REVEAL, OPENINGS
     if count > n or len(body) != count * width:
         raise ParameterError("message", f"at most n = {n} revealed entries of {width} bytes", f"{len(body)} bytes "
                              f"for {count} entries")
@@ -171,8 +190,19 @@ def decode_checked(parameters: SharingParameters, raw: bytes, sender: int) -> tu
 def commitment(dealer: int, recipient: int, secret: int, shares: np.ndarray) -> bytes:
     """H(dealer, recipient, secret, recipient's LIMBS shares of it): BLAKE2b-256 with its own person string. The
     task is bound by the round-1 message that carries it (signed by the dealer, his secrets fresh for the task)."""
-    return hashlib.blake2b(struct.pack("<IIB", dealer, recipient, secret) + shamir.pack(shares),
-                           digest_size=HASH_BYTES, person=b"privagg backup").digest()
+    return packed_commitment(dealer, recipient, secret, shamir.pack(shares))
+
+
+def packed_commitment(dealer: int, recipient: int, secret: int, packed: bytes) -> bytes:
+    """:func:`commitment` of shares already packed (``shamir.pack``: a message's rows are packed at once)."""
+    return hashlib.blake2b(struct.pack("<IIB", dealer, recipient, secret) + packed, digest_size=HASH_BYTES,
+                           person=b"privagg backup").digest()
+
+
+def committed_to(commitments: bytes, recipient: int, secret: int) -> bytes:
+    """The commitment to ``recipient``'s shares of ``secret``, of a dealer's n pairs."""
+    start = (2 * recipient + secret) * HASH_BYTES
+    return commitments[start:start + HASH_BYTES]
 
 
 def dealt_commitments(dealer: int, shares: np.ndarray) -> bytes:
@@ -186,10 +216,13 @@ def commitments_to(commitments: bytes, recipient: int) -> bytes:
 
 
 def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) -> int:
-    """The length of one message of ``kind`` (``entries``: a round-5 message's revealed entries; complaints)."""
+    """The length of one message of ``kind`` (``entries``: a round-5 message's revealed entries; openings;
+    complaints; pair seeds)."""
     return HEADER.size + {ADVERTISE: 2 * KEY_BYTES, BACKUP: 2 * LIMBS * shamir.SHARE_BYTES,
                           MASKED_SUM: parameters.domain_size * element_bytes(parameters.field),
                           REVEAL: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
+                          OPENINGS: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
+                          PAIR_SEEDS: entries * SEEDS.size,
                           COMMITMENTS: 2 * parameters.n_users * HASH_BYTES, COMMITMENT: 2 * HASH_BYTES,
                           COMPLAINTS: entries * INDEX.itemsize, SIGNATURE: SIGNATURE_BYTES}[kind]
 
@@ -197,7 +230,8 @@ def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) ->
 def message_entries(raw: bytes) -> tuple[str, int]:
     """What a well-formed message carries, from its header: its kind's name and its entries (a key counts one, the
     complaints that follow it in round 2 are not counted; a backup two secrets' shares; N field elements; a
-    revealed share per user; n pairs of commitments, or two; one signature). A user's identity key in an
+    revealed share per user; n pairs of commitments, or two; one signature; an opening per holder; pair seeds per
+    dealer). A user's identity key in an
     inbox (32 bytes, not a message's header) counts one; anything else that is no message (a liar's junk) counts
     one "unreadable". For traffic counts (``privagg demo-service``), not a check:
     :func:`decode` checks."""

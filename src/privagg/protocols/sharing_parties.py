@@ -1,7 +1,10 @@
-"""DPDS and DPDG's parties: each user's rounds and the server's release, sans I/O, every message bytes
-(:mod:`privagg.protocols.sharing_messages` has the messages). The one implementation: the services
+"""DPDS and DPDG's parties: each user's rounds, sans I/O, every message bytes, and what both sides compute (the key
+agreement, the threshold, the proof of an inconsistent dealer, the survivors' parameters);
+:mod:`privagg.protocols.sharing_server` has the server's role and the release, and the rounds as data
+(:data:`~privagg.protocols.sharing_server.ROUNDS`, :data:`~privagg.protocols.sharing_server.PROTOCOL`),
+:mod:`privagg.protocols.sharing_messages` the messages. The one implementation: the services
 (:mod:`privagg.service.sharing.server`) and the simulator (:mod:`privagg.simulate.rounds`) run these roles from
-:data:`PROTOCOL`, the rounds as data (:data:`ROUNDS`).
+PROTOCOL.
 
 Algorithm 2 (reference §2.3) has each user share his vector among all n users and send the sum of what he
 received to the server. Over a network users vanish at any round, so the parties derive their shares by key
@@ -9,8 +12,8 @@ agreement and back their keys up with Shamir's threshold shares, as Bonawitz et 
 (CCS 2017, §4), in its actively secure variant (§6: signatures, a consistency round) with commitments to the
 backed-up shares, so that one lying user or a lying server is caught and blamed rather than trusted. The
 derivation, and what each party learns in every dropout case and every deviation, are in docs/privacy.md
-("Dropouts in DPDS and DPDG") and docs/privacy.md, "Dishonest parties". Five rounds; the server relays, sets the deadlines
-and publishes who took part:
+("Dropouts in DPDS and DPDG") and docs/privacy.md, "Dishonest parties". Five rounds, and a sixth when a dealer is proven
+inconsistent; the server relays, sets the deadlines and publishes who took part:
 
 round 1, advertise
     User i makes his vector x_i (:func:`user_vectors`: his coin's one-hot vector, DPDS; the one-hot vector at
@@ -23,8 +26,8 @@ round 2, check
     shares (the server's copy for him). He sends the server the public half of his pair key (X25519) with a hash
     of his mask seed, followed by his complaints: the dealers whose backup did not open (None from his SDK) or did
     not match. The server excludes every dealer complained about, and a complainer who names more than
-    n - min_survivors users instead (:meth:`SharingServer.excluded`). U1': U1 less the excluded and those who
-    did not answer. An excluded user is a round-1 dropout: nothing of his is used.
+    n - min_survivors users instead (:meth:`~privagg.protocols.sharing_server.SharingServer.excluded`). U1': U1
+    less the excluded and those who did not answer. An excluded user is a round-1 dropout: nothing of his is used.
 round 3, masked sum
     The server publishes U1''s public keys. Users i and j of U1' agree on a secret (X25519, then HKDF), from which
     i's share for j, s_ij, and j's share for i, s_ji, derive (:class:`PairShares`). i's own share is
@@ -43,6 +46,13 @@ round 5, reveal
     s_du and s_ud for d in E and u in U2, and releases
     sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud) = sum_{u in U2} x_u,
     the survivors' vectors, exactly. A survivor who vanishes in rounds 4-5 costs nothing while t others answer.
+    A dealer P whose t verified shares rebuild another secret than he announced is proven inconsistent when the
+    round closes (:meth:`~privagg.protocols.sharing_server.SharingServer.proven`).
+round 6, exclusion (only if a dealer was proven inconsistent; skipped otherwise)
+    Each user of U2 less the proven dealers is given, for each such P, P's signed round-1 and round-2 messages and
+    the t openings (:func:`check_proof`), and sends his pair seeds with P (:meth:`PairShares.seeds`) if every proof
+    holds. P is then a dropout: y_P is left out, and each survivor's term s_Pu - s_uP removed with his seeds. A
+    survivor silent in round 6 leaves a term no one can remove: the release is refused, naming him.
 
 The guarantee is recomputed for the survivors (:func:`survivors_parameters`). No party sends a share: each is
 derived where it is used.
@@ -61,23 +71,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import identity, shamir
-from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, expand
 from ..errors import ParameterError, check_integer
-from ..privacy.description import PrivacyDescription
-from ..privacy.events import Survivors
-from .results import FrequencyTable
-from .roles import MultiRound, Outbox, Round, RoundFailed, answer_each
+from .roles import Outbox, Round, answer_each
 from .dpdg_parameters import DPDGParameters
-from .sampling_servers import SumServer, one_hot_rows
+from .sampling_servers import one_hot_rows
 from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
-# the messages (sharing_messages.py), imported here by the parties and, as before the split, by their users
-from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, ENTRY, HASH_BYTES,  # noqa: F401
-                               HEADER, KEY_BYTES, KEY_MESSAGE, KIND_NAMES, LIMBS, MAGIC, MASK_SEED, MASKED_SUM,
-                               PAIR_KEY, REVEAL, SERVER, SIGNATURE, VERSION, Message, Revealed, commitment,
-                               commitments_to, dealt_commitments, decode, decode_checked, encode, expected_traffic,
-                               message_bytes, message_entries)
+from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
+                               KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
+                               SERVER, SIGNATURE, VERSION, Revealed, commitment, committed_to, dealt_commitments,
+                               decode, decode_checked, encode, message_bytes)
 
 
 def threshold(parameters: SharingParameters) -> int:
@@ -100,15 +104,20 @@ class PairShares:
         self.field, self.elements = parameters.field, parameters.domain_size
         self.key = X25519PrivateKey.from_private_bytes(private_key)
 
-    def __call__(self, public_key: bytes, me: int, other: int) -> tuple[np.ndarray, np.ndarray]:
+    def seeds(self, public_key: bytes, me: int, other: int) -> tuple[bytes, bytes]:
+        """The seeds of s_me,other and s_other,me: keyed by the pair's agreed secret, each labelled with the pair
+        and its direction, so that revealing them (round 6) reveals no other pair's shares."""
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
         from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
         agreed = self.key.exchange(X25519PublicKey.from_public_bytes(public_key))
         key = HKDF(hashes.SHA256(), SEED_BYTES, salt=None, info=b"privagg sharing pair v2").derive(agreed)
-        return (expand(self.field, derive_seed(key, f"share {me} to {other}"), self.elements),
-                expand(self.field, derive_seed(key, f"share {other} to {me}"), self.elements))
+        return derive_seed(key, f"share {me} to {other}"), derive_seed(key, f"share {other} to {me}")
+
+    def __call__(self, public_key: bytes, me: int, other: int) -> tuple[np.ndarray, np.ndarray]:
+        mine, theirs = self.seeds(public_key, me, other)
+        return expand(self.field, mine, self.elements), expand(self.field, theirs, self.elements)
 
 
 def _public_key(private_key: bytes) -> bytes:
@@ -117,14 +126,49 @@ def _public_key(private_key: bytes) -> bytes:
     return X25519PrivateKey.from_private_bytes(private_key).public_key().public_bytes_raw()
 
 
-def _mask(parameters: SharingParameters, seed: bytes) -> np.ndarray:
+def mask(parameters: SharingParameters, seed: bytes) -> np.ndarray:
     return expand(parameters.field, seed, parameters.domain_size)
 
 
 def _seed_hash(seed: bytes) -> bytes:
-    import hashlib
-
     return hashlib.blake2b(seed, digest_size=KEY_BYTES, person=b"privagg mask").digest()
+
+
+def announces(secret: bytes | None, which: int, announced: bytes) -> bool:
+    """Whether ``secret`` (rebuilt; None: the shares rebuilt none) is the pair key (``which`` = PAIR_KEY) or mask
+    seed whose public key or hash its owner announced in round 2 (``announced``: his key message's 64 bytes)."""
+    return secret is not None and (_public_key if which == PAIR_KEY else _seed_hash)(secret) == \
+        announced[which * KEY_BYTES:(which + 1) * KEY_BYTES]
+
+
+def check_proof(parameters: SharingParameters, dealer: int, commitments: bytes, key: bytes, openings: bytes) -> None:
+    """Nothing if ``openings`` (an OPENINGS message) prove that ``dealer`` dealt inconsistent shares: t distinct
+    holders' shares of one of his secrets, each matching the commitment he made to it in his round-1 message
+    (``commitments``), that interpolate to no secret or to another than the key or hash of his round-2 message
+    (``key``). An honest dealer's committed shares lie on one polynomial of degree t - 1 whose constant is his
+    secret, and no other share opens his commitment: no proof against him exists (docs/privacy.md, "The exclusion
+    round"). Else a ParameterError (field ``proof``) naming what fails. That both messages are his, signed, is his
+    SDK's to check (the round's ``signed`` fields)."""
+    p, t = parameters, threshold(parameters)
+    committed = decode(p, commitments, (COMMITMENTS,), dealer, SERVER).payload
+    announced = decode_checked(p, key, dealer)[0]
+    opened = decode(p, openings, (OPENINGS,), dealer, SERVER).payload
+    which = set(opened.secrets.tolist())
+    if len(opened.owners) != t or len(which) != 1:
+        raise ParameterError("proof", f"t = {t} holders' shares of one of user {dealer}'s secrets",
+                             f"{len(opened.owners)} shares of {len(which)} secrets")
+    which = which.pop()
+    for k, row in zip(opened.owners.tolist(), opened.shares):
+        if commitment(dealer, k, which, row) != committed_to(committed, k, which):
+            raise ParameterError("proof", f"shares each matching the commitment user {dealer} signed in round 1",
+                                 f"holder {k}'s, which does not: a forged opening")
+    try:
+        secret = shamir.combine(opened.owners, opened.shares[None], t)[0]
+    except ParameterError:
+        secret = None
+    if announces(secret, which, announced):
+        raise ParameterError("proof", f"shares that rebuild another secret than user {dealer} announced in round 2",
+                             "his own: he dealt consistent shares, and the server accuses him falsely")
 
 
 # --- a user ------------------------------------------------------------------------------------------------
@@ -366,6 +410,36 @@ class SharingUser:
         self.state.answered = 5
         return Outbox(encode(self.parameters, REVEAL, self.index, SERVER, Revealed(owners, tags, rows)), {})
 
+    def exclusion(self, commitments: Mapping[int, bytes], keys: Mapping[int, bytes],
+                  openings: Mapping[int, bytes]) -> Outbox:
+        """Round 6, run only when the reveal round proved dealers inconsistent: for each such dealer u, given his
+        round-1 message (``commitments``), his round-2 message (``keys``; both signed by him, which his SDK checks
+        against the signed roster) and the server's openings, his pair seeds with u (:meth:`PairShares.seeds`), so
+        that the server removes his terms with u and releases without u.
+
+        Refused (a ParameterError, nothing sent) unless every proof holds (:func:`check_proof`), each about a
+        dealer he masked with other than himself: a server that accused an honest survivor falsely would get all
+        his pair terms, and with his mask seed's shares revealed in round 5, his vector (docs/privacy.md, "The
+        exclusion round"). A user who masked (round 3) answers it once, whatever he did in rounds 4-5."""
+        p = self.parameters
+        if not 3 <= self.state.answered <= 5:
+            raise ParameterError("round", "round 6 once, after his masked sum (round 3)",
+                                 f"round 6 after round {self.state.answered}")
+        dealers = self._check_list(list(openings), "inconsistent dealers")
+        if not dealers or sorted(commitments) != dealers or sorted(keys) != dealers:
+            raise ParameterError("proofs", "each accused dealer's round-1 and round-2 messages and openings",
+                                 f"messages of {sorted(commitments)[:5]} and {sorted(keys)[:5]}, openings of "
+                                 f"{dealers[:5]}")
+        for u in dealers:
+            if u == self.index or u not in self.state.senders:
+                raise ParameterError("inconsistent dealers", f"users user {self.index} masked with, not himself", u)
+            check_proof(p, u, commitments[u], keys[u], openings[u])
+        pair_shares = PairShares(p, self._secret(PAIR_KEY))
+        seeds = {u: b"".join(pair_shares.seeds(decode_checked(p, keys[u], u)[0][:KEY_BYTES], self.index, u))
+                 for u in dealers}
+        self.state.answered = 6
+        return Outbox(encode(p, PAIR_SEEDS, self.index, SERVER, seeds), {})
+
 
 def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes]) -> list[Outbox]:
     """Round 3 for a batch of users of one task (a device is a batch of one), given U1''s pair keys: each user's
@@ -404,7 +478,7 @@ def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes]) -> list
     out = []
     for i, user in batch.items():
         user.state.answered, user.state.senders, user.state.keys = 3, senders, digest
-        out.append(Outbox(encode(p, MASKED_SUM, i, SERVER, field.add(totals[i], _mask(p, user._secret(MASK_SEED)))),
+        out.append(Outbox(encode(p, MASKED_SUM, i, SERVER, field.add(totals[i], mask(p, user._secret(MASK_SEED)))),
                           {}))
     return out
 
@@ -419,271 +493,6 @@ def answer(users: Sequence[SharingUser], round_: Round, inboxes: Sequence[dict])
         except ParameterError:  # a user refuses (masked_sums checks them all before any answers): one at a time
             pass
     return answer_each(users, round_, inboxes)
-
-
-# --- the server --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SharingRelease:
-    """What the server releases: the estimates over the survivors, who they were, and the parameters with the
-    guarantee recomputed for them (``honest_fraction`` = survivors / n); who complained about whom in round 2 and
-    whom that excluded, and the revealers whose shares did not match their dealers' commitments (``blamed``:
-    revealer -> the owners of the discarded shares)."""
-
-    table: FrequencyTable
-    enrolled: int  # n
-    senders: int  # |U1'|, the round-1 senders kept by the check round
-    survivors: int  # |U2|
-    revealers: int  # the users who answered round 5
-    threshold: int  # t, of the backups
-    parameters: SharingParameters
-    rows: MessageBatch  # what the release folded: the survivors' masked sums as (item, share) rows
-    complaints: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (complainer, the dealers he named)
-    excluded: tuple[int, ...] = ()
-    blamed: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (revealer, the owners of his discarded shares)
-
-    @property
-    def privacy(self):
-        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
-        part."""
-        p = self.parameters
-        left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints" if self.excluded else "") + (
-            f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "")
-        return PrivacyDescription.of(Survivors(
-            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users who took part to the end",
-            f"{self.senders} advertised in round 1 and passed the check, {self.revealers} revealed in round 5" +
-            left_out,
-            (f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} (Shamir), each share "
-             "committed to by its dealer: the server learns only the survivors' sum unless it pools shares with "
-             f"{self.threshold} users; every survivor checked {self.threshold} signatures of the survivor lists before "
-             "revealing (a server that shows different lists is caught), and the users' identity keys are the "
-             "organisation's roster's",)))
-
-
-class SharingServer:
-    """The aggregating server of a DPDS or DPDG task, the coordinator of its rounds (:data:`ROUNDS`): whom each round
-    expects, what it checks, what a user's inbox holds, what it publishes (U1, U1', U2, U3, the complaints and who
-    they excluded), and the release of the survivors' sum.
-
-    It never opens a backup (they are sealed to their recipients); it relays them, and between rounds keeps
-    only the lists it published (its ``state``) and the messages (the service's database). The users' identity
-    keys are ``state["identities"]`` (user -> Ed25519 public key), put there by whoever runs the rounds (the round
-    driver stores the state without them)."""
-
-    def __init__(self, parameters: SharingParameters, min_survivors: int, rng: RNGLike = None) -> None:
-        self.parameters, self.field = parameters, parameters.field
-        self.min_survivors = check_min_survivors(parameters, min_survivors)
-        self.threshold = threshold(parameters)
-
-    # --- the rounds (roles.Coordinator) ---------------------------------------------------------------------
-    def expected(self, round_: Round, state: dict) -> list[int]:
-        """advertise: every user; check: U1; masked_sum: U1'; consistency: U2; reveal: U3 (:data:`ROUNDS`)."""
-        return list(range(self.parameters.n_users)) if round_.expects == "enrolled" else state[round_.expects]
-
-    def minimum(self, round_: Round) -> tuple[int, str]:
-        """The task's minimum of survivors, or (consistency, reveal) the backups' threshold t."""
-        if round_.minimum == "threshold":
-            return self.threshold, f"the backups' threshold t = {self.threshold}"
-        return self.min_survivors, f"the task's minimum of {self.min_survivors} survivors"
-
-    def check(self, round_: Round, user: int, message: bytes, state: dict, messages: Mapping) -> None:
-        """A user's commitments (advertise), key and complaints about U1 (check), masked sum, signature of the lists
-        (consistency: valid under his identity key) or revealed shares (checked against U1' and U2)."""
-        p, name = self.parameters, round_.name
-        if name == "advertise":
-            self.check_message(message, COMMITMENTS, user)
-        elif name == "check":
-            accused = decode_checked(p, message, user)[1]
-            if not set(accused.tolist()) <= set(state["senders"]):
-                raise ParameterError("message", "complaints about round-1 senders only", accused[:5].tolist())
-        elif name == "masked_sum":
-            self.check_message(message, MASKED_SUM, user)
-        elif name == "consistency":
-            signature = self.check_message(message, SIGNATURE, user).payload
-            identity.check(state["identities"][user], signature, SIGNED_LISTS, statement(
-                state["checked"], state["survivors"], bytes.fromhex(state["keys"])), "message",
-                f"user {user}'s identity key, of the lists published")
-        else:
-            self.check_reveal(message, user, state["checked"], state["survivors"])
-
-    def message_size(self, round_: Round, user: int, state: dict, messages: Mapping) -> int:
-        raise ParameterError("round", "a round whose message is sealed to another party (DPDS has none)", round_.name)
-
-    def recipients(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict[int, int]:
-        """advertise: a backup to every other user."""
-        size = message_bytes(self.parameters, BACKUP)
-        return {k: size for k in range(self.parameters.n_users) if k != user} if round_.name == "advertise" else {}
-
-    def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict:
-        """check: the commitments U1 made to his shares (the backups come with them, relayed); masked_sum: U1''s
-        keys; consistency: U1' and U2; reveal: U1', U2, U3's signatures and identity keys."""
-        p, name = self.parameters, round_.name
-        if name == "check":
-            return {"commitments": {u: encode(p, COMMITMENT, u, user, commitments_to(
-                messages["advertise"][u][HEADER.size:], user)) for u in state["senders"] if u != user}}
-        if name == "masked_sum":
-            return {"keys": {u: messages["check"][u] for u in state["checked"]}}
-        if name == "advertise":
-            return {}
-        lists = {"senders": state["checked"], "survivors": state["survivors"]}
-        if name == "reveal":
-            signers = state["signers"]
-            return {**lists, "signatures": {v: messages["consistency"][v] for v in signers},
-                    "identities": {v: state["identities"][v] for v in signers}}
-        return lists
-
-    def close(self, round_: Round, answered: list[int], state: dict, messages: Mapping) -> dict:
-        """Who answered, published (U1, U2, U3); check: U1' (:meth:`checked`)."""
-        if round_.name == "check":
-            return self.checked(answered, state, messages)
-        return {**state, round_.publishes: list(answered)} if round_.publishes else state
-
-    def excluded(self, complaints: Mapping[int, Sequence[int]]) -> set[int]:
-        """The users the check round excludes: every dealer complained about, but a complainer who names more than
-        n - min_survivors (excluding them all would fail the task, so he lies or the task is lost either way) is
-        excluded himself and his complaints are ignored. No one has masked yet: an exclusion costs a user, never
-        privacy (docs/privacy.md, "Dishonest parties")."""
-        most = self.parameters.n_users - self.min_survivors
-        liars = {k for k, accused in complaints.items() if len(accused) > most}
-        return liars | {u for k, accused in complaints.items() if k not in liars for u in accused}
-
-    def checked(self, answered: list[int], state: dict, messages: Mapping) -> dict:
-        """The state once the check round closed: U1' (``checked``: who answered, less the excluded), the
-        complaints (complainer, accused) and the excluded, and the digest of U1''s keys the users sign in round 4;
-        :class:`RoundFailed` if U1' is below the task's minimum."""
-        complaints = {k: decode(self.parameters, messages["check"][k][KEY_MESSAGE:], (COMPLAINTS,), k, SERVER)
-                      .payload.tolist() for k in answered}
-        complaints = {k: accused for k, accused in complaints.items() if accused}
-        excluded = self.excluded(complaints)
-        checked = [u for u in answered if u not in excluded]
-        if len(checked) < self.min_survivors:
-            raise RoundFailed(f"{len(checked)} users passed round 2 (check) of the {len(state['senders'])} round-1 "
-                              f"senders ({len(answered)} answered; complaints {sorted(complaints.items())[:5]} "
-                              f"excluded {sorted(excluded)[:10]}), fewer than the task's minimum of "
-                              f"{self.min_survivors} survivors: nothing was released")
-        keys = {u: messages["check"][u] for u in checked}
-        return {**state, "checked": checked, "complaints": [[k, accused] for k, accused in sorted(complaints.items())],
-                "excluded": sorted(excluded), "keys": keys_digest(keys).hex()}
-
-    def finish(self, state: dict, messages: Mapping) -> "SharingRelease":
-        """The release once the reveal round closed (:meth:`release`), with the check round's complaints: refused
-        (:class:`RoundFailed`, naming the dealer or revealers to blame) when the revealed shares rebuild no committed
-        secret."""
-        try:
-            checked = state["checked"]
-            return self.release({u: messages["check"][u] for u in checked}, messages["masked_sum"], messages["reveal"],
-                                {u: messages["advertise"][u] for u in checked}, complaints=state["complaints"],
-                                excluded=state["excluded"])
-        except ParameterError as err:
-            raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
-
-    # --- checks and the release -----------------------------------------------------------------------------
-    def check_message(self, raw: bytes, kind: int, user: int) -> Message:
-        """A user's message of ``kind`` to the server, checked (sender ``user``)."""
-        return decode(self.parameters, raw, (kind,), user, SERVER)
-
-    def check_reveal(self, raw: bytes, user: int, senders: Sequence[int], survivors: Sequence[int]) -> Revealed:
-        """A round-5 message from ``user``, checked against the lists: one entry per user of U1' (``senders``), the
-        mask seed's share for each survivor and the pair key's for each dropout, in U1''s order."""
-        revealed = self.check_message(raw, REVEAL, user).payload
-        kept = set(survivors)
-        if (list(revealed.owners) != sorted(senders) or
-                list(revealed.secrets) != [MASK_SEED if u in kept else PAIR_KEY for u in sorted(senders)]):
-            raise ParameterError("message", "a share of each survivor's mask seed and each round-3 dropout's pair key, "
-                                 "one per round-1 sender in order", "other entries")
-        return revealed
-
-    def verified_shares(self, commitments: Mapping[int, bytes], reveals: Mapping[int, Revealed]) -> tuple[
-            dict[int, list[tuple[int, np.ndarray]]], dict[int, list[int]]]:
-        """Each owner's revealed shares that match the commitment his dealer made to them ((holder, shares) in
-        holder order), and the revealers blamed (revealer -> the owners whose share he sent did not match)."""
-        verified: dict[int, list[tuple[int, np.ndarray]]] = {u: [] for u in commitments}
-        blamed: dict[int, list[int]] = {}
-        for k, revealed in sorted(reveals.items()):
-            for u, s, row in zip(revealed.owners.tolist(), revealed.secrets.tolist(), revealed.shares):
-                if commitment(u, k, s, row) == commitments_to(commitments[u], k)[s * HASH_BYTES:(s + 1) * HASH_BYTES]:
-                    verified[u].append((k, row))
-                else:
-                    blamed.setdefault(k, []).append(u)
-        return verified, blamed
-
-    def rebuilt(self, verified: Mapping[int, list[tuple[int, np.ndarray]]]) -> dict[int, bytes | None]:
-        """Each owner's secret from the first t of his verified shares (None: they interpolate to no secret), the
-        owners with the same holders rebuilt at once."""
-        t, groups, rebuilt = self.threshold, {}, {}
-        for u, shares in verified.items():
-            groups.setdefault(tuple(k for k, _ in shares[:t]), []).append(u)
-        for holders, owners in groups.items():
-            rows = np.stack([np.stack([row for _, row in verified[u][:t]]) for u in owners])
-            try:
-                rebuilt.update(zip(owners, shamir.combine(np.array(holders), rows, t)))
-            except ParameterError:  # an owner of the group dealt shares of no secret: each alone
-                for u, row in zip(owners, rows):
-                    try:
-                        rebuilt[u] = shamir.combine(np.array(holders), row[None], t)[0]
-                    except ParameterError:
-                        rebuilt[u] = None
-        return rebuilt
-
-    def release(self, keys: Mapping[int, bytes], masked: Mapping[int, bytes], reveals: Mapping[int, bytes],
-                commitments: Mapping[int, bytes], queries=None, complaints: Sequence = (),
-                excluded: Sequence[int] = ()) -> SharingRelease:
-        """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud), U1' = the users in ``keys`` (their round-2
-        messages; ``commitments``: their round-1 messages), U2 = those in ``masked``; refused unless at least t users
-        of U2 revealed (``reveals``) and U2 holds at least the task's minimum of survivors. Each revealed share is
-        checked against its dealer's commitment: a wrong one is discarded and its revealer blamed, and each secret is
-        rebuilt from t verified shares; a dealer whose verified shares rebuild no secret, or another than the one he
-        committed to (his public key, his mask seed's hash), dealt inconsistent shares: the release is refused naming
-        him. The masked sums are folded as (item, share) rows by the survivors' :class:`SumServer` (what it received), the masks and
-        the dropouts' shares taken off its sums. ``complaints`` and ``excluded`` (the check round's) are reported."""
-        p, senders, survivors, t = self.parameters, sorted(keys), sorted(masked), self.threshold
-        if not set(survivors) <= set(senders):
-            raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
-        if len(survivors) < self.min_survivors:
-            raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
-        revealers = sorted(set(reveals) & set(survivors))
-        if len(revealers) < t:
-            raise ParameterError("reveals", f"from at least t = {t} survivors (the backups' threshold)", len(revealers))
-        advertised = {u: decode_checked(p, keys[u], u)[0] for u in senders}
-        verified, blamed = self.verified_shares({u: self.check_message(commitments[u], COMMITMENTS, u).payload
-                                                 for u in senders}, {
-            k: self.check_reveal(reveals[k], k, senders, survivors) for k in revealers})
-        short = [u for u in senders if len(verified[u]) < t]
-        if short:
-            raise ParameterError("reveals", f"t = {t} shares of each secret that match their dealer's commitments",
-                                 f"fewer for users {short[:5]}: revealers {sorted(blamed)[:5]} sent shares that do not "
-                                 f"match")
-        rebuilt = self.rebuilt(verified)
-        wrong = [u for u in senders if rebuilt[u] is None or (
-            _seed_hash(rebuilt[u]) if u in masked else _public_key(rebuilt[u])) !=
-            advertised[u][KEY_BYTES if u in masked else 0:][:KEY_BYTES]]
-        if wrong:
-            u = wrong[0]
-            raise ParameterError("dealers", "users whose committed shares rebuild the secret they committed to",
-                                 f"users {wrong[:5]}: the shares of user {u} revealed by users "
-                                 f"{[k for k, _ in verified[u][:t]]}, each matching the commitment he signed in round "
-                                 "1, rebuild another secret than his round-2 key or hash: he dealt inconsistent "
-                                 "shares (the proof: his round-1 and round-2 messages and their round-5 messages)")
-        unmask = np.zeros(p.domain_size, dtype=np.uint64)
-        for u in survivors:
-            unmask = self.field.add(unmask, _mask(p, rebuilt[u]))
-        public = {u: advertised[u][:KEY_BYTES] for u in survivors}
-        for d in sorted(set(senders) - set(survivors)):
-            pair_shares = PairShares(p, rebuilt[d])
-            for u in survivors:
-                theirs, mine = pair_shares(public[u], d, u)  # s_du, s_ud
-                unmask = self.field.add(self.field.sub(unmask, mine), theirs)
-        recomputed = survivors_parameters(p, len(survivors))
-        rows = recomputed.layout.batch({"item": np.tile(np.arange(p.domain_size), len(survivors)),
-                                        "share": np.concatenate([self.check_message(masked[u], MASKED_SUM, u).payload
-                                                                 for u in survivors])})
-        server = SumServer(recomputed, queries)
-        agg = server.agg_update(server.agg_init(), rows)
-        agg.sums = self.field.sub(agg.sums, unmask)
-        return SharingRelease(server.finalize(agg), p.n_users, len(senders), len(survivors), len(revealers),
-                              t, recomputed, rows, tuple((int(k), tuple(a)) for k, a in complaints),
-                              tuple(int(u) for u in excluded), tuple((k, tuple(o)) for k, o in sorted(blamed.items())))
 
 
 def survivors_parameters(parameters: SharingParameters, survivors: int) -> SharingParameters:
@@ -763,20 +572,3 @@ def faithful_bytes(parameters: SharingParameters) -> int:
     return n * (n - 1) * (relayed + held) + n * (
         message_bytes(parameters, ADVERTISE) + message_bytes(parameters, COMMITMENTS) +
         2 * message_bytes(parameters, MASKED_SUM) + message_bytes(parameters, SIGNATURE) + 8 * N + 4 * HELD_BYTES)
-
-
-# The rounds (module docstring): the server closes each once every user it expects answered, or at its deadline,
-# and goes on with at least the task's minimum of survivors (rounds 4 and 5: at least t signers, t revealers).
-ROUNDS = (
-    Round("advertise", value=True, relay="backups", relay_info=b"privagg backup ", publishes="senders"),
-    Round("check", expects="senders", delivers="backups", reads=("advertise",), publishes="checked"),
-    Round("masked_sum", expects="checked", reads=("check",), signed=(("keys", "check"),), publishes="survivors"),
-    Round("consistency", expects="survivors", publishes="signers", minimum="threshold"),
-    Round("reveal", expects="signers", reads=("consistency",), signed=(("signatures", "consistency"),),
-          minimum="threshold"),
-)
-
-PROTOCOL = MultiRound(
-    rounds=ROUNDS, user=SharingUser, coordinator=SharingServer, answer=answer, release_round="masked_sum",
-    survivors_parameters=survivors_parameters, least_survivors=lambda p: max(2, threshold(p)),
-    entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes)

@@ -93,7 +93,7 @@ class Deviation(NamedTuple):
 
     client: type  # the liar's SDK client
     did: str  # what he does
-    outcome: str  # what the protocol does about it (docs/deviations-dpds46.md, docs/deviations-tss46.md)
+    outcome: str  # what the protocol does about it (docs/privacy.md, "Dishonest parties")
 
 
 def deviation(kinds: dict[str, Deviation], protocol: str, kind: str) -> Deviation:

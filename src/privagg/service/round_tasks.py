@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from ..core import identity
 from ..errors import ParameterError
 from ..protocols.roles import Round
-from ..protocols.sharing_parties import BACKUP, check_min_survivors as check_sharing_survivors, survivors_parameters
-from ..protocols.sharing_parties import threshold
-from ..protocols.sharing_parties import message_bytes as sharing_message_bytes
+from ..protocols.sharing_messages import BACKUP, message_bytes as sharing_message_bytes
+from ..protocols.sharing_parties import check_min_survivors as check_sharing_survivors, survivors_parameters, threshold
 from ..protocols.two_server_messages import RECOVERY, SUMS, check_min_survivors, message_bytes
 from ..core.identity import KEY_BYTES as IDENTITY_BYTES
 from .tasks import KEMS, TAG_BYTES, TASK_ID_BYTES, is_hex_id

@@ -15,10 +15,15 @@ round 2   check: a user of U1 fetches the backups U1 sent him with their dealers
 round 3   masked_sum: a user of U1' fetches U1''s pair keys and posts his masked sum. U2: who posted by the deadline.
 round 4   consistency: a user of U2 fetches U1' and U2 and posts his signature of them (his identity key). U3.
 round 5   reveal: a user of U3 fetches the lists and U3's signatures, checks that t of them sign what he signed, and
-          posts his revealed shares.
+          posts his revealed shares. At its close the server checks them and proves each dealer whose shares rebuild
+          another secret than he announced (``SharingServer.proven``).
+round 6   exclusion, only when some dealer was proven inconsistent: a survivor fetches each proven dealer's signed
+          round-1 and round-2 messages and the openings that prove him inconsistent, checks every proof, and posts
+          his pair seeds with each (nothing if a proof fails).
 release   once every user of U3 revealed, or at the deadline once t did (``threshold``): each revealed share checked
-          against its dealer's commitment (a wrong one discarded, its revealer blamed), the survivors' sum,
-          estimates, and the guarantee recomputed for them (``SharingServer.release``). Fewer than the task's
+          against its dealer's commitment (a wrong one discarded, its revealer blamed), the survivors' sum (a dealer
+          proven inconsistent left out, the survivors' terms with him removed with their pair seeds), estimates, and
+          the guarantee recomputed for them (``SharingServer.release``). Fewer than the task's
           minimum of senders or survivors, or fewer than t signers or revealers: the task fails, and nothing is
           released.
 
@@ -58,8 +63,8 @@ SERVICE_RANDOMNESS = ("secure: each user's SDK draws his secret from the OS and 
 
 def release_document(task: SharingTask, released, seconds: float) -> dict:
     """The outcome of a released task: the report ``privagg analyze`` would make of the release, with who took part
-    (and who complained about whom, whom that excluded, whose revealed shares were discarded) and the guarantee
-    recomputed for them."""
+    (and who complained about whom, whom that excluded, whose revealed shares were discarded, which dealers were
+    proven inconsistent and excluded in round 6) and the guarantee recomputed for them."""
     from ...pipelines import Analysis
     from ...reports import Collection, Dropouts, Engine, report_document
 
@@ -70,9 +75,11 @@ def release_document(task: SharingTask, released, seconds: float) -> dict:
     report.dropouts = Dropouts(task.parameters.n_users, released.senders, released.survivors, task.min_survivors)
     out = report_document(report)
     # round 2's complaints ([complainer, the dealers he named...]) and the excluded; the revealers whose shares did
-    # not match their dealers' commitments ([revealer, the owners of his discarded shares...])
+    # not match their dealers' commitments ([revealer, the owners of his discarded shares...]); the dealers proven
+    # inconsistent, excluded in round 6
     out["dropouts"].update(complaints=[[k, *accused] for k, accused in released.complaints],
-                           excluded=list(released.excluded), blamed=[[k, *owners] for k, owners in released.blamed])
+                           excluded=list(released.excluded), blamed=[[k, *owners] for k, owners in released.blamed],
+                           inconsistent=list(released.inconsistent))
     return out
 
 

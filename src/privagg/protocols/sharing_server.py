@@ -1,0 +1,414 @@
+"""DPDS and DPDG's server: the coordinator of their rounds and the release (:class:`SharingServer`), and the protocol
+as data (:data:`ROUNDS`, :data:`PROTOCOL`: the services and the simulator run it from there). The users' role, the
+key agreement and the checks both sides make are :mod:`privagg.protocols.sharing_parties` (its docstring has the
+rounds); the messages :mod:`privagg.protocols.sharing_messages`. The derivations: docs/privacy.md, "Dropouts in DPDS
+and DPDG" and "Dishonest parties"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import identity, shamir
+from ..core.messages import MessageBatch
+from ..core.randomness import RNGLike
+from ..core.sharing import SEED_BYTES, expand
+from ..errors import ParameterError
+from ..privacy.description import PrivacyDescription
+from ..privacy.events import Survivors
+from .results import FrequencyTable
+from .roles import MultiRound, Round, RoundFailed
+from .sampling_servers import SumServer
+from .sampling_sharing import SharingParameters
+from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTES, KEY_MESSAGE, LIMBS,
+                               MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
+                               Message, Revealed, commitments_to, committed_to, decode, decode_checked, encode,
+                               message_bytes, message_entries, packed_commitment)
+from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
+                              faithful_bytes, faithful_seconds, keys_digest, mask, statement, survivors_parameters,
+                              threshold)
+
+
+@dataclass(frozen=True)
+class SharingRelease:
+    """What the server releases: the estimates over the survivors, who they were, and the parameters with the
+    guarantee recomputed for them (``honest_fraction`` = survivors / n); who complained about whom in round 2 and
+    whom that excluded, the revealers whose shares did not match their dealers' commitments (``blamed``:
+    revealer -> the owners of the discarded shares), and the dealers proven inconsistent and excluded in round 6
+    (``inconsistent``: left out of the survivors)."""
+
+    table: FrequencyTable
+    enrolled: int  # n
+    senders: int  # |U1'|, the round-1 senders kept by the check round
+    survivors: int  # |U2| less the dealers proven inconsistent
+    revealers: int  # the users who answered round 5
+    threshold: int  # t, of the backups
+    parameters: SharingParameters
+    rows: MessageBatch  # what the release folded: the survivors' masked sums as (item, share) rows
+    complaints: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (complainer, the dealers he named)
+    excluded: tuple[int, ...] = ()
+    blamed: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (revealer, the owners of his discarded shares)
+    inconsistent: tuple[int, ...] = ()  # the dealers proven inconsistent, excluded in round 6
+
+    @property
+    def privacy(self):
+        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
+        part."""
+        p = self.parameters
+        left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints" if self.excluded else "") + (
+            f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "") + (
+            f"; {len(self.inconsistent)} dealers proven inconsistent, excluded in round 6 (their terms removed with "
+            "the survivors' pair seeds)" if self.inconsistent else "")
+        return PrivacyDescription.of(Survivors(
+            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users who took part to the end",
+            f"{self.senders} advertised in round 1 and passed the check, {self.revealers} revealed in round 5" +
+            left_out,
+            (f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} (Shamir), each share "
+             "committed to by its dealer: the server learns only the survivors' sum unless it pools shares with "
+             f"{self.threshold} users; every survivor checked {self.threshold} signatures of the survivor lists before "
+             "revealing (a server that shows different lists is caught), and the users' identity keys are the "
+             "organisation's roster's",)))
+
+
+class SharingServer:
+    """The aggregating server of a DPDS or DPDG task, the coordinator of its rounds (:data:`ROUNDS`): whom each round
+    expects, what it checks, what a user's inbox holds, what it publishes (U1, U1', U2, U3, the complaints and who
+    they excluded), and the release of the survivors' sum.
+
+    It never opens a backup (they are sealed to their recipients); it relays them, and between rounds keeps
+    only the lists it published (its ``state``) and the messages (the service's database). The users' identity
+    keys are ``state["identities"]`` (user -> Ed25519 public key), put there by whoever runs the rounds (the round
+    driver stores the state without them)."""
+
+    def __init__(self, parameters: SharingParameters, min_survivors: int, rng: RNGLike = None) -> None:
+        self.parameters, self.field = parameters, parameters.field
+        self.min_survivors = check_min_survivors(parameters, min_survivors)
+        self.threshold = threshold(parameters)
+
+    # --- the rounds (roles.Coordinator) ---------------------------------------------------------------------
+    def expected(self, round_: Round, state: dict) -> list[int]:
+        """advertise: every user; check: U1; masked_sum: U1'; consistency: U2; reveal: U3; exclusion: U2 less the
+        dealers proven inconsistent, if any (:data:`ROUNDS`)."""
+        return list(range(self.parameters.n_users)) if round_.expects == "enrolled" else state[round_.expects]
+
+    def minimum(self, round_: Round) -> tuple[int, str]:
+        """The task's minimum of survivors, or (consistency, reveal) the backups' threshold t; the exclusion round
+        closes with whoever answered (the release names a survivor who did not)."""
+        if round_.minimum == "threshold":
+            return self.threshold, f"the backups' threshold t = {self.threshold}"
+        if round_.minimum == "none":
+            return 0, "none"
+        return self.min_survivors, f"the task's minimum of {self.min_survivors} survivors"
+
+    def check(self, round_: Round, user: int, message: bytes, state: dict, messages: Mapping) -> None:
+        """A user's commitments (advertise), key and complaints about U1 (check), masked sum, signature of the lists
+        (consistency: valid under his identity key), revealed shares (checked against U1' and U2) or pair seeds
+        (exclusion: one for each dealer proven inconsistent)."""
+        p, name = self.parameters, round_.name
+        if name == "advertise":
+            self.check_message(message, COMMITMENTS, user)
+        elif name == "check":
+            accused = decode_checked(p, message, user)[1]
+            if not set(accused.tolist()) <= set(state["senders"]):
+                raise ParameterError("message", "complaints about round-1 senders only", accused[:5].tolist())
+        elif name == "masked_sum":
+            self.check_message(message, MASKED_SUM, user)
+        elif name == "consistency":
+            signature = self.check_message(message, SIGNATURE, user).payload
+            identity.check(state["identities"][user], signature, SIGNED_LISTS, statement(
+                state["checked"], state["survivors"], bytes.fromhex(state["keys"])), "message",
+                f"user {user}'s identity key, of the lists published")
+        elif name == "reveal":
+            self.check_reveal(message, user, state["checked"], state["survivors"])
+        else:
+            self.check_pair_seeds(message, user, state["inconsistent"])
+
+    def message_size(self, round_: Round, user: int, state: dict, messages: Mapping) -> int:
+        raise ParameterError("round", "a round whose message is sealed to another party (DPDS has none)", round_.name)
+
+    def recipients(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict[int, int]:
+        """advertise: a backup to every other user."""
+        size = message_bytes(self.parameters, BACKUP)
+        return {k: size for k in range(self.parameters.n_users) if k != user} if round_.name == "advertise" else {}
+
+    def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict:
+        """check: the commitments U1 made to his shares (the backups come with them, relayed); masked_sum: U1''s
+        keys; consistency: U1' and U2; reveal: U1', U2, U3's signatures and identity keys; exclusion: each proven
+        dealer's round-1 and round-2 messages and the openings that prove him inconsistent (never another user's
+        shares)."""
+        p, name = self.parameters, round_.name
+        if name == "exclusion":
+            proven = state["inconsistent"]
+            return {"commitments": {u: messages["advertise"][u] for u in proven},
+                    "keys": {u: messages["check"][u] for u in proven},
+                    "openings": {u: bytes.fromhex(proof) for u, proof in zip(proven, state["proofs"])}}
+        if name == "check":
+            return {"commitments": {u: encode(p, COMMITMENT, u, user, commitments_to(
+                messages["advertise"][u][HEADER.size:], user)) for u in state["senders"] if u != user}}
+        if name == "masked_sum":
+            return {"keys": {u: messages["check"][u] for u in state["checked"]}}
+        if name == "advertise":
+            return {}
+        lists = {"senders": state["checked"], "survivors": state["survivors"]}
+        if name == "reveal":
+            signers = state["signers"]
+            return {**lists, "signatures": {v: messages["consistency"][v] for v in signers},
+                    "identities": {v: state["identities"][v] for v in signers}}
+        return lists
+
+    def close(self, round_: Round, answered: list[int], state: dict, messages: Mapping) -> dict:
+        """Who answered, published (U1, U2, U3); check: U1' (:meth:`checked`); reveal: the dealers proven
+        inconsistent, if any, with their proofs (:meth:`proven`)."""
+        if round_.name == "check":
+            return self.checked(answered, state, messages)
+        if round_.name == "reveal":
+            return self.proven(state, messages)
+        return {**state, round_.publishes: list(answered)} if round_.publishes else state
+
+    def excluded(self, complaints: Mapping[int, Sequence[int]]) -> set[int]:
+        """The users the check round excludes: every dealer complained about, but a complainer who names more than
+        n - min_survivors (excluding them all would fail the task, so he lies or the task is lost either way) is
+        excluded himself and his complaints are ignored. No one has masked yet: an exclusion costs a user, never
+        privacy (docs/privacy.md, "Dishonest parties")."""
+        most = self.parameters.n_users - self.min_survivors
+        liars = {k for k, accused in complaints.items() if len(accused) > most}
+        return liars | {u for k, accused in complaints.items() if k not in liars for u in accused}
+
+    def checked(self, answered: list[int], state: dict, messages: Mapping) -> dict:
+        """The state once the check round closed: U1' (``checked``: who answered, less the excluded), the
+        complaints (complainer, accused) and the excluded, and the digest of U1''s keys the users sign in round 4;
+        :class:`RoundFailed` if U1' is below the task's minimum."""
+        complaints = {k: decode(self.parameters, messages["check"][k][KEY_MESSAGE:], (COMPLAINTS,), k, SERVER)
+                      .payload.tolist() for k in answered}
+        complaints = {k: accused for k, accused in complaints.items() if accused}
+        excluded = self.excluded(complaints)
+        checked = [u for u in answered if u not in excluded]
+        if len(checked) < self.min_survivors:
+            raise RoundFailed(f"{len(checked)} users passed round 2 (check) of the {len(state['senders'])} round-1 "
+                              f"senders ({len(answered)} answered; complaints {sorted(complaints.items())[:5]} "
+                              f"excluded {sorted(excluded)[:10]}), fewer than the task's minimum of "
+                              f"{self.min_survivors} survivors: nothing was released")
+        keys = {u: messages["check"][u] for u in checked}
+        return {**state, "checked": checked, "complaints": [[k, accused] for k, accused in sorted(complaints.items())],
+                "excluded": sorted(excluded), "keys": keys_digest(keys).hex()}
+
+    def proven(self, state: dict, messages: Mapping) -> dict:
+        """The state once the reveal round closed: the dealers whose verified shares rebuild another secret than the
+        one they announced (``inconsistent``, :meth:`opened`), each with his proof (``proofs``: an OPENINGS message
+        of the t shares the server rebuilt from, hex) and whom round 6 asks for their pair seeds with them
+        (``asked``: U2 less them; nobody when no dealer is proven, and round 6 is skipped). :class:`RoundFailed`
+        when the shares cannot be checked (fewer than t matching shares of a secret), or when U2 less the proven
+        dealers is below the task's minimum."""
+        checked, survivors = state["checked"], state["survivors"]
+        try:
+            opened = self.opened({u: messages["check"][u] for u in checked}, survivors, messages["reveal"],
+                                 {u: messages["advertise"][u] for u in checked})
+        except ParameterError as err:
+            raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
+        proven = opened.inconsistent
+        asked = [u for u in survivors if u not in proven] if proven else []
+        if proven and len(asked) < self.min_survivors:
+            raise RoundFailed(f"the dealers {proven[:10]} dealt inconsistent shares (proven: t shares of each, "
+                              f"matching his signed commitments, rebuild another secret than he announced); without "
+                              f"them {len(asked)} survivors are left, fewer than the task's minimum of "
+                              f"{self.min_survivors}: nothing was released")
+        proofs = [encode(self.parameters, OPENINGS, u, SERVER, Revealed(
+            np.array([k for k, _ in opened.verified[u][:self.threshold]]),
+            np.full(self.threshold, MASK_SEED if u in survivors else PAIR_KEY),
+            np.stack([row for _, row in opened.verified[u][:self.threshold]]))).hex() for u in proven]
+        return {**state, "inconsistent": proven, "proofs": proofs, "asked": asked}
+
+    def finish(self, state: dict, messages: Mapping) -> "SharingRelease":
+        """The release once the reveal round closed (or the exclusion round, when it ran) (:meth:`release`), with
+        the check round's complaints: refused (:class:`RoundFailed`, naming whom to blame) when it cannot be
+        computed."""
+        try:
+            checked = state["checked"]
+            return self.release({u: messages["check"][u] for u in checked}, messages["masked_sum"], messages["reveal"],
+                                {u: messages["advertise"][u] for u in checked}, complaints=state["complaints"],
+                                excluded=state["excluded"], pair_seeds=messages.get("exclusion", {}))
+        except ParameterError as err:
+            raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
+
+    # --- checks and the release -----------------------------------------------------------------------------
+    def check_message(self, raw: bytes, kind: int, user: int) -> Message:
+        """A user's message of ``kind`` to the server, checked (sender ``user``)."""
+        return decode(self.parameters, raw, (kind,), user, SERVER)
+
+    def check_reveal(self, raw: bytes, user: int, senders: Sequence[int], survivors: Sequence[int]) -> Revealed:
+        """A round-5 message from ``user``, checked against the lists: one entry per user of U1' (``senders``), the
+        mask seed's share for each survivor and the pair key's for each dropout, in U1''s order."""
+        revealed = self.check_message(raw, REVEAL, user).payload
+        kept = set(survivors)
+        if (list(revealed.owners) != sorted(senders) or
+                list(revealed.secrets) != [MASK_SEED if u in kept else PAIR_KEY for u in sorted(senders)]):
+            raise ParameterError("message", "a share of each survivor's mask seed and each round-3 dropout's pair key, "
+                                 "one per round-1 sender in order", "other entries")
+        return revealed
+
+    def check_pair_seeds(self, raw: bytes, user: int, inconsistent: Sequence[int]) -> dict[int, bytes]:
+        """A round-6 message from ``user``: his pair seeds with each dealer proven inconsistent, in order."""
+        seeds = self.check_message(raw, PAIR_SEEDS, user).payload
+        if list(seeds) != sorted(inconsistent):
+            raise ParameterError("message", f"pair seeds with each dealer proven inconsistent "
+                                 f"({sorted(inconsistent)[:5]}), in order", f"pair seeds with {list(seeds)[:5]}")
+        return seeds
+
+    def verified_shares(self, commitments: Mapping[int, bytes], reveals: Mapping[int, Revealed]) -> tuple[
+            dict[int, list[tuple[int, np.ndarray]]], dict[int, list[int]]]:
+        """Each owner's revealed shares that match the commitment his dealer made to them ((holder, shares) in
+        holder order), and the revealers blamed (revealer -> the owners whose share he sent did not match). Each
+        reveal's rows are packed at once (a share's commitment checked about 3 times faster than one by one)."""
+        verified: dict[int, list[tuple[int, np.ndarray]]] = {u: [] for u in commitments}
+        blamed: dict[int, list[int]] = {}
+        width = LIMBS * shamir.SHARE_BYTES
+        for k, revealed in sorted(reveals.items()):
+            packed = shamir.pack(revealed.shares)
+            for i, (u, s, row) in enumerate(zip(revealed.owners.tolist(), revealed.secrets.tolist(), revealed.shares)):
+                if packed_commitment(u, k, s, packed[i * width:(i + 1) * width]) == committed_to(commitments[u], k, s):
+                    verified[u].append((k, row))
+                else:
+                    blamed.setdefault(k, []).append(u)
+        return verified, blamed
+
+    def rebuilt(self, verified: Mapping[int, list[tuple[int, np.ndarray]]]) -> dict[int, bytes | None]:
+        """Each owner's secret from the first t of his verified shares (None: they interpolate to no secret), the
+        owners with the same holders rebuilt at once."""
+        t, groups, rebuilt = self.threshold, {}, {}
+        for u, shares in verified.items():
+            groups.setdefault(tuple(k for k, _ in shares[:t]), []).append(u)
+        for holders, owners in groups.items():
+            rows = np.stack([np.stack([row for _, row in verified[u][:t]]) for u in owners])
+            try:
+                rebuilt.update(zip(owners, shamir.combine(np.array(holders), rows, t)))
+            except ParameterError:  # an owner of the group dealt shares of no secret: each alone
+                for u, row in zip(owners, rows):
+                    try:
+                        rebuilt[u] = shamir.combine(np.array(holders), row[None], t)[0]
+                    except ParameterError:
+                        rebuilt[u] = None
+        return rebuilt
+
+    def opened(self, keys: Mapping[int, bytes], survivors: Sequence[int], reveals: Mapping[int, bytes],
+               commitments: Mapping[int, bytes]) -> "Opened":
+        """The reveals checked and the secrets rebuilt (:class:`Opened`), U1' = the users in ``keys`` (their round-2
+        messages; ``commitments``: their round-1 messages), U2 = ``survivors``: refused unless U2 is within U1' and
+        at least t users of U2 revealed. Each revealed share is checked against its dealer's commitment (a wrong one
+        discarded, its revealer blamed) and each secret (U2's mask seeds, the dropouts' pair keys) rebuilt from t
+        verified shares (fewer: refused, naming the revealers blamed); a dealer whose t verified shares rebuild no
+        secret, or another than his round-2 key or hash, dealt inconsistent shares (``inconsistent``)."""
+        p, senders, survivors, t = self.parameters, sorted(keys), sorted(survivors), self.threshold
+        if not set(survivors) <= set(senders):
+            raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
+        revealers = sorted(set(reveals) & set(survivors))
+        if len(revealers) < t:
+            raise ParameterError("reveals", f"from at least t = {t} survivors (the backups' threshold)", len(revealers))
+        advertised = {u: decode_checked(p, keys[u], u)[0] for u in senders}
+        verified, blamed = self.verified_shares({u: self.check_message(commitments[u], COMMITMENTS, u).payload
+                                                 for u in senders}, {
+            k: self.check_reveal(reveals[k], k, senders, survivors) for k in revealers})
+        short = [u for u in senders if len(verified[u]) < t]
+        if short:
+            raise ParameterError("reveals", f"t = {t} shares of each secret that match their dealer's commitments",
+                                 f"fewer for users {short[:5]}: revealers {sorted(blamed)[:5]} sent shares that do not "
+                                 f"match")
+        rebuilt, kept = self.rebuilt(verified), set(survivors)
+        inconsistent = [u for u in senders if not announces(rebuilt[u], MASK_SEED if u in kept else PAIR_KEY,
+                                                             advertised[u])]
+        return Opened(advertised, verified, blamed, rebuilt, inconsistent, revealers)
+
+    def release(self, keys: Mapping[int, bytes], masked: Mapping[int, bytes], reveals: Mapping[int, bytes],
+                commitments: Mapping[int, bytes], queries=None, complaints: Sequence = (),
+                excluded: Sequence[int] = (), pair_seeds: Mapping[int, bytes] | None = None) -> SharingRelease:
+        """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud), U1' = the users in ``keys`` (their round-2
+        messages; ``commitments``: their round-1 messages), U2 = those in ``masked``, the reveals checked and the
+        secrets rebuilt by :meth:`opened`. A dealer P proven inconsistent is a dropout: his y_P (if any) left out,
+        and each survivor u's terms with him, s_Pu - s_uP, removed with the pair seeds u sent in round 6
+        (``pair_seeds``: user -> his round-6 message); a survivor who sent none leaves a term that cannot be removed
+        and the release is refused, naming him. Refused also unless the survivors left hold at least the task's
+        minimum. The masked sums are folded as (item, share) rows by the survivors' :class:`SumServer` (what it
+        received), the masks and the dropouts' shares taken off its sums. ``complaints`` and ``excluded`` (the check
+        round's) are reported; the guarantee is recomputed for the survivors left."""
+        p, senders, survivors = self.parameters, sorted(keys), sorted(masked)
+        if not set(survivors) <= set(senders):
+            raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
+        if len(survivors) < self.min_survivors:
+            raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
+        opened = self.opened(keys, survivors, reveals, commitments)
+        proven, pair_seeds = opened.inconsistent, pair_seeds or {}
+        kept = [u for u in survivors if u not in proven]
+        silent = [u for u in kept if u not in pair_seeds] if proven else []
+        if silent:
+            u = proven[0]
+            raise ParameterError("pair seeds", "from every survivor in round 6 (exclusion), his terms with the "
+                                 f"dealers proven inconsistent {proven[:5]} to remove",
+                                 f"none from users {silent[:5]}: two faults, user {u}'s shares (those revealed by "
+                                 f"users {[k for k, _ in opened.verified[u][:self.threshold]]}, each matching the "
+                                 "commitment he signed in round 1, rebuild another secret than his round-2 key or "
+                                 "hash: he dealt inconsistent shares) and their silence")
+        if len(kept) < self.min_survivors:
+            raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum) once the dealers "
+                                 f"proven inconsistent {proven[:5]} are left out", len(kept))
+        unmask = np.zeros(p.domain_size, dtype=np.uint64)
+        for u in kept:
+            unmask = self.field.add(unmask, mask(p, opened.rebuilt[u]))
+        public = {u: opened.advertised[u][:KEY_BYTES] for u in kept}
+        for d in sorted(set(senders) - set(survivors) - set(proven)):
+            pair_shares = PairShares(p, opened.rebuilt[d])
+            for u in kept:
+                theirs, mine = pair_shares(public[u], d, u)  # s_du, s_ud
+                unmask = self.field.add(self.field.sub(unmask, mine), theirs)
+        for u in kept if proven else ():
+            for d, seeds in self.check_pair_seeds(pair_seeds[u], u, proven).items():
+                mine, theirs = (expand(self.field, seed, p.domain_size) for seed in (seeds[:SEED_BYTES],
+                                                                                     seeds[SEED_BYTES:]))
+                unmask = self.field.add(self.field.sub(unmask, mine), theirs)  # s_du - s_ud
+        recomputed = survivors_parameters(p, len(kept))
+        rows = recomputed.layout.batch({"item": np.tile(np.arange(p.domain_size), len(kept)),
+                                        "share": np.concatenate([self.check_message(masked[u], MASKED_SUM, u).payload
+                                                                 for u in kept])})
+        server = SumServer(recomputed, queries)
+        agg = server.agg_update(server.agg_init(), rows)
+        agg.sums = self.field.sub(agg.sums, unmask)
+        return SharingRelease(server.finalize(agg), p.n_users, len(senders), len(kept), len(opened.revealers),
+                              self.threshold, recomputed, rows, tuple((int(k), tuple(a)) for k, a in complaints),
+                              tuple(int(u) for u in excluded),
+                              tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven))
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The reveals checked and the secrets rebuilt (:meth:`SharingServer.opened`): each user of U1''s round-2 key
+    and hash (``advertised``), the verified shares of each owner ((holder, shares) in holder order), the revealers
+    blamed, each secret rebuilt from t of them (None: none), the dealers whose secret is not the one they announced,
+    and the survivors who revealed."""
+
+    advertised: dict[int, bytes]
+    verified: dict[int, list[tuple[int, np.ndarray]]]
+    blamed: dict[int, list[int]]
+    rebuilt: dict[int, bytes | None]
+    inconsistent: list[int]
+    revealers: list[int]
+
+
+# The rounds (module docstring): the server closes each once every user it expects answered, or at its deadline,
+# and goes on with at least the task's minimum of survivors (rounds 4 and 5: at least t signers, t revealers; round 6
+# with whoever answered, the release naming a survivor who did not).
+ROUNDS = (
+    Round("advertise", value=True, relay="backups", relay_info=b"privagg backup ", publishes="senders"),
+    Round("check", expects="senders", delivers="backups", reads=("advertise",), publishes="checked"),
+    Round("masked_sum", expects="checked", reads=("check",), signed=(("keys", "check"),), publishes="survivors"),
+    Round("consistency", expects="survivors", publishes="signers", minimum="threshold"),
+    Round("reveal", expects="signers", reads=("consistency",), signed=(("signatures", "consistency"),),
+          minimum="threshold"),
+    # run only when the reveal round proved dealers inconsistent (``asked``: nobody otherwise, and it is skipped)
+    Round("exclusion", expects="asked", reads=("advertise", "check"),
+          signed=(("commitments", "advertise"), ("keys", "check")), minimum="none"),
+)
+
+PROTOCOL = MultiRound(
+    rounds=ROUNDS, user=SharingUser, coordinator=SharingServer, answer=answer, release_round="masked_sum",
+    survivors_parameters=survivors_parameters, least_survivors=lambda p: max(2, threshold(p)),
+    entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes)
