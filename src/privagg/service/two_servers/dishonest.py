@@ -1,7 +1,7 @@
 """One dishonest user of TSS or TSS' for ``privagg demo-service tss|tss-collusion --dishonest KIND`` (issue 46), so
 that a newcomer sees what the protocol detects live; the service tests' dishonest parties
 (tests/service/dishonest_tss.py) import these rather than keep copies. Each is the honest SDK client (or role)
-with one deviation; what the protocol does about it: docs/deviations-tss46.md.
+with one deviation; what the protocol does about it: docs/privacy.md, "Dishonest parties".
 
 * ``misrouted-sum`` (:class:`MisroutedSumClient`): his helper sums sealed as another helper's (HPKE's info names
   that helper), as a sum replayed from another helper would be. S2 cannot open it as his: S1 treats him as a helper
