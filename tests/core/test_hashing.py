@@ -80,7 +80,7 @@ def test_count_all_matches_count_matches_and_brute_force():
 def test_count_all_in_one_tile_is_the_brute_force_count(domain, modulus, bins, messages):
     """The one-tile kernel walks four messages side by side with a table of inverses: every count exact,
     whatever n mod 4 and whichever walk (of ceil((q - w) / b) steps) is the longest; a modulus above the
-    table's bound (2^20 + 7) takes the tiles' kernel, exact too."""
+    table's bound (2^20 + 7) walks in place (count_direct), exact too."""
     rng = np.random.default_rng(messages)
     h = UniversalHash(modulus, bins)
     u, v = h.sample_keys(messages, rng)
