@@ -232,6 +232,7 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
         state[k, 4], state[k, 5], state[k, 6], state[k, 7] = c, gap_a, gap_c, x0 + q
     state[n, 0], state[n, 7] = 2 * q, 2 * q  # an odd message's partner: past every tile
     half = (n + 1) // 2
+    size = np.uint64(domain_size)  # compared with unsigned offsets, which index without a test for a negative one
     n_wrapped = 0
     for base in (0, q):
         for start in range(base, base + q, tile):
@@ -244,15 +245,15 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
                 a1, c1, ga1, gc1 = state[k1, 3], state[k1, 4], state[k1, 5], state[k1, 6]
                 ac0, gac0, ac1, gac1 = a0 - c0, ga0 + gc0, a1 - c1, ga1 + gc1
                 while x0 < end0 and x1 < end1:
-                    y = x0 - base
-                    if y < domain_size:
+                    y = np.uint64(x0 - base)
+                    if y < size:
                         counts[y] += 1
                         if counts[y] == 0:
                             wrapped[n_wrapped] = y
                             n_wrapped += 1
                     j0, x0 = successor(j0, x0, up0, a0, c0, ga0, gc0, ac0, gac0)
-                    y = x1 - base
-                    if y < domain_size:
+                    y = np.uint64(x1 - base)
+                    if y < size:
                         counts[y] += 1
                         if counts[y] == 0:
                             wrapped[n_wrapped] = y
@@ -265,8 +266,8 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
                 else:
                     state[k1, 0], state[k1, 1] = x1, j1  # (the parked row keeps its 2 q)
                 while x0 < end0:
-                    y = x0 - base
-                    if y < domain_size:
+                    y = np.uint64(x0 - base)
+                    if y < size:
                         counts[y] += 1
                         if counts[y] == 0:
                             wrapped[n_wrapped] = y
