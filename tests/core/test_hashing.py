@@ -113,6 +113,16 @@ def test_three_gaps_are_the_extreme_points_and_the_successor_walks_them_in_order
         assert [p for _, p in visited] == sorted(points) and all(points[j] == p for j, p in visited)
 
 
+def test_tiles_take_half_a_cores_cache_or_a_default_where_linux_does_not_say(monkeypatch):
+    """Tiles of counters in half the L2 that /sys describes (4 KiB at the least), of 512 KiB where it describes
+    none; the counts do not depend on the tile (the tests below count over 4096-counter tiles)."""
+    assert hashing.core_cache_bytes() >= 0
+    for cache, counter_bytes, tile in ((2 << 20, 1, 1 << 20), (2 << 20, 2, 1 << 19), (0, 1, 1 << 19), (0, 4, 1 << 17),
+                                       (1024, 1, 4096)):
+        monkeypatch.setattr(hashing, "core_cache_bytes", lambda: cache)
+        assert hashing._count_all_plan(1 << 24, counter_bytes)[1] == tile
+
+
 @pytest.mark.parametrize("messages", [1, 2, 3, 2001])
 @pytest.mark.parametrize("domain, modulus", [(70_000, 70_001), (70_000, 140_009), (3 * 4096, 3 * 4096 + 7)])
 def test_count_all_over_tiles_is_the_brute_force_count_added_to_out(monkeypatch, messages, domain, modulus):
