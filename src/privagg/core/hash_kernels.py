@@ -211,7 +211,7 @@ def successor(j, x, last_up, a, c, gap_a, gap_c, a_c, gap_ac):
 
 
 @nb.njit(cache=True)
-def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
+def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, state, wrapped):
     """counts[x] += preimage hits of x among messages lo..hi - 1, a tile of ``tile`` counters at a time (in L2);
     returns how many items it appended to ``wrapped`` (a narrow counter that wraps to 0, as :func:`count_direct`).
 
@@ -221,8 +221,7 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
     in a second round of the tiles. Every increment then hits the tile in L2, where the walk in j-order hits the
     whole domain at random (an L3 or memory latency each). Two messages walk side by side (k and k + half): the
     selects of one step wait on each other, the two walks do not."""
-    n = hi - lo
-    state = np.empty((n + 1, 8), np.int64)  # x, j, n - a, a, c, gap_a, gap_c, x_0 + q; a last row parked
+    n = hi - lo  # state: a row a message (x, j, n - a, a, c, gap_a, gap_c, x_0 + q), and a last one parked
     qinv = 1.0 / q
     for k in range(n):
         x0, d = progression(u[lo + k], v[lo + k], w[lo + k], q, b, qinv)
@@ -279,7 +278,7 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, wrapped):
 
 
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, u_inverses, wrapped, wrap, out):
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, u_inverses, wrapped, wrap, out):
     """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
     over its share of messages (``u_inverses``: the table of inverses mod q for a domain of at most 2^TABLE_BITS
     items and a small q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the
@@ -292,7 +291,7 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, u_inverses, w
 
     A domain whose counters fit a ``tile`` (in L2) is counted in place, message by message (:func:`count_direct`;
     :func:`count_one_tile` with the table); a larger one tile by tile, each message's preimages in increasing
-    order (:func:`count_sorted`).
+    order (:func:`count_sorted`, the walks' state in state[t]: a share's messages and one row more).
     """
     n_threads = counts_per_thread.shape[0]
     share = (u.size + n_threads - 1) // n_threads
@@ -304,7 +303,8 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, u_inverses, w
         elif domain_size <= tile:
             n_wrapped[t] = count_direct(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, wrapped[t])
         else:
-            n_wrapped[t] = count_sorted(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, tile, wrapped[t])
+            n_wrapped[t] = count_sorted(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, tile, state[t],
+                                        wrapped[t])
     block = 1 << 16
     for k in nb.prange((domain_size + block - 1) // block):
         for x in range(k * block, min(domain_size, (k + 1) * block)):

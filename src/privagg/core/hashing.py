@@ -223,9 +223,10 @@ class UniversalHash:
         counter, wraps = self._counters(u.size, threads, domain_size, one_tile=table)
         tile = _count_all_plan(domain_size, np.dtype(counter).itemsize)[1]
         counts = np.zeros((threads, domain_size), dtype=counter)
+        walks = -(-u.size // threads) + 1 if not table and domain_size > tile else 0  # over tiles: a walk's state
         count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, tile,
-                  self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64),
-                  1 << (8 * np.dtype(counter).itemsize), out)
+                  np.empty((threads, walks, 8), np.int64), self._inverses if table else np.zeros(0, np.int64),
+                  np.empty((threads, wraps), np.int64), 1 << (8 * np.dtype(counter).itemsize), out)
         return out
 
     def _count_pairs(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
@@ -307,11 +308,11 @@ class UniversalHash:
     def count_all_bytes(self, domain_size: int, messages: int) -> int:
         """Scratch memory of one :meth:`count_all` call over ``messages`` messages, at most: counting by key, the
         messages' sorted copies and order and a batch's prefix sums and gathers; else every thread's counters (int32;
-        narrower ones and their record of wrapped items take no more, :meth:`_counters`) and the walks' state over
-        tiles (8 int64 a message, ``hash_kernels.count_sorted``)."""
+        narrower ones and their record of wrapped items take no more, :meth:`_counters`) and, over a domain larger
+        than a tile of int32 counters, the walks' state (8 int64 a message, ``hash_kernels.count_sorted``)."""
         if messages * domain_size <= PAIRS_MAX:
             return 48 * PAIRS_BATCH
         if by_key_cheaper(self.modulus, self.bins, domain_size, messages):
             return 32 * messages + 48 * BY_KEY_CELLS + 16 * domain_size * max(1, BY_KEY_CELLS // self.bins // self.modulus)
-        threads = _count_all_plan(domain_size, 4)[0]
-        return threads * 4 * domain_size + 64 * (messages + threads)
+        threads, tile = _count_all_plan(domain_size, 4)
+        return threads * 4 * domain_size + (64 * (messages + 2 * threads) if domain_size > tile else 0)
