@@ -24,9 +24,11 @@ from typer.testing import CliRunner
 DATA = Path(__file__).resolve().parent / "data" / "speed_pinned.json"
 
 # (modulus q, bins b, domain B, messages): several 2^16-item tiles with uint8 counters that wrap, a domain that
-# ends inside a tile, uint16 counters, one tile with the table of inverses
+# ends inside a tile, uint16 counters, one tile with the table of inverses; then domains of several L2-sized tiles
+# (2^20 counters), one ending well below q inside a tile, and walks of one or two preimages (b near q, b above q / 2)
 COUNT_CASES = ((524309, 374, 2**19, 24_000), (524309, 374, 300_001, 24_000), (131101, 2, 2**17, 800),
-               (5003, 50, 5000, 10_000))
+               (5003, 50, 5000, 10_000), (4194319, 1000, 2**22, 6000), (3000017, 3001, 2_500_001, 8000),
+               (1048583, 1048578, 2**20, 30_000), (1048583, 700_000, 2**20, 30_000))
 
 
 def inputs(folder: Path) -> dict[str, list[str]]:

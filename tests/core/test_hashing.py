@@ -80,7 +80,7 @@ def test_count_all_matches_count_matches_and_brute_force():
 def test_count_all_in_one_tile_is_the_brute_force_count(domain, modulus, bins, messages):
     """The one-tile kernel walks four messages side by side with a table of inverses: every count exact,
     whatever n mod 4 and whichever walk (of ceil((q - w) / b) steps) is the longest; a modulus above the
-    table's bound (2^20 + 7) takes the tiles' kernel, exact too."""
+    table's bound (2^20 + 7) walks in place (count_direct), exact too."""
     rng = np.random.default_rng(messages)
     h = UniversalHash(modulus, bins)
     u, v = h.sample_keys(messages, rng)
@@ -92,14 +92,48 @@ def test_count_all_in_one_tile_is_the_brute_force_count(domain, modulus, bins, m
     assert np.array_equal(h.count_all(u, v, w, domain), brute)
 
 
+@pytest.mark.parametrize("q, n", [(7, 1), (7, 2), (101, 3), (101, 50), (1009, 505), (65_537, 300),
+                                  (next_prime(2**40), 1000)])
+def test_three_gaps_are_the_extreme_points_and_the_successor_walks_them_in_order(q, n):
+    """three_gaps' a and c are the indices of the smallest and the largest of j d mod q over j in [1, n) (their
+    gaps to 0 and to q); successor from j = 0 visits every point once, in increasing order around the circle."""
+    rng = np.random.default_rng(q + n)
+    for d in {1, 2, q - 1, q - 2, *rng.integers(1, q, size=40).tolist()}:
+        a, gap_a, c, gap_c = hash_kernels.three_gaps(d, n, q)
+        points = [j * d % q for j in range(n)]
+        if n > 1:
+            rest = points[1:]
+            assert (a, gap_a) == (1 + rest.index(min(rest)), min(rest))
+            assert (c, gap_c) == (1 + rest.index(max(rest)), q - max(rest))
+        j, x, visited = 0, 0, []
+        for _ in range(n):
+            visited.append((j, x))
+            j, x = hash_kernels.successor(j, x, n - a, a, c, gap_a, gap_c, a - c, gap_a + gap_c)
+        assert (j, x) == (0, q)  # once around the circle, back at j = 0
+        assert [p for _, p in visited] == sorted(points) and all(points[j] == p for j, p in visited)
+
+
+def test_tiles_take_half_a_cores_cache_or_a_default_where_linux_does_not_say(monkeypatch):
+    """Tiles of counters in half the L2 that /sys describes (4 KiB at the least), of 512 KiB where it describes
+    none; the counts do not depend on the tile (the tests below count over 4096-counter tiles)."""
+    assert hashing.core_cache_bytes() >= 0
+    for cache, counter_bytes, tile in ((2 << 20, 1, 1 << 20), (2 << 20, 2, 1 << 19), (0, 1, 1 << 19), (0, 4, 1 << 17),
+                                       (1024, 1, 4096)):
+        monkeypatch.setattr(hashing, "core_cache_bytes", lambda: cache)
+        assert hashing._count_all_plan(1 << 24, counter_bytes)[1] == tile
+
+
 @pytest.mark.parametrize("messages", [1, 2, 3, 2001])
-def test_count_all_over_tiles_is_the_brute_force_count_added_to_out(messages):
-    """The tiles' kernel walks two messages side by side, the longer walk (q mod b != 0: walks differ by one
-    step) finishing alone, and an odd last message alone; buckets fill and flush mid-walk (2001 messages put
-    about 1.4 million preimages in two tiles of 65,536-slot buckets). Counts are added to ``out``."""
+@pytest.mark.parametrize("domain, modulus", [(70_000, 70_001), (70_000, 140_009), (3 * 4096, 3 * 4096 + 7)])
+def test_count_all_over_tiles_is_the_brute_force_count_added_to_out(monkeypatch, messages, domain, modulus):
+    """Over tiles of 4096 counters (the smallest) each message walks its preimages in increasing order, a tile
+    at a time, two messages side by side and an odd last one beside a parked partner; the walks wrap past q into
+    the second round of tiles; the domain ends inside a tile, at q - 1 (70,001 = q) or far below q, or at a
+    tile's end. Counts are added to ``out``."""
+    monkeypatch.setattr(hashing, "core_cache_bytes", lambda: 2 * 4096)
+    assert hashing._count_all_plan(domain, 1)[1] == 4096
     rng = np.random.default_rng(messages)
-    domain = 70_000
-    h = UniversalHash(next_prime(domain), 97)
+    h = UniversalHash(next_prime(modulus - 1), 97)
     u, v = h.sample_keys(messages, rng)
     w = rng.integers(0, h.bins, size=messages)
     x, brute = np.arange(domain), np.zeros(domain, np.int64)
@@ -111,12 +145,15 @@ def test_count_all_over_tiles_is_the_brute_force_count_added_to_out(messages):
     assert np.array_equal(out, brute + np.arange(domain))
 
 
-def test_count_all_adds_back_every_wrap_of_its_narrow_counters(monkeypatch):
+@pytest.mark.parametrize("cache", [None, 2 * 4096])
+def test_count_all_adds_back_every_wrap_of_its_narrow_counters(monkeypatch, cache):
     """300,000 messages all hashing one item x* to their w: its narrow counter (uint16 here, where the records of
     wraps would take more than uint8 saves; uint8 forced) wraps at each 65,536 or 256 hits in a thread, and each
     wrap is added back: x*'s count is every message, and every count is the int32 counters' (which no count
     wraps), added into a non-zero ``out``. A plan whose records would outgrow what a narrow type saves falls
-    back to int32."""
+    back to int32. ``cache``: counters in place (the domain fits a tile), or over tiles of 4096 counters."""
+    if cache:
+        monkeypatch.setattr(hashing, "core_cache_bytes", lambda: cache)
     rng = np.random.default_rng(11)
     domain, star = 70_000, 12_345
     h = UniversalHash(next_prime(domain), 1000)

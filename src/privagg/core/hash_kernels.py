@@ -14,9 +14,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-TILE_BITS = 16  # tiles of 2^16 counters (64 KiB of uint8, 256 KiB of int32), inside a core's L2; offsets: uint16
+TABLE_BITS = 16  # a domain of at most 2^16 items and a small q: counted with the table of inverses (count_one_tile)
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
-BUCKET_PAD = 32  # uint16 slots (a cache line) after each tile bucket: write heads spread over cache sets
 
 
 @nb.njit(cache=True, inline="always")
@@ -83,21 +82,6 @@ def preimages(u, v, w, q, b, domain_size):
             x -= q
         y += b
     return np.array(out, dtype=np.int64)
-
-
-@nb.njit(cache=True)
-def flush(counts, buckets, start, filled, tile, wrapped, n_wrapped):
-    """Count a bucket's offsets into its tile; a counter that wraps to 0 (a narrow one, :func:`count_all`) has its
-    item appended to ``wrapped`` (n_wrapped so far; the new count returned), for :func:`count_all` to add back."""
-    base = tile << TILE_BITS
-    for p in range(start, start + filled):
-        x = base + buckets[p]
-        c = counts[x] + 1
-        counts[x] = c
-        if counts[x] == 0:
-            wrapped[n_wrapped] = x
-            n_wrapped += 1
-    return n_wrapped
 
 
 @nb.njit(cache=True, inline="always")
@@ -169,10 +153,11 @@ def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
 @nb.njit(cache=True)
 def count_direct(u, v, w, q, b, domain_size, counts, lo, hi, wrapped):
     """counts[x] += preimage hits of x among messages lo..hi - 1, each walk incrementing the counters in place;
-    returns how many items it appended to ``wrapped`` (a narrow counter that wraps, as :func:`flush`).
+    returns how many items it appended to ``wrapped`` (each counter that wraps to 0: a narrow one, whose ``wrap``
+    :func:`count_all` adds back).
 
-    For counters that fit in the last-level cache (:func:`privagg.core.hashing._count_all_plan`): there a random
-    increment costs less than a bucket's write and read (docs/derivations.md, "Full-domain counting")."""
+    For counters that fit a tile (in L2, :func:`privagg.core.hashing._count_all_plan`): there the walk in j-order
+    hits cache, and costs an addition a step where :func:`count_sorted`'s costs its selects."""
     qinv = 1.0 / q
     n_wrapped = 0
     for i in range(lo, hi):
@@ -189,37 +174,138 @@ def count_direct(u, v, w, q, b, domain_size, counts, lo, hi, wrapped):
     return n_wrapped
 
 
+@nb.njit(cache=True)
+def three_gaps(d, n, q):
+    """(a, gap_a, c, gap_c) of the points j d mod q, j in [n), for d in [1, q) and q prime: a in [1, n) minimises
+    j d mod q (gap_a = a d mod q) and c maximises it (gap_c = q - c d mod q); (1, d, 1, q - d) for n = 1.
+
+    By the three-gap theorem (Steinhaus; Slater 1967) the points' successor in increasing order around the circle
+    of [q] is j + a (a step of gap_a) if j + a < n, else j - c (gap_c) if j >= c, else j + a - c (gap_a + gap_c).
+    The next record minimum or maximum is at j = a + c (it splits the largest gap): the search runs the
+    subtractive Euclidean algorithm on (gap_a, gap_c), k subtractions at a time, while a + c < n
+    (docs/derivations.md, "Full-domain counting")."""
+    a, gap_a, c, gap_c = 1, d, 1, q - d
+    while True:
+        if gap_a > gap_c:  # j = a + c lands at gap_a - gap_c: the new minimum, k times while it stays above 0
+            k = min((gap_a - 1) // gap_c, (n - 1 - a) // c)
+            if k <= 0:
+                return a, gap_a, c, gap_c
+            a += k * c
+            gap_a -= k * gap_c
+        else:  # at q - (gap_c - gap_a): the new maximum
+            k = min((gap_c - 1) // gap_a, (n - 1 - c) // a)
+            if k <= 0:
+                return a, gap_a, c, gap_c
+            c += k * a
+            gap_c -= k * gap_a
+
+
+@nb.njit(cache=True, inline="always")
+def successor(j, x, last_up, a, c, gap_a, gap_c, a_c, gap_ac):
+    """The next (j, x) in increasing x of :func:`three_gaps`' points; last_up = n - a, a_c = a - c, gap_ac = gap_a +
+    gap_c. Selects, not branches: which of the three steps follows is as good as random, a branch mispredicted
+    about every other step."""
+    down = j - c if j >= c else j + a_c
+    step_down = gap_c if j >= c else gap_ac
+    return (j + a if j < last_up else down), x + (gap_a if j < last_up else step_down)
+
+
+@nb.njit(cache=True)
+def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, state, wrapped):
+    """counts[x] += preimage hits of x among messages lo..hi - 1, a tile of ``tile`` counters at a time (in L2);
+    returns how many items it appended to ``wrapped`` (a narrow counter that wraps to 0, as :func:`count_direct`).
+
+    Each message's preimages x_0 + j d (mod q), j in [n), are taken in increasing x rather than in j
+    (:func:`three_gaps`, :func:`successor`): the message walks its preimages inside the current tile and stops at
+    its end, keeping (x, j) for the next tile. x runs over [x_0, x_0 + q), the preimages past q counted at x - q
+    in a second round of the tiles. Every increment then hits the tile in L2, where the walk in j-order hits the
+    whole domain at random (an L3 or memory latency each). Two messages walk side by side (k and k + half): the
+    selects of one step wait on each other, the two walks do not."""
+    n = hi - lo  # state: a row a message (x, j, n - a, a, c, gap_a, gap_c, x_0 + q), and a last one parked
+    qinv = 1.0 / q
+    for k in range(n):
+        x0, d = progression(u[lo + k], v[lo + k], w[lo + k], q, b, qinv)
+        steps = walk_length(w[lo + k], q, b)
+        a, gap_a, c, gap_c = three_gaps(d, steps, q)
+        state[k, 0], state[k, 1], state[k, 2], state[k, 3] = x0, 0, steps - a, a
+        state[k, 4], state[k, 5], state[k, 6], state[k, 7] = c, gap_a, gap_c, x0 + q
+    state[n, 0], state[n, 7] = 2 * q, 2 * q  # an odd message's partner: past every tile
+    half = (n + 1) // 2
+    size = np.uint64(domain_size)  # compared with unsigned offsets, which index without a test for a negative one
+    n_wrapped = 0
+    for base in (0, q):
+        for start in range(base, base + q, tile):
+            stop = min(start + tile, base + q)
+            for k in range(half):
+                k1 = k + half if k + half < n else n
+                x0, end0, j0, up0 = state[k, 0], min(stop, state[k, 7]), state[k, 1], state[k, 2]
+                a0, c0, ga0, gc0 = state[k, 3], state[k, 4], state[k, 5], state[k, 6]
+                x1, end1, j1, up1 = state[k1, 0], min(stop, state[k1, 7]), state[k1, 1], state[k1, 2]
+                a1, c1, ga1, gc1 = state[k1, 3], state[k1, 4], state[k1, 5], state[k1, 6]
+                ac0, gac0, ac1, gac1 = a0 - c0, ga0 + gc0, a1 - c1, ga1 + gc1
+                while x0 < end0 and x1 < end1:
+                    y = np.uint64(x0 - base)
+                    if y < size:
+                        counts[y] += 1
+                        if counts[y] == 0:
+                            wrapped[n_wrapped] = y
+                            n_wrapped += 1
+                    j0, x0 = successor(j0, x0, up0, a0, c0, ga0, gc0, ac0, gac0)
+                    y = np.uint64(x1 - base)
+                    if y < size:
+                        counts[y] += 1
+                        if counts[y] == 0:
+                            wrapped[n_wrapped] = y
+                            n_wrapped += 1
+                    j1, x1 = successor(j1, x1, up1, a1, c1, ga1, gc1, ac1, gac1)
+                row = k
+                if x1 < end1:  # the second walk goes on alone, in the first's place (10% faster than guarding each)
+                    state[k, 0], state[k, 1] = x0, j0
+                    row, x0, end0, j0, up0, a0, c0 = k1, x1, end1, j1, up1, a1, c1
+                    ga0, gc0, ac0, gac0 = ga1, gc1, ac1, gac1
+                else:
+                    state[k1, 0], state[k1, 1] = x1, j1  # (the parked row keeps its 2 q)
+                while x0 < end0:
+                    y = np.uint64(x0 - base)
+                    if y < size:
+                        counts[y] += 1
+                        if counts[y] == 0:
+                            wrapped[n_wrapped] = y
+                            n_wrapped += 1
+                    j0, x0 = successor(j0, x0, up0, a0, c0, ga0, gc0, ac0, gac0)
+                state[row, 0], state[row, 1] = x0, j0
+    return n_wrapped
+
+
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_inverses, wrapped, wrap, out):
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, u_inverses, wrapped, wrap, out):
     """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
-    over its share of messages (``u_inverses``: the table of inverses mod q for a domain of one tile and a small
-    q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the domain each.
+    over its share of messages (``u_inverses``: the table of inverses mod q for a domain of at most 2^TABLE_BITS
+    items and a small q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the
+    domain each.
 
-    Over tiles the counters may be narrower than the counts (uint8 or uint16): each time one wraps, thread t
-    appends its item to wrapped[t] (room for its share's preimages / ``wrap`` items: a counter wraps once per
-    ``wrap`` hits, its type's range), and ``wrap`` is added back to ``out`` for each. A quarter or half the bytes
-    of int32 counters to carry between memory and the L2 a tile is counted in, and to touch first.
+    The counters may be narrower than the counts (uint8 or uint16): each time one wraps, thread t appends its item
+    to wrapped[t] (room for its share's preimages / ``wrap`` items: a counter wraps once per ``wrap`` hits, its
+    type's range), and ``wrap`` is added back to ``out`` for each. A quarter or half the bytes of int32 counters
+    to hold in L2 and to touch first.
 
-    Each preimage's offset inside its 2^16-counter tile is appended to that
-    tile's bucket; a full bucket is counted into its tile (which then sits in
-    L2) and emptied (:func:`count_tiles`). A domain of one tile is counted directly (:func:`count_one_tile`).
-    Buckets are padded (BUCKET_PAD) so that the write heads of the buckets do not all fall into one cache set.
-    A ``bucket_capacity`` of 0 counts in place instead (:func:`count_direct`: counters in the last-level cache).
+    A domain whose counters fit a ``tile`` (in L2) is counted in place, message by message (:func:`count_direct`;
+    :func:`count_one_tile` with the table); a larger one tile by tile, each message's preimages in increasing
+    order (:func:`count_sorted`, the walks' state in state[t]: a share's messages and one row more).
     """
     n_threads = counts_per_thread.shape[0]
-    n_tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
     share = (u.size + n_threads - 1) // n_threads
     n_wrapped = np.zeros(n_threads, np.int64)
     for t in nb.prange(n_threads):
         lo, hi = t * share, min(u.size, (t + 1) * share)
-        if n_tiles == 1 and u_inverses.size:  # the counters fit one tile (in L2): no buckets needed
+        if u_inverses.size:
             count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
-        elif bucket_capacity == 0:
+        elif domain_size <= tile:
             n_wrapped[t] = count_direct(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, wrapped[t])
         else:
-            n_wrapped[t] = count_tiles(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, n_tiles,
-                                       bucket_capacity, wrapped[t])
-    block = 1 << TILE_BITS
+            n_wrapped[t] = count_sorted(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, tile, state[t],
+                                        wrapped[t])
+    block = 1 << 16
     for k in nb.prange((domain_size + block - 1) // block):
         for x in range(k * block, min(domain_size, (k + 1) * block)):
             total = out[x]
@@ -229,64 +315,6 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, bucket_capacity, u_
     for t in range(n_threads):
         for j in range(n_wrapped[t]):
             out[wrapped[t, j]] += wrap
-
-
-@nb.njit(cache=True)
-def count_tiles(u, v, w, q, b, domain_size, counts, lo, hi, n_tiles, bucket_capacity, wrapped):
-    """counts[x] += preimage hits of x among messages lo..hi - 1, through the tiles' buckets; returns how many
-    items it appended to ``wrapped`` (:func:`flush`).
-
-    Two messages walk side by side, the bucket append written out for each as in :func:`count_one_tile` (as
-    a numba helper taking the arrays, inlined or not, it ran ten times slower: reference counts per call):
-    while one walk's bucket write waits, the other's proceeds (about 8% less time than one walk). Each
-    tile's write head is kept as a position in ``buckets`` (its next free slot), compared with the tile's end."""
-    mask = (1 << TILE_BITS) - 1
-    stride = bucket_capacity + BUCKET_PAD
-    buckets = np.empty(n_tiles * stride, np.uint16)
-    begin = np.arange(n_tiles) * stride
-    end = begin + bucket_capacity
-    head = begin.copy()
-    qinv = 1.0 / q
-    n_wrapped = 0
-    for i in range(lo, hi, 2):
-        x0, d0 = progression(u[i], v[i], w[i], q, b, qinv)
-        t0 = walk_length(w[i], q, b)
-        x1, d1, t1 = q, q, 0  # an odd last message walks beside a walk that stays at q, outside the domain
-        if i + 1 < hi:
-            x1, d1 = progression(u[i + 1], v[i + 1], w[i + 1], q, b, qinv)
-            t1 = walk_length(w[i + 1], q, b)
-        if t1 > t0:
-            x0, d0, t0, x1, d1, t1 = x1, d1, t1, x0, d0, t0
-        for steps in (t1, t0 - t1):  # both walks, then the longer alone beside the other parked at q
-            for _ in range(steps):
-                if x0 < domain_size:
-                    tile = x0 >> TILE_BITS
-                    h = head[tile]
-                    buckets[h] = x0 & mask
-                    h += 1
-                    if h == end[tile]:
-                        h = begin[tile]
-                        n_wrapped = flush(counts, buckets, h, bucket_capacity, tile, wrapped, n_wrapped)
-                    head[tile] = h
-                if x1 < domain_size:
-                    tile = x1 >> TILE_BITS
-                    h = head[tile]
-                    buckets[h] = x1 & mask
-                    h += 1
-                    if h == end[tile]:
-                        h = begin[tile]
-                        n_wrapped = flush(counts, buckets, h, bucket_capacity, tile, wrapped, n_wrapped)
-                    head[tile] = h
-                x0 += d0
-                x1 += d1
-                if x0 >= q:
-                    x0 -= q
-                if x1 >= q:
-                    x1 -= q
-            x1 = d1 = q  # (q + q - q: it stays there)
-    for tile in range(n_tiles):
-        n_wrapped = flush(counts, buckets, begin[tile], head[tile] - begin[tile], tile, wrapped, n_wrapped)
-    return n_wrapped
 
 
 @nb.njit(cache=True)

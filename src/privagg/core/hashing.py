@@ -16,10 +16,11 @@ Besides evaluation this module gives the analyzer's counting kernels:
 * :meth:`UniversalHash.count_all` -- the same count for every x in [B], by
   enumerating each message's preimages (a few messages over a small domain: h at every pair, in numpy). The preimages of w are
   x_j = (w + j b - v) u^{-1} mod q for j = 0, 1, ... while w + j b < q, an
-  arithmetic progression x_j = x_0 + j d (mod q) with d = b u^{-1}; the kernel
-  walks it with additions only and appends each hit to the bucket of its
-  L2-sized tile of counters; a full bucket is counted while its tile sits in
-  cache (see docs/derivations.md, "Full-domain counting").
+  arithmetic progression x_j = x_0 + j d (mod q) with d = b u^{-1}; over a
+  domain larger than an L2-sized tile of counters the kernel takes them in
+  increasing x (three-gap theorem: steps of three sizes), one tile at a time
+  for all messages, so that every increment hits the tile in cache (see
+  docs/derivations.md, "Full-domain counting").
 
 Arithmetic is exact for q < 2^50: products are reduced with the
 floating-point-quotient method (an estimate of floor(a x / q) in double
@@ -88,36 +89,32 @@ def by_key_cheaper(q: int, b: int, domain_size: int, messages: int) -> bool:
 
 
 @cache
-def last_level_cache_bytes() -> int:
-    """The size of the largest CPU cache Linux describes (/sys/devices/system/cpu/cpu0/cache), 0 where it does not.
-
-    Full-domain counting increments counters in place where all of them fit in half of it (the rest for the
-    messages and the other processes), else through tile buckets (:meth:`UniversalHash.count_all`): on a 2-core
-    Xeon with 300 MiB of L3, FE1 at B = 2^24 counts its 1.8e9 preimages in about 3 ns each in place against 5 ns
-    through buckets, one thread (docs/derivations.md, "Full-domain counting")."""
-    sizes = [0]
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        try:  # "307200K"
-            text = entry.read_text().strip()
-            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+def core_cache_bytes() -> int:
+    """The size of a core's level-2 cache as Linux describes it (/sys/devices/system/cpu/cpu0/cache), 0 where it
+    does not: full-domain counting's tiles take half of it (:func:`_count_all_plan`)."""
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:  # level "2", size "2048K"
+            if (entry / "level").read_text().strip() == "2":
+                text = (entry / "size").read_text().strip()
+                return int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0)
         except (OSError, ValueError):
             continue
-    return max(sizes)
+    return 0
 
 
-def _count_all_plan(domain_size: int) -> tuple[int, int, int]:
-    """(threads, tiles, bucket capacity) of :meth:`UniversalHash.count_all` over ``domain_size`` items.
+TILE_BYTES_UNKNOWN = 1 << 19  # a tile's counters where the L2's size is unknown: half of the smallest L2 common today
 
-    Fewer threads than numba's when their int32 counters would pass
-    _COUNTER_BYTES_MAX; at most 32 MiB of tile buckets (uint16 offsets) per thread.
+
+def _count_all_plan(domain_size: int, counter_bytes: int) -> tuple[int, int]:
+    """(threads, counters per tile) of :meth:`UniversalHash.count_all` over ``domain_size`` items.
+
+    Fewer threads than numba's when their int32 counters would pass _COUNTER_BYTES_MAX; a tile of
+    ``counter_bytes``-byte counters in half of a core's L2 (the rest for the messages' state streaming past).
     """
     import numba
 
-    from .hash_kernels import TILE_BITS
-
     threads = max(1, min(numba.get_num_threads(), _COUNTER_BYTES_MAX // (4 * domain_size)))
-    tiles = (domain_size + (1 << TILE_BITS) - 1) >> TILE_BITS
-    return threads, tiles, max(4096, min(1 << 16, (1 << 24) // tiles))
+    return threads, max(1 << 12, (core_cache_bytes() // 2 or TILE_BYTES_UNKNOWN) // counter_bytes)
 
 
 @dataclass(frozen=True)
@@ -219,17 +216,17 @@ class UniversalHash:
             return self._count_pairs(u, v, w, domain_size, out)
         if by_key_cheaper(self.modulus, self.bins, domain_size, u.size):
             return self._count_by_key(u, v, w, domain_size, out)
-        from .hash_kernels import count_all
+        from .hash_kernels import TABLE_BITS, count_all
 
-        threads, tiles, capacity = _count_all_plan(domain_size)
-        table = tiles == 1 and self.modulus <= INVERSE_TABLE_MAX
+        table = domain_size <= 1 << TABLE_BITS and self.modulus <= INVERSE_TABLE_MAX
+        threads = _count_all_plan(domain_size, 4)[0]
         counter, wraps = self._counters(u.size, threads, domain_size, one_tile=table)
-        if threads * domain_size * np.dtype(counter).itemsize <= last_level_cache_bytes() // 2:
-            capacity = 0  # every thread's counters sit in the last-level cache: increment them in place
+        tile = _count_all_plan(domain_size, np.dtype(counter).itemsize)[1]
         counts = np.zeros((threads, domain_size), dtype=counter)
-        count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, capacity,
-                  self._inverses if table else np.zeros(0, np.int64), np.empty((threads, wraps), np.int64),
-                  1 << (8 * np.dtype(counter).itemsize), out)
+        walks = -(-u.size // threads) + 1 if not table and domain_size > tile else 0  # over tiles: a walk's state
+        count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, tile,
+                  np.empty((threads, walks, 8), np.int64), self._inverses if table else np.zeros(0, np.int64),
+                  np.empty((threads, wraps), np.int64), 1 << (8 * np.dtype(counter).itemsize), out)
         return out
 
     def _count_pairs(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,
@@ -311,12 +308,11 @@ class UniversalHash:
     def count_all_bytes(self, domain_size: int, messages: int) -> int:
         """Scratch memory of one :meth:`count_all` call over ``messages`` messages, at most: counting by key, the
         messages' sorted copies and order and a batch's prefix sums and gathers; else every thread's counters (int32;
-        narrower ones and their record of wrapped items take no more, :meth:`_counters`) and tile buckets."""
+        narrower ones and their record of wrapped items take no more, :meth:`_counters`) and, over a domain larger
+        than a tile of int32 counters, the walks' state (8 int64 a message, ``hash_kernels.count_sorted``)."""
         if messages * domain_size <= PAIRS_MAX:
             return 48 * PAIRS_BATCH
         if by_key_cheaper(self.modulus, self.bins, domain_size, messages):
             return 32 * messages + 48 * BY_KEY_CELLS + 16 * domain_size * max(1, BY_KEY_CELLS // self.bins // self.modulus)
-        from .hash_kernels import BUCKET_PAD
-
-        threads, tiles, capacity = _count_all_plan(domain_size)
-        return threads * (4 * domain_size + 2 * tiles * (capacity + BUCKET_PAD))
+        threads, tile = _count_all_plan(domain_size, 4)
+        return threads * 4 * domain_size + (64 * (messages + 2 * threads) if domain_size > tile else 0)
