@@ -3,31 +3,14 @@ line naming the option to change, within seconds (the bound is generous: the mac
 
 from __future__ import annotations
 
-import io
 import subprocess
-import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
-from unittest import mock
 
 import pytest
 
-from privagg.cli import main
+from in_process import privagg  # in this process: a second of start-up and imports less a case
 
 SECONDS = 20
-
-
-def privagg(*args: str) -> subprocess.CompletedProcess:
-    """``privagg args`` through its entry point, in this process: what the command does and prints, without the
-    interpreter's start-up and imports (a second each, the larger part of these tests' time)."""
-    out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["privagg", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            main()
-            status = 0
-        except SystemExit as exit_:
-            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-    return subprocess.CompletedProcess(["privagg", *args], status, out.getvalue(), err.getvalue())
 
 
 def refused(*args: str) -> str:

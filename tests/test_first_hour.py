@@ -15,12 +15,15 @@ from privagg import cli, datasets
 from privagg.cli import evaluation
 from privagg.cli import app
 from privagg.protocols.registry import ENTRIES
+from in_process import privagg as here
 
 runner = CliRunner()
 
 
 def privagg(*args: str, stdin: bytes | None = None, cwd=None) -> subprocess.CompletedProcess:
-    """The command as a user runs it: its own process, stdout and stderr pipes (not a terminal)."""
+    """The command as a user runs it: its own process, stdout and stderr pipes (not a terminal). For what only a
+    process shows (standard input, a pipe for output, the exit statuses a script sees); ``here`` runs the others'
+    refusals through the same entry point in this process."""
     return subprocess.run([sys.executable, "-m", "privagg", *args], input=stdin, capture_output=True, cwd=cwd,
                           timeout=300, check=False)
 
@@ -56,14 +59,14 @@ def test_example_data_is_deterministic_and_refuses_a_file(tmp_path, examples):
     for name in datasets.EXAMPLE_FILES:
         assert (tmp_path / "again" / name).read_bytes() == (examples / name).read_bytes()
     (tmp_path / "file").write_text("x")
-    result = privagg("example-data", str(tmp_path / "file"))
-    assert result.returncode == 2 and result.stderr.decode().startswith("error: folder must be a folder")
+    result = here("example-data", str(tmp_path / "file"))
+    assert result.returncode == 2 and result.stderr.startswith("error: folder must be a folder")
 
 
 def test_example_data_never_overwrites_a_file_but_with_force(tmp_path):
     (tmp_path / "names.txt").write_text("my own list\n")
-    result = privagg("example-data", str(tmp_path))
-    assert result.returncode == 2 and result.stderr.decode() == (
+    result = here("example-data", str(tmp_path))
+    assert result.returncode == 2 and result.stderr == (
         f"error: folder must be a folder without files of the examples' names (--force replaces them), got {tmp_path}, "
         "which holds names.txt\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["names.txt"]  # nothing written, not even the others
@@ -95,9 +98,9 @@ def test_a_small_domain_protocol_runs_on_its_bundled_words_without_domain(name):
 @pytest.mark.parametrize("name", SMALL)
 def test_a_small_domain_protocol_needs_a_domain_for_a_file(name, tmp_path):
     (tmp_path / "items.txt").write_text("a\nb\n" * 50)
-    result = privagg("estimate", name, "--input", str(tmp_path / "items.txt"), "--epsilon", "1", "--delta", "1e-3")
+    result = here("estimate", name, "--input", str(tmp_path / "items.txt"), "--epsilon", "1", "--delta", "1e-3")
     assert result.returncode == 2
-    assert result.stderr.decode().startswith(f"error: domain is required for {name} with --input"), result.stderr
+    assert result.stderr.startswith(f"error: domain is required for {name} with --input"), result.stderr
 
 
 def test_the_domain_help_says_the_default():
