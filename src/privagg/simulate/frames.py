@@ -172,6 +172,7 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
         grouped = read_grouped(data, kind, fmt, user, encoder, max_items, encoder.domain_size, seed,
                                str(data) if kind == "file" else source)
         read = ReadSummary(grouped.codes.ravel())
+        _check_users("user", grouped.n_users, 0, str(data) if kind == "file" else _source(data, user))
         source = str(data) if kind == "file" else source
         per = budget(entry, epsilon, delta, max_items)
         epsilon, delta = per.epsilon, per.delta
@@ -221,6 +222,7 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
                                str(data) if kind == "file" else source)
         codes = grouped.codes.ravel()
         unused = codes == distinct.domain_size
+        _check_users("user", grouped.n_users, 0, str(data) if kind == "file" else _source(data, user))
         values, dropped = distinct.values_of(np.where(unused, 0, codes)), 0
         source = str(data) if kind == "file" else source
     elif kind == "file":

@@ -77,7 +77,7 @@ def read_grouped(data, kind: str, fmt: InputFormat, user: str, encoder, reports:
     import pyarrow as pa
 
     from ..io.files import _unreadable, estimated_rows
-    from ..io.frames import frame_table
+    from ..io.frames import frame_name, frame_table
     from ..io.items import _ItemTyper
     from ..io.users import group_items, run_key, user_records
 
@@ -99,7 +99,8 @@ def read_grouped(data, kind: str, fmt: InputFormat, user: str, encoder, reports:
                          users=table.column(1).combine_chunks())]
         rows = table.num_rows
     typer = _ItemTyper(fmt.item_type, field, source)
-    records = user_records(blocks, fmt, lambda block: typer.encode(block, encoder, False), field, user_field, source)
+    records = user_records(blocks, fmt, lambda block: typer.encode(block, encoder, False), field, user_field, source,
+                           source if kind == "file" else f"column {user!r} of {frame_name(data)}")
     try:
         return group_items(records, reports, pad, key, memory, rows, user_field)
     except (OSError, pa.ArrowException) as err:
