@@ -83,9 +83,13 @@ def event_log(rows: int, users: int, apps: int, seed: int):
 
 def run_child(argv: list[str], out: Path) -> dict:
     """Run ``argv`` with stdout to ``out``: its wall time and peak RSS (MiB, from wait4)."""
+    import privagg
+
+    library = str(Path(privagg.__file__).resolve().parents[1])  # the children run the library this process runs
+    path = os.pathsep.join([library, *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.perf_counter()
     with out.open("w") as stdout:
-        child = subprocess.Popen(argv, stdout=stdout, env={**os.environ, "PYTHONHASHSEED": "0"})
+        child = subprocess.Popen(argv, stdout=stdout, env={**os.environ, "PYTHONPATH": path})
         _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
