@@ -220,6 +220,31 @@ def main(argv: list[str] | None = None) -> dict:
     return figures
 
 
+def markdown(figures: dict, when: str) -> list[str]:
+    """The figures as part 15 of docs/benchmarks.md (``when``: the run's date, commit and how it was started)."""
+    f = figures
+    lines = ["## 15. Many rows a user: issue 49's acceptance, 10^6 rows from 10^5 users (whole processes)", "",
+             f"`benchmarks/event_log.py` ({when}): an event log of {f['rows']:,} rows from {f['users']:,} users, "
+             f"{f['rows_per_user']['min']} to {f['rows_per_user']['max']} rows a user (a power law fitted to a mean "
+             f"of {f['rows'] / f['users']:g}; median {f['rows_per_user']['median']:g}), items among {f['apps']:,} "
+             "public app names (each user leaning on 3 favourites, Zipf popularity), as a Parquet file. fe1 with "
+             f"`--user-column device --max-items {f['max_items']}` at ({f['epsilon']:g}, {f['delta']:g})-DP a user "
+             "(group privacy over his reports), the apps as candidates, each run in its own process with its own "
+             "seed; z = (estimate - truth) / stderr over the apps, the truth of each run's bounded data computed "
+             "with the library's bounding for its seed (and equal to the seeded run's own evaluation). On "
+             f"{f['cpu']}, {f['cores']} cores, shared with other engineers' test suites (the load column): the "
+             "times are pessimistic.", "",
+             "| run | n users | z mean | z sd | KS p vs N(0, 1) | max abs z | truth = evaluation | wall | CPU | "
+             "peak RSS | load at start |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = {"cli": "`privagg estimate fe1 --input events.parquet ...`", "pandas": "`privagg.estimate(pandas frame)`",
+             "polars": "`privagg.estimate(Polars frame)`"}
+    for name, r in f["runs"].items():
+        lines.append(f"| {names[name]} | {r['n_users']:,} | {r['z_mean']:+.3f} | {r['z_sd']:.3f} | {r['ks_p']:.2f} | "
+                     f"{r['z_max_abs']:.2f} | {'yes' if r['truth_agrees'] else 'NO'} | {r['wall_seconds']:.0f} s | "
+                     f"{r['cpu_seconds']:.0f} s | {r['peak_rss_mib']:.0f} MiB | {r['load_before'][0]:.2f} |")
+    return [*lines, ""]
+
+
 def _cpu_model() -> str:
     return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                  if line.startswith("model name")), "unknown")
