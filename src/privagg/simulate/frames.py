@@ -210,7 +210,6 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
 
     from ..io import read_items
     from ..io.items import typed_items
-    from ..protocols.heavy_hitters import _check_phi, padded
     from ..protocols.registry import DEFAULT_MAX_LENGTH
     from .heavy_hitters import estimate_heavy_hitters
     from .users import DistinctValues, budget, read_grouped, stated_of_users
@@ -245,8 +244,8 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
         per = budget(registry.get("fe-hh"), run["epsilon"], run["delta"], max_items)
         run.update(epsilon=per.epsilon, delta=per.delta)
     if max_items > 1:  # the n L reports: unused slots padded, heavy still phi n of the n users (docs/privacy.md)
-        values, run["domain_size"], slot = padded(values, unused, run["domain_size"], max_length)
-        run["phi"] = None if run["phi"] is None else _check_phi(run["phi"]) / max_items
+        values, run["domain_size"], run["phi"], slot = registry.get("fe-hh").parameters.padded(
+            values, unused, run["domain_size"], max_length, run["phi"], max_items)
     report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, unused_slot=slot, **run)
     if user is not None:
         evaluate = run["seed"] is not None if run["evaluate"] is None else run["evaluate"]

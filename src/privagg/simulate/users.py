@@ -213,11 +213,8 @@ def plan(protocol: str, *, epsilon: float, delta: float | None = None, n_users: 
         if max_items > 1:  # as estimate runs fe-hh: n L reports, padded, at phi / L (docs/privacy.md)
             import numpy as np
 
-            from ..protocols.heavy_hitters import _check_phi, padded
-
-            _, domain_size, _ = padded([], np.zeros(0, dtype=bool), domain_size, options.get("max_length"))
-            if options.get("phi") is not None:
-                options["phi"] = _check_phi(options["phi"]) / max_items
+            _, domain_size, options["phi"], _ = entry.parameters.padded(
+                [], np.zeros(0, dtype=bool), domain_size, options.get("max_length"), options.get("phi"), max_items)
     elif domain_size is None:
         domain_size = 2**24 if entry.result is ResultKind.FREQUENCY_TABLE and not entry.small_domain else None
         if domain_size is None:
