@@ -53,7 +53,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     number of distinct users, and ``epsilon``, ``delta`` the user's guarantee (docs/privacy.md, "Many rows a
     user"). Items: each user's rows bounded to ``max_items`` = L distinct items chosen uniformly at random with
     the run's randomness, the protocol run over L reports a user (padded), its per-report budget what the
-    composition leaves (:mod:`privagg.privacy.composition`; ``plan`` shows it beforehand). Vectors: a user's
+    composition leaves (:mod:`privagg.privacy.composition`; ``plan`` shows it beforehand); fe-hh runs at phi / L
+    over the n L reports, so that heavy still means held by phi n users among their bounded items. Vectors: a user's
     rows summed and clipped to [0, 1]^d (the sparse protocols: weights summed per coordinate and clipped, one
     coordinate a user), or ``max_rows`` = R rows (coordinates) a user sampled, R reports a user.
     """
@@ -110,9 +111,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     source = _source(data, item)
     if entry.result is ResultKind.HEAVY_HITTER_LIST:
         return _heavy_hitters(data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
-                              phi=phi,
-                              domain_size=domain_size, max_length=max_length, calibration=calibration, seed=seed,
-                              evaluate=evaluate)
+                              phi=phi, domain_size=domain_size, max_length=max_length, calibration=calibration,
+                              seed=seed, evaluate=evaluate)
     return _frequencies(entry, data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
                         domain_size=domain_size, candidates=candidates, top=top, seed=seed, evaluate=evaluate,
                         calibration=calibration, hash_key=hash_key, full_domain=full_domain, mode=mode,
