@@ -72,6 +72,11 @@ parts:
     issue 21 against the previous release's and an independent computation of the accountant's delta; fe-hh's
     calibrations; ``account shuffle``'s methods and the exact eps of binary randomized response.
 
+15. Many rows a user (``benchmarks/event_log.py``, issue 49's acceptance): 10^6 rows from 10^5 users through
+    ``privagg estimate fe1 --user-column`` and ``privagg.estimate`` on a pandas and a Polars frame, each run's
+    z-scores against the truth of its bounded data, wall time and peak RSS (``--only events``; about 90 s of
+    CPU a run, three runs).
+
 Takes about eight minutes on a 2-CPU machine (ten with the peer, plus about six for part 9), plus about
 40 s for part 8.
 """
@@ -111,6 +116,7 @@ from calibration import calibration  # noqa: E402  (benchmarks/calibration.py: p
 from sharing_service import sharing_service  # noqa: E402  (benchmarks/sharing_service.py: part 12)
 from console import console  # noqa: E402  (benchmarks/console.py: part 13)
 from partitions import partitions  # noqa: E402  (benchmarks/partitions.py: part 14)
+import event_log  # noqa: E402  (benchmarks/event_log.py: part 15)
 
 from privagg.core.hash_kernels import inverse
 from privagg.core.messages import shuffle
@@ -721,6 +727,20 @@ def heavy_hitters(report: Report) -> None:
     report.add(sdpfe_hhd.markdown(sdpfe_hhd.run(source, users=10**7)), "")
 
 
+def events(report: Report) -> None:
+    """Part 15: issue 49's acceptance at 10^6 rows (benchmarks/event_log.py), its progress on stderr."""
+    import contextlib
+    import subprocess
+    import tempfile
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
+        figures = event_log.main(["--json", str(Path(folder) / "figures.json")])
+    report.add(*event_log.markdown(figures, f"{time.strftime('%Y-%m-%d %H:%M %Z')}, commit {commit}, part of "
+                                            "`make bench`"))
+
+
 HOST_ROWS = "## Issue 48's rows on every host measured"
 HOST_HEADER = ["date", "CPU", "load at start / end", "workload", "peer, same run", "privagg", "ratio", "target"]
 
@@ -747,7 +767,7 @@ def main() -> None:
     parts = {"startup": startup, "fe1": small_fe1, "cli": large_cli, "peer": peer, "text": huge_text,
              "accountant": accountant, "sampling": sampling, "vectors": vectors,
              "baselines": baselines, "heavy": heavy_hitters, "service": service, "calibration": calibration,
-             "sharing": sharing_service, "console": console, "partitions": partitions}
+             "sharing": sharing_service, "console": console, "partitions": partitions, "events": events}
     parser.add_argument("--only", action="append", choices=parts, metavar="PART",
                         help=f"run only this part (repeatable; default: all): {', '.join(parts)}")
     args = parser.parse_args()

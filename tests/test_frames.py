@@ -301,3 +301,65 @@ def test_arguments_the_protocol_does_not_read_are_refused(events):
         with pytest.raises(ParameterError) as err:
             privagg.estimate(events, protocol, **kwargs, **RUN)
         assert err.value.field == name and f"left out for {protocol}" in str(err.value)
+
+
+def _bad_frames():
+    """(name, pandas frame or None, Polars frame maker, arguments, field, message): issue 49's bad input."""
+    import polars as pl
+
+    mixed = pd.DataFrame({"u": [1, 2, 3], "app": ["a", 2, "c"]})
+    return [
+        ("mixed items", mixed, lambda: pl.DataFrame({"u": [1, 2, 3], "app": pl.Series(["a", 2, "c"], dtype=pl.Object)}),
+         dict(user="u"), "item", "one kind of value throughout the column"),
+        ("mixed items, one row a user", mixed,
+         lambda: pl.DataFrame({"app": pl.Series(["a", 2, "c"], dtype=pl.Object)}), {}, "item", "one kind of value"),
+        ("mixed users", pd.DataFrame({"u": [1, "x", 3], "app": ["a", "b", "c"]}),
+         lambda: pl.DataFrame({"u": pl.Series([1, "x", 3], dtype=pl.Object), "app": ["a", "b", "c"]}),
+         dict(user="u"), "user", "column 'u' of a"),
+        ("nested items", None, lambda: pl.DataFrame({"app": [[1], [2], [3]]}), {}, "item",
+         "got values of type large_list<item: int64> in column 'app'"),
+        ("empty user column", pd.DataFrame({"u": pd.Series([], dtype="int64"), "app": pd.Series([], dtype=object)}),
+         None, dict(user="u"), "user", "at least 2 users with a value, got 0 in column 'u' of a"),
+        ("a row without a user", pd.DataFrame({"u": [1.0, None, 3.0], "app": ["a", "b", "c"]}), None, dict(user="u"),
+         "user", "a user on every row, got nothing on row 2 of column 'u' of a"),
+        ("a user with no item left", pd.DataFrame({"u": [1, 1, 2, 3], "app": ["a", "b", None, "c"]}), None,
+         dict(user="u", missing="drop"), "user", "got 1 users with no item"),
+        ("max_items 0", pd.DataFrame({"u": [1, 2, 3], "app": ["a", "b", "c"]}), None, dict(user="u", max_items=0),
+         "max_items", "an integer >= 1, got 0"),
+    ]
+
+
+@pytest.mark.parametrize("protocol, options", [("fe1", dict(candidates=["a", "b", "c"])),
+                                               ("fe-hh", dict(phi=0.2, max_length=4))])
+@pytest.mark.parametrize("case", [c[0] for c in _bad_frames()])
+def test_bad_input_is_named_on_pandas_and_polars(case, protocol, options):
+    """Issue 49's bad input, each a ParameterError naming the field, on a pandas and on a Polars frame, for the
+    frequency and the heavy-hitter path: mixed item types (in Polars an Object column: its values reached Arrow
+    as pointers, fe-hh then failed with ArrowInvalid), mixed user ids (a traceback on Polars), nested items (fe-hh:
+    ArrowNotImplementedError), an empty user column (was named item), a row without a user (named the item
+    column), a user left without an item by missing="drop", max_items=0."""
+    import polars as pl
+
+    _, frame, polars_frame, kwargs, field, message = next(c for c in _bad_frames() if c[0] == case)
+    frames = [f for f in (frame, polars_frame() if polars_frame else pl.from_pandas(frame)) if f is not None]
+    for f in frames:
+        with pytest.raises(ParameterError) as err:
+            privagg.estimate(f, protocol, item="app", **kwargs, **options, epsilon=1, delta=1e-8, seed=1)
+        assert err.value.field == field and message in str(err.value), str(err.value)
+
+
+def test_vectors_by_user_name_the_user_column():
+    """A vector table's row without a user names the user column (it named the vector columns)."""
+    frame = pd.DataFrame({"u": [1.0, None, 3.0], "x": [0.1, 0.2, 0.3]})
+    with pytest.raises(ParameterError, match="user must be a user on every row, got nothing on row 2 of column 'u'"):
+        privagg.estimate(frame, "blanket-vector", columns=["x"], user="u", epsilon=1, delta=1e-8, seed=1)
+
+
+def test_nested_values_in_a_parquet_file_are_named(tmp_path):
+    """fe-hh over a Parquet file whose item column holds lists: "integers or strings" (it said the file was not
+    a readable Parquet file: the cast to text failed), as the frequency path says."""
+    path = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"app": [[1], [2], [3]] * 30}), path)
+    for protocol, options in [("fe1", {}), ("fe-hh", dict(phi=0.2, max_length=4))]:
+        with pytest.raises(ParameterError, match="data must be integers or strings, got values of type list"):
+            privagg.estimate(path, protocol, item="app", epsilon=1, delta=1e-8, seed=1, **options)

@@ -374,7 +374,7 @@ API_CASES = [
         _frame_of({"u": [1, 1, 2, 3], "app": [1, "a", 2, 3]}), "fe1", item="app", user="u", epsilon=1, delta=1e-6,
         domain_size=16), "item"),
     ("estimate-user-empty", lambda f: privagg.estimate(
-        _frame_of({"u": [], "app": []}), "fe1", item="app", user="u", epsilon=1, delta=1e-6), "item"),
+        _frame_of({"u": [], "app": []}), "fe1", item="app", user="u", epsilon=1, delta=1e-6), "user"),
     ("estimate-user-missing", lambda f: privagg.estimate(
         _frame_of({"u": [1, 2], "app": [1, 2]}), "fe1", item="app", user="device", epsilon=1, delta=1e-6), "user"),
     ("estimate-max-items-0", lambda f: privagg.estimate(

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import privagg
+from privagg import ParameterError
 from privagg.cli import app
 from privagg.privacy import composition
 from privagg.privacy.description import PrivacyDescription
@@ -269,3 +270,121 @@ def test_grouped_run_is_checked_against_memory_before_it_runs(tmp_path, monkeypa
     monkeypatch.setattr(frequency, "available_memory", lambda: 1 << 20)
     with pytest.raises(ParameterError, match="set so that the run fits in memory: about 1.5e\\+03 users"):
         privagg.estimate(path, "fe1", item="app", user="device", max_items=3, domain_size=8, **RUN)
+
+
+# --- heavy hitters with L items a user (fe-hh, padded) -----------------------------------------------------------
+
+WORDS = [f"w{i}" for i in range(40)]
+
+
+def _favourites(n: int, seed: int = 1, integers: bool = False) -> pd.DataFrame:
+    """n users with 1 to 3 favourite items (Zipf over 40) and 1 to 50 rows each (heavy-tailed), every row one of
+    the user's favourites: with L = 3 the bounded data is the raw data, so the truth is pandas' count of users."""
+    rng = np.random.default_rng(seed)
+    held = rng.integers(1, 4, n)
+    rows = np.minimum(rng.zipf(1.5, n), 50)
+    users = np.repeat(np.arange(n), rows)
+    popularity = 1 / np.arange(1, 41) ** 1.2
+    favourite = rng.choice(40, size=(n, 3), p=popularity / popularity.sum())
+    items = favourite[users, rng.integers(0, 6, users.size) % held[users]]
+    return pd.DataFrame({"device": users * 13 + 5, "app": items * 3 if integers else np.array(WORDS)[items]})
+
+
+@pytest.mark.parametrize("integers", [False, True])
+def test_heavy_hitters_with_l_items_a_user(integers):
+    """fe-hh with max_items = 3 over 8,000 users each holding 1 to 3 items: the unused slots padded with a value
+    no item is (strings: the bytes 00 01; integers: B) and left out of the list; heavy still means held by phi n
+    users (fe-hh run over the n L reports at phi / L); the list's recall of the items held by 1.5 phi n and
+    precision at phi n / 2 are 1, as the detection bounds (each <= 0.05) say; each estimate within 4 stderr of the
+    users holding the item (here the raw count: no user holds more than 3), the z-scores' mean within 4 / sqrt(k);
+    the guarantee the user's (1, 1e-8) by group privacy over his 3 reports."""
+    log = _favourites(8000, integers=integers)
+    options = dict(domain_size=128) if integers else dict(max_length=3)
+    report = privagg.estimate(log, "fe-hh", item="app", user="device", max_items=3, phi=0.1, **options, **RUN)
+    assert report.n_users == 8000 and report.threshold == pytest.approx(0.1 * 8000)
+    assert report.parameters["n_users"] == 3 * 8000 and report.parameters["phi"] == pytest.approx(0.1 / 3)
+    assert report.reliable and report.theory["miss_probability"] <= 0.05
+    pad = 128 if integers else "\x00\x01"
+    assert report.survivors[-1] == len(report.heavy_hitters) + 1  # the padding's value was found, and left out
+    assert all(h.item != pad for h in report.heavy_hitters)
+    e = report.evaluation
+    assert e.heavy_items >= 3 and e.recall_strong == 1 and e.precision_loose == 1, e
+    raw = log.drop_duplicates().groupby("app").size()
+    z = [(h.estimate - raw[h.item]) / h.stderr for h in report.heavy_hitters]
+    assert all(h.true_count == raw[h.item] for h in report.heavy_hitters)
+    assert max(map(abs, z)) < 4 and abs(np.mean(z)) < 4 / math.sqrt(len(z)), z
+    privacy = report.privacy
+    assert (privacy.epsilon, privacy.delta) == pytest.approx((1.0, 1e-8), rel=1e-9)
+    assert privacy.parameters["per_report_epsilon"] == pytest.approx(1 / 3)
+    assert privacy.parameters["reports_per_user"] == 3 and "group privacy" in privacy.method_detail
+    assert "at most L = 3 distinct items" in privacy.neighbouring
+    planned = privagg.plan("fe-hh", epsilon=1, delta=1e-8, n_users=8000, max_items=3, phi=0.1, **options)
+    assert planned.stderr == pytest.approx(report.theory["standard_error_at_phi_n"], rel=1e-9)
+
+
+def test_heavy_hitters_truth_is_of_the_bounded_data():
+    """With users holding up to 3 items bounded to L = 2, an item's true count is the users holding it among
+    their 2 chosen items (at most its raw count; the counts over the list at most 2 n), and each estimate is
+    within 4 stderr of it, not of the raw count."""
+    log = _favourites(8000, seed=2)
+    report = privagg.estimate(log, "fe-hh", item="app", user="device", max_items=2, phi=0.1, max_length=3, **RUN)
+    raw = log.drop_duplicates().groupby("app").size()
+    assert report.evaluation.recall_strong == 1 and report.evaluation.precision_loose == 1
+    assert any(h.true_count < raw[h.item] for h in report.heavy_hitters)
+    for h in report.heavy_hitters:
+        assert h.true_count <= raw[h.item] and abs(h.estimate - h.true_count) < 4 * h.stderr, h
+    assert "2 distinct items" in report.warnings[0]
+
+
+def test_heavy_hitters_padding_refuses_what_it_cannot_pad(tmp_path):
+    """The unused slots need a value no item is: strings of at least 2 bytes (00 01), integers with B < 2^64;
+    refused naming the field, in the API and on the command line."""
+    log = _favourites(300)
+    with pytest.raises(ParameterError, match="max_length must be at least 2 with more than one item a user"):
+        privagg.estimate(log, "fe-hh", item="app", user="device", max_items=2, phi=0.1, max_length=1, **RUN)
+    ints = _favourites(300, integers=True)
+    with pytest.raises(ParameterError, match="domain_size must be below 2\\^64 with more than one item a user"):
+        privagg.estimate(ints, "fe-hh", item="app", user="device", max_items=2, phi=0.1, domain_size=2**64, **RUN)
+    path = tmp_path / "events.parquet"
+    log.to_parquet(path)
+    result = runner.invoke(app, ["estimate", "fe-hh", "--input", str(path), "--column", "app", "--user-column",
+                                 "device", "--max-items", "2", "--max-length", "1", "--phi", "0.1", "--epsilon", "1",
+                                 "--delta", "1e-8"])
+    assert result.exit_code == 2 and "max-length must be at least 2 with more than one item" in result.output, \
+        result.output
+
+
+def test_heavy_hitters_command_line_matches_the_api(tmp_path):
+    """privagg estimate fe-hh --user-column --max-items 2 on a Parquet file: the API's list on the pandas and
+    the Polars frame (same seed), n the users, the guarantee the user's."""
+    import polars as pl
+
+    log = _favourites(6000, seed=4)
+    path = tmp_path / "events.parquet"
+    log.to_parquet(path)
+    result = runner.invoke(app, ["estimate", "fe-hh", "--input", str(path), "--column", "app", "--user-column",
+                                 "device", "--max-items", "2", "--max-length", "3", "--phi", "0.1", "--epsilon", "1",
+                                 "--delta", "1e-8", "--seed", "7", "--json"])
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.stdout)
+    listed = lambda r: [(h.item, round(h.estimate, 6)) for h in r.heavy_hitters]  # noqa: E731
+    for frame in (log, pl.from_pandas(log)):
+        api = privagg.estimate(frame, "fe-hh", item="app", user="device", max_items=2, phi=0.1, max_length=3,
+                               **RUN)
+        assert listed(api) == [(h["item"], round(h["estimate"], 6)) for h in cli["heavy_hitters"]] != []
+    assert cli["n_users"] == 6000 and cli["privacy"]["epsilon"] == pytest.approx(1.0)
+    assert cli["privacy"]["parameters"]["reports_per_user"] == 2
+
+
+def test_calibrate_l_items_names_the_domain_and_length_as_typed():
+    """privagg calibrate --max-items L: a bad --domain is named with the value typed (it said "got 1" for
+    --domain 0: the unused slots' code was added first), fe-hh's --max-length as the option."""
+    for args, message in [(["fe1", "--domain", "0"], "domain must be an integer >= 2, got 0"),
+                          (["fe-hh", "--max-length", "1", "--phi", "0.1"], "max-length must be at least 2"),
+                          (["fe-hh", "--domain", str(2**64), "--phi", "0.1"], "domain must be below 2^64")]:
+        result = runner.invoke(app, ["calibrate", *args, "--users", "8000", "--epsilon", "1", "--delta", "1e-8",
+                                     "--max-items", "3"])
+        assert result.exit_code == 2 and message in result.output, result.output
+    planned = runner.invoke(app, ["calibrate", "fe-hh", "--users", "8000", "--max-length", "3", "--phi", "0.1",
+                                  "--epsilon", "1", "--delta", "1e-8", "--max-items", "3"])
+    assert planned.exit_code == 0 and "24000 reports" in planned.stdout and "by group privacy" in planned.stdout

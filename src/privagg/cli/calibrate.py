@@ -64,9 +64,11 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
                 planned = plan(entry.name, epsilon=epsilon, delta=delta, n_users=users, max_items=max_items,
                                domain_size=domain, calibration=calibration.value, item_key=key, **options)
             except ParameterError as err:
-                if err.field != "max_items":
+                from .estimate import CLI_FIELDS
+
+                if err.field not in ("max_items", "max_length", "domain_size"):
                     raise
-                raise ParameterError("max-items", err.accepted, err.got) from None
+                raise ParameterError(CLI_FIELDS[err.field], err.accepted, err.got) from None
             params = planned.parameters
             privacy = params.privacy.with_event(Composed(
                 params.privacy.event, max_items, planned.epsilon, planned.delta, planned.method, planned.detail,
@@ -186,7 +188,7 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
             1, "--max-items", help="L items a user (estimate --user-column --max-items L): the run over n L reports, "
                                    "at the per-report budget that keeps each user at --epsilon, --delta; prints the "
                                    "expected error an item and both guarantees."))]
-          if entry.result is ResultKind.FREQUENCY_TABLE else []),
+          if entry.result in (ResultKind.FREQUENCY_TABLE, ResultKind.HEAVY_HITTER_LIST) else []),
         *(_graph_options() if entry.topology is Topology.SECRET_SHARING else []),  # DPDS, DPDG (metadata only)
         _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
         _verbose_option(),

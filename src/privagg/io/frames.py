@@ -53,6 +53,13 @@ def frame_table(data: Any, columns: list[str], fields: list[str]) -> pa.Table:
             _pick_column(names, column, header=True)
         except ParameterError as err:
             raise ParameterError(field, f"a column of {frame_name(data)}: {err.accepted}", err.got) from None
+    if kind in ("polars", "polars-lazy"):
+        schema = data.collect_schema() if kind == "polars-lazy" else data.schema
+        for column, field in zip(columns, fields):
+            if str(schema[column]) == "Object":  # Python objects: Arrow would get their pointers
+                raise ParameterError(field, "one kind of value throughout the column (integers or strings)",
+                                     f"column {column!r} of {frame_name(data)} holds Python objects (dtype "
+                                     "Object: mixed kinds)")
     if kind == "pandas":
         table = _from_pandas(data, columns, fields)
     elif kind == "polars":
@@ -64,8 +71,13 @@ def frame_table(data: Any, columns: list[str], fields: list[str]) -> pa.Table:
 
         table = ds.dataset(data, format="parquet").to_table(columns=columns)
     out = []
-    for column in table.columns:
+    for name, field, column in zip(columns, fields, table.columns):
         column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        plain = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+        if pa.types.is_nested(plain) or pa.types.is_binary(plain) or pa.types.is_large_binary(plain) or \
+                pa.types.is_fixed_size_binary(plain):
+            raise ParameterError(field, "a column of plain values (numbers or strings)",
+                                 f"values of type {column.type} in column {name!r} of {frame_name(data)}")
         if pa.types.is_large_string(column.type) or pa.types.is_string_view(column.type):
             column = column.cast(pa.string())
         elif pa.types.is_floating(column.type):

@@ -141,6 +141,10 @@ def typed_items(blocks: Iterable[_Block], fmt: InputFormat, field: str, source: 
     for block in blocks:
         block, lost = _without_missing(block, fmt, field, source)
         dropped += lost
+        kind = block.values.type
+        if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or \
+                pa.types.is_fixed_size_binary(kind):  # not text, whatever a cast would make of it
+            raise ParameterError(field, "integers or strings", f"values of type {kind} in {source}")
         values += pc.cast(block.values, pa.string()).to_pylist()
     if fmt.item_type == "str" or not values:
         return values, dropped

@@ -64,15 +64,16 @@ def user_keys(values: pa.Array) -> np.ndarray:
 
 
 def user_records(blocks: Iterable[_Block], fmt: InputFormat, encode, field: str, user_field: str,
-                 source: Path | str) -> Iterator[np.ndarray]:
+                 source: Path | str, user_source: Path | str) -> Iterator[np.ndarray]:
     """The (user, code) records of ``blocks`` (each carrying its rows' users): a row without a user is an error
-    naming it; a row without an item is refused or (``missing="drop"``) kept as :data:`NO_ITEM`, so that a user
-    left with none is found when grouping; ``encode(block)``: the codes of a block's items."""
+    naming it (of ``user_source``: a file, or a frame's user column); a row without an item is refused or
+    (``missing="drop"``) kept as :data:`NO_ITEM`, so that a user left with none is found when grouping;
+    ``encode(block)``: the codes of a block's items."""
     for block in blocks:
         users = block.users
         if users.null_count:
             row = int(np.flatnonzero(users.is_null().to_numpy(zero_copy_only=False))[0])
-            raise ParameterError(user_field, "a user on every row", f"nothing on {block.where(row, source)}")
+            raise ParameterError(user_field, "a user on every row", f"nothing on {block.where(row, user_source)}")
         keys = user_keys(users)
         kept, lost = _without_missing(block, fmt, field, source)
         records = np.empty(len(keys), dtype=RECORD)

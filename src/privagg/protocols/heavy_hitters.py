@@ -58,6 +58,7 @@ MAX_LENGTH_MAX = 64  # bytes of a string value
 DEFAULT_MAX_LENGTH = 32  # the command line's --max-length for strings
 FIRST_LEVEL_BITS_MAX = 24  # 2^24 prefixes counted at the first level: 64 MiB of int32 counters per thread
 STRING_STEP = 8
+UNUSED_SLOT = b"\x00\x01"  # a string value no user's item is: a zero byte (refused in items), then a non-zero one
 SURVIVORS_PER_PHI = 4  # at most 4 / phi prefixes survive a level (at most 2 / phi hold phi n / 2 users each)
 
 
@@ -418,6 +419,38 @@ class HeavyHitterParameters(FrozenParameters):
             caveats=("discovered items are outputs of the private protocol and are reported by name",)))
 
     # --- values --------------------------------------------------------------------------------------------
+    @staticmethod  # reached through the registry's entry: the simulator imports no protocol module
+    def padded(values: Sequence, unused: np.ndarray, domain_size: int | None, max_length: int | None, phi,
+               reports: int):
+        """fe-hh over the n L = ``reports`` x n reports of users with L items each (docs/privacy.md, "Many rows a
+        user", "Heavy hitters with L items a user"): (the checked values, each ``unused`` slot (a mask) set to a
+        value no user's item can be; the domain_size to calibrate for; phi / L, so that the threshold phi / L x n L
+        still counts phi n users; that value as the list would report it).
+
+        Integers of [0, B): the value B, calibrated over B + 1 values (so B < 2^64). Strings: the bytes 00 01
+        (:data:`UNUSED_SLOT`): items are refused with a zero byte, and the non-zero byte after it keeps it apart
+        from the empty string (all zero bytes); so ``max_length`` >= 2. The value is one more value of the W-bit space,
+        coded and counted as any other: no user's estimate is biased by it, and it is left out of the list."""
+        share = None if phi is None else _check_phi(phi) / reports
+        held = [v for v, slot in zip(values, unused.tolist()) if not slot]
+        if max_length is None:
+            if domain_size is None:
+                raise ParameterError.required("domain_size", "for integer items: B (items in [0, B))")
+            domain_size = check_integer("domain_size", domain_size, 2)
+            if domain_size >= INTEGER_DOMAIN_MAX:
+                raise ParameterError("domain_size", "below 2^64 with more than one item a user (a user's unused slots "
+                                     "take the value B, which must fit 64 bits)", domain_size)
+            checked = np.full(len(values), domain_size, dtype=np.uint64)
+            checked[~unused] = _check_integers(held, domain_size)
+            return checked, domain_size + 1, share, int(domain_size)
+        if check_integer("max_length", max_length, 1) < 2:
+            raise ParameterError("max_length", "at least 2 with more than one item a user (a user's unused slots take "
+                                 "the 2-byte value 00 01, which no string item holds)", max_length)
+        checked = np.zeros((len(values), max_length), dtype=np.uint8)
+        checked[~unused] = _check_strings(held, max_length)
+        checked[unused, :len(UNUSED_SLOT)] = np.frombuffer(UNUSED_SLOT, dtype=np.uint8)
+        return checked, domain_size, share, UNUSED_SLOT.decode()
+
     def check_values(self, values) -> np.ndarray:
         """Integers in [0, B) as uint64, or strings (str as UTF-8, or bytes) of at most L bytes and no zero
         byte as an (n, L) uint8 matrix padded with zeros; anything else is an error naming the row."""
@@ -474,6 +507,8 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
 
 
 def _check_strings(values, max_length: int) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == np.uint8 and values.shape[1:] == (max_length,):
+        return values  # already checked (:func:`padded`'s matrix: the rows as the clients code them)
     if isinstance(values, (str, bytes)):
         raise ParameterError("items", "a sequence of strings, one per user", "a single string")
     check_sequence("items", values, "a sequence of strings, one per user")

@@ -53,7 +53,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     number of distinct users, and ``epsilon``, ``delta`` the user's guarantee (docs/privacy.md, "Many rows a
     user"). Items: each user's rows bounded to ``max_items`` = L distinct items chosen uniformly at random with
     the run's randomness, the protocol run over L reports a user (padded), its per-report budget what the
-    composition leaves (:mod:`privagg.privacy.composition`; ``plan`` shows it beforehand). Vectors: a user's
+    composition leaves (:mod:`privagg.privacy.composition`; ``plan`` shows it beforehand); fe-hh runs at phi / L
+    over the n L reports, so that heavy still means held by phi n users among their bounded items. Vectors: a user's
     rows summed and clipped to [0, 1]^d (the sparse protocols: weights summed per coordinate and clipped, one
     coordinate a user), or ``max_rows`` = R rows (coordinates) a user sampled, R reports a user.
     """
@@ -109,9 +110,9 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
         raise ParameterError.required("item", "the name of the column of items, one row a user")
     source = _source(data, item)
     if entry.result is ResultKind.HEAVY_HITTER_LIST:
-        return _heavy_hitters(data, kind, fmt, source, user=user, epsilon=epsilon, delta=delta, phi=phi,
-                              domain_size=domain_size, max_length=max_length, calibration=calibration, seed=seed,
-                              evaluate=evaluate)
+        return _heavy_hitters(data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
+                              phi=phi, domain_size=domain_size, max_length=max_length, calibration=calibration,
+                              seed=seed, evaluate=evaluate)
     return _frequencies(entry, data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
                         domain_size=domain_size, candidates=candidates, top=top, seed=seed, evaluate=evaluate,
                         calibration=calibration, hash_key=hash_key, full_domain=full_domain, mode=mode,
@@ -171,6 +172,7 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
         grouped = read_grouped(data, kind, fmt, user, encoder, max_items, encoder.domain_size, seed,
                                str(data) if kind == "file" else source)
         read = ReadSummary(grouped.codes.ravel())
+        _check_users("user", grouped.n_users, 0, str(data) if kind == "file" else _source(data, user))
         source = str(data) if kind == "file" else source
         per = budget(entry, epsilon, delta, max_items)
         epsilon, delta = per.epsilon, per.delta
@@ -203,19 +205,24 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
     return with_left_out(report, read.dropped)
 
 
-def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length, user, **run: Any):
+def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length, user, max_items, **run: Any):
+    import numpy as np
+
     from ..io import read_items
     from ..io.items import typed_items
     from ..protocols.registry import DEFAULT_MAX_LENGTH
     from .heavy_hitters import estimate_heavy_hitters
     from .users import DistinctValues, budget, read_grouped, stated_of_users
 
-    grouped = None
+    grouped, unused = None, None
     if user is not None:
         distinct = DistinctValues()
-        grouped = read_grouped(data, kind, fmt, user, distinct, 1, 0, run["seed"],
+        grouped = read_grouped(data, kind, fmt, user, distinct, max_items, distinct.domain_size, run["seed"],
                                str(data) if kind == "file" else source)
-        values, dropped = distinct.values_of(grouped.codes.ravel()), 0
+        codes = grouped.codes.ravel()
+        unused = codes == distinct.domain_size
+        _check_users("user", grouped.n_users, 0, str(data) if kind == "file" else _source(data, user))
+        values, dropped = distinct.values_of(np.where(unused, 0, codes)), 0
         source = str(data) if kind == "file" else source
     elif kind == "file":
         values, dropped = read_items(data, fmt, field="data")
@@ -224,7 +231,7 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
         table = frame_table(data, [fmt.column], ["item"])
         values, dropped = typed_items(table_blocks(table, fmt.column), fmt, "item", source,
                                       lambda i: f"value {i + 1} of {source}")
-    _check_users("data" if kind == "file" else "item", len(values), dropped, source)
+    _check_users("data" if kind == "file" else "item", len(values) // max_items, dropped, source)
     strings = isinstance(values, list) and values and isinstance(values[0], str)
     if strings and max_length is None:
         max_length = DEFAULT_MAX_LENGTH
@@ -232,11 +239,21 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
         raise ParameterError("max_length", "left out for integer items (domain_size B sets their range)", max_length)
     if run["calibration"] is None:
         run["calibration"] = registry.get("fe-hh").calibrations[0]
-    report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, **run)
+    per, slot = None, None
+    if user is not None:
+        per = budget(registry.get("fe-hh"), run["epsilon"], run["delta"], max_items)
+        run.update(epsilon=per.epsilon, delta=per.delta)
+    if max_items > 1:  # the n L reports: unused slots padded, heavy still phi n of the n users (docs/privacy.md)
+        values, run["domain_size"], run["phi"], slot = registry.get("fe-hh").parameters.padded(
+            values, unused, run["domain_size"], max_length, run["phi"], max_items)
+    report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, unused_slot=slot, **run)
     if user is not None:
         evaluate = run["seed"] is not None if run["evaluate"] is None else run["evaluate"]
-        per = budget(registry.get("fe-hh"), run["epsilon"], run["delta"], 1)
         stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluate)
+    if max_items > 1:
+        report.warnings.insert(1, f"fe-hh ran over the {len(values):,} reports ({max_items} a user, a user's unused "
+                               f"slots padded with a value no item is, left out of the list) at phi / L = "
+                               f"{run['phi']:.4g}: the threshold phi n counts users")
     return with_left_out(report, dropped)
 
 

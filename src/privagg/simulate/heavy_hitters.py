@@ -95,8 +95,11 @@ def check_detection(parameters) -> None:
 def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
                            max_length: int | None = None, calibration: str = "hockey_stick", seed: int | None = None,
                            input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
-                           evaluate: bool | None = None):
+                           evaluate: bool | None = None, unused_slot: int | str | None = None):
     """Simulate fe-hh over ``values`` (integers of [0, B), or strings with ``max_length``); returns (report, result).
+
+    ``unused_slot``: the value (as the list names it) that :func:`privagg.protocols.heavy_hitters.padded` gave
+    the users' unused slots, ``values`` then its checked array: left out of the list and of the true counts.
 
     ``seed``: a reproducible simulation (the report's privacy block says it is not private), which also fixes
     the public prefix-code key; None draws every party's randomness, and the key, securely. ``evaluate``
@@ -143,6 +146,8 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
 
     truth = _true_counts(values if max_length is not None else checked, parameters, result.items) if evaluate \
         else None
+    if truth is not None:
+        truth.pop(unused_slot, None)
     privacy = parameters.privacy
     randomness = describe(seed)
     if seed is not None:
@@ -152,11 +157,13 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
         privacy = privacy.as_evaluation("each reported item's true count and the recall and precision of the list")
     report = HeavyHitterReport(
         **Analysis.of(parameters).release(result, privacy, truth=truth, warnings=warnings),
-        evaluation=score(result.items.tolist(), truth, parameters.threshold) if evaluate else None,
+        evaluation=score([i for i in result.items.tolist() if i != unused_slot], truth, parameters.threshold)
+        if evaluate else None,
         simulation=Simulation("faithful", randomness, False, seconds,
                               {"clients": {"sent": sent}, "shuffler": {"received": sent, "sent": sent},
                                "analyzer": {"received": sent, "malformed": result.malformed}}),
         input=input_name)
+    report.heavy_hitters = [h for h in report.heavy_hitters if h.item != unused_slot]
     return report, result
 
 
@@ -175,6 +182,8 @@ def _true_counts(values, parameters, reported) -> dict:
         counts = np.searchsorted(values, items, side="right") - np.searchsorted(values, items, side="left")
         return dict(zip(items.tolist(), counts.tolist()))
     truth: Counter = Counter()
+    if isinstance(values, np.ndarray):  # checked rows: as bytes, the padding zeros dropped
+        values = values.view(f"S{values.shape[1]}").ravel().tolist()
     for item, count in Counter(values).items():
         truth[item if isinstance(item, str) else bytes(item).decode("utf-8", errors="backslashreplace")] += count
     return dict(truth)

@@ -19,15 +19,16 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
                     domain_size, candidates, seed, evaluate, epsilon: float, delta: float, calibration, mode: str,
                     **options: Any):
     from ..io.users import RECORD, bound_codes, user_keys
-    from .frames import _check_users, _integers
+    from .frames import _check_users, _integers, _source
     from .frequency import estimate_vector_sum
     from .users import budget, bounding_rng, stated_of_users
 
     table, source = _user_table(data, kind, columns, fmt, user)
+    of_users = source if kind == "file" else _source(data, user)  # how errors of the user column name it
     users = table.column(user).combine_chunks()
     if users.null_count:
         row = int(np.flatnonzero(users.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ParameterError("user", "a user on every row", f"nothing on row {row + 1} of {source}")
+        raise ParameterError("user", "a user on every row", f"nothing on row {row + 1} of {of_users}")
     keys = user_keys(users)
     inputs, keys = _vectors(table.drop_columns([user]), keys, fmt, source, "data" if kind == "file" else "columns")
     sparse = entry.one_sparse
@@ -51,7 +52,7 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
     chosen, truncated, _ = bound_codes(records, reports, len(pool), run_key(bounding_rng(seed)))
     padded = np.vstack([pool, np.zeros((1, pool.shape[1]))])[chosen.ravel()]
     n = len(chosen)
-    _check_users("user", n, 0, source)
+    _check_users("user", n, 0, of_users)
     per = budget(entry, epsilon, delta, reports)
     coordinates = None if candidates is None else _integers("candidates", candidates)
     report, _ = estimate_vector_sum(entry.name, padded, epsilon=per.epsilon, delta=per.delta, seed=seed,

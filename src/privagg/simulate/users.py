@@ -57,9 +57,6 @@ def check_bounding(entry, max_items: Any, max_rows: Any) -> tuple[int, int | Non
                              "rests on each category held by at least beta n users, a condition on one category a "
                              "user that L > 1 reports a user would break (docs/privacy.md, \"Many rows a user\")",
                              max_items)
-    if max_items > 1 and entry.result is ResultKind.HEAVY_HITTER_LIST:
-        raise ParameterError("max_items", f"1 for {entry.name}: padding a user's unused slots needs an item no user "
-                             "holds, which fe-hh's strings do not leave (not implemented)", max_items)
     return max_items, max_rows
 
 
@@ -80,7 +77,7 @@ def read_grouped(data, kind: str, fmt: InputFormat, user: str, encoder, reports:
     import pyarrow as pa
 
     from ..io.files import _unreadable, estimated_rows
-    from ..io.frames import frame_table
+    from ..io.frames import frame_name, frame_table
     from ..io.items import _ItemTyper
     from ..io.users import group_items, run_key, user_records
 
@@ -102,7 +99,8 @@ def read_grouped(data, kind: str, fmt: InputFormat, user: str, encoder, reports:
                          users=table.column(1).combine_chunks())]
         rows = table.num_rows
     typer = _ItemTyper(fmt.item_type, field, source)
-    records = user_records(blocks, fmt, lambda block: typer.encode(block, encoder, False), field, user_field, source)
+    records = user_records(blocks, fmt, lambda block: typer.encode(block, encoder, False), field, user_field, source,
+                           source if kind == "file" else f"column {user!r} of {frame_name(data)}")
     try:
         return group_items(records, reports, pad, key, memory, rows, user_field)
     except (OSError, pa.ArrowException) as err:
@@ -204,18 +202,25 @@ def plan(protocol: str, *, epsilon: float, delta: float | None = None, n_users: 
     ``max_items`` = L items each, at the user's (``epsilon``, ``delta``), before any data is read: the protocol
     calibrated for the n L reports (each user padded to L) at the per-report budget the composition leaves
     (:mod:`privagg.privacy.composition`). ``domain_size``: B (default 2^24 for a hashed protocol; a padded run
-    adds one code for L > 1 when B is given)."""
+    adds one code for L > 1 when B is given). fe-hh: ``phi`` of the n users (the run over n L reports at phi / L),
+    ``max_length`` for strings; its ``stderr`` is at phi n holders."""
     entry = registry.get(protocol)
     n_users = check_integer("n_users", n_users, 2)  # the protocol's calibration checks the n L reports
     max_items, _ = check_bounding(entry, max_items, None)
     delta = 0.0 if delta is None else delta
     per = budget(entry, epsilon, delta, max_items)
-    if domain_size is None:
+    if entry.result is ResultKind.HEAVY_HITTER_LIST:
+        if max_items > 1:  # as estimate runs fe-hh: n L reports, padded, at phi / L (docs/privacy.md)
+            import numpy as np
+
+            _, domain_size, options["phi"], _ = entry.parameters.padded(
+                [], np.zeros(0, dtype=bool), domain_size, options.get("max_length"), options.get("phi"), max_items)
+    elif domain_size is None:
         domain_size = 2**24 if entry.result is ResultKind.FREQUENCY_TABLE and not entry.small_domain else None
         if domain_size is None:
             raise ParameterError.required("domain_size", f"for {protocol}: B, the number of possible items (or d)")
     elif max_items > 1:
-        domain_size += 1  # the unused slots' code
+        domain_size = check_integer("domain_size", domain_size, 2) + 1  # the unused slots' code
     parameters = registry.calibrate(protocol, epsilon=per.epsilon, delta=per.delta, n_users=n_users * max_items,
                                     domain_size=domain_size, calibration=calibration, **options)
     stderr = float(parameters.expected_error()["standard_error"])
