@@ -366,6 +366,41 @@ def record_role(role: str) -> None:
     op.bulk_insert(table, [{"role": role}])
 
 
+IDENTITY_COLUMNS = (("organisation_key", "task_signature", "signed_roster"), ("identity_key", "binding"),
+                    ("signature",), ("signature",))  # a round server's tasks, roster, messages, relayed messages
+
+
+def add_identities(tables: tuple[str, str, str, str], revision: str) -> None:
+    """The Alembic step that adds the identities of issue 46 (migrations s0004, s1_0004) to a round server's
+    ``tables`` (tasks, roster, messages, relayed messages: :data:`IDENTITY_COLUMNS`) and fails every task enrolling
+    or running at the upgrade: its users enrolled no identity and no organisation signed it, so it cannot go on; it
+    keeps its round and what was published."""
+    import json
+
+    from alembic import op
+
+    for table, columns in zip(tables, IDENTITY_COLUMNS):
+        with op.batch_alter_table(table) as batch:
+            for column in columns:
+                batch.add_column(sa.Column(column, sa.Text if column == "signed_roster" else sa.LargeBinary))
+    unsigned = (f"the task was enrolling or running when its server was upgraded to signed rosters ({revision}): its "
+                "users enrolled no identity and no organisation signed it, so it cannot go on; nothing was released "
+                "(create it again, with privagg task create --organisation-key)")
+    tasks = sa.table(tables[0], sa.column("status"), sa.column("deadline"), sa.column("outcome"))
+    op.get_bind().execute(sa.update(tasks).where(tasks.c.status.in_(("enrolling", "running"))).values(
+        status="failed", deadline=None, outcome=json.dumps({"failed": unsigned})))
+
+
+def drop_identities(tables: tuple[str, str, str, str]) -> None:
+    """:func:`add_identities` undone: its columns dropped (the failed tasks stay failed)."""
+    from alembic import op
+
+    for table, columns in zip(tables, IDENTITY_COLUMNS):
+        with op.batch_alter_table(table) as batch:
+            for column in columns:
+                batch.drop_column(column)
+
+
 def _seconds(field: str, value: float) -> float:
     try:
         seconds = float(value)

@@ -11,37 +11,19 @@ Revision ID: s0004
 Revises: s0006 (the budget's, merged first; this revision was numbered before it)
 """
 
-import json
-
-import sqlalchemy as sa
-from alembic import op
+from privagg.service.storage import add_identities, drop_identities
 
 revision = "s0004"
 down_revision = "s0006"
 branch_labels = None
 depends_on = None
 
-COLUMNS = {"sharing_tasks": ("organisation_key", "task_signature", "signed_roster"),
-           "roster": ("identity_key", "binding"), "round_messages": ("signature",), "relayed_messages": ("signature",)}
-
-
-UNSIGNED = ("the task was enrolling or running when its server was upgraded to signed rosters (%s): its users "
-            "enrolled no identity and no organisation signed it, so it cannot go on; nothing was released (create it "
-            "again, with privagg task create --organisation-key)" % revision)
+TABLES = ("sharing_tasks", "roster", "round_messages", "relayed_messages")  # tasks, roster, messages, relayed messages
 
 
 def upgrade() -> None:
-    for table, columns in COLUMNS.items():
-        with op.batch_alter_table(table) as batch:
-            for column in columns:
-                batch.add_column(sa.Column(column, sa.Text if column == "signed_roster" else sa.LargeBinary))
-    tasks = sa.table("sharing_tasks", sa.column("status"), sa.column("deadline"), sa.column("outcome"))
-    op.get_bind().execute(sa.update(tasks).where(tasks.c.status.in_(("enrolling", "running"))).values(
-        status="failed", deadline=None, outcome=json.dumps({"failed": UNSIGNED})))
+    add_identities(TABLES, revision)
 
 
 def downgrade() -> None:
-    for table, columns in COLUMNS.items():
-        with op.batch_alter_table(table) as batch:
-            for column in columns:
-                batch.drop_column(column)
+    drop_identities(TABLES)
