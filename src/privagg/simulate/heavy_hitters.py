@@ -59,7 +59,8 @@ def walk_steps(parameters, noise_only: bool = False) -> float:
     the first level), so a level whose parents are F_k follows F_{k+1} = min(survivor_cap, 2^step p_0 F_k) empty
     children, from F_0 = min(survivor_cap, false_first_level): once 2^step p_0 >= 1 the noise alone fills the cap
     at every level (fe-hh over n L reports at phi / L: 744 false prefixes at the first level of 2^16 at 100,000
-    users, L = 3, phi 0.01, 8-byte strings)."""
+    users, L = 3, phi 0.01, 8-byte strings). p_0 is the normal approximation's, low in its far tail: the runs
+    kept 1.4 to 4 times F_k where it was below the cap (docs/derivations.md, "Heavy hitters")."""
     p = parameters
     if p.levels < 2:
         return 0.0
@@ -110,6 +111,23 @@ def check_walk(parameters, max_items: int = 1) -> None:
                f"{p.detection()['false_first_level']:.0f} at the first level) fill the {p.survivor_cap} followed")
     raise ParameterError("phi", f"larger (--phi {fits:.2g} fits), or {shorter} ({p.levels} levels now){fewer}: "
                          f"{why}", p.phi * max_items)
+
+
+def check_detection(parameters) -> None:
+    """Refuse, before any message is made, a tree walk whose list would mean nothing: one whose bound on missing
+    an item held by 1.5 phi n users is vacuous (at least 1, the union over the levels saturated: at 10,000 users,
+    phi 0.1 and 40 levels of strings the walk listed 40 random strings under "missed w.p. <= 1"). A bound above
+    0.05 and below 1 still gives a list, printed NOT A RELIABLE LIST."""
+    p = parameters
+    miss = p.detection()["miss_probability"]
+    if miss < 1:
+        return
+    fewer = "a shorter --max-length" if p.max_length is not None else "a smaller --domain"
+    raise ParameterError("phi", f"larger, or more users, a larger --epsilon, or fewer levels ({fewer}; "
+                         f"{p.levels} now): at {p.n_users:,} users an item held by 1.5 phi n = "
+                         f"{1.5 * p.threshold:,.0f} users could be missed with probability up to {miss:.2g} "
+                         f"(standard error {p.detection()['standard_error_at_phi_n']:,.0f} at phi n = "
+                         f"{p.threshold:,.0f}): the guarantee would say nothing, and the list be noise", p.phi)
 
 
 def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
