@@ -107,7 +107,8 @@ def write_data(folder: Path, items: np.ndarray) -> tuple[Path, Path]:
 
 
 def measure(cmd: list[str], cwd: Path, env: dict, log: Path) -> dict:
-    """Run ``cmd`` to completion under GNU time: wall seconds, peak RSS (KiB) and CPU seconds of the child.
+    """Run ``cmd`` to completion under GNU time: wall seconds, peak RSS (KiB) and CPU seconds of the child, and
+    the one-minute load average as it starts.
 
     ``/usr/bin/time`` is what a user would run; measuring from this Python
     process instead would be wrong: Linux keeps a process's peak RSS across
@@ -118,6 +119,7 @@ def measure(cmd: list[str], cwd: Path, env: dict, log: Path) -> dict:
     if timer is None:
         raise RuntimeError("GNU time is needed for honest peak-memory figures: apt-get install time")
     stats = log.with_suffix(".time")
+    load = os.getloadavg()[0]  # the one-minute load average as the run starts (what `uptime` shows first)
     with open(log, "wb") as out:
         proc = subprocess.run([timer, "-f", "%e %M %U %S", "-o", str(stats), *map(str, cmd)], cwd=cwd, env=env,
                               stdout=out, stderr=subprocess.STDOUT)
@@ -125,7 +127,7 @@ def measure(cmd: list[str], cwd: Path, env: dict, log: Path) -> dict:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited with {proc.returncode}:\n{tail}")
     wall, rss, user, system = stats.read_text().split()[-4:]
-    return {"wall_s": float(wall), "peak_rss_kib": int(rss), "cpu_s": float(user) + float(system)}
+    return {"wall_s": float(wall), "peak_rss_kib": int(rss), "cpu_s": float(user) + float(system), "load": load}
 
 
 def parse_peer(work: Path, log: Path) -> dict:
@@ -225,6 +227,7 @@ def run(sdpfe_dir, repeats: int = REPEATS, privagg=None) -> dict:
         "peer": {**figures(peer_runs), "stages_s": peer_stages},
         "privagg": {**figures(ours_runs), "stages_s": ours_stages, "cold_wall_s": warm_ours["wall_s"]},
         "ratio_wall": summary([p["wall_s"] / o["wall_s"] for (p, _), (o, _) in zip(peer_runs, ours_runs)]),
+        "runs": [{"peer": p, "privagg": o} for (p, _), (o, _) in zip(peer_runs, ours_runs)],
         "ratio_peak_rss": summary([p["peak_rss_kib"] / o["peak_rss_kib"]
                                    for (p, _), (o, _) in zip(peer_runs, ours_runs)]),
         "peer_report": last_peer,
@@ -266,6 +269,15 @@ def markdown(res: dict) -> str:
         "",
         "The peer runs on one thread; privagg's analyzer uses numba's threads (one per core). The wall-time "
         "ratio is what a user waits for; the CPU-time ratio compares the work done.",
+        "",
+        "Every run, in the order run (load: the one-minute load average as each started):",
+        "",
+        "| pair | peer wall s | peer CPU s | load | privagg wall s | privagg CPU s | load | wall ratio | CPU ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(f"| {i} | {r['peer']['wall_s']:.2f} | {r['peer']['cpu_s']:.2f} | {r['peer']['load']:.2f} | "
+          f"{r['privagg']['wall_s']:.2f} | {r['privagg']['cpu_s']:.2f} | {r['privagg']['load']:.2f} | "
+          f"{r['peer']['wall_s'] / r['privagg']['wall_s']:.2f}x | {r['peer']['cpu_s'] / r['privagg']['cpu_s']:.2f}x |"
+          for i, r in enumerate(res.get("runs", []), 1)),
         "",
         f"privagg's first (warm-up) run, which compiled the numba kernels: {res['privagg']['cold_wall_s']:.2f} s.",
         "",

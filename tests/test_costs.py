@@ -279,3 +279,35 @@ def test_compare_refuses_hours_of_full_domain_runs():
     refused("compare", "--protocols", "fe1,olh", "--epsilon", "1", "--delta", "1e-8", "--trials", str(10**6))
     works("compare", "--protocols", "fe1,olh", "--epsilon", "1", "--delta", "1e-8", "--domain", str(2**40),
           "--trials", "1000")  # every run refused at once (no candidates past 2^24): rows saying so
+
+
+def test_fe_hh_refuses_a_walk_that_noise_alone_makes_long(tmp_path):
+    """100,000 users of an event log, 3 items each, phi 0.01, 8-byte strings: fe-hh over the 300,000 reports at
+    phi / 3 lets about 744 noise prefixes through its first level, which fill the 1,200 followed at every level
+    (5.07e11 steps, under WALK_STEPS_MAX): it ran past 20 minutes. Refused before the walk, in the users' phi,
+    naming the ways out and the time."""
+    from privagg.errors import ParameterError
+    from privagg.protocols.heavy_hitters import calibrate_fe_hh
+    from privagg.simulate.heavy_hitters import WALK_SECONDS_MAX, check_walk, walk_seconds, walk_steps
+    from privagg.simulate.users import plan
+
+    parameters = plan("fe-hh", epsilon=1, delta=1e-8, n_users=100_000, max_items=3, phi=0.01,
+                      max_length=8).parameters
+    assert walk_seconds(walk_steps(parameters, noise_only=True)) > WALK_SECONDS_MAX
+    with pytest.raises(ParameterError) as refusal:
+        check_walk(parameters, 3)
+    assert refusal.value.got == 0.01 and "--phi 0.017 fits" in refusal.value.accepted
+    fits = plan("fe-hh", epsilon=1, delta=1e-8, n_users=100_000, max_items=3, phi=0.017, max_length=8).parameters
+    check_walk(fits, 3)  # the phi it names
+    # the noise's steps are the bound's share that no data avoids: none on the bundled words at phi 0.01
+    words = calibrate_fe_hh(1, 1e-9, 10**6, None, 0.01, 64, "hockey_stick")
+    assert walk_steps(words, noise_only=True) < 1e-6 * walk_steps(words)
+    log = tmp_path / "events.csv"
+    log.write_text("device,app\n" + "".join(f"{i // 3},app{i * 7919 % 1000}\n" for i in range(300_000)))
+    message = refused("estimate", "fe-hh", "--input", str(log), "--user-column", "device", "--column", "app",
+                      "--max-items", "3", "--phi", "0.01", "--max-length", "8", "--epsilon", "1", "--delta", "1e-8",
+                      "--seed", "1")
+    assert message.startswith("error: phi must be larger (--phi 0.017 fits), or a shorter --max-length (7 levels "
+                              "now), or a smaller --max-items (3 now): the analyzer's walk over 300,000 reports' "
+                              "(3 a user) messages would take about "), message
+    assert "noise prefixes alone (about 744 at the first level) fill the 1200 followed" in message, message

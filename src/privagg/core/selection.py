@@ -30,8 +30,10 @@ def sorted_slice(values: np.ndarray, start: int, count: int = 1, overwrite: bool
         sample = np.sort(values[::n // SAMPLE])
         at = start * sample.size // n
         low, high = sample[max(0, at - SLACK)], sample[min(sample.size - 1, at + SLACK)]
-        below = int(np.count_nonzero(values < low))
-        inside = values[(values >= low) & (values <= high)]
+        at_least = values >= low  # the values below low are the rest (no NaN): one comparison less a rank
+        below = n - int(np.count_nonzero(at_least))
+        at_least &= values <= high
+        inside = values[at_least]
         if below <= start and start + count <= below + inside.size:
             offsets = [r - below for r in ranks]
             return np.partition(inside, offsets)[offsets]

@@ -391,6 +391,15 @@ def check_honest_fraction(fraction: float, n_users: int) -> float:
     return float(fraction)
 
 
+@functools.lru_cache(maxsize=16)
+def _noise(epsilon: float, delta: float, honest: int, bins: int, calibration: str, overlap: float) -> float:
+    """mu of :func:`privagg.privacy.balls_into_bins.calibrate`, kept: ``privagg estimate`` calibrates before reading
+    its input (for the file's estimated n, :func:`privagg.simulate.frequency.check_resources`) and again for the
+    n read, the same search where the estimate was exact (Parquet, .npy, text under a mebibyte): 0.04 s of CPU
+    at n = 10^5, B = 2^24, twice."""
+    return calibration_bib.calibrate(epsilon, delta, honest, bins, calibration, overlap)
+
+
 def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0,
                 honest_fraction=1.0, **fields):
     """``cls`` with mu calibrated for noisy balls over ``noise_bins`` (default: the domain) and FE1's ``overlap``,
@@ -400,7 +409,9 @@ def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bi
     domain = check_integer("domain", domain_size, 2, cls.domain_max)
     honest = honest_users(n, check_honest_fraction(honest_fraction, n))
     bins = domain if noise_bins is None else noise_bins
-    mu = calibration_bib.calibrate(epsilon, delta, honest, bins, calibration, overlap)
+    if not isinstance(calibration, str) or calibration not in calibration_bib.METHODS:  # before the cache hashes it
+        raise ParameterError("calibration", f"one of {', '.join(calibration_bib.METHODS)}", calibration)
+    mu = _noise(epsilon, delta, honest, bins, calibration, overlap)
     return cls(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                mu=mu, rho=mu * bins / honest, honest_fraction=float(honest_fraction), **fields)
 

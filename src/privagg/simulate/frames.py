@@ -246,7 +246,8 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
     if max_items > 1:  # the n L reports: unused slots padded, heavy still phi n of the n users (docs/privacy.md)
         values, run["domain_size"], run["phi"], slot = registry.get("fe-hh").parameters.padded(
             values, unused, run["domain_size"], max_length, run["phi"], max_items)
-    report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, unused_slot=slot, **run)
+    report, _ = estimate_heavy_hitters(values, max_length=max_length, input_name=source, unused_slot=slot,
+                                       max_items=max_items, **run)
     if user is not None:
         evaluate = run["seed"] is not None if run["evaluate"] is None else run["evaluate"]
         stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluate)

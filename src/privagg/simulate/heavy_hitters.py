@@ -34,9 +34,15 @@ CHILD_BYTES = 72
 # The walk's (message, followed prefix, child) steps: messages of levels past the first times the prefixes one
 # follows, bounded by min(4 / phi, 2 / phi + the first level's expected false prefixes) (at most 2 / phi prefixes
 # hold phi n / 2 users), times 2^step children. On the bundled words phi = 0.003 bounds 5.5e11 and took 25 s (its
-# levels followed about 60 prefixes, not 667), 2 cores; phi = 0.001 (bound 2.6e12) ran past 150 s.
+# levels followed about 60 prefixes, not 667), 2 cores; phi = 0.001 (bound 2.6e12) ran past 150 s. The bound is
+# held here, about 17 minutes at WALK_STEP_SECONDS on 2 cores.
 WALK_STEPS_MAX = 10**12
-
+# The walk's pace: a (message, prefix, child) step of hash_kernels.count_progressions takes about 2.1 ns of one
+# core's time, at 3e4 to 2.75e5 messages and 100 to 1,200 prefixes of 256 children (Intel Xeon, 2 cores;
+# docs/benchmarks.md part 9), numba's threads one per core.
+WALK_STEP_SECONDS = 2.1e-9
+# The most the walk's sure steps (walk_steps(noise_only=True): those whatever the data) may take at that pace.
+WALK_SECONDS_MAX = 300.0
 
 
 def walk_bytes(parameters) -> int:
@@ -45,34 +51,66 @@ def walk_bytes(parameters) -> int:
     return parameters.survivor_cap * (1 << parameters.step) * (CHILD_BYTES + 8 * (os.cpu_count() or 1))
 
 
-def walk_steps(parameters) -> float:
+def walk_steps(parameters, noise_only: bool = False) -> float:
     """About the most (message, prefix, child) steps the analyzer's walk takes past the first level
-    (:data:`WALK_STEPS_MAX`)."""
+    (:data:`WALK_STEPS_MAX`); ``noise_only``: the steps the prefixes held by no one make, whatever the data.
+
+    Those are expected: each empty prefix passes phi n / 2 with probability p_0 (``false_first_level`` / 2^s at
+    the first level), so a level whose parents are F_k follows F_{k+1} = min(survivor_cap, 2^step p_0 F_k) empty
+    children, from F_0 = min(survivor_cap, false_first_level): once 2^step p_0 >= 1 the noise alone fills the cap
+    at every level (fe-hh over n L reports at phi / L: 744 false prefixes at the first level of 2^16 at 100,000
+    users, L = 3, phi 0.01, 8-byte strings). p_0 is the normal approximation's, low in its far tail: the runs
+    kept 1.4 to 4 times F_k where it was below the cap (docs/derivations.md, "Heavy hitters")."""
     p = parameters
     if p.levels < 2:
         return 0.0
-    followed = min(p.survivor_cap, 2 / p.phi + p.detection()["false_first_level"])
-    return p.n_users * p.messages_per_user * (p.levels - 1) / p.levels * followed * (1 << p.step)
+    level_messages = p.n_users * p.messages_per_user / p.levels
+    false = p.detection()["false_first_level"]
+    if not noise_only:
+        return level_messages * (p.levels - 1) * min(p.survivor_cap, 2 / p.phi + false) * (1 << p.step)
+    growth, followed, total = (1 << p.step) * false / 2.0 ** p.first_level, min(p.survivor_cap, false), 0.0
+    for _ in range(p.levels - 1):
+        total += followed
+        followed = min(p.survivor_cap, growth * followed)
+    return level_messages * total * (1 << p.step)
 
 
-def check_walk(parameters) -> None:
+def walk_seconds(steps: float) -> float:
+    """The seconds ``steps`` walk steps take at :data:`WALK_STEP_SECONDS` on this machine's cores."""
+    return steps * WALK_STEP_SECONDS / (os.cpu_count() or 1)
+
+
+def check_walk(parameters, max_items: int = 1) -> None:
     """Refuse, before any message is made, a tree walk whose memory or steps cannot fit, naming a --phi that
-    fits and the other way out (a shorter --max-length, or a smaller --domain: fewer levels)."""
+    fits and the other ways out (a shorter --max-length, or a smaller --domain: fewer levels; a smaller
+    --max-items), with the walk's time at its measured pace (:data:`WALK_STEP_SECONDS`). Refused: a level above
+    FULL_DOMAIN_BYTES_MAX, a bound above :data:`WALK_STEPS_MAX`, or sure steps (the noise's) above
+    :data:`WALK_SECONDS_MAX`. ``max_items``: L, the parameters being those of the n L reports at phi / L."""
     from ..protocols.registry import FULL_DOMAIN_BYTES_MAX
 
     p = parameters
-    need, steps = walk_bytes(p), walk_steps(p)
-    if need <= FULL_DOMAIN_BYTES_MAX and steps <= WALK_STEPS_MAX:
+    need, steps, sure = walk_bytes(p), walk_steps(p), walk_steps(p, noise_only=True)
+    if need <= FULL_DOMAIN_BYTES_MAX and steps <= WALK_STEPS_MAX and walk_seconds(sure) <= WALK_SECONDS_MAX:
         return
     # memory falls as 1 / phi, steps at least as fast (messages fall too): these phi fit
-    fits = max(p.phi * need / FULL_DOMAIN_BYTES_MAX, p.phi * steps / WALK_STEPS_MAX)
+    fits = max_items * max(p.phi * need / FULL_DOMAIN_BYTES_MAX, p.phi * steps / WALK_STEPS_MAX,
+                           p.phi * walk_seconds(sure) / WALK_SECONDS_MAX)
     shorter = "a shorter --max-length" if p.max_length is not None else "a smaller --domain"
-    why = (f"a level follows up to 4 / phi prefixes of {1 << p.step} children: {need / 2**30:.1f} GiB, above "
-           f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB" if need > FULL_DOMAIN_BYTES_MAX else
-           f"the analyzer's walk over {p.n_users:,} users' messages would take about {steps:.2g} steps, above "
-           f"{WALK_STEPS_MAX:.0e} (minutes)")
-    raise ParameterError("phi", f"larger (--phi {fits:.2g} fits), or {shorter} ({p.levels} levels now): {why}",
-                         p.phi)
+    fewer = f", or a smaller --max-items ({max_items} now)" if max_items > 1 else ""
+    pace = f"at about {1 / WALK_STEP_SECONDS:.2g} steps a second on each of {os.cpu_count() or 1} cores"
+    reports = f"{p.n_users:,} users'" if max_items == 1 else f"{p.n_users:,} reports' ({max_items} a user)"
+    if need > FULL_DOMAIN_BYTES_MAX:
+        why = (f"a level follows up to 4 / phi prefixes of {1 << p.step} children: {need / 2**30:.1f} GiB, above "
+               f"{FULL_DOMAIN_BYTES_MAX / 2**30:g} GiB")
+    elif steps > WALK_STEPS_MAX:
+        why = (f"the analyzer's walk over {reports} messages could take up to {steps:.2g} steps, above "
+               f"{WALK_STEPS_MAX:.0e}: about {walk_seconds(steps) / 60:.0f} minutes {pace}")
+    else:
+        why = (f"the analyzer's walk over {reports} messages would take about {walk_seconds(sure) / 60:.0f} "
+               f"minutes ({sure:.2g} steps {pace}), above {WALK_SECONDS_MAX / 60:g} minutes: noise prefixes alone (about "
+               f"{p.detection()['false_first_level']:.0f} at the first level) fill the {p.survivor_cap} followed")
+    raise ParameterError("phi", f"larger (--phi {fits:.2g} fits), or {shorter} ({p.levels} levels now){fewer}: "
+                         f"{why}", p.phi * max_items)
 
 
 def check_detection(parameters) -> None:
@@ -95,11 +133,12 @@ def check_detection(parameters) -> None:
 def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float | None, domain_size: int | None = None,
                            max_length: int | None = None, calibration: str = "hockey_stick", seed: int | None = None,
                            input_name: str = "", progress: Progress | None = None, warnings: Sequence[str] = (),
-                           evaluate: bool | None = None, unused_slot: int | str | None = None):
+                           evaluate: bool | None = None, unused_slot: int | str | None = None, max_items: int = 1):
     """Simulate fe-hh over ``values`` (integers of [0, B), or strings with ``max_length``); returns (report, result).
 
     ``unused_slot``: the value (as the list names it) that :func:`privagg.protocols.heavy_hitters.padded` gave
     the users' unused slots, ``values`` then its checked array: left out of the list and of the true counts.
+    ``max_items``: L, when ``values`` are the n L reports of n users at phi / L (refusals name the users' phi).
 
     ``seed``: a reproducible simulation (the report's privacy block says it is not private), which also fixes
     the public prefix-code key; None draws every party's randomness, and the key, securely. ``evaluate``
@@ -118,7 +157,7 @@ def estimate_heavy_hitters(values, *, epsilon: float, delta: float, phi: float |
     key = None if seed is None else int(np.random.default_rng([seed, 0x6B6579]).integers(
         2, entry.parameters.code_prime))
     parameters = entry.calibrate(epsilon, delta, n, domain_size, phi, max_length, calibration, code_key=key)
-    check_walk(parameters)
+    check_walk(parameters, max_items)
     check_detection(parameters)
     checked = parameters.check_values(values)  # every row checked before any message is made
     seconds["calibrate"] = time.perf_counter() - start
