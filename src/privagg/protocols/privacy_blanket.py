@@ -553,9 +553,9 @@ def randomized_rounding(values: np.ndarray, levels: int, rng: np.random.Generato
     """floor(x k) + Bern(x k - floor(x k)) in {0..k}: unbiased for x k (reference Algorithm 2, step 2). x k is
     taken in float64 (exact for float32 values and k < 2^29), in place: one array besides the levels."""
     scaled = np.multiply(values, levels, dtype=np.float64)
-    level = np.floor(scaled)
-    scaled -= level  # the fraction
-    level = level.astype(np.int64)
+    low = np.empty_like(scaled)
+    np.modf(scaled, out=(scaled, low))  # x k >= 0 (or -0.0): its whole part is its floor, and scaled its fraction
+    level = low.astype(np.int64)
     level += rng.random(values.shape) < scaled
     return level
 
@@ -580,8 +580,12 @@ class VectorClient:
         self.parameters, self.layout = parameters, parameters.layout
 
     def randomize(self, vectors, rng: RNGLike = None) -> MessageBatch:
+        return self.randomize_checked(check_vectors(vectors, self.parameters.dimension), rng)
+
+    def randomize_checked(self, vectors: np.ndarray, rng: RNGLike = None) -> MessageBatch:
+        """:meth:`randomize` over vectors :func:`check_vectors` has passed: the simulator checks the population
+        once (``check_codes``), then runs its clients a batch at a time over it (a pass over the data less)."""
         p, rng = self.parameters, resolve(rng)
-        vectors = check_vectors(vectors, p.dimension)
         users, t = vectors.shape[0], p.coordinates
         if t == p.dimension:
             chosen = np.tile(np.arange(t), (users, 1))

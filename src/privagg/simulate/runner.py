@@ -355,12 +355,14 @@ def _run_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator
     MESSAGES_PER_BATCH messages, whatever rho, which bounds their scratch.
     """
     layout = client.layout
+    # the population passed check_codes: a client that can skip checking it again does (blanket-vector's)
+    randomize = getattr(client, "randomize_checked", client.randomize)
     records = np.empty(_capacity(parameters), dtype=layout.record_dtype)
     users = max(1, int(MESSAGES_PER_BATCH // parameters.messages_per_user))
     filled = 0
     for lo in range(0, len(codes), users):  # one row a user (an item code, a vector, an (index, weight) pair)
         chunk = codes[lo:lo + users]
-        batch = client.randomize(chunk, rng)
+        batch = randomize(chunk, rng)
         end = filled + len(batch)
         if end > records.size:  # past the margin (rare): grown in place, the rows written are kept
             records.resize(max(end, records.size + records.size // 16))
