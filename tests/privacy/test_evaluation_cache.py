@@ -89,6 +89,9 @@ def test_a_file_others_may_write_or_a_corrupt_one_is_not_read(folder):
     kept.chmod(0o600)
     evaluation_cache._loaded.clear()
     assert calibrated() == computed
+    kept.write_text(json.dumps({key: [1] if i % 2 else "0xnot" for i, key in enumerate(planted)}))  # not floats
+    evaluation_cache._loaded.clear()
+    assert calibrated() == computed
 
 
 def test_off_keeps_nothing_and_an_unwritable_folder_is_no_error(tmp_path, monkeypatch):

@@ -84,7 +84,7 @@ def _keep(path: Path, key: str, value: str) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _trusted(path.parent):
             return
-        if path.exists() and _trusted(path) and len(values) > 1:
+        if path.exists() and _trusted(path):
             try:
                 values.update({k: v for k, v in json.loads(path.read_text()).items() if k not in values})
             except (ValueError, AttributeError):
@@ -120,8 +120,11 @@ def on_disk(name: str, sources: tuple[str, ...]) -> Callable[[Callable[..., floa
             path = folder / f"{name}-{version(sources)}.json"
             key = function.__name__ + repr((args, sorted(kwargs.items())))
             kept = _values(path).get(key)
-            if kept is not None:
-                return float.fromhex(kept)
+            if isinstance(kept, str):
+                try:
+                    return float.fromhex(kept)
+                except ValueError:  # not a float's hex form: computed again, and kept right
+                    pass
             value = function(*args, **kwargs)
             _keep(path, key, float(value).hex())
             return value
