@@ -19,3 +19,7 @@ def pytest_sessionstart(session):
     import secrets
 
     os.environ.setdefault("PRIVAGG_KEK", base64.b64encode(secrets.token_bytes(32)).decode())
+    # The tests check what the accountants compute, not what an earlier run kept on disk (privagg.privacy.
+    # evaluation_cache): no value is read or kept, here or in the commands the tests start; its own tests point it at
+    # a folder of theirs.
+    os.environ["PRIVAGG_CACHE"] = "off"

@@ -4,7 +4,8 @@ tests/data/speed_pinned.json records, from the code before issue 48's changes, t
 commands as a user runs them -- FE1 over the full domain from a text file (a domain of several counting tiles, whose
 narrow counters wrap), OLH from a text file, blanket-vector from a float32 .npy -- less the timings and the input's
 path: estimates, stderrs, true counts, errors over the domain, gamma and the other parameters, the privacy
-guarantee and profile. Beside them, the SHA-256 of FE1's full-domain counts (every item of [B], which the report
+guarantee and profile; and blanket-vector over more users than one client batch holds, through each of the
+randomizer's ways of choosing coordinates (t = 1, t^2 <= d, t^2 > d, t = d). Beside them, the SHA-256 of FE1's full-domain counts (every item of [B], which the report
 summarises) from :meth:`UniversalHash.count_all` on seeded messages, at shapes that take each of its paths. The
 test reruns each and compares exactly. Regenerate with ``python tests/test_speed_pinned.py`` only for a change
 meant to move a seeded result, and say why in the commit.
@@ -40,7 +41,11 @@ def inputs(folder: Path) -> dict[str, list[str]]:
     small.write_text("".join(f"{x}\n" for x in np.minimum(rng.zipf(1.3, 5000) - 1, 63).tolist()))
     vectors = folder / "vectors.npy"
     np.save(vectors, rng.random((3000, 5), dtype=np.float32) ** 2)
+    batched = folder / "batched.npy"  # 300,000 users: two client batches or more (simulate.runner.MESSAGES_PER_BATCH)
+    np.save(batched, rng.random((300_000, 6), dtype=np.float32))
     return {
+        **{f"blanket-vector-t{t}": ["estimate", "blanket-vector", "--input", str(batched), "--epsilon", "1", "--delta",
+                                    "1e-9", "--coordinates-per-user", str(t), "--seed", "5"] for t in (1, 2, 3, 6)},
         "fe1": ["estimate", "fe1", "--input", str(items), "--epsilon", "1", "--delta", "1e-6", "--domain",
                 str(2**19), "--c", "1", "--full-domain", "--top", "20", "--seed", "3"],
         "olh": ["estimate", "olh", "--input", str(small), "--epsilon", "1", "--domain", "64", "--top", "64",
@@ -98,7 +103,7 @@ def now(tmp_path_factory):
     return record(tmp_path_factory.mktemp("pinned"))
 
 
-@pytest.mark.parametrize("name", ["fe1", "olh", "blanket-vector"])
+@pytest.mark.parametrize("name", ["fe1", "olh", "blanket-vector", *(f"blanket-vector-t{t}" for t in (1, 2, 3, 6))])
 def test_reports_as_before(now, name):
     assert now["reports"][name] == json.loads(DATA.read_text())["reports"][name]
 

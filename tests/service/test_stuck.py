@@ -117,7 +117,8 @@ def test_the_writer_settles_event_loop_reports_a_group_at_a_time_and_outlives_th
         stored.extend(p.report_id for p in group)
         return [Refused(409, "token_used", "used") if p.report_id == "used" else "stored" for p in group]
 
-    writer = GroupCommit(sa.create_engine("sqlite://"), store, Health(), stored=lambda p: counted.append(p.report_id))
+    writer = GroupCommit(sa.create_engine("sqlite://"), store, Health(),
+                         stored=lambda reports: counted.extend(p.report_id for p in reports))
 
     async def send(names: list[str], cancelled: str | None = None):
         loop = asyncio.get_running_loop()

@@ -199,3 +199,31 @@ def test_simulation_bytes_counts_the_population_once_in_compact_rows():
     assert runner.simulation_bytes(params, "faithful") > faithful + 8 * params.domain_size  # aggregate, counters
     with pytest.raises(ParameterError, match="mode must be one of"):
         runner.simulation_bytes(params, "quick")
+
+
+def test_the_permutation_is_left_out_only_where_no_one_sees_the_order(monkeypatch):
+    """blanket-vector's analyzer sums (order_free): a run that keeps no messages makes no permutation and releases
+    the same bits as one that does; a run that keeps its messages, and FE1's (whose analyzer does not say so),
+    permute them; the transcript shows the shuffler passing every message on either way."""
+    from privagg.core import messages as core_messages
+    from privagg.protocols import registry
+    from privagg.protocols.privacy_blanket import VectorAnalyzer
+
+    calls = []
+    real = core_messages.shuffle
+    monkeypatch.setattr(runner, "shuffle", lambda batch, rng: calls.append(len(batch)) or real(batch, rng))
+    params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-9, n_users=4000, domain_size=6)
+    vectors = np.random.default_rng(5).random((4000, 6))
+    skipped = simulate(params, vectors, rng=3)
+    assert calls == [] and "shuffle" not in skipped.seconds
+    assert skipped.transcript["shuffler"] == {"received": 4000, "sent": 4000}
+    kept = simulate(params, vectors, rng=3, keep_messages=True)
+    monkeypatch.setattr(VectorAnalyzer, "order_free", False)
+    shuffled = simulate(params, vectors, rng=3)
+    assert calls == [4000, 4000]
+    for run in (kept, shuffled):
+        assert np.array_equal(run.result.total, skipped.result.total)
+        assert np.array_equal(run.result.standard_errors, skipped.result.standard_errors)
+    fe1 = calibrate_fe1(1.0, 1e-6, N, 3000, bins=150)
+    simulate(fe1, codes_for(3000), rng=1)
+    assert len(calls) == 3

@@ -315,10 +315,12 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
     from ..simulate.frames import with_left_out
     from ..simulate.frequency import estimate_vector_sum
 
-    if entry.family is Family.PRIVACY_BLANKET:  # its calibration's bounds need scipy: imported while the input is read
+    if entry.family is Family.PRIVACY_BLANKET:  # its calibration's bounds need scipy: imported while the input is read,
+        from ..privacy import blanket  # unless their values are kept on disk
         from ..privacy.shuffle import load_special_meanwhile
 
-        load_special_meanwhile()
+        if not blanket.values_kept():
+            load_special_meanwhile()
     with _clean_errors():
         _check_output(output, input, candidates)
         _check_public(candidates, input)

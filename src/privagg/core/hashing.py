@@ -74,7 +74,7 @@ def _kernel_columns(u, v, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (u, v, w))
 
 
-BY_KEY_CELLS = 1 << 20  # prefix sums counting by key takes at a time (8 MiB of int64)
+BY_KEY_CELLS = 1 << 17  # prefix sums counting by key takes at a time (1 MiB of int64: a batch's arrays stay in L2)
 # count_all of at most this many (message, item) pairs evaluates h at each in numpy (UniversalHash._count_pairs): about
 # 20 ms at the most, where loading numba and the kernels' cache takes 0.3-0.45 s, most of a small estimate's process
 PAIRS_MAX = 1 << 20
@@ -256,8 +256,10 @@ class UniversalHash:
             H[y] = sum over w of T_w[q - y - 1 - e_w] - T_w[q - y - 1 - g_w] + total of A_w's class (w + q - y) mod b
 
         with e_w = (q - 1 - w) mod b and g_w = (-1 - w) mod b: the messages with y + v < q, and those that wrap
-        past q (v >= q - y). Keys are taken BY_KEY_CELLS cells of T at a time (sorted by key when that is more
-        than one batch)."""
+        past q (v >= q - y). Keys are taken BY_KEY_CELLS cells of T at a time, so that a batch's prefix sums stay
+        in a core's cache: each message's cell in the table of every key (one integer: (u - 1, w, v)) is made once,
+        then sorted by key (a radix sort of u where q < 2^16) when that is more than one batch. The items' cells
+        u x mod q are taken in int32 where q B fits it (half the time of int64's remainders)."""
         q, b = self.modulus, self.bins
         width = -(-(q + b) // b) * b  # b zeros, then v in [q], padded to whole residue rows
         batch = max(1, BY_KEY_CELLS // (b * width))
@@ -266,24 +268,29 @@ class UniversalHash:
         totals = b + q - 1 - (q - 1 - np.arange(b)) % b  # index of class c's last prefix sum, c in [b]
         shift = (np.arange(b)[:, None] + np.arange(b)) % b  # [w, c]: the class (w + c) mod b
         turn = (q - np.arange(q)) % b
-        x = np.arange(domain_size, dtype=np.int64)
+        narrow = np.int32 if q * max(q, domain_size) < 2**31 else np.int64  # u x mod q and a batch's cells
+        x = np.arange(domain_size, dtype=narrow)
+        key_cells = b * width  # one key's table
+        cell = ((u - 1) * b + w) * width + b + v  # the message's cell in the table of every key
+        if narrow is np.int32 and q * key_cells < 2**31:
+            cell = cell.astype(np.int32)
         if batch < q - 1:
-            order = np.argsort(u.astype(np.uint16) if q <= 1 << 16 else u, kind="stable")
-            u, v, w = u[order], v[order], w[order]
-            edges = np.searchsorted(u, np.arange(1, q + batch, batch))
+            cell = cell[np.argsort(u.astype(np.uint16) if q <= 1 << 16 else u, kind="stable")]
+            before = np.concatenate([[0], np.cumsum(np.bincount(u, minlength=q))])  # [a]: messages of keys below a
+            edges = before[np.minimum(np.arange(1, q + batch, batch), q)]
         else:
             edges = np.array([0, u.size])
         for k, a0 in enumerate(range(1, q, batch)):
             keys = min(batch, q - a0)
             lo, hi = edges[k], edges[k + 1]
-            cells = ((u[lo:hi] - a0) * b + w[lo:hi]) * width + b + v[lo:hi]
-            t = np.bincount(cells, minlength=keys * b * width).reshape(keys, b, width // b, b)
+            cells = cell[lo:hi] - (a0 - 1) * key_cells
+            t = np.bincount(cells, minlength=keys * key_cells).reshape(keys, b, width // b, b)
             t = np.cumsum(t, axis=2).reshape(keys, b, width)
             wrapped = t[:, :, totals][:, np.arange(b)[:, None], shift].sum(axis=1)  # (keys, c)
             hits = wrapped[:, turn]
             for w_, below, wrapping in starts:
                 hits += (t[:, w_, below:below + q] - t[:, w_, wrapping:wrapping + q])[:, ::-1]
-            rows = np.arange(keys, dtype=np.int64)[:, None]
+            rows = np.arange(keys, dtype=narrow)[:, None]
             out += hits.ravel()[rows * q + (rows + a0) * x % q].sum(axis=0)
         return out
 

@@ -202,7 +202,9 @@ class MessageLayout:
         columns = {c.name: np.asarray(batch[c.name]) for c in self.columns}
         for c in self.columns:
             col = columns[c.name]
-            if np.issubdtype(col.dtype, np.integer):
+            if np.issubdtype(col.dtype, np.unsignedinteger) and c.low <= 0:  # col >= low holds: one pass less
+                keep &= col < c.high
+            elif np.issubdtype(col.dtype, np.integer):
                 keep &= (col >= c.low) & (col < c.high)
             elif np.issubdtype(col.dtype, np.floating):
                 with np.errstate(invalid="ignore"):

@@ -30,6 +30,8 @@ import numpy as np
 
 from ..core.bisection import least_meeting
 from ..errors import ParameterError, check_delta, check_epsilon
+from . import shuffle
+from .evaluation_cache import holds, on_disk
 from .shuffle import EXP_CAP, binomial_cdf, binomial_pmf, binomial_sf, fmt_delta, variation_ratio_delta
 
 METHODS = ("tight", "paper")
@@ -210,10 +212,14 @@ def blanket_delta(epsilon: float, gamma: float, n_users: int, domain_size: int, 
     return min(1.0, upper + below + above * at[int(edges[-1])])
 
 
+_SOURCES = (__file__, shuffle.__file__)  # the code a kept value comes from (privacy.evaluation_cache)
+
+
+@on_disk("blanket-accountant", _SOURCES)
 def delta_at(epsilon: float, gamma: float, n_users: int, domain_size: int, resolution: float = 1e-20) -> float:
     """An upper bound on delta(eps) of n shuffled R^PH reports: the least of the blanket accountant's
     (:func:`blanket_delta`, to ``resolution``; where its window is affordable, :func:`window_width`), FMT's and
-    Wang et al.'s bounds, each valid on its own."""
+    Wang et al.'s bounds, each valid on its own. Its values are kept on disk (:mod:`.evaluation_cache`)."""
     if gamma >= 1:
         return 0.0
     eps0 = local_epsilon(gamma, domain_size)
@@ -272,12 +278,21 @@ def vector_delta_at(epsilon: float, gamma: float, n_users: int, levels: int, coo
                     resolution: float = 1e-20) -> float:
     """The accountant's delta(eps) for n users' reports: for t = 1 as the histogram over k + 1 values (the
     coordinate is uniform and independent of the vector; docs/derivations.md, "Vector sums"), for t > 1 by FMT's
-    bound at the composed eps0."""
+    bound at the composed eps0 (each kept on disk, :mod:`.evaluation_cache`)."""
     if gamma >= 1:
         return 0.0
     if coordinates == 1:
         return delta_at(epsilon, gamma, n_users, levels + 1, resolution)
-    return fmt_delta(epsilon, vector_local_epsilon(gamma, levels, coordinates), n_users)
+    return _composed_delta(epsilon, vector_local_epsilon(gamma, levels, coordinates), n_users)
+
+
+_composed_delta = on_disk("blanket-accountant", _SOURCES)(fmt_delta)
+
+
+def values_kept() -> bool:
+    """Whether the accountant's values of this code's version are kept on disk (:mod:`.evaluation_cache`): a
+    calibration at sizes met before then imports no scipy."""
+    return holds("blanket-accountant", _SOURCES)
 
 
 def tight_vector_gamma(epsilon: float, delta: float, n_users: int, levels: int, coordinates: int) -> float:

@@ -9,7 +9,12 @@ spawned by role name (:func:`privagg.core.randomness.streams`).
     The real role code: the clients' randomizers (in batches of about
     MESSAGES_PER_BATCH messages), the shuffler's uniform permutation
     (shuffle topology), then the analyzer's ``agg_update`` and
-    ``finalize``; in the central topology the users' values go to the
+    ``finalize``. The permutation is left out where no one sees the order
+    it makes: the messages are not kept, and the analyzer declares
+    (``order_free``) that its aggregate is a function of the multiset of
+    messages (sums and counts), so the release is the same bits either way
+    and the shuffler's stream is its own (it shifts no other role's draws);
+    the transcript still shows the shuffler passing every message on; in the central topology the users' values go to the
     curator, which adds the noise. A multi-round protocol (the entry's
     ``rounds``, a :class:`~privagg.protocols.roles.MultiRound`) runs its
     deployed parties round by round (:mod:`privagg.simulate.rounds`), users
@@ -272,7 +277,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
             messages = _run_clients(entry.client(parameters), parameters, codes, rngs["clients"], progress)
             sent = len(messages)
             seconds["randomize"] = time.perf_counter() - start
-            if entry.topology is Topology.SHUFFLE:
+            if entry.topology is Topology.SHUFFLE and (keep_messages or not getattr(analyzer, "order_free", False)):
                 start = time.perf_counter()
                 shuffle(messages, rngs["shuffler"])  # in place: the population is held once
                 seconds["shuffle"] = time.perf_counter() - start
@@ -350,12 +355,14 @@ def _run_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator
     MESSAGES_PER_BATCH messages, whatever rho, which bounds their scratch.
     """
     layout = client.layout
+    # the population passed check_codes: a client that can skip checking it again does (blanket-vector's)
+    randomize = getattr(client, "randomize_checked", client.randomize)
     records = np.empty(_capacity(parameters), dtype=layout.record_dtype)
     users = max(1, int(MESSAGES_PER_BATCH // parameters.messages_per_user))
     filled = 0
     for lo in range(0, len(codes), users):  # one row a user (an item code, a vector, an (index, weight) pair)
         chunk = codes[lo:lo + users]
-        batch = client.randomize(chunk, rng)
+        batch = randomize(chunk, rng)
         end = filled + len(batch)
         if end > records.size:  # past the margin (rare): grown in place, the rows written are kept
             records.resize(max(end, records.size + records.size // 16))

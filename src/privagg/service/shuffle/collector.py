@@ -95,8 +95,7 @@ class Collector:
         self._fetching: dict[str, threading.Lock] = {}  # per task id being fetched: one fetch, the others wait
         self._fetching_lock = threading.Lock()
         self.health = Health()
-        self._writer = GroupCommit(engine, self._store_group, self.health,
-                                   stored=lambda report: self.accepted.labels(report.task_id).inc())
+        self._writer = GroupCommit(engine, self._store_group, self.health, stored=self._count_stored)
         self._undelivered: dict[str, str] = {}  # batch id -> the last error logged for it (logged once per error)
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter("privagg_reports_accepted", "Reports stored", ["task"], registry=self.registry)
@@ -107,6 +106,12 @@ class Collector:
         self.batch_reports = Histogram("privagg_batch_reports", "Reports per released batch",
                                        buckets=(100, 1_000, 5_000, 10_000, 50_000, 100_000, 1_000_000),
                                        registry=self.registry)
+
+    def _count_stored(self, stored: list[Pending]) -> None:
+        """The accepted-reports counter of each task, once a group (not once a report: its labels' lookup and
+        lock)."""
+        for task_id, count in collections.Counter(report.task_id for report in stored).items():
+            self.accepted.labels(task_id).inc(count)
 
     # ---- tasks and tokens ----------------------------------------------------------------------------------
     def task(self, task_id: str) -> Task:
@@ -532,7 +537,7 @@ def _sealed(task: Task, name: str, sealed) -> tuple[bytes, list[bytes]]:
     cap = task.message_cap
     if not isinstance(sealed, list) or len(sealed) > cap:  # none is a user's output too (OUE with no bit set)
         raise Refused(400, "malformed", f"{name} must be a list of at most {cap} base64 strings")
-    size, blob = task.sealed_size, bytearray()
+    size, raws = task.sealed_size, []
     for i, text in enumerate(sealed):
         try:
             raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
@@ -541,12 +546,12 @@ def _sealed(task: Task, name: str, sealed) -> tuple[bytes, list[bytes]]:
         if len(raw) != size:
             raise Refused(400, "bad_ciphertext", f"{name}[{i}] must be base64 of {size} bytes (an HPKE seal of one "
                           f"message), got {len(raw)} bytes")
-        blob += raw
-    digests = encapsulation_digests(task, np.frombuffer(bytes(blob), dtype=np.uint8).reshape(-1, size))
+        raws.append(raw)
+    digests = encapsulation_digests(task, raws)  # each seal's bytes hashed as they are: no array for a few
     if len(set(digests)) < len(digests):
         raise Refused(409, "replayed_message", "each message must be sealed afresh: two ciphertexts of the report "
                       "share an HPKE encapsulated key")
-    return bytes(blob), digests
+    return b"".join(raws), digests
 
 
 def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) -> bytes:

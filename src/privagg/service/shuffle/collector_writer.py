@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
@@ -31,16 +30,15 @@ class Pending:
     digests: list[bytes]  # of the messages' encapsulated keys
     stage: tuple[str, bytes, list[bytes]] | None = None  # a staged task's first stage: its task id, messages, digests
     outcome: Future | asyncio.Future | None = None  # set by the writer; an event loop's future on a loop
+    # (task id, sealed messages, their digests) of the report, and of its first stage's if any
+    parts: list[tuple[str, bytes, list[bytes]]] = field(init=False, repr=False)
+    keys: list[tuple[str, bytes]] = field(init=False, repr=False)  # (task id, digest) of every message: the replay check's
 
-    @functools.cached_property
-    def parts(self) -> list[tuple[str, bytes, list[bytes]]]:
-        """(task id, sealed messages, their digests) of the report, and of its first stage's if any."""
-        return [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
-
-    @functools.cached_property
-    def keys(self) -> list[tuple[str, bytes]]:
-        """(task id, digest) of every message, the replay check's keys."""
-        return [(task_id, d) for task_id, _, digests in self.parts for d in digests]
+    def __post_init__(self) -> None:
+        # made once here: the writer reads them several times a report (functools.cached_property takes a lock each
+        # first read)
+        self.parts = [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
+        self.keys = [(task_id, d) for task_id, _, digests in self.parts for d in digests]
 
 
 class GroupCommit:
@@ -55,7 +53,7 @@ class GroupCommit:
     MAX_GROUP = 512
 
     def __init__(self, engine: sa.Engine, store: Callable[[sa.Connection, list[Pending]], list[str | Refused]],
-                 health: Health, stored: Callable[[Pending], None] = lambda report: None) -> None:
+                 health: Health, stored: Callable[[list[Pending]], None] = lambda reports: None) -> None:
         self.engine, self.store, self.health, self.stored = engine, store, health, stored
         self._failed = 0  # groups failed in a row: logged when writes start and stop failing, not per group
         self._queue: queue.Queue[Pending] = queue.Queue()
@@ -64,7 +62,7 @@ class GroupCommit:
 
     def submit(self, report: Pending) -> Future | asyncio.Future:
         """``report``'s outcome (a new concurrent future unless it has one), set once the transaction holding it
-        committed (or failed); ``stored`` is called for each report stored, once its transaction committed."""
+        committed (or failed); ``stored`` is called with the reports stored, once their transaction committed."""
         if report.outcome is None:
             report.outcome = Future()
         with self._start:
@@ -96,9 +94,8 @@ class GroupCommit:
                     self._failed = 0
                 self.health.write_succeeded()
             on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, str | Refused]]] = {}
+            self.stored([report for report, outcome in zip(group, outcomes) if outcome == "stored"])
             for report, outcome in zip(group, outcomes):
-                if outcome == "stored":
-                    self.stored(report)
                 if isinstance(report.outcome, asyncio.Future):
                     on_loops.setdefault(report.outcome.get_loop(), []).append((report.outcome, outcome))
                 elif report.outcome.set_running_or_notify_cancel():  # (else its caller gave up on it)
