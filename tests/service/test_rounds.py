@@ -199,6 +199,7 @@ def _whole_round_reads(engine, seen: list) -> None:
     """Record each statement that reads a round's messages whole (no user named): per round, not per request."""
     @sa.event.listens_for(engine, "before_cursor_execute")
     def record(conn, cursor, statement, parameters, context, executemany):
+        statement = statement.replace('"', "")  # PostgreSQL quotes the column user
         if "FROM round_messages" in statement and "round_messages.user =" not in statement and \
                 "round_messages.user IN" not in statement:
             seen.append(statement)
@@ -214,13 +215,14 @@ def _release_equals_the_survivors_sum(report: dict, p, users) -> None:
 
 
 @pytest.fixture
-def dpds(tmp_path, monkeypatch):
-    """The sharing server in process (DPDS's rounds as registered), its users' SDKs routed to it."""
+def dpds(db, monkeypatch):
+    """The sharing server in process (DPDS's rounds as registered) over SQLite or PostgreSQL, its users' SDKs
+    routed to it; and the database's URL."""
     clock = Clock()
-    service = SharingService(connect(f"sqlite:///{tmp_path}/sharing.db", "sharing"), clock=clock)
+    service = SharingService(connect(db, "sharing", create=True), clock=clock)
     http = TestClient(create_app(service, tick=None))
     route_sdk_to(http, monkeypatch)
-    yield service, http, tmp_path
+    yield service, http, db
     http.close()
     service.engine.dispose()
 
@@ -258,7 +260,7 @@ def test_the_release_runs_outside_the_lock_and_resumes_after_a_crash(dpds, monke
 
     from privagg.service import rounds
 
-    service, http, tmp_path = dpds
+    service, http, db = dpds
     p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
     task = service.create_task(p, 60.0, N - 1)
     users = organised(service, task, SharingClient, "http://sharing", N)[0]
@@ -292,7 +294,7 @@ def test_the_release_runs_outside_the_lock_and_resumes_after_a_crash(dpds, monke
         row = c.execute(sa.select(service.tasks).where(service.tasks.c.task_id == task.task_id)).one()
     assert (row.status, row.outcome) == ("releasing", None)
     monkeypatch.setattr(ss.SharingServer, "finish", finish)
-    restarted = SharingService(connect(f"sqlite:///{tmp_path}/sharing.db", "sharing", create=False), clock=Clock())
+    restarted = SharingService(connect(db, "sharing", create=False), clock=Clock())
     try:
         assert restarted.active() == [task.task_id]
         assert restarted.advance(task.task_id) == "released"
