@@ -13,6 +13,11 @@ survivors' sum exactly (DPDS: the vectors of the users whose masked sums arrived
 sampled entries), nothing lost.
 
 Client users, the server and its database share the machine's two cores.
+
+Run alone, ``python benchmarks/sharing_service.py --users 1000 2000`` runs DPDS on the complete graph at each n
+(N = 20, 10% of the users vanishing at one of rounds 1-5, the server killed with SIGKILL after round 2's
+messages) and prints each round's wall time and the server's CPU, each user's CPU and HTTP bytes (mean and
+max), the server's peak RSS and the load (:func:`complete_graph`).
 """
 
 from __future__ import annotations
