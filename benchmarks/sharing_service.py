@@ -13,6 +13,11 @@ survivors' sum exactly (DPDS: the vectors of the users whose masked sums arrived
 sampled entries), nothing lost.
 
 Client users, the server and its database share the machine's two cores.
+
+Run alone, ``python benchmarks/sharing_service.py --users 1000 2000`` runs DPDS on the complete graph at each n
+(N = 20, 10% of the users vanishing at one of rounds 1-5, the server killed with SIGKILL after round 2's
+messages) and prints each round's wall time and the server's CPU, each user's CPU and HTTP bytes (mean and
+max), the server's peak RSS and the load (:func:`complete_graph`).
 """
 
 from __future__ import annotations
@@ -35,44 +40,83 @@ TSS_REPORT_FRACTION = 0.25
 ROUND_SECONDS = 6 * 3600.0
 
 
-def _run(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM, bytes; Linux)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds: tuple[int, ...] = (2, 3),
+         kill_rounds: tuple[int, ...] = (1, 2)) -> dict:
+    """DPDS through its server at ``users``: ``drop_fraction`` of them vanishing at one of ``drop_rounds``, the
+    server killed with SIGKILL and restarted after the messages of each of ``kill_rounds`` (with ``kill``). Besides
+    the rounds' wall times and bytes: the server's CPU seconds up to each round's last message (``between``: so
+    round k's figure holds round k - 1's close and round k's requests; ``release``: the last close and the
+    release), its peak RSS (of every process it ran as), and each user's CPU seconds (his SDK's ``send``: thread
+    time) and HTTP bytes sent and received."""
     from privagg.demos import sharing_demo_data
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters, threshold
     from privagg.service.round_demo import dropout_plan, min_survivors_for
     from privagg.service.organisation import Organisation
+    from privagg.service.sharing.client import SharingClient
     from privagg.service.sharing.demo import SharingDeployment, expected_sealed_bytes, run_rounds
 
     codes, _, beta = sharing_demo_data(users, CATEGORIES)
     parameters = calibrate("dpds", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,
                            min_count_fraction=beta)
-    plan = dropout_plan(users, drop_fraction, (2, 3), seed=7)
+    plan = dropout_plan(users, drop_fraction, drop_rounds, seed=7)
     kills: list[float] = []
+    cpu = {"before": 0.0}  # the server's CPU seconds at each round's last message, over its restarts
+    rss: list[int] = []
+    user_cpu: dict[int, float] = {}
+    send = SharingClient.send
+
+    def timed_send(client, *args, **kwargs):
+        start = time.thread_time()
+        try:
+            return send(client, *args, **kwargs)
+        finally:
+            user_cpu[id(client)] = user_cpu.get(id(client), 0.0) + time.thread_time() - start
+
     with SharingDeployment(f"sqlite:///{folder / 'sharing.db'}", folder / "sharing.log") as dep:
         organisation = Organisation.generate()
         task, tokens, sign_roster = dep.organised(organisation, parameters, ROUND_SECONDS, max(
             threshold(parameters), min_survivors_for(users, drop_fraction)), users)
 
-        def restart(_round: int) -> None:
-            if kill and _round in (1, 2):
+        def between(round_: int) -> None:
+            cpu[f"round{round_}"] = cpu["before"] + dep.cpu_seconds()
+            if kill and round_ in kill_rounds:
                 start = time.perf_counter()
+                rss.append(_peak_rss(dep.process.pid))
+                cpu["before"] += dep.cpu_seconds()
                 dep.kill()
                 dep.start()
                 kills.append(time.perf_counter() - start)
 
-        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster,
-                         lambda text: note(text), restart)
-        report = run["clients"][0]._call("result")
+        SharingClient.send = timed_send
+        try:
+            run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster,
+                             lambda text: note(text), between)
+        finally:
+            SharingClient.send = send
+        report = run["clients"][0].result()
+        cpu["release"] = cpu["before"] + dep.cpu_seconds()
+        rss.append(_peak_rss(dep.process.pid))
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]
     field, total = parameters.field, np.zeros(CATEGORIES, dtype=np.uint64)
     for client in survivors:
         total = field.add(total, client.role.state.vector)
     expected = survivors_parameters(parameters, len(survivors)).estimate(total)
     released = np.array([e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])])
+    marks = [k for k in cpu if k != "before"]
+    server_cpu = {k: cpu[k] - (cpu[marks[i - 1]] if i else 0.0) for i, k in enumerate(marks)}
+    per_user = [(user_cpu.get(id(c), 0.0), c.sent + c.received) for c in run["clients"]]
     return {"seconds": run["seconds"], "bytes": run["user_bytes"],
             "formula": expected_sealed_bytes(task, run["index"], plan), "survivors": len(survivors),
             "exact": bool(np.array_equal(released, expected)), "kills": kills,
-            "release": report["engine"]["seconds"]["release"]}
+            "release": report["engine"]["seconds"]["release"], "server_cpu": server_cpu, "server_rss": max(rss),
+            "user_cpu": [c for c, _ in per_user], "user_bytes": [b for _, b in per_user]}
 
 
 def _run_tss(folder: Path, users: int, drop_fraction: float, kill: bool) -> dict:
@@ -138,3 +182,47 @@ def sharing_service(report: Report) -> None:
                "16-byte tag: no share is sent, whatever N. TSS's users send about alpha^2 n N field elements each "
                "(Table I's derived row); each is one share sealed alone, so HPKE's 48 bytes a seal, not the "
                "elements, set TSS's bytes on the wire.", "")
+
+
+def complete_graph(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0.1, kill_round: int = 2) -> None:
+    """DPDS on the complete graph (every user backs up with the n - 1 others) at each of ``sizes``, N = 20,
+    ``drop_fraction`` of the users vanishing at one of rounds 1-5, the server killed with SIGKILL in
+    ``kill_round``: per round its wall time and the server's CPU, per user his CPU and HTTP bytes (mean and max),
+    the server's peak RSS, and the load."""
+    from privagg import __file__ as source
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for users in sizes:
+            note(f"dpds, complete graph, {users:,} users, {drop_fraction:.0%} vanish, kill -9 in round {kill_round}")
+            folder = Path(tmp) / f"dpds-{users}"
+            folder.mkdir()
+            start, load = time.perf_counter(), os.getloadavg()
+            r = _run(folder, users, drop_fraction, True, (1, 2, 3, 4, 5), (kill_round,))
+            wall, load = time.perf_counter() - start, (load, os.getloadavg())
+            s, c = r["seconds"], r["server_cpu"]
+            rounds = [k for k in s if k.startswith("round")]
+            ucpu, ubytes = np.array(r["user_cpu"]), np.array(r["user_bytes"])
+            rows.append([f"{users:,}", f"{r['survivors']:,}", f"{wall:,.0f}",
+                         " / ".join(f"{s[k]:.1f}" for k in ["enroll", *rounds]),
+                         " / ".join(f"{c.get(k, 0.0):.1f}" for k in rounds) + f" / {c['release']:.1f}",
+                         f"{ucpu.mean():.2f} / {ucpu.max():.2f}", f"{ubytes.mean() / 1e6:.2f} / {ubytes.max() / 1e6:.2f}",
+                         f"{r['server_rss'] / 2**20:,.0f}", "yes" if r["exact"] else "**NO**",
+                         " / ".join(f"{x:.1f}" for x in load[0]) + " -> " + " / ".join(f"{x:.1f}" for x in load[1])])
+    report.add(f"DPDS, complete graph, N = {CATEGORIES}, {drop_fraction:.0%} of users vanishing at one of rounds 1-5, "
+               f"kill -9 of the server after round {kill_round}'s messages (sources: {Path(source).parent})", "")
+    report.table(["n", "survivors", "wall s", "seconds: enroll / round 1 / ... (each round's wall)",
+                  "server CPU s by round (to each round's last message) / the last close and release",
+                  "user CPU s mean / max", "user HTTP MB mean / max", "server peak RSS MiB",
+                  "release = survivors' sum exactly", "load 1 / 5 / 15 min, before -> after"], rows)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="DPDS through its server on the complete graph (part 12's rows)")
+    parser.add_argument("--users", type=int, nargs="+", default=[1000, 2000])
+    parser.add_argument("--drop-fraction", type=float, default=0.1)
+    parser.add_argument("--kill-round", type=int, default=2)
+    args = parser.parse_args()
+    complete_graph(Report(), tuple(args.users), args.drop_fraction, args.kill_round)

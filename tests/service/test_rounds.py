@@ -193,3 +193,151 @@ def test_an_older_database_is_upgraded_and_its_tasks_keep_their_state(db):
                 relayed_messages.c.round == 1)).scalar() == N * (N - 1)
     finally:
         service.engine.dispose()
+
+
+def _whole_round_reads(engine, seen: list) -> None:
+    """Record each statement that reads a round's messages whole (no user named): per round, not per request."""
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statement = statement.replace('"', "")  # PostgreSQL quotes the column user
+        if "FROM round_messages" in statement and "round_messages.user =" not in statement and \
+                "round_messages.user IN" not in statement:
+            seen.append(statement)
+
+
+def _release_equals_the_survivors_sum(report: dict, p, users) -> None:
+    total = np.zeros(DOMAIN, dtype=np.uint64)
+    for u in users:
+        total = p.field.add(total, u.role.state.vector)
+    expected = sp.survivors_parameters(p, len(users)).estimate(total)
+    assert [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])] == pytest.approx(
+        expected.tolist())
+
+
+@pytest.fixture
+def dpds(db, monkeypatch):
+    """The sharing server in process (DPDS's rounds as registered) over SQLite or PostgreSQL, its users' SDKs
+    routed to it; and the database's URL."""
+    clock = Clock()
+    service = SharingService(connect(db, "sharing", create=True), clock=clock)
+    http = TestClient(create_app(service, tick=None))
+    route_sdk_to(http, monkeypatch)
+    yield service, http, db
+    http.close()
+    service.engine.dispose()
+
+
+@pytest.mark.parametrize("n", [6, 12])
+def test_a_request_reads_the_messages_it_needs_per_user_and_the_answers_are_counted(dpds, n):
+    """No request reads a round's messages whole: a coordinator's inbox and checks read the users' messages it
+    indexes (one row each, kept), and a round's answers are counted as they are stored. The statements that read a
+    round's messages whole are the same handful at n = 6 and 12 (each round's count once, its close, the release),
+    where every answer and inbox used to read them (thrice per request: over 100 at n = 6)."""
+    service, http, _ = dpds
+    p = sc.calibrate_dpds(1.0, 0.05, n, DOMAIN, min_count_fraction=0.3)
+    task = service.create_task(p, 60.0, n - 1)
+    users = organised(service, task, SharingClient, "http://sharing", n)[0]
+    seen: list[str] = []
+    _whole_round_reads(service.engine, seen)
+    for name in ("advertise", "check", "masked_sum", "consistency", "reveal"):
+        for user in users:
+            user.send(name, int(user.user % DOMAIN) if name == "advertise" else None)
+    assert service.state(task.task_id)["state"] == "released"
+    assert len(seen) <= 3 * 5, seen  # per round: the count, the close's answers, the release's read
+    _release_equals_the_survivors_sum(service.result(task.task_id), p, users)
+
+
+class Crash(BaseException):
+    """A kill -9 in the middle of the release: nothing after it runs."""
+
+
+def test_the_release_runs_outside_the_lock_and_resumes_after_a_crash(dpds, monkeypatch):
+    """The last reveal closes the rounds: the task is ``releasing`` (stored) and the coordinator's finish runs
+    after the write transaction, without the lock: meanwhile the task's state and roster are served and its result
+    is 409 ``not_released``. A crash in the middle of it leaves the task releasing; the restarted server's next
+    advance (its tick) computes the release again, the survivors' sum exactly."""
+    import threading
+
+    from privagg.service import rounds
+
+    service, http, db = dpds
+    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
+    task = service.create_task(p, 60.0, N - 1)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    for name in ("advertise", "check", "masked_sum", "consistency"):
+        for user in users:
+            user.send(name, int(user.user % DOMAIN) if name == "advertise" else None)
+    for user in users[:-1]:
+        user.send("reveal")
+    finish, started, go = ss.SharingServer.finish, threading.Event(), threading.Event()
+
+    def slow_then_crash(self, state, messages):
+        started.set()
+        assert go.wait(30)
+        raise Crash
+
+    monkeypatch.setattr(ss.SharingServer, "finish", slow_then_crash)
+    monkeypatch.setattr(rounds, "RELEASE_WAIT", 0.05)
+    last = threading.Thread(target=lambda: pytest.raises(Crash, users[-1].send, "reveal"))
+    last.start()
+    assert started.wait(30)
+    try:  # the release is under way, in the last user's request: the routes answer
+        assert http.get(f"/tasks/{task.task_id}").json()["state"] == "releasing"
+        assert http.get(f"/tasks/{task.task_id}/roster").status_code == 200
+        answer = http.get(f"/tasks/{task.task_id}/result")
+        assert (answer.status_code, answer.json()["error"]) == (409, "not_released")
+        assert "releasing" in answer.json()["detail"]
+    finally:
+        go.set()
+        last.join(30)
+    with service.engine.connect() as c:
+        row = c.execute(sa.select(service.tasks).where(service.tasks.c.task_id == task.task_id)).one()
+    assert (row.status, row.outcome) == ("releasing", None)
+    monkeypatch.setattr(ss.SharingServer, "finish", finish)
+    restarted = SharingService(connect(db, "sharing", create=False), clock=Clock())
+    try:
+        assert restarted.active() == [task.task_id]
+        assert restarted.advance(task.task_id) == "released"
+        _release_equals_the_survivors_sum(restarted.result(task.task_id), p, users)
+    finally:
+        restarted.engine.dispose()
+
+
+def test_a_users_sdk_asks_for_the_result_again_while_the_release_is_under_way(dpds, monkeypatch):
+    """RoundClient.result: 409 not_released while the task is releasing is asked again, and the release comes."""
+    import threading
+
+    from privagg.service import rounds
+
+    service, http, _ = dpds
+    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
+    task = service.create_task(p, 60.0, N - 1)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    for name in ("advertise", "check", "masked_sum", "consistency"):
+        for user in users:
+            user.send(name, int(user.user % DOMAIN) if name == "advertise" else None)
+    for user in users[:-1]:
+        user.send("reveal")
+    finish, started, go = ss.SharingServer.finish, threading.Event(), threading.Event()
+
+    def slow(self, state, messages):
+        started.set()
+        assert go.wait(30)
+        return finish(self, state, messages)
+
+    monkeypatch.setattr(ss.SharingServer, "finish", slow)
+    monkeypatch.setattr(rounds, "RELEASE_WAIT", 0.05)
+    last = threading.Thread(target=users[-1].send, args=("reveal",))
+    last.start()
+    assert started.wait(30)
+    got = []
+    asking = threading.Thread(target=lambda: got.append(users[0].result(wait=30, every=0.05)))
+    asking.start()
+    try:
+        asking.join(0.5)
+        assert asking.is_alive() and not got  # still asking: the release is held
+    finally:
+        go.set()
+        last.join(30)
+        asking.join(30)
+    _release_equals_the_survivors_sum(got[0], p, users)

@@ -115,6 +115,21 @@ class RosterClient:
         """The task's state at the server."""
         return json.loads(_request(f"{self.url}/tasks/{self.task.task_id}", None, self.timeout, self.attempts))["state"]
 
+    def result(self, wait: float = 3600.0, every: float = 1.0) -> dict:
+        """The task's outcome once released; while the server computes it (state ``releasing``: 409
+        ``not_released``), asked again every ``every`` seconds for up to ``wait`` seconds; SubmitError otherwise."""
+        end, last = time.monotonic() + wait, False
+        while True:
+            try:
+                return self._call("result")
+            except SubmitError as err:
+                if err.status != 409 or time.monotonic() > end or last:
+                    raise
+                if self.state() == "releasing":
+                    time.sleep(every)
+                else:  # released (or failed) since, or not releasing at all: asked once more
+                    last = True
+
     budget = None  # the device's LocalBudget (service/device_budget.py), charged the task's guarantee before enrolling
 
     def enroll(self, token: str) -> int:

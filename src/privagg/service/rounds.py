@@ -41,7 +41,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
@@ -61,8 +62,10 @@ from .tasks import KEMS, TAG_BYTES
 from .web import Health, Refused, json_object, log_event, require_operator, shown
 
 SEAL_BYTES = KEMS[KEM][2] + TAG_BYTES  # what sealing adds to a message: HPKE's encapsulated key and tag
-ENROLLING, RUNNING, RELEASED, FAILED = "enrolling", "running", "released", "failed"  # a task's status
+ENROLLING, RUNNING, RELEASING, RELEASED, FAILED = "enrolling", "running", "releasing", "released", "failed"  # status
 ROSTER_FIELDS = ("identities", "graph_seed")  # what the coordinator's state takes from the signed roster
+RELEASE_WAIT = 30.0  # seconds a request for the result waits for a release another thread computes (then 409)
+CACHE_BYTES = 1 << 30  # stored messages kept in memory (the complete graph's commitments at n = 2,000: 256 MB)
 
 
 def protocol_of(parameters) -> MultiRound:
@@ -89,6 +92,9 @@ class RoundDriver:
         self.health = Health()
         self._tasks: dict = {}
         self._rosters: dict = {}
+        self._cache = MessageCache(CACHE_BYTES)
+        self._counts: dict[tuple[str, int], int] = {}  # (task, round) -> answers stored (:meth:`_answered`)
+        self._releasing: dict[str, threading.Event] = {}  # the releases this process computes (:meth:`_release`)
         self._lock = threading.Lock()
         self.users = Roster(engine, tables["tokens"], tables["roster"], self._lock)
         self.registry = registry or CollectorRegistry()
@@ -237,18 +243,44 @@ class RoundDriver:
         query = sa.select(self.tasks).where(self.tasks.c.task_id == task_id)
         return c.execute(query.with_for_update() if lock else query).one()
 
-    def _messages(self, c: sa.Connection, task_id: str, protocol: MultiRound,
-                  rounds: tuple[str, ...] | None = None) -> dict[str, dict[int, bytes]]:
-        """The messages users sent the server, by round name (of ``rounds`` only, when given)."""
-        numbers = [protocol.number(name) for name in (rounds if rounds is not None else
-                                                      [r.name for r in protocol.rounds])]
-        found: dict[str, dict[int, bytes]] = {protocol.rounds[k - 1].name: {} for k in numbers}
-        if numbers:
+    def _messages(self, task_id: str, protocol: MultiRound,
+                  rounds: tuple[str, ...] | None = None) -> dict[str, "StoredMessages"]:
+        """The messages users sent the server, by round name (of ``rounds`` only, when given), each round's read
+        from the database as the coordinator indexes it (:class:`StoredMessages`): no query until then."""
+        names = rounds if rounds is not None else [r.name for r in protocol.rounds]
+        return {name: StoredMessages(self, task_id, protocol.number(name)) for name in names}
+
+    def _message(self, task_id: str, number: int, user: int) -> bytes:
+        """``user``'s message to the server in round ``number`` (KeyError: none stored), from the cache of stored
+        messages (a stored message never changes: the primary keys keep the first) or one query."""
+        key = (task_id, number, user)
+        found = self._cache.get(key)
+        if found is None:
             m = self.messages
-            for number, user, message in c.execute(sa.select(m.c.round, m.c.user, m.c.message).where(
-                    m.c.task_id == task_id, m.c.round.in_(numbers))):
-                found[protocol.rounds[number - 1].name][user] = message
+            with storage.reading(self.engine) as c:
+                found = c.execute(sa.select(m.c.message).where(m.c.task_id == task_id, m.c.round == number,
+                                                               m.c.user == user)).scalar()
+            if found is None:
+                raise KeyError(user)
+            self._cache.put(key, found)
         return found
+
+    def _round_messages(self, task_id: str, number: int) -> dict[int, bytes]:
+        """Every message users sent the server in round ``number`` (user -> bytes), in one query."""
+        m = self.messages
+        with storage.reading(self.engine) as c:
+            return {user: message for user, message in c.execute(sa.select(m.c.user, m.c.message).where(
+                m.c.task_id == task_id, m.c.round == number))}
+
+    def _answered(self, c: sa.Connection, task_id: str, number: int) -> int:
+        """How many users answered round ``number`` (under the lock): counted as answers are stored, from the
+        database once after a (re)start."""
+        key = (task_id, number)
+        if key not in self._counts:
+            m = self.messages
+            self._counts[key] = c.execute(sa.select(sa.func.count()).select_from(m).where(
+                m.c.task_id == task_id, m.c.round == number)).scalar_one()
+        return self._counts[key]
 
     @staticmethod
     def label(row) -> str:
@@ -305,9 +337,9 @@ class RoundDriver:
         if user not in self._expected(coordinator, round_, state):
             raise Refused(409, "not_expected", f"user {user} takes no part in round {row.round} ({round_.name})")
         b64 = base64.b64encode
+        read = self._messages(task_id, protocol, round_.reads)
+        inbox = coordinator.inbox(round_, user, state, read)
         with storage.reading(self.engine) as c:
-            read = self._messages(c, task_id, protocol, round_.reads)
-            inbox = coordinator.inbox(round_, user, state, read)
             out = {"round": row.round, "name": round_.name, "inbox": encode_inbox(inbox)}
             if round_.delivers:
                 r = self.relayed
@@ -315,7 +347,7 @@ class RoundDriver:
                 out[round_.delivers] = [{"sender": s, "sealed": b64(v).decode(), "signature": b64(g).decode()}
                                         for s, v, g in c.execute(sa.select(r.c.sender, r.c.sealed, r.c.signature).where(
                                             r.c.task_id == task_id, r.c.round == number,
-                                            r.c.recipient == user).order_by(r.c.sender))]
+                                            r.c.recipient == user).order_by(r.c.sender)).all()]
             if round_.signed:  # earlier messages the inbox carries, each with its sender's signature
                 m = self.messages
                 out["signatures"] = {field: [{"sender": u, "signature": b64(g).decode()} for u, g in c.execute(
@@ -345,8 +377,7 @@ class RoundDriver:
                              if round_.relay else ""))
         if user not in self._expected(coordinator, round_, state):
             raise Refused(409, "not_expected", f"user {user} takes no part in round {number} ({round_.name})")
-        with storage.reading(self.engine) as c:
-            read = self._messages(c, task_id, protocol, round_.reads)
+        read = self._messages(task_id, protocol, round_.reads)
         message = b""
         if round_.to_server and round_.seal:
             message = b64_field(data["message"], "message", coordinator.message_size(round_, user, state, read) +
@@ -404,12 +435,15 @@ class RoundDriver:
         second one (the primary keys), ``round_closed`` if the round closed without it. ``relayed``: the sealed
         bytes the server only passes on (counted)."""
         try:
-            with self._lock, self.engine.begin() as c:
-                row = self._row(c, task_id, lock=True)
-                if row.status != RUNNING or row.round != number:  # closed meanwhile
-                    self._sent_before(c, task_id, number, user)
-                    raise Refused(409, "round_closed", f"round {number} closed before this message was stored")
-                insert(c)
+            with self._lock:
+                with self.engine.begin() as c:
+                    row = self._row(c, task_id, lock=True)
+                    if row.status != RUNNING or row.round != number:  # closed meanwhile
+                        self._sent_before(c, task_id, number, user)
+                        raise Refused(409, "round_closed", f"round {number} closed before this message was stored")
+                    insert(c)
+                if (task_id, number) in self._counts:  # committed: counted (else counted from the database)
+                    self._counts[task_id, number] += 1
         except sa.exc.IntegrityError:
             raise Refused(409, "already_sent", f"user {user} already sent his round-{number} message") from None
         except sa.exc.DBAPIError as err:
@@ -425,10 +459,15 @@ class RoundDriver:
     def advance(self, task_id: str) -> str:
         """Open the first round once the roster is full; close the open round once every user it expects answered
         (``early``) or its deadline passed, and open the next one that expects someone, or finish (the outcome),
-        or fail; the task's state after."""
+        or fail; the task's state after. Without the lock and a write transaction when nothing is due
+        (:meth:`_due`: most requests)."""
         task = self.task(task_id)
         protocol = protocol_of(task.parameters)
         coordinator = protocol.coordinator(task.parameters, task.min_survivors)
+        with storage.reading(self.engine) as c:
+            row = self._row(c, task_id)
+        if not self._due(task_id, row, protocol, coordinator):
+            return self.label(row)
         with self._lock, self.engine.begin() as c:
             row = self._row(c, task_id, lock=True)
             now, update = self.clock(), {}
@@ -439,15 +478,28 @@ class RoundDriver:
             elif row.status == RUNNING:
                 round_ = protocol.rounds[row.round - 1]
                 expected = self._expected(coordinator, round_, state)
-                m = self.messages
-                answered = sorted(c.execute(sa.select(m.c.user).where(m.c.task_id == task_id,
-                                                                      m.c.round == row.round)).scalars())
-                if (round_.early and len(answered) == len(expected)) or now >= row.deadline:
+                if (round_.early and self._answered(c, task_id, row.round) == len(expected)) or now >= row.deadline:
+                    m = self.messages
+                    answered = sorted(c.execute(sa.select(m.c.user).where(m.c.task_id == task_id,
+                                                                          m.c.round == row.round)).scalars())
                     update = self._close(c, task, protocol, coordinator, row.round, expected, answered, state, now)
             if update:
                 c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(**update))
                 log_event(self.log, "round", task=task_id, round=update.get("round"), status=update["status"])
-        return _label(update.get("status", row.status), update.get("round", row.round))
+        status = update.get("status", row.status)
+        if status == RELEASING:
+            status = self._release(task_id)
+        return _label(status, update.get("round", row.round))
+
+    def _due(self, task_id: str, row, protocol: MultiRound, coordinator) -> bool:
+        """Whether :meth:`advance` may change the task as ``row`` has it: the roster signed while enrolling; the
+        open round past its deadline, or closing early with every answer it expects (or its answers not counted
+        yet in this process); a release to compute."""
+        if row.status == RUNNING:
+            round_, count = protocol.rounds[row.round - 1], self._counts.get((task_id, row.round))
+            return count is None or self.clock() >= row.deadline or (round_.early and count == len(
+                self._expected(coordinator, round_, self._state(task_id, row.published))))
+        return row.status == RELEASING or (row.status == ENROLLING and row.signed_roster is not None)
 
     def _close(self, c, task, protocol: MultiRound, coordinator, number: int, expected: list[int],
                answered: list[int], state: dict, now: float) -> dict:
@@ -457,22 +509,57 @@ class RoundDriver:
             if len(answered) < least:
                 raise RoundFailed(f"{len(answered)} of the {len(expected)} users round {number} ({round_.name}) "
                                   f"expected answered by its close, fewer than {what}: nothing was released")
-            state = coordinator.close(round_, answered, state, self._messages(c, task.task_id, protocol))
+            state = coordinator.close(round_, answered, state, self._messages(task.task_id, protocol))
             return self._next(c, task, protocol, coordinator, number + 1, state, now)
         except RoundFailed as err:
             return {"status": FAILED, "deadline": None, "outcome": json.dumps({"failed": str(err)})}
 
     def _next(self, c, task, protocol: MultiRound, coordinator, number: int, state: dict, now: float) -> dict:
-        """The first round from ``number`` on that expects someone, opened; none left: the outcome."""
+        """The first round from ``number`` on that expects someone, opened; none left: ``releasing`` (the outcome
+        is computed after the transaction, :meth:`_release`)."""
         for k in range(number, len(protocol.rounds) + 1):
             round_ = protocol.rounds[k - 1]
             if self._expected(coordinator, round_, state):
                 return {"status": RUNNING, "round": k, "round_name": round_.name, "published": _published(state),
                         "deadline": now + round_.deadline * task.round_seconds}
-        start = time.perf_counter()
-        handed = coordinator.finish(state, self._messages(c, task.task_id, protocol))
-        outcome = self.finished(task, handed, time.perf_counter() - start)
-        return {"status": self.done, "deadline": None, "published": _published(state), "outcome": json.dumps(outcome)}
+        return {"status": RELEASING, "deadline": None, "published": _published(state)}
+
+    def _release(self, task_id: str) -> str:
+        """The outcome of a task whose rounds are done (``releasing``): the coordinator's ``finish`` over the stored
+        messages, computed outside the lock and any write transaction (the routes answer meanwhile; another caller
+        is told ``releasing``), then stored with the status ``done`` (or ``failed``, saying why) if the task is
+        still releasing. A kill -9 meanwhile leaves it releasing, and the next :meth:`advance` (the tick's)
+        computes it again. The status after."""
+        with self._lock:
+            if task_id in self._releasing:
+                return RELEASING
+            self._releasing[task_id] = done = threading.Event()
+        try:
+            task = self.task(task_id)
+            protocol = protocol_of(task.parameters)
+            with storage.reading(self.engine) as c:
+                row = self._row(c, task_id)
+            if row.status != RELEASING:
+                return row.status
+            start = time.perf_counter()
+            try:
+                handed = protocol.coordinator(task.parameters, task.min_survivors).finish(
+                    self._state(task_id, row.published), self._messages(task_id, protocol))
+                update = {"status": self.done, "outcome": json.dumps(self.finished(task, handed,
+                                                                                   time.perf_counter() - start))}
+            except RoundFailed as err:
+                update = {"status": FAILED, "outcome": json.dumps({"failed": str(err)})}
+            with self._lock, self.engine.begin() as c:
+                if self._row(c, task_id, lock=True).status != RELEASING:
+                    return self._row(c, task_id).status
+                c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(**update))
+            log_event(self.log, "round", task=task_id, round=None, status=update["status"],
+                      seconds=round(time.perf_counter() - start, 3))
+            return update["status"]
+        finally:
+            with self._lock:
+                del self._releasing[task_id]
+            done.set()
 
     def close_round(self, task_id: str, number: int) -> str:
         """The operator's early close of round ``number`` (if it is the open one): as if its deadline passed now (a
@@ -500,7 +587,8 @@ class RoundDriver:
     def result(self, task_id: str) -> dict:
         """The outcome once released; 409 while the rounds run, or naming why the task failed."""
         self.task(task_id)
-        self.advance(task_id)
+        if self.advance(task_id) == RELEASING and task_id in self._releasing:  # another thread computes it
+            self._releasing.get(task_id, _DONE).wait(RELEASE_WAIT)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
         if row.status == FAILED:
@@ -511,7 +599,63 @@ class RoundDriver:
 
     def active(self) -> list[str]:
         with storage.reading(self.engine) as c:
-            return c.execute(sa.select(self.tasks.c.task_id).where(self.tasks.c.status == RUNNING)).scalars().all()
+            return c.execute(sa.select(self.tasks.c.task_id).where(self.tasks.c.status.in_((RUNNING, RELEASING)))
+                             ).scalars().all()
+
+
+class StoredMessages(Mapping):
+    """The messages users sent the server in one round of a task (user -> bytes), as the coordinator reads them:
+    one user's at a time on demand (:meth:`RoundDriver._message`), every user's in one query once iterated (and
+    kept by this mapping: the release and a round's close read them all)."""
+
+    def __init__(self, driver: RoundDriver, task_id: str, number: int) -> None:
+        self.driver, self.task_id, self.number = driver, task_id, number
+        self._all: dict[int, bytes] | None = None
+
+    def _every(self) -> dict[int, bytes]:
+        if self._all is None:
+            self._all = self.driver._round_messages(self.task_id, self.number)
+        return self._all
+
+    def __getitem__(self, user: int) -> bytes:
+        if self._all is not None:
+            return self._all[user]
+        return self.driver._message(self.task_id, self.number, user)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._every())
+
+    def __len__(self) -> int:
+        return len(self._every())
+
+
+class MessageCache:
+    """Stored messages by (task, round, user), the least recently read dropped past ``limit`` bytes. A stored
+    message never changes, so what is kept stays true; a restarted server starts empty."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.size, self._kept = limit, 0, OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> bytes | None:
+        with self._lock:
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+            return found
+
+    def put(self, key, message: bytes) -> None:
+        with self._lock:
+            if key in self._kept or len(message) > self.limit:
+                return
+            self._kept[key] = message
+            self.size += len(message)
+            while self.size > self.limit:
+                self.size -= len(self._kept.popitem(last=False)[1])
+
+
+_DONE = threading.Event()
+_DONE.set()
 
 
 def _published(state: dict) -> str:

@@ -71,7 +71,7 @@ from ...protocols.two_server_parties import Election, Handover, Recovery, Second
 from .. import storage
 from ..roster import load_task, new_token, rounds_app, secret_hash
 from ..round_tasks import KEM, SecondTask, TSSTask, message_context, second_info
-from ..rounds import FAILED, RUNNING, RoundDriver, protocol_of, round_routes
+from ..rounds import FAILED, RELEASING, RUNNING, RoundDriver, protocol_of, round_routes
 from ..keys import KeyEncryptionKey
 from ..tasks import TASK_ID_BYTES, _private_key, _suite
 from ..web import Health, Limits, Refused, json_object, log_event, shown
@@ -304,7 +304,7 @@ class FirstService(RoundDriver):
             row = self._row(c, task_id)
             if row.status not in (HANDOVER, DELIVERED):
                 raise Refused(409, "not_done", f"task {task_id} is in {self.label(row)}: the rounds are not done")
-            messages = self._messages(c, task_id, protocol)
+            messages = self._messages(task_id, protocol)
             m = s1_messages.c
             signatures = {(numbers[k], user): signature for k, user, signature in c.execute(
                 sa.select(m.round, m.user, m.signature).where(m.task_id == task_id, m.round.in_(numbers)))}
@@ -375,7 +375,7 @@ class FirstService(RoundDriver):
     def active(self) -> list[str]:
         """The tasks whose rounds run, and those whose hand-over S2 does not have yet."""
         with storage.reading(self.engine) as c:
-            return c.execute(sa.select(s1_tasks.c.task_id).where(s1_tasks.c.status.in_((RUNNING, HANDOVER)))
+            return c.execute(sa.select(s1_tasks.c.task_id).where(s1_tasks.c.status.in_((RUNNING, RELEASING, HANDOVER)))
                              ).scalars().all()
 
 
