@@ -385,10 +385,10 @@ def test_sampling_family_exact_audit_refuses_at_once_naming_users(name, kw, larg
     import time
 
     params = calibrate(name, **kw)
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU: a shared machine's load does not count against the bound
     with pytest.raises(ParameterError) as caught:
         exact_audit(params)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
     assert caught.value.field == "users" and "--method statistical" in str(caught.value)
     assert caught.value.got == kw["n_users"]
     if largest is not None:
