@@ -7,6 +7,7 @@ protocol runs today (k = n - 1: :func:`privagg.protocols.sharing_messages.expect
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ..core.identity import KEY_BYTES as IDENTITY_BYTES
 from ..errors import ParameterError
@@ -17,6 +18,41 @@ from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMPLAINTS, HEADER
                                message_bytes)
 
 DEFAULT_FAILURE = 2.0 ** -40
+
+
+def task_degree(parameters: SharingParameters) -> int:
+    """The task's degree k: ``parameters.degree``, or n - 1 for the complete graph (degree None)."""
+    degree = getattr(parameters, "degree", None)
+    return parameters.n_users - 1 if degree is None else degree
+
+
+def planned_counts(parameters: SharingParameters) -> tuple[int, int]:
+    """(C, D) the task's graph is planned for: the users who may not follow the protocol, n - ceil(G n), and the
+    honest dropouts, floor(graph_dropouts n)."""
+    n = parameters.n_users
+    return n - parameters.honest_users, math.floor(round(getattr(parameters, "graph_dropouts", 0.0) * n, 9))
+
+
+def planned(parameters: SharingParameters) -> neighbour_graph.GraphGuarantee | None:
+    """The guarantee of the task's neighbour graph at its C and D (:func:`planned_counts`): its threshold t_k and
+    failure terms; None on the complete graph of degree None (today's protocol, its threshold
+    :func:`privagg.protocols.sharing_parties.threshold`'s own rule). A ParameterError naming ``degree`` when no
+    threshold makes the graph both private and live with probability above 0 (n <= 3 C + 2 D on the complete
+    graph; a degree far too small)."""
+    degree = getattr(parameters, "degree", None)
+    if degree is None:
+        return None
+    return _planned(parameters.n_users, *planned_counts(parameters), degree)
+
+
+@lru_cache(maxsize=64)
+def _planned(n_users: int, colluding: int, dropouts: int, degree: int) -> neighbour_graph.GraphGuarantee:
+    found = neighbour_graph.guarantee(n_users, colluding, dropouts, degree)
+    if found.failure >= 1:
+        raise ParameterError("degree", f"a degree whose threshold keeps the release private and complete with some "
+                             f"probability at n = {n_users}, C = {colluding} colluding, D = {dropouts} dropping out "
+                             "(privagg calibrate dpds chooses one)", degree)
+    return found
 
 
 def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, dict[str, int]]]:

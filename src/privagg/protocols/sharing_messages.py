@@ -65,6 +65,13 @@ class Message:
     payload: bytes | np.ndarray | Revealed | dict[int, bytes]
 
 
+def holders(parameters: SharingParameters) -> int:
+    """The holders of each user's secrets: his k neighbours and himself (``parameters.degree``), or all n users on the
+    complete graph (degree None: Bonawitz et al.'s, the paper's n-of-n sharing)."""
+    degree = getattr(parameters, "degree", None)
+    return parameters.n_users if degree is None else min(degree + 1, parameters.n_users)
+
+
 def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[int, bytes]:
     if kind == ADVERTISE:
         return 2 * KEY_BYTES, bytes(payload)
@@ -73,7 +80,7 @@ def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[
     if kind == MASKED_SUM:
         return parameters.domain_size, pack_elements(parameters.field, payload)
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
-        return {COMMITMENTS: parameters.n_users, COMMITMENT: 2, SIGNATURE: 1}[kind], bytes(payload)
+        return {COMMITMENTS: holders(parameters), COMMITMENT: 2, SIGNATURE: 1}[kind], bytes(payload)
     if kind == COMPLAINTS:
         return len(payload), np.asarray(payload, dtype=np.int64).astype(INDEX).tobytes()
     if kind == PAIR_SEEDS:
@@ -137,7 +144,8 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         body = _fixed(body, count, 2 * KEY_BYTES, 2 * KEY_BYTES, f"a public key and a hash of {KEY_BYTES} bytes each")
         return Message(kind, source, target, _check_public_key(body[:KEY_BYTES]) + body[KEY_BYTES:])
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
-        count_, size, what = {COMMITMENTS: (n, 2 * n * HASH_BYTES, f"n = {n} pairs of commitments"),
+        h = holders(parameters)
+        count_, size, what = {COMMITMENTS: (h, 2 * h * HASH_BYTES, f"{h} pairs of commitments (one per holder)"),
                               COMMITMENT: (2, 2 * HASH_BYTES, "a pair of commitments"),
                               SIGNATURE: (1, SIGNATURE_BYTES, f"a signature of {SIGNATURE_BYTES} bytes")}[kind]
         return Message(kind, source, target, _fixed(body, count, count_, size, what))
@@ -199,20 +207,24 @@ def packed_commitment(dealer: int, recipient: int, secret: int, packed: bytes) -
                            person=b"privagg backup").digest()
 
 
-def committed_to(commitments: bytes, recipient: int, secret: int) -> bytes:
-    """The commitment to ``recipient``'s shares of ``secret``, of a dealer's n pairs."""
-    start = (2 * recipient + secret) * HASH_BYTES
+def committed_to(commitments: bytes, slot: int, secret: int) -> bytes:
+    """The commitment to the shares of ``secret`` of the holder at ``slot`` among the dealer's holders (his place
+    among them, ascending: the user's index on the complete graph), of the dealer's pairs."""
+    start = (2 * slot + secret) * HASH_BYTES
     return commitments[start:start + HASH_BYTES]
 
 
-def dealt_commitments(dealer: int, shares: np.ndarray) -> bytes:
-    """The commitments to every holder's shares (``shares``: holders x 2 x LIMBS), in holder then secret order."""
-    return b"".join(commitment(dealer, k, s, shares[k, s]) for k in range(len(shares)) for s in (PAIR_KEY, MASK_SEED))
+def dealt_commitments(dealer: int, shares: np.ndarray, holders: Sequence[int] | None = None) -> bytes:
+    """The commitments to each holder's shares (``shares``: holders x 2 x LIMBS; ``holders`` ascending, default
+    every user: the complete graph), in holder then secret order."""
+    holders = range(len(shares)) if holders is None else holders
+    return b"".join(commitment(dealer, k, s, shares[slot, s]) for slot, k in enumerate(holders)
+                    for s in (PAIR_KEY, MASK_SEED))
 
 
-def commitments_to(commitments: bytes, recipient: int) -> bytes:
-    """The pair of commitments to ``recipient``'s shares, of a dealer's n pairs."""
-    return commitments[2 * HASH_BYTES * recipient:2 * HASH_BYTES * (recipient + 1)]
+def commitments_to(commitments: bytes, slot: int) -> bytes:
+    """The pair of commitments to the shares of the holder at ``slot`` among the dealer's holders."""
+    return commitments[2 * HASH_BYTES * slot:2 * HASH_BYTES * (slot + 1)]
 
 
 def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) -> int:
@@ -223,7 +235,7 @@ def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) ->
                           REVEAL: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
                           OPENINGS: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
                           PAIR_SEEDS: entries * SEEDS.size,
-                          COMMITMENTS: 2 * parameters.n_users * HASH_BYTES, COMMITMENT: 2 * HASH_BYTES,
+                          COMMITMENTS: 2 * holders(parameters) * HASH_BYTES, COMMITMENT: 2 * HASH_BYTES,
                           COMPLAINTS: entries * INDEX.itemsize, SIGNATURE: SIGNATURE_BYTES}[kind]
 
 
