@@ -95,7 +95,7 @@ class Graph:
 
     def __init__(self, n_users: int, degree: int, seed: bytes | None) -> None:
         self.n_users, self.degree = n_users, check_degree(n_users, degree)
-        self.complete = degree == n_users - 1
+        self.complete, self.seed = degree == n_users - 1, seed
         self.half = n_users if self.complete else degree // 2
         if self.complete:
             self.order = self.position = np.arange(n_users, dtype=np.int64)

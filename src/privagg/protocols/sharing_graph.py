@@ -132,12 +132,11 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
     """The guarantee's assumptions and what it promises, in words (docs/privacy.md, "Neighbour graphs")."""
     n, k, t = chosen.n_users, chosen.degree, chosen.threshold
     return [
-        "NOT YET RUN: DPDS and DPDG's parties still mask with and back up among all n - 1 others (the complete "
-        "graph); this is the degree a neighbour graph would need (issue 47)",
         (f"the graph: complete (no sparser graph meets the target at n = {n}); " if chosen.complete else
          f"the graph: a Harary graph H({k}, {n}) (each user adjacent to the {k // 2} before and after him on a "
-         "cycle) with the users in a uniformly random order drawn after every key is committed, from randomness no "
-         "party controls (Bell et al. CCS 2020, §3); ") +
+         "cycle) with the users in a uniformly random order drawn after every key is committed (from the seed the "
+         "organisation draws when it signs the roster, after every user enrolled: not the server's; Bell et al. CCS "
+         "2020, §3); ") +
         f"a user's secrets are shared among his {k} neighbours and himself, any {t} of them rebuild one",
         f"at most {chosen.colluding} users collude with the server, chosen before the order is drawn; at most "
         f"{chosen.dropouts} honest users drop out, independently of the order (a server that drops honest users it "
@@ -150,3 +149,27 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
         "others reveals a user's vector (collusion, equivocation) or the sum of each connected part of the honest "
         "survivors (connectivity)",
     ]
+
+
+def stated(parameters, seed_digest: str = "") -> list[str]:
+    """What a release or an audit of ``parameters`` states about its graph: nothing on the complete graph (degree
+    None, or parameters of another family), else the graph's degree, threshold and seed's digest and
+    :func:`assumptions` at the failure bound computed (docs/privacy.md, "Neighbour graphs")."""
+    found = planned(parameters) if getattr(parameters, "degree", None) is not None else None
+    if found is None:
+        return []
+    seed = f", its order from the roster's seed (BLAKE2b digest {seed_digest})" if seed_digest else ""
+    return [f"a neighbour graph of degree k = {found.degree}, threshold t_k = {found.threshold}{seed}; delta "
+            f"includes its failure terms: equivocation (d) {found.equivocation:.3g} (it contains collusion (a)) and "
+            "disconnection (c) at the users removed"] + assumptions(found, found.failure)
+
+
+def graph_delta(parameters, removed: int) -> float:
+    """What a neighbour graph adds to a release's delta: (d) at the task's C (which contains (a)) and (c) at the
+    ``removed`` users (C and the observed dropouts, disjoint in the worst case); 0 on the complete graph. Liveness
+    (b) is no privacy term: the release happens or not."""
+    found = planned(parameters) if getattr(parameters, "degree", None) is not None else None
+    if found is None:
+        return 0.0
+    n = parameters.n_users
+    return float(found.equivocation + neighbour_graph.disconnection_bound(n, min(n, removed), found.degree))

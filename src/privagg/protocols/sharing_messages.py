@@ -145,7 +145,8 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         return Message(kind, source, target, _check_public_key(body[:KEY_BYTES]) + body[KEY_BYTES:])
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
         h = holders(parameters)
-        count_, size, what = {COMMITMENTS: (h, 2 * h * HASH_BYTES, f"{h} pairs of commitments (one per holder)"),
+        pairs = f"n = {n} pairs of commitments" if h == n else f"k + 1 = {h} pairs of commitments (one per holder)"
+        count_, size, what = {COMMITMENTS: (h, 2 * h * HASH_BYTES, pairs),
                               COMMITMENT: (2, 2 * HASH_BYTES, "a pair of commitments"),
                               SIGNATURE: (1, SIGNATURE_BYTES, f"a signature of {SIGNATURE_BYTES} bytes")}[kind]
         return Message(kind, source, target, _fixed(body, count, count_, size, what))

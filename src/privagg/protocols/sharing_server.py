@@ -6,6 +6,7 @@ and DPDG" and "Dishonest parties"."""
 
 from __future__ import annotations
 
+import hashlib
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEAD
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
                                Message, Revealed, commitments_to, committed_to, decode, decode_checked, encode,
                                holders, message_bytes, message_entries, packed_commitment)
+from .sharing_graph import graph_delta, stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
                               faithful_bytes, faithful_seconds, keys_digest, mask, signed_lists, survivors_parameters,
                               task_graph, threshold)
@@ -53,25 +55,34 @@ class SharingRelease:
     excluded: tuple[int, ...] = ()
     blamed: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (revealer, the owners of his discarded shares)
     inconsistent: tuple[int, ...] = ()  # the dealers proven inconsistent, excluded in round 6
+    graph_seed: str = ""  # a digest of the neighbour graph's seed (none on the complete graph)
+    task: SharingParameters | None = None  # the task's parameters (default ``parameters``: nobody dropped out)
 
     @property
     def privacy(self):
         """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
-        part."""
+        part; on a neighbour graph, plus its failure terms (:func:`~privagg.protocols.sharing_graph.graph_delta`:
+        equivocation at the task's colluding users, disconnection at them and the users not released) and its
+        assumptions."""
         p = self.parameters
+        task = self.task or p
+        removed = task.n_users - task.honest_users + self.enrolled - self.survivors
         left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints" if self.excluded else "") + (
             f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "") + (
             f"; {len(self.inconsistent)} dealers proven inconsistent, excluded in round 6 (their terms removed with "
             "the survivors' pair seeds)" if self.inconsistent else "")
+        shared = (f"{self.threshold}-out-of-{self.enrolled}" if not self.graph_seed else
+                  f"{self.threshold}-out-of-{holders(task)} among each user's neighbours and himself")
         return PrivacyDescription.of(Survivors(
-            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users who took part to the end",
+            p.privacy.event, p.delta_at(p.epsilon) + graph_delta(task, removed), self.enrolled, self.survivors,
+            "users who took part to the end",
             f"{self.senders} advertised in round 1 and passed the check, {self.revealers} revealed in round 5" +
             left_out,
-            (f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} (Shamir), each share "
-             "committed to by its dealer: the server learns only the survivors' sum unless it pools shares with "
-             f"{self.threshold} users; every survivor checked {self.threshold} signatures of the survivor lists before "
-             "revealing (a server that shows different lists is caught), and the users' identity keys are the "
-             "organisation's roster's",)))
+            (f"served with key-agreed shares backed up {shared} (Shamir), each share committed to by its dealer: the "
+             f"server learns only the survivors' sum unless it pools shares with {self.threshold} users; every "
+             f"survivor checked {self.threshold} signatures of the survivor lists before revealing (a server that "
+             "shows different lists is caught), and the users' identity keys are the organisation's roster's",
+             *stated(task, self.graph_seed))))
 
 
 class SharingServer:
@@ -433,7 +444,13 @@ class SharingServer:
         return SharingRelease(server.finalize(agg), p.n_users, len(senders), len(kept), len(opened.revealers),
                               self.threshold, recomputed, rows, tuple((int(k), tuple(a)) for k, a in complaints),
                               tuple(int(u) for u in excluded),
-                              tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven))
+                              tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven),
+                              "" if graph.complete else seed_digest(graph.seed), p)
+
+
+def seed_digest(seed: bytes) -> str:
+    """A short public digest of the graph's seed, for the release to name the graph it ran on."""
+    return hashlib.blake2b(seed, digest_size=8, person=b"privagg graph").hexdigest()
 
 
 def member(listed: Sequence[int], u: int) -> bool:
