@@ -57,12 +57,16 @@ def _planned(n_users: int, colluding: int, dropouts: int, degree: int) -> neighb
 
 def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, dict[str, int]]]:
     """Per user, by kind, the entries (as :func:`expected_traffic` counts them), messages and bytes he sends and
-    receives with k neighbours, every user surviving: his commitments to his k + 1 holders' shares (his neighbours
-    and himself), a backup to each neighbour, his key (no complaints), masked sum, signature and a revealed share
-    per holder-owner (his neighbours and himself); a commitment pair and a backup from each neighbour, the k + 1
-    keys, signatures and identity keys of his neighbourhood. The messages as the wire has them (headers counted;
-    the transport's signature on each and HTTP's framing not)."""
-    k, holders, N = degree, degree + 1, parameters.domain_size
+    receives with k neighbours, every user surviving, as the parties send them (:mod:`privagg.protocols.
+    sharing_parties`): his commitments to his k + 1 holders' shares (his neighbours and himself), a backup to each
+    neighbour, his key (no complaints), masked sum, signature and a revealed share per holder-owner (his neighbours
+    and himself); the graph's seed (round 1, a neighbour graph's), a commitment pair and a backup from each
+    neighbour, the k + 1 keys of his neighbourhood, and the signatures and identity keys of the users within k
+    places of him on the cycle (2 k + 1 of them: the holders of his neighbours' secrets). The messages as the wire
+    has them (headers counted; the transport's signature on each and HTTP's framing not)."""
+    n, k, holders, N = parameters.n_users, degree, degree + 1, parameters.domain_size
+    signers = min(n, 2 * k + 1)
+    seed = 0 if k == n - 1 else 1
 
     def size(kind: int, entries: int = 0) -> int:
         return message_bytes(parameters, kind, entries)
@@ -72,9 +76,11 @@ def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, d
             "pair key": (1, 1, size(ADVERTISE) + size(COMPLAINTS)), "masked sum": (N, 1, size(MASKED_SUM)),
             "signature": (1, 1, size(SIGNATURE)), "revealed shares": (holders, 1, size(REVEAL, holders))}
     received = {"commitment": (2 * k, k, k * size(COMMITMENT)), "backup": (2 * k, k, k * size(BACKUP)),
-                "pair key": (holders, holders, holders * size(ADVERTISE)),
-                "signature": (holders, holders, holders * size(SIGNATURE)),
-                "identity key": (holders, 0, holders * IDENTITY_BYTES)}
+                "pair key": (holders, holders, holders * (size(ADVERTISE) + size(COMPLAINTS))),  # as sent
+                "signature": (signers, signers, signers * size(SIGNATURE)),
+                "identity key": (signers, 0, signers * IDENTITY_BYTES)}
+    if seed:
+        received["graph seed"] = (1, 0, neighbour_graph.SEED_BYTES)
     return {way: {kind: dict(zip(("entries", "messages", "bytes"), counts)) for kind, counts in table.items()}
             for way, table in (("sent", sent), ("received", received))}
 
