@@ -485,7 +485,6 @@ def grid_parameters(protocol: str, index: int, calibration: str):
     """A grid case's calibrated parameters, or None where the calibration refuses the instance (it claims nothing
     there)."""
     from .protocols.registry import calibrate, get
-from .protocols.sharing_graph import stated
 
     instance = {k: v for k, v in get(protocol).audit_instances[index].items() if k not in ("calibrations", "slow")}
     try:
