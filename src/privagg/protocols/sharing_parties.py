@@ -493,7 +493,9 @@ class SharingUser:
                                  f"{self.index} on the task's graph", f"signatures of users {far[:5]}")
         kept, owners = set(survivors), self.state.senders
         need = np.full(len(owners), self.threshold)  # each owner's signatures still wanted, from his holders
-        for v in sorted(set(signatures) & kept & set(identities)):  # until each owner has t valid
+        candidates = sorted(set(signatures) & kept & set(identities))
+        order = np.argsort(graph.distance(self.index, candidates), kind="stable")  # the closest hold the most
+        for v in (candidates[j] for j in order):  # until each owner has t valid
             holds = graph.distance(v, owners) <= graph.half  # v holds a share of each such owner's secrets
             if not np.any(holds & (need > 0)):
                 continue
@@ -675,16 +677,18 @@ VERIFY_SECONDS, SIGN_SECONDS, COMMITMENT_SECONDS = 140e-6, 80e-6, 4e-6
 
 
 def faithful_seconds(parameters: SharingParameters) -> float:
-    """About what a faithful simulation of DPDS or DPDG without dropouts takes: each of the n (n - 1) / 2 pairs
-    agreed once and expanded twice (:func:`masked_sums`), each user's mask expanded twice (by him and by the
-    server), n (n - 1) backups and as many revealed entries made and read, each share's commitment made, checked
-    by its holder and by the server (3 n^2), and each user's signature made, checked by the server and by each
-    survivor until t are valid."""
-    n, N = parameters.n_users, parameters.domain_size
+    """About what a faithful simulation of DPDS or DPDG without dropouts takes, with k the task's degree (n - 1 on
+    the complete graph): each of the n k / 2 pairs agreed once and expanded twice (:func:`masked_sums`), each user's
+    mask expanded twice (by him and by the server), n k backups and as many revealed entries made and read, each
+    share's commitment made, checked by its holder and by the server (3 n (k + 1)), and each user's signature made,
+    checked by the server and by each survivor until t are valid (on a neighbour graph, until each secret he holds
+    has t_k from its holders: up to the 2 k + 1 users within k places)."""
+    n, N, k = parameters.n_users, parameters.domain_size, task_degree(parameters)
     expansion = EXPANSION_SECONDS + N * ELEMENT_SECONDS
-    pairs = n * (n - 1) / 2
-    return (pairs * (AGREEMENT_SECONDS + 2 * expansion) + 2 * n * expansion + 2 * n * (n - 1) * MESSAGE_SECONDS +
-            3 * n * n * COMMITMENT_SECONDS + n * (SIGN_SECONDS + (1 + threshold(parameters)) * VERIFY_SECONDS))
+    pairs = n * k / 2
+    verified = threshold(parameters) if k == n - 1 else min(n, 2 * k + 1)
+    return (pairs * (AGREEMENT_SECONDS + 2 * expansion) + 2 * n * expansion + 2 * n * k * MESSAGE_SECONDS +
+            3 * n * (k + 1) * COMMITMENT_SECONDS + n * (SIGN_SECONDS + (1 + verified) * VERIFY_SECONDS))
 
 
 HELD_BYTES = 150  # a message held in a simulation besides its bytes: the bytes object and its slot in a dict
@@ -692,12 +696,12 @@ HELD_BYTES = 150  # a message held in a simulation besides its bytes: the bytes 
 
 def faithful_bytes(parameters: SharingParameters) -> int:
     """About the memory a faithful simulation holds: every backup, revealed entry and commitment relayed to its
-    holder (n (n - 1) of each), the users' checked shares, the keys with their commitments, the masked sums and
-    signatures, the users' vectors and backup shares."""
-    n, N = parameters.n_users, parameters.domain_size
+    holder (n k of each, k the task's degree), the users' checked shares, the keys with their commitments, the masked
+    sums and signatures, the users' vectors and backup shares."""
+    n, N, k = parameters.n_users, parameters.domain_size, task_degree(parameters)
     entry = message_bytes(parameters, REVEAL, 1) - HEADER.size
     relayed = message_bytes(parameters, BACKUP) + entry + message_bytes(parameters, COMMITMENT) + 3 * HELD_BYTES
     held = 2 * LIMBS * 4  # a dealer's checked shares, in his holder's state
-    return n * (n - 1) * (relayed + held) + n * (
+    return n * k * (relayed + held) + n * (
         message_bytes(parameters, ADVERTISE) + message_bytes(parameters, COMMITMENTS) +
         2 * message_bytes(parameters, MASKED_SUM) + message_bytes(parameters, SIGNATURE) + 8 * N + 4 * HELD_BYTES)
