@@ -339,3 +339,26 @@ def test_a_server_showing_two_survivor_lists_in_a_neighbourhood_gets_one_of_the_
             shares[tag] += owner == d
     assert shares == {PAIR_KEY: 0, MASK_SEED: threshold(p)}
     assert_exact(run, range(N))
+
+
+def test_the_releases_delta_adds_the_graphs_privacy_terms_and_the_auditor_states_the_graph():
+    """delta = the survivors' recomputed delta + (d) at the task's C + (c) at C and the users not released; the
+    exact auditor's notes state the graph as an assumption it does not audit, and say nothing on the complete
+    graph."""
+    from privagg.audit import exact_audit
+
+    p = dataclasses.replace(graph_parameters("dpdg"), honest_fraction=0.96)  # C = 8
+    dropouts = spread(N, 0.1, seed=9)
+    run = run_rounds(PROTOCOL, p, np.arange(N) % DOMAIN, streams(10), dropouts=dropouts)
+    release = run.release
+    found = neighbour_graph.guarantee(N, 8, 20, K)
+    removed = 8 + N - release.survivors
+    terms = found.equivocation + neighbour_graph.disconnection_bound(N, removed, K)
+    assert found.equivocation > 0 and neighbour_graph.disconnection_bound(N, removed, K) > 0
+    survivors = release.parameters
+    assert release.privacy.delta == survivors.delta_at(survivors.epsilon) + terms
+    tiny = sc.calibrate_dpds(1.0, 1e-2, 8, 2, min_count_fraction=0.25)
+    notes = exact_audit(dataclasses.replace(tiny, degree=4)).notes
+    assert any(note.startswith("ASSUMED, not audited") and "degree k = 4, threshold t_k = 3" in note
+               for note in notes)
+    assert not any("ASSUMED" in note for note in exact_audit(tiny).notes)
