@@ -362,3 +362,16 @@ def test_the_releases_delta_adds_the_graphs_privacy_terms_and_the_auditor_states
     assert any(note.startswith("ASSUMED, not audited") and "degree k = 4, threshold t_k = 3" in note
                for note in notes)
     assert not any("ASSUMED" in note for note in exact_audit(tiny).notes)
+
+
+def test_the_least_survivors_count_two_honest_users_beside_the_colluders_when_t_k_is_below_them():
+    """On a graph t_k may be at most C (n = 200, k = 40, C = 30): a task's minimum of survivors is then C + 2 (its
+    release is recomputed for two honest users at least), where it was t and the coordinator refused to start; on
+    the complete graph it is t, as before."""
+    from privagg.protocols.sharing_parties import least_survivors
+
+    p = dataclasses.replace(graph_parameters("dpdg", k=40, dropouts=0.0), honest_fraction=0.85)  # C = 30
+    assert threshold(p) == neighbour_graph.guarantee(N, 30, 0, 40).threshold < 32 == least_survivors(p)
+    SharingServer(p, least_survivors(p))
+    complete = dataclasses.replace(graph_parameters("dpdg", k=None), honest_fraction=0.85)
+    assert least_survivors(complete) == threshold(complete) == (200 + 30) // 2 + 1

@@ -650,7 +650,14 @@ def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> in
     not follow the protocol), else a ParameterError naming it."""
     if parameters.model != "secret_sharing":
         raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
-    return checked_survivors(parameters, min_survivors, max(2, threshold(parameters)))
+    return checked_survivors(parameters, min_survivors, least_survivors(parameters))
+
+
+def least_survivors(parameters: SharingParameters) -> int:
+    """The fewest survivors a task may require: the backups' threshold t of users to reveal, and two honest users
+    besides the n - ceil(G n) who may not follow the protocol (:func:`survivors_parameters`; on the complete graph t
+    is all of these, on a neighbour graph t_k may be below them)."""
+    return max(2, threshold(parameters), parameters.n_users - parameters.honest_users + 2)
 
 
 def checked_survivors(parameters, min_survivors: int, least: int) -> int:

@@ -31,7 +31,7 @@ from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEAD
                                holders, message_bytes, message_entries, packed_commitment)
 from .sharing_graph import graph_delta, stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
-                              faithful_bytes, faithful_seconds, keys_digest, mask, signed_lists, survivors_parameters,
+                              faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists, survivors_parameters,
                               task_graph, threshold)
 
 
@@ -499,5 +499,5 @@ ROUNDS = (
 
 PROTOCOL = MultiRound(
     rounds=ROUNDS, user=SharingUser, coordinator=SharingServer, answer=answer, release_round="masked_sum",
-    survivors_parameters=survivors_parameters, least_survivors=lambda p: max(2, threshold(p)),
+    survivors_parameters=survivors_parameters, least_survivors=least_survivors,
     entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes)
