@@ -114,14 +114,47 @@ def sharing_demo_data(users: int, categories: int = 10) -> tuple[np.ndarray, lis
     return codes, names, math.floor(0.6 * np.bincount(codes, minlength=len(names)).min() / users * 1000) / 1000
 
 
+def with_graph(parameters, degree: str | None, drop_fraction: float):
+    """DPDS or DPDG's ``parameters`` on the neighbour graph a sharing demo asks for (``--degree``; docs/privacy.md,
+    "Neighbour graphs"): ``complete``, the complete graph (the paper's n-of-n sharing); an even k; ``auto`` (None:
+    the default), the complete graph up to :data:`COMPLETE_USERS_MAX` users and beyond, the least degree whose
+    failure bound meets 2^-40 with the drop fraction planned for (:func:`privagg.protocols.sharing_graph.choose`;
+    the complete graph if no sparser one does). Any other protocol: refused unless left out."""
+    import dataclasses
+
+    from .errors import ParameterError, parse_number
+    from .protocols.sharing_graph import choose
+
+    has_graph = any(o.name == "degree" for o in get(parameters.protocol).options)
+    if not has_graph or degree == "complete" or (degree in (None, "auto") and parameters.n_users <= COMPLETE_USERS_MAX):
+        if degree is not None and not has_graph:
+            raise ParameterError("degree", "given only for dpds and dpdg (whose users share among users)", degree)
+        return parameters
+    if degree in (None, "auto"):
+        chosen = choose(parameters, dropouts=drop_fraction)[0]
+        if chosen.complete:
+            return parameters
+        k = chosen.degree
+    else:
+        try:
+            k = parse_number("degree", degree, integer=True)
+        except ParameterError:
+            raise ParameterError("degree", "auto, complete or an even number of neighbours", degree) from None
+    return dataclasses.replace(parameters, degree=k, graph_dropouts=drop_fraction)
+
+
+COMPLETE_USERS_MAX = 1_000  # a sharing demo's default graph: complete up to here (about ten minutes on loopback)
+
+
 def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
                      epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0,
-                     progress=print, dishonest: str | None = None) -> dict:
+                     progress=print, dishonest: str | None = None, degree: str | None = None) -> dict:
     """demo-service dpds|dpdg|tss|tss-collusion: the release of the sharing server (DPDS, DPDG) or of S2 (TSS,
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's
     z-score against the truth (over its standard deviation at the true count), the rounds' times and the bytes;
     what the release detected (its blame data, :data:`DETECTED`), and with ``dishonest`` (a kind of
-    ``KINDS`` in privagg.service.sharing.dishonest or two_servers.dishonest) the one user who deviated so."""
+    ``KINDS`` in privagg.service.sharing.dishonest or two_servers.dishonest) the one user who deviated so.
+    ``degree``: DPDS and DPDG's neighbour graph (:func:`with_graph`)."""
     from .errors import ParameterError, check_integer
     from .service.round_demo import check_drop_fraction, deviation
     from .service.sharing import dishonest as sharing_kinds
@@ -145,8 +178,12 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
             raise ParameterError("users", f"large enough that every one of the {len(categories)} categories is held "
                                  f"by a few users ({protocol}'s data condition)", users)
         options["min_count_fraction"] = beta
-    parameters = calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users, domain_size=len(categories),
-                           **options)
+    parameters = with_graph(calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users,
+                                      domain_size=len(categories), **options), degree, drop_fraction)
+    if parameters.n_users > COMPLETE_USERS_MAX and parameters.degree is None:  # n^2 work: ten minutes at the most
+        raise ParameterError("users", f"at most {COMPLETE_USERS_MAX:,} for {protocol}" + (
+            " on the complete graph (more on a neighbour graph: --degree auto or an even k)"
+            if any(o.name == "degree" for o in entry.options) else ""), users)
     run = run_tss_services if two_servers else run_sharing_services
     out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress,
               liar=None if lie is None else lie.client)
@@ -191,4 +228,4 @@ inconsistent (excluded in round 6); TSS's helpers whose sums did not open, the i
 refused by the range and count checks."""
 
 
-DEMO_USERS_MAX = 1_000  # sharing demos: about ten minutes on loopback, users and servers on 2 cores
+DEMO_USERS_MAX = 10_000  # sharing demos: DPDS and DPDG on a neighbour graph beyond COMPLETE_USERS_MAX

@@ -6,6 +6,7 @@ thresholds fixed in advance); costs are the transcript's measured counts against
 (reference §2.3, §2.6 and §4: ../shared/papers/fair-dp-distributed-frequency.md).
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,6 +19,7 @@ from privagg.errors import ParameterError
 from privagg.privacy.sampling import chernoff_delta, paper_sampling_probability, sampling_delta
 from privagg.protocols import registry
 from privagg.protocols import results
+from privagg.protocols import sampling_calibration as sc
 from privagg.protocols import tss_parameters as tsp
 from privagg.protocols import two_server_parties as tp
 from privagg.protocols import weighted_aggregation as wa
@@ -449,3 +451,22 @@ def test_the_share_encoding_option_is_gone():
             registry.calibrate(name, epsilon=EPS, delta=0.01, n_users=30, domain_size=3, share_encoding="seeds",
                                **({"min_count_fraction": 0.1} if name == "dpds" else {}))
         assert err.value.field == "share_encoding"
+
+
+def test_a_neighbour_graph_is_a_dpds_and_dpdg_parameter_checked_by_name():
+    """``degree`` (issue 47): an even k in [2, n - 2] for DPDS and DPDG, left out for the complete graph; the planned
+    dropout fraction in [0, 1); neither for a protocol whose users do not share among users. Each named as typed."""
+    dpds = sc.calibrate_dpds(1.0, 1e-6, 1000, 10, min_count_fraction=0.05, degree=20, graph_dropouts=0.1)
+    assert (dpds.degree, dpds.graph_dropouts) == (20, 0.1) and dpds.to_dict()["degree"] == 20
+    assert sc.calibrate_dpdg(1.0, 1e-6, 1000, 10, degree=20).degree == 20
+    assert sc.calibrate_dpds(1.0, 1e-6, 1000, 10, min_count_fraction=0.05).degree is None
+    for degree, accepted in ((21, "even in"), (0, r"integer in \[2, 998\]"), (999, r"integer in \[2, 998\]"),
+                             (True, "integer")):
+        with pytest.raises(ParameterError, match=f"degree must be (an? )?{accepted}"):
+            sc.calibrate_dpds(1.0, 1e-6, 1000, 10, min_count_fraction=0.05, degree=degree)
+    for fraction in (1.0, -0.1, float("nan")):
+        with pytest.raises(ParameterError, match=r"graph-dropouts must be a fraction of the users in \[0, 1\)"):
+            sc.calibrate_dpdg(1.0, 1e-6, 1000, 10, degree=20, graph_dropouts=fraction)
+    dpcs = sc.calibrate_dpcs(1.0, 1e-6, 1000, 10, min_count_fraction=0.05)
+    with pytest.raises(ParameterError, match="degree must be none for this protocol"):
+        dataclasses.replace(dpcs, degree=20)

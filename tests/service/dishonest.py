@@ -21,6 +21,7 @@ parties (users, helpers, S2) live in their own modules, tests/service/dishonest_
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -59,8 +60,7 @@ def key_swapping(base: type) -> type:
             signed = super().signed_roster(task_id)
             if signed is None or self.where != "roster":
                 return signed
-            return SignedRoster(task_id, {i: (key, self._own_key()) for i, (key, _) in signed.users.items()},
-                                signed.signature)
+            return dataclasses.replace(signed, users={i: (key, self._own_key()) for i, (key, _) in signed.users.items()})
 
         def inbox(self, task_id, body):
             out = super().inbox(task_id, body)
@@ -147,7 +147,7 @@ class RosterForging(SharingService):
 
     def roster(self, task_id):
         signed = self.signed_roster(task_id)
-        forged = SignedRoster(task_id, signed.users, identity.sign(self.forger, SignedRoster.context(task_id),
+        forged = dataclasses.replace(signed, signature=identity.sign(self.forger, SignedRoster.context(task_id),
                                                                      signed.document))
         return forged.to_dict()
 

@@ -9,6 +9,7 @@ forges or replays a relayed message, serves a roster signed by another key or a 
 swaps a user's keys at enrollment (it knows his token's authentication half, not its binding half) is refused by
 the devices or left out by the organisation, naming what failed."""
 
+import dataclasses
 import json
 import time
 from base64 import b64decode, b64encode
@@ -400,6 +401,28 @@ def test_the_signed_roster_round_trips_and_names_a_bad_one():
     with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the organisation"):
         again.verify(Organisation.generate().public_key)
     assert np.unique([identity.token_halves("t")[0], identity.token_halves("u")[0]]).size == 2
+
+
+def test_the_graph_seed_is_signed_with_the_roster():
+    """The neighbour graph's public randomness (issue 47) is part of the signed document: it round-trips, another seed
+    breaks the organisation's signature, and a seed of another length is named. A roster signed before seeds existed
+    (none) keeps its document, so its signature still checks."""
+    organisation, task_id = Organisation.generate(), "ab" * 16
+    users = {0: (identity.public_key(identity.generate()), bytes(range(32)))}
+    for seed in (bytes(range(32)), b""):
+        unsigned = SignedRoster(task_id, users, b"", seed)
+        signed = dataclasses.replace(unsigned, signature=identity.sign(
+            organisation.private_key, SignedRoster.context(task_id), unsigned.document))
+        again = SignedRoster.from_dict(json.loads(json.dumps(signed.to_dict())), task_id)
+        assert again.verify(organisation.public_key).graph_seed == seed
+        assert ("graph_seed" in json.loads(signed.to_dict()["roster"])) == bool(seed)
+    other = dataclasses.replace(again, graph_seed=bytes(32))
+    with pytest.raises(ParameterError, match="roster.signature"):
+        other.verify(organisation.public_key)
+    document = json.loads(signed.to_dict()["roster"])
+    with pytest.raises(ParameterError, match="roster must be the organisation's signed roster"):
+        SignedRoster.from_dict({"roster": json.dumps({**document, "graph_seed": "ab" * 8}),
+                                "signature": signed.to_dict()["signature"]}, task_id)
 
 
 def test_the_organisation_key_file_is_private_and_never_overwritten(tmp_path):

@@ -176,9 +176,15 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
 
 
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "5000", "--workdir",
-                          str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "users must be an integer in [20, 1000]" in out.stderr
+    """n^2 work on the complete graph: at most 1,000 users there (and for TSS); 10,000 on a neighbour graph."""
+    for args, says in ((["dpds", "--users", "20000"], "users must be an integer in [20, 10000]"),
+                       (["dpds", "--users", "5000", "--degree", "complete"], "users must be at most 1,000 for dpds on "
+                        "the complete graph (more on a neighbour graph: --degree auto or an even k), got 5000"),
+                       (["tss", "--users", "5000"], "users must be at most 1,000 for tss, got 5000"),
+                       (["tss", "--degree", "20"], "degree must be given only for dpds and dpdg")):
+        out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", *args, "--workdir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and says in out.stderr, (args, out.stderr)
 
 
 def test_a_demo_whose_task_failed_says_why_in_one_line(monkeypatch, tmp_path):

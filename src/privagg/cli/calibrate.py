@@ -48,6 +48,8 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
             check_options(colluding, dropouts, DEFAULT_FAILURE if failure is None else failure)
         if graph and colluding is not None and options.get("honest_fraction") is None:
             options["honest_fraction"] = 1 - colluding  # the colluders are the users the accountant does not count on
+        if graph and dropouts is not None and "graph_dropouts" in options and options["graph_dropouts"] is None:
+            options["graph_dropouts"] = dropouts  # a --degree's threshold plans for the dropouts the graph is chosen for
         if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
             if hash_key is not None:
                 raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "

@@ -26,7 +26,8 @@ def demo_kind(entry) -> str:
 
 DEMO_OPTIONS = {"--vocabulary": ("frequencies",), "--concurrency": ("frequencies", "heavy hitters"),
                 "--top": ("frequencies",), "--drop-fraction": ("rounds",),
-                "--round-seconds": ("rounds",), "--dishonest": ("rounds",)}  # the kinds of demo each option applies to
+                "--round-seconds": ("rounds",), "--dishonest": ("rounds",),
+                "--degree": ("rounds",)}  # the kinds of demo each option applies to (--degree: dpds and dpdg's)
 
 
 def _interrupted(_signum, _frame) -> None:
@@ -94,6 +95,11 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                          "protocol detects: junk-backups, wrong-share or "
                                                          "inconsistent-shares (dpds, dpdg), misrouted-sum or "
                                                          "wrong-sum (tss, tss-collusion)."),
+                 degree: Optional[str] = typer.Option(None, "--degree", help="dpds and dpdg only: the neighbour "
+                                                      "graph each user masks with and backs his keys up among: auto "
+                                                      "(default: the complete graph up to 1,000 users, beyond it the "
+                                                      "least degree whose failure bound meets 2^-40 with the drop "
+                                                      "fraction), complete, or an even number of neighbours."),
                  as_json: bool = typer.Option(False, "--json", help="Print the JSON of both reports and the "
                                                                     "comparison.")) -> None:
     """Start the services on localhost, send the bundled words through them as real SDK clients, show the private
@@ -105,7 +111,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
     from ..protocols.registry import get, listed, names
 
     given = {"--vocabulary": vocabulary, "--concurrency": concurrency, "--top": top, "--drop-fraction": drop_fraction,
-             "--round-seconds": round_seconds, "--dishonest": dishonest}
+             "--round-seconds": round_seconds, "--dishonest": dishonest, "--degree": degree}
     kind = demo_kind(get(protocol.value))
     with _clean_errors():
         for name, value in given.items():
@@ -120,7 +126,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
         return
     if kind == "rounds":
         _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
-                      300.0 if round_seconds is None else round_seconds, workdir, as_json, dishonest)
+                      300.0 if round_seconds is None else round_seconds, workdir, as_json, dishonest, degree)
         return
     users = 20_000 if users is None else users
     from ..demos import run_demo
@@ -202,7 +208,8 @@ def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float,
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
-                  round_seconds: float, workdir: Path, as_json: bool, dishonest: str | None) -> None:
+                  round_seconds: float, workdir: Path, as_json: bool, dishonest: str | None,
+                  degree: str | None = None) -> None:
     """demo-service of a multi-round protocol (privagg.demos.run_sharing_demo), printed: after the release, what it
     detected (and with ``--dishonest``, who deviated and how)."""
     from ..demos import run_sharing_demo
@@ -214,7 +221,8 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     with _clean_errors():
         try:
             summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
-                                       progress=(lambda _text: None) if as_json else _say, dishonest=dishonest)
+                                       progress=(lambda _text: None) if as_json else _say, dishonest=dishonest,
+                                       degree=degree)
         except RoundFailed as err:
             _say(f"error: {err}", stderr=True)
             raise typer.Exit(1) from None

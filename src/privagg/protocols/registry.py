@@ -225,6 +225,12 @@ _BALLS_INTO_BINS: dict[str, Any] = dict(family=Family.BALLS_INTO_BINS,
                                         message_law=bib.message_law, law_size=bib.law_size)
 _HONEST = Option("honest_fraction", float, "G in (0, 1]: the guarantee holds while at least G n users follow the "
                  "protocol (the others' dummies are not counted on; default 1)")
+# DPDS and DPDG's neighbour graph (docs/privacy.md, "Neighbour graphs"; `privagg calibrate dpds --colluding F
+# --dropouts F` chooses k)
+_GRAPH = (Option("degree", int, "k: each user masks with, and backs his keys up among, k neighbours of a random graph "
+                 "(even; default: all n - 1 others, the complete graph)"),
+          Option("graph_dropouts", float, "the fraction of honest users the graph's threshold plans to drop out "
+                 "(default 0)"))
 # "calibrations" narrows an instance: the closed form's noise (mu >= 32 ln 2 at any delta) is too much to enumerate
 # but on the smallest domain. A calibration that refuses an instance (the closed form above eps = 1) claims nothing.
 _HISTOGRAM_AUDITS = (dict(n_users=3, domain_size=3, epsilon=1.0, delta=0.1, calibrations=("numeric", "hockey_stick")),
@@ -389,7 +395,7 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         trust="no trusted server (honest-but-curious users and server)",
         messages_per_user="n N field elements sent, N to the server", reference="fair DP paper, Algorithm 2",
         calibrate=sc.calibrate_dpds, parameters=ss.DPDSParameters, analyzer=ssv.SumServer, fast=ssv.fast_aggregate,
-        rounds=ssp.PROTOCOL, options=(_BETA, _P, _HONEST), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
+        rounds=ssp.PROTOCOL, options=(_BETA, _P, _HONEST, *_GRAPH), audit_instances=_SAMPLING_AUDITS, **_SAMPLING),
     ProtocolEntry(
         name="dpdg", title="DPDG: distributed discrete Gaussian noise, shared one-hot vectors",
         example=_example(10, n_users=_SAMPLING_USERS), demo=True,
@@ -403,7 +409,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         audit_instances=(dict(n_users=2, domain_size=2, epsilon=2.0, delta=0.1, fractional_bits=0),
                          dict(n_users=2, domain_size=2, epsilon=1.0, delta=0.05, fractional_bits=1,
                               calibrations=("tight",), slow=True)),
-        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST)),
+        options=(Option("fractional_bits", int, "k: noise at the fixed-point scale 2^k (default 8)"), _HONEST,
+                 *_GRAPH)),
     ProtocolEntry(
         name="tss", title="TSS: two servers, report sets and elected helpers", topology=Topology.TWO_SERVERS,
         example=_example(10, n_users=_SAMPLING_USERS, min_count_fraction=0.05, report_fraction=0.5), demo=True,

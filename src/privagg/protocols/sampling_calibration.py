@@ -126,10 +126,12 @@ def calibrate_dpcs_star(epsilon, delta, n_users, domain_size, calibration="exact
 
 
 def calibrate_dpds(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
-                   sampling_probability=None, honest_fraction=1.0) -> DPDSParameters:
-    """DPDS: p for (eps, delta)-DP of the reconstructed counts; dishonest users' coins count as known."""
+                   sampling_probability=None, honest_fraction=1.0, degree=None, graph_dropouts=0.0) -> DPDSParameters:
+    """DPDS: p for (eps, delta)-DP of the reconstructed counts; dishonest users' coins count as known. ``degree``,
+    ``graph_dropouts``: the neighbour graph (:class:`SharingParameters`; None, the complete graph)."""
     return calibrate_sampling(DPDSParameters, epsilon, delta, n_users, domain_size, calibration,
-                              min_count_fraction, sampling_probability, honest_fraction)
+                              min_count_fraction, sampling_probability, honest_fraction, degree=degree,
+                              graph_dropouts=graph_dropouts)
 
 
 def calibrate_tss(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
@@ -161,7 +163,7 @@ def calibrate_tss_collusion(epsilon, delta, n_users, domain_size, calibration="e
 
 
 def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fractional_bits=8,
-                   honest_fraction=1.0) -> DPDGParameters:
+                   honest_fraction=1.0, degree=None, graph_dropouts=0.0) -> DPDGParameters:
     """DPDG: the per-user discrete Gaussian variance (integer, scale 2^k) for (eps, delta)-DP of the sum.
 
     ``tight``: the least variance the exact accountant certifies for the
@@ -187,7 +189,8 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
                              n_users)
     parameters = DPDGParameters(epsilon=epsilon, delta=delta, n_users=n, domain_size=domain, calibration=calibration,
                                 modulus=_field_for(largest), fractional_bits=k, noise_variance=variance,
-                                honest_fraction=float(honest_fraction))
+                                honest_fraction=float(honest_fraction), degree=degree,
+                                graph_dropouts=float(graph_dropouts))
     if calibration == "classic":
         achieved = parameters.delta_at(epsilon)
         if achieved > delta * (1 + 1e-9):  # sigma_G's proof covers eps < 1 only

@@ -107,6 +107,11 @@ class SharingParameters(FrozenParameters):
     item_key: str | None = dataclasses.field(default=None, kw_only=True)
     # G: the guarantee holds while ceil(G n) users follow the protocol (the others may drop out or collude)
     honest_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+    # DPDS and DPDG's neighbour graph (issue 47; docs/privacy.md, "Neighbour graphs"): None, the complete graph (each
+    # user masks with, and backs his keys up among, all n - 1 others: the paper's n-of-n sharing); an even degree k,
+    # a random Harary graph of degree k, its threshold planned for graph_dropouts n honest users dropping out
+    degree: int | None = dataclasses.field(default=None, kw_only=True)
+    graph_dropouts: float = dataclasses.field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
@@ -118,10 +123,26 @@ class SharingParameters(FrozenParameters):
         if self.item_key is not None:
             check_item_key(self.item_key)
         check_honest_fraction(self.honest_fraction, self.n_users)
+        self._check_graph()
         PrimeField(self.modulus)  # a prime below 2^62
         if self.modulus <= self.largest_aggregate:
             raise ParameterError("modulus", f"a prime above the largest aggregate {self.largest_aggregate} (a smaller "
                                  "field wraps the sum around)", self.modulus)
+
+    def _check_graph(self) -> None:
+        """A degree only where users share among users (DPDS, DPDG): even in [2, n - 2] (leave it out for the
+        complete graph); the planned dropout fraction in [0, 1)."""
+        if (self.degree is not None or self.graph_dropouts) and self.model != "secret_sharing":
+            raise ParameterError("degree", "none for this protocol (neighbour graphs are for dpds and dpdg, whose users "
+                                 "share among users)", self.degree if self.degree is not None else self.graph_dropouts)
+        if self.degree is not None:
+            check_integer("degree", self.degree, 2, self.n_users - 2)
+            if self.degree % 2:
+                raise ParameterError("degree", f"even in [2, {self.n_users - 2}] (a Harary graph; leave it out for the "
+                                     "complete graph)", self.degree)
+        if not 0 <= self.graph_dropouts < 1:
+            raise ParameterError("graph-dropouts", "a fraction of the users in [0, 1) (the honest users the threshold "
+                                 "plans to drop out)", self.graph_dropouts)
 
     @property
     def field(self) -> PrimeField:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import secrets
 
 from ..core import identity
-from .round_tasks import SignedRoster, task_context
+from .round_tasks import GRAPH_SEED_BYTES, SignedRoster, task_context
 from .roster import secret_hash
 
 
@@ -46,7 +47,9 @@ class Organisation:
 
     def sign_roster(self, driver, task_id: str, tokens) -> tuple[SignedRoster, dict[int, str]]:
         """Check every enrolled user's binding against the tokens the organisation issued for the task, sign the
-        roster of those whose binding checks and give it to the server, which publishes it and opens the rounds.
+        roster of those whose binding checks, with a fresh graph seed (:class:`SignedRoster`; the published one's
+        when signing again, so that the same roster again changes nothing), and give it to the server, which
+        publishes it and opens the rounds.
         The signed roster, and each user left out with the reason."""
         halves = {secret_hash(auth): binding for auth, binding in map(identity.token_halves, tokens)}
         users, left_out = {}, {}
@@ -59,7 +62,10 @@ class Organisation:
                 left_out[row["user"]] = "his token's binding does not check: keys his device did not enroll"
             else:
                 users[row["user"]] = (row["identity_key"], row["public_key"])
-        unsigned = SignedRoster(task_id, users, b"")
+        published = driver.signed_roster(task_id)  # signed already (by this organisation: the server checked): its seed
+        seed = published.graph_seed if published is not None and published.graph_seed else \
+            secrets.token_bytes(GRAPH_SEED_BYTES)
+        unsigned = SignedRoster(task_id, users, b"", seed)
         signed = dataclasses.replace(unsigned, signature=identity.sign(
             self.private_key, SignedRoster.context(task_id), unsigned.document))
         driver.publish_roster(task_id, signed)

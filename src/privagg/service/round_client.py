@@ -210,8 +210,12 @@ class RoundClient(RosterClient):
         if "identities" in fields:  # users' identity keys (DPDS's signers): the signed roster's, never the server's
             users = self.roster().users
             fields["identities"] = {u: users[u][0] for u in fields["identities"] if u in users}
+        # the neighbour graph's public randomness: the signed roster's, never the server's (a server naming another
+        # seed to one user could make all his neighbours colluders)
+        seed = {"graph_seed": self.roster().graph_seed} if fields.pop("graph_seed", None) is not None else {}
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
+        fields.update(seed)
         if round_.delivers:
             fields[round_.delivers] = self._delivered(round_, answer.get(round_.delivers))
         keys = self._keys(answer.get("public_keys")) if round_.relay else {}

@@ -105,15 +105,26 @@ def _signature(text, field: str) -> bytes:
     return raw
 
 
+GRAPH_SEED_BYTES = 32
+
+
 @dataclass(frozen=True)
 class SignedRoster:
     """A task's roster as its organisation signed it once enrollment was complete: each user it lists, his index,
     his identity key (Ed25519) and his X25519 key; those whose enrollment its tokens did not bind are left out
-    (round-1 dropouts). ``document`` is the signed bytes, ``signature`` the organisation's."""
+    (round-1 dropouts). ``document`` is the signed bytes, ``signature`` the organisation's.
+
+    ``graph_seed``: 32 bytes the organisation draws when it signs, after every user enrolled (so after every key and
+    every colluder is fixed): the public randomness that places DPDS and DPDG's users on their neighbour graph
+    (docs/privacy.md, "Neighbour graphs"). It is signed with the roster, so the server cannot choose it; the
+    organisation could, but it is already trusted for who the users are (it could enroll colluders of its own). A
+    roster signed before seeds existed has none (b"", left out of its document): such a task runs the complete
+    graph only."""
 
     task_id: str
     users: dict  # index -> (identity key, X25519 public key)
     signature: bytes
+    graph_seed: bytes = b""
 
     @staticmethod
     def context(task_id: str) -> bytes:
@@ -122,8 +133,9 @@ class SignedRoster:
     @property
     def document(self) -> bytes:
         b64 = base64.b64encode
+        seed = {"graph_seed": self.graph_seed.hex()} if self.graph_seed else {}
         return identity.canonical({"task_id": self.task_id, "users": [
-            [i, b64(key).decode(), b64(public).decode()] for i, (key, public) in sorted(self.users.items())]})
+            [i, b64(key).decode(), b64(public).decode()] for i, (key, public) in sorted(self.users.items())], **seed})
 
     def identities(self) -> dict[int, bytes]:
         """Each listed user's identity key (the rounds' ``state["identities"]``)."""
@@ -151,12 +163,15 @@ class SignedRoster:
                 if type(index) is not int or index in users:
                     raise ValueError(index)
                 users[index] = (identity.public_text(key, "roster.users"), _key("roster.users", public))
+            seed = bytes.fromhex(document.get("graph_seed", ""))
+            if len(seed) not in (0, GRAPH_SEED_BYTES):
+                raise ValueError(len(seed))
         except (TypeError, KeyError, ValueError) as err:
             raise ParameterError("roster", "the organisation's signed roster ({\"roster\": its document, "
                                  "\"signature\"})", f"something else ({type(err).__name__})") from None
         if document.get("task_id") != task_id:
             raise ParameterError("roster.task_id", f"the task's, {task_id}", shown_id(document))
-        return cls(task_id, users, _signature(data.get("signature"), "roster.signature"))
+        return cls(task_id, users, _signature(data.get("signature"), "roster.signature"), seed)
 
 
 def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> bytes:

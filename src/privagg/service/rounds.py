@@ -62,6 +62,7 @@ from .web import Health, Refused, json_object, log_event, require_operator, show
 
 SEAL_BYTES = KEMS[KEM][2] + TAG_BYTES  # what sealing adds to a message: HPKE's encapsulated key and tag
 ENROLLING, RUNNING, RELEASED, FAILED = "enrolling", "running", "released", "failed"  # a task's status
+ROSTER_FIELDS = ("identities", "graph_seed")  # what the coordinator's state takes from the signed roster
 
 
 def protocol_of(parameters) -> MultiRound:
@@ -202,11 +203,11 @@ class RoundDriver:
 
     def _state(self, task_id: str, published: str) -> dict:
         """The coordinator's state: what it published, and the signed roster's identity keys
-        (``state["identities"]``, never stored in ``published``)."""
+        (``state["identities"]``) and graph seed (``state["graph_seed"]``, bytes), never stored in ``published``."""
         state = json.loads(published)
         signed = self.signed_roster(task_id)
         if signed is not None:
-            state["identities"] = signed.identities()
+            state["identities"], state["graph_seed"] = signed.identities(), signed.graph_seed
         return state
 
     @staticmethod
@@ -514,8 +515,8 @@ class RoundDriver:
 
 
 def _published(state: dict) -> str:
-    """The coordinator's state as stored: what it published, without the roster's identities."""
-    return json.dumps({k: v for k, v in state.items() if k != "identities"})
+    """The coordinator's state as stored: what it published, without the roster's identities and graph seed."""
+    return json.dumps({k: v for k, v in state.items() if k not in ROSTER_FIELDS})
 
 
 def _label(status: str, number: int) -> str:
