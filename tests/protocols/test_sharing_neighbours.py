@@ -120,7 +120,6 @@ def test_the_threshold_is_the_graphs_and_the_complete_graph_keeps_todays_rule():
     assert threshold(colluding) == neighbour_graph.guarantee(N, 8, 20, K).threshold
     today = graph_parameters(k=None)
     assert threshold(today) == N // 2 + 1
-    assert threshold(graph_parameters(k=N - 1, dropouts=0.0)) == threshold(today)
 
 
 def test_a_degree_that_cannot_be_private_and_live_is_refused_naming_it():

@@ -22,15 +22,13 @@ DEFAULT_FAILURE = 2.0 ** -40
 
 def task_degree(parameters: SharingParameters) -> int:
     """The task's degree k: ``parameters.degree``, or n - 1 for the complete graph (degree None)."""
-    degree = getattr(parameters, "degree", None)
-    return parameters.n_users - 1 if degree is None else degree
+    return parameters.n_users - 1 if parameters.degree is None else parameters.degree
 
 
 def planned_counts(parameters: SharingParameters) -> tuple[int, int]:
     """(C, D) the task's graph is planned for: the users who may not follow the protocol, n - ceil(G n), and the
-    honest dropouts, floor(graph_dropouts n)."""
-    n = parameters.n_users
-    return n - parameters.honest_users, math.floor(round(getattr(parameters, "graph_dropouts", 0.0) * n, 9))
+    honest dropouts, floor(graph_dropouts n) (:func:`counted`)."""
+    return counted(parameters, None, parameters.graph_dropouts)
 
 
 def planned(parameters: SharingParameters) -> neighbour_graph.GraphGuarantee | None:
@@ -39,10 +37,9 @@ def planned(parameters: SharingParameters) -> neighbour_graph.GraphGuarantee | N
     :func:`privagg.protocols.sharing_parties.threshold`'s own rule). A ParameterError naming ``degree`` when no
     threshold makes the graph both private and live with probability above 0 (n <= 3 C + 2 D on the complete
     graph; a degree far too small)."""
-    degree = getattr(parameters, "degree", None)
-    if degree is None:
+    if parameters.degree is None:
         return None
-    return _planned(parameters.n_users, *planned_counts(parameters), degree)
+    return _planned(parameters.n_users, *planned_counts(parameters), parameters.degree)
 
 
 @lru_cache(maxsize=64)
@@ -161,7 +158,7 @@ def stated(parameters, seed_digest: str = "") -> list[str]:
     """What a release or an audit of ``parameters`` states about its graph: nothing on the complete graph (degree
     None, or parameters of another family), else the graph's degree, threshold and seed's digest and
     :func:`assumptions` at the failure bound computed (docs/privacy.md, "Neighbour graphs")."""
-    found = planned(parameters) if getattr(parameters, "degree", None) is not None else None
+    found = planned(parameters) if getattr(parameters, "degree", None) is not None else None  # any protocol's
     if found is None:
         return []
     seed = f", its order from the roster's seed (BLAKE2b digest {seed_digest})" if seed_digest else ""

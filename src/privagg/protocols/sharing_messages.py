@@ -68,8 +68,7 @@ class Message:
 def holders(parameters: SharingParameters) -> int:
     """The holders of each user's secrets: his k neighbours and himself (``parameters.degree``), or all n users on the
     complete graph (degree None: Bonawitz et al.'s, the paper's n-of-n sharing)."""
-    degree = getattr(parameters, "degree", None)
-    return parameters.n_users if degree is None else min(degree + 1, parameters.n_users)
+    return parameters.n_users if parameters.degree is None else parameters.degree + 1
 
 
 def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[int, bytes]:

@@ -102,10 +102,9 @@ class SharingServer:
 
     def graph(self, state: Mapping) -> neighbour_graph.Graph:
         """The task's graph (:func:`~privagg.protocols.sharing_parties.task_graph`): on a neighbour graph, ordered by
-        ``state["graph_seed"]`` (hex), which whoever runs the rounds puts there from the organisation's signed roster
-        (the round driver; the simulator draws it)."""
-        seed = state.get("graph_seed")
-        return task_graph(self.parameters, bytes.fromhex(seed) if seed else None)
+        ``state["graph_seed"]`` (:func:`graph_seed`), which whoever runs the rounds puts there from the
+        organisation's signed roster (the round driver; the simulator draws it)."""
+        return task_graph(self.parameters, graph_seed(state))
 
     # --- the rounds (roles.Coordinator) ---------------------------------------------------------------------
     def expected(self, round_: Round, state: dict) -> list[int]:
@@ -185,7 +184,7 @@ class SharingServer:
         if name == "masked_sum":
             return {"keys": {u: messages["check"][u] for u in among(graph, user, state["checked"])}}
         if name == "advertise":
-            return {} if graph.complete else {"graph_seed": bytes.fromhex(state["graph_seed"])}
+            return {} if graph.complete else {"graph_seed": graph.seed}
         lists = {"senders": state["checked"], "survivors": state["survivors"]}
         if name == "reveal":
             signed = messages["consistency"]
@@ -446,6 +445,13 @@ class SharingServer:
                               tuple(int(u) for u in excluded),
                               tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven),
                               "" if graph.complete else seed_digest(graph.seed), p)
+
+
+def graph_seed(state: Mapping) -> bytes | None:
+    """The signed roster's graph seed in the coordinator's state: bytes (the round driver's) or hex (a state held as
+    JSON, the simulator's); None without one."""
+    seed = state.get("graph_seed")
+    return bytes.fromhex(seed) if isinstance(seed, str) else seed
 
 
 def seed_digest(seed: bytes) -> str:
