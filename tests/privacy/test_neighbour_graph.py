@@ -106,7 +106,7 @@ def test_the_complete_graph_is_todays_threshold_rule(n, colluding):
     assert complete.failure == 0 and complete.complete
     honest = honest_users(n, (n - colluding) / n)  # what a task's honest fraction G counts
     assert honest == n - colluding
-    assert threshold(SimpleNamespace(n_users=n, honest_users=honest, degree=None)) == complete.threshold
+    assert threshold(SimpleNamespace(n_users=n, honest_users=honest)) == complete.threshold
 
 
 def test_the_least_degree_meets_the_target_and_the_one_below_does_not():

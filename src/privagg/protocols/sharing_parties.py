@@ -632,7 +632,8 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
     (honest fraction (n' - (n - ceil(G n))) / n'); the sampling family's data condition stays stated of the n
     enrolled users (``dropouts`` = n - n'), which leaves every category ceil(beta n) - (n - n') of the survivors
     at least; DPDG's noise that of the honest survivors. The sampling probability or the noise variance is the
-    task's: only the users change."""
+    task's: only the users change. The neighbour graph is the task's, of its n users (the release states it from the
+    task's parameters): the survivors' parameters have none."""
     n = parameters.n_users
     honest = survivors - (n - parameters.honest_users)
     if survivors == n:  # no dropouts: the task's own parameters
@@ -641,7 +642,8 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
         raise ParameterError("survivors", f"in [2, {n}] and more than the {n - parameters.honest_users} users who "
                              "may not follow the protocol", survivors)
     dropped = {"dropouts": parameters.dropouts + n - survivors} if isinstance(parameters, SamplingParameters) else {}
-    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, **dropped)
+    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, degree=None,
+                               graph_dropouts=0.0, **dropped)
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
