@@ -301,14 +301,15 @@ class EquivocatingServer(SharingServer):
     """Shows half of user d's holders (his neighbours after him on the cycle) a U2 without d, everyone else the true
     one, so as to get d's mask seed from the ones and his pair key from the others; records the reveals."""
 
-    d, reveals = 5, None
+    d, reveals, shown = 5, None, set()
 
     def inbox(self, round_, user, state, messages):
         inbox = super().inbox(round_, user, state, messages)
         graph = self.graph(state)
         after = [v for v in graph.neighbours(self.d) if (graph.position[v] - graph.position[self.d]) % N <= K // 2]
         if round_.name in ("consistency", "reveal") and user in after:
-            inbox["survivors"] = [u for u in inbox["survivors"] if u != self.d]
+            inbox["survivors"] = self.published(user, "without d", [u for u in state["survivors"] if u != self.d])
+            type(self).shown.add(user)
         return inbox
 
     def check(self, round_, user, message, state, messages):
@@ -329,7 +330,8 @@ def test_a_server_showing_two_survivor_lists_in_a_neighbourhood_gets_one_of_the_
     p = graph_parameters(dropouts=0.0)
     server = type("Equivocating", (EquivocatingServer,), {})
     run = run_rounds(dataclasses.replace(PROTOCOL, coordinator=server), p, np.arange(N) % DOMAIN, streams(8))
-    assert run.transcript["user"]["refusals"] == K // 2
+    assert run.transcript["user"]["refusals"] == K // 2 == len(server.shown)
+    assert all(run.users[u].state.answered == 4 for u in server.shown)  # they signed U2 without d, then refused
     d = server.d
     shares = {tag: 0 for tag in (PAIR_KEY, MASK_SEED)}
     for k, raw in server.reveals.items():
@@ -374,3 +376,17 @@ def test_the_least_survivors_count_two_honest_users_beside_the_colluders_when_t_
     SharingServer(p, least_survivors(p))
     complete = dataclasses.replace(graph_parameters("dpdg", k=None), honest_fraction=0.85)
     assert least_survivors(complete) == threshold(complete) == (200 + 30) // 2 + 1
+
+
+def test_the_published_lists_are_bitmaps_of_n_bits_decoded_strictly():
+    """U1' and U2 reach a user on a graph as USERS messages: n / 8 bytes after the header, the server's, to him."""
+    from privagg.protocols.sharing_messages import HEADER, USERS, message_bytes
+
+    p = graph_parameters("dpdg", n=21, k=4, dropouts=0.0)
+    raw = SharingServer(p, 12).published(4, "survivors", [0, 3, 20])
+    assert len(raw) == HEADER.size + 3 == message_bytes(p, USERS)
+    assert decode(p, raw, (USERS,), SERVER, 4).payload == [0, 3, 20]
+    with pytest.raises(ParameterError, match="bits set past the last user"):
+        decode(p, raw[:-1] + bytes([0xFF]), (USERS,), SERVER, 4)
+    with pytest.raises(ParameterError, match="recipient"):
+        decode(p, raw, (USERS,), SERVER, 5)

@@ -15,7 +15,7 @@ from ..privacy import neighbour_graph
 from .parameters import honest_users
 from .sampling_sharing import SharingParameters
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMPLAINTS, HEADER, MASKED_SUM, REVEAL, SIGNATURE,
-                               message_bytes)
+                               USERS, message_bytes)
 
 DEFAULT_FAILURE = 2.0 ** -40
 
@@ -59,8 +59,9 @@ def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, d
     sharing_parties`): his commitments to his k + 1 holders' shares (his neighbours and himself), a backup to each
     neighbour, his key (no complaints), masked sum, signature and a revealed share per holder-owner (his neighbours
     and himself); the graph's seed (round 1, a neighbour graph's), a commitment pair and a backup from each
-    neighbour, the k + 1 keys of his neighbourhood, and the signatures and identity keys of the users within k
-    places of him on the cycle (2 k + 1 of them: the holders of his neighbours' secrets). The messages as the wire
+    neighbour, the k + 1 keys of his neighbourhood, U1' and U2 as bitmaps of n bits in rounds 4 and 5 (n / 2 bytes
+    in all), and the signatures and identity keys of the users within k places of him on the cycle (2 k + 1 of them:
+    the holders of his neighbours' secrets). The messages as the wire
     has them (headers counted; the transport's signature on each and HTTP's framing not)."""
     n, k, holders, N = parameters.n_users, degree, degree + 1, parameters.domain_size
     signers = min(n, 2 * k + 1)
@@ -77,8 +78,9 @@ def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, d
                 "pair key": (holders, holders, holders * (size(ADVERTISE) + size(COMPLAINTS))),  # as sent
                 "signature": (signers, signers, signers * size(SIGNATURE)),
                 "identity key": (signers, 0, signers * IDENTITY_BYTES)}
-    if seed:
+    if seed:  # and U1' and U2 in rounds 4 and 5 as bitmaps of n bits
         received["graph seed"] = (1, 0, neighbour_graph.SEED_BYTES)
+        received["users"] = (4, 4, 4 * size(USERS))
     return {way: {kind: dict(zip(("entries", "messages", "bytes"), counts)) for kind, counts in table.items()}
             for way, table in (("sent", sent), ("received", received))}
 

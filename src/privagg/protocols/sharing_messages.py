@@ -22,12 +22,13 @@ MAGIC, VERSION = b"PVS", 4  # 4: the exclusion round's OPENINGS and PAIR_SEEDS (
 # revealed shares; round 1's commitments to each user's shares, the commitments to one recipient's shares (the
 # server's copy for him, round 2), a signature of the survivor lists (round 4); the openings that prove a dealer
 # inconsistent (the server's, in round 6's inbox: t holders' shares of one of his secrets, its sender field naming
-# him) and a survivor's pair seeds with each dealer so proven (round 6)
+# him) and a survivor's pair seeds with each dealer so proven (round 6); a list of users the server publishes, as a
+# bitmap of n bits (U1' and U2 in rounds 4-5 on a neighbour graph; its sender field is SERVER)
 (ADVERTISE, BACKUP, MASKED_SUM, REVEAL, COMMITMENTS, COMMITMENT, COMPLAINTS, SIGNATURE, OPENINGS,
- PAIR_SEEDS) = range(1, 11)
+ PAIR_SEEDS, USERS) = range(1, 12)
 KIND_NAMES = {ADVERTISE: "pair key", BACKUP: "backup", MASKED_SUM: "masked sum", REVEAL: "revealed shares",
               COMMITMENTS: "commitments", COMMITMENT: "commitment", COMPLAINTS: "complaints", SIGNATURE: "signature",
-              OPENINGS: "openings", PAIR_SEEDS: "pair seeds"}
+              OPENINGS: "openings", PAIR_SEEDS: "pair seeds", USERS: "users"}
 SERVER = 0xFFFFFFFF  # the recipient field of a message to the server
 HEADER = struct.Struct("<3sBBIII")  # magic, version, kind, sender, recipient, payload count
 KEY_BYTES = 32  # an X25519 public key; the round-1 message to the server is one and a mask seed's hash
@@ -71,7 +72,16 @@ def holders(parameters: SharingParameters) -> int:
     return parameters.n_users if parameters.degree is None else parameters.degree + 1
 
 
+def bitmap(users: Sequence[int], n_users: int) -> bytes:
+    """The users as n bits (user u: bit u % 8 of byte u // 8)."""
+    bits = np.zeros(n_users, dtype=bool)
+    bits[np.asarray(users, dtype=np.int64)] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
 def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[int, bytes]:
+    if kind == USERS:
+        return parameters.n_users, bitmap(payload, parameters.n_users)
     if kind == ADVERTISE:
         return 2 * KEY_BYTES, bytes(payload)
     if kind == BACKUP:
@@ -130,7 +140,7 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         raise ParameterError("message", f"version {VERSION} of privagg's sharing messages", f"{magic!r} {version}")
     if kind not in kinds:
         raise ParameterError("message", f"a {' or '.join(expected)} message", KIND_NAMES.get(kind, f"kind {kind}"))
-    if not source < n or (sender is not None and source != sender):
+    if not (source < n or (kind == USERS and source == SERVER)) or (sender is not None and source != sender):
         raise ParameterError("message.sender", f"user {sender}" if sender is not None else f"a user in [0, {n})",
                              source)
     if (target != SERVER and not target < n) or (recipient is not None and target != recipient):
@@ -166,6 +176,12 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
             raise ParameterError("message", "pair seeds with other users of the task, each once, ascending",
                                  list(seeds)[:5])
         return Message(kind, source, target, seeds)
+    if kind == USERS:
+        bits = np.unpackbits(np.frombuffer(_fixed(body, count, n, -(-n // 8), f"a bitmap of n = {n} users"),
+                                           dtype=np.uint8), bitorder="little")
+        if bits[n:].any():
+            raise ParameterError("message", f"a bitmap of n = {n} users", "bits set past the last user")
+        return Message(kind, source, target, np.flatnonzero(bits[:n]).tolist())
     if kind == BACKUP:
         if count != 2:
             raise ParameterError("message", "a backup of 2 secrets", count)
@@ -236,12 +252,13 @@ def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) ->
                           OPENINGS: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
                           PAIR_SEEDS: entries * SEEDS.size,
                           COMMITMENTS: 2 * holders(parameters) * HASH_BYTES, COMMITMENT: 2 * HASH_BYTES,
-                          COMPLAINTS: entries * INDEX.itemsize, SIGNATURE: SIGNATURE_BYTES}[kind]
+                          COMPLAINTS: entries * INDEX.itemsize, SIGNATURE: SIGNATURE_BYTES,
+                          USERS: -(-parameters.n_users // 8)}[kind]
 
 
 def message_entries(raw: bytes) -> tuple[str, int]:
     """What a well-formed message carries, from its header: its kind's name and its entries (a key counts one, the
-    complaints that follow it in round 2 are not counted; a backup two secrets' shares; N field elements; a
+    complaints that follow it in round 2 are not counted; a list of users one; a backup two secrets' shares; N field elements; a
     revealed share per user; n pairs of commitments, or two; one signature; an opening per holder; pair seeds per
     dealer). A user's identity key in an
     inbox (32 bytes, not a message's header) counts one; anything else that is no message (a liar's junk) counts
@@ -251,7 +268,7 @@ def message_entries(raw: bytes) -> tuple[str, int]:
             raw[len(MAGIC) + 1] not in KIND_NAMES:
         return ("identity key", 1) if len(raw) == IDENTITY_BYTES else ("unreadable", 1)
     _, _, kind, _, _, count = HEADER.unpack_from(raw)
-    return KIND_NAMES[kind], 1 if kind == ADVERTISE else count
+    return KIND_NAMES[kind], 1 if kind in (ADVERTISE, USERS) else count
 
 
 def expected_traffic(parameters: SharingParameters, senders: int, checked: int | None = None,

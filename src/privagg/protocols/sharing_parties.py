@@ -82,7 +82,7 @@ from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
 from .sharing_graph import planned, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
-                               SERVER, SIGNATURE, VERSION, Revealed, commitment, committed_to, dealt_commitments,
+                               SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, committed_to, dealt_commitments,
                                decode, decode_checked, encode, message_bytes)
 
 
@@ -310,13 +310,6 @@ def statement(senders: Sequence[int], survivors: Sequence[int], keys: bytes) -> 
                                "survivors": sorted(int(u) for u in survivors), "keys": keys.hex()})
 
 
-def bitmap(users: Sequence[int], n_users: int) -> bytes:
-    """The users as n bits (user u: bit u % 8 of byte u // 8)."""
-    bits = np.zeros(n_users, dtype=bool)
-    bits[np.asarray(users, dtype=np.int64)] = True
-    return np.packbits(bits, bitorder="little").tobytes()
-
-
 def signed_lists(graph: neighbour_graph.Graph, senders: Sequence[int], survivors: Sequence[int], keys: bytes) -> bytes:
     """What a user of U2 signs in round 4, the same for every signer: on the complete graph :func:`statement` (the
     lists and the digest of U1''s keys he masked with); on a neighbour graph U1' and U2 as two bitmaps of n bits
@@ -437,10 +430,17 @@ class SharingUser:
         himself among them)."""
         return masked_sums([self], [keys])[0]
 
-    def _check_lists(self, senders: Sequence[int], survivors: Sequence[int]) -> tuple[list[int], list[int]]:
-        """U1' and U2, checked: his neighbours in U1' the users he masked with, U2 within U1', naming him, at least
-        the task's minimum."""
-        senders, survivors = self._check_list(senders, "round-1 senders"), self._check_list(survivors, "survivors")
+    def _users(self, listed: Sequence[int] | bytes, what: str) -> list[int]:
+        """A list of users as the server gave it: a list, or (on a neighbour graph) a USERS message, its bitmap."""
+        if isinstance(listed, (bytes, bytearray)):
+            listed = decode(self.parameters, listed, (USERS,), SERVER, self.index).payload
+        return self._check_list(listed, what)
+
+    def _check_lists(self, senders: Sequence[int] | bytes, survivors: Sequence[int] | bytes
+                     ) -> tuple[list[int], list[int]]:
+        """U1' and U2 (lists, or USERS messages), checked: his neighbours in U1' the users he masked with, U2 within
+        U1', naming him, at least the task's minimum."""
+        senders, survivors = self._users(senders, "round-1 senders"), self._users(survivors, "survivors")
         holders = set(self.graph.holders(self.index))
         if [u for u in senders if u in holders] != self.state.senders:
             raise ParameterError("round-1 senders", f"the {len(self.state.senders)} users he masked with (his "

@@ -28,7 +28,7 @@ from .sampling_sharing import SharingParameters
 from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTES, KEY_MESSAGE, LIMBS,
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
                                Message, Revealed, commitments_to, committed_to, decode, decode_checked, encode,
-                               holders, message_bytes, message_entries, packed_commitment)
+                               MAGIC, USERS, VERSION, holders, message_bytes, message_entries, packed_commitment)
 from .sharing_graph import graph_delta, stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
                               faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists, survivors_parameters,
@@ -145,6 +145,16 @@ class SharingServer:
         else:
             self.check_pair_seeds(message, user, among(self.graph(state), user, state["inconsistent"]))
 
+    def published(self, user: int, field: str, listed: Sequence[int]) -> bytes:
+        """``listed`` as a USERS message to ``user`` (a bitmap of n bits), the bitmap built once per list."""
+        cache = self.__dict__.setdefault("_bitmaps", {})
+        key = (field, tuple(listed))
+        if key not in cache:
+            if len(cache) > 8:  # lists of earlier rounds or tasks
+                cache.clear()
+            cache[key] = encode(self.parameters, USERS, SERVER, 0, listed)[HEADER.size:]
+        return HEADER.pack(MAGIC, VERSION, USERS, SERVER, user, self.parameters.n_users) + cache[key]
+
     def statement(self, state: Mapping) -> bytes:
         """What the survivors sign in round 4 (:func:`~privagg.protocols.sharing_parties.signed_lists`), built once
         for the lists published."""
@@ -186,6 +196,8 @@ class SharingServer:
         if name == "advertise":
             return {} if graph.complete else {"graph_seed": graph.seed}
         lists = {"senders": state["checked"], "survivors": state["survivors"]}
+        if not graph.complete:  # n bits each, not n integers
+            lists = {field: self.published(user, field, listed) for field, listed in lists.items()}
         if name == "reveal":
             signed = messages["consistency"]
             signers = state["signers"] if graph.complete else [
