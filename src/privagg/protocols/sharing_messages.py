@@ -258,12 +258,11 @@ def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) ->
 
 def message_entries(raw: bytes) -> tuple[str, int]:
     """What a well-formed message carries, from its header: its kind's name and its entries (a key counts one, the
-    complaints that follow it in round 2 are not counted; a list of users one; a backup two secrets' shares; N field elements; a
-    revealed share per user; n pairs of commitments, or two; one signature; an opening per holder; pair seeds per
-    dealer). A user's identity key in an
-    inbox (32 bytes, not a message's header) counts one; anything else that is no message (a liar's junk) counts
-    one "unreadable". For traffic counts (``privagg demo-service``), not a check:
-    :func:`decode` checks."""
+    complaints that follow it in round 2 are not counted; a list of users one; a backup two secrets' shares; N field
+    elements; a revealed share per user; n pairs of commitments, or two; one signature; an opening per holder; pair
+    seeds per dealer). A user's identity key in an inbox (32 bytes, not a message's header) counts one; anything
+    else that is no message (a liar's junk) counts one "unreadable". For traffic counts (``privagg demo-service``),
+    not a check: :func:`decode` checks."""
     if len(raw) < HEADER.size or raw[:len(MAGIC)] != MAGIC or raw[len(MAGIC)] != VERSION or \
             raw[len(MAGIC) + 1] not in KIND_NAMES:
         return ("identity key", 1) if len(raw) == IDENTITY_BYTES else ("unreadable", 1)

@@ -71,10 +71,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import identity, shamir
-from ..privacy import neighbour_graph
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, expand
 from ..errors import ParameterError, check_integer
+from ..privacy import neighbour_graph
 from .roles import Outbox, Round, answer_each
 from .dpdg_parameters import DPDGParameters
 from .sampling_servers import one_hot_rows
@@ -82,8 +82,8 @@ from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
 from .sharing_graph import planned, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
-                               SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, committed_to, dealt_commitments,
-                               decode, decode_checked, encode, message_bytes)
+                               SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, committed_to,
+                               dealt_commitments, decode, decode_checked, encode, message_bytes)
 
 
 def threshold(parameters: SharingParameters) -> int:
@@ -219,7 +219,8 @@ class UserState:
     on the complete graph); the dealers of U1 he holds shares of and the ones he complained about, and the shares
     they backed up with him, checked (``held``: one row of 2 x LIMBS per holder of his own secrets, his neighbours and
     himself in order, his own row 0; round 2); the users he masked with and a digest of their keys (round 3; the
-    digest only on the complete graph); a digest of the lists he signed (round 4); and the last round he answered. Plain data with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it."""
+    digest only on the complete graph); a digest of the lists he signed (round 4); and the last round he answered.
+    Plain data with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it."""
 
     index: int
     secret: bytes
@@ -553,7 +554,8 @@ class SharingUser:
 def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes] | Sequence[Mapping[int, bytes]]
                 ) -> list[Outbox]:
     """Round 3 for a batch of users of one task (a device is a batch of one), given each one's pair keys of U1' (his
-    neighbours' and his own; one mapping: the same for every user): each user's y_i = x_i - sum_j s_ij + sum_j s_ji + b_i over j his neighbours in U1'.
+    neighbours' and his own; one mapping: the same for every user): each user's y_i = x_i - sum_j s_ij + sum_j s_ji +
+    b_i over j his neighbours in U1'.
     Users i and j of the batch who were shown the same two keys agree on the same secret and derive the same
     (s_ij, s_ji) (X25519 is symmetric): the batch derives each such pair once, for both, and each key message is
     decoded once. What each user sends is what he would send alone. A user refuses (ParameterError) keys of users

@@ -18,8 +18,8 @@ from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike
 from ..core.sharing import SEED_BYTES, expand
 from ..errors import ParameterError
-from ..privacy.description import PrivacyDescription
 from ..privacy import neighbour_graph
+from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Round, RoundFailed
@@ -27,12 +27,12 @@ from .sampling_servers import SumServer
 from .sampling_sharing import SharingParameters
 from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTES, KEY_MESSAGE, LIMBS,
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
-                               Message, Revealed, commitments_to, committed_to, decode, decode_checked, encode,
-                               MAGIC, USERS, VERSION, holders, message_bytes, message_entries, packed_commitment)
+                               MAGIC, USERS, VERSION, Message, Revealed, commitments_to, committed_to, decode,
+                               decode_checked, encode, holders, message_bytes, message_entries, packed_commitment)
 from .sharing_graph import graph_delta, stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
-                              faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists, survivors_parameters,
-                              task_graph, threshold)
+                              faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists,
+                              survivors_parameters, task_graph, threshold)
 
 
 @dataclass(frozen=True)
