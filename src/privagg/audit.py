@@ -47,6 +47,7 @@ from .protocols.exact_laws import EXACT_LAW_MAX_WORK, big, check_keys
 from .protocols.kinds import ResultKind, Topology
 from .protocols.parameters import neighbouring_pair_count, neighbouring_pairs
 from .protocols.registry import calibrate, get
+from .protocols.sharing_graph import stated
 from .reports import AuditReport, Claimed
 
 EXACT_MAX_PAIRS = 5 * 10**7  # joint states one convolution step may form
@@ -263,7 +264,8 @@ def exact_audit(parameters, noise_scale: float = 1.0, dropouts: int = 0, progres
         notes=notes + ([] if finite else ["no finite epsilon meets the claimed delta: some output is possible under "
                                           "one dataset and impossible under its neighbour with probability above "
                                           "delta"])
-        + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else []))
+        + ([f"{dropouts} of the {parameters.n_users} users sent nothing"] if dropouts else [])
+        + [f"ASSUMED, not audited (the audit is of the released sum's law): {line}" for line in stated(parameters)])
 
 
 def _audit_cost_over(entry, parameters, users: int) -> str | None:

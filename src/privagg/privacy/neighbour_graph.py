@@ -25,9 +25,13 @@ honest users who drop out (independent of the graph), at most.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import struct
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -70,6 +74,76 @@ def check_degree(n_users: int, degree: int) -> int:
         raise ParameterError("degree", f"even in [2, {n_users - 2}] (a Harary graph), or n - 1 = {n_users - 1} (the "
                              "complete graph)", degree)
     return degree
+
+
+SEED_BYTES = 32  # the graph's seed: the organisation draws it when it signs the roster, after every key is enrolled
+
+
+def cycle_order(seed: bytes, n_users: int) -> np.ndarray:
+    """The users in their order on the cycle: sorted by BLAKE2b-128(person "privagg cycle"; seed || index as 4 bytes
+    little-endian), ties by index. Portable and deterministic (no generator's algorithm is part of the contract), and
+    uniform over the n! orders as far as BLAKE2b is a random function (ties have probability below n^2 / 2^129)."""
+    keys = [hashlib.blake2b(seed + struct.pack("<I", u), digest_size=16, person=b"privagg cycle").digest()
+            for u in range(n_users)]
+    return np.array(sorted(range(n_users), key=lambda u: (keys[u], u)), dtype=np.int64)
+
+
+class Graph:
+    """The random Harary graph H(k, n) the users of a task mask and back up on (module docstring): user u's holders
+    are his k neighbours (the k / 2 before and after him on the cycle, :func:`cycle_order`) and himself. The complete
+    graph (k = n - 1, no seed) holds every user in every neighbourhood."""
+
+    def __init__(self, n_users: int, degree: int, seed: bytes | None) -> None:
+        self.n_users, self.degree = n_users, check_degree(n_users, degree)
+        self.complete, self.seed = degree == n_users - 1, seed
+        self.half = n_users if self.complete else degree // 2
+        if self.complete:
+            self.order = self.position = np.arange(n_users, dtype=np.int64)
+        else:
+            if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+                raise ParameterError("graph_seed", f"the {SEED_BYTES} bytes of the organisation's signed roster",
+                                     f"{len(seed)} bytes" if isinstance(seed, bytes) else type(seed).__name__)
+            self.order = cycle_order(seed, n_users)
+            self.position = np.empty(n_users, dtype=np.int64)
+            self.position[self.order] = np.arange(n_users)
+        self._holders: dict[int, list[int]] = {}
+
+    def distance(self, u: int, others) -> np.ndarray:
+        """The cycle distance between user ``u`` and each of ``others`` (0 between any two on the complete graph)."""
+        if self.complete:
+            return np.zeros(np.shape(others), dtype=np.int64)
+        gap = np.abs(self.position[np.asarray(others, dtype=np.int64)] - self.position[u])
+        return np.minimum(gap, self.n_users - gap)
+
+    def near(self, u: int, distance: int) -> Sequence[int]:
+        """The users within ``distance`` places of ``u`` on the cycle, himself among them, ascending (every user on
+        the complete graph)."""
+        if self.complete or 2 * distance + 1 >= self.n_users:
+            return range(self.n_users)
+        offsets = np.arange(-distance, distance + 1)
+        return sorted(self.order[(self.position[u] + offsets) % self.n_users].tolist())
+
+    def holders(self, u: int) -> Sequence[int]:
+        """The holders of ``u``'s secrets: his neighbours and himself, ascending (every user on the complete graph)."""
+        if self.complete:
+            return range(self.n_users)
+        if u not in self._holders:
+            self._holders[u] = self.near(u, self.half)
+        return self._holders[u]
+
+    def neighbours(self, u: int) -> list[int]:
+        """His k neighbours, ascending."""
+        return [v for v in self.holders(u) if v != u]
+
+    def slot(self, u: int, holder: int) -> int:
+        """The place of ``holder`` among ``u``'s holders (a dealer's commitments and shares are in that order)."""
+        return self.holders(u).index(holder)
+
+
+@lru_cache(maxsize=4)
+def graph(n_users: int, degree: int, seed: bytes | None) -> Graph:
+    """The task's graph, built once per process for a seed (a simulation's users share it)."""
+    return Graph(n_users, degree, seed)
 
 
 def collusion_terms(n_users: int, colluding: int, degree: int) -> tuple[np.ndarray, np.ndarray]:

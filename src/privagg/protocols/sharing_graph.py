@@ -7,6 +7,7 @@ protocol runs today (k = n - 1: :func:`privagg.protocols.sharing_messages.expect
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ..core.identity import KEY_BYTES as IDENTITY_BYTES
 from ..errors import ParameterError
@@ -14,19 +15,57 @@ from ..privacy import neighbour_graph
 from .parameters import honest_users
 from .sampling_sharing import SharingParameters
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMPLAINTS, HEADER, MASKED_SUM, REVEAL, SIGNATURE,
-                               message_bytes)
+                               USERS, message_bytes)
 
 DEFAULT_FAILURE = 2.0 ** -40
 
 
+def task_degree(parameters: SharingParameters) -> int:
+    """The task's degree k: ``parameters.degree``, or n - 1 for the complete graph (degree None)."""
+    return parameters.n_users - 1 if parameters.degree is None else parameters.degree
+
+
+def planned_counts(parameters: SharingParameters) -> tuple[int, int]:
+    """(C, D) the task's graph is planned for: the users who may not follow the protocol, n - ceil(G n), and the
+    honest dropouts, floor(graph_dropouts n) (:func:`counted`)."""
+    return counted(parameters, None, parameters.graph_dropouts)
+
+
+def planned(parameters: SharingParameters) -> neighbour_graph.GraphGuarantee | None:
+    """The guarantee of the task's neighbour graph at its C and D (:func:`planned_counts`): its threshold t_k and
+    failure terms; None on the complete graph of degree None (today's protocol, its threshold
+    :func:`privagg.protocols.sharing_parties.threshold`'s own rule). A ParameterError naming ``degree`` when no
+    threshold makes the graph both private and live with probability above 0 (n <= 3 C + 2 D on the complete
+    graph; a degree far too small)."""
+    degree = getattr(parameters, "degree", None)  # parameters made before graphs (tests' namespaces) have none
+    if degree is None:
+        return None
+    return _planned(parameters.n_users, *planned_counts(parameters), degree)
+
+
+@lru_cache(maxsize=64)
+def _planned(n_users: int, colluding: int, dropouts: int, degree: int) -> neighbour_graph.GraphGuarantee:
+    found = neighbour_graph.guarantee(n_users, colluding, dropouts, degree)
+    if found.failure >= 1:
+        raise ParameterError("degree", f"a degree whose threshold keeps the release private and complete with some "
+                             f"probability at n = {n_users}, C = {colluding} colluding, D = {dropouts} dropping out "
+                             "(privagg calibrate dpds chooses one)", degree)
+    return found
+
+
 def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, dict[str, int]]]:
     """Per user, by kind, the entries (as :func:`expected_traffic` counts them), messages and bytes he sends and
-    receives with k neighbours, every user surviving: his commitments to his k + 1 holders' shares (his neighbours
-    and himself), a backup to each neighbour, his key (no complaints), masked sum, signature and a revealed share
-    per holder-owner (his neighbours and himself); a commitment pair and a backup from each neighbour, the k + 1
-    keys, signatures and identity keys of his neighbourhood. The messages as the wire has them (headers counted;
-    the transport's signature on each and HTTP's framing not)."""
-    k, holders, N = degree, degree + 1, parameters.domain_size
+    receives with k neighbours, every user surviving, as the parties send them (:mod:`privagg.protocols.
+    sharing_parties`): his commitments to his k + 1 holders' shares (his neighbours and himself), a backup to each
+    neighbour, his key (no complaints), masked sum, signature and a revealed share per holder-owner (his neighbours
+    and himself); the graph's seed (round 1, a neighbour graph's), a commitment pair and a backup from each
+    neighbour, the k + 1 keys of his neighbourhood, U1' and U2 as bitmaps of n bits in rounds 4 and 5 (n / 2 bytes
+    in all), and the signatures and identity keys of the users within k places of him on the cycle (2 k + 1 of them:
+    the holders of his neighbours' secrets). The messages as the wire
+    has them (headers counted; the transport's signature on each and HTTP's framing not)."""
+    n, k, holders, N = parameters.n_users, degree, degree + 1, parameters.domain_size
+    signers = min(n, 2 * k + 1)
+    seed = 0 if k == n - 1 else 1
 
     def size(kind: int, entries: int = 0) -> int:
         return message_bytes(parameters, kind, entries)
@@ -36,9 +75,12 @@ def traffic(parameters: SharingParameters, degree: int) -> dict[str, dict[str, d
             "pair key": (1, 1, size(ADVERTISE) + size(COMPLAINTS)), "masked sum": (N, 1, size(MASKED_SUM)),
             "signature": (1, 1, size(SIGNATURE)), "revealed shares": (holders, 1, size(REVEAL, holders))}
     received = {"commitment": (2 * k, k, k * size(COMMITMENT)), "backup": (2 * k, k, k * size(BACKUP)),
-                "pair key": (holders, holders, holders * size(ADVERTISE)),
-                "signature": (holders, holders, holders * size(SIGNATURE)),
-                "identity key": (holders, 0, holders * IDENTITY_BYTES)}
+                "pair key": (holders, holders, holders * (size(ADVERTISE) + size(COMPLAINTS))),  # as sent
+                "signature": (signers, signers, signers * size(SIGNATURE)),
+                "identity key": (signers, 0, signers * IDENTITY_BYTES)}
+    if seed:  # and U1' and U2 in rounds 4 and 5 as bitmaps of n bits
+        received["graph seed"] = (1, 0, neighbour_graph.SEED_BYTES)
+        received["users"] = (4, 4, 4 * size(USERS))
     return {way: {kind: dict(zip(("entries", "messages", "bytes"), counts)) for kind, counts in table.items()}
             for way, table in (("sent", sent), ("received", received))}
 
@@ -96,12 +138,11 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
     """The guarantee's assumptions and what it promises, in words (docs/privacy.md, "Neighbour graphs")."""
     n, k, t = chosen.n_users, chosen.degree, chosen.threshold
     return [
-        "NOT YET RUN: DPDS and DPDG's parties still mask with and back up among all n - 1 others (the complete "
-        "graph); this is the degree a neighbour graph would need (issue 47)",
         (f"the graph: complete (no sparser graph meets the target at n = {n}); " if chosen.complete else
          f"the graph: a Harary graph H({k}, {n}) (each user adjacent to the {k // 2} before and after him on a "
-         "cycle) with the users in a uniformly random order drawn after every key is committed, from randomness no "
-         "party controls (Bell et al. CCS 2020, §3); ") +
+         "cycle) with the users in a uniformly random order drawn after every key is committed (from the seed the "
+         "organisation draws when it signs the roster, after every user enrolled: not the server's; Bell et al. CCS "
+         "2020, §3); ") +
         f"a user's secrets are shared among his {k} neighbours and himself, any {t} of them rebuild one",
         f"at most {chosen.colluding} users collude with the server, chosen before the order is drawn; at most "
         f"{chosen.dropouts} honest users drop out, independently of the order (a server that drops honest users it "
@@ -114,3 +155,27 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
         "others reveals a user's vector (collusion, equivocation) or the sum of each connected part of the honest "
         "survivors (connectivity)",
     ]
+
+
+def stated(parameters, seed_digest: str = "") -> list[str]:
+    """What a release or an audit of ``parameters`` states about its graph: nothing on the complete graph (degree
+    None, or parameters of another family), else the graph's degree, threshold and seed's digest and
+    :func:`assumptions` at the failure bound computed (docs/privacy.md, "Neighbour graphs")."""
+    found = planned(parameters) if getattr(parameters, "degree", None) is not None else None  # any protocol's
+    if found is None:
+        return []
+    seed = f", its order from the roster's seed (BLAKE2b digest {seed_digest})" if seed_digest else ""
+    return [f"a neighbour graph of degree k = {found.degree}, threshold t_k = {found.threshold}{seed}; delta "
+            f"includes its failure terms: equivocation (d) {found.equivocation:.3g} (it contains collusion (a)) and "
+            "disconnection (c) at the users removed"] + assumptions(found, found.failure)
+
+
+def graph_delta(parameters, removed: int) -> float:
+    """What a neighbour graph adds to a release's delta: (d) at the task's C (which contains (a)) and (c) at the
+    ``removed`` users (C and the observed dropouts, disjoint in the worst case); 0 on the complete graph. Liveness
+    (b) is no privacy term: the release happens or not."""
+    found = planned(parameters) if getattr(parameters, "degree", None) is not None else None
+    if found is None:
+        return 0.0
+    n = parameters.n_users
+    return float(found.equivocation + neighbour_graph.disconnection_bound(n, min(n, removed), found.degree))

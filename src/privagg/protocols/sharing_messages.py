@@ -22,12 +22,13 @@ MAGIC, VERSION = b"PVS", 4  # 4: the exclusion round's OPENINGS and PAIR_SEEDS (
 # revealed shares; round 1's commitments to each user's shares, the commitments to one recipient's shares (the
 # server's copy for him, round 2), a signature of the survivor lists (round 4); the openings that prove a dealer
 # inconsistent (the server's, in round 6's inbox: t holders' shares of one of his secrets, its sender field naming
-# him) and a survivor's pair seeds with each dealer so proven (round 6)
+# him) and a survivor's pair seeds with each dealer so proven (round 6); a list of users the server publishes, as a
+# bitmap of n bits (U1' and U2 in rounds 4-5 on a neighbour graph; its sender field is SERVER)
 (ADVERTISE, BACKUP, MASKED_SUM, REVEAL, COMMITMENTS, COMMITMENT, COMPLAINTS, SIGNATURE, OPENINGS,
- PAIR_SEEDS) = range(1, 11)
+ PAIR_SEEDS, USERS) = range(1, 12)
 KIND_NAMES = {ADVERTISE: "pair key", BACKUP: "backup", MASKED_SUM: "masked sum", REVEAL: "revealed shares",
               COMMITMENTS: "commitments", COMMITMENT: "commitment", COMPLAINTS: "complaints", SIGNATURE: "signature",
-              OPENINGS: "openings", PAIR_SEEDS: "pair seeds"}
+              OPENINGS: "openings", PAIR_SEEDS: "pair seeds", USERS: "users"}
 SERVER = 0xFFFFFFFF  # the recipient field of a message to the server
 HEADER = struct.Struct("<3sBBIII")  # magic, version, kind, sender, recipient, payload count
 KEY_BYTES = 32  # an X25519 public key; the round-1 message to the server is one and a mask seed's hash
@@ -65,7 +66,22 @@ class Message:
     payload: bytes | np.ndarray | Revealed | dict[int, bytes]
 
 
+def holders(parameters: SharingParameters) -> int:
+    """The holders of each user's secrets: his k neighbours and himself (``parameters.degree``), or all n users on the
+    complete graph (degree None: Bonawitz et al.'s, the paper's n-of-n sharing)."""
+    return parameters.n_users if parameters.degree is None else parameters.degree + 1
+
+
+def bitmap(users: Sequence[int], n_users: int) -> bytes:
+    """The users as n bits (user u: bit u % 8 of byte u // 8)."""
+    bits = np.zeros(n_users, dtype=bool)
+    bits[np.asarray(users, dtype=np.int64)] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
 def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[int, bytes]:
+    if kind == USERS:
+        return parameters.n_users, bitmap(payload, parameters.n_users)
     if kind == ADVERTISE:
         return 2 * KEY_BYTES, bytes(payload)
     if kind == BACKUP:
@@ -73,7 +89,7 @@ def _count_and_body(parameters: SharingParameters, kind: int, payload) -> tuple[
     if kind == MASKED_SUM:
         return parameters.domain_size, pack_elements(parameters.field, payload)
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
-        return {COMMITMENTS: parameters.n_users, COMMITMENT: 2, SIGNATURE: 1}[kind], bytes(payload)
+        return {COMMITMENTS: holders(parameters), COMMITMENT: 2, SIGNATURE: 1}[kind], bytes(payload)
     if kind == COMPLAINTS:
         return len(payload), np.asarray(payload, dtype=np.int64).astype(INDEX).tobytes()
     if kind == PAIR_SEEDS:
@@ -124,7 +140,7 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         raise ParameterError("message", f"version {VERSION} of privagg's sharing messages", f"{magic!r} {version}")
     if kind not in kinds:
         raise ParameterError("message", f"a {' or '.join(expected)} message", KIND_NAMES.get(kind, f"kind {kind}"))
-    if not source < n or (sender is not None and source != sender):
+    if not (source < n or (kind == USERS and source == SERVER)) or (sender is not None and source != sender):
         raise ParameterError("message.sender", f"user {sender}" if sender is not None else f"a user in [0, {n})",
                              source)
     if (target != SERVER and not target < n) or (recipient is not None and target != recipient):
@@ -137,7 +153,9 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
         body = _fixed(body, count, 2 * KEY_BYTES, 2 * KEY_BYTES, f"a public key and a hash of {KEY_BYTES} bytes each")
         return Message(kind, source, target, _check_public_key(body[:KEY_BYTES]) + body[KEY_BYTES:])
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
-        count_, size, what = {COMMITMENTS: (n, 2 * n * HASH_BYTES, f"n = {n} pairs of commitments"),
+        h = holders(parameters)
+        pairs = f"n = {n} pairs of commitments" if h == n else f"k + 1 = {h} pairs of commitments (one per holder)"
+        count_, size, what = {COMMITMENTS: (h, 2 * h * HASH_BYTES, pairs),
                               COMMITMENT: (2, 2 * HASH_BYTES, "a pair of commitments"),
                               SIGNATURE: (1, SIGNATURE_BYTES, f"a signature of {SIGNATURE_BYTES} bytes")}[kind]
         return Message(kind, source, target, _fixed(body, count, count_, size, what))
@@ -158,6 +176,12 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
             raise ParameterError("message", "pair seeds with other users of the task, each once, ascending",
                                  list(seeds)[:5])
         return Message(kind, source, target, seeds)
+    if kind == USERS:
+        bits = np.unpackbits(np.frombuffer(_fixed(body, count, n, -(-n // 8), f"a bitmap of n = {n} users"),
+                                           dtype=np.uint8), bitorder="little")
+        if bits[n:].any():
+            raise ParameterError("message", f"a bitmap of n = {n} users", "bits set past the last user")
+        return Message(kind, source, target, np.flatnonzero(bits[:n]).tolist())
     if kind == BACKUP:
         if count != 2:
             raise ParameterError("message", "a backup of 2 secrets", count)
@@ -199,20 +223,24 @@ def packed_commitment(dealer: int, recipient: int, secret: int, packed: bytes) -
                            person=b"privagg backup").digest()
 
 
-def committed_to(commitments: bytes, recipient: int, secret: int) -> bytes:
-    """The commitment to ``recipient``'s shares of ``secret``, of a dealer's n pairs."""
-    start = (2 * recipient + secret) * HASH_BYTES
+def committed_to(commitments: bytes, slot: int, secret: int) -> bytes:
+    """The commitment to the shares of ``secret`` of the holder at ``slot`` among the dealer's holders (his place
+    among them, ascending: the user's index on the complete graph), of the dealer's pairs."""
+    start = (2 * slot + secret) * HASH_BYTES
     return commitments[start:start + HASH_BYTES]
 
 
-def dealt_commitments(dealer: int, shares: np.ndarray) -> bytes:
-    """The commitments to every holder's shares (``shares``: holders x 2 x LIMBS), in holder then secret order."""
-    return b"".join(commitment(dealer, k, s, shares[k, s]) for k in range(len(shares)) for s in (PAIR_KEY, MASK_SEED))
+def dealt_commitments(dealer: int, shares: np.ndarray, holders: Sequence[int] | None = None) -> bytes:
+    """The commitments to each holder's shares (``shares``: holders x 2 x LIMBS; ``holders`` ascending, default
+    every user: the complete graph), in holder then secret order."""
+    holders = range(len(shares)) if holders is None else holders
+    return b"".join(commitment(dealer, k, s, shares[slot, s]) for slot, k in enumerate(holders)
+                    for s in (PAIR_KEY, MASK_SEED))
 
 
-def commitments_to(commitments: bytes, recipient: int) -> bytes:
-    """The pair of commitments to ``recipient``'s shares, of a dealer's n pairs."""
-    return commitments[2 * HASH_BYTES * recipient:2 * HASH_BYTES * (recipient + 1)]
+def commitments_to(commitments: bytes, slot: int) -> bytes:
+    """The pair of commitments to the shares of the holder at ``slot`` among the dealer's holders."""
+    return commitments[2 * HASH_BYTES * slot:2 * HASH_BYTES * (slot + 1)]
 
 
 def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) -> int:
@@ -223,23 +251,23 @@ def message_bytes(parameters: SharingParameters, kind: int, entries: int = 0) ->
                           REVEAL: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
                           OPENINGS: entries * (ENTRY.size + LIMBS * shamir.SHARE_BYTES),
                           PAIR_SEEDS: entries * SEEDS.size,
-                          COMMITMENTS: 2 * parameters.n_users * HASH_BYTES, COMMITMENT: 2 * HASH_BYTES,
-                          COMPLAINTS: entries * INDEX.itemsize, SIGNATURE: SIGNATURE_BYTES}[kind]
+                          COMMITMENTS: 2 * holders(parameters) * HASH_BYTES, COMMITMENT: 2 * HASH_BYTES,
+                          COMPLAINTS: entries * INDEX.itemsize, SIGNATURE: SIGNATURE_BYTES,
+                          USERS: -(-parameters.n_users // 8)}[kind]
 
 
 def message_entries(raw: bytes) -> tuple[str, int]:
     """What a well-formed message carries, from its header: its kind's name and its entries (a key counts one, the
-    complaints that follow it in round 2 are not counted; a backup two secrets' shares; N field elements; a
-    revealed share per user; n pairs of commitments, or two; one signature; an opening per holder; pair seeds per
-    dealer). A user's identity key in an
-    inbox (32 bytes, not a message's header) counts one; anything else that is no message (a liar's junk) counts
-    one "unreadable". For traffic counts (``privagg demo-service``), not a check:
-    :func:`decode` checks."""
+    complaints that follow it in round 2 are not counted; a list of users one; a backup two secrets' shares; N field
+    elements; a revealed share per user; n pairs of commitments, or two; one signature; an opening per holder; pair
+    seeds per dealer). A user's identity key in an inbox (32 bytes, not a message's header) counts one; anything
+    else that is no message (a liar's junk) counts one "unreadable". For traffic counts (``privagg demo-service``),
+    not a check: :func:`decode` checks."""
     if len(raw) < HEADER.size or raw[:len(MAGIC)] != MAGIC or raw[len(MAGIC)] != VERSION or \
             raw[len(MAGIC) + 1] not in KIND_NAMES:
         return ("identity key", 1) if len(raw) == IDENTITY_BYTES else ("unreadable", 1)
     _, _, kind, _, _, count = HEADER.unpack_from(raw)
-    return KIND_NAMES[kind], 1 if kind == ADVERTISE else count
+    return KIND_NAMES[kind], 1 if kind in (ADVERTISE, USERS) else count
 
 
 def expected_traffic(parameters: SharingParameters, senders: int, checked: int | None = None,

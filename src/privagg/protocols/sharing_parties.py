@@ -74,23 +74,55 @@ from ..core import identity, shamir
 from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, expand
 from ..errors import ParameterError, check_integer
+from ..privacy import neighbour_graph
 from .roles import Outbox, Round, answer_each
 from .dpdg_parameters import DPDGParameters
 from .sampling_servers import one_hot_rows
 from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
+from .sharing_graph import planned, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
-                               SERVER, SIGNATURE, VERSION, Revealed, commitment, committed_to, dealt_commitments,
-                               decode, decode_checked, encode, message_bytes)
+                               SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, committed_to,
+                               dealt_commitments, decode, decode_checked, encode, message_bytes)
 
 
 def threshold(parameters: SharingParameters) -> int:
-    """t, the shares that rebuild a backed-up secret: more than (n + D) / 2, D = n - ceil(G n) the users who may not
-    follow the protocol. So t > D (they cannot pool enough shares with the server's), t is a majority, and two
-    groups of honest users shown different lists cannot both gather t signatures with the D's help: 2 (t - D) > n - D
-    honest users (the consistency round, docs/privacy.md, "Dishonest parties"). With D = 0, floor(n / 2) + 1."""
-    n = parameters.n_users
-    return (2 * n - parameters.honest_users) // 2 + 1
+    """t, the shares that rebuild a backed-up secret. On the complete graph (``parameters.degree`` None): more than
+    (n + D) / 2, D = n - ceil(G n) the users who may not follow the protocol. So t > D (they cannot pool enough
+    shares with the server's), t is a majority, and two groups of honest users shown different lists cannot both
+    gather t signatures with the D's help: 2 (t - D) > n - D honest users (the consistency round, docs/privacy.md,
+    "Dishonest parties"). With D = 0, floor(n / 2) + 1. On a neighbour graph of degree k: t_k of each user's k + 1
+    holders, the threshold of :func:`privagg.protocols.sharing_graph.planned` (docs/privacy.md, "Neighbour
+    graphs")."""
+    n, found = parameters.n_users, planned(parameters)
+    return (2 * n - parameters.honest_users) // 2 + 1 if found is None else found.threshold
+
+
+def task_graph(parameters: SharingParameters, seed: bytes | None) -> neighbour_graph.Graph:
+    """The graph the task's users mask and back up on: the complete graph when ``parameters.degree`` is None (or
+    n - 1), else the random Harary graph of that degree ordered by ``seed``, which must be the one the organisation
+    signed in the roster (:func:`privagg.privacy.neighbour_graph.cycle_order`): a server that gave one user another
+    seed could make all his neighbours colluders, so a user takes it only from the signed roster (his SDK replaces
+    the inbox's ``graph_seed`` by the roster's) and the server from the round driver's state."""
+    degree = task_degree(parameters)
+    complete = degree == parameters.n_users - 1
+    return neighbour_graph.graph(parameters.n_users, degree, None if complete else seed)
+
+
+def deal(secret: bytes, threshold_: int, holders: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """Shamir shares of ``secret`` for the chosen holders only (shape (len(holders), limbs)): the polynomials drawn
+    as :func:`privagg.core.shamir.split` draws them (one row of t coefficients per limb, the constant the limb) and
+    evaluated at x = holder + 1 by Horner's rule, so that a user deals k + 1 shares, not n, on a neighbour graph; on
+    the complete graph the shares are shamir.split's own (same draws, same values)."""
+    limbs = np.frombuffer(secret, dtype="<u2").astype(np.int64)
+    shamir.check_threshold(threshold_, shamir.PRIME - 1)
+    coefficients = rng.integers(0, shamir.PRIME, size=(threshold_, limbs.size), dtype=np.int64)
+    coefficients[0] = limbs
+    x = np.asarray(holders, dtype=np.int64)[:, None] + 1
+    values = np.zeros((x.shape[0], limbs.size), dtype=np.int64)
+    for row in coefficients[::-1]:  # each product below 2^42
+        values = (values * x + row) % shamir.PRIME
+    return values
 
 
 class PairShares:
@@ -141,15 +173,17 @@ def announces(secret: bytes | None, which: int, announced: bytes) -> bool:
         announced[which * KEY_BYTES:(which + 1) * KEY_BYTES]
 
 
-def check_proof(parameters: SharingParameters, dealer: int, commitments: bytes, key: bytes, openings: bytes) -> None:
+def check_proof(parameters: SharingParameters, dealer: int, commitments: bytes, key: bytes, openings: bytes,
+                graph: neighbour_graph.Graph | None = None) -> None:
     """Nothing if ``openings`` (an OPENINGS message) prove that ``dealer`` dealt inconsistent shares: t distinct
-    holders' shares of one of his secrets, each matching the commitment he made to it in his round-1 message
-    (``commitments``), that interpolate to no secret or to another than the key or hash of his round-2 message
-    (``key``). An honest dealer's committed shares lie on one polynomial of degree t - 1 whose constant is his
-    secret, and no other share opens his commitment: no proof against him exists (docs/privacy.md, "The exclusion
-    round"). Else a ParameterError (field ``proof``) naming what fails. That both messages are his, signed, is his
-    SDK's to check (the round's ``signed`` fields)."""
+    holders' shares of one of his secrets (his holders on the task's ``graph``, default the complete graph), each
+    matching the commitment he made to it in his round-1 message (``commitments``), that interpolate to no secret or
+    to another than the key or hash of his round-2 message (``key``). An honest dealer's committed shares lie on one
+    polynomial of degree t - 1 whose constant is his secret, and no other share opens his commitment: no proof
+    against him exists (docs/privacy.md, "The exclusion round"). Else a ParameterError (field ``proof``) naming what
+    fails. That both messages are his, signed, is his SDK's to check (the round's ``signed`` fields)."""
     p, t = parameters, threshold(parameters)
+    graph = graph or task_graph(p, None)
     committed = decode(p, commitments, (COMMITMENTS,), dealer, SERVER).payload
     announced = decode_checked(p, key, dealer)[0]
     opened = decode(p, openings, (OPENINGS,), dealer, SERVER).payload
@@ -157,9 +191,13 @@ def check_proof(parameters: SharingParameters, dealer: int, commitments: bytes, 
     if len(opened.owners) != t or len(which) != 1:
         raise ParameterError("proof", f"t = {t} holders' shares of one of user {dealer}'s secrets",
                              f"{len(opened.owners)} shares of {len(which)} secrets")
+    strangers = sorted(set(opened.owners.tolist()) - set(graph.holders(dealer)))
+    if strangers:
+        raise ParameterError("proof", f"shares of holders of user {dealer}'s secrets (his neighbours and himself)",
+                             f"shares of users {strangers[:5]}")
     which = which.pop()
     for k, row in zip(opened.owners.tolist(), opened.shares):
-        if commitment(dealer, k, which, row) != committed_to(committed, k, which):
+        if commitment(dealer, k, which, row) != committed_to(committed, graph.slot(dealer, k), which):
             raise ParameterError("proof", f"shares each matching the commitment user {dealer} signed in round 1",
                                  f"holder {k}'s, which does not: a forged opening")
     try:
@@ -177,22 +215,25 @@ def check_proof(parameters: SharingParameters, dealer: int, commitments: bytes, 
 @dataclass
 class UserState:
     """What a user keeps between rounds: his index, his secret (his pair key and mask seed derive from it), his
-    vector and his own backup shares once he has advertised; the dealers of U1 and the ones he complained about,
-    and the shares the others backed up with him, checked (``held``: dealer x 2 x LIMBS, round 2); the users he
-    masked with and a digest of their keys (round 3); a digest of the lists he signed (round 4); and the last round
-    he answered. Plain data with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it."""
+    vector and his own backup shares once he has advertised, and the task's graph seed (from the signed roster; empty
+    on the complete graph); the dealers of U1 he holds shares of and the ones he complained about, and the shares
+    they backed up with him, checked (``held``: one row of 2 x LIMBS per holder of his own secrets, his neighbours and
+    himself in order, his own row 0; round 2); the users he masked with and a digest of their keys (round 3; the
+    digest only on the complete graph); a digest of the lists he signed (round 4); and the last round he answered.
+    Plain data with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it."""
 
     index: int
     secret: bytes
     vector: np.ndarray | None = None
     backup: np.ndarray | None = None  # his own Shamir shares of his two secrets, (2, LIMBS)
     answered: int = 0
-    held: np.ndarray | None = None  # (n, 2, LIMBS): the checked shares of each dealer he holds (rows of others 0)
-    dealers: list[int] = dataclasses.field(default_factory=list)  # U1, as he was shown it in round 2
+    held: np.ndarray | None = None  # (holders, 2, LIMBS): the checked shares of each dealer he holds (others 0)
+    dealers: list[int] = dataclasses.field(default_factory=list)  # U1 (his neighbours in it), as shown in round 2
     complaints: list[int] = dataclasses.field(default_factory=list)
     senders: list[int] = dataclasses.field(default_factory=list)  # U1', the users he masked with
     keys: bytes = b""  # the digest of U1''s keys he masked with (:func:`keys_digest`)
-    signed: bytes = b""  # the digest of the statement he signed (:func:`statement`)
+    signed: bytes = b""  # the digest of the statement he signed (:func:`signed_lists`)
+    graph_seed: bytes = b""  # the signed roster's (a neighbour graph's order); empty on the complete graph
 
     @property
     def checked(self) -> set[int]:
@@ -203,7 +244,8 @@ class UserState:
         head = json.dumps({"version": VERSION, "index": self.index, "answered": self.answered,
                            "elements": 0 if self.vector is None else int(self.vector.size),
                            "held": self.held is not None, "dealers": self.dealers, "complaints": self.complaints,
-                           "senders": self.senders, "keys": self.keys.hex(), "signed": self.signed.hex()}).encode()
+                           "senders": self.senders, "keys": self.keys.hex(), "signed": self.signed.hex(),
+                           "graph_seed": self.graph_seed.hex()}).encode()
         body = b"" if self.vector is None else (np.asarray(self.vector, dtype="<u8").tobytes() +
                                                 shamir.pack(self.backup))
         held = b"" if self.held is None else shamir.pack(self.held)
@@ -228,7 +270,8 @@ class UserState:
             else:
                 assert len(body) == own
             return cls(head["index"], secret, vector, backup, head["answered"], held, head["dealers"],
-                       head["complaints"], head["senders"], bytes.fromhex(head["keys"]), bytes.fromhex(head["signed"]))
+                       head["complaints"], head["senders"], bytes.fromhex(head["keys"]), bytes.fromhex(head["signed"]),
+                       bytes.fromhex(head.get("graph_seed", "")))
         except Exception:
             raise ParameterError("user state", f"a state written by UserState.to_bytes (version {VERSION})",
                                  f"{len(raw)} unreadable bytes") from None
@@ -262,9 +305,25 @@ SIGNED_LISTS = b"privagg survivors"  # the context of a user's signature of the 
 
 
 def statement(senders: Sequence[int], survivors: Sequence[int], keys: bytes) -> bytes:
-    """What a user of U2 signs in round 4: U1', U2 and the digest of U1''s keys (:func:`keys_digest`)."""
+    """What a user of U2 signs in round 4 on the complete graph: U1', U2 and the digest of U1''s keys
+    (:func:`keys_digest`)."""
     return identity.canonical({"senders": sorted(int(u) for u in senders),
                                "survivors": sorted(int(u) for u in survivors), "keys": keys.hex()})
+
+
+def signed_lists(graph: neighbour_graph.Graph, senders: Sequence[int], survivors: Sequence[int], keys: bytes) -> bytes:
+    """What a user of U2 signs in round 4, the same for every signer: on the complete graph :func:`statement` (the
+    lists and the digest of U1''s keys he masked with); on a neighbour graph U1' and U2 as two bitmaps of n bits
+    (n / 4 bytes), and no digest of keys. The digest would differ from user to user (each masks with his neighbours'
+    keys only), and a digest over U1''s n keys would cost each user O(n k) bytes to build; it is not needed: each
+    round-2 key reaches a user with its owner's signature, which his SDK checks under the owner's identity key in the
+    organisation's roster, so the server cannot swap an honest user's key, and a dishonest owner who signed two keys
+    learns from that nothing his collusion does not give him (docs/privacy.md, "Neighbour graphs"). What each user
+    masked with is then fixed by U1' and the graph: his neighbours in U1' (:meth:`SharingUser._check_lists`)."""
+    if graph.complete:
+        return statement(senders, survivors, keys)
+    n = graph.n_users
+    return b"privagg survivors v1" + struct.pack("<I", n) + bitmap(senders, n) + bitmap(survivors, n)
 
 
 class SharingUser:
@@ -290,6 +349,11 @@ class SharingUser:
             raise ParameterError("user state", f"the state of user {index}", f"user {state.index}'s")
         self.state, self.index = state, index
 
+    @property
+    def graph(self) -> neighbour_graph.Graph:
+        """The task's graph (:func:`task_graph`), from the seed he took in round 1."""
+        return task_graph(self.parameters, self.state.graph_seed)
+
     def _secret(self, which: int) -> bytes:
         return derive_seed(self.state.secret, ("pair key", "mask")[which])
 
@@ -298,28 +362,45 @@ class SharingUser:
             raise ParameterError("round", f"round {self.state.answered + 1} next (each round is answered once, "
                                  "in order)", f"round {round_}")
 
-    def advertise(self, value: int) -> Outbox:
-        """Round 1: his commitments to each user's shares, for the server, and a backup for every other user (seal
-        each to its recipient)."""
-        p, n = self.parameters, self.parameters.n_users
+    def _strangers(self, users, what: str) -> None:
+        """A ParameterError naming ``what`` if ``users`` holds anyone who is not his neighbour (or himself)."""
+        strangers = sorted(set(users) - set(self.graph.holders(self.index)))
+        if strangers:
+            raise ParameterError(what, f"user {self.index}'s neighbours on the task's graph (degree "
+                                 f"{self.graph.degree})", f"users {strangers[:5]}, who are not")
+
+    def advertise(self, value: int, graph_seed: bytes | None = None) -> Outbox:
+        """Round 1: his commitments to each holder's shares (his neighbours' and his own), for the server, and a
+        backup for every neighbour (seal each to its recipient). ``graph_seed``: the signed roster's, on a neighbour
+        graph (his SDK puts it there; never the server's word)."""
+        p = self.parameters
         self._expect(1)
+        self.state.graph_seed = b"" if graph_seed is None else bytes(graph_seed)
+        holders = self.graph.holders(self.index)
         generator = resolve(self.rng)
         vector = user_vectors(p, np.array([value]), generator)[0]
-        shares = shamir.split(self._secret(PAIR_KEY) + self._secret(MASK_SEED), self.threshold, n, generator)
-        shares = shares.reshape(n, 2, LIMBS)
-        self.state.vector, self.state.backup, self.state.answered = vector, shares[self.index], 1
-        committed = encode(p, COMMITMENTS, self.index, SERVER, dealt_commitments(self.index, shares))
-        return Outbox(committed, {k: encode(p, BACKUP, self.index, k, shares[k]) for k in range(n) if k != self.index})
+        shares = deal(self._secret(PAIR_KEY) + self._secret(MASK_SEED), self.threshold, holders, generator)
+        shares = shares.reshape(len(holders), 2, LIMBS)
+        own = self.graph.slot(self.index, self.index)
+        self.state.vector, self.state.backup, self.state.answered = vector, shares[own], 1
+        committed = encode(p, COMMITMENTS, self.index, SERVER, dealt_commitments(self.index, shares, holders))
+        return Outbox(committed, {k: encode(p, BACKUP, self.index, k, shares[slot])
+                                  for slot, k in enumerate(holders) if k != self.index})
 
     def check(self, commitments: Mapping[int, bytes], backups: Mapping[int, bytes | None]) -> Outbox:
         """Round 2: his pair key's public half and his mask seed's hash, followed by his complaints, given the
-        commitments each dealer of U1 made to his shares (``commitments``: dealer -> the server's copy) and the
-        backups they sent him (None: one his SDK could not open). A dealer whose backup is missing, does not open or
-        decode, or does not match its commitments is complained about; the others' shares are kept for round 5."""
+        commitments each dealer of U1 among his neighbours made to his shares (``commitments``: dealer -> the
+        server's copy) and the backups they sent him (None: one his SDK could not open). A dealer whose backup is
+        missing, does not open or decode, or does not match its commitments is complained about; the others' shares
+        are kept for round 5. Refused (a ParameterError, nothing sent) if either names a user who is not his
+        neighbour."""
         self._expect(2)
-        p = self.parameters
+        p, graph = self.parameters, self.graph
         dealers = self._check_list(list(commitments), "round-1 senders")
-        complaints, held = [], np.zeros((p.n_users, 2, LIMBS), dtype=np.int32)
+        self._strangers(dealers, "round-1 senders")
+        self._strangers(backups, "backups")
+        complaints = []
+        held = np.zeros((len(graph.holders(self.index)), 2, LIMBS), dtype=np.int32)
         for u in dealers:
             if u == self.index:
                 continue
@@ -333,89 +414,129 @@ class SharingUser:
                    for s in (PAIR_KEY, MASK_SEED)):
                 complaints.append(u)
             else:
-                held[u] = shares
+                held[graph.slot(self.index, u)] = shares
         self.state.held, self.state.dealers, self.state.complaints, self.state.answered = held, dealers, complaints, 2
         key = encode(p, ADVERTISE, self.index, SERVER,
                      _public_key(self._secret(PAIR_KEY)) + _seed_hash(self._secret(MASK_SEED)))
         return Outbox(key + encode(p, COMPLAINTS, self.index, SERVER, complaints), {})
 
     def _check_list(self, users: Sequence[int], what: str) -> list[int]:
+        """``users`` ascending, each a user of the task, each once (a ParameterError naming ``what``): checked in
+        numpy when every one is an int in range (n of them in rounds 4-5), one by one otherwise (to name the first
+        bad one)."""
+        users = list(users)
+        if all(type(u) is int for u in users):
+            ranked = np.array(users, dtype=np.int64)
+            if not ranked.size or (ranked.min() >= 0 and ranked.max() < self.parameters.n_users):
+                listed = np.unique(ranked).tolist()
+                if len(listed) != len(users):
+                    raise ParameterError(what, "distinct users", "a user listed twice")
+                return listed
         listed = sorted({check_integer(what, u, 0, self.parameters.n_users - 1) for u in users})
         if len(listed) != len(users):
             raise ParameterError(what, "distinct users", "a user listed twice")
         return listed
 
     def masked_sum(self, keys: Mapping[int, bytes]) -> Outbox:
-        """Round 3: y_i, given U1''s pair keys (``keys``: user to his round-2 message, himself among them)."""
-        return masked_sums([self], keys)[0]
+        """Round 3: y_i, given the pair keys of U1' among his neighbours (``keys``: user to his round-2 message,
+        himself among them)."""
+        return masked_sums([self], [keys])[0]
 
-    def _check_lists(self, senders: Sequence[int], survivors: Sequence[int]) -> tuple[list[int], list[int]]:
-        """U1' (the users he masked with) and U2, checked: U2 within U1', naming him, at least the task's minimum."""
-        senders, survivors = self._check_list(senders, "round-1 senders"), self._check_list(survivors, "survivors")
-        if senders != self.state.senders:
-            raise ParameterError("round-1 senders", f"the {len(self.state.senders)} users he masked with",
-                                 f"{len(senders)} others")
+    def _users(self, listed: Sequence[int] | bytes, what: str) -> list[int]:
+        """A list of users as the server gave it: a list, or (on a neighbour graph) a USERS message, its bitmap."""
+        if isinstance(listed, (bytes, bytearray)):
+            listed = decode(self.parameters, listed, (USERS,), SERVER, self.index).payload
+        return self._check_list(listed, what)
+
+    def _check_lists(self, senders: Sequence[int] | bytes, survivors: Sequence[int] | bytes
+                     ) -> tuple[list[int], list[int]]:
+        """U1' and U2 (lists, or USERS messages), checked: his neighbours in U1' the users he masked with, U2 within
+        U1', naming him, at least the task's minimum."""
+        senders, survivors = self._users(senders, "round-1 senders"), self._users(survivors, "survivors")
+        sent = set(senders)
+        if [u for u in self.graph.holders(self.index) if u in sent] != self.state.senders:
+            raise ParameterError("round-1 senders", f"the {len(self.state.senders)} users he masked with (his "
+                                 "neighbours in it)", f"{len(senders)} others")
         if self.index not in survivors:
             raise ParameterError("survivors", f"a list naming user {self.index}, who sent his masked sum (revealing "
                                  "his pair key now would reveal his vector)", "a list without him")
-        if not set(survivors) <= set(senders):
-            raise ParameterError("survivors", "round-1 senders only", sorted(set(survivors) - set(senders))[:5])
+        if not sent.issuperset(survivors):
+            raise ParameterError("survivors", "round-1 senders only", sorted(set(survivors) - sent)[:5])
         if len(survivors) < self.min_survivors:
             raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
         return senders, survivors
 
     def consistency(self, senders: Sequence[int], survivors: Sequence[int]) -> Outbox:
-        """Round 4: his signature of U1' (``senders``), U2 (``survivors``) and the digest of U1''s keys, with his
-        identity key; refused (a ParameterError, nothing sent) for lists he would not reveal for (:meth:`reveal`)."""
+        """Round 4: his signature of U1' (``senders``), U2 (``survivors``) and, on the complete graph, the digest of
+        U1''s keys (:func:`signed_lists`), with his identity key; refused (a ParameterError, nothing sent) for lists
+        he would not reveal for (:meth:`reveal`)."""
         self._expect(4)
         if self.identity is None:
             raise ParameterError("identity", "the user's Ed25519 private key (32 bytes), which signs the survivor "
                                  "lists in round 4", None)
-        signed = statement(*self._check_lists(senders, survivors), self.state.keys)
+        signed = signed_lists(self.graph, *self._check_lists(senders, survivors), self.state.keys)
         signature = identity.sign(self.identity, SIGNED_LISTS, signed)
         self.state.signed, self.state.answered = hashlib.blake2b(signed, digest_size=HASH_BYTES).digest(), 4
         return Outbox(encode(self.parameters, SIGNATURE, self.index, SERVER, signature), {})
 
     def reveal(self, senders: Sequence[int], survivors: Sequence[int], signatures: Mapping[int, bytes],
                identities: Mapping[int, bytes]) -> Outbox:
-        """Round 5: his shares of the mask seeds of U2 (``survivors``) and of the pair keys of E = U1' \\ U2, given
-        U1' (``senders``), the round-4 signatures the server received (user -> message) and the signers' identity
-        keys (which his SDK checks against the organisation's roster).
+        """Round 5: his shares of the mask seeds of U2 (``survivors``) and of the pair keys of E = U1' \\ U2, for the
+        users of U1' whose secrets he holds (his neighbours and himself), given U1' (``senders``), the round-4
+        signatures the server received from the users within k places of him on the cycle (user -> message) and the
+        signers' identity keys (which his SDK checks against the organisation's roster).
 
-        Refused (a ParameterError, and nothing to send) unless the lists are the ones he signed and at least t
-        valid signatures of them, from distinct users of U2, came with them: the server showed other users other
-        lists. Refused also if he is not in U2 (he sent y_i: his pair key must stay his), if U2 is not within U1'
+        Refused (a ParameterError, and nothing to send) unless the lists are the ones he signed and, for each user
+        whose share he reveals, at least t valid signatures of them came from that user's holders in U2 (his
+        neighbours and himself: on the complete graph, t from distinct users of U2): else the server showed other
+        users other lists (docs/privacy.md, "Neighbour graphs", (d)). Refused also if a signature comes from
+        farther than k places, if he is not in U2 (he sent y_i: his pair key must stay his), if U2 is not within U1'
         or leaves fewer survivors than the task's minimum."""
         self._expect(5)
+        graph = self.graph
         senders, survivors = self._check_lists(senders, survivors)
-        signed = statement(senders, survivors, self.state.keys)
+        signed = signed_lists(graph, senders, survivors, self.state.keys)
         if hashlib.blake2b(signed, digest_size=HASH_BYTES).digest() != self.state.signed:
             raise ParameterError("survivors", "the lists he signed in round 4", "other lists: the server showed "
                                  "different survivor lists")
-        valid, kept = 0, set(survivors)
-        for v in sorted(set(signatures) & kept & set(identities)):  # until t are valid
+        far = sorted(set(signatures) - set(graph.near(self.index, 2 * graph.half)))
+        if far:
+            raise ParameterError("signatures", f"signatures of the users within {graph.degree} places of user "
+                                 f"{self.index} on the task's graph", f"signatures of users {far[:5]}")
+        kept, owners = set(survivors), self.state.senders
+        need = np.full(len(owners), self.threshold)  # each owner's signatures still wanted, from his holders
+        candidates = sorted(set(signatures) & kept & set(identities))
+        order = np.argsort(graph.distance(self.index, candidates), kind="stable")  # the closest hold the most
+        for v in (candidates[j] for j in order):  # until each owner has t valid
+            holds = graph.distance(v, owners) <= graph.half  # v holds a share of each such owner's secrets
+            if not np.any(holds & (need > 0)):
+                continue
             signature = decode(self.parameters, signatures[v], (SIGNATURE,), v, SERVER).payload
-            valid += identity.verify(identities[v], signature, SIGNED_LISTS, signed)
-            if valid == self.threshold:
-                break
-        if valid < self.threshold:
+            if identity.verify(identities[v], signature, SIGNED_LISTS, signed):
+                need -= holds
+                if np.all(need <= 0):
+                    break
+        if np.any(need > 0):
+            short = [u for u, left in zip(owners, need.tolist()) if left > 0]
             raise ParameterError("signatures", f"at least t = {self.threshold} valid signatures of the lists he "
-                                 "signed, from distinct survivors", f"{valid} of {len(signatures)}: the server showed "
-                                 "different survivor lists (or forged signatures); nothing was revealed")
-        owners = np.array(senders, dtype=np.int64)
-        tags = np.array([MASK_SEED if u in kept else PAIR_KEY for u in senders], dtype=np.int64)
-        rows = np.empty((len(senders), LIMBS), dtype=np.int64)
-        for row, (u, tag) in enumerate(zip(senders, tags)):
-            rows[row] = (self.state.backup if u == self.index else self.state.held[u])[tag]
+                                 "signed from the holders of each secret he reveals a share of (on the complete "
+                                 "graph, from distinct survivors)", f"fewer for users {short[:5]} "
+                                 f"({len(signatures)} signatures): the server showed different survivor lists (or "
+                                 "forged signatures); nothing was revealed")
+        tags = np.array([MASK_SEED if u in kept else PAIR_KEY for u in owners], dtype=np.int64)
+        rows = np.empty((len(owners), LIMBS), dtype=np.int64)
+        for row, (u, tag) in enumerate(zip(owners, tags)):
+            rows[row] = (self.state.backup if u == self.index else self.state.held[graph.slot(self.index, u)])[tag]
         self.state.answered = 5
-        return Outbox(encode(self.parameters, REVEAL, self.index, SERVER, Revealed(owners, tags, rows)), {})
+        return Outbox(encode(self.parameters, REVEAL, self.index, SERVER,
+                             Revealed(np.array(owners, dtype=np.int64), tags, rows)), {})
 
     def exclusion(self, commitments: Mapping[int, bytes], keys: Mapping[int, bytes],
                   openings: Mapping[int, bytes]) -> Outbox:
-        """Round 6, run only when the reveal round proved dealers inconsistent: for each such dealer u, given his
-        round-1 message (``commitments``), his round-2 message (``keys``; both signed by him, which his SDK checks
-        against the signed roster) and the server's openings, his pair seeds with u (:meth:`PairShares.seeds`), so
-        that the server removes his terms with u and releases without u.
+        """Round 6, run only when the reveal round proved dealers inconsistent: for each such dealer u among his
+        neighbours, given his round-1 message (``commitments``), his round-2 message (``keys``; both signed by him,
+        which his SDK checks against the signed roster) and the server's openings, his pair seeds with u
+        (:meth:`PairShares.seeds`), so that the server removes his terms with u and releases without u.
 
         Refused (a ParameterError, nothing sent) unless every proof holds (:func:`check_proof`), each about a
         dealer he masked with other than himself: a server that accused an honest survivor falsely would get all
@@ -433,7 +554,7 @@ class SharingUser:
         for u in dealers:
             if u == self.index or u not in self.state.senders:
                 raise ParameterError("inconsistent dealers", f"users user {self.index} masked with, not himself", u)
-            check_proof(p, u, commitments[u], keys[u], openings[u])
+            check_proof(p, u, commitments[u], keys[u], openings[u], self.graph)
         pair_shares = PairShares(p, self._secret(PAIR_KEY))
         seeds = {u: b"".join(pair_shares.seeds(decode_checked(p, keys[u], u)[0][:KEY_BYTES], self.index, u))
                  for u in dealers}
@@ -441,43 +562,66 @@ class SharingUser:
         return Outbox(encode(p, PAIR_SEEDS, self.index, SERVER, seeds), {})
 
 
-def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes]) -> list[Outbox]:
-    """Round 3 for a batch of users of one task (a device is a batch of one), given U1''s pair keys: each user's
-    y_i = x_i - sum_j s_ij + sum_j s_ji + b_i. Users i and j of the batch agree on the same secret and derive the
-    same (s_ij, s_ji) (X25519 is symmetric): the batch derives each such pair once, for both, and each key of
-    U1' is decoded once. What each user sends is what he would send alone. A user refuses (ParameterError) a U1'
-    that holds a dealer whose backup he lacks or complained about (round 2): he never masks with him."""
+def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes] | Sequence[Mapping[int, bytes]]
+                ) -> list[Outbox]:
+    """Round 3 for a batch of users of one task (a device is a batch of one), given each one's pair keys of U1' (his
+    neighbours' and his own; one mapping: the same for every user): each user's y_i = x_i - sum_j s_ij + sum_j s_ji +
+    b_i over j his neighbours in U1'.
+    Users i and j of the batch who were shown the same two keys agree on the same secret and derive the same
+    (s_ij, s_ji) (X25519 is symmetric): the batch derives each such pair once, for both, and each key message is
+    decoded once. What each user sends is what he would send alone. A user refuses (ParameterError) keys of users
+    who are not his neighbours, or a dealer whose backup he lacks or complained about (round 2): he never masks with
+    him."""
     if not users:
         return []
     p, field = users[0].parameters, users[0].field
-    batch = {u.index: u for u in users}
-    for user in users:
+    keys = [keys] * len(users) if isinstance(keys, Mapping) else keys
+    batch = {u.index: (u, k) for u, k in zip(users, keys)}
+    senders = {}
+    for user, shown in zip(users, keys):
         user._expect(3)
-    senders = users[0]._check_list(list(keys), "round-1 senders")
-    for user in users:
-        if user.index not in senders:
+        listed = senders[user.index] = user._check_list(list(shown), "round-1 senders")
+        if user.index not in listed:
             raise ParameterError("round-1 senders", f"a list naming user {user.index}, who advertised",
                                  "a list without him")
-        unchecked = sorted(set(senders) - user.state.checked - {user.index})
+        user._strangers(listed, "round-1 senders")
+        unchecked = sorted(set(listed) - user.state.checked - {user.index})
         if unchecked:
             raise ParameterError("round-1 senders", f"dealers whose backups user {user.index} checked", f"users "
                                  f"{unchecked[:5]}, whose backups he complained about or lacks (the server should "
                                  "have excluded them)")
-    public = {j: decode(p, keys[j][:KEY_MESSAGE], (ADVERTISE,), j, SERVER).payload[:KEY_BYTES] for j in senders}
-    digest = keys_digest(keys)
-    totals = {i: u.state.vector.copy() for i, u in batch.items()}
-    for i, user in batch.items():
+    public: dict[tuple[int, bytes], bytes] = {}
+
+    def key_of(j: int, raw: bytes) -> bytes:
+        if (j, raw) not in public:
+            public[j, raw] = decode(p, raw[:KEY_MESSAGE], (ADVERTISE,), j, SERVER).payload[:KEY_BYTES]
+        return public[j, raw]
+
+    def shared(i: int, j: int) -> bool:  # both in the batch, each shown the other's key as the other was shown it
+        if j not in batch:
+            return False
+        mine, theirs = batch[i][1], batch[j][1]
+        return mine is theirs or (i in theirs and theirs[i] == mine[i] and theirs[j] == mine[j])
+
+    digests: list[tuple[Mapping[int, bytes], bytes]] = []  # the complete graph's: each inbox's keys digested once
+    totals = {i: u.state.vector.copy() for i, (u, _) in batch.items()}
+    for i, (user, shown) in batch.items():
         pair_shares = PairShares(p, user._secret(PAIR_KEY))
-        for j in senders:
-            if j == i or (j in batch and j < i):  # himself, or a pair the batch derived for j already
+        for j in senders[i]:
+            if j == i or (j < i and shared(i, j)):  # himself, or a pair the batch derived for j already
                 continue
-            mine, theirs = pair_shares(public[j], i, j)  # s_ij, s_ji
+            mine, theirs = pair_shares(key_of(j, shown[j]), i, j)  # s_ij, s_ji
             totals[i] = field.add(field.sub(totals[i], mine), theirs)
-            if j in batch:
+            if shared(i, j):
                 totals[j] = field.add(field.sub(totals[j], theirs), mine)
     out = []
-    for i, user in batch.items():
-        user.state.answered, user.state.senders, user.state.keys = 3, senders, digest
+    for i, (user, shown) in batch.items():
+        digest = b""
+        if user.graph.complete:
+            digest = next((d for keys_, d in digests if keys_ is shown or keys_ == shown), None)
+            if digest is None:
+                digests.append((shown, digest := keys_digest(shown)))
+        user.state.answered, user.state.senders, user.state.keys = 3, senders[i], digest
         out.append(Outbox(encode(p, MASKED_SUM, i, SERVER, field.add(totals[i], mask(p, user._secret(MASK_SEED)))),
                           {}))
     return out
@@ -487,9 +631,9 @@ def answer(users: Sequence[SharingUser], round_: Round, inboxes: Sequence[dict])
     """A round over a batch of users (:attr:`MultiRound.answer`): round 3's masked sums derived once per pair when
     the users were given the same keys and none refuses them (:func:`masked_sums`), every other round one user at
     a time (None for a user who refuses)."""
-    if round_.name == "masked_sum" and inboxes and all(inbox == inboxes[0] for inbox in inboxes):
+    if round_.name == "masked_sum" and inboxes:
         try:
-            return masked_sums(users, inboxes[0]["keys"])
+            return masked_sums(users, [inbox["keys"] for inbox in inboxes])
         except ParameterError:  # a user refuses (masked_sums checks them all before any answers): one at a time
             pass
     return answer_each(users, round_, inboxes)
@@ -501,7 +645,8 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
     (honest fraction (n' - (n - ceil(G n))) / n'); the sampling family's data condition stays stated of the n
     enrolled users (``dropouts`` = n - n'), which leaves every category ceil(beta n) - (n - n') of the survivors
     at least; DPDG's noise that of the honest survivors. The sampling probability or the noise variance is the
-    task's: only the users change."""
+    task's: only the users change. The neighbour graph is the task's, of its n users (the release states it from the
+    task's parameters): the survivors' parameters have none."""
     n = parameters.n_users
     honest = survivors - (n - parameters.honest_users)
     if survivors == n:  # no dropouts: the task's own parameters
@@ -510,7 +655,8 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
         raise ParameterError("survivors", f"in [2, {n}] and more than the {n - parameters.honest_users} users who "
                              "may not follow the protocol", survivors)
     dropped = {"dropouts": parameters.dropouts + n - survivors} if isinstance(parameters, SamplingParameters) else {}
-    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, **dropped)
+    return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, degree=None,
+                               graph_dropouts=0.0, **dropped)
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:
@@ -519,7 +665,14 @@ def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> in
     not follow the protocol), else a ParameterError naming it."""
     if parameters.model != "secret_sharing":
         raise ParameterError("protocol", "dpds or dpdg (users who share among all users)", parameters.protocol)
-    return checked_survivors(parameters, min_survivors, max(2, threshold(parameters)))
+    return checked_survivors(parameters, min_survivors, least_survivors(parameters))
+
+
+def least_survivors(parameters: SharingParameters) -> int:
+    """The fewest survivors a task may require: the backups' threshold t of users to reveal, and two honest users
+    besides the n - ceil(G n) who may not follow the protocol (:func:`survivors_parameters`; on the complete graph t
+    is all of these, on a neighbour graph t_k may be below them)."""
+    return max(2, threshold(parameters), parameters.n_users - parameters.honest_users + 2)
 
 
 def checked_survivors(parameters, min_survivors: int, least: int) -> int:
@@ -546,16 +699,18 @@ VERIFY_SECONDS, SIGN_SECONDS, COMMITMENT_SECONDS = 140e-6, 80e-6, 4e-6
 
 
 def faithful_seconds(parameters: SharingParameters) -> float:
-    """About what a faithful simulation of DPDS or DPDG without dropouts takes: each of the n (n - 1) / 2 pairs
-    agreed once and expanded twice (:func:`masked_sums`), each user's mask expanded twice (by him and by the
-    server), n (n - 1) backups and as many revealed entries made and read, each share's commitment made, checked
-    by its holder and by the server (3 n^2), and each user's signature made, checked by the server and by each
-    survivor until t are valid."""
-    n, N = parameters.n_users, parameters.domain_size
+    """About what a faithful simulation of DPDS or DPDG without dropouts takes, with k the task's degree (n - 1 on
+    the complete graph): each of the n k / 2 pairs agreed once and expanded twice (:func:`masked_sums`), each user's
+    mask expanded twice (by him and by the server), n k backups and as many revealed entries made and read, each
+    share's commitment made, checked by its holder and by the server (3 n (k + 1)), and each user's signature made,
+    checked by the server and by each survivor until t are valid (on a neighbour graph, until each secret he holds
+    has t_k from its holders: up to the 2 k + 1 users within k places)."""
+    n, N, k = parameters.n_users, parameters.domain_size, task_degree(parameters)
     expansion = EXPANSION_SECONDS + N * ELEMENT_SECONDS
-    pairs = n * (n - 1) / 2
-    return (pairs * (AGREEMENT_SECONDS + 2 * expansion) + 2 * n * expansion + 2 * n * (n - 1) * MESSAGE_SECONDS +
-            3 * n * n * COMMITMENT_SECONDS + n * (SIGN_SECONDS + (1 + threshold(parameters)) * VERIFY_SECONDS))
+    pairs = n * k / 2
+    verified = threshold(parameters) if k == n - 1 else min(n, 2 * k + 1)
+    return (pairs * (AGREEMENT_SECONDS + 2 * expansion) + 2 * n * expansion + 2 * n * k * MESSAGE_SECONDS +
+            3 * n * (k + 1) * COMMITMENT_SECONDS + n * (SIGN_SECONDS + (1 + verified) * VERIFY_SECONDS))
 
 
 HELD_BYTES = 150  # a message held in a simulation besides its bytes: the bytes object and its slot in a dict
@@ -563,12 +718,12 @@ HELD_BYTES = 150  # a message held in a simulation besides its bytes: the bytes 
 
 def faithful_bytes(parameters: SharingParameters) -> int:
     """About the memory a faithful simulation holds: every backup, revealed entry and commitment relayed to its
-    holder (n (n - 1) of each), the users' checked shares, the keys with their commitments, the masked sums and
-    signatures, the users' vectors and backup shares."""
-    n, N = parameters.n_users, parameters.domain_size
+    holder (n k of each, k the task's degree), the users' checked shares, the keys with their commitments, the masked
+    sums and signatures, the users' vectors and backup shares."""
+    n, N, k = parameters.n_users, parameters.domain_size, task_degree(parameters)
     entry = message_bytes(parameters, REVEAL, 1) - HEADER.size
     relayed = message_bytes(parameters, BACKUP) + entry + message_bytes(parameters, COMMITMENT) + 3 * HELD_BYTES
     held = 2 * LIMBS * 4  # a dealer's checked shares, in his holder's state
-    return n * (n - 1) * (relayed + held) + n * (
+    return n * k * (relayed + held) + n * (
         message_bytes(parameters, ADVERTISE) + message_bytes(parameters, COMMITMENTS) +
         2 * message_bytes(parameters, MASKED_SUM) + message_bytes(parameters, SIGNATURE) + 8 * N + 4 * HELD_BYTES)

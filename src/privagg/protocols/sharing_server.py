@@ -6,6 +6,8 @@ and DPDG" and "Dishonest parties"."""
 
 from __future__ import annotations
 
+import hashlib
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,6 +18,7 @@ from ..core.messages import MessageBatch
 from ..core.randomness import RNGLike
 from ..core.sharing import SEED_BYTES, expand
 from ..errors import ParameterError
+from ..privacy import neighbour_graph
 from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
 from .results import FrequencyTable
@@ -24,11 +27,12 @@ from .sampling_servers import SumServer
 from .sampling_sharing import SharingParameters
 from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTES, KEY_MESSAGE, LIMBS,
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
-                               Message, Revealed, commitments_to, committed_to, decode, decode_checked, encode,
-                               message_bytes, message_entries, packed_commitment)
+                               MAGIC, USERS, VERSION, Message, Revealed, commitments_to, committed_to, decode,
+                               decode_checked, encode, holders, message_bytes, message_entries, packed_commitment)
+from .sharing_graph import graph_delta, stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
-                              faithful_bytes, faithful_seconds, keys_digest, mask, statement, survivors_parameters,
-                              threshold)
+                              faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists,
+                              survivors_parameters, task_graph, threshold)
 
 
 @dataclass(frozen=True)
@@ -51,25 +55,34 @@ class SharingRelease:
     excluded: tuple[int, ...] = ()
     blamed: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (revealer, the owners of his discarded shares)
     inconsistent: tuple[int, ...] = ()  # the dealers proven inconsistent, excluded in round 6
+    graph_seed: str = ""  # a digest of the neighbour graph's seed (none on the complete graph)
+    task: SharingParameters | None = None  # the task's parameters (default ``parameters``: nobody dropped out)
 
     @property
     def privacy(self):
         """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
-        part."""
+        part; on a neighbour graph, plus its failure terms (:func:`~privagg.protocols.sharing_graph.graph_delta`:
+        equivocation at the task's colluding users, disconnection at them and the users not released) and its
+        assumptions."""
         p = self.parameters
+        task = self.task or p
+        removed = task.n_users - task.honest_users + self.enrolled - self.survivors
         left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints" if self.excluded else "") + (
             f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "") + (
             f"; {len(self.inconsistent)} dealers proven inconsistent, excluded in round 6 (their terms removed with "
             "the survivors' pair seeds)" if self.inconsistent else "")
+        shared = (f"{self.threshold}-out-of-{self.enrolled}" if not self.graph_seed else
+                  f"{self.threshold}-out-of-{holders(task)} among each user's neighbours and himself")
         return PrivacyDescription.of(Survivors(
-            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users who took part to the end",
+            p.privacy.event, p.delta_at(p.epsilon) + graph_delta(task, removed), self.enrolled, self.survivors,
+            "users who took part to the end",
             f"{self.senders} advertised in round 1 and passed the check, {self.revealers} revealed in round 5" +
             left_out,
-            (f"served with key-agreed shares backed up {self.threshold}-out-of-{self.enrolled} (Shamir), each share "
-             "committed to by its dealer: the server learns only the survivors' sum unless it pools shares with "
-             f"{self.threshold} users; every survivor checked {self.threshold} signatures of the survivor lists before "
-             "revealing (a server that shows different lists is caught), and the users' identity keys are the "
-             "organisation's roster's",)))
+            (f"served with key-agreed shares backed up {shared} (Shamir), each share committed to by its dealer: the "
+             f"server learns only the survivors' sum unless it pools shares with {self.threshold} users; every "
+             f"survivor checked {self.threshold} signatures of the survivor lists before revealing (a server that "
+             "shows different lists is caught), and the users' identity keys are the organisation's roster's",
+             *stated(task, self.graph_seed))))
 
 
 class SharingServer:
@@ -86,6 +99,12 @@ class SharingServer:
         self.parameters, self.field = parameters, parameters.field
         self.min_survivors = check_min_survivors(parameters, min_survivors)
         self.threshold = threshold(parameters)
+
+    def graph(self, state: Mapping) -> neighbour_graph.Graph:
+        """The task's graph (:func:`~privagg.protocols.sharing_parties.task_graph`): on a neighbour graph, ordered by
+        ``state["graph_seed"]`` (:func:`graph_seed`), which whoever runs the rounds puts there from the
+        organisation's signed roster (the round driver; the simulator draws it)."""
+        return task_graph(self.parameters, graph_seed(state))
 
     # --- the rounds (roles.Coordinator) ---------------------------------------------------------------------
     def expected(self, round_: Round, state: dict) -> list[int]:
@@ -110,51 +129,80 @@ class SharingServer:
         if name == "advertise":
             self.check_message(message, COMMITMENTS, user)
         elif name == "check":
-            accused = decode_checked(p, message, user)[1]
-            if not set(accused.tolist()) <= set(state["senders"]):
-                raise ParameterError("message", "complaints about round-1 senders only", accused[:5].tolist())
+            accused = set(decode_checked(p, message, user)[1].tolist())
+            if not accused <= set(among(self.graph(state), user, state["senders"])):
+                raise ParameterError("message", "complaints about round-1 senders among his neighbours only",
+                                     sorted(accused)[:5])
         elif name == "masked_sum":
             self.check_message(message, MASKED_SUM, user)
         elif name == "consistency":
             signature = self.check_message(message, SIGNATURE, user).payload
-            identity.check(state["identities"][user], signature, SIGNED_LISTS, statement(
-                state["checked"], state["survivors"], bytes.fromhex(state["keys"])), "message",
-                f"user {user}'s identity key, of the lists published")
+            identity.check(state["identities"][user], signature, SIGNED_LISTS, self.statement(state), "message",
+                           f"user {user}'s identity key, of the lists published")
         elif name == "reveal":
-            self.check_reveal(message, user, state["checked"], state["survivors"])
+            graph = self.graph(state)
+            self.check_reveal(message, user, among(graph, user, state["checked"]), state["survivors"])
         else:
-            self.check_pair_seeds(message, user, state["inconsistent"])
+            self.check_pair_seeds(message, user, among(self.graph(state), user, state["inconsistent"]))
+
+    def published(self, user: int, field: str, listed: Sequence[int]) -> bytes:
+        """``listed`` as a USERS message to ``user`` (a bitmap of n bits), the bitmap built once per list."""
+        cache = self.__dict__.setdefault("_bitmaps", {})
+        key = (field, tuple(listed))
+        if key not in cache:
+            if len(cache) > 8:  # lists of earlier rounds or tasks
+                cache.clear()
+            cache[key] = encode(self.parameters, USERS, SERVER, 0, listed)[HEADER.size:]
+        return HEADER.pack(MAGIC, VERSION, USERS, SERVER, user, self.parameters.n_users) + cache[key]
+
+    def statement(self, state: Mapping) -> bytes:
+        """What the survivors sign in round 4 (:func:`~privagg.protocols.sharing_parties.signed_lists`), built once
+        for the lists published."""
+        key = (state["keys"], tuple(state["checked"]), tuple(state["survivors"]))
+        if getattr(self, "_statement", (None,))[0] != key:
+            self._statement = key, signed_lists(self.graph(state), state["checked"], state["survivors"],
+                                                bytes.fromhex(state["keys"]))
+        return self._statement[1]
 
     def message_size(self, round_: Round, user: int, state: dict, messages: Mapping) -> int:
         raise ParameterError("round", "a round whose message is sealed to another party (DPDS has none)", round_.name)
 
     def recipients(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict[int, int]:
-        """advertise: a backup to every other user."""
+        """advertise: a backup to each of his neighbours (every other user on the complete graph)."""
         size = message_bytes(self.parameters, BACKUP)
-        return {k: size for k in range(self.parameters.n_users) if k != user} if round_.name == "advertise" else {}
+        return {k: size for k in self.graph(state).neighbours(user)} if round_.name == "advertise" else {}
 
     def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict:
-        """check: the commitments U1 made to his shares (the backups come with them, relayed); masked_sum: U1''s
-        keys; consistency: U1' and U2; reveal: U1', U2, U3's signatures and identity keys; exclusion: each proven
-        dealer's round-1 and round-2 messages and the openings that prove him inconsistent (never another user's
-        shares)."""
-        p, name = self.parameters, round_.name
+        """Everything about his neighbourhood only (on the complete graph, everyone): advertise: the graph's seed (a
+        neighbour graph's; his SDK replaces it by the signed roster's); check: the commitments U1's neighbours made
+        to his shares (the backups come with them, relayed); masked_sum: the keys of U1''s neighbours and his own;
+        consistency: U1' and U2; reveal: U1', U2, the signatures of U3's users within k places of him on the cycle
+        (whose holders' signatures each secret he holds needs) and their identity keys; exclusion: each proven
+        dealer among his neighbours, his round-1 and round-2 messages and the openings that prove him inconsistent
+        (never another user's shares)."""
+        p, name, graph = self.parameters, round_.name, self.graph(state)
         if name == "exclusion":
-            proven = state["inconsistent"]
+            proven = among(graph, user, state["inconsistent"])
+            proofs = dict(zip(state["inconsistent"], state["proofs"]))
             return {"commitments": {u: messages["advertise"][u] for u in proven},
                     "keys": {u: messages["check"][u] for u in proven},
-                    "openings": {u: bytes.fromhex(proof) for u, proof in zip(proven, state["proofs"])}}
+                    "openings": {u: bytes.fromhex(proofs[u]) for u in proven}}
         if name == "check":
             return {"commitments": {u: encode(p, COMMITMENT, u, user, commitments_to(
-                messages["advertise"][u][HEADER.size:], user)) for u in state["senders"] if u != user}}
+                messages["advertise"][u][HEADER.size:], graph.slot(u, user)))
+                for u in among(graph, user, state["senders"]) if u != user}}
         if name == "masked_sum":
-            return {"keys": {u: messages["check"][u] for u in state["checked"]}}
+            return {"keys": {u: messages["check"][u] for u in among(graph, user, state["checked"])}}
         if name == "advertise":
-            return {}
+            return {} if graph.complete else {"graph_seed": graph.seed}
         lists = {"senders": state["checked"], "survivors": state["survivors"]}
+        if not graph.complete:  # n bits each, not n integers
+            lists = {field: self.published(user, field, listed) for field, listed in lists.items()}
         if name == "reveal":
-            signers = state["signers"]
-            return {**lists, "signatures": {v: messages["consistency"][v] for v in signers},
+            signed = messages["consistency"]
+            signers = state["signers"] if graph.complete else [
+                v for v in graph.near(user, 2 * graph.half) if v in signed]
+            return {**lists, "signatures": {v: signed[v] for v in signers},
                     "identities": {v: state["identities"][v] for v in signers}}
         return lists
 
@@ -169,10 +217,11 @@ class SharingServer:
 
     def excluded(self, complaints: Mapping[int, Sequence[int]]) -> set[int]:
         """The users the check round excludes: every dealer complained about, but a complainer who names more than
-        n - min_survivors (excluding them all would fail the task, so he lies or the task is lost either way) is
-        excluded himself and his complaints are ignored. No one has masked yet: an exclusion costs a user, never
-        privacy (docs/privacy.md, "Dishonest parties")."""
-        most = self.parameters.n_users - self.min_survivors
+        n - min_survivors, or more than k + 1 - t_k of his neighbours on a neighbour graph (excluding them all would
+        fail the task, or leave him fewer than t_k honest holders: he lies or the task is lost either way, liveness
+        (b)), is excluded himself and his complaints are ignored. No one has masked yet: an exclusion costs a user,
+        never privacy (docs/privacy.md, "Dishonest parties", "Neighbour graphs")."""
+        most = min(self.parameters.n_users - self.min_survivors, holders(self.parameters) - self.threshold)
         liars = {k for k, accused in complaints.items() if len(accused) > most}
         return liars | {u for k, accused in complaints.items() if k not in liars for u in accused}
 
@@ -190,9 +239,24 @@ class SharingServer:
                               f"senders ({len(answered)} answered; complaints {sorted(complaints.items())[:5]} "
                               f"excluded {sorted(excluded)[:10]}), fewer than the task's minimum of "
                               f"{self.min_survivors} survivors: nothing was released")
-        keys = {u: messages["check"][u] for u in checked}
+        graph = self.graph(state)
+        self.check_neighbourhoods(graph, checked, checked, "passed round 2 (check)")
+        keys = keys_digest({u: messages["check"][u] for u in checked}).hex() if graph.complete else ""
         return {**state, "checked": checked, "complaints": [[k, accused] for k, accused in sorted(complaints.items())],
-                "excluded": sorted(excluded), "keys": keys_digest(keys).hex()}
+                "excluded": sorted(excluded), "keys": keys}
+
+    def check_neighbourhoods(self, graph: neighbour_graph.Graph, owners: Sequence[int], holding: Sequence[int],
+                             what: str) -> None:
+        """:class:`RoundFailed` naming the first users of ``owners`` with fewer than t_k of their holders in
+        ``holding`` (sorted): their secrets could never be rebuilt (liveness, docs/privacy.md "Neighbour graphs",
+        (b)). On the complete graph every user's holders are ``holding`` itself, which the task's minimum bounds."""
+        if graph.complete:
+            return
+        short = [u for u in owners if len(among(graph, u, holding)) < self.threshold]
+        if short:
+            raise RoundFailed(f"users {short[:10]} have fewer than t = {self.threshold} of their {graph.degree} "
+                              f"neighbours and themselves among the users who {what}: their secrets cannot be "
+                              "rebuilt, nothing was released")
 
     def proven(self, state: dict, messages: Mapping) -> dict:
         """The state once the reveal round closed: the dealers whose verified shares rebuild another secret than the
@@ -204,15 +268,17 @@ class SharingServer:
         checked, survivors = state["checked"], state["survivors"]
         try:
             opened = self.opened({u: messages["check"][u] for u in checked}, survivors, messages["reveal"],
-                                 {u: messages["advertise"][u] for u in checked})
+                                 {u: messages["advertise"][u] for u in checked}, self.graph(state))
         except ParameterError as err:
             raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
-        proven = opened.inconsistent
-        asked = [u for u in survivors if u not in proven] if proven else []
-        if proven and len(asked) < self.min_survivors:
+        proven, graph = opened.inconsistent, self.graph(state)
+        near = {v for u in proven for v in graph.neighbours(u)}  # whose masks hold terms with a proven dealer
+        left = [u for u in survivors if u not in proven]
+        asked = [u for u in left if u in near] if proven else []
+        if proven and len(left) < self.min_survivors:
             raise RoundFailed(f"the dealers {proven[:10]} dealt inconsistent shares (proven: t shares of each, "
                               f"matching his signed commitments, rebuild another secret than he announced); without "
-                              f"them {len(asked)} survivors are left, fewer than the task's minimum of "
+                              f"them {len(left)} survivors are left, fewer than the task's minimum of "
                               f"{self.min_survivors}: nothing was released")
         proofs = [encode(self.parameters, OPENINGS, u, SERVER, Revealed(
             np.array([k for k, _ in opened.verified[u][:self.threshold]]),
@@ -228,7 +294,8 @@ class SharingServer:
             checked = state["checked"]
             return self.release({u: messages["check"][u] for u in checked}, messages["masked_sum"], messages["reveal"],
                                 {u: messages["advertise"][u] for u in checked}, complaints=state["complaints"],
-                                excluded=state["excluded"], pair_seeds=messages.get("exclusion", {}))
+                                excluded=state["excluded"], pair_seeds=messages.get("exclusion", {}),
+                                graph=self.graph(state))
         except ParameterError as err:
             raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
 
@@ -238,26 +305,30 @@ class SharingServer:
         return decode(self.parameters, raw, (kind,), user, SERVER)
 
     def check_reveal(self, raw: bytes, user: int, senders: Sequence[int], survivors: Sequence[int]) -> Revealed:
-        """A round-5 message from ``user``, checked against the lists: one entry per user of U1' (``senders``), the
-        mask seed's share for each survivor and the pair key's for each dropout, in U1''s order."""
+        """A round-5 message from ``user``, checked against the lists: one entry per user of U1' whose secrets he
+        holds (``senders``: U1' on the complete graph, his neighbours in it and himself on a neighbour graph), the
+        mask seed's share for each survivor and the pair key's for each dropout (``survivors``, ascending), in
+        U1''s order."""
         revealed = self.check_message(raw, REVEAL, user).payload
-        kept = set(survivors)
-        if (list(revealed.owners) != sorted(senders) or
-                list(revealed.secrets) != [MASK_SEED if u in kept else PAIR_KEY for u in sorted(senders)]):
+        owners = sorted(senders)
+        if (list(revealed.owners) != owners or
+                list(revealed.secrets) != [MASK_SEED if member(survivors, u) else PAIR_KEY for u in owners]):
             raise ParameterError("message", "a share of each survivor's mask seed and each round-3 dropout's pair key, "
-                                 "one per round-1 sender in order", "other entries")
+                                 "one per round-1 sender whose secrets he holds, in order", "other entries")
         return revealed
 
     def check_pair_seeds(self, raw: bytes, user: int, inconsistent: Sequence[int]) -> dict[int, bytes]:
-        """A round-6 message from ``user``: his pair seeds with each dealer proven inconsistent, in order."""
+        """A round-6 message from ``user``: his pair seeds with each dealer proven inconsistent among his neighbours
+        (``inconsistent``), in order."""
         seeds = self.check_message(raw, PAIR_SEEDS, user).payload
         if list(seeds) != sorted(inconsistent):
             raise ParameterError("message", f"pair seeds with each dealer proven inconsistent "
                                  f"({sorted(inconsistent)[:5]}), in order", f"pair seeds with {list(seeds)[:5]}")
         return seeds
 
-    def verified_shares(self, commitments: Mapping[int, bytes], reveals: Mapping[int, Revealed]) -> tuple[
-            dict[int, list[tuple[int, np.ndarray]]], dict[int, list[int]]]:
+    def verified_shares(self, commitments: Mapping[int, bytes], reveals: Mapping[int, Revealed],
+                        graph: neighbour_graph.Graph) -> tuple[dict[int, list[tuple[int, np.ndarray]]],
+                                                               dict[int, list[int]]]:
         """Each owner's revealed shares that match the commitment his dealer made to them ((holder, shares) in
         holder order), and the revealers blamed (revealer -> the owners whose share he sent did not match). Each
         reveal's rows are packed at once (a share's commitment checked about 3 times faster than one by one)."""
@@ -267,7 +338,8 @@ class SharingServer:
         for k, revealed in sorted(reveals.items()):
             packed = shamir.pack(revealed.shares)
             for i, (u, s, row) in enumerate(zip(revealed.owners.tolist(), revealed.secrets.tolist(), revealed.shares)):
-                if packed_commitment(u, k, s, packed[i * width:(i + 1) * width]) == committed_to(commitments[u], k, s):
+                if packed_commitment(u, k, s, packed[i * width:(i + 1) * width]) == committed_to(
+                        commitments[u], graph.slot(u, k), s):
                     verified[u].append((k, row))
                 else:
                     blamed.setdefault(k, []).append(u)
@@ -279,27 +351,30 @@ class SharingServer:
         t, groups, rebuilt = self.threshold, {}, {}
         for u, shares in verified.items():
             groups.setdefault(tuple(k for k, _ in shares[:t]), []).append(u)
-        for holders, owners in groups.items():
+        for holders_, owners in groups.items():
             rows = np.stack([np.stack([row for _, row in verified[u][:t]]) for u in owners])
             try:
-                rebuilt.update(zip(owners, shamir.combine(np.array(holders), rows, t)))
+                rebuilt.update(zip(owners, shamir.combine(np.array(holders_), rows, t)))
             except ParameterError:  # an owner of the group dealt shares of no secret: each alone
                 for u, row in zip(owners, rows):
                     try:
-                        rebuilt[u] = shamir.combine(np.array(holders), row[None], t)[0]
+                        rebuilt[u] = shamir.combine(np.array(holders_), row[None], t)[0]
                     except ParameterError:
                         rebuilt[u] = None
         return rebuilt
 
     def opened(self, keys: Mapping[int, bytes], survivors: Sequence[int], reveals: Mapping[int, bytes],
-               commitments: Mapping[int, bytes]) -> "Opened":
+               commitments: Mapping[int, bytes], graph: neighbour_graph.Graph | None = None) -> "Opened":
         """The reveals checked and the secrets rebuilt (:class:`Opened`), U1' = the users in ``keys`` (their round-2
-        messages; ``commitments``: their round-1 messages), U2 = ``survivors``: refused unless U2 is within U1' and
-        at least t users of U2 revealed. Each revealed share is checked against its dealer's commitment (a wrong one
-        discarded, its revealer blamed) and each secret (U2's mask seeds, the dropouts' pair keys) rebuilt from t
-        verified shares (fewer: refused, naming the revealers blamed); a dealer whose t verified shares rebuild no
-        secret, or another than his round-2 key or hash, dealt inconsistent shares (``inconsistent``)."""
+        messages; ``commitments``: their round-1 messages), U2 = ``survivors``, on the task's ``graph`` (default the
+        complete graph): refused unless U2 is within U1' and at least t users of U2 revealed. Each revealed share is
+        checked against its dealer's commitment (a wrong one discarded, its revealer blamed) and each secret (U2's
+        mask seeds, the dropouts' pair keys) rebuilt from t verified shares of its holders (fewer: refused, naming
+        the users and the revealers blamed; on a neighbour graph, the liveness term (b)); a dealer whose t verified
+        shares rebuild no secret, or another than his round-2 key or hash, dealt inconsistent shares
+        (``inconsistent``)."""
         p, senders, survivors, t = self.parameters, sorted(keys), sorted(survivors), self.threshold
+        graph = graph or task_graph(p, None)
         if not set(survivors) <= set(senders):
             raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
         revealers = sorted(set(reveals) & set(survivors))
@@ -308,38 +383,42 @@ class SharingServer:
         advertised = {u: decode_checked(p, keys[u], u)[0] for u in senders}
         verified, blamed = self.verified_shares({u: self.check_message(commitments[u], COMMITMENTS, u).payload
                                                  for u in senders}, {
-            k: self.check_reveal(reveals[k], k, senders, survivors) for k in revealers})
+            k: self.check_reveal(reveals[k], k, among(graph, k, senders), survivors) for k in revealers}, graph)
         short = [u for u in senders if len(verified[u]) < t]
         if short:
             raise ParameterError("reveals", f"t = {t} shares of each secret that match their dealer's commitments",
                                  f"fewer for users {short[:5]}: revealers {sorted(blamed)[:5]} sent shares that do not "
-                                 f"match")
-        rebuilt, kept = self.rebuilt(verified), set(survivors)
-        inconsistent = [u for u in senders if not announces(rebuilt[u], MASK_SEED if u in kept else PAIR_KEY,
+                                 f"match" + ("" if graph.complete else ", or too few of their holders revealed"))
+        rebuilt = self.rebuilt(verified)
+        inconsistent = [u for u in senders if not announces(rebuilt[u], MASK_SEED if member(survivors, u) else PAIR_KEY,
                                                              advertised[u])]
         return Opened(advertised, verified, blamed, rebuilt, inconsistent, revealers)
 
     def release(self, keys: Mapping[int, bytes], masked: Mapping[int, bytes], reveals: Mapping[int, bytes],
                 commitments: Mapping[int, bytes], queries=None, complaints: Sequence = (),
-                excluded: Sequence[int] = (), pair_seeds: Mapping[int, bytes] | None = None) -> SharingRelease:
-        """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2} (s_du - s_ud), U1' = the users in ``keys`` (their round-2
-        messages; ``commitments``: their round-1 messages), U2 = those in ``masked``, the reveals checked and the
-        secrets rebuilt by :meth:`opened`. A dealer P proven inconsistent is a dropout: his y_P (if any) left out,
-        and each survivor u's terms with him, s_Pu - s_uP, removed with the pair seeds u sent in round 6
-        (``pair_seeds``: user -> his round-6 message); a survivor who sent none leaves a term that cannot be removed
-        and the release is refused, naming him. Refused also unless the survivors left hold at least the task's
-        minimum. The masked sums are folded as (item, share) rows by the survivors' :class:`SumServer` (what it
-        received), the masks and the dropouts' shares taken off its sums. ``complaints`` and ``excluded`` (the check
-        round's) are reported; the guarantee is recomputed for the survivors left."""
+                excluded: Sequence[int] = (), pair_seeds: Mapping[int, bytes] | None = None,
+                graph: neighbour_graph.Graph | None = None) -> SharingRelease:
+        """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2 ∩ N(d)} (s_du - s_ud), U1' = the users in ``keys`` (their
+        round-2 messages; ``commitments``: their round-1 messages), U2 = those in ``masked``, N(d) d's neighbours on
+        the task's ``graph`` (default the complete graph: everyone), the reveals checked and the secrets rebuilt by
+        :meth:`opened`. A dealer P proven inconsistent is a dropout: his y_P (if any) left out, and each surviving
+        neighbour u's terms with him, s_Pu - s_uP, removed with the pair seeds u sent in round 6 (``pair_seeds``:
+        user -> his round-6 message); a survivor who sent none leaves a term that cannot be removed and the release is
+        refused, naming him. Refused also unless the survivors left hold at least the task's minimum. The masked sums
+        are folded as (item, share) rows by the survivors' :class:`SumServer` (what it received), the masks and the
+        dropouts' shares taken off its sums. ``complaints`` and ``excluded`` (the check round's) are reported; the
+        guarantee is recomputed for the survivors left."""
         p, senders, survivors = self.parameters, sorted(keys), sorted(masked)
+        graph = graph or task_graph(p, None)
         if not set(survivors) <= set(senders):
             raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
         if len(survivors) < self.min_survivors:
             raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
-        opened = self.opened(keys, survivors, reveals, commitments)
+        opened = self.opened(keys, survivors, reveals, commitments, graph)
         proven, pair_seeds = opened.inconsistent, pair_seeds or {}
         kept = [u for u in survivors if u not in proven]
-        silent = [u for u in kept if u not in pair_seeds] if proven else []
+        near = {v for u in proven for v in graph.neighbours(u)}
+        silent = [u for u in kept if u in near and u not in pair_seeds] if proven else []
         if silent:
             u = proven[0]
             raise ParameterError("pair seeds", "from every survivor in round 6 (exclusion), his terms with the "
@@ -354,14 +433,15 @@ class SharingServer:
         unmask = np.zeros(p.domain_size, dtype=np.uint64)
         for u in kept:
             unmask = self.field.add(unmask, mask(p, opened.rebuilt[u]))
-        public = {u: opened.advertised[u][:KEY_BYTES] for u in kept}
         for d in sorted(set(senders) - set(survivors) - set(proven)):
             pair_shares = PairShares(p, opened.rebuilt[d])
-            for u in kept:
-                theirs, mine = pair_shares(public[u], d, u)  # s_du, s_ud
+            for u in among(graph, d, kept):
+                theirs, mine = pair_shares(opened.advertised[u][:KEY_BYTES], d, u)  # s_du, s_ud
                 unmask = self.field.add(self.field.sub(unmask, mine), theirs)
         for u in kept if proven else ():
-            for d, seeds in self.check_pair_seeds(pair_seeds[u], u, proven).items():
+            if u not in near:
+                continue
+            for d, seeds in self.check_pair_seeds(pair_seeds[u], u, among(graph, u, proven)).items():
                 mine, theirs = (expand(self.field, seed, p.domain_size) for seed in (seeds[:SEED_BYTES],
                                                                                      seeds[SEED_BYTES:]))
                 unmask = self.field.add(self.field.sub(unmask, mine), theirs)  # s_du - s_ud
@@ -375,7 +455,34 @@ class SharingServer:
         return SharingRelease(server.finalize(agg), p.n_users, len(senders), len(kept), len(opened.revealers),
                               self.threshold, recomputed, rows, tuple((int(k), tuple(a)) for k, a in complaints),
                               tuple(int(u) for u in excluded),
-                              tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven))
+                              tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven),
+                              "" if graph.complete else seed_digest(graph.seed), p)
+
+
+def graph_seed(state: Mapping) -> bytes | None:
+    """The signed roster's graph seed in the coordinator's state: bytes (the round driver's) or hex (a state held as
+    JSON, the simulator's); None without one."""
+    seed = state.get("graph_seed")
+    return bytes.fromhex(seed) if isinstance(seed, str) else seed
+
+
+def seed_digest(seed: bytes) -> str:
+    """A short public digest of the graph's seed, for the release to name the graph it ran on."""
+    return hashlib.blake2b(seed, digest_size=8, person=b"privagg graph").hexdigest()
+
+
+def member(listed: Sequence[int], u: int) -> bool:
+    """Whether ``u`` is in ``listed`` (ascending), in O(log n)."""
+    at = bisect_left(listed, u)
+    return at < len(listed) and listed[at] == u
+
+
+def among(graph: neighbour_graph.Graph, user: int, listed: Sequence[int]) -> list[int]:
+    """The holders of ``user``'s secrets (his neighbours and himself) in ``listed`` (ascending): ``listed`` itself
+    on the complete graph, in O(k log n) on a neighbour graph."""
+    if graph.complete:
+        return list(listed)
+    return [u for u in graph.holders(user) if member(listed, u)]
 
 
 @dataclass(frozen=True)
@@ -410,5 +517,5 @@ ROUNDS = (
 
 PROTOCOL = MultiRound(
     rounds=ROUNDS, user=SharingUser, coordinator=SharingServer, answer=answer, release_round="masked_sum",
-    survivors_parameters=survivors_parameters, least_survivors=lambda p: max(2, threshold(p)),
+    survivors_parameters=survivors_parameters, least_survivors=least_survivors,
     entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes)

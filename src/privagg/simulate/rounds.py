@@ -119,7 +119,9 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
     keys' ("identities": each user's role takes his, and the coordinator finds their public keys in the round
     state, ``state["identities"]``, as the services' roster gives them). ``min_survivors``:
     the task's (default: the least the protocol allows). A round that closes with fewer answers than it needs
-    raises :class:`RoundFailed`, as the task would fail."""
+    raises :class:`RoundFailed`, as the task would fail. The neighbour graph's seed (``state["graph_seed"]``, which
+    the organisation draws when it signs the roster) is drawn from the identities' stream after the keys: a seeded
+    simulation's graph is the seed's, not public randomness no party controls."""
     dropouts = dropouts or {}
     n = parameters.n_users
     least = protocol.least_survivors(parameters) if min_survivors is None else min_survivors
@@ -131,7 +133,9 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
     traffic = _Traffic(protocol)
     traffic.add("user", "parties", n)
     traffic.add(server, "parties", 1)
-    state: dict = {"identities": identities}
+    # the signed roster's, beside the coordinator's state as the round driver puts them
+    roster = {"identities": identities, "graph_seed": rngs["identities"].bytes(32).hex()}
+    state: dict = dict(roster)
     messages: dict[str, dict[int, bytes]] = {}  # round -> user -> his message to the server
     relayed: dict[str, dict[int, dict[int, bytes]]] = {}  # relay -> recipient -> sender -> message
     gone: set[int] = set()
@@ -184,7 +188,7 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
         if len(answered) < fewest:
             raise RoundFailed(f"{len(answered)} of the {len(expected)} users round {number} ({round_.name}) expected "
                               f"answered, fewer than {what}: nothing was released")
-        state = {**coordinator.close(round_, answered, state, messages), "identities": identities}
+        state = {**coordinator.close(round_, answered, state, messages), **roster}
         if progress:
             progress(round_.name, number, len(protocol.rounds))
     handed = coordinator.finish(state, messages)
