@@ -187,7 +187,10 @@ def epsilon_at(p, q, delta: float) -> float:
 
 
 def _instance(parameters) -> dict[str, Any]:
-    return {k: v for k, v in parameters.to_dict().items() if k not in ("item_key",)}
+    """The parameters an audited instance is published with: no item key, and no neighbour graph where it is the
+    complete graph (the audit is of the mechanism; a graph is stated as an assumption, not audited)."""
+    return {k: v for k, v in parameters.to_dict().items()
+            if k != "item_key" and not (k in ("degree", "graph_dropouts") and not v)}
 
 
 def _pair_count(items: int, users: int) -> float:

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...protocols.sharing_messages import expected_traffic
-from ...protocols.sharing_parties import threshold
+from ...protocols.sharing_parties import task_graph, threshold
 from ..local import ServiceProcess, fresh_sqlite
 from ..organisation import Organisation
 from ..round_demo import THREADS, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
@@ -110,7 +109,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             "state": users[0].state(), "clients": users}
 
 
-CLOSE_SECONDS = 3600  # the close of round 3 releases inline: at n = 2,000 with users gone it took over a minute
+CLOSE_SECONDS = 3600  # the close of the last round releases (outside the lock): at n = 2,000 over a minute
 
 
 def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
@@ -139,29 +138,28 @@ def run_sharing_services(workdir: Path, parameters, codes: np.ndarray, drop_frac
     survivors = [u for u in run["survivors"] if u not in left_out]
     return {"task": task, "report": report, "survivor_codes": by_index[survivors], "liar": run["liar"],
             "seconds": run["seconds"], "bytes": {**run["user_bytes"],
-                                                 "sealed_expected": expected_sealed_bytes(task, run["index"], plan)},
+                                                 "sealed_expected": expected_sealed_bytes(task, run["clients"], plan)},
             "parties": sharing_parties_traffic(task, run["clients"], plan)}
 
 
 def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], plan: np.ndarray) -> list[dict]:
-    """DPDS's or DPDG's parties: the users who stayed to the end (exact expectations, :func:`expected_traffic`, given
-    how many advertised) and the server (from who answered each round), beside Table I's DPDS rows (DPDG sends the
-    same)."""
+    """DPDS's or DPDG's parties: the users who stayed to the end and the server, each kind of entry measured beside
+    its exact count (:func:`_expected`: from the task's graph and who answered each round), and Table I's DPDS rows
+    (DPDG sends the same)."""
     p = task.parameters
     n, N = p.n_users, p.domain_size
-    senders, checked, summed, signers, revealed = (int(np.sum((plan == 0) | (plan > r))) for r in range(1, 6))
-    sent, received = expected_traffic(p, senders, checked, signers)
+    graph = _graph(task, clients, plan)
+    answered = np.zeros((6, n), dtype=bool)  # answered[r, u]: user u answered round r (plan: the round he vanishes)
+    for client, gone in zip(clients, plan):
+        answered[1:, client.user] = (gone == 0) | (gone > np.arange(1, 6))
     stayed = [c for c, r in zip(clients, plan) if r == 0]
+    user_sent, user_received, server_received, server_sent = _expected(graph, N, answered, [c.user for c in stayed])
+    shares = "n - 1 users" if graph.complete else f"their k = {graph.degree} neighbours"
     user = party_row(
-        "user", len(stayed), traffic(stayed, "sent"), traffic(stayed, "received"),
-        {k: v * len(stayed) for k, v in sent.items()}, {k: v * len(stayed) for k, v in received.items()},
+        "user", len(stayed), traffic(stayed, "sent"), traffic(stayed, "received"), user_sent, user_received,
         f"2nN + N = {2 * n * N + N:,} elements sent and received (paper: n shares of N elements each way); here "
-        "the shares are agreed by key, not sent: commitments to n users' shares, backups of 2 secrets to n - 1 "
-        "users, a key, N elements, a signature and a revealed share per sender")
-    server_received = {"commitments": n * senders, "backup": 2 * (n - 1) * senders, "pair key": checked,
-                       "masked sum": N * summed, "signature": signers, "revealed shares": checked * revealed}
-    server_sent = {"commitment": 2 * (senders - 1) * checked, "backup": 2 * (senders - 1) * checked,
-                   "pair key": checked * summed, "signature": signers * revealed, "identity key": signers * revealed}
+        f"the shares are agreed by key, not sent: commitments to their holders' shares, backups of 2 secrets to "
+        f"{shares}, a key, N elements, a signature and a revealed share per holder")
     server = party_row(
         "server", 1, traffic(clients, "received"), traffic(clients, "sent"), server_sent, server_received,
         f"none (paper: users share directly; their N each to it: nN = {n * N:,}); here it relays the keys, "
@@ -169,7 +167,52 @@ def sharing_parties_traffic(task: SharingTask, clients: list[SharingClient], pla
     return [user, server]
 
 
-def expected_sealed_bytes(task: SharingTask, index: list[int], plan: np.ndarray) -> int:
-    """What the users who advertised send in sealed backups, by the formula: n - 1 backups each
-    (:attr:`SharingTask.sealed_size`: the message, HPKE's encapsulation and tag)."""
-    return int(np.sum(plan != 1)) * (task.parameters.n_users - 1) * task.sealed_size
+def _expected(graph, N: int, answered: np.ndarray, stayed: list[int]) -> tuple[dict, dict, dict, dict]:
+    """The entries (:func:`~privagg.protocols.sharing_messages.message_entries`) the users in ``stayed`` send and
+    receive in all, and the server receives and sends, by kind, when ``answered[r]`` answered round r (U1 round 1,
+    U1' round 2, U3 round 4; no one excluded): each user's commitments to his holders' shares, a backup of 2 secrets
+    to each neighbour, his key, N elements, his signature and a revealed share per holder in U1'; a commitment pair
+    and a backup from each neighbour in U1, the keys of his holders in U1', and the signatures and identity keys of
+    U3 within 2 k / 2 places of him (every user's, on the complete graph), and on a graph U1' and U2 as bitmaps in
+    rounds 4 and 5 (the complete graph's are lists in the inbox, not messages). On the complete graph these are
+    :func:`~privagg.protocols.sharing_messages.expected_traffic`'s counts."""
+    kinds = ("commitments", "backup", "pair key", "masked sum", "signature", "revealed shares")
+    received_kinds = ("commitment", "backup", "pair key", "signature", "identity key") + (
+        () if graph.complete else ("users",))
+    totals = {way: dict.fromkeys(kinds if way in ("user sent", "server received") else received_kinds, 0)
+              for way in ("user sent", "user received", "server received", "server sent")}
+    kept = set(stayed)
+    for u in range(graph.n_users):
+        holders = np.asarray(graph.holders(u))
+        k, near = holders.size - 1, np.asarray(graph.near(u, 2 * graph.half))
+        own = {"commitments": k + 1, "backup": 2 * k, "pair key": 1, "masked sum": N, "signature": 1,
+               "revealed shares": int(answered[2, holders].sum())}
+        theirs = {"commitment": 2 * int(answered[1, holders].sum() - answered[1, u]),
+                  "backup": 2 * int(answered[1, holders].sum() - answered[1, u]),
+                  "pair key": int(answered[2, holders].sum()), "signature": int(answered[4, near].sum()),
+                  "identity key": int(answered[4, near].sum()), "users": 2}  # U1' and U2's bitmaps (a graph's)
+        if u in kept:
+            for kind in kinds:
+                totals["user sent"][kind] += own[kind]
+            for kind in received_kinds:
+                totals["user received"][kind] += theirs[kind] * (2 if kind == "users" else 1)  # rounds 4 and 5
+        for kind, rounds in (("commitments", 1), ("backup", 1), ("pair key", 2), ("masked sum", 3),
+                             ("signature", 4), ("revealed shares", 5)):
+            totals["server received"][kind] += own[kind] * answered[rounds, u]
+        for kind, rounds in (("commitment", 2), ("backup", 2), ("pair key", 3), ("signature", 5),
+                             ("identity key", 5)) + ((("users", 4), ("users", 5)) if "users" in received_kinds else ()):
+            totals["server sent"][kind] += theirs[kind] * answered[rounds, u]
+    return tuple({kind: int(v) for kind, v in totals[way].items()} for way in totals)
+
+
+def expected_sealed_bytes(task: SharingTask, clients: list[SharingClient], plan: np.ndarray) -> int:
+    """What the users who advertised send in sealed backups, by the formula: one to each neighbour (n - 1 on the
+    complete graph; :attr:`SharingTask.sealed_size`: the message, HPKE's encapsulation and tag)."""
+    graph = _graph(task, clients, plan)
+    return sum(len(graph.neighbours(c.user)) for c, gone in zip(clients, plan) if gone != 1) * task.sealed_size
+
+
+def _graph(task: SharingTask, clients: list[SharingClient], plan: np.ndarray):
+    """The task's graph, from the roster a user who stayed to the end fetched (and checked) during the rounds."""
+    stayed = next(c for c, gone in zip(clients, plan) if gone == 0)
+    return task_graph(task.parameters, stayed.roster().graph_seed)
