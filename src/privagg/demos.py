@@ -147,7 +147,7 @@ COMPLETE_USERS_MAX = 1_000  # a sharing demo's default graph: complete up to her
 
 
 def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, drop_fraction: float = 0.0,
-                     epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 300.0,
+                     epsilon: float = 1.0, delta: float = 1e-6, round_seconds: float = 3600.0,
                      progress=print, dishonest: str | None = None, degree: str | None = None) -> dict:
     """demo-service dpds|dpdg|tss|tss-collusion: the release of the sharing server (DPDS, DPDG) or of S2 (TSS,
     TSS') beside the simulation over the same survivors (same parameters, recomputed for them), each estimate's

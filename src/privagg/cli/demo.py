@@ -82,7 +82,9 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                                "for tss and tss-collusion."),
                  round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss and "
                                                                "tss-collusion only: each round's deadline from its "
-                                                               "start (default 300)."),
+                                                               "start (default 3600: the demo closes each round as "
+                                                               "soon as its users have answered; the deadline only "
+                                                               "bounds a stall)."),
                  workdir: Path = typer.Option(Path("privagg-demo-service"), "--workdir",
                                               help="Folder for the services' databases and logs: a new or empty "
                                                    "one, or one an earlier demo made (it replaces its databases "
@@ -126,7 +128,7 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
         return
     if kind == "rounds":
         _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
-                      300.0 if round_seconds is None else round_seconds, workdir, as_json, dishonest, degree)
+                      3600.0 if round_seconds is None else round_seconds, workdir, as_json, dishonest, degree)
         return
     users = 20_000 if users is None else users
     from ..demos import run_demo

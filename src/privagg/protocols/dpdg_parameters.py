@@ -102,8 +102,7 @@ class DPDGParameters(SharingParameters):
         return self._description(
             {"noise_variance": self.noise_variance, "fractional_bits": self.fractional_bits,
              "honest_users": self.honest_users, "count_noise_sd": self.count_noise_sd},
-            (honesty, "no condition on the data", "honest-but-curious parties; the server does not collude with "
-             "users; up to n - 1 colluding users learn nothing of the last user's vector"),
+            (honesty, "no condition on the data", self.sharing_assumption),
             "docs/derivations.md, 'DPDG: distributed discrete Gaussian'", caveats)
 
     def costs(self) -> dict[str, dict[str, float]]:

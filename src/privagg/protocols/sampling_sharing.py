@@ -149,6 +149,19 @@ class SharingParameters(FrozenParameters):
         return PrimeField(self.modulus)
 
     @property
+    def sharing_assumption(self) -> str:
+        """Whom DPDS's and DPDG's shares hide a user's vector from: on the complete graph any n - 1 colluding users
+        (n-out-of-n additive shares); on a neighbour graph, as its release states with the graph's failure terms
+        added to delta (docs/privacy.md, "Neighbour graphs")."""
+        if self.degree is None:
+            return ("honest-but-curious parties; the server does not collude with users; up to n - 1 colluding users "
+                    "learn nothing of the last user's vector (n-out-of-n additive shares)")
+        return (f"honest-but-curious parties; each user masks with, and backs his keys up among, his {self.degree} "
+                "neighbours of a random graph drawn from the organisation's signed seed (docs/privacy.md, 'Neighbour "
+                "graphs'): a release adds the graph's failure terms (an honest user with too many colluding "
+                "neighbours, the honest survivors' graph disconnected) to delta")
+
+    @property
     def largest_aggregate(self) -> int:
         """The largest value a released sum can take: n for counts."""
         return self.n_users
@@ -469,9 +482,7 @@ class DPDSParameters(SamplingParameters):
 
     @property
     def privacy(self) -> PrivacyDescription:
-        return self._sampling_description((
-            "honest-but-curious parties; the server does not collude with users; up to n - 1 colluding users "
-            "learn nothing of the last user's vector (n-out-of-n additive shares)",), "p")
+        return self._sampling_description((self.sharing_assumption,), "p")
 
     def costs(self) -> dict[str, dict[str, float]]:
         return sharing_costs(self, {"bernoulli_samples": 1})

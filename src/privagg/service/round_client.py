@@ -42,6 +42,9 @@ from .device_budget import charge_device
 from .round_tasks import KEM, SignedRoster, check_task, message_context, relay_info
 from .tasks import _private_key, _public_key, _suite
 
+_ROSTERS: dict[tuple[str, str, bytes], SignedRoster] = {}  # (server, task, organisation key) -> the roster it signed
+
+
 class RosterClient:
     """What a user's device does in any multi-round task (DPDS, DPDG; TSS against S1): his own X25519 key pair, his
     enrollment in the roster, authenticated calls, seals and opens. ``sent`` and ``received`` count the bytes of
@@ -90,13 +93,17 @@ class RosterClient:
         raise NotImplementedError
 
     def roster(self) -> SignedRoster:
-        """The roster the organisation signed (fetched once): its signature checked under the pinned key, and his
+        """The roster the organisation signed (fetched once a process: the devices one process runs share it, a
+        demo's thousands of users one copy of its n entries): its signature checked under the pinned key, and his
         own enrollment in it as he made it (ParameterError ``roster`` otherwise: the server swapped his keys, or the
         organisation left him out)."""
         if self.signed_roster is None:
-            data = json.loads(_request(f"{self.url}/tasks/{self.task.task_id}/roster", None, self.timeout,
-                                       self.attempts))
-            signed = SignedRoster.from_dict(data, self.task.task_id).verify(self.organisation_key)
+            key = (self.url, self.task.task_id, self.organisation_key)
+            signed = _ROSTERS.get(key)
+            if signed is None:
+                data = json.loads(_request(f"{self.url}/tasks/{self.task.task_id}/roster", None, self.timeout,
+                                           self.attempts))
+                signed = _ROSTERS[key] = SignedRoster.from_dict(data, self.task.task_id).verify(self.organisation_key)
             if signed.users.get(self.user) != (self.identity_key, self.public_key):
                 raise ParameterError("roster", f"a signed roster listing user {self.user} with the keys he enrolled",
                                      "one without them: his enrollment did not reach the organisation as he made it")

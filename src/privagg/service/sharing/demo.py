@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ...protocols.sharing_parties import task_graph, threshold
+from ..calls import SubmitError
 from ..local import ServiceProcess, fresh_sqlite
 from ..organisation import Organisation
 from ..round_demo import THREADS, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
@@ -95,7 +96,11 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             start = time.perf_counter()
             active = [i for i in range(len(users)) if plan[i] == 0 or plan[i] > number]
             progress(f"round {number} ({round_.name}): {len(active)} users")
-            list(pool.map(lambda i: users[i].send(round_.name, int(codes[i]) if round_.value else None), active))
+            try:
+                list(pool.map(lambda i: users[i].send(round_.name, int(codes[i]) if round_.value else None), active))
+            except SubmitError:  # the server failed the task meanwhile (a round closed short): say why, in one line
+                check_not_failed(url, task_id)
+                raise
             if between is not None:
                 between(number)
             close_round(f"{url}/tasks/{task_id}/close-round/{number}", CLOSE_SECONDS)
