@@ -64,7 +64,7 @@ def test_demo_service_fe1_labels_the_services_release_from_its_guarantee(report,
            "load": {"acknowledged": 40, "reports_per_second": 400.0, "latency_ms": {"p50": 3.0, "p99": 9.0}},
            "comparison": demos.standardized_comparison(np.array([0.8, -1.2]))}
     monkeypatch.setattr(demos, "run_demo", lambda *args, **kw: out)
-    demo_service(demos_protocol("fe1"), 1_000, 2, 1.0, 1e-6, None, None, None, tmp_path / "demo", 1, dishonest=None,
+    demo_service(demos_protocol("fe1"), 1_000, 2, 1.0, 1e-6, None, None, None, tmp_path / "demo", 1, dishonest=None, degree=None,
                  as_json=False)
     assert_labelled(capsys.readouterr(), "the services' result", why)
 
