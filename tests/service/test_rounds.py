@@ -251,6 +251,20 @@ class Crash(BaseException):
     """A kill -9 in the middle of the release: nothing after it runs."""
 
 
+def _all_but_the_last_reveal(service):
+    """A DPDS task whose users all answered rounds 1-4 and all but the last round 5: the parameters, the task, the
+    users (the last one's reveal closes the rounds)."""
+    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
+    task = service.create_task(p, 60.0, N - 1)
+    users = organised(service, task, SharingClient, "http://sharing", N)[0]
+    for name in ("advertise", "check", "masked_sum", "consistency"):
+        for user in users:
+            user.send(name, int(user.user % DOMAIN) if name == "advertise" else None)
+    for user in users[:-1]:
+        user.send("reveal")
+    return p, task, users
+
+
 def test_the_release_runs_outside_the_lock_and_resumes_after_a_crash(dpds, monkeypatch):
     """The last reveal closes the rounds: the task is ``releasing`` (stored) and the coordinator's finish runs
     after the write transaction, without the lock: meanwhile the task's state and roster are served and its result
@@ -261,14 +275,7 @@ def test_the_release_runs_outside_the_lock_and_resumes_after_a_crash(dpds, monke
     from privagg.service import rounds
 
     service, http, db = dpds
-    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
-    task = service.create_task(p, 60.0, N - 1)
-    users = organised(service, task, SharingClient, "http://sharing", N)[0]
-    for name in ("advertise", "check", "masked_sum", "consistency"):
-        for user in users:
-            user.send(name, int(user.user % DOMAIN) if name == "advertise" else None)
-    for user in users[:-1]:
-        user.send("reveal")
+    p, task, users = _all_but_the_last_reveal(service)
     finish, started, go = ss.SharingServer.finish, threading.Event(), threading.Event()
 
     def slow_then_crash(self, state, messages):
@@ -310,14 +317,7 @@ def test_a_users_sdk_asks_for_the_result_again_while_the_release_is_under_way(dp
     from privagg.service import rounds
 
     service, http, _ = dpds
-    p = sc.calibrate_dpds(1.0, 0.05, N, DOMAIN, min_count_fraction=0.3)
-    task = service.create_task(p, 60.0, N - 1)
-    users = organised(service, task, SharingClient, "http://sharing", N)[0]
-    for name in ("advertise", "check", "masked_sum", "consistency"):
-        for user in users:
-            user.send(name, int(user.user % DOMAIN) if name == "advertise" else None)
-    for user in users[:-1]:
-        user.send("reveal")
+    p, task, users = _all_but_the_last_reveal(service)
     finish, started, go = ss.SharingServer.finish, threading.Event(), threading.Event()
 
     def slow(self, state, messages):
