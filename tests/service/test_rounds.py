@@ -251,6 +251,29 @@ class Crash(BaseException):
     """A kill -9 in the middle of the release: nothing after it runs."""
 
 
+def _crash():
+    raise Crash
+
+
+def _hold_the_release(monkeypatch, then):
+    """The coordinator's release held until ``go`` is set, then ``then(coordinator, state, messages)``, and the
+    server's wait for it short: (``started``, set once the release began; ``go``)."""
+    import threading
+
+    from privagg.service import rounds
+
+    started, go = threading.Event(), threading.Event()
+
+    def held(self, state, messages):
+        started.set()
+        assert go.wait(30)
+        return then(self, state, messages)
+
+    monkeypatch.setattr(ss.SharingServer, "finish", held)
+    monkeypatch.setattr(rounds, "RELEASE_WAIT", 0.05)
+    return started, go
+
+
 def _all_but_the_last_reveal(service):
     """A DPDS task whose users all answered rounds 1-4 and all but the last round 5: the parameters, the task, the
     users (the last one's reveal closes the rounds)."""
@@ -272,19 +295,10 @@ def test_the_release_runs_outside_the_lock_and_resumes_after_a_crash(dpds, monke
     advance (its tick) computes the release again, the survivors' sum exactly."""
     import threading
 
-    from privagg.service import rounds
-
     service, http, db = dpds
     p, task, users = _all_but_the_last_reveal(service)
-    finish, started, go = ss.SharingServer.finish, threading.Event(), threading.Event()
-
-    def slow_then_crash(self, state, messages):
-        started.set()
-        assert go.wait(30)
-        raise Crash
-
-    monkeypatch.setattr(ss.SharingServer, "finish", slow_then_crash)
-    monkeypatch.setattr(rounds, "RELEASE_WAIT", 0.05)
+    finish = ss.SharingServer.finish
+    started, go = _hold_the_release(monkeypatch, lambda *_: _crash())
     last = threading.Thread(target=lambda: pytest.raises(Crash, users[-1].send, "reveal"))
     last.start()
     assert started.wait(30)
@@ -314,19 +328,9 @@ def test_a_users_sdk_asks_for_the_result_again_while_the_release_is_under_way(dp
     """RoundClient.result: 409 not_released while the task is releasing is asked again, and the release comes."""
     import threading
 
-    from privagg.service import rounds
-
     service, http, _ = dpds
     p, task, users = _all_but_the_last_reveal(service)
-    finish, started, go = ss.SharingServer.finish, threading.Event(), threading.Event()
-
-    def slow(self, state, messages):
-        started.set()
-        assert go.wait(30)
-        return finish(self, state, messages)
-
-    monkeypatch.setattr(ss.SharingServer, "finish", slow)
-    monkeypatch.setattr(rounds, "RELEASE_WAIT", 0.05)
+    started, go = _hold_the_release(monkeypatch, ss.SharingServer.finish)
     last = threading.Thread(target=users[-1].send, args=("reveal",))
     last.start()
     assert started.wait(30)
