@@ -2,12 +2,16 @@
 
 import json
 import re
+import signal
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 from privagg.cli.demo import _detected
+from privagg.datasets import english_vocabulary
 
 
 def demo(tmp_path, *args: str) -> dict:
@@ -76,38 +80,104 @@ def dishonest_demo(tmp_path, protocol: str, kind: str, text: bool) -> tuple[dict
     return report, next(line for line in out.stdout.splitlines() if line.startswith("detected: "))
 
 
-@pytest.mark.parametrize("protocol, kind", [("dpds", "junk-backups"), ("dpdg", "wrong-share"),
-                                            ("dpds", "inconsistent-shares")])
-def test_a_dishonest_user_is_detected_and_the_release_proceeds_over_the_others(tmp_path, protocol, kind):
-    """Issue 46, live: junk backups get their dealer excluded on the others' complaints (the release over the 99
-    others, his value out of the truth), wrong revealed shares are discarded and their revealer blamed (the
-    release over all 100), inconsistent shares get their dealer proven and excluded in round 6 (the release over
-    the 99 others)."""
+FEW = 20  # the fewest users the demo takes
+
+
+def few_users_categories(n_users: int, categories: int) -> tuple[pa.ChunkedArray, list[str]]:
+    """privagg.datasets.english_categories with the n users spread evenly over the categories (at least 2 a category
+    at FEW): the bundled words give some category a holder only from about 90 users, and the demo refuses data
+    that breaks DPDS's condition."""
+    names = english_vocabulary(categories).to_pylist()
+    return pa.chunked_array([pa.array([names[i % categories] for i in range(n_users)])]), names
+
+
+@pytest.fixture
+def cli_in_process(monkeypatch):
+    """The command line in this process; the SIGTERM handler and unraisable hook demo-service sets put back after the
+    test."""
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    handler = signal.getsignal(signal.SIGTERM)
+    yield CliRunner()
+    signal.signal(signal.SIGTERM, handler)
+
+
+def dishonest_demo_in_process(cli: CliRunner, monkeypatch, tmp_path, protocol: str, kind: str) -> tuple[dict, str]:
+    """``demo-service protocol --users FEW --dishonest kind`` through the command line in this process, over
+    :func:`few_users_categories`: the --json document, and the text's output of the same run (the demo runs once,
+    both printed from its summary)."""
+    import privagg.datasets
+    import privagg.demos
+    from privagg.cli import app
+
+    monkeypatch.setattr(privagg.datasets, "english_categories", few_users_categories)
+    real, runs = privagg.demos.run_sharing_demo, []
+
+    def once(*args, **kwargs):
+        if not runs:
+            runs.append(real(*args, **kwargs))
+        return runs[0]
+
+    monkeypatch.setattr(privagg.demos, "run_sharing_demo", once)
+    outputs = [cli.invoke(app, ["demo-service", protocol, "--users", str(FEW), "--dishonest", kind,
+                                "--workdir", str(tmp_path), *as_json]) for as_json in (["--json"], [])]
+    for result in outputs:
+        assert result.exit_code == 0, result.output
+    return json.loads(outputs[0].stdout), outputs[1].stdout
+
+
+KINDS = [("dpds", "junk-backups"), ("dpdg", "wrong-share"), ("dpds", "inconsistent-shares")]
+
+
+def check_dishonest_demo(report: dict, said: str, kind: str) -> None:
+    """Issue 46, live: junk backups get their dealer excluded on all the others' complaints (the release over the
+    others, his value out of the truth), wrong revealed shares are discarded and their revealer blamed (the release
+    over all), inconsistent shares get their dealer proven and excluded in round 6 (the release over the others,
+    its guarantee recomputed for them); the text's line of what was detected says so."""
     import jsonschema
 
     from privagg.reports import REPORT_TYPES, json_schema
 
-    # one kind's line read from a second, text run (the printing's wiring); the others' from the same formatter
-    report, said = dishonest_demo(tmp_path, protocol, kind, text=kind == "inconsistent-shares")
-    said = said or "detected: " + _detected(report["detected"])
     jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
+    n = report["users"]
     liar, detected, dropouts = report["dishonest"]["user"], report["detected"], report["service"]["dropouts"]
     assert report["dishonest"]["kind"] == kind and set(detected) == {"complaints", "excluded", "blamed", "inconsistent"}
     if kind == "junk-backups":
         assert detected["excluded"] == [liar] and detected["blamed"] == []
-        assert detected["complaints"] == [[k, liar] for k in range(100) if k != liar]
-        assert dropouts["survivors"] == 99 == sum(row["truth"] for row in report["estimates"])
-        assert re.fullmatch(r"detected: 99 complaints naming users \[(\d+)\]; excluded dealers \[\1\]", said)
+        assert detected["complaints"] == [[k, liar] for k in range(n) if k != liar]
+        assert dropouts["survivors"] == n - 1 == sum(row["truth"] for row in report["estimates"])
+        assert re.fullmatch(rf"detected: {n - 1} complaints naming users \[(\d+)\]; excluded dealers \[\1\]", said)
     elif kind == "inconsistent-shares":
         assert detected["inconsistent"] == [liar] and detected["excluded"] == detected["blamed"] == []
-        assert dropouts["survivors"] == 99 == sum(row["truth"] for row in report["estimates"])
-        assert report["service"]["parameters"]["n_users"] == 99 and set(report["round_seconds"]) >= {"round6"}
+        assert dropouts["survivors"] == n - 1 == sum(row["truth"] for row in report["estimates"])
+        assert report["service"]["parameters"]["n_users"] == n - 1 and set(report["round_seconds"]) >= {"round6"}
         assert re.fullmatch(r"detected: dealers proven inconsistent \[\d+\], excluded in round 6 \(the survivors' "
                             r"pair seeds with them removed their terms\)", said)
     else:
-        assert detected["blamed"] == [[liar, *range(100)]] and detected["excluded"] == detected["complaints"] == []
-        assert dropouts["survivors"] == 100 == sum(row["truth"] for row in report["estimates"])
+        assert detected["blamed"] == [[liar, *range(n)]] and detected["excluded"] == detected["complaints"] == []
+        assert dropouts["survivors"] == n == sum(row["truth"] for row in report["estimates"])
+        assert re.fullmatch(rf"detected: blamed revealers {liar} \({n} shares discarded\)", said)
     assert report["z_rms"] < 5  # the release over the others beside the truth over them
+
+
+@pytest.mark.parametrize("protocol, kind", KINDS)
+def test_a_dishonest_user_is_detected_and_the_release_proceeds_over_the_others(cli_in_process, monkeypatch, tmp_path,
+                                                                                protocol, kind):
+    """(at the demo's fewest users, in this process: its json and text printed from one run; the bundled data at 100
+    users, as a newcomer runs it: the slow test below)"""
+    report, text = dishonest_demo_in_process(cli_in_process, monkeypatch, tmp_path, protocol, kind)
+    assert report["users"] == FEW
+    said = next(line for line in text.splitlines() if line.startswith("detected: "))
+    check_dishonest_demo(report, said, kind)
+    assert f"dishonest: user {report['dishonest']['user']} ({kind}) {report['dishonest']['did']}" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol, kind", KINDS)
+def test_a_dishonest_user_is_detected_over_the_demos_own_data(tmp_path, protocol, kind):
+    """The test above as a newcomer runs it: a process each, the bundled words over 100 users (one kind's line read
+    from a second, text run; the others' from the same formatter)."""
+    report, said = dishonest_demo(tmp_path, protocol, kind, text=kind == "inconsistent-shares")
+    check_dishonest_demo(report, said or "detected: " + _detected(report["detected"]), kind)
 
 
 @pytest.mark.slow
@@ -187,14 +257,12 @@ def test_the_demo_refuses_user_counts_that_would_run_for_hours(tmp_path):
         assert out.returncode == 2 and says in out.stderr, (args, out.stderr)
 
 
-def test_a_demo_whose_task_failed_says_why_in_one_line(monkeypatch, tmp_path):
+def test_a_demo_whose_task_failed_says_why_in_one_line(cli_in_process, monkeypatch, tmp_path):
     """A round server that failed the task (here one serving that state): the demo raises RoundFailed with the
     server's reason, and demo-service prints it as one line, exit 1, not a traceback."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from typer.testing import CliRunner
 
     import privagg.demos
     from privagg.cli import app
@@ -223,7 +291,7 @@ def test_a_demo_whose_task_failed_says_why_in_one_line(monkeypatch, tmp_path):
         raise RoundFailed("the task failed, nothing was released: round 5 closed with 3 of 12 users")
 
     monkeypatch.setattr(privagg.demos, "run_sharing_demo", failing)
-    result = CliRunner().invoke(app, ["demo-service", "dpds", "--users", "100", "--workdir", str(tmp_path / "w")])
+    result = cli_in_process.invoke(app, ["demo-service", "dpds", "--users", "100", "--workdir", str(tmp_path / "w")])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1] == ("error: the task failed, nothing was released: round 5 closed "
                                                       "with 3 of 12 users")
