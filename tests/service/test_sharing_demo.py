@@ -21,65 +21,6 @@ def demo(tmp_path, *args: str) -> dict:
     return json.loads(out.stdout)
 
 
-def test_the_demo_releases_over_the_survivors_beside_the_simulation(tmp_path):
-    """(dpdg without dropouts: tests/service/test_sharing_service.py)"""
-    import jsonschema
-
-    from privagg.reports import REPORT_TYPES, json_schema
-
-    report = demo(tmp_path, "dpds", "--users", "100", "--drop-fraction", "0.1")
-    jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
-    dropouts = report["service"]["dropouts"]
-    assert dropouts["enrolled"] == 100 and dropouts["min_survivors"] <= dropouts["survivors"] < 100
-    assert len(report["estimates"]) == 10
-    assert sum(row["truth"] for row in report["estimates"]) == dropouts["survivors"]
-    assert report["service"]["privacy"]["private"] and not report["simulation"]["private"]
-    assert report["service"]["privacy"]["randomness"].startswith("secure")
-    assert report["simulation"]["parameters"]["n_users"] == dropouts["survivors"]
-    assert report["simulation"]["mode"] == "faithful"  # the same parties, in-process
-    b = report["bytes"]
-    assert b["sealed_sent"] == b["sealed_expected"] > 0
-    user, server = report["parties"]  # every kind of message, exactly the count given who answered which round
-    assert (user["party"], server["party"]) == ("user", "server")
-    assert 0 < user["parties"] < dropouts["survivors"]  # some survivors vanished in rounds 4-5, after their sums
-    for row in (user, server):
-        assert row["sent"] == row["expected_sent"] and row["received"] == row["expected_received"]
-    assert user["sent"]["backup"] == 2 * 99 and user["sent"]["masked sum"] == 10 and user["sent"]["pair key"] == 1
-    assert user["sent"]["commitments"] == 100 and user["sent"]["signature"] == 1
-    assert user["sent"]["revealed shares"] == dropouts["round1_senders"] and dropouts["excluded"] == []
-    assert "2nN + N = 2,010" in user["table_i"]
-    assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3", "round4", "round5"}
-    assert report["z_rms"] is not None and report["z_rms"] < 5
-    # the document holds the truth and z-scores: not private, whatever the release beside them is
-    assert report["private"] is False and report["service"]["private"] is True
-    # no count reads as certain: a category nobody sampled has the sd of one held by 1 / p' users, or by all n'
-    # where that is fewer (here p' = 0.001: a count is 0 or 1 / p' = 1000) (issue 44)
-    p, n = report["service"]["parameters"]["effective_probability"], dropouts["survivors"]
-    at_zero = min((1 - p) ** 0.5 / p, (n * (1 - p) / p) ** 0.5)
-    for row in report["estimates"]:
-        assert row["service_stderr"] > 0 and row["simulation_stderr"] > 0
-        assert row["service_stderr"] == pytest.approx(at_zero) or row["service"] > 0
-    # 2 holders a category (beta = 0.012 of the 100), so any dropout may leave a user alone in his: delta = p'
-    assert report["service"]["privacy"]["delta"] == pytest.approx(p, rel=1e-12)
-    assert "dropped out" in report["service"]["privacy"]["assumptions"][0]
-    # an honest run: nothing to blame (issue 46), said so in --json and in the text
-    assert report["detected"] == {"complaints": [], "excluded": [], "blamed": [], "inconsistent": []}
-    assert report["dishonest"] is None
-    assert _detected(report["detected"]) == "none"
-
-
-def dishonest_demo(tmp_path, protocol: str, kind: str, text: bool) -> tuple[dict, str | None]:
-    """``--dishonest kind`` over the demo's 100 users, no dropouts: the --json document, and (``text``: a second run,
-    its own liar) the text's line of what was detected."""
-    report = demo(tmp_path / "json", protocol, "--users", "100", "--dishonest", kind)
-    if not text:
-        return report, None
-    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100", "--dishonest",
-                          kind, "--workdir", str(tmp_path / "text")], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return report, next(line for line in out.stdout.splitlines() if line.startswith("detected: "))
-
-
 FEW = 20  # the fewest users the demo takes
 
 
@@ -101,8 +42,8 @@ def cli_in_process(monkeypatch):
     signal.signal(signal.SIGTERM, handler)
 
 
-def dishonest_demo_in_process(cli: CliRunner, monkeypatch, tmp_path, protocol: str, kind: str) -> tuple[dict, str]:
-    """``demo-service protocol --users FEW --dishonest kind`` through the command line in this process, over
+def demo_in_process(cli: CliRunner, monkeypatch, tmp_path, protocol: str, users: int, *args: str) -> tuple[dict, str]:
+    """``demo-service protocol --users users args`` through the command line in this process, over
     :func:`few_users_categories`: the --json document, and the text's output of the same run (the demo runs once,
     both printed from its summary)."""
     import privagg.datasets
@@ -118,11 +59,89 @@ def dishonest_demo_in_process(cli: CliRunner, monkeypatch, tmp_path, protocol: s
         return runs[0]
 
     monkeypatch.setattr(privagg.demos, "run_sharing_demo", once)
-    outputs = [cli.invoke(app, ["demo-service", protocol, "--users", str(FEW), "--dishonest", kind,
-                                "--workdir", str(tmp_path), *as_json]) for as_json in (["--json"], [])]
+    outputs = [cli.invoke(app, ["demo-service", protocol, "--users", str(users), *args, "--workdir", str(tmp_path),
+                                *as_json]) for as_json in (["--json"], [])]
     for result in outputs:
         assert result.exit_code == 0, result.output
     return json.loads(outputs[0].stdout), outputs[1].stdout
+
+
+def check_honest_demo(report: dict, said: str) -> None:
+    """DPDS through the services with 10% of the users dropping out at rounds 1-5, beside the simulation (dpdg
+    without dropouts: tests/service/test_sharing_service.py)."""
+    import jsonschema
+
+    from privagg.reports import REPORT_TYPES, json_schema
+
+    jsonschema.validate(report, json_schema(REPORT_TYPES["demo-sharing"]))
+    users, dropouts = report["users"], report["service"]["dropouts"]
+    assert dropouts["enrolled"] == users and dropouts["min_survivors"] <= dropouts["survivors"] < users
+    assert len(report["estimates"]) == 10
+    assert sum(row["truth"] for row in report["estimates"]) == dropouts["survivors"]
+    assert report["service"]["privacy"]["private"] and not report["simulation"]["private"]
+    assert report["service"]["privacy"]["randomness"].startswith("secure")
+    assert report["simulation"]["parameters"]["n_users"] == dropouts["survivors"]
+    assert report["simulation"]["mode"] == "faithful"  # the same parties, in-process
+    b = report["bytes"]
+    assert b["sealed_sent"] == b["sealed_expected"] > 0
+    user, server = report["parties"]  # every kind of message, exactly the count given who answered which round
+    assert (user["party"], server["party"]) == ("user", "server")
+    assert 0 < user["parties"] < dropouts["survivors"]  # some survivors vanished in rounds 4-5, after their sums
+    for row in (user, server):
+        assert row["sent"] == row["expected_sent"] and row["received"] == row["expected_received"]
+    assert user["sent"]["backup"] == 2 * (users - 1) and user["sent"]["masked sum"] == 10
+    assert user["sent"]["commitments"] == users and user["sent"]["signature"] == user["sent"]["pair key"] == 1
+    assert user["sent"]["revealed shares"] == dropouts["round1_senders"] and dropouts["excluded"] == []
+    assert f"2nN + N = {2 * users * 10 + 10:,}" in user["table_i"]
+    assert set(report["round_seconds"]) == {"enroll", "round1", "round2", "round3", "round4", "round5"}
+    assert report["z_rms"] is not None and report["z_rms"] < 5
+    # the document holds the truth and z-scores: not private, whatever the release beside them is
+    assert report["private"] is False and report["service"]["private"] is True
+    # no count reads as certain: a category nobody sampled has the sd of one held by 1 / p' users, or by all n'
+    # where that is fewer (at 100 users p' = 0.001: a count is 0 or 1 / p' = 1000) (issue 44)
+    p, n = report["service"]["parameters"]["effective_probability"], dropouts["survivors"]
+    at_zero = min((1 - p) ** 0.5 / p, (n * (1 - p) / p) ** 0.5)
+    for row in report["estimates"]:
+        assert row["service_stderr"] > 0 and row["simulation_stderr"] > 0
+        assert row["service_stderr"] == pytest.approx(at_zero) or row["service"] > 0
+    # 2 holders in some category (beta = 0.012 of the 100 users; 0.05 of 24 spread evenly), so any dropout may leave
+    # a user alone in his: delta = p'
+    assert report["service"]["privacy"]["delta"] == pytest.approx(p, rel=1e-12)
+    assert "dropped out" in report["service"]["privacy"]["assumptions"][0]
+    # an honest run: nothing to blame (issue 46), said so in --json and in the text
+    assert report["detected"] == {"complaints": [], "excluded": [], "blamed": [], "inconsistent": []}
+    assert report["dishonest"] is None
+    assert said == "detected: none"
+
+
+DROPPING = 24  # the fewest users whose seeded dropout plan (at 10%) has some vanish in rounds 4-5
+
+
+def test_the_demo_releases_over_the_survivors_beside_the_simulation(cli_in_process, monkeypatch, tmp_path):
+    """(at DROPPING users, in this process: its json and text printed from one run; the bundled data at 100 users,
+    as a newcomer runs it: the slow test below)"""
+    report, text = demo_in_process(cli_in_process, monkeypatch, tmp_path, "dpds", DROPPING, "--drop-fraction", "0.1")
+    assert report["users"] == DROPPING
+    check_honest_demo(report, next(line for line in text.splitlines() if line.startswith("detected: ")))
+
+
+@pytest.mark.slow
+def test_the_demo_releases_over_the_survivors_of_its_own_data(tmp_path):
+    """The test above as a newcomer runs it: a process, the bundled words over 100 users."""
+    report = demo(tmp_path, "dpds", "--users", "100", "--drop-fraction", "0.1")
+    check_honest_demo(report, "detected: " + _detected(report["detected"]))
+
+
+def dishonest_demo(tmp_path, protocol: str, kind: str, text: bool) -> tuple[dict, str | None]:
+    """``--dishonest kind`` over the demo's 100 users, no dropouts: the --json document, and (``text``: a second run,
+    its own liar) the text's line of what was detected."""
+    report = demo(tmp_path / "json", protocol, "--users", "100", "--dishonest", kind)
+    if not text:
+        return report, None
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100", "--dishonest",
+                          kind, "--workdir", str(tmp_path / "text")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return report, next(line for line in out.stdout.splitlines() if line.startswith("detected: "))
 
 
 KINDS = [("dpds", "junk-backups"), ("dpdg", "wrong-share"), ("dpds", "inconsistent-shares")]
@@ -164,7 +183,7 @@ def test_a_dishonest_user_is_detected_and_the_release_proceeds_over_the_others(c
                                                                                 protocol, kind):
     """(at the demo's fewest users, in this process: its json and text printed from one run; the bundled data at 100
     users, as a newcomer runs it: the slow test below)"""
-    report, text = dishonest_demo_in_process(cli_in_process, monkeypatch, tmp_path, protocol, kind)
+    report, text = demo_in_process(cli_in_process, monkeypatch, tmp_path, protocol, FEW, "--dishonest", kind)
     assert report["users"] == FEW
     said = next(line for line in text.splitlines() if line.startswith("detected: "))
     check_dishonest_demo(report, said, kind)
