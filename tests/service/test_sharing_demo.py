@@ -221,17 +221,18 @@ def test_a_dishonest_tss_helper_is_recovered_or_trusted(tmp_path, kind):
         assert "a wrong sum inside it is not detected" in report["service"]["trust"]["helpers"]
 
 
-def test_a_dishonest_kind_of_another_protocol_is_refused_in_one_line(tmp_path):
+def test_a_dishonest_kind_of_another_protocol_is_refused_in_one_line(cli_in_process, tmp_path):
+    """(in this process; a refusal by the command's own process: test_the_demo_refuses_impossible_settings)"""
+    from privagg.cli import app
+
     for protocol, kind, accepted in (("dpds", "wrong-sum", "junk-backups, wrong-share, inconsistent-shares"),
                                      ("tss", "junk-backups", "misrouted-sum, wrong-sum")):
-        out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", protocol, "--users", "100",
-                              "--dishonest", kind, "--workdir", str(tmp_path)], capture_output=True, text=True,
-                             timeout=60)
-        assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        out = cli_in_process.invoke(app, ["demo-service", protocol, "--users", "100", "--dishonest", kind,
+                                          "--workdir", str(tmp_path)])
+        assert out.exit_code == 2 and out.stderr.strip().splitlines() == [
             f"error: dishonest must be one of {accepted} for {protocol}, got {kind}"]
-    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "fe1", "--dishonest", "wrong-sum",
-                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "--dishonest must be given only for dpds, dpdg, tss and tss-collusion" in out.stderr
+    out = cli_in_process.invoke(app, ["demo-service", "fe1", "--dishonest", "wrong-sum", "--workdir", str(tmp_path)])
+    assert out.exit_code == 2 and "--dishonest must be given only for dpds, dpdg, tss and tss-collusion" in out.stderr
 
 
 def test_the_demo_refuses_impossible_settings(tmp_path):
@@ -264,16 +265,18 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     assert helper["sent"]["helper sums"] * helper["parties"] == pytest.approx(s2["received"]["helper sums"])
 
 
-def test_the_demo_refuses_user_counts_that_would_run_for_hours(tmp_path):
-    """n^2 work on the complete graph: at most 1,000 users there (and for TSS); 10,000 on a neighbour graph."""
+def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, tmp_path):
+    """n^2 work on the complete graph: at most 1,000 users there (and for TSS); 10,000 on a neighbour graph (in this
+    process)."""
+    from privagg.cli import app
+
     for args, says in ((["dpds", "--users", "20000"], "users must be an integer in [20, 10000]"),
                        (["dpds", "--users", "5000", "--degree", "complete"], "users must be at most 1,000 for dpds on "
                         "the complete graph (more on a neighbour graph: --degree auto or an even k), got 5000"),
                        (["tss", "--users", "5000"], "users must be at most 1,000 for tss, got 5000"),
                        (["tss", "--degree", "20"], "degree must be given only for dpds and dpdg")):
-        out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", *args, "--workdir", str(tmp_path)],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 2 and says in out.stderr, (args, out.stderr)
+        out = cli_in_process.invoke(app, ["demo-service", *args, "--workdir", str(tmp_path)])
+        assert out.exit_code == 2 and says in out.stderr, (args, out.stderr)
 
 
 def test_a_demo_whose_task_failed_says_why_in_one_line(cli_in_process, monkeypatch, tmp_path):
