@@ -271,8 +271,9 @@ def served_demo(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
             r = _demo_run(users, drop_fraction, degree, folder)
             c = r["server_cpu"]
             totals.append(sum(c.values()))
+            loads = " -> ".join(" / ".join(f"{x:.1f}" for x in at) for at in (load, os.getloadavg()))
             rows.append([f"{users:,}", " / ".join(f"{c[k]:.1f}" for k in c), f"{totals[-1]:.1f}", f"{r['wall']:,.0f}",
-                         " / ".join(f"{x:.1f}" for x in load) + " -> " + " / ".join(f"{x:.1f}" for x in os.getloadavg())])
+                         loads])
     report.add(f"`privagg demo-service dpds --drop-fraction {drop_fraction}" + (f" --degree {degree}" if degree else "")
                + f"` (sources: {Path(source).parent})", "")
     report.table(["n", "server CPU s: enroll / round 1 / ... / round 5 with the release", "server CPU s", "wall s",
