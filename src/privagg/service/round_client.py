@@ -28,16 +28,15 @@ blame: it gets None for that sender (his role names the sender from the signed c
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 
 from ..core import identity
 from ..errors import ParameterError
 from ..protocols.registry import get
 from ..protocols.roles import decode_inbox, messages_in
-from .calls import RETRY_STATUSES, SubmitError
+from .calls import RETRY_STATUSES, SubmitError, exchange
 from .device_budget import charge_device
 from .round_tasks import KEM, SignedRoster, check_task, message_context, relay_info
 from .tasks import _private_key, _public_key, _suite
@@ -68,6 +67,7 @@ class RosterClient:
         self.organisation_key = organisation_key
         key = X25519PrivateKey.generate()
         self.private_key, self.public_key = key.private_bytes_raw(), key.public_key().public_bytes_raw()
+        self._opener = None  # the private key's object, once he opens a message
         self.identity = identity.generate()
         self.identity_key = identity.public_key(self.identity)
         self.signed_roster: SignedRoster | None = None
@@ -178,7 +178,9 @@ class RosterClient:
     def _open(self, sealed: bytes, info: bytes) -> bytes | None:
         """The message ``sealed`` holds, or None if it does not open (its signed sender's to answer for)."""
         try:
-            message = _suite(KEM).decrypt(sealed, _private_key(KEM, self.private_key), info=info)
+            if self._opener is None:  # his key loaded once for the k messages relayed to him
+                self._opener = _private_key(KEM, self.private_key)
+            message = _suite(KEM).decrypt(sealed, self._opener, info=info)
         except Exception:  # InvalidTag, a malformed encapsulation
             return None
         self.count("received", *self.entries(message))
@@ -225,6 +227,8 @@ class RoundClient(RosterClient):
         self.roster()  # his enrollment as he made it, signed by the organisation, before he sends anything
         fields = decode_inbox(answer["inbox"])
         for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
+            if field in getattr(self.role, "checks_signers", ()):  # signatures his role checks under the roster's keys
+                continue
             signatures = {e.get("sender"): e.get("signature") for e in answer.get("signatures", {}).get(field, [])}
             for sender, message in fields[field].items():
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
@@ -313,25 +317,24 @@ def _bytes(text) -> bytes:
 
 def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:
     """The answer's body; retried on no answer or a busy server, SubmitError on a refusal (a 409 whose reason is in
-    ``ok_conflicts`` is an answer: a retry of a request that arrived)."""
-    headers = {} if body is None else {"content-type": "application/json"}
+    ``ok_conflicts`` is an answer: a retry of a request that arrived). Over the thread's kept-alive connection
+    (:func:`~privagg.service.calls.exchange`)."""
     for attempt in range(attempts):
-        request = urllib.request.Request(url, data=body, headers=headers, method="GET" if body is None else "POST")
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                return answer.read()
-        except urllib.error.HTTPError as err:
-            detail = err.read()
-            try:
-                reason = json.loads(detail).get("error")
-            except ValueError:
-                reason = None
-            if err.code == 409 and reason in ok_conflicts:
-                return b"{}"
-            if err.code not in RETRY_STATUSES or attempt == attempts - 1:
-                raise SubmitError(err.code, detail.decode(errors="replace")[:300]) from None
-        except (urllib.error.URLError, OSError) as err:
+            status, answer = exchange(url, body, timeout)
+        except (OSError, http.client.HTTPException) as err:
             if attempt == attempts - 1:
-                raise SubmitError(None, str(err)) from None
+                raise SubmitError(None, str(err) or type(err).__name__) from None
+        else:
+            if 200 <= status < 300:
+                return answer
+            try:
+                reason = json.loads(answer).get("error")
+            except (ValueError, AttributeError):
+                reason = None
+            if status == 409 and reason in ok_conflicts:
+                return b"{}"
+            if status not in RETRY_STATUSES or attempt == attempts - 1:
+                raise SubmitError(status, answer.decode(errors="replace")[:300])
         time.sleep(min(2.0, 0.1 * 2**attempt))
     raise AssertionError("unreachable")
