@@ -103,21 +103,23 @@ def _sqlite_row(size: int, rows: int = 20_000) -> float:
 
 def floor_by_round(parameters, degree: int | None, ops: dict[str, float]) -> dict[str, float]:
     """A surviving user's floor CPU by round, in seconds, with k = ``degree`` neighbours (None: all n - 1): round 1
-    his shares split and a backup sealed and signed for each neighbour; round 2 each neighbour's backup opened and
-    his key message signed; round 3 an agreement and two expansions per neighbour and his mask's; round 4 one
-    signature; round 5 the signatures he checks (t of them on the complete graph; about k + t_k on a graph, the
-    signers of his neighbours' neighbourhoods) and his reveal signed. The server's share of the work (a row per
-    message, the release) is not in it."""
+    his shares split and a backup sealed and signed for each neighbour; round 2 each neighbour's backup's signature
+    checked and the backup opened, and his key message signed; round 3 each of the k + 1 pair keys' signatures
+    checked, an agreement and two expansions per neighbour and his mask's; round 4 one signature; round 5 the
+    signatures he checks (t of them on the complete graph; about k + t_k on a graph, the signers of his neighbours'
+    neighbourhoods) and his reveal signed. Each round's message to the server is signed besides. The server's share
+    of the work (a row per message, the release) is not in it."""
     from privagg.protocols.sharing_parties import threshold
 
     k = parameters.n_users - 1 if degree is None else degree
     t = threshold(parameters)
     signers = t if degree is None else min(parameters.n_users, k + t)
     expansion, sign = ops["ChaCha20 expansion, N elements"], ops["Ed25519 signature made"]
+    check = ops["Ed25519 signature checked"]
     return {
         "1 advertise": ops["Shamir split of two secrets"] + k * (ops["HPKE seal of a backup"] + sign) + sign,
-        "2 check": k * ops["HPKE open of a backup"] + sign,
-        "3 masked sum": k * (ops["x25519 agreement + HKDF"] + 2 * expansion) + expansion + sign,
+        "2 check": k * (check + ops["HPKE open of a backup"]) + sign,
+        "3 masked sum": (k + 1) * check + k * (ops["x25519 agreement + HKDF"] + 2 * expansion) + expansion + sign,
         "4 consistency": 2 * sign,
         "5 reveal": signers * ops["Ed25519 signature checked"] + sign,
     }

@@ -1,17 +1,13 @@
 """What every party's client and the command line share: a service's URL checked before anything is sent, the
-privagg service that answers at a URL, the statuses a request is retried on, the refusal a client raises, and a
-request over a kept-alive connection (:func:`exchange`).
+privagg service that answers at a URL, the statuses a request is retried on, and the refusal a client raises.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import threading
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
 
 from ..errors import ParameterError
 
@@ -58,39 +54,3 @@ class SubmitError(Exception):
     def __init__(self, status: int | None, detail: str) -> None:
         super().__init__(f"{status or 'no answer'}: {detail}")
         self.status, self.detail = status, detail
-
-
-_KEPT = threading.local()  # each thread's open connections: (scheme, host, port) -> HTTPConnection
-
-
-def exchange(url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-    """(status, body) of a GET (``body`` None) or a JSON POST to ``url``, over the calling thread's kept-alive
-    connection to its host (opened on first use): a device's requests do not each pay a TCP connection, the
-    server's accept and urllib's handlers (bench part 16). A kept connection the server closed meanwhile (its idle
-    timeout, a restart) is replaced and the request sent once more at once, as a browser does; OSError or
-    http.client.HTTPException when no answer comes (the caller's retries decide what next)."""
-    parts = urlsplit(url)
-    key = (parts.scheme, parts.hostname, parts.port)
-    kept = _KEPT.__dict__.setdefault("connections", {})
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    headers = {} if body is None else {"content-type": "application/json"}
-    for fresh in (False, True):
-        connection = None if fresh else kept.get(key)
-        reused = connection is not None
-        if connection is None:
-            kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            connection = kept[key] = kind(parts.hostname, parts.port, timeout=timeout)
-        connection.timeout = timeout
-        if connection.sock is not None:
-            connection.sock.settimeout(timeout)
-        try:
-            connection.request("GET" if body is None else "POST", path, body, headers)
-            answer = connection.getresponse()
-            return answer.status, answer.read()
-        except (ConnectionError, http.client.HTTPException, OSError) as err:
-            connection.close()
-            kept.pop(key, None)
-            # a kept connection closed at the other end before it answered: once more on a new one
-            if not reused or not isinstance(err, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
-                raise
-    raise AssertionError("unreachable")
