@@ -158,7 +158,8 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
     body = bytes(raw[HEADER.size:])
     if kind == ADVERTISE:
         body = _fixed(body, count, 2 * KEY_BYTES, 2 * KEY_BYTES, f"a public key and a hash of {KEY_BYTES} bytes each")
-        return Message(kind, source, target, body if agreed else _check_public_key(body[:KEY_BYTES]) + body[KEY_BYTES:])
+        return Message(kind, source, target, body if agreed else _check_public_key(body[:KEY_BYTES]) +
+                       body[KEY_BYTES:])
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
         h = holders(parameters)
         pairs = f"n = {n} pairs of commitments" if h == n else f"k + 1 = {h} pairs of commitments (one per holder)"

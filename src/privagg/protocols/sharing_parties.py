@@ -343,7 +343,7 @@ class SharingUser:
 
     # inbox fields whose messages are each a signature the role checks itself under its signer's roster identity key
     # (round 5's): a device need not check their transport signatures too (docs/privacy.md, "What the signatures
-    # rest on": such a message, once its own signature verifies, is byte for byte the one its signer sent)
+    # rest on": the role counts an entry only if its signer signed the lists, all the transport signature could add)
     checks_signers = ("signatures",)
 
     def __init__(self, parameters: SharingParameters, index: int, min_survivors: int, rng: RNGLike = None,

@@ -109,13 +109,13 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             close_round(f"{url}/tasks/{task_id}/close-round/{number}", CLOSE_SECONDS)
             wait_past(f"round{number}")
             seconds[f"round{number}"] = time.perf_counter() - start
-            cpu[f"round{number}"] = _cpu() - used
+            used = cpu[f"round{number}"] = _cpu() - used
             progress(f"round {number} closed: {seconds[f'round{number}']:.1f} s; this process's CPU (its "
-                     f"{len(active)} users' work) {cpu[f'round{number}']:.1f} s, "
-                     f"{cpu[f'round{number}'] / max(len(active), 1) * 1e3:.1f} ms a user")
+                     f"{len(active)} users' work) {used:.1f} s, {used / max(len(active), 1) * 1e3:.1f} ms a user")
     last = protocol.number(protocol.release_round)
     survivors = sorted(u.user for u, p in zip(users, plan) if p == 0 or p > last)  # they sent the release round
-    return {"seconds": seconds, "cpu": cpu, "survivors": survivors, "index": index, "liar": users[lying] if liar else None,
+    return {"seconds": seconds, "cpu": cpu, "survivors": survivors, "index": index,
+            "liar": users[lying] if liar else None,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
                            "sealed_sent": sum(u.sealed_sent for u in users)},
             "state": users[0].state(), "clients": users}
