@@ -44,10 +44,10 @@ from ..core.messages import Column, MessageBatch, MessageLayout
 from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer, check_sequence
-from ..privacy import balls_into_bins as calibration_bib
+from ..privacy import balls_into_bins as calibration_bib, shuffle
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from ..privacy.evaluation_cache import on_disk
-from .balls_into_bins import CALIBRATION_SOURCES, N_USERS_MAX, dummy_counts, kept_calibration, kept_delta_at
+from .balls_into_bins import N_USERS_MAX, dummy_counts, kept_calibration, kept_delta_at
 from . import exact_laws
 from .parameters import FrozenParameters
 from .results import MAX_ERROR_BETA, HeavyHitterList
@@ -84,21 +84,12 @@ def _first_level(n_users: int, phi: float, width: int, step: int) -> int:
     return min(s, width - step)
 
 
+@on_disk("fe-hh-level-tails", (__file__, shuffle.__file__))  # kept per version of this code (privacy.evaluation_cache)
 def level_tail(n_users: int, levels: int, users: int) -> float:
-    """Pr[the changed user's level holds fewer than ``users`` users]: 1 + Bin(n - 1, 1 / levels) < m (each value
-    kept on disk with the calibrations', :data:`privagg.protocols.balls_into_bins.CALIBRATION_SOURCES`: a
-    calibration met before imports no scipy)."""
+    """Pr[the changed user's level holds fewer than ``users`` users]: 1 + Bin(n - 1, 1 / levels) < m."""
     if levels == 1 or users < 2:
         return 0.0
-    return _level_cdf(users - 2, n_users - 1, levels)
-
-
-@on_disk("balls-into-bins", CALIBRATION_SOURCES)
-def _level_cdf(users: int, trials: int, levels: int) -> float:
-    """Pr[Bin(trials, 1 / levels) <= users]."""
-    from ..privacy.shuffle import binomial_cdf
-
-    return float(binomial_cdf(users, trials, 1.0 / levels))
+    return float(shuffle.binomial_cdf(users - 2, n_users - 1, 1.0 / levels))
 
 
 def _level_users(n_users: int, levels: int, budget: float) -> int:
