@@ -44,7 +44,7 @@ QUOTED_PEER_USERS_PER_S = 3_000  # pure-LDP's OLH decoding at d = 1,024, as the 
 DATA_SEED, CLIENT_SEED, PEER_SEED = 2022, 1, 1
 ZIPF_EXPONENT, MIX, OFFSET = 1.1, 0x9E3779B1, 0x5851F42D  # benchmarks/run.py's data, over [DOMAIN]
 
-WHOLE_REPEATS = 3               # privagg's whole process on the text file (alternating with pure-LDP's runs)
+WHOLE_REPEATS = 5               # privagg's whole process on the text file (alternating with pure-LDP's runs)
 WHOLE_TARGET = 1000.0           # issue 48: the whole process at least 1000x pure-LDP's users/s
 PEER_ENV = "PURE_LDP_PYTHON"
 PEER_PACKAGES = ("pure-ldp==1.2.0", "xxhash<4", "scikit-learn", "statsmodels")  # 1.2.0: the version the issue quotes
@@ -179,6 +179,10 @@ def _whole_process(items: np.ndarray, peer: dict | str) -> dict:
     return {"runs": runs, "peer_rates": [PEER_USERS / p["decode_s"] for p in peers]}
 
 
+def _run(run: dict) -> str:
+    return f"{seconds(run['wall_s'])} (load {run['load']:.1f}; {seconds(run['cpu_s'])})"
+
+
 def _report_whole(report, whole: dict, peer_rate: float | None) -> None:
     from benchfmt import ROWS
 
@@ -188,7 +192,8 @@ def _report_whole(report, whole: dict, peer_rate: float | None) -> None:
     peer_rates = whole["peer_rates"]
     text = (f"The whole process a user runs, `privagg estimate olh --input items.txt --epsilon {EPSILON:g} --domain "
             f"{DOMAIN} --seed 1` on a text file of the {N_USERS:,} items, {len(walls)} runs under GNU time alternating "
-            f"with pure-LDP's: {', '.join(seconds(w) for w in walls)} (peak RSS "
+            f"with pure-LDP's (the 1-minute load at each start; CPU, user + system): "
+            f"{', '.join(_run(r) for r in whole['runs'])} (peak RSS "
             f"{max(r['peak_rss_kib'] for r in whole['runs']) / 1024:,.0f} MiB); {_rate(N_USERS / best)} users/s "
             f"best, {_rate(N_USERS / median)} by the median. Its best run's stages: "
             + ", ".join(f"{k} {seconds(v)}" for k, v in stages.items())

@@ -17,7 +17,10 @@ Client users, the server and its database share the machine's two cores.
 Run alone, ``python benchmarks/sharing_service.py --users 1000 2000`` runs DPDS on the complete graph at each n
 (N = 20, 10% of the users vanishing at one of rounds 1-5, the server killed with SIGKILL after round 2's
 messages) and prints each round's wall time and the server's CPU, each user's CPU and HTTP bytes (mean and
-max), the server's peak RSS and the load (:func:`complete_graph`).
+max), the server's peak RSS and the load (:func:`complete_graph`). ``python benchmarks/sharing_service.py --demo
+--users 1000 2000 4000 --degree 60`` runs ``privagg demo-service dpds --users N --drop-fraction 0.1`` (``--degree``:
+its graph; default the demo's) at each n and prints the server process's CPU seconds by round, the wall, the load
+and the fitted growth of the server's CPU in n (:func:`served_demo`).
 """
 
 from __future__ import annotations
@@ -217,12 +220,81 @@ def complete_graph(report: Report, sizes: tuple[int, ...], drop_fraction: float 
                   "release = survivors' sum exactly", "load 1 / 5 / 15 min, before -> after"], rows)
 
 
+def _demo_run(users: int, drop_fraction: float, degree: str | None, folder: Path) -> dict:
+    """``privagg demo-service dpds --users N --drop-fraction F [--degree K]`` as a child process: the sharing server's
+    CPU seconds (its process's user + system time, read from /proc as the demo prints each round's start: round k's
+    figure runs from its start to round k + 1's, its close included; the last holds the release), and the wall."""
+    import re
+    import subprocess
+
+    def cpu(pid: int) -> float | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    out = folder / "demo.out"
+    command = [sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", str(users), "--drop-fraction",
+               str(drop_fraction), "--workdir", str(folder / "demo")] + ([] if degree is None else ["--degree", degree])
+    start, server, marks, seen, mark, now = time.perf_counter(), None, {}, 0, "enroll", 0.0
+    with out.open("w") as log:
+        demo = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        while demo.poll() is None:
+            if server is None:  # the server starts before any round (the demo's first line names it)
+                server = next((int(child) for child in Path(f"/proc/{demo.pid}/task/{demo.pid}/children").read_text()
+                               .split() if b"serve" in Path(f"/proc/{child}/cmdline").read_bytes()), None)
+            now = (cpu(server) if server is not None else None) or now
+            found = re.findall(r"^round (\d) \(", out.read_text(), re.M)
+            for number in found[seen:]:
+                marks[mark], mark = now - sum(marks.values()), f"round{number}"
+            seen = len(found)
+            time.sleep(0.2)
+    marks[mark] = now - sum(marks.values())
+    if demo.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed: {out.read_text()[-2000:]}")
+    return {"wall": time.perf_counter() - start, "server_cpu": marks}
+
+
+def served_demo(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0.1, degree: str | None = None) -> None:
+    """The sharing demo through its services at each of ``sizes`` (:func:`_demo_run`): the server's CPU by round, in
+    all, the wall and the load; and the server CPU's growth in n, the least-squares slope of log CPU on log n."""
+    from privagg import __file__ as source
+
+    rows, totals = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for users in sizes:
+            note(f"privagg demo-service dpds --users {users} --drop-fraction {drop_fraction} --degree {degree}")
+            folder = Path(tmp) / f"demo-{users}"
+            folder.mkdir()
+            load = os.getloadavg()
+            r = _demo_run(users, drop_fraction, degree, folder)
+            c = r["server_cpu"]
+            totals.append(sum(c.values()))
+            loads = " -> ".join(" / ".join(f"{x:.1f}" for x in at) for at in (load, os.getloadavg()))
+            rows.append([f"{users:,}", " / ".join(f"{c[k]:.1f}" for k in c), f"{totals[-1]:.1f}", f"{r['wall']:,.0f}",
+                         loads])
+    report.add(f"`privagg demo-service dpds --drop-fraction {drop_fraction}" + (f" --degree {degree}" if degree else "")
+               + f"` (sources: {Path(source).parent})", "")
+    report.table(["n", "server CPU s: enroll / round 1 / ... / round 5 with the release", "server CPU s", "wall s",
+                  "load 1 / 5 / 15 min, before -> after"], rows)
+    if len(sizes) > 1:
+        slope = np.polyfit(np.log(sizes), np.log(totals), 1)[0]
+        report.add(f"The server's CPU grows as n^{slope:.2f} over n = {sizes[0]:,}..{sizes[-1]:,}.", "")
+
+
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="DPDS through its server on the complete graph (part 12's rows)")
+    parser = argparse.ArgumentParser(description="DPDS through its server: the complete graph (part 12's rows), or "
+                                     "the demo's server CPU by round (--demo)")
     parser.add_argument("--users", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--drop-fraction", type=float, default=0.1)
     parser.add_argument("--kill-round", type=int, default=2)
+    parser.add_argument("--demo", action="store_true", help="privagg demo-service dpds at each n: the server's CPU")
+    parser.add_argument("--degree", help="the demo's --degree (with --demo; default the demo's graph)")
     args = parser.parse_args()
-    complete_graph(Report(), tuple(args.users), args.drop_fraction, args.kill_round)
+    if args.demo:
+        served_demo(Report(), tuple(args.users), args.drop_fraction, args.degree)
+    else:
+        complete_graph(Report(), tuple(args.users), args.drop_fraction, args.kill_round)

@@ -107,7 +107,8 @@ def vectors(report) -> None:
         ["privagg estimate", seconds(wall["privagg"]), every["privagg"], seconds(cpu["privagg"]),
          f"{rss['privagg']:,.0f} MiB", "reads its exact calibration kept on disk, checks every value, validates "
          "the messages, sums the true vectors (the seeded run's evaluation) on another thread, writes the full "
-         "report; the shuffle's permutation is left out (the analyzer sums: simulate.runner)"],
+         "report; the clients' draws taken in order on one thread and their messages computed on two others, the "
+         "shuffle's permutation left out (the analyzer sums: simulate.runner)"],
         ["plain numpy script", seconds(wall["numpy"]), every["numpy"], seconds(cpu["numpy"]),
          f"{rss['numpy']:,.0f} MiB", "the arithmetic only"],
     ])

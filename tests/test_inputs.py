@@ -469,3 +469,20 @@ def test_progress_is_plain_lines_off_a_terminal(tmp_path):
     lines = err.splitlines()
     assert any(line.startswith("randomize: 6000/6000 (100%)") for line in lines), lines
     assert all(re.match(r"(randomize|analyze): \d+/\d+ \(\d+%\), [\d.]+ s$", line) for line in lines), lines
+
+
+def test_plain_integers_are_read_place_by_place_as_int_reads_them():
+    """blocks._plain_integers (a text file's one integer a line, read from Arrow's buffers): every value of 1 to
+    18 digits, leading zeros kept, as int() reads it, in a sliced array too (its offset); None wherever the exact
+    path must decide (a sign, 19 digits, an empty value, a letter, a null)."""
+    from privagg.io.blocks import _plain_integers
+
+    rng = np.random.default_rng(5)
+    widths = rng.integers(1, 19, 20_000)
+    texts = ["".join(map(str, rng.integers(0, 10, w))) for w in widths]
+    texts[:3] = ["0", "000000000000000007", "999999999999999999"]
+    values = pa.array(texts)
+    np.testing.assert_array_equal(_plain_integers(values), [int(t) for t in texts])
+    np.testing.assert_array_equal(_plain_integers(values.slice(17, 500)), [int(t) for t in texts[17:517]])
+    for bad in (["1", "+2"], ["1", "-2"], ["1", "1" * 19], ["1", ""], ["1", "2a"], ["1", None]):
+        assert _plain_integers(pa.array(bad)) is None, bad

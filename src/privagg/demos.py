@@ -125,7 +125,7 @@ def with_graph(parameters, degree: str | None, drop_fraction: float):
     from .errors import ParameterError, parse_number
     from .protocols.sharing_graph import choose
 
-    has_graph = any(o.name == "degree" for o in get(parameters.protocol).options)
+    has_graph = _has_graph(parameters.protocol)
     if not has_graph or degree == "complete" or (degree in (None, "auto") and parameters.n_users <= COMPLETE_USERS_MAX):
         if degree is not None and not has_graph:
             raise ParameterError("degree", "given only for dpds and dpdg (whose users share among users)", degree)
@@ -141,6 +141,11 @@ def with_graph(parameters, degree: str | None, drop_fraction: float):
         except ParameterError:
             raise ParameterError("degree", "auto, complete or an even number of neighbours", degree) from None
     return dataclasses.replace(parameters, degree=k, graph_dropouts=drop_fraction)
+
+
+def _has_graph(protocol: str) -> bool:
+    """Whether ``protocol``'s users may share on a neighbour graph (its registry entry takes ``degree``)."""
+    return any(o.name == "degree" for o in get(protocol).options)
 
 
 COMPLETE_USERS_MAX = 1_000  # a sharing demo's default graph: complete up to here (about ten minutes on loopback)
@@ -183,7 +188,7 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     if parameters.n_users > COMPLETE_USERS_MAX and parameters.degree is None:  # n^2 work: ten minutes at the most
         raise ParameterError("users", f"at most {COMPLETE_USERS_MAX:,} for {protocol}" + (
             " on the complete graph (more on a neighbour graph: --degree auto or an even k)"
-            if any(o.name == "degree" for o in entry.options) else ""), users)
+            if _has_graph(protocol) else ""), users)
     run = run_tss_services if two_servers else run_sharing_services
     out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress,
               liar=None if lie is None else lie.client)

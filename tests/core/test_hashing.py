@@ -177,6 +177,20 @@ def test_count_all_adds_back_every_wrap_of_its_narrow_counters(monkeypatch, cach
     assert h._counters(10**6, 1, 10**7, one_tile=False)[0] is np.uint8  # a larger domain: uint8's records fit
 
 
+def test_narrow_counters_compile_no_table_path():
+    """count_all's uint8 and uint16 counters never take the table of inverses (a small domain and modulus: int32),
+    so numba compiles that path for int32 counters alone (its kernel apart, hash_kernels.count_all_table): each
+    narrow variant of one kernel holding every path cost a fresh clone's suite its compile time."""
+    rng = np.random.default_rng(5)
+    for q, b, domain, messages in [(4_194_319, 1000, 1 << 22, 2000), (262_147, 8, 1 << 12, 300)]:  # uint8, uint16
+        h = UniversalHash(q, b)
+        u, v = h.sample_keys(messages, rng)
+        h.count_all(u, v, rng.integers(0, b, messages), domain)
+    counters = {str(signature[6].dtype) for signature in hash_kernels.count_one_tile.signatures}
+    assert counters <= {"int32"}, counters  # (compiled here, not read from numba's cache: then none are listed)
+    assert "count_one_tile" not in hash_kernels.count_all.py_func.__code__.co_names  # the kernel they compile
+
+
 @pytest.mark.parametrize("q, b, domain", [(101, 101, 100), (101, 2, 100), (1031, 4, 1024), (1_048_583, 16, 1000),
                                            (next_prime(2**48), 2**40, 64), (3, 2, 1)])
 @pytest.mark.parametrize("messages", [0, 1, 3, 999])

@@ -135,6 +135,27 @@ def test_many_secrets_with_the_same_holders_rebuild_in_one_call_and_the_bad_ones
         shamir.combine(at, shares, 4)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 30), st.integers(0, 2**32))
+def test_each_secret_rebuilds_from_its_own_holders_in_one_pass(sets, t, seed):
+    """The owners of a neighbour graph, each with other holders: every set's Lagrange weights at once (2-D holders)
+    are those of the set alone, and at_zero rebuilds each secret from its own t holders' shares, exactly; a share
+    moved off its polynomial moves every limb of that secret, and of no other."""
+    rng = np.random.default_rng(seed)
+    holders = np.stack([rng.choice(shamir.PRIME - 1, t, replace=False) for _ in range(sets)])
+    weights = shamir.lagrange_weights(holders)
+    assert weights.shape == holders.shape
+    assert all(weights[i].tolist() == _weights_by_loop((holders[i] + 1).tolist()) for i in range(sets))
+    secrets = [rng.bytes(32) for _ in range(sets)]
+    shares = np.stack([shamir.split(s, t, shamir.PRIME - 1, rng, at=h) for s, h in zip(secrets, holders)])
+    limbs = shamir.at_zero(weights, shares)
+    assert [row.astype("<u2").tobytes() for row in limbs] == secrets
+    if t > 1:
+        shares[0, 0] = (shares[0, 0] + 1) % shamir.PRIME  # the secret's limbs move by weights[0, 0] != 0
+        moved = shamir.at_zero(weights, shares)
+        assert (moved[1:] == limbs[1:]).all() and not (moved[0] == limbs[0]).any()
+
+
 def test_t_minus_1_shares_at_chosen_holders_are_independent_of_the_secret():
     """Perfect secrecy at chosen holders (x far apart, one past ROWS): t - 1 = 2 shares of the all-zero and of the
     all-ones secret, 2,000 splits each, have the same law (a two-sample chi-square over 16 bins of each limb's low

@@ -381,12 +381,11 @@ def test_a_calibration_asked_twice_searches_once(monkeypatch):
     """privagg estimate calibrates for the file's estimated n before reading it and for the n read after: the same
     mu where the estimate was exact, so the second search is kept from the first (0.04 s of each run at n = 10^5,
     B = 2^24); the parameters are the same, and a bad calibration is refused by name before anything is kept."""
-    from privagg.privacy import balls_into_bins as privacy_bib
     from privagg.protocols import balls_into_bins as bib
 
     searches = []
-    search = privacy_bib.calibrate
-    monkeypatch.setattr(privacy_bib, "calibrate", lambda *args: searches.append(args) or search(*args))
+    search = bib.kept_calibration  # (the search, or its value kept on disk: tests/conftest.py turns that off)
+    monkeypatch.setattr(bib, "kept_calibration", lambda *args: searches.append(args) or search(*args))
     bib._noise.cache_clear()
     first = bib.calibrate_fe1(1.0, 1e-9, 5_000, 2**16, calibration="hockey_stick")
     assert bib.calibrate_fe1(1.0, 1e-9, 5_000, 2**16, calibration="hockey_stick") == first
@@ -397,3 +396,33 @@ def test_a_calibration_asked_twice_searches_once(monkeypatch):
         with pytest.raises(ParameterError, match="calibration must be one of numeric, hockey_stick, closed_form"):
             bib.calibrate_fe1(1.0, 1e-9, 5_000, 2**16, calibration=bad)
     bib._noise.cache_clear()
+
+
+@pytest.mark.parametrize("command", [["fe1", "--domain", "1024"],
+                                     ["fe-hh", "--item-type", "int", "--domain", "65536", "--phi", "0.05"]])
+def test_a_calibration_met_before_is_read_from_disk_and_imports_no_scipy(tmp_path, command):
+    """FE1's mu and fe-hh's (with its level tails) are kept on disk per version of their code
+    (protocols.balls_into_bins.kept_calibration, privacy.evaluation_cache): two whole processes at the same
+    settings, the first computes and keeps, the second reads every value, imports no scipy.special (the binomial
+    tails' special functions; numba, where the count loads it, imports scipy's top package) and reports the same."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    items = tmp_path / "items.txt"
+    items.write_text("\n".join(map(str, np.random.default_rng(4).zipf(1.5, 3000) % 1024)) + "\n")
+    code = ("import sys\nsys.argv = ['privagg', 'estimate', *{command!r}, '--input', {input!r}, '--epsilon', '1', "
+            "'--delta', '1e-8', '--seed', '2', '--json', '--output', {output!r}]\nfrom privagg.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write(repr('scipy.special' in sys.modules))")
+    env = {**os.environ, "PRIVAGG_CACHE": str(tmp_path / "cache")}
+    loaded, reports = [], []
+    for run in range(2):
+        output = tmp_path / f"report{run}.json"
+        out = subprocess.run([sys.executable, "-c", code.format(command=command, input=str(items), output=str(output))],
+                             env=env, capture_output=True, text=True, check=True)
+        loaded.append(out.stderr[-5:].strip())
+        report = json.loads(output.read_text())
+        del report["simulation"]["seconds"]
+        reports.append(report)
+    assert loaded == ["True", "False"] and reports[0] == reports[1]

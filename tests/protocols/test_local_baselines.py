@@ -112,6 +112,28 @@ def test_the_client_draws_exactly_the_audited_coins(name):
         np.testing.assert_array_equal(messages["sign"], lb.hadamard_sign(codes, j) ^ flip)
 
 
+def test_olh_clients_on_threads_send_what_one_client_sends(monkeypatch):
+    """The simulator draws OLH's clients batch after batch on one thread and writes their messages on WORKERS
+    others (OLHClient.draw, then write): the messages randomize makes from the same stream, batch after batch."""
+    from privagg.simulate import runner
+
+    params = registry.calibrate("olh", epsilon=1.0, n_users=5000, domain_size=64)
+    client, codes = lb.OLHClient(params), np.random.default_rng(2).integers(0, 64, 5000)
+    rng = np.random.default_rng(8)
+    one = [client.randomize(codes[lo:lo + 1200], rng) for lo in range(0, 5000, 1200)]
+    written = []
+    write = lb.OLHClient.write
+    monkeypatch.setattr(lb.OLHClient, "write", lambda self, *a: written.append(len(a[0])) or write(self, *a))
+    monkeypatch.setattr(runner, "MESSAGES_PER_BATCH", 1200)
+    for workers in (1, 2):
+        monkeypatch.setattr(runner, "WORKERS", workers)
+        written.clear()
+        threaded = runner._run_clients(client, params, codes, np.random.default_rng(8), None)
+        assert sorted(written) == [200, 1200, 1200, 1200, 1200]
+        for name in "uvw":
+            np.testing.assert_array_equal(threaded[name], np.concatenate([b[name] for b in one]))
+
+
 def test_a_claim_below_the_randomizers_epsilon_is_refused_to_the_last_bit():
     params = registry.calibrate("grr", epsilon=1.0, n_users=10, domain_size=3)
     data = {**params.to_dict(), "local_epsilon": math.nextafter(1.0, 2.0)}

@@ -236,6 +236,53 @@ def test_vector_aggregates_merge_and_drop_malformed_rows():
     assert params.paper_mse_bound() == pytest.approx(paper)
 
 
+def test_packed_records_are_counted_as_their_columns_are():
+    """The analyzer's one pass over two-byte records (coordinate + 256 level) gives the aggregate of its pass over
+    the columns (MessageLayout.validate's rule), records outside [0, d) x [0, k] dropped as malformed, at the largest
+    d and k one byte holds too; wider records (d above 256) take the columns' pass."""
+    rng = np.random.default_rng(11)
+    for d, k in ((8, 3), (256, 255), (300, 3)):
+        params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=20_000, domain_size=d,
+                                    levels=k)
+        analyzer = pb.VectorAnalyzer(params)
+        records = np.empty(20_000, dtype=params.layout.record_dtype)
+        records["coordinate"] = rng.integers(0, min(d + 5, np.iinfo(records["coordinate"].dtype).max + 1), 20_000)
+        records["value"] = rng.integers(0, min(k + 3, 256), 20_000)
+        assert pb._packed_bytes(MessageBatch.from_records(records), params.layout) == (d <= 256)
+        packed = analyzer.agg_update(analyzer.agg_init(), MessageBatch.from_records(records))
+        columns = analyzer.agg_update(analyzer.agg_init(), MessageBatch({n: records[n].copy() for n in ("coordinate",
+                                                                                                         "value")}))
+        for name in ("sums", "squares", "counts", "messages", "malformed"):
+            assert np.array_equal(getattr(packed, name), getattr(columns, name)), (d, k, name)
+        assert packed.malformed > 0 or d == 256
+
+
+def test_draws_apart_from_the_arithmetic_make_randomizes_messages(monkeypatch):
+    """The simulator's clients drawn on one thread and written on WORKERS others (VectorClient.draw, then write,
+    batch after batch from one stream) make the messages randomize makes from the same stream, for each way of
+    choosing coordinates and any number of threads."""
+    from privagg.simulate import runner
+
+    vectors = np.random.default_rng(4).random((5000, 6), dtype=np.float32)
+    written = []
+    write = pb.VectorClient.write
+    monkeypatch.setattr(pb.VectorClient, "write", lambda self, *a: written.append(len(a[0])) or write(self, *a))
+    for t in (1, 2, 3, 6):
+        params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=5000, domain_size=6,
+                                    coordinates_per_user=t)
+        client, rng = pb.VectorClient(params), np.random.default_rng(9)
+        one = [client.randomize(vectors[lo:lo + 1200], rng) for lo in range(0, 5000, 1200)]
+        expected = {name: np.concatenate([b[name] for b in one]) for name in ("coordinate", "value")}
+        monkeypatch.setattr(runner, "MESSAGES_PER_BATCH", 1200 * t)
+        for workers in (1, 2, 3):
+            monkeypatch.setattr(runner, "WORKERS", workers)
+            written.clear()
+            threaded = runner._run_clients(client, params, vectors, np.random.default_rng(9), None)
+            assert sorted(written) == [200, 1200, 1200, 1200, 1200]  # five batches, each written on a thread
+            for name in expected:
+                assert np.array_equal(threaded[name], expected[name]), (t, workers, name)
+
+
 def test_distinct_coordinates_are_a_uniform_ordered_subset():
     """Chi-square over the 20 ordered pairs of 5 coordinates (19 degrees of freedom: the 0.999 quantile is 43.8)."""
     from scipy.stats import chi2

@@ -154,7 +154,7 @@ def count_one_tile(u, v, w, q, b, domain_size, counts, lo, hi, u_inverses):
 def count_direct(u, v, w, q, b, domain_size, counts, lo, hi, wrapped):
     """counts[x] += preimage hits of x among messages lo..hi - 1, each walk incrementing the counters in place;
     returns how many items it appended to ``wrapped`` (each counter that wraps to 0: a narrow one, whose ``wrap``
-    :func:`count_all` adds back).
+    :func:`add_rows` adds back).
 
     For counters that fit a tile (in L2, :func:`privagg.core.hashing._count_all_plan`): there the walk in j-order
     hits cache, and costs an addition a step where :func:`count_sorted`'s costs its selects."""
@@ -280,33 +280,47 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, state, wrappe
 
 
 @nb.njit(cache=True, parallel=True)
-def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, u_inverses, wrapped, wrap, out):
-    """out[x] += preimage hits of x among all messages, counted in counts_per_thread[t, x] (zeros) by thread t
-    over its share of messages (``u_inverses``: the table of inverses mod q for a domain of at most 2^TABLE_BITS
-    items and a small q, else empty); the rows are then added into ``out`` (int64) by all threads, a block of the
-    domain each.
+def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, wrapped, n_wrapped):
+    """counts_per_thread[t, x] (zeros) += preimage hits of x among thread t's share of the messages.
 
     The counters may be narrower than the counts (uint8 or uint16): each time one wraps, thread t appends its item
-    to wrapped[t] (room for its share's preimages / ``wrap`` items: a counter wraps once per ``wrap`` hits, its
-    type's range), and ``wrap`` is added back to ``out`` for each. A quarter or half the bytes of int32 counters
-    to hold in L2 and to touch first.
+    to wrapped[t] (room for its share's preimages / the type's range: a counter wraps once per that many hits) and
+    their number is n_wrapped[t]; :func:`add_rows` adds the range back for each. A quarter or half the bytes of
+    int32 counters to hold in L2 and to touch first.
 
-    A domain whose counters fit a ``tile`` (in L2) is counted in place, message by message (:func:`count_direct`;
-    :func:`count_one_tile` with the table); a larger one tile by tile, each message's preimages in increasing
-    order (:func:`count_sorted`, the walks' state in state[t]: a share's messages and one row more).
+    A domain whose counters fit a ``tile`` (in L2) is counted in place, message by message (:func:`count_direct`);
+    a larger one tile by tile, each message's preimages in increasing order (:func:`count_sorted`, the walks'
+    state in state[t]: a share's messages and one row more). A domain of at most 2^TABLE_BITS items and a small q
+    is :func:`count_all_table`'s (int32 counters only): compiled apart, so that the narrow counters' variants of
+    this kernel do not compile its path.
     """
     n_threads = counts_per_thread.shape[0]
     share = (u.size + n_threads - 1) // n_threads
-    n_wrapped = np.zeros(n_threads, np.int64)
     for t in nb.prange(n_threads):
         lo, hi = t * share, min(u.size, (t + 1) * share)
-        if u_inverses.size:
-            count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
-        elif domain_size <= tile:
+        if domain_size <= tile:
             n_wrapped[t] = count_direct(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, wrapped[t])
         else:
             n_wrapped[t] = count_sorted(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, tile, state[t],
                                         wrapped[t])
+
+
+@nb.njit(cache=True, parallel=True)
+def count_all_table(u, v, w, q, b, domain_size, counts_per_thread, u_inverses):
+    """counts_per_thread[t, x] (int32 zeros) += preimage hits of x among thread t's share of the messages, for a
+    domain of at most 2^TABLE_BITS items and a small q, given the table of inverses mod q (:func:`count_one_tile`)."""
+    n_threads = counts_per_thread.shape[0]
+    share = (u.size + n_threads - 1) // n_threads
+    for t in nb.prange(n_threads):
+        count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], t * share, min(u.size, (t + 1) * share),
+                       u_inverses)
+
+
+@nb.njit(cache=True, parallel=True)
+def add_rows(counts_per_thread, wrapped, n_wrapped, wrap, out):
+    """out[x] += the sum of counts_per_thread[:, x] (int64 ``out``), by all threads a block of the domain each;
+    then ``wrap`` for each item in wrapped[t, :n_wrapped[t]] (a narrow counter that wrapped, :func:`count_all`)."""
+    n_threads, domain_size = counts_per_thread.shape
     block = 1 << 16
     for k in nb.prange((domain_size + block - 1) // block):
         for x in range(k * block, min(domain_size, (k + 1) * block)):
@@ -314,7 +328,7 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, u_inve
             for t in range(n_threads):
                 total += counts_per_thread[t, x]
             out[x] = total
-    for t in range(n_threads):
+    for t in range(n_wrapped.size):
         for j in range(n_wrapped[t]):
             out[wrapped[t, j]] += wrap
 

@@ -216,17 +216,22 @@ class UniversalHash:
             return self._count_pairs(u, v, w, domain_size, out)
         if by_key_cheaper(self.modulus, self.bins, domain_size, u.size):
             return self._count_by_key(u, v, w, domain_size, out)
-        from .hash_kernels import TABLE_BITS, count_all
+        from .hash_kernels import TABLE_BITS, add_rows, count_all, count_all_table
 
         table = domain_size <= 1 << TABLE_BITS and self.modulus <= INVERSE_TABLE_MAX
         threads = _count_all_plan(domain_size, 4)[0]
         counter, wraps = self._counters(u.size, threads, domain_size, one_tile=table)
         tile = _count_all_plan(domain_size, np.dtype(counter).itemsize)[1]
         counts = np.zeros((threads, domain_size), dtype=counter)
-        walks = -(-u.size // threads) + 1 if not table and domain_size > tile else 0  # over tiles: a walk's state
-        count_all(*_kernel_columns(u, v, w), self.modulus, self.bins, domain_size, counts, tile,
-                  np.empty((threads, walks, 8), np.int64), self._inverses if table else np.zeros(0, np.int64),
-                  np.empty((threads, wraps), np.int64), 1 << (8 * np.dtype(counter).itemsize), out)
+        wrapped, n_wrapped = np.empty((threads, wraps), np.int64), np.zeros(threads, np.int64)
+        columns = _kernel_columns(u, v, w)
+        if table:
+            count_all_table(*columns, self.modulus, self.bins, domain_size, counts, self._inverses)
+        else:
+            walks = -(-u.size // threads) + 1 if domain_size > tile else 0  # over tiles: a walk's state
+            count_all(*columns, self.modulus, self.bins, domain_size, counts, tile,
+                      np.empty((threads, walks, 8), np.int64), wrapped, n_wrapped)
+        add_rows(counts, wrapped, n_wrapped, 1 << (8 * np.dtype(counter).itemsize), out)
         return out
 
     def _count_pairs(self, u: np.ndarray, v: np.ndarray, w: np.ndarray, domain_size: int,

@@ -71,17 +71,30 @@ def _inverse(a: np.ndarray) -> np.ndarray:
 
 def lagrange_weights(holders: np.ndarray) -> np.ndarray:
     """Lagrange's basis polynomials of the points x = holders + 1 (distinct 0-based holders) at 0, over GF(PRIME):
-    w_i = prod_{j != i} x_j / (x_j - x_i), in :data:`ROWS` rows of differences at a time (O(t^2) products, in
-    numpy)."""
+    w_i = prod_{j != i} x_j / (x_j - x_i), in blocks of at least :data:`ROWS` rows of differences (O(t^2) products,
+    in numpy). ``holders`` 2-D: each row its own points (the owners on a neighbour graph, each with his holders),
+    every row's weights at once, in the same shape."""
     x = np.asarray(holders, dtype=np.int64) + 1
-    numerators = _product(np.broadcast_to(x, (1, x.size)).copy())[0] * _inverse(x) % PRIME
-    denominators = np.empty(x.size, dtype=np.int64)
-    for start in range(0, x.size, ROWS):
-        rows = x[start:start + ROWS]
-        differences = (x[None, :] - rows[:, None]) % PRIME
-        differences[np.arange(rows.size), np.arange(start, start + rows.size)] = 1  # j = i left out
+    if x.ndim == 1:
+        return lagrange_weights(x[None, :] - 1)[0]
+    t = x.shape[1]
+    numerators = _product(x)[:, None] * _inverse(x) % PRIME
+    denominators = np.empty(x.size, dtype=np.int64)  # row r: the differences x_j - x_i of point set r // t, i = r % t
+    step = max(ROWS, BLOCK * ROWS // max(t, 1))  # rows of t differences at a time (about 2^20 elements)
+    for start in range(0, x.size, step):
+        rows = np.arange(start, min(start + step, x.size))
+        sets, i = np.divmod(rows, t)
+        differences = (x[sets] - x[sets, i][:, None]) % PRIME
+        differences[np.arange(rows.size), i] = 1  # j = i left out
         denominators[start:start + rows.size] = _product(differences)
-    return numerators * _inverse(denominators) % PRIME
+    return numerators * _inverse(denominators.reshape(x.shape)) % PRIME
+
+
+def at_zero(weights: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """sum_i weights[s, i] shares[s, i, :] mod PRIME for each secret s: each secret's limbs from its own holders'
+    Lagrange weights (``weights``: secrets x t, :func:`lagrange_weights` of each one's holders; ``shares``: secrets x
+    t x limbs), exactly in int64 (a product is below 2^42, a sum of t < 2^21 of them below 2^63)."""
+    return np.einsum("si,sil->sl", np.asarray(weights, np.int64), np.asarray(shares, np.int64)) % PRIME
 
 
 def check_threshold(threshold: int, holders: int) -> tuple[int, int]:

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..core import bisection
 from ..core.encoding import check_item_key
 from ..core.hashing import MAX_MODULUS_BITS, UniversalHash
 from ..core.messages import SLICE_ROWS, Column, MessageBatch, MessageLayout
@@ -49,7 +50,9 @@ from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer
 from ..privacy import balls_into_bins as calibration_bib
+from ..privacy import shuffle
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
+from ..privacy.evaluation_cache import on_disk
 from . import exact_laws
 from .exact_laws import LawSize
 from .parameters import FrozenParameters, check_item_codes, honest_users, with_reporters
@@ -278,7 +281,7 @@ class BallsIntoBinsParameters(FrozenParameters):
 
     def delta_at(self, epsilon: float) -> float:
         """The delta this noise level buys at ``epsilon`` (hockey-stick bound; any calibration)."""
-        return calibration_bib.delta_at(epsilon, self.mu, self.honest_users, self.noise_bins, self.overlap)
+        return kept_delta_at(epsilon, self.mu, self.honest_users, self.noise_bins, self.overlap)
 
     def check_codes(self, codes) -> np.ndarray:
         return check_item_codes(codes, self.domain_size)
@@ -391,13 +394,22 @@ def check_honest_fraction(fraction: float, n_users: int) -> float:
     return float(fraction)
 
 
+# A calibration's mu, and the delta a mu buys, are pure functions of their arguments and of the code that computes
+# them: kept on disk per version of that code (privacy.evaluation_cache, as the blanket accountant's values), so that
+# a run at settings met before reads them, imports no scipy.special (the binomial tails' special functions: 0.2-0.5 s
+# of CPU) and searches nothing
+CALIBRATION_SOURCES = (calibration_bib.__file__, shuffle.__file__, bisection.__file__)
+kept_calibration = on_disk("balls-into-bins", CALIBRATION_SOURCES)(calibration_bib.calibrate)
+kept_delta_at = on_disk("balls-into-bins", CALIBRATION_SOURCES)(calibration_bib.delta_at)  # each report's profile
+
+
 @functools.lru_cache(maxsize=16)
 def _noise(epsilon: float, delta: float, honest: int, bins: int, calibration: str, overlap: float) -> float:
-    """mu of :func:`privagg.privacy.balls_into_bins.calibrate`, kept: ``privagg estimate`` calibrates before reading
-    its input (for the file's estimated n, :func:`privagg.simulate.frequency.check_resources`) and again for the
-    n read, the same search where the estimate was exact (Parquet, .npy, text under a mebibyte): 0.04 s of CPU
-    at n = 10^5, B = 2^24, twice."""
-    return calibration_bib.calibrate(epsilon, delta, honest, bins, calibration, overlap)
+    """mu of :func:`privagg.privacy.balls_into_bins.calibrate`, kept on disk (:data:`kept_calibration`) and in the
+    process: ``privagg estimate`` calibrates before reading its input (for the file's estimated n,
+    :func:`privagg.simulate.frequency.check_resources`) and again for the n read, the same search where the
+    estimate was exact (Parquet, .npy, text under a mebibyte): 0.04 s of CPU at n = 10^5, B = 2^24, twice."""
+    return kept_calibration(epsilon, delta, honest, bins, calibration, overlap)
 
 
 def _calibrated(cls, epsilon, delta, n_users, domain_size, calibration, noise_bins=None, overlap=0.0,

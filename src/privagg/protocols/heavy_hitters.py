@@ -44,9 +44,10 @@ from ..core.messages import Column, MessageBatch, MessageLayout
 from ..core.primes import next_prime
 from ..core.randomness import RNGLike, resolve
 from ..errors import ParameterError, check_delta, check_epsilon, check_integer, check_sequence
-from ..privacy import balls_into_bins as calibration_bib
+from ..privacy import balls_into_bins as calibration_bib, shuffle
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
-from .balls_into_bins import N_USERS_MAX, dummy_counts
+from ..privacy.evaluation_cache import on_disk
+from .balls_into_bins import N_USERS_MAX, dummy_counts, kept_calibration, kept_delta_at
 from . import exact_laws
 from .parameters import FrozenParameters
 from .results import MAX_ERROR_BETA, HeavyHitterList
@@ -83,13 +84,12 @@ def _first_level(n_users: int, phi: float, width: int, step: int) -> int:
     return min(s, width - step)
 
 
+@on_disk("fe-hh-level-tails", (__file__, shuffle.__file__))  # kept per version of this code (privacy.evaluation_cache)
 def level_tail(n_users: int, levels: int, users: int) -> float:
     """Pr[the changed user's level holds fewer than ``users`` users]: 1 + Bin(n - 1, 1 / levels) < m."""
     if levels == 1 or users < 2:
         return 0.0
-    from ..privacy.shuffle import binomial_cdf
-
-    return float(binomial_cdf(users - 2, n_users - 1, 1.0 / levels))
+    return float(shuffle.binomial_cdf(users - 2, n_users - 1, 1.0 / levels))
 
 
 def _level_users(n_users: int, levels: int, budget: float) -> int:
@@ -398,7 +398,7 @@ class HeavyHitterParameters(FrozenParameters):
     def delta_at(self, epsilon: float) -> float:
         """delta at ``epsilon``: FE1's hockey-stick bound for level_users users at the least private level, plus
         the chance that the changed user's level has fewer users."""
-        return self.level_tail + calibration_bib.delta_at(epsilon, self.mu, self.level_users, self.bins, self.overlap)
+        return self.level_tail + kept_delta_at(epsilon, self.mu, self.level_users, self.bins, self.overlap)
 
     @property
     def privacy(self) -> PrivacyDescription:
@@ -579,8 +579,7 @@ def calibrate_fe_hh(epsilon: float, delta: float, n_users: int, domain_size: int
     choices = []
     for users in sorted({_level_users(n, levels, share * delta) for share in TAIL_SHARES}):
         if users >= 2:
-            mu = calibration_bib.calibrate(epsilon, delta - level_tail(n, levels, users), users, bins, calibration,
-                                           overlap)
+            mu = kept_calibration(epsilon, delta - level_tail(n, levels, users), users, bins, calibration, overlap)
             choices.append((mu * bins / users, users, mu))
     _, users, mu = min(choices)
     return HeavyHitterParameters(

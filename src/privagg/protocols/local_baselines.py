@@ -27,7 +27,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -452,16 +452,46 @@ class OUEClient:
         return self.layout.batch({"value": np.concatenate(parts)})
 
 
+class OLHDraws(NamedTuple):
+    """Every random choice of a batch of :class:`OLHClient` users, none of which depends on their items: each
+    user's hash key (u, v), whether his hashed item is replaced, and the replacements' draws over the other
+    g - 1 values."""
+
+    u: np.ndarray
+    v: np.ndarray
+    replaced: np.ndarray  # bool, a user each
+    other: np.ndarray  # in [0, g - 1), one a replaced user
+
+
 class OLHClient:
+    """Each user's own hash h_{u,v}, his item's hash under it kept by randomized response over [g]
+    (:func:`_randomized_response`), sent with the key. Its randomness is drawn apart from the arithmetic
+    (:meth:`draw`, then :meth:`write`), in the order of one stream, as
+    :class:`~privagg.protocols.privacy_blanket.VectorClient`'s: the simulator computes the messages on other
+    threads (``simulate.runner``), the same messages as one thread's."""
+
     def __init__(self, parameters: OLHParameters) -> None:
         self.parameters, self.layout = parameters, parameters.layout
 
     def randomize(self, codes, rng: RNGLike = None) -> MessageBatch:
-        p, rng = self.parameters, resolve(rng)
-        codes = p.check_codes(codes)
-        u, v = p.hash.sample_keys(codes.size, rng)
-        w = _randomized_response(p.hash.evaluate(u, v, codes), p.bins, p.keep_numerator, rng)
-        return self.layout.batch({"u": u, "v": v, "w": w})
+        codes = self.parameters.check_codes(codes)
+        records = np.empty(codes.size, dtype=self.layout.record_dtype)
+        self.write(codes, self.draw(codes.size, resolve(rng)), records)
+        return self.layout.batch({name: records[name] for name in self.layout.names})
+
+    def draw(self, users: int, rng: np.random.Generator) -> OLHDraws:
+        """The randomness of ``users`` clients (:class:`OLHDraws`), as :func:`_randomized_response` draws it."""
+        p = self.parameters
+        u, v = p.hash.sample_keys(users, rng)
+        replaced = ~coins(p.keep_numerator, users, rng)
+        return OLHDraws(u, v, replaced, rng.integers(0, p.bins - 1, size=int(replaced.sum())))
+
+    def write(self, codes: np.ndarray, draws: OLHDraws, out: np.ndarray) -> None:
+        """The messages of ``codes`` (checked) under ``draws`` into ``out``, a row a user of the layout's record
+        dtype: numpy's arithmetic alone, which releases the GIL."""
+        w = self.parameters.hash.evaluate(draws.u, draws.v, codes)
+        w[draws.replaced] = draws.other + (draws.other >= w[draws.replaced])  # the true value skipped
+        out["u"], out["v"], out["w"] = draws.u, draws.v, w
 
 
 class HadamardClient:

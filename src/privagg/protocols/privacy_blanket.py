@@ -17,7 +17,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -550,13 +550,18 @@ def suggested_design(parameters: BlanketVectorParameters) -> tuple[int, int, flo
 
 
 def randomized_rounding(values: np.ndarray, levels: int, rng: np.random.Generator) -> np.ndarray:
-    """floor(x k) + Bern(x k - floor(x k)) in {0..k}: unbiased for x k (reference Algorithm 2, step 2). x k is
-    taken in float64 (exact for float32 values and k < 2^29), in place: one array besides the levels."""
+    """floor(x k) + Bern(x k - floor(x k)) in {0..k}: unbiased for x k (reference Algorithm 2, step 2)."""
+    return rounded(values, levels, rng.random(values.shape))
+
+
+def rounded(values: np.ndarray, levels: int, uniforms: np.ndarray) -> np.ndarray:
+    """:func:`randomized_rounding` given its uniforms: floor(x k) + [u < x k - floor(x k)]. x k is taken in float64
+    (exact for float32 values and k < 2^29), in place: one array besides the levels."""
     scaled = np.multiply(values, levels, dtype=np.float64)
     low = np.empty_like(scaled)
     np.modf(scaled, out=(scaled, low))  # x k >= 0 (or -0.0): its whole part is its floor, and scaled its fraction
     level = low.astype(np.int64)
-    level += rng.random(values.shape) < scaled
+    level += uniforms < scaled
     return level
 
 
@@ -572,9 +577,23 @@ def distinct_coordinates(users: int, dimension: int, t: int, rng: np.random.Gene
     return chosen
 
 
+class VectorDraws(NamedTuple):
+    """Every random choice of a batch of :class:`VectorClient` users, none of which depends on their vectors: each
+    user's t coordinates, the rounding's uniforms, the blanket's coins, and the uniform levels of the replaced."""
+
+    chosen: np.ndarray  # (users, t) coordinates
+    uniforms: np.ndarray  # (users, t) in [0, 1)
+    replaced: np.ndarray  # (users t,) bool
+    levels: np.ndarray  # the replaced reports' levels, uniform over {0..k}
+
+
 class VectorClient:
     """R_{d,k,n,t} (reference Algorithm 2): t distinct coordinates (integer random keys), each randomly rounded to
-    {0..k} and sent as (coordinate, value), the value replaced by a uniform level with probability gamma."""
+    {0..k} and sent as (coordinate, value), the value replaced by a uniform level with probability gamma.
+
+    Its randomness is drawn apart from the arithmetic (:meth:`draw`, then :meth:`write`), in the order of one
+    stream: no draw depends on the vectors, so the simulator draws a batch's while other threads compute the
+    messages of the batches before it (``simulate.runner``), the same messages as one thread's."""
 
     def __init__(self, parameters: BlanketVectorParameters) -> None:
         self.parameters, self.layout = parameters, parameters.layout
@@ -583,10 +602,14 @@ class VectorClient:
         return self.randomize_checked(check_vectors(vectors, self.parameters.dimension), rng)
 
     def randomize_checked(self, vectors: np.ndarray, rng: RNGLike = None) -> MessageBatch:
-        """:meth:`randomize` over vectors :func:`check_vectors` has passed: the simulator checks the population
-        once (``check_codes``), then runs its clients a batch at a time over it (a pass over the data less)."""
-        p, rng = self.parameters, resolve(rng)
-        users, t = vectors.shape[0], p.coordinates
+        """:meth:`randomize` over vectors :func:`check_vectors` has passed."""
+        records = np.empty(vectors.shape[0] * self.parameters.coordinates, dtype=self.layout.record_dtype)
+        self.write(vectors, self.draw(vectors.shape[0], resolve(rng)), records)
+        return self.layout.batch({name: records[name] for name in self.layout.names})
+
+    def draw(self, users: int, rng: np.random.Generator) -> VectorDraws:
+        """The randomness of ``users`` clients (:class:`VectorDraws`)."""
+        p, t = self.parameters, self.parameters.coordinates
         if t == p.dimension:
             chosen = np.tile(np.arange(t), (users, 1))
         elif t * t <= p.dimension:
@@ -594,10 +617,17 @@ class VectorClient:
         else:
             keys = rng.integers(0, 2**62, size=(users, p.dimension), dtype=np.int64)
             chosen = np.argpartition(keys, t - 1, axis=1)[:, :t]
-        values = randomized_rounding(_picked(vectors, chosen), p.levels, rng).ravel()
-        replaced = coins(at_least(p.gamma), values.size, rng)
-        values[replaced] = rng.integers(0, p.levels + 1, size=int(replaced.sum()))
-        return self.layout.batch({"coordinate": chosen.ravel(), "value": values})
+        uniforms = rng.random((users, t))
+        replaced = coins(at_least(p.gamma), users * t, rng)
+        return VectorDraws(chosen, uniforms, replaced, rng.integers(0, p.levels + 1, size=int(replaced.sum())))
+
+    def write(self, vectors: np.ndarray, draws: VectorDraws, out: np.ndarray) -> None:
+        """The messages of ``vectors`` (checked) under ``draws`` into ``out``, t rows a user of the layout's record
+        dtype: numpy's arithmetic alone, which releases the GIL."""
+        values = rounded(_picked(vectors, draws.chosen), self.parameters.levels, draws.uniforms).ravel()
+        values[draws.replaced] = draws.levels
+        out["coordinate"] = draws.chosen.ravel()
+        out["value"] = values
 
 
 def _picked(vectors: np.ndarray, chosen: np.ndarray) -> np.ndarray:
@@ -607,6 +637,22 @@ def _picked(vectors: np.ndarray, chosen: np.ndarray) -> np.ndarray:
         return np.take_along_axis(vectors, chosen, axis=1)
     rows = np.arange(0, vectors.size, vectors.shape[1])[:, None]
     return vectors.reshape(-1).take(rows + chosen, mode="clip")  # every index in range: clip moves none
+
+
+def _packed_bytes(batch: MessageBatch, layout: MessageLayout) -> bool:
+    """Whether ``batch`` is stored row-major in ``layout``'s records of one byte a column, coordinate then value
+    (d and k + 1 at most 256): the simulator's population, and each slice of it."""
+    records = batch.records
+    return (records is not None and records.dtype == layout.record_dtype and records.dtype.itemsize == 2
+            and records.flags.c_contiguous)
+
+
+def _byte_pair_table(records: np.ndarray, d: int, types: int) -> np.ndarray:
+    """The (coordinate, level) counts of records of two bytes, in one pass: each record read as the little-endian
+    16-bit number coordinate + 256 level, counted over the 2^16 of them; a record outside [0, d) x [0, types) is
+    malformed (:meth:`MessageLayout.validate`'s rule) and left out of the (d, types) table returned."""
+    counts = np.bincount(records.view("<u2"), minlength=1 << 16).reshape(256, 256)  # [level, coordinate]
+    return counts[:types, :d].T
 
 
 @dataclass
@@ -638,14 +684,18 @@ class VectorAnalyzer:
     def agg_update(self, agg: VectorAggregate, messages: MessageBatch) -> VectorAggregate:
         d, types = self.parameters.dimension, self.parameters.levels + 1
         for part in messages.slices():
-            clean, dropped = self.layout.validate(part)
-            cells = clean["coordinate"].astype(np.int64) * types + clean["value"]  # (coordinate, level) counts
-            table = np.bincount(cells, minlength=d * types).reshape(d, types)
+            if _packed_bytes(part, self.layout):
+                table, rows = _byte_pair_table(part.records, d, types), len(part)
+            else:
+                clean, dropped = self.layout.validate(part)
+                cells = clean["coordinate"].astype(np.int64) * types + clean["value"]  # (coordinate, level) counts
+                table, rows = np.bincount(cells, minlength=d * types).reshape(d, types), len(part)
+            counted = int(table.sum())
             agg.sums += table @ np.arange(types)
             agg.squares += table @ np.arange(types) ** 2
             agg.counts += table.sum(axis=1)
-            agg.messages += len(clean)
-            agg.malformed += dropped
+            agg.messages += counted
+            agg.malformed += rows - counted
         return agg
 
     def merge(self, aggs) -> VectorAggregate:

@@ -114,8 +114,13 @@ def _check_public_key(raw: bytes) -> bytes:
     try:
         X25519PrivateKey.from_private_bytes(bytes(32)).exchange(X25519PublicKey.from_public_bytes(raw))
     except ValueError:
-        raise ParameterError("message", "an X25519 public key of large order", "a key of low order") from None
+        raise low_order() from None
     return raw
+
+
+def low_order() -> ParameterError:
+    """The refusal of an X25519 public key of low order (all its shared secrets zero)."""
+    return ParameterError("message", "an X25519 public key of large order", "a key of low order")
 
 
 def _fixed(body: bytes, count: int, expected_count: int, size: int, what: str) -> bytes:
@@ -125,12 +130,14 @@ def _fixed(body: bytes, count: int, expected_count: int, size: int, what: str) -
 
 
 def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], sender: int | None = None,
-           recipient: int | None = None) -> Message:
+           recipient: int | None = None, agreed: bool = False) -> Message:
     """The message in ``raw``, every field checked: the magic and version, a kind among ``kinds``, the sender and
     recipient among the n users (and equal to ``sender`` / ``recipient`` when given), no one sending to himself,
     exactly the payload's length, every element in its field, a public key not of low order, revealed owners
     among the n users and each once (an opening's holders), complaints about other users, ascending, pair seeds with
-    other users, ascending. A ParameterError (field ``message``) names what is wrong."""
+    other users, ascending. A ParameterError (field ``message``) names what is wrong. ``agreed``: the caller agrees
+    a secret with the key at once (:meth:`~privagg.protocols.sharing_parties.PairShares.seeds`, which refuses a key
+    of low order with the same error), so its order is not checked twice (the check is an X25519 agreement)."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) < HEADER.size:
         raise ParameterError("message", f"a privagg sharing message of at least {HEADER.size} bytes",
                              f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__)
@@ -151,7 +158,8 @@ def decode(parameters: SharingParameters, raw: bytes, kinds: Sequence[int], send
     body = bytes(raw[HEADER.size:])
     if kind == ADVERTISE:
         body = _fixed(body, count, 2 * KEY_BYTES, 2 * KEY_BYTES, f"a public key and a hash of {KEY_BYTES} bytes each")
-        return Message(kind, source, target, _check_public_key(body[:KEY_BYTES]) + body[KEY_BYTES:])
+        return Message(kind, source, target, body if agreed else _check_public_key(body[:KEY_BYTES]) +
+                       body[KEY_BYTES:])
     if kind in (COMMITMENTS, COMMITMENT, SIGNATURE):
         h = holders(parameters)
         pairs = f"n = {n} pairs of commitments" if h == n else f"k + 1 = {h} pairs of commitments (one per holder)"

@@ -83,7 +83,7 @@ from .sharing_graph import planned, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
                                SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, committed_to,
-                               dealt_commitments, decode, decode_checked, encode, message_bytes)
+                               dealt_commitments, decode, decode_checked, encode, low_order, message_bytes)
 
 
 def threshold(parameters: SharingParameters) -> int:
@@ -138,12 +138,17 @@ class PairShares:
 
     def seeds(self, public_key: bytes, me: int, other: int) -> tuple[bytes, bytes]:
         """The seeds of s_me,other and s_other,me: keyed by the pair's agreed secret, each labelled with the pair
-        and its direction, so that revealing them (round 6) reveals no other pair's shares."""
+        and its direction, so that revealing them (round 6) reveals no other pair's shares. A ParameterError for a
+        ``public_key`` of low order (:func:`~privagg.protocols.sharing_messages.low_order`), whose agreement is all
+        zeros."""
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
         from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-        agreed = self.key.exchange(X25519PublicKey.from_public_bytes(public_key))
+        try:
+            agreed = self.key.exchange(X25519PublicKey.from_public_bytes(public_key))
+        except ValueError:  # a key of low order: the agreement is all zeros
+            raise low_order() from None
         key = HKDF(hashes.SHA256(), SEED_BYTES, salt=None, info=b"privagg sharing pair v2").derive(agreed)
         return derive_seed(key, f"share {me} to {other}"), derive_seed(key, f"share {other} to {me}")
 
@@ -336,6 +341,11 @@ class SharingUser:
     ``identity``: his Ed25519 private key (core/identity.py), which signs the lists in round 4.
     """
 
+    # inbox fields whose messages are each a signature the role checks itself under its signer's roster identity key
+    # (round 5's): a device need not check their transport signatures too (docs/privacy.md, "What the signatures
+    # rest on": the role counts an entry only if its signer signed the lists, all the transport signature could add)
+    checks_signers = ("signatures",)
+
     def __init__(self, parameters: SharingParameters, index: int, min_survivors: int, rng: RNGLike = None,
                  state: UserState | None = None, identity: bytes | None = None) -> None:
         self.parameters, self.field, self.rng, self.identity = parameters, parameters.field, rng, identity
@@ -443,9 +453,10 @@ class SharingUser:
         return masked_sums([self], [keys])[0]
 
     def _users(self, listed: Sequence[int] | bytes, what: str) -> list[int]:
-        """A list of users as the server gave it: a list, or (on a neighbour graph) a USERS message, its bitmap."""
+        """A list of users as the server gave it: a list (checked), or (on a neighbour graph) a USERS message, its
+        bitmap, whose set bits are distinct users of the task, ascending, as decoded (n of them: not checked again)."""
         if isinstance(listed, (bytes, bytearray)):
-            listed = decode(self.parameters, listed, (USERS,), SERVER, self.index).payload
+            return decode(self.parameters, listed, (USERS,), SERVER, self.index).payload
         return self._check_list(listed, what)
 
     def _check_lists(self, senders: Sequence[int] | bytes, survivors: Sequence[int] | bytes
@@ -594,7 +605,7 @@ def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes] | Sequen
 
     def key_of(j: int, raw: bytes) -> bytes:
         if (j, raw) not in public:
-            public[j, raw] = decode(p, raw[:KEY_MESSAGE], (ADVERTISE,), j, SERVER).payload[:KEY_BYTES]
+            public[j, raw] = decode(p, raw[:KEY_MESSAGE], (ADVERTISE,), j, SERVER, agreed=True).payload[:KEY_BYTES]
         return public[j, raw]
 
     def shared(i: int, j: int) -> bool:  # both in the batch, each shown the other's key as the other was shown it

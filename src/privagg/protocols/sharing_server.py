@@ -147,19 +147,17 @@ class SharingServer:
 
     def published(self, user: int, field: str, listed: Sequence[int]) -> bytes:
         """``listed`` as a USERS message to ``user`` (a bitmap of n bits), the bitmap built once per list."""
-        cache = self.__dict__.setdefault("_bitmaps", {})
-        key = (field, tuple(listed))
-        if key not in cache:
-            if len(cache) > 8:  # lists of earlier rounds or tasks
-                cache.clear()
-            cache[key] = encode(self.parameters, USERS, SERVER, 0, listed)[HEADER.size:]
-        return HEADER.pack(MAGIC, VERSION, USERS, SERVER, user, self.parameters.n_users) + cache[key]
+        bitmaps = self.__dict__.setdefault("_bitmaps", {})
+        if not _same(bitmaps.get(field, (None,))[0], listed):
+            bitmaps[field] = listed, encode(self.parameters, USERS, SERVER, 0, listed)[HEADER.size:]
+        return HEADER.pack(MAGIC, VERSION, USERS, SERVER, user, self.parameters.n_users) + bitmaps[field][1]
 
     def statement(self, state: Mapping) -> bytes:
         """What the survivors sign in round 4 (:func:`~privagg.protocols.sharing_parties.signed_lists`), built once
         for the lists published."""
-        key = (state["keys"], tuple(state["checked"]), tuple(state["survivors"]))
-        if getattr(self, "_statement", (None,))[0] != key:
+        key = (state["keys"], state["checked"], state["survivors"])
+        kept = getattr(self, "_statement", None)
+        if kept is None or not (kept[0][0] == key[0] and all(_same(a, b) for a, b in zip(kept[0][1:], key[1:]))):
             self._statement = key, signed_lists(self.graph(state), state["checked"], state["survivors"],
                                                 bytes.fromhex(state["keys"]))
         return self._statement[1]
@@ -199,9 +197,9 @@ class SharingServer:
         if not graph.complete:  # n bits each, not n integers
             lists = {field: self.published(user, field, listed) for field, listed in lists.items()}
         if name == "reveal":
-            signed = messages["consistency"]
+            signed = messages["consistency"]  # U3's messages: the signers published
             signers = state["signers"] if graph.complete else [
-                v for v in graph.near(user, 2 * graph.half) if v in signed]
+                v for v in graph.near(user, 2 * graph.half) if member(state["signers"], v)]
             return {**lists, "signatures": {v: signed[v] for v in signers},
                     "identities": {v: state["identities"][v] for v in signers}}
         return lists
@@ -346,21 +344,23 @@ class SharingServer:
         return verified, blamed
 
     def rebuilt(self, verified: Mapping[int, list[tuple[int, np.ndarray]]]) -> dict[int, bytes | None]:
-        """Each owner's secret from the first t of his verified shares (None: they interpolate to no secret), the
-        owners with the same holders rebuilt at once."""
-        t, groups, rebuilt = self.threshold, {}, {}
-        for u, shares in verified.items():
-            groups.setdefault(tuple(k for k, _ in shares[:t]), []).append(u)
-        for holders_, owners in groups.items():
-            rows = np.stack([np.stack([row for _, row in verified[u][:t]]) for u in owners])
-            try:
-                rebuilt.update(zip(owners, shamir.combine(np.array(holders_), rows, t)))
-            except ParameterError:  # an owner of the group dealt shares of no secret: each alone
-                for u, row in zip(owners, rows):
-                    try:
-                        rebuilt[u] = shamir.combine(np.array(holders_), row[None], t)[0]
-                    except ParameterError:
-                        rebuilt[u] = None
+        """Each owner's secret from the first t of his verified shares (None: they interpolate to no secret), every
+        owner at once: the Lagrange weights of each distinct set of holders (one on the complete graph, one an owner
+        on a neighbour graph) in one vectorised pass, each owner's limbs from his (:func:`shamir.at_zero`), a block
+        of owners at a time."""
+        t, owners = self.threshold, list(verified)
+        distinct: dict[tuple[int, ...], int] = {}
+        which = np.array([distinct.setdefault(tuple(k for k, _ in verified[u][:t]), len(distinct)) for u in owners],
+                         dtype=np.int64)
+        weights = shamir.lagrange_weights(np.array(list(distinct), dtype=np.int64).reshape(len(distinct), t))
+        rebuilt: dict[int, bytes | None] = {}
+        step = max(1, shamir.BLOCK * shamir.ROWS // (t * LIMBS))  # owners at a time: about 2^20 shares
+        for start in range(0, len(owners), step):
+            block = owners[start:start + step]
+            limbs = shamir.at_zero(weights[which[start:start + step]],
+                                   np.array([[row for _, row in verified[u][:t]] for u in block], dtype=np.int64))
+            for u, row in zip(block, limbs):
+                rebuilt[u] = row.astype("<u2").tobytes() if row.max(initial=0) < 1 << 16 else None
         return rebuilt
 
     def opened(self, keys: Mapping[int, bytes], survivors: Sequence[int], reveals: Mapping[int, bytes],
@@ -469,6 +469,12 @@ def graph_seed(state: Mapping) -> bytes | None:
 def seed_digest(seed: bytes) -> str:
     """A short public digest of the graph's seed, for the release to name the graph it ran on."""
     return hashlib.blake2b(seed, digest_size=8, person=b"privagg graph").hexdigest()
+
+
+def _same(kept: Sequence[int] | None, listed: Sequence[int]) -> bool:
+    """Whether a list kept is ``listed``: the same object at once (the round driver keeps the state of a round, so a
+    request costs O(1), not O(n)), else compared."""
+    return kept is listed or (kept is not None and list(kept) == list(listed))
 
 
 def member(listed: Sequence[int], u: int) -> bool:

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +71,7 @@ MESSAGES_MAX = 2**27  # expected messages n (1 + rho) one simulated run may hold
 # about 35 s at the 3 10^7 a second measured for fe0's (1.46 10^9 messages at n = 10^5, B = 2^24: 51 s, silent;
 # at B = 2^28 it ran past a minute)
 FAST_MESSAGES_MAX = 2**30
+WORKERS = 2  # threads computing clients' messages where their draws come apart (_run_drawn_clients)
 ROLES = {Topology.SHUFFLE: ("clients", "shuffler"), Topology.LOCAL: ("clients",), Topology.CENTRAL: ("curator",),
          Topology.SECRET_SHARING: ("users", "server", "identities"),
          Topology.TWO_SERVERS: ("users", "server", "identities")}
@@ -353,9 +356,13 @@ def _run_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator
     into it as it comes, so the population is never held twice (as a list
     of batches and their concatenation). Batches hold about
     MESSAGES_PER_BATCH messages, whatever rho, which bounds their scratch.
+    A client that draws apart from its arithmetic (``draw`` and ``write``)
+    runs in :func:`_run_drawn_clients`.
     """
+    if hasattr(client, "draw"):
+        return _run_drawn_clients(client, parameters, codes, rng, progress)
     layout = client.layout
-    # the population passed check_codes: a client that can skip checking it again does (blanket-vector's)
+    # the population passed check_codes: a client that can skip checking it again does
     randomize = getattr(client, "randomize_checked", client.randomize)
     records = np.empty(_capacity(parameters), dtype=layout.record_dtype)
     users = max(1, int(MESSAGES_PER_BATCH // parameters.messages_per_user))
@@ -374,6 +381,30 @@ def _run_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator
     return MessageBatch.from_records(records[:filled])
 
 
+def _run_drawn_clients(client, parameters, codes: np.ndarray, rng: np.random.Generator,
+                       progress: Progress | None) -> MessageBatch:
+    """:func:`_run_clients` for a client of a fixed number of messages a user whose draws do not depend on its
+    users' values (blanket-vector's): this thread draws each batch's randomness in the stream's order
+    (``client.draw``) while WORKERS threads compute the messages of the batches drawn before it
+    (``client.write``, numpy's arithmetic, which releases the GIL), each into its own rows of the buffer. The
+    same messages as one thread's, on every core; at most WORKERS + 1 batches' draws held at a time."""
+    per = round(parameters.messages_per_user)
+    records = np.empty(len(codes) * per, dtype=client.layout.record_dtype)
+    users = max(1, MESSAGES_PER_BATCH // per)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        pending: deque = deque()
+        for lo in range(0, len(codes), users):
+            hi = min(lo + users, len(codes))
+            pending.append((hi - lo, pool.submit(client.write, codes[lo:hi], client.draw(hi - lo, rng),
+                                                 records[lo * per:hi * per])))
+            while pending and (len(pending) > WORKERS or hi == len(codes)):
+                done, written = pending.popleft()
+                written.result()
+                if progress:
+                    progress("randomize", done, len(codes))
+    return MessageBatch.from_records(records)
+
+
 def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = True) -> int:
     """About the peak memory a simulation of ``parameters`` takes besides the users' codes, in bytes.
 
@@ -385,7 +416,8 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
       of the layout's record dtype; the shuffle is in place and adds
       nothing), plus the larger of a client batch's scratch and the
       analyzer's working memory (its ``working_bytes``: the aggregate, one
-      slice's scratch, a kernel's counters).
+      slice's scratch, a kernel's counters); a client whose draws come apart
+      (:func:`_run_drawn_clients`) has WORKERS + 1 batches' scratch at once.
     * The fast path keeps no messages: one slice drawn at a time, then
       counted. The central curator gets the codes themselves.
 
@@ -406,4 +438,5 @@ def simulation_bytes(parameters, mode: str = "faithful", full_domain: bool = Tru
     if mode == "fast":
         rows = min(SLICE_ROWS, messages)
         return max(drawn * rows, working + row * rows)
-    return messages * row + max(drawn * min(MESSAGES_PER_BATCH, messages), working)
+    in_flight = WORKERS + 1 if hasattr(entry.client, "draw") else 1  # batches drawn at once (_run_drawn_clients)
+    return messages * row + max(drawn * min(MESSAGES_PER_BATCH, messages) * in_flight, working)

@@ -13,6 +13,7 @@ round's wall time, the bytes the users sent and received, and each kind of party
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -71,13 +72,15 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
     ``between(round)`` runs after each round's messages are sent (the fault tests kill the server there);
     ``liar``: the client class of the first user who stays (``privagg demo-service --dishonest``,
     :mod:`privagg.service.sharing.dishonest`). Once the users who will answer a round have, the round is closed early
-    (the operator's route), not at its deadline. The rounds' wall times, the users' bytes, who survived (sent the
-    round the release is over), the users' clients and the liar's."""
+    (the operator's route), not at its deadline. The rounds' wall times and this process's CPU in each (its users'
+    work, said in a line as each round closes), the users' bytes, who survived (sent the round the release is over),
+    the users' clients and the liar's."""
     lying = int(np.flatnonzero(plan == 0)[0]) if liar is not None else -1
     users = [(liar if i == lying else SharingClient).fetch(url, task_id, organisation_key=organisation_key)
              for i in range(len(codes))]
     protocol = users[0].protocol
     seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # the process's CPU (user and system) in each round: its users' work (bench part 16)
 
     def wait_past(state: str) -> None:
         while users[0].state() == state:
@@ -93,7 +96,7 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
         for number, round_ in enumerate(protocol.rounds, 1):
             if users[0].state() != f"round{number}":  # a round that expects nobody is skipped (DPDS's exclusion)
                 continue
-            start = time.perf_counter()
+            start, used = time.perf_counter(), _cpu()
             active = [i for i in range(len(users)) if plan[i] == 0 or plan[i] > number]
             progress(f"round {number} ({round_.name}): {len(active)} users")
             try:
@@ -106,12 +109,21 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             close_round(f"{url}/tasks/{task_id}/close-round/{number}", CLOSE_SECONDS)
             wait_past(f"round{number}")
             seconds[f"round{number}"] = time.perf_counter() - start
+            used = cpu[f"round{number}"] = _cpu() - used
+            progress(f"round {number} closed: {seconds[f'round{number}']:.1f} s; this process's CPU (its "
+                     f"{len(active)} users' work) {used:.1f} s, {used / max(len(active), 1) * 1e3:.1f} ms a user")
     last = protocol.number(protocol.release_round)
     survivors = sorted(u.user for u, p in zip(users, plan) if p == 0 or p > last)  # they sent the release round
-    return {"seconds": seconds, "survivors": survivors, "index": index, "liar": users[lying] if liar else None,
+    return {"seconds": seconds, "cpu": cpu, "survivors": survivors, "index": index,
+            "liar": users[lying] if liar else None,
             "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
                            "sealed_sent": sum(u.sealed_sent for u in users)},
             "state": users[0].state(), "clients": users}
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 CLOSE_SECONDS = 3600  # the close of the last round releases (outside the lock): at n = 2,000 over a minute

@@ -1,0 +1,36 @@
+"""What a DPDS or DPDG device checks in each round through the sharing server (issue 47's users near the floor): each
+signature once. Round 5's round-4 messages are each a signature of the lists, which his role checks under the
+signer's roster key; their transport signatures are not checked again (docs/privacy.md, "What the signatures rest
+on"), while every other round's relayed and earlier messages still are."""
+
+from privagg.protocols.sharing_server import ROUNDS
+from privagg.service.round_client import RosterClient
+from service.test_sharing_dishonest import CODES, released_over, with_liar
+from service.test_sharing_service import N, db, dpdg, server  # noqa: F401 (fixtures)
+
+
+def test_each_transport_signature_a_device_is_shown_is_checked_once_and_round_5s_by_the_role(server, monkeypatch):
+    service, _, clock = server
+    p = dpdg()
+    task, users = with_liar(service, p)
+    checked = []  # (the round answered, the round of the message whose transport signature the device checked)
+    check = RosterClient._check_signed
+
+    def counting(self, sender, signature, message, number, recipient, field):
+        checked.append((answering, number))
+        return check(self, sender, signature, message, number, recipient, field)
+
+    monkeypatch.setattr(RosterClient, "_check_signed", counting)
+    for number, round_ in enumerate(ROUNDS[:5], 1):
+        answering = round_.name
+        for user in users:
+            assert user.send(round_.name, int(CODES[user.user]) if round_.value else None)
+        if service.state(task.task_id)["round"] == number:  # not closed early: at its deadline
+            clock.now += 61
+            service.advance(task.task_id)
+    released_over(p, service.result(task.task_id), users, range(N))
+    by_round = {r.name: [n for a, n in checked if a == r.name] for r in ROUNDS[:5]}
+    assert by_round["check"] == [1] * N * (N - 1)  # each relayed backup's, once
+    assert by_round["masked_sum"] == [2] * N * N  # each pair key's (his own among them), once
+    assert by_round["reveal"] == []  # the round-4 signatures of the lists: his role's to check, under the roster's keys
+    assert by_round["advertise"] == by_round["consistency"] == []
