@@ -58,3 +58,34 @@ def cpu_model() -> str:
 
     return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                  if line.startswith("model name")), platform.processor())
+
+
+def parts(lines: list[str]) -> dict[str, list[str]]:
+    """``lines`` of a report cut at each ``## `` heading, keyed by the heading's first word ("16." for part 16;
+    "" for what comes before the first)."""
+    cut: dict[str, list[str]] = {"": []}
+    key = ""
+    for line in lines:
+        if line.startswith("## "):
+            key = line.split()[1]
+            cut[key] = []
+        cut[key].append(line)
+    return cut
+
+
+def with_parts_kept(lines: list[str], previous: list[str]) -> list[str]:
+    """A run's report ``lines`` with every part of ``previous`` (the file it replaces) that the run did not write
+    (a part left out by ``--only``; a part measured by hand, such as the sharing services at 10^4 users or the
+    suite): a run replaces the parts it measured, never another. The numbered parts in order of their numbers, then
+    the rest (the hosts' rows) in the run's order."""
+    new, old = parts(lines), parts(previous)
+    merged = {**{k: v for k, v in old.items() if k not in new}, **new}
+    merged.pop("")
+
+    def order(key: str) -> tuple[float, int]:
+        number = key.rstrip(".")
+        if number.replace(".", "", 1).isdigit():
+            return float(number), 0
+        return float("inf"), list(new).index(key) if key in new else len(new)
+
+    return new[""] + [line for key in sorted(merged, key=order) for line in merged[key]]

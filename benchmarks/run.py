@@ -106,7 +106,8 @@ from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sdpfe  # noqa: E402  (benchmarks/sdpfe.py: the peer, and the whole-process measurement)
-from benchfmt import ROWS, Report, cpu_model, load_average, note, ratio, seconds, verdict  # noqa: E402
+from benchfmt import (ROWS, Report, cpu_model, load_average, note, ratio, seconds, verdict,  # noqa: E402
+                      with_parts_kept)
 from sampling import sampling  # noqa: E402  (benchmarks/sampling.py: part 6)
 from vectors import vectors  # noqa: E402  (benchmarks/vectors.py: part 7)
 from baselines import baselines  # noqa: E402  (benchmarks/baselines.py: part 8)
@@ -780,7 +781,8 @@ def main() -> None:
     report.add(f"Load average at the end (1/5/15 min): {load_average()}.", "")
     host_rows(report, start_load, args.write)
     if args.write:
-        args.write.write_text("\n".join(report.lines) + "\n")
+        previous = args.write.read_text().splitlines() if args.write.exists() else []
+        args.write.write_text("\n".join(with_parts_kept(report.lines, previous)) + "\n")
         note(f"wrote {args.write}")
 
 
