@@ -80,3 +80,18 @@ def test_an_inbox_reads_the_rows_relayed_to_its_user_by_index(dpds, n, degree):
             searches = [line for line in plan if "relayed_messages" in line]
             assert searches and all(line.startswith("SEARCH") and ("recipient=" in line or "sender=" in line)
                                     for line in searches), (statement, plan)
+
+
+def test_an_enrollment_does_not_count_the_roster(dpds):
+    """A user's index at enrollment is read from the roster's primary key (its largest + 1), not by counting the
+    task's enrolled rows: the count made enrolling n users O(n^2) (57.6 s at n = 10^4 against 6.8 s at 2,000)."""
+    service, _, _ = dpds
+    n = 6
+    p = sc.calibrate_dpds(1.0, 0.05, n, DOMAIN, min_count_fraction=0.3)
+    task = service.create_task(p, 60.0, n)
+    seen: list = []
+    _statements(service.engine, seen)
+    users = organised(service, task, SharingClient, "http://sharing", n)[0]
+    assert sorted(u.user for u in users) == list(range(n))
+    counted = [s for s, _ in seen if "count(" in s.lower() and "from roster" in s.lower()]
+    assert counted == []
