@@ -53,7 +53,7 @@ class Hang(Exception):
 
 
 @contextmanager
-def hang_detector(seconds: int, wall_seconds: int):
+def hang_detector(seconds: int, wall_seconds: int = HANG_WALL_SECONDS):
     """Hang raised after ``seconds`` of this process's CPU (the command's computing, whatever the load), or
     ``wall_seconds`` of wall time (a command that blocks)."""
     def alarm(signum, frame):
