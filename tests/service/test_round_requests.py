@@ -95,3 +95,12 @@ def test_an_enrollment_does_not_count_the_roster(dpds):
     assert sorted(u.user for u in users) == list(range(n))
     counted = [s for s, _ in seen if "count(" in s.lower() and "from roster" in s.lower()]
     assert counted == []
+
+
+def test_a_finished_task_leaves_nothing_kept_in_the_server(dpds):
+    """The state and coordinator kept per task for its rounds (O(n) each) are let go once the task is released, and
+    asking its state again keeps none: a server holding many finished tasks does not grow with them."""
+    service, _, _ = dpds
+    _, task_id = _run(dpds, 6, None)
+    service.state(task_id)
+    assert task_id not in service._rounds and task_id not in service._coordinators

@@ -268,7 +268,12 @@ class RoundDriver:
             state = self._state(task_id, c.execute(sa.select(t.c.published).where(t.c.task_id == task_id)).scalar_one())
             expected = self._expected(coordinator, protocol.rounds[row.round - 1], state) if row.status == RUNNING \
                 else []
-            kept = self._rounds[task_id] = RoundState(key, state, expected, frozenset(expected))
+            kept = RoundState(key, state, expected, frozenset(expected))
+            if row.status in (ENROLLING, RUNNING, RELEASING):
+                self._rounds[task_id] = kept
+            else:  # finished: a server holding many finished tasks keeps none of their O(n) state or coordinators
+                self._rounds.pop(task_id, None)
+                self._coordinators.pop(task_id, None)
         return kept
 
     def _coordinator(self, task):
