@@ -197,7 +197,7 @@ def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
     the server's peak RSS, and the load."""
     from privagg import __file__ as source
 
-    rows = []
+    rows, growth = [], {"the server's CPU": [], "a user's CPU (mean)": [], "a user's HTTP bytes (mean)": []}
     with tempfile.TemporaryDirectory() as tmp:
         for users in sizes:
             note(f"dpds, graph {degree}, {users:,} users, {drop_fraction:.0%} vanish, kill -9 in rounds {kill_rounds}")
@@ -209,6 +209,8 @@ def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
             s, c = r["seconds"], r["server_cpu"]
             rounds = [k for k in s if k.startswith("round")]
             ucpu, ubytes = np.array(r["user_cpu"]), np.array(r["user_bytes"])
+            for name, value in zip(growth, (sum(c.values()), ucpu.mean(), ubytes.mean())):
+                growth[name].append(value)
             rows.append([f"{users:,}", "complete" if r["degree"] is None else str(r["degree"]), f"{r['survivors']:,}",
                          f"{wall:,.0f}",
                          " / ".join(f"{s[k]:.1f}" for k in ["enroll", *rounds]),
@@ -224,6 +226,10 @@ def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
                   "server CPU s by round (to each round's last message) / the last close and release",
                   "user CPU s mean / max", "user HTTP MB mean / max", "server peak RSS MiB",
                   "release = survivors' sum exactly", "restarts s", "load 1 / 5 / 15 min, before -> after"], rows)
+    if len(sizes) > 1:  # least squares of log figure on log n
+        report.add("Growth in n over " + f"{sizes[0]:,}..{sizes[-1]:,}: " + "; ".join(
+            f"{name} as n^{np.polyfit(np.log(sizes), np.log(values), 1)[0]:.2f}" for name, values in growth.items())
+            + ".", "")
 
 
 def _demo_run(users: int, drop_fraction: float, degree: str | None, folder: Path) -> dict:
