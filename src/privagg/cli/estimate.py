@@ -223,8 +223,8 @@ def _print_estimate(report, verbose: bool) -> None:
         over = f"the {e.items} items of the domain" if e.over == "domain" else f"the {e.items} {e.over}"
         _say(f"error against the true counts (--evaluate: not for release) over {over}: "
              f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
-    _say(f"{'  ' if e is not None else ''}theory: stderr {expected.standard_error:.1f}, max-error bound "
-         f"{expected.max_error_bound:.1f} w.p. {1 - expected.max_error_beta:.0%}")
+    _say(f"{'  ' if e is not None else ''}theory: an item's stderr at most {expected.standard_error:.1f} (at its worst "
+         f"count), max-error bound {expected.max_error_bound:.1f} w.p. {1 - expected.max_error_beta:.0%}")
     for g in report.groups or ():
         _say(f"  group epsilon {g.epsilon:g}: {g.n_users} users, p = {g.sampling_probability:.4g}, weight "
              f"{g.weight:.3f}")
