@@ -592,8 +592,8 @@ class RoundDriver:
                 return row.status
             start = time.perf_counter()
             try:
-                handed = protocol.coordinator(task.parameters, task.min_survivors).finish(
-                    self._state(task_id, row.published), self._messages(task_id, protocol))
+                handed = self._coordinator(task).finish(self._state(task_id, row.published),
+                                                        self._messages(task_id, protocol))
                 update = {"status": self.done, "outcome": json.dumps(self.finished(task, handed,
                                                                                    time.perf_counter() - start))}
             except RoundFailed as err:
