@@ -215,7 +215,7 @@ def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
         return answer.status_code, answer.json().get("error"), answer.json().get("detail", "")
 
     status, error, detail = post(raw[:-7])
-    assert (status, error) == (400, "malformed") and "round 1.backups[10].signature must be 64 bytes" in detail
+    assert (status, error) == (400, "malformed") and f"round 1.backups.signature must be {11 * 64} bytes" in detail
     assert post(raw + b"\0")[:2] == (400, "malformed")
     assert "version 1 of privagg's round bodies" in post(raw[:3] + b"\x02" + raw[4:])[2]
     short = [dict(e) for e in backups]
