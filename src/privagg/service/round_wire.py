@@ -88,7 +88,8 @@ def _deeper(value) -> bool:
     """Whether ``value`` nests arrays and maps more than :data:`DEPTH` deep (read level by level, no recursion)."""
     level = [value]
     for _ in range(DEPTH):
-        level = [v for c in level for v in (c.values() if type(c) is dict else c) if type(v) in (list, dict)]
+        level = [v for c in level for v in (c.values() if type(c) is dict else c)
+                 if type(v) is dict or type(v) is list]
         if not level:
             return False
     return True
