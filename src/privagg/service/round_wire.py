@@ -4,15 +4,17 @@ answers with, in place of JSON with base64: the sealed backups, relayed messages
 A body is :data:`HEADER` (magic ``PVR``, :data:`VERSION`, as :mod:`privagg.protocols.sharing_messages`' header, so
 that another version is refused by name), then one MessagePack value (https://msgpack.org): a map of named fields
 whose values are integers, bytes (``bin``), text (``str``), arrays and maps (integer keys for an inbox's
-``{user: message}``). MessagePack, through the ``msgpack`` package's C reader, does this job: its values are the ones
-these bodies hold, and it reads a round-1 answer or an inbox at k = 66 in about as much CPU as the columnar codec
-written here before it (docs/benchmarks.md part 16).
+``{user: message}``). MessagePack does this job, so it is not written here: a specified format with libraries in
+every language a client may be written in, its values the ones these bodies hold; the ``msgpack`` package's C
+packer and reader write a round-1 answer or an inbox at k = 66 in a third of the CPU of the columnar codec written
+here before it and read it in about as much, checks included (docs/benchmarks.md part 16).
 
 :func:`decode` reads it with every length bounded by the body's own (a string, bytes or array at most the body's
-size, a map half of it: each entry takes a byte at least, so a count past the end is refused before anything is
-made), no extension types, no key twice in a map (MessagePack allows it and its reader keeps the last one), at most
-:data:`DEPTH` levels of arrays and maps (the reader's own bound is 1,024, deep enough for ``repr`` to overflow the
-stack), and nothing after the value. A wrong magic or version, a truncated body, bytes after the value, a top level
+size, a map half of it: each entry takes a byte at least, so a count past the body's size is refused before
+anything is made, and one within it makes a list of at most that many entries before a truncation is found), no
+extension types, no key twice in a map (MessagePack allows it and its reader keeps the last one), at most
+:data:`DEPTH` levels of arrays and maps (the reader's own bound is 1,024, past Python's recursion limit: ``repr`` of
+a refused value would fail), and nothing after the value. A wrong magic or version, a truncated body, bytes after the value, a top level
 that is not a map and each of the above is a ParameterError naming the field (``body``) and the accepted form; the
 services turn it into 400 ``malformed``. What the fields must hold (names, types, sizes) the services check as before,
 as they do a JSON body's: MessagePack's nil, booleans and floats, like JSON's null, true and 1.5, are refused there
