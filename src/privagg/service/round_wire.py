@@ -79,11 +79,13 @@ def _why(err: Exception) -> str:
         return "an array or a map as a map's key"
     if isinstance(err, msgpack.FormatError):
         return "a byte that starts no MessagePack value"
-    if str(err) == "Unpack failed: incomplete input":
-        return "a truncated body (a value or a length past its end)"
     if "max_ext_len" in str(err):
         return "an extension type"
-    return f"a length or count past the body's size ({err})"  # "4294967295 exceeds max_array_len(12)"
+    if "exceeds max_" in str(err):  # "4294967295 exceeds max_array_len(12)"
+        return f"a length or count past the body's size ({err})"
+    if "incomplete input" in str(err):
+        return "a truncated body (a value or a length past its end)"
+    return f"unreadable MessagePack ({err})"
 
 
 def _deeper(value) -> bool:
