@@ -137,6 +137,9 @@ def test_a_key_twice_is_refused_where_messagepack_keeps_the_last():
         decode(HEAD + b"\x82\xa1x\x01\xa1x\x02")
     with pytest.raises(ParameterError, match="round 2 must be .* each key of a map once, got 1 twice"):
         decode(field(b"\x82\xc3\x01\x01\x02"), "round 2")  # True and 1: one key to a dict
+    long = msgpack.packb("k" * 10**5)
+    with pytest.raises(ParameterError, match=r"got 'k{39}\.\.\. \(100002 characters\) twice$"):
+        decode(field(b"\x82" + long + b"\x01" + long + b"\x02"))  # a key twice, not echoed whole
 
 
 @pytest.mark.parametrize("value, said", [(b"\xc1", "a byte that starts no MessagePack value"),

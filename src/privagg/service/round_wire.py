@@ -59,8 +59,10 @@ def _pairs(pairs: list) -> dict:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ParameterError("body", f"{_FORM}, each key of a map once", f"{twice!r} twice")
+        twice = repr(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        if len(twice) > 40:  # the sender's key, shown cut (as web.shown does; the SDK does not import web)
+            twice = f"{twice[:40]}... ({len(twice)} characters)"
+        raise ParameterError("body", f"{_FORM}, each key of a map once", f"{twice} twice")
     return out
 
 
