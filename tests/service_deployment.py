@@ -180,13 +180,13 @@ def route_sdk_to(http: TestClient, monkeypatch) -> None:
     from privagg.service import round_client
     from privagg.service.calls import SubmitError
 
-    def request(url, body, _timeout, _attempts, ok_conflicts=()):
+    def request(url, body, _timeout, _attempts, ok_conflicts=(), media_type="application/json"):
         path = url.split("://", 1)[1].split("/", 1)[1]
         answer = http.get(f"/{path}") if body is None else http.post(
-            f"/{path}", content=body, headers={"content-type": "application/json"})
+            f"/{path}", content=body, headers={"content-type": media_type})
         if answer.status_code >= 400:
             if answer.status_code == 409 and answer.json().get("error") in ok_conflicts:
-                return b"{}"
+                return None
             raise SubmitError(answer.status_code, answer.text)
         return answer.content
 
@@ -218,10 +218,12 @@ def signed(client, number: int, body: dict, relay: str | None = None) -> dict:
     them: of its ``message`` (none: empty) and of each sealed message of its ``relay`` list."""
     import base64
 
-    out = {"user": client.user, "secret": client.secret, **body,
-           "signature": client._sign(number, None, base64.b64decode(body.get("message", "")))}
+    def sign(recipient, message: str) -> str:
+        return base64.b64encode(client._sign(number, recipient, base64.b64decode(message))).decode()
+
+    out = {"user": client.user, "secret": client.secret, **body, "signature": sign(None, body.get("message", ""))}
     if relay is not None and isinstance(body.get(relay), list):
-        out[relay] = [{**e, "signature": client._sign(number, e["recipient"], base64.b64decode(e["sealed"]))}
+        out[relay] = [{**e, "signature": sign(e["recipient"], e["sealed"])}
                       if isinstance(e, dict) and "signature" not in e else e for e in body[relay]]
     return out
 

@@ -390,3 +390,25 @@ def test_the_published_lists_are_bitmaps_of_n_bits_decoded_strictly():
         decode(p, raw[:-1] + bytes([0xFF]), (USERS,), SERVER, 4)
     with pytest.raises(ParameterError, match="recipient"):
         decode(p, raw, (USERS,), SERVER, 5)
+
+
+@pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
+def test_the_release_checks_each_revealed_share_once(protocol, monkeypatch):
+    """The reveal round's close (SharingServer.proven) checks every revealed share against its dealer's commitment;
+    the release (finish) reuses that check for the same lists instead of hashing every share again: one check a
+    share (two before), and the release still the survivors' sum exactly."""
+    from privagg.protocols import sharing_server
+
+    checks = []
+
+    def counted(*args):
+        checks.append(1)
+        return original(*args)
+
+    original = sharing_server.packed_commitment
+    monkeypatch.setattr(sharing_server, "packed_commitment", counted)
+    p, dropouts = graph_parameters(protocol, n=80, k=12), spread(80, 0.1, seed=4)
+    run = run_rounds(PROTOCOL, p, np.arange(80) % DOMAIN, streams(5), dropouts=dropouts)
+    assert_exact(run, released_over(run, dropouts))
+    revealed = run.transcript["user"]["sent revealed shares"]
+    assert revealed > 0 and len(checks) == revealed

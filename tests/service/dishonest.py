@@ -27,7 +27,6 @@ import json
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from privagg.core import identity
-from privagg.protocols.roles import decode_inbox, encode_inbox
 from privagg.service.round_tasks import KEM, SignedRoster
 from privagg.service.tasks import _private_key, _suite
 from privagg.service.sharing.server import SharingService
@@ -65,7 +64,7 @@ def key_swapping(base: type) -> type:
         def inbox(self, task_id, body):
             out = super().inbox(task_id, body)
             for entry in out.get("public_keys", []):
-                entry["public_key"] = _b64(self._own_key())
+                entry["public_key"] = self._own_key()
             return out
 
         def opened(self, task_id: str) -> int:
@@ -105,11 +104,10 @@ class PairKeySubstituting(_OwnKey, SharingService):
         from privagg.protocols.sharing_messages import ADVERTISE, SERVER, encode
 
         out = super().inbox(task_id, body)
-        if out["name"] == "masked_sum":
-            fields = decode_inbox(out["inbox"])
+        if out["name"] == "masked_sum":  # a copy of the coordinator's fields, with one key swapped
             p = self.task(task_id).parameters
-            fields["keys"][self.victim] = encode(p, ADVERTISE, self.victim, SERVER, self._own_key() + bytes(32))
-            out["inbox"] = encode_inbox(fields)
+            out["inbox"] = {**out["inbox"], "keys": {**out["inbox"]["keys"], self.victim: encode(
+                p, ADVERTISE, self.victim, SERVER, self._own_key() + bytes(32))}}
         return out
 
 
@@ -126,17 +124,17 @@ class RelayForging(SharingService):
 
         out = super().inbox(task_id, body)
         if out["name"] == "check":  # the round that delivers the backups
-            user = json.loads(body)["user"]
+            user = body["user"]
             for entry in out["backups"]:
                 if entry["sender"] != self.victim:
                     continue
                 if self.replayed is not None:
                     sealed, signature = self.replayed[user]
-                    entry["sealed"], entry["signature"] = _b64(sealed), _b64(signature)
+                    entry["sealed"], entry["signature"] = sealed, signature
                 else:
-                    size = len(base64.b64decode(entry["sealed"])) - 48
-                    entry["sealed"] = _b64(_suite(KEM).encrypt(bytes(size), _public_key(
-                        KEM, self.signed_roster(task_id).users[user][1]), info=b""))
+                    size = len(entry["sealed"]) - 48
+                    entry["sealed"] = _suite(KEM).encrypt(bytes(size), _public_key(
+                        KEM, self.signed_roster(task_id).users[user][1]), info=b"")
         return out
 
 
@@ -180,7 +178,7 @@ class GarbageRelaying(SharingService):
     """Relays, in round 3, what is no relayed message: ``garbage`` in place of the list of backups, or of its
     entries, and no keys in round 1's ``public_keys``."""
 
-    garbage = ("junk", [None], [{"sender": 1, "sealed": "!!!", "signature": 7}], [{}])
+    garbage = ("junk", [0], [{"sender": 1, "sealed": "!!!", "signature": 7}], [{}])
     case = 0
 
     def inbox(self, task_id, body):

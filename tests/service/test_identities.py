@@ -33,7 +33,7 @@ from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.storage import connect, relayed_messages, round_messages
 from privagg.service.two_servers.client import TSSClient
 from privagg.service.two_servers.servers import SecondService, create_first_app, create_tasks, s1_relayed
-from privagg.service import storage
+from privagg.service import round_wire, storage
 from service_deployment import enrollment, in_process, organised, route_sdk_to, signed
 
 N, DOMAIN, MIN = 12, 3, 8
@@ -209,8 +209,8 @@ def test_a_duly_signed_message_that_does_not_open_is_none_for_the_role_and_kept_
         if user is not liar:
             user.send("advertise", user.user % DOMAIN)
     me = users[0]  # round 2 (check) delivers the backups
-    inbox = json.loads(http.post(f"/tasks/{task.task_id}/inbox", content=json.dumps(
-        {"user": me.user, "secret": me.secret}), headers={"content-type": "application/json"}).content)
+    inbox = round_wire.decode(http.post(f"/tasks/{task.task_id}/inbox", content=round_wire.encode(
+        {"user": me.user, "secret": me.secret}), headers={"content-type": round_wire.MEDIA_TYPE}).content)
     opened = me._delivered(me.protocol.round("check"), inbox["backups"])
     assert opened[liar.user] is None and all(v is not None for k, v in opened.items() if k != liar.user)
     sealed, signature = me.unopened[(1, liar.user)]
@@ -241,10 +241,10 @@ def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_
         """Client ``client``'s round-1 body, as he posts it."""
         post = client._call
 
-        def call(route, body=None, ok=()):
+        def call(route, body=None, ok=(), binary=False):
             if route == "round1":
                 bodies[(client.task.task_id, client.user)] = body
-            return post(route, body, ok)
+            return post(route, body, ok, binary)
         client._call = call
 
     for task, clients in zip(tasks, users):
@@ -254,29 +254,29 @@ def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_
                 client.send("advertise", client.user % DOMAIN)
     a, b = tasks[0].task_id, tasks[1].task_id
     me = users[1][1]
-    replayed = {**bodies[(a, 1)], "secret": me.secret}
+    replayed = {**bodies[(a, 1)], "secret": me.secret}  # as his SDK sent it: bytes, in a binary body
     path = f"/tasks/{b}/round1"
 
     def refused(path, body):
-        answer = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        answer = http.post(path, content=round_wire.encode(body), headers={"content-type": round_wire.MEDIA_TYPE})
         assert (answer.status_code, answer.json()["error"]) == (403, "bad_signature"), answer.text
         return answer.json()["detail"]
 
     assert refused(path, replayed).startswith("signature must be user 1's Ed25519 signature")
-    mine = signed(me, 1, {"message": replayed["message"], "backups": [  # his own signatures in task B, each backup's
-        {"recipient": e["recipient"], "sealed": e["sealed"]} for e in replayed["backups"]]}, "backups")
+    mine = signed(me, 1, {"message": b64encode(replayed["message"]).decode(), "backups": [  # his own signatures in
+        {"recipient": e["recipient"], "sealed": b64encode(e["sealed"]).decode()}  # task B, each backup's
+        for e in replayed["backups"]]}, "backups")
     swapped = [dict(e) for e in mine["backups"]]
     swapped[1]["signature"], swapped[2]["signature"] = mine["backups"][2]["signature"], mine["backups"][1]["signature"]
     assert refused(path, {**mine, "backups": swapped}).startswith("backups[1].signature must be user 1's")
     assert count(service, round_messages, b) == N - 1 and count(service, relayed_messages, b) == (N - 1) * (N - 1)
     assert me.send("advertise", 1)
-    round2 = signed(me, 2, {"message": replayed["message"]})
-    round2["signature"] = replayed["signature"]  # his signature of that message, in round 1
+    round2 = signed(me, 2, {"message": b64encode(replayed["message"]).decode()})
+    round2["signature"] = b64encode(replayed["signature"]).decode()  # his signature of that message, in round 1
     answer = http.post(f"/tasks/{b}/round2", content=json.dumps(round2), headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (403, "bad_signature")
     # the server relays task A's backups from user 1 (signed by him, for task A) in task B
-    service.replayed = {e["recipient"]: (b64decode(e["sealed"]), b64decode(e["signature"]))
-                        for e in bodies[(a, 1)]["backups"]}
+    service.replayed = {e["recipient"]: (e["sealed"], e["signature"]) for e in bodies[(a, 1)]["backups"]}
     with pytest.raises(ParameterError, match=r"backups\[1\]\.signature must be a valid Ed25519 signature by user 1"):
         users[1][0].send("check")
 

@@ -190,6 +190,66 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
         assert f'privagg_sharing_refused_total{{reason="{reason}"}}' in metrics
 
 
+def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
+    """The round routes' binary bodies (service/round_wire.py), as the SDK sends them: truncated, with bytes after
+    them, of another version, of a wrong length (a sealed backup one byte short) or type (a backup's bytes as text,
+    a float, nil or a boolean; a recipient nil)
+    refused 400 naming the field, of another media type 415, nothing stored; a good one stored; an inbox asked in
+    binary answered in binary, its relayed messages, signatures and keys as bytes."""
+    from privagg.service import round_wire
+
+    service, http, clock = server
+    p = dpdg()
+    task, users = enrolled(service, p)
+    tid, me, path = task.task_id, users[0], f"/tasks/{task.task_id}/round1"
+    key, plain = me.role.advertise(1)
+    keys = me.roster().users
+    backups = []
+    for k, m in plain.items():
+        sealed = _suite(KEM).encrypt(m, _public_key(KEM, keys[k][1]), info=relay_info(ROUNDS[0], tid, me.user, k))
+        backups.append({"recipient": k, "sealed": sealed, "signature": me._sign(1, k, sealed)})
+    good = {**me._auth(), "message": key, "signature": me._sign(1, None, key), "backups": backups}
+    raw = round_wire.encode(good)
+
+    def post(body: bytes, media_type: str = round_wire.MEDIA_TYPE) -> tuple[int, str, str]:
+        answer = http.post(path, content=body, headers={"content-type": media_type})
+        return answer.status_code, answer.json().get("error"), answer.json().get("detail", "")
+
+    status, error, detail = post(raw[:-7])
+    assert (status, error) == (400, "malformed") and "round 1 must be one MessagePack map" in detail and \
+        "got a truncated body" in detail
+    assert post(raw + b"\0")[:2] == (400, "malformed")
+    assert "version 1 of privagg's round bodies" in post(raw[:3] + b"\x02" + raw[4:])[2]
+    short = [dict(e) for e in backups]
+    short[3]["sealed"] = short[3]["sealed"][:-1]
+    status, error, detail = post(round_wire.encode({**good, "backups": short}))
+    assert (status, error) == (400, "malformed") and f"backups[3].sealed must be bytes (base64 in JSON) of " \
+        f"{task.sealed_size} bytes, got {task.sealed_size - 1} bytes" in detail
+    for wrong in ("text", 1.5, None, True):  # MessagePack's nil, booleans and floats refused as JSON's are
+        short[3]["sealed"] = wrong
+        assert "backups[3].sealed must be bytes" in post(round_wire.encode({**good, "backups": short}))[2]
+    assert post(round_wire.encode({**good, "backups": [{**backups[0], "recipient": None}]}))[:2] == (400,
+                                                                                                 "bad_recipient")
+    assert post(raw, "application/octet-stream")[:2] == (415, "unsupported_media_type")
+    assert count(service, relayed_messages, tid) == 0 and count(service, round_messages, tid) == 0
+    assert http.post(path, content=raw, headers={"content-type": round_wire.MEDIA_TYPE}).status_code == 201
+    assert count(service, relayed_messages, tid) == N - 1 and count(service, round_messages, tid) == 1
+    for user in users[1:]:
+        user.send("advertise", 0)
+    assert service.advance(tid) == "round2"
+    answer = http.post(f"/tasks/{tid}/inbox", content=round_wire.encode({**users[1]._auth(), "round": 2}),
+                       headers={"content-type": round_wire.MEDIA_TYPE})
+    assert answer.headers["content-type"] == round_wire.MEDIA_TYPE
+    inbox = round_wire.decode(answer.content)
+    mine = next(e for e in inbox["backups"] if e["sender"] == me.user)
+    assert (mine["sealed"], mine["signature"]) == (backups[0]["sealed"], backups[0]["signature"])
+    as_json = json.loads(http.post(f"/tasks/{tid}/inbox", content=json.dumps(users[1]._auth()),
+                                   headers={"content-type": "application/json"}).content)
+    assert as_json["backups"][0] == {k: v if isinstance(v, int) else b64encode(v).decode()
+                                     for k, v in inbox["backups"][0].items()}
+    assert decode_inbox(as_json["inbox"]) == inbox["inbox"]
+
+
 def test_round_messages_are_checked_and_stored_once(server):
     service, http, clock = server
     p = dpdg()

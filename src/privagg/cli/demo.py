@@ -272,8 +272,8 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     formula = "" if b.get("sealed_expected") is None else (
         f", the formula {b['sealed_expected']:,} ("
         f"{'equal' if b['sealed_sent'] == b['sealed_expected'] else 'DIFFERENT'})")
-    _say(f"bytes: the users sealed {b['sealed_sent']:,} bytes for the relay{formula}; HTTP bodies (base64 and JSON) "
-         f"{b['http_sent']:,} sent, {b['http_received']:,} received")
+    _say(f"bytes: the users sealed {b['sealed_sent']:,} bytes for the relay{formula}; HTTP bodies (binary inboxes and "
+         f"answers, JSON elsewhere) {b['http_sent']:,} sent, {b['http_received']:,} received")
     parties = Table(title="messages per party (entries: field elements; items in report sets and helper lists; a key "
                           "counts one, a backup one per secret, a revealed share one), measured / expected, beside "
                           "Table I")

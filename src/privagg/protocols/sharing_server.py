@@ -269,6 +269,7 @@ class SharingServer:
                                  {u: messages["advertise"][u] for u in checked}, self.graph(state))
         except ParameterError as err:
             raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
+        self._opened = _lists(checked, survivors), opened  # for finish: each share checked once
         proven, graph = opened.inconsistent, self.graph(state)
         near = {v for u in proven for v in graph.neighbours(u)}  # whose masks hold terms with a proven dealer
         left = [u for u in survivors if u not in proven]
@@ -289,11 +290,12 @@ class SharingServer:
         the check round's complaints: refused (:class:`RoundFailed`, naming whom to blame) when it cannot be
         computed."""
         try:
-            checked = state["checked"]
+            checked, kept = state["checked"], getattr(self, "_opened", None)
             return self.release({u: messages["check"][u] for u in checked}, messages["masked_sum"], messages["reveal"],
                                 {u: messages["advertise"][u] for u in checked}, complaints=state["complaints"],
                                 excluded=state["excluded"], pair_seeds=messages.get("exclusion", {}),
-                                graph=self.graph(state))
+                                graph=self.graph(state), opened=kept[1] if kept is not None and kept[0] == _lists(
+                                    checked, state["survivors"]) else None)
         except ParameterError as err:
             raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
 
@@ -397,7 +399,7 @@ class SharingServer:
     def release(self, keys: Mapping[int, bytes], masked: Mapping[int, bytes], reveals: Mapping[int, bytes],
                 commitments: Mapping[int, bytes], queries=None, complaints: Sequence = (),
                 excluded: Sequence[int] = (), pair_seeds: Mapping[int, bytes] | None = None,
-                graph: neighbour_graph.Graph | None = None) -> SharingRelease:
+                graph: neighbour_graph.Graph | None = None, opened: "Opened | None" = None) -> SharingRelease:
         """sum_{u in U2} (y_u - b_u) - sum_{d in E, u in U2 ∩ N(d)} (s_du - s_ud), U1' = the users in ``keys`` (their
         round-2 messages; ``commitments``: their round-1 messages), U2 = those in ``masked``, N(d) d's neighbours on
         the task's ``graph`` (default the complete graph: everyone), the reveals checked and the secrets rebuilt by
@@ -407,14 +409,16 @@ class SharingServer:
         refused, naming him. Refused also unless the survivors left hold at least the task's minimum. The masked sums
         are folded as (item, share) rows by the survivors' :class:`SumServer` (what it received), the masks and the
         dropouts' shares taken off its sums. ``complaints`` and ``excluded`` (the check round's) are reported; the
-        guarantee is recomputed for the survivors left."""
+        guarantee is recomputed for the survivors left. ``opened``: these reveals as :meth:`opened` checked them
+        already (:meth:`finish` passes what :meth:`proven` checked at the reveal round's close for the same lists;
+        None: checked here)."""
         p, senders, survivors = self.parameters, sorted(keys), sorted(masked)
         graph = graph or task_graph(p, None)
         if not set(survivors) <= set(senders):
             raise ParameterError("masked sums", "from round-1 senders only", sorted(set(survivors) - set(senders))[:5])
         if len(survivors) < self.min_survivors:
             raise ParameterError("survivors", f"at least {self.min_survivors} (the task's minimum)", len(survivors))
-        opened = self.opened(keys, survivors, reveals, commitments, graph)
+        opened = opened or self.opened(keys, survivors, reveals, commitments, graph)
         proven, pair_seeds = opened.inconsistent, pair_seeds or {}
         kept = [u for u in survivors if u not in proven]
         near = {v for u in proven for v in graph.neighbours(u)}
@@ -489,6 +493,11 @@ def among(graph: neighbour_graph.Graph, user: int, listed: Sequence[int]) -> lis
     if graph.complete:
         return list(listed)
     return [u for u in graph.holders(user) if member(listed, u)]
+
+
+def _lists(checked: Sequence[int], survivors: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """U1' and U2 as a key of what :meth:`SharingServer.proven` checked."""
+    return tuple(sorted(checked)), tuple(sorted(survivors))
 
 
 @dataclass(frozen=True)

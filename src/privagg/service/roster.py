@@ -45,14 +45,17 @@ def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def b64_field(text, field: str, size: int | None = None) -> bytes:
-    """The bytes of a base64 request field (of ``size`` bytes when given), else 400 ``malformed`` naming it."""
+def b64_field(value, field: str, size: int | None = None) -> bytes:
+    """The bytes of a request field (of ``size`` bytes when given): bytes in a binary body
+    (:mod:`~privagg.service.round_wire`), base64 text in a JSON one; else 400 ``malformed`` naming it."""
     try:
-        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else None
+        raw = value if isinstance(value, bytes) else base64.b64decode(value, validate=True) if isinstance(
+            value, str) else None
     except (binascii.Error, ValueError):
         raw = None
     if raw is None or (size is not None and len(raw) != size):
-        raise Refused(400, "malformed", f"{field} must be base64" + (f" of {size} bytes" if size else "") +
+        raise Refused(400, "malformed", f"{field} must be bytes (base64 in JSON)" + (f" of {size} bytes" if size
+                                                                                       else "") +
                       (f", got {len(raw)} bytes" if raw is not None else ""))
     return raw
 
@@ -182,8 +185,8 @@ def rounds_app(title: str, service, logger: logging.Logger, max_body_bytes: int,
                limits: Limits | None = None) -> tuple[FastAPI, object]:
     """A round server's app with what they all have: ``/healthz``, ``/readyz``, ``/metrics``, ``GET
     /tasks/{id}`` (``service.state``), and a :class:`Ticker` over ``ticking`` (default ``service``; ``tick=None``:
-    none). Returns the app and ``body``, the coroutine reading a request's JSON body (at most ``max_body_bytes``),
-    for the caller's routes."""
+    none). Returns the app and ``body``, the coroutine reading a request's body (at most ``max_body_bytes``; JSON
+    unless the route names other ``media_types``), for the caller's routes."""
     ticker = None if tick is None else Ticker(service if ticking is None else ticking, tick, logger)
 
     @asynccontextmanager
@@ -201,8 +204,8 @@ def rounds_app(title: str, service, logger: logging.Logger, max_body_bytes: int,
     add_operations(app, service.registry, service.engine, lambda err: service.refused.labels(err.reason).inc(),
                    health=service.health, operator_token=operator_token, limits=limits)
 
-    async def body(request: Request) -> bytes:
-        return await read_body(request, max_body_bytes, "application/json")
+    async def body(request: Request, media_types: tuple[str, ...] = ("application/json",)) -> bytes:
+        return await read_body(request, max_body_bytes, media_types)
 
     @app.get("/tasks/{task_id}")
     async def task(task_id: str) -> dict:

@@ -36,7 +36,8 @@ import urllib.request
 from ..core import identity
 from ..errors import ParameterError
 from ..protocols.registry import get
-from ..protocols.roles import decode_inbox, messages_in
+from ..protocols.roles import messages_in
+from . import round_wire
 from .calls import RETRY_STATUSES, SubmitError
 from .device_budget import charge_device
 from .round_tasks import KEM, SignedRoster, check_task, message_context, relay_info
@@ -48,7 +49,7 @@ _ROSTERS: dict[tuple[str, str, bytes], SignedRoster] = {}  # (server, task, orga
 class RosterClient:
     """What a user's device does in any multi-round task (DPDS, DPDG; TSS against S1): his own X25519 key pair, his
     enrollment in the roster, authenticated calls, seals and opens. ``sent`` and ``received`` count the bytes of
-    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them (before base64), and
+    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them, and
     ``traffic`` the protocol's plaintext messages: (direction, kind) to [messages, entries].
     A subclass names its task type (``task_type``), how to read a message's kind and entries (``entries``) and
     builds the protocol's role for his index (``make_role``).
@@ -111,12 +112,19 @@ class RosterClient:
             self.signed_roster = signed
         return self.signed_roster
 
-    def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = ()) -> dict:
-        raw = None if body is None else json.dumps(body).encode()
-        self.sent += len(raw or b"")
-        answer = _request(f"{self.url}/tasks/{self.task.task_id}/{route}", raw, self.timeout, self.attempts,
-                          ok_conflicts)
+    def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = (),
+              binary: bool = False) -> dict:
+        """The server's answer to ``body`` at ``route`` ({} for a refusal in ``ok_conflicts``); ``binary``: the
+        body and the answer in the round routes' binary form (:mod:`~privagg.service.round_wire`), else JSON."""
+        encoded = None if body is None else round_wire.encode(body) if binary else json.dumps(body).encode()
+        self.sent += len(encoded or b"")
+        answer = _request(f"{self.url}/tasks/{self.task.task_id}/{route}", encoded, self.timeout, self.attempts,
+                          ok_conflicts, round_wire.MEDIA_TYPE if binary else "application/json")
+        if answer is None:
+            return {}
         self.received += len(answer)
+        if binary and answer[:len(round_wire.MAGIC)] == round_wire.MAGIC:
+            return round_wire.decode(answer, "the server's answer")
         return json.loads(answer)
 
     def state(self) -> str:
@@ -187,12 +195,11 @@ class RosterClient:
         self.count("received", *self.entries(message))
         return message
 
-    def _sign(self, number: int, recipient: int | None, message: bytes) -> str:
-        return base64.b64encode(identity.sign(self.identity, message_context(self.task.task_id, number, self.user,
-                                                                             recipient), message)).decode()
+    def _sign(self, number: int, recipient: int | None, message: bytes) -> bytes:
+        return identity.sign(self.identity, message_context(self.task.task_id, number, self.user, recipient), message)
 
     def _check_signed(self, sender, signature, message: bytes, number: int, recipient: int | None, field: str) -> None:
-        """That ``message`` is ``sender``'s, signed (``signature``, base64) for this task, round ``number`` and
+        """That ``message`` is ``sender``'s, signed (``signature``) for this task, round ``number`` and
         ``recipient`` under his identity key in the signed roster: ParameterError naming ``field`` otherwise."""
         users = self.roster().users
         if sender not in users:
@@ -222,11 +229,13 @@ class RoundClient(RosterClient):
         him: a round closes as soon as the last user it asks has answered)."""
         protocol = self.protocol
         round_, number = protocol.round(name), protocol.number(name)
-        answer = self._call("inbox", {**self._auth(), "round": number}, ("not_expected", "round_closed"))
+        answer = self._call("inbox", {**self._auth(), "round": number}, ("not_expected", "round_closed"), True)
         if not answer:  # 409 not_expected or round_closed: nothing for him to send
             return False
         self.roster()  # his enrollment as he made it, signed by the organisation, before he sends anything
-        fields = decode_inbox(answer["inbox"])
+        fields = answer.get("inbox")
+        if not isinstance(fields, dict):
+            raise ParameterError("inbox", "an object of the coordinator's fields", type(fields).__name__)
         for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
             if field in getattr(self.role, "checks_signers", ()):  # signatures his role checks under the roster's keys
                 continue
@@ -249,14 +258,13 @@ class RoundClient(RosterClient):
         if round_.value:
             fields["value"] = value
         out = getattr(self.role, name)(**fields)
-        body, b64 = self._auth(), base64.b64encode
-        message = b""
+        body, message = self._auth(), b""
         if round_.to_server and round_.seal:  # to a party the server relays to (TSS's S2), which it cannot read
             message = self._seal(out.message, *self.task.sealed_to(round_, self.user))
         elif round_.to_server:
             message = self._plain(out.message)
         if round_.to_server:
-            body["message"] = b64(message).decode()
+            body["message"] = message
         body["signature"] = self._sign(number, None, message)
         if round_.relay:  # to the users of the signed roster (those it left out are round-1 dropouts)
             relayed = {k: m for k, m in out.relayed.items() if k in self.roster().users}
@@ -266,9 +274,8 @@ class RoundClient(RosterClient):
             body[round_.relay] = []
             for k, relayed in relayed.items():
                 sealed = self._seal(relayed, keys[k], relay_info(round_, self.task.task_id, self.user, k))
-                body[round_.relay].append({"recipient": k, "sealed": b64(sealed).decode(),
-                                           "signature": self._sign(number, k, sealed)})
-        self._call(f"round{number}", body, ("already_sent",))
+                body[round_.relay].append({"recipient": k, "sealed": sealed, "signature": self._sign(number, k, sealed)})
+        self._call(f"round{number}", body, ("already_sent",), True)
         return True
 
     def _keys(self, served) -> dict[int, bytes]:
@@ -281,7 +288,7 @@ class RoundClient(RosterClient):
         keys = {}
         for entry in served:
             k, key = (entry.get("user"), entry.get("public_key")) if isinstance(entry, dict) else (None, None)
-            if k not in users or key != base64.b64encode(users[k][1]).decode():
+            if k not in users or key != users[k][1]:
                 raise ParameterError("public_keys", "each recipient's X25519 key as the organisation's signed roster "
                                      "lists it", f"another key for user {k!r}: the server swapped it")
             keys[k] = users[k][1]
@@ -308,19 +315,17 @@ class RoundClient(RosterClient):
         return out
 
 
-def _bytes(text) -> bytes:
-    """The bytes of a base64 field the server sent; empty for anything else (a check that follows refuses it)."""
-    try:
-        return base64.b64decode(text, validate=True) if isinstance(text, str) else b""
-    except ValueError:
-        return b""
+def _bytes(value) -> bytes:
+    """A bytes field the server sent; empty for anything else (a check that follows refuses it)."""
+    return value if isinstance(value, bytes) else b""
 
 
-def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = ()) -> bytes:
+def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_conflicts: tuple[str, ...] = (),
+             media_type: str = "application/json") -> bytes | None:
     """The answer's body; retried on no answer or a busy server, SubmitError on a refusal (a 409 whose reason is in
-    ``ok_conflicts`` is an answer: a retry of a request that arrived). A connection per request: kept-alive
+    ``ok_conflicts`` is an answer, None: a retry of a request that arrived). A connection per request: kept-alive
     connections ran far slower on this host's loopback (bench part 16)."""
-    headers = {} if body is None else {"content-type": "application/json"}
+    headers = {} if body is None else {"content-type": media_type}
     for attempt in range(attempts):
         request = urllib.request.Request(url, data=body, headers=headers, method="GET" if body is None else "POST")
         try:
@@ -333,7 +338,7 @@ def _request(url: str, body: bytes | None, timeout: float, attempts: int, ok_con
             except ValueError:
                 reason = None
             if err.code == 409 and reason in ok_conflicts:
-                return b"{}"
+                return None
             if err.code not in RETRY_STATUSES or attempt == attempts - 1:
                 raise SubmitError(err.code, detail.decode(errors="replace")[:300]) from None
         except (urllib.error.URLError, OSError) as err:

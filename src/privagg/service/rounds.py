@@ -29,9 +29,11 @@ the signed roster (403 ``bad_signature``) and stores it, and relays it with the 
 Routes (:func:`round_routes`): ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/inbox`` (the open round's inbox
 for the user: the coordinator's fields, the earlier messages it carries with their ``signatures``, the messages
 relayed to him with theirs, his recipients' public keys from the signed roster), ``POST /tasks/{id}/round{k}``
-(his answer to round k: ``message`` base64 to the server, ``signature``, and the round's relay as a list of
+(his answer to round k: ``message`` to the server, ``signature``, and the round's relay as a list of
 ``{"recipient", "sealed", "signature"}``), ``GET /tasks/{id}/roster`` (the signed roster), ``POST
-/tasks/{id}/close-round/{k}`` (the operator's: closes the open round now, as its deadline would).
+/tasks/{id}/close-round/{k}`` (the operator's: closes the open round now, as its deadline would). The inbox and
+round routes take binary bodies (:mod:`~privagg.service.round_wire`: bytes as bytes; an inbox asked so is answered
+so), as the SDK sends them, or JSON with base64 (a hand-made request); the others are JSON.
 """
 
 from __future__ import annotations
@@ -48,14 +50,14 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter
 
 from ..core import identity
 from ..errors import ParameterError
 from ..protocols.registry import get
 from ..protocols.roles import MultiRound, Round, RoundFailed, encode_inbox
-from . import storage
+from . import round_wire, storage
 from .ledger import DEFAULT_POPULATION, charge_round_task
 from .roster import Roster, b64_field, load_task
 from .round_tasks import KEM, SignedRoster, check_task, message_context
@@ -373,12 +375,12 @@ class RoundDriver:
             return row, self._round_state(c, task_id, row, self._coordinator(task), protocol_of(task.parameters))
 
     # ---- a user's inbox and answer -------------------------------------------------------------------------
-    def inbox(self, task_id: str, body: bytes) -> dict:
-        """What a user needs to answer the open round (``round``, when the request names one: 409 ``round_closed``
-        unless it is the open one): its number and name, the coordinator's fields for him, the messages relayed to
-        him (``delivers``), and the public keys of the users he relays to; 409 ``not_expected`` if the round does
-        not ask him."""
-        data = json_object(body, "the inbox request")
+    def inbox(self, task_id: str, data: dict) -> dict:
+        """What a user needs to answer the open round (``round``, when the request ``data`` names one: 409
+        ``round_closed`` unless it is the open one): its number and name, the coordinator's fields for him
+        (``inbox``), the messages relayed to him (``delivers``: ``sender``, ``sealed``, ``signature``), the earlier
+        messages' ``signatures`` and the public keys of the users he relays to (``public_keys``), as bytes
+        (:func:`as_json` for a JSON answer); 409 ``not_expected`` if the round does not ask him."""
         user = self._authenticated(task_id, data)
         task = self.task(task_id)
         number = data.get("round")
@@ -389,31 +391,30 @@ class RoundDriver:
         round_, state, coordinator = protocol.rounds[row.round - 1], kept.state, self._coordinator(task)
         if user not in kept.expecting:
             raise Refused(409, "not_expected", f"user {user} takes no part in round {row.round} ({round_.name})")
-        b64 = base64.b64encode
         read = self._messages(task_id, protocol, round_.reads)
         inbox = coordinator.inbox(round_, user, state, read)
         with storage.reading(self.engine) as c:
-            out = {"round": row.round, "name": round_.name, "inbox": encode_inbox(inbox)}
+            out = {"round": row.round, "name": round_.name, "inbox": inbox}
             if round_.delivers:
                 number = next(protocol.number(e.name) for e in protocol.rounds if e.relay == round_.delivers)
-                out[round_.delivers] = [{"sender": s, "sealed": b64(v).decode(), "signature": b64(g).decode()}
+                out[round_.delivers] = [{"sender": s, "sealed": v, "signature": g}
                                         for s, v, g in self._relayed_to(c, task_id, number, user)]
             if round_.signed:  # earlier messages the inbox carries, each with its sender's signature
                 m = self.messages
-                out["signatures"] = {field: [{"sender": u, "signature": b64(g).decode()} for u, g in c.execute(
+                out["signatures"] = {field: [{"sender": u, "signature": g} for u, g in c.execute(
                     sa.select(m.c.user, m.c.signature).where(m.c.task_id == task_id, m.c.round == protocol.number(
                         name), m.c.user.in_(list(inbox[field]))).order_by(m.c.user))] for field, name in round_.signed}
         if round_.relay:
             keys = self.signed_roster(task_id).users
-            out["public_keys"] = [{"user": u, "public_key": b64(keys[u][1]).decode()} for u in sorted(
+            out["public_keys"] = [{"user": u, "public_key": keys[u][1]} for u in sorted(
                 self._recipients(coordinator, round_, user, state, read))]
         return out
 
-    def answer(self, task_id: str, number: int, body: bytes) -> str:
-        """A user's answer to round ``number``: his message to the server (checked by the coordinator, or of the
-        size it expects when sealed to another party) and his relayed messages (one to each recipient the
-        coordinator names, each of its size once sealed), stored whole or not at all."""
-        task, data = self.task(task_id), json_object(body, f"round {number}")
+    def answer(self, task_id: str, number: int, data: dict) -> str:
+        """A user's answer to round ``number`` (the request's ``data``): his message to the server (checked by the
+        coordinator, or of the size it expects when sealed to another party) and his relayed messages (one to each
+        recipient the coordinator names, each of its size once sealed), stored whole or not at all."""
+        task = self.task(task_id)
         user = self._authenticated(task_id, data)
         _, kept = self._open(task_id, number, user)
         protocol = protocol_of(task.parameters)
@@ -591,8 +592,8 @@ class RoundDriver:
                 return row.status
             start = time.perf_counter()
             try:
-                handed = protocol.coordinator(task.parameters, task.min_survivors).finish(
-                    self._state(task_id, row.published), self._messages(task_id, protocol))
+                handed = self._coordinator(task).finish(self._state(task_id, row.published),
+                                                        self._messages(task_id, protocol))
                 update = {"status": self.done, "outcome": json.dumps(self.finished(task, handed,
                                                                                    time.perf_counter() - start))}
             except RoundFailed as err:
@@ -725,6 +726,19 @@ def _published(state: dict) -> str:
     return json.dumps({k: v for k, v in state.items() if k not in ROSTER_FIELDS})
 
 
+def as_json(out: dict) -> dict:
+    """An inbox (:meth:`RoundDriver.inbox`) as JSON: the coordinator's fields as :func:`encode_inbox` writes them,
+    every other bytes value as base64."""
+    def value(v):
+        if isinstance(v, bytes):
+            return base64.b64encode(v).decode()
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        return [value(x) for x in v] if isinstance(v, list) else v
+
+    return {k: encode_inbox(v) if k == "inbox" else value(v) for k, v in out.items()}
+
+
 def _label(status: str, number: int) -> str:
     return f"round{number}" if status == RUNNING else status
 
@@ -737,17 +751,30 @@ def round_routes(app: FastAPI, driver: RoundDriver, body, operator_token: str | 
     async def enroll(task_id: str, request: Request) -> JSONResponse:
         return JSONResponse(await run_in_threadpool(driver.enroll, task_id, await body(request)), status_code=201)
 
+    async def data(request: Request, what: str) -> tuple[dict, bool]:
+        """The request's fields, and whether its body is binary (round_wire.MEDIA_TYPE; else JSON)."""
+        raw = await body(request, (round_wire.MEDIA_TYPE, "application/json"))
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != round_wire.MEDIA_TYPE:
+            return json_object(raw, what), False
+        try:
+            return round_wire.decode(raw, what), True
+        except ParameterError as err:
+            raise Refused(400, "malformed", str(err)) from None
+
     @app.post("/tasks/{task_id}/inbox")
-    async def inbox(task_id: str, request: Request) -> dict:
-        return await run_in_threadpool(driver.inbox, task_id, await body(request))
+    async def inbox(task_id: str, request: Request) -> Response:
+        fields, binary = await data(request, "the inbox request")
+        out = await run_in_threadpool(driver.inbox, task_id, fields)
+        return Response(round_wire.encode(out), media_type=round_wire.MEDIA_TYPE) if binary else \
+            JSONResponse(as_json(out))
 
     @app.post("/tasks/{task_id}/round{number:int}")
     async def answer(task_id: str, number: int, request: Request) -> JSONResponse:
-        raw = await body(request)
+        fields, _ = await data(request, f"round {number}")
         rounds = protocol_of((await run_in_threadpool(driver.task, task_id)).parameters).rounds
         if not 1 <= number <= len(rounds):
             raise Refused(404, "unknown_round", f"the round must be one of 1..{len(rounds)}, got {number}")
-        return JSONResponse({"status": await run_in_threadpool(driver.answer, task_id, number, raw)},
+        return JSONResponse({"status": await run_in_threadpool(driver.answer, task_id, number, fields)},
                             status_code=201)
 
     @app.get("/tasks/{task_id}/roster")

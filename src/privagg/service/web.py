@@ -220,15 +220,15 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-async def read_body(request: Request, limit: int, media_type: str) -> bytes:
-    """The request body, of type ``media_type`` (else 415), refused (413) beyond ``limit`` bytes whether or not
-    it declares its length.
+async def read_body(request: Request, limit: int, media_type: str | tuple[str, ...]) -> bytes:
+    """The request body, of type ``media_type`` (or one of them, a tuple; else 415), refused (413) beyond ``limit``
+    bytes whether or not it declares its length.
 
     A client that closes the connection before its body is complete is refused as ``client_disconnected``
     (counted, one log line: no traceback), or as ``body_timeout`` when the body timeout closed it."""
-    given = _media_type(request)
-    if given != media_type:
-        raise Refused(415, "unsupported_media_type", f"the body must be {media_type}, got "
+    given, accepted = _media_type(request), (media_type,) if isinstance(media_type, str) else media_type
+    if given not in accepted:
+        raise Refused(415, "unsupported_media_type", f"the body must be {' or '.join(accepted)}, got "
                       f"{shown(given) if given else 'no content-type'}")
     declared = request.headers.get("content-length")
     if declared is not None and not (declared.isascii() and declared.isdigit() and len(declared) <= len(str(limit))
