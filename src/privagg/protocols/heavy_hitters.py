@@ -644,18 +644,27 @@ class HeavyHitterAnalyzer:
         return HeavyHitterAggregate([[] for _ in range(self.parameters.levels)])
 
     def agg_update(self, agg: HeavyHitterAggregate, messages: MessageBatch) -> HeavyHitterAggregate:
-        """Keep ``messages`` by level; rows outside the layout or outside their level's field are malformed."""
+        """Keep ``messages`` by level; rows outside the layout or outside their level's field are malformed.
+
+        The rows are put in order of level once (a stable sort: each level's rows in their order in the batch),
+        each level then a slice, where a pass per level picked its rows (25 passes over the batch at n = 10^7,
+        B = 2^48)."""
+        hashes = self.parameters.hashes
         for part in messages.slices():
             clean, dropped = self.layout.validate(part)
-            level = clean["level"].astype(np.int64)
-            for k, h in enumerate(self.parameters.hashes):
-                rows = np.flatnonzero(level == k)
-                u, v, w = clean["u"][rows], clean["v"][rows], clean["w"][rows]
+            order = np.argsort(clean["level"], kind="stable")
+            sizes = np.bincount(clean["level"], minlength=len(hashes)).tolist()
+            columns = clean["u"][order], clean["v"][order], clean["w"][order]
+            lo = 0
+            for k, h in enumerate(hashes):
+                u, v, w = (column[lo:lo + sizes[k]] for column in columns)
+                lo += sizes[k]
                 ok = (u < h.modulus) & (v < h.modulus)
-                dropped += int(rows.size - ok.sum())
-                if ok.any():
-                    agg.levels[k].append((u[ok], v[ok], w[ok]))
-                agg.messages += int(ok.sum())
+                kept = int(ok.sum())
+                dropped += u.size - kept
+                if kept:
+                    agg.levels[k].append((u, v, w) if kept == u.size else (u[ok], v[ok], w[ok]))
+                agg.messages += kept
             agg.malformed += dropped
         return agg
 
