@@ -459,7 +459,10 @@ class HeavyHitterParameters(FrozenParameters):
         return _check_strings(values, self.max_length)
 
     def codes(self, values: np.ndarray, level: np.ndarray) -> np.ndarray:
-        """The code of each checked value's prefix at its ``level`` (Horner's rule on the step-bit chunks)."""
+        """The code of each checked value's prefix at its ``level`` (Horner's rule on the step-bit chunks; an
+        integer's exact code, its top s + level bits, in one shift)."""
+        if self.exact_codes and self.max_length is None:  # K = 2 and no code reaches P: Horner's rule is the shift
+            return (values >> (np.uint64(self.width - self.first_level) - level.astype(np.uint64))).astype(np.int64)
         first, chunk = self._chunks(values)
         code = first.astype(np.int64)
         key = np.int64(self.code_key)
