@@ -459,9 +459,8 @@ class HeavyHitterParameters(FrozenParameters):
         return _check_strings(values, self.max_length)
 
     def codes(self, values: np.ndarray, level: np.ndarray) -> np.ndarray:
-        """The code of each checked value's prefix at its ``level`` (Horner's rule on the step-bit chunks; an
-        integer's exact code, its top s + level bits, in one shift)."""
-        if self.exact_codes and self.max_length is None:  # K = 2 and no code reaches P: Horner's rule is the shift
+        """The code of each checked value's prefix at its ``level`` (Horner's rule on the step-bit chunks)."""
+        if self.exact_codes and self.max_length is None:  # K = 2, no code reaches P: Horner's rule is a shift
             return (values >> (np.uint64(self.width - self.first_level) - level.astype(np.uint64))).astype(np.int64)
         first, chunk = self._chunks(values)
         code = first.astype(np.int64)
@@ -501,8 +500,7 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
         raise ParameterError("item", f"integers in [0, {domain_size}), one per user", f"dtype {array.dtype}, shape "
                              f"{array.shape}")
-    top = np.uint64(domain_size - 1)
-    # unsigned values compared as they are (10^7 of them checked twice, by the simulation and by its clients)
+    top = np.uint64(domain_size - 1)  # unsigned values compared as they are: no uint64 copy of (10^7) items
     bad = array > top if array.dtype.kind == "u" else (array < 0) | (array.astype(np.uint64) > top)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -648,21 +646,14 @@ class HeavyHitterAnalyzer:
         return HeavyHitterAggregate([[] for _ in range(self.parameters.levels)])
 
     def agg_update(self, agg: HeavyHitterAggregate, messages: MessageBatch) -> HeavyHitterAggregate:
-        """Keep ``messages`` by level; rows outside the layout or outside their level's field are malformed.
-
-        The rows are put in order of level once (a stable sort: each level's rows in their order in the batch),
-        each level then a slice, where a pass per level picked its rows (25 passes over the batch at n = 10^7,
-        B = 2^48)."""
-        hashes = self.parameters.hashes
+        """Keep ``messages`` by level (one stable sort by level, each level's rows a slice in their order, not a pass
+        over the batch per level); rows outside the layout or outside their level's field are malformed."""
         for part in messages.slices():
             clean, dropped = self.layout.validate(part)
             order = np.argsort(clean["level"], kind="stable")
-            sizes = np.bincount(clean["level"], minlength=len(hashes)).tolist()
-            columns = clean["u"][order], clean["v"][order], clean["w"][order]
-            lo = 0
-            for k, h in enumerate(hashes):
-                u, v, w = (column[lo:lo + sizes[k]] for column in columns)
-                lo += sizes[k]
+            ends = np.cumsum(np.bincount(clean["level"], minlength=self.parameters.levels))[:-1]
+            split = [np.split(clean[name][order], ends) for name in "uvw"]
+            for k, (h, u, v, w) in enumerate(zip(self.parameters.hashes, *split)):
                 ok = (u < h.modulus) & (v < h.modulus)
                 kept = int(ok.sum())
                 dropped += u.size - kept
@@ -740,7 +731,6 @@ def _survivors(values: np.ndarray, codes: np.ndarray, estimates: np.ndarray, thr
     if capped:
         keep = keep[np.argsort(-estimates[keep], kind="stable")[:cap]]
     return values[keep], np.asarray(codes)[keep], estimates[keep], capped
-
 
 
 # --- exact law (the exact auditor, tiny instances) ------------------------------------------------------------
