@@ -359,3 +359,29 @@ def test_the_multiple_test_is_the_remainder(b):
                          rng.integers(0, 2**49, size=500), b * rng.integers(0, 2**49 // b, size=500)]).astype(np.int64)
     assert [hash_kernels.is_multiple(d, m_inverse, shift, limit) for d in ds.tolist()] == \
         [d >= 0 and d % b == 0 for d in ds.tolist()]
+
+
+def test_the_kernels_count_without_importing_scipy_linalg():
+    """numba's CPU target imports numba.np.arraymath, which imported scipy.linalg (about 0.2 s of CPU, a tenth of
+    fe-hh's process at n = 10^7) only to learn whether np.dot may call BLAS; hash_kernels imports it with scipy's
+    BLAS refused. A kernel counts as before, and np.dot compiled afterwards still imports scipy and works."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+from privagg.core.hashing import UniversalHash
+h = UniversalHash(1_000_003, 97)
+rng = np.random.default_rng(1)
+u, v = h.sample_keys(500, rng)
+w = h.evaluate(u, v, np.full(500, 5))
+counts = h.count_all(u, v, w, 1_000_003)
+walk = h.count_progressions(u, v, w, np.array([4]), np.array([3]))
+print(int(counts[5]), int(walk[0, 1]), 'numba' in sys.modules, 'scipy.linalg' in sys.modules)
+import numba
+dot = numba.njit(lambda a, b: np.dot(a, b))
+print(dot(np.ones(3), np.ones(3)), 'scipy.linalg' in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["500 500 True False", "3.0 True"], out.stdout

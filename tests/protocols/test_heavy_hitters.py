@@ -201,6 +201,26 @@ def test_malformed_messages_are_dropped_and_counted():
     assert agg.malformed == 4 and agg.messages == 0
 
 
+def test_each_level_keeps_its_well_formed_messages_in_their_order():
+    """agg_update's split by level (one stable sort) against a pass per level: the same rows in the same order, the
+    rows whose key is past their own level's modulus (not the layout's) dropped and counted."""
+    params = calibrate_fe_hh(1.0, 1e-10, N, 2**40, 0.02)
+    messages = HeavyHitterClient(params).randomize(np.arange(20_000, dtype=np.uint64), 7)
+    u = messages["u"].copy()
+    level = messages["level"].astype(np.int64)
+    first = np.flatnonzero(level == 0)[:5]
+    u[first] = params.hashes[0].modulus  # in the layout (the deepest level's modulus), past level 0's
+    messages = MessageBatch({**messages.columns, "u": u})
+    analyzer = HeavyHitterAnalyzer(params)
+    agg = analyzer.agg_update(analyzer.agg_init(), messages)
+    assert agg.malformed == 5 and agg.messages == len(messages) - 5
+    for k, parts in enumerate(agg.levels):
+        rows = np.flatnonzero(level == k)
+        rows = rows[~np.isin(rows, first)]
+        got = [np.concatenate([part[i] for part in parts]) for i in range(3)]
+        assert all(np.array_equal(g, messages[name][rows]) for g, name in zip(got, "uvw")), k
+
+
 @pytest.mark.parametrize("change,field", [
     (dict(phi=0.0), "phi"), (dict(phi=1.0), "phi"), (dict(phi=-0.1), "phi"), (dict(phi=float("nan")), "phi"),
     (dict(phi=True), "phi"), (dict(phi=None), "phi"), (dict(domain_size=1), "domain"), (dict(domain_size=0), "domain"),
@@ -243,6 +263,19 @@ def test_codes_are_the_prefixes_when_every_value_fits():
         codes = params.codes(values, np.full(3, level))
         assert codes.tolist() == (values >> np.uint64(40 - bits)).astype(np.int64).tolist()
     assert isinstance(params, HeavyHitterParameters)
+    # each row at its own level, against Horner's rule in Python integers (the codes' definition), B not a power of 2
+    params = calibrate_fe_hh(1.0, 1e-10, N, 10**12 + 7, 0.02)
+    rng = np.random.default_rng(3)
+    values, levels = rng.integers(0, 10**12 + 7, size=500, dtype=np.uint64), rng.integers(0, params.levels, size=500)
+    width, first = params.width, params.first_level
+
+    def horner(value: int, level: int) -> int:
+        code = value >> (width - first)
+        for j in range(1, level + 1):
+            code = (code * params.code_key + (value >> (width - first - j)) % 2) % CODE_PRIME
+        return code
+
+    assert params.codes(values, levels).tolist() == [horner(int(x), int(k)) for x, k in zip(values, levels)]
 
 
 def test_python_ints_across_2_63_and_the_thinning_near_phi_b_1():

@@ -464,7 +464,6 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                  delta: float, calibration: Enum, phi: Optional[float], max_length: Optional[int],
                  seed: Optional[int], evaluate: Optional[bool], verbose: bool, as_json: bool, output: Optional[Path],
                  progress: Optional[bool], user_column: Optional[str], max_items: int) -> None:
-    from .. import datasets
     from ..io import InputFormat, read_items
     from ..pipelines import with_left_out
     from ..reports import report_document
@@ -480,6 +479,8 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                               epsilon=epsilon, delta=delta, phi=phi, domain_size=domain, max_length=max_length,
                               calibration=calibration.value, seed=seed, evaluate=evaluate)
         elif input is None:
+            from .. import datasets  # (pyarrow: only for the bundled words)
+
             values, name = datasets.english_words(datasets.HEAVY_HITTER_USERS).to_pylist(), datasets.HH_DESCRIPTION
             if domain is not None:
                 raise ParameterError("domain", "left out for the bundled words (strings: --max-length)", domain)

@@ -11,8 +11,30 @@ precision, then an exact correction in wrapping 64-bit integers).
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
+
+
+def _arraymath_without_blas() -> None:
+    """Import numba.np.arraymath with scipy's BLAS refused: numba's CPU target imports that module when it first
+    compiles or loads a kernel, and it imports scipy.linalg (about 0.2 s of CPU, a tenth of fe-hh's whole
+    process at n = 10^7: docs/benchmarks.md part 9) only to learn whether its np.dot may call BLAS. No kernel here
+    calls BLAS; numba's linear algebra, if anything else compiles it later, imports scipy then as usual."""
+    name = "scipy.linalg.cython_blas"
+    if name in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules[name] = None  # import refused: ImportError, as numba expects without scipy
+    try:
+        import numba.np.arraymath  # noqa: F401
+    except ImportError:  # another numba's layout: let it import as it does
+        pass
+    finally:
+        del sys.modules[name]
+
+
+_arraymath_without_blas()
 
 TABLE_BITS = 16  # a domain of at most 2^16 items and a small q: counted with the table of inverses (count_one_tile)
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
@@ -24,15 +46,16 @@ def mulmod(a: int, x: int, q: int, qinv: float) -> int:
 
     The products are taken in unsigned 64-bit arithmetic, which wraps mod
     2^64 by definition; their difference, reinterpreted as signed, is the
-    exact remainder up to a few multiples of q.
+    exact remainder up to two multiples of q either way (the quotient's estimate is off by at most 2 for
+    q < 2^50). The corrections are selects, not loops, so that a loop calling this one vectorizes
+    (:func:`count_progressions`).
     """
     quot = np.uint64(float(a) * float(x) * qinv)
     r = np.int64(np.uint64(a) * np.uint64(x) - quot * np.uint64(q))
-    while r < 0:
-        r += q
-    while r >= q:
-        r -= q
-    return r
+    r = r + q if r < 0 else r
+    r = r + q if r < 0 else r
+    r = r - q if r >= q else r
+    return r - q if r >= q else r
 
 
 @nb.njit(cache=True)
@@ -350,11 +373,9 @@ def divisibility(b):
 
 @nb.njit(cache=True, inline="always")
 def is_multiple(d, m_inverse, shift, limit):
-    """d >= 0 and d a multiple of b, given :func:`divisibility` of b."""
-    if d < 0:
-        return False
+    """d >= 0 and d a multiple of b, given :func:`divisibility` of b (no branch: it vectorizes)."""
     x, s = np.uint64(d) * np.uint64(m_inverse), np.uint64(shift)  # (unsigned throughout: a signed operand would
-    return ((x >> s) | (x << ((np.uint64(64) - s) & np.uint64(63)))) <= np.uint64(limit)  # make it a float)
+    return (d >= 0) & (((x >> s) | (x << ((np.uint64(64) - s) & np.uint64(63)))) <= np.uint64(limit))  # make a float)
 
 
 @nb.njit(cache=True, parallel=True)
@@ -366,6 +387,12 @@ def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
     so u x + v mod q runs along a progression of step u: one product per
     (message, prefix), then an addition per child. y = (u x + v) mod q lies in [0, q) and w in [0, b), so
     y mod b = w exactly when y - w is a non-negative multiple of b (:func:`is_multiple`).
+
+    A block of messages at a time, each loop over the block one pass without a branch or a store in it but its
+    own, which LLVM vectorizes (4 messages a step in AVX2 registers): y - w of every message of the block at the
+    prefix's first child, then, child by child, the block's matches summed and each y moved on to the next
+    child. The loops over the prefixes and children within the block, over the messages one at a time, took
+    1.5 times the CPU (fe-hh at n = 10^7, B = 2^48: docs/benchmarks.md part 9).
     """
     qinv = 1.0 / q
     m_inverse, shift, limit = divisibility(b)
@@ -373,19 +400,19 @@ def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
     share = (u.size + n_threads - 1) // n_threads
     for t in nb.prange(n_threads):
         end = min(u.size, (t + 1) * share)
+        y = np.empty(MATCH_BLOCK, np.int64)  # y - w of the block's messages at the current child
         for lo in range(t * share, end, MATCH_BLOCK):
-            hi = min(end, lo + MATCH_BLOCK)
+            n = min(end, lo + MATCH_BLOCK) - lo
             for k in range(bases.size):
-                base, fanout = bases[k], fanouts[k]
-                for i in range(lo, hi):
-                    ui, wi = u[i], w[i]
-                    y = mulmod(ui, base, q, qinv) + v[i]
-                    if y >= q:
-                        y -= q
-                    y -= wi  # y - w along the progression, in [-w, q - w): a match where it is a multiple of b
-                    for j in range(fanout):
-                        if is_multiple(y, m_inverse, shift, limit):
-                            out_per_thread[t, k, j] += 1
-                        y += ui
-                        if y >= q - wi:
-                            y -= q
+                base = bases[k]
+                for i in range(n):
+                    r = mulmod(u[lo + i], base, q, qinv) + v[lo + i]
+                    y[i] = (r - q if r >= q else r) - w[lo + i]  # in [-w, q - w)
+                for j in range(fanouts[k]):
+                    hits = 0
+                    for i in range(n):
+                        d = y[i]
+                        hits += is_multiple(d, m_inverse, shift, limit)
+                        d += u[lo + i]
+                        y[i] = d - q if d >= q - w[lo + i] else d
+                    out_per_thread[t, k, j] += hits

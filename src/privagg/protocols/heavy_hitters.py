@@ -460,6 +460,8 @@ class HeavyHitterParameters(FrozenParameters):
 
     def codes(self, values: np.ndarray, level: np.ndarray) -> np.ndarray:
         """The code of each checked value's prefix at its ``level`` (Horner's rule on the step-bit chunks)."""
+        if self.exact_codes and self.max_length is None:  # K = 2, no code reaches P: Horner's rule is a shift
+            return (values >> (np.uint64(self.width - self.first_level) - level.astype(np.uint64))).astype(np.int64)
         first, chunk = self._chunks(values)
         code = first.astype(np.int64)
         key = np.int64(self.code_key)
@@ -498,8 +500,8 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
         raise ParameterError("item", f"integers in [0, {domain_size}), one per user", f"dtype {array.dtype}, shape "
                              f"{array.shape}")
-    bad = (array < 0) if np.issubdtype(array.dtype, np.signedinteger) else np.zeros(array.shape, dtype=bool)
-    bad |= array.astype(np.uint64) > np.uint64(domain_size - 1)
+    top = np.uint64(domain_size - 1)  # unsigned values compared as they are: no uint64 copy of (10^7) items
+    bad = array > top if array.dtype.kind == "u" else (array < 0) | (array.astype(np.uint64) > top)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ParameterError("item", f"an integer in [0, {domain_size})", int(array[row]), row)
@@ -644,18 +646,20 @@ class HeavyHitterAnalyzer:
         return HeavyHitterAggregate([[] for _ in range(self.parameters.levels)])
 
     def agg_update(self, agg: HeavyHitterAggregate, messages: MessageBatch) -> HeavyHitterAggregate:
-        """Keep ``messages`` by level; rows outside the layout or outside their level's field are malformed."""
+        """Keep ``messages`` by level (one stable sort by level, each level's rows a slice in their order, not a pass
+        over the batch per level); rows outside the layout or outside their level's field are malformed."""
         for part in messages.slices():
             clean, dropped = self.layout.validate(part)
-            level = clean["level"].astype(np.int64)
-            for k, h in enumerate(self.parameters.hashes):
-                rows = np.flatnonzero(level == k)
-                u, v, w = clean["u"][rows], clean["v"][rows], clean["w"][rows]
+            order = np.argsort(clean["level"], kind="stable")
+            ends = np.cumsum(np.bincount(clean["level"], minlength=self.parameters.levels))[:-1]
+            split = [np.split(clean[name][order], ends) for name in "uvw"]
+            for k, (h, u, v, w) in enumerate(zip(self.parameters.hashes, *split)):
                 ok = (u < h.modulus) & (v < h.modulus)
-                dropped += int(rows.size - ok.sum())
-                if ok.any():
-                    agg.levels[k].append((u[ok], v[ok], w[ok]))
-                agg.messages += int(ok.sum())
+                kept = int(ok.sum())
+                dropped += u.size - kept
+                if kept:
+                    agg.levels[k].append((u, v, w) if kept == u.size else (u[ok], v[ok], w[ok]))
+                agg.messages += kept
             agg.malformed += dropped
         return agg
 
@@ -727,7 +731,6 @@ def _survivors(values: np.ndarray, codes: np.ndarray, estimates: np.ndarray, thr
     if capped:
         keep = keep[np.argsort(-estimates[keep], kind="stable")[:cap]]
     return values[keep], np.asarray(codes)[keep], estimates[keep], capped
-
 
 
 # --- exact law (the exact auditor, tiny instances) ------------------------------------------------------------
