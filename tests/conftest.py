@@ -31,3 +31,27 @@ def pytest_sessionstart(session):
     # evaluation_cache): no value is read or kept, here or in the commands the tests start; its own tests point it at
     # a folder of theirs.
     os.environ["PRIVAGG_CACHE"] = "off"
+    if session.config.pluginmanager.has_plugin("dsession"):  # the xdist controller, before its workers start
+        compile_the_kernels()
+
+
+def compile_the_kernels() -> None:
+    """Every specialisation of privagg.core.hash_kernels the suite uses, compiled once into numba's cache (beside
+    the sources): on a fresh clone each xdist worker, and each command a test starts, otherwise compiled the same
+    kernels itself (about 20 s of CPU a process) until one had saved them. Through the public calls, so that the
+    argument types are the ones the tests and commands pass; a warm cache is only read (about a second)."""
+    import numpy as np
+
+    from privagg.core.hashing import UniversalHash
+
+    rng = np.random.default_rng(0)
+    # count_all's int32 counters over the table of inverses, and without it; its uint8 and uint16 counters (each
+    # with add_rows, count_direct and count_sorted); count_progressions; preimages
+    for q, b, domain, messages in [(1031, 4, 1024, 2001), (1_048_583, 16, 1000, 2001), (4_194_319, 1000, 1 << 22, 2000),
+                                   (262_147, 8, 1 << 12, 300)]:
+        h = UniversalHash(q, b)
+        u, v = h.sample_keys(messages, rng)
+        w = rng.integers(0, b, messages)
+        h.count_all(u, v, w, domain)
+    h.count_matches(u, v, w, [0, 1])
+    h.preimages(int(u[0]), int(v[0]), int(w[0]), domain)

@@ -586,10 +586,13 @@ def test_candidates_added_after_the_messages_arrived_are_answered_exactly(databa
 
     params = calibrate("fe1", epsilon=2.0, delta=1e-6, n_users=600, domain_size=2**40)
     d = deploy(databases, params, candidates=[7, 2**39 + 1], partition_root=tmp_path if partitioned else None,
-               budgets=(20_000, 1 << 30))
+               budgets=(200_000, 1 << 30))  # several partitions (each opened apart, twice: ~0.1 s of CPU each)
     reports, sent = users(d, [7] * 300 + [2**39 + 1] * 200 + [5] * 100, np.random.default_rng(8))
     d.store(reports)
     assert d.collector.release_batches() == 1 and bool(d.delivered) != partitioned
+    with d.analyzer.engine.connect() as c:  # the opened messages it keeps: one row a partition
+        parts = c.execute(sa.select(sa.func.count()).select_from(storage.opened_messages)).scalar_one()
+    assert (parts > 1) == partitioned, parts
     assert sorted(e["item"] for e in d.result()["estimates"]) == [7, 2**39 + 1]
     path = f"/tasks/{d.task.task_id}/candidates"
     assert d.A.post(path, json={"candidates": [5, 123, 7]}).json() == {"candidates": 4}
