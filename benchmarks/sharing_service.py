@@ -14,10 +14,11 @@ sampled entries), nothing lost.
 
 Client users, the server and its database share the machine's two cores.
 
-Run alone, ``python benchmarks/sharing_service.py --users 1000 2000`` runs DPDS on the complete graph at each n
-(N = 20, 10% of the users vanishing at one of rounds 1-5, the server killed with SIGKILL after round 2's
-messages) and prints each round's wall time and the server's CPU, each user's CPU and HTTP bytes (mean and
-max), the server's peak RSS and the load (:func:`complete_graph`). ``python benchmarks/sharing_service.py --demo
+Run alone, ``python benchmarks/sharing_service.py --users 1000 2000 [--degree auto] [--kill-rounds 1 2 3 4 5]``
+runs DPDS on the complete graph (or the graph ``--degree`` names) at each n (N = 20, 10% of the users vanishing at
+one of rounds 1-5, the server killed with SIGKILL after the messages of each round of ``--kill-rounds``, 2 by
+default) and prints each round's wall time and the server's CPU, each user's CPU and HTTP bytes (mean and
+max), the server's peak RSS and the load (:func:`killed_runs`). ``python benchmarks/sharing_service.py --demo
 --users 1000 2000 4000 --degree 60`` runs ``privagg demo-service dpds --users N --drop-fraction 0.1`` (``--degree``:
 its graph; default the demo's) at each n and prints the server process's CPU seconds by round, the wall, the load
 and the fitted growth of the server's CPU in n (:func:`served_demo`).
@@ -29,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -50,14 +52,15 @@ def _peak_rss(pid: int) -> int:
 
 
 def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds: tuple[int, ...] = (2, 3),
-         kill_rounds: tuple[int, ...] = (1, 2)) -> dict:
-    """DPDS through its server at ``users``: ``drop_fraction`` of them vanishing at one of ``drop_rounds``, the
+         kill_rounds: tuple[int, ...] = (1, 2), degree: str = "complete") -> dict:
+    """DPDS through its server at ``users`` on the graph ``degree`` names (``privagg.demos.with_graph``: complete,
+    auto or an even k): ``drop_fraction`` of them vanishing at one of ``drop_rounds``, the
     server killed with SIGKILL and restarted after the messages of each of ``kill_rounds`` (with ``kill``). Besides
     the rounds' wall times and bytes: the server's CPU seconds up to each round's last message (``between``: so
     round k's figure holds round k - 1's close and round k's requests; ``release``: the last close and the
     release), its peak RSS (of every process it ran as), and each user's CPU seconds (his SDK's ``send``: thread
     time) and HTTP bytes sent and received."""
-    from privagg.demos import sharing_demo_data
+    from privagg.demos import sharing_demo_data, with_graph
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters, threshold
     from privagg.service.round_demo import dropout_plan, min_survivors_for
@@ -66,8 +69,8 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     from privagg.service.sharing.demo import SharingDeployment, expected_sealed_bytes, run_rounds
 
     codes, _, beta = sharing_demo_data(users, CATEGORIES)
-    parameters = calibrate("dpds", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,
-                           min_count_fraction=beta)
+    parameters = with_graph(calibrate("dpds", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=CATEGORIES,
+                                      min_count_fraction=beta), degree, drop_fraction)
     plan = dropout_plan(users, drop_fraction, drop_rounds, seed=7)
     kills: list[float] = []
     cpu = {"before": 0.0}  # the server's CPU seconds at each round's last message, over its restarts
@@ -106,6 +109,10 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
         report = run["clients"][0].result()
         cpu["release"] = cpu["before"] + dep.cpu_seconds()
         rss.append(_peak_rss(dep.process.pid))
+        # the signed roster, which each device downloads once (O(n) bytes); the SDK keeps one copy a process, so the
+        # users' counted bytes leave it out
+        with urllib.request.urlopen(f"{dep.url}/tasks/{task.task_id}/roster") as answer:
+            roster_bytes = len(answer.read())
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]
     field, total = parameters.field, np.zeros(CATEGORIES, dtype=np.uint64)
     for client in survivors:
@@ -116,8 +123,9 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     server_cpu = {k: cpu[k] - (cpu[marks[i - 1]] if i else 0.0) for i, k in enumerate(marks)}
     per_user = [(user_cpu.get(id(c), 0.0), c.sent + c.received) for c in run["clients"]]
     return {"seconds": run["seconds"], "bytes": run["user_bytes"],
-            "formula": expected_sealed_bytes(task, run["index"], plan), "survivors": len(survivors),
-            "exact": bool(np.array_equal(released, expected)), "kills": kills,
+            "formula": expected_sealed_bytes(task, run["clients"], plan), "survivors": len(survivors),
+            "exact": bool(np.array_equal(released, expected)), "kills": kills, "degree": parameters.degree,
+            "roster_bytes": roster_bytes,
             "release": report["engine"]["seconds"]["release"], "server_cpu": server_cpu, "server_rss": max(rss),
             "user_cpu": [c for c, _ in per_user], "user_bytes": [b for _, b in per_user]}
 
@@ -187,37 +195,50 @@ def sharing_service(report: Report) -> None:
                "elements, set TSS's bytes on the wire.", "")
 
 
-def complete_graph(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0.1, kill_round: int = 2) -> None:
-    """DPDS on the complete graph (every user backs up with the n - 1 others) at each of ``sizes``, N = 20,
-    ``drop_fraction`` of the users vanishing at one of rounds 1-5, the server killed with SIGKILL in
-    ``kill_round``: per round its wall time and the server's CPU, per user his CPU and HTTP bytes (mean and max),
+def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0.1, kill_rounds: tuple[int, ...] = (2,),
+                degree: str = "complete") -> None:
+    """DPDS on the graph ``degree`` names (``complete``: every user backs up with the n - 1 others) at each of
+    ``sizes``, N = 20, ``drop_fraction`` of the users vanishing at one of rounds 1-5, the server killed with SIGKILL
+    and restarted after the messages of each of ``kill_rounds``: per round its wall time and the server's CPU, per user his CPU and HTTP bytes (mean and max),
     the server's peak RSS, and the load."""
     from privagg import __file__ as source
 
-    rows = []
+    rows, growth = [], {"the server's CPU": [], "a user's CPU (mean)": [], "a user's HTTP bytes (mean)": [],
+                        "the roster each device downloads": []}
     with tempfile.TemporaryDirectory() as tmp:
         for users in sizes:
-            note(f"dpds, complete graph, {users:,} users, {drop_fraction:.0%} vanish, kill -9 in round {kill_round}")
+            note(f"dpds, graph {degree}, {users:,} users, {drop_fraction:.0%} vanish, kill -9 in rounds {kill_rounds}")
             folder = Path(tmp) / f"dpds-{users}"
             folder.mkdir()
             start, load = time.perf_counter(), os.getloadavg()
-            r = _run(folder, users, drop_fraction, True, (1, 2, 3, 4, 5), (kill_round,))
+            r = _run(folder, users, drop_fraction, True, (1, 2, 3, 4, 5), kill_rounds, degree)
             wall, load = time.perf_counter() - start, (load, os.getloadavg())
             s, c = r["seconds"], r["server_cpu"]
             rounds = [k for k in s if k.startswith("round")]
             ucpu, ubytes = np.array(r["user_cpu"]), np.array(r["user_bytes"])
-            rows.append([f"{users:,}", f"{r['survivors']:,}", f"{wall:,.0f}",
+            for name, value in zip(growth, (sum(c.values()), ucpu.mean(), ubytes.mean(), r["roster_bytes"])):
+                growth[name].append(value)
+            rows.append([f"{users:,}", "complete" if r["degree"] is None else str(r["degree"]), f"{r['survivors']:,}",
+                         f"{wall:,.0f}",
                          " / ".join(f"{s[k]:.1f}" for k in ["enroll", *rounds]),
                          " / ".join(f"{c.get(k, 0.0):.1f}" for k in rounds) + f" / {c['release']:.1f}",
                          f"{ucpu.mean():.2f} / {ucpu.max():.2f}", f"{ubytes.mean() / 1e6:.2f} / {ubytes.max() / 1e6:.2f}",
-                         f"{r['server_rss'] / 2**20:,.0f}", "yes" if r["exact"] else "**NO**",
+                         f"{r['roster_bytes'] / 1e6:.2f}", f"{r['server_rss'] / 2**20:,.0f}",
+                         "yes" if r["exact"] else "**NO**",
+                         " / ".join(f"{x:.1f}" for x in r["kills"]),
                          " / ".join(f"{x:.1f}" for x in load[0]) + " -> " + " / ".join(f"{x:.1f}" for x in load[1])])
-    report.add(f"DPDS, complete graph, N = {CATEGORIES}, {drop_fraction:.0%} of users vanishing at one of rounds 1-5, "
-               f"kill -9 of the server after round {kill_round}'s messages (sources: {Path(source).parent})", "")
-    report.table(["n", "survivors", "wall s", "seconds: enroll / round 1 / ... (each round's wall)",
+    report.add(f"DPDS, graph {degree}, N = {CATEGORIES}, {drop_fraction:.0%} of users vanishing at one of rounds 1-5, "
+               f"kill -9 of the server after the messages of rounds {', '.join(map(str, kill_rounds))} (sources: "
+               f"{Path(source).parent})", "")
+    report.table(["n", "k", "survivors", "wall s", "seconds: enroll / round 1 / ... (each round's wall)",
                   "server CPU s by round (to each round's last message) / the last close and release",
-                  "user CPU s mean / max", "user HTTP MB mean / max", "server peak RSS MiB",
-                  "release = survivors' sum exactly", "load 1 / 5 / 15 min, before -> after"], rows)
+                  "user CPU s mean / max", "user HTTP MB mean / max (the roster left out)",
+                  "roster MB (each device's one download)", "server peak RSS MiB",
+                  "release = survivors' sum exactly", "restarts s", "load 1 / 5 / 15 min, before -> after"], rows)
+    if len(sizes) > 1:  # least squares of log figure on log n
+        report.add("Growth in n over " + f"{sizes[0]:,}..{sizes[-1]:,}: " + "; ".join(
+            f"{name} as n^{np.polyfit(np.log(sizes), np.log(values), 1)[0]:.2f}" for name, values in growth.items())
+            + ".", "")
 
 
 def _demo_run(users: int, drop_fraction: float, degree: str | None, folder: Path) -> dict:
@@ -290,11 +311,13 @@ if __name__ == "__main__":
                                      "the demo's server CPU by round (--demo)")
     parser.add_argument("--users", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--drop-fraction", type=float, default=0.1)
-    parser.add_argument("--kill-round", type=int, default=2)
+    parser.add_argument("--kill-rounds", type=int, nargs="+", default=[2], help="rounds after whose messages the "
+                        "server is killed with SIGKILL and restarted")
     parser.add_argument("--demo", action="store_true", help="privagg demo-service dpds at each n: the server's CPU")
-    parser.add_argument("--degree", help="the demo's --degree (with --demo; default the demo's graph)")
+    parser.add_argument("--degree", help="the graph: complete, auto or an even k (default: complete; with --demo, "
+                        "the demo's own default)")
     args = parser.parse_args()
     if args.demo:
         served_demo(Report(), tuple(args.users), args.drop_fraction, args.degree)
     else:
-        complete_graph(Report(), tuple(args.users), args.drop_fraction, args.kill_round)
+        killed_runs(Report(), tuple(args.users), args.drop_fraction, tuple(args.kill_rounds), args.degree or "complete")

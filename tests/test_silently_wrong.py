@@ -464,3 +464,22 @@ def test_named_estimates_of_strings_hashed_into_few_codes_say_they_count_other_s
                                      candidate_codes=encoder.encode(["apple", "pear"], public=True), full_domain=False,
                                      seed=1, evaluate=False)
     assert not any("each named estimate counts" in w for w in report.warnings)
+
+
+def test_the_theorys_stderr_is_said_to_be_an_items_worst_not_a_typical_one(tmp_path):
+    """``estimate``'s theory line gives ExpectedError.standard_error, the largest of one item (DPDS: at the largest
+    count the data condition allows, n - (N - 1) ceil(beta n), sqrt(count (1 - p) / p)): printed as a bare "stderr 65.1" beside realised errors near 10 and items' stderrs under
+    30, it read as the error to expect (10^6 users); it is now said to be an item's at its worst count."""
+    data = tmp_path / "codes.txt"
+    data.write_text("\n".join(str(i % 4) for i in range(400)) + "\n")
+    code, out, err = run("estimate", "dpds", "--input", data, "--domain", 4, "--epsilon", 1, "--delta", 1e-6,
+                         "--min-count-fraction", 0.25, "--seed", 1, "--mode", "fast", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    worst = report["expected_error"]["standard_error"]
+    p = report["parameters"]["sampling_probability"]
+    assert worst == pytest.approx(np.sqrt((400 - 3 * 100) * (1 - p) / p))
+    code, out, err = run("estimate", "dpds", "--input", data, "--domain", 4, "--epsilon", 1, "--delta", 1e-6,
+                         "--min-count-fraction", 0.25, "--seed", 1, "--mode", "fast")
+    assert code == 0, err
+    assert f"theory: an item's stderr at most {worst:.1f} (at its worst count)" in " ".join(out.split())

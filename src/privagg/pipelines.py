@@ -197,6 +197,17 @@ def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
                                "messages, and the guarantee does not hold as stated")
 
 
+def with_left_out(report, dropped: int):
+    """``report`` over the users who had a value, ``dropped`` others left out by --missing drop: n is then a count
+    of the data, which the report carries un-noised, so it is not private and says how many were left out
+    (docs/privacy.md, "Missing values")."""
+    if dropped:
+        report.warnings.insert(0, f"{dropped} users with a missing value were left out (--missing drop): n is a "
+                                  "count of the data, and the report is not private")
+        report.privacy = report.privacy.as_left_out(dropped)
+    return report
+
+
 STAGES = ("discovery", "estimation")
 
 

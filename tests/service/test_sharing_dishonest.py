@@ -386,3 +386,31 @@ def test_the_simulator_runs_the_equivocating_server():
                      min_survivors=8)
     assert run.transcript["user"]["refusals"] == 4 and run.release.revealers == 8
     np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, range(N)))
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)  # the databases are the complete graph's tests' above
+@pytest.mark.parametrize("liar, what", [(JunkBackupsClient, "excluded"), (client_of(WrongRevealer), "blamed")],
+                         ids=["junk", "wrong-revealer"])
+def test_on_a_neighbour_graph_the_services_catch_the_liar_and_release_the_others_exactly(server, liar, what):
+    """Issue 46's liars through the services on a neighbour graph (issue 47's "Done when"): user 3's junk backups are
+    complained about by his k neighbours alone, who hold them, and he is excluded before anyone masks with him; his
+    wrong shares in the reveal are discarded and he is blamed. Either way the release is the others' (or everyone's)
+    sum exactly, over the graph the roster's seed fixes."""
+    from privagg.protocols.sharing_parties import task_graph
+
+    service, _, clock = server
+    p = dataclasses.replace(dpdg(), degree=4, graph_dropouts=0.0)
+    task, users = with_liar(service, p, liar)
+    every_round(service, task, users, clock)
+    report = service.result(task.task_id)
+    neighbours = sorted(task_graph(p, users[0].roster().graph_seed).neighbours(LIAR))
+    assert len(neighbours) == 4
+    if what == "excluded":
+        others = [u for u in range(N) if u != LIAR]
+        released_over(p, report, users, others)
+        assert report["dropouts"]["excluded"] == [LIAR]
+        assert report["dropouts"]["complaints"] == [[k, LIAR] for k in neighbours]
+    else:
+        released_over(p, report, users, range(N))
+        assert [revealer for revealer, *_ in report["dropouts"]["blamed"]] == [LIAR]
+        assert report["dropouts"]["excluded"] == []

@@ -198,7 +198,8 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
 
 def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
     """The round routes' binary bodies (service/round_wire.py), as the SDK sends them: truncated, with bytes after
-    them, of another version, of a wrong length (a sealed backup one byte short) or type (a backup's bytes as text)
+    them, of another version, of a wrong length (a sealed backup one byte short) or type (a backup's bytes as text,
+    a float, nil or a boolean; a recipient nil)
     refused 400 naming the field, of another media type 415, nothing stored; a good one stored; an inbox asked in
     binary answered in binary, its relayed messages, signatures and keys as bytes."""
     from privagg.service import round_wire
@@ -221,7 +222,8 @@ def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
         return answer.status_code, answer.json().get("error"), answer.json().get("detail", "")
 
     status, error, detail = post(raw[:-7])
-    assert (status, error) == (400, "malformed") and f"round 1.backups.signature must be {11 * 64} bytes" in detail
+    assert (status, error) == (400, "malformed") and "round 1 must be one MessagePack map" in detail and \
+        "got a truncated body" in detail
     assert post(raw + b"\0")[:2] == (400, "malformed")
     assert "version 1 of privagg's round bodies" in post(raw[:3] + b"\x02" + raw[4:])[2]
     short = [dict(e) for e in backups]
@@ -229,8 +231,11 @@ def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
     status, error, detail = post(round_wire.encode({**good, "backups": short}))
     assert (status, error) == (400, "malformed") and f"backups[3].sealed must be bytes (base64 in JSON) of " \
         f"{task.sealed_size} bytes, got {task.sealed_size - 1} bytes" in detail
-    short[3]["sealed"] = "text"
-    assert "backups[3].sealed must be bytes" in post(round_wire.encode({**good, "backups": short}))[2]
+    for wrong in ("text", 1.5, None, True):  # MessagePack's nil, booleans and floats refused as JSON's are
+        short[3]["sealed"] = wrong
+        assert "backups[3].sealed must be bytes" in post(round_wire.encode({**good, "backups": short}))[2]
+    assert post(round_wire.encode({**good, "backups": [{**backups[0], "recipient": None}]}))[:2] == (400,
+                                                                                                 "bad_recipient")
     assert post(raw, "application/octet-stream")[:2] == (415, "unsupported_media_type")
     assert count(service, relayed_messages, tid) == 0 and count(service, round_messages, tid) == 0
     assert http.post(path, content=raw, headers={"content-type": round_wire.MEDIA_TYPE}).status_code == 201

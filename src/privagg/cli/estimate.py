@@ -125,8 +125,8 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
               epsilon_column: Optional[str], user_column: Optional[str], max_items: int, **options: Any) -> None:
     from ..io import InputFormat
+    from ..pipelines import with_left_out
     from ..reports import report_document
-    from ..simulate.frames import with_left_out
     from ..simulate.frequency import check_resources, estimate_frequencies, item_encoder
 
     with _clean_errors():
@@ -223,8 +223,8 @@ def _print_estimate(report, verbose: bool) -> None:
         over = f"the {e.items} items of the domain" if e.over == "domain" else f"the {e.items} {e.over}"
         _say(f"error against the true counts (--evaluate: not for release) over {over}: "
              f"max {e.max_abs:.1f}, mean {e.mean_abs:.2f}, p50 {e.p50:.1f}, p90 {e.p90:.1f}, p99 {e.p99:.1f}")
-    _say(f"{'  ' if e is not None else ''}theory: stderr {expected.standard_error:.1f}, max-error bound "
-         f"{expected.max_error_bound:.1f} w.p. {1 - expected.max_error_beta:.0%}")
+    _say(f"{'  ' if e is not None else ''}theory: an item's stderr at most {expected.standard_error:.1f} (at its worst "
+         f"count), max-error bound {expected.max_error_bound:.1f} w.p. {1 - expected.max_error_beta:.0%}")
     for g in report.groups or ():
         _say(f"  group epsilon {g.epsilon:g}: {g.n_users} users, p = {g.sampling_probability:.4g}, weight "
              f"{g.weight:.3f}")
@@ -309,10 +309,9 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                      candidates: Optional[Path] = None, mode: Mode = Mode.faithful, discover_phi: Optional[float] = None,
                      missing: Optional[Enum] = None, user_column: Optional[str] = None,
                      max_rows: Optional[int] = None, **options: Any) -> None:
-    from .. import engine
     from ..io import InputFormat
+    from ..pipelines import with_left_out
     from ..reports import report_document
-    from ..simulate.frames import with_left_out
     from ..simulate.frequency import estimate_vector_sum
 
     if entry.family is Family.PRIVACY_BLANKET:  # its calibration's bounds need scipy: imported while the input is read,
@@ -331,7 +330,9 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                 raise ParameterError("write-messages", "left out with --mode fast (the fast path makes no messages; "
                                      "--mode faithful writes them)",
                                      str(write_messages))
-            engine.prepare_message_folder(write_messages, partitions)
+            from ..engine import prepare_message_folder
+
+            prepare_message_folder(write_messages, partitions)
         fmt = InputFormat(delimiter=delimiter, header=header, missing="error" if missing is None else missing.value)
         if user_column is not None or max_rows is not None:
             from .inputs import _read_coordinates
@@ -358,9 +359,11 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                                                   evaluate=_evaluating(evaluate, input, seed))
             with_left_out(report, dropped)
             if write_messages is not None:
-                report.warnings += filter(None, [engine.capped_partitions_warning(partitions, len(run.messages))])
+                from ..engine import capped_partitions_warning, write_messages as write
+
+                report.warnings += filter(None, [capped_partitions_warning(partitions, len(run.messages))])
                 start = time.perf_counter()
-                engine.write_messages(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
+                write(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
                     report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness,
                     users=run.result.parameters.n_users))  # all n users' messages
                 report.simulation.seconds["write_messages"] = time.perf_counter() - start
@@ -463,8 +466,8 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
                  progress: Optional[bool], user_column: Optional[str], max_items: int) -> None:
     from .. import datasets
     from ..io import InputFormat, read_items
+    from ..pipelines import with_left_out
     from ..reports import report_document
-    from ..simulate.frames import with_left_out
     from ..simulate.heavy_hitters import estimate_heavy_hitters
 
     with _clean_errors():

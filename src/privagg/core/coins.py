@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 COIN_BITS = 53
 ONE = 1 << COIN_BITS  # the coins' denominator
@@ -45,6 +48,8 @@ def exp_lower_bound(x: float) -> Fraction:
     The Taylor sum sum_k x^k / k! in fixed point at 2^-128, each term rounded down from the previous one, so
     every partial sum lies below e^x; x above 128 is capped there (e^128 is still a lower bound).
     """
+    from fractions import Fraction  # here: the blanket's and sampling's coins (at_least, at_most) need none
+
     if not x >= 0:
         raise ValueError(f"x must be >= 0, got {x}")
     ratio = Fraction(min(x, _EXP_CAP))

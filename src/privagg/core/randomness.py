@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import hashlib
-import secrets
 from collections.abc import Sequence
 from typing import Union
 
@@ -27,7 +26,10 @@ RNGLike = Union[np.random.Generator, int, np.random.SeedSequence, None]
 
 
 def secure_rng() -> np.random.Generator:
-    """A numpy Generator over ChaCha20 keyed from the OS entropy source (randomgen loads on first use)."""
+    """A numpy Generator over ChaCha20 keyed from the OS entropy source (randomgen and secrets load on first use:
+    a seeded simulation needs neither)."""
+    import secrets
+
     from randomgen import ChaCha
 
     return np.random.Generator(ChaCha(key=secrets.randbits(256), counter=0, rounds=20))

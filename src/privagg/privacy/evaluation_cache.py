@@ -1,12 +1,13 @@
-"""An accountant's evaluations kept on disk: a calibration made once per (n, d, eps, delta) is read, not recomputed.
+"""An accountant's evaluations kept on disk: a calibration made once per setting is read, not recomputed.
 
-The blanket accountant's delta(eps) at a given gamma and n is a pure function of its arguments and of the code that
-computes it. :func:`on_disk` keeps each value it computes, as the exact float (its hex form), in one JSON file per
-version of that code: the file's name holds the SHA-256 of the sources it names, of numpy's and scipy's versions and
-of the interpreter's, so a change to any of them reads a new, empty file and recomputes. A calibration replays its
-root finder over the kept values and returns the same gamma to the bit; the privacy profile and the claim's check
-read theirs; and a command that finds every value it needs imports no scipy (docs/privacy.md, "The blanket
-accountant", where the cache is described).
+An accountant's value at given arguments (the blanket accountant's delta(eps) at a gamma and n; balls-into-bins'
+calibration and its delta at a report's parameters, ``protocols/balls_into_bins.py``; fe-hh's level tails,
+``protocols/heavy_hitters.py``) is a pure function of its arguments and of the code that computes it.
+:func:`on_disk` keeps each value it computes, as the exact float (its hex form), in one JSON file per version of that
+code: the file's name holds the SHA-256 of the sources it names, of numpy's and scipy's versions and of the
+interpreter's, so a change to any of them reads a new, empty file and recomputes. A calibration replays its root finder over the kept values and returns the same
+parameter to the bit; the privacy profile and the claim's check read theirs; and a command that finds every value it
+needs imports no scipy (docs/privacy.md, "The blanket accountant", where the cache is described).
 
 The file lives in ``$PRIVAGG_CACHE`` (a directory; ``off`` keeps nothing), else ``$XDG_CACHE_HOME/privagg``, else
 ``~/.cache/privagg``. It is read only if the user running the command owns it and no one else may write it (as ssh

@@ -19,6 +19,7 @@ from ..errors import ParameterError, check_instance, check_sequence, checked_arg
 from ..io import InputFormat
 from ..io.frames import FRAME_KINDS, frame_kind, frame_name, frame_table, table_blocks
 from ..io.items import ReadSummary
+from ..pipelines import with_left_out
 from ..protocols import registry
 from ..protocols.kinds import ResultKind
 from .users import check_bounding
@@ -117,17 +118,6 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
                         domain_size=domain_size, candidates=candidates, top=top, seed=seed, evaluate=evaluate,
                         calibration=calibration, hash_key=hash_key, full_domain=full_domain, mode=mode,
                         options=options)
-
-
-def with_left_out(report, dropped: int):
-    """``report`` over the users who had a value, ``dropped`` others left out by --missing drop: n is then a count
-    of the data, which the report carries un-noised, so it is not private and says how many were left out
-    (docs/privacy.md, "Missing values")."""
-    if dropped:
-        report.warnings.insert(0, f"{dropped} users with a missing value were left out (--missing drop): n is a "
-                                  "count of the data, and the report is not private")
-        report.privacy = report.privacy.as_left_out(dropped)
-    return report
 
 
 def _source(data: Any, *columns: str) -> str:
