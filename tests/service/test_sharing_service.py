@@ -110,10 +110,15 @@ def send_rounds(service, task, users, clock, vanish=VANISH, codes=CODES):
 
 
 @pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
-def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
+def test_the_rounds_release_the_survivors_sum_exactly(server, protocol, monkeypatch):
     """Users vanish before each round: the release is over those whose masked sums arrived (9), at round 5's
     deadline (t = 7 of them revealed). Each user who stayed to the end sent and received, kind by kind,
-    expected_traffic's count."""
+    expected_traffic's count. The server checks each revealed share against its commitment once (the release
+    reuses the reveal round's close's checks: twice before)."""
+    from privagg.protocols import sharing_server
+
+    checks, check = [], sharing_server.packed_commitment
+    monkeypatch.setattr(sharing_server, "packed_commitment", lambda *args: checks.append(1) or check(*args))
     service, _, clock = server
     p = sc.calibrate_dpds(1.0, 1e-3, N, DOMAIN, min_count_fraction=0.25) if protocol == "dpds" else dpdg()
     task, users = enrolled(service, p)
@@ -135,6 +140,7 @@ def test_the_rounds_release_the_survivors_sum_exactly(server, protocol):
     for user in users:
         if user.user not in (2, 4, 5, 8, 9):
             assert traffic([user], "sent") == sent and traffic([user], "received") == received
+    assert len(checks) == sum(u.traffic.get(("sent", "revealed shares"), [0, 0])[1] for u in users) == 7 * 10
 
 
 def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
