@@ -195,7 +195,7 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
                              "helper of an item (the paper's helper sets, m_j of them for m_j reporters), about "
                              f"alpha^2 N n^2 = {parameters.expected_shares:,.0f} at alpha = "
                              f"{parameters.report_fraction:g}, N = {parameters.domain_size} and n = {users:,}, about "
-                             "0.6 ms of CPU each on the users' and S1's side (docs/benchmarks.md part 16)", users)
+                             "0.7 ms of CPU each on the users' and S1's side (docs/benchmarks.md part 16)", users)
     if parameters.n_users > COMPLETE_USERS_MAX and parameters.degree is None and not two_servers:  # n^2 work
         raise ParameterError("users", f"at most {COMPLETE_USERS_MAX:,} for {protocol} on the complete graph (more on "
                              "a neighbour graph: --degree auto or an even k)", users)
