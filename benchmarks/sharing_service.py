@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -305,16 +306,25 @@ def _tss_run(users: int, drop_fraction: float, folder: Path) -> dict:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    seen: dict[str, float] = {}  # each server's CPU as last read: the last round's figure outlives its process
+
     def servers() -> dict[str, float]:
-        found = {}
         for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-                if b"serve" in command:
-                    found[command[command.index(b"serve") + 1].decode()] = cpu(int(child))
-        return found
+            try:
+                for child in (task / "children").read_text().split():
+                    command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                    if b"serve" in command:
+                        seen[command[command.index(b"serve") + 1].decode()] = cpu(int(child))
+            except OSError:  # a thread or a server gone meanwhile
+                pass
+        return dict(seen)
 
     marks: list[tuple[str, float, dict]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            servers()
 
     def mark(label: str) -> None:
         times = os.times()
@@ -326,9 +336,15 @@ def _tss_run(users: int, drop_fraction: float, folder: Path) -> dict:
             mark(text.split(" (")[0])
 
     start, load = time.perf_counter(), os.getloadavg()
-    run = run_tss_services(folder, parameters, codes, drop_fraction, ROUND_SECONDS, seed=0, rounds=(1, 2),
-                           progress=progress)
-    mark("released")  # the hand-over and S2's release: in round 4's (or the last round's) figure
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        run = run_tss_services(folder, parameters, codes, drop_fraction, ROUND_SECONDS, seed=0, rounds=(1, 2),
+                               progress=progress)
+    finally:
+        done.set()
+        watcher.join()
+    mark("released")  # the hand-over and S2's release: in round 4's (or the last round's) figure, to 0.2 s
     wall, load = time.perf_counter() - start, (load, os.getloadavg())
     by_round = {label: {"users": users_next - users_cpu, **{k: after.get(k, v) - v for k, v in at.items()}}
                 for (label, users_cpu, at), (_, users_next, after) in zip(marks, marks[1:])}
