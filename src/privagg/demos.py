@@ -169,11 +169,15 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     from .simulate.rounds import FAITHFUL_SECONDS_MAX
     from .simulate.runner import simulate
 
-    # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12)
-    users, drop_fraction = check_integer("users", users, 20, DEMO_USERS_MAX), check_drop_fraction(drop_fraction)
-    codes, categories, beta = sharing_demo_data(users)
+    # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12);
+    # TSS's round 2 seals alpha^2 N n^2 shares (past its most, refused below with the count at the n asked)
     entry = get(protocol)
     two_servers = entry.topology is Topology.TWO_SERVERS
+    most = (TSS_USERS_MAX if dishonest is None else COMPLETE_USERS_MAX) if two_servers else DEMO_USERS_MAX
+    if not (two_servers and type(users) is int and users > most):
+        users = check_integer("users", users, 20, most)
+    drop_fraction = check_drop_fraction(drop_fraction)
+    codes, categories, beta = sharing_demo_data(users)
     lie = None if dishonest is None else deviation((tss_kinds if two_servers else sharing_kinds).KINDS,
                                                        protocol, dishonest)
     # the entry's example options (TSS' phi = 2), beta from the data; TSS's alpha the paper's experiments' (0.1), but
@@ -188,9 +192,8 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
         options["min_count_fraction"] = beta
     parameters = with_graph(calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users,
                                       domain_size=len(categories), **options), degree, drop_fraction)
-    most = TSS_USERS_MAX if dishonest is None else COMPLETE_USERS_MAX
     if two_servers and users > most:  # round 2's alpha^2 N n^2 shares: about 15 minutes at the most
-        raise ParameterError("users", f"at most {most:,} for {protocol}" + ("" if dishonest is None else
+        raise ParameterError("users", f"in [20, {most:,}] for {protocol}" + ("" if dishonest is None else
                              " --dishonest") + ": its round 2 seals, relays and opens one share per reporter and "
                              "helper of an item (the paper's helper sets, m_j of them for m_j reporters), about "
                              f"alpha^2 N n^2 = {parameters.expected_shares:,.0f} at alpha = "

@@ -274,14 +274,15 @@ def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, t
     for args, says in ((["dpds", "--users", "20000"], "users must be an integer in [20, 10000]"),
                        (["dpds", "--users", "5000", "--degree", "complete"], "users must be at most 1,000 for dpds on "
                         "the complete graph (more on a neighbour graph: --degree auto or an even k), got 5000"),
-                       (["tss", "--users", "5000"], "users must be at most 4,000 for tss: its round 2 seals, relays "
+                       (["tss", "--users", "5000"], "users must be in [20, 4,000] for tss: its round 2 seals, relays "
                         "and opens one share per reporter and helper of an item (the paper's helper sets, m_j of them "
                         "for m_j reporters), about alpha^2 N n^2 = 2,504,500 at alpha = 0.1, N = 10 and n = 5,000"),
-                       (["tss-collusion", "--users", "4001"], "users must be at most 4,000 for tss-collusion"),
-                       (["tss", "--users", "1001", "--dishonest", "wrong-sum"], "users must be at most 1,000 for tss "
+                       (["tss-collusion", "--users", "4001"], "users must be in [20, 4,000] for tss-collusion"),
+                       (["tss", "--users", "1001", "--dishonest", "wrong-sum"], "users must be in [20, 1,000] for tss "
                         "--dishonest: its round 2 seals, relays and opens one share per reporter and helper of an item "
                         "(the paper's helper sets, m_j of them for m_j reporters), about alpha^2 N n^2 = 2,507,505 at "
                         "alpha = 0.5"),
+                       (["tss", "--users", "10"], "users must be an integer in [20, 4000], got 10"),
                        (["tss", "--degree", "20"], "degree must be given only for dpds and dpdg")):
         out = cli_in_process.invoke(app, ["demo-service", *args, "--workdir", str(tmp_path)])
         assert out.exit_code == 2 and says in out.stderr, (args, out.stderr)
