@@ -248,4 +248,4 @@ refused by the range and count checks."""
 
 DEMO_USERS_MAX = 10_000  # sharing demos: DPDS and DPDG on a neighbour graph beyond COMPLETE_USERS_MAX
 TSS_REPORT_FRACTION = 0.1  # the TSS demos' alpha: the paper's experiments' (each user reports alpha N = 1 of 10)
-TSS_USERS_MAX = 4_000  # TSS demos: round 2's 0.1 n^2 shares, 1.6 M at 4,000 users: 11 to 15 minutes (bench part 16)
+TSS_USERS_MAX = 4_000  # TSS demos: round 2's 0.1 n^2 shares, 1.6 M at 4,000 users: 8 to 15 minutes (bench part 16)
