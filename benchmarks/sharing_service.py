@@ -21,7 +21,10 @@ default) and prints each round's wall time and the server's CPU, each user's CPU
 max), the server's peak RSS and the load (:func:`killed_runs`). ``python benchmarks/sharing_service.py --demo
 --users 1000 2000 4000 --degree 60`` runs ``privagg demo-service dpds --users N --drop-fraction 0.1`` (``--degree``:
 its graph; default the demo's) at each n and prints the server process's CPU seconds by round, the wall, the load
-and the fitted growth of the server's CPU in n (:func:`served_demo`).
+and the fitted growth of the server's CPU in n (:func:`served_demo`). ``python benchmarks/sharing_service.py --tss
+--users 1000 3000`` runs TSS through S1 and S2 as ``privagg demo-service tss --drop-fraction 0.1`` does (N = 10, alpha
+= 0.1) and prints each round's wall and the CPU of the users, S1 and S2, the shares relayed, the bytes and the
+release's exactness (:func:`served_tss`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -304,6 +308,114 @@ def served_demo(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
         report.add(f"The server's CPU grows as n^{slope:.2f} over n = {sizes[0]:,}..{sizes[-1]:,}.", "")
 
 
+def _tss_run(users: int, drop_fraction: float, folder: Path) -> dict:
+    """TSS through S1 and S2 as ``privagg demo-service tss --users N --drop-fraction F`` runs it (the bundled words,
+    N = 10, alpha = the demo's, the users vanishing at round 1 or 2), in this process: each round's wall, the CPU of
+    this process (all the users' SDKs), of S1 and of S2 by round (their processes' user + system time, read from
+    /proc as each round starts: a round's figure runs to the next round's start, its close included; the last one's
+    to S2's release, the hand-over included), the bytes, the shares relayed, and whether S2's release is R2's sampled counts exactly."""
+    from privagg.demos import TSS_REPORT_FRACTION, sharing_demo_data
+    from privagg.protocols.registry import calibrate
+    from privagg.protocols.sharing_parties import survivors_parameters
+    from privagg.service.two_servers.demo import run_tss_services
+
+    codes, categories, beta = sharing_demo_data(users)
+    parameters = calibrate("tss", epsilon=EPSILON, delta=DELTA, n_users=users, domain_size=len(categories),
+                           min_count_fraction=beta, report_fraction=TSS_REPORT_FRACTION)
+
+    def cpu(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    seen: dict[str, float] = {}  # each server's CPU as last read: the last round's figure outlives its process
+
+    def servers() -> dict[str, float]:
+        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+            try:
+                for child in (task / "children").read_text().split():
+                    command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                    if b"serve" in command:
+                        seen[command[command.index(b"serve") + 1].decode()] = cpu(int(child))
+            except OSError:  # a thread or a server gone meanwhile
+                pass
+        return dict(seen)
+
+    marks: list[tuple[str, float, dict]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            servers()
+
+    def mark(label: str) -> None:
+        times = os.times()
+        marks.append((label, times.user + times.system, servers()))
+
+    def progress(text: str) -> None:
+        note(text)
+        if text.startswith("round "):
+            mark(text.split(" (")[0])
+
+    start, load = time.perf_counter(), os.getloadavg()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        run = run_tss_services(folder, parameters, codes, drop_fraction, ROUND_SECONDS, seed=0, rounds=(1, 2),
+                               progress=progress)
+    finally:
+        done.set()
+        watcher.join()
+    mark("released")  # the hand-over and S2's release: in round 4's (or the last round's) figure, to 0.2 s
+    wall, load = time.perf_counter() - start, (load, os.getloadavg())
+    by_round = {label: {"users": users_next - users_cpu, **{k: after.get(k, v) - v for k, v in at.items()}}
+                for (label, users_cpu, at), (_, users_next, after) in zip(marks, marks[1:])}
+    survivors = run["survivors"]
+    counts = np.zeros(len(categories), dtype=np.int64)
+    for client in run["clients"]:
+        if client.user in survivors:
+            for j, entry in zip(client.role.state.items, client.role.state.entries):
+                counts[j] += entry
+    recomputed = survivors_parameters(parameters, len(survivors))
+    released = np.array([e["estimate"] for e in sorted(run["report"]["estimates"], key=lambda e: e["item"])])
+    truth = np.bincount(run["survivor_codes"], minlength=len(categories))
+    z = (released - truth) / recomputed.standard_error(truth)
+    shares = sum(r["received"].get("shares", 0) for r in run["parties"] if r["party"] == "S1")
+    return {"parameters": parameters, "seconds": run["seconds"], "cpu": by_round, "wall": wall, "load": load,
+            "bytes": run["bytes"], "shares": shares, "survivors": len(survivors),
+            "exact": bool(np.array_equal(released, recomputed.estimate(counts))), "z_rms": float(np.sqrt(np.mean(z**2)))}
+
+
+def served_tss(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0.1) -> None:
+    """TSS through its two servers at each of ``sizes`` (:func:`_tss_run`): per round its wall and the CPU of the users,
+    S1 and S2; the shares relayed against alpha^2 N n^2, the bytes, the release's exactness and z-scores, the load."""
+    from privagg import __file__ as source
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for users in sizes:
+            note(f"tss through S1 and S2, {users:,} users, {drop_fraction:.0%} vanish at round 1 or 2")
+            folder = Path(tmp) / f"tss-{users}"
+            folder.mkdir()
+            r = _tss_run(users, drop_fraction, folder)
+            s, c, b, p = r["seconds"], r["cpu"], r["bytes"], r["parameters"]
+            rounds = [k for k in s if k.startswith("round")]
+            cpu = {who: [c.get(f"round {k[5:]}", {}).get(who, 0.0) for k in rounds] for who in ("users", "s1", "s2")}
+            rows.append([f"{users:,}", f"{r['survivors']:,}", " / ".join(f"{s[k]:.1f}" for k in ["enroll", *rounds,
+                                                                                              "handover"]),
+                         f"{r['wall']:,.0f}", *(" / ".join(f"{x:.1f}" for x in cpu[who]) + f" ({sum(cpu[who]):.1f})"
+                                               for who in ("users", "s1", "s2")),
+                         f"{r['shares']:,.0f} / {p.expected_shares:,.0f}",
+                         f"{b['sealed_sent'] / 1e6:,.1f} / {b['http_sent'] / 1e6:,.1f} / {b['http_received'] / 1e6:,.1f}",
+                         "yes" if r["exact"] else "**NO**", f"{r['z_rms']:.2f}",
+                         " -> ".join(" / ".join(f"{x:.1f}" for x in at) for at in r["load"])])
+    report.add(f"TSS through S1 and S2, N = 10, alpha = the demo's, {drop_fraction:.0%} of the users vanishing at round "
+               f"1 or 2 (sources: {Path(source).parent})", "")
+    report.table(["n", "R2", "wall s: enroll / round 1 / 2 / 3 / 4 / hand-over", "wall s", "users' CPU s by round (all)",
+                  "S1's CPU s by round (all)", "S2's CPU s by round (all)", "shares relayed / E at n (no dropouts)",
+                  "MB sealed / HTTP sent / received", "release = R2's sampled counts exactly", "z RMS",
+                  "load 1 / 5 / 15 min, before -> after"], rows)
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -316,8 +428,11 @@ if __name__ == "__main__":
     parser.add_argument("--demo", action="store_true", help="privagg demo-service dpds at each n: the server's CPU")
     parser.add_argument("--degree", help="the graph: complete, auto or an even k (default: complete; with --demo, "
                         "the demo's own default)")
+    parser.add_argument("--tss", action="store_true", help="TSS through S1 and S2 at each n, as its demo runs it")
     args = parser.parse_args()
-    if args.demo:
+    if args.tss:
+        served_tss(Report(), tuple(args.users), args.drop_fraction)
+    elif args.demo:
         served_demo(Report(), tuple(args.users), args.drop_fraction, args.degree)
     else:
         killed_runs(Report(), tuple(args.users), args.drop_fraction, tuple(args.kill_rounds), args.degree or "complete")

@@ -169,15 +169,22 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     from .simulate.rounds import FAITHFUL_SECONDS_MAX
     from .simulate.runner import simulate
 
-    # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12)
-    users, drop_fraction = check_integer("users", users, 20, DEMO_USERS_MAX), check_drop_fraction(drop_fraction)
-    codes, categories, beta = sharing_demo_data(users)
+    # n (n - 1) sealed backups and key agreements (DPDS) grow as n^2: 300 users take about 50 s here (bench part 12);
+    # TSS's round 2 seals alpha^2 N n^2 shares (past its most, refused below with the count at the n asked)
     entry = get(protocol)
     two_servers = entry.topology is Topology.TWO_SERVERS
+    most = (TSS_USERS_MAX if dishonest is None else COMPLETE_USERS_MAX) if two_servers else DEMO_USERS_MAX
+    if not (two_servers and type(users) is int and users > most):
+        users = check_integer("users", users, 20, most)
+    drop_fraction = check_drop_fraction(drop_fraction)
+    codes, categories, beta = sharing_demo_data(users)
     lie = None if dishonest is None else deviation((tss_kinds if two_servers else sharing_kinds).KINDS,
                                                        protocol, dishonest)
-    # the entry's example options (TSS: alpha = 1/2, TSS': phi = 2), beta (the data condition) from the data
+    # the entry's example options (TSS' phi = 2), beta from the data; TSS's alpha the paper's experiments' (0.1), but
+    # 1/2 for a dishonest helper: at 0.1 about a third of the users help no item (0.9^N), and the liar may be one
     options = {o.name: entry.example[o.name] for o in entry.options if o.name in entry.example}
+    if "report_fraction" in options and dishonest is None:
+        options["report_fraction"] = TSS_REPORT_FRACTION
     if "min_count_fraction" in options:
         if beta <= 0:
             raise ParameterError("users", f"large enough that every one of the {len(categories)} categories is held "
@@ -185,10 +192,16 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
         options["min_count_fraction"] = beta
     parameters = with_graph(calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users,
                                       domain_size=len(categories), **options), degree, drop_fraction)
-    if parameters.n_users > COMPLETE_USERS_MAX and parameters.degree is None:  # n^2 work: ten minutes at the most
-        raise ParameterError("users", f"at most {COMPLETE_USERS_MAX:,} for {protocol}" + (
-            " on the complete graph (more on a neighbour graph: --degree auto or an even k)"
-            if _has_graph(protocol) else ""), users)
+    if two_servers and users > most:  # round 2's alpha^2 N n^2 shares: about 15 minutes at the most
+        raise ParameterError("users", f"in [20, {most:,}] for {protocol}" + ("" if dishonest is None else
+                             " --dishonest") + ": its round 2 seals, relays and opens one share per reporter and "
+                             "helper of an item (the paper's helper sets, m_j of them for m_j reporters), about "
+                             f"alpha^2 N n^2 = {parameters.expected_shares:,.0f} at alpha = "
+                             f"{parameters.report_fraction:g}, N = {parameters.domain_size} and n = {users:,}, about "
+                             "0.7 ms of CPU each on the users' and S1's side (docs/benchmarks.md part 16)", users)
+    if parameters.n_users > COMPLETE_USERS_MAX and parameters.degree is None and not two_servers:  # n^2 work
+        raise ParameterError("users", f"at most {COMPLETE_USERS_MAX:,} for {protocol} on the complete graph (more on "
+                             "a neighbour graph: --degree auto or an even k)", users)
     run = run_tss_services if two_servers else run_sharing_services
     out = run(workdir, parameters, codes, drop_fraction, round_seconds, progress=progress,
               liar=None if lie is None else lie.client)
@@ -234,3 +247,5 @@ refused by the range and count checks."""
 
 
 DEMO_USERS_MAX = 10_000  # sharing demos: DPDS and DPDG on a neighbour graph beyond COMPLETE_USERS_MAX
+TSS_REPORT_FRACTION = 0.1  # the TSS demos' alpha: the paper's experiments' (each user reports alpha N = 1 of 10)
+TSS_USERS_MAX = 4_000  # TSS demos: round 2's 0.1 n^2 shares, 1.6 M at 4,000 users: 8 to 15 minutes (bench part 16)

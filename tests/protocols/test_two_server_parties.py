@@ -552,3 +552,10 @@ def test_what_s2_cannot_check_s1_misstating_m_j():
         SecondServer(p, MIN).check(dataclasses.replace(run.handover, counts=counts, helpers=helpers, recovery={}))
     with pytest.raises(ParameterError, match="election.counts must be m_j of at most"):
         SecondServer(p, MIN, identity=S2_KEY).attest(Election(senders, (R1 + 1, R1 - 3, 1, 1), helpers))
+
+
+def test_the_field_is_made_and_checked_prime_once_per_modulus():
+    """A user's every share encoded or decoded asks the parameters for their field: it is made (and its modulus
+    tested prime) once, not on each call (2.5% of the users' CPU in TSS's rounds at n = 1,000 before)."""
+    p = calibrate_tss(1.0, 0.1, 40, 4, min_count_fraction=0.2, report_fraction=0.5)
+    assert p.field is p.field and p.field is dataclasses.replace(p).field

@@ -259,21 +259,30 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     assert {"round1", "round2", "round3", "handover"} <= set(report["round_seconds"])
     reporter, helper, s1, s2 = report["parties"]
     assert [r["party"] for r in report["parties"]] == ["user as reporter", "user as helper", "S1", "S2"]
-    assert reporter["sent"]["report set"] == reporter["expected_sent"]["report set"] == 5  # alpha N, exactly
+    assert reporter["sent"]["report set"] == reporter["expected_sent"]["report set"] == 1  # alpha N, exactly
     # the users' counters of what they sealed to S2 against S2's own count of the entries it opened and used
     assert sum(s2["received"].values()) == report["service"]["messages"]["total"] > 0
     assert helper["sent"]["helper sums"] * helper["parties"] == pytest.approx(s2["received"]["helper sums"])
 
 
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, tmp_path):
-    """n^2 work on the complete graph: at most 1,000 users there (and for TSS); 10,000 on a neighbour graph (in this
-    process)."""
+    """n^2 work on the complete graph: at most 1,000 users there; 10,000 on a neighbour graph; 4,000 for TSS (alpha =
+    0.1), 1,000 for a dishonest TSS helper (alpha = 1/2), whose round 2 seals alpha^2 N n^2 shares (the paper's helper
+    sets), saying so (in this process)."""
     from privagg.cli import app
 
     for args, says in ((["dpds", "--users", "20000"], "users must be an integer in [20, 10000]"),
                        (["dpds", "--users", "5000", "--degree", "complete"], "users must be at most 1,000 for dpds on "
                         "the complete graph (more on a neighbour graph: --degree auto or an even k), got 5000"),
-                       (["tss", "--users", "5000"], "users must be at most 1,000 for tss, got 5000"),
+                       (["tss", "--users", "5000"], "users must be in [20, 4,000] for tss: its round 2 seals, relays "
+                        "and opens one share per reporter and helper of an item (the paper's helper sets, m_j of them "
+                        "for m_j reporters), about alpha^2 N n^2 = 2,504,500 at alpha = 0.1, N = 10 and n = 5,000"),
+                       (["tss-collusion", "--users", "4001"], "users must be in [20, 4,000] for tss-collusion"),
+                       (["tss", "--users", "1001", "--dishonest", "wrong-sum"], "users must be in [20, 1,000] for tss "
+                        "--dishonest: its round 2 seals, relays and opens one share per reporter and helper of an item "
+                        "(the paper's helper sets, m_j of them for m_j reporters), about alpha^2 N n^2 = 2,507,505 at "
+                        "alpha = 0.5"),
+                       (["tss", "--users", "10"], "users must be an integer in [20, 4000], got 10"),
                        (["tss", "--degree", "20"], "degree must be given only for dpds and dpdg")):
         out = cli_in_process.invoke(app, ["demo-service", *args, "--workdir", str(tmp_path)])
         assert out.exit_code == 2 and says in out.stderr, (args, out.stderr)

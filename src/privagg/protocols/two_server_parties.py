@@ -347,12 +347,12 @@ class FirstServer:
         """report: every user; share: R1; sums: the elected helpers; recover: the R2 reporters asked."""
         if round_.expects == "enrolled":
             return list(range(self.parameters.n_users))
-        election = Election.from_dict(state["election"])
+        election = self.election(state)
         if round_.expects == "senders":
             return list(election.senders)
         if round_.expects == "helpers":
             return sorted(election.by_helper)
-        return sorted(Recovery.from_dict(state["recovery"]).asked(state["reporters"]))
+        return sorted(self.asked(state))
 
     def minimum(self, round_: Round) -> tuple[int, str]:
         """R1 and R2 need the task's minimum; the helpers' and the recovery's rounds go on with whoever answers
@@ -368,13 +368,13 @@ class FirstServer:
     def message_size(self, round_: Round, user: int, state: dict, messages: Mapping) -> int:
         """sums: an entry per item he helps with; recover: per dropped helper he is asked about."""
         if round_.name == "sums":
-            return message_bytes(self.parameters, SUMS, len(Election.from_dict(state["election"]).by_helper[user]))
-        asked = Recovery.from_dict(state["recovery"]).asked(state["reporters"])[user]
+            return message_bytes(self.parameters, SUMS, len(self.election(state).by_helper[user]))
+        asked = self.asked(state)[user]
         return message_bytes(self.parameters, RECOVERY, sum(len(d) for d in asked.values()))
 
     def recipients(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict[int, int]:
         """share: one message to each helper of his items (but himself), of as many shares as items they share."""
-        election, items = Election.from_dict(state["election"]), self.check_report_set(messages["report"][user], user)
+        election, items = self.election(state), self.check_report_set(messages["report"][user], user)
         return {h: message_bytes(self.parameters, SHARES, k) for h, k in self.expected_shares(
             election, user, items).items()}
 
@@ -383,13 +383,13 @@ class FirstServer:
         (their shares come with it, relayed); recover: the dropped helpers of his items he is asked about."""
         if round_.name == "share":
             attested = state.get("attestation", {"signature": "", "key": ""})  # none: elected by an older release
-            return as_inbox(Election.from_dict(state["election"]), base64.b64decode(attested["signature"]),
-                            base64.b64decode(attested["key"]))
+            return self._kept("share inbox", state, ("election", "attestation"), lambda: as_inbox(
+                self.election(state), base64.b64decode(attested["signature"]), base64.b64decode(attested["key"])))
         if round_.name == "sums":
-            items = Election.from_dict(state["election"]).by_helper[user]
+            items = self.election(state).by_helper[user]
             return {"reporters": {j: list(state["reporters"][j]) for j in items}}
         if round_.name == "recover":
-            return {"dropped": Recovery.from_dict(state["recovery"]).asked(state["reporters"])[user]}
+            return {"dropped": self.asked(state)[user]}
         return {}
 
     def close(self, round_: Round, answered: list[int], state: dict, messages: Mapping) -> dict:
@@ -406,7 +406,7 @@ class FirstServer:
             return {**state, "survivors": list(answered),
                     "reporters": [list(r) for r in self.reporters(sets, self.parameters.domain_size)]}
         if round_.name == "sums":
-            election = Election.from_dict(state["election"])
+            election = self.election(state)
             unopened = sorted(self.second.unopened(election, {h: messages["sums"][h] for h in answered}))
             plan = self.plan(election, state["reporters"], [h for h in answered if h not in unopened])
             return {**state, "unopened": unopened, "recovery": plan.to_dict()}
@@ -426,6 +426,25 @@ class FirstServer:
                         election.helpers, tuple(len(r) for r in reporters),
                         {j: (d, tuple(reporters[j])) for j, d in plan.dropped.items()},
                         {h: m for h, m in sums.items() if h not in unopened}, dict(recoveries), unopened)
+
+    # --- what is published, parsed once a round --------------------------------------------------------------
+    def election(self, state: Mapping) -> Election:
+        """The election S1 published (``state["election"]``), parsed once for as long as the state is the same."""
+        return self._kept("election", state, ("election",), lambda: Election.from_dict(state["election"]))
+
+    def asked(self, state: Mapping) -> dict[int, dict[int, list[int]]]:
+        """The recovery plan's reporters asked (:meth:`Recovery.asked`), built once for the state published."""
+        return self._kept("asked", state, ("recovery", "reporters"),
+                          lambda: Recovery.from_dict(state["recovery"]).asked(state["reporters"]))
+
+    def _kept(self, name: str, state: Mapping, fields: tuple[str, ...], build):
+        """What ``build()`` makes of ``state``'s ``fields``, kept until they change. The round driver keeps a round's
+        state, so a request finds the very objects and costs O(1), not the O(n) of parsing the election (O(n^2) a
+        round); a caller with a state of its own (a simulation) has them compared."""
+        kept, now = self.__dict__.setdefault("_parsed", {}).get(name), tuple(state.get(f) for f in fields)
+        if kept is None or not all(a is b or a == b for a, b in zip(kept[0], now)):
+            kept = self._parsed[name] = now, build()
+        return kept[1]
 
     # --- the rules ------------------------------------------------------------------------------------------
 

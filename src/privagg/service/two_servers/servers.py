@@ -67,7 +67,7 @@ from ...errors import ParameterError
 from ...protocols.roles import RoundFailed
 from ...protocols.two_server_election import CONTEXT, check_election
 from ...protocols.two_server_messages import RECOVERY, SUMS
-from ...protocols.two_server_parties import Election, Handover, Recovery, SecondServer
+from ...protocols.two_server_parties import Election, Handover, SecondServer
 from .. import storage
 from ..roster import load_task, new_token, rounds_app, secret_hash
 from ..round_tasks import KEM, SecondTask, TSSTask, message_context, second_info
@@ -360,17 +360,20 @@ class FirstService(RoundDriver):
         """The round driver's state, and what S1 published: the helpers, the items to recover or lost, why the task
         failed."""
         out = super().state(task_id)
-        with storage.reading(self.engine) as c:
-            row = self._row(c, task_id)
-        published = json.loads(row.published)
-        election = None if "election" not in published else Election.from_dict(published["election"])
-        plan = None if "recovery" not in published else Recovery.from_dict(published["recovery"])
+        task = self.task(task_id)
+        coordinator = self._coordinator(task)
+        with storage.reading(self.engine) as c:  # the state kept for the round (the lists are O(n): not a request's)
+            row = self._status(c, task_id)
+            published = self._round_state(c, task_id, row, coordinator, protocol_of(task.parameters)).state
+            failed = None if row.status != FAILED else json.loads(c.execute(sa.select(s1_tasks.c.outcome).where(
+                s1_tasks.c.task_id == task_id)).scalar_one())["failed"]
+        election = None if "election" not in published else coordinator.election(published)
+        plan = published.get("recovery")  # Recovery.to_dict's
         return {**out, "senders": None if election is None else len(election.senders),
                 "survivors": len(published["survivors"]) if "survivors" in published else None,
                 "helpers": None if election is None else len(election.by_helper),
-                "items_to_recover": None if plan is None else sorted(plan.dropped),
-                "items_lost": None if plan is None else list(plan.lost),
-                "failed": None if row.status != FAILED else json.loads(row.outcome)["failed"]}
+                "items_to_recover": None if plan is None else sorted(e["item"] for e in plan["dropped"]),
+                "items_lost": None if plan is None else list(plan["lost"]), "failed": failed}
 
     def active(self) -> list[str]:
         """The tasks whose rounds run, and those whose hand-over S2 does not have yet."""
