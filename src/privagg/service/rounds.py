@@ -62,7 +62,7 @@ from .ledger import DEFAULT_POPULATION, charge_round_task
 from .roster import Roster, b64_field, load_task
 from .round_tasks import KEM, SignedRoster, check_task, message_context
 from .tasks import KEMS, TAG_BYTES
-from .web import Health, Refused, json_object, log_event, require_operator, shown
+from .web import Health, Refused, content_type, json_object, log_event, require_operator, shown
 
 SEAL_BYTES = KEMS[KEM][2] + TAG_BYTES  # what sealing adds to a message: HPKE's encapsulated key and tag
 ENROLLING, RUNNING, RELEASING, RELEASED, FAILED = "enrolling", "running", "releasing", "released", "failed"  # status
@@ -754,7 +754,7 @@ def round_routes(app: FastAPI, driver: RoundDriver, body, operator_token: str | 
     async def data(request: Request, what: str) -> tuple[dict, bool]:
         """The request's fields, and whether its body is binary (round_wire.MEDIA_TYPE; else JSON)."""
         raw = await body(request, (round_wire.MEDIA_TYPE, "application/json"))
-        if request.headers.get("content-type", "").split(";")[0].strip().lower() != round_wire.MEDIA_TYPE:
+        if content_type(request) != round_wire.MEDIA_TYPE:
             return json_object(raw, what), False
         try:
             return round_wire.decode(raw, what), True

@@ -216,7 +216,8 @@ class ReadinessProbe:
             await asyncio.sleep(0.01)
 
 
-def _media_type(request: Request) -> str:
+def content_type(request: Request) -> str:
+    """The media type a request declares (its content-type without parameters, lower case)."""
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
@@ -226,7 +227,7 @@ async def read_body(request: Request, limit: int, media_type: str | tuple[str, .
 
     A client that closes the connection before its body is complete is refused as ``client_disconnected``
     (counted, one log line: no traceback), or as ``body_timeout`` when the body timeout closed it."""
-    given, accepted = _media_type(request), (media_type,) if isinstance(media_type, str) else media_type
+    given, accepted = content_type(request), (media_type,) if isinstance(media_type, str) else media_type
     if given not in accepted:
         raise Refused(415, "unsupported_media_type", f"the body must be {' or '.join(accepted)}, got "
                       f"{shown(given) if given else 'no content-type'}")
