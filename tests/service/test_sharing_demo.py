@@ -283,6 +283,7 @@ def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, t
                         "(the paper's helper sets, m_j of them for m_j reporters), about alpha^2 N n^2 = 2,507,505 at "
                         "alpha = 0.5"),
                        (["tss", "--users", "10"], "users must be an integer in [20, 4000], got 10"),
+                       (["tss", "--users", "10000000000"], "users must be an integer in [20, 4000], got 10000000000"),
                        (["tss", "--degree", "20"], "degree must be given only for dpds and dpdg")):
         out = cli_in_process.invoke(app, ["demo-service", *args, "--workdir", str(tmp_path)])
         assert out.exit_code == 2 and says in out.stderr, (args, out.stderr)
