@@ -412,3 +412,29 @@ def test_the_release_checks_each_revealed_share_once(protocol, monkeypatch):
     assert_exact(run, released_over(run, dropouts))
     revealed = run.transcript["user"]["sent revealed shares"]
     assert revealed > 0 and len(checks) == revealed
+
+
+def test_a_release_over_other_reveals_than_the_close_checked_checks_them_again(monkeypatch):
+    """The close's checks are reused only for the reveals they checked: had more reveals come in over the same U1'
+    and U2 (a close whose commit failed leaves the round open), the release checks them all again."""
+    from privagg.protocols import sharing_server
+
+    finished, checks = [], []
+    finish, original = SharingServer.finish, sharing_server.packed_commitment
+
+    def kept(self, state, messages):
+        finished.append((self, state, messages))
+        return finish(self, state, messages)
+
+    monkeypatch.setattr(SharingServer, "finish", kept)
+    monkeypatch.setattr(sharing_server, "packed_commitment", lambda *args: checks.append(1) or original(*args))
+    run_rounds(PROTOCOL, graph_parameters(n=80, k=12), np.arange(80) % DOMAIN, streams(5))
+    server, state, messages = finished[-1]
+    checks.clear()
+    server.finish(state, messages)  # the reveals the close checked: none again
+    assert checks == []
+    fewer = {**messages, "reveal": dict(list(messages["reveal"].items())[1:])}
+    server._opened = sharing_server._checked_over(state["checked"], state["survivors"], fewer["reveal"]), \
+        server._opened[1]  # as if the close had checked one reveal fewer
+    server.finish(state, messages)
+    assert len(checks) > 0

@@ -269,7 +269,8 @@ class SharingServer:
                                  {u: messages["advertise"][u] for u in checked}, self.graph(state))
         except ParameterError as err:
             raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
-        self._opened = _lists(checked, survivors), opened  # for finish: each share checked once
+        # for finish: each share checked once
+        self._opened = _checked_over(checked, survivors, messages["reveal"]), opened
         proven, graph = opened.inconsistent, self.graph(state)
         near = {v for u in proven for v in graph.neighbours(u)}  # whose masks hold terms with a proven dealer
         left = [u for u in survivors if u not in proven]
@@ -291,11 +292,11 @@ class SharingServer:
         computed."""
         try:
             checked, kept = state["checked"], getattr(self, "_opened", None)
+            same = kept is not None and kept[0] == _checked_over(checked, state["survivors"], messages["reveal"])
             return self.release({u: messages["check"][u] for u in checked}, messages["masked_sum"], messages["reveal"],
                                 {u: messages["advertise"][u] for u in checked}, complaints=state["complaints"],
                                 excluded=state["excluded"], pair_seeds=messages.get("exclusion", {}),
-                                graph=self.graph(state), opened=kept[1] if kept is not None and kept[0] == _lists(
-                                    checked, state["survivors"]) else None)
+                                graph=self.graph(state), opened=kept[1] if same else None)
         except ParameterError as err:
             raise RoundFailed(f"the release was refused: {err}; nothing was released") from None
 
@@ -495,9 +496,10 @@ def among(graph: neighbour_graph.Graph, user: int, listed: Sequence[int]) -> lis
     return [u for u in graph.holders(user) if member(listed, u)]
 
 
-def _lists(checked: Sequence[int], survivors: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """U1' and U2 as a key of what :meth:`SharingServer.proven` checked."""
-    return tuple(sorted(checked)), tuple(sorted(survivors))
+def _checked_over(checked: Sequence[int], survivors: Sequence[int], reveals: Mapping[int, bytes]) -> tuple:
+    """What :meth:`SharingServer.proven` checked, as a key: U1', U2 and the reveals themselves (a close whose commit
+    failed leaves the reveal round open, and more reveals may come in over the same lists)."""
+    return tuple(sorted(checked)), tuple(sorted(survivors)), dict(reveals)
 
 
 @dataclass(frozen=True)
