@@ -267,8 +267,12 @@ def _demo_run(users: int, drop_fraction: float, degree: str | None, folder: Path
         demo = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         while demo.poll() is None:
             if server is None:  # the server starts before any round (the demo's first line names it)
-                server = next((int(child) for child in Path(f"/proc/{demo.pid}/task/{demo.pid}/children").read_text()
-                               .split() if b"serve" in Path(f"/proc/{child}/cmdline").read_bytes()), None)
+                try:
+                    server = next((int(child) for child in Path(f"/proc/{demo.pid}/task/{demo.pid}/children")
+                                   .read_text().split() if b"serve" in Path(f"/proc/{child}/cmdline").read_bytes()),
+                                  None)
+                except OSError:  # the demo or its child ended meanwhile: the loop's poll says which
+                    pass
             now = (cpu(server) if server is not None else None) or now
             found = re.findall(r"^round (\d) \(", out.read_text(), re.M)
             for number in found[seen:]:
@@ -278,6 +282,8 @@ def _demo_run(users: int, drop_fraction: float, degree: str | None, folder: Path
     marks[mark] = now - sum(marks.values())
     if demo.returncode:
         raise RuntimeError(f"{' '.join(command)} failed: {out.read_text()[-2000:]}")
+    if server is None:
+        raise RuntimeError(f"{' '.join(command)}: its server process was never found, so no CPU was read")
     return {"wall": time.perf_counter() - start, "server_cpu": marks}
 
 
@@ -424,12 +430,15 @@ if __name__ == "__main__":
     parser.add_argument("--users", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--drop-fraction", type=float, default=0.1)
     parser.add_argument("--kill-rounds", type=int, nargs="+", default=[2], help="rounds after whose messages the "
-                        "server is killed with SIGKILL and restarted")
-    parser.add_argument("--demo", action="store_true", help="privagg demo-service dpds at each n: the server's CPU")
+                        "server is killed with SIGKILL and restarted (not with --demo or --tss)")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--demo", action="store_true", help="privagg demo-service dpds at each n: the server's CPU")
+    kind.add_argument("--tss", action="store_true", help="TSS through S1 and S2 at each n, as its demo runs it")
     parser.add_argument("--degree", help="the graph: complete, auto or an even k (default: complete; with --demo, "
-                        "the demo's own default)")
-    parser.add_argument("--tss", action="store_true", help="TSS through S1 and S2 at each n, as its demo runs it")
+                        "the demo's own default; not with --tss)")
     args = parser.parse_args()
+    if args.tss and args.degree is not None or (args.tss or args.demo) and args.kill_rounds != [2]:
+        parser.error("--degree is not taken with --tss, nor --kill-rounds with --demo or --tss")
     if args.tss:
         served_tss(Report(), tuple(args.users), args.drop_fraction)
     elif args.demo:
