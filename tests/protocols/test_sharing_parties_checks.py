@@ -55,7 +55,7 @@ def _signed_round():
 
 
 def test_round_5_counts_only_signatures_that_verify_under_the_rosters_key_as_the_lists_he_signed():
-    """His device no longer checks each round-4 message's transport signature (SharingUser.checks_signers): the
+    """His device no longer checks each round-4 message's transport signature (the reveal round signs no field): the
     message is his signer's signature of the lists, which the role checks under the signer's key in the signed
     roster, and any message that passes that check is byte for byte the one its signer sent (the header fixed by
     decode, Ed25519 signatures not malleable). The attacks the transport check refused are still refused: a signature

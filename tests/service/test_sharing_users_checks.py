@@ -21,6 +21,15 @@ def test_each_transport_signature_a_device_is_shown_is_checked_once_and_round_5s
         return check(self, sender, signature, message, number, recipient, field)
 
     monkeypatch.setattr(RosterClient, "_check_signed", counting)
+    inboxes, call = [], RosterClient._call
+
+    def recording(self, route, *args, **kwargs):
+        answer = call(self, route, *args, **kwargs)
+        if route == "inbox" and answer:
+            inboxes.append((answering, "signatures" in answer))
+        return answer
+
+    monkeypatch.setattr(RosterClient, "_call", recording)
     for number, round_ in enumerate(ROUNDS[:5], 1):
         answering = round_.name
         for user in users:
@@ -34,3 +43,6 @@ def test_each_transport_signature_a_device_is_shown_is_checked_once_and_round_5s
     assert by_round["masked_sum"] == [2] * N * N  # each pair key's (his own among them), once
     assert by_round["reveal"] == []  # the round-4 signatures of the lists: his role's to check, under the roster's keys
     assert by_round["advertise"] == by_round["consistency"] == []
+    # and the server sends none it would not have checked: round 5's inboxes carry no transport signatures
+    assert {shipped for a, shipped in inboxes if a == "reveal"} == {False}
+    assert {shipped for a, shipped in inboxes if a == "masked_sum"} == {True}

@@ -341,11 +341,6 @@ class SharingUser:
     ``identity``: his Ed25519 private key (core/identity.py), which signs the lists in round 4.
     """
 
-    # inbox fields whose messages are each a signature the role checks itself under its signer's roster identity key
-    # (round 5's): a device need not check their transport signatures too (docs/privacy.md, "What the signatures
-    # rest on": the role counts an entry only if its signer signed the lists, all the transport signature could add)
-    checks_signers = ("signatures",)
-
     def __init__(self, parameters: SharingParameters, index: int, min_survivors: int, rng: RNGLike = None,
                  state: UserState | None = None, identity: bytes | None = None) -> None:
         self.parameters, self.field, self.rng, self.identity = parameters, parameters.field, rng, identity

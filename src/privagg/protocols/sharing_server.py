@@ -525,8 +525,9 @@ ROUNDS = (
     Round("check", expects="senders", delivers="backups", reads=("advertise",), publishes="checked"),
     Round("masked_sum", expects="checked", reads=("check",), signed=(("keys", "check"),), publishes="survivors"),
     Round("consistency", expects="survivors", publishes="signers", minimum="threshold"),
-    Round("reveal", expects="signers", reads=("consistency",), signed=(("signatures", "consistency"),),
-          minimum="threshold"),
+    # its ``signatures`` (round 4's messages) carry no transport signatures: each is a signature of the lists, which the
+    # user's role checks under its signer's roster key (docs/privacy.md, "What the signatures rest on")
+    Round("reveal", expects="signers", reads=("consistency",), minimum="threshold"),
     # run only when the reveal round proved dealers inconsistent (``asked``: nobody otherwise, and it is skipped)
     Round("exclusion", expects="asked", reads=("advertise", "check"),
           signed=(("commitments", "advertise"), ("keys", "check")), minimum="none"),

@@ -237,8 +237,6 @@ class RoundClient(RosterClient):
         if not isinstance(fields, dict):
             raise ParameterError("inbox", "an object of the coordinator's fields", type(fields).__name__)
         for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
-            if field in getattr(self.role, "checks_signers", ()):  # signatures his role checks under the roster's keys
-                continue
             signatures = {e.get("sender"): e.get("signature") for e in answer.get("signatures", {}).get(field, [])}
             for sender, message in fields[field].items():
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
