@@ -259,6 +259,27 @@ def test_a_helper_who_misses_round_3_is_recovered(dbs):
         assert any("completed by recovery" in c for c in result["privacy"]["caveats"])
 
 
+def test_the_handover_is_finished_by_the_kept_coordinator_and_a_restarted_s1_hands_over_the_same(sqlite_dbs,
+                                                                                                 monkeypatch):
+    """S1's hand-over is finished by the task's coordinator that its rounds kept (RoundDriver._coordinator), not by
+    a new one; an S1 restarted over the same database (no coordinator kept) hands over the same, to the byte: the
+    users, the election, the recovery plan (a helper dropped at round 3), the sealed sums and their signatures."""
+    with deploy(sqlite_dbs) as d:
+        step(d, 1)
+        step(d, 2)
+        assert step(d, 3, skip=(sorted(d.election().by_helper)[0],)) == "round4"
+        assert step(d, 4) == "handover"
+        kept, finished = d.first._coordinator(d.task), []
+        monkeypatch.setattr(kept, "finish", lambda *args, _finish=kept.finish: finished.append(1) or _finish(*args))
+        handover = d.first.handover(d.task_id).to_dict()
+        assert finished == [1]
+        restarted = FirstService(d.first.engine, clock=d.clock, **in_process(d.second))
+        assert d.task_id not in restarted._coordinators
+        assert restarted.handover(d.task_id).to_dict() == handover
+        assert handover["recovery"] and handover["recoveries"] and handover["sums"]
+        assert d.result()["dropouts"]["helpers_without_sum"] == 1
+
+
 def test_an_item_whose_helpers_all_drop_is_lost_and_the_rest_released(sqlite_dbs):
     with deploy(sqlite_dbs, tss()) as d:  # phi = 0: an item's helpers are as many as its reporters
         step(d, 1)

@@ -308,8 +308,7 @@ class FirstService(RoundDriver):
             m = s1_messages.c
             signatures = {(numbers[k], user): signature for k, user, signature in c.execute(
                 sa.select(m.round, m.user, m.signature).where(m.task_id == task_id, m.round.in_(numbers)))}
-        handover = protocol.coordinator(task.parameters, task.min_survivors).finish(
-            self._state(task_id, row.published), messages)
+        handover = self._coordinator(task).finish(self._state(task_id, row.published), messages)
         signed, roster = row.task_signature, self.signed_roster(task_id)
         return dataclasses.replace(handover, signatures=signatures, task={"task": task.to_dict(), "signature": (
             None if signed is None else base64.b64encode(signed).decode())}, roster=roster and roster.to_dict())
