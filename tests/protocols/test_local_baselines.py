@@ -2,6 +2,7 @@
 randomizers' exact coins that keep pure eps-LDP to the last bit, the Walsh-Hadamard decoding, no delta on the command line.
 Unbiasedness, variance, merging, memory and the exact audit come from the contract tests and the audit grid."""
 
+import hashlib
 import itertools
 import json
 import math
@@ -110,6 +111,22 @@ def test_the_client_draws_exactly_the_audited_coins(name):
         j = rng.integers(0, params.columns, size=1000)
         flip = ~(rng.integers(0, 2**53, size=1000, dtype=np.int64) < params.keep_numerator)
         np.testing.assert_array_equal(messages["sign"], lb.hadamard_sign(codes, j) ^ flip)
+
+
+@pytest.mark.parametrize("name,options,expected", [
+    ("grr", {}, "30c9c734495fd058384eef745e90602b"), ("olh", {}, "15f69bc4807b8873ad7227bdb0683eec"),
+    ("olh", {"bins": 3}, "fd093752ee6b222af7679def3c2d6f03")])
+def test_grr_and_olh_send_the_same_messages_for_the_same_seed(name, options, expected):
+    """GRR's and OLH's randomized response is one implementation (local_baselines._response_draws, then _respond),
+    OLH's drawn apart from its arithmetic: the messages of a seed are those the two copies it replaced sent (their
+    SHA-256, recorded before; regenerate only for a change of draws that is meant, and say why)."""
+    params = registry.calibrate(name, epsilon=1.3, n_users=3000, domain_size=40, **options)
+    messages = registry.client(params).randomize(np.arange(3000) % 40, rng=11)
+    digest = hashlib.sha256()
+    for field in params.layout.names:
+        digest.update(field.encode())
+        digest.update(np.ascontiguousarray(messages[field], dtype=np.int64).tobytes())
+    assert digest.hexdigest()[:32] == expected
 
 
 def test_olh_clients_on_threads_send_what_one_client_sends(monkeypatch):

@@ -417,11 +417,22 @@ def calibrate_hadamard(epsilon: float, delta: float | None, n_users: int, domain
 def _randomized_response(codes: np.ndarray, values: int, keep: int, rng: np.random.Generator) -> np.ndarray:
     """Each code kept with probability exactly ``keep`` / 2^53 (:func:`~privagg.core.coins.coins`), else one of
     the other ``values - 1`` uniformly (numpy's bounded integers are exactly uniform)."""
-    replaced = ~coins(keep, codes.size, rng)
-    other = rng.integers(0, values - 1, size=int(replaced.sum()))
-    out = codes.copy()
-    out[replaced] = other + (other >= codes[replaced])  # skip the true value
-    return out
+    return _respond(codes.copy(), *_response_draws(codes.size, values, keep, rng))
+
+
+def _response_draws(users: int, values: int, keep: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The randomness of :func:`_randomized_response` for ``users`` codes, in its stream's order: whether each is
+    replaced (a coin that keeps it with probability exactly ``keep`` / 2^53), and each replaced one's draw over the
+    other ``values - 1``."""
+    replaced = ~coins(keep, users, rng)
+    return replaced, rng.integers(0, values - 1, size=int(replaced.sum()))
+
+
+def _respond(codes: np.ndarray, replaced: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """``codes``, changed in place, with each ``replaced`` one set to its draw in ``other`` over the other values
+    (the true value skipped, so each of them is equally likely)."""
+    codes[replaced] = other + (other >= codes[replaced])
+    return codes
 
 
 class GRRClient:
@@ -483,14 +494,12 @@ class OLHClient:
         """The randomness of ``users`` clients (:class:`OLHDraws`), as :func:`_randomized_response` draws it."""
         p = self.parameters
         u, v = p.hash.sample_keys(users, rng)
-        replaced = ~coins(p.keep_numerator, users, rng)
-        return OLHDraws(u, v, replaced, rng.integers(0, p.bins - 1, size=int(replaced.sum())))
+        return OLHDraws(u, v, *_response_draws(users, p.bins, p.keep_numerator, rng))
 
     def write(self, codes: np.ndarray, draws: OLHDraws, out: np.ndarray) -> None:
         """The messages of ``codes`` (checked) under ``draws`` into ``out``, a row a user of the layout's record
         dtype: numpy's arithmetic alone, which releases the GIL."""
-        w = self.parameters.hash.evaluate(draws.u, draws.v, codes)
-        w[draws.replaced] = draws.other + (draws.other >= w[draws.replaced])  # the true value skipped
+        w = _respond(self.parameters.hash.evaluate(draws.u, draws.v, codes), draws.replaced, draws.other)
         out["u"], out["v"], out["w"] = draws.u, draws.v, w
 
 
