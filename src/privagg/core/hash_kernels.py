@@ -302,6 +302,14 @@ def count_sorted(u, v, w, q, b, domain_size, counts, lo, hi, tile, state, wrappe
     return n_wrapped
 
 
+@nb.njit(cache=True, inline="always")
+def thread_share(t, n_threads, n_messages):
+    """Thread t's share of ``n_messages`` split among ``n_threads`` (the parallel kernels' prange over threads):
+    the messages lo..hi - 1, ceil(n_messages / n_threads) of them (fewer for the last threads)."""
+    share = (n_messages + n_threads - 1) // n_threads
+    return t * share, min(n_messages, (t + 1) * share)
+
+
 @nb.njit(cache=True, parallel=True)
 def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, wrapped, n_wrapped):
     """counts_per_thread[t, x] (zeros) += preimage hits of x among thread t's share of the messages.
@@ -318,9 +326,8 @@ def count_all(u, v, w, q, b, domain_size, counts_per_thread, tile, state, wrappe
     this kernel do not compile its path.
     """
     n_threads = counts_per_thread.shape[0]
-    share = (u.size + n_threads - 1) // n_threads
     for t in nb.prange(n_threads):
-        lo, hi = t * share, min(u.size, (t + 1) * share)
+        lo, hi = thread_share(t, n_threads, u.size)
         if domain_size <= tile:
             n_wrapped[t] = count_direct(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, wrapped[t])
         else:
@@ -333,10 +340,9 @@ def count_all_table(u, v, w, q, b, domain_size, counts_per_thread, u_inverses):
     """counts_per_thread[t, x] (int32 zeros) += preimage hits of x among thread t's share of the messages, for a
     domain of at most 2^TABLE_BITS items and a small q, given the table of inverses mod q (:func:`count_one_tile`)."""
     n_threads = counts_per_thread.shape[0]
-    share = (u.size + n_threads - 1) // n_threads
     for t in nb.prange(n_threads):
-        count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], t * share, min(u.size, (t + 1) * share),
-                       u_inverses)
+        lo, hi = thread_share(t, n_threads, u.size)
+        count_one_tile(u, v, w, q, b, domain_size, counts_per_thread[t], lo, hi, u_inverses)
 
 
 @nb.njit(cache=True, parallel=True)
@@ -397,11 +403,10 @@ def count_progressions(u, v, w, bases, fanouts, q, b, out_per_thread):
     qinv = 1.0 / q
     m_inverse, shift, limit = divisibility(b)
     n_threads = out_per_thread.shape[0]
-    share = (u.size + n_threads - 1) // n_threads
     for t in nb.prange(n_threads):
-        end = min(u.size, (t + 1) * share)
+        start, end = thread_share(t, n_threads, u.size)
         y = np.empty(MATCH_BLOCK, np.int64)  # y - w of the block's messages at the current child
-        for lo in range(t * share, end, MATCH_BLOCK):
+        for lo in range(start, end, MATCH_BLOCK):
             n = min(end, lo + MATCH_BLOCK) - lo
             for k in range(bases.size):
                 base = bases[k]
