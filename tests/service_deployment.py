@@ -248,3 +248,9 @@ def in_process(second) -> dict:
     routes = {"election": second.attest, "sums": second.open_sums}
     return {"send": lambda _url, task_id, token, body: second.receive(task_id, f"Bearer {token}", body),
             "ask": lambda _url, task_id, route, token, body: routes[route](task_id, f"Bearer {token}", body)}
+
+
+def count(service, table, task_id: str) -> int:
+    """The rows of ``table`` (one of the service's tables with a task_id column) stored for ``task_id``."""
+    with service.engine.connect() as c:
+        return c.execute(sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)).scalar()

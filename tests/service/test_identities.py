@@ -34,7 +34,7 @@ from privagg.service.storage import connect, relayed_messages, round_messages
 from privagg.service.two_servers.client import TSSClient
 from privagg.service.two_servers.servers import SecondService, create_first_app, create_tasks, s1_relayed
 from privagg.service import round_wire, storage
-from service_deployment import enrollment, in_process, organised, route_sdk_to, signed
+from service_deployment import count, enrollment, in_process, organised, route_sdk_to, signed
 
 N, DOMAIN, MIN = 12, 3, 8
 TSS_USERS = 32
@@ -102,11 +102,6 @@ def tss(dbs, serve, kind):
     organisation = Organisation.generate()
     return first, create_tasks(first, second, p, "http://s2.invalid", 60.0, TSS_USERS - 6,
                                organisation_key=organisation.public_key), organisation
-
-
-def count(service, table, task_id) -> int:
-    with service.engine.connect() as c:
-        return c.execute(sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)).scalar()
 
 
 @pytest.mark.parametrize("where", ["roster", "inbox"])

@@ -9,7 +9,6 @@ from base64 import b64encode
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from privagg.protocols import sampling_calibration as sc
@@ -27,7 +26,7 @@ from privagg.service.round_demo import dropout_plan, traffic
 from privagg.service.sharing.demo import SharingDeployment, run_rounds
 from privagg.service.storage import connect, relayed_messages, round_messages, roster as storage_roster
 from privagg.service.tasks import _public_key, _suite
-from service_deployment import enrollment, organised, route_sdk_to, signed
+from service_deployment import count, enrollment, organised, route_sdk_to, signed
 
 N, DOMAIN = 12, 3
 CODES = np.arange(N) % DOMAIN
@@ -84,11 +83,6 @@ def refused(http, path, body, status, reason):
     answer = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
     assert (answer.status_code, answer.json()["error"]) == (status, reason), answer.text
     return answer.json()["detail"]
-
-
-def count(service, table, task_id) -> int:
-    with service.engine.connect() as c:
-        return c.execute(sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)).scalar()
 
 
 # who vanishes before which round: user 2 before round 1, 4 before the check, 5 before his masked sum, 8 before
