@@ -9,7 +9,6 @@ import inspect
 import os
 import shutil
 import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -53,6 +52,8 @@ def _input_file(value: Path | None) -> Path | None:
         origin: tuple[int, int] | None = (source.st_dev, source.st_ino)
     except (OSError, ValueError, AttributeError):  # not a file descriptor (a test's stream)
         origin = None
+    import tempfile  # (not for every command's start)
+
     folder = Path(tempfile.mkdtemp(prefix="privagg-stdin-"))  # mode 0700: the users' raw data
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     copy = folder / "stdin"

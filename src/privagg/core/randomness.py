@@ -14,15 +14,17 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from typing import Union
+from typing import ForwardRef, Union
 
 import numpy as np
 
 from ..errors import ParameterError, kind_of
 
-RNGLike = Union[np.random.Generator, int, np.random.SeedSequence, None]
+# numpy's classes named, not touched: np.random loads on first use (12 ms of CPU that a command's --help, and
+# whatever imports this module without drawing, does not spend); typing.get_type_hints resolves them here
+RNGLike = Union[ForwardRef("np.random.Generator", module=__name__), int,
+                ForwardRef("np.random.SeedSequence", module=__name__), None]
 
 
 def secure_rng() -> np.random.Generator:
@@ -89,6 +91,8 @@ def streams(rng: RNGLike, roles: Sequence[str]) -> dict[str, np.random.Generator
 
 
 def _role_key(role: str) -> int:
+    import hashlib  # (OpenSSL's, loaded by a seeded run's streams only)
+
     return int.from_bytes(hashlib.blake2b(role.encode(), digest_size=4).digest(), "big")
 
 
