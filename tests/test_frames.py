@@ -3,6 +3,8 @@ readers' errors naming the argument, the reports as pandas and Polars frames, an
 
 from __future__ import annotations
 
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: the tests draw off screen
@@ -182,6 +184,22 @@ def test_results_to_polars():
     table = total.to_polars(labels=["age", "height", "weight"])
     assert isinstance(table, pl.DataFrame) and table.columns == ["coordinate", "estimate", "stderr"]
     assert table.rows() == [("age", 1.0, 0.1), ("height", 2.0, 0.2), ("weight", 3.0, 0.3)]
+
+
+@pytest.mark.parametrize("module, says", [
+    ("pandas", "to_pandas() needs pandas, which the light install leaves out: pip install pandas (or pip install "
+               "'privagg[pandas]'"),
+    ("polars", "to_polars() needs Polars, which the light install leaves out: pip install polars (or pip install "
+               "'privagg[frames]'")])
+def test_a_frame_without_its_library_says_how_to_get_it(module, says, monkeypatch):
+    """The light install has neither pandas nor Polars: each method's error names the command that installs it."""
+    params = privagg.calibrate("blanket-vector", epsilon=1, delta=1e-6, n_users=1000, domain_size=3)
+    total = privagg.VectorSum(params, np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.3]))
+    monkeypatch.setitem(sys.modules, module, None)  # import refused, as where it is not installed
+    with pytest.raises(ImportError) as refused:
+        getattr(total, f"to_{module}")()
+    assert str(refused.value).startswith(says) and str(refused.value).endswith("to_dict() gives the same table "
+                                                                                "without it")
 
 
 @pytest.mark.parametrize("protocol, kwargs, listed", [

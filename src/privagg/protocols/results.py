@@ -120,27 +120,28 @@ def _rows(codes: np.ndarray, labels: Any, columns: dict[str, np.ndarray]) -> dic
     return out
 
 
+def _optional(module: str, name: str, method: str, extra: str):
+    """The optional library ``module`` (``name``), or an ImportError saying how ``method`` gets it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{method}() needs {name}, which the light install leaves out: pip install {module} (or "
+                          f"pip install 'privagg[{extra}]'; privagg[all] and make demo have it); to_dict() gives the "
+                          "same table without it") from None
+
+
 def data_frame(rows: dict[Any, dict[str, float]], index: str):
     """``rows`` as a pandas DataFrame indexed by ``index``; pandas is optional."""
-    try:
-        import pandas as pd
-    except ImportError:
-        raise ImportError("to_pandas() needs pandas, which the light install leaves out: pip install pandas (or "
-                          "pip install 'privagg[pandas]'; privagg[all] and make demo have it); to_dict() gives the "
-                          "same table without it") from None
-    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame = _optional("pandas", "pandas", "to_pandas", "pandas").DataFrame.from_dict(rows, orient="index")
     frame.index.name = index
     return frame
 
 
 def polars_frame(rows: dict[Any, dict[str, Any]], index: str):
     """``rows`` as a Polars DataFrame whose first column is ``index`` (Polars has no index); Polars is optional."""
-    try:
-        import polars as pl
-    except ImportError:
-        raise ImportError("to_polars() needs Polars, which the light install leaves out: pip install polars (or "
-                          "pip install 'privagg[frames]'; privagg[all] and make demo have it); to_dict() gives the "
-                          "same table without it") from None
+    pl = _optional("polars", "Polars", "to_polars", "frames")
     names = list(dict.fromkeys(name for row in rows.values() for name in row))
     columns = {index: list(rows), **{name: [row.get(name) for row in rows.values()] for name in names}}
     return pl.DataFrame(columns, strict=False)
