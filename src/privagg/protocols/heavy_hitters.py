@@ -505,7 +505,7 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ParameterError("item", f"an integer in [0, {domain_size})", int(array[row]), row)
-    return array.astype(np.uint64)
+    return array.astype(np.uint64, copy=False)
 
 
 def _check_strings(values, max_length: int) -> np.ndarray:
