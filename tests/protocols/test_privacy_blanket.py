@@ -158,12 +158,14 @@ def test_rounding_takes_the_floor_and_the_fraction_exactly():
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 20])
-def test_true_sums_add_the_rows_in_their_order_in_float64(d, monkeypatch):
+@pytest.mark.parametrize("rows", [1, 7])
+def test_true_sums_add_the_rows_in_their_order_in_float64(d, rows, monkeypatch):
     """The evaluation's true sums of float32 vectors: float64 additions in the rows' order, as einsum made them (each
     column's s <- s + x; for one column einsum's own order), the same to the bit, across the blocks
-    :func:`_row_order_sums` converts (a small block size here: blocks end inside and at the array's end). Values of
-    very different sizes, whose float64 sum depends on the order: a float32 sum or a pairwise one would differ."""
-    monkeypatch.setattr(pb, "TRUE_SUM_ROWS", 7)
+    :func:`_row_order_sums` converts (small blocks here, of one row, as a block too small for one row holds, or of
+    7: blocks end inside and at the array's end). Values of very different sizes, whose float64 sum depends on the
+    order: a float32 sum or a pairwise one would differ."""
+    monkeypatch.setattr(pb, "TRUE_SUM_BYTES", 8 * d * rows if rows > 1 else 1)
     rng = np.random.default_rng(d)
     params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=d)
     for n in (2, 7, 8, 50, 1000):
@@ -179,6 +181,25 @@ def test_true_sums_add_the_rows_in_their_order_in_float64(d, monkeypatch):
                               np.einsum("ij->j", np.asfortranarray(vectors), dtype=np.float64))
     orders = np.cumsum(vectors, axis=0, dtype=np.float64)[-1], np.sum(vectors, axis=0, dtype=np.float32)
     assert d == 1 or not np.array_equal(orders[0], orders[1])  # the order and the width matter for these values
+
+
+def test_true_sums_of_wide_vectors_take_a_block_of_bounded_size():
+    """The conversion's block is TRUE_SUM_BYTES (at least one row), whatever d: at d = 2^16 two rows, 1 MiB, where a
+    fixed 8,192 rows would take 4 GiB (64 GiB at d = 2^20, the largest); the sums as einsum's. Measured by tracemalloc,
+    which numpy reports its arrays to."""
+    import tracemalloc
+
+    d = 2**16
+    params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=d)
+    vectors = np.random.default_rng(5).random((64, d), dtype=np.float32)
+    tracemalloc.start()
+    try:
+        total = params.true_total(vectors)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * pb.TRUE_SUM_BYTES < vectors.nbytes / 4
+    assert np.array_equal(total, np.einsum("ij->j", vectors, dtype=np.float64))
 
 
 @pytest.mark.parametrize("eps,t", [(0.5, 1), (2.0, 1), (0.5, 2), (2.0, 3)])

@@ -274,19 +274,21 @@ def _bits_within_unit(array: np.ndarray) -> bool:
     return bool(array.view(bits).max() <= np.array(1.0, array.dtype).view(bits))
 
 
-TRUE_SUM_ROWS = 8192  # rows :func:`_row_order_sums` converts at a time: 1.3 MB of float64 at d = 20, in cache
+TRUE_SUM_BYTES = 1 << 20  # the float64 block :func:`_row_order_sums` converts rows into: in a core's cache
 
 
 def _row_order_sums(vectors: np.ndarray) -> np.ndarray:
     """The float64 sums of a C-ordered (n, d >= 2) float32 array's columns, adding its rows in their order (each
-    column's s <- s + x, as einsum does; tested): TRUE_SUM_ROWS rows at a time converted into a float64 block whose
-    first row holds the sums so far, which einsum then adds the block's rows to. einsum's own conversion, through a
-    buffer a few rows long, took 0.09 s of CPU at n = 5 x 10^6, d = 20; this 0.07 s."""
+    column's s <- s + x, as einsum does; tested): the rows a TRUE_SUM_BYTES block holds (at least one) converted at a
+    time into a float64 block whose first row holds the sums so far, which einsum then adds the block's rows to.
+    einsum's own conversion, through a buffer a few rows long, took 0.09 s of CPU at n = 5 x 10^6, d = 20; this
+    0.07 s."""
     n, d = vectors.shape
-    block = np.empty((min(n, TRUE_SUM_ROWS) + 1, d))
+    step = max(1, TRUE_SUM_BYTES // (8 * d))
+    block = np.empty((min(n, step) + 1, d))
     sums = np.zeros(d)
-    for start in range(0, n, TRUE_SUM_ROWS):
-        rows = vectors[start:start + TRUE_SUM_ROWS]
+    for start in range(0, n, step):
+        rows = vectors[start:start + step]
         block[0] = sums
         block[1:len(rows) + 1] = rows
         sums = np.einsum("ij->j", block[:len(rows) + 1])
