@@ -67,6 +67,21 @@ def test_a_calibration_read_from_disk_imports_no_scipy(folder, tmp_path):
     assert loaded == ["True", "False"] and reports[0] == reports[1]
 
 
+def test_the_vector_sums_count_law_is_kept_and_read_back_to_the_bit(folder, monkeypatch):
+    """blanket-vector's E[1/c] (its expected error's, a dot product over the count's window) is kept as the
+    calibration's values are: read back, the same float, without computing it again."""
+    from privagg.privacy import shuffle
+    from privagg.protocols import privacy_blanket as pb
+
+    kept = pb._inverse_count_mean.__wrapped__  # below the process's lru_cache: the disk's layer
+    computed = kept.uncached(5_000_000, 1, 20)
+    assert kept(5_000_000, 1, 20) == computed  # computed and kept
+    evaluation_cache._loaded.clear()
+    monkeypatch.setattr(shuffle, "binomial_pmf", lambda *a: pytest.fail("computed again"))
+    assert kept(5_000_000, 1, 20) == computed  # read back from the file
+    assert any(path.name.startswith("blanket-vector-counts-") for path in folder.iterdir())
+
+
 def test_another_version_of_the_code_reads_another_file(folder, tmp_path):
     source = tmp_path / "accountant.py"
     source.write_text("x = 1\n")

@@ -142,6 +142,66 @@ def test_randomized_rounding_is_unbiased():
     assert np.all(np.abs(rounded.mean(0) / 4 - x) <= 4 * sd + 1e-12)
 
 
+def test_rounding_takes_the_floor_and_the_fraction_exactly():
+    """floor(x k) + [u < x k - floor(x k)], the fraction exact: at a level (x k whole, fraction 0) the level itself
+    whatever u, -0.0 rounds to 0, and just below a level the fraction is x k's own distance to the level below (the
+    parts np.modf gave, which the randomizer used before)."""
+    k = 3
+    x = np.array([0.0, -0.0, 1 / 3, 2 / 3, 1.0, np.nextafter(np.float32(1 / 3), 0), 0.5, 0.999], dtype=np.float32)
+    scaled = x.astype(np.float64) * k
+    fraction, whole = np.modf(scaled)
+    for u in (0.0, 0.25, 0.5, np.nextafter(1.0, 0)):
+        uniforms = np.full(x.shape, u)
+        assert np.array_equal(pb.rounded(x, k, uniforms), whole.astype(np.int64) + (uniforms < fraction))
+    on_levels = np.array([0.0, -0.0, 0.25, 0.5, 1.0], dtype=np.float32)  # x k whole at k = 4: u < 0 never holds
+    assert np.array_equal(pb.rounded(on_levels, 4, np.zeros(5)), [0, 0, 1, 2, 4])
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 20])
+@pytest.mark.parametrize("rows", [1, 7])
+def test_true_sums_add_the_rows_in_their_order_in_float64(d, rows, monkeypatch):
+    """The evaluation's true sums of float32 vectors: float64 additions in the rows' order, as einsum made them (each
+    column's s <- s + x; for one column einsum's own order), the same to the bit, across the blocks
+    :func:`_row_order_sums` converts (small blocks here, of one row, as a block too small for one row holds, or of
+    7: blocks end inside and at the array's end). Values of very different sizes, whose float64 sum depends on the
+    order: a float32 sum or a pairwise one would differ."""
+    monkeypatch.setattr(pb, "TRUE_SUM_BYTES", 8 * d * rows if rows > 1 else 1)
+    rng = np.random.default_rng(d)
+    params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=d)
+    for n in (2, 7, 8, 50, 1000):
+        vectors = (rng.random((n, d)) ** 12).astype(np.float32)
+        vectors[rng.random((n, d)) < 0.3] = 1.0
+        total = params.true_total(vectors)
+        assert total.dtype == np.float64 and np.array_equal(total, np.einsum("ij->j", vectors, dtype=np.float64))
+        if d > 1:
+            assert np.array_equal(total, np.cumsum(vectors, axis=0, dtype=np.float64)[-1])
+        wide = vectors.astype(np.float64)  # float64 input, and float32 in Fortran order: einsum's, unchanged
+        assert np.array_equal(params.true_total(wide), np.einsum("ij->j", wide))
+        assert np.array_equal(params.true_total(np.asfortranarray(vectors)),
+                              np.einsum("ij->j", np.asfortranarray(vectors), dtype=np.float64))
+    orders = np.cumsum(vectors, axis=0, dtype=np.float64)[-1], np.sum(vectors, axis=0, dtype=np.float32)
+    assert d == 1 or not np.array_equal(orders[0], orders[1])  # the order and the width matter for these values
+
+
+def test_true_sums_of_wide_vectors_take_a_block_of_bounded_size():
+    """The conversion's block is TRUE_SUM_BYTES (at least one row), whatever d: at d = 2^16 two rows, 1 MiB, where a
+    fixed 8,192 rows would take 4 GiB (64 GiB at d = 2^20, the largest); the sums as einsum's. Measured by tracemalloc,
+    which numpy reports its arrays to."""
+    import tracemalloc
+
+    d = 2**16
+    params = registry.calibrate("blanket-vector", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=d)
+    vectors = np.random.default_rng(5).random((64, d), dtype=np.float32)
+    tracemalloc.start()
+    try:
+        total = params.true_total(vectors)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * pb.TRUE_SUM_BYTES < vectors.nbytes / 4
+    assert np.array_equal(total, np.einsum("ij->j", vectors, dtype=np.float64))
+
+
 @pytest.mark.parametrize("eps,t", [(0.5, 1), (2.0, 1), (0.5, 2), (2.0, 3)])
 def test_paper_vector_gamma_is_the_reference_closed_form(eps, t):
     n, d, k, delta = 10**7, 20, 3, 1e-6
@@ -337,9 +397,9 @@ def test_a_designs_bound_grows_with_gamma_from_its_floor():
 def test_inverse_count_mean_on_a_grid_equals_the_sum_over_every_count(monkeypatch, coordinates, dimension):
     """E[1/c] over a window wider than INVERSE_COUNT_TERMS is taken on a grid (docs/derivations.md, "Vector
     sums": Poisson summation); at n = 10^9 (a window of 1.4 x 10^5 and 4.4 x 10^5 counts) both ways agree."""
-    exact = pb._inverse_count_mean.__wrapped__(10**9, coordinates, dimension)
+    exact = pb._inverse_count_mean.__wrapped__.uncached(10**9, coordinates, dimension)
     monkeypatch.setattr(pb, "INVERSE_COUNT_TERMS", 1000)
-    grid = pb._inverse_count_mean.__wrapped__(10**9, coordinates, dimension)
+    grid = pb._inverse_count_mean.__wrapped__.uncached(10**9, coordinates, dimension)
     assert grid == pytest.approx(exact, rel=1e-13)
 
 

@@ -2,7 +2,7 @@
 
 An accountant's value at given arguments (the blanket accountant's delta(eps) at a gamma and n; balls-into-bins'
 calibration and its delta at a report's parameters, ``protocols/balls_into_bins.py``; fe-hh's level tails,
-``protocols/heavy_hitters.py``) is a pure function of its arguments and of the code that computes it.
+``protocols/heavy_hitters.py``; blanket-vector's E[1/c], ``protocols/privacy_blanket.py``) is a pure function of its arguments and of the code that computes it.
 :func:`on_disk` keeps each value it computes, as the exact float (its hex form), in one JSON file per version of that
 code: the file's name holds the SHA-256 of the sources it names, of numpy's and scipy's versions and of the
 interpreter's, so a change to any of them reads a new, empty file and recomputes. A calibration replays its root finder over the kept values and returns the same
