@@ -403,6 +403,18 @@ def test_inverse_count_mean_on_a_grid_equals_the_sum_over_every_count(monkeypatc
     assert grid == pytest.approx(exact, rel=1e-13)
 
 
+def test_inverse_count_mean_does_not_depend_on_the_number_of_blas_threads():
+    """E[1/c] over a window of 2 x 10^4 counts (n = 10^7, t = 3, d = 50) is the same on one BLAS thread as on two: a
+    report's expected error is the same on any host (it was an OpenBLAS dot product, which splits more than 10^4
+    terms across its threads: 1.6666692777862201e-06 on one, ...205e-06 on two)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    values = []
+    for threads in (1, 2):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            values.append(pb._inverse_count_mean.__wrapped__.uncached(10_000_000, 3, 50))
+    assert values[0] == values[1]
+
+
 def test_inverse_count_mean_at_a_trillion_users_matches_its_expansion():
     """At n = 10^12 (a window of 2.8 x 10^7 counts, once 45 s for the suggested design's ten t) the grid's
     E[1/c] equals the expansion E[1/c] = (1 + v + O(v^2)) / mu, v = Var c / mu^2 = (1 - p) / mu = 9 x 10^-12, to

@@ -503,8 +503,9 @@ INVERSE_COUNT_GRID = 1 << 16  # the grid's points over a wider window
 def _inverse_count_mean(n_users: int, coordinates: int, dimension: int) -> float:
     """E[1 / c | c >= 1] for a coordinate's report count c ~ Bin(n, t / d), from the exact binomial law (kept for
     the designs :func:`suggested_design` compares, which share it for each t; and on disk, as the calibration's
-    values: a dot product of more than 10^4 terms, the window's at n = 5 x 10^6, d = 20, wakes OpenBLAS's threads,
-    whose wait for more work took 0.025 s of CPU after every such command).
+    values). The sums are math.fsum's, correctly rounded: an OpenBLAS dot product split a window of more than 10^4
+    terms across its threads, so the last digits changed with the host's core count (n = 10^7, t = 3, d = 50), and
+    its threads' wait for more work took 0.025 s of CPU after every such command at n = 5 x 10^6, d = 20.
 
     The sum runs over mean +- 14 sd. A window of more than INVERSE_COUNT_TERMS counts (n t / d above about
     10^9) is summed on an evenly spaced grid of about INVERSE_COUNT_GRID of them, whose spacing is under
@@ -519,7 +520,7 @@ def _inverse_count_mean(n_users: int, coordinates: int, dimension: int) -> float
     spacing = 1 if high - low < INVERSE_COUNT_TERMS else -(-(high - low) // INVERSE_COUNT_GRID)
     c = np.arange(low, high + 1, spacing)
     weights = shuffle.binomial_pmf(c, n, q)
-    return float(np.dot(weights, 1 / c) / weights.sum())
+    return math.fsum(weights / c) / math.fsum(weights)  # correctly rounded: the same on any host
 
 
 def calibrate_blanket_vector(epsilon: float, delta: float, n_users: int, domain_size: int, calibration: str = "tight",
