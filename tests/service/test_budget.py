@@ -7,9 +7,7 @@ the device's own budget in the SDKs; the command line."""
 import json
 import math
 import threading
-from fractions import Fraction
 
-import numpy as np
 import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner

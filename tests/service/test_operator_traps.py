@@ -252,7 +252,7 @@ def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
         url = f"sqlite:///{tmp_path}/{role}.db"
         storage.connect(url, role).dispose()
         assert error_line(run("tokens", "issue", "--task", UNKNOWN, "--count", "1", "--server", server, "--db", url)
-                          ).startswith(f"error: task must be a task of this ")
+                          ).startswith("error: task must be a task of this ")
 
 
 def test_the_library_issues_tokens_only_for_a_task_that_exists(tmp_path):
