@@ -137,8 +137,7 @@ class ForgingSignatures(Equivocating):
         inbox = super().inbox(round_, user, state, messages)
         if round_.name == "reveal" and user in self.minority:
             shown = self._shown(user, state)
-            lists = statement(shown["checked"], shown["survivors"], bytes.fromhex(shown["keys"]),
-                              state.get("task_id", ""))
+            lists = statement(shown["checked"], shown["survivors"], bytes.fromhex(shown["keys"]))
             forged = {v: identity.generate() for v in shown["survivors"]}
             inbox["signatures"] = {v: encode(self.parameters, SIGNATURE, v, SERVER, identity.sign(
                 key, SIGNED_LISTS, lists)) for v, key in forged.items()}

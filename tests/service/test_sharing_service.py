@@ -287,7 +287,7 @@ def test_round_messages_are_checked_and_stored_once(server):
         user.send("masked_sum")
     assert service.advance(tid) == "round4"
     # a signature of other lists than those published, or by another key, is refused
-    lists = statement(range(11), range(10), me.role.state.keys, tid)
+    lists = statement(range(11), range(10), me.role.state.keys)
     other = encode(p, SIGNATURE, me.user, SERVER, identity.sign(me.identity, SIGNED_LISTS, lists))
     assert "identity key, of the lists published" in refused(
         http, f"/tasks/{tid}/round4", signed(me, 4, {"message": b64encode(other).decode()}), 400, "bad_message")

@@ -239,7 +239,6 @@ class UserState:
     keys: bytes = b""  # the digest of U1''s keys he masked with (:func:`keys_digest`)
     signed: bytes = b""  # the digest of the statement he signed (:func:`signed_lists`)
     graph_seed: bytes = b""  # the signed roster's (a neighbour graph's order); empty on the complete graph
-    task_id: str = ""  # the task's, which the lists he signs bind (his SDK's own; empty in a simulation)
 
     @property
     def checked(self) -> set[int]:
@@ -251,7 +250,7 @@ class UserState:
                            "elements": 0 if self.vector is None else int(self.vector.size),
                            "held": self.held is not None, "dealers": self.dealers, "complaints": self.complaints,
                            "senders": self.senders, "keys": self.keys.hex(), "signed": self.signed.hex(),
-                           "graph_seed": self.graph_seed.hex(), "task_id": self.task_id}).encode()
+                           "graph_seed": self.graph_seed.hex()}).encode()
         body = b"" if self.vector is None else (np.asarray(self.vector, dtype="<u8").tobytes() +
                                                 shamir.pack(self.backup))
         held = b"" if self.held is None else shamir.pack(self.held)
@@ -277,7 +276,7 @@ class UserState:
                 assert len(body) == own
             return cls(head["index"], secret, vector, backup, head["answered"], held, head["dealers"],
                        head["complaints"], head["senders"], bytes.fromhex(head["keys"]), bytes.fromhex(head["signed"]),
-                       bytes.fromhex(head.get("graph_seed", "")), head.get("task_id", ""))
+                       bytes.fromhex(head.get("graph_seed", "")))
         except Exception:
             raise ParameterError("user state", f"a state written by UserState.to_bytes (version {VERSION})",
                                  f"{len(raw)} unreadable bytes") from None
@@ -310,30 +309,26 @@ def keys_digest(keys: Mapping[int, bytes]) -> bytes:
 SIGNED_LISTS = b"privagg survivors"  # the context of a user's signature of the lists (core/identity.py)
 
 
-def statement(senders: Sequence[int], survivors: Sequence[int], keys: bytes, task_id: str) -> bytes:
-    """What a user of U2 signs in round 4 on the complete graph: the task, U1', U2 and the digest of U1''s keys
+def statement(senders: Sequence[int], survivors: Sequence[int], keys: bytes) -> bytes:
+    """What a user of U2 signs in round 4 on the complete graph: U1', U2 and the digest of U1''s keys
     (:func:`keys_digest`)."""
-    return identity.canonical({"task_id": task_id, "senders": sorted(int(u) for u in senders),
+    return identity.canonical({"senders": sorted(int(u) for u in senders),
                                "survivors": sorted(int(u) for u in survivors), "keys": keys.hex()})
 
 
-def signed_lists(graph: neighbour_graph.Graph, senders: Sequence[int], survivors: Sequence[int], keys: bytes,
-                 task_id: str) -> bytes:
-    """What a user of U2 signs in round 4, the same for every signer, for task ``task_id`` (his SDK's own, the
-    server's from the signed roster), so that no signature of the lists is valid in another task, whatever the
-    identity keys (they are fresh per task, but the statement no longer rests on it): on the complete graph
-    :func:`statement` (the lists and the digest of U1''s keys he masked with); on a neighbour graph U1' and U2 as two
-    bitmaps of n bits (n / 4 bytes), and no digest of keys. The digest would differ from user to user (each masks with his neighbours'
+def signed_lists(graph: neighbour_graph.Graph, senders: Sequence[int], survivors: Sequence[int], keys: bytes) -> bytes:
+    """What a user of U2 signs in round 4, the same for every signer: on the complete graph :func:`statement` (the
+    lists and the digest of U1''s keys he masked with); on a neighbour graph U1' and U2 as two bitmaps of n bits
+    (n / 4 bytes), and no digest of keys. The digest would differ from user to user (each masks with his neighbours'
     keys only), and a digest over U1''s n keys would cost each user O(n k) bytes to build; it is not needed: each
     round-2 key reaches a user with its owner's signature, which his SDK checks under the owner's identity key in the
     organisation's roster, so the server cannot swap an honest user's key, and a dishonest owner who signed two keys
     learns from that nothing his collusion does not give him (docs/privacy.md, "Neighbour graphs"). What each user
     masked with is then fixed by U1' and the graph: his neighbours in U1' (:meth:`SharingUser._check_lists`)."""
     if graph.complete:
-        return statement(senders, survivors, keys, task_id)
+        return statement(senders, survivors, keys)
     n = graph.n_users
-    return (b"privagg survivors v2 " + task_id.encode() + b"\x00" + struct.pack("<I", n) + bitmap(senders, n) +
-            bitmap(survivors, n))
+    return b"privagg survivors v1" + struct.pack("<I", n) + bitmap(senders, n) + bitmap(survivors, n)
 
 
 class SharingUser:
@@ -379,15 +374,13 @@ class SharingUser:
             raise ParameterError(what, f"user {self.index}'s neighbours on the task's graph (degree "
                                  f"{self.graph.degree})", f"users {strangers[:5]}, who are not")
 
-    def advertise(self, value: int, graph_seed: bytes | None = None, task_id: str = "") -> Outbox:
+    def advertise(self, value: int, graph_seed: bytes | None = None) -> Outbox:
         """Round 1: his commitments to each holder's shares (his neighbours' and his own), for the server, and a
         backup for every neighbour (seal each to its recipient). ``graph_seed``: the signed roster's, on a neighbour
-        graph; ``task_id``: the task's, which the lists he signs in round 4 bind (his SDK puts both there; never the
-        server's word)."""
+        graph (his SDK puts it there; never the server's word)."""
         p = self.parameters
         self._expect(1)
         self.state.graph_seed = b"" if graph_seed is None else bytes(graph_seed)
-        self.state.task_id = task_id
         holders = self.graph.holders(self.index)
         generator = resolve(self.rng)
         vector = user_vectors(p, np.array([value]), generator)[0]
@@ -487,7 +480,7 @@ class SharingUser:
         if self.identity is None:
             raise ParameterError("identity", "the user's Ed25519 private key (32 bytes), which signs the survivor "
                                  "lists in round 4", None)
-        signed = signed_lists(self.graph, *self._check_lists(senders, survivors), self.state.keys, self.state.task_id)
+        signed = signed_lists(self.graph, *self._check_lists(senders, survivors), self.state.keys)
         signature = identity.sign(self.identity, SIGNED_LISTS, signed)
         self.state.signed, self.state.answered = hashlib.blake2b(signed, digest_size=HASH_BYTES).digest(), 4
         return Outbox(encode(self.parameters, SIGNATURE, self.index, SERVER, signature), {})
@@ -508,7 +501,7 @@ class SharingUser:
         self._expect(5)
         graph = self.graph
         senders, survivors = self._check_lists(senders, survivors)
-        signed = signed_lists(graph, senders, survivors, self.state.keys, self.state.task_id)
+        signed = signed_lists(graph, senders, survivors, self.state.keys)
         if hashlib.blake2b(signed, digest_size=HASH_BYTES).digest() != self.state.signed:
             raise ParameterError("survivors", "the lists he signed in round 4", "other lists: the server showed "
                                  "different survivor lists")

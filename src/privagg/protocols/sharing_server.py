@@ -159,7 +159,7 @@ class SharingServer:
         kept = getattr(self, "_statement", None)
         if kept is None or not (kept[0][0] == key[0] and all(_same(a, b) for a, b in zip(kept[0][1:], key[1:]))):
             self._statement = key, signed_lists(self.graph(state), state["checked"], state["survivors"],
-                                                bytes.fromhex(state["keys"]), state.get("task_id", ""))
+                                                bytes.fromhex(state["keys"]))
         return self._statement[1]
 
     def message_size(self, round_: Round, user: int, state: dict, messages: Mapping) -> int:
@@ -171,8 +171,8 @@ class SharingServer:
         return {k: size for k in self.graph(state).neighbours(user)} if round_.name == "advertise" else {}
 
     def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict:
-        """Everything about his neighbourhood only (on the complete graph, everyone): advertise: the task's id and the
-        graph's seed (a neighbour graph's; his SDK replaces them by his task's and the signed roster's); check: the commitments U1's neighbours made
+        """Everything about his neighbourhood only (on the complete graph, everyone): advertise: the graph's seed (a
+        neighbour graph's; his SDK replaces it by the signed roster's); check: the commitments U1's neighbours made
         to his shares (the backups come with them, relayed); masked_sum: the keys of U1''s neighbours and his own;
         consistency: U1' and U2; reveal: U1', U2, the signatures of U3's users within k places of him on the cycle
         (whose holders' signatures each secret he holds needs) and their identity keys; exclusion: each proven
@@ -192,7 +192,7 @@ class SharingServer:
         if name == "masked_sum":
             return {"keys": {u: messages["check"][u] for u in among(graph, user, state["checked"])}}
         if name == "advertise":
-            return {"task_id": state.get("task_id", ""), **({} if graph.complete else {"graph_seed": graph.seed})}
+            return {} if graph.complete else {"graph_seed": graph.seed}
         lists = {"senders": state["checked"], "survivors": state["survivors"]}
         if not graph.complete:  # n bits each, not n integers
             lists = {field: self.published(user, field, listed) for field, listed in lists.items()}

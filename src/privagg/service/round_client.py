@@ -321,8 +321,6 @@ class RoundClient(RosterClient):
         # the neighbour graph's public randomness: the signed roster's, never the server's (a server naming another
         # seed to one user could make all his neighbours colluders)
         seed = {"graph_seed": self.roster().graph_seed} if fields.pop("graph_seed", None) is not None else {}
-        if "task_id" in fields:  # the task the lists he signs bind: his own, never the server's word
-            seed["task_id"] = self.task.task_id
         for raw in messages_in(fields):
             self.count("received", *self.entries(raw))
         fields.update(seed)

@@ -67,7 +67,7 @@ from .web import Health, Refused, content_type, json_object, log_event, require_
 
 SEAL_BYTES = KEMS[KEM][2] + TAG_BYTES  # what sealing adds to a message: HPKE's encapsulated key and tag
 ENROLLING, RUNNING, RELEASING, RELEASED, FAILED = "enrolling", "running", "releasing", "released", "failed"  # status
-ROSTER_FIELDS = ("identities", "graph_seed", "task_id")  # what the coordinator's state takes from the signed roster
+ROSTER_FIELDS = ("identities", "graph_seed")  # what the coordinator's state takes from the signed roster
 RELEASE_WAIT = 30.0  # seconds a request for the result waits for a release another thread computes (then 409)
 CACHE_BYTES = 1 << 30  # stored messages kept in memory (the complete graph's commitments at n = 2,000: 256 MB)
 
@@ -238,7 +238,6 @@ class RoundDriver:
         signed = self.signed_roster(task_id)
         if signed is not None:
             state["identities"], state["graph_seed"] = signed.identities(), signed.graph_seed
-            state["task_id"] = signed.task_id
         return state
 
     @staticmethod
