@@ -66,6 +66,7 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     time) and HTTP bytes sent and received."""
     from privagg.demos import sharing_demo_data, with_graph
     from privagg.protocols.registry import calibrate
+    from privagg.protocols.sharing_graph import task_degree
     from privagg.protocols.sharing_parties import survivors_parameters, threshold
     from privagg.service.round_demo import dropout_plan, min_survivors_for
     from privagg.service.organisation import Organisation
@@ -113,10 +114,19 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
         report = run["clients"][0].result()
         cpu["release"] = cpu["before"] + dep.cpu_seconds()
         rss.append(_peak_rss(dep.process.pid))
-        # the signed roster, which each device downloads once (O(n) bytes); the SDK keeps one copy a process, so the
-        # users' counted bytes leave it out
-        with urllib.request.urlopen(f"{dep.url}/tasks/{task.task_id}/roster") as answer:
-            roster_bytes = len(answer.read())
+        # what each device downloads of the signed roster (counted apart from his HTTP bytes): on a neighbour graph
+        # the entries the server named to him with their inclusion proofs (his SDK's roster_received); on the
+        # complete graph the whole list, which the SDK keeps one copy of a process (so it is fetched once here)
+        whole_roster = task_degree(parameters) == users - 1
+        if whole_roster:
+            with urllib.request.urlopen(f"{dep.url}/tasks/{task.task_id}/roster") as answer:
+                whole = len(answer.read())
+    if whole_roster:
+        roster_bytes, roster_entries = [whole] * users, [users] * users
+    else:
+        roster_bytes = [c.roster_received for c in run["clients"] if c.signed_roster is not None]
+        roster_entries = [len(c.signed_roster.users) + len(c.signed_roster.absent) for c in run["clients"]
+                          if c.signed_roster is not None]
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]
     field, total = parameters.field, np.zeros(CATEGORIES, dtype=np.uint64)
     for client in survivors:
@@ -129,7 +139,7 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     return {"seconds": run["seconds"], "bytes": run["user_bytes"],
             "formula": expected_sealed_bytes(task, run["clients"], plan), "survivors": len(survivors),
             "exact": bool(np.array_equal(released, expected)), "kills": kills, "degree": parameters.degree,
-            "roster_bytes": roster_bytes,
+            "roster_bytes": roster_bytes, "roster_entries": roster_entries,
             "release": report["engine"]["seconds"]["release"], "server_cpu": server_cpu, "server_rss": max(rss),
             "user_cpu": [c for c, _ in per_user], "user_bytes": [b for _, b in per_user]}
 
@@ -208,7 +218,7 @@ def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
     from privagg import __file__ as source
 
     rows, growth = [], {"the server's CPU": [], "a user's CPU (mean)": [], "a user's HTTP bytes (mean)": [],
-                        "the roster each device downloads": []}
+                        "the roster each device downloads (mean)": []}
     with tempfile.TemporaryDirectory() as tmp:
         for users in sizes:
             note(f"dpds, graph {degree}, {users:,} users, {drop_fraction:.0%} vanish, kill -9 in rounds {kill_rounds}")
@@ -220,14 +230,16 @@ def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
             s, c = r["seconds"], r["server_cpu"]
             rounds = [k for k in s if k.startswith("round")]
             ucpu, ubytes = np.array(r["user_cpu"]), np.array(r["user_bytes"])
-            for name, value in zip(growth, (sum(c.values()), ucpu.mean(), ubytes.mean(), r["roster_bytes"])):
+            rbytes, rentries = np.array(r["roster_bytes"]), np.array(r["roster_entries"])
+            for name, value in zip(growth, (sum(c.values()), ucpu.mean(), ubytes.mean(), rbytes.mean())):
                 growth[name].append(value)
             rows.append([f"{users:,}", "complete" if r["degree"] is None else str(r["degree"]), f"{r['survivors']:,}",
                          f"{wall:,.0f}",
                          " / ".join(f"{s[k]:.1f}" for k in ["enroll", *rounds]),
                          " / ".join(f"{c.get(k, 0.0):.1f}" for k in rounds) + f" / {c['release']:.1f}",
                          f"{ucpu.mean():.2f} / {ucpu.max():.2f}", f"{ubytes.mean() / 1e6:.2f} / {ubytes.max() / 1e6:.2f}",
-                         f"{r['roster_bytes'] / 1e6:.2f}", f"{r['server_rss'] / 2**20:,.0f}",
+                         f"{rbytes.mean() / 1e3:,.1f} / {rbytes.max() / 1e3:,.1f}",
+                         f"{rentries.mean():,.1f} / {rentries.max():,}", f"{r['server_rss'] / 2**20:,.0f}",
                          "yes" if r["exact"] else "**NO**",
                          " / ".join(f"{x:.1f}" for x in r["kills"]),
                          " / ".join(f"{x:.1f}" for x in load[0]) + " -> " + " / ".join(f"{x:.1f}" for x in load[1])])
@@ -237,7 +249,8 @@ def killed_runs(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
     report.table(["n", "k", "survivors", "wall s", "seconds: enroll / round 1 / ... (each round's wall)",
                   "server CPU s by round (to each round's last message) / the last close and release",
                   "user CPU s mean / max", "user HTTP MB mean / max (the roster left out)",
-                  "roster MB (each device's one download)", "server peak RSS MiB",
+                  "roster kB a device mean / max (entries and proofs; complete graph: the whole list)",
+                  "roster entries a device holds mean / max", "server peak RSS MiB",
                   "release = survivors' sum exactly", "restarts s", "load 1 / 5 / 15 min, before -> after"], rows)
     if len(sizes) > 1:  # least squares of log figure on log n
         report.add("Growth in n over " + f"{sizes[0]:,}..{sizes[-1]:,}: " + "; ".join(

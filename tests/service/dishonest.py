@@ -12,7 +12,8 @@ parties (users, helpers, S2) live in their own modules, tests/service/dishonest_
 * :class:`RelayForging`: a relayed message replaced by the server's own, sealed to its recipient (signed by
   nobody: ``signature="keep"`` keeps the sender's signature of the real one, ``"other"`` takes one of the sender's
   signatures of another task).
-* :class:`RosterForging`: the roster it serves signed by a key of its own, not the organisation's.
+* :class:`RosterForging`: the roster it serves (whole, and the entries' head) signed by a key of its own, not the
+  organisation's.
 * :class:`S2KeySwapping`: TSS's task served with S2's key replaced by S1's own.
 * :class:`EnrollmentSwapping`: an enrollment's X25519 and identity keys replaced by the server's own on their way
   to the roster (their binding kept: it cannot make another without the token's binding half).
@@ -148,6 +149,11 @@ class RosterForging(SharingService):
         forged = dataclasses.replace(signed, signature=identity.sign(self.forger, SignedRoster.context(task_id),
                                                                      signed.document))
         return forged.to_dict()
+
+    def roster_entries(self, task_id, users):
+        out = super().roster_entries(task_id, users)
+        out["signature"] = identity.sign(self.forger, SignedRoster.context(task_id), out["roster"])
+        return out
 
 
 class S2KeySwapping(_OwnKey, FirstService):

@@ -379,20 +379,28 @@ def test_a_forged_signature_is_refused_and_nothing_stored(sqlite_dbs, serve):
 
 
 def test_the_signed_roster_round_trips_and_names_a_bad_one():
-    """A roster the devices fetch: its document canonical, its signature the organisation's; a malformed one is a
-    ParameterError naming the field (never a traceback)."""
+    """A roster the devices fetch whole: its head canonical (the Merkle root of its n entries, a left-out index
+    included), its signature the organisation's; the entries' root recomputed on load, so an entry altered, added or
+    left out is named; a malformed one is a ParameterError naming the field (never a traceback)."""
     organisation = Organisation.generate()
     users = {0: (identity.public_key(identity.generate()), bytes(range(32))), 3: (bytes(32), bytes(32))}
     unsigned = SignedRoster("ab" * 16, users, b"")
     signed_roster = SignedRoster("ab" * 16, users, identity.sign(organisation.private_key,
                                                                  SignedRoster.context("ab" * 16), unsigned.document))
     again = SignedRoster.from_dict(json.loads(json.dumps(signed_roster.to_dict())), "ab" * 16)
-    assert again.verify(organisation.public_key) == signed_roster
+    assert again.verify(organisation.public_key) == signed_roster and again.size == 4
     with pytest.raises(ParameterError, match="roster.task_id must be the task's"):
         SignedRoster.from_dict(signed_roster.to_dict(), "cd" * 16)
-    for bad in ({}, {"roster": "[]"}, {"roster": json.dumps({"task_id": "ab" * 16, "users": [[0, "x", "y"]]})}):
+    for bad in ({}, {"roster": "[]"}, {"roster": json.dumps({"task_id": "ab" * 16, "size": 4, "root": "00"})},
+                {**signed_roster.to_dict(), "users": [[0, "x", "y"]]}):
         with pytest.raises(ParameterError, match="roster must be the organisation's signed roster"):
             SignedRoster.from_dict(bad, "ab" * 16)
+    whole = signed_roster.to_dict()
+    for users_served in (whole["users"][:1], whole["users"] + [[2, *whole["users"][1][1:]]],
+                         [whole["users"][0], [3, whole["users"][1][1], whole["users"][0][2]]]):
+        with pytest.raises(ParameterError, match="roster.users must be the entries whose Merkle root the "
+                                                 "organisation signed"):
+            SignedRoster.from_dict({**whole, "users": users_served}, "ab" * 16)
     with pytest.raises(ParameterError, match="roster.signature must be a valid Ed25519 signature by the organisation"):
         again.verify(Organisation.generate().public_key)
     assert np.unique([identity.token_halves("t")[0], identity.token_halves("u")[0]]).size == 2

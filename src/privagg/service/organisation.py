@@ -7,8 +7,8 @@ key never reaches one: the operator's commands (``privagg organisation keygen``,
   so that no server can show users another task or swap S2's key.
 * It issues the one-use tokens (the server keeps only the hash of each one's authentication half) and, once
   every user enrolled, checks each enrollment's binding with the token's binding half, which the server never
-  saw, and signs the roster of those that check (:meth:`Organisation.sign_roster`): index, identity key, X25519
-  key. A user whose binding does not check (a key the server swapped, a user it enrolled itself with a token's
+  saw, and signs the roster of those that check (:meth:`Organisation.sign_roster`): the Merkle root of its n
+  entries (index, identity key, X25519 key; or none, for a user left out) with the task, n and the graph seed. A user whose binding does not check (a key the server swapped, a user it enrolled itself with a token's
   authentication half) is named and left out: a dropout of round 1.
 
 Every key a device uses (a recipient's, a sender's, a helper's) is then the signed roster's, and every message it
@@ -52,8 +52,8 @@ class Organisation:
         publishes it and opens the rounds.
         The signed roster, and each user left out with the reason."""
         halves = {secret_hash(auth): binding for auth, binding in map(identity.token_halves, tokens)}
-        users, left_out = {}, {}
-        for row in driver.enrollments(task_id):
+        users, left_out, enrolled = {}, {}, driver.enrollments(task_id)
+        for row in enrolled:
             half = halves.get(row["token_hash"])
             if half is None:
                 left_out[row["user"]] = "enrolled with a token not among the organisation's"
@@ -65,7 +65,7 @@ class Organisation:
         published = driver.signed_roster(task_id)  # signed already (by this organisation: the server checked): its seed
         seed = published.graph_seed if published is not None and published.graph_seed else \
             secrets.token_bytes(GRAPH_SEED_BYTES)
-        unsigned = SignedRoster(task_id, users, b"", seed)
+        unsigned = SignedRoster(task_id, users, b"", seed, len(enrolled))
         signed = dataclasses.replace(unsigned, signature=identity.sign(
             self.private_key, SignedRoster.context(task_id), unsigned.document))
         driver.publish_roster(task_id, signed)

@@ -17,8 +17,12 @@ relay, the task, sender and recipient bound as HPKE's info, so the server relays
 the server did not answer is sent again (the same bytes); "already sent" then means the first arrived.
 
 No key comes from the server alone (docs/privacy.md, "Dishonest parties"): the device pins its organisation's Ed25519 key
-and checks the task's signature (the servers' keys in it: TSS's S2) and the roster's (every user's identity and
-X25519 keys); each key the server names (a recipient's) must be the signed roster's, each message relayed to him
+and checks the task's signature (the servers' keys in it: TSS's S2) and the roster's: the organisation signs the
+Merkle root of every user's identity and X25519 keys, and the device fetches the entries of the users the server
+names to him (his neighbours, recipients, senders, signers) with their inclusion proofs (``GET
+/tasks/{id}/roster/entries``), each checked against the signed root, O(k log n) bytes on a graph of degree k; on
+the complete graph the whole list, its root recomputed (docs/privacy.md, "The roster a device downloads"). Each
+key the server names (a recipient's) must be the proven entry's, each message relayed to him
 must carry its sender's signature (of its bytes, for this task, round and recipient), and each earlier message an
 inbox carries (DPDS's pair keys) too: anything else is refused (ParameterError naming the field). Each message he
 posts he signs with his identity key. A relayed message that is duly signed but does not open is his role's to
@@ -32,6 +36,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 
 from ..core import identity
 from ..errors import ParameterError
@@ -40,16 +45,35 @@ from ..protocols.roles import messages_in
 from . import round_wire
 from .calls import RETRY_STATUSES, SubmitError
 from .device_budget import charge_device
-from .round_tasks import KEM, SignedRoster, check_task, message_context, relay_info
+from .round_tasks import KEM, RosterHead, SignedRoster, check_task, message_context, relay_info
 from .tasks import _private_key, _public_key, _suite
 
-_ROSTERS: dict[tuple[str, str, bytes], SignedRoster] = {}  # (server, task, organisation key) -> the roster it signed
+_ROSTERS: dict[tuple[str, str, bytes], SignedRoster] = {}  # (server, task, organisation key) -> the whole roster
+
+
+@dataclass
+class ProvenRoster:
+    """What a device holds of the roster its organisation signed: the signed head (checked under the pinned key)
+    and the entries proven against its root so far: ``users`` (index -> (identity key, X25519 key)) and
+    ``absent`` (indices the organisation left out)."""
+
+    head: RosterHead
+    users: dict[int, tuple[bytes, bytes]]
+    absent: set[int]
+
+    @property
+    def graph_seed(self) -> bytes:
+        return self.head.graph_seed
+
+    def known(self, user) -> bool:
+        return user in self.users or user in self.absent
 
 
 class RosterClient:
     """What a user's device does in any multi-round task (DPDS, DPDG; TSS against S1): his own X25519 key pair, his
     enrollment in the roster, authenticated calls, seals and opens. ``sent`` and ``received`` count the bytes of
-    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them, and
+    his request and answer bodies, ``sealed_sent`` those of the sealed messages among them, ``roster_received`` those
+of the roster's head and entries he downloaded (apart), and
     ``traffic`` the protocol's plaintext messages: (direction, kind) to [messages, entries].
     A subclass names its task type (``task_type``), how to read a message's kind and entries (``entries``) and
     builds the protocol's role for his index (``make_role``).
@@ -72,14 +96,14 @@ class RosterClient:
         self._opener = None  # the private key's object, once he opens a message
         self.identity = identity.generate()
         self.identity_key = identity.public_key(self.identity)
-        self.signed_roster: SignedRoster | None = None
+        self.signed_roster: ProvenRoster | None = None
         # (round, sender) -> (sealed, signature) of each duly signed message relayed to him that did not open: what
         # a complaint blaming its sender shows
         self.unopened: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         self.user: int | None = None
         self.secret: str | None = None
         self.role = None
-        self.sent = self.received = self.sealed_sent = 0
+        self.sent = self.received = self.sealed_sent = self.roster_received = 0
         self.traffic: dict[tuple[str, str], list[int]] = {}
 
     @classmethod
@@ -94,23 +118,68 @@ class RosterClient:
     def make_role(self, user: int):
         raise NotImplementedError
 
-    def roster(self) -> SignedRoster:
-        """The roster the organisation signed (fetched once a process: the devices one process runs share it, a
-        demo's thousands of users one copy of its n entries): its signature checked under the pinned key, and his
-        own enrollment in it as he made it (ParameterError ``roster`` otherwise: the server swapped his keys, or the
-        organisation left him out)."""
+    whole_roster = False  # whether his role needs every user's keys (the complete graph: the whole list, O(n))
+
+    def roster(self) -> ProvenRoster:
+        """What he holds of the roster the organisation signed: its head's signature checked under the pinned key,
+        and his own entry, proven, as he enrolled it (ParameterError ``roster`` otherwise: the server swapped his
+        keys, or the organisation left him out). With ``whole_roster``, every entry: the whole list (fetched once a
+        process: the devices one process runs share it), its root recomputed; else his own, with its inclusion
+        proof (:meth:`prove` adds the others he needs)."""
         if self.signed_roster is None:
-            key = (self.url, self.task.task_id, self.organisation_key)
-            signed = _ROSTERS.get(key)
-            if signed is None:
-                data = json.loads(_request(f"{self.url}/tasks/{self.task.task_id}/roster", None, self.timeout,
-                                           self.attempts))
-                signed = _ROSTERS[key] = SignedRoster.from_dict(data, self.task.task_id).verify(self.organisation_key)
-            if signed.users.get(self.user) != (self.identity_key, self.public_key):
+            if self.whole_roster:
+                key = (self.url, self.task.task_id, self.organisation_key)
+                signed = _ROSTERS.get(key)
+                if signed is None:
+                    answer = _request(f"{self.url}/tasks/{self.task.task_id}/roster", None, self.timeout,
+                                      self.attempts)
+                    self.roster_received += len(answer)
+                    signed = _ROSTERS[key] = SignedRoster.from_dict(json.loads(answer), self.task.task_id).verify(
+                        self.organisation_key)
+                proven = ProvenRoster(signed.head, signed.users, set(range(signed.size)) - set(signed.users))
+            else:
+                head, entries = self._entries([self.user])
+                proven = ProvenRoster(head.verify(self.organisation_key), {}, set())
+                self._add(proven, entries)
+            if proven.users.get(self.user) != (self.identity_key, self.public_key):
                 raise ParameterError("roster", f"a signed roster listing user {self.user} with the keys he enrolled",
                                      "one without them: his enrollment did not reach the organisation as he made it")
-            self.signed_roster = signed
+            self.signed_roster = proven
         return self.signed_roster
+
+    def prove(self, users) -> ProvenRoster:
+        """The roster with the entries of ``users`` (the roster's indices among them; anything else is left for the
+        checks that follow to refuse) proven: those he does not hold yet fetched in one request, each with its
+        inclusion proof under the signed root (ParameterError naming the field otherwise: :meth:`RosterHead.proven`);
+        k entries and k ceil(log2 n) hashes on a graph of degree k (docs/privacy.md, "The roster a device
+        downloads")."""
+        proven = self.roster()
+        missing = sorted({u for u in users if type(u) is int and 0 <= u < proven.head.size and not proven.known(u)})
+        if missing:
+            head, entries = self._entries(missing)
+            if (head.document, head.signature) != (proven.head.document, proven.head.signature):
+                raise ParameterError("roster", "the signed head he holds (the same root)", "another head: the "
+                                     "server showed him another roster")
+            self._add(proven, entries)
+        return proven
+
+    def _entries(self, users: list[int]) -> tuple[RosterHead, dict]:
+        """The signed head the server serves with the entries of ``users``, and those entries, each proven under
+        the head's root (the head's signature not checked here)."""
+        answer = _request(f"{self.url}/tasks/{self.task.task_id}/roster/entries?users={','.join(map(str, users))}",
+                          None, self.timeout, self.attempts)
+        self.roster_received += len(answer)
+        data = round_wire.decode(answer, "the roster's entries")
+        head = RosterHead.parse(data.get("roster"), _bytes(data.get("signature")), self.task.task_id)
+        return head, head.proven(data.get("entries"), set(users))
+
+    @staticmethod
+    def _add(proven: ProvenRoster, entries: dict) -> None:
+        for user, keys in entries.items():
+            if keys is None:
+                proven.absent.add(user)
+            else:
+                proven.users[user] = keys
 
     def _call(self, route: str, body: dict | None = None, ok_conflicts: tuple[str, ...] = (),
               binary: bool = False) -> dict:
@@ -236,6 +305,11 @@ class RoundClient(RosterClient):
         fields = answer.get("inbox")
         if not isinstance(fields, dict):
             raise ParameterError("inbox", "an object of the coordinator's fields", type(fields).__name__)
+        served = answer.get(round_.delivers) if round_.delivers else None
+        self.prove([u for field, _ in round_.signed for u in fields.get(field, ())] + list(fields.get(
+            "identities", ())) + [e.get("sender") for e in (served if isinstance(served, list) else ())
+                                  if isinstance(e, dict)] +
+            [e.get("user") for e in (answer.get("public_keys") or ()) if isinstance(e, dict)])
         for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
             signatures = {e.get("sender"): e.get("signature") for e in answer.get("signatures", {}).get(field, [])}
             for sender, message in fields[field].items():
@@ -265,7 +339,7 @@ class RoundClient(RosterClient):
             body["message"] = message
         body["signature"] = self._sign(number, None, message)
         if round_.relay:  # to the users of the signed roster (those it left out are round-1 dropouts)
-            relayed = {k: m for k, m in out.relayed.items() if k in self.roster().users}
+            relayed = {k: m for k, m in out.relayed.items() if k in self.prove(out.relayed).users}
             if not set(relayed) <= set(keys):
                 raise ParameterError("public_keys", "a key for each recipient his role sends to",
                                      f"none for users {sorted(set(relayed) - set(keys))[:5]}")

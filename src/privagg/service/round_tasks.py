@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from dataclasses import dataclass
 
-from ..core import identity
+from ..core import identity, merkle
 from ..errors import ParameterError
 from ..protocols.roles import Round
 from ..protocols.sharing_messages import BACKUP, message_bytes as sharing_message_bytes
@@ -106,72 +107,192 @@ def _signature(text, field: str) -> bytes:
 
 
 GRAPH_SEED_BYTES = 32
+ROSTER_TREE = "RFC 9162 SHA-256"  # the Merkle tree hashing the signed root is of (core/merkle.py)
+
+
+def roster_leaf(task_id: str, index: int, keys: tuple[bytes, bytes] | None) -> bytes:
+    """The Merkle leaf of roster index ``index`` of task ``task_id``: the task, the index and, for a user the
+    organisation signed, his identity key and X25519 key (fixed sizes); for one it left out, a marker that he has
+    none, so that a server cannot hide a user (his index is in the tree either way)."""
+    head = b"privagg roster entry v1\x00" + bytes.fromhex(task_id) + index.to_bytes(4, "big")
+    return head + (b"\x00" if keys is None else b"\x01" + bytes(keys[0]) + bytes(keys[1]))
+
+
+@dataclass(frozen=True)
+class RosterHead:
+    """What the organisation signs of a task's roster (:class:`SignedRoster`): the task, the roster's size n (every
+    index enrolled, those left out included), the graph seed and the root of the Merkle tree whose leaf i is
+    :func:`roster_leaf` of index i (:mod:`privagg.core.merkle`). A device checks the few entries it needs against
+    it, each with its inclusion proof (:meth:`proven`): k entries and k ceil(log2 n) hashes on a graph of degree k
+    (docs/privacy.md, "The roster a device downloads")."""
+
+    task_id: str
+    size: int
+    graph_seed: bytes
+    root: bytes
+    signature: bytes = b""
+
+    @property
+    def document(self) -> bytes:
+        seed = {"graph_seed": self.graph_seed.hex()} if self.graph_seed else {}
+        return identity.canonical({"task_id": self.task_id, "size": self.size, "root": self.root.hex(),
+                                   "tree": ROSTER_TREE, **seed})
+
+    def verify(self, organisation_key: bytes) -> "RosterHead":
+        identity.check(organisation_key, self.signature, SignedRoster.context(self.task_id), self.document,
+                       "roster.signature", "the organisation")
+        return self
+
+    @classmethod
+    def parse(cls, document, signature: bytes, task_id: str) -> "RosterHead":
+        """The head of the document served (its signature not checked yet: :meth:`verify`); a ParameterError
+        naming ``roster`` (``roster.task_id``) otherwise."""
+        import json
+
+        try:
+            data = json.loads(document)
+            size, seed, root = data["size"], bytes.fromhex(data.get("graph_seed", "")), bytes.fromhex(data["root"])
+            if type(size) is not int or not 0 < size <= 10**7 or len(seed) not in (0, GRAPH_SEED_BYTES) or len(
+                    root) != merkle.HASH_BYTES or data.get("tree") != ROSTER_TREE:
+                raise ValueError(size)
+        except (TypeError, KeyError, ValueError, AttributeError) as err:
+            raise ParameterError("roster", "the organisation's signed roster ({\"roster\": its document, "
+                                 "\"signature\"})", f"something else ({type(err).__name__})") from None
+        if data.get("task_id") != task_id:
+            raise ParameterError("roster.task_id", f"the task's, {task_id}", shown_id(data))
+        return cls(task_id, size, seed, root, signature)
+
+    def proven(self, served, asked) -> dict[int, tuple[bytes, bytes] | None]:
+        """The entries ``served`` (a list of ``{"user", "identity_key", "public_key", "proof"}``: the keys absent
+        for a user the organisation left out) for the users ``asked``, each checked against the signed root: index
+        -> (identity key, X25519 key), or None for one left out. A ParameterError naming the field for an entry
+        without a valid inclusion proof (a swapped key, another task's entry, a proof for another index, truncated
+        or extended), an entry twice, one not asked for or one asked for and missing."""
+        if not isinstance(served, list):
+            raise ParameterError("roster.entries", "a list of entries with their inclusion proofs",
+                                 type(served).__name__)
+        out: dict[int, tuple[bytes, bytes] | None] = {}
+        for e in served:
+            user = e.get("user") if isinstance(e, dict) else None
+            field = f"roster.entries[{user!r}]"
+            if type(user) is not int or user not in asked or user in out:
+                raise ParameterError(field, "one entry for each user asked for, each once",
+                                     "an entry twice" if user in out else "an entry not asked for")
+            keys = (e.get("identity_key"), e.get("public_key"))
+            if keys == (None, None):
+                keys = None
+            elif not all(isinstance(k, bytes) for k in keys) or tuple(map(len, keys)) != (IDENTITY_BYTES,
+                                                                                          KEMS[KEM][1]):
+                raise ParameterError(f"{field}.public_key", f"an Ed25519 and an X25519 key ({IDENTITY_BYTES} "
+                                     f"bytes each)", "something else")
+            proof = e.get("proof")
+            if not isinstance(proof, list) or not merkle.verify(roster_leaf(self.task_id, user, keys), user,
+                                                                 self.size, proof, self.root):
+                raise ParameterError(f"{field}.proof", "an inclusion proof of the entry under the roster's signed "
+                                     "root (RFC 9162 audit path)", "one that does not check: the server altered "
+                                     "the entry, or took it from another roster or index")
+            out[user] = keys
+        missing = sorted(set(asked) - set(out))
+        if missing:
+            raise ParameterError("roster.entries", "an entry for each user asked for",
+                                 f"none for users {missing[:5]}: the server left them out")
+        return out
 
 
 @dataclass(frozen=True)
 class SignedRoster:
     """A task's roster as its organisation signed it once enrollment was complete: each user it lists, his index,
     his identity key (Ed25519) and his X25519 key; those whose enrollment its tokens did not bind are left out
-    (round-1 dropouts). ``document`` is the signed bytes, ``signature`` the organisation's.
+    (round-1 dropouts). The organisation signs its :class:`RosterHead`, the Merkle root of the n entries (``size``,
+    default the largest index + 1) with the task and graph seed; ``document`` is the signed bytes, ``signature``
+    the organisation's. The servers keep it whole; a device gets the entries he needs with their inclusion proofs
+    (:meth:`entries`), or, on the complete graph, the whole list (:meth:`to_dict`), whose root he recomputes.
 
     ``graph_seed``: 32 bytes the organisation draws when it signs, after every user enrolled (so after every key and
     every colluder is fixed): the public randomness that places DPDS and DPDG's users on their neighbour graph
     (docs/privacy.md, "Neighbour graphs"). It is signed with the roster, so the server cannot choose it; the
-    organisation could, but it is already trusted for who the users are (it could enroll colluders of its own). A
-    roster signed before seeds existed has none (b"", left out of its document): such a task runs the complete
-    graph only."""
+    organisation could, but it is already trusted for who the users are (it could enroll colluders of its own).
+    Empty: the complete graph only."""
 
     task_id: str
     users: dict  # index -> (identity key, X25519 public key)
     signature: bytes
     graph_seed: bytes = b""
+    size: int | None = None  # n: the roster's indices 0..n-1 (default: the largest listed + 1)
+
+    def __post_init__(self) -> None:
+        if self.size is None:
+            object.__setattr__(self, "size", max(self.users, default=-1) + 1)
+        if any(type(i) is not int or not 0 <= i < self.size for i in self.users):
+            raise ParameterError("roster.users", f"indices in [0, {self.size})", sorted(self.users)[:5])
 
     @staticmethod
     def context(task_id: str) -> bytes:
         return b"privagg roster " + task_id.encode()
 
+    @functools.cached_property
+    def tree(self) -> merkle.Tree:
+        """The Merkle tree of the n entries (:func:`roster_leaf`), built once."""
+        return merkle.Tree([roster_leaf(self.task_id, i, self.users.get(i)) for i in range(self.size)])
+
+    @property
+    def head(self) -> RosterHead:
+        return RosterHead(self.task_id, self.size, self.graph_seed, self.tree.root, self.signature)
+
     @property
     def document(self) -> bytes:
-        b64 = base64.b64encode
-        seed = {"graph_seed": self.graph_seed.hex()} if self.graph_seed else {}
-        return identity.canonical({"task_id": self.task_id, "users": [
-            [i, b64(key).decode(), b64(public).decode()] for i, (key, public) in sorted(self.users.items())], **seed})
+        return self.head.document
 
     def identities(self) -> dict[int, bytes]:
         """Each listed user's identity key (the rounds' ``state["identities"]``)."""
         return {i: key for i, (key, _) in self.users.items()}
 
     def verify(self, organisation_key: bytes) -> "SignedRoster":
-        identity.check(organisation_key, self.signature, self.context(self.task_id), self.document,
-                       "roster.signature", "the organisation")
+        """The organisation's signature of the root of these entries, checked (ParameterError
+        ``roster.signature``)."""
+        self.head.verify(organisation_key)
         return self
 
+    def entries(self, users) -> dict:
+        """What a device asking for ``users`` (indices in [0, n)) is served: the signed head and each entry with
+        its inclusion proof (:meth:`RosterHead.proven` checks them), as the binary body holds them."""
+        def entry(i: int) -> dict:
+            keys = self.users.get(i)
+            return {"user": i, **({} if keys is None else {"identity_key": keys[0], "public_key": keys[1]}),
+                    "proof": self.tree.proof(i)}
+
+        return {"roster": self.document, "signature": self.signature, "entries": [entry(i) for i in users]}
+
     def to_dict(self) -> dict:
-        return {"roster": self.document.decode(), "signature": base64.b64encode(self.signature).decode()}
+        b64 = base64.b64encode
+        return {"roster": self.document.decode(), "signature": b64(self.signature).decode(),
+                "users": [[i, b64(key).decode(), b64(public).decode()] for i, (key, public) in
+                          sorted(self.users.items())]}
 
     @classmethod
     def from_dict(cls, data, task_id: str) -> "SignedRoster":
-        """The roster ``GET /tasks/{id}/roster`` served for ``task_id`` (its signature not checked yet:
-        :meth:`verify`)."""
-        import json
-
+        """The whole roster ``GET /tasks/{id}/roster`` served for ``task_id``, its entries' root recomputed and
+        checked against the signed head's (its signature not checked yet: :meth:`verify`)."""
+        if not isinstance(data, dict):
+            raise ParameterError("roster", "the organisation's signed roster ({\"roster\": its document, "
+                                 "\"signature\", \"users\"})", type(data).__name__)
+        head = RosterHead.parse(data.get("roster"), b"", task_id)
+        signature = _signature(data.get("signature"), "roster.signature")
         try:
-            document = json.loads(data["roster"])
             users = {}
-            for entry in document["users"]:
+            for entry in data["users"]:
                 index, key, public = entry
                 if type(index) is not int or index in users:
                     raise ValueError(index)
                 users[index] = (identity.public_text(key, "roster.users"), _key("roster.users", public))
-            seed = bytes.fromhex(document.get("graph_seed", ""))
-            if len(seed) not in (0, GRAPH_SEED_BYTES):
-                raise ValueError(len(seed))
+            signed = cls(task_id, users, signature, head.graph_seed, head.size)
         except (TypeError, KeyError, ValueError) as err:
             raise ParameterError("roster", "the organisation's signed roster ({\"roster\": its document, "
-                                 "\"signature\"})", f"something else ({type(err).__name__})") from None
-        if document.get("task_id") != task_id:
-            raise ParameterError("roster.task_id", f"the task's, {task_id}", shown_id(document))
-        return cls(task_id, users, _signature(data.get("signature"), "roster.signature"), seed)
+                                 "\"signature\", \"users\"})", f"something else ({type(err).__name__})") from None
+        if signed.tree.root != head.root:
+            raise ParameterError("roster.users", "the entries whose Merkle root the organisation signed",
+                                 "other entries: the server altered, added or left out one")
+        return signed
 
 
 def relay_info(round_: Round, task_id: str, sender: int, recipient: int) -> bytes:

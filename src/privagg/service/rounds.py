@@ -30,7 +30,8 @@ Routes (:func:`round_routes`): ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/i
 for the user: the coordinator's fields, the earlier messages it carries with their ``signatures``, the messages
 relayed to him with theirs, his recipients' public keys from the signed roster), ``POST /tasks/{id}/round{k}``
 (his answer to round k: ``message`` to the server, ``signature``, and the round's relay as a list of
-``{"recipient", "sealed", "signature"}``), ``GET /tasks/{id}/roster`` (the signed roster), ``POST
+``{"recipient", "sealed", "signature"}``), ``GET /tasks/{id}/roster`` (the signed roster, whole), ``GET
+/tasks/{id}/roster/entries?users=i,j,...`` (those users' entries with their inclusion proofs, binary), ``POST
 /tasks/{id}/close-round/{k}`` (the operator's: closes the open round now, as its deadline would). The inbox and
 round routes take binary bodies (:mod:`~privagg.service.round_wire`: bytes as bytes; an inbox asked so is answered
 so), as the SDK sends them, or JSON with base64 (a hand-made request); the others are JSON.
@@ -179,6 +180,8 @@ class RoundDriver:
                                  f"{task_id}, unsigned")
         signed.verify(row.organisation_key)
         enrolled = {e["user"]: (e["identity_key"], e["public_key"]) for e in self.enrollments(task_id)}
+        if signed.size != len(enrolled):
+            raise ParameterError("roster.size", f"the n = {len(enrolled)} users enrolled", signed.size)
         wrong = [i for i, keys in signed.users.items() if enrolled.get(i) != keys]
         if wrong:
             raise ParameterError("roster", "the users as they enrolled (index, identity key, X25519 key)",
@@ -211,6 +214,22 @@ class RoundDriver:
             raise Refused(409, "roster_unsigned", "the organisation has not signed the roster yet (it does once all "
                           "users enrolled: privagg roster sign)")
         return signed.to_dict()
+
+    def roster_entries(self, task_id: str, users: str) -> dict:
+        """The entries of the users ``users`` names (comma-separated roster indices, each once, at most n), each
+        with its inclusion proof under the root the organisation signed, and the signed head
+        (:meth:`SignedRoster.entries`): what a device checks the keys it uses against, O(log n) bytes an entry;
+        400 ``malformed`` for another list, 409 ``roster_unsigned`` before the organisation signed."""
+        self.roster(task_id)
+        signed = self.signed_roster(task_id)
+        try:
+            asked = [int(u) for u in users.split(",")] if len(users) <= 8 * signed.size else None
+        except ValueError:
+            asked = None
+        if asked is None or len(set(asked)) != len(asked) or not all(0 <= u < signed.size for u in asked):
+            raise Refused(400, "malformed", f"users must be distinct roster indices in [0, {signed.size}), "
+                          f"comma-separated, got {shown(users)}")
+        return signed.entries(asked)
 
     def _state(self, task_id: str, published: str) -> dict:
         """The coordinator's state: what it published, and the signed roster's identity keys
@@ -780,6 +799,11 @@ def round_routes(app: FastAPI, driver: RoundDriver, body, operator_token: str | 
     @app.get("/tasks/{task_id}/roster")
     async def roster(task_id: str) -> dict:
         return await run_in_threadpool(driver.roster, task_id)
+
+    @app.get("/tasks/{task_id}/roster/entries")
+    async def roster_entries(task_id: str, users: str = "") -> Response:
+        return Response(round_wire.encode(await run_in_threadpool(driver.roster_entries, task_id, users)),
+                        media_type=round_wire.MEDIA_TYPE)
 
     @app.post("/tasks/{task_id}/close-round/{number}")
     async def close_round(task_id: str, number: int, request: Request) -> dict:
