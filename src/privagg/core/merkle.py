@@ -34,16 +34,6 @@ def _split(size: int) -> int:
     return 1 << ((size - 1).bit_length() - 1)
 
 
-def path_length(index: int, size: int) -> int:
-    """The hashes in leaf ``index``'s audit path in a tree of ``size`` leaves: at most ceil(log2 size)."""
-    length = 0
-    while size > 1:
-        k = _split(size)
-        index, size = (index, k) if index < k else (index - k, size - k)
-        length += 1
-    return length
-
-
 class Tree:
     """The Merkle tree of ``leaves`` (bytes each; at least one): its root (MTH) and each leaf's audit path. The
     subtrees' hashes are kept once computed (2n - 1 of them), so that a proof costs O(log n) after the root."""
