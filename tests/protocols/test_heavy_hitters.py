@@ -19,6 +19,8 @@ from privagg.protocols.heavy_hitters import (CODE_PRIME, TAIL_SHARES, HeavyHitte
                                              HeavyHitterParameters, _level_users, calibrate_fe_hh, level_tail)
 from privagg.simulate.heavy_hitters import estimate_heavy_hitters
 
+from heavy_hitter_paths import path_sd
+
 N = 400_000
 
 
@@ -140,16 +142,7 @@ def test_the_reported_estimate_combines_the_levels_unbiased_with_the_theoretical
     # 7's siblings: 6 (last level), 5 and 4 (the level before), 0..3, and 8..31 in the tail, share its prefixes
     values = np.concatenate([np.full(held, 7, dtype=np.uint64), np.full(near, 6, dtype=np.uint64),
                              np.full(near, 4, dtype=np.uint64), np.arange(n - held - 2 * near, dtype=np.uint64) % 2000 + 8])
-    truth = np.bincount(values.astype(np.int64), minlength=64)
-    # the exact variance: the combination run on the true counts (each estimate its truth) keeps the truth and
-    # gives the variance of the linear combination at the true holders
-    state = params.first_state(np.array([truth[:32].sum()], dtype=np.float64))
-    for k in range(1, params.levels):
-        width = 32 >> k  # values per prefix of 7 at level k
-        own, sibling = truth[7 - 7 % width:7 - 7 % width + width].sum(), truth[(7 - 7 % width) ^ width:][:width].sum()
-        state = params.combined(k, state, np.array([own], dtype=np.float64), sibling, sibling, 2)
-    assert state[0][0] == held
-    sd = math.sqrt(state[1][0])
+    sd = path_sd(params, np.bincount(values.astype(np.int64)), 7)
     assert sd < 0.8 * float(params.standard_error(held))
     client, analyzer = HeavyHitterClient(params), HeavyHitterAnalyzer(params)
     estimates = []

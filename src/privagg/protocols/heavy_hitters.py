@@ -361,15 +361,22 @@ class HeavyHitterParameters(FrozenParameters):
         estimates = np.asarray(estimates, dtype=np.float64)
         return estimates, a + c * np.clip(estimates, 0, m), np.full(estimates.shape, a + c * self.phi * m)
 
-    def report_standard_error(self, holders, reporters: int | None = None) -> np.ndarray:
-        """Standard deviation of the reported estimate (:meth:`combined` down the levels) of an item held by
-        ``holders`` of the m users counted, every prefix of it held by its holders alone and each sibling by
-        no one, 2^step children a level (strings that end early have fewer siblings: a smaller error)."""
-        g = np.clip(np.asarray(holders, dtype=np.float64), 0, self.counted(reporters))
-        state = self.first_state(g, reporters)
+    def path_standard_error(self, holders: Sequence, siblings: Sequence, reporters: int | None = None) -> np.ndarray:
+        """Standard deviation of the reported estimate (:meth:`combined` down the levels) of an item whose prefix
+        at level k is held by ``holders[k]`` of the m users counted and its 2^step - 1 siblings there by
+        ``siblings[k]`` together (``siblings[0]`` unused): the exact variance of the linear combination, each
+        estimate at its truth. Strings that end early have fewer siblings, and a smaller error."""
+        state = self.first_state(holders[0], reporters)
         for k in range(1, self.levels):
-            state = self.combined(k, state, g, 0.0, 0.0, 1 << self.step, reporters)
+            own = np.asarray(holders[k], dtype=np.float64)
+            state = self.combined(k, state, own, siblings[k], siblings[k], 1 << self.step, reporters)
         return np.sqrt(state[1])
+
+    def report_standard_error(self, holders, reporters: int | None = None) -> np.ndarray:
+        """:meth:`path_standard_error` of an item held by ``holders`` of the m users counted (clipped to [0, m]),
+        every prefix of it held by its holders alone and each sibling by no one: the theory's figures."""
+        g = np.clip(np.asarray(holders, dtype=np.float64), 0, self.counted(reporters))
+        return self.path_standard_error([g] * self.levels, [0.0] * self.levels, reporters)
 
     def detection(self) -> dict[str, float]:
         """Normal approximations of the tree's errors (the counts are sums of many independent small terms).
