@@ -1,10 +1,10 @@
-"""What the fe-hh tests share: the exact standard error of a reported estimate, from the data's counts."""
+"""What the fe-hh tests share: the standard error of a reported estimate, from the data's counts."""
 
 import numpy as np
 
 
 def path_sd(params, counts: np.ndarray, item: int, reporters=None) -> float:
-    """The exact sd of the reported estimate of integer ``item`` (HeavyHitterParameters.path_standard_error), from
+    """The sd of the reported estimate of integer ``item`` (HeavyHitterParameters.path_standard_error), from
     ``counts``: the users holding each value, the values of [len(counts)] (every other value held by no one)."""
     counts = np.concatenate([counts, np.zeros(1 << params.width, dtype=counts.dtype)])
     holders, siblings = [], []

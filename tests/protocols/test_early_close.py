@@ -27,7 +27,7 @@ from heavy_hitter_paths import path_sd
 CLOSES = 400  # seeded closes per (protocol, fraction); the slow variant takes 10 times as many
 K_SIGMA = 4.5  # a few hundred checks over the file: a false alarm below 1e-3 in all
 N = 400  # users each task is calibrated for
-# fe-hh's reported estimate combines its levels, whose exact variance (path_sd) leaves out two covariances of
+# fe-hh's reported estimate combines its levels, whose variance (path_sd) leaves out two covariances of
 # relative size O(p_f / K + p_col) (docs/derivations.md, "Heavy hitters"): at 400 users (K = 2, p_f = 0.87, b = 6)
 # they took the z-scores' variance to 0.46-0.49; at 20,000 (p_f = 0.017, b = 98), 1.006 over 300 closes
 USERS = {"fe-hh": 20_000}
@@ -107,7 +107,7 @@ def heavy_truth(params, data, m, tracked):
 
 
 def heavy_sd(params, data, m, tracked):
-    """The reported estimate's exact sd (combined over the levels, item 5's siblings holding users)."""
+    """The reported estimate's sd (combined over the levels, item 5's siblings holding users)."""
     return np.array([path_sd(params, np.bincount(data, minlength=16), 5, reporters=m)])
 
 

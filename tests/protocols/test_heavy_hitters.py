@@ -132,8 +132,8 @@ def test_estimates_are_unbiased_with_the_theoretical_variance():
 
 def test_the_reported_estimate_combines_the_levels_unbiased_with_the_theoretical_variance():
     """The report's estimate (combined over the item's prefixes: HeavyHitterParameters.combined) over 200 runs:
-    mean within 4 sd / sqrt(runs) of the count, variance within the chi-square 99.9% band of the exact variance,
-    where the item's siblings hold users at every level (a combination that did not take the siblings' counts
+    mean within 4 sd / sqrt(runs) of the count, variance within the chi-square 99.9% band of its theory
+    (path_standard_error, here p_f / K and p_col small), where the item's siblings hold users at every level (a combination that did not take the siblings' counts
     off its parents' would be biased by them: 416 users above the truth here, 11 sd / sqrt(runs)); its sd is 0.53
     of the last level's alone (below 0.8 asserted)."""
     n, runs, held, near = 50_000, 200, 10_000, 300
