@@ -130,9 +130,9 @@ LOCAL = {name: (dict(domain_size=SMALL), frequency_users, frequency_truth, frequ
          for name in ("grr", "oue", "olh", "hadamard")}
 
 
-def parameters(protocol: str, options: dict):
+def parameters(protocol: str, options: dict, n_users: int | None = None):
     delta = None if protocol in LOCAL else 1e-5
-    return calibrate(protocol, epsilon=2.0, delta=delta, n_users=USERS.get(protocol, N), **options)
+    return calibrate(protocol, epsilon=2.0, delta=delta, n_users=n_users or USERS.get(protocol, N), **options)
 
 
 def estimates(protocol, result, queries, tracked):
@@ -195,7 +195,7 @@ def test_the_release_states_the_errors_and_messages_of_the_users_counted(protoco
     """One close at m = n / 2: each result's standard errors, the report's messages per user and expected error
     are those of m users, not n (n's differ: the noise of n users is larger, and a frequency's is linear in n)."""
     options, users, _, _, _, queries = {**SHUFFLE, **LOCAL}[protocol]
-    params = parameters(protocol, options)
+    params = parameters(protocol, options, N)  # 400 users: fe-hh's errors of m and of n far apart
     analysis = Analysis.of(params, None if queries is None else np.asarray(queries))
     analyzer, m, rng = analysis.analyzer(), params.n_users // 2, np.random.default_rng(4)
     agg = analyzer.agg_update(analyzer.agg_init(), client(params).randomize(users(rng, m), rng))
