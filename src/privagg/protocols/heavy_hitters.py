@@ -11,7 +11,8 @@ s, s + step, ..., W (step 1 bit for integers, one byte for strings); the last le
 * The analyzer (:class:`HeavyHitterAnalyzer`) counts every prefix of the first level (FE1's preimage
   enumeration), keeps the prefixes whose estimated number of holders is at least phi n / 2, and goes down
   level by level querying the children of the survivors. At the last level an item is reported when its
-  estimate is at least phi n: the last level is the frequency check that drops false positives.
+  estimate combined over its prefixes (each level's, less the siblings'; docs/derivations.md, "The report's
+  estimate") is at least phi n: the last level is the frequency check that drops false positives.
 
 Prefix codes: the FE1 domain of the first level is its 2^s prefixes. Deeper prefixes are coded
 code(p b) = (code(p) K + b) mod P, with P the largest prime below 2^49 and K the public ``code_key``: the
