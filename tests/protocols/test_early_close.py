@@ -22,12 +22,18 @@ from privagg.pipelines import Analysis
 from privagg.protocols.registry import analyzer as make_analyzer, calibrate, client
 from privagg.reports import Engine
 
+from heavy_hitter_paths import path_sd
+
 # seeded closes per (protocol, fraction); the slow variant takes 10 times as many. 200 is plenty: a debias with n
 # (the bug) moves the mean z-score by 0.5 sd or more at m = 3/4 n, past 4.5 / sqrt(200) = 0.32, and every such
 # case fails with `reporters=m` left out of finalize (checked at 200; Hadamard's estimate has no n in it)
 CLOSES = 200
 K_SIGMA = 4.5  # a few hundred checks over the file: a false alarm below 1e-3 in all
 N = 400  # users each task is calibrated for
+# fe-hh's reported estimate combines its levels, whose variance (path_sd) leaves out two covariances of
+# relative size O(p_f / K + p_col) (docs/derivations.md, "Heavy hitters"): at 400 users (K = 2, p_f = 0.87, b = 6)
+# they took the z-scores' variance to 0.46-0.49; at 20,000 (p_f = 0.017, b = 98), 1.006 over 300 closes
+USERS = {"fe-hh": 20_000}
 FRACTIONS = (0.5, 0.75, 1.0)
 LOCAL_FRACTIONS = (0.5, 1.0, 1.5)  # a local task's batches may hold more reports than n
 SMALL = 8  # items of the frequency protocols' domains
@@ -104,7 +110,8 @@ def heavy_truth(params, data, m, tracked):
 
 
 def heavy_sd(params, data, m, tracked):
-    return params.standard_error(heavy_truth(params, data, m, tracked), reporters=m)
+    """The reported estimate's sd (combined over the levels, item 5's siblings holding users)."""
+    return np.array([path_sd(params, np.bincount(data, minlength=16), 5, reporters=m)])
 
 
 SHUFFLE = {  # protocol: (calibration options, users, truth, exact sd, tracked items, analyzer queries)
@@ -126,9 +133,9 @@ LOCAL = {name: (dict(domain_size=SMALL), frequency_users, frequency_truth, frequ
          for name in ("grr", "oue", "olh", "hadamard")}
 
 
-def parameters(protocol: str, options: dict):
+def parameters(protocol: str, options: dict, n_users: int | None = None):
     delta = None if protocol in LOCAL else 1e-5
-    return calibrate(protocol, epsilon=2.0, delta=delta, n_users=N, **options)
+    return calibrate(protocol, epsilon=2.0, delta=delta, n_users=n_users or USERS.get(protocol, N), **options)
 
 
 def estimates(protocol, result, queries, tracked):
@@ -147,7 +154,7 @@ def z_scores(protocol: str, fraction: float, closes: int, seed: int) -> np.ndarr
     options, users, truth, sd, tracked, queries = {**SHUFFLE, **LOCAL}[protocol]
     params = parameters(protocol, options)
     randomizer, analyzer = client(params), make_analyzer(params, queries)
-    m = round(fraction * N)
+    m = round(fraction * params.n_users)
     z = []
     for s in np.random.SeedSequence([seed, round(100 * fraction)]).spawn(closes):
         rng = np.random.default_rng(s)
@@ -191,9 +198,9 @@ def test_the_release_states_the_errors_and_messages_of_the_users_counted(protoco
     """One close at m = n / 2: each result's standard errors, the report's messages per user and expected error
     are those of m users, not n (n's differ: the noise of n users is larger, and a frequency's is linear in n)."""
     options, users, _, _, _, queries = {**SHUFFLE, **LOCAL}[protocol]
-    params = parameters(protocol, options)
+    params = parameters(protocol, options, N)  # 400 users: fe-hh's errors of m and of n far apart
     analysis = Analysis.of(params, None if queries is None else np.asarray(queries))
-    analyzer, m, rng = analysis.analyzer(), N // 2, np.random.default_rng(4)
+    analyzer, m, rng = analysis.analyzer(), params.n_users // 2, np.random.default_rng(4)
     agg = analyzer.agg_update(analyzer.agg_init(), client(params).randomize(users(rng, m), rng))
     result = analyzer.finalize(agg, reporters=m)
     assert result.reporters == m
@@ -201,7 +208,11 @@ def test_the_release_states_the_errors_and_messages_of_the_users_counted(protoco
         assert np.allclose(result.standard_error(), params.reported_standard_error(result.estimates, m))
         assert not np.allclose(result.standard_error(), params.reported_standard_error(result.estimates))
     elif protocol == "fe-hh":
-        assert np.allclose(result.standard_errors, params.standard_error(result.estimates, reporters=m))
+        # the estimates plugged into the variance: within a few percent of the exact sd of m users, far from n's
+        counts = np.bincount(users(np.random.default_rng(4), m), minlength=16)
+        reported = result.standard_errors[result.items.tolist().index(5)]
+        assert reported == pytest.approx(path_sd(params, counts, 5, reporters=m), rel=0.05)
+        assert reported < 0.9 * path_sd(params, counts, 5)
         assert result.threshold == params.phi * m
     else:  # a vector sum's mean is over the m users
         assert np.allclose(result.mean(), result.total / m)

@@ -527,7 +527,8 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
              f"{' '.join(map(str, report.survivors))}")
         _say(f"guarantee (normal approximation): an item held by >= 1.5 phi n users is missed w.p. <= "
              f"{t['miss_probability']:.2g}, one held by <= phi n / 2 reported w.p. <= "
-             f"{t['false_report_probability']:.2g}; items in between may go either way")
+             f"{t['false_report_probability']:.2g}; one held by >= (1 + c) phi n reported w.p. >= 95% and one by "
+             f"<= (1 - c) phi n w.p. <= 5%, c = {t['report_band']:.2g}; items in between may go either way")
         if e is not None:
             recall = (f"recall {e.recall:.0%} (>= 1.5 phi n: {e.recall_strong:.0%})" if e.heavy_items else
                       "none to find")

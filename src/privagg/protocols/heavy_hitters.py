@@ -11,7 +11,8 @@ s, s + step, ..., W (step 1 bit for integers, one byte for strings); the last le
 * The analyzer (:class:`HeavyHitterAnalyzer`) counts every prefix of the first level (FE1's preimage
   enumeration), keeps the prefixes whose estimated number of holders is at least phi n / 2, and goes down
   level by level querying the children of the survivors. At the last level an item is reported when its
-  estimate is at least phi n: the last level is the frequency check that drops false positives.
+  estimate combined over its prefixes (each level's, less the siblings'; docs/derivations.md, "The report's
+  estimate") is at least phi n: the last level is the frequency check that drops false positives.
 
 Prefix codes: the FE1 domain of the first level is its 2^s prefixes. Deeper prefixes are coded
 code(p b) = (code(p) K + b) mod P, with P the largest prime below 2^49 and K the public ``code_key``: the
@@ -30,7 +31,6 @@ than m users], computed exactly (binomial tail).
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import secrets
 from collections.abc import Sequence
@@ -48,7 +48,6 @@ from ..privacy import balls_into_bins as calibration_bib, shuffle
 from ..privacy.description import REPLACE_ONE, Mechanism, PrivacyDescription
 from ..privacy.evaluation_cache import on_disk
 from .balls_into_bins import N_USERS_MAX, dummy_counts, kept_calibration, kept_delta_at
-from . import exact_laws
 from .parameters import FrozenParameters
 from .results import MAX_ERROR_BETA, HeavyHitterList
 
@@ -316,45 +315,101 @@ class HeavyHitterParameters(FrozenParameters):
         noise = self.counted(reporters) * (p + self.rho / self.bins)
         return (estimate * (1 - p) + noise) * self.filter_probability / self.levels
 
-    def standard_error(self, holders, level: int | None = None, reporters: int | None = None) -> np.ndarray:
-        """Standard deviation of the estimate of an item held by ``holders`` of the m users counted (clipped to
-        [0, m])."""
-        p = self.hashes[-1 if level is None else level].collision_probability
+    def variance_terms(self, level: int, reporters: int | None = None) -> tuple[float, float]:
+        """(a, c) with Var(g_hat) = a + c g for a code held by g of the m users counted, at ``level``: the
+        variance is linear in the holders (docs/derivations.md, "Heavy hitters", "Variance")."""
+        p = self.hashes[level].collision_probability
         m = self.counted(reporters)
-        g = np.clip(np.asarray(holders, dtype=np.float64), 0, m)
         var_holder, var_other = self._moments(1.0)[1], self._moments(p)[1]
-        scale = self.levels / self.filter_probability / (1 - p)
-        return scale * np.sqrt(g * var_holder + (m - g) * var_other)
+        scale = (self.levels / self.filter_probability / (1 - p)) ** 2
+        return scale * m * var_other, scale * (var_holder - var_other)
+
+    def standard_error(self, holders, level: int | None = None, reporters: int | None = None) -> np.ndarray:
+        """Standard deviation of one level's estimate (default: the last level's) of a code held by ``holders``
+        of the m users counted (clipped to [0, m])."""
+        a, c = self.variance_terms(-1 if level is None else level, reporters)
+        return np.sqrt(a + c * np.clip(np.asarray(holders, dtype=np.float64), 0, self.counted(reporters)))
+
+    def combined(self, level: int, parent: tuple, own: np.ndarray, siblings, sibling_held, fanouts,
+                 reporters: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One step down an item's prefix path (docs/derivations.md, "Heavy hitters", "The report's estimate"):
+        the (estimate, variance, reference variance) of each child from its own estimate at ``level`` and its
+        parent's combined estimate less the sum of its siblings' estimates, both unbiased (a prefix's holders
+        are its children's), weighed by inverse variances taken at fixed reference points (the child at phi m
+        holders, each sibling at none), so that the combination stays linear and unbiased whatever the data.
+
+        ``parent``: (estimate, variance, reference variance) of each child's parent; ``siblings``: the sum of
+        the other children's estimates; ``sibling_held``: the same sum with each estimate clipped to [0, m] (its
+        variance's plug-in); ``fanouts``: the parent's children (1 + the siblings). The variance plugs each
+        estimate into :meth:`variance_terms`, as :meth:`standard_error` does."""
+        (a, c), m = self.variance_terms(level, reporters), self.counted(reporters)
+        estimate, variance, reference = parent
+        noise = (np.asarray(fanouts) - 1) * a
+        prior, mine = reference + noise, a + c * self.phi * m
+        weight = prior / (prior + mine)  # the child's own estimate's share
+        out = weight * own + (1 - weight) * (estimate - siblings)
+        spread = (1 - weight) ** 2 * (variance + noise + c * np.asarray(sibling_held)) \
+            + weight**2 * (a + c * np.clip(out, 0, m))
+        return out, spread, prior * mine / (prior + mine)
+
+    def first_state(self, estimates, reporters: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(estimate, variance, reference variance) of first-level estimates: the start of :meth:`combined`."""
+        (a, c), m, g = self.variance_terms(0, reporters), self.counted(reporters), np.asarray(estimates, np.float64)
+        return g, a + c * np.clip(g, 0, m), np.full(g.shape, a + c * self.phi * m)
+
+    def path_standard_error(self, holders: Sequence, siblings: Sequence, reporters: int | None = None) -> np.ndarray:
+        """Standard deviation of the reported estimate (:meth:`combined` down the levels) of an item whose prefix
+        at level k is held by ``holders[k]`` of the m users counted and its 2^step - 1 siblings there by
+        ``siblings[k]`` together (``siblings[0]`` unused): the variance of the linear combination, each estimate at
+        its truth, the levels' and codes' covariances left out (a relative error of O(p_f / K + p_col):
+        docs/derivations.md, "Heavy hitters"). Strings that end early have fewer siblings, and a smaller error."""
+        state = self.first_state(holders[0], reporters)
+        for k in range(1, self.levels):
+            own = np.asarray(holders[k], dtype=np.float64)
+            state = self.combined(k, state, own, siblings[k], siblings[k], 1 << self.step, reporters)
+        return np.sqrt(state[1])
+
+    def report_standard_error(self, holders, reporters: int | None = None) -> np.ndarray:
+        """:meth:`path_standard_error` of an item held by ``holders`` of the m users counted (clipped to [0, m]),
+        every prefix of it held by its holders alone and each sibling by no one: the theory's figures."""
+        g = np.clip(np.asarray(holders, dtype=np.float64), 0, self.counted(reporters))
+        return self.path_standard_error([g] * self.levels, [0.0] * self.levels, reporters)
 
     def detection(self) -> dict[str, float]:
         """Normal approximations of the tree's errors (the counts are sums of many independent small terms).
 
-        ``miss_probability``: an item held by 1.5 phi n users falls below a threshold at some level (union
-        over the levels); ``false_report_probability``: an item held by phi n / 2 users reaches phi n at the
-        last level; ``false_first_level``: expected prefixes held by no one that pass phi n / 2 at the first
-        level (of its 2^s).
+        ``miss_probability``: an item held by 1.5 phi n users falls below phi n / 2 at one of the K - 1 levels
+        it must survive, or its reported estimate (:meth:`report_standard_error`) below phi n (union bound);
+        ``false_report_probability``: an item held by phi n / 2 users is reported; ``report_band``: c such that
+        an item held by (1 + c) phi n users or more is reported with probability >= 95% and one held by
+        (1 - c) phi n or fewer with probability <= 5% (each, z = 1.645 times the reported estimate's standard
+        error at phi n; the walk's misses aside); ``false_first_level``: expected prefixes held by no one that
+        pass phi n / 2 at the first level (of its 2^s).
         """
         t = self.threshold
-        sd_strong, sd_half, sd_zero = (float(self.standard_error(g, 0)) for g in (1.5 * t, t / 2, 0.0))
-        miss = (self.levels - 1) * _normal_tail((1.5 * t - t / 2) / sd_strong) + _normal_tail(0.5 * t / sd_strong)
-        return {"miss_probability": min(1.0, miss), "false_report_probability": _normal_tail(0.5 * t / sd_half),
+        sd_strong, sd_zero = (float(self.standard_error(g, 0)) for g in (1.5 * t, 0.0))
+        report_strong, report_half, report_at = (float(self.report_standard_error(g)) for g in (1.5 * t, t / 2, t))
+        miss = (self.levels - 1) * _normal_tail((1.5 * t - t / 2) / sd_strong) + _normal_tail(0.5 * t / report_strong)
+        return {"miss_probability": min(1.0, miss), "false_report_probability": _normal_tail(0.5 * t / report_half),
+                "report_band": _normal_quantile(0.05) * report_at / t,
                 "false_first_level": 2.0 ** self.first_level * _normal_tail(0.5 * t / sd_zero),
-                "standard_error_at_phi_n": float(self.standard_error(t))}
+                "standard_error_at_phi_n": report_at}
 
     def theory(self) -> dict[str, float | str]:
-        return {"estimate": "(K count / p_f - n p_col - n rho / b) / (1 - p_col) at the item's last level",
+        return {"estimate": "g_hat = (K count / p_f - n p_col - n rho / b) / (1 - p_col) at each level, combined down "
+                            "the item's prefixes (each parent's less its siblings', weighed with its own)",
                 "prefix_threshold": self.threshold / 2, "report_threshold": self.threshold, **self.detection()}
 
     def expected_error(self, reporters: int | None = None) -> dict[str, float]:
-        """Costs, the standard error at phi m, and alpha: every estimate at the last level (at most
-        survivor_cap 2^step children) is within alpha of its truth with probability 1 - beta (normal
-        approximation, union bound, the largest standard error, at m holders); m: the users counted (default n)."""
+        """Costs, the standard error at phi m, and alpha: every reported estimate (of at most survivor_cap 2^step
+        children) is within alpha of its truth with probability 1 - beta (normal approximation, union bound, the
+        largest standard error, at m holders); m: the users counted (default n)."""
         m = self.counted(reporters)
         queries = self.survivor_cap << self.step
-        alpha = float(self.standard_error(m, reporters=m)) * _normal_quantile(MAX_ERROR_BETA / (2 * queries))
+        alpha = float(self.report_standard_error(m, reporters=m)) * _normal_quantile(MAX_ERROR_BETA / (2 * queries))
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(self.phi * m, reporters=m)), "max_error_bound": alpha,
-                "max_error_beta": MAX_ERROR_BETA}
+                "standard_error": float(self.report_standard_error(self.phi * m, reporters=m)),
+                "max_error_bound": alpha, "max_error_beta": MAX_ERROR_BETA}
 
     def derived(self) -> dict[str, Any]:
         return {"levels": self.levels, "width": self.width}
@@ -674,7 +729,13 @@ class HeavyHitterAnalyzer:
 
     def finalize(self, agg: HeavyHitterAggregate, reporters: int | None = None) -> HeavyHitterList:
         """The items held by at least phi m of the m = ``reporters`` users whose reports ``agg`` holds (default:
-        the calibrated n), estimated among them."""
+        the calibrated n), estimated among them.
+
+        A prefix survives a level on that level's own estimate (at phi m / 2); an item is reported on its
+        estimate combined over its path (:meth:`HeavyHitterParameters.combined`: every level's count of its
+        prefixes, less their siblings'): at SDPFE's HHD setting (n 10^7, 25 levels of integers) its standard error at
+        phi m is 0.48 of the last level's; over strings, whose prefixes have 255 siblings, little less unless the
+        string has ended (docs/derivations.md, "Heavy hitters")."""
         p = self.parameters
         m = p.counted(reporters)
         top = p.phi * m
@@ -684,10 +745,11 @@ class HeavyHitterAnalyzer:
         threshold = top if p.levels == 1 else top / 2
         # estimates grow with counts: only the prefixes whose count can reach the threshold get one
         passing = np.flatnonzero(counts >= np.floor(p.count_at(threshold, 0, m)))
-        values, codes, estimates, capped = _survivors(passing, passing, p.estimate(counts[passing], 0, m), threshold,
-                                                      p.survivor_cap)
-        del counts, passing
-        values = [int(x) for x in values]
+        estimates = p.estimate(counts[passing], 0, m)
+        kept, capped = _survivors(estimates, threshold, p.survivor_cap)
+        del counts
+        values, codes = [int(x) for x in passing[kept]], passing[kept]
+        state = p.first_state(estimates[kept], m)
         survivors, capped_levels = [len(values)], [0] if capped else []  # level 0, when its cap dropped any
         for k in range(1, p.levels):
             if not values:
@@ -700,101 +762,38 @@ class HeavyHitterAnalyzer:
             parent, child = np.nonzero(np.arange(counts.shape[1]) < fanouts[:, None])
             child_codes = (bases[parent] + child) % CODE_PRIME
             child_values = [(values[i] << p.step) | int(j) for i, j in zip(parent.tolist(), child.tolist())]
-            estimates = p.estimate(counts[parent, child], k, m)
-            if k == p.levels - 1 and p.max_length is None:  # the last level's values must lie in [0, B)
-                inside = np.array([x < p.domain_size for x in child_values], dtype=bool)
-                child_values = [x for x, keep in zip(child_values, inside) if keep]
-                child_codes, estimates = child_codes[inside], estimates[inside]
-            threshold = top if k == p.levels - 1 else top / 2
-            kept, codes, estimates, capped = _survivors(np.arange(len(child_values)), child_codes, estimates,
-                                                        threshold, p.survivor_cap)
-            values = [child_values[i] for i in kept.tolist()]
+            own = p.estimate(counts[parent, child], k, m)
+            held = np.clip(own, 0, m)  # every child counted, the out-of-range ones below too (unbiased, held by none)
+            siblings = np.bincount(parent, own, len(values))[parent] - own
+            sibling_held = np.bincount(parent, held, len(values))[parent] - held
+            state = p.combined(k, tuple(x[parent] for x in state), own, siblings, sibling_held, fanouts[parent], m)
+            last = k == p.levels - 1
+            inside = np.arange(len(child_values))
+            if last and p.max_length is None:  # the last level's values must lie in [0, B)
+                inside = np.flatnonzero([x < p.domain_size for x in child_values])
+            kept, capped = _survivors(state[0][inside] if last else own[inside], top if last else top / 2,
+                                      p.survivor_cap)
+            kept = inside[kept]
+            values, codes = [child_values[i] for i in kept.tolist()], child_codes[kept]
+            state = tuple(x[kept] for x in state)
             survivors.append(len(values))
             if capped:
                 capped_levels.append(k)
         if len(survivors) < p.levels:
-            values, estimates = [], np.zeros(0)
+            values, state = [], (np.zeros(0),) * 3
         order = sorted(range(len(values)), key=lambda i: values[i])
         items = [p.item_value(values[i]) for i in order]
-        estimates = np.asarray(estimates, dtype=np.float64)[order]
-        return HeavyHitterList(p, np.array(items, dtype=object), estimates, top,
-                               standard_errors=np.asarray(p.standard_error(estimates, reporters=m), dtype=np.float64),
+        estimates, variances = (np.asarray(x, dtype=np.float64)[order] for x in state[:2])
+        return HeavyHitterList(p, np.array(items, dtype=object), estimates, top, standard_errors=np.sqrt(variances),
                                survivors=tuple(survivors), capped_levels=tuple(capped_levels),
                                messages=agg.messages, malformed=agg.malformed, reporters=reporters)
 
 
-def _survivors(values: np.ndarray, codes: np.ndarray, estimates: np.ndarray, threshold: float, cap: int):
-    """(values, codes, estimates, capped) of the entries whose estimate reaches ``threshold``, at most ``cap`` of
-    them (the largest estimates) -- capped tells whether the cap dropped any."""
+def _survivors(estimates: np.ndarray, threshold: float, cap: int) -> tuple[np.ndarray, bool]:
+    """(the places of the estimates that reach ``threshold``, at most ``cap`` of them (the largest), capped:
+    whether the cap dropped any)."""
     keep = np.flatnonzero(estimates >= threshold)
     capped = keep.size > cap
     if capped:
         keep = keep[np.argsort(-estimates[keep], kind="stable")[:cap]]
-    return values[keep], np.asarray(codes)[keep], estimates[keep], capped
-
-
-# --- exact law (the exact auditor, tiny instances) ------------------------------------------------------------
-
-
-def _thinned(law: dict[tuple[int, ...], float], keep: float) -> dict[tuple[int, ...], float]:
-    """The law of a histogram after each of its messages is kept independently with probability ``keep``."""
-    out: dict[tuple[int, ...], float] = {}
-    for histogram, probability in law.items():
-        for kept in itertools.product(*(range(h + 1) for h in histogram)):
-            weight = math.prod(math.comb(h, k) * keep**k * (1 - keep) ** (h - k) for h, k in zip(histogram, kept))
-            out[kept] = out.get(kept, 0.0) + probability * weight
-    return out
-
-
-def law_size(parameters: HeavyHitterParameters, item=0) -> exact_laws.LawSize:
-    """:func:`message_law`'s size before it is built: per level k, its T_k = (q_k - 1) q_k b types, the dummies'
-    multisets (C(T_k + r - 1, r), and C(T_k + r, r + 1) when rho is fractional, r = floor(rho)) for each of
-    the (q_k - 1) q_k positions of the real message, each histogram then thinned into at most 2^(r + 2) kept
-    subsets; every outcome a histogram over all levels' types together."""
-    p = parameters
-    whole = math.floor(p.rho)
-    sizes = [(h.modulus - 1) * h.modulus * p.bins for h in p.hashes]
-    states = 0.0
-    for h, types in zip(p.hashes, sizes):
-        dummies = exact_laws.comb(types + whole - 1, whole) + (exact_laws.comb(types + whole, whole + 1)
-                                                               if p.rho > whole else 0.0)
-        states += ((h.modulus - 1) * h.modulus + 1) * dummies * 2.0 ** min(whole + 2, 1000)
-    return exact_laws.LawSize(p.protocol, states, sum(sizes), 1 + math.ceil(p.rho), "domain", p.domain_size,
-                              others="a larger --epsilon, --delta or --phi",
-                              detail=f"{p.levels} levels; rho = {p.rho:.3g} dummies a user")
-
-
-def message_law(parameters: HeavyHitterParameters, item) -> dict[tuple[int, ...], float]:
-    """One user's messages as an exact law over histograms of the tagged message types.
-
-    Types are the levels' FE1 types one after the other (level k's ((u - 1) q_k + v) b + w). A uniform
-    level; FE1's real message for the item's prefix code there and floor(rho) or ceil(rho) dummies uniform
-    over that level's types; then every message kept with probability p_f. Enumerated, so for tiny
-    instances only (:mod:`privagg.audit`), its size checked first (:func:`law_size`).
-    """
-    from .balls_into_bins import _uniform_multisets
-
-    p = parameters
-    exact_laws.check_law(law_size(p, item))
-    sizes = [(h.modulus - 1) * h.modulus * p.bins for h in p.hashes]
-    whole, frac = math.floor(p.rho), p.rho - math.floor(p.rho)
-    law: dict[tuple[int, ...], float] = {}
-    for k, h in enumerate(p.hashes):
-        code = int(p.codes(p.check_values([item]), np.array([k]))[0])
-        q = h.modulus
-        u, v = np.divmod(np.arange((q - 1) * q), q)
-        real = (u * q + v) * p.bins + h.evaluate(u + 1, v, np.full(u.size, code))
-        dummies = {hist: prob * (1 - frac) for hist, prob in _uniform_multisets(sizes[k], whole).items()}
-        if frac:
-            for hist, prob in _uniform_multisets(sizes[k], whole + 1).items():
-                dummies[hist] = dummies.get(hist, 0.0) + prob * frac
-        level: dict[tuple[int, ...], float] = {}
-        for position in real.tolist():
-            for hist, prob in dummies.items():
-                key = hist[:position] + (hist[position] + 1,) + hist[position + 1:]
-                level[key] = level.get(key, 0.0) + prob / u.size
-        before, after = (0,) * sum(sizes[:k]), (0,) * sum(sizes[k + 1:])
-        for hist, prob in _thinned(level, p.filter_probability).items():
-            key = before + hist + after
-            law[key] = law.get(key, 0.0) + prob / p.levels
-    return law
+    return keep, capped

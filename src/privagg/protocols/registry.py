@@ -56,7 +56,7 @@ class _Module:
 bib, cb, hh, lb = (_Module(m) for m in ("balls_into_bins", "central_baselines", "heavy_hitters", "local_baselines"))
 pb, ss, sv = (_Module(m) for m in ("privacy_blanket", "sampling_sharing", "sparse_vector"))
 sc, sl, ssv = (_Module(m) for m in ("sampling_calibration", "sampling_laws", "sampling_servers"))
-dgp, tsp = (_Module(m) for m in ("dpdg_parameters", "tss_parameters"))
+dgp, hhl, tsp = (_Module(m) for m in ("dpdg_parameters", "heavy_hitter_laws", "tss_parameters"))
 ssp, tp = (_Module(m) for m in ("sharing_server", "two_server_parties"))
 
 
@@ -301,8 +301,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
         result=ResultKind.HEAVY_HITTER_LIST, calibrate=hh.calibrate_fe_hh, parameters=hh.HeavyHitterParameters,
         client=hh.HeavyHitterClient, analyzer=hh.HeavyHitterAnalyzer,
         # the hockey-stick bound first: every calibration is verified with it, and it needs 14% less mu
-        calibrations=("hockey_stick", "numeric", "closed_form"), message_law=hh.message_law,
-        law_size=hh.law_size,
+        calibrations=("hockey_stick", "numeric", "closed_form"), message_law=hhl.message_law,
+        law_size=hhl.law_size,
         # one level (B = 2) is the largest enumerable instance (two levels already take 44 message types); phi
         # 0.9 of 24 users makes p_f = 0.89, so the thinning is audited too; the closed form's rho is beyond it
         audit_instances=(dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.2, calibrations=("numeric",),

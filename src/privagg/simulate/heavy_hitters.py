@@ -35,12 +35,13 @@ CHILD_BYTES = 72
 # follows, bounded by min(4 / phi, 2 / phi + the first level's expected false prefixes) (at most 2 / phi prefixes
 # hold phi n / 2 users), times 2^step children. On the bundled words phi = 0.003 bounds 5.5e11 and took 25 s (its
 # levels followed about 60 prefixes, not 667), 2 cores; phi = 0.001 (bound 2.6e12) ran past 150 s. The bound is
-# held here, about 17 minutes at WALK_STEP_SECONDS on 2 cores.
+# held here, about 7 minutes at WALK_STEP_SECONDS on 2 cores.
 WALK_STEPS_MAX = 10**12
-# The walk's pace: a (message, prefix, child) step of hash_kernels.count_progressions takes about 2.1 ns of one
-# core's time, at 3e4 to 2.75e5 messages and 100 to 1,200 prefixes of 256 children (Intel Xeon, 2 cores;
-# docs/benchmarks.md part 9), numba's threads one per core.
-WALK_STEP_SECONDS = 2.1e-9
+# The walk's pace: a (message, prefix, child) step of hash_kernels.count_progressions takes about 0.8 ns of one
+# core's time: 0.79-0.80 ns on a quiet host at 3e4 to 10^6 messages and 20 to 300 prefixes of 256 children, where
+# the kernel before its vectorized rewrite took 1.7-2.1 ns (Intel Xeon, 2 cores; docs/benchmarks.md part 9), numba's
+# threads one per core.
+WALK_STEP_SECONDS = 0.8e-9
 # The most the walk's sure steps (walk_steps(noise_only=True): those whatever the data) may take at that pace.
 WALK_SECONDS_MAX = 300.0
 
