@@ -163,3 +163,22 @@ def test_the_head_proves_entries_and_refuses_bent_ones():
         head.proven(served["entries"], {3})
     with pytest.raises(ParameterError, match=r"roster.entries\[2\].public_key"):
         head.proven([{**hidden, "public_key": b"x"}], {2})
+
+
+def test_the_entries_route_refuses_a_bad_list_of_users(tmp_path, monkeypatch):
+    """``GET /tasks/{id}/roster/entries?users=...`` as a device that sends junk: 409 before the roster is signed,
+    then 400 ``malformed`` for anything but distinct roster indices in [0, n) (Python's int() would read "1_0",
+    " 3" and "+2"), and the entries asked for, each once, otherwise."""
+    service = SharingService(connect(f"sqlite:///{tmp_path}/sharing.db", "sharing"), clock=Clock())
+    with TestClient(create_app(service, tick=None)) as http:
+        route_sdk_to(http, monkeypatch)
+        task = service.create_task(parameters(), 60.0, 8)
+        url = f"/tasks/{task.task_id}/roster/entries"
+        assert http.get(url, params={"users": "0"}).status_code == 409
+        organised(service, task, SharingClient, "http://sharing", N)
+        for bad in ("", "1,1", "1,01", str(N), "-1", "1_0", " 3", "+2", "a", "1,,2", "²", ",".join(["1"] * 10 * N)):
+            answer = http.get(url, params={"users": bad})
+            assert answer.status_code == 400 and answer.json()["error"] == "malformed", bad
+        data = round_wire.decode(http.get(url, params={"users": f"{N - 1},0"}).content, "entries")
+        assert [e["user"] for e in data["entries"]] == [N - 1, 0]
+    service.engine.dispose()

@@ -44,8 +44,7 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -61,6 +60,7 @@ from ..protocols.roles import MultiRound, Round, RoundFailed, encode_inbox
 from . import round_wire, storage
 from .ledger import DEFAULT_POPULATION, charge_round_task
 from .roster import Roster, b64_field, load_task
+from .round_messages import MessageCache, StoredMessages
 from .round_tasks import KEM, SignedRoster, check_task, message_context
 from .tasks import KEMS, TAG_BYTES
 from .web import Health, Refused, content_type, json_object, log_event, require_operator, shown
@@ -207,29 +207,28 @@ class RoundDriver:
         return self._rosters[task_id]
 
     def roster(self, task_id: str) -> dict:
-        """The roster the organisation signed (:meth:`SignedRoster.to_dict`); 409 ``roster_unsigned`` before."""
+        """The roster the organisation signed, whole (:meth:`SignedRoster.to_dict`)."""
+        return self._signed(task_id).to_dict()
+
+    def _signed(self, task_id: str) -> SignedRoster:
+        """The roster the organisation signed; 409 ``roster_unsigned`` before."""
         self.task(task_id)
         signed = self.signed_roster(task_id)
         if signed is None:
             raise Refused(409, "roster_unsigned", "the organisation has not signed the roster yet (it does once all "
                           "users enrolled: privagg roster sign)")
-        return signed.to_dict()
+        return signed
 
     def roster_entries(self, task_id: str, users: str) -> dict:
-        """The entries of the users ``users`` names (comma-separated roster indices, each once, at most n), each
-        with its inclusion proof under the root the organisation signed, and the signed head
-        (:meth:`SignedRoster.entries`): what a device checks the keys it uses against, O(log n) bytes an entry;
-        400 ``malformed`` for another list, 409 ``roster_unsigned`` before the organisation signed."""
-        self.roster(task_id)
-        signed = self.signed_roster(task_id)
-        try:
-            asked = [int(u) for u in users.split(",")] if len(users) <= 8 * signed.size else None
-        except ValueError:
-            asked = None
-        if asked is None or len(set(asked)) != len(asked) or not all(0 <= u < signed.size for u in asked):
+        """The signed head and the entries of the users ``users`` names (distinct roster indices, comma-separated),
+        each with its inclusion proof (:meth:`SignedRoster.entries`); 400 ``malformed`` for another list."""
+        signed = self._signed(task_id)
+        asked = users.split(",") if len(users) <= 8 * signed.size else [""]
+        if not all(u.isascii() and u.isdigit() and int(u) < signed.size for u in asked) or \
+                len({int(u) for u in asked}) != len(asked):
             raise Refused(400, "malformed", f"users must be distinct roster indices in [0, {signed.size}), "
                           f"comma-separated, got {shown(users)}")
-        return signed.entries(asked)
+        return signed.entries([int(u) for u in asked])
 
     def _state(self, task_id: str, published: str) -> dict:
         """The coordinator's state: what it published, and the signed roster's identity keys
@@ -683,57 +682,6 @@ class RoundState:
     state: dict
     expected: list[int]
     expecting: frozenset[int]
-
-
-class StoredMessages(Mapping):
-    """The messages users sent the server in one round of a task (user -> bytes), as the coordinator reads them:
-    one user's at a time on demand (:meth:`RoundDriver._message`), every user's in one query once iterated (and
-    kept by this mapping: the release and a round's close read them all)."""
-
-    def __init__(self, driver: RoundDriver, task_id: str, number: int) -> None:
-        self.driver, self.task_id, self.number = driver, task_id, number
-        self._all: dict[int, bytes] | None = None
-
-    def _every(self) -> dict[int, bytes]:
-        if self._all is None:
-            self._all = self.driver._round_messages(self.task_id, self.number)
-        return self._all
-
-    def __getitem__(self, user: int) -> bytes:
-        if self._all is not None:
-            return self._all[user]
-        return self.driver._message(self.task_id, self.number, user)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._every())
-
-    def __len__(self) -> int:
-        return len(self._every())
-
-
-class MessageCache:
-    """Stored messages by (task, round, user), the least recently read dropped past ``limit`` bytes. A stored
-    message never changes, so what is kept stays true; a restarted server starts empty."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.size, self._kept = limit, 0, OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key) -> bytes | None:
-        with self._lock:
-            found = self._kept.get(key)
-            if found is not None:
-                self._kept.move_to_end(key)
-            return found
-
-    def put(self, key, message: bytes) -> None:
-        with self._lock:
-            if key in self._kept or len(message) > self.limit:
-                return
-            self._kept[key] = message
-            self.size += len(message)
-            while self.size > self.limit:
-                self.size -= len(self._kept.popitem(last=False)[1])
 
 
 _DONE = threading.Event()
