@@ -438,3 +438,20 @@ def test_a_release_over_other_reveals_than_the_close_checked_checks_them_again(m
         server._opened[1]  # as if the close had checked one reveal fewer
     server.finish(state, messages)
     assert len(checks) > 0
+
+
+def test_the_signed_lists_on_a_graph_bind_the_task():
+    """Round 4's statement on a neighbour graph carries the task's graph seed (which the organisation draws per task
+    and signs with its id): a user's signature of U1' and U2 in one task does not check as his signature of the same
+    lists in another task, even under the same identity key (it did before: the statement was n and the lists)."""
+    from privagg.core import identity
+    from privagg.protocols.sharing_parties import SIGNED_LISTS, signed_lists
+
+    here, there = (neighbour_graph.graph(40, 6, bytes([i]) * neighbour_graph.SEED_BYTES) for i in (1, 2))
+    senders, survivors, key = list(range(40)), list(range(1, 40)), identity.generate()
+    public = identity.public_key(key)
+    signature = identity.sign(key, SIGNED_LISTS, signed_lists(here, senders, survivors, b""))
+    identity.check(public, signature, SIGNED_LISTS, signed_lists(here, senders, survivors, b""), "message", "user 3")
+    with pytest.raises(ParameterError, match="message"):
+        identity.check(public, signature, SIGNED_LISTS, signed_lists(there, senders, survivors, b""), "message",
+                       "user 3")

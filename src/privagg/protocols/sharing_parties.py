@@ -324,11 +324,14 @@ def signed_lists(graph: neighbour_graph.Graph, senders: Sequence[int], survivors
     round-2 key reaches a user with its owner's signature, which his SDK checks under the owner's identity key in the
     organisation's roster, so the server cannot swap an honest user's key, and a dishonest owner who signed two keys
     learns from that nothing his collusion does not give him (docs/privacy.md, "Neighbour graphs"). What each user
-    masked with is then fixed by U1' and the graph: his neighbours in U1' (:meth:`SharingUser._check_lists`)."""
+    masked with is then fixed by U1' and the graph: his neighbours in U1' (:meth:`SharingUser._check_lists`).
+    The neighbour-graph statement carries the graph's seed, which the organisation draws for the task and signs with
+    its id in the roster: a signature of the same lists in another task (another seed) does not check here, whether
+    or not its signer's identity key is the same (on the complete graph the digest of this task's keys binds it)."""
     if graph.complete:
         return statement(senders, survivors, keys)
     n = graph.n_users
-    return b"privagg survivors v1" + struct.pack("<I", n) + bitmap(senders, n) + bitmap(survivors, n)
+    return b"privagg survivors v2" + graph.seed + struct.pack("<I", n) + bitmap(senders, n) + bitmap(survivors, n)
 
 
 class SharingUser:
