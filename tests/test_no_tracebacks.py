@@ -752,3 +752,12 @@ def test_every_command_reading_items_has_each_option_its_errors_name(tmp_path):
               "--input", str(tmp_path / "items.csv")]
     assert "give --no-header" in runner.invoke(app, common).stderr
     assert runner.invoke(app, [*common, "--no-header"]).exit_code == 0
+
+
+@pytest.mark.parametrize("protocol, accepted", [("dpds", "[20, 10000]"), ("fe-hh", "[5000, 1000000]")])
+def test_demo_service_refuses_zero_users_instead_of_its_default(tmp_path, protocol, accepted):
+    """``demo-service --users 0`` is refused, naming the range, before any service starts: it ran the default (300
+    users for dpds, 20,000 for fe-hh) because the default was taken with ``users or ...``."""
+    result = runner.invoke(app, ["demo-service", protocol, "--users", "0", "--workdir", str(tmp_path / "w")])
+    assert result.exit_code == 2 and f"users must be an integer in {accepted}, got 0" in result.output
+    assert not (tmp_path / "w" / "logs").exists()

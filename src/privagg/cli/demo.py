@@ -124,10 +124,10 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
     signal.signal(signal.SIGTERM, _interrupted)  # the services stop with the demo, as on Ctrl-C
     sys.unraisablehook = _lost_interrupt
     if kind == "heavy hitters":
-        _demo_heavy_hitters(protocol.value, users or 20_000, epsilon, delta, concurrency, workdir, as_json)
+        _demo_heavy_hitters(protocol.value, 20_000 if users is None else users, epsilon, delta, concurrency, workdir, as_json)
         return
     if kind == "rounds":
-        _demo_sharing(protocol.value, users or 300, drop_fraction or 0.0, epsilon, delta,
+        _demo_sharing(protocol.value, 300 if users is None else users, drop_fraction or 0.0, epsilon, delta,
                       3600.0 if round_seconds is None else round_seconds, workdir, as_json, dishonest, degree)
         return
     users = 20_000 if users is None else users
