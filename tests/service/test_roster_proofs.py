@@ -182,3 +182,20 @@ def test_the_entries_route_refuses_a_bad_list_of_users(tmp_path, monkeypatch):
         data = round_wire.decode(http.get(url, params={"users": f"{N - 1},0"}).content, "entries")
         assert [e["user"] for e in data["entries"]] == [N - 1, 0]
     service.engine.dispose()
+
+
+def test_a_device_asks_for_many_entries_in_requests_the_server_takes(bending, monkeypatch):
+    """More users than ENTRIES_PER_REQUEST (a TSS reporter names alpha n helpers) are asked for over several
+    requests, each request line under the server's limit, every entry proven under the one head."""
+    from privagg.service import round_client
+
+    service, p = bending, parameters()
+    task = service.create_task(p, 60.0, 8)
+    user = organised(service, task, SharingClient, "http://sharing", N)[0][0]
+    monkeypatch.setattr(round_client, "ENTRIES_PER_REQUEST", 5)
+    asked, fetch = [], user._entries
+    monkeypatch.setattr(user, "_entries", lambda users: asked.append(users) or fetch(users))
+    proven = user.prove(range(N))
+    assert set(proven.users) | proven.absent == set(range(N))
+    others = [u for u in range(N) if u != user.user]  # his own entry first, then the others five at a time
+    assert asked == [[user.user]] + [others[i:i + 5] for i in range(0, N - 1, 5)]

@@ -49,6 +49,9 @@ from .round_tasks import KEM, RosterHead, SignedRoster, check_task, message_cont
 from .tasks import _private_key, _public_key, _suite
 
 _ROSTERS: dict[tuple[str, str, bytes], SignedRoster] = {}  # (server, task, organisation key) -> the whole roster
+# users asked for in one GET .../roster/entries: 8 bytes an index at most, 32 KiB of the request line (web.py's
+# MAX_HEADER_BYTES, 64 KiB, refuses longer ones); a TSS reporter asks for his items' helpers, alpha n of them
+ENTRIES_PER_REQUEST = 4096
 
 
 @dataclass
@@ -149,14 +152,14 @@ of the roster's head and entries he downloaded (apart), and
 
     def prove(self, users) -> ProvenRoster:
         """The roster with the entries of ``users`` (the roster's indices among them; anything else is left for the
-        checks that follow to refuse) proven: those he does not hold yet fetched in one request, each with its
-        inclusion proof under the signed root (ParameterError naming the field otherwise: :meth:`RosterHead.proven`);
+        checks that follow to refuse) proven: those he does not hold yet fetched in one request (of at most
+        ENTRIES_PER_REQUEST), each with its inclusion proof under the signed root (ParameterError naming the field otherwise: :meth:`RosterHead.proven`);
         k entries and k ceil(log2 n) hashes on a graph of degree k (docs/privacy.md, "The roster a device
         downloads")."""
         proven = self.roster()
         missing = sorted({u for u in users if type(u) is int and 0 <= u < proven.head.size and not proven.known(u)})
-        if missing:
-            head, entries = self._entries(missing)
+        for start in range(0, len(missing), ENTRIES_PER_REQUEST):  # each request line well inside the server's limit
+            head, entries = self._entries(missing[start:start + ENTRIES_PER_REQUEST])
             if (head.document, head.signature) != (proven.head.document, proven.head.signature):
                 raise ParameterError("roster", "the signed head he holds (the same root)", "another head: the "
                                      "server showed him another roster")
