@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import json
 from dataclasses import dataclass
 
 from ..core import identity, merkle
@@ -147,8 +148,6 @@ class RosterHead:
     def parse(cls, document, signature: bytes, task_id: str) -> "RosterHead":
         """The head of the document served (its signature not checked yet: :meth:`verify`); a ParameterError
         naming ``roster`` (``roster.task_id``) otherwise."""
-        import json
-
         try:
             data = json.loads(document)
             size, seed, root = data["size"], bytes.fromhex(data.get("graph_seed", "")), bytes.fromhex(data["root"])
