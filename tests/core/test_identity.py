@@ -69,3 +69,30 @@ def test_a_public_key_as_text_is_base64_of_32_bytes():
     assert public_text(base64.b64encode(identity.public_key(private)).decode(), "k") == identity.public_key(private)
     with pytest.raises(ParameterError, match="k must be base64 of an Ed25519 public key"):
         public_text("AAAA", "k")
+
+
+def test_keys_and_signatures_are_rfc_8032s():
+    """RFC 8032 section 7.1, test 1 (the empty message): the public key, and the signature of the signed bytes,
+    so that any Ed25519 library reads privagg's keys and signatures and privagg reads theirs."""
+    secret = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+    public = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+    signature = bytes.fromhex("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e3970"
+                              "1cf9b46bd25bf5f0595bbe24655141438e7a100b")
+    assert identity.public_key(secret) == public
+    assert identity._private(secret).sign(b"").signature == signature
+    ours = identity.sign(secret, b"ctx", b"m")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    Ed25519PublicKey.from_public_bytes(public).verify(ours, identity._signed(b"ctx", b"m"))  # OpenSSL reads it
+
+
+@pytest.mark.parametrize("public", [bytes([1]) + bytes(31),  # the neutral point: order 1
+                                    bytes(31) + bytes([0x80]),  # y = 0: order 4
+                                    bytes.fromhex("c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a")])
+def test_a_small_order_key_has_no_universal_signature(public):
+    """R = the neutral point and S = 0 satisfy [S]B = R + [k]A whenever [k]A is neutral: for every message when A
+    has order 1, 2 or 4, for one in 8 when it has order 8. Under OpenSSL's check (cryptography's) a user who
+    enrolled such an identity key had a signature of every statement, which anyone could make for him (the first
+    two cases here passed it). libsodium refuses small-order keys and R."""
+    forged = bytes([1]) + bytes(63)
+    for message in (b"", b"round 4: the survivors are U", b"anything"):
+        assert not identity.verify(public, forged, b"ctx", message)

@@ -1,5 +1,8 @@
-"""Long-term identities and signatures of the multi-round protocols' parties: Ed25519 (RFC 8032), from
-``cryptography``. A user signs what he sends with the identity key he registered at enrollment, and the
+"""Long-term identities and signatures of the multi-round protocols' parties: Ed25519 (RFC 8032), from libsodium
+(PyNaCl), whose verification takes about half the CPU of OpenSSL's (60 against 110 us on the AMD EPYC host of
+docs/benchmarks.md part 16; a user of a neighbour graph checks about 3k signatures, the server k an answer). The
+keys and signatures are RFC 8032's, so either library reads the other's; libsodium's check is the stricter one
+(it refuses small-order keys and R, and non-canonical encodings). A user signs what he sends with the identity key he registered at enrollment, and the
 organisation signs the task and the roster it published, so that no single server can swap a key or put words in
 a party's mouth (docs/privacy.md, "Dishonest parties").
 
@@ -31,23 +34,25 @@ def generate(rng: RNGLike = None) -> bytes:
 
 def public_key(private_key: bytes) -> bytes:
     """The identity's public key (32 raw bytes)."""
-    return _private(private_key).public_key().public_bytes_raw()
+    return bytes(_private(private_key).verify_key)
 
 
 @functools.lru_cache(maxsize=64)
 def _private(private_key: bytes):
     """The key object (kept: loading one derives its public key, as costly as a signature)."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from nacl.signing import SigningKey
 
-    return Ed25519PrivateKey.from_private_bytes(private_key)
+    if not isinstance(private_key, bytes) or len(private_key) != KEY_BYTES:
+        raise ValueError(f"an Ed25519 private key is {KEY_BYTES} bytes")
+    return SigningKey(private_key)
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _public(public: bytes):
     """The key object of a public key (kept: a roster's keys verify many messages)."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from nacl.signing import VerifyKey
 
-    return Ed25519PublicKey.from_public_bytes(public)
+    return VerifyKey(public)
 
 
 def _signed(context: bytes, message: bytes) -> bytes:
@@ -58,19 +63,19 @@ def _signed(context: bytes, message: bytes) -> bytes:
 
 def sign(private_key: bytes, context: bytes, message: bytes) -> bytes:
     """The identity's signature (64 bytes) of ``message`` in ``context``."""
-    return _private(private_key).sign(_signed(context, message))
+    return _private(private_key).sign(_signed(context, message)).signature
 
 
 def verify(public: bytes, signature: bytes, context: bytes, message: bytes) -> bool:
     """Whether ``signature`` is ``public``'s signature of ``message`` in ``context``."""
-    from cryptography.exceptions import InvalidSignature
+    from nacl.exceptions import BadSignatureError
 
     if not isinstance(public, (bytes, bytearray)) or len(public) != KEY_BYTES or not isinstance(
             signature, (bytes, bytearray)) or len(signature) != SIGNATURE_BYTES:
         return False
     try:
-        _public(bytes(public)).verify(bytes(signature), _signed(context, message))
-    except (InvalidSignature, ValueError):
+        _public(bytes(public)).verify(_signed(context, message), bytes(signature))
+    except (BadSignatureError, ValueError):
         return False
     return True
 
