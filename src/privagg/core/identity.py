@@ -37,9 +37,10 @@ def public_key(private_key: bytes) -> bytes:
     return bytes(_private(private_key).verify_key)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1 << 14)
 def _private(private_key: bytes):
-    """The key object (kept: loading one derives its public key, as costly as a signature)."""
+    """The key object (kept: loading one derives its public key, as costly as a signature; as many as a roster's
+    public keys, for the processes that run many users: a demo's SDK users, the faithful simulator)."""
     from nacl.signing import SigningKey
 
     if not isinstance(private_key, bytes) or len(private_key) != KEY_BYTES:
