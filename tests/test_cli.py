@@ -1050,3 +1050,15 @@ def test_the_protocol_commands_set_the_allocator_and_the_others_do_not(monkeypat
                                  "--delta", "1e-6"])
     assert result.exit_code == 0, result.output
     assert calls == [1]
+
+
+@pytest.mark.parametrize("protocol,offered", [("fe1", True), ("olh", True), ("fe-hh", False), ("grr", True),
+                                               ("dpds", False), ("blanket-vector", False)])
+def test_calibrate_offers_hash_key_only_where_items_are_hashed(protocol, offered):
+    """--hash-key is in a calibrate command's help only where its parameters record the item-hash key; elsewhere
+    the option is unknown (it was offered by every command, then refused by those with no items to hash)."""
+    code, out, _ = run("calibrate", protocol, "--help")
+    assert code == 0 and ("--hash-key" in out) is offered, out
+    if not offered:
+        code, _, err = run("calibrate", protocol, "--hash-key", "00ff", "--users", 1000, "--epsilon", 1)
+        assert code == 2 and "No such option: --hash-key" in err, err

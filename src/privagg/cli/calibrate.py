@@ -25,8 +25,14 @@ calibrate_app = ProtocolCommands(lambda entry: _register_calibrate(entry),
                                  help="Frozen parameters, cost and expected error of a protocol.")
 
 
+def _hashes_items(entry: ProtocolEntry) -> bool:
+    """Whether the protocol's parameters carry an item-hash key (integer or string items counted in a table; not
+    categories, vectors or fe-hh's prefixes), which ``--hash-key`` sets."""
+    return not entry.categorical and entry.result is ResultKind.FREQUENCY_TABLE
+
+
 def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
-               calibration: Enum, hash_key: Optional[str], verbose: bool, as_json: bool, output: Optional[Path],
+               calibration: Enum, verbose: bool, as_json: bool, output: Optional[Path], hash_key: Optional[str] = None,
                max_items: int = 1, colluding: Optional[float] = None, dropouts: Optional[float] = None,
                failure: Optional[float] = None, **options: Any) -> None:
     import secrets
@@ -50,13 +56,8 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
             options["honest_fraction"] = 1 - colluding  # the colluders are the users the accountant does not count on
         if graph and dropouts is not None and "graph_dropouts" in options and options["graph_dropouts"] is None:
             options["graph_dropouts"] = dropouts  # a --degree's threshold plans for the dropouts the graph is chosen for
-        if entry.categorical or entry.result is not ResultKind.FREQUENCY_TABLE:  # no items to hash
-            if hash_key is not None:
-                raise ParameterError("hash-key", f"left out for {entry.name} (its inputs are categories or vectors, "
-                                     "no items to hash)", hash_key)
-            key = None
-        else:
-            key = secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)
+        key = (secrets.token_hex(KEY_BYTES) if hash_key is None else check_item_key(hash_key)) if _hashes_items(
+            entry) else None
         planned = None
         if max_items != 1:  # L items a user: the run over n L reports at the per-report budget (privagg.plan)
             from ..privacy.events import Composed
@@ -192,7 +193,8 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
                                    "expected error an item and both guarantees."))]
           if entry.result in (ResultKind.FREQUENCY_TABLE, ResultKind.HEAVY_HITTER_LIST) else []),
         *(_graph_options() if entry.topology is Topology.SECRET_SHARING else []),  # DPDS, DPDG (metadata only)
-        _hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one)."),
+        *([_hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one).")]
+          if _hashes_items(entry) else []),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
         _param("output", Optional[Path], typer.Option(
