@@ -865,3 +865,14 @@ def test_s1_parses_its_published_lists_once_a_round_not_once_a_request(sqlite_db
             d.state()
         assert step(d, 4) == "handover"
         assert parsed["Election"] <= 4 and parsed["Recovery"] <= 4, parsed  # a round's state and close, not a request
+
+
+def test_a_tss_task_too_large_to_serve_is_refused_naming_its_shares():
+    """S1 refuses a TSS task past 10,000 users, as the sharing server refuses DPDS's, naming what round 2 would seal
+    and relay (it accepted any n: at 10^6 users its roster's Merkle tree alone held about 1 GB)."""
+    from privagg.service.round_tasks import TSSTask
+
+    params = calibrate_tss(1.0, 1e-6, 20_000, 10, min_count_fraction=0.05, report_fraction=0.1)
+    with pytest.raises(ParameterError, match=r"n_users must be at most 10,000 for a served TSS task.*about "
+                                             r"40,018,000 at n = 20,000"):
+        TSSTask("00" * 16, params, 60.0, 15_000, "11" * 16, os.urandom(32))

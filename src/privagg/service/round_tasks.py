@@ -373,6 +373,10 @@ class SecondTask:
                    if "organisation_key" in data else None)
 
 
+MAX_SHARING_USERS = 10_000  # a served task's n (DPDS, DPDG: n (n - 1) backups on the complete graph, 1.6 x 10^10
+# bytes at 10^4; TSS: about alpha^2 N n^2 shares)
+
+
 @dataclass(frozen=True)
 class TSSTask:
     """A TSS task as S1 serves it to users: public, with S2's task id, public key and identity key (a reporter checks
@@ -389,6 +393,12 @@ class TSSTask:
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
         _check_id("second_task_id", self.second_task_id)
+        n = self.parameters.n_users
+        if n > MAX_SHARING_USERS:
+            raise ParameterError("n_users", f"at most {MAX_SHARING_USERS:,} for a served TSS task: its round 2 seals, "
+                                 "relays and opens one share per reporter and helper of an item, about "
+                                 f"{self.parameters.expected_shares:,.0f} at n = {n:,}; split the users into tasks of "
+                                 "fewer (their releases add up)", n)
         check_min_survivors(self.parameters, self.min_survivors)
         _check_round_seconds(self.round_seconds)
         if not isinstance(self.second_public_key, bytes) or len(self.second_public_key) != KEMS[KEM][1]:
@@ -420,7 +430,6 @@ class TSSTask:
                    None if attesting is None else _key("second_identity_key", attesting, IDENTITY_BYTES, "Ed25519"))
 
 
-MAX_SHARING_USERS = 10_000  # a served DPDS/DPDG task's n: n (n - 1) backups, 1.6 x 10^10 bytes at 10^4
 
 
 @dataclass(frozen=True)
