@@ -184,6 +184,65 @@ def test_the_entries_route_refuses_a_bad_list_of_users(tmp_path, monkeypatch):
     service.engine.dispose()
 
 
+@pytest.mark.parametrize("size", [N - 1, N + 1])
+def test_a_signed_head_of_another_n_than_the_tasks_is_refused(bending, size):
+    """A head the organisation signed over N - 1 or N + 1 entries, the task's n being N (review47): on main a device
+    took either (the proofs check under the head's own size), so that on N - 1 user N - 1 was silently left out of
+    every backup (no proof can show his entry) and on N + 1 the roster held an index no task has; now refused,
+    naming ``roster.size``, before he seals anything."""
+    service, p = bending, parameters()
+    task = service.create_task(p, 60.0, 8)
+    users, organisation, _ = organised(service, task, SharingClient, "http://sharing", N)
+    honest = service.signed_roster(task.task_id)
+    other = SignedRoster(task.task_id, {i: k for i, k in honest.users.items() if i < size}, b"", honest.graph_seed,
+                         size)
+    service._rosters[task.task_id] = dataclasses.replace(other, signature=identity.sign(
+        organisation.private_key, SignedRoster.context(task.task_id), other.document))
+    device = users[0]
+    with pytest.raises(ParameterError, match=rf"roster.size must be the task's n = {N} .*, got {size}"):
+        device.send("advertise", 1)
+    assert device.sealed_sent == 0
+
+
+@pytest.mark.parametrize("bent", ["twice", "extra"])
+def test_the_organisation_signs_n_entries_whatever_the_servers_rows(bending, monkeypatch, bent):
+    """The organisation reads the enrollments from the server's database: rows naming one index twice (another
+    index then missing, whom on main it signed as left out without naming him among those left out) or an index
+    past n (on main it signed a roster of n + 1 entries) are refused, naming ``roster``, before it signs anything
+    for a server that would publish whatever it is given."""
+    service, p = bending, parameters()
+    task = service.create_task(p, 60.0, 8)
+    users, organisation, tokens = organised(service, task, SharingClient, "http://sharing", N, enroll=False)
+    for user, token in zip(users, tokens):
+        user.enroll(token)
+    rows = service.enrollments(task.task_id)
+    bent_rows = rows[:-1] + [rows[0]] if bent == "twice" else rows + [{**rows[0], "user": N}]
+    monkeypatch.setattr(service, "enrollments", lambda task_id: bent_rows)
+    published = []  # a dishonest server's publish: it takes any roster (the honest one refuses a short one itself)
+    monkeypatch.setattr(service, "publish_roster", lambda task_id, signed: published.append(signed))
+    with pytest.raises(ParameterError, match=rf"roster must be the enrollments of users 0..{N - 1}, each once"):
+        organisation.sign_roster(service, task.task_id, tokens)
+    assert published == []
+
+
+def test_the_entries_route_refuses_an_index_of_thousands_of_digits(tmp_path, monkeypatch):
+    """An index of more than 4,300 digits (a request line of 64 KiB holds one) within the route's 8 bytes a user: 400
+    ``malformed``, not the 500 that Python's int() raised past its 4,300 digits (review47: a roster of n >= 538
+    let one through); the longest index that can name a user still works."""
+    service = SharingService(connect(f"sqlite:///{tmp_path}/sharing.db", "sharing"), clock=Clock())
+    task = service.create_task(parameters(), 60.0, 8)
+    n = 1000  # a roster whose 8 n bytes admit a 4,301-digit index
+    monkeypatch.setattr(service, "signed_roster", lambda task_id: SignedRoster(task_id, {}, b"", bytes(32), n))
+    with TestClient(create_app(service, tick=None), raise_server_exceptions=False) as http:
+        url = f"/tasks/{task.task_id}/roster/entries"
+        for bad in ("0" * 4301, "1" * 4301, "0," + "9" * 5000):
+            answer = http.get(url, params={"users": bad})
+            assert answer.status_code == 400 and answer.json()["error"] == "malformed", (answer.status_code, bad[:9])
+        data = round_wire.decode(http.get(url, params={"users": f"{n - 1},0"}).content, "entries")
+        assert [e["user"] for e in data["entries"]] == [n - 1, 0]
+    service.engine.dispose()
+
+
 def test_a_device_asks_for_many_entries_in_requests_the_server_takes(bending, monkeypatch):
     """More users than ENTRIES_PER_REQUEST (a TSS reporter names alpha n helpers) are asked for over several
     requests, each request line under the server's limit, every entry proven under the one head."""

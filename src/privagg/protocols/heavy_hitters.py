@@ -382,16 +382,17 @@ class HeavyHitterParameters(FrozenParameters):
         it must survive, or its reported estimate (:meth:`report_standard_error`) below phi n (union bound);
         ``false_report_probability``: an item held by phi n / 2 users is reported; ``report_band``: c such that
         an item held by (1 + c) phi n users or more is reported with probability >= 95% and one held by
-        (1 - c) phi n or fewer with probability <= 5% (each, z = 1.645 times the reported estimate's standard
-        error at phi n; the walk's misses aside); ``false_first_level``: expected prefixes held by no one that
-        pass phi n / 2 at the first level (of its 2^s).
+        (1 - c) phi n or fewer with probability <= 5%, each side's sd at its own holders (the variance V(g) is
+        affine in g: c phi n = 1.645 sd((1 +- c) phi n) solved, the larger c; the walk's misses aside);
+        ``false_first_level``: expected prefixes held by no one that pass phi n / 2 at the first level (of 2^s).
         """
-        t = self.threshold
+        t, z = self.threshold, _normal_quantile(0.05)
         sd_strong, sd_zero = (float(self.standard_error(g, 0)) for g in (1.5 * t, 0.0))
-        report_strong, report_half, report_at = (float(self.report_standard_error(g)) for g in (1.5 * t, t / 2, t))
+        report_strong, report_half, report_at, report_none = self.report_standard_error([1.5 * t, t / 2, t, 0]).tolist()
         miss = (self.levels - 1) * _normal_tail((1.5 * t - t / 2) / sd_strong) + _normal_tail(0.5 * t / report_strong)
+        slope = z * z * abs(report_at**2 - report_none**2) / t  # z^2 |dV/dg|: (c t)^2 = z^2 V(t) +- c t z^2 dV/dg
         return {"miss_probability": min(1.0, miss), "false_report_probability": _normal_tail(0.5 * t / report_half),
-                "report_band": _normal_quantile(0.05) * report_at / t,
+                "report_band": (slope + math.sqrt(slope**2 + 4 * (z * report_at) ** 2)) / (2 * t),
                 "false_first_level": 2.0 ** self.first_level * _normal_tail(0.5 * t / sd_zero),
                 "standard_error_at_phi_n": report_at}
 

@@ -23,6 +23,7 @@ import hmac
 import secrets
 
 from ..core import identity
+from ..errors import ParameterError
 from .round_tasks import GRAPH_SEED_BYTES, SignedRoster, task_context
 from .roster import secret_hash
 
@@ -53,6 +54,10 @@ class Organisation:
         The signed roster, and each user left out with the reason."""
         halves = {secret_hash(auth): binding for auth, binding in map(identity.token_halves, tokens)}
         users, left_out, enrolled = {}, {}, driver.enrollments(task_id)
+        n = driver.task(task_id).parameters.n_users  # the task it signed: the roster is of its n indices, each once
+        if sorted(row["user"] for row in enrolled) != list(range(n)):
+            raise ParameterError("roster", f"the enrollments of users 0..{n - 1}, each once (the task's n = {n})",
+                                 f"{len(enrolled)} rows for {len({row['user'] for row in enrolled})} indices")
         for row in enrolled:
             half = halves.get(row["token_hash"])
             if half is None:
@@ -65,7 +70,7 @@ class Organisation:
         published = driver.signed_roster(task_id)  # signed already (by this organisation: the server checked): its seed
         seed = published.graph_seed if published is not None and published.graph_seed else \
             secrets.token_bytes(GRAPH_SEED_BYTES)
-        unsigned = SignedRoster(task_id, users, b"", seed, len(enrolled))
+        unsigned = SignedRoster(task_id, users, b"", seed, n)
         signed = dataclasses.replace(unsigned, signature=identity.sign(
             self.private_key, SignedRoster.context(task_id), unsigned.document))
         driver.publish_roster(task_id, signed)

@@ -144,6 +144,9 @@ of the roster's head and entries he downloaded (apart), and
                 head, entries = self._entries([self.user])
                 proven = ProvenRoster(head.verify(self.organisation_key), {}, set())
                 self._add(proven, entries)
+            n = self.task.parameters.n_users  # the graph, the proofs and the left-out users are all of n entries
+            if proven.head.size != n:
+                raise ParameterError("roster.size", f"the task's n = {n} (every index enrolled)", proven.head.size)
             if proven.users.get(self.user) != (self.identity_key, self.public_key):
                 raise ParameterError("roster", f"a signed roster listing user {self.user} with the keys he enrolled",
                                      "one without them: his enrollment did not reach the organisation as he made it")

@@ -223,8 +223,9 @@ class RoundDriver:
         """The signed head and the entries of the users ``users`` names (distinct roster indices, comma-separated),
         each with its inclusion proof (:meth:`SignedRoster.entries`); 400 ``malformed`` for another list."""
         signed = self._signed(task_id)
+        digits = len(str(signed.size))  # an index below n has no more (and int() refuses past 4,300 digits)
         asked = users.split(",") if len(users) <= 8 * signed.size else [""]
-        if not all(u.isascii() and u.isdigit() and int(u) < signed.size for u in asked) or \
+        if not all(u.isascii() and u.isdigit() and len(u) <= digits and int(u) < signed.size for u in asked) or \
                 len({int(u) for u in asked}) != len(asked):
             raise Refused(400, "malformed", f"users must be distinct roster indices in [0, {signed.size}), "
                           f"comma-separated, got {shown(users)}")
