@@ -19,8 +19,8 @@ from .inputs import (PUBLIC_CANDIDATES, _check_public, _check_stdin_format, _inp
                      _small_domain_encoder, DEFAULT_DOMAIN)
 from .options import (MissingChoice, Mode, ProtocolCommands, _command, _hash_key_option, _param,
                       _protocol_parameters, _verbose_option)
-from .output import (_check_output, _clean_errors, _console, _count, _emit, _estimate_table, _printable,
-                     _progress, _say, _say_privacy, _titled)
+from .output import (_check_output, _clean_errors, _count, _emit, _estimate_table, _printable, _progress, _say,
+                     _say_privacy, _table, _titled)
 
 if TYPE_CHECKING:
     from ..protocols.registry import ProtocolEntry
@@ -370,22 +370,18 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                 report.messages_written = str(write_messages)
 
     def human() -> None:
-        from rich.table import Table
-
         shown = sorted(report.estimates, key=lambda e: -e.estimate)[:show] if names else report.estimates[:show]
         _say(f"input: {report.input} ({report.n_users} users, d = {report.parameters.get('dimension', len(shown))}, "
              f"{len(report.estimates)} coordinates estimated)")
-        table = Table(title=_titled(f"{report.protocol}: " + (
+        evaluated = report.error is not None
+        _table(_titled(f"{report.protocol}: " + (
             f"no coordinate discovered at phi {report.discovery.phi:g}, none estimated (see the warning)"
             if report.discovery is not None and not report.estimates else f"the {len(shown)} largest sums" if names
-            else f"sums of the first {len(shown)} coordinates"), report))
-        evaluated = report.error is not None
-        for column in ("coordinate", "sum ± stderr", "mean", *(("true sum (--evaluate)",) if evaluated else ())):
-            table.add_column(column, justify="right")
-        for e in shown:
-            table.add_row(_printable(e.name or e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}",
-                          f"{e.estimate / report.n_users:.4f}", *((f"{e.true_sum:.1f}",) if evaluated else ()))
-        _console().print(table)
+            else f"sums of the first {len(shown)} coordinates"), report),
+            [(column, "right") for column in ("coordinate", "sum ± stderr", "mean",
+                                              *(("true sum (--evaluate)",) if evaluated else ()))],
+            [[_printable(e.name or e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}", f"{e.estimate / report.n_users:.4f}",
+              *((f"{e.true_sum:.1f}",) if evaluated else ())] for e in shown])
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, err = report.messages, report.error
         noise = (f"gamma = {report.parameters['gamma']:.4g}" if "gamma" in report.parameters else
@@ -504,21 +500,17 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             with_left_out(report, dropped)
 
     def human() -> None:
-        from rich.table import Table
-
         _say(f"input: {report.input} ({report.n_users} users); heavy: held by at least phi n = "
              f"{report.threshold:.0f} users")
         t, found = report.theory, len(report.heavy_hitters)
-        table = Table(title=_titled(f"{report.protocol}: {_count(found, 'heavy hitter')} discovered" + (
-            " -- NOT A RELIABLE LIST at this n and phi (see the guarantee below: more users or a larger phi)"
-            if not report.reliable else ""), report))
         e = report.evaluation
-        for column_name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ())):
-            table.add_column(column_name, justify="left" if column_name == "item" else "right")
-        for rank, h in enumerate(report.heavy_hitters, 1):
-            table.add_row(str(rank), _printable(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}",
-                          *((str(h.true_count),) if e else ()))
-        _console().print(table)
+        _table(_titled(f"{report.protocol}: {_count(found, 'heavy hitter')} discovered" + (
+            " -- NOT A RELIABLE LIST at this n and phi (see the guarantee below: more users or a larger phi)"
+            if not report.reliable else ""), report),
+            [(name, "left" if name == "item" else "right")
+             for name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ()))],
+            [[str(rank), _printable(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}", *((str(h.true_count),) if e else ())]
+             for rank, h in enumerate(report.heavy_hitters, 1)])
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, p = report.messages, report.parameters
         _say(f"cost: {m.total} messages from {report.n_users} users ({m.per_user:.3f} per user), "
