@@ -163,11 +163,12 @@ def _input_parameters() -> list[inspect.Parameter]:
 
 def _read_input(entry: ProtocolEntry, input: Path | None, fmt, encoder, candidates: Path | None):
     """(codes, candidate codes or None, dropped users, input name): the users' items and the public candidates."""
-    from .. import datasets
     from ..core.encoding import CategoryEncoder
     from ..io import InputFormat, read_codes
 
     if input is None:
+        from .. import datasets  # (Arrow: for the bundled data only)
+
         if entry.categorical:
             bundled, name = datasets.english_categories()[0], datasets.CATEGORY_DESCRIPTION
         elif isinstance(encoder, CategoryEncoder):  # a small-domain protocol: the most common words

@@ -157,6 +157,8 @@ class UniversalHash:
         x = _as_int64("x", x, self.modulus)
         if not u.size == v.size == x.size:
             raise ValueError(f"u, v and x must have one length, got {u.size}, {v.size}, {x.size}")
+        if self.modulus < 1 << 31:  # u x + v < q^2 + q < 2^63: exact in int64, half mulmod's passes (OLH, FE1)
+            return (u * x + v) % self.modulus % self.bins
         return ((mulmod(u, x, self.modulus) + v) % self.modulus) % self.bins
 
     def preimages(self, u: int, v: int, w: int, domain_size: int) -> np.ndarray:

@@ -267,10 +267,16 @@ def _plain_integers(values: pa.Array) -> np.ndarray | None:
     digits = np.frombuffer(values.buffers()[2], np.uint8, offsets[-1] - offsets[0], offsets[0]) - np.uint8(48)
     if digits.max() > 9:
         return None
-    # place by place from the values' ends: the units of every value, then the tens of those with two digits or
-    # more, ...: a pass over the values a place, no array as long as the digits (3-4x faster than weighting every
-    # digit by its power of 10 and summing per value, at 10^6 values of 1 to 4 digits)
-    ends = offsets[1:] - offsets[0]  # one past each value's last digit
+    return _digit_values(digits, offsets[1:] - offsets[0], lengths)
+
+
+def _digit_values(digits: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The int64 values of decimal numbers laid out in ``digits`` (bytes less 48: a digit's value, 0 to 9), the
+    i-th the ``lengths[i]`` digits (1 to PLAIN_DIGITS_MAX) just before ``ends[i]`` (what lies between them is not read).
+
+    Place by place from the values' ends: the units of every value, then the tens of those with two digits or
+    more, ...: a pass over the values a place, no array as long as the digits (3-4x faster than weighting every
+    digit by its power of 10 and summing per value, at 10^6 values of 1 to 4 digits)."""
     numbers = digits[ends - 1].astype(np.int64)
     for place in range(1, int(lengths.max())):
         longer = np.flatnonzero(lengths > place)

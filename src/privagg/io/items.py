@@ -13,7 +13,8 @@ import numpy as np
 
 from ..core.encoding import ItemEncoder
 from ..errors import ParameterError, parse_number
-from .blocks import CANONICAL_INTEGER, NUMBER, _Block, _blocks, _cut, _matches, _plain_integers, _without_missing
+from .blocks import (CANONICAL_INTEGER, NUMBER, PLAIN_DIGITS_MAX, _Block, _blocks, _cut, _digit_values, _matches,
+                     _plain_integers, _without_missing)
 from .files import InputFormat, _unreadable, checked_file, file_kind
 from .vectors import _empty_rows, _load_table, load_npy
 
@@ -45,7 +46,15 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
                              "table)", fmt.column if fmt.column is not None else "--no-header")
     if kind == "npy":
         return ReadSummary(_read_npy(path, encoder, fmt, field))
-    import pyarrow as pa  # for what follows: a .npy is read without Arrow
+    if kind == "text" and fmt.item_type != "str":
+        try:
+            numbers = _plain_text_integers(path)
+        except OSError as err:
+            raise _unreadable(path, kind, field, err) from None
+        if numbers is not None:  # one integer a line, read as Arrow's reader reads it, without loading Arrow
+            return ReadSummary(_ItemTyper(fmt.item_type, field, path)._integers(numbers, _Block(None, 1, "line"),
+                                                                                encoder, public))
+    import pyarrow as pa  # for what follows: a .npy, or a text file of one integer a line, is read without Arrow
 
     # Each stored value took at least 2 bytes of the file (a character and a line break or delimiter; an empty
     # value is missing, so never stored): np.empty reserves that bound without touching it, and only the
@@ -55,6 +64,47 @@ def read_codes(path: str | Path, encoder: ItemEncoder, fmt: InputFormat = InputF
                              lambda: path.stat().st_size // 2 + 1)
     except (OSError, EOFError, pa.ArrowException) as err:
         raise _unreadable(path, kind, field, err) from None
+
+
+PLAIN_TEXT_CHUNK = 1 << 24  # bytes of a text file :func:`_plain_text_integers` reads at a time
+
+
+def _plain_text_integers(path: Path) -> np.ndarray | None:
+    """The integers of a text file whose every line is 1 to PLAIN_DIGITS_MAX ASCII digits (the last line's break
+    optional), read with numpy a chunk at a time; None for any other file (empty, a blank line, a sign, a
+    carriage return, a byte-order mark, anything else), which Arrow's reader then reads (:func:`_blocks`). The
+    same values as that reader's blocks give (:func:`~privagg.io.blocks._plain_integers`), without loading Arrow
+    (about 40 ms of a command) or making its strings (half the time of reading them)."""
+    numbers = np.empty(path.stat().st_size // 2 + 1, dtype=np.int64)  # a digit and a break a line, but the last
+    count, tail = 0, b""
+    with path.open("rb") as f:
+        while True:
+            chunk = f.read(PLAIN_TEXT_CHUNK)
+            data = tail + (chunk or b"\n" * bool(tail))  # at the end, the last line with the break it lacked
+            if not data:
+                break
+            cut = data.rfind(b"\n") + 1  # whole lines; the rest is read with the next chunk
+            tail = data[cut:]
+            part = _plain_lines(np.frombuffer(data, np.uint8, cut))
+            if part is None or len(tail) > PLAIN_DIGITS_MAX:
+                return None
+            numbers[count:count + part.size] = part
+            count += part.size
+    return numbers[:count] if count else None
+
+
+def _plain_lines(data: np.ndarray) -> np.ndarray | None:
+    """The values of ``data``, whole lines of 1 to PLAIN_DIGITS_MAX ASCII digits each and a line feed, else None."""
+    breaks = np.flatnonzero(data == 10)
+    digits = data - np.uint8(48)  # any byte but a digit above 9
+    if np.count_nonzero(digits > 9) != breaks.size:
+        return None
+    if not breaks.size:
+        return np.empty(0, dtype=np.int64)
+    lengths = np.diff(breaks, prepend=-1) - 1
+    if lengths.min() < 1 or lengths.max() > PLAIN_DIGITS_MAX:
+        return None
+    return _digit_values(digits, breaks, lengths)
 
 
 def encode_blocks(blocks: Iterable[_Block], encoder: ItemEncoder, fmt: InputFormat, field: str, source: Path | str,
