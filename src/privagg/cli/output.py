@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from contextlib import contextmanager
@@ -57,55 +56,18 @@ def _console(stderr: bool = False):
 
 
 def _table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
-    """A table on stdout, under ``title``: ``columns`` (header, "left" or "right"), a row of strings each. Rich's,
-    or, where rich prints it as plain characters (:func:`_plain_table`), those characters without loading rich
-    (about 25 ms of a command, the table itself included)."""
-    lines = _plain_table(title, columns, rows)
-    if lines is not None:
-        sys.stdout.write("".join(line + "\n" for line in lines))
-        sys.stdout.flush()
-        return
+    """A table on stdout, under ``title``: ``columns`` (header, "left" or "right"), a row of strings each, printed
+    by rich as text (an item's "[/]" or ":smile:" is shown as it is: as markup, the first raised rich's
+    MarkupError and the second became an emoji)."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title)
+    table = Table(title=Text(title))
     for header, justify in columns:
-        table.add_column(header, justify=justify)
+        table.add_column(Text(header), justify=justify)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     _console().print(table)
-
-
-# text rich's console prints as it is: printable ASCII and the plus-minus sign, no markup ([...]) nor emoji codes
-# (:name:), no space at its end (a right-justified cell's is cut)
-PLAIN_CELL = re.compile(r"(?:(?![\[:])[ -~±]|:(?![^\s:]*:))*(?<! )")
-
-
-def _plain_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]) -> list[str] | None:
-    """The lines :func:`_console` prints for rich's table of ``columns`` and ``rows`` where it prints plain text --
-    standard output neither a terminal nor said to be one (FORCE_COLOR, TTY_COMPATIBLE), in UTF-8 -- and where
-    every cell and the title are :data:`PLAIN_CELL` and the table fits PIPE_WIDTH: its title as it is (soft wrap),
-    then the heavy-headed box, each cell padded by a space, right- or left-justified to its column's widest.
-    None elsewhere (rich then prints it)."""
-    stream = sys.stdout
-    if (stream.isatty() or os.environ.get("FORCE_COLOR") is not None or os.environ.get("TTY_COMPATIBLE") == "1"
-            or not (getattr(stream, "encoding", None) or "").lower().replace("-", "").startswith("utf")):
-        return None
-    headers = [header for header, _ in columns]
-    if not all(PLAIN_CELL.fullmatch(text) for text in (title, *headers, *(cell for row in rows for cell in row))):
-        return None
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    if sum(widths) + 3 * len(widths) + 1 > PIPE_WIDTH:
-        return None
-
-    def line(cells: list[str], left: str, middle: str, right: str) -> str:
-        return left + middle.join(f" {cell.rjust(width) if justify == 'right' else cell.ljust(width)} "
-                                  for cell, width, (_, justify) in zip(cells, widths, columns)) + right
-
-    def rule(left: str, middle: str, right: str, bar: str) -> str:
-        return left + middle.join(bar * (width + 2) for width in widths) + right
-
-    return [*([title] if title else []), rule("┏", "┳", "┓", "━"), line(headers, "┃", "┃", "┃"),
-            rule("┡", "╇", "┩", "━"), *(line(row, "│", "│", "│") for row in rows), rule("└", "┴", "┘", "─")]
 
 
 def _say(text: str, stderr: bool = False) -> None:
