@@ -90,6 +90,11 @@ def test_the_cli_prints_the_degree_the_terms_and_the_costs_against_the_complete_
     assert rows["failure (sum)"] == [f"{chosen.failure:.3g}", "0"]
     assert rows["user messages sent"] == [f"{chosen.degree + 5:,}", "1,004"]
     assert "NOT YET RUN" not in result.stdout and "Bell et al." in result.stdout  # the parties run it (issue 47)
+    # the parameters are the complete graph's unless --degree says otherwise: the command says how to get the graph's
+    assert f"calibrated on the complete graph (--degree); for this graph's: --degree {chosen.degree}" in result.stdout
+    on_it = runner.invoke(app, [*BASE, "--colluding", "0.05", "--dropouts", "0.05", "--failure", "1e-9", "--degree",
+                                str(chosen.degree)])
+    assert on_it.exit_code == 0 and "for this graph's" not in on_it.stdout, on_it.output
 
 
 def test_the_json_carries_the_same_and_keeps_the_schema():

@@ -113,6 +113,10 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
         _say_privacy(privacy, profile, verbose)
         if neighbours is not None:
             _say_graph(neighbours)
+            if params.degree != neighbours.graph.degree:
+                on = "the complete graph" if params.degree is None else f"a graph of degree {params.degree}"
+                _say(f"- the parameters above are calibrated on {on} (--degree); for this graph's: --degree "
+                     f"{neighbours.graph.degree}")
 
     _emit(report_document(report), as_json, output, human)
 
