@@ -697,7 +697,6 @@ SAMPLING_BAD = [
      "gamma must be >= 1"),
     (["tss-collusion", "--min-count-fraction", 0.04, "--report-fraction", 0.5, "--colluders", 5000],
      "colluders must be an integer in [1, 1999]"),
-    (["dpds", "--min-count-fraction", 0.04, "--hash-key", "00ff"], "hash-key must be left out"),
 ]
 
 
@@ -1061,4 +1060,15 @@ def test_calibrate_offers_hash_key_only_where_items_are_hashed(protocol, offered
     assert code == 0 and ("--hash-key" in out) is offered, out
     if not offered:
         code, _, err = run("calibrate", protocol, "--hash-key", "00ff", "--users", 1000, "--epsilon", 1)
+        assert code == 2 and "No such option: --hash-key" in err, err
+
+
+@pytest.mark.parametrize("protocol,offered", [("fe1", True), ("olh", True), ("grr", True), ("dpds", False),
+                                               ("tss", False)])
+def test_estimate_offers_hash_key_only_where_items_are_hashed(protocol, offered):
+    """The same for estimate: a categorical protocol's categories are codes by their place in the public list."""
+    code, out, _ = run("estimate", protocol, "--help")
+    assert code == 0 and ("--hash-key" in out) is offered, out
+    if not offered:
+        code, _, err = run("estimate", protocol, "--min-count-fraction", 0.04, "--hash-key", "00ff", *COMMON)
         assert code == 2 and "No such option: --hash-key" in err, err

@@ -146,9 +146,10 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
               delimiter: Optional[str], header: bool, missing: Enum, domain: int, epsilon: float,
               delta: float, calibration: Enum, candidates: Optional[Path], top: int, seed: Optional[int],
               evaluate: Optional[bool],
-              hash_key: Optional[str], full_domain: Optional[bool], mode: Mode, verbose: bool, as_json: bool,
+              full_domain: Optional[bool], mode: Mode, verbose: bool, as_json: bool,
               output: Optional[Path], progress: Optional[bool], write_messages: Optional[Path], partitions: int,
-              epsilon_column: Optional[str], user_column: Optional[str], max_items: int, **options: Any) -> None:
+              epsilon_column: Optional[str], user_column: Optional[str], max_items: int,
+              hash_key: Optional[str] = None, **options: Any) -> None:
     from ..io import InputFormat
     from ..pipelines import with_left_out
     from ..reports import report_document
@@ -167,10 +168,7 @@ def _estimate(entry: ProtocolEntry, *, input: Optional[Path], column: Optional[s
                 mode=mode.value, **options)
             _emit(report_document(report), as_json, output, lambda: _print_estimate(report, verbose))
             return
-        if entry.categorical:
-            if hash_key is not None:
-                raise ParameterError("hash-key", f"left out for {entry.name} (categories are codes by their place in "
-                                     "the public list, no key)", hash_key)
+        if entry.categorical:  # categories are codes by their place in the public list: no --hash-key
             encoder = _category_encoder(input, candidates, domain, item_type.value)
             domain = encoder.domain_size
         elif domain is None and entry.small_domain:
@@ -286,8 +284,9 @@ def _estimate_command(entry: ProtocolEntry) -> Callable[..., None]:
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         *_seed_and_evaluate_options(),
         *_user_options(vectors=False),
-        _hash_key_option("The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same "
-                         "strings get the same codes. Default: derived from --seed, else random."),
+        *([] if categorical else [_hash_key_option(
+            "The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same strings get the "
+            "same codes. Default: derived from --seed, else random.")]),
         _param("full_domain", Optional[bool], typer.Option(
             None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24 and its "
             "cost fits about a second, or 10 ms a user).")),
