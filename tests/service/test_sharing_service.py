@@ -326,6 +326,7 @@ def test_enrollment_checks_tokens_and_keys(server):
     """An enrollment shows the token's authentication half (the server keeps its hash, never the token), the user's
     keys and their binding; a retry gets the same index, other keys on a spent token are refused, and the rounds
     open once the organisation signed the full roster."""
+    from privagg.core import identity
     from privagg.service.organisation import Organisation
 
     service, http, _ = server
@@ -350,7 +351,9 @@ def test_enrollment_checks_tokens_and_keys(server):
     again = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).json()
     assert first["user"] == again["user"] == 0 and first["secret"] != again["secret"]  # a retry: same index
     refused(http, path, enrollment(tid, tokens[0], b"j" * 32), 409, "token_spent")
-    refused(http, path, {**body, "identity_key": b64(b"i" * 32)}, 409, "token_spent")
+    refused(http, path, {**body, "identity_key": b64(identity.public_key(identity.generate()))}, 409, "token_spent")
+    for weak in (bytes([1]) + bytes(31), bytes(31) + bytes([0x80]), b"i" * 32):  # small order (1, 4); off the curve
+        refused(http, path, enrollment(tid, tokens[1], b"k" * 32, weak), 400, "malformed")
     for token in tokens[1:3]:
         http.post(path, content=json.dumps(enrollment(tid, token, secrets.token_bytes(32))),
                   headers={"content-type": "application/json"})

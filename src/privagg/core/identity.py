@@ -81,6 +81,14 @@ def verify(public: bytes, signature: bytes, context: bytes, message: bytes) -> b
     return True
 
 
+def is_key(public: bytes) -> bool:
+    """Whether ``public`` (32 bytes) is an Ed25519 public key under which a signature can check: a point of the
+    curve's prime-order subgroup, not of small order (libsodium's own test)."""
+    from nacl.bindings import crypto_core_ed25519_is_valid_point
+
+    return isinstance(public, bytes) and len(public) == KEY_BYTES and crypto_core_ed25519_is_valid_point(public)
+
+
 def check(public: bytes, signature: bytes, context: bytes, message: bytes, field: str, signer: str) -> None:
     """Nothing if :func:`verify`; else a ParameterError naming ``field`` and who should have signed it."""
     if not verify(public, signature, context, message):

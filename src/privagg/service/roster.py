@@ -89,6 +89,9 @@ class Roster:
         keys = {"public_key": b64_field(data.get("public_key"), "public_key", KEMS[KEM][1]),
                 "identity_key": b64_field(data.get("identity_key"), "identity_key", identity.KEY_BYTES),
                 "binding": b64_field(data.get("binding"), "binding", 32)}
+        if not identity.is_key(keys["identity_key"]):
+            raise Refused(400, "malformed", "identity_key must be an Ed25519 public key of the curve's prime-order "
+                          "subgroup (no signature checks under a point of small order or off the curve)")
         secret = secrets.token_urlsafe(SECRET_BYTES)
         tokens, roster = self.tokens, self.roster
         with self.lock, self.engine.begin() as c:
