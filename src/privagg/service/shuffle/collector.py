@@ -25,7 +25,6 @@ transaction.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import collections
 import hashlib
@@ -65,7 +64,9 @@ TOKEN_BYTES = 24
 REPORT_FIELDS = {"report_id", "token", "key_id", "ciphertexts", "discovery"}
 PADDING_BYTES = 64  # white space a report's JSON may carry beyond its compact encoding
 BATCH_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-STORED = {status: json.dumps({"status": status}).encode() for status in ("stored", "already stored")}  # the answers
+# the answers, made once (a response is sent as it is: its headers and body are not changed by sending)
+STORED = {status: Response(json.dumps({"status": status}).encode(), 201 if status == "stored" else 200,
+                           media_type="application/json") for status in ("stored", "already stored")}
 
 
 def token_hash(token: str) -> bytes:
@@ -540,7 +541,7 @@ def _sealed(task: Task, name: str, sealed) -> tuple[bytes, list[bytes]]:
     size, raws = task.sealed_size, []
     for i, text in enumerate(sealed):
         try:
-            raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+            raw = binascii.a2b_base64(text, strict_mode=True) if isinstance(text, str) else b""  # (b64decode's check)
         except (binascii.Error, ValueError):  # not base64, or not even ASCII
             raw = b""
         if len(raw) != size:
@@ -692,8 +693,7 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
         # a known task's report is checked on the event loop and waits for the writer there, without a worker
         # thread: every report in flight can join the writer's next transaction, not only a thread pool's worth
         known = collector.known_task(task_id) or await run_in_threadpool(collector.task, task_id)
-        status = await collector.stored(collector.check(known, body))
-        return Response(STORED[status], status_code=201 if status == "stored" else 200, media_type="application/json")
+        return STORED[await collector.stored(collector.check(known, body))]
 
     app.add_hot_route("POST", "/tasks/{task_id}/reports", submit)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from .. import storage
 from ..web import Health, Refused, log_event
 
 log = logging.getLogger("privagg.collector")
@@ -48,6 +49,10 @@ class GroupCommit:
     durable; one commit (one fsync) then covers many reports, and writers never queue on the database's
     lock. If the transaction fails (the database is down, or another collector spent a token of the group
     at the same moment), nothing of the group is stored and every caller gets a 503 to send again.
+
+    The thread keeps one connection (:func:`~privagg.service.storage.writer_connection`: on SQLite, its page
+    cache stays warm from group to group); after a failed group, or once the engine was disposed (its pool's
+    connections replaced), it is dropped, and the next group opens another.
     """
 
     MAX_GROUP = 512
@@ -59,6 +64,11 @@ class GroupCommit:
         self._queue: queue.Queue[Pending] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self._renew = False  # the engine was disposed: the writer's connection is replaced before its next group
+        sa.event.listen(engine, "engine_disposed", self._disposed)
+
+    def _disposed(self, _engine: sa.Engine) -> None:
+        self._renew = True
 
     def submit(self, report: Pending) -> Future | asyncio.Future:
         """``report``'s outcome (a new concurrent future unless it has one), set once the transaction holding it
@@ -73,14 +83,22 @@ class GroupCommit:
         return report.outcome
 
     def _run(self) -> None:
+        connection: sa.Connection | None = None  # the writer's own (storage.writer_connection), kept between groups
         while True:
             group = [self._queue.get()]
             while len(group) < self.MAX_GROUP and not self._queue.empty():
                 group.append(self._queue.get_nowait())
+            if connection is not None and self._renew:
+                connection = _dropped(connection)
             try:
-                with self.engine.begin() as c:
-                    outcomes = self.store(c, group)
+                if connection is None:
+                    self._renew = False
+                    connection = storage.writer_connection(self.engine)
+                with connection.begin():
+                    outcomes = self.store(connection, group)
             except Exception as err:
+                if connection is not None:  # not kept: the next group starts on a new connection
+                    connection = _dropped(connection)
                 if not self._failed:  # a full disk fails every group: one line when it starts, one when it ends
                     log.warning("reports not stored: writes are failing", extra={"fields": {
                         "reports": len(group), "error": type(err).__name__}})
@@ -105,6 +123,12 @@ class GroupCommit:
                     loop.call_soon_threadsafe(_settle, settled)
                 except RuntimeError:  # the loop is closed: the server stopped, and its requests with it
                     pass
+
+
+def _dropped(connection: sa.Connection) -> None:
+    """``connection`` closed for good (not returned to its pool, which would hand its settings to others)."""
+    connection.invalidate()
+    connection.close()
 
 
 def _settle(settled: list[tuple[Future | asyncio.Future, str | Refused]]) -> None:
