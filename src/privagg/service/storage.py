@@ -611,30 +611,6 @@ def lock_timeouts_refused(url: str | None) -> Iterator[None]:
                              "(another writer held it longer; nothing was written: try again)", shown) from None
 
 
-WRITER_CACHE_KIB = 64 << 10  # the collector writer's SQLite page cache (KiB, filled only as pages are read)
-
-
-def writer_connection(engine: sa.Engine) -> sa.Connection:
-    """A connection for one thread that writes many transactions in turn (the collector's writer), kept by it.
-
-    On SQLite, with its own settings (the other connections keep SQLite's): a page cache of
-    :data:`WRITER_CACHE_KIB` instead of SQLite's 2 MiB, and its temporary storage in memory. A report's rows go
-    into b-trees at random places (its encapsulations' and report id's keys are random), so a group's writes
-    touch about as many pages as it has rows: with 2 MiB the pages were read back from the WAL and spilled to it
-    before their commit, and the statement journal of the group's savepoint (the pages' contents before it, for
-    its rollback) went to a temporary file. Neither changes what a commit writes to the WAL, nor its fsync.
-    Measured in-process on 10,000 FE1 reports (about 9 rows each, groups of 256): 38 KB read and 43 KB written a
-    report before, 2 KB and 17 KB after; the writer's CPU a report about 0.12 ms -> 0.085 ms (docs/benchmarks.md,
-    part 10). The cache is this connection's alone: SQLite fills it only as far as the database's pages are
-    read."""
-    connection = engine.connect()
-    if engine.dialect.name == "sqlite":  # (before any transaction: temp_store cannot change inside one)
-        raw = connection.connection.dbapi_connection
-        raw.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
-        raw.execute("PRAGMA temp_store=MEMORY")
-    return connection
-
-
 @contextmanager
 def reading(engine: sa.Engine) -> Iterator[sa.Connection]:
     """A connection in a read-only transaction, for queries that write nothing.
