@@ -58,9 +58,9 @@ def insert_rows(connection: sa.Connection, table: sa.Table, columns: tuple[str, 
     statement (:data:`ROWS_PER_INSERT`: a few statement texts, each compiled once); a primary key already
     present fails the statement as a one-row INSERT would (IntegrityError).
 
-    SQLite's driver lets go of the GIL for each statement it runs and takes it back after: in the collector's
-    writer, beside a busy event loop, each of those hand-overs cost more CPU than the row's insert (in-process
-    its statements took 0.05-0.06 ms of CPU a report, in the served collector 0.12), and a report has about 9 rows."""
+    SQLite's driver lets go of the GIL for each statement it runs and takes it back after, from the busy event loop
+    in the served collector: there the writer's statements took 0.12 ms of CPU a report, one statement a row (a
+    report has about 9), against 0.05-0.06 ms in-process; 0.10 ms with these (docs/benchmarks.md, part 10)."""
     done = 0
     for size in ROWS_PER_INSERT:
         count = (len(rows) - done) // size * size
