@@ -25,7 +25,6 @@ transaction.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import collections
 import hashlib
@@ -57,7 +56,7 @@ from ..storage import batches, collector_tasks, encapsulations, reports, tokens
 from ..tasks import Task, encapsulation_digests, is_hex_id
 from ..web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
                   require_operator, shown)
-from .collector_writer import GroupCommit, Pending
+from .collector_writer import GroupCommit, Pending, insert_rows
 
 log = logging.getLogger("privagg.collector")
 
@@ -65,7 +64,9 @@ TOKEN_BYTES = 24
 REPORT_FIELDS = {"report_id", "token", "key_id", "ciphertexts", "discovery"}
 PADDING_BYTES = 64  # white space a report's JSON may carry beyond its compact encoding
 BATCH_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-STORED = {status: json.dumps({"status": status}).encode() for status in ("stored", "already stored")}  # the answers
+# the answers, made once (a response is sent as it is: its headers and body are not changed by sending)
+STORED = {status: Response(json.dumps({"status": status}).encode(), 201 if status == "stored" else 200,
+                           media_type="application/json") for status in ("stored", "already stored")}
 
 
 def token_hash(token: str) -> bytes:
@@ -288,17 +289,14 @@ class Collector:
         # (through the driver: about one row per message, see storage.execute_driver)
         updated = storage.execute_driver(c, SPEND_TOKEN, [{"h": r.token_hash, "t": r.task_id, "r": r.report_id}
                                                           for r in new]).rowcount
-        stored = [{"task_id": task_id, "report_id": r.report_id, "ciphertexts": blob}
-                  for r in new for task_id, blob, _ in r.parts]
-        storage.execute_driver(c, STORE_REPORT, stored)
+        stored = [(task_id, r.report_id, blob) for r in new for task_id, blob, _ in r.parts]
+        insert_rows(c, reports, ("task_id", "report_id", "ciphertexts"), stored)
         # the rows are locked above: the quiet period's clock, and the count of reports waiting
-        arrived, now = collections.Counter(row["task_id"] for row in stored), time.time()
+        arrived, now = collections.Counter(row[0] for row in stored), time.time()
         storage.execute_driver(c, COUNT_ARRIVALS, [{"task": t, "now": now, "count": k} for t, k in arrived.items()])
         # the primary key makes this atomic across collector processes: a digest another one stored since
         # fails the whole group, whose clients send again and are then refused as replays
-        rows = [{"task_id": task_id, "digest": d} for r in new for task_id, d in r.keys]
-        if rows:
-            storage.execute_driver(c, STORE_ENCAPSULATION, rows)
+        insert_rows(c, encapsulations, ("task_id", "digest"), [key for r in new for key in r.keys])
         return updated
 
     # ---- batches -------------------------------------------------------------------------------------------
@@ -540,7 +538,7 @@ def _sealed(task: Task, name: str, sealed) -> tuple[bytes, list[bytes]]:
     size, raws = task.sealed_size, []
     for i, text in enumerate(sealed):
         try:
-            raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+            raw = binascii.a2b_base64(text, strict_mode=True) if isinstance(text, str) else b""  # (b64decode's check)
         except (binascii.Error, ValueError):  # not base64, or not even ASCII
             raw = b""
         if len(raw) != size:
@@ -572,10 +570,8 @@ def batch_stream(task_id: str, batch_id: str, reports: int, sealed: np.ndarray) 
 # the writer's statements, executed through the driver (storage.execute_driver)
 SPEND_TOKEN = sa.update(tokens).where(tokens.c.token_hash == sa.bindparam("h"), tokens.c.task_id == sa.bindparam("t"),
                                       tokens.c.report_id.is_(None)).values(report_id=sa.bindparam("r"))
-STORE_REPORT = sa.insert(reports).values({c: sa.bindparam(c) for c in ("task_id", "report_id", "ciphertexts")})
 COUNT_ARRIVALS = sa.update(collector_tasks).where(collector_tasks.c.task_id == sa.bindparam("task")).values(
     last_arrival=sa.bindparam("now"), waiting=collector_tasks.c.waiting + sa.bindparam("count"))
-STORE_ENCAPSULATION = sa.insert(encapsulations).values({c: sa.bindparam(c) for c in ("task_id", "digest")})
 
 
 def _reason(response) -> str | None:
@@ -692,8 +688,7 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
         # a known task's report is checked on the event loop and waits for the writer there, without a worker
         # thread: every report in flight can join the writer's next transaction, not only a thread pool's worth
         known = collector.known_task(task_id) or await run_in_threadpool(collector.task, task_id)
-        status = await collector.stored(collector.check(known, body))
-        return Response(STORED[status], status_code=201 if status == "stored" else 200, media_type="application/json")
+        return STORED[await collector.stored(collector.check(known, body))]
 
     app.add_hot_route("POST", "/tasks/{task_id}/reports", submit)
 
