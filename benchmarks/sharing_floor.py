@@ -39,11 +39,11 @@ def _per_call(function, repeat: int) -> float:
 
 def floor_ops(parameters, holders: int) -> dict[str, float]:
     """CPU seconds per operation, as the parties call them (``parameters``: a DPDS or DPDG task's; ``holders``: the
-    users a secret is shared among, n on the complete graph, k + 1 with k neighbours): an X25519 agreement with its
-    HKDF (:class:`~privagg.protocols.sharing_parties.PairShares`), a ChaCha20 expansion to N field elements, HPKE's
-    seal and open of a backup (X25519, AES-128-GCM), an Ed25519 signature made and checked (libsodium, as
-    core/identity.py calls it; its public key loaded once: identity keeps the key objects; the load alone beside
-    it), a Shamir split of a user's two secrets among ``holders``, and a row stored in SQLite (the relayed table's shape, 1,000 rows a
+    users a secret is shared among, n on the complete graph, k + 1 with k neighbours): an X25519 agreement with its HKDF
+    (:class:`~privagg.protocols.sharing_parties.PairShares`), a ChaCha20 expansion to N field elements, HPKE's seal and
+    open of a backup (X25519, AES-128-GCM), an Ed25519 signature made and checked (libsodium, as core/identity.py calls
+    it; its public key loaded once: identity keeps the key objects; the load alone beside it), a Shamir split of a
+    user's two secrets among ``holders``, and a row stored in SQLite (the relayed table's shape, 1,000 rows a
     transaction, WAL)."""
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 

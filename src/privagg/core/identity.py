@@ -1,10 +1,10 @@
 """Long-term identities and signatures of the multi-round protocols' parties: Ed25519 (RFC 8032), from libsodium
 (PyNaCl), whose verification takes about half the CPU of OpenSSL's (60 against 110 us on the AMD EPYC host of
-docs/benchmarks.md part 16; a user of a neighbour graph checks about 3k signatures, the server k an answer). The
-keys and signatures are RFC 8032's, so either library reads the other's; libsodium's check is the stricter one
-(it refuses small-order keys and R, and non-canonical encodings). A user signs what he sends with the identity key he registered at enrollment, and the
-organisation signs the task and the roster it published, so that no single server can swap a key or put words in
-a party's mouth (docs/privacy.md, "Dishonest parties").
+docs/benchmarks.md part 16; a user of a neighbour graph checks about 3k signatures, the server k an answer). The keys
+and signatures are RFC 8032's, so either library reads the other's; libsodium's check is the stricter one (it refuses
+small-order keys and R, and non-canonical encodings). A user signs what he sends with the identity key he registered
+at enrollment, and the organisation signs the task and the roster it published, so that no single server can swap a
+key or put words in a party's mouth (docs/privacy.md, "Dishonest parties").
 
 Every signature is over a context (what is signed, for which task) and the message, so that a signature given for
 one purpose or task is never valid for another. Ed25519 signing is deterministic: a seeded simulation draws its
