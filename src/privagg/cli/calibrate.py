@@ -13,7 +13,8 @@ import typer
 
 from ..errors import ParameterError
 from ..protocols.kinds import ResultKind, Topology
-from .options import ProtocolCommands, _choice, _command, _hash_key_option, _param, _protocol_parameters, _verbose_option
+from .options import (ProtocolCommands, _choice, _command, _hash_key_option, _hashes_items, _param,
+                      _protocol_parameters, _verbose_option)
 from .output import (EXIT_VIOLATION, _check_output, _clean_errors, _console, _emit, _progress, _say, _say_privacy,
                      _summary_value)
 
@@ -23,12 +24,6 @@ if TYPE_CHECKING:
 
 calibrate_app = ProtocolCommands(lambda entry: _register_calibrate(entry),
                                  help="Frozen parameters, cost and expected error of a protocol.")
-
-
-def _hashes_items(entry: ProtocolEntry) -> bool:
-    """Whether the protocol's parameters carry an item-hash key (integer or string items counted in a table; not
-    categories, vectors or fe-hh's prefixes), which ``--hash-key`` sets."""
-    return not entry.categorical and entry.result is ResultKind.FREQUENCY_TABLE
 
 
 def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float, delta: float,
@@ -197,8 +192,8 @@ def _register_calibrate(entry: ProtocolEntry) -> None:
                                    "expected error an item and both guarantees."))]
           if entry.result in (ResultKind.FREQUENCY_TABLE, ResultKind.HEAVY_HITTER_LIST) else []),
         *(_graph_options() if entry.topology is Topology.SECRET_SHARING else []),  # DPDS, DPDG (metadata only)
-        *([_hash_key_option("The public item-hash key (hex) to record in the parameters (default: a random one).")]
-          if _hashes_items(entry) else []),
+        *_hash_key_option(entry, "The public item-hash key (hex) to record in the parameters (default: a random "
+                                 "one)."),
         _verbose_option(),
         _param("as_json", bool, typer.Option(False, "--json", help="Print the report as JSON.")),
         _param("output", Optional[Path], typer.Option(

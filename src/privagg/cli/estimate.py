@@ -284,9 +284,8 @@ def _estimate_command(entry: ProtocolEntry) -> Callable[..., None]:
         _param("top", int, typer.Option(10, "--top", help="How many top items to report.")),
         *_seed_and_evaluate_options(),
         *_user_options(vectors=False),
-        *([] if categorical else [_hash_key_option(
-            "The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the same strings get the "
-            "same codes. Default: derived from --seed, else random.")]),
+        *_hash_key_option(entry, "The public item-hash key (hex, e.g. parameters.item_key of an earlier run): the "
+                                 "same strings get the same codes. Default: derived from --seed, else random."),
         _param("full_domain", Optional[bool], typer.Option(
             None, "--full-domain/--no-full-domain", help="Estimate every item of [B] (default when B <= 2^24 and its "
             "cost fits about a second, or 10 ms a user).")),

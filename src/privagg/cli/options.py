@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 import typer
 
 from ..errors import ParameterError
-from ..protocols.kinds import Family
+from ..protocols.kinds import Family, ResultKind
 from .output import _clean_errors
 
 if TYPE_CHECKING:
@@ -231,8 +231,16 @@ def _delta_required(protocol: str) -> Callable[[Any], Any]:
     return check
 
 
-def _hash_key_option(help: str) -> inspect.Parameter:
-    return _param("hash_key", Optional[str], typer.Option(None, "--hash-key", help=help))
+def _hashes_items(entry) -> bool:
+    """Whether the protocol's parameters carry an item-hash key (integer or string items counted in a table; not
+    categories, vectors or fe-hh's prefixes), which ``--hash-key`` sets."""
+    return not entry.categorical and entry.result is ResultKind.FREQUENCY_TABLE
+
+
+def _hash_key_option(entry, help: str) -> list[inspect.Parameter]:
+    """``--hash-key``, for the commands of a protocol that hashes items (:func:`_hashes_items`); none elsewhere."""
+    return [_param("hash_key", Optional[str], typer.Option(None, "--hash-key", help=help))] if _hashes_items(
+        entry) else []
 
 
 def _verbose_option() -> inspect.Parameter:
