@@ -48,8 +48,11 @@ def mulmod(a: np.ndarray, x: np.ndarray, q: int) -> np.ndarray:
 
     floor(a x / q) is estimated in double precision (off by at most 2 for
     q < 2^50); a x - quot q is then exact in wrapping unsigned 64-bit
-    arithmetic, and a final ``%`` corrects the estimate.
+    arithmetic, and a final ``%`` corrects the estimate. Where q < 2^31, a x < 2^62 is exact in int64: one product
+    and one ``%`` (half the passes: OLH's and FE1's hashing up to B of about 2^31).
     """
+    if q < 1 << 31:
+        return np.asarray(a, dtype=np.int64) * np.asarray(x, dtype=np.int64) % q
     quot = (a.astype(np.float64) * x.astype(np.float64) * (1.0 / q)).astype(np.uint64)
     r = (a.astype(np.uint64) * x.astype(np.uint64) - quot * np.uint64(q)).view(np.int64)
     return r % q
@@ -157,8 +160,6 @@ class UniversalHash:
         x = _as_int64("x", x, self.modulus)
         if not u.size == v.size == x.size:
             raise ValueError(f"u, v and x must have one length, got {u.size}, {v.size}, {x.size}")
-        if self.modulus < 1 << 31:  # u x + v < q^2 + q < 2^63: exact in int64, half mulmod's passes (OLH, FE1)
-            return (u * x + v) % self.modulus % self.bins
         return ((mulmod(u, x, self.modulus) + v) % self.modulus) % self.bins
 
     def preimages(self, u: int, v: int, w: int, domain_size: int) -> np.ndarray:
