@@ -556,12 +556,12 @@ def _check_integers(values, domain_size: int) -> np.ndarray:
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
         raise ParameterError("item", f"integers in [0, {domain_size}), one per user", f"dtype {array.dtype}, shape "
                              f"{array.shape}")
-    top = np.uint64(domain_size - 1)  # unsigned values compared as they are: no uint64 copy of (10^7) items
-    bad = array > top if array.dtype.kind == "u" else (array < 0) | (array.astype(np.uint64) > top)
+    unsigned = array.astype(np.uint64, copy=False)  # a copy only of signed or narrower items, made once
+    bad = (unsigned > np.uint64(domain_size - 1)) | ((array < 0) if array.dtype.kind != "u" else False)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ParameterError("item", f"an integer in [0, {domain_size})", int(array[row]), row)
-    return array.astype(np.uint64, copy=False)
+    return unsigned
 
 
 def _check_strings(values, max_length: int) -> np.ndarray:
