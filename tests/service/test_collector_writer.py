@@ -52,3 +52,26 @@ def test_the_writers_connection_has_its_own_cache_and_memory_temp_store_and_othe
         assert other.exec_driver_sql("PRAGMA temp_store").scalar() == 0
     writer.close()
     engine.dispose()
+
+
+def test_the_writer_keeps_its_sqlite_connection_and_drops_it_after_a_failed_group_or_a_dispose(tmp_path):
+    """The kept connection is reused from group to group; a group that fails (a token another collector spent, a
+    full disk) drops it, and so does an engine.dispose(), the next group opening another with the writer's settings
+    (a pool's connection would carry neither)."""
+    from privagg.service.shuffle.collector_writer import GroupCommit
+    from privagg.service.web import Health
+
+    engine = storage.connect(f"sqlite:///{tmp_path}/collector.db", "collector")
+    writer = GroupCommit(engine, lambda c, group: [], Health())
+    with writer._transaction() as first:
+        pass
+    with writer._transaction() as again:
+        assert again is first and again.exec_driver_sql("PRAGMA cache_size").scalar() == -(64 << 10)
+    with pytest.raises(RuntimeError), writer._transaction():
+        raise RuntimeError("the group failed")
+    with writer._transaction() as after_failure:
+        assert after_failure is not first and after_failure.exec_driver_sql("PRAGMA temp_store").scalar() == 2
+    engine.dispose()
+    with writer._transaction() as after_dispose:
+        assert after_dispose is not after_failure and after_failure.closed and first.closed
+    engine.dispose()

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -24,9 +26,8 @@ WRITER_CACHE_KIB = 64 << 10  # the writer's SQLite page cache (KiB, filled only 
 
 
 def writer_connection(engine: sa.Engine) -> sa.Connection:
-    """A connection for one thread that writes many transactions in turn (the collector's writer), kept by it.
-
-    On SQLite, with its own settings (the other connections keep SQLite's): a page cache of
+    """A connection to a SQLite ``engine`` for one thread that writes many transactions in turn (the collector's
+    writer), kept by it, with its own settings (the other connections keep SQLite's): a page cache of
     :data:`WRITER_CACHE_KIB` instead of SQLite's 2 MiB, and its temporary storage in memory. A report's rows go
     into b-trees at random places (its encapsulations' and report id's keys are random), so a group's writes
     touch about as many pages as it has rows: with 2 MiB the pages were read back from the WAL and spilled to it
@@ -37,10 +38,9 @@ def writer_connection(engine: sa.Engine) -> sa.Connection:
     part 10). The cache is this connection's alone: SQLite fills it only as far as the database's pages are
     read."""
     connection = engine.connect()
-    if engine.dialect.name == "sqlite":  # (before any transaction: temp_store cannot change inside one)
-        raw = connection.connection.dbapi_connection
-        raw.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
-        raw.execute("PRAGMA temp_store=MEMORY")
+    raw = connection.connection.dbapi_connection  # (before any transaction: temp_store cannot change inside one)
+    raw.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
+    raw.execute("PRAGMA temp_store=MEMORY")
     return connection
 
 
@@ -48,9 +48,11 @@ ROWS_PER_INSERT = (256, 16, 1)  # the sizes of insert_rows's statements, largest
 
 
 @functools.cache
-def _rows_insert(table: sa.Table, columns: tuple[str, ...], size: int) -> sa.Insert:
-    """One INSERT of ``size`` rows into ``table``'s ``columns``, the i-th row's values bound as ``{column}{i}``."""
-    return sa.insert(table).values([{c: sa.bindparam(f"{c}{i}") for c in columns} for i in range(size)])
+def _rows_insert(table: sa.Table, columns: tuple[str, ...], size: int) -> tuple[sa.Insert, tuple[str, ...]]:
+    """One INSERT of ``size`` rows into ``table``'s ``columns``, the i-th row's values bound as ``{column}_{i}``,
+    and those names in the rows' order (row 0's columns, then row 1's, ...)."""
+    names = tuple(f"{c}_{i}" for i in range(size) for c in columns)
+    return sa.insert(table).values([{c: sa.bindparam(f"{c}_{i}") for c in columns} for i in range(size)]), names
 
 
 def insert_rows(connection: sa.Connection, table: sa.Table, columns: tuple[str, ...], rows: list[tuple]) -> None:
@@ -65,9 +67,10 @@ def insert_rows(connection: sa.Connection, table: sa.Table, columns: tuple[str, 
     for size in ROWS_PER_INSERT:
         count = (len(rows) - done) // size * size
         if count:
-            chunks = [{f"{c}{i}": value for i, row in enumerate(rows[start:start + size]) for c, value in
-                       zip(columns, row)} for start in range(done, done + count, size)]
-            storage.execute_driver(connection, _rows_insert(table, columns, size), chunks)
+            statement, names = _rows_insert(table, columns, size)
+            chunks = [dict(zip(names, itertools.chain.from_iterable(rows[start:start + size])))
+                      for start in range(done, done + count, size)]
+            storage.execute_driver(connection, statement, chunks)
             done += count
 
 
@@ -101,9 +104,7 @@ class GroupCommit:
     lock. If the transaction fails (the database is down, or another collector spent a token of the group
     at the same moment), nothing of the group is stored and every caller gets a 503 to send again.
 
-    The thread keeps one connection (:func:`writer_connection`: on SQLite, its page
-    cache stays warm from group to group); after a failed group, or once the engine was disposed (its pool's
-    connections replaced), it is dropped, and the next group opens another.
+    On SQLite the thread keeps one connection (:meth:`_transaction`).
     """
 
     MAX_GROUP = 512
@@ -115,6 +116,7 @@ class GroupCommit:
         self._queue: queue.Queue[Pending] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self._connection: sa.Connection | None = None  # the writer's own on SQLite (_transaction), kept between groups
         self._renew = False  # the engine was disposed: the writer's connection is replaced before its next group
         sa.event.listen(engine, "engine_disposed", self._disposed)
 
@@ -133,23 +135,37 @@ class GroupCommit:
         self._queue.put(report)
         return report.outcome
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sa.Connection]:
+        """A group's transaction. On SQLite on the writer's own connection (:func:`writer_connection`: its page
+        cache stays warm from group to group), dropped after a failed group or once the engine was disposed (its
+        pool's connections replaced), the next group then opening another; elsewhere on a connection of the pool,
+        which checks it before lending it (``pool_pre_ping``: a restarted PostgreSQL costs no group)."""
+        if self.engine.dialect.name != "sqlite":
+            with self.engine.begin() as connection:
+                yield connection
+            return
+        if self._connection is not None and self._renew:
+            self._connection = _dropped(self._connection)
+        if self._connection is None:
+            self._renew = False
+            self._connection = writer_connection(self.engine)
+        try:
+            with self._connection.begin():
+                yield self._connection
+        except BaseException:
+            self._connection = _dropped(self._connection)
+            raise
+
     def _run(self) -> None:
-        connection: sa.Connection | None = None  # the writer's own (writer_connection), kept between groups
         while True:
             group = [self._queue.get()]
             while len(group) < self.MAX_GROUP and not self._queue.empty():
                 group.append(self._queue.get_nowait())
-            if connection is not None and self._renew:
-                connection = _dropped(connection)
             try:
-                if connection is None:
-                    self._renew = False
-                    connection = writer_connection(self.engine)
-                with connection.begin():
+                with self._transaction() as connection:
                     outcomes = self.store(connection, group)
             except Exception as err:
-                if connection is not None:  # not kept: the next group starts on a new connection
-                    connection = _dropped(connection)
                 if not self._failed:  # a full disk fails every group: one line when it starts, one when it ends
                     log.warning("reports not stored: writes are failing", extra={"fields": {
                         "reports": len(group), "error": type(err).__name__}})
