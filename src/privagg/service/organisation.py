@@ -54,7 +54,8 @@ class Organisation:
         The signed roster, and each user left out with the reason."""
         halves = {secret_hash(auth): binding for auth, binding in map(identity.token_halves, tokens)}
         users, left_out, enrolled = {}, {}, driver.enrollments(task_id)
-        n = driver.task(task_id).parameters.n_users  # the task it signed: the roster is of its n indices, each once
+        n = driver.task(task_id).parameters.n_users  # as the server holds it (a device checks the
+        # signed head's n against the task the organisation signed): the roster is of its n indices, each once
         if sorted(row["user"] for row in enrolled) != list(range(n)):
             raise ParameterError("roster", f"the enrollments of users 0..{n - 1}, each once (the task's n = {n})",
                                  f"{len(enrolled)} rows for {len({row['user'] for row in enrolled})} indices")
