@@ -64,6 +64,19 @@ def test_requests_read_the_tasks_lists_and_roster_once_a_round_not_once_a_reques
 
 
 @pytest.mark.parametrize("n, degree", [(16, 4)])
+def test_a_running_tasks_row_and_a_users_secret_are_read_once_not_by_every_request(dpds, n, degree):
+    """While a round runs, the process keeps the task's status and each user's secret as committed (the round
+    driver's ``_now``, the roster's ``authenticated``): the row is read again after each change of round, the
+    secret once a user, not by each of the 2 n requests of a round (before: four reads of the row by an answer,
+    three by an inbox, and one of the secret by each)."""
+    seen, _ = _run(dpds, n, degree)
+    status = [s for s, _ in seen if s.startswith("SELECT sharing_tasks.status")]
+    secrets_ = [s for s, _ in seen if s.startswith("SELECT sharing_roster.secret_hash")]
+    assert len(status) <= 8 * len(ROUNDS), len(status)  # after each change of round: until a store keeps it
+    assert len(secrets_) <= n, len(secrets_)
+
+
+@pytest.mark.parametrize("n, degree", [(16, 4)])
 def test_an_inbox_reads_the_rows_relayed_to_its_user_by_index(dpds, n, degree):
     """On SQLite, every statement that reads relayed rows searches them by recipient or sender (an index, the
     primary key), never the round's relayed rows whole (SQLite searched the primary key by task and round for each

@@ -348,8 +348,12 @@ def test_enrollment_checks_tokens_and_keys(server):
     assert http.get(f"/tasks/{tid}/roster").status_code == 409  # not signed yet
     body = enrollment(tid, tokens[0], b"k" * 32)
     first = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).json()
+    inbox = f"/tasks/{tid}/inbox"
+    refused(http, inbox, first, 409, "round_closed")  # authenticated (and his secret kept), no round open yet
     again = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"}).json()
     assert first["user"] == again["user"] == 0 and first["secret"] != again["secret"]  # a retry: same index
+    refused(http, inbox, first, 403, "bad_secret")  # the retry's secret replaced the one kept
+    refused(http, inbox, again, 409, "round_closed")
     refused(http, path, enrollment(tid, tokens[0], b"j" * 32), 409, "token_spent")
     refused(http, path, {**body, "identity_key": b64(identity.public_key(identity.generate()))}, 409, "token_spent")
     for weak in (bytes([1]) + bytes(31), bytes(31) + bytes([0x80]), b"i" * 32):  # small order (1, 4); off the curve

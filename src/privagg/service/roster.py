@@ -20,7 +20,8 @@ import json
 import logging
 import secrets
 import threading
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
@@ -66,6 +67,10 @@ class Roster:
 
     def __init__(self, engine: sa.Engine, tokens: sa.Table, roster: sa.Table, lock: threading.Lock) -> None:
         self.engine, self.tokens, self.roster, self.lock = engine, tokens, roster, lock
+        # task -> {user: the hash of his secret} as committed (:meth:`authenticated`); an enrollment, under the lock,
+        # drops its user's and counts itself in _enrolled once it committed (:meth:`_enrolling`)
+        self._secrets: dict[str, dict[int, bytes]] = {}
+        self._enrolled = 0
 
     def issue(self, task_id: str, count: int) -> list[str]:
         """``count`` one-use enrollment tokens for ``task_id`` (the caller checked the task): the organisation keeps
@@ -94,7 +99,7 @@ class Roster:
                           "subgroup (no signature checks under a point of small order or off the curve)")
         secret = secrets.token_urlsafe(SECRET_BYTES)
         tokens, roster = self.tokens, self.roster
-        with self.lock, self.engine.begin() as c:
+        with self.lock, self._enrolling(), self.engine.begin() as c:
             row = c.execute(sa.select(tokens).where(tokens.c.token_hash == secret_hash(token))).first()
             if row is None or row.task_id != task_id:
                 raise Refused(403, "bad_token", "token must be the authentication half of one the server issued for "
@@ -105,6 +110,7 @@ class Roster:
                 if tuple(known) != (keys["public_key"], keys["identity_key"], keys["binding"]):
                     raise Refused(409, "token_spent", "token was spent on another enrollment")
                 user = row.user
+                self._secrets.get(task_id, {}).pop(user, None)
                 c.execute(sa.update(roster).where(roster.c.task_id == task_id, roster.c.user == user).values(
                     secret_hash=secret_hash(secret)))
             else:
@@ -117,6 +123,19 @@ class Roster:
                 c.execute(sa.insert(roster).values(task_id=task_id, user=user, secret_hash=secret_hash(secret), **keys))
                 c.execute(sa.update(tokens).where(tokens.c.token_hash == secret_hash(token)).values(user=user))
         return {"user": user, "secret": secret}
+
+    @contextmanager
+    def _enrolling(self) -> Iterator[None]:
+        """Around an enrollment's transaction, under the lock: counted once it committed or failed, so that
+        :meth:`authenticated` keeps no secret it read before (a retry's enrollment changes the user's secret)."""
+        try:
+            yield
+        finally:
+            self._enrolled += 1
+
+    def forget(self, task_id: str) -> None:
+        """Drop what :meth:`authenticated` keeps of a finished task."""
+        self._secrets.pop(task_id, None)
 
     def enrollments(self, task_id: str) -> list[dict]:
         """What the organisation checks before it signs the roster: each enrolled user's index, keys and binding,
@@ -134,9 +153,15 @@ class Roster:
         if type(user) is not int or not 0 <= user < n_users or not isinstance(secret, str):
             raise Refused(400, "malformed", f"user must be a roster index in [0, {n_users}) and secret the string "
                           "enrollment returned")
-        with storage.reading(self.engine) as c:
-            known = c.execute(sa.select(self.roster.c.secret_hash).where(self.roster.c.task_id == task_id,
-                                                                         self.roster.c.user == user)).scalar()
+        known = self._secrets.get(task_id, {}).get(user)
+        if known is None:
+            enrolled = self._enrolled
+            with storage.reading(self.engine) as c:
+                known = c.execute(sa.select(self.roster.c.secret_hash).where(self.roster.c.task_id == task_id,
+                                                                             self.roster.c.user == user)).scalar()
+            with self.lock:  # kept unless an enrollment ended since (it may have changed the secret after the read)
+                if known is not None and enrolled == self._enrolled:
+                    self._secrets.setdefault(task_id, {})[user] = known
         if known is None or not hmac.compare_digest(known, secret_hash(secret)):
             raise Refused(403, "bad_secret", "secret must be the one enrollment returned to this user")
         return user

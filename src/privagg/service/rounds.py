@@ -99,6 +99,7 @@ class RoundDriver:
         self._cache = MessageCache(CACHE_BYTES)
         self._counts: dict[tuple[str, int], int] = {}  # (task, round) -> answers stored (:meth:`_answered`)
         self._rounds: dict[str, RoundState] = {}  # task -> its state as last read (:meth:`_round_state`)
+        self._running: dict[str, tuple] = {}  # task -> its status and round state while it runs (:meth:`_now`)
         self._coordinators: dict[str, object] = {}  # task -> its coordinator (:meth:`_coordinator`)
         self._releasing: dict[str, threading.Event] = {}  # the releases this process computes (:meth:`_release`)
         self._lock = threading.Lock()
@@ -295,7 +296,33 @@ class RoundDriver:
             else:  # finished: a server holding many finished tasks keeps none of their O(n) state or coordinators
                 self._rounds.pop(task_id, None)
                 self._coordinators.pop(task_id, None)
+                self.users.forget(task_id)
         return kept
+
+    def _now(self, task_id: str, coordinator, protocol: MultiRound) -> tuple[object, "RoundState"]:
+        """The task's status (:meth:`_status`) and round state (:meth:`_round_state`) as last committed: from memory
+        while it runs, else read in one snapshot.
+
+        What is kept while a task runs (``_running``) is only ever the committed row and state: it is set under
+        the process lock from a read in a write transaction (:meth:`_store`), and dropped under the lock before any
+        transaction that changes the row (:meth:`advance`, :meth:`close_round`), so a request that reads it reads
+        what it would have read from the database a moment before. Only this process changes a running task's
+        row (one server process a database: the lock and the counts of answers assume it already); the roster's
+        signature, which another process writes, changes an enrolling one. It spares a request's reads of the
+        row (each of advance's checks, the open round's, the store's: most of the server's SQL a request, 29%
+        of an answer's CPU at n = 3,000; docs/benchmarks.md part 18)."""
+        kept = self._running.get(task_id)
+        if kept is not None:
+            return kept
+        with storage.reading(self.engine) as c:
+            row = self._status(c, task_id)
+            return row, self._round_state(c, task_id, row, coordinator, protocol)
+
+    def _locked_now(self, c: sa.Connection, task_id: str) -> tuple[object, "RoundState"]:
+        """:meth:`_now` from the database, in the caller's write transaction under the process lock."""
+        task = self.task(task_id)
+        row = self._status(c, task_id, lock=True)
+        return row, self._round_state(c, task_id, row, self._coordinator(task), protocol_of(task.parameters))
 
     def _coordinator(self, task):
         """The task's coordinator, made once per task (it keeps what it builds from the published lists: the
@@ -384,14 +411,14 @@ class RoundDriver:
         retry of a message that arrived before it closed, with ``retry``; ``round_closed`` otherwise)."""
         self.advance(task_id)
         task = self.task(task_id)
-        with storage.reading(self.engine) as c:
-            row = self._status(c, task_id)
-            if row.status != RUNNING or (number is not None and row.round != number):
-                if number is not None and retry:
+        row, kept = self._now(task_id, self._coordinator(task), protocol_of(task.parameters))
+        if row.status != RUNNING or (number is not None and row.round != number):
+            if number is not None and retry:
+                with storage.reading(self.engine) as c:
                     self._sent_before(c, task_id, number, user)
-                wanted = "a round" if number is None else f"round {number}"
-                raise Refused(409, "round_closed", f"{wanted} must be open; the task is {self.label(row)}")
-            return row, self._round_state(c, task_id, row, self._coordinator(task), protocol_of(task.parameters))
+            wanted = "a round" if number is None else f"round {number}"
+            raise Refused(409, "round_closed", f"{wanted} must be open; the task is {self.label(row)}")
+        return row, kept
 
     # ---- a user's inbox and answer -------------------------------------------------------------------------
     def inbox(self, task_id: str, data: dict) -> dict:
@@ -467,8 +494,8 @@ class RoundDriver:
                                               f"{round_.relay}[{i}].signature")
 
         def insert(c: sa.Connection) -> None:
-            c.execute(sa.insert(self.messages).values(task_id=task_id, round=number, user=user, message=message,
-                                                      signature=signature))
+            c.execute(sa.insert(self.messages), {"task_id": task_id, "round": number, "user": user, "message": message,
+                                                 "signature": signature})
             if rows:
                 c.execute(sa.insert(self.relayed), [{"task_id": task_id, "round": number, "sender": user,
                                                      "recipient": k, "sealed": v, "signature": g}
@@ -506,13 +533,15 @@ class RoundDriver:
         try:
             with self._lock:
                 with self.engine.begin() as c:
-                    row = self._status(c, task_id, lock=True)
+                    row, kept = self._running.get(task_id) or self._locked_now(c, task_id)
                     if row.status != RUNNING or row.round != number:  # closed meanwhile
                         self._sent_before(c, task_id, number, user)
                         raise Refused(409, "round_closed", f"round {number} closed before this message was stored")
                     insert(c)
                 if (task_id, number) in self._counts:  # committed: counted (else counted from the database)
                     self._counts[task_id, number] += 1
+                if row.status == RUNNING:
+                    self._running[task_id] = row, kept
         except sa.exc.IntegrityError:
             raise Refused(409, "already_sent", f"user {user} already sent his round-{number} message") from None
         except sa.exc.DBAPIError as err:
@@ -532,11 +561,11 @@ class RoundDriver:
         (:meth:`_due`: most requests)."""
         task = self.task(task_id)
         protocol, coordinator = protocol_of(task.parameters), self._coordinator(task)
-        with storage.reading(self.engine) as c:
-            row = self._status(c, task_id)
-            if not self._due(c, task_id, row, protocol, coordinator):
-                return self.label(row)
+        row, kept = self._now(task_id, coordinator, protocol)
+        if not self._due(task_id, row, kept, protocol):
+            return self.label(row)
         with self._lock, self.engine.begin() as c:
+            self._running.pop(task_id, None)  # (before the row changes: see _now)
             row = self._status(c, task_id, lock=True)
             now, update = self.clock(), {}
             kept = self._round_state(c, task_id, row, coordinator, protocol)
@@ -559,14 +588,13 @@ class RoundDriver:
             status = self._release(task_id)
         return _label(status, update.get("round", row.round))
 
-    def _due(self, c: sa.Connection, task_id: str, row, protocol: MultiRound, coordinator) -> bool:
-        """Whether :meth:`advance` may change the task as ``row`` has it: the roster signed while enrolling; the
-        open round past its deadline, or closing early with every answer it expects (or its answers not counted
-        yet in this process); a release to compute."""
+    def _due(self, task_id: str, row, kept: "RoundState", protocol: MultiRound) -> bool:
+        """Whether :meth:`advance` may change the task as ``row`` (with its round state ``kept``) has it: the
+        roster signed while enrolling; the open round past its deadline, or closing early with every answer it
+        expects (or its answers not counted yet in this process); a release to compute."""
         if row.status == RUNNING:
             round_, count = protocol.rounds[row.round - 1], self._counts.get((task_id, row.round))
-            return count is None or self.clock() >= row.deadline or (round_.early and count == len(
-                self._round_state(c, task_id, row, coordinator, protocol).expected))
+            return count is None or self.clock() >= row.deadline or (round_.early and count == len(kept.expected))
         return row.status == RELEASING or (row.status == ENROLLING and row.signed)
 
     def _close(self, c, task, protocol: MultiRound, coordinator, number: int, expected: list[int],
@@ -634,6 +662,7 @@ class RoundDriver:
         demo or a test whose users have all answered that will answer). The state after."""
         self.task(task_id)
         with self._lock, self.engine.begin() as c:
+            self._running.pop(task_id, None)  # (before the row changes: see _now)
             row = self._status(c, task_id, lock=True)
             if row.status == RUNNING and row.round == number:
                 c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(deadline=self.clock()))
