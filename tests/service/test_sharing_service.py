@@ -171,6 +171,12 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     refused(http, path, {**good, "secret": "guess", "backups": shares}, 403, "bad_secret")
     refused(http, path, {**good, "user": N, "backups": shares}, 400, "malformed")
     refused(http, f"/tasks/{tid}/round2", {**auth, "message": "AAAA"}, 409, "round_closed")
+    for number in (0, 7):  # DPDG has rounds 1-6
+        assert "one of 1..6, got" in refused(http, f"/tasks/{tid}/round{number}", good, 404, "unknown_round")
+    for number in ("x", "1x", "01234", "١"):  # (an Arabic-Indic one: str.isdigit's, not int()'s concern here)
+        assert "a round's number" in refused(http, f"/tasks/{tid}/round{number}", good, 404, "unknown_round")
+    answer = http.get(f"/tasks/{tid}/round1")
+    assert answer.status_code == 405 and answer.json()["error"] == "method_not_allowed"
     assert count(service, relayed_messages, tid) == 0 and count(service, round_messages, tid) == 0
     assert http.post(path, content=json.dumps({**good, "backups": shares}),
                      headers={"content-type": "application/json"}).status_code == 201
