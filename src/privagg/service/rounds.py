@@ -45,6 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -439,8 +440,8 @@ class RoundDriver:
             raise Refused(409, "not_expected", f"user {user} takes no part in round {row.round} ({round_.name})")
         read = self._messages(task_id, protocol, round_.reads)
         inbox = coordinator.inbox(round_, user, state, read)
-        with storage.reading(self.engine) as c:
-            out = {"round": row.round, "name": round_.name, "inbox": inbox}
+        out = {"round": row.round, "name": round_.name, "inbox": inbox}
+        with storage.reading(self.engine) if round_.delivers or round_.signed else nullcontext() as c:
             if round_.delivers:
                 number = next(protocol.number(e.name) for e in protocol.rounds if e.relay == round_.delivers)
                 out[round_.delivers] = [{"sender": s, "sealed": v, "signature": g}
@@ -586,7 +587,8 @@ class RoundDriver:
                     update = self._close(c, task, protocol, coordinator, row.round, expected, answered, state, now)
             if update:
                 c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(**update))
-                log_event(self.log, "round", task=task_id, round=update.get("round"), status=update["status"])
+                log_event(self.log, "round", task=task_id, round=update.get("round"), status=update["status"],
+                          process_cpu_seconds=round(time.process_time(), 2))
         status = update.get("status", row.status)
         if status == RELEASING:
             status = self._release(task_id)
@@ -654,7 +656,7 @@ class RoundDriver:
                     return self._row(c, task_id).status
                 c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(**update))
             log_event(self.log, "round", task=task_id, round=None, status=update["status"],
-                      seconds=round(time.perf_counter() - start, 3))
+                      seconds=round(time.perf_counter() - start, 3), process_cpu_seconds=round(time.process_time(), 2))
             return update["status"]
         finally:
             with self._lock:
