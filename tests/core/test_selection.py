@@ -13,11 +13,13 @@ def arrays():
     step = large // selection.SAMPLE
     misleading = np.zeros(large)
     misleading[::step] = 1.0 + rng.random(misleading[::step].size)  # the strided sample sees only these
+    tied_sample = np.zeros(large)
+    tied_sample[::step] = 1.0  # the sample's values tied, the array's ranks not among them
     return {
         "tiny": rng.normal(size=3), "one": np.array([2.5]), "small": rng.normal(size=1001),
         "errors": np.abs(rng.normal(0, 10, large)), "ties": np.round(rng.exponential(3, large)),
         "sorted": np.sort(rng.random(large)), "reversed": np.arange(large, dtype=float)[::-1].copy(),
-        "constant": np.full(large, 7.0), "misleading": misleading,
+        "constant": np.full(large, 7.0), "misleading": misleading, "tied_sample": tied_sample,
     }
 
 
@@ -43,6 +45,17 @@ def test_the_misleading_array_takes_the_fallback(monkeypatch):
     monkeypatch.setattr(np, "partition", lambda a, kth: calls.append(a.size) or partition(a, kth))
     assert selection.sorted_slice(values, values.size // 2)[0] == 0.0
     assert calls == [values.size]  # the whole array, once
+
+
+def test_ranks_among_tied_values_are_counted_not_partitioned(monkeypatch):
+    """Where the sample holds the rank's value more than once and the ranks fall among its equals, two counts
+    settle them: nothing is partitioned or copied out."""
+    values = arrays()["ties"]
+    calls = []
+    partition = np.partition
+    monkeypatch.setattr(np, "partition", lambda a, kth: calls.append(a.size) or partition(a, kth))
+    assert selection.percentiles(values, [50, 90, 99]) == np.percentile(values, [50, 90, 99]).tolist()
+    assert calls == []
 
 
 def test_ranks_outside_the_array_are_refused():

@@ -11,30 +11,37 @@ precision, then an exact correction in wrapping 64-bit integers).
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numba as nb
 import numpy as np
 
 
-def _arraymath_without_blas() -> None:
-    """Import numba.np.arraymath with scipy's BLAS refused: numba's CPU target imports that module when it first
-    compiles or loads a kernel, and it imports scipy.linalg (about 0.2 s of CPU, a tenth of fe-hh's whole
-    process at n = 10^7: docs/benchmarks.md part 9) only to learn whether its np.dot may call BLAS. No kernel here
-    calls BLAS; numba's linear algebra, if anything else compiles it later, imports scipy then as usual."""
-    name = "scipy.linalg.cython_blas"
-    if name in sys.modules or "numba.np.arraymath" in sys.modules:
+def _imported_without(module: str, refused: str) -> None:
+    """Import numba's ``module`` with the optional library ``refused`` refused (ImportError, as numba expects where it
+    is not installed), unless either is imported already. numba's CPU target imports both modules below when it first
+    compiles or loads a kernel, each only to learn whether an optional library is there:
+
+    * numba.np.arraymath imports scipy.linalg (about 0.2 s of CPU, a tenth of fe-hh's whole process at n = 10^7:
+      docs/benchmarks.md part 9) only to learn whether its np.dot may call BLAS. No kernel here calls BLAS; numba's
+      linear algebra, if anything else compiles it later, imports scipy then as usual.
+    * numba.core.typing.cffi_utils imports cffi, whose FFI() imports pycparser and compiles its lexer's regular
+      expressions (25-40 ms of every FE1 process: docs/benchmarks.md), only to type the cffi functions a kernel may
+      be passed; none is. cffi itself imports as usual afterwards (PyNaCl's bindings)."""
+    if refused in sys.modules or module in sys.modules:
         return
-    sys.modules[name] = None  # import refused: ImportError, as numba expects without scipy
+    sys.modules[refused] = None
     try:
-        import numba.np.arraymath  # noqa: F401
+        importlib.import_module(module)
     except ImportError:  # another numba's layout: let it import as it does
         pass
     finally:
-        del sys.modules[name]
+        del sys.modules[refused]
 
 
-_arraymath_without_blas()
+_imported_without("numba.np.arraymath", "scipy.linalg.cython_blas")
+_imported_without("numba.core.typing.cffi_utils", "cffi")
 
 TABLE_BITS = 16  # a domain of at most 2^16 items and a small q: counted with the table of inverses (count_one_tile)
 MATCH_BLOCK = 2048  # messages per block: u, v, w of a block stay in L1/L2 while all queries pass
