@@ -252,8 +252,9 @@ def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_
     replayed = {**bodies[(a, 1)], "secret": me.secret}  # as his SDK sent it: bytes, in a binary body
     path = f"/tasks/{b}/round1"
 
-    def refused(path, body):
-        answer = http.post(path, content=round_wire.encode(body), headers={"content-type": round_wire.MEDIA_TYPE})
+    def refused(path, body, as_json=False):  # (a binary body's bytes are bin; JSON's base64 text)
+        answer = http.post(path, content=json.dumps(body) if as_json else round_wire.encode(body),
+                           headers={"content-type": "application/json" if as_json else round_wire.MEDIA_TYPE})
         assert (answer.status_code, answer.json()["error"]) == (403, "bad_signature"), answer.text
         return answer.json()["detail"]
 
@@ -263,7 +264,7 @@ def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_
         for e in replayed["backups"]]}, "backups")
     swapped = [dict(e) for e in mine["backups"]]
     swapped[1]["signature"], swapped[2]["signature"] = mine["backups"][2]["signature"], mine["backups"][1]["signature"]
-    assert refused(path, {**mine, "backups": swapped}).startswith("backups[1].signature must be user 1's")
+    assert refused(path, {**mine, "backups": swapped}, as_json=True).startswith("backups[1].signature must be user 1's")
     assert count(service, round_messages, b) == N - 1 and count(service, relayed_messages, b) == (N - 1) * (N - 1)
     assert me.send("advertise", 1)
     round2 = signed(me, 2, {"message": b64encode(replayed["message"]).decode()})

@@ -229,11 +229,17 @@ def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
     short = [dict(e) for e in backups]
     short[3]["sealed"] = short[3]["sealed"][:-1]
     status, error, detail = post(round_wire.encode({**good, "backups": short}))
-    assert (status, error) == (400, "malformed") and f"backups[3].sealed must be bytes (base64 in JSON) of " \
+    assert (status, error) == (400, "malformed") and f"backups[3].sealed must be bytes (MessagePack's bin) of " \
         f"{task.sealed_size} bytes, got {task.sealed_size - 1} bytes" in detail
-    for wrong in ("text", 1.5, None, True):  # MessagePack's nil, booleans and floats refused as JSON's are
+    # MessagePack's nil, booleans and floats refused as JSON's are; and text, base64 or not: a binary body's bytes
+    # are bin (the same bytes as base64 text were taken before)
+    for wrong in ("text", 1.5, None, True, b64encode(backups[3]["sealed"]).decode()):
         short[3]["sealed"] = wrong
-        assert "backups[3].sealed must be bytes" in post(round_wire.encode({**good, "backups": short}))[2]
+        assert "backups[3].sealed must be bytes (MessagePack's bin)" in post(round_wire.encode(
+            {**good, "backups": short}))[2]
+    text_signature = {**good, "signature": b64encode(good["signature"]).decode()}
+    assert "signature must be bytes (MessagePack's bin) of 64 bytes, got '" in post(round_wire.encode(
+        text_signature))[2]
     assert post(round_wire.encode({**good, "backups": [{**backups[0], "recipient": None}]}))[:2] == (400,
                                                                                                  "bad_recipient")
     assert post(raw, "application/octet-stream")[:2] == (415, "unsupported_media_type")

@@ -46,18 +46,22 @@ def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def b64_field(value, field: str, size: int | None = None) -> bytes:
-    """The bytes of a request field (of ``size`` bytes when given): bytes in a binary body
-    (:mod:`~privagg.service.round_wire`), base64 text in a JSON one; else 400 ``malformed`` naming it."""
-    try:
-        raw = value if isinstance(value, bytes) else base64.b64decode(value, validate=True) if isinstance(
-            value, str) else None
-    except (binascii.Error, ValueError):
-        raw = None
+def b64_field(value, field: str, size: int | None = None, binary: bool = False) -> bytes:
+    """The bytes of a request field (of ``size`` bytes when given): bytes in a ``binary`` body
+    (:mod:`~privagg.service.round_wire`: MessagePack's bin, never text), base64 text in a JSON one; else 400
+    ``malformed`` naming it."""
+    if binary:
+        raw = value if isinstance(value, bytes) else None
+    else:
+        try:
+            raw = base64.b64decode(value, validate=True) if isinstance(value, str) else None
+        except (binascii.Error, ValueError):
+            raw = None
     if raw is None or (size is not None and len(raw) != size):
-        raise Refused(400, "malformed", f"{field} must be bytes (base64 in JSON)" + (f" of {size} bytes" if size
-                                                                                       else "") +
-                      (f", got {len(raw)} bytes" if raw is not None else ""))
+        raise Refused(400, "malformed", f"{field} must be " + ("bytes (MessagePack's bin)" if binary else
+                                                               "base64 text") +
+                      (f" of {size} bytes" if size else "") + (f", got {len(raw)} bytes" if raw is not None else
+                                                                f", got {shown(value)}"))
     return raw
 
 

@@ -254,11 +254,12 @@ class RoundDriver:
             return {}
         return {k: v for k, v in coordinator.recipients(round_, user, state, read).items() if k in state["identities"]}
 
-    def _signed_by(self, task_id: str, user: int, signature, message: bytes, context: bytes, field: str) -> bytes:
-        """``signature`` (base64) if it is ``user``'s of ``message`` in ``context`` under his identity key in the
-        signed roster; 403 ``bad_signature`` naming ``field`` otherwise."""
+    def _signed_by(self, task_id: str, user: int, signature, message: bytes, context: bytes, field: str,
+                   binary: bool) -> bytes:
+        """``signature`` (bytes in a ``binary`` body, base64 in JSON) if it is ``user``'s of ``message`` in
+        ``context`` under his identity key in the signed roster; 403 ``bad_signature`` naming ``field`` otherwise."""
         key = self.signed_roster(task_id).users[user][0]
-        raw = b64_field(signature, field, identity.SIGNATURE_BYTES)
+        raw = b64_field(signature, field, identity.SIGNATURE_BYTES, binary)
         if not identity.verify(key, raw, context, message):
             raise Refused(403, "bad_signature", f"{field} must be user {user}'s Ed25519 signature (his identity key in "
                           "the signed roster) of this message, for this task, round and recipient")
@@ -457,11 +458,11 @@ class RoundDriver:
                 self._recipients(coordinator, round_, user, state, read))]
         return out
 
-    def answer(self, task_id: str, number: int, data: dict) -> str:
-        """A user's answer to round ``number`` (the request's ``data``): his message to the server (checked by the
-        coordinator, or of the size it expects when sealed to another party) and his relayed messages (one to each
-        recipient the coordinator names, each of its size once sealed), stored whole or not at all; 404
-        ``unknown_round`` for a round the protocol does not have."""
+    def answer(self, task_id: str, number: int, data: dict, binary: bool = False) -> str:
+        """A user's answer to round ``number`` (the request's ``data``, from a ``binary`` body or JSON): his message
+        to the server (checked by the coordinator, or of the size it expects when sealed to another party) and his
+        relayed messages (one to each recipient the coordinator names, each of its size once sealed), stored whole
+        or not at all; 404 ``unknown_round`` for a round the protocol does not have."""
         task = self.task(task_id)
         rounds = protocol_of(task.parameters).rounds
         if not 1 <= number <= len(rounds):
@@ -482,21 +483,21 @@ class RoundDriver:
         message = b""
         if round_.to_server and round_.seal:
             message = b64_field(data["message"], "message", coordinator.message_size(round_, user, state, read) +
-                                SEAL_BYTES)
+                                SEAL_BYTES, binary)
         elif round_.to_server:
-            message = b64_field(data["message"], "message")
+            message = b64_field(data["message"], "message", binary=binary)
         signature = self._signed_by(task_id, user, data["signature"], message, message_context(
-            task_id, number, user, None), "signature")
+            task_id, number, user, None), "signature", binary)
         if round_.to_server and not round_.seal:
             try:
                 coordinator.check(round_, user, message, state, read)
             except ParameterError as err:
                 raise Refused(400, "bad_message", str(err)) from None
         rows = self._relayed(round_, user, data.get(round_.relay),
-                             self._recipients(coordinator, round_, user, state, read))
+                             self._recipients(coordinator, round_, user, state, read), binary)
         for i, (k, (sealed, signed)) in enumerate(rows.items()):
             rows[k] = sealed, self._signed_by(task_id, user, signed, sealed, message_context(task_id, number, user, k),
-                                              f"{round_.relay}[{i}].signature")
+                                              f"{round_.relay}[{i}].signature", binary)
 
         def insert(c: sa.Connection) -> None:
             c.execute(sa.insert(self.messages), {"task_id": task_id, "round": number, "user": user, "message": message,
@@ -510,7 +511,8 @@ class RoundDriver:
                            (len(message) if round_.seal else 0))
 
     @staticmethod
-    def _relayed(round_: Round, user: int, entries, expected: dict[int, int]) -> dict[int, tuple[bytes, object]]:
+    def _relayed(round_: Round, user: int, entries, expected: dict[int, int],
+                 binary: bool) -> dict[int, tuple[bytes, object]]:
         """The sealed messages of a round's relay, one to each recipient ``expected`` names, each of its size, with
         its signature as sent (checked by the caller)."""
         if not round_.relay:
@@ -525,7 +527,7 @@ class RoundDriver:
                 raise Refused(400, "bad_recipient", f"{round_.relay}[{i}].recipient must be one of the round's "
                               f"recipients, each once (not the sender {user}), got {shown(recipient)}")
             rows[recipient] = (b64_field(entry.get("sealed"), f"{round_.relay}[{i}].sealed",
-                                         expected[recipient] + SEAL_BYTES), entry.get("signature"))
+                                         expected[recipient] + SEAL_BYTES, binary), entry.get("signature"))
         if len(rows) != len(expected):
             raise Refused(400, "malformed", f"{round_.relay} must hold one sealed message for each of the "
                           f"{len(expected)} recipients the round expects, missing {sorted(set(expected) - set(rows))[:5]}")
@@ -776,9 +778,9 @@ def round_routes(app: ServiceApp, driver: RoundDriver, body, operator_token: str
         number = request.path_params["number"]
         if not (number.isascii() and number.isdigit() and len(number) <= 3):
             raise Refused(404, "unknown_round", f"the round must be a round's number, got {shown(number)}")
-        fields, _ = await data(request, f"round {number}")
+        fields, binary = await data(request, f"round {number}")
         return JSONResponse({"status": await run_in_threadpool(driver.answer, request.path_params["task_id"],
-                                                               int(number), fields)}, status_code=201)
+                                                               int(number), fields, binary)}, status_code=201)
 
     async def roster_entries(request: Request) -> Response:
         entries = await run_in_threadpool(driver.roster_entries, request.path_params["task_id"],
