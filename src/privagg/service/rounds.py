@@ -312,7 +312,7 @@ class RoundDriver:
         row (one server process a database: the lock and the counts of answers assume it already); the roster's
         signature, which another process writes, changes an enrolling one. It spares a request's reads of the
         row (each of advance's checks, the open round's, the store's: most of the server's SQL a request, 29%
-        of an answer's CPU at n = 3,000; docs/benchmarks.md part 18)."""
+        of an answer's CPU at n = 3,000; docs/benchmarks.md part 16)."""
         kept = self._running.get(task_id)
         if kept is not None:
             return kept
