@@ -224,6 +224,24 @@ def test_bodies_sent_a_byte_at_a_time_are_cut_off(analyzer):
     assert get(analyzer, "/healthz")[0] == 200
 
 
+def test_each_timeout_closes_at_its_own_deadline_when_they_differ(tmp_path):
+    """A connection's one timer keeps whichever deadline runs (GuardedHttp._due): with a header timeout of 0.5 s and
+    a body timeout of 2.5 s, a body sent slowly is not cut off at the header timeout's step but at 2.5 s, and a
+    connection that sends nothing is closed at 0.5 s."""
+    header, body = 0.5, 2.5
+    env = {"PRIVAGG_ANALYZER_HEADER_TIMEOUT": str(header), "PRIVAGG_ANALYZER_BODY_TIMEOUT": str(body)}
+    with serve("analyzer", f"sqlite:///{tmp_path}/analyzer.db", tmp_path, env=env, args=("--workers", "0")) as service:
+        head = (b"POST /tasks/" + b"a" * 32 + b"/batches/" + b"b" * 32 + b" HTTP/1.1\r\nhost: a\r\ncontent-type: "
+                + BATCH_MEDIA_TYPE.encode() + b"\r\ncontent-length: 1000000\r\n\r\n")
+        slow_bodies = closing_times(connections(service, 20, head + b"x"), body + SLACK, trickle=b"x")
+        silent = closing_times(connections(service, 20), body + SLACK)
+        assert get(service, "/healthz")[0] == 200
+    assert None not in slow_bodies and None not in silent
+    # (timed from after the connections were made: their deadlines ran from a little before)
+    assert min(slow_bodies) >= body - 1.0, slow_bodies  # not at the header timeout's step, nor at twice it
+    assert max(silent) < body - 1.0, silent  # at the header timeout, not at the body timeout
+
+
 def test_a_kept_alive_connection_is_closed_at_the_idle_timeout(analyzer):
     (kept,) = connections(analyzer, 1, b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n")
     (time_closed,) = closing_times([kept], 2.5)

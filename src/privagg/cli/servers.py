@@ -139,9 +139,12 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
         protocol = http_protocol(app)
         log_event(log, "connections", max_connections=protocol.guard.capacity, max_requests=cfg.max_requests,
                   header_timeout=cfg.header_timeout, body_timeout=cfg.body_timeout, idle_timeout=cfg.idle_timeout)
-    # ws="none": no WebSocket route, so no upgrade is served; the idle timeout is the protocol's (idle_timeout)
+    # ws="none": no WebSocket route, so no upgrade is served; the idle timeout is the protocol's (idle_timeout);
+    # proxy_headers=False: no service reads a client's address or scheme (no access log; the analyzer's one redirect
+    # is a relative path), so uvicorn's middleware that takes them from X-Forwarded-* headers (on by default, for
+    # clients on 127.0.0.1) would only add a layer and a scan of the headers to every request
     uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key, http=protocol,
-                ws="none", backlog=16384, access_log=False, log_level="warning",
+                ws="none", proxy_headers=False, backlog=16384, access_log=False, log_level="warning",
                 timeout_graceful_shutdown=SHUTDOWN_GRACE)
 
 

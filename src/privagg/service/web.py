@@ -463,7 +463,7 @@ class GuardedHttp(HttpToolsProtocol):
     every real request into a 503. Under a flood of idle sockets the process then runs out of file
     descriptors, and libuv (uvloop) accepts and resets every new connection without a log line.
 
-    Here, per connection, one timer runs at a time: the header timeout from the connection's opening (or from
+    Here, per connection, one timeout runs at a time: the header timeout from the connection's opening (or from
     the first byte of its next request) until the request's headers are complete; then the body timeout until
     its body is complete (also when the route answered without reading it: the rest is read and discarded,
     for at most that long); then none while the request is handled; then uvicorn's idle timeout
@@ -474,8 +474,16 @@ class GuardedHttp(HttpToolsProtocol):
     starts once the handshake is done; the handshake itself is bounded by the event loop's 60 s handshake
     timeout. WebSocket upgrades are not served (``ws="none"``).
 
-    A request pipelined behind one in progress waits for it without a timer of its own (httptools stops
+    A request pipelined behind one in progress waits for it without a timeout of its own (httptools stops
     reading once one is queued); its body timeout starts when it does.
+
+    A timeout is a deadline, kept by the connection's one event-loop timer (:meth:`_due`): starting, moving or
+    ending a timeout only sets the deadline. A timer made and cancelled for each (a header timeout and a body
+    timeout every request) was 8% of py-spy's samples of the collector's event loop under part 10's FE1 load,
+    this 1% (docs/benchmarks.md, part 10). The timer fires at most ``min(header_timeout, body_timeout)`` after
+    it was set, so no deadline set later is earlier than it; finding a deadline not yet due, it is set again
+    for the deadline, or for that step if sooner; finding none, it ends. A timeout thus closes its connection
+    at its deadline, as a timer of its own would.
 
     Made per server by :func:`http_protocol`, which sets ``guard``.
     """
@@ -486,8 +494,9 @@ class GuardedHttp(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.timeout_keep_alive = self.guard.limits.idle_timeout
         self.admitted = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._timing = ""  # the refusal reason of the running timer
+        self._timer: asyncio.TimerHandle | None = None  # the connection's one timer, while set (_due)
+        self._deadline: float | None = None  # the running timeout's end (the loop's clock), if one runs
+        self._timing = ""  # the refusal reason of the running timeout
         self._active = None  # the request in progress (headers complete, response not), if any
         self._headers_seen = 0  # requests whose headers were complete on this connection
         self._header_bytes = 0  # bytes received towards headers not yet complete
@@ -495,18 +504,36 @@ class GuardedHttp(HttpToolsProtocol):
 
     # ---- timers ----------------------------------------------------------------------------------------------
     def _arm(self, reason: str) -> None:
-        self._disarm()
+        """The timeout ``reason`` runs from now (in place of any running one)."""
         limits = self.guard.limits
-        seconds = limits.header_timeout if reason == "header_timeout" else limits.body_timeout
-        self._timer, self._timing = self.loop.call_later(seconds, self._expire, reason), reason
+        now = self.loop.time()
+        self._deadline = now + (limits.header_timeout if reason == "header_timeout" else limits.body_timeout)
+        self._timing = reason
+        if self._timer is None:
+            self._timer = self.loop.call_at(min(self._deadline, now + self._step()), self._due)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self._timing = None, ""
+        """No timeout runs (the timer, if set, finds no deadline and ends)."""
+        self._deadline, self._timing = None, ""
+
+    def _step(self) -> float:
+        limits = self.guard.limits
+        return min(limits.header_timeout, limits.body_timeout)
+
+    def _due(self) -> None:
+        """The connection's timer: the running timeout expires if its deadline passed; else the timer is set again
+        for the deadline, or the step if sooner (see the class)."""
+        self._timer = None
+        if self._deadline is None:
+            return
+        now = self.loop.time()
+        if now < self._deadline:
+            self._timer = self.loop.call_at(min(self._deadline, now + self._step()), self._due)
+            return
+        self._expire(self._timing)
 
     def _expire(self, reason: str) -> None:
-        self._timer, self._timing = None, ""
+        self._disarm()
         if self.transport.is_closing():
             return
         if reason == "header_timeout":
@@ -547,11 +574,14 @@ class GuardedHttp(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.guard.forget(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._active is None and self._timer is None:  # the first bytes of the next request on this connection
+        if self._active is None and self._deadline is None:  # the first bytes of the next request on this connection
             self._arm("header_timeout")
         seen = self._headers_seen
         # decided before parsing: a chunk that ends a body is body bytes, though the body is done once parsed
