@@ -35,6 +35,23 @@ def _invoke_the_command_line_main_runs() -> None:
 
 _invoke_the_command_line_main_runs()
 
+
+def _absl_writes_to_the_real_stderr() -> None:
+    """absl's logging handler (absl.logging, imported by dp-accounting, the ledger's PLD accountant) takes
+    ``sys.stderr`` as it is at its import: in a test, the capture's stream of that moment. Its ``close`` closes any
+    stream that is not the current sys.stderr or stdout, and ``logging.config.dictConfig`` (uvicorn's, each time a
+    test serves an app in process) closes every handler: when a ``capsys`` test served an app, the session's capture
+    stream was closed, and that test and every later one of the worker failed on it ("I/O operation on closed
+    file"). Here it writes to the process's own stderr, which its ``close`` leaves open."""
+    try:
+        import absl.logging
+    except ImportError:  # (dp-accounting is the service extra's)
+        return
+    absl.logging.get_absl_handler().python_handler.setStream(sys.__stderr__)
+
+
+_absl_writes_to_the_real_stderr()
+
 _KEPT_PORTALS: list = []  # (the client, its portal's exit stack) opened since the last test ended
 
 
