@@ -302,17 +302,13 @@ class RoundDriver:
         return kept
 
     def _now(self, task_id: str, coordinator, protocol: MultiRound) -> tuple[object, "RoundState"]:
-        """The task's status (:meth:`_status`) and round state (:meth:`_round_state`) as last committed: from memory
-        while it runs, else read in one snapshot.
-
-        What is kept while a task runs (``_running``) is only ever the committed row and state: it is set under
-        the process lock from a read in a write transaction (:meth:`_store`), and dropped under the lock before any
-        transaction that changes the row (:meth:`advance`, :meth:`close_round`), so a request that reads it reads
-        what it would have read from the database a moment before. Only this process changes a running task's
-        row (one server process a database: the lock and the counts of answers assume it already); the roster's
-        signature, which another process writes, changes an enrolling one. It spares a request's reads of the
-        row (each of advance's checks, the open round's, the store's: most of the server's SQL a request, 29%
-        of an answer's CPU at n = 3,000; docs/benchmarks.md part 16)."""
+        """The task's status (:meth:`_status`) and round state (:meth:`_round_state`) as last committed: kept while
+        it runs (``_running``: set under the process lock from a read in a write transaction, :meth:`_store`, and
+        dropped under the lock before any transaction that changes the row, :meth:`advance`, :meth:`close_round`),
+        else read in one snapshot. Only this process changes a running task's row (one server process a database,
+        as the lock and the counts of answers assume); another writes only an enrolling one's (the roster's
+        signature). It spares each request's reads of the row (29% of an answer's CPU at n = 3,000: part 16 of
+        docs/benchmarks.md)."""
         kept = self._running.get(task_id)
         if kept is not None:
             return kept
