@@ -460,12 +460,11 @@ class RoundDriver:
         relayed messages (one to each recipient the coordinator names, each of its size once sealed), stored whole
         or not at all; 404 ``unknown_round`` for a round the protocol does not have."""
         task = self.task(task_id)
-        rounds = protocol_of(task.parameters).rounds
-        if not 1 <= number <= len(rounds):
-            raise Refused(404, "unknown_round", f"the round must be one of 1..{len(rounds)}, got {number}")
+        protocol = protocol_of(task.parameters)
+        if not 1 <= number <= len(protocol.rounds):
+            raise Refused(404, "unknown_round", f"the round must be one of 1..{len(protocol.rounds)}, got {number}")
         user = self._authenticated(task_id, data)
         _, kept = self._open(task_id, number, user)
-        protocol = protocol_of(task.parameters)
         round_, state, coordinator = protocol.rounds[number - 1], kept.state, self._coordinator(task)
         fields = {"user", "secret", "signature"} | ({"message"} if round_.to_server else set()) | (
             {round_.relay} if round_.relay else set())
