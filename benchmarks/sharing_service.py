@@ -62,15 +62,14 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     server killed with SIGKILL and restarted after the messages of each of ``kill_rounds`` (with ``kill``). Besides
     the rounds' wall times and bytes: the server's CPU seconds up to each round's last message (``between``: so
     round k's figure holds round k - 1's close and round k's requests; ``release``: the last close and the
-    release), its peak RSS (of every process it ran as), and each user's CPU seconds (his SDK's ``send``: thread
-    time) and HTTP bytes sent and received."""
+    release), its peak RSS (of every process it ran as), and each user's CPU seconds (his thread's time in his SDK's
+    calls: enroll and sends) and HTTP bytes sent and received."""
     from privagg.demos import sharing_demo_data, with_graph
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_graph import task_degree
     from privagg.protocols.sharing_parties import survivors_parameters, threshold
     from privagg.service.round_demo import dropout_plan, min_survivors_for
     from privagg.service.organisation import Organisation
-    from privagg.service.sharing.client import SharingClient
     from privagg.service.sharing.demo import SharingDeployment, expected_sealed_bytes, run_rounds
 
     codes, _, beta = sharing_demo_data(users, CATEGORIES)
@@ -80,16 +79,6 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     kills: list[float] = []
     cpu = {"before": 0.0}  # the server's CPU seconds at each round's last message, over its restarts
     rss: list[int] = []
-    user_cpu: dict[int, float] = {}
-    send = SharingClient.send
-
-    def timed_send(client, *args, **kwargs):
-        start = time.thread_time()
-        try:
-            return send(client, *args, **kwargs)
-        finally:
-            user_cpu[id(client)] = user_cpu.get(id(client), 0.0) + time.thread_time() - start
-
     with SharingDeployment(f"sqlite:///{folder / 'sharing.db'}", folder / "sharing.log") as dep:
         organisation = Organisation.generate()
         task, tokens, sign_roster = dep.organised(organisation, parameters, ROUND_SECONDS, max(
@@ -105,12 +94,8 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
                 dep.start()
                 kills.append(time.perf_counter() - start)
 
-        SharingClient.send = timed_send
-        try:
-            run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster,
-                             lambda text: note(text), between)
-        finally:
-            SharingClient.send = send
+        run = run_rounds(dep.url, task.task_id, codes, tokens, plan, organisation.public_key, sign_roster,
+                         lambda text: note(text), between)
         report = run["clients"][0].result()
         cpu["release"] = cpu["before"] + dep.cpu_seconds()
         rss.append(_peak_rss(dep.process.pid))
@@ -135,7 +120,7 @@ def _run(folder: Path, users: int, drop_fraction: float, kill: bool, drop_rounds
     released = np.array([e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])])
     marks = [k for k in cpu if k != "before"]
     server_cpu = {k: cpu[k] - (cpu[marks[i - 1]] if i else 0.0) for i, k in enumerate(marks)}
-    per_user = [(user_cpu.get(id(c), 0.0), c.sent + c.received) for c in run["clients"]]
+    per_user = [(cpu, c.sent + c.received) for cpu, c in zip(run["user_cpu"], run["clients"])]
     return {"seconds": run["seconds"], "bytes": run["user_bytes"],
             "formula": expected_sealed_bytes(task, run["clients"], plan), "survivors": len(survivors),
             "exact": bool(np.array_equal(released, expected)), "kills": kills, "degree": parameters.degree,
@@ -329,10 +314,10 @@ def served_demo(report: Report, sizes: tuple[int, ...], drop_fraction: float = 0
 
 def _tss_run(users: int, drop_fraction: float, folder: Path) -> dict:
     """TSS through S1 and S2 as ``privagg demo-service tss --users N --drop-fraction F`` runs it (the bundled words,
-    N = 10, alpha = the demo's, the users vanishing at round 1 or 2), in this process: each round's wall, the CPU of
-    this process (all the users' SDKs), of S1 and of S2 by round (their processes' user + system time, read from
-    /proc as each round starts: a round's figure runs to the next round's start, its close included; the last one's
-    to S2's release, the hand-over included), the bytes, the shares relayed, and whether S2's release is R2's sampled counts exactly."""
+    N = 10, alpha = the demo's, the users vanishing at round 1 or 2), in this process: each round's wall, the users'
+    CPU (all their SDKs', in every process that runs them, as the demo counts it), S1's and S2's by round (their
+    processes' user + system time, read from /proc as each round starts: a round's figure runs to the next round's
+    start, its close included; the last one's to S2's release, the hand-over included), the bytes, the shares relayed, and whether S2's release is R2's sampled counts exactly."""
     from privagg.demos import TSS_REPORT_FRACTION, sharing_demo_data
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters
@@ -359,21 +344,17 @@ def _tss_run(users: int, drop_fraction: float, folder: Path) -> dict:
                 pass
         return dict(seen)
 
-    marks: list[tuple[str, float, dict]] = []
+    marks: list[tuple[str, dict]] = []
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(0.2):
             servers()
 
-    def mark(label: str) -> None:
-        times = os.times()
-        marks.append((label, times.user + times.system, servers()))
-
     def progress(text: str) -> None:
         note(text)
         if text.startswith("round "):
-            mark(text.split(" (")[0])
+            marks.append((text.split(" (")[0], servers()))
 
     start, load = time.perf_counter(), os.getloadavg()
     watcher = threading.Thread(target=watch, daemon=True)
@@ -384,10 +365,11 @@ def _tss_run(users: int, drop_fraction: float, folder: Path) -> dict:
     finally:
         done.set()
         watcher.join()
-    mark("released")  # the hand-over and S2's release: in round 4's (or the last round's) figure, to 0.2 s
+    marks.append(("released", servers()))  # the hand-over and S2's release: in the last round's figure, to 0.2 s
     wall, load = time.perf_counter() - start, (load, os.getloadavg())
-    by_round = {label: {"users": users_next - users_cpu, **{k: after.get(k, v) - v for k, v in at.items()}}
-                for (label, users_cpu, at), (_, users_next, after) in zip(marks, marks[1:])}
+    by_round = {label: {"users": run["cpu"].get(label.replace(" ", ""), 0.0),
+                        **{k: after.get(k, v) - v for k, v in at.items()}}
+                for (label, at), (_, after) in zip(marks, marks[1:])}
     survivors = run["survivors"]
     counts = np.zeros(len(categories), dtype=np.int64)
     for client in run["clients"]:

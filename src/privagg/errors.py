@@ -51,6 +51,17 @@ class ParameterError(ValueError):
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else super().__str__()
 
+    def __reduce__(self):
+        """Pickled whole, its message as it reads (:meth:`located`, :meth:`required`) and its fields: a demo's worker
+        process raises it in the demo's (service/round_demo.py)."""
+        return _unpickled, (type(self), self.args), self.__dict__
+
+
+def _unpickled(cls: type, args: tuple) -> BaseException:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
+
 
 def _too_large(field: str, shown: str) -> ParameterError:
     return ParameterError(field, f"a number of magnitude at most {LARGEST:g}", f"{shown}, which is too large")

@@ -54,3 +54,6 @@ class SubmitError(Exception):
     def __init__(self, status: int | None, detail: str) -> None:
         super().__init__(f"{status or 'no answer'}: {detail}")
         self.status, self.detail = status, detail
+
+    def __reduce__(self):  # pickled (a demo's worker process raises it in the demo's: service/round_demo.py)
+        return type(self), (self.status, self.detail)

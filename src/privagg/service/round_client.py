@@ -109,6 +109,11 @@ of the roster's head and entries he downloaded (apart), and
         self.sent = self.received = self.sealed_sent = self.roster_received = 0
         self.traffic: dict[tuple[str, str], list[int]] = {}
 
+    def __getstate__(self) -> dict:
+        """His state without the loaded private key's object (:meth:`_open` loads it again), which does not pickle:
+        a demo's worker process gives the clients back so (service/round_demo.py)."""
+        return {**self.__dict__, "_opener": None}
+
     @classmethod
     def fetch(cls, url: str, task_id: str, *, organisation_key: bytes, **options):
         """The client of the task served at ``url``: its document signed by the organisation whose key the device

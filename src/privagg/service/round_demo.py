@@ -1,18 +1,195 @@
 """What the demos of the multi-round services share (``privagg demo-service dpds|dpdg|tss|tss-collusion``): the
-users' requests in flight, the demo's seeded dropout plan (not privacy randomness) and the task's minimum of
-survivors, and the traffic table's rows beside Table I (paper reference §4).
+users' devices (:class:`Devices`: their SDK clients, in worker processes at large n), the demo's seeded dropout plan
+(not privacy randomness) and the task's minimum of survivors, and the traffic table's rows beside Table I (paper
+reference §4).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import ParameterError
 
-THREADS = 16  # users' requests in flight at once
+THREADS = 16  # users' requests in flight at once, in all the demo's processes
+USERS_PER_PROCESS = 1000  # a worker process's start (about 0.5 s of imports) is not worth it for fewer users
+
+
+def processes_for(users: int) -> int:
+    """How many processes run ``users`` devices: one per :data:`USERS_PER_PROCESS` users, at least one (the demo's
+    own: no worker), at most one per core. One interpreter runs one thread at a time, and the users' HPKE seals,
+    key agreements and signatures are most of a demo's CPU: in one process they leave the second core to the
+    server alone (docs/benchmarks.md part 16)."""
+    return max(1, min(os.cpu_count() or 1, users // USERS_PER_PROCESS))
+
+
+def _cpu() -> float:
+    """This process's CPU seconds (user and system)."""
+    times = os.times()
+    return times.user + times.system
+
+
+class _Shard:
+    """Some of the demo's users, each an SDK client made by ``fetch`` (his class's, with the task's URL, id and
+    the organisation's key), whose calls run ``threads`` at a time in the process that holds them; ``cpu``: each
+    user's CPU seconds in his calls (his thread's time)."""
+
+    def __init__(self, classes: dict[int, type], url: str, task_id: str, organisation_key: bytes,
+                 threads: int) -> None:
+        self.pool = ThreadPoolExecutor(threads)
+        self.cpu = dict.fromkeys(classes, 0.0)
+        self.clients = dict(zip(classes, self.pool.map(
+            lambda user: classes[user].fetch(url, task_id, organisation_key=organisation_key), classes)))
+
+    def call(self, method: str, calls: list[tuple[int, tuple]]) -> tuple[list, float]:
+        """``clients[i].method(*args)`` for each (i, args) of ``calls``, their results in that order, and this
+        process's CPU seconds so far."""
+        def one(call):
+            start = time.thread_time()
+            try:
+                return getattr(self.clients[call[0]], method)(*call[1])
+            finally:
+                self.cpu[call[0]] += time.thread_time() - start
+
+        return list(self.pool.map(one, calls)), _cpu()
+
+
+def _worker(descriptor: int) -> None:
+    """A worker process (:class:`Devices`) over the connection at file ``descriptor``: a :class:`_Shard` made of
+    the first message's arguments, each (method, calls) received run and answered with (True, its results and this
+    process's CPU) or (False, the error, which the demo raises as if its own process had); None ends it with the
+    clients and their CPU. Ctrl-C is the demo's to handle (it ends the workers), and so is a demo that ended first
+    (the connection closed)."""
+    import signal
+    from multiprocessing.connection import Connection
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    connection = Connection(descriptor)
+    try:
+        try:
+            shard = _Shard(*connection.recv())
+        except Exception as error:
+            return _send(connection, (False, error))
+        _send(connection, (True, ([], _cpu())))
+        while (command := connection.recv()) is not None:
+            try:
+                answer = True, shard.call(*command)
+            except Exception as error:
+                answer = False, error
+            _send(connection, answer)
+        shard.pool.shutdown()
+        _send(connection, (True, (shard.clients, shard.cpu)))
+    except (EOFError, BrokenPipeError):
+        pass
+
+
+def _send(connection, answer: tuple) -> None:
+    try:
+        connection.send(answer)
+    except (EOFError, BrokenPipeError):
+        raise
+    except Exception:  # an error that does not cross processes: its type and message do
+        connection.send((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
+
+
+class Devices:
+    """The demo's users' devices, one SDK client each (``classes[i]``: user i's client class, fetching the task at
+    ``url`` and checking it under ``organisation_key``), run by ``processes`` processes (:func:`processes_for`):
+    the demo's own at 1, else as many workers, each holding every ``processes``-th user, :data:`THREADS` requests in
+    flight among them. :meth:`call` runs a method on some users; :meth:`cpu` is the users' CPU seconds so far in
+    every process that runs them; :meth:`close` gives back the clients (in user order) and each user's CPU seconds
+    in his calls."""
+
+    def __init__(self, classes: list[type], url: str, task_id: str, organisation_key: bytes,
+                 processes: int | None = None) -> None:
+        processes = processes_for(len(classes)) if processes is None else processes
+        self.users, self.start, self.workers, self.shard, self.worker_cpu = len(classes), _cpu(), [], None, {}
+        shards = [{i: classes[i] for i in range(w, len(classes), processes)} for w in range(processes)]
+        arguments = url, task_id, organisation_key, max(1, THREADS // processes)
+        if processes == 1:
+            self.shard = _Shard(shards[0], *arguments)
+            return
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        # a process of its own, not multiprocessing's spawn: that runs the caller's main module again, which a
+        # script without an ``if __name__ == "__main__"`` guard does not survive
+        try:
+            for shard in shards:
+                mine, theirs = socket.socketpair()
+                worker = subprocess.Popen([sys.executable, "-c", "import sys; from privagg.service.round_demo import "
+                                           "_worker; _worker(int(sys.argv[1]))", str(theirs.fileno())],
+                                          pass_fds=(theirs.fileno(),))
+                theirs.close()
+                connection = Connection(mine.detach())
+                self.workers.append((worker, connection))
+                connection.send((shard, *arguments))
+            self._answers(range(processes))
+        except BaseException:  # a task the devices could not fetch: no worker outlives the error
+            self.__exit__()
+            raise
+
+    def _answers(self, workers) -> list:
+        """Each of ``workers``'s answer to its last command (raising the first error, once all answered)."""
+        answers = [self.workers[w][1].recv() for w in workers]
+        for ok, value in answers:
+            if not ok:
+                raise value
+        for w, (_, (_, cpu)) in zip(workers, answers):
+            self.worker_cpu[w] = cpu
+        return [value[0] for _, value in answers]
+
+    def call(self, method: str, calls) -> list:
+        """``clients[i].method(*args)`` for each (i, args) of ``calls`` (in parallel), their results in that
+        order."""
+        calls = [(int(i), tuple(args)) for i, args in calls]
+        if self.shard is not None:
+            return self.shard.call(method, calls)[0]
+        count = len(self.workers)
+        busy = [w for w in range(count) if any(i % count == w for i, _ in calls)]
+        for w in busy:
+            self.workers[w][1].send((method, [c for c in calls if c[0] % count == w]))
+        by_worker = {w: iter(r) for w, r in zip(busy, self._answers(busy))}
+        return [next(by_worker[i % count]) for i, _ in calls]
+
+    def cpu(self) -> float:
+        """The users' CPU seconds since they were made: the demo's process's and each worker's, as of its last
+        answer."""
+        return _cpu() - self.start + sum(self.worker_cpu.values())
+
+    def close(self) -> tuple[list, list[float]]:
+        """The clients, user i's at i, and each user's CPU seconds in his calls; the workers end."""
+        if self.shard is not None:
+            self.shard.pool.shutdown()
+            return [self.shard.clients[i] for i in range(self.users)], [self.shard.cpu[i] for i in range(self.users)]
+        clients, cpu = {}, {}
+        for worker, connection in self.workers:
+            connection.send(None)
+        for worker, connection in self.workers:
+            ok, value = connection.recv()
+            if not ok:
+                raise value
+            clients.update(value[0])
+            cpu.update(value[1])
+            worker.wait()
+        return [clients[i] for i in range(self.users)], [cpu[i] for i in range(self.users)]
+
+    def __enter__(self) -> Devices:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for worker, connection in self.workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            connection.close()
 
 
 def close_round(url: str, timeout: float) -> None:

@@ -5,7 +5,8 @@ and the simulation beside it), of the sharing server's fault tests and of ``make
 SQLite file (or the database URL given), creates tasks and tokens in its database with the organisation's
 signatures of the task and the roster (:class:`~privagg.service.organisation.Organisation`, in this process), and
 can kill the server with SIGKILL and start it again on the same port and database. :func:`run_sharing_services` enrolls one
-:class:`~privagg.service.sharing.client.SharingClient` per user, drops a fraction of them out at round 1, 2 or 3
+:class:`~privagg.service.sharing.client.SharingClient` per user (run by worker processes at large n:
+:class:`~privagg.service.round_demo.Devices`), drops a fraction of them out at round 1, 2 or 3
 (the demo's own seeded choice, not privacy randomness), runs the rounds to the release and measures each
 round's wall time, the bytes the users sent and received, and each kind of party's messages beside Table I
 (:func:`party_row`; the servers' rows are the users' messages seen from the other end).
@@ -13,9 +14,7 @@ round's wall time, the bytes the users sent and received, and each kind of party
 
 from __future__ import annotations
 
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from ...protocols.sharing_parties import task_graph, threshold
 from ..calls import SubmitError
 from ..local import ServiceProcess, fresh_sqlite
 from ..organisation import Organisation
-from ..round_demo import THREADS, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_demo import Devices, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..round_tasks import SharingTask
 from ..storage import connect
 from .client import SharingClient
@@ -65,42 +64,43 @@ class SharingDeployment(ServiceProcess):
 
 def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], plan: np.ndarray,
                organisation_key: bytes, sign_roster, progress=print, between=None,
-               liar: type | None = None) -> dict:
+               liar: type | None = None, processes: int | None = None) -> dict:
     """Every user through the task at ``url`` (signed by the organisation whose key his device pins,
     ``organisation_key``): enroll, then the roster signed (``sign_roster()``), then each round the protocol
     declares, skipping each user at his planned round of dropping out (``plan``: its number, 0 for none);
     ``between(round)`` runs after each round's messages are sent (the fault tests kill the server there);
     ``liar``: the client class of the first user who stays (``privagg demo-service --dishonest``,
-    :mod:`privagg.service.sharing.dishonest`). Once the users who will answer a round have, the round is closed early
-    (the operator's route), not at its deadline. The rounds' wall times and this process's CPU in each (its users'
-    work, said in a line as each round closes), the users' bytes, who survived (sent the round the release is over),
-    the users' clients and the liar's."""
+    :mod:`privagg.service.sharing.dishonest`); ``processes``: how many run the users' devices (:class:`Devices`).
+    Once the users who will answer a round have, the round is closed early (the operator's route), not at its
+    deadline. The rounds' wall times and the users' CPU in each (said in a line as each round closes), each user's
+    CPU in his calls, the users' bytes, who survived (sent the round the release is over), the users' clients and
+    the liar's."""
     lying = int(np.flatnonzero(plan == 0)[0]) if liar is not None else -1
-    users = [(liar if i == lying else SharingClient).fetch(url, task_id, organisation_key=organisation_key)
-             for i in range(len(codes))]
-    protocol = users[0].protocol
+    observer = SharingClient.fetch(url, task_id, organisation_key=organisation_key)  # the task's state, as it goes
+    protocol = observer.protocol
     seconds: dict[str, float] = {}
-    cpu: dict[str, float] = {}  # the process's CPU (user and system) in each round: its users' work (bench part 16)
+    cpu: dict[str, float] = {}  # the users' CPU (user and system) in each round, in every process (bench part 16)
 
     def wait_past(state: str) -> None:
-        while users[0].state() == state:
+        while observer.state() == state:
             time.sleep(0.05)
 
-    with ThreadPoolExecutor(THREADS) as pool:
+    with Devices([liar if i == lying else SharingClient for i in range(len(codes))], url, task_id, organisation_key,
+                 processes) as users:
         start = time.perf_counter()
-        index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(users, tokens)))
+        index = users.call("enroll", ((i, (token,)) for i, token in enumerate(tokens)))
         left_out = sign_roster()
         if left_out:
             progress(f"the organisation left out users {sorted(left_out)} (round-1 dropouts): {left_out}")
         seconds["enroll"] = time.perf_counter() - start
         for number, round_ in enumerate(protocol.rounds, 1):
-            if users[0].state() != f"round{number}":  # a round that expects nobody is skipped (DPDS's exclusion)
+            if observer.state() != f"round{number}":  # a round that expects nobody is skipped (DPDS's exclusion)
                 continue
-            start, used = time.perf_counter(), _cpu()
-            active = [i for i in range(len(users)) if plan[i] == 0 or plan[i] > number]
+            start, used = time.perf_counter(), users.cpu()
+            active = [i for i in range(len(codes)) if plan[i] == 0 or plan[i] > number]
             progress(f"round {number} ({round_.name}): {len(active)} users")
             try:
-                list(pool.map(lambda i: users[i].send(round_.name, int(codes[i]) if round_.value else None), active))
+                users.call("send", ((i, (round_.name, int(codes[i]) if round_.value else None)) for i in active))
             except SubmitError:  # the server failed the task meanwhile (a round closed short): say why, in one line
                 check_not_failed(url, task_id)
                 raise
@@ -109,21 +109,17 @@ def run_rounds(url: str, task_id: str, codes: np.ndarray, tokens: list[str], pla
             close_round(f"{url}/tasks/{task_id}/close-round/{number}", CLOSE_SECONDS)
             wait_past(f"round{number}")
             seconds[f"round{number}"] = time.perf_counter() - start
-            used = cpu[f"round{number}"] = _cpu() - used
-            progress(f"round {number} closed: {seconds[f'round{number}']:.1f} s; this process's CPU (its "
-                     f"{len(active)} users' work) {used:.1f} s, {used / max(len(active), 1) * 1e3:.1f} ms a user")
+            used = cpu[f"round{number}"] = users.cpu() - used
+            progress(f"round {number} closed: {seconds[f'round{number}']:.1f} s; the users' CPU ({len(active)} "
+                     f"of them) {used:.1f} s, {used / max(len(active), 1) * 1e3:.1f} ms a user")
+        clients, user_cpu = users.close()
     last = protocol.number(protocol.release_round)
-    survivors = sorted(u.user for u, p in zip(users, plan) if p == 0 or p > last)  # they sent the release round
-    return {"seconds": seconds, "cpu": cpu, "survivors": survivors, "index": index,
-            "liar": users[lying] if liar else None,
-            "user_bytes": {"http_sent": sum(u.sent for u in users), "http_received": sum(u.received for u in users),
-                           "sealed_sent": sum(u.sealed_sent for u in users)},
-            "state": users[0].state(), "clients": users}
-
-
-def _cpu() -> float:
-    times = os.times()
-    return times.user + times.system
+    survivors = sorted(u.user for u, p in zip(clients, plan) if p == 0 or p > last)  # they sent the release round
+    return {"seconds": seconds, "cpu": cpu, "user_cpu": user_cpu, "survivors": survivors, "index": index,
+            "liar": clients[lying] if liar else None,
+            "user_bytes": {"http_sent": sum(u.sent for u in clients), "http_received": sum(u.received for u in clients),
+                           "sealed_sent": sum(u.sealed_sent for u in clients)},
+            "state": observer.state(), "clients": clients}
 
 
 CLOSE_SECONDS = 3600  # the close of the last round releases (outside the lock): at n = 2,000 over a minute

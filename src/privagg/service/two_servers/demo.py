@@ -12,7 +12,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from ..keys import KeyEncryptionKey
 from ..local import ServiceProcess, fresh_sqlite
 from ..organisation import Organisation
-from ..round_demo import THREADS, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
+from ..round_demo import Devices, check_drop_fraction, check_not_failed, close_round, dropout_plan, min_survivors_for, party_row, traffic
 from ..storage import connect
 from .servers import FirstService, SecondService, create_tasks
 from .client import TSSClient
@@ -29,7 +28,9 @@ from .client import TSSClient
 def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
                      round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2), between=None,
                      progress=print, liar: type | None = None) -> dict:
-    """S2's release, the survivors' codes (R2), each round's wall time, the users' bytes and their clients.
+    """S2's release, the survivors' codes (R2), each round's wall time and the users' CPU in it (in every process
+    that runs them: :class:`~privagg.service.round_demo.Devices`), each user's CPU in his calls, the users' bytes and
+    their clients.
     ``rounds``: when the dropouts vanish; ``between(round, s1)``: runs once a round's messages are sent (the
     benchmark kills S1 there); ``liar``: the client class of the first user who stays (``privagg demo-service
     --dishonest``, :mod:`privagg.service.two_servers.dishonest`), his client returned as ``liar``."""
@@ -51,13 +52,13 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
         finally:
             second.engine.dispose()
         lying = int(np.flatnonzero(plan == 0)[0]) if liar is not None else -1
-        clients = [(liar if i == lying else TSSClient).fetch(s1.url, task.task_id,
-                                                             organisation_key=organisation.public_key)
-                   for i in range(users)]
+        observer = TSSClient.fetch(s1.url, task.task_id, organisation_key=organisation.public_key)
         seconds: dict[str, float] = {}
-        with ThreadPoolExecutor(THREADS) as pool:
+        cpu: dict[str, float] = {}  # the users' CPU (user and system) in each round, in every process
+        with Devices([liar if i == lying else TSSClient for i in range(users)], s1.url, task.task_id,
+                     organisation.public_key) as devices:
             start = time.perf_counter()
-            index = list(pool.map(lambda pair: pair[0].enroll(pair[1]), zip(clients, tokens)))
+            index = devices.call("enroll", ((i, (token,)) for i, token in enumerate(tokens)))
             try:
                 left_out = organisation.sign_roster(first, task.task_id, tokens)[1]
             finally:
@@ -65,21 +66,23 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
             if left_out:
                 progress(f"the organisation left out users {sorted(left_out)} (round-1 dropouts): {left_out}")
             seconds["enroll"] = time.perf_counter() - start
-            for number, round_ in enumerate(clients[0].protocol.rounds, 1):
-                start = time.perf_counter()
-                if clients[0].state() == f"round{number}":  # a round that expects nobody is skipped
+            for number, round_ in enumerate(observer.protocol.rounds, 1):
+                start, used = time.perf_counter(), devices.cpu()
+                if observer.state() == f"round{number}":  # a round that expects nobody is skipped
                     active = [i for i in range(users) if plan[i] == 0 or plan[i] > number]
                     progress(f"round {number} ({round_.name}): up to {len(active)} users")
                     # every user still there asks; those the round does not ask (not a helper) send nothing
-                    list(pool.map(lambda i: clients[i].send(round_.name, int(codes[i]) if round_.value else None),
-                                  active))
+                    devices.call("send", ((i, (round_.name, int(codes[i]) if round_.value else None))
+                                          for i in active))
                     if between is not None:
                         between(number, s1)
-                    if clients[0].state() == f"round{number}":
+                    if observer.state() == f"round{number}":
                         close_round(f"{s1.url}/tasks/{task.task_id}/close-round/{number}", 60)
                 seconds[f"round{number}"] = time.perf_counter() - start
+                cpu[f"round{number}"] = devices.cpu() - used
+            clients, user_cpu = devices.close()
         start = time.perf_counter()
-        while clients[0].state() not in ("delivered", "failed"):
+        while observer.state() not in ("delivered", "failed"):
             time.sleep(0.05)
         check_not_failed(s1.url, task.task_id)
         report = _result(f"{s2.url}/tasks/{task.second_task_id}/result")
@@ -87,7 +90,8 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
     by_index = np.empty(users, dtype=np.int64)
     by_index[index] = codes
     survivors = sorted(c.user for c, p in zip(clients, plan) if p == 0)
-    return {"task": task, "report": report, "survivor_codes": by_index[survivors], "seconds": seconds,
+    return {"task": task, "report": report, "survivor_codes": by_index[survivors], "seconds": seconds, "cpu": cpu,
+            "user_cpu": user_cpu,
             "bytes": {"http_sent": sum(c.sent for c in clients), "http_received": sum(c.received for c in clients),
                       "sealed_sent": sum(c.sealed_sent for c in clients)}, "clients": clients, "survivors": survivors,
             "liar": clients[lying] if liar is not None else None,
