@@ -344,3 +344,37 @@ def test_a_demo_whose_task_failed_says_why_in_one_line(cli_in_process, monkeypat
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1] == ("error: the task failed, nothing was released: round 5 closed "
                                                       "with 3 of 12 users")
+
+
+def test_a_demo_whose_server_stopped_says_so_in_one_line(cli_in_process, monkeypatch, tmp_path):
+    """The sharing server gone after round 1 (SIGKILL, no restart): the demo's rounds raise SubmitError (before,
+    urllib's URLError from the close, a traceback), and demo-service prints one line naming the failed request and
+    where the services' logs are, exit 1."""
+    import numpy as np
+
+    import privagg.demos
+    from privagg.cli import app
+    from privagg.protocols import sampling_calibration as sc
+    from privagg.service.calls import SubmitError
+    from privagg.service.organisation import Organisation
+    from privagg.service.round_demo import check_not_failed, dropout_plan
+    from privagg.service.sharing.demo import SharingDeployment, run_rounds
+
+    p, organisation = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25), Organisation.generate()
+    with SharingDeployment(f"sqlite:///{tmp_path}/sharing.db", tmp_path / "log") as dep:
+        task, tokens, sign_roster = dep.organised(organisation, p, 300.0, 12, 16)
+        with pytest.raises(SubmitError, match="^no answer: "):
+            run_rounds(dep.url, task.task_id, np.arange(16) % 2, tokens, dropout_plan(16, 0.0, (1,), seed=0),
+                       organisation.public_key, sign_roster, progress=lambda _text: None,
+                       between=lambda _round: dep.kill())
+    assert check_not_failed(dep.url, task.task_id) is None  # nothing answers there: the caller's error stands
+
+    def stopped(*args, **kwargs):
+        raise SubmitError(None, "<urlopen error [Errno 111] Connection refused>")
+
+    monkeypatch.setattr(privagg.demos, "run_sharing_demo", stopped)
+    result = cli_in_process.invoke(app, ["demo-service", "dpds", "--users", "100", "--workdir", str(tmp_path / "w")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert " ".join(result.output.split()) == (
+        "error: a request to the demo's service failed (no answer: <urlopen error [Errno 111] Connection refused>); "
+        f"the services' logs are in {tmp_path / 'w' / 'logs'}")

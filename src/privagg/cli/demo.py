@@ -219,6 +219,7 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     from ..reports import document_privacy, json_document
 
     from ..protocols.roles import RoundFailed
+    from ..service.calls import SubmitError
 
     with _clean_errors():
         try:
@@ -227,6 +228,10 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
                                        degree=degree)
         except RoundFailed as err:
             _say(f"error: {err}", stderr=True)
+            raise typer.Exit(1) from None
+        except SubmitError as err:  # a server stopped or refused (the demo's own servers: their logs say why)
+            _say(f"error: a request to the demo's service failed ({err}); the services' logs are in "
+                 f"{workdir / 'logs'}", stderr=True)
             raise typer.Exit(1) from None
     report, rows = summary["service"], summary["estimates"]
     if as_json:

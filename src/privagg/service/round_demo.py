@@ -194,23 +194,37 @@ class Devices:
 
 def close_round(url: str, timeout: float) -> None:
     """POST to a round's close route (``url``), as the demo's operator: an empty body, waiting up to ``timeout``
-    seconds (a close that releases inline takes long at large n)."""
+    seconds (a close that releases inline takes long at large n); SubmitError if the server refused or did not
+    answer."""
+    import urllib.error
     import urllib.request
 
-    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=timeout):
-        pass
+    from .calls import SubmitError
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=timeout):
+            pass
+    except urllib.error.HTTPError as err:
+        raise SubmitError(err.code, err.read().decode(errors="replace")[:300]) from None
+    except (urllib.error.URLError, OSError) as err:
+        raise SubmitError(None, str(err)) from None
 
 
 def check_not_failed(url: str, task_id: str) -> None:
-    """Nothing while the round server at ``url`` has not failed the task; else :class:`RoundFailed` with its
-    reason (a demo whose task failed says why in one line, as the CLI prints it)."""
+    """Nothing while the round server at ``url`` has not failed the task (or does not answer: the caller's error
+    stands); else :class:`RoundFailed` with its reason (a demo whose task failed says why in one line, as the CLI
+    prints it)."""
     import json
+    import urllib.error
     import urllib.request
 
     from ..protocols.roles import RoundFailed
 
-    with urllib.request.urlopen(f"{url}/tasks/{task_id}", timeout=60) as answer:
-        state = json.loads(answer.read())
+    try:
+        with urllib.request.urlopen(f"{url}/tasks/{task_id}", timeout=60) as answer:
+            state = json.loads(answer.read())
+    except (urllib.error.URLError, OSError):
+        return
     if state.get("state") == "failed":
         raise RoundFailed(f"the task failed, nothing was released: {state.get('failed')}")
 
