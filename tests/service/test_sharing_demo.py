@@ -282,6 +282,32 @@ def test_tss_through_s1_and_s2_with_dropouts(tmp_path):
     assert helper["sent"]["helper sums"] * helper["parties"] == pytest.approx(s2["received"]["helper sums"])
 
 
+
+def test_tss_users_in_two_worker_processes(tmp_path):
+    """TSS with the users' devices in two worker processes (as at n >= 2,000 on two cores): S2's release is the
+    survivors' sampled counts exactly, the clients come back in user order, and each round's users' CPU is counted
+    from the workers."""
+    import numpy as np
+
+    from privagg.demos import TSS_REPORT_FRACTION, sharing_demo_data
+    from privagg.protocols.registry import calibrate
+    from privagg.protocols.sharing_parties import survivors_parameters
+    from privagg.service.two_servers.demo import run_tss_services
+
+    codes, categories, beta = sharing_demo_data(100)
+    p = calibrate("tss", epsilon=1.0, delta=1e-6, n_users=100, domain_size=len(categories), min_count_fraction=beta,
+                  report_fraction=TSS_REPORT_FRACTION)
+    run = run_tss_services(tmp_path, p, codes, 0.1, 300.0, seed=0, progress=lambda _text: None, processes=2)
+    counts = np.zeros(len(categories), dtype=np.int64)
+    for client in run["clients"]:
+        if client.user in run["survivors"]:
+            for j, entry in zip(client.role.state.items, client.role.state.entries):
+                counts[j] += entry
+    released = [e["estimate"] for e in sorted(run["report"]["estimates"], key=lambda e: e["item"])]
+    assert released == survivors_parameters(p, len(run["survivors"])).estimate(counts).tolist()
+    assert sorted(c.user for c in run["clients"]) == list(range(100)) and len(run["user_cpu"]) == 100
+    assert run["cpu"]["round1"] > 0 and all(cpu > 0 for cpu in run["user_cpu"])
+
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, tmp_path):
     """n^2 work on the complete graph: at most 1,000 users there; 10,000 on a neighbour graph; 4,000 for TSS (alpha =
     0.1), 1,000 for a dishonest TSS helper (alpha = 1/2), whose round 2 seals alpha^2 N n^2 shares (the paper's helper

@@ -27,13 +27,14 @@ from .client import TSSClient
 
 def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction: float = 0.0,
                      round_seconds: float = 300.0, seed: int = 0, rounds: tuple[int, ...] = (1, 2), between=None,
-                     progress=print, liar: type | None = None) -> dict:
+                     progress=print, liar: type | None = None, processes: int | None = None) -> dict:
     """S2's release, the survivors' codes (R2), each round's wall time and the users' CPU in it (in every process
     that runs them: :class:`~privagg.service.round_demo.Devices`), each user's CPU in his calls, the users' bytes and
     their clients.
     ``rounds``: when the dropouts vanish; ``between(round, s1)``: runs once a round's messages are sent (the
     benchmark kills S1 there); ``liar``: the client class of the first user who stays (``privagg demo-service
-    --dishonest``, :mod:`privagg.service.two_servers.dishonest`), his client returned as ``liar``."""
+    --dishonest``, :mod:`privagg.service.two_servers.dishonest`), his client returned as ``liar``; ``processes``: how
+    many run the users' devices (:class:`~privagg.service.round_demo.Devices`)."""
     users, drop_fraction = len(codes), check_drop_fraction(drop_fraction)
     plan = dropout_plan(users, drop_fraction, rounds, seed)
     dbs = {role: fresh_sqlite(workdir, role) for role in ("s1", "s2")}
@@ -56,7 +57,7 @@ def run_tss_services(workdir: Path, parameters, codes: np.ndarray, drop_fraction
         seconds: dict[str, float] = {}
         cpu: dict[str, float] = {}  # the users' CPU (user and system) in each round, in every process
         with Devices([liar if i == lying else TSSClient for i in range(users)], s1.url, task.task_id,
-                     organisation.public_key) as devices:
+                     organisation.public_key, processes) as devices:
             start = time.perf_counter()
             index = devices.call("enroll", ((i, (token,)) for i, token in enumerate(tokens)))
             try:
