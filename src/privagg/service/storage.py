@@ -91,8 +91,10 @@ tokens = sa.Table(
     sa.Column("token_hash", sa.LargeBinary(32), primary_key=True),  # SHA-256 of the token: the token is not kept
     sa.Column("task_id", sa.String(32), nullable=False),
     sa.Column("report_id", sa.String(32)),  # the report the token was spent on; NULL while unused
-    sa.UniqueConstraint("task_id", "report_id", name="one_report_per_id"),
 )
+# one report per id and task; of spent tokens only (a token's spending then inserts its entry, and deletes none)
+sa.Index("one_report_per_id", tokens.c.task_id, tokens.c.report_id, unique=True,
+         sqlite_where=tokens.c.report_id.is_not(None), postgresql_where=tokens.c.report_id.is_not(None))
 reports = sa.Table(
     "reports", metadata["collector"],
     sa.Column("task_id", sa.String(32), primary_key=True),
