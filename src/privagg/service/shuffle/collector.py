@@ -162,16 +162,19 @@ class Collector:
             if task is None:
                 raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
         ids = [task_id] + ([] if task.discovery is None else [task.discovery.task_id])  # and its first stage's
-        with self.engine.begin() as c:
-            if not stored:
-                c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task_id, task=text))
-                if task.discovery is not None:  # its reports arrive with the task's: no fetch of its own
-                    c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task.discovery.task_id,
-                                                                                  task=task.discovery.to_json()))
-            for number_of in ids:  # (another collector process may make it at the same time: one is kept)
-                c.execute(storage.insert_if_absent(c, task_numbers).values(task_id=number_of))
-            numbers = dict(c.execute(sa.select(task_numbers.c.task_id, task_numbers.c.number).where(
-                task_numbers.c.task_id.in_(ids))).all())
+        read = sa.select(task_numbers.c.task_id, task_numbers.c.number).where(task_numbers.c.task_id.in_(ids))
+        with storage.reading(self.engine) as c:  # (a write only for what is new: none waits on a busy database)
+            numbers = dict(c.execute(read).all())
+        if not stored or len(numbers) < len(ids):
+            with self.engine.begin() as c:
+                if not stored:
+                    c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task_id, task=text))
+                    if task.discovery is not None:  # its reports arrive with the task's: no fetch of its own
+                        c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task.discovery.task_id,
+                                                                                      task=task.discovery.to_json()))
+                for number_of in ids:  # (another collector process may make it at the same time: one is kept)
+                    c.execute(storage.insert_if_absent(c, task_numbers).values(task_id=number_of))
+                numbers = dict(c.execute(read).all())
         self._numbers.update(numbers)
         if task.discovery is not None:
             self._tasks[task.discovery.task_id] = task.discovery
