@@ -9,13 +9,13 @@ import sqlalchemy as sa
 from privagg.service import storage
 from privagg.service.shuffle.collector_writer import ROWS_PER_INSERT, insert_rows, writer_connection
 
-TASK = "ab" * 16
+TASK = 1  # a task number (storage.task_numbers)
 
 
 def _digests(engine: sa.Engine) -> list[bytes]:
     with storage.reading(engine) as c:
         return list(c.execute(sa.select(storage.encapsulations.c.digest).where(
-            storage.encapsulations.c.task_id == TASK).order_by(storage.encapsulations.c.digest)).scalars())
+            storage.encapsulations.c.task == TASK).order_by(storage.encapsulations.c.digest)).scalars())
 
 
 def test_rows_go_in_whole_statements_of_each_size_and_a_key_already_present_fails_its_statement(databases):
@@ -27,15 +27,15 @@ def test_rows_go_in_whole_statements_of_each_size_and_a_key_already_present_fail
                     args[2].startswith("INSERT INTO encapsulations") else None)
     rows = [(TASK, secrets.token_bytes(32)) for _ in range(300)]
     with engine.begin() as c:
-        insert_rows(c, storage.encapsulations, ("task_id", "digest"), rows)
+        insert_rows(c, storage.encapsulations, ("task", "digest"), rows)
     assert _digests(engine) == sorted(d for _, d in rows)
     assert ROWS_PER_INSERT == (256, 16, 1) and len(statements) == 3  # one executemany a size
     again = [(TASK, secrets.token_bytes(32)) for _ in range(20)] + [rows[7]]
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as c:
-        insert_rows(c, storage.encapsulations, ("task_id", "digest"), again)
+        insert_rows(c, storage.encapsulations, ("task", "digest"), again)
     assert _digests(engine) == sorted(d for _, d in rows)
     with engine.begin() as c:  # no rows: no statement
-        insert_rows(c, storage.encapsulations, ("task_id", "digest"), [])
+        insert_rows(c, storage.encapsulations, ("task", "digest"), [])
     assert len(statements) == 3 + 2
     engine.dispose()
 

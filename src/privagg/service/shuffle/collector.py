@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ...core.randomness import secure_rng
 from ...errors import ParameterError
 from .. import storage
-from ..storage import batches, collector_tasks, encapsulations, reports, tokens
+from ..storage import batches, collector_tasks, encapsulations, reports, task_numbers, tokens
 from ..tasks import Task, encapsulation_digests, is_hex_id
 from ..web import (Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body,
                   require_operator, shown)
@@ -93,6 +93,7 @@ class Collector:
         self.forward_partitioned, self.memory_budget = forward_partitioned, memory_budget
         self.partition_root = None if partition_root is None else Path(partition_root)
         self._tasks: dict[str, Task] = {}
+        self._numbers: dict[str, int] = {}  # each loaded task's number (task_numbers), committed before its reports
         self._fetching: dict[str, threading.Lock] = {}  # per task id being fetched: one fetch, the others wait
         self._fetching_lock = threading.Lock()
         self.health = Health()
@@ -142,24 +143,41 @@ class Collector:
         return self._tasks.get(task_id)
 
     def _load_task(self, task_id: str) -> Task:
+        """The task from the database, or fetched and stored; either way with its number, and its first stage's,
+        made if new and committed before any of its reports is checked (the writer reads them from
+        ``_numbers``)."""
         with storage.reading(self.engine) as c:
             text = c.execute(sa.select(collector_tasks.c.task).where(collector_tasks.c.task_id == task_id)).scalar()
-        if text is not None:
-            return Task.from_json(text, verify=False)  # verified when it was fetched
-        try:
-            text = self.fetch_task(task_id)
-            task = None if text is None else Task.from_json(text)  # parameters verified before anything is stored
-        except Exception as err:  # the analyzer is unreachable or served something unusable: try later
-            log.warning("task not fetched", extra={"fields": {"task": task_id, "error": type(err).__name__}})
-            raise Refused(503, "unavailable", "the task could not be fetched from the analyzer; try again") from None
-        if task is None:
-            raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
-        with self.engine.begin() as c:
-            c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task_id, task=text))
-            if task.discovery is not None:  # its reports arrive with the task's: no fetch of its own
-                c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task.discovery.task_id,
-                                                                              task=task.discovery.to_json()))
-                self._tasks[task.discovery.task_id] = task.discovery
+        stored = text is not None
+        if stored:
+            task = Task.from_json(text, verify=False)  # verified when it was fetched
+        else:
+            try:
+                text = self.fetch_task(task_id)
+                task = None if text is None else Task.from_json(text)  # parameters verified before anything is stored
+            except Exception as err:  # the analyzer is unreachable or served something unusable: try later
+                log.warning("task not fetched", extra={"fields": {"task": task_id, "error": type(err).__name__}})
+                raise Refused(503, "unavailable", "the task could not be fetched from the analyzer; try "
+                              "again") from None
+            if task is None:
+                raise Refused(404, "unknown_task", f"task_id must name a task of the analyzer, got {task_id}")
+        ids = [task_id] + ([] if task.discovery is None else [task.discovery.task_id])  # and its first stage's
+        read = sa.select(task_numbers.c.task_id, task_numbers.c.number).where(task_numbers.c.task_id.in_(ids))
+        with storage.reading(self.engine) as c:  # (a write only for what is new: none waits on a busy database)
+            numbers = dict(c.execute(read).all())
+        if not stored or len(numbers) < len(ids):
+            with self.engine.begin() as c:
+                if not stored:
+                    c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task_id, task=text))
+                    if task.discovery is not None:  # its reports arrive with the task's: no fetch of its own
+                        c.execute(storage.insert_if_absent(c, collector_tasks).values(task_id=task.discovery.task_id,
+                                                                                      task=task.discovery.to_json()))
+                for number_of in ids:  # (another collector process may make it at the same time: one is kept)
+                    c.execute(storage.insert_if_absent(c, task_numbers).values(task_id=number_of))
+                numbers = dict(c.execute(read).all())
+        self._numbers.update(numbers)
+        if task.discovery is not None:
+            self._tasks[task.discovery.task_id] = task.discovery
         return task
 
     def issue_tokens(self, task_id: str, count: int) -> list[str]:
@@ -251,11 +269,12 @@ class Collector:
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
         used = {tuple(row) for row in c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
             tokens.c.report_id.in_([r.report_id for r in group])))}
-        seen = storage.existing_digests(c, encapsulations, {key for r in group for key in r.keys})
+        keys = self._numbered_keys(group)
+        seen = storage.existing_digests(c, encapsulations, {key for report_keys in keys for key in report_keys})
         outcomes: list[str | Refused] = []
         spent: dict[bytes, str] = {}  # tokens spent earlier in this group
         new = []
-        for r in group:
+        for r, report_keys in zip(group, keys):
             row = rows.get(r.token_hash)
             earlier = row.report_id if row is not None and row.report_id is not None else spent.get(r.token_hash)
             if row is None or row.task_id != r.task_id:
@@ -269,21 +288,25 @@ class Collector:
                                         "was released"))
             elif (r.task_id, r.report_id) in used:
                 outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
-            elif any(key in seen for key in r.keys):
+            elif any(key in seen for key in report_keys):
                 outcomes.append(Refused(409, "replayed_message", "each message must be new: an accepted message "
                                         "of this task carried the same HPKE encapsulated key"))
             else:
                 spent[r.token_hash] = r.report_id
                 used.add((r.task_id, r.report_id))
-                seen.update(r.keys)
+                seen.update(report_keys)
                 new.append(r)
                 outcomes.append("stored")
         if new and self._write(c, new) != len(new) and c.dialect.supports_sane_multi_rowcount:
             raise RuntimeError("a token was spent concurrently")  # by another collector
         return outcomes
 
-    @staticmethod
-    def _write(c: sa.Connection, new: list["Pending"]) -> int:
+    def _numbered_keys(self, group: list[Pending]) -> list[list[tuple[int, bytes]]]:
+        """Each report's (task number, digest) of every message: its encapsulations' keys."""
+        numbers = self._numbers
+        return [[(numbers[task_id], digest) for task_id, digest in r.keys] for r in group]
+
+    def _write(self, c: sa.Connection, new: list["Pending"]) -> int:
         """The reports ``new`` stored, their tokens spent and their encapsulations recorded; how many tokens were
         spent (each must be an unspent token of its report's task)."""
         # (through the driver: about one row per message, see storage.execute_driver)
@@ -296,7 +319,7 @@ class Collector:
         storage.execute_driver(c, COUNT_ARRIVALS, [{"task": t, "now": now, "count": k} for t, k in arrived.items()])
         # the primary key makes this atomic across collector processes: a digest another one stored since
         # fails the whole group, whose clients send again and are then refused as replays
-        insert_rows(c, encapsulations, ("task_id", "digest"), [key for r in new for key in r.keys])
+        insert_rows(c, encapsulations, ("task", "digest"), [key for keys in self._numbered_keys(new) for key in keys])
         return updated
 
     # ---- batches -------------------------------------------------------------------------------------------
@@ -460,7 +483,8 @@ class Collector:
                 c.execute(sa.delete(reports).where(reports.c.batch_id == batch_id))
                 c.execute(sa.update(batches).where(batches.c.batch_id == batch_id).values(acknowledged=True))
                 if self.task(task_id).single_batch:  # it takes no more reports: replays need no record now
-                    c.execute(sa.delete(encapsulations).where(encapsulations.c.task_id == task_id))
+                    c.execute(sa.delete(encapsulations).where(encapsulations.c.task == sa.select(
+                        task_numbers.c.number).where(task_numbers.c.task_id == task_id).scalar_subquery()))
             self.released.labels(task_id).inc()
             self.batch_reports.observe(count)
             log_event(log, "batch released", task=task_id, batch=batch_id, reports=count)
