@@ -148,9 +148,9 @@ def test_a_mistyped_database_is_refused_and_none_is_made_but_by_the_commands_tha
         assert line.endswith(f"{typo}: no such file" if sqlite else f"{typo}, an empty database"), line
         assert not Path(typo.removeprefix("sqlite:///")).exists() if sqlite else tables(typo) == set()
     made = run("db", "upgrade", "--create", "--role", "collector", "--db", typo)
-    assert made.exit_code == 0 and made.output == f"the collector database {typo}: made at schema version c0006\n"
+    assert made.exit_code == 0 and made.output == f"the collector database {typo}: made at schema version c0008\n"
     again = run("db", "upgrade", "--create", "--role", "collector", "--db", typo)
-    assert again.output == f"the collector database {typo}: already at schema version c0006\n"
+    assert again.output == f"the collector database {typo}: already at schema version c0008\n"
     fe1 = params_file(tmp_path, "fe1", "fe1", delta=1e-6, n_users=100, domain_size=16)
     assert run("task", "create", "--params", fe1, "--db", databases["analyzer"]).exit_code == 0  # it makes its own
 
@@ -164,7 +164,7 @@ def test_older_databases_learn_their_role_when_upgraded(databases, kek):
     wrong = f"must be an analyzer database, got {collector}, a collector database"
     with pytest.raises(storage.ParameterError, match=re.escape(wrong)):
         storage.connect(collector, "analyzer", kek=kek, upgrade=True)  # its version table names its role
-    for role, url, old, new in (("analyzer", analyzer, "a0006", "a0008"), ("collector", collector, "c0005", "c0006")):
+    for role, url, old, new in (("analyzer", analyzer, "a0006", "a0008"), ("collector", collector, "c0005", "c0008")):
         upgraded = run("db", "upgrade", "--role", role, "--db", url)
         assert upgraded.output == f"the {role} database {url}: upgraded from version {old} at schema version {new}\n"
     wrong = f"must be a collector database, got {analyzer}, an analyzer database"
