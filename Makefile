@@ -23,9 +23,10 @@ demo: $(VENV)/installed bytecode
 
 # one test process per core (pytest-xdist): the service tests spend much of their time waiting on their servers.
 # make test (and CI) leaves out the tests marked slow: each property they check has a fast version in the default
-# run; make test-all runs them too
+# run; make test-all runs them too. make test prints its 20 slowest tests (--durations), so that a test grown slow
+# shows in every run
 test: $(VENV)/installed bytecode chromium
-	$(PY) -m pytest -n auto -m "not slow"
+	$(PY) -m pytest -n auto -m "not slow" --durations=20
 
 test-all: $(VENV)/installed bytecode chromium
 	$(PY) -m pytest -n auto
