@@ -160,8 +160,10 @@ def test_a_huge_sparse_file_is_refused_at_once(files):
         proc.stderr, proc.stderr
 
 
-def test_partitions_are_capped_at_the_message_count(files, tmp_path):
-    result = runner.invoke(app, FE1 + ["--input", str(files / "good.txt"), "--seed", "2", "--write-messages",
+def test_partitions_are_capped_at_the_message_count(tmp_path):
+    # 50 users (about 800 messages, each written as a partition of its own), not good.txt's 300 (3,245)
+    (tmp_path / "few.txt").write_text("\n".join(str(i) for i in range(50)) + "\n")
+    result = runner.invoke(app, FE1 + ["--input", str(tmp_path / "few.txt"), "--seed", "2", "--write-messages",
                                        str(tmp_path / "m"), "--partitions", "100000", "--json"])
     assert result.exit_code == 0, result.stderr
     written = len(list((tmp_path / "m").glob("part-*.parquet")))
