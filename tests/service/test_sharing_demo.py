@@ -289,23 +289,23 @@ def test_tss_users_in_two_worker_processes(tmp_path):
     from the workers."""
     import numpy as np
 
-    from privagg.demos import TSS_REPORT_FRACTION, sharing_demo_data
+    from privagg.demos import TSS_REPORT_FRACTION
     from privagg.protocols.registry import calibrate
     from privagg.protocols.sharing_parties import survivors_parameters
     from privagg.service.two_servers.demo import run_tss_services
 
-    codes, categories, beta = sharing_demo_data(100)
-    p = calibrate("tss", epsilon=1.0, delta=1e-6, n_users=100, domain_size=len(categories), min_count_fraction=beta,
+    codes = np.arange(40) % 10  # each of 10 items held by 4 users: beta = 1/10
+    p = calibrate("tss", epsilon=1.0, delta=1e-6, n_users=40, domain_size=10, min_count_fraction=0.1,
                   report_fraction=TSS_REPORT_FRACTION)
     run = run_tss_services(tmp_path, p, codes, 0.1, 300.0, seed=0, progress=lambda _text: None, processes=2)
-    counts = np.zeros(len(categories), dtype=np.int64)
+    counts = np.zeros(10, dtype=np.int64)
     for client in run["clients"]:
         if client.user in run["survivors"]:
             for j, entry in zip(client.role.state.items, client.role.state.entries):
                 counts[j] += entry
     released = [e["estimate"] for e in sorted(run["report"]["estimates"], key=lambda e: e["item"])]
     assert released == survivors_parameters(p, len(run["survivors"])).estimate(counts).tolist()
-    assert sorted(c.user for c in run["clients"]) == list(range(100)) and len(run["user_cpu"]) == 100
+    assert sorted(c.user for c in run["clients"]) == list(range(40)) and len(run["user_cpu"]) == 40
     assert run["cpu"]["round1"] > 0 and all(cpu > 0 for cpu in run["user_cpu"])
 
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, tmp_path):

@@ -382,7 +382,15 @@ def test_enrollment_checks_tokens_and_keys(server):
 
 
 def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
+    """The server killed and restarted after rounds 1 and 2, the users' devices in two worker processes
+    (service/round_demo.py, as at n >= 2,000 on two cores): the release is the survivors' field sum, the clients come
+    back in user order with their roles' state, each user's CPU is counted (every enrolled user's calls took some),
+    and an error in a worker is raised here as itself, the worker going on."""
+    from privagg.errors import ParameterError
+    from privagg.service.calls import SubmitError
     from privagg.service.organisation import Organisation
+    from privagg.service.round_demo import Devices, processes_for
+    from privagg.service.sharing.client import SharingClient
 
     p = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
     codes = np.arange(16) % 2
@@ -396,45 +404,22 @@ def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
             dep.start()
 
         run = run_rounds(dep.url, task.task_id, codes, tokens, dropout_plan(16, 0.15, (1, 2, 3), seed=3),
-                         organisation.public_key, sign_roster, progress=lambda _text: None, between=restart)
-        report = run["clients"][0]._call("result")
-    survivors = [c for c in run["clients"] if c.user in run["survivors"]]
-    total = field_sum(p, survivors)
-    estimates = [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])]
-    assert estimates == pytest.approx(survivors_parameters(p, len(survivors)).estimate(total).tolist())
-    assert report["dropouts"]["survivors"] == len(survivors) < 16
-
-
-def test_users_in_two_worker_processes_release_as_in_one(tmp_path):
-    """The demo's devices in two worker processes (service/round_demo.py, as at n >= 2,000 on two cores): the
-    release is the survivors' field sum, the clients come back in user order with their roles' state, each user's
-    CPU is counted (every enrolled user's calls took some), and an error in a worker is raised here as itself."""
-    from privagg.errors import ParameterError
-    from privagg.service.calls import SubmitError
-    from privagg.service.organisation import Organisation
-    from privagg.service.round_demo import Devices, processes_for
-    from privagg.service.sharing.client import SharingClient
-
-    p = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
-    codes = np.arange(16) % 2
-    with SharingDeployment(f"sqlite:///{tmp_path}/sharing.db", tmp_path / "log") as dep:
-        organisation = Organisation.generate()
-        task, tokens, sign_roster = dep.organised(organisation, p, 300.0, 12, 16)
-        run = run_rounds(dep.url, task.task_id, codes, tokens, dropout_plan(16, 0.15, (1, 2, 3), seed=3),
-                         organisation.public_key, sign_roster, progress=lambda _text: None, processes=2)
+                         organisation.public_key, sign_roster, progress=lambda _text: None, between=restart,
+                         processes=2)
         report = run["clients"][0]._call("result")
         with Devices([SharingClient] * 3, dep.url, task.task_id, organisation.public_key, processes=2) as devices:
             with pytest.raises(ParameterError, match="^token must be an enrollment token") as refused_here:
                 devices.call("enroll", [(0, ("",))])
             assert refused_here.value.field == "token"
-            with pytest.raises(SubmitError) as unknown:  # the worker goes on after an error
+            with pytest.raises(SubmitError) as unknown:
                 devices.call("enroll", [(2, ("not one of the task's tokens",))])
             assert unknown.value.status == 403
     assert [c.user for c in run["clients"]] == run["index"] and all(c.role is not None for c in run["clients"])
     assert all(cpu > 0 for cpu in run["user_cpu"]) and run["cpu"]["round1"] > 0
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]
+    total = field_sum(p, survivors)
     estimates = [e["estimate"] for e in sorted(report["estimates"], key=lambda e: e["item"])]
-    assert estimates == pytest.approx(survivors_parameters(p, len(survivors)).estimate(field_sum(p, survivors)).tolist())
+    assert estimates == pytest.approx(survivors_parameters(p, len(survivors)).estimate(total).tolist())
     assert report["dropouts"]["survivors"] == len(survivors) < 16
     assert processes_for(999) == 1 and processes_for(10_000) == min(os.cpu_count(), 10)
 
