@@ -256,10 +256,11 @@ class Collector:
             collector_tasks.c.task_id.in_(task_ids)).with_for_update()) if row.closed}
         released = set(c.execute(sa.select(batches.c.task_id).where(batches.c.task_id.in_(task_ids))).scalars())
         finished = closed | {t for t in released if self.task(t).single_batch}
+        keys = self._numbered_keys(group)
         if not finished and c.dialect.supports_sane_multi_rowcount:
             try:
                 with c.begin_nested():
-                    if self._write(c, group) != len(group):  # a token not this task's, spent, or spent twice here
+                    if self._write(c, group, keys) != len(group):  # a token not this task's, spent, or spent twice here
                         raise _Conflict()
                 return ["stored"] * len(group)
             except (_Conflict, sa.exc.IntegrityError):  # a report id or an encapsulation already stored
@@ -269,11 +270,10 @@ class Collector:
             tokens.c.token_hash.in_([r.token_hash for r in group])))}
         used = {tuple(row) for row in c.execute(sa.select(tokens.c.task_id, tokens.c.report_id).where(
             tokens.c.report_id.in_([r.report_id for r in group])))}
-        keys = self._numbered_keys(group)
         seen = storage.existing_digests(c, encapsulations, {key for report_keys in keys for key in report_keys})
         outcomes: list[str | Refused] = []
         spent: dict[bytes, str] = {}  # tokens spent earlier in this group
-        new = []
+        new, new_keys = [], []
         for r, report_keys in zip(group, keys):
             row = rows.get(r.token_hash)
             earlier = row.report_id if row is not None and row.report_id is not None else spent.get(r.token_hash)
@@ -296,19 +296,22 @@ class Collector:
                 used.add((r.task_id, r.report_id))
                 seen.update(report_keys)
                 new.append(r)
+                new_keys.append(report_keys)
                 outcomes.append("stored")
-        if new and self._write(c, new) != len(new) and c.dialect.supports_sane_multi_rowcount:
+        if new and self._write(c, new, new_keys) != len(new) and c.dialect.supports_sane_multi_rowcount:
             raise RuntimeError("a token was spent concurrently")  # by another collector
         return outcomes
 
     def _numbered_keys(self, group: list[Pending]) -> list[list[tuple[int, bytes]]]:
-        """Each report's (task number, digest) of every message: its encapsulations' keys."""
+        """Each report's (task number, digest) of every message, its own and its first stage's: the keys of its
+        encapsulations' replay records."""
         numbers = self._numbers
-        return [[(numbers[task_id], digest) for task_id, digest in r.keys] for r in group]
+        return [[(numbers[task_id], d) for task_id, _, digests in r.parts for d in digests] for r in group]
 
-    def _write(self, c: sa.Connection, new: list["Pending"]) -> int:
-        """The reports ``new`` stored, their tokens spent and their encapsulations recorded; how many tokens were
-        spent (each must be an unspent token of its report's task)."""
+    def _write(self, c: sa.Connection, new: list["Pending"], keys: list[list[tuple[int, bytes]]]) -> int:
+        """The reports ``new`` stored, their tokens spent and their encapsulations (``keys``, a list a report:
+        :meth:`_numbered_keys`) recorded; how many tokens were spent (each must be an unspent token of its report's
+        task)."""
         # (through the driver: about one row per message, see storage.execute_driver)
         updated = storage.execute_driver(c, SPEND_TOKEN, [{"h": r.token_hash, "t": r.task_id, "r": r.report_id}
                                                           for r in new]).rowcount
@@ -319,7 +322,7 @@ class Collector:
         storage.execute_driver(c, COUNT_ARRIVALS, [{"task": t, "now": now, "count": k} for t, k in arrived.items()])
         # the primary key makes this atomic across collector processes: a digest another one stored since
         # fails the whole group, whose clients send again and are then refused as replays
-        insert_rows(c, encapsulations, ("task", "digest"), [key for keys in self._numbered_keys(new) for key in keys])
+        insert_rows(c, encapsulations, ("task", "digest"), [key for report_keys in keys for key in report_keys])
         return updated
 
     # ---- batches -------------------------------------------------------------------------------------------

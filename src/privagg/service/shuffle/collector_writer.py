@@ -87,13 +87,11 @@ class Pending:
     outcome: Future | asyncio.Future | None = None  # set by the writer; an event loop's future on a loop
     # (task id, sealed messages, their digests) of the report, and of its first stage's if any
     parts: list[tuple[str, bytes, list[bytes]]] = field(init=False, repr=False)
-    keys: list[tuple[str, bytes]] = field(init=False, repr=False)  # (task id, digest) of every message: the replay check's
 
     def __post_init__(self) -> None:
         # made once here: the writer reads them several times a report (functools.cached_property takes a lock each
         # first read)
         self.parts = [(self.task_id, self.ciphertexts, self.digests), *([self.stage] if self.stage is not None else [])]
-        self.keys = [(task_id, d) for task_id, _, digests in self.parts for d in digests]
 
 
 class GroupCommit:
