@@ -414,6 +414,8 @@ def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
             with pytest.raises(SubmitError) as unknown:
                 devices.call("enroll", [(2, ("not one of the task's tokens",))])
             assert unknown.value.status == 403
+        with pytest.raises(ParameterError, match=r"^processes must be an integer in \[1, 64\], got 0"):
+            Devices([SharingClient], dep.url, task.task_id, organisation.public_key, processes=0)
     assert [c.user for c in run["clients"]] == run["index"] and all(c.role is not None for c in run["clients"])
     assert all(cpu > 0 for cpu in run["user_cpu"]) and run["cpu"]["round1"] > 0
     survivors = [c for c in run["clients"] if c.user in run["survivors"]]

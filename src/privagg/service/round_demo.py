@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ParameterError, check_integer
 
 THREADS = 16  # users' requests in flight at once, in all the demo's processes
-USERS_PER_PROCESS = 1000  # a worker process's start (about 0.5 s of imports) is not worth it for fewer users
+USERS_PER_PROCESS = 1000  # a worker process's start (its imports: about 0.3 s of CPU) is not worth it for fewer users
 
 
 def processes_for(users: int) -> int:
@@ -107,7 +107,7 @@ class Devices:
 
     def __init__(self, classes: list[type], url: str, task_id: str, organisation_key: bytes,
                  processes: int | None = None) -> None:
-        processes = processes_for(len(classes)) if processes is None else processes
+        processes = processes_for(len(classes)) if processes is None else check_integer("processes", processes, 1, 64)
         self.users, self.start, self.workers, self.shard, self.worker_cpu = len(classes), _cpu(), [], None, {}
         shards = [{i: classes[i] for i in range(w, len(classes), processes)} for w in range(processes)]
         arguments = url, task_id, organisation_key, max(1, THREADS // processes)
