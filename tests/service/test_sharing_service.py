@@ -385,11 +385,12 @@ def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
     """The server killed and restarted after rounds 1 and 2, the users' devices in two worker processes
     (service/round_demo.py, as at n >= 2,000 on two cores): the release is the survivors' field sum, the clients come
     back in user order with their roles' state, each user's CPU is counted (every enrolled user's calls took some),
-    and an error in a worker is raised here as itself, the worker going on."""
+    and an error in a worker is raised here as itself, the worker going on; a worker killed is DevicesLost, naming it,
+    and the other ends."""
     from privagg.errors import ParameterError
     from privagg.service.calls import SubmitError
     from privagg.service.organisation import Organisation
-    from privagg.service.round_demo import Devices, processes_for
+    from privagg.service.round_demo import Devices, DevicesLost, processes_for
     from privagg.service.sharing.client import SharingClient
 
     p = sc.calibrate_dpds(1.0, 1e-3, 16, 2, min_count_fraction=0.25)
@@ -414,6 +415,11 @@ def test_kill_9_of_the_server_in_rounds_1_and_2_loses_nothing(tmp_path):
             with pytest.raises(SubmitError) as unknown:
                 devices.call("enroll", [(2, ("not one of the task's tokens",))])
             assert unknown.value.status == 403
+            devices.workers[1][0].kill()  # SIGKILL, as the kernel's out-of-memory killer would
+            with pytest.raises(DevicesLost, match=r"^the worker process of users 1 \(pid \d+\) ended "
+                               r"\(killed by signal 9\) before it answered"):
+                devices.call("enroll", [(1, ("",)), (2, ("",))])
+        assert all(worker.poll() is not None for worker, _ in devices.workers)  # the other ended with the demo
         with pytest.raises(ParameterError, match=r"^processes must be an integer in \[1, 64\], got 0"):
             Devices([SharingClient], dep.url, task.task_id, organisation.public_key, processes=0)
     assert [c.user for c in run["clients"]] == run["index"] and all(c.role is not None for c in run["clients"])

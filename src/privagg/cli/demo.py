@@ -220,13 +220,14 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
 
     from ..protocols.roles import RoundFailed
     from ..service.calls import SubmitError
+    from ..service.round_demo import DevicesLost
 
     with _clean_errors():
         try:
             summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
                                        progress=(lambda _text: None) if as_json else _say, dishonest=dishonest,
                                        degree=degree)
-        except RoundFailed as err:
+        except (RoundFailed, DevicesLost) as err:
             _say(f"error: {err}", stderr=True)
             raise typer.Exit(1) from None
         except SubmitError as err:  # a server stopped or refused (the demo's own servers: their logs say why)

@@ -63,12 +63,9 @@ def _worker(descriptor: int) -> None:
     """A worker process (:class:`Devices`) over the connection at file ``descriptor``: a :class:`_Shard` made of
     the first message's arguments, each (method, calls) received run and answered with (True, its results and this
     process's CPU) or (False, the error, which the demo raises as if its own process had); None ends it with the
-    clients and their CPU. Ctrl-C is the demo's to handle (it ends the workers), and so is a demo that ended first
-    (the connection closed)."""
-    import signal
+    clients and their CPU. A demo that ended first (the connection closed) ends it."""
     from multiprocessing.connection import Connection
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection = Connection(descriptor)
     try:
         try:
@@ -86,6 +83,11 @@ def _worker(descriptor: int) -> None:
         _send(connection, (True, (shard.clients, shard.cpu)))
     except (EOFError, BrokenPipeError):
         pass
+
+
+class DevicesLost(RuntimeError):
+    """A worker process of the demo's users ended before it answered (killed, out of memory): the demo cannot go
+    on without its users."""
 
 
 def _send(connection, answer: tuple) -> None:
@@ -109,6 +111,7 @@ class Devices:
                  processes: int | None = None) -> None:
         processes = processes_for(len(classes)) if processes is None else check_integer("processes", processes, 1, 64)
         self.users, self.start, self.workers, self.shard, self.worker_cpu = len(classes), _cpu(), [], None, {}
+        self.processes = processes
         shards = [{i: classes[i] for i in range(w, len(classes), processes)} for w in range(processes)]
         arguments = url, task_id, organisation_key, max(1, THREADS // processes)
         if processes == 1:
@@ -120,25 +123,54 @@ class Devices:
         from multiprocessing.connection import Connection
 
         # a process of its own, not multiprocessing's spawn: that runs the caller's main module again, which a
-        # script without an ``if __name__ == "__main__"`` guard does not survive
+        # script without an ``if __name__ == "__main__"`` guard does not survive. In a session of its own, so that
+        # a terminal's Ctrl-C reaches the demo alone, which ends the workers (:meth:`__exit__`)
         try:
             for shard in shards:
                 mine, theirs = socket.socketpair()
                 worker = subprocess.Popen([sys.executable, "-c", "import sys; from privagg.service.round_demo import "
                                            "_worker; _worker(int(sys.argv[1]))", str(theirs.fileno())],
-                                          pass_fds=(theirs.fileno(),))
+                                          pass_fds=(theirs.fileno(),), start_new_session=True)
                 theirs.close()
                 connection = Connection(mine.detach())
                 self.workers.append((worker, connection))
-                connection.send((shard, *arguments))
+                self._send(len(self.workers) - 1, (shard, *arguments))
             self._answers(range(processes))
         except BaseException:  # a task the devices could not fetch: no worker outlives the error
             self.__exit__()
             raise
 
+    def _send(self, w: int, command) -> None:
+        try:
+            self.workers[w][1].send(command)
+        except OSError:  # BrokenPipeError, ConnectionResetError: it ended
+            self._lost(w)
+
+    def _receive(self, w: int):
+        try:
+            return self.workers[w][1].recv()
+        except (EOFError, OSError):
+            self._lost(w)
+
+    def _lost(self, w: int):
+        import subprocess
+
+        worker = self.workers[w][0]
+        try:
+            code = worker.wait(10)
+        except subprocess.TimeoutExpired:  # its end of the connection closed, the process still there: ended now
+            worker.kill()
+            code = worker.wait()
+        how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        users = range(w, self.users, self.processes)
+        named = ", ".join(map(str, users[:3])) + (f", ... ({len(users)} users)" if len(users) > 3 else "")
+        raise DevicesLost(f"the worker process of users {named} (pid {worker.pid}) ended ({how}) before it "
+                          "answered: the demo cannot go on without its users") from None
+
     def _answers(self, workers) -> list:
-        """Each of ``workers``'s answer to its last command (raising the first error, once all answered)."""
-        answers = [self.workers[w][1].recv() for w in workers]
+        """Each of ``workers``'s answer to its last command (raising the first error, once all answered; DevicesLost
+        for a worker that ended)."""
+        answers = [self._receive(w) for w in workers]
         for ok, value in answers:
             if not ok:
                 raise value
@@ -155,7 +187,7 @@ class Devices:
         count = len(self.workers)
         busy = [w for w in range(count) if any(i % count == w for i, _ in calls)]
         for w in busy:
-            self.workers[w][1].send((method, [c for c in calls if c[0] % count == w]))
+            self._send(w, (method, [c for c in calls if c[0] % count == w]))
         by_worker = {w: iter(r) for w, r in zip(busy, self._answers(busy))}
         return [next(by_worker[i % count]) for i, _ in calls]
 
@@ -170,10 +202,10 @@ class Devices:
             self.shard.pool.shutdown()
             return [self.shard.clients[i] for i in range(self.users)], [self.shard.cpu[i] for i in range(self.users)]
         clients, cpu = {}, {}
-        for worker, connection in self.workers:
-            connection.send(None)
-        for worker, connection in self.workers:
-            ok, value = connection.recv()
+        for w in range(len(self.workers)):
+            self._send(w, None)
+        for w, (worker, _) in enumerate(self.workers):
+            ok, value = self._receive(w)
             if not ok:
                 raise value
             clients.update(value[0])
