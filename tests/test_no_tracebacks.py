@@ -756,7 +756,7 @@ def test_every_command_reading_items_has_each_option_its_errors_name(tmp_path):
     assert runner.invoke(app, [*common, "--no-header"]).exit_code == 0
 
 
-@pytest.mark.parametrize("protocol, accepted", [("dpds", "[20, 10000]"), ("fe-hh", "[5000, 1000000]")])
+@pytest.mark.parametrize("protocol, accepted", [("dpds", "[90, 10000]"), ("fe-hh", "[5000, 1000000]")])
 def test_demo_service_refuses_zero_users_instead_of_its_default(tmp_path, protocol, accepted):
     """``demo-service --users 0`` is refused, naming the range, before any service starts: it ran the default (300
     users for dpds, 20,000 for fe-hh) because the default was taken with ``users or ...``."""

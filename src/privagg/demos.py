@@ -176,8 +176,9 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     most = (TSS_USERS_MAX if dishonest is None else COMPLETE_USERS_MAX) if two_servers else DEMO_USERS_MAX
     # past TSS's most but within the demos' bound, refused below with the share count at the n asked; beyond, at once
     # (before its data and calibration: 10^8 users took 15 s to refuse)
+    fewest = DEMO_USERS_MIN if any(o.name == "min_count_fraction" for o in entry.options) else 20  # DPDG: no condition
     if not (two_servers and type(users) is int and most < users <= DEMO_USERS_MAX):
-        users = check_integer("users", users, 20, most)
+        users = check_integer("users", users, fewest, most)
     drop_fraction = check_drop_fraction(drop_fraction)
     codes, categories, beta = sharing_demo_data(users)
     lie = None if dishonest is None else deviation((tss_kinds if two_servers else sharing_kinds).KINDS,
@@ -195,7 +196,7 @@ def run_sharing_demo(workdir: Path, protocol: str = "dpds", users: int = 300, dr
     parameters = with_graph(calibrate(protocol, epsilon=epsilon, delta=delta, n_users=users,
                                       domain_size=len(categories), **options), degree, drop_fraction)
     if two_servers and users > most:  # round 2's alpha^2 N n^2 shares: about 15 minutes at the most
-        raise ParameterError("users", f"in [20, {most:,}] for {protocol}" + ("" if dishonest is None else
+        raise ParameterError("users", f"in [{fewest}, {most:,}] for {protocol}" + ("" if dishonest is None else
                              " --dishonest") + ": its round 2 seals, relays and opens one share per reporter and "
                              "helper of an item (the paper's helper sets, m_j of them for m_j reporters), about "
                              f"alpha^2 N n^2 = {parameters.expected_shares:,.0f} at alpha = "
@@ -248,6 +249,9 @@ inconsistent (excluded in round 6); TSS's helpers whose sums did not open, the i
 refused by the range and count checks."""
 
 
+# DPDS and TSS demos: the fewest users whose bundled words hold each of the 10 categories often enough for their data
+# condition (sharing_demo_data's beta > 0: at every n from here to DEMO_USERS_MAX, tested; not at 89); DPDG's, 20
+DEMO_USERS_MIN = 90
 DEMO_USERS_MAX = 10_000  # sharing demos: DPDS and DPDG on a neighbour graph beyond COMPLETE_USERS_MAX
 TSS_REPORT_FRACTION = 0.1  # the TSS demos' alpha: the paper's experiments' (each user reports alpha N = 1 of 10)
 TSS_USERS_MAX = 4_000  # TSS demos: round 2's 0.1 n^2 shares, 1.6 M at 4,000 users: 8 to 15 minutes (bench part 16)

@@ -21,13 +21,13 @@ def demo(tmp_path, *args: str) -> dict:
     return json.loads(out.stdout)
 
 
-FEW = 20  # the fewest users the demo takes
+FEW = 20  # the fewest users the demo takes over few_users_categories (2 a category)
 
 
 def few_users_categories(n_users: int, categories: int) -> tuple[pa.ChunkedArray, list[str]]:
     """privagg.datasets.english_categories with the n users spread evenly over the categories (at least 2 a category
-    at FEW): the bundled words give some category a holder only from about 90 users, and the demo refuses data
-    that breaks DPDS's condition."""
+    at FEW): the bundled words give each category enough holders only from 90 users (DEMO_USERS_MIN), and the
+    demo refuses data that breaks DPDS's condition."""
     names = english_vocabulary(categories).to_pylist()
     return pa.chunked_array([pa.array([names[i % categories] for i in range(n_users)])]), names
 
@@ -51,6 +51,7 @@ def demo_in_process(cli: CliRunner, monkeypatch, tmp_path, protocol: str, users:
     from privagg.cli import app
 
     monkeypatch.setattr(privagg.datasets, "english_categories", few_users_categories)
+    monkeypatch.setattr(privagg.demos, "DEMO_USERS_MIN", FEW)  # what that data serves
     real, runs = privagg.demos.run_sharing_demo, []
 
     def once(*args, **kwargs):
@@ -253,7 +254,7 @@ def test_a_dishonest_kind_of_another_protocol_is_refused_in_one_line(cli_in_proc
 
 
 def test_the_demo_refuses_impossible_settings(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "60", "--drop-fraction",
+    out = subprocess.run([sys.executable, "-m", "privagg", "demo-service", "dpds", "--users", "100", "--drop-fraction",
                           "0.7", "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "drop-fraction must be in [0, 0.5)" in out.stderr
 
@@ -308,25 +309,37 @@ def test_tss_users_in_two_worker_processes(tmp_path):
     assert sorted(c.user for c in run["clients"]) == list(range(40)) and len(run["user_cpu"]) == 40
     assert run["cpu"]["round1"] > 0 and all(cpu > 0 for cpu in run["user_cpu"])
 
+def test_the_fewest_users_a_sharing_demo_takes_are_the_fewest_its_data_serves():
+    """The range a sharing demo states starts where its bundled data meets the protocol's data condition: at 89
+    users some category has too few holders (a user told [20, ...] who asked for 20 was refused for another reason);
+    at every n from 90 to the most, each has enough."""
+    from privagg.demos import DEMO_USERS_MAX, DEMO_USERS_MIN, sharing_demo_data
+
+    assert sharing_demo_data(DEMO_USERS_MIN - 1)[2] == 0
+    assert all(sharing_demo_data(n)[2] > 0 for n in range(DEMO_USERS_MIN, DEMO_USERS_MAX + 1))
+
+
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, tmp_path):
     """n^2 work on the complete graph: at most 1,000 users there; 10,000 on a neighbour graph; 4,000 for TSS (alpha =
     0.1), 1,000 for a dishonest TSS helper (alpha = 1/2), whose round 2 seals alpha^2 N n^2 shares (the paper's helper
-    sets), saying so (in this process)."""
+    sets), saying so (in this process); fewer than 90, too few for the bundled data."""
     from privagg.cli import app
 
-    for args, says in ((["dpds", "--users", "20000"], "users must be an integer in [20, 10000]"),
+    for args, says in ((["dpds", "--users", "20000"], "users must be an integer in [90, 10000]"),
                        (["dpds", "--users", "5000", "--degree", "complete"], "users must be at most 1,000 for dpds on "
                         "the complete graph (more on a neighbour graph: --degree auto or an even k), got 5000"),
-                       (["tss", "--users", "5000"], "users must be in [20, 4,000] for tss: its round 2 seals, relays "
+                       (["tss", "--users", "5000"], "users must be in [90, 4,000] for tss: its round 2 seals, relays "
                         "and opens one share per reporter and helper of an item (the paper's helper sets, m_j of them "
                         "for m_j reporters), about alpha^2 N n^2 = 2,504,500 at alpha = 0.1, N = 10 and n = 5,000"),
-                       (["tss-collusion", "--users", "4001"], "users must be in [20, 4,000] for tss-collusion"),
-                       (["tss", "--users", "1001", "--dishonest", "wrong-sum"], "users must be in [20, 1,000] for tss "
+                       (["tss-collusion", "--users", "4001"], "users must be in [90, 4,000] for tss-collusion"),
+                       (["tss", "--users", "1001", "--dishonest", "wrong-sum"], "users must be in [90, 1,000] for tss "
                         "--dishonest: its round 2 seals, relays and opens one share per reporter and helper of an item "
                         "(the paper's helper sets, m_j of them for m_j reporters), about alpha^2 N n^2 = 2,507,505 at "
                         "alpha = 0.5"),
-                       (["tss", "--users", "10"], "users must be an integer in [20, 4000], got 10"),
-                       (["tss", "--users", "10000000000"], "users must be an integer in [20, 4000], got 10000000000"),
+                       (["tss", "--users", "10"], "users must be an integer in [90, 4000], got 10"),
+                       (["dpds", "--users", "89"], "users must be an integer in [90, 10000], got 89"),
+                       (["dpdg", "--users", "19"], "users must be an integer in [20, 10000], got 19"),  # no condition
+                       (["tss", "--users", "10000000000"], "users must be an integer in [90, 4000], got 10000000000"),
                        (["tss", "--degree", "20"], "degree must be given only for dpds and dpdg")):
         out = cli_in_process.invoke(app, ["demo-service", *args, "--workdir", str(tmp_path)])
         assert out.exit_code == 2 and says in out.stderr, (args, out.stderr)

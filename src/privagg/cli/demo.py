@@ -67,7 +67,8 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                          "with no list; dpds or dpdg: the sharing server and its users; "
                                                          "tss or tss-collusion: S1, S2 and their users."),
                  users: Optional[int] = typer.Option(None, "--users", help="Users drawn from the bundled English "
-                                                     "words (default 20,000 for fe1 and fe-hh, 300 for the others)."),
+                                                     "words (default 20,000 for fe1 and fe-hh, 300 for the others; "
+                                                     "dpds and tss take at least 90, dpdg 20)."),
                  vocabulary: Optional[int] = typer.Option(None, "--vocabulary", help="fe1 only: the most common "
                                                           "words, the domain (default 1,000; fe-hh takes the words "
                                                           "of up to 4 letters, the others the 10 most common)."),
