@@ -313,10 +313,17 @@ def test_the_fewest_users_a_sharing_demo_takes_are_the_fewest_its_data_serves():
     """The range a sharing demo states starts where its bundled data meets the protocol's data condition: at 89
     users some category has too few holders (a user told [20, ...] who asked for 20 was refused for another reason);
     at every n from 90 to the most, each has enough."""
+    import numpy as np
+
     from privagg.demos import DEMO_USERS_MAX, DEMO_USERS_MIN, sharing_demo_data
 
-    assert sharing_demo_data(DEMO_USERS_MIN - 1)[2] == 0
-    assert all(sharing_demo_data(n)[2] > 0 for n in range(DEMO_USERS_MIN, DEMO_USERS_MAX + 1))
+    codes = sharing_demo_data(DEMO_USERS_MAX)[0]  # n users' codes are the first n of these (one draw per user)
+    for n in (DEMO_USERS_MIN - 1, DEMO_USERS_MIN, 1234, DEMO_USERS_MAX):
+        assert np.array_equal(sharing_demo_data(n)[0], codes[:n])
+    n = np.arange(1, codes.size + 1)
+    beta = np.floor(0.6 * np.cumsum(np.eye(10, dtype=np.int64)[codes], axis=0).min(axis=1) / n * 1000) / 1000
+    assert sharing_demo_data(DEMO_USERS_MIN - 1)[2] == beta[DEMO_USERS_MIN - 2] == 0  # sharing_demo_data's beta
+    assert (beta[DEMO_USERS_MIN - 1:] > 0).all() and sharing_demo_data(DEMO_USERS_MIN)[2] == beta[DEMO_USERS_MIN - 1]
 
 
 def test_the_demo_refuses_user_counts_that_would_run_for_hours(cli_in_process, tmp_path):
