@@ -20,6 +20,11 @@ from ..errors import ParameterError
 FOLDER = Path(__file__).parent / "migrations"
 
 
+def a_role(role: str) -> str:
+    """"a collector", "an analyzer", ...: a role with its article."""
+    return f"{'an' if role in ('analyzer', 's1', 's2') else 'a'} {role}"
+
+
 def alembic_config(role: str, kek=None):
     """Alembic's configuration for ``role``'s chain (its migrations read ``kek``: a0003 and s2_0002 seal with it)."""
     from alembic.config import Config
@@ -60,7 +65,7 @@ def refuse_unknown(role: str, current: str | None, versions: list[str]) -> None:
     downgrade`` can."""
     if current is None or current in versions:
         return
-    raise ParameterError("db", f"a {role} database at a schema version this release knows (its newest is "
+    raise ParameterError("db", f"{a_role(role)} database at a schema version this release knows (its newest is "
                          f"{versions[0]}; a newer release's database is run by that release, or first taken back with "
                          f"that release's `privagg db downgrade --role {role} --db URL --to {versions[0]}`)",
                          f"version {current}, which this release does not know")
@@ -80,7 +85,7 @@ def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> tup
         current = current_version(connection, role)
         refuse_unknown(role, current, versions)
         if current not in (None, head) and not upgrade:
-            raise ParameterError("db", f"a {role} database at schema version {head}: run `privagg db upgrade --role "
+            raise ParameterError("db", f"{a_role(role)} database at schema version {head}: run `privagg db upgrade --role "
                                  f"{role} --db URL` once, with no {role} process of an older release running",
                                  f"version {current}")
         config.attributes["connection"] = connection
@@ -93,7 +98,8 @@ def downgrade(engine: sa.Engine, role: str, to: str) -> tuple[str, str]:
     ``downgrade()`` from the current version's down to the one after ``to``, in one transaction: a failure leaves the
     database as it was. Refused (a ParameterError, nothing changed): a database at a version this release does not
     know (``db``), a ``to`` not in the role's chain or not older than the current version, or a step that does not
-    go back (its module's ``IRREVERSIBLE``), naming it and why (``to``). (The version before; ``to``.)"""
+    go back (its module's ``IRREVERSIBLE``), naming it and why (``to``); a step that fails (a table in its way, a lock
+    held past the timeout) names it (``db``). (The version before; ``to``.)"""
     from alembic import command
 
     config = alembic_config(role)
@@ -108,11 +114,20 @@ def downgrade(engine: sa.Engine, role: str, to: str) -> tuple[str, str]:
         if current is None or versions.index(to) <= versions.index(current):
             raise ParameterError("to", f"a {role} schema version older than the database's, {current} (oldest first: "
                                  f"{oldest_first})", to)
-        for version in versions[versions.index(current):versions.index(to)]:  # the migrations taken back, newest first
+        steps = versions[versions.index(current):versions.index(to) + 1]  # newest first, from the current one to ``to``
+        for version in steps[:-1]:  # the migrations whose downgrade runs
             why = getattr(scripts.get_revision(version).module, "IRREVERSIBLE", None)
             if why is not None:
                 raise ParameterError("to", f"{version} or a newer {role} schema version (migration {version} does not "
                                      f"go back: {why}; the database was left at {current})", to)
         config.attributes["connection"] = connection
-        command.downgrade(config, to)
+        for version, older in zip(steps, steps[1:]):
+            try:
+                command.downgrade(config, older)
+            except sa.exc.SQLAlchemyError as err:
+                cause = getattr(err, "orig", None) or err
+                first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+                raise ParameterError("db", f"{a_role(role)} database migration {version}'s downgrade can run on (nothing was "
+                                     f"changed: the database is still at {current})",
+                                     f"{type(cause).__name__}: {first}") from None
     return current, to

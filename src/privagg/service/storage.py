@@ -66,7 +66,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..errors import ParameterError
-from .schema_versions import downgrade, migrate
+from .schema_versions import a_role, downgrade, migrate
 
 ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers/servers.py)
 
@@ -359,10 +359,6 @@ def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | N
     return engine, before, now
 
 
-def _a(role: str) -> str:
-    return f"{'an' if role in ('analyzer', 's1', 's2') else 'a'} {role}"
-
-
 def _not_made(role: str, url: str, what: str) -> ParameterError:
     """The refusal of a database that does not exist (``what``), naming the commands that make ``role``'s."""
     task = "" if role == "collector" else "`privagg task create` (which makes the database its task goes in) or "
@@ -389,8 +385,8 @@ def check_role(engine: sa.Engine, role: str, create: bool = False, upgrade: bool
         raise _not_made(role, shown, ", an empty database" if not names else f", no privagg database (its tables: "
                         f"{tables})")
     if len(stored) == 1:
-        raise ParameterError("db", f"{_a(role)} database", f"{shown}, {_a(stored.pop())} database")
-    raise ParameterError("db", f"{_a(role)} database", f"{shown}, which holds the tables of "
+        raise ParameterError("db", f"{a_role(role)} database", f"{shown}, {a_role(stored.pop())} database")
+    raise ParameterError("db", f"{a_role(role)} database", f"{shown}, which holds the tables of "
                          f"{' and '.join(sorted(stored))} (an older release let a command write them into another "
                          f"party's database): state its role once with `privagg db upgrade --role ROLE --db URL`")
 
