@@ -1,6 +1,6 @@
-"""Rolling back a release: ``privagg db downgrade`` takes a database back to an older release's schema version, and every
-entry point refuses a database at a version this release does not know (a newer release's) in one line saying what
-to do, instead of a traceback or the advice to run ``db upgrade``.
+"""Rolling back a release: ``privagg db downgrade`` takes a database back to an older release's schema version, and
+every entry point refuses a database at a version this release does not know (a newer release's) in one line saying
+what to do, instead of a traceback or the advice to run ``db upgrade``.
 
 Each role's downgrades are run one at a time from the newest version to the oldest one reachable, and each result is
 compared with a fresh database made at that version (tables, columns with their types and nullability, primary keys,

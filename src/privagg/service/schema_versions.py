@@ -85,8 +85,8 @@ def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> tup
         current = current_version(connection, role)
         refuse_unknown(role, current, versions)
         if current not in (None, head) and not upgrade:
-            raise ParameterError("db", f"{a_role(role)} database at schema version {head}: run `privagg db upgrade --role "
-                                 f"{role} --db URL` once, with no {role} process of an older release running",
+            raise ParameterError("db", f"{a_role(role)} database at schema version {head}: run `privagg db upgrade "
+                                 f"--role {role} --db URL` once, with no {role} process of an older release running",
                                  f"version {current}")
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
@@ -127,7 +127,7 @@ def downgrade(engine: sa.Engine, role: str, to: str) -> tuple[str, str]:
             except sa.exc.SQLAlchemyError as err:
                 cause = getattr(err, "orig", None) or err
                 first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-                raise ParameterError("db", f"{a_role(role)} database migration {version}'s downgrade can run on (nothing was "
-                                     f"changed: the database is still at {current})",
+                raise ParameterError("db", f"{a_role(role)} database migration {version}'s downgrade can run on "
+                                     f"(nothing was changed: the database is still at {current})",
                                      f"{type(cause).__name__}: {first}") from None
     return current, to
