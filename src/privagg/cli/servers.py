@@ -1,6 +1,6 @@
 """The servers' operators: ``privagg serve ROLE`` (the collector, the analyzer, the sharing server, TSS's S1 and
-S2 as HTTP services), ``privagg db upgrade`` and ``privagg keys kek``. Each command's heavy imports (FastAPI,
-SQLAlchemy, uvicorn) load inside it."""
+S2 as HTTP services), ``privagg db upgrade``, ``privagg db downgrade`` and ``privagg keys kek``. Each command's heavy
+imports (FastAPI, SQLAlchemy, uvicorn) load inside it."""
 
 from __future__ import annotations
 
@@ -227,6 +227,30 @@ def db_upgrade(role: Role = typer.Option(..., "--role", help="Whose database: an
     where = make_url(cfg.db).render_as_string(hide_password=True)
     _say(f"the {role.value} database {where}: " + ("made" if before is None else f"upgraded from version {before}"
                                                     if before != now else "already") + f" at schema version {now}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(role: Role = typer.Option(..., "--role", help="Whose database: analyzer, collector, sharing, s1 or s2."),  # type: ignore[valid-type]
+                 db: Optional[str] = _DB,
+                 to: str = typer.Option(..., "--to", help="The schema version to go back to: the newest of the "
+                                        "release rolled back to (it names it when it refuses this release's "
+                                        "database).")) -> None:
+    """Take a service's database back to an older release's schema version, to roll back to that release: run it with
+    this (the newer) release, with every process of that party stopped (nothing checks that they are: a process of
+    either release would meet a schema it does not know), before the older release starts. Back the database up
+    first: what only the newer versions keep is dropped (their tables and columns). The migrations' downgrades run in
+    one transaction; a step that does not go back (a0003, s2_0002: they would write the private keys raw again) is
+    refused before anything changes. The database must be ROLE's: another role's is refused."""
+    from sqlalchemy.engine import make_url
+
+    from ..service.config import load_config
+    from ..service.storage import downgrade_database
+
+    with _clean_errors():
+        cfg = load_config(role.value, db=db)
+        before, now = downgrade_database(cfg.db, role.value, to)
+    where = make_url(cfg.db).render_as_string(hide_password=True)
+    _say(f"the {role.value} database {where}: downgraded from version {before} to schema version {now}")
 
 
 keys_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The analyzer's key-encryption key.")

@@ -32,7 +32,8 @@ SQLite (the default, a file beside the service) runs in WAL mode with ``synchron
 report survives a kill -9 of the process and a power cut. PostgreSQL (``postgresql+psycopg://...``) is
 for scale. The schema is versioned with Alembic (``migrations/``, one version table per party): a database is
 made at the latest version, and one of an older release is brought to it by ``privagg db upgrade`` (a service
-refuses it rather than upgrade it under other processes).
+refuses it rather than upgrade it under other processes); one of a newer release is refused by every command, and
+taken back to this release's version by that release's ``privagg db downgrade`` (:mod:`.schema_versions`).
 
 Each database knows its role: one row of ``privagg_database`` names it (analyzer, collector, sharing, s1, s2),
 written by the role's own migration (a0007, c0006, s0002, s1_0002, s2_0003; a database of an older release has
@@ -65,6 +66,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..errors import ParameterError
+from .schema_versions import a_role, downgrade, migrate
 
 ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers/servers.py)
 
@@ -294,7 +296,9 @@ def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
     demos) make their own databases; the services (``privagg serve``) and the operator's commands other than
     ``privagg task create`` and ``privagg db upgrade --create`` pass ``create=False``. One at an older version is
     refused, naming the command that upgrades it (``privagg db upgrade``: a service never upgrades a database
-    other processes of an older release may be using), unless ``upgrade``. ``kek``: the key-encryption key of the
+    other processes of an older release may be using), unless ``upgrade``. One at a version this release does not
+    know (a newer release's) is refused, naming the newer release's ``privagg db downgrade`` that takes it back to
+    this release's newest version (:mod:`privagg.service.schema_versions`). ``kek``: the key-encryption key of the
     analyzer or S2 (:mod:`privagg.service.keys`), which their migrations a0003 and s2_0002 need to seal the private
     keys an older database kept raw.
 
@@ -313,9 +317,20 @@ def upgrade_database(url: str, role: str, kek=None, create: bool = False) -> tup
     return before, now
 
 
-def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | None, kek, upgrade: bool,
-          create: bool) -> tuple[sa.Engine, str | None, str]:
-    """:func:`connect`'s engine, with the schema version it found (None: a new database) and the one it is at."""
+def downgrade_database(url: str, role: str, to: str) -> tuple[str, str]:
+    """``privagg db downgrade``: ``role``'s existing database at ``url`` taken back to the older schema version ``to``
+    (:func:`~privagg.service.schema_versions.downgrade`: one transaction, refused with nothing changed where a step
+    does not go back); (its version before, the version now)."""
+    engine = _checked_engine(url, role, LOCK_TIMEOUT, STATEMENT_TIMEOUT, False, False)
+    try:
+        return downgrade(engine, role, to)
+    finally:
+        engine.dispose()
+
+
+def _checked_engine(url: str, role: str, lock_timeout: float, statement_timeout: float | None, upgrade: bool,
+                    create: bool) -> sa.Engine:
+    """An engine over ``role``'s database at ``url`` that opens, and is ``role``'s (:func:`check_role`)."""
     if role not in ROLES:
         raise ParameterError("role", f"one of {', '.join(ROLES)}", role)
     lock_timeout = _seconds("lock_timeout", lock_timeout)
@@ -324,6 +339,17 @@ def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | N
     try:
         _probe(engine)
         check_role(engine, role, create, upgrade)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | None, kek, upgrade: bool,
+          create: bool) -> tuple[sa.Engine, str | None, str]:
+    """:func:`connect`'s engine, with the schema version it found (None: a new database) and the one it is at."""
+    engine = _checked_engine(url, role, lock_timeout, statement_timeout, upgrade, create)
+    try:
         before, now = migrate(engine, role, kek, upgrade)
         if role == "collector":
             scrub(engine)
@@ -331,10 +357,6 @@ def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | N
         engine.dispose()
         raise
     return engine, before, now
-
-
-def _a(role: str) -> str:
-    return f"{'an' if role in ('analyzer', 's1', 's2') else 'a'} {role}"
 
 
 def _not_made(role: str, url: str, what: str) -> ParameterError:
@@ -363,8 +385,8 @@ def check_role(engine: sa.Engine, role: str, create: bool = False, upgrade: bool
         raise _not_made(role, shown, ", an empty database" if not names else f", no privagg database (its tables: "
                         f"{tables})")
     if len(stored) == 1:
-        raise ParameterError("db", f"{_a(role)} database", f"{shown}, {_a(stored.pop())} database")
-    raise ParameterError("db", f"{_a(role)} database", f"{shown}, which holds the tables of "
+        raise ParameterError("db", f"{a_role(role)} database", f"{shown}, {a_role(stored.pop())} database")
+    raise ParameterError("db", f"{a_role(role)} database", f"{shown}, which holds the tables of "
                          f"{' and '.join(sorted(stored))} (an older release let a command write them into another "
                          f"party's database): state its role once with `privagg db upgrade --role ROLE --db URL`")
 
@@ -681,36 +703,6 @@ def scrub(engine: sa.Engine) -> None:
             connection.exec_driver_sql(f"VACUUM {connection.dialect.identifier_preparer.format_table(reports)}")
     except sa.exc.OperationalError as err:
         log.warning("scrub incomplete", extra={"fields": {"error": type(err.orig).__name__}})
-
-
-def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> tuple[str | None, str]:
-    """Bring the ``role``'s tables to the latest schema version (Alembic ``upgrade head``): a new database always,
-    one at an older version only with ``upgrade`` (else a ParameterError naming ``privagg db upgrade``); ``kek``:
-    as for :func:`connect`. (The version found, None for a new database; the latest.)"""
-    from alembic import command
-    from alembic.config import Config
-    from alembic.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    if role not in ROLES:
-        raise ParameterError("role", f"one of {', '.join(ROLES)}", role)
-    folder = Path(__file__).parent / "migrations"
-    config = Config()
-    config.set_main_option("path_separator", "os")
-    config.set_main_option("script_location", str(folder))
-    config.set_main_option("version_locations", str(folder / "versions" / role))
-    config.attributes["role"], config.attributes["kek"] = role, kek
-    head = ScriptDirectory.from_config(config).get_current_head()
-    with engine.begin() as connection:
-        current = MigrationContext.configure(connection, opts={"version_table": f"alembic_version_{role}"}) \
-            .get_current_revision()
-        if current not in (None, head) and not upgrade:
-            raise ParameterError("db", f"a {role} database at schema version {head}: run `privagg db upgrade --role "
-                                 f"{role} --db URL` once, with no {role} process of an older release running",
-                                 f"version {current}")
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-    return current, head
 
 
 def insert_if_absent(connection: sa.Connection, table: sa.Table):

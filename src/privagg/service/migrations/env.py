@@ -1,4 +1,4 @@
-"""Alembic's entry point for both parties: the caller (:func:`privagg.service.storage.migrate`) passes the
+"""Alembic's entry point for both parties: the caller (:mod:`privagg.service.schema_versions`) passes the
 open connection and the role; each role keeps its own version table."""
 
 from alembic import context

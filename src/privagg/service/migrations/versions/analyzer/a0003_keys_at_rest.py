@@ -22,6 +22,8 @@ down_revision = "a0002"
 branch_labels = None
 depends_on = None
 
+IRREVERSIBLE = "it would write the private keys raw again"  # read by schema_versions.downgrade
+
 
 def upgrade() -> None:
     from privagg.service.shuffle.aggregate_codec import encode_aggregate
@@ -48,4 +50,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("a0003 does not go back: it would write the private keys raw again")
+    raise NotImplementedError(f"{revision} does not go back: {IRREVERSIBLE}")

@@ -13,6 +13,8 @@ down_revision = "s2_0001"
 branch_labels = None
 depends_on = None
 
+IRREVERSIBLE = "it would write the private keys raw again"  # read by schema_versions.downgrade
+
 
 def upgrade() -> None:
     from privagg.service.keys import seal_raw_keys
@@ -21,4 +23,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("s2_0002 does not go back: it would write the private keys raw again")
+    raise NotImplementedError(f"{revision} does not go back: {IRREVERSIBLE}")
