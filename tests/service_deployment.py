@@ -114,15 +114,11 @@ def users(d: Deployment, values, rng, stages: list | None = None) -> tuple[list[
 def database_at(url: str, role: str, revision: str):
     """An engine over a new ``role`` database at schema ``revision`` (an older release's), not upgraded further."""
     from alembic import command
-    from alembic.config import Config
+
+    from privagg.service.schema_versions import alembic_config
 
     engine = storage._engine(url, role, 5.0, None)
-    folder = storage.Path(storage.__file__).parent / "migrations"
-    config = Config()
-    config.set_main_option("path_separator", "os")
-    config.set_main_option("script_location", str(folder))
-    config.set_main_option("version_locations", str(folder / "versions" / role))
-    config.attributes["role"] = role
+    config = alembic_config(role)
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)

@@ -301,3 +301,31 @@ def test_a_downgrade_that_fails_part_way_changes_nothing(fresh, cli):
     assert line.startswith("error: db must be a collector database migration c0007's downgrade can run on (nothing "
                            "was changed: the database is still at c0008), got "), line
     assert contents(url) == before
+
+
+@pytest.mark.parametrize("role, to", [("sharing", "s0003"), ("s1", "s1_0003"), ("analyzer", "a0007")])
+def test_a_downgrade_past_the_budget_ledger_with_rows_is_refused_unless_told(fresh, kek, cli, role, to):
+    """The ledger (a0008, s0006, s1_0006) is dropped by going back past it, and an upgrade back would start it empty:
+    the tasks charged before would no longer count against their population's budget. With a charge or a budget in
+    it the downgrade is refused, naming the rows, the database unchanged; an empty ledger goes back; with
+    --drop-budget-ledger, a full one too."""
+    url, version = fresh(), HEAD[role]
+    storage.upgrade_database(url, role, kek=kek, create=True)
+    assert cli("db", "downgrade", "--role", role, "--db", url, "--to", to).exit_code == 0  # an empty ledger
+    storage.upgrade_database(url, role, kek=kek)
+    insert(url, {"budgets": [{"population": "app users", "epsilon": 4.0, "delta": 1e-6, "period": "total"}]})
+    for charges in ([], [{"task_id": "a" * 32, "population": "app users", "created": 1.0, "protocol": "dpds",
+                          "epsilon": 1.0, "delta": 1e-7, "pld": None}]):
+        insert(url, {"budget_charges": charges} if charges else {})
+        before = contents(url)
+        held = "1 row of budgets" if not charges else "1 row of budget_charges and 1 row of budgets"
+        migration = {"sharing": "s0006", "s1": "s1_0006", "analyzer": "a0008"}[role]
+        assert error_line(cli("db", "downgrade", "--role", role, "--db", url, "--to", to)) == (
+            f"error: to must be {migration} or a newer {role} schema version while the privacy budget ledger holds "
+            f"rows (migration {migration}'s downgrade drops it: {held}; upgrading again would start it empty, and the "
+            "tasks charged so far would no longer count against their populations' budgets), or --drop-budget-ledger "
+            f"once it is backed up (the database was left at {version}), got {to}")
+        assert contents(url) == before
+    done = cli("db", "downgrade", "--role", role, "--db", url, "--to", to, "--drop-budget-ledger")
+    assert done.exit_code == 0 and f"downgraded from version {version} to schema version {to}" in done.output
+    assert not {"budgets", "budget_charges"} & set(contents(url))

@@ -234,13 +234,19 @@ def db_downgrade(role: Role = typer.Option(..., "--role", help="Whose database: 
                  db: Optional[str] = _DB,
                  to: str = typer.Option(..., "--to", help="The schema version to go back to: the newest of the "
                                         "release rolled back to (it names it when it refuses this release's "
-                                        "database).")) -> None:
+                                        "database)."),
+                 drop_budget_ledger: bool = typer.Option(False, "--drop-budget-ledger", help="Go back past a0008, "
+                                                         "s0006 or s1_0006 although the privacy budget ledger holds "
+                                                         "rows (back it up first: an upgrade back starts it "
+                                                         "empty).")) -> None:
     """Take a service's database back to an older release's schema version, to roll back to that release: run it with
     this (the newer) release, with every process of that party stopped (nothing checks that they are: a process of
     either release would meet a schema it does not know), before the older release starts. Back the database up
     first: what only the newer versions keep is dropped (their tables and columns). The migrations' downgrades run in
     one transaction; a step that does not go back (a0003, s2_0002: they would write the private keys raw again) is
-    refused before anything changes. The database must be ROLE's: another role's is refused."""
+    refused before anything changes, and so is one that drops a privacy budget ledger with rows (a0008, s0006,
+    s1_0006: an upgrade back would start it empty, and the tasks charged before would no longer count against their
+    budgets) unless --drop-budget-ledger. The database must be ROLE's: another role's is refused."""
     from sqlalchemy.engine import make_url
 
     from ..service.config import load_config
@@ -248,7 +254,7 @@ def db_downgrade(role: Role = typer.Option(..., "--role", help="Whose database: 
 
     with _clean_errors():
         cfg = load_config(role.value, db=db)
-        before, now = downgrade_database(cfg.db, role.value, to)
+        before, now = downgrade_database(cfg.db, role.value, to, drop_budget_ledger)
     where = make_url(cfg.db).render_as_string(hide_password=True)
     _say(f"the {role.value} database {where}: downgraded from version {before} to schema version {now}")
 

@@ -299,6 +299,16 @@ def show(ledger: Ledger) -> str:
             f"{ledger.label}: {spent}; left epsilon {eps_left:.4g}, delta {delta_left:.3g}")
 
 
+LEDGER_TABLES = ("budget_charges", "budgets")
+
+
+def drop_tables_migration(op) -> None:
+    """The ledger's two tables dropped, for each role's migration's downgrade (a0008, s0006, s1_0006), which
+    :func:`privagg.service.schema_versions.downgrade` runs only over an empty ledger unless told to drop it."""
+    for table in LEDGER_TABLES:
+        op.drop_table(table)
+
+
 def create_tables_migration(op) -> None:
     """The ledger's two tables, for each role's migration (a0008, s0006, s1_0006)."""
     op.create_table("budgets", sa.Column("population", sa.String(64), primary_key=True),

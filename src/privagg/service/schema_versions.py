@@ -93,13 +93,16 @@ def migrate(engine: sa.Engine, role: str, kek=None, upgrade: bool = True) -> tup
     return current, head
 
 
-def downgrade(engine: sa.Engine, role: str, to: str) -> tuple[str, str]:
+def downgrade(engine: sa.Engine, role: str, to: str, drop_ledger: bool = False) -> tuple[str, str]:
     """Take the ``role``'s tables back to the schema version ``to`` (an older release's newest), every migration's
     ``downgrade()`` from the current version's down to the one after ``to``, in one transaction: a failure leaves the
     database as it was. Refused (a ParameterError, nothing changed): a database at a version this release does not
     know (``db``), a ``to`` not in the role's chain or not older than the current version, or a step that does not
-    go back (its module's ``IRREVERSIBLE``), naming it and why (``to``); a step that fails (a table in its way, a lock
-    held past the timeout) names it (``db``). (The version before; ``to``.)"""
+    go back (its module's ``IRREVERSIBLE``), naming it and why (``to``); unless ``drop_ledger``, a step that drops the
+    privacy budget ledger (its module's ``DROPS_LEDGER``: a0008, s0006, s1_0006) while it holds rows (``to``: an
+    upgrade back would start it empty, and the tasks charged so far would no longer count against their budgets); a
+    step that fails (a table in its way, a lock held past the timeout) names it (``db``). (The version before;
+    ``to``.)"""
     from alembic import command
 
     config = alembic_config(role)
@@ -116,10 +119,20 @@ def downgrade(engine: sa.Engine, role: str, to: str) -> tuple[str, str]:
                                  f"{oldest_first})", to)
         steps = versions[versions.index(current):versions.index(to) + 1]  # newest first, from the current one to ``to``
         for version in steps[:-1]:  # the migrations whose downgrade runs
-            why = getattr(scripts.get_revision(version).module, "IRREVERSIBLE", None)
+            module = scripts.get_revision(version).module
+            why = getattr(module, "IRREVERSIBLE", None)
             if why is not None:
                 raise ParameterError("to", f"{version} or a newer {role} schema version (migration {version} does not "
                                      f"go back: {why}; the database was left at {current})", to)
+            rows = {t: connection.execute(sa.select(sa.func.count()).select_from(sa.table(t))).scalar_one()
+                    for t in getattr(module, "DROPS_LEDGER", ()) if not drop_ledger}
+            if any(rows.values()):
+                held = " and ".join(f"{n:,} row{'s' * (n != 1)} of {t}" for t, n in rows.items() if n)
+                raise ParameterError("to", f"{version} or a newer {role} schema version while the privacy budget "
+                                     f"ledger holds rows (migration {version}'s downgrade drops it: {held}; upgrading "
+                                     "again would start it empty, and the tasks charged so far would no longer count "
+                                     "against their populations' budgets), or --drop-budget-ledger once it is backed "
+                                     f"up (the database was left at {current})", to)
         config.attributes["connection"] = connection
         for version, older in zip(steps, steps[1:]):
             try:

@@ -317,13 +317,14 @@ def upgrade_database(url: str, role: str, kek=None, create: bool = False) -> tup
     return before, now
 
 
-def downgrade_database(url: str, role: str, to: str) -> tuple[str, str]:
+def downgrade_database(url: str, role: str, to: str, drop_ledger: bool = False) -> tuple[str, str]:
     """``privagg db downgrade``: ``role``'s existing database at ``url`` taken back to the older schema version ``to``
     (:func:`~privagg.service.schema_versions.downgrade`: one transaction, refused with nothing changed where a step
-    does not go back); (its version before, the version now)."""
+    does not go back, or would drop a budget ledger with rows unless ``drop_ledger``); (its version before, the
+    version now)."""
     engine = _checked_engine(url, role, LOCK_TIMEOUT, STATEMENT_TIMEOUT, False, False)
     try:
-        return downgrade(engine, role, to)
+        return downgrade(engine, role, to, drop_ledger)
     finally:
         engine.dispose()
 

@@ -7,12 +7,14 @@ Revises: s1_0003
 
 from alembic import op
 
-from privagg.service.ledger import create_tables_migration
+from privagg.service.ledger import LEDGER_TABLES, create_tables_migration, drop_tables_migration
 
 revision = "s1_0006"
 down_revision = "s1_0003"
 branch_labels = None
 depends_on = None
+
+DROPS_LEDGER = LEDGER_TABLES  # read by schema_versions.downgrade: refused over a ledger with rows, unless told
 
 
 def upgrade() -> None:
@@ -20,5 +22,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_table("budget_charges")
-    op.drop_table("budgets")
+    drop_tables_migration(op)
