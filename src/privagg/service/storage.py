@@ -66,6 +66,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..errors import ParameterError
+from .process_lock import check_not_served, hold, sqlite_path
 from .schema_versions import a_role, downgrade, migrate
 
 ROLES = ("collector", "analyzer", "sharing", "s1", "s2")  # s1, s2: TSS's servers (service/two_servers/servers.py)
@@ -317,6 +318,18 @@ def upgrade_database(url: str, role: str, kek=None, create: bool = False) -> tup
     return before, now
 
 
+def serving(url: str, role: str, **options) -> sa.Engine:
+    """:func:`connect` (``options``: its) for a service: this process then the one that serves ``role`` over the
+    database (:func:`~privagg.service.process_lock.hold`), or a ParameterError naming ``db`` if another does."""
+    engine = connect(url, role, create=False, **options)
+    try:
+        hold(engine, role)
+    except ParameterError:
+        engine.dispose()
+        raise
+    return engine
+
+
 def downgrade_database(url: str, role: str, to: str, drop_ledger: bool = False) -> tuple[str, str]:
     """``privagg db downgrade``: ``role``'s existing database at ``url`` taken back to the older schema version ``to``
     (:func:`~privagg.service.schema_versions.downgrade`: one transaction, refused with nothing changed where a step
@@ -324,6 +337,7 @@ def downgrade_database(url: str, role: str, to: str, drop_ledger: bool = False) 
     version now)."""
     engine = _checked_engine(url, role, LOCK_TIMEOUT, STATEMENT_TIMEOUT, False, False)
     try:
+        check_not_served(engine, role)
         return downgrade(engine, role, to, drop_ledger)
     finally:
         engine.dispose()
@@ -351,6 +365,8 @@ def _open(url: str, role: str, lock_timeout: float, statement_timeout: float | N
     """:func:`connect`'s engine, with the schema version it found (None: a new database) and the one it is at."""
     engine = _checked_engine(url, role, lock_timeout, statement_timeout, upgrade, create)
     try:
+        if upgrade:
+            check_not_served(engine, role)
         before, now = migrate(engine, role, kek, upgrade)
         if role == "collector":
             scrub(engine)
@@ -484,7 +500,7 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
                 connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
         return engine
-    path = _sqlite_path(parsed)
+    path = sqlite_path(parsed)
     if path is not None:
         try:
             _prepare_file(path, role, parsed.render_as_string(), create)
@@ -514,40 +530,6 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
-
-
-_HELD: dict[Path, int] = {}  # the lock files this process holds (their descriptors stay open while it runs)
-
-
-def hold_single_process(engine: sa.Engine, role: str) -> None:
-    """On SQLite, the one process that serves ``role`` over this database: an exclusive lock on ``DB.role.lock``
-    held while the process lives, or a ParameterError naming the database if another process holds it (SQLite is
-    the single-process default; replicas share PostgreSQL, whose row locks and stored times they agree on)."""
-    import fcntl
-
-    path = _sqlite_path(engine.url) if engine.dialect.name == "sqlite" else None
-    if path is None:
-        return
-    lock = path.with_name(f"{path.name}.{role}.lock")
-    if lock in _HELD:
-        return
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ParameterError("db", f"a SQLite database no other {role} process serves (SQLite is for one process: run "
-                             f"{role} replicas on PostgreSQL)", f"{path}, served by another process (it holds "
-                             f"{lock})") from None
-    _HELD[lock] = fd
-
-
-def _sqlite_path(parsed: sa.engine.URL) -> Path | None:
-    """The database file of a SQLite URL; None for an in-memory database or a ``file:`` URI (left to SQLite)."""
-    database = parsed.database
-    if not database or database == ":memory:" or database.startswith("file:") or "uri" in parsed.query:
-        return None
-    return Path(os.path.abspath(database))
 
 
 def _prepare_file(path: Path, role: str, url: str, create: bool) -> None:

@@ -116,5 +116,5 @@ def create_app(service: SharingService, max_body_bytes: int = 1 << 30, tick: flo
 
 def open_sharing(db_url: str, registry: CollectorRegistry | None = None) -> SharingService:
     """The sharing server over its existing database at ``db_url`` (:func:`~privagg.service.storage.connect`: a
-    service makes no database)."""
-    return SharingService(storage.connect(db_url, "sharing", create=False), registry)
+    service makes no database), refused if another process serves it (:mod:`~privagg.service.process_lock`)."""
+    return SharingService(storage.serving(db_url, "sharing"), registry)

@@ -487,7 +487,7 @@ def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str |
     (:class:`AnalyzerService`)."""
     import os
 
-    engine = storage.connect(db_url, "analyzer", kek=kek, create=False)
+    engine = storage.serving(db_url, "analyzer", kek=kek)  # refused if another process serves it
     if dask_scheduler is not None:
         from dask.distributed import Client
 

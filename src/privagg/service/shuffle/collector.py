@@ -735,18 +735,13 @@ def create_app(collector: Collector, max_body_bytes: int = 1 << 20, batch_interv
 def open_collector(db_url: str, analyzer_url: str | None, ca_file: str | None = None, token: str | None = None,
                    registry: CollectorRegistry | None = None, **batching) -> Collector:
     """A collector over its existing database at ``db_url`` (a service makes no database; on SQLite, refused if
-    another process serves it: :func:`~privagg.service.storage.hold_single_process`) and the analyzer at
+    another process serves it: :mod:`~privagg.service.process_lock`) and the analyzer at
     ``analyzer_url`` (its TLS certificate checked against httpx's default bundle or ``ca_file``; the collector
     token ``token`` shown with each batch)."""
     if not analyzer_url:
         raise ParameterError("analyzer_url", "the analyzer's URL (--analyzer, PRIVAGG_COLLECTOR_ANALYZER_URL or "
                              "analyzer_url in the config file)", analyzer_url)
-    engine = storage.connect(db_url, "collector", create=False)
-    try:
-        storage.hold_single_process(engine, "collector")
-    except ParameterError:
-        engine.dispose()
-        raise
+    engine = storage.serving(db_url, "collector")
     fetch_task, forward, forward_partitioned = http_peer(analyzer_url, ca_file=ca_file, token=token)
     return Collector(engine, fetch_task, forward, registry=registry, forward_partitioned=forward_partitioned,
                      **batching)

@@ -758,14 +758,16 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
 
 def open_first_server(db_url: str, registry: CollectorRegistry | None = None,
                       second_ca: str | None = None) -> FirstService:
-    """S1 over its existing database at ``db_url`` (a service makes no database); its hand-overs check S2's TLS
-    certificate against ``second_ca`` (or the system's CAs)."""
-    return FirstService(storage.connect(db_url, "s1", create=False), registry,
+    """S1 over its existing database at ``db_url`` (a service makes no database; refused if another process serves
+    it: :mod:`~privagg.service.process_lock`); its hand-overs check S2's TLS certificate against ``second_ca`` (or
+    the system's CAs)."""
+    return FirstService(storage.serving(db_url, "s1"), registry,
                         send=functools.partial(post_handover, ca_file=second_ca),
                         ask=functools.partial(ask_second, ca_file=second_ca))
 
 
 def open_second_server(db_url: str, registry: CollectorRegistry | None = None, *,
                        kek: KeyEncryptionKey) -> SecondService:
-    """S2 over its existing database at ``db_url`` (a service makes no database)."""
-    return SecondService(storage.connect(db_url, "s2", kek=kek, create=False), registry, kek=kek)
+    """S2 over its existing database at ``db_url`` (a service makes no database; refused if another process serves
+    it: :mod:`~privagg.service.process_lock`)."""
+    return SecondService(storage.serving(db_url, "s2", kek=kek), registry, kek=kek)

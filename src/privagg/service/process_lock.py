@@ -1,0 +1,105 @@
+"""One process serves a party's database (the collector's replicas on PostgreSQL excepted): ``privagg serve`` holds a
+lock while it runs (:func:`hold`), which a second service of that party over the same database finds held and refuses,
+and so do ``privagg db upgrade`` and ``db downgrade`` (:func:`check_not_served`), which would change the schema under
+a running service. Each refusal is one line naming the database and the lock.
+
+Two sharing servers (or two S1s) over one database would each count the answers in their own memory and close the
+same round, S1 electing helpers twice from its own randomness: users could be given elections S2 never attested. The
+collector's replicas on PostgreSQL agree through rows and stored times, so the collector takes no lock there.
+
+On SQLite the lock is an exclusive ``flock`` of ``DB.ROLE.lock`` beside the database file; on PostgreSQL a
+session-level advisory lock, one per role, on a connection kept open while the process runs. Either ends with its
+process, even under kill -9 (the kernel drops the flock and closes the session's socket).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from ..errors import ParameterError
+
+_HELD: dict[tuple[str, str], object] = {}  # (database, role) -> the lock this process holds (an fd, a connection)
+
+
+def sqlite_path(parsed: sa.engine.URL) -> Path | None:
+    """The database file of a SQLite URL; None for an in-memory database or a ``file:`` URI (left to SQLite)."""
+    database = parsed.database
+    if not database or database == ":memory:" or database.startswith("file:") or "uri" in parsed.query:
+        return None
+    return Path(os.path.abspath(database))
+
+
+def _lock(engine: sa.Engine, role: str) -> tuple[str, Path | None, int | None]:
+    """(what names the database, its SQLite lock file, its PostgreSQL advisory key); both None: no lock (an
+    in-memory database; the collector on PostgreSQL)."""
+    shown = engine.url.render_as_string(hide_password=True)
+    if engine.dialect.name == "sqlite":
+        path = sqlite_path(engine.url)
+        return shown, None if path is None else path.with_name(f"{path.name}.{role}.lock"), None
+    if role == "collector":
+        return shown, None, None
+    return shown, None, int.from_bytes(hashlib.sha256(f"privagg serve {role}".encode()).digest()[:8], "big",
+                                       signed=True)
+
+
+def _served(role: str, shown: str, lock, accepted: str | None = None) -> ParameterError:
+    why = "SQLite is for one process: run collector replicas on PostgreSQL" if role == "collector" else \
+        f"the {role} runs as one process"
+    return ParameterError("db", accepted or f"a database no other {role} process serves ({why})",
+                          f"{shown}, served by another process (it holds {lock})")
+
+
+def _stop_first(role: str) -> str:
+    return (f"a database no {role} process serves (stop every {role} process first: a schema changed under one "
+            "would meet code that does not know it)")
+
+
+def hold(engine: sa.Engine, role: str) -> None:
+    """Make this process the one that serves ``role`` over ``engine``'s database, for as long as it runs; a
+    ParameterError naming ``db`` if another process does."""
+    import fcntl
+
+    shown, path, key = _lock(engine, role)
+    if (shown, role) in _HELD or (path is None and key is None):
+        return
+    if path is not None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise _served(role, shown, path) from None
+        _HELD[shown, role] = fd
+        return
+    connection = engine.connect().execution_options(isolation_level="AUTOCOMMIT")  # no transaction left open
+    if not connection.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar_one():
+        connection.close()
+        raise _served(role, shown, f"PostgreSQL's advisory lock {key}")
+    _HELD[shown, role] = connection
+
+
+def check_not_served(engine: sa.Engine, role: str) -> None:
+    """Nothing if no other process serves ``role`` over ``engine``'s database (:func:`hold`); else a ParameterError
+    naming ``db``: a schema changed under a running service would meet code that does not know it."""
+    import fcntl
+
+    shown, path, key = _lock(engine, role)
+    if (shown, role) in _HELD or (path is None and key is None) or (path is not None and not path.exists()):
+        return
+    if path is not None:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise _served(role, shown, path, _stop_first(role)) from None
+        finally:
+            os.close(fd)  # its flock, if taken, with it
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        if not connection.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar_one():
+            raise _served(role, shown, f"PostgreSQL's advisory lock {key}", _stop_first(role))
+        connection.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
