@@ -3,9 +3,11 @@ lock while it runs (:func:`hold`), which a second service of that party over the
 and so do ``privagg db upgrade`` and ``db downgrade`` (:func:`check_not_served`), which would change the schema under
 a running service. Each refusal is one line naming the database and the lock.
 
-Two sharing servers (or two S1s) over one database would each count the answers in their own memory and close the
-same round, S1 electing helpers twice from its own randomness: users could be given elections S2 never attested. The
-collector's replicas on PostgreSQL agree through rows and stored times, so the collector takes no lock there.
+The round driver (the sharing server, S1) keeps state per process that another process's writes do not update: its
+lock, each round's count of answers (a round closes early on the count of the process that stored them, so with two
+processes only at its deadline), the release in progress (each would compute it, and S1 hand it over to S2, again);
+the database's row lock keeps a round from closing twice, not the rest. The collector's replicas on PostgreSQL agree
+through rows and stored times, so the collector takes no lock there.
 
 On SQLite the lock is an exclusive ``flock`` of ``DB.ROLE.lock`` beside the database file; on PostgreSQL a
 session-level advisory lock, one per role, on a connection kept open while the process runs. Either ends with its
