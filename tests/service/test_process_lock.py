@@ -107,17 +107,21 @@ def test_the_command_line_service_holds_the_lock_until_it_is_killed(tmp_path):
         return subprocess.Popen([sys.executable, "-m", "privagg", "serve", "sharing", "--db", url, "--port",
                                  str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    first = start()
-    try:
-        lock = tmp_path / "sharing.db.sharing.lock"
+    def serving(server: subprocess.Popen) -> None:
+        """Once ``server`` holds the lock (db upgrade is then refused)."""
         deadline = time.monotonic() + 60
-        while True:  # until it holds the lock (db upgrade is then refused)
+        while True:
             try:
                 storage.upgrade_database(url, "sharing")
             except ParameterError:
-                break
-            assert first.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+                return
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+
+    first = start()
+    try:
+        lock = tmp_path / "sharing.db.sharing.lock"
+        serving(first)
         second = start()
         _, err = second.communicate(timeout=60)
         assert second.returncode == 2 and err.splitlines()[-1] == (
@@ -128,8 +132,7 @@ def test_the_command_line_service_holds_the_lock_until_it_is_killed(tmp_path):
         first.wait()
     third = start()
     try:
-        time.sleep(2)
-        assert third.poll() is None  # serving
+        serving(third)
     finally:
         third.terminate()
         third.wait(30)
