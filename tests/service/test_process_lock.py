@@ -2,7 +2,7 @@
 over the same database is refused, and so are ``privagg db upgrade`` and ``db downgrade``, each in one line naming the
 database and the lock, the database unchanged; once the service is killed (SIGKILL: no shutdown code runs) the lock
 is gone. SQLite's lock is a file's flock, PostgreSQL's an advisory lock (that half marked slow, conftest.py); the
-collector takes none on PostgreSQL, whose replicas share it (tests/service/test_replicas.py)."""
+collector's replicas on PostgreSQL share theirs (tests/service/test_replicas.py)."""
 
 import itertools
 import signal
@@ -138,13 +138,17 @@ def test_the_command_line_service_holds_the_lock_until_it_is_killed(tmp_path):
         third.wait(30)
 
 
-def test_the_collector_on_postgresql_takes_no_lock(postgres_databases):
-    """Its replicas share one PostgreSQL database: a second collector process over it is not refused."""
+def test_the_collectors_replicas_on_postgresql_share_a_lock_the_schema_commands_respect(postgres_databases):
+    """Its replicas share one PostgreSQL database: a second collector process over it is not refused, and db upgrade is
+    while either runs."""
     url = postgres_databases()
     storage.upgrade_database(url, "collector", create=True)
     holder = serve(url, "collector")
     try:
-        storage.serving(url, "collector").dispose()
+        result = CliRunner().invoke(app, ["db", "upgrade", "--role", "collector", "--db", url])
+        assert result.exit_code == 2 and result.output.startswith("error: db must be a database no collector "
+                                                                  "process serves (stop every collector process first")
+        storage.serving(url, "collector").dispose()  # a replica beside it (this process)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -241,8 +241,8 @@ def db_downgrade(role: Role = typer.Option(..., "--role", help="Whose database: 
                                                          "empty).")) -> None:
     """Take a service's database back to an older release's schema version, to roll back to that release: run it with
     this (the newer) release, with every process of that party stopped (refused while one of this release's services
-    holds the database's lock; the collector's replicas on PostgreSQL hold none: a process of either release would
-    meet a schema it does not know), before the older release starts. Back the database up
+    holds the database's lock: a process of either release would meet a schema it does not know), before the older
+    release starts. Back the database up
     first: what only the newer versions keep is dropped (their tables and columns). The migrations' downgrades run in
     one transaction; a step that does not go back (a0003, s2_0002: they would write the private keys raw again) is
     refused before anything changes, and so is one that drops a privacy budget ledger with rows (a0008, s0006,

@@ -1,13 +1,14 @@
 """One process serves a party's database (the collector's replicas on PostgreSQL excepted): ``privagg serve`` holds a
 lock while it runs (:func:`hold`), which a second service of that party over the same database finds held and refuses,
 and so do ``privagg db upgrade`` and ``db downgrade`` (:func:`check_not_served`), which would change the schema under
-a running service. Each refusal is one line naming the database and the lock.
+a running service (the collector's replicas included). Each refusal is one line naming the database and the lock.
 
 The round driver (the sharing server, S1) keeps state per process that another process's writes do not update: its
 lock, each round's count of answers (a round closes early on the count of the process that stored them, so with two
 processes only at its deadline), the release in progress (each would compute it, and S1 hand it over to S2, again);
 the database's row lock keeps a round from closing twice, not the rest. The collector's replicas on PostgreSQL agree
-through rows and stored times, so the collector takes no lock there.
+through rows and stored times, so each collector takes a shared lock there, which the others' do not stop and the
+schema commands' exclusive one does.
 
 On SQLite the lock is an exclusive ``flock`` of ``DB.ROLE.lock`` beside the database file; on PostgreSQL a
 session-level advisory lock, one per role, on a connection kept open while the process runs. Either ends with its
@@ -37,13 +38,11 @@ def sqlite_path(parsed: sa.engine.URL) -> Path | None:
 
 def _lock(engine: sa.Engine, role: str) -> tuple[str, Path | None, int | None]:
     """(what names the database, its SQLite lock file, its PostgreSQL advisory key); both None: no lock (an
-    in-memory database; the collector on PostgreSQL)."""
+    in-memory database)."""
     shown = engine.url.render_as_string(hide_password=True)
     if engine.dialect.name == "sqlite":
         path = sqlite_path(engine.url)
         return shown, None if path is None else path.with_name(f"{path.name}.{role}.lock"), None
-    if role == "collector":
-        return shown, None, None
     return shown, None, int.from_bytes(hashlib.sha256(f"privagg serve {role}".encode()).digest()[:8], "big",
                                        signed=True)
 
@@ -78,7 +77,8 @@ def hold(engine: sa.Engine, role: str) -> None:
         _HELD[shown, role] = fd
         return
     connection = engine.connect().execution_options(isolation_level="AUTOCOMMIT")  # no transaction left open
-    if not connection.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar_one():
+    take = "pg_try_advisory_lock_shared" if role == "collector" else "pg_try_advisory_lock"  # replicas share theirs
+    if not connection.execute(sa.text(f"SELECT {take}(:key)"), {"key": key}).scalar_one():
         connection.close()
         raise _served(role, shown, f"PostgreSQL's advisory lock {key}")
     _HELD[shown, role] = connection
