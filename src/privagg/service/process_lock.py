@@ -93,7 +93,7 @@ def check_not_served(engine: sa.Engine, role: str) -> None:
     if (shown, role) in _HELD or (path is None and key is None) or (path is not None and not path.exists()):
         return
     if path is not None:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDONLY)  # flock needs no write access to the lock file
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
