@@ -93,7 +93,11 @@ def check_not_served(engine: sa.Engine, role: str) -> None:
     if (shown, role) in _HELD or (path is None and key is None) or (path is not None and not path.exists()):
         return
     if path is not None:
-        fd = os.open(path, os.O_RDONLY)  # flock needs no write access to the lock file
+        try:
+            fd = os.open(path, os.O_RDONLY)  # flock needs no write access to the lock file
+        except OSError as err:
+            raise ParameterError("db", f"a database whose {role} lock file this user may read (to see that no {role} "
+                                 "process serves it)", f"{shown}: {path}: {err.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
