@@ -152,3 +152,26 @@ def test_the_collectors_replicas_on_postgresql_share_a_lock_the_schema_commands_
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+def test_a_lock_file_the_operator_may_not_read_is_named(tmp_path, monkeypatch):
+    """The lock file is the service user's (mode 0600); an operator who may write the database but not read it is
+    told so, not shown a traceback (modes are simulated: the tests run as root, whom they do not stop)."""
+    from privagg.service import process_lock
+
+    url = f"sqlite:///{tmp_path}/sharing.db"
+    storage.upgrade_database(url, "sharing", create=True)
+    lock = tmp_path / "sharing.db.sharing.lock"
+    lock.touch(mode=0o600)
+    real = process_lock.os.open
+
+    def denied(path, flags, *args):
+        if Path(path) == lock:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, flags, *args)
+
+    monkeypatch.setattr(process_lock.os, "open", denied)
+    result = CliRunner().invoke(app, ["db", "upgrade", "--role", "sharing", "--db", url])
+    assert result.exit_code == 2 and result.output == (
+        f"error: db must be a database whose sharing lock file this user may read (to see that no sharing process "
+        f"serves it), got {url}: {lock}: Permission denied\n"), result.output
