@@ -12,7 +12,8 @@ schema commands' exclusive one does.
 
 On SQLite the lock is an exclusive ``flock`` of ``DB.ROLE.lock`` beside the database file; on PostgreSQL a
 session-level advisory lock, one per role, on a connection kept open while the process runs. Either ends with its
-process, even under kill -9 (the kernel drops the flock and closes the session's socket).
+process, even under kill -9 (the kernel drops the flock and closes the session's socket), and the PostgreSQL one with
+its host (:data:`KEEPALIVES`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import sqlalchemy as sa
 
 from ..errors import ParameterError
 
+# PostgreSQL's TCP keepalives on a lock's session: a service whose host vanished (no FIN, no RST) lets its lock go
+# once the server's probes go unanswered, about 30 + 3 x 10 s, not after the kernel's default two hours
+KEEPALIVES = {"tcp_keepalives_idle": 30, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3}
 _HELD: dict[tuple[str, str], object] = {}  # (database, role) -> the lock this process holds (an fd, a connection)
 
 
@@ -77,6 +81,8 @@ def hold(engine: sa.Engine, role: str) -> None:
         _HELD[shown, role] = fd
         return
     connection = engine.connect().execution_options(isolation_level="AUTOCOMMIT")  # no transaction left open
+    for name, seconds in KEEPALIVES.items():  # the server's probes of this idle session (over TCP)
+        connection.execute(sa.text(f"SET {name} = {seconds}"))
     take = "pg_try_advisory_lock_shared" if role == "collector" else "pg_try_advisory_lock"  # replicas share theirs
     if not connection.execute(sa.text(f"SELECT {take}(:key)"), {"key": key}).scalar_one():
         connection.close()
