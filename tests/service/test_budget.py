@@ -464,3 +464,40 @@ def test_a_writer_locked_out_past_the_lock_timeout_is_one_error_and_nothing_is_c
         ledger.set_budget(service.engine, "phones", 1.0, 0.0, "day")
     holder.execute("ROLLBACK")
     assert counts(service.engine) == (0, 0)
+
+
+def test_the_tasks_of_a_release_before_the_ledger_are_charged_at_the_upgrade(db):
+    """Migration a0009: a database of a release before the ledger (a0007, here by taking a new one back) keeps its
+    tasks; upgraded, each is charged to the default population as task create charges one (a staged task both
+    stages, its first stage not again), at its creation time, and a budget set then counts them."""
+    from privagg.service import storage
+
+    kek = KeyEncryptionKey.generate()
+    service = analyzer(db, kek)
+    grr = calibrate("grr", epsilon=0.5, n_users=1000, domain_size=8)
+    hashed = calibrate("sparse-vector-hashed", epsilon=1.0, delta=1e-6, n_users=500, domain_size=64)
+    made = [service.create_task(p, **options) for p, options in ((calibrate("fe1", **FE1), {}), (grr, {}),
+                                                                 (hashed, {"discover_phi": 0.2}))]
+    with service.engine.connect() as c:
+        charged = {r.task_id: r for r in c.execute(sa.select(ledger.CHARGES))}
+        created = dict(c.execute(sa.select(analyzer_tasks.c.task_id, analyzer_tasks.c.created)).all())
+    service.engine.dispose()
+    assert sorted(charged) == sorted(t.task_id for t in made) and len(created) == 4  # and the first stage's row
+    engine = connect(db, "analyzer", kek=kek)
+    with engine.begin() as c:  # the older release kept no charge
+        c.execute(sa.delete(ledger.CHARGES))
+    engine.dispose()
+    assert storage.downgrade_database(db, "analyzer", "a0007") == ("a0009", "a0007")
+    assert storage.upgrade_database(db, "analyzer", kek=kek) == ("a0007", "a0009")
+    engine = connect(db, "analyzer", kek=kek)
+    with engine.connect() as c:
+        back = {r.task_id: r for r in c.execute(sa.select(ledger.CHARGES))}
+    fields = ("population", "protocol", "epsilon", "delta", "pld")
+    assert {t: tuple(getattr(r, f) for f in fields) for t, r in back.items()} == {
+        t: tuple(getattr(r, f) for f in fields) for t, r in charged.items()}
+    assert all(back[t].created == created[t] for t in back)
+    assert back[made[2].task_id].epsilon == 2.0 and back[made[1].task_id].pld is not None  # both stages; grr's PLD
+    with engine.connect() as c:
+        (book,) = [b.to_dict() for b in ledger.ledgers(c)]
+    assert book["spent"]["tasks"] == 3
+    engine.dispose()

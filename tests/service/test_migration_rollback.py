@@ -104,6 +104,17 @@ def select(url: str, query: str) -> list[tuple]:
         engine.dispose()
 
 
+def task_json(role: str, task_id: str) -> str:
+    """A task's stored JSON (sharing or s1), as migrations s0007 and s1_0007 read it to charge it to the ledger."""
+    from privagg.service.round_tasks import SharingTask, TSSTask
+
+    options = {"delta": 1e-3, "n_users": 40, "domain_size": 4, "min_count_fraction": 0.1}
+    if role == "sharing":
+        return json.dumps(SharingTask(task_id, calibrate("dpds", epsilon=1.0, **options), 60.0, 30).to_dict())
+    parameters = calibrate("tss", epsilon=1.0, report_fraction=0.5, **options)
+    return json.dumps(TSSTask(task_id, parameters, 60.0, 30, "cd" * 16, bytes(32)).to_dict())
+
+
 def at_newer_version(url: str, role: str) -> str:
     """``url``'s ``role`` database as a newer release would leave it: a table of its own, and its version."""
     newer = f"{HEAD[role]}_next"
@@ -168,15 +179,17 @@ def test_the_sharing_servers_relayed_messages_and_tasks_go_back_and_up_again(fre
     storage.upgrade_database(url, "sharing", create=True)
     released = {"senders": [0, 1, 2], "survivors": [0, 1]}
     insert(url, {"sharing_tasks": [
-        {"task_id": "a" * 32, "task": "{}", "status": "released", "round": 3, "round_name": "reveal",
+        {"task_id": "a" * 32, "task": task_json("sharing", "a" * 32), "status": "released", "round": 3,
+         "round_name": "reveal",
          "deadline": None, "published": json.dumps(released), "outcome": '{"estimates": []}'},
-        {"task_id": "b" * 32, "task": "{}", "status": "running", "round": 2, "round_name": "masked_sum",
+        {"task_id": "b" * 32, "task": task_json("sharing", "b" * 32), "status": "running", "round": 2,
+         "round_name": "masked_sum",
          "deadline": 5.0, "published": json.dumps({"senders": [1]}), "outcome": None}],
         "relayed_messages": [{"task_id": t, "round": r, "sender": s, "recipient": p, "sealed": bytes([s, p, r]),
                               "signature": b"sig"} for t, r, s, p in (("a" * 32, 1, 0, 1), ("a" * 32, 1, 1, 0),
                                                                        ("b" * 32, 1, 2, 1), ("b" * 32, 2, 1, 2))]})
     round1 = [(t, s, p, bytes([s, p, 1])) for t, s, p in (("a" * 32, 0, 1), ("a" * 32, 1, 0), ("b" * 32, 2, 1))]
-    assert storage.downgrade_database(url, "sharing", "s0002") == ("s0004", "s0002")
+    assert storage.downgrade_database(url, "sharing", "s0002") == ("s0007", "s0002")
     # the older schema keeps round 1's relayed messages (its backups), the one round it relayed
     assert select(url, "SELECT task_id, sender, recipient, sealed FROM relayed_shares") == round1
     assert select(url, "SELECT task_id, state, senders, survivors, outcome FROM sharing_tasks") == [
@@ -193,13 +206,13 @@ def test_s1s_relayed_shares_and_tasks_go_back_and_up_again(fresh):
     url = fresh()
     storage.upgrade_database(url, "s1", create=True)
     published = {"election": [1, 2], "survivors": [0, 1, 2], "reporters": {"0": [1]}}
-    insert(url, {"s1_tasks": [{"task_id": "a" * 32, "task": "{}", "status": "handover", "round": 3,
+    insert(url, {"s1_tasks": [{"task_id": "a" * 32, "task": task_json("s1", "a" * 32), "status": "handover", "round": 3,
                                "round_name": "sums", "published": json.dumps(published), "second_url": "https://s2",
                                "relay_token": "t"}],
                  "s1_relayed": [{"task_id": "a" * 32, "round": 2, "sender": s, "recipient": p, "sealed": bytes([s, p]),
                                  "signature": b"sig"} for s, p in ((0, 1), (1, 2), (2, 1))]})
     shares = [("a" * 32, s, p, bytes([s, p])) for s, p in ((0, 1), (1, 2), (2, 1))]
-    assert storage.downgrade_database(url, "s1", "s1_0002") == ("s1_0004", "s1_0002")
+    assert storage.downgrade_database(url, "s1", "s1_0002") == ("s1_0007", "s1_0002")
     assert select(url, "SELECT task_id, sender, recipient, sealed FROM s1_shares") == shares
     assert select(url, "SELECT state, election, survivors, reporters, recovery FROM s1_tasks") == [
         ("handover", "[1, 2]", "[0, 1, 2]", '{"0": [1]}', None)]
@@ -268,9 +281,9 @@ def test_a_downgrade_refuses_a_version_it_cannot_reach_leaving_the_database_as_i
         ("collector", "base", f"one of the collector schema versions of this release ({collector}), got base"),
         ("collector", "c0008", f"a collector schema version older than the database's, c0008 ({collector}), got c0008"),
         ("analyzer", "a0002", "a0003 or a newer analyzer schema version (migration a0003 does not go back: it would "
-                              "write the private keys raw again; the database was left at a0008), got a0002"),
+                              "write the private keys raw again; the database was left at a0009), got a0002"),
         ("analyzer", "a0001", "a0003 or a newer analyzer schema version (migration a0003 does not go back: it would "
-                              "write the private keys raw again; the database was left at a0008), got a0001"),
+                              "write the private keys raw again; the database was left at a0009), got a0001"),
         ("s2", "s2_0001", "s2_0002 or a newer s2 schema version (migration s2_0002 does not go back: it would write "
                           "the private keys raw again; the database was left at s2_0003), got s2_0001"),
     ]
@@ -282,7 +295,7 @@ def test_a_downgrade_refuses_a_version_it_cannot_reach_leaving_the_database_as_i
         f"error: db must be an analyzer database, got {urls['collector']}, a collector database"
     done = cli("db", "downgrade", "--role", "analyzer", "--db", urls["analyzer"], "--to", "a0003")
     assert (done.exit_code, done.output) == (0, f"the analyzer database {urls['analyzer']}: downgraded from version "
-                                                f"a0008 to schema version a0003\n")
+                                                f"a0009 to schema version a0003\n")
     assert select(urls["analyzer"], "SELECT task_id, sealed_key FROM analyzer_tasks") == [("a" * 32, b"sealed")]
 
 

@@ -4,6 +4,7 @@ mid-task failed at the upgrade to signed rosters (s0004)."""
 
 import dataclasses
 import json
+import time
 from base64 import b64encode
 
 import numpy as np
@@ -153,6 +154,7 @@ def test_an_older_database_is_upgraded_and_its_tasks_keep_their_state(db):
     from service_deployment import database_at
 
     from privagg.service import storage
+    from privagg.service.ledger import CHARGES, round_cost
     from privagg.service.roster import secret_hash
     from privagg.service.round_tasks import SharingTask
     from privagg.service.storage import relayed_messages
@@ -178,7 +180,8 @@ def test_an_older_database_is_upgraded_and_its_tasks_keep_their_state(db):
         c.execute(sa.insert(relayed), [{"task_id": task.task_id, "sender": i, "recipient": k, "sealed": b"sealed"}
                                        for i in range(N) for k in range(N) if k != i])
     old.dispose()
-    assert storage.upgrade_database(db, "sharing") == ("s0002", "s0004")
+    upgraded = time.time()
+    assert storage.upgrade_database(db, "sharing") == ("s0002", "s0007")
     service = SharingService(connect(db, "sharing", create=False), clock=Clock())
     try:
         state = service.state(task.task_id)
@@ -191,6 +194,13 @@ def test_an_older_database_is_upgraded_and_its_tasks_keep_their_state(db):
         with service.engine.connect() as c:
             assert c.execute(sa.select(sa.func.count()).select_from(relayed_messages).where(
                 relayed_messages.c.round == 1)).scalar() == N * (N - 1)
+            # s0007: the three tasks the older release made, charged to the default population at the upgrade (their
+            # creation time unknown), each at its guarantee over its fewest survivors, as task create charges it
+            charged = c.execute(sa.select(CHARGES)).all()
+        cost = round_cost(p, 7)
+        assert sorted((r.task_id, r.population, r.protocol, r.epsilon, r.delta) for r in charged) == [
+            (t, "default", "dpds", cost.epsilon, cost.delta) for t in (task.task_id, "cd" * 16, "ef" * 16)]
+        assert all(upgraded <= r.created <= time.time() for r in charged)
     finally:
         service.engine.dispose()
 

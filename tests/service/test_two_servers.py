@@ -488,6 +488,7 @@ def test_an_older_s1_database_is_upgraded_and_its_tasks_keep_their_state(dbs):
 
     from privagg.protocols.two_server_election import as_inbox
     from privagg.protocols.two_server_parties import ROUNDS, FirstServer
+    from privagg.service.ledger import CHARGES, round_cost
     from privagg.service.roster import secret_hash
     from privagg.service.round_tasks import KEM, relay_info, second_info
     from privagg.service.tasks import _public_key, _suite
@@ -545,7 +546,7 @@ def test_an_older_s1_database_is_upgraded_and_its_tasks_keep_their_state(dbs):
             m, _public_key(KEM, clients[h].public_key), info=relay_info(ROUNDS[1], task.task_id, u, h))}
             for (u, h), m in plain.items()])
     old.dispose()
-    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0004")
+    assert storage.upgrade_database(dbs["s1"], "s1") == ("s1_0002", "s1_0007")
     first = FirstService(storage.connect(dbs["s1"], "s1", create=False), clock=clock, **in_process(second))
     try:
         state = first.state(task.task_id)
@@ -557,6 +558,11 @@ def test_an_older_s1_database_is_upgraded_and_its_tasks_keep_their_state(dbs):
         with first.engine.connect() as c:
             assert c.execute(sa.select(sa.func.count()).select_from(s1_relayed).where(
                 s1_relayed.c.round == 2)).scalar() == len(plain)
+            charged = c.execute(sa.select(CHARGES.c.task_id, CHARGES.c.population, CHARGES.c.epsilon,
+                                          CHARGES.c.delta)).all()  # s1_0007: the older tasks, charged
+        cost = round_cost(task.parameters, task.min_survivors)
+        assert sorted(charged) == [(t, "default", cost.epsilon, cost.delta) for t in (task.task_id, "cd" * 16,
+                                                                                       "ef" * 16)]
     finally:
         first.engine.dispose()
         second.engine.dispose()

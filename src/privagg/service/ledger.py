@@ -109,6 +109,13 @@ def cost_of(parameters, delta: float | None = None) -> Cost:
     return Cost(epsilon, delta, pld)
 
 
+def task_cost(parameters, stage=None) -> Cost:
+    """An analyzer task's charge: its parameters', after its first stage's (``stage``: that stage's parameters, a
+    staged task's: ``privagg task create --discover-phi``) where it has one."""
+    cost = cost_of(parameters)
+    return cost if stage is None else cost_of(stage).plus(cost)
+
+
 def _pld(components: list[dict]):
     """The composition of the mechanisms' privacy loss distributions (dp-accounting, pessimistic estimates): each
     distinct mechanism's PLD composed with itself as many times as it occurs (one FFT power, not one composition a
@@ -300,6 +307,50 @@ def show(ledger: Ledger) -> str:
 
 
 LEDGER_TABLES = ("budget_charges", "budgets")
+TASKS = {"analyzer": "analyzer_tasks", "sharing": "sharing_tasks", "s1": "s1_tasks"}  # each ledger role's tasks
+
+
+def charge_older_tasks(connection: sa.Connection, role: str, now: float | None = None) -> int:
+    """Every task of ``role``'s database without a charge (made by a release before the ledger) charged to
+    :data:`DEFAULT_POPULATION` as its creation would have been, without a budget's refusal (the task exists); the
+    number charged. The analyzer's at their creation time; the sharing server's and S1's, whose tables keep none, at
+    ``now`` (the upgrade's): the period of the upgrade holds them all, never fewer than it spent. The first stage of
+    a staged analyzer task is in its task's charge, as :meth:`~privagg.service.shuffle.analyzer.AnalyzerService.
+    create_task` charges it. For migrations a0009, s0007 and s1_0007."""
+    from .round_tasks import SharingTask, TSSTask
+    from .tasks import Task
+
+    now = time.time() if now is None else now
+    table = sa.table(TASKS[role], sa.column("task_id"), sa.column("task"),
+                     *([sa.column("created")] if role == "analyzer" else []))
+    charged = set(connection.execute(sa.select(CHARGES.c.task_id)).scalars())
+    rows = [r for r in connection.execute(sa.select(table)) if r.task_id not in charged]
+    def read(row):
+        try:
+            if role == "analyzer":
+                return Task.from_json(row.task, verify=False)
+            return (SharingTask if role == "sharing" else TSSTask).from_dict(json.loads(row.task), verify=False)
+        except (ParameterError, ValueError) as err:
+            raise ParameterError("db", f"{role} tasks whose stored JSON this release reads (each is charged to the "
+                                 "privacy budget ledger)", f"task {row.task_id}: {err}") from None
+
+    if role != "analyzer":
+        made = [(r.task_id, read(r), now) for r in rows]
+        costs = [(task_id, task.parameters.protocol, round_cost(task.parameters, task.min_survivors), at)
+                 for task_id, task, at in made]
+    else:
+        tasks = {r.task_id: read(r) for r in connection.execute(sa.select(table))}
+        stages = {t.discovery.task_id for t in tasks.values() if t.discovery is not None}
+        costs = [(r.task_id, t.parameters.protocol, task_cost(t.parameters, t.discovery and t.discovery.parameters),
+                  r.created) for r in rows if r.task_id not in stages for t in [tasks[r.task_id]]]
+    for task_id, protocol, cost, at in costs:
+        connection.execute(sa.insert(CHARGES).values(
+            task_id=task_id, population=DEFAULT_POPULATION, created=at, protocol=protocol, epsilon=cost.epsilon,
+            delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
+    return len(costs)
+
+
+
 
 
 def drop_tables_migration(op) -> None:
@@ -321,4 +372,3 @@ def create_tables_migration(op) -> None:
                     sa.Column("epsilon", sa.Float, nullable=False), sa.Column("delta", sa.Float, nullable=False),
                     sa.Column("pld", sa.Text))
     op.create_index("charges_by_population", "budget_charges", ["population", "created"])
-

@@ -59,7 +59,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ...errors import ParameterError
 from .. import storage
 from ..keys import KeyEncryptionKey
-from ..ledger import DEFAULT_POPULATION, charge, check_population, cost_of, ledgers
+from ..ledger import DEFAULT_POPULATION, charge, check_population, ledgers, task_cost
 from ..storage import aggregates, analyzer_tasks, applied_batches, opened_messages
 from ..tasks import SERVED, Task, create_task, is_hex_id, unpacked_records
 from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
@@ -159,7 +159,7 @@ class AnalyzerService(BatchApplication, Release):
             raise ParameterError("protocol", SERVED, parameters.protocol)
         check_population(population)
         stage = None if discover_phi is None else discovery_parameters(parameters, discover_phi)
-        cost = cost_of(parameters) if stage is None else cost_of(stage).plus(cost_of(parameters))
+        cost = task_cost(parameters, stage)
         codes = None
         if candidates is not None:
             if entry.result is not ResultKind.FREQUENCY_TABLE and not getattr(parameters, "one_sparse", False):
