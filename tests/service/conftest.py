@@ -10,6 +10,7 @@ checks each test's property in the default run, and the tests of what only Postg
 row locks under concurrent processes) ask for PostgreSQL alone and stay in it.
 """
 
+import itertools
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +42,26 @@ def postgres_databases(postgres_server: str) -> Iterator[Callable[[], str]]:
     yield make
     for name in made:
         admin(postgres_server, f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
+    """Makes URLs of new, empty databases, once per backend: SQLite files, or PostgreSQL databases (requested only
+    then)."""
+    if request.param == "sqlite":
+        numbers = itertools.count()
+        return lambda: f"sqlite:///{tmp_path}/{next(numbers)}.db"
+    return request.getfixturevalue("postgres_databases")
+
+
+@pytest.fixture
+def kek(monkeypatch):
+    """A new key-encryption key, also in ``PRIVAGG_KEK`` for the commands that read it there."""
+    from privagg.service.keys import KeyEncryptionKey
+
+    key = KeyEncryptionKey.generate()
+    monkeypatch.setenv("PRIVAGG_KEK", key.export())
+    return key
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,11 +9,9 @@ The rows the downgrades claim to carry back (c0007's replay records by task id, 
 are read back after the downgrade and again after the upgrade. The PostgreSQL halves are marked slow (conftest.py).
 """
 
-import itertools
 import json
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +20,6 @@ from typer.testing import CliRunner
 from privagg.cli import app
 from privagg.protocols.registry import calibrate
 from privagg.service import storage
-from privagg.service.keys import KeyEncryptionKey
 from privagg.service.schema_versions import chain
 from service_deployment import database_at
 
@@ -30,20 +27,6 @@ LOWEST = {"collector": "c0001", "analyzer": "a0003", "sharing": "s0001", "s1": "
 HEAD = {role: chain(role)[0] for role in storage.ROLES}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
-    """Makes URLs of new, empty databases, on SQLite or on PostgreSQL (requested only then)."""
-    if request.param == "sqlite":
-        numbers = itertools.count()
-        return lambda: f"sqlite:///{tmp_path}/{next(numbers)}.db"
-    return request.getfixturevalue("postgres_databases")
-
-
-@pytest.fixture
-def kek(monkeypatch) -> KeyEncryptionKey:
-    key = KeyEncryptionKey.generate()
-    monkeypatch.setenv("PRIVAGG_KEK", key.export())
-    return key
 
 
 @pytest.fixture

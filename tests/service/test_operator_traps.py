@@ -29,7 +29,6 @@ from privagg.service import storage
 from privagg.service.shuffle.analyzer import create_app as analyzer_app
 from privagg.service.shuffle.client import Client
 from privagg.service.shuffle.collector import create_app as collector_app
-from privagg.service.keys import KeyEncryptionKey
 from service_deployment import database_at, deploy, served
 
 UNKNOWN = "ab" * 16
@@ -66,12 +65,6 @@ def params_file(folder: Path, name: str, protocol: str, **options) -> str:
     path.write_text(json.dumps(calibrate(protocol, epsilon=1.0, **options).to_dict()))
     return str(path)
 
-
-@pytest.fixture
-def kek(monkeypatch) -> KeyEncryptionKey:
-    key = KeyEncryptionKey.generate()
-    monkeypatch.setenv("PRIVAGG_KEK", key.export())
-    return key
 
 
 # ---- each database knows its role ------------------------------------------------------------------------

@@ -4,7 +4,6 @@ database and the lock, the database unchanged; once the service is killed (SIGKI
 is gone. SQLite's lock is a file's flock, PostgreSQL's an advisory lock (that half marked slow, conftest.py); the
 collector's replicas on PostgreSQL share theirs (tests/service/test_replicas.py)."""
 
-import itertools
 import signal
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from typer.testing import CliRunner
 from privagg.cli import app
 from privagg.errors import ParameterError
 from privagg.service import storage
-from privagg.service.keys import KeyEncryptionKey
 from privagg.service.schema_versions import chain
 
 HOLD = ("import sys; from privagg.service import storage; from privagg.service.keys import KeyEncryptionKey; "
@@ -26,19 +24,6 @@ HOLD = ("import sys; from privagg.service import storage; from privagg.service.k
         "storage.serving(sys.argv[1], role, **kek); print('serving', flush=True); sys.stdin.read()")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh(request: pytest.FixtureRequest, tmp_path: Path):
-    if request.param == "sqlite":
-        numbers = itertools.count()
-        return lambda: f"sqlite:///{tmp_path}/{next(numbers)}.db"
-    return request.getfixturevalue("postgres_databases")
-
-
-@pytest.fixture
-def kek(monkeypatch) -> KeyEncryptionKey:
-    key = KeyEncryptionKey.generate()
-    monkeypatch.setenv("PRIVAGG_KEK", key.export())
-    return key
 
 
 def serve(url: str, role: str) -> subprocess.Popen:
