@@ -325,6 +325,7 @@ def charge_older_tasks(connection: sa.Connection, role: str, now: float | None =
                      *([sa.column("created")] if role == "analyzer" else []))
     charged = set(connection.execute(sa.select(CHARGES.c.task_id)).scalars())
     rows = [r for r in connection.execute(sa.select(table)) if r.task_id not in charged]
+
     def read(row):
         try:
             if role == "analyzer":
@@ -348,9 +349,6 @@ def charge_older_tasks(connection: sa.Connection, role: str, now: float | None =
             task_id=task_id, population=DEFAULT_POPULATION, created=at, protocol=protocol, epsilon=cost.epsilon,
             delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
     return len(costs)
-
-
-
 
 
 def drop_tables_migration(op) -> None:
