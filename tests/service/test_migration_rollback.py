@@ -325,3 +325,18 @@ def test_a_downgrade_past_the_budget_ledger_with_rows_is_refused_unless_told(fre
     done = cli("db", "downgrade", "--role", role, "--db", url, "--to", to, "--drop-budget-ledger")
     assert done.exit_code == 0 and f"downgraded from version {version} to schema version {to}" in done.output
     assert not {"budgets", "budget_charges"} & set(contents(url))
+
+
+def test_a_task_the_ledgers_upgrade_cannot_read_stops_it_in_one_line(fresh, cli):
+    """s0007 charges each task without a charge; one whose stored JSON it cannot read is not left uncharged: the
+    upgrade stops, naming it, and the database stays at the version before."""
+    url = fresh()
+    storage.upgrade_database(url, "sharing", create=True)
+    assert storage.downgrade_database(url, "sharing", "s0004") == ("s0007", "s0004")
+    insert(url, {"sharing_tasks": [{"task_id": "a" * 32, "task": "{}", "status": "released", "round": 3,
+                                    "round_name": "reveal", "deadline": None, "published": "{}", "outcome": None}]})
+    before = contents(url)
+    assert error_line(cli("db", "upgrade", "--role", "sharing", "--db", url)) == (
+        "error: db must be sharing tasks whose stored JSON this release reads (each is charged to the privacy budget "
+        f"ledger), got task {'a' * 32}: KeyError: 'parameters'")
+    assert contents(url) == before

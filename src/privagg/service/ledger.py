@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from ..errors import ParameterError
+from ..errors import ParameterError, check_integer
 from .device_budget import check_budget, period_label, period_start
 from .storage import insert_if_absent, metadata
 
@@ -317,7 +317,7 @@ def charge_older_tasks(connection: sa.Connection, role: str, now: float | None =
     ``now`` (the upgrade's): the period of the upgrade holds them all, never fewer than it spent. The first stage of
     a staged analyzer task is in its task's charge, as :meth:`~privagg.service.shuffle.analyzer.AnalyzerService.
     create_task` charges it. For migrations a0009, s0007 and s1_0007."""
-    from .round_tasks import SharingTask, TSSTask
+    from ..protocols.registry import load_parameters
     from .tasks import Task
 
     now = time.time() if now is None else now
@@ -327,18 +327,22 @@ def charge_older_tasks(connection: sa.Connection, role: str, now: float | None =
     rows = [r for r in connection.execute(sa.select(table)) if r.task_id not in charged]
 
     def read(row):
+        """The analyzer's Task; a round task's (parameters, min_survivors), all its charge needs (not the whole task,
+        which this release may refuse for another reason: a size an older release allowed)."""
         try:
             if role == "analyzer":
                 return Task.from_json(row.task, verify=False)
-            return (SharingTask if role == "sharing" else TSSTask).from_dict(json.loads(row.task), verify=False)
-        except (ParameterError, ValueError) as err:
+            data = json.loads(row.task)
+            return load_parameters(data["parameters"], verify=False), check_integer(
+                "min_survivors", data["min_survivors"], 1)
+        except (ParameterError, ValueError, KeyError, TypeError) as err:
             raise ParameterError("db", f"{role} tasks whose stored JSON this release reads (each is charged to the "
-                                 "privacy budget ledger)", f"task {row.task_id}: {err}") from None
+                                 "privacy budget ledger)", f"task {row.task_id}: {type(err).__name__}: {err}") from None
 
     if role != "analyzer":
-        made = [(r.task_id, read(r), now) for r in rows]
-        costs = [(task_id, task.parameters.protocol, round_cost(task.parameters, task.min_survivors), at)
-                 for task_id, task, at in made]
+        made = [(r.task_id, *read(r)) for r in rows]
+        costs = [(task_id, parameters.protocol, round_cost(parameters, least), now)
+                 for task_id, parameters, least in made]
     else:
         tasks = {r.task_id: read(r) for r in connection.execute(sa.select(table))}
         stages = {t.discovery.task_id for t in tasks.values() if t.discovery is not None}
