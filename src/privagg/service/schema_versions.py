@@ -118,12 +118,13 @@ def downgrade(engine: sa.Engine, role: str, to: str, drop_ledger: bool = False) 
             raise ParameterError("to", f"a {role} schema version older than the database's, {current} (oldest first: "
                                  f"{oldest_first})", to)
         steps = versions[versions.index(current):versions.index(to) + 1]  # newest first, from the current one to ``to``
-        for version in steps[:-1]:  # the migrations whose downgrade runs
-            module = scripts.get_revision(version).module
+        modules = [(version, scripts.get_revision(version).module) for version in steps[:-1]]  # whose downgrade runs
+        for version, module in modules:  # first what cannot go back at all, then what needs --drop-budget-ledger
             why = getattr(module, "IRREVERSIBLE", None)
             if why is not None:
                 raise ParameterError("to", f"{version} or a newer {role} schema version (migration {version} does not "
                                      f"go back: {why}; the database was left at {current})", to)
+        for version, module in modules:
             rows = {t: connection.execute(sa.select(sa.func.count()).select_from(sa.table(t))).scalar_one()
                     for t in getattr(module, "DROPS_LEDGER", ()) if not drop_ledger}
             if any(rows.values()):
