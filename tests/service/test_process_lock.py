@@ -166,3 +166,21 @@ def test_a_lock_file_the_operator_may_not_read_is_named(tmp_path, monkeypatch):
     assert result.exit_code == 2 and result.output == (
         f"error: db must be a database whose sharing lock file this user may read (to see that no sharing process "
         f"serves it), got {url}: {lock}: Permission denied\n"), result.output
+
+
+def test_the_same_file_by_another_path_is_the_same_lock(tmp_path, monkeypatch):
+    """A symbolic link to the database, or a relative path to it, names the same file: a second service reaching it
+    that way is refused too."""
+    url = f"sqlite:///{tmp_path}/sharing.db"
+    storage.upgrade_database(url, "sharing", create=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "link.db").symlink_to(tmp_path / "sharing.db")
+    holder = serve(url, "sharing")
+    try:
+        monkeypatch.chdir(tmp_path / "other")
+        for other in (f"sqlite:///{tmp_path}/other/link.db", "sqlite:///../sharing.db"):
+            with pytest.raises(ParameterError, match="served by another process"):
+                storage.serving(other, "sharing")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

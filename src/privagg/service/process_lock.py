@@ -46,7 +46,10 @@ def _lock(engine: sa.Engine, role: str) -> tuple[str, Path | None, int | None]:
     shown = engine.url.render_as_string(hide_password=True)
     if engine.dialect.name == "sqlite":
         path = sqlite_path(engine.url)
-        return shown, None if path is None else path.with_name(f"{path.name}.{role}.lock"), None
+        if path is None:
+            return shown, None, None
+        path = Path(os.path.realpath(path))  # one lock for the file, whichever symbolic link or relative path names it
+        return shown, path.with_name(f"{path.name}.{role}.lock"), None
     return shown, None, int.from_bytes(hashlib.sha256(f"privagg serve {role}".encode()).digest()[:8], "big",
                                        signed=True)
 
