@@ -84,6 +84,13 @@ def test_a_second_service_and_the_schema_commands_are_refused_while_one_serves(f
         held = process_lock._HELD[url, role]
         assert {name: int(held.execute(sa.text(f"SHOW {name}")).scalar_one().rstrip("s")) for name in
                 process_lock.KEEPALIVES} == process_lock.KEEPALIVES
+        pid = held.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        engine = sa.create_engine(url)
+        with engine.connect() as c:  # its open transaction holds no snapshot (keeps no vacuum waiting), no xid
+            state = c.execute(sa.text("SELECT state, backend_xmin, backend_xid FROM pg_stat_activity WHERE pid = :p"),
+                              {"p": pid}).one()
+        engine.dispose()
+        assert tuple(state) == ("idle in transaction", None, None)
 
 
 def test_the_command_line_service_holds_the_lock_until_it_is_killed(tmp_path):

@@ -11,7 +11,8 @@ through rows and stored times, so each collector takes a shared lock there, whic
 schema commands' exclusive one does.
 
 On SQLite the lock is an exclusive ``flock`` of ``DB.ROLE.lock`` beside the database file; on PostgreSQL a
-session-level advisory lock, one per role, on a connection kept open while the process runs. Either ends with its
+transaction-level advisory lock, one per role, in a transaction kept open while the process runs (it holds no snapshot
+and writes nothing). Either ends with its
 process, even under kill -9 (the kernel drops the flock and closes the session's socket), and the PostgreSQL one with
 its host (:data:`KEEPALIVES`).
 """
@@ -83,10 +84,14 @@ def hold(engine: sa.Engine, role: str) -> None:
             raise _served(role, shown, path) from None
         _HELD[shown, role] = fd
         return
-    connection = engine.connect().execution_options(isolation_level="AUTOCOMMIT")  # no transaction left open
+    # a transaction left open for the process's life, at READ COMMITTED: it holds no snapshot between statements (so
+    # it keeps no vacuum waiting), pins one server session even behind PgBouncer in transaction mode, and ends, with
+    # its lock and its settings, when the process does
+    connection = engine.connect().execution_options(isolation_level="READ COMMITTED")
+    connection.begin()
     for name, seconds in KEEPALIVES.items():  # the server's probes of this idle session (over TCP)
-        connection.execute(sa.text(f"SET {name} = {seconds}"))
-    take = "pg_try_advisory_lock_shared" if role == "collector" else "pg_try_advisory_lock"  # replicas share theirs
+        connection.execute(sa.text(f"SET LOCAL {name} = {seconds}"))
+    take = "pg_try_advisory_xact_lock_shared" if role == "collector" else "pg_try_advisory_xact_lock"  # replicas share
     if not connection.execute(sa.text(f"SELECT {take}(:key)"), {"key": key}).scalar_one():
         connection.close()
         raise _served(role, shown, f"PostgreSQL's advisory lock {key}")
@@ -114,7 +119,7 @@ def check_not_served(engine: sa.Engine, role: str) -> None:
         finally:
             os.close(fd)  # its flock, if taken, with it
         return
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        if not connection.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar_one():
+    with engine.connect() as connection, connection.begin() as transaction:  # the lock ends with the transaction
+        if not connection.execute(sa.text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}).scalar_one():
             raise _served(role, shown, f"PostgreSQL's advisory lock {key}", _stop_first(role))
-        connection.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        transaction.rollback()
