@@ -1,4 +1,4 @@
-"""One process serves a party's database (the collector's replicas on PostgreSQL excepted): ``privagg serve`` holds a
+"""One process serves a party's database (the collector's replicas on PostgreSQL share theirs): ``privagg serve`` holds a
 lock while it runs (:func:`hold`), which a second service of that party over the same database finds held and refuses,
 and so do ``privagg db upgrade`` and ``db downgrade`` (:func:`check_not_served`), which would change the schema under
 a running service (the collector's replicas included). Each refusal is one line naming the database and the lock.
@@ -12,9 +12,8 @@ schema commands' exclusive one does.
 
 On SQLite the lock is an exclusive ``flock`` of ``DB.ROLE.lock`` beside the database file; on PostgreSQL a
 transaction-level advisory lock, one per role, in a transaction kept open while the process runs (it holds no snapshot
-and writes nothing). Either ends with its
-process, even under kill -9 (the kernel drops the flock and closes the session's socket), and the PostgreSQL one with
-its host (:data:`KEEPALIVES`).
+and writes nothing). Either ends with its process, even under kill -9 (the kernel drops the flock and closes the
+session's socket), and the PostgreSQL one with its host (:data:`KEEPALIVES`).
 """
 
 from __future__ import annotations
