@@ -1,7 +1,8 @@
 """One process serves a party's database (the collector's replicas on PostgreSQL share theirs): ``privagg serve``
 holds a lock while it runs (:func:`hold`), which a second service of that party over the same database finds held and
-refuses, and so do ``privagg db upgrade`` and ``db downgrade`` (:func:`check_not_served`), which would change the schema under
-a running service (the collector's replicas included). Each refusal is one line naming the database and the lock.
+refuses, and so do ``privagg db upgrade`` and ``db downgrade`` (:func:`check_not_served`), which would change the
+schema under a running service (the collector's replicas included). Each refusal is one line naming the database and
+the lock.
 
 The round driver (the sharing server, S1) keeps state per process that another process's writes do not update: its
 lock, each round's count of answers (a round closes early on the count of the process that stored them, so with two
