@@ -81,7 +81,7 @@ def test_a_second_service_and_the_schema_commands_are_refused_while_one_serves(f
     if url.startswith("postgresql"):  # the server probes the lock's session, so a vanished host lets it go
         from privagg.service import process_lock
 
-        held = process_lock._HELD[url, role]
+        held = process_lock._HELD[url, role]  # by its URL on PostgreSQL
         assert {name: int(held.execute(sa.text(f"SHOW {name}")).scalar_one().rstrip("s")) for name in
                 process_lock.KEEPALIVES} == process_lock.KEEPALIVES
         pid = held.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
@@ -191,3 +191,5 @@ def test_the_same_file_by_another_path_is_the_same_lock(tmp_path, monkeypatch):
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+    for other in (url, f"sqlite:///{tmp_path}/other/link.db"):  # this process serves it, by either name
+        storage.serving(other, "sharing").dispose()

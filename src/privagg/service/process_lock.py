@@ -30,7 +30,7 @@ from ..errors import ParameterError
 # PostgreSQL's TCP keepalives on a lock's session: a service whose host vanished (no FIN, no RST) lets its lock go
 # once the server's probes go unanswered, about 30 + 3 x 10 s, not after the kernel's default two hours
 KEEPALIVES = {"tcp_keepalives_idle": 30, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3}
-_HELD: dict[tuple[str, str], object] = {}  # (database, role) -> the lock this process holds (an fd, a connection)
+_HELD: dict[tuple[str, str], object] = {}  # (the lock file, or the URL; role) -> the lock this process holds
 
 
 def sqlite_path(parsed: sa.engine.URL) -> Path | None:
@@ -73,7 +73,8 @@ def hold(engine: sa.Engine, role: str) -> None:
     import fcntl
 
     shown, path, key = _lock(engine, role)
-    if (shown, role) in _HELD or (path is None and key is None):
+    held = (str(path or shown), role)  # a file by its real path: this process holds it by whichever name
+    if held in _HELD or (path is None and key is None):
         return
     if path is not None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -82,7 +83,7 @@ def hold(engine: sa.Engine, role: str) -> None:
         except OSError:
             os.close(fd)
             raise _served(role, shown, path) from None
-        _HELD[shown, role] = fd
+        _HELD[held] = fd
         return
     # a transaction left open for the process's life, at READ COMMITTED: it holds no snapshot between statements (so
     # it keeps no vacuum waiting), pins one server session even behind PgBouncer in transaction mode, and ends, with
@@ -95,7 +96,7 @@ def hold(engine: sa.Engine, role: str) -> None:
     if not connection.execute(sa.text(f"SELECT {take}(:key)"), {"key": key}).scalar_one():
         connection.close()
         raise _served(role, shown, f"PostgreSQL's advisory lock {key}")
-    _HELD[shown, role] = connection
+    _HELD[held] = connection
 
 
 def check_not_served(engine: sa.Engine, role: str) -> None:
@@ -104,7 +105,7 @@ def check_not_served(engine: sa.Engine, role: str) -> None:
     import fcntl
 
     shown, path, key = _lock(engine, role)
-    if (shown, role) in _HELD or (path is None and key is None) or (path is not None and not path.exists()):
+    if (str(path or shown), role) in _HELD or (path is None and key is None) or (path and not path.exists()):
         return
     if path is not None:
         try:
