@@ -324,7 +324,8 @@ def charge_older_tasks(connection: sa.Connection, role: str, now: float | None =
     table = sa.table(TASKS[role], sa.column("task_id"), sa.column("task"),
                      *([sa.column("created")] if role == "analyzer" else []))
     charged = set(connection.execute(sa.select(CHARGES.c.task_id)).scalars())
-    rows = [r for r in connection.execute(sa.select(table)) if r.task_id not in charged]
+    every = connection.execute(sa.select(table)).all()  # read once: the analyzer's first stages are found among all
+    rows = [r for r in every if r.task_id not in charged]
 
     def read(row):
         """The analyzer's Task; a round task's (parameters, min_survivors), all its charge needs (not the whole task,
@@ -339,19 +340,24 @@ def charge_older_tasks(connection: sa.Connection, role: str, now: float | None =
             raise ParameterError("db", f"{role} tasks whose stored JSON this release reads (each is charged to the "
                                  "privacy budget ledger)", f"task {row.task_id}: {type(err).__name__}: {err}") from None
 
-    if role != "analyzer":
-        made = [(r.task_id, *read(r)) for r in rows]
-        costs = [(task_id, parameters.protocol, round_cost(parameters, least), now)
-                 for task_id, parameters, least in made]
-    else:
-        tasks = {r.task_id: read(r) for r in connection.execute(sa.select(table))}
+    costs = []  # (task id, protocol, cost, when)
+    if role == "analyzer":
+        tasks = {r.task_id: read(r) for r in every}
         stages = {t.discovery.task_id for t in tasks.values() if t.discovery is not None}
-        costs = [(r.task_id, t.parameters.protocol, task_cost(t.parameters, t.discovery and t.discovery.parameters),
-                  r.created) for r in rows if r.task_id not in stages for t in [tasks[r.task_id]]]
-    for task_id, protocol, cost, at in costs:
-        connection.execute(sa.insert(CHARGES).values(
-            task_id=task_id, population=DEFAULT_POPULATION, created=at, protocol=protocol, epsilon=cost.epsilon,
-            delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
+        for r in rows:
+            task = tasks[r.task_id]
+            if r.task_id not in stages:
+                stage = None if task.discovery is None else task.discovery.parameters
+                costs.append((r.task_id, task.parameters.protocol, task_cost(task.parameters, stage), r.created))
+    else:
+        for r in rows:
+            parameters, least = read(r)
+            costs.append((r.task_id, parameters.protocol, round_cost(parameters, least), now))
+    if costs:
+        connection.execute(sa.insert(CHARGES), [
+            {"task_id": task_id, "population": DEFAULT_POPULATION, "created": at, "protocol": protocol,
+             "epsilon": cost.epsilon, "delta": cost.delta,
+             "pld": None if cost.pld is None else json.dumps(list(cost.pld))} for task_id, protocol, cost, at in costs])
     return len(costs)
 
 
