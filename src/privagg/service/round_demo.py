@@ -71,16 +71,16 @@ def _worker(descriptor: int) -> None:
         try:
             shard = _Shard(*connection.recv())
         except Exception as error:
-            return _send(connection, (False, error))
-        _send(connection, (True, ([], _cpu())))
+            return _answer(connection, (False, error))
+        _answer(connection, (True, ([], _cpu())))
         while (command := connection.recv()) is not None:
             try:
                 answer = True, shard.call(*command)
             except Exception as error:
                 answer = False, error
-            _send(connection, answer)
+            _answer(connection, answer)
         shard.pool.shutdown()
-        _send(connection, (True, (shard.clients, shard.cpu)))
+        _answer(connection, (True, (shard.clients, shard.cpu)))
     except (EOFError, BrokenPipeError):
         pass
 
@@ -90,7 +90,7 @@ class DevicesLost(RuntimeError):
     on without its users."""
 
 
-def _send(connection, answer: tuple) -> None:
+def _answer(connection, answer: tuple) -> None:
     try:
         connection.send(answer)
     except (EOFError, BrokenPipeError):
