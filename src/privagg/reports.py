@@ -67,6 +67,7 @@ class GraphChoice:
     liveness: float  # (b) a needed secret without t honest surviving holders: the release fails, not privacy
     disconnection: float  # (c) the honest survivors' graph not connected
     equivocation: float  # (d) t <= (k + 1 + colluding holders) / 2 somewhere
+    cut: float  # (e) t <= k / 2 + 1 + colluding neighbours somewhere: a server's chosen dropouts cut off a part
     failure: float
     costs: dict[str, dict[str, int]]
 

@@ -22,6 +22,15 @@ def _window(marked: np.ndarray, half: int) -> np.ndarray:
     return sums[:, 2 * half + 1:2 * half + 1 + n] - sums[:, :n] - marked
 
 
+def _sides(marked: np.ndarray, half: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's marked neighbours on the cycle on each side: the half before it, the half after it."""
+    trials, n = marked.shape
+    sums = np.concatenate([marked[:, n - half:], marked, marked[:, :half]], axis=1).cumsum(axis=1, dtype=np.int32)
+    sums = np.concatenate([np.zeros((trials, 1), np.int32), sums], axis=1)
+    before = sums[:, half:half + n] - sums[:, :n]
+    return before, sums[:, 2 * half + 1:2 * half + 1 + n] - sums[:, half + 1:half + 1 + n]
+
+
 def _long_runs(removed: np.ndarray, half: int) -> np.ndarray:
     """The cyclic runs of at least ``half`` removed positions, per row (a run starts after a survivor)."""
     trials, n = removed.shape
@@ -38,13 +47,15 @@ def simulate(n, colluding, dropouts, degree, trials, rng):
     roles[:colluding], roles[colluding:colluding + dropouts] = 1, 2
     roles = rng.permuted(np.tile(roles, (trials, 1)), axis=1)
     colluders, survivors, half = (roles == 1).astype(np.int32), (roles == 0).astype(np.int32), degree // 2
-    return roles, _window(colluders, half), _window(survivors, half), _long_runs((roles != 0).astype(np.int32), half)
+    return (roles, _window(colluders, half), _window(survivors, half), _long_runs((roles != 0).astype(np.int32), half),
+            _sides(colluders, half))
 
 
-def _counts(roles, colluding_neighbours, surviving_neighbours, degree, threshold):
+def _counts(roles, colluding_neighbours, surviving_neighbours, sides, degree, threshold):
     honest = roles != 1
     return {"collusion": (honest & (colluding_neighbours >= threshold)).sum(axis=1),
             "equivocation": (honest & (colluding_neighbours >= 2 * threshold - degree - 1)).sum(axis=1),
+            "cut": sum((honest & (side >= threshold - degree // 2 - 1)).sum(axis=1) for side in sides),
             "liveness": np.where(roles == 0, 1 + surviving_neighbours < threshold,
                                  surviving_neighbours < threshold).sum(axis=1)}
 
@@ -55,13 +66,14 @@ def test_the_union_bounds_are_the_expected_failures_and_bound_the_probability(n,
     """Each term is the expected number of users who fail (a sum of exact hypergeometric tails): the Monte Carlo's
     mean count matches it within 5 sd, at every threshold; and Pr[some user fails] stays under it (+ 4 binomial
     sd at the bound)."""
-    roles, colluding_nb, surviving_nb, _ = simulate(n, colluding, dropouts, degree, trials, np.random.default_rng(47))
+    roles, colluding_nb, surviving_nb, _, sides = simulate(n, colluding, dropouts, degree, trials,
+                                                           np.random.default_rng(47))
     collusion, equivocation = graph.collusion_terms(n, colluding, degree)
-    terms = {"collusion": collusion, "equivocation": equivocation,
+    terms = {"collusion": collusion, "equivocation": equivocation, "cut": graph.cut_term(n, colluding, degree),
              "liveness": graph.liveness_term(n, colluding, dropouts, degree)}
     checked = 0
     for threshold in range(1, degree + 2):
-        for name, count in _counts(roles, colluding_nb, surviving_nb, degree, threshold).items():
+        for name, count in _counts(roles, colluding_nb, surviving_nb, sides, degree, threshold).items():
             term = terms[name][threshold - 1]
             sd = math.sqrt(max(count.var(), term) / trials)
             assert abs(count.mean() - term) <= 5 * sd + 1e-12, (name, threshold, count.mean(), term)
@@ -71,12 +83,56 @@ def test_the_union_bounds_are_the_expected_failures_and_bound_the_probability(n,
     assert checked >= 3
 
 
+def _components(survivors: set[int], g: graph.Graph) -> list[set[int]]:
+    left, parts = set(survivors), []
+    while left:
+        part, stack = set(), [left.pop()]
+        while stack:
+            u = stack.pop()
+            part.add(u)
+            found = [v for v in g.neighbours(u) if v in left]
+            left.difference_update(found)
+            stack.extend(found)
+        parts.append(part)
+    return parts
+
+
+def _a_part_opens(g: graph.Graph, removed: set[int], colluding: set[int], threshold: int) -> bool:
+    """Whether some part of the honest survivors cut off from the others has every member's mask seed rebuilt: t of
+    his holders give shares, the honest survivors among them (he too) and the colluders."""
+    honest = set(range(g.n_users)) - removed - colluding
+    parts = _components(honest, g)
+    return len(parts) > 1 and any(
+        all(sum(h in honest or h in colluding for h in g.holders(u)) >= threshold for u in part) for part in parts)
+
+
+@pytest.mark.parametrize("n, degree, colluding", [(40, 6, 0), (60, 8, 0), (60, 8, 3), (101, 12, 5)])
+def test_no_cut_a_server_chooses_opens_a_part_of_the_honest_survivors_under_e(n, degree, colluding):
+    """(e) as a fact of the graph: whatever users the server declares dropped after seeing it (two runs of k / 2
+    around an arc, as a reviewer's attack did at t_k = k / 2 + 1, or random sets), no part of the honest survivors
+    cut off from the rest has t_k shares of each member's mask seed, at t = k / 2 + 2 + the most colluding
+    neighbours of an honest user; at t = k / 2 + 1 (no colluders) two runs open the arc between them."""
+    rng = np.random.default_rng(n + degree)
+    g = graph.Graph(n, degree, bytes(range(32)))
+    half, order = degree // 2, g.order.tolist()
+    colluders = set(rng.choice(n, colluding, replace=False).tolist())
+    most = max(sum(v in colluders for v in g.neighbours(u)) for u in range(n) if u not in colluders)
+    threshold = half + 2 + most
+    arcs = [set(order[start:start + half] + order[start + 2 * half + 1:start + 3 * half + 1])
+            for start in range(0, n - 3 * half - 1, 3)]
+    samples = [set(rng.choice(n, size, replace=False).tolist()) for size in rng.integers(half, n // 2, 300)]
+    for removed in arcs + samples:
+        assert not _a_part_opens(g, removed - colluders, colluders, threshold)
+    if colluding == 0:
+        assert all(_a_part_opens(g, removed, set(), half + 1) for removed in arcs)
+
+
 @pytest.mark.parametrize("n, removed, degree, trials", [(100, 20, 6, 6000), (100, 30, 8, 6000), (300, 60, 8, 3000)])
 def test_disconnection_exact_and_its_bound_against_the_monte_carlo(n, removed, degree, trials):
     """(c): the Monte Carlo's frequency of two or more long runs (a disconnected graph of honest survivors) matches
     the exact count within 5 binomial sd; the bound is the expected pairs of long runs (5 sd) and at least the
     exact probability."""
-    *_, runs = simulate(n, removed // 2, removed - removed // 2, degree, trials, np.random.default_rng(46))
+    runs = simulate(n, removed // 2, removed - removed // 2, degree, trials, np.random.default_rng(46))[3]
     exact, bound = graph.disconnection_exact(n, removed, degree), graph.disconnection_bound(n, removed, degree)
     assert 0 < exact <= bound
     assert abs((runs >= 2).mean() - exact) <= 5 * math.sqrt(exact * (1 - exact) / trials)

@@ -22,7 +22,7 @@ from privagg.errors import ParameterError
 from privagg.privacy import neighbour_graph
 from privagg.protocols import sampling_calibration as sc
 from privagg.protocols import sharing_graph
-from privagg.protocols.roles import Outbox
+from privagg.protocols.roles import Outbox, RoundFailed
 from privagg.protocols.sharing_messages import (BACKUP, COMMITMENTS, LIMBS, MASK_SEED, PAIR_KEY, REVEAL, SERVER,
                                                 Revealed,
                                                 dealt_commitments, decode, encode)
@@ -115,9 +115,9 @@ def test_the_complete_graph_holds_everyone_without_a_seed():
 
 def test_the_threshold_is_the_graphs_and_the_complete_graph_keeps_todays_rule():
     p = graph_parameters()
-    assert threshold(p) == neighbour_graph.guarantee(N, 0, 20, K).threshold == 11
-    colluding = dataclasses.replace(p, honest_fraction=0.96)
-    assert threshold(colluding) == neighbour_graph.guarantee(N, 8, 20, K).threshold
+    assert threshold(p) == neighbour_graph.guarantee(N, 0, 20, K).threshold == K // 2 + 2  # (e): no cut opens
+    colluding = dataclasses.replace(p, honest_fraction=0.98)  # C = 4
+    assert threshold(colluding) == neighbour_graph.guarantee(N, 4, 20, K).threshold == 14
     today = graph_parameters(k=None)
     assert threshold(today) == N // 2 + 1
 
@@ -148,9 +148,9 @@ def test_the_release_on_a_graph_is_the_survivors_sum_exactly(protocol):
     codes = np.arange(N) % DOMAIN
     run = run_rounds(PROTOCOL, p, codes, streams(2), dropouts=dropouts)
     assert_exact(run, released_over(run, dropouts))
-    assert run.release.threshold == 11
+    assert run.release.threshold == 12
     privacy = run.release.privacy.to_dict()
-    assert any("degree k = 20, threshold t_k = 11" in c for c in privacy["caveats"])
+    assert any("degree k = 20, threshold t_k = 12" in c for c in privacy["caveats"])
     assert not any("NOT YET RUN" in c for c in privacy["caveats"])
 
 
@@ -298,15 +298,16 @@ def test_a_dishonest_user_is_caught_and_the_release_is_the_others_exactly(role, 
 
 
 class EquivocatingServer(SharingServer):
-    """Shows half of user d's holders (his neighbours after him on the cycle) a U2 without d, everyone else the true
-    one, so as to get d's mask seed from the ones and his pair key from the others; records the reveals."""
+    """Shows k / 2 - 1 of user d's holders (his nearest neighbours after him on the cycle) a U2 without d, everyone
+    else the true one, so as to get d's pair key from the ones and his mask seed from the others; records the
+    reveals."""
 
     d, reveals, shown = 5, None, set()
 
     def inbox(self, round_, user, state, messages):
         inbox = super().inbox(round_, user, state, messages)
         graph = self.graph(state)
-        after = [v for v in graph.neighbours(self.d) if (graph.position[v] - graph.position[self.d]) % N <= K // 2]
+        after = [v for v in graph.neighbours(self.d) if (graph.position[v] - graph.position[self.d]) % N < K // 2]
         if round_.name in ("consistency", "reveal") and user in after:
             inbox["survivors"] = self.published(user, "without d", [u for u in state["survivors"] if u != self.d])
             type(self).shown.add(user)
@@ -323,14 +324,14 @@ class EquivocatingServer(SharingServer):
 
 def test_a_server_showing_two_survivor_lists_in_a_neighbourhood_gets_one_of_the_users_secrets_at_most():
     """(d) per neighbourhood: a holder reveals a share of u's secret only after t_k valid signatures of the lists he
-    signed from u's holders. Shown a U2 without d, the 10 holders of d's secrets after him on the cycle sign it, but
-    no user's holders hold t_k = 11 of its signatures: all 10 refuse, and the server gets no share of d's pair key
-    (the others, shown the true U2 and 11 of d's 21 holders, reveal his mask seed's shares: at most one group
+    signed from u's holders. Shown a U2 without d, the 9 holders of d's secrets nearest after him on the cycle sign
+    it, but no user's holders hold t_k = 12 of its signatures: all 9 refuse, and the server gets no share of d's pair
+    key (the others, shown the true U2 and 12 of d's 21 holders, reveal his mask seed's shares: at most one group
     proceeds). The release is exact over everyone."""
     p = graph_parameters(dropouts=0.0)
     server = type("Equivocating", (EquivocatingServer,), {})
     run = run_rounds(dataclasses.replace(PROTOCOL, coordinator=server), p, np.arange(N) % DOMAIN, streams(8))
-    assert run.transcript["user"]["refusals"] == K // 2 == len(server.shown)
+    assert run.transcript["user"]["refusals"] == K // 2 - 1 == len(server.shown)
     assert all(run.users[u].state.answered == 4 for u in server.shown)  # they signed U2 without d, then refused
     d = server.d
     shares = {tag: 0 for tag in (PAIR_KEY, MASK_SEED)}
@@ -342,40 +343,86 @@ def test_a_server_showing_two_survivor_lists_in_a_neighbourhood_gets_one_of_the_
     assert_exact(run, range(N))
 
 
+class CuttingServer(SharingServer):
+    """Declares two runs of k / 2 users dropped once every masked sum is in, chosen on the graph (a reviewer's attack
+    at t_k = k / 2 + 1): the k / 2 + 1 users between them are cut off from the others, and their mask seeds with the
+    runs' pair keys would give the server their sum."""
+
+    arc: list[int] = []
+    survivors: list[int] = []
+    cycle = None
+
+    def close(self, round_, answered, state, messages):
+        state = super().close(round_, answered, state, messages)
+        if round_.name == "masked_sum":
+            graph = type(self).cycle = self.graph(state)
+            order, half = graph.order.tolist(), graph.half
+            runs = order[10:10 + half] + order[10 + 2 * half + 1:10 + 3 * half + 1]
+            type(self).arc = order[10 + half:10 + 2 * half + 1]
+            state = {**state, "survivors": [u for u in state["survivors"] if u not in runs]}
+            type(self).survivors = state["survivors"]
+        return state
+
+
+@pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
+def test_a_server_that_cuts_the_cycle_after_seeing_it_gets_no_sum_of_the_part_it_cut_off(protocol):
+    """(e): n = 60, k = 8, every user honest. The server declares two runs of 4 users dropped after their masked sums
+    arrived; the 5 users between them would be a part of the honest survivors of its own. Their holders reveal what
+    they are asked (no user refuses), but each of the 5 keeps 4 + 1 holders in U2, fewer than t_k = 6 (the least at
+    which the arc's end users could not be rebuilt), so their mask seeds cannot be rebuilt: the release is refused,
+    and nothing of the arc's sum is released."""
+    p = graph_parameters(protocol, n=60, k=8, dropouts=0.0)
+    assert threshold(p) == 6
+    server = type("Cutting", (CuttingServer,), {})
+    with pytest.raises(RoundFailed, match="reveals must be t = 6 shares"):
+        run_rounds(dataclasses.replace(PROTOCOL, coordinator=server), p, np.arange(60) % DOMAIN, streams(5),
+                   min_survivors=52)
+    assert len(server.arc) == 5 and len(server.survivors) == 52
+    in_u2 = [sum(h in server.survivors for h in server.cycle.holders(u)) for u in server.arc]
+    assert in_u2 == [5] * 5  # k / 2 + 1 each: enough for t = 5 (the attack), not for 6
+
+
 def test_the_releases_delta_adds_the_graphs_privacy_terms_and_the_auditor_states_the_graph():
-    """delta = the survivors' recomputed delta + (d) at the task's C + (c) at C and the users not released; the
-    exact auditor's notes state the graph as an assumption it does not audit, and say nothing on the complete
+    """delta = the survivors' recomputed delta + max((d), (e)) at the task's C + (c) at C and the users not released
+    (a run with 12% of the users vanishing by round 3, so that (c) counts; and (e), which contains (d), at C = 4);
+    the exact auditor's notes state the graph as an assumption it does not audit, and say nothing on the complete
     graph."""
     from privagg.audit import exact_audit
+    from privagg.protocols.sharing_graph import graph_delta
 
-    p = dataclasses.replace(graph_parameters("dpdg"), honest_fraction=0.96)  # C = 8
-    dropouts = spread(N, 0.1, seed=9)
-    run = run_rounds(PROTOCOL, p, np.arange(N) % DOMAIN, streams(10), dropouts=dropouts)
+    p = graph_parameters("dpdg", dropouts=0.12)
+    gone = np.random.default_rng(9).permutation(N)[:24].tolist()
+    run = run_rounds(PROTOCOL, p, np.arange(N) % DOMAIN, streams(10),
+                     dropouts={name: gone[i::3] for i, name in enumerate(ROUND_NAMES[:3])})
     release = run.release
-    found = neighbour_graph.guarantee(N, 8, 20, K)
-    removed = 8 + N - release.survivors
-    terms = found.equivocation + neighbour_graph.disconnection_bound(N, removed, K)
-    assert found.equivocation > 0 and neighbour_graph.disconnection_bound(N, removed, K) > 0
+    found = neighbour_graph.guarantee(N, 0, 24, K)
+    removed = N - release.survivors
+    assert removed == 24 and neighbour_graph.disconnection_bound(N, removed, K) > 0
     survivors = release.parameters
-    assert release.privacy.delta == survivors.delta_at(survivors.epsilon) + terms
+    assert release.privacy.delta == survivors.delta_at(survivors.epsilon) + found.private + \
+        neighbour_graph.disconnection_bound(N, removed, K)
+    colluding = dataclasses.replace(graph_parameters("dpdg"), honest_fraction=0.98)  # C = 4
+    found = neighbour_graph.guarantee(N, 4, 20, K)
+    assert found.private == found.cut > found.equivocation
+    assert graph_delta(colluding, 30) == found.cut + neighbour_graph.disconnection_bound(N, 30, K) > found.cut
     tiny = sc.calibrate_dpds(1.0, 1e-2, 8, 2, min_count_fraction=0.25)
     notes = exact_audit(dataclasses.replace(tiny, degree=4)).notes
-    assert any(note.startswith("ASSUMED, not audited") and "degree k = 4, threshold t_k = 3" in note
+    assert any(note.startswith("ASSUMED, not audited") and "degree k = 4, threshold t_k = 4" in note
                for note in notes)
     assert not any("ASSUMED" in note for note in exact_audit(tiny).notes)
 
 
 def test_the_least_survivors_count_two_honest_users_beside_the_colluders_when_t_k_is_below_them():
-    """On a graph t_k may be at most C (n = 200, k = 40, C = 30): a task's minimum of survivors is then C + 2 (its
-    release is recomputed for two honest users at least), where it was t and the coordinator refused to start; on
-    the complete graph it is t, as before."""
+    """On a graph t_k may be at most C (n = 1,000, k = 140, C = 150): a task's minimum of survivors is then C + 2
+    (its release is recomputed for two honest users at least), where it was t and the coordinator refused to start;
+    on the complete graph it is t, as before."""
     from privagg.protocols.sharing_parties import least_survivors
 
-    p = dataclasses.replace(graph_parameters("dpdg", k=40, dropouts=0.0), honest_fraction=0.85)  # C = 30
-    assert threshold(p) == neighbour_graph.guarantee(N, 30, 0, 40).threshold < 32 == least_survivors(p)
+    p = dataclasses.replace(graph_parameters("dpdg", n=1000, k=140, dropouts=0.0), honest_fraction=0.85)  # C = 150
+    assert threshold(p) == neighbour_graph.guarantee(1000, 150, 0, 140).threshold < 152 == least_survivors(p)
     SharingServer(p, least_survivors(p))
-    complete = dataclasses.replace(graph_parameters("dpdg", k=None), honest_fraction=0.85)
-    assert least_survivors(complete) == threshold(complete) == (200 + 30) // 2 + 1
+    complete = dataclasses.replace(graph_parameters("dpdg", n=1000, k=None), honest_fraction=0.85)
+    assert least_survivors(complete) == threshold(complete) == (1000 + 150) // 2 + 1
 
 
 def test_the_published_lists_are_bitmaps_of_n_bits_decoded_strictly():

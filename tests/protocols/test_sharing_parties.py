@@ -253,6 +253,16 @@ def test_a_complainer_who_names_more_than_the_task_can_lose_is_excluded_himself(
     assert server.excluded({0: list(range(1, 13)), 14: [15]}) == {0, 15}
 
 
+def test_where_the_task_allows_no_exclusion_the_dealer_complained_about_is_named_not_his_holders():
+    """min_survivors = n (the default): one dealer whose backups are all wrong draws a complaint from each of the
+    others. One complaint is believed (max(1, n - min_survivors)): the task fails naming him excluded, where every
+    honest complainer was excluded as a liar and the dealer named as the one who passed."""
+    p = parameters("dpdg")
+    server = SharingServer(p, N_USERS)
+    assert server.excluded({k: [3] for k in range(N_USERS) if k != 3}) == {3}
+    assert server.excluded({0: [3, 4]}) == {0}
+
+
 def test_the_server_refuses_what_does_not_add_up():
     p = parameters("dpdg")
     _, _, keys, masked, reveals, committed = run(p, CODES, drop2=(6,))
@@ -437,3 +447,36 @@ def test_a_batch_of_users_sends_what_each_would_send_alone():
     alone = [SharingUser(p, i, T, state=UserState.from_bytes(users[i].state.to_bytes())) for i in keys]
     batch = masked_sums([users[i] for i in keys], keys)
     assert [out.message for out in batch] == [user.masked_sum(keys).message for user in alone]
+
+
+@pytest.mark.parametrize("protocol", ["dpds", "dpdg"])
+def test_a_survivor_who_masks_another_vector_is_caught_only_where_no_one_hot_inputs_add_up(protocol, monkeypatch):
+    """No input proofs: user 7 adds s to his item-0 count before masking (s from 1 to q - 1 in 12 steps). DPDS's sums
+    are the sampled one-hot counts, so the release is refused exactly when the unmasked counts add up to more than
+    the survivors (it proves a survivor lied); any other shift moves item 0's estimate undetected, and so does every
+    shift under DPDG's noise (docs/privacy.md, "Dishonest parties": the users' inputs are trusted)."""
+    p = parameters(protocol)
+    honest = SharingServer(p, T).release(*run(p, CODES)[2:])
+    counts = np.rint(honest.table.estimates * p.effective_probability).astype(np.int64) if protocol == "dpds" else None
+    masked_sum, outcomes = SharingUser.masked_sum, set()
+    for shift in range(1, p.field.modulus, max(1, p.field.modulus // 12)):
+        def lying(self, keys, shift=shift):
+            if self.index == 7:
+                vector = self.state.vector.copy()
+                vector[0] = (int(vector[0]) + shift) % p.field.modulus
+                self.state.vector = vector
+            return masked_sum(self, keys)
+
+        monkeypatch.setattr(SharingUser, "masked_sum", lying)
+        _, _, keys, masked, reveals, committed = run(p, CODES)
+        server = SharingServer(p, T)
+        if protocol == "dpds" and (counts[0] + shift) % p.field.modulus + counts[1:].sum() > honest.survivors:
+            with pytest.raises(ParameterError, match="no one-hot inputs give") as err:
+                server.release(keys, masked, reveals, committed)
+            assert err.value.field == "masked sums"
+            outcomes.add("refused")
+        else:
+            moved = server.release(keys, masked, reveals, committed).table.estimates - honest.table.estimates
+            assert moved[0] != 0 and not moved[1:].any()
+            outcomes.add("moved")
+    assert outcomes == ({"refused", "moved"} if protocol == "dpds" else {"moved"})

@@ -19,6 +19,6 @@ def test_the_services_run_dpdg_on_a_neighbour_graph(tmp_path):
     assert user["sent"]["revealed shares"] <= 13 and user["received"]["pair key"] <= 13
     assert user["received"]["signature"] <= 2 * 12 + 1
     caveats = report["service"]["privacy"]["caveats"]
-    assert any("a neighbour graph of degree k = 12, threshold t_k = 7, its order from the roster's seed" in c
+    assert any("a neighbour graph of degree k = 12, threshold t_k = 8, its order from the roster's seed" in c
                for c in caveats)
     assert report["service"]["privacy"]["private"] and report["z_rms"] < 5

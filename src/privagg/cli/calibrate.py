@@ -128,7 +128,7 @@ def _neighbour_graph(params: Any, colluding: Optional[float], dropouts: Optional
     def choice(found) -> GraphChoice:
         terms = found.to_dict()
         return GraphChoice(**{name: terms[name] for name in ("degree", "threshold", "complete", "collusion", "liveness",
-                                                             "disconnection", "equivocation", "failure")},
+                                                             "disconnection", "equivocation", "cut", "failure")},
                            costs=sharing_graph.costs(params, found.degree))
 
     n = params.n_users
@@ -149,6 +149,7 @@ def _say_graph(report) -> None:
     rows = [("degree k", "degree", "d"), ("threshold t_k", "threshold", "d"),
             ("(a) collusion", "collusion", ".3g"), ("(b) liveness", "liveness", ".3g"),
             ("(c) disconnection", "disconnection", ".3g"), ("(d) equivocation", "equivocation", ".3g"),
+            ("(e) a cut the server chooses", "cut", ".3g"),
             ("failure (sum)", "failure", ".3g")]
     for label, name, spec in rows:
         table.add_row(label, format(getattr(graph, name), spec), format(getattr(complete, name), spec))

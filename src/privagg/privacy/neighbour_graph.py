@@ -170,6 +170,23 @@ def liveness_term(n_users: int, colluding: int, dropouts: int, degree: int) -> n
     return own + (colluding + dropouts) * _index(_below(_pmf(n_users - 1, survivors, degree)), thresholds)
 
 
+def cut_term(n_users: int, colluding: int, degree: int) -> np.ndarray:
+    """For every t = 1..k + 1, (e): the union bound over the n - C honest users and the two sides of each of Pr[t - k
+    / 2 - 1 or more of his k / 2 neighbours on that side collude]; 0 on the complete graph, which no removal
+    disconnects. A server that declares honest users dropped after seeing the graph (or colluders whose complaints
+    exclude them) learns the sum of a part of the honest survivors cut off from the rest only if every member's mask
+    seed is rebuilt. The part's last member a before a gap on the cycle has his k / 2 neighbours across the gap
+    removed (dropped or colluding: an honest survivor there would be in the part), so at most 1 + k / 2 + c holders
+    give shares of his seed (he, the k / 2 on the other side, the c colluders across the gap); t > k / 2 + 1 + c on
+    both sides of every honest user leaves every such sum masked (docs/privacy.md, "Neighbour graphs", (e)). The
+    event contains (d)'s: 2t - k - 1 colluding neighbours put at least t - k / 2 on one side."""
+    if degree == n_users - 1:
+        return np.zeros(degree + 1)
+    thresholds = np.arange(1, degree + 2)
+    tail = _at_least(_pmf(n_users - 1, colluding, degree // 2))
+    return 2 * (n_users - colluding) * _index(tail, thresholds - degree // 2 - 1)
+
+
 def disconnection_bound(n_users: int, removed: int, degree: int) -> float:
     """(c) bounded: Pr[the honest survivors' graph is not connected] <= E[pairs of cyclic runs of at least k / 2
     removed users] = C(m, 2) C(R - k + m - 1, m - 1) / C(n - 1, m - 1), m = n - R survivors (a run is the gap
@@ -204,8 +221,8 @@ def disconnection_exact(n_users: int, removed: int, degree: int) -> float:
 @dataclass(frozen=True)
 class GraphGuarantee:
     """A degree and threshold with each failure term (union bounds over users; (c) a Bonferroni bound), and the
-    total: Pr[the release is not private, or not complete] <= equivocation + liveness + disconnection ((a) is
-    inside (d))."""
+    total: Pr[the release is not private, or not complete] <= max((d), (e)) + liveness + disconnection ((a) is
+    inside (d), and (d) inside (e) on a Harary graph: :attr:`private`)."""
 
     n_users: int
     colluding: int
@@ -216,11 +233,17 @@ class GraphGuarantee:
     liveness: float  # (b): the release fails (nothing is released), never a privacy loss
     disconnection: float  # (c)
     equivocation: float  # (d)
+    cut: float  # (e): 0 on the complete graph
     failure: float
 
     @property
     def complete(self) -> bool:
         return self.degree == self.n_users - 1
+
+    @property
+    def private(self) -> float:
+        """The bound on the failures that cost privacy whatever the dropouts: (d), or (e) which contains it."""
+        return max(self.equivocation, self.cut)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "complete": self.complete}
@@ -231,13 +254,14 @@ def guarantee(n_users: int, colluding: int, dropouts: int, degree: int) -> Graph
     complete graph's is floor((n + C) / 2) + 1, today's), with its terms."""
     check_degree(n_users, degree)
     collusion, equivocation = collusion_terms(n_users, colluding, degree)
+    cut = cut_term(n_users, colluding, degree)
     liveness = liveness_term(n_users, colluding, dropouts, degree)
     disconnection = disconnection_bound(n_users, colluding + dropouts, degree)
-    total = np.minimum(1.0, equivocation + liveness + disconnection)
+    total = np.minimum(1.0, np.maximum(equivocation, cut) + liveness + disconnection)
     best = int(np.argmin(total))
     return GraphGuarantee(n_users, colluding, dropouts, degree, best + 1, float(min(1.0, collusion[best])),
                           float(min(1.0, liveness[best])), disconnection, float(min(1.0, equivocation[best])),
-                          float(total[best]))
+                          float(min(1.0, cut[best])), float(total[best]))
 
 
 def complete_graph(n_users: int, colluding: int, dropouts: int) -> GraphGuarantee:

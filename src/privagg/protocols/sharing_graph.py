@@ -145,16 +145,27 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
          "2020, §3); ") +
         f"a user's secrets are shared among his {k} neighbours and himself, any {t} of them rebuild one",
         f"at most {chosen.colluding} users collude with the server, chosen before the order is drawn; at most "
-        f"{chosen.dropouts} honest users drop out, independently of the order (a server that drops honest users it "
-        "chose after seeing the graph is not covered by the connectivity term)",
+        f"{chosen.dropouts} honest users drop out, independently of the order, for the release to be complete",
         f"with probability at least 1 - {failure:.3g} (a union bound of the terms; {chosen.failure:.3g} "
-        f"computed): no honest user has {2 * t - k - 1} or more colluding neighbours (so neither {t} colluding "
-        "holders nor a server showing two survivor lists rebuilds both his secrets), every user whose secret the "
-        f"release needs keeps {t} honest surviving holders, and the honest survivors' graph is connected",
+        f"computed): no honest user has {_most_colluding(chosen)} or more colluding neighbours (so neither {t} "
+        "colluding holders nor a server showing two survivor lists rebuilds both his secrets"
+        + ("" if chosen.complete else f", and a server that declares any users dropped after seeing the graph "
+           "cannot rebuild the mask seeds of a part of the honest survivors it cut off: the part's last member "
+           f"before the cut has at most {k // 2 + 1} holders but his colluding neighbours (he and the {k // 2} on "
+           f"the other side), and with them fewer than t_k = {t}") +
+        f"), every user whose secret the release needs keeps {t} honest surviving holders, and the honest "
+        "survivors' graph is connected",
         "a failure of the liveness term loses the release (nothing is released), never privacy; a failure of the "
         "others reveals a user's vector (collusion, equivocation) or the sum of each connected part of the honest "
-        "survivors (connectivity)",
+        "survivors (a cut, connectivity)",
     ]
+
+
+def _most_colluding(chosen: neighbour_graph.GraphGuarantee) -> int:
+    """The fewest colluding neighbours of an honest user at which the guarantee fails: 2 t - k - 1 on the complete
+    graph (equivocation, (d)), t - k / 2 - 1 on a Harary graph (a cut, (e), which contains (d))."""
+    t, k = chosen.threshold, chosen.degree
+    return 2 * t - k - 1 if chosen.complete else t - k // 2 - 1
 
 
 def stated(parameters, seed_digest: str = "") -> list[str]:
@@ -166,16 +177,16 @@ def stated(parameters, seed_digest: str = "") -> list[str]:
         return []
     seed = f", its order from the roster's seed (BLAKE2b digest {seed_digest})" if seed_digest else ""
     return [f"a neighbour graph of degree k = {found.degree}, threshold t_k = {found.threshold}{seed}; delta "
-            f"includes its failure terms: equivocation (d) {found.equivocation:.3g} (it contains collusion (a)) and "
-            "disconnection (c) at the users removed"] + assumptions(found, found.failure)
+            f"includes its failure terms: a cut (e) {found.cut:.3g} (it contains equivocation (d) and collusion (a)) "
+            "and disconnection (c) at the users removed"] + assumptions(found, found.failure)
 
 
 def graph_delta(parameters, removed: int) -> float:
-    """What a neighbour graph adds to a release's delta: (d) at the task's C (which contains (a)) and (c) at the
+    """What a neighbour graph adds to a release's delta: (e) at the task's C (which contains (d) and (a)) and (c) at the
     ``removed`` users (C and the observed dropouts, disjoint in the worst case); 0 on the complete graph. Liveness
     (b) is no privacy term: the release happens or not."""
     found = planned(parameters) if getattr(parameters, "degree", None) is not None else None
     if found is None:
         return 0.0
     n = parameters.n_users
-    return float(found.equivocation + neighbour_graph.disconnection_bound(n, min(n, removed), found.degree))
+    return float(found.private + neighbour_graph.disconnection_bound(n, min(n, removed), found.degree))

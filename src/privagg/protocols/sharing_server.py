@@ -82,6 +82,8 @@ class SharingRelease:
              f"server learns only the survivors' sum unless it pools shares with {self.threshold} users; every "
              f"survivor checked {self.threshold} signatures of the survivor lists before revealing (a server that "
              "shows different lists is caught), and the users' identity keys are the organisation's roster's",
+             "the survivors' inputs are trusted, not proven: a user may mask any vector in place of his own and move "
+             "the estimates by any amount (DPDS refuses only counts that add up to more than its survivors)",
              *stated(task, self.graph_seed))))
 
 
@@ -217,9 +219,11 @@ class SharingServer:
         """The users the check round excludes: every dealer complained about, but a complainer who names more than
         n - min_survivors, or more than k + 1 - t_k of his neighbours on a neighbour graph (excluding them all would
         fail the task, or leave him fewer than t_k honest holders: he lies or the task is lost either way, liveness
-        (b)), is excluded himself and his complaints are ignored. No one has masked yet: an exclusion costs a user,
-        never privacy (docs/privacy.md, "Dishonest parties", "Neighbour graphs")."""
-        most = min(self.parameters.n_users - self.min_survivors, holders(self.parameters) - self.threshold)
+        (b)), is excluded himself and his complaints are ignored; one complaint is always believed (where the task
+        allows no exclusion, min_survivors = n, it fails either way, and must name the dealer, not every honest
+        holder who saw his bad backup). No one has masked yet: an exclusion costs a user, never privacy
+        (docs/privacy.md, "Dishonest parties", "Neighbour graphs")."""
+        most = max(1, min(self.parameters.n_users - self.min_survivors, holders(self.parameters) - self.threshold))
         liars = {k for k, accused in complaints.items() if len(accused) > most}
         return liars | {u for k, accused in complaints.items() if k not in liars for u in accused}
 
@@ -457,11 +461,30 @@ class SharingServer:
         server = SumServer(recomputed, queries)
         agg = server.agg_update(server.agg_init(), rows)
         agg.sums = self.field.sub(agg.sums, unmask)
+        wrong = impossible_counts(p, agg.sums, len(kept))
+        if wrong:
+            raise ParameterError("masked sums", "the survivors' one-hot vectors added up (DPDS: each his sampled item "
+                                 "or nothing)", f"{wrong}: a survivor masked another vector, and no input proof "
+                                 "names him")
         return SharingRelease(server.finalize(agg), p.n_users, len(senders), len(kept), len(opened.revealers),
                               self.threshold, recomputed, rows, tuple((int(k), tuple(a)) for k, a in complaints),
                               tuple(int(u) for u in excluded),
                               tuple((k, tuple(o)) for k, o in sorted(opened.blamed.items())), tuple(proven),
                               "" if graph.complete else seed_digest(graph.seed), p)
+
+
+def impossible_counts(parameters: SharingParameters, sums: np.ndarray, survivors: int) -> str:
+    """Why the survivors' unmasked sums cannot be DPDS counts (each survivor adds his one-hot vector or nothing, so
+    each count is at most the survivors and so is their total), or "" when they can, or for DPDG, whose noise makes
+    any sum possible. A survivor who masked another vector is caught only this way: there are no input proofs."""
+    if parameters.protocol != "dpds":
+        return ""
+    counts = sums.astype(np.int64)
+    if counts.sum() <= survivors:
+        return ""
+    item = int(np.argmax(counts))
+    return (f"counts adding up to {int(counts.sum())} over {survivors} survivors (item {item}: {int(counts[item])}), "
+            "which no one-hot inputs give")
 
 
 def graph_seed(state: Mapping) -> bytes | None:

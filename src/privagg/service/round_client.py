@@ -288,6 +288,13 @@ of the roster's head and entries he downloaded (apart), and
                        field, f"user {sender} (his identity key in the signed roster)")
 
 
+def _shaped(field: str, value, kind, what: str) -> None:
+    """A field of the server's answer of the shape the SDK reads, else a ParameterError naming it: a dishonest or
+    broken server's answer is refused, not a crash deep in the round."""
+    if not isinstance(value, kind):
+        raise ParameterError(field, what, type(value).__name__)
+
+
 class RoundClient(RosterClient):
     """A user's device in a task the round driver runs (:class:`RosterClient`): each round answered by his role's
     method of the round (its registry entry's ``rounds``) over the inbox the server gives him."""
@@ -313,16 +320,23 @@ class RoundClient(RosterClient):
         if not answer:  # 409 not_expected or round_closed: nothing for him to send
             return False
         self.roster()  # his enrollment as he made it, signed by the organisation, before he sends anything
-        fields = answer.get("inbox")
-        if not isinstance(fields, dict):
-            raise ParameterError("inbox", "an object of the coordinator's fields", type(fields).__name__)
+        fields, signed = answer.get("inbox"), answer.get("signatures", {})
+        _shaped("inbox", fields, dict, "an object of the coordinator's fields")
+        _shaped("signatures", signed, dict, "an object of the signatures of each signed field")
+        for field, _ in round_.signed:
+            _shaped(f"inbox.{field}", fields.get(field), dict, "an object sender -> message")
+            _shaped(f"signatures.{field}", signed.get(field, []), list, "a list of {sender, signature} objects")
+            for entry in signed.get(field, []):
+                _shaped(f"signatures.{field}[]", entry, dict, "a {sender, signature} object")
+        if "identities" in fields:
+            _shaped("inbox.identities", fields["identities"], (list, dict), "a list of users")
         served = answer.get(round_.delivers) if round_.delivers else None
         self.prove([u for field, _ in round_.signed for u in fields.get(field, ())] + list(fields.get(
             "identities", ())) + [e.get("sender") for e in (served if isinstance(served, list) else ())
                                   if isinstance(e, dict)] +
             [e.get("user") for e in (answer.get("public_keys") or ()) if isinstance(e, dict)])
         for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
-            signatures = {e.get("sender"): e.get("signature") for e in answer.get("signatures", {}).get(field, [])}
+            signatures = {e.get("sender"): e.get("signature") for e in signed.get(field, [])}
             for sender, message in fields[field].items():
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
                                    f"inbox.{field}[{sender}]")
