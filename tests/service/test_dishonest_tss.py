@@ -24,7 +24,8 @@ from service.test_two_servers import (DOMAIN, MIN, N_USERS, answer_of, deploy, d
 
 from privagg.core import identity
 from privagg.errors import ParameterError
-from privagg.protocols.two_server_messages import SUMS
+from privagg.protocols.two_server_messages import SHARES, SUMS
+from privagg.protocols.two_server_second import Handover
 from privagg.protocols.two_server_parties import TSSUser
 from privagg.service.two_servers.servers import s1_relayed
 from privagg.service.web import Refused
@@ -137,15 +138,43 @@ def test_a_helpers_plus_7_inside_the_range_is_released_and_the_release_says_it_t
 def test_s2_saying_no_sum_opens_makes_no_reporter_reveal(sqlite_dbs):
     """S2 claims, as round 3 closes, that none of the helpers' sums opens, hoping to be handed their shares. Every
     helper of every item is then missing, which S1 never asks to recover (the shares to all of an item's helpers
-    add up to each entry): round 4 asks no one, every item is lost and nothing is released."""
+    add up to each entry): round 4 asks no one, every item is lost and nothing is released. At the hand-over S2
+    opens the sums named unopened again, which do open: the hand-over fails the task (one of the two servers lied)."""
     with deploy(sqlite_dbs, second_type=EverySumUnopenedS2) as d:
         step(d, 1)
         step(d, 2)
         assert step(d, 3) == "handover"  # no round 4: nobody is asked to reveal a share
         assert d.published()["recovery"]["dropped"] == [] and len(d.published()["recovery"]["lost"]) == DOMAIN
-        assert d.first.deliver(d.task_id) == "delivered"
+        assert d.first.deliver(d.task_id) == "failed"
         assert refusal(d.second.result, d.task.second_task_id) == (409, "failed")
+        assert "handover.unopened_sums" in d.second.state(d.task.second_task_id)["failed"]
         assert all(c.role.state.answered[-1] <= 3 for c in d.clients)
+
+
+def test_s1_cannot_have_an_honest_helper_named_for_a_sum_that_did_not_open(sqlite_dbs, monkeypatch):
+    """A reviewer's finding: S1 showed S2 junk for helper h's sum as round 3 closed (S2 then said it does not open),
+    had his shares recovered, and S2's release named h among the helpers whose sums did not open: blame on an honest
+    helper, on S1's word. The hand-over now carries each such helper's sum as he sent it, signed; S2 opens it again
+    and fails the task naming it when it opens. A hand-over naming h without his sum is refused too."""
+    from privagg.service.two_servers.servers import SecondClient, check_senders
+
+    unopened = SecondClient.unopened
+    monkeypatch.setattr(SecondClient, "unopened", lambda self, election, sums: unopened(
+        self, election, {**sums, min(sums): b"junk"}))
+    with deploy(sqlite_dbs) as d:
+        step(d, 1)
+        step(d, 2)
+        step(d, 3)
+        h = min(d.election().by_helper)  # the helper whose sum S1 garbled; he refuses to recover his own sum
+        assert step(d, 4, skip=(h,)) == "handover"
+        honest = d.first.handover(d.task_id)
+        assert honest.unopened == (h,)
+        check_senders(d.second.task(d.task.second_task_id), honest)
+        with pytest.raises(ParameterError, match=re.escape("handover.unopened_sums")):
+            check_senders(d.second.task(d.task.second_task_id), dataclasses.replace(honest, unopened_sums={}))
+        assert d.first.deliver(d.task_id) == "failed"
+        assert f"handover.unopened_sums[{h}]" in d.second.state(d.task.second_task_id)["failed"]
+        assert refusal(d.second.result, d.task.second_task_id) == (409, "failed")
 
 
 class _Recording(TSSUser):
@@ -255,6 +284,30 @@ def test_a_hand_over_of_s1s_that_does_not_check_fails_the_task_and_nothing_else_
         assert refusal(d.second.receive, second_id, f"Bearer {token}", body) == (409, "failed")
         assert refusal(d.second.result, second_id) == (409, "failed")
         assert d.first.deliver(d.task_id) == "failed" and field in d.first.state(d.task_id)["failed"]
+
+
+def test_s1_counting_in_r2_a_user_who_did_not_share_is_refused_naming_him(sqlite_dbs):
+    """A reviewer's finding: S1 handed S2 an R2 with a user of R1 who never shared, and S2 released with the
+    guarantee computed for one more survivor than took part (and past the task's minimum). Each user of R2 now comes
+    with his signature of his round-2 post, as S1 stored it: an added user has none, another's does not verify, and
+    the hand-over (through its JSON) is refused naming him; the honest one passes."""
+    from privagg.service.two_servers.servers import check_senders
+
+    with deploy(sqlite_dbs) as d:
+        step(d, 1)
+        absent = sorted(d.election().senders)[-1]
+        step(d, 2, skip=(absent,))
+        step(d, 3)
+        assert step(d, 4) == "handover"
+        honest, second = d.first.handover(d.task_id), d.second.task(d.task.second_task_id)
+        assert absent not in honest.survivors and absent in honest.senders
+        check_senders(second, Handover.from_dict(json.loads(json.dumps(honest.to_dict()))))
+        inflated = dataclasses.replace(honest, survivors=tuple(sorted((*honest.survivors, absent))))
+        other = honest.survivors[0]
+        borrowed = {**honest.signatures, (SHARES, absent): honest.signatures[SHARES, other]}
+        for lie in (inflated, dataclasses.replace(inflated, signatures=borrowed)):
+            with pytest.raises(ParameterError, match=re.escape(f"handover.shared[{absent}].signature")):
+                check_senders(second, Handover.from_dict(json.loads(json.dumps(lie.to_dict()))))
 
 
 def test_every_swapped_or_unsigned_part_of_the_hand_over_is_refused_naming_it(sqlite_dbs):

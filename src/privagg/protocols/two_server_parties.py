@@ -418,14 +418,15 @@ class FirstServer:
 
     def handover(self, state: dict, sums: Mapping[int, bytes], recoveries: Mapping[int, bytes]) -> "Handover":
         """What S2 gets: the users, the election, each item's number of R2 reporters, the recovery plan with the
-        reporters asked, the helpers whose sums S2 could not open (their sums left out, as not sent), and the
-        helpers' sums and the reporters' recoveries (sealed to S2)."""
+        reporters asked, the helpers whose sums S2 could not open (their sums apart, for S2 to open again before it
+        names them), and the helpers' sums and the reporters' recoveries (sealed to S2)."""
         election, reporters = Election.from_dict(state["election"]), state["reporters"]
         plan, unopened = Recovery.from_dict(state["recovery"]), tuple(state.get("unopened", ()))
         return Handover(self.parameters.n_users, election.senders, tuple(state["survivors"]), election.counts,
                         election.helpers, tuple(len(r) for r in reporters),
                         {j: (d, tuple(reporters[j])) for j, d in plan.dropped.items()},
-                        {h: m for h, m in sums.items() if h not in unopened}, dict(recoveries), unopened)
+                        {h: m for h, m in sums.items() if h not in unopened}, dict(recoveries), unopened,
+                        unopened_sums={h: m for h, m in sums.items() if h in unopened})
 
     # --- what is published, parsed once a round --------------------------------------------------------------
     def election(self, state: Mapping) -> Election:

@@ -23,7 +23,7 @@ from .results import FrequencyTable
 from .sharing_parties import survivors_parameters
 from .tss_parameters import TSSParameters
 from .two_server_election import Election, attest, check_election
-from .two_server_messages import RECOVERY, SUMS, VERSION, check_min_survivors, decode
+from .two_server_messages import RECOVERY, SHARES, SUMS, VERSION, check_min_survivors, decode
 
 
 # --- S1 to S2 ----------------------------------------------------------------------------------------------
@@ -35,9 +35,11 @@ class Handover:
     and helpers) and each item's number of R2 reporters, the recovery of items with dropped helpers (item -> (the
     dropped helpers, the R2 reporters asked)), the messages sealed to S2: each helper's sums, each asked reporter's
     recovery, and the helpers whose sums S2 said do not open (``unopened``: treated as dropped, their sums left
-    out). What lets S2 check that each sealed message is its sender's (a service's, empty in a simulation): each
-    one's signature by its sender as S1 stored it (``signatures``: (SUMS or RECOVERY, sender) -> signature), S1's
-    task as the organisation signed it (``task``: {"task", "signature"}) and its signed roster (``roster``)."""
+    out). What lets S2 check that each sealed message is its sender's, and that each user of R2 did share (a
+    service's, empty in a simulation): each one's signature by its sender as S1 stored it (``signatures``: (SUMS or
+    RECOVERY, sender) -> signature; (SHARES, reporter) -> his signature of his round-2 post, which S1 keeps for each
+    user of R2), S1's task as the organisation signed it (``task``: {"task", "signature"}) and its signed roster
+    (``roster``)."""
 
     enrolled: int
     senders: tuple[int, ...]
@@ -50,6 +52,7 @@ class Handover:
     recoveries: dict[int, bytes]
     unopened: tuple[int, ...] = ()
     signatures: dict[tuple[int, int], bytes] = dataclasses.field(default_factory=dict)
+    unopened_sums: dict[int, bytes] = dataclasses.field(default_factory=dict)  # as their helpers sent them
     task: dict | None = None
     roster: dict | None = None
 
@@ -71,6 +74,10 @@ class Handover:
                          for h, v in sorted(self.sums.items())],
                 "recoveries": [{"reporter": i, "sealed": b64(v), "signature": b64(self.signatures.get((RECOVERY, i)))}
                                for i, v in sorted(self.recoveries.items())],
+                "shared": [{"reporter": i, "signature": b64(self.signatures[SHARES, i])} for i in self.survivors
+                           if (SHARES, i) in self.signatures],
+                "unopened_sums": [{"helper": h, "sealed": b64(v), "signature": b64(self.signatures.get((SUMS, h)))}
+                                  for h, v in sorted(self.unopened_sums.items())],
                 "task": self.task, "roster": self.roster}
 
     @classmethod
@@ -95,8 +102,9 @@ class Handover:
                 raise ParameterError(f"handover.{field}", "base64", type(value).__name__) from None
 
         fields = {"version", "enrolled", "senders", "survivors", "counts", "helpers", "reporters", "recovery", "sums",
-                  "recoveries", "unopened", "task", "roster"}
-        if not isinstance(data, dict) or set(data) != fields or data["version"] != VERSION:
+                  "recoveries", "unopened", "task", "roster"}  # and "shared", "unopened_sums": not an older release's
+        if not isinstance(data, dict) or set(data) - {"shared", "unopened_sums"} != fields or \
+                data["version"] != VERSION:
             raise ParameterError("handover", f"a JSON object of the fields {sorted(fields)} (version {VERSION})",
                                  sorted(data) if isinstance(data, dict) else type(data).__name__)
         if type(data["enrolled"]) is not int:
@@ -106,24 +114,30 @@ class Handover:
         for field in ("task", "roster"):
             if data[field] is not None and not isinstance(data[field], dict):
                 raise ParameterError(f"handover.{field}", "a JSON object or null", type(data[field]).__name__)
-        recovery, sums, recoveries, signatures = {}, {}, {}, {}
+        recovery, sums, recoveries, unopened_sums, signatures = {}, {}, {}, {}, {}
         for e in entries(data["recovery"], "recovery", ("item", "dropped", "reporters")):
             (item,) = ints([e["item"]], "recovery.item")
             if item in recovery:
                 raise ParameterError("handover.recovery.item", "each item once", item)
             recovery[item] = (ints(e["dropped"], "recovery.dropped"), ints(e["reporters"], "recovery.reporters"))
-        for field, key, out, kind in (("sums", "helper", sums, SUMS), ("recoveries", "reporter", recoveries, RECOVERY)):
-            for e in entries(data[field], field, (key, "sealed", "signature")):
+        for field, key, out, kind in (("sums", "helper", sums, SUMS), ("recoveries", "reporter", recoveries, RECOVERY),
+                                      ("unopened_sums", "helper", unopened_sums, SUMS)):
+            for e in entries(data.get(field, []), field, (key, "sealed", "signature")):
                 (user,) = ints([e[key]], f"{field}.{key}")
                 if user in out:
                     raise ParameterError(f"handover.{field}.{key}", "each user once", user)
                 out[user] = sealed(e["sealed"], f"{field}.sealed")
                 if e["signature"] is not None:
                     signatures[kind, user] = sealed(e["signature"], f"{field}.signature")
+        for e in entries(data.get("shared", []), "shared", ("reporter", "signature")):
+            (user,) = ints([e["reporter"]], "shared.reporter")
+            if (SHARES, user) in signatures:
+                raise ParameterError("handover.shared.reporter", "each user once", user)
+            signatures[SHARES, user] = sealed(e["signature"], "shared.signature")
         return cls(data["enrolled"], ints(data["senders"], "senders"), ints(data["survivors"], "survivors"),
                    ints(data["counts"], "counts"), tuple(ints(h, "helpers") for h in data["helpers"]),
                    ints(data["reporters"], "reporters"), recovery, sums, recoveries, ints(data["unopened"], "unopened"),
-                   signatures, data["task"], data["roster"])
+                   signatures, unopened_sums, data["task"], data["roster"])
 
 
 # --- S2 ----------------------------------------------------------------------------------------------------

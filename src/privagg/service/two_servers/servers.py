@@ -66,7 +66,7 @@ from ...core import identity
 from ...errors import ParameterError
 from ...protocols.roles import RoundFailed
 from ...protocols.two_server_election import CONTEXT, check_election
-from ...protocols.two_server_messages import RECOVERY, SUMS
+from ...protocols.two_server_messages import RECOVERY, SHARES, SUMS
 from ...protocols.two_server_parties import Election, Handover, SecondServer
 from .. import storage
 from ..roster import load_task, new_token, rounds_app, secret_hash
@@ -299,7 +299,8 @@ class FirstService(RoundDriver):
         roster as the organisation signed them."""
         task = self.task(task_id)
         protocol = protocol_of(task.parameters)
-        numbers = {protocol.number("sums"): SUMS, protocol.number("recover"): RECOVERY}
+        numbers = {protocol.number(name): kind for name, kind in (("share", SHARES), ("sums", SUMS),
+                                                                  ("recover", RECOVERY))}
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
             if row.status not in (HANDOVER, DELIVERED):
@@ -513,18 +514,23 @@ class SecondService:
         if not isinstance(entries, list) or not all(isinstance(e, dict) and type(e.get("helper")) is int and
                                                     isinstance(e.get("sealed"), str) for e in entries):
             raise Refused(400, "malformed", "sums must be a list of {\"helper\", \"sealed\"} (base64)")
+        unopened = SecondServer(task.parameters, task.min_survivors).unopened(election, self._opened(
+            task, row, {e["helper"]: e["sealed"] for e in entries}))
+        self.unopened.inc(len(unopened))
+        log_event(log2, "sums checked", task=task_id, sums=len(entries), unopened=len(unopened))
+        return {"unopened": unopened}
+
+    def _opened(self, task: SecondTask, row, sums: dict) -> dict[int, bytes | None]:
+        """The helpers' sums sealed to S2 (bytes, or base64 text), opened (None: one that does not open)."""
         suite, key = _suite(KEM), _private_key(KEM, self._keys(task, row)[0])
         opened: dict[int, bytes | None] = {}
-        for e in entries:
+        for helper, blob in sums.items():
             try:
-                opened[e["helper"]] = suite.decrypt(base64.b64decode(e["sealed"], validate=True), key,
-                                                    info=second_info(task.task_id, SUMS, e["helper"]))
+                raw = base64.b64decode(blob, validate=True) if isinstance(blob, str) else blob
+                opened[helper] = suite.decrypt(raw, key, info=second_info(task.task_id, SUMS, helper))
             except Exception:  # not base64, InvalidTag, a malformed encapsulation: it does not open
-                opened[e["helper"]] = None
-        unopened = SecondServer(task.parameters, task.min_survivors).unopened(election, opened)
-        self.unopened.inc(len(unopened))
-        log_event(log2, "sums checked", task=task_id, sums=len(opened), unopened=len(unopened))
-        return {"unopened": unopened}
+                opened[helper] = None
+        return opened
 
     def receive(self, task_id: str, authorization: str | None, body: bytes) -> str:
         """S1's hand-over, shown with the relay token: checked (:meth:`SecondServer.check`, and each sealed message
@@ -541,14 +547,21 @@ class SecondService:
         release; S1 sends it again), and anything once the task holds a hand-over (the same one replayed is
         taken as already received, another refused 409) or was released."""
         task = self.task(task_id)
-        self._from_first(task_id, authorization, "a hand-over")
+        row = self._from_first(task_id, authorization, "a hand-over")
         try:
             handover = Handover.from_dict(json_object(body, "the hand-over"))
         except ParameterError as err:
             raise Refused(400, "bad_handover", str(err)) from None
         try:
-            SecondServer(task.parameters, task.min_survivors).check(handover)
+            second = SecondServer(task.parameters, task.min_survivors)
+            second.check(handover)
             check_senders(task, handover)
+            opened = self._opened(task, row, handover.unopened_sums)
+            opens = sorted(set(handover.unopened) - set(second.unopened(handover.election, opened)))
+            if opens:
+                raise ParameterError(f"handover.unopened_sums[{opens[0]}]", "a sum that does not open or decode "
+                                     "(S2 names its helper in the release)", "one that opens: S1 named an honest "
+                                     "helper unopened, or S2 said so as round 3 closed")
             bad = None
         except ParameterError as err:
             bad = err
@@ -658,9 +671,11 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
     does not control it; docs/privacy.md, "Dishonest parties"): S1's task as the organisation signed it, naming
     S2's task (which binds S1's task id to S2's); its roster as the organisation signed it, for that task; and each
     helper's sum and each reporter's recovery signed by its sender's identity key in the roster, as he posted it
-    to S1 (:func:`~privagg.service.round_tasks.message_context`: S1's task, the round, the sender, to the server).
-    A ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2), and an
-    honest S1, which checked each signature as it stored the message, never hands over one that fails.
+    to S1 (:func:`~privagg.service.round_tasks.message_context`: S1's task, the round, the sender, to the server);
+    and each user of R2 his round-2 post's (he shared: R2 sets the release's guarantee, a reviewer's finding). A
+    ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2) or counted a user
+    in R2 who did not share, and an honest S1, which checked each signature as it stored the message, never hands
+    over one that fails.
 
     The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is
     closed by the hand-over, so his items could not be recovered, and a hand-over S1 forged proves S1 dishonest, so
@@ -679,7 +694,12 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
                              str(document.get("second_task_id"))[:40])
     roster = SignedRoster.from_dict(handover.roster, first_id).verify(task.organisation_key)
     protocol = protocol_of(task.parameters)
+    if set(handover.unopened_sums) != set(handover.unopened):
+        raise ParameterError("handover.unopened_sums", "the sealed sum of each helper the hand-over names unopened, "
+                             "as he sent it (S2 opens it again before naming him)",
+                             sorted(set(handover.unopened_sums) ^ set(handover.unopened))[:8])
     for kind, field, name, sealed in ((SUMS, "sums", "sums", handover.sums),
+                                      (SUMS, "unopened_sums", "sums", handover.unopened_sums),
                                       (RECOVERY, "recoveries", "recover", handover.recoveries)):
         for sender, blob in sorted(sealed.items()):
             key = roster.users.get(sender, (b"",))[0]
@@ -687,6 +707,12 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
                            message_context(first_id, protocol.number(name), sender, None), blob,
                            f"handover.{field}[{sender}].signature", f"user {sender}'s identity key in the signed "
                            "roster (of this sealed message as he posted it to S1)")
+    for reporter in handover.survivors:  # R2, which the release's guarantee is computed over: each did share
+        identity.check(roster.users.get(reporter, (b"",))[0], handover.signatures.get((SHARES, reporter), b""),
+                       message_context(first_id, protocol.number("share"), reporter, None), b"",
+                       f"handover.shared[{reporter}].signature", f"user {reporter}'s identity key in the signed roster "
+                       "(of his round-2 post to S1: an S1 that counts in R2 a user who did not share would overstate "
+                       "the release's guarantee)")
 
 
 def create_tasks(first: FirstService, second: SecondService, parameters, second_url: str,
