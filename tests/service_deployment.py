@@ -67,7 +67,7 @@ def deploy(databases, parameters, min_batch_size=None, kem="x25519", candidates=
         engines[role] = storage.connect(url, role, kek=kek if role == "analyzer" else None)
     analyzer = AnalyzerService(engines["analyzer"], kek=kek, partition_root=partition_root, memory_budget=budgets[1])
     task = analyzer.create_task(parameters, min_batch_size, kem=kem, candidates=candidates, discover_phi=discover_phi)
-    A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN))
+    A = TestClient(analyzer_app(analyzer, collector_token=COLLECTOR_TOKEN), client=("127.0.0.1", 50000))
     holder: dict = {}
 
     def fetch(task_id):

@@ -1,4 +1,5 @@
-"""The one error type for bad input: it names the field and the accepted range."""
+"""The one error type for bad input: it names the field and the accepted range; and a local party that did not
+start (:class:`StartFailed`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ INTEGER = r"[+-]?[0-9]+"
 LARGEST = 1e300  # beyond it, doubling or squaring a value overflows to inf
 _DECIMAL, _INTEGER = re.compile(DECIMAL), re.compile(INTEGER)
 _MOST_DIGITS = 100  # an integer option longer than this is too large for any count, size or seed
+
+
+class StartFailed(RuntimeError):
+    """A party of a local run (``privagg demo-service``'s services) ended before it was ready, or never became
+    ready: the command says so in one line, with the service's own last line, and exits 3; not a traceback."""
 
 
 class ParameterError(ValueError):

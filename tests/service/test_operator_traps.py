@@ -647,10 +647,16 @@ def test_a_setting_the_role_does_not_use_or_a_misspelt_one_is_refused_not_ignore
     ("postgresql+psycopg2://user:secret@localhost/x", "postgresql+psycopg2://user:***@localhost/x (no module "
                                                       "psycopg2)"),
     ("sqlite:///" + "a" * 300 + ".db", "(File name too long)"),
+    ("sqlite:///", "(an in-memory database: its tasks and keys would be gone when the process ends)"),
+    ("sqlite:///:memory:", "(an in-memory database: its tasks and keys would be gone when the process ends)"),
+    ("sqlite:///file:x.db?mode=rwc&uri=true", "(a file: URI, whose file the services could not lock nor check the "
+                                               "mode of)"),
 ])
 def test_a_database_url_that_cannot_work_is_one_line(tmp_path, monkeypatch, url, why):
     """A URL with two slashes, a driver that is not installed, a name the file system refuses: one line naming db
-    (each was a traceback), the password never shown."""
+    (each was a traceback), the password never shown. An in-memory database or a file: URI (a reviewer's finding:
+    `db upgrade --create` and `task create` reported success on a database gone with the process, an empty
+    $DBPATH in sqlite:///$DBPATH; a file: URI passed by the lock and the key store's mode check)."""
     monkeypatch.chdir(tmp_path)
     for args in (["task", "close", "--task", UNKNOWN, "--db", url],
                  ["db", "upgrade", "--create", "--role", "collector", "--db", url]):
@@ -745,3 +751,58 @@ def test_every_route_answers_a_wrong_path_or_method_as_a_refusal(services):
         assert (answer.status_code, answer.json()["error"], answer.headers.get("allow")) == (status, reason, allow)
         assert path in answer.json()["detail"] and (allow is None or f"must be {allow}, got '{method}'"
                                                      in answer.json()["detail"])
+
+
+def test_a_weak_served_guarantee_is_not_titled_plainly_private(capsys):
+    """A reviewer's finding: `demo-service dpds --users 300` titled its release "(private)" at delta 0.048, 13 times
+    1/n, and `demo-service fe1 --delta 0.5` at (1, 0.5), printing none of the report's warnings. A title now says
+    "but WEAK" when delta >= 1/n or epsilon > 10 (the estimate command's rule), and the warnings are printed."""
+    from types import SimpleNamespace
+
+    from privagg.cli.output import _label, _say_release_privacy
+
+    weak = SimpleNamespace(private=True, epsilon=1.0, delta=0.0484, not_private_reason=None,
+                           summary=lambda: "(1, 0.0484)-DP")
+    report = {"n_users": 282, "warnings": ["delta = 0.0484 is at least 1/n = 0.00355: ..."]}
+    assert _label(weak, report) == "private, but WEAK: see its warnings"
+    assert _label(SimpleNamespace(private=True, epsilon=12.0, delta=0.0), report) != "private"
+    assert _label(SimpleNamespace(private=True, epsilon=1.0, delta=1e-6), report) == "private"
+    assert _label(SimpleNamespace(private=False, epsilon=1.0, delta=1e-6), report) == "NOT PRIVATE"
+    _say_release_privacy(weak, report, "service ")
+    assert "warning: delta = 0.0484 is at least 1/n" in capsys.readouterr().out
+
+
+def test_no_password_of_a_url_reaches_the_log_or_an_error():
+    """A reviewer's finding: libpq's ?password= and the analyzer URL's user:password@ were logged at start-up (and
+    the first in the database's error lines); SQLAlchemy's own masking covers only the user part."""
+    from privagg.service.config import ServiceConfig, describe
+    from privagg.service.storage import connect, shown_url
+
+    url = "postgresql+psycopg://privagg@127.0.0.1:1/analyzer?password=QuerySecret&sslmode=disable"
+    assert "QuerySecret" not in shown_url(url) and "sslmode=disable" in shown_url(url)
+    shown = describe(ServiceConfig(role="collector", db=url, analyzer_url="http://ops:ProxyPw@127.0.0.1:18476"))
+    assert "QuerySecret" not in json.dumps(shown) and shown["analyzer_url"] == "http://ops:***@127.0.0.1:18476"
+    with pytest.raises(Exception) as refused:
+        connect(url + "&connect_timeout=1", "collector")
+    assert "QuerySecret" not in str(refused.value)
+
+
+def test_a_second_demo_in_the_same_folder_is_refused_and_the_first_keeps_its_databases(tmp_path):
+    """A reviewer's finding: a second demo-service in a running one's workdir deleted its live databases, and both
+    ended in tracebacks. The first demo's process now holds the folder's mark (flock, its pid in it)."""
+    from privagg.errors import ParameterError
+    from privagg.service.local import fresh_sqlite
+
+    code = ("import sys, time; from privagg.service.local import fresh_sqlite; "
+            f"fresh_sqlite({str(tmp_path)!r}, 'analyzer'); open({str(tmp_path / 'analyzer.db')!r}, 'w').write('x'); "
+            "print('held', flush=True); time.sleep(60)")
+    first = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        with pytest.raises(ParameterError, match=f"where demo-service pid {first.pid} runs") as refused:
+            fresh_sqlite(tmp_path, "analyzer")
+        assert refused.value.field == "workdir" and (tmp_path / "analyzer.db").read_text() == "x"
+    finally:
+        first.kill()
+        first.wait()
+    assert fresh_sqlite(tmp_path, "analyzer").endswith("analyzer.db")  # its process gone, the folder is free

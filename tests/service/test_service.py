@@ -612,6 +612,8 @@ def test_candidates_added_after_the_messages_arrived_are_answered_exactly(databa
     answer = d.A.post(f"/tasks/{whole.task_id}/candidates", json={"candidates": [1]})
     assert answer.status_code == 400 and "created with candidates" in answer.json()["detail"]
     assert d.A.post(f"/tasks/{'0' * 32}/candidates", json={"candidates": [1]}).status_code == 404
+    elsewhere = TestClient(d.A.app, client=("203.0.113.9", 50000)).post(path, json={"candidates": [9]})
+    assert elsewhere.status_code == 403 and elsewhere.json()["error"] == "no_token_set"  # no result token set
     for e in (d.analyzer.engine, d.collector.engine):
         e.dispose()
 

@@ -364,10 +364,11 @@ def test_a_demo_whose_task_failed_says_why_in_one_line(cli_in_process, monkeypat
     from privagg.protocols.roles import RoundFailed
     from privagg.service.round_demo import check_not_failed
 
-    class Failed(BaseHTTPRequestHandler):
+    class Failed(BaseHTTPRequestHandler):  # the round server's answers: the task's state, then its result's 409
         def do_GET(self):
-            body = json.dumps({"state": "failed", "failed": "round 5 closed with 3 of 12 users, fewer than t = 7"})
-            self.send_response(200)
+            failed, why = self.path.endswith("/result"), "round 5 closed with 3 of 12 users, fewer than t = 7"
+            body = json.dumps({"error": "failed", "detail": why} if failed else {"state": "failed"})
+            self.send_response(409 if failed else 200)
             self.end_headers()
             self.wfile.write(body.encode())
 
@@ -377,19 +378,18 @@ def test_a_demo_whose_task_failed_says_why_in_one_line(cli_in_process, monkeypat
     server = ThreadingHTTPServer(("127.0.0.1", 0), Failed)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(RoundFailed, match="the task failed, nothing was released: round 5 closed with 3 of 12"):
+        with pytest.raises(RoundFailed, match="the task failed: round 5 closed with 3 of 12"):
             check_not_failed(f"http://127.0.0.1:{server.server_address[1]}", "ab" * 16)
     finally:
         server.shutdown()
 
     def failing(*args, **kwargs):
-        raise RoundFailed("the task failed, nothing was released: round 5 closed with 3 of 12 users")
+        raise RoundFailed("the task failed: round 5 closed with 3 of 12 users")
 
     monkeypatch.setattr(privagg.demos, "run_sharing_demo", failing)
     result = cli_in_process.invoke(app, ["demo-service", "dpds", "--users", "100", "--workdir", str(tmp_path / "w")])
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.output.strip().splitlines()[-1] == ("error: the task failed, nothing was released: round 5 closed "
-                                                      "with 3 of 12 users")
+    assert result.output.strip().splitlines()[-1] == "error: the task failed: round 5 closed with 3 of 12 users"
 
 
 def test_a_demo_whose_server_stopped_says_so_in_one_line(cli_in_process, monkeypatch, tmp_path):

@@ -61,6 +61,21 @@ def server(db, monkeypatch):
     service.engine.dispose()
 
 
+def test_a_round_is_closed_from_another_host_only_with_the_operator_token(server):
+    """A reviewer's finding: with no operator token set, anyone who reached the port could close a round (failing
+    the task). Such a service now closes rounds for its own host only; with a token, for whoever shows it."""
+    service = server[0]
+    task, _ = enrolled(service, dpdg())
+    path = f"/tasks/{task.task_id}/close-round/1"
+    for app, headers, status in ((create_app(service, tick=None), {}, 403),
+                                 (create_app(service, tick=None, operator_token="o" * 32), {}, 401),
+                                 (create_app(service, tick=None, operator_token="o" * 32),
+                                  {"authorization": "Bearer " + "o" * 32}, 200)):
+        answer = TestClient(app, client=("203.0.113.9", 50000)).post(path, headers=headers)
+        assert answer.status_code == status, answer.text
+    assert service.state(task.task_id)["state"] != "round1"  # closed by the operator who showed the token
+
+
 def dpdg(n=N):
     return sc.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
 

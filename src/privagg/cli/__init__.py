@@ -39,9 +39,10 @@ from typer.main import get_command_from_info, get_command_name, get_group, get_g
     solve_typer_info_defaults
 
 from .. import __version__
+from ..errors import StartFailed
 from . import analyze, calibrate, catalog, clients, demo, estimate, evaluation, servers, tasks
 from .options import _checked_paths, _plain_conversions, _strict_numbers
-from .output import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_STATUS, _say
+from .output import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_START_FAILED, EXIT_STATUS, _say
 
 # Plain (click) help rather than rich's panels: rendering them would load about 70 ms of rich modules,
 # a third of the time `privagg --help` takes.
@@ -168,6 +169,9 @@ def main() -> None:
             # standard output on a full disk (> /dev/full), a quota, a device error: the environment's, not a bug
             _say(f"error: the output could not be written ({e.strerror})", stderr=True)
             sys.exit(EXIT_BAD_INPUT)
+        if isinstance(e, StartFailed):
+            _say(f"error: {e}", stderr=True)
+            sys.exit(EXIT_START_FAILED)
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             traceback.print_exc()

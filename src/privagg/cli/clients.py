@@ -237,13 +237,13 @@ def print_result(report: dict, top: int) -> None:
 
     privacy = document_privacy(report)
     unreliable = " -- NOT A RELIABLE LIST (more users or a larger phi)" if report.get("reliable") is False else ""
-    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy)}){unreliable}")
+    table = Table(title=f"{report['protocol']}: the analyzer's result ({_label(privacy, report)}){unreliable}")
     for column in ("item", "estimate ± stderr"):
         table.add_column(column, justify="right")
     for row in report.get("estimates", report.get("heavy_hitters"))[:top]:  # fe-hh: the heavy hitters it found
         table.add_row(str(row["item"]), f"{row['estimate']:.1f} ± {row['stderr']:.1f}")
     _console().print(table)
     c = report["collection"]
-    _say_release_privacy(privacy, suffix=f"; honest fraction {privacy.honest_fraction:g}")
+    _say_release_privacy(privacy, report, suffix=f"; honest fraction {privacy.honest_fraction:g}")
     _say(f"collection: {c['reports']} reports in {c['batches']} batches; {report['messages']['total']} messages, "
          f"{c['unopened']} unopened and {c['malformed']} malformed dropped")

@@ -149,7 +149,8 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
 
     sim = {e["item"]: e for e in out["simulation"]["estimates"]}
     service_privacy = document_privacy(out["service"])
-    table = Table(title=f"{protocol.value} over {users} users: the services' result ({_label(service_privacy)}) beside "
+    label = _label(service_privacy, out["service"])
+    table = Table(title=f"{protocol.value} over {users} users: the services' result ({label}) beside "
                         "the simulation")
     for column in ("word", "true count", "service ± stderr", "simulation ± stderr"):
         table.add_column(column, justify="right")
@@ -159,8 +160,8 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                       f"{s['estimate']:.1f} ± {s['stderr']:.1f}")
     _console().print(table)
     c, load, cmp = out["service"]["collection"], out["load"], out["comparison"]
-    _say_release_privacy(service_privacy, "service ", f"; {service_privacy.randomness}; honest fraction "
-                         f"{service_privacy.honest_fraction:g}")
+    _say_release_privacy(service_privacy, out["service"], "service ", f"; {service_privacy.randomness}; honest "
+                         f"fraction {service_privacy.honest_fraction:g}")
     _say(f"simulation privacy: private: {str(out['simulation']['privacy']['private']).lower()} (seeded)")
     _say(f"collection: {c['reports']} reports in {c['batches']} batch(es), {out['service']['messages']['total']} "
          f"messages, {c['unopened'] + c['malformed']} dropped; load: {load['acknowledged']} acknowledged at "
@@ -207,7 +208,8 @@ def _demo_heavy_hitters(protocol: str, users: int, epsilon: float, delta: float,
         _say(f"{who}: recall {e['recall']:.2f} of the {e['heavy_items']} words held by at least phi n users, precision "
              f"{e['precision']:.2f} of the {e['reported']} reported" + (f" (missed: {', '.join(missed)})"
                                                                           if who == "service" and missed else ""))
-    _say_release_privacy(document_privacy(report), "service ", "; the simulation beside it is seeded (not private)")
+    _say_release_privacy(document_privacy(report), report, "service ", "; the simulation beside it is seeded (not "
+                         "private)")
 
 
 def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: float, delta: float,
@@ -244,7 +246,7 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     d, privacy = report["dropouts"], document_privacy(report)
     server = "S2's" if task_service(get(protocol)) == "two-servers" else "the sharing server's"
     table = Table(title=f"{protocol} over {d['survivors']} of {summary['users']} users: {server} release "
-                        f"({_label(privacy)}) beside the simulation")
+                        f"({_label(privacy, report)}) beside the simulation")
     for column in ("word", "true count", "service ± stderr", "z", "simulation ± stderr", "z"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -254,8 +256,8 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     _console().print(table)
     _say(f"users: {d['enrolled']} enrolled, {d['round1_senders']} took part in round 1, {d['survivors']} in the "
          f"release (the task's minimum {d['min_survivors']})")
-    _say_release_privacy(privacy, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: not "
-                         "private (seeded)")
+    _say_release_privacy(privacy, report, "service ", f"; recomputed for the {d['survivors']} survivors; simulation: "
+                         "not private (seeded)")
     lie = summary["dishonest"]
     if lie is not None:
         words = {r["item"]: r["word"] for r in rows}

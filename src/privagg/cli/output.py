@@ -369,13 +369,23 @@ def _summary_value(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def _label(privacy) -> str:
-    """A release's privacy in a title: computed from its guarantee (:func:`privagg.reports.document_privacy`)."""
-    return "private" if privacy.private else "NOT PRIVATE"
+def _label(privacy, report: dict) -> str:
+    """A release's privacy in a title: computed from its guarantee (:func:`privagg.reports.document_privacy`), and
+    "but weak" when its ``report`` warns of it (delta at least 1/n, epsilon above 10:
+    :func:`privagg.privacy.description.privacy_warnings`), so that no such title reads plainly private."""
+    from ..privacy.description import privacy_warnings
+
+    if not privacy.private:
+        return "NOT PRIVATE"
+    weak = privacy_warnings(privacy.epsilon, privacy.delta, report["n_users"])
+    return "private, but WEAK: see its warnings" if weak else "private"
 
 
-def _say_release_privacy(privacy, prefix: str = "", suffix: str = "") -> None:
-    """A served release's guarantee as privagg estimate prints one (its summary), and why it is not private."""
+def _say_release_privacy(privacy, report: dict, prefix: str = "", suffix: str = "") -> None:
+    """A served release's guarantee as privagg estimate prints one (its summary), why it is not private, and the
+    ``report``'s warnings."""
     _say(f"{prefix}{privacy.summary()}{suffix}")
     if not privacy.private:
         _say(f"  why: {privacy.not_private_reason}")
+    for warning in report.get("warnings", ()):
+        _say(f"warning: {warning}")

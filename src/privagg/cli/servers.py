@@ -174,13 +174,15 @@ def _database_at_start(url: str) -> Iterator[None]:
     server that refuses) is a ParameterError naming ``db``; its password is not shown."""
     import sqlalchemy as sa
 
+    from ..service.storage import shown_url
+
     try:
         yield
     except sa.exc.SQLAlchemyError as err:
         cause = getattr(err, "orig", None) or err
         first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
         raise ParameterError("db", "a database this service can open and write",
-                             f"{sa.engine.make_url(url).render_as_string(hide_password=True)} "
+                             f"{shown_url(url)} "
                              f"({type(cause).__name__}: {first})") from None
 
 
@@ -214,17 +216,15 @@ def db_upgrade(role: Role = typer.Option(..., "--role", help="Whose database: an
     PRIVAGG_KEK). The database must be ROLE's: another role's is refused."""
     import os
 
-    from sqlalchemy.engine import make_url
-
     from ..service.config import load_config
     from ..service.keys import ENV, KeyEncryptionKey
-    from ..service.storage import upgrade_database
+    from ..service.storage import shown_url, upgrade_database
 
     with _clean_errors():
         cfg = load_config(role.value, db=db, kek_file=None if kek_file is None else str(kek_file))
         kek = KeyEncryptionKey.load(cfg.kek_file) if cfg.kek_file or os.environ.get(ENV) else None
         before, now = upgrade_database(cfg.db, role.value, kek=kek, create=create)
-    where = make_url(cfg.db).render_as_string(hide_password=True)
+    where = shown_url(cfg.db)
     _say(f"the {role.value} database {where}: " + ("made" if before is None else f"upgraded from version {before}"
                                                     if before != now else "already") + f" at schema version {now}")
 
@@ -248,15 +248,13 @@ def db_downgrade(role: Role = typer.Option(..., "--role", help="Whose database: 
     refused before anything changes, and so is one that drops a privacy budget ledger with rows (a0008, s0006,
     s1_0006: an upgrade back would start it empty, and the tasks charged before would no longer count against their
     budgets) unless --drop-budget-ledger. The database must be ROLE's: another role's is refused."""
-    from sqlalchemy.engine import make_url
-
     from ..service.config import load_config
-    from ..service.storage import downgrade_database
+    from ..service.storage import downgrade_database, shown_url
 
     with _clean_errors():
         cfg = load_config(role.value, db=db)
         before, now = downgrade_database(cfg.db, role.value, to, drop_budget_ledger)
-    where = make_url(cfg.db).render_as_string(hide_password=True)
+    where = shown_url(cfg.db)
     _say(f"the {role.value} database {where}: downgraded from version {before} to schema version {now}")
 
 

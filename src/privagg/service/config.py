@@ -201,11 +201,18 @@ def load_config(role: str, file: Path | None = None, **given: Any) -> ServiceCon
 
 
 def describe(config: ServiceConfig) -> dict[str, Any]:
-    """The configuration as logged at start-up: a database URL without its password, no token."""
-    from sqlalchemy.engine import make_url
+    """The configuration as logged at start-up: a database URL without its password, the analyzer's URL without
+    one either, no token."""
+    from urllib.parse import urlsplit
+
+    from .storage import shown_url
 
     shown = dataclasses.asdict(config)
-    shown["db"] = make_url(config.db).render_as_string(hide_password=True)
+    shown["db"] = shown_url(config.db)
+    parts = urlsplit(config.analyzer_url or "")
+    if parts.password is not None:
+        shown["analyzer_url"] = parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"
+                                               ).geturl()
     for secret in ("collector_token", "operator_token", "result_token"):
         shown[secret] = None if getattr(config, secret) is None else "(set)"
     return shown

@@ -230,6 +230,8 @@ def charge(connection: sa.Connection, population: str, task_id: str, protocol: s
     task), or raise :class:`BudgetExceeded` naming what is left and what the task costs; the ledger with it."""
     now = time.time() if now is None else now
     ledger = _ledger(connection, check_population(population), now, cost, lock=True)
+    if ledger.epsilon is None:
+        _check_known(connection, population)
     if ledger.epsilon is not None:
         left = _ledger(connection, population, now)
         eps_left, delta_left = ledger.epsilon - left.spent.epsilon, ledger.delta - left.spent.delta
@@ -246,6 +248,21 @@ def charge(connection: sa.Connection, population: str, task_id: str, protocol: s
         task_id=task_id, population=population, created=now, protocol=protocol, epsilon=cost.epsilon,
         delta=cost.delta, pld=None if cost.pld is None else json.dumps(list(cost.pld))))
     return ledger
+
+
+def _check_known(connection: sa.Connection, population: str) -> None:
+    """A population with no budget is charged only if it is the default one, has tasks already, or no population has
+    a budget; else it is most likely a misspelt one (a reviewer's finding: ``--population phone`` beside a budget
+    for ``phones`` made a population of its own, and its tasks escaped the budget): a ParameterError naming it."""
+    if population == DEFAULT_POPULATION or connection.execute(
+            sa.select(CHARGES.c.task_id).where(CHARGES.c.population == population).limit(1)).first() is not None:
+        return
+    budgeted = connection.execute(sa.select(BUDGETS.c.population).order_by(BUDGETS.c.population)).scalars().all()
+    if budgeted:
+        raise ParameterError("population", f"a population with a budget ({', '.join(budgeted[:5])}"
+                             f"{', ...' if len(budgeted) > 5 else ''}), one with tasks already, or the default one; "
+                             f"for a new population, set its budget first (privagg budget set --population "
+                             f"{population} ...)", population)
 
 
 def set_budget(engine: sa.Engine, population: str, epsilon, delta, period: str) -> Ledger:

@@ -8,6 +8,7 @@ port; it can be killed with SIGKILL and started again on the same port and datab
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -37,10 +38,33 @@ def fresh_sqlite(workdir: Path, name: str) -> str:
                                     "databases there)", f"{workdir}, which holds {', '.join(held[:5])}"
                                     f"{', ...' if len(held) > 5 else ''}")
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / DEMO_MARK).touch()
+    _hold_workdir(workdir)
     for suffix in ("", "-wal", "-shm"):
         (workdir / f"{name}.db{suffix}").unlink(missing_ok=True)
     return f"sqlite:///{workdir / f'{name}.db'}"
+
+
+_HELD: dict[Path, int] = {}  # the demo folders this process holds: folder -> the open mark's descriptor
+
+
+def _hold_workdir(workdir: Path) -> None:
+    """The folder's mark, locked (flock) for as long as this process runs, with its pid in it: a second demo in the
+    same folder is refused in one line (a reviewer's finding: it deleted the running demo's databases under its
+    services, and both ended in tracebacks)."""
+    mark = (workdir / DEMO_MARK).resolve()
+    if mark in _HELD:
+        return
+    fd = os.open(mark, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise errors.ParameterError("workdir", "a folder no other demo-service is running in (it replaces its "
+                                    "databases there)", f"{workdir}, where demo-service pid {pid} runs") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _HELD[mark] = fd
 
 
 def free_port() -> int:
@@ -49,10 +73,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(url: str, seconds: float = READY_SECONDS) -> None:
-    """Wait until ``url``/readyz answers 200."""
+def wait_ready(url: str, seconds: float = READY_SECONDS, process: subprocess.Popen | None = None,
+               log: Path | None = None) -> None:
+    """Wait until ``url``/readyz answers 200; a RuntimeError with the last line of ``log`` as soon as ``process``
+    (the service's) has ended instead (a service that refused to start: its own one-line error)."""
     deadline = time.monotonic() + seconds
     while True:
+        if process is not None and process.poll() is not None:
+            last = (log.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1] if log else ""
+            raise errors.StartFailed(f"the service at {url} ended (exit {process.returncode}) before it was ready: "
+                                     f"{last}")
         try:
             with urllib.request.urlopen(f"{url}/readyz", timeout=2) as answer:
                 if answer.status == 200:
@@ -60,7 +90,7 @@ def wait_ready(url: str, seconds: float = READY_SECONDS) -> None:
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not become ready in {seconds:.0f} s")
+            raise errors.StartFailed(f"{url} did not become ready in {seconds:.0f} s")
         time.sleep(0.05)
 
 
@@ -94,7 +124,7 @@ class ServiceProcess:
             self.process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", self.role, "--db", self.db,
                                              "--port", str(self.port), *self.args], stdout=log,
                                             stderr=subprocess.STDOUT, env=self.env)
-        wait_ready(self.url)
+        wait_ready(self.url, process=self.process, log=self.log)
 
     def cpu_seconds(self) -> float:
         """The CPU time the process has used so far, user and system (from /proc: Linux only)."""

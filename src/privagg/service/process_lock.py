@@ -44,7 +44,9 @@ def sqlite_path(parsed: sa.engine.URL) -> Path | None:
 def _lock(engine: sa.Engine, role: str) -> tuple[str, Path | None, int | None]:
     """(what names the database, its SQLite lock file, its PostgreSQL advisory key); both None: no lock (an
     in-memory database)."""
-    shown = engine.url.render_as_string(hide_password=True)
+    from .storage import shown_url  # (storage imports this module)
+
+    shown = shown_url(engine.url)
     if engine.dialect.name == "sqlite":
         path = sqlite_path(engine.url)
         if path is None:

@@ -257,8 +257,20 @@ def check_not_failed(url: str, task_id: str) -> None:
             state = json.loads(answer.read())
     except (urllib.error.URLError, OSError):
         return
-    if state.get("state") == "failed":
-        raise RoundFailed(f"the task failed, nothing was released: {state.get('failed')}")
+    if state.get("state") != "failed":
+        return
+    try:  # the reason is the result's: 409 {"error": "failed", "detail": why}
+        with urllib.request.urlopen(f"{url}/tasks/{task_id}/result", timeout=60) as answer:
+            why = json.loads(answer.read()).get("detail")
+    except urllib.error.HTTPError as err:
+        try:
+            why = json.loads(err.read()).get("detail")
+        except (ValueError, AttributeError):
+            why = None
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        why = None
+    raise RoundFailed(f"the task failed: {why}" if why else "the task failed, nothing was released (the server "
+                      "gave no reason)")
 
 
 def check_drop_fraction(drop_fraction: float) -> float:

@@ -792,7 +792,8 @@ def round_routes(app: ServiceApp, driver: RoundDriver, body, operator_token: str
 
     @app.post("/tasks/{task_id}/close-round/{number}")
     async def close_round(task_id: str, number: int, request: Request) -> dict:
-        require_operator(request, operator_token)
+        require_operator(request, operator_token, "this route closes a round now (a round closed early can fail "
+                         "its task)")
         rounds = protocol_of((await run_in_threadpool(driver.task, task_id)).parameters).rounds
         if not 1 <= number <= len(rounds):
             raise Refused(400, "malformed", f"the round must be one of 1..{len(rounds)}, got {number}")

@@ -272,6 +272,17 @@ SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside the database,
 READ = "privagg_read"  # the execution option of :func:`reading`'s connections, read by the ``begin`` listener
 
 
+SECRET_QUERY = ("password", "sslpassword")  # libpq's settings a URL may carry in its query string
+
+
+def shown_url(url: sa.engine.URL | str) -> str:
+    """A database URL as logs and errors show it: without its password, in its user part or in its query (libpq's
+    ``?password=``, which SQLAlchemy's own masking leaves: a reviewer found it in the start-up log)."""
+    parsed = sa.engine.make_url(url) if isinstance(url, str) else url
+    hidden = {k: "***" for k in parsed.query if k.lower() in SECRET_QUERY}
+    return (parsed.update_query_dict(hidden) if hidden else parsed).render_as_string(hide_password=True)
+
+
 def connect(url: str, role: str, lock_timeout: float = LOCK_TIMEOUT,
             statement_timeout: float | None = STATEMENT_TIMEOUT, kek=None, upgrade: bool = False,
             create: bool = True) -> sa.Engine:
@@ -390,7 +401,7 @@ def check_role(engine: sa.Engine, role: str, create: bool = False, upgrade: bool
     tables do. A database with no privagg table is new: refused unless ``create``. One where an older release
     wrote two roles' tables (a command pointed at another party's database) is refused unless ``upgrade``
     states which it is (``privagg db upgrade --role ROLE``, whose migration records it)."""
-    shown = engine.url.render_as_string(hide_password=True)
+    shown = shown_url(engine.url)
     with reading(engine) as c:
         names = set(sa.inspect(c).get_table_names())
         stored = set(c.execute(sa.select(database_role[role].c.role)).scalars()) if "privagg_database" in names \
@@ -472,7 +483,7 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
         raise ParameterError("db", accepted, url) from None
-    shown = parsed.render_as_string(hide_password=True)
+    shown = shown_url(parsed)
     try:
         parsed.get_dialect().import_dbapi()  # its driver: one not installed (postgresql+psycopg2) is refused here
     except sa.exc.NoSuchModuleError:
@@ -483,6 +494,11 @@ def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float |
         raise ParameterError("db", accepted, shown)
     if parsed.get_backend_name() == "sqlite" and parsed.host:  # sqlite://FILE: the file taken for a host
         raise ParameterError("db", accepted, f"{shown} (a file after two slashes, where SQLite takes three)")
+    if parsed.get_backend_name() == "sqlite" and sqlite_path(parsed) is None:  # a reviewer's finding
+        raise ParameterError("db", f"{accepted}, a file by its path", f"{shown} (" + (
+            "an in-memory database: its tasks and keys would be gone when the process ends" if not parsed.database
+            or parsed.database == ":memory:" else "a file: URI, whose file the services could not lock nor check "
+            "the mode of") + ")")
     if parsed.get_backend_name() == "postgresql":
         options = f"-c lock_timeout={_ms(lock_timeout)} -c statement_timeout={_ms(statement_timeout)}"
         if isinstance(parsed.query.get("options"), str):
@@ -604,7 +620,7 @@ def _probe(engine: sa.Engine) -> None:
             where = f"{url.host or 'the local socket'}:{url.port or 5432}"
             raise ParameterError("db", f"a PostgreSQL server that accepts the connection ({where}: "
                                  f"{found.group(1) if found else reason})",
-                                 url.render_as_string(hide_password=True)) from None
+                                 shown_url(url)) from None
         raise ParameterError("db", f"a SQLite database the service can open and write ({url.database}: {reason})",
                              url.render_as_string()) from None
 
@@ -622,7 +638,7 @@ def lock_timeouts_refused(url: str | None) -> Iterator[None]:
     except sa.exc.OperationalError as err:
         if not any(words in str(err.orig) for words in _LOCKED):
             raise
-        shown = "the default database" if url is None else sa.engine.make_url(url).render_as_string(hide_password=True)
+        shown = "the default database" if url is None else shown_url(url)
         raise ParameterError("db", f"a database whose write lock another process lets go of within {LOCK_TIMEOUT:g} s "
                              "(another writer held it longer; nothing was written: try again)", shown) from None
 

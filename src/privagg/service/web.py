@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
+import ipaddress
 import json
 import logging
 import math
@@ -259,10 +260,29 @@ def json_object(body: bytes, what: str) -> dict:
     return data
 
 
-def require_operator(request: Request, token: str | None) -> None:
+def loopback_only(request: Request, setting: str, what: str) -> None:
+    """Refuses (403) a request from another host than this one's loopback: for a route that changes a task, on a
+    service started without the token that would guard it (a reviewer's finding: anyone who reached a sharing
+    server's port could close its rounds, failing its tasks). Behind a proxy on the same host every request is a
+    loopback one: set the token there."""
+    host = getattr(request.client, "host", None) or ""
+    try:
+        local = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        raise Refused(403, "no_token_set", f"{what}: a service started without {setting} answers it from its own "
+                      f"host only (set {setting} to let the operator's tools elsewhere use it), got a request from "
+                      f"{host or 'an unknown address'}")
+
+
+def require_operator(request: Request, token: str | None, changes: str | None = None) -> None:
     """Refuses (401) a request that does not show the operator token as ``Authorization: Bearer TOKEN``
-    (compared in constant time); with no token configured, the route is open."""
+    (compared in constant time); with no token configured, the route is open, but one that ``changes`` a task (the
+    words say how) only to this host (:func:`loopback_only`)."""
     if token is None:
+        if changes:
+            loopback_only(request, "operator_token", changes)
         return
     if not hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()):
         raise Refused(401, "unauthenticated", "this route is the operator's: Authorization must be Bearer followed "

@@ -62,7 +62,8 @@ from ..keys import KeyEncryptionKey
 from ..ledger import DEFAULT_POPULATION, charge, check_population, ledgers, task_cost
 from ..storage import aggregates, analyzer_tasks, applied_batches, opened_messages
 from ..tasks import SERVED, Task, create_task, is_hex_id, unpacked_records
-from ..web import Health, Limits, Refused, add_operations, json_object, log_event, make_app, read_body, shown
+from ..web import (Health, Limits, Refused, add_operations, json_object, log_event, loopback_only, make_app, read_body,
+                   shown)
 from .aggregate_codec import decode_aggregate, encode_aggregate
 from .analyzer_batches import BatchApplication
 from .analyzer_results import Release
@@ -427,6 +428,9 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
     @app.post("/tasks/{task_id}/candidates")
     async def candidates(task_id: str, request: Request) -> dict:
         owner(request)
+        if result_token is None:
+            loopback_only(request, "result_token", "this route adds the items a task's result is estimated on and "
+                          "published by")
         data = json_object(await read_body(request, MAX_CANDIDATE_BYTES, "application/json"), "the candidates")
         if set(data) != {"candidates"}:
             raise Refused(400, "malformed", "the body must be {\"candidates\": [items]}")
