@@ -472,6 +472,31 @@ def test_analyze_refuses_parameters_other_than_the_messages(ints_file, tmp_path)
     assert code == 2 and err.startswith("error: params must be"), err
 
 
+def test_analyze_refuses_another_runs_parameters_beside_the_messages(tmp_path):
+    """A reviewer's finding: two unseeded runs of the same settings differ only in their item key; one run's
+    params.json beside the other's messages and items.json was read into estimates near 0 for items thousands of
+    users hold, with no warning. items.json keeps a digest of the parameters, and analyze refuses another's."""
+    from privagg.engine import write_messages
+    from privagg.protocols.registry import calibrate, client
+
+    params = [calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=300, domain_size=2**32, item_key=key) for key in
+              ("aa" * 16, "bb" * 16)]
+    assert params[0] != params[1]
+    items = {"kind": "integer", "domain_size": 2**32, "private": True, "randomness": "the SDK's", "users": 300}
+    folder = tmp_path / "b"
+    write_messages(folder, params[1], client(params[1]).randomize(np.arange(300) % 7, rng=3), 2, items)
+    (tmp_path / "a.json").write_text(json.dumps(params[0].to_dict()))
+    (folder / "params.json").write_text(json.dumps(params[0].to_dict()))  # the other run's, copied in too
+    (tmp_path / "cands.txt").write_text("1\n2\n")
+    code, _, err = run("analyze", "fe1", "--params", tmp_path / "a.json", "--messages", folder,
+                       "--candidates", tmp_path / "cands.txt")
+    assert code == 2 and err.startswith("error: params must be the parameters the messages were made with"), err
+    (folder / "params.json").write_text(json.dumps(params[1].to_dict()))
+    code, _, err = run("analyze", "fe1", "--params", folder / "params.json", "--messages", folder,
+                       "--candidates", tmp_path / "cands.txt")
+    assert code == 0, err
+
+
 def test_a_folder_of_fewer_users_is_debiased_with_the_users_its_items_json_records(tmp_path):
     """A folder holding m = 200 of the n = 400 users' messages (a collection closed early), as items.json records:
     analyze debiases with m, divides the messages by m and states what the guarantee counts on among them (not

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -388,3 +389,18 @@ def test_calibrate_l_items_names_the_domain_and_length_as_typed():
     planned = runner.invoke(app, ["calibrate", "fe-hh", "--users", "8000", "--max-length", "3", "--phi", "0.1",
                                   "--epsilon", "1", "--delta", "1e-8", "--max-items", "3"])
     assert planned.exit_code == 0 and "24000 reports" in planned.stdout and "by group privacy" in planned.stdout
+
+
+def test_calibrate_l_items_counts_a_users_cost_as_his_l_reports():
+    """A reviewer's finding: calibrate --max-items 3 printed each report's cost as "cost per user" (1 message where
+    a user sends 3), and its JSON said messages_per_user 31.8 where estimate said 63.7 at L = 2. A user's cost is now
+    his L reports', and the table says its parameters are each report's."""
+    one = json.loads(runner.invoke(app, ["calibrate", "fe1", "--users", "5000", "--domain", "16777216", "--epsilon",
+                                         "1", "--delta", "1e-8", "--max-items", "2", "--json"]).stdout)
+    per_report = one["costs"]["analyzer"]["received"] / one["parameters"]["n_users"]  # over the 10^4 reports
+    assert one["parameters"]["n_users"] == 10000 and per_report > 1
+    assert one["messages_per_user"] == pytest.approx(2 * per_report) == one["costs"]["user"]["sent"]
+    shown = runner.invoke(app, ["calibrate", "grr", "--users", "5000", "--domain", "16", "--epsilon", "1",
+                                "--max-items", "3"]).stdout
+    assert "each of the 15000 reports' parameters (at most 3 a user)" in shown
+    assert re.search(r"cost per user\s*│\s*sent 3\s", shown), shown

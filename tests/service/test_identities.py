@@ -443,6 +443,11 @@ def test_the_organisation_key_file_is_private_and_never_overwritten(tmp_path):
     assert _read_key(path) == private
     (tmp_path / "bad.key").write_text("not a key\n")
     (tmp_path / "short.key").write_text(b64encode(bytes(16)).decode())
+    for bad in (tmp_path / "bad.key", tmp_path / "short.key"):
+        bad.chmod(0o600)
+    path.chmod(0o644)  # a reviewer's finding: a key others may read was taken without a word
+    with pytest.raises(ParameterError, match="organisation-key must be a file only its owner may read or write"):
+        _read_key(path)
     for bad in (tmp_path / "bad.key", tmp_path / "short.key", tmp_path / "none.key", tmp_path):
         with pytest.raises(ParameterError, match="organisation-key must be a key file privagg organisation keygen"):
             _read_key(bad)
@@ -470,6 +475,7 @@ def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
     create = ["task", "create", "--params", str(tmp_path / "p.json"), "--db", db, "--min-survivors", str(MIN)]
     unsigned = run(app, create)
     assert unsigned.exit_code == 2 and "organisation-key is required for a dpds, dpdg or tss task" in unsigned.output
+    (tmp_path / "p.json").chmod(0o600)
     bad_key = run(app, [*create, "--organisation-key", str(tmp_path / "p.json")])
     assert bad_key.exit_code == 2 and "organisation-key must be a key file privagg organisation keygen wrote" in \
         bad_key.output

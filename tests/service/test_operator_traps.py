@@ -806,3 +806,44 @@ def test_a_second_demo_in_the_same_folder_is_refused_and_the_first_keeps_its_dat
         first.kill()
         first.wait()
     assert fresh_sqlite(tmp_path, "analyzer").endswith("analyzer.db")  # its process gone, the folder is free
+
+
+@pytest.mark.slow
+def test_a_database_role_without_privileges_is_one_line(postgres_databases, postgres_server):
+    """A reviewer's finding: a PostgreSQL role that may connect but not create tables made db upgrade --create end
+    in "a bug in privagg", a traceback quoting its statement; now one line naming db and the database's refusal."""
+    import psycopg
+    from pg_server import admin
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_databases())
+    role = f"ro_{os.getpid()}"
+    admin(postgres_server, f"CREATE ROLE {role} LOGIN")
+    try:
+        with psycopg.connect(host=url.host, port=url.port, user=url.username, dbname=url.database,
+                             autocommit=True) as conn:  # PostgreSQL 15's default, on any version
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        out = subprocess.run([sys.executable, "-m", "privagg", "db", "upgrade", "--create", "--role", "collector",
+                              "--db", url.set(username=role).render_as_string()], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip().startswith("error: db must be a database this command's role may create tables "
+                                             "in and write, got a refusal: permission denied"), out.stderr
+    finally:
+        admin(postgres_server, f"DROP ROLE {role}")
+
+
+def test_the_databases_refusal_of_a_role_is_told_apart_from_a_bug():
+    """The default run's check of the line above (PostgreSQL's, marked slow): a permission refused by the database
+    is the environment's, one line; another database error is still a bug's traceback."""
+    import sqlalchemy as sa
+
+    from privagg.cli import _refused_by_the_database
+
+    class InsufficientPrivilege(Exception):
+        pass
+
+    denied = sa.exc.ProgrammingError("CREATE TABLE x", {}, InsufficientPrivilege("permission denied for schema public"))
+    assert _refused_by_the_database(denied) == "a refusal: permission denied for schema public"
+    assert _refused_by_the_database(sa.exc.ProgrammingError("SELECT", {}, ValueError("syntax error"))) == ""
+    assert _refused_by_the_database(ValueError("permission denied")) == ""

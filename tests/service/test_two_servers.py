@@ -882,3 +882,14 @@ def test_a_tss_task_too_large_to_serve_is_refused_naming_its_shares():
     with pytest.raises(ParameterError, match=r"n_users must be at most 10,000 for a served TSS task.*about "
                                              r"40,018,000 at n = 20,000"):
         TSSTask("00" * 16, params, 60.0, 15_000, "11" * 16, os.urandom(32))
+
+
+def test_one_s2_task_serves_one_s1_task(sqlite_dbs):
+    """A reviewer's finding: S1's operator could bind one S2 task to two S1 tasks (both charged to the budget); S2
+    takes one hand-over a task, so the second task's users would answer every round for nothing. Refused, naming
+    the S1 task that holds it."""
+    with deploy(sqlite_dbs) as d:
+        second = d.second.task(d.task.second_task_id)
+        with pytest.raises(ParameterError, match=f"S2's task of S1's task {d.task_id} already") as refused:
+            d.first.create_task(d.task.parameters, second, "http://s2.invalid", d.row().relay_token)
+        assert refused.value.field == "second task"

@@ -149,6 +149,19 @@ def _bare(commands: typer.Typer) -> typer.Typer:
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # what a write may meet that is no bug
 
 
+def _refused_by_the_database(e: Exception) -> str:
+    """The database's own refusal of this process's role (PostgreSQL's permission denied, SQLite's read-only file), in
+    one line, when ``e`` is one; else "" (a reviewer's finding: a role without privileges made db upgrade, task create
+    and budget set end in "a bug in privagg" with a traceback quoting the statement's parameters)."""
+    cause = getattr(e, "orig", None)
+    if not any(cls.__name__ == "SQLAlchemyError" for cls in type(e).__mro__) or cause is None:
+        return ""
+    first = (str(cause).strip().splitlines() or [""])[0]
+    if type(cause).__name__ == "InsufficientPrivilege" or "readonly database" in first:
+        return f"a refusal: {first}"
+    return ""
+
+
 def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
     try:
@@ -172,6 +185,11 @@ def main() -> None:
         if isinstance(e, StartFailed):
             _say(f"error: {e}", stderr=True)
             sys.exit(EXIT_START_FAILED)
+        refused = _refused_by_the_database(e)
+        if refused:
+            _say(f"error: db must be a database this command's role may create tables in and write, got {refused}",
+                 stderr=True)
+            sys.exit(EXIT_BAD_INPUT)
         # typer raises click's UsageError, from click or from the copy it vendors: match it by name.
         if not any(cls.__name__ == "UsageError" for cls in type(e).__mro__):
             traceback.print_exc()

@@ -60,6 +60,10 @@ def analyze(
         if own.exists() and load_parameters(read_json_text(own, "messages"), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
+        if items.get("params_digest", engines.params_digest(params)) != engines.params_digest(params):
+            raise ParameterError("params", f"the parameters the messages were made with (their digest in "
+                                 f"{messages / engines.ITEMS_FILE})", f"{params_file}, another run's (another item key "
+                                 "or setting): estimates read under it would be wrong")
         if registry.get(params.protocol).result is ResultKind.VECTOR_SUM:
             _analyze_vector(params, partitions, items, engine.value, scheduler, workers, candidates, top, verbose,
                             as_json, output, strict)
@@ -81,7 +85,14 @@ def analyze(
         queries = None
         if candidates is not None:
             fmt = InputFormat(item_type=KIND_TO_ITEM_TYPE.get(encoder.kind, "auto"))
-            queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
+            try:
+                queries = read_codes(candidates, encoder, fmt, field="candidates", public=True).codes
+            except ParameterError as err:
+                if (messages / engines.ITEMS_FILE).exists():
+                    raise
+                raise ParameterError(err.field, err.accepted, f"{err.got} (the folder holds no "
+                                     f"{engines.ITEMS_FILE}, so its items are taken as integers: text items need "
+                                     "the one the run wrote)") from None
         elif full_domain is None and params.domain_size <= registry.FULL_DOMAIN_DEFAULT_MAX:
             # the default whole domain is held to a run's budget, as estimate's is: 3 users' messages over 2^24
             # items took as long to analyze as to simulate (fe1's preimages, whatever n)

@@ -83,10 +83,13 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
                 raise ParameterError("colluding", f"such that the honest fraction 1 - colluding is {err.accepted}",
                                      colluding) from None
             privacy, profile = params.privacy, privacy_profile(params)
-        expected = params.expected_error()
+        expected, costs = params.expected_error(), params.costs()
+        if planned is not None:  # the parameters are each report's; a user sends up to max_items reports
+            expected["messages_per_user"] *= max_items
+            costs["user"] = {k: v * max_items for k, v in costs["user"].items()}
         neighbours = _neighbour_graph(params, colluding, dropouts, failure) if graph else None
     report = CalibrationReport(protocol=entry.name, parameters=report_parameters(params), privacy=privacy,
-                               privacy_profile=profile, **expected, costs=params.costs(), theory=params.theory(),
+                               privacy_profile=profile, **expected, costs=costs, theory=params.theory(),
                                warnings=privacy_warnings(epsilon, delta, users) + params.warnings(),
                                neighbour_graph=neighbours)
 
@@ -94,7 +97,9 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
     def human() -> None:
         from rich.table import Table
 
-        table = Table(title=entry.title, show_header=False)
+        table = Table(title=entry.title if planned is None else f"{entry.title}: each of the {planned.reports} "
+                      f"reports' parameters (at most {max_items} a user); the costs per user are his reports'",
+                      show_header=False)
         for name, value in {**report.parameters, **expected, **report.theory}.items():
             table.add_row(name, _summary_value(value, digits=6))
         for party, counts in report.costs.items():

@@ -63,7 +63,9 @@ def example_data(folder: Path = typer.Argument(..., help="Folder to write into (
     _say(f"wrote {', '.join(path.name for path in written)} to {folder}")
 
 
-def schema(report: str = typer.Argument(..., help="calibrate, estimate or analyze.")) -> None:
+def schema(report: str = typer.Argument(..., help="the report: calibrate, estimate (frequencies), estimate-vector, "
+                                         "estimate-hh (heavy hitters), analyze, analyze-vector, analyze-hh, compare, "
+                                         "audit, account or demo-sharing.")) -> None:
     """Print the JSON Schema of a command's report (generated from its types)."""
     from ..reports import REPORT_TYPES, json_schema
 

@@ -333,6 +333,7 @@ def _read_key(path: Path, field: str = "organisation-key") -> bytes:
 
     from ..core.identity import KEY_BYTES
 
+    _owner_only(path, field)
     try:
         raw = base64.b64decode(path.read_text(encoding="ascii").strip(), validate=True)
     except (OSError, UnicodeDecodeError, binascii.Error, ValueError) as err:
@@ -374,9 +375,24 @@ def _second_task(path: Path, parameters):
     return second
 
 
+def _owner_only(path: Path, field: str) -> None:
+    """A secret's file that other users cannot read or write, as the KEK's must be (a reviewer's finding: the
+    organisation's key at mode 0644, which lets whoever reads it sign rosters, was taken without a word)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the read that follows says why
+    if stat.S_ISREG(mode) and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ParameterError(field, "a file only its owner may read or write (chmod 600)",
+                             f"{path}, mode {stat.S_IMODE(mode):o}")
+
+
 def _relay_token(path: Path | None) -> str:
     if path is None:
         raise ParameterError("relay-token-file", "given with --second-task: the file with S2's relay token", None)
+    _owner_only(path, "relay-token-file")
     try:
         return path.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError) as err:

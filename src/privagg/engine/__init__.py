@@ -103,10 +103,20 @@ def write_messages(directory: str | Path, parameters, messages: MessageBatch, pa
             layout.write_parquet(messages.take(slice(lo, hi)), path)
             paths.append(path)
         (directory / PARAMS_FILE).write_text(json.dumps(parameters.to_dict(), indent=2) + "\n")
-        (directory / ITEMS_FILE).write_text(json.dumps(items, indent=2) + "\n")
+        (directory / ITEMS_FILE).write_text(json.dumps({**items, "params_digest": params_digest(parameters)},
+                                                       indent=2) + "\n")
     except OSError as err:
         raise ParameterError("write-messages", "a writable folder", f"{directory} ({err.strerror})") from None
     return paths
+
+
+def params_digest(parameters) -> str:
+    """A digest of the parameters a folder's messages were made with (SHA-256 of their canonical JSON), kept in its
+    items.json: another run's params.json beside them (its item key, say) is then refused, not read into wrong
+    estimates."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(parameters.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
 def read_items_info(directory: Path, domain_size: int) -> dict[str, Any]:

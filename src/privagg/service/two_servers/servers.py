@@ -274,6 +274,11 @@ class FirstService(RoundDriver):
             raise ParameterError("second_url", "S2's http:// or https:// URL", shown(second_url))
         if not isinstance(relay_token, str) or not relay_token:
             raise ParameterError("relay_token", "the token S2 gave for this task", shown(relay_token))
+        with storage.reading(self.engine) as c:  # S2's token is its task's: one S1 task each (a reviewer's finding)
+            other = c.execute(sa.select(s1_tasks.c.task_id).where(s1_tasks.c.relay_token == relay_token)).first()
+        if other is not None:  # (S2 takes one hand-over a task: a second task's users would answer for nothing)
+            raise ParameterError("second task", "an S2 task no other task of this S1 uses",
+                                 f"{second.task_id}, S2's task of S1's task {other.task_id} already")
         task = TSSTask(secrets.token_hex(TASK_ID_BYTES), parameters, round_seconds, second.min_survivors,
                        second.task_id, second.public_key, second.identity_key)
         self.add_task(task, second_url=second_url, relay_token=relay_token)
@@ -522,8 +527,7 @@ class SecondService:
 
     def _opened(self, task: SecondTask, row, sums: dict) -> dict[int, bytes | None]:
         """The helpers' sums sealed to S2 (bytes, or base64 text), opened (None: one that does not open)."""
-        suite, key = _suite(KEM), _private_key(KEM, self._keys(task, row)[0])
-        opened: dict[int, bytes | None] = {}
+        suite, key, opened = _suite(KEM), _private_key(KEM, self._keys(task, row)[0]), {}
         for helper, blob in sums.items():
             try:
                 raw = base64.b64decode(blob, validate=True) if isinstance(blob, str) else blob
@@ -559,9 +563,8 @@ class SecondService:
             opened = self._opened(task, row, handover.unopened_sums)
             opens = sorted(set(handover.unopened) - set(second.unopened(handover.election, opened)))
             if opens:
-                raise ParameterError(f"handover.unopened_sums[{opens[0]}]", "a sum that does not open or decode "
-                                     "(S2 names its helper in the release)", "one that opens: S1 named an honest "
-                                     "helper unopened, or S2 said so as round 3 closed")
+                raise ParameterError(f"handover.unopened_sums[{opens[0]}]", "a sum that does not open (S2 names its "
+                                     "helper)", "one that opens: S1 named him unopened, or S2 said so at round 3")
             bad = None
         except ParameterError as err:
             bad = err
@@ -672,10 +675,8 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
     S2's task (which binds S1's task id to S2's); its roster as the organisation signed it, for that task; and each
     helper's sum and each reporter's recovery signed by its sender's identity key in the roster, as he posted it
     to S1 (:func:`~privagg.service.round_tasks.message_context`: S1's task, the round, the sender, to the server);
-    and each user of R2 his round-2 post's (he shared: R2 sets the release's guarantee, a reviewer's finding). A
-    ParameterError names the field otherwise: S1 swapped a sealed message (anyone can seal to S2) or counted a user
-    in R2 who did not share, and an honest S1, which checked each signature as it stored the message, never hands
-    over one that fails.
+    each user of R2 his round-2 post's (he shared: R2 sets the guarantee). A ParameterError names the field otherwise:
+    S1 swapped a sealed message (anyone can seal to S2) or counted in R2 a user who did not share.
 
     The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is
     closed by the hand-over, so his items could not be recovered, and a hand-over S1 forged proves S1 dishonest, so
