@@ -133,7 +133,7 @@ class OutputLaws:
 
     def __init__(self, user_laws: dict[int, tuple[np.ndarray, np.ndarray]], budget: int = EXACT_MAX_WORK) -> None:
         self.user_laws = user_laws
-        self.budget, self.work = budget, 0
+        self.budget, self.work, self.users = budget, 0, None  # users: the dataset's, named when the budget is passed
         self._multisets: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._datasets: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -151,7 +151,7 @@ class OutputLaws:
 
     def __call__(self, dataset) -> tuple[np.ndarray, np.ndarray]:
         """The law of ``dataset``: its first user's law convolved with the (sorted) others'."""
-        key = tuple(sorted(dataset))
+        key, self.users = tuple(sorted(dataset)), len(dataset)
         if key not in self._datasets:
             self._datasets[key] = self.user_laws[dataset[0]] if len(dataset) == 1 else \
                 self._convolve(self.multiset(tuple(sorted(dataset[1:]))), self.user_laws[dataset[0]])
@@ -163,7 +163,7 @@ class OutputLaws:
         if self.work > self.budget:
             raise ParameterError("users", f"fewer, or a smaller --domain, for the exact auditor (its convolutions "
                                  f"passed {self.budget:.0e} joint states, about a minute; or --method statistical)",
-                                 None)
+                                 self.users)
         return _convolve(a, b)
 
 

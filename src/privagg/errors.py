@@ -34,7 +34,7 @@ class ParameterError(ValueError):
 
     def __init__(self, field: str, accepted: str, got: Any, row: int | None = None) -> None:
         self.field, self.accepted, self.got, self.row = field, accepted, got, row
-        shown = str(got)
+        shown = "nothing" if got is None else str(got)  # (an option not given: "got None" read as a bug's)
         if not isinstance(got, str) and len(shown) > 200:  # a 400-digit number or a huge list: one readable line
             shown = shown[:100] + f"... ({len(shown)} characters)"
         where = "" if row is None else f" on row {row} (counted from 0)"

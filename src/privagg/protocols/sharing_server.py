@@ -67,7 +67,8 @@ class SharingRelease:
         p = self.parameters
         task = self.task or p
         removed = task.n_users - task.honest_users + self.enrolled - self.survivors
-        left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints" if self.excluded else "") + (
+        left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints (no proof against them: the server "
+                    "shows each holder the commitments)" if self.excluded else "") + (
             f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "") + (
             f"; {len(self.inconsistent)} dealers proven inconsistent, excluded in round 6 (their terms removed with "
             "the survivors' pair seeds)" if self.inconsistent else "")
