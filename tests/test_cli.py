@@ -888,6 +888,9 @@ def test_compare_needs_delta_for_approximate_protocols_and_records_refusals(tmp_
     assert [r["protocol"] for r in refused] == ["oue"]  # n (B - 1) q messages: too many to simulate
     code, _, err = run("compare", "--protocols", "blanket-vector", "--epsilon", "1", "--delta", 1e-6)
     assert code == 2 and "frequency protocols" in err
+    for protocol, needs in (("dpds", "--min-count-fraction"), ("tss", "--min-count-fraction, --report-fraction")):
+        code, _, err = run("compare", "--protocols", f"grr,{protocol}", "--epsilon", "1", "--delta", 1e-6)
+        assert code == 2 and f"({protocol} needs {needs}: run privagg estimate {protocol}" in err, err
 
 
 def test_estimate_fe_hh_discovers_heavy_integers_and_strings(tmp_path):
