@@ -93,6 +93,9 @@ def parse_number(field: str, value: Any, integer: bool = False) -> float | int:
         number = float(value)
         if not np.isfinite(number) or abs(number) > LARGEST:
             raise _too_large(field, shown)
+        if number == 0 and any(c in "123456789" for c in value.lower().split("e")[0]):  # 1e-400: below doubles
+            raise ParameterError(field, "a number a double can hold (the smallest is about 5e-324)",
+                                 f"{shown}, which reads as 0")
         return number
     if isinstance(value, (int, np.integer)):
         return int(value) if integer else _finite(field, value, str(value))
