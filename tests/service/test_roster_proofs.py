@@ -217,11 +217,12 @@ def test_the_organisation_signs_n_entries_whatever_the_servers_rows(bending, mon
         user.enroll(token)
     rows = service.enrollments(task.task_id)
     bent_rows = rows[:-1] + [rows[0]] if bent == "twice" else rows + [{**rows[0], "user": N}]
-    monkeypatch.setattr(service, "enrollments", lambda task_id: bent_rows)
+    monkeypatch.setattr(service, "enrollments", lambda task_id, complete=True: bent_rows)
     published = []  # a dishonest server's publish: it takes any roster (the honest one refuses a short one itself)
     monkeypatch.setattr(service, "publish_roster", lambda task_id, signed: published.append(signed))
-    with pytest.raises(ParameterError, match=rf"roster must be the enrollments of users 0..{N - 1}, each once"):
-        organisation.sign_roster(service, task.task_id, tokens)
+    for without_unenrolled in (False, True):  # leaving out who did not enroll leaves no room for these either
+        with pytest.raises(ParameterError, match=rf"roster must be the enrollments of users 0..{N - 1}, each once"):
+            organisation.sign_roster(service, task.task_id, tokens, without_unenrolled)
     assert published == []
 
 

@@ -628,11 +628,15 @@ def roster_sign(task: str = typer.Option(..., "--task", help="The task id."),
                                                       "(the one that signed the task)."),
                 db: Optional[str] = _DB,
                 server: RosterServer = typer.Option("sharing", "--server", help="sharing (a dpds or dpdg task) or "  # type: ignore[valid-type]
-                                                    "s1 (a tss task).")) -> None:
-    """Once every user enrolled: check each enrollment's binding with the token he enrolled with, sign the roster of
-    those that check (index, identity key, X25519 key) and give it to the server, which publishes it and opens the
-    rounds. A user whose binding does not check (keys his device did not enroll) or whose token is not in --tokens
-    is named and left out: a dropout of round 1. Running it again changes nothing."""
+                                                    "s1 (a tss task)."),
+                without_unenrolled: bool = typer.Option(False, "--without-unenrolled", help="Sign though not every "
+                                                        "user enrolled: those who did not are left out, dropouts of "
+                                                        "round 1 (else the task waits for them).")) -> None:
+    """Once every user enrolled (or with --without-unenrolled, those who did): check each enrollment's binding with
+    the token he enrolled with, sign the roster of those that check (index, identity key, X25519 key) and give it to
+    the server, which publishes it and opens the rounds. A user whose binding does not check (keys his device did
+    not enroll) or whose token is not in --tokens is named and left out: a dropout of round 1. Running it again
+    changes nothing."""
     from ..service.config import load_config
     from ..service.organisation import Organisation
     from ..service.storage import connect
@@ -653,7 +657,7 @@ def roster_sign(task: str = typer.Option(..., "--task", help="The task id."),
 
             driver = FirstService(engine)
         try:
-            signed, left_out = organisation.sign_roster(driver, task, issued)
+            signed, left_out = organisation.sign_roster(driver, task, issued, without_unenrolled)
             state = driver.state(task)["state"]
         finally:
             engine.dispose()

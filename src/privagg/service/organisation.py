@@ -46,19 +46,22 @@ class Organisation:
         driver.sign_task(task.task_id, self.public_key, identity.sign(
             self.private_key, task_context(task.task_id), identity.canonical(task.to_dict())))
 
-    def sign_roster(self, driver, task_id: str, tokens) -> tuple[SignedRoster, dict[int, str]]:
+    def sign_roster(self, driver, task_id: str, tokens, without_unenrolled: bool = False
+                    ) -> tuple[SignedRoster, dict[int, str]]:
         """Check every enrolled user's binding against the tokens the organisation issued for the task, sign the
         roster of those whose binding checks, with a fresh graph seed (:class:`SignedRoster`; the published one's
         when signing again, so that the same roster again changes nothing), and give it to the server, which
-        publishes it and opens the rounds.
+        publishes it and opens the rounds; ``without_unenrolled``: though not all n enrolled, the others left out.
         The signed roster, and each user left out with the reason."""
         halves = {secret_hash(auth): binding for auth, binding in map(identity.token_halves, tokens)}
-        users, left_out, enrolled = {}, {}, driver.enrollments(task_id)
+        users, left_out, enrolled = {}, {}, driver.enrollments(task_id, complete=not without_unenrolled)
         n = driver.task(task_id).parameters.n_users  # as the server holds it (a device checks the
         # signed head's n against the task the organisation signed): the roster is of its n indices, each once
-        if sorted(row["user"] for row in enrolled) != list(range(n)):
+        indices = sorted(row["user"] for row in enrolled)
+        if indices != sorted(set(indices) & set(range(n))) or (len(indices) < n and not without_unenrolled):
             raise ParameterError("roster", f"the enrollments of users 0..{n - 1}, each once (the task's n = {n})",
                                  f"{len(enrolled)} rows for {len({row['user'] for row in enrolled})} indices")
+        left_out.update(dict.fromkeys(sorted(set(range(n)) - set(indices)), "did not enroll"))
         for row in enrolled:
             half = halves.get(row["token_hash"])
             if half is None:

@@ -156,17 +156,19 @@ class RoundDriver:
             c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(
                 organisation_key=organisation_key, task_signature=signature))
 
-    def enrollments(self, task_id: str) -> list[dict]:
+    def enrollments(self, task_id: str, complete: bool = True) -> list[dict]:
         """Each enrolled user's keys and binding for the organisation (:meth:`Roster.enrollments`), once all n
-        enrolled (a ParameterError before)."""
+        enrolled (a ParameterError before), or as they are with ``complete`` False (a user who never enrolls would
+        otherwise hold the task in enrollment for ever: a reviewer's finding)."""
         try:
             n = self.task(task_id).parameters.n_users
         except Refused as err:
             raise ParameterError("task", f"a task of this {self.name}", f"{task_id} ({err.detail})") from None
         rows = self.users.enrollments(task_id)
-        if len(rows) < n:
-            raise ParameterError("roster", f"complete (all n = {n} users enrolled) before the organisation signs it",
-                                 f"{len(rows)} enrolled so far")
+        if len(rows) < n and complete:
+            raise ParameterError("roster", f"complete (all n = {n} users enrolled) before the organisation signs it, "
+                                 "or signed without the users who did not enroll (roster sign --without-unenrolled: "
+                                 "they are dropouts of round 1)", f"{len(rows)} enrolled so far")
         return rows
 
     def publish_roster(self, task_id: str, signed: SignedRoster) -> str:
@@ -181,9 +183,10 @@ class RoundDriver:
             raise ParameterError("task", "a task its organisation signed (privagg task create --organisation-key)",
                                  f"{task_id}, unsigned")
         signed.verify(row.organisation_key)
-        enrolled = {e["user"]: (e["identity_key"], e["public_key"]) for e in self.enrollments(task_id)}
-        if signed.size != len(enrolled):
-            raise ParameterError("roster.size", f"the n = {len(enrolled)} users enrolled", signed.size)
+        n = self.task(task_id).parameters.n_users  # (the organisation may leave out users who did not enroll)
+        enrolled = {e["user"]: (e["identity_key"], e["public_key"]) for e in self.enrollments(task_id, complete=False)}
+        if signed.size != n:
+            raise ParameterError("roster.size", f"the task's n = {n} users", signed.size)
         wrong = [i for i, keys in signed.users.items() if enrolled.get(i) != keys]
         if wrong:
             raise ParameterError("roster", "the users as they enrolled (index, identity key, X25519 key)",
@@ -194,8 +197,7 @@ class RoundDriver:
             if row.signed_roster not in (None, text):
                 raise ParameterError("roster", "signed once", "another roster: the task has one")
             c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(signed_roster=text))
-        log_event(self.log, "roster signed", task=task_id, users=len(signed.users),
-                  left_out=len(enrolled) - len(signed.users))
+        log_event(self.log, "roster signed", task=task_id, users=len(signed.users), left_out=n - len(signed.users))
         return self.advance(task_id)
 
     def signed_roster(self, task_id: str) -> SignedRoster | None:
