@@ -404,3 +404,17 @@ def test_calibrate_l_items_counts_a_users_cost_as_his_l_reports():
                                 "--max-items", "3"]).stdout
     assert "each of the 15000 reports' parameters (at most 3 a user)" in shown
     assert re.search(r"cost per user\s*│\s*sent 3\s", shown), shown
+
+
+def test_the_evaluation_of_l_items_a_user_leaves_out_the_unused_slots_code(tmp_path):
+    """A reviewer's finding: --user-column with --max-items L evaluated the error over B + 1 items, the code of a
+    user's unused slots among them; it is over the B items of the domain."""
+    rng = np.random.default_rng(1)
+    rows = [(u, int(rng.integers(0, 8))) for u in range(3000) for _ in range(int(rng.integers(1, 5)))]
+    (tmp_path / "ev.csv").write_text("user,item\n" + "".join(f"{u},{i}\n" for u, i in rows))
+    out = runner.invoke(app, ["estimate", "fe0", "--input", str(tmp_path / "ev.csv"), "--column", "item",
+                              "--user-column", "user", "--max-items", "3", "--domain", "8", "--epsilon", "2",
+                              "--delta", "1e-6", "--seed", "1", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["error"]["items"] == 8 and report["parameters"]["domain_size"] == 9  # the cells: B + the slot

@@ -191,7 +191,9 @@ def estimate_frequencies(protocol: str, codes: np.ndarray, encoder: ItemEncoder,
     release = Analysis(parameters, full_domain, candidate_codes).release(table, privacy, encoder=encoder, top=top,
                                                                          truth=true_counts, warnings=warnings)
     if evaluate:  # after the top items' true counts were read: the errors overwrite the counts
-        error = error_summary(table.estimates, truth, "domain" if full_domain else "candidates", overwrite=True)
+        items = getattr(encoder, "unused_slot", None) if full_domain else None  # not the users' unused slots' code
+        error = error_summary(table.estimates[:items], truth[:items], "domain" if full_domain else "candidates",
+                              overwrite=True)
     run.seconds["report"] = time.perf_counter() - start
     report = EstimateReport(**release, error=error, input=input_name,
                             simulation=Simulation(run.mode, run.randomness, full_domain, run.seconds, run.transcript))

@@ -134,7 +134,7 @@ def padded(encoder, pad: int):
     import copy
 
     out = copy.copy(encoder)
-    out.domain_size = pad + 1
+    out.domain_size, out.unused_slot = pad + 1, pad
     return out
 
 
