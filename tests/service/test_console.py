@@ -76,6 +76,22 @@ def test_the_console_shows_tasks_results_with_intervals_and_the_guarantee(tmp_pa
         assert page.locator("#chart").count() == 0
 
 
+def test_a_weak_guarantee_is_said_weak_on_the_console_with_its_warnings(tmp_path):
+    """A reviewer's finding: a task at (1, 0.5) read "This result is (1, 0.5)-differentially private" with no
+    warning. The page now says "only weakly private" and lists the result's warnings (checked in a browser)."""
+    params = calibrate("fe1", epsilon=1.0, delta=0.5, n_users=400, domain_size=30)
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)
+    reports, _ = users(d, np.random.default_rng(2).zipf(1.5, 400) % 30, np.random.default_rng(3))
+    d.store(reports)
+    d.collector.release_batches()
+    with served(create_app(d.analyzer)) as url, browser() as page:
+        page.goto(f"{url}/console/tasks/{d.task.task_id}")
+        page.wait_for_selector("#privacy")
+        assert page.locator("#privacy p").first.inner_text().startswith("This result is only weakly private (see "
+                                                                          "the warnings): (1, 0.5)-differentially")
+        assert "delta = 0.5 is at least 1/n = 0.0025" in page.locator("#warnings").inner_text()
+
+
 def test_the_console_and_the_task_list_ask_for_the_result_token(tmp_path):
     params = calibrate("grr", epsilon=1.0, n_users=20, domain_size=4)
     d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")}, params)

@@ -77,6 +77,8 @@ and phi an item held by 1.5 phi n users may be missed, or one held by phi n / 2 
 {{ chart }}
 <h2>Privacy</h2>
 <div class="privacy" id="privacy"><p>{{ statement }}</p>
+{% if warnings %}<p class="warning">Warnings:</p><ul id="warnings">{% for w in warnings %}<li>{{ w }}</li>{% endfor %}
+</ul>{% endif %}
 {% if assumptions %}<p>It assumes:</p><ul>{% for a in assumptions %}<li>{{ a }}</li>{% endfor %}</ul>{% endif %}
 {% if caveats %}<p>Caveats:</p><ul>{% for c in caveats %}<li>{{ c }}</li>{% endfor %}</ul>{% endif %}</div>
 {% elif note %}<p id="waiting">{{ note }}</p>
@@ -119,12 +121,14 @@ def task_page(task: dict, report: dict | None, top: int = 20, note: str | None =
     privacy = report["privacy"]
     return page(f"Task {task['task_id']}", _TASK.render(
         t=task, report=report, bars=bars, chart=_chart(bars), statement=statement(report),
-        assumptions=privacy.get("assumptions", []), caveats=privacy.get("caveats", [])))
+        assumptions=privacy.get("assumptions", []), caveats=privacy.get("caveats", []),
+        warnings=report.get("warnings", [])))
 
 
 def statement(report: dict) -> str:
     """The guarantee in plain words: what a reader of this result can learn about any one user; a result that is
     not private (its privacy block, or the document's own flag, says so) says that first, and why."""
+    from ...privacy.description import privacy_warnings
     from ...reports import DATA_BESIDE
 
     privacy = report["privacy"]
@@ -136,7 +140,8 @@ def statement(report: dict) -> str:
              f"{math.exp(privacy['epsilon']):.3g}{chance}. Neighbouring datasets: {privacy['neighbouring']}. "
              f"Computed by: {privacy['method_detail']}.")
     if privacy.get("private", True) and report.get("private", True):
-        return f"This result is {claim}"
+        weak = privacy_warnings(privacy["epsilon"], delta, report["n_users"])  # delta >= 1/n, epsilon > 10
+        return f"This result is only weakly private (see the warnings): {claim}" if weak else f"This result is {claim}"
     why = privacy.get("not_private_reason") if privacy.get("private") is False else DATA_BESIDE
     return f"This result is NOT PRIVATE: {why}. Only where what its guarantee rests on held would it be {claim}"
 
