@@ -332,7 +332,8 @@ class SamplingParameters(SharingParameters):
         asked for, capped by the report sets)."""
         p, m = self.effective_probability, self.min_count
         out = super().warnings()
-        if p * m < 10:
+        if m and p * m < 10:  # (m = 0: a release recomputed for survivors among whom the smallest may be gone,
+            # which its warning of the dropouts says; "counts 0 of the 0 holders" said nothing)
             out.append(f"p' = {p:.3g} counts {p * m:.3g} of the {m} holders of the smallest category in expectation: "
                        "its estimate is mostly sampling noise; more users per category, a larger epsilon or delta, "
                        "or dpdg would do better")
