@@ -35,7 +35,8 @@ def folder(fe1_run, tmp_path_factory):
 def test_message_folder_layout(fe1_run, folder):
     params, run = fe1_run
     assert registry.load_parameters((folder / engine.PARAMS_FILE).read_text()) == params
-    assert json.loads((folder / engine.ITEMS_FILE).read_text()) == {"kind": "integer"}
+    assert json.loads((folder / engine.ITEMS_FILE).read_text()) == {"kind": "integer",
+                                                                  "params_digest": engine.params_digest(params)}
     partitions = engine.message_partitions(folder)
     assert [p.name for p in partitions] == [f"part-{i:05d}.parquet" for i in range(PARTITIONS)]
     sizes = [pq.read_metadata(p).num_rows for p in partitions]

@@ -158,8 +158,7 @@ class RoundDriver:
 
     def enrollments(self, task_id: str, complete: bool = True) -> list[dict]:
         """Each enrolled user's keys and binding for the organisation (:meth:`Roster.enrollments`), once all n
-        enrolled (a ParameterError before), or as they are with ``complete`` False (a user who never enrolls would
-        otherwise hold the task in enrollment for ever: a reviewer's finding)."""
+        enrolled (a ParameterError before), or as they are with ``complete`` False (--without-unenrolled)."""
         try:
             n = self.task(task_id).parameters.n_users
         except Refused as err:
@@ -794,8 +793,7 @@ def round_routes(app: ServiceApp, driver: RoundDriver, body, operator_token: str
 
     @app.post("/tasks/{task_id}/close-round/{number}")
     async def close_round(task_id: str, number: int, request: Request) -> dict:
-        require_operator(request, operator_token, "this route closes a round now (a round closed early can fail "
-                         "its task)")
+        require_operator(request, operator_token, "this route closes a round now (which can fail its task)")
         rounds = protocol_of((await run_in_threadpool(driver.task, task_id)).parameters).rounds
         if not 1 <= number <= len(rounds):
             raise Refused(400, "malformed", f"the round must be one of 1..{len(rounds)}, got {number}")
