@@ -147,7 +147,8 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
         f"at most {chosen.colluding} users collude with the server, chosen before the order is drawn; at most "
         f"{chosen.dropouts} honest users drop out, independently of the order, for the release to be complete",
         f"with probability at least 1 - {failure:.3g} (a union bound of the terms; {chosen.failure:.3g} "
-        f"computed): no honest user has {_most_colluding(chosen)} or more colluding neighbours (so neither {t} "
+        f"computed): no honest user has {_most_colluding(chosen)} or more colluding neighbours"
+        f"{'' if chosen.complete else ' on either side of him'} (so neither {t} "
         "colluding holders nor a server showing two survivor lists rebuilds both his secrets"
         + ("" if chosen.complete else f", and a server that declares any users dropped after seeing the graph "
            "cannot rebuild the mask seeds of a part of the honest survivors it cut off: the part's last member "
@@ -163,7 +164,7 @@ def assumptions(chosen: neighbour_graph.GraphGuarantee, failure: float) -> list[
 
 def _most_colluding(chosen: neighbour_graph.GraphGuarantee) -> int:
     """The fewest colluding neighbours of an honest user at which the guarantee fails: 2 t - k - 1 on the complete
-    graph (equivocation, (d)), t - k / 2 - 1 on a Harary graph (a cut, (e), which contains (d))."""
+    graph (equivocation, (d)), t - k / 2 - 1 on one side of him on a Harary graph (a cut, (e), which contains (d))."""
     t, k = chosen.threshold, chosen.degree
     return 2 * t - k - 1 if chosen.complete else t - k // 2 - 1
 
