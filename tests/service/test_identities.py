@@ -486,7 +486,10 @@ def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
     tokens = tmp_path / "tokens.txt"
     issued = run(app, ["tokens", "issue", "--server", "sharing", "--db", db, "--task", task_id, "--count", str(N),
                        "--output", str(tokens)])
-    assert issued.exit_code == 0, issued.output
+    assert issued.exit_code == 0 and "warning" not in issued.stderr, issued.output
+    more = run(app, ["tokens", "issue", "--server", "sharing", "--db", db, "--task", task_id, "--count", "1",
+                     "--output", str(tmp_path / "more.txt")])  # more tokens than seats: the first to enroll take them
+    assert more.exit_code == 0 and f"warning: task {task_id} has {N + 1} tokens for its n = {N} seats" in more.stderr
     sign = ["roster", "sign", "--task", task_id, "--tokens", str(tokens), "--organisation-key", str(key), "--db", db]
     early = run(app, sign)
     assert early.exit_code == 2 and "roster must be complete (all n = 12 users enrolled)" in early.output

@@ -85,6 +85,12 @@ class Roster:
                                                 "task_id": task_id} for t in issued])
         return issued
 
+    def issued(self, task_id: str) -> int:
+        """How many tokens ``task_id`` has had issued in all."""
+        with storage.reading(self.engine) as c:
+            return c.execute(sa.select(sa.func.count()).select_from(self.tokens).where(
+                self.tokens.c.task_id == task_id)).scalar_one()
+
     def enroll(self, task_id: str, n_users: int, body: bytes) -> dict:
         """A user joins the roster: his token (its authentication half) spent, his keys and his token's binding of
         them kept, his index and a fresh secret returned. The same token, keys and binding again (a retry) get the
