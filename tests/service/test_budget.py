@@ -501,3 +501,20 @@ def test_the_tasks_of_a_release_before_the_ledger_are_charged_at_the_upgrade(db)
         (book,) = [b.to_dict() for b in ledger.ledgers(c)]
     assert book["spent"]["tasks"] == 3
     engine.dispose()
+
+
+def test_budget_commands_name_the_server_whose_ledger_a_database_holds(tmp_path):
+    """A reviewer's finding: `budget set --db` on S1's database said it must be an analyzer's, not that --server s1
+    reads it."""
+    from typer.testing import CliRunner
+
+    from privagg.cli import app
+
+    db = f"sqlite:///{tmp_path}/s1.db"
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--create", "--role", "s1", "--db", db]).exit_code == 0
+    for args in (["budget", "set", "--population", "x", "--epsilon", "1", "--delta", "1e-6", "--period", "day"],
+                 ["budget", "show"]):
+        refused = runner.invoke(app, [*args, "--db", db])
+        assert refused.exit_code == 2 and refused.output.strip().endswith("an s1 database (its ledger: --server s1)")
+    assert runner.invoke(app, ["budget", "show", "--server", "s1", "--db", db]).exit_code == 0

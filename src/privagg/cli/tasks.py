@@ -558,9 +558,16 @@ _BUDGET_SERVER = typer.Option("analyzer", "--server", help="The service whose ta
 
 def _ledger_engine(server: str, db: str | None):
     from ..service.config import load_config
-    from ..service.storage import connect
+    from ..service.storage import a_role, connect
 
-    return connect(load_config(server, db=db).db, server, create=False)
+    try:
+        return connect(load_config(server, db=db).db, server, create=False)
+    except ParameterError as err:  # another party's database with a ledger: say which --server reads it
+        other = next((r for r in ("analyzer", "sharing", "s1") if r != server and
+                      str(err.got).endswith(f", {a_role(r)} database")), None)
+        if other is None:
+            raise
+        raise ParameterError(err.field, err.accepted, f"{err.got} (its ledger: --server {other})") from None
 
 
 @budget_app.command("show")

@@ -518,10 +518,11 @@ class Collector:
             if waiting < task.min_batch_size and (waiting or (task.single_batch and released is None)):
                 short = task.min_batch_size - waiting
                 remedy = f"wait for {short} more reports"
-                if task.single_batch:
-                    remedy += (", or collect under a task whose one batch may be smaller: created with a lower "
-                               "--min-batch-size (down to ceil(G n)), calibrated with a lower honest fraction G "
-                               "(privagg calibrate --honest-fraction)")
+                if task.single_batch:  # (a lower --min-batch-size only where it is above ceil(G n) already)
+                    lower = "" if task.min_batch_size <= task.parameters.honest_users else \
+                        "created with a lower --min-batch-size (down to ceil(G n)), "
+                    remedy += (f", or collect under a task whose one batch may be smaller: {lower}calibrated with a "
+                               "lower honest fraction G (privagg calibrate --honest-fraction)")
                 raise ParameterError("task", "a task whose waiting reports reach its minimum batch (closed before, it "
                                      "would never release them)", f"{task_id}, with {waiting} reports waiting of the "
                                      f"{task.min_batch_size} needed ({short} short): {remedy}")
