@@ -56,7 +56,7 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
         entry = registry.get(name)
         if entry.result is not ResultKind.FREQUENCY_TABLE:
             raise ParameterError("protocols", "frequency protocols (vector sums are compared elsewhere)", name)
-        required = [o.name for o in entry.options if "(required" in o.help]
+        required = [o.name for o in entry.options if o.required]
         if required:  # (a reviewer's finding: refused row by row, pointing at options compare does not have)
             raise ParameterError("protocols", f"protocols compare runs with their defaults ({name} needs "
                                  f"{', '.join('--' + r.replace('_', '-') for r in required)}: run privagg estimate "

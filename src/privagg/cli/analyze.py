@@ -60,7 +60,8 @@ def analyze(
         if own.exists() and load_parameters(read_json_text(own, "messages"), verify=False) != params:
             raise ParameterError("params", f"the parameters the messages were made with ({own})", str(params_file))
         items = engines.read_items_info(messages, params.domain_size)
-        if items.get("params_digest", engines.params_digest(params)) != engines.params_digest(params):
+        digest = engines.params_digest(params)
+        if items.get("params_digest", digest) != digest:
             raise ParameterError("params", f"the parameters the messages were made with (their digest in "
                                  f"{messages / engines.ITEMS_FILE})", f"{params_file}, another run's (another item key "
                                  "or setting): estimates read under it would be wrong")

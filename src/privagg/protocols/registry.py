@@ -101,6 +101,7 @@ class Option:
     name: str
     type: type
     help: str
+    required: bool = False  # the protocol cannot be calibrated without it (compare, which takes none, refuses it)
 
 
 @dataclass(frozen=True)
@@ -259,10 +260,11 @@ _SAMPLING_AUDITS = (dict(n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_c
                     dict(n_users=40, domain_size=2, epsilon=1.0, delta=0.7, min_count_fraction=0.45,
                          calibrations=("closed_form",)))
 _BETA = Option("min_count_fraction", float, "beta in (0, 1/N]: every category is held by at least beta n users "
-               "(required: the guarantee rests on it; checked on the data)")
+               "(required: the guarantee rests on it; checked on the data)", required=True)
 _P = Option("sampling_probability", float, "p in (0, 1]: fix p instead of calibrating it (its delta is computed, "
             "and must meet --delta)")
-_TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alpha N categories (required)"),
+_TSS = (Option("report_fraction", float, "alpha in (0, 1]: each user reports alpha N categories (required)",
+               required=True),
         Option("second_stage", str, "uniform (default) or adaptive report sets"),
         Option("gamma", float, "G >= 1: the adaptive stage's bias (ln G-LDP against S1; default 2)"))
 
@@ -309,7 +311,8 @@ ENTRIES: tuple[ProtocolEntry, ...] = (
                               slow=True),
                          dict(n_users=24, domain_size=2, phi=0.9, epsilon=1.0, delta=0.1,
                               calibrations=("hockey_stick",), slow=True)),
-        options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)"),
+        options=(Option("phi", float, "phi in (0, 1): report the items held by at least phi n users (required)",
+                        required=True),
                  Option("max_length", int, f"L: string items of at most L bytes, discovered byte by byte "
                         f"(1..{MAX_LENGTH_MAX}, default {DEFAULT_MAX_LENGTH} for text input; --domain is then "
                         "left out)"))),

@@ -175,14 +175,13 @@ class RoundDriver:
         signature under the task's organisation key, and each user it lists with the keys he enrolled. The
         rounds open with it; the users it leaves out are dropouts of round 1. The same roster again changes
         nothing; another is refused (ParameterError). The task's state after."""
-        self.task(task_id)
+        n = self.task(task_id).parameters.n_users  # (the organisation may leave out users who did not enroll)
         with storage.reading(self.engine) as c:
             row = self._row(c, task_id)
         if row.organisation_key is None:
             raise ParameterError("task", "a task its organisation signed (privagg task create --organisation-key)",
                                  f"{task_id}, unsigned")
         signed.verify(row.organisation_key)
-        n = self.task(task_id).parameters.n_users  # (the organisation may leave out users who did not enroll)
         enrolled = {e["user"]: (e["identity_key"], e["public_key"]) for e in self.enrollments(task_id, complete=False)}
         if signed.size != n:
             raise ParameterError("roster.size", f"the task's n = {n} users", signed.size)
