@@ -211,11 +211,18 @@ def organised(driver, task, client_type, url: str, users: int, organisation=None
 
 def signed(client, number: int, body: dict, relay: str | None = None) -> dict:
     """``body``, a hand-made round-``number`` answer of ``client``'s user, with his signatures as his SDK makes
-    them: of its ``message`` (none: empty) and of each sealed message of its ``relay`` list."""
+    them: of its ``message`` (none: empty) and of each sealed message of its ``relay`` list (with what the round
+    binds, from the message)."""
     import base64
 
+    protocol = client.protocol
+    binds = protocol.rounds[number - 1].binds
+
     def sign(recipient, message: str) -> str:
-        return base64.b64encode(client._sign(number, recipient, base64.b64decode(message))).decode()
+        bound = b"" if recipient is None or not binds else protocol.bound(
+            client.task.parameters, client.roster().graph_seed, client.user, recipient,
+            base64.b64decode(body.get("message", "")))
+        return base64.b64encode(client._sign(number, recipient, base64.b64decode(message) + bound)).decode()
 
     out = {"user": client.user, "secret": client.secret, **body, "signature": sign(None, body.get("message", ""))}
     if relay is not None and isinstance(body.get(relay), list):

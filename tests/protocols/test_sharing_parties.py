@@ -216,10 +216,11 @@ def test_round_inputs_are_checked():
         users[0].reveal(everyone, everyone[:-1], {}, {})
 
 
-def test_a_dealer_whose_backup_is_missing_does_not_open_or_does_not_match_is_complained_about():
-    """Round 2: user 0 complains about the dealers whose backup was withheld (5), did not open (None from his SDK:
-    6), is another's (user 7's relayed as 8's) or holds shares that do not match the commitments (9); the server
-    excludes them and user 0 never masks with them (he refuses a U1' that keeps one)."""
+def test_a_dealer_whose_backup_does_not_open_or_does_not_match_is_complained_about_and_a_withheld_one_refused():
+    """Round 2: user 0 complains about the dealers whose backup did not open (None from his SDK: 6), is another's
+    (user 7's relayed as 8's) or holds shares that do not match the commitments (9); the server excludes them and
+    user 0 never masks with them (he refuses a U1' that keeps one). A backup withheld (5's: the server took no
+    round-1 message without it) is the server's doing: he refuses the round, naming 5, and blames no dealer."""
     p = parameters("dpds")
     rng = np.random.default_rng(0)
     users = [SharingUser(p, i, 13, rng=rng) for i in range(N_USERS)]
@@ -229,19 +230,23 @@ def test_a_dealer_whose_backup_is_missing_does_not_open_or_does_not_match_is_com
     backups = {i: outbox[i][1][0] for i in range(1, N_USERS)}
     wrong = decode(p, backups[9], (BACKUP,), 9, 0).payload.copy()
     wrong[1, 0] = (wrong[1, 0] + 1) % shamir.PRIME
-    backups = {**{k: v for k, v in backups.items() if k != 5}, 6: None, 8: backups[7],
-               9: encode(p, BACKUP, 9, 0, wrong)}
+    backups = {**backups, 6: None, 8: backups[7], 9: encode(p, BACKUP, 9, 0, wrong)}
+    withheld = {k: v for k, v in backups.items() if k != 5}
+    alone = SharingUser(p, 0, 13, rng=1)
+    alone.advertise(int(CODES[0]))
+    with pytest.raises(ParameterError, match=r"none from users \[5\]: the server withheld them"):
+        alone.check(**server.inbox(ROUNDS[1], 0, state, messages), backups=withheld)
     complaints = users[0].check(**server.inbox(ROUNDS[1], 0, state, messages), backups=backups).message
-    assert decode(p, complaints[KEY_MESSAGE:], (COMPLAINTS,), 0, SERVER).payload.tolist() == [5, 6, 8, 9]
-    assert users[0].state.checked == set(range(1, N_USERS)) - {5, 6, 8, 9}
+    assert decode(p, complaints[KEY_MESSAGE:], (COMPLAINTS,), 0, SERVER).payload.tolist() == [6, 8, 9]
+    assert users[0].state.checked == set(range(1, N_USERS)) - {6, 8, 9}
     messages["check"] = {0: complaints, **{k: users[k].check(**server.inbox(ROUNDS[1], k, state, messages), backups={
         i: outbox[i][1][k] for i in outbox if i != k}).message for k in range(1, N_USERS)}}
     with pytest.raises(ParameterError, match="whose backups he complained about or lacks"):
         users[0].masked_sum(messages["check"])  # a server that kept the users he complained about
     closed = server.close(ROUNDS[1], list(range(N_USERS)), state, messages)
-    assert closed["checked"] == [u for u in range(N_USERS) if u not in (5, 6, 8, 9)]
-    assert closed["complaints"] == [[0, [5, 6, 8, 9]]] and closed["excluded"] == [5, 6, 8, 9]
-    users[0].masked_sum(server.inbox(ROUNDS[2], 0, closed, messages)["keys"])  # U1' without them: he masks
+    assert closed["checked"] == [u for u in range(N_USERS) if u not in (6, 8, 9)]
+    assert closed["complaints"] == [[0, [6, 8, 9]]] and closed["excluded"] == [6, 8, 9]
+    users[0].masked_sum(server.inbox(ROUNDS[1 + 1], 0, closed, messages)["keys"])  # U1' without them: he masks
 
 
 def test_a_complainer_who_names_more_than_the_task_can_lose_is_excluded_himself():

@@ -22,6 +22,8 @@ Servers (coordinators, put in the registry's dpds entry by :func:`serving`):
   of its own.
 * :class:`LyingRecovery`: names ``victim`` a dropout though his masked sum arrived (U2 without him), and releases
   the others.
+* :class:`AlteringCommitments`: shows the holder ``victim`` in round 2 another commitment of each dealer of
+  ``dealers`` (one bit flipped), which had him complain about honest dealers, or be excluded as a false complainer.
 """
 
 from __future__ import annotations
@@ -103,6 +105,19 @@ class LyingRecovery(SharingServer):
         survivors = set(state["survivors"])
         return super().finish(state, {**messages, "masked_sum": {u: m for u, m in messages["masked_sum"].items()
                                                                  if u in survivors}})
+
+
+class AlteringCommitments(SharingServer):
+    """Round 2's inbox of ``victim`` with each commitment of ``dealers`` to his shares one bit off."""
+
+    victim, dealers = 0, (1, 2, 3)
+
+    def inbox(self, round_, user, state, messages):
+        inbox = super().inbox(round_, user, state, messages)
+        if round_.name == "check" and user == self.victim:
+            for u in self.dealers:
+                inbox["commitments"][u] = inbox["commitments"][u][:-1] + bytes([inbox["commitments"][u][-1] ^ 1])
+        return inbox
 
 
 def serving(monkeypatch, coordinator: type, **lies) -> type:

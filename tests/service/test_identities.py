@@ -206,11 +206,13 @@ def test_a_duly_signed_message_that_does_not_open_is_none_for_the_role_and_kept_
     me = users[0]  # round 2 (check) delivers the backups
     inbox = round_wire.decode(http.post(f"/tasks/{task.task_id}/inbox", content=round_wire.encode(
         {"user": me.user, "secret": me.secret}), headers={"content-type": round_wire.MEDIA_TYPE}).content)
-    opened = me._delivered(me.protocol.round("check"), inbox["backups"])
+    opened = me._delivered(me.protocol.round("check"), inbox["backups"], inbox["inbox"])
     assert opened[liar.user] is None and all(v is not None for k, v in opened.items() if k != liar.user)
-    sealed, signature = me.unopened[(1, liar.user)]
+    signed_bytes, signature = me.unopened[(1, liar.user)]  # the sealed backup and his commitments to user 0's shares
+    junk = next(e["sealed"] for e in inbox["backups"] if e["sender"] == liar.user)
+    assert signed_bytes == junk + inbox["inbox"]["commitments"][liar.user]
     assert identity.verify(liar.identity_key, signature, b"privagg message " + task.task_id.encode() +
-                           b" round 1 from user 1 to user 0", sealed)
+                           b" round 1 from user 1 to user 0", signed_bytes)
 
 
 def test_a_signed_message_replayed_into_another_task_or_round_is_refused(sqlite_dbs, serve):

@@ -22,7 +22,7 @@ from privagg.service.storage import round_messages
 from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
-from service.dishonest_dpds import (Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
+from service.dishonest_dpds import (AlteringCommitments, Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
                                     JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of,
                                     lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
@@ -100,6 +100,34 @@ def test_a_user_whose_backups_do_not_open_or_do_not_match_is_excluded_and_the_re
     assert report["dropouts"]["complaints"] == [[k, LIAR] for k in others]
     assert "1 excluded in round 2 on complaints" in " ".join(report["privacy"]["caveats"])
     assert all(LIAR not in r.owners.tolist() for r in revealed(service, task.task_id).values())  # nothing of his
+
+
+@pytest.mark.parametrize("how", ["altered", "withheld"])
+def test_a_server_that_alters_or_withholds_what_a_holder_is_shown_has_him_refuse_never_complain(server, monkeypatch,
+                                                                                                  how):
+    """A reviewer's finding: the server showed user 0 other commitments of three honest dealers (more than the
+    n - min_survivors = 4 he may name is not needed: he complained about them, or was excluded as a liar), and the
+    release listed complaints that were the server's doing. Each backup's signature now covers its dealer's
+    commitments to its holder's shares (``bound``): user 0 refuses the altered ones as forged, and backups withheld
+    (the server took no round-1 message without them) as the server's doing; he sends nothing in round 2, a
+    dropout (which the server could cause anyway), no complaint or exclusion is recorded, and the release is the
+    other 11's sum exactly."""
+    service, _, clock = server
+    if how == "altered":
+        serving(monkeypatch, AlteringCommitments)
+    else:
+        relayed_to = SharingService._relayed_to
+        monkeypatch.setattr(SharingService, "_relayed_to", lambda self, c, task_id, number, user: [
+            row for row in relayed_to(self, c, task_id, number, user) if user != 0 or row[0] not in (1, 2, 3)])
+    p = dpdg()
+    task, users = with_liar(service, p)
+    refused = every_round(service, task, users, clock, refusing=(0,))
+    assert list(refused) == ["check"] and list(refused["check"]) == [0]
+    assert ("backups[1].signature must be a valid Ed25519 signature by user 1" if how == "altered" else
+            "none from users [1, 2, 3]: the server withheld them") in refused["check"][0]
+    report = service.result(task.task_id)
+    released_over(p, report, users, range(1, N))
+    assert report["dropouts"]["complaints"] == [] == report["dropouts"]["excluded"]
 
 
 def test_a_revealers_wrong_shares_are_discarded_and_he_is_blamed(server):

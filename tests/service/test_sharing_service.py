@@ -19,7 +19,7 @@ from privagg.protocols.sharing_messages import (ADVERTISE, COMMITMENTS, COMPLAIN
                                                 REVEAL, SERVER, SIGNATURE, VERSION, Revealed, decode, encode,
                                                 expected_traffic)
 from privagg.protocols.sharing_parties import SIGNED_LISTS, statement, survivors_parameters
-from privagg.protocols.sharing_server import ROUNDS
+from privagg.protocols.sharing_server import PROTOCOL, ROUNDS
 from privagg.service.round_tasks import KEM, relay_info, release_delta
 from privagg.service.sharing.server import SharingService, create_app
 from privagg.service.sharing.client import SharingClient
@@ -163,10 +163,14 @@ def test_bad_input_is_refused_with_nothing_stored_and_counted(server):
     keys = {k: public for k, (_, public) in me.roster().users.items()}
     sealed = {k: b64encode(_suite(KEM).encrypt(m, _public_key(KEM, keys[k]), info=relay_info(
         ROUNDS[0], tid, me.user, k))).decode() for k, m in plain.items()}
-    shares = signed(me, 1, {"backups": [{"recipient": k, "sealed": v} for k, v in sealed.items()]},
-                    "backups")["backups"]
-    good = signed(me, 1, {"message": b64encode(key).decode()})
-    path = f"/tasks/{tid}/round1"
+    shares = signed(me, 1, {"message": b64encode(key).decode(), "backups": [{"recipient": k, "sealed": v} for k, v in
+                                                                            sealed.items()]}, "backups")["backups"]
+    good, path = signed(me, 1, {"message": b64encode(key).decode()}), f"/tasks/{tid}/round1"
+    other = me.role.__class__(p, me.user, task.min_survivors, rng=5).advertise(1).message  # other commitments
+    unbound = signed(me, 1, {"message": b64encode(other).decode(), "backups": [
+        {"recipient": k, "sealed": v} for k, v in sealed.items()]}, "backups")["backups"]
+    assert "backups[0].signature must be user 0's" in refused(http, path, {
+        **good, "backups": unbound}, 403, "bad_signature")  # each backup signed with his commitments to its holder
     refused(http, path, {**good, "backups": shares[:-1]}, 400, "malformed")
     refused(http, path, {**auth, "backups": shares}, 400, "malformed")
     refused(http, path, {**good, "backups": shares[:-1] + [{"recipient": me.user, "sealed": shares[0]["sealed"]}]},
@@ -229,7 +233,8 @@ def test_binary_bodies_are_checked_field_by_field_and_answered_in_kind(server):
     backups = []
     for k, m in plain.items():
         sealed = _suite(KEM).encrypt(m, _public_key(KEM, keys[k][1]), info=relay_info(ROUNDS[0], tid, me.user, k))
-        backups.append({"recipient": k, "sealed": sealed, "signature": me._sign(1, k, sealed)})
+        bound = PROTOCOL.bound(p, me.roster().graph_seed, me.user, k, key)  # his commitments to k's shares
+        backups.append({"recipient": k, "sealed": sealed, "signature": me._sign(1, k, sealed + bound)})
     good = {**me._auth(), "message": key, "signature": me._sign(1, None, key), "backups": backups}
     raw = round_wire.encode(good)
 

@@ -134,6 +134,10 @@ class Round:
     seal: str | None = None  # the party the message to the server is sealed to, when not the server (TSS's "s2")
     relay: str | None = None  # the name of each sender's messages to other parties, sealed to them and relayed
     relay_info: bytes = b""  # what a relayed message's seal binds, before the task, sender and recipient (HPKE info)
+    # the inbox field (sender -> bytes) of the round that delivers the relay whose entry each relayed message's signature
+    # also covers: the protocol's ``bound`` of the sender's message to the server (DPDS: his commitments to the
+    # recipient's shares), which the server checks against that message and shows the recipient as it is
+    binds: str | None = None
     delivers: str | None = None  # an earlier round's ``relay`` whose messages to the user his inbox carries
     reads: tuple[str, ...] = ()  # earlier rounds whose messages to the server the coordinator's inbox reads
     signed: tuple[tuple[str, str], ...] = ()  # (inbox field, round): its {sender: message} travel with their signatures
@@ -214,7 +218,8 @@ class MultiRound:
     is the fewest a task may require. ``entries(raw)`` reads a message's kind and entries for traffic counts;
     ``faithful_seconds(parameters)`` and ``faithful_bytes(parameters)`` are what a faithful simulation takes (from
     measured rates; every message of a run is held at once); ``parties`` names the coordinator and the releaser
-    in transcripts."""
+    in transcripts; ``bound(parameters, graph_seed, sender, recipient, message)`` is what the signature of a message
+    relayed in a round with ``binds`` covers besides its sealed bytes, from the sender's ``message`` to the server."""
 
     rounds: tuple[Round, ...]
     user: Callable[..., Any]
@@ -228,6 +233,7 @@ class MultiRound:
     answer: Callable[[Sequence[Any], Round, Sequence[dict]], list[Outbox]] = answer_each
     releaser: Callable[..., Any] | None = None
     parties: tuple[str, ...] = ("server",)
+    bound: Callable[[Any, bytes | None, int, int, bytes], bytes] | None = None
 
     def __post_init__(self) -> None:
         names = [r.name for r in self.rounds]
@@ -237,6 +243,7 @@ class MultiRound:
             assert set(r.reads) <= set(names[:i]) and (r.delivers is None or r.delivers in {
                 e.relay for e in self.rounds[:i]}), r
         assert sum(r.value for r in self.rounds) == 1 and len(relays) == len([r for r in self.rounds if r.relay])
+        assert (self.bound is None) == all(r.binds is None for r in self.rounds)
 
     def round(self, name: str) -> Round:
         return next(r for r in self.rounds if r.name == name)

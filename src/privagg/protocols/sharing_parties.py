@@ -82,8 +82,8 @@ from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
 from .sharing_graph import planned, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
-                               SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, committed_to,
-                               dealt_commitments, decode, decode_checked, encode, low_order, message_bytes)
+                               SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, commitments_to,
+                               committed_to, dealt_commitments, decode, decode_checked, encode, low_order, message_bytes)
 
 
 def threshold(parameters: SharingParameters) -> int:
@@ -107,6 +107,16 @@ def task_graph(parameters: SharingParameters, seed: bytes | None) -> neighbour_g
     degree = task_degree(parameters)
     complete = degree == parameters.n_users - 1
     return neighbour_graph.graph(parameters.n_users, degree, None if complete else seed)
+
+
+def bound(parameters: SharingParameters, graph_seed: bytes | None, dealer: int, holder: int, message: bytes) -> bytes:
+    """What the signature of ``dealer``'s backup to ``holder`` covers besides its sealed bytes: the COMMITMENT message
+    of his commitments to ``holder``'s shares, cut from his round-1 message to the server (``message``, checked).
+    The server shows it to the holder as it is (``commitments``); the dealer signed both together, so a server that
+    shows another commitment has the holder refuse the backup as forged, never complain about an honest dealer
+    (docs/privacy.md, "Commitments")."""
+    slot = task_graph(parameters, graph_seed).slot(dealer, holder)
+    return encode(parameters, COMMITMENT, dealer, holder, commitments_to(message[HEADER.size:], slot))
 
 
 def deal(secret: bytes, threshold_: int, holders: Sequence[int], rng: np.random.Generator) -> np.ndarray:
@@ -398,15 +408,22 @@ class SharingUser:
     def check(self, commitments: Mapping[int, bytes], backups: Mapping[int, bytes | None]) -> Outbox:
         """Round 2: his pair key's public half and his mask seed's hash, followed by his complaints, given the
         commitments each dealer of U1 among his neighbours made to his shares (``commitments``: dealer -> the
-        server's copy) and the backups they sent him (None: one his SDK could not open). A dealer whose backup is
-        missing, does not open or decode, or does not match its commitments is complained about; the others' shares
-        are kept for round 5. Refused (a ParameterError, nothing sent) if either names a user who is not his
-        neighbour."""
+        server's copy, which his SDK checked under the dealer's signature of the backup, :func:`bound`) and the
+        backups they sent him (None: one his SDK could not open). A dealer whose backup does not open or decode, or
+        does not match its commitments is complained about; the others' shares are kept for round 5. Refused (a
+        ParameterError, nothing sent) if either names a user who is not his neighbour, or a backup is missing: the
+        server took no round-1 message without one to each neighbour, so it withholds it (a complaint would blame
+        the dealer for the server's doing)."""
         self._expect(2)
         p, graph = self.parameters, self.graph
         dealers = self._check_list(list(commitments), "round-1 senders")
         self._strangers(dealers, "round-1 senders")
         self._strangers(backups, "backups")
+        withheld = sorted(set(dealers) - set(backups) - {self.index})
+        if withheld:
+            raise ParameterError("backups", "a backup from each round-1 sender among his neighbours (the server takes "
+                                 "no round-1 message without them)", f"none from users {withheld[:5]}: the server "
+                                 "withheld them")
         complaints = []
         held = np.zeros((len(graph.holders(self.index)), 2, LIMBS), dtype=np.int32)
         for u in dealers:
@@ -414,7 +431,7 @@ class SharingUser:
                 continue
             committed = decode(p, commitments[u], (COMMITMENT,), u, self.index).payload
             try:
-                shares = decode(p, backups.get(u), (BACKUP,), u, self.index).payload
+                shares = decode(p, backups[u], (BACKUP,), u, self.index).payload
             except ParameterError:
                 complaints.append(u)
                 continue

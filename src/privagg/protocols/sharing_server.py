@@ -25,12 +25,12 @@ from .results import FrequencyTable
 from .roles import MultiRound, Round, RoundFailed
 from .sampling_servers import SumServer
 from .sampling_sharing import SharingParameters
-from .sharing_messages import (BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTES, KEY_MESSAGE, LIMBS,
+from .sharing_messages import (BACKUP, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTES, KEY_MESSAGE, LIMBS,
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
-                               MAGIC, USERS, VERSION, Message, Revealed, commitments_to, committed_to, decode,
+                               MAGIC, USERS, VERSION, Message, Revealed, committed_to, decode,
                                decode_checked, encode, holders, message_bytes, message_entries, packed_commitment)
 from .sharing_graph import graph_delta, stated
-from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, check_min_survivors,
+from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, bound, check_min_survivors,
                               faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists,
                               survivors_parameters, task_graph, threshold)
 
@@ -67,8 +67,8 @@ class SharingRelease:
         p = self.parameters
         task = self.task or p
         removed = task.n_users - task.honest_users + self.enrolled - self.survivors
-        left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints (no proof against them: the server "
-                    "shows each holder the commitments)" if self.excluded else "") + (
+        left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints (the dealer's or the complainer's "
+                    "fault, which a backup sealed to its holder cannot prove)" if self.excluded else "") + (
             f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "") + (
             f"; {len(self.inconsistent)} dealers proven inconsistent, excluded in round 6 (their terms removed with "
             "the survivors' pair seeds)" if self.inconsistent else "")
@@ -188,10 +188,9 @@ class SharingServer:
             return {"commitments": {u: messages["advertise"][u] for u in proven},
                     "keys": {u: messages["check"][u] for u in proven},
                     "openings": {u: bytes.fromhex(proofs[u]) for u in proven}}
-        if name == "check":
-            return {"commitments": {u: encode(p, COMMITMENT, u, user, commitments_to(
-                messages["advertise"][u][HEADER.size:], graph.slot(u, user)))
-                for u in among(graph, user, state["senders"]) if u != user}}
+        if name == "check":  # each as its dealer signed it with the backup (bound)
+            return {"commitments": {u: bound(p, graph_seed(state), u, user, messages["advertise"][u])
+                                    for u in among(graph, user, state["senders"]) if u != user}}
         if name == "masked_sum":
             return {"keys": {u: messages["check"][u] for u in among(graph, user, state["checked"])}}
         if name == "advertise":
@@ -545,7 +544,8 @@ class Opened:
 # and goes on with at least the task's minimum of survivors (rounds 4 and 5: at least t signers, t revealers; round 6
 # with whoever answered, the release naming a survivor who did not).
 ROUNDS = (
-    Round("advertise", value=True, relay="backups", relay_info=b"privagg backup ", publishes="senders"),
+    Round("advertise", value=True, relay="backups", relay_info=b"privagg backup ", binds="commitments",
+          publishes="senders"),
     Round("check", expects="senders", delivers="backups", reads=("advertise",), publishes="checked"),
     Round("masked_sum", expects="checked", reads=("check",), signed=(("keys", "check"),), publishes="survivors"),
     Round("consistency", expects="survivors", publishes="signers", minimum="threshold"),
@@ -560,4 +560,4 @@ ROUNDS = (
 PROTOCOL = MultiRound(
     rounds=ROUNDS, user=SharingUser, coordinator=SharingServer, answer=answer, release_round="masked_sum",
     survivors_parameters=survivors_parameters, least_survivors=least_survivors,
-    entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes)
+    entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes, bound=bound)

@@ -100,8 +100,8 @@ of the roster's head and entries he downloaded (apart), and
         self.identity = identity.generate()
         self.identity_key = identity.public_key(self.identity)
         self.signed_roster: ProvenRoster | None = None
-        # (round, sender) -> (sealed, signature) of each duly signed message relayed to him that did not open: what
-        # a complaint blaming its sender shows
+        # (round, sender) -> (what he signed: the sealed bytes and the round's ``binds``, his signature) of each duly
+        # signed message relayed to him that did not open: what a complaint blaming its sender shows
         self.unopened: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         self.user: int | None = None
         self.secret: str | None = None
@@ -350,7 +350,7 @@ class RoundClient(RosterClient):
             self.count("received", *self.entries(raw))
         fields.update(seed)
         if round_.delivers:
-            fields[round_.delivers] = self._delivered(round_, answer.get(round_.delivers))
+            fields[round_.delivers] = self._delivered(round_, answer.get(round_.delivers), fields)
         keys = self._keys(answer.get("public_keys")) if round_.relay else {}
         if round_.value:
             fields["value"] = value
@@ -371,7 +371,9 @@ class RoundClient(RosterClient):
             body[round_.relay] = []
             for k, relayed in relayed.items():
                 sealed = self._seal(relayed, keys[k], relay_info(round_, self.task.task_id, self.user, k))
-                body[round_.relay].append({"recipient": k, "sealed": sealed, "signature": self._sign(number, k, sealed)})
+                signed = sealed + (protocol.bound(self.task.parameters, self.roster().graph_seed, self.user, k,
+                                                  out.message) if round_.binds else b"")
+                body[round_.relay].append({"recipient": k, "sealed": sealed, "signature": self._sign(number, k, signed)})
         self._call(f"round{number}", body, ("already_sent",), True)
         return True
 
@@ -391,24 +393,27 @@ class RoundClient(RosterClient):
             keys[k] = users[k][1]
         return keys
 
-    def _delivered(self, round_, entries: list) -> dict[int, bytes | None]:
+    def _delivered(self, round_, entries: list, fields: dict) -> dict[int, bytes | None]:
         """The messages relayed to him, by sender: each signed by its sender (in the signed roster) for this task,
-        round and recipient, else refused (ParameterError naming it: the server forged, replayed or altered it);
-        None for one that is duly signed but does not open (its sender's fault, provable by the signed ciphertext:
-        his role blames him)."""
+        round and recipient, with the inbox's entry of the relaying round's ``binds`` from that sender (DPDS's
+        commitments to his shares), else refused (ParameterError naming it: the server forged, replayed or altered
+        it, or what it shows with it); None for one that is duly signed but does not open (its sender's fault,
+        provable by the signed ciphertext: his role blames him)."""
         protocol = self.protocol
         relay = next(r for r in protocol.rounds if r.relay == round_.delivers)
-        number, out = protocol.number(relay.name), {}
+        number, out, bound = protocol.number(relay.name), {}, fields.get(relay.binds, {}) if relay.binds else {}
+        _shaped(f"inbox.{relay.binds}", bound, dict, "an object sender -> message")
         if not isinstance(entries, list):
             raise ParameterError(round_.delivers, "a list of the messages relayed to him", type(entries).__name__)
         for e in entries:
             e = e if isinstance(e, dict) else {}
             sender, sealed = e.get("sender"), _bytes(e.get("sealed"))
-            self._check_signed(sender, e.get("signature"), sealed, number, self.user,
+            signed = sealed + _bytes(bound.get(sender, b""))
+            self._check_signed(sender, e.get("signature"), signed, number, self.user,
                                f"{round_.delivers}[{sender!r}].signature")
             out[sender] = self._open(sealed, relay_info(relay, self.task.task_id, sender, self.user))
             if out[sender] is None:
-                self.unopened[(number, sender)] = sealed, _bytes(e.get("signature"))
+                self.unopened[(number, sender)] = signed, _bytes(e.get("signature"))
         return out
 
 

@@ -22,9 +22,9 @@ No key and no message comes from the server alone (docs/privacy.md, "Dishonest p
 task's organisation has signed the roster (:meth:`RoundDriver.publish_roster`, after ``privagg roster sign``
 checked every enrollment's binding), and run over its users only (those it left out are round-1 dropouts); the
 coordinator reads their identity keys as ``state["identities"]``. Every answer carries its sender's Ed25519
-signature of his message to the server (empty when he sends none) and of each message he relays, for the task,
-round, sender and recipient (:func:`~privagg.service.round_tasks.message_context`); the driver checks each against
-the signed roster (403 ``bad_signature``) and stores it, and relays it with the message.
+signature of his message to the server (empty when he sends none) and of each message he relays (with what its
+round ``binds``), for the task, round, sender and recipient (:func:`~privagg.service.round_tasks.message_context`);
+the driver checks each against the signed roster (403 ``bad_signature``), stores it and relays it with the message.
 
 Routes (:func:`round_routes`): ``POST /tasks/{id}/enroll``, ``POST /tasks/{id}/inbox`` (the open round's inbox
 for the user: the coordinator's fields, the earlier messages it carries with their ``signatures``, the messages
@@ -490,9 +490,10 @@ class RoundDriver:
                 raise Refused(400, "bad_message", str(err)) from None
         rows = self._relayed(round_, user, data.get(round_.relay),
                              self._recipients(coordinator, round_, user, state, read), binary)
-        for i, (k, (sealed, signed)) in enumerate(rows.items()):
-            rows[k] = sealed, self._signed_by(task_id, user, signed, sealed, message_context(task_id, number, user, k),
-                                              f"{round_.relay}[{i}].signature", binary)
+        for i, (k, (sealed, signed)) in enumerate(rows.items()):  # with what the round binds, from his message
+            bound = protocol.bound(task.parameters, state.get("graph_seed"), user, k, message) if round_.binds else b""
+            rows[k] = sealed, self._signed_by(task_id, user, signed, sealed + bound, message_context(
+                task_id, number, user, k), f"{round_.relay}[{i}].signature", binary)
 
         def insert(c: sa.Connection) -> None:
             c.execute(sa.insert(self.messages), {"task_id": task_id, "round": number, "user": user, "message": message,
