@@ -43,7 +43,9 @@ class ExpectedError:
 
     messages_per_user: float
     bits_per_message: int
-    standard_error: float  # the largest of one item: at frequency 0 (balls into bins), at the largest count (sampling)
+    # the largest of one item (balls into bins: at frequency 0; sampling: the largest count the data condition allows;
+    # local baselines, blanket-hist: at 0 or every user; docs/derivations.md); vectors: a coordinate's at the average
+    standard_error: float
     max_error_bound: float  # over all of [B], holds with probability 1 - max_error_beta
     max_error_beta: float
 

@@ -380,6 +380,26 @@ def test_no_reported_standard_error_reads_certain(name, epsilon):
     assert np.all(reported >= 0.5 * np.maximum(sd(grid - 1), sd(grid + 1)))
 
 
+@pytest.mark.parametrize("name", PROTOCOLS)
+@pytest.mark.parametrize("n_users", [4, 30, 300, 3000])
+def test_no_reported_stderr_exceeds_the_stated_worst(name, n_users):
+    """``expected_error``'s standard_error, printed as an item's stderr "at most" (at its worst count), bounds the
+    stderr reported at any estimate in [-n, 2n]: a reviewer's dpds at n = 4 (N = 3) reported 2,000 under an "at
+    most" of 1,414 (its sd clipped at n, the figure at n - (N - 1) m); GRR, OUE, OLH and blanket-hist stated theirs
+    at a count of 0, where their variance grows with the count (docs/derivations.md, "Reported standard errors")."""
+    domain, options = domain_of(name), options_of(name)
+    if registry.get(name).categorical and n_users < 300:  # the reviewer's shape: N = 3, beta = 1/4 (TSS: alpha 2/3)
+        shape = {"min_count_fraction": 0.25, "report_fraction": 2 / 3}
+        domain, options = 3, {k: shape.get(k, v) for k, v in options.items()}
+    try:
+        params = registry.calibrate(name, epsilon=EPS, delta=delta_of(name), n_users=n_users, domain_size=domain,
+                                    **options)
+    except ParameterError as err:
+        pytest.skip(f"no calibration at n = {n_users}: {err}")
+    reported = np.asarray(params.reported_standard_error(np.linspace(-n_users, 2 * n_users, 301)), dtype=np.float64)
+    assert reported.max() <= params.expected_error()["standard_error"] * (1 + 1e-12)
+
+
 # --- messages -----------------------------------------------------------------------------------------
 
 

@@ -210,6 +210,13 @@ class OneItemReports:
     def check_codes(self, codes) -> np.ndarray:
         return check_item_codes(codes, self.domain_size)
 
+    def worst_standard_error(self, reporters: int | None = None) -> float:
+        """The largest sd of one item's estimate, ``expected_error``'s "at most": each user's report counts for an
+        item independently, with one chance if he holds it and another if not, so the variance is linear in the
+        item's count and largest at 0 or at every user counted; no item's reported sd exceeds it."""
+        ends = (0, self.counted(reporters))
+        return float(max(with_reporters(self.standard_error, g, reporters=reporters) for g in ends))
+
 
 def with_reporters(method, *args, reporters: int | None = None):
     """``method(*args)``, told the ``reporters`` whose reports were counted where they are known: the theory of the

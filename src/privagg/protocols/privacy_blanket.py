@@ -157,7 +157,7 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
 
     def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": 1.0, "bits_per_message": self.bits_per_message,
-                "standard_error": float(self.standard_error(0, reporters)),
+                "standard_error": self.worst_standard_error(reporters),
                 "max_error_bound": self.max_error_bound(reporters=reporters), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:

@@ -301,9 +301,11 @@ class SamplingParameters(SharingParameters):
 
     def standard_error(self, estimate=0.0):
         """sqrt(Pi (1 - p') / p'): the sd of the estimate of an item held by Pi = ``estimate`` users (clipped to
-        [0, n]). It is 0 at Pi = 0, so results report :meth:`reported_standard_error`, not this at the estimate."""
+        [0, :attr:`largest_count`], the most one category holds under the data condition, so that no item's
+        reported sd exceeds ``expected_error``'s, which is at that count). It is 0 at Pi = 0, so results report
+        :meth:`reported_standard_error`, not this at the estimate."""
         p = self.effective_probability
-        return np.sqrt(np.clip(estimate, 0, self.n_users) * (1 - p) / p)
+        return np.sqrt(np.clip(estimate, 0, self.largest_count) * (1 - p) / p)
 
     @property
     def report_weight(self) -> float:
