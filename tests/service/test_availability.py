@@ -638,6 +638,33 @@ def test_any_other_start_failure_is_one_line(tmp_path, monkeypatch):
     assert "Traceback" not in result.output
 
 
+def test_the_port_the_service_got_is_logged_and_a_port_in_use_is_one_line(tmp_path):
+    """``--port 0`` asks the system for a free port, which no line named (an operator review's finding): the
+    "listening" event says which, and the service answers there; a second service on that port fails in one line,
+    exit 3 (before: uvicorn's own log line)."""
+    for name in ("first", "second"):
+        storage.connect(f"sqlite:///{tmp_path}/{name}.db", "sharing").dispose()
+    log = tmp_path / "first.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "privagg", "serve", "sharing", "--db",
+                                    f"sqlite:///{tmp_path}/first.db", "--port", "0"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (events := [json.loads(line) for line in log.read_text().splitlines() if '"listening"' in line]):
+            assert time.monotonic() < deadline and process.poll() is None, log.read_text()
+            time.sleep(0.1)
+        port = events[0]["port"]
+        assert port > 0 and events[0]["host"] == "127.0.0.1" and events[0]["tls"] is False
+        wait_ready(f"http://127.0.0.1:{port}")
+        result = _serve_here("sharing", "--db", f"sqlite:///{tmp_path}/second.db", "--port", str(port))
+        assert result.exit_code == 3 and result.stderr.strip().splitlines()[-1].startswith(
+            f"error: the sharing did not start: RuntimeError: cannot listen on 127.0.0.1:{port}: Address already in "
+            "use"), result.output
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 # ---- 4. supervision ----------------------------------------------------------------------------------------------
 def test_the_healthcheck_script_says_whether_a_service_is_ready(analyzer):
     script = [sys.executable, str(ROOT / "deploy" / "healthcheck.py")]

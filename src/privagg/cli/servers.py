@@ -139,14 +139,37 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
         protocol = http_protocol(app)
         log_event(log, "connections", max_connections=protocol.guard.capacity, max_requests=cfg.max_requests,
                   header_timeout=cfg.header_timeout, body_timeout=cfg.body_timeout, idle_timeout=cfg.idle_timeout)
+        listening = _listening(cfg.host, cfg.port)
+        log_event(log, "listening", host=cfg.host, port=listening.getsockname()[1], tls=cfg.tls_cert is not None)
     # ws="none": no WebSocket route, so no upgrade is served; the idle timeout is the protocol's (idle_timeout);
     # proxy_headers=False: no service reads a client's address or scheme (no access log; the analyzer's one redirect
     # is a relative path), so uvicorn's middleware that takes them from X-Forwarded-* headers (on by default, for
     # clients on 127.0.0.1) would only add a layer and a scan of the headers to every request
-    uvicorn.run(app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key, http=protocol,
-                ws="none", proxy_headers=False, backlog=16384, access_log=False, log_level="warning",
-                timeout_graceful_shutdown=SHUTDOWN_GRACE)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key, http=protocol,
+        ws="none", proxy_headers=False, backlog=BACKLOG, access_log=False, log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE))
+    try:  # as uvicorn.run, on the socket bound above
+        server.run(sockets=[listening])
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        raise typer.Exit(EXIT_START_FAILED)
 
+
+def _listening(host: str, port: int):
+    """The service's socket, bound before uvicorn serves on it so that the port it got is logged (``--port 0``
+    asks the system for a free one, which nothing said before); a port in use or refused is one line, exit 3."""
+    import socket
+
+    try:
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                    backlog=BACKLOG)
+    except OSError as err:
+        raise RuntimeError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+
+
+BACKLOG = 16384  # connections the kernel queues before the service accepts them
 
 SERVE_OPTIONS = {"--analyzer": ("collector",), "--analyzer-ca": ("collector",), "--second-ca": ("s1",),
                  "--workers": ("analyzer",), "--dask-scheduler": ("analyzer",), "--batch-interval": ("collector",),
