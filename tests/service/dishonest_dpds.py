@@ -22,6 +22,7 @@ Servers (coordinators, put in the registry's dpds entry by :func:`serving`):
   of its own.
 * :class:`LyingRecovery`: names ``victim`` a dropout though his masked sum arrived (U2 without him), and releases
   the others.
+* :class:`LonelyKeys`: shows ``victim`` his own key alone in round 3, as if he were to mask with nobody.
 * :class:`AlteringCommitments`: shows the holder ``victim`` in round 2 another commitment of each dealer of
   ``dealers`` (one bit flipped), which had him complain about honest dealers, or be excluded as a false complainer.
 """
@@ -105,6 +106,19 @@ class LyingRecovery(SharingServer):
         survivors = set(state["survivors"])
         return super().finish(state, {**messages, "masked_sum": {u: m for u, m in messages["masked_sum"].items()
                                                                  if u in survivors}})
+
+
+class LonelyKeys(SharingServer):
+    """Round 3's inbox of ``victim`` with his own key alone (each signed, as the device checks): shown it, he would
+    send x + b and the others, shown the true lists, reveal b (a reviewer's attack)."""
+
+    victim = 4
+
+    def inbox(self, round_, user, state, messages):
+        inbox = super().inbox(round_, user, state, messages)
+        if round_.name == "masked_sum" and user == self.victim:
+            inbox["keys"] = {user: inbox["keys"][user]}
+        return inbox
 
 
 class AlteringCommitments(SharingServer):

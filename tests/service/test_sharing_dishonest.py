@@ -22,7 +22,7 @@ from privagg.service.storage import round_messages
 from privagg.simulate.rounds import run_rounds
 from service_deployment import organised
 
-from service.dishonest_dpds import (AlteringCommitments, Equivocating, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
+from service.dishonest_dpds import (AlteringCommitments, Equivocating, LonelyKeys, ForgingSignatures, InconsistentDealer, JunkBackupsClient,
                                     JunkBackupsUser, LyingRecovery, WrongRevealer, WrongSharesUser, client_of,
                                     lying_users, serving)
 from service.test_sharing_service import CODES, DOMAIN, N, db, dpdg, field_sum, server  # noqa: F401 (fixtures)
@@ -128,6 +128,29 @@ def test_a_server_that_alters_or_withholds_what_a_holder_is_shown_has_him_refuse
     report = service.result(task.task_id)
     released_over(p, report, users, range(1, N))
     assert report["dropouts"]["complaints"] == [] == report["dropouts"]["excluded"]
+
+
+def test_a_server_that_shows_a_user_too_few_keys_to_mask_with_gets_nothing_of_his(server, monkeypatch):
+    """A reviewer's attack: the server showed user 4 his own key alone in round 3; he masked with nobody and sent
+    y = x + b, refused round 4 (lists other than those he masked with) too late, and the 11 others, shown the true
+    lists, revealed his mask seed's shares: the server read his exact vector, and nobody was named. He now refuses
+    fewer than t keys (himself included) before sending anything: he is a round-3 dropout, his pair key is
+    rebuilt (he sent no masked sum to open), and the release is the other 11's sum exactly."""
+    service, _, clock = server
+    serving(monkeypatch, LonelyKeys)
+    p = dpdg()
+    task, users = with_liar(service, p)
+    refused = every_round(service, task, users, clock, refusing=(LonelyKeys.victim,))
+    assert list(refused) == ["masked_sum"] and list(refused["masked_sum"]) == [LonelyKeys.victim]
+    assert "at least t = 7 users to mask with, himself included" in refused["masked_sum"][LonelyKeys.victim]
+    with service.engine.connect() as c:
+        masked = c.execute(sa.select(round_messages.c.user).where(round_messages.c.task_id == task.task_id,
+                                                                  round_messages.c.round == 3)).scalars().all()
+    assert sorted(masked) == [u for u in range(N) if u != LonelyKeys.victim]  # nothing of his was sent
+    report = service.result(task.task_id)
+    released_over(p, report, users, [u for u in range(N) if u != LonelyKeys.victim])
+    assert all(LonelyKeys.victim not in r.owners.tolist() or not np.any(r.secrets[r.owners == LonelyKeys.victim])
+               for r in revealed(service, task.task_id).values())  # his pair key's shares only, never his mask seed
 
 
 def test_a_revealers_wrong_shares_are_discarded_and_he_is_blamed(server):
@@ -414,6 +437,20 @@ def test_the_simulator_runs_the_equivocating_server():
                      min_survivors=8)
     assert run.transcript["user"]["refusals"] == 4 and run.release.revealers == 8
     np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, range(N)))
+
+
+@pytest.mark.parametrize("degree", [None, 4])
+def test_the_simulator_has_a_user_shown_too_few_keys_refuse(degree):
+    """The simulator with the server of the reviewer's attack (his own key alone for user 4 in round 3), on the
+    complete graph and a neighbour graph: he refuses round 3 (a refusal counted), and the release is exact over
+    the others."""
+    p = dataclasses.replace(dpdg(), degree=degree, graph_dropouts=0.0)
+    rngs = {name: np.random.default_rng(5 + i) for i, name in enumerate(("users", "server", "identities"))}
+    run = run_rounds(dataclasses.replace(PROTOCOL, coordinator=LonelyKeys), p, np.arange(N) % DOMAIN, rngs,
+                     min_survivors=8)
+    assert run.transcript["user"]["refusals"] == 1 and run.release.survivors == N - 1
+    np.testing.assert_array_equal(run.release.table.estimates,
+                                  users_sum(p, run, [u for u in range(N) if u != LonelyKeys.victim]))
 
 
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)  # the databases are the complete graph's tests' above

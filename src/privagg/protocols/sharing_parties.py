@@ -597,7 +597,12 @@ def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes] | Sequen
     (s_ij, s_ji) (X25519 is symmetric): the batch derives each such pair once, for both, and each key message is
     decoded once. What each user sends is what he would send alone. A user refuses (ParameterError) keys of users
     who are not his neighbours, or a dealer whose backup he lacks or complained about (round 2): he never masks with
-    him."""
+    him; and fewer than t keys, himself included (t_k on a neighbour graph): shown his own key alone he would send
+    y_i = x_i + b_i, and the others, shown the true lists, reveal b_i (a reviewer's attack). With t or more, the
+    server needs, for each j shown, s_ij from a colluder or j named a dropout, and it cannot name that many
+    without leaving fewer than t revealers of b_i (he, shown other lists than theirs, reveals nothing): t > (n + D)
+    / 2 on the complete graph, condition (e) on a neighbour graph (docs/privacy.md, "A list too short to
+    mask with"). An honest run shows him fewer only when b_i could not be rebuilt anyway."""
     if not users:
         return []
     p, field = users[0].parameters, users[0].field
@@ -611,6 +616,10 @@ def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes] | Sequen
             raise ParameterError("round-1 senders", f"a list naming user {user.index}, who advertised",
                                  "a list without him")
         user._strangers(listed, "round-1 senders")
+        if len(listed) < user.threshold:
+            raise ParameterError("round-1 senders", f"at least t = {user.threshold} users to mask with, himself "
+                                 "included (fewer leave his masked sum open to a server that names the others "
+                                 "dropouts)", f"{len(listed)}: the server showed him too few keys")
         unchecked = sorted(set(listed) - user.state.checked - {user.index})
         if unchecked:
             raise ParameterError("round-1 senders", f"dealers whose backups user {user.index} checked", f"users "
