@@ -439,6 +439,43 @@ def test_the_simulator_runs_the_equivocating_server():
     np.testing.assert_array_equal(run.release.table.estimates, users_sum(p, run, range(N)))
 
 
+JUNK = {  # a broken or lying server's inbox fields (a reviewer's fuzz): round -> the field's replacement
+    "commitments under a text key": ("check", lambda i: {**i, "commitments": {"zero": b"x" * 81}}),
+    "commitments as a list": ("check", lambda i: {**i, "commitments": [1, 2]}),
+    "a commitment as a number": ("check", lambda i: {**i, "commitments": {**i["commitments"], 0: 7}}),
+    "a key as a number": ("masked_sum", lambda i: {**i, "keys": {**i["keys"], 0: 7}}),
+    "a key cut short": ("masked_sum", lambda i: {**i, "keys": {**i["keys"], 0: b"\x00" * 10}}),
+    "no senders": ("consistency", lambda i: {**i, "senders": None}),
+    "a fraction among the senders": ("consistency", lambda i: {**i, "senders": [0.5] + list(i["senders"])[1:]}),
+    "senders as text": ("consistency", lambda i: {**i, "senders": "abc"}),
+    "signatures as a list": ("reveal", lambda i: {**i, "signatures": [1, 2, 3]}),
+    "a signature as a number": ("reveal", lambda i: {**i, "signatures": {**i["signatures"], 0: 5}}),
+    "identities as text": ("reveal", lambda i: {**i, "identities": "abc"}),
+    "a field too many": ("reveal", lambda i: {**i, "bogus": 1}),
+    "a field missing": ("reveal", lambda i: {k: v for k, v in i.items() if k != "signatures"}),
+}
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("junk", list(JUNK))
+def test_junk_in_an_inbox_is_refused_in_one_error_naming_it_never_a_crash(server, monkeypatch, junk):
+    """Each of JUNK in user 4's inbox: his device refuses that round with a ParameterError (four were a bare
+    TypeError: a number where a key goes, no list of senders, a field too many or missing), and the others go on."""
+    service, _, clock = server
+    name, mutate = JUNK[junk]
+    victim = 4
+
+    class Junk(SharingServer):
+        def inbox(self, round_, user, state, messages):
+            inbox = super().inbox(round_, user, state, messages)
+            return mutate(inbox) if round_.name == name and user == victim else inbox
+
+    serving(monkeypatch, Junk)
+    task, users = with_liar(service, dpdg())
+    refused = every_round(service, task, users, clock, refusing=(victim,))
+    assert list(refused) == [name] and list(refused[name]) == [victim]
+
+
 @pytest.mark.parametrize("degree", [None, 4])
 def test_the_simulator_has_a_user_shown_too_few_keys_refuse(degree):
     """The simulator with the server of the reviewer's attack (his own key alone for user 4 in round 3), on the

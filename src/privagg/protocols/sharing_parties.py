@@ -416,7 +416,7 @@ class SharingUser:
         the dealer for the server's doing)."""
         self._expect(2)
         p, graph = self.parameters, self.graph
-        dealers = self._check_list(list(commitments), "round-1 senders")
+        dealers = self._check_list(commitments, "round-1 senders")
         self._strangers(dealers, "round-1 senders")
         self._strangers(backups, "backups")
         withheld = sorted(set(dealers) - set(backups) - {self.index})
@@ -449,7 +449,10 @@ class SharingUser:
         """``users`` ascending, each a user of the task, each once (a ParameterError naming ``what``): checked in
         numpy when every one is an int in range (n of them in rounds 4-5), one by one otherwise (to name the first
         bad one)."""
-        users = list(users)
+        try:  # a server's None or number is refused here, not a TypeError in the round
+            users = list(users)
+        except TypeError:
+            raise ParameterError(what, "a list of users", type(users).__name__) from None
         if all(type(u) is int for u in users):
             ranked = np.array(users, dtype=np.int64)
             if not ranked.size or (ranked.min() >= 0 and ranked.max() < self.parameters.n_users):
@@ -572,7 +575,7 @@ class SharingUser:
         if not 3 <= self.state.answered <= 5:
             raise ParameterError("round", "round 6 once, after his masked sum (round 3)",
                                  f"round 6 after round {self.state.answered}")
-        dealers = self._check_list(list(openings), "inconsistent dealers")
+        dealers = self._check_list(openings, "inconsistent dealers")
         if not dealers or sorted(commitments) != dealers or sorted(keys) != dealers:
             raise ParameterError("proofs", "each accused dealer's round-1 and round-2 messages and openings",
                                  f"messages of {sorted(commitments)[:5]} and {sorted(keys)[:5]}, openings of "
@@ -611,7 +614,7 @@ def masked_sums(users: Sequence[SharingUser], keys: Mapping[int, bytes] | Sequen
     senders = {}
     for user, shown in zip(users, keys):
         user._expect(3)
-        listed = senders[user.index] = user._check_list(list(shown), "round-1 senders")
+        listed = senders[user.index] = user._check_list(shown, "round-1 senders")
         if user.index not in listed:
             raise ParameterError("round-1 senders", f"a list naming user {user.index}, who advertised",
                                  "a list without him")

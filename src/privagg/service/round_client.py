@@ -32,6 +32,7 @@ blame: it gets None for that sender (his role names the sender from the signed c
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import time
 import urllib.error
@@ -338,6 +339,7 @@ class RoundClient(RosterClient):
         for field, earlier in round_.signed:  # earlier messages to the server, each his sender's, signed
             signatures = {e.get("sender"): e.get("signature") for e in signed.get(field, [])}
             for sender, message in fields[field].items():
+                _shaped(f"inbox.{field}[{sender}]", message, bytes, "a message (bytes)")
                 self._check_signed(sender, signatures.get(sender), message, protocol.number(earlier), None,
                                    f"inbox.{field}[{sender}]")
         if "identities" in fields:  # users' identity keys (DPDS's signers): the signed roster's, never the server's
@@ -354,7 +356,14 @@ class RoundClient(RosterClient):
         keys = self._keys(answer.get("public_keys")) if round_.relay else {}
         if round_.value:
             fields["value"] = value
-        out = getattr(self.role, name)(**fields)
+        method = getattr(self.role, name)
+        taken = inspect.signature(method)
+        try:  # the fields the role's method takes, each once: a server's answer with others is refused, not a crash
+            taken.bind(**fields)
+        except TypeError:
+            raise ParameterError("inbox", f"the fields of round {name} ({', '.join(taken.parameters)})",
+                                 sorted(fields)) from None
+        out = method(**fields)
         body, message = self._auth(), b""
         if round_.to_server and round_.seal:  # to a party the server relays to (TSS's S2), which it cannot read
             message = self._seal(out.message, *self.task.sealed_to(round_, self.user))
