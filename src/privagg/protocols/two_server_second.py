@@ -154,10 +154,13 @@ TRUST = {
           "relays are signed by their reporters and checked by the helpers, so it cannot inject one in a reporter's "
           "name; it may drop users and lose items; "
           "a reporter it counts for S2 but keeps from a "
-          "helper is caught (each sum says how many reporters it adds up) and his items refused; must not collude "
+          "helper is caught (each sum says how many reporters it adds up) and his items refused; must ask the "
+          "reporters of an item about one set of dropped helpers (asking them about different ones is not "
+          "detected before S2 opens their recoveries, which would give S2 a reporter's entry); must not collude "
           "with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
-          "for a dropped helper (uniform); attests only elections that keep the rules; must not collude with S1. "
+          "for a dropped helper (uniform, while S1 asks one set of dropped helpers an item: see S1); attests only "
+          "elections that keep the rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
                "least phi + 1 helpers, one of them outside the coalition). integrity: trusted (a helper's sum is not "
