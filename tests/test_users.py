@@ -129,6 +129,35 @@ def test_l_items_a_user_estimate_the_bounded_counts_and_state_the_composition():
     assert not any(str(3000 - 1) in w for w in released.warnings)
 
 
+def test_the_warnings_and_costs_are_the_users_not_one_reports():
+    """max_items = 2 (a reviewer's finding): the weak-guarantee warnings looked at one report's (eps / L, delta0)
+    and the n L reports, so a user's (15, 5e-4) over n = 3,000 (delta >= 1/n) carried none, which L = 1 gives;
+    the "no information" warning was missing where the table's title said to see it; the expected messages a user
+    were one report's. Each is now of the user's guarantee and the n users; and a vector sum of each user's rows
+    summed says nothing of users holding "more than 1 distinct rows" (nothing was bounded)."""
+    log = _log(3000)
+    weak = dict(item="app", user="device", candidates=list(range(8)), epsilon=15, delta=5e-4, seed=7)
+    for items in (1, 2):
+        report = privagg.estimate(log, "fe1", max_items=items, **weak)
+        assert any(w.startswith("delta = 0.0005 is at least 1/n = 0.000333") for w in report.warnings), items
+        assert any(w.startswith("epsilon = 15 exceeds 10") for w in report.warnings), items
+    plain = privagg.estimate(log, "fe1", item="app", user="device", max_items=2, candidates=list(range(8)), **RUN)
+    assert plain.expected_error.messages_per_user == pytest.approx(plain.messages.per_user, rel=0.02)
+    assert not any("exceeds 10" in w or "at least 1/n" in w for w in plain.warnings)
+    few = privagg.estimate(_log(8, most=3), "laplace", item="app", user="device", max_items=3,
+                           candidates=list(range(8)), domain_size=8, epsilon=0.8, seed=7)
+    with pytest.raises(ParameterError, match="^delta is required for fe1"):  # was a TypeError in the composition
+        privagg.estimate(log, "fe1", item="app", user="device", max_items=2, candidates=list(range(8)), epsilon=1)
+    assert few.expected_error.standard_error > 8 and any(w.startswith("the estimates carry no information at "
+                                                                       "this size") for w in few.warnings)
+    rng = np.random.default_rng(2)
+    users = np.repeat(np.arange(300), 10)
+    frame = pd.DataFrame({"device": users, "x": rng.random(users.size), "y": rng.random(users.size)})
+    summed = privagg.estimate(frame, "blanket-vector", columns=["x", "y"], user="device", **RUN)
+    assert summed.warnings[0] == "the estimates are sums over the users of their bounded rows: summed and clipped " \
+                                 "to [0, 1]^d"
+
+
 def test_local_model_composes_by_pld():
     """grr with 16 items a user at (2, 1e-6): each report eps0 > 2 / 16 by dp-accounting's PLD, stated so, and the
     estimates within 4 stderr of the bounded counts."""

@@ -62,7 +62,7 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
             "uniformly at random" if sparse else "summed and clipped to [0, 1]^d" if max_rows is None else
             f"at most R = {reports} rows, sampled uniformly at random among the user's rows, padded with zero vectors")
     evaluated = seed is not None if evaluate is None else evaluate
-    stated_of_users(report, n, truncated, per, evaluated, what=what)
+    stated_of_users(report, n, None if max_rows is None and not sparse else truncated, per, evaluated, what=what)
     if evaluated and (sparse or max_rows is None):
         report.warnings.insert(1, f"{clipped} users' sums were clipped to [0, 1] (--evaluate: a count of the data)")
     return report

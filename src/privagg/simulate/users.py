@@ -36,8 +36,13 @@ def model_of(entry) -> str:
 
 
 def budget(entry, epsilon: float, delta: float, reports: int) -> PerReport:
-    """The per-report (eps0, delta0) that keeps a user with ``reports`` = L reports at (``epsilon``, ``delta``)."""
-    return per_report(model_of(entry), epsilon, delta, reports)
+    """The per-report (eps0, delta0) that keeps a user with ``reports`` = L reports at (``epsilon``, ``delta``):
+    ``delta`` None is 0 for a pure protocol (whose L reports may still spend a user's delta > 0: the local model's
+    composition), and refused for any other."""
+    if delta is None and not entry.pure:
+        raise ParameterError.required("delta", f"for {entry.name}, an (epsilon, delta)-DP protocol: the user's delta, "
+                                      "in (0, 1)")
+    return per_report(model_of(entry), epsilon, 0.0 if delta is None else delta, reports)
 
 
 def check_bounding(entry, max_items: Any, max_rows: Any) -> tuple[int, int | None]:
@@ -140,11 +145,20 @@ def padded(encoder, pad: int):
 
 def stated_of_users(report, n: int, truncated: int, per: PerReport, evaluate: bool, pad_label=None,
                     what: str = "item"):
-    """``report`` (of the n L reports) stated of the n users: n, the messages a user, the composed guarantee
-    (:class:`~privagg.privacy.events.Composed`, for L > 1), the pad left out of the estimates, and what the
-    estimates estimate; how many users held more than L is a count of the data, shown in an evaluation only."""
+    """``report`` (of the n L reports) stated of the n users: n, the messages a user (measured and expected), the
+    composed guarantee (:class:`~privagg.privacy.events.Composed`, for L > 1) and the warnings on it (a weak
+    epsilon or delta, no information) taken again of the user's guarantee and the n users, not of one report's
+    and the n L reports, the pad left out of the estimates, and what the estimates estimate; how many users held
+    more than L is a count of the data, shown in an evaluation only (``truncated`` None: no user's rows were
+    bounded, as when a vector sum sums each user's rows)."""
+    from ..privacy.description import privacy_warnings
+    from ..protocols.parameters import no_information
+
     reports = per.reports
     privacy = report.privacy
+    standard_error = report.expected_error.standard_error
+    stale = [*privacy_warnings(privacy.epsilon, privacy.delta, report.n_users),
+             no_information(standard_error, report.n_users)]  # of one report, over the n L reports
     if reports == 1:
         event = replace(privacy.event, neighbouring=user_level(1, what))
     else:
@@ -155,18 +169,22 @@ def stated_of_users(report, n: int, truncated: int, per: PerReport, evaluate: bo
                              not_private_reason=privacy.not_private_reason, randomness=privacy.randomness)
     report.n_users = n
     report.messages = replace(report.messages, per_user=report.messages.total / n)
+    report.expected_error = replace(report.expected_error,
+                                    messages_per_user=report.expected_error.messages_per_user * reports)
+    fresh = [*privacy_warnings(report.privacy.epsilon, report.privacy.delta, n), no_information(standard_error, n)]
+    report.warnings = [w for w in fresh if w] + [w for w in report.warnings if w not in stale]
     if hasattr(report, "mean"):
         report.mean = [e.estimate / n for e in report.estimates]
     if pad_label is not None and hasattr(report, "estimates"):
         report.estimates = [e for e in report.estimates if e.item != pad_label]
     unit = "items" if what == "item" else "rows"
-    held = (f"{truncated} of the {n} users held more than {reports} distinct {unit}" if evaluate else
-            f"how many users held more than {reports} is a count of the data, which a release does not carry "
-            "(--evaluate shows it)")
+    held = ("" if truncated is None else f" ({truncated} of the {n} users held more than {reports} distinct {unit})"
+            if evaluate else f" (how many users held more than {reports} is a count of the data, which a release does "
+            "not carry: --evaluate shows it)")
     report.warnings.insert(0, (
         f"the estimates count the users holding each item among their bounded items: at most {reports} distinct "
-        f"item{'s' if reports > 1 else ''} a user, chosen uniformly at random ({held})" if what == "item" else
-        f"the estimates are sums over the users of their bounded rows: {what} ({held})"))
+        f"item{'s' if reports > 1 else ''} a user, chosen uniformly at random{held}" if what == "item" else
+        f"the estimates are sums over the users of their bounded rows: {what}{held}"))
     return report
 
 
