@@ -20,7 +20,11 @@ class WeightedEstimate:
 
     estimates: np.ndarray  # weighted, as counts over all n users
     unweighted: np.ndarray  # sum_g tau_g / p_g
-    variance: np.ndarray  # per category, of the weighted estimate (at the estimate + a holder's weight)
+    variance: np.ndarray  # per category, of the weighted estimate given the data (at the estimate + a holder's weight)
+    # per category, of its error against the population's count: ``variance`` plus the groups' chance differences,
+    # sum_g (n w_g - n_g)^2 psi (1 - psi) / n_g where every user's item is drawn from one distribution (the weighting's
+    # assumption); what a report's stderr is
+    error_variance: np.ndarray
     unweighted_variance: np.ndarray
     weights: np.ndarray  # w_g, summing to 1
     groups: list[SamplingParameters]
@@ -61,6 +65,9 @@ def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarr
     step = n * np.max(np.where(weights > 0, weights / (p * size), 0.0))
     psi = np.clip((weighted + step) / n, 0, 1)
     variance = n**2 * (weights**2 * (1 - p) / (p * size))[:, None].sum(axis=0) * psi
+    # the estimate targets n sum_g w_g c_g / n_g, the population's count is sum_g c_g: their gap sum_g (n w_g / n_g -
+    # 1) c_g has mean 0 and this variance when each user's item is drawn from one distribution (c_g ~ Bin(n_g, psi))
+    error_variance = variance + ((n * weights - size) ** 2 / size)[:, None].sum(axis=0) * psi * (1 - psi)
     unweighted_variance = (size * (1 - p) / p)[:, None].sum(axis=0) * psi
     unweighted_stderr = np.sqrt(sum(g.reported_standard_error(t / q) ** 2 for g, t, q in zip(groups, taus, p)))
     # weighted - unweighted = sum_g a_g tau_g, a_g = n w_g / (p_g n_g) - 1 / p_g: mean 0 when every group holds a
@@ -70,5 +77,5 @@ def combine_groups(groups: Sequence[SamplingParameters], sums: Sequence[np.ndarr
     shared = np.clip((np.maximum(weighted, unweighted) + step) / n, 0, 1)
     spread = np.sqrt((a**2 * size * p * (1 - p))[:, None].sum(axis=0) * shared)
     disagreement = np.divide(weighted - unweighted, spread, out=np.zeros_like(weighted), where=spread > 0)
-    return WeightedEstimate(weighted, unweighted, variance, unweighted_variance, weights, list(groups),
+    return WeightedEstimate(weighted, unweighted, variance, error_variance, unweighted_variance, weights, list(groups),
                             unweighted_stderr, disagreement)

@@ -252,7 +252,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     combined = combine_groups(groups, [r.result.estimates * p.effective_probability for r, p in zip(runs, groups)])
     truth = np.bincount(codes, minlength=domain) if evaluate else None
     labels, values = top_k(None, combined.estimates, top)
-    stderr = np.sqrt(combined.variance[labels])
+    stderr = np.sqrt(combined.error_variance[labels])
     estimates = [Estimate(encoder.label(c), float(v), float(e), None, None if truth is None else int(truth[c]),
                           float(combined.unweighted[c]), float(combined.unweighted_stderr[c]))
                  for c, v, e in zip(labels.tolist(), values.tolist(), stderr.tolist())]
@@ -482,17 +482,18 @@ def _discover(parameters, stage, inputs: np.ndarray, seed: int | None, progress:
 
 
 def _weighted_expected_error(groups, combined, domain_size: int, messages: int):
-    """The weighted estimate's theory: its largest standard error over the categories, and a Bernstein bound
+    """The weighted estimate's theory: its largest standard error over the categories (against the population's
+    count: with the groups' chance differences, ``error_variance``), and a Bernstein bound
     with the union over them (each holder in group g moves the estimate by c_g = n w_g / (p_g n_g) with
     probability p_g), at the estimated counts (the release's, as a deployment has them)."""
     from ..reports import ExpectedError
 
     n = sum(g.n_users for g in groups)
-    worst = int(np.argmax(combined.variance))
+    worst = int(np.argmax(combined.error_variance))
     p = np.array([g.effective_probability for g in groups])
     step = float(np.max(n * combined.weights / (p * np.array([g.n_users for g in groups]))))
     log_term = math.log(2 * domain_size / MAX_ERROR_BETA)
-    variance = float(combined.variance[worst])
+    variance = float(combined.error_variance[worst])
     bound = step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * variance * log_term)
     return ExpectedError(messages / n, groups[0].bits_per_message, math.sqrt(variance), bound, MAX_ERROR_BETA)
 
