@@ -402,6 +402,15 @@ def test_weighted_estimates_of_groups_that_differ_are_flagged_in_the_release(tmp
     assert max(abs(row["estimate"] - truth[row["item"]]) / row["stderr"] for row in report["estimates"]) > 8
     code, out, _ = run(*args, "--seed", 4)
     assert code == 0 and "WEIGHTED ESTIMATES BIASED" in out and "unweighted ± stderr" in out
+    # its randomness names the seed (it read "caller-supplied generator": a reviewer's finding)
+    assert report["privacy"]["randomness"] == report["simulation"]["randomness"] == \
+        "seeded simulation (PCG64, seed 4, each group from a child of it); not for real users"
+    lonely = tmp_path / "lonely.csv"  # an epsilon one user holds: named as the column's, not as n_users of a group
+    lonely.write_text("answer,eps\n" + "yes,2\nno,2\n" * 200 + "yes,1\n")
+    code, _, err = run("estimate", "dpds", "--input", lonely, "--column", "answer", "--candidates", answers,
+                       "--epsilon", 2, "--delta", 1e-6, "--min-count-fraction", 0.05, "--epsilon-column", "eps",
+                       "--mode", "fast", "--seed", 1)
+    assert code == 2 and "error: epsilon-column must be each epsilon held by at least 2 users" in err
 
 
 # --- 7. counts of the data in a release --------------------------------------------------------------------

@@ -215,7 +215,8 @@ def staged_privacy(discovery: PrivacyDescription, estimation: PrivacyDescription
     """The guarantee of a discovery stage and the estimate of what it found, over the same users: one
     :class:`~privagg.privacy.events.Sequential` event of the two releases' events (basic composition), private
     only where both releases are (each one's reason named by its stage), with either release's caveats."""
-    reasons = [f"{name}: {p.not_private_reason}" for name, p in zip(STAGES, (discovery, estimation))
+    reasons = [f"{head} ({name}):{rest}" for name, p in zip(STAGES, (discovery, estimation))  # "seeded ... (discovery)"
+               for head, _, rest in (part.partition(":") for part in (p.not_private_reason or "").split("; and "))
                if p.not_private_reason is not None]
     return PrivacyDescription.of(
         Sequential((Stage(STAGES[0], discovery.event), Stage(STAGES[1], estimation.event))),

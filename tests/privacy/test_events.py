@@ -77,7 +77,8 @@ def test_a_staged_release_is_private_only_where_both_stages_are():
     stage = discovery_parameters(estimate, 0.05)
     seeded = stage.privacy.as_simulation("seed 1", "seeded simulation: the seed")
     composed = staged_privacy(seeded, estimate.privacy)
-    assert not composed.private and composed.not_private_reason.startswith("discovery: seeded simulation")
+    assert not composed.private and composed.not_private_reason.startswith("seeded simulation (discovery): the seed")
+    assert composed.summary().startswith("NOT PRIVATE (seeded simulation (discovery)); would be")
 
 
 def test_survivors_recompute_delta_and_say_who_took_part():

@@ -166,6 +166,6 @@ def test_a_staged_tasks_first_stage_that_lost_a_message_leaves_the_task_unfounde
         d.collector.release_batches()
     result = d.result()
     assert result["privacy"]["private"] is False and result["private"] is False
-    assert result["privacy"]["not_private_reason"].startswith("discovery: messages lost: 1 messages of the 1000 "
+    assert result["privacy"]["not_private_reason"].startswith("messages lost (discovery): 1 messages of the 1000 "
                                                               "reports did not enter the aggregate")
     assert any(w.startswith(f"the first stage (task {d.task.discovery.task_id}): 1 of the ") for w in result["warnings"])

@@ -238,6 +238,9 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
     seeds = [None] * levels.size if seed is None else np.random.SeedSequence(seed).spawn(levels.size)
     for eps, group_seed in zip(levels, seeds):
         members = codes[epsilons == eps]
+        if members.size < 2:
+            raise ParameterError("epsilon-column", "each epsilon held by at least 2 users (a group of one would "
+                                 "be calibrated and released alone)", f"epsilon {eps:g} held by 1 user")
         try:
             params = calibrate(protocol, epsilon=float(eps), delta=delta, n_users=members.size, domain_size=domain,
                                calibration=calibration, item_key=encoder.item_key, **(options or {}))
@@ -264,9 +267,12 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         f"own users: every category held by at least beta n_g of the n_g users of group g; each user's epsilon, so "
         f"his group and the groups' sizes, is public as n is (neighbours differ in one user's item, not his epsilon)")
     disagree, weighting = _weighting_warnings(combined, encoder)
+    first = runs[weakest]
+    randomness = first.randomness if seed is None else (  # the groups' runs are seeded by the seed's children
+        f"seeded simulation (PCG64, seed {seed}, each group from a child of it); not for real users")
+    privacy = dataclasses.replace(privacy, randomness=randomness)
     if evaluate:
         privacy = privacy.as_evaluation("the true counts of the reported items and the realised errors")
-    first = runs[weakest]
     report = EstimateReport(
         protocol=protocol, parameters=report_parameters(groups[weakest]), privacy=privacy, n_users=int(codes.size),
         messages=Messages(sum(r.messages_total for r in runs), sum(r.messages_total for r in runs) / codes.size,
@@ -277,7 +283,7 @@ def estimate_weighted(protocol: str, codes: np.ndarray, epsilons: np.ndarray, en
         warnings=[*warnings, *weighting, *privacy_warnings(float(levels.max()), delta, int(codes.size)),
                   *(w for p in groups for w in p.warnings())],
         error=None if truth is None else error_summary(combined.estimates, truth, "domain"),
-        simulation=Simulation(first.mode, first.randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
+        simulation=Simulation(first.mode, randomness, True, {k: sum(r.seconds.get(k, 0.0) for r in runs)
                                                                      for k in first.seconds},
                               {f"group {g}: {k}": v for g, r in enumerate(runs) for k, v in r.transcript.items()}),
         input=input_name,
