@@ -254,6 +254,15 @@ def test_privagg_budget_sets_shows_and_task_create_refuses_in_one_line(tmp_path)
                                 db])
     assert shown.exit_code == 0 and "eu: budget epsilon 1.5, delta 1e-06 a day" in shown.output
     assert "spent epsilon 1, delta 0 over 1 task (pld composition); left epsilon 0.5" in shown.output
+    # set below what is spent: no negative epsilon left, no delta rounded up to 1 (a reviewer's finding)
+    lowered = runner.invoke(app, ["budget", "set", "--population", "eu", "--epsilon", "0.25", "--delta", "1e-6",
+                                  "--db", db])
+    assert lowered.exit_code == 0 and "left: none (exceeded: epsilon by 0.75)" in lowered.output, lowered.output
+    shown = runner.invoke(app, ["budget", "set", "--population", "eu", "--epsilon", "1.5", "--delta", "0.9999988",
+                                "--db", db])  # (the pure task's spent epsilon is 0 at that delta: PLD accounting)
+    assert "delta 0.9999988" in shown.output.split("left")[-1], shown.output
+    shown = runner.invoke(app, ["budget", "set", "--population", "eu", "--epsilon", "1.5", "--delta", "1e-6", "--db",
+                                db])
     refused = runner.invoke(app, [*create, "--population", "eu"])
     assert refused.exit_code == 2 and refused.output.count("\n") == 1
     assert refused.output.startswith("error: budget of population eu exceeded: the task costs epsilon 1, delta 0")

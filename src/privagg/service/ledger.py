@@ -319,8 +319,20 @@ def show(ledger: Ledger) -> str:
     if ledger.epsilon is None:
         return f"{ledger.population}: no budget; {ledger.period} {ledger.label}: {spent}"
     eps_left, delta_left = ledger.remaining
+    over = [f"{name} by {-left:.4g}" for name, left in (("epsilon", eps_left), ("delta", delta_left)) if left < 0]
+    left = (f"left: none (exceeded: {', '.join(over)})" if over else
+            f"left epsilon {eps_left:.4g}, delta {_significant(delta_left)}")
     return (f"{ledger.population}: budget epsilon {ledger.epsilon:g}, delta {ledger.delta:g} a {ledger.period}; "
-            f"{ledger.label}: {spent}; left epsilon {eps_left:.4g}, delta {delta_left:.3g}")
+            f"{ledger.label}: {spent}; {left}")
+
+
+def _significant(value: float) -> str:
+    """``value`` with as many digits as it takes not to round up to its next power of ten (0.9999988, not 1)."""
+    for digits in range(3, 16):
+        text = f"{value:.{digits}g}"
+        if float(text) <= value or digits == 15:
+            return text
+    return repr(value)
 
 
 LEDGER_TABLES = ("budget_charges", "budgets")
