@@ -258,6 +258,13 @@ def test_a_users_control_characters_never_reach_the_terminal(tmp_path):
     out = result.stdout.decode()
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b[31mRED\\x1b[0m" in out and "\\x07bell" in out
+    # a space at an item's end is shown, quoted: "maps " and "maps" read as one item twice (a reviewer's finding)
+    (tmp_path / "spaced.txt").write_text("maps\nmaps\nmaps \n")
+    (tmp_path / "public.txt").write_text("maps\nmaps \n")
+    result = privagg("estimate", "fe1", "--input", str(tmp_path / "spaced.txt"), "--candidates",
+                     str(tmp_path / "public.txt"), "--domain", "1024", "--epsilon", "1", "--delta", "0.1", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    assert "│ 'maps ' │" in result.stdout.decode() and "│ maps    │" in result.stdout.decode()
 
 
 def test_heavy_hitters_say_when_the_list_is_not_reliable(tmp_path):

@@ -20,7 +20,7 @@ from .inputs import (PUBLIC_CANDIDATES, _check_public, _check_stdin_format, _inp
                      _small_domain_encoder, DEFAULT_DOMAIN)
 from .options import (MissingChoice, Mode, ProtocolCommands, _command, _hash_key_option, _param,
                       _protocol_parameters, _verbose_option)
-from .output import (_check_output, _clean_errors, _count, _emit, _estimate_table, _printable, _progress, _say,
+from .output import (_check_output, _clean_errors, _count, _emit, _estimate_table, _item_cell, _progress, _say,
                      _say_privacy, _table, _titled)
 
 if TYPE_CHECKING:
@@ -402,7 +402,7 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
             else f"sums of the first {len(shown)} coordinates"), report),
             [(column, "right") for column in ("coordinate", "sum ± stderr", "mean",
                                               *(("true sum (--evaluate)",) if evaluated else ()))],
-            [[_printable(e.name or e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}", f"{e.estimate / report.n_users:.4f}",
+            [[_item_cell(e.name or e.item), f"{e.estimate:.1f} ± {e.stderr:.1f}", f"{e.estimate / report.n_users:.4f}",
               *((f"{e.true_sum:.1f}",) if evaluated else ())] for e in shown])
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, err = report.messages, report.error
@@ -530,7 +530,7 @@ def _estimate_hh(entry: ProtocolEntry, *, input: Optional[Path], column: Optiona
             if not report.reliable else ""), report),
             [(name, "left" if name == "item" else "right")
              for name in ("rank", "item", "estimate ± stderr", *(("true count (--evaluate)",) if e else ()))],
-            [[str(rank), _printable(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}", *((str(h.true_count),) if e else ())]
+            [[str(rank), _item_cell(h.item), f"{h.estimate:.0f} ± {h.stderr:.0f}", *((str(h.true_count),) if e else ())]
              for rank, h in enumerate(report.heavy_hitters, 1)])
         _say_privacy(report.privacy, report.privacy_profile, verbose)
         m, p = report.messages, report.parameters

@@ -295,6 +295,13 @@ def _progress_bars() -> Iterator:
         yield advance
 
 
+def _item_cell(item: Any) -> str:
+    """An item in a table (:func:`_printable`), quoted where it starts or ends with a space or is empty, which a
+    table cell would hide ("maps " and "maps" read as two rows of one item)."""
+    text = _printable(item)
+    return repr(text) if text != text.strip() or not text else text
+
+
 def _printable(item: Any, keep: str = "") -> str:
     """An item as the terminal shows it: control characters (a user's string may hold escape sequences that
     recolour or rewrite the analyst's terminal) as \\x.. escapes, but for those in ``keep``."""
@@ -330,7 +337,7 @@ def _estimate_table(title: str, estimates, item_key: str | None) -> None:
     rows = []
     for rank, row in enumerate(estimates, 1):
         flag = " (hash collision)" if row.hash_collision else ""
-        cells = [str(rank), f"{_printable(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
+        cells = [str(rank), f"{_item_cell(row.item)}{flag}", f"{row.estimate:.1f} ± {row.stderr:.1f}"]
         cells += [f"{row.unweighted:.1f} ± {row.unweighted_stderr:.1f}"] if weighted else []
         rows.append([*cells, *([str(row.true_count)] if simulated else [])])
     _table(title, columns, rows)
