@@ -435,6 +435,14 @@ def test_a_release_does_not_say_how_many_values_clip_clipped(tmp_path, protocol,
     code, out, err = run(*args, "--evaluate")
     outside = rows.count("1.25") + rows.count("-0.5") + rows.count("1.5,")
     assert code == 0 and json.loads(out)["private"] is False and f"{outside} values outside [0, 1] were clipped" in err
+    # analyze of the messages says so again (it did not: sums of clipped values read as the data's, a reviewer's
+    # finding); items.json carries the release's sentence, not the count
+    code, _, err = run(*args, "--write-messages", tmp_path / "m")
+    params = ["--params", tmp_path / "m" / "params.json", "--messages", tmp_path / "m", "--json"]
+    code, out, err = run("analyze", protocol, *params)
+    assert code == 0, err
+    assert any(w.startswith("values outside [0, 1] are clipped to it (--clip") and "recorded in items.json" in w
+               for w in json.loads(out)["warnings"])
 
 
 @pytest.mark.parametrize("text, users", [("0.25,0.5\n0.75,1\n0.5,0.5\n", 3), ("3,0.5\n1,0.25\n3,1\n", 3)])

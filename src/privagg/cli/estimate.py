@@ -387,7 +387,8 @@ def _estimate_vector(entry: ProtocolEntry, *, input: Optional[Path], delimiter: 
                 start = time.perf_counter()
                 write(write_messages, run.result.parameters, run.messages, partitions, _messages_info(
                     report, kind="vector", domain_size=run.result.parameters.domain_size, randomness=run.randomness,
-                    users=run.result.parameters.n_users))  # all n users' messages
+                    users=run.result.parameters.n_users,  # all n users' messages
+                    input_warnings=warnings))  # how the values were made ready (--clip): analyze says it again
                 report.simulation.seconds["write_messages"] = time.perf_counter() - start
                 report.messages_written = str(write_messages)
 

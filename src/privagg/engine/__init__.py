@@ -180,18 +180,22 @@ def folder_privacy(parameters, items: dict[str, Any], received: int, lost: int =
 
 
 def folder_reporters(parameters, items: dict[str, Any]) -> tuple[int | None, list[str]]:
-    """(the users whose messages a folder holds, as its items.json records them; the warnings of the report). A
-    protocol whose users make the noise is debiased with them; where the folder does not say (a folder written
-    before the record, or by hand), the calibrated n is used and the report says so: the estimates are biased if
-    fewer users' messages are in it. A curator's noise does not depend on them (None, no warning)."""
+    """(the users whose messages a folder holds, as its items.json records them; the warnings of the report: how
+    the run that wrote the folder made its values ready, as recorded (``input_warnings``: values clipped), and
+    the following). A protocol whose users make the noise is debiased with them; where the folder does not say (a
+    folder written before the record, or by hand), the calibrated n is used and the report says so: the
+    estimates are biased if fewer users' messages are in it. A curator's noise does not depend on them (None, no
+    warning)."""
     from ..protocols.registry import get
 
+    recorded = [f"{w} (recorded in {ITEMS_FILE} by the run that wrote the messages)"
+                for w in items.get("input_warnings", ()) if isinstance(w, str)]
     if not get(parameters.protocol).served:
-        return None, []
+        return None, recorded
     if items.get("users") is not None:
-        return items["users"], []
-    return None, [f"{ITEMS_FILE} does not record how many users' messages the folder holds (\"users\"): the "
-                  f"estimates are debiased for the calibrated n = {parameters.n_users}, and are biased if the "
+        return items["users"], recorded
+    return None, [*recorded, f"{ITEMS_FILE} does not record how many users' messages the folder holds (\"users\"): "
+                  f"the estimates are debiased for the calibrated n = {parameters.n_users}, and are biased if the "
                   "messages are fewer users' (a collection closed early)"]
 
 
