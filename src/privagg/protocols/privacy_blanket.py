@@ -304,6 +304,9 @@ def clip_vectors(values) -> np.ndarray:
     return np.clip(array, 0.0, 1.0)
 
 
+FEW_REPORTS = 100  # below this many reports a coordinate, its estimated stderr is said to be uncertain itself
+
+
 @dataclass(frozen=True)
 class BlanketVectorParameters(_BlanketParameters):
     """R_{d,k,n,t}: t coordinates a user, rounded to {0..k}, randomized response with blanket probability gamma."""
@@ -485,6 +488,13 @@ class BlanketVectorParameters(_BlanketParameters):
         if self.gamma > 0.9:
             warnings.append(f"gamma = {self.gamma:.3g}: most reports are blanket noise; more users, a larger epsilon "
                             "or t = 1 help")
+        reports = self.n_users * self.coordinates / self.dimension
+        if reports < FEW_REPORTS:  # a reviewer's finding: at d = 64, 28 reports, 7.7% of |z| > 1.96
+            warnings.append(f"each coordinate's stderr is estimated from its reports, about n t / d = {reports:.3g} of "
+                            f"them: so few leave that estimate uncertain itself (by about "
+                            f"{math.sqrt(2 / max(reports - 1, 1)):.0%}), so ± stderr covers a coordinate's true sum "
+                            "less often than a normal's would (stderr_bound, an upper bound, covers it); more users or "
+                            "a larger t help")
         return warnings
 
     @property
