@@ -268,9 +268,10 @@ class CoordinateEstimate:
 class VectorError:
     """The estimates against the true sums (simulation only, not for release)."""
 
-    mse_of_mean: float  # mean over coordinates of (estimated mean - true mean)^2
     max_abs: float  # largest |estimate - true sum|
     squared_error: float  # sum over every coordinate of (estimate - true sum)^2, the FE paper's ||v - v_hat||^2
+    # mean over coordinates of (estimated mean - true mean)^2: dense vectors (blanket-vector) only, as normalised_mse
+    mse_of_mean: float | None = None
     # sum over coordinates of squared error of the sums / (n/d)^2, the vector paper's MSE-hat: dense vectors
     # (blanket-vector) only, None for the 1-sparse protocols (over d = 2^40 coordinates it means nothing)
     normalised_mse: float | None = None

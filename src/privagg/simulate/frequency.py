@@ -401,7 +401,8 @@ def estimate_vector_sum(protocol: str, inputs: np.ndarray, *, epsilon: float, de
             missed = parameters.true_total_outside(inputs, result.coordinates)
             squared += float(np.sum(missed**2))
             largest = max(largest, float(missed.max(initial=0.0)))
-        error = VectorError(squared / d / n**2, largest, squared, squared / (n / d) ** 2 if dense else None)
+        error = VectorError(largest, squared, squared / d / n**2 if dense else None,
+                            squared / (n / d) ** 2 if dense else None)
         privacy = privacy.as_evaluation("the true sums of the coordinates and the realised error")
     nothing_found = [f"the discovery stage ({get(protocol).discovery.protocol} at phi = {discover_phi:g}) reported "
                      "no coordinate, so none is estimated (each sum is estimated as 0): a private outcome, not a "
