@@ -339,3 +339,56 @@ def test_every_swapped_or_unsigned_part_of_the_hand_over_is_refused_naming_it(sq
         with pytest.raises(ParameterError, match="organisation_key"):
             check_senders(dataclasses.replace(second, organisation_key=None), honest)
         assert d.result()["dropouts"]["recovered_items"]  # the honest hand-over, with its recovery, is released
+
+
+def test_a_recovery_s1_asked_about_other_helpers_than_it_hands_over_does_not_open_for_s2(sqlite_dbs, monkeypatch):
+    """A reviewer's attack: S1 asks an item's reporters about different dropped helpers (one reporter all of them
+    but one, the others that one), so that S2, opening every recovery, adds one reporter's shares up to his entry.
+    A recovery's seal now binds the (item, helper) pairs its reporter was asked about (``second_info``), and S2
+    opens it with those its hand-over's plan asks of him: here S1 shows one reporter one more helper of an item
+    than its plan, he recovers to both, and S2 cannot open what he sent (it never reads his shares); the item is
+    lost, the others released."""
+    import dataclasses as dc
+
+    from privagg.protocols import registry
+    from privagg.protocols.two_server_messages import RECOVERY, message_bytes
+    from privagg.protocols.two_server_parties import FirstServer
+
+    class AskingOtherHelpers(FirstServer):
+        target = item = extra = None
+
+        def inbox(self, round_, user, state, messages):
+            inbox = super().inbox(round_, user, state, messages)
+            if round_.name == "recover" and user == self.target:
+                inbox["dropped"] = {**inbox["dropped"], self.item: sorted([*inbox["dropped"][self.item], self.extra])}
+            return inbox
+
+        def message_size(self, round_, user, state, messages):  # it takes the recovery of what it asked
+            size = super().message_size(round_, user, state, messages)
+            one = message_bytes(self.parameters, RECOVERY, 2) - message_bytes(self.parameters, RECOVERY, 1)
+            return size + (one if round_.name == "recover" and user == self.target else 0)
+
+    name = "tss-collusion"
+    entry = registry.REGISTRY[name]
+    monkeypatch.setitem(registry.REGISTRY, name, dc.replace(entry, rounds=dc.replace(
+        entry.rounds, coordinator=AskingOtherHelpers)))
+    with deploy(sqlite_dbs) as d:
+        assert d.task.parameters.protocol == name
+        step(d, 1)
+        step(d, 2)
+        election = d.election()
+        item = next(j for j, helpers in enumerate(election.helpers) if len(helpers) >= 3)
+        dropped, extra = election.helpers[item][:2]
+        reporters = d.published()["reporters"][item]
+        target = next(i for i in reporters if i not in (dropped, extra))
+        AskingOtherHelpers.target, AskingOtherHelpers.item, AskingOtherHelpers.extra = target, item, extra
+        assert step(d, 3, skip=(dropped,)) == "round4"
+        assert d.client(target).send("recover")  # he recovers to both helpers he is shown
+        for c in d.clients:
+            if c.user != target:
+                c.send("recover")
+        assert d.state() == "handover"
+        result = d.result()
+        lost = {e["item"]: e["reason"] for e in result["dropouts"]["lost_items"]}
+        assert f"sent no usable recovery (e.g. user {target}; or S1 asked him about other helpers" in lost[item]
+        assert len(lost) < DOMAIN and result["collection"]["unopened"] >= 1  # his recovery: S2 never read it

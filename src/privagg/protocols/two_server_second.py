@@ -60,6 +60,15 @@ class Handover:
     def election(self) -> Election:
         return Election(self.senders, self.counts, self.helpers)
 
+    def asked(self) -> dict[int, dict[int, tuple[int, ...]]]:
+        """reporter -> {item: the dropped helpers the recovery plan asks him about}: what his recovery's seal binds
+        (an S2 opens it with these only)."""
+        out: dict[int, dict[int, tuple[int, ...]]] = {}
+        for j, (dropped, reporters) in self.recovery.items():
+            for reporter in reporters:
+                out.setdefault(reporter, {})[j] = dropped
+        return out
+
     def to_dict(self) -> dict:
         def b64(raw: bytes | None) -> str | None:
             return None if raw is None else base64.b64encode(raw).decode()
@@ -154,13 +163,12 @@ TRUST = {
           "relays are signed by their reporters and checked by the helpers, so it cannot inject one in a reporter's "
           "name; it may drop users and lose items; "
           "a reporter it counts for S2 but keeps from a "
-          "helper is caught (each sum says how many reporters it adds up) and his items refused; must ask the "
-          "reporters of an item about one set of dropped helpers (asking them about different ones is not "
-          "detected before S2 opens their recoveries, which would give S2 a reporter's entry); must not collude "
-          "with S2",
+          "helper is caught (each sum says how many reporters it adds up) and his items refused; a recovery it "
+          "asked about other helpers than it hands over does not open for S2 (its seal binds them); must not "
+          "collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
-          "for a dropped helper (uniform, while S1 asks one set of dropped helpers an item: see S1); attests only "
-          "elections that keep the rules; must not collude with S1. "
+          "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
+          "about); attests only elections that keep the rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
                "least phi + 1 helpers, one of them outside the coalition). integrity: trusted (a helper's sum is not "
@@ -359,7 +367,8 @@ class SecondServer:
                 absent = [i for i in reporters if i not in good_recoveries]
                 if absent:
                     lost[j] = (f"{len(absent)} of its {len(reporters)} reporters sent no usable recovery (e.g. user "
-                               f"{absent[0]}): a reporter's entry cannot be taken out of the other helpers' sums")
+                               f"{absent[0]}; or S1 asked him about other helpers than it handed over, whose recovery "
+                               "S2 cannot open): a reporter's entry cannot be taken out of the other helpers' sums")
                     continue
                 for i in reporters:
                     for d in dropped:

@@ -366,7 +366,7 @@ class RoundClient(RosterClient):
         out = method(**fields)
         body, message = self._auth(), b""
         if round_.to_server and round_.seal:  # to a party the server relays to (TSS's S2), which it cannot read
-            message = self._seal(out.message, *self.task.sealed_to(round_, self.user))
+            message = self._seal(out.message, *self.task.sealed_to(round_, self.user, fields))
         elif round_.to_server:
             message = self._plain(out.message)
         if round_.to_server:

@@ -322,9 +322,15 @@ def survivors_for_target(parameters, least: int) -> int:
     return low
 
 
-def second_info(task_id: str, kind: int, sender: int) -> bytes:
-    """HPKE's info for a message sealed to S2: binds it to S2's task, its kind (sums, recovery) and its sender."""
-    return b"privagg tss to S2 " + bytes.fromhex(task_id) + bytes([kind]) + sender.to_bytes(4, "big")
+def second_info(task_id: str, kind: int, sender: int, asked=None) -> bytes:
+    """HPKE's info for a message sealed to S2: binds it to S2's task, its kind (sums, recovery) and its sender, and
+    a recovery to the (item, helper) pairs S1 asked him about (``asked``: item -> dropped helpers): S2 opens it
+    with the pairs its hand-over's plan asks of him, so one that S1 asked about other helpers does not open. An S1
+    that asks an item's reporters about different helpers, to have S2 add one reporter's shares up to his entry
+    (a reviewer's attack), gets S2 nothing of theirs (docs/privacy.md, "Dishonest parties")."""
+    pairs = b"".join(int(j).to_bytes(4, "big") + int(d).to_bytes(4, "big")
+                     for j in sorted(asked or {}) for d in sorted(asked[j]))
+    return b"privagg tss to S2 " + bytes.fromhex(task_id) + bytes([kind]) + sender.to_bytes(4, "big") + pairs
 
 
 def sealed_size(parameters, kind: int, entries: int) -> int:
@@ -405,13 +411,15 @@ class TSSTask:
             raise ParameterError("second_public_key", f"{KEMS[KEM][1]} bytes", f"{len(self.second_public_key) if isinstance(self.second_public_key, bytes) else type(self.second_public_key).__name__}")
         _identity_key("second_identity_key", self.second_identity_key)
 
-    def sealed_to(self, round_: Round, sender: int) -> tuple[bytes, bytes]:
+    def sealed_to(self, round_: Round, sender: int, inbox: dict) -> tuple[bytes, bytes]:
         """(S2's public key, HPKE's info) for ``sender``'s message of a round sealed to S2 (his helper sums, his
-        recovery): bound to S2's task, the message's kind and the sender."""
+        recovery): bound to S2's task, the message's kind and the sender, a recovery also to the dropped helpers
+        his ``inbox`` asked about (:func:`second_info`)."""
         if round_.seal != "s2":
             raise ParameterError("round", "a round whose message is sealed to S2", round_.name)
         kind = {"sums": SUMS, "recover": RECOVERY}[round_.name]
-        return self.second_public_key, second_info(self.second_task_id, kind, sender)
+        return self.second_public_key, second_info(self.second_task_id, kind, sender,
+                                                   inbox["dropped"] if kind == RECOVERY else None)
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,

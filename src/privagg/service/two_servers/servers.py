@@ -618,12 +618,12 @@ class SecondService:
         start = time.perf_counter()
         handover = Handover.from_dict(json.loads(row.handover))
         suite, key = _suite(KEM), _private_key(KEM, self.kek.open(row.sealed_key, task.task_id))
-        opened: dict[int, dict[int, bytes]] = {SUMS: {}, RECOVERY: {}}
-        unopened = 0
+        opened, unopened, asked = {SUMS: {}, RECOVERY: {}}, 0, handover.asked()  # (recoveries: the plan's helpers)
         for kind, sealed in ((SUMS, handover.sums), (RECOVERY, handover.recoveries)):
             for sender, blob in sealed.items():
                 try:
-                    opened[kind][sender] = suite.decrypt(blob, key, info=second_info(task.task_id, kind, sender))
+                    opened[kind][sender] = suite.decrypt(blob, key, info=second_info(
+                        task.task_id, kind, sender, asked.get(sender, {}) if kind == RECOVERY else None))
                 except Exception:  # InvalidTag, a malformed encapsulation: it does not open
                     unopened += 1
         released = SecondServer(task.parameters, task.min_survivors).release(handover, opened[SUMS], opened[RECOVERY],
