@@ -237,7 +237,7 @@ def _read_vector_input(entry: ProtocolEntry, input: Path | None, fmt, clip: bool
     missing value) of a vector protocol: the file's vectors or (coordinate, weight) rows, or the bundled data's
     (``evaluate``: the report is an evaluation, which may say how many values --clip clipped)."""
     from ..io import read_vectors_counted
-    from ..protocols.privacy_blanket import clip_vectors
+    from ..io.vectors import clip_vectors
 
     sparse = entry.one_sparse
     names, dropped = None, 0

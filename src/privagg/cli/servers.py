@@ -23,6 +23,7 @@ Role = Enum("Role", {name: name for name in ("analyzer", "collector", "sharing",
 # TLS ones would otherwise hold open). Cutting a request short loses nothing: a report not yet acknowledged is sent
 # again by its client, a batch not yet acknowledged again by the collector.
 SHUTDOWN_GRACE = 5
+BACKLOG = 16384  # connections the kernel queues before the service accepts them
 
 
 _DB = typer.Option(None, "--db", help="Database URL (default sqlite:///privagg-ROLE.db in the working folder; "
@@ -168,8 +169,6 @@ def _listening(host: str, port: int):
     except OSError as err:
         raise RuntimeError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
 
-
-BACKLOG = 16384  # connections the kernel queues before the service accepts them
 
 SERVE_OPTIONS = {"--analyzer": ("collector",), "--analyzer-ca": ("collector",), "--second-ca": ("s1",),
                  "--workers": ("analyzer",), "--dask-scheduler": ("analyzer",), "--batch-interval": ("collector",),

@@ -127,3 +127,12 @@ def _numeric_table(table: pa.Table, first_line: int | None, path: Path, field: s
     array = np.column_stack([c.to_numpy(zero_copy_only=False).astype(np.float64) for c in table.columns]) \
         if table.num_columns else np.empty((table.num_rows, 0))
     return array, int(empty.sum())
+
+
+def clip_vectors(values) -> np.ndarray:
+    """The explicit clip to [0, 1] (``--clip``); NaN stays an error."""
+    array = np.asarray(values, dtype=np.float64)
+    if np.isnan(array).any():
+        row, column = (int(i) for i in np.argwhere(np.isnan(array))[0])
+        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in column {column}", row)
+    return np.clip(array, 0.0, 1.0)

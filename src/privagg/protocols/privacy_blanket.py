@@ -245,8 +245,8 @@ def message_law(parameters: BlanketHistParameters, item: int) -> dict[tuple[int,
 
 def check_vectors(values, dimension: int) -> np.ndarray:
     """Users' vectors as an (n, d) float array in [0, 1] (:func:`~privagg.protocols.parameters.float_rows`:
-    float32 stays float32); NaN, values outside [0, 1] and a wrong d are errors naming the row and column (counted from 0), never clipped here
-    (``clip_vectors`` is the explicit option)."""
+    float32 stays float32); NaN, values outside [0, 1] and a wrong d are errors naming the row and column (counted
+    from 0), never clipped here (``privagg.io.vectors.clip_vectors`` is the explicit option)."""
     try:
         array = float_rows(values)
     except (TypeError, ValueError):
@@ -293,18 +293,6 @@ def _row_order_sums(vectors: np.ndarray) -> np.ndarray:
         block[1:len(rows) + 1] = rows
         sums = np.einsum("ij->j", block[:len(rows) + 1])
     return sums
-
-
-def clip_vectors(values) -> np.ndarray:
-    """The explicit clip to [0, 1] (``--clip``); NaN stays an error."""
-    array = np.asarray(values, dtype=np.float64)
-    if np.isnan(array).any():
-        row, column = (int(i) for i in np.argwhere(np.isnan(array))[0])
-        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in column {column}", row)
-    return np.clip(array, 0.0, 1.0)
-
-
-FEW_REPORTS = 100  # below this many reports a coordinate, its estimated stderr is said to be uncertain itself
 
 
 @dataclass(frozen=True)
@@ -488,13 +476,12 @@ class BlanketVectorParameters(_BlanketParameters):
         if self.gamma > 0.9:
             warnings.append(f"gamma = {self.gamma:.3g}: most reports are blanket noise; more users, a larger epsilon "
                             "or t = 1 help")
-        reports = self.n_users * self.coordinates / self.dimension
-        if reports < FEW_REPORTS:  # a reviewer's finding: at d = 64, 28 reports, 7.7% of |z| > 1.96
-            warnings.append(f"each coordinate's stderr is estimated from its reports, about n t / d = {reports:.3g} of "
-                            f"them: so few leave that estimate uncertain itself (by about "
-                            f"{math.sqrt(2 / max(reports - 1, 1)):.0%}), so ± stderr covers a coordinate's true sum "
-                            "less often than a normal's would (stderr_bound, an upper bound, covers it); more users or "
-                            "a larger t help")
+        reports = self.n_users * self.coordinates / self.dimension  # a coordinate's (a reviewer's finding: at 28,
+        if reports < 100:  # 7.7% of |z| > 1.96)
+            warnings.append(f"each coordinate's stderr is estimated from about n t / d = {reports:.3g} reports: so "
+                            f"few leave it uncertain itself (by about {math.sqrt(2 / max(reports - 1, 1)):.0%}), and "
+                            "± stderr covers the true sum less often than a normal's would (stderr_bound, an upper "
+                            "bound, covers it); more users or a larger t help")
         return warnings
 
     @property

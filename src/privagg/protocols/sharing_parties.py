@@ -114,7 +114,7 @@ def bound(parameters: SharingParameters, graph_seed: bytes | None, dealer: int, 
     of his commitments to ``holder``'s shares, cut from his round-1 message to the server (``message``, checked).
     The server shows it to the holder as it is (``commitments``); the dealer signed both together, so a server that
     shows another commitment has the holder refuse the backup as forged, never complain about an honest dealer
-    (docs/privacy.md, "Commitments")."""
+    (docs/privacy.md, "What a holder is shown is the dealer's word")."""
     slot = task_graph(parameters, graph_seed).slot(dealer, holder)
     return encode(parameters, COMMITMENT, dealer, holder, commitments_to(message[HEADER.size:], slot))
 
