@@ -329,10 +329,9 @@ def show(ledger: Ledger) -> str:
 def _significant(value: float) -> str:
     """``value`` with as many digits as it takes not to round up to its next power of ten (0.9999988, not 1)."""
     for digits in range(3, 16):
-        text = f"{value:.{digits}g}"
-        if float(text) <= value or digits == 15:
+        if float(text := f"{value:.{digits}g}") <= value:
             return text
-    return repr(value)
+    return repr(value)  # the shortest text that reads back as the value itself
 
 
 LEDGER_TABLES = ("budget_charges", "budgets")
