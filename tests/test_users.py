@@ -131,17 +131,18 @@ def test_l_items_a_user_estimate_the_bounded_counts_and_state_the_composition():
 
 def test_the_warnings_and_costs_are_the_users_not_one_reports():
     """max_items = 2 (a reviewer's finding): the weak-guarantee warnings looked at one report's (eps / L, delta0)
-    and the n L reports, so a user's (15, 5e-4) over n = 3,000 (delta >= 1/n) carried none, which L = 1 gives;
+    and the n L reports, so a user's (15, 2.5e-3) over n = 600 (delta >= 1/n) carried none, which L = 1 gives;
     the "no information" warning was missing where the table's title said to see it; the expected messages a user
     were one report's. Each is now of the user's guarantee and the n users; and a vector sum of each user's rows
     summed says nothing of users holding "more than 1 distinct rows" (nothing was bounded)."""
-    log = _log(3000)
-    weak = dict(item="app", user="device", candidates=list(range(8)), epsilon=15, delta=5e-4, seed=7)
+    log = _log(600)
+    weak = dict(item="app", user="device", candidates=list(range(8)), epsilon=15, delta=2.5e-3, seed=7)
     for items in (1, 2):
-        report = privagg.estimate(log, "fe1", max_items=items, **weak)
-        assert any(w.startswith("delta = 0.0005 is at least 1/n = 0.000333") for w in report.warnings), items
+        report = privagg.estimate(log, "fe1", max_items=items, domain_size=8, **weak)
+        assert any(w.startswith("delta = 0.0025 is at least 1/n = 0.00167") for w in report.warnings), items
         assert any(w.startswith("epsilon = 15 exceeds 10") for w in report.warnings), items
-    plain = privagg.estimate(log, "fe1", item="app", user="device", max_items=2, candidates=list(range(8)), **RUN)
+    plain = privagg.estimate(log, "fe1", item="app", user="device", max_items=2, candidates=list(range(8)),
+                             domain_size=8, **RUN)
     assert plain.expected_error.messages_per_user == pytest.approx(plain.messages.per_user, rel=0.02)
     assert not any("exceeds 10" in w or "at least 1/n" in w for w in plain.warnings)
     few = privagg.estimate(_log(8, most=3), "laplace", item="app", user="device", max_items=3,
