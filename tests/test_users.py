@@ -147,6 +147,12 @@ def test_the_warnings_and_costs_are_the_users_not_one_reports():
     assert not any("exceeds 10" in w or "at least 1/n" in w for w in plain.warnings)
     few = privagg.estimate(_log(8, most=3), "laplace", item="app", user="device", max_items=3,
                            candidates=list(range(8)), domain_size=8, epsilon=0.8, seed=7)
+    named = privagg.estimate(pd.DataFrame({"device": np.repeat(np.arange(600), 3), "app": [f"a{i % 7}" for i in
+                                                                                             range(1800)]}),
+                             "fe1", item="app", user="device", max_items=3, candidates=["a0", "a1"], domain_size=8,
+                             **RUN)  # strings hashed into B = 8: the warning counts the 1,800 reports, not "users"
+    assert any("with 1,800 reports (600 users, up to 3 a user) over B = 8 codes, up to n L / B = 225 reports a code" in w
+               for w in named.warnings), named.warnings
     with pytest.raises(ParameterError, match="^delta is required for fe1"):  # was a TypeError in the composition
         privagg.estimate(log, "fe1", item="app", user="device", max_items=2, candidates=list(range(8)), epsilon=1)
     assert few.expected_error.standard_error > 8 and any(w.startswith("the estimates carry no information at "

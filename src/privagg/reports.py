@@ -596,18 +596,21 @@ def reported_estimates(table, encoder, top: int, truth=None) -> list[Estimate]:
             for code, est, se, t in zip(codes.tolist(), estimates.tolist(), stderr.tolist(), true)]
 
 
-def shared_code_warnings(estimates: list[Estimate], encoder, n_users: int) -> list[str]:
+def shared_code_warnings(estimates: list[Estimate], encoder, n_users: int, reports_per_user: int = 1) -> list[str]:
     """The warning that estimates named by public strings count every user whose string hashes to their code, a
-    public one or not, where that may be many: each of the users holding another string lands on a given code
-    with probability 1 / B (over the hash key), so up to n / B of them a code in expectation; none below one
-    (docs/derivations.md, "Strings hashed into [B]"). It depends on n and B alone, not on the data."""
+    public one or not, where that may be many: each of the strings reported (n, or n L with L a user) lands on a
+    given code with probability 1 / B (over the hash key), so up to n L / B of them a code in expectation; none
+    below one (docs/derivations.md, "Strings hashed into [B]"). It depends on n, L and B alone, not on the data."""
     named = any(isinstance(e.item, str) and not re.fullmatch(r"#\d+", e.item) for e in estimates)
-    if not (named and encoder.shares_codes and n_users >= encoder.domain_size):
+    strings, codes = n_users * reports_per_user, encoder.domain_size
+    if not (named and encoder.shares_codes and strings >= codes):
         return []
-    return [f"each named estimate counts every user whose string hashes to its code, listed or not: with n = "
-            f"{n_users:,} users over B = {encoder.domain_size:,} codes, up to n / B = {n_users / encoder.domain_size:.3g} "
-            "users a code (in expectation over the hash key) may hold strings other than its name; a --domain well "
-            "above n makes them negligible"]
+    whose = (f"n = {n_users:,} users" if reports_per_user == 1 else
+             f"{strings:,} reports ({n_users:,} users, up to {reports_per_user} a user)")
+    return [f"each named estimate counts every user whose string hashes to its code, listed or not: with {whose} over "
+            f"B = {codes:,} codes, up to {'n / B' if reports_per_user == 1 else 'n L / B'} = {strings / codes:.3g} "
+            f"{'users' if reports_per_user == 1 else 'reports'} a code (in expectation over the hash key) may hold strings other than its name; a --domain well above n "
+            "makes them negligible"]
 
 
 def levels_text(levels) -> str:

@@ -152,6 +152,7 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
     from ..io import read_codes
     from ..io.items import encode_blocks
     from .frequency import estimate_frequencies
+    from ..reports import shared_code_warnings
     from .users import budget, padded, read_grouped, stated_of_users
 
     if user is not None and max_items > 1 and domain_size is None and not (entry.categorical or entry.small_domain):
@@ -189,9 +190,13 @@ def _frequencies(entry, data, kind: str, fmt: InputFormat, source: str, *, domai
                                      **run)
     if user is not None:
         evaluated = seed is not None if evaluate is None else evaluate
-        stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluated,
-                        None if pad is None else padded(encoder, pad).label(pad))
-        report.estimates = report.estimates[:top]
+        used = encoder if pad is None else padded(encoder, pad)
+        stale = shared_code_warnings(report.estimates, used, read.codes.size)
+        stated_of_users(report, grouped.n_users, grouped.truncated, per, evaluated, None if pad is None else
+                        used.label(pad))
+        report.estimates = report.estimates[:top]  # the strings hashed: the n users' L reports, over the B codes
+        report.warnings = [w for w in report.warnings if w not in stale] + shared_code_warnings(
+            report.estimates, encoder, grouped.n_users, max_items)
     return with_left_out(report, read.dropped)
 
 
