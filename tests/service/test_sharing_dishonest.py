@@ -476,6 +476,60 @@ def test_junk_in_an_inbox_is_refused_in_one_error_naming_it_never_a_crash(server
     assert list(refused) == [name] and list(refused[name]) == [victim]
 
 
+WIRE_JUNK = {  # the answer around the inbox (a reviewer's second fuzz): round -> how it is altered
+    "a signer as a list": ("masked_sum", lambda a: a["signatures"]["keys"][0].update(sender=[1])),
+    "a backup's sender as a list": ("check", lambda a: a["backups"][0].update(sender=[1])),
+    "a recipient as a list": ("advertise", lambda a: a["public_keys"][0].update(user=[1])),
+    "an identity as a list": ("reveal", lambda a: a["inbox"].update(
+        identities=[[1], *list(a["inbox"]["identities"])[1:]])),
+}
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("junk", [*WIRE_JUNK, "a page", "a list"])
+def test_junk_around_an_inbox_is_refused_in_one_error_never_a_crash(server, monkeypatch, junk):
+    """A user index given as a list (unhashable), or an answer that is no JSON object at all (a proxy's page with
+    status 200, a list): user 4's device refuses with one ParameterError naming the field (each was a TypeError,
+    JSONDecodeError or AttributeError), and the others go on."""
+    from privagg.service import round_client
+    from privagg.service.round_client import RoundClient
+
+    service, _, clock = server
+    victim, call, request = 4, RoundClient._call, round_client._request
+    name, alter = WIRE_JUNK.get(junk, ("check", None))
+    number = [r.name for r in ROUNDS].index(name) + 1
+
+    def altered(self, route, body=None, *args, **kwargs):
+        answer = call(self, route, body, *args, **kwargs)
+        if self.user == victim and route == "inbox" and body["round"] == number and alter is not None and answer:
+            alter(answer)
+        return answer
+
+    def page(url, *args, **kwargs):  # user 4's inbox of round 2 answered by something that is no privagg answer
+        answer = request(url, *args, **kwargs)
+        return (b"<html>502 Bad Gateway</html>" if junk == "a page" else b"[1, 2]") if \
+            url.endswith("/inbox") and page.victim_round else answer
+
+    page.victim_round = False
+    monkeypatch.setattr(RoundClient, "_call", altered)
+    if alter is None:
+        monkeypatch.setattr(round_client, "_request", page)
+    task, users = with_liar(service, dpdg())
+    if alter is None:
+        original = users[victim].send
+
+        def send(round_name, value=None):  # only his round-2 inbox is junk
+            page.victim_round = round_name == name
+            try:
+                return original(round_name, value)
+            finally:
+                page.victim_round = False
+
+        users[victim].send = send
+    refused = every_round(service, task, users, clock, refusing=(victim,))
+    assert list(refused) == [name] and list(refused[name]) == [victim], refused
+
+
 @pytest.mark.parametrize("degree", [None, 4])
 def test_the_simulator_has_a_user_shown_too_few_keys_refuse(degree):
     """The simulator with the server of the reviewer's attack (his own key alone for user 4 in round 3), on the

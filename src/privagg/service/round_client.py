@@ -206,7 +206,12 @@ of the roster's head and entries he downloaded (apart), and
         self.received += len(answer)
         if binary and answer[:len(round_wire.MAGIC)] == round_wire.MAGIC:
             return round_wire.decode(answer, "the server's answer")
-        return json.loads(answer)
+        try:
+            decoded = json.loads(answer)
+        except ValueError:  # a proxy's page, or a broken server's
+            decoded = None
+        _shaped(f"the answer of {route}", decoded, dict, "a JSON object")
+        return decoded
 
     def state(self) -> str:
         """The task's state at the server."""
@@ -329,9 +334,16 @@ class RoundClient(RosterClient):
             _shaped(f"signatures.{field}", signed.get(field, []), list, "a list of {sender, signature} objects")
             for entry in signed.get(field, []):
                 _shaped(f"signatures.{field}[]", entry, dict, "a {sender, signature} object")
+                _shaped(f"signatures.{field}[].sender", entry.get("sender"), int, "a user's index")
         if "identities" in fields:
             _shaped("inbox.identities", fields["identities"], (list, dict), "a list of users")
+            for u in fields["identities"]:
+                _shaped("inbox.identities[]", u, int, "a user's index")
         served = answer.get(round_.delivers) if round_.delivers else None
+        for field, entries, key in ((round_.delivers, served, "sender"), ("public_keys", answer.get("public_keys"),
+                                                                          "user")):
+            for e in entries if isinstance(entries, list) else ():  # (the lists' own shape is checked below)
+                _shaped(f"{field}[].{key}", e.get(key) if isinstance(e, dict) else None, int, "a user's index")
         self.prove([u for field, _ in round_.signed for u in fields.get(field, ())] + list(fields.get(
             "identities", ())) + [e.get("sender") for e in (served if isinstance(served, list) else ())
                                   if isinstance(e, dict)] +
