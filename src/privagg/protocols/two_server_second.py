@@ -168,7 +168,9 @@ TRUST = {
           "collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
-          "about); attests only elections that keep the rules; must not collude with S1. "
+          "about), while S1 does not keep all but one reporter of an item from its helpers (their sums would then "
+          "be that reporter's entry: not detected before S2 opens them); attests only elections that keep the "
+          "rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
                "least phi + 1 helpers, one of them outside the coalition). integrity: trusted (a helper's sum is not "
