@@ -847,3 +847,26 @@ def test_the_databases_refusal_of_a_role_is_told_apart_from_a_bug():
     assert _refused_by_the_database(denied) == "a refusal: permission denied for schema public"
     assert _refused_by_the_database(sa.exc.ProgrammingError("SELECT", {}, ValueError("syntax error"))) == ""
     assert _refused_by_the_database(ValueError("permission denied")) == ""
+
+
+def test_a_collector_whose_token_the_analyzer_refuses_says_so_at_error_level(tmp_path, monkeypatch, caplog):
+    """An operator review's finding: a collector started with another collector_token than the analyzer's logged
+    "batch not delivered; retrying", error "HTTP 401", as a warning, and retried for ever. It now says the analyzer
+    refused its token, at error level (once per batch); the batch stays stored and goes once the token is right."""
+    import service_deployment
+    from service_deployment import users
+
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("grr", epsilon=1.0, n_users=20, domain_size=4), min_batch_size=20)
+    d.store(users(d, list(range(4)) * 5, np.random.default_rng(1))[0])
+    right = service_deployment.AUTH
+    monkeypatch.setattr(service_deployment, "AUTH", {**right, "authorization": "Bearer another-token-altogether"})
+    with caplog.at_level(logging.INFO, logger="privagg.collector"):
+        d.collector.release_batches()
+        d.collector.release_batches()
+    refused = [r for r in caplog.records if r.getMessage() == "batch not delivered; retrying"]
+    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
+    assert "HTTP 401: the analyzer refused the collector's token" in refused[0].fields["error"]
+    monkeypatch.setattr(service_deployment, "AUTH", right)
+    d.collector.release_batches()
+    assert d.result()["collection"]["reports"] == 20

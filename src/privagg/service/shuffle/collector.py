@@ -468,13 +468,16 @@ class Collector:
                     self.forward(task_id, batch_id, self.batch_blob(task_id, batch_id))
             except Exception as err:  # the analyzer is down or refused: the batch stays and is sent again
                 status = getattr(getattr(err, "response", None), "status_code", None)  # an HTTP refusal's
-                error = type(err).__name__ if status is None else f"HTTP {status}"
+                error = type(err).__name__ if status is None else f"HTTP {status}" + (
+                    ": the analyzer refused the collector's token (its collector_token must be the analyzer's): no "
+                    "batch is delivered until it is" if status in (401, 403) else "")
                 if partitioned and status == 400 and _reason(err.response) == "malformed_batch":
                     # the partitions as written did not check out (changed or damaged since): written again
                     shutil.rmtree(self.partition_root / task_id / batch_id, ignore_errors=True)
                 if self._undelivered.get(batch_id) != error:  # once per batch and error, not once a second
-                    log.warning("batch not delivered; retrying", extra={"fields": {"task": task_id, "batch": batch_id,
-                                                                                  "error": error}})
+                    (log.error if status in (401, 403) else log.warning)(  # a wrong token does not mend itself
+                        "batch not delivered; retrying", extra={"fields": {"task": task_id, "batch": batch_id,
+                                                                           "error": error}})
                     self._undelivered[batch_id] = error
                 continue
             self._undelivered.pop(batch_id, None)
