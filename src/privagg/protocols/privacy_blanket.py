@@ -476,8 +476,8 @@ class BlanketVectorParameters(_BlanketParameters):
         if self.gamma > 0.9:
             warnings.append(f"gamma = {self.gamma:.3g}: most reports are blanket noise; more users, a larger epsilon "
                             "or t = 1 help")
-        reports = self.n_users * self.coordinates / self.dimension  # a coordinate's (a reviewer's finding: at 28,
-        if reports < 100:  # 7.7% of |z| > 1.96)
+        reports = self.n_users * self.coordinates / self.dimension  # a coordinate's, in expectation
+        if reports < 100:  # a reviewer's finding: at 28 reports, 7.7% of |z| > 1.96
             warnings.append(f"each coordinate's stderr is estimated from about n t / d = {reports:.3g} reports: so "
                             f"few leave it uncertain itself (by about {math.sqrt(2 / max(reports - 1, 1)):.0%}), and "
                             "± stderr covers the true sum less often than a normal's would (stderr_bound, an upper "

@@ -55,7 +55,7 @@ from .sampling_sharing import bernoulli
 from .sharing_parties import HELD_BYTES, survivors_parameters
 from .tss_parameters import TSSParameters
 from .two_server_election import Election, as_inbox, check_attested
-from .two_server_second import Handover, SecondServer, TSSRelease  # noqa: F401 (S2's, re-exported)
+from .two_server_second import Handover, SecondServer, TSSRelease, asked_of  # noqa: F401 (S2's, re-exported)
 from .two_server_messages import (FIRST, HEADER, INDEX, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, VERSION, _items,
                                   _users, check_min_survivors, decode, encode, message_bytes, message_entries)
 
@@ -299,12 +299,9 @@ class Recovery:
     lost: tuple[int, ...]
 
     def asked(self, reporters: Sequence[Sequence[int]]) -> dict[int, dict[int, list[int]]]:
-        """reporter -> {item: the dropped helpers he is asked about}, given each item's R2 reporters."""
-        out: dict[int, dict[int, list[int]]] = {}
-        for j, helpers in sorted(self.dropped.items()):
-            for reporter in reporters[j]:
-                out.setdefault(reporter, {})[j] = list(helpers)
-        return out
+        """reporter -> {item: the dropped helpers he is asked about}, given each item's R2 reporters
+        (:func:`~privagg.protocols.two_server_second.asked_of`)."""
+        return asked_of({j: (helpers, reporters[j]) for j, helpers in self.dropped.items()})
 
     def to_dict(self) -> dict:
         return {"dropped": [{"item": j, "helpers": list(d)} for j, d in sorted(self.dropped.items())],

@@ -29,6 +29,16 @@ from .two_server_messages import RECOVERY, SHARES, SUMS, VERSION, check_min_surv
 # --- S1 to S2 ----------------------------------------------------------------------------------------------
 
 
+def asked_of(plan: Mapping[int, tuple]) -> dict[int, dict[int, list[int]]]:
+    """reporter -> {item: the dropped helpers he is asked about}, given item -> (its dropped helpers, its R2
+    reporters asked): S1's requests in round 4 and the pairs S2 opens each recovery with, one computation."""
+    out: dict[int, dict[int, list[int]]] = {}
+    for j, (dropped, reporters) in sorted(plan.items()):
+        for reporter in reporters:
+            out.setdefault(reporter, {})[j] = list(dropped)
+    return out
+
+
 @dataclass(frozen=True)
 class Handover:
     """What S1 hands S2 once its rounds are done: the users (n enrolled, R1, R2), the election (each item's m_j
@@ -60,14 +70,10 @@ class Handover:
     def election(self) -> Election:
         return Election(self.senders, self.counts, self.helpers)
 
-    def asked(self) -> dict[int, dict[int, tuple[int, ...]]]:
-        """reporter -> {item: the dropped helpers the recovery plan asks him about}: what his recovery's seal binds
-        (an S2 opens it with these only)."""
-        out: dict[int, dict[int, tuple[int, ...]]] = {}
-        for j, (dropped, reporters) in self.recovery.items():
-            for reporter in reporters:
-                out.setdefault(reporter, {})[j] = dropped
-        return out
+    def asked(self) -> dict[int, dict[int, list[int]]]:
+        """What the recovery plan asks each reporter (:func:`asked_of`): what his recovery's seal binds, S2 opening
+        it with these only."""
+        return asked_of(self.recovery)
 
     def to_dict(self) -> dict:
         def b64(raw: bytes | None) -> str | None:

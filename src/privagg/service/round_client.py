@@ -389,11 +389,11 @@ class RoundClient(RosterClient):
             if not set(relayed) <= set(keys):
                 raise ParameterError("public_keys", "a key for each recipient his role sends to",
                                      f"none for users {sorted(set(relayed) - set(keys))[:5]}")
-            body[round_.relay] = []
+            body[round_.relay], seed = [], self.roster().graph_seed
             for k, relayed in relayed.items():
                 sealed = self._seal(relayed, keys[k], relay_info(round_, self.task.task_id, self.user, k))
-                signed = sealed + (protocol.bound(self.task.parameters, self.roster().graph_seed, self.user, k,
-                                                  out.message) if round_.binds else b"")
+                signed = sealed + (protocol.bound(self.task.parameters, seed, self.user, k, out.message)
+                                   if round_.binds else b"")
                 body[round_.relay].append({"recipient": k, "sealed": sealed, "signature": self._sign(number, k, signed)})
         self._call(f"round{number}", body, ("already_sent",), True)
         return True
