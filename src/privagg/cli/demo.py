@@ -78,9 +78,9 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                            "in flight at once (default 500)."),
                  drop_fraction: Optional[float] = typer.Option(None, "--drop-fraction", help="dpds, dpdg, tss and "
                                                                "tss-collusion only: the share of users who vanish "
-                                                               "(default 0), each at a round drawn at random: "
-                                                               "round 1, 2 or 3 for dpds and dpdg, round 1 or 2 "
-                                                               "for tss and tss-collusion."),
+                                                               "(default 0; floor(fraction n) users drawn at "
+                                                               "random), spread over rounds 1-5 for dpds and "
+                                                               "dpdg, rounds 1-2 for tss and tss-collusion."),
                  round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss and "
                                                                "tss-collusion only: each round's deadline from its "
                                                                "start (default 3600: the demo closes each round as "

@@ -249,6 +249,12 @@ class GraphGuarantee:
         return {**asdict(self), "complete": self.complete}
 
 
+def dropouts_of(n_users: int, fraction: float) -> int:
+    """The users a dropout fraction names, floor(fraction n) (rounded to 9 places first, so that 0.1 of 60 is 6):
+    the D a graph is planned for, and the users a demo drops."""
+    return math.floor(round(fraction * n_users, 9))
+
+
 def guarantee(n_users: int, colluding: int, dropouts: int, degree: int) -> GraphGuarantee:
     """The threshold t_k in [1, k + 1] that minimises the total failure bound at degree k (the least such t: the
     complete graph's is floor((n + C) / 2) + 1, today's), with its terms."""

@@ -6,7 +6,6 @@ protocol runs today (k = n - 1: :func:`privagg.protocols.sharing_messages.expect
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 from ..core.identity import KEY_BYTES as IDENTITY_BYTES
@@ -112,7 +111,7 @@ def counted(parameters: SharingParameters, colluding: float | None, dropouts: fl
     if colluding is not None and n - honest_users(n, 1 - colluding) != dishonest:
         raise ParameterError("colluding", f"the task's 1 - honest fraction ({dishonest} of {n} users; give one of "
                              "--colluding and --honest-fraction, or both counting the same users)", colluding)
-    return dishonest, math.floor(round((dropouts or 0.0) * n, 9))
+    return dishonest, neighbour_graph.dropouts_of(n, dropouts or 0.0)
 
 
 def choose(parameters: SharingParameters, colluding: float | None = None, dropouts: float | None = None,

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ParameterError, check_integer
+from ..privacy.neighbour_graph import dropouts_of
 
 THREADS = 16  # users' requests in flight at once, in all the demo's processes
 USERS_PER_PROCESS = 1000  # a worker process's start (its imports: about 0.3 s of CPU) is not worth it for fewer users
@@ -280,11 +281,14 @@ def check_drop_fraction(drop_fraction: float) -> float:
 
 
 def dropout_plan(users: int, drop_fraction: float, rounds: tuple[int, ...], seed: int) -> np.ndarray:
-    """Each user's round of dropping out (0: none): a ``drop_fraction`` share of users, each at one of ``rounds``."""
+    """Each user's round of dropping out (0: none): floor(``drop_fraction`` n) users drawn at random, spread over
+    ``rounds`` as evenly as they divide: the D a neighbour graph is planned for (:func:`privagg.privacy.
+    neighbour_graph.dropouts_of`), not a binomial count that exceeds it half the time (and a failure bound stated at D
+    with it)."""
     rng = np.random.default_rng(seed)
     plan = np.zeros(users, dtype=np.int64)
-    out = rng.random(users) < drop_fraction
-    plan[out] = rng.choice(rounds, size=int(out.sum()))
+    out = rng.choice(users, size=dropouts_of(users, drop_fraction), replace=False)
+    plan[out] = np.resize(np.asarray(rounds, dtype=np.int64), out.size)
     return plan
 
 
