@@ -252,7 +252,7 @@ def test_privagg_budget_sets_shows_and_task_create_refuses_in_one_line(tmp_path)
     assert runner.invoke(app, [*create, "--population", "eu"]).exit_code == 0
     shown = runner.invoke(app, ["budget", "set", "--population", "eu", "--epsilon", "1.5", "--delta", "1e-6", "--db",
                                 db])
-    assert shown.exit_code == 0 and "eu: budget epsilon 1.5, delta 1e-06 a day" in shown.output
+    assert shown.exit_code == 0 and "eu: budget epsilon 1.5, delta 1e-06 a day" in shown.output, shown.output
     assert "spent epsilon 1, delta 0 over 1 task (pld composition); left epsilon 0.5" in shown.output
     # set below what is spent: no negative epsilon left, no delta rounded up to 1 (a reviewer's finding)
     lowered = runner.invoke(app, ["budget", "set", "--population", "eu", "--epsilon", "0.25", "--delta", "1e-6",

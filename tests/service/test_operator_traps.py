@@ -453,6 +453,31 @@ def test_closing_a_shuffle_task_whose_batch_is_out_claims_no_close(tmp_path):
         f"task {d.task.task_id} already took no report (nothing changed): its one batch was released\n")
 
 
+@pytest.mark.parametrize("together", [True, False])
+def test_a_shuffle_task_takes_exactly_n_reports_and_refuses_the_next_as_full(tmp_path, together):
+    """Tokens issued beyond n (a reviewer's run: 60 for n = 30): the collector stored every report, its one batch
+    took all of them, and the analyzer refused it (more than n) once a second for ever, every report lost. Report
+    n + 1 is now refused (409 task_full), whether it comes in the same write as the n-th or after it, and the batch
+    of the n goes out and is released."""
+    import json
+
+    from privagg.service.web import Refused
+
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=8, domain_size=4))
+    reports, c = users_reports(d, 11), d.collector
+    if not together:
+        d.store(reports[:8])
+    pending = [c.store(c.check(c.task(r.task_id), json.dumps(r.to_dict()).encode()))
+               for r in (reports if together else reports[8:])]
+    outcomes = [o.exception() or o.result() for o in pending]
+    full = [o for o in outcomes if isinstance(o, Refused)]
+    assert outcomes.count("stored") == (8 if together else 0) and len(full) == 3
+    assert {(o.status, o.reason) for o in full} == {(409, "task_full")}
+    d.collector.release_batches()
+    assert d.result()["collection"]["reports"] == 8
+
+
 def users_reports(d, count: int):
     from service_deployment import users
 

@@ -252,12 +252,19 @@ class Collector:
         report ids and encapsulations looked up, and each report judged on its own (three lookups)."""
         task_ids = sorted({task_id for r in group for task_id, _, _ in r.parts})
         # the tasks' rows locked: a batch being formed, a close and these reports do not interleave (PostgreSQL)
-        closed = {row.task_id for row in c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.closed).where(
-            collector_tasks.c.task_id.in_(task_ids)).with_for_update()) if row.closed}
+        task_rows = c.execute(sa.select(collector_tasks.c.task_id, collector_tasks.c.closed, collector_tasks.c.waiting
+                                        ).where(collector_tasks.c.task_id.in_(task_ids)).with_for_update()).all()
+        closed = {row.task_id for row in task_rows if row.closed}
         released = set(c.execute(sa.select(batches.c.task_id).where(batches.c.task_id.in_(task_ids))).scalars())
         finished = closed | {t for t in released if self.task(t).single_batch}
+        # a shuffle task's one batch takes every waiting report, and the analyzer refuses more than its n: the
+        # seats left (a report past them would stall the task, its batch refused for ever)
+        seats = {row.task_id: self.task(row.task_id).parameters.n_users - row.waiting for row in task_rows
+                 if self.task(row.task_id).single_batch}
         keys = self._numbered_keys(group)
-        if not finished and c.dialect.supports_sane_multi_rowcount:
+        arriving = collections.Counter(task_id for r in group for task_id, _, _ in r.parts)
+        if not finished and all(arriving[t] <= left for t, left in seats.items()) and \
+                c.dialect.supports_sane_multi_rowcount:
             try:
                 with c.begin_nested():
                     if self._write(c, group, keys) != len(group):  # a token not this task's, spent, or spent twice here
@@ -286,6 +293,9 @@ class Collector:
             elif any(task_id in finished for task_id, _, _ in r.parts):
                 outcomes.append(Refused(409, "task_closed", "the task must be open: it was closed, or its one batch "
                                         "was released"))
+            elif any(seats.get(task_id, 1) < 1 for task_id, _, _ in r.parts):
+                outcomes.append(Refused(409, "task_full", "the task must have room: a shuffle-model task takes "
+                                        "exactly its n reports, and it has them (more tokens were issued than n)"))
             elif (r.task_id, r.report_id) in used:
                 outcomes.append(Refused(409, "duplicate_report_id", "report_id must be new: another report used it"))
             elif any(key in seen for key in report_keys):
@@ -293,6 +303,9 @@ class Collector:
                                         "of this task carried the same HPKE encapsulated key"))
             else:
                 spent[r.token_hash] = r.report_id
+                for task_id, _, _ in r.parts:
+                    if task_id in seats:
+                        seats[task_id] -= 1
                 used.add((r.task_id, r.report_id))
                 seen.update(report_keys)
                 new.append(r)
