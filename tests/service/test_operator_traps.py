@@ -213,6 +213,17 @@ def test_serve_and_task_create_refuse_an_option_that_does_nothing_there(tmp_path
 
 
 # ---- tokens only for a task that exists ----------------------------------------------------------------------
+@pytest.mark.parametrize("role", ["collector", "analyzer", "sharing", "s1", "s2"])
+def test_serve_with_a_bare_path_for_db_says_it_takes_a_url_in_one_line(role, tmp_path, kek, monkeypatch):
+    """A reviewer's run: `serve collector --db col.db` exited 3 with SQLAlchemy's 'Could not parse SQLAlchemy URL'
+    (the start-up log showed the URL before anything checked it), where every other command names db."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--analyzer", "http://127.0.0.1:9"] if role == "collector" else []
+    assert error_line(run("serve", role, "--db", f"{role}.db", "--port", "0", *args)) == (
+        f"error: db must be a database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB), got {role}.db")
+    assert not list(tmp_path.iterdir())
+
+
 def test_tokens_are_issued_only_for_a_task_that_exists(tmp_path, kek):
     d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
                calibrate("grr", epsilon=1.0, n_users=20, domain_size=4))

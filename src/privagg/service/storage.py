@@ -277,8 +277,9 @@ SECRET_QUERY = ("password", "sslpassword")  # libpq's settings a URL may carry i
 
 def shown_url(url: sa.engine.URL | str) -> str:
     """A database URL as logs and errors show it: without its password, in its user part or in its query (libpq's
-    ``?password=``, which SQLAlchemy's own masking leaves: a reviewer found it in the start-up log)."""
-    parsed = sa.engine.make_url(url) if isinstance(url, str) else url
+    ``?password=``, which SQLAlchemy's own masking leaves: a reviewer found it in the start-up log). A string that is
+    no URL (a bare path) is refused naming ``db``, as :func:`connect` refuses it."""
+    parsed = _parsed(url) if isinstance(url, str) else url
     hidden = {k: "***" for k in parsed.query if k.lower() in SECRET_QUERY}
     return (parsed.update_query_dict(hidden) if hidden else parsed).render_as_string(hide_password=True)
 
@@ -476,26 +477,32 @@ def _ms(seconds: float | None) -> int:
     return 0 if seconds is None else max(1, round(seconds * 1000))
 
 
+DB_URL = "a database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)"
+
+
+def _parsed(url: str) -> sa.engine.URL:
+    try:
+        return sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise ParameterError("db", DB_URL, url) from None
+
+
 def _engine(url: str, role: str, lock_timeout: float, statement_timeout: float | None, create: bool = True) \
         -> sa.Engine:
-    accepted = "a database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)"
-    try:
-        parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        raise ParameterError("db", accepted, url) from None
+    parsed = _parsed(url)
     shown = shown_url(parsed)
     try:
         parsed.get_dialect().import_dbapi()  # its driver: one not installed (postgresql+psycopg2) is refused here
     except sa.exc.NoSuchModuleError:
-        raise ParameterError("db", accepted, shown) from None
+        raise ParameterError("db", DB_URL, shown) from None
     except ImportError as err:
-        raise ParameterError("db", f"{accepted} with an installed driver", f"{shown} (no module {err.name})") from None
+        raise ParameterError("db", f"{DB_URL} with an installed driver", f"{shown} (no module {err.name})") from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ParameterError("db", accepted, shown)
+        raise ParameterError("db", DB_URL, shown)
     if parsed.get_backend_name() == "sqlite" and parsed.host:  # sqlite://FILE: the file taken for a host
-        raise ParameterError("db", accepted, f"{shown} (a file after two slashes, where SQLite takes three)")
+        raise ParameterError("db", DB_URL, f"{shown} (a file after two slashes, where SQLite takes three)")
     if parsed.get_backend_name() == "sqlite" and sqlite_path(parsed) is None:  # a reviewer's finding
-        raise ParameterError("db", f"{accepted}, a file by its path", f"{shown} (" + (
+        raise ParameterError("db", f"{DB_URL}, a file by its path", f"{shown} (" + (
             "an in-memory database: its tasks and keys would be gone when the process ends" if not parsed.database
             or parsed.database == ":memory:" else "a file: URI, whose file the services could not lock nor check "
             "the mode of") + ")")
