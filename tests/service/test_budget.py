@@ -527,3 +527,21 @@ def test_budget_commands_name_the_server_whose_ledger_a_database_holds(tmp_path)
         refused = runner.invoke(app, [*args, "--db", db])
         assert refused.exit_code == 2 and refused.output.strip().endswith("an s1 database (its ledger: --server s1)")
     assert runner.invoke(app, ["budget", "show", "--server", "s1", "--db", db]).exit_code == 0
+
+
+def test_task_create_refuses_a_calibrate_report_made_with_max_items(tmp_path):
+    """A reviewer's run: four tasks of `calibrate fe1 --max-items 3` parameters (each user (1, 1e-8)-DP) were
+    charged (1.33, 9e-9) in all, one report's share each, and stated eps / 3 as each user's guarantee."""
+    runner = CliRunner()
+    db = f"sqlite:///{tmp_path}/a.db"
+    assert runner.invoke(app, ["keys", "kek", "--output", str(tmp_path / "k")]).exit_code == 0
+    params = tmp_path / "grr4.json"
+    made = runner.invoke(app, ["calibrate", "grr", "--epsilon", "2", "--users", "1000", "--domain", "8",
+                               "--max-items", "4", "--json", "--output", str(params)])
+    assert made.exit_code == 0, made.output
+    refused = runner.invoke(app, ["task", "create", "--params", str(params), "--db", db, "--kek-file",
+                                  str(tmp_path / "k")])
+    assert refused.exit_code == 2 and refused.output.startswith(
+        "error: params must be parameters of one report a user (a calibrate report without --max-items"), \
+        refused.output
+    assert "up to L = 4 items" in refused.output and not (tmp_path / "a.db").exists()

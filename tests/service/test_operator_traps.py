@@ -489,6 +489,22 @@ def test_a_shuffle_task_takes_exactly_n_reports_and_refuses_the_next_as_full(tmp
     assert d.result()["collection"]["reports"] == 8
 
 
+def test_before_its_batch_a_shuffle_task_says_it_goes_at_n_or_at_a_close(tmp_path):
+    """A reviewer's operator read 'the collector releases one once at least 160 reports came' with 172 in and
+    waited for ever: a shuffle task's one batch goes at n, or at a close once its minimum came."""
+    from privagg.service.shuffle.console import task_page
+
+    d = deploy({role: f"sqlite:///{tmp_path}/{role}.db" for role in ("collector", "analyzer")},
+               calibrate("fe1", epsilon=1.0, delta=1e-6, n_users=10, domain_size=4, honest_fraction=0.8),
+               min_batch_size=8)
+    d.store(users_reports(d, 9))
+    rule = "the collector releases its one batch once n = 10 reports came, or at privagg task close once at least 8 did"
+    answer = d.A.get(f"/tasks/{d.task.task_id}/result")
+    assert answer.status_code == 409 and answer.json()["detail"].endswith(f"no batch was applied ({rule})")
+    assert d.collector.counts(d.task.task_id)["release"] == rule
+    assert f"({rule})" in task_page(d.analyzer.overview(d.task.task_id)[0], None)
+
+
 def users_reports(d, count: int):
     from service_deployment import users
 

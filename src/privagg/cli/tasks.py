@@ -151,7 +151,9 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
 
     with _clean_errors(), lock_timeouts_refused(db):
         check_population(population)
-        parameters = load_parameters(read_json_text(params, "params"))
+        text = read_json_text(params, "params")
+        _one_report_a_user(text)
+        parameters = load_parameters(text)
         if second_url is not None:
             second_url = check_url("second-url", second_url)
         given = {"--min-batch-size": min_batch_size, "--key-id": key_id, "--kem": kem, "--candidates": candidates,
@@ -568,6 +570,24 @@ def _ledger_engine(server: str, db: str | None):
         if other is None:
             raise
         raise ParameterError(err.field, err.accepted, f"{err.got} (its ledger: --server {other})") from None
+
+
+def _one_report_a_user(text: str) -> None:
+    """Refuse a calibrate report made with --max-items L > 1 (its privacy block's event composed over L reports):
+    its parameters are one report's (epsilon / L or its PLD share, n L reports), which a task would state as each
+    user's guarantee and a population's budget charge, about L times too little (a reviewer's finding); the
+    services take one report a user."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return  # load_parameters says why
+    event = data.get("privacy", {}).get("event", {}) if isinstance(data, dict) and isinstance(
+        data.get("privacy"), dict) else {}
+    if isinstance(event, dict) and event.get("type") == "composed":
+        raise ParameterError("params", "parameters of one report a user (a calibrate report without --max-items: "
+                             "a task takes one report from each of its n users)", f"a calibrate report of users "
+                             f"holding up to L = {event.get('reports')} items, each report a share of their "
+                             "guarantee (a task and its budget would state and charge one report's)")
 
 
 @budget_app.command("show")

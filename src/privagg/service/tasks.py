@@ -171,6 +171,16 @@ class Task:
 
         return get(self.parameters.protocol).single_batch
 
+    @property
+    def release_rule(self) -> str:
+        """When the collector releases a batch, as the result and the console say while none was: a shuffle task's
+        one batch at n reports, or at a close once its minimum came (not at the minimum alone: a reviewer's
+        operator waited for ever)."""
+        if self.single_batch:
+            return (f"the collector releases its one batch once n = {self.parameters.n_users:,} reports came, or at "
+                    f"privagg task close once at least {self.min_batch_size:,} did")
+        return f"the collector releases one once at least {self.min_batch_size:,} reports came"
+
     @cached_property
     def sealed_size(self) -> int:
         """Bytes of one sealed message: its packed layout row, the KEM's encapsulation, the AEAD's tag."""

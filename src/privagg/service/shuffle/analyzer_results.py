@@ -64,7 +64,8 @@ class Release:
                         "n_users": task.parameters.n_users, "min_batch_size": task.min_batch_size,
                         "key_id": task.key_id, "kem": task.kem, "batches": row.batches, "reports": row.reports,
                         "unopened": row.unopened, "duplicates": row.duplicates,
-                        "state": "released" if row.batches else "waiting for its batch"})
+                        "state": "released" if row.batches else "waiting for its batch",
+                        "release_rule": task.release_rule})
         return out
 
     def result(self, task_id: str, top: int = 10) -> dict:
@@ -84,8 +85,8 @@ class Release:
         with storage.reading(self.engine) as c:
             row = c.execute(sa.select(aggregates).where(aggregates.c.task_id == task_id)).one()
         if not row.batches:
-            raise Refused(409, "not_released", f"task {task_id} has no result yet: no batch was applied (the "
-                          f"collector releases one once at least {loaded.task.min_batch_size} reports came)")
+            raise Refused(409, "not_released", f"task {task_id} has no result yet: no batch was applied "
+                          f"({loaded.task.release_rule})")
         if loaded.analysis is None:  # staged, and its first stage discovered no coordinate
             raise Refused(409, "nothing_discovered", f"task {task_id} has nothing to estimate: its first stage (task "
                           f"{loaded.task.discovery.task_id}, whose result is the empty list) found no coordinate whose "

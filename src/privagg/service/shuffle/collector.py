@@ -549,7 +549,8 @@ class Collector:
 
     def counts(self, task_id: str) -> dict[str, int | bool]:
         """For ``task_id`` (counts only): reports waiting for a batch, the fewest a batch may hold, how many more
-        a first batch still needs, batches awaiting the analyzer's acknowledgement, and what was released."""
+        a first batch still needs (a shuffle task's at a close; without one it waits for n: ``release`` says when
+        a batch goes out), batches awaiting the analyzer's acknowledgement, and what was released."""
         task = self.task(task_id)
         with storage.reading(self.engine) as c:
             rows = c.execute(sa.select(batches.c.acknowledged, sa.func.count(), sa.func.sum(batches.c.reports)).where(
@@ -562,7 +563,7 @@ class Collector:
         return {"closed": closed, "reports_waiting": waiting, "min_batch_size": task.min_batch_size,
                 "reports_needed": max(0, task.min_batch_size - waiting) if not formed or not task.single_batch else 0,
                 "batches_pending": by_state.get(False, (0, 0))[0], "batches_released": by_state.get(True, (0, 0))[0],
-                "reports_released": by_state.get(True, (0, 0))[1]}
+                "reports_released": by_state.get(True, (0, 0))[1], "release": task.release_rule}
 
 
 class _TooSmall(Exception):

@@ -82,8 +82,7 @@ and phi an item held by 1.5 phi n users may be missed, or one held by phi n / 2 
 {% if assumptions %}<p>It assumes:</p><ul>{% for a in assumptions %}<li>{{ a }}</li>{% endfor %}</ul>{% endif %}
 {% if caveats %}<p>Caveats:</p><ul>{% for c in caveats %}<li>{{ c }}</li>{% endfor %}</ul>{% endif %}</div>
 {% elif note %}<p id="waiting">{{ note }}</p>
-{% else %}<p id="waiting">No result yet: no batch has been applied (the collector releases one once at least
-{{ "{:,}".format(t.min_batch_size) }} reports have come).</p>{% endif %}
+{% else %}<p id="waiting">No result yet: no batch has been applied ({{ t.release_rule }}).</p>{% endif %}
 """)
 
 
