@@ -196,6 +196,21 @@ def test_vectors_by_user_summed_and_clipped_or_sampled():
             lambda v: np.sort(v.to_numpy())[-2:].sum()).sum() + 1e-9
 
 
+@pytest.mark.parametrize("bad", [-3.0, 1.5, np.inf, -np.inf])
+def test_a_row_outside_the_unit_cube_is_refused_before_a_users_rows_are_summed(bad):
+    """A reviewer's run: a row of -3 (or inf) was summed with its user's other rows and the sum clipped, in
+    silence (a negative row cancels his real ones), where the same row without a user column is an error. Now one
+    error naming the value, the column and the data row; the (coordinate, weight) rows' weights alike."""
+    frame = pd.DataFrame({"device": [1, 2, 3, 2], "x": [0.1, 0.3, 0.2, 0.5], "y": [0.2, bad, 0.2, 0.5]})
+    with pytest.raises(ParameterError, match=rf"^vector must be values in \[0, 1\] on every row .*got {bad!r} in "
+                                             r"column 1 on data row 2 of "):
+        privagg.estimate(frame, "blanket-vector", columns=["x", "y"], user="device", **RUN)
+    sparse = pd.DataFrame({"device": [1, 2, 2], "c": [1, 1, 1], "w": [0.5, bad, 0.9]})
+    with pytest.raises(ParameterError, match=rf"got {bad!r} in column 1 on data row 2 of "):
+        privagg.estimate(sparse, "sparse-vector", columns=["c", "w"], user="device", domain_size=4, epsilon=1.0,
+                         delta=1e-6, seed=1)
+
+
 # --- bounded memory ----------------------------------------------------------------------------------------------
 
 def test_grouping_in_partitions_on_disk_gives_the_in_memory_result(tmp_path, monkeypatch):

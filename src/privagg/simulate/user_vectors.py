@@ -32,6 +32,7 @@ def vectors_by_user(entry, data, kind: str, columns, fmt: InputFormat, user: str
     keys = user_keys(users)
     inputs, keys = _vectors(table.drop_columns([user]), keys, fmt, source, "data" if kind == "file" else "columns")
     sparse = entry.one_sparse
+    _check_rows(inputs[:, 1:] if sparse else inputs, 1 if sparse else 0, source, fmt.missing == "drop")
     if sparse and domain_size is None:
         raise ParameterError.required("domain_size", "B, the public number of coordinates (the (coordinate, weight) "
                                       "rows must lie in [0, B))")
@@ -110,6 +111,19 @@ def _vectors(table, keys: np.ndarray, fmt: InputFormat, source: str, field: str)
         table, keys = table.filter(pa.array(keep)), keys[keep]
     inputs, _ = _numeric_table(table, None, source, field, "error")
     return inputs, keys
+
+
+def _check_rows(values: np.ndarray, first: int, source: str, dropped: bool) -> None:
+    """Every row's values (the weights of (coordinate, weight) rows: ``first`` 1) in [0, 1], finite, before a
+    user's rows are summed and the sum clipped: a row outside, summed, cancelled his other rows or became 1 in
+    silence (a reviewer's run: -3 and inf taken), where the same row without a user column is an error."""
+    bad = ~np.isfinite(values) | (values < 0) | (values > 1)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise ParameterError("vector", "values in [0, 1] on every row (a user's rows are summed, and the sum "
+                             "clipped, only once each row is)", f"{float(values[row, column])!r} in column "
+                             f"{column + first} on data row {row + 1} of {source} (counted from 1"
+                             f"{', among the rows --missing drop kept' if dropped else ''})")
 
 
 def _summed(inputs: np.ndarray, keys: np.ndarray):
