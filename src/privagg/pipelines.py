@@ -24,6 +24,7 @@ decided here, for every caller:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,8 +39,8 @@ from .protocols.parameters import Parameters
 from .protocols.registry import analyzer, choose_full_domain, get
 from .reports import (AnalysisReport, Collection, Discovery, Engine, HeavyHitterAnalysisReport, Messages,
                       ProfilePoint, VectorAnalysisReport, capped_warnings, coordinate_estimates, expected_error,
-                      heavy_hitters, privacy_profile, received_mismatch, report_parameters, reported_estimates,
-                      shared_code_warnings)
+                      heavy_hitters, privacy_profile, received_bounds, received_mismatch, report_parameters,
+                      reported_estimates, shared_code_warnings)
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,11 @@ def with_lost_messages(privacy: PrivacyDescription, parameters: Parameters, lost
     honest users among the reports whose messages all entered (not private below). A local report stands alone."""
     if not get(parameters.protocol).single_batch:
         return privacy
-    return _counting_on(privacy, Incomplete(privacy.event, lost, reporters, parameters.honest_users,
-                                            parameters.honest_fraction))
+    event, missing = privacy.event, 0
+    if isinstance(event, Incomplete):  # messages missing (with_received_caveat): one count of the whole reports
+        event, missing = event.event, event.missing
+    return _counting_on(privacy, Incomplete(event, lost, reporters, parameters.honest_users,
+                                            parameters.honest_fraction, missing))
 
 
 def _counting_on(privacy: PrivacyDescription, event: EarlyClose | Incomplete) -> PrivacyDescription:
@@ -187,14 +191,34 @@ def _counting_on(privacy: PrivacyDescription, event: EarlyClose | Incomplete) ->
 def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
                          reporters: int | None = None) -> PrivacyDescription:
     """``privacy`` with a caveat when the analyzer received far fewer or more messages than the ``reporters``
-    users who reported would send (more than 5 sd from their mean, :func:`privagg.reports.received_mismatch`;
-    ``reporters`` defaults to the n the parameters were calibrated for): users may have dropped out or sent extra
-    messages, and the noise is then not what was calibrated."""
+    users who reported would send (more than 5 sd from their mean, :func:`privagg.reports.received_mismatch`).
+    Where ``reporters`` is not known (the calibrated n by default), users may have dropped out: the guarantee does
+    not hold as stated. Where it is (the reports counted), more messages lessen no one's noise (the estimates may
+    be biased); fewer, in a shuffle task, are messages never sent, each perhaps another report's: the guarantee
+    counts on the reports whose messages all came, at least m - missing (an
+    :class:`~privagg.privacy.events.Incomplete`; not private below ceil(G n), as for messages lost: a reviewer's
+    run of G = 1 with 3 empty reports was stated private, while one junk message made a release not private)."""
     mismatch = received_mismatch(parameters, received, reporters)
     if mismatch is None:
         return privacy
-    return privacy.with_caveat(f"the analyzer received {mismatch}: users may have dropped out or sent extra "
-                               "messages, and the guarantee does not hold as stated")
+    if reporters is None:
+        return privacy.with_caveat(f"the analyzer received {mismatch}: users may have dropped out or sent extra "
+                                   "messages, and the guarantee does not hold as stated")
+    users, expected, sd = received_bounds(parameters, reporters)
+    if received > expected:
+        return privacy.with_caveat(f"the analyzer received {mismatch}: some of the {users} reports carried more "
+                                   "messages than their users' randomizers draw (each within what a report may "
+                                   "carry); no user's noise is lessened, but the estimates may be biased")
+    if not get(parameters.protocol).single_batch:
+        return privacy.with_caveat(f"the analyzer received {mismatch}: some of the {users} reports carried fewer "
+                                   "messages than their users' randomizers draw; each report's guarantee stands "
+                                   "alone, but the estimates may be biased")
+    missing = math.ceil(expected - (5 * sd + 1) - received)
+    return _counting_on(privacy.with_caveat(
+        f"the analyzer received {mismatch}: the {users} reports counted carried at least {missing} messages fewer "
+        "than their users' randomizers draw (beyond 5 sd), each perhaps another report's; the guarantee counts on "
+        "the reports whose messages all came"), Incomplete(privacy.event, 0, users, parameters.honest_users,
+                                                            parameters.honest_fraction, missing))
 
 
 def with_left_out(report, dropped: int):

@@ -648,12 +648,16 @@ def received_mismatch(parameters, received: int, reporters: int | None = None) -
     ``reporters`` users (default: the calibrated n); otherwise the mismatch, e.g. ``"29758 messages where the
     guarantee counts on 23800 from 3000 users (sd 13.7)"`` (the caveat above, and ``privagg analyze``'s warning
     or, with --strict, error)."""
-    users = parameters.n_users if reporters is None else reporters
-    expected = users * parameters.messages_per_user
-    sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
+    users, expected, sd = received_bounds(parameters, reporters)
     if abs(received - expected) <= 5 * sd + 1:
         return None
     return f"{received} messages where the guarantee counts on {expected:.0f} from {users} users (sd {sd:.1f})"
+
+
+def received_bounds(parameters, reporters: int | None = None) -> tuple[int, float, float]:
+    """(the users counted: ``reporters``, default the calibrated n; the messages they send in expectation; its sd)."""
+    users = parameters.n_users if reporters is None else reporters
+    return users, users * parameters.messages_per_user, parameters.messages_sd * (users / parameters.n_users) ** 0.5
 
 
 def privacy_profile(parameters) -> list[ProfilePoint]:

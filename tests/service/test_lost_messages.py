@@ -169,3 +169,33 @@ def test_a_staged_tasks_first_stage_that_lost_a_message_leaves_the_task_unfounde
     assert result["privacy"]["not_private_reason"].startswith("messages lost (discovery): 1 messages of the 1000 "
                                                               "reports did not enter the aggregate")
     assert any(w.startswith(f"the first stage (task {d.task.discovery.task_id}): 1 of the ") for w in result["warnings"])
+
+
+@pytest.mark.parametrize("honest_fraction, empty", [(1.0, 3), (0.5, 2)])
+def test_reports_that_carry_too_few_messages_count_as_not_whole(d, honest_fraction, empty):
+    """A reviewer's run: at honest fraction 1, three reports with no message kept the release private (a caveat
+    said the guarantee 'does not hold as stated' beside it), where one junk message made a release not private.
+    The reports counted carry at least `missing` fewer messages than their users draw (beyond 5 sd), each perhaps
+    another report's: the guarantee counts on the at least m - missing whole ones, as for messages lost. At G = 1
+    that is NOT PRIVATE; at G = 1/2, two empty reports (about 12 messages missing), the 20 honest users it counts on
+    are still there, and it says so (three, about 26 missing, would leave as few as 14 whole)."""
+    params = fe1(honest_fraction=honest_fraction)
+    rng = np.random.default_rng(11)
+    task = d.analyzer.create_task(params, min_batch_size=params.honest_users)
+    one = dataclasses.replace(d, task=task)
+    reports, _ = users(one, rng.choice(HELD.size, size=N, p=HELD), rng)
+    one.store([dataclasses.replace(r, ciphertexts=()) if i < empty else r for i, r in enumerate(reports)])
+    assert d.collector.release_batches() == 1
+    result = one.result()
+    privacy, received = result["privacy"], result["messages"]["total"]
+    event = privacy["event"]
+    assert event["type"] == "incomplete" and event["lost"] == 0 and event["reporters"] == N
+    missing = math.ceil(N * params.messages_per_user - 5 * params.messages_sd - 1 - received)
+    assert event["missing"] == missing >= 1
+    caveat = next(c for c in privacy["caveats"] if c.startswith("the analyzer received"))
+    assert f"the {N} reports counted carried at least {missing} messages fewer than" in caveat
+    if honest_fraction == 1.0:
+        assert not privacy["private"] and privacy["not_private_reason"].startswith(
+            f"messages missing: the {N} reports carried at least {missing} messages fewer")
+    else:
+        assert privacy["private"] and N - missing >= LEAST, (missing, privacy.get("not_private_reason"))

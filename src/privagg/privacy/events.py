@@ -136,9 +136,11 @@ class EarlyClose:
 @dataclass(frozen=True)
 class Incomplete:
     """``event`` released over ``reporters`` counted reports of which ``lost`` messages did not enter the aggregate
-    (they did not open, or opened malformed) in a one-batch (shuffle) task: sealed one by one and shuffled, each may
-    be another report's, so the guarantee counts on ``honest_users`` ceil(G n) users following the protocol among
-    the at least m - lost reports whose messages all entered. Below ceil(G n) it holds nothing (:attr:`unfounded`)."""
+    (they did not open, or opened malformed) and ``missing`` more were never sent (the reports carried that many
+    fewer than 5 sd below what their users' randomizers draw, :func:`privagg.pipelines.with_received_caveat`) in a
+    one-batch (shuffle) task: sealed one by one and shuffled, each may be another report's, so the guarantee counts
+    on ``honest_users`` ceil(G n) users following the protocol among the at least m - lost - missing reports whose
+    messages all entered. Below ceil(G n) it holds nothing (:attr:`unfounded`)."""
 
     type: Literal["incomplete"] = field(default="incomplete", init=False)
     event: Event
@@ -146,21 +148,27 @@ class Incomplete:
     reporters: int
     honest_users: int
     honest_fraction: float
+    missing: int = 0
 
     @property
     def whole(self) -> int:
         """The least number of reports whose messages all entered."""
-        return max(0, self.reporters - self.lost)
+        return max(0, self.reporters - self.lost - self.missing)
 
     @property
     def unfounded(self) -> str | None:
         """Why the release is not private (too few whole reports), or None."""
         if self.whole >= self.honest_users:
             return None
-        return (f"messages lost: {self.lost} messages of the {self.reporters} reports did not enter the aggregate, so "
-                f"as few as {self.whole} reports may be whole, fewer than the {self.honest_users} honest users whose "
-                f"noise the guarantee counts on (ceil(G n), G = {self.honest_fraction:g}; a task calibrated with a "
-                "lower honest fraction tolerates that many)")
+        what = [f"{self.lost} messages of the {self.reporters} reports did not enter the aggregate"] if self.lost \
+            else []
+        if self.missing:
+            what.append(f"the {self.reporters} reports carried at least {self.missing} messages fewer than their "
+                        "users' randomizers draw (beyond 5 sd)")
+        return (f"messages {'lost' if self.lost else 'missing'}: {' and '.join(what)}, so as few as {self.whole} "
+                f"reports may be whole, fewer than the {self.honest_users} honest users whose noise the guarantee "
+                f"counts on (ceil(G n), G = {self.honest_fraction:g}; a task calibrated with a lower honest fraction "
+                "tolerates that many)")
 
 
 @dataclass(frozen=True)

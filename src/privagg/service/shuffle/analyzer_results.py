@@ -37,7 +37,7 @@ class Release:
             return None, None
         first, row = self._first_stage(task)
         stage, received = task.discovery.parameters, int(first.messages + first.malformed)
-        stage_privacy = analysis_privacy(stage, received, SERVICE_RANDOMNESS, reporters=row.reports)
+        stage_privacy = analysis_privacy(stage, received + row.unopened, SERVICE_RANDOMNESS, reporters=row.reports)
         lost = lost_messages(self.load(task.discovery.task_id).analyzer, decode_aggregate(row.aggregate), first,
                              row.reports, row.unopened)
         if lost is not None:  # the first stage's messages that did not enter its aggregate: its guarantee, the task's
@@ -95,7 +95,8 @@ class Release:
         start = time.perf_counter()
         result = loaded.analyzer.finalize(agg, reporters=row.reports)
         engine = Engine("local", row.batches, seconds={"finalize": time.perf_counter() - start})
-        privacy = analysis_privacy(p, int(agg.messages + agg.malformed), SERVICE_RANDOMNESS, reporters=row.reports)
+        privacy = analysis_privacy(p, int(agg.messages + agg.malformed) + row.unopened, SERVICE_RANDOMNESS,
+                                   reporters=row.reports)  # every message received: the unopened are lost, not missing
         lost = lost_messages(loaded.analyzer, agg, result, row.reports, row.unopened)
         if lost is not None:
             privacy = lost.privacy(privacy, p)
