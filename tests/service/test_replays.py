@@ -330,3 +330,20 @@ def test_privagg_result_says_the_result_is_not_released_yet(shuffle, monkeypatch
     out = CliRunner().invoke(app, ["result", "--analyzer", "http://analyzer", "--task", d.task.task_id])
     assert out.exit_code == 2 and "a task whose result was released" in out.output
     assert "no batch was applied" in out.output and "Traceback" not in out.output
+
+
+def test_a_batch_counting_more_reports_than_its_messages_carry_is_said_to_bias_the_estimates(local):
+    """A reviewer's forged batch (the collector's token): one message counted as 5,000 reports gave grr an estimate
+    of -2866 with no word. The analyzer takes a batch's count on trust (it cannot see reports), but the release now
+    says its messages fall short of what that many reports send, and that the estimates may be biased; the
+    duplicates' warning no longer says the reports were counted once."""
+    d = local
+    reports, _ = users(d, np.arange(101) % 5, np.random.default_rng(9))
+    sealed = [c for r in reports for c in r.ciphertexts]
+    assert _forge(d, 100, sealed[:100]).status_code == 200
+    assert _forge(d, 5000, sealed[100:] + [sealed[0]] * 99, batch_id="ee" * 16).status_code == 200  # 1 new
+    result = d.result()
+    assert result["collection"]["reports"] == 5100 and result["messages"]["total"] == 101
+    assert any(c.startswith("the analyzer received 101 messages where the guarantee counts on 5100 from 5100 users")
+               and c.endswith("the estimates may be biased") for c in result["privacy"]["caveats"])
+    assert any("but the 5100 reports are the batches' own counts" in w for w in result["warnings"])

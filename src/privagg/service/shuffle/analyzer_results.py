@@ -109,8 +109,10 @@ class Release:
             report.warnings.append(f"the first stage (task {loaded.task.discovery.task_id}): {first_lost.warning()}")
         if row.duplicates:
             report.warnings.append(f"{row.duplicates} messages repeated the HPKE encapsulated key of another and "
-                                   "were dropped: whoever delivered the batches replayed messages; each was "
-                                   "counted once")
+                                   "were dropped: whoever delivered the batches replayed messages; each message "
+                                   f"was counted once, but the {row.reports} reports are the batches' own counts "
+                                   "(a batch's reports are counted unless all its messages were applied before), so "
+                                   "the estimates, debiased with them, may be biased")
         return report_document(report)
 
 
