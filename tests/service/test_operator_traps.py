@@ -346,6 +346,12 @@ def test_a_client_given_another_services_url_says_which_answered(services, tmp_p
           str(tmp_path / "t.txt")], "collector", analyzer, "privagg analyzer"),
         (["loadgen", "--collector", collector, "--analyzer", collector, "--task", task, "--input",
           str(tmp_path / "v.csv"), "--tokens", str(tmp_path / "t.txt")], "analyzer", collector, "privagg collector"),
+        # a reviewer's finding: these two took the collector's URL as the analyzer's without a word (the collector
+        # then logged 'HTTP 404' for ever; tokens issue fetched the task through the other collector and kept it)
+        (["serve", "collector", "--db", f"sqlite:///{tmp_path}/collector.db", "--port", "0", "--analyzer",
+          collector], "analyzer", collector, "privagg collector"),
+        (["tokens", "issue", "--task", UNKNOWN, "--count", "1", "--db", f"sqlite:///{tmp_path}/collector.db",
+          "--analyzer", collector], "analyzer", collector, "privagg collector"),
     ]
     for args, field, url, found in cases:
         assert error_line(run(*args)) == f"error: {field} must be the {field}'s URL, got {url}, where the {found} " \

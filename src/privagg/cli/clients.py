@@ -44,18 +44,6 @@ def _value(text: str, parameters):
     return value
 
 
-def _service(url: str, field: str, service: str) -> str:
-    """``url`` checked (:func:`~privagg.service.calls.check_url`), and refused where another privagg service
-    answers (the collector's URL given as the analyzer's, ...), naming it."""
-    from ..service.calls import check_url, service_at
-
-    url = check_url(field, url)
-    found = service_at(url)
-    if found is not None and found != f"privagg {service}":
-        raise ParameterError(field, f"the {service}'s URL", f"{url}, where the {found} answers")
-    return url
-
-
 _TASK_FROM = typer.Option(None, "--analyzer", help="Fetch the task (and the key messages are sealed to) from the "
                                                    "analyzer at this URL (default: through the collector, which is "
                                                    "then trusted with the key).")
@@ -69,11 +57,14 @@ _TASK_VIA_COLLECTOR = ("warning: the task and its key came through the collector
 def _collector_and_analyzer(collector: str, analyzer: str | None) -> tuple[str, str | None]:
     """submit's and loadgen's services, each checked to be the service it is named as; without --analyzer the
     task is fetched from the collector, and the command says so."""
-    collector = _service(collector, "collector", "collector")
-    analyzer = None if analyzer is None else _service(analyzer, "analyzer", "analyzer")
+    from ..service.calls import check_service
+
+    collector = check_service("collector", collector, "collector")
+    analyzer = None if analyzer is None else check_service("analyzer", analyzer, "analyzer")
     if analyzer is None:
         _say(_TASK_VIA_COLLECTOR, stderr=True)
     return collector, analyzer
+
 
 def submit(collector: str = typer.Option(..., "--collector", help="The collector's URL."),
            task: str = typer.Option(..., "--task", help="The task id."),
@@ -183,13 +174,14 @@ def result(analyzer: str = typer.Option(..., "--analyzer", help="The analyzer's 
 
     import httpx
 
+    from ..service.calls import check_service
     from ..service.tasks import is_hex_id
 
     with _clean_errors():
         if not is_hex_id(task):
             raise ParameterError("task", "a task id (32 lowercase hexadecimal characters, the whole id)", task)
         top = check_integer("top", top, 1, MAX_TOP)
-        analyzer = _service(analyzer, "analyzer", "analyzer")
+        analyzer = check_service("analyzer", analyzer, "analyzer")
         token = os.environ.get("PRIVAGG_ANALYZER_RESULT_TOKEN")
         headers = {} if not token else {"authorization": f"Bearer {token}"}
         try:

@@ -101,6 +101,10 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
         log = logging.getLogger(f"privagg.{cfg.role}")
         log_event(log, "configuration", **describe(cfg))
         _check_tls(cfg.tls_cert, cfg.tls_key)
+        if cfg.role == "collector" and cfg.analyzer_url:  # another service's URL is refused; none answering is not
+            from ..service.calls import check_service  # (the analyzer may start after the collector)
+
+            check_service("analyzer", cfg.analyzer_url, "analyzer", timeout=3.0)
         before, after = raise_open_files_limit()
         log_event(log, "open files", limit=after, raised_from=before)
         options = dict(operator_token=cfg.operator_token, api_docs=cfg.api_docs, limits=cfg.limits())

@@ -534,7 +534,10 @@ def _collector_tokens(engine, cfg, task_id: str, count: int) -> list[str]:
     from ..service.shuffle.collector import Collector, http_peer
     from ..service.web import Refused
 
-    fetch = None if cfg.analyzer_url is None else http_peer(cfg.analyzer_url, ca_file=cfg.analyzer_ca)[0]
+    from ..service.calls import check_service
+
+    fetch = None if cfg.analyzer_url is None else http_peer(check_service("analyzer", cfg.analyzer_url, "analyzer"),
+                                                            ca_file=cfg.analyzer_ca)[0]
     collector = Collector(engine, fetch or (lambda _task_id: None), None)
     log = logging.getLogger("privagg.collector")
     level, _ = log.level, log.setLevel(logging.ERROR)  # its "task not fetched" warning: the error below says it

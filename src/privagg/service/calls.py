@@ -47,6 +47,16 @@ def service_at(url: str, timeout: float = 10.0) -> str | None:
 
 
 
+def check_service(field: str, url: str, service: str, timeout: float = 10.0) -> str:
+    """``url`` checked (:func:`check_url`), and refused where another privagg service answers (the collector's URL
+    given as the analyzer's, ...), naming it; accepted where nothing answers as one (it may start later)."""
+    url = check_url(field, url)
+    found = service_at(url, timeout)
+    if found is not None and found != f"privagg {service}":
+        raise ParameterError(field, f"the {service}'s URL", f"{url}, where the {found} answers")
+    return url
+
+
 class SubmitError(Exception):
     """The collector refused the report (status 4xx), or could not be reached in the attempts allowed; or the
     task could not be fetched."""
