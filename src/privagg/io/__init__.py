@@ -20,7 +20,7 @@ The item type is declared (``item_type="int"`` or ``"str"``) or unambiguous
 decimal integer (optional sign, ASCII digits, nothing else), and any mix of
 integers, other numbers (``3.0``, ``1_05``, Arabic-Indic digits) and text is
 an error naming the first line that breaks the rule. Integers outside the
-domain, or beyond 64 bits, are errors naming their line.
+domain (beyond 64 bits too) are errors naming their line.
 
 Values are encoded block by block (:class:`privagg.core.encoding.ItemEncoder`)
 into one int64 array of codes, so memory stays near 8 bytes per user.

@@ -329,7 +329,7 @@ class _ItemTyper:
             for index, text in enumerate(values.to_pylist()):  # a 20-digit bound first: int() refuses 4,300 digits
                 if len(text.lstrip("+-")) > 20 or not -(2**63) <= int(text) < 2**63:
                     raise ParameterError(self.field, f"integers in [0, {domain_size}) (the domain, --domain)",
-                                         f"{text if len(text) <= 60 else _cut(text)}, beyond 64 bits, on "
+                                         f"{text if len(text) <= 60 else _cut(text)}, outside it, on "
                                          f"{block.where(index, self.path)}") from None
             raise
 
