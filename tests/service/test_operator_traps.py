@@ -467,7 +467,8 @@ def test_closing_a_shuffle_task_whose_batch_is_out_claims_no_close(tmp_path):
     assert d.result()["collection"]["reports"] == 8
     closed = run("task", "close", "--task", d.task.task_id, "--db", f"sqlite:///{tmp_path}/collector.db")
     assert closed.exit_code == 0 and closed.output == (
-        f"task {d.task.task_id} already took no report (nothing changed): its one batch was released\n")
+        f"task {d.task.task_id} already took no report (nothing changed): its one batch was formed (the collector "
+        "hands it to the analyzer until the analyzer takes it: privagg result says when)\n")
 
 
 @pytest.mark.parametrize("together", [True, False])

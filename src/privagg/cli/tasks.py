@@ -465,7 +465,9 @@ def task_close(task: str = typer.Option(..., "--task", help="The task id."), db:
     last = f"; its {waiting} waiting reports form its last batch" if waiting else ""
     _say({None: f"closed task {task}: no report is taken after{last}",
           "closed": f"task {task} was already closed (nothing changed): no report is taken after{last}",
-          "released": f"task {task} already took no report (nothing changed): its one batch was released"}[before])
+          "released": f"task {task} already took no report (nothing changed): its one batch was formed (the "
+                      "collector hands it to the analyzer until the analyzer takes it: privagg result says when)"
+          }[before])
 
 
 @tokens_app.command("issue")
