@@ -469,3 +469,22 @@ def test_the_evaluation_of_l_items_a_user_leaves_out_the_unused_slots_code(tmp_p
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert report["error"]["items"] == 8 and report["parameters"]["domain_size"] == 9  # the cells: B + the slot
+
+
+def test_fe_hh_by_user_takes_the_whole_64_bit_domain_and_names_the_line_of_an_item_outside_it(tmp_path):
+    """A reviewer's runs: with --user-column, fe-hh refused 18446744073709551614 in B = 2^64 - 1 ('beyond 64
+    bits', the domain misstated as [0, 2^63 - 1)), and an item outside B = 100 was named as 'row 14 (counted
+    from 0)' of the distinct values, not by its line."""
+    rows = "".join(f"u{u},{2**64 - 2 if u % 3 else 5}\n" for u in range(20_000))
+    (tmp_path / "big.csv").write_text("user,x\n" + rows)
+    args = ["estimate", "fe-hh", "--column", "x", "--user-column", "user", "--epsilon", "4", "--delta", "1e-8",
+            "--phi", "0.3", "--seed", "1", "--json"]
+    out = CliRunner().invoke(app, [*args, "--input", str(tmp_path / "big.csv"), "--domain", str(2**64 - 1)])
+    assert out.exit_code == 0, out.output
+    found = {h["item"]: h["true_count"] for h in json.loads(out.stdout)["heavy_hitters"]}
+    assert found == {str(2**64 - 2): 13_333, "5": 6_667} or found == {2**64 - 2: 13_333, 5: 6_667}, found
+    (tmp_path / "small.csv").write_text("user,x\nu1,5\nu2,7\nu1,8\nu3,500\n")
+    out = CliRunner().invoke(app, [*args, "--input", str(tmp_path / "small.csv"), "--domain", "100"])
+    assert out.exit_code == 2 and out.output.strip() == (
+        f"error: input must be integers in [0, 100) (the domain, --domain), got 500 on line 5 of "
+        f"{tmp_path / 'small.csv'}"), out.output

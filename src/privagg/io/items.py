@@ -317,17 +317,25 @@ class _ItemTyper:
                              f"{_cut(values[index].as_py())} on {block.where(index, self.path)}, which {problem}{hint}")
 
     def _parse(self, values: pa.Array, block: _Block, domain_size: int) -> np.ndarray:
-        """Canonical decimal strings to int64; a value beyond that names its line."""
+        """Canonical decimal strings to int64 (to uint64 for a domain beyond it: fe-hh's B up to 2^64); a value
+        beyond that names its line."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if pc.any(pc.starts_with(values, "+")).as_py():  # Arrow's cast takes no plus sign
             values = pc.utf8_ltrim(values, characters="+")
+        wide = domain_size > 2**63 - 1
         try:
             return pc.cast(values, pa.int64()).to_numpy()
         except pa.ArrowInvalid:
+            if wide:
+                try:
+                    return pc.cast(values, pa.uint64()).to_numpy()
+                except pa.ArrowInvalid:
+                    pass
+            low, high = (0, 2**64) if wide else (-(2**63), 2**63)
             for index, text in enumerate(values.to_pylist()):  # a 20-digit bound first: int() refuses 4,300 digits
-                if len(text.lstrip("+-")) > 20 or not -(2**63) <= int(text) < 2**63:
+                if len(text.lstrip("+-")) > 20 or not low <= int(text) < high:
                     raise ParameterError(self.field, f"integers in [0, {domain_size}) (the domain, --domain)",
                                          f"{text if len(text) <= 60 else _cut(text)}, outside it, on "
                                          f"{block.where(index, self.path)}") from None

@@ -211,11 +211,11 @@ def _heavy_hitters(data, kind: str, fmt: InputFormat, source: str, *, max_length
 
     grouped, unused = None, None
     if user is not None:
-        distinct = DistinctValues()
-        grouped = read_grouped(data, kind, fmt, user, distinct, max_items, distinct.domain_size, run["seed"],
+        distinct = DistinctValues(run["domain_size"])
+        grouped = read_grouped(data, kind, fmt, user, distinct, max_items, distinct.PAD, run["seed"],
                                str(data) if kind == "file" else source)
         codes = grouped.codes.ravel()
-        unused = codes == distinct.domain_size
+        unused = codes == distinct.PAD
         _check_users("user", grouped.n_users, 0, str(data) if kind == "file" else _source(data, user))
         values, dropped = distinct.values_of(np.where(unused, 0, codes)), 0
         source = str(data) if kind == "file" else source

@@ -250,11 +250,14 @@ def plan(protocol: str, *, epsilon: float, delta: float | None = None, n_users: 
 
 class DistinctValues:
     """An encoder (as :class:`~privagg.core.encoding.ItemEncoder` is called by the readers) giving each distinct
-    item its index in order of appearance, keeping the items: fe-hh's raw values, grouped by user as codes."""
+    item its index in order of appearance, keeping the items: fe-hh's raw values, grouped by user as codes.
+    ``domain_size``: the integers the readers take, [0, B) (fe-hh's B, up to 2^64: a value outside is refused
+    naming its line, not later as a row of the distinct values); :data:`PAD` codes an unused slot."""
 
-    domain_size = 2**63 - 1
+    PAD = 2**63 - 1  # no index reaches it
 
-    def __init__(self) -> None:
+    def __init__(self, domain_size: int | None = None) -> None:
+        self.domain_size = self.PAD if domain_size is None else domain_size
         self.values: list = []
         self._index: dict = {}
 
