@@ -90,7 +90,7 @@ REFUSALS = [
     ("arabic.txt", "\u0663\n\u0664\n".encode(), [], ["on line 1", "not a canonical decimal integer"]),
     ("word-then-number.txt", b"apple\n42\n", [], ["'42' on line 2", "where line 1", "('apple') is text"]),
     ("huge.txt", b"18446744073709551616\n1\n", [], ["18446744073709551616, outside it, on line 1"]),
-    ("signed.txt", b"9223372036854775808\n1\n", [], ["9223372036854775808, outside it, on line 1"]),  # 64 bits, not int64
+    ("signed.txt", b"9223372036854775808\n1\n", [], ["9223372036854775808, outside it, on line 1"]),  # not int64
     ("negative.txt", b"5\n-1\n", [], ["integers in [0, 1000)", "-1 on line 2"]),
     ("outside.csv", b"x\n5\n7\n1000\n", [], ["integers in [0, 1000)", "1000 on line 4"]),
     ("declared-int.txt", b"1\nx\n", ["--item-type", "int"], ["'x' on line 2"]),

@@ -657,7 +657,8 @@ def received_mismatch(parameters, received: int, reporters: int | None = None) -
 def received_bounds(parameters, reporters: int | None = None) -> tuple[int, float, float]:
     """(the users counted: ``reporters``, default the calibrated n; the messages they send in expectation; its sd)."""
     users = parameters.n_users if reporters is None else reporters
-    return users, users * parameters.messages_per_user, parameters.messages_sd * (users / parameters.n_users) ** 0.5
+    sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
+    return users, users * parameters.messages_per_user, sd
 
 
 def privacy_profile(parameters) -> list[ProfilePoint]:

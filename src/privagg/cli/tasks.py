@@ -533,10 +533,9 @@ def _collector_tokens(engine, cfg, task_id: str, count: int) -> list[str]:
     keeps, as it does at a task's first report: tokens of a task that does not exist are refused."""
     import logging
 
+    from ..service.calls import check_service
     from ..service.shuffle.collector import Collector, http_peer
     from ..service.web import Refused
-
-    from ..service.calls import check_service
 
     fetch = None if cfg.analyzer_url is None else http_peer(check_service("analyzer", cfg.analyzer_url, "analyzer"),
                                                             ca_file=cfg.analyzer_ca)[0]
