@@ -8,8 +8,9 @@ can kill the server with SIGKILL and start it again on the same port and databas
 :class:`~privagg.service.sharing.client.SharingClient` per user (run by worker processes at large n:
 :class:`~privagg.service.round_demo.Devices`), drops a fraction of them out, spread over rounds 1-5
 (:func:`~privagg.service.round_demo.dropout_plan`: the demo's own seeded choice, not privacy randomness), runs
-the rounds to the release and measures each round's wall time, the bytes the users sent and received, and each kind of party's messages beside Table I
-(:func:`party_row`; the servers' rows are the users' messages seen from the other end).
+the rounds to the release and measures each round's wall time, the bytes the users sent and received, and each
+kind of party's messages beside Table I (:func:`party_row`; the servers' rows are the users' messages seen from the
+other end).
 """
 
 from __future__ import annotations
