@@ -111,10 +111,16 @@ class TSSParameters(SamplingParameters):
 
     @property
     def privacy(self) -> PrivacyDescription:
-        against_s1 = ("S1 sees each user's report set A_i, which is independent of the user's item (uniform stage)"
+        against_s1 = ("S1 sees each user's report set A_i, which is independent of the user's item (uniform stage), "
+                      "and must not see the release: given the report sets a count is sampled at rate p, not p "
+                      "p_chi, among the holders who put their item in their set, and an S1 that leaves users out "
+                      "of R2 by their sets can leave an item's count to one reporter's entry (docs/privacy.md, "
+                      "'The release and S1')"
                       if self.second_stage == "uniform" else
                       f"S1 sees each user's report set A_i: ln(gamma) = {math.log(self.gamma):.4g}-LDP of the item "
-                      "(adaptive stage), a local guarantee, not the central one")
+                      "(adaptive stage), a local guarantee, not the central one; the bound holds given every report "
+                      "set, but an S1 that leaves users out of R2 by their sets can leave an item's count to one "
+                      "reporter's entry: it must not see the release (docs/privacy.md, 'The release and S1')")
         collusion = (f"no more than {self.colluders} users collude (each item has at least {self.colluders + 1} "
                      "helpers)" if self.colluders else
                      "no users collude: an item with m_j = 1 reporter has one helper, who sees that entry")
