@@ -366,6 +366,43 @@ def test_tss_adaptive_audit_is_the_brute_force_of_s2s_view():
     assert exact_audit(params).true_delta == pytest.approx(worst, abs=1e-12)
 
 
+def test_tss_uniform_release_against_s1_who_knows_the_report_sets_is_the_adaptive_bound_not_the_stated_one():
+    """docs/privacy.md, "The release and S1": S1 knows every report set, so a release it sees is sampled at rate p
+    among the holders who put their item in their set. At n = 6, N = 2, alpha = 1/2 (uniform stage), the view of
+    every report set and the counts, enumerated user by user over (set, coin), has a true delta at eps = 1 above
+    the stated one (the calibration's amplification by the sets is gone) and within delta_against_first (the
+    adaptive stage's bound at gamma = 1); with dropouts S1 chose by the sets the bound only grows."""
+    from privagg.protocols.sharing_parties import survivors_parameters
+
+    params = calibrate("tss", n_users=6, domain_size=2, epsilon=1.0, delta=0.2, min_count_fraction=1 / 3,
+                       report_fraction=0.5)
+    p = params.sampling_probability
+
+    def law(i, x):  # user i's set ({0} or {1}, each 1/2), one-hot in his slot, and his counted item
+        out = Counter()
+        for s_ in (0, 1):
+            for coin in (0, 1):
+                vector = [0] * 14
+                vector[2 * i + s_] = 1
+                vector[12 + x] += coin * (s_ == x)
+                out[tuple(vector)] += 0.5 * (p if coin else 1 - p)
+        return out
+
+    @functools.cache
+    def view(data):
+        out = Counter()
+        for outcomes in itertools.product(*(law(i, x).items() for i, x in enumerate(data))):
+            out[tuple(map(sum, zip(*(o for o, _ in outcomes))))] += math.prod(q for _, q in outcomes)
+        return out
+
+    worst = max(divergence(view(data), view(data[:i] + (1 - data[i],) + data[i + 1:]), 1.0)
+                for data in itertools.product(range(2), repeat=6) if min(Counter(data).values()) >= 2
+                and len(Counter(data)) == 2 for i in range(6))
+    assert params.delta_at(1.0) < worst <= params.delta_against_first(1.0)
+    against = [survivors_parameters(params, n).delta_against_first(1.0) for n in (6, 5, 4)]
+    assert against == sorted(against) and against[0] == params.delta_against_first(1.0)
+
+
 # --- the sampling family's exact audit is sized before its pairs and laws are built ----------------------
 
 

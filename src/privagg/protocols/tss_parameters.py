@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ParameterError, check_integer
 from ..privacy import sampling as accountant
 from ..privacy.description import PrivacyDescription
-from .sampling_sharing import METHOD_DETAIL, SECOND_STAGES, SamplingParameters
+from .sampling_sharing import METHOD_DETAIL, SECOND_STAGES, SamplingParameters, min_count
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,15 @@ class TSSParameters(SamplingParameters):
             return super().holders_delta(epsilon, holders)
         return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, holders,
                               self.inclusion_probability)
+
+    def delta_against_first(self, epsilon: float) -> float:
+        """delta(eps) of the release against S1, should it see it: S1 knows every report set, so the counts are
+        sampled at rate p among the holders who put their item in their set (the adaptive stage's bound, at
+        gamma = 1 for the uniform stage), and the d dropouts (``dropouts``) are counted as S1's choice among those
+        holders, not as independent of the sets (docs/privacy.md, "The release and S1")."""
+        holders = max(1, min_count(self.enrolled, self.min_count_fraction) - (self.n_users - self.honest_users))
+        return adaptive_delta(epsilon - math.log(self.gamma), self.sampling_probability, holders,
+                              self.inclusion_probability, removed=self.dropouts)
 
     @property
     def method_detail(self) -> str:
@@ -184,14 +193,17 @@ def check_tss_options(alpha, stage: str, gamma, colluders, n_users: int, domain_
         raise ParameterError("colluders", "0 for tss (use tss-collusion)", colluders)
 
 
-def adaptive_delta(epsilon: float, p: float, holders: int, inclusion: float) -> float:
+def adaptive_delta(epsilon: float, p: float, holders: int, inclusion: float, removed: int = 0) -> float:
     """delta(eps) of the counts given every report set, the holders who report their item Bin(holders - 1, p_chi)
-    besides the changed user (TSSParameters.delta_at): min over k of 2 F(k - 2) + delta_p(eps) at k holders."""
+    besides the changed user (TSSParameters.delta_at): min over k of 2 F(k - 2) + delta_p(eps) at k holders.
+    ``removed``: users a party that knows the report sets left out by them (S1's dropouts), each perhaps one of
+    those holders: at least k - 1 of them stay unless Bin(holders - 1, p_chi) < k - 1 + removed, so F(k - 2 +
+    removed) (docs/privacy.md, "The release and S1")."""
     from scipy.stats import binom
 
     if epsilon <= 0:
         return 1.0
     mean, sd = (holders - 1) * inclusion, math.sqrt(max((holders - 1) * inclusion * (1 - inclusion), 1e-12))
-    candidates = {max(1, math.floor(mean - z * sd)) for z in (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 13, 16, 20)}
-    return min(1.0, min(2 * float(binom.cdf(k - 2, holders - 1, inclusion)) +
+    candidates = {max(1, math.floor(mean - removed - z * sd)) for z in (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 13, 16, 20)}
+    return min(1.0, min(2 * float(binom.cdf(k - 2 + removed, holders - 1, inclusion)) +
                         accountant.sampling_delta(epsilon, p, k) for k in candidates))

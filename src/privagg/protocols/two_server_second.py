@@ -213,7 +213,11 @@ class TSSRelease:
         p = self.parameters
         notes = ["S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
                  "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
-                 "together they could open what they relay"]
+                 "together they could open what they relay",
+                 f"S1 must not see this release: knowing every report set, it would hold it at delta "
+                 f"{p.delta_against_first(p.epsilon):.3g} at eps = {p.epsilon:g} (the counts sampled at rate p among "
+                 f"the holders who put their item in their set, the {self.enrolled - self.survivors} users not in R2 "
+                 "counted as its choice among them; docs/privacy.md, 'The release and S1')"]
         if self.recovered:
             notes.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
                          "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
