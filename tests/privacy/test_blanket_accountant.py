@@ -152,3 +152,25 @@ def test_the_tight_gammas_are_pinned(kind, args, pinned):
 @pytest.mark.parametrize("args,pinned", PINNED_DELTAS, ids=lambda x: str(x))
 def test_the_accountants_deltas_are_pinned(args, pinned):
     assert blanket.delta_at(*args).hex() == pinned
+
+
+@pytest.mark.parametrize("protocol, options", [("blanket-hist", dict(domain_size=32)),
+                                               ("blanket-vector", dict(domain_size=1, levels=31))])
+@pytest.mark.parametrize("epsilon", [30.0, 37.0, 45.0])
+def test_a_guarantee_above_eps_36_7_holds_exactly(protocol, options, epsilon):
+    """A reviewer's runs: past eps = 36.7, ratio / (ratio + 1) and e / (1 + e) round to 1, so FMT's and Wang et
+    al.'s bounds and the blanket accountant all came out 0, and the calibration certified gamma = 1e-15: (37, 1e-6)
+    claimed where the exact delta was 0.63. Now the clone bounds compute 1 - alpha as (1 / ratio) / (1 + 1 /
+    ratio) and check each side of the least a, the accountant stands down above its precision, and the claim holds."""
+    params = calibrate(protocol, epsilon=epsilon, delta=1e-6, n_users=2, **options)
+    report = exact_audit(params)
+    assert report.true_delta <= params.delta * (1 + 1e-9), (params.gamma, report.true_delta)
+
+
+def test_fmt_and_wang_at_a_local_epsilon_above_36_7_are_not_zero():
+    """eps0 = 50 over 1,000 users: about e^-50 of a user is a clone, so no amplification; the bounds were 0 from
+    eps = 36.74 up (account shuffle said (36.74, 1e-6) for eps0 = 50, 700, or any above it)."""
+    for epsilon in (37.0, 40.0, 45.0):
+        assert fmt_delta(epsilon, 50.0, 1000) > 0.99 and variation_ratio_delta(epsilon, 50.0, 1000) > 0.99
+    assert fmt_delta(49.0, 50.0, 1000) == pytest.approx(1 - math.exp(-1), rel=1e-6)  # the lone user's own
+    assert fmt_delta(36.0, 50.0, 1000) == pytest.approx(1 - math.exp(-14), rel=1e-6)

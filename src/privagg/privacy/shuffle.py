@@ -209,15 +209,25 @@ def check_clone_window(n_users: int, clone: float) -> None:
                          "--calibration paper for the blanket protocols)", n_users)
 
 
+_RATIO_EXACT = 2.0**26  # below it alpha = ratio / (ratio + 1) keeps 1 - alpha to 2^-26 relative: the first form
+
+
 def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) -> float:
     """E_C[sum_a max(0, P_C(a) - e^eps Q_C(a))]: the victim is of type 0 with probability ratio / (ratio + 1)
     (type 1 otherwise) under P and the reverse under Q, and C ~ Bin(n - 1, clone) other users are clones,
     each of type 0 or 1 with probability 1/2 (module docstring)."""
     e = math.exp(epsilon)
-    alpha = ratio / (ratio + 1)
-    k1, k2 = alpha - e * (1 - alpha), (1 - alpha) - e * alpha
-    if k1 <= 0:
+    if ratio <= e:  # k1 = alpha - e (1 - alpha) <= 0, alpha = ratio / (ratio + 1)
         return 0.0
+    if ratio < _RATIO_EXACT:
+        alpha = ratio / (ratio + 1)
+        k1, k2 = alpha - e * (1 - alpha), (1 - alpha) - e * alpha
+        r = k1 / -k2
+    else:  # alpha and 1 - alpha as 1 / (1 + 1 / ratio) and (1 / ratio) / (1 + 1 / ratio): alpha itself rounds to 1
+        # once ratio passes 2^53 (eps0 above 36.7), which made k1 1 and k2 -e, and every delta 0 (a reviewer's run)
+        inverse = 1.0 / ratio
+        k1, k2 = (1.0 - e * inverse) / (1.0 + inverse), (inverse - e) / (1.0 + inverse)
+        r = (1.0 - e * inverse) / (e - inverse)  # k1 / -k2
     trials, p = n_users - 1, clone
     check_clone_window(n_users, clone)
     mean, sd = trials * p, math.sqrt(trials * p * (1 - p))
@@ -225,8 +235,10 @@ def _clone_divergence(epsilon: float, ratio: float, clone: float, n_users: int) 
     c = np.arange(lo, hi + 1)
     weights = binomial_pmf(c, trials, p)
     outside = max(0.0, 1.0 - float(weights.sum()))
-    ratio = k1 / -k2
-    m = np.floor((c + 1) / (1 + ratio)) + 1  # the least a with a > (C + 1) / (1 + r)
+    m = np.floor((c + 1) / (1 + r)) + 1  # the least a with a > (C + 1) / (1 + r), i.e. a (1 + r) > C + 1:
+    # where 1 + r rounds to 1 (r below 2^-53, eps above 36.7) the floor is one off; each side checked exactly
+    m = np.where((m - 2 - c) + (m - 1) * r > 0, m - 1, m)
+    m = np.where((m - 1 - c) + m * r <= 0, m + 1, m)
     # Pr[Bin(c, 1/2) > j] (0 where j >= c)
     divergence = k1 * binomial_sf(m - 2, c, 0.5) + k2 * binomial_sf(m - 1, c, 0.5)
     return float(np.dot(weights, np.clip(divergence, 0.0, 1.0))) + outside
