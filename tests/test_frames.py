@@ -386,3 +386,34 @@ def test_nested_values_in_a_parquet_file_are_named(tmp_path):
     for protocol, options in [("fe1", {}), ("fe-hh", dict(phi=0.2, max_length=4))]:
         with pytest.raises(ParameterError, match="data must be integers or strings, got values of type list"):
             privagg.estimate(path, protocol, item="app", epsilon=1, delta=1e-8, seed=1, **options)
+
+
+def test_vector_protocols_take_their_options_and_refuse_unknown_ones():
+    """A reviewer's run: any protocol option (levels, coordinates_per_user, honest_fraction) given to
+    privagg.estimate for a vector protocol was a TypeError from deep inside; an unknown one too."""
+    frame = pd.DataFrame(np.full((2000, 2), 0.5), columns=["a", "b"])
+    run = dict(columns=["a", "b"], epsilon=1.0, delta=1e-3, seed=1)
+    report = privagg.estimate(frame, "blanket-vector", levels=3, honest_fraction=0.9, **run)
+    assert report.parameters["levels"] == 3 and report.parameters["honest_fraction"] == 0.9
+    with pytest.raises(ParameterError):
+        privagg.estimate(frame, "blanket-vector", bogus=1, **run)
+
+
+@pytest.mark.parametrize("given", [dict(honest_fraction=0.5), dict(top=1), dict(candidates=["zz"]),
+                                   dict(mode="fast"), dict(foo=1)])
+def test_fe_hh_refuses_what_its_run_does_not_read(given):
+    """A reviewer's run: fe-hh took honest_fraction=0.5 (a privacy assumption), top, candidates, mode and foo, and
+    ran without them, stating G = 1."""
+    frame = pd.DataFrame({"w": ["ab", "cd"] * 50})
+    name = next(iter(given))
+    with pytest.raises(ParameterError, match=rf"^{name} must be left out for fe-hh"):
+        privagg.estimate(frame, "fe-hh", item="w", epsilon=1.0, delta=1e-6, phi=0.2, max_length=2, **given)
+
+
+def test_a_pure_protocol_takes_no_delta():
+    """A reviewer's run: laplace (grr, oue, olh, hadamard) in privagg.estimate needed delta=0 where calibrate and
+    plan take it left out."""
+    frame = pd.DataFrame({"app": ["mail", "maps"] * 100})
+    for protocol, more in (("laplace", {}), ("grr", dict(domain_size=8))):
+        report = privagg.estimate(frame, protocol, item="app", epsilon=1.0, candidates=["mail", "maps"], seed=1, **more)
+        assert report.privacy.delta == 0

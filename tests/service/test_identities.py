@@ -504,6 +504,13 @@ def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
     waiting = run(app, sign)  # a reviewer's finding: the task waited for him for ever
     assert waiting.exit_code == 2 and "roster sign --without-unenrolled" in waiting.output
     complete, sign = sign, [*sign, "--without-unenrolled"]
+    # another tokens file (none of the enrolled users' tokens): a reviewer's run stored the empty roster, and every
+    # route of the task answered 500 for good; refused now, nothing stored, and the right file signs after
+    wrong = run(app, [*sign[:5], str(tmp_path / "more.txt"), *sign[6:]])
+    assert wrong.exit_code == 2 and wrong.output.startswith(
+        f"error: tokens must be the tokens of at least the task's minimum of {MIN} users among those who enrolled "
+        f"(this task's tokens file?), got 0 users whose enrollment checks against them, of the {N - 1} enrolled"), \
+        wrong.output
     signed_run = run(app, sign)
     assert signed_run.exit_code == 0, signed_run.output
     assert f"task {task_id}: the roster of {N - 2} users is signed and published; the task is in round1" in \
@@ -519,3 +526,16 @@ def test_the_operators_commands_sign_the_task_and_the_roster(tmp_path, serve):
     other = run(app, [*complete[:-4], "--organisation-key", str(impostor), "--db", db, "--without-unenrolled"])
     assert other.exit_code == 2 and "roster.signature must be a valid Ed25519 signature by the organisation" in \
         other.output
+
+
+@pytest.mark.parametrize("key", ["the base64 text", b"x" * 31, None])
+def test_a_device_given_its_pinned_key_in_another_form_is_told_so_before_anything(key):
+    """A reviewer's run: the key as organisation keygen prints it (base64 text) was reported as the task's signature
+    not verifying, as if the server had forged it."""
+    from privagg.service.sharing.client import SharingClient
+    from privagg.service.two_servers.client import TSSClient
+
+    for client in (SharingClient, TSSClient):
+        with pytest.raises(ParameterError, match="^organisation_key must be the organisation's Ed25519 public key, "
+                                                 r"32 raw bytes \(base64.b64decode"):
+            client.fetch("http://127.0.0.1:9", "ab" * 16, organisation_key=key)

@@ -219,9 +219,10 @@ class TSSRelease:
                  f"the holders who put their item in their set, the {self.enrolled - self.survivors} users not in R2 "
                  "counted as its choice among them; docs/privacy.md, 'The release and S1')"]
         if self.recovered:
-            notes.append(f"items {list(self.recovered)[:8]} were completed by recovery: S2 holds their reporters' "
-                         "shares to the helpers that sent no sum, which are uniform while one helper's sum hides the "
-                         "rest (docs/privacy.md, 'Dropouts in TSS')")
+            shown = ", ".join(map(str, self.recovered[:8])) + (", ..." if len(self.recovered) > 8 else "")
+            notes.append(f"items [{shown}] ({len(self.recovered)} in all) were completed by recovery: S2 holds their "
+                         "reporters' shares to the helpers that sent no sum, which are uniform while one helper's sum "
+                         "hides the rest (docs/privacy.md, 'Dropouts in TSS')")
         if self.lost:
             notes.append(f"items {sorted(self.lost)[:8]} are not released: {self.lost[min(self.lost)]}")
         notes.append("integrity: each helper's sum and each reporter's entry is trusted (not verifiable without input "

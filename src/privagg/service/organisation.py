@@ -72,6 +72,15 @@ class Organisation:
             else:
                 users[row["user"]] = (row["identity_key"], row["public_key"])
         published = driver.signed_roster(task_id)  # signed already (by this organisation: the server checked): its seed
+        least = driver.task(task_id).min_survivors
+        if published is None and len(users) < least:  # a roster the rounds cannot complete, and that stays signed:
+            # refused before anything is stored (a reviewer's finding: an empty one broke every route of the task)
+            why = next(iter(left_out.items()), None)
+            raise ParameterError("tokens", f"the tokens of at least the task's minimum of {least} users among those "
+                                 "who enrolled (this task's tokens file?)", f"{len(users)} users whose enrollment "
+                                 f"checks against them, of the {len(indices)} enrolled" + (
+                                     f" (user {why[0]}: {why[1]}, and {len(left_out) - 1} more left out)" if why
+                                     else ""))
         seed = published.graph_seed if published is not None and published.graph_seed else \
             secrets.token_bytes(GRAPH_SEED_BYTES)
         unsigned = SignedRoster(task_id, users, b"", seed, n)

@@ -30,7 +30,7 @@ DEFAULT_DOMAIN = 2**24  # as the command line's --domain for a hashed protocol
 @checked_arguments
 def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequence[str] | None = None,
              epsilon: float, delta: float | None = None, domain_size: int | None = None,
-             candidates: Sequence[Any] | None = None, top: int = 10, seed: int | None = None,
+             candidates: Sequence[Any] | None = None, top: int | None = None, seed: int | None = None,
              evaluate: bool | None = None, missing: str = "error", item_type: str = "auto",
              calibration: str | None = None, hash_key: str | None = None, full_domain: bool | None = None,
              mode: str = "faithful", phi: float | None = None, max_length: int | None = None,
@@ -84,11 +84,16 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     unused = {}
     if entry.result is not ResultKind.HEAVY_HITTER_LIST:
         unused.update(phi=phi, max_length=max_length)
+    else:  # fe-hh's run takes none of these (a reviewer's finding: honest_fraction, top, candidates, mode ignored)
+        unused.update(candidates=candidates, top=top, mode=None if mode == "faithful" else mode,
+                      **{name: value for name, value in options.items()})
     if entry.result is not ResultKind.FREQUENCY_TABLE:
-        unused.update(hash_key=hash_key, full_domain=full_domain)
+        unused.update(hash_key=hash_key, full_domain=full_domain, top=top)
     for name, value in unused.items():  # an argument this protocol's run does not read is refused, not ignored
         if value is not None:
             raise ParameterError(name, f"left out for {protocol}", value)
+    if delta is None and entry.pure:  # pure eps-DP: no delta to give (calibrate and plan take it so)
+        delta = 0.0
     if user is not None and entry.result is ResultKind.VECTOR_SUM:
         if item is not None:
             raise ParameterError("item", f"left out for {protocol} (a vector sum: columns=[...], the coordinates)",
@@ -104,7 +109,7 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
                                  item)
         return _vector_estimate(entry, data, kind, columns, fmt, epsilon=epsilon, delta=delta, calibration=calibration,
                                 seed=seed, evaluate=evaluate, domain_size=domain_size, candidates=candidates,
-                                mode=mode, **options)
+                                mode=mode, options=options)
     if columns is not None:
         raise ParameterError("columns", f"left out for {protocol} (items: item=, one column)", list(columns))
     if item is None:
@@ -115,7 +120,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
                               phi=phi, domain_size=domain_size, max_length=max_length, calibration=calibration,
                               seed=seed, evaluate=evaluate)
     return _frequencies(entry, data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
-                        domain_size=domain_size, candidates=candidates, top=top, seed=seed, evaluate=evaluate,
+                        domain_size=domain_size, candidates=candidates, top=10 if top is None else top, seed=seed,
+                        evaluate=evaluate,
                         calibration=calibration, hash_key=hash_key, full_domain=full_domain, mode=mode,
                         options=options)
 
