@@ -713,7 +713,7 @@ def test_unreachable_scheduler_is_one_line(ints_file, tmp_path, monkeypatch):
 
 SAMPLING_BAD = [
     (["dpds"], "min-count-fraction must be given"),
-    (["dpds", "--min-count-fraction", 0.2], "min-count-fraction must be given, in (0, 1/N]"),
+    (["dpds", "--min-count-fraction", 0.2], "min-count-fraction must be in (0, 1/N]"),  # given: out of range
     # the bundled data's smallest category holds 4.7%: the error says the condition fails, not which or how many
     (["dpds", "--min-count-fraction", 0.05, "--mode", "fast"],
      "some category is held by fewer than beta n = 100 of the 2000 users"),

@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import binom
 
 from privagg.audit import exact_audit
+from privagg.errors import ParameterError
 from privagg.privacy import blanket
 from privagg.privacy.shuffle import fmt_delta, variation_ratio_delta
 from privagg.protocols.registry import calibrate
@@ -174,3 +175,13 @@ def test_fmt_and_wang_at_a_local_epsilon_above_36_7_are_not_zero():
         assert fmt_delta(epsilon, 50.0, 1000) > 0.99 and variation_ratio_delta(epsilon, 50.0, 1000) > 0.99
     assert fmt_delta(49.0, 50.0, 1000) == pytest.approx(1 - math.exp(-1), rel=1e-6)  # the lone user's own
     assert fmt_delta(36.0, 50.0, 1000) == pytest.approx(1 - math.exp(-14), rel=1e-6)
+
+
+@pytest.mark.parametrize("protocol, options", [("blanket-hist", dict(domain_size=8)),
+                                               ("blanket-vector", dict(domain_size=2))])
+@pytest.mark.parametrize("epsilon", [-1.0, 0.0, float("nan")])
+def test_delta_at_refuses_an_epsilon_it_has_no_answer_for(protocol, options, epsilon):
+    """A reviewer's run: delta_at(-1) answered 0.534 and delta_at(nan) raised numpy's 'zero-size array' error."""
+    params = calibrate(protocol, epsilon=1.0, delta=1e-6, n_users=1000, **options)
+    with pytest.raises(ParameterError, match="^epsilon must be a finite number > 0"):
+        params.delta_at(epsilon)

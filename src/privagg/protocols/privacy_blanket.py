@@ -170,7 +170,7 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
     # --- privacy --------------------------------------------------------------------------------------
     def delta_at(self, epsilon: float) -> float:
         """The accountant's delta(eps) for the honest users' reports (any calibration)."""
-        return blanket.delta_at(epsilon, self.gamma, self.honest_users, self.domain_size)
+        return blanket.delta_at(check_epsilon(epsilon), self.gamma, self.honest_users, self.domain_size)
 
     @property
     def privacy(self) -> PrivacyDescription:
@@ -353,7 +353,8 @@ class BlanketVectorParameters(_BlanketParameters):
         return {"local_epsilon": blanket.vector_local_epsilon(self.gamma, self.levels, self.coordinates)}
 
     def delta_at(self, epsilon: float) -> float:
-        return blanket.vector_delta_at(epsilon, self.gamma, self.honest_users, self.levels, self.coordinates)
+        return blanket.vector_delta_at(check_epsilon(epsilon), self.gamma, self.honest_users, self.levels,
+                                       self.coordinates)
 
     # --- theory (docs/derivations.md, "Vector sums") -------------------------------------------------
     # n below is the users whose reports were counted (``reporters``; default: the calibrated n): a task closed

@@ -416,7 +416,8 @@ def check_class(n_users: int, domain_size: int, least: int, beta: float | None =
 
 def check_min_count_fraction(beta, domain_size: int) -> float:
     """beta in (0, 1/N]: every one of the N categories held by beta n users needs beta <= 1/N."""
-    accepted = (f"given, in (0, 1/N] = (0, {1 / domain_size:.6g}] with N = {domain_size} categories: the smallest "
+    accepted = (f"{'given, ' if beta is None else ''}in (0, 1/N] = (0, {1 / domain_size:.6g}] with N = {domain_size} "
+                "categories: the smallest "
                 "category's share of the users (--min-count-fraction BETA, or min_count_fraction=BETA in Python); the "
                 "sampling guarantee holds only when every category is held by at least beta n users, and N categories "
                 "cannot each hold more than 1/N of them")
