@@ -747,7 +747,11 @@ def test_two_operators_make_a_tss_task_each_with_their_own_database(tmp_path, mo
     assert foreign.exit_code == 2 and "second-task must be S2's task made with this organisation" in foreign.output
     misplaced = run(app, [*s1_args, "--relay-token-file", str(token), "--organisation-public-key", public])
     assert misplaced.exit_code == 2 and "organisation-public-key must be given only with --s2" in misplaced.output
-    s1 = run(app, [*s1_args, "--relay-token-file", str(token), "--json"])
+    # S2's task sets the minimum: another one here was ignored in silence (a reviewer's finding); its own is taken
+    ignored = run(app, [*s1_args, "--relay-token-file", str(token), "--min-survivors", "35"])
+    assert ignored.exit_code == 2 and "min-survivors must be left out with --second-task, or S2's task's own 40" in \
+        ignored.output
+    s1 = run(app, [*s1_args, "--relay-token-file", str(token), "--min-survivors", "40", "--json"])
     assert s1.exit_code == 0, s1.output
     first = json.loads(s1.stdout)
     assert first["delta_at_min_survivors"] == second["delta_at_min_survivors"]

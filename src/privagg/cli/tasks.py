@@ -200,6 +200,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
                 if second_url is None:
                     raise ParameterError("second-url", "given with --second-task: where S1 hands over to S2", None)
                 second, token = _second_task(second_task, parameters), _relay_token(relay_token_file)
+                if min_survivors is not None and min_survivors != second.min_survivors:  # S2's task holds it
+                    raise ParameterError("min-survivors", f"left out with --second-task, or S2's task's own "
+                                         f"{second.min_survivors} (set by S2's operator: S1's task takes it)",
+                                         min_survivors)
                 if second.organisation_key != organisation.public_key:
                     raise ParameterError("second-task", "S2's task made with this organisation's public key "
                                          "(--organisation-public-key at S2: S2 checks the hand-over under it)",
