@@ -502,3 +502,18 @@ def test_the_signed_lists_on_a_graph_bind_the_task():
     with pytest.raises(ParameterError, match="message"):
         identity.check(public, signature, SIGNED_LISTS, signed_lists(there, senders, survivors, b""), "message",
                        "user 3")
+
+
+def test_the_delta_task_create_states_adds_the_graphs_terms_at_its_fewest_survivors():
+    """A reviewer's run: dpdg at n = 30 on a graph of degree 2 (planned for no dropout), --min-survivors 16: task
+    create stated delta 0.000149, the sampling part alone, where the graph's terms at 14 users removed are 1 (as
+    the release would state them). release_delta, which task create states and the budget charges, adds them."""
+    from privagg.protocols.registry import calibrate
+    from privagg.protocols.sharing_graph import graph_delta
+    from privagg.protocols.sharing_parties import survivors_parameters
+    from privagg.service.round_tasks import release_delta
+
+    p = calibrate("dpdg", epsilon=1.0, delta=1e-3, n_users=30, domain_size=5, degree=2)
+    assert release_delta(p, 30) == p.delta_at(1.0)
+    assert release_delta(p, 29) == survivors_parameters(p, 29).delta_at(1.0) + graph_delta(p, 1) > p.delta_at(1.0)
+    assert release_delta(p, 16) == 1.0 and survivors_parameters(p, 16).delta_at(1.0) < 0.01

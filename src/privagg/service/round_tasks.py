@@ -305,8 +305,16 @@ def release_delta(parameters, survivors: int) -> float:
     for them (:func:`~privagg.protocols.sharing_parties.survivors_parameters`: the n - survivors who dropped out may
     all have held one category; the users who may not follow the protocol all among the survivors), the worst case
     for that many dropouts (docs/privacy.md, "Dropouts in DPDS and DPDG"). It grows as the survivors fall (fewer
-    holders and honest users to hide among), so a task's worst is at its ``min_survivors``."""
-    return survivors_parameters(parameters, survivors).delta_at(parameters.epsilon)
+    holders and honest users to hide among), so a task's worst is at its ``min_survivors``. On a neighbour graph,
+    plus its failure terms at the users removed (its colluding ones and the dropouts:
+    :func:`~privagg.protocols.sharing_graph.graph_delta`), as the release adds them (a reviewer's finding: task
+    create stated 0.000149 over 16 of 30 survivors on a graph of degree 2, whose terms there are 1)."""
+    from ..protocols.sharing_graph import graph_delta
+
+    removed = parameters.n_users - getattr(parameters, "honest_users", parameters.n_users) + parameters.n_users - \
+        survivors
+    return min(1.0, survivors_parameters(parameters, survivors).delta_at(parameters.epsilon) +
+               graph_delta(parameters, removed))
 
 
 def survivors_for_target(parameters, least: int) -> int:
