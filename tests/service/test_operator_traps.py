@@ -929,3 +929,22 @@ def test_a_collector_whose_token_the_analyzer_refuses_says_so_at_error_level(tmp
     monkeypatch.setattr(service_deployment, "AUTH", right)
     d.collector.release_batches()
     assert d.result()["collection"]["reports"] == 20
+
+
+def test_a_round_deadline_no_device_can_meet_is_refused_before_anything_is_made(tmp_path):
+    """A reviewer's runs: task create --round-seconds 1e-300 (or 0.001) was taken, every user enrolled and his
+    device was charged, and the task failed as the roster was signed; demo-service --round-seconds 0.01 alike."""
+    from privagg.protocols.registry import calibrate as calibrate_any
+
+    (tmp_path / "p.json").write_text(json.dumps(calibrate_any("dpdg", epsilon=1.0, delta=1e-3, n_users=30,
+                                                              domain_size=2).to_dict()))
+    assert run("organisation", "keygen", "--output", str(tmp_path / "org.key")).exit_code == 0
+    for value in ("1e-300", "0.001", "9.9"):
+        made = run("task", "create", "--params", str(tmp_path / "p.json"), "--db", f"sqlite:///{tmp_path}/s.db",
+                   "--organisation-key", str(tmp_path / "org.key"), "--round-seconds", value)
+        assert error_line(made) == ("error: round-seconds must be at least 10 seconds, a deadline the users' devices "
+                                    "can meet (privagg's close-round ends a round early once everyone answered), got "
+                                    f"{float(value):g}"), made.output
+    assert not (tmp_path / "s.db").exists()
+    demo = run("demo-service", "dpdg", "--users", "30", "--round-seconds", "0.01", "--workdir", str(tmp_path / "d"))
+    assert error_line(demo).startswith("error: round-seconds must be at least 10 seconds")

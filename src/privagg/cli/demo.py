@@ -224,8 +224,10 @@ def _demo_sharing(protocol: str, users: int, drop_fraction: float, epsilon: floa
     from ..protocols.roles import RoundFailed
     from ..service.calls import SubmitError
     from ..service.round_demo import DevicesLost
+    from ..service.round_tasks import check_round_deadline
 
     with _clean_errors():
+        check_round_deadline(round_seconds)
         try:
             summary = run_sharing_demo(workdir, protocol, users, drop_fraction, epsilon, delta, round_seconds,
                                        progress=(lambda _text: None) if as_json else _say, dishonest=dishonest,

@@ -165,6 +165,10 @@ def task_create(params: Path = typer.Option(..., "--params", help="Frozen parame
         for name, value in given.items():  # refused, not ignored, where it does nothing
             if value is not None and service not in TASK_OPTIONS[name][0]:
                 raise ParameterError(name, f"given only for {TASK_OPTIONS[name][1]()}", parameters.protocol)
+        if round_seconds is not None:
+            from ..service.round_tasks import check_round_deadline
+
+            check_round_deadline(round_seconds)
         round_seconds = 3600.0 if round_seconds is None else round_seconds
         organisation = None if service == "analyzer" or only_second else _organisation(organisation_key)
         if organisation_public is not None and not only_second:

@@ -36,6 +36,20 @@ def _check_id(field: str, value) -> None:
         raise ParameterError(field, f"{2 * TASK_ID_BYTES} lowercase hexadecimal characters", value)
 
 
+ROUND_SECONDS_LEAST = 10.0  # what the command line takes: a deadline users' devices can meet
+
+
+def check_round_deadline(value, field: str = "round-seconds") -> float:
+    """A round's deadline as an operator gives it (``task create``, ``demo-service``): at least
+    :data:`ROUND_SECONDS_LEAST` seconds, where 1e-300 or 0.001 was taken and failed the task as the roster was
+    signed (a reviewer's finding); the operator's close-round ends a round early once everyone answered."""
+    _check_round_seconds(value)
+    if value < ROUND_SECONDS_LEAST:
+        raise ParameterError(field, f"at least {ROUND_SECONDS_LEAST:g} seconds, a deadline the users' devices can "
+                             "meet (privagg's close-round ends a round early once everyone answered)", value)
+    return float(value)
+
+
 def _check_round_seconds(value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 7 * 86_400:
         raise ParameterError("round_seconds", "a number of seconds in (0, 604800]", value)
