@@ -325,8 +325,7 @@ def release_delta(parameters, survivors: int) -> float:
     create stated 0.000149 over 16 of 30 survivors on a graph of degree 2, whose terms there are 1)."""
     from ..protocols.sharing_graph import graph_delta
 
-    removed = parameters.n_users - getattr(parameters, "honest_users", parameters.n_users) + parameters.n_users - \
-        survivors
+    removed = (parameters.n_users - parameters.honest_users) + (parameters.n_users - survivors)
     return min(1.0, survivors_parameters(parameters, survivors).delta_at(parameters.epsilon) +
                graph_delta(parameters, removed))
 

@@ -85,8 +85,7 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
     if entry.result is not ResultKind.HEAVY_HITTER_LIST:
         unused.update(phi=phi, max_length=max_length)
     else:  # fe-hh's run takes none of these (a reviewer's finding: honest_fraction, top, candidates, mode ignored)
-        unused.update(candidates=candidates, top=top, mode=None if mode == "faithful" else mode,
-                      **{name: value for name, value in options.items()})
+        unused.update(candidates=candidates, top=top, mode=None if mode == "faithful" else mode, **options)
     if entry.result is not ResultKind.FREQUENCY_TABLE:
         unused.update(hash_key=hash_key, full_domain=full_domain, top=top)
     for name, value in unused.items():  # an argument this protocol's run does not read is refused, not ignored
@@ -121,9 +120,8 @@ def estimate(data: Any, protocol: str, *, item: str | None = None, columns: Sequ
                               seed=seed, evaluate=evaluate)
     return _frequencies(entry, data, kind, fmt, source, user=user, max_items=max_items, epsilon=epsilon, delta=delta,
                         domain_size=domain_size, candidates=candidates, top=10 if top is None else top, seed=seed,
-                        evaluate=evaluate,
-                        calibration=calibration, hash_key=hash_key, full_domain=full_domain, mode=mode,
-                        options=options)
+                        evaluate=evaluate, calibration=calibration, hash_key=hash_key, full_domain=full_domain,
+                        mode=mode, options=options)
 
 
 def _source(data: Any, *columns: str) -> str:
