@@ -259,8 +259,8 @@ class Collector:
         finished = closed | {t for t in released if self.task(t).single_batch}
         # a shuffle task's one batch takes every waiting report, and the analyzer refuses more than its n: the
         # seats left (a report past them would stall the task, its batch refused for ever)
-        seats = {row.task_id: self.task(row.task_id).parameters.n_users - row.waiting for row in task_rows
-                 if self.task(row.task_id).single_batch}
+        seats = {row.task_id: task.parameters.n_users - row.waiting for row in task_rows
+                 if (task := self.task(row.task_id)).single_batch}
         keys = self._numbered_keys(group)
         arriving = collections.Counter(task_id for r in group for task_id, _, _ in r.parts)
         if not finished and all(arriving[t] <= left for t, left in seats.items()) and \
