@@ -489,8 +489,8 @@ def test_a_neighbour_graph_is_a_dpds_and_dpdg_parameter_checked_by_name():
     for graph, complete in ((dpds, sc.calibrate_dpds(1.0, 1e-6, 1000, 10, min_count_fraction=0.05)),
                             (sc.calibrate_dpdg(1.0, 1e-6, 1000, 10, degree=20), sc.calibrate_dpdg(1.0, 1e-6, 1000, 10))):
         stated = " ".join(graph.privacy.to_dict()["assumptions"])  # the graph stated wherever the parameters are
-        assert "his 20 neighbours of a random graph" in stated and "n - 1 colluding" not in stated
-        assert "up to n - 1 colluding users" in " ".join(complete.privacy.to_dict()["assumptions"])
+        assert "his 20 neighbours of a random graph" in stated and "every other user" not in stated
+        assert "agreed by key with every other user" in " ".join(complete.privacy.to_dict()["assumptions"])
     assert sc.calibrate_dpds(1.0, 1e-6, 1000, 10, min_count_fraction=0.05).degree is None
     for degree, accepted in ((21, "even in"), (0, r"integer in \[2, 998\]"), (999, r"integer in \[2, 998\]"),
                              (True, "integer")):

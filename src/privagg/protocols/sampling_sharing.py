@@ -151,13 +151,18 @@ class SharingParameters(FrozenParameters):
 
     @property
     def sharing_assumption(self) -> str:
-        """Whom DPDS's and DPDG's shares hide a user's vector from: on the complete graph any n - 1 colluding users
-        (n-out-of-n additive shares); on a neighbour graph, as its release states with the graph's failure terms
-        added to delta (docs/privacy.md, "Neighbour graphs")."""
+        """Whom DPDS's and DPDG's masks hide a user's vector from, as the parties deploy them (Bonawitz et al.'s
+        secure aggregation: docs/privacy.md, "Dropouts in DPDS and DPDG"; the paper's n-out-of-n shares cannot survive
+        a dropout): on the complete graph the server with fewer than the backups' threshold t of users, t above the
+        n - ceil(G n) who may not follow the protocol; on a neighbour graph, as its release states with the graph's
+        failure terms added to delta (docs/privacy.md, "Neighbour graphs")."""
         if self.degree is None:
-            return ("honest-but-curious parties; the server does not collude with users; up to n - 1 colluding users "
-                    "learn nothing of the last user's vector (n-out-of-n additive shares)")
-        return (f"honest-but-curious parties; each user masks with, and backs his keys up among, his {self.degree} "
+            return ("each user masks his vector with masks agreed by key with every other user and backs his keys up "
+                    "t-out-of-n (Shamir), t above the n - ceil(G n) users who may not follow the protocol: the server, "
+                    "even with those users, learns only the survivors' sum, and users see no one's masked vector "
+                    "(docs/privacy.md, 'Dropouts in DPDS and DPDG'; a lying server is caught or harmless, 'Dishonest "
+                    "parties')")
+        return (f"each user masks with, and backs his keys up among, his {self.degree} "
                 "neighbours of a random graph drawn from the organisation's signed seed (docs/privacy.md, 'Neighbour "
                 "graphs'): a release adds the graph's failure terms (an honest user with too many colluding "
                 "neighbours, the honest survivors' graph disconnected) to delta")

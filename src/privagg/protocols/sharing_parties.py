@@ -75,11 +75,13 @@ from ..core.randomness import RNGLike, resolve
 from ..core.sharing import SEED_BYTES, derive_seed, expand
 from ..errors import ParameterError, check_integer
 from ..privacy import neighbour_graph
+from ..privacy.description import PrivacyDescription
+from ..privacy.events import Survivors
 from .roles import Outbox, Round, answer_each
 from .dpdg_parameters import DPDGParameters
 from .sampling_servers import one_hot_rows
 from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
-from .sharing_graph import planned, task_degree
+from .sharing_graph import graph_delta, planned, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
                                SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, commitments_to,
@@ -695,6 +697,23 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
     dropped = {"dropouts": parameters.dropouts + n - survivors} if isinstance(parameters, SamplingParameters) else {}
     return dataclasses.replace(parameters, n_users=survivors, honest_fraction=honest / survivors, degree=None,
                                graph_dropouts=0.0, **dropped)
+
+
+def survivors_privacy(task: SharingParameters, survivors: int, who: str, detail: str,
+                      notes: Sequence[str] = ()) -> PrivacyDescription:
+    """The guarantee of a release over ``survivors`` of ``task``'s n users: the mechanism of
+    :func:`survivors_parameters` with its delta at the calibrated epsilon, plus a neighbour graph's failure terms at
+    the users removed (its colluding ones and the dropouts: :func:`~privagg.protocols.sharing_graph.graph_delta`);
+    how the users share is stated of the task (the survivors' parameters have no graph). ``who`` names the survivors,
+    ``detail`` who took part in which round, ``notes`` what else the release rests on."""
+    released = survivors_parameters(task, survivors)
+    event = released.privacy.event
+    if task.degree is not None:
+        event = dataclasses.replace(event, assumptions=tuple(
+            task.sharing_assumption if said == released.sharing_assumption else said for said in event.assumptions))
+    removed = (task.n_users - task.honest_users) + (task.n_users - survivors)
+    return PrivacyDescription.of(Survivors(event, released.delta_at(released.epsilon) + graph_delta(task, removed),
+                                           task.n_users, survivors, who, detail, tuple(notes)))
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:

@@ -19,8 +19,6 @@ from ..core.randomness import RNGLike
 from ..core.sharing import SEED_BYTES, expand
 from ..errors import ParameterError
 from ..privacy import neighbour_graph
-from ..privacy.description import PrivacyDescription
-from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .roles import MultiRound, Round, RoundFailed
 from .sampling_servers import SumServer
@@ -29,10 +27,10 @@ from .sharing_messages import (BACKUP, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTE
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
                                MAGIC, USERS, VERSION, Message, Revealed, committed_to, decode,
                                decode_checked, encode, holders, message_bytes, message_entries, packed_commitment)
-from .sharing_graph import graph_delta, stated
+from .sharing_graph import stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, bound, check_min_survivors,
                               faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists,
-                              survivors_parameters, task_graph, threshold)
+                              survivors_parameters, survivors_privacy, task_graph, threshold)
 
 
 @dataclass(frozen=True)
@@ -64,9 +62,7 @@ class SharingRelease:
         part; on a neighbour graph, plus its failure terms (:func:`~privagg.protocols.sharing_graph.graph_delta`:
         equivocation at the task's colluding users, disconnection at them and the users not released) and its
         assumptions."""
-        p = self.parameters
-        task = self.task or p
-        removed = task.n_users - task.honest_users + self.enrolled - self.survivors
+        task = self.task or self.parameters
         left_out = (f"; {len(self.excluded)} excluded in round 2 on complaints (the dealer's or the complainer's "
                     "fault, which a backup sealed to its holder cannot prove)" if self.excluded else "") + (
             f"; {len(self.blamed)} revealers' wrong shares discarded" if self.blamed else "") + (
@@ -74,9 +70,8 @@ class SharingRelease:
             "the survivors' pair seeds)" if self.inconsistent else "")
         shared = (f"{self.threshold}-out-of-{self.enrolled}" if not self.graph_seed else
                   f"{self.threshold}-out-of-{holders(task)} among each user's neighbours and himself")
-        return PrivacyDescription.of(Survivors(
-            p.privacy.event, p.delta_at(p.epsilon) + graph_delta(task, removed), self.enrolled, self.survivors,
-            "users who took part to the end",
+        return survivors_privacy(
+            task, self.survivors, "users who took part to the end",
             f"{self.senders} advertised in round 1 and passed the check, {self.revealers} revealed in round 5" +
             left_out,
             (f"served with key-agreed shares backed up {shared} (Shamir), each share committed to by its dealer: the "
@@ -85,7 +80,7 @@ class SharingRelease:
              "shows different lists is caught), and the users' identity keys are the organisation's roster's",
              "the survivors' inputs are trusted, not proven: a user may mask any vector in place of his own and move "
              "the estimates by any amount (DPDS refuses only counts that add up to more than its survivors)",
-             *stated(task, self.graph_seed))))
+             *stated(task, self.graph_seed)))
 
 
 class SharingServer:

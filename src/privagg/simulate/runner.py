@@ -60,6 +60,8 @@ from ..protocols.parameters import check_parameters
 from ..protocols.registry import get
 from ..protocols.results import FrequencyTable
 from ..protocols.roles import RoundFailed
+from ..protocols.sharing_graph import stated
+from ..protocols.sharing_parties import survivors_privacy
 from .progress import Progress
 from .rounds import check_dropouts, check_faithful, run_rounds, survivors
 
@@ -240,7 +242,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
     rngs = streams(rng, ROLES[entry.topology])
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    kept = None
+    kept, privacy = None, None  # a release over survivors states its own guarantee (recomputed for them)
     if entry.trusted_curator:
         curator = entry.analyzer(parameters, queries, rng=rngs["curator"])
         sent = MessageBatch({"value": codes})  # in the clear, to the trusted curator
@@ -259,6 +261,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
             agg = entry.fast(released, codes[kept_users], rngs["users"], server)
             seconds["release"] = time.perf_counter() - start
             result, transcript = server.finalize(agg), {aggregator: {"parties": 1}}
+            privacy = survivors_privacy(parameters, kept_users.size, "the users kept to the release", "the fast path "
+                                        "draws the survivors' sums directly", stated(parameters))
         else:
             try:
                 run = run_rounds(protocol, parameters, codes, rngs, dropouts, progress=progress)
@@ -266,7 +270,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
                 raise ParameterError("dropouts", "dropouts the task survives (every round needs its minimum of "
                                      "answers)", str(err)) from None
             seconds["rounds"] = time.perf_counter() - start
-            result, transcript = _queried(run.release.table, queries), run.transcript
+            result, transcript, privacy = _queried(run.release.table, queries), run.transcript, run.release.privacy
             kept = run.release.rows if keep_messages else None
         transcript.setdefault(aggregator, {"parties": 1}).update(received=result.messages + result.malformed,
                                                                 malformed=result.malformed)
@@ -298,7 +302,7 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
             transcript["shuffler"] = {"received": sent, "sent": sent}
     randomness = describe(rng)
     # each reason the run is not private (a fast seeded run has two); a release over survivors states theirs
-    privacy, reasons = result.parameters.privacy, []
+    privacy, reasons = privacy or result.parameters.privacy, []
     if mode == "fast":
         randomness = f"simulation shortcuts, not for real users; {randomness}"
         reasons.append("fast path: the rounds are skipped and the survivors' sums drawn directly, a simulation "
