@@ -485,3 +485,21 @@ def test_sampling_audit_cost_bounds_the_real_work(name, kw, monkeypatch):
     _, work, cached = audit_cost(params, params.n_users)
     assert laws.work <= work <= 1.5 * laws.work
     assert held <= cached
+
+
+@pytest.mark.parametrize("epsilon", [40.0, 60.0, 100.0])
+def test_a_pure_laplace_at_a_large_epsilon_holds_with_that_epsilon(epsilon):
+    """Reviewers' findings: at eps = 40 the truncated noise law's edge (4e-9, present under one dataset and cut from
+    its neighbour's) made the exact audit call a pure eps-DP Laplace VIOLATED; at 60 the true eps's search stopped at
+    50 and said "no finite epsilon" beside "holds". The truncation now keeps the edge below round-off, and the search
+    goes on past 50."""
+    report = exact_audit(calibrate("laplace", epsilon=epsilon, n_users=2, domain_size=2))
+    assert report.holds and report.true_delta <= ROUND_OFF
+    assert report.true_epsilon == pytest.approx(epsilon, abs=1e-9) and report.slack >= 0
+
+
+def test_the_true_epsilon_is_searched_past_50_and_is_infinite_only_for_disjoint_outputs():
+    p = (np.array([0, 1]), np.array([1 - 1e-30, 1e-30]))
+    q = (np.array([0, 1]), np.array([1e-30, 1 - 1e-30]))
+    assert epsilon_at(p, q, 0.0) == pytest.approx(math.log((1 - 1e-30) / 1e-30), rel=1e-9)  # about 69
+    assert epsilon_at(p, (np.array([0]), np.array([1.0])), 1e-31) == math.inf

@@ -552,8 +552,9 @@ def test_demo_service_never_deletes_a_database_it_did_not_make(protocol, tmp_pat
 def test_demo_service_help_says_which_rounds_the_dropouts_leave_at():
     text = " ".join(run("demo-service", "--help").output.split())
     assert ("--drop-fraction <float> dpds, dpdg, tss and tss-collusion only: the share of users who vanish "
-            "(default 0; floor(fraction n) users drawn at random), spread over rounds 1-5 for dpds and dpdg, "
-            "rounds 1-2 for tss and tss-collusion.") in text
+            "(default 0; floor(fraction n) users drawn at random), spread over rounds 1-5 for dpds and dpdg (1-3 with "
+            "--dishonest inconsistent-shares: a survivor silent in round 6 would refuse the release), rounds 1-2 for "
+            "tss and tss-collusion.") in text
 
 
 def children(pid: int) -> list[int]:

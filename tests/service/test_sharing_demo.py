@@ -209,6 +209,20 @@ def test_a_dishonest_user_is_detected_and_the_release_proceeds_over_the_others(c
     assert f"dishonest: user {report['dishonest']['user']} ({kind}) {report['dishonest']['did']}" in text
 
 
+def test_an_inconsistent_dealer_is_proven_beside_dropouts(cli_in_process, monkeypatch, tmp_path):
+    """A reviewer's finding: with --drop-fraction the demo mostly failed (survivors who left at rounds 4-5 were silent
+    in round 6: two faults) or detected nothing (the one holder dealt wrong shares had dropped out). The dealer now
+    moves every holder's shares and the demo's dropouts leave at rounds 1-3: he is proven and excluded, the release
+    exact over the 15 others."""
+    report, text = demo_in_process(cli_in_process, monkeypatch, tmp_path, "dpds", FEW, "--dishonest",
+                                   "inconsistent-shares", "--drop-fraction", "0.2")
+    liar, detected = report["dishonest"]["user"], report["detected"]
+    assert detected["inconsistent"] == [liar] and detected["excluded"] == detected["blamed"] == []
+    assert report["service"]["dropouts"]["survivors"] == FEW - 4 - 1 == sum(row["truth"] for row in report["estimates"])
+    assert "round6" in report["round_seconds"] and "detected: dealers proven inconsistent" in text
+    check_released_counts(report)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol, kind", KINDS)
 def test_a_dishonest_user_is_detected_over_the_demos_own_data(tmp_path, protocol, kind):

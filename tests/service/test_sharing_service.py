@@ -76,6 +76,23 @@ def test_a_round_is_closed_from_another_host_only_with_the_operator_token(server
     assert service.state(task.task_id)["state"] != "round1"  # closed by the operator who showed the token
 
 
+def test_closing_a_round_not_yet_open_is_refused_and_one_closed_before_says_its_state(server):
+    """A reviewer's finding: close-round/3 while round 1 was open answered 200 and closed nothing. Now 409 naming
+    the task's state; round 1, the open one, closes; closing it again answers the state it left."""
+    service = server[0]
+    task, _ = enrolled(service, dpdg())
+    http = TestClient(create_app(service, tick=None, operator_token="o" * 32),
+                      headers={"authorization": "Bearer " + "o" * 32})
+    answer = http.post(f"/tasks/{task.task_id}/close-round/3")
+    assert answer.status_code == 409 and answer.json()["error"] == "not_open", answer.text
+    assert "round 3 is not open: the task is round1" in answer.json()["detail"]
+    assert service.state(task.task_id)["state"] == "round1"
+    closed = http.post(f"/tasks/{task.task_id}/close-round/1")
+    assert closed.status_code == 200 and closed.json()["state"] != "round1"
+    again = http.post(f"/tasks/{task.task_id}/close-round/1")
+    assert again.status_code == 200 and again.json()["state"] == closed.json()["state"]
+
+
 def dpdg(n=N):
     return sc.calibrate_dpdg(1.0, 1e-3, n, DOMAIN)
 

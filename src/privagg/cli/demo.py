@@ -80,7 +80,9 @@ def demo_service(protocol: options.DemoProtocol = typer.Argument("fe1", help="fe
                                                                "tss-collusion only: the share of users who vanish "
                                                                "(default 0; floor(fraction n) users drawn at "
                                                                "random), spread over rounds 1-5 for dpds and "
-                                                               "dpdg, rounds 1-2 for tss and tss-collusion."),
+                                                               "dpdg (1-3 with --dishonest inconsistent-shares: "
+                                                               "a survivor silent in round 6 would refuse the "
+                                                               "release), rounds 1-2 for tss and tss-collusion."),
                  round_seconds: Optional[float] = typer.Option(None, "--round-seconds", help="dpds, dpdg, tss and "
                                                                "tss-collusion only: each round's deadline from its "
                                                                "start (default 3600: the demo closes each round as "

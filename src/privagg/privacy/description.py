@@ -23,7 +23,7 @@ __all__ = ["REPLACE_ONE", "MODEL_PHRASES", "Mechanism", "Model", "PrivacyDescrip
 # the model as a sentence says it (the JSON keeps the short name)
 MODEL_PHRASES = {"central": "central model", "shuffle": "shuffle model", "local": "local model",
                  "secret_sharing": "secret-sharing model (users share among themselves, one server)",
-                 "two_servers": "two-server model"}
+                 "two_servers": "two-server model (S1 and S2 must not collude, and S1 must not see the release)"}
 
 
 @dataclass(frozen=True)

@@ -115,15 +115,18 @@ class _CentralParameters(OneItemReports, FrozenParameters):
         raise NotImplementedError
 
     def noise_law(self) -> tuple[int, np.ndarray]:
-        """(W, Pr[noise = -W..W]): the law the exact auditor convolves, truncated where both tails together hold
+        """(W, Pr[noise = -W..W]): the law the exact auditor convolves, truncated where both tails from W on hold
         less than AUDIT_TAIL (the audit cannot see that mass; a divergence hidden there is below it)."""
         width = self.noise_width()
         return width, self.pmf(np.arange(-width, width + 1))
 
     def noise_width(self) -> int:
-        """W of :meth:`noise_law`, without its law: the least power of 2 whose two tails hold at most AUDIT_TAIL."""
+        """W of :meth:`noise_law`, without its law: the least power of 2 whose two tails from W on hold at most
+        AUDIT_TAIL. From W, not beyond it: a neighbour's count moves by one, so the values at the edge of one
+        dataset's truncated law are cut from the other's; held below AUDIT_TAIL, they are round-off, not an output
+        one side cannot give (at eps = 40 the edge held 4e-9 and the audit called a pure eps-DP Laplace VIOLATED)."""
         width = 1
-        while 2 * self.tail_above(width) > AUDIT_TAIL:
+        while 2 * self.tail_above(width - 1) > AUDIT_TAIL:
             width *= 2
         return width
 

@@ -214,7 +214,8 @@ class MultiRound:
     same computation as one user at a time; :func:`answer_each`, or a batch that derives what two users share
     once; None for a user who refuses); ``releaser(parameters, min_survivors).release(handed)`` is a second server that releases what the
     coordinator's ``finish`` hands over (None: the coordinator releases). The release is over the users who sent
-    ``release_round`` (the survivors), with ``survivors_parameters(parameters, survivors)``; ``least_survivors``
+    ``release_round`` (the survivors), with ``survivors_parameters(parameters, survivors)`` and the guarantee
+    ``survivors_privacy(parameters, survivors, who, detail)`` (a fast simulation's); ``least_survivors``
     is the fewest a task may require. ``entries(raw)`` reads a message's kind and entries for traffic counts;
     ``faithful_seconds(parameters)`` and ``faithful_bytes(parameters)`` are what a faithful simulation takes (from
     measured rates; every message of a run is held at once); ``parties`` names the coordinator and the releaser
@@ -226,6 +227,7 @@ class MultiRound:
     coordinator: Callable[..., Any]
     release_round: str
     survivors_parameters: Callable[[Any, int], Any]
+    survivors_privacy: Callable[..., Any]
     least_survivors: Callable[[Any], int]
     entries: Callable[[bytes], tuple[str, int]]
     faithful_seconds: Callable[[Any], float]

@@ -81,7 +81,7 @@ from .roles import Outbox, Round, answer_each
 from .dpdg_parameters import DPDGParameters
 from .sampling_servers import one_hot_rows
 from .sampling_sharing import SamplingParameters, SharingParameters, bernoulli
-from .sharing_graph import graph_delta, planned, task_degree
+from .sharing_graph import graph_delta, planned, stated, task_degree
 from .sharing_messages import (ADVERTISE, BACKUP, COMMITMENT, COMMITMENTS, COMPLAINTS, HASH_BYTES, HEADER, KEY_BYTES,
                                KEY_MESSAGE, LIMBS, MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL,
                                SERVER, SIGNATURE, USERS, VERSION, Revealed, bitmap, commitment, commitments_to,
@@ -699,13 +699,14 @@ def survivors_parameters(parameters: SharingParameters, survivors: int) -> Shari
                                graph_dropouts=0.0, **dropped)
 
 
-def survivors_privacy(task: SharingParameters, survivors: int, who: str, detail: str,
-                      notes: Sequence[str] = ()) -> PrivacyDescription:
+def survivors_privacy(task: SharingParameters, survivors: int, who: str, detail: str, notes: Sequence[str] = (),
+                      seed_digest: str = "") -> PrivacyDescription:
     """The guarantee of a release over ``survivors`` of ``task``'s n users: the mechanism of
     :func:`survivors_parameters` with its delta at the calibrated epsilon, plus a neighbour graph's failure terms at
     the users removed (its colluding ones and the dropouts: :func:`~privagg.protocols.sharing_graph.graph_delta`);
     how the users share is stated of the task (the survivors' parameters have no graph). ``who`` names the survivors,
-    ``detail`` who took part in which round, ``notes`` what else the release rests on."""
+    ``detail`` who took part in which round, ``notes`` what else the release rests on, then the graph's statement
+    (:func:`~privagg.protocols.sharing_graph.stated`, with its seed's ``seed_digest``)."""
     released = survivors_parameters(task, survivors)
     event = released.privacy.event
     if task.degree is not None:
@@ -713,7 +714,8 @@ def survivors_privacy(task: SharingParameters, survivors: int, who: str, detail:
             task.sharing_assumption if said == released.sharing_assumption else said for said in event.assumptions))
     removed = (task.n_users - task.honest_users) + (task.n_users - survivors)
     return PrivacyDescription.of(Survivors(event, released.delta_at(released.epsilon) + graph_delta(task, removed),
-                                           task.n_users, survivors, who, detail, tuple(notes)))
+                                           task.n_users, survivors, who, detail,
+                                           (*notes, *stated(task, seed_digest))))
 
 
 def check_min_survivors(parameters: SharingParameters, min_survivors: int) -> int:

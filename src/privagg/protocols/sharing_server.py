@@ -27,7 +27,6 @@ from .sharing_messages import (BACKUP, COMMITMENTS, COMPLAINTS, HEADER, KEY_BYTE
                                MASK_SEED, MASKED_SUM, OPENINGS, PAIR_KEY, PAIR_SEEDS, REVEAL, SERVER, SIGNATURE,
                                MAGIC, USERS, VERSION, Message, Revealed, committed_to, decode,
                                decode_checked, encode, holders, message_bytes, message_entries, packed_commitment)
-from .sharing_graph import stated
 from .sharing_parties import (SIGNED_LISTS, PairShares, SharingUser, announces, answer, bound, check_min_survivors,
                               faithful_bytes, faithful_seconds, keys_digest, least_survivors, mask, signed_lists,
                               survivors_parameters, survivors_privacy, task_graph, threshold)
@@ -79,8 +78,8 @@ class SharingRelease:
              f"survivor checked {self.threshold} signatures of the survivor lists before revealing (a server that "
              "shows different lists is caught), and the users' identity keys are the organisation's roster's",
              "the survivors' inputs are trusted, not proven: a user may mask any vector in place of his own and move "
-             "the estimates by any amount (DPDS refuses only counts that add up to more than its survivors)",
-             *stated(task, self.graph_seed)))
+             "the estimates by any amount (DPDS refuses only counts that add up to more than its survivors)"),
+            self.graph_seed)
 
 
 class SharingServer:
@@ -554,5 +553,5 @@ ROUNDS = (
 
 PROTOCOL = MultiRound(
     rounds=ROUNDS, user=SharingUser, coordinator=SharingServer, answer=answer, release_round="masked_sum",
-    survivors_parameters=survivors_parameters, least_survivors=least_survivors,
+    survivors_parameters=survivors_parameters, survivors_privacy=survivors_privacy, least_survivors=least_survivors,
     entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes, bound=bound)

@@ -52,7 +52,7 @@ from ..core.sharing import element_bytes, share
 from ..errors import ParameterError, check_integer
 from .roles import MultiRound, Outbox, Round
 from .sampling_sharing import bernoulli
-from .sharing_parties import HELD_BYTES, survivors_parameters
+from .sharing_parties import HELD_BYTES, survivors_parameters, survivors_privacy
 from .tss_parameters import TSSParameters
 from .two_server_election import Election, as_inbox, check_attested
 from .two_server_second import Handover, SecondServer, TSSRelease, asked_of  # noqa: F401 (S2's, re-exported)
@@ -536,5 +536,5 @@ ROUNDS = (
 
 PROTOCOL = MultiRound(
     rounds=ROUNDS, user=TSSUser, coordinator=FirstServer, releaser=SecondServer, release_round="share",
-    survivors_parameters=survivors_parameters, least_survivors=lambda p: max(2, p.colluders + 1),
-    entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes, parties=("s1", "s2"))
+    survivors_parameters=survivors_parameters, survivors_privacy=survivors_privacy,
+    least_survivors=lambda p: max(2, p.colluders + 1), entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes, parties=("s1", "s2"))

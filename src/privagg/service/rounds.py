@@ -84,8 +84,7 @@ class RoundDriver:
     (:class:`~privagg.service.roster.Roster`), the messages to the server (``messages``) and the relayed ones
     (``relayed``). ``finished(task, handed, seconds)`` turns what the coordinator hands over after the last round
     (computed in ``seconds``) into the task's outcome (a JSON object), and the task's status becomes ``done``
-    (``released``; S1's ``handover``, until S2 has it). ``clock``: seconds since the epoch (deadlines are stored as such, so a
-    restarted server keeps them)."""
+    (``released``; S1's ``handover``, until S2 has it). ``clock``: seconds since the epoch (deadlines stored so)."""
 
     def __init__(self, engine: sa.Engine, tables: dict[str, sa.Table], task_type: type, name: str, metric: str,
                  finished: Callable[[object, object, float], dict], registry: CollectorRegistry | None = None,
@@ -371,8 +370,7 @@ class RoundDriver:
             r.c.sender)).all()
 
     def _answered(self, c: sa.Connection, task_id: str, number: int) -> int:
-        """How many users answered round ``number`` (under the lock): counted as answers are stored, from the
-        database once after a (re)start."""
+        """How many users answered round ``number`` (under the lock): counted as stored, read once after a (re)start."""
         key = (task_id, number)
         if key not in self._counts:
             m = self.messages
@@ -560,8 +558,7 @@ class RoundDriver:
     def advance(self, task_id: str) -> str:
         """Open the first round once the roster is full; close the open round once every user it expects answered
         (``early``) or its deadline passed, and open the next one that expects someone, or finish (the outcome),
-        or fail; the task's state after. Without the lock and a write transaction when nothing is due
-        (:meth:`_due`: most requests)."""
+        or fail; the task's state after. Without the lock and a write transaction when nothing is due (:meth:`_due`)."""
         task = self.task(task_id)
         protocol, coordinator = protocol_of(task.parameters), self._coordinator(task)
         row, kept = self._now(task_id, coordinator, protocol)
@@ -662,12 +659,15 @@ class RoundDriver:
             done.set()
 
     def close_round(self, task_id: str, number: int) -> str:
-        """The operator's early close of round ``number`` (if it is the open one): as if its deadline passed now (a
-        demo or a test whose users have all answered that will answer). The state after."""
+        """The operator's early close of round ``number`` if it is the open one, as if its deadline passed now (a demo
+        or a test whose users have all answered that will answer); one already closed is left (the state says what
+        came of it); one not yet open, 409 ``not_open`` (it closed nothing, a reviewer's finding). The state after."""
         self.task(task_id)
         with self._lock, self.engine.begin() as c:
             self._running.pop(task_id, None)  # (before the row changes: see _now)
             row = self._status(c, task_id, lock=True)
+            if row.status == ENROLLING or (row.status == RUNNING and number > row.round):
+                raise Refused(409, "not_open", f"round {number} is not open: the task is {self.label(row)}")
             if row.status == RUNNING and row.round == number:
                 c.execute(sa.update(self.tasks).where(self.tasks.c.task_id == task_id).values(deadline=self.clock()))
         return self.advance(task_id)

@@ -60,8 +60,6 @@ from ..protocols.parameters import check_parameters
 from ..protocols.registry import get
 from ..protocols.results import FrequencyTable
 from ..protocols.roles import RoundFailed
-from ..protocols.sharing_graph import stated
-from ..protocols.sharing_parties import survivors_privacy
 from .progress import Progress
 from .rounds import check_dropouts, check_faithful, run_rounds, survivors
 
@@ -261,8 +259,8 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
             agg = entry.fast(released, codes[kept_users], rngs["users"], server)
             seconds["release"] = time.perf_counter() - start
             result, transcript = server.finalize(agg), {aggregator: {"parties": 1}}
-            privacy = survivors_privacy(parameters, kept_users.size, "the users kept to the release", "the fast path "
-                                        "draws the survivors' sums directly", stated(parameters))
+            privacy = protocol.survivors_privacy(parameters, kept_users.size, "the users kept to the release",
+                                                 "the fast path draws the survivors' sums directly")
         else:
             try:
                 run = run_rounds(protocol, parameters, codes, rngs, dropouts, progress=progress)

@@ -8,10 +8,10 @@ with one deviation; what the protocol does about it: docs/privacy.md, "Dishonest
   over the others.
 * ``wrong-share`` (:class:`WrongRevealer`): in round 5 every share he reveals moved by one. Each fails its dealer's
   commitment: discarded, he is blamed, the release is exact.
-* ``inconsistent-shares`` (:class:`InconsistentDealer`): in round 1 the shares of one holder moved by one, committed
-  to as dealt: every holder's check passes, but t shares with that one rebuild no secret he announced. Proven at the
-  reveal round's close, he is excluded in round 6 (the survivors' pair seeds with him remove his terms), and the
-  release is exact over the others, naming him.
+* ``inconsistent-shares`` (:class:`InconsistentDealer`): in round 1 every holder's shares moved by one, committed to
+  as dealt: every holder's check passes, but any t of them rebuild no secret he announced (whoever drops out). Proven
+  at the reveal round's close, he is excluded in round 6 (the survivors' pair seeds with him remove his terms), and
+  the release is exact over the others, naming him.
 """
 
 from __future__ import annotations
@@ -47,16 +47,17 @@ class WrongRevealer(SharingUser):
 
 
 class InconsistentDealer(SharingUser):
-    """Round 1 with the shares of ``victims`` (holders; None: the first other user) moved by one, both secrets',
-    committed to as dealt: every holder's check passes, and t shares that include a victim's rebuild no secret he
-    announced (his mask seed's if he survives, his pair key's if he drops out after round 2)."""
+    """Round 1 with the shares of ``victims`` (holders; None: every holder, so that the proof does not hang on one
+    holder's staying, as it did in the demo with dropouts) moved by one, both secrets', committed to as dealt: every
+    holder's check passes, and t shares that include a victim's rebuild no secret he announced (his mask seed's if he
+    survives, his pair key's if he drops out after round 2)."""
 
     victims: tuple[int, ...] | None = None
 
     def advertise(self, value: int) -> Outbox:
         out = super().advertise(value)
         p, n = self.parameters, self.parameters.n_users
-        victims = self.victims if self.victims is not None else (min(out.relayed),)
+        victims = self.victims if self.victims is not None else tuple(out.relayed)
         shares = np.zeros((n, 2, LIMBS), dtype=np.int64)
         shares[self.index] = self.state.backup
         relayed = {}
@@ -85,8 +86,8 @@ KINDS = {
                               "release is exact over the others"),
     "wrong-share": Deviation(client_of(WrongRevealer), "reveals every share moved by one in round 5",
                              "each fails its dealer's commitment: discarded, he is blamed, the release is exact"),
-    "inconsistent-shares": Deviation(client_of(InconsistentDealer), "deals one holder shares moved by one in round "
-                                     "1, committed to as dealt (each holder's check passes)",
+    "inconsistent-shares": Deviation(client_of(InconsistentDealer), "deals every holder shares moved by one in "
+                                     "round 1, committed to as dealt (each holder's check passes)",
                                      "proven inconsistent at the reveal round (t shares matching his commitments "
                                      "rebuild no secret he announced): excluded in round 6, where the survivors reveal "
                                      "their pair seeds with him; the release is exact over the others, naming him")}
