@@ -10,8 +10,8 @@ import privagg
 from privagg import ParameterError
 
 PUBLIC = {"calibrate", "load_parameters", "client", "analyzer", "shuffle", "MessageBatch", "ItemEncoder",
-          "FrequencyTable", "HeavyHitterList", "VectorSum", "ParameterError", "REGISTRY", "__version__", "simulate",
-          "engine", "estimate", "plan"}
+          "FrequencyTable", "HeavyHitterList", "VectorSum", "ParameterError", "PrivaggWarning", "REGISTRY",
+          "__version__", "simulate", "engine", "estimate", "plan"}
 HEAVY = ("scipy", "numba", "pyarrow", "rich", "typer", "dask", "pydantic", "wordfreq")
 
 
@@ -146,3 +146,31 @@ def test_the_error_bound_beta_is_not_the_min_count_fraction():
     params = privagg.calibrate("dpds", epsilon=1, delta=1e-6, n_users=1000, domain_size=4, min_count_fraction=0.2)
     with pytest.raises(ParameterError, match=r"beta must be in \(0, 1\): the probability .* \(not the min-count"):
         params.max_error_bound(2)
+
+
+@pytest.mark.parametrize("name, options", [("fe1", dict(delta=1e-10, domain_size=2**10, c=1)),
+                                           ("grr", dict(domain_size=8)),
+                                           ("blanket-vector", dict(delta=1e-6, domain_size=4))])
+def test_finalize_warns_of_a_batch_given_twice_and_of_a_batch_left_out(name, options):
+    """A reviewer's finding: the CLI warns when the messages are far from what the users send, the Python API's
+    finalize of a batch applied twice said nothing (estimates doubled). One batch: no warning; twice, or half
+    of it: a PrivaggWarning naming the counts, pointing at the caller's line."""
+    import warnings
+
+    from privagg import PrivaggWarning
+
+    n = 4000
+    p = privagg.calibrate(name, epsilon=1.0, n_users=n, **options)
+    rng = np.random.default_rng(5)
+    values = rng.random((n, 4)) if name == "blanket-vector" else rng.integers(0, p.domain_size, n)
+    batch, analyzer = privagg.client(p).randomize(values, rng=6), privagg.analyzer(p)
+    once = analyzer.agg_update(analyzer.agg_init(), batch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivaggWarning)
+        analyzer.finalize(once)
+        analyzer.finalize(once, reporters=n)
+    half = batch.take(slice(len(batch) // 2))
+    for agg in (analyzer.agg_update(once, batch), analyzer.agg_update(analyzer.agg_init(), half)):
+        with pytest.warns(PrivaggWarning, match=f"where the guarantee counts on .* from {n} users") as caught:
+            analyzer.finalize(agg)
+        assert caught[0].filename == __file__

@@ -28,7 +28,9 @@ The API (``dir(privagg)`` lists it):
 * ``ItemEncoder(domain_size)``: items (integers, text) to codes, and back to labels.
 * Results: ``FrequencyTable``, ``HeavyHitterList``, ``VectorSum`` (``to_dict()``,
   ``to_pandas()``).
-* ``ParameterError``: every refused argument, naming it and its accepted range.
+* ``ParameterError``: every refused argument, naming it and its accepted range;
+  ``PrivaggWarning``: a result computed but doubted (``finalize`` over far more or
+  fewer messages than the users send).
 * ``simulate``: whole populations through the protocols (``simulate.simulate``);
   ``engine``: the analyzer over partitions.
 """
@@ -38,7 +40,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import ParameterError
+from .errors import ParameterError, PrivaggWarning
 
 __version__ = "0.2.0"
 
@@ -58,7 +60,7 @@ _LAZY = {
     "VectorSum": "privagg.protocols.results",
 }
 _SUBMODULES = ("simulate", "engine")  # imported on first use, like the names above
-__all__ = ["ParameterError", "__version__", *_LAZY, *_SUBMODULES]
+__all__ = ["ParameterError", "PrivaggWarning", "__version__", *_LAZY, *_SUBMODULES]
 
 
 def __dir__() -> list[str]:

@@ -18,6 +18,12 @@ _DECIMAL, _INTEGER = re.compile(DECIMAL), re.compile(INTEGER)
 _MOST_DIGITS = 100  # an integer option longer than this is too large for any count, size or seed
 
 
+class PrivaggWarning(UserWarning):
+    """A result the library computed but doubts, said where it is made (Python's ``warnings``: shown once per place,
+    ``warnings.simplefilter("error", PrivaggWarning)`` makes it an error): an analyzer's ``finalize`` over far more or
+    fewer messages than the users counted on send (a batch given twice, messages lost)."""
+
+
 class StartFailed(RuntimeError):
     """A party of a local run (``privagg demo-service``'s services) ended before it was ready, or never became
     ready: the command says so in one line, with the service's own last line, and exits 3; not a traceback."""

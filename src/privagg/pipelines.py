@@ -35,11 +35,11 @@ from .errors import LARGEST
 from .privacy.description import PrivacyDescription, privacy_warnings
 from .privacy.events import EarlyClose, Incomplete, Sequential, Stage
 from .protocols.kinds import ResultKind
-from .protocols.parameters import Parameters
+from .protocols.parameters import Parameters, received_bounds, received_mismatch
 from .protocols.registry import analyzer, choose_full_domain, get
 from .reports import (AnalysisReport, Collection, Discovery, Engine, HeavyHitterAnalysisReport, Messages,
                       ProfilePoint, VectorAnalysisReport, capped_warnings, coordinate_estimates, expected_error,
-                      heavy_hitters, privacy_profile, received_bounds, received_mismatch, report_parameters,
+                      heavy_hitters, privacy_profile, report_parameters,
                       reported_estimates, shared_code_warnings)
 
 
@@ -191,7 +191,8 @@ def _counting_on(privacy: PrivacyDescription, event: EarlyClose | Incomplete) ->
 def with_received_caveat(privacy: PrivacyDescription, parameters, received: int,
                          reporters: int | None = None) -> PrivacyDescription:
     """``privacy`` with a caveat when the analyzer received far fewer or more messages than the ``reporters``
-    users who reported would send (more than 5 sd from their mean, :func:`privagg.reports.received_mismatch`).
+    users who reported would send (more than 5 sd from their mean,
+    :func:`privagg.protocols.parameters.received_mismatch`).
     Where ``reporters`` is not known (the calibrated n by default), users may have dropped out: the guarantee does
     not hold as stated. Where it is (the reports counted), more messages lessen no one's noise (the estimates may
     be biased); fewer, in a shuffle task, are messages never sent, each perhaps another report's: the guarantee

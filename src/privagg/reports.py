@@ -643,24 +643,6 @@ def coordinate_estimates(result, coordinates, truth=None, names=None) -> list[Co
             for j, (i, e, se) in enumerate(zip(coordinates, result.total, result.standard_errors))]
 
 
-def received_mismatch(parameters, received: int, reporters: int | None = None) -> str | None:
-    """None when ``received`` messages lie within 5 sd (+ 1) of the n (1 + rho) the parameters count on from
-    ``reporters`` users (default: the calibrated n); otherwise the mismatch, e.g. ``"29758 messages where the
-    guarantee counts on 23800 from 3000 users (sd 13.7)"`` (the caveat above, and ``privagg analyze``'s warning
-    or, with --strict, error)."""
-    users, expected, sd = received_bounds(parameters, reporters)
-    if abs(received - expected) <= 5 * sd + 1:
-        return None
-    return f"{received} messages where the guarantee counts on {expected:.0f} from {users} users (sd {sd:.1f})"
-
-
-def received_bounds(parameters, reporters: int | None = None) -> tuple[int, float, float]:
-    """(the users counted: ``reporters``, default the calibrated n; the messages they send in expectation; its sd)."""
-    users = parameters.n_users if reporters is None else reporters
-    sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
-    return users, users * parameters.messages_per_user, sd
-
-
 def privacy_profile(parameters) -> list[ProfilePoint]:
     """delta at eps/2, eps and 2 eps for the parameters' noise (``parameters.delta_at``, loads scipy); 2 eps only
     where it is a legal epsilon (at most :data:`privagg.errors.LARGEST`)."""

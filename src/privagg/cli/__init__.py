@@ -27,6 +27,7 @@ import gc
 import inspect
 import sys
 import traceback
+import warnings
 from typing import Any, Callable
 
 try:
@@ -39,7 +40,7 @@ from typer.main import get_command_from_info, get_command_name, get_group, get_g
     solve_typer_info_defaults
 
 from .. import __version__
-from ..errors import StartFailed
+from ..errors import PrivaggWarning, StartFailed
 from . import analyze, calibrate, catalog, clients, demo, estimate, evaluation, servers, tasks
 from .options import _checked_paths, _plain_conversions, _strict_numbers
 from .output import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_START_FAILED, EXIT_STATUS, _say
@@ -165,6 +166,8 @@ def _refused_by_the_database(e: Exception) -> str:
 def main() -> None:
     """The ``privagg`` entry point: command-line usage errors too end in one line and status 2."""
     try:
+        # an analyzer's doubts about the messages it counted (a PrivaggWarning) are the reports' warnings and caveats
+        warnings.filterwarnings("ignore", category=PrivaggWarning)
         command = _command_line()
         # what the command line imported lives until exit: the collections the command's own objects trigger (numba's
         # typing context is some 10^5 of them) skip it (a full collection 0.05 s of FE1's whole process)

@@ -182,7 +182,7 @@ def _with_count_warning(report, params, received: int, messages: Path, strict: b
     otherwise give inflated or empty estimates with exit 0."""
     from dataclasses import replace
 
-    from ..reports import received_mismatch
+    from ..protocols.parameters import received_mismatch
 
     mismatch = received_mismatch(params, received, reporters)
     if mismatch is None:

@@ -225,6 +225,24 @@ def with_reporters(method, *args, reporters: int | None = None):
     return method(*args) if reporters is None else method(*args, reporters=reporters)
 
 
+def received_mismatch(parameters, received: int, reporters: int | None = None) -> str | None:
+    """None when ``received`` messages lie within 5 sd (+ 1) of the n (1 + rho) the parameters count on from
+    ``reporters`` users (default: the calibrated n); otherwise the mismatch, e.g. ``"29758 messages where the
+    guarantee counts on 23800 from 3000 users (sd 13.7)"`` (a release's caveat, ``privagg analyze``'s warning or,
+    with --strict, error, and an analyzer's :class:`~privagg.errors.PrivaggWarning` from ``finalize``)."""
+    users, expected, sd = received_bounds(parameters, reporters)
+    if abs(received - expected) <= 5 * sd + 1:
+        return None
+    return f"{received} messages where the guarantee counts on {expected:.0f} from {users} users (sd {sd:.1f})"
+
+
+def received_bounds(parameters, reporters: int | None = None) -> tuple[int, float, float]:
+    """(the users counted: ``reporters``, default the calibrated n; the messages they send in expectation; its sd)."""
+    users = parameters.n_users if reporters is None else reporters
+    sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
+    return users, users * parameters.messages_per_user, sd
+
+
 def check_parameters(parameters: Any, field: str = "parameters") -> "FrozenParameters":
     """``parameters`` if they are a protocol's frozen parameters; else a ParameterError naming ``field``."""
     return check_instance(field, parameters, FrozenParameters, "a protocol's frozen parameters (privagg.calibrate(...) "

@@ -407,14 +407,32 @@ def check_aggregate(role: Any, agg: Any, field: str = "aggregate", owner: type |
                              "agg_update or merge returned)", kind_of(agg))
 
 
+def warn_received(parameters: Any, result: Any, reporters: int | None) -> None:
+    """A :class:`~privagg.errors.PrivaggWarning` when ``result`` was made of far more or fewer messages (its valid and
+    malformed ones) than the ``reporters`` (None: the calibrated n) send, as ``privagg analyze`` warns: the Python
+    API's finalize of a batch given twice said nothing (a reviewer's finding)."""
+    import warnings
+
+    from ..errors import PrivaggWarning
+    from .parameters import received_mismatch
+
+    mismatch = received_mismatch(parameters, result.messages + result.malformed, reporters)
+    if mismatch is not None:
+        warnings.warn(f"{mismatch}: a batch given twice, or one left out, or messages lost; the estimates, debiased "
+                      "for that many users, may be biased, and the privacy guarantee assumed them all "
+                      "(privagg analyze's caveat)", PrivaggWarning, stacklevel=4)
+
+
 def with_fingerprints(cls: type) -> type:
     """Stamp and check the parameters' fingerprint on what ``cls``'s roles make and take, in one place for every
     protocol: ``randomize`` stamps its message batch; ``agg_init`` stamps its aggregate (with the analyzer's
     candidates, ``queries``, too); ``agg_update`` refuses an aggregate or a batch of other parameters, or an
     aggregate over other candidates; ``merge`` and ``finalize`` refuse aggregates of other parameters or over
-    other candidates. Batches and aggregates without a fingerprint (read from files, made before fingerprints) are not
-    checked. The same wrappers refuse what is no batch or no aggregate of the role's class at all (a
-    ParameterError naming the argument, not an AttributeError from inside the protocol)."""
+    other candidates, and ``finalize`` of the protocols whose users' messages are counted (it takes ``reporters``)
+    warns (:class:`~privagg.errors.PrivaggWarning`) when they are far from what the users send. Batches and
+    aggregates without a fingerprint (read from files, made before fingerprints) are not checked. The same wrappers
+    refuse what is no batch or no aggregate of the role's class at all (a ParameterError naming the argument, not an
+    AttributeError from inside the protocol)."""
     import functools
 
     def wrap(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -459,10 +477,17 @@ def with_fingerprints(cls: type) -> type:
         return inner
 
     def finalize(method):
+        import inspect
+
+        counted = "reporters" in inspect.signature(method).parameters
+
         def inner(self, agg, *args, **kwargs):
             check_aggregate(self, agg, owner=cls)
             check_fingerprint(_own_aggregate_fingerprint(self), getattr(agg, FINGERPRINT, None), "aggregate")
-            return method(self, agg, *args, **kwargs)
+            result = method(self, agg, *args, **kwargs)
+            if counted:
+                warn_received(self.parameters, result, kwargs.get("reporters", args[0] if args else None))
+            return result
         return inner
 
     for name, make in (("randomize", randomize), ("agg_init", agg_init), ("agg_update", agg_update),
