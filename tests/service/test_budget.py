@@ -498,8 +498,8 @@ def test_the_tasks_of_a_release_before_the_ledger_are_charged_at_the_upgrade(db)
     with engine.begin() as c:  # the older release kept no charge
         c.execute(sa.delete(ledger.CHARGES))
     engine.dispose()
-    assert storage.downgrade_database(db, "analyzer", "a0007") == ("a0009", "a0007")
-    assert storage.upgrade_database(db, "analyzer", kek=kek) == ("a0007", "a0009")
+    assert storage.downgrade_database(db, "analyzer", "a0007") == ("a0010", "a0007")
+    assert storage.upgrade_database(db, "analyzer", kek=kek) == ("a0007", "a0010")
     engine = connect(db, "analyzer", kek=kek)
     with engine.connect() as c:
         back = {r.task_id: r for r in c.execute(sa.select(ledger.CHARGES))}

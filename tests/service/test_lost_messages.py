@@ -128,12 +128,19 @@ def test_a_task_that_counts_on_every_user_is_not_private_once_a_message_does_not
         import httpx
 
         page = httpx.get(f"{url}/console/tasks/{task.task_id}").text
+        listed = httpx.get(f"{url}/tasks").json()["tasks"]
     assert "This result is NOT PRIVATE: messages lost: 1 messages of the 8 reports" in page
+    # the task list says so too, as the result does (a reviewer's finding: it said "released")
+    (row,) = [t for t in listed if t["task_id"] == task.task_id]
+    assert (row["state"], row["unopened"]) == ("released, NOT PRIVATE (messages lost)", 1)
 
 
-def test_messages_that_open_malformed_count_as_lost(d):
+def test_messages_that_open_malformed_count_as_lost(d, databases):
     """A report whose message opens but breaks the protocol's layout (sealed by a client to the task's key, u = 0
-    outside [1, 83)): the same statement, counting it malformed."""
+    outside [1, 83)): the same statement, counting it malformed; the task list counts it too, and migration a0010
+    reads the counts it lists from a database that did not keep them."""
+    from privagg.service import storage
+
     rng = np.random.default_rng(9)
     values = rng.choice(HELD.size, size=30, p=HELD)
 
@@ -142,8 +149,14 @@ def test_messages_that_open_malformed_count_as_lost(d):
         return report if i else dataclasses.replace(report, ciphertexts=(seal_messages(task, bad)[0],
                                                                           *report.ciphertexts[1:]))
 
-    result, _ = released(d, fe1(), values, rng, malformed)
+    result, task = released(d, fe1(), values, rng, malformed)
     assert result["collection"]["malformed"] == 1 and result["collection"]["unopened"] == 0
+    (row,) = d.analyzer.overview(task.task_id)  # the list counts it too, and the release is private (G < 1)
+    assert (row["malformed"], row["state"], result["privacy"]["private"]) == (1, "released", True)
+    d.analyzer.engine.dispose()
+    assert storage.downgrade_database(databases["analyzer"], "analyzer", "a0009") == ("a0010", "a0009")
+    assert storage.upgrade_database(databases["analyzer"], "analyzer", kek=d.analyzer.kek) == ("a0009", "a0010")
+    assert d.analyzer.overview(task.task_id) == [row]
     assert "did not enter the aggregate (0 did not open, 1 opened malformed)" in result["warnings"][0]
     assert result["privacy"]["assumptions"][-1].startswith("1 messages did not enter the aggregate")
 

@@ -264,9 +264,9 @@ def test_a_downgrade_refuses_a_version_it_cannot_reach_leaving_the_database_as_i
         ("collector", "base", f"one of the collector schema versions of this release ({collector}), got base"),
         ("collector", "c0008", f"a collector schema version older than the database's, c0008 ({collector}), got c0008"),
         ("analyzer", "a0002", "a0003 or a newer analyzer schema version (migration a0003 does not go back: it would "
-                              "write the private keys raw again; the database was left at a0009), got a0002"),
+                              "write the private keys raw again; the database was left at a0010), got a0002"),
         ("analyzer", "a0001", "a0003 or a newer analyzer schema version (migration a0003 does not go back: it would "
-                              "write the private keys raw again; the database was left at a0009), got a0001"),
+                              "write the private keys raw again; the database was left at a0010), got a0001"),
         ("s2", "s2_0001", "s2_0002 or a newer s2 schema version (migration s2_0002 does not go back: it would write "
                           "the private keys raw again; the database was left at s2_0003), got s2_0001"),
     ]
@@ -278,7 +278,7 @@ def test_a_downgrade_refuses_a_version_it_cannot_reach_leaving_the_database_as_i
         f"error: db must be an analyzer database, got {urls['collector']}, a collector database"
     done = cli("db", "downgrade", "--role", "analyzer", "--db", urls["analyzer"], "--to", "a0003")
     assert (done.exit_code, done.output) == (0, f"the analyzer database {urls['analyzer']}: downgraded from version "
-                                                f"a0009 to schema version a0003\n")
+                                                f"a0010 to schema version a0003\n")
     assert select(urls["analyzer"], "SELECT task_id, sealed_key FROM analyzer_tasks") == [("a" * 32, b"sealed")]
 
 

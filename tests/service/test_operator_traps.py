@@ -157,7 +157,7 @@ def test_older_databases_learn_their_role_when_upgraded(databases, kek):
     wrong = f"must be an analyzer database, got {collector}, a collector database"
     with pytest.raises(storage.ParameterError, match=re.escape(wrong)):
         storage.connect(collector, "analyzer", kek=kek, upgrade=True)  # its version table names its role
-    for role, url, old, new in (("analyzer", analyzer, "a0006", "a0009"), ("collector", collector, "c0005", "c0008")):
+    for role, url, old, new in (("analyzer", analyzer, "a0006", "a0010"), ("collector", collector, "c0005", "c0008")):
         upgraded = run("db", "upgrade", "--role", role, "--db", url)
         assert upgraded.output == f"the {role} database {url}: upgraded from version {old} at schema version {new}\n"
     wrong = f"must be a collector database, got {analyzer}, an analyzer database"

@@ -147,6 +147,8 @@ aggregates = sa.Table(
     sa.Column("reports", sa.Integer, nullable=False),
     sa.Column("unopened", sa.Integer, nullable=False),  # messages that would not open (wrong key, tampered)
     sa.Column("duplicates", sa.Integer, nullable=False, server_default="0"),  # repeated encapsulations dropped
+    sa.Column("messages", sa.BigInteger, nullable=False, server_default="0"),  # the aggregate's counted messages
+    sa.Column("malformed", sa.BigInteger, nullable=False, server_default="0"),  # and those that broke the layout
 )
 applied_batches = sa.Table(
     "applied_batches", metadata["analyzer"],

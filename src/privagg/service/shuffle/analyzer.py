@@ -318,7 +318,7 @@ class AnalyzerService(BatchApplication, Release):
             for (records,) in kept:
                 total = analyzer.agg_update(total, unpacked_records(parameters, records))
             c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
-                aggregate=encode_aggregate(total)))
+                aggregate=encode_aggregate(total), messages=int(total.messages), malformed=int(total.malformed)))
             c.execute(sa.update(analyzer_tasks).where(analyzer_tasks.c.task_id == task_id).values(
                 candidates=json.dumps(merged)))
             self._tasks.pop(task_id, None)  # loaded again with the new candidates

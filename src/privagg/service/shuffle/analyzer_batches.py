@@ -310,7 +310,8 @@ class BatchApplication:
                     [decode_aggregate(row.aggregate), part])
                 c.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
                     aggregate=encode_aggregate(total), batches=row.batches + 1, reports=row.reports + counted,
-                    unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates))
+                    unopened=row.unopened + unopened, duplicates=row.duplicates + duplicates,
+                    messages=int(total.messages), malformed=int(total.malformed)))
                 c.execute(sa.insert(applied_batches).values(task_id=task_id, batch_id=batch_id))
                 if kept:
                     c.execute(sa.delete(opened_messages).where(opened_messages.c.task_id == task_id,

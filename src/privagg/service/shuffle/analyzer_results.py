@@ -47,9 +47,10 @@ class Release:
 
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
-        and the console)."""
+        and the console); once released, whether the release is private, as its result says (:func:`released`)."""
         query = sa.select(analyzer_tasks.c.task_id, analyzer_tasks.c.task, aggregates.c.batches, aggregates.c.reports,
-                          aggregates.c.unopened, aggregates.c.duplicates).join(
+                          aggregates.c.unopened, aggregates.c.duplicates, aggregates.c.messages,
+                          aggregates.c.malformed).join(
             aggregates, aggregates.c.task_id == analyzer_tasks.c.task_id).order_by(
             analyzer_tasks.c.created.desc()).limit(limit)
         if task_id is not None:
@@ -63,8 +64,8 @@ class Release:
             out.append({"task_id": row.task_id, "protocol": task.parameters.protocol,
                         "n_users": task.parameters.n_users, "min_batch_size": task.min_batch_size,
                         "key_id": task.key_id, "kem": task.kem, "batches": row.batches, "reports": row.reports,
-                        "unopened": row.unopened, "duplicates": row.duplicates,
-                        "state": "released" if row.batches else "waiting for its batch",
+                        "unopened": row.unopened, "duplicates": row.duplicates, "malformed": row.malformed,
+                        "state": released(task.parameters, row) if row.batches else "waiting for its batch",
                         "release_rule": task.release_rule})
         return out
 
@@ -160,6 +161,20 @@ class LostMessages:
         caveat = (f"{self._what()}; the estimates assume that those messages' users reported in full (their noise "
                   f"is subtracted, though it is missing from the aggregate){self._bias()}")
         return with_lost_messages(privacy.with_caveat(caveat), parameters, self.lost, self.reporters)
+
+
+def released(parameters, row) -> str:
+    """A released task's state in the task list: "released", or "released, NOT PRIVATE (why)" as its result's
+    guarantee says (:meth:`Release.result`: every message received, counted on the reports whose messages all
+    entered), from the counts stored beside its aggregate: the list reads no aggregate (a reviewer's finding: it
+    called a release that was not private "released")."""
+    from ...pipelines import analysis_privacy, with_lost_messages
+
+    privacy = analysis_privacy(parameters, row.messages + row.malformed + row.unopened, SERVICE_RANDOMNESS,
+                               reporters=row.reports)
+    if row.unopened + row.malformed:
+        privacy = with_lost_messages(privacy, parameters, row.unopened + row.malformed, row.reports)
+    return "released" if privacy.private else f"released, NOT PRIVATE ({privacy.not_private_reason.split(':')[0]})"
 
 
 def lost_messages(analyzer, agg, result, reporters: int, unopened: int) -> LostMessages | None:

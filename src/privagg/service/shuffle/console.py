@@ -1,9 +1,9 @@
 """The analyzer's operator console: two server-rendered pages (Jinja2, no script), read-only.
 
 ``/console`` lists the tasks (each by its whole id, as the commands take it): protocol, users, the reports counted
-against the minimum batch, the batches applied, the messages that did not open or were repeated, and whether a
-result is released; below, the privacy budget of each population (:mod:`privagg.service.ledger`): its budget per
-period, what the current period spent (and how it was composed) and what is left. ``/console/tasks/ID``
+against the minimum batch, the batches applied, the messages that did not open, opened malformed or were repeated,
+and whether a result is released and private; below, the privacy budget of each population
+(:mod:`privagg.service.ledger`): its budget per period, what the current period spent (and how it was composed) and what is left. ``/console/tasks/ID``
 shows one task: the same counts, and once released its result as the result route serves it, drawn as a bar
 chart (inline SVG) of the top estimates with their 95% intervals (estimate +- 1.96 standard errors), and its
 privacy guarantee in plain words. The analyzer never sees a true count, so the page shows none. The pages are
@@ -44,7 +44,7 @@ _TASKS = _env.from_string("""
 {% for t in tasks %}<tr><td><a class="id" href="/console/tasks/{{ t.task_id }}">{{ t.task_id }}</a></td>
 <td>{{ t.protocol }}</td>
 <td>{{ "{:,}".format(t.n_users) }}</td><td>{{ "{:,}".format(t.reports) }} / {{ "{:,}".format(t.min_batch_size) }}</td>
-<td>{{ t.batches }}</td><td>{{ t.unopened + t.duplicates }}</td><td class="state">{{ t.state }}</td></tr>
+<td>{{ t.batches }}</td><td>{{ t.unopened + t.malformed + t.duplicates }}</td><td class="state">{{ t.state }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 <h2>Privacy budget</h2>
 {% if not ledgers %}<p id="no-budget">No population has a budget or a task yet: set one with <code>privagg budget
@@ -67,7 +67,8 @@ _TASK = _env.from_string("""
 <tr><td>protocol</td><td>{{ t.protocol }}</td></tr><tr><td>users (n)</td><td>{{ "{:,}".format(t.n_users) }}</td></tr>
 <tr><td>reports counted / minimum batch</td><td>{{ "{:,}".format(t.reports) }} / {{ "{:,}".format(t.min_batch_size) }}</td></tr>
 <tr><td>batches applied</td><td>{{ t.batches }}</td></tr>
-<tr><td>messages that did not open / repeated</td><td>{{ t.unopened }} / {{ t.duplicates }}</td></tr>
+<tr><td>messages that did not open / opened malformed / repeated</td>
+<td>{{ t.unopened }} / {{ t.malformed }} / {{ t.duplicates }}</td></tr>
 <tr><td>state</td><td class="state" id="state">{{ t.state }}</td></tr></tbody></table>
 {% if report %}
 <h2>Result: the top {{ bars|length }} estimates, with 95% intervals</h2>
