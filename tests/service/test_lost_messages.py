@@ -182,6 +182,9 @@ def test_a_staged_tasks_first_stage_that_lost_a_message_leaves_the_task_unfounde
     assert result["privacy"]["not_private_reason"].startswith("messages lost (discovery): 1 messages of the 1000 "
                                                               "reports did not enter the aggregate")
     assert any(w.startswith(f"the first stage (task {d.task.discovery.task_id}): 1 of the ") for w in result["warnings"])
+    states = {t["task_id"]: t["state"] for t in d.analyzer.overview()}  # the list as the result says (a reviewer's)
+    assert states == {d.task.task_id: "released, NOT PRIVATE (first stage: messages lost)",
+                      d.task.discovery.task_id: "released, NOT PRIVATE (messages lost)"}
 
 
 @pytest.mark.parametrize("honest_fraction, empty", [(1.0, 3), (0.5, 2)])

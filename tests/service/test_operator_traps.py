@@ -376,6 +376,28 @@ def test_every_service_names_itself_at_healthz(tmp_path, kek):
         assert TestClient(served_app).get("/healthz").json()["service"] == name
 
 
+def test_s2_serves_its_release_to_the_result_token_alone_and_without_one_to_its_own_host(tmp_path, kek):
+    """S1 must not see a TSS release (it knows every report set); S2's result route was open to anyone who reached its
+    port. Now it asks for S2's result token, or without one set answers its own host only; past the gate an unknown
+    task is a 404 as before."""
+    from fastapi.testclient import TestClient
+
+    from privagg.service.two_servers.servers import SecondService, create_second_app
+
+    second = SecondService(storage.connect(f"sqlite:///{tmp_path}/s2.db", "s2"), kek=kek)
+    path, far, near = f"/tasks/{'ab' * 16}/result", ("203.0.113.9", 50000), ("127.0.0.1", 50000)
+    for token, client, headers, status, error in (
+            (None, far, {}, 403, "no_token_set"), (None, near, {}, 404, "unknown_task"),
+            ("r" * 32, near, {}, 401, "unauthenticated"),
+            ("r" * 32, far, {"authorization": "Bearer " + "s" * 32}, 401, "unauthenticated"),
+            ("r" * 32, far, {"authorization": "Bearer " + "r" * 32}, 404, "unknown_task")):
+        answer = TestClient(create_second_app(second, tick=None, result_token=token), client=client).get(
+            path, headers=headers)
+        assert (answer.status_code, answer.json()["error"]) == (status, error), answer.text
+    assert "S2's result token" in TestClient(create_second_app(second, tick=None, result_token="r" * 32)).get(
+        path).json()["detail"]
+
+
 def test_the_result_names_the_option_or_token_at_fault_not_the_task(services, monkeypatch):
     d, analyzer, _ = services
     for top in ("0", "-1", "100001"):
@@ -687,8 +709,8 @@ def test_a_setting_the_role_does_not_use_or_a_misspelt_one_is_refused_not_ignore
     config.write_text('[collector]\nport = 9000\n\n[analyzer]\nworkers = 2\n')  # one file, each role its table
     assert load_config("analyzer", config).workers == 2 and load_config("collector", config).port == 9000
     for variable, value, role, accepted in (
-            ("PRIVAGG_SHARING_RESULT_TOKEN", "r" * 32, "sharing", "a setting of analyzer only (it does nothing for "
-                                                                  "sharing), got (set)"),
+            ("PRIVAGG_SHARING_RESULT_TOKEN", "r" * 32, "sharing", "a setting of analyzer or s2 only (it does nothing "
+                                                                  "for sharing), got (set)"),
             ("PRIVAGG_ANALYZER_WORKRES", "2", "analyzer", "the name of a setting (PRIVAGG_ANALYZER_ and one of "),
             ("PRIVAGG_ANALYZER_PORT", "x", "analyzer", "an integer, got x")):
         monkeypatch.setenv(variable, value)
@@ -698,7 +720,7 @@ def test_a_setting_the_role_does_not_use_or_a_misspelt_one_is_refused_not_ignore
         monkeypatch.delenv(variable)
     config.write_text('[sharing]\nresult_token = "rrrrrrrrrrrrrrrrrrrr"\n')
     assert error_line(run("serve", "sharing", "--config", str(config), "--db", f"sqlite:///{tmp_path}/s.db")) == (
-        f"error: result_token ([sharing] in {config}) must be a setting of analyzer only (it does nothing for "
+        f"error: result_token ([sharing] in {config}) must be a setting of analyzer or s2 only (it does nothing for "
         "sharing), got (set)")
 
 

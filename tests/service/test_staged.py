@@ -99,6 +99,8 @@ def test_a_staged_task_that_discovers_nothing_says_so(tmp_path):
     assert d.A.get(f"/tasks/{d.task.discovery.task_id}/result").json()["heavy_hitters"] == []
     page = d.A.get(f"/console/tasks/{d.task.task_id}")
     assert page.status_code == 200 and "found no coordinate whose sum reaches phi n" in page.text
+    (row,) = d.analyzer.overview(d.task.task_id)  # the list says so too (it said "released")
+    assert row["state"] == "released: nothing to estimate (its first stage discovered nothing)"
     opened = d.analyzer.registry.get_sample_value("privagg_messages_opened_total")
     assert opened == sum(len(r.discovery) for r in reports)  # the first stage's only
     for e in (d.analyzer.engine, d.collector.engine):

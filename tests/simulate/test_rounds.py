@@ -63,6 +63,8 @@ def test_a_run_with_dropouts_states_the_delta_recomputed_for_its_survivors(name)
         privacy = simulate(params, codes, mode, rng=1, dropouts=dropouts).privacy
         assert privacy.delta == pytest.approx(held, rel=1e-12) and privacy.epsilon == params.epsilon
         assert (privacy.event.enrolled, privacy.event.survivors) == (12, 10) and not privacy.private
+        if name == "tss":  # what the two servers must not do, in the fast path too (a reviewer's finding)
+            assert any(note.startswith("S1 must not see this release") for note in privacy.event.notes)
 
 
 def test_a_neighbour_graph_run_with_dropouts_states_the_graph_not_the_complete_graph():

@@ -131,7 +131,7 @@ def serve(role: Role = typer.Argument(..., help="analyzer, collector (the shuffl
                 from ..service.two_servers.servers import create_second_app, open_second_server
 
                 second = open_second_server(cfg.db, kek=KeyEncryptionKey.load(cfg.kek_file))
-                app = create_second_app(second, cfg.max_body_bytes, **options)
+                app = create_second_app(second, cfg.max_body_bytes, result_token=cfg.result_token, **options)
             else:
                 from ..service.shuffle.analyzer import create_app, open_analyzer
                 from ..service.keys import KeyEncryptionKey

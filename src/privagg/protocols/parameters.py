@@ -239,7 +239,7 @@ def received_mismatch(parameters, received: int, reporters: int | None = None) -
 def received_bounds(parameters, reporters: int | None = None) -> tuple[int, float, float]:
     """(the users counted: ``reporters``, default the calibrated n; the messages they send in expectation; its sd)."""
     users = parameters.n_users if reporters is None else reporters
-    sd = parameters.messages_sd * (users / parameters.n_users) ** 0.5  # messages_sd is over n users
+    sd = (getattr(parameters, "messages_sd", 0.0) or 0.0) * (users / parameters.n_users) ** 0.5  # over n users
     return users, users * parameters.messages_per_user, sd
 
 

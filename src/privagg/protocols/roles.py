@@ -41,6 +41,7 @@ aggregates equals one ``agg_update`` over all their messages.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
@@ -407,6 +408,9 @@ def check_aggregate(role: Any, agg: Any, field: str = "aggregate", owner: type |
                              "agg_update or merge returned)", kind_of(agg))
 
 
+_FINALIZING = threading.local()  # how deep this thread is in finalize calls (only the outermost warns)
+
+
 def warn_received(parameters: Any, result: Any, reporters: int | None) -> None:
     """A :class:`~privagg.errors.PrivaggWarning` when ``result`` was made of far more or fewer messages (its valid and
     malformed ones) than the ``reporters`` (None: the calibrated n) send, as ``privagg analyze`` warns: the Python
@@ -429,7 +433,8 @@ def with_fingerprints(cls: type) -> type:
     candidates, ``queries``, too); ``agg_update`` refuses an aggregate or a batch of other parameters, or an
     aggregate over other candidates; ``merge`` and ``finalize`` refuse aggregates of other parameters or over
     other candidates, and ``finalize`` of the protocols whose users' messages are counted (it takes ``reporters``)
-    warns (:class:`~privagg.errors.PrivaggWarning`) when they are far from what the users send. Batches and
+    or a curator's records warns (:class:`~privagg.errors.PrivaggWarning`) when they are far from what the users
+    send. Batches and
     aggregates without a fingerprint (read from files, made before fingerprints) are not checked. The same wrappers
     refuse what is no batch or no aggregate of the role's class at all (a ParameterError naming the argument, not an
     AttributeError from inside the protocol)."""
@@ -479,13 +484,18 @@ def with_fingerprints(cls: type) -> type:
     def finalize(method):
         import inspect
 
-        counted = "reporters" in inspect.signature(method).parameters
+        counted = "reporters" in inspect.signature(method).parameters  # the users' messages; a curator's records
 
         def inner(self, agg, *args, **kwargs):
             check_aggregate(self, agg, owner=cls)
             check_fingerprint(_own_aggregate_fingerprint(self), getattr(agg, FINGERPRINT, None), "aggregate")
-            result = method(self, agg, *args, **kwargs)
-            if counted:
+            depth = _FINALIZING.__dict__.setdefault("depth", 0)
+            _FINALIZING.depth = depth + 1  # a finalize inside another (a subclass's, a protocol's inner analyzer's)
+            try:
+                result = method(self, agg, *args, **kwargs)
+            finally:
+                _FINALIZING.depth = depth
+            if not depth and (counted or self.parameters.model == "central"):  # the outermost call warns, once
                 warn_received(self.parameters, result, kwargs.get("reporters", args[0] if args else None))
             return result
         return inner

@@ -52,10 +52,11 @@ from ..core.sharing import element_bytes, share
 from ..errors import ParameterError, check_integer
 from .roles import MultiRound, Outbox, Round
 from .sampling_sharing import bernoulli
-from .sharing_parties import HELD_BYTES, survivors_parameters, survivors_privacy
+from .sharing_parties import HELD_BYTES, survivors_parameters
 from .tss_parameters import TSSParameters
 from .two_server_election import Election, as_inbox, check_attested
-from .two_server_second import Handover, SecondServer, TSSRelease, asked_of  # noqa: F401 (S2's, re-exported)
+from .two_server_second import (Handover, SecondServer, TSSRelease, asked_of,  # noqa: F401 (S2's, re-exported)
+                                survivors_privacy)
 from .two_server_messages import (FIRST, HEADER, INDEX, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, VERSION, _items,
                                   _users, check_min_survivors, decode, encode, message_bytes, message_entries)
 

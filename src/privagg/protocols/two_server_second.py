@@ -20,7 +20,7 @@ from ..errors import ParameterError
 from ..privacy.description import PrivacyDescription
 from ..privacy.events import Survivors
 from .results import FrequencyTable
-from .sharing_parties import survivors_parameters
+from .sharing_parties import survivors_parameters, survivors_privacy as sharing_survivors_privacy
 from .tss_parameters import TSSParameters
 from .two_server_election import Election, attest, check_election
 from .two_server_messages import RECOVERY, SHARES, SUMS, VERSION, check_min_survivors, decode
@@ -187,6 +187,28 @@ TRUST = {
 }
 
 
+def servers_notes(released: TSSParameters, removed: int) -> list[str]:
+    """What a TSS release over ``released``'s users (the task's less the ``removed`` not in R2) assumes of its two
+    servers: that they do not collude, and that S1 does not see it (at its delta against S1)."""
+    p = released
+    return ["S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 knows "
+            "every report set and relays every sealed share, S2 holds the key that opens the sums; together they could "
+            "open what they relay",
+            f"S1 must not see this release: knowing every report set, it would hold it at delta "
+            f"{p.delta_against_first(p.epsilon):.3g} at eps = {p.epsilon:g} (the counts sampled at rate p among the "
+            f"holders who put their item in their set, the {removed} users not in R2 counted as its choice among them; "
+            "docs/privacy.md, 'The release and S1')"]
+
+
+def survivors_privacy(task: TSSParameters, survivors: int, who: str, detail: str, notes=(), seed_digest: str = ""):
+    """The guarantee of a TSS release over ``survivors`` of ``task``'s users (the round protocol's, a fast
+    simulation's): the sharing family's (:func:`~privagg.protocols.sharing_parties.survivors_privacy`) with
+    :func:`servers_notes`."""
+    released = survivors_parameters(task, survivors)
+    return sharing_survivors_privacy(task, survivors, who, detail,
+                                     (*servers_notes(released, task.n_users - survivors), *notes), seed_digest)
+
+
 @dataclass(frozen=True)
 class TSSRelease:
     """What S2 releases: the estimates of the items it could complete (and their counts), over the |R2| users who
@@ -211,13 +233,7 @@ class TSSRelease:
         """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
         part and what the two servers must not do."""
         p = self.parameters
-        notes = ["S1 and S2 run as separate services with their own databases and keys, and must not collude: S1 "
-                 "knows every report set and relays every sealed share, S2 holds the key that opens the sums; "
-                 "together they could open what they relay",
-                 f"S1 must not see this release: knowing every report set, it would hold it at delta "
-                 f"{p.delta_against_first(p.epsilon):.3g} at eps = {p.epsilon:g} (the counts sampled at rate p among "
-                 f"the holders who put their item in their set, the {self.enrolled - self.survivors} users not in R2 "
-                 "counted as its choice among them; docs/privacy.md, 'The release and S1')"]
+        notes = servers_notes(p, self.enrolled - self.survivors)
         if self.recovered:
             shown = ", ".join(map(str, self.recovered[:8])) + (", ..." if len(self.recovered) > 8 else "")
             notes.append(f"items [{shown}] ({len(self.recovered)} in all) were completed by recovery: S2 holds their "

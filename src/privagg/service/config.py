@@ -14,9 +14,9 @@ the one before.
 Environment: ``PRIVAGG_COLLECTOR_DB``, ``PRIVAGG_ANALYZER_WORKERS``, ... (``PRIVAGG_<ROLE>_<FIELD>``; a yes/no field
 takes true/false, 1/0 or yes/no). The collector token, a secret both services share, and the operator token
 are best given by the environment (``PRIVAGG_COLLECTOR_COLLECTOR_TOKEN``, ``PRIVAGG_ANALYZER_COLLECTOR_TOKEN``,
-``PRIVAGG_<ROLE>_OPERATOR_TOKEN``, the analyzer's ``PRIVAGG_ANALYZER_RESULT_TOKEN``) or the file, not on a command
-line other users can list. The analyzer's key-encryption key comes from ``PRIVAGG_KEK`` or the file named by
-``kek_file`` (:mod:`privagg.service.keys`), never from the config file itself.
+``PRIVAGG_<ROLE>_OPERATOR_TOKEN``, ``PRIVAGG_ANALYZER_RESULT_TOKEN``, ``PRIVAGG_S2_RESULT_TOKEN``) or the file, not
+on a command line other users can list. The analyzer's key-encryption key comes from ``PRIVAGG_KEK`` or the file
+named by ``kek_file`` (:mod:`privagg.service.keys`), never from the config file itself.
 
 Connections (:class:`privagg.service.web.Limits`): ``header_timeout`` (10 s), ``body_timeout`` (30 s at the
 collector, 300 s at the analyzer, whose batches reach 1 GiB), ``idle_timeout`` (5 s), ``max_connections``
@@ -47,7 +47,7 @@ ROLE_FIELDS = {"analyzer_url": ("collector",), "analyzer_ca": ("collector",), "s
                "batch_quiet": ("collector",), "max_batch_reports": ("collector",),
                "partition_root": ("collector", "analyzer"), "memory_budget": ("collector", "analyzer"),
                "kek_file": ("analyzer", "s2"), "collector_token": ("collector", "analyzer"),
-               "result_token": ("analyzer",)}
+               "result_token": ("analyzer", "s2")}
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ServiceConfig:
     max_requests: int = 1_000  # requests in flight at once; one more waits up to 10 s, then is refused as busy
     operator_token: str | None = None  # the secret /metrics and the collector's status route ask for, if set
     kek_file: str | None = None  # the analyzer's key-encryption key's file (default: PRIVAGG_KEK; keys.py)
-    result_token: str | None = None  # the secret the analyzer's result route asks for, if set (bearer)
+    result_token: str | None = None  # the secret the analyzer's and S2's result routes ask for (bearer)
     api_docs: bool = False  # serve /docs, /redoc and /openapi.json
     log_level: str = "INFO"
 

@@ -276,17 +276,22 @@ def loopback_only(request: Request, setting: str, what: str) -> None:
                       f"{host or 'an unknown address'}")
 
 
+def require_bearer(request: Request, token: str | None, why: str) -> None:
+    """A 401 naming ``why`` unless ``token`` is None or the request shows it as ``Authorization: Bearer TOKEN``
+    (compared in constant time)."""
+    if token is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                                     f"Bearer {token}".encode()):
+        raise Refused(401, "unauthenticated", why)
+
+
 def require_operator(request: Request, token: str | None, changes: str | None = None) -> None:
     """Refuses (401) a request that does not show the operator token as ``Authorization: Bearer TOKEN``
     (compared in constant time); with no token configured, the route is open, but one that ``changes`` a task (the
     words say how) only to this host (:func:`loopback_only`)."""
-    if token is None:
-        if changes:
-            loopback_only(request, "operator_token", changes)
-        return
-    if not hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()):
-        raise Refused(401, "unauthenticated", "this route is the operator's: Authorization must be Bearer followed "
-                      "by the operator token")
+    if token is None and changes:
+        loopback_only(request, "operator_token", changes)
+    require_bearer(request, token, "this route is the operator's: Authorization must be Bearer followed by the "
+                   "operator token")
 
 
 class JsonLines(logging.Formatter):

@@ -259,8 +259,9 @@ def simulate(parameters, codes: np.ndarray, mode: str = "faithful", rng: RNGLike
             agg = entry.fast(released, codes[kept_users], rngs["users"], server)
             seconds["release"] = time.perf_counter() - start
             result, transcript = server.finalize(agg), {aggregator: {"parties": 1}}
-            privacy = protocol.survivors_privacy(parameters, kept_users.size, "the users kept to the release",
-                                                 "the fast path draws the survivors' sums directly")
+            if kept_users.size < parameters.n_users:  # as the release over them states it
+                privacy = protocol.survivors_privacy(parameters, kept_users.size, "users kept to the release",
+                                                     "the fast path draws the survivors' sums directly")
         else:
             try:
                 run = run_rounds(protocol, parameters, codes, rngs, dropouts, progress=progress)

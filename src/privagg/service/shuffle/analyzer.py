@@ -39,7 +39,6 @@ created with them: :meth:`AnalyzerService.add_candidates`), ``GET /tasks`` (the 
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -63,7 +62,7 @@ from ..ledger import DEFAULT_POPULATION, charge, check_population, ledgers, task
 from ..storage import aggregates, analyzer_tasks, applied_batches, opened_messages
 from ..tasks import SERVED, Task, create_task, is_hex_id, unpacked_records
 from ..web import (Health, Limits, Refused, add_operations, json_object, log_event, loopback_only, make_app, read_body,
-                   shown)
+                   require_bearer, shown)
 from .aggregate_codec import decode_aggregate, encode_aggregate
 from .analyzer_batches import BatchApplication
 from .analyzer_results import Release
@@ -358,8 +357,8 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
                    health=service.health, operator_token=operator_token, limits=limits)
 
     def owner(request: Request) -> None:
-        _bearer(request, result_token, "the results and the task list are for their owners: Authorization must be "
-                "Bearer followed by the result token")
+        require_bearer(request, result_token, "the results and the task list are for their owners: Authorization "
+                       "must be Bearer followed by the result token")
 
     @app.get("/tasks")
     async def tasks(request: Request) -> dict:
@@ -414,15 +413,15 @@ def create_app(service: AnalyzerService, max_batch_bytes: int = 1 << 30, collect
 
     @app.post("/tasks/{task_id}/batches/{batch_id}")
     async def batch(task_id: str, batch_id: str, request: Request) -> dict:
-        _bearer(request, collector_token, "a batch must come from the collector: Authorization must be Bearer "
-                "followed by the collector token")
+        require_bearer(request, collector_token, "a batch must come from the collector: Authorization must be "
+                       "Bearer followed by the collector token")
         body = await read_body(request, max_batch_bytes, BATCH_MEDIA_TYPE)
         return {"status": await run_in_threadpool(service.apply_batch, task_id, batch_id, body)}
 
     @app.post("/tasks/{task_id}/batches/{batch_id}/partitioned")
     async def partitioned(task_id: str, batch_id: str, request: Request) -> dict:
-        _bearer(request, collector_token, "a batch must come from the collector: Authorization must be Bearer "
-                "followed by the collector token")
+        require_bearer(request, collector_token, "a batch must come from the collector: Authorization must be "
+                       "Bearer followed by the collector token")
         return {"status": await run_in_threadpool(service.apply_partitioned_batch, task_id, batch_id)}
 
     @app.post("/tasks/{task_id}/candidates")
@@ -469,13 +468,6 @@ def _candidates(parameters, items: list) -> tuple[np.ndarray, object]:
     encoder = ItemEncoder.for_parameters(parameters, "text") if text else ItemEncoder(parameters.domain_size,
                                                                                      kind="integer")
     return np.unique(encoder.encode(items, "candidates", public=True)), encoder
-
-
-def _bearer(request: Request, token: str | None, why: str) -> None:
-    """A 401 naming ``why`` unless ``token`` is None or the request shows it as a bearer token."""
-    if token is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
-                                                     f"Bearer {token}".encode()):
-        raise Refused(401, "unauthenticated", why)
 
 
 def open_analyzer(db_url: str, workers: int | None = None, dask_scheduler: str | None = None,

@@ -47,25 +47,28 @@ class Release:
 
     def overview(self, task_id: str | None = None, limit: int = 1_000) -> list[dict]:
         """The newest ``limit`` tasks (or the one named): public parameters and counts, no estimate (the task list
-        and the console); once released, whether the release is private, as its result says (:func:`released`)."""
-        query = sa.select(analyzer_tasks.c.task_id, analyzer_tasks.c.task, aggregates.c.batches, aggregates.c.reports,
-                          aggregates.c.unopened, aggregates.c.duplicates, aggregates.c.messages,
-                          aggregates.c.malformed).join(
+        and the console); once released, whether the release is private, as its result says (:func:`_state`)."""
+        query = sa.select(analyzer_tasks.c.task_id, analyzer_tasks.c.task, analyzer_tasks.c.candidates,
+                          aggregates.c.batches, aggregates.c.reports, aggregates.c.unopened, aggregates.c.duplicates,
+                          aggregates.c.messages, aggregates.c.malformed).join(
             aggregates, aggregates.c.task_id == analyzer_tasks.c.task_id).order_by(
             analyzer_tasks.c.created.desc()).limit(limit)
         if task_id is not None:
             self.load(task_id)  # 404 unless it is one of ours
             query = query.where(analyzer_tasks.c.task_id == task_id)
         with storage.reading(self.engine) as c:
-            rows = c.execute(query).all()
+            rows = [(row, Task.from_json(row.task, verify=False)) for row in c.execute(query).all()]
+            firsts = [task.discovery.task_id for _, task in rows if task.discovery is not None]
+            stages = {stage.task_id: stage for stage in c.execute(sa.select(
+                aggregates.c.task_id, aggregates.c.reports, aggregates.c.unopened, aggregates.c.messages,
+                aggregates.c.malformed).where(aggregates.c.task_id.in_(firsts)))} if firsts else {}
         out = []
-        for row in rows:
-            task = Task.from_json(row.task, verify=False)
+        for row, task in rows:
             out.append({"task_id": row.task_id, "protocol": task.parameters.protocol,
                         "n_users": task.parameters.n_users, "min_batch_size": task.min_batch_size,
                         "key_id": task.key_id, "kem": task.kem, "batches": row.batches, "reports": row.reports,
                         "unopened": row.unopened, "duplicates": row.duplicates, "malformed": row.malformed,
-                        "state": released(task.parameters, row) if row.batches else "waiting for its batch",
+                        "state": _state(task, row, stages),
                         "release_rule": task.release_rule})
         return out
 
@@ -163,18 +166,32 @@ class LostMessages:
         return with_lost_messages(privacy.with_caveat(caveat), parameters, self.lost, self.reporters)
 
 
-def released(parameters, row) -> str:
-    """A released task's state in the task list: "released", or "released, NOT PRIVATE (why)" as its result's
-    guarantee says (:meth:`Release.result`: every message received, counted on the reports whose messages all
-    entered), from the counts stored beside its aggregate: the list reads no aggregate (a reviewer's finding: it
-    called a release that was not private "released")."""
+def _state(task: Task, row, stages: dict) -> str:
+    """A task's state in the task list, as its result route would answer: waiting for its batch; for a staged task
+    whose first stage discovered nothing, nothing to estimate; else released, and if the guarantee of its release (a
+    staged task's: both stages') does not hold, "NOT PRIVATE (why)", from the counts stored beside the aggregates
+    (the list reads none; a reviewer's finding: it called a release that was not private "released")."""
+    if not row.batches:
+        return "waiting for its batch"
+    if task.discovery is not None and row.candidates == "[]":
+        return "released: nothing to estimate (its first stage discovered nothing)"
+    why = _not_private(task.parameters, row)
+    if why is None and task.discovery is not None:
+        why = _not_private(task.discovery.parameters, stages[task.discovery.task_id])
+        why = None if why is None else f"first stage: {why}"
+    return "released" if why is None else f"released, NOT PRIVATE ({why})"
+
+
+def _not_private(parameters, row) -> str | None:
+    """Why a release of ``row``'s counts is not private (the head of its reason), or None: its guarantee as
+    :meth:`Release.result` states it (every message received, counted on the reports whose messages all entered)."""
     from ...pipelines import analysis_privacy, with_lost_messages
 
     privacy = analysis_privacy(parameters, row.messages + row.malformed + row.unopened, SERVICE_RANDOMNESS,
                                reporters=row.reports)
     if row.unopened + row.malformed:
         privacy = with_lost_messages(privacy, parameters, row.unopened + row.malformed, row.reports)
-    return "released" if privacy.private else f"released, NOT PRIVATE ({privacy.not_private_reason.split(':')[0]})"
+    return None if privacy.private else privacy.not_private_reason.split(":")[0]
 
 
 def lost_messages(analyzer, agg, result, reporters: int, unopened: int) -> LostMessages | None:

@@ -1,15 +1,15 @@
 """The analyzer's operator console: two server-rendered pages (Jinja2, no script), read-only.
 
 ``/console`` lists the tasks (each by its whole id, as the commands take it): protocol, users, the reports counted
-against the minimum batch, the batches applied, the messages that did not open, opened malformed or were repeated,
-and whether a result is released and private; below, the privacy budget of each population
-(:mod:`privagg.service.ledger`): its budget per period, what the current period spent (and how it was composed) and what is left. ``/console/tasks/ID``
-shows one task: the same counts, and once released its result as the result route serves it, drawn as a bar
-chart (inline SVG) of the top estimates with their 95% intervals (estimate +- 1.96 standard errors), and its
-privacy guarantee in plain words. The analyzer never sees a true count, so the page shows none. The pages are
-behind the same bearer token as the result route, when one is set. Whatever the console cannot show (an unknown
-task, a path it does not have, a missing token, a database away) is a page too (:func:`refusal_page`), with the
-refusal's status, not the API's JSON.
+against the minimum batch, the batches applied, the messages that did not open, opened malformed or were repeated, and
+whether a result is released and private; below, the privacy budget of each population
+(:mod:`privagg.service.ledger`): its budget per period, what the current period spent (and how it was composed) and
+what is left. ``/console/tasks/ID`` shows one task: the same counts, and once released its result as the result route
+serves it, drawn as a bar chart (inline SVG) of the top estimates with their 95% intervals (estimate +- 1.96 standard
+errors), and its privacy guarantee in plain words. The analyzer never sees a true count, so the page shows none. The
+pages are behind the same bearer token as the result route, when one is set. Whatever the console cannot show (an
+unknown task, a path it does not have, a missing token, a database away) is a page too (:func:`refusal_page`), with
+the refusal's status, not the API's JSON.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ from ..round_tasks import KEM, SecondTask, TSSTask, message_context, second_info
 from ..rounds import FAILED, RELEASING, RUNNING, RoundDriver, protocol_of, round_routes
 from ..keys import KeyEncryptionKey
 from ..tasks import TASK_ID_BYTES, _private_key, _suite
-from ..web import Health, Limits, Refused, json_object, log_event, shown
+from ..web import Health, Limits, Refused, json_object, log_event, loopback_only, require_bearer, shown
 
 log = logging.getLogger("privagg.s1")
 HANDOVER, DELIVERED = "handover", "delivered"  # S1's status once the rounds are done: to hand over, handed over
@@ -145,10 +145,9 @@ s2_tasks = sa.Table(
 
 def post_handover(url: str, task_id: str, token: str, body: bytes, timeout: float = 60.0,
                   ca_file: str | None = None) -> bytes:
-    """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token. S2's refusal (4xx)
-    raises :class:`Refused` with its reason (``failed``: S2 failed the task); no answer raises anything else (the
-    ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or the system's CAs. The
-    answer's body."""
+    """S1's delivery of a hand-over: ``POST {url}/tasks/{task_id}/handover`` with the relay token; the answer's body.
+    S2's refusal (4xx) raises :class:`Refused` with its reason (``failed``: S2 failed the task); no answer anything
+    else (the ticker sends it again). Over https, S2's certificate is checked against ``ca_file``, or the system's."""
     return _post(f"{url.rstrip('/')}/tasks/{task_id}/handover", token, body, timeout, ca_file)
 
 
@@ -266,8 +265,7 @@ class FirstService(RoundDriver):
 
     def create_task(self, parameters, second: SecondTask, second_url: str, relay_token: str,
                     round_seconds: float = 60.0) -> TSSTask:
-        """A new task for S2's ``second`` (its parameters and minimum are the task's), reached at ``second_url``
-        with ``relay_token``."""
+        """A new task for S2's ``second`` (its parameters and minimum the task's) at ``second_url``, ``relay_token``."""
         if second.parameters.to_dict() != parameters.to_dict():
             raise ParameterError("second task", "S2's task of these parameters", second.parameters.to_dict())
         if not isinstance(second_url, str) or not second_url.startswith(("http://", "https://")):
@@ -362,8 +360,7 @@ class FirstService(RoundDriver):
         return FAILED
 
     def state(self, task_id: str) -> dict:
-        """The round driver's state, and what S1 published: the helpers, the items to recover or lost, why the task
-        failed."""
+        """The round driver's state, and what S1 published: helpers, items to recover or lost, why the task failed."""
         out = super().state(task_id)
         task = self.task(task_id)
         coordinator = self._coordinator(task)
@@ -428,9 +425,8 @@ class SecondService:
                     organisation_key: bytes) -> tuple[SecondTask, str]:
         """A new task with its own HPKE key pair (sealed under the KEK), and the relay token S1 must show (returned
         once, kept hashed). ``organisation_key``: the public key of the organisation that signs S1's task and roster
-        (S2 checks the hand-over under it), from the organisation, never from S1.
-        ``min_survivors`` defaults to n (every user must take part to the end): set it lower to release despite
-        dropouts."""
+        (S2 checks the hand-over under it), from the organisation, never from S1. ``min_survivors`` defaults to n
+        (every user must take part to the end): set it lower to release despite dropouts."""
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
         key, token, task_id = X25519PrivateKey.generate(), new_token(), secrets.token_hex(TASK_ID_BYTES)
@@ -452,8 +448,7 @@ class SecondService:
         """Remove a task, its key with it, at S1's request (the relay token) while it waits for a hand-over: the undo
         of a create that S1's side refused (its budget; :func:`create_tasks`, ``privagg task create
         --second-task``), so that a refused task leaves nothing behind on either server. 409 ``not_waiting`` once
-        S2 holds a hand-over, released or failed the task. (S1 could only stall the task otherwise, by handing
-        nothing over.)"""
+        S2 holds a hand-over, released or failed the task (S1 could only stall the task otherwise)."""
         self.task(task_id)
         self._from_first(task_id, authorization, "a withdrawal")
         with self._lock, self.engine.begin() as c:
@@ -749,9 +744,11 @@ def create_first_app(service: FirstService, max_body_bytes: int = 1 << 30, tick:
 
 
 def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tick: float | None = 0.5, *,
-                      operator_token: str | None = None, api_docs: bool = False,
-                      limits: Limits | None = None) -> FastAPI:
-    """S2's HTTP service (``tick=None``: a received hand-over is released when its state or result is asked)."""
+                      operator_token: str | None = None, api_docs: bool = False, limits: Limits | None = None,
+                      result_token: str | None = None) -> FastAPI:
+    """S2's HTTP service (``tick=None``: a received hand-over is released when its state or result is asked). Its
+    result route asks for ``result_token``, or without one answers this host only: S1 must not see the release
+    (docs/privacy.md, "The release and S1"), and it was open to anyone who reached the port."""
     app, body = rounds_app("privagg TSS S2", service, log2, max_body_bytes, tick=tick, operator_token=operator_token,
                            api_docs=api_docs, limits=limits)
 
@@ -777,7 +774,11 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
         return await run_in_threadpool(service.open_sums, task_id, request.headers.get("authorization"), raw)
 
     @app.get("/tasks/{task_id}/result")
-    async def result(task_id: str) -> dict:
+    async def result(task_id: str, request: Request) -> dict:
+        if result_token is None:
+            loopback_only(request, "result_token", "the release is its owner's, never S1's")
+        require_bearer(request, result_token, "the release is its owner's, never S1's: Authorization must be Bearer "
+                       "followed by S2's result token")
         return await run_in_threadpool(service.result, task_id)
 
     return app
@@ -786,8 +787,7 @@ def create_second_app(service: SecondService, max_body_bytes: int = 1 << 30, tic
 def open_first_server(db_url: str, registry: CollectorRegistry | None = None,
                       second_ca: str | None = None) -> FirstService:
     """S1 over its existing database at ``db_url`` (a service makes no database; refused if another process serves
-    it: :mod:`~privagg.service.process_lock`); its hand-overs check S2's TLS certificate against ``second_ca`` (or
-    the system's CAs)."""
+    it: :mod:`~privagg.service.process_lock`); its hand-overs check S2's TLS certificate against ``second_ca``."""
     return FirstService(storage.serving(db_url, "s1"), registry,
                         send=functools.partial(post_handover, ca_file=second_ca),
                         ask=functools.partial(ask_second, ca_file=second_ca))

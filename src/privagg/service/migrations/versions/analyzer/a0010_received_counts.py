@@ -23,8 +23,9 @@ def upgrade() -> None:
     aggregates = sa.table("aggregates", sa.column("task_id", sa.String), sa.column("aggregate", sa.LargeBinary),
                           sa.column("messages", sa.BigInteger), sa.column("malformed", sa.BigInteger))
     connection = op.get_bind()
-    for task_id, stored in connection.execute(sa.select(aggregates.c.task_id, aggregates.c.aggregate)).all():
-        agg = decode_aggregate(stored)
+    for task_id in connection.execute(sa.select(aggregates.c.task_id)).scalars().all():  # one aggregate at a time
+        agg = decode_aggregate(connection.execute(sa.select(aggregates.c.aggregate).where(
+            aggregates.c.task_id == task_id)).scalar_one())
         connection.execute(sa.update(aggregates).where(aggregates.c.task_id == task_id).values(
             messages=int(agg.messages), malformed=int(agg.malformed)))
 
