@@ -434,10 +434,9 @@ def with_fingerprints(cls: type) -> type:
     aggregate over other candidates; ``merge`` and ``finalize`` refuse aggregates of other parameters or over
     other candidates, and ``finalize`` of the protocols whose users' messages are counted (it takes ``reporters``)
     or a curator's records warns (:class:`~privagg.errors.PrivaggWarning`) when they are far from what the users
-    send. Batches and
-    aggregates without a fingerprint (read from files, made before fingerprints) are not checked. The same wrappers
-    refuse what is no batch or no aggregate of the role's class at all (a ParameterError naming the argument, not an
-    AttributeError from inside the protocol)."""
+    send. Batches and aggregates without a fingerprint (read from files, made before fingerprints) are not checked.
+    The same wrappers refuse what is no batch or no aggregate of the role's class at all (a ParameterError naming the
+    argument, not an AttributeError from inside the protocol)."""
     import functools
 
     def wrap(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:

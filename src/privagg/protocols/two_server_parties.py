@@ -538,4 +538,5 @@ ROUNDS = (
 PROTOCOL = MultiRound(
     rounds=ROUNDS, user=TSSUser, coordinator=FirstServer, releaser=SecondServer, release_round="share",
     survivors_parameters=survivors_parameters, survivors_privacy=survivors_privacy,
-    least_survivors=lambda p: max(2, p.colluders + 1), entries=message_entries, faithful_seconds=faithful_seconds, faithful_bytes=faithful_bytes, parties=("s1", "s2"))
+    least_survivors=lambda p: max(2, p.colluders + 1), entries=message_entries, faithful_seconds=faithful_seconds,
+    faithful_bytes=faithful_bytes, parties=("s1", "s2"))
