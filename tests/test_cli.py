@@ -766,7 +766,7 @@ def test_vector_sums_from_npy_and_csv(tmp_path):
     bad[7, 2] = 1.5
     np.save(tmp_path / "bad.npy", bad)
     code, _, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON)
-    assert code == 2 and f"1.5 in column 2 on row 8 of {tmp_path / 'bad.npy'}" in err and err.count("\n") == 1
+    assert code == 2 and f"1.5 in coordinate 2 on row 8 of {tmp_path / 'bad.npy'}" in err and err.count("\n") == 1
     code, out, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json")
     assert code == 0 and "values outside [0, 1] are clipped to it (--clip" in err  # a release: no count
     code, out, err = run("estimate", "blanket-vector", "--input", tmp_path / "bad.npy", *COMMON, "--clip", "--json",

@@ -297,10 +297,10 @@ LOCATIONS = [  # (command, file, content, options, the place the error names)
     (HH + ["--domain", "8"], "big.parquet", pa.table({"x": [1] * 3000 + [99]}), [], "got 99 on row 3001 of"),
     (HH + ["--domain", "8"], "big.npy", np.array([1] * 3000 + [99]), [], "got 99 on row 3001 of"),
     (HH, "mixed.txt", b"1\n2\nx\n", ["--item-type", "int"], "got 'x' on line 3 of"),
-    (VECTORS, "v.csv", b"p,q\n0.1,0.2\n\n0.3,1.5\n", ["--missing", "drop"], "1.5 in column 1 on line 4 of"),
+    (VECTORS, "v.csv", b"p,q\n0.1,0.2\n\n0.3,1.5\n", ["--missing", "drop"], "1.5 in coordinate 1 on line 4 of"),
     (VECTORS, "v.parquet", pa.table({"p": [0.1, None, 0.3], "q": [0.2, 0.1, 1.5]}), ["--missing", "drop"],
-     "1.5 in column 1 on row 3 of"),
-    (VECTORS, "nan.csv", b"p,q\n0.1,0.2\n\n0.3,nan\n", ["--missing", "drop", "--clip"], "NaN in column 1 on line 4 of"),
+     "1.5 in coordinate 1 on row 3 of"),
+    (VECTORS, "nan.csv", b"p,q\n0.1,0.2\n\n0.3,nan\n", ["--missing", "drop", "--clip"], "NaN in coordinate 1 on line 4 of"),
     (["estimate", "sparse-vector", "--epsilon", "1", "--delta", "1e-6", "--dimension", "4"], "sv.csv",
      b"c,w\n1,0.5\n2,1.5\n", [], "1.5 on line 3 of"),
 ]

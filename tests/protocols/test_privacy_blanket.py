@@ -228,9 +228,9 @@ def test_tight_vector_gamma_does_not_grow_with_the_dimension():
 
 @pytest.mark.parametrize("values,got", [
     (np.full((4, 3), 0.5), "shape (4, 3)"), ([[0.1, 0.2], [0.3]], "ragged"),
-    (np.array([[0.1, np.nan], [0.2, 0.3]]), "nan in column 1 on row 0"),
-    (np.array([[0.1, 0.2], [0.3, 1.5]]), "1.5 in column 1 on row 1"),
-    (np.array([[0.1, -0.2], [0.3, 0.4]]), "-0.2 in column 1 on row 0"),
+    (np.array([[0.1, np.nan], [0.2, 0.3]]), "nan in coordinate 1 on row 0"),
+    (np.array([[0.1, 0.2], [0.3, 1.5]]), "1.5 in coordinate 1 on row 1"),
+    (np.array([[0.1, -0.2], [0.3, 0.4]]), "-0.2 in coordinate 1 on row 0"),
 ])
 def test_bad_vectors_name_the_row_and_column(values, got):
     with pytest.raises(ParameterError) as err:
@@ -256,7 +256,7 @@ def test_vectors_are_checked_by_their_values_at_every_edge(dtype):
         values = np.full((3, 8), 0.25, dtype=dtype)
         values[2, 6] = value
         for view, column in ((values, 6), (values[:, ::2], 3)):
-            with pytest.raises(ParameterError, match=f"in column {column} on row 2"):
+            with pytest.raises(ParameterError, match=f"in coordinate {column} on row 2"):
                 pb.check_vectors(view, 4 if column == 3 else 8)
 
 
@@ -277,7 +277,7 @@ def test_float32_vectors_are_read_checked_and_randomized_without_a_float64_copy(
         assert reports[0].estimates == reports[1].estimates and reports[0].error == reports[1].error
     bad = vectors.copy()
     bad[7, 2] = np.nan
-    with pytest.raises(ParameterError, match="nan in column 2 on row 7"):
+    with pytest.raises(ParameterError, match="nan in coordinate 2 on row 7"):
         pb.check_vectors(bad, 6)
 
 

@@ -134,5 +134,5 @@ def clip_vectors(values) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if np.isnan(array).any():
         row, column = (int(i) for i in np.argwhere(np.isnan(array))[0])
-        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in column {column}", row)
+        raise ParameterError("vector", "numbers (NaN cannot be clipped)", f"NaN in coordinate {column}", row)
     return np.clip(array, 0.0, 1.0)

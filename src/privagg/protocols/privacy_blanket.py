@@ -261,7 +261,7 @@ def check_vectors(values, dimension: int) -> np.ndarray:
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
         raise ParameterError("vector", "values in [0, 1] (give --clip to clip them explicitly)",
-                             f"{float(array[row, column])!r} in column {column}", row)
+                             f"{float(array[row, column])!r} in coordinate {column}", row)
     return array
 
 
