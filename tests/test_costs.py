@@ -34,6 +34,13 @@ def test_account_shuffle_refuses_a_trillion_users(method):
     assert "--method closed-form" in message
 
 
+def test_the_closed_form_names_the_users_it_needs_not_an_infinite_epsilon():
+    """A reviewer's finding: at n below 16 ln(2/delta) it said "at most ln(n / (16 ln(2/delta))) = -inf"."""
+    assert refused("account", "shuffle", "--local-epsilon", "1", "--users", "10", "--delta", "0.01", "--method",
+                   "closed-form") == ("error: users must be more than 16 ln(2/delta) = 84.77 for the closed form (use "
+                                      "--method fmt), got 10")
+
+
 def test_exact_audit_refuses_a_billion_users():
     message = refused("audit", "fe1", "--users", str(10**9), "--domain", "3", "--bins", "2", "--epsilon", "2",
                       "--delta", "0.1")

@@ -97,6 +97,27 @@ def test_the_cli_prints_the_degree_the_terms_and_the_costs_against_the_complete_
     assert on_it.exit_code == 0 and "for this graph's" not in on_it.stdout, on_it.output
 
 
+def test_planned_dropouts_say_what_the_release_over_the_survivors_holds_and_need_a_degree_to_plan_a_threshold():
+    """A reviewer's findings: calibrate --dropouts printed the target delta for a run it was told would lose 1% of its
+    users (the release over the survivors holds more, as task create and the release state); --graph-dropouts on the
+    complete graph was taken and changed nothing. Now a warning names the survivors' delta, and --graph-dropouts
+    without --degree is refused, naming it (in Python too)."""
+    from privagg.service.round_tasks import release_delta
+
+    result = runner.invoke(app, [*BASE, "--dropouts", "0.05"])
+    held = release_delta(calibrate("dpds", epsilon=1.0, delta=1e-6, n_users=1000, domain_size=10,
+                                   min_count_fraction=0.1), 950)
+    assert result.exit_code == 0 and held > 1e-6
+    assert (f"a release over the 950 survivors holds delta {held:.3g} at eps = 1, not 1e-06"
+            in " ".join(result.output.split()))
+    refused = runner.invoke(app, [*BASE, "--graph-dropouts", "0.1"])
+    assert refused.exit_code == 2 and refused.output.startswith("error: graph-dropouts must be left out without "
+                                                                "--degree"), refused.output
+    for name, options in (("dpds", dict(min_count_fraction=0.1)), ("dpdg", {})):
+        with pytest.raises(ParameterError, match="graph-dropouts must be left out without --degree"):
+            calibrate(name, epsilon=1.0, delta=1e-6, n_users=1000, domain_size=10, graph_dropouts=0.1, **options)
+
+
 def test_the_json_carries_the_same_and_keeps_the_schema():
     result = runner.invoke(app, [*BASE, "--colluding", "0.05", "--dropouts", "0.05", "--json"])
     assert result.exit_code == 0, result.output

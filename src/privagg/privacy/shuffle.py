@@ -70,7 +70,11 @@ EXP_CAP = 700.0
 
 def closed_form_epsilon(local_epsilon: float, n_users: int, delta: float) -> float:
     """FMT's closed form; refused outside its condition eps0 <= ln(n / (16 ln(2/delta)))."""
-    limit = math.log(n_users / (16 * math.log(2 / delta))) if n_users > 16 * math.log(2 / delta) else -math.inf
+    floor = 16 * math.log(2 / delta)
+    if n_users <= floor:  # no local epsilon meets it (it said "at most ... = -inf")
+        raise ParameterError("users", f"more than 16 ln(2/delta) = {floor:.4g} for the closed form (use --method fmt)",
+                             n_users)
+    limit = math.log(n_users / floor)
     if local_epsilon > limit:
         raise ParameterError("local-epsilon", f"at most ln(n / (16 ln(2/delta))) = {limit:.4g} for the closed form "
                              "(use --method fmt)", local_epsilon)

@@ -189,7 +189,8 @@ class _LocalParameters(OneItemReports, FrozenParameters):
             epsilon=self.epsilon, delta=self.delta, model=self.model, neighbouring=REPLACE_ONE, trusted=(),
             honest_fraction=1.0,
             assumptions=("each user's report is drawn independently from his own item; the analyzer sees every "
-                         "report and who sent it",), public=("the parameters (and OLH's hash family)",),
+                         "report and who sent it",),
+            public=("the parameters" + (" (and OLH's hash family)" if self.protocol == "olh" else ""),),
             method=self.calibration, method_detail="pure eps-LDP of each report: the largest ratio of the "
             "report's probabilities under two items is e^eps",
             reference="src/privagg/protocols/local_baselines.py; docs/derivations.md, 'Local baselines'"))

@@ -125,10 +125,20 @@ def calibrate_dpcs_star(epsilon, delta, n_users, domain_size, calibration="exact
                               min_count_fraction, sampling_probability)
 
 
+def check_graph_dropouts(degree, graph_dropouts) -> None:
+    """A planned dropout fraction only with a degree: the complete graph's threshold has none to plan for (it
+    counts the n - ceil(G n) users who may not follow the protocol), and took one in silence (a reviewer's finding)."""
+    if graph_dropouts and degree is None:
+        raise ParameterError("graph-dropouts", "left out without --degree (the fraction a neighbour graph's threshold "
+                             "plans to drop out; the complete graph's counts the users who may not follow the "
+                             "protocol, --honest-fraction)", graph_dropouts)
+
+
 def calibrate_dpds(epsilon, delta, n_users, domain_size, calibration="exact", min_count_fraction=None,
                    sampling_probability=None, honest_fraction=1.0, degree=None, graph_dropouts=0.0) -> DPDSParameters:
     """DPDS: p for (eps, delta)-DP of the reconstructed counts; dishonest users' coins count as known. ``degree``,
     ``graph_dropouts``: the neighbour graph (:class:`SharingParameters`; None, the complete graph)."""
+    check_graph_dropouts(degree, graph_dropouts)
     return calibrate_sampling(DPDSParameters, epsilon, delta, n_users, domain_size, calibration,
                               min_count_fraction, sampling_probability, honest_fraction, degree=degree,
                               graph_dropouts=graph_dropouts)
@@ -172,6 +182,7 @@ def calibrate_dpdg(epsilon, delta, n_users, domain_size, calibration="tight", fr
     """
     from ..privacy import discrete_gaussian as dg
 
+    check_graph_dropouts(degree, graph_dropouts)
     epsilon, delta, n, domain = _common(epsilon, delta, n_users, domain_size, DPDGParameters)
     k = check_integer("fractional-bits", fractional_bits, 0, 30)
     honest = honest_users(n, check_honest_fraction(honest_fraction, n))

@@ -68,8 +68,9 @@ NOISE_CALIBRATIONS = ("tight", "classic")
 SECOND_STAGES = ("uniform", "adaptive")
 
 METHOD_DETAIL = {
-    "exact": "the largest p whose exact delta(eps) of the sampled counts meets the target (hockey-stick divergence "
-             "over the changed pair of items, every other count at its minimum)",
+    "exact": "the largest p whose exact delta(eps) of the sampled counts meets the target, or the p given "
+             "(--sampling-probability) checked to meet it (hockey-stick divergence over the changed pair of items, "
+             "every other count at its minimum; the delta it holds: the profile's delta at eps)",
     "paper": "p = 1 - e^-eps, the choice the paper's variance comparison implies; its delta computed exactly",
     "closed_form": "p = 1 - e^-eps with the loose Chernoff closed form delta = exp(-p (1 - p)^2 m / 3) (derived for "
                    "add/remove neighbours; the replace-one delta is checked exactly too)",
