@@ -17,8 +17,6 @@ import numpy as np
 
 from ..core.messages import MessageBatch
 from ..errors import ParameterError
-from ..privacy.description import PrivacyDescription
-from ..privacy.events import Survivors
 from .results import FrequencyTable
 from .sharing_parties import survivors_parameters, survivors_privacy as sharing_survivors_privacy
 from .tss_parameters import TSSParameters
@@ -227,13 +225,13 @@ class TSSRelease:
     rows: MessageBatch  # what the counts add up: (item, helper sum or recovered share) rows of the released items
     unopened: tuple[int, ...] = ()  # helpers whose sums S2 could not open (blamed, recovered as dropped)
     trust: dict = dataclasses.field(default_factory=lambda: dict(TRUST))
+    task: TSSParameters | None = None  # the task's parameters (default ``parameters``: nobody dropped out)
 
     @property
     def privacy(self):
-        """The guarantee of this release: the recomputed parameters' delta at the calibrated epsilon, with who took
-        part and what the two servers must not do."""
-        p = self.parameters
-        notes = servers_notes(p, self.enrolled - self.survivors)
+        """The guarantee of this release (:func:`survivors_privacy`: the recomputed parameters' delta at the
+        calibrated epsilon, what the two servers must not do), with who took part and what it completed."""
+        notes = []
         if self.recovered:
             shown = ", ".join(map(str, self.recovered[:8])) + (", ..." if len(self.recovered) > 8 else "")
             notes.append(f"items [{shown}] ({len(self.recovered)} in all) were completed by recovery: S2 holds their "
@@ -244,9 +242,8 @@ class TSSRelease:
         notes.append("integrity: each helper's sum and each reporter's entry is trusted (not verifiable without input "
                      "proofs; a count outside [0, |R_j|] is refused); the release's trust says what it trusts of "
                      "each party")
-        return PrivacyDescription.of(Survivors(
-            p.privacy.event, p.delta_at(p.epsilon), self.enrolled, self.survivors, "users whose shares reached S1 (R2)",
-            f"{self.senders} sent report sets", tuple(notes)))
+        return survivors_privacy(self.task or self.parameters, self.survivors, "users whose shares reached S1 (R2)",
+                                 f"{self.senders} sent report sets", notes)
 
 
 class SecondServer:
@@ -424,6 +421,6 @@ class SecondServer:
         folded = np.array(rows, dtype=np.int64).reshape(-1, 2)
         return TSSRelease(table, counts[chosen], h.enrolled, len(h.senders), len(h.survivors), tuple(recovered),
                           lost, recomputed, recomputed.layout.batch({"item": folded[:, 0], "share": folded[:, 1]}),
-                          h.unopened)
+                          h.unopened, task=p)
 
 
