@@ -8,6 +8,7 @@ each member equally likely).
 """
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -91,9 +92,9 @@ def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silen
             inbox.setdefault(h, {})[i] = m
     reporters = s1.reporters(survivors, N)
     shown = lambda h, j: [i for i in reporters[j] if (h, i) != hidden]  # noqa: E731
-    sums = {h: users[h].sums({j: shown(h, j) for j in items}, {
-        i: m for i, m in inbox.get(h, {}).items() if (h, i) != hidden}).message
-            for h, items in election.by_helper.items() if h not in silent_helpers}
+    sums = {h: users[h].sums({j: shown(h, j) for j in items}, {  # (S1's inbox: the election to one not in R2)
+        i: m for i, m in inbox.get(h, {}).items() if (h, i) != hidden}, **({} if h in survivors else attestation))
+            .message for h, items in election.by_helper.items() if h not in silent_helpers}
     for h in garbled:
         sums[h] = b"not a sum"
     unopened = s1.second.unopened(election, sums)
@@ -362,6 +363,59 @@ def test_a_helper_checks_what_he_is_sent():
         fresh().sums(reporters, inbox)
 
 
+@pytest.mark.parametrize("least", [MIN, N_USERS], ids=["6-may-drop", "none-may-drop"])
+def test_a_helper_refuses_lists_that_leave_out_more_reporters_than_may_have_dropped(least):
+    """A reviewer's attack on the helpers' sums: S1 lists one reporter of an item to every helper (relaying only
+    his shares), so that their sums, which S2 opens, add up to his entry. A helper's lists must hold at least
+    m_j - (|R1| - min_survivors) of the item's m_j reporters in S2's attested election (the most that may have
+    missed round 2): one of about 16 is refused, at either minimum, and so are m_j - 1 when nobody may drop out
+    (min_survivors = n), while m_j - 6 are taken when 6 may have. Lists of other items than the election has him
+    help with are refused; a helper who missed round 2 checks the election his inbox carries, and refuses without
+    one."""
+    p = tss_prime()
+    run = play(p, 13, min_survivors=least)
+    attestation = as_inbox(run.election, *SecondServer(p, least, identity=S2_KEY).attest(run.election))
+    helper, items = max(run.election.by_helper.items(), key=lambda e: len(e[1]))
+    resumed = UserState.from_bytes(run.users[helper].state.to_bytes())
+    resumed.answered.remove(3)  # before his round 3
+    again = lambda: TSSUser(p, helper, least, state=UserState.from_bytes(resumed.to_bytes()))  # noqa: E731
+
+    def shown(keep):  # each item's listed reporters and their messages to him
+        lists = {j: keep(j, [i for i in run.reporters[j]]) for j in items}
+        senders = sorted({i for j in items for i in lists[j]} - {helper})
+        return lists, {i: encode(p, SHARES, i, helper, [j for j in items if i in lists[j]],
+                                 [1] * len([j for j in items if i in lists[j]])) for i in senders}
+
+    j0 = items[0]
+    m = run.election.counts[j0]
+    assert resumed.served == {j: run.election.counts[j] for j in items} and resumed.senders == N_USERS and m >= 10
+    assert again().sums(*shown(lambda j, r: r)).message  # the honest lists
+    one = shown(lambda j, r: r[:1] if j == j0 else r)
+    with pytest.raises(ParameterError, match=rf"reporters of item {j0} must be between m_j - \(\|R1\| - "
+                       rf"min_survivors\) = {m} - {N_USERS - least} and m_j = {m} of its reporters.*got 1"):
+        again().sums(*one)
+    fewer = shown(lambda j, r: r[:m - 1] if j == j0 else r)
+    if least == N_USERS:
+        with pytest.raises(ParameterError, match=rf"reporters of item {j0} must be between .* got {m - 1}"):
+            again().sums(*fewer)
+    else:
+        assert again().sums(*shown(lambda j, r: r[:m - (N_USERS - least)] if j == j0 else r)).message
+    with pytest.raises(ParameterError, match=r"items helped must be the items S2's attested election has user"):
+        again().sums({j: run.reporters[j] for j in items[1:]}, shown(lambda j, r: r)[1])
+    if least < N_USERS:  # he sent no shares in round 2, so he is not in R2 (nor listed), and holds no election
+        missed = lambda: TSSUser(p, helper, least, state=UserState(helper, [1], resumed.items,  # noqa: E731
+                                                                    resumed.entries))
+        without = shown(lambda j, r: [i for i in r if i != helper])
+        with pytest.raises(ParameterError, match="second must be S2's identity key"):
+            missed().sums(*without)
+        assert missed().sums(*without, **attestation).message
+        with pytest.raises(ParameterError, match="must be between"):
+            missed().sums(*shown(lambda j, r: [i for i in r[:1] if i != helper] if j == j0 else
+                                 [i for i in r if i != helper]), **attestation)
+    older = {k: v for k, v in json.loads(resumed.to_bytes()).items() if k not in ("senders", "served")}
+    assert UserState.from_bytes(json.dumps(older).encode()).senders == 0  # a state an older release saved
+
+
 def test_the_state_resumes_a_user_between_rounds():
     p = tss_prime()
     a = TSSUser(p, 2, MIN, rng=np.random.default_rng(14))
@@ -540,7 +594,8 @@ def test_what_s2_cannot_check_s1_misstating_m_j():
     """The residual of docs/privacy.md, "Dishonest parties": S2 sees m_j only from S1, so an S1 that misstates them (adding up
     to |R1| alpha N, each at most |R1|) gets one helper attested for up to N - alpha N items in TSS (phi = 0, the
     paper's assumption that no user colludes). S2 then refuses the hand-over if an item has more R2 reporters
-    than the m_j it attested; an m_j above |R1| it refuses to attest at all."""
+    than the m_j it attested, or fewer than m_j less the users who missed round 2 (here item 0's 12 of m_j = 32;
+    without dropouts the hand-over's counts must then be the m_j); an m_j above |R1| it refuses to attest at all."""
     p = tss()
     run = play(p, 25)
     senders, R1 = run.election.senders, len(run.election.senders)
@@ -548,7 +603,9 @@ def test_what_s2_cannot_check_s1_misstating_m_j():
     helpers = tuple(tuple(senders[:c]) for c in counts[:2]) + ((senders[5],), (senders[5],))
     lie = Election(senders, counts, helpers)
     assert SecondServer(p, MIN, identity=S2_KEY).attest(lie)  # attested: the m_j are S1's word
-    with pytest.raises(ParameterError, match=r"handover.reporters\[2\] must be at most"):
+    assert run.handover.reporters[0] == 12 and run.handover.reporters[2] > 1
+    with pytest.raises(ParameterError, match=r"handover.reporters\[0\] must be at most .* at least m_j - "
+                       r"\(\|R1\| - \|R2\|\) = 32 .*got 12"):
         SecondServer(p, MIN).check(dataclasses.replace(run.handover, counts=counts, helpers=helpers, recovery={}))
     with pytest.raises(ParameterError, match="election.counts must be m_j of at most"):
         SecondServer(p, MIN, identity=S2_KEY).attest(Election(senders, (R1 + 1, R1 - 3, 1, 1), helpers))

@@ -182,8 +182,8 @@ class _Recording(TSSUser):
 
     sent = b""
 
-    def sums(self, reporters, shares):
-        out = super().sums(reporters, shares)
+    def sums(self, reporters, shares, election=None, attestation=None, second=None):
+        out = super().sums(reporters, shares, election, attestation, second)
         self.sent = out.message
         return out
 
@@ -392,3 +392,30 @@ def test_a_recovery_s1_asked_about_other_helpers_than_it_hands_over_does_not_ope
         lost = {e["item"]: e["reason"] for e in result["dropouts"]["lost_items"]}
         assert f"sent no usable recovery (e.g. user {target}; or S1 asked him about other helpers" in lost[item]
         assert len(lost) < DOMAIN and result["collection"]["unopened"] >= 1  # his recovery: S2 never read it
+
+
+def test_s1_keeping_all_but_one_reporter_from_every_helper_is_refused_by_the_helpers(sqlite_dbs):
+    """A reviewer's attack: S1 shows every helper of an item one reporter of it (and relays him that reporter's
+    shares only), counting the others in R2 for S2; each helper's sum is then that reporter's share, and S2, which
+    opens the sums, adds them up to his entry. Each helper now checks his lists against the m_j of S2's attested
+    election: at least m_j - (|R1| - min_survivors) reporters an item (here m_j about 16, at most 6 of them
+    absent), so every helper refuses, nothing reaches S2 in round 3, and no item is released."""
+    from service.dishonest_tss import IsolatingS1
+
+    with deploy(sqlite_dbs, first_type=IsolatingS1, target=3) as d:
+        assert step(d, 1) == "round2" and step(d, 2) == "round3"
+        refused = 0
+        for c in d.clients:
+            try:
+                c.send("sums")
+            except ParameterError as err:
+                assert re.search(r"reporters of item \d must be between m_j - \(\|R1\| - min_survivors\) = \d+ - 6 "
+                                 r"and m_j = \d+ of its reporters \(S1 may leave out only those who missed round 2\), "
+                                 r"got [01]", str(err))
+                refused += 1
+        assert refused == len(d.election().by_helper)
+        assert d.close(3) == "handover"
+        assert sorted(d.first.state(d.task_id)["items_lost"]) == list(range(DOMAIN))
+        assert d.first.deliver(d.task_id) == "delivered"  # handed over; S2 releases nothing
+        second = d.second.state(d.task.second_task_id)
+        assert second["state"] == "failed" and "got all 4 lost" in second["failed"]

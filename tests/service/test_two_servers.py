@@ -227,6 +227,8 @@ def test_reporters_who_drop_out_at_rounds_1_and_2_are_left_out(dbs):
         survivors = d.published()["survivors"]
         assert survivors == [u for u in range(N_USERS) if u not in (0, 5, 7, 11)]
         assert set(d.election().by_helper) <= set(range(N_USERS)) - {0, 5}  # helpers elected among R1
+        # a helper who sent no shares checks his lists against the election his round-3 inbox carries, and sums
+        assert {7, 11} & set(d.election().by_helper) and d.published()["recovery"] == {"dropped": [], "lost": []}
         result = d.result()
         p = survivors_parameters(d.task.parameters, len(survivors))
         estimates = {e["item"]: e["estimate"] for e in result["estimates"]}

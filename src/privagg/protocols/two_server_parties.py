@@ -19,7 +19,9 @@ round 2, shares
     theirs are delivered.
 round 3, helper sums
     Helper h sums, per item he serves, the shares R2's reporters sent him (his own too, if he is one of
-    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read). As the round closes, S2 names
+    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read). He refuses an item's list of
+    fewer than m_j - (|R1| - min_survivors) reporters (the attested election's m_j: S1 may leave out only those who
+    missed round 2; docs/privacy.md, "A helper's lists"). As the round closes, S2 names
     the sums that do not open or decode (:meth:`SecondServer.unopened`); their senders count as helpers who sent
     none.
 round 4, recovery (only when helpers missed round 3)
@@ -113,8 +115,9 @@ def elect(parameters, reports: np.ndarray, rng: RNGLike = None) -> tuple[np.ndar
 @dataclass
 class UserState:
     """What a user keeps between rounds: his index, the rounds he answered, his report set and entries (round
-    1), each item's helpers and his shares to them in their order (round 2), the items he sent sums for
-    (round 3). Plain data with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it.
+    1), each item's helpers and his shares to them in their order, and of the election S2 attested |R1| and the m_j
+    of the items he helps with (round 2; ``senders`` 0: not known), the items he sent sums for (round 3). Plain data
+    with an encoding (:meth:`to_bytes`), so that a device or a test harness can store it.
     """
 
     index: int
@@ -124,6 +127,8 @@ class UserState:
     helpers: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     shares: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     summed: list[int] = dataclasses.field(default_factory=list)
+    senders: int = 0
+    served: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return json.dumps({"version": VERSION, **dataclasses.asdict(self)}).encode()
@@ -131,11 +136,11 @@ class UserState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> "UserState":
         try:
-            data = json.loads(raw)
+            data = {"senders": 0, "served": {}, **json.loads(raw)}  # (an older release's state has neither)
             assert data.pop("version") == VERSION and set(data) == {f.name for f in dataclasses.fields(cls)}
             state = cls(data["index"], data["answered"], data["items"], data["entries"],
                         {int(j): h for j, h in data["helpers"].items()}, {int(j): s for j, s in data["shares"].items()},
-                        data["summed"])
+                        data["summed"], data["senders"], {int(j): m for j, m in data["served"].items()})
             assert len(state.entries) == len(state.items) and state.helpers.keys() == state.shares.keys()
             assert all(len(state.helpers[j]) == len(state.shares[j]) for j in state.helpers)
         except Exception:
@@ -193,10 +198,7 @@ class TSSUser:
         p, least = self.parameters, max(1, self.parameters.colluders + 1)
         self._expect(2, 1)
         key = self.second if self.second is not None else second
-        if not key:
-            raise ParameterError("second", "S2's identity key from the task (a task of an older release has none: "
-                                 "recreate it)", "none")
-        elected = check_attested(p, election, attestation, key, self.min_survivors)
+        elected = self._attested(election, attestation, key)
         if self.index not in elected.senders:
             raise ParameterError("election.senders", f"R1 with user {self.index} (he sent his report set)",
                                  "an R1 without him")
@@ -215,16 +217,45 @@ class TSSUser:
         return Outbox(None, {h: encode(p, SHARES, self.index, h, [j for j, _ in pairs], [v for _, v in pairs])
                              for h, pairs in sorted(sent.items())})
 
-    def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes]) -> Outbox:
+    def _attested(self, election, attestation, key) -> Election:
+        """The election S2 attested (:func:`~privagg.protocols.two_server_election.check_attested`), with what a
+        helper checks his round-3 lists against kept: |R1| and the m_j of the items he helps with."""
+        if not key:
+            raise ParameterError("second", "S2's identity key from the task (a task of an older release has none: "
+                                 "recreate it)", "none")
+        elected = check_attested(self.parameters, election, attestation, key, self.min_survivors)
+        self.state.senders = len(elected.senders)
+        self.state.served = {j: elected.counts[j] for j in elected.by_helper.get(self.index, ())}
+        return elected
+
+    def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes], election: list | None = None,
+             attestation: list | None = None, second: list | None = None) -> Outbox:
         """Round 3, as a helper: given each item he serves with its R2 reporters, and the messages those
         reporters sent him, the field sum of the shares per item (his own share too where he is a reporter) and
-        the number of reporters it adds up, as a message to S2 (which checks those numbers against S1's)."""
+        the number of reporters it adds up, as a message to S2 (which checks those numbers against S1's).
+
+        Refused (a ParameterError, and nothing to send) unless the items are those S2's attested election has him
+        help with, and each item's list holds at least m_j - (|R1| - min_survivors) of its m_j reporters: S1 may
+        leave out only reporters who missed round 2, at most |R1| - min_survivors (none at the default
+        min_survivors = n). Keeping all but one reporter from every helper would make their sums his entry, which
+        S2 opens (docs/privacy.md, "A helper's lists"). The election is the one he checked in round 2; a helper who
+        missed round 2 checks the one his inbox carries (``election``, ``attestation``, ``second``: as round 2's)."""
         p = self.parameters
         self._expect(3, 1)
+        if 2 not in self.state.answered:
+            self._attested(election, attestation, self.second if self.second is not None else second)
         items = _items(p, reporters, "items helped")
-        if not items:
-            raise ParameterError("items helped", "at least one item (he takes part in round 3 as a helper)", "none")
+        served = self.state.served
+        if not items or items != sorted(served):
+            raise ParameterError("items helped", f"the items S2's attested election has user {self.index} help with "
+                                 f"{sorted(served)[:8]}", items[:8])
         lists = {j: _users(p, reporters[j], f"reporters of item {j}") for j in items}
+        absent = self.state.senders - self.min_survivors  # the most users of R1 who may have missed round 2
+        for j in items:
+            if not served[j] - absent <= len(lists[j]) <= served[j]:
+                raise ParameterError(f"reporters of item {j}", f"between m_j - (|R1| - min_survivors) = "
+                                     f"{served[j]} - {absent} and m_j = {served[j]} of its reporters (S1 may leave out "
+                                     "only those who missed round 2)", len(lists[j]))
         expected = {}
         for j in items:
             for sender in lists[j]:
@@ -378,14 +409,17 @@ class FirstServer:
 
     def inbox(self, round_: Round, user: int, state: dict, messages: Mapping) -> dict:
         """share: the election as S2 attested it (with S2's key); sums: each item he helps with and its R2 reporters
-        (their shares come with it, relayed); recover: the dropped helpers of his items he is asked about."""
+        (their shares come with it, relayed), and the attested election too for a helper not in R2; recover: the
+        dropped helpers of his items he is asked about."""
         if round_.name == "share":
-            attested = state.get("attestation", {"signature": "", "key": ""})  # none: elected by an older release
-            return self._kept("share inbox", state, ("election", "attestation"), lambda: as_inbox(
-                self.election(state), base64.b64decode(attested["signature"]), base64.b64decode(attested["key"])))
+            return self._attested(state)
         if round_.name == "sums":
             items = self.election(state).by_helper[user]
-            return {"reporters": {j: list(state["reporters"][j]) for j in items}}
+            reporters = {"reporters": {j: list(state["reporters"][j]) for j in items}}
+            if user in self._kept("R2", state, ("survivors",), lambda: set(state["survivors"])):
+                return reporters
+            # a helper who missed round 2 has not checked the election his lists are checked against
+            return {**self._attested(state), **reporters}
         if round_.name == "recover":
             return {"dropped": self.asked(state)[user]}
         return {}
@@ -427,6 +461,12 @@ class FirstServer:
                         unopened_sums={h: m for h, m in sums.items() if h in unopened})
 
     # --- what is published, parsed once a round --------------------------------------------------------------
+    def _attested(self, state: Mapping) -> dict:
+        """The election as S2 attested it, with S2's key, as an inbox carries them (built once a round)."""
+        attested = state.get("attestation", {"signature": "", "key": ""})  # none: elected by an older release
+        return self._kept("share inbox", state, ("election", "attestation"), lambda: as_inbox(
+            self.election(state), base64.b64decode(attested["signature"]), base64.b64decode(attested["key"])))
+
     def election(self, state: Mapping) -> Election:
         """The election S1 published (``state["election"]``), parsed once for as long as the state is the same."""
         return self._kept("election", state, ("election",), lambda: Election.from_dict(state["election"]))

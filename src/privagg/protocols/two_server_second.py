@@ -165,15 +165,18 @@ TRUST = {
           "it reports. integrity: the helpers' sums and recovered shares it hands S2 are checked, each its sender's "
           "signature under the organisation's roster (a hand-over with one S1 swapped fails the task); the shares it "
           "relays are signed by their reporters and checked by the helpers, so it cannot inject one in a reporter's "
-          "name; it may drop users and lose items; "
+          "name; it may drop users and lose items, and is trusted not to choose the dropouts by the report sets; "
           "a reporter it counts for S2 but keeps from a "
-          "helper is caught (each sum says how many reporters it adds up) and his items refused; a recovery it "
+          "helper is caught (each sum says how many reporters it adds up) and his items refused, and each helper "
+          "refuses lists of fewer than m_j - (|R1| - min_survivors) of an item's reporters; a recovery it "
           "asked about other helpers than it hands over does not open for S2 (its seal binds them); must not "
           "collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
-          "about), while S1 does not keep all but one reporter of an item from its helpers (their sums would then "
-          "be that reporter's entry: not detected before S2 opens them); attests only elections that keep the "
+          "about); what S1 can make the helpers' sums of an item hold is its count over all but at most "
+          "|R1| - min_survivors of its reporters (each helper refuses shorter lists), as choosing those as dropouts "
+          "would: S1 is trusted not to choose them by the report sets (none at min_survivors = n); attests only "
+          "elections that keep the "
           "rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
@@ -301,10 +304,12 @@ class SecondServer:
         if len(h.reporters) != N:
             raise ParameterError("handover.reporters", f"one number of reporters for each of the N = {N} items",
                                  len(h.reporters))
+        absent = len(senders) - len(survivors)
         for j, helpers in enumerate(h.helpers):
-            if h.reporters[j] > min(len(survivors), h.counts[j]):
+            if not h.counts[j] - absent <= h.reporters[j] <= min(len(survivors), h.counts[j]):
                 raise ParameterError(f"handover.reporters[{j}]", f"at most |R2| = {len(survivors)} and m_j = "
-                                     f"{h.counts[j]} (R2's reporters of the item are among R1's)", h.reporters[j])
+                                     f"{h.counts[j]}, at least m_j - (|R1| - |R2|) = {h.counts[j] - absent} (R2's "
+                                     "reporters of the item are R1's less those who missed round 2)", h.reporters[j])
         if sum(h.reporters) != len(survivors) * p.report_size:
             raise ParameterError("handover.reporters", f"|R2| alpha N = {len(survivors) * p.report_size} in all "
                                  "(each reporter reports alpha N items)", sum(h.reporters))

@@ -27,8 +27,9 @@ class WrongSumHelper(TSSUser):
     extra = 7
     moved: int | None = None
 
-    def sums(self, reporters, shares) -> Outbox:
-        honest = decode(self.parameters, super().sums(reporters, shares).message, SUMS, self.index)
+    def sums(self, reporters, shares, election=None, attestation=None, second=None) -> Outbox:
+        honest = decode(self.parameters, super().sums(reporters, shares, election, attestation, second).message, SUMS,
+                        self.index)
         values = [(int(v) + (self.extra if k == 0 else 0)) % self.parameters.modulus
                   for k, v in enumerate(honest.values)]
         self.moved = int(honest.items[0]) if len(honest.items) else None
