@@ -1,6 +1,7 @@
 """The command line: JSON reports against their generated schemas, human output, message folders and
 one-line errors with exit status 2."""
 
+import csv
 import json
 import os
 import platform
@@ -879,7 +880,25 @@ def test_compare_prints_the_table_writes_the_plots_and_follows_its_schema(tmp_pa
         assert rows[(protocol, 4.0)]["error_p90"] < rows[(protocol, 1.0)]["error_p90"]
     assert rows[("laplace", 1.0)]["error_p90"] < rows[("fe1", 1.0)]["error_p90"] < rows[("olh", 1.0)]["error_p90"]
     assert {p.name for p in out.iterdir()} == {"compare.csv", "error_vs_epsilon.png", "error_vs_messages.png"}
-    assert (out / "compare.csv").read_text().count("\n") == 9
+    with open(out / "compare.csv", newline="") as f:
+        written = list(csv.DictReader(f))
+    assert len(written) == 8 and all(r["run"].startswith("seeded simulation, not private") for r in written)
+    assert all(r["warnings"] == " | ".join(rows[(r["protocol"], float(r["epsilon"]))]["warnings"]) for r in written)
+
+
+def test_compare_prints_the_weak_choices_estimate_would_warn_of_and_writes_them_in_its_csv(tmp_path):
+    """compare ran each protocol as estimate does but dropped its warnings, so a row at epsilon 12 or delta >= 1/n
+    read as any other (a reviewer's finding); and its CSV's rows did not say they are seeded simulations."""
+    code, stdout, err = run("compare", "--protocols", "grr,gaussian", "--epsilon", "1,12", "--delta", 0.01,
+                            "--trials", 1, "--domain", 16, "--out", tmp_path)
+    assert code == 0, err
+    said = stdout + err
+    assert "warning (grr at eps 12, gaussian at eps 12): epsilon = 12 exceeds 10" in said
+    assert "warning (gaussian at eps 1, gaussian at eps 12): delta = 0.01 is at least 1/n" in said
+    with open(tmp_path / "compare.csv", newline="") as f:
+        written = {(r["protocol"], r["epsilon"]): r for r in csv.DictReader(f)}
+    assert written[("grr", "1.0")]["warnings"] == "" and "exceeds 10" in written[("grr", "12.0")]["warnings"]
+    assert "delta = 0.01 is at least 1/n" in written[("gaussian", "1.0")]["warnings"]
 
 
 def test_compare_needs_delta_for_approximate_protocols_and_records_refusals(tmp_path):

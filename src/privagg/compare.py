@@ -32,7 +32,8 @@ from .simulate.progress import Progress
 # take hours).
 COMPARE_ITEMS_MAX = 2**31
 COLUMNS = ("protocol", "epsilon", "delta", "error_p50", "error_p90", "error_p99", "error_max", "messages_per_user",
-           "bits_per_user", "seconds", "trust", "refused")
+           "bits_per_user", "seconds", "trust", "refused", "warnings", "run")
+RUN = "seeded simulation, not private: errors use the true counts (not for release)"
 
 
 def parse_list(text: str, field: str, kind=float) -> list:
@@ -81,7 +82,7 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
     for entry in entries:
         for epsilon in epsilons:
             row_delta = 0.0 if entry.pure else float(delta)
-            errors, per_user, seconds, refused = [], [], [], None
+            errors, per_user, seconds, refused, warnings = [], [], [], None, []
             for trial in range(trials):
                 try:
                     report, _ = estimate_frequencies(entry.name, codes, encoder, epsilon=epsilon, delta=row_delta,
@@ -93,6 +94,7 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
                         progress("compare", trials - trial, total)
                     break
                 e = report.error
+                warnings += [w for w in report.warnings if w not in warnings]
                 errors.append((e.p50, e.p90, e.p99, e.max_abs))
                 per_user.append(report.messages.per_user)
                 bits_per_message = report.bits_per_message
@@ -105,18 +107,21 @@ def compare(codes: np.ndarray, encoder, protocols: Sequence[str], epsilons: Sequ
             p50, p90, p99, largest = (float(v) for v in np.mean(errors, axis=0))
             messages = float(np.mean(per_user))  # the realised messages per user, mean over the trials
             rows.append(CompareRow(entry.name, epsilon, row_delta, p50, p90, p99, largest, messages,
-                                   messages * bits_per_message, float(np.median(seconds)), entry.trust))
+                                   messages * bits_per_message, float(np.median(seconds)), entry.trust,
+                                   warnings=warnings))
     return CompareReport(input=input_name, n_users=int(codes.size), domain_size=encoder.domain_size, trials=trials,
-                         seed=seed, rows=rows, private=False,
-                         note="seeded simulations, not private runs; errors use the true counts (not for release)")
+                         seed=seed, rows=rows, private=False, note=RUN)
 
 
 def write_csv(report: CompareReport, path: Path) -> None:
+    """The rows, one a line: each with its runs' warnings (joined by " | ") and what it is (``run``: a seeded
+    simulation, not private), so that a row copied out of the file still says so."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(COLUMNS)
         for r in report.rows:
-            writer.writerow([getattr(r, c) if getattr(r, c) is not None else "" for c in COLUMNS])
+            cells = {**{c: getattr(r, c) for c in COLUMNS[:-2]}, "warnings": " | ".join(r.warnings), "run": RUN}
+            writer.writerow(["" if cells[c] is None else cells[c] for c in COLUMNS])
 
 
 def plot(report: CompareReport, out: Path) -> list[Path]:

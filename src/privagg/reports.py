@@ -561,6 +561,7 @@ class CompareRow:
     seconds: float | None = None  # one run's simulation, median over the trials
     trust: str = ""
     refused: str | None = None  # the protocol's error message, when it cannot run this setting
+    warnings: list[str] = field(default_factory=list)  # its runs' legal but weak choices (as estimate prints them)
 
 
 @dataclass

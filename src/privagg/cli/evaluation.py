@@ -154,8 +154,10 @@ def compare_command(
         for heading in ("protocol", "eps", "delta", "p50", "p90", "p99", "max", "msgs/user", "bits/user", "s",
                         "trust"):
             table.add_column(heading, justify="left" if heading in ("protocol", "trust") else "right")
-        refusals = []
+        refusals, warned = [], {}  # a warning -> the rows it is of, printed once
         for r in report.rows:
+            for w in r.warnings:
+                warned.setdefault(w, []).append(f"{r.protocol} at eps {r.epsilon:g}")
             if r.refused is not None:
                 refusals.append(f"refused [{len(refusals) + 1}] {r.protocol} at eps {r.epsilon:g}: {r.refused}")
                 table.add_row(r.protocol, f"{r.epsilon:g}", f"{r.delta:g}", f"refused [{len(refusals)}]", "", "", "",
@@ -167,6 +169,8 @@ def compare_command(
         _console().print(table)
         for refusal in refusals:
             _say(refusal)
+        for w, rows in warned.items():
+            _say(f"warning ({', '.join(rows)}): {w}")
         if out is not None:
             _say(f"wrote compare.csv, error_vs_epsilon.png and error_vs_messages.png to {out}")
 
