@@ -20,7 +20,7 @@ from privagg.protocols.sharing_parties import survivors_parameters
 from privagg.protocols.two_server_messages import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS,
                                                    check_min_survivors, decode, encode, message_bytes)
 from privagg.core import identity
-from privagg.protocols.two_server_election import as_inbox
+from privagg.protocols.two_server_election import CONTEXT, as_inbox
 from privagg.protocols.two_server_parties import Election, FirstServer, Handover, SecondServer, TSSUser, UserState
 
 N_USERS, DOMAIN, MIN = 32, 4, 26
@@ -406,14 +406,61 @@ def test_a_helper_refuses_lists_that_leave_out_more_reporters_than_may_have_drop
         missed = lambda: TSSUser(p, helper, least, state=UserState(helper, [1], resumed.items,  # noqa: E731
                                                                     resumed.entries))
         without = shown(lambda j, r: [i for i in r if i != helper])
-        with pytest.raises(ParameterError, match="second must be S2's identity key"):
+        with pytest.raises(ParameterError, match="election must be S2's attested election in his round-3 inbox"):
             missed().sums(*without)
         assert missed().sums(*without, **attestation).message
         with pytest.raises(ParameterError, match="must be between"):
             missed().sums(*shown(lambda j, r: [i for i in r[:1] if i != helper] if j == j0 else
                                  [i for i in r if i != helper]), **attestation)
     older = {k: v for k, v in json.loads(resumed.to_bytes()).items() if k not in ("senders", "served")}
-    assert UserState.from_bytes(json.dumps(older).encode()).senders == 0  # a state an older release saved
+    saved = lambda: TSSUser(p, helper, least, state=UserState.from_bytes(json.dumps(older).encode()))  # noqa: E731
+    with pytest.raises(ParameterError, match="election must be .* or an older release saved his state"):
+        saved().sums(*shown(lambda j, r: r))  # a state an older release saved: he checks the inbox's election
+    assert saved().sums(*shown(lambda j, r: r), **attestation).message
+
+
+def test_the_floor_on_the_m_j_holds_for_honest_elections_and_refuses_an_s1_claiming_fewer():
+    """A reviewer's attack on the helpers' check: the m_j are S1's word, so S1 had S2 attest m_j = 1 for an item
+    (the others' m_j raised to add up), listed one reporter to its helper, who took the list (1 of m_j = 1), and S2
+    released that reporter's entry as the item's count. In the uniform stage m_j ~ Bin(|R1|, alpha): every party
+    now refuses an election with an m_j below Chernoff's floor (an honest one breaks it with probability at most
+    1e-9: checked here against the exact binomial), so the helpers' lists hold at least that less the users who may
+    have missed round 2. The adaptive stage has no floor (its m_j move with the data)."""
+    from scipy.stats import binom
+
+    from privagg.protocols.two_server_election import ELECTION_FAILURE, check_attested, least_reporters
+
+    for senders in (10, 32, 100, 200, 1000, 10**4, 10**6):
+        for alpha, N in ((0.5, 4), (0.1, 10), (0.01, 100), (0.25, 2**10)):
+            stage = dataclasses.make_dataclass("P", ["second_stage", "report_fraction", "domain_size"])(
+                "uniform", alpha, N)
+            least = least_reporters(stage, senders)
+            assert N * binom.cdf(least - 1, senders, alpha) <= ELECTION_FAILURE  # honest: refused at most so often
+            assert least_reporters(dataclasses.replace(stage, second_stage="adaptive"), senders) == 0
+    assert least_reporters(stage, 10**6) > 0.9 * 10**6 * 0.25  # not vacuous at scale
+    n = 200
+    p = calibrate_tss(1.0, 0.1, n, DOMAIN, min_count_fraction=0.2, report_fraction=0.5, honest_fraction=0.9,
+                      sampling_probability=0.6)
+    least = least_reporters(p, n)
+    assert least == 34
+    rng = np.random.default_rng(31)
+    s1 = FirstServer(p, n)
+    honest = s1.elect({i: s1.check_report_set(TSSUser(p, i, n, rng=rng).report(i % DOMAIN).message, i)
+                       for i in range(n)}, rng)
+    second = SecondServer(p, n, identity=S2_KEY)
+    assert second.attest(honest)
+
+    def claiming(m0):  # item 0's m_j claimed m0, item 1's raised to keep the sum, their helpers drawn to match
+        counts = (m0, honest.counts[1] + honest.counts[0] - m0, *honest.counts[2:])
+        return Election(honest.senders, counts, (honest.senders[:m0], honest.senders[-counts[1]:], *honest.helpers[2:]))
+
+    assert second.attest(claiming(least))
+    lie = claiming(least - 1)
+    with pytest.raises(ParameterError, match=rf"election.counts must be m_j of at least {least} each"):
+        second.attest(lie)
+    signed = as_inbox(lie, identity.sign(S2_KEY, CONTEXT, lie.document(p)), identity.public_key(S2_KEY))
+    with pytest.raises(ParameterError, match=rf"election.counts must be m_j of at least {least} each"):
+        check_attested(p, signed["election"], signed["attestation"], signed["second"], n)  # as every reporter does
 
 
 def test_the_state_resumes_a_user_between_rounds():

@@ -15,6 +15,7 @@ them); it still chooses WHICH users of R1 help, which the guarantee against phi 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from ..core import identity
@@ -22,6 +23,7 @@ from ..errors import ParameterError
 from .roles import parameters_fingerprint
 
 CONTEXT = b"privagg tss election"  # what S2's signature is for; the task is bound by S2's per-task key
+ELECTION_FAILURE = 1e-9  # the chance that an honest uniform-stage election breaks the floor on the m_j (refused)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,26 @@ class Election:
         return identity.canonical({"parameters": parameters_fingerprint(parameters), **self.to_dict()})
 
 
+def least_reporters(parameters, senders: int) -> int:
+    """The floor on every m_j of an election over |R1| = ``senders`` users (docs/privacy.md, "A helper's lists"). In
+    the uniform stage each user puts each item in his set with probability alpha, independently, so m_j ~ Bin(|R1|,
+    alpha): by Chernoff's bound Pr[m_j <= mu - t] <= exp(-t^2 / (2 mu)) with mu = |R1| alpha, which is
+    ELECTION_FAILURE / N at t = sqrt(2 mu ln(N / ELECTION_FAILURE)), so an honest election has an m_j below
+    floor(mu - t) + 1 with probability at most ELECTION_FAILURE (0 when mu <= t: no floor). The adaptive stage's m_j
+    move with the data: no floor (0). The m_j are S1's word; the floor bounds how few reporters it can claim."""
+    p = parameters
+    if p.second_stage != "uniform":
+        return 0
+    mu = senders * p.report_fraction
+    t = math.sqrt(2 * mu * math.log(p.domain_size / ELECTION_FAILURE))
+    return math.floor(mu - t) + 1 if mu > t else 0
+
+
 def check_election(parameters, election: Election, min_survivors: int, field: str = "election") -> None:
     """The rules every honest election keeps, as S2 checks them before attesting and at the hand-over: R1 distinct
-    users of the n, at least ``min_survivors``; one m_j per item, each at most |R1|, adding up to |R1| alpha N (each
-    sender reported alpha N items); H_j max(m_j, phi + 1) distinct users of R1 (m_j for TSS, phi = 0). A
-    ParameterError names the field."""
+    users of the n, at least ``min_survivors``; one m_j per item, each at most |R1| and at least
+    :func:`least_reporters`, adding up to |R1| alpha N (each sender reported alpha N items); H_j max(m_j, phi + 1)
+    distinct users of R1 (m_j for TSS, phi = 0). A ParameterError names the field."""
     p, e = parameters, election
     n, N, phi = p.n_users, p.domain_size, p.colluders
     senders = set(e.senders)
@@ -84,6 +101,12 @@ def check_election(parameters, election: Election, min_survivors: int, field: st
         raise ParameterError(f"{field}.counts", f"m_j of at most |R1| = {len(senders)} each, |R1| alpha N = "
                              f"{len(senders) * p.report_size} in all (each sender reported alpha N items)",
                              f"{max(e.counts)} at most, {sum(e.counts)} in all")
+    least = least_reporters(p, len(senders))
+    if min(e.counts) < least:
+        raise ParameterError(f"{field}.counts", f"m_j of at least {least} each (m_j ~ Bin(|R1| = {len(senders)}, "
+                             f"alpha = {p.report_fraction:g}) in the uniform stage: below it with probability at most "
+                             f"{ELECTION_FAILURE:g} an election; S1 claiming fewer could have helpers sum fewer "
+                             "reporters)", min(e.counts))
     for j, (count, helpers) in enumerate(zip(e.counts, e.helpers)):
         size = max(count, phi + 1) if phi else count
         if len(helpers) != size or len(set(helpers)) != size or not set(helpers) <= senders:

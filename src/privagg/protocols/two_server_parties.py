@@ -242,7 +242,10 @@ class TSSUser:
         missed round 2 checks the one his inbox carries (``election``, ``attestation``, ``second``: as round 2's)."""
         p = self.parameters
         self._expect(3, 1)
-        if 2 not in self.state.answered:
+        if not self.state.senders:  # he missed round 2 (or an older release saved his state): not checked yet
+            if election is None:
+                raise ParameterError("election", "S2's attested election in his round-3 inbox (he holds none: he "
+                                     "missed round 2, or an older release saved his state)", "none")
             self._attested(election, attestation, self.second if self.second is not None else second)
         items = _items(p, reporters, "items helped")
         served = self.state.served
