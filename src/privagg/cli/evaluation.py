@@ -170,7 +170,7 @@ def compare_command(
         for refusal in refusals:
             _say(refusal)
         for w, rows in warned.items():
-            _say(f"warning ({', '.join(rows)}): {w}")
+            _say(f"warning ({', '.join(rows)}): {w}", stderr=True)  # as estimate prints its warnings
         if out is not None:
             _say(f"wrote compare.csv, error_vs_epsilon.png and error_vs_messages.png to {out}")
 

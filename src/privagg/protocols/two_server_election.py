@@ -69,17 +69,25 @@ class Election:
 
 def least_reporters(parameters, senders: int) -> int:
     """The floor on every m_j of an election over |R1| = ``senders`` users (docs/privacy.md, "A helper's lists"). In
-    the uniform stage each user puts each item in his set with probability alpha, independently, so m_j ~ Bin(|R1|,
-    alpha): by Chernoff's bound Pr[m_j <= mu - t] <= exp(-t^2 / (2 mu)) with mu = |R1| alpha, which is
-    ELECTION_FAILURE / N at t = sqrt(2 mu ln(N / ELECTION_FAILURE)), so an honest election has an m_j below
-    floor(mu - t) + 1 with probability at most ELECTION_FAILURE (0 when mu <= t: no floor). The adaptive stage's m_j
-    move with the data: no floor (0). The m_j are S1's word; the floor bounds how few reporters it can claim."""
-    p = parameters
+    the uniform stage each user's set holds each item with probability alpha, and users draw their sets apart, so
+    m_j ~ Bin(|R1|, alpha): the floor is the largest g with N Pr[Bin(|R1|, alpha) < g] <= ELECTION_FAILURE (a union
+    bound over the N items), so that an honest election breaks it with probability at most that. Its lower tail in
+    log space, term by term (no scipy: a reporter checks it too). The adaptive stage's m_j move with the data: no
+    floor (0). The m_j are S1's word; the floor bounds how few reporters it can claim."""
+    p, n = parameters, senders
     if p.second_stage != "uniform":
         return 0
-    mu = senders * p.report_fraction
-    t = math.sqrt(2 * mu * math.log(p.domain_size / ELECTION_FAILURE))
-    return math.floor(mu - t) + 1 if mu > t else 0
+    if p.report_fraction >= 1:  # every user reports every item
+        return n
+    target = math.log(ELECTION_FAILURE / p.domain_size)
+    log_q, log_r, top = math.log(p.report_fraction), math.log1p(-p.report_fraction), math.lgamma(n + 1)
+    tail = -math.inf  # log Pr[Bin(n, alpha) <= k]
+    for k in range(n + 1):
+        term = top - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_r
+        tail = max(tail, term) + math.log1p(math.exp(-abs(tail - term))) if tail > -math.inf else term
+        if tail > target:
+            return k
+    return n
 
 
 def check_election(parameters, election: Election, min_survivors: int, field: str = "election") -> None:
