@@ -179,6 +179,24 @@ def example_args(protocol):
     return args + [a for name, value in example.items() for a in (f"--{name.replace('_', '-')}", value)]
 
 
+def test_calibrate_says_at_what_count_its_standard_error_is():
+    """The standard error calibrate prints (and --max-items' plan line) is each protocol's at a count of its own:
+    an item no user holds for FE1 (its largest), the worst item for OLH, a coordinate at n / 2 for blanket-vector,
+    the threshold phi n for fe-hh; it said "an item" alone (a reviewer's finding: read as any item's)."""
+    for args, at in ((("fe1", "--delta", 1e-10, "--domain", 2**20), "an item no user holds (the largest)"),
+                     (("olh", "--domain", 1024), "the worst item (the largest over the items' counts)"),
+                     (("blanket-vector", "--delta", 1e-8, "--dimension", 20), "a coordinate whose sum is n / 2"),
+                     (("fe-hh", "--delta", 1e-10, "--domain", 2**32, "--phi", 0.01), "an item held by phi n = 1,000 "
+                      "users (the threshold)")):
+        code, out, err = run("calibrate", *args, "--epsilon", 1, "--users", 100_000, "--json")
+        assert code == 0, err
+        assert json.loads(out)["standard_error_at"].startswith(at)
+    code, out, err = run("calibrate", "olh", "--epsilon", 1, "--users", 10_000, "--domain", 1024, "--max-items", 3)
+    assert code == 0, err
+    assert "reports; expected stderr " in out and " at the worst item (the largest over the items' counts); each" in \
+        " ".join(out.split())
+
+
 @pytest.mark.parametrize("protocol,calibration", [(e.name, c) for e in ENTRIES if e.implemented
                                                   for c in e.calibrations if c != "closed_form"])
 def test_calibrate_json_reloads_as_the_calibrated_parameters(protocol, calibration, tmp_path):

@@ -48,6 +48,7 @@ class ExpectedError:
     standard_error: float
     max_error_bound: float  # over all of [B], holds with probability 1 - max_error_beta
     max_error_beta: float
+    standard_error_at: str  # the count standard_error is at, in words (the protocol's expected_error says)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class CalibrationReport:
     standard_error: float
     max_error_bound: float
     max_error_beta: float
+    standard_error_at: str  # the count standard_error is at, in words
     warnings: list[str] = field(default_factory=list)  # legal but weak choices (privacy_warnings)
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # expected, per kind of party
     theory: dict[str, float | str] = field(default_factory=dict)  # the estimate's law and variance

@@ -108,7 +108,7 @@ def _calibrate(entry: ProtocolEntry, *, users: int, domain: int, epsilon: float,
         _console().print(table)
         if planned is not None:
             _say(f"at most {max_items} items a user, {users} users: {planned.reports} reports; expected stderr "
-                 f"{planned.stderr:.4g} an item; each report ({planned.per_report_epsilon:.4g}, "
+                 f"{planned.stderr:.4g} at {planned.stderr_at}; each report ({planned.per_report_epsilon:.4g}, "
                  f"{planned.per_report_delta:.3g})-DP, each user ({planned.epsilon:.4g}, {planned.delta:.3g})-DP "
                  f"by {planned.method}")
         _say_privacy(privacy, profile, verbose)

@@ -247,6 +247,7 @@ class BallsIntoBinsParameters(FrozenParameters):
     def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.standard_error(0, reporters)),
+                "standard_error_at": "an item no user holds (the largest)",
                 "max_error_bound": self.max_error_bound(MAX_ERROR_BETA, reporters), "max_error_beta": MAX_ERROR_BETA}
 
     # --- privacy ---------------------------------------------------------------------------------------

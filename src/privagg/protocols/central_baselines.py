@@ -100,7 +100,8 @@ class _CentralParameters(OneItemReports, FrozenParameters):
 
     def expected_error(self) -> dict[str, float]:
         return {"messages_per_user": 1.0, "bits_per_message": self.bits_per_message,
-                "standard_error": self.noise_sd, "max_error_bound": self.max_error_bound(),
+                "standard_error": self.noise_sd, "standard_error_at": "any item (the noise's alone)",
+                "max_error_bound": self.max_error_bound(),
                 "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:

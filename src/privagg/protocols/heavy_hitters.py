@@ -405,11 +405,11 @@ class HeavyHitterParameters(FrozenParameters):
         """Costs, the standard error at phi m, and alpha: every reported estimate (of at most survivor_cap 2^step
         children) is within alpha of its truth with probability 1 - beta (normal approximation, union bound, the
         largest standard error, at m holders); m: the users counted (default n)."""
-        m = self.counted(reporters)
-        queries = self.survivor_cap << self.step
+        m, queries = self.counted(reporters), self.survivor_cap << self.step
         alpha = float(self.report_standard_error(m, reporters=m)) * _normal_quantile(MAX_ERROR_BETA / (2 * queries))
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.report_standard_error(self.phi * m, reporters=m)),
+                "standard_error_at": f"an item held by phi n = {self.phi * m:,.4g} users (the threshold)",
                 "max_error_bound": alpha, "max_error_beta": MAX_ERROR_BETA}
 
     def derived(self) -> dict[str, Any]:

@@ -157,6 +157,7 @@ class _LocalParameters(OneItemReports, FrozenParameters):
     def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": self.worst_standard_error(reporters),
+                "standard_error_at": "the worst item (the largest over the items' counts)",
                 "max_error_bound": self.max_error_bound(reporters=reporters), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:

@@ -70,7 +70,7 @@ class Parameters(Protocol):
 
     def verify(self) -> None: ...
 
-    def expected_error(self) -> dict[str, float]: ...
+    def expected_error(self) -> dict[str, float | str]: ...  # standard_error_at: the count standard_error is at
 
     def standard_error(self, estimates: Any) -> Any: ...  # the served protocols' take reporters= (with_reporters)
 

@@ -158,6 +158,7 @@ class BlanketHistParameters(OneItemReports, _BlanketParameters):
     def expected_error(self, reporters: int | None = None) -> dict[str, float]:
         return {"messages_per_user": 1.0, "bits_per_message": self.bits_per_message,
                 "standard_error": self.worst_standard_error(reporters),
+                "standard_error_at": "the worst item (the largest over the items' counts)",
                 "max_error_bound": self.max_error_bound(reporters=reporters), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:
@@ -455,6 +456,7 @@ class BlanketVectorParameters(_BlanketParameters):
         n = self.counted(reporters)
         return {"messages_per_user": float(self.coordinates), "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.standard_error(n / 2, reporters=n)),
+                "standard_error_at": "a coordinate whose sum is n / 2 (the largest; an upper bound)",
                 "max_error_bound": self.max_error_bound(reporters=n), "max_error_beta": MAX_ERROR_BETA}
 
     def costs(self) -> dict[str, dict[str, float]]:

@@ -191,6 +191,7 @@ class SharingParameters(FrozenParameters):
         """Costs and errors before any data is seen (each protocol's ``standard_error`` and ``max_error_bound``)."""
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.standard_error(self.largest_count)),
+                "standard_error_at": f"the largest count one item can have, {self.largest_count:,} (the largest)",
                 "max_error_bound": self.max_error_bound(MAX_ERROR_BETA), "max_error_beta": MAX_ERROR_BETA}
 
     @property

@@ -147,6 +147,7 @@ class _OneSparse:
         m = self.counted(reporters)
         return {"messages_per_user": self.messages_per_user, "bits_per_message": self.bits_per_message,
                 "standard_error": float(self.coordinate_standard_error(m / self.dimension, m)),
+                "standard_error_at": f"a coordinate held by m / d = {m / self.dimension:,.4g} users (an upper bound)",
                 "max_error_bound": self.max_error_bound(reporters=m), "max_error_beta": MAX_ERROR_BETA}
 
     def theory(self) -> dict[str, float | str]:

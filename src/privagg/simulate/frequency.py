@@ -502,7 +502,8 @@ def _weighted_expected_error(groups, combined, domain_size: int, messages: int):
     log_term = math.log(2 * domain_size / MAX_ERROR_BETA)
     variance = float(combined.error_variance[worst])
     bound = step * log_term / 3 + math.sqrt((step * log_term / 3) ** 2 + 2 * variance * log_term)
-    return ExpectedError(messages / n, groups[0].bits_per_message, math.sqrt(variance), bound, MAX_ERROR_BETA)
+    return ExpectedError(messages / n, groups[0].bits_per_message, math.sqrt(variance), bound, MAX_ERROR_BETA,
+                         f"the worst category, {worst} (the largest)")
 
 
 def available_memory() -> int | None:

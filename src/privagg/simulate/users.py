@@ -199,6 +199,7 @@ class Plan:
     max_items: int
     reports: int
     stderr: float
+    stderr_at: str
     per_report_epsilon: float
     per_report_delta: float
     epsilon: float
@@ -209,7 +210,7 @@ class Plan:
 
     def __str__(self) -> str:
         return (f"{self.protocol}, {self.n_users} users, at most {self.max_items} item(s) a user: expected stderr "
-                f"{self.stderr:.4g} an item; per report ({self.per_report_epsilon:.4g}, {self.per_report_delta:.3g})"
+                f"{self.stderr:.4g} at {self.stderr_at}; per report ({self.per_report_epsilon:.4g}, {self.per_report_delta:.3g})"
                 f"-DP, the user ({self.epsilon:.4g}, {self.delta:.3g})-DP by {self.method}")
 
 
@@ -241,8 +242,9 @@ def plan(protocol: str, *, epsilon: float, delta: float | None = None, n_users: 
         domain_size = check_integer("domain_size", domain_size, 2) + 1  # the unused slots' code
     parameters = registry.calibrate(protocol, epsilon=per.epsilon, delta=per.delta, n_users=n_users * max_items,
                                     domain_size=domain_size, calibration=calibration, **options)
-    stderr = float(parameters.expected_error()["standard_error"])
-    return Plan(protocol, n_users, max_items, n_users * max_items, stderr, per.epsilon, per.delta, per.user_epsilon,
+    expected = parameters.expected_error()
+    return Plan(protocol, n_users, max_items, n_users * max_items, float(expected["standard_error"]),
+                expected["standard_error_at"], per.epsilon, per.delta, per.user_epsilon,
                 per.user_delta, per.method if max_items > 1 else "the protocol's own guarantee", per.detail,
                 parameters)
 
