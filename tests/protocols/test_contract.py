@@ -235,7 +235,8 @@ def test_the_example_keeps_the_parameters_contract(name):
         assert params.delta == entry.example.get("delta", 0.0) and params.delta_at(params.epsilon) <= params.delta
         assert registry.load_parameters(json.dumps(params.to_dict())) == params
         assert params.privacy.model == entry.topology and params.bits_per_message == params.layout.bits_per_message
-        assert params.messages_per_user > 0 and set(params.expected_error()) >= {"standard_error", "standard_error_at", "max_error_bound"}
+        assert params.messages_per_user > 0 and set(params.expected_error()) >= {"standard_error", "standard_error_at",
+                                                                                 "max_error_bound"}
     assert not isinstance(entry.example, Parameters) and not isinstance(None, Parameters)
 
 

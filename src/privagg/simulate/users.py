@@ -210,7 +210,8 @@ class Plan:
 
     def __str__(self) -> str:
         return (f"{self.protocol}, {self.n_users} users, at most {self.max_items} item(s) a user: expected stderr "
-                f"{self.stderr:.4g} at {self.stderr_at}; per report ({self.per_report_epsilon:.4g}, {self.per_report_delta:.3g})"
+                f"{self.stderr:.4g} at {self.stderr_at}; per report ({self.per_report_epsilon:.4g}, "
+                f"{self.per_report_delta:.3g})"
                 f"-DP, the user ({self.epsilon:.4g}, {self.delta:.3g})-DP by {self.method}")
 
 
