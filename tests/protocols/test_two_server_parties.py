@@ -17,7 +17,7 @@ from scipy.stats import binom
 from privagg.errors import ParameterError
 from privagg.protocols.sampling_calibration import calibrate_dpds, calibrate_tss, calibrate_tss_collusion
 from privagg.protocols.sharing_parties import survivors_parameters
-from privagg.protocols.two_server_messages import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS,
+from privagg.protocols.two_server_messages import (FIRST, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, survivors_bitmap,
                                                    check_min_survivors, decode, encode, message_bytes)
 from privagg.core import identity
 from privagg.protocols.two_server_election import CONTEXT, as_inbox
@@ -92,12 +92,17 @@ def play(parameters, seed: int, silent1=(), silent2=(), silent_helpers=(), silen
             inbox.setdefault(h, {})[i] = m
     reporters = s1.reporters(survivors, N)
     shown = lambda h, j: [i for i in reporters[j] if (h, i) != hidden]  # noqa: E731
-    sums = {h: users[h].sums({j: shown(h, j) for j in items}, {  # (S1's inbox: the election to one not in R2)
-        i: m for i, m in inbox.get(h, {}).items() if (h, i) != hidden}, **({} if h in survivors else attestation))
-            .message for h, items in election.by_helper.items() if h not in silent_helpers}
+    r2, sums = list(survivors_bitmap(survivors, n)), {}
+    for h, items in election.by_helper.items():
+        if h not in silent_helpers:
+            try:  # (S1's inbox: the election to one not in R2)
+                sums[h] = users[h].sums({j: shown(h, j) for j in items}, {i: m for i, m in inbox.get(h, {}).items()
+                                        if (h, i) != hidden}, r2, **({} if h in survivors else attestation)).message
+            except ParameterError:  # he refused his lists: he sends no sum
+                pass
     for h in garbled:
         sums[h] = b"not a sum"
-    unopened = s1.second.unopened(election, sums)
+    unopened = s1.second.unopened(election, sums, sorted(survivors), [len(r) for r in reporters])
     sums = {h: m for h, m in sums.items() if h not in unopened}
     plan = s1.plan(election, reporters, list(sums))
     recoveries = {i: users[i].recover(asked).message for i, asked in plan.asked(reporters).items()
@@ -354,24 +359,26 @@ def test_a_helper_checks_what_he_is_sent():
     again = lambda: TSSUser(p, helper, MIN, state=UserState.from_bytes(resumed.to_bytes()))  # noqa: E731
     inbox = {i: encode(p, SHARES, i, helper, [j for j in items if i in reporters[j]],
                        [1] * len([j for j in items if i in reporters[j]])) for i in senders}
-    assert decode(p, again().sums(reporters, inbox).message, SUMS, helper).items.tolist() == items
+    r2 = list(survivors_bitmap(run.survivors, N_USERS))
+    assert decode(p, again().sums(reporters, inbox, r2).message, SUMS, helper).items.tolist() == items
     with pytest.raises(ParameterError, match="round-2 shares must be one message from each listed reporter"):
-        again().sums(reporters, {i: m for i, m in inbox.items() if i != senders[0]})
+        again().sums(reporters, {i: m for i, m in inbox.items() if i != senders[0]}, r2)
     with pytest.raises(ParameterError, match="message.sender"):
-        again().sums(reporters, {**inbox, senders[0]: inbox[senders[1]]})
+        again().sums(reporters, {**inbox, senders[0]: inbox[senders[1]]}, r2)
     with pytest.raises(ParameterError, match="each round is answered once"):
-        fresh().sums(reporters, inbox)
+        fresh().sums(reporters, inbox, r2)
 
 
 @pytest.mark.parametrize("least", [MIN, N_USERS], ids=["6-may-drop", "none-may-drop"])
 def test_a_helper_refuses_lists_that_leave_out_more_reporters_than_may_have_dropped(least):
     """A reviewer's attack on the helpers' sums: S1 lists one reporter of an item to every helper (relaying only
-    his shares), so that their sums, which S2 opens, add up to his entry. A helper's lists must hold at least
-    m_j - (|R1| - min_survivors) of the item's m_j reporters in S2's attested election (the most that may have
-    missed round 2): one of about 16 is refused, at either minimum, and so are m_j - 1 when nobody may drop out
-    (min_survivors = n), while m_j - 6 are taken when 6 may have. Lists of other items than the election has him
-    help with are refused; a helper who missed round 2 checks the election his inbox carries, and refuses without
-    one."""
+    his shares), so that their sums, which S2 opens, add up to his entry. A helper's lists must be within R2 (shown
+    to him; at least min_survivors users) and hold at least m_j - (|R1| - |R2|) of the item's m_j reporters in S2's
+    attested election: one of about 16 is refused, and so is m_j - 1 with nobody dropped out, at either minimum (a
+    second reviewer's attack: min_survivors below n let S1 leave one reporter of each item out with nobody
+    dropped), while m_j - 6 are taken when 6 users of R1 are not in R2. Lists of other items than the election has
+    him help with, or naming a user outside R2, are refused, and so is an R2 below the minimum; a helper who missed
+    round 2 checks the election his inbox carries, and refuses without one."""
     p = tss_prime()
     run = play(p, 13, min_survivors=least)
     attestation = as_inbox(run.election, *SecondServer(p, least, identity=S2_KEY).attest(run.election))
@@ -380,38 +387,44 @@ def test_a_helper_refuses_lists_that_leave_out_more_reporters_than_may_have_drop
     resumed.answered.remove(3)  # before his round 3
     again = lambda: TSSUser(p, helper, least, state=UserState.from_bytes(resumed.to_bytes()))  # noqa: E731
 
-    def shown(keep):  # each item's listed reporters and their messages to him
-        lists = {j: keep(j, [i for i in run.reporters[j]]) for j in items}
+    def shown(keep, out=()):  # each item's listed reporters, their messages to him, R2 (less ``out``)
+        lists = {j: keep(j, [i for i in run.reporters[j] if i not in out]) for j in items}
         senders = sorted({i for j in items for i in lists[j]} - {helper})
         return lists, {i: encode(p, SHARES, i, helper, [j for j in items if i in lists[j]],
-                                 [1] * len([j for j in items if i in lists[j]])) for i in senders}
+                                 [1] * len([j for j in items if i in lists[j]])) for i in senders}, list(
+            survivors_bitmap([u for u in run.survivors if u not in out], N_USERS))
 
     j0 = items[0]
     m = run.election.counts[j0]
     assert resumed.served == {j: run.election.counts[j] for j in items} and resumed.senders == N_USERS and m >= 10
     assert again().sums(*shown(lambda j, r: r)).message  # the honest lists
     one = shown(lambda j, r: r[:1] if j == j0 else r)
-    with pytest.raises(ParameterError, match=rf"reporters of item {j0} must be between m_j - \(\|R1\| - "
-                       rf"min_survivors\) = {m} - {N_USERS - least} and m_j = {m} of its reporters.*got 1"):
+    with pytest.raises(ParameterError, match=rf"reporters of item {j0} must be between m_j - \(\|R1\| - \|R2\|\) "
+                       rf"= {m} - 0 and m_j = {m} of its reporters.*got 1"):
         again().sums(*one)
-    fewer = shown(lambda j, r: r[:m - 1] if j == j0 else r)
-    if least == N_USERS:
-        with pytest.raises(ParameterError, match=rf"reporters of item {j0} must be between .* got {m - 1}"):
-            again().sums(*fewer)
+    with pytest.raises(ParameterError, match=rf"reporters of item {j0} must be between .* got {m - 1}"):
+        again().sums(*shown(lambda j, r: r[:m - 1] if j == j0 else r))  # one left out, nobody dropped
+    dropped = [i for i in run.reporters[j0] if i != helper][:N_USERS - least]  # R2 without them: R1 less 6
+    if least < N_USERS:
+        assert again().sums(*shown(lambda j, r: r, dropped)).message
+        lists, messages, _ = shown(lambda j, r: r, dropped[1:])
+        with pytest.raises(ParameterError, match=rf"reporters of item \d must be users of R2, got \[{dropped[0]}\]"):
+            again().sums({j: sorted({*lists[j], dropped[0]}) if j == j0 else lists[j] for j in items}, messages,
+                         shown(lambda j, r: r, dropped)[2])
     else:
-        assert again().sums(*shown(lambda j, r: r[:m - (N_USERS - least)] if j == j0 else r)).message
+        with pytest.raises(ParameterError, match=rf"survivors must be R2 of at least min_survivors = {N_USERS}"):
+            again().sums(*shown(lambda j, r: r, run.reporters[j0][:1]))
     with pytest.raises(ParameterError, match=r"items helped must be the items S2's attested election has user"):
-        again().sums({j: run.reporters[j] for j in items[1:]}, shown(lambda j, r: r)[1])
+        again().sums({j: run.reporters[j] for j in items[1:]}, *shown(lambda j, r: r)[1:])
     if least < N_USERS:  # he sent no shares in round 2, so he is not in R2 (nor listed), and holds no election
         missed = lambda: TSSUser(p, helper, least, state=UserState(helper, [1], resumed.items,  # noqa: E731
                                                                     resumed.entries))
-        without = shown(lambda j, r: [i for i in r if i != helper])
+        without = shown(lambda j, r: r, [helper])
         with pytest.raises(ParameterError, match="election must be S2's attested election in his round-3 inbox"):
             missed().sums(*without)
         assert missed().sums(*without, **attestation).message
         with pytest.raises(ParameterError, match="must be between"):
-            missed().sums(*shown(lambda j, r: [i for i in r[:1] if i != helper] if j == j0 else
-                                 [i for i in r if i != helper]), **attestation)
+            missed().sums(*shown(lambda j, r: r[:1] if j == j0 else r, [helper]), **attestation)
     older = {k: v for k, v in json.loads(resumed.to_bytes()).items() if k not in ("senders", "served")}
     saved = lambda: TSSUser(p, helper, least, state=UserState.from_bytes(json.dumps(older).encode()))  # noqa: E731
     with pytest.raises(ParameterError, match="election must be .* or an older release saved his state"):
@@ -622,21 +635,19 @@ def test_a_count_outside_its_reporters_is_refused_not_released():
     assert any("integrity" in c for c in inside.privacy.caveats)
 
 
-def test_a_reporter_s1_keeps_from_a_helper_loses_his_items_not_silently():
-    """S1 counts reporter i in R2 for S2 but keeps him and his shares from one helper of his items (the helper sums
-    the others: i's entry would silently leave the counts). Each helper's sum says how many reporters it adds
-    up; S2 refuses the items where that is not S1's |R_j| (blaming S1 or the helper: it cannot tell which), and
-    releases the rest exactly."""
+def test_a_reporter_s1_keeps_from_a_helper_is_refused_by_the_helper_and_his_items_recovered():
+    """S1 counts reporter i in R2 for S2 but keeps him and his shares from one helper of his items (the helper
+    would sum the others: i's entry would silently leave the counts). With nobody dropped out, that helper's list
+    for i's items is short of m_j - (|R1| - |R2|) = m_j: he refuses it and sends no sum, so his items are recovered
+    in round 4 and released exactly (before, he summed, and S2 refused the items when his count disagreed)."""
     p = tss_prime()
     honest = play(p, 24)
     helper, items = sorted(honest.election.by_helper.items())[0]
     reporter = next(i for i in honest.survivors if i != helper and set(honest.survivors[i]) & set(items))
     run = play(p, 24, hidden=(helper, reporter))
+    assert helper not in run.sums and set(run.handover.recovery) == set(items)
     released = release(run)
-    refused = sorted(set(items) & set(run.survivors[reporter]))
-    assert sorted(released.lost) == refused and "summed the shares of other than" in released.lost[refused[0]]
-    kept = [j for j in range(DOMAIN) if j not in refused]
-    assert released.counts.tolist() == run.truth()[kept].tolist()
+    assert not released.lost and released.counts.tolist() == run.truth().tolist()
 
 
 def test_what_s2_cannot_check_s1_misstating_m_j():

@@ -8,7 +8,8 @@ one that lies in one way.
   to his sum of one item (his first).
 * :class:`EverySumUnopenedS2`: S2 saying, as round 3 closes, that no helper's sum opens (to be handed shares).
 * :class:`IsolatingS1`: S1 keeping every reporter but ``target`` (and their shares) from every helper, counting
-  them all in R2 for S2, so that the helpers' sums of each item add up to ``target``'s entry.
+  them all in R2 for S2, so that the helpers' sums of each item add up to ``target``'s entry (or, ``without``,
+  keeping ``target`` alone from them).
 * :class:`SubstitutingS1`: S1 handing S2, for one helper, a sum it sealed to S2 itself (his own plus ``extra`` on his
   first item), with the helper's stored signature of the sum he did send.
 """
@@ -86,23 +87,25 @@ class EverySumUnopenedS2(SecondService):
 
 
 class _IsolatingLists(FirstServer):
-    target = 0
+    target, without = 0, False
 
     def inbox(self, round_, user, state, messages):
         inbox = super().inbox(round_, user, state, messages)
         if round_.name == "sums":
-            inbox["reporters"] = {j: [i for i in r if i == self.target] for j, r in inbox["reporters"].items()}
+            inbox["reporters"] = {j: [i for i in r if (i == self.target) != self.without]
+                                  for j, r in inbox["reporters"].items()}
         return inbox
 
 
 class IsolatingS1(FirstService):
     """S1 showing each helper only reporter ``target`` of each item, and relaying him only ``target``'s shares (the
-    reviewer's attack on the helpers' sums: docs/privacy.md, "A helper's lists")."""
+    reviewer's attack on the helpers' sums: docs/privacy.md, "A helper's lists"); ``without=True``: every reporter
+    but ``target``, counted in R2 all the same (the second reviewer's: one left out, nobody dropped)."""
 
-    def __init__(self, *args, target: int = 0, **options) -> None:
+    def __init__(self, *args, target: int = 0, without: bool = False, **options) -> None:
         super().__init__(*args, **options)
-        self.lists = type("Lists", (_IsolatingLists,), {"target": target})
-        self.target = target
+        self.lists = type("Lists", (_IsolatingLists,), {"target": target, "without": without})
+        self.target, self.without = target, without
 
     def _coordinator(self, task):
         if task.task_id not in self._coordinators:
@@ -110,7 +113,7 @@ class IsolatingS1(FirstService):
         return super()._coordinator(task)
 
     def _relayed_to(self, c, task_id, number, user) -> list:
-        return [row for row in super()._relayed_to(c, task_id, number, user) if row[0] == self.target]
+        return [row for row in super()._relayed_to(c, task_id, number, user) if (row[0] == self.target) != self.without]
 
 
 class SubstitutingS1(FirstService):

@@ -159,8 +159,8 @@ def test_s1_cannot_have_an_honest_helper_named_for_a_sum_that_did_not_open(sqlit
     from privagg.service.two_servers.servers import SecondClient, check_senders
 
     unopened = SecondClient.unopened
-    monkeypatch.setattr(SecondClient, "unopened", lambda self, election, sums: unopened(
-        self, election, {**sums, min(sums): b"junk"}))
+    monkeypatch.setattr(SecondClient, "unopened", lambda self, election, sums, *counted: unopened(
+        self, election, {**sums, min(sums): b"junk"}, *counted))
     with deploy(sqlite_dbs) as d:
         step(d, 1)
         step(d, 2)
@@ -182,8 +182,8 @@ class _Recording(TSSUser):
 
     sent = b""
 
-    def sums(self, reporters, shares, election=None, attestation=None, second=None):
-        out = super().sums(reporters, shares, election, attestation, second)
+    def sums(self, reporters, shares, survivors, election=None, attestation=None, second=None):
+        out = super().sums(reporters, shares, survivors, election, attestation, second)
         self.sent = out.message
         return out
 
@@ -398,8 +398,8 @@ def test_s1_keeping_all_but_one_reporter_from_every_helper_is_refused_by_the_hel
     """A reviewer's attack: S1 shows every helper of an item one reporter of it (and relays him that reporter's
     shares only), counting the others in R2 for S2; each helper's sum is then that reporter's share, and S2, which
     opens the sums, adds them up to his entry. Each helper now checks his lists against the m_j of S2's attested
-    election: at least m_j - (|R1| - min_survivors) reporters an item (here m_j about 16, at most 6 of them
-    absent), so every helper refuses, nothing reaches S2 in round 3, and no item is released."""
+    election: at least m_j - (|R1| - |R2|) reporters an item, R2 shown to him (here m_j about 16, nobody absent), so
+    every helper refuses, nothing reaches S2 in round 3, and no item is released."""
     from service.dishonest_tss import IsolatingS1
 
     with deploy(sqlite_dbs, first_type=IsolatingS1, target=3) as d:
@@ -409,7 +409,7 @@ def test_s1_keeping_all_but_one_reporter_from_every_helper_is_refused_by_the_hel
             try:
                 c.send("sums")
             except ParameterError as err:
-                assert re.search(r"reporters of item \d must be between m_j - \(\|R1\| - min_survivors\) = \d+ - 6 "
+                assert re.search(r"reporters of item \d must be between m_j - \(\|R1\| - \|R2\|\) = \d+ - 0 "
                                  r"and m_j = \d+ of its reporters \(S1 may leave out only those who missed round 2\), "
                                  r"got [01]", str(err))
                 refused += 1
@@ -419,3 +419,33 @@ def test_s1_keeping_all_but_one_reporter_from_every_helper_is_refused_by_the_hel
         assert d.first.deliver(d.task_id) == "delivered"  # handed over; S2 releases nothing
         second = d.second.state(d.task.second_task_id)
         assert second["state"] == "failed" and "got all 4 lost" in second["failed"]
+
+
+def test_s1_leaving_one_reporter_out_of_every_list_with_nobody_dropped_is_refused_by_his_items_helpers(sqlite_dbs):
+    """A second reviewer's attack: with min_survivors = 26 of 32, a helper took lists short by up to 6 reporters
+    (who might have missed round 2) though nobody had, so S1 could leave a different reporter out of each item's
+    lists, R2 unchanged. The helper is now shown R2 (his seal binds it, and S2 opens the sums only with the R2 and
+    |R_j| S1 names as round 3 closes, which must add up): with nobody dropped, an item's list must hold all of its
+    m_j reporters, so every helper of user 3's items refuses, those items are lost (and any other whose every
+    helper is among them), and the others are released exactly (recovered where some of their helpers refused)."""
+    from service.dishonest_tss import IsolatingS1
+
+    with deploy(sqlite_dbs, first_type=IsolatingS1, target=3, without=True) as d:
+        assert step(d, 1) == "round2" and step(d, 2) == "round3"
+        election, his = d.election(), set(d.client(3).role.state.items)
+        refused = set()
+        for c in d.clients:
+            try:
+                c.send("sums")
+            except ParameterError as err:
+                assert "must be between m_j - (|R1| - |R2|) = " in str(err) and " - 0 and m_j" in str(err)
+                refused.add(c.user)
+        assert refused == {h for j in his for h in election.helpers[j]}
+        d.close(3)
+        step(d, 4)
+        result = d.result()
+        lost = {e["item"] for e in result["dropouts"]["lost_items"]}
+        assert his <= lost == {j for j in range(DOMAIN) if set(election.helpers[j]) <= refused}
+        p, truth = d.task.parameters, d.truth(range(N_USERS))
+        assert {e["item"]: round(e["estimate"] * p.effective_probability) for e in result["estimates"]} == {
+            j: truth[j] for j in range(DOMAIN) if j not in lost}

@@ -11,6 +11,7 @@ hand-over, once, from S1 only, and a sealed sum replayed under another helper's 
 """
 
 import base64
+import dataclasses
 import json
 import os
 import signal
@@ -37,7 +38,7 @@ from privagg.errors import ParameterError
 from privagg.protocols.sampling_calibration import (calibrate_dpds as ss_calibrate_dpds, calibrate_tss,
                                                     calibrate_tss_collusion)
 from privagg.protocols.sharing_parties import survivors_parameters
-from privagg.protocols.two_server_messages import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, encode
+from privagg.protocols.two_server_messages import FIRST, MAGIC, REPORT_SET, SHARES, SUMS, encode, survivors_bitmap
 from privagg.protocols.two_server_parties import Election
 from privagg.service import storage
 from privagg.service.keys import KeyEncryptionKey
@@ -516,7 +517,7 @@ def test_an_older_s1_database_is_upgraded_and_its_tasks_keep_their_state(dbs):
     early = sorted(election.by_helper)[0]  # his sums arrived before the upgrade
     items = election.by_helper[early]
     sums = clients[early].role.sums({j: reporters[j] for j in items}, {
-        u: m for (u, h), m in plain.items() if h == early}).message
+        u: m for (u, h), m in plain.items() if h == early}, list(survivors_bitmap(survivors, N_USERS))).message
     seal = _suite(KEM).encrypt
     old = database_at(dbs["s1"], "s1", "s1_0002")
     meta = sa.MetaData()
@@ -825,6 +826,41 @@ def test_s2_answers_s1s_questions_only_with_the_relay_token_and_a_valid_election
         assert d.first.advance(d.task_id) == "round2" and d.second.attested._value.get() == 1
         good = json.dumps({"election": d.election().to_dict(), "sums": "all"}).encode()
         assert refusal(d.second.open_sums, second_id, f"Bearer {token}", good) == (400, "malformed")
+
+
+def test_s2_opens_no_sum_before_r2_and_the_counts_add_up_and_holds_s1_to_them(sqlite_dbs):
+    """As round 3 closes S1 names S2 R2 and each item's |R_j|, which the helpers' seals bind: S2 refuses ones that
+    do not keep the rules (400 ``bad_counts``: |R_j| adding up to other than |R2| alpha N, an R2 below the minimum)
+    before it opens any sum, keeps the first it takes, refuses another (409 ``counts_differ``), and fails a
+    hand-over whose R2 and |R_j| are not those (a lying S1 could otherwise name some that open a sum it isolated,
+    then hand over others)."""
+    with deploy(sqlite_dbs) as d:
+        second_id, auth = d.task.second_task_id, f"Bearer {d.row().relay_token}"
+        step(d, 1)
+        step(d, 2)
+        election, published = d.election(), d.published()
+        survivors, reporters = published["survivors"], [len(r) for r in published["reporters"]]
+
+        def ask(r2, counts):
+            return json.dumps({"election": election.to_dict(), "survivors": r2, "reporters": counts,
+                               "sums": []}).encode()
+
+        moved = [reporters[0] - 1, reporters[1] + 1, *reporters[2:]]  # one reporter left out of item 0's lists
+        assert refusal(d.second.open_sums, second_id, auth, ask(survivors, [reporters[0] - 1, *reporters[1:]])) == (
+            400, "bad_counts")
+        assert refusal(d.second.open_sums, second_id, auth, ask(survivors[:MIN - 1], reporters)) == (400, "bad_counts")
+        assert refusal(d.second.open_sums, second_id, auth, ask(survivors, moved)) == (400, "bad_counts")
+        assert d.second.open_sums(second_id, auth, ask(survivors, reporters)) == {"unopened": []}
+        fewer = survivors[:-1]  # one fewer in R2: the counts of his items one fewer
+        gone = d.client(survivors[-1]).role.state.items
+        assert refusal(d.second.open_sums, second_id, auth, ask(fewer, [c - (j in gone) for j, c in enumerate(
+            reporters)])) == (409, "counts_differ")
+        assert run_rounds(d) == "handover"
+        honest = d.first.handover(d.task_id)
+        lying = dataclasses.replace(honest, survivors=tuple(fewer), reporters=tuple(
+            c - (j in gone) for j, c in enumerate(reporters)))
+        with pytest.raises(Refused, match="handover.survivors must be the R2 and \\|R_j\\| S1 named S2 as round 3"):
+            d.second.receive(second_id, auth, json.dumps(lying.to_dict()).encode())
 
 
 def test_the_tasks_carry_s2s_identity_key_checked():

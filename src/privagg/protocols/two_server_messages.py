@@ -156,6 +156,24 @@ def _users(parameters: TSSParameters, users: Sequence[int], what: str) -> list[i
     return listed
 
 
+def survivors_bitmap(users, n_users: int) -> bytes:
+    """R2 as the bitmap a helper's round-3 inbox carries and his seal binds: bit i % 8 of byte i // 8 set for
+    each user i of ``users`` (ceil(n / 8) bytes)."""
+    bits = np.zeros(-(-n_users // 8) * 8, dtype=np.uint8)
+    bits[np.asarray(list(users), dtype=np.int64)] = 1
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def bitmap_users(raw: bytes, n_users: int, what: str) -> set[int]:
+    """The users of a :func:`survivors_bitmap`, else a ParameterError naming ``what``."""
+    if len(raw) != -(-n_users // 8):
+        raise ParameterError(what, f"a bitmap of the n = {n_users} users ({-(-n_users // 8)} bytes)", len(raw))
+    users = np.flatnonzero(np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little"))
+    if users.size and users[-1] >= n_users:
+        raise ParameterError(what, f"a bitmap of the n = {n_users} users (no bit past them)", int(users[-1]))
+    return set(users.tolist())
+
+
 def _items(parameters: TSSParameters, mapping: Mapping, what: str) -> list[int]:
     if not isinstance(mapping, Mapping):
         raise ParameterError(what, "a mapping item -> users", type(mapping).__name__)

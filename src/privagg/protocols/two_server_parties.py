@@ -19,9 +19,10 @@ round 2, shares
     theirs are delivered.
 round 3, helper sums
     Helper h sums, per item he serves, the shares R2's reporters sent him (his own too, if he is one of
-    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read). He refuses an item's list of
-    fewer than m_j - (|R1| - min_survivors) reporters (the attested election's m_j: S1 may leave out only those who
-    missed round 2; docs/privacy.md, "A helper's lists"). As the round closes, S2 names
+    them) and sends the sums to S2, sealed to S2 (S1 relays what it cannot read), the seal binding R2 (shown to
+    him) and his numbers of reporters. He refuses an item's list of fewer than m_j - (|R1| - |R2|) reporters, or
+    of users outside R2 (the attested election's m_j: S1 may leave out only those who missed round 2;
+    docs/privacy.md, "A helper's lists"). As the round closes, S2 names
     the sums that do not open or decode (:meth:`SecondServer.unopened`); their senders count as helpers who sent
     none.
 round 4, recovery (only when helpers missed round 3)
@@ -56,11 +57,12 @@ from .roles import MultiRound, Outbox, Round
 from .sampling_sharing import bernoulli
 from .sharing_parties import HELD_BYTES, survivors_parameters
 from .tss_parameters import TSSParameters
-from .two_server_election import Election, as_inbox, check_attested
+from .two_server_election import Election, as_inbox, check_attested, raw_bytes
 from .two_server_second import (Handover, SecondServer, TSSRelease, asked_of,  # noqa: F401 (S2's, re-exported)
                                 survivors_privacy)
 from .two_server_messages import (FIRST, HEADER, INDEX, RECOVERY, REPORT_SET, SECOND, SHARES, SUMS, VERSION, _items,
-                                  _users, check_min_survivors, decode, encode, message_bytes, message_entries)
+                                  _users, bitmap_users, check_min_survivors, decode, encode, message_bytes,
+                                  message_entries, survivors_bitmap)
 
 # --- the draws: report sets, shares of an entry, the election ----------------------------------------------
 
@@ -228,18 +230,21 @@ class TSSUser:
         self.state.served = {j: elected.counts[j] for j in elected.by_helper.get(self.index, ())}
         return elected
 
-    def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes], election: list | None = None,
-             attestation: list | None = None, second: list | None = None) -> Outbox:
-        """Round 3, as a helper: given each item he serves with its R2 reporters, and the messages those
-        reporters sent him, the field sum of the shares per item (his own share too where he is a reporter) and
-        the number of reporters it adds up, as a message to S2 (which checks those numbers against S1's).
+    def sums(self, reporters: Mapping[int, Sequence[int]], shares: Mapping[int, bytes], survivors: list,
+             election: list | None = None, attestation: list | None = None, second: list | None = None) -> Outbox:
+        """Round 3, as a helper: given each item he serves with its R2 reporters, R2 (``survivors``: its bitmap,
+        :func:`~privagg.protocols.two_server_messages.survivors_bitmap`, as a list of byte values), and the messages
+        those reporters sent him, the field sum of the shares per item (his own share too where he is a reporter)
+        and the number of reporters it adds up, as a message to S2 (which checks those numbers against S1's). A
+        service seals it binding R2 and those numbers (``round_tasks.second_info``): S2 opens it only with the R2
+        and the |R_j| S1 names to it as round 3 closes, which it checks add up and holds the hand-over to.
 
         Refused (a ParameterError, and nothing to send) unless the items are those S2's attested election has him
-        help with, and each item's list holds at least m_j - (|R1| - min_survivors) of its m_j reporters: S1 may
-        leave out only reporters who missed round 2, at most |R1| - min_survivors (none at the default
-        min_survivors = n). Keeping all but one reporter from every helper would make their sums his entry, which
-        S2 opens (docs/privacy.md, "A helper's lists"). The election is the one he checked in round 2; a helper who
-        missed round 2 checks the one his inbox carries (``election``, ``attestation``, ``second``: as round 2's)."""
+        help with, R2 holds at least min_survivors users and at most |R1|, each list is within R2, and holds at
+        least m_j - (|R1| - |R2|) of the item's m_j reporters: S1 may leave out only reporters who missed round 2.
+        Keeping all but one reporter from every helper would make their sums his entry, which S2 opens
+        (docs/privacy.md, "A helper's lists"). The election is the one he checked in round 2; a helper who missed
+        round 2 checks the one his inbox carries (``election``, ``attestation``, ``second``: as round 2's)."""
         p = self.parameters
         self._expect(3, 1)
         if not self.state.senders:  # he missed round 2 (or an older release saved his state): not checked yet
@@ -247,18 +252,24 @@ class TSSUser:
                 raise ParameterError("election", "S2's attested election in his round-3 inbox (he holds none: he "
                                      "missed round 2, or an older release saved his state)", "none")
             self._attested(election, attestation, self.second if self.second is not None else second)
+        r2 = bitmap_users(raw_bytes(survivors, "survivors", -(-p.n_users // 8)), p.n_users, "survivors")
+        if not self.min_survivors <= len(r2) <= self.state.senders:
+            raise ParameterError("survivors", f"R2 of at least min_survivors = {self.min_survivors} and at most "
+                                 f"|R1| = {self.state.senders} users", len(r2))
         items = _items(p, reporters, "items helped")
         served = self.state.served
         if not items or items != sorted(served):
             raise ParameterError("items helped", f"the items S2's attested election has user {self.index} help with "
                                  f"{sorted(served)[:8]}", items[:8])
         lists = {j: _users(p, reporters[j], f"reporters of item {j}") for j in items}
-        absent = self.state.senders - self.min_survivors  # the most users of R1 who may have missed round 2
+        absent = self.state.senders - len(r2)  # the users of R1 who missed round 2
         for j in items:
+            if not set(lists[j]) <= r2:
+                raise ParameterError(f"reporters of item {j}", "users of R2", sorted(set(lists[j]) - r2)[:5])
             if not served[j] - absent <= len(lists[j]) <= served[j]:
-                raise ParameterError(f"reporters of item {j}", f"between m_j - (|R1| - min_survivors) = "
-                                     f"{served[j]} - {absent} and m_j = {served[j]} of its reporters (S1 may leave out "
-                                     "only those who missed round 2)", len(lists[j]))
+                raise ParameterError(f"reporters of item {j}", f"between m_j - (|R1| - |R2|) = {served[j]} - {absent} "
+                                     f"and m_j = {served[j]} of its reporters (S1 may leave out only those who missed "
+                                     "round 2)", len(lists[j]))
         expected = {}
         for j in items:
             for sender in lists[j]:
@@ -418,7 +429,9 @@ class FirstServer:
             return self._attested(state)
         if round_.name == "sums":
             items = self.election(state).by_helper[user]
-            reporters = {"reporters": {j: list(state["reporters"][j]) for j in items}}
+            n = self.parameters.n_users
+            reporters = {"reporters": {j: list(state["reporters"][j]) for j in items}, "survivors": self._kept(
+                "R2 bitmap", state, ("survivors",), lambda: list(survivors_bitmap(state["survivors"], n)))}
             if user in self._kept("R2", state, ("survivors",), lambda: set(state["survivors"])):
                 return reporters
             # a helper who missed round 2 has not checked the election his lists are checked against
@@ -442,7 +455,8 @@ class FirstServer:
                     "reporters": [list(r) for r in self.reporters(sets, self.parameters.domain_size)]}
         if round_.name == "sums":
             election = self.election(state)
-            unopened = sorted(self.second.unopened(election, {h: messages["sums"][h] for h in answered}))
+            unopened = sorted(self.second.unopened(election, {h: messages["sums"][h] for h in answered},
+                                                   state["survivors"], [len(r) for r in state["reporters"]]))
             plan = self.plan(election, state["reporters"], [h for h in answered if h not in unopened])
             return {**state, "unopened": unopened, "recovery": plan.to_dict()}
         return dict(state)

@@ -167,17 +167,18 @@ TRUST = {
           "relays are signed by their reporters and checked by the helpers, so it cannot inject one in a reporter's "
           "name; it may drop users and lose items, and is trusted not to choose the dropouts by the report sets; "
           "a reporter it counts for S2 but keeps from a "
-          "helper is caught (each sum says how many reporters it adds up) and his items refused, each helper "
-          "refuses lists of fewer than m_j - (|R1| - min_survivors) of an item's reporters, and every party an "
-          "election with an m_j below the floor m_min (uniform stage); a recovery it "
+          "helper is caught: each helper is shown R2 and refuses lists outside it or of fewer than "
+          "m_j - (|R1| - |R2|) of an item's reporters, his seal binds R2 and his numbers of reporters, and S2 opens "
+          "no sum before the R2 and |R_j| S1 names add up to |R2| alpha N, and holds the hand-over to them; every "
+          "party refuses an election with an m_j below the floor m_min (uniform stage); a recovery it "
           "asked about other helpers than it hands over does not open for S2 (its seal binds them); must not "
           "collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
-          "about); S1 can make the helpers' sums of an item, which S2 opens, the count over as few as "
-          "max(m_min, 1) - (|R1| - min_survivors) of its reporters, chosen per item by the report sets (m_min: the "
-          "floor on the m_j, none in the adaptive stage or small tasks): S1 is trusted not to single out a reporter "
-          "so (docs/privacy.md, 'A helper's lists'); attests only elections that keep the "
+          "about); every helper's sum it opens counts every R2 reporter of its items, so leaving one out means "
+          "leaving him out of R2, which S1 is trusted not to do by the report sets (docs/privacy.md, 'A helper's "
+          "lists'); it opens the sums only with the R2 and |R_j| S1 names (trying others, it could open a sum S1 "
+          "isolated behind a smaller R2 only by guessing that R2); attests only elections that keep the "
           "rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
@@ -268,10 +269,37 @@ class SecondServer:
             raise ParameterError("identity", "S2's identity key for the task (to attest an election)", None)
         return attest(self.parameters, election, self.min_survivors, self.identity), public_key(self.identity)
 
-    def unopened(self, election: Election, sums: Mapping[int, bytes | None]) -> list[int]:
-        """When round 3 closes: the helpers whose sum (its plaintext; None: it did not open) is not a sums message
-        from him of exactly the items he serves. S1 treats them as dropped, so their items are recovered: S2 holds
-        no sum of theirs, and learns of one only that it does not open (an HPKE ciphertext's validity)."""
+    def counted(self, election: Election, survivors, reporters, field: str = "handover") -> None:
+        """R2 (``survivors``) and each item's number of R2 reporters (``reporters``: |R_j|) as S1 names them, held
+        to the rules S2 checks before it opens any sum (as round 3 closes, the sums sealed binding them) and in the
+        hand-over: R2 distinct users of R1, at least the task's minimum; |R_j| between m_j - (|R1| - |R2|) and
+        min(|R2|, m_j), adding up to |R2| alpha N (each reporter reports alpha N items). A ParameterError names the
+        field."""
+        p, senders = self.parameters, set(election.senders)
+        r2 = set(survivors)
+        if len(r2) != len(survivors) or not r2 <= senders:
+            raise ParameterError(f"{field}.survivors", "distinct round-1 senders", list(survivors)[:8])
+        if len(r2) < self.min_survivors:
+            raise ParameterError(f"{field}.survivors", f"at least {self.min_survivors} (the task's minimum)", len(r2))
+        if len(reporters) != p.domain_size:
+            raise ParameterError(f"{field}.reporters", f"one number of reporters for each of the N = {p.domain_size} "
+                                 "items", len(reporters))
+        absent = len(senders) - len(r2)
+        for j, count in enumerate(election.counts):
+            if not count - absent <= reporters[j] <= min(len(r2), count):
+                raise ParameterError(f"{field}.reporters[{j}]", f"at most |R2| = {len(r2)} and m_j = {count}, at "
+                                     f"least m_j - (|R1| - |R2|) = {count - absent} (R2's reporters of the item are "
+                                     "R1's less those who missed round 2)", reporters[j])
+        if sum(reporters) != len(r2) * p.report_size:
+            raise ParameterError(f"{field}.reporters", f"|R2| alpha N = {len(r2) * p.report_size} in all (each "
+                                 "reporter reports alpha N items)", sum(reporters))
+
+    def unopened(self, election: Election, sums: Mapping[int, bytes | None], survivors, reporters) -> list[int]:
+        """When round 3 closes, given R2 and the |R_j| S1 names (:meth:`counted`'s rules, a ParameterError
+        otherwise): the helpers whose sum (its plaintext; None: it did not open) is not a sums message from him of
+        exactly the items he serves. S1 treats them as dropped, so their items are recovered: S2 holds no sum of
+        theirs, and learns of one only that it does not open (an HPKE ciphertext's validity)."""
+        self.counted(election, survivors, reporters, "sums")
         served = election.by_helper
         bad = []
         for helper, raw in sorted(sums.items()):
@@ -296,24 +324,8 @@ class SecondServer:
         senders, survivors = set(h.senders), set(h.survivors)
         if len(senders) != len(h.senders) or max(h.senders, default=0) >= n:
             raise ParameterError("handover.senders", f"distinct users in [0, {n})", list(h.senders)[:8])
-        if len(survivors) != len(h.survivors) or not survivors <= senders:
-            raise ParameterError("handover.survivors", "distinct round-1 senders", list(h.survivors)[:8])
-        if len(survivors) < self.min_survivors:
-            raise ParameterError("handover.survivors", f"at least {self.min_survivors} (the task's minimum)",
-                                 len(survivors))
         check_election(p, h.election, self.min_survivors, "handover")
-        if len(h.reporters) != N:
-            raise ParameterError("handover.reporters", f"one number of reporters for each of the N = {N} items",
-                                 len(h.reporters))
-        absent = len(senders) - len(survivors)
-        for j, helpers in enumerate(h.helpers):
-            if not h.counts[j] - absent <= h.reporters[j] <= min(len(survivors), h.counts[j]):
-                raise ParameterError(f"handover.reporters[{j}]", f"at most |R2| = {len(survivors)} and m_j = "
-                                     f"{h.counts[j]}, at least m_j - (|R1| - |R2|) = {h.counts[j] - absent} (R2's "
-                                     "reporters of the item are R1's less those who missed round 2)", h.reporters[j])
-        if sum(h.reporters) != len(survivors) * p.report_size:
-            raise ParameterError("handover.reporters", f"|R2| alpha N = {len(survivors) * p.report_size} in all "
-                                 "(each reporter reports alpha N items)", sum(h.reporters))
+        self.counted(h.election, h.survivors, h.reporters)
         helping = {u for helpers in h.helpers for u in helpers}
         if not set(h.sums) <= helping:
             raise ParameterError("handover.sums", "sums from elected helpers only", sorted(set(h.sums) - helping)[:8])

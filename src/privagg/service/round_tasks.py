@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -343,15 +344,26 @@ def survivors_for_target(parameters, least: int) -> int:
     return low
 
 
-def second_info(task_id: str, kind: int, sender: int, asked=None) -> bytes:
+def second_info(task_id: str, kind: int, sender: int, asked=None, counted=None) -> bytes:
     """HPKE's info for a message sealed to S2: binds it to S2's task, its kind (sums, recovery) and its sender, and
     a recovery to the (item, helper) pairs S1 asked him about (``asked``: item -> dropped helpers): S2 opens it
     with the pairs its hand-over's plan asks of him, so one that S1 asked about other helpers does not open. An S1
     that asks an item's reporters about different helpers, to have S2 add one reporter's shares up to his entry
-    (a reviewer's attack), gets S2 nothing of theirs (docs/privacy.md, "Dishonest parties")."""
+    (a reviewer's attack), gets S2 nothing of theirs (docs/privacy.md, "Dishonest parties"). A helper's sums bind
+    R2 and his numbers of reporters (``counted``: (R2's bitmap, the numbers of his items in order), by SHA-256): S2
+    opens them only with the R2 and |R_j| it checked as round 3 closed (docs/privacy.md, "A helper's lists")."""
     pairs = b"".join(int(j).to_bytes(4, "big") + int(d).to_bytes(4, "big")
                      for j in sorted(asked or {}) for d in sorted(asked[j]))
+    if counted is not None:
+        bitmap, numbers = counted
+        pairs += hashlib.sha256(bytes(bitmap) + b"".join(int(k).to_bytes(4, "big") for k in numbers)).digest()
     return b"privagg tss to S2 " + bytes.fromhex(task_id) + bytes([kind]) + sender.to_bytes(4, "big") + pairs
+
+
+def counted_digest(survivors, reporters) -> bytes:
+    """SHA-256 of R2 and each item's |R_j| as S1 named them to S2 as round 3 closed (S2 keeps it and holds the
+    hand-over to it)."""
+    return hashlib.sha256(json.dumps([sorted(survivors), list(reporters)]).encode()).digest()
 
 
 def sealed_size(parameters, kind: int, entries: int) -> int:
@@ -435,12 +447,15 @@ class TSSTask:
     def sealed_to(self, round_: Round, sender: int, inbox: dict) -> tuple[bytes, bytes]:
         """(S2's public key, HPKE's info) for ``sender``'s message of a round sealed to S2 (his helper sums, his
         recovery): bound to S2's task, the message's kind and the sender, a recovery also to the dropped helpers
-        his ``inbox`` asked about (:func:`second_info`)."""
+        his ``inbox`` asked about, sums to the R2 and the numbers of reporters it shows him (:func:`second_info`)."""
         if round_.seal != "s2":
             raise ParameterError("round", "a round whose message is sealed to S2", round_.name)
         kind = {"sums": SUMS, "recover": RECOVERY}[round_.name]
-        return self.second_public_key, second_info(self.second_task_id, kind, sender,
-                                                   inbox["dropped"] if kind == RECOVERY else None)
+        if kind == RECOVERY:
+            return self.second_public_key, second_info(self.second_task_id, kind, sender, inbox["dropped"])
+        listed = inbox["reporters"]
+        return self.second_public_key, second_info(self.second_task_id, kind, sender, counted=(
+            inbox["survivors"], [len(set(listed[j])) for j in sorted(listed)]))
 
     def to_dict(self) -> dict:
         return {"task_id": self.task_id, "parameters": self.parameters.to_dict(), "round_seconds": self.round_seconds,

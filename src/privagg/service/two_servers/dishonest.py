@@ -27,9 +27,9 @@ class WrongSumHelper(TSSUser):
     extra = 7
     moved: int | None = None
 
-    def sums(self, reporters, shares, election=None, attestation=None, second=None) -> Outbox:
-        honest = decode(self.parameters, super().sums(reporters, shares, election, attestation, second).message, SUMS,
-                        self.index)
+    def sums(self, reporters, shares, survivors, election=None, attestation=None, second=None) -> Outbox:
+        honest = decode(self.parameters, super().sums(reporters, shares, survivors, election, attestation, second)
+                        .message, SUMS, self.index)
         values = [(int(v) + (self.extra if k == 0 else 0)) % self.parameters.modulus
                   for k, v in enumerate(honest.values)]
         self.moved = int(honest.items[0]) if len(honest.items) else None
@@ -53,8 +53,10 @@ class MisroutedSumClient(TSSClient):
     having posted no sum of his own, answers round 4 as a helper who sent none (as the test's thief does)."""
 
     def _seal(self, message: bytes, public_key: bytes, info: bytes) -> bytes:
-        if info == second_info(self.task.second_task_id, SUMS, self.user):
-            info = second_info(self.task.second_task_id, SUMS, (self.user + 1) % self.task.parameters.n_users)
+        own, other = (second_info(self.task.second_task_id, SUMS, u) for u in (
+            self.user, (self.user + 1) % self.task.parameters.n_users))
+        if info.startswith(own):  # (what follows binds R2 and his numbers of reporters)
+            info = other + info[len(own):]
         return super()._seal(message, public_key, info)
 
     def send(self, name: str, value: int | None = None) -> bool:

@@ -66,15 +66,16 @@ from ...core import identity
 from ...errors import ParameterError
 from ...protocols.roles import RoundFailed
 from ...protocols.two_server_election import CONTEXT, check_election
-from ...protocols.two_server_messages import RECOVERY, SHARES, SUMS
+from ...protocols.two_server_messages import RECOVERY, SHARES, SUMS, survivors_bitmap
 from ...protocols.two_server_parties import Election, Handover, SecondServer
 from .. import storage
 from ..roster import load_task, new_token, rounds_app, secret_hash
-from ..round_tasks import KEM, SecondTask, TSSTask, message_context, second_info
+from ..round_tasks import KEM, SecondTask, TSSTask, counted_digest, second_info
 from ..rounds import FAILED, RELEASING, RUNNING, RoundDriver, protocol_of, round_routes
 from ..keys import KeyEncryptionKey
 from ..tasks import TASK_ID_BYTES, _private_key, _suite
 from ..web import Health, Limits, Refused, json_object, log_event, loopback_only, require_bearer, shown
+from .senders import check_senders
 
 log = logging.getLogger("privagg.s1")
 HANDOVER, DELIVERED = "handover", "delivered"  # S1's status once the rounds are done: to hand over, handed over
@@ -139,6 +140,7 @@ s2_tasks = sa.Table(
     sa.Column("state", sa.String(16), nullable=False),  # waiting, received (the hand-over), released, failed
     sa.Column("handover", sa.LargeBinary),  # S1's hand-over until released (then NULL)
     sa.Column("handover_digest", sa.LargeBinary(32)),  # SHA-256 of the hand-over taken
+    sa.Column("counted", sa.LargeBinary(32)),  # SHA-256 of the R2 and |R_j| S2 opened the sums with (round 3)
     sa.Column("outcome", sa.Text),  # the release's JSON, or why nothing was released
 )
 
@@ -225,8 +227,9 @@ class SecondClient:
                               "(a task of an older release has none); nothing was released")
         return signature, key
 
-    def unopened(self, election: Election, sums: dict[int, bytes]) -> list[int]:
-        answer = self._ask("sums", {"election": election.to_dict(), "sums": [
+    def unopened(self, election: Election, sums: dict[int, bytes], survivors, reporters) -> list[int]:
+        answer = self._ask("sums", {"election": election.to_dict(), "survivors": list(survivors),
+                                    "reporters": list(reporters), "sums": [
             {"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(sums.items())]})
         unopened = answer.get("unopened") if isinstance(answer, dict) else None
         if not isinstance(unopened, list) or not all(type(h) is int and h in sums for h in unopened):
@@ -503,31 +506,49 @@ class SecondService:
         return {"signature": base64.b64encode(signature).decode()}
 
     def open_sums(self, task_id: str, authorization: str | None, body: bytes) -> dict:
-        """The helpers' sealed sums as round 3 closes, with the election, shown with the relay token: the helpers
-        whose sum does not open or decode (:meth:`SecondServer.unopened`), which S1 treats as dropped. S2 keeps
-        nothing; it opens them again from the hand-over."""
+        """The helpers' sealed sums as round 3 closes, with the election, R2 and each item's |R_j|, shown with the
+        relay token: R2 and the |R_j| checked (:meth:`SecondServer.counted`: 400 ``bad_counts``) and kept (their
+        digest: another R2 or |R_j| later is refused 409 ``counts_differ``, and the hand-over is held to them) before
+        any sum is opened, each with them as its seal binds; the helpers whose sum does not open or decode
+        (:meth:`SecondServer.unopened`), which S1 treats as dropped. It opens them again from the hand-over."""
         task = self.task(task_id)
         row = self._from_first(task_id, authorization, "the sums")
         data = json_object(body, "the sums")
         election = self._election(task, data)
-        entries = data.get("sums")
+        entries, survivors, reporters = data.get("sums"), data.get("survivors"), data.get("reporters")
         if not isinstance(entries, list) or not all(isinstance(e, dict) and type(e.get("helper")) is int and
                                                     isinstance(e.get("sealed"), str) for e in entries):
             raise Refused(400, "malformed", "sums must be a list of {\"helper\", \"sealed\"} (base64)")
-        unopened = SecondServer(task.parameters, task.min_survivors).unopened(election, self._opened(
-            task, row, {e["helper"]: e["sealed"] for e in entries}))
+        second = SecondServer(task.parameters, task.min_survivors)
+        try:
+            if not all(isinstance(v, list) and all(type(u) is int for u in v) for v in (survivors, reporters)):
+                raise ParameterError("sums.survivors", "lists of integers: R2 and each item's |R_j|", None)
+            second.counted(election, survivors, reporters, "sums")
+        except ParameterError as err:
+            raise Refused(400, "bad_counts", str(err)) from None
+        digest = counted_digest(survivors, reporters)
+        with self._lock, self.engine.begin() as c:
+            kept = self._row(c, task_id, lock=True).counted
+            if kept is not None and not hmac.compare_digest(kept, digest):
+                raise Refused(409, "counts_differ", "S1 named S2 another R2 or other |R_j| before, for this task")
+            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(counted=digest))
+        unopened = second.unopened(election, self._opened(task, row, {e["helper"]: e["sealed"] for e in entries},
+                                                          election, survivors, reporters), survivors, reporters)
         self.unopened.inc(len(unopened))
         log_event(log2, "sums checked", task=task_id, sums=len(entries), unopened=len(unopened))
         return {"unopened": unopened}
 
-    def _opened(self, task: SecondTask, row, sums: dict) -> dict[int, bytes | None]:
-        """The helpers' sums sealed to S2 (bytes, or base64 text), opened (None: one that does not open)."""
+    def _opened(self, task: SecondTask, row, sums: dict, election: Election, survivors, reporters) -> dict:
+        """The helpers' sums sealed to S2 (bytes, or base64 text), opened (None: one that does not open), each with
+        R2 and the |R_j| of his items as its seal binds them."""
         suite, key, opened = _suite(KEM), _private_key(KEM, self._keys(task, row)[0]), {}
+        bitmap, served = survivors_bitmap(survivors, task.parameters.n_users), election.by_helper
         for helper, blob in sums.items():
             try:
                 raw = base64.b64decode(blob, validate=True) if isinstance(blob, str) else blob
-                opened[helper] = suite.decrypt(raw, key, info=second_info(task.task_id, SUMS, helper))
-            except Exception:  # not base64, InvalidTag, a malformed encapsulation: it does not open
+                info = second_info(task.task_id, SUMS, helper, counted=(bitmap, [reporters[j] for j in served[helper]]))
+                opened[helper] = suite.decrypt(raw, key, info=info)
+            except Exception:  # not base64, InvalidTag, a malformed encapsulation, not a helper: it does not open
                 opened[helper] = None
         return opened
 
@@ -554,9 +575,15 @@ class SecondService:
         try:
             second = SecondServer(task.parameters, task.min_survivors)
             second.check(handover)
+            if row.counted is not None and not hmac.compare_digest(row.counted, counted_digest(
+                    handover.survivors, handover.reporters)):
+                raise ParameterError("handover.survivors", "the R2 and |R_j| S1 named S2 as round 3 closed (the "
+                                     "sums were opened with them)", "others")
             check_senders(task, handover)
-            opened = self._opened(task, row, handover.unopened_sums)
-            opens = sorted(set(handover.unopened) - set(second.unopened(handover.election, opened)))
+            opened = self._opened(task, row, handover.unopened_sums, handover.election, handover.survivors,
+                                  handover.reporters)
+            opens = sorted(set(handover.unopened) - set(second.unopened(handover.election, opened, handover.survivors,
+                                                                               handover.reporters)))
             if opens:
                 raise ParameterError(f"handover.unopened_sums[{opens[0]}]", "a sum that does not open (S2 names its "
                                      "helper)", "one that opens: S1 named him unopened, or S2 said so at round 3")
@@ -613,14 +640,17 @@ class SecondService:
         start = time.perf_counter()
         handover = Handover.from_dict(json.loads(row.handover))
         suite, key = _suite(KEM), _private_key(KEM, self.kek.open(row.sealed_key, task.task_id))
-        opened, unopened, asked = {SUMS: {}, RECOVERY: {}}, 0, handover.asked()  # (recoveries: the plan's helpers)
-        for kind, sealed in ((SUMS, handover.sums), (RECOVERY, handover.recoveries)):
-            for sender, blob in sealed.items():
-                try:
-                    opened[kind][sender] = suite.decrypt(blob, key, info=second_info(
-                        task.task_id, kind, sender, asked.get(sender, {}) if kind == RECOVERY else None))
-                except Exception:  # InvalidTag, a malformed encapsulation: it does not open
-                    unopened += 1
+        asked = handover.asked()  # (recoveries: the plan's helpers)
+        opened = {SUMS: self._opened(task, row, handover.sums, handover.election, handover.survivors,
+                                     handover.reporters), RECOVERY: {}}
+        for sender, blob in handover.recoveries.items():
+            try:
+                opened[RECOVERY][sender] = suite.decrypt(blob, key, info=second_info(task.task_id, RECOVERY, sender,
+                                                                                     asked.get(sender, {})))
+            except Exception:  # InvalidTag, a malformed encapsulation: it does not open
+                opened[RECOVERY][sender] = None
+        unopened = sum(v is None for kind in opened.values() for v in kind.values())
+        opened = {kind: {u: v for u, v in values.items() if v is not None} for kind, values in opened.items()}
         released = SecondServer(task.parameters, task.min_survivors).release(handover, opened[SUMS], opened[RECOVERY],
                                                                              unopened)
         table, p = released.table, released.parameters
@@ -662,53 +692,6 @@ class SecondService:
     def active(self) -> list[str]:
         with storage.reading(self.engine) as c:
             return c.execute(sa.select(s2_tasks.c.task_id).where(s2_tasks.c.state == "received")).scalars().all()
-
-
-def check_senders(task: SecondTask, handover: Handover) -> None:
-    """That each sealed message S1 hands over is its sender's, under the organisation's key in S2's own task (S1
-    does not control it; docs/privacy.md, "Dishonest parties"): S1's task as the organisation signed it, naming
-    S2's task (which binds S1's task id to S2's); its roster as the organisation signed it, for that task; and each
-    helper's sum and each reporter's recovery signed by its sender's identity key in the roster, as he posted it
-    to S1 (:func:`~privagg.service.round_tasks.message_context`: S1's task, the round, the sender, to the server);
-    each user of R2 his round-2 post's (he shared: R2 sets the guarantee). A ParameterError names the field otherwise:
-    S1 swapped a sealed message (anyone can seal to S2) or counted in R2 a user who did not share.
-
-    The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is
-    closed by the hand-over, so his items could not be recovered, and a hand-over S1 forged proves S1 dishonest, so
-    nothing else in it is to be relied on either."""
-    from ..round_tasks import SignedRoster, check_task
-
-    if task.organisation_key is None:
-        raise ParameterError("organisation_key", "the organisation's public key in S2's task (to check the "
-                             "hand-over's signatures; a task of an older release has none)", None)
-    signed = handover.task if isinstance(handover.task, dict) else {}
-    document = signed.get("task")
-    first_id = document.get("task_id") if isinstance(document, dict) else None
-    check_task(document, signed.get("signature"), task.organisation_key, str(first_id))
-    if document.get("second_task_id") != task.task_id:
-        raise ParameterError("handover.task.second_task_id", f"S2's task, {task.task_id}",
-                             str(document.get("second_task_id"))[:40])
-    roster = SignedRoster.from_dict(handover.roster, first_id).verify(task.organisation_key)
-    protocol = protocol_of(task.parameters)
-    if set(handover.unopened_sums) != set(handover.unopened):
-        raise ParameterError("handover.unopened_sums", "the sealed sum of each helper the hand-over names unopened, "
-                             "as he sent it (S2 opens it again before naming him)",
-                             sorted(set(handover.unopened_sums) ^ set(handover.unopened))[:8])
-    for kind, field, name, sealed in ((SUMS, "sums", "sums", handover.sums),
-                                      (SUMS, "unopened_sums", "sums", handover.unopened_sums),
-                                      (RECOVERY, "recoveries", "recover", handover.recoveries)):
-        for sender, blob in sorted(sealed.items()):
-            key = roster.users.get(sender, (b"",))[0]
-            identity.check(key, handover.signatures.get((kind, sender), b""),
-                           message_context(first_id, protocol.number(name), sender, None), blob,
-                           f"handover.{field}[{sender}].signature", f"user {sender}'s identity key in the signed "
-                           "roster (of this sealed message as he posted it to S1)")
-    for reporter in handover.survivors:  # R2, which the release's guarantee is computed over: each did share
-        identity.check(roster.users.get(reporter, (b"",))[0], handover.signatures.get((SHARES, reporter), b""),
-                       message_context(first_id, protocol.number("share"), reporter, None), b"",
-                       f"handover.shared[{reporter}].signature", f"user {reporter}'s identity key in the signed roster "
-                       "(of his round-2 post to S1: an S1 that counts in R2 a user who did not share would overstate "
-                       "the release's guarantee)")
 
 
 def create_tasks(first: FirstService, second: SecondService, parameters, second_url: str,
