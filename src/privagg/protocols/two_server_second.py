@@ -175,10 +175,11 @@ TRUST = {
           "collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
-          "about); every helper's sum it opens counts every R2 reporter of its items, so leaving one out means "
-          "leaving him out of R2, which S1 is trusted not to do by the report sets (docs/privacy.md, 'A helper's "
-          "lists'); it opens the sums only with the R2 and |R_j| S1 names (trying others, it could open a sum S1 "
-          "isolated behind a smaller R2 only by guessing that R2); attests only elections that keep the "
+          "about), while S1 does not choose R2 by the report sets nor, with a deflated m_j and an inflated one as "
+          "ballast (or with real dropouts' items as ballast), have the helpers' sums of an item count only reporters "
+          "it chose, at least max(m_min, 1) (m_min: the floor on the m_j; none in the adaptive stage): not detected "
+          "before S2 opens them (docs/privacy.md, 'A helper's lists'); it opens the sums only with the R2 and |R_j| "
+          "S1 names, which must add up; attests only elections that keep the "
           "rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
