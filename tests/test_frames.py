@@ -104,14 +104,17 @@ def _csv(events, tmp_path, columns):
 
 def test_an_unseeded_run_is_private_and_unbiased(events):
     """Secure randomness by default, as the command line: a private report, with no true counts in it; the
-    estimates within 4 standard errors of the truth."""
+    estimates within 5.5 standard errors of the truth. The run cannot be seeded (that is what it tests), so the
+    tolerance is set by the chance of a false alarm: 2 x 5 items x (1 - Phi(5.5)) = 2e-7 a run. At 4 standard
+    errors (3e-4 a run) a fresh clone's CI failed it once at z = 4.5; 1,000 z-scores of 200 such runs had mean
+    0.003, sd 0.99 and largest |z| 3.77: unbiased, the stderr right."""
     report = privagg.estimate(events, "fe1", item="app", epsilon=1, delta=1e-8, **APPS_ONLY)
     assert report.privacy.private and report.privacy.not_private_reason is None
     assert "secure" in report.simulation.randomness
     truth = events["app"].value_counts()
     for e in report.estimates:
         assert e.true_count is None
-        assert abs(e.estimate - truth[e.item]) < 4 * e.stderr, (e, truth[e.item])
+        assert abs(e.estimate - truth[e.item]) < 5.5 * e.stderr, (e, truth[e.item])
 
 
 @pytest.mark.parametrize("frame, field, message", [
