@@ -188,18 +188,15 @@ def test_a_helper_who_misses_round_3_is_recovered_exactly():
             assert d in dropped and value == state.shares[j][state.helpers[j].index(d)]
 
 
-def test_an_item_whose_helpers_all_drop_is_lost_and_only_it():
+def test_an_item_whose_helpers_all_drop_has_s2_open_no_sum():
+    """Every helper of an item missing round 3 left its |R_j| without a sum behind it, which S2 cannot tell from an
+    |R_j| S1 inflated as ballast for another item's short lists (a third review's attack: docs/privacy.md, "A
+    helper's lists"): S2 opens no sum then, and the round fails (before, the item alone was lost)."""
     p = tss()  # phi = 0: an item's helpers are its m_j reporters' number
     probe = play(p, 6)
     item = int(np.argmin([len(h) for h in probe.election.helpers]))
-    gone = probe.election.helpers[item]
-    run = play(p, 6, silent_helpers=gone)
-    released = release(run)
-    assert item in released.lost and "every helper" in released.lost[item]
-    assert item not in released.table.items and not released.table.full_domain
-    kept = released.table.items
-    assert released.counts.tolist() == run.truth()[kept].tolist()
-    assert any("not released" in c for c in released.privacy.caveats)
+    with pytest.raises(ParameterError, match=rf"sums.items\[{item}\] must be a sum from one of its helpers"):
+        play(p, 6, silent_helpers=probe.election.helpers[item])
 
 
 def test_a_reporter_who_misses_recovery_loses_the_items_he_was_asked_about():
@@ -217,12 +214,28 @@ def test_a_reporter_who_misses_recovery_loses_the_items_he_was_asked_about():
     assert released.counts.tolist() == run.truth()[kept].tolist()
 
 
+def test_s2_opens_no_sum_while_an_items_count_has_no_sum_behind_it():
+    """A third review's attack: S1 had S2 attest m_T = 1 and raise another item B's m_j as much, listed one reporter
+    to T's helper and named S2 |R_j| = the claimed m_j (in range, adding up); B's helpers refused their short lists,
+    and S2 opened T's sum, one reporter's entry. S2 now opens nothing while an item with R2 reporters has no sum
+    from any of its helpers (``backed``), naming it; the hand-over's own check (every=False) does not ask it."""
+    p = tss()
+    run = play(p, 9)
+    election, reporters = run.election, [len(r) for r in run.reporters]
+    ballast = 1
+    posted = {h: run.sums[h] for h in run.sums if h not in election.helpers[ballast]}
+    with pytest.raises(ParameterError, match=rf"sums.items\[{ballast}\] must be a sum from one of its helpers "
+                       rf"\({len(election.helpers[ballast])} of them; \|R_j\| = {reporters[ballast]} named\)"):
+        SecondServer(p, MIN).unopened(election, posted, sorted(run.survivors), reporters)
+    assert SecondServer(p, MIN).unopened(election, posted, sorted(run.survivors), reporters, every=False) == []
+    assert SecondServer(p, MIN).unopened(election, run.sums, sorted(run.survivors), reporters) == []
+
+
 def test_every_item_lost_releases_nothing():
     p = tss()
     probe = play(p, 8)
-    run = play(p, 8, silent_helpers=tuple(probe.election.by_helper))
-    with pytest.raises(ParameterError, match="items must be at least one item"):
-        release(run)
+    with pytest.raises(ParameterError, match=r"sums.items\[0\] must be a sum from one of its helpers"):
+        play(p, 8, silent_helpers=tuple(probe.election.by_helper))
 
 
 def test_a_reporter_refuses_recoveries_that_would_reveal_his_entry():

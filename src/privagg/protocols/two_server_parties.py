@@ -34,9 +34,10 @@ round 4, recovery (only when helpers missed round 3)
 release (S2)
     Per item, the helpers' sums plus the recovered shares: the count of item j over R2 exactly; estimates
     tau_j / p' with the guarantee recomputed for the |R2| users who took part
-    (:func:`~privagg.protocols.sharing_parties.survivors_parameters`). An item whose helpers all missed
-    round 3, or whose reporter missed round 4, cannot be completed and is not released (its entries are in
-    the other helpers' sums, and removing a reporter needs him); the others are.
+    (:func:`~privagg.protocols.sharing_parties.survivors_parameters`). An item whose reporter missed round 4
+    cannot be completed and is not released (his entries are in the other helpers' sums, and removing a
+    reporter needs him); the others are. An item with R2 reporters whose helpers all missed round 3 fails the
+    task as round 3 closes: S2 opens no sum then (:meth:`SecondServer.backed`).
 """
 
 from __future__ import annotations

@@ -175,11 +175,11 @@ TRUST = {
           "collude with S2",
     "S2": "privacy: learns each item's count tau_j over R2 and m_j, never a reporter's share but those it recovers "
           "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
-          "about), while S1 does not choose R2 by the report sets nor, with a deflated m_j and an inflated one as "
-          "ballast (or with real dropouts' items as ballast), have the helpers' sums of an item count only reporters "
-          "it chose, at least max(m_min, 1) (m_min: the floor on the m_j; none in the adaptive stage): not detected "
-          "before S2 opens them (docs/privacy.md, 'A helper's lists'); it opens the sums only with the R2 and |R_j| "
-          "S1 names, which must add up; attests only elections that keep the "
+          "about); it opens no sum before the R2 and |R_j| S1 names add up and every item with R2 reporters has a "
+          "sum signed by one of its helpers, so a sum it opens counts every R2 reporter of its item, unless S1 "
+          "chooses R2 by the report sets or uses real dropouts' slack to short an item's lists (an item's count over "
+          "as few as m_j - D reporters it chose: not detected before S2 opens them; docs/privacy.md, 'A helper's "
+          "lists'): S1 is trusted not to; attests only elections that keep the "
           "rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "
@@ -295,12 +295,30 @@ class SecondServer:
             raise ParameterError(f"{field}.reporters", f"|R2| alpha N = {len(r2) * p.report_size} in all (each "
                                  "reporter reports alpha N items)", sum(reporters))
 
-    def unopened(self, election: Election, sums: Mapping[int, bytes | None], survivors, reporters) -> list[int]:
-        """When round 3 closes, given R2 and the |R_j| S1 names (:meth:`counted`'s rules, a ParameterError
-        otherwise): the helpers whose sum (its plaintext; None: it did not open) is not a sums message from him of
-        exactly the items he serves. S1 treats them as dropped, so their items are recovered: S2 holds no sum of
-        theirs, and learns of one only that it does not open (an HPKE ciphertext's validity)."""
+    @staticmethod
+    def backed(election: Election, posted, reporters) -> None:
+        """Before S2 opens any sum as round 3 closes: every item with R2 reporters has a helper among those who
+        ``posted`` a sum (signed by him, in a service). Else a ParameterError naming the item: S1 may have named an
+        |R_j| above the item's true count, unbacked by any sum, as ballast for another item's short lists (a third
+        review's attack: docs/privacy.md, "A helper's lists"); an honest run where all of an item's helpers left in
+        round 3 fails too, as S2 cannot tell the two apart."""
+        posted = set(posted)
+        for j, helpers in enumerate(election.helpers):
+            if reporters[j] and not posted & set(helpers):
+                raise ParameterError(f"sums.items[{j}]", f"a sum from one of its helpers ({len(helpers)} of them; "
+                                     f"|R_j| = {reporters[j]} named): S2 opens none while an item's |R_j| has no "
+                                     "sum behind it", "none")
+
+    def unopened(self, election: Election, sums: Mapping[int, bytes | None], survivors, reporters,
+                 every: bool = True) -> list[int]:
+        """When round 3 closes, given R2 and the |R_j| S1 names (:meth:`counted`'s rules, and :meth:`backed` when
+        ``sums`` are every sum posted: a ParameterError otherwise): the helpers whose sum (its plaintext; None: it
+        did not open) is not a sums message from him of exactly the items he serves. S1 treats them as dropped, so
+        their items are recovered: S2 holds no sum of theirs, and learns of one only that it does not open (an HPKE
+        ciphertext's validity)."""
         self.counted(election, survivors, reporters, "sums")
+        if every:
+            self.backed(election, sums, reporters)
         served = election.by_helper
         bad = []
         for helper, raw in sorted(sums.items()):

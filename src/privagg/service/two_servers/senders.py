@@ -23,17 +23,7 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
     The task fails (:meth:`SecondService.receive`) rather than the helper treated as dropped: the recovery round is
     closed by the hand-over, so his items could not be recovered, and a hand-over S1 forged proves S1 dishonest, so
     nothing else in it is to be relied on either."""
-    if task.organisation_key is None:
-        raise ParameterError("organisation_key", "the organisation's public key in S2's task (to check the "
-                             "hand-over's signatures; a task of an older release has none)", None)
-    signed = handover.task if isinstance(handover.task, dict) else {}
-    document = signed.get("task")
-    first_id = document.get("task_id") if isinstance(document, dict) else None
-    check_task(document, signed.get("signature"), task.organisation_key, str(first_id))
-    if document.get("second_task_id") != task.task_id:
-        raise ParameterError("handover.task.second_task_id", f"S2's task, {task.task_id}",
-                             str(document.get("second_task_id"))[:40])
-    roster = SignedRoster.from_dict(handover.roster, first_id).verify(task.organisation_key)
+    first_id, roster = signed_context(task, handover.task, handover.roster, "handover")
     protocol = protocol_of(task.parameters)
     if set(handover.unopened_sums) != set(handover.unopened):
         raise ParameterError("handover.unopened_sums", "the sealed sum of each helper the hand-over names unopened, "
@@ -54,3 +44,33 @@ def check_senders(task: SecondTask, handover: Handover) -> None:
                        f"handover.shared[{reporter}].signature", f"user {reporter}'s identity key in the signed roster "
                        "(of his round-2 post to S1: an S1 that counts in R2 a user who did not share would overstate "
                        "the release's guarantee)")
+
+
+def signed_context(task: SecondTask, signed_task, roster, field: str) -> tuple[str, SignedRoster]:
+    """(S1's task id, its roster) from S1's task and roster as the organisation signed them (``signed_task``:
+    {"task", "signature"}), checked under the organisation's key in S2's own task and naming S2's task; else a
+    ParameterError naming the field."""
+    if task.organisation_key is None:
+        raise ParameterError("organisation_key", "the organisation's public key in S2's task (to check S1's "
+                             "signatures; a task of an older release has none)", None)
+    signed = signed_task if isinstance(signed_task, dict) else {}
+    document = signed.get("task")
+    first_id = document.get("task_id") if isinstance(document, dict) else None
+    check_task(document, signed.get("signature"), task.organisation_key, str(first_id))
+    if document.get("second_task_id") != task.task_id:
+        raise ParameterError(f"{field}.task.second_task_id", f"S2's task, {task.task_id}",
+                             str(document.get("second_task_id"))[:40])
+    return first_id, SignedRoster.from_dict(roster, first_id).verify(task.organisation_key)
+
+
+def check_sums_signed(task: SecondTask, signed_task, roster, sums: dict[int, bytes], signatures: dict) -> None:
+    """That each helper's sealed sum S1 shows S2 as round 3 closes is his, as he posted it to S1 (his signature
+    under the organisation's roster, as :func:`check_senders` checks it at the hand-over): S2 counts which items
+    have a sum before it opens any (``SecondServer.backed``), and anyone can seal a sum to S2. A ParameterError
+    names the field otherwise."""
+    first_id, checked = signed_context(task, signed_task, roster, "sums")
+    number = protocol_of(task.parameters).number("sums")
+    for helper, blob in sorted(sums.items()):
+        identity.check(checked.users.get(helper, (b"",))[0], signatures.get(helper, b""),
+                       message_context(first_id, number, helper, None), blob, f"sums.signatures[{helper}]",
+                       f"user {helper}'s identity key in the signed roster (of his sum as he posted it to S1)")

@@ -64,8 +64,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from ...core import identity
 from ...errors import ParameterError
-from ...protocols.roles import RoundFailed
-from ...protocols.two_server_election import CONTEXT, check_election
+from ...protocols.two_server_election import check_election
 from ...protocols.two_server_messages import RECOVERY, SHARES, SUMS, survivors_bitmap
 from ...protocols.two_server_parties import Election, Handover, SecondServer
 from .. import storage
@@ -75,7 +74,8 @@ from ..rounds import FAILED, RELEASING, RUNNING, RoundDriver, protocol_of, round
 from ..keys import KeyEncryptionKey
 from ..tasks import TASK_ID_BYTES, _private_key, _suite
 from ..web import Health, Limits, Refused, json_object, log_event, loopback_only, require_bearer, shown
-from .senders import check_senders
+from .second_client import SecondAway, SecondClient
+from .senders import check_senders, check_sums_signed
 
 log = logging.getLogger("privagg.s1")
 HANDOVER, DELIVERED = "handover", "delivered"  # S1's status once the rounds are done: to hand over, handed over
@@ -190,53 +190,6 @@ def withdraw_second(url: str, task_id: str, token: str, timeout: float = 10.0, c
     _post(f"{url.rstrip('/')}/tasks/{task_id}/withdraw", token, b"{}", timeout, ca_file)
 
 
-class SecondAway(Exception):
-    """S2 did not answer S1's question: the round stays open and closes at a later tick."""
-
-
-class SecondClient:
-    """S2 as S1's coordinator asks it while closing a round (:class:`FirstServer`'s ``second``), over S2's routes
-    (``ask``: :func:`ask_second`): its attestation of the election (checked here against S2's identity key in the
-    task, which the reporters check it against), and which helpers' sums do not open. S2's refusal (S1's election
-    breaking S2's rules), or an answer that is not one (not JSON, a signature that does not verify, helpers that
-    sent no sum), fails the task (:class:`RoundFailed`): the round would never close otherwise; no answer raises
-    :class:`SecondAway`."""
-
-    def __init__(self, ask, url: str, task: TSSTask, token: str) -> None:
-        self.ask, self.url, self.task, self.token = ask, url, task, token
-
-    def _ask(self, route: str, document: dict) -> dict:
-        try:
-            return self.ask(self.url, self.task.second_task_id, route, self.token, json.dumps(document).encode())
-        except Refused as err:
-            raise RoundFailed(f"S2 refused the {route} ({err.reason}): {err.detail}; nothing was released") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):  # S2 answered, but not in JSON: asking again is no use
-            raise RoundFailed(f"S2's answer on the {route} is not JSON; nothing was released") from None
-        except Exception as err:
-            raise SecondAway(f"{type(err).__name__}: {str(err)[:200]}") from None
-
-    def attest(self, election: Election) -> tuple[bytes, bytes]:
-        answer = self._ask("election", {"election": election.to_dict()})
-        try:
-            signature = base64.b64decode(answer["signature"], validate=True)
-        except (KeyError, TypeError, ValueError):
-            signature = b""
-        key = self.task.second_identity_key
-        if not identity.verify(key, signature, CONTEXT, election.document(self.task.parameters)):
-            raise RoundFailed("S2's attestation of the election does not verify under S2's identity key in the task "
-                              "(a task of an older release has none); nothing was released")
-        return signature, key
-
-    def unopened(self, election: Election, sums: dict[int, bytes], survivors, reporters) -> list[int]:
-        answer = self._ask("sums", {"election": election.to_dict(), "survivors": list(survivors),
-                                    "reporters": list(reporters), "sums": [
-            {"helper": h, "sealed": base64.b64encode(v).decode()} for h, v in sorted(sums.items())]})
-        unopened = answer.get("unopened") if isinstance(answer, dict) else None
-        if not isinstance(unopened, list) or not all(type(h) is int and h in sums for h in unopened):
-            raise RoundFailed("S2's answer on the helpers' sums is not a list of helpers who sent one")
-        return unopened
-
-
 def second_identity(private_key: bytes, task_id: str) -> bytes:
     """S2's Ed25519 identity key for a task, derived (HKDF-SHA256) from the task's X25519 private key it keeps sealed
     under its KEK: a key of its own purpose, stored nowhere else."""
@@ -290,13 +243,28 @@ class FirstService(RoundDriver):
         (:class:`SecondClient`: the election attested as round 1 closes, the sums that do not open as round 3
         does). S2 away: nothing changes, the round stays open past its deadline and closes at a later tick."""
         row = self._row(c, task.task_id)
-        coordinator.second = SecondClient(self.ask, row.second_url, task, row.relay_token)
+        coordinator.second = SecondClient(self.ask, row.second_url, task, row.relay_token,
+                                          functools.partial(self._signed_sums, c, task, row))
         try:
             return super()._close(c, task, protocol, coordinator, *args, **kwargs)
         except SecondAway as err:
             log.warning("S2 did not answer: the round closes later", extra={"fields": {"task": task.task_id,
                                                                                        "error": str(err)}})
             return {}
+
+    def _signed_sums(self, c, task, row) -> tuple[dict[int, bytes], dict, dict | None]:
+        """What S2 checks the round-3 sums by before it opens any (:func:`check_sums_signed`): each helper's
+        signature as S1 stored it, S1's task and its roster as the organisation signed them."""
+        m, number = s1_messages.c, protocol_of(task.parameters).number("sums")
+        signatures = dict(c.execute(sa.select(m.user, m.signature).where(m.task_id == task.task_id,
+                                                                          m.round == number)).all())
+        return (signatures, *self._signed_task(task, row))
+
+    def _signed_task(self, task, row) -> tuple[dict, dict | None]:
+        """S1's task and its roster as the organisation signed them (what S2 checks S1's signatures under)."""
+        signed, roster = row.task_signature, self.signed_roster(task.task_id)
+        return {"task": task.to_dict(), "signature": None if signed is None else base64.b64encode(signed).decode()
+                }, roster and roster.to_dict()
 
     def handover(self, task_id: str) -> Handover:
         """What S2 gets once the rounds are done (:meth:`FirstServer.finish`: the users, the election, each item's
@@ -316,9 +284,8 @@ class FirstService(RoundDriver):
             signatures = {(numbers[k], user): signature for k, user, signature in c.execute(
                 sa.select(m.round, m.user, m.signature).where(m.task_id == task_id, m.round.in_(numbers)))}
         handover = self._coordinator(task).finish(self._state(task_id, row.published), messages)
-        signed, roster = row.task_signature, self.signed_roster(task_id)
-        return dataclasses.replace(handover, signatures=signatures, task={"task": task.to_dict(), "signature": (
-            None if signed is None else base64.b64encode(signed).decode())}, roster=roster and roster.to_dict())
+        signed_task, roster = self._signed_task(task, row)
+        return dataclasses.replace(handover, signatures=signatures, task=signed_task, roster=roster)
 
     def deliver(self, task_id: str) -> str:
         """Send the hand-over to S2 if the rounds are done and S2 does not have it yet; the state after
@@ -519,7 +486,7 @@ class SecondService:
         if not isinstance(entries, list) or not all(isinstance(e, dict) and type(e.get("helper")) is int and
                                                     isinstance(e.get("sealed"), str) for e in entries):
             raise Refused(400, "malformed", "sums must be a list of {\"helper\", \"sealed\"} (base64)")
-        second = SecondServer(task.parameters, task.min_survivors)
+        second, sealed = SecondServer(task.parameters, task.min_survivors), {e["helper"]: e["sealed"] for e in entries}
         try:
             if not all(isinstance(v, list) and all(type(u) is int for u in v) for v in (survivors, reporters)):
                 raise ParameterError("sums.survivors", "lists of integers: R2 and each item's |R_j|", None)
@@ -532,8 +499,16 @@ class SecondService:
             if kept is not None and not hmac.compare_digest(kept, digest):
                 raise Refused(409, "counts_differ", "S1 named S2 another R2 or other |R_j| before, for this task")
             c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(counted=digest))
-        unopened = second.unopened(election, self._opened(task, row, {e["helper"]: e["sealed"] for e in entries},
-                                                          election, survivors, reporters), survivors, reporters)
+        try:  # every sum its helper's, and every item with R2 reporters one, before any is opened
+            signatures = {e.get("helper"): base64.b64decode(e.get("signature") or "", validate=True)
+                          for e in data.get("signatures") or []}
+            check_sums_signed(task, data.get("task"), data.get("roster"), {
+                h: base64.b64decode(v, validate=True) for h, v in sealed.items()}, signatures)
+            second.backed(election, sealed, reporters)
+        except (ParameterError, ValueError, TypeError, AttributeError) as err:
+            raise Refused(400, "bad_counts", str(err)) from None
+        unopened = second.unopened(election, self._opened(task, row, sealed, election, survivors, reporters),
+                                   survivors, reporters)
         self.unopened.inc(len(unopened))
         log_event(log2, "sums checked", task=task_id, sums=len(entries), unopened=len(unopened))
         return {"unopened": unopened}
@@ -583,7 +558,7 @@ class SecondService:
             opened = self._opened(task, row, handover.unopened_sums, handover.election, handover.survivors,
                                   handover.reporters)
             opens = sorted(set(handover.unopened) - set(second.unopened(handover.election, opened, handover.survivors,
-                                                                               handover.reporters)))
+                                                                               handover.reporters, every=False)))
             if opens:
                 raise ParameterError(f"handover.unopened_sums[{opens[0]}]", "a sum that does not open (S2 names its "
                                      "helper)", "one that opens: S1 named him unopened, or S2 said so at round 3")
