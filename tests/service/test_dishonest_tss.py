@@ -432,3 +432,30 @@ def test_s1_leaving_one_reporter_out_of_every_list_with_nobody_dropped_is_refuse
                 refused.add(c.user)
         assert refused == {h for j in his for h in election.helpers[j]}
         assert d.close(3) == "failed" and "must be a sum from one of its helpers" in d.row().outcome
+
+
+def test_s2_attests_one_election_a_task_and_opens_sums_only_under_it(sqlite_dbs):
+    """A fourth review's attack: S2 checked only the rules of the election S1 showed it as round 3 closed, so S1
+    could show another (one helper of the ballast item swapped for a helper of another item who did post), which
+    passed S2's count of the items' sums, and have T's isolated sum opened; or have two elections attested and show
+    each to other users. S2 now keeps the one election it attests: another is refused (409 ``election_differs``),
+    it opens sums only under it (409 ``not_attested``), and a hand-over with another fails the task."""
+    with deploy(sqlite_dbs) as d:
+        assert step(d, 1) == "round2"
+        second_id, auth = d.task.second_task_id, f"Bearer {d.row().relay_token}"
+        election = d.election()
+        j = next(k for k, h in enumerate(election.helpers) if set(election.senders) - set(h))
+        outsider = min(set(election.senders) - set(election.helpers[j]))
+        swapped = tuple(sorted({*election.helpers[j][1:], outsider}))
+        other = dataclasses.replace(election, helpers=(*election.helpers[:j], swapped, *election.helpers[j + 1:]))
+        body = json.dumps({"election": other.to_dict()}).encode()
+        assert refusal(d.second.attest, second_id, auth, body) == (409, "election_differs")
+        assert d.second.attest(second_id, auth, json.dumps({"election": election.to_dict()}).encode())  # the same
+        assert refusal(d.second.open_sums, second_id, auth, body) == (409, "not_attested")
+        for r in (2, 3, 4):
+            step(d, r)
+        assert d.state() == "handover"
+        honest = d.first.handover(d.task_id)
+        lying = dataclasses.replace(honest, helpers=other.helpers)
+        with pytest.raises(Refused, match="handover.election must be the election S2 attested for this task"):
+            d.second.receive(second_id, auth, json.dumps(lying.to_dict()).encode())

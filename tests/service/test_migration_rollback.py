@@ -268,7 +268,7 @@ def test_a_downgrade_refuses_a_version_it_cannot_reach_leaving_the_database_as_i
         ("analyzer", "a0001", "a0003 or a newer analyzer schema version (migration a0003 does not go back: it would "
                               "write the private keys raw again; the database was left at a0010), got a0001"),
         ("s2", "s2_0001", "s2_0002 or a newer s2 schema version (migration s2_0002 does not go back: it would write "
-                          "the private keys raw again; the database was left at s2_0004), got s2_0001"),
+                          "the private keys raw again; the database was left at s2_0005), got s2_0001"),
     ]
     for role, to, error in cases:
         line = error_line(cli("db", "downgrade", "--role", role, "--db", urls[role], "--to", to))

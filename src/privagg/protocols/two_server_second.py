@@ -177,9 +177,10 @@ TRUST = {
           "for a dropped helper (uniform; it opens a recovery only for the helpers its hand-over's plan asks "
           "about); it opens no sum before the R2 and |R_j| S1 names add up and every item with R2 reporters has a "
           "sum signed by one of its helpers, so a sum it opens counts every R2 reporter of its item, unless S1 "
-          "chooses R2 by the report sets or uses real dropouts' slack to short an item's lists (an item's count over "
-          "as few as m_j - D reporters it chose: not detected before S2 opens them; docs/privacy.md, 'A helper's "
-          "lists'): S1 is trusted not to; attests only elections that keep the "
+          "chooses R2 by the report sets or uses the slack of D users out of R2 (dropped, or left out by S1) to "
+          "short an item's lists (an item's count over as few as m_j - D reporters it chose: not detected before S2 "
+          "opens them; docs/privacy.md, 'A helper's lists'): S1 is trusted not to; attests one election a task, "
+          "only one that keeps the "
           "rules; must not collude with S1. "
           "integrity: trusted (it computes the release)",
     "helpers": "privacy: up to phi colluding users (with S1 or not) learn nothing of an entry (each item has at "

@@ -188,7 +188,10 @@ def run_rounds(protocol: MultiRound, parameters, codes: np.ndarray, rngs: Mappin
         if len(answered) < fewest:
             raise RoundFailed(f"{len(answered)} of the {len(expected)} users round {number} ({round_.name}) expected "
                               f"answered, fewer than {what}: nothing was released")
-        state = {**coordinator.close(round_, answered, state, messages), **roster}
+        try:
+            state = {**coordinator.close(round_, answered, state, messages), **roster}
+        except ParameterError as err:  # what a server refuses as the round closes (TSS's S2: sums without a count)
+            raise RoundFailed(f"round {number} ({round_.name}) could not close: {err}; nothing was released") from None
         if progress:
             progress(round_.name, number, len(protocol.rounds))
     handed = coordinator.finish(state, messages)

@@ -141,6 +141,7 @@ s2_tasks = sa.Table(
     sa.Column("handover", sa.LargeBinary),  # S1's hand-over until released (then NULL)
     sa.Column("handover_digest", sa.LargeBinary(32)),  # SHA-256 of the hand-over taken
     sa.Column("counted", sa.LargeBinary(32)),  # SHA-256 of the R2 and |R_j| S2 opened the sums with (round 3)
+    sa.Column("elected", sa.LargeBinary(32)),  # SHA-256 of the one election S2 attested (round 1)
     sa.Column("outcome", sa.Text),  # the release's JSON, or why nothing was released
 )
 
@@ -462,12 +463,21 @@ class SecondService:
     def attest(self, task_id: str, authorization: str | None, body: bytes) -> dict:
         """S1's election as round 1 closes, shown with the relay token: attested (S2's signature with its identity
         key for the task, :meth:`SecondServer.attest`) if it keeps the rules, else 400 ``bad_election`` naming
-        the field. Nothing is stored: the same election gets the same signature (Ed25519 is deterministic)."""
+        the field. S2 attests one election a task (its digest kept: the same one again gets the same signature,
+        Ed25519 being deterministic; another is refused 409 ``election_differs``), and opens the sums and takes the
+        hand-over only under it: an S1 that had two attested, or showed S2 another as round 3 closes, could
+        otherwise choose which helpers back an item (a fourth review's attack: docs/privacy.md, "A helper's lists")."""
         task = self.task(task_id)
         row = self._from_first(task_id, authorization, "an election")
         election = self._election(task, json_object(body, "the election"))
         signature, _ = SecondServer(task.parameters, task.min_survivors, identity=self._keys(task, row)[1]).attest(
             election)
+        digest = hashlib.sha256(election.document(task.parameters)).digest()
+        with self._lock, self.engine.begin() as c:
+            kept = self._row(c, task_id, lock=True).elected
+            if kept is not None and not hmac.compare_digest(kept, digest):
+                raise Refused(409, "election_differs", "S2 attested another election for this task")
+            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(elected=digest))
         self.attested.inc()
         log_event(log2, "election attested", task=task_id, helpers=len(election.by_helper))
         return {"signature": base64.b64encode(signature).decode()}
@@ -482,6 +492,8 @@ class SecondService:
         row = self._from_first(task_id, authorization, "the sums")
         data = json_object(body, "the sums")
         election = self._election(task, data)
+        if not self._attested(task, row, election):
+            raise Refused(409, "not_attested", "S2 opens the sums only under the election it attested for this task")
         entries, survivors, reporters = data.get("sums"), data.get("survivors"), data.get("reporters")
         if not isinstance(entries, list) or not all(isinstance(e, dict) and type(e.get("helper")) is int and
                                                     isinstance(e.get("sealed"), str) for e in entries):
@@ -512,6 +524,12 @@ class SecondService:
         self.unopened.inc(len(unopened))
         log_event(log2, "sums checked", task=task_id, sums=len(entries), unopened=len(unopened))
         return {"unopened": unopened}
+
+    @staticmethod
+    def _attested(task: SecondTask, row, election: Election) -> bool:
+        """Whether ``election`` is the one S2 attested for the task (:meth:`attest`)."""
+        return row.elected is not None and hmac.compare_digest(row.elected, hashlib.sha256(election.document(
+            task.parameters)).digest())
 
     def _opened(self, task: SecondTask, row, sums: dict, election: Election, survivors, reporters) -> dict:
         """The helpers' sums sealed to S2 (bytes, or base64 text), opened (None: one that does not open), each with
@@ -550,6 +568,8 @@ class SecondService:
         try:
             second = SecondServer(task.parameters, task.min_survivors)
             second.check(handover)
+            if not self._attested(task, row, handover.election):
+                raise ParameterError("handover.election", "the election S2 attested for this task", "another")
             if row.counted is not None and not hmac.compare_digest(row.counted, counted_digest(
                     handover.survivors, handover.reporters)):
                 raise ParameterError("handover.survivors", "the R2 and |R_j| S1 named S2 as round 3 closed (the "
