@@ -310,10 +310,18 @@ def test_tss_users_in_two_worker_processes(tmp_path):
     from privagg.protocols.sharing_parties import survivors_parameters
     from privagg.service.two_servers.demo import run_tss_services
 
+    from privagg.protocols.roles import RoundFailed
+
     codes = np.arange(40) % 10  # each of 10 items held by 4 users: beta = 1/10
     p = calibrate("tss", epsilon=1.0, delta=1e-6, n_users=40, domain_size=10, min_count_fraction=0.1,
                   report_fraction=TSS_REPORT_FRACTION)
-    run = run_tss_services(tmp_path, p, codes, 0.1, 300.0, seed=0, progress=lambda _text: None, processes=2)
+    try:
+        run = run_tss_services(tmp_path, p, codes, 0.1, 300.0, seed=0, progress=lambda _text: None, processes=2)
+    except RoundFailed as err:  # an item whose elected helpers all vanished in round 3 (S1's election is not seeded:
+        # 1 run in 8 here) fails the task before S2 opens a sum, saying so (docs/privacy.md, "A helper's lists")
+        assert "S2 refused the sums (bad_counts): sums.items[" in str(err) and "must be a sum from one of its " \
+            "helpers" in str(err), str(err)
+        return
     counts = np.zeros(10, dtype=np.int64)
     for client in run["clients"]:
         if client.user in run["survivors"]:
@@ -322,10 +330,11 @@ def test_tss_users_in_two_worker_processes(tmp_path):
     released = {e["item"]: e["estimate"] for e in run["report"]["estimates"]}
     expected = survivors_parameters(p, len(run["survivors"])).estimate(counts).tolist()
     assert released == {j: expected[j] for j in released}
-    # an item whose elected helpers all vanished is lost, saying so (S1's election is not seeded: 1 run in 8 here)
+    # an item is lost only when a reporter asked to recover it missed round 4 (one whose helpers all vanished fails
+    # the task, above), saying so
     lost = run["report"]["dropouts"]["lost_items"]
     assert set(released) | {e["item"] for e in lost} == set(range(10))
-    assert all(e["reason"].startswith("every helper of the item sent no sum") for e in lost)
+    assert all("sent no usable recovery" in e["reason"] for e in lost)
     assert sorted(c.user for c in run["clients"]) == list(range(40)) and len(run["user_cpu"]) == 40
     assert run["cpu"]["round1"] > 0 and all(cpu > 0 for cpu in run["user_cpu"])
 

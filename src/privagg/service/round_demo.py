@@ -260,6 +260,8 @@ def check_not_failed(url: str, task_id: str) -> None:
         return
     if state.get("state") != "failed":
         return
+    if isinstance(state.get("failed"), str):  # TSS's S1 says why in its state (it serves no result)
+        raise RoundFailed(f"the task failed: {state['failed']}")
     try:  # the reason is the result's: 409 {"error": "failed", "detail": why}
         with urllib.request.urlopen(f"{url}/tasks/{task_id}/result", timeout=60) as answer:
             why = json.loads(answer.read()).get("detail")
