@@ -120,3 +120,13 @@ def test_faithful_runs_past_their_measured_cost_are_refused_naming_fast():
     codes = np.arange(5_000) % 10
     assert simulate(big, codes, "fast", rng=1).result.parameters.n_users == 5_000
     check_faithful(registry.get("dpds").rounds, small("dpds")[0])  # a small run goes ahead
+
+
+def test_a_tss_run_whose_item_loses_every_helper_is_refused_naming_it():
+    """S2 opens no round-3 sum while an item's count has no sum behind it (docs/privacy.md, "A helper's lists"): the
+    faithful simulator refuses such dropouts as the services fail the task, naming the item, not with a traceback
+    (the coordinator's refusal as the round closes is the round's failure)."""
+    params, codes = small("tss")
+    with pytest.raises(ParameterError, match=r"round 3 \(sums\) could not close: sums.items\[0\] must be a sum from "
+                                             r"one of its helpers"):
+        simulate(params, codes, rng=1, dropouts={"sums": list(range(12))})

@@ -472,12 +472,8 @@ class SecondService:
         election = self._election(task, json_object(body, "the election"))
         signature, _ = SecondServer(task.parameters, task.min_survivors, identity=self._keys(task, row)[1]).attest(
             election)
-        digest = hashlib.sha256(election.document(task.parameters)).digest()
-        with self._lock, self.engine.begin() as c:
-            kept = self._row(c, task_id, lock=True).elected
-            if kept is not None and not hmac.compare_digest(kept, digest):
-                raise Refused(409, "election_differs", "S2 attested another election for this task")
-            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(elected=digest))
+        self._keep(task_id, "elected", hashlib.sha256(election.document(task.parameters)).digest(),
+                   "election_differs", "S2 attested another election for this task")
         self.attested.inc()
         log_event(log2, "election attested", task=task_id, helpers=len(election.by_helper))
         return {"signature": base64.b64encode(signature).decode()}
@@ -505,12 +501,8 @@ class SecondService:
             second.counted(election, survivors, reporters, "sums")
         except ParameterError as err:
             raise Refused(400, "bad_counts", str(err)) from None
-        digest = counted_digest(survivors, reporters)
-        with self._lock, self.engine.begin() as c:
-            kept = self._row(c, task_id, lock=True).counted
-            if kept is not None and not hmac.compare_digest(kept, digest):
-                raise Refused(409, "counts_differ", "S1 named S2 another R2 or other |R_j| before, for this task")
-            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values(counted=digest))
+        self._keep(task_id, "counted", counted_digest(survivors, reporters), "counts_differ",
+                   "S1 named S2 another R2 or other |R_j| before, for this task")
         try:  # every sum its helper's, and every item with R2 reporters one, before any is opened
             signatures = {e.get("helper"): base64.b64decode(e.get("signature") or "", validate=True)
                           for e in data.get("signatures") or []}
@@ -524,6 +516,15 @@ class SecondService:
         self.unopened.inc(len(unopened))
         log_event(log2, "sums checked", task=task_id, sums=len(entries), unopened=len(unopened))
         return {"unopened": unopened}
+
+    def _keep(self, task_id: str, column: str, digest: bytes, reason: str, detail: str) -> None:
+        """Keep ``digest`` in the task's ``column`` (what S2 committed to: the election it attested, the R2 and
+        |R_j| it opened the sums with), or refuse another than the one kept (409 ``reason``)."""
+        with self._lock, self.engine.begin() as c:
+            kept = getattr(self._row(c, task_id, lock=True), column)
+            if kept is not None and not hmac.compare_digest(kept, digest):
+                raise Refused(409, reason, detail)
+            c.execute(sa.update(s2_tasks).where(s2_tasks.c.task_id == task_id).values({column: digest}))
 
     @staticmethod
     def _attested(task: SecondTask, row, election: Election) -> bool:
